@@ -1,0 +1,51 @@
+/*
+ * jsonutil.h - checked access to jansson objects for request validation.
+ *
+ * Every getter names the field it failed on as "<path>.<key>" in err->field
+ * and says what was expected, so a 422 tells the user exactly which field to
+ * fix. Unknown keys are errors, not warnings (tyjson_check_keys).
+ */
+#ifndef TY_JSONUTIL_H
+#define TY_JSONUTIL_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/ty.h"
+
+/* Fails with TY_EINVAL if obj is not an object or has a key not in allowed
+ * (a NULL-terminated list). path names obj in messages ("" for the root). */
+ty_status tyjson_check_keys(const json_t *obj, const char *const *allowed,
+                            const char *path, ty_err *err);
+
+/* Integer in [min, max]. When the key is absent: *out = def if !required,
+ * else TY_EINVAL. Non-integers (including 1.5 and "1") are TY_EINVAL. */
+ty_status tyjson_get_int(const json_t *obj, const char *key, const char *path,
+                         int required, int64_t min, int64_t max, int64_t def,
+                         int64_t *out, ty_err *err);
+
+/* Number (integer or real) in [min, max]; same rules as tyjson_get_int. */
+ty_status tyjson_get_number(const json_t *obj, const char *key,
+                            const char *path, int required, double min,
+                            double max, double def, double *out, ty_err *err);
+
+/* Boolean; same absent rules. */
+ty_status tyjson_get_bool(const json_t *obj, const char *key, const char *path,
+                          int required, int def, int *out, ty_err *err);
+
+/* String of length 1..max_len (borrowed pointer into obj). When absent and not
+ * required, *out = def (may be NULL). */
+ty_status tyjson_get_string(const json_t *obj, const char *key,
+                            const char *path, int required, size_t max_len,
+                            const char *def, const char **out, ty_err *err);
+
+/* Writes "<path>.<key>" (or "<key>" when path is empty) into buf. */
+void tyjson_path(char *buf, size_t n, const char *path, const char *key);
+
+/* Writes "<path>[<i>]" into buf. */
+void tyjson_path_index(char *buf, size_t n, const char *path, size_t i);
+
+/* Depth of nested arrays/objects (a scalar is 0). */
+int tyjson_depth(const json_t *v);
+
+#endif

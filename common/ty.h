@@ -1,0 +1,53 @@
+/*
+ * ty.h - status codes and the error record every trainyard module returns.
+ *
+ * Functions report failure by returning a ty_status and, where they take one,
+ * filling a ty_err with a sentence a person can act on and, for validation
+ * errors, the offending field (a JSON-pointer-like path such as
+ * "model.layers[2].units"). Only main() decides to exit.
+ */
+#ifndef TY_H
+#define TY_H
+
+#include <stdarg.h>
+#include <stddef.h>
+
+typedef enum {
+    TY_OK = 0,
+    TY_EINVAL,      /* the caller's input is invalid (HTTP 422/400) */
+    TY_EFORMAT,     /* a file or payload is malformed (HTTP 422) */
+    TY_ENOTFOUND,   /* no such thing (HTTP 404) */
+    TY_ECONFLICT,   /* the thing is in a state that forbids this (HTTP 409) */
+    TY_ETOOBIG,     /* over a size limit (HTTP 413) */
+    TY_ENOMEM,      /* an allocation failed */
+    TY_EIO,         /* a read, write, fsync or database call failed */
+    TY_EFETCH,      /* a remote fetch failed (HTTP 422 naming the URL) */
+    TY_EDEVICE,     /* a device (GPU) call failed */
+    TY_ECANCELLED,  /* stopped on request */
+    TY_EINTERNAL,   /* a broken invariant; a bug */
+    TY_STATUS_COUNT
+} ty_status;
+
+typedef struct {
+    char msg[512];    /* what went wrong, as a sentence; empty when none */
+    char field[128];  /* the offending input field, or empty */
+} ty_err;
+
+/* The enum value's name, e.g. "TY_EINVAL". */
+const char *ty_status_name(ty_status s);
+
+/* Clears e (e may be NULL). */
+void ty_err_clear(ty_err *e);
+
+/* Formats msg and copies field (may be NULL) into e (e may be NULL).
+ * Returns status, so callers can write `return ty_fail(err, TY_EINVAL, ...)`. */
+ty_status ty_fail(ty_err *e, ty_status status, const char *field,
+                  const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* Prepends "prefix: " to e->msg, keeping the field. */
+void ty_err_prefix(ty_err *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+#define TY_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

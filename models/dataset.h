@@ -1,0 +1,126 @@
+/*
+ * dataset.h - trainyard's one internal dataset format, and the converters
+ * from the upload formats (CSV, IDX, NPY) into it.
+ *
+ * A dataset file ("TYDS") is self-describing and memory-mapped for training:
+ *
+ *   offset 0   "TYDS"                      magic, 4 bytes
+ *   offset 4   u32 version (1)             little-endian
+ *   offset 8   u64 meta_len                length of the JSON header
+ *   offset 16  meta_len bytes of JSON      (see "meta" below)
+ *   ...        zero padding to a multiple of 64
+ *   x          num_examples * features values of x_dtype, row-major
+ *   ...        zero padding to a multiple of 64
+ *   y          classification: num_examples int32 class indices
+ *              regression:     num_examples * y_dim float32 values
+ *
+ * meta (a JSON object) always has: "version" 1, "format" ("csv"|"idx"|"npy"),
+ * "task" ("classification"|"regression"), "num_examples", "input_shape"
+ * (array of 1..4 positive ints), "features" (their product), "x_dtype"
+ * ("float32"|"uint8"), "y_dim" (1 for classification), "preprocess"
+ * ("scale_255" for image bytes, "standardize" for CSV features, "none"),
+ * "x_offset", "y_offset" (byte offsets of x and y in the file).
+ * Classification adds "num_classes" and "classes" (the label values in class
+ * index order: numbers for IDX and NPY, where class i is label i, so classes
+ * are 0..max label; strings for CSV, in order of first appearance).
+ * CSV adds "feature_names" and "label_column".
+ *
+ * Converters stream: they read their inputs in bounded chunks and write the
+ * output as they go, never holding a whole upload in memory (the output's
+ * label column and the class list are the only things kept). They validate
+ * while parsing and fail with TY_EFORMAT and a message naming the problem
+ * (for CSV, the 1-based line and column), TY_ETOOBIG past the limits below,
+ * TY_EIO on I/O errors. On success out_path exists and has been fsynced; on
+ * failure out_path is removed.
+ */
+#ifndef TY_DATASET_H
+#define TY_DATASET_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ty.h"
+
+#define TY_DS_MAX_DIMS 4
+#define TY_DS_MAX_FEATURES (1u << 24)     /* values per example */
+#define TY_DS_MAX_EXAMPLES (1u << 28)
+#define TY_DS_MAX_CLASSES 100000u
+#define TY_DS_MAX_LINE (1u << 20)         /* bytes per CSV line */
+#define TY_DS_MAX_LABEL_LEN 256u          /* bytes per CSV class label */
+
+typedef enum { TY_TASK_CLASSIFICATION = 0, TY_TASK_REGRESSION = 1 } ty_task;
+typedef enum { TY_DTYPE_F32 = 0, TY_DTYPE_U8 = 1 } ty_dtype;
+
+/* "classification"/"regression" and back; parse returns -1 if unknown. */
+const char *ty_task_name(ty_task t);
+int ty_task_parse(const char *s);
+
+/* An open, memory-mapped dataset file. All pointers are into the mapping and
+ * valid until ty_dataset_close. */
+typedef struct {
+    ty_task task;
+    uint32_t num_examples;
+    uint32_t ndim;
+    uint32_t shape[TY_DS_MAX_DIMS];
+    uint64_t features;          /* product of shape */
+    ty_dtype x_dtype;
+    uint32_t y_dim;             /* 1 for classification */
+    uint32_t num_classes;       /* classification only, else 0 */
+    const void *x;              /* (num_examples, features) of x_dtype */
+    const int32_t *y_class;     /* (num_examples) classification, else NULL */
+    const float *y_value;       /* (num_examples, y_dim) regression, else NULL */
+    json_t *meta;               /* owned; the header JSON */
+    void *map;                  /* private */
+    size_t map_len;             /* private */
+} ty_dataset;
+
+/* Opens and validates a TYDS file (magic, version, meta, sizes, class
+ * indices in range). On error *ds is zeroed and TY_EFORMAT/TY_EIO returned. */
+ty_status ty_dataset_open(const char *path, ty_dataset *ds, ty_err *err);
+
+/* Unmaps and frees; safe on a zeroed struct. */
+void ty_dataset_close(ty_dataset *ds);
+
+/* Copies example i's features as float32 into out (features values), without
+ * any preprocessing (uint8 becomes 0..255). */
+void ty_dataset_example_f32(const ty_dataset *ds, uint32_t i, float *out);
+
+/* For each class of `from` (a classes array), writes its index in `to` into
+ * map[i]. Fails with TY_EINVAL naming the first class `to` lacks. Classes
+ * compare as JSON values (1 and "1" differ). */
+ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
+                               int32_t *map, ty_err *err);
+
+/* CSV: header row required; label_column names the target column; every other
+ * column must be numeric (decimal or exponent notation; surrounding spaces
+ * allowed). Classification labels are strings (a numeric label "3" is the
+ * class "3"); regression labels must be numeric. Quoted fields ("a,b", with
+ * "" for a quote) are accepted in the label column and the header. Empty lines
+ * at the end are ignored; a ragged row, an empty cell, NaN or Inf is an
+ * error. CRLF line endings are accepted. */
+ty_status ds_convert_csv(const char *csv_path, const char *label_column,
+                         ty_task task, const char *out_path, ty_err *err);
+
+/* IDX (MNIST): images is an idx3 (or idx2/idx4) ubyte file, labels an idx1
+ * ubyte file; either may be gzip-compressed (detected by magic bytes, not by
+ * name). input_shape is [1, rows, cols] for idx3, [cols] for idx2; x_dtype
+ * uint8; classification; preprocess "scale_255". Wrong magic, non-ubyte
+ * types, truncation, trailing bytes, or a label count that differs from the
+ * image count are TY_EFORMAT. */
+ty_status ds_convert_idx(const char *images_path, const char *labels_path,
+                         const char *out_path, ty_err *err);
+
+/* NPY (format 1.0/2.0/3.0, C order, little-endian or byte-order-free):
+ * x of float32, float64, uint8, int32 or int64 with shape (N, ...) (1 to 4
+ * dims after N; stored as float32, except uint8 which stays uint8 with
+ * preprocess "scale_255"); y of the same dtypes with shape (N) or, for
+ * regression, (N, k). task < 0 means: classification when y is an integer
+ * type, regression otherwise. Classification needs integer-valued,
+ * non-negative y (float y with integer values is accepted). Fortran order,
+ * object dtypes, big-endian data, NaN/Inf and count mismatches are
+ * TY_EFORMAT. */
+ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
+                         const char *out_path, ty_err *err);
+
+#endif

@@ -1,0 +1,122 @@
+/*
+ * train.h - the training loop: hyperparameters, the run, its progress
+ * reports, checkpoints and resume.
+ *
+ * Hyperparameters (the job request's "hyperparameters" object; unknown keys
+ * are errors):
+ *   epochs (1..100000, default 10), batch_size (1..65536, default 64),
+ *   optimizer "sgd" | "adam" (default "adam"),
+ *   learning_rate (0 < lr <= 10; default 0.001 for adam, 0.01 for sgd),
+ *   momentum (sgd; 0 <= m < 1; default 0), weight_decay (>= 0; default 0;
+ *   L2 added to the gradient, as torch.optim.SGD/Adam do),
+ *   beta1 (0.9), beta2 (0.999), epsilon (1e-8) for adam,
+ *   seed (0..2^53; default chosen at random by train_hparams_parse and written
+ *   into the normalized object, so every run is reproducible afterwards),
+ *   checkpoint_every_steps (0 = only at the end of each epoch; default 0).
+ *
+ * Determinism: the same seed, data and thread count give the same weights bit
+ * for bit. Initial weights are drawn as PyTorch's defaults for nn.Linear
+ * (uniform in +-1/sqrt(fan_in) for weight and bias) from a stream seeded by
+ * seed; each epoch's shuffle and dropout masks come from streams seeded by
+ * (seed, epoch), so a run resumed from an epoch checkpoint continues exactly.
+ */
+#ifndef TY_TRAIN_H
+#define TY_TRAIN_H
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdint.h>
+
+#include "common/ty.h"
+#include "models/dataset.h"
+
+typedef enum { TRAIN_OPT_SGD = 0, TRAIN_OPT_ADAM = 1 } train_optimizer;
+
+typedef struct {
+    uint32_t epochs;
+    uint32_t batch_size;
+    train_optimizer optimizer;
+    double learning_rate;
+    double momentum;
+    double weight_decay;
+    double beta1, beta2, epsilon;
+    uint64_t seed;
+    uint32_t checkpoint_every_steps;
+} train_hparams;
+
+/* Parses and validates hp (may be NULL: all defaults). On success fills *out
+ * and, if normalized is not NULL, sets it to a new object with every value
+ * spelled out (seed included). On failure TY_EINVAL with err->field like
+ * "hyperparameters.batch_size". */
+ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
+                              json_t **normalized, ty_err *err);
+
+/* Splits examples 0..n-1 into a training and a validation set: a shuffle
+ * seeded by (seed, stream 0x5b117), the last round(n * fraction) examples
+ * for validation. Writes malloc'd index arrays (caller frees). fraction may
+ * be 0 (empty validation set, *val_idx NULL). */
+ty_status train_split(uint32_t n, double fraction, uint64_t seed,
+                      uint32_t **train_idx, uint32_t *n_train,
+                      uint32_t **val_idx, uint32_t *n_val, ty_err *err);
+
+/* What the loop reports. */
+typedef struct {
+    uint32_t epoch;            /* 1-based epoch in progress */
+    uint32_t epochs;
+    uint64_t step;             /* optimizer steps taken so far, whole run */
+    uint64_t steps_per_epoch;
+    uint64_t total_steps;
+    double fraction;           /* of the whole run, 0..1 */
+    double loss;               /* running mean training loss this epoch */
+    double samples_per_sec;    /* over this epoch so far */
+} train_progress;
+
+typedef struct {
+    uint32_t epoch;            /* 1-based, just finished */
+    double train_loss;
+    double train_accuracy;     /* -1 for regression */
+    double val_loss;           /* -1 when there is no validation set */
+    double val_accuracy;       /* -1 for regression or no validation set */
+    double samples_per_sec;
+    double seconds;            /* wall time of the epoch */
+} train_epoch_metrics;
+
+typedef struct {
+    void *ctx;
+    /* At most a few times a second. */
+    void (*on_progress)(void *ctx, const train_progress *p);
+    /* After each epoch, once its checkpoint is on disk. */
+    void (*on_epoch)(void *ctx, const train_epoch_metrics *m);
+    /* After a run resumes from a checkpoint (epoch = completed epochs). */
+    void (*on_resume)(void *ctx, uint32_t epoch, uint64_t step);
+} train_callbacks;
+
+typedef struct {
+    const json_t *spec;              /* normalized model spec */
+    const train_hparams *hp;
+    const ty_dataset *train;         /* examples to learn from */
+    const uint32_t *train_idx;       /* which of them (NULL = all) */
+    uint32_t n_train;
+    const ty_dataset *val;           /* NULL for no validation */
+    const uint32_t *val_idx;         /* NULL = all of val */
+    uint32_t n_val;
+    const int32_t *val_class_map;    /* val class index -> train index, or NULL */
+    const char *checkpoint_path;     /* written atomically; resumed from if present */
+    const char *model_path;          /* the final model, written atomically */
+    const json_t *extra_meta;        /* object of strings added to the model's
+                                        __metadata__ (may be NULL) */
+    int threads;                     /* BLAS threads; 0 = all cores */
+    volatile sig_atomic_t *stop;     /* when set, return TY_ECANCELLED soon */
+    train_callbacks cb;
+} train_job;
+
+/* Trains, checkpointing at least at the end of every epoch, and writes the
+ * final model (nn.h's format) to model_path. Preprocessing is computed from
+ * the training examples (mean/std per feature for "standardize", with std 0
+ * read as 1) and stored in the model. A loss that becomes NaN or Inf stops
+ * the run with TY_EINVAL and a message suggesting a lower learning rate.
+ * *final gets the last epoch's metrics. */
+ty_status train_run(const train_job *job, train_epoch_metrics *final,
+                    ty_err *err);
+
+#endif
