@@ -1,1 +1,150 @@
-int main(void) { return 0; }
+/*
+ * main.c - the trainyard binary: `serve` runs the API server, `worker` runs
+ * one training job (started by the server), `version` says what is built in.
+ * Only this file decides to exit.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "gpu/runner.h"
+#include "server/app.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/fetch.h"
+#include "server/http.h"
+#include "server/log.h"
+#include "server/modelcache.h"
+#include "server/worker.h"
+
+void openblas_set_num_threads(int n);
+char *openblas_get_config(void);
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: trainyard <command> [flags]\n"
+            "\n"
+            "Commands:\n"
+            "  serve     run the REST API server (trainyard serve --help)\n"
+            "  version   print the version and the compute backends built in\n"
+            "  worker    run one training job (started by the server)\n"
+            "  help      show this help\n");
+}
+
+static int cmd_version(void)
+{
+    printf("trainyard %s\n", TRAINYARD_VERSION);
+    printf("backends: cpu (OpenBLAS %s)%s\n", openblas_get_config(),
+           TRAINYARD_HAVE_CUDA ? ", cuda" : "");
+    if (!TRAINYARD_HAVE_CUDA)
+        printf("cuda: not built into this binary\n");
+    printf("devices: cpu (%ld cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
+    return 0;
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+    ty_config cfg;
+    config_defaults(&cfg);
+    ty_err err = {0};
+    int help = 0;
+    if (config_parse_serve(argc, argv, &cfg, &help, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 64;
+    }
+    if (help) {
+        config_usage(stdout);
+        return 0;
+    }
+
+    /* Signals are taken by sigwait in this thread only. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    fetch_global_init();
+    /* Predictions run on the HTTP threads: one BLAS thread each. Training
+     * runs in worker processes, which use the cores themselves. */
+    openblas_set_num_threads(1);
+
+    ty_app app;
+    int rc = 1;
+    if (app_init(&app, &cfg, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 1;
+    }
+    char key[AUTH_KEY_LEN + 1];
+    int created = 0;
+    if (auth_bootstrap(app.store, cfg.data_dir, key, &created, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: cannot create the admin key: %s\n",
+                err.msg);
+        goto out;
+    }
+    if (created)
+        printf("Created the admin API key. It is shown only now, and saved in "
+               "%s/admin.key (mode 0600):\n\n    %s\n\n",
+               cfg.data_dir, key);
+    app.models = model_cache_create(cfg.model_cache_size);
+    if (!app.models) {
+        fprintf(stderr, "trainyard serve: out of memory\n");
+        goto out;
+    }
+    if (runner_start(&app, &app.runner, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    if (http_server_start(&app, api_routes, api_routes_count, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    printf("trainyard %s listening on http://%s%s%s:%d (data in %s)\n",
+           TRAINYARD_VERSION, cfg.ipv6 ? "[" : "", cfg.host,
+           cfg.ipv6 ? "]" : "", app.bound_port, cfg.data_dir);
+    fflush(stdout);
+    log_event("info", "started",
+              json_pack("{s:s, s:i, s:s}", "host", cfg.host, "port",
+                        app.bound_port, "data", cfg.data_dir));
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    log_event("info", "stopping", json_pack("{s:s}", "signal", strsignal(sig)));
+    rc = 0;
+out:
+    http_server_stop(&app);
+    runner_stop(app.runner);
+    app.runner = NULL;
+    model_cache_destroy(app.models);
+    app_free(&app);
+    if (rc == 0)
+        log_event("info", "stopped", NULL);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 64;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "serve"))
+        return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "worker"))
+        return worker_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+        return cmd_version();
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "trainyard: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 64;
+}

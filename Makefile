@@ -1,0 +1,48 @@
+# trainyard - the two commands of the README, and their parts.
+#
+#   make run    install what is missing, build, start the server on
+#               127.0.0.1:8080 with its data in ./var
+#   make test   install what is missing, build (normal and sanitizer builds),
+#               run every test this machine can run
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+JOBS       ?= $(shell nproc)
+VENV       ?= .venv
+
+.PHONY: run build test deps test-deps venv test-normal test-sanitize clean
+
+run: build
+	@scripts/run.sh
+
+deps:
+	@scripts/setup.sh build
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD) -j$(JOBS)
+
+test-deps:
+	@scripts/setup.sh test
+
+# The contract test's tool (schemathesis) lives in a virtual environment.
+venv: test-deps
+	@[ -x $(VENV)/bin/schemathesis ] || { python3 -m venv $(VENV) && \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check -r tests/contract/requirements.txt; }
+
+test: test-deps venv
+	$(MAKE) test-normal test-sanitize
+
+# Warnings are errors here, as in CI.
+test-normal:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_WERROR=ON
+	cmake --build $(BUILD) -j$(JOBS)
+	cd $(BUILD) && ctest --output-on-failure
+
+# Unit and integration suites again under AddressSanitizer + UBSan.
+test-sanitize:
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DTRAINYARD_WERROR=ON
+	cmake --build $(ASAN_BUILD) -j$(JOBS)
+	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration'
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

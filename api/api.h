@@ -1,0 +1,63 @@
+/*
+ * api.h - the REST API: the routing table and the handlers behind it, one
+ * file per resource (datasets.c, jobs.c, models.c, inference.c, health.c),
+ * plus helpers shared by them (common.c).
+ */
+#ifndef TY_API_H
+#define TY_API_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "server/app.h"
+#include "server/http.h"
+#include "server/router.h"
+
+extern const route api_routes[];
+extern const size_t api_routes_count;
+
+/* ---- shared helpers (common.c) ---- */
+
+/* Reads ?limit= (1..1000, default 50) and ?cursor=. Replies 400 and returns
+ * 0 when either is malformed. */
+int api_page(http_req *r, store_page *page);
+
+/* Replies 200 {"items": items, "next_cursor": "..." | null}; items stolen. */
+void api_reply_list(http_req *r, json_t *items, int64_t next_cursor);
+
+/* The JSON body if it is an object; else replies 400 and returns NULL. */
+const json_t *api_json_object(http_req *r);
+
+/* The caller's tenant id. */
+const char *api_tenant(http_req *r);
+
+/* ---- handlers ---- */
+void api_healthz(ty_app *app, http_req *r);
+void api_readyz(ty_app *app, http_req *r);
+void api_openapi(ty_app *app, http_req *r);
+
+void api_datasets_create(ty_app *app, http_req *r);
+void api_datasets_list(ty_app *app, http_req *r);
+void api_datasets_get(ty_app *app, http_req *r);
+void api_datasets_delete(ty_app *app, http_req *r);
+
+void api_jobs_create(ty_app *app, http_req *r);
+void api_jobs_list(ty_app *app, http_req *r);
+void api_jobs_get(ty_app *app, http_req *r);
+void api_jobs_metrics(ty_app *app, http_req *r);
+void api_jobs_cancel(ty_app *app, http_req *r);
+
+void api_models_list(ty_app *app, http_req *r);
+void api_models_get(ty_app *app, http_req *r);
+void api_models_delete(ty_app *app, http_req *r);
+void api_models_weights(ty_app *app, http_req *r);
+void api_models_predict(ty_app *app, http_req *r);
+void api_models_evaluate(ty_app *app, http_req *r);
+
+void api_kserve_live(ty_app *app, http_req *r);
+void api_kserve_ready(ty_app *app, http_req *r);
+void api_kserve_model(ty_app *app, http_req *r);
+void api_kserve_model_ready(ty_app *app, http_req *r);
+void api_kserve_infer(ty_app *app, http_req *r);
+
+#endif

@@ -1,0 +1,78 @@
+/* common.c - helpers shared by the API handlers (see api.h). */
+#include "api/api.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_LIMIT 50
+#define MAX_LIMIT 1000
+
+int api_page(http_req *r, store_page *page)
+{
+    page->cursor = 0;
+    page->limit = DEFAULT_LIMIT;
+    const char *limit = http_req_query(r, "limit");
+    const char *cursor = http_req_query(r, "cursor");
+    if (limit) {
+        char *end;
+        errno = 0;
+        long n = strtol(limit, &end, 10);
+        if (errno || end == limit || *end || n < 1 || n > MAX_LIMIT) {
+            http_reply_problem(r, 400, "limit",
+                               "limit must be a whole number from 1 to %d",
+                               MAX_LIMIT);
+            return 0;
+        }
+        page->limit = (int)n;
+    }
+    if (cursor) {
+        char *end;
+        errno = 0;
+        long long n = strncmp(cursor, "c", 1) == 0
+                          ? strtoll(cursor + 1, &end, 10)
+                          : -1;
+        if (n <= 0 || errno || *end) {
+            http_reply_problem(r, 400, "cursor",
+                               "cursor is not one this server gave out; pass "
+                               "the next_cursor of the previous page");
+            return 0;
+        }
+        page->cursor = n;
+    }
+    return 1;
+}
+
+void api_reply_list(http_req *r, json_t *items, int64_t next_cursor)
+{
+    json_t *body = json_object();
+    json_object_set_new(body, "items", items);
+    if (next_cursor > 0) {
+        char c[32];
+        snprintf(c, sizeof c, "c%lld", (long long)next_cursor);
+        json_object_set_new(body, "next_cursor", json_string(c));
+    } else {
+        json_object_set_new(body, "next_cursor", json_null());
+    }
+    http_reply_json(r, 200, body);
+}
+
+const json_t *api_json_object(http_req *r)
+{
+    const json_t *body = http_req_json(r);
+    if (!body) {
+        http_reply_problem(r, 400, NULL,
+                           "this endpoint needs a JSON object as the request "
+                           "body (Content-Type: application/json)");
+        return NULL;
+    }
+    if (!json_is_object(body)) {
+        http_reply_problem(r, 400, NULL,
+                           "the request body must be a JSON object");
+        return NULL;
+    }
+    return body;
+}
+
+const char *api_tenant(http_req *r) { return http_req_key(r)->tenant_id; }

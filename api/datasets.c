@@ -1,0 +1,345 @@
+/*
+ * datasets.c - /v1/datasets: upload (multipart), fetch from URLs (JSON),
+ * list, show, delete.
+ *
+ * An upload is converted into the internal dataset format (models/dataset.h)
+ * while it is validated; only a file that converted cleanly is moved into the
+ * blob folder, and the 201 is sent after the row commits, so a dataset that
+ * was acknowledged is on disk.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "common/ids.h"
+#include "common/jsonutil.h"
+#include "models/dataset.h"
+#include "server/blob.h"
+#include "server/fetch.h"
+
+#define NAME_MAX_LEN 200
+
+typedef enum { FMT_CSV, FMT_IDX, FMT_NPY } ds_format;
+
+static const char *const format_names[] = {"csv", "idx", "npy"};
+/* The file parts each format takes, in the order converters want them. */
+static const char *const format_files[][2] = {
+    {"file", NULL}, {"images", "labels"}, {"x", "y"}};
+/* The text fields each format takes besides name and format. */
+static const char *const format_fields[][2] = {
+    {"label_column", "task"}, {NULL, NULL}, {"task", NULL}};
+
+typedef struct {
+    const char *name;
+    ds_format format;
+    const char *label_column;
+    int task;                  /* -1 = the converter's default */
+    const char *paths[2];      /* input files */
+    char fetched[2][PATH_MAX]; /* downloads, for JSON bodies naming URLs */
+    json_t *source;            /* how it arrived, for the doc */
+} upload;
+
+static int parse_format(const char *s)
+{
+    for (int i = 0; i < 3; i++)
+        if (s && !strcmp(s, format_names[i]))
+            return i;
+    return -1;
+}
+
+static int format_takes(ds_format f, const char *name)
+{
+    if (!strcmp(name, "name") || !strcmp(name, "format"))
+        return 1;
+    for (int i = 0; i < 2; i++)
+        if ((format_files[f][i] && !strcmp(format_files[f][i], name)) ||
+            (format_fields[f][i] && !strcmp(format_fields[f][i], name)))
+            return 1;
+    return 0;
+}
+
+static void expected_list(ds_format f, char *out, size_t n)
+{
+    snprintf(out, n, "name, format");
+    for (int i = 0; i < 2; i++) {
+        size_t used = strlen(out);
+        if (format_files[f][i])
+            snprintf(out + used, n - used, ", %s", format_files[f][i]);
+        used = strlen(out);
+        if (format_fields[f][i])
+            snprintf(out + used, n - used, ", %s", format_fields[f][i]);
+    }
+}
+
+/* Checks name, format, label_column and task; fills u. */
+static ty_status check_fields(upload *u, const char *name, const char *format,
+                              const char *label_column, const char *task,
+                              ty_err *err)
+{
+    if (!format)
+        return ty_fail(err, TY_EINVAL, "format",
+                       "format is required: csv, idx or npy");
+    int f = parse_format(format);
+    if (f < 0)
+        return ty_fail(err, TY_EINVAL, "format",
+                       "format must be csv, idx or npy, not '%s'", format);
+    u->format = (ds_format)f;
+    if (!name || !*name || strlen(name) > NAME_MAX_LEN)
+        return ty_fail(err, TY_EINVAL, "name",
+                       "name is required (1 to %d characters)", NAME_MAX_LEN);
+    u->name = name;
+    u->task = -1;
+    if (task) {
+        u->task = ty_task_parse(task);
+        if (u->task < 0)
+            return ty_fail(err, TY_EINVAL, "task",
+                           "task must be classification or regression, not '%s'",
+                           task);
+    }
+    if (u->format == FMT_CSV) {
+        if (!label_column || !*label_column)
+            return ty_fail(err, TY_EINVAL, "label_column",
+                           "label_column is required for csv: the name of the "
+                           "column that holds the target");
+        u->label_column = label_column;
+        if (u->task < 0)
+            u->task = TY_TASK_CLASSIFICATION;
+    }
+    return TY_OK;
+}
+
+static ty_status read_form(http_req *r, upload *u, ty_err *err)
+{
+    ty_status s = check_fields(
+        u, http_req_form_value(r, "name"), http_req_form_value(r, "format"),
+        http_req_form_value(r, "label_column"), http_req_form_value(r, "task"),
+        err);
+    if (s != TY_OK)
+        return s;
+    char expected[128];
+    expected_list(u->format, expected, sizeof expected);
+    for (size_t i = 0; i < http_req_form_count(r); i++) {
+        const char *part = http_req_form_name(r, i);
+        if (!format_takes(u->format, part))
+            return ty_fail(err, TY_EINVAL, part,
+                           "unknown form field '%s' for format %s; send %s",
+                           part, format_names[u->format], expected);
+    }
+    for (int i = 0; i < 2; i++) {
+        const char *part = format_files[u->format][i];
+        if (!part)
+            continue;
+        if (!http_req_form_has(r, part))
+            return ty_fail(err, TY_EINVAL, part,
+                           "the file part '%s' is missing; format %s needs %s",
+                           part, format_names[u->format], expected);
+        u->paths[i] = http_req_form_file(r, part, err);
+        if (!u->paths[i])
+            return TY_EIO;
+    }
+    u->source = json_pack("{s:s}", "kind", "upload");
+    return TY_OK;
+}
+
+static ty_status read_json(ty_app *app, http_req *r, const json_t *body,
+                           upload *u, ty_err *err)
+{
+    static const char *const keys[] = {"name", "format", "urls",
+                                       "label_column", "task", NULL};
+    ty_status s = tyjson_check_keys(body, keys, "", err);
+    if (s != TY_OK)
+        return s;
+    const char *name = NULL, *format = NULL, *label = NULL, *task = NULL;
+    if ((s = tyjson_get_string(body, "format", "", 0, 16, NULL, &format,
+                               err)) != TY_OK ||
+        (s = tyjson_get_string(body, "name", "", 0, NAME_MAX_LEN, NULL, &name,
+                               err)) != TY_OK ||
+        (s = tyjson_get_string(body, "label_column", "", 0, 1024, NULL, &label,
+                               err)) != TY_OK ||
+        (s = tyjson_get_string(body, "task", "", 0, 32, NULL, &task, err)) !=
+            TY_OK)
+        return s;
+    if ((s = check_fields(u, name, format, label, task, err)) != TY_OK)
+        return s;
+    if (u->format != FMT_CSV && label)
+        return ty_fail(err, TY_EINVAL, "label_column",
+                       "label_column applies to csv datasets only");
+    if (u->format == FMT_IDX && task)
+        return ty_fail(err, TY_EINVAL, "task",
+                       "idx datasets are always classification; leave task out");
+    const json_t *urls = json_object_get(body, "urls");
+    const char *url_keys[3] = {format_files[u->format][0],
+                               format_files[u->format][1], NULL};
+    if (!urls)
+        return ty_fail(err, TY_EINVAL, "urls",
+                       "urls is required: an object naming the URL of each "
+                       "file (%s%s%s)",
+                       url_keys[0], url_keys[1] ? ", " : "",
+                       url_keys[1] ? url_keys[1] : "");
+    if ((s = tyjson_check_keys(urls, url_keys, "urls", err)) != TY_OK)
+        return s;
+    for (int i = 0; i < 2 && url_keys[i]; i++) {
+        char field[64];
+        const char *url;
+        tyjson_path(field, sizeof field, "urls", url_keys[i]);
+        if ((s = tyjson_get_string(urls, url_keys[i], "urls", 1, 4096, NULL,
+                                   &url, err)) != TY_OK)
+            return s;
+        char *path = u->fetched[i];
+        if ((s = http_req_temp_path(r, ".fetch", path, PATH_MAX, err)) !=
+            TY_OK)
+            return s;
+        if ((s = fetch_url_to_file(url, path, app->cfg.max_fetch_bytes,
+                                   app->cfg.fetch_timeout_s, field, err)) !=
+            TY_OK)
+            return s;
+        u->paths[i] = path;
+    }
+    u->source = json_pack("{s:s, s:O}", "kind", "urls", "urls", urls);
+    return TY_OK;
+}
+
+static ty_status convert(const upload *u, const char *out, ty_err *err)
+{
+    ty_status s;
+    switch (u->format) {
+    case FMT_CSV:
+        s = ds_convert_csv(u->paths[0], u->label_column, (ty_task)u->task, out,
+                           err);
+        break;
+    case FMT_IDX:
+        s = ds_convert_idx(u->paths[0], u->paths[1], out, err);
+        break;
+    default:
+        s = ds_convert_npy(u->paths[0], u->paths[1], u->task, out, err);
+        break;
+    }
+    return s;
+}
+
+/* The API representation of a converted dataset file. */
+static json_t *dataset_doc(const char *id, const upload *u,
+                           const ty_dataset *ds)
+{
+    char now[32];
+    store_now(now);
+    json_t *m = ds->meta;
+    json_t *doc = json_object();
+    json_object_set_new(doc, "id", json_string(id));
+    json_object_set_new(doc, "name", json_string(u->name));
+    json_object_set_new(doc, "format", json_string(format_names[u->format]));
+    json_object_set_new(doc, "task", json_string(ty_task_name(ds->task)));
+    json_object_set_new(doc, "num_examples", json_integer(ds->num_examples));
+    json_object_set(doc, "input_shape", json_object_get(m, "input_shape"));
+    if (ds->task == TY_TASK_CLASSIFICATION) {
+        json_object_set_new(doc, "num_classes", json_integer(ds->num_classes));
+        json_object_set(doc, "classes", json_object_get(m, "classes"));
+    } else {
+        json_object_set_new(doc, "num_targets", json_integer(ds->y_dim));
+    }
+    if (json_object_get(m, "feature_names")) {
+        json_object_set(doc, "feature_names", json_object_get(m, "feature_names"));
+        json_object_set(doc, "label_column", json_object_get(m, "label_column"));
+    }
+    json_object_set(doc, "source", u->source);
+    json_object_set_new(doc, "created_at", json_string(now));
+    return doc;
+}
+
+void api_datasets_create(ty_app *app, http_req *r)
+{
+    ty_err err = {0};
+    upload u = {0};
+    ty_dataset ds = {0};
+    json_t *doc = NULL;
+    char out[PATH_MAX], id[TY_ID_MAX], sha[65];
+    int64_t bytes = 0;
+    ty_status s;
+    if (http_req_is_multipart(r)) {
+        s = read_form(r, &u, &err);
+    } else {
+        const json_t *body = api_json_object(r);
+        if (!body)
+            return;
+        s = read_json(app, r, body, &u, &err);
+    }
+    if (s != TY_OK)
+        goto fail;
+    if ((s = http_req_temp_path(r, ".tyds", out, sizeof out, &err)) != TY_OK ||
+        (s = convert(&u, out, &err)) != TY_OK ||
+        (s = ty_dataset_open(out, &ds, &err)) != TY_OK ||
+        (s = ty_id_new("ds_", id, &err)) != TY_OK)
+        goto fail;
+    doc = dataset_doc(id, &u, &ds);
+    ty_dataset_close(&ds);
+    pthread_mutex_lock(&app->blob_mu);
+    s = blob_import(app->cfg.data_dir, out, sha, &bytes, &err);
+    if (s == TY_OK) {
+        json_object_set_new(doc, "bytes", json_integer(bytes));
+        json_object_set_new(doc, "sha256", json_string(sha));
+        s = store_dataset_insert(app->store, api_tenant(r), id, sha, bytes, doc,
+                                 &err);
+    }
+    pthread_mutex_unlock(&app->blob_mu);
+    if (s != TY_OK) {
+        if (bytes)
+            app_blob_release(app, sha);
+        goto fail;
+    }
+    char location[128];
+    snprintf(location, sizeof location, "/v1/datasets/%s", id);
+    http_reply_header(r, "Location", location);
+    http_reply_json(r, 201, doc);
+    json_decref(u.source);
+    return;
+fail:
+    ty_dataset_close(&ds);
+    json_decref(doc);
+    json_decref(u.source);
+    http_reply_error(r, s, &err);
+}
+
+void api_datasets_list(ty_app *app, http_req *r)
+{
+    store_page page;
+    if (!api_page(r, &page))
+        return;
+    json_t *items;
+    int64_t next;
+    ty_err err = {0};
+    ty_status s = store_dataset_list(app->store, api_tenant(r), page, &items,
+                                     &next, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    api_reply_list(r, items, next);
+}
+
+void api_datasets_get(ty_app *app, http_req *r)
+{
+    json_t *doc;
+    ty_err err = {0};
+    ty_status s = store_dataset_get(app->store, api_tenant(r),
+                                    http_req_param(r, 0), &doc, NULL, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    http_reply_json(r, 200, doc);
+}
+
+void api_datasets_delete(ty_app *app, http_req *r)
+{
+    char sha[65];
+    ty_err err = {0};
+    ty_status s = store_dataset_delete(app->store, api_tenant(r),
+                                       http_req_param(r, 0), sha, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    app_blob_release(app, sha);
+    http_reply_static(r, 204, NULL, "", 0);
+}

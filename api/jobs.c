@@ -1,0 +1,278 @@
+/*
+ * jobs.c - /v1/jobs: submit a training job, list, show, per-epoch metrics,
+ * cancel.
+ *
+ * Everything that can be checked at submit is checked here (the dataset, the
+ * validation set, the model spec against the dataset's shape, the
+ * hyperparameters), so a mistake is a 422 naming the field, not a job that
+ * fails minutes later.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+#include "common/ids.h"
+#include "common/jsonutil.h"
+#include "gpu/runner.h"
+#include "models/dataset.h"
+#include "models/nn.h"
+#include "models/train.h"
+
+#define DEFAULT_SPLIT 0.1
+
+/* The dataset's input shape as numbers; 0 if the doc is malformed. */
+static int doc_shape(const json_t *doc, uint32_t shape[TY_DS_MAX_DIMS],
+                     uint32_t *ndim)
+{
+    const json_t *s = json_object_get(doc, "input_shape");
+    size_t n = json_array_size(s);
+    if (n == 0 || n > TY_DS_MAX_DIMS)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        shape[i] = (uint32_t)json_integer_value(json_array_get(s, i));
+    *ndim = (uint32_t)n;
+    return 1;
+}
+
+/* Checks "validation" against the training dataset and writes the
+ * normalized object into *out. */
+static ty_status check_validation(ty_app *app, const char *tenant,
+                                  const json_t *v, const json_t *train_doc,
+                                  json_t **out, ty_err *err)
+{
+    int64_t n = json_integer_value(json_object_get(train_doc, "num_examples"));
+    if (!v) {
+        *out = json_pack("{s:f}", "split", DEFAULT_SPLIT);
+        return TY_OK;
+    }
+    static const char *const keys[] = {"split", "dataset", NULL};
+    ty_status s = tyjson_check_keys(v, keys, "validation", err);
+    if (s != TY_OK)
+        return s;
+    int has_split = json_object_get(v, "split") != NULL;
+    int has_ds = json_object_get(v, "dataset") != NULL;
+    if (has_split == has_ds)
+        return ty_fail(err, TY_EINVAL, "validation",
+                       "validation takes either {\"split\": fraction} or "
+                       "{\"dataset\": id}");
+    if (has_split) {
+        double split;
+        if ((s = tyjson_get_number(v, "split", "validation", 1, 0.0, 0.9,
+                                   0.0, &split, err)) != TY_OK)
+            return s;
+        int64_t n_val = (int64_t)llround((double)n * split);
+        if (n - n_val < 1)
+            return ty_fail(err, TY_EINVAL, "validation.split",
+                           "a split of %g leaves no training examples out of "
+                           "%lld",
+                           split, (long long)n);
+        *out = json_pack("{s:f}", "split", split);
+        return TY_OK;
+    }
+    const char *id;
+    if ((s = tyjson_get_string(v, "dataset", "validation", 1, TY_ID_MAX, NULL,
+                               &id, err)) != TY_OK)
+        return s;
+    json_t *vdoc = NULL;
+    s = store_dataset_get(app->store, tenant, id, &vdoc, NULL, err);
+    if (s == TY_ENOTFOUND)
+        return ty_fail(err, TY_EINVAL, "validation.dataset",
+                       "validation dataset %s not found", id);
+    if (s != TY_OK)
+        return s;
+    if (!json_equal(json_object_get(vdoc, "task"),
+                    json_object_get(train_doc, "task"))) {
+        s = ty_fail(err, TY_EINVAL, "validation.dataset",
+                    "validation dataset %s is a %s dataset; the training "
+                    "dataset is %s",
+                    id, json_string_value(json_object_get(vdoc, "task")),
+                    json_string_value(json_object_get(train_doc, "task")));
+    } else if (!json_equal(json_object_get(vdoc, "input_shape"),
+                           json_object_get(train_doc, "input_shape"))) {
+        char *a = json_dumps(json_object_get(vdoc, "input_shape"), JSON_COMPACT);
+        char *b = json_dumps(json_object_get(train_doc, "input_shape"),
+                             JSON_COMPACT);
+        s = ty_fail(err, TY_EINVAL, "validation.dataset",
+                    "validation dataset %s has input shape %s; the training "
+                    "dataset has %s",
+                    id, a ? a : "?", b ? b : "?");
+        free(a);
+        free(b);
+    } else if (json_object_get(vdoc, "classes")) {
+        const json_t *vc = json_object_get(vdoc, "classes");
+        int32_t *map = calloc(json_array_size(vc) + 1, sizeof *map);
+        if (!map) {
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        } else {
+            s = ty_dataset_class_map(vc, json_object_get(train_doc, "classes"),
+                                     map, err);
+            if (s != TY_OK)
+                snprintf(err->field, sizeof err->field, "validation.dataset");
+            free(map);
+        }
+    }
+    json_decref(vdoc);
+    if (s == TY_OK)
+        *out = json_pack("{s:s}", "dataset", id);
+    return s;
+}
+
+void api_jobs_create(ty_app *app, http_req *r)
+{
+    const json_t *body = api_json_object(r);
+    if (!body)
+        return;
+    const char *tenant = api_tenant(r);
+    ty_err err = {0};
+    json_t *ds = NULL, *validation = NULL, *spec = NULL, *hp_norm = NULL,
+           *job = NULL;
+    static const char *const keys[] = {"name", "dataset", "validation", "model",
+                                       "hyperparameters", NULL};
+    const char *name = NULL, *ds_id = NULL;
+    ty_status s;
+    if ((s = tyjson_check_keys(body, keys, "", &err)) != TY_OK ||
+        (s = tyjson_get_string(body, "dataset", "", 1, TY_ID_MAX, NULL, &ds_id,
+                               &err)) != TY_OK ||
+        (s = tyjson_get_string(body, "name", "", 0, 200, NULL, &name, &err)) !=
+            TY_OK)
+        goto fail;
+    s = store_dataset_get(app->store, tenant, ds_id, &ds, NULL, &err);
+    if (s == TY_ENOTFOUND) {
+        s = ty_fail(&err, TY_EINVAL, "dataset", "dataset %s not found", ds_id);
+        goto fail;
+    }
+    if (s != TY_OK)
+        goto fail;
+    if (!name)
+        name = json_string_value(json_object_get(ds, "name"));
+    if ((s = check_validation(app, tenant, json_object_get(body, "validation"),
+                              ds, &validation, &err)) != TY_OK)
+        goto fail;
+
+    const json_t *model = json_object_get(body, "model");
+    if (!model) {
+        s = ty_fail(&err, TY_EINVAL, "model",
+                    "model is required: {\"layers\": [...]}");
+        goto fail;
+    }
+    uint32_t shape[TY_DS_MAX_DIMS], ndim;
+    if (!doc_shape(ds, shape, &ndim)) {
+        s = ty_fail(&err, TY_EINTERNAL, NULL, "dataset %s has no input shape",
+                    ds_id);
+        goto fail;
+    }
+    ty_task task = ty_task_parse(json_string_value(json_object_get(ds, "task")))
+                           == TY_TASK_REGRESSION
+                       ? TY_TASK_REGRESSION
+                       : TY_TASK_CLASSIFICATION;
+    uint32_t outputs = (uint32_t)json_integer_value(json_object_get(
+        ds, task == TY_TASK_CLASSIFICATION ? "num_classes" : "num_targets"));
+    uint64_t params = 0;
+    if ((s = nn_spec_validate(model, shape, ndim, outputs, task, &spec, &params,
+                              &err)) != TY_OK)
+        goto fail;
+    train_hparams hp;
+    if ((s = train_hparams_parse(json_object_get(body, "hyperparameters"), &hp,
+                                 &hp_norm, &err)) != TY_OK)
+        goto fail;
+
+    char id[TY_ID_MAX];
+    if ((s = ty_id_new("job_", id, &err)) != TY_OK ||
+        (s = store_job_insert(app->store, tenant, id, name, ds_id, validation,
+                              spec, hp_norm, &err)) != TY_OK ||
+        (s = store_job_get(app->store, tenant, id, &job, &err)) != TY_OK)
+        goto fail;
+    runner_wake(app->runner);
+    char location[128];
+    snprintf(location, sizeof location, "/v1/jobs/%s", id);
+    http_reply_header(r, "Location", location);
+    http_reply_json(r, 202, job);
+    job = NULL;
+fail:
+    if (s != TY_OK)
+        http_reply_error(r, s, &err);
+    json_decref(ds);
+    json_decref(validation);
+    json_decref(spec);
+    json_decref(hp_norm);
+    json_decref(job);
+}
+
+void api_jobs_list(ty_app *app, http_req *r)
+{
+    store_page page;
+    if (!api_page(r, &page))
+        return;
+    const char *status = http_req_query(r, "status");
+    static const char *const states[] = {JOB_QUEUED, JOB_RUNNING, JOB_SUCCEEDED,
+                                         JOB_FAILED, JOB_CANCELLED};
+    if (status) {
+        int ok = 0;
+        for (size_t i = 0; i < TY_ARRAY_LEN(states); i++)
+            ok |= !strcmp(status, states[i]);
+        if (!ok) {
+            http_reply_problem(r, 400, "status",
+                               "status must be queued, running, succeeded, "
+                               "failed or cancelled");
+            return;
+        }
+    }
+    json_t *items;
+    int64_t next;
+    ty_err err = {0};
+    ty_status s = store_job_list(app->store, api_tenant(r), status, page,
+                                 &items, &next, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    api_reply_list(r, items, next);
+}
+
+void api_jobs_get(ty_app *app, http_req *r)
+{
+    json_t *doc;
+    ty_err err = {0};
+    ty_status s = store_job_get(app->store, api_tenant(r), http_req_param(r, 0),
+                                &doc, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    http_reply_json(r, 200, doc);
+}
+
+void api_jobs_metrics(ty_app *app, http_req *r)
+{
+    json_t *epochs;
+    ty_err err = {0};
+    const char *id = http_req_param(r, 0);
+    ty_status s = store_job_epochs(app->store, api_tenant(r), id, &epochs, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    http_reply_json(r, 200, json_pack("{s:s, s:o}", "job", id, "epochs", epochs));
+}
+
+void api_jobs_cancel(ty_app *app, http_req *r)
+{
+    ty_err err = {0};
+    const char *id = http_req_param(r, 0);
+    int was_running = 0;
+    json_t *doc;
+    ty_status s = store_job_request_cancel(app->store, api_tenant(r), id,
+                                           &was_running, &err);
+    if (s == TY_OK && was_running)
+        runner_cancel(app->runner, id);
+    if (s == TY_OK)
+        s = store_job_get(app->store, api_tenant(r), id, &doc, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    /* 202: a running job stops within seconds; 200: it is cancelled now. */
+    http_reply_json(r, was_running ? 202 : 200, doc);
+}

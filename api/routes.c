@@ -1,0 +1,40 @@
+/* routes.c - the routing table: every endpoint of the API in one place. */
+#include "api/api.h"
+
+#define PUB ROUTE_PUBLIC
+#define KEY ROUTE_KEY
+#define NOBODY ROUTE_BODY_NONE
+#define JSON ROUTE_BODY_JSON
+#define UPLOAD ROUTE_BODY_UPLOAD
+
+const route api_routes[] = {
+    {HTTP_GET, "/healthz", "healthz", PUB, NOBODY, api_healthz},
+    {HTTP_GET, "/readyz", "readyz", PUB, NOBODY, api_readyz},
+    {HTTP_GET, "/openapi.yaml", "openapi", PUB, NOBODY, api_openapi},
+
+    {HTTP_POST, "/v1/datasets", "datasets.create", KEY, UPLOAD, api_datasets_create},
+    {HTTP_GET, "/v1/datasets", "datasets.list", KEY, NOBODY, api_datasets_list},
+    {HTTP_GET, "/v1/datasets/{id}", "datasets.get", KEY, NOBODY, api_datasets_get},
+    {HTTP_DELETE, "/v1/datasets/{id}", "datasets.delete", KEY, NOBODY, api_datasets_delete},
+
+    {HTTP_POST, "/v1/jobs", "jobs.create", KEY, JSON, api_jobs_create},
+    {HTTP_GET, "/v1/jobs", "jobs.list", KEY, NOBODY, api_jobs_list},
+    {HTTP_GET, "/v1/jobs/{id}", "jobs.get", KEY, NOBODY, api_jobs_get},
+    {HTTP_GET, "/v1/jobs/{id}/metrics", "jobs.metrics", KEY, NOBODY, api_jobs_metrics},
+    {HTTP_POST, "/v1/jobs/{id}/cancel", "jobs.cancel", KEY, NOBODY, api_jobs_cancel},
+
+    {HTTP_GET, "/v1/models", "models.list", KEY, NOBODY, api_models_list},
+    {HTTP_GET, "/v1/models/{id}", "models.get", KEY, NOBODY, api_models_get},
+    {HTTP_DELETE, "/v1/models/{id}", "models.delete", KEY, NOBODY, api_models_delete},
+    {HTTP_GET, "/v1/models/{id}/weights", "models.weights", KEY, NOBODY, api_models_weights},
+    {HTTP_POST, "/v1/models/{id}/predict", "models.predict", KEY, JSON, api_models_predict},
+    {HTTP_POST, "/v1/models/{id}/evaluate", "models.evaluate", KEY, JSON, api_models_evaluate},
+
+    {HTTP_GET, "/v2/health/live", "kserve.live", KEY, NOBODY, api_kserve_live},
+    {HTTP_GET, "/v2/health/ready", "kserve.ready", KEY, NOBODY, api_kserve_ready},
+    {HTTP_GET, "/v2/models/{name}", "kserve.model", KEY, NOBODY, api_kserve_model},
+    {HTTP_GET, "/v2/models/{name}/ready", "kserve.model_ready", KEY, NOBODY, api_kserve_model_ready},
+    {HTTP_POST, "/v2/models/{name}/infer", "kserve.infer", KEY, JSON, api_kserve_infer},
+};
+
+const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

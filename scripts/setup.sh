@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Installs the Debian packages trainyard needs. Used by `make run` (build),
+# `make test` (test) and the Docker images, so all three install the same way.
+#
+#   scripts/setup.sh build   compiler, CMake and the libraries the binary links
+#   scripts/setup.sh test    the above, plus CMocka, Python (for the contract
+#                            test) and the Fashion-MNIST dataset
+#
+# As root it installs what is missing with apt-get; otherwise it prints the
+# exact apt-get line to run and fails.
+set -euo pipefail
+
+mode=${1:-build}
+build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
+            libcurl4-openssl-dev libsqlite3-dev libopenblas-dev zlib1g-dev)
+test_pkgs=(libcmocka-dev python3 python3-venv python3-pip dataset-fashion-mnist)
+
+case "$mode" in
+  build) want=("${build_pkgs[@]}") ;;
+  test)  want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  *) echo "usage: $0 build|test" >&2; exit 64 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "trainyard needs these Debian packages: ${missing[*]}" >&2
+  echo "Install them with:" >&2
+  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+  exit 1
+fi
+echo "Installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

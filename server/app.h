@@ -1,0 +1,47 @@
+/*
+ * app.h - the server process's shared state, handed to every handler.
+ *
+ * Owned by `trainyard serve`'s main: created at start, destroyed after the
+ * HTTP daemon and the job runner have stopped.
+ */
+#ifndef TY_APP_H
+#define TY_APP_H
+
+#include <limits.h>
+#include <pthread.h>
+
+#include "common/ty.h"
+#include "server/config.h"
+#include "server/store.h"
+
+struct MHD_Daemon;
+struct runner;
+struct model_cache;
+
+typedef struct ty_app {
+    ty_config cfg;
+    char tmp_dir[PATH_MAX];       /* <data>/tmp: uploads in progress */
+    char jobs_dir[PATH_MAX];      /* <data>/jobs/<id>: checkpoints, logs */
+    char self_exe[PATH_MAX];      /* this binary, to start workers */
+    store *store;
+    struct runner *runner;
+    struct model_cache *models;
+    struct MHD_Daemon *daemon;
+    int bound_port;               /* the port actually listened on */
+    /* Held from a blob's import until its row commits, and from a row's
+     * delete until its blob is released, so identical content uploaded while
+     * another copy is deleted never loses its file. */
+    pthread_mutex_t blob_mu;
+} ty_app;
+
+/* Prepares the data folder (creating it), opens the store, recovers jobs
+ * left running and removes unreferenced blobs and stale temp files. */
+ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err);
+
+/* Releases what app_init acquired (the daemon and runner must be stopped). */
+void app_free(ty_app *app);
+
+/* Removes blob sha256 if no dataset or model row references it any more. */
+void app_blob_release(ty_app *app, const char *sha256);
+
+#endif

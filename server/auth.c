@@ -1,0 +1,124 @@
+/* auth.c - API key generation and checking (see auth.h). */
+#include "server/auth.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "common/fsutil.h"
+#include "common/sha256.h"
+
+#define ID_PART 20
+#define SECRET_PART 52
+static const char b32[] = "abcdefghijklmnopqrstuvwxyz234567";
+
+static int all_b32(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!s[i] || !strchr(b32, s[i]))
+            return 0;
+    return 1;
+}
+
+ty_status auth_key_generate(char key[AUTH_KEY_LEN + 1], char key_id[TY_ID_MAX],
+                            ty_err *err)
+{
+    unsigned char rnd[ID_PART + SECRET_PART];
+    ty_status s = ty_random_bytes(rnd, sizeof rnd, err);
+    if (s != TY_OK)
+        return s;
+    char *p = key;
+    memcpy(p, "ty_", 3);
+    p += 3;
+    for (int i = 0; i < ID_PART; i++)
+        *p++ = b32[rnd[i] & 31];
+    *p++ = '_';
+    for (int i = 0; i < SECRET_PART; i++)
+        *p++ = b32[rnd[ID_PART + i] & 31];
+    *p = '\0';
+    return auth_key_id(key, key_id);
+}
+
+ty_status auth_key_id(const char *key, char key_id[TY_ID_MAX])
+{
+    if (strlen(key) != AUTH_KEY_LEN || strncmp(key, "ty_", 3) != 0 ||
+        key[3 + ID_PART] != '_' || !all_b32(key + 3, ID_PART) ||
+        !all_b32(key + 4 + ID_PART, SECRET_PART))
+        return TY_EINVAL;
+    snprintf(key_id, TY_ID_MAX, "key_%.*s", ID_PART, key + 3);
+    return TY_OK;
+}
+
+void auth_key_hash(const char *key, uint8_t hash[32])
+{
+    sha256_digest(key, strlen(key), hash);
+}
+
+int auth_equal_ct(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    volatile uint8_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= a[i] ^ b[i];
+    return diff == 0;
+}
+
+ty_status auth_check(store *st, const char *authorization, store_key *who,
+                     ty_err *err)
+{
+    if (!authorization || !*authorization)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "this endpoint needs an API key: send the header "
+                       "'Authorization: Bearer <key>'");
+    if (strncasecmp(authorization, "Bearer ", 7) != 0)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the Authorization header must read 'Bearer <key>'");
+    const char *key = authorization + 7;
+    while (*key == ' ')
+        key++;
+    char key_id[TY_ID_MAX];
+    if (auth_key_id(key, key_id) != TY_OK)
+        return ty_fail(err, TY_ENOTFOUND, NULL,
+                       "the API key is malformed (keys look like ty_...)");
+    uint8_t want[32], got[32];
+    ty_status s = store_key_lookup(st, key_id, who, want, err);
+    if (s == TY_ENOTFOUND)
+        return ty_fail(err, TY_ENOTFOUND, NULL,
+                       "the API key is unknown or has been revoked");
+    if (s != TY_OK)
+        return s;
+    auth_key_hash(key, got);
+    if (!auth_equal_ct(want, got, 32))
+        return ty_fail(err, TY_ENOTFOUND, NULL,
+                       "the API key is unknown or has been revoked");
+    return TY_OK;
+}
+
+ty_status auth_bootstrap(store *st, const char *data_dir,
+                         char key_out[AUTH_KEY_LEN + 1], int *created,
+                         ty_err *err)
+{
+    *created = 0;
+    int64_t n = 0;
+    ty_status s = store_key_count(st, &n, err);
+    if (s != TY_OK || n > 0)
+        return s;
+    char key_id[TY_ID_MAX], tenant_id[TY_ID_MAX];
+    if ((s = auth_key_generate(key_out, key_id, err)) != TY_OK ||
+        (s = ty_id_new("tn_", tenant_id, err)) != TY_OK)
+        return s;
+    /* The file first: if the commit then fails, a restart makes a new key
+     * and overwrites the file, and no key is ever live without being saved. */
+    char path[PATH_MAX], line[AUTH_KEY_LEN + 2];
+    snprintf(path, sizeof path, "%s/admin.key", data_dir);
+    snprintf(line, sizeof line, "%s\n", key_out);
+    if ((s = fs_write_atomic(path, line, strlen(line), 0600, err)) != TY_OK)
+        return s;
+    uint8_t hash[32];
+    auth_key_hash(key_out, hash);
+    if ((s = store_bootstrap_admin(st, tenant_id, "admin", key_id, hash, err)) !=
+        TY_OK)
+        return s;
+    *created = 1;
+    return TY_OK;
+}

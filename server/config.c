@@ -1,0 +1,223 @@
+/* config.c - `trainyard serve` flags (see config.h). */
+#include "server/config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void config_defaults(ty_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1:8080");
+    snprintf(cfg->host, sizeof cfg->host, "127.0.0.1");
+    cfg->port = 8080;
+    snprintf(cfg->data_dir, sizeof cfg->data_dir, "./var");
+    cfg->http_threads = 4;
+    cfg->max_jobs = 1;
+    cfg->worker_threads = 0;
+    cfg->max_upload_bytes = 2ULL << 30;
+    cfg->max_json_bytes = 64ULL << 20;
+    cfg->max_fetch_bytes = 2ULL << 30;
+    cfg->fetch_timeout_s = 600;
+    cfg->model_cache_size = 16;
+    cfg->connection_timeout_s = 120;
+}
+
+ty_status config_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s)
+        return TY_EINVAL;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        return TY_EINVAL;
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: return TY_EINVAL;
+    }
+    if (*end == 'i' || *end == 'B')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end)
+        return TY_EINVAL;
+    if (shift && v > (UINT64_MAX >> shift))
+        return TY_EINVAL;
+    *out = (uint64_t)v << shift;
+    return TY_OK;
+}
+
+ty_status config_parse_listen(const char *s, ty_config *cfg, ty_err *err)
+{
+    const char *colon;
+    const char *host = s;
+    size_t hlen;
+    int v6 = 0;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':')
+            return ty_fail(err, TY_EINVAL, "--listen",
+                           "--listen %s: use [address]:port for IPv6", s);
+        host = s + 1;
+        hlen = (size_t)(close - host);
+        colon = close + 1;
+        v6 = 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return ty_fail(err, TY_EINVAL, "--listen",
+                           "--listen %s: expected address:port, e.g. "
+                           "127.0.0.1:8080",
+                           s);
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= sizeof cfg->host)
+        return ty_fail(err, TY_EINVAL, "--listen",
+                       "--listen %s: the address part is empty or too long", s);
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || port < 0 || port > 65535)
+        return ty_fail(err, TY_EINVAL, "--listen",
+                       "--listen %s: the port must be 0 to 65535", s);
+    memcpy(cfg->host, host, hlen);
+    cfg->host[hlen] = '\0';
+    cfg->port = (int)port;
+    cfg->ipv6 = v6;
+    snprintf(cfg->listen, sizeof cfg->listen, "%s", s);
+    return TY_OK;
+}
+
+static ty_status parse_int(const char *flag, const char *v, int min, int max,
+                           int *out, ty_err *err)
+{
+    char *end;
+    errno = 0;
+    long n = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || n < min || n > max)
+        return ty_fail(err, TY_EINVAL, flag, "%s needs a whole number from %d "
+                       "to %d", flag, min, max);
+    *out = (int)n;
+    return TY_OK;
+}
+
+static ty_status parse_bytes(const char *flag, const char *v, uint64_t *out,
+                             ty_err *err)
+{
+    if (config_parse_size(v, out) != TY_OK || *out == 0)
+        return ty_fail(err, TY_EINVAL, flag,
+                       "%s needs a size such as 1048576, 64M or 2G", flag);
+    return TY_OK;
+}
+
+ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
+                             int *want_help, ty_err *err)
+{
+    *want_help = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        const char *val = NULL;
+        char name[64];
+        const char *eq = strchr(flag, '=');
+        if (eq && (size_t)(eq - flag) < sizeof name) {
+            memcpy(name, flag, (size_t)(eq - flag));
+            name[eq - flag] = '\0';
+            val = eq + 1;
+            flag = name;
+        }
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+            *want_help = 1;
+            return TY_OK;
+        }
+        if (strncmp(flag, "--", 2) != 0)
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "unexpected argument '%s' (see trainyard serve "
+                           "--help)",
+                           argv[i]);
+        if (!val) {
+            if (i + 1 >= argc)
+                return ty_fail(err, TY_EINVAL, flag, "%s needs a value", flag);
+            val = argv[++i];
+        }
+        ty_status s = TY_OK;
+        if (!strcmp(flag, "--listen")) {
+            s = config_parse_listen(val, cfg, err);
+        } else if (!strcmp(flag, "--data")) {
+            if (!*val || strlen(val) >= sizeof cfg->data_dir - 64)
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--data needs a folder path");
+            snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", val);
+        } else if (!strcmp(flag, "--threads")) {
+            s = parse_int(flag, val, 1, 1024, &cfg->http_threads, err);
+        } else if (!strcmp(flag, "--max-jobs")) {
+            s = parse_int(flag, val, 1, 1024, &cfg->max_jobs, err);
+        } else if (!strcmp(flag, "--worker-threads")) {
+            s = parse_int(flag, val, 0, 1024, &cfg->worker_threads, err);
+        } else if (!strcmp(flag, "--max-upload-bytes")) {
+            s = parse_bytes(flag, val, &cfg->max_upload_bytes, err);
+        } else if (!strcmp(flag, "--max-json-bytes")) {
+            s = parse_bytes(flag, val, &cfg->max_json_bytes, err);
+        } else if (!strcmp(flag, "--max-fetch-bytes")) {
+            s = parse_bytes(flag, val, &cfg->max_fetch_bytes, err);
+        } else if (!strcmp(flag, "--fetch-timeout")) {
+            s = parse_int(flag, val, 1, 86400, &cfg->fetch_timeout_s, err);
+        } else if (!strcmp(flag, "--model-cache")) {
+            s = parse_int(flag, val, 1, 100000, &cfg->model_cache_size, err);
+        } else if (!strcmp(flag, "--connection-timeout")) {
+            s = parse_int(flag, val, 1, 86400, &cfg->connection_timeout_s, err);
+        } else {
+            return ty_fail(err, TY_EINVAL, flag,
+                           "unknown flag %s (see trainyard serve --help)", flag);
+        }
+        if (s != TY_OK)
+            return s;
+    }
+    return TY_OK;
+}
+
+void config_usage(FILE *f)
+{
+    ty_config d;
+    config_defaults(&d);
+    fprintf(f,
+        "Usage: trainyard serve [flags]\n"
+        "\n"
+        "Runs the trainyard REST API server. Its state lives in one data folder.\n"
+        "On first start with an empty data folder it creates an admin API key,\n"
+        "prints it once and writes it to <data>/admin.key (mode 0600).\n"
+        "\n"
+        "Flags (--flag value or --flag=value):\n"
+        "  --listen ADDR:PORT        address to serve on; [v6addr]:port for IPv6,\n"
+        "                            port 0 picks a free port (default %s)\n"
+        "  --data DIR                data folder: database, blobs, job files\n"
+        "                            (default %s)\n"
+        "  --threads N               HTTP worker threads (default %d)\n"
+        "  --max-jobs N              training jobs run at once (default %d)\n"
+        "  --worker-threads N        CPU threads per training job, 0 = all cores\n"
+        "                            (default %d)\n"
+        "  --max-upload-bytes SIZE   largest dataset upload (default %lluM)\n"
+        "  --max-json-bytes SIZE     largest JSON request body (default %lluM)\n"
+        "  --max-fetch-bytes SIZE    largest file fetched from a URL (default %lluM)\n"
+        "  --fetch-timeout SECONDS   time limit for fetching a URL (default %d)\n"
+        "  --model-cache N           trained models kept loaded for predictions\n"
+        "                            (default %d)\n"
+        "  --connection-timeout SECONDS\n"
+        "                            idle HTTP connections are closed after this\n"
+        "                            (default %d)\n"
+        "  -h, --help                show this help\n"
+        "\n"
+        "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"
+        "SIGINT or SIGTERM shuts down gracefully: running jobs are stopped and\n"
+        "queued again, to resume from their last checkpoint on the next start.\n",
+        d.listen, d.data_dir, d.http_threads, d.max_jobs, d.worker_threads,
+        (unsigned long long)(d.max_upload_bytes >> 20),
+        (unsigned long long)(d.max_json_bytes >> 20),
+        (unsigned long long)(d.max_fetch_bytes >> 20), d.fetch_timeout_s,
+        d.model_cache_size, d.connection_timeout_s);
+}

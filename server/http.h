@@ -1,0 +1,98 @@
+/*
+ * http.h - the HTTP layer: libmicrohttpd daemon (thread pool + epoll), the
+ * request lifecycle, and what handlers see of a request and how they reply.
+ *
+ * Lifecycle of a request: on its first callback the route is matched, the
+ * API key checked and the declared body size compared with the route's limit
+ * (401/404/405/413/415 are answered before any body is read). The body is
+ * then consumed chunk by chunk: JSON is buffered up to --max-json-bytes;
+ * multipart uploads are streamed part by part, small parts kept in memory and
+ * larger ones spooled to temp files in <data>/tmp, so no upload is ever held
+ * whole in memory. When the body is complete the handler runs once and
+ * replies. Temp files are removed when the request completes. Every request
+ * is logged as one JSON line.
+ *
+ * Errors are RFC 9457 problem documents (application/problem+json) with
+ * "type", "title", "status", "detail", "instance" and, for validation errors,
+ * "field".
+ */
+#ifndef TY_HTTP_H
+#define TY_HTTP_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "common/ty.h"
+#include "server/app.h"
+#include "server/router.h"
+#include "server/store.h"
+
+typedef struct http_req http_req;
+
+/* Starts the daemon on app->cfg.listen with the given routes; sets
+ * app->bound_port. */
+ty_status http_server_start(ty_app *app, const route *routes, size_t nroutes,
+                            ty_err *err);
+
+/* Stops accepting, finishes requests in flight, and frees the daemon. */
+void http_server_stop(ty_app *app);
+
+/* ---- what a handler reads ---- */
+
+/* Path parameter i (in pattern order). */
+const char *http_req_param(const http_req *r, int i);
+/* A query-string argument, or NULL. */
+const char *http_req_query(const http_req *r, const char *name);
+/* A request header, or NULL. */
+const char *http_req_header(const http_req *r, const char *name);
+/* The request path. */
+const char *http_req_path(const http_req *r);
+/* The caller's key (tenant, admin flag); zeroed on public routes. */
+const store_key *http_req_key(const http_req *r);
+/* The parsed JSON body (borrowed), or NULL when the request had none. */
+const json_t *http_req_json(const http_req *r);
+/* 1 when the body was multipart/form-data. */
+int http_req_is_multipart(const http_req *r);
+
+/* Multipart form parts, by name. */
+size_t http_req_form_count(const http_req *r);
+const char *http_req_form_name(const http_req *r, size_t i);
+/* 1 if a part with this name was sent. */
+int http_req_form_has(const http_req *r, const char *name);
+/* A part's value as text (NULL if absent, larger than 64 KiB, or holding a
+ * NUL byte); surrounding whitespace is kept. */
+const char *http_req_form_value(http_req *r, const char *name);
+/* A path to a file holding the part's bytes (spooled if it was in memory),
+ * NULL if absent or on I/O failure (err says which). The file is removed
+ * when the request completes. */
+const char *http_req_form_file(http_req *r, const char *name, ty_err *err);
+
+/* A fresh temp file path in <data>/tmp, removed when the request completes
+ * (whatever the handler did with it). */
+ty_status http_req_temp_path(http_req *r, const char *suffix, char *out,
+                             size_t n, ty_err *err);
+
+/* ---- how a handler replies (exactly once) ---- */
+
+/* Replies with a JSON document; body is stolen. */
+void http_reply_json(http_req *r, unsigned status, json_t *body);
+/* Replies with a problem document. field may be NULL. */
+void http_reply_problem(http_req *r, unsigned status, const char *field,
+                        const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Replies with the problem that a ty_status maps to, using err's message and
+ * field: EINVAL/EFORMAT/EFETCH 422, ENOTFOUND 404, ECONFLICT 409,
+ * ETOOBIG 413, ENOMEM 503, the rest 500 (whose detail is logged, and the
+ * client told only that the server failed, with the request id). */
+void http_reply_error(http_req *r, ty_status s, const ty_err *err);
+/* Replies with the file at path (streamed from disk). download_name, when not
+ * NULL, sets Content-Disposition: attachment. */
+void http_reply_file(http_req *r, unsigned status, const char *content_type,
+                     const char *path, const char *download_name);
+/* Replies with static bytes (not copied; they must outlive the request). */
+void http_reply_static(http_req *r, unsigned status, const char *content_type,
+                       const void *data, size_t len);
+/* Adds a header to the reply to come (e.g. Location). */
+void http_reply_header(http_req *r, const char *name, const char *value);
+
+#endif

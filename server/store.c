@@ -1,0 +1,911 @@
+/*
+ * store.c - SQLite metadata store (see store.h).
+ *
+ * Queries go through q(): it binds arguments described by a small format
+ * string ('s' text or NULL, 'i' int64, 'b' 32-byte blob) and turns result
+ * rows into JSON objects keyed by column name. A column whose name ends in
+ * "_json" holds JSON text and is parsed (the suffix dropped); columns whose
+ * name starts with "_" are bookkeeping (the list cursor) and are removed from
+ * what callers see. Every public function takes the connection's mutex for
+ * its whole duration, so multi-statement transactions are never interleaved.
+ */
+#include "server/store.h"
+
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct store {
+    sqlite3 *db;
+    pthread_mutex_t mu;
+};
+
+/* ---- migrations: append only; never edit one that has shipped ---- */
+
+static const char *const migrations[] = {
+    /* 1: tenants, keys, datasets, jobs with per-epoch metrics, models */
+    "CREATE TABLE tenants ("
+    "  id TEXT PRIMARY KEY,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  created_at TEXT NOT NULL);"
+    "CREATE TABLE api_keys ("
+    "  id TEXT PRIMARY KEY,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  hash BLOB NOT NULL UNIQUE,"
+    "  is_admin INTEGER NOT NULL DEFAULT 0,"
+    "  created_at TEXT NOT NULL,"
+    "  revoked_at TEXT);"
+    "CREATE TABLE datasets ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  sha256 TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  doc TEXT NOT NULL,"
+    "  created_at TEXT NOT NULL);"
+    "CREATE INDEX datasets_tenant ON datasets(tenant_id, seq);"
+    "CREATE INDEX datasets_sha ON datasets(sha256);"
+    "CREATE TABLE jobs ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  name TEXT NOT NULL,"
+    "  dataset_id TEXT NOT NULL,"
+    "  validation TEXT NOT NULL,"
+    "  spec TEXT NOT NULL,"
+    "  hyperparameters TEXT NOT NULL,"
+    "  status TEXT NOT NULL,"
+    "  progress TEXT,"
+    "  metrics TEXT,"
+    "  model_id TEXT,"
+    "  error TEXT,"
+    "  attempts INTEGER NOT NULL DEFAULT 0,"
+    "  created_at TEXT NOT NULL,"
+    "  started_at TEXT,"
+    "  finished_at TEXT);"
+    "CREATE INDEX jobs_tenant ON jobs(tenant_id, seq);"
+    "CREATE INDEX jobs_status ON jobs(status, seq);"
+    "CREATE TABLE job_epochs ("
+    "  job_id TEXT NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  metrics TEXT NOT NULL,"
+    "  PRIMARY KEY (job_id, epoch));"
+    "CREATE TABLE models ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  job_id TEXT,"
+    "  sha256 TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  doc TEXT NOT NULL,"
+    "  created_at TEXT NOT NULL);"
+    "CREATE INDEX models_tenant ON models(tenant_id, seq);"
+    "CREATE INDEX models_sha ON models(sha256);",
+};
+
+/* ---- helpers ---- */
+
+static ty_status db_fail(store *st, ty_err *err, const char *what)
+{
+    return ty_fail(err, TY_EIO, NULL, "database error (%s): %s", what,
+                   sqlite3_errmsg(st->db));
+}
+
+void store_now(char out[32])
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char base[24];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%s.%03dZ", base, (int)(ts.tv_nsec / 1000000) % 1000);
+}
+
+static json_t *column_json(sqlite3_stmt *s, int i)
+{
+    const char *name = sqlite3_column_name(s, i);
+    size_t nlen = strlen(name);
+    int is_json = nlen > 5 && strcmp(name + nlen - 5, "_json") == 0;
+    switch (sqlite3_column_type(s, i)) {
+    case SQLITE_INTEGER:
+        return json_integer(sqlite3_column_int64(s, i));
+    case SQLITE_FLOAT:
+        return json_real(sqlite3_column_double(s, i));
+    case SQLITE_NULL:
+        return json_null();
+    default: {
+        const char *text = (const char *)sqlite3_column_text(s, i);
+        if (!text)
+            return json_null();
+        if (is_json) {
+            json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+            return v ? v : json_null();
+        }
+        return json_string(text);
+    }
+    }
+}
+
+/* The current row as an object keyed by column name ("_json" dropped). */
+static json_t *row_json(sqlite3_stmt *s)
+{
+    json_t *row = json_object();
+    int n = sqlite3_column_count(s);
+    for (int i = 0; i < n; i++) {
+        const char *name = sqlite3_column_name(s, i);
+        size_t nlen = strlen(name);
+        char key[64];
+        if (nlen > 5 && strcmp(name + nlen - 5, "_json") == 0)
+            nlen -= 5;
+        if (nlen >= sizeof key)
+            nlen = sizeof key - 1;
+        memcpy(key, name, nlen);
+        key[nlen] = '\0';
+        json_object_set_new(row, key, column_json(s, i));
+    }
+    return row;
+}
+
+static int bind_args(sqlite3_stmt *s, const char *fmt, va_list ap)
+{
+    int idx = 1, rc = SQLITE_OK;
+    for (const char *f = fmt; *f && rc == SQLITE_OK; f++, idx++) {
+        switch (*f) {
+        case 's': {
+            const char *v = va_arg(ap, const char *);
+            rc = v ? sqlite3_bind_text(s, idx, v, -1, SQLITE_TRANSIENT)
+                   : sqlite3_bind_null(s, idx);
+            break;
+        }
+        case 'i':
+            rc = sqlite3_bind_int64(s, idx, va_arg(ap, int64_t));
+            break;
+        case 'b':
+            rc = sqlite3_bind_blob(s, idx, va_arg(ap, const void *), 32,
+                                   SQLITE_TRANSIENT);
+            break;
+        default:
+            return SQLITE_MISUSE;
+        }
+    }
+    return rc;
+}
+
+/* Runs one statement with arguments per fmt. If rows is not NULL it gets a
+ * new array of row objects; with first_only, only the first row is read. If
+ * changes is not NULL it gets the number of rows changed. Caller holds st->mu. */
+static ty_status vq(store *st, json_t **rows, int *changes, int first_only,
+                    ty_err *err, const char *sql, const char *fmt, va_list ap)
+{
+    sqlite3_stmt *s = NULL;
+    if (rows)
+        *rows = NULL;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
+        return db_fail(st, err, "prepare");
+    int rc = bind_args(s, fmt, ap);
+    if (rc != SQLITE_OK) {
+        sqlite3_finalize(s);
+        return db_fail(st, err, "bind");
+    }
+    json_t *out = rows ? json_array() : NULL;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (out)
+            json_array_append_new(out, row_json(s));
+        if (first_only) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        ty_status status = db_fail(st, err, "step");
+        sqlite3_finalize(s);
+        return status;
+    }
+    if (changes)
+        *changes = sqlite3_changes(st->db);
+    sqlite3_finalize(s);
+    if (rows)
+        *rows = out;
+    return TY_OK;
+}
+
+static ty_status q(store *st, json_t **rows, int *changes, ty_err *err,
+                   const char *sql, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ty_status s = vq(st, rows, changes, 0, err, sql, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* The first row of a query, or TY_ENOTFOUND with "<what> <id> not found". */
+static ty_status q_one(store *st, json_t **row, ty_err *err, const char *what,
+                       const char *id, const char *sql, const char *fmt, ...)
+{
+    json_t *rows = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    ty_status s = vq(st, &rows, NULL, 1, err, sql, fmt, ap);
+    va_end(ap);
+    if (s != TY_OK)
+        return s;
+    if (json_array_size(rows) == 0) {
+        json_decref(rows);
+        return ty_fail(err, TY_ENOTFOUND, NULL, "%s %s not found", what, id);
+    }
+    *row = json_incref(json_array_get(rows, 0));
+    json_decref(rows);
+    return TY_OK;
+}
+
+static ty_status exec(store *st, const char *sql, ty_err *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        ty_status s = ty_fail(err, TY_EIO, NULL, "database error: %s",
+                              msg ? msg : sqlite3_errmsg(st->db));
+        sqlite3_free(msg);
+        return s;
+    }
+    return TY_OK;
+}
+
+static void rollback(store *st)
+{
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Turns rows fetched with LIMIT page+1 into a page: each row (or its "_doc"
+ * for document tables) without "_seq", and the cursor of the next page (the
+ * last shown row's sequence number) when the extra row exists. */
+static json_t *finish_page(json_t *rows, int limit, int64_t *next_cursor)
+{
+    *next_cursor = 0;
+    json_t *items = json_array();
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        if ((int)i == limit) {
+            *next_cursor = json_integer_value(
+                json_object_get(json_array_get(rows, i - 1), "_seq"));
+            break;
+        }
+        json_t *doc = json_object_get(row, "_doc");
+        json_t *item = json_deep_copy(doc ? doc : row);
+        json_object_del(item, "_seq");
+        json_array_append_new(items, item);
+    }
+    json_decref(rows);
+    return items;
+}
+
+/* ---- open, migrate, close ---- */
+
+ty_status store_open(const char *data_dir, store **out, ty_err *err)
+{
+    *out = NULL;
+    store *st = calloc(1, sizeof *st);
+    if (!st)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    pthread_mutex_init(&st->mu, NULL);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/trainyard.db", data_dir);
+    ty_status s = TY_OK;
+    if (sqlite3_open_v2(path, &st->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                            SQLITE_OPEN_FULLMUTEX,
+                        NULL) != SQLITE_OK) {
+        s = ty_fail(err, TY_EIO, NULL, "cannot open database %s: %s", path,
+                    st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        goto fail;
+    }
+    sqlite3_busy_timeout(st->db, 5000);
+    if ((s = exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                      "PRAGMA foreign_keys=ON;",
+                  err)) != TY_OK)
+        goto fail;
+    int version = store_schema_version(st);
+    int known = (int)TY_ARRAY_LEN(migrations);
+    if (version > known) {
+        s = ty_fail(err, TY_EINVAL, NULL,
+                    "database %s is at schema version %d, newer than this "
+                    "trainyard (%d); upgrade trainyard",
+                    path, version, known);
+        goto fail;
+    }
+    for (int v = version; v < known; v++) {
+        char bump[64];
+        snprintf(bump, sizeof bump, "PRAGMA user_version=%d;", v + 1);
+        if ((s = exec(st, "BEGIN IMMEDIATE", err)) != TY_OK)
+            goto fail;
+        if ((s = exec(st, migrations[v], err)) != TY_OK ||
+            (s = exec(st, bump, err)) != TY_OK ||
+            (s = exec(st, "COMMIT", err)) != TY_OK) {
+            rollback(st);
+            ty_err_prefix(err, "migration %d", v + 1);
+            goto fail;
+        }
+    }
+    *out = st;
+    return TY_OK;
+fail:
+    store_close(st);
+    return s;
+}
+
+void store_close(store *st)
+{
+    if (!st)
+        return;
+    if (st->db)
+        sqlite3_close_v2(st->db);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+int store_schema_version(store *st)
+{
+    sqlite3_stmt *s;
+    int v = -1;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL) ==
+        SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            v = sqlite3_column_int(s, 0);
+        sqlite3_finalize(s);
+    }
+    return v;
+}
+
+ty_status store_ping(store *st, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *rows;
+    ty_status s = q(st, &rows, NULL, err, "SELECT 1 AS ok", "");
+    json_decref(rows);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+/* ---- tenants and keys ---- */
+
+ty_status store_key_count(store *st, int64_t *count, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *rows;
+    ty_status s = q(st, &rows, NULL, err, "SELECT count(*) AS n FROM api_keys", "");
+    if (s == TY_OK)
+        *count = json_integer_value(json_object_get(json_array_get(rows, 0), "n"));
+    json_decref(rows);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+ty_status store_bootstrap_admin(store *st, const char *tenant_id,
+                                const char *tenant_name, const char *key_id,
+                                const uint8_t hash[32], ty_err *err)
+{
+    char now[32];
+    store_now(now);
+    pthread_mutex_lock(&st->mu);
+    ty_status s = exec(st, "BEGIN IMMEDIATE", err);
+    if (s == TY_OK)
+        s = q(st, NULL, NULL, err,
+              "INSERT OR IGNORE INTO tenants(id, name, created_at) "
+              "VALUES (?, ?, ?)",
+              "sss", tenant_id, tenant_name, now);
+    if (s == TY_OK)
+        s = q(st, NULL, NULL, err,
+              "INSERT INTO api_keys(id, tenant_id, hash, is_admin, created_at) "
+              "VALUES (?, (SELECT id FROM tenants WHERE name = ?), ?, 1, ?)",
+              "ssbs", key_id, tenant_name, hash, now);
+    if (s == TY_OK)
+        s = exec(st, "COMMIT", err);
+    if (s != TY_OK)
+        rollback(st);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+ty_status store_key_lookup(store *st, const char *key_id, store_key *out,
+                           uint8_t hash[32], ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    sqlite3_stmt *s = NULL;
+    ty_status status = TY_OK;
+    if (sqlite3_prepare_v2(st->db,
+                           "SELECT tenant_id, is_admin, hash FROM api_keys "
+                           "WHERE id = ? AND revoked_at IS NULL",
+                           -1, &s, NULL) != SQLITE_OK ||
+        sqlite3_bind_text(s, 1, key_id, -1, SQLITE_TRANSIENT) != SQLITE_OK) {
+        status = db_fail(st, err, "key lookup");
+        goto done;
+    }
+    int rc = sqlite3_step(s);
+    if (rc == SQLITE_DONE) {
+        status = ty_fail(err, TY_ENOTFOUND, NULL, "no such key");
+        goto done;
+    }
+    if (rc != SQLITE_ROW || sqlite3_column_bytes(s, 2) != 32) {
+        status = db_fail(st, err, "key lookup");
+        goto done;
+    }
+    snprintf(out->key_id, sizeof out->key_id, "%s", key_id);
+    snprintf(out->tenant_id, sizeof out->tenant_id, "%s",
+             (const char *)sqlite3_column_text(s, 0));
+    out->is_admin = sqlite3_column_int(s, 1);
+    memcpy(hash, sqlite3_column_blob(s, 2), 32);
+done:
+    sqlite3_finalize(s);
+    pthread_mutex_unlock(&st->mu);
+    return status;
+}
+
+/* ---- datasets ---- */
+
+ty_status store_dataset_insert(store *st, const char *tenant_id,
+                               const char *id, const char *sha256,
+                               int64_t bytes, const json_t *doc, ty_err *err)
+{
+    char *text = json_dumps(doc, JSON_COMPACT);
+    if (!text)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, NULL, NULL, err,
+                    "INSERT INTO datasets(id, tenant_id, sha256, bytes, doc, "
+                    "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                    "sssiss", id, tenant_id, sha256, bytes, text,
+                    json_string_value(json_object_get(doc, "created_at")));
+    pthread_mutex_unlock(&st->mu);
+    free(text);
+    return s;
+}
+
+static ty_status get_doc(store *st, const char *table, const char *what,
+                         const char *tenant_id, const char *id, json_t **doc,
+                         char sha256[65], ty_err *err)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT doc AS doc_json, sha256 FROM %s WHERE id = ? AND "
+             "tenant_id = ?",
+             table);
+    pthread_mutex_lock(&st->mu);
+    json_t *row = NULL;
+    ty_status s = q_one(st, &row, err, what, id, sql, "ss", id, tenant_id);
+    pthread_mutex_unlock(&st->mu);
+    if (s != TY_OK)
+        return s;
+    if (sha256)
+        snprintf(sha256, 65, "%s",
+                 json_string_value(json_object_get(row, "sha256")));
+    *doc = json_incref(json_object_get(row, "doc"));
+    json_decref(row);
+    return TY_OK;
+}
+
+static ty_status list_docs(store *st, const char *table, const char *tenant_id,
+                           store_page page, json_t **items,
+                           int64_t *next_cursor, ty_err *err)
+{
+    char sql[200];
+    snprintf(sql, sizeof sql,
+             "SELECT seq AS _seq, doc AS _doc_json FROM %s WHERE tenant_id = ? "
+             "AND (? = 0 OR seq < ?) ORDER BY seq DESC LIMIT ?",
+             table);
+    pthread_mutex_lock(&st->mu);
+    json_t *rows;
+    ty_status s = q(st, &rows, NULL, err, sql, "siii", tenant_id, page.cursor,
+                    page.cursor, (int64_t)page.limit + 1);
+    pthread_mutex_unlock(&st->mu);
+    if (s != TY_OK)
+        return s;
+    *items = finish_page(rows, page.limit, next_cursor);
+    return TY_OK;
+}
+
+ty_status store_dataset_get(store *st, const char *tenant_id, const char *id,
+                            json_t **doc, char sha256[65], ty_err *err)
+{
+    return get_doc(st, "datasets", "dataset", tenant_id, id, doc, sha256, err);
+}
+
+ty_status store_dataset_list(store *st, const char *tenant_id,
+                             store_page page, json_t **items,
+                             int64_t *next_cursor, ty_err *err)
+{
+    return list_docs(st, "datasets", tenant_id, page, items, next_cursor, err);
+}
+
+static ty_status delete_row(store *st, const char *table, const char *what,
+                            const char *tenant_id, const char *id,
+                            char sha256[65], ty_err *err)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql,
+             "SELECT sha256 FROM %s WHERE id = ? AND tenant_id = ?", table);
+    json_t *row = NULL;
+    ty_status s = q_one(st, &row, err, what, id, sql, "ss", id, tenant_id);
+    if (s != TY_OK)
+        return s;
+    snprintf(sha256, 65, "%s", json_string_value(json_object_get(row, "sha256")));
+    json_decref(row);
+    snprintf(sql, sizeof sql, "DELETE FROM %s WHERE id = ? AND tenant_id = ?",
+             table);
+    return q(st, NULL, NULL, err, sql, "ss", id, tenant_id);
+}
+
+ty_status store_dataset_delete(store *st, const char *tenant_id,
+                               const char *id, char sha256[65], ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *rows = NULL;
+    ty_status s = q(st, &rows, NULL, err,
+                    "SELECT id FROM jobs WHERE status IN ('queued', 'running') "
+                    "AND (dataset_id = ?1 OR "
+                    "json_extract(validation, '$.dataset') = ?1) LIMIT 1",
+                    "s", id);
+    if (s == TY_OK && json_array_size(rows) > 0) {
+        s = ty_fail(err, TY_ECONFLICT, NULL,
+                    "dataset %s is in use by job %s; cancel the job or wait "
+                    "for it to finish before deleting the dataset",
+                    id,
+                    json_string_value(
+                        json_object_get(json_array_get(rows, 0), "id")));
+    } else if (s == TY_OK) {
+        s = delete_row(st, "datasets", "dataset", tenant_id, id, sha256, err);
+    }
+    json_decref(rows);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+ty_status store_tenant_dataset_bytes(store *st, const char *tenant_id,
+                                     int64_t *bytes, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *rows;
+    ty_status s = q(st, &rows, NULL, err,
+                    "SELECT coalesce(sum(bytes), 0) AS n FROM datasets "
+                    "WHERE tenant_id = ?",
+                    "s", tenant_id);
+    if (s == TY_OK)
+        *bytes = json_integer_value(
+            json_object_get(json_array_get(rows, 0), "n"));
+    json_decref(rows);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+/* ---- jobs ---- */
+
+#define JOB_COLUMNS                                                           \
+    "id, name, status, dataset_id AS dataset, validation AS validation_json, " \
+    "spec AS spec_json, hyperparameters AS hyperparameters_json, "            \
+    "progress AS progress_json, metrics AS metrics_json, model_id AS model, " \
+    "error, attempts, created_at, started_at, finished_at"
+
+ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
+                           const char *name, const char *dataset_id,
+                           const json_t *validation, const json_t *spec,
+                           const json_t *hyperparameters, ty_err *err)
+{
+    char now[32];
+    store_now(now);
+    char *v = json_dumps(validation, JSON_COMPACT);
+    char *sp = json_dumps(spec, JSON_COMPACT);
+    char *hp = json_dumps(hyperparameters, JSON_COMPACT);
+    ty_status s;
+    if (!v || !sp || !hp) {
+        s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    } else {
+        pthread_mutex_lock(&st->mu);
+        s = q(st, NULL, NULL, err,
+              "INSERT INTO jobs(id, tenant_id, name, dataset_id, validation, "
+              "spec, hyperparameters, status, progress, metrics, created_at) "
+              "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', "
+              "'{\"epoch\":0,\"step\":0,\"fraction\":0}', '{}', ?)",
+              "ssssssss", id, tenant_id, name, dataset_id, v, sp, hp, now);
+        pthread_mutex_unlock(&st->mu);
+    }
+    free(v);
+    free(sp);
+    free(hp);
+    return s;
+}
+
+ty_status store_job_get(store *st, const char *tenant_id, const char *id,
+                        json_t **doc, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q_one(st, doc, err, "job", id,
+                        "SELECT " JOB_COLUMNS
+                        " FROM jobs WHERE id = ? AND tenant_id = ?",
+                        "ss", id, tenant_id);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+ty_status store_job_get_internal(store *st, const char *id, json_t **doc,
+                                 ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q_one(st, doc, err, "job", id,
+                        "SELECT " JOB_COLUMNS ", tenant_id FROM jobs "
+                        "WHERE id = ?",
+                        "s", id);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+ty_status store_job_list(store *st, const char *tenant_id, const char *status,
+                         store_page page, json_t **items,
+                         int64_t *next_cursor, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *rows;
+    ty_status s = q(st, &rows, NULL, err,
+                    "SELECT seq AS _seq, " JOB_COLUMNS
+                    " FROM jobs WHERE tenant_id = ? AND (? IS NULL OR "
+                    "status = ?) AND (? = 0 OR seq < ?) ORDER BY seq DESC "
+                    "LIMIT ?",
+                    "sssiii", tenant_id, status, status, page.cursor,
+                    page.cursor, (int64_t)page.limit + 1);
+    pthread_mutex_unlock(&st->mu);
+    if (s != TY_OK)
+        return s;
+    *items = finish_page(rows, page.limit, next_cursor);
+    return TY_OK;
+}
+
+ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
+                           json_t **items, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *row = NULL;
+    ty_status s = q_one(st, &row, err, "job", id,
+                        "SELECT id FROM jobs WHERE id = ? AND tenant_id = ?",
+                        "ss", id, tenant_id);
+    json_decref(row);
+    json_t *rows = NULL;
+    if (s == TY_OK)
+        s = q(st, &rows, NULL, err,
+              "SELECT metrics AS m_json FROM job_epochs WHERE job_id = ? "
+              "ORDER BY epoch",
+              "s", id);
+    pthread_mutex_unlock(&st->mu);
+    if (s != TY_OK)
+        return s;
+    *items = json_array();
+    size_t i;
+    json_t *r;
+    json_array_foreach(rows, i, r)
+        json_array_append(*items, json_object_get(r, "m"));
+    json_decref(rows);
+    return TY_OK;
+}
+
+ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *row = NULL;
+    ty_status s = q_one(st, &row, err, "queued job", "",
+                        "SELECT id FROM jobs WHERE status = 'queued' "
+                        "ORDER BY seq LIMIT 1",
+                        "");
+    pthread_mutex_unlock(&st->mu);
+    if (s == TY_OK)
+        snprintf(id, TY_ID_MAX, "%s",
+                 json_string_value(json_object_get(row, "id")));
+    json_decref(row);
+    return s;
+}
+
+ty_status store_job_start(store *st, const char *id, ty_err *err)
+{
+    char now[32];
+    store_now(now);
+    int changed = 0;
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, NULL, &changed, err,
+                    "UPDATE jobs SET status = 'running', attempts = attempts + 1, "
+                    "started_at = coalesce(started_at, ?) "
+                    "WHERE id = ? AND status = 'queued'",
+                    "ss", now, id);
+    pthread_mutex_unlock(&st->mu);
+    if (s == TY_OK && changed == 0)
+        return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not queued", id);
+    return s;
+}
+
+ty_status store_job_progress(store *st, const char *id, const json_t *progress,
+                             const json_t *metrics, ty_err *err)
+{
+    char *p = progress ? json_dumps(progress, JSON_COMPACT) : NULL;
+    char *m = metrics ? json_dumps(metrics, JSON_COMPACT) : NULL;
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, NULL, NULL, err,
+                    "UPDATE jobs SET progress = coalesce(?, progress), "
+                    "metrics = CASE WHEN ? IS NULL THEN metrics "
+                    "ELSE json_patch(coalesce(metrics, '{}'), ?) END "
+                    "WHERE id = ? AND status = 'running'",
+                    "ssss", p, m, m, id);
+    pthread_mutex_unlock(&st->mu);
+    free(p);
+    free(m);
+    return s;
+}
+
+ty_status store_job_epoch(store *st, const char *id, int64_t epoch,
+                          const json_t *metrics, ty_err *err)
+{
+    char *m = json_dumps(metrics, JSON_COMPACT);
+    if (!m)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    pthread_mutex_lock(&st->mu);
+    ty_status s = exec(st, "BEGIN IMMEDIATE", err);
+    if (s == TY_OK)
+        s = q(st, NULL, NULL, err,
+              "INSERT OR REPLACE INTO job_epochs(job_id, epoch, metrics) "
+              "VALUES (?, ?, ?)",
+              "sis", id, epoch, m);
+    if (s == TY_OK)
+        s = q(st, NULL, NULL, err,
+              "UPDATE jobs SET metrics = json_patch(coalesce(metrics, '{}'), ?) "
+              "WHERE id = ?",
+              "ss", m, id);
+    if (s == TY_OK)
+        s = exec(st, "COMMIT", err);
+    if (s != TY_OK)
+        rollback(st);
+    pthread_mutex_unlock(&st->mu);
+    free(m);
+    return s;
+}
+
+ty_status store_job_finish(store *st, const char *id, const char *status,
+                           const char *error, int *changed, ty_err *err)
+{
+    char now[32];
+    store_now(now);
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, NULL, &n, err,
+                    "UPDATE jobs SET status = ?, error = ?, finished_at = ? "
+                    "WHERE id = ? AND status IN ('queued', 'running')",
+                    "ssss", status, error, now, id);
+    pthread_mutex_unlock(&st->mu);
+    if (changed)
+        *changed = n;
+    return s;
+}
+
+ty_status store_job_succeed(store *st, const char *id, const char *model_id,
+                            const char *sha256, int64_t bytes,
+                            const json_t *model_doc, ty_err *err)
+{
+    char now[32];
+    store_now(now);
+    char *doc = json_dumps(model_doc, JSON_COMPACT);
+    if (!doc)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    int changed = 0;
+    pthread_mutex_lock(&st->mu);
+    ty_status s = exec(st, "BEGIN IMMEDIATE", err);
+    if (s == TY_OK)
+        s = q(st, NULL, NULL, err,
+              "INSERT INTO models(id, tenant_id, job_id, sha256, bytes, doc, "
+              "created_at) SELECT ?, tenant_id, id, ?, ?, ?, ? FROM jobs "
+              "WHERE id = ?",
+              "ssisss", model_id, sha256, bytes, doc,
+              json_string_value(json_object_get(model_doc, "created_at")), id);
+    if (s == TY_OK)
+        s = q(st, NULL, &changed, err,
+              "UPDATE jobs SET status = 'succeeded', model_id = ?, error = NULL, "
+              "finished_at = ?, progress = json_set(coalesce(progress, '{}'), "
+              "'$.fraction', 1, '$.epoch', json_extract(progress, '$.epochs')) "
+              "WHERE id = ? AND status = 'running'",
+              "sss", model_id, now, id);
+    if (s == TY_OK && changed == 0)
+        s = ty_fail(err, TY_ECONFLICT, NULL, "job %s is not running", id);
+    if (s == TY_OK)
+        s = exec(st, "COMMIT", err);
+    if (s != TY_OK)
+        rollback(st);
+    pthread_mutex_unlock(&st->mu);
+    free(doc);
+    return s;
+}
+
+ty_status store_job_request_cancel(store *st, const char *tenant_id,
+                                   const char *id, int *was_running,
+                                   ty_err *err)
+{
+    char now[32];
+    store_now(now);
+    pthread_mutex_lock(&st->mu);
+    json_t *row = NULL;
+    ty_status s = q_one(st, &row, err, "job", id,
+                        "SELECT status FROM jobs WHERE id = ? AND tenant_id = ?",
+                        "ss", id, tenant_id);
+    if (s == TY_OK) {
+        const char *status = json_string_value(json_object_get(row, "status"));
+        if (!strcmp(status, JOB_QUEUED)) {
+            *was_running = 0;
+            s = q(st, NULL, NULL, err,
+                  "UPDATE jobs SET status = 'cancelled', finished_at = ?, "
+                  "error = 'cancelled by request' WHERE id = ?",
+                  "ss", now, id);
+        } else if (!strcmp(status, JOB_RUNNING)) {
+            *was_running = 1;
+        } else {
+            s = ty_fail(err, TY_ECONFLICT, NULL,
+                        "job %s has already %s; only queued or running jobs "
+                        "can be cancelled",
+                        id, status);
+        }
+    }
+    json_decref(row);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err)
+{
+    int n = 0;
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, NULL, &n, err,
+                    "UPDATE jobs SET status = 'queued' WHERE status = 'running'",
+                    "");
+    pthread_mutex_unlock(&st->mu);
+    *count = n;
+    return s;
+}
+
+/* ---- models ---- */
+
+ty_status store_model_get(store *st, const char *tenant_id, const char *id,
+                          json_t **doc, char sha256[65], ty_err *err)
+{
+    return get_doc(st, "models", "model", tenant_id, id, doc, sha256, err);
+}
+
+ty_status store_model_list(store *st, const char *tenant_id, store_page page,
+                           json_t **items, int64_t *next_cursor, ty_err *err)
+{
+    return list_docs(st, "models", tenant_id, page, items, next_cursor, err);
+}
+
+ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
+                             char sha256[65], ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    ty_status s = delete_row(st, "models", "model", tenant_id, id, sha256, err);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+/* ---- blobs ---- */
+
+ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
+                          ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *rows;
+    ty_status s = q(st, &rows, NULL, err,
+                    "SELECT (SELECT count(*) FROM datasets WHERE sha256 = ?1) + "
+                    "(SELECT count(*) FROM models WHERE sha256 = ?1) AS n",
+                    "s", sha256);
+    if (s == TY_OK)
+        *refs = json_integer_value(
+            json_object_get(json_array_get(rows, 0), "n"));
+    json_decref(rows);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}

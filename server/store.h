@@ -1,0 +1,185 @@
+/*
+ * store.h - trainyard's metadata store: SQLite in WAL mode with
+ * synchronous=FULL, so a committed write survives power loss; schema
+ * migrations are numbered and applied in order at open (PRAGMA user_version).
+ *
+ * One connection guarded by a mutex serves every thread. Rows come back as
+ * JSON objects (jansson) already shaped as the API shows them; the caller
+ * owns what it gets (json_decref). Every resource row carries its tenant, and
+ * every lookup by id takes the tenant, so one tenant can never see another's
+ * rows (they answer TY_ENOTFOUND).
+ *
+ * Blobs (datasets, weights) are files named by SHA-256 (blob.h); rows hold
+ * the hash. A blob may be shared by several rows; store_blob_refs counts them.
+ */
+#ifndef TY_STORE_H
+#define TY_STORE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/ids.h"
+#include "common/ty.h"
+
+typedef struct store store;
+
+/* Opens (creating if needed) <data_dir>/trainyard.db and migrates it. */
+ty_status store_open(const char *data_dir, store **out, ty_err *err);
+void store_close(store *st);
+
+/* The schema version the store is at (the number of migrations applied). */
+int store_schema_version(store *st);
+
+/* A cheap liveness query, for /readyz. */
+ty_status store_ping(store *st, ty_err *err);
+
+/* Current UTC time as RFC 3339 with milliseconds ("2026-11-29T18:36:10.123Z"). */
+void store_now(char out[32]);
+
+/* ---- tenants and keys ---- */
+
+typedef struct {
+    char key_id[TY_ID_MAX];
+    char tenant_id[TY_ID_MAX];
+    int is_admin;
+} store_key;
+
+/* Number of API keys (revoked ones included). */
+ty_status store_key_count(store *st, int64_t *count, ty_err *err);
+
+/* Creates a tenant (if tenant_name is new) and a key for it, in one
+ * transaction. hash is the SHA-256 of the key; the key itself is never
+ * stored. */
+ty_status store_bootstrap_admin(store *st, const char *tenant_id,
+                                const char *tenant_name, const char *key_id,
+                                const uint8_t hash[32], ty_err *err);
+
+/* Finds the live (unrevoked) key with this id and gives its stored hash.
+ * TY_ENOTFOUND when none. */
+ty_status store_key_lookup(store *st, const char *key_id, store_key *out,
+                           uint8_t hash[32], ty_err *err);
+
+/* ---- listing ---- */
+
+/* A page of a list: items (new array) and the cursor of the next page
+ * (0 when this is the last). Cursors are row sequence numbers, newest first. */
+typedef struct {
+    int64_t cursor;  /* 0 = start from the newest */
+    int limit;       /* 1..1000 */
+} store_page;
+
+/* ---- datasets ---- */
+
+/* Inserts a dataset row; doc is the API representation (borrowed). */
+ty_status store_dataset_insert(store *st, const char *tenant_id,
+                               const char *id, const char *sha256,
+                               int64_t bytes, const json_t *doc, ty_err *err);
+
+/* The dataset's API representation, and its blob hash into sha256 (may be
+ * NULL). TY_ENOTFOUND if it is not this tenant's. */
+ty_status store_dataset_get(store *st, const char *tenant_id, const char *id,
+                            json_t **doc, char sha256[65], ty_err *err);
+
+ty_status store_dataset_list(store *st, const char *tenant_id,
+                             store_page page, json_t **items,
+                             int64_t *next_cursor, ty_err *err);
+
+/* Deletes the row and writes its blob hash into sha256. TY_ECONFLICT (with
+ * the job named) while a queued or running job uses the dataset. */
+ty_status store_dataset_delete(store *st, const char *tenant_id,
+                               const char *id, char sha256[65], ty_err *err);
+
+/* Bytes of datasets a tenant stores. */
+ty_status store_tenant_dataset_bytes(store *st, const char *tenant_id,
+                                     int64_t *bytes, ty_err *err);
+
+/* ---- jobs ---- */
+
+/* Job states, as the API spells them. */
+#define JOB_QUEUED "queued"
+#define JOB_RUNNING "running"
+#define JOB_SUCCEEDED "succeeded"
+#define JOB_FAILED "failed"
+#define JOB_CANCELLED "cancelled"
+
+/* Inserts a queued job. spec and hyperparameters are the normalized objects,
+ * validation {"split": f} or {"dataset": id} (all borrowed). */
+ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
+                           const char *name, const char *dataset_id,
+                           const json_t *validation, const json_t *spec,
+                           const json_t *hyperparameters, ty_err *err);
+
+/* The job's API representation. */
+ty_status store_job_get(store *st, const char *tenant_id, const char *id,
+                        json_t **doc, ty_err *err);
+
+/* The same representation, for the runner, without a tenant check; adds
+ * "tenant_id". */
+ty_status store_job_get_internal(store *st, const char *id, json_t **doc,
+                                 ty_err *err);
+
+ty_status store_job_list(store *st, const char *tenant_id, const char *status,
+                         store_page page, json_t **items,
+                         int64_t *next_cursor, ty_err *err);
+
+/* Per-epoch metrics, oldest first (new array). */
+ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
+                           json_t **items, ty_err *err);
+
+/* The oldest queued job's id into id; TY_ENOTFOUND when none is queued. */
+ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err);
+
+/* queued -> running; counts an attempt and stamps started_at.
+ * TY_ECONFLICT if the job is not queued any more. */
+ty_status store_job_start(store *st, const char *id, ty_err *err);
+
+/* Replaces the job's progress and merges metrics into its latest metrics
+ * (either may be NULL). */
+ty_status store_job_progress(store *st, const char *id, const json_t *progress,
+                             const json_t *metrics, ty_err *err);
+
+/* Records an epoch's metrics (replacing a previous record of the same epoch,
+ * as after a resume) and merges them into the latest metrics. */
+ty_status store_job_epoch(store *st, const char *id, int64_t epoch,
+                          const json_t *metrics, ty_err *err);
+
+/* running|queued -> failed or cancelled, with a message (may be NULL). Only
+ * changes jobs that are not finished; *changed says whether it did. */
+ty_status store_job_finish(store *st, const char *id, const char *status,
+                           const char *error, int *changed, ty_err *err);
+
+/* In one transaction: inserts the model row and marks the job succeeded with
+ * that model. model_doc is the model's API representation (borrowed). */
+ty_status store_job_succeed(store *st, const char *id, const char *model_id,
+                            const char *sha256, int64_t bytes,
+                            const json_t *model_doc, ty_err *err);
+
+/* A tenant's request to cancel: a queued job becomes cancelled at once
+ * (*was_running = 0); a running one is left for the runner to stop
+ * (*was_running = 1). Finished jobs answer TY_ECONFLICT. */
+ty_status store_job_request_cancel(store *st, const char *tenant_id,
+                                   const char *id, int *was_running,
+                                   ty_err *err);
+
+/* Puts every running job back in the queue (server start, after a crash or a
+ * shutdown); *count says how many. */
+ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err);
+
+/* ---- models ---- */
+
+ty_status store_model_get(store *st, const char *tenant_id, const char *id,
+                          json_t **doc, char sha256[65], ty_err *err);
+
+ty_status store_model_list(store *st, const char *tenant_id, store_page page,
+                           json_t **items, int64_t *next_cursor, ty_err *err);
+
+ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
+                             char sha256[65], ty_err *err);
+
+/* ---- blobs ---- */
+
+/* How many dataset and model rows reference this blob. */
+ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
+                          ty_err *err);
+
+#endif

@@ -1,0 +1,184 @@
+/* worker.c - the training worker process (see worker.h). */
+#include "server/worker.h"
+
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fsutil.h"
+#include "models/dataset.h"
+#include "models/train.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_term(int sig) { stop_requested = 1; }
+
+static void emit(json_t *ev)
+{
+    char *line = json_dumps(ev, JSON_COMPACT);
+    json_decref(ev);
+    if (!line)
+        return;
+    fputs(line, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    free(line);
+}
+
+static void on_progress(void *ctx, const train_progress *p)
+{
+    emit(json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f}", "event",
+                   "progress", "epoch", (int)p->epoch, "epochs", (int)p->epochs,
+                   "step", (json_int_t)p->step, "total_steps",
+                   (json_int_t)p->total_steps, "fraction", p->fraction, "loss",
+                   p->loss, "samples_per_sec", p->samples_per_sec));
+}
+
+static void on_epoch(void *ctx, const train_epoch_metrics *m)
+{
+    emit(json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "event",
+                   "epoch", "epoch", (int)m->epoch, "train_loss",
+                   m->train_loss, "train_accuracy", m->train_accuracy,
+                   "val_loss", m->val_loss, "val_accuracy", m->val_accuracy,
+                   "samples_per_sec", m->samples_per_sec, "seconds",
+                   m->seconds));
+}
+
+static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
+{
+    emit(json_pack("{s:s, s:i, s:I}", "event", "resume", "epoch", (int)epoch,
+                   "step", (json_int_t)step));
+}
+
+static int report_error(const char *msg)
+{
+    emit(json_pack("{s:s, s:s}", "event", "error", "message", msg));
+    fprintf(stderr, "trainyard worker: %s\n", msg);
+    return 2;
+}
+
+static int run(const json_t *job)
+{
+    ty_err err = {0};
+    ty_dataset train = {0}, val = {0};
+    uint32_t *train_idx = NULL, *val_idx = NULL;
+    int32_t *class_map = NULL;
+    train_hparams hp;
+    int rc = 2;
+    const char *ds_path = json_string_value(json_object_get(job, "dataset_path"));
+    const json_t *validation = json_object_get(job, "validation");
+    const char *val_path =
+        json_string_value(json_object_get(validation, "dataset_path"));
+    if (!ds_path)
+        return report_error("job.json has no dataset_path");
+    if (ty_dataset_open(ds_path, &train, &err) != TY_OK) {
+        ty_err_prefix(&err, "cannot open the training dataset");
+        goto fail;
+    }
+    if (train_hparams_parse(json_object_get(job, "hyperparameters"), &hp, NULL,
+                            &err) != TY_OK)
+        goto fail;
+
+    train_job tj = {
+        .spec = json_object_get(job, "spec"),
+        .hp = &hp,
+        .train = &train,
+        .n_train = train.num_examples,
+        .checkpoint_path =
+            json_string_value(json_object_get(job, "checkpoint_path")),
+        .model_path = json_string_value(json_object_get(job, "model_path")),
+        .extra_meta = json_object_get(job, "extra_meta"),
+        .threads = (int)json_integer_value(json_object_get(job, "threads")),
+        .stop = &stop_requested,
+        .cb = {.on_progress = on_progress, .on_epoch = on_epoch,
+               .on_resume = on_resume},
+    };
+    if (val_path) {
+        if (ty_dataset_open(val_path, &val, &err) != TY_OK) {
+            ty_err_prefix(&err, "cannot open the validation dataset");
+            goto fail;
+        }
+        json_t *vc = json_object_get(val.meta, "classes");
+        if (train.task == TY_TASK_CLASSIFICATION && json_array_size(vc) > 0) {
+            class_map = calloc(json_array_size(vc), sizeof *class_map);
+            if (!class_map ||
+                ty_dataset_class_map(vc, json_object_get(train.meta, "classes"),
+                                     class_map, &err) != TY_OK)
+                goto fail;
+        }
+        tj.val = &val;
+        tj.n_val = val.num_examples;
+        tj.val_class_map = class_map;
+    } else {
+        double split = json_number_value(json_object_get(validation, "split"));
+        uint32_t n_train = 0, n_val = 0;
+        if (train_split(train.num_examples, split, hp.seed, &train_idx, &n_train,
+                        &val_idx, &n_val, &err) != TY_OK)
+            goto fail;
+        tj.train_idx = train_idx;
+        tj.n_train = n_train;
+        if (n_val > 0) {
+            tj.val = &train;
+            tj.val_idx = val_idx;
+            tj.n_val = n_val;
+        }
+    }
+    if (!tj.checkpoint_path || !tj.model_path || !tj.spec) {
+        ty_fail(&err, TY_EINVAL, NULL, "job.json is incomplete");
+        goto fail;
+    }
+    train_epoch_metrics final;
+    ty_status s = train_run(&tj, &final, &err);
+    if (s == TY_ECANCELLED) {
+        rc = 3;
+        goto done;
+    }
+    if (s != TY_OK)
+        goto fail;
+    emit(json_pack("{s:s}", "event", "done"));
+    rc = 0;
+    goto done;
+fail:
+    rc = report_error(err.msg[0] ? err.msg : "training failed");
+done:
+    free(train_idx);
+    free(val_idx);
+    free(class_map);
+    ty_dataset_close(&train);
+    ty_dataset_close(&val);
+    return rc;
+}
+
+int worker_main(int argc, char **argv)
+{
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--job-dir") && i + 1 < argc)
+            dir = argv[++i];
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: trainyard worker --job-dir DIR\n"
+                        "(started by `trainyard serve`; not meant to be run "
+                        "by hand)\n");
+        return 64;
+    }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/job.json", dir);
+    json_error_t jerr;
+    json_t *job = json_load_file(path, 0, &jerr);
+    if (!job) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "cannot read %s: %s", path, jerr.text);
+        return report_error(msg);
+    }
+    int rc = run(job);
+    json_decref(job);
+    return rc;
+}

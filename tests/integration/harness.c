@@ -1,0 +1,346 @@
+/* harness.c - integration-test helpers (see harness.h). */
+#include "harness.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+
+double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void temp_dir(char out[PATH_MAX])
+{
+    const char *base = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    snprintf(out, PATH_MAX, "%s/trainyard-test-XXXXXX", base);
+    if (!mkdtemp(out)) {
+        perror("mkdtemp");
+        abort();
+    }
+}
+
+void write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, len, f) != len) {
+        perror(path);
+        abort();
+    }
+    fclose(f);
+}
+
+static void write_npy(const char *path, const char *descr, const char *shape,
+                      const void *data, size_t bytes)
+{
+    char header[128];
+    int n = snprintf(header, sizeof header,
+                     "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                     descr, shape);
+    size_t total = 10 + (size_t)n + 1;
+    size_t pad = (64 - total % 64) % 64;
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        abort();
+    uint16_t hlen = (uint16_t)(n + pad + 1);
+    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
+    fwrite(&hlen, 2, 1, f);
+    fwrite(header, 1, (size_t)n, f);
+    for (size_t i = 0; i < pad; i++)
+        fputc(' ', f);
+    fputc('\n', f);
+    fwrite(data, 1, bytes, f);
+    fclose(f);
+}
+
+void write_npy_f32(const char *path, const float *data, size_t n, size_t cols)
+{
+    char shape[64];
+    if (cols)
+        snprintf(shape, sizeof shape, "(%zu, %zu)", n, cols);
+    else
+        snprintf(shape, sizeof shape, "(%zu,)", n);
+    write_npy(path, "<f4", shape, data, n * (cols ? cols : 1) * sizeof(float));
+}
+
+void write_npy_i64(const char *path, const int64_t *data, size_t n)
+{
+    char shape[64];
+    snprintf(shape, sizeof shape, "(%zu,)", n);
+    write_npy(path, "<i8", shape, data, n * sizeof(int64_t));
+}
+
+int srv_start(srv *s, const char *data, const char *const *extra)
+{
+    const char *bin = getenv("TRAINYARD_BIN");
+    if (!bin) {
+        fprintf(stderr, "harness: TRAINYARD_BIN is not set\n");
+        return -1;
+    }
+    memset(s, 0, sizeof *s);
+    if (data)
+        snprintf(s->data, sizeof s->data, "%s", data);
+    else
+        temp_dir(s->data);
+    snprintf(s->log, sizeof s->log, "%s.server.log", s->data);
+    int pipefd[2];
+    if (pipe(pipefd) != 0)
+        return -1;
+    const char *argv[32] = {bin, "serve", "--listen", "127.0.0.1:0", "--data",
+                            s->data};
+    int argc = 6;
+    for (int i = 0; extra && extra[i] && argc < 30; i++)
+        argv[argc++] = extra[i];
+    argv[argc] = NULL;
+    pid_t pid = fork();
+    if (pid < 0)
+        return -1;
+    if (pid == 0) {
+        dup2(pipefd[1], 1);
+        int log = open(s->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+        if (log >= 0)
+            dup2(log, 2);
+        close(pipefd[0]);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(pipefd[1]);
+    s->pid = pid;
+    FILE *out = fdopen(pipefd[0], "r");
+    char line[1024];
+    double deadline = now_seconds() + 60;
+    while (fgets(line, sizeof line, out)) {
+        char *p = strstr(line, "listening on http://127.0.0.1:");
+        if (p) {
+            s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+            break;
+        }
+        if (now_seconds() > deadline)
+            break;
+    }
+    /* The server writes nothing more to stdout that matters; keep the pipe
+     * drained by closing our end (the server ignores SIGPIPE). */
+    fclose(out);
+    if (!s->port) {
+        fprintf(stderr, "harness: the server did not start; its log is %s\n",
+                s->log);
+        srv_stop(s, SIGKILL);
+        return -1;
+    }
+    snprintf(s->base, sizeof s->base, "http://127.0.0.1:%d", s->port);
+    char keyfile[PATH_MAX];
+    snprintf(keyfile, sizeof keyfile, "%s/admin.key", s->data);
+    FILE *k = fopen(keyfile, "r");
+    if (!k || !fgets(s->key, sizeof s->key, k)) {
+        fprintf(stderr, "harness: cannot read %s\n", keyfile);
+        if (k)
+            fclose(k);
+        return -1;
+    }
+    fclose(k);
+    s->key[strcspn(s->key, "\r\n")] = '\0';
+    return 0;
+}
+
+int srv_stop(srv *s, int sig)
+{
+    int ws = 0;
+    if (s->pid > 0) {
+        kill(s->pid, sig);
+        waitpid(s->pid, &ws, 0);
+        s->pid = 0;
+    }
+    return ws;
+}
+
+void srv_cleanup(srv *s)
+{
+    if (s->data[0] && !getenv("TY_KEEP_TEST_DATA"))
+        fs_remove_tree(s->data, NULL);
+}
+
+typedef struct {
+    char *buf;
+    size_t len;
+} growbuf;
+
+static size_t on_body(char *data, size_t size, size_t n, void *ctx)
+{
+    growbuf *g = ctx;
+    size_t len = size * n;
+    char *b = realloc(g->buf, g->len + len + 1);
+    if (!b)
+        return 0;
+    memcpy(b + g->len, data, len);
+    g->buf = b;
+    g->len += len;
+    g->buf[g->len] = '\0';
+    return len;
+}
+
+typedef struct {
+    char content_type[128];
+    char location[256];
+} headers;
+
+static size_t on_header(char *data, size_t size, size_t n, void *ctx)
+{
+    headers *h = ctx;
+    size_t len = size * n;
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(len < 511 ? len : 511), data);
+    line[strcspn(line, "\r\n")] = '\0';
+    if (!strncasecmp(line, "Content-Type: ", 14))
+        snprintf(h->content_type, sizeof h->content_type, "%s", line + 14);
+    if (!strncasecmp(line, "Location: ", 10))
+        snprintf(h->location, sizeof h->location, "%s", line + 10);
+    return len;
+}
+
+static resp *perform(CURL *c, const srv *s, const char *path, const char *key,
+                     struct curl_slist *hdrs)
+{
+    char url[1024], auth[256];
+    snprintf(url, sizeof url, "%s%s", s->base, path);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    if (!key)
+        key = s->key;
+    if (*key) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", key);
+        hdrs = curl_slist_append(hdrs, auth);
+    }
+    hdrs = curl_slist_append(hdrs, "Expect:");
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
+    growbuf body = {0};
+    headers h = {0};
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
+    resp *r = calloc(1, sizeof *r);
+    CURLcode rc = curl_easy_perform(c);
+    if (rc != CURLE_OK) {
+        fprintf(stderr, "harness: %s %s: %s\n", "request", url,
+                curl_easy_strerror(rc));
+        r->status = -1;
+    } else {
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    }
+    r->body = body.buf ? body.buf : calloc(1, 1);
+    r->len = body.len;
+    snprintf(r->content_type, sizeof r->content_type, "%s", h.content_type);
+    snprintf(r->location, sizeof r->location, "%s", h.location);
+    if (strstr(r->content_type, "json"))
+        r->json = json_loadb(r->body, r->len, 0, NULL);
+    curl_slist_free_all(hdrs);
+    curl_easy_cleanup(c);
+    return r;
+}
+
+resp *http_do(const srv *s, const char *method, const char *path,
+              const char *content_type, const void *body, size_t len,
+              const char *key)
+{
+    CURL *c = curl_easy_init();
+    struct curl_slist *hdrs = NULL;
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    if (content_type) {
+        char ct[256];
+        snprintf(ct, sizeof ct, "Content-Type: %s", content_type);
+        hdrs = curl_slist_append(hdrs, ct);
+    }
+    return perform(c, s, path, key, hdrs);
+}
+
+resp *http_json(const srv *s, const char *method, const char *path,
+                const char *json_text)
+{
+    return http_do(s, method, path, "application/json", json_text,
+                   strlen(json_text), NULL);
+}
+
+resp *http_get(const srv *s, const char *path)
+{
+    return http_do(s, "GET", path, NULL, NULL, 0, NULL);
+}
+
+resp *http_upload(const srv *s, const char *path, const char *const *parts)
+{
+    CURL *c = curl_easy_init();
+    curl_mime *mime = curl_mime_init(c);
+    for (int i = 0; parts[i]; i++) {
+        const char *eq = strchr(parts[i], '=');
+        char name[128];
+        snprintf(name, sizeof name, "%.*s", (int)(eq - parts[i]), parts[i]);
+        curl_mimepart *p = curl_mime_addpart(mime);
+        curl_mime_name(p, name);
+        if (eq[1] == '@')
+            curl_mime_filedata(p, eq + 2);
+        else
+            curl_mime_data(p, eq + 1, CURL_ZERO_TERMINATED);
+    }
+    curl_easy_setopt(c, CURLOPT_MIMEPOST, mime);
+    resp *r = perform(c, s, path, NULL, NULL);
+    curl_mime_free(mime);
+    return r;
+}
+
+void resp_free(resp *r)
+{
+    if (!r)
+        return;
+    free(r->body);
+    json_decref(r->json);
+    free(r);
+}
+
+static int finished(const json_t *job)
+{
+    const char *st = json_string_value(json_object_get(job, "status"));
+    return st && (!strcmp(st, "succeeded") || !strcmp(st, "failed") ||
+                  !strcmp(st, "cancelled"));
+}
+
+json_t *wait_job_until(const srv *s, const char *job_id, double timeout_s,
+                       int (*pred)(const json_t *job))
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s", job_id);
+    double deadline = now_seconds() + timeout_s;
+    json_t *job = NULL;
+    while (now_seconds() < deadline) {
+        resp *r = http_get(s, path);
+        json_decref(job);
+        job = r->json ? json_incref(r->json) : NULL;
+        resp_free(r);
+        if (job && (pred(job) || finished(job)))
+            return job;
+        usleep(100 * 1000);
+    }
+    return job;
+}
+
+json_t *wait_job(const srv *s, const char *job_id, double timeout_s)
+{
+    return wait_job_until(s, job_id, timeout_s, finished);
+}

@@ -1,0 +1,86 @@
+/*
+ * harness.h - drives a real `trainyard serve` process over HTTP for the
+ * integration tests: start and kill servers on free ports with temporary data
+ * folders, make requests with libcurl, upload multipart forms, wait for jobs,
+ * and write small dataset files.
+ */
+#ifndef TY_HARNESS_H
+#define TY_HARNESS_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    int port;
+    char data[PATH_MAX];
+    char key[128];
+    char base[64];
+    char log[PATH_MAX];     /* the server's stderr */
+} srv;
+
+/* Starts `$TRAINYARD_BIN serve --listen 127.0.0.1:0 --data <data>` plus
+ * extra flags (NULL-terminated, may be NULL). data NULL = a new temp folder.
+ * Waits for the "listening" line and reads the admin key. Returns 0 on
+ * success. */
+int srv_start(srv *s, const char *data, const char *const *extra);
+
+/* Sends sig and waits for the process to exit; returns its wait status. */
+int srv_stop(srv *s, int sig);
+
+/* Removes the data folder. */
+void srv_cleanup(srv *s);
+
+typedef struct {
+    long status;
+    char *body;
+    size_t len;
+    json_t *json;           /* parsed body when it was JSON, else NULL */
+    char content_type[128];
+    char location[256];
+} resp;
+
+/* A request. key: NULL = the server's admin key, "" = no Authorization
+ * header, else that key. body may be NULL. */
+resp *http_do(const srv *s, const char *method, const char *path,
+              const char *content_type, const void *body, size_t len,
+              const char *key);
+
+/* A request with a JSON body (text). */
+resp *http_json(const srv *s, const char *method, const char *path,
+                const char *json_text);
+
+/* GET with the admin key. */
+resp *http_get(const srv *s, const char *path);
+
+/* A multipart upload. parts is NULL-terminated "name=value" for text
+ * fields and "name=@/path" for files. */
+resp *http_upload(const srv *s, const char *path, const char *const *parts);
+
+void resp_free(resp *r);
+
+/* Polls the job until it is succeeded, failed or cancelled (or timeout);
+ * returns its last representation (caller decrefs). */
+json_t *wait_job(const srv *s, const char *job_id, double timeout_s);
+
+/* Polls until pred(job) is true or timeout; returns the job. */
+json_t *wait_job_until(const srv *s, const char *job_id, double timeout_s,
+                       int (*pred)(const json_t *job));
+
+/* A fresh temp folder for test files. */
+void temp_dir(char out[PATH_MAX]);
+
+/* Writes a file. */
+void write_file(const char *path, const void *data, size_t len);
+
+/* A .npy file of float32 (N, cols) or, with cols 0, float32 (N). */
+void write_npy_f32(const char *path, const float *data, size_t n, size_t cols);
+
+/* A .npy file of int64 (N). */
+void write_npy_i64(const char *path, const int64_t *data, size_t n);
+
+double now_seconds(void);
+
+#endif

@@ -1,0 +1,879 @@
+/*
+ * Integration tests: a real `trainyard serve` driven over HTTP. Covers the
+ * public endpoints, auth, datasets in every format (upload and fetch), the
+ * 4xx paths, training through to predictions (REST and KServe v2), cancel,
+ * and the SIGKILL-restart resume.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <microhttpd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/fsutil.h"
+#include "common/rng.h"
+#include "harness.h"
+
+static srv server;             /* shared by the tests that need no restart */
+static char files[PATH_MAX];   /* test data files */
+
+/* ---- test data ---- */
+
+/* 3 well separated blobs in 4-D with string labels. */
+static void make_blobs_csv(const char *path, int rows)
+{
+    FILE *f = fopen(path, "w");
+    fprintf(f, "a,b,species,c,d\n");
+    ty_rng r;
+    ty_rng_seed(&r, 7, 0);
+    static const char *const names[] = {"setosa", "versicolor", "virginica"};
+    for (int i = 0; i < rows; i++) {
+        int k = i % 3;
+        fprintf(f, "%.4f,%.4f,%s,%.4f,%.4f\n", 10.0 * k + ty_rng_normal(&r),
+                5.0 - 3.0 * k + ty_rng_normal(&r), names[k],
+                100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
+    }
+    fclose(f);
+}
+
+/* n images of rows x cols: class 1 is bright on top, class 0 at the bottom. */
+static void make_idx(const char *images, const char *labels, int n, int rows,
+                     int cols, int gzip)
+{
+    size_t px = (size_t)rows * cols;
+    unsigned char *img = malloc(16 + (size_t)n * px), *lab = malloc(8 + (size_t)n);
+    unsigned char h3[16] = {0, 0, 8, 3, (unsigned char)(n >> 24),
+                            (unsigned char)(n >> 16), (unsigned char)(n >> 8),
+                            (unsigned char)n, 0, 0, 0, (unsigned char)rows,
+                            0, 0, 0, (unsigned char)cols};
+    unsigned char h1[8] = {0, 0, 8, 1, (unsigned char)(n >> 24),
+                           (unsigned char)(n >> 16), (unsigned char)(n >> 8),
+                           (unsigned char)n};
+    memcpy(img, h3, 16);
+    memcpy(lab, h1, 8);
+    ty_rng r;
+    ty_rng_seed(&r, 11, 0);
+    for (int i = 0; i < n; i++) {
+        int k = i % 2;
+        lab[8 + i] = (unsigned char)k;
+        for (int y = 0; y < rows; y++)
+            for (int x = 0; x < cols; x++) {
+                int top = y < rows / 2;
+                int bright = (top == k);
+                img[16 + (size_t)i * px + (size_t)y * cols + x] =
+                    (unsigned char)(bright ? 180 + ty_rng_below(&r, 70)
+                                           : ty_rng_below(&r, 60));
+            }
+    }
+    if (gzip) {
+        gzFile g = gzopen(images, "wb");
+        gzwrite(g, img, (unsigned)(16 + (size_t)n * px));
+        gzclose(g);
+    } else {
+        write_file(images, img, 16 + (size_t)n * px);
+    }
+    write_file(labels, lab, 8 + (size_t)n);
+    free(img);
+    free(lab);
+}
+
+/* x (n, d) float32, y int64 class = argmax of the first 3 features. */
+static void make_npy_classes(const char *xp, const char *yp, int n, int d,
+                             uint64_t seed)
+{
+    float *x = malloc(sizeof(float) * (size_t)n * d);
+    int64_t *y = malloc(sizeof(int64_t) * (size_t)n);
+    ty_rng r;
+    ty_rng_seed(&r, seed, 0);
+    for (int i = 0; i < n; i++) {
+        int best = 0;
+        for (int j = 0; j < d; j++) {
+            x[(size_t)i * d + j] = ty_rng_normal(&r);
+            if (j < 3 && x[(size_t)i * d + j] > x[(size_t)i * d + best])
+                best = j;
+        }
+        y[i] = best;
+    }
+    write_npy_f32(xp, x, (size_t)n, (size_t)d);
+    write_npy_i64(yp, y, (size_t)n);
+    free(x);
+    free(y);
+}
+
+static char *file_path(const char *name)
+{
+    static char p[8][PATH_MAX];
+    static int next;
+    char *out = p[next++ % 8];
+    snprintf(out, PATH_MAX, "%s/%s", files, name);
+    return out;
+}
+
+/* Uploads and returns the new dataset's id (static buffer per call site). */
+static void upload_ok(const srv *s, const char *const *parts, char id[64])
+{
+    resp *r = http_upload(s, "/v1/datasets", parts);
+    if (r->status != 201)
+        fprintf(stderr, "upload failed: %ld %s\n", r->status, r->body);
+    assert_int_equal(r->status, 201);
+    assert_non_null(r->json);
+    snprintf(id, 64, "%s", json_string_value(json_object_get(r->json, "id")));
+    assert_true(strncmp(id, "ds_", 3) == 0);
+    resp_free(r);
+}
+
+static char csv_ds[64], idx_ds[64], npy_ds[64];
+
+static int group_setup(void **state)
+{
+    temp_dir(files);
+    make_blobs_csv(file_path("blobs.csv"), 300);
+    make_idx(file_path("img.idx3.gz"), file_path("lab.idx1"), 200, 8, 8, 1);
+    make_npy_classes(file_path("x.npy"), file_path("y.npy"), 600, 6, 3);
+    return srv_start(&server, NULL, NULL);
+}
+
+static int group_teardown(void **state)
+{
+    int ws = srv_stop(&server, SIGTERM);
+    srv_cleanup(&server);
+    fs_remove_tree(files, NULL);
+    /* A graceful stop exits 0. */
+    return WIFEXITED(ws) && WEXITSTATUS(ws) == 0 ? 0 : -1;
+}
+
+/* ---- public endpoints and auth ---- */
+
+static void test_health_and_openapi_are_public(void **state)
+{
+    resp *r = http_do(&server, "GET", "/healthz", NULL, NULL, 0, "");
+    assert_int_equal(r->status, 200);
+    assert_string_equal(json_string_value(json_object_get(r->json, "status")), "ok");
+    resp_free(r);
+    r = http_do(&server, "GET", "/readyz", NULL, NULL, 0, "");
+    assert_int_equal(r->status, 200);
+    resp_free(r);
+    r = http_do(&server, "GET", "/openapi.yaml", NULL, NULL, 0, "");
+    assert_int_equal(r->status, 200);
+    assert_non_null(strstr(r->body, "openapi: 3.1"));
+    assert_non_null(strstr(r->content_type, "yaml"));
+    resp_free(r);
+}
+
+static void test_v1_and_v2_need_a_key(void **state)
+{
+    static const char *const paths[] = {"/v1/datasets", "/v1/jobs",
+                                        "/v1/models", "/v2/health/live"};
+    for (size_t i = 0; i < 4; i++) {
+        resp *r = http_do(&server, "GET", paths[i], NULL, NULL, 0, "");
+        assert_int_equal(r->status, 401);
+        assert_non_null(strstr(r->content_type, "application/problem+json"));
+        assert_non_null(strstr(json_string_value(json_object_get(r->json, "detail")),
+                               "Authorization: Bearer"));
+        resp_free(r);
+        r = http_do(&server, "GET", paths[i], NULL, NULL, 0,
+                    "ty_aaaaaaaaaaaaaaaaaaaa_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+        assert_int_equal(r->status, 401);
+        resp_free(r);
+    }
+    /* A key with the right id but a wrong secret is refused too. */
+    char forged[128];
+    snprintf(forged, sizeof forged, "%s", server.key);
+    forged[strlen(forged) - 1] = forged[strlen(forged) - 1] == 'a' ? 'b' : 'a';
+    resp *r = http_do(&server, "GET", "/v1/datasets", NULL, NULL, 0, forged);
+    assert_int_equal(r->status, 401);
+    resp_free(r);
+    r = http_get(&server, "/v2/health/live");
+    assert_int_equal(r->status, 200);
+    assert_true(json_is_true(json_object_get(r->json, "live")));
+    resp_free(r);
+}
+
+static void test_unknown_route_and_method(void **state)
+{
+    resp *r = http_get(&server, "/v1/nothing");
+    assert_int_equal(r->status, 404);
+    assert_non_null(strstr(r->content_type, "application/problem+json"));
+    assert_int_equal(json_integer_value(json_object_get(r->json, "status")), 404);
+    resp_free(r);
+    r = http_do(&server, "PUT", "/v1/datasets", NULL, NULL, 0, NULL);
+    assert_int_equal(r->status, 405);
+    resp_free(r);
+}
+
+/* ---- datasets ---- */
+
+static void test_upload_csv(void **state)
+{
+    char part[PATH_MAX + 8];
+    snprintf(part, sizeof part, "file=@%s", file_path("blobs.csv"));
+    const char *parts[] = {"name=blobs", "format=csv", "label_column=species",
+                           "task=classification", part, NULL};
+    resp *r = http_upload(&server, "/v1/datasets", parts);
+    assert_int_equal(r->status, 201);
+    json_t *d = r->json;
+    snprintf(csv_ds, sizeof csv_ds, "%s", json_string_value(json_object_get(d, "id")));
+    assert_string_equal(json_string_value(json_object_get(d, "format")), "csv");
+    assert_string_equal(json_string_value(json_object_get(d, "task")), "classification");
+    assert_int_equal(json_integer_value(json_object_get(d, "num_examples")), 300);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(d, "input_shape"), 0)), 4);
+    assert_int_equal(json_integer_value(json_object_get(d, "num_classes")), 3);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(d, "classes"), 1)),
+                        "versicolor");
+    assert_int_equal(json_string_length(json_object_get(d, "sha256")), 64);
+    assert_true(json_integer_value(json_object_get(d, "bytes")) > 300 * 4 * 4);
+    assert_non_null(json_object_get(d, "created_at"));
+    char loc[128];
+    snprintf(loc, sizeof loc, "/v1/datasets/%s", csv_ds);
+    assert_string_equal(r->location, loc);
+    resp_free(r);
+    r = http_get(&server, loc);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(json_string_value(json_object_get(r->json, "name")), "blobs");
+    resp_free(r);
+}
+
+static void test_upload_idx_gz_and_npy(void **state)
+{
+    char a[PATH_MAX + 8], b[PATH_MAX + 8];
+    snprintf(a, sizeof a, "images=@%s", file_path("img.idx3.gz"));
+    snprintf(b, sizeof b, "labels=@%s", file_path("lab.idx1"));
+    const char *idx[] = {"name=tiny images", "format=idx", a, b, NULL};
+    resp *r = http_upload(&server, "/v1/datasets", idx);
+    assert_int_equal(r->status, 201);
+    snprintf(idx_ds, sizeof idx_ds, "%s", json_string_value(json_object_get(r->json, "id")));
+    json_t *shape = json_object_get(r->json, "input_shape");
+    assert_int_equal(json_array_size(shape), 3);
+    assert_int_equal(json_integer_value(json_array_get(shape, 0)), 1);
+    assert_int_equal(json_integer_value(json_array_get(shape, 1)), 8);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "num_classes")), 2);
+    resp_free(r);
+
+    snprintf(a, sizeof a, "x=@%s", file_path("x.npy"));
+    snprintf(b, sizeof b, "y=@%s", file_path("y.npy"));
+    const char *npy[] = {"name=vectors", "format=npy", a, b, NULL};
+    upload_ok(&server, npy, npy_ds);
+}
+
+static void test_list_paginates(void **state)
+{
+    resp *r = http_get(&server, "/v1/datasets?limit=2");
+    assert_int_equal(r->status, 200);
+    json_t *items = json_object_get(r->json, "items");
+    assert_int_equal(json_array_size(items), 2);
+    /* Newest first. */
+    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), npy_ds);
+    const char *cursor = json_string_value(json_object_get(r->json, "next_cursor"));
+    assert_non_null(cursor);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/datasets?limit=2&cursor=%s", cursor);
+    resp *r2 = http_get(&server, path);
+    assert_int_equal(r2->status, 200);
+    json_t *items2 = json_object_get(r2->json, "items");
+    assert_true(json_array_size(items2) >= 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(items2, 0), "id")), csv_ds);
+    resp_free(r);
+    resp_free(r2);
+    r = http_get(&server, "/v1/datasets?limit=0");
+    assert_int_equal(r->status, 400);
+    assert_string_equal(json_string_value(json_object_get(r->json, "field")), "limit");
+    resp_free(r);
+    r = http_get(&server, "/v1/datasets?cursor=bogus");
+    assert_int_equal(r->status, 400);
+    resp_free(r);
+}
+
+static void expect_upload_422(const char *const *parts, const char *needle)
+{
+    resp *r = http_upload(&server, "/v1/datasets", parts);
+    if (r->status != 422 || !strstr(r->body, needle))
+        fprintf(stderr, "expected 422 with '%s', got %ld %s\n", needle, r->status, r->body);
+    assert_int_equal(r->status, 422);
+    assert_non_null(strstr(r->content_type, "application/problem+json"));
+    assert_non_null(strstr(json_string_value(json_object_get(r->json, "detail")), needle));
+    resp_free(r);
+}
+
+static void test_bad_uploads_get_422(void **state)
+{
+    write_file(file_path("ragged.csv"), "a,b,label\n1,2,x\n3,4\n", 20);
+    write_file(file_path("nan.csv"), "a,b,label\n1,2,x\n3,abc,y\n", 24);
+    char p1[PATH_MAX + 8], p2[PATH_MAX + 8];
+    snprintf(p1, sizeof p1, "file=@%s", file_path("ragged.csv"));
+    const char *ragged[] = {"name=r", "format=csv", "label_column=label", p1, NULL};
+    expect_upload_422(ragged, "line 3");
+    snprintf(p1, sizeof p1, "file=@%s", file_path("nan.csv"));
+    const char *nonnum[] = {"name=n", "format=csv", "label_column=label", p1, NULL};
+    expect_upload_422(nonnum, "line 3, column 2");
+    const char *nolabel[] = {"name=n", "format=csv", "label_column=nope", p1, NULL};
+    expect_upload_422(nolabel, "nope");
+    const char *missing[] = {"name=n", "format=csv", "label_column=label", NULL};
+    expect_upload_422(missing, "'file' is missing");
+    const char *badfmt[] = {"name=n", "format=parquet", p1, NULL};
+    expect_upload_422(badfmt, "csv, idx or npy");
+    const char *unknown[] = {"name=n", "format=csv", "label_column=label", p1,
+                             "colour=red", NULL};
+    expect_upload_422(unknown, "colour");
+
+    /* IDX: wrong magic, and labels that do not match the images. */
+    write_file(file_path("bad.idx"), "\x00\x00\x08\x07\x00\x00\x00\x01", 8);
+    snprintf(p1, sizeof p1, "images=@%s", file_path("bad.idx"));
+    snprintf(p2, sizeof p2, "labels=@%s", file_path("lab.idx1"));
+    const char *magic[] = {"name=i", "format=idx", p1, p2, NULL};
+    expect_upload_422(magic, "magic");
+    make_idx(file_path("img50.idx3"), file_path("lab50.idx1"), 50, 8, 8, 0);
+    snprintf(p1, sizeof p1, "images=@%s", file_path("img50.idx3"));
+    const char *count[] = {"name=i", "format=idx", p1, p2, NULL};
+    expect_upload_422(count, "200");
+
+    /* Nothing was stored by the failures. */
+    resp *r = http_get(&server, "/v1/datasets?limit=100");
+    assert_int_equal(json_array_size(json_object_get(r->json, "items")), 3);
+    resp_free(r);
+}
+
+static void test_bad_request_bodies(void **state)
+{
+    resp *r = http_json(&server, "POST", "/v1/jobs", "{not json");
+    assert_int_equal(r->status, 400);
+    assert_non_null(strstr(json_string_value(json_object_get(r->json, "detail")), "not valid JSON"));
+    resp_free(r);
+    r = http_do(&server, "POST", "/v1/jobs", "text/plain", "hi", 2, NULL);
+    assert_int_equal(r->status, 415);
+    resp_free(r);
+    r = http_json(&server, "POST", "/v1/jobs", "[1,2]");
+    assert_int_equal(r->status, 400);
+    resp_free(r);
+    r = http_do(&server, "POST", "/v1/jobs/job_x/cancel", "application/json", "{}", 2, NULL);
+    assert_int_equal(r->status, 413);
+    resp_free(r);
+}
+
+/* Serves files from the test folder, for the fetch-by-URL tests. */
+static enum MHD_Result serve_file(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *data,
+                                  size_t *size, void **ptr)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s%s", files, url);
+    int64_t len = strstr(url, "..") ? -1 : fs_file_size(path);
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+    if (len < 0) {
+        r = MHD_create_response_from_buffer(9, "not found", MHD_RESPMEM_PERSISTENT);
+        ret = MHD_queue_response(c, 404, r);
+    } else {
+        r = MHD_create_response_from_fd((uint64_t)len, open(path, 0));
+        ret = MHD_queue_response(c, 200, r);
+    }
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static void test_fetch_from_urls(void **state)
+{
+    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0,
+                                            NULL, NULL, serve_file, NULL,
+                                            MHD_OPTION_END);
+    assert_non_null(d);
+    int port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"name\": \"fetched\", \"format\": \"idx\", \"urls\": "
+             "{\"images\": \"http://127.0.0.1:%d/img.idx3.gz\", "
+             "\"labels\": \"http://127.0.0.1:%d/lab.idx1\"}}",
+             port, port);
+    resp *r = http_json(&server, "POST", "/v1/datasets", body);
+    assert_int_equal(r->status, 201);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "num_examples")), 200);
+    char del[128];
+    snprintf(del, sizeof del, "/v1/datasets/%s",
+             json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+
+    snprintf(body, sizeof body,
+             "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"species\", "
+             "\"urls\": {\"file\": \"http://127.0.0.1:%d/missing.csv\"}}", port);
+    r = http_json(&server, "POST", "/v1/datasets", body);
+    assert_int_equal(r->status, 422);
+    assert_non_null(strstr(r->body, "HTTP 404"));
+    assert_string_equal(json_string_value(json_object_get(r->json, "field")), "urls.file");
+    resp_free(r);
+
+    r = http_json(&server, "POST", "/v1/datasets",
+                  "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"s\", "
+                  "\"urls\": {\"file\": \"ftp://127.0.0.1/x.csv\"}}");
+    assert_int_equal(r->status, 422);
+    assert_non_null(strstr(r->body, "http:// or https://"));
+    resp_free(r);
+
+    /* Nothing listens on port 1. */
+    r = http_json(&server, "POST", "/v1/datasets",
+                  "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"s\", "
+                  "\"urls\": {\"file\": \"http://127.0.0.1:1/x.csv\"}}");
+    assert_int_equal(r->status, 422);
+    assert_non_null(strstr(r->body, "cannot fetch"));
+    resp_free(r);
+    MHD_stop_daemon(d);
+
+    r = http_do(&server, "DELETE", del, NULL, NULL, 0, NULL);
+    assert_int_equal(r->status, 204);
+    resp_free(r);
+    r = http_get(&server, del);
+    assert_int_equal(r->status, 404);
+    resp_free(r);
+}
+
+/* ---- jobs, models, predictions ---- */
+
+static void expect_job_422(const char *body, const char *field)
+{
+    resp *r = http_json(&server, "POST", "/v1/jobs", body);
+    if (r->status != 422)
+        fprintf(stderr, "expected 422 for %s, got %ld %s\n", body, r->status, r->body);
+    assert_int_equal(r->status, 422);
+    const char *got = json_string_value(json_object_get(r->json, "field"));
+    if (!got || strcmp(got, field))
+        fprintf(stderr, "expected field %s, got %s (%s)\n", field, got ? got : "none", r->body);
+    assert_non_null(got);
+    assert_string_equal(got, field);
+    resp_free(r);
+}
+
+static void test_job_validation_errors(void **state)
+{
+    char b[1024];
+    snprintf(b, sizeof b, "{\"dataset\": \"ds_nope\", \"model\": {\"layers\": []}}");
+    expect_job_422(b, "dataset");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 10}]}}", idx_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 422);
+    assert_non_null(strstr(json_string_value(json_object_get(r->json, "detail")), "flatten"));
+    resp_free(r);
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 5}]}}", csv_ds);
+    expect_job_422(b, "model.layers[0].units");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"conv9d\"}]}}", csv_ds);
+    expect_job_422(b, "model.layers[0].type");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3, \"colour\": 1}]}}", csv_ds);
+    expect_job_422(b, "model.layers[0].colour");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"epochs\": 0}}", csv_ds);
+    expect_job_422(b, "hyperparameters.epochs");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"optimiser\": \"adam\"}}", csv_ds);
+    expect_job_422(b, "hyperparameters.optimiser");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"validation\": {\"dataset\": \"%s\"}}", csv_ds, npy_ds);
+    expect_job_422(b, "validation.dataset");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"validation\": {\"split\": 1.5}}", csv_ds);
+    expect_job_422(b, "validation.split");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"modle\": {}}", csv_ds);
+    expect_job_422(b, "modle");
+    /* None of these made a job. */
+    r = http_get(&server, "/v1/jobs");
+    assert_int_equal(json_array_size(json_object_get(r->json, "items")), 0);
+    resp_free(r);
+}
+
+static char csv_model[64];
+
+static void test_train_predict_evaluate_csv(void **state)
+{
+    char b[1024];
+    snprintf(b, sizeof b,
+             "{\"name\": \"blobs-mlp\", \"dataset\": \"%s\", \"validation\": {\"split\": 0.2},"
+             " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 16}, {\"type\": \"relu\"},"
+             " {\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 30, \"batch_size\": 16, \"optimizer\": \"adam\","
+             " \"learning_rate\": 0.01, \"seed\": 1}}",
+             csv_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    char job[64];
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    assert_string_equal(json_string_value(json_object_get(r->json, "status")), "queued");
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(r->json, "hyperparameters"), "seed")), 1);
+    resp_free(r);
+
+    json_t *j = wait_job(&server, job, 120);
+    assert_non_null(j);
+    if (strcmp(json_string_value(json_object_get(j, "status")), "succeeded"))
+        fprintf(stderr, "job: %s\n", json_dumps(j, 0));
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    snprintf(csv_model, sizeof csv_model, "%s", json_string_value(json_object_get(j, "model")));
+    json_t *m = json_object_get(j, "metrics");
+    assert_true(json_real_value(json_object_get(m, "val_accuracy")) > 0.9);
+    assert_true(json_number_value(json_object_get(json_object_get(j, "progress"), "fraction")) == 1.0);
+    json_decref(j);
+
+    /* Per-epoch history. */
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    json_t *epochs = json_object_get(r->json, "epochs");
+    assert_int_equal(json_array_size(epochs), 30);
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(epochs, 29), "epoch")), 30);
+    double first = json_real_value(json_object_get(json_array_get(epochs, 0), "train_loss"));
+    double last = json_real_value(json_object_get(json_array_get(epochs, 29), "train_loss"));
+    assert_true(last < first);
+    resp_free(r);
+
+    /* The model. */
+    snprintf(path, sizeof path, "/v1/models/%s", csv_model);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(json_string_value(json_object_get(r->json, "job")), job);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "param_count")), 4 * 16 + 16 + 16 * 3 + 3);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(r->json, "classes"), 2)), "virginica");
+    resp_free(r);
+
+    /* Predict in raw units: one example near each blob centre. */
+    snprintf(path, sizeof path, "/v1/models/%s/predict", csv_model);
+    r = http_json(&server, "POST", path,
+                  "{\"inputs\": [[0, 5, 100, 0], [10, 2, 100, 2], [20, -1, 100, 4]]}");
+    assert_int_equal(r->status, 200);
+    json_t *pred = json_object_get(r->json, "predictions");
+    assert_string_equal(json_string_value(json_array_get(pred, 0)), "setosa");
+    assert_string_equal(json_string_value(json_array_get(pred, 1)), "versicolor");
+    assert_string_equal(json_string_value(json_array_get(pred, 2)), "virginica");
+    json_t *row = json_array_get(json_object_get(r->json, "outputs"), 0);
+    double sum = 0;
+    for (size_t i = 0; i < json_array_size(row); i++)
+        sum += json_number_value(json_array_get(row, i));
+    assert_true(fabs(sum - 1.0) < 1e-4);
+    resp_free(r);
+
+    /* Predict errors. */
+    r = http_json(&server, "POST", path, "{\"inputs\": [[1, 2, 3]]}");
+    assert_int_equal(r->status, 422);
+    assert_non_null(strstr(r->body, "takes 4"));
+    resp_free(r);
+    r = http_json(&server, "POST", path, "{\"inputs\": [[1, 2, \"x\", 4]]}");
+    assert_int_equal(r->status, 422);
+    resp_free(r);
+    r = http_json(&server, "POST", "/v1/models/mdl_nope/predict", "{\"inputs\": [[1]]}");
+    assert_int_equal(r->status, 404);
+    resp_free(r);
+
+    /* Evaluate on the training set itself. */
+    snprintf(path, sizeof path, "/v1/models/%s/evaluate", csv_model);
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\"}", csv_ds);
+    r = http_json(&server, "POST", path, b);
+    assert_int_equal(r->status, 200);
+    assert_true(json_real_value(json_object_get(r->json, "accuracy")) > 0.95);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "num_examples")), 300);
+    resp_free(r);
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\"}", idx_ds);
+    r = http_json(&server, "POST", path, b);
+    assert_int_equal(r->status, 422);
+    resp_free(r);
+
+    /* Weights download is a safetensors file. */
+    snprintf(path, sizeof path, "/v1/models/%s/weights", csv_model);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    assert_true(r->len > 8);
+    uint64_t hlen;
+    memcpy(&hlen, r->body, 8);
+    assert_true(hlen + 8 < r->len);
+    assert_int_equal(r->body[8], '{');
+    resp_free(r);
+}
+
+static void test_kserve_v2(void **state)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/v2/models/%s", csv_model);
+    resp *r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(json_string_value(json_object_get(r->json, "name")), csv_model);
+    json_t *in = json_array_get(json_object_get(r->json, "inputs"), 0);
+    assert_string_equal(json_string_value(json_object_get(in, "datatype")), "FP32");
+    resp_free(r);
+    snprintf(path, sizeof path, "/v2/models/%s/ready", csv_model);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    resp_free(r);
+
+    snprintf(path, sizeof path, "/v2/models/%s/infer", csv_model);
+    r = http_json(&server, "POST", path,
+                  "{\"id\": \"42\", \"inputs\": [{\"name\": \"input\", \"shape\": [2, 4],"
+                  " \"datatype\": \"FP32\", \"data\": [0, 5, 100, 0, 20, -1, 100, 4]}]}");
+    assert_int_equal(r->status, 200);
+    assert_string_equal(json_string_value(json_object_get(r->json, "id")), "42");
+    json_t *out = json_array_get(json_object_get(r->json, "outputs"), 0);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 0)), 2);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 1)), 3);
+    json_t *data = json_object_get(out, "data");
+    assert_int_equal(json_array_size(data), 6);
+    assert_true(json_real_value(json_array_get(data, 0)) > 0.5);  /* setosa */
+    assert_true(json_real_value(json_array_get(data, 5)) > 0.5);  /* virginica */
+    resp_free(r);
+
+    /* KServe clients read "error". */
+    r = http_json(&server, "POST", path,
+                  "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 3],"
+                  " \"datatype\": \"FP32\", \"data\": [1, 2, 3]}]}");
+    assert_int_equal(r->status, 422);
+    assert_non_null(json_object_get(r->json, "error"));
+    resp_free(r);
+    r = http_get(&server, "/v2/models/mdl_nope");
+    assert_int_equal(r->status, 404);
+    resp_free(r);
+}
+
+static void test_train_images_nested_predict(void **state)
+{
+    char b[1024];
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"flatten\"},"
+             " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"tanh\"}, {\"type\": \"dropout\", \"rate\": 0.1},"
+             " {\"type\": \"dense\", \"units\": 2}]},"
+             " \"hyperparameters\": {\"epochs\": 10, \"batch_size\": 20, \"optimizer\": \"sgd\","
+             " \"learning_rate\": 0.1, \"momentum\": 0.9}}",
+             idx_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    char job[64];
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+    json_t *j = wait_job(&server, job, 120);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    char path[256];
+    snprintf(path, sizeof path, "/v1/models/%s/predict",
+             json_string_value(json_object_get(j, "model")));
+    json_decref(j);
+    /* One image nested as [1][8][8] (bright top: class 1), one flat. */
+    char body[4096] = "{\"inputs\": [[[";
+    for (int y = 0; y < 8; y++) {
+        strcat(body, y ? ",[" : "[");
+        for (int x = 0; x < 8; x++)
+            strcat(body, x ? (y < 4 ? ",230" : ",10") : (y < 4 ? "230" : "10"));
+        strcat(body, "]");
+    }
+    strcat(body, "]], [");
+    for (int i = 0; i < 64; i++)
+        strcat(body, i ? (i < 32 ? ",5" : ",240") : "5");
+    strcat(body, "]]}");
+    r = http_json(&server, "POST", path, body);
+    assert_int_equal(r->status, 200);
+    json_t *pred = json_object_get(r->json, "predictions");
+    assert_int_equal(json_integer_value(json_array_get(pred, 0)), 1);
+    assert_int_equal(json_integer_value(json_array_get(pred, 1)), 0);
+    resp_free(r);
+}
+
+static int is_running(const json_t *job)
+{
+    const char *st = json_string_value(json_object_get(job, "status"));
+    return st && !strcmp(st, "running") &&
+           json_integer_value(json_object_get(json_object_get(job, "progress"), "step")) > 0;
+}
+
+static void test_cancel(void **state)
+{
+    char b[1024];
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 512},"
+             " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4}}",
+             npy_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    char job[64], path[256];
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+    json_t *j = wait_job_until(&server, job, 60, is_running);
+    assert_true(is_running(j));
+    json_decref(j);
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
+    r = http_do(&server, "POST", path, NULL, NULL, 0, NULL);
+    assert_int_equal(r->status, 202);
+    resp_free(r);
+    j = wait_job(&server, job, 30);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "cancelled");
+    json_decref(j);
+    /* Cancelling again is a conflict; an unknown job is 404. */
+    r = http_do(&server, "POST", path, NULL, NULL, 0, NULL);
+    assert_int_equal(r->status, 409);
+    resp_free(r);
+    r = http_do(&server, "POST", "/v1/jobs/job_nope/cancel", NULL, NULL, 0, NULL);
+    assert_int_equal(r->status, 404);
+    resp_free(r);
+    /* Status filter. */
+    r = http_get(&server, "/v1/jobs?status=cancelled");
+    assert_int_equal(json_array_size(json_object_get(r->json, "items")), 1);
+    resp_free(r);
+    r = http_get(&server, "/v1/jobs?status=sleeping");
+    assert_int_equal(r->status, 400);
+    resp_free(r);
+}
+
+static void test_dataset_in_use_cannot_be_deleted(void **state)
+{
+    char b[1024], path[128];
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 100000}}",
+             npy_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    char job[64];
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+    snprintf(path, sizeof path, "/v1/datasets/%s", npy_ds);
+    r = http_do(&server, "DELETE", path, NULL, NULL, 0, NULL);
+    assert_int_equal(r->status, 409);
+    assert_non_null(strstr(r->body, job));
+    resp_free(r);
+    snprintf(b, sizeof b, "/v1/jobs/%s/cancel", job);
+    r = http_do(&server, "POST", b, NULL, NULL, 0, NULL);
+    assert_true(r->status == 200 || r->status == 202);
+    resp_free(r);
+    json_decref(wait_job(&server, job, 30));
+}
+
+/* ---- limits ---- */
+
+static void test_upload_limit_is_413(void **state)
+{
+    srv small;
+    const char *flags[] = {"--max-upload-bytes", "64K", "--max-json-bytes", "1K", NULL};
+    assert_int_equal(srv_start(&small, NULL, flags), 0);
+    make_blobs_csv(file_path("big.csv"), 5000);
+    char part[PATH_MAX + 8];
+    snprintf(part, sizeof part, "file=@%s", file_path("big.csv"));
+    const char *parts[] = {"name=big", "format=csv", "label_column=species", part, NULL};
+    resp *r = http_upload(&small, "/v1/datasets", parts);
+    assert_int_equal(r->status, 413);
+    assert_non_null(strstr(r->content_type, "problem+json"));
+    resp_free(r);
+    char body[2048];
+    memset(body, ' ', sizeof body);
+    body[0] = '{';
+    body[sizeof body - 1] = '}';
+    r = http_do(&small, "POST", "/v1/jobs", "application/json", body, sizeof body, NULL);
+    assert_int_equal(r->status, 413);
+    resp_free(r);
+    /* The server is still fine. */
+    r = http_do(&small, "GET", "/healthz", NULL, NULL, 0, "");
+    assert_int_equal(r->status, 200);
+    resp_free(r);
+    srv_stop(&small, SIGTERM);
+    srv_cleanup(&small);
+}
+
+/* ---- crash safety ---- */
+
+static int past_epoch_2(const json_t *job)
+{
+    return json_integer_value(json_object_get(json_object_get(job, "metrics"), "epoch")) >= 2;
+}
+
+static void test_sigkill_restart_resumes(void **state)
+{
+    srv s;
+    assert_int_equal(srv_start(&s, NULL, NULL), 0);
+    char xp[PATH_MAX + 8], yp[PATH_MAX + 8], ds[64], job[64], b[1024], path[256];
+    make_npy_classes(file_path("cx.npy"), file_path("cy.npy"), 3000, 32, 5);
+    snprintf(xp, sizeof xp, "x=@%s", file_path("cx.npy"));
+    snprintf(yp, sizeof yp, "y=@%s", file_path("cy.npy"));
+    const char *parts[] = {"name=crash", "format=npy", xp, yp, NULL};
+    upload_ok(&s, parts, ds);
+    /* A model from before the crash, to find intact after it. */
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 1}}", ds);
+    resp *r = http_json(&s, "POST", "/v1/jobs", b);
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+    json_t *j = wait_job(&s, job, 60);
+    char model[64];
+    snprintf(model, sizeof model, "%s", json_string_value(json_object_get(j, "model")));
+    json_decref(j);
+
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 512},"
+             " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 512}, {\"type\": \"relu\"},"
+             " {\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 12, \"batch_size\": 32, \"seed\": 3}}", ds);
+    r = http_json(&s, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+    j = wait_job_until(&s, job, 120, past_epoch_2);
+    assert_true(past_epoch_2(j));
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "running");
+    json_decref(j);
+
+    srv_stop(&s, SIGKILL);
+    /* The worker dies with its server. */
+    usleep(300 * 1000);
+
+    srv again;
+    assert_int_equal(srv_start(&again, s.data, NULL), 0);
+    snprintf(path, sizeof path, "/v1/datasets/%s", ds);
+    r = http_get(&again, path);
+    assert_int_equal(r->status, 200);
+    resp_free(r);
+    snprintf(path, sizeof path, "/v1/models/%s/predict", model);
+    snprintf(b, sizeof b, "{\"inputs\": [[");
+    for (int i = 0; i < 32; i++)
+        strcat(b, i ? ",0.5" : "0.5");
+    strcat(b, "]]}");
+    r = http_json(&again, "POST", path, b);
+    assert_int_equal(r->status, 200);
+    resp_free(r);
+
+    j = wait_job(&again, job, 300);
+    if (strcmp(json_string_value(json_object_get(j, "status")), "succeeded"))
+        fprintf(stderr, "job after restart: %s\n", json_dumps(j, 0));
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    assert_int_equal(json_integer_value(json_object_get(j, "attempts")), 2);
+    /* It resumed from a checkpoint instead of starting over. */
+    json_t *resumed = json_object_get(json_object_get(j, "progress"), "resumed_from_epoch");
+    assert_true(json_integer_value(resumed) >= 2);
+    json_decref(j);
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
+    r = http_get(&again, path);
+    json_t *epochs = json_object_get(r->json, "epochs");
+    assert_int_equal(json_array_size(epochs), 12);
+    for (size_t i = 0; i < 12; i++)
+        assert_int_equal(json_integer_value(json_object_get(json_array_get(epochs, i), "epoch")),
+                         (json_int_t)i + 1);
+    resp_free(r);
+    srv_stop(&again, SIGTERM);
+    srv_cleanup(&again);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_health_and_openapi_are_public),
+        cmocka_unit_test(test_v1_and_v2_need_a_key),
+        cmocka_unit_test(test_unknown_route_and_method),
+        cmocka_unit_test(test_upload_csv),
+        cmocka_unit_test(test_upload_idx_gz_and_npy),
+        cmocka_unit_test(test_list_paginates),
+        cmocka_unit_test(test_bad_uploads_get_422),
+        cmocka_unit_test(test_bad_request_bodies),
+        cmocka_unit_test(test_fetch_from_urls),
+        cmocka_unit_test(test_job_validation_errors),
+        cmocka_unit_test(test_train_predict_evaluate_csv),
+        cmocka_unit_test(test_kserve_v2),
+        cmocka_unit_test(test_train_images_nested_predict),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_dataset_in_use_cannot_be_deleted),
+        cmocka_unit_test(test_upload_limit_is_413),
+        cmocka_unit_test(test_sigkill_restart_resumes),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
