@@ -116,9 +116,10 @@ static ty_status idx_check_end(ds_input *in, const char *what, ty_err *err)
         return st;
     if (rest)
         return ty_fail(err, TY_EFORMAT, in->field,
-                       "%s has %llu bytes after the last %s (its header "
+                       "%s has %llu byte%s after the last %s (its header "
                        "declares fewer than the file holds)",
-                       in->name, (unsigned long long)rest, what);
+                       in->name, (unsigned long long)rest,
+                       rest == 1 ? "" : "s", what);
     return TY_OK;
 }
 

@@ -343,10 +343,10 @@ static ty_status npy_check_size(const ds_input *in, const npy_header *h,
                        (unsigned long long)have);
     if (have > want)
         return ty_fail(err, TY_EFORMAT, in->field,
-                       "%s has %llu bytes after the data its header declares "
-                       "(shape %s of '%s')",
-                       in->name, (unsigned long long)(have - want), shape,
-                       h->descr);
+                       "%s has %llu byte%s after the data its header "
+                       "declares (shape %s of '%s')",
+                       in->name, (unsigned long long)(have - want),
+                       have - want == 1 ? "" : "s", shape, h->descr);
     return TY_OK;
 }
 
