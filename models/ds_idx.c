@@ -68,7 +68,7 @@ static ty_status idx_read_header(ds_input *in, int want_labels, idx_header *h,
         else if (magic == 0x803u && want_labels)
             hint = "; this looks like an images file";
         else if (buf[0] == 0x1f && buf[1] == 0x8b)
-            hint = "; gzip data inside gzip?";
+            hint = "; the file seems to be compressed twice";
         return ty_fail(err, TY_EFORMAT, in->field,
                        "%s: bad magic 0x%08x (expected an %s ubyte file, "
                        "0x%08x%s)",

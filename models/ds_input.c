@@ -51,11 +51,15 @@ ty_status ds_input_open(ds_input *in, const char *path, int allow_gzip,
         return ty_fail(err, TY_EIO, field, "%s: cannot open: %s", name,
                        strerror(errno));
     struct stat sb;
-    if (fstat(in->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    if (fstat(in->fd, &sb) != 0) {
         int e = errno;
         ds_input_close(in);
-        return ty_fail(err, TY_EIO, field, "%s: %s", name,
-                       e ? strerror(e) : "not a regular file");
+        return ty_fail(err, TY_EIO, field, "%s: cannot stat: %s", name,
+                       strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        ds_input_close(in);
+        return ty_fail(err, TY_EIO, field, "%s is not a regular file", name);
     }
     in->file_size = (int64_t)sb.st_size;
     if (!allow_gzip)

@@ -419,6 +419,23 @@ static void test_binary_and_limits(void **state)
     free(huge);
     assert_string_equal(err.msg, "line 2 is longer than 1048576 bytes");
 
+    /* exactly TY_DS_MAX_LINE bytes is fine, with or without a final line
+     * break; one more is not */
+    for (int final_newline = 0; final_newline < 2; final_newline++) {
+        huge = malloc(TY_DS_MAX_LINE + 16);
+        assert_non_null(huge);
+        strcpy(huge, "a,y\n1,");
+        memset(huge + 6, '0', TY_DS_MAX_LINE - 3);
+        strcpy(huge + 6 + TY_DS_MAX_LINE - 3, final_newline ? "7\n" : "7");
+        ty_dataset ds;
+        convert_ok(huge, "y", TY_TASK_REGRESSION, &ds);
+        assert_true(ds.y_value[0] == 7.0f);
+        ty_dataset_close(&ds);
+        strcpy(huge + 6 + TY_DS_MAX_LINE - 3, "07");
+        convert_bad(huge, "y", TY_TASK_REGRESSION, TY_ETOOBIG, &err);
+        free(huge);
+    }
+
     /* labels that are not UTF-8 cannot become JSON classes */
     convert_bad("a,l\n1,caf\xe9\n", "l", TY_TASK_CLASSIFICATION, TY_EFORMAT,
                 &err);
@@ -459,6 +476,10 @@ static void test_bad_arguments_and_cleanup(void **state)
                                     TY_TASK_CLASSIFICATION, out, &err),
                      TY_EIO);
     assert_string_equal(err.field, "file");
+    assert_int_equal(ds_convert_csv(dt_dir, "l", TY_TASK_CLASSIFICATION, out,
+                                    &err),
+                     TY_EIO);
+    assert_string_equal(err.msg, "file is not a regular file");
 
     /* a failed conversion removes whatever was at out_path */
     dt_write_str(out, "stale");
