@@ -111,9 +111,8 @@ ty_status ds_convert_csv(const char *csv_path, const char *label_column,
  * ubyte file; either may be gzip-compressed (detected by magic bytes, not by
  * name). input_shape is [1, rows, cols] for idx3, [cols] for idx2, [a, b, c]
  * for idx4 (N, a, b, c); x_dtype uint8; classification; preprocess
- * "scale_255". Wrong magic, non-ubyte
- * types, truncation, trailing bytes, or a label count that differs from the
- * image count are TY_EFORMAT. */
+ * "scale_255". Wrong magic, non-ubyte types, truncation, trailing bytes, or
+ * a label count that differs from the image count are TY_EFORMAT. */
 ty_status ds_convert_idx(const char *images_path, const char *labels_path,
                          const char *out_path, ty_err *err);
 
