@@ -427,16 +427,17 @@ static ty_status cell_error(const csv_conv *cv, const csv_reader *r,
 
 static ty_status header_error_columns(const csv_conv *cv, ty_err *err)
 {
+    static const char more[] = ", ...";
     char list[320] = "", shown[64], label[64];
     size_t used = 0;
     for (size_t i = 0; i < cv->ncols; i++) {
         const char *name = column_name(cv, i);
         ds_snippet(shown, sizeof shown, name, strlen(name));
-        int w = snprintf(list + used, sizeof list - used, "%s%s",
-                         i ? ", " : "", shown);
-        if (w < 0 || (size_t)w >= sizeof list - used - 4) {
-            list[used] = '\0';
-            strcat(list, ", ...");
+        /* keep room for `more` after whatever fits */
+        size_t room = sizeof list - used - sizeof more;
+        int w = snprintf(list + used, room, "%s%s", i ? ", " : "", shown);
+        if (w < 0 || (size_t)w >= room) {
+            memcpy(list + used, more, sizeof more);
             break;
         }
         used += (size_t)w;

@@ -151,9 +151,13 @@ static int lex_shape(npy_lex *l, npy_header *h)
         if (!lex_uint(l, &h->shape[h->ndim++]))
             return 0;
         int comma = lex_char(l, ',');
-        if (lex_char(l, ')'))
-            return h->ndim > 1 || comma ? 1 : (l->why = "(N) is not a tuple; "
-                                                        "write (N,)", 0);
+        if (lex_char(l, ')')) {
+            if (h->ndim == 1 && !comma) {
+                l->why = "(N) is not a tuple; write (N,)";
+                return 0;
+            }
+            return 1;
+        }
         if (!comma) {
             l->why = "expected ',' or ')' in shape";
             return 0;

@@ -323,6 +323,20 @@ static void test_missing_label_column(void **state)
     assert_string_equal(err.msg, "label column \"species\" is not in the "
                                  "header (columns: a, b, c)");
     assert_string_equal(err.field, "label_column");
+
+    /* a wide header is listed in part */
+    char text[4096] = "", name[64];
+    for (int i = 0; i < 60; i++) {
+        snprintf(name, sizeof name, "%sa_rather_long_column_name_%02d",
+                 i ? "," : "", i);
+        strcat(text, name);
+    }
+    strcat(text, "\n");
+    convert_bad(text, "species", TY_TASK_CLASSIFICATION, TY_EFORMAT, &err);
+    dt_assert_contains(err.msg, "(columns: a_rather_long_column_name_00, "
+                                "a_rather_long_column_name_01, ");
+    dt_assert_contains(err.msg, ", ...)");
+    assert_true(strlen(err.msg) < 420);
 }
 
 static void test_header_problems(void **state)
