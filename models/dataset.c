@@ -295,42 +295,24 @@ void ty_dataset_example_f32(const ty_dataset *ds, uint32_t i, float *out)
  * compares reals by value, so -0.0 and 0.0 must meet). */
 static uint64_t json_hash(const json_t *v)
 {
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *p = NULL;
-    size_t n = 0;
-    union {
-        double d;
-        json_int_t i;
-        unsigned char b[8];
-    } u;
-    memset(&u, 0, sizeof u);
+    int type = (int)json_typeof(v);
+    uint64_t h = ds_fnv1a(DS_FNV_BASIS, &type, sizeof type);
     switch (json_typeof(v)) {
     case JSON_STRING:
-        p = (const unsigned char *)json_string_value(v);
-        n = json_string_length(v);
-        break;
-    case JSON_INTEGER:
-        u.i = json_integer_value(v);
-        p = u.b;
-        n = sizeof u.i;
-        break;
-    case JSON_REAL:
-        u.d = json_real_value(v);
-        if (u.d == 0)
-            u.d = 0; /* -0.0 */
-        p = u.b;
-        n = sizeof u.d;
-        break;
+        return ds_fnv1a(h, json_string_value(v), json_string_length(v));
+    case JSON_INTEGER: {
+        json_int_t i = json_integer_value(v);
+        return ds_fnv1a(h, &i, sizeof i);
+    }
+    case JSON_REAL: {
+        double d = json_real_value(v);
+        if (d == 0)
+            d = 0; /* -0.0 */
+        return ds_fnv1a(h, &d, sizeof d);
+    }
     default:
-        break;
+        return h; /* arrays, objects, literals: json_equal sorts them out */
     }
-    h ^= (uint64_t)json_typeof(v);
-    h *= 1099511628211ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
-    }
-    return h;
 }
 
 ty_status ty_dataset_class_map(const json_t *from, const json_t *to,

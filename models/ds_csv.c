@@ -44,11 +44,7 @@ typedef struct {
 
 static size_t str_hash(const char *s, size_t n)
 {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ull;
-    }
+    uint64_t h = ds_fnv1a(DS_FNV_BASIS, s, n);
     return (size_t)(h ^ (h >> 29));
 }
 

@@ -61,6 +61,20 @@ size_t ds_utf8_seq(const unsigned char *p, size_t avail);
 /* 1 if s (len bytes) is valid UTF-8 (as jansson requires), else 0. */
 int ds_utf8_valid(const char *s, size_t len);
 
+#define DS_FNV_BASIS 1469598103934665603ull
+
+/* FNV-1a over n bytes, continuing from h (start with DS_FNV_BASIS); for the
+ * string and class hash tables. */
+static inline uint64_t ds_fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
 /* Writes s (len bytes) into out (size n) for quoting in a message: at most
  * about 40 bytes, control bytes and
  * invalid UTF-8 as '?', "..." when cut. */
