@@ -31,7 +31,9 @@
  * while parsing and fail with TY_EFORMAT and a message naming the problem
  * (for CSV, the 1-based line and column), TY_ETOOBIG past the limits below,
  * TY_EIO on I/O errors. On success out_path exists and has been fsynced; on
- * failure out_path is removed.
+ * failure out_path is removed. err->field names the upload part at fault:
+ * "file" (CSV), "images"/"labels" (IDX), "x"/"y" (NPY), or "label_column"
+ * when the CSV has no column of that name.
  */
 #ifndef TY_DATASET_H
 #define TY_DATASET_H
@@ -87,8 +89,9 @@ void ty_dataset_close(ty_dataset *ds);
 void ty_dataset_example_f32(const ty_dataset *ds, uint32_t i, float *out);
 
 /* For each class of `from` (a classes array), writes its index in `to` into
- * map[i]. Fails with TY_EINVAL naming the first class `to` lacks. Classes
- * compare as JSON values (1 and "1" differ). */
+ * map[i] (map holds json_array_size(from) entries). Fails with TY_EINVAL
+ * naming the first class `to` lacks. Classes compare as JSON values (1 and
+ * "1" differ). */
 ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
                                int32_t *map, ty_err *err);
 
@@ -98,16 +101,18 @@ ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
  * class "3"); regression labels must be numeric. Quoted fields ("a,b", with
  * "" for a quote) are accepted in the label column and the header. Empty lines
  * at the end are ignored; a ragged row, an empty cell, NaN or Inf is an
- * error. CRLF line endings are accepted. */
+ * error. CRLF line endings are accepted. Blanks around an unquoted field are
+ * dropped everywhere (so "a, b" names columns "a" and "b"); quoted text is
+ * kept as written. A UTF-8 byte-order mark at the start is skipped. */
 ty_status ds_convert_csv(const char *csv_path, const char *label_column,
                          ty_task task, const char *out_path, ty_err *err);
 
 /* IDX (MNIST): images is an idx3 (or idx2/idx4) ubyte file, labels an idx1
  * ubyte file; either may be gzip-compressed (detected by magic bytes, not by
- * name). input_shape is [1, rows, cols] for idx3, [cols] for idx2; x_dtype
- * uint8; classification; preprocess "scale_255". Wrong magic, non-ubyte
- * types, truncation, trailing bytes, or a label count that differs from the
- * image count are TY_EFORMAT. */
+ * name). input_shape is [1, rows, cols] for idx3, [cols] for idx2, [a, b, c]
+ * for idx4 (N, a, b, c); x_dtype uint8; classification; preprocess
+ * "scale_255". Wrong magic, non-ubyte types, truncation, trailing bytes, or
+ * a label count that differs from the image count are TY_EFORMAT. */
 ty_status ds_convert_idx(const char *images_path, const char *labels_path,
                          const char *out_path, ty_err *err);
 
@@ -115,7 +120,8 @@ ty_status ds_convert_idx(const char *images_path, const char *labels_path,
  * x of float32, float64, uint8, int32 or int64 with shape (N, ...) (1 to 4
  * dims after N; stored as float32, except uint8 which stays uint8 with
  * preprocess "scale_255"); y of the same dtypes with shape (N) or, for
- * regression, (N, k). task < 0 means: classification when y is an integer
+ * regression, (N, k) (classification also takes (N, 1)); x of shape (N) has
+ * input_shape [1]. task < 0 means: classification when y is an integer
  * type, regression otherwise. Classification needs integer-valued,
  * non-negative y (float y with integer values is accepted). Fortran order,
  * object dtypes, big-endian data, NaN/Inf and count mismatches are

@@ -1,0 +1,83 @@
+/*
+ * ds_input.h - an uploaded file read in bounded chunks, plain or gzip.
+ *
+ * The converters see one stream of bytes whether or not the file was
+ * compressed (gzip is recognised by its magic bytes 1f 8b, never by name, and
+ * only where the caller allows it). Every failure comes back as a ty_err that
+ * names the file the way the user knows it ("images file", "x.npy") and sets
+ * err->field to the upload part ("images", "x", "file").
+ */
+#ifndef TY_DS_INPUT_H
+#define TY_DS_INPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <zlib.h>
+
+#include "common/ty.h"
+
+#define DS_CHUNK (1u << 16)   /* bytes per read; converters' buffers too */
+
+typedef struct {
+    int fd;               /* -1 once gz owns it, or when closed */
+    gzFile gz;            /* non-NULL when the file is gzip-compressed */
+    const char *field;    /* err->field for failures (a string literal) */
+    const char *name;     /* the file in messages (a string literal) */
+    int64_t file_size;    /* on disk, so compressed size for gzip */
+    uint64_t offset;      /* (uncompressed) bytes delivered so far */
+} ds_input;
+
+/* Opens path for reading; with allow_gzip, a file that starts with the gzip
+ * magic is inflated as it is read. On error TY_EIO (or TY_EINVAL for a
+ * missing path) and *in is left closed. */
+ty_status ds_input_open(ds_input *in, const char *path, int allow_gzip,
+                        const char *field, const char *name, ty_err *err);
+
+/* Reads up to n bytes (n <= INT_MAX); *got is 0 only at the end of the data.
+ * Corrupt or truncated gzip data is TY_EFORMAT, a failed read TY_EIO. */
+ty_status ds_input_read(ds_input *in, void *buf, size_t n, size_t *got,
+                        ty_err *err);
+
+/* Like ds_input_read but keeps reading until n bytes or the end of the data;
+ * *got < n means the data ended first. */
+ty_status ds_input_read_full(ds_input *in, void *buf, size_t n, size_t *got,
+                             ty_err *err);
+
+/* Counts the bytes from the current position to the end of the data (reading
+ * them when the file is compressed), for "trailing bytes" messages. */
+ty_status ds_input_count_rest(ds_input *in, uint64_t *rest, ty_err *err);
+
+/* Moves a plain (uncompressed) input to byte offset off. TY_EINTERNAL for a
+ * gzip input, TY_EIO if the seek fails. */
+ty_status ds_input_seek(ds_input *in, uint64_t off, ty_err *err);
+
+/* Closes; safe to call twice and on an input whose open failed. */
+void ds_input_close(ds_input *in);
+
+/* Length (1-4) of the valid UTF-8 sequence at p (avail bytes there), or 0
+ * if it is not one. */
+size_t ds_utf8_seq(const unsigned char *p, size_t avail);
+
+/* 1 if s (len bytes) is valid UTF-8 (as jansson requires), else 0. */
+int ds_utf8_valid(const char *s, size_t len);
+
+#define DS_FNV_BASIS 1469598103934665603ull
+
+/* FNV-1a over n bytes, continuing from h (start with DS_FNV_BASIS); for the
+ * string and class hash tables. */
+static inline uint64_t ds_fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+/* Writes s (len bytes) into out (size n) for quoting in a message: at most
+ * about 40 bytes, control bytes and
+ * invalid UTF-8 as '?', "..." when cut. */
+void ds_snippet(char *out, size_t n, const char *s, size_t len);
+
+#endif
