@@ -191,8 +191,8 @@ static ty_status read_json(ty_app *app, http_req *r, const json_t *body,
             TY_OK)
             return s;
         if ((s = fetch_url_to_file(url, path, app->cfg.max_fetch_bytes,
-                                   app->cfg.fetch_timeout_s, field, err)) !=
-            TY_OK)
+                                   app->cfg.fetch_timeout_s,
+                                   app->cfg.fetch_hosts, field, err)) != TY_OK)
             return s;
         u->paths[i] = path;
     }

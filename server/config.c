@@ -19,6 +19,7 @@ void config_defaults(ty_config *cfg)
     cfg->max_json_bytes = 64ULL << 20;
     cfg->max_fetch_bytes = 2ULL << 30;
     cfg->fetch_timeout_s = 600;
+    snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "*");
     cfg->model_cache_size = 16;
     cfg->connection_timeout_s = 120;
 }
@@ -167,6 +168,12 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_bytes(flag, val, &cfg->max_fetch_bytes, err);
         } else if (!strcmp(flag, "--fetch-timeout")) {
             s = parse_int(flag, val, 1, 86400, &cfg->fetch_timeout_s, err);
+        } else if (!strcmp(flag, "--fetch-hosts")) {
+            if (!*val || strlen(val) >= sizeof cfg->fetch_hosts)
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--fetch-hosts needs a comma-separated list of "
+                               "host names, or *");
+            snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "%s", val);
         } else if (!strcmp(flag, "--model-cache")) {
             s = parse_int(flag, val, 1, 100000, &cfg->model_cache_size, err);
         } else if (!strcmp(flag, "--connection-timeout")) {
@@ -205,6 +212,9 @@ void config_usage(FILE *f)
         "  --max-json-bytes SIZE     largest JSON request body (default %lluM)\n"
         "  --max-fetch-bytes SIZE    largest file fetched from a URL (default %lluM)\n"
         "  --fetch-timeout SECONDS   time limit for fetching a URL (default %d)\n"
+        "  --fetch-hosts LIST        hosts that dataset URLs may name, comma-\n"
+        "                            separated; * allows any (default %s). With a\n"
+        "                            list, redirects are not followed\n"
         "  --model-cache N           trained models kept loaded for predictions\n"
         "                            (default %d)\n"
         "  --connection-timeout SECONDS\n"
@@ -219,5 +229,5 @@ void config_usage(FILE *f)
         (unsigned long long)(d.max_upload_bytes >> 20),
         (unsigned long long)(d.max_json_bytes >> 20),
         (unsigned long long)(d.max_fetch_bytes >> 20), d.fetch_timeout_s,
-        d.model_cache_size, d.connection_timeout_s);
+        d.fetch_hosts, d.model_cache_size, d.connection_timeout_s);
 }

@@ -24,6 +24,7 @@ typedef struct {
     uint64_t max_json_bytes;     /* per JSON request body */
     uint64_t max_fetch_bytes;    /* per file fetched from a URL */
     int fetch_timeout_s;
+    char fetch_hosts[1024];      /* hosts dataset URLs may name; "*" = any */
     int model_cache_size;        /* trained models kept loaded for predict */
     int connection_timeout_s;    /* idle HTTP connections are closed after */
 } ty_config;

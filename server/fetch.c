@@ -36,14 +36,47 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *ctx)
 
 void fetch_global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
+int fetch_host_allowed(const char *url, const char *allow_hosts)
+{
+    if (!strcmp(allow_hosts, "*"))
+        return 1;
+    CURLU *u = curl_url();
+    char *host = NULL;
+    int ok = 0;
+    if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK &&
+        curl_url_get(u, CURLUPART_HOST, &host, 0) == CURLUE_OK) {
+        size_t hlen = strlen(host);
+        for (const char *p = allow_hosts; *p && !ok;) {
+            const char *comma = strchr(p, ',');
+            size_t len = comma ? (size_t)(comma - p) : strlen(p);
+            while (len && *p == ' ')
+                p++, len--;
+            while (len && p[len - 1] == ' ')
+                len--;
+            ok = len == hlen && strncasecmp(p, host, len) == 0;
+            p = comma ? comma + 1 : p + len;
+        }
+    }
+    curl_free(host);
+    curl_url_cleanup(u);
+    return ok;
+}
+
 ty_status fetch_url_to_file(const char *url, const char *path,
                             uint64_t max_bytes, int timeout_s,
-                            const char *field, ty_err *err)
+                            const char *allow_hosts, const char *field,
+                            ty_err *err)
 {
     if (strncasecmp(url, "http://", 7) != 0 &&
         strncasecmp(url, "https://", 8) != 0)
         return ty_fail(err, TY_EINVAL, field,
                        "%s must be an http:// or https:// URL", field);
+    int any_host = !strcmp(allow_hosts, "*");
+    if (!fetch_host_allowed(url, allow_hosts))
+        return ty_fail(err, TY_EINVAL, field,
+                       "%s names a host this server may not fetch from "
+                       "(allowed: %s)",
+                       field, allow_hosts);
     sink s = {.max_bytes = max_bytes};
     s.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (s.fd < 0)
@@ -58,7 +91,7 @@ ty_status fetch_url_to_file(const char *url, const char *path,
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, any_host ? 1L : 0L);
     curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, 30L);

@@ -15,10 +15,16 @@
 /* Call once at process start, before threads. */
 void fetch_global_init(void);
 
-/* Downloads url into path (created or truncated). field names the request
- * field that held the URL, for err->field. */
+/* Downloads url into path (created or truncated). allow_hosts is a
+ * comma-separated list of host names the URL may name, or "*" for any; with a
+ * list, redirects are not followed. field names the request field that held
+ * the URL, for err->field. */
 ty_status fetch_url_to_file(const char *url, const char *path,
                             uint64_t max_bytes, int timeout_s,
-                            const char *field, ty_err *err);
+                            const char *allow_hosts, const char *field,
+                            ty_err *err);
+
+/* 1 if url's host is in allow_hosts ("*" allows any). */
+int fetch_host_allowed(const char *url, const char *allow_hosts);
 
 #endif

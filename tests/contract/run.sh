@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Contract test: schemathesis fuzzes a live `trainyard serve` from
+# openapi.yaml and fails on any response that does not match the document
+# (status code, content type, headers, body schema), on any 5xx, and on any
+# endpoint that answers without the API key it declares.
+#
+#   tests/contract/run.sh path/to/trainyard
+#
+# Dataset URLs may only name 127.0.0.1 here (--fetch-hosts), and fetches go
+# through a proxy address where nothing listens, so generated URLs never
+# leave the machine. Exit 77 (skipped) when schemathesis is not installed;
+# `make test` installs it.
+set -euo pipefail
+bin=${1:?usage: run.sh path/to/trainyard}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+st=${SCHEMATHESIS:-$root/.venv/bin/schemathesis}
+if [ ! -x "$st" ]; then
+  echo "SKIPPED: schemathesis is not installed (make venv installs it)"
+  exit 77
+fi
+
+data=$(mktemp -d)
+out="$data.stdout"
+export http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy=
+"$bin" serve --listen 127.0.0.1:0 --data "$data" --fetch-hosts 127.0.0.1 \
+  --max-upload-bytes 8M --max-json-bytes 1M --fetch-timeout 5 >"$out" 2>"$data.log" &
+pid=$!
+cleanup() {
+  kill "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  rm -rf "$data" "$out" "$data.log"
+}
+trap cleanup EXIT
+port=
+for _ in $(seq 100); do
+  port=$(sed -n 's/.*listening on http:\/\/127\.0\.0\.1:\([0-9]*\).*/\1/p' "$out")
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+[ -n "$port" ] || { echo "the server did not start:"; cat "$data.log"; exit 1; }
+key=$(cat "$data/admin.key")
+
+set +e
+"$st" run "$root/openapi.yaml" --url "http://127.0.0.1:$port" \
+  -H "Authorization: Bearer $key" \
+  --checks all --exclude-checks positive_data_acceptance \
+  --max-examples "${TY_CONTRACT_EXAMPLES:-30}" --seed 1 --workers 2 \
+  --suppress-health-check all --no-color
+rc=$?
+set -e
+if ! kill -0 "$pid" 2>/dev/null; then
+  echo "the server died during the contract test; its log:"
+  tail -50 "$data.log"
+  exit 1
+fi
+if grep -q '"level":"error","event":"internal_error"' "$data.log"; then
+  echo "the server logged internal errors:"
+  grep '"internal_error"' "$data.log" | head -20
+  exit 1
+fi
+exit $rc

@@ -1,0 +1,180 @@
+/* Unit tests for API keys (format, hashing, constant-time compare, checks
+ * against a store, bootstrap) and `serve` flag parsing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/fsutil.h"
+#include "common/sha256.h"
+#include "server/auth.h"
+#include "server/config.h"
+
+static void test_sha256_known_vectors(void **state)
+{
+    uint8_t d[32];
+    char hex[65];
+    sha256_digest("", 0, d);
+    sha256_hex(d, hex);
+    assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    sha256_digest("abc", 3, d);
+    sha256_hex(d, hex);
+    assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    /* Streaming in odd pieces gives the same digest as one shot. */
+    const char *msg = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    sha256_ctx c;
+    sha256_init(&c);
+    for (size_t i = 0; msg[i]; i += 3)
+        sha256_update(&c, msg + i, strlen(msg + i) < 3 ? strlen(msg + i) : 3);
+    sha256_final(&c, d);
+    sha256_hex(d, hex);
+    assert_string_equal(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+static void test_key_format(void **state)
+{
+    char key[AUTH_KEY_LEN + 1], id[TY_ID_MAX], id2[TY_ID_MAX];
+    assert_int_equal(auth_key_generate(key, id, NULL), TY_OK);
+    assert_int_equal(strlen(key), AUTH_KEY_LEN);
+    assert_true(strncmp(key, "ty_", 3) == 0);
+    assert_true(strncmp(id, "key_", 4) == 0);
+    assert_int_equal(auth_key_id(key, id2), TY_OK);
+    assert_string_equal(id, id2);
+    char other[AUTH_KEY_LEN + 1];
+    assert_int_equal(auth_key_generate(other, id2, NULL), TY_OK);
+    assert_string_not_equal(key, other);
+    assert_int_equal(auth_key_id("ty_short", id2), TY_EINVAL);
+    key[10] = '!';
+    assert_int_equal(auth_key_id(key, id2), TY_EINVAL);
+}
+
+static void test_equal_ct(void **state)
+{
+    uint8_t a[32] = {0}, b[32] = {0};
+    assert_true(auth_equal_ct(a, b, 32));
+    b[31] = 1;
+    assert_false(auth_equal_ct(a, b, 32));
+    b[31] = 0;
+    b[0] = 0x80;
+    assert_false(auth_equal_ct(a, b, 32));
+}
+
+static void test_bootstrap_and_check(void **state)
+{
+    char dir[] = "/tmp/ty-auth-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    store *st;
+    ty_err err;
+    assert_int_equal(store_open(dir, &st, &err), TY_OK);
+    char key[AUTH_KEY_LEN + 1];
+    int created = 0;
+    assert_int_equal(auth_bootstrap(st, dir, key, &created, &err), TY_OK);
+    assert_int_equal(created, 1);
+    char path[300];
+    snprintf(path, sizeof path, "%s/admin.key", dir);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+    char *text;
+    assert_int_equal(fs_read_all(path, 1024, &text, NULL, &err), TY_OK);
+    assert_int_equal(strncmp(text, key, AUTH_KEY_LEN), 0);
+    free(text);
+    /* Only the hash is stored: the key's text is nowhere in the database. */
+    snprintf(path, sizeof path, "%s/trainyard.db", dir);
+    size_t len;
+    assert_int_equal(fs_read_all(path, 1 << 24, &text, &len, &err), TY_OK);
+    assert_null(memmem(text, len, key + 4 + 20, 52));
+    free(text);
+    /* A second start creates nothing. */
+    char again[AUTH_KEY_LEN + 1];
+    assert_int_equal(auth_bootstrap(st, dir, again, &created, &err), TY_OK);
+    assert_int_equal(created, 0);
+
+    char header[128];
+    store_key who;
+    snprintf(header, sizeof header, "Bearer %s", key);
+    assert_int_equal(auth_check(st, header, &who, &err), TY_OK);
+    assert_int_equal(who.is_admin, 1);
+    snprintf(header, sizeof header, "bearer   %s", key);
+    assert_int_equal(auth_check(st, header, &who, &err), TY_OK);
+    assert_int_equal(auth_check(st, NULL, &who, &err), TY_EINVAL);
+    assert_int_equal(auth_check(st, "Basic abc", &who, &err), TY_EINVAL);
+    assert_int_equal(auth_check(st, "Bearer nonsense", &who, &err), TY_ENOTFOUND);
+    /* The right id with a wrong secret. */
+    char forged[AUTH_KEY_LEN + 1];
+    memcpy(forged, key, sizeof forged);
+    forged[AUTH_KEY_LEN - 1] = forged[AUTH_KEY_LEN - 1] == 'a' ? 'b' : 'a';
+    snprintf(header, sizeof header, "Bearer %s", forged);
+    assert_int_equal(auth_check(st, header, &who, &err), TY_ENOTFOUND);
+    assert_null(strstr(err.msg, forged));
+    store_close(st);
+    fs_remove_tree(dir, NULL);
+}
+
+static void test_config_parse(void **state)
+{
+    ty_config c;
+    config_defaults(&c);
+    assert_string_equal(c.host, "127.0.0.1");
+    assert_int_equal(c.port, 8080);
+    assert_string_equal(c.data_dir, "./var");
+    char *argv[] = {"serve", "--listen", "0.0.0.0:9000", "--data=/tmp/x",
+                    "--threads", "8", "--max-upload-bytes", "512M",
+                    "--max-jobs=2", NULL};
+    int help = 0;
+    ty_err err;
+    assert_int_equal(config_parse_serve(9, argv, &c, &help, &err), TY_OK);
+    assert_string_equal(c.host, "0.0.0.0");
+    assert_int_equal(c.port, 9000);
+    assert_string_equal(c.data_dir, "/tmp/x");
+    assert_int_equal(c.http_threads, 8);
+    assert_int_equal(c.max_jobs, 2);
+    assert_int_equal(c.max_upload_bytes, 512ULL << 20);
+    char *v6[] = {"serve", "--listen", "[::1]:0", NULL};
+    assert_int_equal(config_parse_serve(3, v6, &c, &help, &err), TY_OK);
+    assert_int_equal(c.ipv6, 1);
+    assert_string_equal(c.host, "::1");
+    assert_int_equal(c.port, 0);
+    char *h[] = {"serve", "--help", NULL};
+    assert_int_equal(config_parse_serve(2, h, &c, &help, &err), TY_OK);
+    assert_int_equal(help, 1);
+
+    char *bad[][3] = {{"serve", "--listen", "8080"},
+                      {"serve", "--listen", "host:99999"},
+                      {"serve", "--threads", "0"},
+                      {"serve", "--max-upload-bytes", "lots"},
+                      {"serve", "--bogus", "1"},
+                      {"serve", "stray", "x"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = '\0';
+        assert_int_equal(config_parse_serve(3, bad[i], &c, &help, &err), TY_EINVAL);
+        assert_true(strlen(err.msg) > 0);
+    }
+    char *missing[] = {"serve", "--data", NULL};
+    assert_int_equal(config_parse_serve(2, missing, &c, &help, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "needs a value"));
+
+    uint64_t n;
+    assert_int_equal(config_parse_size("64K", &n), TY_OK);
+    assert_int_equal(n, 65536);
+    assert_int_equal(config_parse_size("2GiB", &n), TY_OK);
+    assert_int_equal(n, 2ULL << 30);
+    assert_int_equal(config_parse_size("-1", &n), TY_EINVAL);
+    assert_int_equal(config_parse_size("1X", &n), TY_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sha256_known_vectors),
+        cmocka_unit_test(test_key_format),
+        cmocka_unit_test(test_equal_ct),
+        cmocka_unit_test(test_bootstrap_and_check),
+        cmocka_unit_test(test_config_parse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

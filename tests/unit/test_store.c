@@ -1,0 +1,237 @@
+/* Unit tests for the SQLite store: migrations, tenancy, job life cycle,
+ * pagination, blob references, and persistence across reopen. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fsutil.h"
+#include "server/store.h"
+
+typedef struct {
+    char dir[256];
+    store *st;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    snprintf(f->dir, sizeof f->dir, "/tmp/ty-store-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    ty_err err;
+    if (store_open(f->dir, &f->st, &err) != TY_OK)
+        return -1;
+    uint8_t hash[32] = {1};
+    if (store_bootstrap_admin(f->st, "tn_a", "admin", "key_a", hash, &err) != TY_OK)
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    store_close(f->st);
+    fs_remove_tree(f->dir, NULL);
+    free(f);
+    return 0;
+}
+
+static json_t *ds_doc(const char *id)
+{
+    return json_pack("{s:s, s:s, s:s}", "id", id, "name", "n", "created_at",
+                     "2026-01-01T00:00:00.000Z");
+}
+
+static void test_migrated_and_keys(void **state)
+{
+    fixture *f = *state;
+    assert_int_equal(store_schema_version(f->st), 1);
+    int64_t n = 0;
+    ty_err err;
+    assert_int_equal(store_key_count(f->st, &n, &err), TY_OK);
+    assert_int_equal(n, 1);
+    store_key k;
+    uint8_t hash[32];
+    assert_int_equal(store_key_lookup(f->st, "key_a", &k, hash, &err), TY_OK);
+    assert_string_equal(k.tenant_id, "tn_a");
+    assert_int_equal(k.is_admin, 1);
+    assert_int_equal(hash[0], 1);
+    assert_int_equal(store_key_lookup(f->st, "key_b", &k, hash, &err),
+                     TY_ENOTFOUND);
+}
+
+static void test_datasets_are_per_tenant_and_paginate(void **state)
+{
+    fixture *f = *state;
+    ty_err err;
+    for (int i = 0; i < 5; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "ds_%d", i);
+        json_t *d = ds_doc(id);
+        assert_int_equal(store_dataset_insert(f->st, "tn_a", id, "abc", 10, d, &err),
+                         TY_OK);
+        json_decref(d);
+    }
+    json_t *doc;
+    char sha[65];
+    assert_int_equal(store_dataset_get(f->st, "tn_a", "ds_3", &doc, sha, &err), TY_OK);
+    assert_string_equal(json_string_value(json_object_get(doc, "id")), "ds_3");
+    assert_string_equal(sha, "abc");
+    json_decref(doc);
+    /* Another tenant sees nothing. */
+    assert_int_equal(store_dataset_get(f->st, "tn_b", "ds_3", &doc, NULL, &err),
+                     TY_ENOTFOUND);
+
+    store_page page = {0, 2};
+    json_t *items;
+    int64_t next;
+    assert_int_equal(store_dataset_list(f->st, "tn_a", page, &items, &next, &err), TY_OK);
+    assert_int_equal(json_array_size(items), 2);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), "ds_4");
+    assert_null(json_object_get(json_array_get(items, 0), "_seq"));
+    assert_true(next > 0);
+    json_decref(items);
+    int pages = 1, seen = 2;
+    while (next) {
+        page.cursor = next;
+        assert_int_equal(store_dataset_list(f->st, "tn_a", page, &items, &next, &err), TY_OK);
+        seen += (int)json_array_size(items);
+        pages++;
+        json_decref(items);
+    }
+    assert_int_equal(seen, 5);
+    assert_int_equal(pages, 3);
+
+    int64_t refs = 0, bytes = 0;
+    assert_int_equal(store_blob_refs(f->st, "abc", &refs, &err), TY_OK);
+    assert_int_equal(refs, 5);
+    assert_int_equal(store_tenant_dataset_bytes(f->st, "tn_a", &bytes, &err), TY_OK);
+    assert_int_equal(bytes, 50);
+    assert_int_equal(store_dataset_delete(f->st, "tn_b", "ds_1", sha, &err), TY_ENOTFOUND);
+    assert_int_equal(store_dataset_delete(f->st, "tn_a", "ds_1", sha, &err), TY_OK);
+    assert_int_equal(store_blob_refs(f->st, "abc", &refs, &err), TY_OK);
+    assert_int_equal(refs, 4);
+}
+
+static void test_job_life_cycle(void **state)
+{
+    fixture *f = *state;
+    ty_err err;
+    json_t *d = ds_doc("ds_j");
+    assert_int_equal(store_dataset_insert(f->st, "tn_a", "ds_j", "s", 1, d, &err), TY_OK);
+    json_decref(d);
+    json_t *v = json_pack("{s:f}", "split", 0.1), *spec = json_pack("{s:[]}", "layers"),
+           *hp = json_pack("{s:i}", "epochs", 3);
+    assert_int_equal(store_job_insert(f->st, "tn_a", "job_1", "j", "ds_j", v, spec, hp, &err),
+                     TY_OK);
+    json_t *job;
+    assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
+    assert_string_equal(json_string_value(json_object_get(job, "status")), "queued");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(job, "hyperparameters"), "epochs")), 3);
+    json_decref(job);
+
+    /* The dataset is in use. */
+    char sha[65];
+    assert_int_equal(store_dataset_delete(f->st, "tn_a", "ds_j", sha, &err), TY_ECONFLICT);
+    assert_non_null(strstr(err.msg, "job_1"));
+
+    char id[TY_ID_MAX];
+    assert_int_equal(store_job_next_queued(f->st, id, &err), TY_OK);
+    assert_string_equal(id, "job_1");
+    assert_int_equal(store_job_start(f->st, "job_1", &err), TY_OK);
+    assert_int_equal(store_job_start(f->st, "job_1", &err), TY_ECONFLICT);
+    assert_int_equal(store_job_next_queued(f->st, id, &err), TY_ENOTFOUND);
+
+    json_t *m = json_pack("{s:i, s:f}", "epoch", 1, "train_loss", 0.5);
+    assert_int_equal(store_job_epoch(f->st, "job_1", 1, m, &err), TY_OK);
+    json_decref(m);
+    m = json_pack("{s:i, s:f}", "epoch", 1, "train_loss", 0.4);  /* a resumed epoch */
+    assert_int_equal(store_job_epoch(f->st, "job_1", 1, m, &err), TY_OK);
+    json_decref(m);
+    json_t *epochs;
+    assert_int_equal(store_job_epochs(f->st, "tn_a", "job_1", &epochs, &err), TY_OK);
+    assert_int_equal(json_array_size(epochs), 1);
+    assert_true(json_real_value(json_object_get(json_array_get(epochs, 0), "train_loss")) < 0.45);
+    json_decref(epochs);
+    assert_int_equal(store_job_epochs(f->st, "tn_b", "job_1", &epochs, &err), TY_ENOTFOUND);
+
+    /* A crash: running jobs go back to the queue. */
+    int64_t n = 0;
+    assert_int_equal(store_job_requeue_running(f->st, &n, &err), TY_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(store_job_start(f->st, "job_1", &err), TY_OK);
+    assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
+    assert_int_equal(json_integer_value(json_object_get(job, "attempts")), 2);
+    json_decref(job);
+
+    json_t *mdoc = json_pack("{s:s, s:s}", "id", "mdl_1", "created_at", "2026-01-01T00:00:00.000Z");
+    assert_int_equal(store_job_succeed(f->st, "job_1", "mdl_1", "msha", 99, mdoc, &err), TY_OK);
+    json_decref(mdoc);
+    assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
+    assert_string_equal(json_string_value(json_object_get(job, "status")), "succeeded");
+    assert_string_equal(json_string_value(json_object_get(job, "model")), "mdl_1");
+    json_decref(job);
+    int running;
+    assert_int_equal(store_job_request_cancel(f->st, "tn_a", "job_1", &running, &err),
+                     TY_ECONFLICT);
+    json_t *model;
+    assert_int_equal(store_model_get(f->st, "tn_a", "mdl_1", &model, sha, &err), TY_OK);
+    assert_string_equal(sha, "msha");
+    json_decref(model);
+    assert_int_equal(store_model_get(f->st, "tn_b", "mdl_1", &model, sha, &err), TY_ENOTFOUND);
+    json_decref(v);
+    json_decref(spec);
+    json_decref(hp);
+}
+
+static void test_cancel_queued_and_finish(void **state)
+{
+    fixture *f = *state;
+    ty_err err;
+    json_t *o = json_object();
+    assert_int_equal(store_job_insert(f->st, "tn_a", "job_q", "q", "ds_x", o, o, o, &err), TY_OK);
+    int running = -1;
+    assert_int_equal(store_job_request_cancel(f->st, "tn_b", "job_q", &running, &err), TY_ENOTFOUND);
+    assert_int_equal(store_job_request_cancel(f->st, "tn_a", "job_q", &running, &err), TY_OK);
+    assert_int_equal(running, 0);
+    int changed = -1;
+    assert_int_equal(store_job_finish(f->st, "job_q", JOB_FAILED, "x", &changed, &err), TY_OK);
+    assert_int_equal(changed, 0); /* already finished */
+    json_t *job;
+    assert_int_equal(store_job_get(f->st, "tn_a", "job_q", &job, &err), TY_OK);
+    assert_string_equal(json_string_value(json_object_get(job, "status")), "cancelled");
+    json_decref(job);
+    json_decref(o);
+}
+
+static void test_reopen_keeps_data(void **state)
+{
+    fixture *f = *state;
+    ty_err err;
+    json_t *d = ds_doc("ds_keep");
+    assert_int_equal(store_dataset_insert(f->st, "tn_a", "ds_keep", "k", 1, d, &err), TY_OK);
+    json_decref(d);
+    store_close(f->st);
+    assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
+    assert_int_equal(store_schema_version(f->st), 1);
+    json_t *doc;
+    assert_int_equal(store_dataset_get(f->st, "tn_a", "ds_keep", &doc, NULL, &err), TY_OK);
+    json_decref(doc);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_migrated_and_keys, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_datasets_are_per_tenant_and_paginate, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_job_life_cycle, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_queued_and_finish, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
