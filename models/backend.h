@@ -48,9 +48,11 @@ typedef struct {
     float weight_decay;
     float momentum;           /* sgd */
     float beta1, beta2, eps;  /* adam */
+    float one_minus_beta1;    /* adam: 1 - beta1, rounded once from double */
+    float one_minus_beta2;    /* as torch passes value=1-beta2 */
     float step_size;          /* adam: lr / (1 - beta1^t) */
     float bias_correction2_sqrt; /* adam: sqrt(1 - beta2^t) */
-} nn_optim_step;
+} nn_optim_args;
 
 typedef struct nn_backend {
     const char *name;
@@ -104,14 +106,14 @@ typedef struct nn_backend {
      * (buf may be NULL when momentum is 0); p -= lr * buf. The gradient is
      * consumed: grad is zeroed for the next accumulation. */
     void (*sgd)(float *param, float *grad, float *buf, size_t len,
-                const nn_optim_step *s);
+                const nn_optim_args *s);
 
     /* NN_OP_ADAM: one step as torch.optim.Adam (amsgrad off): g = grad + wd
      * * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps).
      * grad is zeroed. */
     void (*adam)(float *param, float *grad, float *m, float *v, size_t len,
-                 const nn_optim_step *s);
+                 const nn_optim_args *s);
 } nn_backend;
 
 /* The CPU reference backend (OpenBLAS GEMM, plain C elsewhere). */

@@ -229,7 +229,7 @@ static double cpu_mse(float *dpred, const float *pred, const float *target,
 }
 
 static void cpu_sgd(float *restrict param, float *restrict grad,
-                    float *restrict buf, size_t len, const nn_optim_step *s)
+                    float *restrict buf, size_t len, const nn_optim_args *s)
 {
     const float lr = s->lr, wd = s->weight_decay, mom = s->momentum;
     if (buf) {
@@ -250,10 +250,10 @@ static void cpu_sgd(float *restrict param, float *restrict grad,
 
 static void cpu_adam(float *restrict param, float *restrict grad,
                      float *restrict m, float *restrict v, size_t len,
-                     const nn_optim_step *s)
+                     const nn_optim_args *s)
 {
     const float b1 = s->beta1, b2 = s->beta2, wd = s->weight_decay;
-    const float one_b1 = 1.0f - b1, one_b2 = 1.0f - b2;
+    const float one_b1 = s->one_minus_beta1, one_b2 = s->one_minus_beta2;
     const float step = s->step_size, bc2 = s->bias_correction2_sqrt;
     const float eps = s->eps;
     for (size_t i = 0; i < len; i++) {
