@@ -1,0 +1,122 @@
+/*
+ * backend.h - the compute backend interface of the neural-network engine.
+ *
+ * A backend is a table of kernels (function pointers filled with designated
+ * initializers). Layers, losses and optimizers call only these, so a CUDA
+ * backend can implement the same table and the engine above it does not
+ * change. The CPU backend (backend_cpu.c) is the reference: every op has a
+ * plain-C definition there, and tests compare other backends with it.
+ *
+ * Conventions (as in llm.c): outputs first, then inputs, then sizes; every
+ * matrix is row-major; shapes are given in comments as (N, C) with N the
+ * batch. Kernels that produce parameter gradients accumulate (+=); kernels
+ * that produce activation gradients assign. Kernels never allocate and never
+ * fail: arguments are checked by the caller when the plan is built.
+ */
+#ifndef TY_BACKEND_H
+#define TY_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/rng.h"
+
+/* Every op a backend may implement. The name table in backend_cpu.c is
+ * guarded by a static_assert on NN_OP_COUNT. */
+typedef enum {
+    NN_OP_GEMM = 0,      /* C = alpha * op(A) op(B) + beta * C */
+    NN_OP_BIAS_ROWS,     /* broadcast a bias vector into every row */
+    NN_OP_BIAS_GRAD,     /* db += column sums of dout */
+    NN_OP_RELU,
+    NN_OP_TANH,
+    NN_OP_SIGMOID,
+    NN_OP_GELU,          /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
+    NN_OP_DROPOUT,       /* inverted dropout with a mask */
+    NN_OP_SOFTMAX_XENT,  /* softmax cross-entropy, mean over the batch */
+    NN_OP_MSE,           /* mean squared error over all elements */
+    NN_OP_SGD,           /* torch.optim.SGD step */
+    NN_OP_ADAM,          /* torch.optim.Adam step */
+    NN_OP_COUNT
+} nn_op;
+
+/* The op's name, e.g. "gelu"; "?" when out of range. */
+const char *nn_op_name(nn_op op);
+
+/* Hyperparameters of one optimizer step, resolved for this step. */
+typedef struct {
+    float lr;
+    float weight_decay;
+    float momentum;           /* sgd */
+    float beta1, beta2, eps;  /* adam */
+    float one_minus_beta1;    /* adam: 1 - beta1, rounded once from double */
+    float one_minus_beta2;    /* as torch passes value=1-beta2 */
+    float step_size;          /* adam: lr / (1 - beta1^t) */
+    float bias_correction2_sqrt; /* adam: sqrt(1 - beta2^t) */
+} nn_optim_args;
+
+typedef struct nn_backend {
+    const char *name;
+
+    /* 1 if this backend implements op. */
+    int (*supports)(nn_op op);
+
+    /* NN_OP_GEMM, row-major: C (m, n) = alpha * op(A) (m, k) * op(B) (k, n)
+     * + beta * C, where op(X) is X or its transpose per trans_*. */
+    void (*gemm)(float *c, const float *a, const float *b, int trans_a,
+                 int trans_b, int m, int n, int k, float alpha, float beta);
+
+    /* NN_OP_BIAS_ROWS: out (n, c) rows all set to bias (c). */
+    void (*bias_rows)(float *out, const float *bias, uint32_t n, uint32_t c);
+
+    /* NN_OP_BIAS_GRAD: db (c) += sum over rows of dout (n, c). */
+    void (*bias_grad)(float *db, const float *dout, uint32_t n, uint32_t c);
+
+    /* Elementwise activations (NN_OP_RELU .. NN_OP_GELU) over len values.
+     * backward gets both the forward input and output; each op reads the
+     * one it needs (relu, tanh, sigmoid: out; gelu: in). */
+    void (*act_forward)(nn_op op, float *out, const float *in, size_t len);
+    void (*act_backward)(nn_op op, float *din, const float *dout,
+                         const float *in, const float *out, size_t len);
+
+    /* NN_OP_DROPOUT: mask (len) gets 0 or 1/(1-rate) per value, drawn from
+     * rng; out = in * mask. backward: din = dout * mask. */
+    void (*dropout_forward)(float *out, float *mask, const float *in,
+                            size_t len, float rate, ty_rng *rng);
+    void (*dropout_backward)(float *din, const float *dout, const float *mask,
+                             size_t len);
+
+    /* NN_OP_SOFTMAX_XENT over logits (n, c) and labels (n) in [0, c).
+     * Returns the summed (not mean) loss in double; *correct gets the count
+     * of rows whose argmax is the label. With labels NULL only probs is
+     * computed (loss 0, dlogits must be NULL). dlogits (n, c), when not NULL, gets
+     * (softmax - onehot) * grad_scale (grad_scale = 1/batch for the mean).
+     * probs (n, c), when not NULL, gets the softmax. */
+    double (*softmax_xent)(float *dlogits, float *probs, uint32_t *correct,
+                           const float *logits, const int32_t *labels,
+                           uint32_t n, uint32_t c, float grad_scale);
+
+    /* NN_OP_MSE over pred and target (len). Returns the summed squared error
+     * in double; dpred (len), when not NULL, gets 2 (pred - target) *
+     * grad_scale (grad_scale = 1/len for the mean). */
+    double (*mse)(float *dpred, const float *pred, const float *target,
+                  size_t len, float grad_scale);
+
+    /* NN_OP_SGD: one step over len parameters, as torch.optim.SGD
+     * (dampening 0, no nesterov): g = grad + wd * p; buf = momentum * buf + g
+     * (buf may be NULL when momentum is 0); p -= lr * buf. The gradient is
+     * consumed: grad is zeroed for the next accumulation. */
+    void (*sgd)(float *param, float *grad, float *buf, size_t len,
+                const nn_optim_args *s);
+
+    /* NN_OP_ADAM: one step as torch.optim.Adam (amsgrad off): g = grad + wd
+     * * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+     * p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps).
+     * grad is zeroed. */
+    void (*adam)(float *param, float *grad, float *m, float *v, size_t len,
+                 const nn_optim_args *s);
+} nn_backend;
+
+/* The CPU reference backend (OpenBLAS GEMM, plain C elsewhere). */
+extern const nn_backend nn_backend_cpu;
+
+#endif

@@ -1,0 +1,319 @@
+/*
+ * layers.c - the layer kinds: what each reads from its spec, the shape and
+ * parameters it plans, its initial values, forward and backward.
+ *
+ * Each kind is one nn_layer_kind table; kinds[] maps the spec "type" to it.
+ * Forward and backward only call backend kernels, so they run unchanged on
+ * any backend. Errors from parse and plan name fields relative to the layer
+ * ("units"); nn_spec.c adds the layer's path and index.
+ */
+#include "models/nn_internal.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/jsonutil.h"
+
+uint64_t nn_shape_numel(const nn_shape *s)
+{
+    uint64_t n = 1;
+    for (uint32_t i = 0; i < s->ndim; i++)
+        n *= s->d[i];
+    return n;
+}
+
+void nn_shape_format(const nn_shape *s, char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (uint32_t i = 0; i < s->ndim && used < n; i++) {
+        int w = snprintf(buf + used, n - used, "%s%u", i ? ", " : "[", s->d[i]);
+        if (w < 0)
+            return;
+        used += (size_t)w;
+    }
+    if (used < n)
+        snprintf(buf + used, n - used, "]");
+}
+
+static void copy_rows(float *out, const float *in, const nn_layer *l,
+                      const nn_pass *p)
+{
+    if (out != in)
+        memcpy(out, in, (size_t)p->n * nn_shape_numel(&l->in) * sizeof *out);
+}
+
+/* ---- flatten: (C, H, W) -> (C*H*W); the buffer is reused as is. ---- */
+
+static const char *const flatten_keys[] = {"type", NULL};
+
+static ty_status flatten_plan(nn_layer *l, ty_err *err)
+{
+    l->out.ndim = 1;
+    l->out.d[0] = (uint32_t)nn_shape_numel(&l->in);
+    return TY_OK;
+}
+
+static const nn_layer_kind flatten_kind = {
+    .name = "flatten",
+    .keys = flatten_keys,
+    .alias = 1,
+    .plan = flatten_plan,
+};
+
+/* ---- dense: y (N, units) = x (N, in) W^T + b, W (units, in). ---- */
+
+static const char *const dense_keys[] = {"type", "units", "bias", NULL};
+
+static ty_status dense_parse(nn_layer *l, const json_t *obj, json_t *norm,
+                             ty_err *err)
+{
+    int64_t units;
+    int bias;
+    ty_status st = tyjson_get_int(obj, "units", "", 1, 1, 65536, 0, &units, err);
+    if (st != TY_OK)
+        return st;
+    if ((st = tyjson_get_bool(obj, "bias", "", 0, 1, &bias, err)) != TY_OK)
+        return st;
+    l->units = (uint32_t)units;
+    l->bias = bias;
+    json_object_set_new(norm, "units", json_integer(units));
+    json_object_set_new(norm, "bias", json_boolean(bias));
+    return TY_OK;
+}
+
+static ty_status dense_plan(nn_layer *l, ty_err *err)
+{
+    if (l->in.ndim != 1) {
+        char shape[96];
+        nn_shape_format(&l->in, shape, sizeof shape);
+        return ty_fail(err, TY_EINVAL, "",
+                       "its input has shape %s but dense needs a vector; add "
+                       "a {\"type\": \"flatten\"} layer before it",
+                       shape);
+    }
+    uint32_t in = l->in.d[0];
+    l->out.ndim = 1;
+    l->out.d[0] = l->units;
+    nn_tensor_desc *w = &l->tensors[0];
+    *w = (nn_tensor_desc){.suffix = "weight", .ndim = 2,
+                          .shape = {l->units, in},
+                          .numel = (uint64_t)l->units * in};
+    l->n_tensors = 1;
+    if (l->bias) {
+        l->tensors[1] = (nn_tensor_desc){.suffix = "bias", .ndim = 1,
+                                         .shape = {l->units},
+                                         .offset = w->numel,
+                                         .numel = l->units};
+        l->n_tensors = 2;
+    }
+    return TY_OK;
+}
+
+/* As PyTorch's nn.Linear: weight and bias uniform in +-1/sqrt(fan_in). */
+static void dense_init(const nn_layer *l, float *params, ty_rng *rng)
+{
+    float bound = 1.0f / sqrtf((float)l->in.d[0]);
+    for (uint32_t t = 0; t < l->n_tensors; t++) {
+        float *x = params + l->tensors[t].offset;
+        for (uint64_t i = 0; i < l->tensors[t].numel; i++)
+            x[i] = (2.0f * ty_rng_uniform(rng) - 1.0f) * bound;
+    }
+}
+
+static void dense_forward(const nn_layer *l, const nn_pass *p,
+                          const float *params, const float *in, float *out,
+                          float *scratch)
+{
+    const int n = (int)p->n, k = (int)l->in.d[0], units = (int)l->units;
+    const float *w = params;
+    /* The bias is broadcast first and the GEMM accumulates onto it: the bias
+     * add costs no extra pass over the output. */
+    if (l->bias)
+        p->be->bias_rows(out, params + l->tensors[1].offset, p->n, l->units);
+    p->be->gemm(out, in, w, 0, 1, n, units, k, 1.0f, l->bias ? 1.0f : 0.0f);
+}
+
+static void dense_backward(const nn_layer *l, const nn_pass *p,
+                           const float *params, float *grads, const float *in,
+                           const float *out, const float *dout, float *din,
+                           const float *scratch)
+{
+    const int n = (int)p->n, k = (int)l->in.d[0], units = (int)l->units;
+    /* dW (units, k) += dout^T (units, n) x (n, k) */
+    p->be->gemm(grads, dout, in, 1, 0, units, k, n, 1.0f, 1.0f);
+    if (l->bias)
+        p->be->bias_grad(grads + l->tensors[1].offset, dout, p->n, l->units);
+    /* dx (n, k) = dout (n, units) W (units, k) */
+    if (din)
+        p->be->gemm(din, dout, params, 0, 0, n, k, units, 1.0f, 0.0f);
+}
+
+static const nn_layer_kind dense_kind = {
+    .name = "dense",
+    .keys = dense_keys,
+    .parse = dense_parse,
+    .plan = dense_plan,
+    .init = dense_init,
+    .forward = dense_forward,
+    .backward = dense_backward,
+};
+
+/* ---- elementwise activations: shape unchanged. ---- */
+
+static const char *const act_keys[] = {"type", NULL};
+
+static ty_status same_shape_plan(nn_layer *l, ty_err *err)
+{
+    l->out = l->in;
+    return TY_OK;
+}
+
+static nn_op act_op(const nn_layer *l)
+{
+    switch (l->type) {
+    case NN_LAYER_TANH:
+        return NN_OP_TANH;
+    case NN_LAYER_SIGMOID:
+        return NN_OP_SIGMOID;
+    case NN_LAYER_GELU:
+        return NN_OP_GELU;
+    default:
+        return NN_OP_RELU;
+    }
+}
+
+static void act_forward(const nn_layer *l, const nn_pass *p,
+                        const float *params, const float *in, float *out,
+                        float *scratch)
+{
+    p->be->act_forward(act_op(l), out, in,
+                       (size_t)p->n * nn_shape_numel(&l->in));
+}
+
+static void act_backward(const nn_layer *l, const nn_pass *p,
+                         const float *params, float *grads, const float *in,
+                         const float *out, const float *dout, float *din,
+                         const float *scratch)
+{
+    if (din)
+        p->be->act_backward(act_op(l), din, dout, in, out,
+                            (size_t)p->n * nn_shape_numel(&l->in));
+}
+
+#define ACT_KIND(var, str)                                                    \
+    static const nn_layer_kind var = {                                        \
+        .name = str,                                                          \
+        .keys = act_keys,                                                     \
+        .plan = same_shape_plan,                                              \
+        .forward = act_forward,                                               \
+        .backward = act_backward,                                             \
+    }
+ACT_KIND(relu_kind, "relu");
+ACT_KIND(tanh_kind, "tanh");
+ACT_KIND(sigmoid_kind, "sigmoid");
+ACT_KIND(gelu_kind, "gelu");
+
+/* ---- dropout: inverted; the mask (scratch) holds 0 or 1/(1-rate). ---- */
+
+static const char *const dropout_keys[] = {"type", "rate", NULL};
+
+static ty_status dropout_parse(nn_layer *l, const json_t *obj, json_t *norm,
+                               ty_err *err)
+{
+    double rate;
+    ty_status st = tyjson_get_number(obj, "rate", "", 0, 0.0, 1.0, 0.5, &rate,
+                                     err);
+    if (st != TY_OK)
+        return st;
+    if (rate >= 1.0)
+        return ty_fail(err, TY_EINVAL, "rate",
+                       "rate must be at least 0 and below 1, got %g", rate);
+    l->rate = (float)rate;
+    json_object_set_new(norm, "rate", json_real(rate));
+    return TY_OK;
+}
+
+static ty_status dropout_plan(nn_layer *l, ty_err *err)
+{
+    l->out = l->in;
+    l->scratch_per_example = nn_shape_numel(&l->in);
+    return TY_OK;
+}
+
+static void dropout_forward(const nn_layer *l, const nn_pass *p,
+                            const float *params, const float *in, float *out,
+                            float *scratch)
+{
+    if (p->training && l->rate > 0.0f)
+        p->be->dropout_forward(out, scratch, in,
+                               (size_t)p->n * nn_shape_numel(&l->in), l->rate,
+                               p->rng);
+    else
+        copy_rows(out, in, l, p);
+}
+
+static void dropout_backward(const nn_layer *l, const nn_pass *p,
+                             const float *params, float *grads,
+                             const float *in, const float *out,
+                             const float *dout, float *din,
+                             const float *scratch)
+{
+    if (!din)
+        return;
+    if (l->rate > 0.0f)
+        p->be->dropout_backward(din, dout, scratch,
+                                (size_t)p->n * nn_shape_numel(&l->in));
+    else
+        copy_rows(din, dout, l, p);
+}
+
+static const nn_layer_kind dropout_kind = {
+    .name = "dropout",
+    .keys = dropout_keys,
+    .identity_in_eval = 1,
+    .parse = dropout_parse,
+    .plan = dropout_plan,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+};
+
+/* ---- the kind table ---- */
+
+static const nn_layer_kind *const kinds[] = {
+    [NN_LAYER_FLATTEN] = &flatten_kind,
+    [NN_LAYER_DENSE] = &dense_kind,
+    [NN_LAYER_RELU] = &relu_kind,
+    [NN_LAYER_TANH] = &tanh_kind,
+    [NN_LAYER_SIGMOID] = &sigmoid_kind,
+    [NN_LAYER_GELU] = &gelu_kind,
+    [NN_LAYER_DROPOUT] = &dropout_kind,
+};
+static_assert(TY_ARRAY_LEN(kinds) == NN_LAYER_KIND_COUNT,
+              "every nn_layer_type needs a kind");
+
+const nn_layer_kind *nn_layer_kind_find(const char *name, nn_layer_type *type)
+{
+    for (size_t i = 0; i < TY_ARRAY_LEN(kinds); i++)
+        if (!strcmp(kinds[i]->name, name)) {
+            if (type)
+                *type = (nn_layer_type)i;
+            return kinds[i];
+        }
+    return NULL;
+}
+
+void nn_layer_kind_list(char *buf, size_t n)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < TY_ARRAY_LEN(kinds) && used < n; i++) {
+        int w = snprintf(buf + used, n - used, "%s%s", i ? ", " : "",
+                         kinds[i]->name);
+        if (w < 0)
+            return;
+        used += (size_t)w;
+    }
+}

@@ -1,0 +1,540 @@
+/*
+ * nn_net.c - networks: workspaces, forward and backward passes, the loss,
+ * evaluation, prediction, and loading a trained model file.
+ *
+ * Memory: a network's parameters are one allocation (param_count floats); a
+ * workspace's float buffers are one allocation sized from the architecture
+ * and max_batch when it is created, so passes never allocate. A training
+ * workspace keeps every layer's output (backward reads them) plus two
+ * activation-gradient buffers used in turn; an inference workspace lets
+ * activations alternate between two buffers. Layers that move no data
+ * (flatten, and dropout outside training) share their input's buffer.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/nn_internal.h"
+#include "models/safetensors.h"
+
+struct nn_net {
+    nn_arch arch;
+    float *params;             /* param_count floats, one allocation */
+    nn_preproc pp;
+    json_t *meta;              /* parsed metadata, see nn_net_meta */
+};
+
+#define ALIGN_FLOATS 16u       /* 64-byte alignment of every region */
+
+static uint64_t round_up(uint64_t n) { return (n + ALIGN_FLOATS - 1) & ~(uint64_t)(ALIGN_FLOATS - 1); }
+
+nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
+                                      int training)
+{
+    if (max_batch == 0)
+        return NULL;
+    nn_workspace *ws = calloc(1, sizeof *ws);
+    if (!ws)
+        return NULL;
+    ws->arch = arch;
+    ws->max_batch = max_batch;
+    ws->training = training;
+    const uint64_t b = max_batch;
+    const uint64_t big = round_up(b * arch->max_numel);
+    /* First pass: offsets (in floats) of every region; second: pointers. */
+    uint64_t off_act[NN_MAX_LAYERS + 1], off_scratch[NN_MAX_LAYERS];
+    uint64_t total = 0, off_grad = 0, off_labels, off_targets;
+    if (training) {
+        off_act[0] = total;
+        total += round_up(b * nn_shape_numel(&arch->input));
+        for (uint32_t i = 0; i < arch->n_layers; i++) {
+            const nn_layer *l = &arch->layers[i];
+            if (l->kind->alias) {
+                off_act[i + 1] = off_act[i];
+            } else {
+                off_act[i + 1] = total;
+                total += round_up(b * nn_shape_numel(&l->out));
+            }
+            off_scratch[i] = total;
+            total += round_up(b * l->scratch_per_example);
+        }
+        off_grad = total;
+        total += 2 * big;
+    } else {
+        /* act[0] is region B; each layer writes the region it does not read. */
+        int which = 1;
+        off_act[0] = big;
+        for (uint32_t i = 0; i < arch->n_layers; i++) {
+            const nn_layer *l = &arch->layers[i];
+            if (l->kind->alias || l->kind->identity_in_eval) {
+                off_act[i + 1] = off_act[i];
+            } else {
+                which ^= 1;
+                off_act[i + 1] = which ? big : 0;
+            }
+            off_scratch[i] = 0;
+        }
+        total = 2 * big;
+    }
+    off_labels = total;
+    total += round_up(b);
+    off_targets = total;
+    total += round_up(b * arch->num_outputs);
+    if (total > SIZE_MAX / sizeof(float))
+        goto fail;
+    ws->mem = aligned_alloc(64, (size_t)total * sizeof(float));
+    if (!ws->mem)
+        goto fail;
+    for (uint32_t i = 0; i <= arch->n_layers; i++)
+        ws->act[i] = ws->mem + off_act[i];
+    for (uint32_t i = 0; training && i < arch->n_layers; i++)
+        ws->scratch[i] = ws->mem + off_scratch[i];
+    if (training) {
+        ws->grad[0] = ws->mem + off_grad;
+        ws->grad[1] = ws->mem + off_grad + big;
+    }
+    ws->labels = (int32_t *)(ws->mem + off_labels);
+    ws->targets = ws->mem + off_targets;
+    return ws;
+fail:
+    free(ws);
+    return NULL;
+}
+
+void nn_workspace_destroy(nn_workspace *ws)
+{
+    if (!ws)
+        return;
+    free(ws->mem);
+    free(ws);
+}
+
+uint32_t nn_workspace_max_batch(const nn_workspace *ws) { return ws->max_batch; }
+
+nn_workspace *nn_workspace_create(const nn_net *net, uint32_t max_batch)
+{
+    return nn_workspace_create_for(&net->arch, max_batch, 0);
+}
+
+const float *nn_forward(const nn_arch *arch, const float *params,
+                        nn_workspace *ws, uint32_t n, int training,
+                        ty_rng *rng)
+{
+    const nn_pass p = {.be = arch->be, .n = n, .training = training, .rng = rng};
+    for (uint32_t i = 0; i < arch->n_layers; i++) {
+        const nn_layer *l = &arch->layers[i];
+        if (l->kind->alias)
+            continue;
+        l->kind->forward(l, &p, params + l->param_offset, ws->act[i],
+                         ws->act[i + 1], ws->scratch[i]);
+    }
+    return ws->act[arch->n_layers];
+}
+
+double nn_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
+               const int32_t *labels, const float *values, uint32_t *correct,
+               int want_grad)
+{
+    const float *out = ws->act[arch->n_layers];
+    float *dout = want_grad ? ws->grad[0] : NULL;
+    const uint32_t c = arch->num_outputs;
+    if (arch->task == TY_TASK_CLASSIFICATION)
+        return arch->be->softmax_xent(dout, NULL, correct, out, labels, n, c,
+                                      1.0f / (float)n);
+    if (correct)
+        *correct = 0;
+    size_t len = (size_t)n * c;
+    return arch->be->mse(dout, out, values, len, 1.0f / (float)len);
+}
+
+void nn_backward(const nn_arch *arch, const float *params, float *grads,
+                 nn_workspace *ws, uint32_t n)
+{
+    const nn_pass p = {.be = arch->be, .n = n, .training = 1};
+    const float *dout = ws->grad[0];
+    int cur = 0;
+    for (uint32_t i = arch->n_layers; i-- > 0;) {
+        const nn_layer *l = &arch->layers[i];
+        if (l->kind->alias)
+            continue;
+        /* Only layers after the first one with parameters need the
+         * gradient of their input. */
+        float *din = i > arch->first_param_layer ? ws->grad[cur ^ 1] : NULL;
+        l->kind->backward(l, &p, params + l->param_offset,
+                          grads + l->param_offset, ws->act[i], ws->act[i + 1],
+                          dout, din, ws->scratch[i]);
+        if (!din)
+            break;
+        dout = din;
+        cur ^= 1;
+    }
+}
+
+ty_status nn_eval_examples(const nn_arch *arch, const float *params,
+                           const nn_preproc *pp, nn_workspace *ws,
+                           const ty_dataset *ds, const uint32_t *idx,
+                           uint32_t n, const int32_t *class_map, double *loss,
+                           double *accuracy, ty_err *err)
+{
+    const int cls = arch->task == TY_TASK_CLASSIFICATION;
+    if (ds->features != nn_shape_numel(&arch->input) || ds->task != arch->task)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the dataset (%s, %llu features) does not fit the model "
+                       "(%s, %llu features)",
+                       nn_task_str(ds->task), (unsigned long long)ds->features,
+                       nn_task_str(arch->task),
+                       (unsigned long long)nn_shape_numel(&arch->input));
+    if (!cls && ds->y_dim != arch->num_outputs)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the dataset has %u target values per example but the "
+                       "model predicts %u",
+                       ds->y_dim, arch->num_outputs);
+    if (n == 0)
+        return ty_fail(err, TY_EINVAL, NULL, "there are no examples to evaluate");
+    double sum = 0.0;
+    uint64_t hits = 0;
+    for (uint32_t first = 0; first < n; first += ws->max_batch) {
+        uint32_t m = n - first < ws->max_batch ? n - first : ws->max_batch;
+        for (uint32_t i = 0; i < m; i++) {
+            uint32_t row = idx ? idx[first + i] : first + i;
+            if (row >= ds->num_examples)
+                return ty_fail(err, TY_EINVAL, NULL,
+                               "example index %u is out of range", row);
+            if (cls) {
+                int32_t y = ds->y_class[row];
+                if (class_map && y >= 0 && (uint32_t)y < ds->num_classes)
+                    y = class_map[y];
+                else if (class_map)
+                    y = -1;
+                if (y < 0 || (uint32_t)y >= arch->num_outputs)
+                    return ty_fail(err, TY_EINVAL, NULL,
+                                   "example %u has a class the model does not "
+                                   "know",
+                                   row);
+                ws->labels[i] = y;
+            } else {
+                memcpy(ws->targets + (size_t)i * arch->num_outputs,
+                       ds->y_value + (size_t)row * ds->y_dim,
+                       arch->num_outputs * sizeof(float));
+            }
+        }
+        nn_preproc_gather(pp, ws->act[0], ds, idx, first, m);
+        nn_forward(arch, params, ws, m, 0, NULL);
+        uint32_t c = 0;
+        sum += nn_loss(arch, ws, m, ws->labels, ws->targets, &c, 0);
+        hits += c;
+    }
+    *loss = cls ? sum / n : sum / ((double)n * arch->num_outputs);
+    *accuracy = cls ? (double)hits / n : -1.0;
+    return TY_OK;
+}
+
+/* ---- trained networks ---- */
+
+const json_t *nn_net_meta(const nn_net *net) { return net->meta; }
+ty_task nn_net_task(const nn_net *net) { return net->arch.task; }
+uint64_t nn_net_input_features(const nn_net *net) { return nn_shape_numel(&net->arch.input); }
+uint32_t nn_net_num_outputs(const nn_net *net) { return net->arch.num_outputs; }
+uint64_t nn_net_param_count(const nn_net *net) { return net->arch.param_count; }
+
+void nn_net_destroy(nn_net *net)
+{
+    if (!net)
+        return;
+    nn_arch_free(&net->arch);
+    free(net->params);
+    nn_preproc_free(&net->pp);
+    json_decref(net->meta);
+    free(net);
+}
+
+ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
+                         uint32_t n, float *out, ty_err *err)
+{
+    if (!ws || ws->arch != &net->arch)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the workspace was not made for this network");
+    if (n > ws->max_batch)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "%u examples are more than the workspace holds (%u)", n,
+                       ws->max_batch);
+    if (n == 0)
+        return TY_OK;
+    const nn_arch *a = &net->arch;
+    nn_preproc_apply(&net->pp, ws->act[0], x, n);
+    const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
+    if (a->task == TY_TASK_CLASSIFICATION)
+        a->be->softmax_xent(NULL, out, NULL, y, NULL, n, a->num_outputs, 0.0f);
+    else
+        memcpy(out, y, (size_t)n * a->num_outputs * sizeof *out);
+    return TY_OK;
+}
+
+ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
+                          const int32_t *class_map, double *loss,
+                          double *accuracy, ty_err *err)
+{
+    uint32_t batch = ds->num_examples < 256 ? ds->num_examples : 256;
+    nn_workspace *ws = nn_workspace_create_for(&net->arch, batch ? batch : 1, 0);
+    if (!ws)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory evaluating");
+    ty_status st = nn_eval_examples(&net->arch, net->params, &net->pp, ws, ds,
+                                    NULL, ds->num_examples, class_map, loss,
+                                    accuracy, err);
+    nn_workspace_destroy(ws);
+    return st;
+}
+
+static json_t *shape_json(const nn_shape *s)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; a && i < s->ndim; i++)
+        json_array_append_new(a, json_integer(s->d[i]));
+    return a;
+}
+
+static int set_dump(json_t *meta, const char *key, const json_t *v)
+{
+    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    int rc = text ? json_object_set_new(meta, key, json_string(text)) : -1;
+    free(text);
+    return rc;
+}
+
+json_t *nn_model_metadata(const json_t *spec, ty_task task,
+                          const nn_shape *input, uint32_t num_outputs,
+                          const json_t *classes, const nn_preproc *pp)
+{
+    char num[16];
+    snprintf(num, sizeof num, "%u", num_outputs);
+    json_t *meta = json_pack("{s:s, s:s, s:s}", "trainyard.format", "1",
+                             "trainyard.task", nn_task_str(task),
+                             "trainyard.num_outputs", num);
+    json_t *shape = shape_json(input), *pre = nn_preproc_to_json(pp);
+    json_t *null = json_null();
+    int bad = !meta || set_dump(meta, "trainyard.spec", spec) ||
+              set_dump(meta, "trainyard.input_shape", shape) ||
+              set_dump(meta, "trainyard.classes", classes ? classes : null) ||
+              set_dump(meta, "trainyard.preprocess", pre);
+    json_decref(shape);
+    json_decref(pre);
+    if (bad) {
+        json_decref(meta);
+        return NULL;
+    }
+    return meta;
+}
+
+/* ---- loading ---- */
+
+static ty_status meta_json(const st_file *f, const char *key, json_t **out,
+                           ty_err *err)
+{
+    const char *text = st_meta(f, key);
+    if (!text)
+        return ty_fail(err, TY_EFORMAT, NULL, "the model has no %s metadata",
+                       key);
+    *out = json_loads(text, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
+    if (!*out)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "the model's %s metadata is not valid JSON", key);
+    return TY_OK;
+}
+
+static ty_status parse_input_shape(const json_t *a, nn_shape *s, ty_err *err)
+{
+    if (!json_is_array(a) || json_array_size(a) < 1 ||
+        json_array_size(a) > NN_MAX_DIMS)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "trainyard.input_shape must be an array of 1 to %d "
+                       "sizes",
+                       NN_MAX_DIMS);
+    s->ndim = (uint32_t)json_array_size(a);
+    for (uint32_t i = 0; i < s->ndim; i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+            json_integer_value(v) > TY_DS_MAX_FEATURES)
+            return ty_fail(err, TY_EFORMAT, NULL,
+                           "trainyard.input_shape[%u] must be a size from 1 to "
+                           "%u",
+                           i, TY_DS_MAX_FEATURES);
+        s->d[i] = (uint32_t)json_integer_value(v);
+    }
+    return TY_OK;
+}
+
+static ty_status parse_num_outputs(const char *s, uint32_t *out, ty_err *err)
+{
+    uint64_t v = 0;
+    size_t len = s ? strlen(s) : 0;
+    for (size_t i = 0; i < len && i < 12; i++)
+        v = s[i] >= '0' && s[i] <= '9' ? v * 10 + (uint64_t)(s[i] - '0')
+                                        : UINT64_MAX;
+    if (len == 0 || len > 10 || v == 0 || v > TY_DS_MAX_CLASSES ||
+        (len > 1 && s[0] == '0'))
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "trainyard.num_outputs must be a decimal number from 1 "
+                       "to %u",
+                       TY_DS_MAX_CLASSES);
+    *out = (uint32_t)v;
+    return TY_OK;
+}
+
+/* Reads and checks every metadata field, builds arch and pp. */
+static ty_status load_meta(nn_net *net, const st_file *f, ty_err *err)
+{
+    json_t *spec = NULL, *shape = NULL, *classes = NULL, *pre = NULL,
+           *normalized = NULL;
+    ty_status st;
+    const char *format = st_meta(f, "trainyard.format");
+    if (!format || strcmp(format, "1") != 0)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "not a trainyard model: trainyard.format must be \"1\"");
+    int task = nn_task_from_str(st_meta(f, "trainyard.task"));
+    if (task < 0)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "trainyard.task must be classification or regression");
+    uint32_t num_outputs = 0;
+    nn_shape input = {0};
+    if ((st = parse_num_outputs(st_meta(f, "trainyard.num_outputs"),
+                                &num_outputs, err)) != TY_OK ||
+        (st = meta_json(f, "trainyard.spec", &spec, err)) != TY_OK ||
+        (st = meta_json(f, "trainyard.input_shape", &shape, err)) != TY_OK ||
+        (st = parse_input_shape(shape, &input, err)) != TY_OK ||
+        (st = meta_json(f, "trainyard.classes", &classes, err)) != TY_OK ||
+        (st = meta_json(f, "trainyard.preprocess", &pre, err)) != TY_OK)
+        goto done;
+    if (!json_is_null(classes) &&
+        (!json_is_array(classes) || task != TY_TASK_CLASSIFICATION ||
+         json_array_size(classes) != num_outputs)) {
+        st = ty_fail(err, TY_EFORMAT, NULL,
+                     "trainyard.classes must be null or, for classification, "
+                     "an array of %u classes",
+                     num_outputs);
+        goto done;
+    }
+    st = nn_arch_build(spec, input.d, input.ndim, num_outputs, (ty_task)task,
+                       &net->arch, &normalized, err);
+    if (st != TY_OK) {
+        ty_err_prefix(err, "the model's spec does not fit its metadata");
+        st = TY_EFORMAT;
+        goto done;
+    }
+    if ((st = nn_preproc_from_json(&net->pp, pre, nn_shape_numel(&input),
+                                   err)) != TY_OK)
+        goto done;
+    net->meta = json_pack("{s:o, s:s, s:O, s:i, s:O, s:O}", "spec", normalized,
+                          "task", nn_task_str((ty_task)task), "input_shape",
+                          shape, "num_outputs", (json_int_t)num_outputs,
+                          "classes", classes, "preprocess", pre);
+    normalized = NULL;
+    if (!net->meta)
+        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
+done:
+    json_decref(spec);
+    json_decref(shape);
+    json_decref(classes);
+    json_decref(pre);
+    json_decref(normalized);
+    return st;
+}
+
+static int is_expected_tensor(const nn_arch *a, const char *name)
+{
+    for (uint32_t i = 0; i < a->n_layers; i++)
+        for (uint32_t t = 0; t < a->layers[i].n_tensors; t++) {
+            char want[64];
+            snprintf(want, sizeof want, "%u.%s", i, a->layers[i].tensors[t].suffix);
+            if (!strcmp(want, name))
+                return 1;
+        }
+    return 0;
+}
+
+static void format_dims(char *buf, size_t n, const uint64_t *d, uint32_t ndim)
+{
+    nn_shape s = {.ndim = ndim < NN_MAX_DIMS ? ndim : NN_MAX_DIMS};
+    for (uint32_t i = 0; i < s.ndim; i++)
+        s.d[i] = d[i] > UINT32_MAX ? UINT32_MAX : (uint32_t)d[i];
+    nn_shape_format(&s, buf, n);
+    if (ndim == 0)
+        snprintf(buf, n, "[]");
+}
+
+/* Copies every expected tensor, checking name, dtype and shape. Tensors the
+ * architecture does not expect are an error: a file with extra tensors was
+ * made for a different model, and loading it would silently drop weights. */
+static ty_status load_params(nn_net *net, const st_file *f, ty_err *err)
+{
+    const nn_arch *a = &net->arch;
+    for (uint32_t i = 0; i < a->n_layers; i++) {
+        const nn_layer *l = &a->layers[i];
+        for (uint32_t t = 0; t < l->n_tensors; t++) {
+            const nn_tensor_desc *d = &l->tensors[t];
+            char name[64];
+            snprintf(name, sizeof name, "%u.%s", i, d->suffix);
+            const st_tensor *st = st_find(f, name);
+            if (!st)
+                return ty_fail(err, TY_EFORMAT, NULL,
+                               "the model has no tensor '%s'", name);
+            int same = st->dtype == ST_F32 && st->ndim == d->ndim;
+            for (uint32_t k = 0; same && k < d->ndim; k++)
+                same = st->shape[k] == d->shape[k];
+            if (!same) {
+                uint64_t want_d[NN_MAX_DIMS];
+                for (uint32_t k = 0; k < d->ndim; k++)
+                    want_d[k] = d->shape[k];
+                char want[64], got[64];
+                format_dims(want, sizeof want, want_d, d->ndim);
+                format_dims(got, sizeof got, st->shape, st->ndim);
+                return ty_fail(err, TY_EFORMAT, NULL,
+                               "tensor '%s' must be F32 %s, got %s %s", name,
+                               want, st_dtype_name(st->dtype), got);
+            }
+            memcpy(net->params + l->param_offset + d->offset, st->data,
+                   d->numel * sizeof(float));
+        }
+    }
+    for (size_t i = 0; i < f->count; i++)
+        if (!is_expected_tensor(a, f->tensors[i].name))
+            return ty_fail(err, TY_EFORMAT, NULL,
+                           "the model has an unexpected tensor '%.64s'",
+                           f->tensors[i].name);
+    for (uint64_t i = 0; i < a->param_count; i++)
+        if (!isfinite(net->params[i]))
+            return ty_fail(err, TY_EFORMAT, NULL,
+                           "the model's parameters contain NaN or Inf");
+    return TY_OK;
+}
+
+ty_status nn_net_load(const char *path, nn_net **out, ty_err *err)
+{
+    *out = NULL;
+    st_file f;
+    ty_status st = st_open(path, &f, err);
+    if (st != TY_OK)
+        return st;
+    nn_net *net = calloc(1, sizeof *net);
+    if (!net) {
+        st_close(&f);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
+    }
+    if ((st = load_meta(net, &f, err)) != TY_OK)
+        goto fail;
+    net->params = malloc((net->arch.param_count ? net->arch.param_count : 1) *
+                         sizeof(float));
+    if (!net->params) {
+        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
+        goto fail;
+    }
+    if ((st = load_params(net, &f, err)) != TY_OK)
+        goto fail;
+    st_close(&f);
+    *out = net;
+    return TY_OK;
+fail:
+    st_close(&f);
+    nn_net_destroy(net);
+    return st;
+}

@@ -1,0 +1,84 @@
+/*
+ * optim.c - SGD and Adam steps (see optim.h). The per-step scalars (Adam's
+ * bias corrections) are computed in double, as PyTorch does in Python, and
+ * handed to the backend kernel as floats.
+ */
+#include "models/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
+                        uint64_t param_count, ty_err *err)
+{
+    memset(o, 0, sizeof *o);
+    o->kind = hp->optimizer;
+    o->lr = hp->learning_rate;
+    o->momentum = hp->momentum;
+    o->weight_decay = hp->weight_decay;
+    o->beta1 = hp->beta1;
+    o->beta2 = hp->beta2;
+    o->eps = hp->epsilon;
+    o->param_count = param_count;
+    if (o->kind == TRAIN_OPT_ADAM)
+        o->n_slots = 2;
+    else
+        o->n_slots = hp->momentum > 0.0 ? 1 : 0;
+    if (o->n_slots) {
+        o->state = calloc((size_t)o->n_slots * (param_count ? param_count : 1),
+                          sizeof(float));
+        if (!o->state) {
+            memset(o, 0, sizeof *o);
+            return ty_fail(err, TY_ENOMEM, NULL,
+                           "out of memory for the optimizer state");
+        }
+    }
+    return TY_OK;
+}
+
+void nn_optim_free(nn_optim *o)
+{
+    if (!o)
+        return;
+    free(o->state);
+    memset(o, 0, sizeof *o);
+}
+
+float *nn_optim_slot(const nn_optim *o, uint32_t k)
+{
+    return k < o->n_slots ? o->state + (size_t)k * o->param_count : NULL;
+}
+
+const char *nn_optim_slot_name(const nn_optim *o, uint32_t k)
+{
+    if (o->kind == TRAIN_OPT_ADAM)
+        return k == 0 ? "exp_avg" : "exp_avg_sq";
+    return "momentum_buffer";
+}
+
+void nn_optim_step(nn_optim *o, const nn_backend *be, float *params,
+                   float *grads)
+{
+    o->t++;
+    nn_optim_args s = {
+        .lr = (float)o->lr,
+        .weight_decay = (float)o->weight_decay,
+        .momentum = (float)o->momentum,
+        .beta1 = (float)o->beta1,
+        .beta2 = (float)o->beta2,
+        .eps = (float)o->eps,
+        .one_minus_beta1 = (float)(1.0 - o->beta1),
+        .one_minus_beta2 = (float)(1.0 - o->beta2),
+    };
+    if (o->kind == TRAIN_OPT_ADAM) {
+        double bc1 = 1.0 - pow(o->beta1, (double)o->t);
+        double bc2 = 1.0 - pow(o->beta2, (double)o->t);
+        s.step_size = (float)(o->lr / bc1);
+        s.bias_correction2_sqrt = (float)sqrt(bc2);
+        be->adam(params, grads, nn_optim_slot(o, 0), nn_optim_slot(o, 1),
+                 o->param_count, &s);
+    } else {
+        be->sgd(params, grads, nn_optim_slot(o, 0), o->param_count, &s);
+    }
+}

@@ -1,0 +1,379 @@
+/*
+ * train.c - the training loop (see train.h): set up a network from the job,
+ * resume from a checkpoint when one exists, run minibatch epochs with
+ * validation, report progress, checkpoint, and write the final model.
+ *
+ * Everything a step touches is allocated before the first step: the
+ * parameter and gradient blocks, the optimizer state, the workspace for
+ * batch_size examples and the epoch's index permutation. A step gathers its
+ * examples (converted to float and preprocessed on the fly) into the input
+ * buffer, runs forward, loss, backward and the optimizer, and allocates
+ * nothing.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "models/train_internal.h"
+
+/* OpenBLAS's thread control (declared here to keep cblas.h out). */
+void openblas_set_num_threads(int num_threads);
+
+#define PROGRESS_INTERVAL 0.25 /* seconds between on_progress calls */
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static ty_status check_dataset_targets(const ty_dataset *ds, const char *what,
+                                       ty_err *err)
+{
+    if (ds->task == TY_TASK_CLASSIFICATION && (!ds->y_class || !ds->num_classes))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the %s data has no class labels", what);
+    if (ds->task == TY_TASK_REGRESSION && (!ds->y_value || !ds->y_dim))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the %s data has no target values", what);
+    if (!ds->x || !ds->features)
+        return ty_fail(err, TY_EINVAL, NULL, "the %s data has no features",
+                       what);
+    return TY_OK;
+}
+
+/* Index range and labels of every training example, checked once so the
+ * steps need not. */
+static ty_status check_train_examples(const trainer *t, ty_err *err)
+{
+    const ty_dataset *ds = t->ds;
+    const uint32_t *idx = t->job->train_idx;
+    for (uint32_t i = 0; i < t->n_train; i++) {
+        uint32_t row = idx ? idx[i] : i;
+        if (row >= ds->num_examples)
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "training example index %u is out of range (%u "
+                           "examples)",
+                           row, ds->num_examples);
+        if (ds->task == TY_TASK_CLASSIFICATION &&
+            (ds->y_class[row] < 0 || (uint32_t)ds->y_class[row] >= ds->num_classes))
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "training example %u has class index %d, outside 0 "
+                           "to %u",
+                           row, ds->y_class[row], ds->num_classes - 1);
+    }
+    return TY_OK;
+}
+
+static ty_status check_extra_meta(const json_t *extra, ty_err *err)
+{
+    if (!extra)
+        return TY_OK;
+    if (!json_is_object(extra))
+        return ty_fail(err, TY_EINVAL, NULL, "extra metadata must be an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)extra, k, v) {
+        if (!json_is_string(v))
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "extra metadata value '%.64s' must be a string", k);
+    }
+    return TY_OK;
+}
+
+/* FNV-1a over the training indices: ties a checkpoint to its data split. */
+static uint64_t index_fingerprint(const uint32_t *idx, uint32_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t v = idx ? idx[i] : i;
+        for (int b = 0; b < 4; b++) {
+            h ^= (v >> (8 * b)) & 0xff;
+            h *= 0x100000001b3ull;
+        }
+    }
+    return h;
+}
+
+static json_t *run_identity(const trainer *t)
+{
+    const train_hparams *hp = t->hp;
+    char fp[24];
+    snprintf(fp, sizeof fp, "%016llx",
+             (unsigned long long)index_fingerprint(t->job->train_idx, t->n_train));
+    json_t *shape = json_array();
+    for (uint32_t i = 0; shape && i < t->arch.input.ndim; i++)
+        json_array_append_new(shape, json_integer(t->arch.input.d[i]));
+    /* Everything that shapes the trajectory; epochs may grow on resume. */
+    return json_pack("{s:O, s:s, s:o, s:I, s:I, s:s, s:{s:I, s:i, s:f, s:f, "
+                     "s:f, s:f, s:f, s:f, s:I}}",
+                     "spec", t->spec, "task", nn_task_str(t->arch.task),
+                     "input_shape", shape, "num_outputs",
+                     (json_int_t)t->arch.num_outputs, "n_train",
+                     (json_int_t)t->n_train, "train_indices", fp, "hparams",
+                     "batch_size", (json_int_t)hp->batch_size, "optimizer",
+                     (int)hp->optimizer, "learning_rate", hp->learning_rate,
+                     "momentum", hp->momentum, "weight_decay", hp->weight_decay,
+                     "beta1", hp->beta1, "beta2", hp->beta2, "epsilon",
+                     hp->epsilon, "seed", (json_int_t)hp->seed);
+}
+
+static void trainer_free(trainer *t)
+{
+    nn_arch_free(&t->arch);
+    json_decref(t->spec);
+    json_decref(t->identity);
+    free(t->params);
+    free(t->grads);
+    nn_optim_free(&t->opt);
+    nn_workspace_destroy(t->ws);
+    nn_preproc_free(&t->pp);
+    free(t->perm);
+}
+
+static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
+{
+    ty_status st;
+    memset(t, 0, sizeof *t);
+    if (!job || !job->hp || !job->spec || !job->train || !job->model_path)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a training job needs a spec, hyperparameters, training "
+                       "data and a model path");
+    t->job = job;
+    t->hp = job->hp;
+    t->ds = job->train;
+    t->n_train = job->train_idx ? job->n_train : job->train->num_examples;
+    const ty_dataset *ds = t->ds;
+    const train_hparams *hp = t->hp;
+    if (hp->epochs == 0 || hp->batch_size == 0)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "epochs and batch_size must be at least 1");
+    if ((st = check_dataset_targets(ds, "training", err)) != TY_OK)
+        return st;
+    if (t->n_train == 0)
+        return ty_fail(err, TY_EINVAL, NULL, "there are no training examples");
+    if ((st = check_train_examples(t, err)) != TY_OK ||
+        (st = check_extra_meta(job->extra_meta, err)) != TY_OK)
+        return st;
+    uint32_t outputs = ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes
+                                                          : ds->y_dim;
+    if ((st = nn_arch_build(job->spec, ds->shape, ds->ndim, outputs, ds->task,
+                            &t->arch, &t->spec, err)) != TY_OK)
+        return st;
+    if (job->val) {
+        const ty_dataset *v = job->val;
+        if ((st = check_dataset_targets(v, "validation", err)) != TY_OK)
+            return st;
+        if (v->features != ds->features || v->task != ds->task ||
+            (ds->task == TY_TASK_REGRESSION && v->y_dim != ds->y_dim))
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "the validation data does not have the training "
+                           "data's shape and task");
+    }
+
+    const uint64_t p = t->arch.param_count ? t->arch.param_count : 1;
+    uint32_t rows = hp->batch_size < t->n_train ? hp->batch_size : t->n_train;
+    t->params = malloc(p * sizeof(float));
+    t->grads = calloc(p, sizeof(float));
+    t->perm = malloc((size_t)t->n_train * sizeof *t->perm);
+    t->ws = nn_workspace_create_for(&t->arch, rows, 1);
+    if (!t->params || !t->grads || !t->perm || !t->ws)
+        return ty_fail(err, TY_ENOMEM, NULL,
+                       "out of memory for the network's buffers");
+    if ((st = nn_optim_init(&t->opt, hp, t->arch.param_count, err)) != TY_OK)
+        return st;
+    const char *pre = json_string_value(json_object_get(ds->meta, "preprocess"));
+    if ((st = nn_preproc_fit(&t->pp, pre, ds, job->train_idx, t->n_train,
+                             err)) != TY_OK)
+        return st;
+    t->steps_per_epoch = (t->n_train + (uint64_t)hp->batch_size - 1) /
+                         hp->batch_size;
+    if (!(t->identity = run_identity(t)))
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return TY_OK;
+}
+
+/* The epoch's example order; the dropout stream and sums start fresh unless
+ * a mid-epoch checkpoint restored them. */
+static void epoch_begin(trainer *t, uint32_t e)
+{
+    for (uint32_t i = 0; i < t->n_train; i++)
+        t->perm[i] = t->job->train_idx ? t->job->train_idx[i] : i;
+    ty_rng shuffle;
+    ty_rng_seed(&shuffle, t->hp->seed, TRAIN_STREAM_SHUFFLE(e));
+    ty_rng_shuffle_u32(&shuffle, t->perm, t->n_train);
+    if (t->epoch_step == 0) {
+        ty_rng_seed(&t->drop_rng, t->hp->seed, TRAIN_STREAM_DROPOUT(e));
+        t->loss_sum = 0.0;
+        t->hits = t->seen = 0;
+    }
+}
+
+/* One optimizer step on the examples perm[first, first + m). Returns the
+ * batch's summed per-example loss. */
+static double train_step(trainer *t, uint32_t first, uint32_t m,
+                         uint32_t *hits)
+{
+    const ty_dataset *ds = t->ds;
+    nn_workspace *ws = t->ws;
+    const uint32_t c = t->arch.num_outputs;
+    if (ds->task == TY_TASK_CLASSIFICATION) {
+        for (uint32_t i = 0; i < m; i++)
+            ws->labels[i] = ds->y_class[t->perm[first + i]];
+    } else {
+        for (uint32_t i = 0; i < m; i++)
+            memcpy(ws->targets + (size_t)i * c,
+                   ds->y_value + (size_t)t->perm[first + i] * ds->y_dim,
+                   c * sizeof(float));
+    }
+    nn_preproc_gather(&t->pp, ws->act[0], ds, t->perm, first, m);
+    nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
+    double sum = nn_loss(&t->arch, ws, m, ws->labels, ws->targets, hits, 1);
+    nn_backward(&t->arch, t->params, t->grads, ws, m);
+    nn_optim_step(&t->opt, t->arch.be, t->params, t->grads);
+    /* MSE sums over elements; per example is that over the outputs. */
+    return t->arch.task == TY_TASK_REGRESSION ? sum / c : sum;
+}
+
+static void report_progress(const trainer *t, uint32_t e, double rate)
+{
+    if (!t->job->cb.on_progress)
+        return;
+    uint64_t total = t->steps_per_epoch * t->hp->epochs;
+    train_progress p = {
+        .epoch = e + 1,
+        .epochs = t->hp->epochs,
+        .step = t->step,
+        .steps_per_epoch = t->steps_per_epoch,
+        .total_steps = total,
+        .fraction = total ? (double)t->step / (double)total : 1.0,
+        .loss = t->seen ? t->loss_sum / (double)t->seen : 0.0,
+        .samples_per_sec = rate,
+    };
+    t->job->cb.on_progress(t->job->cb.ctx, &p);
+}
+
+static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
+{
+    const train_job *job = t->job;
+    const uint32_t bs = t->hp->batch_size;
+    const double start = now_sec();
+    uint64_t session_seen = 0;
+
+    epoch_begin(t, e);
+    while (t->epoch_step < t->steps_per_epoch) {
+        if (job->stop && *job->stop)
+            return ty_fail(err, TY_ECANCELLED, NULL, "training was cancelled");
+        uint32_t first = (uint32_t)(t->epoch_step * bs);
+        uint32_t m = t->n_train - first < bs ? t->n_train - first : bs;
+        uint32_t hits = 0;
+        double sum = train_step(t, first, m, &hits);
+        if (!isfinite(sum))
+            return ty_fail(err, TY_EINVAL, "hyperparameters.learning_rate",
+                           "the training loss became %s at epoch %u, step %llu; "
+                           "try a lower learning_rate (now %g)",
+                           isnan(sum) ? "NaN" : "infinite", e + 1,
+                           (unsigned long long)t->step + 1,
+                           t->hp->learning_rate);
+        t->step++;
+        t->epoch_step++;
+        t->loss_sum += sum;
+        t->hits += hits;
+        t->seen += m;
+        session_seen += m;
+        uint32_t every = t->hp->checkpoint_every_steps;
+        if (every && t->step % every == 0 &&
+            t->epoch_step < t->steps_per_epoch && job->checkpoint_path) {
+            ty_status st = train_ckpt_save(t, err);
+            if (st != TY_OK)
+                return st;
+        }
+        /* The first step of a run (or resumed run) reports at once, the
+         * rest at most every PROGRESS_INTERVAL. */
+        double now = now_sec();
+        if (t->last_report < 0 || now - t->last_report >= PROGRESS_INTERVAL) {
+            report_progress(t, e, now > start ? (double)session_seen / (now - start)
+                                              : 0.0);
+            t->last_report = now;
+        }
+    }
+
+    double seconds = now_sec() - start;
+    train_epoch_metrics m = {
+        .epoch = e + 1,
+        .train_loss = t->loss_sum / (double)t->seen,
+        .train_accuracy = t->arch.task == TY_TASK_CLASSIFICATION
+                              ? (double)t->hits / (double)t->seen
+                              : -1.0,
+        .val_loss = -1.0,
+        .val_accuracy = -1.0,
+        .samples_per_sec = seconds > 0 ? (double)session_seen / seconds : 0.0,
+        .seconds = seconds,
+    };
+    if (job->val) {
+        uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;
+        if (n_val) {
+            ty_status st = nn_eval_examples(&t->arch, t->params, &t->pp, t->ws,
+                                            job->val, job->val_idx, n_val,
+                                            job->val_class_map, &m.val_loss,
+                                            &m.val_accuracy, err);
+            if (st != TY_OK) {
+                ty_err_prefix(err, "validation");
+                return st;
+            }
+        }
+    }
+    t->epoch_done = e + 1;
+    t->epoch_step = 0;
+    t->last = m;
+    t->have_last = 1;
+    if (job->checkpoint_path) {
+        ty_status st = train_ckpt_save(t, err);
+        if (st != TY_OK)
+            return st;
+    }
+    if (job->cb.on_epoch)
+        job->cb.on_epoch(job->cb.ctx, &m);
+    return TY_OK;
+}
+
+ty_status train_run(const train_job *job, train_epoch_metrics *final,
+                    ty_err *err)
+{
+    trainer t;
+    ty_status st = trainer_setup(&t, job, err);
+    if (st != TY_OK)
+        goto done;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    openblas_set_num_threads(job->threads > 0 ? job->threads
+                                              : (int)(cores > 0 ? cores : 1));
+    int resumed = 0;
+    t.last_report = -1.0;
+    if ((st = train_ckpt_resume(&t, &resumed, err)) != TY_OK)
+        goto done;
+    if (resumed) {
+        if (job->cb.on_resume)
+            job->cb.on_resume(job->cb.ctx, t.epoch_done, t.step);
+    } else {
+        ty_rng init;
+        ty_rng_seed(&init, t.hp->seed, TRAIN_STREAM_INIT);
+        nn_arch_init_params(&t.arch, t.params, &init);
+    }
+    for (uint32_t e = t.epoch_done; e < t.hp->epochs; e++)
+        if ((st = run_epoch(&t, e, err)) != TY_OK)
+            goto done;
+    if ((st = train_save_model(&t, err)) != TY_OK)
+        goto done;
+    if (final) {
+        memset(final, 0, sizeof *final);
+        if (t.have_last)
+            *final = t.last;
+    }
+done:
+    trainer_free(&t);
+    return st;
+}

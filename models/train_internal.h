@@ -1,0 +1,64 @@
+/*
+ * train_internal.h - the trainer's state, shared by the training loop
+ * (train.c) and checkpoints (train_checkpoint.c). Not a public API.
+ *
+ * Position in a run is (epoch_done, epoch_step): completed epochs and steps
+ * taken in the epoch in progress. Each epoch's order comes from a shuffle
+ * seeded by (seed, epoch) and its dropout masks from a stream seeded the
+ * same way, so a checkpoint only needs the parameters, the optimizer state,
+ * the position, the dropout stream's state and the epoch's running sums to
+ * continue exactly where it stopped, mid-epoch included.
+ */
+#ifndef TY_TRAIN_INTERNAL_H
+#define TY_TRAIN_INTERNAL_H
+
+#include "models/nn_internal.h"
+#include "models/optim.h"
+#include "models/train.h"
+
+/* Random streams derived from the user's seed. */
+#define TRAIN_STREAM_INIT 0x1417ull
+#define TRAIN_STREAM_SHUFFLE(e) (0x50ff1e00000000ull + (uint64_t)(e))
+#define TRAIN_STREAM_DROPOUT(e) (0xd60900000000ull + (uint64_t)(e))
+
+typedef struct {
+    const train_job *job;
+    const train_hparams *hp;
+    const ty_dataset *ds;      /* job->train */
+    uint32_t n_train;
+    nn_arch arch;
+    json_t *spec;              /* normalized, owned */
+    json_t *identity;          /* what a checkpoint must match, owned */
+    float *params, *grads;     /* param_count floats each */
+    nn_optim opt;
+    nn_workspace *ws;          /* training workspace, batch_size rows */
+    nn_preproc pp;
+    uint32_t *perm;            /* this epoch's order of training examples */
+    uint64_t steps_per_epoch;
+    /* position */
+    uint32_t epoch_done;
+    uint64_t step;             /* optimizer steps, whole run */
+    uint64_t epoch_step;
+    ty_rng drop_rng;
+    /* running sums of the epoch in progress */
+    double loss_sum;           /* per-example loss, summed */
+    uint64_t hits, seen;
+    train_epoch_metrics last;  /* of the last completed epoch */
+    int have_last;
+    double last_report;        /* CLOCK_MONOTONIC of the last on_progress */
+} trainer;
+
+/* Writes the checkpoint for the trainer's current position, atomically. */
+ty_status train_ckpt_save(const trainer *t, ty_err *err);
+
+/* Writes the final model (nn.h's format, extra metadata merged in) to
+ * job->model_path, atomically. */
+ty_status train_save_model(const trainer *t, ty_err *err);
+
+/* If job->checkpoint_path exists, restores parameters, optimizer state and
+ * position from it and sets *resumed. A checkpoint of another job is
+ * TY_EINVAL "checkpoint does not match this job"; a malformed one
+ * TY_EFORMAT. */
+ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err);
+
+#endif

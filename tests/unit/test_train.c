@@ -1,0 +1,790 @@
+/* test_train.c - the training loop on small synthetic datasets: it learns
+ * (classification and regression), reports, is deterministic, resumes
+ * bit-identically after an epoch or mid-epoch, refuses another job's
+ * checkpoint, stops on request and on a diverging loss, and applies its
+ * preprocessing identically at predict time. Also hyperparameter parsing and
+ * the train/validation split. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fsutil.h"
+#include "models/nn.h"
+#include "models/safetensors.h"
+#include "models/train.h"
+#include "synth_data.h"
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    snprintf(dir, sizeof dir, "/tmp/ty_train_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    fs_remove_tree(dir, NULL);
+    return 0;
+}
+
+static void path_in(char *buf, size_t n, const char *name)
+{
+    snprintf(buf, n, "%s/%s", dir, name);
+    unlink(buf);
+}
+
+typedef struct {
+    int epochs_seen, progress_calls, resumed;
+    uint32_t resume_epoch;
+    uint64_t resume_step;
+    uint32_t stop_after_epoch;  /* set *stop after this epoch (0: never) */
+    int stop_on_progress;       /* set *stop at the first progress report */
+    volatile sig_atomic_t *stop;
+    train_epoch_metrics first, last;
+    double last_fraction;
+} cb_state;
+
+static void on_progress(void *ctx, const train_progress *p)
+{
+    cb_state *c = ctx;
+    c->progress_calls++;
+    assert_true(p->fraction >= c->last_fraction && p->fraction <= 1.0);
+    assert_true(p->step >= 1 && p->step <= p->total_steps);
+    c->last_fraction = p->fraction;
+    if (c->stop_on_progress) {
+        *c->stop = 1;
+        c->stop_on_progress = 0;
+    }
+}
+
+static void on_epoch(void *ctx, const train_epoch_metrics *m)
+{
+    cb_state *c = ctx;
+    c->epochs_seen++;
+    if (c->epochs_seen == 1)
+        c->first = *m;
+    c->last = *m;
+    if (c->stop_after_epoch && m->epoch == c->stop_after_epoch)
+        *c->stop = 1;
+}
+
+static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
+{
+    cb_state *c = ctx;
+    c->resumed++;
+    c->resume_epoch = epoch;
+    c->resume_step = step;
+}
+
+static json_t *spec_of(const char *text)
+{
+    json_t *j = json_loads(text, 0, NULL);
+    assert_non_null(j);
+    return j;
+}
+
+static train_hparams hparams_of(const char *text)
+{
+    json_t *j = json_loads(text, 0, NULL);
+    assert_non_null(j);
+    train_hparams hp;
+    ty_err err;
+    assert_int_equal(train_hparams_parse(j, &hp, NULL, &err), TY_OK);
+    json_decref(j);
+    return hp;
+}
+
+static train_job job_of(const json_t *spec, const train_hparams *hp,
+                        const ty_dataset *ds, cb_state *cb,
+                        volatile sig_atomic_t *stop, const char *ckpt,
+                        const char *model)
+{
+    train_job j = {
+        .spec = spec, .hp = hp, .train = ds, .checkpoint_path = ckpt,
+        .model_path = model, .threads = 1, .stop = stop,
+        .cb = {.ctx = cb, .on_progress = on_progress, .on_epoch = on_epoch,
+               .on_resume = on_resume},
+    };
+    cb->stop = stop;
+    return j;
+}
+
+static void assert_files_equal(const char *a, const char *b)
+{
+    char *da, *db;
+    size_t la, lb;
+    assert_int_equal(fs_read_all(a, 1 << 24, &da, &la, NULL), TY_OK);
+    assert_int_equal(fs_read_all(b, 1 << 24, &db, &lb, NULL), TY_OK);
+    assert_int_equal(la, lb);
+    assert_memory_equal(da, db, la);
+    free(da);
+    free(db);
+}
+
+/* Same tensors (names, shapes, bytes) in two safetensors files; metadata
+ * may differ (checkpoints record wall-clock timings). */
+static void assert_tensors_equal(const char *a, const char *b)
+{
+    st_file fa, fb;
+    assert_int_equal(st_open(a, &fa, NULL), TY_OK);
+    assert_int_equal(st_open(b, &fb, NULL), TY_OK);
+    assert_int_equal(fa.count, fb.count);
+    for (size_t i = 0; i < fa.count; i++) {
+        const st_tensor *t = st_find(&fb, fa.tensors[i].name);
+        assert_non_null(t);
+        assert_int_equal(t->nbytes, fa.tensors[i].nbytes);
+        assert_memory_equal(t->data, fa.tensors[i].data, t->nbytes);
+    }
+    st_close(&fa);
+    st_close(&fb);
+}
+
+static const char *xor_spec =
+    "{\"layers\":[{\"type\":\"dense\",\"units\":32},{\"type\":\"tanh\"},"
+    "{\"type\":\"dense\",\"units\":2}]}";
+
+static void test_classification_learns(void **state)
+{
+    synth s;
+    synth_xor(&s, 1200, 1);
+    uint32_t *tr, *va, ntr, nva;
+    ty_err err;
+    assert_int_equal(train_split(1200, 0.25, 7, &tr, &ntr, &va, &nva, &err), TY_OK);
+    json_t *spec = spec_of(xor_spec);
+    train_hparams hp = hparams_of("{\"epochs\":30,\"batch_size\":32,"
+                                  "\"learning_rate\":0.01,\"seed\":3}");
+    char model[128], ckpt[128];
+    path_in(model, sizeof model, "xor.safetensors");
+    path_in(ckpt, sizeof ckpt, "xor.ckpt");
+    cb_state cb = {0};
+    volatile sig_atomic_t stop = 0;
+    train_job job = job_of(spec, &hp, &s.ds, &cb, &stop, ckpt, model);
+    job.train_idx = tr;
+    job.n_train = ntr;
+    job.val = &s.ds;
+    job.val_idx = va;
+    job.n_val = nva;
+    json_t *extra = json_pack("{s:s}", "trainyard.job_id", "job-1");
+    job.extra_meta = extra;
+    train_epoch_metrics fin;
+    ty_status st = train_run(&job, &fin, &err);
+    if (st != TY_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(cb.epochs_seen, 30);
+    assert_true(cb.progress_calls >= 1);
+    assert_int_equal(cb.resumed, 0);
+    assert_int_equal(fin.epoch, 30);
+    assert_true(cb.first.train_loss > 2.0 * fin.train_loss);
+    assert_true(fin.train_accuracy > 0.95);
+    assert_true(fin.val_accuracy > 0.95);
+    assert_true(fin.val_loss >= 0 && fin.val_loss < 0.3);
+    assert_true(fin.samples_per_sec > 0);
+
+    /* The saved model predicts what training measured. */
+    nn_net *net;
+    assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
+    assert_int_equal(nn_net_task(net), TY_TASK_CLASSIFICATION);
+    assert_int_equal(nn_net_num_outputs(net), 2);
+    assert_int_equal(nn_net_input_features(net), 4);
+    assert_int_equal(nn_net_param_count(net), 4 * 32 + 32 + 32 * 2 + 2);
+    const json_t *meta = nn_net_meta(net);
+    json_t *classes = json_pack("[s, s]", "same", "different");
+    assert_true(json_equal(json_object_get(meta, "classes"), classes));
+    json_decref(classes);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(meta, "preprocess"), "kind")),
+                        "standardize");
+    nn_workspace *ws = nn_workspace_create(net, 50);
+    assert_non_null(ws);
+    assert_int_equal(nn_workspace_max_batch(ws), 50);
+    float x[50 * 4], probs[50 * 2];
+    uint32_t hits = 0, total = 0;
+    for (uint32_t first = 0; first < nva; first += 50) {
+        uint32_t m = nva - first < 50 ? nva - first : 50;
+        for (uint32_t i = 0; i < m; i++)
+            memcpy(x + i * 4, (float *)s.x + (size_t)va[first + i] * 4,
+                   4 * sizeof(float));
+        assert_int_equal(nn_net_predict(net, ws, x, m, probs, &err), TY_OK);
+        for (uint32_t i = 0; i < m; i++) {
+            assert_float_equal(probs[2 * i] + probs[2 * i + 1], 1.0, 1e-6);
+            assert_true(probs[2 * i] >= 0 && probs[2 * i + 1] >= 0);
+            int pred = probs[2 * i + 1] > probs[2 * i];
+            hits += pred == s.y[va[first + i]];
+            total++;
+        }
+    }
+    assert_float_equal((double)hits / total, fin.val_accuracy, 1.5 / nva);
+    assert_int_equal(nn_net_predict(net, ws, x, 51, probs, &err), TY_EINVAL);
+    /* evaluate over the whole dataset matches predict over it */
+    double loss, acc;
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    uint32_t all_hits = 0;
+    for (uint32_t first = 0; first < 1200; first += 50) {
+        assert_int_equal(nn_net_predict(net, ws, (float *)s.x + first * 4, 50,
+                                        probs, &err),
+                         TY_OK);
+        for (uint32_t i = 0; i < 50; i++)
+            all_hits += (probs[2 * i + 1] > probs[2 * i]) == s.y[first + i];
+    }
+    assert_float_equal(acc, all_hits / 1200.0, 1.5 / 1200);
+    assert_true(acc > 0.95 && loss < 0.3);
+    nn_workspace_destroy(ws);
+    nn_net_destroy(net);
+
+    /* Extra metadata is merged; the engine's own keys stay. */
+    st_file f;
+    assert_int_equal(st_open(model, &f, &err), TY_OK);
+    assert_string_equal(st_meta(&f, "trainyard.job_id"), "job-1");
+    assert_string_equal(st_meta(&f, "trainyard.format"), "1");
+    assert_string_equal(st_meta(&f, "trainyard.task"), "classification");
+    assert_string_equal(st_meta(&f, "trainyard.input_shape"), "[4]");
+    assert_string_equal(st_meta(&f, "trainyard.num_outputs"), "2");
+    assert_int_equal(f.count, 4);
+    st_close(&f);
+
+    json_decref(extra);
+    json_decref(spec);
+    free(tr);
+    free(va);
+    synth_free(&s);
+}
+
+static void test_regression_learns(void **state)
+{
+    synth s;
+    synth_linear(&s, 512, 2);
+    json_t *spec = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":16},"
+                           "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":1}]}");
+    train_hparams hp = hparams_of("{\"epochs\":40,\"batch_size\":16,\"optimizer\":"
+                                  "\"sgd\",\"learning_rate\":0.02,\"momentum\":0.9,"
+                                  "\"seed\":11}");
+    char model[128];
+    path_in(model, sizeof model, "lin.safetensors");
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
+    train_epoch_metrics fin;
+    ty_err err;
+    ty_status st = train_run(&job, &fin, &err);
+    if (st != TY_OK)
+        fail_msg("%s", err.msg);
+    assert_true(cb.first.train_loss > 10.0 * fin.train_loss);
+    assert_true(fin.train_loss < 0.01);
+    assert_float_equal(fin.train_accuracy, -1.0, 0);
+    assert_float_equal(fin.val_loss, -1.0, 0);
+    nn_net *net;
+    assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
+    assert_true(json_is_null(json_object_get(nn_net_meta(net), "classes")));
+    double loss, acc;
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    assert_true(loss < 0.01);
+    assert_float_equal(acc, -1.0, 0);
+    nn_workspace *ws = nn_workspace_create(net, 4);
+    float x[3] = {0.5f, -0.5f, 0.2f}, y;
+    assert_int_equal(nn_net_predict(net, ws, x, 1, &y, &err), TY_OK);
+    assert_float_equal(y, 2 * 0.5 + 1.5 + 0.1 + 1, 0.15);
+    nn_workspace_destroy(ws);
+    nn_net_destroy(net);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static const char *dropout_spec =
+    "{\"layers\":[{\"type\":\"dense\",\"units\":16},{\"type\":\"gelu\"},"
+    "{\"type\":\"dropout\",\"rate\":0.2},{\"type\":\"dense\",\"units\":2}]}";
+
+static void run_ok(train_job *job, train_epoch_metrics *fin)
+{
+    ty_err err;
+    ty_status st = train_run(job, fin, &err);
+    if (st != TY_OK)
+        fail_msg("%s: %s", ty_status_name(st), err.msg);
+}
+
+static void test_deterministic(void **state)
+{
+    synth s;
+    synth_xor(&s, 300, 4);
+    json_t *spec = spec_of(dropout_spec);
+    train_hparams hp = hparams_of("{\"epochs\":3,\"batch_size\":32,\"seed\":99}");
+    char a[128], b[128], c[128];
+    path_in(a, sizeof a, "det_a.safetensors");
+    path_in(b, sizeof b, "det_b.safetensors");
+    path_in(c, sizeof c, "det_c.safetensors");
+    cb_state cb = {0};
+    train_epoch_metrics fa, fb;
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, a);
+    run_ok(&job, &fa);
+    job.model_path = b;
+    run_ok(&job, &fb);
+    assert_files_equal(a, b);
+    assert_memory_equal(&fa.train_loss, &fb.train_loss, sizeof(double));
+    /* Another seed gives other weights. */
+    train_hparams hp2 = hp;
+    hp2.seed = 100;
+    job.hp = &hp2;
+    job.model_path = c;
+    run_ok(&job, &fb);
+    assert_int_equal(fs_file_size(a), fs_file_size(c));
+    char *da, *dc;
+    size_t la, lc;
+    fs_read_all(a, 1 << 20, &da, &la, NULL);
+    fs_read_all(c, 1 << 20, &dc, &lc, NULL);
+    assert_memory_not_equal(da, dc, la);
+    free(da);
+    free(dc);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static void resume_case(const char *hp_text, uint32_t stop_after_epoch,
+                        int stop_on_progress, uint32_t want_epoch,
+                        uint64_t want_step)
+{
+    synth s;
+    synth_xor(&s, 300, 5);
+    json_t *spec = spec_of(dropout_spec);
+    train_hparams hp = hparams_of(hp_text);
+    char full[128], full_ckpt[128], part[128], part_ckpt[128];
+    path_in(full, sizeof full, "full.safetensors");
+    path_in(full_ckpt, sizeof full_ckpt, "full.ckpt");
+    path_in(part, sizeof part, "part.safetensors");
+    path_in(part_ckpt, sizeof part_ckpt, "part.ckpt");
+    train_epoch_metrics ff, fp;
+    cb_state cb = {0};
+    volatile sig_atomic_t stop = 0;
+    train_job job = job_of(spec, &hp, &s.ds, &cb, &stop, full_ckpt, full);
+    run_ok(&job, &ff);
+
+    cb_state cb2 = {.stop_after_epoch = stop_after_epoch,
+                    .stop_on_progress = stop_on_progress};
+    job = job_of(spec, &hp, &s.ds, &cb2, &stop, part_ckpt, part);
+    ty_err err;
+    assert_int_equal(train_run(&job, &fp, &err), TY_ECANCELLED);
+    assert_false(fs_exists(part));
+    assert_true(fs_exists(part_ckpt));
+    stop = 0;
+    cb_state cb3 = {0};
+    job = job_of(spec, &hp, &s.ds, &cb3, &stop, part_ckpt, part);
+    run_ok(&job, &fp);
+    assert_int_equal(cb3.resumed, 1);
+    assert_int_equal(cb3.resume_epoch, want_epoch);
+    assert_int_equal(cb3.resume_step, want_step);
+    assert_int_equal(cb3.epochs_seen, (int)(hp.epochs - want_epoch));
+    assert_files_equal(full, part);
+    assert_tensors_equal(full_ckpt, part_ckpt); /* optimizer state too */
+    assert_memory_equal(&ff.train_loss, &fp.train_loss, sizeof(double));
+    assert_memory_equal(&ff.val_loss, &fp.val_loss, sizeof(double));
+
+    /* Resuming a finished run writes the same model again. */
+    cb_state cb4 = {0};
+    job = job_of(spec, &hp, &s.ds, &cb4, &stop, part_ckpt, part);
+    run_ok(&job, &fp);
+    assert_int_equal(cb4.resume_epoch, hp.epochs);
+    assert_int_equal(cb4.epochs_seen, 0);
+    assert_int_equal(fp.epoch, hp.epochs);
+    assert_memory_equal(&ff.train_loss, &fp.train_loss, sizeof(double));
+    assert_files_equal(full, part);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static void test_resume_after_epoch(void **state)
+{
+    /* 300 examples / 32 = 10 steps an epoch; stop after epoch 2. */
+    resume_case("{\"epochs\":4,\"batch_size\":32,\"seed\":5}", 2, 0, 2, 20);
+}
+
+static void test_resume_mid_epoch(void **state)
+{
+    /* Checkpoint every step; stop at the first progress report (step 1). */
+    resume_case("{\"epochs\":2,\"batch_size\":32,\"seed\":6,"
+                "\"optimizer\":\"sgd\",\"momentum\":0.5,"
+                "\"checkpoint_every_steps\":1}",
+                0, 1, 0, 1);
+}
+
+static void test_checkpoint_of_another_job(void **state)
+{
+    synth s;
+    synth_xor(&s, 100, 6);
+    json_t *spec = spec_of(xor_spec);
+    json_t *other = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":8},"
+                            "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":2}]}");
+    train_hparams hp = hparams_of("{\"epochs\":1,\"seed\":1}");
+    char model[128], ckpt[128];
+    path_in(model, sizeof model, "m.safetensors");
+    path_in(ckpt, sizeof ckpt, "shared.ckpt");
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, ckpt, model);
+    run_ok(&job, NULL);
+    job.spec = other;
+    ty_err err;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "checkpoint does not match this job"));
+    /* Another seed is another job too. */
+    train_hparams hp2 = hp;
+    hp2.seed = 2;
+    job.spec = spec;
+    job.hp = &hp2;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    /* A model file is not a checkpoint. */
+    job.hp = &hp;
+    job.checkpoint_path = model;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    json_decref(spec);
+    json_decref(other);
+    synth_free(&s);
+}
+
+static void test_cancel(void **state)
+{
+    synth s;
+    synth_xor(&s, 100, 7);
+    json_t *spec = spec_of(xor_spec);
+    train_hparams hp = hparams_of("{\"epochs\":5,\"seed\":1}");
+    char model[128];
+    path_in(model, sizeof model, "cancel.safetensors");
+    cb_state cb = {0};
+    volatile sig_atomic_t stop = 1;
+    train_job job = job_of(spec, &hp, &s.ds, &cb, &stop, NULL, model);
+    ty_err err;
+    assert_int_equal(train_run(&job, NULL, &err), TY_ECANCELLED);
+    assert_int_equal(cb.epochs_seen, 0);
+    assert_false(fs_exists(model));
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static void test_diverging_loss(void **state)
+{
+    synth s;
+    synth_linear(&s, 64, 8);
+    for (uint32_t i = 0; i < 64; i++)
+        s.yv[i] *= 1e4f;
+    json_t *spec = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":8},"
+                           "{\"type\":\"dense\",\"units\":1}]}");
+    train_hparams hp = hparams_of("{\"epochs\":50,\"optimizer\":\"sgd\","
+                                  "\"learning_rate\":10,\"seed\":1}");
+    char model[128];
+    path_in(model, sizeof model, "nan.safetensors");
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
+    ty_err err;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_string_equal(err.field, "hyperparameters.learning_rate");
+    assert_non_null(strstr(err.msg, "lower learning_rate"));
+    assert_false(fs_exists(model));
+    json_decref(spec);
+    synth_free(&s);
+}
+
+/* Reads tensor name (F32) from a model file into out. */
+static void read_tensor(const char *path, const char *name, float *out,
+                        size_t n)
+{
+    st_file f;
+    assert_int_equal(st_open(path, &f, NULL), TY_OK);
+    const st_tensor *t = st_find(&f, name);
+    assert_non_null(t);
+    assert_int_equal(t->numel, n);
+    memcpy(out, t->data, n * sizeof(float));
+    st_close(&f);
+}
+
+/* softmax(W x + b) in double for a single dense layer with 2 outputs. */
+static void manual_probs(const float *w, const float *b, const double *x,
+                         uint32_t k, double *p)
+{
+    double z[2];
+    for (int o = 0; o < 2; o++) {
+        z[o] = b[o];
+        for (uint32_t j = 0; j < k; j++)
+            z[o] += (double)w[o * k + j] * x[j];
+    }
+    double m = fmax(z[0], z[1]);
+    double e0 = exp(z[0] - m), e1 = exp(z[1] - m);
+    p[0] = e0 / (e0 + e1);
+    p[1] = e1 / (e0 + e1);
+}
+
+static void test_scale_255_at_predict(void **state)
+{
+    synth s;
+    synth_images(&s, 400, 9);
+    json_t *spec = spec_of("{\"layers\":[{\"type\":\"flatten\"},"
+                           "{\"type\":\"dense\",\"units\":2}]}");
+    train_hparams hp = hparams_of("{\"epochs\":15,\"batch_size\":16,"
+                                  "\"learning_rate\":0.05,\"seed\":2}");
+    char model[128];
+    path_in(model, sizeof model, "img.safetensors");
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
+    train_epoch_metrics fin;
+    run_ok(&job, &fin);
+    assert_true(fin.train_accuracy > 0.9); /* linearly separable */
+    float w[2 * 16], b[2];
+    read_tensor(model, "1.weight", w, 32);
+    read_tensor(model, "1.bias", b, 2);
+    nn_net *net;
+    ty_err err;
+    assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
+    const json_t *pre = json_object_get(nn_net_meta(net), "preprocess");
+    assert_string_equal(json_string_value(json_object_get(pre, "kind")), "scale");
+    assert_float_equal(json_real_value(json_object_get(pre, "factor")),
+                       1.0 / 255.0, 1e-15);
+    json_t *classes = json_pack("[i, i]", 0, 1);
+    assert_true(json_equal(json_object_get(nn_net_meta(net), "classes"), classes));
+    json_decref(classes);
+    nn_workspace *ws = nn_workspace_create(net, 8);
+    float raw[8 * 16], probs[8 * 2];
+    for (int i = 0; i < 8 * 16; i++)
+        raw[i] = ((uint8_t *)s.x)[i];
+    assert_int_equal(nn_net_predict(net, ws, raw, 8, probs, &err), TY_OK);
+    for (int i = 0; i < 8; i++) {
+        double x[16], p[2];
+        for (int j = 0; j < 16; j++)
+            x[j] = raw[i * 16 + j] / 255.0;
+        manual_probs(w, b, x, 16, p);
+        assert_float_equal(probs[2 * i], p[0], 1e-5);
+        assert_float_equal(probs[2 * i + 1], p[1], 1e-5);
+    }
+    nn_workspace_destroy(ws);
+    nn_net_destroy(net);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static void test_standardize_from_training_examples(void **state)
+{
+    synth s;
+    synth_xor(&s, 200, 10);
+    /* Train on the first 150 examples only: statistics must come from them. */
+    uint32_t idx[150];
+    for (int i = 0; i < 150; i++)
+        idx[i] = (uint32_t)(i * 4 / 3); /* a spread-out subset */
+    json_t *spec = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":2}]}");
+    train_hparams hp = hparams_of("{\"epochs\":2,\"seed\":3}");
+    char model[128];
+    path_in(model, sizeof model, "std.safetensors");
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
+    job.train_idx = idx;
+    job.n_train = 150;
+    run_ok(&job, NULL);
+    nn_net *net;
+    ty_err err;
+    assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
+    const json_t *pre = json_object_get(nn_net_meta(net), "preprocess");
+    assert_string_equal(json_string_value(json_object_get(pre, "kind")),
+                        "standardize");
+    const float *x = s.x;
+    double mean[4] = {0}, var[4] = {0};
+    for (int i = 0; i < 150; i++)
+        for (int j = 0; j < 4; j++)
+            mean[j] += x[idx[i] * 4 + j] / 150.0;
+    for (int i = 0; i < 150; i++)
+        for (int j = 0; j < 4; j++)
+            var[j] += pow(x[idx[i] * 4 + j] - mean[j], 2) / 150.0;
+    float fmean[4], fstd[4];
+    for (int j = 0; j < 4; j++) {
+        double m = json_real_value(json_array_get(json_object_get(pre, "mean"), j));
+        double sd = json_real_value(json_array_get(json_object_get(pre, "std"), j));
+        assert_float_equal(m, mean[j], 1e-5 * fmax(1, fabs(mean[j])));
+        if (j == 3)
+            assert_float_equal(sd, 1.0, 0); /* constant feature */
+        else
+            assert_float_equal(sd, sqrt(var[j]), 1e-5 * sqrt(var[j]));
+        fmean[j] = (float)m;
+        fstd[j] = (float)sd;
+    }
+    float w[8], b[2];
+    read_tensor(model, "0.weight", w, 8);
+    read_tensor(model, "0.bias", b, 2);
+    nn_workspace *ws = nn_workspace_create(net, 5);
+    float probs[10];
+    assert_int_equal(nn_net_predict(net, ws, x + 190 * 4, 5, probs, &err), TY_OK);
+    for (int i = 0; i < 5; i++) {
+        double z[4], p[2];
+        for (int j = 0; j < 4; j++)
+            z[j] = (x[(190 + i) * 4 + j] - fmean[j]) / fstd[j];
+        manual_probs(w, b, z, 4, p);
+        assert_float_equal(probs[2 * i], p[0], 1e-5);
+        assert_float_equal(probs[2 * i + 1], p[1], 1e-5);
+    }
+    nn_workspace_destroy(ws);
+    nn_net_destroy(net);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static void test_job_errors(void **state)
+{
+    synth s;
+    synth_xor(&s, 50, 11);
+    json_t *bad = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":3}]}");
+    train_hparams hp = hparams_of("{\"epochs\":1,\"seed\":1}");
+    char model[128];
+    path_in(model, sizeof model, "err.safetensors");
+    cb_state cb = {0};
+    train_job job = job_of(bad, &hp, &s.ds, &cb, NULL, NULL, model);
+    ty_err err;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_string_equal(err.field, "model.layers[0].units");
+    json_t *spec = spec_of(xor_spec);
+    job.spec = spec;
+    uint32_t idx[2] = {3, 50};
+    job.train_idx = idx;
+    job.n_train = 2;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "out of range"));
+    job.train_idx = NULL;
+    s.y[7] = 2;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    s.y[7] = 0;
+    json_t *extra = json_pack("{s:i}", "n", 1);
+    job.extra_meta = extra;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    json_decref(extra);
+    assert_false(fs_exists(model));
+    json_decref(bad);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+/* ---- hyperparameters and split ---- */
+
+static void test_hparams_defaults(void **state)
+{
+    train_hparams hp;
+    json_t *norm;
+    ty_err err;
+    assert_int_equal(train_hparams_parse(NULL, &hp, &norm, &err), TY_OK);
+    assert_int_equal(hp.epochs, 10);
+    assert_int_equal(hp.batch_size, 64);
+    assert_int_equal(hp.optimizer, TRAIN_OPT_ADAM);
+    assert_float_equal(hp.learning_rate, 0.001, 0);
+    assert_float_equal(hp.beta1, 0.9, 0);
+    assert_float_equal(hp.beta2, 0.999, 0);
+    assert_float_equal(hp.epsilon, 1e-8, 0);
+    assert_float_equal(hp.weight_decay, 0, 0);
+    assert_int_equal(hp.checkpoint_every_steps, 0);
+    assert_true(hp.seed <= (1ull << 53));
+    /* The chosen seed is written out, so the run can be repeated. */
+    assert_int_equal(json_integer_value(json_object_get(norm, "seed")), hp.seed);
+    assert_string_equal(json_string_value(json_object_get(norm, "optimizer")), "adam");
+    assert_null(json_object_get(norm, "momentum"));
+    train_hparams again;
+    assert_int_equal(train_hparams_parse(norm, &again, NULL, &err), TY_OK);
+    assert_memory_equal(&hp, &again, sizeof hp);
+    json_decref(norm);
+
+    json_t *sgd = json_pack("{s:s}", "optimizer", "sgd");
+    assert_int_equal(train_hparams_parse(sgd, &hp, &norm, &err), TY_OK);
+    assert_float_equal(hp.learning_rate, 0.01, 0);
+    assert_float_equal(hp.momentum, 0, 0);
+    assert_non_null(json_object_get(norm, "momentum"));
+    assert_null(json_object_get(norm, "beta1"));
+    json_decref(norm);
+    json_decref(sgd);
+}
+
+static void expect_hp_error(const char *text, const char *field)
+{
+    json_t *j = json_loads(text, 0, NULL);
+    assert_non_null(j);
+    train_hparams hp;
+    ty_err err;
+    assert_int_equal(train_hparams_parse(j, &hp, NULL, &err), TY_EINVAL);
+    assert_string_equal(err.field, field);
+    json_decref(j);
+}
+
+static void test_hparams_errors(void **state)
+{
+    expect_hp_error("{\"epoch\":3}", "hyperparameters.epoch");
+    expect_hp_error("{\"epochs\":0}", "hyperparameters.epochs");
+    expect_hp_error("{\"epochs\":100001}", "hyperparameters.epochs");
+    expect_hp_error("{\"batch_size\":0}", "hyperparameters.batch_size");
+    expect_hp_error("{\"batch_size\":65537}", "hyperparameters.batch_size");
+    expect_hp_error("{\"optimizer\":\"rmsprop\"}", "hyperparameters.optimizer");
+    expect_hp_error("{\"learning_rate\":0}", "hyperparameters.learning_rate");
+    expect_hp_error("{\"learning_rate\":11}", "hyperparameters.learning_rate");
+    expect_hp_error("{\"momentum\":0.9}", "hyperparameters.momentum");
+    expect_hp_error("{\"optimizer\":\"sgd\",\"momentum\":1}",
+                    "hyperparameters.momentum");
+    expect_hp_error("{\"optimizer\":\"sgd\",\"beta1\":0.5}",
+                    "hyperparameters.beta1");
+    expect_hp_error("{\"beta2\":1.0}", "hyperparameters.beta2");
+    expect_hp_error("{\"epsilon\":0}", "hyperparameters.epsilon");
+    expect_hp_error("{\"weight_decay\":-1}", "hyperparameters.weight_decay");
+    expect_hp_error("{\"seed\":-1}", "hyperparameters.seed");
+    expect_hp_error("{\"seed\":9007199254740993}", "hyperparameters.seed");
+    expect_hp_error("{\"checkpoint_every_steps\":-5}",
+                    "hyperparameters.checkpoint_every_steps");
+}
+
+static void test_split(void **state)
+{
+    uint32_t *tr, *va, ntr, nva;
+    ty_err err;
+    assert_int_equal(train_split(1000, 0.2, 42, &tr, &ntr, &va, &nva, &err), TY_OK);
+    assert_int_equal(ntr, 800);
+    assert_int_equal(nva, 200);
+    uint8_t seen[1000] = {0};
+    for (uint32_t i = 0; i < ntr; i++)
+        seen[tr[i]]++;
+    for (uint32_t i = 0; i < nva; i++)
+        seen[va[i]]++;
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(seen[i], 1);
+    uint32_t *tr2, *va2, ntr2, nva2;
+    assert_int_equal(train_split(1000, 0.2, 42, &tr2, &ntr2, &va2, &nva2, &err),
+                     TY_OK);
+    assert_memory_equal(tr, tr2, ntr * sizeof *tr);
+    assert_memory_equal(va, va2, nva * sizeof *va);
+    free(tr2);
+    free(va2);
+    assert_int_equal(train_split(1000, 0.2, 43, &tr2, &ntr2, &va2, &nva2, &err),
+                     TY_OK);
+    assert_memory_not_equal(va, va2, nva * sizeof *va);
+    free(tr);
+    free(va);
+    free(tr2);
+    free(va2);
+    assert_int_equal(train_split(10, 0.0, 1, &tr, &ntr, &va, &nva, &err), TY_OK);
+    assert_int_equal(ntr, 10);
+    assert_int_equal(nva, 0);
+    assert_null(va);
+    free(tr);
+    assert_int_equal(train_split(1, 0.6, 1, &tr, &ntr, &va, &nva, &err), TY_EINVAL);
+    assert_int_equal(train_split(10, 1.0, 1, &tr, &ntr, &va, &nva, &err), TY_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_classification_learns),
+        cmocka_unit_test(test_regression_learns),
+        cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_resume_after_epoch),
+        cmocka_unit_test(test_resume_mid_epoch),
+        cmocka_unit_test(test_checkpoint_of_another_job),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_diverging_loss),
+        cmocka_unit_test(test_scale_255_at_predict),
+        cmocka_unit_test(test_standardize_from_training_examples),
+        cmocka_unit_test(test_job_errors),
+        cmocka_unit_test(test_hparams_defaults),
+        cmocka_unit_test(test_hparams_errors),
+        cmocka_unit_test(test_split),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
