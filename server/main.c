@@ -39,7 +39,7 @@ static void usage(FILE *f)
 static int cmd_version(void)
 {
     printf("trainyard %s\n", TRAINYARD_VERSION);
-    printf("backends: cpu (OpenBLAS %s)%s\n", openblas_get_config(),
+    printf("backends: cpu (%s)%s\n", openblas_get_config(),
            TRAINYARD_HAVE_CUDA ? ", cuda" : "");
     if (!TRAINYARD_HAVE_CUDA)
         printf("cuda: not built into this binary\n");

@@ -8,6 +8,8 @@ the accuracy, and fails below 0.88 (the published MLP baseline is 0.883).
 
     python3 tests/acceptance/fashion_mlp.py path/to/trainyard
 
+TY_SEED picks the training seed (default 1).
+
 Exit 77 (skipped) when the dataset package is not installed.
 """
 import json
@@ -100,6 +102,8 @@ def main():
               f"in {time.time() - t0:.1f} s")
 
         job = dict(JOB, dataset=train["id"])
+        job["hyperparameters"] = dict(JOB["hyperparameters"],
+                                      seed=int(os.environ.get("TY_SEED", "1")))
         status, doc = request(base, key, "POST", "/v1/jobs", json.dumps(job).encode())
         if status != 202:
             sys.exit(f"submit failed: {status} {doc}")

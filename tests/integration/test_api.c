@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <signal.h>
