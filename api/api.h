@@ -31,6 +31,22 @@ const json_t *api_json_object(http_req *r);
 /* The caller's tenant id. */
 const char *api_tenant(http_req *r);
 
+/* A store lister of the caller's resources (store_dataset_list, ...). */
+typedef ty_status (*api_list_fn)(store *st, const char *tenant_id,
+                                 store_page page, json_t **items,
+                                 int64_t *next_cursor, ty_err *err);
+/* A store getter of one of the caller's resources (store_dataset_get, ...). */
+typedef ty_status (*api_get_fn)(store *st, const char *tenant_id,
+                                const char *id, json_t **doc, char sha256[65],
+                                ty_err *err);
+
+/* GET of a list: reads the page parameters, replies with a page or the
+ * error. */
+void api_list(ty_app *app, http_req *r, api_list_fn list);
+
+/* GET of one resource named by the first path parameter. */
+void api_get(ty_app *app, http_req *r, api_get_fn get);
+
 /* ---- handlers ---- */
 void api_healthz(ty_app *app, http_req *r);
 void api_readyz(ty_app *app, http_req *r);

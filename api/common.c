@@ -76,3 +76,32 @@ const json_t *api_json_object(http_req *r)
 }
 
 const char *api_tenant(http_req *r) { return http_req_key(r)->tenant_id; }
+
+void api_list(ty_app *app, http_req *r, api_list_fn list)
+{
+    store_page page;
+    if (!api_page(r, &page))
+        return;
+    json_t *items;
+    int64_t next;
+    ty_err err = {0};
+    ty_status s = list(app->store, api_tenant(r), page, &items, &next, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    api_reply_list(r, items, next);
+}
+
+void api_get(ty_app *app, http_req *r, api_get_fn get)
+{
+    json_t *doc;
+    ty_err err = {0};
+    ty_status s = get(app->store, api_tenant(r), http_req_param(r, 0), &doc,
+                      NULL, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    http_reply_json(r, 200, doc);
+}

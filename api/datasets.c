@@ -302,32 +302,12 @@ fail:
 
 void api_datasets_list(ty_app *app, http_req *r)
 {
-    store_page page;
-    if (!api_page(r, &page))
-        return;
-    json_t *items;
-    int64_t next;
-    ty_err err = {0};
-    ty_status s = store_dataset_list(app->store, api_tenant(r), page, &items,
-                                     &next, &err);
-    if (s != TY_OK) {
-        http_reply_error(r, s, &err);
-        return;
-    }
-    api_reply_list(r, items, next);
+    api_list(app, r, store_dataset_list);
 }
 
 void api_datasets_get(ty_app *app, http_req *r)
 {
-    json_t *doc;
-    ty_err err = {0};
-    ty_status s = store_dataset_get(app->store, api_tenant(r),
-                                    http_req_param(r, 0), &doc, NULL, &err);
-    if (s != TY_OK) {
-        http_reply_error(r, s, &err);
-        return;
-    }
-    http_reply_json(r, 200, doc);
+    api_get(app, r, store_dataset_get);
 }
 
 void api_datasets_delete(ty_app *app, http_req *r)

@@ -245,6 +245,23 @@ static ty_status q_one(store *st, json_t **row, ty_err *err, const char *what,
     return TY_OK;
 }
 
+/* A query whose one row has one integer column named "n". */
+static ty_status q_int(store *st, int64_t *out, ty_err *err, const char *sql,
+                       const char *fmt, ...)
+{
+    json_t *rows = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&st->mu);
+    ty_status s = vq(st, &rows, NULL, 1, err, sql, fmt, ap);
+    pthread_mutex_unlock(&st->mu);
+    va_end(ap);
+    if (s == TY_OK)
+        *out = json_integer_value(json_object_get(json_array_get(rows, 0), "n"));
+    json_decref(rows);
+    return s;
+}
+
 static ty_status exec(store *st, const char *sql, ty_err *err)
 {
     char *msg = NULL;
@@ -377,14 +394,7 @@ ty_status store_ping(store *st, ty_err *err)
 
 ty_status store_key_count(store *st, int64_t *count, ty_err *err)
 {
-    pthread_mutex_lock(&st->mu);
-    json_t *rows;
-    ty_status s = q(st, &rows, NULL, err, "SELECT count(*) AS n FROM api_keys", "");
-    if (s == TY_OK)
-        *count = json_integer_value(json_object_get(json_array_get(rows, 0), "n"));
-    json_decref(rows);
-    pthread_mutex_unlock(&st->mu);
-    return s;
+    return q_int(st, count, err, "SELECT count(*) AS n FROM api_keys", "");
 }
 
 ty_status store_bootstrap_admin(store *st, const char *tenant_id,
@@ -569,18 +579,10 @@ ty_status store_dataset_delete(store *st, const char *tenant_id,
 ty_status store_tenant_dataset_bytes(store *st, const char *tenant_id,
                                      int64_t *bytes, ty_err *err)
 {
-    pthread_mutex_lock(&st->mu);
-    json_t *rows;
-    ty_status s = q(st, &rows, NULL, err,
-                    "SELECT coalesce(sum(bytes), 0) AS n FROM datasets "
-                    "WHERE tenant_id = ?",
-                    "s", tenant_id);
-    if (s == TY_OK)
-        *bytes = json_integer_value(
-            json_object_get(json_array_get(rows, 0), "n"));
-    json_decref(rows);
-    pthread_mutex_unlock(&st->mu);
-    return s;
+    return q_int(st, bytes, err,
+                 "SELECT coalesce(sum(bytes), 0) AS n FROM datasets "
+                 "WHERE tenant_id = ?",
+                 "s", tenant_id);
 }
 
 /* ---- jobs ---- */
@@ -896,16 +898,8 @@ ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
 ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
                           ty_err *err)
 {
-    pthread_mutex_lock(&st->mu);
-    json_t *rows;
-    ty_status s = q(st, &rows, NULL, err,
-                    "SELECT (SELECT count(*) FROM datasets WHERE sha256 = ?1) + "
-                    "(SELECT count(*) FROM models WHERE sha256 = ?1) AS n",
-                    "s", sha256);
-    if (s == TY_OK)
-        *refs = json_integer_value(
-            json_object_get(json_array_get(rows, 0), "n"));
-    json_decref(rows);
-    pthread_mutex_unlock(&st->mu);
-    return s;
+    return q_int(st, refs, err,
+                 "SELECT (SELECT count(*) FROM datasets WHERE sha256 = ?1) + "
+                 "(SELECT count(*) FROM models WHERE sha256 = ?1) AS n",
+                 "s", sha256);
 }
