@@ -2,6 +2,7 @@
 #include "server/fetch.h"
 
 #include <curl/curl.h>
+#include <signal.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -34,7 +35,17 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *ctx)
     return len;
 }
 
+static volatile sig_atomic_t aborting;
+
 void fetch_global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+void fetch_abort_all(void) { aborting = 1; }
+
+static int on_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow,
+                       curl_off_t ultotal, curl_off_t ulnow)
+{
+    return aborting ? 1 : 0;
+}
 
 int fetch_host_allowed(const char *url, const char *allow_hosts)
 {
@@ -100,6 +111,8 @@ ty_status fetch_url_to_file(const char *url, const char *path,
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_data);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, curl_err);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(c, CURLOPT_USERAGENT, "trainyard/" TRAINYARD_VERSION);
     CURLcode rc = curl_easy_perform(c);
     long code = 0;
@@ -112,6 +125,10 @@ ty_status fetch_url_to_file(const char *url, const char *path,
                      (unsigned long long)max_bytes);
     else if (s.write_failed)
         st = ty_fail(err, TY_EIO, NULL, "cannot write the download of %s",
+                     url);
+    else if (rc == CURLE_ABORTED_BY_CALLBACK)
+        st = ty_fail(err, TY_EFETCH, field,
+                     "fetching %s was stopped: the server is shutting down",
                      url);
     else if (rc == CURLE_OPERATION_TIMEDOUT)
         st = ty_fail(err, TY_EFETCH, field,

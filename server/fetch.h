@@ -15,6 +15,10 @@
 /* Call once at process start, before threads. */
 void fetch_global_init(void);
 
+/* Makes every fetch in progress, and any started later, fail at once (for
+ * shutdown). */
+void fetch_abort_all(void);
+
 /* Downloads url into path (created or truncated). allow_hosts is a
  * comma-separated list of host names the URL may name, or "*" for any; with a
  * list, redirects are not followed. field names the request field that held

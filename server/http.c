@@ -29,6 +29,7 @@
 #include "common/fsutil.h"
 #include "common/ids.h"
 #include "server/auth.h"
+#include "server/fetch.h"
 #include "server/log.h"
 #include "server/multipart.h"
 
@@ -833,6 +834,8 @@ void http_server_stop(ty_app *app)
     if (!app->daemon)
         return;
     MHD_socket fd = MHD_quiesce_daemon(app->daemon);
+    /* Requests in flight finish; a long URL fetch among them stops now. */
+    fetch_abort_all();
     MHD_stop_daemon(app->daemon);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
