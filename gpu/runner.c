@@ -132,17 +132,48 @@ done:
     return s;
 }
 
+extern char **environ;
+
+/* The worker's environment: ours, with OPENBLAS_NUM_THREADS=1 (the engine
+ * runs its own thread pool; OpenBLAS's would only compete with it) and
+ * TRAINYARD_DEVICE naming where the job runs. Built before fork, since the
+ * child may only make async-signal-safe calls. Caller frees the array. */
+static char **worker_env(void)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 3, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21) != 0 &&
+            strncmp(environ[i], "TRAINYARD_DEVICE=", 17) != 0)
+            env[k++] = environ[i];
+    env[k++] = "OPENBLAS_NUM_THREADS=1";
+    env[k++] = "TRAINYARD_DEVICE=cpu";
+    env[k] = NULL;
+    return env;
+}
+
 static ty_status spawn_worker(runner *r, worker *w, ty_err *err)
 {
+    char **env = worker_env();
+    if (!env)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) != 0)
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        free(env);
         return ty_fail(err, TY_EIO, NULL, "pipe: %s", strerror(errno));
+    }
     char log_path[PATH_MAX];
     snprintf(log_path, sizeof log_path, "%s/worker.log", w->dir);
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (log_fd < 0) {
         close(pipefd[0]);
         close(pipefd[1]);
+        free(env);
         return ty_fail(err, TY_EIO, NULL, "cannot open %s: %s", log_path,
                        strerror(errno));
     }
@@ -152,6 +183,7 @@ static ty_status spawn_worker(runner *r, worker *w, ty_err *err)
         close(pipefd[0]);
         close(pipefd[1]);
         close(log_fd);
+        free(env);
         return ty_fail(err, TY_EIO, NULL, "fork: %s", strerror(errno));
     }
     if (pid == 0) {
@@ -168,9 +200,10 @@ static ty_status spawn_worker(runner *r, worker *w, ty_err *err)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         char *argv[] = {"trainyard", "worker", "--job-dir", w->dir, NULL};
-        execv(r->app->self_exe, argv);
+        execve(r->app->self_exe, argv, env);
         _exit(127);
     }
+    free(env);
     close(pipefd[1]);
     close(log_fd);
     pthread_mutex_lock(&r->mu);
