@@ -121,7 +121,8 @@ const float *nn_forward(const nn_arch *arch, const float *params,
                         nn_workspace *ws, uint32_t n, int training,
                         ty_rng *rng)
 {
-    const nn_pass p = {.be = arch->be, .n = n, .training = training, .rng = rng};
+    const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n,
+                       .training = training, .rng = rng};
     for (uint32_t i = 0; i < arch->n_layers; i++) {
         const nn_layer *l = &arch->layers[i];
         if (l->kind->alias)
@@ -140,18 +141,18 @@ double nn_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
     float *dout = want_grad ? ws->grad[0] : NULL;
     const uint32_t c = arch->num_outputs;
     if (arch->task == TY_TASK_CLASSIFICATION)
-        return arch->be->softmax_xent(dout, NULL, correct, out, labels, n, c,
+        return arch->be->softmax_xent(ws->ex, dout, NULL, correct, out, labels, n, c,
                                       1.0f / (float)n);
     if (correct)
         *correct = 0;
     size_t len = (size_t)n * c;
-    return arch->be->mse(dout, out, values, len, 1.0f / (float)len);
+    return arch->be->mse(ws->ex, dout, out, values, len, 1.0f / (float)len);
 }
 
 void nn_backward(const nn_arch *arch, const float *params, float *grads,
                  nn_workspace *ws, uint32_t n)
 {
-    const nn_pass p = {.be = arch->be, .n = n, .training = 1};
+    const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n, .training = 1};
     const float *dout = ws->grad[0];
     int cur = 0;
     for (uint32_t i = arch->n_layers; i-- > 0;) {
@@ -265,7 +266,7 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
     nn_preproc_apply(&net->pp, ws->act[0], x, n);
     const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
     if (a->task == TY_TASK_CLASSIFICATION)
-        a->be->softmax_xent(NULL, out, NULL, y, NULL, n, a->num_outputs, 0.0f);
+        a->be->softmax_xent(ws->ex, NULL, out, NULL, y, NULL, n, a->num_outputs, 0.0f);
     else
         memcpy(out, y, (size_t)n * a->num_outputs * sizeof *out);
     return TY_OK;
