@@ -236,9 +236,10 @@ static void act_backward_serial(nn_op op, float *din, const float *dout,
     }
 }
 
-static void cpu_dropout_forward(const nn_exec *ex, float *restrict out, float *restrict mask,
-                                const float *restrict in, size_t len,
-                                float rate, ty_rng *rng)
+/* Serial: the mask consumes the random stream in order. */
+static void cpu_dropout_forward(const nn_exec *ex, float *restrict out,
+                                float *restrict mask, const float *restrict in,
+                                size_t len, float rate, ty_rng *rng)
 {
     float scale = 1.0f / (1.0f - rate);
     for (size_t i = 0; i < len; i++)
@@ -247,14 +248,16 @@ static void cpu_dropout_forward(const nn_exec *ex, float *restrict out, float *r
         out[i] = in[i] * mask[i];
 }
 
-static void dropout_backward_serial(float *restrict din, const float *restrict dout,
-                                 const float *restrict mask, size_t len)
+static void dropout_backward_serial(float *restrict din,
+                                    const float *restrict dout,
+                                    const float *restrict mask, size_t len)
 {
     for (size_t i = 0; i < len; i++)
         din[i] = dout[i] * mask[i];
 }
 
-static double cpu_softmax_xent(const nn_exec *ex, float *dlogits, float *probs, uint32_t *correct,
+static double cpu_softmax_xent(const nn_exec *ex, float *dlogits,
+                               float *probs, uint32_t *correct,
                                const float *logits, const int32_t *labels,
                                uint32_t n, uint32_t c, float grad_scale)
 {
@@ -305,8 +308,8 @@ static double cpu_softmax_xent(const nn_exec *ex, float *dlogits, float *probs, 
     return loss;
 }
 
-static double cpu_mse(const nn_exec *ex, float *dpred, const float *pred, const float *target,
-                      size_t len, float grad_scale)
+static double cpu_mse(const nn_exec *ex, float *dpred, const float *pred,
+                      const float *target, size_t len, float grad_scale)
 {
     double sum = 0.0;
     for (size_t i = 0; i < len; i++) {

@@ -27,7 +27,10 @@ struct nn_net {
 
 #define ALIGN_FLOATS 16u       /* 64-byte alignment of every region */
 
-static uint64_t round_up(uint64_t n) { return (n + ALIGN_FLOATS - 1) & ~(uint64_t)(ALIGN_FLOATS - 1); }
+static uint64_t round_up(uint64_t n)
+{
+    return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
+}
 
 nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
                                       int training)
@@ -235,9 +238,13 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
 
 const json_t *nn_net_meta(const nn_net *net) { return net->meta; }
 ty_task nn_net_task(const nn_net *net) { return net->arch.task; }
-uint64_t nn_net_input_features(const nn_net *net) { return nn_shape_numel(&net->arch.input); }
 uint32_t nn_net_num_outputs(const nn_net *net) { return net->arch.num_outputs; }
 uint64_t nn_net_param_count(const nn_net *net) { return net->arch.param_count; }
+
+uint64_t nn_net_input_features(const nn_net *net)
+{
+    return nn_shape_numel(&net->arch.input);
+}
 
 void nn_net_destroy(nn_net *net)
 {
