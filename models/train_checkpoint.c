@@ -328,6 +328,13 @@ ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err)
                      path);
         goto done;
     }
+    if (epoch > t->hp->epochs) {
+        st = ty_fail(err, TY_EINVAL, NULL,
+                     "checkpoint does not match this job: it has %llu epochs "
+                     "done and the job asks for %u",
+                     (unsigned long long)epoch, t->hp->epochs);
+        goto done;
+    }
     if ((st = restore_tensors(t, &f, err)) != TY_OK)
         goto done;
     t->epoch_done = (uint32_t)epoch;

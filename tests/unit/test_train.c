@@ -476,6 +476,14 @@ static void test_checkpoint_of_another_job(void **state)
     job.spec = spec;
     job.hp = &hp2;
     assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    /* Nor is a job that asks for fewer epochs than were done. */
+    train_hparams hp0 = hp;
+    hp0.epochs = 2;
+    job.hp = &hp0;
+    run_ok(&job, NULL);
+    job.hp = &hp;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "checkpoint does not match this job"));
     /* A model file is not a checkpoint. */
     job.hp = &hp;
     job.checkpoint_path = model;
