@@ -432,7 +432,7 @@ static ty_status load_meta(nn_net *net, const st_file *f, ty_err *err)
     if ((st = nn_preproc_from_json(&net->pp, pre, nn_shape_numel(&input),
                                    err)) != TY_OK)
         goto done;
-    net->meta = json_pack("{s:o, s:s, s:O, s:i, s:O, s:O}", "spec", normalized,
+    net->meta = json_pack("{s:o, s:s, s:O, s:I, s:O, s:O}", "spec", normalized,
                           "task", nn_task_str((ty_task)task), "input_shape",
                           shape, "num_outputs", (json_int_t)num_outputs,
                           "classes", classes, "preprocess", pre);
