@@ -12,6 +12,12 @@
  * batch. Kernels that produce parameter gradients accumulate (+=); kernels
  * that produce activation gradients assign. Kernels never allocate and never
  * fail: arguments are checked by the caller when the plan is built.
+ *
+ * Every kernel takes an execution context first (nn_exec; NULL runs on the
+ * calling thread alone). The CPU backend splits large kernels across the
+ * context's worker pool; a GPU backend keeps its stream and library handles
+ * there. Splits depend only on the thread count, so results are
+ * reproducible for a given count.
  */
 #ifndef TY_BACKEND_H
 #define TY_BACKEND_H
@@ -20,6 +26,7 @@
 #include <stdint.h>
 
 #include "common/rng.h"
+#include "models/pool.h"
 
 /* Every op a backend may implement. The name table in backend_cpu.c is
  * guarded by a static_assert on NN_OP_COUNT. */
@@ -54,6 +61,11 @@ typedef struct {
     float bias_correction2_sqrt; /* adam: sqrt(1 - beta2^t) */
 } nn_optim_args;
 
+/* Where kernels run; serves one calling thread at a time. */
+typedef struct {
+    nn_pool *pool;             /* CPU: worker threads, or NULL */
+} nn_exec;
+
 typedef struct nn_backend {
     const char *name;
 
@@ -62,61 +74,69 @@ typedef struct nn_backend {
 
     /* NN_OP_GEMM, row-major: C (m, n) = alpha * op(A) (m, k) * op(B) (k, n)
      * + beta * C, where op(X) is X or its transpose per trans_*. */
-    void (*gemm)(float *c, const float *a, const float *b, int trans_a,
-                 int trans_b, int m, int n, int k, float alpha, float beta);
+    void (*gemm)(const nn_exec *ex, float *c, const float *a, const float *b,
+                 int trans_a, int trans_b, int m, int n, int k, float alpha,
+                 float beta);
 
     /* NN_OP_BIAS_ROWS: out (n, c) rows all set to bias (c). */
-    void (*bias_rows)(float *out, const float *bias, uint32_t n, uint32_t c);
+    void (*bias_rows)(const nn_exec *ex, float *out, const float *bias,
+                      uint32_t n, uint32_t c);
 
     /* NN_OP_BIAS_GRAD: db (c) += sum over rows of dout (n, c). */
-    void (*bias_grad)(float *db, const float *dout, uint32_t n, uint32_t c);
+    void (*bias_grad)(const nn_exec *ex, float *db, const float *dout,
+                      uint32_t n, uint32_t c);
 
     /* Elementwise activations (NN_OP_RELU .. NN_OP_GELU) over len values.
      * backward gets both the forward input and output; each op reads the
      * one it needs (relu, tanh, sigmoid: out; gelu: in). */
-    void (*act_forward)(nn_op op, float *out, const float *in, size_t len);
-    void (*act_backward)(nn_op op, float *din, const float *dout,
-                         const float *in, const float *out, size_t len);
+    void (*act_forward)(const nn_exec *ex, nn_op op, float *out,
+                        const float *in, size_t len);
+    void (*act_backward)(const nn_exec *ex, nn_op op, float *din,
+                         const float *dout, const float *in, const float *out,
+                         size_t len);
 
     /* NN_OP_DROPOUT: mask (len) gets 0 or 1/(1-rate) per value, drawn from
-     * rng; out = in * mask. backward: din = dout * mask. */
-    void (*dropout_forward)(float *out, float *mask, const float *in,
-                            size_t len, float rate, ty_rng *rng);
-    void (*dropout_backward)(float *din, const float *dout, const float *mask,
-                             size_t len);
+     * rng in order; out = in * mask. backward: din = dout * mask. */
+    void (*dropout_forward)(const nn_exec *ex, float *out, float *mask,
+                            const float *in, size_t len, float rate,
+                            ty_rng *rng);
+    void (*dropout_backward)(const nn_exec *ex, float *din, const float *dout,
+                             const float *mask, size_t len);
 
     /* NN_OP_SOFTMAX_XENT over logits (n, c) and labels (n) in [0, c).
      * Returns the summed (not mean) loss in double; *correct gets the count
-     * of rows whose argmax is the label. With labels NULL only probs is
-     * computed (loss 0, dlogits must be NULL). dlogits (n, c), when not NULL, gets
-     * (softmax - onehot) * grad_scale (grad_scale = 1/batch for the mean).
-     * probs (n, c), when not NULL, gets the softmax. */
-    double (*softmax_xent)(float *dlogits, float *probs, uint32_t *correct,
-                           const float *logits, const int32_t *labels,
-                           uint32_t n, uint32_t c, float grad_scale);
+     * of rows whose argmax is the label. dlogits (n, c), when not NULL,
+     * gets (softmax - onehot) * grad_scale (grad_scale = 1/batch for the
+     * mean); probs (n, c), when not NULL, gets the softmax. With labels
+     * NULL only probs is computed (returns 0; dlogits must be NULL). */
+    double (*softmax_xent)(const nn_exec *ex, float *dlogits, float *probs,
+                           uint32_t *correct, const float *logits,
+                           const int32_t *labels, uint32_t n, uint32_t c,
+                           float grad_scale);
 
     /* NN_OP_MSE over pred and target (len). Returns the summed squared error
      * in double; dpred (len), when not NULL, gets 2 (pred - target) *
      * grad_scale (grad_scale = 1/len for the mean). */
-    double (*mse)(float *dpred, const float *pred, const float *target,
-                  size_t len, float grad_scale);
+    double (*mse)(const nn_exec *ex, float *dpred, const float *pred,
+                  const float *target, size_t len, float grad_scale);
 
     /* NN_OP_SGD: one step over len parameters, as torch.optim.SGD
      * (dampening 0, no nesterov): g = grad + wd * p; buf = momentum * buf + g
      * (buf may be NULL when momentum is 0); p -= lr * buf. The gradient is
      * consumed: grad is zeroed for the next accumulation. */
-    void (*sgd)(float *param, float *grad, float *buf, size_t len,
-                const nn_optim_args *s);
+    void (*sgd)(const nn_exec *ex, float *param, float *grad, float *buf,
+                size_t len, const nn_optim_args *s);
 
     /* NN_OP_ADAM: one step as torch.optim.Adam (amsgrad off): g = grad + wd
      * * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
      * p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps).
      * grad is zeroed. */
-    void (*adam)(float *param, float *grad, float *m, float *v, size_t len,
-                 const nn_optim_args *s);
+    void (*adam)(const nn_exec *ex, float *param, float *grad, float *m,
+                 float *v, size_t len, const nn_optim_args *s);
 } nn_backend;
 
-/* The CPU reference backend (OpenBLAS GEMM, plain C elsewhere). */
+/* The CPU reference backend (OpenBLAS GEMM on one thread per part, plain C
+ * elsewhere, split over nn_exec's pool). */
 extern const nn_backend nn_backend_cpu;
 
 #endif

@@ -3,9 +3,13 @@
  * other op in plain C written so the compiler can vectorize it (restrict
  * pointers, straight loops, no branches on the hot path where avoidable).
  *
- * Results depend only on the inputs and, for GEMM, on OpenBLAS's thread
- * count: no kernel here splits work by thread, so a run is bit-reproducible
- * for a fixed count.
+ * Parallelism comes from the execution context's worker pool, not from
+ * OpenBLAS's threads (which must be set to 1: its own threading was several
+ * times slower than one thread on these small GEMMs): a large GEMM is split
+ * into column (or row) blocks, elementwise kernels and optimizer steps into
+ * ranges. Every output element is computed by exactly one part, the same way
+ * for a given thread count, so runs are bit-reproducible for that count
+ * (elementwise results do not depend on it at all).
  */
 
 /* GCC 12's -O2 only vectorizes loops its "very cheap" model accepts; the
@@ -50,29 +54,110 @@ const char *nn_op_name(nn_op op)
 
 static int cpu_supports(nn_op op) { return (unsigned)op < NN_OP_COUNT; }
 
-static void cpu_gemm(float *c, const float *a, const float *b, int trans_a,
-                     int trans_b, int m, int n, int k, float alpha, float beta)
+/* Below these sizes a kernel runs on the calling thread: a split costs a
+ * few microseconds of hand-off. */
+#define PAR_MIN_MACS (1u << 18)
+#define PAR_MIN_ELEMS (1u << 15)
+#define PAR_ALIGN 16 /* floats: split points on 64-byte boundaries */
+
+static int parts_for(const nn_exec *ex, double work, double min_work)
 {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
-                trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    return ex && work >= min_work ? nn_pool_threads(ex->pool) : 1;
 }
 
-static void cpu_bias_rows(float *out, const float *bias, uint32_t n,
-                          uint32_t c)
+typedef struct {
+    float *c;
+    const float *a, *b;
+    int ta, tb, m, n, k;
+    float alpha, beta;
+    int split_n;               /* split C's columns, else its rows */
+} gemm_job;
+
+static void gemm_part(void *arg, int part, int parts)
 {
-    for (uint32_t i = 0; i < n; i++)
-        memcpy(out + (size_t)i * c, bias, (size_t)c * sizeof *out);
+    const gemm_job *g = arg;
+    const int lda = g->ta ? g->m : g->k, ldb = g->tb ? g->k : g->n;
+    size_t b, e;
+    if (g->split_n) {
+        nn_pool_range((size_t)g->n, part, parts, PAR_ALIGN, &b, &e);
+        if (e > b)
+            cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                        g->tb ? CblasTrans : CblasNoTrans, g->m, (int)(e - b),
+                        g->k, g->alpha, g->a, lda,
+                        g->b + (g->tb ? b * (size_t)g->k : b), ldb, g->beta,
+                        g->c + b, g->n);
+    } else {
+        nn_pool_range((size_t)g->m, part, parts, PAR_ALIGN, &b, &e);
+        if (e > b)
+            cblas_sgemm(CblasRowMajor, g->ta ? CblasTrans : CblasNoTrans,
+                        g->tb ? CblasTrans : CblasNoTrans, (int)(e - b), g->n,
+                        g->k, g->alpha, g->a + (g->ta ? b : b * (size_t)g->k),
+                        lda, g->b, ldb, g->beta, g->c + b * (size_t)g->n, g->n);
+    }
 }
 
-static void cpu_bias_grad(float *restrict db, const float *restrict dout,
+static void cpu_gemm(const nn_exec *ex, float *c, const float *a,
+                     const float *b, int trans_a, int trans_b, int m, int n,
+                     int k, float alpha, float beta)
+{
+    gemm_job g = {.c = c, .a = a, .b = b, .ta = trans_a, .tb = trans_b,
+                  .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+                  .split_n = n >= m};
+    int parts = parts_for(ex, (double)m * n * k, PAR_MIN_MACS);
+    if (parts == 1)
+        gemm_part(&g, 0, 1);
+    else
+        nn_pool_run(ex->pool, gemm_part, &g);
+}
+
+typedef struct {
+    float *out;
+    const float *in;
+    uint32_t n, c;
+} rows_job;
+
+static void bias_rows_part(void *arg, int part, int parts)
+{
+    const rows_job *j = arg;
+    size_t b, e;
+    nn_pool_range(j->n, part, parts, 1, &b, &e);
+    for (size_t i = b; i < e; i++)
+        memcpy(j->out + i * j->c, j->in, (size_t)j->c * sizeof *j->out);
+}
+
+static void cpu_bias_rows(const nn_exec *ex, float *out, const float *bias,
                           uint32_t n, uint32_t c)
 {
-    for (uint32_t i = 0; i < n; i++) {
-        const float *row = dout + (size_t)i * c;
-        for (uint32_t j = 0; j < c; j++)
-            db[j] += row[j];
+    rows_job j = {.out = out, .in = bias, .n = n, .c = c};
+    if (parts_for(ex, (double)n * c, PAR_MIN_ELEMS) == 1)
+        bias_rows_part(&j, 0, 1);
+    else
+        nn_pool_run(ex->pool, bias_rows_part, &j);
+}
+
+/* db[j0, j1) += column sums of dout over all rows: each column is summed in
+ * row order whatever the split. */
+static void bias_grad_part(void *arg, int part, int parts)
+{
+    const rows_job *j = arg;
+    size_t b, e;
+    nn_pool_range(j->c, part, parts, PAR_ALIGN, &b, &e);
+    float *restrict db = j->out;
+    for (uint32_t i = 0; i < j->n; i++) {
+        const float *restrict row = j->in + (size_t)i * j->c;
+        for (size_t k = b; k < e; k++)
+            db[k] += row[k];
     }
+}
+
+static void cpu_bias_grad(const nn_exec *ex, float *db, const float *dout,
+                          uint32_t n, uint32_t c)
+{
+    rows_job j = {.out = db, .in = dout, .n = n, .c = c};
+    if (parts_for(ex, (double)n * c, PAR_MIN_ELEMS) == 1)
+        bias_grad_part(&j, 0, 1);
+    else
+        nn_pool_run(ex->pool, bias_grad_part, &j);
 }
 
 #define GELU_RSQRT2 0.70710678118654752440f
@@ -91,7 +176,8 @@ static void relu_bwd(float *restrict din, const float *restrict dout,
         din[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
-static void cpu_act_forward(nn_op op, float *out, const float *in, size_t len)
+static void act_forward_serial(nn_op op, float *out, const float *in,
+                               size_t len)
 {
     switch (op) {
     case NN_OP_RELU:
@@ -122,8 +208,8 @@ static void cpu_act_forward(nn_op op, float *out, const float *in, size_t len)
     }
 }
 
-static void cpu_act_backward(nn_op op, float *din, const float *dout,
-                             const float *in, const float *out, size_t len)
+static void act_backward_serial(nn_op op, float *din, const float *dout,
+                                const float *in, const float *out, size_t len)
 {
     switch (op) {
     case NN_OP_RELU:
@@ -150,9 +236,10 @@ static void cpu_act_backward(nn_op op, float *din, const float *dout,
     }
 }
 
-static void cpu_dropout_forward(float *restrict out, float *restrict mask,
-                                const float *restrict in, size_t len,
-                                float rate, ty_rng *rng)
+/* Serial: the mask consumes the random stream in order. */
+static void cpu_dropout_forward(const nn_exec *ex, float *restrict out,
+                                float *restrict mask, const float *restrict in,
+                                size_t len, float rate, ty_rng *rng)
 {
     float scale = 1.0f / (1.0f - rate);
     for (size_t i = 0; i < len; i++)
@@ -161,14 +248,16 @@ static void cpu_dropout_forward(float *restrict out, float *restrict mask,
         out[i] = in[i] * mask[i];
 }
 
-static void cpu_dropout_backward(float *restrict din, const float *restrict dout,
-                                 const float *restrict mask, size_t len)
+static void dropout_backward_serial(float *restrict din,
+                                    const float *restrict dout,
+                                    const float *restrict mask, size_t len)
 {
     for (size_t i = 0; i < len; i++)
         din[i] = dout[i] * mask[i];
 }
 
-static double cpu_softmax_xent(float *dlogits, float *probs, uint32_t *correct,
+static double cpu_softmax_xent(const nn_exec *ex, float *dlogits,
+                               float *probs, uint32_t *correct,
                                const float *logits, const int32_t *labels,
                                uint32_t n, uint32_t c, float grad_scale)
 {
@@ -219,8 +308,8 @@ static double cpu_softmax_xent(float *dlogits, float *probs, uint32_t *correct,
     return loss;
 }
 
-static double cpu_mse(float *dpred, const float *pred, const float *target,
-                      size_t len, float grad_scale)
+static double cpu_mse(const nn_exec *ex, float *dpred, const float *pred,
+                      const float *target, size_t len, float grad_scale)
 {
     double sum = 0.0;
     for (size_t i = 0; i < len; i++) {
@@ -232,7 +321,7 @@ static double cpu_mse(float *dpred, const float *pred, const float *target,
     return sum;
 }
 
-static void cpu_sgd(float *restrict param, float *restrict grad,
+static void sgd_serial(float *restrict param, float *restrict grad,
                     float *restrict buf, size_t len, const nn_optim_args *s)
 {
     const float lr = s->lr, wd = s->weight_decay, mom = s->momentum;
@@ -313,7 +402,7 @@ ADAM_SIMD(adam_sse, "sse2", __m128, 4, _mm_set1_ps, _mm_loadu_ps,
           _mm_sqrt_ps, _mm_setzero_ps)
 #endif
 
-static void cpu_adam(float *restrict param, float *restrict grad,
+static void adam_serial(float *restrict param, float *restrict grad,
                      float *restrict m, float *restrict v, size_t len,
                      const nn_optim_args *s)
 {
@@ -327,6 +416,90 @@ static void cpu_adam(float *restrict param, float *restrict grad,
         done = adam_sse(param, grad, m, v, len, s);
 #endif
     adam_scalar(param, grad, m, v, done, len, s);
+}
+
+/* ---- splitting elementwise kernels and optimizer steps into ranges ---- */
+
+typedef struct {
+    nn_op op;
+    int backward;
+    size_t len;
+    float *o0, *o1, *o2, *o3;
+    const float *i0, *i1, *i2;
+    const nn_optim_args *s;
+} ew_job;
+
+#define AT(p, b) ((p) ? (p) + (b) : NULL)
+
+static void ew_part(void *arg, int part, int parts)
+{
+    const ew_job *j = arg;
+    size_t b, e;
+    nn_pool_range(j->len, part, parts, PAR_ALIGN, &b, &e);
+    if (e <= b)
+        return;
+    size_t n = e - b;
+    switch (j->op) {
+    case NN_OP_DROPOUT:
+        dropout_backward_serial(j->o0 + b, j->i0 + b, j->i1 + b, n);
+        break;
+    case NN_OP_SGD:
+        sgd_serial(j->o0 + b, j->o1 + b, AT(j->o2, b), n, j->s);
+        break;
+    case NN_OP_ADAM:
+        adam_serial(j->o0 + b, j->o1 + b, j->o2 + b, j->o3 + b, n, j->s);
+        break;
+    default:
+        if (j->backward)
+            act_backward_serial(j->op, j->o0 + b, j->i0 + b, AT(j->i1, b),
+                                AT(j->i2, b), n);
+        else
+            act_forward_serial(j->op, j->o0 + b, j->i0 + b, n);
+    }
+}
+
+static void ew_run(const nn_exec *ex, const ew_job *j)
+{
+    if (parts_for(ex, (double)j->len, PAR_MIN_ELEMS) == 1)
+        ew_part((void *)j, 0, 1);
+    else
+        nn_pool_run(ex->pool, ew_part, (void *)j);
+}
+
+static void cpu_act_forward(const nn_exec *ex, nn_op op, float *out,
+                            const float *in, size_t len)
+{
+    ew_run(ex, &(ew_job){.op = op, .len = len, .o0 = out, .i0 = in});
+}
+
+static void cpu_act_backward(const nn_exec *ex, nn_op op, float *din,
+                             const float *dout, const float *in,
+                             const float *out, size_t len)
+{
+    ew_run(ex, &(ew_job){.op = op, .backward = 1, .len = len, .o0 = din,
+                         .i0 = dout, .i1 = in, .i2 = out});
+}
+
+static void cpu_dropout_backward(const nn_exec *ex, float *din,
+                                 const float *dout, const float *mask,
+                                 size_t len)
+{
+    ew_run(ex, &(ew_job){.op = NN_OP_DROPOUT, .len = len, .o0 = din,
+                         .i0 = dout, .i1 = mask});
+}
+
+static void cpu_sgd(const nn_exec *ex, float *param, float *grad, float *buf,
+                    size_t len, const nn_optim_args *s)
+{
+    ew_run(ex, &(ew_job){.op = NN_OP_SGD, .len = len, .o0 = param, .o1 = grad,
+                         .o2 = buf, .s = s});
+}
+
+static void cpu_adam(const nn_exec *ex, float *param, float *grad, float *m,
+                     float *v, size_t len, const nn_optim_args *s)
+{
+    ew_run(ex, &(ew_job){.op = NN_OP_ADAM, .len = len, .o0 = param,
+                         .o1 = grad, .o2 = m, .o3 = v, .s = s});
 }
 
 const nn_backend nn_backend_cpu = {

@@ -132,8 +132,8 @@ static void dense_forward(const nn_layer *l, const nn_pass *p,
     /* The bias is broadcast first and the GEMM accumulates onto it: the bias
      * add costs no extra pass over the output. */
     if (l->bias)
-        p->be->bias_rows(out, params + l->tensors[1].offset, p->n, l->units);
-    p->be->gemm(out, in, w, 0, 1, n, units, k, 1.0f, l->bias ? 1.0f : 0.0f);
+        p->be->bias_rows(p->ex, out, params + l->tensors[1].offset, p->n, l->units);
+    p->be->gemm(p->ex, out, in, w, 0, 1, n, units, k, 1.0f, l->bias ? 1.0f : 0.0f);
 }
 
 static void dense_backward(const nn_layer *l, const nn_pass *p,
@@ -143,12 +143,12 @@ static void dense_backward(const nn_layer *l, const nn_pass *p,
 {
     const int n = (int)p->n, k = (int)l->in.d[0], units = (int)l->units;
     /* dW (units, k) += dout^T (units, n) x (n, k) */
-    p->be->gemm(grads, dout, in, 1, 0, units, k, n, 1.0f, 1.0f);
+    p->be->gemm(p->ex, grads, dout, in, 1, 0, units, k, n, 1.0f, 1.0f);
     if (l->bias)
-        p->be->bias_grad(grads + l->tensors[1].offset, dout, p->n, l->units);
+        p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, p->n, l->units);
     /* dx (n, k) = dout (n, units) W (units, k) */
     if (din)
-        p->be->gemm(din, dout, params, 0, 0, n, k, units, 1.0f, 0.0f);
+        p->be->gemm(p->ex, din, dout, params, 0, 0, n, k, units, 1.0f, 0.0f);
 }
 
 static const nn_layer_kind dense_kind = {
@@ -189,7 +189,7 @@ static void act_forward(const nn_layer *l, const nn_pass *p,
                         const float *params, const float *in, float *out,
                         float *scratch)
 {
-    p->be->act_forward(act_op(l), out, in,
+    p->be->act_forward(p->ex, act_op(l), out, in,
                        (size_t)p->n * nn_shape_numel(&l->in));
 }
 
@@ -199,7 +199,7 @@ static void act_backward(const nn_layer *l, const nn_pass *p,
                          const float *scratch)
 {
     if (din)
-        p->be->act_backward(act_op(l), din, dout, in, out,
+        p->be->act_backward(p->ex, act_op(l), din, dout, in, out,
                             (size_t)p->n * nn_shape_numel(&l->in));
 }
 
@@ -248,7 +248,7 @@ static void dropout_forward(const nn_layer *l, const nn_pass *p,
                             float *scratch)
 {
     if (p->training && l->rate > 0.0f)
-        p->be->dropout_forward(out, scratch, in,
+        p->be->dropout_forward(p->ex, out, scratch, in,
                                (size_t)p->n * nn_shape_numel(&l->in), l->rate,
                                p->rng);
     else
@@ -264,7 +264,7 @@ static void dropout_backward(const nn_layer *l, const nn_pass *p,
     if (!din)
         return;
     if (l->rate > 0.0f)
-        p->be->dropout_backward(din, dout, scratch,
+        p->be->dropout_backward(p->ex, din, dout, scratch,
                                 (size_t)p->n * nn_shape_numel(&l->in));
     else
         copy_rows(din, dout, l, p);

@@ -57,8 +57,9 @@ typedef struct nn_net nn_net;
 typedef struct nn_workspace nn_workspace;
 
 /* Loads a model safetensors file written by train_run (or shaped like one).
- * Fails with TY_EFORMAT naming what is wrong (missing tensor, wrong shape,
- * bad metadata), TY_EIO, TY_ENOMEM. */
+ * Fails with TY_EFORMAT naming what is wrong (missing tensor, wrong shape or
+ * a dtype other than F32, a tensor the spec does not have, NaN/Inf weights,
+ * bad metadata), TY_ENOTFOUND, TY_EIO, TY_ENOMEM. */
 ty_status nn_net_load(const char *path, nn_net **out, ty_err *err);
 void nn_net_destroy(nn_net *net);
 

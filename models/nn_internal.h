@@ -79,6 +79,7 @@ typedef struct {
 /* Everything a layer's forward/backward needs besides its buffers. */
 typedef struct {
     const nn_backend *be;
+    const nn_exec *ex;         /* where kernels run; NULL: this thread */
     uint32_t n;                /* rows in this batch */
     int training;              /* dropout active */
     ty_rng *rng;               /* dropout masks; training only */
@@ -182,6 +183,7 @@ struct nn_workspace {
     const nn_arch *arch;
     uint32_t max_batch;
     int training;              /* has backward buffers */
+    const nn_exec *ex;         /* borrowed; NULL runs kernels serially */
     float *mem;
     float *act[NN_MAX_LAYERS + 1];   /* act[0] input, act[i+1] layer i out */
     float *scratch[NN_MAX_LAYERS];   /* training: per-layer scratch */

@@ -27,7 +27,10 @@ struct nn_net {
 
 #define ALIGN_FLOATS 16u       /* 64-byte alignment of every region */
 
-static uint64_t round_up(uint64_t n) { return (n + ALIGN_FLOATS - 1) & ~(uint64_t)(ALIGN_FLOATS - 1); }
+static uint64_t round_up(uint64_t n)
+{
+    return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
+}
 
 nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
                                       int training)
@@ -121,7 +124,8 @@ const float *nn_forward(const nn_arch *arch, const float *params,
                         nn_workspace *ws, uint32_t n, int training,
                         ty_rng *rng)
 {
-    const nn_pass p = {.be = arch->be, .n = n, .training = training, .rng = rng};
+    const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n,
+                       .training = training, .rng = rng};
     for (uint32_t i = 0; i < arch->n_layers; i++) {
         const nn_layer *l = &arch->layers[i];
         if (l->kind->alias)
@@ -140,18 +144,18 @@ double nn_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
     float *dout = want_grad ? ws->grad[0] : NULL;
     const uint32_t c = arch->num_outputs;
     if (arch->task == TY_TASK_CLASSIFICATION)
-        return arch->be->softmax_xent(dout, NULL, correct, out, labels, n, c,
+        return arch->be->softmax_xent(ws->ex, dout, NULL, correct, out, labels, n, c,
                                       1.0f / (float)n);
     if (correct)
         *correct = 0;
     size_t len = (size_t)n * c;
-    return arch->be->mse(dout, out, values, len, 1.0f / (float)len);
+    return arch->be->mse(ws->ex, dout, out, values, len, 1.0f / (float)len);
 }
 
 void nn_backward(const nn_arch *arch, const float *params, float *grads,
                  nn_workspace *ws, uint32_t n)
 {
-    const nn_pass p = {.be = arch->be, .n = n, .training = 1};
+    const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n, .training = 1};
     const float *dout = ws->grad[0];
     int cur = 0;
     for (uint32_t i = arch->n_layers; i-- > 0;) {
@@ -234,9 +238,13 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
 
 const json_t *nn_net_meta(const nn_net *net) { return net->meta; }
 ty_task nn_net_task(const nn_net *net) { return net->arch.task; }
-uint64_t nn_net_input_features(const nn_net *net) { return nn_shape_numel(&net->arch.input); }
 uint32_t nn_net_num_outputs(const nn_net *net) { return net->arch.num_outputs; }
 uint64_t nn_net_param_count(const nn_net *net) { return net->arch.param_count; }
+
+uint64_t nn_net_input_features(const nn_net *net)
+{
+    return nn_shape_numel(&net->arch.input);
+}
 
 void nn_net_destroy(nn_net *net)
 {
@@ -265,7 +273,7 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
     nn_preproc_apply(&net->pp, ws->act[0], x, n);
     const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
     if (a->task == TY_TASK_CLASSIFICATION)
-        a->be->softmax_xent(NULL, out, NULL, y, NULL, n, a->num_outputs, 0.0f);
+        a->be->softmax_xent(ws->ex, NULL, out, NULL, y, NULL, n, a->num_outputs, 0.0f);
     else
         memcpy(out, y, (size_t)n * a->num_outputs * sizeof *out);
     return TY_OK;
@@ -424,7 +432,7 @@ static ty_status load_meta(nn_net *net, const st_file *f, ty_err *err)
     if ((st = nn_preproc_from_json(&net->pp, pre, nn_shape_numel(&input),
                                    err)) != TY_OK)
         goto done;
-    net->meta = json_pack("{s:o, s:s, s:O, s:i, s:O, s:O}", "spec", normalized,
+    net->meta = json_pack("{s:o, s:s, s:O, s:I, s:O, s:O}", "spec", normalized,
                           "task", nn_task_str((ty_task)task), "input_shape",
                           shape, "num_outputs", (json_int_t)num_outputs,
                           "classes", classes, "preprocess", pre);

@@ -57,8 +57,8 @@ const char *nn_optim_slot_name(const nn_optim *o, uint32_t k)
     return "momentum_buffer";
 }
 
-void nn_optim_step(nn_optim *o, const nn_backend *be, float *params,
-                   float *grads)
+void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
+                   float *params, float *grads)
 {
     o->t++;
     nn_optim_args s = {
@@ -76,9 +76,9 @@ void nn_optim_step(nn_optim *o, const nn_backend *be, float *params,
         double bc2 = 1.0 - pow(o->beta2, (double)o->t);
         s.step_size = (float)(o->lr / bc1);
         s.bias_correction2_sqrt = (float)sqrt(bc2);
-        be->adam(params, grads, nn_optim_slot(o, 0), nn_optim_slot(o, 1),
+        be->adam(ex, params, grads, nn_optim_slot(o, 0), nn_optim_slot(o, 1),
                  o->param_count, &s);
     } else {
-        be->sgd(params, grads, nn_optim_slot(o, 0), o->param_count, &s);
+        be->sgd(ex, params, grads, nn_optim_slot(o, 0), o->param_count, &s);
     }
 }

@@ -34,10 +34,10 @@ ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
                         uint64_t param_count, ty_err *err);
 void nn_optim_free(nn_optim *o);
 
-/* One step over params with grads (both param_count floats); grads are
- * zeroed. */
-void nn_optim_step(nn_optim *o, const nn_backend *be, float *params,
-                   float *grads);
+/* One step over params with grads (both param_count floats), on be in ex
+ * (may be NULL); grads are zeroed. */
+void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
+                   float *params, float *grads);
 
 /* State slot k (param_count floats) and its name in checkpoints
  * ("momentum_buffer", "exp_avg", "exp_avg_sq", as PyTorch's state dict). */

@@ -23,6 +23,7 @@
 void openblas_set_num_threads(int num_threads);
 
 #define PROGRESS_INTERVAL 0.25 /* seconds between on_progress calls */
+#define MAX_THREADS 64
 
 static double now_sec(void)
 {
@@ -131,6 +132,7 @@ static void trainer_free(trainer *t)
     free(t->grads);
     nn_optim_free(&t->opt);
     nn_workspace_destroy(t->ws);
+    nn_pool_destroy(t->pool);
     nn_preproc_free(&t->pp);
     free(t->perm);
 }
@@ -194,7 +196,38 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
                          hp->batch_size;
     if (!(t->identity = run_identity(t)))
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+
+    /* The backend splits work over its own pool; OpenBLAS runs each part
+     * on one thread (its threading is far slower on these sizes). Without
+     * a pool (threads 1, or no threads to be had) everything is serial. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = job->threads > 0 ? job->threads : (int)(cores > 0 ? cores : 1);
+    /* Workers wait by spinning: more of them than cores only slows down. */
+    if (cores > 0 && threads > cores)
+        threads = (int)cores;
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    openblas_set_num_threads(1);
+    t->pool = threads > 1 ? nn_pool_create(threads) : NULL;
+    t->exec.pool = t->pool;
+    t->ws->ex = &t->exec;
     return TY_OK;
+}
+
+typedef struct {
+    const trainer *t;
+    uint32_t first, n;
+} gather_job;
+
+static void gather_part(void *arg, int part, int parts)
+{
+    const gather_job *g = arg;
+    size_t b, e;
+    nn_pool_range(g->n, part, parts, 1, &b, &e);
+    if (e > b)
+        nn_preproc_gather(&g->t->pp,
+                          g->t->ws->act[0] + b * g->t->ds->features, g->t->ds,
+                          g->t->perm, g->first + (uint32_t)b, (uint32_t)(e - b));
 }
 
 /* The epoch's example order; the dropout stream and sums start fresh unless
@@ -230,11 +263,12 @@ static double train_step(trainer *t, uint32_t first, uint32_t m,
                    ds->y_value + (size_t)t->perm[first + i] * ds->y_dim,
                    c * sizeof(float));
     }
-    nn_preproc_gather(&t->pp, ws->act[0], ds, t->perm, first, m);
+    gather_job g = {.t = t, .first = first, .n = m};
+    nn_pool_run(t->pool, gather_part, &g);
     nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
     double sum = nn_loss(&t->arch, ws, m, ws->labels, ws->targets, hits, 1);
     nn_backward(&t->arch, t->params, t->grads, ws, m);
-    nn_optim_step(&t->opt, t->arch.be, t->params, t->grads);
+    nn_optim_step(&t->opt, t->arch.be, &t->exec, t->params, t->grads);
     /* MSE sums over elements; per example is that over the outputs. */
     return t->arch.task == TY_TASK_REGRESSION ? sum / c : sum;
 }
@@ -348,9 +382,6 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
     ty_status st = trainer_setup(&t, job, err);
     if (st != TY_OK)
         goto done;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    openblas_set_num_threads(job->threads > 0 ? job->threads
-                                              : (int)(cores > 0 ? cores : 1));
     int resumed = 0;
     t.last_report = -1.0;
     if ((st = train_ckpt_resume(&t, &resumed, err)) != TY_OK)

@@ -101,11 +101,15 @@ typedef struct {
     const uint32_t *val_idx;         /* NULL = all of val */
     uint32_t n_val;
     const int32_t *val_class_map;    /* val class index -> train index, or NULL */
-    const char *checkpoint_path;     /* written atomically; resumed from if present */
+    const char *checkpoint_path;     /* written atomically; resumed from if present;
+                                        NULL: no checkpoints */
     const char *model_path;          /* the final model, written atomically */
     const json_t *extra_meta;        /* object of strings added to the model's
                                         __metadata__ (may be NULL) */
-    int threads;                     /* BLAS threads; 0 = all cores */
+    int threads;                     /* compute threads: the CPU backend's worker
+                                        pool (OpenBLAS itself runs one thread per
+                                        part); 0 = all cores; at most the core
+                                        count */
     volatile sig_atomic_t *stop;     /* when set, return TY_ECANCELLED soon */
     train_callbacks cb;
 } train_job;

@@ -74,20 +74,29 @@ static void tensor_list_free(tensor_list *tl)
     free(tl->dst);
 }
 
-/* Parameters, then each optimizer slot. */
-static ty_status checkpoint_tensors(const trainer *t, tensor_list *tl,
-                                    ty_err *err)
+/* Room for `blocks` parameter-shaped blocks of arch's tensors. */
+static ty_status tensor_list_alloc(tensor_list *tl, const nn_arch *a,
+                                   uint32_t blocks, ty_err *err)
 {
-    size_t per = tensors_per_block(&t->arch);
-    size_t cap = per * (1 + t->opt.n_slots) + 1;
+    size_t cap = tensors_per_block(a) * blocks + 1;
     tl->n = 0;
     tl->t = calloc(cap, sizeof *tl->t);
     tl->names = calloc(cap, sizeof *tl->names);
     tl->dst = calloc(cap, sizeof *tl->dst);
     if (!tl->t || !tl->names || !tl->dst) {
         tensor_list_free(tl);
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory for a checkpoint");
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory writing tensors");
     }
+    return TY_OK;
+}
+
+/* Parameters, then each optimizer slot. */
+static ty_status checkpoint_tensors(const trainer *t, tensor_list *tl,
+                                    ty_err *err)
+{
+    ty_status st = tensor_list_alloc(tl, &t->arch, 1 + t->opt.n_slots, err);
+    if (st != TY_OK)
+        return st;
     add_block(tl, &t->arch, t->params, "", "");
     for (uint32_t k = 0; k < t->opt.n_slots; k++) {
         char tail[32];
@@ -175,19 +184,13 @@ ty_status train_save_model(const trainer *t, ty_err *err)
         json_decref(meta);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory writing the model");
     }
-    tensor_list tl = {0};
-    size_t cap = tensors_per_block(a) + 1;
-    tl.t = calloc(cap, sizeof *tl.t);
-    tl.names = calloc(cap, sizeof *tl.names);
-    tl.dst = calloc(cap, sizeof *tl.dst);
-    ty_status st;
-    if (!tl.t || !tl.names || !tl.dst) {
-        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory writing the model");
-    } else {
+    tensor_list tl;
+    ty_status st = tensor_list_alloc(&tl, a, 1, err);
+    if (st == TY_OK) {
         add_block(&tl, a, t->params, "", "");
         st = st_write(t->job->model_path, meta, tl.t, tl.n, err);
+        tensor_list_free(&tl);
     }
-    tensor_list_free(&tl);
     json_decref(meta);
     return st;
 }
@@ -323,6 +326,13 @@ ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err)
                      "the checkpoint %s has missing or inconsistent position "
                      "metadata",
                      path);
+        goto done;
+    }
+    if (epoch > t->hp->epochs) {
+        st = ty_fail(err, TY_EINVAL, NULL,
+                     "checkpoint does not match this job: it has %llu epochs "
+                     "done and the job asks for %u",
+                     (unsigned long long)epoch, t->hp->epochs);
         goto done;
     }
     if ((st = restore_tensors(t, &f, err)) != TY_OK)

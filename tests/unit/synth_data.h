@@ -97,11 +97,13 @@ static inline void synth_linear(synth *s, uint32_t n, uint64_t seed)
     }
 }
 
-/* 1x4x4 byte images; class 1 when the left half is brighter than the right.
- * Classes are the numbers 0 and 1, preprocess scale_255. */
-static inline void synth_images(synth *s, uint32_t n, uint64_t seed)
+/* 1 x side x side byte images; class 1 when the left half is brighter than
+ * the right. Classes are the numbers 0 and 1, preprocess scale_255. */
+static inline void synth_images_sized(synth *s, uint32_t n, uint32_t side,
+                                      uint64_t seed)
 {
-    static const uint32_t shape[] = {1, 4, 4};
+    const uint32_t shape[] = {1, side, side};
+    const uint32_t f = side * side;
     synth_init(s, TY_TASK_CLASSIFICATION, n, shape, 3, TY_DTYPE_U8, 2,
                "scale_255");
     json_object_set_new(s->ds.meta, "classes", json_pack("[i, i]", 0, 1));
@@ -110,15 +112,20 @@ static inline void synth_images(synth *s, uint32_t n, uint64_t seed)
     uint8_t *x = s->x;
     for (uint32_t i = 0; i < n; i++) {
         int left = 0, right = 0;
-        for (int j = 0; j < 16; j++) {
-            x[i * 16 + j] = (uint8_t)ty_rng_below(&r, 256);
-            if (j % 4 < 2)
-                left += x[i * 16 + j];
+        for (uint32_t j = 0; j < f; j++) {
+            x[i * f + j] = (uint8_t)ty_rng_below(&r, 256);
+            if (j % side < side / 2)
+                left += x[i * f + j];
             else
-                right += x[i * 16 + j];
+                right += x[i * f + j];
         }
         s->y[i] = left > right;
     }
+}
+
+static inline void synth_images(synth *s, uint32_t n, uint64_t seed)
+{
+    synth_images_sized(s, n, 4, seed);
 }
 
 #endif

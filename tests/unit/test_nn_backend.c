@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/ty.h"
@@ -46,7 +47,7 @@ static void test_gemm_all_transposes(void **state)
             for (int tb = 0; tb < 2; tb++) {
                 /* a is stored as op(A) requires: (M,K) or (K,M). */
                 memcpy(c, c0, sizeof c);
-                backends[be]->gemm(c, a, b, ta, tb, M, N, K, 0.5f, 2.0f);
+                backends[be]->gemm(NULL, c, a, b, ta, tb, M, N, K, 0.5f, 2.0f);
                 for (int i = 0; i < M; i++)
                     for (int j = 0; j < N; j++) {
                         double s = 0;
@@ -66,10 +67,10 @@ static void test_bias_ops(void **state)
     float bias[3] = {1, -2, 3}, out[4 * 3], db[3] = {10, 20, 30};
     float dout[4 * 3];
     fill(dout, 12, 4, 1.0f);
-    nn_backend_cpu.bias_rows(out, bias, 4, 3);
+    nn_backend_cpu.bias_rows(NULL, out, bias, 4, 3);
     for (int i = 0; i < 12; i++)
         assert_float_equal(out[i], bias[i % 3], 0);
-    nn_backend_cpu.bias_grad(db, dout, 4, 3);
+    nn_backend_cpu.bias_grad(NULL, db, dout, 4, 3);
     for (int j = 0; j < 3; j++) {
         double s = 10.0 * (j + 1);
         for (int i = 0; i < 4; i++)
@@ -100,7 +101,7 @@ static void test_activations_forward(void **state)
     in[0] = -100.0f; /* sigmoid must not overflow */
     in[1] = 100.0f;
     for (nn_op op = NN_OP_RELU; op <= NN_OP_GELU; op++) {
-        nn_backend_cpu.act_forward(op, out, in, N);
+        nn_backend_cpu.act_forward(NULL, op, out, in, N);
         for (int i = 0; i < N; i++) {
             assert_true(isfinite(out[i]));
             assert_float_equal(out[i], ref_act(op, in[i]), 2e-6);
@@ -108,7 +109,7 @@ static void test_activations_forward(void **state)
     }
     /* PyTorch's exact GELU at a few points. */
     float x[3] = {-1.0f, 0.5f, 2.0f}, y[3];
-    nn_backend_cpu.act_forward(NN_OP_GELU, y, x, 3);
+    nn_backend_cpu.act_forward(NULL, NN_OP_GELU, y, x, 3);
     assert_float_equal(y[0], -0.15865525, 1e-6);
     assert_float_equal(y[1], 0.34573123, 1e-6);
     assert_float_equal(y[2], 1.95449984, 1e-6);
@@ -121,8 +122,8 @@ static void test_activations_backward_vs_reference(void **state)
     fill(in, N, 6, 4.0f);
     fill(dout, N, 7, 1.0f);
     for (nn_op op = NN_OP_RELU; op <= NN_OP_GELU; op++) {
-        nn_backend_cpu.act_forward(op, out, in, N);
-        nn_backend_cpu.act_backward(op, din, dout, in, out, N);
+        nn_backend_cpu.act_forward(NULL, op, out, in, N);
+        nn_backend_cpu.act_backward(NULL, op, din, dout, in, out, N);
         for (int i = 0; i < N; i++) {
             if (op == NN_OP_RELU && fabsf(in[i]) < 1e-3f)
                 continue;
@@ -141,7 +142,7 @@ static void test_dropout(void **state)
         in[i] = 1.0f + (float)(i % 7);
     ty_rng r;
     ty_rng_seed(&r, 42, 1);
-    nn_backend_cpu.dropout_forward(out, mask, in, N, 0.25f, &r);
+    nn_backend_cpu.dropout_forward(NULL, out, mask, in, N, 0.25f, &r);
     int zeros = 0;
     for (int i = 0; i < N; i++) {
         assert_true(mask[i] == 0.0f || mask[i] == 1.0f / 0.75f);
@@ -149,13 +150,13 @@ static void test_dropout(void **state)
         assert_float_equal(out[i], in[i] * mask[i], 0);
     }
     assert_in_range(zeros, N / 4 - 400, N / 4 + 400);
-    nn_backend_cpu.dropout_backward(din, in, mask, N);
+    nn_backend_cpu.dropout_backward(NULL, din, in, mask, N);
     for (int i = 0; i < N; i++)
         assert_float_equal(din[i], in[i] * mask[i], 0);
     /* Same stream, same mask. */
     static float mask2[N];
     ty_rng_seed(&r, 42, 1);
-    nn_backend_cpu.dropout_forward(out, mask2, in, N, 0.25f, &r);
+    nn_backend_cpu.dropout_forward(NULL, out, mask2, in, N, 0.25f, &r);
     assert_memory_equal(mask, mask2, sizeof mask);
 }
 
@@ -167,7 +168,7 @@ static void test_softmax_xent(void **state)
     fill(logits, N * C, 8, 3.0f);
     logits[0] = 1000.0f; /* stable for large logits */
     uint32_t correct = 99;
-    double loss = nn_backend_cpu.softmax_xent(d, probs, &correct, logits,
+    double loss = nn_backend_cpu.softmax_xent(NULL, d, probs, &correct, logits,
                                               labels, N, C, 1.0f / N);
     double want = 0;
     uint32_t hits = 0;
@@ -198,7 +199,7 @@ static void test_softmax_xent(void **state)
     assert_int_equal(correct, hits);
     /* Probabilities only. */
     float p2[N * C];
-    assert_float_equal(nn_backend_cpu.softmax_xent(NULL, p2, NULL, logits, NULL,
+    assert_float_equal(nn_backend_cpu.softmax_xent(NULL, NULL, p2, NULL, logits, NULL,
                                                    N, C, 0.0f),
                        0.0, 0);
     assert_memory_equal(p2, probs, sizeof p2);
@@ -207,10 +208,147 @@ static void test_softmax_xent(void **state)
 static void test_mse(void **state)
 {
     float pred[6] = {1, 2, 3, 4, 5, 6}, target[6] = {1.5f, 2, 2, 4, 7, 6}, d[6];
-    double sum = nn_backend_cpu.mse(d, pred, target, 6, 1.0f / 6);
+    double sum = nn_backend_cpu.mse(NULL, d, pred, target, 6, 1.0f / 6);
     assert_float_equal(sum, 0.25 + 1 + 4, 1e-9);
     for (int i = 0; i < 6; i++)
         assert_float_equal(d[i], 2.0 * (pred[i] - target[i]) / 6, 1e-7);
+}
+
+/* Every kernel split over a worker pool gives exactly the serial result
+ * (elementwise kernels, bias ops and optimizer steps: each element is done
+ * by one part the same way) or, for GEMM, the same values to rounding,
+ * bit-identical from one run to the next. Sizes are above the split
+ * thresholds. */
+static void test_parallel_matches_serial(void **state)
+{
+    nn_pool *pool = nn_pool_create(3);
+    assert_non_null(pool);
+    assert_int_equal(nn_pool_threads(pool), 3);
+    const nn_exec par = {.pool = pool};
+    const nn_backend *be = &nn_backend_cpu;
+    enum { L = 100003 };
+    float *in = malloc(L * sizeof(float)), *out = malloc(L * sizeof(float));
+    float *a1 = malloc(L * sizeof(float)), *a2 = malloc(L * sizeof(float));
+    float *d = malloc(L * sizeof(float));
+    fill(in, L, 31, 3.0f);
+    fill(d, L, 32, 1.0f);
+    for (nn_op op = NN_OP_RELU; op <= NN_OP_GELU; op++) {
+        be->act_forward(NULL, op, a1, in, L);
+        be->act_forward(&par, op, a2, in, L);
+        assert_memory_equal(a1, a2, L * sizeof(float));
+        memcpy(out, a1, L * sizeof(float));
+        be->act_backward(NULL, op, a1, d, in, out, L);
+        be->act_backward(&par, op, a2, d, in, out, L);
+        assert_memory_equal(a1, a2, L * sizeof(float));
+    }
+    be->dropout_backward(NULL, a1, d, in, L);
+    be->dropout_backward(&par, a2, d, in, L);
+    assert_memory_equal(a1, a2, L * sizeof(float));
+
+    /* bias ops: 300 rows of 130 */
+    float bias[130], db1[130] = {0}, db2[130] = {0};
+    fill(bias, 130, 33, 1.0f);
+    be->bias_rows(NULL, a1, bias, 300, 130);
+    be->bias_rows(&par, a2, bias, 300, 130);
+    assert_memory_equal(a1, a2, 300 * 130 * sizeof(float));
+    be->bias_grad(NULL, db1, d, 300, 130);
+    be->bias_grad(&par, db2, d, 300, 130);
+    assert_memory_equal(db1, db2, sizeof db1);
+
+    /* optimizer steps over L parameters */
+    nn_optim_args s = {.lr = 0.01f, .weight_decay = 0.01f, .momentum = 0.9f,
+                       .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
+                       .one_minus_beta1 = 0.1f, .one_minus_beta2 = 0.001f,
+                       .step_size = 0.1f, .bias_correction2_sqrt = 0.0316f};
+    float *p1 = malloc(L * sizeof(float)), *p2 = malloc(L * sizeof(float));
+    float *m1 = calloc(L, sizeof(float)), *m2 = calloc(L, sizeof(float));
+    float *v1 = calloc(L, sizeof(float)), *v2 = calloc(L, sizeof(float));
+    memcpy(p1, in, L * sizeof(float));
+    memcpy(p2, in, L * sizeof(float));
+    for (int step = 0; step < 2; step++) {
+        memcpy(a1, d, L * sizeof(float));
+        memcpy(a2, d, L * sizeof(float));
+        be->adam(NULL, p1, a1, m1, v1, L, &s);
+        be->adam(&par, p2, a2, m2, v2, L, &s);
+        memcpy(a1, d, L * sizeof(float));
+        memcpy(a2, d, L * sizeof(float));
+        be->sgd(NULL, p1, a1, NULL, L, &s);
+        be->sgd(&par, p2, a2, NULL, L, &s);
+    }
+    assert_memory_equal(p1, p2, L * sizeof(float));
+    assert_memory_equal(m1, m2, L * sizeof(float));
+    assert_memory_equal(v1, v2, L * sizeof(float));
+    for (int i = 0; i < L; i++)
+        assert_true(a2[i] == 0.0f); /* consumed */
+
+    /* GEMM, split by columns (n >= m) and by rows (m > n), all transposes */
+    static const int shapes[2][3] = {{40, 200, 70}, {210, 48, 50}};
+    for (int sh = 0; sh < 2; sh++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2];
+                float *c1 = a1, *c2 = a2, *c3 = out;
+                fill(c1, (size_t)m * n, 34, 1.0f);
+                memcpy(c2, c1, (size_t)m * n * sizeof(float));
+                memcpy(c3, c1, (size_t)m * n * sizeof(float));
+                be->gemm(NULL, c1, in, d, ta, tb, m, n, k, 1.0f, 1.0f);
+                be->gemm(&par, c2, in, d, ta, tb, m, n, k, 1.0f, 1.0f);
+                be->gemm(&par, c3, in, d, ta, tb, m, n, k, 1.0f, 1.0f);
+                assert_memory_equal(c2, c3, (size_t)m * n * sizeof(float));
+                for (int i = 0; i < m * n; i++)
+                    assert_float_equal(c1[i], c2[i], 1e-4);
+            }
+    free(p1);
+    free(p2);
+    free(m1);
+    free(m2);
+    free(v1);
+    free(v2);
+    free(in);
+    free(out);
+    free(a1);
+    free(a2);
+    free(d);
+    nn_pool_destroy(pool);
+}
+
+typedef struct {
+    int hits[8];
+    size_t covered;
+} pool_probe;
+
+static void probe_part(void *arg, int part, int parts)
+{
+    pool_probe *p = arg;
+    p->hits[part]++;
+    size_t b, e;
+    nn_pool_range(1000, part, parts, 16, &b, &e);
+    __atomic_fetch_add(&p->covered, e - b, __ATOMIC_RELAXED);
+}
+
+static void test_pool(void **state)
+{
+    assert_null(nn_pool_create(0));
+    assert_int_equal(nn_pool_threads(NULL), 1);
+    pool_probe probe = {0};
+    nn_pool_run(NULL, probe_part, &probe);
+    assert_int_equal(probe.hits[0], 1);
+    assert_int_equal(probe.covered, 1000);
+    nn_pool *pool = nn_pool_create(4);
+    for (int round = 0; round < 1000; round++)
+        nn_pool_run(pool, probe_part, &probe);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(probe.hits[i], 1000 + (i == 0));
+    assert_int_equal(probe.covered, 1000 * 1001);
+    /* Ranges tile [0, n) with aligned boundaries, short n included. */
+    size_t b, e;
+    nn_pool_range(5, 3, 4, 16, &b, &e);
+    assert_int_equal(b, 5);
+    assert_int_equal(e, 5);
+    nn_pool_range(100, 1, 2, 16, &b, &e);
+    assert_int_equal(b, 64);
+    assert_int_equal(e, 100);
+    nn_pool_destroy(pool);
 }
 
 int main(void)
@@ -224,6 +362,8 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_softmax_xent),
         cmocka_unit_test(test_mse),
+        cmocka_unit_test(test_parallel_matches_serial),
+        cmocka_unit_test(test_pool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

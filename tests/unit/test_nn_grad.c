@@ -203,7 +203,7 @@ static void test_flatten_backward(void **state)
 static double xent_mean(const float *logits, const int32_t *labels, uint32_t n,
                         uint32_t c)
 {
-    return nn_backend_cpu.softmax_xent(NULL, NULL, NULL, logits, labels, n, c,
+    return nn_backend_cpu.softmax_xent(NULL, NULL, NULL, NULL, logits, labels, n, c,
                                        0) / n;
 }
 
@@ -213,7 +213,7 @@ static void test_softmax_xent_gradient(void **state)
     float logits[N * C], d[N * C];
     int32_t labels[N] = {4, 0, 2, 2};
     fill(logits, N * C, 11, 3.0f);
-    nn_backend_cpu.softmax_xent(d, NULL, NULL, logits, labels, N, C, 1.0f / N);
+    nn_backend_cpu.softmax_xent(NULL, d, NULL, NULL, logits, labels, N, C, 1.0f / N);
     const float eps = 1e-2f;
     for (int i = 0; i < N * C; i++) {
         float x = logits[i];
@@ -232,14 +232,14 @@ static void test_mse_gradient(void **state)
     float pred[L], target[L], d[L];
     fill(pred, L, 12, 2.0f);
     fill(target, L, 13, 2.0f);
-    nn_backend_cpu.mse(d, pred, target, L, 1.0f / L);
+    nn_backend_cpu.mse(NULL, d, pred, target, L, 1.0f / L);
     const float eps = 1e-2f;
     for (int i = 0; i < L; i++) {
         float x = pred[i];
         pred[i] = x + eps;
-        double up = nn_backend_cpu.mse(NULL, pred, target, L, 0) / L;
+        double up = nn_backend_cpu.mse(NULL, NULL, pred, target, L, 0) / L;
         pred[i] = x - eps;
-        double down = nn_backend_cpu.mse(NULL, pred, target, L, 0) / L;
+        double down = nn_backend_cpu.mse(NULL, NULL, pred, target, L, 0) / L;
         pred[i] = x;
         assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dpred", (size_t)i);
     }

@@ -18,7 +18,7 @@ static void test_sgd_momentum_weight_decay(void **state)
     assert_int_equal(o.n_slots, 1);
     assert_string_equal(nn_optim_slot_name(&o, 0), "momentum_buffer");
     float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, 0.0f};
-    nn_optim_step(&o, &nn_backend_cpu, p, g);
+    nn_optim_step(&o, &nn_backend_cpu, NULL, p, g);
     /* g' = 0.5 + 0.1*1 = 0.6; buf = 0.6; p = 1 - 0.1*0.6 */
     assert_float_equal(p[0], 0.94, 1e-6);
     assert_float_equal(nn_optim_slot(&o, 0)[0], 0.6, 1e-6);
@@ -26,7 +26,7 @@ static void test_sgd_momentum_weight_decay(void **state)
     assert_float_equal(p[1], -1.98, 1e-6);
     assert_float_equal(g[0], 0.0, 0); /* consumed */
     g[0] = 0.5f;
-    nn_optim_step(&o, &nn_backend_cpu, p, g);
+    nn_optim_step(&o, &nn_backend_cpu, NULL, p, g);
     /* g' = 0.5 + 0.094 = 0.594; buf = 0.54 + 0.594 = 1.134; p = 0.94 - 0.1134 */
     assert_float_equal(nn_optim_slot(&o, 0)[0], 1.134, 1e-6);
     assert_float_equal(p[0], 0.8266, 1e-6);
@@ -40,7 +40,7 @@ static void test_sgd_plain(void **state)
     assert_int_equal(nn_optim_init(&o, &hp, 1, NULL), TY_OK);
     assert_int_equal(o.n_slots, 0);
     float p = 3.0f, g = 2.0f;
-    nn_optim_step(&o, &nn_backend_cpu, &p, &g);
+    nn_optim_step(&o, &nn_backend_cpu, NULL, &p, &g);
     assert_float_equal(p, 2.0, 0);
     nn_optim_free(&o);
 }
@@ -56,7 +56,7 @@ static void test_adam_two_steps(void **state)
     assert_string_equal(nn_optim_slot_name(&o, 0), "exp_avg");
     assert_string_equal(nn_optim_slot_name(&o, 1), "exp_avg_sq");
     float p = 1.0f, g = 0.5f;
-    nn_optim_step(&o, &nn_backend_cpu, &p, &g);
+    nn_optim_step(&o, &nn_backend_cpu, NULL, &p, &g);
     /* g' = 0.6, m = 0.06, v = 0.00036, bias corrections 0.1 and 0.001:
      * p = 1 - (0.01/0.1) * 0.06 / (sqrt(0.00036)/sqrt(0.001) + 1e-8) */
     assert_float_equal(nn_optim_slot(&o, 0)[0], 0.06, 1e-8);
@@ -64,7 +64,7 @@ static void test_adam_two_steps(void **state)
     assert_float_equal(p, 0.9900000001666667, 1e-7);
     assert_float_equal(g, 0.0, 0);
     g = 0.5f;
-    nn_optim_step(&o, &nn_backend_cpu, &p, &g);
+    nn_optim_step(&o, &nn_backend_cpu, NULL, &p, &g);
     assert_float_equal(nn_optim_slot(&o, 0)[0], 0.11390000000166664, 1e-7);
     assert_float_equal(nn_optim_slot(&o, 1)[0], 0.0007184410000199673, 1e-9);
     assert_float_equal(p, 0.9800004386015699, 1e-7);

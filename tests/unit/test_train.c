@@ -411,6 +411,47 @@ static void test_resume_mid_epoch(void **state)
                 0, 1, 0, 1);
 }
 
+/* Two worker threads, with layer sizes above the backend's split thresholds
+ * (GEMMs, the Adam step and the gather run split): still bit-identical run
+ * to run, and across a resume. */
+static void test_two_threads_deterministic_and_resumable(void **state)
+{
+    synth s;
+    synth_images_sized(&s, 640, 16, 12);
+    json_t *spec = spec_of("{\"layers\":[{\"type\":\"flatten\"},"
+                           "{\"type\":\"dense\",\"units\":160},{\"type\":\"relu\"},"
+                           "{\"type\":\"dropout\",\"rate\":0.1},"
+                           "{\"type\":\"dense\",\"units\":2}]}");
+    train_hparams hp = hparams_of("{\"epochs\":10,\"batch_size\":32,\"seed\":8,"
+                                  "\"learning_rate\":0.01}");
+    char a[128], b[128], ckpt[128];
+    path_in(a, sizeof a, "t2_a.safetensors");
+    path_in(b, sizeof b, "t2_b.safetensors");
+    path_in(ckpt, sizeof ckpt, "t2.ckpt");
+    cb_state cb = {0};
+    volatile sig_atomic_t stop = 0;
+    train_epoch_metrics fa, fb;
+    train_job job = job_of(spec, &hp, &s.ds, &cb, &stop, NULL, a);
+    job.threads = 2;
+    run_ok(&job, &fa);
+    assert_true(fa.train_accuracy > 0.8);
+    cb_state cb2 = {.stop_after_epoch = 4};
+    job = job_of(spec, &hp, &s.ds, &cb2, &stop, ckpt, b);
+    job.threads = 2;
+    ty_err err;
+    assert_int_equal(train_run(&job, &fb, &err), TY_ECANCELLED);
+    stop = 0;
+    cb_state cb3 = {0};
+    job = job_of(spec, &hp, &s.ds, &cb3, &stop, ckpt, b);
+    job.threads = 2;
+    run_ok(&job, &fb);
+    assert_int_equal(cb3.resume_epoch, 4);
+    assert_files_equal(a, b);
+    assert_memory_equal(&fa.train_loss, &fb.train_loss, sizeof(double));
+    json_decref(spec);
+    synth_free(&s);
+}
+
 static void test_checkpoint_of_another_job(void **state)
 {
     synth s;
@@ -435,6 +476,14 @@ static void test_checkpoint_of_another_job(void **state)
     job.spec = spec;
     job.hp = &hp2;
     assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    /* Nor is a job that asks for fewer epochs than were done. */
+    train_hparams hp0 = hp;
+    hp0.epochs = 2;
+    job.hp = &hp0;
+    run_ok(&job, NULL);
+    job.hp = &hp;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "checkpoint does not match this job"));
     /* A model file is not a checkpoint. */
     job.hp = &hp;
     job.checkpoint_path = model;
@@ -776,6 +825,7 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_resume_after_epoch),
         cmocka_unit_test(test_resume_mid_epoch),
+        cmocka_unit_test(test_two_threads_deterministic_and_resumable),
         cmocka_unit_test(test_checkpoint_of_another_job),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_diverging_loss),
