@@ -15,6 +15,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,7 @@ struct runner {
     pthread_t thread;
     pthread_mutex_t mu;
     int wake_fd;
-    volatile int stopping;
+    atomic_int stopping;
     int nworkers;
     worker workers[MAX_WORKERS];
 };
@@ -449,7 +450,10 @@ static void finish_worker(runner *r, worker *w, int ws)
          * runner_stop (or by the next start). */
         return;
     }
-    if (w->cancel) {
+    pthread_mutex_lock(&r->mu);
+    int cancelled = w->cancel;
+    pthread_mutex_unlock(&r->mu);
+    if (cancelled) {
         status = JOB_CANCELLED;
         snprintf(msg, sizeof msg, "cancelled by request");
     } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && w->done) {
@@ -487,8 +491,10 @@ static void reap(runner *r)
         worker *w = &r->workers[i];
         if (!w->used)
             continue;
+        pthread_mutex_lock(&r->mu);
         if (w->cancel && w->pid > 0 && t - w->cancel_at > CANCEL_GRACE_S)
             kill(w->pid, SIGKILL);
+        pthread_mutex_unlock(&r->mu);
         if (w->out_fd >= 0)
             continue;
         int ws = 0;

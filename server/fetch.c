@@ -2,7 +2,7 @@
 #include "server/fetch.h"
 
 #include <curl/curl.h>
-#include <signal.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -35,7 +35,7 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *ctx)
     return len;
 }
 
-static volatile sig_atomic_t aborting;
+static atomic_int aborting;
 
 void fetch_global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 

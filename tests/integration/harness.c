@@ -168,8 +168,10 @@ int srv_stop(srv *s, int sig)
 
 void srv_cleanup(srv *s)
 {
-    if (s->data[0] && !getenv("TY_KEEP_TEST_DATA"))
+    if (s->data[0] && !getenv("TY_KEEP_TEST_DATA")) {
         fs_remove_tree(s->data, NULL);
+        unlink(s->log);
+    }
 }
 
 typedef struct {
