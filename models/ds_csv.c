@@ -462,6 +462,15 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
     if (cv->ncols < 2) {
         const csv_field *f = &r->fields[0];
         const char *text = r->rec + f->off;
+        /* Most likely binary data uploaded as CSV: say so, rather than guess
+         * at separators or echo the bytes back. */
+        if (!ds_utf8_valid(text, f->len))
+            return ty_fail(err, TY_EFORMAT, CSV_FIELD,
+                           "line %llu: this is not a text CSV file (it holds "
+                           "bytes that are not UTF-8 text); upload the data "
+                           "as CSV, or choose the format that matches the "
+                           "file (idx or npy)",
+                           (unsigned long long)r->rec_line);
         const char *sep = memchr(text, ';', f->len) ? "';'"
                           : memchr(text, '\t', f->len) ? "tabs" : NULL;
         ds_snippet(shown, sizeof shown, text, f->len);

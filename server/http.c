@@ -814,12 +814,13 @@ ty_status http_server_start(ty_app *app, const route *routes, size_t nroutes,
     if (app->cfg.ipv6)
         flags |= MHD_USE_IPv6;
     app->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+        flags, 0, NULL, NULL, on_request, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)app->cfg.http_threads,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)app->cfg.connection_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+        MHD_OPTION_END);
     if (!app->daemon) {
         close(fd);
         return ty_fail(err, TY_EIO, NULL,

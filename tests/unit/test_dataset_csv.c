@@ -339,6 +339,17 @@ static void test_missing_label_column(void **state)
     assert_true(strlen(err.msg) < 420);
 }
 
+static void test_binary_file_is_named_as_such(void **state)
+{
+    (void)state;
+    ty_err err;
+    /* Bytes of a gzip file, with no comma and no valid UTF-8. */
+    convert_bad("\x1f\x8b\x08\x00\xde\xad\tbe\xef\n\x01\x02", "l",
+                TY_TASK_CLASSIFICATION, TY_EFORMAT, &err);
+    assert_non_null(strstr(err.msg, "not a text CSV file"));
+    assert_null(strstr(err.msg, "tabs"));
+}
+
 static void test_header_problems(void **state)
 {
     (void)state;
@@ -529,6 +540,7 @@ int main(void)
         cmocka_unit_test(test_non_numeric_cell),
         cmocka_unit_test(test_empty_cell_nan_inf),
         cmocka_unit_test(test_missing_label_column),
+        cmocka_unit_test(test_binary_file_is_named_as_such),
         cmocka_unit_test(test_header_problems),
         cmocka_unit_test(test_empty_and_header_only),
         cmocka_unit_test(test_blank_line_in_the_middle),
