@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -742,6 +743,63 @@ static void test_dataset_in_use_cannot_be_deleted(void **state)
     json_decref(wait_job(&server, job, 30));
 }
 
+/* The pid of the worker process running job_id under server s, or 0. */
+static pid_t find_worker(const srv *s, const char *job_id)
+{
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "%s/jobs/%s", s->data, job_id);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && (e = readdir(d)) != NULL && !found) {
+        char path[300], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (cmd[i] == '\0')
+                cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (strstr(cmd, " worker ") && strstr(cmd, want))
+            found = (pid_t)atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
+static void test_worker_crash_fails_only_the_job(void **state)
+{
+    char b[1024], job[64];
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 512},"
+             " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4}}",
+             npy_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+    json_decref(wait_job_until(&server, job, 60, is_running));
+    pid_t pid = find_worker(&server, job);
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    json_t *j = wait_job(&server, job, 30);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "failed");
+    const char *error = json_string_value(json_object_get(j, "error"));
+    assert_non_null(error);
+    assert_non_null(strstr(error, "signal 9"));
+    assert_non_null(strstr(error, "worker.log"));
+    json_decref(j);
+    /* The server carries on. */
+    r = http_get(&server, "/v1/datasets");
+    assert_int_equal(r->status, 200);
+    resp_free(r);
+}
+
 /* ---- limits ---- */
 
 static void test_upload_limit_is_413(void **state)
@@ -815,9 +873,14 @@ static void test_sigkill_restart_resumes(void **state)
     assert_string_equal(json_string_value(json_object_get(j, "status")), "running");
     json_decref(j);
 
+    assert_true(find_worker(&s, job) > 0);
     srv_stop(&s, SIGKILL);
-    /* The worker dies with its server. */
-    usleep(300 * 1000);
+    /* The worker dies with its server, so a restart never runs the job
+     * twice at once. */
+    double deadline = now_seconds() + 5;
+    while (find_worker(&s, job) && now_seconds() < deadline)
+        usleep(50 * 1000);
+    assert_int_equal(find_worker(&s, job), 0);
 
     srv again;
     assert_int_equal(srv_start(&again, s.data, NULL), 0);
@@ -873,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_train_images_nested_predict),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_dataset_in_use_cannot_be_deleted),
+        cmocka_unit_test(test_worker_crash_fails_only_the_job),
         cmocka_unit_test(test_upload_limit_is_413),
         cmocka_unit_test(test_sigkill_restart_resumes),
     };
