@@ -297,7 +297,9 @@ fail:
     ty_dataset_close(&ds);
     json_decref(doc);
     json_decref(u.source);
-    http_reply_error(r, s, &err);
+    /* Past this point a size limit is about the data (too many classes, a
+     * download over --max-fetch-bytes), not the request body: 422, not 413. */
+    http_reply_error(r, s == TY_ETOOBIG ? TY_EINVAL : s, &err);
 }
 
 void api_datasets_list(ty_app *app, http_req *r)

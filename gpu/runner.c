@@ -31,7 +31,6 @@
 #include "server/blob.h"
 #include "server/log.h"
 
-#define MAX_WORKERS 1024
 #define LINE_MAX_BYTES 65536
 #define CANCEL_GRACE_S 10.0
 
@@ -57,8 +56,11 @@ struct runner {
     pthread_mutex_t mu;
     int wake_fd;
     atomic_int stopping;
-    int nworkers;
-    worker workers[MAX_WORKERS];
+    int nworkers;                /* slots in use */
+    int nslots;                  /* --max-jobs */
+    worker *workers;             /* nslots of them */
+    struct pollfd *pfd;          /* nslots + 1, for runner_main */
+    worker **owner;              /* nslots + 1 */
 };
 
 static double now_s(void)
@@ -237,7 +239,7 @@ static void start_queued(runner *r)
          * arrives from then on finds it (runner_cancel). */
         worker *w = NULL;
         pthread_mutex_lock(&r->mu);
-        for (int i = 0; i < MAX_WORKERS && !w; i++)
+        for (int i = 0; i < r->nslots && !w; i++)
             if (!r->workers[i].used)
                 w = &r->workers[i];
         memset(w, 0, sizeof *w);
@@ -487,7 +489,7 @@ static void finish_worker(runner *r, worker *w, int ws)
 static void reap(runner *r)
 {
     double t = now_s();
-    for (int i = 0; i < MAX_WORKERS; i++) {
+    for (int i = 0; i < r->nslots; i++) {
         worker *w = &r->workers[i];
         if (!w->used)
             continue;
@@ -514,8 +516,8 @@ static void reap(runner *r)
 static void *runner_main(void *arg)
 {
     runner *r = arg;
-    struct pollfd pfd[MAX_WORKERS + 1];
-    worker *owner[MAX_WORKERS + 1];
+    struct pollfd *pfd = r->pfd;
+    worker **owner = r->owner;
     while (!r->stopping) {
         start_queued(r);
         int n = 0;
@@ -523,7 +525,7 @@ static void *runner_main(void *arg)
         pfd[n].events = POLLIN;
         owner[n++] = NULL;
         int exited_waiting = 0;
-        for (int i = 0; i < MAX_WORKERS; i++) {
+        for (int i = 0; i < r->nslots; i++) {
             worker *w = &r->workers[i];
             if (!w->used)
                 continue;
@@ -552,21 +554,37 @@ static void *runner_main(void *arg)
     return NULL;
 }
 
+static void runner_free(runner *r)
+{
+    free(r->workers);
+    free(r->pfd);
+    free(r->owner);
+    free(r);
+}
+
 ty_status runner_start(ty_app *app, runner **out, ty_err *err)
 {
     runner *r = calloc(1, sizeof *r);
     if (!r)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    r->nslots = app->cfg.max_jobs;
+    r->workers = calloc((size_t)r->nslots, sizeof *r->workers);
+    r->pfd = calloc((size_t)r->nslots + 1, sizeof *r->pfd);
+    r->owner = calloc((size_t)r->nslots + 1, sizeof *r->owner);
+    if (!r->workers || !r->pfd || !r->owner) {
+        runner_free(r);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
     r->app = app;
     pthread_mutex_init(&r->mu, NULL);
     r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (r->wake_fd < 0) {
-        free(r);
+        runner_free(r);
         return ty_fail(err, TY_EIO, NULL, "eventfd: %s", strerror(errno));
     }
     if (pthread_create(&r->thread, NULL, runner_main, r) != 0) {
         close(r->wake_fd);
-        free(r);
+        runner_free(r);
         return ty_fail(err, TY_EIO, NULL, "cannot start the runner thread");
     }
     *out = r;
@@ -584,7 +602,7 @@ void runner_wake(runner *r)
 void runner_cancel(runner *r, const char *job_id)
 {
     pthread_mutex_lock(&r->mu);
-    for (int i = 0; i < MAX_WORKERS; i++) {
+    for (int i = 0; i < r->nslots; i++) {
         worker *w = &r->workers[i];
         if (w->used && !strcmp(w->job_id, job_id) && !w->cancel) {
             w->cancel = 1;
@@ -605,10 +623,10 @@ void runner_stop(runner *r)
     runner_wake(r);
     pthread_join(r->thread, NULL);
     /* Stop the workers and wait for them, then requeue their jobs. */
-    for (int i = 0; i < MAX_WORKERS; i++)
+    for (int i = 0; i < r->nslots; i++)
         if (r->workers[i].used && r->workers[i].pid > 0)
             kill(r->workers[i].pid, SIGTERM);
-    for (int i = 0; i < MAX_WORKERS; i++) {
+    for (int i = 0; i < r->nslots; i++) {
         worker *w = &r->workers[i];
         if (!w->used || w->pid <= 0)
             continue;
@@ -633,5 +651,5 @@ void runner_stop(runner *r)
                 (long long)n);
     close(r->wake_fd);
     pthread_mutex_destroy(&r->mu);
-    free(r);
+    runner_free(r);
 }
