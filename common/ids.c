@@ -41,14 +41,3 @@ ty_status ty_id_new(const char *prefix, char out[TY_ID_MAX], ty_err *err)
     out[plen + ID_CHARS] = '\0';
     return TY_OK;
 }
-
-int ty_id_valid(const char *s, const char *prefix)
-{
-    size_t plen = strlen(prefix);
-    if (strncmp(s, prefix, plen) != 0 || strlen(s) != plen + ID_CHARS)
-        return 0;
-    for (const char *p = s + plen; *p; p++)
-        if (!strchr(alphabet, *p))
-            return 0;
-    return 1;
-}

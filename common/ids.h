@@ -20,7 +20,4 @@ ty_status ty_random_bytes(void *buf, size_t n, ty_err *err);
 /* Writes prefix + 20 random base32 characters into out (TY_ID_MAX bytes). */
 ty_status ty_id_new(const char *prefix, char out[TY_ID_MAX], ty_err *err);
 
-/* 1 if s looks like an id with this prefix (right length and alphabet). */
-int ty_id_valid(const char *s, const char *prefix);
-
 #endif

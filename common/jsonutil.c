@@ -149,29 +149,3 @@ ty_status tyjson_get_string(const json_t *obj, const char *key,
     *out = json_string_value(v);
     return TY_OK;
 }
-
-int tyjson_depth(const json_t *v)
-{
-    int best = 0;
-    if (json_is_object(v)) {
-        const char *k;
-        json_t *c;
-        json_object_foreach((json_t *)v, k, c) {
-            int d = tyjson_depth(c);
-            if (d > best)
-                best = d;
-        }
-        return best + 1;
-    }
-    if (json_is_array(v)) {
-        size_t i;
-        json_t *c;
-        json_array_foreach(v, i, c) {
-            int d = tyjson_depth(c);
-            if (d > best)
-                best = d;
-        }
-        return best + 1;
-    }
-    return 0;
-}

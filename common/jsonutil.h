@@ -45,7 +45,4 @@ void tyjson_path(char *buf, size_t n, const char *path, const char *key);
 /* Writes "<path>[<i>]" into buf. */
 void tyjson_path_index(char *buf, size_t n, const char *path, size_t i);
 
-/* Depth of nested arrays/objects (a scalar is 0). */
-int tyjson_depth(const json_t *v);
-
 #endif

@@ -576,15 +576,6 @@ ty_status store_dataset_delete(store *st, const char *tenant_id,
     return s;
 }
 
-ty_status store_tenant_dataset_bytes(store *st, const char *tenant_id,
-                                     int64_t *bytes, ty_err *err)
-{
-    return q_int(st, bytes, err,
-                 "SELECT coalesce(sum(bytes), 0) AS n FROM datasets "
-                 "WHERE tenant_id = ?",
-                 "s", tenant_id);
-}
-
 /* ---- jobs ---- */
 
 #define JOB_COLUMNS                                                           \

@@ -89,10 +89,6 @@ ty_status store_dataset_list(store *st, const char *tenant_id,
 ty_status store_dataset_delete(store *st, const char *tenant_id,
                                const char *id, char sha256[65], ty_err *err);
 
-/* Bytes of datasets a tenant stores. */
-ty_status store_tenant_dataset_bytes(store *st, const char *tenant_id,
-                                     int64_t *bytes, ty_err *err);
-
 /* ---- jobs ---- */
 
 /* Job states, as the API spells them. */

@@ -95,9 +95,6 @@ static void test_json_checks_name_the_field(void **state)
     assert_int_equal(tyjson_check_keys(arr, ok, "model", &err), TY_EINVAL);
     assert_non_null(strstr(err.msg, "must be a JSON object"));
     json_decref(arr);
-    json_t *deep = json_loads("{\"a\": [[{\"b\": [1]}]]}", 0, NULL);
-    assert_int_equal(tyjson_depth(deep), 5);
-    json_decref(deep);
 }
 
 static void test_ids(void **state)
@@ -107,10 +104,9 @@ static void test_ids(void **state)
     assert_int_equal(ty_id_new("ds_", b, NULL), TY_OK);
     assert_string_not_equal(a, b);
     assert_int_equal(strlen(a), 23);
-    assert_true(ty_id_valid(a, "ds_"));
-    assert_false(ty_id_valid(a, "job_"));
-    assert_false(ty_id_valid("ds_short", "ds_"));
-    assert_false(ty_id_valid("ds_AAAAAAAAAAAAAAAAAAAA", "ds_"));
+    assert_true(strncmp(a, "ds_", 3) == 0);
+    for (const char *p = a + 3; *p; p++)
+        assert_non_null(strchr("abcdefghijklmnopqrstuvwxyz234567", *p));
 }
 
 static void test_rng_is_seeded_and_unbiased(void **state)
