@@ -64,6 +64,11 @@ typedef struct {
 /* Where kernels run; serves one calling thread at a time. */
 typedef struct {
     nn_pool *pool;             /* CPU: worker threads, or NULL */
+    /* Per-part working memory: part i of a split (0 .. threads-1) may use
+     * work + i * work_floats for the duration of one kernel call. Sized by
+     * the workspace from its layers' work_per_thread. */
+    float *work;
+    size_t work_floats;
 } nn_exec;
 
 typedef struct nn_backend {

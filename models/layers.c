@@ -113,7 +113,8 @@ static ty_status dense_plan(nn_layer *l, ty_err *err)
 }
 
 /* As PyTorch's nn.Linear: weight and bias uniform in +-1/sqrt(fan_in). */
-static void dense_init(const nn_layer *l, float *params, ty_rng *rng)
+static void dense_init(const nn_layer *l, float *params, float *buffers,
+                       ty_rng *rng)
 {
     float bound = 1.0f / sqrtf((float)l->in.d[0]);
     for (uint32_t t = 0; t < l->n_tensors; t++) {

@@ -3,20 +3,41 @@
  * networks loaded for inference, and evaluation.
  *
  * A model spec is JSON: {"layers": [{"type": "dense", "units": 256}, ...]}.
- * The input shape comes from the dataset, the loss from the task (softmax
- * cross-entropy for classification, mean squared error for regression).
- * Layer types and their keys (unknown keys are errors):
- *   flatten {}                       dense {units (1..65536), bias (true)}
- *   relu {}  tanh {}  sigmoid {}     gelu {} (exact, erf form, as PyTorch)
+ * The input shape comes from the dataset ((C, H, W) for images, (F) for
+ * tables), the loss from the hyperparameters (train.h). Layer types and
+ * their keys (unknown keys are errors); PyTorch's equivalent in brackets:
+ *   flatten {}                                          [nn.Flatten]
+ *   dense {units (1..65536), bias (true)}               [nn.Linear]
+ *   conv2d {filters, kernel_size, stride (1), padding ("valid"; a number,
+ *           "same" or "valid"), dilation (1), groups (1), bias (true)}
+ *                                                       [nn.Conv2d]
+ *   maxpool2d, avgpool2d {pool_size, stride (= pool_size), padding (0)}
+ *                                 [nn.MaxPool2d, nn.AvgPool2d; count_include_pad]
+ *   global_avgpool {}  (C, H, W) -> (C)    [mean over (H, W), one module]
+ *   batchnorm {momentum (0.1), eps (1e-5)} [nn.BatchNorm1d on (C),
+ *                                           nn.BatchNorm2d on (C, H, W)]
+ *   layernorm {eps (1e-5)}       over the whole example [nn.LayerNorm(shape)]
+ *   relu, tanh, sigmoid, gelu (exact erf form), softmax (rank 1) {}
+ *   leaky_relu {negative_slope (0.01)}
  *   dropout {rate (0 <= rate < 1, default 0.5)}
- * dense applies to the last dimension of a rank-1 input; a rank>1 input must
- * be flattened first (an error names the layer otherwise). The last layer's
- * output size must equal the dataset's class count (classification) or
- * y_dim (regression).
+ *   residual {layers, projection (absent: the identity)}: out = f(x) + g(x)
+ *           with f the layer list and g the projection's layer list; both
+ *           must give the same shape. [a module with .body and .projection
+ *           nn.Sequential children]
+ * kernel_size, stride, padding, dilation and pool_size take a number or an
+ * [h, w] pair; the normalized spec spells pairs out as [h, w]. padding
+ * "same" keeps H and W (stride 1 and an odd dilated kernel only). dense
+ * applies to a rank-1 input; a rank>1 input must be flattened first (an
+ * error names the layer otherwise). The last layer's output size must equal
+ * the dataset's class count (classification) or y_dim (regression).
  *
  * A trained network is a safetensors file. Tensor names follow PyTorch's
  * nn.Sequential state dict for the same spec ("1.weight" [out, in],
- * "1.bias" [out] for a dense layer at index 1), so PyTorch can load it. Its
+ * "1.bias" [out] for a dense layer at index 1; conv weights [out,
+ * in/groups, kh, kw]; batchnorm "i.weight", "i.bias", "i.running_mean",
+ * "i.running_var"; a residual block's inner layers "i.body.j.weight" and
+ * "i.projection.j.weight"), so PyTorch can load it (batchnorm's
+ * num_batches_tracked is not written, and ignored when present). Its
  * __metadata__ holds string values:
  *   "trainyard.format"      "1"
  *   "trainyard.spec"        the normalized spec (JSON text)

@@ -27,6 +27,8 @@
 #define NN_MAX_DIMS 4
 #define NN_MAX_PARAMS (1ull << 31)        /* trainable values per model */
 #define NN_LAYER_MAX_TENSORS 4
+#define NN_TENSOR_NAME_LEN 96      /* "3.body.0.running_mean" and longer */
+#define NN_MAX_DEPTH 8              /* residual blocks inside residual blocks */
 
 typedef struct {
     uint32_t ndim;
@@ -45,44 +47,79 @@ typedef enum {
     NN_LAYER_SIGMOID,
     NN_LAYER_GELU,
     NN_LAYER_DROPOUT,
+    /* New kinds go here, with an entry in layers.c's table. */
     NN_LAYER_KIND_COUNT
 } nn_layer_type;
 
-/* One named tensor of a layer, stored at params + offset (floats). The file
- * name is "<layer index>.<suffix>", as in PyTorch's nn.Sequential. */
+/* One named tensor of a layer. Trainable tensors live in the layer's slice
+ * of the parameter block; buffers (batchnorm's running statistics: saved,
+ * never trained) in its slice of the buffer block. The file name is
+ * "<layer index>.<suffix>", as in PyTorch's nn.Sequential. */
 typedef struct {
-    const char *suffix;        /* "weight", "bias" */
+    const char *suffix;        /* "weight", "bias", "running_mean" */
     uint32_t ndim;
     uint32_t shape[NN_MAX_DIMS];
-    uint64_t offset;           /* into the parameter block, in floats */
+    uint64_t offset;           /* into the layer's param (or buffer) slice */
     uint64_t numel;
+    int buffer;                /* 1: a buffer, not a trainable parameter */
 } nn_tensor_desc;
 
+/* A tensor of the whole model under its state-dict name, with its place in
+ * the model's state block: [parameters | buffers], param_count +
+ * buffer_count floats. A trainable tensor's offset is below param_count, so
+ * the same offset addresses its gradient and optimizer state. */
+typedef struct {
+    char name[NN_TENSOR_NAME_LEN];
+    const nn_tensor_desc *desc;
+    uint64_t offset;           /* into the state block, in floats */
+} nn_named_tensor;
+
 typedef struct nn_layer_kind nn_layer_kind;
+typedef struct nn_arch nn_arch;
 
 typedef struct {
     nn_layer_type type;
     const nn_layer_kind *kind;
     uint32_t index;            /* position in the spec's list */
+    char path[128];            /* JSON path: "model.layers[2].layers[0]" */
     nn_shape in, out;
     /* options, by kind */
     uint32_t units;            /* dense */
-    int bias;                  /* dense */
+    int bias;                  /* dense, conv2d */
     float rate;                /* dropout */
-    /* parameters: [param_offset, param_offset + param_count) of the block */
+    uint32_t filters, groups;  /* conv2d */
+    uint32_t kernel[2], stride[2], pad[2], dilation[2]; /* conv2d, pools */
+    float eps, momentum;       /* batchnorm, layernorm */
+    float slope;               /* leaky_relu */
+    nn_arch *body, *proj;      /* residual: sub-networks, owned (proj NULL
+                                  for the identity) */
+    /* parameters: [param_offset, param_offset + param_count) of the
+     * parameter block; buffers likewise in the buffer block */
     uint64_t param_offset, param_count;
+    uint64_t buffer_offset, buffer_count;
     uint32_t n_tensors;
     nn_tensor_desc tensors[NN_LAYER_MAX_TENSORS];
-    uint64_t scratch_per_example; /* training scratch (dropout mask), floats */
+    /* Scratch the layer keeps from forward to backward (dropout's mask,
+     * batchnorm's statistics, a residual block's inner activations): per
+     * example, plus a fixed part. Allocated in inference workspaces too
+     * (a residual block needs it there). */
+    uint64_t scratch_per_example, scratch_fixed;
+    /* Floats of working memory per worker thread, valid only during one
+     * kernel call (im2col columns, per-thread gradient partials). */
+    uint64_t work_per_thread;
 } nn_layer;
 
 /* Everything a layer's forward/backward needs besides its buffers. */
 typedef struct {
     const nn_backend *be;
-    const nn_exec *ex;         /* where kernels run; NULL: this thread */
+    const nn_exec *ex;         /* where kernels run (ex->work: the arena) */
     uint32_t n;                /* rows in this batch */
-    int training;              /* dropout active */
+    int training;              /* dropout active, batchnorm uses batch stats */
     ty_rng *rng;               /* dropout masks; training only */
+    /* The buffer block of the sequence being run; a layer's buffers are at
+     * buffers + l->buffer_offset. Written only by training forward passes
+     * (running statistics). */
+    float *buffers;
 } nn_pass;
 
 struct nn_layer_kind {
@@ -94,14 +131,19 @@ struct nn_layer_kind {
     int identity_in_eval;
     /* Reads the layer's options from obj (keys already checked) into l and
      * appends them, defaults filled, to norm. On error TY_EINVAL with
-     * err->field relative to the layer ("units"). */
+     * err->field relative to the layer ("units"). l->in is already set (a
+     * residual block builds its sub-networks here). */
     ty_status (*parse)(nn_layer *l, const json_t *obj, json_t *norm,
                        ty_err *err);
     /* Sets l->out, l->tensors and l->scratch_per_example from l->in. On
      * error TY_EINVAL with a message and field relative to the layer. */
     ty_status (*plan)(nn_layer *l, ty_err *err);
-    /* Initial values of the layer's parameters (params is the layer's). */
-    void (*init)(const nn_layer *l, float *params, ty_rng *rng);
+    /* Initial values of the layer's parameters and buffers (each the
+     * layer's slice; buffers NULL when it has none). */
+    void (*init)(const nn_layer *l, float *params, float *buffers,
+                 ty_rng *rng);
+    /* Releases what parse allocated (residual); may be NULL. */
+    void (*destroy)(nn_layer *l);
     /* out (n, l->out) from in (n, l->in). params is the layer's slice. */
     void (*forward)(const nn_layer *l, const nn_pass *p, const float *params,
                     const float *in, float *out, float *scratch);
@@ -117,17 +159,26 @@ const nn_layer_kind *nn_layer_kind_find(const char *name, nn_layer_type *type);
 /* "flatten, dense, ..." into buf. */
 void nn_layer_kind_list(char *buf, size_t n);
 
-typedef struct {
+struct nn_arch {
     nn_layer *layers;          /* n_layers, owned */
     uint32_t n_layers;
     nn_shape input;
+    nn_shape output;           /* of the last layer */
     uint32_t num_outputs;
     ty_task task;
     uint64_t param_count;
-    uint64_t max_numel;        /* largest activation per example */
+    uint64_t buffer_count;     /* non-trainable state (running statistics) */
+    uint64_t max_numel;        /* largest activation per example, input too */
+    uint64_t scratch_per_example, scratch_fixed; /* sum over layers */
+    uint64_t max_work;         /* largest work_per_thread of any layer */
     uint32_t first_param_layer;/* n_layers when none has parameters */
+    uint32_t depth;            /* 0 for the model, +1 per residual level */
     const nn_backend *be;
-} nn_arch;
+    /* Top level only: every tensor, sub-networks' included, in state-dict
+     * order ("0.weight", "2.body.0.weight", ...). */
+    nn_named_tensor *tensors;
+    uint32_t n_tensors;
+};
 
 /* Parses and validates model into arch (see nn_spec_validate for errors);
  * normalized may be NULL. On error arch is zeroed. */
@@ -136,8 +187,34 @@ ty_status nn_arch_build(const json_t *model, const uint32_t *input_shape,
                         nn_arch *arch, json_t **normalized, ty_err *err);
 void nn_arch_free(nn_arch *arch);
 
-/* Draws every layer's initial parameters into params (param_count floats). */
-void nn_arch_init_params(const nn_arch *arch, float *params, ty_rng *rng);
+/* Builds a sub-network (a residual block's body or projection) from the
+ * layer list `layers` found at JSON path `path` ("model.layers[2].layers"),
+ * for inputs of shape in, at nesting depth. Errors name the inner layer by
+ * its full path. *norm gets the normalized list. On error sub is zeroed. */
+ty_status nn_arch_build_seq(const json_t *layers, const char *path,
+                            const nn_shape *in, uint32_t depth, nn_arch *sub,
+                            json_t **norm, ty_err *err);
+
+/* Draws every layer's initial parameters into the state block (param_count
+ * + buffer_count floats: parameters, then buffers). */
+void nn_arch_init_params(const nn_arch *arch, float *state, ty_rng *rng);
+/* The same for a sequence whose parameters and buffers are apart. */
+void nn_seq_init(const nn_arch *a, float *params, float *buffers, ty_rng *rng);
+
+/* Runs a sequence's layers forward. acts[0] is the input, acts[i + 1] gets
+ * layer i's output (an alias layer's entry equals its input's); scratch[i]
+ * is layer i's scratch. p->buffers is the sequence's buffer block. */
+void nn_seq_forward(const nn_arch *a, const nn_pass *p, const float *params,
+                    float *const *acts, float *const *scratch);
+
+/* Runs a sequence backward from dout (n, a->output): parameter gradients
+ * accumulate into grads (the sequence's slice). g0 and g1 (n * a->max_numel
+ * floats each; dout may be either) carry the gradient between layers.
+ * din, when not NULL, gets the gradient of the sequence's input; when NULL,
+ * layers before the first one with parameters are skipped. */
+void nn_seq_backward(const nn_arch *a, const nn_pass *p, const float *params,
+                     float *grads, float *const *acts, float *const *scratch,
+                     const float *dout, float *g0, float *g1, float *din);
 
 /* "classification" / "regression"; parse returns -1 when unknown. (Local to
  * the engine so it does not depend on the dataset module.) */
@@ -178,12 +255,14 @@ void nn_preproc_gather(const nn_preproc *pp, float *dst, const ty_dataset *ds,
                        const uint32_t *idx, uint32_t first, uint32_t n);
 
 /* Buffers for forward (and, for a training workspace, backward) passes of up
- * to max_batch examples. Float data lives in one allocation. */
+ * to max_batch examples. Float data lives in one allocation; the per-thread
+ * work arena in another, sized for the pool it runs on. */
 struct nn_workspace {
     const nn_arch *arch;
     uint32_t max_batch;
     int training;              /* has backward buffers */
-    const nn_exec *ex;         /* borrowed; NULL runs kernels serially */
+    const nn_exec *ex;         /* always &own */
+    nn_exec own;               /* pool (NULL: serial) and work arena */
     float *mem;
     float *act[NN_MAX_LAYERS + 1];   /* act[0] input, act[i+1] layer i out */
     float *scratch[NN_MAX_LAYERS];   /* training: per-layer scratch */
@@ -198,8 +277,14 @@ struct nn_workspace {
 nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
                                       int training);
 
+/* Runs the workspace's kernels on pool (NULL: serially), sizing the work
+ * arena for its thread count. TY_ENOMEM leaves the workspace as it was. */
+ty_status nn_workspace_set_pool(nn_workspace *ws, nn_pool *pool);
+
 /* Forward pass over n rows already in ws->act[0]; returns the output (n,
- * num_outputs). rng is used by dropout when training. */
+ * num_outputs). params is the state block (parameters, then buffers: a
+ * training pass updates running statistics there). rng is used by dropout
+ * when training. */
 const float *nn_forward(const nn_arch *arch, const float *params,
                         nn_workspace *ws, uint32_t n, int training,
                         ty_rng *rng);

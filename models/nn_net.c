@@ -20,7 +20,8 @@
 
 struct nn_net {
     nn_arch arch;
-    float *params;             /* param_count floats, one allocation */
+    float *params;             /* the state block: param_count parameters,
+                                  then buffer_count buffers */
     nn_preproc pp;
     json_t *meta;              /* parsed metadata, see nn_net_meta */
 };
@@ -43,6 +44,7 @@ nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
     ws->arch = arch;
     ws->max_batch = max_batch;
     ws->training = training;
+    ws->ex = &ws->own;
     const uint64_t b = max_batch;
     const uint64_t big = round_up(b * arch->max_numel);
     /* First pass: offsets (in floats) of every region; second: pointers. */
@@ -60,13 +62,15 @@ nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
                 total += round_up(b * nn_shape_numel(&l->out));
             }
             off_scratch[i] = total;
-            total += round_up(b * l->scratch_per_example);
+            total += round_up(b * l->scratch_per_example + l->scratch_fixed);
         }
         off_grad = total;
         total += 2 * big;
     } else {
-        /* act[0] is region B; each layer writes the region it does not read. */
+        /* act[0] is region B; each layer writes the region it does not read.
+         * Layers run one at a time, so they share one scratch region. */
         int which = 1;
+        uint64_t scratch = 0;
         off_act[0] = big;
         for (uint32_t i = 0; i < arch->n_layers; i++) {
             const nn_layer *l = &arch->layers[i];
@@ -76,9 +80,12 @@ nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
                 which ^= 1;
                 off_act[i + 1] = which ? big : 0;
             }
-            off_scratch[i] = 0;
+            off_scratch[i] = 2 * big;
+            uint64_t need = round_up(b * l->scratch_per_example + l->scratch_fixed);
+            if (need > scratch)
+                scratch = need;
         }
-        total = 2 * big;
+        total = 2 * big + scratch;
     }
     off_labels = total;
     total += round_up(b);
@@ -91,7 +98,7 @@ nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
         goto fail;
     for (uint32_t i = 0; i <= arch->n_layers; i++)
         ws->act[i] = ws->mem + off_act[i];
-    for (uint32_t i = 0; training && i < arch->n_layers; i++)
+    for (uint32_t i = 0; i < arch->n_layers; i++)
         ws->scratch[i] = ws->mem + off_scratch[i];
     if (training) {
         ws->grad[0] = ws->mem + off_grad;
@@ -99,16 +106,37 @@ nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
     }
     ws->labels = (int32_t *)(ws->mem + off_labels);
     ws->targets = ws->mem + off_targets;
+    if (nn_workspace_set_pool(ws, NULL) != TY_OK)
+        goto fail;
     return ws;
 fail:
+    free(ws->mem);
     free(ws);
     return NULL;
+}
+
+ty_status nn_workspace_set_pool(nn_workspace *ws, nn_pool *pool)
+{
+    const uint64_t per = round_up(ws->arch->max_work);
+    const uint64_t threads = (uint64_t)nn_pool_threads(pool);
+    float *work = NULL;
+    if (per) {
+        if (per > SIZE_MAX / sizeof(float) / threads)
+            return TY_ENOMEM;
+        work = aligned_alloc(64, (size_t)(per * threads) * sizeof(float));
+        if (!work)
+            return TY_ENOMEM;
+    }
+    free(ws->own.work);
+    ws->own = (nn_exec){.pool = pool, .work = work, .work_floats = (size_t)per};
+    return TY_OK;
 }
 
 void nn_workspace_destroy(nn_workspace *ws)
 {
     if (!ws)
         return;
+    free(ws->own.work);
     free(ws->mem);
     free(ws);
 }
@@ -120,19 +148,58 @@ nn_workspace *nn_workspace_create(const nn_net *net, uint32_t max_batch)
     return nn_workspace_create_for(&net->arch, max_batch, 0);
 }
 
+void nn_seq_forward(const nn_arch *a, const nn_pass *p, const float *params,
+                    float *const *acts, float *const *scratch)
+{
+    for (uint32_t i = 0; i < a->n_layers; i++) {
+        const nn_layer *l = &a->layers[i];
+        if (l->kind->alias)
+            continue;
+        l->kind->forward(l, p, params + l->param_offset, acts[i], acts[i + 1],
+                         scratch[i]);
+    }
+}
+
+void nn_seq_backward(const nn_arch *a, const nn_pass *p, const float *params,
+                     float *grads, float *const *acts, float *const *scratch,
+                     const float *dout, float *g0, float *g1, float *din)
+{
+    const float *cur = dout;
+    for (uint32_t i = a->n_layers; i-- > 0;) {
+        const nn_layer *l = &a->layers[i];
+        if (l->kind->alias)
+            continue;
+        /* Without a wanted input gradient, only layers after the first one
+         * with parameters need the gradient of their input. */
+        float *dst;
+        if (i == 0)
+            dst = din;
+        else if (!din && i <= a->first_param_layer)
+            dst = NULL;
+        else
+            dst = cur == g0 ? g1 : g0;
+        l->kind->backward(l, p, params + l->param_offset,
+                          grads + l->param_offset, acts[i], acts[i + 1], cur,
+                          dst, scratch[i]);
+        if (!dst)
+            return;
+        cur = dst;
+    }
+    /* Leading alias layers move no data: the gradient is where it was. */
+    if (din && cur != din)
+        memcpy(din, cur,
+               (size_t)p->n * nn_shape_numel(&a->input) * sizeof *din);
+}
+
 const float *nn_forward(const nn_arch *arch, const float *params,
                         nn_workspace *ws, uint32_t n, int training,
                         ty_rng *rng)
 {
+    /* Only a training pass writes the buffers (running statistics). */
     const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n,
-                       .training = training, .rng = rng};
-    for (uint32_t i = 0; i < arch->n_layers; i++) {
-        const nn_layer *l = &arch->layers[i];
-        if (l->kind->alias)
-            continue;
-        l->kind->forward(l, &p, params + l->param_offset, ws->act[i],
-                         ws->act[i + 1], ws->scratch[i]);
-    }
+                       .training = training, .rng = rng,
+                       .buffers = (float *)params + arch->param_count};
+    nn_seq_forward(arch, &p, params, ws->act, ws->scratch);
     return ws->act[arch->n_layers];
 }
 
@@ -155,24 +222,13 @@ double nn_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
 void nn_backward(const nn_arch *arch, const float *params, float *grads,
                  nn_workspace *ws, uint32_t n)
 {
-    const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n, .training = 1};
-    const float *dout = ws->grad[0];
-    int cur = 0;
-    for (uint32_t i = arch->n_layers; i-- > 0;) {
-        const nn_layer *l = &arch->layers[i];
-        if (l->kind->alias)
-            continue;
-        /* Only layers after the first one with parameters need the
-         * gradient of their input. */
-        float *din = i > arch->first_param_layer ? ws->grad[cur ^ 1] : NULL;
-        l->kind->backward(l, &p, params + l->param_offset,
-                          grads + l->param_offset, ws->act[i], ws->act[i + 1],
-                          dout, din, ws->scratch[i]);
-        if (!din)
-            break;
-        dout = din;
-        cur ^= 1;
-    }
+    const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n, .training = 1,
+                       .buffers = (float *)params + arch->param_count};
+    /* The loss gradient is in grad[0]; the sequence ping-pongs between the
+     * two buffers, so hand it the pair in an order that never overwrites
+     * its own input. */
+    nn_seq_backward(arch, &p, params, grads, ws->act, ws->scratch, ws->grad[0],
+                    ws->grad[1], ws->grad[0], NULL);
 }
 
 ty_status nn_eval_examples(const nn_arch *arch, const float *params,
@@ -450,13 +506,9 @@ done:
 
 static int is_expected_tensor(const nn_arch *a, const char *name)
 {
-    for (uint32_t i = 0; i < a->n_layers; i++)
-        for (uint32_t t = 0; t < a->layers[i].n_tensors; t++) {
-            char want[64];
-            snprintf(want, sizeof want, "%u.%s", i, a->layers[i].tensors[t].suffix);
-            if (!strcmp(want, name))
-                return 1;
-        }
+    for (uint32_t i = 0; i < a->n_tensors; i++)
+        if (!strcmp(a->tensors[i].name, name))
+            return 1;
     return 0;
 }
 
@@ -476,40 +528,43 @@ static void format_dims(char *buf, size_t n, const uint64_t *d, uint32_t ndim)
 static ty_status load_params(nn_net *net, const st_file *f, ty_err *err)
 {
     const nn_arch *a = &net->arch;
-    for (uint32_t i = 0; i < a->n_layers; i++) {
-        const nn_layer *l = &a->layers[i];
-        for (uint32_t t = 0; t < l->n_tensors; t++) {
-            const nn_tensor_desc *d = &l->tensors[t];
-            char name[64];
-            snprintf(name, sizeof name, "%u.%s", i, d->suffix);
-            const st_tensor *st = st_find(f, name);
-            if (!st)
-                return ty_fail(err, TY_EFORMAT, NULL,
-                               "the model has no tensor '%s'", name);
-            int same = st->dtype == ST_F32 && st->ndim == d->ndim;
-            for (uint32_t k = 0; same && k < d->ndim; k++)
-                same = st->shape[k] == d->shape[k];
-            if (!same) {
-                uint64_t want_d[NN_MAX_DIMS];
-                for (uint32_t k = 0; k < d->ndim; k++)
-                    want_d[k] = d->shape[k];
-                char want[64], got[64];
-                format_dims(want, sizeof want, want_d, d->ndim);
-                format_dims(got, sizeof got, st->shape, st->ndim);
-                return ty_fail(err, TY_EFORMAT, NULL,
-                               "tensor '%s' must be F32 %s, got %s %s", name,
-                               want, st_dtype_name(st->dtype), got);
-            }
-            memcpy(net->params + l->param_offset + d->offset, st->data,
-                   d->numel * sizeof(float));
-        }
-    }
-    for (size_t i = 0; i < f->count; i++)
-        if (!is_expected_tensor(a, f->tensors[i].name))
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const nn_named_tensor *nt = &a->tensors[i];
+        const nn_tensor_desc *d = nt->desc;
+        const st_tensor *st = st_find(f, nt->name);
+        if (!st)
             return ty_fail(err, TY_EFORMAT, NULL,
-                           "the model has an unexpected tensor '%.64s'",
-                           f->tensors[i].name);
-    for (uint64_t i = 0; i < a->param_count; i++)
+                           "the model has no tensor '%s'", nt->name);
+        int same = st->dtype == ST_F32 && st->ndim == d->ndim;
+        for (uint32_t k = 0; same && k < d->ndim; k++)
+            same = st->shape[k] == d->shape[k];
+        if (!same) {
+            uint64_t want_d[NN_MAX_DIMS];
+            for (uint32_t k = 0; k < d->ndim; k++)
+                want_d[k] = d->shape[k];
+            char want[64], got[64];
+            format_dims(want, sizeof want, want_d, d->ndim);
+            format_dims(got, sizeof got, st->shape, st->ndim);
+            return ty_fail(err, TY_EFORMAT, NULL,
+                           "tensor '%s' must be F32 %s, got %s %s", nt->name,
+                           want, st_dtype_name(st->dtype), got);
+        }
+        memcpy(net->params + nt->offset, st->data, d->numel * sizeof(float));
+    }
+    /* PyTorch's batchnorm also saves a step counter, which inference does
+     * not use; anything else unexpected means a different model. */
+    for (size_t i = 0; i < f->count; i++) {
+        const char *name = f->tensors[i].name;
+        size_t len = strlen(name);
+        static const char counter[] = ".num_batches_tracked";
+        if (len > sizeof counter - 1 &&
+            !strcmp(name + len - (sizeof counter - 1), counter))
+            continue;
+        if (!is_expected_tensor(a, name))
+            return ty_fail(err, TY_EFORMAT, NULL,
+                           "the model has an unexpected tensor '%.64s'", name);
+    }
+    for (uint64_t i = 0; i < a->param_count + a->buffer_count; i++)
         if (!isfinite(net->params[i]))
             return ty_fail(err, TY_EFORMAT, NULL,
                            "the model's parameters contain NaN or Inf");
@@ -530,8 +585,8 @@ ty_status nn_net_load(const char *path, nn_net **out, ty_err *err)
     }
     if ((st = load_meta(net, &f, err)) != TY_OK)
         goto fail;
-    net->params = malloc((net->arch.param_count ? net->arch.param_count : 1) *
-                         sizeof(float));
+    const uint64_t state = net->arch.param_count + net->arch.buffer_count;
+    net->params = malloc((state ? state : 1) * sizeof(float));
     if (!net->params) {
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
         goto fail;

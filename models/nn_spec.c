@@ -51,11 +51,20 @@ static ty_status layer_fail(ty_err *err, ty_status st, const char *path,
     return st;
 }
 
+static void free_layers(nn_arch *arch)
+{
+    for (uint32_t i = 0; arch->layers && i < arch->n_layers; i++)
+        if (arch->layers[i].kind && arch->layers[i].kind->destroy)
+            arch->layers[i].kind->destroy(&arch->layers[i]);
+}
+
 void nn_arch_free(nn_arch *arch)
 {
     if (!arch)
         return;
+    free_layers(arch);
     free(arch->layers);
+    free(arch->tensors);
     memset(arch, 0, sizeof *arch);
 }
 
@@ -115,12 +124,173 @@ static ty_status check_final_size(const nn_arch *arch, uint64_t out,
                    arch->num_outputs);
 }
 
+/* Parses and plans the layer list `layers` (at JSON path `path`) for inputs
+ * of shape in into arch (layers, counts, sizes); appends each normalized
+ * layer to norm_layers. */
+static ty_status build_layers(const json_t *layers, const char *path,
+                              const nn_shape *in, uint32_t depth,
+                              nn_arch *arch, json_t *norm_layers, ty_err *err)
+{
+    char kinds_list[256];
+    ty_status st;
+    if (!json_is_array(layers))
+        return ty_fail(err, TY_EINVAL, path,
+                       "%s must be an array of layer objects", path);
+    size_t n = json_array_size(layers);
+    if (n == 0)
+        return ty_fail(err, TY_EINVAL, path,
+                       "%s must have at least one layer", path);
+    if (n > NN_MAX_LAYERS)
+        return ty_fail(err, TY_EINVAL, path,
+                       "%s has %zu layers; the limit is %d", path, n,
+                       NN_MAX_LAYERS);
+    if (depth > NN_MAX_DEPTH)
+        return ty_fail(err, TY_EINVAL, path,
+                       "residual blocks nest more than %d deep", NN_MAX_DEPTH);
+    arch->layers = calloc(n, sizeof *arch->layers);
+    if (!arch->layers)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
+    arch->n_layers = (uint32_t)n;
+    arch->depth = depth;
+    arch->be = &nn_backend_cpu;
+    arch->input = *in;
+    arch->first_param_layer = arch->n_layers;
+    arch->max_numel = nn_shape_numel(in);
+    nn_layer_kind_list(kinds_list, sizeof kinds_list);
+
+    nn_shape cur = *in;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *obj = json_array_get(layers, i);
+        nn_layer *l = &arch->layers[i];
+        char lpath[128];
+        tyjson_path_index(lpath, sizeof lpath, path, i);
+        if (!json_is_object(obj))
+            return ty_fail(err, TY_EINVAL, lpath,
+                           "layer %zu must be an object such as {\"type\": "
+                           "\"relu\"}",
+                           i);
+        const json_t *type = json_object_get(obj, "type");
+        if (!json_is_string(type)) {
+            st = ty_fail(err, TY_EINVAL, "type",
+                         "type is required and must be a string, one of: %s",
+                         kinds_list);
+            return layer_fail(err, st, lpath, i, NULL);
+        }
+        const char *tname = json_string_value(type);
+        l->kind = nn_layer_kind_find(tname, &l->type);
+        if (!l->kind) {
+            st = ty_fail(err, TY_EINVAL, "type",
+                         "unknown type '%.64s'; known types: %s", tname,
+                         kinds_list);
+            return layer_fail(err, st, lpath, i, NULL);
+        }
+        l->index = (uint32_t)i;
+        l->in = cur;
+        if ((st = tyjson_check_keys(obj, l->kind->keys, "", err)) != TY_OK)
+            return layer_fail(err, st, lpath, i, tname);
+        json_t *norm = json_object();
+        if (!norm || json_array_append_new(norm_layers, norm) != 0)
+            return ty_fail(err, TY_ENOMEM, NULL,
+                           "out of memory parsing the model");
+        json_object_set_new(norm, "type", json_string(l->kind->name));
+        snprintf(l->path, sizeof l->path, "%s", lpath);
+        if (l->kind->parse &&
+            (st = l->kind->parse(l, obj, norm, err)) != TY_OK) {
+            /* A residual block's inner layers report their full path. */
+            if (err && !strncmp(err->field, lpath, strlen(lpath)) &&
+                err->field[strlen(lpath)] == '.')
+                return st;
+            return layer_fail(err, st, lpath, i, tname);
+        }
+        if ((st = l->kind->plan(l, err)) != TY_OK)
+            return layer_fail(err, st, lpath, i, tname);
+        if (l->n_tensors) {
+            l->param_count = l->buffer_count = 0;
+            for (uint32_t t = 0; t < l->n_tensors; t++) {
+                if (l->tensors[t].buffer)
+                    l->buffer_count += l->tensors[t].numel;
+                else
+                    l->param_count += l->tensors[t].numel;
+            }
+        }
+        l->param_offset = arch->param_count;
+        l->buffer_offset = arch->buffer_count;
+        arch->param_count += l->param_count;
+        arch->buffer_count += l->buffer_count;
+        arch->scratch_per_example += l->scratch_per_example;
+        arch->scratch_fixed += l->scratch_fixed;
+        if (l->work_per_thread > arch->max_work)
+            arch->max_work = l->work_per_thread;
+        if (l->param_count && arch->first_param_layer == arch->n_layers)
+            arch->first_param_layer = (uint32_t)i;
+        cur = l->out;
+        if (nn_shape_numel(&cur) > arch->max_numel)
+            arch->max_numel = nn_shape_numel(&cur);
+    }
+    arch->output = cur;
+    return TY_OK;
+}
+
+ty_status nn_arch_build_seq(const json_t *layers, const char *path,
+                            const nn_shape *in, uint32_t depth, nn_arch *sub,
+                            json_t **norm, ty_err *err)
+{
+    memset(sub, 0, sizeof *sub);
+    *norm = json_array();
+    if (!*norm)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
+    ty_status st = build_layers(layers, path, in, depth, sub, *norm, err);
+    if (st != TY_OK) {
+        json_decref(*norm);
+        *norm = NULL;
+        nn_arch_free(sub);
+    }
+    return st;
+}
+
+/* Appends the tensors of sequence a, named prefix + "i." + suffix, whose
+ * parameters start at state offset pbase and buffers at bbase. */
+static void collect_tensors(nn_arch *top, const nn_arch *a, const char *prefix,
+                            uint64_t pbase, uint64_t bbase, int count_only)
+{
+    for (uint32_t i = 0; i < a->n_layers; i++) {
+        const nn_layer *l = &a->layers[i];
+        for (uint32_t t = 0; t < l->n_tensors; t++) {
+            const nn_tensor_desc *d = &l->tensors[t];
+            if (!count_only) {
+                nn_named_tensor *nt = &top->tensors[top->n_tensors];
+                snprintf(nt->name, sizeof nt->name, "%s%u.%s", prefix, i,
+                         d->suffix);
+                nt->desc = d;
+                nt->offset = d->buffer
+                                 ? bbase + l->buffer_offset + d->offset
+                                 : pbase + l->param_offset + d->offset;
+            }
+            top->n_tensors++;
+        }
+        char sub[NN_TENSOR_NAME_LEN];
+        if (l->body) {
+            snprintf(sub, sizeof sub, "%s%u.body.", prefix, i);
+            collect_tensors(top, l->body, sub, pbase + l->param_offset,
+                            bbase + l->buffer_offset, count_only);
+        }
+        if (l->proj) {
+            snprintf(sub, sizeof sub, "%s%u.projection.", prefix, i);
+            collect_tensors(top, l->proj, sub,
+                            pbase + l->param_offset +
+                                (l->body ? l->body->param_count : 0),
+                            bbase + l->buffer_offset +
+                                (l->body ? l->body->buffer_count : 0),
+                            count_only);
+        }
+    }
+}
+
 ty_status nn_arch_build(const json_t *model, const uint32_t *input_shape,
                         uint32_t ndim, uint32_t num_outputs, ty_task task,
                         nn_arch *arch, json_t **normalized, ty_err *err)
 {
     static const char *const model_keys[] = {"layers", NULL};
-    char kinds_list[160];
     json_t *norm_layers = NULL;
     ty_status st;
 
@@ -137,105 +307,35 @@ ty_status nn_arch_build(const json_t *model, const uint32_t *input_shape,
                        "model.layers is required: a list such as "
                        "[{\"type\": \"flatten\"}, {\"type\": \"dense\", "
                        "\"units\": 10}]");
-    if (!json_is_array(layers))
-        return ty_fail(err, TY_EINVAL, "model.layers",
-                       "model.layers must be an array of layer objects");
-    size_t n = json_array_size(layers);
-    if (n == 0)
-        return ty_fail(err, TY_EINVAL, "model.layers",
-                       "model.layers must have at least one layer");
-    if (n > NN_MAX_LAYERS)
-        return ty_fail(err, TY_EINVAL, "model.layers",
-                       "model.layers has %zu layers; the limit is %d", n,
-                       NN_MAX_LAYERS);
-
-    arch->layers = calloc(n, sizeof *arch->layers);
     norm_layers = json_array();
-    if (!arch->layers || !norm_layers) {
-        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
+    if (!norm_layers)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
+    nn_shape in = {.ndim = ndim};
+    memcpy(in.d, input_shape, ndim * sizeof *input_shape);
+    if ((st = build_layers(layers, "model.layers", &in, 0, arch, norm_layers,
+                           err)) != TY_OK)
         goto fail;
-    }
-    arch->n_layers = (uint32_t)n;
     arch->num_outputs = num_outputs;
     arch->task = task;
-    arch->be = &nn_backend_cpu;
-    arch->input.ndim = ndim;
-    memcpy(arch->input.d, input_shape, ndim * sizeof *input_shape);
-    arch->first_param_layer = arch->n_layers;
-    arch->max_numel = nn_shape_numel(&arch->input);
-    nn_layer_kind_list(kinds_list, sizeof kinds_list);
-
-    nn_shape cur = arch->input;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *obj = json_array_get(layers, i);
-        nn_layer *l = &arch->layers[i];
-        char path[64];
-        tyjson_path_index(path, sizeof path, "model.layers", i);
-        if (!json_is_object(obj)) {
-            st = ty_fail(err, TY_EINVAL, path,
-                         "layer %zu must be an object such as {\"type\": "
-                         "\"relu\"}",
-                         i);
-            goto fail;
-        }
-        const json_t *type = json_object_get(obj, "type");
-        if (!json_is_string(type)) {
-            st = ty_fail(err, TY_EINVAL, "type",
-                         "type is required and must be a string, one of: %s",
-                         kinds_list);
-            st = layer_fail(err, st, path, i, NULL);
-            goto fail;
-        }
-        const char *tname = json_string_value(type);
-        l->kind = nn_layer_kind_find(tname, &l->type);
-        if (!l->kind) {
-            st = ty_fail(err, TY_EINVAL, "type",
-                         "unknown type '%.64s'; known types: %s", tname,
-                         kinds_list);
-            st = layer_fail(err, st, path, i, NULL);
-            goto fail;
-        }
-        l->index = (uint32_t)i;
-        if ((st = tyjson_check_keys(obj, l->kind->keys, "", err)) != TY_OK) {
-            st = layer_fail(err, st, path, i, tname);
-            goto fail;
-        }
-        json_t *norm = json_object();
-        if (!norm || json_array_append_new(norm_layers, norm) != 0) {
-            st = ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
-            goto fail;
-        }
-        json_object_set_new(norm, "type", json_string(l->kind->name));
-        if (l->kind->parse &&
-            (st = l->kind->parse(l, obj, norm, err)) != TY_OK) {
-            st = layer_fail(err, st, path, i, tname);
-            goto fail;
-        }
-        l->in = cur;
-        if ((st = l->kind->plan(l, err)) != TY_OK) {
-            st = layer_fail(err, st, path, i, tname);
-            goto fail;
-        }
-        l->param_offset = arch->param_count;
-        for (uint32_t t = 0; t < l->n_tensors; t++)
-            l->param_count += l->tensors[t].numel;
-        arch->param_count += l->param_count;
-        if (l->param_count && arch->first_param_layer == arch->n_layers)
-            arch->first_param_layer = (uint32_t)i;
-        cur = l->out;
-        if (nn_shape_numel(&cur) > arch->max_numel)
-            arch->max_numel = nn_shape_numel(&cur);
-    }
-
-    if ((st = check_final_size(arch, nn_shape_numel(&cur), err)) != TY_OK)
+    if ((st = check_final_size(arch, nn_shape_numel(&arch->output), err)) !=
+        TY_OK)
         goto fail;
-    if (arch->param_count > NN_MAX_PARAMS) {
+    if (arch->param_count + arch->buffer_count > NN_MAX_PARAMS) {
         st = ty_fail(err, TY_EINVAL, "model.layers",
                      "the model has %llu parameters; the limit is %llu",
                      (unsigned long long)arch->param_count,
                      (unsigned long long)NN_MAX_PARAMS);
         goto fail;
     }
+    collect_tensors(arch, arch, "", 0, arch->param_count, 1);
+    arch->tensors = calloc(arch->n_tensors ? arch->n_tensors : 1,
+                           sizeof *arch->tensors);
+    if (!arch->tensors) {
+        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
+        goto fail;
+    }
+    arch->n_tensors = 0;
+    collect_tensors(arch, arch, "", 0, arch->param_count, 0);
     if (normalized) {
         *normalized = json_object();
         if (!*normalized ||
@@ -275,11 +375,18 @@ ty_status nn_spec_validate(const json_t *model, const uint32_t *input_shape,
     return TY_OK;
 }
 
-void nn_arch_init_params(const nn_arch *arch, float *params, ty_rng *rng)
+void nn_seq_init(const nn_arch *a, float *params, float *buffers, ty_rng *rng)
 {
-    for (uint32_t i = 0; i < arch->n_layers; i++) {
-        const nn_layer *l = &arch->layers[i];
+    for (uint32_t i = 0; i < a->n_layers; i++) {
+        const nn_layer *l = &a->layers[i];
         if (l->kind->init)
-            l->kind->init(l, params + l->param_offset, rng);
+            l->kind->init(l, params + l->param_offset,
+                          l->buffer_count ? buffers + l->buffer_offset : NULL,
+                          rng);
     }
+}
+
+void nn_arch_init_params(const nn_arch *arch, float *state, ty_rng *rng)
+{
+    nn_seq_init(arch, state, state + arch->param_count, rng);
 }

@@ -177,9 +177,11 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
                            "data's shape and task");
     }
 
+    /* params is the state block: parameters, then buffers. */
     const uint64_t p = t->arch.param_count ? t->arch.param_count : 1;
+    const uint64_t state = t->arch.param_count + t->arch.buffer_count + 1;
     uint32_t rows = hp->batch_size < t->n_train ? hp->batch_size : t->n_train;
-    t->params = malloc(p * sizeof(float));
+    t->params = malloc(state * sizeof(float));
     t->grads = calloc(p, sizeof(float));
     t->perm = malloc((size_t)t->n_train * sizeof *t->perm);
     t->ws = nn_workspace_create_for(&t->arch, rows, 1);
@@ -209,8 +211,9 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         threads = MAX_THREADS;
     openblas_set_num_threads(1);
     t->pool = threads > 1 ? nn_pool_create(threads) : NULL;
-    t->exec.pool = t->pool;
-    t->ws->ex = &t->exec;
+    if (nn_workspace_set_pool(t->ws, t->pool) != TY_OK)
+        return ty_fail(err, TY_ENOMEM, NULL,
+                       "out of memory for the network's buffers");
     return TY_OK;
 }
 
@@ -268,7 +271,7 @@ static double train_step(trainer *t, uint32_t first, uint32_t m,
     nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
     double sum = nn_loss(&t->arch, ws, m, ws->labels, ws->targets, hits, 1);
     nn_backward(&t->arch, t->params, t->grads, ws, m);
-    nn_optim_step(&t->opt, t->arch.be, &t->exec, t->params, t->grads);
+    nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params, t->grads);
     /* MSE sums over elements; per example is that over the outputs. */
     return t->arch.task == TY_TASK_REGRESSION ? sum / c : sum;
 }

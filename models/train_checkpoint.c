@@ -27,7 +27,7 @@
 #include "models/safetensors.h"
 #include "models/train_internal.h"
 
-#define NAME_LEN 64
+#define NAME_LEN (NN_TENSOR_NAME_LEN + 32)
 
 typedef struct {
     size_t n;
@@ -36,34 +36,27 @@ typedef struct {
     float **dst;               /* where each tensor's data lives (for reads) */
 } tensor_list;
 
-static size_t tensors_per_block(const nn_arch *a)
-{
-    size_t n = 0;
-    for (uint32_t i = 0; i < a->n_layers; i++)
-        n += a->layers[i].n_tensors;
-    return n;
-}
+static size_t tensors_per_block(const nn_arch *a) { return a->n_tensors; }
 
-/* Appends every parameter tensor of a over block (a param_count-float
- * array laid out like the parameters), named prefix + "i.suffix" + tail. */
+/* Appends the tensors of a over block, named prefix + name + tail. The
+ * parameters' block (with_buffers) is the state block and includes the
+ * buffers; an optimizer slot is laid out like the parameters alone. */
 static void add_block(tensor_list *tl, const nn_arch *a, float *block,
-                      const char *prefix, const char *tail)
+                      const char *prefix, const char *tail, int with_buffers)
 {
-    for (uint32_t i = 0; i < a->n_layers; i++) {
-        const nn_layer *l = &a->layers[i];
-        for (uint32_t k = 0; k < l->n_tensors; k++) {
-            const nn_tensor_desc *d = &l->tensors[k];
-            snprintf(tl->names[tl->n], NAME_LEN, "%s%u.%s%s", prefix, i,
-                     d->suffix, tail);
-            st_out_tensor *o = &tl->t[tl->n];
-            *o = (st_out_tensor){.name = tl->names[tl->n], .dtype = ST_F32,
-                                 .ndim = d->ndim,
-                                 .data = block + l->param_offset + d->offset};
-            for (uint32_t j = 0; j < d->ndim; j++)
-                o->shape[j] = d->shape[j];
-            tl->dst[tl->n] = block + l->param_offset + d->offset;
-            tl->n++;
-        }
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const nn_named_tensor *nt = &a->tensors[i];
+        const nn_tensor_desc *d = nt->desc;
+        if (d->buffer && !with_buffers)
+            continue;
+        snprintf(tl->names[tl->n], NAME_LEN, "%s%s%s", prefix, nt->name, tail);
+        st_out_tensor *o = &tl->t[tl->n];
+        *o = (st_out_tensor){.name = tl->names[tl->n], .dtype = ST_F32,
+                             .ndim = d->ndim, .data = block + nt->offset};
+        for (uint32_t j = 0; j < d->ndim; j++)
+            o->shape[j] = d->shape[j];
+        tl->dst[tl->n] = block + nt->offset;
+        tl->n++;
     }
 }
 
@@ -97,11 +90,11 @@ static ty_status checkpoint_tensors(const trainer *t, tensor_list *tl,
     ty_status st = tensor_list_alloc(tl, &t->arch, 1 + t->opt.n_slots, err);
     if (st != TY_OK)
         return st;
-    add_block(tl, &t->arch, t->params, "", "");
+    add_block(tl, &t->arch, t->params, "", "", 1);
     for (uint32_t k = 0; k < t->opt.n_slots; k++) {
         char tail[32];
         snprintf(tail, sizeof tail, ".%s", nn_optim_slot_name(&t->opt, k));
-        add_block(tl, &t->arch, nn_optim_slot(&t->opt, k), "optim.", tail);
+        add_block(tl, &t->arch, nn_optim_slot(&t->opt, k), "optim.", tail, 0);
     }
     return TY_OK;
 }
@@ -187,7 +180,7 @@ ty_status train_save_model(const trainer *t, ty_err *err)
     tensor_list tl;
     ty_status st = tensor_list_alloc(&tl, a, 1, err);
     if (st == TY_OK) {
-        add_block(&tl, a, t->params, "", "");
+        add_block(&tl, a, t->params, "", "", 1);
         st = st_write(t->job->model_path, meta, tl.t, tl.n, err);
         tensor_list_free(&tl);
     }

@@ -33,7 +33,6 @@ typedef struct {
     nn_optim opt;
     nn_workspace *ws;          /* training workspace, batch_size rows */
     nn_pool *pool;             /* job->threads workers (NULL: serial) */
-    nn_exec exec;              /* kernels run here; ws->ex points to it */
     nn_preproc pp;
     uint32_t *perm;            /* this epoch's order of training examples */
     uint64_t steps_per_epoch;
