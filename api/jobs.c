@@ -17,6 +17,7 @@
 #include "common/jsonutil.h"
 #include "gpu/runner.h"
 #include "models/dataset.h"
+#include "models/loader.h"
 #include "models/nn.h"
 #include "models/train.h"
 
@@ -175,7 +176,8 @@ void api_jobs_create(ty_app *app, http_req *r)
         goto fail;
     train_hparams hp;
     if ((s = train_hparams_parse(json_object_get(body, "hyperparameters"), &hp,
-                                 &hp_norm, &err)) != TY_OK)
+                                 &hp_norm, &err)) != TY_OK ||
+        (s = loader_augment_check(&hp.augment, shape, ndim, &err)) != TY_OK)
         goto fail;
 
     char id[TY_ID_MAX];

@@ -5,10 +5,11 @@
  *
  * Everything a step touches is allocated before the first step: the
  * parameter and gradient blocks, the optimizer state, the workspace for
- * batch_size examples and the epoch's index permutation. A step gathers its
- * examples (converted to float and preprocessed on the fly) into the input
- * buffer, runs forward, loss, backward and the optimizer, and allocates
- * nothing.
+ * batch_size examples, the epoch's index permutation and the data loader's
+ * batch buffers. The loader gathers each batch (converted to float,
+ * preprocessed and augmented) - on its own thread, one step ahead, when
+ * there are threads to spare - and a step points the workspace's input at
+ * it, runs forward, loss, backward and the optimizer, and allocates nothing.
  */
 #include <math.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "models/loader.h"
 #include "models/train_internal.h"
 
 /* OpenBLAS's thread control (declared here to keep cblas.h out). */
@@ -100,7 +102,7 @@ static uint64_t index_fingerprint(const uint32_t *idx, uint32_t n)
     return h;
 }
 
-static json_t *run_identity(const trainer *t)
+static json_t *run_identity_base(const trainer *t)
 {
     const train_hparams *hp = t->hp;
     char fp[24];
@@ -123,8 +125,23 @@ static json_t *run_identity(const trainer *t)
                      hp->epsilon, "seed", (json_int_t)hp->seed);
 }
 
+static json_t *run_identity(const trainer *t)
+{
+    json_t *id = run_identity_base(t);
+    /* augment shapes the trajectory too (models/loader.c). */
+    json_t *aug = loader_augment_to_json(&t->hp->augment);
+    if (!id || !aug ||
+        json_object_set_new(json_object_get(id, "hparams"), "augment", aug)) {
+        json_decref(id);
+        return NULL;
+    }
+    return id;
+}
+
 static void trainer_free(trainer *t)
 {
+    /* First: its thread reads the dataset, the preprocessing and perm. */
+    loader_destroy(t->loader);
     nn_arch_free(&t->arch);
     json_decref(t->spec);
     json_decref(t->identity);
@@ -159,7 +176,9 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     if (t->n_train == 0)
         return ty_fail(err, TY_EINVAL, NULL, "there are no training examples");
     if ((st = check_train_examples(t, err)) != TY_OK ||
-        (st = check_extra_meta(job->extra_meta, err)) != TY_OK)
+        (st = check_extra_meta(job->extra_meta, err)) != TY_OK ||
+        (st = loader_augment_check(&hp->augment, ds->shape, ds->ndim, err)) !=
+            TY_OK)
         return st;
     uint32_t outputs = ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes
                                                           : ds->y_dim;
@@ -214,34 +233,29 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     if (nn_workspace_set_pool(t->ws, t->pool) != TY_OK)
         return ty_fail(err, TY_ENOMEM, NULL,
                        "out of memory for the network's buffers");
-    return TY_OK;
+
+    /* Prefetching needs a core to spare and more than one batch an epoch
+     * (batches are not prefetched across epochs: perm changes there). */
+    loader_config lc = {
+        .ds = ds, .pp = &t->pp, .batch_size = rows, .n = t->n_train,
+        .outputs = outputs, .augment = hp->augment, .seed = hp->seed,
+        .pool = t->pool, .prefetch = t->pool && t->steps_per_epoch > 1,
+    };
+    return loader_create(&lc, &t->loader, err);
 }
 
-typedef struct {
-    const trainer *t;
-    uint32_t first, n;
-} gather_job;
-
-static void gather_part(void *arg, int part, int parts)
-{
-    const gather_job *g = arg;
-    size_t b, e;
-    nn_pool_range(g->n, part, parts, 1, &b, &e);
-    if (e > b)
-        nn_preproc_gather(&g->t->pp,
-                          g->t->ws->act[0] + b * g->t->ds->features, g->t->ds,
-                          g->t->perm, g->first + (uint32_t)b, (uint32_t)(e - b));
-}
-
-/* The epoch's example order; the dropout stream and sums start fresh unless
- * a mid-epoch checkpoint restored them. */
+/* The epoch's example order, handed to the loader from the step a
+ * checkpoint may have restored; the dropout stream and sums start fresh
+ * unless a mid-epoch checkpoint restored them. */
 static void epoch_begin(trainer *t, uint32_t e)
 {
+    loader_stop(t->loader); /* before perm changes under it */
     for (uint32_t i = 0; i < t->n_train; i++)
         t->perm[i] = t->job->train_idx ? t->job->train_idx[i] : i;
     ty_rng shuffle;
     ty_rng_seed(&shuffle, t->hp->seed, TRAIN_STREAM_SHUFFLE(e));
     ty_rng_shuffle_u32(&shuffle, t->perm, t->n_train);
+    loader_begin_epoch(t->loader, e, t->perm, t->epoch_step);
     if (t->epoch_step == 0) {
         ty_rng_seed(&t->drop_rng, t->hp->seed, TRAIN_STREAM_DROPOUT(e));
         t->loss_sum = 0.0;
@@ -249,29 +263,20 @@ static void epoch_begin(trainer *t, uint32_t e)
     }
 }
 
-/* One optimizer step on the examples perm[first, first + m). Returns the
- * batch's summed per-example loss. */
-static double train_step(trainer *t, uint32_t first, uint32_t m,
-                         uint32_t *hits)
+/* One optimizer step on the loader's batch b. Returns the batch's summed
+ * per-example loss. */
+static double train_step(trainer *t, const loader_batch *b, uint32_t *hits)
 {
-    const ty_dataset *ds = t->ds;
     nn_workspace *ws = t->ws;
-    const uint32_t c = t->arch.num_outputs;
-    if (ds->task == TY_TASK_CLASSIFICATION) {
-        for (uint32_t i = 0; i < m; i++)
-            ws->labels[i] = ds->y_class[t->perm[first + i]];
-    } else {
-        for (uint32_t i = 0; i < m; i++)
-            memcpy(ws->targets + (size_t)i * c,
-                   ds->y_value + (size_t)t->perm[first + i] * ds->y_dim,
-                   c * sizeof(float));
-    }
-    gather_job g = {.t = t, .first = first, .n = m};
-    nn_pool_run(t->pool, gather_part, &g);
+    const uint32_t c = t->arch.num_outputs, m = b->n;
+    /* The step reads the loader's buffer in place; the workspace gets its
+     * own input back after (validation gathers into that). */
+    float *own = loader_bind_input(ws, b->x);
     nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
-    double sum = nn_loss(&t->arch, ws, m, ws->labels, ws->targets, hits, 1);
+    double sum = nn_loss(&t->arch, ws, m, b->labels, b->targets, hits, 1);
     nn_backward(&t->arch, t->params, t->grads, ws, m);
     nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params, t->grads);
+    loader_bind_input(ws, own);
     /* MSE sums over elements; per example is that over the outputs. */
     return t->arch.task == TY_TASK_REGRESSION ? sum / c : sum;
 }
@@ -297,7 +302,6 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
 static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
 {
     const train_job *job = t->job;
-    const uint32_t bs = t->hp->batch_size;
     const double start = now_sec();
     uint64_t session_seen = 0;
 
@@ -305,10 +309,9 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     while (t->epoch_step < t->steps_per_epoch) {
         if (job->stop && *job->stop)
             return ty_fail(err, TY_ECANCELLED, NULL, "training was cancelled");
-        uint32_t first = (uint32_t)(t->epoch_step * bs);
-        uint32_t m = t->n_train - first < bs ? t->n_train - first : bs;
-        uint32_t hits = 0;
-        double sum = train_step(t, first, m, &hits);
+        const loader_batch *b = loader_next(t->loader);
+        uint32_t m = b->n, hits = 0;
+        double sum = train_step(t, b, &hits);
         if (!isfinite(sum))
             return ty_fail(err, TY_EINVAL, "hyperparameters.learning_rate",
                            "the training loss became %s at epoch %u, step %llu; "

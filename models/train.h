@@ -12,13 +12,25 @@
  *   beta1 (0.9), beta2 (0.999), epsilon (1e-8) for adam,
  *   seed (0..2^53; default chosen at random by train_hparams_parse and written
  *   into the normalized object, so every run is reproducible afterwards),
- *   checkpoint_every_steps (0 = only at the end of each epoch; default 0).
+ *   checkpoint_every_steps (0 = only at the end of each epoch; default 0),
+ *   augment {"crop_padding": P (0..min(H, W)/2, default 0: off),
+ *   "horizontal_flip": bool (default false)}: image augmentation of training
+ *   batches only, for (C, H, W) inputs (any other shape is an error naming
+ *   "hyperparameters.augment"): a random H x W crop of the preprocessed image
+ *   zero-padded by P on each side, then a left-right flip with probability
+ *   0.5 - torchvision's RandomCrop(size, padding=P) then
+ *   RandomHorizontalFlip(), applied after preprocessing (so padding is 0 in
+ *   the network's input space). Each example's draws come from a stream
+ *   seeded by (seed, epoch, position in the epoch's order), so augmentation
+ *   is deterministic and survives a mid-epoch resume.
  *
  * Determinism: the same seed, data and thread count give the same weights bit
  * for bit. Initial weights are drawn as PyTorch's defaults for nn.Linear
  * (uniform in +-1/sqrt(fan_in) for weight and bias) from a stream seeded by
  * seed; each epoch's shuffle and dropout masks come from streams seeded by
  * (seed, epoch), so a run resumed from an epoch checkpoint continues exactly.
+ * The next minibatch is gathered (and augmented) on the loader's own thread
+ * while the current step runs (models/loader.h); that changes no number.
  */
 #ifndef TY_TRAIN_H
 #define TY_TRAIN_H
@@ -32,6 +44,13 @@
 
 typedef enum { TRAIN_OPT_SGD = 0, TRAIN_OPT_ADAM = 1 } train_optimizer;
 
+/* Image augmentation applied by the data loader to training batches (see
+ * models/loader.h); all zero: off. */
+typedef struct {
+    uint32_t crop_padding;     /* P: random crop from the image padded by P */
+    int horizontal_flip;       /* flip left-right with probability 0.5 */
+} train_augment;
+
 typedef struct {
     uint32_t epochs;
     uint32_t batch_size;
@@ -42,6 +61,7 @@ typedef struct {
     double beta1, beta2, epsilon;
     uint64_t seed;
     uint32_t checkpoint_every_steps;
+    train_augment augment;     /* parsed by loader_augment_parse */
 } train_hparams;
 
 /* Parses and validates hp (may be NULL: all defaults). On success fills *out

@@ -10,6 +10,7 @@
 
 #include "common/jsonutil.h"
 #include "common/rng.h"
+#include "models/loader.h"
 #include "models/train.h"
 
 #define HP "hyperparameters"
@@ -56,6 +57,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                               json_t **normalized, ty_err *err)
 {
     static const char *const keys[] = {
+        "augment", /* models/loader.c */
         "epochs", "batch_size", "optimizer", "learning_rate", "momentum",
         "weight_decay", "beta1", "beta2", "epsilon", "seed",
         "checkpoint_every_steps", NULL};
@@ -133,6 +135,13 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     h.seed = seed < 0 ? random_seed() : (uint64_t)seed;
     h.checkpoint_every_steps = (uint32_t)every;
 
+    /* ---- augment: parsed by the loader (models/loader.c); its fit to the
+     * dataset's shape is checked where the shape is known (api/jobs.c,
+     * train.c). ---- */
+    if ((st = loader_augment_parse(hp, &h.augment, err)) != TY_OK)
+        goto done;
+    /* ---- end augment ---- */
+
     if (normalized) {
         json_t *n = json_pack(
             "{s:I, s:I, s:s, s:f, s:f}", "epochs", (json_int_t)h.epochs,
@@ -149,6 +158,11 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
             bad = json_object_set_new(n, "seed", json_integer((json_int_t)h.seed)) ||
                   json_object_set_new(n, "checkpoint_every_steps",
                                       json_integer(h.checkpoint_every_steps));
+        /* ---- augment (models/loader.c) ---- */
+        if (!bad)
+            bad = json_object_set_new(n, "augment",
+                                      loader_augment_to_json(&h.augment));
+        /* ---- end augment ---- */
         if (bad) {
             json_decref(n);
             st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");

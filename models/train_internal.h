@@ -20,6 +20,9 @@
 #define TRAIN_STREAM_INIT 0x1417ull
 #define TRAIN_STREAM_SHUFFLE(e) (0x50ff1e00000000ull + (uint64_t)(e))
 #define TRAIN_STREAM_DROPOUT(e) (0xd60900000000ull + (uint64_t)(e))
+/* Augmentation: XORed with the example's position in the epoch's order
+ * (below 2^32), so every (epoch, position) has its own stream. */
+#define TRAIN_STREAM_AUGMENT(e) (0xa0c3000000000000ull ^ ((uint64_t)(e) << 32))
 
 typedef struct {
     const train_job *job;
@@ -47,6 +50,7 @@ typedef struct {
     train_epoch_metrics last;  /* of the last completed epoch */
     int have_last;
     double last_report;        /* CLOCK_MONOTONIC of the last on_progress */
+    struct loader *loader;     /* minibatches, prefetched (models/loader.h) */
 } trainer;
 
 /* Writes the checkpoint for the trainer's current position, atomically. */
