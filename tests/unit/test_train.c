@@ -2,8 +2,9 @@
  * (classification and regression), reports, is deterministic, resumes
  * bit-identically after an epoch or mid-epoch, refuses another job's
  * checkpoint, stops on request and on a diverging loss, and applies its
- * preprocessing identically at predict time. Also hyperparameter parsing and
- * the train/validation split. */
+ * preprocessing identically at predict time; with image augmentation it is
+ * still deterministic and resumes exactly, and augments training batches
+ * only. Also hyperparameter parsing and the train/validation split. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -344,13 +345,15 @@ static void test_deterministic(void **state)
     synth_free(&s);
 }
 
-static void resume_case(const char *hp_text, uint32_t stop_after_epoch,
-                        int stop_on_progress, uint32_t want_epoch,
-                        uint64_t want_step)
+/* A run stopped (after an epoch or at the first progress report) and
+ * resumed ends bit-identical to an uninterrupted one, optimizer state and
+ * epoch metrics included, on data s with `threads` compute threads. */
+static void resume_on(const synth *s, const char *spec_text,
+                      const char *hp_text, int threads,
+                      uint32_t stop_after_epoch, int stop_on_progress,
+                      uint32_t want_epoch, uint64_t want_step)
 {
-    synth s;
-    synth_xor(&s, 300, 5);
-    json_t *spec = spec_of(dropout_spec);
+    json_t *spec = spec_of(spec_text);
     train_hparams hp = hparams_of(hp_text);
     char full[128], full_ckpt[128], part[128], part_ckpt[128];
     path_in(full, sizeof full, "full.safetensors");
@@ -360,19 +363,22 @@ static void resume_case(const char *hp_text, uint32_t stop_after_epoch,
     train_epoch_metrics ff, fp;
     cb_state cb = {0};
     volatile sig_atomic_t stop = 0;
-    train_job job = job_of(spec, &hp, &s.ds, &cb, &stop, full_ckpt, full);
+    train_job job = job_of(spec, &hp, &s->ds, &cb, &stop, full_ckpt, full);
+    job.threads = threads;
     run_ok(&job, &ff);
 
     cb_state cb2 = {.stop_after_epoch = stop_after_epoch,
                     .stop_on_progress = stop_on_progress};
-    job = job_of(spec, &hp, &s.ds, &cb2, &stop, part_ckpt, part);
+    job = job_of(spec, &hp, &s->ds, &cb2, &stop, part_ckpt, part);
+    job.threads = threads;
     ty_err err;
     assert_int_equal(train_run(&job, &fp, &err), TY_ECANCELLED);
     assert_false(fs_exists(part));
     assert_true(fs_exists(part_ckpt));
     stop = 0;
     cb_state cb3 = {0};
-    job = job_of(spec, &hp, &s.ds, &cb3, &stop, part_ckpt, part);
+    job = job_of(spec, &hp, &s->ds, &cb3, &stop, part_ckpt, part);
+    job.threads = threads;
     run_ok(&job, &fp);
     assert_int_equal(cb3.resumed, 1);
     assert_int_equal(cb3.resume_epoch, want_epoch);
@@ -385,7 +391,8 @@ static void resume_case(const char *hp_text, uint32_t stop_after_epoch,
 
     /* Resuming a finished run writes the same model again. */
     cb_state cb4 = {0};
-    job = job_of(spec, &hp, &s.ds, &cb4, &stop, part_ckpt, part);
+    job = job_of(spec, &hp, &s->ds, &cb4, &stop, part_ckpt, part);
+    job.threads = threads;
     run_ok(&job, &fp);
     assert_int_equal(cb4.resume_epoch, hp.epochs);
     assert_int_equal(cb4.epochs_seen, 0);
@@ -393,6 +400,16 @@ static void resume_case(const char *hp_text, uint32_t stop_after_epoch,
     assert_memory_equal(&ff.train_loss, &fp.train_loss, sizeof(double));
     assert_files_equal(full, part);
     json_decref(spec);
+}
+
+static void resume_case(const char *hp_text, uint32_t stop_after_epoch,
+                        int stop_on_progress, uint32_t want_epoch,
+                        uint64_t want_step)
+{
+    synth s;
+    synth_xor(&s, 300, 5);
+    resume_on(&s, dropout_spec, hp_text, 1, stop_after_epoch, stop_on_progress,
+              want_epoch, want_step);
     synth_free(&s);
 }
 
@@ -452,6 +469,108 @@ static void test_two_threads_deterministic_and_resumable(void **state)
     synth_free(&s);
 }
 
+/* ---- augmentation (models/loader.c) ---- */
+
+static const char *image_spec =
+    "{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":24},"
+    "{\"type\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.1},"
+    "{\"type\":\"dense\",\"units\":2}]}";
+
+/* With augmentation on, a run resumed mid-epoch (the loader restarts at the
+ * checkpoint's step and redraws the same crops and flips) or after an epoch
+ * is bit-identical to an uninterrupted one: prefetching on its own thread
+ * (two threads) and inline (one). */
+static void test_augment_resume(void **state)
+{
+    synth s;
+    synth_images_sized(&s, 300, 8, 12); /* 10 steps an epoch */
+    const char *mid = "{\"epochs\":2,\"batch_size\":32,\"seed\":21,"
+                      "\"checkpoint_every_steps\":1,\"learning_rate\":0.01,"
+                      "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}";
+    resume_on(&s, image_spec, mid, 2, 0, 1, 0, 1);
+    resume_on(&s, image_spec, mid, 1, 0, 1, 0, 1);
+    const char *epochs = "{\"epochs\":3,\"batch_size\":32,\"seed\":22,"
+                         "\"augment\":{\"crop_padding\":1}}";
+    resume_on(&s, image_spec, epochs, 2, 1, 0, 1, 10);
+    synth_free(&s);
+}
+
+/* Same seed twice with augmentation on: identical weights; augmentation
+ * does change them (it is applied); validation sees the plain images (its
+ * metrics are the saved model's on the validation set). */
+static void test_augment_deterministic_and_training_only(void **state)
+{
+    synth s, v;
+    synth_images_sized(&s, 320, 8, 13);
+    synth_images_sized(&v, 90, 8, 14);
+    json_t *spec = spec_of(image_spec);
+    train_hparams on = hparams_of(
+        "{\"epochs\":3,\"batch_size\":32,\"seed\":5,\"learning_rate\":0.01,"
+        "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}");
+    train_hparams off = on;
+    off.augment = (train_augment){0};
+    char a[128], b[128], c[128];
+    path_in(a, sizeof a, "aug_a.safetensors");
+    path_in(b, sizeof b, "aug_b.safetensors");
+    path_in(c, sizeof c, "aug_c.safetensors");
+    for (int threads = 1; threads <= 2; threads++) {
+        cb_state cb = {0};
+        train_epoch_metrics fa, fb, fc;
+        train_job job = job_of(spec, &on, &s.ds, &cb, NULL, NULL, a);
+        job.threads = threads;
+        job.val = &v.ds;
+        run_ok(&job, &fa);
+        job.model_path = b;
+        run_ok(&job, &fb);
+        assert_files_equal(a, b);
+        assert_memory_equal(&fa.train_loss, &fb.train_loss, sizeof(double));
+        job.hp = &off;
+        job.model_path = c;
+        run_ok(&job, &fc);
+        assert_true(fa.train_loss != fc.train_loss);
+        nn_net *net;
+        ty_err err;
+        double loss, acc;
+        assert_int_equal(nn_net_load(a, &net, &err), TY_OK);
+        assert_int_equal(nn_net_evaluate(net, &v.ds, NULL, &loss, &acc, &err),
+                         TY_OK);
+        assert_float_equal(loss, fa.val_loss, 1e-6 * loss);
+        assert_float_equal(acc, fa.val_accuracy, 0);
+        nn_net_destroy(net);
+    }
+    json_decref(spec);
+    synth_free(&s);
+    synth_free(&v);
+}
+
+static void test_augment_errors(void **state)
+{
+    synth s;
+    synth_xor(&s, 50, 15);
+    json_t *spec = spec_of(xor_spec);
+    train_hparams hp = hparams_of("{\"epochs\":1,\"seed\":1,"
+                                  "\"augment\":{\"horizontal_flip\":true}}");
+    char model[128];
+    path_in(model, sizeof model, "augerr.safetensors");
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
+    ty_err err;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_string_equal(err.field, "hyperparameters.augment");
+    assert_false(fs_exists(model));
+    json_decref(spec);
+    synth_free(&s);
+
+    synth_images_sized(&s, 50, 8, 16);
+    spec = spec_of(image_spec);
+    hp = hparams_of("{\"epochs\":1,\"seed\":1,\"augment\":{\"crop_padding\":5}}");
+    job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_string_equal(err.field, "hyperparameters.augment.crop_padding");
+    json_decref(spec);
+    synth_free(&s);
+}
+
 static void test_checkpoint_of_another_job(void **state)
 {
     synth s;
@@ -476,6 +595,24 @@ static void test_checkpoint_of_another_job(void **state)
     job.spec = spec;
     job.hp = &hp2;
     assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    /* Nor is one with other augmentation (on image data). */
+    synth im;
+    synth_images_sized(&im, 64, 8, 17);
+    json_t *ispec = spec_of(image_spec);
+    train_hparams hi = hparams_of("{\"epochs\":1,\"seed\":1}");
+    char ickpt[128], imodel[128];
+    path_in(ickpt, sizeof ickpt, "aug.ckpt");
+    path_in(imodel, sizeof imodel, "aug.safetensors");
+    cb_state icb = {0};
+    train_job ij = job_of(ispec, &hi, &im.ds, &icb, NULL, ickpt, imodel);
+    run_ok(&ij, NULL);
+    train_hparams hf = hi;
+    hf.augment.horizontal_flip = 1;
+    ij.hp = &hf;
+    assert_int_equal(train_run(&ij, NULL, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "checkpoint does not match this job"));
+    json_decref(ispec);
+    synth_free(&im);
     /* Nor is a job that asks for fewer epochs than were done. */
     train_hparams hp0 = hp;
     hp0.epochs = 2;
@@ -826,6 +963,9 @@ int main(void)
         cmocka_unit_test(test_resume_after_epoch),
         cmocka_unit_test(test_resume_mid_epoch),
         cmocka_unit_test(test_two_threads_deterministic_and_resumable),
+        cmocka_unit_test(test_augment_resume),
+        cmocka_unit_test(test_augment_deterministic_and_training_only),
+        cmocka_unit_test(test_augment_errors),
         cmocka_unit_test(test_checkpoint_of_another_job),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_diverging_loss),
