@@ -471,6 +471,13 @@ static void test_job_validation_errors(void **state)
     expect_job_422(b, "hyperparameters.epochs");
     snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"optimiser\": \"adam\"}}", csv_ds);
     expect_job_422(b, "hyperparameters.optimiser");
+    /* Augmentation needs images; its padding, room in them. */
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"augment\": {\"horizontal_flip\": true}}}", csv_ds);
+    expect_job_422(b, "hyperparameters.augment");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"augment\": {\"vertical_flip\": true}}}", csv_ds);
+    expect_job_422(b, "hyperparameters.augment.vertical_flip");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 2}]}, \"hyperparameters\": {\"augment\": {\"crop_padding\": 5000}}}", idx_ds);
+    expect_job_422(b, "hyperparameters.augment.crop_padding");
     snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"validation\": {\"dataset\": \"%s\"}}", csv_ds, npy_ds);
     expect_job_422(b, "validation.dataset");
     snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"validation\": {\"split\": 1.5}}", csv_ds);
