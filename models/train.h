@@ -29,8 +29,9 @@
  * (uniform in +-1/sqrt(fan_in) for weight and bias) from a stream seeded by
  * seed; each epoch's shuffle and dropout masks come from streams seeded by
  * (seed, epoch), so a run resumed from an epoch checkpoint continues exactly.
- * The next minibatch is gathered (and augmented) on the loader's own thread
- * while the current step runs (models/loader.h); that changes no number.
+ * When a core is left over, the next minibatch is gathered (and augmented)
+ * on the data loader's own thread while the current step runs
+ * (models/loader.h, train_job.prefetch); that changes no number.
  */
 #ifndef TY_TRAIN_H
 #define TY_TRAIN_H
@@ -132,6 +133,10 @@ typedef struct {
                                         count */
     volatile sig_atomic_t *stop;     /* when set, return TY_ECANCELLED soon */
     train_callbacks cb;
+    int prefetch;                    /* the data loader's own thread: 0 = when
+                                        a core is left over by `threads`,
+                                        1 = always, -1 = never (gather inline);
+                                        the weights are the same either way */
 } train_job;
 
 /* Trains, checkpointing at least at the end of every epoch, and writes the

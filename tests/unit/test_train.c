@@ -347,9 +347,10 @@ static void test_deterministic(void **state)
 
 /* A run stopped (after an epoch or at the first progress report) and
  * resumed ends bit-identical to an uninterrupted one, optimizer state and
- * epoch metrics included, on data s with `threads` compute threads. */
+ * epoch metrics included, on data s with `threads` compute threads and the
+ * loader's thread as train_job.prefetch says. */
 static void resume_on(const synth *s, const char *spec_text,
-                      const char *hp_text, int threads,
+                      const char *hp_text, int threads, int prefetch,
                       uint32_t stop_after_epoch, int stop_on_progress,
                       uint32_t want_epoch, uint64_t want_step)
 {
@@ -365,12 +366,14 @@ static void resume_on(const synth *s, const char *spec_text,
     volatile sig_atomic_t stop = 0;
     train_job job = job_of(spec, &hp, &s->ds, &cb, &stop, full_ckpt, full);
     job.threads = threads;
+    job.prefetch = prefetch;
     run_ok(&job, &ff);
 
     cb_state cb2 = {.stop_after_epoch = stop_after_epoch,
                     .stop_on_progress = stop_on_progress};
     job = job_of(spec, &hp, &s->ds, &cb2, &stop, part_ckpt, part);
     job.threads = threads;
+    job.prefetch = prefetch;
     ty_err err;
     assert_int_equal(train_run(&job, &fp, &err), TY_ECANCELLED);
     assert_false(fs_exists(part));
@@ -379,6 +382,7 @@ static void resume_on(const synth *s, const char *spec_text,
     cb_state cb3 = {0};
     job = job_of(spec, &hp, &s->ds, &cb3, &stop, part_ckpt, part);
     job.threads = threads;
+    job.prefetch = prefetch;
     run_ok(&job, &fp);
     assert_int_equal(cb3.resumed, 1);
     assert_int_equal(cb3.resume_epoch, want_epoch);
@@ -393,6 +397,7 @@ static void resume_on(const synth *s, const char *spec_text,
     cb_state cb4 = {0};
     job = job_of(spec, &hp, &s->ds, &cb4, &stop, part_ckpt, part);
     job.threads = threads;
+    job.prefetch = prefetch;
     run_ok(&job, &fp);
     assert_int_equal(cb4.resume_epoch, hp.epochs);
     assert_int_equal(cb4.epochs_seen, 0);
@@ -408,8 +413,8 @@ static void resume_case(const char *hp_text, uint32_t stop_after_epoch,
 {
     synth s;
     synth_xor(&s, 300, 5);
-    resume_on(&s, dropout_spec, hp_text, 1, stop_after_epoch, stop_on_progress,
-              want_epoch, want_step);
+    resume_on(&s, dropout_spec, hp_text, 1, 0, stop_after_epoch,
+              stop_on_progress, want_epoch, want_step);
     synth_free(&s);
 }
 
@@ -478,8 +483,8 @@ static const char *image_spec =
 
 /* With augmentation on, a run resumed mid-epoch (the loader restarts at the
  * checkpoint's step and redraws the same crops and flips) or after an epoch
- * is bit-identical to an uninterrupted one: prefetching on its own thread
- * (two threads) and inline (one). */
+ * is bit-identical to an uninterrupted one, with one and two compute
+ * threads, prefetching on the loader's thread and inline. */
 static void test_augment_resume(void **state)
 {
     synth s;
@@ -487,11 +492,13 @@ static void test_augment_resume(void **state)
     const char *mid = "{\"epochs\":2,\"batch_size\":32,\"seed\":21,"
                       "\"checkpoint_every_steps\":1,\"learning_rate\":0.01,"
                       "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}";
-    resume_on(&s, image_spec, mid, 2, 0, 1, 0, 1);
-    resume_on(&s, image_spec, mid, 1, 0, 1, 0, 1);
+    resume_on(&s, image_spec, mid, 2, 1, 0, 1, 0, 1);
+    resume_on(&s, image_spec, mid, 2, -1, 0, 1, 0, 1);
+    resume_on(&s, image_spec, mid, 1, 1, 0, 1, 0, 1);
+    resume_on(&s, image_spec, mid, 1, -1, 0, 1, 0, 1);
     const char *epochs = "{\"epochs\":3,\"batch_size\":32,\"seed\":22,"
                          "\"augment\":{\"crop_padding\":1}}";
-    resume_on(&s, image_spec, epochs, 2, 1, 0, 1, 10);
+    resume_on(&s, image_spec, epochs, 2, 1, 1, 0, 1, 10);
     synth_free(&s);
 }
 
@@ -541,6 +548,37 @@ static void test_augment_deterministic_and_training_only(void **state)
     json_decref(spec);
     synth_free(&s);
     synth_free(&v);
+}
+
+/* The loader's thread changes when a batch is made, never what is in it:
+ * prefetching or not, the same weights bit for bit (per thread count). */
+static void test_prefetch_changes_nothing(void **state)
+{
+    synth s;
+    synth_images_sized(&s, 300, 8, 18);
+    json_t *spec = spec_of(image_spec);
+    train_hparams hp = hparams_of(
+        "{\"epochs\":2,\"batch_size\":32,\"seed\":9,\"learning_rate\":0.01,"
+        "\"augment\":{\"crop_padding\":1,\"horizontal_flip\":true}}");
+    char a[128], b[128];
+    path_in(a, sizeof a, "pf_on.safetensors");
+    path_in(b, sizeof b, "pf_off.safetensors");
+    for (int threads = 1; threads <= 2; threads++) {
+        cb_state cb = {0}, cb2 = {0};
+        train_epoch_metrics fa, fb;
+        train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, a);
+        job.threads = threads;
+        job.prefetch = 1;
+        run_ok(&job, &fa);
+        job = job_of(spec, &hp, &s.ds, &cb2, NULL, NULL, b);
+        job.threads = threads;
+        job.prefetch = -1;
+        run_ok(&job, &fb);
+        assert_files_equal(a, b);
+        assert_memory_equal(&fa.train_loss, &fb.train_loss, sizeof(double));
+    }
+    json_decref(spec);
+    synth_free(&s);
 }
 
 static void test_augment_errors(void **state)
@@ -965,6 +1003,7 @@ int main(void)
         cmocka_unit_test(test_two_threads_deterministic_and_resumable),
         cmocka_unit_test(test_augment_resume),
         cmocka_unit_test(test_augment_deterministic_and_training_only),
+        cmocka_unit_test(test_prefetch_changes_nothing),
         cmocka_unit_test(test_augment_errors),
         cmocka_unit_test(test_checkpoint_of_another_job),
         cmocka_unit_test(test_cancel),
