@@ -7,9 +7,10 @@
  * parameter and gradient blocks, the optimizer state, the workspace for
  * batch_size examples, the epoch's index permutation and the data loader's
  * batch buffers. The loader gathers each batch (converted to float,
- * preprocessed and augmented) - on its own thread, one step ahead, when
- * a core is left over by the compute threads - and a step points the workspace's input at
- * it, runs forward, loss, backward and the optimizer, and allocates nothing.
+ * preprocessed and augmented) - on its own thread, one step ahead, when a
+ * core is left over by the compute threads - and a step points the
+ * workspace's input at it, runs forward, loss, backward and the optimizer,
+ * and allocates nothing.
  */
 #include <math.h>
 #include <stdio.h>
