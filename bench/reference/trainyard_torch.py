@@ -343,8 +343,9 @@ def model_metadata(spec, task, input_shape, classes=None, num_outputs=None,
 
 def state_tensors(model):
     """model's state dict as numpy arrays, without num_batches_tracked
-    (trainyard does not keep it)."""
-    return {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()
+    (trainyard does not keep it). Copies: later training does not change
+    them."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()
             if not k.endswith("num_batches_tracked")}
 
 
