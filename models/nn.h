@@ -111,4 +111,19 @@ ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
                           const int32_t *class_map, double *loss,
                           double *accuracy, ty_err *err);
 
+/* Imports the safetensors file in_path (weights made elsewhere, e.g. a
+ * PyTorch state dict) as a model file at out_path, and loads it into *net.
+ * meta, when not NULL, is the import's metadata object {"spec", "task",
+ * "input_shape", "classes" and/or "num_outputs", "preprocess" (optional,
+ * {"kind": "none"} by default)} and replaces the file's own; when NULL the
+ * file must carry trainyard metadata itself. Tensors are copied without
+ * batchnorm's num_batches_tracked; everything else is checked as
+ * nn_net_load does. Fails with TY_EINVAL (bad meta; err->field like
+ * "metadata.spec.layers[1].units" or "metadata.task"), TY_EFORMAT (the file,
+ * or weights that do not fit the spec; the message names the tensor),
+ * TY_ENOMEM, TY_EIO; *net is then NULL and out_path may hold a partial
+ * result for the caller to remove. */
+ty_status nn_model_import(const char *in_path, const json_t *meta,
+                          const char *out_path, nn_net **net, ty_err *err);
+
 #endif
