@@ -97,11 +97,14 @@ static inline void fd_free(fd_case *c)
     free(c->r);
 }
 
-/* The training-mode output for c->x (in the workspace's last activation). */
+/* The training-mode output for c->x (in the workspace's last activation);
+ * dropout draws the same masks on every call. */
 static inline const float *fd_forward(fd_case *c)
 {
+    ty_rng rng;
+    ty_rng_seed(&rng, 1234, 5);
     memcpy(c->ws->act[0], c->x, c->nx * sizeof(float));
-    return nn_forward(&c->arch, c->state, c->ws, c->n, 1, NULL);
+    return nn_forward(&c->arch, c->state, c->ws, c->n, 1, &rng);
 }
 
 static inline double fd_objective(fd_case *c)
