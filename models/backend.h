@@ -43,6 +43,11 @@ typedef enum {
     NN_OP_MSE,           /* mean squared error over all elements */
     NN_OP_SGD,           /* torch.optim.SGD step */
     NN_OP_ADAM,          /* torch.optim.Adam step */
+    NN_OP_BATCHNORM,     /* per-channel batch normalization, train and eval */
+    NN_OP_LAYERNORM,     /* per-example normalization with an affine map */
+    NN_OP_LEAKY_RELU,
+    NN_OP_SOFTMAX,       /* softmax over each row, as a layer */
+    NN_OP_ADD,           /* elementwise sum (residual blocks) */
     NN_OP_COUNT
 } nn_op;
 
@@ -138,6 +143,67 @@ typedef struct nn_backend {
      * grad is zeroed. */
     void (*adam)(const nn_exec *ex, float *param, float *grad, float *m,
                  float *v, size_t len, const nn_optim_args *s);
+
+    /* NN_OP_BATCHNORM over x (n, c, s), s the spatial size (1 for a (C)
+     * input); gamma, beta, mean, invstd and the running statistics are (c).
+     * training: mean and invstd get the batch's statistics over the n * s
+     * values of each channel (biased variance; n * s >= 2), and
+     * running_mean/running_var move towards them as torch does: r = (1 -
+     * momentum) r + momentum * batch, with the unbiased variance for
+     * running_var. Not training: mean and invstd come from the running
+     * statistics, which are only read. out (n, c, s) = (x - mean) * invstd
+     * * gamma + beta. */
+    void (*batchnorm_forward)(const nn_exec *ex, float *out, float *mean,
+                              float *invstd, float *running_mean,
+                              float *running_var, const float *x,
+                              const float *gamma, const float *beta,
+                              uint32_t n, uint32_t c, uint32_t s,
+                              int training, float momentum, float eps);
+    /* dgamma, dbeta (c) += the parameter gradients; dx (n, c, s), when not
+     * NULL, = the input gradient. batch_stats: mean and invstd were the
+     * batch's (their own gradient flows into dx); else they were constants
+     * (eval statistics). */
+    void (*batchnorm_backward)(const nn_exec *ex, float *dx, float *dgamma,
+                               float *dbeta, const float *dout,
+                               const float *x, const float *gamma,
+                               const float *mean, const float *invstd,
+                               uint32_t n, uint32_t c, uint32_t s,
+                               int batch_stats);
+
+    /* NN_OP_LAYERNORM over each row of x (n, d): mean and rstd (n) get the
+     * row's mean and 1 / sqrt(biased variance + eps); out (n, d) = (x -
+     * mean) * rstd * gamma + beta with gamma, beta (d). */
+    void (*layernorm_forward)(const nn_exec *ex, float *out, float *mean,
+                              float *rstd, const float *x, const float *gamma,
+                              const float *beta, uint32_t n, uint32_t d,
+                              float eps);
+    /* dgamma, dbeta (d) += the parameter gradients; dx (n, d), when not
+     * NULL, = the input gradient. */
+    void (*layernorm_backward)(const nn_exec *ex, float *dx, float *dgamma,
+                               float *dbeta, const float *dout,
+                               const float *x, const float *gamma,
+                               const float *mean, const float *rstd,
+                               uint32_t n, uint32_t d);
+
+    /* NN_OP_LEAKY_RELU: out = in > 0 ? in : slope * in over len values;
+     * backward: din = in > 0 ? dout : slope * dout (as torch, by the
+     * input's sign). */
+    void (*leaky_relu_forward)(const nn_exec *ex, float *out, const float *in,
+                               size_t len, float slope);
+    void (*leaky_relu_backward)(const nn_exec *ex, float *din,
+                                const float *dout, const float *in,
+                                size_t len, float slope);
+
+    /* NN_OP_SOFTMAX: out (n, c) = softmax of each row of in (n, c).
+     * backward: din = out * (dout - sum over the row of dout * out). */
+    void (*softmax_forward)(const nn_exec *ex, float *out, const float *in,
+                            uint32_t n, uint32_t c);
+    void (*softmax_backward)(const nn_exec *ex, float *din, const float *dout,
+                             const float *out, uint32_t n, uint32_t c);
+
+    /* NN_OP_ADD: out (len) = a + b; out may be a or b. */
+    void (*add)(const nn_exec *ex, float *out, const float *a, const float *b,
+                size_t len);
 } nn_backend;
 
 /* The CPU reference backend (OpenBLAS GEMM on one thread per part, plain C

@@ -17,6 +17,7 @@
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 
 #include "models/backend.h"
+#include "models/backend_cpu_norm.h"
 
 #include "common/ty.h"
 
@@ -42,6 +43,11 @@ static const char *const op_names[] = {
     [NN_OP_MSE] = "mse",
     [NN_OP_SGD] = "sgd",
     [NN_OP_ADAM] = "adam",
+    [NN_OP_BATCHNORM] = "batchnorm",
+    [NN_OP_LAYERNORM] = "layernorm",
+    [NN_OP_LEAKY_RELU] = "leaky_relu",
+    [NN_OP_SOFTMAX] = "softmax",
+    [NN_OP_ADD] = "add",
 };
 static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT, "every nn_op needs a name");
 
@@ -516,4 +522,13 @@ const nn_backend nn_backend_cpu = {
     .mse = cpu_mse,
     .sgd = cpu_sgd,
     .adam = cpu_adam,
+    .batchnorm_forward = cpu_batchnorm_forward,
+    .batchnorm_backward = cpu_batchnorm_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .leaky_relu_forward = cpu_leaky_relu_forward,
+    .leaky_relu_backward = cpu_leaky_relu_backward,
+    .softmax_forward = cpu_softmax_forward,
+    .softmax_backward = cpu_softmax_backward,
+    .add = cpu_add,
 };

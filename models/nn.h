@@ -16,6 +16,9 @@
  *   global_avgpool {}  (C, H, W) -> (C)    [mean over (H, W), one module]
  *   batchnorm {momentum (0.1), eps (1e-5)} [nn.BatchNorm1d on (C),
  *                                           nn.BatchNorm2d on (C, H, W)]
+ *           (a training batch with one value per channel, which PyTorch
+ *           rejects, is normalized with the running statistics, as in
+ *           eval, and leaves them unchanged)
  *   layernorm {eps (1e-5)}       over the whole example [nn.LayerNorm(shape)]
  *   relu, tanh, sigmoid, gelu (exact erf form), softmax (rank 1) {}
  *   leaky_relu {negative_slope (0.01)}

@@ -47,6 +47,11 @@ typedef enum {
     NN_LAYER_SIGMOID,
     NN_LAYER_GELU,
     NN_LAYER_DROPOUT,
+    NN_LAYER_BATCHNORM,
+    NN_LAYER_LAYERNORM,
+    NN_LAYER_LEAKY_RELU,
+    NN_LAYER_SOFTMAX,
+    NN_LAYER_RESIDUAL,
     /* New kinds go here, with an entry in layers.c's table. */
     NN_LAYER_KIND_COUNT
 } nn_layer_type;
@@ -158,6 +163,13 @@ struct nn_layer_kind {
 const nn_layer_kind *nn_layer_kind_find(const char *name, nn_layer_type *type);
 /* "flatten, dense, ..." into buf. */
 void nn_layer_kind_list(char *buf, size_t n);
+
+/* Kinds defined outside layers.c, for its table. */
+extern const nn_layer_kind nn_batchnorm_kind;   /* layers_norm.c */
+extern const nn_layer_kind nn_layernorm_kind;
+extern const nn_layer_kind nn_leaky_relu_kind;
+extern const nn_layer_kind nn_softmax_kind;
+extern const nn_layer_kind nn_residual_kind;    /* layers_residual.c */
 
 struct nn_arch {
     nn_layer *layers;          /* n_layers, owned */
