@@ -23,12 +23,14 @@
  *       eta_min = min_lr) stepped after every optimizer step: step t
  *       (0-based, whole run) uses min_lr + (lr - min_lr)(1 + cos(pi t/T))/2,
  *   warmup_steps (0..10^9, default 0): the scheduled rate of step t is
- *     multiplied by min(t + 1, W + 1) / (W + 1). That is torch LinearLR(
- *     start_factor=1/(W+1), end_factor=1, total_iters=W) stepped after every
- *     optimizer step and multiplied with the schedule: exactly what
- *     LambdaLR(lambda t: warmup(t) * schedule(t) / lr) gives, and for
- *     "constant", "step" and a cosine with min_lr 0 also what
- *     ChainedScheduler-style chaining of LinearLR with the scheduler gives,
+ *     multiplied by min(t + 1, W + 1) / (W + 1), the factor of torch
+ *     LinearLR(start_factor=1/(W+1), end_factor=1, total_iters=W) stepped
+ *     after every optimizer step. The product is exactly torch's
+ *     LambdaLR(lambda t: warmup(t) * schedule(t) / lr); for "constant",
+ *     "step" (its StepLR stepped per epoch) and a cosine with min_lr 0 it is
+ *     also what chaining LinearLR with the schedule's scheduler gives (both
+ *     multiplicative); for a cosine with min_lr > 0 chaining would differ
+ *     and LambdaLR is the reference,
  *   clip_grad_norm (> 0; absent: no clipping): before each optimizer step
  *     the gradients are scaled as torch.nn.utils.clip_grad_norm_(max_norm)
  *     does: by max_norm / (norm + 1e-6) when that is below 1, with norm the
