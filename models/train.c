@@ -116,27 +116,39 @@ static json_t *schedule_json(const train_lr_schedule *s)
 }
 
 /* The hyperparameters added with schedules, clipping, accumulation and
- * losses, into the identity's "hparams". */
+ * losses, into the identity's "hparams". Each is left out at its default,
+ * so checkpoints written before they existed still resume. */
 static int add_training_identity(const trainer *t, json_t *id)
 {
     const train_hparams *hp = t->hp;
+    const nn_loss_spec *loss = &t->arch.loss;
     json_t *h = json_object_get(id, "hparams");
     if (!h)
         return -1;
-    int bad = json_object_set_new(h, "nesterov", json_boolean(hp->nesterov)) ||
-              json_object_set_new(h, "lr_schedule",
-                                  schedule_json(&hp->lr_schedule)) ||
-              json_object_set_new(h, "warmup_steps",
-                                  json_integer(hp->warmup_steps)) ||
-              json_object_set_new(h, "clip_grad_norm",
-                                  json_real(hp->clip_grad_norm)) ||
-              json_object_set_new(h, "accumulation_steps",
-                                  json_integer(t->accum)) ||
-              json_object_set_new(h, "loss", nn_loss_to_json(&t->arch.loss));
+    int default_loss = (loss->kind == NN_LOSS_CROSS_ENTROPY &&
+                        loss->label_smoothing == 0.0) ||
+                       loss->kind == NN_LOSS_MSE;
+    int bad = 0;
+    if (hp->nesterov)
+        bad = bad || json_object_set_new(h, "nesterov", json_true());
+    if (hp->lr_schedule.kind != TRAIN_LR_CONSTANT)
+        bad = bad || json_object_set_new(h, "lr_schedule",
+                                         schedule_json(&hp->lr_schedule));
+    if (hp->warmup_steps)
+        bad = bad || json_object_set_new(h, "warmup_steps",
+                                         json_integer(hp->warmup_steps));
+    if (hp->clip_grad_norm > 0.0)
+        bad = bad || json_object_set_new(h, "clip_grad_norm",
+                                         json_real(hp->clip_grad_norm));
+    if (t->accum != 1)
+        bad = bad || json_object_set_new(h, "accumulation_steps",
+                                         json_integer(t->accum));
+    if (!default_loss)
+        bad = bad || json_object_set_new(h, "loss", nn_loss_to_json(loss));
     /* A cosine schedule spans the whole run: more epochs, another curve. */
-    if (!bad && hp->lr_schedule.kind == TRAIN_LR_COSINE)
-        bad = json_object_set_new(h, "total_steps",
-                                  json_integer((json_int_t)t->total_steps));
+    if (hp->lr_schedule.kind == TRAIN_LR_COSINE)
+        bad = bad || json_object_set_new(h, "total_steps",
+                                         json_integer((json_int_t)t->total_steps));
     return bad ? -1 : 0;
 }
 

@@ -600,6 +600,9 @@ static void test_checkpoint_identity_new_hparams(void **state)
     ty_err err;
     const char *others[] = {
         "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":3}",
+        "{\"epochs\":1,\"seed\":1}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,"
+        "\"lr_schedule\":{\"type\":\"cosine\"}}",
         "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"warmup_steps\":5}",
         "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"clip_grad_norm\":1}",
         "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"label_smoothing\":0.1}",
