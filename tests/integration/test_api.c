@@ -476,6 +476,13 @@ static void test_job_validation_errors(void **state)
     expect_job_422(b, "validation.dataset");
     snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"validation\": {\"split\": 1.5}}", csv_ds);
     expect_job_422(b, "validation.split");
+    /* The loss must fit the dataset (3 classes here). */
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 1}]}, \"hyperparameters\": {\"loss\": \"binary_cross_entropy\"}}", csv_ds);
+    expect_job_422(b, "hyperparameters.loss");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"loss\": \"mse\"}}", csv_ds);
+    expect_job_422(b, "hyperparameters.loss");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"lr_schedule\": {\"type\": \"step\", \"step_epochs\": 2, \"gamma\": 0}}}", csv_ds);
+    expect_job_422(b, "hyperparameters.lr_schedule.gamma");
     snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"modle\": {}}", csv_ds);
     expect_job_422(b, "modle");
     /* None of these made a job. */
