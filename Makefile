@@ -4,12 +4,13 @@
 #               127.0.0.1:8080 with its data in ./var
 #   make test   install what is missing, build (normal and sanitizer builds),
 #               run every test this machine can run
+#   make bench  CPU training benchmark against PyTorch (minutes; not a test)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run build test deps test-deps venv test-normal test-sanitize clean
+.PHONY: run build test deps test-deps venv test-normal test-sanitize bench clean
 
 run: build
 	@scripts/run.sh
@@ -43,6 +44,9 @@ test-sanitize:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DTRAINYARD_WERROR=ON
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration'
+
+bench: build test-deps
+	bench/train_cpu --binary $(BUILD)/trainyard
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -63,6 +63,7 @@ void api_jobs_get(ty_app *app, http_req *r);
 void api_jobs_metrics(ty_app *app, http_req *r);
 void api_jobs_cancel(ty_app *app, http_req *r);
 
+void api_models_create(ty_app *app, http_req *r);
 void api_models_list(ty_app *app, http_req *r);
 void api_models_get(ty_app *app, http_req *r);
 void api_models_delete(ty_app *app, http_req *r);

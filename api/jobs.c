@@ -170,13 +170,16 @@ void api_jobs_create(ty_app *app, http_req *r)
                        : TY_TASK_CLASSIFICATION;
     uint32_t outputs = (uint32_t)json_integer_value(json_object_get(
         ds, task == TY_TASK_CLASSIFICATION ? "num_classes" : "num_targets"));
+    /* The hyperparameters first: the loss decides the model's output size
+     * (1 unit for binary_cross_entropy). */
     uint64_t params = 0;
-    if ((s = nn_spec_validate(model, shape, ndim, outputs, task, &spec, &params,
-                              &err)) != TY_OK)
-        goto fail;
     train_hparams hp;
     if ((s = train_hparams_parse(json_object_get(body, "hyperparameters"), &hp,
                                  &hp_norm, &err)) != TY_OK ||
+        (s = train_hparams_resolve_loss(&hp, task, outputs, hp_norm, &err)) !=
+            TY_OK ||
+        (s = nn_spec_validate_for_loss(model, shape, ndim, outputs, task,
+                                       &hp.loss, &spec, &params, &err)) != TY_OK ||
         (s = loader_augment_check(&hp.augment, shape, ndim, &err)) != TY_OK)
         goto fail;
 

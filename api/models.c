@@ -1,10 +1,146 @@
-/* models.c - /v1/models: list, show, delete, download weights. */
+/*
+ * models.c - /v1/models: import, list, show, delete, download weights.
+ *
+ * An import (multipart: a safetensors "weights" part, an optional
+ * "metadata" JSON part, an optional "name") is rewritten into a trainyard
+ * model file and loaded with every check a trained model gets
+ * (nn_model_import) before it enters the blob folder; the 201 is sent after
+ * the row commits. An imported model has no job and no dataset.
+ */
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "api/api.h"
+#include "common/ids.h"
 #include "server/blob.h"
 #include "server/modelcache.h"
+
+#define NAME_MAX_LEN 200
+
+/* The import's form: which parts, checked. */
+static ty_status read_import_form(http_req *r, const char **weights,
+                                  json_t **meta, const char **name, ty_err *err)
+{
+    static const char *const parts[] = {"weights", "metadata", "name"};
+    for (size_t i = 0; i < http_req_form_count(r); i++) {
+        const char *part = http_req_form_name(r, i);
+        int known = 0;
+        for (size_t k = 0; k < TY_ARRAY_LEN(parts); k++)
+            known |= !strcmp(part, parts[k]);
+        if (!known)
+            return ty_fail(err, TY_EINVAL, part,
+                           "unknown form field '%s'; send weights (a "
+                           "safetensors file), metadata (JSON) and name",
+                           part);
+    }
+    *name = "imported";
+    if (http_req_form_has(r, "name")) {
+        *name = http_req_form_value(r, "name");
+        if (!*name || !**name || strlen(*name) > NAME_MAX_LEN)
+            return ty_fail(err, TY_EINVAL, "name",
+                           "name must be 1 to %d characters", NAME_MAX_LEN);
+    }
+    if (http_req_form_has(r, "metadata")) {
+        /* Read from the part's file: standardize statistics of a large input
+         * can be more than a text field holds. */
+        const char *path = http_req_form_file(r, "metadata", err);
+        json_error_t je;
+        if (!path)
+            return TY_EIO;
+        *meta = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!*meta)
+            return ty_fail(err, TY_EINVAL, "metadata",
+                           "metadata must be a JSON object: %s (line %d)",
+                           je.text, je.line);
+    }
+    if (!http_req_form_has(r, "weights"))
+        return ty_fail(err, TY_EINVAL, "weights",
+                       "the file part 'weights' is missing: send the "
+                       "safetensors file of the model's state dict");
+    *weights = http_req_form_file(r, "weights", err);
+    return *weights ? TY_OK : TY_EIO;
+}
+
+/* The API representation of an imported model. */
+static json_t *imported_doc(const char *id, const char *name, const nn_net *net)
+{
+    char now[32];
+    store_now(now);
+    const json_t *meta = nn_net_meta(net);
+    json_t *doc = json_object();
+    json_object_set_new(doc, "id", json_string(id));
+    json_object_set_new(doc, "name", json_string(name));
+    json_object_set_new(doc, "job", json_null());
+    json_object_set_new(doc, "dataset", json_null());
+    json_object_set(doc, "task", json_object_get(meta, "task"));
+    json_object_set(doc, "input_shape", json_object_get(meta, "input_shape"));
+    json_object_set(doc, "num_outputs", json_object_get(meta, "num_outputs"));
+    json_object_set(doc, "classes", json_object_get(meta, "classes"));
+    json_object_set_new(doc, "param_count",
+                        json_integer((json_int_t)nn_net_param_count(net)));
+    json_object_set(doc, "spec", json_object_get(meta, "spec"));
+    json_object_set_new(doc, "metrics", json_null());
+    json_object_set(doc, "preprocess",
+                    json_object_get(json_object_get(meta, "preprocess"), "kind"));
+    json_object_set_new(doc, "created_at", json_string(now));
+    return doc;
+}
+
+void api_models_create(ty_app *app, http_req *r)
+{
+    ty_err err = {0};
+    json_t *meta = NULL, *doc = NULL;
+    nn_net *net = NULL;
+    const char *weights = NULL, *name = NULL;
+    char out[PATH_MAX], id[TY_ID_MAX], sha[65];
+    int64_t bytes = 0;
+    ty_status s;
+    if (!http_req_is_multipart(r)) {
+        http_reply_problem(r, 415, NULL,
+                           "send the model as multipart/form-data: a weights "
+                           "part (safetensors) and a metadata part (JSON)");
+        return;
+    }
+    if ((s = read_import_form(r, &weights, &meta, &name, &err)) != TY_OK ||
+        (s = http_req_temp_path(r, ".safetensors", out, sizeof out, &err)) !=
+            TY_OK)
+        goto fail;
+    if ((s = nn_model_import(weights, meta, out, &net, &err)) != TY_OK) {
+        if (!err.field[0])
+            snprintf(err.field, sizeof err.field, "weights");
+        goto fail;
+    }
+    if ((s = ty_id_new("mdl_", id, &err)) != TY_OK)
+        goto fail;
+    doc = imported_doc(id, name, net);
+    pthread_mutex_lock(&app->blob_mu);
+    s = blob_import(app->cfg.data_dir, out, sha, &bytes, &err);
+    if (s == TY_OK) {
+        json_object_set_new(doc, "sha256", json_string(sha));
+        json_object_set_new(doc, "bytes", json_integer(bytes));
+        s = store_model_insert(app->store, api_tenant(r), id, sha, bytes, doc,
+                               &err);
+    }
+    pthread_mutex_unlock(&app->blob_mu);
+    if (s != TY_OK) {
+        if (bytes)
+            app_blob_release(app, sha);
+        goto fail;
+    }
+    char location[128];
+    snprintf(location, sizeof location, "/v1/models/%s", id);
+    http_reply_header(r, "Location", location);
+    http_reply_json(r, 201, doc);
+    json_decref(meta);
+    nn_net_destroy(net);
+    return;
+fail:
+    json_decref(doc);
+    json_decref(meta);
+    nn_net_destroy(net);
+    http_reply_error(r, s == TY_ETOOBIG ? TY_EINVAL : s, &err);
+}
 
 void api_models_list(ty_app *app, http_req *r)
 {

@@ -23,6 +23,7 @@ const route api_routes[] = {
     {HTTP_GET, "/v1/jobs/{id}/metrics", "jobs.metrics", KEY, NOBODY, api_jobs_metrics},
     {HTTP_POST, "/v1/jobs/{id}/cancel", "jobs.cancel", KEY, NOBODY, api_jobs_cancel},
 
+    {HTTP_POST, "/v1/models", "models.create", KEY, UPLOAD, api_models_create},
     {HTTP_GET, "/v1/models", "models.list", KEY, NOBODY, api_models_list},
     {HTTP_GET, "/v1/models/{id}", "models.get", KEY, NOBODY, api_models_get},
     {HTTP_DELETE, "/v1/models/{id}", "models.delete", KEY, NOBODY, api_models_delete},

@@ -323,6 +323,7 @@ static void handle_line(runner *r, worker *w, const char *line)
             json_object_set_new(metrics, "train_loss", metric(ev, "loss"));
             json_object_set_new(metrics, "samples_per_sec",
                                 metric(ev, "samples_per_sec"));
+            json_object_set_new(metrics, "learning_rate", metric(ev, "lr"));
             store_job_progress(app->store, w->job_id, progress, metrics, &err);
             json_decref(progress);
             json_decref(metrics);

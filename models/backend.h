@@ -42,7 +42,17 @@ typedef enum {
     NN_OP_SOFTMAX_XENT,  /* softmax cross-entropy, mean over the batch */
     NN_OP_MSE,           /* mean squared error over all elements */
     NN_OP_SGD,           /* torch.optim.SGD step */
-    NN_OP_ADAM,          /* torch.optim.Adam step */
+    NN_OP_ADAM,          /* torch.optim.Adam step (AdamW with decay_scale) */
+    NN_OP_BATCHNORM,     /* per-channel batch normalization, train and eval */
+    NN_OP_LAYERNORM,     /* per-example normalization with an affine map */
+    NN_OP_LEAKY_RELU,
+    NN_OP_SOFTMAX,       /* softmax over each row, as a layer */
+    NN_OP_ADD,           /* elementwise sum (residual blocks) */
+    NN_OP_SOFTMAX_XENT_SMOOTH, /* cross-entropy with label smoothing */
+    NN_OP_BCE_LOGITS,    /* binary cross-entropy on logits */
+    NN_OP_HUBER,         /* Huber loss over all elements */
+    NN_OP_SUM_SQUARES,   /* sum of squares (gradient norm for clipping) */
+    NN_OP_SCALE,         /* x *= alpha */
     NN_OP_COUNT
 } nn_op;
 
@@ -59,6 +69,10 @@ typedef struct {
     float one_minus_beta2;    /* as torch passes value=1-beta2 */
     float step_size;          /* adam: lr / (1 - beta1^t) */
     float bias_correction2_sqrt; /* adam: sqrt(1 - beta2^t) */
+    int nesterov;             /* sgd: Nesterov momentum */
+    int decoupled;            /* adam: AdamW; params are first multiplied by
+                                 decay_scale (weight_decay is then 0) */
+    float decay_scale;        /* adamw: 1 - lr * wd, rounded once from double */
 } nn_optim_args;
 
 /* Where kernels run; serves one calling thread at a time. */
@@ -126,18 +140,116 @@ typedef struct nn_backend {
                   const float *target, size_t len, float grad_scale);
 
     /* NN_OP_SGD: one step over len parameters, as torch.optim.SGD
-     * (dampening 0, no nesterov): g = grad + wd * p; buf = momentum * buf + g
-     * (buf may be NULL when momentum is 0); p -= lr * buf. The gradient is
-     * consumed: grad is zeroed for the next accumulation. */
+     * (dampening 0): g = grad + wd * p; buf = momentum * buf + g (buf may be
+     * NULL when momentum is 0); p -= lr * buf, or with nesterov p -= lr *
+     * (g + momentum * buf). The gradient is consumed: grad is zeroed for the
+     * next accumulation. */
     void (*sgd)(const nn_exec *ex, float *param, float *grad, float *buf,
                 size_t len, const nn_optim_args *s);
 
-    /* NN_OP_ADAM: one step as torch.optim.Adam (amsgrad off): g = grad + wd
-     * * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    /* NN_OP_ADAM: one step as torch.optim.Adam / AdamW (amsgrad off):
+     * p *= decay_scale (AdamW: when decoupled); g = grad + wd * p; m = b1 m + (1-b1) g;
+     * v = b2 v + (1-b2) g^2;
      * p -= step_size * m / (sqrt(v) / bias_correction2_sqrt + eps).
      * grad is zeroed. */
     void (*adam)(const nn_exec *ex, float *param, float *grad, float *m,
                  float *v, size_t len, const nn_optim_args *s);
+
+    /* NN_OP_BATCHNORM over x (n, c, s), s the spatial size (1 for a (C)
+     * input); gamma, beta, mean, invstd and the running statistics are (c).
+     * training: mean and invstd get the batch's statistics over the n * s
+     * values of each channel (biased variance; n * s >= 2), and
+     * running_mean/running_var move towards them as torch does: r = (1 -
+     * momentum) r + momentum * batch, with the unbiased variance for
+     * running_var. Not training: mean and invstd come from the running
+     * statistics, which are only read. out (n, c, s) = (x - mean) * invstd
+     * * gamma + beta. */
+    void (*batchnorm_forward)(const nn_exec *ex, float *out, float *mean,
+                              float *invstd, float *running_mean,
+                              float *running_var, const float *x,
+                              const float *gamma, const float *beta,
+                              uint32_t n, uint32_t c, uint32_t s,
+                              int training, float momentum, float eps);
+    /* dgamma, dbeta (c) += the parameter gradients; dx (n, c, s), when not
+     * NULL, = the input gradient. batch_stats: mean and invstd were the
+     * batch's (their own gradient flows into dx); else they were constants
+     * (eval statistics). */
+    void (*batchnorm_backward)(const nn_exec *ex, float *dx, float *dgamma,
+                               float *dbeta, const float *dout,
+                               const float *x, const float *gamma,
+                               const float *mean, const float *invstd,
+                               uint32_t n, uint32_t c, uint32_t s,
+                               int batch_stats);
+
+    /* NN_OP_LAYERNORM over each row of x (n, d): mean and rstd (n) get the
+     * row's mean and 1 / sqrt(biased variance + eps); out (n, d) = (x -
+     * mean) * rstd * gamma + beta with gamma, beta (d). */
+    void (*layernorm_forward)(const nn_exec *ex, float *out, float *mean,
+                              float *rstd, const float *x, const float *gamma,
+                              const float *beta, uint32_t n, uint32_t d,
+                              float eps);
+    /* dgamma, dbeta (d) += the parameter gradients; dx (n, d), when not
+     * NULL, = the input gradient. */
+    void (*layernorm_backward)(const nn_exec *ex, float *dx, float *dgamma,
+                               float *dbeta, const float *dout,
+                               const float *x, const float *gamma,
+                               const float *mean, const float *rstd,
+                               uint32_t n, uint32_t d);
+
+    /* NN_OP_LEAKY_RELU: out = in > 0 ? in : slope * in over len values;
+     * backward: din = in > 0 ? dout : slope * dout (as torch, by the
+     * input's sign). */
+    void (*leaky_relu_forward)(const nn_exec *ex, float *out, const float *in,
+                               size_t len, float slope);
+    void (*leaky_relu_backward)(const nn_exec *ex, float *din,
+                                const float *dout, const float *in,
+                                size_t len, float slope);
+
+    /* NN_OP_SOFTMAX: out (n, c) = softmax of each row of in (n, c).
+     * backward: din = out * (dout - sum over the row of dout * out). */
+    void (*softmax_forward)(const nn_exec *ex, float *out, const float *in,
+                            uint32_t n, uint32_t c);
+    void (*softmax_backward)(const nn_exec *ex, float *din, const float *dout,
+                             const float *out, uint32_t n, uint32_t c);
+
+    /* NN_OP_ADD: out (len) = a + b; out may be a or b. */
+    void (*add)(const nn_exec *ex, float *out, const float *a, const float *b,
+                size_t len);
+    /* NN_OP_SOFTMAX_XENT_SMOOTH: softmax_xent with label smoothing eps, as
+     * F.cross_entropy(label_smoothing=eps): the target is (1 - eps) onehot
+     * + eps / c, the row's loss -sum_j target_j log softmax_j, dlogits
+     * (softmax - target) * grad_scale. Labels are required. */
+    double (*softmax_xent_smooth)(const nn_exec *ex, float *dlogits,
+                                  uint32_t *correct, const float *logits,
+                                  const int32_t *labels, uint32_t n,
+                                  uint32_t c, float smoothing,
+                                  float grad_scale);
+
+    /* NN_OP_BCE_LOGITS over logits (n) and labels (n) in {0, 1}, as
+     * F.binary_cross_entropy_with_logits: row loss max(x, 0) - x y +
+     * log(1 + exp(-|x|)), summed in double and returned; dlogits (n), when
+     * not NULL, gets (sigmoid(x) - y) * grad_scale; *correct counts rows
+     * where (sigmoid(x) > 0.5) == y. probs (n, 2), when not NULL, gets
+     * [1 - p, p]. With labels NULL only probs is computed (returns 0). */
+    double (*bce_logits)(const nn_exec *ex, float *dlogits, float *probs,
+                         uint32_t *correct, const float *logits,
+                         const int32_t *labels, uint32_t n, float grad_scale);
+
+    /* NN_OP_HUBER over pred and target (len), as F.huber_loss(delta): with
+     * d = pred - target, 0.5 d^2 where |d| < delta, else delta (|d| - 0.5
+     * delta); returns the sum in double. dpred (len), when not NULL, gets
+     * clamp(d, -delta, delta) * grad_scale. */
+    double (*huber)(const nn_exec *ex, float *dpred, const float *pred,
+                    const float *target, size_t len, float delta,
+                    float grad_scale);
+
+    /* NN_OP_SUM_SQUARES: sum of x[i]^2 over len values, in double. Parts
+     * sum their ranges, then the parts are added in order: the same result
+     * for a given thread count. */
+    double (*sum_squares)(const nn_exec *ex, const float *x, size_t len);
+
+    /* NN_OP_SCALE: x (len) *= alpha. */
+    void (*scale)(const nn_exec *ex, float *x, size_t len, float alpha);
 } nn_backend;
 
 /* The CPU reference backend (OpenBLAS GEMM on one thread per part, plain C

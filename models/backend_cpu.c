@@ -17,6 +17,7 @@
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 
 #include "models/backend.h"
+#include "models/backend_cpu_norm.h"
 
 #include "common/ty.h"
 
@@ -42,6 +43,16 @@ static const char *const op_names[] = {
     [NN_OP_MSE] = "mse",
     [NN_OP_SGD] = "sgd",
     [NN_OP_ADAM] = "adam",
+    [NN_OP_BATCHNORM] = "batchnorm",
+    [NN_OP_LAYERNORM] = "layernorm",
+    [NN_OP_LEAKY_RELU] = "leaky_relu",
+    [NN_OP_SOFTMAX] = "softmax",
+    [NN_OP_ADD] = "add",
+    [NN_OP_SOFTMAX_XENT_SMOOTH] = "softmax_xent_smooth",
+    [NN_OP_BCE_LOGITS] = "bce_logits",
+    [NN_OP_HUBER] = "huber",
+    [NN_OP_SUM_SQUARES] = "sum_squares",
+    [NN_OP_SCALE] = "scale",
 };
 static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT, "every nn_op needs a name");
 
@@ -325,7 +336,15 @@ static void sgd_serial(float *restrict param, float *restrict grad,
                     float *restrict buf, size_t len, const nn_optim_args *s)
 {
     const float lr = s->lr, wd = s->weight_decay, mom = s->momentum;
-    if (buf) {
+    if (buf && s->nesterov) {
+        for (size_t i = 0; i < len; i++) {
+            float g = grad[i] + wd * param[i];
+            float b = mom * buf[i] + g;
+            buf[i] = b;
+            param[i] -= lr * (g + mom * b);
+            grad[i] = 0.0f;
+        }
+    } else if (buf) {
         for (size_t i = 0; i < len; i++) {
             float g = grad[i] + wd * param[i];
             buf[i] = mom * buf[i] + g;
@@ -348,14 +367,15 @@ static void sgd_serial(float *restrict param, float *restrict grad,
 static inline float adam_one(float *param, float *grad, float *m, float *v,
                              const nn_optim_args *s)
 {
-    float g = *grad + s->weight_decay * *param;
+    float p = s->decoupled ? *param * s->decay_scale : *param;
+    float g = *grad + s->weight_decay * p;
     float mi = s->beta1 * *m + s->one_minus_beta1 * g;
     float vi = s->beta2 * *v + s->one_minus_beta2 * g * g;
     *m = mi;
     *v = vi;
     *grad = 0.0f;
-    return *param - s->step_size * mi /
-                        (sqrtf(vi) / s->bias_correction2_sqrt + s->eps);
+    return p - s->step_size * mi /
+                   (sqrtf(vi) / s->bias_correction2_sqrt + s->eps);
 }
 
 static void adam_scalar(float *restrict param, float *restrict grad,
@@ -377,9 +397,10 @@ static void adam_scalar(float *restrict param, float *restrict grad,
         const VEC b2 = SET1(s->beta2), ob1 = SET1(s->one_minus_beta1);          \
         const VEC ob2 = SET1(s->one_minus_beta2), step = SET1(s->step_size);    \
         const VEC bc2 = SET1(s->bias_correction2_sqrt), eps = SET1(s->eps);     \
+        const VEC ds = SET1(s->decoupled ? s->decay_scale : 1.0f);              \
         size_t i = 0;                                                           \
         for (; i + W <= len; i += W) {                                          \
-            VEC p = LOAD(param + i);                                            \
+            VEC p = MUL(LOAD(param + i), ds);                                   \
             VEC g = ADD(LOAD(grad + i), MUL(wd, p));                            \
             VEC mi = ADD(MUL(b1, LOAD(m + i)), MUL(ob1, g));                    \
             VEC vi = ADD(MUL(b2, LOAD(v + i)), MUL(MUL(ob2, g), g));            \
@@ -427,6 +448,7 @@ typedef struct {
     float *o0, *o1, *o2, *o3;
     const float *i0, *i1, *i2;
     const nn_optim_args *s;
+    float alpha;               /* scale */
 } ew_job;
 
 #define AT(p, b) ((p) ? (p) + (b) : NULL)
@@ -449,6 +471,13 @@ static void ew_part(void *arg, int part, int parts)
     case NN_OP_ADAM:
         adam_serial(j->o0 + b, j->o1 + b, j->o2 + b, j->o3 + b, n, j->s);
         break;
+    case NN_OP_SCALE: {
+        float *restrict x = j->o0 + b;
+        const float a = j->alpha;
+        for (size_t i = 0; i < n; i++)
+            x[i] *= a;
+        break;
+    }
     default:
         if (j->backward)
             act_backward_serial(j->op, j->o0 + b, j->i0 + b, AT(j->i1, b),
@@ -502,6 +531,156 @@ static void cpu_adam(const nn_exec *ex, float *param, float *grad, float *m,
                          .o1 = grad, .o2 = m, .o3 = v, .s = s});
 }
 
+/* ---- losses added with label smoothing, BCE and Huber ---- */
+
+static double cpu_softmax_xent_smooth(const nn_exec *ex, float *dlogits,
+                                      uint32_t *correct, const float *logits,
+                                      const int32_t *labels, uint32_t n,
+                                      uint32_t c, float smoothing,
+                                      float grad_scale)
+{
+    double loss = 0.0;
+    uint32_t hits = 0;
+    const float off = smoothing / (float)c;       /* target off the label */
+    const float on = 1.0f - smoothing + off;      /* target at the label */
+    for (uint32_t i = 0; i < n; i++) {
+        const float *x = logits + (size_t)i * c;
+        uint32_t arg = 0;
+        float max = x[0];
+        for (uint32_t j = 1; j < c; j++)
+            if (x[j] > max) {
+                max = x[j];
+                arg = j;
+            }
+        float sum = 0.0f;
+        double xsum = 0.0;
+        for (uint32_t j = 0; j < c; j++) {
+            sum += expf(x[j] - max);
+            xsum += (double)x[j];
+        }
+        int32_t y = labels[i];
+        hits += (uint32_t)y == arg;
+        /* -sum_j t_j log p_j with log p_j = x_j - lse and sum_j t_j = 1. */
+        double lse = log((double)sum) + (double)max;
+        loss += lse - (1.0 - (double)smoothing) * (double)x[y] -
+                (double)smoothing / (double)c * xsum;
+        if (dlogits) {
+            float *d = dlogits + (size_t)i * c;
+            float inv = 1.0f / sum;
+            for (uint32_t j = 0; j < c; j++)
+                d[j] = (expf(x[j] - max) * inv - off) * grad_scale;
+            d[y] = (expf(x[y] - max) * inv - on) * grad_scale;
+        }
+    }
+    if (correct)
+        *correct = hits;
+    return loss;
+}
+
+/* p = sigmoid(x) without overflow for any x. */
+static inline float sigmoid_one(float x)
+{
+    if (x >= 0.0f)
+        return 1.0f / (1.0f + expf(-x));
+    float e = expf(x);
+    return e / (1.0f + e);
+}
+
+static double cpu_bce_logits(const nn_exec *ex, float *dlogits, float *probs,
+                             uint32_t *correct, const float *logits,
+                             const int32_t *labels, uint32_t n,
+                             float grad_scale)
+{
+    double loss = 0.0;
+    uint32_t hits = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        float x = logits[i];
+        float p = sigmoid_one(x);
+        if (probs) {
+            probs[2 * (size_t)i] = 1.0f - p;
+            probs[2 * (size_t)i + 1] = p;
+        }
+        if (!labels)
+            continue;
+        float y = labels[i] ? 1.0f : 0.0f;
+        hits += (p > 0.5f) == (labels[i] != 0);
+        double xd = x;
+        loss += (xd > 0.0 ? xd : 0.0) - xd * (double)y +
+                log1p(exp(-fabs(xd)));
+        if (dlogits)
+            dlogits[i] = (p - y) * grad_scale;
+    }
+    if (correct)
+        *correct = hits;
+    return loss;
+}
+
+static double cpu_huber(const nn_exec *ex, float *dpred, const float *pred,
+                        const float *target, size_t len, float delta,
+                        float grad_scale)
+{
+    double sum = 0.0;
+    for (size_t i = 0; i < len; i++) {
+        float d = pred[i] - target[i];
+        float a = fabsf(d);
+        if (a < delta)
+            sum += 0.5 * (double)d * (double)d;
+        else
+            sum += (double)delta * ((double)a - 0.5 * (double)delta);
+        if (dpred) {
+            float g = d < -delta ? -delta : d > delta ? delta : d;
+            dpred[i] = g * grad_scale;
+        }
+    }
+    return sum;
+}
+
+#define SUMSQ_MAX_PARTS 64
+
+typedef struct {
+    const float *x;
+    size_t len;
+    double partial[SUMSQ_MAX_PARTS];
+} sumsq_job;
+
+/* Four accumulators in a fixed order: the sum depends only on the range. */
+static void sumsq_part(void *arg, int part, int parts)
+{
+    sumsq_job *j = arg;
+    size_t b, e;
+    nn_pool_range(j->len, part, parts, PAR_ALIGN, &b, &e);
+    double acc[4] = {0, 0, 0, 0};
+    size_t i = b;
+    for (; i + 4 <= e; i += 4)
+        for (int k = 0; k < 4; k++)
+            acc[k] += (double)j->x[i + k] * (double)j->x[i + k];
+    for (; i < e; i++)
+        acc[0] += (double)j->x[i] * (double)j->x[i];
+    j->partial[part] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+static double cpu_sum_squares(const nn_exec *ex, const float *x, size_t len)
+{
+    sumsq_job j = {.x = x, .len = len};
+    int parts = parts_for(ex, (double)len, PAR_MIN_ELEMS);
+    if (parts > SUMSQ_MAX_PARTS)
+        parts = 1;
+    if (parts == 1)
+        sumsq_part(&j, 0, 1);
+    else
+        nn_pool_run(ex->pool, sumsq_part, &j);
+    double sum = 0.0;
+    for (int p = 0; p < parts; p++)
+        sum += j.partial[p];
+    return sum;
+}
+
+static void cpu_scale(const nn_exec *ex, float *x, size_t len, float alpha)
+{
+    ew_run(ex, &(ew_job){.op = NN_OP_SCALE, .len = len, .o0 = x,
+                         .alpha = alpha});
+}
+
 const nn_backend nn_backend_cpu = {
     .name = "cpu",
     .supports = cpu_supports,
@@ -516,4 +695,18 @@ const nn_backend nn_backend_cpu = {
     .mse = cpu_mse,
     .sgd = cpu_sgd,
     .adam = cpu_adam,
+    .batchnorm_forward = cpu_batchnorm_forward,
+    .batchnorm_backward = cpu_batchnorm_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .leaky_relu_forward = cpu_leaky_relu_forward,
+    .leaky_relu_backward = cpu_leaky_relu_backward,
+    .softmax_forward = cpu_softmax_forward,
+    .softmax_backward = cpu_softmax_backward,
+    .add = cpu_add,
+    .softmax_xent_smooth = cpu_softmax_xent_smooth,
+    .bce_logits = cpu_bce_logits,
+    .huber = cpu_huber,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
 };

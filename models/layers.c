@@ -291,6 +291,11 @@ static const nn_layer_kind *const kinds[] = {
     [NN_LAYER_SIGMOID] = &sigmoid_kind,
     [NN_LAYER_GELU] = &gelu_kind,
     [NN_LAYER_DROPOUT] = &dropout_kind,
+    [NN_LAYER_BATCHNORM] = &nn_batchnorm_kind,
+    [NN_LAYER_LAYERNORM] = &nn_layernorm_kind,
+    [NN_LAYER_LEAKY_RELU] = &nn_leaky_relu_kind,
+    [NN_LAYER_SOFTMAX] = &nn_softmax_kind,
+    [NN_LAYER_RESIDUAL] = &nn_residual_kind,
 };
 static_assert(TY_ARRAY_LEN(kinds) == NN_LAYER_KIND_COUNT,
               "every nn_layer_type needs a kind");

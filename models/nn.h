@@ -16,6 +16,9 @@
  *   global_avgpool {}  (C, H, W) -> (C)    [mean over (H, W), one module]
  *   batchnorm {momentum (0.1), eps (1e-5)} [nn.BatchNorm1d on (C),
  *                                           nn.BatchNorm2d on (C, H, W)]
+ *           (a training batch with one value per channel, which PyTorch
+ *           rejects, is normalized with the running statistics, as in
+ *           eval, and leaves them unchanged)
  *   layernorm {eps (1e-5)}       over the whole example [nn.LayerNorm(shape)]
  *   relu, tanh, sigmoid, gelu (exact erf form), softmax (rank 1) {}
  *   leaky_relu {negative_slope (0.01)}
@@ -47,6 +50,13 @@
  *   "trainyard.classes"     JSON array (classification) or "null"
  *   "trainyard.preprocess"  JSON: {"kind":"none"} | {"kind":"scale","factor":f}
  *                           | {"kind":"standardize","mean":[..],"std":[..]}
+ *   "trainyard.loss"        JSON: {"kind":"cross_entropy","label_smoothing":x}
+ *                           | {"kind":"binary_cross_entropy"} | {"kind":"mse"}
+ *                           | {"kind":"huber","huber_delta":d}; absent in
+ *                           older files: the task's default (cross_entropy,
+ *                           mse). With binary_cross_entropy the network
+ *                           ends in 1 unit (the logit of class 1) while
+ *                           num_outputs and classes count 2 classes.
  * plus whatever extra metadata the trainer was given (train.h).
  *
  * Nets are immutable once loaded and may be shared between threads; each
@@ -63,6 +73,41 @@
 
 #define NN_MAX_LAYERS 256
 
+/* Losses, as PyTorch defines them (mean reduction):
+ *   cross_entropy          F.cross_entropy(logits, y, label_smoothing=x)
+ *   binary_cross_entropy   F.binary_cross_entropy_with_logits(logit, y) on a
+ *                          2-class dataset: one output unit, the logit of
+ *                          class 1; predictions are [1 - p, p]
+ *   mse                    F.mse_loss
+ *   huber                  F.huber_loss(delta=huber_delta)
+ * NN_LOSS_AUTO is the task's default (cross_entropy for classification, mse
+ * for regression), as files and requests without a loss get. */
+typedef enum {
+    NN_LOSS_AUTO = 0,
+    NN_LOSS_CROSS_ENTROPY,
+    NN_LOSS_BINARY_CROSS_ENTROPY,
+    NN_LOSS_MSE,
+    NN_LOSS_HUBER
+} nn_loss_kind;
+
+typedef struct {
+    nn_loss_kind kind;
+    double label_smoothing;    /* cross_entropy: 0 <= x < 1 */
+    double huber_delta;        /* huber: > 0 (1.0 by default) */
+} nn_loss_spec;
+
+/* "cross_entropy", ...; "auto" for NN_LOSS_AUTO; "?" when out of range. */
+const char *nn_loss_name(nn_loss_kind kind);
+/* The kind named s, or -1. */
+int nn_loss_from_name(const char *s);
+
+/* Replaces NN_LOSS_AUTO by the task's default and checks that the loss fits
+ * the task and output count (num_outputs: classes or target values). On
+ * failure TY_EINVAL with err->field "hyperparameters.loss" (or
+ * ".label_smoothing", ".huber_delta") and loss unchanged. */
+ty_status nn_loss_resolve(nn_loss_spec *loss, ty_task task,
+                          uint32_t num_outputs, ty_err *err);
+
 /* Validates model (the "model" object of a job request) against the input
  * shape and output size. On success *normalized is a new object with every
  * default filled in ({"layers": [...]} with "type" first in each layer) and
@@ -73,6 +118,17 @@ ty_status nn_spec_validate(const json_t *model, const uint32_t *input_shape,
                            uint32_t ndim, uint32_t num_outputs, ty_task task,
                            json_t **normalized, uint64_t *param_count,
                            ty_err *err);
+
+/* nn_spec_validate for a given loss (NULL: the task's default): with
+ * binary_cross_entropy the last layer must output 1 value, not num_outputs
+ * (2); the error says which. The loss is resolved as nn_loss_resolve does
+ * and fails the same way. */
+ty_status nn_spec_validate_for_loss(const json_t *model,
+                                    const uint32_t *input_shape, uint32_t ndim,
+                                    uint32_t num_outputs, ty_task task,
+                                    const nn_loss_spec *loss,
+                                    json_t **normalized, uint64_t *param_count,
+                                    ty_err *err);
 
 typedef struct nn_net nn_net;
 typedef struct nn_workspace nn_workspace;
@@ -85,7 +141,7 @@ ty_status nn_net_load(const char *path, nn_net **out, ty_err *err);
 void nn_net_destroy(nn_net *net);
 
 /* Parsed metadata: {"spec", "task", "input_shape", "num_outputs", "classes",
- * "preprocess"} as JSON values (borrowed; lives as long as net). */
+ * "preprocess", "loss"} as JSON values (borrowed; lives as long as net). */
 const json_t *nn_net_meta(const nn_net *net);
 ty_task nn_net_task(const nn_net *net);
 uint64_t nn_net_input_features(const nn_net *net);
@@ -99,16 +155,32 @@ uint32_t nn_workspace_max_batch(const nn_workspace *ws);
 
 /* Runs n <= max_batch examples (row-major (n, features), in the units of the
  * uploaded data: the net applies its stored preprocessing) and writes
- * (n, num_outputs): softmax probabilities for classification, predicted
+ * (n, num_outputs): class probabilities for classification (softmax, or
+ * [1 - p, p] with p = sigmoid(logit) for binary_cross_entropy), predicted
  * values for regression. Dropout is off. No allocation. */
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
                          uint32_t n, float *out, ty_err *err);
 
-/* Mean loss (cross-entropy or MSE, as in training) and, for classification,
+/* Mean loss (the model's training loss, label smoothing included) and, for classification,
  * accuracy of net over every example of ds. class_map maps ds's class indices
  * to the net's (NULL when identical). accuracy is set to -1 for regression. */
 ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
                           const int32_t *class_map, double *loss,
                           double *accuracy, ty_err *err);
+
+/* Imports the safetensors file in_path (weights made elsewhere, e.g. a
+ * PyTorch state dict) as a model file at out_path, and loads it into *net.
+ * meta, when not NULL, is the import's metadata object {"spec", "task",
+ * "input_shape", "classes" and/or "num_outputs", "preprocess" (optional,
+ * {"kind": "none"} by default)} and replaces the file's own; when NULL the
+ * file must carry trainyard metadata itself. Tensors are copied without
+ * batchnorm's num_batches_tracked; everything else is checked as
+ * nn_net_load does. Fails with TY_EINVAL (bad meta; err->field like
+ * "metadata.spec.layers[1].units" or "metadata.task"), TY_EFORMAT (the file,
+ * or weights that do not fit the spec; the message names the tensor),
+ * TY_ENOMEM, TY_EIO; *net is then NULL and out_path may hold a partial
+ * result for the caller to remove. */
+ty_status nn_model_import(const char *in_path, const json_t *meta,
+                          const char *out_path, nn_net **net, ty_err *err);
 
 #endif

@@ -47,6 +47,11 @@ typedef enum {
     NN_LAYER_SIGMOID,
     NN_LAYER_GELU,
     NN_LAYER_DROPOUT,
+    NN_LAYER_BATCHNORM,
+    NN_LAYER_LAYERNORM,
+    NN_LAYER_LEAKY_RELU,
+    NN_LAYER_SOFTMAX,
+    NN_LAYER_RESIDUAL,
     /* New kinds go here, with an entry in layers.c's table. */
     NN_LAYER_KIND_COUNT
 } nn_layer_type;
@@ -159,6 +164,13 @@ const nn_layer_kind *nn_layer_kind_find(const char *name, nn_layer_type *type);
 /* "flatten, dense, ..." into buf. */
 void nn_layer_kind_list(char *buf, size_t n);
 
+/* Kinds defined outside layers.c, for its table. */
+extern const nn_layer_kind nn_batchnorm_kind;   /* layers_norm.c */
+extern const nn_layer_kind nn_layernorm_kind;
+extern const nn_layer_kind nn_leaky_relu_kind;
+extern const nn_layer_kind nn_softmax_kind;
+extern const nn_layer_kind nn_residual_kind;    /* layers_residual.c */
+
 struct nn_arch {
     nn_layer *layers;          /* n_layers, owned */
     uint32_t n_layers;
@@ -178,6 +190,10 @@ struct nn_arch {
      * order ("0.weight", "2.body.0.weight", ...). */
     nn_named_tensor *tensors;
     uint32_t n_tensors;
+    /* Top level only: the training loss, resolved (never NN_LOSS_AUTO).
+     * num_outputs counts classes or target values; the network's own output
+     * is `output`, 1 value for binary_cross_entropy. */
+    nn_loss_spec loss;
 };
 
 /* Parses and validates model into arch (see nn_spec_validate for errors);
@@ -185,6 +201,14 @@ struct nn_arch {
 ty_status nn_arch_build(const json_t *model, const uint32_t *input_shape,
                         uint32_t ndim, uint32_t num_outputs, ty_task task,
                         nn_arch *arch, json_t **normalized, ty_err *err);
+/* nn_arch_build for a loss (NULL: the task's default), resolved as
+ * nn_loss_resolve does; with binary_cross_entropy the last layer must give
+ * 1 value. */
+ty_status nn_arch_build_for_loss(const json_t *model,
+                                 const uint32_t *input_shape, uint32_t ndim,
+                                 uint32_t num_outputs, ty_task task,
+                                 const nn_loss_spec *loss, nn_arch *arch,
+                                 json_t **normalized, ty_err *err);
 void nn_arch_free(nn_arch *arch);
 
 /* Builds a sub-network (a residual block's body or projection) from the
@@ -297,6 +321,41 @@ const float *nn_forward(const nn_arch *arch, const float *params,
 double nn_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
                const int32_t *labels, const float *values, uint32_t *correct,
                int want_grad);
+
+/* nn_loss whose gradient (when grad_rows > 0) is that of the batch's summed
+ * loss divided by grad_rows examples (times the output count for
+ * mse/huber), instead of by n: the n rows are one part of a group of
+ * grad_rows (gradient accumulation). grad_rows 0: no gradient. */
+double nn_loss_scaled(const nn_arch *arch, nn_workspace *ws, uint32_t n,
+                      const int32_t *labels, const float *values,
+                      uint32_t *correct, uint32_t grad_rows);
+
+/* The loss kernel for `loss` (resolved) over out (n, width), the network's
+ * output, against labels (n) or targets (n, width): returns the summed loss
+ * (per example for cross_entropy and binary_cross_entropy, per element for
+ * mse and huber); *correct (may be NULL) counts hits for classification
+ * (0 for regression); dout (n, width), when not NULL, gets the gradient of
+ * the summed loss times grad_scale. No workspace: parity tests call it. */
+double nn_loss_compute(const nn_loss_spec *loss, const nn_backend *be,
+                       const nn_exec *ex, float *dout, const float *out,
+                       const int32_t *labels, const float *targets,
+                       uint32_t n, uint32_t width, uint32_t *correct,
+                       float grad_scale);
+
+/* What predict returns from the network's output out (n, width): softmax
+ * probabilities (cross_entropy), [1 - p, p] (binary_cross_entropy, dst (n,
+ * 2)), or out itself (regression). */
+void nn_loss_output(const nn_loss_spec *loss, const nn_backend *be,
+                    const nn_exec *ex, float *dst, const float *out,
+                    uint32_t n, uint32_t width);
+
+/* The model file's "trainyard.loss" form ({"kind": ...}); NULL when out of
+ * memory. */
+json_t *nn_loss_to_json(const nn_loss_spec *loss);
+/* Parses that form (NULL: NN_LOSS_AUTO) and resolves it for the task and
+ * outputs; TY_EFORMAT on anything malformed. */
+ty_status nn_loss_from_json(nn_loss_spec *loss, const json_t *j, ty_task task,
+                            uint32_t num_outputs, ty_err *err);
 
 /* Backward pass after nn_forward(training) and nn_loss(want_grad):
  * accumulates parameter gradients into grads (param_count floats). */

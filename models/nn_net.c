@@ -1,6 +1,7 @@
 /*
  * nn_net.c - networks: workspaces, forward and backward passes, the loss,
- * evaluation, prediction, and loading a trained model file.
+ * evaluation, prediction, and loading a trained model file. (The losses
+ * themselves are in loss.c.)
  *
  * Memory: a network's parameters are one allocation (param_count floats); a
  * workspace's float buffers are one allocation sized from the architecture
@@ -203,22 +204,6 @@ const float *nn_forward(const nn_arch *arch, const float *params,
     return ws->act[arch->n_layers];
 }
 
-double nn_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
-               const int32_t *labels, const float *values, uint32_t *correct,
-               int want_grad)
-{
-    const float *out = ws->act[arch->n_layers];
-    float *dout = want_grad ? ws->grad[0] : NULL;
-    const uint32_t c = arch->num_outputs;
-    if (arch->task == TY_TASK_CLASSIFICATION)
-        return arch->be->softmax_xent(ws->ex, dout, NULL, correct, out, labels, n, c,
-                                      1.0f / (float)n);
-    if (correct)
-        *correct = 0;
-    size_t len = (size_t)n * c;
-    return arch->be->mse(ws->ex, dout, out, values, len, 1.0f / (float)len);
-}
-
 void nn_backward(const nn_arch *arch, const float *params, float *grads,
                  nn_workspace *ws, uint32_t n)
 {
@@ -328,10 +313,8 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
     const nn_arch *a = &net->arch;
     nn_preproc_apply(&net->pp, ws->act[0], x, n);
     const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
-    if (a->task == TY_TASK_CLASSIFICATION)
-        a->be->softmax_xent(ws->ex, NULL, out, NULL, y, NULL, n, a->num_outputs, 0.0f);
-    else
-        memcpy(out, y, (size_t)n * a->num_outputs * sizeof *out);
+    nn_loss_output(&a->loss, a->be, ws->ex, out, y, n,
+                   (uint32_t)nn_shape_numel(&a->output));
     return TY_OK;
 }
 
@@ -449,7 +432,7 @@ static ty_status parse_num_outputs(const char *s, uint32_t *out, ty_err *err)
 static ty_status load_meta(nn_net *net, const st_file *f, ty_err *err)
 {
     json_t *spec = NULL, *shape = NULL, *classes = NULL, *pre = NULL,
-           *normalized = NULL;
+           *normalized = NULL, *loss_j = NULL, *loss_norm = NULL;
     ty_status st;
     const char *format = st_meta(f, "trainyard.format");
     if (!format || strcmp(format, "1") != 0)
@@ -478,8 +461,16 @@ static ty_status load_meta(nn_net *net, const st_file *f, ty_err *err)
                      num_outputs);
         goto done;
     }
-    st = nn_arch_build(spec, input.d, input.ndim, num_outputs, (ty_task)task,
-                       &net->arch, &normalized, err);
+    nn_loss_spec loss;
+    if (st_meta(f, "trainyard.loss") &&
+        (st = meta_json(f, "trainyard.loss", &loss_j, err)) != TY_OK)
+        goto done;
+    if ((st = nn_loss_from_json(&loss, loss_j, (ty_task)task, num_outputs,
+                                err)) != TY_OK)
+        goto done;
+    st = nn_arch_build_for_loss(spec, input.d, input.ndim, num_outputs,
+                                (ty_task)task, &loss, &net->arch, &normalized,
+                                err);
     if (st != TY_OK) {
         ty_err_prefix(err, "the model's spec does not fit its metadata");
         st = TY_EFORMAT;
@@ -488,10 +479,12 @@ static ty_status load_meta(nn_net *net, const st_file *f, ty_err *err)
     if ((st = nn_preproc_from_json(&net->pp, pre, nn_shape_numel(&input),
                                    err)) != TY_OK)
         goto done;
-    net->meta = json_pack("{s:o, s:s, s:O, s:I, s:O, s:O}", "spec", normalized,
-                          "task", nn_task_str((ty_task)task), "input_shape",
-                          shape, "num_outputs", (json_int_t)num_outputs,
-                          "classes", classes, "preprocess", pre);
+    loss_norm = nn_loss_to_json(&loss);
+    net->meta = json_pack("{s:o, s:s, s:O, s:I, s:O, s:O, s:O}", "spec",
+                          normalized, "task", nn_task_str((ty_task)task),
+                          "input_shape", shape, "num_outputs",
+                          (json_int_t)num_outputs, "classes", classes,
+                          "preprocess", pre, "loss", loss_norm);
     normalized = NULL;
     if (!net->meta)
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
@@ -501,6 +494,8 @@ done:
     json_decref(classes);
     json_decref(pre);
     json_decref(normalized);
+    json_decref(loss_j);
+    json_decref(loss_norm);
     return st;
 }
 

@@ -99,6 +99,26 @@ static ty_status check_io(const uint32_t *input_shape, uint32_t ndim,
 static ty_status check_final_size(const nn_arch *arch, uint64_t out,
                                   ty_err *err)
 {
+    if (arch->loss.kind == NN_LOSS_BINARY_CROSS_ENTROPY) {
+        /* One logit, whatever the class count says. */
+        if (out == 1)
+            return TY_OK;
+        int last = -1;
+        for (uint32_t i = 0; i < arch->n_layers; i++)
+            if (arch->layers[i].type == NN_LAYER_DENSE)
+                last = (int)i;
+        char field[64] = "model.layers";
+        if (last >= 0)
+            snprintf(field, sizeof field, "model.layers[%d].units", last);
+        return ty_fail(err, TY_EINVAL, field,
+                       "the last layer outputs %llu values but the "
+                       "binary_cross_entropy loss needs 1 (the logit of "
+                       "class 1); %s",
+                       (unsigned long long)out,
+                       last >= 0 ? "make the last dense layer's units 1"
+                                 : "end the model with a dense layer of 1 "
+                                   "unit");
+    }
     if (out == arch->num_outputs)
         return TY_OK;
     int last_dense = -1;
@@ -290,14 +310,26 @@ ty_status nn_arch_build(const json_t *model, const uint32_t *input_shape,
                         uint32_t ndim, uint32_t num_outputs, ty_task task,
                         nn_arch *arch, json_t **normalized, ty_err *err)
 {
+    return nn_arch_build_for_loss(model, input_shape, ndim, num_outputs, task,
+                                  NULL, arch, normalized, err);
+}
+
+ty_status nn_arch_build_for_loss(const json_t *model,
+                                 const uint32_t *input_shape, uint32_t ndim,
+                                 uint32_t num_outputs, ty_task task,
+                                 const nn_loss_spec *loss, nn_arch *arch,
+                                 json_t **normalized, ty_err *err)
+{
     static const char *const model_keys[] = {"layers", NULL};
     json_t *norm_layers = NULL;
     ty_status st;
+    nn_loss_spec resolved = loss ? *loss : (nn_loss_spec){.kind = NN_LOSS_AUTO};
 
     memset(arch, 0, sizeof *arch);
     if (normalized)
         *normalized = NULL;
-    if ((st = check_io(input_shape, ndim, num_outputs, task, err)) != TY_OK)
+    if ((st = check_io(input_shape, ndim, num_outputs, task, err)) != TY_OK ||
+        (st = nn_loss_resolve(&resolved, task, num_outputs, err)) != TY_OK)
         return st;
     if ((st = tyjson_check_keys(model, model_keys, "model", err)) != TY_OK)
         return st;
@@ -317,6 +349,7 @@ ty_status nn_arch_build(const json_t *model, const uint32_t *input_shape,
         goto fail;
     arch->num_outputs = num_outputs;
     arch->task = task;
+    arch->loss = resolved;
     if ((st = check_final_size(arch, nn_shape_numel(&arch->output), err)) !=
         TY_OK)
         goto fail;
@@ -364,9 +397,21 @@ ty_status nn_spec_validate(const json_t *model, const uint32_t *input_shape,
                            json_t **normalized, uint64_t *param_count,
                            ty_err *err)
 {
+    return nn_spec_validate_for_loss(model, input_shape, ndim, num_outputs,
+                                     task, NULL, normalized, param_count, err);
+}
+
+ty_status nn_spec_validate_for_loss(const json_t *model,
+                                    const uint32_t *input_shape, uint32_t ndim,
+                                    uint32_t num_outputs, ty_task task,
+                                    const nn_loss_spec *loss,
+                                    json_t **normalized, uint64_t *param_count,
+                                    ty_err *err)
+{
     nn_arch arch;
-    ty_status st = nn_arch_build(model, input_shape, ndim, num_outputs, task,
-                                 &arch, normalized, err);
+    ty_status st = nn_arch_build_for_loss(model, input_shape, ndim,
+                                          num_outputs, task, loss, &arch,
+                                          normalized, err);
     if (st != TY_OK)
         return st;
     if (param_count)

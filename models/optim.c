@@ -1,5 +1,5 @@
 /*
- * optim.c - SGD and Adam steps (see optim.h). The per-step scalars (Adam's
+ * optim.c - SGD, Adam and AdamW steps and gradient clipping (see optim.h). The per-step scalars (Adam's
  * bias corrections) are computed in double, as PyTorch does in Python, and
  * handed to the backend kernel as floats.
  */
@@ -21,7 +21,8 @@ ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
     o->beta2 = hp->beta2;
     o->eps = hp->epsilon;
     o->param_count = param_count;
-    if (o->kind == TRAIN_OPT_ADAM)
+    o->nesterov = hp->nesterov;
+    if (o->kind != TRAIN_OPT_SGD)
         o->n_slots = 2;
     else
         o->n_slots = hp->momentum > 0.0 ? 1 : 0;
@@ -52,7 +53,7 @@ float *nn_optim_slot(const nn_optim *o, uint32_t k)
 
 const char *nn_optim_slot_name(const nn_optim *o, uint32_t k)
 {
-    if (o->kind == TRAIN_OPT_ADAM)
+    if (o->kind != TRAIN_OPT_SGD)
         return k == 0 ? "exp_avg" : "exp_avg_sq";
     return "momentum_buffer";
 }
@@ -70,8 +71,15 @@ void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
         .eps = (float)o->eps,
         .one_minus_beta1 = (float)(1.0 - o->beta1),
         .one_minus_beta2 = (float)(1.0 - o->beta2),
+        .nesterov = o->nesterov,
     };
-    if (o->kind == TRAIN_OPT_ADAM) {
+    if (o->kind == TRAIN_OPT_ADAMW) {
+        /* torch: param.mul_(1 - lr * weight_decay), then Adam without L2. */
+        s.decoupled = 1;
+        s.decay_scale = (float)(1.0 - o->lr * o->weight_decay);
+        s.weight_decay = 0.0f;
+    }
+    if (o->kind != TRAIN_OPT_SGD) {
         double bc1 = 1.0 - pow(o->beta1, (double)o->t);
         double bc2 = 1.0 - pow(o->beta2, (double)o->t);
         s.step_size = (float)(o->lr / bc1);
@@ -81,4 +89,14 @@ void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
     } else {
         be->sgd(ex, params, grads, nn_optim_slot(o, 0), o->param_count, &s);
     }
+}
+
+double nn_optim_clip_grad_norm(const nn_backend *be, const nn_exec *ex,
+                               float *grads, uint64_t len, double max_norm)
+{
+    double norm = sqrt(be->sum_squares(ex, grads, (size_t)len));
+    double coef = max_norm / (norm + 1e-6);
+    if (coef < 1.0)
+        be->scale(ex, grads, (size_t)len, (float)coef);
+    return norm;
 }

@@ -1,6 +1,7 @@
 /*
- * optim.h - optimizers: SGD (momentum, weight decay) and Adam, as
- * torch.optim.SGD and torch.optim.Adam compute them.
+ * optim.h - optimizers: SGD (momentum, Nesterov, weight decay), Adam and
+ * AdamW, as torch.optim.SGD, Adam and AdamW compute them, and gradient
+ * clipping by global norm (torch.nn.utils.clip_grad_norm_).
  *
  * The optimizer's state (momentum buffer, or Adam's m and v) is one
  * allocation laid out like the parameter block, so each state slot is a
@@ -21,11 +22,14 @@
 
 typedef struct {
     train_optimizer kind;
-    double lr, momentum, weight_decay, beta1, beta2, eps;
+    double lr;                 /* of the next step: the trainer sets it from
+                                  the schedule before each step */
+    double momentum, weight_decay, beta1, beta2, eps;
     uint64_t param_count;
     uint64_t t;                /* steps taken */
     uint32_t n_slots;          /* state arrays: 0, 1 (momentum) or 2 (m, v) */
     float *state;              /* n_slots * param_count floats, owned */
+    int nesterov;              /* sgd */
 } nn_optim;
 
 /* Sets up an optimizer for param_count parameters with zeroed state. On
@@ -38,6 +42,13 @@ void nn_optim_free(nn_optim *o);
  * (may be NULL); grads are zeroed. */
 void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
                    float *params, float *grads);
+
+/* Scales grads (len floats) as torch.nn.utils.clip_grad_norm_(max_norm)
+ * does: with norm the L2 norm of all of them (summed in double), by
+ * max_norm / (norm + 1e-6) when that is below 1. Returns the norm before
+ * clipping. */
+double nn_optim_clip_grad_norm(const nn_backend *be, const nn_exec *ex,
+                               float *grads, uint64_t len, double max_norm);
 
 /* State slot k (param_count floats) and its name in checkpoints
  * ("momentum_buffer", "exp_avg", "exp_avg_sq", as PyTorch's state dict). */

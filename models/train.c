@@ -6,11 +6,13 @@
  * Everything a step touches is allocated before the first step: the
  * parameter and gradient blocks, the optimizer state, the workspace for
  * batch_size examples, the epoch's index permutation and the data loader's
- * batch buffers. The loader gathers each batch (converted to float,
- * preprocessed and augmented) - on its own thread, one step ahead, when a
- * core is left over by the compute threads - and a step points the
- * workspace's input at it, runs forward, loss, backward and the optimizer,
- * and allocates nothing.
+ * batch buffers. The loader gathers each minibatch (converted to float,
+ * preprocessed and augmented) - on its own thread, one minibatch ahead,
+ * when a core is left over by the compute threads - and a step points the
+ * workspace's input at it and runs forward, loss and backward; after
+ * `accumulation_steps` such minibatches an optimizer step clips the summed
+ * gradients (when asked), sets the scheduled learning rate and updates the
+ * parameters. Nothing allocates.
  */
 #include <math.h>
 #include <stdio.h>
@@ -103,7 +105,57 @@ static uint64_t index_fingerprint(const uint32_t *idx, uint32_t n)
     return h;
 }
 
-static json_t *run_identity_base(const trainer *t)
+static json_t *schedule_json(const train_lr_schedule *s)
+{
+    switch (s->kind) {
+    case TRAIN_LR_STEP:
+        return json_pack("{s:s, s:I, s:f}", "type", "step", "step_epochs",
+                         (json_int_t)s->step_epochs, "gamma", s->gamma);
+    case TRAIN_LR_COSINE:
+        return json_pack("{s:s, s:f}", "type", "cosine", "min_lr", s->min_lr);
+    default:
+        return json_pack("{s:s}", "type", "constant");
+    }
+}
+
+/* The hyperparameters added with schedules, clipping, accumulation and
+ * losses, into the identity's "hparams". Each is left out at its default,
+ * so checkpoints written before they existed still resume. */
+static int add_training_identity(const trainer *t, json_t *id)
+{
+    const train_hparams *hp = t->hp;
+    const nn_loss_spec *loss = &t->arch.loss;
+    json_t *h = json_object_get(id, "hparams");
+    if (!h)
+        return -1;
+    int default_loss = (loss->kind == NN_LOSS_CROSS_ENTROPY &&
+                        loss->label_smoothing == 0.0) ||
+                       loss->kind == NN_LOSS_MSE;
+    int bad = 0;
+    if (hp->nesterov)
+        bad = bad || json_object_set_new(h, "nesterov", json_true());
+    if (hp->lr_schedule.kind != TRAIN_LR_CONSTANT)
+        bad = bad || json_object_set_new(h, "lr_schedule",
+                                         schedule_json(&hp->lr_schedule));
+    if (hp->warmup_steps)
+        bad = bad || json_object_set_new(h, "warmup_steps",
+                                         json_integer(hp->warmup_steps));
+    if (hp->clip_grad_norm > 0.0)
+        bad = bad || json_object_set_new(h, "clip_grad_norm",
+                                         json_real(hp->clip_grad_norm));
+    if (t->accum != 1)
+        bad = bad || json_object_set_new(h, "accumulation_steps",
+                                         json_integer(t->accum));
+    if (!default_loss)
+        bad = bad || json_object_set_new(h, "loss", nn_loss_to_json(loss));
+    /* A cosine schedule spans the whole run: more epochs, another curve. */
+    if (hp->lr_schedule.kind == TRAIN_LR_COSINE)
+        bad = bad || json_object_set_new(h, "total_steps",
+                                         json_integer((json_int_t)t->total_steps));
+    return bad ? -1 : 0;
+}
+
+static json_t *run_identity(const trainer *t)
 {
     const train_hparams *hp = t->hp;
     char fp[24];
@@ -126,17 +178,15 @@ static json_t *run_identity_base(const trainer *t)
                      hp->epsilon, "seed", (json_int_t)hp->seed);
 }
 
-static json_t *run_identity(const trainer *t)
+/* augment shapes the trajectory too (models/loader.c); left out when off,
+ * like the other later hyperparameters, so older checkpoints still resume. */
+static int add_augment_identity(const trainer *t, json_t *id)
 {
-    json_t *id = run_identity_base(t);
-    /* augment shapes the trajectory too (models/loader.c). */
-    json_t *aug = loader_augment_to_json(&t->hp->augment);
-    if (!id || !aug ||
-        json_object_set_new(json_object_get(id, "hparams"), "augment", aug)) {
-        json_decref(id);
-        return NULL;
-    }
-    return id;
+    const train_augment *a = &t->hp->augment;
+    if (!a->crop_padding && !a->horizontal_flip)
+        return 0;
+    json_t *h = json_object_get(id, "hparams");
+    return h ? json_object_set_new(h, "augment", loader_augment_to_json(a)) : -1;
 }
 
 static void trainer_free(trainer *t)
@@ -183,8 +233,9 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         return st;
     uint32_t outputs = ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes
                                                           : ds->y_dim;
-    if ((st = nn_arch_build(job->spec, ds->shape, ds->ndim, outputs, ds->task,
-                            &t->arch, &t->spec, err)) != TY_OK)
+    if ((st = nn_arch_build_for_loss(job->spec, ds->shape, ds->ndim, outputs,
+                                     ds->task, &hp->loss, &t->arch, &t->spec,
+                                     err)) != TY_OK)
         return st;
     if (job->val) {
         const ty_dataset *v = job->val;
@@ -214,9 +265,15 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     if ((st = nn_preproc_fit(&t->pp, pre, ds, job->train_idx, t->n_train,
                              err)) != TY_OK)
         return st;
-    t->steps_per_epoch = (t->n_train + (uint64_t)hp->batch_size - 1) /
-                         hp->batch_size;
-    if (!(t->identity = run_identity(t)))
+    t->accum = hp->accumulation_steps ? hp->accumulation_steps : 1;
+    uint64_t batches = (t->n_train + (uint64_t)hp->batch_size - 1) /
+                       hp->batch_size;
+    t->steps_per_epoch = (batches + t->accum - 1) / t->accum;
+    t->total_steps = t->steps_per_epoch * hp->epochs;
+    t->lr = hp->learning_rate;
+    if (!(t->identity = run_identity(t)) ||
+        add_training_identity(t, t->identity) != 0 ||
+        add_augment_identity(t, t->identity) != 0)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
 
     /* The backend splits work over its own pool; OpenBLAS runs each part
@@ -239,20 +296,20 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
      * leave free: on a full machine it preempts a pool worker mid-GEMM and
      * the whole step waits for that part (measured on 2 cores, 2 threads:
      * steps ~5% slower than gathering inline, which costs ~3%). Nor is there
-     * anything to overlap in a one-batch epoch (batches are not prefetched
-     * across epochs: perm changes there). */
+     * anything to overlap in a one-minibatch epoch (minibatches are not
+     * prefetched across epochs: perm changes there). */
     int prefetch = job->prefetch > 0 ||
                    (job->prefetch == 0 && cores > threads);
     loader_config lc = {
         .ds = ds, .pp = &t->pp, .batch_size = rows, .n = t->n_train,
         .outputs = outputs, .augment = hp->augment, .seed = hp->seed,
-        .pool = t->pool, .prefetch = prefetch && t->steps_per_epoch > 1,
+        .pool = t->pool, .prefetch = prefetch && batches > 1,
     };
     return loader_create(&lc, &t->loader, err);
 }
 
-/* The epoch's example order, handed to the loader from the step a
- * checkpoint may have restored; the dropout stream and sums start fresh
+/* The epoch's example order, handed to the loader from the minibatch of
+ * the step a checkpoint may have restored; the dropout stream and sums start fresh
  * unless a mid-epoch checkpoint restored them. */
 static void epoch_begin(trainer *t, uint32_t e)
 {
@@ -262,7 +319,7 @@ static void epoch_begin(trainer *t, uint32_t e)
     ty_rng shuffle;
     ty_rng_seed(&shuffle, t->hp->seed, TRAIN_STREAM_SHUFFLE(e));
     ty_rng_shuffle_u32(&shuffle, t->perm, t->n_train);
-    loader_begin_epoch(t->loader, e, t->perm, t->epoch_step);
+    loader_begin_epoch(t->loader, e, t->perm, t->epoch_step * t->accum);
     if (t->epoch_step == 0) {
         ty_rng_seed(&t->drop_rng, t->hp->seed, TRAIN_STREAM_DROPOUT(e));
         t->loss_sum = 0.0;
@@ -270,9 +327,12 @@ static void epoch_begin(trainer *t, uint32_t e)
     }
 }
 
-/* One optimizer step on the loader's batch b. Returns the batch's summed
- * per-example loss. */
-static double train_step(trainer *t, const loader_batch *b, uint32_t *hits)
+/* Forward and backward over the loader's minibatch b, one minibatch of an
+ * optimizer step over grad_rows examples: its gradients add to t->grads as
+ * part of the mean over those. Returns the batch's summed per-example
+ * loss. */
+static double train_step(trainer *t, const loader_batch *b, uint32_t grad_rows,
+                         uint32_t *hits)
 {
     nn_workspace *ws = t->ws;
     const uint32_t c = t->arch.num_outputs, m = b->n;
@@ -280,19 +340,32 @@ static double train_step(trainer *t, const loader_batch *b, uint32_t *hits)
      * own input back after (validation gathers into that). */
     float *own = loader_bind_input(ws, b->x);
     nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
-    double sum = nn_loss(&t->arch, ws, m, b->labels, b->targets, hits, 1);
+    double sum = nn_loss_scaled(&t->arch, ws, m, b->labels, b->targets, hits,
+                                grad_rows);
     nn_backward(&t->arch, t->params, t->grads, ws, m);
-    nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params, t->grads);
     loader_bind_input(ws, own);
     /* MSE sums over elements; per example is that over the outputs. */
     return t->arch.task == TY_TASK_REGRESSION ? sum / c : sum;
+}
+
+/* The optimizer step closing a group of minibatches: clip, schedule,
+ * update (which zeroes the gradients). */
+static void optimizer_step(trainer *t)
+{
+    const train_hparams *hp = t->hp;
+    t->lr = train_lr_at(hp, t->step, t->steps_per_epoch, t->total_steps);
+    t->opt.lr = t->lr;
+    if (hp->clip_grad_norm > 0.0)
+        nn_optim_clip_grad_norm(t->arch.be, t->ws->ex, t->grads,
+                                t->arch.param_count, hp->clip_grad_norm);
+    nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params, t->grads);
 }
 
 static void report_progress(const trainer *t, uint32_t e, double rate)
 {
     if (!t->job->cb.on_progress)
         return;
-    uint64_t total = t->steps_per_epoch * t->hp->epochs;
+    uint64_t total = t->total_steps;
     train_progress p = {
         .epoch = e + 1,
         .epochs = t->hp->epochs,
@@ -302,6 +375,7 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
         .fraction = total ? (double)t->step / (double)total : 1.0,
         .loss = t->seen ? t->loss_sum / (double)t->seen : 0.0,
         .samples_per_sec = rate,
+        .lr = t->lr,
     };
     t->job->cb.on_progress(t->job->cb.ctx, &p);
 }
@@ -309,6 +383,7 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
 static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
 {
     const train_job *job = t->job;
+    const uint32_t bs = t->hp->batch_size;
     const double start = now_sec();
     uint64_t session_seen = 0;
 
@@ -316,9 +391,23 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     while (t->epoch_step < t->steps_per_epoch) {
         if (job->stop && *job->stop)
             return ty_fail(err, TY_ECANCELLED, NULL, "training was cancelled");
-        const loader_batch *b = loader_next(t->loader);
-        uint32_t m = b->n, hits = 0;
-        double sum = train_step(t, b, &hits);
+        /* This step's minibatches: examples [first, end) of the epoch. */
+        uint64_t first64 = t->epoch_step * t->accum * (uint64_t)bs;
+        uint32_t first = (uint32_t)first64;
+        uint32_t end = first64 + (uint64_t)t->accum * bs < t->n_train
+                           ? (uint32_t)(first64 + (uint64_t)t->accum * bs)
+                           : t->n_train;
+        uint32_t m = end - first;
+        uint32_t hits = 0;
+        double sum = 0.0;
+        /* The loader hands out the epoch's minibatches in order. */
+        for (uint32_t b = first; b < end && isfinite(sum); b += bs) {
+            uint32_t mb_hits = 0;
+            sum += train_step(t, loader_next(t->loader), m, &mb_hits);
+            hits += mb_hits;
+        }
+        if (isfinite(sum))
+            optimizer_step(t);
         if (!isfinite(sum))
             return ty_fail(err, TY_EINVAL, "hyperparameters.learning_rate",
                            "the training loss became %s at epoch %u, step %llu; "

@@ -5,14 +5,55 @@
  * Hyperparameters (the job request's "hyperparameters" object; unknown keys
  * are errors):
  *   epochs (1..100000, default 10), batch_size (1..65536, default 64),
- *   optimizer "sgd" | "adam" (default "adam"),
- *   learning_rate (0 < lr <= 10; default 0.001 for adam, 0.01 for sgd),
- *   momentum (sgd; 0 <= m < 1; default 0), weight_decay (>= 0; default 0;
- *   L2 added to the gradient, as torch.optim.SGD/Adam do),
- *   beta1 (0.9), beta2 (0.999), epsilon (1e-8) for adam,
+ *   optimizer "sgd" | "adam" | "adamw" (default "adam"; torch.optim.SGD,
+ *   Adam, AdamW),
+ *   learning_rate (0 < lr <= 10; default 0.001 for adam/adamw, 0.01 for sgd),
+ *   momentum (sgd; 0 <= m < 1; default 0), nesterov (sgd; default false;
+ *   needs momentum > 0, as torch requires),
+ *   weight_decay (>= 0): sgd and adam add it to the gradient as L2 (default
+ *   0); adamw decays decoupled, p *= 1 - lr * wd before the Adam update
+ *   (default 0.01, as torch.optim.AdamW),
+ *   beta1 (0.9), beta2 (0.999), epsilon (1e-8) for adam and adamw,
+ *   lr_schedule: {"type": "constant"} (default)
+ *     | {"type": "step", "step_epochs": N >= 1, "gamma": 0 < g <= 1 (0.1)}:
+ *       torch StepLR(step_size=N, gamma) stepped once per epoch, so the
+ *       steps of epoch e (0-based) use lr * gamma^floor(e / N);
+ *     | {"type": "cosine", "min_lr": 0 <= m <= learning_rate (0)}:
+ *       torch CosineAnnealingLR(T_max = total optimizer steps of the run,
+ *       eta_min = min_lr) stepped after every optimizer step: step t
+ *       (0-based, whole run) uses min_lr + (lr - min_lr)(1 + cos(pi t/T))/2,
+ *   warmup_steps (0..10^9, default 0): the scheduled rate of step t is
+ *     multiplied by min(t + 1, W + 1) / (W + 1), the factor of torch
+ *     LinearLR(start_factor=1/(W+1), end_factor=1, total_iters=W) stepped
+ *     after every optimizer step. The product is exactly torch's
+ *     LambdaLR(lambda t: warmup(t) * schedule(t) / lr); for "constant",
+ *     "step" (its StepLR stepped per epoch) and a cosine with min_lr 0 it is
+ *     also what chaining LinearLR with the schedule's scheduler gives (both
+ *     multiplicative); for a cosine with min_lr > 0 chaining would differ
+ *     and LambdaLR is the reference,
+ *   clip_grad_norm (> 0; absent: no clipping): before each optimizer step
+ *     the gradients are scaled as torch.nn.utils.clip_grad_norm_(max_norm)
+ *     does: by max_norm / (norm + 1e-6) when that is below 1, with norm the
+ *     L2 norm of all gradients together (computed in double),
+ *   accumulation_steps (1..1024, default 1): the gradients of that many
+ *     consecutive minibatches make one optimizer step, as the gradient of
+ *     the mean loss over all their examples (k minibatches of b examples
+ *     step exactly as one batch of k * b would, up to float rounding); an
+ *     epoch's last group may be shorter and still steps. Steps, schedules,
+ *     checkpoint_every_steps, progress and resume all count optimizer
+ *     steps: an epoch has ceil(ceil(n / batch_size) / accumulation_steps),
+ *     and checkpoints fall only between optimizer steps, so a resumed run
+ *     continues exactly,
+ *   loss: classification "cross_entropy" (default) with label_smoothing
+ *     (0 <= x < 1, default 0), or "binary_cross_entropy" for exactly 2
+ *     classes (the model ends in 1 unit); regression "mse" (default) or
+ *     "huber" with huber_delta (> 0, default 1.0). See nn.h. Without a
+ *     task train_hparams_parse leaves loss NN_LOSS_AUTO;
+ *     train_hparams_resolve_loss settles it,
  *   seed (0..2^53; default chosen at random by train_hparams_parse and written
  *   into the normalized object, so every run is reproducible afterwards),
- *   checkpoint_every_steps (0 = only at the end of each epoch; default 0),
+ *   checkpoint_every_steps (0 = only at the end of each epoch; default 0;
+ *   counts optimizer steps),
  *   augment {"crop_padding": P (0..min(H, W)/2, default 0: off),
  *   "horizontal_flip": bool (default false)}: image augmentation of training
  *   batches only, for (C, H, W) inputs (any other shape is an error naming
@@ -42,8 +83,26 @@
 
 #include "common/ty.h"
 #include "models/dataset.h"
+#include "models/nn.h"
 
-typedef enum { TRAIN_OPT_SGD = 0, TRAIN_OPT_ADAM = 1 } train_optimizer;
+typedef enum {
+    TRAIN_OPT_SGD = 0,
+    TRAIN_OPT_ADAM = 1,
+    TRAIN_OPT_ADAMW = 2
+} train_optimizer;
+
+typedef enum {
+    TRAIN_LR_CONSTANT = 0,
+    TRAIN_LR_STEP,
+    TRAIN_LR_COSINE
+} train_lr_kind;
+
+typedef struct {
+    train_lr_kind kind;
+    uint32_t step_epochs;      /* step */
+    double gamma;              /* step */
+    double min_lr;             /* cosine */
+} train_lr_schedule;
 
 /* Image augmentation applied by the data loader to training batches (see
  * models/loader.h); all zero: off. */
@@ -62,6 +121,12 @@ typedef struct {
     double beta1, beta2, epsilon;
     uint64_t seed;
     uint32_t checkpoint_every_steps;
+    uint32_t accumulation_steps;   /* >= 1 */
+    int nesterov;
+    uint32_t warmup_steps;
+    train_lr_schedule lr_schedule;
+    double clip_grad_norm;         /* 0: off */
+    nn_loss_spec loss;             /* kind NN_LOSS_AUTO until resolved */
     train_augment augment;     /* parsed by loader_augment_parse */
 } train_hparams;
 
@@ -71,6 +136,21 @@ typedef struct {
  * "hyperparameters.batch_size". */
 ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                               json_t **normalized, ty_err *err);
+
+/* Settles hp->loss for a dataset's task and outputs (classes or target
+ * values), as nn_loss_resolve does, and when normalized is not NULL spells
+ * it out there ("loss", and "label_smoothing" or "huber_delta"). On
+ * failure TY_EINVAL with err->field "hyperparameters.loss" (or the field
+ * that does not apply) and hp unchanged. */
+ty_status train_hparams_resolve_loss(train_hparams *hp, ty_task task,
+                                     uint32_t num_outputs, json_t *normalized,
+                                     ty_err *err);
+
+/* The learning rate of optimizer step `step` (0-based, whole run) under
+ * hp's lr_schedule and warmup_steps (see above), in double, for a run of
+ * steps_per_epoch optimizer steps an epoch and total_steps in all. */
+double train_lr_at(const train_hparams *hp, uint64_t step,
+                   uint64_t steps_per_epoch, uint64_t total_steps);
 
 /* Splits examples 0..n-1 into a training and a validation set: a shuffle
  * seeded by (seed, stream 0x5b117), the last round(n * fraction) examples
@@ -90,6 +170,7 @@ typedef struct {
     double fraction;           /* of the whole run, 0..1 */
     double loss;               /* running mean training loss this epoch */
     double samples_per_sec;    /* over this epoch so far */
+    double lr;                 /* learning rate of the last step */
 } train_progress;
 
 typedef struct {

@@ -171,9 +171,14 @@ ty_status train_save_model(const trainer *t, ty_err *err)
         classes = NULL;
     json_t *meta = nn_model_metadata(t->spec, a->task, &a->input,
                                      a->num_outputs, classes, &t->pp);
+    json_t *loss = nn_loss_to_json(&a->loss);
     const json_t *extra = t->job->extra_meta;
-    /* Extra keys never replace the engine's own trainyard.* entries. */
-    if (!meta || (extra && json_object_update_missing(meta, (json_t *)extra))) {
+    /* The loss decides how predict reads the output (nn.h). Extra keys
+     * never replace the engine's own trainyard.* entries. */
+    int bad = !meta || !loss || set_json(meta, "trainyard.loss", loss) ||
+              (extra && json_object_update_missing(meta, (json_t *)extra));
+    json_decref(loss);
+    if (bad) {
         json_decref(meta);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory writing the model");
     }

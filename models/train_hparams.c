@@ -42,6 +42,19 @@ static ty_status reject_key(const json_t *hp, const char *key,
                    "%s does not apply to the %s optimizer", field, optimizer);
 }
 
+/* A key present although the `what` chosen (`choice`) has no use for it. */
+static ty_status reject_key_for(const json_t *hp, const char *key,
+                                const char *what, const char *choice,
+                                ty_err *err)
+{
+    if (!json_object_get(hp, key))
+        return TY_OK;
+    char field[64];
+    tyjson_path(field, sizeof field, HP, key);
+    return ty_fail(err, TY_EINVAL, field, "%s does not apply to the %s %s",
+                   field, choice, what);
+}
+
 static uint64_t random_seed(void)
 {
     uint64_t s = 0;
@@ -53,6 +66,132 @@ static uint64_t random_seed(void)
     return s & ((1ull << 53) - 1);
 }
 
+/* lr_schedule: an object with "type" and that type's keys. */
+static ty_status parse_schedule(const json_t *hp, double lr,
+                                train_lr_schedule *out, json_t **norm,
+                                ty_err *err)
+{
+    static const char *const type_keys[] = {"type", "step_epochs", "gamma",
+                                            "min_lr", NULL};
+    static const char *const constant_keys[] = {"type", NULL};
+    static const char *const step_keys[] = {"type", "step_epochs", "gamma",
+                                            NULL};
+    static const char *const cosine_keys[] = {"type", "min_lr", NULL};
+    const char *path = HP ".lr_schedule";
+    const json_t *j = json_object_get(hp, "lr_schedule");
+    train_lr_schedule s = {.kind = TRAIN_LR_CONSTANT};
+    const char *type = "constant";
+    ty_status st;
+    *norm = NULL;
+    if (j) {
+        if ((st = tyjson_check_keys(j, type_keys, path, err)) != TY_OK ||
+            (st = tyjson_get_string(j, "type", path, 1, 16, NULL, &type,
+                                    err)) != TY_OK)
+            return st;
+    }
+    if (!strcmp(type, "constant")) {
+        if (j && (st = tyjson_check_keys(j, constant_keys, path, err)) != TY_OK)
+            return st;
+        *norm = json_pack("{s:s}", "type", "constant");
+    } else if (!strcmp(type, "step")) {
+        int64_t every;
+        if ((st = tyjson_check_keys(j, step_keys, path, err)) != TY_OK ||
+            (st = tyjson_get_int(j, "step_epochs", path, 1, 1, 100000, 0,
+                                 &every, err)) != TY_OK ||
+            (st = tyjson_get_number(j, "gamma", path, 0, 0.0, 1.0, 0.1,
+                                    &s.gamma, err)) != TY_OK)
+            return st;
+        if (s.gamma <= 0.0)
+            return ty_fail(err, TY_EINVAL, HP ".lr_schedule.gamma",
+                           HP ".lr_schedule.gamma must be above 0 and at most "
+                           "1");
+        s.kind = TRAIN_LR_STEP;
+        s.step_epochs = (uint32_t)every;
+        *norm = json_pack("{s:s, s:I, s:f}", "type", "step", "step_epochs",
+                          (json_int_t)s.step_epochs, "gamma", s.gamma);
+    } else if (!strcmp(type, "cosine")) {
+        if ((st = tyjson_check_keys(j, cosine_keys, path, err)) != TY_OK ||
+            (st = tyjson_get_number(j, "min_lr", path, 0, 0.0, 10.0, 0.0,
+                                    &s.min_lr, err)) != TY_OK)
+            return st;
+        if (s.min_lr > lr)
+            return ty_fail(err, TY_EINVAL, HP ".lr_schedule.min_lr",
+                           HP ".lr_schedule.min_lr must be at most the "
+                           "learning_rate (%g), got %g",
+                           lr, s.min_lr);
+        s.kind = TRAIN_LR_COSINE;
+        *norm = json_pack("{s:s, s:f}", "type", "cosine", "min_lr", s.min_lr);
+    } else {
+        return ty_fail(err, TY_EINVAL, HP ".lr_schedule.type",
+                       HP ".lr_schedule.type must be \"constant\", \"step\" "
+                       "or \"cosine\", got \"%.16s\"",
+                       type);
+    }
+    if (!*norm)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    *out = s;
+    return TY_OK;
+}
+
+/* loss, label_smoothing, huber_delta. Without the task the loss may stay
+ * NN_LOSS_AUTO; keys that cannot apply to a named loss are errors here,
+ * the rest when the task is known (train_hparams_resolve_loss). */
+static ty_status parse_loss(const json_t *hp, nn_loss_spec *out, ty_err *err)
+{
+    const char *name;
+    nn_loss_spec l = {.kind = NN_LOSS_AUTO};
+    ty_status st;
+    if ((st = tyjson_get_string(hp, "loss", HP, 0, 32, NULL, &name, err)) !=
+        TY_OK)
+        return st;
+    if (name) {
+        int k = nn_loss_from_name(name);
+        if (k <= NN_LOSS_AUTO)
+            return ty_fail(err, TY_EINVAL, HP ".loss",
+                           HP ".loss must be \"cross_entropy\", "
+                           "\"binary_cross_entropy\", \"mse\" or \"huber\", "
+                           "got \"%.32s\"",
+                           name);
+        l.kind = (nn_loss_kind)k;
+    }
+    int ce = l.kind == NN_LOSS_AUTO || l.kind == NN_LOSS_CROSS_ENTROPY;
+    if (!ce && (st = reject_key_for(hp, "label_smoothing", "loss", name,
+                                     err)) != TY_OK)
+        return st;
+    if (l.kind != NN_LOSS_HUBER &&
+        (st = reject_key_for(hp, "huber_delta", "loss",
+                             name ? name : "default", err)) != TY_OK)
+        return st;
+    if ((st = get_below_one(hp, "label_smoothing", 0.0, 0.0,
+                            &l.label_smoothing, err)) != TY_OK ||
+        (st = tyjson_get_number(hp, "huber_delta", HP, 0, 0.0, 1e9, 1.0,
+                                &l.huber_delta, err)) != TY_OK)
+        return st;
+    if (l.kind == NN_LOSS_HUBER && l.huber_delta <= 0.0)
+        return ty_fail(err, TY_EINVAL, HP ".huber_delta",
+                       HP ".huber_delta must be above 0");
+    if (l.kind != NN_LOSS_HUBER)
+        l.huber_delta = 0.0;
+    *out = l;
+    return TY_OK;
+}
+
+static ty_status loss_to_normalized(const nn_loss_spec *l, const json_t *hp,
+                                    json_t *n)
+{
+    int bad = 0;
+    if (l->kind != NN_LOSS_AUTO)
+        bad = json_object_set_new(n, "loss", json_string(nn_loss_name(l->kind)));
+    if (!bad && (l->kind == NN_LOSS_CROSS_ENTROPY ||
+                 (l->kind == NN_LOSS_AUTO &&
+                  json_object_get(hp, "label_smoothing"))))
+        bad = json_object_set_new(n, "label_smoothing",
+                                  json_real(l->label_smoothing));
+    if (!bad && l->kind == NN_LOSS_HUBER)
+        bad = json_object_set_new(n, "huber_delta", json_real(l->huber_delta));
+    return bad ? TY_ENOMEM : TY_OK;
+}
+
 ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                               json_t **normalized, ty_err *err)
 {
@@ -60,10 +199,12 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         "augment", /* models/loader.c */
         "epochs", "batch_size", "optimizer", "learning_rate", "momentum",
         "weight_decay", "beta1", "beta2", "epsilon", "seed",
-        "checkpoint_every_steps", NULL};
-    json_t *empty = NULL;
+        "checkpoint_every_steps", "nesterov", "lr_schedule", "warmup_steps",
+        "clip_grad_norm", "accumulation_steps", "loss", "label_smoothing",
+        "huber_delta", NULL};
+    json_t *empty = NULL, *sched_norm = NULL;
     ty_status st;
-    int64_t epochs, batch, seed, every;
+    int64_t epochs, batch, seed, every, accum, warmup;
     const char *opt;
     train_hparams h = {0};
 
@@ -82,15 +223,18 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         goto done;
     if (!strcmp(opt, "adam")) {
         h.optimizer = TRAIN_OPT_ADAM;
+    } else if (!strcmp(opt, "adamw")) {
+        h.optimizer = TRAIN_OPT_ADAMW;
     } else if (!strcmp(opt, "sgd")) {
         h.optimizer = TRAIN_OPT_SGD;
     } else {
         st = ty_fail(err, TY_EINVAL, HP ".optimizer",
-                     HP ".optimizer must be \"sgd\" or \"adam\", got \"%.16s\"",
+                     HP ".optimizer must be \"sgd\", \"adam\" or \"adamw\", "
+                     "got \"%.16s\"",
                      opt);
         goto done;
     }
-    int adam = h.optimizer == TRAIN_OPT_ADAM;
+    int adam = h.optimizer != TRAIN_OPT_SGD;
     if ((st = tyjson_get_number(hp, "learning_rate", HP, 0, 0.0, 10.0,
                                 adam ? 0.001 : 0.01, &h.learning_rate, err)) !=
         TY_OK)
@@ -100,11 +244,13 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                      HP ".learning_rate must be above 0 and at most 10");
         goto done;
     }
-    if ((st = tyjson_get_number(hp, "weight_decay", HP, 0, 0.0, 1e6, 0.0,
+    if ((st = tyjson_get_number(hp, "weight_decay", HP, 0, 0.0, 1e6,
+                                h.optimizer == TRAIN_OPT_ADAMW ? 0.01 : 0.0,
                                 &h.weight_decay, err)) != TY_OK)
         goto done;
     if (adam) {
         if ((st = reject_key(hp, "momentum", opt, err)) != TY_OK ||
+            (st = reject_key(hp, "nesterov", opt, err)) != TY_OK ||
             (st = get_below_one(hp, "beta1", 0.0, 0.9, &h.beta1, err)) !=
                 TY_OK ||
             (st = get_below_one(hp, "beta2", 0.0, 0.999, &h.beta2, err)) !=
@@ -122,8 +268,32 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
             (st = reject_key(hp, "beta2", opt, err)) != TY_OK ||
             (st = reject_key(hp, "epsilon", opt, err)) != TY_OK ||
             (st = get_below_one(hp, "momentum", 0.0, 0.0, &h.momentum, err)) !=
-                TY_OK)
+                TY_OK ||
+            (st = tyjson_get_bool(hp, "nesterov", HP, 0, 0, &h.nesterov,
+                                  err)) != TY_OK)
             goto done;
+        if (h.nesterov && h.momentum <= 0.0) {
+            st = ty_fail(err, TY_EINVAL, HP ".nesterov",
+                         HP ".nesterov needs a momentum above 0 (as "
+                         "torch.optim.SGD requires)");
+            goto done;
+        }
+    }
+    if ((st = parse_schedule(hp, h.learning_rate, &h.lr_schedule, &sched_norm,
+                             err)) != TY_OK ||
+        (st = tyjson_get_int(hp, "warmup_steps", HP, 0, 0, 1000000000, 0,
+                             &warmup, err)) != TY_OK ||
+        (st = tyjson_get_number(hp, "clip_grad_norm", HP, 0, 0.0, 1e9, 0.0,
+                                &h.clip_grad_norm, err)) != TY_OK ||
+        (st = tyjson_get_int(hp, "accumulation_steps", HP, 0, 1, 1024, 1,
+                             &accum, err)) != TY_OK ||
+        (st = parse_loss(hp, &h.loss, err)) != TY_OK)
+        goto done;
+    if (json_object_get(hp, "clip_grad_norm") && h.clip_grad_norm <= 0.0) {
+        st = ty_fail(err, TY_EINVAL, HP ".clip_grad_norm",
+                     HP ".clip_grad_norm must be above 0 (leave it out for "
+                     "no clipping)");
+        goto done;
     }
     if ((st = tyjson_get_int(hp, "seed", HP, 0, 0, SEED_MAX, -1, &seed, err)) !=
             TY_OK ||
@@ -134,6 +304,8 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     h.batch_size = (uint32_t)batch;
     h.seed = seed < 0 ? random_seed() : (uint64_t)seed;
     h.checkpoint_every_steps = (uint32_t)every;
+    h.accumulation_steps = (uint32_t)accum;
+    h.warmup_steps = (uint32_t)warmup;
 
     /* ---- augment: parsed by the loader (models/loader.c); its fit to the
      * dataset's shape is checked where the shape is known (api/jobs.c,
@@ -153,11 +325,21 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                   json_object_set_new(n, "beta2", json_real(h.beta2)) ||
                   json_object_set_new(n, "epsilon", json_real(h.epsilon));
         else if (!bad)
-            bad = json_object_set_new(n, "momentum", json_real(h.momentum));
+            bad = json_object_set_new(n, "momentum", json_real(h.momentum)) ||
+                  json_object_set_new(n, "nesterov", json_boolean(h.nesterov));
         if (!bad)
             bad = json_object_set_new(n, "seed", json_integer((json_int_t)h.seed)) ||
                   json_object_set_new(n, "checkpoint_every_steps",
-                                      json_integer(h.checkpoint_every_steps));
+                                      json_integer(h.checkpoint_every_steps)) ||
+                  json_object_set(n, "lr_schedule", sched_norm) ||
+                  json_object_set_new(n, "warmup_steps",
+                                      json_integer(h.warmup_steps)) ||
+                  json_object_set_new(n, "accumulation_steps",
+                                      json_integer(h.accumulation_steps)) ||
+                  (h.clip_grad_norm > 0.0 &&
+                   json_object_set_new(n, "clip_grad_norm",
+                                       json_real(h.clip_grad_norm))) ||
+                  loss_to_normalized(&h.loss, hp, n) != TY_OK;
         /* ---- augment (models/loader.c) ---- */
         if (!bad)
             bad = json_object_set_new(n, "augment",
@@ -173,7 +355,48 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     *out = h;
 done:
     json_decref(empty);
+    json_decref(sched_norm);
     return st;
+}
+
+ty_status train_hparams_resolve_loss(train_hparams *hp, ty_task task,
+                                     uint32_t num_outputs, json_t *normalized,
+                                     ty_err *err)
+{
+    nn_loss_spec l = hp->loss;
+    ty_status st = nn_loss_resolve(&l, task, num_outputs, err);
+    if (st != TY_OK)
+        return st;
+    if (normalized) {
+        /* What applied to the unresolved loss may not to the resolved one
+         * (label_smoothing 0 given for a regression dataset). */
+        json_object_del(normalized, "label_smoothing");
+        json_object_del(normalized, "huber_delta");
+        if (loss_to_normalized(&l, NULL, normalized) != TY_OK)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    hp->loss = l;
+    return TY_OK;
+}
+
+double train_lr_at(const train_hparams *hp, uint64_t step,
+                   uint64_t steps_per_epoch, uint64_t total_steps)
+{
+    const train_lr_schedule *s = &hp->lr_schedule;
+    double lr = hp->learning_rate;
+    if (s->kind == TRAIN_LR_STEP && s->step_epochs && steps_per_epoch) {
+        /* StepLR's chainable form multiplies by gamma at each boundary. */
+        uint64_t drops = step / steps_per_epoch / s->step_epochs;
+        for (uint64_t i = 0; i < drops; i++)
+            lr *= s->gamma;
+    } else if (s->kind == TRAIN_LR_COSINE && total_steps) {
+        double t = (double)(step < total_steps ? step : total_steps);
+        lr = s->min_lr + (lr - s->min_lr) *
+                             (1.0 + cos(M_PI * t / (double)total_steps)) / 2.0;
+    }
+    if (hp->warmup_steps && step < hp->warmup_steps)
+        lr *= (double)(step + 1) / ((double)hp->warmup_steps + 1.0);
+    return lr;
 }
 
 ty_status train_split(uint32_t n, double fraction, uint64_t seed,

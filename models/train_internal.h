@@ -2,8 +2,9 @@
  * train_internal.h - the trainer's state, shared by the training loop
  * (train.c) and checkpoints (train_checkpoint.c). Not a public API.
  *
- * Position in a run is (epoch_done, epoch_step): completed epochs and steps
- * taken in the epoch in progress. Each epoch's order comes from a shuffle
+ * Position in a run is (epoch_done, epoch_step): completed epochs and
+ * optimizer steps taken in the epoch in progress (each step is `accum`
+ * minibatches; positions fall only between steps). Each epoch's order comes from a shuffle
  * seeded by (seed, epoch) and its dropout masks from a stream seeded the
  * same way, so a checkpoint only needs the parameters, the optimizer state,
  * the position, the dropout stream's state and the epoch's running sums to
@@ -50,6 +51,9 @@ typedef struct {
     train_epoch_metrics last;  /* of the last completed epoch */
     int have_last;
     double last_report;        /* CLOCK_MONOTONIC of the last on_progress */
+    uint32_t accum;            /* minibatches per optimizer step (>= 1) */
+    uint64_t total_steps;      /* optimizer steps of the whole run */
+    double lr;                 /* learning rate of the last step */
     struct loader *loader;     /* minibatches, prefetched (models/loader.h) */
 } trainer;
 

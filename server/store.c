@@ -869,6 +869,24 @@ ty_status store_model_get(store *st, const char *tenant_id, const char *id,
     return get_doc(st, "models", "model", tenant_id, id, doc, sha256, err);
 }
 
+ty_status store_model_insert(store *st, const char *tenant_id, const char *id,
+                             const char *sha256, int64_t bytes,
+                             const json_t *doc, ty_err *err)
+{
+    char *text = json_dumps(doc, JSON_COMPACT);
+    if (!text)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, NULL, NULL, err,
+                    "INSERT INTO models(id, tenant_id, job_id, sha256, bytes, "
+                    "doc, created_at) VALUES (?, ?, NULL, ?, ?, ?, ?)",
+                    "sssiss", id, tenant_id, sha256, bytes, text,
+                    json_string_value(json_object_get(doc, "created_at")));
+    pthread_mutex_unlock(&st->mu);
+    free(text);
+    return s;
+}
+
 ty_status store_model_list(store *st, const char *tenant_id, store_page page,
                            json_t **items, int64_t *next_cursor, ty_err *err)
 {

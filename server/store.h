@@ -166,6 +166,12 @@ ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err);
 ty_status store_model_get(store *st, const char *tenant_id, const char *id,
                           json_t **doc, char sha256[65], ty_err *err);
 
+/* Inserts a model that no job made (an import); doc is its API
+ * representation (borrowed). */
+ty_status store_model_insert(store *st, const char *tenant_id, const char *id,
+                             const char *sha256, int64_t bytes,
+                             const json_t *doc, ty_err *err);
+
 ty_status store_model_list(store *st, const char *tenant_id, store_page page,
                            json_t **items, int64_t *next_cursor, ty_err *err);
 

@@ -29,11 +29,12 @@ static void emit(json_t *ev)
 
 static void on_progress(void *ctx, const train_progress *p)
 {
-    emit(json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f}", "event",
+    emit(json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f}", "event",
                    "progress", "epoch", (int)p->epoch, "epochs", (int)p->epochs,
                    "step", (json_int_t)p->step, "total_steps",
                    (json_int_t)p->total_steps, "fraction", p->fraction, "loss",
-                   p->loss, "samples_per_sec", p->samples_per_sec));
+                   p->loss, "samples_per_sec", p->samples_per_sec, "lr",
+                   p->lr));
 }
 
 static void on_epoch(void *ctx, const train_epoch_metrics *m)

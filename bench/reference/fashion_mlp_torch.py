@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch reference for the Fashion-MNIST MLP that trainyard trains in
-tests/acceptance/fashion_mlp.py: the same network (784-256-128-10, ReLU),
+tests/acceptance/fashion.py: the same network (784-256-128-10, ReLU),
 the same preprocessing (pixels / 255), 10% held out for validation, Adam
 lr 0.001, batch 128, 10 epochs. Prints test accuracy and training speed per
 seed, so trainyard's figures can be read against it on the same machine.

@@ -1,8 +1,8 @@
 /*
  * Integration tests: a real `trainyard serve` driven over HTTP. Covers the
  * public endpoints, auth, datasets in every format (upload and fetch), the
- * 4xx paths, training through to predictions (REST and KServe v2), cancel,
- * and the SIGKILL-restart resume.
+ * 4xx paths, training through to predictions (REST and KServe v2), model
+ * import (POST /v1/models), cancel, and the SIGKILL-restart resume.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +23,7 @@
 #include "common/fsutil.h"
 #include "common/rng.h"
 #include "harness.h"
+#include "models/safetensors.h"
 
 static srv server;             /* shared by the tests that need no restart */
 static char files[PATH_MAX];   /* test data files */
@@ -482,6 +483,13 @@ static void test_job_validation_errors(void **state)
     expect_job_422(b, "validation.dataset");
     snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"validation\": {\"split\": 1.5}}", csv_ds);
     expect_job_422(b, "validation.split");
+    /* The loss must fit the dataset (3 classes here). */
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 1}]}, \"hyperparameters\": {\"loss\": \"binary_cross_entropy\"}}", csv_ds);
+    expect_job_422(b, "hyperparameters.loss");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"loss\": \"mse\"}}", csv_ds);
+    expect_job_422(b, "hyperparameters.loss");
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"lr_schedule\": {\"type\": \"step\", \"step_epochs\": 2, \"gamma\": 0}}}", csv_ds);
+    expect_job_422(b, "hyperparameters.lr_schedule.gamma");
     snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"modle\": {}}", csv_ds);
     expect_job_422(b, "modle");
     /* None of these made a job. */
@@ -685,6 +693,277 @@ static int is_running(const json_t *job)
     const char *st = json_string_value(json_object_get(job, "status"));
     return st && !strcmp(st, "running") &&
            json_integer_value(json_object_get(json_object_get(job, "progress"), "step")) > 0;
+}
+
+/* ---- model import ---- */
+
+/* The import test's model: input [4] scaled by 0.5, dense 5, relu, dense 3,
+ * classes a, b, c. Weights are small fixed numbers so the test can compute
+ * the expected probabilities itself. */
+#define IMP_META                                                              \
+    "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 5},"   \
+    " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"            \
+    " \"task\": \"classification\", \"input_shape\": [4],"                    \
+    " \"classes\": [\"a\", \"b\", \"c\"],"                                    \
+    " \"preprocess\": {\"kind\": \"scale\", \"factor\": 0.5}}"
+
+static float imp_w0[5 * 4], imp_b0[5], imp_w1[3 * 5], imp_b1[3];
+
+static void imp_weights(void)
+{
+    for (int i = 0; i < 20; i++)
+        imp_w0[i] = (float)((i * 7) % 11 - 5) / 8.0f;
+    for (int i = 0; i < 5; i++)
+        imp_b0[i] = (float)(i - 2) / 10.0f;
+    for (int i = 0; i < 15; i++)
+        imp_w1[i] = (float)((i * 5) % 9 - 4) / 6.0f;
+    for (int i = 0; i < 3; i++)
+        imp_b1[i] = (float)i / 4.0f;
+}
+
+/* The probabilities the model gives raw example x (4 values). */
+static void imp_expected(const float *x, double p[3])
+{
+    double h[5], z[3], m = -1e300, sum = 0;
+    for (int o = 0; o < 5; o++) {
+        h[o] = imp_b0[o];
+        for (int i = 0; i < 4; i++)
+            h[o] += (double)imp_w0[o * 4 + i] * (x[i] * 0.5f);
+        h[o] = h[o] > 0 ? h[o] : 0;
+    }
+    for (int o = 0; o < 3; o++) {
+        z[o] = imp_b1[o];
+        for (int i = 0; i < 5; i++)
+            z[o] += (double)imp_w1[o * 5 + i] * h[i];
+        m = z[o] > m ? z[o] : m;
+    }
+    for (int o = 0; o < 3; o++)
+        sum += (p[o] = exp(z[o] - m));
+    for (int o = 0; o < 3; o++)
+        p[o] /= sum;
+}
+
+typedef enum {
+    IMP_GOOD = 0,
+    IMP_WRONG_SHAPE,   /* 0.weight [5, 3] */
+    IMP_EXTRA,         /* and a 4.weight */
+    IMP_MISSING,       /* no 2.bias */
+    IMP_F64,           /* 2.bias as F64 */
+    IMP_NAN            /* a NaN in 0.bias */
+} imp_variant;
+
+/* Writes the import test's weights as a PyTorch state dict would have them:
+ * a batchnorm-style I64 num_batches_tracked counter included, no metadata. */
+static void imp_write(const char *path, imp_variant v)
+{
+    int64_t counter = 7;
+    double b1d[3] = {0, 0.25, 0.5};
+    float b0[5];
+    memcpy(b0, imp_b0, sizeof b0);
+    if (v == IMP_NAN)
+        b0[2] = NAN;
+    st_out_tensor t[6] = {
+        {"0.weight", ST_F32, 2, {5, v == IMP_WRONG_SHAPE ? 3 : 4}, imp_w0},
+        {"0.bias", ST_F32, 1, {5}, b0},
+        {"2.weight", ST_F32, 2, {3, 5}, imp_w1},
+        {"2.bias", v == IMP_F64 ? ST_F64 : ST_F32, 1, {3},
+         v == IMP_F64 ? (const void *)b1d : imp_b1},
+        {"1.num_batches_tracked", ST_I64, 0, {0}, &counter},
+        {"4.weight", ST_F32, 1, {3}, imp_b1},
+    };
+    size_t n = v == IMP_EXTRA ? 6 : 5;
+    if (v == IMP_MISSING) {
+        t[3] = t[4];
+        n = 4;
+    }
+    ty_err err = {0};
+    assert_int_equal(st_write(path, NULL, t, n, &err), TY_OK);
+}
+
+static size_t count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    size_t n = 0;
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sub[PATH_MAX];
+        snprintf(sub, sizeof sub, "%s/%s", dir, e->d_name);
+        DIR *inner = opendir(sub);
+        if (inner) {
+            closedir(inner);
+            n += count_files(sub);
+        } else {
+            n++;
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+static size_t model_count(void)
+{
+    resp *r = http_get(&server, "/v1/models?limit=1000");
+    assert_int_equal(r->status, 200);
+    size_t n = json_array_size(json_object_get(r->json, "items"));
+    resp_free(r);
+    return n;
+}
+
+static void test_import_model_predicts(void **state)
+{
+    imp_weights();
+    char p1[PATH_MAX + 16], path[256], id[64];
+    imp_write(file_path("imp.safetensors"), IMP_GOOD);
+    snprintf(p1, sizeof p1, "weights=@%s", file_path("imp.safetensors"));
+    const char *parts[] = {p1, IMP_META, "name=from-torch", NULL};
+    resp *r = http_upload(&server, "/v1/models", parts);
+    if (r->status != 201)
+        fprintf(stderr, "import: %ld %s\n", r->status, r->body);
+    assert_int_equal(r->status, 201);
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(r->json, "id")));
+    assert_true(strncmp(id, "mdl_", 4) == 0);
+    snprintf(path, sizeof path, "/v1/models/%s", id);
+    assert_string_equal(r->location, path);
+    assert_true(json_is_null(json_object_get(r->json, "job")));
+    assert_string_equal(json_string_value(json_object_get(r->json, "name")), "from-torch");
+    assert_int_equal(json_integer_value(json_object_get(r->json, "param_count")), 20 + 5 + 15 + 3);
+    assert_string_equal(json_string_value(json_object_get(r->json, "preprocess")), "scale");
+    char sha[65];
+    snprintf(sha, sizeof sha, "%s", json_string_value(json_object_get(r->json, "sha256")));
+    resp_free(r);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(r->json, "classes"), 1)), "b");
+    resp_free(r);
+
+    /* Predictions are the model's, preprocessing applied. */
+    const float x[2][4] = {{1, -2, 3, 0.5f}, {-1, 4, 0, 2}};
+    snprintf(path, sizeof path, "/v1/models/%s/predict", id);
+    r = http_json(&server, "POST", path, "{\"inputs\": [[1, -2, 3, 0.5], [-1, 4, 0, 2]]}");
+    assert_int_equal(r->status, 200);
+    for (int i = 0; i < 2; i++) {
+        double want[3];
+        imp_expected(x[i], want);
+        json_t *row = json_array_get(json_object_get(r->json, "outputs"), i);
+        for (int k = 0; k < 3; k++)
+            assert_true(fabs(json_number_value(json_array_get(row, k)) - want[k]) < 1e-5);
+    }
+    resp_free(r);
+
+    /* KServe serves it too. */
+    snprintf(path, sizeof path, "/v2/models/%s/ready", id);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    resp_free(r);
+
+    /* The stored file carries the metadata and no step counter, so it
+     * imports again on its own, as the same blob. */
+    snprintf(path, sizeof path, "/v1/models/%s/weights", id);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    st_file f;
+    ty_err err = {0};
+    assert_int_equal(st_parse(r->body, r->len, &f, &err), TY_OK);
+    assert_null(st_find(&f, "1.num_batches_tracked"));
+    assert_non_null(st_find(&f, "2.bias"));
+    assert_string_equal(st_meta(&f, "trainyard.task"), "classification");
+    st_close(&f);
+    write_file(file_path("imp_again.safetensors"), r->body, r->len);
+    resp_free(r);
+    snprintf(p1, sizeof p1, "weights=@%s", file_path("imp_again.safetensors"));
+    const char *alone[] = {p1, NULL};
+    r = http_upload(&server, "/v1/models", alone);
+    assert_int_equal(r->status, 201);
+    assert_string_equal(json_string_value(json_object_get(r->json, "sha256")), sha);
+    assert_string_equal(json_string_value(json_object_get(r->json, "name")), "imported");
+    resp_free(r);
+}
+
+static void expect_import_422(const char *const *parts, const char *needle,
+                              const char *field)
+{
+    resp *r = http_upload(&server, "/v1/models", parts);
+    const char *detail = json_string_value(json_object_get(r->json, "detail"));
+    if (r->status != 422 || !detail || !strstr(detail, needle))
+        fprintf(stderr, "expected 422 with '%s', got %ld %s\n", needle, r->status, r->body);
+    assert_int_equal(r->status, 422);
+    assert_non_null(strstr(detail, needle));
+    if (field)
+        assert_string_equal(json_string_value(json_object_get(r->json, "field")), field);
+    resp_free(r);
+}
+
+static void test_import_model_rejects(void **state)
+{
+    imp_weights();
+    char blobs[PATH_MAX + 8];
+    snprintf(blobs, sizeof blobs, "%s/blobs", server.data);
+    size_t models_before = model_count(), blobs_before = count_files(blobs);
+    char p1[PATH_MAX + 16];
+    const char *parts[] = {p1, IMP_META, NULL};
+    static const struct {
+        imp_variant v;
+        const char *needle;
+    } bad[] = {
+        {IMP_WRONG_SHAPE, "'0.weight' must be F32 [5, 4], got F32 [5, 3]"},
+        {IMP_EXTRA, "unexpected tensor '4.weight'"},
+        {IMP_MISSING, "no tensor '2.bias'"},
+        {IMP_F64, "'2.bias' must be F32 [3], got F64 [3]"},
+        {IMP_NAN, "NaN"},
+    };
+    for (size_t i = 0; i < TY_ARRAY_LEN(bad); i++) {
+        char name[64];
+        snprintf(name, sizeof name, "bad%zu.safetensors", i);
+        imp_write(file_path(name), bad[i].v);
+        snprintf(p1, sizeof p1, "weights=@%s", file_path(name));
+        expect_import_422(parts, bad[i].needle, "weights");
+    }
+
+    /* Bad metadata, each naming its field. */
+    imp_write(file_path("good.safetensors"), IMP_GOOD);
+    snprintf(p1, sizeof p1, "weights=@%s", file_path("good.safetensors"));
+    const char *task[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+                              " \"task\": \"clustering\", \"input_shape\": [4], \"num_outputs\": 3}", NULL};
+    expect_import_422(task, "classification or regression", "metadata.task");
+    const char *units[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 0}]},"
+                               " \"task\": \"regression\", \"input_shape\": [4], \"num_outputs\": 3}", NULL};
+    expect_import_422(units, "units", "metadata.spec.layers[0].units");
+    const char *outs[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+                              " \"task\": \"regression\", \"input_shape\": [4]}", NULL};
+    expect_import_422(outs, "num_outputs is required", "metadata.num_outputs");
+    const char *shape[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+                               " \"task\": \"regression\", \"input_shape\": [], \"num_outputs\": 3}", NULL};
+    expect_import_422(shape, "input_shape", "metadata.input_shape");
+    const char *extra[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+                               " \"task\": \"regression\", \"input_shape\": [4], \"num_outputs\": 3,"
+                               " \"colour\": 1}", NULL};
+    expect_import_422(extra, "colour", NULL);
+    const char *notjson[] = {p1, "metadata={spec", NULL};
+    expect_import_422(notjson, "JSON", "metadata");
+    /* No metadata part, and none in the file. */
+    const char *nometa[] = {p1, NULL};
+    expect_import_422(nometa, "no trainyard metadata", "metadata");
+    /* Not a safetensors file; no weights at all; an unknown part. */
+    snprintf(p1, sizeof p1, "weights=@%s", file_path("blobs.csv"));
+    expect_import_422(parts, "safetensors", "weights");
+    const char *noweights[] = {IMP_META, NULL};
+    expect_import_422(noweights, "'weights' is missing", "weights");
+    snprintf(p1, sizeof p1, "weights=@%s", file_path("good.safetensors"));
+    const char *unknown[] = {p1, IMP_META, "colour=red", NULL};
+    expect_import_422(unknown, "colour", "colour");
+
+    /* JSON is not an import. */
+    resp *r = http_json(&server, "POST", "/v1/models", "{\"spec\": {}}");
+    assert_int_equal(r->status, 415);
+    resp_free(r);
+
+    /* Nothing was stored by the failures. */
+    assert_int_equal(model_count(), models_before);
+    assert_int_equal(count_files(blobs), blobs_before);
 }
 
 static void test_cancel(void **state)
@@ -941,6 +1220,8 @@ int main(void)
         cmocka_unit_test(test_train_predict_evaluate_csv),
         cmocka_unit_test(test_kserve_v2),
         cmocka_unit_test(test_train_images_nested_predict),
+        cmocka_unit_test(test_import_model_predicts),
+        cmocka_unit_test(test_import_model_rejects),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_dataset_in_use_cannot_be_deleted),
         cmocka_unit_test(test_worker_crash_fails_only_the_job),

@@ -187,6 +187,41 @@ static void test_job_life_cycle(void **state)
     json_decref(hp);
 }
 
+/* An imported model: a row with no job, the tenant's own, counted as a
+ * reference to its blob until deleted. */
+static void test_model_insert_without_job(void **state)
+{
+    fixture *f = *state;
+    ty_err err;
+    char sha[65];
+    json_t *doc = json_pack("{s:s, s:n, s:s}", "id", "mdl_imp", "job",
+                            "created_at", "2026-01-01T00:00:00.000Z");
+    assert_int_equal(store_model_insert(f->st, "tn_a", "mdl_imp", "isha", 42, doc, &err),
+                     TY_OK);
+    /* Ids are unique. */
+    assert_int_not_equal(store_model_insert(f->st, "tn_a", "mdl_imp", "isha", 42, doc, &err),
+                         TY_OK);
+    json_decref(doc);
+    json_t *model;
+    assert_int_equal(store_model_get(f->st, "tn_a", "mdl_imp", &model, sha, &err), TY_OK);
+    assert_string_equal(sha, "isha");
+    assert_true(json_is_null(json_object_get(model, "job")));
+    json_decref(model);
+    assert_int_equal(store_model_get(f->st, "tn_b", "mdl_imp", &model, sha, &err), TY_ENOTFOUND);
+    json_t *items;
+    int64_t next;
+    assert_int_equal(store_model_list(f->st, "tn_a", (store_page){0, 10}, &items, &next, &err),
+                     TY_OK);
+    assert_int_equal(json_array_size(items), 1);
+    json_decref(items);
+    int64_t refs = 0;
+    assert_int_equal(store_blob_refs(f->st, "isha", &refs, &err), TY_OK);
+    assert_int_equal(refs, 1);
+    assert_int_equal(store_model_delete(f->st, "tn_a", "mdl_imp", sha, &err), TY_OK);
+    assert_int_equal(store_blob_refs(f->st, "isha", &refs, &err), TY_OK);
+    assert_int_equal(refs, 0);
+}
+
 static void test_cancel_queued_and_finish(void **state)
 {
     fixture *f = *state;
@@ -229,6 +264,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_datasets_are_per_tenant_and_paginate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_life_cycle, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_queued_and_finish, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_model_insert_without_job, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,9 +2,12 @@
  * (classification and regression), reports, is deterministic, resumes
  * bit-identically after an epoch or mid-epoch, refuses another job's
  * checkpoint, stops on request and on a diverging loss, and applies its
- * preprocessing identically at predict time; with image augmentation it is
- * still deterministic and resumes exactly, and augments training batches
- * only. Also hyperparameter parsing and the train/validation split. */
+ * preprocessing identically at predict time. Gradient accumulation steps as
+ * one larger batch would, resumes exactly with accumulation and schedules,
+ * and binary cross-entropy and Huber train, save and predict. With image
+ * augmentation it is still deterministic and resumes exactly, and augments
+ * training batches only. Also hyperparameter parsing and the
+ * train/validation split. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -474,6 +477,300 @@ static void test_two_threads_deterministic_and_resumable(void **state)
     synth_free(&s);
 }
 
+static void test_resume_mid_epoch_accumulating(void **state)
+{
+    /* 10 minibatches an epoch in groups of 3: 4 optimizer steps (the last
+     * of one minibatch); a checkpoint after every step; stop at step 1. */
+    resume_case("{\"epochs\":2,\"batch_size\":32,\"seed\":6,"
+                "\"optimizer\":\"sgd\",\"momentum\":0.5,\"nesterov\":true,"
+                "\"accumulation_steps\":3,\"checkpoint_every_steps\":1}",
+                0, 1, 0, 1);
+}
+
+static void test_resume_with_schedule_and_clipping(void **state)
+{
+    /* 5 optimizer steps an epoch; stop after epoch 2 (step 10), inside
+     * neither the warm-up nor the cosine's end. */
+    resume_case("{\"epochs\":4,\"batch_size\":32,\"seed\":5,"
+                "\"optimizer\":\"adamw\",\"learning_rate\":0.01,"
+                "\"lr_schedule\":{\"type\":\"cosine\",\"min_lr\":0.0001},"
+                "\"warmup_steps\":3,\"clip_grad_norm\":0.5,"
+                "\"accumulation_steps\":2,\"label_smoothing\":0.1}",
+                2, 0, 2, 10);
+}
+
+/* Every tensor of two safetensors files within tol. */
+static void assert_tensors_close(const char *a, const char *b, double tol)
+{
+    st_file fa, fb;
+    assert_int_equal(st_open(a, &fa, NULL), TY_OK);
+    assert_int_equal(st_open(b, &fb, NULL), TY_OK);
+    assert_int_equal(fa.count, fb.count);
+    for (size_t i = 0; i < fa.count; i++) {
+        const st_tensor *t = st_find(&fb, fa.tensors[i].name);
+        assert_non_null(t);
+        assert_int_equal(t->nbytes, fa.tensors[i].nbytes);
+        const float *x = (const float *)fa.tensors[i].data;
+        const float *y = (const float *)t->data;
+        for (size_t k = 0; k < t->nbytes / sizeof(float); k++)
+            if (fabs((double)x[k] - y[k]) > tol)
+                fail_msg("%s[%zu]: %.9g vs %.9g", t->name, k, x[k], y[k]);
+    }
+    st_close(&fa);
+    st_close(&fb);
+}
+
+/* k minibatches of b accumulated step as one batch of k * b: the same
+ * weights up to float rounding, the epoch's last short group included
+ * (300 = 3 * 96 + 12). No dropout, so the batches see the same network. */
+static void test_accumulation_equals_large_batch(void **state)
+{
+    synth s;
+    synth_xor(&s, 300, 9);
+    json_t *spec = spec_of(xor_spec);
+    const char *variants[][2] = {
+        {"{\"epochs\":3,\"batch_size\":96,\"seed\":4,\"optimizer\":\"sgd\","
+         "\"learning_rate\":0.1,\"momentum\":0.9}",
+         "{\"epochs\":3,\"batch_size\":32,\"seed\":4,\"optimizer\":\"sgd\","
+         "\"learning_rate\":0.1,\"momentum\":0.9,\"accumulation_steps\":3}"},
+        {"{\"epochs\":2,\"batch_size\":96,\"seed\":4,\"clip_grad_norm\":0.3,"
+         "\"loss\":\"cross_entropy\",\"label_smoothing\":0.05}",
+         "{\"epochs\":2,\"batch_size\":32,\"seed\":4,\"clip_grad_norm\":0.3,"
+         "\"label_smoothing\":0.05,\"accumulation_steps\":3}"},
+    };
+    for (size_t v = 0; v < 2; v++) {
+        train_hparams big = hparams_of(variants[v][0]);
+        train_hparams acc = hparams_of(variants[v][1]);
+        char a[128], b[128];
+        path_in(a, sizeof a, "acc_big.safetensors");
+        path_in(b, sizeof b, "acc_small.safetensors");
+        cb_state cb = {0}, cb2 = {0};
+        train_epoch_metrics fa, fb;
+        train_job job = job_of(spec, &big, &s.ds, &cb, NULL, NULL, a);
+        run_ok(&job, &fa);
+        job = job_of(spec, &acc, &s.ds, &cb2, NULL, NULL, b);
+        run_ok(&job, &fb);
+        assert_tensors_close(a, b, 2e-5);
+        assert_float_equal(fa.train_loss, fb.train_loss, 1e-5);
+        assert_float_equal(fa.train_accuracy, fb.train_accuracy, 0);
+        /* A different grouping really is different. */
+        train_hparams two = acc;
+        two.accumulation_steps = 2;
+        cb_state cb3 = {0};
+        job = job_of(spec, &two, &s.ds, &cb3, NULL, NULL, b);
+        run_ok(&job, &fb);
+        assert_true(fabs(fa.train_loss - fb.train_loss) > 1e-6);
+    }
+    json_decref(spec);
+    synth_free(&s);
+}
+
+/* Progress counts optimizer steps and reports the scheduled rate. */
+typedef struct {
+    uint64_t steps_per_epoch, total_steps, last_step;
+    double lr;
+    int calls;
+} lr_seen;
+
+static void on_progress_lr(void *ctx, const train_progress *p)
+{
+    lr_seen *l = ctx;
+    l->steps_per_epoch = p->steps_per_epoch;
+    l->total_steps = p->total_steps;
+    l->last_step = p->step;
+    l->lr = p->lr;
+    l->calls++;
+}
+
+static void test_progress_counts_optimizer_steps(void **state)
+{
+    synth s;
+    synth_xor(&s, 100, 3);
+    json_t *spec = spec_of(xor_spec);
+    /* 100 / 8 = 13 minibatches, in groups of 4: 4 steps an epoch. */
+    train_hparams hp = hparams_of("{\"epochs\":2,\"batch_size\":8,\"seed\":2,"
+                                  "\"accumulation_steps\":4,\"learning_rate\":0.1,"
+                                  "\"lr_schedule\":{\"type\":\"step\","
+                                  "\"step_epochs\":1,\"gamma\":0.5}}");
+    char model[128];
+    path_in(model, sizeof model, "steps.safetensors");
+    lr_seen seen = {0};
+    train_job job = {.spec = spec, .hp = &hp, .train = &s.ds,
+                     .model_path = model, .threads = 1,
+                     .cb = {.ctx = &seen, .on_progress = on_progress_lr}};
+    run_ok(&job, NULL);
+    assert_true(seen.calls >= 1);
+    assert_int_equal(seen.steps_per_epoch, 4);
+    assert_int_equal(seen.total_steps, 8);
+    /* The first report is at step 1, epoch 1: the unscaled rate. */
+    assert_true(seen.last_step >= 1 && seen.last_step <= 8);
+    if (seen.last_step > 4)
+        assert_float_equal(seen.lr, 0.05, 1e-12);
+    else
+        assert_float_equal(seen.lr, 0.1, 1e-12);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static void test_checkpoint_identity_new_hparams(void **state)
+{
+    synth s;
+    synth_xor(&s, 100, 6);
+    json_t *spec = spec_of(xor_spec);
+    char model[128], ckpt[128];
+    path_in(model, sizeof model, "idm.safetensors");
+    path_in(ckpt, sizeof ckpt, "id.ckpt");
+    ty_err err;
+    const char *others[] = {
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":3}",
+        "{\"epochs\":1,\"seed\":1}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,"
+        "\"lr_schedule\":{\"type\":\"cosine\"}}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"warmup_steps\":5}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"clip_grad_norm\":1}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"label_smoothing\":0.1}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"optimizer\":\"adamw\"}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,"
+        "\"lr_schedule\":{\"type\":\"step\",\"step_epochs\":1}}",
+    };
+    train_hparams hp = hparams_of("{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2}");
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, ckpt, model);
+    run_ok(&job, NULL);
+    for (size_t i = 0; i < sizeof others / sizeof *others; i++) {
+        train_hparams o = hparams_of(others[i]);
+        job.hp = &o;
+        cb = (cb_state){0};
+        assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+        assert_non_null(strstr(err.msg, "checkpoint does not match this job"));
+    }
+    /* A constant schedule may be extended by more epochs ... */
+    train_hparams more = hp;
+    more.epochs = 2;
+    job.hp = &more;
+    cb = (cb_state){0};
+    run_ok(&job, NULL);
+    assert_int_equal(cb.resumed, 1);
+    /* ... a cosine one may not: its curve spans the whole run. */
+    path_in(ckpt, sizeof ckpt, "id_cos.ckpt");
+    train_hparams cos1 = hparams_of("{\"epochs\":1,\"seed\":1,"
+                                    "\"lr_schedule\":{\"type\":\"cosine\"}}");
+    job.hp = &cos1;
+    job.checkpoint_path = ckpt;
+    cb = (cb_state){0};
+    run_ok(&job, NULL);
+    train_hparams cos2 = cos1;
+    cos2.epochs = 2;
+    job.hp = &cos2;
+    cb = (cb_state){0};
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+/* Binary cross-entropy on a 2-class dataset: a 1-unit model that learns,
+ * saves its loss, and predicts [1 - p, p] as training measured. */
+static void test_binary_cross_entropy_learns(void **state)
+{
+    synth s;
+    synth_xor(&s, 800, 12);
+    json_t *spec = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":32},"
+                           "{\"type\":\"tanh\"},{\"type\":\"dense\",\"units\":1}]}");
+    train_hparams hp = hparams_of("{\"epochs\":30,\"batch_size\":32,"
+                                  "\"learning_rate\":0.01,\"seed\":3,"
+                                  "\"loss\":\"binary_cross_entropy\"}");
+    char model[128];
+    path_in(model, sizeof model, "bce.safetensors");
+    cb_state cb = {0};
+    train_epoch_metrics fin;
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
+    run_ok(&job, &fin);
+    assert_true(fin.train_accuracy > 0.95);
+    assert_true(cb.first.train_loss > 2.0 * fin.train_loss);
+
+    nn_net *net;
+    ty_err err;
+    assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
+    assert_int_equal(nn_net_num_outputs(net), 2);
+    assert_int_equal(nn_net_param_count(net), 4 * 32 + 32 + 32 + 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(nn_net_meta(net), "loss"), "kind")),
+                        "binary_cross_entropy");
+    nn_workspace *ws = nn_workspace_create(net, 100);
+    float probs[200];
+    uint32_t hits = 0;
+    for (uint32_t first = 0; first < 800; first += 100) {
+        assert_int_equal(nn_net_predict(net, ws, (float *)s.x + first * 4, 100,
+                                        probs, &err),
+                         TY_OK);
+        for (uint32_t i = 0; i < 100; i++) {
+            assert_float_equal(probs[2 * i] + probs[2 * i + 1], 1.0, 1e-6);
+            hits += (probs[2 * i + 1] > 0.5f) == s.y[first + i];
+        }
+    }
+    double loss, acc;
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    assert_float_equal(acc, hits / 800.0, 1e-9);
+    assert_float_equal(acc, fin.train_accuracy, 0.03);
+    assert_true(loss < 0.3);
+    nn_workspace_destroy(ws);
+    nn_net_destroy(net);
+    st_file f;
+    assert_int_equal(st_open(model, &f, &err), TY_OK);
+    assert_string_equal(st_meta(&f, "trainyard.num_outputs"), "2");
+    assert_string_equal(st_meta(&f, "trainyard.loss"),
+                        "{\"kind\":\"binary_cross_entropy\"}");
+    st_close(&f);
+
+    /* The 2-unit spec does not fit this loss; the error says why. */
+    json_t *two = spec_of(xor_spec);
+    job.spec = two;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_string_equal(err.field, "model.layers[2].units");
+    assert_non_null(strstr(err.msg, "binary_cross_entropy"));
+    json_decref(two);
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static void test_huber_learns(void **state)
+{
+    synth s;
+    synth_linear(&s, 512, 2);
+    json_t *spec = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":16},"
+                           "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":1}]}");
+    train_hparams hp = hparams_of("{\"epochs\":40,\"batch_size\":16,\"optimizer\":"
+                                  "\"sgd\",\"learning_rate\":0.02,\"momentum\":0.9,"
+                                  "\"seed\":11,\"loss\":\"huber\",\"huber_delta\":0.5}");
+    char model[128];
+    path_in(model, sizeof model, "huber.safetensors");
+    cb_state cb = {0};
+    train_epoch_metrics fin;
+    train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
+    run_ok(&job, &fin);
+    assert_true(cb.first.train_loss > 10.0 * fin.train_loss);
+    nn_net *net;
+    ty_err err;
+    assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
+    double loss, acc;
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    /* Evaluation uses the Huber loss too: below the MSE's half where small. */
+    assert_true(loss < 0.01);
+    assert_float_equal(json_number_value(json_object_get(
+                           json_object_get(nn_net_meta(net), "loss"),
+                           "huber_delta")),
+                       0.5, 0);
+    nn_net_destroy(net);
+    /* A classification loss for a regression dataset is refused. */
+    train_hparams bad = hp;
+    bad.loss.kind = NN_LOSS_CROSS_ENTROPY;
+    job.hp = &bad;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
+    assert_string_equal(err.field, "hyperparameters.loss");
+    json_decref(spec);
+    synth_free(&s);
+}
+
 /* ---- augmentation (models/loader.c) ---- */
 
 static const char *image_spec =
@@ -499,6 +796,12 @@ static void test_augment_resume(void **state)
     const char *epochs = "{\"epochs\":3,\"batch_size\":32,\"seed\":22,"
                          "\"augment\":{\"crop_padding\":1}}";
     resume_on(&s, image_spec, epochs, 2, 1, 1, 0, 1, 10);
+    /* Accumulating: the loader restarts at minibatch step * 3. */
+    const char *accum = "{\"epochs\":2,\"batch_size\":32,\"seed\":23,"
+                        "\"accumulation_steps\":3,\"checkpoint_every_steps\":1,"
+                        "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}";
+    resume_on(&s, image_spec, accum, 2, 1, 0, 1, 0, 1);
+    resume_on(&s, image_spec, accum, 1, -1, 0, 1, 0, 1);
     synth_free(&s);
 }
 
@@ -953,6 +1256,139 @@ static void test_hparams_errors(void **state)
     expect_hp_error("{\"seed\":9007199254740993}", "hyperparameters.seed");
     expect_hp_error("{\"checkpoint_every_steps\":-5}",
                     "hyperparameters.checkpoint_every_steps");
+    expect_hp_error("{\"optimizer\":\"adamax\"}", "hyperparameters.optimizer");
+    expect_hp_error("{\"nesterov\":true}", "hyperparameters.nesterov");
+    expect_hp_error("{\"optimizer\":\"adamw\",\"momentum\":0.5}",
+                    "hyperparameters.momentum");
+    expect_hp_error("{\"optimizer\":\"sgd\",\"nesterov\":true}",
+                    "hyperparameters.nesterov");
+    expect_hp_error("{\"optimizer\":\"sgd\",\"momentum\":0.9,\"nesterov\":1}",
+                    "hyperparameters.nesterov");
+    expect_hp_error("{\"lr_schedule\":\"cosine\"}", "hyperparameters.lr_schedule");
+    expect_hp_error("{\"lr_schedule\":{}}", "hyperparameters.lr_schedule.type");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"exponential\"}}",
+                    "hyperparameters.lr_schedule.type");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"step\"}}",
+                    "hyperparameters.lr_schedule.step_epochs");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"step\",\"step_epochs\":0}}",
+                    "hyperparameters.lr_schedule.step_epochs");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"step\",\"step_epochs\":2,"
+                    "\"gamma\":0}}",
+                    "hyperparameters.lr_schedule.gamma");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"step\",\"step_epochs\":2,"
+                    "\"gamma\":1.5}}",
+                    "hyperparameters.lr_schedule.gamma");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"cosine\",\"gamma\":0.5}}",
+                    "hyperparameters.lr_schedule.gamma");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"constant\",\"min_lr\":0}}",
+                    "hyperparameters.lr_schedule.min_lr");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"cosine\",\"min_lr\":0.5}}",
+                    "hyperparameters.lr_schedule.min_lr");
+    expect_hp_error("{\"lr_schedule\":{\"type\":\"cosine\",\"min_lr\":-1}}",
+                    "hyperparameters.lr_schedule.min_lr");
+    expect_hp_error("{\"warmup_steps\":-1}", "hyperparameters.warmup_steps");
+    expect_hp_error("{\"warmup_steps\":1.5}", "hyperparameters.warmup_steps");
+    expect_hp_error("{\"clip_grad_norm\":0}", "hyperparameters.clip_grad_norm");
+    expect_hp_error("{\"clip_grad_norm\":-1}", "hyperparameters.clip_grad_norm");
+    expect_hp_error("{\"accumulation_steps\":0}",
+                    "hyperparameters.accumulation_steps");
+    expect_hp_error("{\"accumulation_steps\":1025}",
+                    "hyperparameters.accumulation_steps");
+    expect_hp_error("{\"loss\":\"hinge\"}", "hyperparameters.loss");
+    expect_hp_error("{\"loss\":\"mse\",\"label_smoothing\":0.1}",
+                    "hyperparameters.label_smoothing");
+    expect_hp_error("{\"label_smoothing\":1}", "hyperparameters.label_smoothing");
+    expect_hp_error("{\"label_smoothing\":-0.1}", "hyperparameters.label_smoothing");
+    expect_hp_error("{\"loss\":\"mse\",\"huber_delta\":2}",
+                    "hyperparameters.huber_delta");
+    expect_hp_error("{\"huber_delta\":2}", "hyperparameters.huber_delta");
+    expect_hp_error("{\"loss\":\"huber\",\"huber_delta\":0}",
+                    "hyperparameters.huber_delta");
+}
+
+static void test_hparams_new_defaults_and_round_trip(void **state)
+{
+    ty_err err;
+    train_hparams hp;
+    json_t *norm;
+    /* AdamW: decoupled decay 0.01 by default, as torch. */
+    json_t *j = json_pack("{s:s}", "optimizer", "adamw");
+    assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
+    assert_int_equal(hp.optimizer, TRAIN_OPT_ADAMW);
+    assert_float_equal(hp.weight_decay, 0.01, 0);
+    assert_float_equal(hp.learning_rate, 0.001, 0);
+    assert_int_equal(hp.accumulation_steps, 1);
+    assert_int_equal(hp.lr_schedule.kind, TRAIN_LR_CONSTANT);
+    assert_int_equal(hp.loss.kind, NN_LOSS_AUTO);
+    assert_float_equal(hp.clip_grad_norm, 0, 0);
+    assert_null(json_object_get(norm, "clip_grad_norm"));
+    assert_null(json_object_get(norm, "loss"));
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(norm, "lr_schedule"), "type")),
+                        "constant");
+    json_decref(norm);
+    json_decref(j);
+
+    /* Everything spelled out comes back the same. */
+    j = json_loads("{\"optimizer\":\"sgd\",\"momentum\":0.9,\"nesterov\":true,"
+                   "\"lr_schedule\":{\"type\":\"step\",\"step_epochs\":3},"
+                   "\"warmup_steps\":100,\"clip_grad_norm\":2.5,"
+                   "\"accumulation_steps\":4,\"loss\":\"huber\",\"seed\":1}",
+                   0, NULL);
+    assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
+    assert_true(hp.nesterov);
+    assert_int_equal(hp.lr_schedule.kind, TRAIN_LR_STEP);
+    assert_int_equal(hp.lr_schedule.step_epochs, 3);
+    assert_float_equal(hp.lr_schedule.gamma, 0.1, 0);
+    assert_int_equal(hp.warmup_steps, 100);
+    assert_float_equal(hp.clip_grad_norm, 2.5, 0);
+    assert_int_equal(hp.accumulation_steps, 4);
+    assert_int_equal(hp.loss.kind, NN_LOSS_HUBER);
+    assert_float_equal(hp.loss.huber_delta, 1.0, 0);
+    assert_float_equal(json_number_value(json_object_get(
+                           json_object_get(norm, "lr_schedule"), "gamma")),
+                       0.1, 0);
+    train_hparams again;
+    assert_int_equal(train_hparams_parse(norm, &again, NULL, &err), TY_OK);
+    assert_memory_equal(&hp, &again, sizeof hp);
+    json_decref(norm);
+    json_decref(j);
+
+    /* The task settles the loss and the normalized object says which. */
+    j = json_pack("{s:f}", "label_smoothing", 0.0);
+    assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
+    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_REGRESSION, 1,
+                                                norm, &err),
+                     TY_OK);
+    assert_int_equal(hp.loss.kind, NN_LOSS_MSE);
+    assert_string_equal(json_string_value(json_object_get(norm, "loss")), "mse");
+    assert_null(json_object_get(norm, "label_smoothing"));
+    assert_int_equal(train_hparams_parse(norm, &again, NULL, &err), TY_OK);
+    assert_int_equal(again.loss.kind, NN_LOSS_MSE);
+    json_decref(norm);
+    json_decref(j);
+    j = json_pack("{s:f}", "label_smoothing", 0.2);
+    assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
+    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_REGRESSION, 1,
+                                                norm, &err),
+                     TY_EINVAL);
+    assert_string_equal(err.field, "hyperparameters.label_smoothing");
+    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3,
+                                                norm, &err),
+                     TY_OK);
+    assert_string_equal(json_string_value(json_object_get(norm, "loss")),
+                        "cross_entropy");
+    assert_float_equal(json_number_value(json_object_get(norm, "label_smoothing")),
+                       0.2, 0);
+    json_decref(norm);
+    json_decref(j);
+    j = json_pack("{s:s}", "loss", "binary_cross_entropy");
+    assert_int_equal(train_hparams_parse(j, &hp, NULL, &err), TY_OK);
+    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 10,
+                                                NULL, &err),
+                     TY_EINVAL);
+    assert_string_equal(err.field, "hyperparameters.loss");
+    json_decref(j);
 }
 
 static void test_split(void **state)
@@ -1001,6 +1437,13 @@ int main(void)
         cmocka_unit_test(test_resume_after_epoch),
         cmocka_unit_test(test_resume_mid_epoch),
         cmocka_unit_test(test_two_threads_deterministic_and_resumable),
+        cmocka_unit_test(test_resume_mid_epoch_accumulating),
+        cmocka_unit_test(test_resume_with_schedule_and_clipping),
+        cmocka_unit_test(test_accumulation_equals_large_batch),
+        cmocka_unit_test(test_progress_counts_optimizer_steps),
+        cmocka_unit_test(test_checkpoint_identity_new_hparams),
+        cmocka_unit_test(test_binary_cross_entropy_learns),
+        cmocka_unit_test(test_huber_learns),
         cmocka_unit_test(test_augment_resume),
         cmocka_unit_test(test_augment_deterministic_and_training_only),
         cmocka_unit_test(test_prefetch_changes_nothing),
@@ -1013,6 +1456,7 @@ int main(void)
         cmocka_unit_test(test_job_errors),
         cmocka_unit_test(test_hparams_defaults),
         cmocka_unit_test(test_hparams_errors),
+        cmocka_unit_test(test_hparams_new_defaults_and_round_trip),
         cmocka_unit_test(test_split),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,339 @@
+/*
+ * test_parity.c - the engine against PyTorch: for each reference file that
+ * tests/parity/make_reference.py wrote (same spec, weights and batch in
+ * torch), the engine's training-mode outputs, loss, every parameter
+ * gradient, batchnorm's running statistics after the forward, and the
+ * parameters after one and two optimizer steps must match torch's.
+ *
+ *   test_parity REF_DIR CASE...     (ctest runs one case per test)
+ *
+ * The measure, per tensor: rel = max|a - b| / max(max|b|, floor), a ours and
+ * b torch's. floor keeps tensors that are zero up to rounding noise (the
+ * gradient of a bias that a batchnorm cancels) from dividing by nothing: it
+ * is 1e-3 times the largest max|b| among the case's tensors of the same kind
+ * (all gradients, or all step updates), and 1e-6 for the outputs and the
+ * loss. Steps are compared as updates (after - before, each side from its
+ * own before), which a small learning rate would hide in the weights. Every
+ * tensor must have rel <= 1e-4; the worst per tensor is printed.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/rng.h"
+#include "models/nn_internal.h"
+#include "models/optim.h"
+#include "models/safetensors.h"
+#include "models/train.h"
+
+#define TOL 1e-4
+#define FLOOR_KIND 1e-3
+#define FLOOR_ABS 1e-6
+
+typedef struct {
+    const char *name;
+    st_file ref;
+    nn_arch arch;
+    nn_workspace *ws;
+    float *state, *grads, *before, *upd;
+    int failed;
+} pcase;
+
+static void fail(pcase *c, const char *fmt, const char *a, const char *b)
+{
+    printf("  FAIL %s: ", c->name);
+    printf(fmt, a, b);
+    printf("\n");
+    c->failed = 1;
+}
+
+static const st_tensor *ref_f32(pcase *c, const char *name, uint64_t numel)
+{
+    const st_tensor *t = st_find(&c->ref, name);
+    if (!t) {
+        fail(c, "the reference has no tensor '%s'%s", name, "");
+        return NULL;
+    }
+    if (t->dtype != ST_F32 || t->numel != numel) {
+        char want[32];
+        snprintf(want, sizeof want, "%llu", (unsigned long long)numel);
+        fail(c, "reference tensor '%s' is not F32 with %s values", name, want);
+        return NULL;
+    }
+    return t;
+}
+
+static float ref_at(const st_tensor *t, uint64_t i)
+{
+    float v;
+    memcpy(&v, (const char *)t->data + i * 4, 4);
+    return v;
+}
+
+static double max_abs_ref(const st_tensor *t)
+{
+    double m = 0;
+    for (uint64_t i = 0; i < t->numel; i++)
+        m = fmax(m, fabs(ref_at(t, i)));
+    return m;
+}
+
+/* Compares ours (numel) with ref tensor t (minus base when not NULL: an
+ * update); prints the result; returns the relative error. */
+static double compare(pcase *c, const char *what, const float *ours,
+                      const st_tensor *t, const st_tensor *base, double floor)
+{
+    double diff = 0, scale = 0;
+    for (uint64_t i = 0; i < t->numel; i++) {
+        double b = ref_at(t, i) - (base ? (double)ref_at(base, i) : 0.0);
+        diff = fmax(diff, fabs(ours[i] - b));
+        scale = fmax(scale, fabs(b));
+        if (!isfinite(ours[i]))
+            diff = INFINITY;
+    }
+    double rel = diff / fmax(scale, floor);
+    int ok = rel <= TOL;
+    printf("  %-4s %-34s rel %.3e  (max|diff| %.3e, max|torch| %.3e)\n",
+           ok ? "ok" : "FAIL", what, rel, diff, scale);
+    if (!ok)
+        c->failed = 1;
+    return rel;
+}
+
+static const char *meta(pcase *c, const char *key)
+{
+    const char *v = st_meta(&c->ref, key);
+    if (!v)
+        fail(c, "the reference has no '%s' metadata%s", key, "");
+    return v;
+}
+
+/* Forward (training) + loss + backward on the reference batch; returns the
+ * batch-mean loss. */
+static double step_pass(pcase *c, uint32_t n, const int32_t *labels,
+                        const float *targets, ty_rng *rng)
+{
+    nn_arch *a = &c->arch;
+    nn_forward(a, c->state, c->ws, n, 1, rng);
+    double sum = nn_loss(a, c->ws, n, labels, targets, NULL, 1);
+    nn_backward(a, c->state, c->grads, c->ws, n);
+    return a->task == TY_TASK_CLASSIFICATION ? sum / n
+                                              : sum / ((double)n * a->num_outputs);
+}
+
+/* The largest max|torch| over the case's tensors prefix.<name> (trainable
+ * ones), minus base.<name> when base is not NULL. */
+static double kind_scale(pcase *c, const char *prefix, const char *base)
+{
+    double s = 0;
+    for (uint32_t i = 0; i < c->arch.n_tensors; i++) {
+        const nn_named_tensor *nt = &c->arch.tensors[i];
+        if (nt->desc->buffer)
+            continue;
+        char key[160], bkey[160];
+        snprintf(key, sizeof key, "%s.%s", prefix, nt->name);
+        const st_tensor *t = st_find(&c->ref, key);
+        if (!t || t->numel != nt->desc->numel)
+            continue;
+        if (!base) {
+            s = fmax(s, max_abs_ref(t));
+            continue;
+        }
+        snprintf(bkey, sizeof bkey, "%s.%s", base, nt->name);
+        const st_tensor *b = st_find(&c->ref, bkey);
+        for (uint64_t k = 0; b && k < t->numel; k++)
+            s = fmax(s, fabs((double)ref_at(t, k) - ref_at(b, k)));
+    }
+    return s;
+}
+
+static void run_case(pcase *c, const char *dir)
+{
+    char path[4096], key[160];
+    ty_err err = {0};
+    json_t *spec = NULL, *shape_j = NULL, *hp_j = NULL;
+    int32_t *labels = NULL;
+    nn_optim opt = {0};
+    snprintf(path, sizeof path, "%s/%s.safetensors", dir, c->name);
+    if (st_open(path, &c->ref, &err) != TY_OK) {
+        fail(c, "%s (%s); the reference files come from "
+                "tests/parity/make_reference.py, which needs /usr/bin/python3 "
+                "with PyTorch: install python3-torch (scripts/setup.sh test)",
+             err.msg, path);
+        return;
+    }
+    const char *spec_s = meta(c, "spec"), *task_s = meta(c, "task"),
+               *shape_s = meta(c, "input_shape"), *outs_s = meta(c, "num_outputs"),
+               *hp_s = meta(c, "hyperparameters");
+    if (c->failed)
+        return;
+    spec = json_loads(spec_s, 0, NULL);
+    shape_j = json_loads(shape_s, 0, NULL);
+    hp_j = json_loads(hp_s, 0, NULL);
+    uint32_t shape[NN_MAX_DIMS], ndim = (uint32_t)json_array_size(shape_j);
+    for (uint32_t i = 0; i < ndim && i < NN_MAX_DIMS; i++)
+        shape[i] = (uint32_t)json_integer_value(json_array_get(shape_j, i));
+    int task = nn_task_from_str(task_s);
+    uint32_t outs = (uint32_t)atoi(outs_s);
+    if (!spec || !hp_j || ndim == 0 || ndim > NN_MAX_DIMS || task < 0) {
+        fail(c, "malformed reference metadata%s%s", "", "");
+        goto done;
+    }
+    if (nn_arch_build(spec, shape, ndim, outs, (ty_task)task, &c->arch, NULL,
+                      &err) != TY_OK) {
+        fail(c, "the engine cannot build this spec: %s (%s)", err.msg, err.field);
+        goto done;
+    }
+    nn_arch *a = &c->arch;
+    const st_tensor *x = st_find(&c->ref, "input");
+    const uint64_t feat = nn_shape_numel(&a->input);
+    if (!x || x->dtype != ST_F32 || x->numel % feat) {
+        fail(c, "bad reference input%s%s", "", "");
+        goto done;
+    }
+    const uint32_t n = (uint32_t)(x->numel / feat);
+    const uint64_t pc = a->param_count, total = pc + a->buffer_count;
+    c->state = calloc(total + 1, sizeof(float));
+    c->grads = calloc(pc + 1, sizeof(float));
+    c->before = calloc(total + 1, sizeof(float));
+    c->upd = calloc(pc + 1, sizeof(float));
+    c->ws = nn_workspace_create_for(a, n, 1);
+    if (!c->state || !c->grads || !c->before || !c->upd || !c->ws) {
+        fail(c, "out of memory%s%s", "", "");
+        goto done;
+    }
+    /* The initial state, by state-dict name. */
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const nn_named_tensor *nt = &a->tensors[i];
+        snprintf(key, sizeof key, "param.%s", nt->name);
+        const st_tensor *t = ref_f32(c, key, nt->desc->numel);
+        if (t)
+            memcpy(c->state + nt->offset, t->data, nt->desc->numel * 4);
+    }
+    if (c->failed)
+        goto done;
+    memcpy(c->ws->act[0], x->data, x->numel * 4);
+    const float *targets = NULL;
+    if (task == TY_TASK_CLASSIFICATION) {
+        const st_tensor *y = st_find(&c->ref, "labels");
+        labels = calloc(n, sizeof *labels);
+        if (!y || y->dtype != ST_I64 || y->numel != n || !labels) {
+            fail(c, "bad reference labels%s%s", "", "");
+            goto done;
+        }
+        for (uint32_t i = 0; i < n; i++) {
+            int64_t v;
+            memcpy(&v, (const char *)y->data + 8 * i, 8);
+            labels[i] = (int32_t)v;
+        }
+    } else {
+        const st_tensor *y = ref_f32(c, "targets", (uint64_t)n * outs);
+        if (!y)
+            goto done;
+        targets = y->data;
+    }
+
+    /* Forward, loss, backward. */
+    ty_rng rng;
+    ty_rng_seed(&rng, 1, 0);
+    memcpy(c->ws->act[0], x->data, x->numel * 4);
+    const float *out = nn_forward(a, c->state, c->ws, n, 1, &rng);
+    const st_tensor *t = ref_f32(c, "output", (uint64_t)n * outs);
+    if (t)
+        compare(c, "output", out, t, NULL, FLOOR_ABS);
+    double sum = nn_loss(a, c->ws, n, labels, targets, NULL, 1);
+    float loss = (float)(task == TY_TASK_CLASSIFICATION
+                             ? sum / n
+                             : sum / ((double)n * outs));
+    if ((t = ref_f32(c, "loss", 1)))
+        compare(c, "loss", &loss, t, NULL, FLOOR_ABS);
+    nn_backward(a, c->state, c->grads, c->ws, n);
+    double gscale = kind_scale(c, "grad", NULL) * FLOOR_KIND;
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const nn_named_tensor *nt = &a->tensors[i];
+        char what[160];
+        snprintf(key, sizeof key, "%s.%s", nt->desc->buffer ? "forward" : "grad",
+                 nt->name);
+        snprintf(what, sizeof what, "%s", key);
+        if ((t = ref_f32(c, key, nt->desc->numel)))
+            compare(c, what, (nt->desc->buffer ? c->state : c->grads) + nt->offset,
+                    t, NULL, nt->desc->buffer ? FLOOR_ABS : fmax(gscale, 1e-12));
+    }
+
+    /* Two optimizer steps on the same batch. */
+    train_hparams hp;
+    if (train_hparams_parse(hp_j, &hp, NULL, &err) != TY_OK) {
+        fail(c, "the engine does not take these hyperparameters: %s (%s)",
+             err.msg, hp_s);
+        goto done;
+    }
+    if (nn_optim_init(&opt, &hp, pc, &err) != TY_OK) {
+        fail(c, "%s%s", err.msg, "");
+        goto done;
+    }
+    for (int step = 1; step <= 2; step++) {
+        char prefix[16], base[16];
+        snprintf(prefix, sizeof prefix, "step%d", step);
+        snprintf(base, sizeof base, step == 1 ? "param" : "step1");
+        if (step == 2) {
+            memcpy(c->ws->act[0], x->data, x->numel * 4);
+            step_pass(c, n, labels, targets, &rng);
+        }
+        memcpy(c->before, c->state, pc * sizeof(float));
+        nn_optim_step(&opt, a->be, c->ws->ex, c->state, c->grads);
+        for (uint64_t k = 0; k < pc; k++)
+            c->upd[k] = c->state[k] - c->before[k];
+        double uscale = kind_scale(c, prefix, base) * FLOOR_KIND;
+        for (uint32_t i = 0; i < a->n_tensors; i++) {
+            const nn_named_tensor *nt = &a->tensors[i];
+            if (nt->desc->buffer)
+                continue;
+            char bkey[160], what[160];
+            snprintf(key, sizeof key, "%s.%s", prefix, nt->name);
+            snprintf(bkey, sizeof bkey, "%s.%s", base, nt->name);
+            snprintf(what, sizeof what, "%s update", key);
+            const st_tensor *after = ref_f32(c, key, nt->desc->numel);
+            const st_tensor *b4 = ref_f32(c, bkey, nt->desc->numel);
+            if (after && b4)
+                compare(c, what, c->upd + nt->offset, after, b4,
+                        fmax(uscale, 1e-12));
+        }
+    }
+done:
+    nn_optim_free(&opt);
+    free(labels);
+    json_decref(spec);
+    json_decref(shape_j);
+    json_decref(hp_j);
+}
+
+static void free_case(pcase *c)
+{
+    nn_workspace_destroy(c->ws);
+    nn_arch_free(&c->arch);
+    free(c->state);
+    free(c->grads);
+    free(c->before);
+    free(c->upd);
+    st_close(&c->ref);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s REF_DIR CASE...\n", argv[0]);
+        return 64;
+    }
+    int passed = 0, failed = 0;
+    for (int i = 2; i < argc; i++) {
+        pcase c = {.name = argv[i]};
+        printf("[ RUN      ] parity %s\n", c.name);
+        run_case(&c, argv[1]);
+        printf("[ %s ] parity %s\n", c.failed ? " FAILED " : "      OK", c.name);
+        c.failed ? failed++ : passed++;
+        free_case(&c);
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
