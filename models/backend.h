@@ -53,6 +53,9 @@ typedef enum {
     NN_OP_HUBER,         /* Huber loss over all elements */
     NN_OP_SUM_SQUARES,   /* sum of squares (gradient norm for clipping) */
     NN_OP_SCALE,         /* x *= alpha */
+    NN_OP_CONV2D,        /* nn.Conv2d forward and backward */
+    NN_OP_MAXPOOL2D,     /* nn.MaxPool2d */
+    NN_OP_AVGPOOL2D,     /* nn.AvgPool2d, count_include_pad */
     NN_OP_COUNT
 } nn_op;
 
@@ -74,6 +77,22 @@ typedef struct {
                                  decay_scale (weight_decay is then 0) */
     float decay_scale;        /* adamw: 1 - lr * wd, rounded once from double */
 } nn_optim_args;
+
+/* Geometry of a 2-D convolution or pooling over NCHW activations: input
+ * (N, in_c, in_h, in_w), output (N, out_c, out_h, out_w), pairs as [h, w].
+ * Zero padding of pad on each side (pooling: padding never wins a max and
+ * counts in an average); window element (ki, kj) of output (oh, ow) reads
+ * input (oh * stride[0] - pad[0] + ki * dilation[0], likewise for w).
+ * out_h = (in_h + 2 pad[0] - dilation[0] (kernel[0] - 1) - 1) / stride[0]
+ * + 1, floored (ceil_mode off). Convolution weights are (out_c, in_c /
+ * groups, kernel[0], kernel[1]); pooling has out_c == in_c, groups 1,
+ * dilation 1. The caller checks every size when the plan is built. */
+typedef struct {
+    uint32_t in_c, in_h, in_w;
+    uint32_t out_c, out_h, out_w;
+    uint32_t kernel[2], stride[2], pad[2], dilation[2];
+    uint32_t groups;
+} nn_conv_desc;
 
 /* Where kernels run; serves one calling thread at a time. */
 typedef struct {
@@ -250,6 +269,43 @@ typedef struct nn_backend {
 
     /* NN_OP_SCALE: x (len) *= alpha. */
     void (*scale)(const nn_exec *ex, float *x, size_t len, float alpha);
+    /* NN_OP_CONV2D: floats of ex->work each part needs for a convolution
+     * of geometry d (forward and backward; 0 when none). Layers size their
+     * work_per_thread with it, so conv kernels need an ex with that arena
+     * (ex may not be NULL). */
+    size_t (*conv2d_work)(const nn_conv_desc *d);
+
+    /* NN_OP_CONV2D forward, cross-correlation as nn.Conv2d: out (n, out_c,
+     * out_h, out_w) from in (n, in_c, in_h, in_w), weight (out_c, in_c /
+     * groups, kh, kw) and bias (out_c; NULL for none). */
+    void (*conv2d_forward)(const nn_exec *ex, float *out, const float *in,
+                           const float *weight, const float *bias, uint32_t n,
+                           const nn_conv_desc *d);
+
+    /* NN_OP_CONV2D backward from dout (n, out_c, out_h, out_w): dweight
+     * (as weight) and dbias (out_c; NULL: no bias) accumulate; din (as in)
+     * is assigned, and skipped (no data-gradient work at all) when NULL. */
+    void (*conv2d_backward)(const nn_exec *ex, float *din, float *dweight,
+                            float *dbias, const float *dout, const float *in,
+                            const float *weight, uint32_t n,
+                            const nn_conv_desc *d);
+
+    /* NN_OP_MAXPOOL2D / NN_OP_AVGPOOL2D forward: out (n, c, out_h, out_w)
+     * from in (n, c, in_h, in_w). Max pooling writes each output's argmax
+     * (the input index ih * in_w + iw within its plane; the first maximum
+     * in window order on ties, NaN wins) to argmax (as out), unless argmax
+     * is NULL; average pooling ignores argmax and divides by the full
+     * window (padding counted). */
+    void (*pool2d_forward)(const nn_exec *ex, nn_op op, float *out,
+                           int32_t *argmax, const float *in, uint32_t n,
+                           const nn_conv_desc *d);
+
+    /* Pooling backward: din (n, c, in_h, in_w) is assigned from dout (n, c,
+     * out_h, out_w): max routes each gradient to its argmax (from the
+     * forward pass), average spreads it over the window. */
+    void (*pool2d_backward)(const nn_exec *ex, nn_op op, float *din,
+                            const float *dout, const int32_t *argmax,
+                            uint32_t n, const nn_conv_desc *d);
 } nn_backend;
 
 /* The CPU reference backend (OpenBLAS GEMM on one thread per part, plain C

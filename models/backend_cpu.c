@@ -53,6 +53,9 @@ static const char *const op_names[] = {
     [NN_OP_HUBER] = "huber",
     [NN_OP_SUM_SQUARES] = "sum_squares",
     [NN_OP_SCALE] = "scale",
+    [NN_OP_CONV2D] = "conv2d",
+    [NN_OP_MAXPOOL2D] = "maxpool2d",
+    [NN_OP_AVGPOOL2D] = "avgpool2d",
 };
 static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT, "every nn_op needs a name");
 
@@ -680,6 +683,21 @@ static void cpu_scale(const nn_exec *ex, float *x, size_t len, float alpha)
     ew_run(ex, &(ew_job){.op = NN_OP_SCALE, .len = len, .o0 = x,
                          .alpha = alpha});
 }
+/* Convolution and pooling: backend_cpu_conv.c. */
+size_t nn_cpu_conv2d_work(const nn_conv_desc *d);
+void nn_cpu_conv2d_forward(const nn_exec *ex, float *out, const float *in,
+                           const float *weight, const float *bias, uint32_t n,
+                           const nn_conv_desc *d);
+void nn_cpu_conv2d_backward(const nn_exec *ex, float *din, float *dweight,
+                            float *dbias, const float *dout, const float *in,
+                            const float *weight, uint32_t n,
+                            const nn_conv_desc *d);
+void nn_cpu_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
+                           int32_t *argmax, const float *in, uint32_t n,
+                           const nn_conv_desc *d);
+void nn_cpu_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
+                            const float *dout, const int32_t *argmax,
+                            uint32_t n, const nn_conv_desc *d);
 
 const nn_backend nn_backend_cpu = {
     .name = "cpu",
@@ -709,4 +727,9 @@ const nn_backend nn_backend_cpu = {
     .huber = cpu_huber,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
+    .conv2d_work = nn_cpu_conv2d_work,
+    .conv2d_forward = nn_cpu_conv2d_forward,
+    .conv2d_backward = nn_cpu_conv2d_backward,
+    .pool2d_forward = nn_cpu_pool2d_forward,
+    .pool2d_backward = nn_cpu_pool2d_backward,
 };

@@ -296,6 +296,10 @@ static const nn_layer_kind *const kinds[] = {
     [NN_LAYER_LEAKY_RELU] = &nn_leaky_relu_kind,
     [NN_LAYER_SOFTMAX] = &nn_softmax_kind,
     [NN_LAYER_RESIDUAL] = &nn_residual_kind,
+    [NN_LAYER_CONV2D] = &nn_conv2d_kind,
+    [NN_LAYER_MAXPOOL2D] = &nn_maxpool2d_kind,
+    [NN_LAYER_AVGPOOL2D] = &nn_avgpool2d_kind,
+    [NN_LAYER_GLOBAL_AVGPOOL] = &nn_global_avgpool_kind,
 };
 static_assert(TY_ARRAY_LEN(kinds) == NN_LAYER_KIND_COUNT,
               "every nn_layer_type needs a kind");

@@ -52,6 +52,10 @@ typedef enum {
     NN_LAYER_LEAKY_RELU,
     NN_LAYER_SOFTMAX,
     NN_LAYER_RESIDUAL,
+    NN_LAYER_CONV2D,
+    NN_LAYER_MAXPOOL2D,
+    NN_LAYER_AVGPOOL2D,
+    NN_LAYER_GLOBAL_AVGPOOL,
     /* New kinds go here, with an entry in layers.c's table. */
     NN_LAYER_KIND_COUNT
 } nn_layer_type;
@@ -170,6 +174,10 @@ extern const nn_layer_kind nn_layernorm_kind;
 extern const nn_layer_kind nn_leaky_relu_kind;
 extern const nn_layer_kind nn_softmax_kind;
 extern const nn_layer_kind nn_residual_kind;    /* layers_residual.c */
+extern const nn_layer_kind nn_conv2d_kind;      /* layers_conv.c */
+extern const nn_layer_kind nn_maxpool2d_kind;
+extern const nn_layer_kind nn_avgpool2d_kind;
+extern const nn_layer_kind nn_global_avgpool_kind;
 
 struct nn_arch {
     nn_layer *layers;          /* n_layers, owned */
