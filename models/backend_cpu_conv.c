@@ -164,6 +164,23 @@ static void col2im(float *restrict dx, const float *restrict col, uint32_t c,
     }
 }
 
+/* Sum of x (n) in 16 interleaved partial sums (one float accumulator would
+ * chain every add on the last); the order is fixed, so the result is too. */
+static float row_sum(const float *restrict x, size_t n)
+{
+    float acc[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            acc[k] += x[i + k];
+    for (; i < n; i++)
+        acc[i % 16] += x[i];
+    for (int k = 8; k >= 1; k /= 2)
+        for (int j = 0; j < k; j++)
+            acc[j] += acc[j + k];
+    return acc[0];
+}
+
 typedef struct {
     const nn_exec *ex;
     const nn_conv_desc *d;
@@ -254,13 +271,9 @@ static void conv_backward_part(void *arg, int part, int parts)
                         (int)g->ohw, 1.0f, dw + (size_t)gi * g->fg * g->kg,
                         (int)g->kg);
             if (j->dbias) {
-                for (uint32_t f = 0; f < g->fg; f++) {
-                    const float *restrict dyf = dy + f * g->ohw;
-                    float sum = 0.0f;
-                    for (size_t i = 0; i < g->ohw; i++)
-                        sum += dyf[i];
-                    db[(size_t)gi * g->fg + f] += sum;
-                }
+                for (uint32_t f = 0; f < g->fg; f++)
+                    db[(size_t)gi * g->fg + f] += row_sum(dy + f * g->ohw,
+                                                          g->ohw);
             }
             if (!j->din)
                 continue;
@@ -344,6 +357,44 @@ static inline void pool_window(const nn_conv_desc *d, uint32_t oh, uint32_t ow,
     *w1 = (uint32_t)(we > d->in_w ? d->in_w : we);
 }
 
+/* One output row of a 2x2, stride-2 max pool from input rows r0 and r0 + W;
+ * the argmax row (when wanted) gets base + the index within those rows. */
+static void maxpool2x2_row(float *restrict y, int32_t *restrict arg,
+                           const float *restrict r0, uint32_t W, uint32_t n,
+                           int32_t base)
+{
+    const float *restrict r1 = r0 + W;
+    const int32_t w = (int32_t)W;
+    if (!arg) {
+        for (uint32_t o = 0; o < n; o++) {
+            float m = r0[2 * o], v = r0[2 * o + 1];
+            m = (v > m) | (v != v) ? v : m;
+            v = r1[2 * o];
+            m = (v > m) | (v != v) ? v : m;
+            v = r1[2 * o + 1];
+            y[o] = (v > m) | (v != v) ? v : m;
+        }
+        return;
+    }
+    for (uint32_t o = 0; o < n; o++) {
+        float m = r0[2 * o], v = r0[2 * o + 1];
+        int32_t at = 0;
+        int take = (v > m) | (v != v);
+        m = take ? v : m;
+        at = take ? 1 : at;
+        v = r1[2 * o];
+        take = (v > m) | (v != v);
+        m = take ? v : m;
+        at = take ? w : at;
+        v = r1[2 * o + 1];
+        take = (v > m) | (v != v);
+        m = take ? v : m;
+        at = take ? w + 1 : at;
+        y[o] = m;
+        arg[o] = base + 2 * (int32_t)o + at;
+    }
+}
+
 /* As PyTorch's CPU kernel: the first maximum in window order wins, a NaN
  * replaces whatever came before it. */
 static void maxpool_plane(float *restrict y, int32_t *restrict arg,
@@ -352,30 +403,14 @@ static void maxpool_plane(float *restrict y, int32_t *restrict arg,
     const uint32_t W = d->in_w;
     if (d->kernel[0] == 2 && d->kernel[1] == 2 && d->stride[0] == 2 &&
         d->stride[1] == 2 && d->pad[0] == 0 && d->pad[1] == 0) {
-        /* The common 2x2/2 case: no clipping, a fixed window. */
-        for (uint32_t oh = 0; oh < d->out_h; oh++) {
-            const float *r0 = x + (size_t)2 * oh * W, *r1 = r0 + W;
-            for (uint32_t ow = 0; ow < d->out_w; ow++) {
-                uint32_t c = 2 * ow;
-                float m = r0[c];
-                uint32_t at = 2 * oh * W + c;
-                if (r0[c + 1] > m || isnan(r0[c + 1])) {
-                    m = r0[c + 1];
-                    at = 2 * oh * W + c + 1;
-                }
-                if (r1[c] > m || isnan(r1[c])) {
-                    m = r1[c];
-                    at = (2 * oh + 1) * W + c;
-                }
-                if (r1[c + 1] > m || isnan(r1[c + 1])) {
-                    m = r1[c + 1];
-                    at = (2 * oh + 1) * W + c + 1;
-                }
-                y[(size_t)oh * d->out_w + ow] = m;
-                if (arg)
-                    arg[(size_t)oh * d->out_w + ow] = (int32_t)at;
-            }
-        }
+        /* The common 2x2/2 case: no clipping, a fixed window, and selects
+         * instead of branches so the compiler vectorizes it (random data
+         * mispredicts every other branch). */
+        for (uint32_t oh = 0; oh < d->out_h; oh++)
+            maxpool2x2_row(y + (size_t)oh * d->out_w,
+                           arg ? arg + (size_t)oh * d->out_w : NULL,
+                           x + (size_t)2 * oh * W, W, d->out_w,
+                           (int32_t)(2 * oh * W));
         return;
     }
     for (uint32_t oh = 0; oh < d->out_h; oh++) {
