@@ -23,7 +23,8 @@
  *
  * Pooling splits the batch's (example, channel) planes across parts.
  */
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", \
+                     "no-tree-loop-distribute-patterns")
 
 #include "models/backend.h"
 
