@@ -439,6 +439,11 @@ static void avgpool_plane(float *restrict y, const float *restrict x,
                           const nn_conv_desc *d)
 {
     const float inv = 1.0f / (float)(d->kernel[0] * d->kernel[1]);
+    if (d->kernel[0] == d->in_h && d->kernel[1] == d->in_w && !d->pad[0] &&
+        !d->pad[1]) { /* global average pooling: one window, the plane */
+        *y = row_sum(x, (size_t)d->in_h * d->in_w) * inv;
+        return;
+    }
     for (uint32_t oh = 0; oh < d->out_h; oh++) {
         for (uint32_t ow = 0; ow < d->out_w; ow++) {
             uint32_t h0, h1, w0, w1;

@@ -468,6 +468,8 @@ static void test_pool_forward_reference(void **state)
         check_forward("{\"layers\":[{\"type\":\"avgpool2d\",\"pool_size\":[4,2],"
                       "\"stride\":[2,5],\"padding\":[2,1]}]}",
                       odd, 2, threads);
+        check_forward("{\"layers\":[{\"type\":\"global_avgpool\"}]}", odd,
+                      3, threads);
     }
 }
 
