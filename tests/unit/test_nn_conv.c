@@ -413,6 +413,14 @@ static void check_forward(const char *spec, const uint32_t *shape, uint32_t n,
         if (fabs(c.out[i] - ref[i]) > 1e-5 * ab[i] + 1e-6)
             fail_msg("%s out[%zu] = %.8g, reference %.8g", spec, i, c.out[i],
                      ref[i]);
+    /* An inference pass (max pooling keeps no argmax then) gives the same
+     * bits. */
+    float *train_out = malloc(len * sizeof(float));
+    memcpy(train_out, c.out, len * sizeof(float));
+    nn_pass p = {.be = &nn_backend_cpu, .ex = &c.ctx.ex, .n = n};
+    c.l->kind->forward(c.l, &p, c.params, c.in, c.out, NULL);
+    assert_memory_equal(train_out, c.out, len * sizeof(float));
+    free(train_out);
     free(ref);
     free(ab);
     case_free(&c);
@@ -787,6 +795,16 @@ static void test_fashion_cnn_step(void **state)
     double loss = nn_loss(&arch, ws, n, labels, NULL, NULL, 1);
     assert_true(isfinite(loss) && loss > 0);
     nn_backward(&arch, params, grads, ws, n);
+    /* Inference in its own workspace (activations ping-pong, one shared
+     * scratch region) matches an eval pass in the training workspace. */
+    nn_workspace *iws = nn_workspace_create_for(&arch, 16, 0);
+    assert_non_null(iws);
+    assert_int_equal(nn_workspace_set_pool(iws, pool), TY_OK);
+    memcpy(iws->act[0], ws->act[0], (size_t)n * 784 * sizeof(float));
+    const float *eval_out = nn_forward(&arch, params, ws, n, 0, NULL);
+    const float *infer_out = nn_forward(&arch, params, iws, n, 0, NULL);
+    assert_memory_equal(eval_out, infer_out, (size_t)n * 10 * sizeof(float));
+    nn_workspace_destroy(iws);
     for (uint32_t t = 0; t < arch.n_tensors; t++) {
         const nn_named_tensor *nt = &arch.tensors[t];
         double norm = 0;
