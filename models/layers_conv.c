@@ -93,27 +93,29 @@ static ty_status need_image(const nn_layer *l, ty_err *err)
                    shape, l->kind->name);
 }
 
-/* Output height and width of a sliding window over l->in; fails, naming
- * field, when the (padded) input is smaller than the (dilated) window. */
-static ty_status window_out(nn_layer *l, const char *field, uint32_t out[2],
-                            ty_err *err)
+/* Output height and width of a sliding window (what: "kernel", "pool
+ * window") over l->in; fails, naming field, when the (padded) input is
+ * smaller than the (dilated) window. */
+static ty_status window_out(nn_layer *l, const char *field, const char *what,
+                            uint32_t out[2], ty_err *err)
 {
-    uint64_t eff[2];
+    uint64_t eff[2], padded[2];
     for (int i = 0; i < 2; i++) {
         eff[i] = (uint64_t)l->dilation[i] * (l->kernel[i] - 1) + 1;
-        uint64_t padded = (uint64_t)l->in.d[1 + i] + 2ull * l->pad[i];
-        if (padded < eff[i])
-            break;
-        out[i] = (uint32_t)((padded - eff[i]) / l->stride[i] + 1);
-        if (i == 1)
-            return TY_OK;
+        padded[i] = (uint64_t)l->in.d[1 + i] + 2ull * l->pad[i];
+    }
+    if (padded[0] >= eff[0] && padded[1] >= eff[1]) {
+        for (int i = 0; i < 2; i++)
+            out[i] = (uint32_t)((padded[i] - eff[i]) / l->stride[i] + 1);
+        return TY_OK;
     }
     return ty_fail(err, TY_EINVAL, field,
                    "the input (%u x %u, padding [%u, %u]) is too small for "
-                   "the %llu x %llu window; it needs at least that much "
-                   "height and width",
-                   l->in.d[1], l->in.d[2], l->pad[0], l->pad[1],
-                   (unsigned long long)eff[0], (unsigned long long)eff[1]);
+                   "the %s, which spans %llu x %llu; use a smaller %s or "
+                   "more padding",
+                   l->in.d[1], l->in.d[2], l->pad[0], l->pad[1], what,
+                   (unsigned long long)eff[0], (unsigned long long)eff[1],
+                   field);
 }
 
 static void desc_of(const nn_layer *l, nn_conv_desc *d)
@@ -220,7 +222,7 @@ static ty_status conv_plan(nn_layer *l, ty_err *err)
                        "filters (%u) must be a multiple of groups (%u)",
                        l->filters, l->groups);
     uint32_t hw[2];
-    if ((st = window_out(l, "kernel_size", hw, err)) != TY_OK)
+    if ((st = window_out(l, "kernel_size", "kernel", hw, err)) != TY_OK)
         return st;
     l->out = (nn_shape){.ndim = 3, .d = {l->filters, hw[0], hw[1]}};
     if (nn_shape_numel(&l->out) > CONV_MAX_OUT)
@@ -352,7 +354,7 @@ static ty_status pool_plan(nn_layer *l, ty_err *err)
     ty_status st;
     uint32_t hw[2];
     if ((st = need_image(l, err)) != TY_OK ||
-        (st = window_out(l, "pool_size", hw, err)) != TY_OK)
+        (st = window_out(l, "pool_size", "pool window", hw, err)) != TY_OK)
         return st;
     l->out = (nn_shape){.ndim = 3, .d = {l->in.d[0], hw[0], hw[1]}};
     /* maxpool keeps each output's argmax (an int32 per float slot). */

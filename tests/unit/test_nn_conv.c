@@ -629,7 +629,13 @@ static void test_spec_errors(void **state)
                  img, 3, "model.layers[0].padding", "odd kernel");
     expect_error("{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
                  "\"kernel_size\":9}]}",
-                 img, 3, "model.layers[0].kernel_size", "too small");
+                 img, 3, "model.layers[0].kernel_size",
+                 "too small for the kernel, which spans 9 x 9");
+    expect_error("{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
+                 "\"kernel_size\":[9,1],\"padding\":[0,3]}]}",
+                 img, 3, "model.layers[0].kernel_size",
+                 "input (8 x 8, padding [0, 3]) is too small for the kernel, "
+                 "which spans 9 x 1");
     expect_error("{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
                  "\"kernel_size\":3,\"dilation\":4}]}",
                  img, 3, "model.layers[0].kernel_size", "too small");
