@@ -7,8 +7,9 @@ evaluates on the 10,000 test images, prints the time and the accuracy, and
 fails below the network's bar:
 
   mlp (default)  784-256-128-10, 10 epochs, bar 0.88 (published: 0.883)
-  cnn            2 conv + pooling, dense 1024, dropout 0.4; 10 epochs, bar
-                 0.91 (published: 0.916)
+  cnn            2 conv + pooling, dense 1024, dropout 0.4; 8 epochs, bar
+                 0.91 (published: 0.916; it passes 0.91 by epoch 4 or 5, so
+                 8 leaves a margin while keeping CI to about 4 minutes)
 
     python3 tests/acceptance/fashion.py path/to/trainyard [mlp|cnn]
 
@@ -94,7 +95,8 @@ def main():
     job = dict(JOB)
     if which == "cnn":
         THRESHOLD = CNN_THRESHOLD
-        job = dict(JOB, name="fashion-cnn", model={"layers": CNN_LAYERS})
+        job = dict(JOB, name="fashion-cnn", model={"layers": CNN_LAYERS},
+                   hyperparameters=dict(JOB["hyperparameters"], epochs=8))
     elif which != "mlp":
         sys.exit(f"unknown network {which}: mlp or cnn")
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
@@ -152,7 +154,8 @@ def main():
                              json.dumps({"dataset": test["id"]}).encode())
         if status != 200:
             sys.exit(f"evaluate failed: {status} {ev}")
-        print(f"{which} 10-epoch job: {elapsed:.1f} s wall (submit to succeeded)")
+        print(f"{which} {job['hyperparameters']['epochs']}-epoch job: {elapsed:.1f} s wall "
+              "(submit to succeeded)")
         print(f"test accuracy: {ev['accuracy']:.4f} on {ev['num_examples']} images "
               f"(loss {ev['loss']:.4f}); threshold {THRESHOLD}")
         return 0 if ev["accuracy"] >= THRESHOLD else 1
