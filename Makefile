@@ -39,11 +39,11 @@ test-normal:
 	cmake --build $(BUILD) -j$(JOBS)
 	cd $(BUILD) && ctest --output-on-failure
 
-# Unit and integration suites again under AddressSanitizer + UBSan.
+# Unit, integration and parity suites again under AddressSanitizer + UBSan.
 test-sanitize:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DTRAINYARD_WERROR=ON
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
-	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration'
+	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration|parity'
 
 bench: build test-deps
 	bench/train_cpu --binary $(BUILD)/trainyard

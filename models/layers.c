@@ -45,7 +45,8 @@ static void copy_rows(float *out, const float *in, const nn_layer *l,
         memcpy(out, in, (size_t)p->n * nn_shape_numel(&l->in) * sizeof *out);
 }
 
-/* ---- flatten: (C, H, W) -> (C*H*W); the buffer is reused as is. ---- */
+/* ---- flatten [nn.Flatten]: (C, H, W) -> (C*H*W); the buffer is reused as
+ * is. ---- */
 
 static const char *const flatten_keys[] = {"type", NULL};
 
@@ -63,7 +64,8 @@ static const nn_layer_kind flatten_kind = {
     .plan = flatten_plan,
 };
 
-/* ---- dense: y (N, units) = x (N, in) W^T + b, W (units, in). ---- */
+/* ---- dense [nn.Linear]: y (N, units) = x (N, in) W^T + b, W (units, in).
+ * ---- */
 
 static const char *const dense_keys[] = {"type", "units", "bias", NULL};
 
@@ -162,7 +164,8 @@ static const nn_layer_kind dense_kind = {
     .backward = dense_backward,
 };
 
-/* ---- elementwise activations: shape unchanged. ---- */
+/* ---- elementwise activations [nn.ReLU, nn.Tanh, nn.Sigmoid, nn.GELU()
+ * (approximate="none")]: shape unchanged. ---- */
 
 static const char *const act_keys[] = {"type", NULL};
 
@@ -217,7 +220,8 @@ ACT_KIND(tanh_kind, "tanh");
 ACT_KIND(sigmoid_kind, "sigmoid");
 ACT_KIND(gelu_kind, "gelu");
 
-/* ---- dropout: inverted; the mask (scratch) holds 0 or 1/(1-rate). ---- */
+/* ---- dropout [nn.Dropout(rate)]: inverted; the mask (scratch) holds 0 or
+ * 1/(1-rate). ---- */
 
 static const char *const dropout_keys[] = {"type", "rate", NULL};
 
