@@ -128,7 +128,7 @@ def main():
               f"in {time.time() - t0:.1f} s")
 
         job = dict(job, dataset=train["id"])
-        job["hyperparameters"] = dict(JOB["hyperparameters"],
+        job["hyperparameters"] = dict(job["hyperparameters"],
                                       seed=int(os.environ.get("TY_SEED", "1")))
         status, doc = request(base, key, "POST", "/v1/jobs", json.dumps(job).encode())
         if status != 202:
