@@ -4,8 +4,9 @@
     make_reference.py OUT_DIR [CASE ...]      (all cases when none is named)
 
 For each case, OUT_DIR/<case>.safetensors holds, in its metadata, the spec
-("spec"), "task", "input_shape", "num_outputs" and the optimizer's
-"hyperparameters" (the job request's object: train_hparams_parse reads it),
+("spec"), "task", "input_shape", "num_outputs" and the
+"hyperparameters" (the job request's object, optimizer and loss:
+train_hparams_parse reads it),
 and as tensors:
   param.<name>          the initial state dict (trainyard's names; buffers too)
   input                 the batch (N, *input_shape), already preprocessed
@@ -87,6 +88,8 @@ NORMS = {"layers": [L("flatten"), dense(32), L("layernorm"), L("gelu"),
 IMAGE_NORMS = {"layers": [conv(4, 3, padding="same"), L("layernorm", eps=1e-4),
                           L("sigmoid"), L("global_avgpool"), dense(10)]}
 REGRESSION = {"layers": [dense(32), L("tanh"), dense(3)]}
+# Binary cross-entropy: two classes, one logit.
+MLP_BINARY = {"layers": [L("flatten"), dense(32), L("relu"), dense(1)]}
 
 SGD = {"optimizer": "sgd", "learning_rate": 0.1}
 SGD_NESTEROV = {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9,
@@ -105,6 +108,13 @@ CASES = {
     "mlp_sgd_nesterov": (MLP, [1, 8, 8], "classification", 10, 16, SGD_NESTEROV),
     "mlp_adamw": (MLP, [1, 8, 8], "classification", 10, 16, ADAMW),
     "mlp_regression_sgd": (REGRESSION, [6], "regression", 3, 12, SGD),
+    "loss_label_smoothing": (MLP, [1, 8, 8], "classification", 10, 16,
+                             dict(ADAM, loss="cross_entropy", label_smoothing=0.1)),
+    "loss_binary_xent": (MLP_BINARY, [1, 8, 8], "classification", 2, 16,
+                         dict(SGD, loss="binary_cross_entropy")),
+    # delta 0.5 with unit-normal residuals: both branches of Huber occur.
+    "loss_huber": (REGRESSION, [6], "regression", 3, 12,
+                   dict(SGD, loss="huber", huber_delta=0.5)),
     "cnn_adam": (CNN, [1, 28, 28], "classification", 10, 4, ADAM),
     "resnet_sgd": (RESNET, [3, 8, 8], "classification", 10, 6, SGD_MOMENTUM),
     "layers_pools": (POOLS, [2, 9, 9], "classification", 10, 5, SGD),
@@ -131,7 +141,9 @@ def make_case(name, out_dir, seed):
     spec, shape, task, outputs, n, hp = CASES[name]
     torch.manual_seed(seed)
     model, out_shape = tt.build(spec, shape)
-    assert out_shape == [outputs], (name, out_shape)
+    loss_kind = hp.get("loss")
+    assert out_shape == [1 if loss_kind == "binary_cross_entropy" else outputs], \
+        (name, out_shape)
     # Non-trivial batchnorm affine parameters and running statistics, so a
     # kernel that ignores one of them cannot pass.
     with torch.no_grad():
@@ -146,10 +158,20 @@ def make_case(name, out_dir, seed):
     x = torch.randn([n] + shape)
     if task == "classification":
         y = torch.randint(0, outputs, (n,))
-        loss_fn = torch.nn.CrossEntropyLoss()
+        if loss_kind == "binary_cross_entropy":
+            bce = torch.nn.BCEWithLogitsLoss()
+
+            def loss_fn(out, y):
+                return bce(out.squeeze(1), y.float())
+        else:
+            loss_fn = torch.nn.CrossEntropyLoss(
+                label_smoothing=hp.get("label_smoothing", 0.0))
     else:
         y = torch.randn(n, outputs)
-        loss_fn = torch.nn.MSELoss()
+        if loss_kind == "huber":
+            loss_fn = torch.nn.HuberLoss(delta=hp.get("huber_delta", 1.0))
+        else:
+            loss_fn = torch.nn.MSELoss()
     model.train()
     trainable = dict(model.named_parameters())
     opt = optimizer(hp, list(trainable.values()))

@@ -168,6 +168,7 @@ static void run_case(pcase *c, const char *dir)
     json_t *spec = NULL, *shape_j = NULL, *hp_j = NULL;
     int32_t *labels = NULL;
     nn_optim opt = {0};
+    train_hparams hp;
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, c->name);
     if (st_open(path, &c->ref, &err) != TY_OK) {
         fail(c, "%s (%s); the reference files come from "
@@ -193,8 +194,16 @@ static void run_case(pcase *c, const char *dir)
         fail(c, "malformed reference metadata%s%s", "", "");
         goto done;
     }
-    if (nn_arch_build(spec, shape, ndim, outs, (ty_task)task, &c->arch, NULL,
-                      &err) != TY_OK) {
+    /* The loss is a hyperparameter: settle it for the task first. */
+    if (train_hparams_parse(hp_j, &hp, NULL, &err) != TY_OK ||
+        train_hparams_resolve_loss(&hp, (ty_task)task, outs, NULL, &err) !=
+            TY_OK) {
+        fail(c, "the engine does not take these hyperparameters: %s (%s)",
+             err.msg, hp_s);
+        goto done;
+    }
+    if (nn_arch_build_for_loss(spec, shape, ndim, outs, (ty_task)task,
+                               &hp.loss, &c->arch, NULL, &err) != TY_OK) {
         fail(c, "the engine cannot build this spec: %s (%s)", err.msg, err.field);
         goto done;
     }
@@ -252,7 +261,9 @@ static void run_case(pcase *c, const char *dir)
     ty_rng_seed(&rng, 1, 0);
     memcpy(c->ws->act[0], x->data, x->numel * 4);
     const float *out = nn_forward(a, c->state, c->ws, n, 1, &rng);
-    const st_tensor *t = ref_f32(c, "output", (uint64_t)n * outs);
+    /* Binary cross-entropy models output one logit for two classes. */
+    const uint64_t width = nn_shape_numel(&a->output);
+    const st_tensor *t = ref_f32(c, "output", (uint64_t)n * width);
     if (t)
         compare(c, "output", out, t, NULL, FLOOR_ABS);
     double sum = nn_loss(a, c->ws, n, labels, targets, NULL, 1);
@@ -275,12 +286,6 @@ static void run_case(pcase *c, const char *dir)
     }
 
     /* Two optimizer steps on the same batch. */
-    train_hparams hp;
-    if (train_hparams_parse(hp_j, &hp, NULL, &err) != TY_OK) {
-        fail(c, "the engine does not take these hyperparameters: %s (%s)",
-             err.msg, hp_s);
-        goto done;
-    }
     if (nn_optim_init(&opt, &hp, pc, &err) != TY_OK) {
         fail(c, "%s%s", err.msg, "");
         goto done;
