@@ -47,6 +47,21 @@ void api_list(ty_app *app, http_req *r, api_list_fn list);
 /* GET of one resource named by the first path parameter. */
 void api_get(ty_app *app, http_req *r, api_get_fn get);
 
+/* Records a new resource whose file is complete at tmp_path: moves the file
+ * into the blob store, adds "sha256" and "bytes" to doc and inserts the row
+ * with insert, all under the blob lock (so blob garbage collection never
+ * sees the blob without its row), then replies 201 with doc and a Location
+ * of collection + "/" + id. doc stays the caller's. On failure nothing is
+ * kept and the status is returned for the caller to reply. */
+typedef ty_status (*api_insert_fn)(store *st, const char *tenant_id,
+                                   const char *id, const char *sha256,
+                                   int64_t bytes, const json_t *doc,
+                                   ty_err *err);
+ty_status api_create_blob_resource(ty_app *app, http_req *r,
+                                   const char *tmp_path, const char *id,
+                                   json_t *doc, api_insert_fn insert,
+                                   const char *collection, ty_err *err);
+
 /* ---- handlers ---- */
 void api_healthz(ty_app *app, http_req *r);
 void api_readyz(ty_app *app, http_req *r);

@@ -2,9 +2,12 @@
 #include "api/api.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "server/blob.h"
 
 #define DEFAULT_LIMIT 50
 #define MAX_LIMIT 1000
@@ -104,4 +107,31 @@ void api_get(ty_app *app, http_req *r, api_get_fn get)
         return;
     }
     http_reply_json(r, 200, doc);
+}
+
+ty_status api_create_blob_resource(ty_app *app, http_req *r,
+                                   const char *tmp_path, const char *id,
+                                   json_t *doc, api_insert_fn insert,
+                                   const char *collection, ty_err *err)
+{
+    char sha[65];
+    int64_t bytes = 0;
+    pthread_mutex_lock(&app->blob_mu);
+    ty_status s = blob_import(app->cfg.data_dir, tmp_path, sha, &bytes, err);
+    if (s == TY_OK) {
+        json_object_set_new(doc, "sha256", json_string(sha));
+        json_object_set_new(doc, "bytes", json_integer(bytes));
+        s = insert(app->store, api_tenant(r), id, sha, bytes, doc, err);
+    }
+    pthread_mutex_unlock(&app->blob_mu);
+    if (s != TY_OK) {
+        if (bytes)
+            app_blob_release(app, sha);
+        return s;
+    }
+    char location[128];
+    snprintf(location, sizeof location, "%s/%s", collection, id);
+    http_reply_header(r, "Location", location);
+    http_reply_json(r, 201, json_incref(doc));
+    return TY_OK;
 }

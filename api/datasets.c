@@ -253,8 +253,7 @@ void api_datasets_create(ty_app *app, http_req *r)
     upload u = {0};
     ty_dataset ds = {0};
     json_t *doc = NULL;
-    char out[PATH_MAX], id[TY_ID_MAX], sha[65];
-    int64_t bytes = 0;
+    char out[PATH_MAX], id[TY_ID_MAX];
     ty_status s;
     if (http_req_is_multipart(r)) {
         s = read_form(r, &u, &err);
@@ -273,24 +272,11 @@ void api_datasets_create(ty_app *app, http_req *r)
         goto fail;
     doc = dataset_doc(id, &u, &ds);
     ty_dataset_close(&ds);
-    pthread_mutex_lock(&app->blob_mu);
-    s = blob_import(app->cfg.data_dir, out, sha, &bytes, &err);
-    if (s == TY_OK) {
-        json_object_set_new(doc, "bytes", json_integer(bytes));
-        json_object_set_new(doc, "sha256", json_string(sha));
-        s = store_dataset_insert(app->store, api_tenant(r), id, sha, bytes, doc,
-                                 &err);
-    }
-    pthread_mutex_unlock(&app->blob_mu);
-    if (s != TY_OK) {
-        if (bytes)
-            app_blob_release(app, sha);
+    if ((s = api_create_blob_resource(app, r, out, id, doc,
+                                      store_dataset_insert, "/v1/datasets",
+                                      &err)) != TY_OK)
         goto fail;
-    }
-    char location[128];
-    snprintf(location, sizeof location, "/v1/datasets/%s", id);
-    http_reply_header(r, "Location", location);
-    http_reply_json(r, 201, doc);
+    json_decref(doc);
     json_decref(u.source);
     return;
 fail:

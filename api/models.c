@@ -93,8 +93,7 @@ void api_models_create(ty_app *app, http_req *r)
     json_t *meta = NULL, *doc = NULL;
     nn_net *net = NULL;
     const char *weights = NULL, *name = NULL;
-    char out[PATH_MAX], id[TY_ID_MAX], sha[65];
-    int64_t bytes = 0;
+    char out[PATH_MAX], id[TY_ID_MAX];
     ty_status s;
     if (!http_req_is_multipart(r)) {
         http_reply_problem(r, 415, NULL,
@@ -114,24 +113,10 @@ void api_models_create(ty_app *app, http_req *r)
     if ((s = ty_id_new("mdl_", id, &err)) != TY_OK)
         goto fail;
     doc = imported_doc(id, name, net);
-    pthread_mutex_lock(&app->blob_mu);
-    s = blob_import(app->cfg.data_dir, out, sha, &bytes, &err);
-    if (s == TY_OK) {
-        json_object_set_new(doc, "sha256", json_string(sha));
-        json_object_set_new(doc, "bytes", json_integer(bytes));
-        s = store_model_insert(app->store, api_tenant(r), id, sha, bytes, doc,
-                               &err);
-    }
-    pthread_mutex_unlock(&app->blob_mu);
-    if (s != TY_OK) {
-        if (bytes)
-            app_blob_release(app, sha);
+    if ((s = api_create_blob_resource(app, r, out, id, doc, store_model_insert,
+                                      "/v1/models", &err)) != TY_OK)
         goto fail;
-    }
-    char location[128];
-    snprintf(location, sizeof location, "/v1/models/%s", id);
-    http_reply_header(r, "Location", location);
-    http_reply_json(r, 201, doc);
+    json_decref(doc);
     json_decref(meta);
     nn_net_destroy(net);
     return;
