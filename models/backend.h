@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "common/rng.h"
+#include "common/ty.h"
 #include "models/pool.h"
 
 /* Every op a backend may implement. The name table in backend_cpu.c is
@@ -97,6 +98,9 @@ typedef struct {
 /* Where kernels run; serves one calling thread at a time. */
 typedef struct {
     nn_pool *pool;             /* CPU: worker threads, or NULL */
+    /* GPU backends: their per-context state (device, stream, library
+     * handles, the first error seen); NULL on the CPU. */
+    void *device;
     /* Per-part working memory: part i of a split (0 .. threads-1) may use
      * work + i * work_floats for the duration of one kernel call. Sized by
      * the workspace from its layers' work_per_thread. */
@@ -106,6 +110,28 @@ typedef struct {
 
 typedef struct nn_backend {
     const char *name;
+
+    /* ---- memory and errors (every backend; the CPU's are plain malloc,
+     * memcpy and memset). Every float pointer a kernel takes is the
+     * backend's memory; scalar results (returned sums, *correct) are the
+     * host's. */
+
+    /* bytes of the backend's memory, 256-byte aligned; NULL when out of
+     * memory. release(NULL) does nothing. */
+    void *(*alloc)(const nn_exec *ex, size_t bytes);
+    void (*release)(const nn_exec *ex, void *p);
+    /* host -> backend and backend -> host copies; download returns once the
+     * data is on the host (it waits for the kernels before it). */
+    void (*upload)(const nn_exec *ex, void *dst, const void *src,
+                   size_t bytes);
+    void (*download)(const nn_exec *ex, void *dst, const void *src,
+                     size_t bytes);
+    void (*zero)(const nn_exec *ex, void *dst, size_t bytes);
+    /* Kernels never fail on the CPU; a GPU backend records its first
+     * failed call (a CUDA, cuBLAS or cuDNN error, out of memory) in the
+     * context and reports it here, with the call that failed, as
+     * TY_EDEVICE. Callers check after each step. */
+    ty_status (*status)(const nn_exec *ex, ty_err *err);
 
     /* 1 if this backend implements op. */
     int (*supports)(nn_op op);

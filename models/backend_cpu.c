@@ -24,6 +24,7 @@
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__)
@@ -704,8 +705,50 @@ void nn_cpu_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
                             const float *dout, const int32_t *argmax,
                             uint32_t n, const nn_conv_desc *d);
 
+/* ---- memory: the host's ---- */
+
+static void *cpu_alloc(const nn_exec *ex, size_t bytes)
+{
+    (void)ex;
+    return aligned_alloc(256, (bytes + 255) / 256 * 256 + (bytes ? 0 : 256));
+}
+
+static void cpu_release(const nn_exec *ex, void *p)
+{
+    (void)ex;
+    free(p);
+}
+
+static void cpu_copy(const nn_exec *ex, void *dst, const void *src,
+                     size_t bytes)
+{
+    (void)ex;
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+
+static void cpu_zero(const nn_exec *ex, void *dst, size_t bytes)
+{
+    (void)ex;
+    if (bytes)
+        memset(dst, 0, bytes);
+}
+
+static ty_status cpu_status(const nn_exec *ex, ty_err *err)
+{
+    (void)ex;
+    (void)err;
+    return TY_OK;
+}
+
 const nn_backend nn_backend_cpu = {
     .name = "cpu",
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .status = cpu_status,
     .supports = cpu_supports,
     .gemm = cpu_gemm,
     .bias_rows = cpu_bias_rows,
