@@ -26,6 +26,7 @@
 #define NN_CUDA_PARTIALS 1024   /* most blocks in one reduction */
 #define NN_CUDA_PARTS 2         /* sums a reduction may carry (loss, hits) */
 #define NN_CUDA_THREADS 256     /* block size of elementwise kernels */
+#define NN_CUDA_COL_ROWS 16     /* threads splitting the rows of a column sum */
 
 /* Bytes of the scratch before the cuBLAS workspace (a multiple of 256). */
 #define NN_CUDA_SCRATCH_BYTES                                                 \

@@ -49,19 +49,27 @@ void nn_cuda_bias_rows(const nn_exec *ex, float *out, const float *bias,
     LAUNCH(ex, x, len, bias_rows_kernel, out, bias, len, c);
 }
 
-/* db (c) += column sums of dout (n, c): one thread per column, adding the
- * rows in order into the old value, as the CPU does (reads coalesce across
- * the threads of a warp). */
-static __global__ void bias_grad_kernel(float *db, const float *dout, uint32_t n,
-                                 uint32_t c)
+/* db (c) += column sums of dout (n, c). A block takes 32 columns; its
+ * thread (x, y) adds rows y, y + COL_ROWS, ... of column x, then thread
+ * y = 0 adds the COL_ROWS partial sums in order: a fixed order for a given
+ * n, with the rows spread over COL_ROWS threads per column. */
+static __global__ void bias_grad_kernel(float *db, const float *dout,
+                                        uint32_t n, uint32_t c)
 {
-    uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= c)
-        return;
-    float acc = db[k];
-    for (uint32_t i = 0; i < n; i++)
-        acc += dout[(size_t)i * c + k];
-    db[k] = acc;
+    __shared__ float part[NN_CUDA_COL_ROWS][33];
+    const uint32_t k = blockIdx.x * 32 + threadIdx.x;
+    float acc = 0.0f;
+    if (k < c)
+        for (uint32_t i = threadIdx.y; i < n; i += NN_CUDA_COL_ROWS)
+            acc += dout[(size_t)i * c + k];
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && k < c) {
+        float total = part[0][threadIdx.x];
+        for (int y = 1; y < NN_CUDA_COL_ROWS; y++)
+            total += part[y][threadIdx.x];
+        db[k] += total;
+    }
 }
 
 void nn_cuda_bias_grad(const nn_exec *ex, float *db, const float *dout,
@@ -70,8 +78,8 @@ void nn_cuda_bias_grad(const nn_exec *ex, float *db, const float *dout,
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || !n || !c)
         return;
-    unsigned threads = 128, blocks = (c + threads - 1) / threads;
-    bias_grad_kernel<<<blocks, threads, 0, x->stream>>>(db, dout, n, c);
+    bias_grad_kernel<<<(c + 31) / 32, dim3(32, NN_CUDA_COL_ROWS), 0,
+                       x->stream>>>(db, dout, n, c);
     (void)nn_cuda_launched(ex, "bias_grad_kernel");
 }
 

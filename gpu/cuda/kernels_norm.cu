@@ -1,9 +1,8 @@
 /*
  * kernels_norm.cu - the CUDA backend's row kernels: layernorm forward and
  * backward and the softmax layer. One block per row (rows blockIdx.x,
- * + gridDim.x, ...), fixed-order block sums; the parameter gradients of
- * layernorm take one thread per column adding the rows in order, as the
- * CPU does. Formulas as backend_cpu_norm.c (statistics in float sums, the
+ * + gridDim.x, ...), fixed-order block sums; layernorm's parameter
+ * gradients are column sums split over rows in a fixed order. Formulas as backend_cpu_norm.c (statistics in float sums, the
  * variance's reciprocal square root in double).
  */
 #include "gpu/cuda/cuda_kernels.cuh"
@@ -90,7 +89,9 @@ static __global__ void layernorm_dx_kernel(float *dx, const float *dout,
     }
 }
 
-/* dgamma, dbeta (d) += over the rows in order, one thread per column. */
+/* dgamma, dbeta (d) += sums over the rows, split as bias_grad_kernel
+ * (kernels_elementwise.cu): 32 columns a block, rows spread over
+ * NN_CUDA_COL_ROWS threads, partial sums added in a fixed order. */
 static __global__ void layernorm_param_kernel(float *dgamma, float *dbeta,
                                               const float *dout,
                                               const float *x,
@@ -98,18 +99,28 @@ static __global__ void layernorm_param_kernel(float *dgamma, float *dbeta,
                                               const float *rstd, uint32_t n,
                                               uint32_t d)
 {
-    uint32_t k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= d)
-        return;
-    float dg = dgamma[k], db = dbeta[k];
-    for (uint32_t i = 0; i < n; i++) {
-        const size_t at = (size_t)i * d + k;
-        const float dy = dout[at];
-        dg += dy * ((x[at] - mean[i]) * rstd[i]);
-        db += dy;
+    __shared__ float pg[NN_CUDA_COL_ROWS][33], pb[NN_CUDA_COL_ROWS][33];
+    const uint32_t k = blockIdx.x * 32 + threadIdx.x;
+    float dg = 0.0f, db = 0.0f;
+    if (k < d)
+        for (uint32_t i = threadIdx.y; i < n; i += NN_CUDA_COL_ROWS) {
+            const size_t at = (size_t)i * d + k;
+            const float dy = dout[at];
+            dg += dy * ((x[at] - mean[i]) * rstd[i]);
+            db += dy;
+        }
+    pg[threadIdx.y][threadIdx.x] = dg;
+    pb[threadIdx.y][threadIdx.x] = db;
+    __syncthreads();
+    if (threadIdx.y == 0 && k < d) {
+        float tg = pg[0][threadIdx.x], tb = pb[0][threadIdx.x];
+        for (int y = 1; y < NN_CUDA_COL_ROWS; y++) {
+            tg += pg[y][threadIdx.x];
+            tb += pb[y][threadIdx.x];
+        }
+        dgamma[k] += tg;
+        dbeta[k] += tb;
     }
-    dgamma[k] = dg;
-    dbeta[k] = db;
 }
 
 void nn_cuda_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
@@ -128,8 +139,7 @@ void nn_cuda_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
         if (!nn_cuda_launched(ex, "layernorm_dx_kernel"))
             return;
     }
-    unsigned threads = 128;
-    layernorm_param_kernel<<<(d + threads - 1) / threads, threads, 0,
+    layernorm_param_kernel<<<(d + 31) / 32, dim3(32, NN_CUDA_COL_ROWS), 0,
                              c->stream>>>(dgamma, dbeta, dout, x, mean, rstd,
                                           n, d);
     (void)nn_cuda_launched(ex, "layernorm_param_kernel");
