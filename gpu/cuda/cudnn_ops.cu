@@ -578,8 +578,8 @@ static __device__ float row_sum16(const float *x, size_t n)
 
 /* One thread per output value; the full window is the divisor. */
 static __global__ void avgpool_forward_kernel(float *out, const float *in,
-                                              size_t total, pool_geom g, float inv,
-                                              int global)
+                                              size_t total, pool_geom g,
+                                              float inv, int global)
 {
     const size_t ohw = (size_t)g.out_h * g.out_w;
     const size_t hw = (size_t)g.in_h * g.in_w;
@@ -606,8 +606,9 @@ static __global__ void avgpool_forward_kernel(float *out, const float *in,
  * gradients routed to it (max: outputs whose argmax is this value;
  * average: every window holding it, times inv). */
 static __global__ void pool_backward_kernel(float *din, const float *dout,
-                                            const int32_t *argmax, size_t total,
-                                            pool_geom g, float inv, int is_max)
+                                            const int32_t *argmax,
+                                            size_t total, pool_geom g,
+                                            float inv, int is_max)
 {
     const size_t ohw = (size_t)g.out_h * g.out_w;
     const size_t hw = (size_t)g.in_h * g.in_w;
