@@ -13,6 +13,7 @@
  * scalars wait for it.
  */
 #include "gpu/cuda/cuda_kernels.cuh"
+#include "gpu/cuda/cudnn_ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -418,7 +419,8 @@ const nn_backend nn_backend_cuda = {
     .mse = nn_cuda_mse,
     .sgd = nn_cuda_sgd,
     .adam = nn_cuda_adam,
-    /* .batchnorm_forward, .batchnorm_backward: cudnn_ops.cu */
+    .batchnorm_forward = nn_cuda_batchnorm_forward,   /* cudnn_ops.cu */
+    .batchnorm_backward = nn_cuda_batchnorm_backward,
     .layernorm_forward = nn_cuda_layernorm_forward,
     .layernorm_backward = nn_cuda_layernorm_backward,
     .leaky_relu_forward = nn_cuda_leaky_relu_forward,
@@ -431,6 +433,9 @@ const nn_backend nn_backend_cuda = {
     .huber = nn_cuda_huber,
     .sum_squares = nn_cuda_sum_squares,
     .scale = nn_cuda_scale,
-    /* .conv2d_work, .conv2d_forward, .conv2d_backward, .pool2d_forward,
-     * .pool2d_backward: cudnn_ops.cu */
+    .conv2d_work = nn_cuda_conv2d_work,               /* cudnn_ops.cu */
+    .conv2d_forward = nn_cuda_conv2d_forward,
+    .conv2d_backward = nn_cuda_conv2d_backward,
+    .pool2d_forward = nn_cuda_pool2d_forward,
+    .pool2d_backward = nn_cuda_pool2d_backward,
 };
