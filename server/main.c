@@ -11,6 +11,9 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#ifdef TY_HAVE_CUDA
+#include "gpu/cuda/backend_cuda.h"
+#endif
 #include "gpu/runner.h"
 #include "server/app.h"
 #include "server/auth.h"
@@ -36,14 +39,40 @@ static void usage(FILE *f)
             "  help      show this help\n");
 }
 
+/* Says what is built in and what this process can see; devices it cannot
+ * see are a line of output, not an error. */
 static int cmd_version(void)
 {
     printf("trainyard %s\n", TRAINYARD_VERSION);
-    printf("backends: cpu (%s)%s\n", openblas_get_config(),
-           TRAINYARD_HAVE_CUDA ? ", cuda" : "");
-    if (!TRAINYARD_HAVE_CUDA)
-        printf("cuda: not built into this binary\n");
+#ifdef TY_HAVE_CUDA
+    char versions[128];
+    nn_cuda_versions(versions, sizeof versions);
+    printf("backends: cpu (%s), cuda (%s)\n", openblas_get_config(), versions);
+#else
+    printf("backends: cpu (%s)\n", openblas_get_config());
+#endif
     printf("devices: cpu (%ld cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
+#ifdef TY_HAVE_CUDA
+    char why[256] = "";
+    int count = nn_cuda_device_count(why, sizeof why);
+    if (count == 0)
+        printf("cuda: no CUDA devices: %s\n", why);
+    for (int i = 0; i < count; i++) {
+        nn_cuda_device d;
+        ty_err err = {0};
+        if (nn_cuda_device_get(i, &d, &err) != TY_OK) {
+            printf("cuda:%d: %s\n", i, err.msg);
+            continue;
+        }
+        printf("cuda:%d: %s, %.1f GiB (%.1f GiB free), compute capability "
+               "%d.%d, %s\n",
+               i, d.name, (double)d.total_bytes / (1u << 30),
+               (double)d.free_bytes / (1u << 30), d.cc_major, d.cc_minor,
+               d.uuid);
+    }
+#else
+    printf("cuda: not built into this binary\n");
+#endif
     return 0;
 }
 

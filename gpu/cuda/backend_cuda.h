@@ -19,12 +19,13 @@
 
 #include <stddef.h>
 
-#include "common/ty.h"
-#include "models/backend.h"
-
+/* The .cu files are C++: the C headers' declarations keep C linkage. */
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "common/ty.h"
+#include "models/backend.h"
 
 extern const nn_backend nn_backend_cuda;
 
