@@ -1622,6 +1622,10 @@ static int run_faults(void)
         if (da && db && dc) {
             H.gpu->upload(&b, da, ha, sizeof ha);
             H.gpu->upload(&b, db, hb, sizeof hb);
+            /* an own kernel first: its launch check reads the thread's
+             * last CUDA error, which the failed cudaMalloc above set
+             * unless the backend cleared it */
+            H.gpu->act_forward(&b, NN_OP_RELU, da, da, M * K);
             H.gpu->gemm(&b, dc, da, db, 0, 0, M, N, K, 1.0f, 0.0f);
             H.gpu->download(&b, got, dc, sizeof got);
             st = H.gpu->status(&b, &err);
