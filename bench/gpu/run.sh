@@ -37,7 +37,7 @@ if ! cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
     echo "run.sh: cmake configure failed (log: $BUILD/run-configure.log)"
     exit 1
 fi
-grep -i 'cuda' "$BUILD/run-configure.log" | sed 's/^/  /'
+grep 'trainyard:' "$BUILD/run-configure.log" | sed 's/^/  /'
 if ! cmake --build "$BUILD" -j"$JOBS" >"$BUILD/run-build.log" 2>&1; then
     grep -E 'error|Error' "$BUILD/run-build.log" | head -n 40
     tail -n 20 "$BUILD/run-build.log"
