@@ -23,6 +23,12 @@
 
 void nn_cuda_fail(const nn_exec *ex, const char *call, const char *detail)
 {
+    /* The runtime keeps a per-thread "last error" that the next
+     * cudaGetLastError (our launch check) returns: clear it, or one
+     * context's failed cudaMalloc would fail a healthy context's next
+     * launch on this thread. (Sticky errors, such as an illegal address,
+     * stay whatever is done here.) */
+    (void)cudaGetLastError();
     nn_cuda_ctx *c = ex ? nn_cuda_ctx_of(ex) : NULL;
     if (!c || c->failed)
         return;
