@@ -114,16 +114,18 @@ static int fp32_math(cudnnMathType_t m)
 }
 
 /* The first (fastest by the heuristics) deterministic fp32 algorithm whose
- * workspace fits limit. Each returns 1 found, 0 none fits, -1 a failed
- * call (recorded). */
-static int pick_fwd(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
-                    size_t limit)
+ * workspace fits limit, among the N candidates `get` lists; `size` asks an
+ * algorithm's workspace. Returns 1 found (*algo, *ws set), 0 none fits, -1
+ * a failed call (recorded). The three directions differ only in their
+ * cuDNN types and functions. */
+template <typename Perf, typename Algo, int N, typename Get, typename Size>
+static int pick_algo(const nn_exec *ex, const char *get_name, Get get,
+                     const char *size_name, Size size, size_t limit,
+                     Algo *algo, size_t *ws)
 {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    Perf perf[N];
     int got = 0;
-    if (!NN_CUDNN_OK(ex, cudnnGetConvolutionForwardAlgorithm_v7(
-                             h, p->x, p->w, p->conv, p->y,
-                             CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, perf)))
+    if (!nn_cuda_check_dnn(ex, get(N, &got, perf), get_name))
         return -1;
     for (int i = 0; i < got; i++) {
         size_t need = 0;
@@ -131,77 +133,71 @@ static int pick_fwd(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
             perf[i].determinism != CUDNN_DETERMINISTIC ||
             !fp32_math(perf[i].mathType) || perf[i].memory > limit)
             continue;
-        if (!NN_CUDNN_OK(ex, cudnnGetConvolutionForwardWorkspaceSize(
-                                 h, p->x, p->w, p->conv, p->y, perf[i].algo,
-                                 &need)))
+        if (!nn_cuda_check_dnn(ex, size(perf[i].algo, &need), size_name))
             return -1;
         if (need > limit)
             continue;
-        p->fwd = perf[i].algo;
-        p->fwd_ws = need;
+        *algo = perf[i].algo;
+        *ws = need;
         return 1;
     }
     return 0;
+}
+
+static int pick_fwd(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
+                    size_t limit)
+{
+    return pick_algo<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t,
+                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
+        ex, "cudnnGetConvolutionForwardAlgorithm_v7",
+        [&](int n, int *got, cudnnConvolutionFwdAlgoPerf_t *perf) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(
+                h, p->x, p->w, p->conv, p->y, n, got, perf);
+        },
+        "cudnnGetConvolutionForwardWorkspaceSize",
+        [&](cudnnConvolutionFwdAlgo_t a, size_t *need) {
+            return cudnnGetConvolutionForwardWorkspaceSize(
+                h, p->x, p->w, p->conv, p->y, a, need);
+        },
+        limit, &p->fwd, &p->fwd_ws);
 }
 
 static int pick_data(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
                      size_t limit)
 {
-    cudnnConvolutionBwdDataAlgoPerf_t
-        perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int got = 0;
-    if (!NN_CUDNN_OK(ex, cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                             h, p->w, p->y, p->conv, p->x,
-                             CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
-                             perf)))
-        return -1;
-    for (int i = 0; i < got; i++) {
-        size_t need = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS ||
-            perf[i].determinism != CUDNN_DETERMINISTIC ||
-            !fp32_math(perf[i].mathType) || perf[i].memory > limit)
-            continue;
-        if (!NN_CUDNN_OK(ex, cudnnGetConvolutionBackwardDataWorkspaceSize(
-                                 h, p->w, p->y, p->conv, p->x, perf[i].algo,
-                                 &need)))
-            return -1;
-        if (need > limit)
-            continue;
-        p->data = perf[i].algo;
-        p->data_ws = need;
-        return 1;
-    }
-    return 0;
+    return pick_algo<cudnnConvolutionBwdDataAlgoPerf_t,
+                     cudnnConvolutionBwdDataAlgo_t,
+                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
+        ex, "cudnnGetConvolutionBackwardDataAlgorithm_v7",
+        [&](int n, int *got, cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                h, p->w, p->y, p->conv, p->x, n, got, perf);
+        },
+        "cudnnGetConvolutionBackwardDataWorkspaceSize",
+        [&](cudnnConvolutionBwdDataAlgo_t a, size_t *need) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(
+                h, p->w, p->y, p->conv, p->x, a, need);
+        },
+        limit, &p->data, &p->data_ws);
 }
 
 static int pick_filter(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
                        size_t limit)
 {
-    cudnnConvolutionBwdFilterAlgoPerf_t
-        perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int got = 0;
-    if (!NN_CUDNN_OK(ex, cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                             h, p->x, p->y, p->conv, p->w,
-                             CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
-                             perf)))
-        return -1;
-    for (int i = 0; i < got; i++) {
-        size_t need = 0;
-        if (perf[i].status != CUDNN_STATUS_SUCCESS ||
-            perf[i].determinism != CUDNN_DETERMINISTIC ||
-            !fp32_math(perf[i].mathType) || perf[i].memory > limit)
-            continue;
-        if (!NN_CUDNN_OK(ex, cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                                 h, p->x, p->y, p->conv, p->w, perf[i].algo,
-                                 &need)))
-            return -1;
-        if (need > limit)
-            continue;
-        p->filter = perf[i].algo;
-        p->filter_ws = need;
-        return 1;
-    }
-    return 0;
+    return pick_algo<cudnnConvolutionBwdFilterAlgoPerf_t,
+                     cudnnConvolutionBwdFilterAlgo_t,
+                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
+        ex, "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
+        [&](int n, int *got, cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                h, p->x, p->y, p->conv, p->w, n, got, perf);
+        },
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize",
+        [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *need) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                h, p->x, p->y, p->conv, p->w, a, need);
+        },
+        limit, &p->filter, &p->filter_ws);
 }
 
 /* Sets p's descriptors for `batch` examples of geometry d and picks the
