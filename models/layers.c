@@ -42,7 +42,8 @@ static void copy_rows(float *out, const float *in, const nn_layer *l,
                       const nn_pass *p)
 {
     if (out != in)
-        memcpy(out, in, (size_t)p->n * nn_shape_numel(&l->in) * sizeof *out);
+        nn_copy_floats(p->be, p->ex, out, in,
+                       (size_t)p->n * nn_shape_numel(&l->in));
 }
 
 /* ---- flatten [nn.Flatten]: (C, H, W) -> (C*H*W); the buffer is reused as

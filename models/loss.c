@@ -161,7 +161,7 @@ void nn_loss_output(const nn_loss_spec *loss, const nn_backend *be,
         break;
     default:
         if (dst != out)
-            memcpy(dst, out, (size_t)n * width * sizeof *dst);
+            nn_copy_floats(be, ex, dst, out, (size_t)n * width);
     }
 }
 

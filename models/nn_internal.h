@@ -293,6 +293,8 @@ struct nn_workspace {
     const nn_arch *arch;
     uint32_t max_batch;
     int training;              /* has backward buffers */
+    const nn_backend *be;      /* arch->be when made; the memory's owner
+                                  (the arch may be freed first) */
     const nn_exec *ex;         /* always &own */
     nn_exec own;               /* pool (NULL: serial) and work arena */
     float *mem;
@@ -301,13 +303,48 @@ struct nn_workspace {
     float *grad[2];                  /* training: activation-gradient ping-pong */
     int32_t *labels;                 /* (max_batch) class targets */
     float *targets;                  /* (max_batch, num_outputs) values */
+    /* Host staging: where the host writes an input batch, labels and
+     * targets before nn_workspace_upload_* moves them to act[0], labels
+     * and targets. On a host-visible backend (nn_backend_host_visible)
+     * they are those buffers themselves and the uploads do nothing, so the
+     * CPU path makes no copies; else one host allocation (host_mem). */
+    float *host_in;                  /* (max_batch, input) */
+    int32_t *host_labels;            /* (max_batch) */
+    float *host_targets;             /* (max_batch, num_outputs) */
+    void *host_mem;
+    /* Not host-visible only: (max_batch, max(2, output)) backend floats
+     * that predict's output is computed into before the download. */
+    float *out;
 };
+
+/* 1 when be's memory is the host's (the CPU backend): the engine then
+ * writes inputs and reads results in place. Every other backend goes
+ * through host staging and upload/download. The one place that decides. */
+static inline int nn_backend_host_visible(const nn_backend *be)
+{
+    return be == &nn_backend_cpu;
+}
+
+/* dst = src, len floats of be's memory (neither overlapping): memcpy on a
+ * host-visible backend, a backend kernel otherwise. */
+void nn_copy_floats(const nn_backend *be, const nn_exec *ex, float *dst,
+                    const float *src, size_t len);
 
 /* A workspace for arch. training: keep every activation and add backward
  * buffers; else activations ping-pong between two buffers. NULL when out of
  * memory or when the sizes overflow. */
 nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
                                       int training);
+/* The same on an execution context of arch->be (base: its pool and device;
+ * NULL: serial on the host): every float buffer and the work arena come
+ * from arch->be->alloc. base->device must outlive the workspace. */
+nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
+                                     int training, const nn_exec *base);
+
+/* Move the first n rows of host_in to act[0], and of host_labels /
+ * host_targets to labels / targets; nothing on a host-visible backend. */
+void nn_workspace_upload_input(nn_workspace *ws, uint32_t n);
+void nn_workspace_upload_targets(nn_workspace *ws, uint32_t n);
 
 /* Runs the workspace's kernels on pool (NULL: serially), sizing the work
  * arena for its thread count. TY_ENOMEM leaves the workspace as it was. */

@@ -37,14 +37,26 @@ static uint64_t round_up(uint64_t n)
 nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
                                       int training)
 {
+    return nn_workspace_create_on(arch, max_batch, training, NULL);
+}
+
+nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
+                                     int training, const nn_exec *base)
+{
     if (max_batch == 0)
         return NULL;
     nn_workspace *ws = calloc(1, sizeof *ws);
     if (!ws)
         return NULL;
+    const nn_backend *be = arch->be;
+    const int host = nn_backend_host_visible(be);
     ws->arch = arch;
+    ws->be = be;
     ws->max_batch = max_batch;
     ws->training = training;
+    /* The device context first: alloc needs it. The arena comes later. */
+    ws->own = (nn_exec){.pool = base ? base->pool : NULL,
+                        .device = base ? base->device : NULL};
     ws->ex = &ws->own;
     const uint64_t b = max_batch;
     const uint64_t big = round_up(b * arch->max_numel);
@@ -92,9 +104,14 @@ nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
     total += round_up(b);
     off_targets = total;
     total += round_up(b * arch->num_outputs);
+    uint64_t off_out = total;
+    const uint64_t out_w = nn_shape_numel(&arch->output) > 2
+                               ? nn_shape_numel(&arch->output) : 2;
+    if (!host)
+        total += round_up(b * out_w);
     if (total > SIZE_MAX / sizeof(float))
         goto fail;
-    ws->mem = aligned_alloc(64, (size_t)total * sizeof(float));
+    ws->mem = be->alloc(ws->ex, (size_t)total * sizeof(float));
     if (!ws->mem)
         goto fail;
     for (uint32_t i = 0; i <= arch->n_layers; i++)
@@ -107,29 +124,47 @@ nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
     }
     ws->labels = (int32_t *)(ws->mem + off_labels);
     ws->targets = ws->mem + off_targets;
-    if (nn_workspace_set_pool(ws, NULL) != TY_OK)
+    if (host) {
+        ws->host_in = ws->act[0];
+        ws->host_labels = ws->labels;
+        ws->host_targets = ws->targets;
+    } else {
+        /* The host writes here, then uploads (no alignment needs: plain
+         * row copies and memcpy). */
+        const uint64_t in = b * nn_shape_numel(&arch->input);
+        const uint64_t tg = b * arch->num_outputs;
+        ws->out = ws->mem + off_out;
+        ws->host_mem = malloc((size_t)(in + b + tg) * sizeof(float));
+        if (!ws->host_mem)
+            goto fail;
+        ws->host_in = ws->host_mem;
+        ws->host_labels = (int32_t *)(ws->host_in + in);
+        ws->host_targets = ws->host_in + in + b;
+    }
+    if (nn_workspace_set_pool(ws, ws->own.pool) != TY_OK)
         goto fail;
     return ws;
 fail:
-    free(ws->mem);
-    free(ws);
+    nn_workspace_destroy(ws);
     return NULL;
 }
 
 ty_status nn_workspace_set_pool(nn_workspace *ws, nn_pool *pool)
 {
+    const nn_backend *be = ws->be;
     const uint64_t per = round_up(ws->arch->max_work);
     const uint64_t threads = (uint64_t)nn_pool_threads(pool);
     float *work = NULL;
     if (per) {
         if (per > SIZE_MAX / sizeof(float) / threads)
             return TY_ENOMEM;
-        work = aligned_alloc(64, (size_t)(per * threads) * sizeof(float));
+        work = be->alloc(ws->ex, (size_t)(per * threads) * sizeof(float));
         if (!work)
             return TY_ENOMEM;
     }
-    free(ws->own.work);
-    ws->own = (nn_exec){.pool = pool, .work = work, .work_floats = (size_t)per};
+    be->release(ws->ex, ws->own.work);
+    ws->own = (nn_exec){.pool = pool, .device = ws->own.device, .work = work,
+                        .work_floats = (size_t)per};
     return TY_OK;
 }
 
@@ -137,9 +172,45 @@ void nn_workspace_destroy(nn_workspace *ws)
 {
     if (!ws)
         return;
-    free(ws->own.work);
-    free(ws->mem);
+    ws->be->release(ws->ex, ws->own.work);
+    ws->be->release(ws->ex, ws->mem);
+    free(ws->host_mem);
     free(ws);
+}
+
+void nn_workspace_upload_input(nn_workspace *ws, uint32_t n)
+{
+    if (ws->host_in == ws->act[0])
+        return;
+    ws->be->upload(ws->ex, ws->act[0], ws->host_in,
+                         (size_t)n * nn_shape_numel(&ws->arch->input) *
+                             sizeof(float));
+}
+
+void nn_workspace_upload_targets(nn_workspace *ws, uint32_t n)
+{
+    if (ws->host_labels == ws->labels)
+        return;
+    const nn_backend *be = ws->be;
+    if (ws->arch->task == TY_TASK_CLASSIFICATION)
+        be->upload(ws->ex, ws->labels, ws->host_labels,
+                   (size_t)n * sizeof(int32_t));
+    else
+        be->upload(ws->ex, ws->targets, ws->host_targets,
+                   (size_t)n * ws->arch->num_outputs * sizeof(float));
+}
+
+void nn_copy_floats(const nn_backend *be, const nn_exec *ex, float *dst,
+                    const float *src, size_t len)
+{
+    if (nn_backend_host_visible(be)) {
+        memcpy(dst, src, len * sizeof *dst);
+        return;
+    }
+    /* The contract has no device-to-device copy yet; leaky ReLU with slope
+     * 1 is one, bit for bit (x > 0 ? x : 1 * x is x, -0 and NaN included).
+     * Replace with a copy entry when backend.h gains one. */
+    be->leaky_relu_forward(ex, dst, src, len, 1.0f);
 }
 
 uint32_t nn_workspace_max_batch(const nn_workspace *ws) { return ws->max_batch; }
@@ -188,8 +259,8 @@ void nn_seq_backward(const nn_arch *a, const nn_pass *p, const float *params,
     }
     /* Leading alias layers move no data: the gradient is where it was. */
     if (din && cur != din)
-        memcpy(din, cur,
-               (size_t)p->n * nn_shape_numel(&a->input) * sizeof *din);
+        nn_copy_floats(p->be, p->ex, din, cur,
+                       (size_t)p->n * nn_shape_numel(&a->input));
 }
 
 const float *nn_forward(const nn_arch *arch, const float *params,
@@ -257,14 +328,16 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
                                    "example %u has a class the model does not "
                                    "know",
                                    row);
-                ws->labels[i] = y;
+                ws->host_labels[i] = y;
             } else {
-                memcpy(ws->targets + (size_t)i * arch->num_outputs,
+                memcpy(ws->host_targets + (size_t)i * arch->num_outputs,
                        ds->y_value + (size_t)row * ds->y_dim,
                        arch->num_outputs * sizeof(float));
             }
         }
-        nn_preproc_gather(pp, ws->act[0], ds, idx, first, m);
+        nn_preproc_gather(pp, ws->host_in, ds, idx, first, m);
+        nn_workspace_upload_input(ws, m);
+        nn_workspace_upload_targets(ws, m);
         nn_forward(arch, params, ws, m, 0, NULL);
         uint32_t c = 0;
         sum += nn_loss(arch, ws, m, ws->labels, ws->targets, &c, 0);
@@ -311,11 +384,19 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
     if (n == 0)
         return TY_OK;
     const nn_arch *a = &net->arch;
-    nn_preproc_apply(&net->pp, ws->act[0], x, n);
+    nn_preproc_apply(&net->pp, ws->host_in, x, n);
+    nn_workspace_upload_input(ws, n);
     const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
-    nn_loss_output(&a->loss, a->be, ws->ex, out, y, n,
-                   (uint32_t)nn_shape_numel(&a->output));
-    return TY_OK;
+    const uint32_t width = (uint32_t)nn_shape_numel(&a->output);
+    if (!ws->out) {
+        nn_loss_output(&a->loss, a->be, ws->ex, out, y, n, width);
+        return TY_OK;
+    }
+    /* Off the host: computed on the backend, then downloaded. */
+    nn_loss_output(&a->loss, a->be, ws->ex, ws->out, y, n, width);
+    const size_t w = a->loss.kind == NN_LOSS_BINARY_CROSS_ENTROPY ? 2 : width;
+    a->be->download(ws->ex, out, ws->out, (size_t)n * w * sizeof *out);
+    return a->be->status(ws->ex, err);
 }
 
 ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,

@@ -336,14 +336,31 @@ static double train_step(trainer *t, const loader_batch *b, uint32_t grad_rows,
 {
     nn_workspace *ws = t->ws;
     const uint32_t c = t->arch.num_outputs, m = b->n;
-    /* The step reads the loader's buffer in place; the workspace gets its
-     * own input back after (validation gathers into that). */
-    float *own = loader_bind_input(ws, b->x);
-    nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
-    double sum = nn_loss_scaled(&t->arch, ws, m, b->labels, b->targets, hits,
-                                grad_rows);
-    nn_backward(&t->arch, t->params, t->grads, ws, m);
-    loader_bind_input(ws, own);
+    double sum;
+    if (nn_backend_host_visible(t->arch.be)) {
+        /* The step reads the loader's buffer in place; the workspace gets
+         * its own input back after (validation gathers into that). */
+        float *own = loader_bind_input(ws, b->x);
+        nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
+        sum = nn_loss_scaled(&t->arch, ws, m, b->labels, b->targets, hits,
+                             grad_rows);
+        nn_backward(&t->arch, t->params, t->grads, ws, m);
+        loader_bind_input(ws, own);
+    } else {
+        /* The loader's buffers are the host staging: upload them. */
+        const nn_backend *be = t->arch.be;
+        be->upload(ws->ex, ws->act[0], b->x,
+                   (size_t)m * nn_shape_numel(&t->arch.input) * sizeof(float));
+        if (b->labels)
+            be->upload(ws->ex, ws->labels, b->labels, (size_t)m * sizeof(int32_t));
+        if (b->targets)
+            be->upload(ws->ex, ws->targets, b->targets,
+                       (size_t)m * c * sizeof(float));
+        nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
+        sum = nn_loss_scaled(&t->arch, ws, m, b->labels ? ws->labels : NULL,
+                             b->targets ? ws->targets : NULL, hits, grad_rows);
+        nn_backward(&t->arch, t->params, t->grads, ws, m);
+    }
     /* MSE sums over elements; per example is that over the outputs. */
     return t->arch.task == TY_TASK_REGRESSION ? sum / c : sum;
 }
