@@ -12,7 +12,16 @@
 ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
                         uint64_t param_count, ty_err *err)
 {
+    return nn_optim_init_on(o, hp, param_count, &nn_backend_cpu, NULL, err);
+}
+
+ty_status nn_optim_init_on(nn_optim *o, const train_hparams *hp,
+                           uint64_t param_count, const nn_backend *be,
+                           const nn_exec *ex, ty_err *err)
+{
     memset(o, 0, sizeof *o);
+    o->be = be;
+    o->ex = ex;
     o->kind = hp->optimizer;
     o->lr = hp->learning_rate;
     o->momentum = hp->momentum;
@@ -27,8 +36,11 @@ ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
     else
         o->n_slots = hp->momentum > 0.0 ? 1 : 0;
     if (o->n_slots) {
-        o->state = calloc((size_t)o->n_slots * (param_count ? param_count : 1),
-                          sizeof(float));
+        const size_t bytes = (size_t)o->n_slots *
+                             (param_count ? param_count : 1) * sizeof(float);
+        o->state = be->alloc(ex, bytes);
+        if (o->state)
+            be->zero(ex, o->state, bytes);
         if (!o->state) {
             memset(o, 0, sizeof *o);
             return ty_fail(err, TY_ENOMEM, NULL,
@@ -42,7 +54,8 @@ void nn_optim_free(nn_optim *o)
 {
     if (!o)
         return;
-    free(o->state);
+    if (o->be)
+        o->be->release(o->ex, o->state);
     memset(o, 0, sizeof *o);
 }
 

@@ -29,6 +29,8 @@ typedef struct {
     uint64_t t;                /* steps taken */
     uint32_t n_slots;          /* state arrays: 0, 1 (momentum) or 2 (m, v) */
     float *state;              /* n_slots * param_count floats, owned */
+    const nn_backend *be;      /* whose memory state is */
+    const nn_exec *ex;         /* borrowed, for release */
     int nesterov;              /* sgd */
 } nn_optim;
 
@@ -36,6 +38,11 @@ typedef struct {
  * error TY_ENOMEM and o is zeroed. */
 ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
                         uint64_t param_count, ty_err *err);
+/* nn_optim_init with the state in be's memory (zeroed there); ex (may be
+ * NULL on the CPU) must outlive o, which nn_optim_free releases through. */
+ty_status nn_optim_init_on(nn_optim *o, const train_hparams *hp,
+                           uint64_t param_count, const nn_backend *be,
+                           const nn_exec *ex, ty_err *err);
 void nn_optim_free(nn_optim *o);
 
 /* One step over params with grads (both param_count floats), on be in ex

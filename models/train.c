@@ -193,13 +193,18 @@ static void trainer_free(trainer *t)
 {
     /* First: its thread reads the dataset, the preprocessing and perm. */
     loader_destroy(t->loader);
-    nn_arch_free(&t->arch);
     json_decref(t->spec);
     json_decref(t->identity);
-    free(t->params);
-    free(t->grads);
+    /* The backend's memory goes through the workspace's context, so
+     * before the workspace. */
+    if (t->ws) {
+        t->be->release(t->ws->ex, t->params);
+        t->be->release(t->ws->ex, t->grads);
+    }
+    free(t->host);
     nn_optim_free(&t->opt);
     nn_workspace_destroy(t->ws);
+    nn_arch_free(&t->arch);
     nn_pool_destroy(t->pool);
     nn_preproc_free(&t->pp);
     free(t->perm);
@@ -252,15 +257,28 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     const uint64_t p = t->arch.param_count ? t->arch.param_count : 1;
     const uint64_t state = t->arch.param_count + t->arch.buffer_count + 1;
     uint32_t rows = hp->batch_size < t->n_train ? hp->batch_size : t->n_train;
-    t->params = malloc(state * sizeof(float));
-    t->grads = calloc(p, sizeof(float));
+    t->be = t->arch.be;
     t->perm = malloc((size_t)t->n_train * sizeof *t->perm);
-    t->ws = nn_workspace_create_for(&t->arch, rows, 1);
+    t->ws = nn_workspace_create_on(&t->arch, rows, 1, NULL);
+    if (t->ws) {
+        t->params = t->be->alloc(t->ws->ex, state * sizeof(float));
+        t->grads = t->be->alloc(t->ws->ex, p * sizeof(float));
+        if (t->grads)
+            t->be->zero(t->ws->ex, t->grads, p * sizeof(float));
+    }
     if (!t->params || !t->grads || !t->perm || !t->ws)
         return ty_fail(err, TY_ENOMEM, NULL,
                        "out of memory for the network's buffers");
-    if ((st = nn_optim_init(&t->opt, hp, t->arch.param_count, err)) != TY_OK)
+    if ((st = nn_optim_init_on(&t->opt, hp, t->arch.param_count, t->be,
+                               t->ws->ex, err)) != TY_OK)
         return st;
+    if (!nn_backend_host_visible(t->be)) {
+        /* Zeroed: the slots' mirror uploads as the fresh state. */
+        t->host = calloc(state + (uint64_t)t->opt.n_slots * p, sizeof(float));
+        if (!t->host)
+            return ty_fail(err, TY_ENOMEM, NULL,
+                           "out of memory for the network's buffers");
+    }
     const char *pre = json_string_value(json_object_get(ds->meta, "preprocess"));
     if ((st = nn_preproc_fit(&t->pp, pre, ds, job->train_idx, t->n_train,
                              err)) != TY_OK)
@@ -511,7 +529,9 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
     } else {
         ty_rng init;
         ty_rng_seed(&init, t.hp->seed, TRAIN_STREAM_INIT);
-        nn_arch_init_params(&t.arch, t.params, &init);
+        nn_arch_init_params(&t.arch, train_host_state(&t), &init);
+        if ((st = train_state_upload(&t, err)) != TY_OK)
+            goto done;
     }
     for (uint32_t e = t.epoch_done; e < t.hp->epochs; e++)
         if ((st = run_epoch(&t, e, err)) != TY_OK)

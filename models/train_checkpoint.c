@@ -83,18 +83,61 @@ static ty_status tensor_list_alloc(tensor_list *tl, const nn_arch *a,
     return TY_OK;
 }
 
-/* Parameters, then each optimizer slot. */
+float *train_host_state(const trainer *t)
+{
+    return t->host ? t->host : t->params;
+}
+
+static uint64_t state_floats(const trainer *t)
+{
+    return t->arch.param_count + t->arch.buffer_count;
+}
+
+float *train_host_slot(const trainer *t, uint32_t k)
+{
+    if (!t->host)
+        return nn_optim_slot(&t->opt, k);
+    return k < t->opt.n_slots
+               ? t->host + state_floats(t) + (size_t)k * t->arch.param_count
+               : NULL;
+}
+
+ty_status train_state_download(const trainer *t, int slots, ty_err *err)
+{
+    if (!t->host)
+        return TY_OK;
+    const nn_exec *ex = t->ws->ex;
+    t->be->download(ex, t->host, t->params, state_floats(t) * sizeof(float));
+    for (uint32_t k = 0; slots && k < t->opt.n_slots; k++)
+        t->be->download(ex, train_host_slot(t, k), nn_optim_slot(&t->opt, k),
+                        t->arch.param_count * sizeof(float));
+    return t->be->status(ex, err);
+}
+
+ty_status train_state_upload(const trainer *t, ty_err *err)
+{
+    if (!t->host)
+        return TY_OK;
+    const nn_exec *ex = t->ws->ex;
+    t->be->upload(ex, t->params, t->host, state_floats(t) * sizeof(float));
+    for (uint32_t k = 0; k < t->opt.n_slots; k++)
+        t->be->upload(ex, nn_optim_slot(&t->opt, k), train_host_slot(t, k),
+                      t->arch.param_count * sizeof(float));
+    return t->be->status(ex, err);
+}
+
+/* Parameters, then each optimizer slot (their host copies). */
 static ty_status checkpoint_tensors(const trainer *t, tensor_list *tl,
                                     ty_err *err)
 {
     ty_status st = tensor_list_alloc(tl, &t->arch, 1 + t->opt.n_slots, err);
     if (st != TY_OK)
         return st;
-    add_block(tl, &t->arch, t->params, "", "", 1);
+    add_block(tl, &t->arch, train_host_state(t), "", "", 1);
     for (uint32_t k = 0; k < t->opt.n_slots; k++) {
         char tail[32];
         snprintf(tail, sizeof tail, ".%s", nn_optim_slot_name(&t->opt, k));
-        add_block(tl, &t->arch, nn_optim_slot(&t->opt, k), "optim.", tail, 0);
+        add_block(tl, &t->arch, train_host_slot(t, k), "optim.", tail, 0);
     }
     return TY_OK;
 }
@@ -132,7 +175,10 @@ static json_t *metrics_json(const train_epoch_metrics *m)
 ty_status train_ckpt_save(const trainer *t, ty_err *err)
 {
     tensor_list tl;
-    ty_status st = checkpoint_tensors(t, &tl, err);
+    ty_status st = train_state_download(t, 1, err);
+    if (st != TY_OK)
+        return st;
+    st = checkpoint_tensors(t, &tl, err);
     if (st != TY_OK)
         return st;
     json_t *meta = json_object();
@@ -183,9 +229,11 @@ ty_status train_save_model(const trainer *t, ty_err *err)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory writing the model");
     }
     tensor_list tl;
-    ty_status st = tensor_list_alloc(&tl, a, 1, err);
+    ty_status st = train_state_download(t, 0, err);
+    if (st == TY_OK)
+        st = tensor_list_alloc(&tl, a, 1, err);
     if (st == TY_OK) {
-        add_block(&tl, a, t->params, "", "", 1);
+        add_block(&tl, a, train_host_state(t), "", "", 1);
         st = st_write(t->job->model_path, meta, tl.t, tl.n, err);
         tensor_list_free(&tl);
     }
@@ -279,7 +327,7 @@ static ty_status restore_tensors(trainer *t, const st_file *f, ty_err *err)
             memcpy(tl.dst[i], s->data, s->nbytes);
     }
     tensor_list_free(&tl);
-    return st;
+    return st == TY_OK ? train_state_upload(t, err) : st;
 }
 
 ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err)

@@ -33,7 +33,14 @@ typedef struct {
     nn_arch arch;
     json_t *spec;              /* normalized, owned */
     json_t *identity;          /* what a checkpoint must match, owned */
-    float *params, *grads;     /* param_count floats each */
+    /* The backend's memory (arch.be, kept here: arch is freed first). */
+    const nn_backend *be;
+    float *params, *grads;     /* state block; param_count floats */
+    /* Host mirror of [state block | optimizer slots] for initialisation,
+     * checkpoints and the model file, moved by train_state_download /
+     * _upload; NULL on a host-visible backend, where params and the slots
+     * are read and written in place. */
+    float *host;
     nn_optim opt;
     nn_workspace *ws;          /* training workspace, batch_size rows */
     nn_pool *pool;             /* job->threads workers (NULL: serial) */
@@ -56,6 +63,16 @@ typedef struct {
     double lr;                 /* learning rate of the last step */
     struct loader *loader;     /* minibatches, prefetched (models/loader.h) */
 } trainer;
+
+/* Where the host reads and writes the state block (parameters, then
+ * buffers) and optimizer slot k: the mirror, or the memory itself. */
+float *train_host_state(const trainer *t);
+float *train_host_slot(const trainer *t, uint32_t k);
+/* Copies the state block (and, with slots, the optimizer slots) between
+ * the backend and the host mirror; nothing without a mirror. TY_EDEVICE
+ * with the backend's message when it has failed. */
+ty_status train_state_download(const trainer *t, int slots, ty_err *err);
+ty_status train_state_upload(const trainer *t, ty_err *err);
 
 /* Writes the checkpoint for the trainer's current position, atomically. */
 ty_status train_ckpt_save(const trainer *t, ty_err *err);
