@@ -252,18 +252,19 @@ static ty_status conv_plan(nn_layer *l, ty_err *err)
                                          .numel = l->filters};
         l->n_tensors = 2;
     }
-    /* Plans are made for the CPU backend (nn_arch.be), whose work arena
-     * holds one example's unfolded input and a gradient partial. */
+    /* Plans are made for the arch's backend (l->be): the CPU's work arena
+     * holds one example's unfolded input and a gradient partial, a GPU's
+     * the convolution library's workspace. */
     nn_conv_desc d;
     desc_of(l, &d);
     if (fan_in * nn_shape_numel(&l->out) / l->filters > CONV_MAX_WORK ||
-        nn_backend_cpu.conv2d_work(&d) > CONV_MAX_WORK)
+        l->be->conv2d_work(&d) > CONV_MAX_WORK)
         return ty_fail(err, TY_EINVAL, "kernel_size",
                        "the layer would need more than %u floats of working "
                        "memory per thread; use a smaller kernel, fewer "
                        "channels or a smaller input",
                        CONV_MAX_WORK);
-    l->work_per_thread = nn_backend_cpu.conv2d_work(&d);
+    l->work_per_thread = l->be->conv2d_work(&d);
     return TY_OK;
 }
 

@@ -89,6 +89,7 @@ typedef struct nn_arch nn_arch;
 typedef struct {
     nn_layer_type type;
     const nn_layer_kind *kind;
+    const nn_backend *be;      /* the backend the plan is for (arch->be) */
     uint32_t index;            /* position in the spec's list */
     char path[128];            /* JSON path: "model.layers[2].layers[0]" */
     nn_shape in, out;
@@ -217,6 +218,12 @@ ty_status nn_arch_build_for_loss(const json_t *model,
                                  uint32_t num_outputs, ty_task task,
                                  const nn_loss_spec *loss, nn_arch *arch,
                                  json_t **normalized, ty_err *err);
+/* nn_arch_build_for_loss planned for backend be (NULL: the CPU): arch->be
+ * and every layer's work sizes (conv2d_work) are be's. */
+ty_status nn_arch_build_on(const json_t *model, const uint32_t *input_shape,
+                           uint32_t ndim, uint32_t num_outputs, ty_task task,
+                           const nn_loss_spec *loss, const nn_backend *be,
+                           nn_arch *arch, json_t **normalized, ty_err *err);
 void nn_arch_free(nn_arch *arch);
 
 /* Builds a sub-network (a residual block's body or projection) from the
@@ -224,7 +231,8 @@ void nn_arch_free(nn_arch *arch);
  * for inputs of shape in, at nesting depth. Errors name the inner layer by
  * its full path. *norm gets the normalized list. On error sub is zeroed. */
 ty_status nn_arch_build_seq(const json_t *layers, const char *path,
-                            const nn_shape *in, uint32_t depth, nn_arch *sub,
+                            const nn_shape *in, uint32_t depth,
+                            const nn_backend *be, nn_arch *sub,
                             json_t **norm, ty_err *err);
 
 /* Draws every layer's initial parameters into the state block (param_count

@@ -149,7 +149,8 @@ static ty_status check_final_size(const nn_arch *arch, uint64_t out,
  * layer to norm_layers. */
 static ty_status build_layers(const json_t *layers, const char *path,
                               const nn_shape *in, uint32_t depth,
-                              nn_arch *arch, json_t *norm_layers, ty_err *err)
+                              const nn_backend *be, nn_arch *arch,
+                              json_t *norm_layers, ty_err *err)
 {
     char kinds_list[256];
     ty_status st;
@@ -172,7 +173,7 @@ static ty_status build_layers(const json_t *layers, const char *path,
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
     arch->n_layers = (uint32_t)n;
     arch->depth = depth;
-    arch->be = &nn_backend_cpu;
+    arch->be = be;
     arch->input = *in;
     arch->first_param_layer = arch->n_layers;
     arch->max_numel = nn_shape_numel(in);
@@ -205,6 +206,7 @@ static ty_status build_layers(const json_t *layers, const char *path,
             return layer_fail(err, st, lpath, i, NULL);
         }
         l->index = (uint32_t)i;
+        l->be = be;
         l->in = cur;
         if ((st = tyjson_check_keys(obj, l->kind->keys, "", err)) != TY_OK)
             return layer_fail(err, st, lpath, i, tname);
@@ -252,14 +254,15 @@ static ty_status build_layers(const json_t *layers, const char *path,
 }
 
 ty_status nn_arch_build_seq(const json_t *layers, const char *path,
-                            const nn_shape *in, uint32_t depth, nn_arch *sub,
+                            const nn_shape *in, uint32_t depth,
+                            const nn_backend *be, nn_arch *sub,
                             json_t **norm, ty_err *err)
 {
     memset(sub, 0, sizeof *sub);
     *norm = json_array();
     if (!*norm)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
-    ty_status st = build_layers(layers, path, in, depth, sub, *norm, err);
+    ty_status st = build_layers(layers, path, in, depth, be, sub, *norm, err);
     if (st != TY_OK) {
         json_decref(*norm);
         *norm = NULL;
@@ -320,6 +323,15 @@ ty_status nn_arch_build_for_loss(const json_t *model,
                                  const nn_loss_spec *loss, nn_arch *arch,
                                  json_t **normalized, ty_err *err)
 {
+    return nn_arch_build_on(model, input_shape, ndim, num_outputs, task, loss,
+                            NULL, arch, normalized, err);
+}
+
+ty_status nn_arch_build_on(const json_t *model, const uint32_t *input_shape,
+                           uint32_t ndim, uint32_t num_outputs, ty_task task,
+                           const nn_loss_spec *loss, const nn_backend *be,
+                           nn_arch *arch, json_t **normalized, ty_err *err)
+{
     static const char *const model_keys[] = {"layers", NULL};
     json_t *norm_layers = NULL;
     ty_status st;
@@ -344,7 +356,8 @@ ty_status nn_arch_build_for_loss(const json_t *model,
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
     nn_shape in = {.ndim = ndim};
     memcpy(in.d, input_shape, ndim * sizeof *input_shape);
-    if ((st = build_layers(layers, "model.layers", &in, 0, arch, norm_layers,
+    if ((st = build_layers(layers, "model.layers", &in, 0,
+                           be ? be : &nn_backend_cpu, arch, norm_layers,
                            err)) != TY_OK)
         goto fail;
     arch->num_outputs = num_outputs;

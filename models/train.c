@@ -238,9 +238,13 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         return st;
     uint32_t outputs = ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes
                                                           : ds->y_dim;
-    if ((st = nn_arch_build_for_loss(job->spec, ds->shape, ds->ndim, outputs,
-                                     ds->task, &hp->loss, &t->arch, &t->spec,
-                                     err)) != TY_OK)
+    if (job->be && !nn_backend_host_visible(job->be) && !job->ex)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the %s backend needs an execution context",
+                       job->be->name);
+    if ((st = nn_arch_build_on(job->spec, ds->shape, ds->ndim, outputs,
+                               ds->task, &hp->loss, job->be, &t->arch, &t->spec,
+                               err)) != TY_OK)
         return st;
     if (job->val) {
         const ty_dataset *v = job->val;
@@ -259,7 +263,7 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     uint32_t rows = hp->batch_size < t->n_train ? hp->batch_size : t->n_train;
     t->be = t->arch.be;
     t->perm = malloc((size_t)t->n_train * sizeof *t->perm);
-    t->ws = nn_workspace_create_on(&t->arch, rows, 1, NULL);
+    t->ws = nn_workspace_create_on(&t->arch, rows, 1, job->ex);
     if (t->ws) {
         t->params = t->be->alloc(t->ws->ex, state * sizeof(float));
         t->grads = t->be->alloc(t->ws->ex, p * sizeof(float));
@@ -305,6 +309,9 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     if (threads > MAX_THREADS)
         threads = MAX_THREADS;
     openblas_set_num_threads(1);
+    /* A device backend runs its kernels on its own stream: no pool. */
+    if (!nn_backend_host_visible(t->be))
+        threads = 1;
     t->pool = threads > 1 ? nn_pool_create(threads) : NULL;
     if (nn_workspace_set_pool(t->ws, t->pool) != TY_OK)
         return ty_fail(err, TY_ENOMEM, NULL,
@@ -443,6 +450,15 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         }
         if (isfinite(sum))
             optimizer_step(t);
+        /* A device records its first failure; the step's sums are then
+         * meaningless, so this comes before the loss check. */
+        if (t->host) {
+            ty_status st = t->be->status(t->ws->ex, err);
+            if (st != TY_OK) {
+                ty_err_prefix(err, "training on %s", t->be->name);
+                return st;
+            }
+        }
         if (!isfinite(sum))
             return ty_fail(err, TY_EINVAL, "hyperparameters.learning_rate",
                            "the training loss became %s at epoch %u, step %llu; "

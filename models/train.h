@@ -82,6 +82,7 @@
 #include <stdint.h>
 
 #include "common/ty.h"
+#include "models/backend.h"
 #include "models/dataset.h"
 #include "models/nn.h"
 
@@ -218,6 +219,13 @@ typedef struct {
                                         a core is left over by `threads`,
                                         1 = always, -1 = never (gather inline);
                                         the weights are the same either way */
+    /* Where the kernels run: backend be (NULL: the CPU's) on the context
+     * ex the caller made for it (NULL on the CPU; on a GPU the one
+     * nn_cuda_exec_init made), which outlives the run. A failure the
+     * backend reports after a step fails the job with TY_EDEVICE and the
+     * backend's message. */
+    const nn_backend *be;
+    const nn_exec *ex;
 } train_job;
 
 /* Trains, checkpointing at least at the end of every epoch, and writes the

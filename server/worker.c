@@ -10,6 +10,9 @@
 #include "common/fsutil.h"
 #include "models/dataset.h"
 #include "models/train.h"
+#ifdef TY_HAVE_CUDA
+#include "gpu/cuda/backend_cuda.h"
+#endif
 
 static volatile sig_atomic_t stop_requested;
 
@@ -58,6 +61,31 @@ static int report_error(const char *msg)
     emit(json_pack("{s:s, s:s}", "event", "error", "message", msg));
     fprintf(stderr, "trainyard worker: %s\n", msg);
     return 2;
+}
+
+/* The device the runner named in TRAINYARD_DEVICE: "cuda" or "cuda:N"
+ * (N within CUDA_VISIBLE_DEVICES) sets *device; anything else (the runner
+ * says "cpu") leaves it -1. TY_EDEVICE when this binary has no CUDA. */
+static ty_status worker_device(int *device, ty_err *err)
+{
+    *device = -1;
+    const char *d = getenv("TRAINYARD_DEVICE");
+    if (!d || strncmp(d, "cuda", 4) != 0 || (d[4] != '\0' && d[4] != ':'))
+        return TY_OK;
+#ifdef TY_HAVE_CUDA
+    char *end = NULL;
+    long n = d[4] == ':' ? strtol(d + 5, &end, 10) : 0;
+    if (d[4] == ':' && (end == d + 5 || *end || n < 0 || n > 1024))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "TRAINYARD_DEVICE=%.32s is not cuda or cuda:N", d);
+    *device = (int)n;
+    return TY_OK;
+#else
+    return ty_fail(err, TY_EDEVICE, NULL,
+                   "TRAINYARD_DEVICE=%.32s but this binary was built without "
+                   "the CUDA backend",
+                   d);
+#endif
 }
 
 static int run(const json_t *job)
@@ -131,7 +159,23 @@ static int run(const json_t *job)
         goto fail;
     }
     train_epoch_metrics final;
+    int device = -1;
+    if (worker_device(&device, &err) != TY_OK)
+        goto fail;
+#ifdef TY_HAVE_CUDA
+    nn_exec dev = {0};
+    if (device >= 0) {
+        if (nn_cuda_exec_init(&dev, device, &err) != TY_OK)
+            goto fail;
+        tj.be = &nn_backend_cuda;
+        tj.ex = &dev;
+    }
+#endif
     ty_status s = train_run(&tj, &final, &err);
+#ifdef TY_HAVE_CUDA
+    if (device >= 0)
+        nn_cuda_exec_free(&dev);
+#endif
     if (s == TY_ECANCELLED) {
         rc = 3;
         goto done;
