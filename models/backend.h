@@ -127,6 +127,8 @@ typedef struct nn_backend {
     void (*download)(const nn_exec *ex, void *dst, const void *src,
                      size_t bytes);
     void (*zero)(const nn_exec *ex, void *dst, size_t bytes);
+    /* backend -> backend copy (the regions may overlap only if equal). */
+    void (*copy)(const nn_exec *ex, void *dst, const void *src, size_t bytes);
     /* Kernels never fail on the CPU; a GPU backend records its first
      * failed call (a CUDA, cuBLAS or cuDNN error, out of memory) in the
      * context and reports it here, with the call that failed, as

@@ -748,6 +748,7 @@ const nn_backend nn_backend_cpu = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .zero = cpu_zero,
+    .copy = cpu_copy,
     .status = cpu_status,
     .supports = cpu_supports,
     .gemm = cpu_gemm,

@@ -306,6 +306,16 @@ static void cuda_zero(const nn_exec *ex, void *dst, size_t bytes)
     (void)NN_CUDA_OK(ex, cudaMemsetAsync(dst, 0, bytes, c->stream));
 }
 
+static void cuda_copy(const nn_exec *ex, void *dst, const void *src,
+                      size_t bytes)
+{
+    nn_cuda_ctx *c = nn_cuda_begin(ex);
+    if (!c || !bytes || dst == src)
+        return;
+    (void)NN_CUDA_OK(ex, cudaMemcpyAsync(dst, src, bytes,
+                                         cudaMemcpyDeviceToDevice, c->stream));
+}
+
 /* Reports the recorded failure; also picks up a fault of work already
  * finished on the stream (an illegal address in a kernel surfaces only
  * there), without waiting for work still running. */
@@ -412,6 +422,7 @@ const nn_backend nn_backend_cuda = {
     .upload = cuda_upload,
     .download = cuda_download,
     .zero = cuda_zero,
+    .copy = cuda_copy,
     .status = cuda_status,
     .supports = cuda_supports,
     .gemm = cuda_gemm,

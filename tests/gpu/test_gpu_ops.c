@@ -372,6 +372,14 @@ static void case_memory(void)
     float *want = hcopy(x, n);
     memset(want + 7, 0, (n - 14) * sizeof(float));
     check_exact("zero of a range", z, want, n);
+    /* copy: a range of one device buffer into another at an offset */
+    float *y = hrand(n, -2, 2);
+    float *dy = dev_from(y, n), *dx2 = dev_from(x, n);
+    H.gpu->copy(&H.dx, dx2 + 5, dy + 11, (n - 20) * sizeof(float));
+    after("copy");
+    float *want2 = hcopy(x, n);
+    memcpy(want2 + 5, y + 11, (n - 20) * sizeof(float));
+    check_exact("device-to-device copy", dev_to_host(dx2, n), want2, n);
     H.gpu->release(&H.dx, NULL);
     after("release(NULL)");
 }
@@ -1466,7 +1474,8 @@ static void case_op_table(void)
         int present;
     } m[] = {
 #define M(x) {#x, H.gpu->x != NULL}
-        M(alloc), M(release), M(upload), M(download), M(zero), M(status),
+        M(alloc), M(release), M(upload), M(download), M(zero), M(copy),
+        M(status),
         M(supports), M(gemm), M(bias_rows), M(bias_grad), M(act_forward),
         M(act_backward), M(dropout_forward), M(dropout_backward),
         M(softmax_xent), M(mse), M(sgd), M(adam), M(batchnorm_forward),
@@ -1479,7 +1488,7 @@ static void case_op_table(void)
 #undef M
     };
     static_assert(sizeof(nn_backend) ==
-                      sizeof(const char *) + 37 * sizeof(void (*)(void)),
+                      sizeof(const char *) + 38 * sizeof(void (*)(void)),
                   "a member was added to nn_backend: list it here too");
     for (size_t i = 0; i < TY_ARRAY_LEN(m); i++)
         if (!m[i].present)
