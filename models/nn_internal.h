@@ -323,7 +323,37 @@ struct nn_workspace {
     /* Not host-visible only: (max_batch, max(2, output)) backend floats
      * that predict's output is computed into before the download. */
     float *out;
+    /* Bytes held from be->alloc now: the float block and the work arena
+     * (what nn_workspace_bytes predicts for them). */
+    uint64_t mem_bytes, work_bytes;
 };
+
+/* Where a workspace's regions lie in its one float allocation, in floats
+ * from its start (every region 64-byte aligned), and how many floats the
+ * work arena needs per thread. The one place the layout is computed: the
+ * workspace is carved by it and memory estimates add it up. */
+typedef struct {
+    uint64_t act[NN_MAX_LAYERS + 1], scratch[NN_MAX_LAYERS];
+    uint64_t grad;             /* training: grad[0]; grad[1] = grad + big */
+    uint64_t big;              /* max_batch * max_numel, rounded up */
+    uint64_t labels, targets;
+    uint64_t out;              /* not host-visible only */
+    uint64_t total;            /* floats of the allocation */
+    uint64_t work_per_thread;  /* floats of the arena per thread */
+} nn_ws_layout;
+
+/* Fills *lay for a workspace of arch (training or not) of max_batch rows on
+ * a host-visible backend or not. -1 when max_batch is 0 or the size does
+ * not fit in size_t. */
+int nn_workspace_layout(const nn_arch *arch, uint32_t max_batch, int training,
+                        int host_visible, nn_ws_layout *lay);
+
+/* The bytes nn_workspace_create_on(arch, max_batch, training, ...) takes
+ * from arch->be->alloc for its float block (returned) and, for `threads`
+ * worker threads (<= 1: serial), its work arena (*work_bytes, may be NULL).
+ * Host staging (plain malloc) is not counted. */
+uint64_t nn_workspace_bytes(const nn_arch *arch, uint32_t max_batch,
+                            int training, int threads, uint64_t *work_bytes);
 
 /* 1 when be's memory is the host's (the CPU backend): the engine then
  * writes inputs and reads results in place. Every other backend goes

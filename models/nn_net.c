@@ -40,16 +40,91 @@ nn_workspace *nn_workspace_create_for(const nn_arch *arch, uint32_t max_batch,
     return nn_workspace_create_on(arch, max_batch, training, NULL);
 }
 
+int nn_workspace_layout(const nn_arch *arch, uint32_t max_batch, int training,
+                        int host_visible, nn_ws_layout *lay)
+{
+    memset(lay, 0, sizeof *lay);
+    if (max_batch == 0)
+        return -1;
+    const uint64_t b = max_batch;
+    const uint64_t big = round_up(b * arch->max_numel);
+    uint64_t total = 0;
+    lay->big = big;
+    if (training) {
+        lay->act[0] = total;
+        total += round_up(b * nn_shape_numel(&arch->input));
+        for (uint32_t i = 0; i < arch->n_layers; i++) {
+            const nn_layer *l = &arch->layers[i];
+            if (l->kind->alias) {
+                lay->act[i + 1] = lay->act[i];
+            } else {
+                lay->act[i + 1] = total;
+                total += round_up(b * nn_shape_numel(&l->out));
+            }
+            lay->scratch[i] = total;
+            total += round_up(b * l->scratch_per_example + l->scratch_fixed);
+        }
+        lay->grad = total;
+        total += 2 * big;
+    } else {
+        /* act[0] is region B; each layer writes the region it does not read.
+         * Layers run one at a time, so they share one scratch region. */
+        int which = 1;
+        uint64_t scratch = 0;
+        lay->act[0] = big;
+        for (uint32_t i = 0; i < arch->n_layers; i++) {
+            const nn_layer *l = &arch->layers[i];
+            if (l->kind->alias || l->kind->identity_in_eval) {
+                lay->act[i + 1] = lay->act[i];
+            } else {
+                which ^= 1;
+                lay->act[i + 1] = which ? big : 0;
+            }
+            lay->scratch[i] = 2 * big;
+            uint64_t need = round_up(b * l->scratch_per_example + l->scratch_fixed);
+            if (need > scratch)
+                scratch = need;
+        }
+        total = 2 * big + scratch;
+    }
+    lay->labels = total;
+    total += round_up(b);
+    lay->targets = total;
+    total += round_up(b * arch->num_outputs);
+    lay->out = total;
+    const uint64_t out_w = nn_shape_numel(&arch->output) > 2
+                               ? nn_shape_numel(&arch->output) : 2;
+    if (!host_visible)
+        total += round_up(b * out_w);
+    lay->total = total;
+    lay->work_per_thread = round_up(arch->max_work);
+    return total > SIZE_MAX / sizeof(float) ? -1 : 0;
+}
+
+uint64_t nn_workspace_bytes(const nn_arch *arch, uint32_t max_batch,
+                            int training, int threads, uint64_t *work_bytes)
+{
+    nn_ws_layout lay;
+    nn_workspace_layout(arch, max_batch, training,
+                        nn_backend_host_visible(arch->be), &lay);
+    uint64_t work = lay.work_per_thread * (uint64_t)(threads > 1 ? threads : 1) *
+                    sizeof(float);
+    if (work_bytes)
+        *work_bytes = work;
+    return lay.total * sizeof(float);
+}
+
 nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
                                      int training, const nn_exec *base)
 {
-    if (max_batch == 0)
+    nn_ws_layout lay;
+    const nn_backend *be = arch->be;
+    const int host = nn_backend_host_visible(be);
+    if (nn_workspace_layout(arch, max_batch, training, host, &lay) != 0)
         return NULL;
     nn_workspace *ws = calloc(1, sizeof *ws);
     if (!ws)
         return NULL;
-    const nn_backend *be = arch->be;
-    const int host = nn_backend_host_visible(be);
     ws->arch = arch;
     ws->be = be;
     ws->max_batch = max_batch;
@@ -59,71 +134,23 @@ nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
                         .device = base ? base->device : NULL};
     ws->ex = &ws->own;
     const uint64_t b = max_batch;
-    const uint64_t big = round_up(b * arch->max_numel);
-    /* First pass: offsets (in floats) of every region; second: pointers. */
-    uint64_t off_act[NN_MAX_LAYERS + 1], off_scratch[NN_MAX_LAYERS];
-    uint64_t total = 0, off_grad = 0, off_labels, off_targets;
-    if (training) {
-        off_act[0] = total;
-        total += round_up(b * nn_shape_numel(&arch->input));
-        for (uint32_t i = 0; i < arch->n_layers; i++) {
-            const nn_layer *l = &arch->layers[i];
-            if (l->kind->alias) {
-                off_act[i + 1] = off_act[i];
-            } else {
-                off_act[i + 1] = total;
-                total += round_up(b * nn_shape_numel(&l->out));
-            }
-            off_scratch[i] = total;
-            total += round_up(b * l->scratch_per_example + l->scratch_fixed);
-        }
-        off_grad = total;
-        total += 2 * big;
-    } else {
-        /* act[0] is region B; each layer writes the region it does not read.
-         * Layers run one at a time, so they share one scratch region. */
-        int which = 1;
-        uint64_t scratch = 0;
-        off_act[0] = big;
-        for (uint32_t i = 0; i < arch->n_layers; i++) {
-            const nn_layer *l = &arch->layers[i];
-            if (l->kind->alias || l->kind->identity_in_eval) {
-                off_act[i + 1] = off_act[i];
-            } else {
-                which ^= 1;
-                off_act[i + 1] = which ? big : 0;
-            }
-            off_scratch[i] = 2 * big;
-            uint64_t need = round_up(b * l->scratch_per_example + l->scratch_fixed);
-            if (need > scratch)
-                scratch = need;
-        }
-        total = 2 * big + scratch;
-    }
-    off_labels = total;
-    total += round_up(b);
-    off_targets = total;
-    total += round_up(b * arch->num_outputs);
-    uint64_t off_out = total;
-    const uint64_t out_w = nn_shape_numel(&arch->output) > 2
-                               ? nn_shape_numel(&arch->output) : 2;
-    if (!host)
-        total += round_up(b * out_w);
+    const uint64_t big = lay.big, total = lay.total;
     if (total > SIZE_MAX / sizeof(float))
         goto fail;
     ws->mem = be->alloc(ws->ex, (size_t)total * sizeof(float));
     if (!ws->mem)
         goto fail;
+    ws->mem_bytes = (uint64_t)total * sizeof(float);
     for (uint32_t i = 0; i <= arch->n_layers; i++)
-        ws->act[i] = ws->mem + off_act[i];
+        ws->act[i] = ws->mem + lay.act[i];
     for (uint32_t i = 0; i < arch->n_layers; i++)
-        ws->scratch[i] = ws->mem + off_scratch[i];
+        ws->scratch[i] = ws->mem + lay.scratch[i];
     if (training) {
-        ws->grad[0] = ws->mem + off_grad;
-        ws->grad[1] = ws->mem + off_grad + big;
+        ws->grad[0] = ws->mem + lay.grad;
+        ws->grad[1] = ws->mem + lay.grad + big;
     }
-    ws->labels = (int32_t *)(ws->mem + off_labels);
-    ws->targets = ws->mem + off_targets;
+    ws->labels = (int32_t *)(ws->mem + lay.labels);
+    ws->targets = ws->mem + lay.targets;
     if (host) {
         ws->host_in = ws->act[0];
         ws->host_labels = ws->labels;
@@ -133,7 +160,7 @@ nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
          * row copies and memcpy). */
         const uint64_t in = b * nn_shape_numel(&arch->input);
         const uint64_t tg = b * arch->num_outputs;
-        ws->out = ws->mem + off_out;
+        ws->out = ws->mem + lay.out;
         ws->host_mem = malloc((size_t)(in + b + tg) * sizeof(float));
         if (!ws->host_mem)
             goto fail;
@@ -152,7 +179,10 @@ fail:
 ty_status nn_workspace_set_pool(nn_workspace *ws, nn_pool *pool)
 {
     const nn_backend *be = ws->be;
-    const uint64_t per = round_up(ws->arch->max_work);
+    nn_ws_layout lay;
+    nn_workspace_layout(ws->arch, ws->max_batch, ws->training,
+                        nn_backend_host_visible(be), &lay);
+    const uint64_t per = lay.work_per_thread;
     const uint64_t threads = (uint64_t)nn_pool_threads(pool);
     float *work = NULL;
     if (per) {
@@ -165,6 +195,7 @@ ty_status nn_workspace_set_pool(nn_workspace *ws, nn_pool *pool)
     be->release(ws->ex, ws->own.work);
     ws->own = (nn_exec){.pool = pool, .device = ws->own.device, .work = work,
                         .work_floats = (size_t)per};
+    ws->work_bytes = work ? per * threads * sizeof(float) : 0;
     return TY_OK;
 }
 

@@ -15,6 +15,19 @@ ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
     return nn_optim_init_on(o, hp, param_count, &nn_backend_cpu, NULL, err);
 }
 
+uint32_t nn_optim_slots(const train_hparams *hp)
+{
+    if (hp->optimizer != TRAIN_OPT_SGD)
+        return 2;
+    return hp->momentum > 0.0 ? 1 : 0;
+}
+
+uint64_t nn_optim_state_bytes(const train_hparams *hp, uint64_t param_count)
+{
+    return (uint64_t)nn_optim_slots(hp) * (param_count ? param_count : 1) *
+           sizeof(float);
+}
+
 ty_status nn_optim_init_on(nn_optim *o, const train_hparams *hp,
                            uint64_t param_count, const nn_backend *be,
                            const nn_exec *ex, ty_err *err)
@@ -31,13 +44,9 @@ ty_status nn_optim_init_on(nn_optim *o, const train_hparams *hp,
     o->eps = hp->epsilon;
     o->param_count = param_count;
     o->nesterov = hp->nesterov;
-    if (o->kind != TRAIN_OPT_SGD)
-        o->n_slots = 2;
-    else
-        o->n_slots = hp->momentum > 0.0 ? 1 : 0;
+    o->n_slots = nn_optim_slots(hp);
     if (o->n_slots) {
-        const size_t bytes = (size_t)o->n_slots *
-                             (param_count ? param_count : 1) * sizeof(float);
+        const size_t bytes = (size_t)nn_optim_state_bytes(hp, param_count);
         o->state = be->alloc(ex, bytes);
         if (o->state)
             be->zero(ex, o->state, bytes);
@@ -46,6 +55,7 @@ ty_status nn_optim_init_on(nn_optim *o, const train_hparams *hp,
             return ty_fail(err, TY_ENOMEM, NULL,
                            "out of memory for the optimizer state");
         }
+        o->bytes = bytes;
     }
     return TY_OK;
 }

@@ -32,7 +32,14 @@ typedef struct {
     const nn_backend *be;      /* whose memory state is */
     const nn_exec *ex;         /* borrowed, for release */
     int nesterov;              /* sgd */
+    uint64_t bytes;            /* taken from be->alloc for state */
 } nn_optim;
+
+/* The state slots hp's optimizer keeps: 0, 1 or 2. */
+uint32_t nn_optim_slots(const train_hparams *hp);
+/* The bytes nn_optim_init_on takes from the backend for param_count
+ * parameters under hp. */
+uint64_t nn_optim_state_bytes(const train_hparams *hp, uint64_t param_count);
 
 /* Sets up an optimizer for param_count parameters with zeroed state. On
  * error TY_ENOMEM and o is zeroed. */

@@ -189,6 +189,83 @@ static int add_augment_identity(const trainer *t, json_t *id)
     return h ? json_object_set_new(h, "augment", loader_augment_to_json(a)) : -1;
 }
 
+int train_threads(int requested, const nn_backend *be)
+{
+    /* A device backend runs its kernels on its own stream: no pool. */
+    if (be && !nn_backend_host_visible(be))
+        return 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = requested > 0 ? requested : (int)(cores > 0 ? cores : 1);
+    /* Workers wait by spinning: more of them than cores only slows down. */
+    if (cores > 0 && threads > cores)
+        threads = (int)cores;
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    return threads;
+}
+
+uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
+                               uint32_t n_train, int threads,
+                               train_memory *out)
+{
+    train_memory m = {0};
+    const uint64_t p = arch->param_count ? arch->param_count : 1;
+    m.param_count = arch->param_count;
+    m.batch_rows = hp->batch_size < n_train ? hp->batch_size : n_train;
+    if (m.batch_rows == 0)
+        m.batch_rows = 1;
+    m.state = (arch->param_count + arch->buffer_count + 1) * sizeof(float);
+    m.grads = p * sizeof(float);
+    m.optimizer = nn_optim_state_bytes(hp, arch->param_count);
+    m.activations = nn_workspace_bytes(arch, m.batch_rows, 1, threads, &m.work);
+    m.total = m.state + m.grads + m.optimizer + m.activations + m.work;
+    if (out)
+        *out = m;
+    return m.total;
+}
+
+ty_status train_memory_estimate_spec(const json_t *spec,
+                                     const uint32_t *input_shape,
+                                     uint32_t ndim, uint32_t num_outputs,
+                                     ty_task task, const train_hparams *hp,
+                                     uint32_t n_train, int threads,
+                                     const nn_backend *be, train_memory *out,
+                                     ty_err *err)
+{
+    nn_arch arch;
+    ty_status st = nn_arch_build_on(spec, input_shape, ndim, num_outputs, task,
+                                    &hp->loss, be ? be : &nn_backend_cpu,
+                                    &arch, NULL, err);
+    if (st != TY_OK)
+        return st;
+    train_memory_estimate(&arch, hp, n_train, threads, out);
+    nn_arch_free(&arch);
+    return TY_OK;
+}
+
+void train_format_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof *units) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, len, v < 10.0 ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+/* Counts bytes the run now holds from the backend's alloc. */
+static void train_mem_add(trainer *t, uint64_t bytes)
+{
+    t->mem_live += bytes;
+    if (t->mem_live > t->mem_peak)
+        t->mem_peak = t->mem_live;
+}
+
 static void trainer_free(trainer *t)
 {
     /* First: its thread reads the dataset, the preprocessing and perm. */
@@ -257,18 +334,35 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
                            "data's shape and task");
     }
 
+    /* The backend splits work over its own pool; OpenBLAS runs each part
+     * on one thread (its threading is far slower on these sizes). Without
+     * a pool (threads 1, or no threads to be had) everything is serial.
+     * The pool comes first so the workspace sizes its work arena for it
+     * once (train_memory_estimate counts that one arena; should the pool
+     * not start, the arena is one thread's and the estimate an upper
+     * bound). */
+    t->be = t->arch.be;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int threads = train_threads(job->threads, t->be);
+    openblas_set_num_threads(1);
+    t->pool = threads > 1 ? nn_pool_create(threads) : NULL;
+    const nn_exec base = {.pool = t->pool,
+                          .device = job->ex ? job->ex->device : NULL};
+
     /* params is the state block: parameters, then buffers. */
     const uint64_t p = t->arch.param_count ? t->arch.param_count : 1;
     const uint64_t state = t->arch.param_count + t->arch.buffer_count + 1;
     uint32_t rows = hp->batch_size < t->n_train ? hp->batch_size : t->n_train;
-    t->be = t->arch.be;
     t->perm = malloc((size_t)t->n_train * sizeof *t->perm);
-    t->ws = nn_workspace_create_on(&t->arch, rows, 1, job->ex);
+    t->ws = nn_workspace_create_on(&t->arch, rows, 1, &base);
     if (t->ws) {
-        t->params = t->be->alloc(t->ws->ex, state * sizeof(float));
-        t->grads = t->be->alloc(t->ws->ex, p * sizeof(float));
-        if (t->grads)
+        train_mem_add(t, t->ws->mem_bytes + t->ws->work_bytes);
+        if ((t->params = t->be->alloc(t->ws->ex, state * sizeof(float))))
+            train_mem_add(t, state * sizeof(float));
+        if ((t->grads = t->be->alloc(t->ws->ex, p * sizeof(float)))) {
+            train_mem_add(t, p * sizeof(float));
             t->be->zero(t->ws->ex, t->grads, p * sizeof(float));
+        }
     }
     if (!t->params || !t->grads || !t->perm || !t->ws)
         return ty_fail(err, TY_ENOMEM, NULL,
@@ -276,6 +370,7 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     if ((st = nn_optim_init_on(&t->opt, hp, t->arch.param_count, t->be,
                                t->ws->ex, err)) != TY_OK)
         return st;
+    train_mem_add(t, t->opt.bytes);
     if (!nn_backend_host_visible(t->be)) {
         /* Zeroed: the slots' mirror uploads as the fresh state. */
         t->host = calloc(state + (uint64_t)t->opt.n_slots * p, sizeof(float));
@@ -297,25 +392,6 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         add_training_identity(t, t->identity) != 0 ||
         add_augment_identity(t, t->identity) != 0)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-
-    /* The backend splits work over its own pool; OpenBLAS runs each part
-     * on one thread (its threading is far slower on these sizes). Without
-     * a pool (threads 1, or no threads to be had) everything is serial. */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = job->threads > 0 ? job->threads : (int)(cores > 0 ? cores : 1);
-    /* Workers wait by spinning: more of them than cores only slows down. */
-    if (cores > 0 && threads > cores)
-        threads = (int)cores;
-    if (threads > MAX_THREADS)
-        threads = MAX_THREADS;
-    openblas_set_num_threads(1);
-    /* A device backend runs its kernels on its own stream: no pool. */
-    if (!nn_backend_host_visible(t->be))
-        threads = 1;
-    t->pool = threads > 1 ? nn_pool_create(threads) : NULL;
-    if (nn_workspace_set_pool(t->ws, t->pool) != TY_OK)
-        return ty_fail(err, TY_ENOMEM, NULL,
-                       "out of memory for the network's buffers");
 
     /* The loader's own thread pays off only on a core the compute threads
      * leave free: on a full machine it preempts a pool worker mid-GEMM and
@@ -500,6 +576,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         .val_accuracy = -1.0,
         .samples_per_sec = seconds > 0 ? (double)session_seen / seconds : 0.0,
         .seconds = seconds,
+        .peak_memory_bytes = t->mem_peak,
     };
     if (job->val) {
         uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;

@@ -182,6 +182,10 @@ typedef struct {
     double val_accuracy;       /* -1 for regression or no validation set */
     double samples_per_sec;
     double seconds;            /* wall time of the epoch */
+    /* The most bytes the run has held from the backend's alloc at once so
+     * far (counted at every allocation the trainer makes through it);
+     * equals train_memory_estimate's total for the run. */
+    uint64_t peak_memory_bytes;
 } train_epoch_metrics;
 
 typedef struct {
@@ -227,6 +231,44 @@ typedef struct {
     const nn_backend *be;
     const nn_exec *ex;
 } train_job;
+
+/* The compute threads a run uses for job.threads = requested on be (NULL:
+ * the CPU's): 0 = all cores, at most the core count and 64; 1 on a
+ * backend that is not host-visible (it runs on its own stream). */
+int train_threads(int requested, const nn_backend *be);
+
+/* What a training run takes from its backend's alloc, in bytes, by part.
+ * Exact: train_run allocates exactly these (and nothing more through the
+ * backend) before its first step and holds them to the end, so total is
+ * also its peak. Host-side memory (the dataset, the loader's batches, a
+ * device backend's host staging and mirror) is not counted. */
+typedef struct {
+    uint64_t state;            /* parameters and buffers (+1 float) */
+    uint64_t grads;            /* one per parameter */
+    uint64_t optimizer;        /* 0, 1 or 2 slots per parameter */
+    uint64_t activations;      /* the training workspace's float block:
+                                  activations, layer scratch, activation
+                                  gradients, labels, targets */
+    uint64_t work;             /* per-thread work arena, all threads */
+    uint64_t total;
+    uint32_t batch_rows;       /* min(batch_size, n_train) */
+    uint64_t param_count;
+} train_memory;
+
+/* train_memory for training the (validated) model spec on data of the
+ * given input shape, task and outputs with hp (loss resolved) over n_train
+ * examples on `threads` (as train_threads resolves them) on backend be
+ * (NULL: the CPU's). TY_EINVAL when the spec does not build. */
+ty_status train_memory_estimate_spec(const json_t *spec,
+                                     const uint32_t *input_shape,
+                                     uint32_t ndim, uint32_t num_outputs,
+                                     ty_task task, const train_hparams *hp,
+                                     uint32_t n_train, int threads,
+                                     const nn_backend *be, train_memory *out,
+                                     ty_err *err);
+
+/* Writes "about 3.2 GiB" style byte counts: n in B, KiB, MiB or GiB. */
+void train_format_bytes(uint64_t n, char *buf, size_t len);
 
 /* Trains, checkpointing at least at the end of every epoch, and writes the
  * final model (nn.h's format) to model_path. Preprocessing is computed from

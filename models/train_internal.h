@@ -62,7 +62,18 @@ typedef struct {
     uint64_t total_steps;      /* optimizer steps of the whole run */
     double lr;                 /* learning rate of the last step */
     struct loader *loader;     /* minibatches, prefetched (models/loader.h) */
+    /* Bytes held from the backend's alloc now and at most so far, counted
+     * at each allocation the trainer makes (train_peak). */
+    uint64_t mem_live, mem_peak;
 } trainer;
+
+/* train_memory for training arch (built on the run's backend) with hp over
+ * n_train examples on `threads` compute threads (as train_threads gives);
+ * returns out->total. The layout arithmetic is the workspace's own
+ * (nn_workspace_bytes) and the optimizer's (nn_optim_state_bytes). */
+uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
+                               uint32_t n_train, int threads,
+                               train_memory *out);
 
 /* Where the host reads and writes the state block (parameters, then
  * buffers) and optimizer slot k: the mirror, or the memory itself. */

@@ -1,0 +1,243 @@
+/* test_memory.c - train_memory_estimate is exact: a counting backend (the
+ * CPU's kernels behind an alloc/release that count live and peak bytes,
+ * driven as a device backend through train_job.be/ex, so the trainer takes
+ * its staging/upload path) sees a short training run of an MLP, a CNN and a
+ * residual net with batchnorm, under every optimizer, hold at most exactly
+ * the estimated bytes, and release them all; the run's reported
+ * peak_memory_bytes is that same figure. On the CPU backend itself (two
+ * threads, so the work arena is two threads') the reported peak equals the
+ * estimate too. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fsutil.h"
+#include "models/train.h"
+#include "synth_data.h"
+
+static char dir[64];
+
+static int setup(void **state)
+{
+    snprintf(dir, sizeof dir, "/tmp/ty_memory_XXXXXX");
+    return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    fs_remove_tree(dir, NULL);
+    return 0;
+}
+
+/* ---- the counting backend ---- */
+
+#define HDR 256u /* keeps the contract's 256-byte alignment */
+
+static uint64_t live, peak, allocs;
+
+static void *count_alloc(const nn_exec *ex, size_t bytes)
+{
+    (void)ex;
+    unsigned char *p = aligned_alloc(256, HDR + (bytes + 255) / 256 * 256);
+    if (!p)
+        return NULL;
+    memcpy(p, &bytes, sizeof bytes);
+    live += bytes;
+    allocs++;
+    if (live > peak)
+        peak = live;
+    return p + HDR;
+}
+
+static void count_release(const nn_exec *ex, void *q)
+{
+    (void)ex;
+    if (!q)
+        return;
+    unsigned char *p = (unsigned char *)q - HDR;
+    size_t bytes;
+    memcpy(&bytes, p, sizeof bytes);
+    live -= bytes;
+    free(p);
+}
+
+static nn_backend counting;
+
+static int device_token;
+
+/* ---- the runs ---- */
+
+static const char *const mlp =
+    "{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":32},"
+    "{\"type\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.1},"
+    "{\"type\":\"dense\",\"units\":3}]}";
+static const char *const cnn =
+    "{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,"
+    "\"padding\":\"same\"},{\"type\":\"relu\"},"
+    "{\"type\":\"maxpool2d\",\"pool_size\":2},{\"type\":\"flatten\"},"
+    "{\"type\":\"dense\",\"units\":3}]}";
+static const char *const resnet =
+    "{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,\"kernel_size\":3,"
+    "\"padding\":\"same\"},{\"type\":\"batchnorm\"},{\"type\":\"relu\"},"
+    "{\"type\":\"residual\",\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
+    "\"kernel_size\":3,\"padding\":\"same\"},{\"type\":\"batchnorm\"},"
+    "{\"type\":\"relu\"}]},{\"type\":\"flatten\"},"
+    "{\"type\":\"dense\",\"units\":3}]}";
+
+static const char *const optimizers[] = {
+    "{\"optimizer\":\"sgd\"}",
+    "{\"optimizer\":\"sgd\",\"momentum\":0.9}",
+    "{\"optimizer\":\"adam\"}",
+    "{\"optimizer\":\"adamw\"}",
+};
+
+/* Trains spec for 2 epochs (batch 16 over 40 examples: a short last batch)
+ * on be (NULL: the CPU) with `threads`; returns the estimate and checks the
+ * run's reported peak against it. */
+static void check_run(const char *spec_text, const char *hp_text,
+                      const nn_backend *be, int threads)
+{
+    const uint32_t shape[3] = {2, 6, 6};
+    synth s;
+    synth_init(&s, TY_TASK_CLASSIFICATION, 40, shape, 3, TY_DTYPE_F32, 3,
+               "none");
+    for (uint32_t i = 0; i < 40; i++) {
+        s.y[i] = (int32_t)(i % 3);
+        for (uint32_t j = 0; j < s.ds.features; j++)
+            ((float *)s.x)[(size_t)i * s.ds.features + j] =
+                (float)((i * 7 + j * 3) % 11) / 11.0f;
+    }
+    json_t *spec = json_loads(spec_text, 0, NULL);
+    json_t *hpj = json_loads(hp_text, 0, NULL);
+    assert_non_null(spec);
+    assert_non_null(hpj);
+    json_object_set_new(hpj, "epochs", json_integer(2));
+    json_object_set_new(hpj, "batch_size", json_integer(16));
+    json_object_set_new(hpj, "seed", json_integer(5));
+    train_hparams hp;
+    ty_err err = {0};
+    assert_int_equal(train_hparams_parse(hpj, &hp, NULL, &err), TY_OK);
+    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3,
+                                                NULL, &err),
+                     TY_OK);
+    train_memory est;
+    int t = train_threads(threads, be);
+    assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
+                                                TY_TASK_CLASSIFICATION, &hp,
+                                                40, t, be, &est, &err),
+                     TY_OK);
+    assert_int_equal(est.batch_rows, 16);
+    assert_int_equal(est.total, est.state + est.grads + est.optimizer +
+                                    est.activations + est.work);
+    uint32_t slots = hp.optimizer != TRAIN_OPT_SGD ? 2
+                     : hp.momentum > 0              ? 1
+                                                    : 0;
+    assert_int_equal(est.optimizer, (uint64_t)slots * est.param_count * 4);
+
+    char model[128];
+    snprintf(model, sizeof model, "%s/model.safetensors", dir);
+    unlink(model);
+    nn_exec ex = {.device = &device_token};
+    train_job job = {.spec = spec, .hp = &hp, .train = &s.ds,
+                     .model_path = model, .threads = threads,
+                     .be = be, .ex = be ? &ex : NULL};
+    live = peak = allocs = 0;
+    train_epoch_metrics fin;
+    ty_status st = train_run(&job, &fin, &err);
+    if (st != TY_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(fin.peak_memory_bytes, est.total);
+    if (be) {
+        assert_true(allocs >= 3); /* workspace, state, grads (+ arena, slots) */
+        assert_int_equal(peak, est.total);
+        assert_int_equal(live, 0);
+    }
+    json_decref(spec);
+    json_decref(hpj);
+    synth_free(&s);
+}
+
+static void check_all(const char *spec, const nn_backend *be, int threads)
+{
+    for (size_t i = 0; i < sizeof optimizers / sizeof *optimizers; i++)
+        check_run(spec, optimizers[i], be, threads);
+}
+
+static void test_mlp_counted(void **state) { check_all(mlp, &counting, 1); }
+static void test_cnn_counted(void **state) { check_all(cnn, &counting, 1); }
+static void test_resnet_counted(void **state)
+{
+    check_all(resnet, &counting, 1);
+}
+
+/* On the CPU itself: the reported peak, with a two-thread work arena. */
+static void test_cpu_reported(void **state)
+{
+    check_all(mlp, NULL, 2);
+    check_all(cnn, NULL, 2);
+    check_all(resnet, NULL, 2);
+}
+
+/* The estimate grows with the batch: activations scale, parameters don't;
+ * a batch above the example count is the example count. */
+static void test_estimate_scales(void **state)
+{
+    const uint32_t shape[3] = {2, 6, 6};
+    json_t *spec = json_loads(cnn, 0, NULL);
+    train_hparams hp;
+    ty_err err = {0};
+    assert_int_equal(train_hparams_parse(NULL, &hp, NULL, &err), TY_OK);
+    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3,
+                                                NULL, &err),
+                     TY_OK);
+    train_memory a, b, c;
+    hp.batch_size = 16;
+    assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
+                                                TY_TASK_CLASSIFICATION, &hp,
+                                                1000, 1, NULL, &a, &err),
+                     TY_OK);
+    hp.batch_size = 512;
+    assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
+                                                TY_TASK_CLASSIFICATION, &hp,
+                                                1000, 1, NULL, &b, &err),
+                     TY_OK);
+    assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
+                                                TY_TASK_CLASSIFICATION, &hp,
+                                                100, 1, NULL, &c, &err),
+                     TY_OK);
+    assert_int_equal(a.state, b.state);
+    assert_int_equal(a.optimizer, b.optimizer);
+    assert_true(b.activations > 20 * a.activations);
+    assert_int_equal(c.batch_rows, 100);
+    assert_true(c.total < b.total);
+    char buf[32];
+    train_format_bytes(3435973837ull, buf, sizeof buf);
+    assert_string_equal(buf, "3.2 GiB");
+    train_format_bytes(12u << 20, buf, sizeof buf);
+    assert_string_equal(buf, "12 MiB");
+    train_format_bytes(100, buf, sizeof buf);
+    assert_string_equal(buf, "100 B");
+    json_decref(spec);
+}
+
+int main(void)
+{
+    counting = nn_backend_cpu;
+    counting.name = "counting";
+    counting.alloc = count_alloc;
+    counting.release = count_release;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mlp_counted),
+        cmocka_unit_test(test_cnn_counted),
+        cmocka_unit_test(test_resnet_counted),
+        cmocka_unit_test(test_cpu_reported),
+        cmocka_unit_test(test_estimate_scales),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
