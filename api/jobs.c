@@ -8,6 +8,7 @@
  * fails minutes later.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,48 @@ static ty_status check_validation(ty_app *app, const char *tenant,
     return s;
 }
 
+/* The training examples the worker will have: all of the dataset with a
+ * validation dataset, else what the split leaves (as train_split). */
+static uint32_t train_examples(const json_t *ds, const json_t *validation)
+{
+    int64_t n = json_integer_value(json_object_get(ds, "num_examples"));
+    const json_t *split = json_object_get(validation, "split");
+    if (split)
+        n -= (int64_t)llround((double)n * json_number_value(split));
+    return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+/* What the job's training will take from the worker's backend (the CPU's,
+ * with the server's --worker-threads), refused when over --max-job-memory
+ * with a 422 on hyperparameters.batch_size that says where it goes. */
+static ty_status check_memory(const ty_app *app, const json_t *spec,
+                              const uint32_t *shape, uint32_t ndim,
+                              uint32_t outputs, ty_task task,
+                              const train_hparams *hp, uint32_t n_train,
+                              train_memory *m, ty_err *err)
+{
+    ty_status s = train_memory_estimate_spec(
+        spec, shape, ndim, outputs, task, hp, n_train,
+        train_threads(app->cfg.worker_threads, NULL), NULL, m, err);
+    if (s != TY_OK || !app->cfg.max_job_memory ||
+        m->total <= app->cfg.max_job_memory)
+        return s;
+    char total[32], state[32], grads[32], opt[32], act[32], work[32], cap[32];
+    train_format_bytes(m->total, total, sizeof total);
+    train_format_bytes(m->state, state, sizeof state);
+    train_format_bytes(m->grads, grads, sizeof grads);
+    train_format_bytes(m->optimizer, opt, sizeof opt);
+    train_format_bytes(m->activations, act, sizeof act);
+    train_format_bytes(m->work, work, sizeof work);
+    train_format_bytes(app->cfg.max_job_memory, cap, sizeof cap);
+    return ty_fail(err, TY_EINVAL, "hyperparameters.batch_size",
+                   "the job needs about %s for training (parameters %s, "
+                   "gradients %s, optimizer state %s, activations %s at batch "
+                   "%u, working memory %s) but this server allows %s per job; "
+                   "lower batch_size or use a smaller model",
+                   total, state, grads, opt, act, m->batch_rows, work, cap);
+}
+
 void api_jobs_create(ty_app *app, http_req *r)
 {
     const json_t *body = api_json_object(r);
@@ -182,11 +225,16 @@ void api_jobs_create(ty_app *app, http_req *r)
                                        &hp.loss, &spec, &params, &err)) != TY_OK ||
         (s = loader_augment_check(&hp.augment, shape, ndim, &err)) != TY_OK)
         goto fail;
+    train_memory mem;
+    if ((s = check_memory(app, spec, shape, ndim, outputs, task, &hp,
+                          train_examples(ds, validation), &mem, &err)) != TY_OK)
+        goto fail;
 
     char id[TY_ID_MAX];
     if ((s = ty_id_new("job_", id, &err)) != TY_OK ||
         (s = store_job_insert(app->store, tenant, id, name, ds_id, validation,
-                              spec, hp_norm, &err)) != TY_OK ||
+                              spec, hp_norm, (int64_t)mem.total, &err)) !=
+            TY_OK ||
         (s = store_job_get(app->store, tenant, id, &job, &err)) != TY_OK)
         goto fail;
     runner_wake(app->runner);

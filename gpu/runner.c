@@ -336,6 +336,12 @@ static void handle_line(runner *r, worker *w, const char *line)
                                            "samples_per_sec", "seconds"};
         for (size_t i = 0; i < TY_ARRAY_LEN(keys); i++)
             json_object_set_new(m, keys[i], metric(ev, keys[i]));
+        /* A byte count: kept whole (older workers do not send it). */
+        json_t *peak = json_object_get(ev, "peak_memory_bytes");
+        json_object_set_new(m, "peak_memory_bytes",
+                            json_is_integer(peak) ? json_integer(
+                                                        json_integer_value(peak))
+                                                  : json_null());
         store_job_epoch(app->store, w->job_id,
                         json_integer_value(json_object_get(ev, "epoch")), m,
                         &err);

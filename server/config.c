@@ -178,6 +178,12 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_int(flag, val, 1, 100000, &cfg->model_cache_size, err);
         } else if (!strcmp(flag, "--connection-timeout")) {
             s = parse_int(flag, val, 1, 86400, &cfg->connection_timeout_s, err);
+        } else if (!strcmp(flag, "--max-job-memory")) {
+            /* 0: no limit. */
+            if (config_parse_size(val, &cfg->max_job_memory) != TY_OK)
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--max-job-memory needs a size such as 512M or "
+                               "2G, or 0 for no limit");
         } else {
             return ty_fail(err, TY_EINVAL, flag,
                            "unknown flag %s (see trainyard serve --help)", flag);
@@ -220,6 +226,11 @@ void config_usage(FILE *f)
         "  --connection-timeout SECONDS\n"
         "                            idle HTTP connections are closed after this\n"
         "                            (default %d)\n"
+        "  --max-job-memory SIZE     refuse jobs whose training would take more\n"
+        "                            memory than this (parameters, gradients,\n"
+        "                            optimizer state, activations at the batch\n"
+        "                            size, working memory); 0 = no limit\n"
+        "                            (default %llu)\n"
         "  -h, --help                show this help\n"
         "\n"
         "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"
@@ -229,5 +240,6 @@ void config_usage(FILE *f)
         (unsigned long long)(d.max_upload_bytes >> 20),
         (unsigned long long)(d.max_json_bytes >> 20),
         (unsigned long long)(d.max_fetch_bytes >> 20), d.fetch_timeout_s,
-        d.fetch_hosts, d.model_cache_size, d.connection_timeout_s);
+        d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
+        (unsigned long long)d.max_job_memory);
 }

@@ -27,6 +27,8 @@ typedef struct {
     char fetch_hosts[1024];      /* hosts dataset URLs may name; "*" = any */
     int model_cache_size;        /* trained models kept loaded for predict */
     int connection_timeout_s;    /* idle HTTP connections are closed after */
+    uint64_t max_job_memory;     /* bytes a job's training may take from its
+                                    backend (train_memory); 0 = no limit */
 } ty_config;
 
 /* Fills cfg with the defaults. */

@@ -85,6 +85,9 @@ static const char *const migrations[] = {
     "  created_at TEXT NOT NULL);"
     "CREATE INDEX models_tenant ON models(tenant_id, seq);"
     "CREATE INDEX models_sha ON models(sha256);",
+    /* 2: the memory a job's training was estimated to take at submit
+     * (models/train.h's train_memory total; NULL for older jobs) */
+    "ALTER TABLE jobs ADD COLUMN estimated_memory_bytes INTEGER;",
 };
 
 /* ---- helpers ---- */
@@ -582,12 +585,14 @@ ty_status store_dataset_delete(store *st, const char *tenant_id,
     "id, name, status, dataset_id AS dataset, validation AS validation_json, " \
     "spec AS spec_json, hyperparameters AS hyperparameters_json, "            \
     "progress AS progress_json, metrics AS metrics_json, model_id AS model, " \
-    "error, attempts, created_at, started_at, finished_at"
+    "error, attempts, created_at, started_at, finished_at, "                  \
+    "estimated_memory_bytes"
 
 ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
                            const char *name, const char *dataset_id,
                            const json_t *validation, const json_t *spec,
-                           const json_t *hyperparameters, ty_err *err)
+                           const json_t *hyperparameters,
+                           int64_t estimated_memory_bytes, ty_err *err)
 {
     char now[32];
     store_now(now);
@@ -601,10 +606,12 @@ ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
         pthread_mutex_lock(&st->mu);
         s = q(st, NULL, NULL, err,
               "INSERT INTO jobs(id, tenant_id, name, dataset_id, validation, "
-              "spec, hyperparameters, status, progress, metrics, created_at) "
+              "spec, hyperparameters, status, progress, metrics, created_at, "
+              "estimated_memory_bytes) "
               "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', "
-              "'{\"epoch\":0,\"step\":0,\"fraction\":0}', '{}', ?)",
-              "ssssssss", id, tenant_id, name, dataset_id, v, sp, hp, now);
+              "'{\"epoch\":0,\"step\":0,\"fraction\":0}', '{}', ?, ?)",
+              "ssssssssi", id, tenant_id, name, dataset_id, v, sp, hp, now,
+              estimated_memory_bytes);
         pthread_mutex_unlock(&st->mu);
     }
     free(v);

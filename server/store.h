@@ -99,11 +99,13 @@ ty_status store_dataset_delete(store *st, const char *tenant_id,
 #define JOB_CANCELLED "cancelled"
 
 /* Inserts a queued job. spec and hyperparameters are the normalized objects,
- * validation {"split": f} or {"dataset": id} (all borrowed). */
+ * validation {"split": f} or {"dataset": id} (all borrowed);
+ * estimated_memory_bytes the job document's field of that name. */
 ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
                            const char *name, const char *dataset_id,
                            const json_t *validation, const json_t *spec,
-                           const json_t *hyperparameters, ty_err *err);
+                           const json_t *hyperparameters,
+                           int64_t estimated_memory_bytes, ty_err *err);
 
 /* The job's API representation. */
 ty_status store_job_get(store *st, const char *tenant_id, const char *id,

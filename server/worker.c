@@ -42,12 +42,13 @@ static void on_progress(void *ctx, const train_progress *p)
 
 static void on_epoch(void *ctx, const train_epoch_metrics *m)
 {
-    emit(json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "event",
+    emit(json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "event",
                    "epoch", "epoch", (int)m->epoch, "train_loss",
                    m->train_loss, "train_accuracy", m->train_accuracy,
                    "val_loss", m->val_loss, "val_accuracy", m->val_accuracy,
                    "samples_per_sec", m->samples_per_sec, "seconds",
-                   m->seconds));
+                   m->seconds, "peak_memory_bytes",
+                   (json_int_t)m->peak_memory_bytes));
 }
 
 static void on_resume(void *ctx, uint32_t epoch, uint64_t step)

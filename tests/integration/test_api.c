@@ -1116,6 +1116,67 @@ static void test_upload_limit_is_413(void **state)
     srv_cleanup(&small);
 }
 
+/* --max-job-memory: a job whose training would take more is refused at
+ * submit with a 422 on batch_size that says how much it needs; a small one
+ * runs, and every epoch reports the peak it held, which is the estimate
+ * (exact: the trainer allocates exactly what train_memory counts). */
+static void test_job_memory_limit(void **state)
+{
+    srv small;
+    const char *flags[] = {"--max-job-memory", "256K", NULL};
+    assert_int_equal(srv_start(&small, NULL, flags), 0);
+    char a[PATH_MAX + 8], b[PATH_MAX + 8], ds[64], body[1024], job[64];
+    snprintf(a, sizeof a, "x=@%s", file_path("x.npy"));
+    snprintf(b, sizeof b, "y=@%s", file_path("y.npy"));
+    const char *npy[] = {"name=vectors", "format=npy", a, b, NULL};
+    upload_ok(&small, npy, ds);
+
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
+             " \"units\": 256}, {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 512}}", ds);
+    resp *r = http_json(&small, "POST", "/v1/jobs", body);
+    if (r->status != 422)
+        fprintf(stderr, "expected 422, got %ld %s\n", r->status, r->body);
+    assert_int_equal(r->status, 422);
+    assert_string_equal(json_string_value(json_object_get(r->json, "field")),
+                        "hyperparameters.batch_size");
+    const char *detail = json_string_value(json_object_get(r->json, "detail"));
+    assert_non_null(detail);
+    assert_non_null(strstr(detail, "at batch 512"));
+    assert_non_null(strstr(detail, "allows 256 KiB per job"));
+    resp_free(r);
+
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
+             " \"units\": 16}, {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 8}}", ds);
+    r = http_json(&small, "POST", "/v1/jobs", body);
+    assert_int_equal(r->status, 202);
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    json_int_t est = json_integer_value(json_object_get(r->json, "estimated_memory_bytes"));
+    assert_true(est > 0 && est <= 256 * 1024);
+    resp_free(r);
+    json_t *j = wait_job(&small, job, 60);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    assert_int_equal(json_integer_value(json_object_get(j, "estimated_memory_bytes")), est);
+    json_decref(j);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
+    r = http_get(&small, path);
+    assert_int_equal(r->status, 200);
+    json_t *epochs = json_object_get(r->json, "epochs");
+    assert_int_equal(json_array_size(epochs), 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(json_integer_value(json_object_get(
+                             json_array_get(epochs, i), "peak_memory_bytes")),
+                         est);
+    resp_free(r);
+    srv_stop(&small, SIGTERM);
+    srv_cleanup(&small);
+}
+
 /* ---- crash safety ---- */
 
 static int past_epoch_2(const json_t *job)
@@ -1227,6 +1288,7 @@ int main(void)
         cmocka_unit_test(test_worker_crash_fails_only_the_job),
         cmocka_unit_test(test_upload_limit_is_413),
         cmocka_unit_test(test_sigkill_restart_resumes),
+        cmocka_unit_test(test_job_memory_limit),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -50,7 +50,7 @@ static json_t *ds_doc(const char *id)
 static void test_migrated_and_keys(void **state)
 {
     fixture *f = *state;
-    assert_int_equal(store_schema_version(f->st), 1);
+    assert_int_equal(store_schema_version(f->st), 2);
     int64_t n = 0;
     ty_err err;
     assert_int_equal(store_key_count(f->st, &n, &err), TY_OK);
@@ -125,12 +125,13 @@ static void test_job_life_cycle(void **state)
     json_decref(d);
     json_t *v = json_pack("{s:f}", "split", 0.1), *spec = json_pack("{s:[]}", "layers"),
            *hp = json_pack("{s:i}", "epochs", 3);
-    assert_int_equal(store_job_insert(f->st, "tn_a", "job_1", "j", "ds_j", v, spec, hp, &err),
+    assert_int_equal(store_job_insert(f->st, "tn_a", "job_1", "j", "ds_j", v, spec, hp, 1234, &err),
                      TY_OK);
     json_t *job;
     assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
     assert_string_equal(json_string_value(json_object_get(job, "status")), "queued");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(job, "hyperparameters"), "epochs")), 3);
+    assert_int_equal(json_integer_value(json_object_get(job, "estimated_memory_bytes")), 1234);
     json_decref(job);
 
     /* The dataset is in use. */
@@ -227,7 +228,7 @@ static void test_cancel_queued_and_finish(void **state)
     fixture *f = *state;
     ty_err err;
     json_t *o = json_object();
-    assert_int_equal(store_job_insert(f->st, "tn_a", "job_q", "q", "ds_x", o, o, o, &err), TY_OK);
+    assert_int_equal(store_job_insert(f->st, "tn_a", "job_q", "q", "ds_x", o, o, o, 0, &err), TY_OK);
     int running = -1;
     assert_int_equal(store_job_request_cancel(f->st, "tn_b", "job_q", &running, &err), TY_ENOTFOUND);
     assert_int_equal(store_job_request_cancel(f->st, "tn_a", "job_q", &running, &err), TY_OK);
@@ -251,7 +252,7 @@ static void test_reopen_keeps_data(void **state)
     json_decref(d);
     store_close(f->st);
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 1);
+    assert_int_equal(store_schema_version(f->st), 2);
     json_t *doc;
     assert_int_equal(store_dataset_get(f->st, "tn_a", "ds_keep", &doc, NULL, &err), TY_OK);
     json_decref(doc);
