@@ -70,6 +70,7 @@
 
 #include "common/ty.h"
 #include "models/dataset.h"
+#include "models/backend.h"
 
 #define NN_MAX_LAYERS 256
 
@@ -138,6 +139,17 @@ typedef struct nn_workspace nn_workspace;
  * a dtype other than F32, a tensor the spec does not have, NaN/Inf weights,
  * bad metadata), TY_ENOTFOUND, TY_EIO, TY_ENOMEM. */
 ty_status nn_net_load(const char *path, nn_net **out, ty_err *err);
+/* nn_net_load for backend be (NULL: the CPU): the file is read and checked
+ * on the host, then the parameters go to be's memory (be->alloc and upload
+ * on ex). ex is a device context (NULL on the CPU), borrowed: it must
+ * outlive the net and every workspace made for it, and serves one thread at
+ * a time, so callers sharing it serialize predict and evaluate. Workspaces
+ * for the net come from be; predict and evaluate stage their inputs on the
+ * host, upload them, download results, and fail with be->status's
+ * TY_EDEVICE when the device has failed. Besides nn_net_load's errors:
+ * TY_ENOMEM when be is out of memory, TY_EDEVICE. */
+ty_status nn_net_load_on(const char *path, const nn_backend *be,
+                         const nn_exec *ex, nn_net **out, ty_err *err);
 void nn_net_destroy(nn_net *net);
 
 /* Parsed metadata: {"spec", "task", "input_shape", "num_outputs", "classes",

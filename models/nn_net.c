@@ -20,9 +20,13 @@
 #include "models/safetensors.h"
 
 struct nn_net {
-    nn_arch arch;
+    nn_arch arch;              /* built for arch.be, where params live */
     float *params;             /* the state block: param_count parameters,
-                                  then buffer_count buffers */
+                                  then buffer_count buffers; arch.be's
+                                  memory (malloc on the CPU) */
+    const nn_exec *ex;         /* borrowed device context (NULL: the CPU);
+                                  params' allocator and the base of every
+                                  workspace made for the net */
     nn_preproc pp;
     json_t *meta;              /* parsed metadata, see nn_net_meta */
 };
@@ -245,7 +249,7 @@ uint32_t nn_workspace_max_batch(const nn_workspace *ws) { return ws->max_batch; 
 
 nn_workspace *nn_workspace_create(const nn_net *net, uint32_t max_batch)
 {
-    return nn_workspace_create_for(&net->arch, max_batch, 0);
+    return nn_workspace_create_on(&net->arch, max_batch, 0, net->ex);
 }
 
 void nn_seq_forward(const nn_arch *a, const nn_pass *p, const float *params,
@@ -370,6 +374,10 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
         uint32_t c = 0;
         sum += nn_loss(arch, ws, m, ws->labels, ws->targets, &c, 0);
         hits += c;
+        /* A failed device makes the sums garbage: stop at the first. */
+        ty_status st = arch->be->status(ws->ex, err);
+        if (st != TY_OK)
+            return st;
     }
     *loss = cls ? sum / n : sum / ((double)n * arch->num_outputs);
     *accuracy = cls ? (double)hits / n : -1.0;
@@ -392,8 +400,11 @@ void nn_net_destroy(nn_net *net)
 {
     if (!net)
         return;
+    if (nn_backend_host_visible(net->arch.be))
+        free(net->params);
+    else if (net->arch.be)
+        net->arch.be->release(net->ex, net->params);
     nn_arch_free(&net->arch);
-    free(net->params);
     nn_preproc_free(&net->pp);
     json_decref(net->meta);
     free(net);
@@ -432,7 +443,8 @@ ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
                           double *accuracy, ty_err *err)
 {
     uint32_t batch = ds->num_examples < 256 ? ds->num_examples : 256;
-    nn_workspace *ws = nn_workspace_create_for(&net->arch, batch ? batch : 1, 0);
+    nn_workspace *ws =
+        nn_workspace_create_on(&net->arch, batch ? batch : 1, 0, net->ex);
     if (!ws)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory evaluating");
     ty_status st = nn_eval_examples(&net->arch, net->params, &net->pp, ws, ds,
@@ -537,8 +549,9 @@ static ty_status parse_num_outputs(const char *s, uint32_t *out, ty_err *err)
     return TY_OK;
 }
 
-/* Reads and checks every metadata field, builds arch and pp. */
-static ty_status load_meta(nn_net *net, const st_file *f, ty_err *err)
+/* Reads and checks every metadata field, builds arch (for be) and pp. */
+static ty_status load_meta(nn_net *net, const st_file *f,
+                           const nn_backend *be, ty_err *err)
 {
     json_t *spec = NULL, *shape = NULL, *classes = NULL, *pre = NULL,
            *normalized = NULL, *loss_j = NULL, *loss_norm = NULL;
@@ -577,9 +590,9 @@ static ty_status load_meta(nn_net *net, const st_file *f, ty_err *err)
     if ((st = nn_loss_from_json(&loss, loss_j, (ty_task)task, num_outputs,
                                 err)) != TY_OK)
         goto done;
-    st = nn_arch_build_for_loss(spec, input.d, input.ndim, num_outputs,
-                                (ty_task)task, &loss, &net->arch, &normalized,
-                                err);
+    st = nn_arch_build_on(spec, input.d, input.ndim, num_outputs,
+                          (ty_task)task, &loss, be, &net->arch, &normalized,
+                          err);
     if (st != TY_OK) {
         ty_err_prefix(err, "the model's spec does not fit its metadata");
         st = TY_EFORMAT;
@@ -629,9 +642,9 @@ static void format_dims(char *buf, size_t n, const uint64_t *d, uint32_t ndim)
 /* Copies every expected tensor, checking name, dtype and shape. Tensors the
  * architecture does not expect are an error: a file with extra tensors was
  * made for a different model, and loading it would silently drop weights. */
-static ty_status load_params(nn_net *net, const st_file *f, ty_err *err)
+static ty_status load_params(const nn_arch *a, float *state, const st_file *f,
+                             ty_err *err)
 {
-    const nn_arch *a = &net->arch;
     for (uint32_t i = 0; i < a->n_tensors; i++) {
         const nn_named_tensor *nt = &a->tensors[i];
         const nn_tensor_desc *d = nt->desc;
@@ -653,7 +666,7 @@ static ty_status load_params(nn_net *net, const st_file *f, ty_err *err)
                            "tensor '%s' must be F32 %s, got %s %s", nt->name,
                            want, st_dtype_name(st->dtype), got);
         }
-        memcpy(net->params + nt->offset, st->data, d->numel * sizeof(float));
+        memcpy(state + nt->offset, st->data, d->numel * sizeof(float));
     }
     /* PyTorch's batchnorm also saves a step counter, which inference does
      * not use; anything else unexpected means a different model. */
@@ -669,7 +682,7 @@ static ty_status load_params(nn_net *net, const st_file *f, ty_err *err)
                            "the model has an unexpected tensor '%.64s'", name);
     }
     for (uint64_t i = 0; i < a->param_count + a->buffer_count; i++)
-        if (!isfinite(net->params[i]))
+        if (!isfinite(state[i]))
             return ty_fail(err, TY_EFORMAT, NULL,
                            "the model's parameters contain NaN or Inf");
     return TY_OK;
@@ -677,31 +690,61 @@ static ty_status load_params(nn_net *net, const st_file *f, ty_err *err)
 
 ty_status nn_net_load(const char *path, nn_net **out, ty_err *err)
 {
+    return nn_net_load_on(path, NULL, NULL, out, err);
+}
+
+ty_status nn_net_load_on(const char *path, const nn_backend *be,
+                         const nn_exec *ex, nn_net **out, ty_err *err)
+{
     *out = NULL;
+    if (!be)
+        be = &nn_backend_cpu;
     st_file f;
     ty_status st = st_open(path, &f, err);
     if (st != TY_OK)
         return st;
+    float *host = NULL;
     nn_net *net = calloc(1, sizeof *net);
     if (!net) {
         st_close(&f);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
     }
-    if ((st = load_meta(net, &f, err)) != TY_OK)
+    net->ex = nn_backend_host_visible(be) ? NULL : ex;
+    if ((st = load_meta(net, &f, be, err)) != TY_OK)
         goto fail;
+    /* Loaded and checked on the host; a device net then gets a copy.
+     * net->params holds only be's memory, so destroy frees it right. */
     const uint64_t state = net->arch.param_count + net->arch.buffer_count;
-    net->params = malloc((state ? state : 1) * sizeof(float));
-    if (!net->params) {
+    const size_t bytes = (size_t)(state ? state : 1) * sizeof(float);
+    host = malloc(bytes);
+    if (!host) {
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
         goto fail;
     }
-    if ((st = load_params(net, &f, err)) != TY_OK)
+    if ((st = load_params(&net->arch, host, &f, err)) != TY_OK)
         goto fail;
     st_close(&f);
+    if (nn_backend_host_visible(be)) {
+        net->params = host;
+    } else {
+        net->params = be->alloc(net->ex, bytes);
+        if (!net->params) {
+            st = ty_fail(err, TY_ENOMEM, NULL,
+                         "out of %s memory loading the model (%zu bytes)",
+                         be->name, bytes);
+            goto fail_closed;
+        }
+        be->upload(net->ex, net->params, host, bytes);
+        if ((st = be->status(net->ex, err)) != TY_OK)
+            goto fail_closed;
+        free(host);
+    }
     *out = net;
     return TY_OK;
 fail:
     st_close(&f);
+fail_closed:
+    free(host);
     nn_net_destroy(net);
     return st;
 }

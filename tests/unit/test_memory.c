@@ -19,6 +19,7 @@
 
 #include "common/fsutil.h"
 #include "models/train.h"
+#include "fake_device.h"
 #include "synth_data.h"
 
 static char dir[64];
@@ -35,39 +36,7 @@ static int teardown(void **state)
     return 0;
 }
 
-/* ---- the counting backend ---- */
-
-#define HDR 256u /* keeps the contract's 256-byte alignment */
-
-static uint64_t live, peak, allocs;
-
-static void *count_alloc(const nn_exec *ex, size_t bytes)
-{
-    (void)ex;
-    unsigned char *p = aligned_alloc(256, HDR + (bytes + 255) / 256 * 256);
-    if (!p)
-        return NULL;
-    memcpy(p, &bytes, sizeof bytes);
-    live += bytes;
-    allocs++;
-    if (live > peak)
-        peak = live;
-    return p + HDR;
-}
-
-static void count_release(const nn_exec *ex, void *q)
-{
-    (void)ex;
-    if (!q)
-        return;
-    unsigned char *p = (unsigned char *)q - HDR;
-    size_t bytes;
-    memcpy(&bytes, p, sizeof bytes);
-    live -= bytes;
-    free(p);
-}
-
-static nn_backend counting;
+/* The counting backend is fake_device.h's. */
 
 static int device_token;
 
@@ -147,16 +116,16 @@ static void check_run(const char *spec_text, const char *hp_text,
     train_job job = {.spec = spec, .hp = &hp, .train = &s.ds,
                      .model_path = model, .threads = threads,
                      .be = be, .ex = be ? &ex : NULL};
-    live = peak = allocs = 0;
+    fake_live = fake_peak = fake_allocs = 0;
     train_epoch_metrics fin;
     ty_status st = train_run(&job, &fin, &err);
     if (st != TY_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(fin.peak_memory_bytes, est.total);
     if (be) {
-        assert_true(allocs >= 3); /* workspace, state, grads (+ arena, slots) */
-        assert_int_equal(peak, est.total);
-        assert_int_equal(live, 0);
+        assert_true(fake_allocs >= 3); /* workspace, state, grads (+ arena, slots) */
+        assert_int_equal(fake_peak, est.total);
+        assert_int_equal(fake_live, 0);
     }
     json_decref(spec);
     json_decref(hpj);
@@ -169,11 +138,11 @@ static void check_all(const char *spec, const nn_backend *be, int threads)
         check_run(spec, optimizers[i], be, threads);
 }
 
-static void test_mlp_counted(void **state) { check_all(mlp, &counting, 1); }
-static void test_cnn_counted(void **state) { check_all(cnn, &counting, 1); }
+static void test_mlp_counted(void **state) { check_all(mlp, &fake_device, 1); }
+static void test_cnn_counted(void **state) { check_all(cnn, &fake_device, 1); }
 static void test_resnet_counted(void **state)
 {
-    check_all(resnet, &counting, 1);
+    check_all(resnet, &fake_device, 1);
 }
 
 /* On the CPU itself: the reported peak, with a two-thread work arena. */
@@ -228,10 +197,7 @@ static void test_estimate_scales(void **state)
 
 int main(void)
 {
-    counting = nn_backend_cpu;
-    counting.name = "counting";
-    counting.alloc = count_alloc;
-    counting.release = count_release;
+    fake_device_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_counted),
         cmocka_unit_test(test_cnn_counted),
