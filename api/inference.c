@@ -78,9 +78,12 @@ static ty_status run_batches(model_entry *e, const float *x, uint32_t n,
     const nn_net *net = model_entry_net(e);
     uint64_t f = nn_net_input_features(net);
     uint32_t k = nn_net_num_outputs(net);
+    model_entry_device_lock(e);
     nn_workspace *ws = model_entry_workspace_get(e);
-    if (!ws)
+    if (!ws) {
+        model_entry_device_unlock(e);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
     ty_status s = TY_OK;
     for (uint32_t i = 0; i < n && s == TY_OK; i += MODEL_CACHE_BATCH) {
         uint32_t b = n - i < MODEL_CACHE_BATCH ? n - i : MODEL_CACHE_BATCH;
@@ -88,6 +91,7 @@ static ty_status run_batches(model_entry *e, const float *x, uint32_t n,
                            out + (uint64_t)i * k, err);
     }
     model_entry_workspace_put(e, ws);
+    model_entry_device_unlock(e);
     return s;
 }
 
@@ -251,7 +255,10 @@ void api_models_evaluate(ty_app *app, http_req *r)
         }
     }
     double loss = 0, accuracy = -1;
-    if ((s = nn_net_evaluate(net, &ds, map, &loss, &accuracy, &err)) != TY_OK)
+    model_entry_device_lock(e);
+    s = nn_net_evaluate(net, &ds, map, &loss, &accuracy, &err);
+    model_entry_device_unlock(e);
+    if (s != TY_OK)
         goto done;
     json_t *res = json_pack("{s:s, s:s, s:I, s:f}", "model", id, "dataset",
                             ds_id, "num_examples", (json_int_t)ds.num_examples,

@@ -22,6 +22,34 @@ void config_defaults(ty_config *cfg)
     snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "*");
     cfg->model_cache_size = 16;
     cfg->connection_timeout_s = 120;
+    cfg->serve_device = -1;
+}
+
+/* "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N. Whether the binary has CUDA and
+ * the device exists is checked at startup (model_cache_create_on). */
+static ty_status parse_device(const char *flag, const char *val, int *out,
+                              ty_err *err)
+{
+    if (!strcmp(val, "cpu")) {
+        *out = -1;
+        return TY_OK;
+    }
+    if (!strcmp(val, "cuda")) {
+        *out = 0;
+        return TY_OK;
+    }
+    if (!strncmp(val, "cuda:", 5) && val[5] >= '0' && val[5] <= '9') {
+        char *end = NULL;
+        errno = 0;
+        long n = strtol(val + 5, &end, 10);
+        if (!errno && !*end && n >= 0 && n <= 1024) {
+            *out = (int)n;
+            return TY_OK;
+        }
+    }
+    return ty_fail(err, TY_EINVAL, flag,
+                   "%s needs cpu, cuda or cuda:N (a device number), not '%s'",
+                   flag, val);
 }
 
 ty_status config_parse_size(const char *s, uint64_t *out)
@@ -184,6 +212,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                 return ty_fail(err, TY_EINVAL, flag,
                                "--max-job-memory needs a size such as 512M or "
                                "2G, or 0 for no limit");
+        } else if (!strcmp(flag, "--serve-device")) {
+            s = parse_device(flag, val, &cfg->serve_device, err);
         } else {
             return ty_fail(err, TY_EINVAL, flag,
                            "unknown flag %s (see trainyard serve --help)", flag);
@@ -231,6 +261,10 @@ void config_usage(FILE *f)
         "                            optimizer state, activations at the batch\n"
         "                            size, working memory); 0 = no limit\n"
         "                            (default %llu)\n"
+        "  --serve-device DEV        where predictions, evaluations and KServe\n"
+        "                            inference run: cpu, cuda (device 0) or\n"
+        "                            cuda:N; a binary without CUDA or a missing\n"
+        "                            device is a startup error (default cpu)\n"
         "  -h, --help                show this help\n"
         "\n"
         "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"

@@ -29,6 +29,8 @@ typedef struct {
     int connection_timeout_s;    /* idle HTTP connections are closed after */
     uint64_t max_job_memory;     /* bytes a job's training may take from its
                                     backend (train_memory); 0 = no limit */
+    int serve_device;            /* where predictions run: -1 the CPU, else
+                                    CUDA device N (--serve-device cuda:N) */
 } ty_config;
 
 /* Fills cfg with the defaults. */

@@ -120,9 +120,10 @@ static int cmd_serve(int argc, char **argv)
         printf("Created the admin API key. It is shown only now, and saved in "
                "%s/admin.key (mode 0600):\n\n    %s\n\n",
                cfg.data_dir, key);
-    app.models = model_cache_create(cfg.model_cache_size);
+    app.models = model_cache_create_on(cfg.model_cache_size,
+                                       cfg.serve_device, &err);
     if (!app.models) {
-        fprintf(stderr, "trainyard serve: out of memory\n");
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
     if (runner_start(&app, &app.runner, &err) != TY_OK) {

@@ -17,6 +17,12 @@ typedef struct model_cache model_cache;
 typedef struct model_entry model_entry;
 
 model_cache *model_cache_create(int capacity);
+/* A cache whose nets live on `device`: -1 the CPU (model_cache_create),
+ * else CUDA device N with one execution context for the whole cache, which
+ * serves one prediction or evaluation at a time (model_entry_device_lock).
+ * NULL with err set: TY_ENOMEM, or TY_EDEVICE for a binary without CUDA, a
+ * device this process does not see, or a context that cannot be made. */
+model_cache *model_cache_create_on(int capacity, int device, ty_err *err);
 void model_cache_destroy(model_cache *c);
 
 /* The loaded model `id`, loading it from path on a miss. The entry is held
@@ -26,6 +32,13 @@ ty_status model_cache_get(model_cache *c, const char *id, const char *path,
 void model_cache_release(model_cache *c, model_entry *e);
 
 const nn_net *model_entry_net(const model_entry *e);
+
+/* Held around every use of the entry's net and workspaces (workspace get,
+ * predict, evaluate, workspace put) on a device cache, whose one device
+ * context serves one thread at a time; nothing on a CPU cache. Never call
+ * model_cache_get, _release or _evict while holding it. */
+void model_entry_device_lock(model_entry *e);
+void model_entry_device_unlock(model_entry *e);
 
 /* A workspace for MODEL_CACHE_BATCH examples (from the pool, or new); NULL
  * when out of memory. Give it back with model_entry_workspace_put. */

@@ -13,6 +13,7 @@
 #include "common/sha256.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/modelcache.h"
 
 static void test_sha256_known_vectors(void **state)
 {
@@ -168,6 +169,49 @@ static void test_config_parse(void **state)
     assert_int_equal(config_parse_size("1X", &n), TY_EINVAL);
 }
 
+/* --serve-device: cpu by default, cuda is device 0; a device the binary
+ * or the machine lacks is a startup error from the model cache, naming the
+ * flag (this test machine has no GPU: with or without CUDA built in). */
+static void test_config_serve_device(void **state)
+{
+    ty_config c;
+    config_defaults(&c);
+    assert_int_equal(c.serve_device, -1);
+    int help = 0;
+    ty_err err = {0};
+    char *cuda[] = {"serve", "--serve-device", "cuda", NULL};
+    assert_int_equal(config_parse_serve(3, cuda, &c, &help, &err), TY_OK);
+    assert_int_equal(c.serve_device, 0);
+    char *cuda3[] = {"serve", "--serve-device=cuda:3", NULL};
+    assert_int_equal(config_parse_serve(2, cuda3, &c, &help, &err), TY_OK);
+    assert_int_equal(c.serve_device, 3);
+    char *cpu[] = {"serve", "--serve-device", "cpu", NULL};
+    assert_int_equal(config_parse_serve(3, cpu, &c, &help, &err), TY_OK);
+    assert_int_equal(c.serve_device, -1);
+    const char *bad[] = {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x",
+                         "CUDA", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *argv[] = {"serve", "--serve-device", (char *)bad[i], NULL};
+        err.msg[0] = '\0';
+        assert_int_equal(config_parse_serve(3, argv, &c, &help, &err),
+                         TY_EINVAL);
+        assert_non_null(strstr(err.msg, "cpu, cuda or cuda:N"));
+    }
+
+    model_cache *mc = model_cache_create_on(4, -1, &err);
+    assert_non_null(mc);
+    model_cache_destroy(mc);
+    err.msg[0] = '\0';
+    mc = model_cache_create_on(4, 1000, &err);
+    if (mc) {
+        /* A machine with 1001 GPUs: nothing to check here. */
+        model_cache_destroy(mc);
+        return;
+    }
+    assert_non_null(strstr(err.msg, "--serve-device"));
+    print_message("cuda:1000 refused: %s\n", err.msg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -176,6 +220,7 @@ int main(void)
         cmocka_unit_test(test_equal_ct),
         cmocka_unit_test(test_bootstrap_and_check),
         cmocka_unit_test(test_config_parse),
+        cmocka_unit_test(test_config_serve_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
