@@ -109,6 +109,14 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }
+    /* The serving device first: a missing GPU stops the start before the
+     * data folder gets an admin key. */
+    app.models = model_cache_create_on(cfg.model_cache_size,
+                                       cfg.serve_device, &err);
+    if (!app.models) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
     char key[AUTH_KEY_LEN + 1];
     int created = 0;
     if (auth_bootstrap(app.store, cfg.data_dir, key, &created, &err) != TY_OK) {
@@ -120,12 +128,6 @@ static int cmd_serve(int argc, char **argv)
         printf("Created the admin API key. It is shown only now, and saved in "
                "%s/admin.key (mode 0600):\n\n    %s\n\n",
                cfg.data_dir, key);
-    app.models = model_cache_create_on(cfg.model_cache_size,
-                                       cfg.serve_device, &err);
-    if (!app.models) {
-        fprintf(stderr, "trainyard serve: %s\n", err.msg);
-        goto out;
-    }
     if (runner_start(&app, &app.runner, &err) != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
