@@ -17,6 +17,7 @@
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 
 #include "models/backend.h"
+#include "models/backend_cpu_par.h"
 #include "models/backend_cpu_norm.h"
 
 #include "common/ty.h"
@@ -69,17 +70,6 @@ const char *nn_op_name(nn_op op)
 
 static int cpu_supports(nn_op op) { return (unsigned)op < NN_OP_COUNT; }
 
-/* Below these sizes a kernel runs on the calling thread: a split costs a
- * few microseconds of hand-off. */
-#define PAR_MIN_MACS (1u << 18)
-#define PAR_MIN_ELEMS (1u << 15)
-#define PAR_ALIGN 16 /* floats: split points on 64-byte boundaries */
-
-static int parts_for(const nn_exec *ex, double work, double min_work)
-{
-    return ex && work >= min_work ? nn_pool_threads(ex->pool) : 1;
-}
-
 typedef struct {
     float *c;
     const float *a, *b;
@@ -118,11 +108,8 @@ static void cpu_gemm(const nn_exec *ex, float *c, const float *a,
     gemm_job g = {.c = c, .a = a, .b = b, .ta = trans_a, .tb = trans_b,
                   .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
                   .split_n = n >= m};
-    int parts = parts_for(ex, (double)m * n * k, PAR_MIN_MACS);
-    if (parts == 1)
-        gemm_part(&g, 0, 1);
-    else
-        nn_pool_run(ex->pool, gemm_part, &g);
+    nn_pool_run(nn_cpu_pool_for(ex, (double)m * n * k, PAR_MIN_MACS),
+                gemm_part, &g);
 }
 
 typedef struct {
@@ -144,10 +131,8 @@ static void cpu_bias_rows(const nn_exec *ex, float *out, const float *bias,
                           uint32_t n, uint32_t c)
 {
     rows_job j = {.out = out, .in = bias, .n = n, .c = c};
-    if (parts_for(ex, (double)n * c, PAR_MIN_ELEMS) == 1)
-        bias_rows_part(&j, 0, 1);
-    else
-        nn_pool_run(ex->pool, bias_rows_part, &j);
+    nn_pool_run(nn_cpu_pool_for(ex, (double)n * c, PAR_MIN_ELEMS),
+                bias_rows_part, &j);
 }
 
 /* db[j0, j1) += column sums of dout over all rows: each column is summed in
@@ -169,10 +154,8 @@ static void cpu_bias_grad(const nn_exec *ex, float *db, const float *dout,
                           uint32_t n, uint32_t c)
 {
     rows_job j = {.out = db, .in = dout, .n = n, .c = c};
-    if (parts_for(ex, (double)n * c, PAR_MIN_ELEMS) == 1)
-        bias_grad_part(&j, 0, 1);
-    else
-        nn_pool_run(ex->pool, bias_grad_part, &j);
+    nn_pool_run(nn_cpu_pool_for(ex, (double)n * c, PAR_MIN_ELEMS),
+                bias_grad_part, &j);
 }
 
 #define GELU_RSQRT2 0.70710678118654752440f
@@ -498,10 +481,8 @@ static void ew_part(void *arg, int part, int parts)
 
 static void ew_run(const nn_exec *ex, const ew_job *j)
 {
-    if (parts_for(ex, (double)j->len, PAR_MIN_ELEMS) == 1)
-        ew_part((void *)j, 0, 1);
-    else
-        nn_pool_run(ex->pool, ew_part, (void *)j);
+    nn_pool_run(nn_cpu_pool_for(ex, (double)j->len, PAR_MIN_ELEMS), ew_part,
+                (void *)j);
 }
 
 static void cpu_act_forward(const nn_exec *ex, nn_op op, float *out,
@@ -671,13 +652,11 @@ static void sumsq_part(void *arg, int part, int parts)
 static double cpu_sum_squares(const nn_exec *ex, const float *x, size_t len)
 {
     sumsq_job j = {.x = x, .len = len};
-    int parts = parts_for(ex, (double)len, PAR_MIN_ELEMS);
-    if (parts > SUMSQ_MAX_PARTS)
-        parts = 1;
-    if (parts == 1)
-        sumsq_part(&j, 0, 1);
-    else
-        nn_pool_run(ex->pool, sumsq_part, &j);
+    nn_pool *pool = nn_cpu_pool_for(ex, (double)len, PAR_MIN_ELEMS);
+    if (nn_pool_threads(pool) > SUMSQ_MAX_PARTS)
+        pool = NULL;
+    const int parts = nn_pool_threads(pool);
+    nn_pool_run(pool, sumsq_part, &j);
     double sum = 0.0;
     for (int p = 0; p < parts; p++)
         sum += j.partial[p];

@@ -27,6 +27,7 @@
                      "no-tree-loop-distribute-patterns")
 
 #include "models/backend.h"
+#include "models/backend_cpu_par.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -514,13 +515,6 @@ static void pool_backward_part(void *arg, int part, int parts)
     }
 }
 
-/* Below this many input values a pooling call stays on the calling thread. */
-#define POOL_PAR_MIN (1u << 15)
-
-static nn_pool *pool_for(const nn_exec *ex, size_t values)
-{
-    return ex && values >= POOL_PAR_MIN ? ex->pool : NULL;
-}
 
 void nn_cpu_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
                            int32_t *argmax, const float *in, uint32_t n,
@@ -529,8 +523,8 @@ void nn_cpu_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
     pool_job j = {.op = op, .d = d, .planes = (size_t)n * d->in_c,
                   .out = out, .argmax = argmax, .in = in};
     assert(op == NN_OP_MAXPOOL2D || op == NN_OP_AVGPOOL2D);
-    nn_pool_run(pool_for(ex, j.planes * d->in_h * d->in_w), pool_forward_part,
-                &j);
+    const double values = (double)j.planes * d->in_h * d->in_w;
+    nn_pool_run(nn_cpu_pool_for(ex, values, PAR_MIN_ELEMS), pool_forward_part, &j);
 }
 
 void nn_cpu_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
@@ -540,6 +534,6 @@ void nn_cpu_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
     pool_job j = {.op = op, .d = d, .planes = (size_t)n * d->in_c,
                   .din = din, .dout = dout, .argmax_in = argmax};
     assert(op == NN_OP_AVGPOOL2D || argmax);
-    nn_pool_run(pool_for(ex, j.planes * d->in_h * d->in_w), pool_backward_part,
-                &j);
+    const double values = (double)j.planes * d->in_h * d->in_w;
+    nn_pool_run(nn_cpu_pool_for(ex, values, PAR_MIN_ELEMS), pool_backward_part, &j);
 }

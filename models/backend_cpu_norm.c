@@ -18,21 +18,17 @@
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 
 #include "models/backend_cpu_norm.h"
+#include "models/backend_cpu_par.h"
 
 #include <math.h>
 #include <stddef.h>
 
-#define PAR_MIN_ELEMS (1u << 15) /* below this, one part (as backend_cpu.c) */
-#define PAR_ALIGN 16             /* floats: split points on 64-byte lines */
 #define BN_BLOCK 64              /* channels summed together when s == 1 */
 
 static void run_parts(const nn_exec *ex, double work, nn_pool_fn fn,
                       void *arg)
 {
-    if (ex && work >= PAR_MIN_ELEMS && nn_pool_threads(ex->pool) > 1)
-        nn_pool_run(ex->pool, fn, arg);
-    else
-        fn(arg, 0, 1);
+    nn_pool_run(nn_cpu_pool_for(ex, work, PAR_MIN_ELEMS), fn, arg);
 }
 
 /* ---- fixed-order sums over contiguous floats ---- */
