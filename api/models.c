@@ -67,22 +67,13 @@ static json_t *imported_doc(const char *id, const char *name, const nn_net *net)
 {
     char now[32];
     store_now(now);
-    const json_t *meta = nn_net_meta(net);
     json_t *doc = json_object();
     json_object_set_new(doc, "id", json_string(id));
     json_object_set_new(doc, "name", json_string(name));
     json_object_set_new(doc, "job", json_null());
     json_object_set_new(doc, "dataset", json_null());
-    json_object_set(doc, "task", json_object_get(meta, "task"));
-    json_object_set(doc, "input_shape", json_object_get(meta, "input_shape"));
-    json_object_set(doc, "num_outputs", json_object_get(meta, "num_outputs"));
-    json_object_set(doc, "classes", json_object_get(meta, "classes"));
-    json_object_set_new(doc, "param_count",
-                        json_integer((json_int_t)nn_net_param_count(net)));
-    json_object_set(doc, "spec", json_object_get(meta, "spec"));
+    nn_net_describe(net, doc);
     json_object_set_new(doc, "metrics", json_null());
-    json_object_set(doc, "preprocess",
-                    json_object_get(json_object_get(meta, "preprocess"), "kind"));
     json_object_set_new(doc, "created_at", json_string(now));
     return doc;
 }

@@ -401,7 +401,6 @@ static ty_status register_model(ty_app *app, worker *w, ty_err *err)
         ty_err_prefix(err, "the trained model could not be read back");
         return s;
     }
-    const json_t *meta = nn_net_meta(net);
     char model_id[TY_ID_MAX], sha[65], now[32];
     int64_t bytes = 0;
     if ((s = store_job_get_internal(app->store, w->job_id, &job, err)) != TY_OK ||
@@ -413,18 +412,10 @@ static ty_status register_model(ty_app *app, worker *w, ty_err *err)
     json_object_set(doc, "name", json_object_get(job, "name"));
     json_object_set_new(doc, "job", json_string(w->job_id));
     json_object_set(doc, "dataset", json_object_get(job, "dataset"));
-    json_object_set(doc, "task", json_object_get(meta, "task"));
-    json_object_set(doc, "input_shape", json_object_get(meta, "input_shape"));
-    json_object_set(doc, "num_outputs", json_object_get(meta, "num_outputs"));
-    json_object_set(doc, "classes", json_object_get(meta, "classes"));
-    json_object_set_new(doc, "param_count",
-                        json_integer((json_int_t)nn_net_param_count(net)));
-    json_object_set(doc, "spec", json_object_get(meta, "spec"));
+    nn_net_describe(net, doc);
     json_object_set(doc, "hyperparameters",
                     json_object_get(job, "hyperparameters"));
     json_object_set(doc, "metrics", json_object_get(job, "metrics"));
-    json_object_set(doc, "preprocess",
-                    json_object_get(json_object_get(meta, "preprocess"), "kind"));
     pthread_mutex_lock(&app->blob_mu);
     s = blob_import(app->cfg.data_dir, model_path, sha, &bytes, err);
     if (s == TY_OK) {

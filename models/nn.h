@@ -155,6 +155,10 @@ void nn_net_destroy(nn_net *net);
 /* Parsed metadata: {"spec", "task", "input_shape", "num_outputs", "classes",
  * "preprocess", "loss"} as JSON values (borrowed; lives as long as net). */
 const json_t *nn_net_meta(const nn_net *net);
+/* What the API shows of a model that comes from the net itself, set on doc:
+ * "task", "input_shape", "num_outputs", "classes", "param_count", "spec"
+ * and "preprocess" (its kind). */
+void nn_net_describe(const nn_net *net, json_t *doc);
 ty_task nn_net_task(const nn_net *net);
 uint64_t nn_net_input_features(const nn_net *net);
 uint32_t nn_net_num_outputs(const nn_net *net);

@@ -387,6 +387,20 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
 /* ---- trained networks ---- */
 
 const json_t *nn_net_meta(const nn_net *net) { return net->meta; }
+
+void nn_net_describe(const nn_net *net, json_t *doc)
+{
+    const json_t *meta = net->meta;
+    static const char *const copied[] = {"task", "input_shape", "num_outputs",
+                                         "classes"};
+    for (size_t i = 0; i < TY_ARRAY_LEN(copied); i++)
+        json_object_set(doc, copied[i], json_object_get(meta, copied[i]));
+    json_object_set_new(doc, "param_count",
+                        json_integer((json_int_t)net->arch.param_count));
+    json_object_set(doc, "spec", json_object_get(meta, "spec"));
+    json_object_set(doc, "preprocess",
+                    json_object_get(json_object_get(meta, "preprocess"), "kind"));
+}
 ty_task nn_net_task(const nn_net *net) { return net->arch.task; }
 uint32_t nn_net_num_outputs(const nn_net *net) { return net->arch.num_outputs; }
 uint64_t nn_net_param_count(const nn_net *net) { return net->arch.param_count; }
