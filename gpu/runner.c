@@ -342,6 +342,14 @@ static void handle_line(runner *r, worker *w, const char *line)
                             json_is_integer(peak) ? json_integer(
                                                         json_integer_value(peak))
                                                   : json_null());
+        /* Where and how it ran: passed through when the worker said. */
+        static const char *const where[] = {"device", "precision",
+                                            "loss_scale", "skipped_steps",
+                                            "cuda_graph"};
+        for (size_t i = 0; i < TY_ARRAY_LEN(where); i++) {
+            json_t *v = json_object_get(ev, where[i]);
+            json_object_set(m, where[i], v ? v : json_null());
+        }
         store_job_epoch(app->store, w->job_id,
                         json_integer_value(json_object_get(ev, "epoch")), m,
                         &err);

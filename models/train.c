@@ -498,6 +498,14 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
     t->job->cb.on_progress(t->job->cb.ctx, &p);
 }
 
+/* Where and how the run's epochs run, for their metrics. */
+static void epoch_where(const trainer *t, train_epoch_metrics *m)
+{
+    m->device = t->job->device_label ? t->job->device_label : t->be->name;
+    m->precision = "fp32";
+    m->cuda_graph = nn_backend_host_visible(t->be) ? -1 : 0;
+}
+
 static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
 {
     const train_job *job = t->job;
@@ -578,6 +586,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         .seconds = seconds,
         .peak_memory_bytes = t->mem_peak,
     };
+    epoch_where(t, &m);
     if (job->val) {
         uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;
         if (n_val) {
@@ -619,6 +628,13 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
     if (resumed) {
         if (job->cb.on_resume)
             job->cb.on_resume(job->cb.ctx, t.epoch_done, t.step);
+        /* The last finished epoch's record again: the crash that stopped
+         * the run may have come between its checkpoint and the receiver
+         * storing it (an integration test saw that record go missing). */
+        if (t.have_last && job->cb.on_epoch) {
+            epoch_where(&t, &t.last);
+            job->cb.on_epoch(job->cb.ctx, &t.last);
+        }
     } else {
         ty_rng init;
         ty_rng_seed(&init, t.hp->seed, TRAIN_STREAM_INIT);

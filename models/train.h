@@ -186,13 +186,27 @@ typedef struct {
      * far (counted at every allocation the trainer makes through it);
      * equals train_memory_estimate's total for the run. */
     uint64_t peak_memory_bytes;
+    /* Where and how the epoch ran. device: "cpu" or "cuda:N"; precision:
+     * the resolved one ("fp32", "bf16", "fp16"); loss_scale: fp16's
+     * dynamic loss scale after the epoch (0: not fp16); skipped_steps:
+     * optimizer steps fp16 skipped this epoch for inf/NaN gradients;
+     * cuda_graph: 1 when the epoch's full steps replayed a captured CUDA
+     * graph, 0 when they ran op by op on a GPU, -1 on the CPU. */
+    const char *device;
+    const char *precision;
+    double loss_scale;
+    uint64_t skipped_steps;
+    int cuda_graph;
 } train_epoch_metrics;
 
 typedef struct {
     void *ctx;
     /* At most a few times a second. */
     void (*on_progress)(void *ctx, const train_progress *p);
-    /* After each epoch, once its checkpoint is on disk. */
+    /* After each epoch, once its checkpoint is on disk; and once more for
+     * the last finished epoch after a resume (a crash may have lost the
+     * first call's effect), so receivers must treat a repeat as the same
+     * record. */
     void (*on_epoch)(void *ctx, const train_epoch_metrics *m);
     /* After a run resumes from a checkpoint (epoch = completed epochs). */
     void (*on_resume)(void *ctx, uint32_t epoch, uint64_t step);
@@ -230,6 +244,9 @@ typedef struct {
      * backend's message. */
     const nn_backend *be;
     const nn_exec *ex;
+    /* How the device is named in metrics ("cuda:0"); NULL: the backend's
+     * name ("cpu"). */
+    const char *device_label;
 } train_job;
 
 /* The compute threads a run uses for job.threads = requested on be (NULL:

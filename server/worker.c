@@ -42,13 +42,27 @@ static void on_progress(void *ctx, const train_progress *p)
 
 static void on_epoch(void *ctx, const train_epoch_metrics *m)
 {
-    emit(json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "event",
-                   "epoch", "epoch", (int)m->epoch, "train_loss",
-                   m->train_loss, "train_accuracy", m->train_accuracy,
-                   "val_loss", m->val_loss, "val_accuracy", m->val_accuracy,
-                   "samples_per_sec", m->samples_per_sec, "seconds",
-                   m->seconds, "peak_memory_bytes",
-                   (json_int_t)m->peak_memory_bytes));
+    json_t *ev = json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
+                           "event", "epoch", "epoch", (int)m->epoch,
+                           "train_loss", m->train_loss, "train_accuracy",
+                           m->train_accuracy, "val_loss", m->val_loss,
+                           "val_accuracy", m->val_accuracy, "samples_per_sec",
+                           m->samples_per_sec, "seconds", m->seconds,
+                           "peak_memory_bytes",
+                           (json_int_t)m->peak_memory_bytes);
+    if (ev) {
+        if (m->device)
+            json_object_set_new(ev, "device", json_string(m->device));
+        if (m->precision)
+            json_object_set_new(ev, "precision", json_string(m->precision));
+        if (m->loss_scale > 0)
+            json_object_set_new(ev, "loss_scale", json_real(m->loss_scale));
+        json_object_set_new(ev, "skipped_steps",
+                            json_integer((json_int_t)m->skipped_steps));
+        if (m->cuda_graph >= 0)
+            json_object_set_new(ev, "cuda_graph", json_boolean(m->cuda_graph));
+    }
+    emit(ev);
 }
 
 static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
@@ -172,6 +186,11 @@ static int run(const json_t *job)
         tj.ex = &dev;
     }
 #endif
+    char label[16];
+    if (device >= 0) {
+        snprintf(label, sizeof label, "cuda:%d", device);
+        tj.device_label = label;
+    }
     ty_status s = train_run(&tj, &final, &err);
 #ifdef TY_HAVE_CUDA
     if (device >= 0)

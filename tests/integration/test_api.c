@@ -1168,10 +1168,18 @@ static void test_job_memory_limit(void **state)
     assert_int_equal(r->status, 200);
     json_t *epochs = json_object_get(r->json, "epochs");
     assert_int_equal(json_array_size(epochs), 2);
-    for (size_t i = 0; i < 2; i++)
-        assert_int_equal(json_integer_value(json_object_get(
-                             json_array_get(epochs, i), "peak_memory_bytes")),
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *ep = json_array_get(epochs, i);
+        assert_int_equal(json_integer_value(json_object_get(ep, "peak_memory_bytes")),
                          est);
+        /* Where and how it ran: the CPU, fp32, no graphs, nothing skipped. */
+        assert_string_equal(json_string_value(json_object_get(ep, "device")), "cpu");
+        assert_string_equal(json_string_value(json_object_get(ep, "precision")), "fp32");
+        assert_true(json_is_null(json_object_get(ep, "cuda_graph")));
+        assert_true(json_is_null(json_object_get(ep, "loss_scale")));
+        assert_int_equal(json_integer_value(json_object_get(ep, "skipped_steps")), 0);
+        assert_true(json_is_integer(json_object_get(ep, "skipped_steps")));
+    }
     resp_free(r);
     srv_stop(&small, SIGTERM);
     srv_cleanup(&small);
