@@ -15,6 +15,7 @@
 #include "api/api.h"
 #include "common/jsonutil.h"
 #include "models/dataset.h"
+#include "gpu/placement.h"
 #include "server/blob.h"
 #include "server/modelcache.h"
 
@@ -30,9 +31,23 @@ static ty_status open_model(ty_app *app, http_req *r, const char *id,
     ty_status s = store_model_get(app->store, api_tenant(r), id, &doc, sha, err);
     if (s != TY_OK)
         return s;
-    json_decref(doc);
     blob_path(app->cfg.data_dir, sha, path, sizeof path);
-    return model_cache_get(app->models, id, path, entry, err);
+    /* Served where it was trained when this server has that device
+     * (trained_on: "cuda:N"; absent for imports), unless --serve-device
+     * says otherwise. */
+    s = model_cache_get(app->models, id, path,
+                        json_string_value(json_object_get(doc, "trained_on")),
+                        entry, err);
+    json_decref(doc);
+    return s;
+}
+
+/* "cpu" or "cuda:N": where the entry's predictions run. */
+static json_t *device_of(const model_entry *e)
+{
+    char label[16];
+    place_device_label(model_entry_device(e), label, sizeof label);
+    return json_string(label);
 }
 
 static void shape_text(const json_t *shape, char *out, size_t n)
@@ -189,9 +204,10 @@ void api_models_predict(ty_app *app, http_req *r)
         json_array_append_new(outputs, row);
     }
     http_reply_json(r, 200,
-                    json_pack("{s:s, s:o, s:o}", "model", id, "outputs",
+                    json_pack("{s:s, s:o, s:o, s:o}", "model", id, "outputs",
                               outputs, "predictions",
-                              predictions(net, out, (uint32_t)n)));
+                              predictions(net, out, (uint32_t)n), "device",
+                              device_of(e)));
 done:
     if (s != TY_OK)
         http_reply_error(r, s, &err);
@@ -265,6 +281,7 @@ void api_models_evaluate(ty_app *app, http_req *r)
                             "loss", loss);
     json_object_set_new(res, "accuracy",
                         accuracy >= 0 ? json_real(accuracy) : json_null());
+    json_object_set_new(res, "device", device_of(e));
     http_reply_json(r, 200, res);
 done:
     if (s != TY_OK)
@@ -449,6 +466,8 @@ void api_kserve_infer(ty_app *app, http_req *r)
     json_t *res = json_pack("{s:s, s:s}", "model_name", id, "model_version", "1");
     if (req_id)
         json_object_set_new(res, "id", json_string(json_string_value(req_id)));
+    json_object_set_new(res, "parameters",
+                        json_pack("{s:o}", "device", device_of(e)));
     json_object_set_new(res, "outputs",
                         json_pack("[{s:s, s:s, s:[I, i], s:o}]", "name",
                                   "output", "datatype", "FP32", "shape",

@@ -16,7 +16,11 @@
 #include "api/api.h"
 #include "common/ids.h"
 #include "common/jsonutil.h"
+#include "gpu/placement.h"
 #include "gpu/runner.h"
+#ifdef TY_HAVE_CUDA
+#include "gpu/cuda/backend_cuda.h"
+#endif
 #include "models/dataset.h"
 #include "models/loader.h"
 #include "models/nn.h"
@@ -132,18 +136,36 @@ static uint32_t train_examples(const json_t *ds, const json_t *validation)
     return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
-/* What the job's training will take from the worker's backend (the CPU's,
- * with the server's --worker-threads), refused when over --max-job-memory
- * with a 422 on hyperparameters.batch_size that says where it goes. */
+/* The backend jobs train on: the server's --train-device. */
+static const nn_backend *train_backend(const ty_app *app)
+{
+#ifdef TY_HAVE_CUDA
+    if (app->train_dev.device >= 0)
+        return &nn_backend_cuda;
+#endif
+    return NULL;
+}
+
+/* What the job's training will take from the worker's backend (the
+ * training device's: the CPU's with the server's --worker-threads, or
+ * CUDA's, whose convolution workspaces cuDNN sizes), refused with a 422 on
+ * hyperparameters.batch_size that says where it goes when it is over
+ * --max-job-memory, or, on a GPU, when it and PLACE_CUDA_OVERHEAD_BYTES
+ * exceed the device's memory (a MIG slice's size inside one). */
 static ty_status check_memory(const ty_app *app, const json_t *spec,
                               const uint32_t *shape, uint32_t ndim,
                               uint32_t outputs, ty_task task,
                               const train_hparams *hp, uint32_t n_train,
                               train_memory *m, ty_err *err)
 {
+    const nn_backend *be = train_backend(app);
     ty_status s = train_memory_estimate_spec(
         spec, shape, ndim, outputs, task, hp, n_train,
-        train_threads(app->cfg.worker_threads, NULL), NULL, m, err);
+        train_threads(app->cfg.worker_threads, be), be, m, err);
+    if (s == TY_OK && app->train_dev.device >= 0)
+        s = place_check_device_memory(m, PLACE_CUDA_OVERHEAD_BYTES,
+                                      app->train_dev.total_bytes,
+                                      app->train_dev.label, 0, err);
     if (s != TY_OK || !app->cfg.max_job_memory ||
         m->total <= app->cfg.max_job_memory)
         return s;

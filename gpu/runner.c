@@ -139,9 +139,10 @@ extern char **environ;
 
 /* The worker's environment: ours, with OPENBLAS_NUM_THREADS=1 (the engine
  * runs its own thread pool; OpenBLAS's would only compete with it) and
- * TRAINYARD_DEVICE naming where the job runs. Built before fork, since the
- * child may only make async-signal-safe calls. Caller frees the array. */
-static char **worker_env(void)
+ * device_var ("TRAINYARD_DEVICE=cuda:0", borrowed) naming where the job
+ * runs. Built before fork, since the child may only make async-signal-safe
+ * calls. Caller frees the array. */
+static char **worker_env(char *device_var)
 {
     size_t n = 0;
     while (environ[n])
@@ -155,14 +156,19 @@ static char **worker_env(void)
             strncmp(environ[i], "TRAINYARD_DEVICE=", 17) != 0)
             env[k++] = environ[i];
     env[k++] = "OPENBLAS_NUM_THREADS=1";
-    env[k++] = "TRAINYARD_DEVICE=cpu";
+    env[k++] = device_var;
     env[k] = NULL;
     return env;
 }
 
 static ty_status spawn_worker(runner *r, worker *w, ty_err *err)
 {
-    char **env = worker_env();
+    /* Every job trains on the server's --train-device (issue 5's scheduler
+     * will pick one per job). */
+    char device_var[64];
+    snprintf(device_var, sizeof device_var, "TRAINYARD_DEVICE=%s",
+             r->app->train_dev.label);
+    char **env = worker_env(device_var);
     if (!env)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     int pipefd[2];
@@ -250,7 +256,8 @@ static void start_queued(runner *r)
         snprintf(w->dir, sizeof w->dir, "%s/%s", app->jobs_dir, id);
         r->nworkers++;
         pthread_mutex_unlock(&r->mu);
-        if ((s = store_job_start(app->store, id, &err)) != TY_OK) {
+        if ((s = store_job_start(app->store, id, app->train_dev.label,
+                                 &err)) != TY_OK) {
             pthread_mutex_lock(&r->mu);
             w->used = 0;
             r->nworkers--;
@@ -345,7 +352,8 @@ static void handle_line(runner *r, worker *w, const char *line)
         /* Where and how it ran: passed through when the worker said. */
         static const char *const where[] = {"device", "precision",
                                             "loss_scale", "skipped_steps",
-                                            "cuda_graph"};
+                                            "cuda_graph",
+                                            "device_memory_used_bytes"};
         for (size_t i = 0; i < TY_ARRAY_LEN(where); i++) {
             json_t *v = json_object_get(ev, where[i]);
             json_object_set(m, where[i], v ? v : json_null());
@@ -421,6 +429,11 @@ static ty_status register_model(ty_app *app, worker *w, ty_err *err)
     json_object_set_new(doc, "job", json_string(w->job_id));
     json_object_set(doc, "dataset", json_object_get(job, "dataset"));
     nn_net_describe(net, doc);
+    /* Where it was trained: the job's device (its last run's). */
+    json_t *device = json_object_get(job, "device");
+    json_object_set_new(doc, "trained_on",
+                        json_is_string(device) ? json_incref(device)
+                                               : json_null());
     json_object_set(doc, "hyperparameters",
                     json_object_get(job, "hyperparameters"));
     json_object_set(doc, "metrics", json_object_get(job, "metrics"));

@@ -9,12 +9,15 @@
  * resume from their checkpoints.
  *
  * Worker protocol: the runner writes <data>/jobs/<id>/job.json and starts
- * `trainyard worker --job-dir <dir>`; the worker prints one JSON object per
+ * `trainyard worker --job-dir <dir>` with TRAINYARD_DEVICE set to the
+ * server's training device ("cpu", "cuda:N"); the worker prints one JSON object per
  * line on stdout:
  *   {"event":"progress", epoch, epochs, step, total_steps, fraction, loss,
  *    samples_per_sec}
  *   {"event":"epoch", epoch, train_loss, train_accuracy, val_loss,
- *    val_accuracy, samples_per_sec, seconds}
+ *    val_accuracy, samples_per_sec, seconds, peak_memory_bytes, device,
+ *    precision, loss_scale, skipped_steps, cuda_graph,
+ *    device_memory_used_bytes (on a GPU)}
  *   {"event":"resume", epoch, step}
  *   {"event":"done"}                       the model file is complete
  *   {"event":"error", "message"}           then exits non-zero

@@ -91,6 +91,10 @@ ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
     memset(app, 0, sizeof *app);
     app->cfg = *cfg;
     pthread_mutex_init(&app->blob_mu, NULL);
+    /* The CPU until main resolves --train-device. */
+    app->train_dev.device = PLACE_DEVICE_CPU;
+    snprintf(app->train_dev.label, sizeof app->train_dev.label, "cpu");
+    snprintf(app->train_dev.name, sizeof app->train_dev.name, "cpu");
     const char *dir = cfg->data_dir;
     ty_status s;
     char blobs[PATH_MAX];

@@ -32,6 +32,8 @@ typedef struct ty_app {
      * delete until its blob is released, so identical content uploaded while
      * another copy is deleted never loses its file. */
     pthread_mutex_t blob_mu;
+    /* Where jobs train: --train-device resolved at startup (main). */
+    place_device train_dev;
 } ty_app;
 
 /* Prepares the data folder (creating it), opens the store, recovers jobs

@@ -22,34 +22,8 @@ void config_defaults(ty_config *cfg)
     snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "*");
     cfg->model_cache_size = 16;
     cfg->connection_timeout_s = 120;
-    cfg->serve_device = -1;
-}
-
-/* "cpu" -> -1, "cuda" -> 0, "cuda:N" -> N. Whether the binary has CUDA and
- * the device exists is checked at startup (model_cache_create_on). */
-static ty_status parse_device(const char *flag, const char *val, int *out,
-                              ty_err *err)
-{
-    if (!strcmp(val, "cpu")) {
-        *out = -1;
-        return TY_OK;
-    }
-    if (!strcmp(val, "cuda")) {
-        *out = 0;
-        return TY_OK;
-    }
-    if (!strncmp(val, "cuda:", 5) && val[5] >= '0' && val[5] <= '9') {
-        char *end = NULL;
-        errno = 0;
-        long n = strtol(val + 5, &end, 10);
-        if (!errno && !*end && n >= 0 && n <= 1024) {
-            *out = (int)n;
-            return TY_OK;
-        }
-    }
-    return ty_fail(err, TY_EINVAL, flag,
-                   "%s needs cpu, cuda or cuda:N (a device number), not '%s'",
-                   flag, val);
+    cfg->serve_device = PLACE_DEVICE_AUTO;
+    cfg->train_device = PLACE_DEVICE_AUTO;
 }
 
 ty_status config_parse_size(const char *s, uint64_t *out)
@@ -213,7 +187,12 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                                "--max-job-memory needs a size such as 512M or "
                                "2G, or 0 for no limit");
         } else if (!strcmp(flag, "--serve-device")) {
-            s = parse_device(flag, val, &cfg->serve_device, err);
+            /* Whether the binary has CUDA and the device exists is
+             * checked at startup (model_cache_create_on,
+             * place_device_open). */
+            s = place_parse_device(flag, val, 1, &cfg->serve_device, err);
+        } else if (!strcmp(flag, "--train-device")) {
+            s = place_parse_device(flag, val, 1, &cfg->train_device, err);
         } else {
             return ty_fail(err, TY_EINVAL, flag,
                            "unknown flag %s (see trainyard serve --help)", flag);
@@ -261,13 +240,22 @@ void config_usage(FILE *f)
         "                            optimizer state, activations at the batch\n"
         "                            size, working memory); 0 = no limit\n"
         "                            (default %llu)\n"
+        "  --train-device DEV        where training jobs run: auto, cpu, cuda\n"
+        "                            (device 0) or cuda:N. auto is the first CUDA\n"
+        "                            device when this binary has CUDA and one is\n"
+        "                            present, else the CPU. A job that cannot\n"
+        "                            fit the device's memory is refused at\n"
+        "                            submit (default auto)\n"
         "  --serve-device DEV        where predictions, evaluations and KServe\n"
-        "                            inference run: cpu, cuda (device 0) or\n"
-        "                            cuda:N; a binary without CUDA or a missing\n"
-        "                            device is a startup error (default cpu)\n"
+        "                            inference run: auto, cpu, cuda (device 0)\n"
+        "                            or cuda:N. auto runs each model on the\n"
+        "                            device it was trained on when this server\n"
+        "                            has it, else on the CPU (default auto)\n"
         "  -h, --help                show this help\n"
         "\n"
         "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"
+        "A cuda device named in --train-device or --serve-device that this\n"
+        "binary or machine lacks is a startup error.\n"
         "SIGINT or SIGTERM shuts down gracefully: running jobs are stopped and\n"
         "queued again, to resume from their last checkpoint on the next start.\n",
         d.listen, d.data_dir, d.http_threads, d.max_jobs, d.worker_threads,

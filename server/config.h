@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "common/ty.h"
+#include "gpu/placement.h"
 
 typedef struct {
     char listen[128];            /* as given: "127.0.0.1:8080", "[::1]:0" */
@@ -29,8 +30,13 @@ typedef struct {
     int connection_timeout_s;    /* idle HTTP connections are closed after */
     uint64_t max_job_memory;     /* bytes a job's training may take from its
                                     backend (train_memory); 0 = no limit */
-    int serve_device;            /* where predictions run: -1 the CPU, else
-                                    CUDA device N (--serve-device cuda:N) */
+    int serve_device;            /* where predictions run: PLACE_DEVICE_AUTO
+                                    (the model's training device when this
+                                    server has it, else the CPU), -1 the
+                                    CPU, else CUDA device N */
+    int train_device;            /* where jobs train, as given: AUTO, -1 the
+                                    CPU, or CUDA device N; resolved at
+                                    startup (place_device_open) */
 } ty_config;
 
 /* Fills cfg with the defaults. */

@@ -109,8 +109,29 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }
-    /* The serving device first: a missing GPU stops the start before the
-     * data folder gets an admin key. */
+    /* The devices first: a missing GPU stops the start before the data
+     * folder gets an admin key. */
+    if (place_device_open("--train-device", cfg.train_device, &app.train_dev,
+                          &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    {
+        char req[16];
+        place_device_label(cfg.train_device, req, sizeof req);
+        json_t *f = json_pack("{s:s, s:s, s:s}", "device", app.train_dev.label,
+                              "requested", req, "name", app.train_dev.name);
+        if (app.train_dev.device >= 0) {
+            json_object_set_new(f, "memory_bytes",
+                                json_integer((json_int_t)app.train_dev
+                                                 .total_bytes));
+        } else if (cfg.train_device == PLACE_DEVICE_AUTO) {
+            char why[256] = "";
+            place_cuda_count(why, sizeof why);
+            json_object_set_new(f, "reason", json_string(why));
+        }
+        log_event("info", "train_device", f);
+    }
     app.models = model_cache_create_on(cfg.model_cache_size,
                                        cfg.serve_device, &err);
     if (!app.models) {

@@ -1,10 +1,14 @@
 /* modelcache.c - LRU cache of loaded nets (see modelcache.h).
  *
- * Locks: c->mu guards the table (and is held while a missed model loads);
- * e->mu guards an entry's workspace pool; c->device_mu, on a device cache
- * only, serializes every use of the cache's one execution context
+ * Each entry lives on the CPU or on one CUDA device; each device the cache
+ * uses has one execution context (dev_ctx), made at create for an
+ * explicit --serve-device and on first use otherwise.
+ *
+ * Locks: c->mu guards the table and the making of device contexts (and is
+ * held while a missed model loads); e->mu guards an entry's workspace
+ * pool; a device's d->mu serializes every use of its one context
  * (loading, predicting, evaluating, freeing nets and workspaces). Order:
- * c->mu before device_mu; nothing takes c->mu while holding device_mu. */
+ * c->mu before a device's mu; nothing takes c->mu while holding one. */
 #include "server/modelcache.h"
 
 #include <pthread.h>
@@ -13,16 +17,27 @@
 #include <string.h>
 
 #include "common/ids.h"
+#include "gpu/placement.h"
+#include "server/log.h"
 #ifdef TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 #endif
 
 #define POOL_MAX 8
 
+/* One CUDA device's context. */
+typedef struct {
+    int device;
+    int state;                 /* 0 not made yet, 1 ready, -1 failed */
+    nn_exec ex;
+    pthread_mutex_t mu;        /* serializes every use of ex */
+} dev_ctx;
+
 struct model_entry {
     model_cache *cache;
     char id[TY_ID_MAX];
     nn_net *net;
+    dev_ctx *dev;              /* where net lives; NULL: the CPU */
     int refs;
     int evicted;               /* freed at the last release */
     unsigned long last_used;
@@ -37,93 +52,107 @@ struct model_cache {
     int count;
     unsigned long tick;
     model_entry **entries;     /* count live entries */
-    /* Where the nets live: NULL and device -1 for the CPU; else CUDA
-     * device `device`, through ex (owned). */
-    const nn_backend *be;
-    int device;
-    nn_exec ex;
-    pthread_mutex_t device_mu; /* device caches only */
+    /* --serve-device (AUTO, -1 the CPU, or N), and the ndev CUDA devices
+     * this process sees, one context slot each (none when the cache serves
+     * on the CPU only). */
+    int serve_device;
+    int ndev;
+    dev_ctx *devs;
 };
 
-static void device_lock(model_cache *c)
+static void dev_lock(dev_ctx *d)
 {
-    if (c->device >= 0)
-        pthread_mutex_lock(&c->device_mu);
+    if (d)
+        pthread_mutex_lock(&d->mu);
 }
 
-static void device_unlock(model_cache *c)
+static void dev_unlock(dev_ctx *d)
 {
-    if (c->device >= 0)
-        pthread_mutex_unlock(&c->device_mu);
+    if (d)
+        pthread_mutex_unlock(&d->mu);
+}
+
+/* Device `device`'s context, made now if it was not (caller holds c->mu,
+ * or is create). NULL with err set when it cannot be made; a failure is
+ * kept, so a broken device is not retried on every request. */
+static dev_ctx *dev_open(model_cache *c, int device, ty_err *err)
+{
+    if (device < 0 || device >= c->ndev) {
+        ty_fail(err, TY_EDEVICE, NULL, "cuda:%d is not a device of this server",
+                device);
+        return NULL;
+    }
+    dev_ctx *d = &c->devs[device];
+#ifdef TY_HAVE_CUDA
+    if (d->state == 0)
+        d->state = nn_cuda_exec_init(&d->ex, device, err) == TY_OK ? 1 : -1;
+    else if (d->state < 0)
+        ty_fail(err, TY_EDEVICE, NULL,
+                "cuda:%d: its context could not be made earlier", device);
+#else
+    d->state = -1;
+    ty_fail(err, TY_EDEVICE, NULL, "this trainyard was built without CUDA");
+#endif
+    return d->state > 0 ? d : NULL;
 }
 
 static void entry_free(model_entry *e)
 {
-    model_cache *c = e->cache;
-    device_lock(c);
+    dev_lock(e->dev);
     for (int i = 0; i < e->npool; i++)
         nn_workspace_destroy(e->pool[i]);
     nn_net_destroy(e->net);
-    device_unlock(c);
+    dev_unlock(e->dev);
     pthread_mutex_destroy(&e->mu);
     free(e);
 }
 
 model_cache *model_cache_create(int capacity)
 {
-    return model_cache_create_on(capacity, -1, NULL);
+    return model_cache_create_on(capacity, PLACE_DEVICE_CPU, NULL);
 }
 
-model_cache *model_cache_create_on(int capacity, int device, ty_err *err)
+model_cache *model_cache_create_on(int capacity, int serve_device,
+                                   ty_err *err)
 {
-#ifndef TY_HAVE_CUDA
-    if (device >= 0) {
-        ty_fail(err, TY_EDEVICE, NULL,
-                "--serve-device cuda: this trainyard was built without CUDA "
-                "(trainyard version lists the backends)");
-        return NULL;
-    }
-#endif
     model_cache *c = calloc(1, sizeof *c);
-    if (!c) {
-        ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-        return NULL;
-    }
-    c->entries = calloc((size_t)capacity + 1, sizeof *c->entries);
-    if (!c->entries) {
+    if (!c || !(c->entries = calloc((size_t)capacity + 1, sizeof *c->entries))) {
         free(c);
         ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         return NULL;
     }
     c->capacity = capacity;
-    c->device = -1;
-#ifdef TY_HAVE_CUDA
-    if (device >= 0) {
-        char why[256] = "";
-        int count = nn_cuda_device_count(why, sizeof why);
-        ty_status st = TY_OK;
-        if (count == 0)
-            st = ty_fail(err, TY_EDEVICE, NULL,
-                         "--serve-device cuda:%d: no CUDA device: %s", device,
-                         why);
-        else if (device >= count)
-            st = ty_fail(err, TY_EDEVICE, NULL,
-                         "--serve-device cuda:%d: this process sees only %d "
-                         "CUDA device%s (numbered from 0)",
-                         device, count, count == 1 ? "" : "s");
-        else if ((st = nn_cuda_exec_init(&c->ex, device, err)) != TY_OK)
-            ty_err_prefix(err, "--serve-device");
-        if (st != TY_OK) {
-            free(c->entries);
-            free(c);
-            return NULL;
-        }
-        c->be = &nn_backend_cuda;
-        c->device = device;
-        pthread_mutex_init(&c->device_mu, NULL);
+    c->serve_device = serve_device;
+    /* Serving on the CPU only asks nothing of CUDA. */
+    char why[256] = "";
+    int count = serve_device == PLACE_DEVICE_CPU
+                    ? 0
+                    : place_cuda_count(why, sizeof why);
+    int d = PLACE_DEVICE_CPU;
+    if (serve_device >= 0 &&
+        place_resolve("--serve-device", serve_device, count, why, &d, err) !=
+            TY_OK) {
+        free(c->entries);
+        free(c);
+        return NULL;
     }
-#endif
+    if (count > 0 && !(c->devs = calloc((size_t)count, sizeof *c->devs))) {
+        free(c->entries);
+        free(c);
+        ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    c->ndev = count;
+    for (int i = 0; i < c->ndev; i++) {
+        c->devs[i].device = i;
+        pthread_mutex_init(&c->devs[i].mu, NULL);
+    }
     pthread_mutex_init(&c->mu, NULL);
+    if (d >= 0 && !dev_open(c, d, err)) {
+        ty_err_prefix(err, "--serve-device");
+        model_cache_destroy(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -134,12 +163,14 @@ void model_cache_destroy(model_cache *c)
     for (int i = 0; i < c->count; i++)
         entry_free(c->entries[i]);
     free(c->entries);
+    for (int i = 0; i < c->ndev; i++) {
 #ifdef TY_HAVE_CUDA
-    if (c->device >= 0) {
-        nn_cuda_exec_free(&c->ex);
-        pthread_mutex_destroy(&c->device_mu);
-    }
+        if (c->devs[i].state > 0)
+            nn_cuda_exec_free(&c->devs[i].ex);
 #endif
+        pthread_mutex_destroy(&c->devs[i].mu);
+    }
+    free(c->devs);
     pthread_mutex_destroy(&c->mu);
     free(c);
 }
@@ -155,8 +186,44 @@ static void drop(model_cache *c, int i)
         e->evicted = 1;
 }
 
+/* Loads path on the device chosen for trained_on (caller holds c->mu):
+ * *dev gets that device's context, or NULL for the CPU. */
+static ty_status load(model_cache *c, const char *id, const char *path,
+                      const char *trained_on, nn_net **net, dev_ctx **dev,
+                      ty_err *err)
+{
+    *dev = NULL;
+    int want = place_serve_device(c->serve_device, trained_on, c->ndev);
+    if (want < 0)
+        return nn_net_load(path, net, err);
+    ty_err why = {0};
+    ty_status s = TY_EDEVICE;
+    dev_ctx *d = dev_open(c, want, &why);
+#ifdef TY_HAVE_CUDA
+    if (d) {
+        dev_lock(d);
+        s = nn_net_load_on(path, &nn_backend_cuda, &d->ex, net, &why);
+        dev_unlock(d);
+    }
+#endif
+    if (s == TY_OK) {
+        *dev = d;
+        return TY_OK;
+    }
+    /* The operator's --serve-device is kept to; the device a model came
+     * from is only a preference, and the CPU serves when it fails. */
+    if (c->serve_device != PLACE_DEVICE_AUTO) {
+        *err = why;
+        return s;
+    }
+    log_msg("warn", "model %s: serving on the CPU, not cuda:%d: %s", id, want,
+            why.msg);
+    return nn_net_load(path, net, err);
+}
+
 ty_status model_cache_get(model_cache *c, const char *id, const char *path,
-                          model_entry **out, ty_err *err)
+                          const char *trained_on, model_entry **out,
+                          ty_err *err)
 {
     pthread_mutex_lock(&c->mu);
     for (int i = 0; i < c->count; i++) {
@@ -171,29 +238,24 @@ ty_status model_cache_get(model_cache *c, const char *id, const char *path,
     }
     /* A miss: load under the lock, so one model is never loaded twice. */
     nn_net *net = NULL;
-    ty_status s;
-    if (c->device < 0) {
-        s = nn_net_load(path, &net, err);
-    } else {
-        device_lock(c);
-        s = nn_net_load_on(path, c->be, &c->ex, &net, err);
-        device_unlock(c);
-    }
+    dev_ctx *d = NULL;
+    ty_status s = load(c, id, path, trained_on, &net, &d, err);
     if (s != TY_OK) {
         pthread_mutex_unlock(&c->mu);
         return s;
     }
     model_entry *e = calloc(1, sizeof *e);
     if (!e) {
-        device_lock(c);
+        dev_lock(d);
         nn_net_destroy(net);
-        device_unlock(c);
+        dev_unlock(d);
         pthread_mutex_unlock(&c->mu);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory loading a model");
     }
     snprintf(e->id, sizeof e->id, "%s", id);
     e->cache = c;
     e->net = net;
+    e->dev = d;
     e->refs = 1;
     e->last_used = ++c->tick;
     pthread_mutex_init(&e->mu, NULL);
@@ -227,8 +289,13 @@ void model_cache_release(model_cache *c, model_entry *e)
 
 const nn_net *model_entry_net(const model_entry *e) { return e->net; }
 
-void model_entry_device_lock(model_entry *e) { device_lock(e->cache); }
-void model_entry_device_unlock(model_entry *e) { device_unlock(e->cache); }
+int model_entry_device(const model_entry *e)
+{
+    return e->dev ? e->dev->device : PLACE_DEVICE_CPU;
+}
+
+void model_entry_device_lock(model_entry *e) { dev_lock(e->dev); }
+void model_entry_device_unlock(model_entry *e) { dev_unlock(e->dev); }
 
 nn_workspace *model_entry_workspace_get(model_entry *e)
 {

@@ -17,25 +17,38 @@ typedef struct model_cache model_cache;
 typedef struct model_entry model_entry;
 
 model_cache *model_cache_create(int capacity);
-/* A cache whose nets live on `device`: -1 the CPU (model_cache_create),
- * else CUDA device N with one execution context for the whole cache, which
- * serves one prediction or evaluation at a time (model_entry_device_lock).
- * NULL with err set: TY_ENOMEM, or TY_EDEVICE for a binary without CUDA, a
- * device this process does not see, or a context that cannot be made. */
-model_cache *model_cache_create_on(int capacity, int device, ty_err *err);
+/* A cache that serves each model on the device place_serve_device picks
+ * for serve_device (--serve-device: PLACE_DEVICE_AUTO, -1 the CPU, or CUDA
+ * device N) and the model's training device. Each CUDA device the cache
+ * uses gets one execution context, made at create for an explicit
+ * serve_device and on first use otherwise, which serves one prediction or
+ * evaluation at a time (model_entry_device_lock). NULL with err set:
+ * TY_ENOMEM, or TY_EDEVICE naming --serve-device for a binary without
+ * CUDA, a device this process does not see, or a context that cannot be
+ * made. */
+model_cache *model_cache_create_on(int capacity, int serve_device,
+                                   ty_err *err);
 void model_cache_destroy(model_cache *c);
 
-/* The loaded model `id`, loading it from path on a miss. The entry is held
- * until model_cache_release. Errors are nn_net_load's. */
+/* The loaded model `id`, loading it from path on a miss, on the device
+ * chosen for a model trained on `trained_on` ("cuda:N", "cpu", or NULL for
+ * an imported model). A model the server only prefers on a device (no
+ * explicit --serve-device) loads on the CPU when that device's context or
+ * memory fails (logged). The entry is held until model_cache_release.
+ * Errors are nn_net_load's. */
 ty_status model_cache_get(model_cache *c, const char *id, const char *path,
-                          model_entry **out, ty_err *err);
+                          const char *trained_on, model_entry **out,
+                          ty_err *err);
 void model_cache_release(model_cache *c, model_entry *e);
 
 const nn_net *model_entry_net(const model_entry *e);
 
+/* Where the entry's net lives: PLACE_DEVICE_CPU (-1) or CUDA device N. */
+int model_entry_device(const model_entry *e);
+
 /* Held around every use of the entry's net and workspaces (workspace get,
- * predict, evaluate, workspace put) on a device cache, whose one device
- * context serves one thread at a time; nothing on a CPU cache. Never call
+ * predict, evaluate, workspace put) of an entry on a CUDA device, whose
+ * one context serves one thread at a time; nothing for the CPU. Never call
  * model_cache_get, _release or _evict while holding it. */
 void model_entry_device_lock(model_entry *e);
 void model_entry_device_unlock(model_entry *e);

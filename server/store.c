@@ -88,6 +88,9 @@ static const char *const migrations[] = {
     /* 2: the memory a job's training was estimated to take at submit
      * (models/train.h's train_memory total; NULL for older jobs) */
     "ALTER TABLE jobs ADD COLUMN estimated_memory_bytes INTEGER;",
+    /* 3: where the job's latest run trains ("cpu", "cuda:N"), set when it
+     * starts; NULL while queued for the first time and for older jobs */
+    "ALTER TABLE jobs ADD COLUMN device TEXT;",
 };
 
 /* ---- helpers ---- */
@@ -586,7 +589,7 @@ ty_status store_dataset_delete(store *st, const char *tenant_id,
     "spec AS spec_json, hyperparameters AS hyperparameters_json, "            \
     "progress AS progress_json, metrics AS metrics_json, model_id AS model, " \
     "error, attempts, created_at, started_at, finished_at, "                  \
-    "estimated_memory_bytes"
+    "estimated_memory_bytes, device"
 
 ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
                            const char *name, const char *dataset_id,
@@ -707,7 +710,8 @@ ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err)
     return s;
 }
 
-ty_status store_job_start(store *st, const char *id, ty_err *err)
+ty_status store_job_start(store *st, const char *id, const char *device,
+                          ty_err *err)
 {
     char now[32];
     store_now(now);
@@ -715,9 +719,9 @@ ty_status store_job_start(store *st, const char *id, ty_err *err)
     pthread_mutex_lock(&st->mu);
     ty_status s = q(st, NULL, &changed, err,
                     "UPDATE jobs SET status = 'running', attempts = attempts + 1, "
-                    "started_at = coalesce(started_at, ?) "
+                    "started_at = coalesce(started_at, ?), device = ? "
                     "WHERE id = ? AND status = 'queued'",
-                    "ss", now, id);
+                    "sss", now, device, id);
     pthread_mutex_unlock(&st->mu);
     if (s == TY_OK && changed == 0)
         return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not queued", id);

@@ -127,9 +127,11 @@ ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
 /* The oldest queued job's id into id; TY_ENOTFOUND when none is queued. */
 ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err);
 
-/* queued -> running; counts an attempt and stamps started_at.
+/* queued -> running; counts an attempt, stamps started_at and records
+ * the device this run trains on ("cpu", "cuda:N"; the job's "device").
  * TY_ECONFLICT if the job is not queued any more. */
-ty_status store_job_start(store *st, const char *id, ty_err *err);
+ty_status store_job_start(store *st, const char *id, const char *device,
+                          ty_err *err);
 
 /* Replaces the job's progress and merges metrics into its latest metrics
  * (either may be NULL). */

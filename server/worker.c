@@ -10,6 +10,7 @@
 #include "common/fsutil.h"
 #include "models/dataset.h"
 #include "models/train.h"
+#include "gpu/placement.h"
 #ifdef TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 #endif
@@ -40,8 +41,14 @@ static void on_progress(void *ctx, const train_progress *p)
                    p->lr));
 }
 
+/* The CUDA device the worker trains on, or -1 (on_epoch's ctx). */
+typedef struct {
+    int device;
+} worker_ctx;
+
 static void on_epoch(void *ctx, const train_epoch_metrics *m)
 {
+    const worker_ctx *wc = ctx;
     json_t *ev = json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
                            "event", "epoch", "epoch", (int)m->epoch,
                            "train_loss", m->train_loss, "train_accuracy",
@@ -61,6 +68,17 @@ static void on_epoch(void *ctx, const train_epoch_metrics *m)
                             json_integer((json_int_t)m->skipped_steps));
         if (m->cuda_graph >= 0)
             json_object_set_new(ev, "cuda_graph", json_boolean(m->cuda_graph));
+        /* On a GPU: what the device says is in use now, by every process
+         * on it (cudaMemGetInfo total - free), this one's context and
+         * libraries included; peak_memory_bytes is the trainer's own.
+         * Left out when the question fails (the epoch still counts). */
+        uint64_t free_b = 0, total_b = 0;
+        ty_err err = {0};
+        if (wc && wc->device >= 0 &&
+            place_cuda_memory(wc->device, &free_b, &total_b, &err) == TY_OK &&
+            total_b >= free_b)
+            json_object_set_new(ev, "device_memory_used_bytes",
+                                json_integer((json_int_t)(total_b - free_b)));
     }
     emit(ev);
 }
@@ -102,6 +120,35 @@ static ty_status worker_device(int *device, ty_err *err)
                    d);
 #endif
 }
+
+#ifdef TY_HAVE_CUDA
+/* Whether the run fits what device `device` has free now, with its
+ * context and handles made (tj->ex): the trainer's bytes on the CUDA
+ * backend plus PLACE_CUDA_LATE_BYTES for what is still to come. The
+ * submit-time check compared with the device's total; another process
+ * may hold memory since. TY_EINVAL with the breakdown when it does not
+ * fit, TY_EDEVICE when the device cannot be asked. */
+static ty_status check_device_memory(const train_job *tj,
+                                     const ty_dataset *ds, int device,
+                                     const char *label, ty_err *err)
+{
+    uint32_t outputs = ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes
+                                                          : ds->y_dim;
+    train_memory m;
+    uint64_t free_b = 0, total_b = 0;
+    ty_status s = train_memory_estimate_spec(
+        tj->spec, ds->shape, ds->ndim, outputs, ds->task, tj->hp, tj->n_train,
+        train_threads(tj->threads, tj->be), tj->be, &m, err);
+    if (s == TY_OK)
+        s = place_cuda_memory(device, &free_b, &total_b, err);
+    if (s == TY_OK)
+        s = place_check_device_memory(&m, PLACE_CUDA_LATE_BYTES, free_b,
+                                      label, 1, err);
+    if (s != TY_OK)
+        ty_err_prefix(err, "cannot train on %s", label);
+    return s;
+}
+#endif
 
 static int run(const json_t *job)
 {
@@ -177,6 +224,12 @@ static int run(const json_t *job)
     int device = -1;
     if (worker_device(&device, &err) != TY_OK)
         goto fail;
+    worker_ctx wc = {.device = device};
+    tj.cb.ctx = &wc;
+    char label[16];
+    place_device_label(device, label, sizeof label);
+    if (device >= 0)
+        tj.device_label = label;
 #ifdef TY_HAVE_CUDA
     nn_exec dev = {0};
     if (device >= 0) {
@@ -184,13 +237,12 @@ static int run(const json_t *job)
             goto fail;
         tj.be = &nn_backend_cuda;
         tj.ex = &dev;
+        if (check_device_memory(&tj, &train, device, label, &err) != TY_OK) {
+            nn_cuda_exec_free(&dev);
+            goto fail;
+        }
     }
 #endif
-    char label[16];
-    if (device >= 0) {
-        snprintf(label, sizeof label, "cuda:%d", device);
-        tj.device_label = label;
-    }
     ty_status s = train_run(&tj, &final, &err);
 #ifdef TY_HAVE_CUDA
     if (device >= 0)

@@ -105,7 +105,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="trainyard-acceptance-")
     log = open(os.path.join(tmp, "server.log"), "w")
     srv = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data",
-                            os.path.join(tmp, "data")],
+                            os.path.join(tmp, "data"), "--train-device", "cpu"],
                            stdout=subprocess.PIPE, stderr=log, text=True)
     try:
         port = None

@@ -23,6 +23,7 @@ data=$(mktemp -d)
 out="$data.stdout"
 http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 no_proxy= \
   "$bin" serve --listen 127.0.0.1:0 --data "$data" --fetch-hosts 127.0.0.1 \
+  --train-device cpu \
   --max-upload-bytes 8M --max-json-bytes 1M --fetch-timeout 5 >"$out" 2>"$data.log" &
 pid=$!
 cleanup() {

@@ -21,8 +21,8 @@ typedef struct {
     char log[PATH_MAX];     /* the server's stderr */
 } srv;
 
-/* Starts `$TRAINYARD_BIN serve --listen 127.0.0.1:0 --data <data>` plus
- * extra flags (NULL-terminated, may be NULL). data NULL = a new temp folder.
+/* Starts `$TRAINYARD_BIN serve --listen 127.0.0.1:0 --data <data>
+ * --train-device cpu` plus extra flags (NULL-terminated, may be NULL). data NULL = a new temp folder.
  * Waits for the "listening" line and reads the admin key. Returns 0 on
  * success. */
 int srv_start(srv *s, const char *data, const char *const *extra);

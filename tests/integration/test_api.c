@@ -18,11 +18,13 @@
 #include <string.h>
 #include <dirent.h>
 #include <unistd.h>
+#include <sqlite3.h>
 #include <zlib.h>
 
 #include "common/fsutil.h"
 #include "common/rng.h"
 #include "harness.h"
+#include "gpu/placement.h"
 #include "models/safetensors.h"
 
 static srv server;             /* shared by the tests that need no restart */
@@ -525,6 +527,8 @@ static void test_train_predict_evaluate_csv(void **state)
         fprintf(stderr, "job: %s\n", json_dumps(j, 0));
     assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
     snprintf(csv_model, sizeof csv_model, "%s", json_string_value(json_object_get(j, "model")));
+    /* It ran where the harness's --train-device cpu says. */
+    assert_string_equal(json_string_value(json_object_get(j, "device")), "cpu");
     json_t *m = json_object_get(j, "metrics");
     assert_true(json_real_value(json_object_get(m, "val_accuracy")) > 0.9);
     assert_true(json_number_value(json_object_get(json_object_get(j, "progress"), "fraction")) == 1.0);
@@ -548,6 +552,7 @@ static void test_train_predict_evaluate_csv(void **state)
     r = http_get(&server, path);
     assert_int_equal(r->status, 200);
     assert_string_equal(json_string_value(json_object_get(r->json, "job")), job);
+    assert_string_equal(json_string_value(json_object_get(r->json, "trained_on")), "cpu");
     assert_int_equal(json_integer_value(json_object_get(r->json, "param_count")), 4 * 16 + 16 + 16 * 3 + 3);
     assert_string_equal(json_string_value(json_array_get(json_object_get(r->json, "classes"), 2)), "virginica");
     resp_free(r);
@@ -561,6 +566,7 @@ static void test_train_predict_evaluate_csv(void **state)
     assert_string_equal(json_string_value(json_array_get(pred, 0)), "setosa");
     assert_string_equal(json_string_value(json_array_get(pred, 1)), "versicolor");
     assert_string_equal(json_string_value(json_array_get(pred, 2)), "virginica");
+    assert_string_equal(json_string_value(json_object_get(r->json, "device")), "cpu");
     json_t *row = json_array_get(json_object_get(r->json, "outputs"), 0);
     double sum = 0;
     for (size_t i = 0; i < json_array_size(row); i++)
@@ -587,6 +593,7 @@ static void test_train_predict_evaluate_csv(void **state)
     assert_int_equal(r->status, 200);
     assert_true(json_real_value(json_object_get(r->json, "accuracy")) > 0.95);
     assert_int_equal(json_integer_value(json_object_get(r->json, "num_examples")), 300);
+    assert_string_equal(json_string_value(json_object_get(r->json, "device")), "cpu");
     resp_free(r);
     snprintf(b, sizeof b, "{\"dataset\": \"%s\"}", idx_ds);
     r = http_json(&server, "POST", path, b);
@@ -633,6 +640,8 @@ static void test_kserve_v2(void **state)
     assert_int_equal(json_array_size(data), 6);
     assert_true(json_real_value(json_array_get(data, 0)) > 0.5);  /* setosa */
     assert_true(json_real_value(json_array_get(data, 5)) > 0.5);  /* virginica */
+    assert_string_equal(json_string_value(json_object_get(json_object_get(r->json, "parameters"),
+                                                          "device")), "cpu");
     resp_free(r);
 
     /* KServe clients read "error". */
@@ -1156,6 +1165,8 @@ static void test_job_memory_limit(void **state)
     snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
     json_int_t est = json_integer_value(json_object_get(r->json, "estimated_memory_bytes"));
     assert_true(est > 0 && est <= 256 * 1024);
+    /* Queued: not placed yet. */
+    assert_true(json_is_null(json_object_get(r->json, "device")));
     resp_free(r);
     json_t *j = wait_job(&small, job, 60);
     assert_non_null(j);
@@ -1183,6 +1194,165 @@ static void test_job_memory_limit(void **state)
     resp_free(r);
     srv_stop(&small, SIGTERM);
     srv_cleanup(&small);
+}
+
+/* ---- devices ---- */
+
+/* Trains a tiny job on s and returns it finished (caller decrefs). */
+static json_t *train_tiny(const srv *s, const char *ds)
+{
+    char b[512], job[64];
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 32}}", ds);
+    resp *r = http_json(s, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+    json_t *j = wait_job(s, job, 120);
+    assert_non_null(j);
+    if (strcmp(json_string_value(json_object_get(j, "status")), "succeeded"))
+        fprintf(stderr, "job: %s\n", json_dumps(j, 0));
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    return j;
+}
+
+/* Sets the model's recorded training device, as a GPU server would have
+ * (the server must be stopped). */
+static void set_trained_on(const char *data, const char *model, const char *device)
+{
+    char db_path[PATH_MAX + 16];
+    snprintf(db_path, sizeof db_path, "%s/trainyard.db", data);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(db_path, &db), SQLITE_OK);
+    sqlite3_stmt *st = NULL;
+    assert_int_equal(sqlite3_prepare_v2(db,
+                                        "UPDATE models SET doc = json_set(doc, '$.trained_on', ?) "
+                                        "WHERE id = ?",
+                                        -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, model, -1, SQLITE_STATIC);
+    assert_int_equal(sqlite3_step(st), SQLITE_DONE);
+    assert_int_equal(sqlite3_changes(db), 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+}
+
+/* --train-device auto trains on cuda:0 where this machine has a GPU, else
+ * on the CPU, and says so on the job, every epoch and the model. A model
+ * whose record says it was trained on a GPU this server lacks serves on
+ * the CPU (predict, evaluate, KServe), as does one trained on cuda:0 on a
+ * machine without a GPU. An explicit device the machine lacks stops the
+ * start, naming the flag, before any admin key exists. */
+static void test_train_device_auto_and_gpu_model_on_cpu(void **state)
+{
+    int count = place_cuda_count(NULL, 0);
+    const char *here = count > 0 ? "cuda:0" : "cpu";
+    srv s;
+    const char *aut[] = {"--train-device", "auto", NULL};
+    assert_int_equal(srv_start(&s, NULL, aut), 0);
+    char a[PATH_MAX + 8], b[PATH_MAX + 8], ds[64], path[256], body[256];
+    snprintf(a, sizeof a, "x=@%s", file_path("x.npy"));
+    snprintf(b, sizeof b, "y=@%s", file_path("y.npy"));
+    const char *npy[] = {"name=vectors", "format=npy", a, b, NULL};
+    upload_ok(&s, npy, ds);
+    json_t *j = train_tiny(&s, ds);
+    assert_string_equal(json_string_value(json_object_get(j, "device")), here);
+    char job[64], model[64];
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(j, "id")));
+    snprintf(model, sizeof model, "%s", json_string_value(json_object_get(j, "model")));
+    json_decref(j);
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
+    resp *r = http_get(&s, path);
+    json_t *epochs = json_object_get(r->json, "epochs");
+    assert_int_equal(json_array_size(epochs), 2);
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *ep = json_array_get(epochs, i);
+        assert_string_equal(json_string_value(json_object_get(ep, "device")), here);
+        /* The whole device's use, on a GPU only. */
+        assert_true(count > 0 ? json_integer_value(json_object_get(
+                                    ep, "device_memory_used_bytes")) > 0
+                              : json_is_null(json_object_get(ep, "device_memory_used_bytes")));
+    }
+    resp_free(r);
+    snprintf(path, sizeof path, "/v1/models/%s", model);
+    r = http_get(&s, path);
+    assert_string_equal(json_string_value(json_object_get(r->json, "trained_on")), here);
+    resp_free(r);
+    /* What it predicts where it was trained: the same after the moves. */
+    snprintf(path, sizeof path, "/v1/models/%s/predict", model);
+    r = http_json(&s, "POST", path, "{\"inputs\": [[1, 0, 0, 0, 0, 0]]}");
+    assert_int_equal(r->status, 200);
+    json_t *trained_out = json_incref(json_object_get(r->json, "outputs"));
+    resp_free(r);
+    srv_stop(&s, SIGTERM);
+
+    /* cuda:1000 exists nowhere; cuda:0 exists only on a GPU machine. */
+    static const char *const gpus[] = {"cuda:1000", "cuda:0"};
+    for (size_t g = 0; g < 2; g++) {
+        const char *expect = g == 1 && count > 0 ? "cuda:0" : "cpu";
+        set_trained_on(s.data, model, gpus[g]);
+        srv again;
+        assert_int_equal(srv_start(&again, s.data, NULL), 0);
+        snprintf(path, sizeof path, "/v1/models/%s", model);
+        r = http_get(&again, path);
+        assert_string_equal(json_string_value(json_object_get(r->json, "trained_on")), gpus[g]);
+        resp_free(r);
+        snprintf(path, sizeof path, "/v1/models/%s/predict", model);
+        r = http_json(&again, "POST", path, "{\"inputs\": [[1, 0, 0, 0, 0, 0]]}");
+        if (r->status != 200)
+            fprintf(stderr, "predict: %ld %s\n", r->status, r->body);
+        assert_int_equal(r->status, 200);
+        assert_string_equal(json_string_value(json_object_get(r->json, "device")), expect);
+        assert_int_equal(json_array_size(json_object_get(r->json, "predictions")), 1);
+        /* The same weights: the same outputs, to float rounding when a
+         * GPU computes them. */
+        json_t *row = json_array_get(json_object_get(r->json, "outputs"), 0);
+        json_t *want = json_array_get(trained_out, 0);
+        assert_int_equal(json_array_size(row), 3);
+        for (size_t k = 0; k < 3; k++)
+            assert_true(fabs(json_number_value(json_array_get(row, k)) -
+                             json_number_value(json_array_get(want, k))) < 1e-5);
+        resp_free(r);
+        snprintf(path, sizeof path, "/v1/models/%s/evaluate", model);
+        snprintf(body, sizeof body, "{\"dataset\": \"%s\"}", ds);
+        r = http_json(&again, "POST", path, body);
+        assert_int_equal(r->status, 200);
+        assert_string_equal(json_string_value(json_object_get(r->json, "device")), expect);
+        assert_int_equal(json_integer_value(json_object_get(r->json, "num_examples")), 600);
+        assert_true(isfinite(json_number_value(json_object_get(r->json, "loss"))));
+        resp_free(r);
+        snprintf(path, sizeof path, "/v2/models/%s/infer", model);
+        r = http_json(&again, "POST", path,
+                      "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 6],"
+                      " \"datatype\": \"FP32\", \"data\": [1, 0, 0, 0, 0, 0]}]}");
+        assert_int_equal(r->status, 200);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_object_get(r->json, "parameters"), "device")),
+                            expect);
+        resp_free(r);
+        srv_stop(&again, SIGTERM);
+    }
+    json_decref(trained_out);
+    srv_cleanup(&s);
+
+    /* A device past the last: no start, the flag named, no admin key. */
+    srv bad;
+    char flag[32], key[PATH_MAX + 16];
+    snprintf(flag, sizeof flag, "cuda:%d", count);
+    const char *missing[] = {"--train-device", flag, NULL};
+    assert_int_equal(srv_start(&bad, NULL, missing), -1);
+    snprintf(key, sizeof key, "%s/admin.key", bad.data);
+    assert_int_equal(access(key, F_OK), -1);
+    FILE *f = fopen(bad.log, "r");
+    assert_non_null(f);
+    char text[4096] = "";
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    assert_non_null(strstr(text, "--train-device"));
+    srv_cleanup(&bad);
 }
 
 /* ---- crash safety ---- */
@@ -1297,6 +1467,7 @@ int main(void)
         cmocka_unit_test(test_upload_limit_is_413),
         cmocka_unit_test(test_sigkill_restart_resumes),
         cmocka_unit_test(test_job_memory_limit),
+        cmocka_unit_test(test_train_device_auto_and_gpu_model_on_cpu),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -51,7 +51,10 @@ class Server:
         self.out = open(os.path.join(self.data, "stdout"), "w+")
         self.err = open(os.path.join(self.data, "stderr"), "w+")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--data", self.data],
+            # On the CPU on any machine: the comparisons' tolerances are
+            # the CPU engine's.
+            [binary, "serve", "--listen", "127.0.0.1:0", "--data", self.data,
+             "--train-device", "cpu"],
             stdout=self.out, stderr=self.err)
         port = None
         for _ in range(200):

@@ -169,14 +169,15 @@ static void test_config_parse(void **state)
     assert_int_equal(config_parse_size("1X", &n), TY_EINVAL);
 }
 
-/* --serve-device: cpu by default, cuda is device 0; a device the binary
- * or the machine lacks is a startup error from the model cache, naming the
- * flag (this test machine has no GPU: with or without CUDA built in). */
+/* --serve-device: auto by default (the model's training device when the
+ * server has it), cuda is device 0; a device the binary or the machine
+ * lacks is a startup error from the model cache, naming the flag (this
+ * test machine has no GPU: with or without CUDA built in). */
 static void test_config_serve_device(void **state)
 {
     ty_config c;
     config_defaults(&c);
-    assert_int_equal(c.serve_device, -1);
+    assert_int_equal(c.serve_device, PLACE_DEVICE_AUTO);
     int help = 0;
     ty_err err = {0};
     char *cuda[] = {"serve", "--serve-device", "cuda", NULL};
@@ -188,14 +189,19 @@ static void test_config_serve_device(void **state)
     char *cpu[] = {"serve", "--serve-device", "cpu", NULL};
     assert_int_equal(config_parse_serve(3, cpu, &c, &help, &err), TY_OK);
     assert_int_equal(c.serve_device, -1);
+    char *aut[] = {"serve", "--serve-device", "auto", NULL};
+    assert_int_equal(config_parse_serve(3, aut, &c, &help, &err), TY_OK);
+    assert_int_equal(c.serve_device, PLACE_DEVICE_AUTO);
     const char *bad[] = {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x",
-                         "CUDA", ""};
+                         "CUDA", "", "cuda:99999", "Auto"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *argv[] = {"serve", "--serve-device", (char *)bad[i], NULL};
         err.msg[0] = '\0';
+        err.field[0] = '\0';
         assert_int_equal(config_parse_serve(3, argv, &c, &help, &err),
                          TY_EINVAL);
-        assert_non_null(strstr(err.msg, "cpu, cuda or cuda:N"));
+        assert_non_null(strstr(err.msg, "auto, cpu, cuda or cuda:N"));
+        assert_string_equal(err.field, "--serve-device");
     }
 
     model_cache *mc = model_cache_create_on(4, -1, &err);
@@ -212,6 +218,52 @@ static void test_config_serve_device(void **state)
     print_message("cuda:1000 refused: %s\n", err.msg);
 }
 
+/* --train-device: auto by default; cpu, cuda, cuda:N, auto parse; junk is
+ * refused naming the flag; the last one given wins (the test harness puts
+ * --train-device cpu first, and a test may name another after it). */
+static void test_config_train_device(void **state)
+{
+    ty_config c;
+    config_defaults(&c);
+    assert_int_equal(c.train_device, PLACE_DEVICE_AUTO);
+    int help = 0;
+    ty_err err = {0};
+    char *two[] = {"serve", "--train-device", "cpu", "--train-device=cuda:2",
+                   NULL};
+    assert_int_equal(config_parse_serve(4, two, &c, &help, &err), TY_OK);
+    assert_int_equal(c.train_device, 2);
+    char *cuda[] = {"serve", "--train-device", "cuda", NULL};
+    assert_int_equal(config_parse_serve(3, cuda, &c, &help, &err), TY_OK);
+    assert_int_equal(c.train_device, 0);
+    char *cpu[] = {"serve", "--train-device", "cpu", NULL};
+    assert_int_equal(config_parse_serve(3, cpu, &c, &help, &err), TY_OK);
+    assert_int_equal(c.train_device, PLACE_DEVICE_CPU);
+    char *aut[] = {"serve", "--train-device=auto", NULL};
+    assert_int_equal(config_parse_serve(2, aut, &c, &help, &err), TY_OK);
+    assert_int_equal(c.train_device, PLACE_DEVICE_AUTO);
+    const char *bad[] = {"gpu", "cuda:", "cuda:-1", "cuda:x", "", "mig:0"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char *argv[] = {"serve", "--train-device", (char *)bad[i], NULL};
+        err.msg[0] = '\0';
+        assert_int_equal(config_parse_serve(3, argv, &c, &help, &err),
+                         TY_EINVAL);
+        assert_non_null(strstr(err.msg, "--train-device needs auto, cpu"));
+        assert_string_equal(err.field, "--train-device");
+    }
+    char *none[] = {"serve", "--train-device", NULL};
+    assert_int_equal(config_parse_serve(2, none, &c, &help, &err), TY_EINVAL);
+
+    /* The usage names the flag and its default. */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    config_usage(f);
+    fclose(f);
+    assert_non_null(strstr(text, "--train-device DEV"));
+    assert_non_null(strstr(text, "(default auto)"));
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -221,6 +273,7 @@ int main(void)
         cmocka_unit_test(test_bootstrap_and_check),
         cmocka_unit_test(test_config_parse),
         cmocka_unit_test(test_config_serve_device),
+        cmocka_unit_test(test_config_train_device),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -50,7 +50,7 @@ static json_t *ds_doc(const char *id)
 static void test_migrated_and_keys(void **state)
 {
     fixture *f = *state;
-    assert_int_equal(store_schema_version(f->st), 2);
+    assert_int_equal(store_schema_version(f->st), 3);
     int64_t n = 0;
     ty_err err;
     assert_int_equal(store_key_count(f->st, &n, &err), TY_OK);
@@ -132,6 +132,8 @@ static void test_job_life_cycle(void **state)
     assert_string_equal(json_string_value(json_object_get(job, "status")), "queued");
     assert_int_equal(json_integer_value(json_object_get(json_object_get(job, "hyperparameters"), "epochs")), 3);
     assert_int_equal(json_integer_value(json_object_get(job, "estimated_memory_bytes")), 1234);
+    /* Not started: no device yet. */
+    assert_true(json_is_null(json_object_get(job, "device")));
     json_decref(job);
 
     /* The dataset is in use. */
@@ -142,8 +144,11 @@ static void test_job_life_cycle(void **state)
     char id[TY_ID_MAX];
     assert_int_equal(store_job_next_queued(f->st, id, &err), TY_OK);
     assert_string_equal(id, "job_1");
-    assert_int_equal(store_job_start(f->st, "job_1", &err), TY_OK);
-    assert_int_equal(store_job_start(f->st, "job_1", &err), TY_ECONFLICT);
+    assert_int_equal(store_job_start(f->st, "job_1", "cpu", &err), TY_OK);
+    assert_int_equal(store_job_start(f->st, "job_1", "cuda:0", &err), TY_ECONFLICT);
+    assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
+    assert_string_equal(json_string_value(json_object_get(job, "device")), "cpu");
+    json_decref(job);
     assert_int_equal(store_job_next_queued(f->st, id, &err), TY_ENOTFOUND);
 
     json_t *m = json_pack("{s:i, s:f}", "epoch", 1, "train_loss", 0.5);
@@ -163,9 +168,11 @@ static void test_job_life_cycle(void **state)
     int64_t n = 0;
     assert_int_equal(store_job_requeue_running(f->st, &n, &err), TY_OK);
     assert_int_equal(n, 1);
-    assert_int_equal(store_job_start(f->st, "job_1", &err), TY_OK);
+    assert_int_equal(store_job_start(f->st, "job_1", "cuda:1", &err), TY_OK);
     assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
     assert_int_equal(json_integer_value(json_object_get(job, "attempts")), 2);
+    /* The restarted run's device, which may differ from the first's. */
+    assert_string_equal(json_string_value(json_object_get(job, "device")), "cuda:1");
     json_decref(job);
 
     json_t *mdoc = json_pack("{s:s, s:s}", "id", "mdl_1", "created_at", "2026-01-01T00:00:00.000Z");
@@ -252,7 +259,7 @@ static void test_reopen_keeps_data(void **state)
     json_decref(d);
     store_close(f->st);
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 2);
+    assert_int_equal(store_schema_version(f->st), 3);
     json_t *doc;
     assert_int_equal(store_dataset_get(f->st, "tn_a", "ds_keep", &doc, NULL, &err), TY_OK);
     json_decref(doc);
