@@ -83,7 +83,7 @@ void train_graph_setup(trainer *t)
     else if (has_dropout(&t->arch))
         train_graph_off(t, "the network has dropout, whose masks are "
                            "drawn on the host each step");
-    else if (t->accum > 1)
+    else if (hp->accumulation_steps > 1)
         train_graph_off(t, "accumulation_steps is above 1");
     else if (hp->clip_grad_norm > 0.0)
         train_graph_off(t, "clip_grad_norm reads the gradient norm on the "
