@@ -61,6 +61,9 @@ static void on_epoch(void *ctx, const train_epoch_metrics *m)
                             json_integer((json_int_t)m->skipped_steps));
         if (m->cuda_graph >= 0)
             json_object_set_new(ev, "cuda_graph", json_boolean(m->cuda_graph));
+        if (m->cuda_graph_reason)
+            json_object_set_new(ev, "cuda_graph_reason",
+                                json_string(m->cuda_graph_reason));
     }
     emit(ev);
 }
