@@ -83,6 +83,8 @@ static const char *const sgd_step =
 #define N_VAL 12u
 #define MAX_EPOCHS 8
 
+static float target_scale = 1.0f; /* regression targets' scale */
+
 /* s: N_EX training examples of shape (2, 6, 6), 3 classes (or 2
  * regression targets); v: N_VAL more for validation. */
 static void make_data(synth *s, uint32_t n, uint32_t salt, ty_task task)
@@ -95,8 +97,8 @@ static void make_data(synth *s, uint32_t n, uint32_t salt, ty_task task)
         if (task == TY_TASK_CLASSIFICATION)
             s->y[i] = (int32_t)(k % 3);
         else {
-            s->yv[2 * i] = (float)(k % 5) * 0.25f;
-            s->yv[2 * i + 1] = (float)(k % 3) - 1.0f;
+            s->yv[2 * i] = (float)(k % 5) * 0.25f * target_scale;
+            s->yv[2 * i + 1] = ((float)(k % 3) - 1.0f) * target_scale;
         }
         for (uint32_t j = 0; j < s->ds.features; j++)
             ((float *)s->x)[(size_t)i * s->ds.features + j] =
@@ -351,6 +353,30 @@ static void test_capture_failure_falls_back(void **state)
     assert_int_equal(fake_live, 0);
 }
 
+/* A loss that stops being finite is found when the device's sums are
+ * read (progress, checkpoint, epoch end) and still fails the job, naming
+ * the steps since the last read; no model file is written. */
+static void test_diverging_loss_fails(void **state)
+{
+    (void)state;
+    ty_err err = {0};
+    run_log r;
+    run_case c = {mlp2, "{\"epochs\":50,\"batch_size\":16,\"seed\":1,"
+                        "\"optimizer\":\"sgd\",\"learning_rate\":10}",
+                  TY_TASK_REGRESSION};
+    target_scale = 1e4f;
+    ty_status st = train_on(&c, &fake_graph, NULL, 1, "nan", &r, &err);
+    target_scale = 1.0f;
+    assert_int_equal(st, TY_EINVAL);
+    assert_string_equal(err.field, "hyperparameters.learning_rate");
+    assert_non_null(strstr(err.msg, "between steps"));
+    assert_non_null(strstr(err.msg, "lower learning_rate"));
+    char path[128];
+    snprintf(path, sizeof path, "%s/nan.safetensors", dir);
+    assert_false(fs_exists(path));
+    assert_int_equal(fake_live, 0);
+}
+
 int main(void)
 {
     fake_graph_init();
@@ -361,6 +387,7 @@ int main(void)
         cmocka_unit_test(test_dropout_runs_op_by_op),
         cmocka_unit_test(test_other_exclusions),
         cmocka_unit_test(test_capture_failure_falls_back),
+        cmocka_unit_test(test_diverging_loss_fails),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
