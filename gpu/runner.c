@@ -352,7 +352,7 @@ static void handle_line(runner *r, worker *w, const char *line)
         /* Where and how it ran: passed through when the worker said. */
         static const char *const where[] = {"device", "precision",
                                             "loss_scale", "skipped_steps",
-                                            "cuda_graph",
+                                            "cuda_graph", "cuda_graph_reason",
                                             "device_memory_used_bytes"};
         for (size_t i = 0; i < TY_ARRAY_LEN(where); i++) {
             json_t *v = json_object_get(ev, where[i]);

@@ -77,7 +77,29 @@ typedef struct {
     int decoupled;            /* adam: AdamW; params are first multiplied by
                                  decay_scale (weight_decay is then 0) */
     float decay_scale;        /* adamw: 1 - lr * wd, rounded once from double */
+    /* When not NULL: the backend's memory holding this step's changing
+     * values, NN_OPTIM_DYN floats in the order of nn_optim_dyn_slot, which
+     * the kernels read when they run instead of the fields above (a
+     * captured graph replays the kernels with the arguments of the step it
+     * was captured in; the caller uploads these before each step). */
+    const float *dyn;
 } nn_optim_args;
+
+/* The floats behind nn_optim_args.dyn. */
+typedef enum {
+    NN_OPTIM_DYN_LR = 0,
+    NN_OPTIM_DYN_STEP_SIZE,
+    NN_OPTIM_DYN_BIAS_CORRECTION2_SQRT,
+    NN_OPTIM_DYN_DECAY_SCALE,
+    NN_OPTIM_DYN
+} nn_optim_dyn_slot;
+
+/* The doubles behind nn_exec.acc. */
+typedef enum {
+    NN_ACC_LOSS = 0,           /* summed loss, as the kernels return it */
+    NN_ACC_CORRECT,            /* rows counted as correct */
+    NN_ACC_COUNT
+} nn_acc_slot;
 
 /* Geometry of a 2-D convolution or pooling over NCHW activations: input
  * (N, in_c, in_h, in_w), output (N, out_c, out_h, out_w), pairs as [h, w].
@@ -106,6 +128,14 @@ typedef struct {
      * the workspace from its layers' work_per_thread. */
     float *work;
     size_t work_floats;
+    /* When not NULL: NN_ACC_COUNT doubles of the backend's memory. Every
+     * loss kernel with labels or targets then adds its summed loss to
+     * acc[NN_ACC_LOSS] and its correct count to acc[NN_ACC_CORRECT] (in
+     * the order the kernels run, each sum fixed-order, no atomics), returns
+     * 0 and sets *correct to 0 instead of bringing them to the host: a
+     * training step then never waits for the device, and the trainer
+     * downloads acc when it reports. */
+    double *acc;
 } nn_exec;
 
 typedef struct nn_backend {
@@ -334,6 +364,47 @@ typedef struct nn_backend {
     void (*pool2d_backward)(const nn_exec *ex, nn_op op, float *din,
                             const float *dout, const int32_t *argmax,
                             uint32_t n, const nn_conv_desc *d);
+
+    /* ---- host staging, fences and graphs (NULL where the backend has
+     * none: the CPU's, where memory is the host's and every call is done
+     * when it returns) ---- */
+
+    /* Host memory the device copies from without staging (CUDA: pinned,
+     * cudaHostAlloc); NULL when out of memory. NULL members: use malloc.
+     * An upload from it is asynchronous: it reads src when the stream
+     * reaches it, so src must not be rewritten until a fence recorded
+     * after the upload has been waited for. (An upload from other host
+     * memory has read src when it returns.) */
+    void *(*host_alloc)(const nn_exec *ex, size_t bytes);
+    void (*host_release)(const nn_exec *ex, void *p);
+
+    /* Fences on the context's stream (CUDA: events). fence_create gives
+     * NULL when out of resources; fence_record marks everything queued so
+     * far; fence_wait returns once the stream has passed the last mark
+     * (at once when never recorded). Used to reuse host_alloc buffers. */
+    void *(*fence_create)(const nn_exec *ex);
+    void (*fence_record)(const nn_exec *ex, void *fence);
+    void (*fence_wait)(const nn_exec *ex, void *fence);
+    void (*fence_release)(const nn_exec *ex, void *fence);
+
+    /* Graphs: graph_begin starts capturing the calling thread's calls on
+     * ex's stream (CUDA: cudaStreamBeginCapture), which are then recorded,
+     * not run; graph_end stops and turns them into *graph, to be replayed
+     * whole by graph_launch on the same stream after whatever is queued.
+     * A replay runs the kernels with the arguments they had at capture
+     * (pointers and scalars) and reads the memory they point at when it
+     * runs: what changes from step to step must live in the backend's
+     * memory (nn_exec.acc, nn_optim_args.dyn), uploaded before the launch.
+     * Inside a capture nothing may allocate, release, download, read a
+     * result on the host (loss kernels need acc; no sum_squares) or ask
+     * status. graph_begin returns 0 on success; graph_end returns 0 and
+     * sets *graph, or -1 with the reason in err (the capture is then
+     * abandoned, none of its calls ran, and the context is still usable).
+     * graph_release(NULL) does nothing. */
+    int (*graph_begin)(const nn_exec *ex);
+    int (*graph_end)(const nn_exec *ex, void **graph, ty_err *err);
+    void (*graph_launch)(const nn_exec *ex, void *graph);
+    void (*graph_release)(const nn_exec *ex, void *graph);
 } nn_backend;
 
 /* The CPU reference backend (OpenBLAS GEMM on one thread per part, plain C

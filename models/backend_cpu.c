@@ -259,6 +259,22 @@ static void dropout_backward_serial(float *restrict din,
         din[i] = dout[i] * mask[i];
 }
 
+/* A loss kernel's sums: added to ex->acc when the context has one (see
+ * nn_exec; the host's memory here), else returned with *correct. */
+static double loss_result(const nn_exec *ex, double loss, uint32_t hits,
+                          uint32_t *correct)
+{
+    if (ex && ex->acc) {
+        ex->acc[NN_ACC_LOSS] += loss;
+        ex->acc[NN_ACC_CORRECT] += (double)hits;
+        loss = 0.0;
+        hits = 0;
+    }
+    if (correct)
+        *correct = hits;
+    return loss;
+}
+
 static double cpu_softmax_xent(const nn_exec *ex, float *dlogits,
                                float *probs, uint32_t *correct,
                                const float *logits, const int32_t *labels,
@@ -306,9 +322,12 @@ static double cpu_softmax_xent(const nn_exec *ex, float *dlogits,
             d[y] -= grad_scale;
         }
     }
-    if (correct)
-        *correct = hits;
-    return loss;
+    if (!labels) {
+        if (correct)
+            *correct = 0;
+        return 0.0;
+    }
+    return loss_result(ex, loss, hits, correct);
 }
 
 static double cpu_mse(const nn_exec *ex, float *dpred, const float *pred,
@@ -321,7 +340,7 @@ static double cpu_mse(const nn_exec *ex, float *dpred, const float *pred,
         if (dpred)
             dpred[i] = 2.0f * d * grad_scale;
     }
-    return sum;
+    return loss_result(ex, sum, 0, NULL);
 }
 
 static void sgd_serial(float *restrict param, float *restrict grad,
@@ -507,18 +526,36 @@ static void cpu_dropout_backward(const nn_exec *ex, float *din,
                          .i0 = dout, .i1 = mask});
 }
 
+/* s with the values s->dyn holds (read now, when the kernel runs), in
+ * *tmp; s itself without dyn. */
+static const nn_optim_args *optim_now(const nn_optim_args *s,
+                                      nn_optim_args *tmp)
+{
+    if (!s->dyn)
+        return s;
+    *tmp = *s;
+    tmp->lr = s->dyn[NN_OPTIM_DYN_LR];
+    tmp->step_size = s->dyn[NN_OPTIM_DYN_STEP_SIZE];
+    tmp->bias_correction2_sqrt = s->dyn[NN_OPTIM_DYN_BIAS_CORRECTION2_SQRT];
+    tmp->decay_scale = s->dyn[NN_OPTIM_DYN_DECAY_SCALE];
+    return tmp;
+}
+
 static void cpu_sgd(const nn_exec *ex, float *param, float *grad, float *buf,
                     size_t len, const nn_optim_args *s)
 {
+    nn_optim_args tmp;
     ew_run(ex, &(ew_job){.op = NN_OP_SGD, .len = len, .o0 = param, .o1 = grad,
-                         .o2 = buf, .s = s});
+                         .o2 = buf, .s = optim_now(s, &tmp)});
 }
 
 static void cpu_adam(const nn_exec *ex, float *param, float *grad, float *m,
                      float *v, size_t len, const nn_optim_args *s)
 {
+    nn_optim_args tmp;
     ew_run(ex, &(ew_job){.op = NN_OP_ADAM, .len = len, .o0 = param,
-                         .o1 = grad, .o2 = m, .o3 = v, .s = s});
+                         .o1 = grad, .o2 = m, .o3 = v,
+                         .s = optim_now(s, &tmp)});
 }
 
 /* ---- losses added with label smoothing, BCE and Huber ---- */
@@ -562,9 +599,7 @@ static double cpu_softmax_xent_smooth(const nn_exec *ex, float *dlogits,
             d[y] = (expf(x[y] - max) * inv - on) * grad_scale;
         }
     }
-    if (correct)
-        *correct = hits;
-    return loss;
+    return loss_result(ex, loss, hits, correct);
 }
 
 /* p = sigmoid(x) without overflow for any x. */
@@ -600,9 +635,12 @@ static double cpu_bce_logits(const nn_exec *ex, float *dlogits, float *probs,
         if (dlogits)
             dlogits[i] = (p - y) * grad_scale;
     }
-    if (correct)
-        *correct = hits;
-    return loss;
+    if (!labels) {
+        if (correct)
+            *correct = 0;
+        return 0.0;
+    }
+    return loss_result(ex, loss, hits, correct);
 }
 
 static double cpu_huber(const nn_exec *ex, float *dpred, const float *pred,
@@ -622,7 +660,7 @@ static double cpu_huber(const nn_exec *ex, float *dpred, const float *pred,
             dpred[i] = g * grad_scale;
         }
     }
-    return sum;
+    return loss_result(ex, sum, 0, NULL);
 }
 
 #define SUMSQ_MAX_PARTS 64

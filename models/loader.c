@@ -15,6 +15,16 @@
  * happens after its write. The plan (perm, epoch, first step) is written
  * only while the thread is idle (not filling, plan inactive), under mu.
  *
+ * Pinned slots (cfg.be with host_alloc): an upload reads its slot when the
+ * device gets to it, so the trainer records a fence after queuing a
+ * batch's uploads (loader_uploaded) and the trainer's own thread waits for
+ * it before the slot can be filled again: in loader_next before giving the
+ * slot back, in loader_begin_epoch (both slots: the thread refills them)
+ * and in loader_destroy before freeing. The loader's thread never calls
+ * the backend. The wait in loader_next is the pipeline's only one: the
+ * fence passes once the device has finished the step before and the
+ * upload, while the step just launched still runs.
+ *
  * Without prefetch (one compute thread, or an epoch of one batch) the
  * trainer fills slot 0 itself inside loader_next, split over the pool like
  * the gather before it. Either way a batch's contents depend only on the
@@ -35,6 +45,8 @@
 
 typedef struct {
     loader_batch b;
+    void *fence;               /* cfg.be's, behind this slot's uploads */
+    int uploading;             /* a fence was recorded and not waited for */
 } slot;
 
 struct loader {
@@ -154,18 +166,57 @@ static void *loader_main(void *arg)
 
 /* ---- the loader ---- */
 
+/* Host memory for a slot: the backend's staging memory when it has some. */
+static void *slot_mem(const loader *l, size_t bytes)
+{
+    const nn_backend *be = l->cfg.be;
+    bytes = (bytes + 63) / 64 * 64;
+    if (be && be->host_alloc)
+        return be->host_alloc(l->cfg.ex, bytes ? bytes : 64);
+    return aligned_alloc(64, bytes ? bytes : 64);
+}
+
+static void slot_mem_free(const loader *l, void *p)
+{
+    const nn_backend *be = l->cfg.be;
+    if (p && be && be->host_alloc)
+        be->host_release(l->cfg.ex, p);
+    else
+        free(p);
+}
+
 static ty_status slot_alloc(const loader *l, slot *s)
 {
     const loader_config *cfg = &l->cfg;
-    size_t bytes = (size_t)cfg->batch_size * l->features * sizeof(float);
-    bytes = (bytes + 63) / 64 * 64;
-    s->b.x = aligned_alloc(64, bytes ? bytes : 64);
+    s->b.x = slot_mem(l, (size_t)cfg->batch_size * l->features * sizeof(float));
     if (cfg->ds->task == TY_TASK_CLASSIFICATION)
-        s->b.labels = malloc((size_t)cfg->batch_size * sizeof *s->b.labels);
+        s->b.labels = slot_mem(l, (size_t)cfg->batch_size * sizeof *s->b.labels);
     else
-        s->b.targets = malloc(((size_t)cfg->batch_size * cfg->outputs + 1) *
-                              sizeof *s->b.targets);
+        s->b.targets = slot_mem(l, ((size_t)cfg->batch_size * cfg->outputs + 1) *
+                                       sizeof *s->b.targets);
+    if (cfg->be && cfg->be->host_alloc && cfg->be->fence_create &&
+        !(s->fence = cfg->be->fence_create(cfg->ex)))
+        return TY_ENOMEM;
     return s->b.x && (s->b.labels || s->b.targets) ? TY_OK : TY_ENOMEM;
+}
+
+/* Waits until the device has read slot s (trainer's thread). */
+static void slot_wait(const loader *l, slot *s)
+{
+    if (!s->uploading)
+        return;
+    l->cfg.be->fence_wait(l->cfg.ex, s->fence);
+    s->uploading = 0;
+}
+
+void loader_uploaded(loader *l)
+{
+    /* The batch held: slot 0 inline, else the one taken last. */
+    slot *s = &l->slots[l->started && l->taken ? (l->taken - 1) % 2 : 0];
+    if (!s->fence || !l->taken)
+        return;
+    l->cfg.be->fence_record(l->cfg.ex, s->fence);
+    s->uploading = 1;
 }
 
 ty_status loader_create(const loader_config *cfg, loader **out, ty_err *err)
@@ -237,9 +288,14 @@ void loader_destroy(loader *l)
         pthread_join(l->thread, NULL);
     }
     for (int i = 0; i < 2; i++) {
-        free(l->slots[i].b.x);
-        free(l->slots[i].b.labels);
-        free(l->slots[i].b.targets);
+        slot *s = &l->slots[i];
+        if (s->fence) {
+            slot_wait(l, s);
+            l->cfg.be->fence_release(l->cfg.ex, s->fence);
+        }
+        slot_mem_free(l, s->b.x);
+        slot_mem_free(l, s->b.labels);
+        slot_mem_free(l, s->b.targets);
     }
     free(l->scratch);
     pthread_mutex_destroy(&l->mu);
@@ -251,6 +307,9 @@ void loader_begin_epoch(loader *l, uint32_t epoch, const uint32_t *perm,
                         uint64_t first_step)
 {
     loader_stop(l);
+    /* The thread is idle; it refills both slots once the plan is on. */
+    for (int i = 0; i < 2; i++)
+        slot_wait(l, &l->slots[i]);
     const uint64_t bs = l->cfg.batch_size;
     const uint64_t steps = (l->cfg.n + bs - 1) / bs;
     if (l->started)
@@ -272,6 +331,7 @@ const loader_batch *loader_next(loader *l)
     if (!l->started) {
         if (!l->active || l->taken >= l->n_batches)
             return NULL;
+        slot_wait(l, &l->slots[0]);
         loader_batch *b = &l->slots[0].b;
         batch_place(l, b, l->taken++);
         fill_job j = {.l = l, .b = b};
@@ -279,6 +339,9 @@ const loader_batch *loader_next(loader *l)
         return b;
     }
     const loader_batch *b = NULL;
+    /* The held batch's slot (taken - 1) % 2 goes back to the thread. */
+    if (l->taken)
+        slot_wait(l, &l->slots[(l->taken - 1) % 2]);
     pthread_mutex_lock(&l->mu);
     l->released = l->taken;
     pthread_cond_broadcast(&l->cv);

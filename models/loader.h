@@ -5,7 +5,9 @@
  * while step k runs.
  *
  * Double buffering: two batch buffers (slots), each batch_size x features
- * floats plus labels / targets, allocated once by loader_create. The trainer
+ * floats plus labels / targets, allocated once by loader_create (from the
+ * device backend's pinned host memory when there is one, so the upload of
+ * one batch runs while the next is gathered; see loader_uploaded). The trainer
  * holds the slot loader_next returned until its next loader_next call; the
  * loader fills the other one meanwhile. The trainer points its workspace's
  * input at the held slot (loader_bind_input) instead of copying it.
@@ -47,6 +49,13 @@ typedef struct {
                                   never used by the loader's own thread */
     int prefetch;              /* 1: fill ahead on the loader's own thread;
                                   0: fill inline inside loader_next */
+    /* The backend the batches are uploaded to, or NULL. When it has
+     * host_alloc the slots are its staging memory (pinned), uploads from
+     * them are asynchronous, and a slot is refilled only after the fence
+     * loader_uploaded recorded behind its uploads has passed. Borrowed;
+     * ex outlives the loader. */
+    const nn_backend *be;
+    const nn_exec *ex;
 } loader_config;
 
 /* One minibatch. Rows are positions first .. first + n - 1 of the epoch's
@@ -79,6 +88,12 @@ void loader_begin_epoch(loader *l, uint32_t epoch, const uint32_t *perm,
  * taken (or after loader_stop). The batch stays valid until the next call
  * of loader_next, loader_begin_epoch, loader_stop or loader_destroy. */
 const loader_batch *loader_next(loader *l);
+
+/* Says that the batch loader_next last returned has been queued for
+ * upload (cfg->be): its slot is not refilled until the backend has
+ * passed this point. Nothing without a backend with fences. Trainer's
+ * thread only. */
+void loader_uploaded(loader *l);
 
 /* Abandons the rest of the epoch: waits until the loader's thread has
  * finished the fill it is in (if any) and leaves it idle, so perm may be

@@ -81,12 +81,32 @@ const char *nn_optim_slot_name(const nn_optim *o, uint32_t k)
     return "momentum_buffer";
 }
 
+void nn_optim_dyn_values(const nn_optim *o, uint64_t t,
+                         float out[NN_OPTIM_DYN])
+{
+    out[NN_OPTIM_DYN_LR] = (float)o->lr;
+    out[NN_OPTIM_DYN_STEP_SIZE] = 0.0f;
+    out[NN_OPTIM_DYN_BIAS_CORRECTION2_SQRT] = 0.0f;
+    out[NN_OPTIM_DYN_DECAY_SCALE] = 0.0f;
+    /* torch: param.mul_(1 - lr * weight_decay), then Adam without L2. */
+    if (o->kind == TRAIN_OPT_ADAMW)
+        out[NN_OPTIM_DYN_DECAY_SCALE] = (float)(1.0 - o->lr * o->weight_decay);
+    if (o->kind != TRAIN_OPT_SGD) {
+        double bc1 = 1.0 - pow(o->beta1, (double)t);
+        double bc2 = 1.0 - pow(o->beta2, (double)t);
+        out[NN_OPTIM_DYN_STEP_SIZE] = (float)(o->lr / bc1);
+        out[NN_OPTIM_DYN_BIAS_CORRECTION2_SQRT] = (float)sqrt(bc2);
+    }
+}
+
 void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
                    float *params, float *grads)
 {
     o->t++;
+    float dyn[NN_OPTIM_DYN];
+    nn_optim_dyn_values(o, o->t, dyn);
     nn_optim_args s = {
-        .lr = (float)o->lr,
+        .lr = dyn[NN_OPTIM_DYN_LR],
         .weight_decay = (float)o->weight_decay,
         .momentum = (float)o->momentum,
         .beta1 = (float)o->beta1,
@@ -95,23 +115,20 @@ void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
         .one_minus_beta1 = (float)(1.0 - o->beta1),
         .one_minus_beta2 = (float)(1.0 - o->beta2),
         .nesterov = o->nesterov,
+        .step_size = dyn[NN_OPTIM_DYN_STEP_SIZE],
+        .bias_correction2_sqrt = dyn[NN_OPTIM_DYN_BIAS_CORRECTION2_SQRT],
+        .decay_scale = dyn[NN_OPTIM_DYN_DECAY_SCALE],
+        .dyn = o->dyn,
     };
     if (o->kind == TRAIN_OPT_ADAMW) {
-        /* torch: param.mul_(1 - lr * weight_decay), then Adam without L2. */
         s.decoupled = 1;
-        s.decay_scale = (float)(1.0 - o->lr * o->weight_decay);
         s.weight_decay = 0.0f;
     }
-    if (o->kind != TRAIN_OPT_SGD) {
-        double bc1 = 1.0 - pow(o->beta1, (double)o->t);
-        double bc2 = 1.0 - pow(o->beta2, (double)o->t);
-        s.step_size = (float)(o->lr / bc1);
-        s.bias_correction2_sqrt = (float)sqrt(bc2);
+    if (o->kind != TRAIN_OPT_SGD)
         be->adam(ex, params, grads, nn_optim_slot(o, 0), nn_optim_slot(o, 1),
                  o->param_count, &s);
-    } else {
+    else
         be->sgd(ex, params, grads, nn_optim_slot(o, 0), o->param_count, &s);
-    }
 }
 
 double nn_optim_clip_grad_norm(const nn_backend *be, const nn_exec *ex,

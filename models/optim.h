@@ -33,6 +33,10 @@ typedef struct {
     const nn_exec *ex;         /* borrowed, for release */
     int nesterov;              /* sgd */
     uint64_t bytes;            /* taken from be->alloc for state */
+    /* NULL, or NN_OPTIM_DYN floats of be's memory the kernels read this
+     * step's values from (nn_optim_args.dyn); the caller uploads
+     * nn_optim_dyn_values into it before each step. Borrowed. */
+    const float *dyn;
 } nn_optim;
 
 /* The state slots hp's optimizer keeps: 0, 1 or 2. */
@@ -56,6 +60,12 @@ void nn_optim_free(nn_optim *o);
  * (may be NULL); grads are zeroed. */
 void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
                    float *params, float *grads);
+
+/* The values that change from step to step (nn_optim_dyn_slot order) for
+ * step t (1-based: o->t + 1 is the next) at o->lr, exactly as
+ * nn_optim_step passes them. */
+void nn_optim_dyn_values(const nn_optim *o, uint64_t t,
+                         float out[NN_OPTIM_DYN]);
 
 /* Scales grads (len floats) as torch.nn.utils.clip_grad_norm_(max_norm)
  * does: with norm the L2 norm of all of them (summed in double), by

@@ -215,7 +215,7 @@ uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
     if (m.batch_rows == 0)
         m.batch_rows = 1;
     m.state = (arch->param_count + arch->buffer_count + 1) * sizeof(float);
-    m.grads = p * sizeof(float);
+    m.grads = train_grads_bytes(arch->be, p); /* + acc, dyn on a device */
     m.optimizer = nn_optim_state_bytes(hp, arch->param_count);
     m.activations = nn_workspace_bytes(arch, m.batch_rows, 1, threads, &m.work);
     m.total = m.state + m.grads + m.optimizer + m.activations + m.work;
@@ -270,6 +270,7 @@ static void trainer_free(trainer *t)
 {
     /* First: its thread reads the dataset, the preprocessing and perm. */
     loader_destroy(t->loader);
+    train_graph_free(t);
     json_decref(t->spec);
     json_decref(t->identity);
     /* The backend's memory goes through the workspace's context, so
@@ -359,8 +360,9 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         train_mem_add(t, t->ws->mem_bytes + t->ws->work_bytes);
         if ((t->params = t->be->alloc(t->ws->ex, state * sizeof(float))))
             train_mem_add(t, state * sizeof(float));
-        if ((t->grads = t->be->alloc(t->ws->ex, p * sizeof(float)))) {
-            train_mem_add(t, p * sizeof(float));
+        const uint64_t gb = train_grads_bytes(t->be, p);
+        if ((t->grads = t->be->alloc(t->ws->ex, gb))) {
+            train_mem_add(t, gb);
             t->be->zero(t->ws->ex, t->grads, p * sizeof(float));
         }
     }
@@ -377,6 +379,7 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         if (!t->host)
             return ty_fail(err, TY_ENOMEM, NULL,
                            "out of memory for the network's buffers");
+        train_graph_setup(t);
     }
     const char *pre = json_string_value(json_object_get(ds->meta, "preprocess"));
     if ((st = nn_preproc_fit(&t->pp, pre, ds, job->train_idx, t->n_train,
@@ -405,6 +408,7 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         .ds = ds, .pp = &t->pp, .batch_size = rows, .n = t->n_train,
         .outputs = outputs, .augment = hp->augment, .seed = hp->seed,
         .pool = t->pool, .prefetch = prefetch && batches > 1,
+        .be = t->host ? t->be : NULL, .ex = t->ws->ex,
     };
     return loader_create(&lc, &t->loader, err);
 }
@@ -426,6 +430,8 @@ static void epoch_begin(trainer *t, uint32_t e)
         t->loss_sum = 0.0;
         t->hits = t->seen = 0;
     }
+    if (t->acc)
+        train_sums_upload(t);
 }
 
 /* Forward and backward over the loader's minibatch b, one minibatch of an
@@ -448,18 +454,13 @@ static double train_step(trainer *t, const loader_batch *b, uint32_t grad_rows,
         nn_backward(&t->arch, t->params, t->grads, ws, m);
         loader_bind_input(ws, own);
     } else {
-        /* The loader's buffers are the host staging: upload them. */
-        const nn_backend *be = t->arch.be;
-        be->upload(ws->ex, ws->act[0], b->x,
-                   (size_t)m * nn_shape_numel(&t->arch.input) * sizeof(float));
-        if (b->labels)
-            be->upload(ws->ex, ws->labels, b->labels, (size_t)m * sizeof(int32_t));
-        if (b->targets)
-            be->upload(ws->ex, ws->targets, b->targets,
-                       (size_t)m * c * sizeof(float));
+        /* b was uploaded (upload_batch); the sums go to t->acc, so nothing
+         * here waits for the device and a graph may capture it. */
         nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
+        ws->own.acc = t->acc;
         sum = nn_loss_scaled(&t->arch, ws, m, b->labels ? ws->labels : NULL,
                              b->targets ? ws->targets : NULL, hits, grad_rows);
+        ws->own.acc = NULL;
         nn_backward(&t->arch, t->params, t->grads, ws, m);
     }
     /* MSE sums over elements; per example is that over the outputs. */
@@ -477,6 +478,83 @@ static void optimizer_step(trainer *t)
         nn_optim_clip_grad_norm(t->arch.be, t->ws->ex, t->grads,
                                 t->arch.param_count, hp->clip_grad_norm);
     nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params, t->grads);
+}
+
+/* The loader's batch b into the workspace's fixed input buffers (device
+ * runs: the loader's slots are the host staging), queued on the stream;
+ * the loader keeps b's slot until the device has read it. */
+static void upload_batch(trainer *t, const loader_batch *b)
+{
+    nn_workspace *ws = t->ws;
+    const nn_backend *be = t->be;
+    const uint32_t m = b->n;
+    be->upload(ws->ex, ws->act[0], b->x,
+               (size_t)m * nn_shape_numel(&t->arch.input) * sizeof(float));
+    if (b->labels)
+        be->upload(ws->ex, ws->labels, b->labels, (size_t)m * sizeof(int32_t));
+    if (b->targets)
+        be->upload(ws->ex, ws->targets, b->targets,
+                   (size_t)m * t->arch.num_outputs * sizeof(float));
+    loader_uploaded(t->loader);
+}
+
+/* Captures train_step and optimizer_step over b (a full-size batch, already
+ * uploaded) as t->graph; the capture runs nothing. On failure the run goes
+ * on op by op (graph_reason says why) and the host's step count is as
+ * before. */
+static void capture_step(trainer *t, const loader_batch *b)
+{
+    const nn_backend *be = t->be;
+    const uint64_t opt_t = t->opt.t;
+    ty_err gerr = {0};
+    if (be->graph_begin(t->ws->ex) != 0) {
+        train_graph_off(t, "CUDA graph capture could not start");
+        return;
+    }
+    uint32_t hits;
+    train_step(t, b, b->n, &hits);
+    optimizer_step(t);
+    if (be->graph_end(t->ws->ex, &t->graph, &gerr) != 0) {
+        t->graph = NULL;
+        t->opt.t = opt_t;
+        train_graph_off(t, "CUDA graph capture failed: %s", gerr.msg);
+    }
+}
+
+/* One optimizer step over examples [first, end) of the epoch on a device:
+ * this step's optimizer values and each minibatch are uploaded, then the
+ * run's captured step is replayed (captured first at the run's second
+ * full-size step), or the step runs op by op. Its sums go to t->acc. */
+static void device_step(trainer *t, uint32_t first, uint32_t end)
+{
+    const uint32_t bs = t->hp->batch_size;
+    train_dyn_upload(t);
+    if (t->graph_on && end - first == bs && t->eager_full) {
+        const loader_batch *b = loader_next(t->loader);
+        upload_batch(t, b);
+        if (!t->graph)
+            capture_step(t, b);     /* counts the step in opt.t */
+        else
+            t->opt.t++;             /* nn_optim_step's count, not replayed */
+        if (t->graph) {
+            t->be->graph_launch(t->ws->ex, t->graph);
+            t->graph_launches++;
+            return;
+        }
+        uint32_t hits;
+        train_step(t, b, bs, &hits);
+        optimizer_step(t);
+        return;
+    }
+    for (uint32_t i = first; i < end; i += bs) {
+        const loader_batch *b = loader_next(t->loader);
+        uint32_t hits;
+        upload_batch(t, b);
+        train_step(t, b, end - first, &hits);
+    }
+    optimizer_step(t);
+    if (end - first == (uint64_t)bs * t->accum)
+        t->eager_full = 1;
 }
 
 static void report_progress(const trainer *t, uint32_t e, double rate)
@@ -503,7 +581,8 @@ static void epoch_where(const trainer *t, train_epoch_metrics *m)
 {
     m->device = t->job->device_label ? t->job->device_label : t->be->name;
     m->precision = "fp32";
-    m->cuda_graph = nn_backend_host_visible(t->be) ? -1 : 0;
+    m->cuda_graph = nn_backend_host_visible(t->be) ? -1 : t->graph_on;
+    m->cuda_graph_reason = m->cuda_graph == 0 ? t->graph_reason : NULL;
 }
 
 static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
@@ -527,12 +606,14 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         uint32_t hits = 0;
         double sum = 0.0;
         /* The loader hands out the epoch's minibatches in order. */
-        for (uint32_t b = first; b < end && isfinite(sum); b += bs) {
+        if (t->acc)
+            device_step(t, first, end); /* sums into t->acc */
+        for (uint32_t b = first; !t->acc && b < end && isfinite(sum); b += bs) {
             uint32_t mb_hits = 0;
             sum += train_step(t, loader_next(t->loader), m, &mb_hits);
             hits += mb_hits;
         }
-        if (isfinite(sum))
+        if (!t->acc && isfinite(sum))
             optimizer_step(t);
         /* A device records its first failure; the step's sums are then
          * meaningless, so this comes before the loss check. */
@@ -559,7 +640,9 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         uint32_t every = t->hp->checkpoint_every_steps;
         if (every && t->step % every == 0 &&
             t->epoch_step < t->steps_per_epoch && job->checkpoint_path) {
-            ty_status st = train_ckpt_save(t, err);
+            ty_status st = train_sums_read(t, e, err);
+            if (st == TY_OK)
+                st = train_ckpt_save(t, err);
             if (st != TY_OK)
                 return st;
         }
@@ -567,12 +650,18 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
          * rest at most every PROGRESS_INTERVAL. */
         double now = now_sec();
         if (t->last_report < 0 || now - t->last_report >= PROGRESS_INTERVAL) {
+            ty_status st = train_sums_read(t, e, err);
+            if (st != TY_OK)
+                return st;
             report_progress(t, e, now > start ? (double)session_seen / (now - start)
                                               : 0.0);
             t->last_report = now;
         }
     }
 
+    ty_status sums_st = train_sums_read(t, e, err);
+    if (sums_st != TY_OK)
+        return sums_st;
     double seconds = now_sec() - start;
     train_epoch_metrics m = {
         .epoch = e + 1,

@@ -129,6 +129,9 @@ typedef struct {
     double clip_grad_norm;         /* 0: off */
     nn_loss_spec loss;             /* kind NN_LOSS_AUTO until resolved */
     train_augment augment;     /* parsed by loader_augment_parse */
+    /* On a GPU: capture one training step as a CUDA graph and replay it
+     * (default true; ignored on the CPU). Changes no number. */
+    int cuda_graph;
 } train_hparams;
 
 /* Parses and validates hp (may be NULL: all defaults). On success fills *out
@@ -197,6 +200,9 @@ typedef struct {
     double loss_scale;
     uint64_t skipped_steps;
     int cuda_graph;
+    /* cuda_graph 0: why the steps ran op by op ("the network has dropout",
+     * "capture failed: ..."); NULL otherwise. Static or the trainer's. */
+    const char *cuda_graph_reason;
 } train_epoch_metrics;
 
 typedef struct {

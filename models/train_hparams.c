@@ -201,10 +201,11 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         "weight_decay", "beta1", "beta2", "epsilon", "seed",
         "checkpoint_every_steps", "nesterov", "lr_schedule", "warmup_steps",
         "clip_grad_norm", "accumulation_steps", "loss", "label_smoothing",
-        "huber_delta", NULL};
+        "huber_delta", "cuda_graph", NULL};
     json_t *empty = NULL, *sched_norm = NULL;
     ty_status st;
     int64_t epochs, batch, seed, every, accum, warmup;
+    int cuda_graph;
     const char *opt;
     train_hparams h = {0};
 
@@ -298,8 +299,11 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     if ((st = tyjson_get_int(hp, "seed", HP, 0, 0, SEED_MAX, -1, &seed, err)) !=
             TY_OK ||
         (st = tyjson_get_int(hp, "checkpoint_every_steps", HP, 0, 0,
-                             UINT32_MAX, 0, &every, err)) != TY_OK)
+                             UINT32_MAX, 0, &every, err)) != TY_OK ||
+        (st = tyjson_get_bool(hp, "cuda_graph", HP, 0, 1, &cuda_graph, err)) !=
+            TY_OK)
         goto done;
+    h.cuda_graph = cuda_graph;
     h.epochs = (uint32_t)epochs;
     h.batch_size = (uint32_t)batch;
     h.seed = seed < 0 ? random_seed() : (uint64_t)seed;
@@ -339,7 +343,9 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                   (h.clip_grad_norm > 0.0 &&
                    json_object_set_new(n, "clip_grad_norm",
                                        json_real(h.clip_grad_norm))) ||
-                  loss_to_normalized(&h.loss, hp, n) != TY_OK;
+                  loss_to_normalized(&h.loss, hp, n) != TY_OK ||
+                  json_object_set_new(n, "cuda_graph",
+                                      json_boolean(h.cuda_graph));
         /* ---- augment (models/loader.c) ---- */
         if (!bad)
             bad = json_object_set_new(n, "augment",

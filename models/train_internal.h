@@ -65,6 +65,23 @@ typedef struct {
     /* Bytes held from the backend's alloc now and at most so far, counted
      * at each allocation the trainer makes (train_peak). */
     uint64_t mem_live, mem_peak;
+    /* Device runs (host != NULL; train_graph.c): the epoch's running sums
+     * stay in the backend's memory (acc: NN_ACC_COUNT doubles, as loss
+     * kernels add them) until the trainer reports, and the optimizer reads
+     * each step's values from dyn (NN_OPTIM_DYN floats), both in the tail
+     * of the grads allocation. NULL on a host-visible backend. */
+    double *acc;
+    float *dyn;
+    uint64_t acc_step;         /* t->step when acc was last read (and finite) */
+    /* CUDA graphs: graph_on while the run captures and replays its
+     * full-size steps; otherwise graph_reason says why not (static text
+     * or graph_why). graph: the captured step, NULL until captured. */
+    int graph_on;
+    const char *graph_reason;
+    char graph_why[200];
+    void *graph;
+    int eager_full;            /* a full-size step ran op by op this run */
+    uint64_t graph_launches;   /* replays this run (tests count them) */
 } trainer;
 
 /* train_memory for training arch (built on the run's backend) with hp over
@@ -84,6 +101,30 @@ float *train_host_slot(const trainer *t, uint32_t k);
  * with the backend's message when it has failed. */
 ty_status train_state_download(const trainer *t, int slots, ty_err *err);
 ty_status train_state_upload(const trainer *t, ty_err *err);
+
+/* ---- device steps and CUDA graphs (train_graph.c) ---- */
+
+/* Bytes of the grads allocation for param_count p on backend be: the
+ * gradients and, on a device, acc and dyn after them. */
+uint64_t train_grads_bytes(const nn_backend *be, uint64_t p);
+/* Points acc and dyn into the grads allocation, zeroes acc, hands dyn to
+ * the optimizer, and decides graph_on / graph_reason. Device runs only. */
+void train_graph_setup(trainer *t);
+/* Releases the captured graph. */
+void train_graph_free(trainer *t);
+/* Puts the epoch's running sums (loss_sum, hits) into acc. */
+void train_sums_upload(trainer *t);
+/* Reads acc into loss_sum and hits when steps ran since the last read.
+ * TY_EDEVICE when the backend failed; TY_EINVAL when the loss is not
+ * finite, naming the steps (epoch e, 0-based). */
+ty_status train_sums_read(trainer *t, uint32_t e, ty_err *err);
+/* Uploads the next optimizer step's values (lr from the schedule, Adam's
+ * bias corrections for step opt.t + 1) into dyn, and sets t->lr and
+ * opt.lr to that lr. */
+void train_dyn_upload(trainer *t);
+/* Stops capturing and replaying for the rest of the run: graph_reason
+ * gets why (printf-style), once. */
+void train_graph_off(trainer *t, const char *fmt, ...);
 
 /* Writes the checkpoint for the trainer's current position, atomically. */
 ty_status train_ckpt_save(const trainer *t, ty_err *err);

@@ -79,6 +79,9 @@ static void on_epoch(void *ctx, const train_epoch_metrics *m)
             total_b >= free_b)
             json_object_set_new(ev, "device_memory_used_bytes",
                                 json_integer((json_int_t)(total_b - free_b)));
+        if (m->cuda_graph_reason)
+            json_object_set_new(ev, "cuda_graph_reason",
+                                json_string(m->cuda_graph_reason));
     }
     emit(ev);
 }

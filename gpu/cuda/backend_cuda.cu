@@ -455,4 +455,14 @@ const nn_backend nn_backend_cuda = {
     .conv2d_backward = nn_cuda_conv2d_backward,
     .pool2d_forward = nn_cuda_pool2d_forward,
     .pool2d_backward = nn_cuda_pool2d_backward,
+    .host_alloc = nn_cuda_host_alloc,                 /* graph.cu */
+    .host_release = nn_cuda_host_release,
+    .fence_create = nn_cuda_fence_create,
+    .fence_record = nn_cuda_fence_record,
+    .fence_wait = nn_cuda_fence_wait,
+    .fence_release = nn_cuda_fence_release,
+    .graph_begin = nn_cuda_graph_begin,
+    .graph_end = nn_cuda_graph_end,
+    .graph_launch = nn_cuda_graph_launch,
+    .graph_release = nn_cuda_graph_release,
 };

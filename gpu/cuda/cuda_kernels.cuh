@@ -208,4 +208,16 @@ void nn_cuda_softmax_backward(const nn_exec *ex, float *din,
                               const float *dout, const float *out, uint32_t n,
                               uint32_t c);
 
+/* ---- graph.cu: host staging, fences, graphs (backend.h) ---- */
+void *nn_cuda_host_alloc(const nn_exec *ex, size_t bytes);
+void nn_cuda_host_release(const nn_exec *ex, void *p);
+void *nn_cuda_fence_create(const nn_exec *ex);
+void nn_cuda_fence_record(const nn_exec *ex, void *fence);
+void nn_cuda_fence_wait(const nn_exec *ex, void *fence);
+void nn_cuda_fence_release(const nn_exec *ex, void *fence);
+int nn_cuda_graph_begin(const nn_exec *ex);
+int nn_cuda_graph_end(const nn_exec *ex, void **graph, ty_err *err);
+void nn_cuda_graph_launch(const nn_exec *ex, void *graph);
+void nn_cuda_graph_release(const nn_exec *ex, void *graph);
+
 #endif

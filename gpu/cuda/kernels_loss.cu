@@ -2,7 +2,7 @@
  * kernels_loss.cu - the CUDA backend's losses (softmax cross-entropy with
  * and without label smoothing, binary cross-entropy on logits, MSE, Huber)
  * and the sum of squares, with the reduction that brings their sums to the
- * host.
+ * host, or (nn_exec.acc) into device memory without waiting.
  *
  * Sums: every block adds its share in double (each thread over a fixed
  * stride, then a fixed tree over the block) into its slot of the context's
@@ -17,9 +17,10 @@
 #define RED_THREADS 256
 #define RED_PER_THREAD 4 /* values per thread before a new block is worth it */
 
+/* out[k] = (or += when add) the sum of set k's partials. */
 static __global__ void finish_sums_kernel(double *out,
                                           const double *partials,
-                                          unsigned nparts, int nsums)
+                                          unsigned nparts, int nsums, int add)
 {
     __shared__ double sh[32];
     for (int k = 0; k < nsums; k++) {
@@ -28,8 +29,24 @@ static __global__ void finish_sums_kernel(double *out,
             v += partials[(size_t)k * NN_CUDA_PARTIALS + i];
         v = nn_block_sum(v, sh);
         if (threadIdx.x == 0)
-            out[k] = v;
+            out[k] = add ? out[k] + v : v;
     }
+}
+
+/* A loss's sums into ex->acc (see nn_exec): one thread adds each after
+ * the fixed tree, so the order is the kernels' and nothing waits. Returns
+ * 1 when ex has acc (the sums went there), else 0. */
+static int finish_sums_acc(const nn_exec *ex, unsigned nparts, int nsums)
+{
+    if (!ex || !ex->acc)
+        return 0;
+    nn_cuda_ctx *c = nn_cuda_begin(ex);
+    if (!c)
+        return 1;
+    finish_sums_kernel<<<1, 1024, 0, c->stream>>>(
+        ex->acc, nn_cuda_partials(c), nparts, nsums, 1);
+    (void)nn_cuda_launched(ex, "finish_sums_kernel");
+    return 1;
 }
 
 void nn_cuda_finish_sums(const nn_exec *ex, unsigned nparts, int nsums,
@@ -41,7 +58,7 @@ void nn_cuda_finish_sums(const nn_exec *ex, unsigned nparts, int nsums,
     if (!c)
         return;
     finish_sums_kernel<<<1, 1024, 0, c->stream>>>(
-        c->d_scalars, nn_cuda_partials(c), nparts, nsums);
+        c->d_scalars, nn_cuda_partials(c), nparts, nsums, 0);
     if (!nn_cuda_launched(ex, "finish_sums_kernel") ||
         !NN_CUDA_OK(ex, cudaMemcpyAsync(c->h_scalars, c->d_scalars,
                                         (size_t)nsums * sizeof(double),
@@ -165,6 +182,10 @@ static double xent_run(const nn_exec *ex, uint32_t *correct,
             *correct = 0;
         return 0.0;
     }
+    if (correct)
+        *correct = 0;
+    if (finish_sums_acc(ex, grid, 2))
+        return 0.0;
     double s[2];
     nn_cuda_finish_sums(ex, grid, 2, s);
     if (correct)
@@ -266,7 +287,8 @@ double nn_cuda_bce_logits(const nn_exec *ex, float *dlogits, float *probs,
     bce_kernel<<<grid, RED_THREADS, 0, x->stream>>>(
         labels ? nn_cuda_partials(x) : NULL, labels ? dlogits : NULL, probs,
         logits, labels, n, grad_scale);
-    if (!nn_cuda_launched(ex, "bce_kernel") || !labels)
+    if (!nn_cuda_launched(ex, "bce_kernel") || !labels ||
+        finish_sums_acc(ex, grid, 2))
         return 0.0;
     double s[2];
     nn_cuda_finish_sums(ex, grid, 2, s);
@@ -315,6 +337,7 @@ static __global__ void sum_kernel(double *partials, int kind, float *dpred,
         partials[blockIdx.x] = acc;
 }
 
+/* A loss (not SUM_SQUARES) adds to ex->acc when there is one. */
 static double sum_run(const nn_exec *ex, int kind, float *dpred,
                       const float *pred, const float *target, size_t len,
                       float delta, float grad_scale)
@@ -326,7 +349,8 @@ static double sum_run(const nn_exec *ex, int kind, float *dpred,
     sum_kernel<<<grid, RED_THREADS, 0, x->stream>>>(
         nn_cuda_partials(x), kind, dpred, pred, target, len, delta,
         grad_scale);
-    if (!nn_cuda_launched(ex, "sum_kernel"))
+    if (!nn_cuda_launched(ex, "sum_kernel") ||
+        (kind != SUM_SQUARES && finish_sums_acc(ex, grid, 1)))
         return 0.0;
     double s;
     nn_cuda_finish_sums(ex, grid, 1, &s);

@@ -21,7 +21,21 @@ typedef struct {
     float beta1, beta2, eps, one_minus_beta1, one_minus_beta2;
     float step_size, bias_correction2_sqrt, decay_scale;
     int nesterov, decoupled;
+    const float *dyn;          /* nn_optim_args.dyn: device memory, or NULL */
 } optim_dev;
+
+/* This step's lr, step_size, bias_correction2_sqrt and decay_scale: read
+ * from dyn when the kernel runs (a replayed graph keeps the arguments of
+ * its capture), else the arguments'. */
+__device__ __forceinline__ void optim_dyn(optim_dev *o)
+{
+    if (!o->dyn)
+        return;
+    o->lr = o->dyn[NN_OPTIM_DYN_LR];
+    o->step_size = o->dyn[NN_OPTIM_DYN_STEP_SIZE];
+    o->bias_correction2_sqrt = o->dyn[NN_OPTIM_DYN_BIAS_CORRECTION2_SQRT];
+    o->decay_scale = o->dyn[NN_OPTIM_DYN_DECAY_SCALE];
+}
 
 static optim_dev optim_of(const nn_optim_args *s)
 {
@@ -39,6 +53,7 @@ static optim_dev optim_of(const nn_optim_args *s)
     o.decay_scale = s->decay_scale;
     o.nesterov = s->nesterov;
     o.decoupled = s->decoupled;
+    o.dyn = s->dyn;
     return o;
 }
 
@@ -46,6 +61,7 @@ static optim_dev optim_of(const nn_optim_args *s)
 static __global__ void sgd_kernel(float *param, float *grad, float *buf,
                                   size_t len, optim_dev o)
 {
+    optim_dyn(&o);
     GRID_STRIDE(i, len)
     {
         float p = param[i];
@@ -81,6 +97,7 @@ void nn_cuda_sgd(const nn_exec *ex, float *param, float *grad, float *buf,
 static __global__ void adam_kernel(float *param, float *grad, float *m,
                                    float *v, size_t len, optim_dev o)
 {
+    optim_dyn(&o);
     GRID_STRIDE(i, len)
     {
         float p = o.decoupled ? __fmul_rn(param[i], o.decay_scale) : param[i];

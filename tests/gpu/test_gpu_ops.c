@@ -1485,10 +1485,13 @@ static void case_op_table(void)
         M(huber), M(sum_squares), M(scale), M(conv2d_work),
         M(conv2d_forward), M(conv2d_backward), M(pool2d_forward),
         M(pool2d_backward),
+        M(host_alloc), M(host_release), M(fence_create), M(fence_record),
+        M(fence_wait), M(fence_release), M(graph_begin), M(graph_end),
+        M(graph_launch), M(graph_release),
 #undef M
     };
     static_assert(sizeof(nn_backend) ==
-                      sizeof(const char *) + 38 * sizeof(void (*)(void)),
+                      sizeof(const char *) + 48 * sizeof(void (*)(void)),
                   "a member was added to nn_backend: list it here too");
     for (size_t i = 0; i < TY_ARRAY_LEN(m); i++)
         if (!m[i].present)
