@@ -63,7 +63,19 @@
  *   RandomHorizontalFlip(), applied after preprocessing (so padding is 0 in
  *   the network's input space). Each example's draws come from a stream
  *   seeded by (seed, epoch, position in the epoch's order), so augmentation
- *   is deterministic and survives a mid-epoch resume.
+ *   is deterministic and survives a mid-epoch resume,
+ *   precision "fp32" (default) | "bf16" | "fp16" | "auto": mixed-precision
+ *   training. The parameters, optimizer state and every op but the dense
+ *   layers' GEMMs stay fp32 (fp32 master weights); under bf16/fp16 the
+ *   dense layers multiply 16-bit copies of their input, weights and output
+ *   gradient with fp32 sums, and GPU convolutions may use TF32 Tensor
+ *   Cores. fp16 adds dynamic loss scaling (models/loss_scaler.h: the
+ *   defaults of torch.cuda.amp.GradScaler) and skips steps whose
+ *   gradients overflow. "auto" is bf16 where the device trains fast in it
+ *   (nn_backend.lp_ok), else fp32. On the CPU every precision trains in
+ *   fp32; on a GPU without support for an explicit bf16/fp16 the run fails
+ *   naming hyperparameters.precision. Evaluation and the saved model are
+ *   fp32. Epoch metrics say which precision ran.
  *
  * Determinism: the same seed, data and thread count give the same weights bit
  * for bit. Initial weights are drawn as PyTorch's defaults for nn.Linear
@@ -112,6 +124,14 @@ typedef struct {
     int horizontal_flip;       /* flip left-right with probability 0.5 */
 } train_augment;
 
+/* hyperparameters.precision as asked. */
+typedef enum {
+    TRAIN_PRECISION_FP32 = 0,
+    TRAIN_PRECISION_BF16,
+    TRAIN_PRECISION_FP16,
+    TRAIN_PRECISION_AUTO
+} train_precision;
+
 typedef struct {
     uint32_t epochs;
     uint32_t batch_size;
@@ -129,6 +149,7 @@ typedef struct {
     double clip_grad_norm;         /* 0: off */
     nn_loss_spec loss;             /* kind NN_LOSS_AUTO until resolved */
     train_augment augment;     /* parsed by loader_augment_parse */
+    train_precision precision; /* as asked; train_precision_resolve settles it */
 } train_hparams;
 
 /* Parses and validates hp (may be NULL: all defaults). On success fills *out
@@ -152,6 +173,16 @@ ty_status train_hparams_resolve_loss(train_hparams *hp, ty_task task,
  * steps_per_epoch optimizer steps an epoch and total_steps in all. */
 double train_lr_at(const train_hparams *hp, uint64_t step,
                    uint64_t steps_per_epoch, uint64_t total_steps);
+
+/* The precision a run of hp trains in on backend be (NULL: the CPU) and
+ * context ex (may be NULL: the current device), into *out: fp32 when asked,
+ * or when bf16/fp16 is asked of a host-visible (CPU) backend or "auto"
+ * finds no fast bf16 (be->lp_ok). An explicit bf16/fp16 that a device
+ * backend cannot train fast in is TY_EINVAL naming
+ * hyperparameters.precision. */
+ty_status train_precision_resolve(const train_hparams *hp,
+                                  const nn_backend *be, const nn_exec *ex,
+                                  nn_dtype *out, ty_err *err);
 
 /* Splits examples 0..n-1 into a training and a validation set: a shuffle
  * seeded by (seed, stream 0x5b117), the last round(n * fraction) examples
@@ -270,6 +301,9 @@ typedef struct {
     uint64_t total;
     uint32_t batch_rows;       /* min(batch_size, n_train) */
     uint64_t param_count;
+    /* Mixed precision: the 16-bit copy of the parameters (its dense
+     * layers' 16-bit scratch is in activations); 0 in fp32. In total. */
+    uint64_t low_precision;
 } train_memory;
 
 /* train_memory for training the (validated) model spec on data of the

@@ -1484,11 +1484,11 @@ static void case_op_table(void)
         M(softmax_backward), M(add), M(softmax_xent_smooth), M(bce_logits),
         M(huber), M(sum_squares), M(scale), M(conv2d_work),
         M(conv2d_forward), M(conv2d_backward), M(pool2d_forward),
-        M(pool2d_backward),
+        M(pool2d_backward), M(cast), M(gemm_lp), M(lp_ok),
 #undef M
     };
     static_assert(sizeof(nn_backend) ==
-                      sizeof(const char *) + 38 * sizeof(void (*)(void)),
+                      sizeof(const char *) + 41 * sizeof(void (*)(void)),
                   "a member was added to nn_backend: list it here too");
     for (size_t i = 0; i < TY_ARRAY_LEN(m); i++)
         if (!m[i].present)
