@@ -309,7 +309,9 @@ typedef struct {
 /* train_memory for training the (validated) model spec on data of the
  * given input shape, task and outputs with hp (loss resolved) over n_train
  * examples on `threads` (as train_threads resolves them) on backend be
- * (NULL: the CPU's). TY_EINVAL when the spec does not build. */
+ * (NULL: the CPU's), in the precision hp resolves to on be's current
+ * device (train_precision_resolve; fp32 where it would fail). TY_EINVAL
+ * when the spec does not build. */
 ty_status train_memory_estimate_spec(const json_t *spec,
                                      const uint32_t *input_shape,
                                      uint32_t ndim, uint32_t num_outputs,
