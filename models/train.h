@@ -74,8 +74,9 @@
  *   gradients overflow. "auto" is bf16 where the device trains fast in it
  *   (nn_backend.lp_ok), else fp32. On the CPU every precision trains in
  *   fp32; on a GPU without support for an explicit bf16/fp16 the run fails
- *   naming hyperparameters.precision. Evaluation and the saved model are
- *   fp32. Epoch metrics say which precision ran.
+ *   naming hyperparameters.precision. The saved model is fp32, and so are
+ *   validation's dense layers (its GPU convolutions may use TF32 as
+ *   training's do). Epoch metrics say which precision ran.
  *
  * Determinism: the same seed, data and thread count give the same weights bit
  * for bit. Initial weights are drawn as PyTorch's defaults for nn.Linear
