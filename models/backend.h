@@ -57,11 +57,34 @@ typedef enum {
     NN_OP_CONV2D,        /* nn.Conv2d forward and backward */
     NN_OP_MAXPOOL2D,     /* nn.MaxPool2d */
     NN_OP_AVGPOOL2D,     /* nn.AvgPool2d, count_include_pad */
+    NN_OP_CAST,          /* fp32 -> bf16 / fp16, round to nearest even */
+    NN_OP_GEMM_LP,       /* GEMM on bf16 / fp16 inputs, fp32 sums */
     NN_OP_COUNT
 } nn_op;
 
 /* The op's name, e.g. "gelu"; "?" when out of range. */
 const char *nn_op_name(nn_op op);
+
+/* Element types of reduced-precision training (mixed precision: fp32
+ * master weights, GEMMs on 16-bit copies). bf16 is bfloat16 (8 exponent
+ * bits, 7 mantissa bits), fp16 IEEE binary16 (5 and 10). */
+typedef enum {
+    NN_DT_F32 = 0,
+    NN_DT_BF16,
+    NN_DT_F16
+} nn_dtype;
+
+/* Bytes of one element of dt. */
+static inline size_t nn_dtype_size(nn_dtype dt)
+{
+    return dt == NN_DT_F32 ? 4u : 2u;
+}
+
+/* "fp32", "bf16", "fp16". */
+static inline const char *nn_dtype_name(nn_dtype dt)
+{
+    return dt == NN_DT_BF16 ? "bf16" : dt == NN_DT_F16 ? "fp16" : "fp32";
+}
 
 /* Hyperparameters of one optimizer step, resolved for this step. */
 typedef struct {
@@ -136,6 +159,13 @@ typedef struct {
      * training step then never waits for the device, and the trainer
      * downloads acc when it reports. */
     double *acc;
+    /* The run's training precision. Under NN_DT_BF16 / NN_DT_F16 a GPU
+     * backend's fp32 convolutions may use Tensor Cores in TF32 (10-bit
+     * mantissa inputs, fp32 sums; the CUDA backend still picks only
+     * deterministic algorithms); under NN_DT_F32 (the default) they stay
+     * exact fp32. The dense layers' reduced-precision GEMMs go through
+     * cast and gemm_lp whatever this says. */
+    nn_dtype precision;
 } nn_exec;
 
 typedef struct nn_backend {
@@ -405,6 +435,31 @@ typedef struct nn_backend {
     int (*graph_end)(const nn_exec *ex, void **graph, ty_err *err);
     void (*graph_launch)(const nn_exec *ex, void *graph);
     void (*graph_release)(const nn_exec *ex, void *graph);
+    /* ---- reduced precision (mixed-precision training) ---- */
+
+    /* NN_OP_CAST: dst (len values of dt, bf16 or fp16) = src (len) rounded
+     * to nearest, ties to even, as torch's .to(torch.bfloat16 /
+     * torch.float16): fp16 values beyond its range become +-inf, values
+     * below its smallest subnormal round to +-0, NaN stays NaN (its bits
+     * may differ between backends). */
+    void (*cast)(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
+                 size_t len);
+
+    /* NN_OP_GEMM_LP: gemm's row-major C (m, n) = alpha * op(A) op(B) +
+     * beta * C with A and B of type dt (bf16 or fp16) and C fp32. Products
+     * are exact in fp32 and sums are kept in fp32 (the order of the sums
+     * is the backend's: the CPU adds along k in order, cuBLAS in its
+     * own); beta 0 ignores C's old values. */
+    void (*gemm_lp)(const nn_exec *ex, float *c, const void *a,
+                    const void *b, nn_dtype dt, int trans_a, int trans_b,
+                    int m, int n, int k, float alpha, float beta);
+
+    /* 1 when this backend trains fast in dt on ex's device (ex NULL: the
+     * calling thread's current device), so reduced precision is worth
+     * using (always 1 for NN_DT_F32): CUDA needs compute capability 8.0 for bf16 and 7.0 for fp16.
+     * The CPU backend says 0 (it has reference cast and gemm_lp kernels,
+     * but trains every precision in fp32). */
+    int (*lp_ok)(const nn_exec *ex, nn_dtype dt);
 } nn_backend;
 
 /* The CPU reference backend (OpenBLAS GEMM on one thread per part, plain C

@@ -19,6 +19,7 @@
 #include "models/backend.h"
 #include "models/backend_cpu_par.h"
 #include "models/backend_cpu_norm.h"
+#include "models/backend_cpu_lp.h"
 
 #include "common/ty.h"
 
@@ -58,6 +59,8 @@ static const char *const op_names[] = {
     [NN_OP_CONV2D] = "conv2d",
     [NN_OP_MAXPOOL2D] = "maxpool2d",
     [NN_OP_AVGPOOL2D] = "avgpool2d",
+    [NN_OP_CAST] = "cast",
+    [NN_OP_GEMM_LP] = "gemm_lp",
 };
 static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT, "every nn_op needs a name");
 
@@ -798,4 +801,7 @@ const nn_backend nn_backend_cpu = {
     .conv2d_backward = nn_cpu_conv2d_backward,
     .pool2d_forward = nn_cpu_pool2d_forward,
     .pool2d_backward = nn_cpu_pool2d_backward,
+    .cast = nn_cpu_cast,                 /* backend_cpu_lp.c */
+    .gemm_lp = nn_cpu_gemm_lp,
+    .lp_ok = nn_cpu_lp_ok,
 };

@@ -112,7 +112,34 @@ static ty_status dense_plan(nn_layer *l, ty_err *err)
                                          .numel = l->units};
         l->n_tensors = 2;
     }
+    /* Under reduced precision: 16-bit copies of the input (kept from
+     * forward to backward) and of the output gradient. */
+    l->scratch_per_example = l->scratch_fixed = 0;
+    if (l->precision != NN_DT_F32) {
+        l->scratch_per_example = ((uint64_t)in + l->units + 1) / 2;
+        l->scratch_fixed = 16; /* the gradient copy's 64-byte boundary */
+    }
     return TY_OK;
+}
+
+/* Elements of dt between the input copy's start and the gradient copy's. */
+static uint64_t dense_lp_dy_offset(uint64_t n, uint64_t k)
+{
+    return (n * k + 31) / 32 * 32;
+}
+
+uint64_t nn_dense_lp_floats(nn_dtype dt, uint64_t n, uint64_t k, uint64_t u)
+{
+    if (dt == NN_DT_F32)
+        return 0;
+    return (dense_lp_dy_offset(n, k) + n * u + 1) / 2;
+}
+
+/* The layer's parameters in the pass's reduced precision. */
+static const void *dense_lp_weights(const nn_pass *p, const float *params)
+{
+    return (const char *)p->lp_params +
+           (size_t)(params - p->lp_base) * nn_dtype_size(p->precision);
 }
 
 /* As PyTorch's nn.Linear: weight and bias uniform in +-1/sqrt(fan_in). */
@@ -137,7 +164,41 @@ static void dense_forward(const nn_layer *l, const nn_pass *p,
      * add costs no extra pass over the output. */
     if (l->bias)
         p->be->bias_rows(p->ex, out, params + l->tensors[1].offset, p->n, l->units);
+    if (p->precision != NN_DT_F32) {
+        /* x (n, k) to 16 bits in scratch, kept for backward's dW. */
+        assert(l->precision == p->precision);
+        p->be->cast(p->ex, scratch, p->precision, in, (size_t)n * k);
+        p->be->gemm_lp(p->ex, out, scratch, dense_lp_weights(p, params),
+                       p->precision, 0, 1, n, units, k, 1.0f,
+                       l->bias ? 1.0f : 0.0f);
+        return;
+    }
     p->be->gemm(p->ex, out, in, w, 0, 1, n, units, k, 1.0f, l->bias ? 1.0f : 0.0f);
+}
+
+/* dense_backward under reduced precision: dout to 16 bits beside forward's
+ * input copy, then dW += dout^T x and dx = dout W on the 16-bit values
+ * (fp32 sums; dW accumulates into the fp32 gradient). */
+static void dense_backward_lp(const nn_layer *l, const nn_pass *p,
+                              const float *params, float *grads,
+                              const float *dout, float *din,
+                              const float *scratch)
+{
+    const int n = (int)p->n, k = (int)l->in.d[0], units = (int)l->units;
+    const nn_dtype dt = p->precision;
+    assert(l->precision == dt);
+    const void *x_lp = scratch;
+    void *dy_lp = (char *)scratch + dense_lp_dy_offset(p->n, (uint64_t)k) *
+                                        nn_dtype_size(dt);
+    p->be->cast(p->ex, dy_lp, dt, dout, (size_t)n * units);
+    p->be->gemm_lp(p->ex, grads, dy_lp, x_lp, dt, 1, 0, units, k, n, 1.0f,
+                   1.0f);
+    if (l->bias)
+        p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, p->n,
+                         l->units);
+    if (din)
+        p->be->gemm_lp(p->ex, din, dy_lp, dense_lp_weights(p, params), dt, 0,
+                       0, n, k, units, 1.0f, 0.0f);
 }
 
 static void dense_backward(const nn_layer *l, const nn_pass *p,
@@ -146,6 +207,10 @@ static void dense_backward(const nn_layer *l, const nn_pass *p,
                            const float *scratch)
 {
     const int n = (int)p->n, k = (int)l->in.d[0], units = (int)l->units;
+    if (p->precision != NN_DT_F32) {
+        dense_backward_lp(l, p, params, grads, dout, din, scratch);
+        return;
+    }
     /* dW (units, k) += dout^T (units, n) x (n, k) */
     p->be->gemm(p->ex, grads, dout, in, 1, 0, units, k, n, 1.0f, 1.0f);
     if (l->bias)
@@ -318,6 +383,29 @@ const nn_layer_kind *nn_layer_kind_find(const char *name, nn_layer_type *type)
             return kinds[i];
         }
     return NULL;
+}
+
+void nn_arch_set_precision(nn_arch *arch, nn_dtype dt)
+{
+    arch->precision = dt;
+    arch->scratch_per_example = arch->scratch_fixed = 0;
+    for (uint32_t i = 0; i < arch->n_layers; i++) {
+        nn_layer *l = &arch->layers[i];
+        l->precision = dt;
+        if (l->body)
+            nn_arch_set_precision(l->body, dt);
+        if (l->proj)
+            nn_arch_set_precision(l->proj, dt);
+        /* The kinds whose sizes depend on the precision plan again (they
+         * planned once already, so they cannot fail now). */
+        if (l->type == NN_LAYER_DENSE || l->type == NN_LAYER_RESIDUAL) {
+            ty_status st = l->kind->plan(l, NULL);
+            assert(st == TY_OK);
+            (void)st;
+        }
+        arch->scratch_per_example += l->scratch_per_example;
+        arch->scratch_fixed += l->scratch_fixed;
+    }
 }
 
 void nn_layer_kind_list(char *buf, size_t n)

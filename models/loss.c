@@ -135,6 +135,8 @@ double nn_loss_scaled(const nn_arch *arch, nn_workspace *ws, uint32_t n,
         scale = is_classification_loss(arch->loss.kind)
                     ? 1.0f / (float)grad_rows
                     : 1.0f / (float)((size_t)grad_rows * width);
+    /* fp16's dynamic loss scale (1 otherwise: the product is exact). */
+    scale *= ws->loss_scale;
     return nn_loss_compute(&arch->loss, arch->be, ws->ex, dout,
                            ws->act[arch->n_layers], labels, values, n, width,
                            correct, scale);

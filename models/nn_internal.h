@@ -117,6 +117,10 @@ typedef struct {
     /* Floats of working memory per worker thread, valid only during one
      * kernel call (im2col columns, per-thread gradient partials). */
     uint64_t work_per_thread;
+    /* The arch's training precision (nn_arch_set_precision): a dense
+     * layer under bf16/fp16 plans scratch for its 16-bit input copy and
+     * gradient. */
+    nn_dtype precision;
 } nn_layer;
 
 /* Everything a layer's forward/backward needs besides its buffers. */
@@ -130,6 +134,15 @@ typedef struct {
      * buffers + l->buffer_offset. Written only by training forward passes
      * (running statistics). */
     float *buffers;
+    /* Reduced precision (training passes only; NN_DT_F32: none): dense
+     * layers cast their input and output gradient to `precision` and run
+     * gemm_lp against lp_params, the parameters of the block that starts
+     * at lp_base, in that precision (a layer's copy is at lp_params +
+     * (params - lp_base) elements). Needs an arch set to the same
+     * precision (its dense scratch). */
+    nn_dtype precision;
+    const float *lp_base;
+    const void *lp_params;
 } nn_pass;
 
 struct nn_layer_kind {
@@ -203,7 +216,20 @@ struct nn_arch {
      * num_outputs counts classes or target values; the network's own output
      * is `output`, 1 value for binary_cross_entropy. */
     nn_loss_spec loss;
+    /* Training precision (nn_arch_set_precision; NN_DT_F32 as built). */
+    nn_dtype precision;
 };
+
+/* Plans arch (and its sub-networks) for training in dt: dense layers get
+ * the scratch their 16-bit copies need (none under NN_DT_F32), and the
+ * scratch sums follow, so workspaces and memory estimates made after it
+ * include them. Call before making any workspace for arch. */
+void nn_arch_set_precision(nn_arch *arch, nn_dtype dt);
+
+/* Floats of a dense layer's reduced-precision scratch for n rows of k
+ * inputs and u outputs under dt: the input copy (n k values of dt), then,
+ * on a 64-byte boundary, the output gradient's (n u). 0 under fp32. */
+uint64_t nn_dense_lp_floats(nn_dtype dt, uint64_t n, uint64_t k, uint64_t u);
 
 /* Parses and validates model into arch (see nn_spec_validate for errors);
  * normalized may be NULL. On error arch is zeroed. */
@@ -326,6 +352,13 @@ struct nn_workspace {
     /* Bytes held from be->alloc now: the float block and the work arena
      * (what nn_workspace_bytes predicts for them). */
     uint64_t mem_bytes, work_bytes;
+    /* Mixed precision, set by the trainer: training passes run the dense
+     * layers in arch->precision against lp_params (param_count values of
+     * it, borrowed; NULL: every pass in fp32), and the loss gradient of
+     * nn_loss_scaled is multiplied by loss_scale (1 as made; fp16's
+     * dynamic loss scale). */
+    const void *lp_params;
+    float loss_scale;
 };
 
 /* Where a workspace's regions lie in its one float allocation, in floats

@@ -135,8 +135,10 @@ nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
     ws->training = training;
     /* The device context first: alloc needs it. The arena comes later. */
     ws->own = (nn_exec){.pool = base ? base->pool : NULL,
-                        .device = base ? base->device : NULL};
+                        .device = base ? base->device : NULL,
+                        .precision = base ? base->precision : NN_DT_F32};
     ws->ex = &ws->own;
+    ws->loss_scale = 1.0f;
     const uint64_t b = max_batch;
     const uint64_t big = lay.big, total = lay.total;
     if (total > SIZE_MAX / sizeof(float))
@@ -198,7 +200,8 @@ ty_status nn_workspace_set_pool(nn_workspace *ws, nn_pool *pool)
     }
     be->release(ws->ex, ws->own.work);
     ws->own = (nn_exec){.pool = pool, .device = ws->own.device, .work = work,
-                        .work_floats = (size_t)per};
+                        .work_floats = (size_t)per,
+                        .precision = ws->own.precision};
     ws->work_bytes = work ? per * threads * sizeof(float) : 0;
     return TY_OK;
 }
@@ -295,14 +298,29 @@ void nn_seq_backward(const nn_arch *a, const nn_pass *p, const float *params,
                        (size_t)p->n * nn_shape_numel(&a->input));
 }
 
+/* Points p's reduced-precision fields at lp_params, arch->precision's
+ * copy of the parameters that start at params. */
+static void nn_pass_set_lp(nn_pass *p, const nn_arch *arch,
+                           const float *params, const void *lp_params)
+{
+    if (arch->precision == NN_DT_F32)
+        return;
+    p->precision = arch->precision;
+    p->lp_base = params;
+    p->lp_params = lp_params;
+}
+
 const float *nn_forward(const nn_arch *arch, const float *params,
                         nn_workspace *ws, uint32_t n, int training,
                         ty_rng *rng)
 {
     /* Only a training pass writes the buffers (running statistics). */
-    const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n,
-                       .training = training, .rng = rng,
-                       .buffers = (float *)params + arch->param_count};
+    nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n,
+                 .training = training, .rng = rng,
+                 .buffers = (float *)params + arch->param_count};
+    /* Mixed precision trains only: evaluation stays fp32. */
+    if (training && ws->training && ws->lp_params)
+        nn_pass_set_lp(&p, arch, params, ws->lp_params);
     nn_seq_forward(arch, &p, params, ws->act, ws->scratch);
     return ws->act[arch->n_layers];
 }
@@ -310,8 +328,10 @@ const float *nn_forward(const nn_arch *arch, const float *params,
 void nn_backward(const nn_arch *arch, const float *params, float *grads,
                  nn_workspace *ws, uint32_t n)
 {
-    const nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n, .training = 1,
-                       .buffers = (float *)params + arch->param_count};
+    nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n, .training = 1,
+                 .buffers = (float *)params + arch->param_count};
+    if (ws->lp_params)
+        nn_pass_set_lp(&p, arch, params, ws->lp_params);
     /* The loss gradient is in grad[0]; the sequence ping-pongs between the
      * two buffers, so hand it the pair in an order that never overwrites
      * its own input. */

@@ -148,6 +148,11 @@ static int add_training_identity(const trainer *t, json_t *id)
                                          json_integer(t->accum));
     if (!default_loss)
         bad = bad || json_object_set_new(h, "loss", nn_loss_to_json(loss));
+    /* The precision that runs (a CPU asked for bf16 trains fp32 and
+     * matches an fp32 checkpoint). */
+    if (t->precision != NN_DT_F32)
+        bad = bad || json_object_set_new(h, "precision",
+                                         json_string(nn_dtype_name(t->precision)));
     /* A cosine schedule spans the whole run: more epochs, another curve. */
     if (hp->lr_schedule.kind == TRAIN_LR_COSINE)
         bad = bad || json_object_set_new(h, "total_steps",
@@ -218,7 +223,11 @@ uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
     m.grads = train_grads_bytes(arch->be, p); /* + acc, dyn on a device */
     m.optimizer = nn_optim_state_bytes(hp, arch->param_count);
     m.activations = nn_workspace_bytes(arch, m.batch_rows, 1, threads, &m.work);
-    m.total = m.state + m.grads + m.optimizer + m.activations + m.work;
+    m.low_precision = arch->precision != NN_DT_F32
+                          ? p * nn_dtype_size(arch->precision)
+                          : 0;
+    m.total = m.state + m.grads + m.optimizer + m.activations + m.work +
+              m.low_precision;
     if (out)
         *out = m;
     return m.total;
@@ -238,6 +247,11 @@ ty_status train_memory_estimate_spec(const json_t *spec,
                                     &arch, NULL, err);
     if (st != TY_OK)
         return st;
+    /* The precision the run would train in here (a device that cannot
+     * train an explicit bf16/fp16 fails the run; estimated as fp32). */
+    nn_dtype dt;
+    if (train_precision_resolve(hp, arch.be, NULL, &dt, NULL) == TY_OK)
+        nn_arch_set_precision(&arch, dt);
     train_memory_estimate(&arch, hp, n_train, threads, out);
     nn_arch_free(&arch);
     return TY_OK;
@@ -278,6 +292,7 @@ static void trainer_free(trainer *t)
     if (t->ws) {
         t->be->release(t->ws->ex, t->params);
         t->be->release(t->ws->ex, t->grads);
+        t->be->release(t->ws->ex, t->lp_params);
     }
     free(t->host);
     nn_optim_free(&t->opt);
@@ -322,8 +337,12 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
                        job->be->name);
     if ((st = nn_arch_build_on(job->spec, ds->shape, ds->ndim, outputs,
                                ds->task, &hp->loss, job->be, &t->arch, &t->spec,
-                               err)) != TY_OK)
+                               err)) != TY_OK ||
+        (st = train_precision_resolve(hp, t->arch.be, job->ex, &t->precision,
+                                      err)) != TY_OK)
         return st;
+    /* Before the workspace: dense layers plan their 16-bit scratch. */
+    nn_arch_set_precision(&t->arch, t->precision);
     if (job->val) {
         const ty_dataset *v = job->val;
         if ((st = check_dataset_targets(v, "validation", err)) != TY_OK)
@@ -348,7 +367,8 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     openblas_set_num_threads(1);
     t->pool = threads > 1 ? nn_pool_create(threads) : NULL;
     const nn_exec base = {.pool = t->pool,
-                          .device = job->ex ? job->ex->device : NULL};
+                          .device = job->ex ? job->ex->device : NULL,
+                          .precision = t->precision};
 
     /* params is the state block: parameters, then buffers. */
     const uint64_t p = t->arch.param_count ? t->arch.param_count : 1;
@@ -366,9 +386,19 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
             t->be->zero(t->ws->ex, t->grads, p * sizeof(float));
         }
     }
-    if (!t->params || !t->grads || !t->perm || !t->ws)
+    if (t->ws && t->precision != NN_DT_F32) {
+        const uint64_t lp = p * nn_dtype_size(t->precision);
+        if ((t->lp_params = t->be->alloc(t->ws->ex, (size_t)lp)))
+            train_mem_add(t, lp);
+        t->ws->lp_params = t->lp_params;
+    }
+    if (!t->params || !t->grads || !t->perm || !t->ws ||
+        (t->precision != NN_DT_F32 && !t->lp_params))
         return ty_fail(err, TY_ENOMEM, NULL,
                        "out of memory for the network's buffers");
+    loss_scaler_init(&t->scaler);
+    if (t->precision == NN_DT_F16)
+        t->ws->loss_scale = t->scaler.scale;
     if ((st = nn_optim_init_on(&t->opt, hp, t->arch.param_count, t->be,
                                t->ws->ex, err)) != TY_OK)
         return st;
@@ -429,6 +459,7 @@ static void epoch_begin(trainer *t, uint32_t e)
         ty_rng_seed(&t->drop_rng, t->hp->seed, TRAIN_STREAM_DROPOUT(e));
         t->loss_sum = 0.0;
         t->hits = t->seen = 0;
+        t->epoch_skipped = 0;
     }
     if (t->acc)
         train_sums_upload(t);
@@ -467,17 +498,51 @@ static double train_step(trainer *t, const loader_batch *b, uint32_t grad_rows,
     return t->arch.task == TY_TASK_REGRESSION ? sum / c : sum;
 }
 
-/* The optimizer step closing a group of minibatches: clip, schedule,
- * update (which zeroes the gradients). */
+void train_lp_refresh(const trainer *t)
+{
+    if (t->lp_params)
+        t->be->cast(t->ws->ex, t->lp_params, t->precision, t->params,
+                    (size_t)t->arch.param_count);
+}
+
+/* fp16's loss scaling at an optimizer step: gradients with an inf or NaN
+ * skip the step (they are dropped; the optimizer, its step count and the
+ * weights stay as they were, as GradScaler.step skips optimizer.step);
+ * finite ones are divided by the scale they were made with. The scaler
+ * then moves the scale the next steps' loss gradients get. Returns 1 when
+ * the step goes ahead. */
+static int loss_scale_admit(trainer *t)
+{
+    const nn_exec *ex = t->ws->ex;
+    const uint64_t p = t->arch.param_count;
+    const float made_with = t->scaler.scale;
+    const double ss = t->be->sum_squares(ex, t->grads, (size_t)p);
+    const int go = loss_scaler_update(&t->scaler, isfinite(ss));
+    t->ws->loss_scale = t->scaler.scale;
+    if (!go) {
+        t->be->zero(ex, t->grads, (size_t)p * sizeof(float));
+        t->epoch_skipped++;
+        return 0;
+    }
+    t->be->scale(ex, t->grads, (size_t)p, 1.0f / made_with);
+    return 1;
+}
+
+/* The optimizer step closing a group of minibatches: (fp16: check and
+ * unscale,) clip, schedule, update (which zeroes the gradients), and
+ * refresh the 16-bit copy of the weights. */
 static void optimizer_step(trainer *t)
 {
     const train_hparams *hp = t->hp;
     t->lr = train_lr_at(hp, t->step, t->steps_per_epoch, t->total_steps);
     t->opt.lr = t->lr;
+    if (t->precision == NN_DT_F16 && !loss_scale_admit(t))
+        return;
     if (hp->clip_grad_norm > 0.0)
         nn_optim_clip_grad_norm(t->arch.be, t->ws->ex, t->grads,
                                 t->arch.param_count, hp->clip_grad_norm);
     nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params, t->grads);
+    train_lp_refresh(t);
 }
 
 /* The loader's batch b into the workspace's fixed input buffers (device
@@ -580,7 +645,7 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
 static void epoch_where(const trainer *t, train_epoch_metrics *m)
 {
     m->device = t->job->device_label ? t->job->device_label : t->be->name;
-    m->precision = "fp32";
+    m->precision = nn_dtype_name(t->precision);
     m->cuda_graph = nn_backend_host_visible(t->be) ? -1 : t->graph_on;
     m->cuda_graph_reason = m->cuda_graph == 0 ? t->graph_reason : NULL;
 }
@@ -674,6 +739,8 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         .samples_per_sec = seconds > 0 ? (double)session_seen / seconds : 0.0,
         .seconds = seconds,
         .peak_memory_bytes = t->mem_peak,
+        .loss_scale = t->precision == NN_DT_F16 ? t->scaler.scale : 0.0,
+        .skipped_steps = t->epoch_skipped,
     };
     epoch_where(t, &m);
     if (job->val) {
@@ -731,6 +798,8 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
         if ((st = train_state_upload(&t, err)) != TY_OK)
             goto done;
     }
+    /* The 16-bit weights follow the fp32 ones, fresh or resumed. */
+    train_lp_refresh(&t);
     for (uint32_t e = t.epoch_done; e < t.hp->epochs; e++)
         if ((st = run_epoch(&t, e, err)) != TY_OK)
             goto done;

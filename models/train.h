@@ -63,7 +63,20 @@
  *   RandomHorizontalFlip(), applied after preprocessing (so padding is 0 in
  *   the network's input space). Each example's draws come from a stream
  *   seeded by (seed, epoch, position in the epoch's order), so augmentation
- *   is deterministic and survives a mid-epoch resume.
+ *   is deterministic and survives a mid-epoch resume,
+ *   precision "fp32" (default) | "bf16" | "fp16" | "auto": mixed-precision
+ *   training. The parameters, optimizer state and every op but the dense
+ *   layers' GEMMs stay fp32 (fp32 master weights); under bf16/fp16 the
+ *   dense layers multiply 16-bit copies of their input, weights and output
+ *   gradient with fp32 sums, and GPU convolutions may use TF32 Tensor
+ *   Cores. fp16 adds dynamic loss scaling (models/loss_scaler.h: the
+ *   defaults of torch.cuda.amp.GradScaler) and skips steps whose
+ *   gradients overflow. "auto" is bf16 where the device trains fast in it
+ *   (nn_backend.lp_ok), else fp32. On the CPU every precision trains in
+ *   fp32; on a GPU without support for an explicit bf16/fp16 the run fails
+ *   naming hyperparameters.precision. The saved model is fp32, and so are
+ *   validation's dense layers (its GPU convolutions may use TF32 as
+ *   training's do). Epoch metrics say which precision ran.
  *
  * Determinism: the same seed, data and thread count give the same weights bit
  * for bit. Initial weights are drawn as PyTorch's defaults for nn.Linear
@@ -112,6 +125,14 @@ typedef struct {
     int horizontal_flip;       /* flip left-right with probability 0.5 */
 } train_augment;
 
+/* hyperparameters.precision as asked. */
+typedef enum {
+    TRAIN_PRECISION_FP32 = 0,
+    TRAIN_PRECISION_BF16,
+    TRAIN_PRECISION_FP16,
+    TRAIN_PRECISION_AUTO
+} train_precision;
+
 typedef struct {
     uint32_t epochs;
     uint32_t batch_size;
@@ -132,6 +153,7 @@ typedef struct {
     /* On a GPU: capture one training step as a CUDA graph and replay it
      * (default true; ignored on the CPU). Changes no number. */
     int cuda_graph;
+    train_precision precision; /* as asked; train_precision_resolve settles it */
 } train_hparams;
 
 /* Parses and validates hp (may be NULL: all defaults). On success fills *out
@@ -155,6 +177,16 @@ ty_status train_hparams_resolve_loss(train_hparams *hp, ty_task task,
  * steps_per_epoch optimizer steps an epoch and total_steps in all. */
 double train_lr_at(const train_hparams *hp, uint64_t step,
                    uint64_t steps_per_epoch, uint64_t total_steps);
+
+/* The precision a run of hp trains in on backend be (NULL: the CPU) and
+ * context ex (may be NULL: the current device), into *out: fp32 when asked,
+ * or when bf16/fp16 is asked of a host-visible (CPU) backend or "auto"
+ * finds no fast bf16 (be->lp_ok). An explicit bf16/fp16 that a device
+ * backend cannot train fast in is TY_EINVAL naming
+ * hyperparameters.precision. */
+ty_status train_precision_resolve(const train_hparams *hp,
+                                  const nn_backend *be, const nn_exec *ex,
+                                  nn_dtype *out, ty_err *err);
 
 /* Splits examples 0..n-1 into a training and a validation set: a shuffle
  * seeded by (seed, stream 0x5b117), the last round(n * fraction) examples
@@ -276,12 +308,17 @@ typedef struct {
     uint64_t total;
     uint32_t batch_rows;       /* min(batch_size, n_train) */
     uint64_t param_count;
+    /* Mixed precision: the 16-bit copy of the parameters (its dense
+     * layers' 16-bit scratch is in activations); 0 in fp32. In total. */
+    uint64_t low_precision;
 } train_memory;
 
 /* train_memory for training the (validated) model spec on data of the
  * given input shape, task and outputs with hp (loss resolved) over n_train
  * examples on `threads` (as train_threads resolves them) on backend be
- * (NULL: the CPU's). TY_EINVAL when the spec does not build. */
+ * (NULL: the CPU's), in the precision hp resolves to on be's current
+ * device (train_precision_resolve; fp32 where it would fail). TY_EINVAL
+ * when the spec does not build. */
 ty_status train_memory_estimate_spec(const json_t *spec,
                                      const uint32_t *input_shape,
                                      uint32_t ndim, uint32_t num_outputs,

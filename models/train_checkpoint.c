@@ -164,12 +164,26 @@ static int set_json(json_t *o, const char *key, const json_t *v)
 
 static json_t *metrics_json(const train_epoch_metrics *m)
 {
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "epoch",
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "epoch",
                      (json_int_t)m->epoch, "train_loss", m->train_loss,
                      "train_accuracy", m->train_accuracy, "val_loss",
                      m->val_loss, "val_accuracy", m->val_accuracy,
                      "samples_per_sec", m->samples_per_sec, "seconds",
-                     m->seconds);
+                     m->seconds, "loss_scale", m->loss_scale, "skipped_steps",
+                     (json_int_t)m->skipped_steps);
+}
+
+/* fp16: the loss scaler's state and the epoch's skipped steps, so a
+ * resumed run scales and skips exactly as an uninterrupted one. */
+static int save_loss_scaler(const trainer *t, json_t *meta)
+{
+    if (t->precision != NN_DT_F16)
+        return 0;
+    char buf[96];
+    loss_scaler_format(&t->scaler, buf, sizeof buf);
+    return set_str(meta, "trainyard.loss_scaler", "%s", buf) ||
+           set_str(meta, "trainyard.epoch_skipped", "%" PRIu64,
+                   t->epoch_skipped);
 }
 
 ty_status train_ckpt_save(const trainer *t, ty_err *err)
@@ -198,7 +212,8 @@ ty_status train_ckpt_save(const trainer *t, ty_err *err)
               set_str(meta, "trainyard.epoch_loss_sum", "%.17g", t->loss_sum) ||
               set_str(meta, "trainyard.epoch_hits", "%" PRIu64, t->hits) ||
               set_str(meta, "trainyard.epoch_seen", "%" PRIu64, t->seen) ||
-              set_json(meta, "trainyard.last_epoch", last);
+              set_json(meta, "trainyard.last_epoch", last) ||
+              save_loss_scaler(t, meta);
     json_decref(last);
     if (bad)
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory for a checkpoint");
@@ -297,6 +312,13 @@ static int parse_metrics(const char *s, train_epoch_metrics *m, int *have)
                          &m->samples_per_sec, "seconds", &m->seconds) == 0 &&
              epoch >= 1 && epoch <= UINT32_MAX;
         m->epoch = (uint32_t)epoch;
+        /* Written since mixed precision; absent in older checkpoints. */
+        json_t *ls = json_object_get(j, "loss_scale");
+        json_t *sk = json_object_get(j, "skipped_steps");
+        m->loss_scale = json_is_number(ls) ? json_number_value(ls) : 0.0;
+        m->skipped_steps = json_is_integer(sk) && json_integer_value(sk) >= 0
+                               ? (uint64_t)json_integer_value(sk)
+                               : 0;
         *have = ok;
     }
     json_decref(j);
@@ -381,12 +403,30 @@ ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err)
                      (unsigned long long)epoch, t->hp->epochs);
         goto done;
     }
+    loss_scaler scaler;
+    uint64_t epoch_skipped = 0;
+    loss_scaler_init(&scaler);
+    if (t->precision == NN_DT_F16 &&
+        (!loss_scaler_parse(&scaler, st_meta(&f, "trainyard.loss_scaler")) ||
+         !parse_u64(st_meta(&f, "trainyard.epoch_skipped"), &epoch_skipped) ||
+         scaler.skipped > step || epoch_skipped > scaler.skipped)) {
+        st = ty_fail(err, TY_EFORMAT, NULL,
+                     "the checkpoint %s has missing or inconsistent loss "
+                     "scaler metadata",
+                     path);
+        goto done;
+    }
     if ((st = restore_tensors(t, &f, err)) != TY_OK)
         goto done;
     t->epoch_done = (uint32_t)epoch;
     t->step = step;
     t->epoch_step = estep;
-    t->opt.t = step;
+    /* Skipped steps never reached the optimizer (Adam's step count). */
+    t->opt.t = step - scaler.skipped;
+    t->scaler = scaler;
+    t->epoch_skipped = epoch_skipped;
+    if (t->precision == NN_DT_F16)
+        t->ws->loss_scale = scaler.scale;
     t->loss_sum = loss_sum;
     t->hits = hits;
     t->seen = seen;

@@ -70,8 +70,8 @@ void train_graph_setup(trainer *t)
 
     /* Version 1 captures only steps whose host side never changes: no
      * host-drawn dropout seeds, one minibatch a step, no norm read back
-     * for clipping. (fp16 loss scaling reads its skip decision on the
-     * host too; it joins this list with mixed precision.) */
+     * for clipping, no fp16 loss scaling (its skip decision is read on
+     * the host). */
     const train_hparams *hp = t->hp;
     t->graph_on = 1;
     if (!hp->cuda_graph)
@@ -88,6 +88,9 @@ void train_graph_setup(trainer *t)
     else if (hp->clip_grad_norm > 0.0)
         train_graph_off(t, "clip_grad_norm reads the gradient norm on the "
                            "host each step");
+    else if (t->precision == NN_DT_F16)
+        train_graph_off(t, "fp16 loss scaling decides on the host each step "
+                           "whether to skip it");
 }
 
 void train_graph_free(trainer *t)

@@ -11,6 +11,7 @@
 #include "common/jsonutil.h"
 #include "common/rng.h"
 #include "models/loader.h"
+#include "models/nn_internal.h"
 #include "models/train.h"
 
 #define HP "hyperparameters"
@@ -192,6 +193,71 @@ static ty_status loss_to_normalized(const nn_loss_spec *l, const json_t *hp,
     return bad ? TY_ENOMEM : TY_OK;
 }
 
+/* hyperparameters.precision, by train_precision value. */
+static const char *const precision_names[] = {
+    [TRAIN_PRECISION_FP32] = "fp32",
+    [TRAIN_PRECISION_BF16] = "bf16",
+    [TRAIN_PRECISION_FP16] = "fp16",
+    [TRAIN_PRECISION_AUTO] = "auto",
+};
+
+static ty_status parse_precision(const json_t *hp, train_precision *out,
+                                 ty_err *err)
+{
+    const char *name;
+    ty_status st = tyjson_get_string(hp, "precision", HP, 0, 16, "fp32", &name,
+                                     err);
+    if (st != TY_OK)
+        return st;
+    for (size_t i = 0; i < TY_ARRAY_LEN(precision_names); i++)
+        if (!strcmp(name, precision_names[i])) {
+            *out = (train_precision)i;
+            return TY_OK;
+        }
+    return ty_fail(err, TY_EINVAL, HP ".precision",
+                   HP ".precision must be \"fp32\", \"bf16\", \"fp16\" or "
+                   "\"auto\", got \"%.16s\"",
+                   name);
+}
+
+ty_status train_precision_resolve(const train_hparams *hp,
+                                  const nn_backend *be, const nn_exec *ex,
+                                  nn_dtype *out, ty_err *err)
+{
+    if (!be)
+        be = &nn_backend_cpu;
+    const int bf16 = be->lp_ok && be->lp_ok(ex, NN_DT_BF16);
+    const int fp16 = be->lp_ok && be->lp_ok(ex, NN_DT_F16);
+    *out = NN_DT_F32;
+    switch (hp->precision) {
+    case TRAIN_PRECISION_AUTO:
+        if (bf16)
+            *out = NN_DT_BF16;
+        return TY_OK;
+    case TRAIN_PRECISION_BF16:
+    case TRAIN_PRECISION_FP16: {
+        const nn_dtype want = hp->precision == TRAIN_PRECISION_BF16
+                                  ? NN_DT_BF16
+                                  : NN_DT_F16;
+        if (want == NN_DT_BF16 ? bf16 : fp16) {
+            *out = want;
+            return TY_OK;
+        }
+        /* The CPU trains every precision in fp32 (and says so). */
+        if (nn_backend_host_visible(be))
+            return TY_OK;
+        return ty_fail(err, TY_EINVAL, HP ".precision",
+                       HP ".precision \"%s\" needs a GPU that trains in it "
+                       "(compute capability %s or newer); this %s device "
+                       "does not: use \"fp32\" or \"auto\"",
+                       nn_dtype_name(want),
+                       want == NN_DT_BF16 ? "8.0" : "7.0", be->name);
+    }
+    default:
+        return TY_OK;
+    }
+}
+
 ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                               json_t **normalized, ty_err *err)
 {
@@ -201,7 +267,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         "weight_decay", "beta1", "beta2", "epsilon", "seed",
         "checkpoint_every_steps", "nesterov", "lr_schedule", "warmup_steps",
         "clip_grad_norm", "accumulation_steps", "loss", "label_smoothing",
-        "huber_delta", "cuda_graph", NULL};
+        "huber_delta", "cuda_graph", "precision", NULL};
     json_t *empty = NULL, *sched_norm = NULL;
     ty_status st;
     int64_t epochs, batch, seed, every, accum, warmup;
@@ -311,6 +377,9 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     h.accumulation_steps = (uint32_t)accum;
     h.warmup_steps = (uint32_t)warmup;
 
+    if ((st = parse_precision(hp, &h.precision, err)) != TY_OK)
+        goto done;
+
     /* ---- augment: parsed by the loader (models/loader.c); its fit to the
      * dataset's shape is checked where the shape is known (api/jobs.c,
      * train.c). ---- */
@@ -346,6 +415,9 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                   loss_to_normalized(&h.loss, hp, n) != TY_OK ||
                   json_object_set_new(n, "cuda_graph",
                                       json_boolean(h.cuda_graph));
+        if (!bad)
+            bad = json_object_set_new(n, "precision",
+                                      json_string(precision_names[h.precision]));
         /* ---- augment (models/loader.c) ---- */
         if (!bad)
             bad = json_object_set_new(n, "augment",

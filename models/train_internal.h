@@ -13,6 +13,7 @@
 #ifndef TY_TRAIN_INTERNAL_H
 #define TY_TRAIN_INTERNAL_H
 
+#include "models/loss_scaler.h"
 #include "models/nn_internal.h"
 #include "models/optim.h"
 #include "models/train.h"
@@ -82,7 +83,19 @@ typedef struct {
     void *graph;
     int eager_full;            /* a full-size step ran op by op this run */
     uint64_t graph_launches;   /* replays this run (tests count them) */
+    /* Mixed precision (train_precision_resolve): lp_params is the
+     * parameters in `precision` (param_count values, the backend's memory;
+     * NULL under fp32), refreshed from params by train_lp_refresh after
+     * every change to them. fp16 only: the loss scaler and the steps it
+     * skipped in the epoch in progress. */
+    nn_dtype precision;
+    void *lp_params;
+    loss_scaler scaler;
+    uint64_t epoch_skipped;
 } trainer;
+
+/* Casts the parameters into lp_params (nothing under fp32). */
+void train_lp_refresh(const trainer *t);
 
 /* train_memory for training arch (built on the run's backend) with hp over
  * n_train examples on `threads` compute threads (as train_threads gives);

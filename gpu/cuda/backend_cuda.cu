@@ -14,6 +14,7 @@
  */
 #include "gpu/cuda/cuda_kernels.cuh"
 #include "gpu/cuda/cudnn_ops.h"
+#include "gpu/cuda/kernels_cast.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,6 +411,10 @@ static int cuda_supports(nn_op op)
     case NN_OP_MAXPOOL2D:
     case NN_OP_AVGPOOL2D:
         return t->pool2d_forward && t->pool2d_backward;
+    case NN_OP_CAST:
+        return t->cast != NULL;
+    case NN_OP_GEMM_LP:
+        return t->gemm_lp != NULL;
     default:
         return 0;
     }
@@ -465,4 +470,7 @@ const nn_backend nn_backend_cuda = {
     .graph_end = nn_cuda_graph_end,
     .graph_launch = nn_cuda_graph_launch,
     .graph_release = nn_cuda_graph_release,
+    .cast = nn_cuda_cast,                             /* kernels_cast.cu */
+    .gemm_lp = nn_cuda_gemm_lp,
+    .lp_ok = nn_cuda_lp_ok,
 };

@@ -12,7 +12,11 @@
  * _v7 heuristics (no timing, so the same choice every run on a device),
  * keeping only those that report CUDNN_DETERMINISTIC, need no Tensor Core
  * math, and fit the arena. Math is CUDNN_FMA_MATH: on Ampere and later
- * CUDNN_DEFAULT_MATH permits TF32, which would not be fp32-accurate.
+ * CUDNN_DEFAULT_MATH permits TF32, which would not be fp32-accurate. Under
+ * reduced-precision training (nn_exec.precision bf16 or fp16) the math is
+ * CUDNN_TENSOR_OP_MATH and TF32 Tensor Core algorithms qualify too (still
+ * deterministic only, still within the arena conv2d_work sized for the
+ * fp32 choice, so the memory estimate does not change).
  * Bias add and the bias gradient are own kernels (the gradient a fixed-
  * order block reduction, so it is deterministic).
  *
@@ -113,6 +117,20 @@ static int fp32_math(cudnnMathType_t m)
     return m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
 }
 
+/* Reduced-precision training (ex->precision bf16 or fp16) lets the fp32
+ * convolutions run on Tensor Cores in TF32: CUDNN_TENSOR_OP_MATH, never
+ * the down-conversion to half (..._ALLOW_CONVERSION). fp32 runs, and
+ * conv2d_work's probe, stay on FMA math. */
+static int tf32_allowed(const nn_exec *ex)
+{
+    return ex->precision != NN_DT_F32;
+}
+
+static int math_ok(const nn_exec *ex, cudnnMathType_t m)
+{
+    return fp32_math(m) || (tf32_allowed(ex) && m == CUDNN_TENSOR_OP_MATH);
+}
+
 /* The first (fastest by the heuristics) deterministic fp32 algorithm whose
  * workspace fits limit, among the N candidates `get` lists; `size` asks an
  * algorithm's workspace. Returns 1 found (*algo, *ws set), 0 none fits, -1
@@ -131,7 +149,7 @@ static int pick_algo(const nn_exec *ex, const char *get_name, Get get,
         size_t need = 0;
         if (perf[i].status != CUDNN_STATUS_SUCCESS ||
             perf[i].determinism != CUDNN_DETERMINISTIC ||
-            !fp32_math(perf[i].mathType) || perf[i].memory > limit)
+            !math_ok(ex, perf[i].mathType) || perf[i].memory > limit)
             continue;
         if (!nn_cuda_check_dnn(ex, size(perf[i].algo, &need), size_name))
             return -1;
@@ -227,8 +245,9 @@ static int conv_plan_set(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) ||
         !NN_CUDNN_OK(ex, cudnnSetConvolutionGroupCount(p->conv,
                                                        (int)d->groups)) ||
-        !NN_CUDNN_OK(ex, cudnnSetConvolutionMathType(p->conv,
-                                                     CUDNN_FMA_MATH)))
+        !NN_CUDNN_OK(ex, cudnnSetConvolutionMathType(
+                             p->conv, tf32_allowed(ex) ? CUDNN_TENSOR_OP_MATH
+                                                       : CUDNN_FMA_MATH)))
         return -1;
     int r = 1;
     if (what & CONV_FWD)

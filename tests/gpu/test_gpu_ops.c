@@ -1487,11 +1487,11 @@ static void case_op_table(void)
         M(pool2d_backward),
         M(host_alloc), M(host_release), M(fence_create), M(fence_record),
         M(fence_wait), M(fence_release), M(graph_begin), M(graph_end),
-        M(graph_launch), M(graph_release),
+        M(graph_launch), M(graph_release), M(cast), M(gemm_lp), M(lp_ok),
 #undef M
     };
     static_assert(sizeof(nn_backend) ==
-                      sizeof(const char *) + 48 * sizeof(void (*)(void)),
+                      sizeof(const char *) + 51 * sizeof(void (*)(void)),
                   "a member was added to nn_backend: list it here too");
     for (size_t i = 0; i < TY_ARRAY_LEN(m); i++)
         if (!m[i].present)

@@ -1355,6 +1355,46 @@ static void test_train_device_auto_and_gpu_model_on_cpu(void **state)
     srv_cleanup(&bad);
 }
 
+/* hyperparameters.precision: a bad value is a 422 naming it; bf16 on this
+ * CPU server trains (in fp32, as every epoch record says). */
+static void test_precision_jobs(void **state)
+{
+    char b[1024], job[64], path[256];
+    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"precision\": \"fp64\"}}", csv_ds);
+    expect_job_422(b, "hyperparameters.precision");
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
+             " \"units\": 8}, {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 3, \"batch_size\": 16, \"precision\": \"bf16\"}}",
+             csv_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    resp_free(r);
+    json_t *j = wait_job(&server, job, 120);
+    assert_non_null(j);
+    if (strcmp(json_string_value(json_object_get(j, "status")), "succeeded"))
+        fprintf(stderr, "bf16 job: %s\n", json_dumps(j, 0));
+    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    /* what was asked stays in the job's hyperparameters */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(j, "hyperparameters"), "precision")),
+                        "bf16");
+    json_decref(j);
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    json_t *epochs = json_object_get(r->json, "epochs");
+    assert_int_equal(json_array_size(epochs), 3);
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *ep = json_array_get(epochs, i);
+        assert_string_equal(json_string_value(json_object_get(ep, "precision")), "fp32");
+        assert_true(json_is_null(json_object_get(ep, "loss_scale")));
+        assert_int_equal(json_integer_value(json_object_get(ep, "skipped_steps")), 0);
+    }
+    resp_free(r);
+}
+
 /* ---- crash safety ---- */
 
 static int past_epoch_2(const json_t *job)
@@ -1468,6 +1508,7 @@ int main(void)
         cmocka_unit_test(test_sigkill_restart_resumes),
         cmocka_unit_test(test_job_memory_limit),
         cmocka_unit_test(test_train_device_auto_and_gpu_model_on_cpu),
+        cmocka_unit_test(test_precision_jobs),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

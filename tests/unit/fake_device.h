@@ -3,7 +3,8 @@
  * and a status that reports TY_EDEVICE while fake_device_fail is set. It is
  * not the CPU backend, so nn_backend_host_visible says no and the engine
  * takes its device path (host staging, upload, download, status checks)
- * while computing exactly what the CPU computes. Include it in one test
+ * while computing exactly what the CPU computes. It says it trains fast in
+ * bf16 and fp16 (lp_ok), so mixed precision runs there too. Include it in one test
  * file and call fake_device_init() before the tests run. */
 #ifndef TY_TEST_FAKE_DEVICE_H
 #define TY_TEST_FAKE_DEVICE_H
@@ -58,6 +59,15 @@ static ty_status fake_device_status(const nn_exec *ex, ty_err *err)
     return TY_OK;
 }
 
+/* A device that trains fast in every precision: the engine's mixed-
+ * precision path runs on the CPU's reference cast and gemm_lp. */
+static int fake_device_lp_ok(const nn_exec *ex, nn_dtype dt)
+{
+    (void)ex;
+    (void)dt;
+    return 1;
+}
+
 static void fake_device_init(void)
 {
     fake_device = nn_backend_cpu;
@@ -65,6 +75,7 @@ static void fake_device_init(void)
     fake_device.alloc = fake_device_alloc;
     fake_device.release = fake_device_release;
     fake_device.status = fake_device_status;
+    fake_device.lp_ok = fake_device_lp_ok;
     fake_live = fake_peak = fake_allocs = 0;
     fake_device_fail = 0;
 }

@@ -33,7 +33,7 @@
 
 /* Every member is wrapped below: a new one must be too. */
 static_assert(sizeof(nn_backend) ==
-                  sizeof(const char *) + 48 * sizeof(void (*)(void)),
+                  sizeof(const char *) + 51 * sizeof(void (*)(void)),
               "a member was added to nn_backend: wrap it in fake_graph.h");
 
 #define FG_ARGS_MAX 256
@@ -254,6 +254,47 @@ static void fg_gemm(const nn_exec *ex, float *c, const float *a,
 {
     fg_gemm_a x = {fg_ex(ex), c, a, b, ta, tb, m, n, k, alpha, beta};
     FG_PUSH(fg_gemm_run, x);
+}
+
+typedef struct {
+    nn_exec ex;
+    float *c;
+    const void *a, *b;
+    nn_dtype dt;
+    int ta, tb, m, n, k;
+    float alpha, beta;
+} fg_gemm_lp_a;
+static void fg_gemm_lp_run(const void *p)
+{
+    const fg_gemm_lp_a *a = p;
+    CPU.gemm_lp(&a->ex, a->c, a->a, a->b, a->dt, a->ta, a->tb, a->m, a->n,
+                a->k, a->alpha, a->beta);
+}
+static void fg_gemm_lp(const nn_exec *ex, float *c, const void *a,
+                       const void *b, nn_dtype dt, int ta, int tb, int m,
+                       int n, int k, float alpha, float beta)
+{
+    fg_gemm_lp_a x = {fg_ex(ex), c, a, b, dt, ta, tb, m, n, k, alpha, beta};
+    FG_PUSH(fg_gemm_lp_run, x);
+}
+
+typedef struct {
+    nn_exec ex;
+    void *dst;
+    nn_dtype dt;
+    const float *src;
+    size_t len;
+} fg_cast_a;
+static void fg_cast_run(const void *p)
+{
+    const fg_cast_a *a = p;
+    CPU.cast(&a->ex, a->dst, a->dt, a->src, a->len);
+}
+static void fg_cast(const nn_exec *ex, void *dst, nn_dtype dt,
+                    const float *src, size_t len)
+{
+    fg_cast_a x = {fg_ex(ex), dst, dt, src, len};
+    FG_PUSH(fg_cast_run, x);
 }
 
 /* (ex, float *, const float *, uint32_t, uint32_t): bias_rows, bias_grad,
@@ -842,6 +883,9 @@ static void fake_graph_init(void)
     fake_graph.graph_end = fg_graph_end;
     fake_graph.graph_launch = fg_graph_launch;
     fake_graph.graph_release = fg_graph_release;
+    fake_graph.cast = fg_cast;
+    fake_graph.gemm_lp = fg_gemm_lp;
+    /* lp_ok is pure: fake_device's (every precision is fast). */
     fake_graph_launches = fake_graph_captures = fake_graph_violations = 0;
     fake_graph_deferred_reads = 0;
     fake_graph_fail_begin = fake_graph_fail_end = 0;

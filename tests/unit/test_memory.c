@@ -4,7 +4,8 @@
  * its staging/upload path) sees a short training run of an MLP, a CNN and a
  * residual net with batchnorm, under every optimizer, hold at most exactly
  * the estimated bytes, and release them all; the run's reported
- * peak_memory_bytes is that same figure. On the CPU backend itself (two
+ * peak_memory_bytes is that same figure. Mixed precision (bf16, fp16) on
+ * the fake device is counted exactly as well. On the CPU backend itself (two
  * threads, so the work arena is two threads') the reported peak equals the
  * estimate too. */
 #include <stdarg.h>
@@ -103,7 +104,8 @@ static void check_run(const char *spec_text, const char *hp_text,
                      TY_OK);
     assert_int_equal(est.batch_rows, 16);
     assert_int_equal(est.total, est.state + est.grads + est.optimizer +
-                                    est.activations + est.work);
+                                    est.activations + est.work +
+                                    est.low_precision);
     uint32_t slots = hp.optimizer != TRAIN_OPT_SGD ? 2
                      : hp.momentum > 0              ? 1
                                                     : 0;
@@ -139,6 +141,67 @@ static void check_all(const char *spec, const nn_backend *be, int threads)
 }
 
 static void test_mlp_counted(void **state) { check_all(mlp, &fake_device, 1); }
+
+/* Mixed precision on the fake device (which trains bf16 and fp16): the
+ * 16-bit parameter copy and the dense layers' 16-bit scratch, in a plain
+ * MLP, a CNN and a residual MLP (dense layers inside blocks), are counted
+ * exactly too; on the CPU (fp32 whatever is asked) nothing is added. */
+static const char *const resmlp =
+    "{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":24},"
+    "{\"type\":\"residual\",\"layers\":[{\"type\":\"dense\",\"units\":24},"
+    "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":24}]},"
+    "{\"type\":\"residual\",\"layers\":[{\"type\":\"dense\",\"units\":5}],"
+    "\"projection\":[{\"type\":\"dense\",\"units\":5}]},"
+    "{\"type\":\"dense\",\"units\":3}]}";
+
+static void test_low_precision_counted(void **state)
+{
+    static const char *const hps[] = {
+        "{\"optimizer\":\"adam\",\"precision\":\"bf16\"}",
+        "{\"optimizer\":\"sgd\",\"precision\":\"fp16\"}",
+        "{\"optimizer\":\"sgd\",\"momentum\":0.9,\"precision\":\"auto\"}",
+    };
+    const char *const specs[] = {mlp, cnn, resmlp};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t h = 0; h < 3; h++) {
+            check_run(specs[i], hps[h], &fake_device, 1);
+            check_run(specs[i], hps[h], NULL, 2);
+        }
+    /* the parts: a 16-bit copy of every parameter, and more activation
+     * memory than fp32 (the dense scratch) */
+    const uint32_t shape[3] = {2, 6, 6};
+    json_t *spec = json_loads(resmlp, 0, NULL);
+    train_hparams h32, h16;
+    ty_err err = {0};
+    json_t *j = json_pack("{s:s}", "precision", "bf16");
+    assert_int_equal(train_hparams_parse(NULL, &h32, NULL, &err), TY_OK);
+    assert_int_equal(train_hparams_parse(j, &h16, NULL, &err), TY_OK);
+    h16.seed = h32.seed;
+    assert_int_equal(train_hparams_resolve_loss(&h32, TY_TASK_CLASSIFICATION,
+                                                3, NULL, &err), TY_OK);
+    assert_int_equal(train_hparams_resolve_loss(&h16, TY_TASK_CLASSIFICATION,
+                                                3, NULL, &err), TY_OK);
+    train_memory a, b, c;
+    assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
+                                                TY_TASK_CLASSIFICATION, &h32,
+                                                100, 1, &fake_device, &a, &err),
+                     TY_OK);
+    assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
+                                                TY_TASK_CLASSIFICATION, &h16,
+                                                100, 1, &fake_device, &b, &err),
+                     TY_OK);
+    assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
+                                                TY_TASK_CLASSIFICATION, &h16,
+                                                100, 1, NULL, &c, &err),
+                     TY_OK);
+    assert_int_equal(a.low_precision, 0);
+    assert_int_equal(b.low_precision, b.param_count * 2);
+    assert_true(b.activations > a.activations);
+    assert_int_equal(b.state, a.state);
+    assert_int_equal(c.low_precision, 0); /* the CPU: fp32 */
+    json_decref(j);
+    json_decref(spec);
+}
 static void test_cnn_counted(void **state) { check_all(cnn, &fake_device, 1); }
 static void test_resnet_counted(void **state)
 {
@@ -200,6 +263,7 @@ int main(void)
     fake_device_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_mlp_counted),
+        cmocka_unit_test(test_low_precision_counted),
         cmocka_unit_test(test_cnn_counted),
         cmocka_unit_test(test_resnet_counted),
         cmocka_unit_test(test_cpu_reported),

@@ -73,6 +73,12 @@ static const char *const adamw_cosine =
     "{\"epochs\":3,\"batch_size\":16,\"seed\":7,\"optimizer\":\"adamw\","
     "\"learning_rate\":0.01,\"weight_decay\":0.05,\"lr_schedule\":{\"type\":"
     "\"cosine\",\"min_lr\":0.0},\"warmup_steps\":2}";
+/* bf16: the dense layers' 16-bit weight copy is refreshed inside the
+ * captured optimizer step. */
+static const char *const adam_cosine_bf16 =
+    "{\"epochs\":3,\"batch_size\":16,\"seed\":9,\"optimizer\":\"adam\","
+    "\"learning_rate\":0.01,\"lr_schedule\":{\"type\":\"cosine\","
+    "\"min_lr\":0.001},\"warmup_steps\":3,\"precision\":\"bf16\"}";
 static const char *const sgd_step =
     "{\"epochs\":3,\"batch_size\":16,\"seed\":3,\"optimizer\":\"sgd\","
     "\"learning_rate\":0.05,\"momentum\":0.9,\"nesterov\":true,"
@@ -239,6 +245,11 @@ static void check_case(const run_case *c, const char *tag)
     }
     assert_same_weights(na, nb);
     assert_same_epochs(&a, &b);
+    /* The precision asked for is the one that ran (the fakes train every
+     * precision). */
+    const char *want = strstr(c->hp, "bf16") ? "bf16" : "fp32";
+    assert_string_equal(a.m[0].precision, want);
+    assert_string_equal(b.m[0].precision, want);
 
     fake_graph_launches = 0;
     if (train_on(c, &fake_graph, "{\"cuda_graph\":false}", -1, nc, &cl,
@@ -271,6 +282,13 @@ static void test_regression_sgd(void **state)
     (void)state;
     run_case c = {mlp2, sgd_step, TY_TASK_REGRESSION};
     check_case(&c, "reg");
+}
+
+static void test_mlp_bf16(void **state)
+{
+    (void)state;
+    run_case c = {mlp, adam_cosine_bf16, TY_TASK_CLASSIFICATION};
+    check_case(&c, "bf16");
 }
 
 /* Dropout's masks come from the host each step: op by op, said once per
@@ -316,6 +334,11 @@ static void test_other_exclusions(void **state)
         fail_msg("%s", err.msg);
     assert_int_equal(r.m[0].cuda_graph, 0);
     assert_non_null(strstr(r.reason[0], "clip_grad_norm"));
+    if (train_on(&c, &fake_graph, "{\"precision\":\"fp16\"}", -1, "fp16",
+                 &r, &err) != TY_OK)
+        fail_msg("%s", err.msg);
+    assert_int_equal(r.m[0].cuda_graph, 0);
+    assert_non_null(strstr(r.reason[0], "fp16"));
     assert_int_equal(fake_graph_launches, 0);
 }
 
@@ -384,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_mlp_adam),
         cmocka_unit_test(test_cnn_batchnorm_adamw),
         cmocka_unit_test(test_regression_sgd),
+        cmocka_unit_test(test_mlp_bf16),
         cmocka_unit_test(test_dropout_runs_op_by_op),
         cmocka_unit_test(test_other_exclusions),
         cmocka_unit_test(test_capture_failure_falls_back),

@@ -1,0 +1,244 @@
+/*
+ * test_gpu_convergence.c - issue 4's mixed-precision convergence bar
+ * (ctest label "gpu"): the Fashion-MNIST CNN of tests/acceptance/fashion.py
+ * (conv 32 5x5 same, relu, maxpool 2, conv 64 5x5 same, relu, maxpool 2,
+ * flatten, dense 1024, relu, dropout 0.4, dense 10; Adam, lr 0.001, batch
+ * 128, seed 1, 8 epochs, trained on the 60,000 training images scaled by
+ * 1/255) trained on the GPU in bf16 and in fp32 must end within 0.5
+ * percentage points of each other in accuracy on the 10,000 test images
+ * (each model evaluated in fp32 on the GPU from its saved file). Both must
+ * also clear the acceptance bar of 0.91, so two equally broken runs do not
+ * pass.
+ *
+ * Data: the four IDX files (gzipped or not) from $TY_FASHION_DIR, else
+ * /usr/share/datasets/fashion-mnist. TY_CONVERGENCE_EPOCHS overrides the
+ * epoch count (the bar of 0.91 then applies only from 4 epochs).
+ *
+ * Exit status: 0 passed, 1 a check failed, 77 skipped (no CUDA device, a
+ * GPU without bf16, the data missing, or a binary built without
+ * TY_HAVE_CUDA), with "SKIPPED: ..." on stdout.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/ty.h"
+#include "models/nn.h"
+#include "models/train.h"
+#include "tests/unit/synth_data.h"
+
+#if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
+#include "gpu/cuda/backend_cuda.h"
+
+#define GAP_LIMIT 0.005 /* 0.5 percentage points */
+#define BAR 0.91
+
+static const char *const cnn_spec =
+    "{\"layers\":["
+    "{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":5,\"padding\":\"same\"},"
+    "{\"type\":\"relu\"},{\"type\":\"maxpool2d\",\"pool_size\":2},"
+    "{\"type\":\"conv2d\",\"filters\":64,\"kernel_size\":5,\"padding\":\"same\"},"
+    "{\"type\":\"relu\"},{\"type\":\"maxpool2d\",\"pool_size\":2},"
+    "{\"type\":\"flatten\"},"
+    "{\"type\":\"dense\",\"units\":1024},{\"type\":\"relu\"},"
+    "{\"type\":\"dropout\",\"rate\":0.4},"
+    "{\"type\":\"dense\",\"units\":10}]}";
+
+/* Opens dir/name, or dir/name.gz. NULL when neither opens. */
+static gzFile open_idx(const char *dir, const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (access(path, R_OK) != 0)
+        snprintf(path, sizeof path, "%s/%s.gz", dir, name);
+    return access(path, R_OK) == 0 ? gzopen(path, "rb") : NULL;
+}
+
+static int read_be32(gzFile f, uint32_t *v)
+{
+    unsigned char b[4];
+    if (gzread(f, b, 4) != 4)
+        return -1;
+    *v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+    return 0;
+}
+
+/* Reads images (n, 1, 28, 28) u8 and labels into s (a u8 dataset with
+ * preprocess scale_255). 0 on success, 1 data missing, -1 malformed. */
+static int load_set(const char *dir, const char *images, const char *labels,
+                    synth *s)
+{
+    gzFile fi = open_idx(dir, images), fl = open_idx(dir, labels);
+    int rc = 1;
+    uint32_t magic, n, h, w, magic_l, n_l;
+    if (!fi || !fl)
+        goto done;
+    rc = -1;
+    if (read_be32(fi, &magic) || magic != 0x803 || read_be32(fi, &n) ||
+        read_be32(fi, &h) || read_be32(fi, &w) || h != 28 || w != 28 ||
+        read_be32(fl, &magic_l) || magic_l != 0x801 || read_be32(fl, &n_l) ||
+        n_l != n || n == 0 || n > 100000)
+        goto done;
+    static const uint32_t shape[] = {1, 28, 28};
+    synth_init(s, TY_TASK_CLASSIFICATION, n, shape, 3, TY_DTYPE_U8, 10,
+               "scale_255");
+    if (gzread(fi, s->x, n * 784u) != (int)(n * 784u))
+        goto done;
+    unsigned char *lab = malloc(n);
+    if (!lab || gzread(fl, lab, n) != (int)n) {
+        free(lab);
+        goto done;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        s->y[i] = lab[i] < 10 ? lab[i] : 0;
+    free(lab);
+    rc = 0;
+done:
+    if (fi)
+        gzclose(fi);
+    if (fl)
+        gzclose(fl);
+    return rc;
+}
+
+static void on_epoch(void *ctx, const train_epoch_metrics *m)
+{
+    printf("  %s epoch %u: loss %.4f acc %.4f (%.1f s, %s, skipped %llu)\n",
+           (const char *)ctx, m->epoch, m->train_loss, m->train_accuracy,
+           m->seconds, m->precision, (unsigned long long)m->skipped_steps);
+    fflush(stdout);
+}
+
+/* Trains in prec, then evaluates the saved model on test; *acc gets the
+ * test accuracy. 0 on success. */
+static int train_and_test(const synth *train, const synth *test,
+                          const char *prec, uint32_t epochs,
+                          const nn_exec *ex, double *acc)
+{
+    char hp_text[256], path[256];
+    snprintf(hp_text, sizeof hp_text,
+             "{\"epochs\":%u,\"batch_size\":128,\"optimizer\":\"adam\","
+             "\"learning_rate\":0.001,\"seed\":1,\"precision\":\"%s\"}",
+             epochs, prec);
+    snprintf(path, sizeof path, "/tmp/ty_gpu_conv_%d_%s.st", (int)getpid(),
+             prec);
+    json_t *spec = json_loads(cnn_spec, 0, NULL);
+    json_t *hj = json_loads(hp_text, 0, NULL);
+    train_hparams hp;
+    ty_err err = {0};
+    int rc = 1;
+    nn_net *net = NULL;
+    if (!spec || !hj || train_hparams_parse(hj, &hp, NULL, &err) != TY_OK) {
+        printf("FAIL: setup: %s\n", err.msg);
+        goto done;
+    }
+    train_job job = {.spec = spec, .hp = &hp, .train = &train->ds,
+                     .model_path = path, .threads = 1,
+                     .cb = {.ctx = (void *)prec, .on_epoch = on_epoch},
+                     .be = &nn_backend_cuda, .ex = ex};
+    train_epoch_metrics fin;
+    if (train_run(&job, &fin, &err) != TY_OK) {
+        printf("FAIL: training in %s: %s\n", prec, err.msg);
+        goto done;
+    }
+    if (strcmp(fin.precision, prec)) {
+        printf("FAIL: asked %s, the run says %s\n", prec, fin.precision);
+        goto done;
+    }
+    double loss;
+    if (nn_net_load_on(path, &nn_backend_cuda, ex, &net, &err) != TY_OK ||
+        nn_net_evaluate(net, &test->ds, NULL, &loss, acc, &err) != TY_OK) {
+        printf("FAIL: evaluating the %s model: %s\n", prec, err.msg);
+        goto done;
+    }
+    printf("%s: test accuracy %.4f, loss %.4f\n", prec, *acc, loss);
+    rc = 0;
+done:
+    nn_net_destroy(net);
+    unlink(path);
+    json_decref(spec);
+    json_decref(hj);
+    return rc;
+}
+
+int main(void)
+{
+    char why[256] = "";
+    if (nn_cuda_device_count(why, sizeof why) == 0) {
+        printf("SKIPPED: no CUDA device (%s)\n", why);
+        return 77;
+    }
+    const char *dir = getenv("TY_FASHION_DIR");
+    if (!dir || !*dir)
+        dir = "/usr/share/datasets/fashion-mnist";
+    synth train, test;
+    int r1 = load_set(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                      &train);
+    if (r1 != 0) {
+        printf(r1 > 0 ? "SKIPPED: no Fashion-MNIST training files in %s\n"
+                      : "FAIL: malformed Fashion-MNIST training files in %s\n",
+               dir);
+        return r1 > 0 ? 77 : 1;
+    }
+    int r2 = load_set(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+                      &test);
+    if (r2 != 0) {
+        printf(r2 > 0 ? "SKIPPED: no Fashion-MNIST test files in %s\n"
+                      : "FAIL: malformed Fashion-MNIST test files in %s\n",
+               dir);
+        synth_free(&train);
+        return r2 > 0 ? 77 : 1;
+    }
+    uint32_t epochs = 8;
+    const char *e = getenv("TY_CONVERGENCE_EPOCHS");
+    if (e && atoi(e) > 0)
+        epochs = (uint32_t)atoi(e);
+
+    nn_exec ex = {0};
+    ty_err err;
+    if (nn_cuda_exec_init(&ex, 0, &err) != TY_OK) {
+        printf("FAIL: nn_cuda_exec_init: %s\n", err.msg);
+        return 1;
+    }
+    int rc = 0;
+    if (!nn_backend_cuda.lp_ok(&ex, NN_DT_BF16)) {
+        printf("SKIPPED: this GPU does not train bf16\n");
+        rc = 77;
+        goto done;
+    }
+    double a32 = 0, a16 = 0;
+    if (train_and_test(&train, &test, "fp32", epochs, &ex, &a32) ||
+        train_and_test(&train, &test, "bf16", epochs, &ex, &a16)) {
+        rc = 1;
+        goto done;
+    }
+    double gap = fabs(a32 - a16);
+    printf("gap: %.2f percentage points (limit %.2f)\n", 100 * gap,
+           100 * GAP_LIMIT);
+    if (!(gap <= GAP_LIMIT)) {
+        printf("FAIL: bf16 %.4f vs fp32 %.4f\n", a16, a32);
+        rc = 1;
+    }
+    if (epochs >= 4 && !(a32 >= BAR && a16 >= BAR)) {
+        printf("FAIL: below the acceptance bar %.2f\n", BAR);
+        rc = 1;
+    }
+done:
+    nn_cuda_exec_free(&ex);
+    synth_free(&train);
+    synth_free(&test);
+    return rc;
+}
+
+#else
+
+int main(void)
+{
+    printf("SKIPPED: this binary was built without the CUDA backend\n");
+    return 77;
+}
+
+#endif
