@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/gpu/deps.sh - sourced by bench/gpu/run.sh: makes a machine without
 # trainyard's Debian development packages (the GPU machine) able to build it,
 # from the .debs bench/gpu/prepare.sh fetched, and points the CUDA build at a
@@ -112,13 +113,20 @@ gpu_deps_use() {
         return 1
     fi
     GPU_CMAKE_ARGS+=("-DPKG_CONFIG_EXECUTABLE=$pkgconf" "-DCMAKE_PREFIX_PATH=$pfx/usr")
-    echo "deps: $(ls "$deps"/debs/*.deb | wc -l) packages unpacked into $pfx;" \
+    echo "deps: $(find "$deps/debs" -name '*.deb' | wc -l) packages unpacked into $pfx;" \
          "$nshim libraries the system lacks are in $shim"
     if [ -f "$deps/fashion-mnist/train-images-idx3-ubyte.gz" ]; then
         export TY_FASHION_DIR=$deps/fashion-mnist
         echo "deps: TY_FASHION_DIR=$TY_FASHION_DIR"
     fi
     return 0
+}
+
+# True when one of the paths exists.
+_gpu_any() {
+    local f
+    for f in "$@"; do [ -e "$f" ] && return 0; done
+    return 1
 }
 
 # The first file under the nvidia-* pip packages of PYTHON named $2.
@@ -134,8 +142,9 @@ gpu_cuda_hints() {
     local py=$1 nvcc root inc libf d
     nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
     root=$(dirname "$(dirname "$(readlink -f "$nvcc")")")
+    # What CMakeLists.txt's find_path / find_library would find beside nvcc.
     if [ "${GPU_CUDNN_FROM_PIP:-0}" != 1 ] && [ -f "$root/include/cudnn.h" ] &&
-        ls "$root"/lib*/libcudnn.so* "$root"/targets/*/lib/libcudnn.so* >/dev/null 2>&1; then
+        _gpu_any "$root"/lib64/libcudnn.so "$root"/lib/libcudnn.so; then
         echo "cuda: cuDNN beside the toolkit ($root)"
     else
         inc=$(_gpu_pip_find "$py" cudnn.h)
@@ -147,10 +156,12 @@ gpu_cuda_hints() {
         echo "cuda: cuDNN from pip: $libf"
         GPU_CMAKE_ARGS+=("-DTRAINYARD_CUDNN_INCLUDE=$(dirname "$inc")"
                          "-DTRAINYARD_CUDNN_LIBRARY=$libf")
-        export LD_LIBRARY_PATH=$(dirname "$libf")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        d=$(dirname "$libf")
+        export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     fi
     if [ "${GPU_CUBLAS_FROM_PIP:-0}" != 1 ] &&
-        ls "$root"/lib*/libcublas.so* "$root"/targets/*/lib/libcublas.so* >/dev/null 2>&1; then
+        _gpu_any "$root"/lib64/libcublas.so "$root"/lib/libcublas.so \
+                 "$root"/targets/*/lib/libcublas.so; then
         echo "cuda: cuBLAS beside the toolkit ($root)"
     else
         libf=$(_gpu_pip_find "$py" 'libcublas.so.[0-9]*')
@@ -164,7 +175,8 @@ gpu_cuda_hints() {
         echo "cuda: cuBLAS from pip: $libf"
         d=$(dirname "$libf")
         GPU_CMAKE_ARGS+=("-DCUDA_cublas_LIBRARY=$libf" "-DCUDA_cublasLt_LIBRARY=$lt")
-        GEMM_NVCC_FLAGS+=("$libf" "-Xlinker" "-rpath=$d")
+        # nvcc takes no library path as an input file; -l: names the file.
+        GEMM_NVCC_FLAGS+=("-L$d" "-l:$(basename "$libf")" "-Xlinker" "-rpath=$d")
         if [ -n "$inc" ] && [ ! -f "$root/include/cublas_v2.h" ]; then
             GPU_CMAKE_ARGS+=("-DCMAKE_CUDA_FLAGS=-I$(dirname "$inc")"
                              "-DCMAKE_C_FLAGS=-I$(dirname "$inc")")

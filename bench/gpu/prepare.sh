@@ -110,7 +110,7 @@ if ! (cd "$OUT/debs" && apt-get download -q "${want[@]}" 2>&1 |
         grep -v -e 'unsandboxed as root' -e '^Get:' -e '^Fetched'); then
     :
 fi
-got=$(ls "$OUT/debs"/*.deb 2>/dev/null | wc -l)
+got=$(find "$OUT/debs" -name '*.deb' | wc -l)
 if [ "$got" -ne "${#want[@]}" ]; then
     echo "prepare.sh: got $got of ${#want[@]} packages; apt-get download failed" >&2
     exit 1

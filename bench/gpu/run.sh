@@ -87,6 +87,7 @@ finish() {
     exit 0
 }
 mkdir -p "$BUILD"
+export PYTHONUNBUFFERED=1
 
 # ---- the machine ------------------------------------------------------------
 section "machine"

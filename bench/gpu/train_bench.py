@@ -117,6 +117,19 @@ def wide_layers(width, layers):
     return out
 
 
+def describe(layers):
+    """A spec's layers in a few words: dense 256 > relu > ..."""
+    words = []
+    for s in layers:
+        w = s["type"]
+        if "units" in s:
+            w += f" {s['units']}"
+        elif "filters" in s:
+            w += f" {s['filters']}x{s['kernel_size']}"
+        words.append(w)
+    return " > ".join(words)
+
+
 def wide_flops(batch, width, layers):
     """GEMM FLOPs of one training step of the wide net (see the header)."""
     per_layer = 6.0 * batch * width * width
@@ -330,7 +343,10 @@ def run_trainyard(args, runs, data, device, smoke, notes):
                     results[(run["name"], prec)] = e
                     print(f"  trainyard {run['name']:4} {prec}: FAILED: {e}", flush=True)
                     continue
-                if not smoke and device and r["device"] != device:
+                # "cuda:0" asked: a record naming any CUDA device will do
+                # (labels may grow a model name); "cpu" is a failure.
+                kind = device.split(":")[0]
+                if not smoke and not str(r["device"]).startswith(kind):
                     results[(run["name"], prec)] = Failed(
                         f"asked for {device}, the job trained on {r['device']!r}")
                     print(f"  trainyard {run['name']:4} {prec}: FAILED: "
@@ -568,7 +584,8 @@ def main():
                     help="trainyard worker threads (and PyTorch's, with --smoke)")
     ap.add_argument("--ceiling", help="gemm_ceiling's output, for the TFLOP/s table")
     ap.add_argument("--json", help="write the results here")
-    ap.add_argument("--job-timeout", type=int, default=300)
+    ap.add_argument("--job-timeout", type=int, default=150,
+                    help="seconds a trainyard job may take before it is cancelled")
     args = ap.parse_args()
     args.precisions = [p for p in args.precisions.split(",") if p]
     models = [m for m in args.models.split(",") if m]
@@ -613,8 +630,10 @@ def main():
                      "width": w, "n_layers": args.wide_layers})
     for r in runs:
         nb = math.ceil(data[r["data"]][0].shape[0] / r["batch"])
-        print(f"  {r['name']:4}: batch {r['batch']}, {data[r['data']][0].shape[0]} "
-              f"samples ({nb} steps) per epoch, {r['epochs']} epochs, Adam lr {r['lr']}")
+        shape = "x".join(str(d) for d in r["input_shape"])
+        print(f"  {r['name']:4}: {shape} inputs, {describe(r['layers'])}; batch {r['batch']}, "
+              f"{data[r['data']][0].shape[0]} samples ({nb} steps) per epoch, "
+              f"{r['epochs']} epochs, Adam lr {r['lr']}")
     print("  data: synthetic uint8 inputs and random labels (throughput does not "
           "depend on the values)", flush=True)
 
