@@ -132,10 +132,12 @@ ty_status mig_layout_check(const mig_model *m, const mig_placed *inst, int n,
             !(p->starts & (1u << start))) {
             char starts[64];
             mig_profile_starts(p, starts, sizeof starts);
+            int one = (p->starts & (p->starts - 1)) == 0;
             return ty_fail(err, TY_EINVAL, NULL,
                            "instances[%d] (%s at start %d): a %s instance "
-                           "can start only at memory slice %s on a %s",
-                           i, p->name, start, p->name, starts, m->model);
+                           "can start only at memory slice%s %s",
+                           i, p->name, start, p->name, one ? "" : "s",
+                           starts);
         }
         if (start + p->memory_slices > MIG_MEMORY_SLICES)
             return ty_fail(err, TY_EINVAL, NULL,
