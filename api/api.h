@@ -92,4 +92,6 @@ void api_kserve_model(ty_app *app, http_req *r);
 void api_kserve_model_ready(ty_app *app, http_req *r);
 void api_kserve_infer(ty_app *app, http_req *r);
 
+void api_devices_list(ty_app *app, http_req *r);
+
 #endif

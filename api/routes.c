@@ -36,6 +36,8 @@ const route api_routes[] = {
     {HTTP_GET, "/v2/models/{name}", "kserve.model", KEY, NOBODY, api_kserve_model},
     {HTTP_GET, "/v2/models/{name}/ready", "kserve.model_ready", KEY, NOBODY, api_kserve_model_ready},
     {HTTP_POST, "/v2/models/{name}/infer", "kserve.infer", KEY, JSON, api_kserve_infer},
+
+    {HTTP_GET, "/v1/devices", "devices.list", KEY, NOBODY, api_devices_list},
 };
 
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

@@ -17,6 +17,7 @@
 struct MHD_Daemon;
 struct runner;
 struct model_cache;
+struct inventory;
 
 typedef struct ty_app {
     ty_config cfg;
@@ -34,6 +35,8 @@ typedef struct ty_app {
     pthread_mutex_t blob_mu;
     /* Where jobs train: --train-device resolved at startup (main). */
     place_device train_dev;
+    /* The GPUs and MIG slices (--devices), opened at startup (main). */
+    struct inventory *inventory;
 } ty_app;
 
 /* Prepares the data folder (creating it), opens the store, recovers jobs

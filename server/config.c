@@ -24,6 +24,7 @@ void config_defaults(ty_config *cfg)
     cfg->connection_timeout_s = 120;
     cfg->serve_device = PLACE_DEVICE_AUTO;
     cfg->train_device = PLACE_DEVICE_AUTO;
+    snprintf(cfg->devices, sizeof cfg->devices, "auto");
 }
 
 ty_status config_parse_size(const char *s, uint64_t *out)
@@ -193,6 +194,16 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = place_parse_device(flag, val, 1, &cfg->serve_device, err);
         } else if (!strcmp(flag, "--train-device")) {
             s = place_parse_device(flag, val, 1, &cfg->train_device, err);
+        } else if (!strcmp(flag, "--devices")) {
+            /* The file itself is read and checked at startup (inv_open). */
+            if (strcmp(val, "auto") && strcmp(val, "none") &&
+                (strncmp(val, "sim:", 4) || !val[4] ||
+                 strlen(val) >= sizeof cfg->devices))
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--devices %s: expected auto, none or "
+                               "sim:<file.json>",
+                               val);
+            snprintf(cfg->devices, sizeof cfg->devices, "%s", val);
         } else {
             return ty_fail(err, TY_EINVAL, flag,
                            "unknown flag %s (see trainyard serve --help)", flag);
@@ -251,6 +262,13 @@ void config_usage(FILE *f)
         "                            or cuda:N. auto runs each model on the\n"
         "                            device it was trained on when this server\n"
         "                            has it, else on the CPU (default auto)\n"
+        "  --devices SRC             the GPU inventory jobs are scheduled on:\n"
+        "                            auto (the driver, through NVML; none found\n"
+        "                            is an empty inventory), none (a CPU-only\n"
+        "                            host) or sim:FILE.json (simulated GPUs and\n"
+        "                            MIG layouts, e.g. gpu/sim/h200-7x1g.json; an\n"
+        "                            impossible layout stops the start)\n"
+        "                            (default auto)\n"
         "  -h, --help                show this help\n"
         "\n"
         "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"

@@ -37,6 +37,9 @@ typedef struct {
     int train_device;            /* where jobs train, as given: AUTO, -1 the
                                     CPU, or CUDA device N; resolved at
                                     startup (place_device_open) */
+    char devices[PATH_MAX + 8];  /* the device inventory (--devices): "auto"
+                                    (NVML), "none", or "sim:<file.json>";
+                                    opened at startup (inv_open) */
 } ty_config;
 
 /* Fills cfg with the defaults. */

@@ -14,6 +14,7 @@
 #ifdef TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 #endif
+#include "gpu/inventory.h"
 #include "gpu/runner.h"
 #include "server/app.h"
 #include "server/auth.h"
@@ -109,8 +110,17 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         return 1;
     }
-    /* The devices first: a missing GPU stops the start before the data
-     * folder gets an admin key. */
+    /* The devices first: a missing GPU or an impossible simulated layout
+     * stops the start before the data folder gets an admin key. */
+    if (inv_open(cfg.devices, &app.inventory, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    log_event("info", "devices",
+              json_pack("{s:s, s:i, s:i, s:s}", "source",
+                        app.inventory->source_label, "gpus",
+                        app.inventory->ngpus, "slots", app.inventory->nslots,
+                        "reason", app.inventory->reason));
     if (place_device_open("--train-device", cfg.train_device, &app.train_dev,
                           &err) != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
@@ -174,6 +184,8 @@ out:
     runner_stop(app.runner);
     app.runner = NULL;
     model_cache_destroy(app.models);
+    inv_destroy(app.inventory);
+    app.inventory = NULL;
     app_free(&app);
     if (rc == 0)
         log_event("info", "stopped", NULL);

@@ -1,0 +1,446 @@
+/*
+ * inventory.c - the device inventory's model, the simulated source, the
+ * slot list and the JSON view (see inventory.h; NVML is in nvml.c).
+ *
+ * Invariants once an inventory is built: every MIG device belongs to a GPU
+ * with MIG on; slots are in GPU order and point at GPUs and MIG devices of
+ * this inventory; a simulated layout satisfies mig_layout_check.
+ */
+#include "gpu/inventory.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/fsutil.h"
+#include "common/jsonutil.h"
+#include "common/sha256.h"
+
+#define SIM_MAX_FILE_BYTES (1u << 20)
+#define SIM_MAX_MEMORY_GB 16384
+
+ty_status inv_empty(inv_source source, const char *label, inventory **out,
+                    ty_err *err)
+{
+    *out = NULL;
+    inventory *inv = calloc(1, sizeof *inv);
+    if (!inv)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory for the inventory");
+    inv->source = source;
+    snprintf(inv->source_label, sizeof inv->source_label, "%s", label);
+    pthread_mutex_init(&inv->mu, NULL);
+    *out = inv;
+    return TY_OK;
+}
+
+void inv_destroy(inventory *inv)
+{
+    if (!inv)
+        return;
+    for (int i = 0; i < inv->ngpus; i++)
+        free(inv->gpus[i].migs);
+    free(inv->gpus);
+    free(inv->slots);
+    inv_nvml_close(inv->nvml);
+    pthread_mutex_destroy(&inv->mu);
+    free(inv);
+}
+
+ty_status inv_build_slots(inventory *inv, ty_err *err)
+{
+    int n = 0;
+    for (int g = 0; g < inv->ngpus; g++)
+        n += inv->gpus[g].mig_enabled ? inv->gpus[g].nmig : 1;
+    free(inv->slots);
+    inv->slots = n ? calloc((size_t)n, sizeof *inv->slots) : NULL;
+    if (n && !inv->slots)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory for the slots");
+    inv->nslots = n;
+    int k = 0;
+    for (int g = 0; g < inv->ngpus; g++) {
+        inv_gpu *gpu = &inv->gpus[g];
+        if (!gpu->mig_enabled) {
+            inv_slot *s = &inv->slots[k++];
+            s->kind = INV_SLOT_GPU;
+            s->gpu = g;
+            s->mig = -1;
+            s->uuid = gpu->uuid;
+            s->profile = NULL;
+            s->compute_slices = MIG_COMPUTE_SLICES;
+            s->memory_bytes = gpu->memory_bytes;
+            continue;
+        }
+        for (int m = 0; m < gpu->nmig; m++) {
+            inv_slot *s = &inv->slots[k++];
+            s->kind = INV_SLOT_MIG;
+            s->gpu = g;
+            s->mig = m;
+            s->uuid = gpu->migs[m].uuid;
+            s->profile = gpu->migs[m].profile;
+            s->compute_slices = gpu->migs[m].compute_slices;
+            s->memory_bytes = gpu->migs[m].memory_bytes;
+        }
+    }
+    return TY_OK;
+}
+
+/* ---- the simulated source ---- */
+
+/* A UUID-shaped string made from the SHA-256 of seed: "GPU-xxxxxxxx-xxxx-
+ * xxxx-xxxx-xxxxxxxxxxxx". The same GPU (or MIG device) of the same file
+ * gets the same one on every start. */
+static void fake_uuid(const char *prefix, const char *seed, char *out,
+                      size_t n)
+{
+    uint8_t d[32];
+    char hex[65];
+    sha256_digest(seed, strlen(seed), d);
+    sha256_hex(d, hex);
+    snprintf(out, n, "%s-%.8s-%.4s-%.4s-%.4s-%.12s", prefix, hex, hex + 8,
+             hex + 12, hex + 16, hex + 20);
+}
+
+/* Parses gpus[i] into gpu. path is "gpus[i]". */
+static ty_status sim_gpu(const json_t *obj, int index, const char *path,
+                         inv_gpu *gpu, ty_err *err)
+{
+    static const char *const keys[] = {"model", "name", "mig", "memory_gb",
+                                       "instances", NULL};
+    ty_status s = tyjson_check_keys(obj, keys, path, err);
+    if (s != TY_OK)
+        return s;
+    const char *model_name = NULL, *name = NULL;
+    int mig = 0;
+    s = tyjson_get_string(obj, "model", path, 1, 31, NULL, &model_name, err);
+    if (s == TY_OK)
+        s = tyjson_get_string(obj, "name", path, 0, INV_NAME_MAX - 1, NULL,
+                              &name, err);
+    if (s == TY_OK)
+        s = tyjson_get_bool(obj, "mig", path, 0, 0, &mig, err);
+    if (s != TY_OK)
+        return s;
+
+    const mig_model *m = mig_model_find(model_name);
+    char field[128];
+    gpu->index = index;
+    gpu->mig_enabled = mig;
+    gpu->utilization_gpu_pct = INV_UNKNOWN;
+    gpu->utilization_memory_pct = INV_UNKNOWN;
+    gpu->temperature_c = INV_UNKNOWN;
+    gpu->power_mw = INV_UNKNOWN;
+    char seed[64];
+    snprintf(seed, sizeof seed, "trainyard-sim-gpu/%d", index);
+    fake_uuid("GPU", seed, gpu->uuid, sizeof gpu->uuid);
+
+    const json_t *memory_gb = json_object_get(obj, "memory_gb");
+    if (m) {
+        snprintf(gpu->model, sizeof gpu->model, "%s", m->model);
+        snprintf(gpu->name, sizeof gpu->name, "%s",
+                 name ? name : m->device_name);
+        gpu->memory_bytes = m->memory_mib << 20;
+        if (memory_gb) {
+            tyjson_path(field, sizeof field, path, "memory_gb");
+            return ty_fail(err, TY_EINVAL, field,
+                           "%s: a %s's memory is fixed by its model; "
+                           "memory_gb is only for models trainyard does not "
+                           "know",
+                           path, m->model);
+        }
+    } else {
+        char known[128];
+        mig_model_names(known, sizeof known);
+        if (mig) {
+            tyjson_path(field, sizeof field, path, "model");
+            return ty_fail(err, TY_EINVAL, field,
+                           "%s: model '%s' has no MIG profiles trainyard "
+                           "knows; MIG needs one of %s",
+                           path, model_name, known);
+        }
+        double gb = 0;
+        s = tyjson_get_number(obj, "memory_gb", path, 0, 0.001,
+                              SIM_MAX_MEMORY_GB, 0, &gb, err);
+        if (s != TY_OK)
+            return s;
+        if (!memory_gb) {
+            tyjson_path(field, sizeof field, path, "memory_gb");
+            return ty_fail(err, TY_EINVAL, field,
+                           "%s: model '%s' is not one trainyard knows (%s); "
+                           "give its memory_gb",
+                           path, model_name, known);
+        }
+        snprintf(gpu->name, sizeof gpu->name, "%s", name ? name : model_name);
+        gpu->memory_bytes = (uint64_t)(gb * (double)(1ull << 30));
+    }
+
+    const json_t *insts = json_object_get(obj, "instances");
+    tyjson_path(field, sizeof field, path, "instances");
+    if (insts && !json_is_array(insts))
+        return ty_fail(err, TY_EINVAL, field, "%s must be an array", field);
+    size_t n = insts ? json_array_size(insts) : 0;
+    if (!mig) {
+        if (n)
+            return ty_fail(err, TY_EINVAL, field,
+                           "%s: instances need \"mig\": true (MIG is off on "
+                           "this GPU)",
+                           path);
+        return TY_OK;
+    }
+    if (n > MIG_COMPUTE_SLICES)
+        return ty_fail(err, TY_EINVAL, field,
+                       "%s: %zu instances, but a GPU holds at most %d", path,
+                       n, MIG_COMPUTE_SLICES);
+    mig_placed placed[MIG_COMPUTE_SLICES];
+    for (size_t i = 0; i < n; i++) {
+        static const char *const ikeys[] = {"profile", "start", NULL};
+        char ipath[128];
+        tyjson_path_index(ipath, sizeof ipath, field, i);
+        const json_t *io = json_array_get(insts, i);
+        const char *pname = NULL;
+        int64_t start = 0;
+        s = tyjson_check_keys(io, ikeys, ipath, err);
+        if (s == TY_OK)
+            s = tyjson_get_string(io, "profile", ipath, 1, 31, NULL, &pname,
+                                  err);
+        if (s == TY_OK)
+            s = tyjson_get_int(io, "start", ipath, 1, 0, MIG_MEMORY_SLICES - 1,
+                               0, &start, err);
+        if (s != TY_OK)
+            return s;
+        const mig_profile *p = mig_profile_find(m, pname);
+        if (!p) {
+            char names[160];
+            mig_profile_names(m, names, sizeof names);
+            tyjson_path(field, sizeof field, ipath, "profile");
+            return ty_fail(err, TY_EINVAL, field,
+                           "%s: a %s has no MIG profile '%s'; its profiles "
+                           "are %s",
+                           ipath, m->model, pname, names);
+        }
+        placed[i].profile = p;
+        placed[i].start = (int)start;
+    }
+    int bad = -1;
+    ty_err lerr = {0};
+    if (mig_layout_check(m, placed, (int)n, &bad, &lerr) != TY_OK) {
+        char ipath[128];
+        tyjson_path_index(ipath, sizeof ipath, field, (size_t)bad);
+        tyjson_path(field, sizeof field, ipath, "start");
+        return ty_fail(err, TY_EINVAL, field, "%s (%s): %s", path, m->model,
+                       lerr.msg);
+    }
+    gpu->migs = n ? calloc(n, sizeof *gpu->migs) : NULL;
+    if (n && !gpu->migs)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory for the inventory");
+    gpu->nmig = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        inv_mig *d = &gpu->migs[i];
+        const mig_profile *p = placed[i].profile;
+        snprintf(d->profile, sizeof d->profile, "%s", p->name);
+        d->gpu_instance_id = (int)i + 1;
+        d->compute_instance_id = 0;
+        d->compute_slices = p->compute_slices;
+        d->memory_bytes = p->memory_mib << 20;
+        d->placement_start = placed[i].start;
+        d->placement_size = p->memory_slices;
+        snprintf(seed, sizeof seed, "trainyard-sim-mig/%d/%d/%d", index,
+                 d->gpu_instance_id, d->compute_instance_id);
+        fake_uuid("MIG", seed, d->uuid, sizeof d->uuid);
+    }
+    return TY_OK;
+}
+
+ty_status inv_sim_parse(const json_t *doc, const char *label, inventory **out,
+                        ty_err *err)
+{
+    *out = NULL;
+    char src[PATH_MAX + 8];
+    snprintf(src, sizeof src, "sim:%s", label);
+    inventory *inv = NULL;
+    ty_status s = inv_empty(INV_SOURCE_SIM, src, &inv, err);
+    if (s != TY_OK)
+        return s;
+    static const char *const keys[] = {"description", "gpus", NULL};
+    const char *desc = NULL;
+    s = tyjson_check_keys(doc, keys, "", err);
+    if (s == TY_OK)
+        s = tyjson_get_string(doc, "description", "", 0, 1000, NULL, &desc,
+                              err);
+    if (s != TY_OK)
+        goto fail;
+    const json_t *gpus = json_object_get(doc, "gpus");
+    if (!json_is_array(gpus)) {
+        s = ty_fail(err, TY_EINVAL, "gpus",
+                    "gpus is required: an array of GPUs, [] for a CPU-only "
+                    "host");
+        goto fail;
+    }
+    size_t n = json_array_size(gpus);
+    if (n > INV_MAX_GPUS) {
+        s = ty_fail(err, TY_EINVAL, "gpus", "%zu GPUs; at most %d", n,
+                    INV_MAX_GPUS);
+        goto fail;
+    }
+    inv->gpus = n ? calloc(n, sizeof *inv->gpus) : NULL;
+    if (n && !inv->gpus) {
+        s = ty_fail(err, TY_ENOMEM, NULL, "out of memory for the inventory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        char path[32];
+        tyjson_path_index(path, sizeof path, "gpus", i);
+        inv->ngpus = (int)i + 1; /* so inv_destroy frees what was made */
+        s = sim_gpu(json_array_get(gpus, i), (int)i, path, &inv->gpus[i], err);
+        if (s != TY_OK)
+            goto fail;
+    }
+    s = inv_build_slots(inv, err);
+    if (s != TY_OK)
+        goto fail;
+    *out = inv;
+    return TY_OK;
+fail:
+    inv_destroy(inv);
+    if (err)
+        ty_err_prefix(err, "%s", label);
+    return s;
+}
+
+ty_status inv_sim_load(const char *path, inventory **out, ty_err *err)
+{
+    *out = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    ty_status s = fs_read_all(path, SIM_MAX_FILE_BYTES, &text, &len, err);
+    if (s != TY_OK) {
+        ty_err_prefix(err, "--devices sim:%s", path);
+        return s;
+    }
+    json_error_t jerr;
+    json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(text);
+    if (!doc)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "%s:%d:%d: not valid JSON: %s", path, jerr.line,
+                       jerr.column, jerr.text);
+    s = inv_sim_parse(doc, path, out, err);
+    json_decref(doc);
+    return s;
+}
+
+ty_status inv_open(const char *spec, inventory **out, ty_err *err)
+{
+    *out = NULL;
+    if (!spec || !strcmp(spec, "auto") || !strcmp(spec, "nvml"))
+        return inv_nvml_open(NULL, out, err);
+    if (!strcmp(spec, "none"))
+        return inv_empty(INV_SOURCE_NONE, "none", out, err);
+    if (!strncmp(spec, "sim:", 4) && spec[4])
+        return inv_sim_load(spec + 4, out, err);
+    return ty_fail(err, TY_EINVAL, "--devices",
+                   "--devices %s: expected auto, none or sim:<file.json>",
+                   spec);
+}
+
+/* ---- the JSON view ---- */
+
+void inv_slot_holder_json(const inv_slot *s, const inv_viewer *viewer,
+                          json_t *obj)
+{
+    const char *state = "free";
+    json_t *job = json_null(), *tenant = json_null();
+    if (s->job_id[0]) {
+        int mine = viewer->tenant_id &&
+                   !strcmp(viewer->tenant_id, s->tenant_id);
+        if (viewer->is_admin || mine) {
+            state = "held";
+            job = json_string(s->job_id);
+            tenant = json_string(s->tenant_id);
+        } else {
+            state = "held_by_other_tenant";
+        }
+    }
+    json_object_set_new(obj, "state", json_string(state));
+    json_object_set_new(obj, "job", job);
+    json_object_set_new(obj, "tenant", tenant);
+}
+
+static json_t *known_int(int v)
+{
+    return v == INV_UNKNOWN ? json_null() : json_integer(v);
+}
+
+static json_t *slot_json(const inventory *inv, int k, const inv_viewer *viewer)
+{
+    const inv_slot *s = &inv->slots[k];
+    json_t *o = json_object();
+    json_object_set_new(o, "slot", json_integer(k));
+    json_object_set_new(o, "kind",
+                        json_string(s->kind == INV_SLOT_MIG ? "mig" : "gpu"));
+    json_object_set_new(o, "uuid", json_string(s->uuid));
+    json_object_set_new(o, "profile",
+                        s->profile ? json_string(s->profile) : json_null());
+    json_object_set_new(o, "compute_slices", json_integer(s->compute_slices));
+    json_object_set_new(o, "memory_bytes",
+                        json_integer((json_int_t)s->memory_bytes));
+    if (s->kind == INV_SLOT_MIG) {
+        const inv_mig *m = &inv->gpus[s->gpu].migs[s->mig];
+        json_object_set_new(o, "gpu_instance_id",
+                            known_int(m->gpu_instance_id));
+        json_object_set_new(o, "compute_instance_id",
+                            known_int(m->compute_instance_id));
+        json_object_set_new(
+            o, "placement",
+            m->placement_start == INV_UNKNOWN
+                ? json_null()
+                : json_pack("{s:i, s:i}", "start", m->placement_start, "size",
+                            m->placement_size));
+    } else {
+        json_object_set_new(o, "gpu_instance_id", json_null());
+        json_object_set_new(o, "compute_instance_id", json_null());
+        json_object_set_new(o, "placement", json_null());
+    }
+    inv_slot_holder_json(s, viewer, o);
+    return o;
+}
+
+json_t *inv_to_json(inventory *inv, const inv_viewer *viewer)
+{
+    inv_refresh(inv);
+    pthread_mutex_lock(&inv->mu);
+    json_t *gpus = json_array();
+    int k = 0;
+    for (int g = 0; g < inv->ngpus; g++) {
+        const inv_gpu *gpu = &inv->gpus[g];
+        json_t *o = json_object();
+        json_object_set_new(o, "index", json_integer(gpu->index));
+        json_object_set_new(o, "name", json_string(gpu->name));
+        json_object_set_new(o, "model", gpu->model[0] ? json_string(gpu->model)
+                                                      : json_null());
+        json_object_set_new(o, "uuid", json_string(gpu->uuid));
+        json_object_set_new(o, "memory_bytes",
+                            json_integer((json_int_t)gpu->memory_bytes));
+        json_object_set_new(o, "mig", json_boolean(gpu->mig_enabled));
+        json_object_set_new(o, "utilization_gpu_percent",
+                            known_int(gpu->utilization_gpu_pct));
+        json_object_set_new(o, "utilization_memory_percent",
+                            known_int(gpu->utilization_memory_pct));
+        json_object_set_new(o, "temperature_c", known_int(gpu->temperature_c));
+        json_object_set_new(o, "power_watts",
+                            gpu->power_mw == INV_UNKNOWN
+                                ? json_null()
+                                : json_real(gpu->power_mw / 1000.0));
+        json_t *slices = json_array();
+        while (k < inv->nslots && inv->slots[k].gpu == g)
+            json_array_append_new(slices, slot_json(inv, k++, viewer));
+        json_object_set_new(o, "slices", slices);
+        json_array_append_new(gpus, o);
+    }
+    pthread_mutex_unlock(&inv->mu);
+    json_t *doc = json_object();
+    json_object_set_new(doc, "source", json_string(inv->source_label));
+    json_object_set_new(doc, "reason", inv->reason[0]
+                                           ? json_string(inv->reason)
+                                           : json_null());
+    json_object_set_new(doc, "gpus", gpus);
+    return doc;
+}

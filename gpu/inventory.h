@@ -1,0 +1,166 @@
+/*
+ * inventory.h - the node's devices in MIG terms, and the slots jobs are
+ * placed on.
+ *
+ * An inventory is read once at startup from one source (--devices):
+ *   auto / nvml     the driver, through NVML loaded with dlopen (nvml.c);
+ *                   no library, driver or GPU is an empty inventory with
+ *                   the reason, never an error
+ *   sim:<file>      a JSON file describing GPUs and MIG layouts, checked
+ *                   against the real profile rules (mig.h); an impossible
+ *                   layout is an error naming the file, GPU and instance
+ *   none            a CPU-only host
+ *
+ * GPUs hold their MIG devices (when MIG is on). The slots are the flat list
+ * the scheduler places jobs on: one per GPU with MIG off, one per MIG
+ * device on GPUs with MIG on, in GPU order. A slot's uuid is what a worker
+ * gets as CUDA_VISIBLE_DEVICES. The layout never changes while the server
+ * runs (MIG.md: a service schedules onto the existing layout); only the
+ * slots' holders and the GPUs' telemetry do, under `mu`.
+ */
+#ifndef TY_INVENTORY_H
+#define TY_INVENTORY_H
+
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/ids.h"
+#include "common/ty.h"
+#include "gpu/mig.h"
+
+#define INV_NAME_MAX 96   /* NVML's name and UUID buffer size */
+#define INV_MAX_GPUS 64
+#define INV_UNKNOWN (-1)  /* telemetry or placement the driver did not give */
+
+typedef enum {
+    INV_SOURCE_NONE = 0,  /* --devices none: a CPU-only host */
+    INV_SOURCE_NVML,      /* --devices auto: the driver */
+    INV_SOURCE_SIM,       /* --devices sim:<file> */
+} inv_source;
+
+/* A MIG device: one compute instance inside one GPU instance. */
+typedef struct {
+    char uuid[INV_NAME_MAX];              /* "MIG-..." */
+    char profile[MIG_PROFILE_NAME_MAX];   /* "1g.18gb", from the driver */
+    int gpu_instance_id;
+    int compute_instance_id;
+    int compute_slices;
+    uint64_t memory_bytes;
+    int placement_start;                  /* memory slice; INV_UNKNOWN */
+    int placement_size;                   /* memory slices; INV_UNKNOWN */
+} inv_mig;
+
+typedef struct {
+    int index;                            /* NVML's index */
+    char name[INV_NAME_MAX];              /* "NVIDIA H200" */
+    char model[32];                       /* mig.h's key ("H200-141GB"),
+                                             "" when unknown */
+    char uuid[INV_NAME_MAX];              /* "GPU-..." */
+    uint64_t memory_bytes;
+    int mig_enabled;
+    /* Telemetry; INV_UNKNOWN where the driver gives none (simulated GPUs,
+     * utilisation on a MIG-enabled GPU). */
+    int utilization_gpu_pct;
+    int utilization_memory_pct;
+    int temperature_c;
+    int power_mw;
+    int nmig;
+    inv_mig *migs;
+} inv_gpu;
+
+typedef enum {
+    INV_SLOT_GPU = 0,     /* a whole GPU, MIG off */
+    INV_SLOT_MIG,         /* one MIG device */
+} inv_slot_kind;
+
+/* Somewhere one job can run. */
+typedef struct {
+    inv_slot_kind kind;
+    int gpu;                              /* index into inventory.gpus */
+    int mig;                              /* index into that GPU's migs;
+                                             -1 for a whole GPU */
+    const char *uuid;                     /* borrowed from the GPU or MIG
+                                             device: CUDA_VISIBLE_DEVICES */
+    const char *profile;                  /* "1g.18gb"; NULL: whole GPU */
+    int compute_slices;                   /* whole GPU: 7 */
+    uint64_t memory_bytes;
+    /* The holder, set by the scheduler under inventory.mu; "" = free. */
+    char job_id[TY_ID_MAX];
+    char tenant_id[TY_ID_MAX];
+} inv_slot;
+
+struct inv_nvml;
+
+typedef struct inventory {
+    inv_source source;
+    char source_label[PATH_MAX + 8];      /* "nvml", "sim:<file>", "none" */
+    char reason[256];                     /* nvml: why there are no GPUs, or
+                                             what could not be read; "" */
+    int ngpus;
+    inv_gpu *gpus;
+    int nslots;
+    inv_slot *slots;
+    pthread_mutex_t mu;                   /* guards holders and telemetry */
+    struct inv_nvml *nvml;                /* the loaded library (nvml.c);
+                                             NULL unless source is NVML */
+} inventory;
+
+/* Opens the inventory a --devices value names ("auto", "nvml", "none",
+ * "sim:<file>"). On success *out is the caller's (inv_destroy). An NVML
+ * source without a library, driver or GPU succeeds with no GPUs and the
+ * reason. Errors: TY_EINVAL for an unknown spec; TY_EIO, TY_EFORMAT or
+ * TY_EINVAL for a sim file that cannot be read, is not JSON, or describes
+ * an impossible layout (the message names the file, GPU and instance, the
+ * field the JSON path); *out is then NULL. */
+ty_status inv_open(const char *spec, inventory **out, ty_err *err);
+
+/* Parses and checks a simulated inventory document. label names it in
+ * messages (the file's path). Same errors as inv_open's sim case. */
+ty_status inv_sim_parse(const json_t *doc, const char *label, inventory **out,
+                        ty_err *err);
+
+/* Reads and parses a simulated inventory file. */
+ty_status inv_sim_load(const char *path, inventory **out, ty_err *err);
+
+/* Reads the driver's GPUs through NVML from library `lib` (NULL:
+ * "libnvidia-ml.so.1"). Never fails for a missing library, driver or
+ * GPU: the inventory is empty and says why in `reason`. TY_ENOMEM only. */
+ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err);
+
+/* An empty inventory of source `source` (the CPU-only host). */
+ty_status inv_empty(inv_source source, const char *label, inventory **out,
+                    ty_err *err);
+
+/* Re-reads the GPUs' telemetry (NVML source only; others: nothing).
+ * Takes mu. */
+void inv_refresh(inventory *inv);
+
+/* Releases everything (inv may be NULL). */
+void inv_destroy(inventory *inv);
+
+/* For the sources (inventory.c, nvml.c): builds inv->slots from inv->gpus
+ * (TY_ENOMEM only), and unloads NVML (n may be NULL). */
+ty_status inv_build_slots(inventory *inv, ty_err *err);
+void inv_nvml_close(struct inv_nvml *n);
+
+/* Who may see what of a slot's holder. */
+typedef struct {
+    const char *tenant_id;                /* the caller's tenant */
+    int is_admin;                         /* sees every holder */
+} inv_viewer;
+
+/* What `viewer` may see of slot s's holder, as the fields "state" ("free",
+ * "held", "held_by_other_tenant"), "job" and "tenant" set on obj: the
+ * admin sees every holder, a tenant its own jobs, and of another tenant's
+ * only that the slot is held (job and tenant null). Call under mu. */
+void inv_slot_holder_json(const inv_slot *s, const inv_viewer *viewer,
+                          json_t *obj);
+
+/* The whole inventory as GET /v1/devices answers it, for viewer: source,
+ * reason, and every GPU with its slices (new reference). Takes mu. NULL
+ * only when out of memory. */
+json_t *inv_to_json(inventory *inv, const inv_viewer *viewer);
+
+#endif
