@@ -436,7 +436,7 @@ static void fair_share_run(int preempt)
     assert_non_null(s);
     const double w[3] = {1, 1, 2};
     for (int t = 0; t < 3; t++) {
-        char id[8];
+        char id[16];
         snprintf(id, sizeof id, "t%d", t);
         tenant(s, id, w[t], -1, -1);
     }
