@@ -5,12 +5,13 @@
 #   make test   install what is missing, build (normal and sanitizer builds),
 #               run every test this machine can run
 #   make bench  CPU training benchmark against PyTorch (minutes; not a test)
+#   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run build test deps test-deps venv test-normal test-sanitize bench clean
+.PHONY: run build test deps test-deps venv test-normal test-sanitize bench clean bench-sched
 
 run: build
 	@scripts/run.sh
@@ -47,6 +48,9 @@ test-sanitize:
 
 bench: build test-deps
 	bench/train_cpu --binary $(BUILD)/trainyard
+
+bench-sched: build
+	$(BUILD)/bench_sched
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,0 +1,187 @@
+/*
+ * bench/sched - how long a scheduling pass takes with a deep queue.
+ *
+ * 10,000 queued jobs from 50 tenants (weights 1..4, some with quotas) on 8
+ * simulated GPUs of 7 compute slices each: four H200s split 7 x 1g.18gb,
+ * two split 3g + 2g + 1g + 1g, one split 4g + 3g and one with MIG off.
+ * Requests mix any, profiles and minimum sizes; priorities 0..3. Between
+ * passes 1..8 running jobs finish and as many new jobs arrive, so each pass
+ * places jobs (and, with preemption on, may preempt). Prints the median and
+ * p99 time per pass, placements per second of pass time, and the time of a
+ * full report (positions and reasons of all 10,000 queued jobs), beside the
+ * 1 ms target. Not a test: `make bench-sched` or build/bench_sched.
+ *
+ *   bench_sched [passes]     default 20000
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/rng.h"
+#include "gpu/sched.h"
+
+#define GIB (1ull << 30)
+#define QUEUED 10000
+#define TENANTS 50
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static size_t inventory(sched_slot *sl)
+{
+    size_t n = 0;
+    for (int g = 0; g < 4; g++)
+        for (int i = 0; i < 7; i++) sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB};
+    for (int g = 4; g < 6; g++) {
+        sl[n++] = (sched_slot){g, 1, "3g.71gb", 3, 70 * GIB};
+        sl[n++] = (sched_slot){g, 1, "2g.35gb", 2, 33 * GIB};
+        sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB};
+        sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB};
+    }
+    sl[n++] = (sched_slot){6, 1, "4g.71gb", 4, 70 * GIB};
+    sl[n++] = (sched_slot){6, 1, "3g.71gb", 3, 70 * GIB};
+    sl[n++] = (sched_slot){7, 0, NULL, 7, 140 * GIB};
+    return n;
+}
+
+static sched_request random_request(ty_rng *r)
+{
+    sched_request q = {.kind = SCHED_REQ_ANY};
+    uint32_t k = ty_rng_below(r, 100);
+    if (k < 50) return q;
+    if (k < 70) {
+        q.kind = SCHED_REQ_PROFILE;
+        snprintf(q.profile, sizeof q.profile, "%s", k < 65 ? "1g.18gb" : "2g.35gb");
+    } else if (k < 90) {
+        q.kind = SCHED_REQ_MIN;
+        q.min_compute_slices = k < 80 ? 2 : 3;
+    } else if (k < 97) {
+        q.kind = SCHED_REQ_MIN;
+        q.min_memory_bytes = 60 * GIB;
+    } else {
+        q.kind = SCHED_REQ_MIN;
+        q.min_compute_slices = 7;
+    }
+    return q;
+}
+
+static int run(int passes, int preempt)
+{
+    sched_slot sl[64];
+    size_t ns = inventory(sl);
+    sched_config cfg = {.backfill_wait = 600, .preempt = preempt, .preempt_wait = 30,
+                        .max_cpu_jobs = 4, .fair_window = 300};
+    ty_err err = {0};
+    sched *s = sched_create(&cfg, sl, ns, &err);
+    if (!s) {
+        fprintf(stderr, "sched_create: %s\n", err.msg);
+        return 1;
+    }
+    ty_rng rng;
+    ty_rng_seed(&rng, 7, (uint64_t)preempt);
+    for (int t = 0; t < TENANTS; t++) {
+        char id[16];
+        snprintf(id, sizeof id, "ten_%02d", t);
+        int64_t qs = t % 5 == 0 ? 8 : SCHED_UNLIMITED;
+        int64_t qj = t % 7 == 0 ? 3 : SCHED_UNLIMITED;
+        if (sched_tenant_set(s, id, 1 + t % 4, qs, qj, NULL, &err) != TY_OK) return 1;
+    }
+    long seq = 0;
+    double clock = 0;
+    int *running = malloc(ns * 4 * sizeof *running);
+    sched_wait *report = malloc((QUEUED + 1024) * sizeof *report);
+    double *times = malloc((size_t)passes * sizeof *times);
+    if (!running || !report || !times) return 1;
+
+    int nrunning = 0;
+    sched_result r;
+    long placed = 0, preempted = 0;
+    double total = 0;
+    for (int p = -1; p < passes; p++) {
+        /* top the queue up to 10,000 */
+        while (sched_queued_count(s) < QUEUED) {
+            char id[24];
+            snprintf(id, sizeof id, "job_%ld", seq++);
+            sched_job_desc d = {.id = id, .tenant = (int)ty_rng_below(&rng, TENANTS),
+                                .priority = (int)ty_rng_below(&rng, 4),
+                                .submit_time = clock, .request = random_request(&rng)};
+            if (ty_rng_below(&rng, 50) == 0) d.request.kind = SCHED_REQ_NONE;
+            if (sched_job_submit(s, &d, NULL, &err) != TY_OK) {
+                fprintf(stderr, "submit: %s\n", err.msg);
+                return 1;
+            }
+        }
+        double t0 = now_s();
+        sched_pass(s, clock, &r);
+        double dt = now_s() - t0;
+        if (p >= 0) {
+            times[p] = dt;
+            total += dt;
+            placed += (long)r.n_placements;
+            preempted += (long)r.n_preemptions;
+        }
+        for (size_t i = 0; i < r.n_placements; i++) running[nrunning++] = r.placements[i].job;
+        /* preempted jobs stop and requeue at once */
+        for (size_t i = 0; i < r.n_preemptions; i++)
+            sched_job_requeue(s, r.preemptions[i].victim, &err);
+        /* 1..8 running jobs finish */
+        int finish = 1 + (int)ty_rng_below(&rng, 8);
+        for (int f = 0; f < finish && nrunning > 0; f++) {
+            int k = (int)ty_rng_below(&rng, (uint32_t)nrunning);
+            int j = running[k];
+            running[k] = running[--nrunning];
+            sched_job_info in;
+            if (sched_job_get(s, j, &in) == TY_OK &&
+                (in.state == SCHED_JOB_RUNNING || in.state == SCHED_JOB_STOPPING))
+                sched_job_remove(s, j);
+            else
+                f--; /* it was preempted and requeued: pick another */
+        }
+        clock += 5;
+    }
+    if (sched_check(s, &err) != TY_OK) {
+        fprintf(stderr, "invariant broken: %s\n", err.msg);
+        return 1;
+    }
+    qsort(times, (size_t)passes, sizeof *times, cmp_double);
+    double med = times[passes / 2], p99 = times[(size_t)(passes * 0.99)];
+
+    int reps = 50;
+    double rt = now_s();
+    size_t n = 0;
+    for (int i = 0; i < reps; i++) n = sched_queue_report(s, report, QUEUED + 1024);
+    rt = (now_s() - rt) / reps;
+
+    printf("preemption %s: %d passes over %zu queued jobs, %d tenants, %zu slots "
+           "(8 GPUs x 7 slices)\n", preempt ? "on " : "off", passes,
+           sched_queued_count(s), TENANTS, ns);
+    printf("  pass time     median %8.2f us   p99 %8.2f us   (target < 1000 us)\n",
+           med * 1e6, p99 * 1e6);
+    printf("  placements    %.2f per pass, %.0f per second of pass time; "
+           "%ld preemptions\n", (double)placed / passes, placed / total, preempted);
+    printf("  full report   %8.2f us for %zu jobs' positions and reasons "
+           "(on request, not per pass)\n", rt * 1e6, n);
+    free(running);
+    free(report);
+    free(times);
+    sched_destroy(s);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int passes = argc > 1 ? atoi(argv[1]) : 20000;
+    if (passes < 100) passes = 100;
+    return run(passes, 0) || run(passes, 1);
+}

@@ -1,0 +1,316 @@
+/*
+ * sched.h - the multi-tenant scheduling policy: which queued job runs on
+ * which GPU slot, which running job is preempted for whom, and why every
+ * other queued job waits.
+ *
+ * Pure: no I/O, no clock, no threads, no store. The caller (the runner)
+ * tells the scheduler what happens - a tenant's limits, a job submitted,
+ * finished, cancelled or stopped - and calls sched_pass(now) whenever
+ * something changed or a timer fires; the pass returns decisions and
+ * applies them to its own books (a placed job is RUNNING from then on). The
+ * caller is not thread-safe-wrapped: hold one lock around every call.
+ *
+ * Model
+ *   slot    somewhere one job runs: a whole GPU (MIG off) or one MIG device,
+ *           fixed at sched_create (the inventory's flat slot list, same
+ *           order: a slot is its index there). One job per slot, one slot
+ *           per GPU job; CPU jobs (request "none") take no slot.
+ *   tenant  weight > 0 and two quotas, SCHED_UNLIMITED (any negative) or a
+ *           limit >= 0 (0 is a real limit: a tenant with max_gpu_slices 0
+ *           runs CPU jobs only): max_gpu_slices counts compute slices held
+ *           (a whole GPU holds its 7), max_running_jobs counts jobs holding
+ *           or about to hold resources (running, stopping after preemption,
+ *           or waiting for a preempted job's slot).
+ *   job     tenant, priority (higher first), submit time and a request.
+ *
+ * Policy, one pass at time `now`
+ *   0. A job a preemption made room for takes its slot once the preempted
+ *      job has stopped (sched_job_requeue or sched_job_remove).
+ *   1. Reservations (backfill bound): each tenant's head job (its best
+ *      queued job: priority, then submit time) that has waited at the head
+ *      for cfg.backfill_wait seconds, not held back by its own quota, goes
+ *      first, oldest wait first; if nothing satisfying it is free, every
+ *      slot size (class) that would satisfy it is held back from all later
+ *      jobs ("reserved for job X"), and since it stays first in every pass
+ *      it starts on the first such slot that frees: smaller jobs cannot
+ *      keep it waiting past the bound. An overdue head jumps the fair-share
+ *      order, so backfill_wait should be well above the wait fair share
+ *      alone causes (minutes, not seconds).
+ *   2. Fair share: tenants with queued jobs in order of their average
+ *      compute slices held over the last cfg.fair_window seconds plus an
+ *      eighth of those held now, divided by weight (then running jobs / weight, then the older head
+ *      job); the history is what makes shares converge to the weights when
+ *      whole slots cannot (weights 1,1,2 on 7 slots: 2,2,3 now, 1/4,1/4,1/2
+ *      over time); the first tenant places its best job that fits a free slot
+ *      that is not held back and its quotas (within a tenant: priority, then
+ *      submit time, then submission order), and goes back in the order with
+ *      its new usage. Smaller jobs behind a head that cannot fit run
+ *      (backfill), within the bound of step 1. Best-fit: the smallest free
+ *      slot satisfying the request - fewest compute slices, then least
+ *      memory, then the slot's class (profile) first seen in the inventory,
+ *      then lowest index.
+ *   3. Preemption (cfg.preempt): a tenant whose slices plus the victim's
+ *      slot stay within its weighted share (total slices x weight / sum of
+ *      weights of tenants with GPU jobs queued or holding slices), whose
+ *      head GPU job has been queued cfg.preempt_wait seconds and could not
+ *      be placed, may stop one running job of another tenant that is above
+ *      its share and stays at or above it without that job, on a slot that
+ *      satisfies the head job (so freeing it makes the job fit, and one
+ *      victim is always enough: never more than needed). Victims: lowest
+ *      priority first, then most recently started, then the smaller slot,
+ *      then lower index. The victim becomes STOPPING (it still holds its
+ *      slot: the runner makes it checkpoint and exit, then calls
+ *      sched_job_requeue), the job becomes PENDING on that slot. At most one
+ *      preemption per tenant per pass. Neither side can then preempt the
+ *      other back: the beneficiary is at or below its share, the victim's
+ *      tenant at or above.
+ *   Quotas are checked on every placement and preemption and are never
+ *   exceeded by the scheduler (lowering a quota below current usage stops
+ *   new placements; it preempts nothing).
+ *
+ * Cost: sched_pass never allocates and never sorts the queue. Jobs live in
+ * per-tenant lanes, one per distinct request (its set of satisfying slot
+ * classes), each kept sorted on insert; a pass looks only at lane heads:
+ * O(T * L + P * (L + log T) + S) for T tenants with queued jobs, L lanes
+ * per tenant, P placements and S slots, independent of the number of queued
+ * jobs. Free slots are counted per class and a free-class bitmask makes
+ * best-fit one bit scan. Submission inserts from the tail of the lane
+ * (O(1) for the usual newest-last order; a requeued or high-priority job
+ * walks its lane).
+ *
+ * Positions and reasons for every queued job are NOT computed by the pass:
+ * sched_queue_report computes them on request, O(N log T) for N queued
+ * jobs (about 10,000 jobs in well under a millisecond; see bench/sched).
+ *
+ * Limits: at most SCHED_MAX_CLASSES distinct slot classes (compute slices,
+ * memory, MIG or not, profile) - an inventory has a handful. The slot list
+ * is fixed for the scheduler's life; a changed inventory means a new one.
+ */
+#ifndef TY_SCHED_H
+#define TY_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ids.h"
+#include "common/ty.h"
+
+#define SCHED_UNLIMITED (-1)
+#define SCHED_MAX_CLASSES 64
+#define SCHED_PROFILE_MAX 32
+
+typedef struct sched sched;
+
+/* A slot as the inventory describes it (gpu/inventory.h's inv_slot). */
+typedef struct {
+    int gpu;                  /* GPU index */
+    int is_mig;               /* 1: a MIG device; 0: a whole GPU, MIG off */
+    const char *profile;      /* "1g.18gb" (copied); NULL or "" whole GPU */
+    int compute_slices;       /* 1..7; a whole GPU 7 */
+    uint64_t memory_bytes;
+} sched_slot;
+
+typedef enum {
+    SCHED_REQ_NONE = 0,       /* CPU only: no slot */
+    SCHED_REQ_ANY,            /* any slot */
+    SCHED_REQ_PROFILE,        /* a MIG device of this profile */
+    SCHED_REQ_MIN,            /* any slot with at least these */
+} sched_req_kind;
+
+typedef struct {
+    sched_req_kind kind;
+    char profile[SCHED_PROFILE_MAX];  /* SCHED_REQ_PROFILE */
+    uint64_t min_memory_bytes;        /* SCHED_REQ_MIN */
+    int min_compute_slices;           /* SCHED_REQ_MIN */
+} sched_request;
+
+typedef struct {
+    /* Seconds the head job of a tenant waits before it reserves the slot
+     * sizes it needs and backfill stops using them (>= 0; 0 reserves at
+     * once, i.e. no backfill onto slots a head job could use). */
+    double backfill_wait;
+    int preempt;              /* 1: step 3 runs; 0: never preempt */
+    double preempt_wait;      /* seconds queued before a job may preempt */
+    int max_cpu_jobs;         /* CPU jobs at once; SCHED_UNLIMITED (<0) */
+    /* Seconds of history fair share remembers (>= 0): a tenant's standing
+     * is its average compute slices held over about this long (plus a
+     * little for what it holds now), per unit of weight. 0: only what it
+     * holds now. */
+    double fair_window;
+} sched_config;
+
+typedef enum {
+    SCHED_JOB_QUEUED = 0,
+    SCHED_JOB_PENDING,        /* given a slot a preempted job still holds */
+    SCHED_JOB_RUNNING,
+    SCHED_JOB_STOPPING,       /* preempted: still holds its slot */
+} sched_job_state;
+
+/* What the caller tells about a new job. */
+typedef struct {
+    const char *id;           /* "job_..." (copied; unique) */
+    int tenant;               /* a handle from sched_tenant_set */
+    int priority;             /* higher runs first within the tenant */
+    double submit_time;       /* seconds, the caller's clock */
+    sched_request request;
+} sched_job_desc;
+
+/* A job as the scheduler sees it (read-only view). */
+typedef struct {
+    const char *id;
+    int tenant;
+    int priority;
+    double submit_time;
+    sched_request request;
+    sched_job_state state;
+    int slot;                 /* RUNNING/STOPPING/PENDING: the slot; else -1
+                                 (and -1 for a running CPU job) */
+    double start_time;        /* RUNNING/STOPPING: when placed */
+    double head_since;        /* QUEUED: since when it has been its
+                                 tenant's head job; < 0 not the head */
+    int preempted_for;        /* STOPPING: the job it makes room for */
+} sched_job_info;
+
+typedef struct {
+    int job;
+    int slot;                 /* -1: a CPU job */
+} sched_placement;
+
+typedef struct {
+    int victim;               /* now STOPPING: tell it to checkpoint */
+    int job;                  /* now PENDING on the victim's slot */
+    int slot;
+} sched_preemption;
+
+/* A pass's decisions; the arrays belong to the scheduler and stay valid
+ * until the next sched_pass or sched_destroy. */
+typedef struct {
+    const sched_placement *placements;
+    size_t n_placements;
+    const sched_preemption *preemptions;
+    size_t n_preemptions;
+} sched_result;
+
+typedef enum {
+    SCHED_WAIT_SCHEDULING = 0, /* could run now: the next pass places it */
+    SCHED_WAIT_QUOTA,          /* its tenant is at a quota (see quota) */
+    SCHED_WAIT_NO_SLICE,       /* no free slice of that size (or CPU slot) */
+    SCHED_WAIT_FAIR_SHARE,     /* its tenant holds its share and another
+                                  tenant below its share is waiting */
+    SCHED_WAIT_RESERVED,       /* a fitting slot is held for other_job */
+    SCHED_WAIT_PREEMPTING,     /* PENDING: other_job is checkpointing to
+                                  free its slot */
+} sched_wait_reason;
+
+typedef enum {
+    SCHED_QUOTA_NONE = 0,
+    SCHED_QUOTA_GPU_SLICES,
+    SCHED_QUOTA_RUNNING_JOBS,
+} sched_quota;
+
+/* Why a queued (or pending) job waits, and where it stands. */
+typedef struct {
+    int job;
+    size_t position;           /* 1-based estimated start order over all
+                                  queued jobs (pending jobs first, then the
+                                  fair-share interleaving of the tenants'
+                                  queues, each job counted at its smallest
+                                  fitting slot) */
+    size_t tenant_position;    /* 1-based within its tenant's queue */
+    sched_wait_reason reason;
+    sched_quota quota;         /* SCHED_WAIT_QUOTA: which */
+    int other_job;             /* RESERVED, PREEMPTING: that job; else -1 */
+} sched_wait;
+
+/* Creates a scheduler over n_slots slots (copied; n_slots may be 0: a
+ * CPU-only host). NULL with err on a bad slot (field "slots[i]...") or
+ * config, or too many slot classes, or out of memory. */
+sched *sched_create(const sched_config *cfg, const sched_slot *slots,
+                    size_t n_slots, ty_err *err);
+void sched_destroy(sched *s);
+
+/* Adds tenant `id` or updates its weight and quotas; *handle (may be NULL)
+ * is its handle, stable for the scheduler's life. TY_EINVAL naming
+ * "weight" (must be finite and > 0); TY_ENOMEM. */
+ty_status sched_tenant_set(sched *s, const char *id, double weight,
+                           int64_t max_gpu_slices, int64_t max_running_jobs,
+                           int *handle, ty_err *err);
+
+/* The handle of tenant `id`, or -1. */
+int sched_tenant_find(const sched *s, const char *id);
+
+/* Compute slices (running, pending and stopping jobs) and jobs (the same)
+ * tenant t holds now; its weighted share of slices as the pass computes
+ * it (0 when it has no GPU work). */
+void sched_tenant_usage(const sched *s, int t, int *slices, int *jobs,
+                        double *share);
+
+/* Whether `req` could ever run here: TY_OK, or TY_EINVAL with a sentence
+ * for the 422 (field "resources.gpu") when no slot of this inventory
+ * satisfies it, or when tenant >= 0 and even the smallest slot that does
+ * is above the tenant's max_gpu_slices quota (its quota as it is now).
+ * Pure. */
+ty_status sched_request_check(const sched *s, int tenant,
+                              const sched_request *req, ty_err *err);
+
+/* Queues a job (state QUEUED). TY_EINVAL for an unknown tenant, an empty
+ * or duplicate id, or a request sched_request_check refuses (then nothing
+ * changes); TY_ENOMEM. *handle (may be NULL) is the job's handle, valid
+ * until sched_job_remove. */
+ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
+                           ty_err *err);
+
+/* Forgets a job in any state (finished, failed, cancelled), freeing its
+ * slot; a job pending on a slot loses it. TY_ENOTFOUND for a bad handle. */
+ty_status sched_job_remove(sched *s, int job);
+
+/* A RUNNING or STOPPING job goes back to the queue (its worker stopped
+ * after a preemption, or crashed and will be retried), in its original
+ * place (priority, submit time); its slot is freed (for the job it was
+ * preempted for, if any). TY_ECONFLICT in another state. */
+ty_status sched_job_requeue(sched *s, int job, ty_err *err);
+
+/* Recovery: marks a QUEUED job RUNNING on `slot` (-1: CPU) since
+ * start_time, as a restarted server found it. Quotas are not checked (it
+ * is already running). TY_ECONFLICT if the slot is held or the job not
+ * queued; TY_EINVAL for a slot that does not satisfy its request. */
+ty_status sched_job_restore_running(sched *s, int job, int slot,
+                                    double start_time, ty_err *err);
+
+/* The job with this id, or -1. */
+int sched_job_find(const sched *s, const char *id);
+
+/* Fills a view of job; TY_ENOTFOUND for a bad handle. */
+ty_status sched_job_get(const sched *s, int job, sched_job_info *out);
+
+/* The job on slot i (RUNNING or STOPPING), or -1 when free. */
+int sched_slot_holder(const sched *s, int slot);
+
+/* One scheduling pass at `now` (see the policy above). Never allocates;
+ * fills out and applies the decisions. */
+void sched_pass(sched *s, double now, sched_result *out);
+
+/* Number of queued and pending jobs. */
+size_t sched_queued_count(const sched *s);
+
+/* Positions and reasons of every queued and pending job, in position
+ * order, into out[0..cap) (cap >= sched_queued_count: all of them);
+ * returns how many were written. Reasons reflect the state after the last
+ * pass. O(N log T); allocates nothing (uses buffers sized at submit). */
+size_t sched_queue_report(sched *s, sched_wait *out, size_t cap);
+
+/* "quota", "no free slice of that size", "fair share", "reserved for job",
+ * "preempting", "scheduling". */
+const char *sched_wait_reason_name(sched_wait_reason r);
+
+/* A sentence for a person: "quota: max_gpu_slices 4 reached (4 in use)",
+ * "reserved for job job_x", "no free slice of that size (needs 3g.71gb)". */
+void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
+                         size_t n);
+
+/* Checks every invariant the scheduler keeps (no slot held twice, holder
+ * and job agree, usage counters match, quotas respected, queues sorted):
+ * TY_OK or TY_EINTERNAL saying which. O(jobs + slots); for tests. */
+ty_status sched_check(const sched *s, ty_err *err);
+
+#endif
