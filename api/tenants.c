@@ -62,6 +62,11 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
     if (s != TY_OK)
         return s;
 
+    if (json_is_null(json_object_get(body, "name")))
+        return ty_fail(err, TY_EINVAL, "name",
+                       "name must be a string of 1 to %d letters, digits, "
+                       "'.', '_' or '-'",
+                       TENANT_NAME_MAX);
     if ((s = tyjson_get_string(body, "name", "", create, TENANT_NAME_MAX, NULL,
                                &out->name, err)) != TY_OK)
         return s;
@@ -76,13 +81,12 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
 
     const json_t *w = json_object_get(body, "weight");
     if (w) {
-        if (!json_is_number(w) || !(json_number_value(w) > 0) ||
+        if (!json_is_number(w) || !(json_number_value(w) >= TENANT_WEIGHT_MIN) ||
             json_number_value(w) > TENANT_WEIGHT_MAX)
             return ty_fail(err, TY_EINVAL, "weight",
-                           "weight must be a number greater than 0 and at most "
-                           "%g (the tenant's share relative to the others; "
-                           "default 1)",
-                           TENANT_WEIGHT_MAX);
+                           "weight must be a number from %g to %g (the "
+                           "tenant's share relative to the others; default 1)",
+                           TENANT_WEIGHT_MIN, TENANT_WEIGHT_MAX);
         out->lim.weight = json_number_value(w);
         out->set |= STORE_TENANT_SET_WEIGHT;
     }

@@ -21,6 +21,9 @@
 #include "server/store.h"
 
 #define TENANT_NAME_MAX 64
+/* Weights are ratios of each other: bounded so that no ratio of two
+ * overflows or vanishes. */
+#define TENANT_WEIGHT_MIN 1e-6
 #define TENANT_WEIGHT_MAX 1e6
 
 /* A checked POST or PATCH body. name is borrowed from the body (NULL when
@@ -32,7 +35,8 @@ typedef struct {
 } tenant_body;
 
 /* Checks a tenant body: name (1..TENANT_NAME_MAX of letters, digits, '.',
- * '_', '-'; required when creating), weight (a number > 0, default 1),
+ * '_', '-'; required when creating; not null), weight (a number from
+ * TENANT_WEIGHT_MIN to TENANT_WEIGHT_MAX, default 1),
  * quota.{max_gpu_slices, max_running_jobs, max_storage_bytes} (integers >= 0,
  * or null = unlimited, the default). Unknown keys are errors. On a create,
  * every field is set (defaults filled in). TY_EINVAL naming the field. */

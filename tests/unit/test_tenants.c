@@ -112,6 +112,9 @@ static void test_bad_bodies_name_the_field(void **state)
     expect_invalid("{\"name\": \"a\", \"weight\": null}", 1, "weight");
     expect_invalid("{\"name\": \"a\", \"weight\": 1e9}", 1, "weight");
     expect_invalid("{\"weight\": 0}", 0, "weight");
+    expect_invalid("{\"weight\": 5e-324}", 0, "weight");
+    expect_invalid("{\"name\": null}", 0, "name");
+    expect_invalid("{\"name\": null}", 1, "name");
     expect_invalid("{\"name\": \"a\", \"quota\": 5}", 1, "quota");
     expect_invalid("{\"name\": \"a\", \"quota\": {\"max_storage_bytes\": -1}}",
                    1, "quota.max_storage_bytes");
