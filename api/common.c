@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
+#include "api/tenants.h"
 #include "server/blob.h"
 
 #define DEFAULT_LIMIT 50
@@ -116,8 +119,16 @@ ty_status api_create_blob_resource(ty_app *app, http_req *r,
 {
     char sha[65];
     int64_t bytes = 0;
+    struct stat sb;
+    if (stat(tmp_path, &sb) != 0)
+        return ty_fail(err, TY_EIO, NULL, "cannot read the converted upload");
+    /* The quota is checked and the row inserted under the blob lock, so two
+     * uploads of one tenant cannot both fit in the room left for one. */
     pthread_mutex_lock(&app->blob_mu);
-    ty_status s = blob_import(app->cfg.data_dir, tmp_path, sha, &bytes, err);
+    ty_status s = api_storage_check(app, api_tenant(r), (int64_t)sb.st_size,
+                                    err);
+    if (s == TY_OK)
+        s = blob_import(app->cfg.data_dir, tmp_path, sha, &bytes, err);
     if (s == TY_OK) {
         json_object_set_new(doc, "sha256", json_string(sha));
         json_object_set_new(doc, "bytes", json_integer(bytes));

@@ -254,6 +254,7 @@ void api_datasets_create(ty_app *app, http_req *r)
     ty_dataset ds = {0};
     json_t *doc = NULL;
     char out[PATH_MAX], id[TY_ID_MAX];
+    int quota_refused = 0;
     ty_status s;
     if (http_req_is_multipart(r)) {
         s = read_form(r, &u, &err);
@@ -274,8 +275,10 @@ void api_datasets_create(ty_app *app, http_req *r)
     ty_dataset_close(&ds);
     if ((s = api_create_blob_resource(app, r, out, id, doc,
                                       store_dataset_insert, "/v1/datasets",
-                                      &err)) != TY_OK)
+                                      &err)) != TY_OK) {
+        quota_refused = s == TY_ETOOBIG;
         goto fail;
+    }
     json_decref(doc);
     json_decref(u.source);
     return;
@@ -284,8 +287,9 @@ fail:
     json_decref(doc);
     json_decref(u.source);
     /* Past this point a size limit is about the data (too many classes, a
-     * download over --max-fetch-bytes), not the request body: 422, not 413. */
-    http_reply_error(r, s == TY_ETOOBIG ? TY_EINVAL : s, &err);
+     * download over --max-fetch-bytes), not the request body: 422, not 413;
+     * the tenant's storage quota is 413. */
+    http_reply_error(r, s == TY_ETOOBIG && !quota_refused ? TY_EINVAL : s, &err);
 }
 
 void api_datasets_list(ty_app *app, http_req *r)

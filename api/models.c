@@ -85,6 +85,7 @@ void api_models_create(ty_app *app, http_req *r)
     nn_net *net = NULL;
     const char *weights = NULL, *name = NULL;
     char out[PATH_MAX], id[TY_ID_MAX];
+    int quota_refused = 0; /* 413, unlike the model's own size limits (422) */
     ty_status s;
     if (!http_req_is_multipart(r)) {
         http_reply_problem(r, 415, NULL,
@@ -105,8 +106,10 @@ void api_models_create(ty_app *app, http_req *r)
         goto fail;
     doc = imported_doc(id, name, net);
     if ((s = api_create_blob_resource(app, r, out, id, doc, store_model_insert,
-                                      "/v1/models", &err)) != TY_OK)
+                                      "/v1/models", &err)) != TY_OK) {
+        quota_refused = s == TY_ETOOBIG;
         goto fail;
+    }
     json_decref(doc);
     json_decref(meta);
     nn_net_destroy(net);
@@ -115,7 +118,7 @@ fail:
     json_decref(doc);
     json_decref(meta);
     nn_net_destroy(net);
-    http_reply_error(r, s == TY_ETOOBIG ? TY_EINVAL : s, &err);
+    http_reply_error(r, s == TY_ETOOBIG && !quota_refused ? TY_EINVAL : s, &err);
 }
 
 void api_models_list(ty_app *app, http_req *r)

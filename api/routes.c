@@ -1,8 +1,10 @@
 /* routes.c - the routing table: every endpoint of the API in one place. */
 #include "api/api.h"
+#include "api/tenants.h"
 
 #define PUB ROUTE_PUBLIC
 #define KEY ROUTE_KEY
+#define ADMIN ROUTE_ADMIN
 #define NOBODY ROUTE_BODY_NONE
 #define JSON ROUTE_BODY_JSON
 #define UPLOAD ROUTE_BODY_UPLOAD
@@ -38,6 +40,13 @@ const route api_routes[] = {
     {HTTP_POST, "/v2/models/{name}/infer", "kserve.infer", KEY, JSON, api_kserve_infer},
 
     {HTTP_GET, "/v1/devices", "devices.list", KEY, NOBODY, api_devices_list},
+    {HTTP_POST, "/v1/tenants", "tenants.create", ADMIN, JSON, api_tenants_create},
+    {HTTP_GET, "/v1/tenants", "tenants.list", ADMIN, NOBODY, api_tenants_list},
+    {HTTP_GET, "/v1/tenants/{id}", "tenants.get", KEY, NOBODY, api_tenants_get},
+    {HTTP_PATCH, "/v1/tenants/{id}", "tenants.update", ADMIN, JSON, api_tenants_update},
+    {HTTP_POST, "/v1/tenants/{id}/keys", "tenants.keys.create", ADMIN, NOBODY, api_tenant_keys_create},
+    {HTTP_GET, "/v1/tenants/{id}/keys", "tenants.keys.list", ADMIN, NOBODY, api_tenant_keys_list},
+    {HTTP_DELETE, "/v1/tenants/{id}/keys/{key_id}", "tenants.keys.revoke", ADMIN, NOBODY, api_tenant_keys_revoke},
 };
 
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

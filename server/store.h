@@ -188,4 +188,79 @@ ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
 ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
                           ty_err *err);
 
+/* ---- tenants (admin) ---- */
+
+#define STORE_UNLIMITED (-1)
+
+/* A tenant's fair-share weight and quotas; STORE_UNLIMITED where a quota is
+ * not set. max_gpu_slices counts compute slices (a whole GPU of 7 slices
+ * holds 7). */
+typedef struct {
+    double weight;
+    int64_t max_gpu_slices;
+    int64_t max_running_jobs;
+    int64_t max_storage_bytes;
+} store_tenant_limits;
+
+/* Which fields of a store_tenant_limits an update sets. */
+enum {
+    STORE_TENANT_SET_WEIGHT = 1u << 0,
+    STORE_TENANT_SET_GPU_SLICES = 1u << 1,
+    STORE_TENANT_SET_RUNNING_JOBS = 1u << 2,
+    STORE_TENANT_SET_STORAGE = 1u << 3,
+};
+
+/* Creates tenant id with its limits and its first (non-admin) key, in one
+ * transaction; hash is the key's SHA-256. TY_ECONFLICT (field "name") if
+ * another tenant has the name; on failure nothing is stored. */
+ty_status store_tenant_create(store *st, const char *id, const char *name,
+                              const store_tenant_limits *lim,
+                              const char *key_id, const uint8_t hash[32],
+                              ty_err *err);
+
+/* The tenant's API representation: id, name, weight, quota (null =
+ * unlimited), usage (storage_bytes, datasets, models, running_jobs), admin,
+ * created_at. TY_ENOTFOUND when there is no such tenant. */
+ty_status store_tenant_get(store *st, const char *id, json_t **doc,
+                           ty_err *err);
+
+/* Every tenant, newest first, paged like the other lists. */
+ty_status store_tenant_list(store *st, store_page page, json_t **items,
+                            int64_t *next_cursor, ty_err *err);
+
+/* The tenant's weight and quotas, for quota checks and the scheduler. */
+ty_status store_tenant_limits_get(store *st, const char *id,
+                                  store_tenant_limits *out, ty_err *err);
+
+/* Renames (name NULL = unchanged) and sets the limits named in set
+ * (STORE_TENANT_SET_*), in one transaction. TY_ENOTFOUND, or TY_ECONFLICT
+ * when the name is taken; on failure nothing changes. */
+ty_status store_tenant_update(store *st, const char *id, const char *name,
+                              const store_tenant_limits *lim, unsigned set,
+                              ty_err *err);
+
+/* What the storage quota measures: the bytes of every dataset and model row
+ * the tenant owns (a blob shared by two rows counts twice). */
+ty_status store_tenant_storage(store *st, const char *id, int64_t *bytes,
+                               ty_err *err);
+
+/* Adds a key to the tenant (an admin key when the tenant holds admin keys)
+ * and gives its representation (id, tenant, admin, created_at, revoked_at;
+ * never the hash). TY_ENOTFOUND when there is no such tenant. */
+ty_status store_key_create(store *st, const char *tenant_id,
+                           const char *key_id, const uint8_t hash[32],
+                           json_t **doc, ty_err *err);
+
+/* The tenant's keys, revoked ones included, newest first. TY_ENOTFOUND when
+ * there is no such tenant. */
+ty_status store_key_list(store *st, const char *tenant_id, store_page page,
+                         json_t **items, int64_t *next_cursor, ty_err *err);
+
+/* Revokes the tenant's key (again is fine: the first time stands). Takes
+ * effect on the next request: keys are looked up on every request.
+ * TY_ENOTFOUND if the tenant has no such key; TY_ECONFLICT for the last live
+ * admin key. */
+ty_status store_key_revoke(store *st, const char *tenant_id,
+                           const char *key_id, ty_err *err);
+
 #endif

@@ -61,6 +61,8 @@ for _ in $(seq 300); do
 done
 [ -n "$ds" ] && [ -n "$job" ] && [ -n "$model" ] || { echo "could not seed a dataset and model: ds=$ds job=$job"; exit 1; }
 rm -f "$csv"
+tenant=$(api "$base/v1/tenants" | field id)
+[ -n "$tenant" ] || { echo "could not read the admin's tenant"; exit 1; }
 cfg="$data.toml"
 cat >"$cfg" <<TOML
 [[operations]]
@@ -78,6 +80,10 @@ parameters = { id = "$ds" }
 [[operations]]
 include-operation-id = ["getJob", "getJobMetrics"]
 parameters = { id = "$job" }
+
+[[operations]]
+include-operation-id = ["getTenant", "listTenantKeys"]
+parameters = { id = "$tenant" }
 TOML
 
 set +e

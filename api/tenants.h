@@ -1,0 +1,67 @@
+/*
+ * tenants.h - /v1/tenants and their keys (admin), and the storage quota every
+ * upload passes.
+ *
+ * A tenant owns datasets, jobs and models and holds API keys; its weight is
+ * its fair share of the GPUs and its quota bounds compute slices, running
+ * jobs and storage. This slice stores and shows weight, max_gpu_slices and
+ * max_running_jobs (the scheduler enforces them next) and enforces
+ * max_storage_bytes on every upload. The body checks and the quota
+ * arithmetic are pure functions so they can be tested without a server.
+ */
+#ifndef TY_API_TENANTS_H
+#define TY_API_TENANTS_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/ty.h"
+#include "server/app.h"
+#include "server/http.h"
+#include "server/store.h"
+
+#define TENANT_NAME_MAX 64
+/* Weights are ratios of each other: bounded so that no ratio of two
+ * overflows or vanishes. */
+#define TENANT_WEIGHT_MIN 1e-6
+#define TENANT_WEIGHT_MAX 1e6
+
+/* A checked POST or PATCH body. name is borrowed from the body (NULL when
+ * absent); set says which fields of lim were given (STORE_TENANT_SET_*). */
+typedef struct {
+    const char *name;
+    store_tenant_limits lim;
+    unsigned set;
+} tenant_body;
+
+/* Checks a tenant body: name (1..TENANT_NAME_MAX of letters, digits, '.',
+ * '_', '-'; required when creating; not null), weight (a number from
+ * TENANT_WEIGHT_MIN to TENANT_WEIGHT_MAX, default 1),
+ * quota.{max_gpu_slices, max_running_jobs, max_storage_bytes} (integers >= 0,
+ * or null = unlimited, the default). Unknown keys are errors. On a create,
+ * every field is set (defaults filled in). TY_EINVAL naming the field. */
+ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
+                            ty_err *err);
+
+/* TY_OK if a tenant using used bytes may store adding more under max
+ * (STORE_UNLIMITED = no limit); else TY_ETOOBIG with the quota, the usage and
+ * the size of what was refused in the message. */
+ty_status tenant_storage_check(int64_t used, int64_t adding, int64_t max,
+                               ty_err *err);
+
+/* The storage check for the tenant from the store (what the usage is now).
+ * Caller holds app->blob_mu so uploads of one tenant are counted one at a
+ * time. */
+ty_status api_storage_check(ty_app *app, const char *tenant_id, int64_t adding,
+                            ty_err *err);
+
+/* ---- handlers ---- */
+void api_tenants_create(ty_app *app, http_req *r);
+void api_tenants_list(ty_app *app, http_req *r);
+void api_tenants_get(ty_app *app, http_req *r);
+void api_tenants_update(ty_app *app, http_req *r);
+void api_tenant_keys_create(ty_app *app, http_req *r);
+void api_tenant_keys_list(ty_app *app, http_req *r);
+void api_tenant_keys_revoke(ty_app *app, http_req *r);
+
+#endif
