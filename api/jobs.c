@@ -301,8 +301,11 @@ void api_jobs_create(ty_app *app, http_req *r)
         (s = store_job_insert_req(app->store, tenant, id, name, ds_id,
                                   validation, spec, hp_norm,
                                   (int64_t)mem.total, resources, priority,
-                                  &err)) != TY_OK)
+                                  &err)) != TY_OK ||
+        (s = store_job_get(app->store, tenant, id, &job, &err)) != TY_OK)
         goto fail;
+    /* The reply shows the job as submitted (queued), read before the runner
+     * can start it. */
     if ((s = runner_submit(app->runner, tenant, id, priority, &req, &err)) !=
         TY_OK) {
         /* Stored but not schedulable (a quota lowered meanwhile): the job
@@ -311,8 +314,6 @@ void api_jobs_create(ty_app *app, http_req *r)
         store_job_finish(app->store, id, JOB_FAILED, err.msg, NULL, &e2);
         goto fail;
     }
-    if ((s = store_job_get(app->store, tenant, id, &job, &err)) != TY_OK)
-        goto fail;
     runner_annotate(app->runner, job, tenant);
     char location[128];
     snprintf(location, sizeof location, "/v1/jobs/%s", id);
