@@ -18,6 +18,7 @@ static const char *const status_names[] = {
     [TY_EDEVICE] = "TY_EDEVICE",
     [TY_ECANCELLED] = "TY_ECANCELLED",
     [TY_EINTERNAL] = "TY_EINTERNAL",
+    [TY_EPREEMPTED] = "TY_EPREEMPTED",
 };
 static_assert(TY_ARRAY_LEN(status_names) == TY_STATUS_COUNT,
               "every ty_status needs a name");

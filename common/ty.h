@@ -25,6 +25,9 @@ typedef enum {
     TY_EDEVICE,     /* a device (GPU) call failed */
     TY_ECANCELLED,  /* stopped on request */
     TY_EINTERNAL,   /* a broken invariant; a bug */
+    TY_EPREEMPTED,  /* stopped to give the device up, resumable (a training
+                       run preempted at a step boundary, its checkpoint
+                       written: see train_job.preempt) */
     TY_STATUS_COUNT
 } ty_status;
 

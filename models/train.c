@@ -650,6 +650,39 @@ static void epoch_where(const trainer *t, train_epoch_metrics *m)
     m->cuda_graph_reason = m->cuda_graph == 0 ? t->graph_reason : NULL;
 }
 
+/* The checkpoint of the trainer's position (epoch e in progress, or just
+ * finished), its sums read back first on a device. */
+static ty_status save_checkpoint(trainer *t, uint32_t e, ty_err *err)
+{
+    ty_status st = train_sums_read(t, e, err);
+    if (st == TY_OK)
+        st = train_ckpt_save(t, err);
+    if (st == TY_OK)
+        t->ckpt_step = t->step;
+    return st;
+}
+
+/* A preemption at the step boundary before epoch e's next step: the
+ * checkpoint of this position unless one is already on disk (or no step
+ * was taken), on_preempt, TY_EPREEMPTED. */
+static ty_status preempt_here(trainer *t, uint32_t e, ty_err *err)
+{
+    const train_job *job = t->job;
+    int checkpointed = job->checkpoint_path && t->step > 0;
+    if (checkpointed && t->ckpt_step != t->step) {
+        ty_status st = save_checkpoint(t, e, err);
+        if (st != TY_OK)
+            return st;
+    }
+    if (job->cb.on_preempt)
+        job->cb.on_preempt(job->cb.ctx, t->epoch_done, t->step, checkpointed);
+    return ty_fail(err, TY_EPREEMPTED, NULL,
+                   "training was preempted after %llu steps (%u epochs "
+                   "finished)%s",
+                   (unsigned long long)t->step, t->epoch_done,
+                   checkpointed ? "; its checkpoint is written" : "");
+}
+
 static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
 {
     const train_job *job = t->job;
@@ -661,6 +694,8 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     while (t->epoch_step < t->steps_per_epoch) {
         if (job->stop && *job->stop)
             return ty_fail(err, TY_ECANCELLED, NULL, "training was cancelled");
+        if (job->preempt && *job->preempt)
+            return preempt_here(t, e, err);
         /* This step's minibatches: examples [first, end) of the epoch. */
         uint64_t first64 = t->epoch_step * t->accum * (uint64_t)bs;
         uint32_t first = (uint32_t)first64;
@@ -705,9 +740,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         uint32_t every = t->hp->checkpoint_every_steps;
         if (every && t->step % every == 0 &&
             t->epoch_step < t->steps_per_epoch && job->checkpoint_path) {
-            ty_status st = train_sums_read(t, e, err);
-            if (st == TY_OK)
-                st = train_ckpt_save(t, err);
+            ty_status st = save_checkpoint(t, e, err);
             if (st != TY_OK)
                 return st;
         }
@@ -764,6 +797,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         ty_status st = train_ckpt_save(t, err);
         if (st != TY_OK)
             return st;
+        t->ckpt_step = t->step;
     }
     if (job->cb.on_epoch)
         job->cb.on_epoch(job->cb.ctx, &m);
@@ -782,6 +816,7 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
     if ((st = train_ckpt_resume(&t, &resumed, err)) != TY_OK)
         goto done;
     if (resumed) {
+        t.ckpt_step = t.step;
         if (job->cb.on_resume)
             job->cb.on_resume(job->cb.ctx, t.epoch_done, t.step);
         /* The last finished epoch's record again: the crash that stopped

@@ -248,6 +248,13 @@ typedef struct {
     void (*on_epoch)(void *ctx, const train_epoch_metrics *m);
     /* After a run resumes from a checkpoint (epoch = completed epochs). */
     void (*on_resume)(void *ctx, uint32_t epoch, uint64_t step);
+    /* When a preemption stops the run (train_job.preempt), just before
+     * train_run returns TY_EPREEMPTED: the position it stopped at
+     * (completed epochs, optimizer steps taken) and whether a checkpoint
+     * of exactly that position is on disk (0: the run had taken no step,
+     * or has no checkpoint_path; it starts over). */
+    void (*on_preempt)(void *ctx, uint32_t epoch, uint64_t step,
+                       int checkpointed);
 } train_callbacks;
 
 typedef struct {
@@ -270,6 +277,17 @@ typedef struct {
                                         part); 0 = all cores; at most the core
                                         count */
     volatile sig_atomic_t *stop;     /* when set, return TY_ECANCELLED soon */
+    /* When set (may be NULL): stop at the next optimizer-step boundary,
+     * write the checkpoint of that position there (a mid-epoch one, as
+     * checkpoint_every_steps writes, so a resumed run continues exactly)
+     * and return TY_EPREEMPTED. No checkpoint is written when the run has
+     * taken no step yet (a fresh start is the same run) or the last one
+     * written or resumed from is already of that position. The flag is
+     * read only before a step that is still to run: once the last
+     * optimizer step is taken the run finishes normally (validation, the
+     * epoch's checkpoint, the model) and returns TY_OK, so a late
+     * preemption never loses a finished model. stop wins over preempt. */
+    volatile sig_atomic_t *preempt;
     train_callbacks cb;
     int prefetch;                    /* the data loader's own thread: 0 = when
                                         a core is left over by `threads`,
@@ -282,8 +300,9 @@ typedef struct {
      * backend's message. */
     const nn_backend *be;
     const nn_exec *ex;
-    /* How the device is named in metrics ("cuda:0"); NULL: the backend's
-     * name ("cpu"). */
+    /* How the device is named in metrics ("cuda:0", or "sim:<uuid>" for a
+     * simulated slice the CPU stands in for); NULL: the backend's name
+     * ("cpu"). */
     const char *device_label;
 } train_job;
 
@@ -335,7 +354,9 @@ void train_format_bytes(uint64_t n, char *buf, size_t len);
  * the training examples (mean/std per feature for "standardize", with std 0
  * read as 1) and stored in the model. A loss that becomes NaN or Inf stops
  * the run with TY_EINVAL and a message suggesting a lower learning rate.
- * *final gets the last epoch's metrics. */
+ * job->stop stops it with TY_ECANCELLED, job->preempt with TY_EPREEMPTED
+ * (its checkpoint written; see train_job.preempt). *final gets the last
+ * epoch's metrics. */
 ty_status train_run(const train_job *job, train_epoch_metrics *final,
                     ty_err *err);
 

@@ -59,6 +59,9 @@ typedef struct {
     train_epoch_metrics last;  /* of the last completed epoch */
     int have_last;
     double last_report;        /* CLOCK_MONOTONIC of the last on_progress */
+    /* t->step of the checkpoint last written or resumed from (0 before
+     * any: step 0 needs none, a fresh start is the same run). */
+    uint64_t ckpt_step;
     uint32_t accum;            /* minibatches per optimizer step (>= 1) */
     uint64_t total_steps;      /* optimizer steps of the whole run */
     double lr;                 /* learning rate of the last step */

@@ -14,7 +14,11 @@
  * math, and fit the arena. Math is CUDNN_FMA_MATH: on Ampere and later
  * CUDNN_DEFAULT_MATH permits TF32, which would not be fp32-accurate. Under
  * reduced-precision training (nn_exec.precision bf16 or fp16) the math is
- * CUDNN_TENSOR_OP_MATH and TF32 Tensor Core algorithms qualify too (still
+ * CUDNN_DEFAULT_MATH, which cuDNN documents as permitting TF32 Tensor Core
+ * kernels on A100 and later (CUDNN_TENSOR_OP_MATH is documented only as
+ * "Tensor Cores permitted, no down-conversion of tensors", so it is not
+ * relied on for TF32; PyTorch's allow_tf32 uses DEFAULT too); algorithms
+ * reporting Tensor Core math qualify then as well (still
  * deterministic only, still within the arena conv2d_work sized for the
  * fp32 choice, so the memory estimate does not change).
  * Bias add and the bias gradient are own kernels (the gradient a fixed-
@@ -118,8 +122,9 @@ static int fp32_math(cudnnMathType_t m)
 }
 
 /* Reduced-precision training (ex->precision bf16 or fp16) lets the fp32
- * convolutions run on Tensor Cores in TF32: CUDNN_TENSOR_OP_MATH, never
- * the down-conversion to half (..._ALLOW_CONVERSION). fp32 runs, and
+ * convolutions run on Tensor Cores in TF32: the descriptor gets
+ * CUDNN_DEFAULT_MATH (TF32 permitted on A100 and later), never the
+ * down-conversion to half (..._ALLOW_CONVERSION). fp32 runs, and
  * conv2d_work's probe, stay on FMA math. */
 static int tf32_allowed(const nn_exec *ex)
 {
@@ -246,7 +251,7 @@ static int conv_plan_set(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
         !NN_CUDNN_OK(ex, cudnnSetConvolutionGroupCount(p->conv,
                                                        (int)d->groups)) ||
         !NN_CUDNN_OK(ex, cudnnSetConvolutionMathType(
-                             p->conv, tf32_allowed(ex) ? CUDNN_TENSOR_OP_MATH
+                             p->conv, tf32_allowed(ex) ? CUDNN_DEFAULT_MATH
                                                        : CUDNN_FMA_MATH)))
         return -1;
     int r = 1;

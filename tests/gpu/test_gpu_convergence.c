@@ -32,6 +32,7 @@
 
 #if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
+#include "tests/gpu/gpu_testutil.h"
 
 #define GAP_LIMIT 0.005 /* 0.5 percentage points */
 #define BAR 0.91
@@ -125,25 +126,14 @@ static int train_and_test(const synth *train, const synth *test,
              epochs, prec);
     snprintf(path, sizeof path, "/tmp/ty_gpu_conv_%d_%s.st", (int)getpid(),
              prec);
-    json_t *spec = json_loads(cnn_spec, 0, NULL);
-    json_t *hj = json_loads(hp_text, 0, NULL);
-    train_hparams hp;
     ty_err err = {0};
     int rc = 1;
     nn_net *net = NULL;
-    if (!spec || !hj || train_hparams_parse(hj, &hp, NULL, &err) != TY_OK) {
-        printf("FAIL: setup: %s\n", err.msg);
-        goto done;
-    }
-    train_job job = {.spec = spec, .hp = &hp, .train = &train->ds,
-                     .model_path = path, .threads = 1,
-                     .cb = {.ctx = (void *)prec, .on_epoch = on_epoch},
-                     .be = &nn_backend_cuda, .ex = ex};
+    const train_callbacks cb = {.ctx = (void *)prec, .on_epoch = on_epoch};
     train_epoch_metrics fin;
-    if (train_run(&job, &fin, &err) != TY_OK) {
-        printf("FAIL: training in %s: %s\n", prec, err.msg);
+    if (gpu_train_run(prec, train, NULL, cnn_spec, hp_text, path,
+                      &nn_backend_cuda, ex, 0, cb, &fin) != 0)
         goto done;
-    }
     if (strcmp(fin.precision, prec)) {
         printf("FAIL: asked %s, the run says %s\n", prec, fin.precision);
         goto done;
@@ -159,8 +149,6 @@ static int train_and_test(const synth *train, const synth *test,
 done:
     nn_net_destroy(net);
     unlink(path);
-    json_decref(spec);
-    json_decref(hj);
     return rc;
 }
 

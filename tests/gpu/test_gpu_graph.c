@@ -32,6 +32,7 @@
 
 #if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
+#include "tests/gpu/gpu_testutil.h"
 
 #define EPOCHS 3
 
@@ -56,89 +57,18 @@ static int train_once(const synth *s, const synth *v, const char *spec_text,
                       const char *path, int graph, const nn_exec *ex,
                       run_log *log)
 {
-    json_t *spec = json_loads(spec_text, 0, NULL);
-    json_t *hj = json_pack(
-        "{s:i, s:i, s:s, s:f, s:f, s:{s:s, s:f}, s:i, s:i, s:b}", "epochs",
-        EPOCHS, "batch_size", 32, "optimizer", "adamw", "learning_rate", 0.01,
-        "weight_decay", 0.05, "lr_schedule", "type", "cosine", "min_lr",
-        0.0005, "warmup_steps", 3, "seed", 11, "cuda_graph", graph);
-    train_hparams hp;
-    ty_err err = {0};
-    int rc = 1;
+    char hp[512];
+    snprintf(hp, sizeof hp,
+             "{\"epochs\":%d,\"batch_size\":32,\"optimizer\":\"adamw\","
+             "\"learning_rate\":0.01,\"weight_decay\":0.05,\"lr_schedule\":"
+             "{\"type\":\"cosine\",\"min_lr\":0.0005},\"warmup_steps\":3,"
+             "\"seed\":11,\"cuda_graph\":%s}",
+             EPOCHS, graph ? "true" : "false");
     memset(log, 0, sizeof *log);
-    if (!spec || !hj || train_hparams_parse(hj, &hp, NULL, &err) != TY_OK ||
-        train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION,
-                                   s->ds.num_classes, NULL, &err) != TY_OK) {
-        printf("FAIL: setup: %s\n", err.msg);
-        goto done;
-    }
-    unlink(path);
-    train_job job = {.spec = spec, .hp = &hp, .train = &s->ds, .val = &v->ds,
-                     .model_path = path, .threads = 1, .prefetch = 1,
-                     .cb = {.ctx = log, .on_epoch = on_epoch},
-                     .be = &nn_backend_cuda, .ex = ex};
-    train_epoch_metrics fin;
-    if (train_run(&job, &fin, &err) != TY_OK) {
-        printf("FAIL: training with cuda_graph %s: %s\n",
-               graph ? "true" : "false", err.msg);
-        goto done;
-    }
-    rc = 0;
-done:
-    json_decref(spec);
-    json_decref(hj);
-    return rc;
-}
-
-static int compare_models(const char *name, const char *a_path,
-                          const char *b_path)
-{
-    st_file a, b;
-    ty_err err;
-    if (st_open(a_path, &a, &err) != TY_OK) {
-        printf("FAIL: %s: %s\n", name, err.msg);
-        return 1;
-    }
-    if (st_open(b_path, &b, &err) != TY_OK) {
-        printf("FAIL: %s: %s\n", name, err.msg);
-        st_close(&a);
-        return 1;
-    }
-    int bad = a.count != b.count || a.count == 0;
-    for (size_t i = 0; i < a.count && !bad; i++) {
-        const st_tensor *x = &a.tensors[i], *y = st_find(&b, x->name);
-        if (!y || y->numel != x->numel) {
-            printf("FAIL: %s: tensor %s missing or reshaped\n", name, x->name);
-            bad = 1;
-            break;
-        }
-        double worst = 0.0;
-        uint64_t differ = 0;
-        for (uint64_t k = 0; k < x->numel; k++) {
-            float u, w;
-            memcpy(&u, (const char *)x->data + k * 4, 4);
-            memcpy(&w, (const char *)y->data + k * 4, 4);
-            if (memcmp(&u, &w, 4) != 0) {
-                differ++;
-                double d = fabs((double)u - (double)w) / (fabs((double)u) + 1e-12);
-                if (d > worst)
-                    worst = d;
-            }
-        }
-        if (differ) {
-            printf("FAIL: %s: %s: %llu of %llu values differ between graph "
-                   "and op by op (worst relative %.3g)\n",
-                   name, x->name, (unsigned long long)differ,
-                   (unsigned long long)x->numel, worst);
-            bad = 1;
-        }
-    }
-    if (!bad)
-        printf("ok: %s: %zu tensors bit-identical with and without graphs\n",
-               name, a.count);
-    st_close(&a);
-    st_close(&b);
-    return bad;
+    const train_callbacks cb = {.ctx = log, .on_epoch = on_epoch};
+    return gpu_train_run(graph ? "cuda_graph true" : "cuda_graph false", s, v,
+                         spec_text, hp, path, &nn_backend_cuda, ex, 1, cb,
+                         NULL);
 }
 
 static int run_case(const char *name, const synth *s, const synth *v,
@@ -181,7 +111,7 @@ static int run_case(const char *name, const synth *s, const synth *v,
         }
     }
     if (!rc)
-        rc = compare_models(name, gp, ep);
+        rc = gpu_compare_models(name, gp, "graph", ep, "op by op", 0, 0);
     unlink(gp);
     unlink(ep);
     return rc;
@@ -200,17 +130,10 @@ static void fill(synth *s, uint32_t n, const uint32_t *shape, uint32_t ndim,
 
 int main(void)
 {
-    char why[256] = "";
-    if (nn_cuda_device_count(why, sizeof why) == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", why);
-        return 77;
-    }
-    nn_exec ex = {0};
-    ty_err err;
-    if (nn_cuda_exec_init(&ex, 0, &err) != TY_OK) {
-        printf("FAIL: nn_cuda_exec_init: %s\n", err.msg);
-        return 1;
-    }
+    nn_exec ex;
+    int open_rc = gpu_open(&ex);
+    if (open_rc != 0)
+        return open_rc;
     int rc = 0;
     ty_rng r;
     ty_rng_seed(&r, 21, 1);

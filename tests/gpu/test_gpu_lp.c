@@ -36,6 +36,7 @@
 
 #if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
+#include "tests/gpu/gpu_testutil.h"
 
 static int failures;
 
@@ -229,14 +230,6 @@ static void case_lp_ok(const nn_exec *ex)
 
 /* ---- training ---- */
 
-static train_epoch_metrics last_epoch;
-
-static void on_epoch(void *ctx, const train_epoch_metrics *m)
-{
-    (void)ctx;
-    last_epoch = *m;
-}
-
 static int train_once(const synth *s, const char *spec_text, const char *prec,
                       const char *path, const nn_exec *ex,
                       train_epoch_metrics *out)
@@ -246,29 +239,9 @@ static int train_once(const synth *s, const char *spec_text, const char *prec,
              "{\"epochs\":4,\"batch_size\":32,\"optimizer\":\"adam\","
              "\"learning_rate\":0.003,\"seed\":5,\"precision\":\"%s\"}",
              prec);
-    json_t *spec = json_loads(spec_text, 0, NULL);
-    json_t *hj = json_loads(hp_text, 0, NULL);
-    train_hparams hp;
-    ty_err err = {0};
-    int rc = 1;
-    if (!spec || !hj || train_hparams_parse(hj, &hp, NULL, &err) != TY_OK) {
-        printf("FAIL: setup: %s\n", err.msg);
-        goto done;
-    }
-    train_job job = {.spec = spec, .hp = &hp, .train = &s->ds,
-                     .model_path = path, .threads = 1, .prefetch = -1,
-                     .cb = {.on_epoch = on_epoch}, .be = gpu, .ex = ex};
-    train_epoch_metrics fin;
-    if (train_run(&job, &fin, &err) != TY_OK) {
-        printf("FAIL: training in %s: %s\n", prec, err.msg);
-        goto done;
-    }
-    *out = last_epoch;
-    rc = 0;
-done:
-    json_decref(spec);
-    json_decref(hj);
-    return rc;
+    const train_callbacks none = {0};
+    return gpu_train_run(prec, s, NULL, spec_text, hp_text, path, gpu, ex, -1,
+                         none, out);
 }
 
 static float *weights(const char *path, size_t *n)
@@ -353,17 +326,10 @@ static void case_train(const char *name, const synth *s, const char *spec,
 
 int main(void)
 {
-    char why[256] = "";
-    if (nn_cuda_device_count(why, sizeof why) == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", why);
-        return 77;
-    }
-    nn_exec ex = {0};
-    ty_err err;
-    if (nn_cuda_exec_init(&ex, 0, &err) != TY_OK) {
-        printf("FAIL: nn_cuda_exec_init: %s\n", err.msg);
-        return 1;
-    }
+    nn_exec ex;
+    int open_rc = gpu_open(&ex);
+    if (open_rc != 0)
+        return open_rc;
     case_lp_ok(&ex);
     case_cast(&ex);
     for (int d = 0; d < 2; d++) {

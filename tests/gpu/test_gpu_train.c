@@ -33,96 +33,13 @@
 #if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 
+#include "tests/gpu/gpu_testutil.h"
+
 #define RTOL 1e-3
 #define ATOL 1e-4
-
-static double last_loss;
-
-static void on_epoch(void *ctx, const train_epoch_metrics *m)
-{
-    (void)ctx;
-    last_loss = m->train_loss;
-}
-
-/* Trains spec on ds into path on be (NULL: CPU) / ex; returns 0 on
- * success, with *loss the last epoch's training loss. */
-static int train_once(const synth *s, const char *spec_text, const char *path,
-                      const nn_backend *be, const nn_exec *ex, double *loss)
-{
-    json_t *spec = json_loads(spec_text, 0, NULL);
-    json_t *hj = json_loads("{\"epochs\":1,\"batch_size\":32,\"optimizer\":"
-                            "\"sgd\",\"learning_rate\":0.05,\"momentum\":0.9,"
-                            "\"seed\":5}",
-                            0, NULL);
-    train_hparams hp;
-    ty_err err = {0};
-    int rc = 1;
-    if (!spec || !hj || train_hparams_parse(hj, &hp, NULL, &err) != TY_OK) {
-        printf("FAIL: setup: %s\n", err.msg);
-        goto done;
-    }
-    train_job job = {.spec = spec, .hp = &hp, .train = &s->ds,
-                     .model_path = path, .threads = 1, .prefetch = -1,
-                     .cb = {.on_epoch = on_epoch}, .be = be, .ex = ex};
-    train_epoch_metrics fin;
-    if (train_run(&job, &fin, &err) != TY_OK) {
-        printf("FAIL: training on %s: %s\n", be ? be->name : "cpu", err.msg);
-        goto done;
-    }
-    *loss = last_loss;
-    rc = 0;
-done:
-    json_decref(spec);
-    json_decref(hj);
-    return rc;
-}
-
-static int compare_models(const char *name, const char *cpu_path,
-                          const char *gpu_path)
-{
-    st_file a, b;
-    ty_err err;
-    if (st_open(cpu_path, &a, &err) != TY_OK) {
-        printf("FAIL: %s: %s\n", name, err.msg);
-        return 1;
-    }
-    if (st_open(gpu_path, &b, &err) != TY_OK) {
-        printf("FAIL: %s: %s\n", name, err.msg);
-        st_close(&a);
-        return 1;
-    }
-    int bad = a.count != b.count;
-    double worst = 0.0;
-    for (size_t i = 0; i < a.count && !bad; i++) {
-        const st_tensor *x = &a.tensors[i], *y = st_find(&b, x->name);
-        if (!y || y->numel != x->numel) {
-            printf("FAIL: %s: tensor %s missing or reshaped\n", name, x->name);
-            bad = 1;
-            break;
-        }
-        for (uint64_t k = 0; k < x->numel; k++) {
-            float u, v;
-            memcpy(&u, (const char *)x->data + k * 4, 4);
-            memcpy(&v, (const char *)y->data + k * 4, 4);
-            double d = fabs((double)u - (double)v);
-            double lim = RTOL * fabs((double)u) + ATOL;
-            if (d / lim > worst)
-                worst = d / lim;
-            if (!(d <= lim)) {
-                printf("FAIL: %s: %s[%llu] cpu %.8g cuda %.8g\n", name,
-                       x->name, (unsigned long long)k, u, v);
-                bad = 1;
-                break;
-            }
-        }
-    }
-    if (!bad)
-        printf("ok: %s: %zu tensors within tolerance (worst %.3f of it)\n",
-               name, a.count, worst);
-    st_close(&a);
-    st_close(&b);
-    return bad;
-}
+#define HPARAMS                                                               \
+    "{\"epochs\":1,\"batch_size\":32,\"optimizer\":\"sgd\","              \
+    "\"learning_rate\":0.05,\"momentum\":0.9,\"seed\":5}"
 
 static int run_case(const char *name, const synth *s, const char *spec,
                     const nn_exec *ex)
@@ -132,15 +49,20 @@ static int run_case(const char *name, const synth *s, const char *spec,
              (int)getpid(), name);
     snprintf(gpu_path, sizeof gpu_path, "/tmp/ty_gpu_train_%d_%s_cuda.st",
              (int)getpid(), name);
-    double lc = 0, lg = 0;
-    int rc = train_once(s, spec, cpu_path, NULL, NULL, &lc) ||
-             train_once(s, spec, gpu_path, &nn_backend_cuda, ex, &lg);
+    const train_callbacks none = {0};
+    train_epoch_metrics mc, mg;
+    int rc = gpu_train_run(name, s, NULL, spec, HPARAMS, cpu_path, NULL, NULL,
+                           -1, none, &mc) ||
+             gpu_train_run(name, s, NULL, spec, HPARAMS, gpu_path,
+                           &nn_backend_cuda, ex, -1, none, &mg);
+    double lc = mc.train_loss, lg = mg.train_loss;
     if (!rc && !(fabs(lc - lg) <= 1e-3 * fabs(lc))) {
         printf("FAIL: %s: training loss cpu %.8g cuda %.8g\n", name, lc, lg);
         rc = 1;
     }
     if (!rc)
-        rc = compare_models(name, cpu_path, gpu_path);
+        rc = gpu_compare_models(name, cpu_path, "cpu", gpu_path, "cuda", RTOL,
+                                ATOL);
     unlink(cpu_path);
     unlink(gpu_path);
     return rc;
@@ -148,17 +70,10 @@ static int run_case(const char *name, const synth *s, const char *spec,
 
 int main(void)
 {
-    char why[256] = "";
-    if (nn_cuda_device_count(why, sizeof why) == 0) {
-        printf("SKIPPED: no CUDA device (%s)\n", why);
-        return 77;
-    }
-    nn_exec ex = {0};
-    ty_err err;
-    if (nn_cuda_exec_init(&ex, 0, &err) != TY_OK) {
-        printf("FAIL: nn_cuda_exec_init: %s\n", err.msg);
-        return 1;
-    }
+    nn_exec ex;
+    int open_rc = gpu_open(&ex);
+    if (open_rc != 0)
+        return open_rc;
     int rc = 0;
 
     /* MLP: 256 examples of 16 features, 4 classes: 8 steps. */

@@ -6,7 +6,10 @@
  * one larger batch would, resumes exactly with accumulation and schedules,
  * and binary cross-entropy and Huber train, save and predict. With image
  * augmentation it is still deterministic and resumes exactly, and augments
- * training batches only. Also hyperparameter parsing and the
+ * training batches only. A preempted run (train_job.preempt) stops at a
+ * step boundary with a checkpoint there and resumes bit-identically; one
+ * preempted before any step writes nothing; one preempted after its last
+ * step still writes its model. Also hyperparameter parsing and the
  * train/validation split. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +57,15 @@ typedef struct {
     volatile sig_atomic_t *stop;
     train_epoch_metrics first, last;
     double last_fraction;
+    /* Preemption: set *preempt at the first progress report, or after
+     * this epoch; what on_preempt said. */
+    volatile sig_atomic_t *preempt;
+    int preempt_on_progress;
+    uint32_t preempt_after_epoch;
+    uint64_t preempt_set_at;    /* p->step when set from on_progress */
+    int preempts, preempt_checkpointed;
+    uint32_t preempt_epoch;
+    uint64_t preempt_step;
 } cb_state;
 
 static void on_progress(void *ctx, const train_progress *p)
@@ -67,6 +79,11 @@ static void on_progress(void *ctx, const train_progress *p)
         *c->stop = 1;
         c->stop_on_progress = 0;
     }
+    if (c->preempt_on_progress) {
+        *c->preempt = 1;
+        c->preempt_on_progress = 0;
+        c->preempt_set_at = p->step;
+    }
 }
 
 static void on_epoch(void *ctx, const train_epoch_metrics *m)
@@ -78,6 +95,18 @@ static void on_epoch(void *ctx, const train_epoch_metrics *m)
     c->last = *m;
     if (c->stop_after_epoch && m->epoch == c->stop_after_epoch)
         *c->stop = 1;
+    if (c->preempt_after_epoch && m->epoch == c->preempt_after_epoch)
+        *c->preempt = 1;
+}
+
+static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
+                       int checkpointed)
+{
+    cb_state *c = ctx;
+    c->preempts++;
+    c->preempt_epoch = epoch;
+    c->preempt_step = step;
+    c->preempt_checkpointed = checkpointed;
 }
 
 static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
@@ -115,7 +144,7 @@ static train_job job_of(const json_t *spec, const train_hparams *hp,
         .spec = spec, .hp = hp, .train = ds, .checkpoint_path = ckpt,
         .model_path = model, .threads = 1, .stop = stop,
         .cb = {.ctx = cb, .on_progress = on_progress, .on_epoch = on_epoch,
-               .on_resume = on_resume},
+               .on_resume = on_resume, .on_preempt = on_preempt},
     };
     cb->stop = stop;
     return j;
@@ -999,6 +1028,164 @@ static void test_cancel(void **state)
     synth_free(&s);
 }
 
+/* ---- preemption (train_job.preempt) ---- */
+
+/* A run preempted (at the first progress report, i.e. after step 1, or
+ * after epoch preempt_after_epoch) returns TY_EPREEMPTED with a checkpoint
+ * of exactly the position it stopped at and no model; run again it
+ * resumes there and ends bit-identical to a run never stopped, optimizer
+ * state included. */
+static void preempt_case(const char *hp_text, int on_progress,
+                         uint32_t after_epoch, uint32_t want_epoch,
+                         uint64_t want_step)
+{
+    synth s;
+    synth_xor(&s, 300, 11);
+    json_t *spec = spec_of(dropout_spec);
+    train_hparams hp = hparams_of(hp_text);
+    char full[128], full_ckpt[128], part[128], part_ckpt[128];
+    path_in(full, sizeof full, "pfull.safetensors");
+    path_in(full_ckpt, sizeof full_ckpt, "pfull.ckpt");
+    path_in(part, sizeof part, "ppart.safetensors");
+    path_in(part_ckpt, sizeof part_ckpt, "ppart.ckpt");
+    volatile sig_atomic_t stop = 0, preempt = 0;
+    train_epoch_metrics ff, fp;
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, &stop, full_ckpt, full);
+    job.preempt = &preempt;
+    run_ok(&job, &ff);
+    assert_int_equal(cb.preempts, 0);
+
+    cb_state cb2 = {.preempt = &preempt, .preempt_on_progress = on_progress,
+                    .preempt_after_epoch = after_epoch};
+    job = job_of(spec, &hp, &s.ds, &cb2, &stop, part_ckpt, part);
+    job.preempt = &preempt;
+    ty_err err;
+    assert_int_equal(train_run(&job, &fp, &err), TY_EPREEMPTED);
+    assert_non_null(strstr(err.msg, "preempted"));
+    assert_int_equal(cb2.preempts, 1);
+    assert_int_equal(cb2.preempt_epoch, want_epoch);
+    assert_int_equal(cb2.preempt_step, want_step);
+    if (on_progress) /* it stopped at the boundary right after the report */
+        assert_int_equal(cb2.preempt_step, cb2.preempt_set_at);
+    assert_true(cb2.preempt_checkpointed);
+    assert_true(fs_exists(part_ckpt));
+    assert_false(fs_exists(part));
+
+    /* Resumed (the flag cleared, as a new worker has it): exact. */
+    preempt = 0;
+    cb_state cb3 = {0};
+    job = job_of(spec, &hp, &s.ds, &cb3, &stop, part_ckpt, part);
+    job.preempt = &preempt;
+    run_ok(&job, &fp);
+    assert_int_equal(cb3.resumed, 1);
+    assert_int_equal(cb3.resume_epoch, want_epoch);
+    assert_int_equal(cb3.resume_step, want_step);
+    assert_int_equal(cb3.preempts, 0);
+    assert_files_equal(full, part);
+    assert_tensors_equal(full_ckpt, part_ckpt);
+    assert_memory_equal(&ff.train_loss, &fp.train_loss, sizeof(double));
+    json_decref(spec);
+    synth_free(&s);
+}
+
+static void test_preempt_mid_epoch_resumes_exactly(void **state)
+{
+    /* No checkpoint_every_steps: the preemption's checkpoint is the only
+     * mid-epoch one. 10 steps an epoch; stopped after step 1. */
+    preempt_case("{\"epochs\":3,\"batch_size\":32,\"seed\":21}", 1, 0, 0, 1);
+}
+
+static void test_preempt_mid_epoch_accumulating(void **state)
+{
+    /* 10 minibatches an epoch in optimizer steps of 3 (4 steps, the last
+     * of one minibatch), SGD with momentum: the boundary is an optimizer
+     * step's. */
+    preempt_case("{\"epochs\":2,\"batch_size\":32,\"seed\":22,"
+                 "\"optimizer\":\"sgd\",\"momentum\":0.5,"
+                 "\"accumulation_steps\":3}",
+                 1, 0, 0, 1);
+}
+
+static void test_preempt_after_epoch(void **state)
+{
+    /* Set after epoch 1 (10 steps): it stops before epoch 2's first step,
+     * where the epoch's checkpoint already is. */
+    preempt_case("{\"epochs\":3,\"batch_size\":32,\"seed\":23}", 0, 1, 1, 10);
+}
+
+/* Preempted before its first step: no checkpoint (a fresh start is the
+ * same run), no model, and the next run starts from scratch. */
+static void test_preempt_before_any_step(void **state)
+{
+    synth s;
+    synth_xor(&s, 100, 7);
+    json_t *spec = spec_of(xor_spec);
+    train_hparams hp = hparams_of("{\"epochs\":2,\"seed\":1}");
+    char model[128], ckpt[128];
+    path_in(model, sizeof model, "pre0.safetensors");
+    path_in(ckpt, sizeof ckpt, "pre0.ckpt");
+    cb_state cb = {0};
+    volatile sig_atomic_t stop = 0, preempt = 1;
+    train_job job = job_of(spec, &hp, &s.ds, &cb, &stop, ckpt, model);
+    job.preempt = &preempt;
+    ty_err err;
+    assert_int_equal(train_run(&job, NULL, &err), TY_EPREEMPTED);
+    assert_int_equal(cb.preempts, 1);
+    assert_int_equal(cb.preempt_step, 0);
+    assert_int_equal(cb.preempt_epoch, 0);
+    assert_false(cb.preempt_checkpointed);
+    assert_int_equal(cb.progress_calls, 0);
+    assert_int_equal(cb.epochs_seen, 0);
+    assert_false(fs_exists(ckpt));
+    assert_false(fs_exists(model));
+    /* Cancel wins over preemption. */
+    stop = 1;
+    assert_int_equal(train_run(&job, NULL, &err), TY_ECANCELLED);
+    assert_int_equal(cb.preempts, 1);
+    /* Run again: from scratch, to the end. */
+    stop = preempt = 0;
+    cb_state cb2 = {0};
+    job = job_of(spec, &hp, &s.ds, &cb2, &stop, ckpt, model);
+    job.preempt = &preempt;
+    run_ok(&job, NULL);
+    assert_int_equal(cb2.resumed, 0);
+    assert_int_equal(cb2.epochs_seen, 2);
+    assert_true(fs_exists(model));
+    json_decref(spec);
+    synth_free(&s);
+}
+
+/* A preemption that comes after the last optimizer step (here: in the
+ * last epoch's on_epoch, after its checkpoint, before the model is
+ * written) does not stop the run: finishing wins, the model is written
+ * and is the uninterrupted run's. */
+static void test_preempt_after_final_step_keeps_the_model(void **state)
+{
+    synth s;
+    synth_xor(&s, 200, 9);
+    json_t *spec = spec_of(xor_spec);
+    train_hparams hp = hparams_of("{\"epochs\":2,\"batch_size\":32,\"seed\":4}");
+    char a[128], b[128], ckpt[128];
+    path_in(a, sizeof a, "late_a.safetensors");
+    path_in(b, sizeof b, "late_b.safetensors");
+    path_in(ckpt, sizeof ckpt, "late.ckpt");
+    volatile sig_atomic_t stop = 0, preempt = 0;
+    cb_state cb = {0};
+    train_job job = job_of(spec, &hp, &s.ds, &cb, &stop, NULL, a);
+    run_ok(&job, NULL);
+    cb_state cb2 = {.preempt = &preempt, .preempt_after_epoch = 2};
+    job = job_of(spec, &hp, &s.ds, &cb2, &stop, ckpt, b);
+    job.preempt = &preempt;
+    run_ok(&job, NULL);
+    assert_true(preempt); /* it was set, and did not stop the run */
+    assert_int_equal(cb2.preempts, 0);
+    assert_int_equal(cb2.epochs_seen, 2);
+    assert_files_equal(a, b);
+    json_decref(spec);
+    synth_free(&s);
+}
+
 static void test_diverging_loss(void **state)
 {
     synth s;
@@ -1459,6 +1646,11 @@ int main(void)
         cmocka_unit_test(test_augment_errors),
         cmocka_unit_test(test_checkpoint_of_another_job),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_preempt_mid_epoch_resumes_exactly),
+        cmocka_unit_test(test_preempt_mid_epoch_accumulating),
+        cmocka_unit_test(test_preempt_after_epoch),
+        cmocka_unit_test(test_preempt_before_any_step),
+        cmocka_unit_test(test_preempt_after_final_step_keeps_the_model),
         cmocka_unit_test(test_diverging_loss),
         cmocka_unit_test(test_scale_255_at_predict),
         cmocka_unit_test(test_standardize_from_training_examples),
