@@ -40,13 +40,13 @@
 #include "common/ids.h"
 #include "gpu/inventory.h"
 #include "gpu/jobreq.h"
+#include "gpu/retry.h"
 #include "models/nn.h"
 #include "server/blob.h"
 #include "server/log.h"
 
 #define LINE_MAX_BYTES 65536
 #define CANCEL_GRACE_S 10.0
-#define BACKOFF_CAP_FACTOR 64.0  /* a retry waits at most 64 x the first */
 #define EXIT_PREEMPTED 4         /* the worker checkpointed after SIGUSR1 */
 
 typedef struct {
@@ -63,7 +63,9 @@ typedef struct {
     char error[512];             /* the worker's error message, if any */
     int cancel;                  /* a cancel was requested */
     double cancel_at;
-    int preempting;              /* SIGUSR1 sent: it checkpoints and exits */
+    int preempting;              /* preempted: it checkpoints and exits */
+    int usr1_pending;            /* SIGUSR1 waits for the "started" line */
+    int started;                 /* it printed a line: its handlers are in */
     int lost;                    /* killed after heartbeat silence */
     double last_line;            /* monotonic time of its last output */
     double last_progress_write;
@@ -483,8 +485,13 @@ static void preempt_worker(runner *r, const sched_preemption *p)
         if (!w->used || w->sjob != p->victim)
             continue;
         w->preempting = 1;
-        if (w->pid > 0)
+        /* Before its first line the worker has no SIGUSR1 handler yet
+         * (server/worker.c): the signal would kill it without a
+         * checkpoint. handle_line sends it then. */
+        if (w->pid > 0 && w->started)
             kill(w->pid, SIGUSR1);
+        else
+            w->usr1_pending = 1;
         log_event("info", "job_preempt",
                   json_pack("{s:s, s:s, s:i}", "job", victim.id, "for",
                             job.id, "slot", p->slot));
@@ -511,6 +518,16 @@ static void handle_line(runner *r, worker *w, const char *line)
     if (!kind) {
         json_decref(ev);
         return;
+    }
+    if (!w->started) {
+        /* "started" comes first from workers that have it; any line means
+         * the signal handlers are in. */
+        pthread_mutex_lock(&r->mu);
+        w->started = 1;
+        if (w->usr1_pending && w->pid > 0)
+            kill(w->pid, SIGUSR1);
+        w->usr1_pending = 0;
+        pthread_mutex_unlock(&r->mu);
     }
     if (!strcmp(kind, "progress")) {
         double t = now_s();
@@ -701,10 +718,8 @@ static void retry_or_fail(runner *r, worker *w, const char *what)
         sched_job_remove(r->sched, w->sjob);
         return;
     }
-    double delay = app->cfg.retry_backoff_s *
-                   pow(2.0, (double)(attempts > 1 ? attempts - 1 : 0));
-    if (delay > app->cfg.retry_backoff_s * BACKOFF_CAP_FACTOR)
-        delay = app->cfg.retry_backoff_s * BACKOFF_CAP_FACTOR;
+    double delay = retry_backoff_seconds((int)attempts, app->cfg.retry_backoff_s,
+                                         RETRY_BACKOFF_CAP_S);
     snprintf(msg, sizeof msg,
              "%s; attempt %lld of %lld, retrying in %.1f s from the last "
              "checkpoint",

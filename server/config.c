@@ -313,7 +313,7 @@ void config_usage(FILE *f)
         "                            a worker that prints nothing for this long\n"
         "                            is killed and its job retried (default %d)\n"
         "  --retry-backoff SECONDS   delay before retrying a crashed job; doubles\n"
-        "                            with each attempt, at most 64 times this\n"
+        "                            with each attempt, at most 300 s\n"
         "                            (default %g)\n"
         "  --max-attempts N          runs a crashing job gets, unless its\n"
         "                            hyperparameters.max_attempts says (default %d)\n"

@@ -729,7 +729,11 @@ static void test_preemption_requeues_and_resumes(void **state)
         running = 0;
         for (int i = 0; i < 7; i++) {
             json_t *j = get_job(&low, ljobs[i]);
-            running += is_running(j);
+            /* Running, and past its first step (so a preemption finds a
+             * position to checkpoint). */
+            running += is_running(j) &&
+                       json_integer_value(json_object_get(
+                           json_object_get(j, "progress"), "step")) > 0;
             json_decref(j);
         }
         if (running < 7)
@@ -754,6 +758,7 @@ static void test_preemption_requeues_and_resumes(void **state)
                 json_t *c;
                 json_array_foreach(caps, k, c)
                     capable |= !strcmp(json_string_value(c), "preempt");
+
                 /* It waits in the queue, saying why. */
                 assert_true(json_is_object(json_object_get(j, "queue")));
                 assert_int_equal(
