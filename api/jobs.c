@@ -16,6 +16,8 @@
 #include "api/api.h"
 #include "common/ids.h"
 #include "common/jsonutil.h"
+#include "gpu/inventory.h"
+#include "gpu/jobreq.h"
 #include "gpu/placement.h"
 #include "gpu/runner.h"
 #ifdef TY_HAVE_CUDA
@@ -136,13 +138,27 @@ static uint32_t train_examples(const json_t *ds, const json_t *validation)
     return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
-/* The backend jobs train on: the server's --train-device. */
-static const nn_backend *train_backend(const ty_app *app)
+/* Whether a job asking `req` trains on CUDA here (gpu/runner.h): a GPU
+ * job on a real (nvml) inventory, or a CPU job on a host without slots
+ * whose --train-device is CUDA - when the server's training device is. */
+static int job_on_cuda(const ty_app *app, const sched_request *req)
+{
+    if (app->train_dev.device < 0)
+        return 0;
+    int nslots = app->inventory ? app->inventory->nslots : 0;
+    if (req->kind == SCHED_REQ_NONE)
+        return nslots == 0;
+    return app->inventory && app->inventory->source == INV_SOURCE_NVML;
+}
+
+/* The backend a job trains on. */
+static const nn_backend *train_backend(int on_cuda)
 {
 #ifdef TY_HAVE_CUDA
-    if (app->train_dev.device >= 0)
+    if (on_cuda)
         return &nn_backend_cuda;
 #endif
+    (void)on_cuda;
     return NULL;
 }
 
@@ -152,17 +168,21 @@ static const nn_backend *train_backend(const ty_app *app)
  * hyperparameters.batch_size that says where it goes when it is over
  * --max-job-memory, or, on a GPU, when it and PLACE_CUDA_OVERHEAD_BYTES
  * exceed the device's memory (a MIG slice's size inside one). */
-static ty_status check_memory(const ty_app *app, const json_t *spec,
+static ty_status check_memory(const ty_app *app, const sched_request *req,
+                              const json_t *spec,
                               const uint32_t *shape, uint32_t ndim,
                               uint32_t outputs, ty_task task,
                               const train_hparams *hp, uint32_t n_train,
                               train_memory *m, ty_err *err)
 {
-    const nn_backend *be = train_backend(app);
+    int on_cuda = job_on_cuda(app, req);
+    const nn_backend *be = train_backend(on_cuda);
     ty_status s = train_memory_estimate_spec(
         spec, shape, ndim, outputs, task, hp, n_train,
         train_threads(app->cfg.worker_threads, be), be, m, err);
-    if (s == TY_OK && app->train_dev.device >= 0)
+    /* On a slot the worker checks the slot's free memory when it starts;
+     * here only the --train-device of a host without slots is known. */
+    if (s == TY_OK && on_cuda && req->kind == SCHED_REQ_NONE)
         s = place_check_device_memory(m, PLACE_CUDA_OVERHEAD_BYTES,
                                       app->train_dev.total_bytes,
                                       app->train_dev.label, 0, err);
@@ -195,8 +215,13 @@ void api_jobs_create(ty_app *app, http_req *r)
     json_t *ds = NULL, *validation = NULL, *spec = NULL, *hp_norm = NULL,
            *job = NULL;
     static const char *const keys[] = {"name", "dataset", "validation", "model",
-                                       "hyperparameters", NULL};
+                                       "hyperparameters", "resources",
+                                       "priority", NULL};
     const char *name = NULL, *ds_id = NULL;
+    json_t *resources = NULL, *hp_in = NULL;
+    sched_request req;
+    int priority = 0;
+    int64_t max_attempts = 0;
     ty_status s;
     if ((s = tyjson_check_keys(body, keys, "", &err)) != TY_OK ||
         (s = tyjson_get_string(body, "dataset", "", 1, TY_ID_MAX, NULL, &ds_id,
@@ -204,6 +229,24 @@ void api_jobs_create(ty_app *app, http_req *r)
         (s = tyjson_get_string(body, "name", "", 0, 200, NULL, &name, &err)) !=
             TY_OK)
         goto fail;
+    /* What it asks of the scheduler, and whether this host could ever
+     * give it (a 422 saying why, not a job queued forever). */
+    if ((s = jobreq_parse(json_object_get(body, "resources"),
+                          runner_host_has_gpus(app->runner), &req, &resources,
+                          &err)) != TY_OK ||
+        (s = jobreq_priority(json_object_get(body, "priority"), &priority,
+                             &err)) != TY_OK ||
+        (s = runner_request_check(app->runner, tenant, &req, &err)) != TY_OK)
+        goto fail;
+    /* hyperparameters.max_attempts is the runner's (retries after a crash);
+     * the trainer's parser does not know it. */
+    hp_in = json_deep_copy(json_object_get(body, "hyperparameters"));
+    if (json_is_object(hp_in) && json_object_get(hp_in, "max_attempts")) {
+        if ((s = tyjson_get_int(hp_in, "max_attempts", "hyperparameters", 0,
+                                1, 100, 0, &max_attempts, &err)) != TY_OK)
+            goto fail;
+        json_object_del(hp_in, "max_attempts");
+    }
     s = store_dataset_get(app->store, tenant, ds_id, &ds, NULL, &err);
     if (s == TY_ENOTFOUND) {
         s = ty_fail(&err, TY_EINVAL, "dataset", "dataset %s not found", ds_id);
@@ -239,27 +282,39 @@ void api_jobs_create(ty_app *app, http_req *r)
      * (1 unit for binary_cross_entropy). */
     uint64_t params = 0;
     train_hparams hp;
-    if ((s = train_hparams_parse(json_object_get(body, "hyperparameters"), &hp,
-                                 &hp_norm, &err)) != TY_OK ||
+    if ((s = train_hparams_parse(hp_in, &hp, &hp_norm, &err)) != TY_OK ||
         (s = train_hparams_resolve_loss(&hp, task, outputs, hp_norm, &err)) !=
             TY_OK ||
         (s = nn_spec_validate_for_loss(model, shape, ndim, outputs, task,
                                        &hp.loss, &spec, &params, &err)) != TY_OK ||
         (s = loader_augment_check(&hp.augment, shape, ndim, &err)) != TY_OK)
         goto fail;
+    if (max_attempts > 0)
+        json_object_set_new(hp_norm, "max_attempts", json_integer(max_attempts));
     train_memory mem;
-    if ((s = check_memory(app, spec, shape, ndim, outputs, task, &hp,
+    if ((s = check_memory(app, &req, spec, shape, ndim, outputs, task, &hp,
                           train_examples(ds, validation), &mem, &err)) != TY_OK)
         goto fail;
 
     char id[TY_ID_MAX];
     if ((s = ty_id_new("job_", id, &err)) != TY_OK ||
-        (s = store_job_insert(app->store, tenant, id, name, ds_id, validation,
-                              spec, hp_norm, (int64_t)mem.total, &err)) !=
-            TY_OK ||
+        (s = store_job_insert_req(app->store, tenant, id, name, ds_id,
+                                  validation, spec, hp_norm,
+                                  (int64_t)mem.total, resources, priority,
+                                  &err)) != TY_OK ||
         (s = store_job_get(app->store, tenant, id, &job, &err)) != TY_OK)
         goto fail;
-    runner_wake(app->runner);
+    /* The reply shows the job as submitted (queued), read before the runner
+     * can start it. */
+    if ((s = runner_submit(app->runner, tenant, id, priority, &req, &err)) !=
+        TY_OK) {
+        /* Stored but not schedulable (a quota lowered meanwhile): the job
+         * fails with the reason rather than waiting forever. */
+        ty_err e2 = {0};
+        store_job_finish(app->store, id, JOB_FAILED, err.msg, NULL, &e2);
+        goto fail;
+    }
+    runner_annotate(app->runner, job, tenant);
     char location[128];
     snprintf(location, sizeof location, "/v1/jobs/%s", id);
     http_reply_header(r, "Location", location);
@@ -273,6 +328,8 @@ fail:
     json_decref(spec);
     json_decref(hp_norm);
     json_decref(job);
+    json_decref(resources);
+    json_decref(hp_in);
 }
 
 void api_jobs_list(ty_app *app, http_req *r)
@@ -303,6 +360,7 @@ void api_jobs_list(ty_app *app, http_req *r)
         http_reply_error(r, s, &err);
         return;
     }
+    runner_annotate(app->runner, items, api_tenant(r));
     api_reply_list(r, items, next);
 }
 
@@ -316,6 +374,7 @@ void api_jobs_get(ty_app *app, http_req *r)
         http_reply_error(r, s, &err);
         return;
     }
+    runner_annotate(app->runner, doc, api_tenant(r));
     http_reply_json(r, 200, doc);
 }
 
@@ -340,7 +399,9 @@ void api_jobs_cancel(ty_app *app, http_req *r)
     json_t *doc;
     ty_status s = store_job_request_cancel(app->store, api_tenant(r), id,
                                            &was_running, &err);
-    if (s == TY_OK && was_running)
+    /* Queued: it leaves the scheduler (and a slot it was promised) now;
+     * running: its worker is stopped. */
+    if (s == TY_OK)
         runner_cancel(app->runner, id);
     if (s == TY_OK)
         s = store_job_get(app->store, api_tenant(r), id, &doc, &err);
@@ -348,6 +409,7 @@ void api_jobs_cancel(ty_app *app, http_req *r)
         http_reply_error(r, s, &err);
         return;
     }
+    runner_annotate(app->runner, doc, api_tenant(r));
     /* 202: a running job stops within seconds; 200: it is cancelled now. */
     http_reply_json(r, was_running ? 202 : 200, doc);
 }

@@ -18,6 +18,7 @@
 
 #include "api/api.h"
 #include "common/ids.h"
+#include "gpu/runner.h"
 #include "common/jsonutil.h"
 #include "server/auth.h"
 
@@ -239,6 +240,8 @@ void api_tenants_update(ty_app *app, http_req *r)
         http_reply_error(r, s, &err);
         return;
     }
+    /* The scheduler takes the new weight and quotas from its next pass. */
+    runner_tenant_changed(app->runner, id);
     http_reply_json(r, 200, doc);
 }
 

@@ -25,6 +25,13 @@ void config_defaults(ty_config *cfg)
     cfg->serve_device = PLACE_DEVICE_AUTO;
     cfg->train_device = PLACE_DEVICE_AUTO;
     snprintf(cfg->devices, sizeof cfg->devices, "auto");
+    cfg->heartbeat_timeout_s = 60;
+    cfg->retry_backoff_s = 5.0;
+    cfg->max_attempts = 3;
+    cfg->backfill_wait_s = 300.0;
+    cfg->preempt_wait_s = 60.0;
+    cfg->preempt = 1;
+    cfg->fair_window_s = 600.0;
 }
 
 ty_status config_parse_size(const char *s, uint64_t *out)
@@ -108,6 +115,20 @@ static ty_status parse_int(const char *flag, const char *v, int min, int max,
         return ty_fail(err, TY_EINVAL, flag, "%s needs a whole number from %d "
                        "to %d", flag, min, max);
     *out = (int)n;
+    return TY_OK;
+}
+
+/* Seconds, fractions allowed: 0.25, 5, 300. */
+static ty_status parse_seconds(const char *flag, const char *v, double max,
+                               double *out, ty_err *err)
+{
+    char *end;
+    errno = 0;
+    double d = v ? strtod(v, &end) : 0;
+    if (!v || errno || end == v || *end || !(d >= 0) || d > max)
+        return ty_fail(err, TY_EINVAL, flag,
+                       "%s needs a number of seconds from 0 to %g", flag, max);
+    *out = d;
     return TY_OK;
 }
 
@@ -204,6 +225,23 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                                "sim:<file.json>",
                                val);
             snprintf(cfg->devices, sizeof cfg->devices, "%s", val);
+        } else if (!strcmp(flag, "--heartbeat-timeout")) {
+            s = parse_int(flag, val, 1, 86400, &cfg->heartbeat_timeout_s, err);
+        } else if (!strcmp(flag, "--retry-backoff")) {
+            s = parse_seconds(flag, val, 3600, &cfg->retry_backoff_s, err);
+        } else if (!strcmp(flag, "--max-attempts")) {
+            s = parse_int(flag, val, 1, 100, &cfg->max_attempts, err);
+        } else if (!strcmp(flag, "--backfill-wait")) {
+            s = parse_seconds(flag, val, 86400 * 7, &cfg->backfill_wait_s, err);
+        } else if (!strcmp(flag, "--preempt-wait")) {
+            s = parse_seconds(flag, val, 86400 * 7, &cfg->preempt_wait_s, err);
+        } else if (!strcmp(flag, "--fair-window")) {
+            s = parse_seconds(flag, val, 86400 * 7, &cfg->fair_window_s, err);
+        } else if (!strcmp(flag, "--preempt")) {
+            if (strcmp(val, "on") && strcmp(val, "off"))
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--preempt needs on or off");
+            cfg->preempt = !strcmp(val, "on");
         } else {
             return ty_fail(err, TY_EINVAL, flag,
                            "unknown flag %s (see trainyard serve --help)", flag);
@@ -231,7 +269,9 @@ void config_usage(FILE *f)
         "  --data DIR                data folder: database, blobs, job files\n"
         "                            (default %s)\n"
         "  --threads N               HTTP worker threads (default %d)\n"
-        "  --max-jobs N              training jobs run at once (default %d)\n"
+        "  --max-jobs N              CPU training jobs (resources.gpu \"none\")\n"
+        "                            run at once; GPU jobs run one per free GPU\n"
+        "                            or MIG slice (default %d)\n"
         "  --worker-threads N        CPU threads per training job, 0 = all cores\n"
         "                            (default %d)\n"
         "  --max-upload-bytes SIZE   largest dataset upload (default %lluM)\n"
@@ -269,6 +309,23 @@ void config_usage(FILE *f)
         "                            MIG layouts, e.g. gpu/sim/h200-7x1g.json; an\n"
         "                            impossible layout stops the start)\n"
         "                            (default auto)\n"
+        "  --heartbeat-timeout SECONDS\n"
+        "                            a worker that prints nothing for this long\n"
+        "                            is killed and its job retried (default %d)\n"
+        "  --retry-backoff SECONDS   delay before retrying a crashed job; doubles\n"
+        "                            with each attempt, at most 300 s\n"
+        "                            (default %g)\n"
+        "  --max-attempts N          runs a crashing job gets, unless its\n"
+        "                            hyperparameters.max_attempts says (default %d)\n"
+        "  --backfill-wait SECONDS   how long a tenant's first job may be passed\n"
+        "                            by smaller jobs before the slices it needs\n"
+        "                            are reserved for it (default %g)\n"
+        "  --preempt on|off          whether a tenant below its fair share may\n"
+        "                            preempt another's job (default on)\n"
+        "  --preempt-wait SECONDS    how long a job waits before it may preempt\n"
+        "                            (default %g)\n"
+        "  --fair-window SECONDS     how much history fair share remembers\n"
+        "                            (default %g)\n"
         "  -h, --help                show this help\n"
         "\n"
         "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"
@@ -281,5 +338,7 @@ void config_usage(FILE *f)
         (unsigned long long)(d.max_json_bytes >> 20),
         (unsigned long long)(d.max_fetch_bytes >> 20), d.fetch_timeout_s,
         d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
-        (unsigned long long)d.max_job_memory);
+        (unsigned long long)d.max_job_memory, d.heartbeat_timeout_s,
+        d.retry_backoff_s, d.max_attempts, d.backfill_wait_s, d.preempt_wait_s,
+        d.fair_window_s);
 }

@@ -40,6 +40,16 @@ typedef struct {
     char devices[PATH_MAX + 8];  /* the device inventory (--devices): "auto"
                                     (NVML), "none", or "sim:<file.json>";
                                     opened at startup (inv_open) */
+    /* The scheduler and the job lifecycle (gpu/runner.c, gpu/sched.h). */
+    int heartbeat_timeout_s;     /* a worker silent this long is killed and
+                                    retried */
+    double retry_backoff_s;      /* first retry's delay; doubles per attempt */
+    int max_attempts;            /* runs a job gets when it keeps crashing,
+                                    unless hyperparameters.max_attempts */
+    double backfill_wait_s;      /* sched_config.backfill_wait */
+    double preempt_wait_s;       /* sched_config.preempt_wait */
+    int preempt;                 /* sched_config.preempt */
+    double fair_window_s;        /* sched_config.fair_window */
 } ty_config;
 
 /* Fills cfg with the defaults. */

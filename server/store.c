@@ -97,6 +97,15 @@ static const char *const migrations[] = {
     "ALTER TABLE tenants ADD COLUMN max_gpu_slices INTEGER;"
     "ALTER TABLE tenants ADD COLUMN max_running_jobs INTEGER;"
     "ALTER TABLE tenants ADD COLUMN max_storage_bytes INTEGER;",
+    /* 5: what a job asks of the scheduler (resources {"gpu": ...}, priority),
+     * where its latest run was placed (placement, with what the worker saw),
+     * how often it was preempted, and whether its next start resumes a run
+     * a preemption stopped (then it counts no new attempt) */
+    "ALTER TABLE jobs ADD COLUMN resources TEXT;"
+    "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN placement TEXT;"
+    "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN resume_preempted INTEGER NOT NULL DEFAULT 0;",
 };
 
 /* ---- helpers ---- */
@@ -603,7 +612,9 @@ ty_status store_dataset_delete(store *st, const char *tenant_id,
     "spec AS spec_json, hyperparameters AS hyperparameters_json, "            \
     "progress AS progress_json, metrics AS metrics_json, model_id AS model, " \
     "error, attempts, created_at, started_at, finished_at, "                  \
-    "estimated_memory_bytes, device"
+    "estimated_memory_bytes, device, "                                       \
+    "coalesce(resources, '{\"gpu\":\"none\"}') AS resources_json, priority, " \
+    "placement AS placement_json, preemptions"
 
 ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
                            const char *name, const char *dataset_id,
@@ -611,29 +622,45 @@ ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
                            const json_t *hyperparameters,
                            int64_t estimated_memory_bytes, ty_err *err)
 {
+    return store_job_insert_req(st, tenant_id, id, name, dataset_id,
+                                validation, spec, hyperparameters,
+                                estimated_memory_bytes, NULL, 0, err);
+}
+
+ty_status store_job_insert_req(store *st, const char *tenant_id,
+                               const char *id, const char *name,
+                               const char *dataset_id,
+                               const json_t *validation, const json_t *spec,
+                               const json_t *hyperparameters,
+                               int64_t estimated_memory_bytes,
+                               const json_t *resources, int64_t priority,
+                               ty_err *err)
+{
     char now[32];
     store_now(now);
     char *v = json_dumps(validation, JSON_COMPACT);
     char *sp = json_dumps(spec, JSON_COMPACT);
     char *hp = json_dumps(hyperparameters, JSON_COMPACT);
+    char *res = resources ? json_dumps(resources, JSON_COMPACT) : NULL;
     ty_status s;
-    if (!v || !sp || !hp) {
+    if (!v || !sp || !hp || (resources && !res)) {
         s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     } else {
         pthread_mutex_lock(&st->mu);
         s = q(st, NULL, NULL, err,
               "INSERT INTO jobs(id, tenant_id, name, dataset_id, validation, "
               "spec, hyperparameters, status, progress, metrics, created_at, "
-              "estimated_memory_bytes) "
+              "estimated_memory_bytes, resources, priority) "
               "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', "
-              "'{\"epoch\":0,\"step\":0,\"fraction\":0}', '{}', ?, ?)",
-              "ssssssssi", id, tenant_id, name, dataset_id, v, sp, hp, now,
-              estimated_memory_bytes);
+              "'{\"epoch\":0,\"step\":0,\"fraction\":0}', '{}', ?, ?, ?, ?)",
+              "ssssssssisi", id, tenant_id, name, dataset_id, v, sp, hp, now,
+              estimated_memory_bytes, res, priority);
         pthread_mutex_unlock(&st->mu);
     }
     free(v);
     free(sp);
     free(hp);
+    free(res);
     return s;
 }
 
@@ -727,16 +754,29 @@ ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err)
 ty_status store_job_start(store *st, const char *id, const char *device,
                           ty_err *err)
 {
+    return store_job_start_on(st, id, device, NULL, err);
+}
+
+ty_status store_job_start_on(store *st, const char *id, const char *device,
+                             const json_t *placement, ty_err *err)
+{
     char now[32];
     store_now(now);
+    char *pl = placement ? json_dumps(placement, JSON_COMPACT) : NULL;
+    if (placement && !pl)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     int changed = 0;
     pthread_mutex_lock(&st->mu);
     ty_status s = q(st, NULL, &changed, err,
-                    "UPDATE jobs SET status = 'running', attempts = attempts + 1, "
-                    "started_at = coalesce(started_at, ?), device = ? "
+                    "UPDATE jobs SET status = 'running', "
+                    "attempts = attempts + (1 - resume_preempted), "
+                    "resume_preempted = 0, "
+                    "started_at = coalesce(started_at, ?), device = ?, "
+                    "placement = coalesce(?, placement) "
                     "WHERE id = ? AND status = 'queued'",
-                    "sss", now, device, id);
+                    "ssss", now, device, pl, id);
     pthread_mutex_unlock(&st->mu);
+    free(pl);
     if (s == TY_OK && changed == 0)
         return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not queued", id);
     return s;
@@ -883,6 +923,53 @@ ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err)
                     "");
     pthread_mutex_unlock(&st->mu);
     *count = n;
+    return s;
+}
+
+ty_status store_job_placement_merge(store *st, const char *id,
+                                   const json_t *patch, ty_err *err)
+{
+    char *p = json_dumps(patch, JSON_COMPACT);
+    if (!p)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, NULL, NULL, err,
+                    "UPDATE jobs SET placement = json_patch(coalesce(placement, "
+                    "'{}'), ?) WHERE id = ?",
+                    "ss", p, id);
+    pthread_mutex_unlock(&st->mu);
+    free(p);
+    return s;
+}
+
+ty_status store_job_requeue(store *st, const char *id, int preempted,
+                            const char *error, ty_err *err)
+{
+    int changed = 0;
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, NULL, &changed, err,
+                    "UPDATE jobs SET status = 'queued', error = ?, "
+                    "preemptions = preemptions + ?, resume_preempted = ? "
+                    "WHERE id = ? AND status = 'running'",
+                    "siis", error, (int64_t)!!preempted, (int64_t)!!preempted,
+                    id);
+    pthread_mutex_unlock(&st->mu);
+    if (s == TY_OK && changed == 0)
+        return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not running", id);
+    return s;
+}
+
+ty_status store_job_queued_all(store *st, json_t **rows, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, rows, NULL, err,
+                    "SELECT id, tenant_id, priority, "
+                    "coalesce(resources, '{\"gpu\":\"none\"}') AS "
+                    "resources_json, (julianday(created_at) - 2440587.5) * "
+                    "86400.0 AS submit_time FROM jobs WHERE status = 'queued' "
+                    "ORDER BY seq",
+                    "");
+    pthread_mutex_unlock(&st->mu);
     return s;
 }
 

@@ -107,6 +107,18 @@ ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
                            const json_t *hyperparameters,
                            int64_t estimated_memory_bytes, ty_err *err);
 
+/* The same, with what the job asks of the scheduler: resources (the
+ * normalized {"gpu": ...} object; NULL stores none, shown as
+ * {"gpu": "none"}) and priority (higher first within its tenant). */
+ty_status store_job_insert_req(store *st, const char *tenant_id,
+                               const char *id, const char *name,
+                               const char *dataset_id,
+                               const json_t *validation, const json_t *spec,
+                               const json_t *hyperparameters,
+                               int64_t estimated_memory_bytes,
+                               const json_t *resources, int64_t priority,
+                               ty_err *err);
+
 /* The job's API representation. */
 ty_status store_job_get(store *st, const char *tenant_id, const char *id,
                         json_t **doc, ty_err *err);
@@ -132,6 +144,28 @@ ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err);
  * TY_ECONFLICT if the job is not queued any more. */
 ty_status store_job_start(store *st, const char *id, const char *device,
                           ty_err *err);
+
+/* store_job_start, also recording where the run was placed (the job's
+ * "placement", replaced; NULL keeps the previous one). A start after a
+ * preemption (store_job_requeue with preempted) resumes the same attempt
+ * and does not count a new one. */
+ty_status store_job_start_on(store *st, const char *id, const char *device,
+                             const json_t *placement, ty_err *err);
+
+/* Merges patch into the job's placement (RFC 7386, as json_patch). */
+ty_status store_job_placement_merge(store *st, const char *id,
+                                    const json_t *patch, ty_err *err);
+
+/* running -> queued for a run that stopped and will start again: after a
+ * preemption (preempted 1: preemptions + 1, the next start counts no
+ * attempt) or a crash to be retried (error says why; NULL clears it).
+ * TY_ECONFLICT when the job is not running (cancelled meanwhile). */
+ty_status store_job_requeue(store *st, const char *id, int preempted,
+                            const char *error, ty_err *err);
+
+/* Every queued job, oldest first, as rows {id, tenant_id, priority,
+ * resources, submit_time (seconds since the epoch)} (new array). */
+ty_status store_job_queued_all(store *st, json_t **rows, ty_err *err);
 
 /* Replaces the job's progress and merges metrics into its latest metrics
  * (either may be NULL). */

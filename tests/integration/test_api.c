@@ -1072,12 +1072,14 @@ static void test_worker_crash_fails_only_the_job(void **state)
     snprintf(b, sizeof b,
              "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 512},"
              " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4}}",
+             " \"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4,"
+             " \"max_attempts\": 1}}",
              npy_ds);
     resp *r = http_json(&server, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
     snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
+    /* One attempt: no retry (test_scheduling.c covers retries). */
     json_decref(wait_job_until(&server, job, 60, is_running));
     pid_t pid = find_worker(&server, job);
     assert_true(pid > 0);
