@@ -95,4 +95,8 @@ void api_kserve_infer(ty_app *app, http_req *r);
 
 void api_devices_list(ty_app *app, http_req *r);
 
+/* Server-Sent Events (events.c). */
+void api_events_stream(ty_app *app, http_req *r);
+void api_jobs_events(ty_app *app, http_req *r);
+
 #endif

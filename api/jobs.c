@@ -27,6 +27,7 @@
 #include "models/loader.h"
 #include "models/nn.h"
 #include "models/train.h"
+#include "server/events.h"
 
 #define DEFAULT_SPLIT 0.1
 
@@ -315,6 +316,8 @@ void api_jobs_create(ty_app *app, http_req *r)
         goto fail;
     }
     runner_annotate(app->runner, job, tenant);
+    ev_publish(app->events, tenant, id, EV_JOB_CREATED,
+               json_pack("{s:O}", "job", job));
     char location[128];
     snprintf(location, sizeof location, "/v1/jobs/%s", id);
     http_reply_header(r, "Location", location);
@@ -410,6 +413,10 @@ void api_jobs_cancel(ty_app *app, http_req *r)
         return;
     }
     runner_annotate(app->runner, doc, api_tenant(r));
+    /* A running job's end is the runner's to publish. */
+    if (!was_running)
+        ev_publish(app->events, api_tenant(r), id, EV_JOB_FINISHED,
+                   json_pack("{s:O}", "job", doc));
     /* 202: a running job stops within seconds; 200: it is cancelled now. */
     http_reply_json(r, was_running ? 202 : 200, doc);
 }
