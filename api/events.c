@@ -31,12 +31,13 @@ static int last_event_id(http_req *r, uint64_t *id)
 {
     const char *v = http_req_header(r, "Last-Event-ID");
     *id = 0;
-    if (!v || !*v)
+    if (!v)
         return 1;
     char *end;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
-    if (errno || *end || *v < '0' || *v > '9') {
+    /* Ids stay below 2^53 (events.h); a larger one was never sent. */
+    if (errno || *end || *v < '0' || *v > '9' || n > EV_ID_MAX) {
         http_reply_problem(r, 400, "Last-Event-ID",
                            "Last-Event-ID must be the decimal id of an event "
                            "this server sent");

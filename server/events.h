@@ -34,6 +34,7 @@
 #define EV_RING_DEFAULT 4096
 #define EV_RING_MAX 1000000
 #define EV_KEEPALIVE_S 15
+#define EV_ID_MAX 9007199254740991ULL  /* 2^53 - 1: exact in JavaScript */
 
 typedef enum {
     EV_JOB_CREATED = 0,
