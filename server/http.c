@@ -725,12 +725,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     http_req *r = *con_cls;
     if (!r)
         return;
+    double ms = elapsed_ms(&r->start);
     json_t *f = json_pack(
         "{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:f}", "request_id",
         r->request_id, "method", r->method_name, "path", r->path, "route",
         r->routed ? r->match.route->name : "-", "status", (int)r->status,
         "bytes_in", (json_int_t)r->bytes_in, "bytes_out",
-        (json_int_t)r->bytes_out, "duration_ms", elapsed_ms(&r->start));
+        (json_int_t)r->bytes_out, "duration_ms", ms);
     if (f && r->key.tenant_id[0])
         json_object_set_new(f, "tenant", json_string(r->key.tenant_id));
     if (f && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
@@ -742,7 +743,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     /* Metrics label the template, never the raw path: bounded cardinality. */
     opm_http_request(http_method_name(r->method),
                      r->routed ? r->match.route->pattern : "unmatched",
-                     r->status, elapsed_ms(&r->start) / 1e3);
+                     r->status, ms / 1e3);
     req_free(r);
     *con_cls = NULL;
 }
