@@ -3,10 +3,11 @@
  * the Prometheus text format.
  *
  * The families that describe state rather than events are refilled here at
- * each scrape: jobs by tenant and state from the store, slots by profile
- * from the inventory's holders, and the GPUs' telemetry (NVML re-read;
- * a value the driver does not give, as on simulated GPUs, is left out,
- * never made up). A mutex keeps two scrapes from interleaving a refill.
+ * each scrape: jobs by tenant and state from the store (here), slots by
+ * profile and the GPUs' telemetry from the inventory (opm_collect_inventory,
+ * NVML re-read; a value the driver does not give, as on simulated GPUs, is
+ * left out, never made up). A mutex keeps two scrapes from interleaving a
+ * refill.
  *
  * The endpoint is public like /healthz (DESIGN.md lists them together), so
  * a Prometheus scrapes it with no key. It names tenant ids, job ids and
@@ -19,7 +20,6 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "gpu/inventory.h"
 #include "server/opmetrics.h"
 
 static pthread_mutex_t scrape_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -56,47 +56,6 @@ static ty_status collect_jobs(ty_app *app, const opm_families *f, ty_err *err)
     return TY_OK;
 }
 
-static void set_known(metrics_family *fam, const char *gpu, int v, double scale)
-{
-    if (v != INV_UNKNOWN)
-        metrics_set(fam, LABELS(gpu), (double)v * scale);
-}
-
-static void collect_inventory(inventory *inv, const opm_families *f)
-{
-    metrics_clear(f->slices);
-    metrics_clear(f->slices_in_use);
-    metrics_clear(f->gpu_info);
-    metrics_clear(f->gpu_mem_total);
-    metrics_clear(f->gpu_util);
-    metrics_clear(f->gpu_mem_util);
-    metrics_clear(f->gpu_temp);
-    metrics_clear(f->gpu_power);
-    if (!inv)
-        return;
-    inv_refresh(inv);
-    pthread_mutex_lock(&inv->mu);
-    for (int i = 0; i < inv->nslots; i++) {
-        const inv_slot *s = &inv->slots[i];
-        const char *profile = s->profile ? s->profile : "gpu";
-        metrics_add(f->slices, LABELS(profile), 1);
-        metrics_add(f->slices_in_use, LABELS(profile), s->job_id[0] ? 1 : 0);
-    }
-    for (int i = 0; i < inv->ngpus; i++) {
-        const inv_gpu *g = &inv->gpus[i];
-        char idx[16];
-        snprintf(idx, sizeof idx, "%d", g->index);
-        metrics_set(f->gpu_info, LABELS(idx, g->uuid, g->name, g->model), 1);
-        if (g->memory_bytes)
-            metrics_set(f->gpu_mem_total, LABELS(idx), (double)g->memory_bytes);
-        set_known(f->gpu_util, idx, g->utilization_gpu_pct, 0.01);
-        set_known(f->gpu_mem_util, idx, g->utilization_memory_pct, 0.01);
-        set_known(f->gpu_temp, idx, g->temperature_c, 1);
-        set_known(f->gpu_power, idx, g->power_mw, 0.001);
-    }
-    pthread_mutex_unlock(&inv->mu);
-}
-
 void api_metrics(ty_app *app, http_req *r)
 {
     const opm_families *f = opm();
@@ -104,7 +63,7 @@ void api_metrics(ty_app *app, http_req *r)
     pthread_mutex_lock(&scrape_mu);
     ty_status s = collect_jobs(app, f, &err);
     if (s == TY_OK)
-        collect_inventory(app->inventory, f);
+        opm_collect_inventory(app->inventory);
     size_t len = 0;
     char *text = s == TY_OK ? metrics_render(opm_registry(), &len) : NULL;
     pthread_mutex_unlock(&scrape_mu);

@@ -57,4 +57,12 @@ double opm_now(void);
 /* A prediction served: endpoint "predict", "evaluate" or "kserve_infer". */
 void opm_predict(const char *endpoint, double seconds);
 
+struct inventory;
+
+/* Refills the slot and GPU families from inv (NULL: empties them): slots
+ * and slots held by profile, and each GPU's info, memory and the telemetry
+ * the driver gave (NVML re-read first; INV_UNKNOWN values are left out).
+ * Takes inv->mu. */
+void opm_collect_inventory(struct inventory *inv);
+
 #endif
