@@ -48,22 +48,6 @@ static char *file_path(const char *name)
     return out;
 }
 
-/* 3 well separated blobs in 4-D with string labels. */
-static void make_blobs_csv(const char *path, int rows)
-{
-    FILE *f = fopen(path, "w");
-    fprintf(f, "a,b,species,c,d\n");
-    ty_rng r;
-    ty_rng_seed(&r, 7, 0);
-    static const char *const names[] = {"setosa", "versicolor", "virginica"};
-    for (int i = 0; i < rows; i++) {
-        int k = i % 3;
-        fprintf(f, "%.4f,%.4f,%s,%.4f,%.4f\n", 10.0 * k + ty_rng_normal(&r),
-                5.0 - 3.0 * k + ty_rng_normal(&r), names[k],
-                100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
-    }
-    fclose(f);
-}
 
 static const char *str(const json_t *o, const char *k)
 {
@@ -156,7 +140,7 @@ static int group_setup(void **state)
 {
     (void)state;
     temp_dir(files);
-    make_blobs_csv(file_path("blobs.csv"), 300);
+    make_blobs_csv(file_path("blobs.csv"), 300, 7);
     if (srv_start(&server, NULL, NULL) != 0)
         return -1;
     as_a = server;
