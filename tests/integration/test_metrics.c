@@ -34,7 +34,6 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
-#include "common/rng.h"
 #include "harness.h"
 
 static char files[PATH_MAX];
@@ -112,30 +111,14 @@ static double count_or_0(const json_t *m, const char *name,
 
 /* ---- setup ---- */
 
-static void make_blobs_csv(const char *path, int rows)
-{
-    FILE *f = fopen(path, "w");
-    fprintf(f, "a,b,species,c,d\n");
-    ty_rng r;
-    ty_rng_seed(&r, 11, 0);
-    static const char *const names[] = {"setosa", "versicolor", "virginica"};
-    for (int i = 0; i < rows; i++) {
-        int k = i % 3;
-        fprintf(f, "%.4f,%.4f,%s,%.4f,%.4f\n", 10.0 * k + ty_rng_normal(&r),
-                5.0 - 3.0 * k + ty_rng_normal(&r), names[k],
-                100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
-    }
-    fclose(f);
-}
-
 static int group_setup(void **state)
 {
     temp_dir(files);
     char p[PATH_MAX + 32];
     snprintf(p, sizeof p, "%s/big.csv", files);
-    make_blobs_csv(p, 12000);
+    make_blobs_csv(p, 12000, 11);
     snprintf(p, sizeof p, "%s/small.csv", files);
-    make_blobs_csv(p, 90);
+    make_blobs_csv(p, 90, 11);
     /* seven 1g.18gb slices on a GPU whose name needs every escape */
     const char *sim =
         "{\"gpus\": [{\"model\": \"H200\", \"name\": \"" GPU_NAME_JSON "\", "
