@@ -95,4 +95,7 @@ void api_kserve_infer(ty_app *app, http_req *r);
 
 void api_devices_list(ty_app *app, http_req *r);
 
+/* GET /metrics (api/metrics.c): Prometheus text, public like /healthz. */
+void api_metrics(ty_app *app, http_req *r);
+
 #endif

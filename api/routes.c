@@ -47,6 +47,8 @@ const route api_routes[] = {
     {HTTP_POST, "/v1/tenants/{id}/keys", "tenants.keys.create", ADMIN, NOBODY, api_tenant_keys_create},
     {HTTP_GET, "/v1/tenants/{id}/keys", "tenants.keys.list", ADMIN, NOBODY, api_tenant_keys_list},
     {HTTP_DELETE, "/v1/tenants/{id}/keys/{key_id}", "tenants.keys.revoke", ADMIN, NOBODY, api_tenant_keys_revoke},
+
+    {HTTP_GET, "/metrics", "metrics", PUB, NOBODY, api_metrics},
 };
 
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

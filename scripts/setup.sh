@@ -14,7 +14,7 @@ mode=${1:-build}
 build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
             libcurl4-openssl-dev libsqlite3-dev libopenblas-dev zlib1g-dev)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
-           dataset-fashion-mnist)
+           dataset-fashion-mnist python3-prometheus-client)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;

@@ -95,4 +95,9 @@ void http_reply_static(http_req *r, unsigned status, const char *content_type,
 /* Adds a header to the reply to come (e.g. Location). */
 void http_reply_header(http_req *r, const char *name, const char *value);
 
+/* Replies with data[0..len), which the reply takes (freed with free() when
+ * sent, or at once when the reply cannot be made). */
+void http_reply_buffer(http_req *r, unsigned status, const char *content_type,
+                       char *data, size_t len);
+
 #endif
