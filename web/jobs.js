@@ -79,6 +79,7 @@ export function jobsPage(root) {
     },
     onReset: load,
     onPoll: load,
+    onOpen: load,
   });
   // Running jobs' durations tick between events.
   const ticker = setInterval(() => {
@@ -194,6 +195,7 @@ export function jobPage(root, id) {
         if (type === 'job.epoch' && data.epoch) { epochs.set(data.epoch.epoch, data.epoch); drawEpochs(); }
       },
       onReset: load,
+      onOpen: () => load().catch(() => {}),
       onPoll: async () => { if (job && !TERMINAL.has(job.status)) await load(); },
     });
   }).catch(() => {});

@@ -10,8 +10,10 @@ export function onMode(fn) { modeListener = fn; }
 // live(path, {onEvent(type, data, id), onReset(), onPoll(), final, interval})
 // onPoll is called on every tick in polling mode; onReset when the server
 // says the stream lost events (the page refetches). final: an event type
-// after which the server closes the stream for good. Returns {stop()}.
-export function live(path, {onEvent = () => {}, onReset = () => {}, onPoll = () => {}, final = null, interval = 2000} = {}) {
+// after which the server closes the stream for good. onOpen: each time a
+// stream opens (the page refetches what it may have missed before it).
+// Returns {stop()}.
+export function live(path, {onEvent = () => {}, onReset = () => {}, onPoll = () => {}, onOpen = () => {}, final = null, interval = 2000} = {}) {
   let stopped = false, lastId = null, timer = null, backoff = 1000, done = false;
   const ctrl = new AbortController();
 
@@ -58,6 +60,7 @@ export function live(path, {onEvent = () => {}, onReset = () => {}, onPoll = () 
       if (!resp.ok || !resp.body || !type.includes('text/event-stream')) throw new Error('no stream');
       modeListener('live');
       backoff = 1000;
+      onOpen();
       const reader = resp.body.getReader();
       const decoder = new TextDecoder();
       let buf = '';

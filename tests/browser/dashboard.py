@@ -128,6 +128,61 @@ def slice_state(driver, job_id):
                 free: s.filter((e) => e.dataset.state === 'free').length, total: s.length};""", job_id)
 
 
+# The SSE client (web/live.js) against a scripted stream, whatever the server
+# has: events split across chunks, a keepalive comment, CRLF lines, the end
+# of a stream (reconnect with Last-Event-ID), a reset, the job stream's final
+# event (no reconnect after it), and a 404 (polling).
+SSE_CHECK = r"""
+const done = arguments[arguments.length - 1];
+(async () => {
+  const {live} = await import('/web/live.js');
+  const realFetch = window.fetch, enc = new TextEncoder(), calls = [];
+  const streams = [
+    ['id: 1\nevent: job.created\ndata: {"job":{"id":"job_a","status":"queued"}}\n\n: keep',
+     'alive\n\nid: 2\r\nevent: job.started\r\ndata: {"job":{"id":"job_a",',
+     '"status":"running"}}\r\n\r\n'],
+    ['id: 7\nevent: reset\n\nid: 8\nevent: job.epoch\ndata: {"job":{"id":"job_a","status":"running"},"epoch":{"epoch":1}}\n\n',
+     'id: 9\nevent: job.finished\ndata: {"job":{"id":"job_a","status":"succeeded"}}\n\n'],
+  ];
+  window.fetch = async (url, opts) => {
+    if (!String(url).endsWith('/events')) return realFetch(url, opts);  // the page's own polling
+    calls.push({url: String(url), last: opts.headers['Last-Event-ID'] || null,
+                auth: opts.headers.Authorization === 'Bearer ' + sessionStorage.getItem('trainyard.key')});
+    const chunks = streams.shift();
+    if (!chunks) return new Response('{"status":404}', {status: 404, headers: {'Content-Type': 'application/problem+json'}});
+    const body = new ReadableStream({start(c) { for (const x of chunks) c.enqueue(enc.encode(x)); c.close(); }});
+    return new Response(body, {status: 200, headers: {'Content-Type': 'text/event-stream'}});
+  };
+  const events = []; let resets = 0, polls = 0;
+  const a = live('/v1/jobs/job_a/events', {final: 'job.finished', onReset: () => resets++,
+    onEvent: (t, d, id) => events.push([t, d.job.status, id])});
+  await new Promise((r) => setTimeout(r, 2500));
+  a.stop();
+  const b = live('/v1/events', {interval: 50, onPoll: () => { polls++; }});
+  await new Promise((r) => setTimeout(r, 500));
+  b.stop();
+  window.fetch = realFetch;
+  done({events, resets, polls, calls});
+})().catch((e) => done({error: String(e)}));
+"""
+
+
+def check_sse_client(driver):
+    driver.set_script_timeout(20)
+    r = driver.execute_async_script(SSE_CHECK)
+    want = [["job.created", "queued", "1"], ["job.started", "running", "2"],
+            ["job.epoch", "running", "8"], ["job.finished", "succeeded", "9"]]
+    calls = r.get("calls", [])
+    ok = (r.get("events") == want and r.get("resets") == 1 and r.get("polls", 0) >= 2
+          and [c["last"] for c in calls] == [None, "2", None]
+          and [c["url"] for c in calls] == ["/v1/jobs/job_a/events", "/v1/jobs/job_a/events", "/v1/events"]
+          and all(c["auth"] for c in calls))
+    if not ok:
+        sys.exit(f"FAIL: the SSE client: {json.dumps(r)}")
+    print("SSE client: chunked events, keepalive, CRLF, Last-Event-ID reconnect, reset, "
+          "final event, 404 -> polling: ok")
+
+
 def main():
     global ARTIFACTS
     if len(sys.argv) < 2:
@@ -281,6 +336,7 @@ def main():
                 sys.exit(f"FAIL: {page} is {over} px wider than a phone screen")
         shot(driver, "phone-devices")
 
+        check_sse_client(driver)
         if not js(driver, "return window.__tyNoReload === 1;"):
             sys.exit("FAIL: the page reloaded")
 
