@@ -38,7 +38,7 @@ def skip(why):
 
 try:
     from selenium import webdriver
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -99,7 +99,8 @@ def browser():
 
 def wait(driver, what, cond, timeout=30):
     try:
-        return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: cond(d))
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=[StaleElementReferenceException]).until(lambda d: cond(d))
     except TimeoutException:
         shot(driver, "failed")
         raise SystemExit(f"FAIL: timed out waiting for {what}")
@@ -263,9 +264,10 @@ def main():
             return js(d, "const c = window.Chart && Chart.getChart('loss-chart');"
                          "return c ? c.data.labels.length : -1;")
         def running_points(d):
-            st = el(d, "#job-summary").get_attribute("data-status") \
-                if d.find_elements(By.ID, "job-summary") else None
-            return st, chart_points(d)
+            # One script: the page redraws the summary as events arrive.
+            return js(d, "const s = document.getElementById('job-summary');"
+                         "const c = window.Chart && Chart.getChart('loss-chart');"
+                         "return [s ? s.dataset.status : null, c ? c.data.labels.length : -1];")
         first = wait(driver, "a first epoch on the chart while running",
                      lambda d: (lambda s: s if s[0] == "running" and s[1] >= 1 else None)(running_points(d)))
         later = wait(driver, "more epochs on the chart while running",
