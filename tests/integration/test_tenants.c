@@ -225,12 +225,13 @@ static const iso_case iso_cases[] = {
 
 /* Routes with a path parameter that name no tenant's dataset, job or model
  * (admin-only: a tenant key gets 403 for any id, checked in
- * test_admin_only). */
+ * test_admin_only; the dashboard's files: public, the same for everyone). */
 static const char *const iso_exempt[][2] = {
     {"PATCH", "/v1/tenants/{id}"},
     {"POST", "/v1/tenants/{id}/keys"},
     {"GET", "/v1/tenants/{id}/keys"},
     {"DELETE", "/v1/tenants/{id}/keys/{key_id}"},
+    {"GET", "/web/{file}"},
 };
 
 /* The ids a case's {placeholders} stand for. */
