@@ -18,6 +18,7 @@
 #include "gpu/placement.h"
 #include "server/blob.h"
 #include "server/modelcache.h"
+#include "server/opmetrics.h"
 
 #define MAX_PREDICT_EXAMPLES 100000
 #define MAX_NESTING 8
@@ -141,6 +142,7 @@ static json_t *predictions(const nn_net *net, const float *out, uint32_t n)
 
 void api_models_predict(ty_app *app, http_req *r)
 {
+    double t0 = opm_now();
     const json_t *body = api_json_object(r);
     if (!body)
         return;
@@ -203,6 +205,7 @@ void api_models_predict(ty_app *app, http_req *r)
             json_array_append_new(row, json_real(out[i * k + j]));
         json_array_append_new(outputs, row);
     }
+    opm_predict("predict", opm_now() - t0);
     http_reply_json(r, 200,
                     json_pack("{s:s, s:o, s:o, s:o}", "model", id, "outputs",
                               outputs, "predictions",
@@ -219,6 +222,7 @@ done:
 
 void api_models_evaluate(ty_app *app, http_req *r)
 {
+    double t0 = opm_now();
     const json_t *body = api_json_object(r);
     if (!body)
         return;
@@ -282,6 +286,7 @@ void api_models_evaluate(ty_app *app, http_req *r)
     json_object_set_new(res, "accuracy",
                         accuracy >= 0 ? json_real(accuracy) : json_null());
     json_object_set_new(res, "device", device_of(e));
+    opm_predict("evaluate", opm_now() - t0);
     http_reply_json(r, 200, res);
 done:
     if (s != TY_OK)
@@ -357,6 +362,7 @@ static int numeric_datatype(const char *t)
 
 void api_kserve_infer(ty_app *app, http_req *r)
 {
+    double t0 = opm_now();
     const json_t *body = api_json_object(r);
     if (!body)
         return;
@@ -472,6 +478,7 @@ void api_kserve_infer(ty_app *app, http_req *r)
                         json_pack("[{s:s, s:s, s:[I, i], s:o}]", "name",
                                   "output", "datatype", "FP32", "shape",
                                   (json_int_t)batch, (int)k, "data", flat));
+    opm_predict("kserve_infer", opm_now() - t0);
     http_reply_json(r, 200, res);
 done:
     if (s != TY_OK)

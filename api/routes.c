@@ -1,6 +1,7 @@
 /* routes.c - the routing table: every endpoint of the API in one place. */
 #include "api/api.h"
 #include "api/tenants.h"
+#include "api/web.h"
 
 #define PUB ROUTE_PUBLIC
 #define KEY ROUTE_KEY
@@ -50,6 +51,10 @@ const route api_routes[] = {
 
     {HTTP_GET, "/v1/events", "events.stream", KEY, NOBODY, api_events_stream},
     {HTTP_GET, "/v1/jobs/{id}/events", "jobs.events", KEY, NOBODY, api_jobs_events},
+    {HTTP_GET, "/metrics", "metrics", PUB, NOBODY, api_metrics},
+    {HTTP_GET, "/", "web.index", PUB, NOBODY, api_web_index},
+    {HTTP_GET, "/web/vendor/chart.min.js", "web.chartjs", PUB, NOBODY, api_web_chartjs},
+    {HTTP_GET, "/web/{file}", "web.file", PUB, NOBODY, api_web_file},
 };
 
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

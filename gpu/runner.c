@@ -45,6 +45,7 @@
 #include "server/blob.h"
 #include "server/events.h"
 #include "server/log.h"
+#include "server/opmetrics.h"
 
 #define LINE_MAX_BYTES 65536
 #define CANCEL_GRACE_S 10.0
@@ -71,6 +72,7 @@ typedef struct {
     double last_line;            /* monotonic time of its last output */
     double last_progress_write;
     int resumed_from_epoch;      /* -1 unless this run resumed */
+    char tenant_id[TY_ID_MAX];   /* for metrics labels */
 } worker;
 
 /* A crashed job waiting out its back-off, outside the scheduler. */
@@ -459,6 +461,7 @@ static void start_placement(runner *r, int sj, int slot)
     w->sjob = sj;
     w->slot = slot;
     snprintf(w->job_id, sizeof w->job_id, "%s", id);
+    snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
     snprintf(w->dir, sizeof w->dir, "%s/%s", app->jobs_dir, id);
     r->nworkers++;
 
@@ -477,6 +480,8 @@ static void start_placement(runner *r, int sj, int slot)
         return;
     }
     set_holder(r, slot, id, tenant);
+    double queue_wait = wall_s() - info.submit_time;
+    opm_job_started(tenant, queue_wait);
     json_t *job = NULL;
     if ((s = store_job_get_internal(app->store, id, &job, &err)) == TY_OK &&
         (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
@@ -501,6 +506,9 @@ static void start_placement(runner *r, int sj, int slot)
                           JOB_RUNNING, "device", dev, "pid", (int)w->pid);
     if (slot >= 0)
         json_object_set_new(f, "slot", json_integer(slot));
+    json_object_set_new(f, "tenant", json_string(tenant));
+    json_object_set_new(f, "queue_wait_s",
+                        json_real(queue_wait > 0 ? queue_wait : 0));
     log_event("info", "job", f);
     publish(r, id, EV_JOB_STARTED, NULL);
 }
@@ -562,6 +570,10 @@ static void handle_line(runner *r, worker *w, const char *line)
         pthread_mutex_unlock(&r->mu);
     }
     if (!strcmp(kind, "progress")) {
+        json_t *sps = json_object_get(ev, "samples_per_sec");
+        if (json_is_number(sps) && json_number_value(sps) >= 0)
+            opm_job_samples_per_sec(w->job_id, w->tenant_id,
+                                    json_number_value(sps));
         double t = now_s();
         int last = json_number_value(json_object_get(ev, "fraction")) >= 1.0;
         if (last || t - w->last_progress_write >= 1.0) {
@@ -796,6 +808,7 @@ static void finish_worker(runner *r, worker *w, int ws)
     char msg[700];
     const char *status;
     set_holder(r, w->slot, NULL, NULL);
+    opm_job_ended(w->job_id);
     if (w->cancel) {
         status = JOB_CANCELLED;
         snprintf(msg, sizeof msg, "cancelled by request");

@@ -2,9 +2,11 @@
 # Installs the Debian packages trainyard needs. Used by `make run` (build),
 # `make test` (test) and the Docker images, so all three install the same way.
 #
-#   scripts/setup.sh build   compiler, CMake and the libraries the binary links
+#   scripts/setup.sh build   compiler, CMake, the libraries the binary links
+#                            and Chart.js (the dashboard's charts)
 #   scripts/setup.sh test    the above, plus CMocka, Python (for the contract
-#                            test) and the Fashion-MNIST dataset
+#                            test), the Fashion-MNIST dataset and Chromium with
+#                            its driver and Selenium (the browser test)
 #
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line to run and fails.
@@ -12,9 +14,11 @@ set -euo pipefail
 
 mode=${1:-build}
 build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
-            libcurl4-openssl-dev libsqlite3-dev libopenblas-dev zlib1g-dev)
+            libcurl4-openssl-dev libsqlite3-dev libopenblas-dev zlib1g-dev
+            libjs-chart.js)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
-           dataset-fashion-mnist)
+           dataset-fashion-mnist python3-prometheus-client chromium
+           chromium-driver python3-selenium)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;

@@ -33,6 +33,7 @@
 #include "server/fetch.h"
 #include "server/log.h"
 #include "server/multipart.h"
+#include "server/opmetrics.h"
 
 #define FORM_MAX_PARTS 16
 #define FORM_MEM_MAX (64 * 1024)
@@ -297,6 +298,16 @@ void http_reply_static(http_req *r, unsigned status, const char *content_type,
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(
         len, (void *)data, MHD_RESPMEM_PERSISTENT);
+    set_reply(r, status, resp, content_type, len);
+}
+
+void http_reply_buffer(http_req *r, unsigned status, const char *content_type,
+                       char *data, size_t len)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
+    if (!resp)
+        free(data);
     set_reply(r, status, resp, content_type, len);
 }
 
@@ -715,17 +726,25 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     http_req *r = *con_cls;
     if (!r)
         return;
+    double ms = elapsed_ms(&r->start);
     json_t *f = json_pack(
         "{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:f}", "request_id",
         r->request_id, "method", r->method_name, "path", r->path, "route",
         r->routed ? r->match.route->name : "-", "status", (int)r->status,
         "bytes_in", (json_int_t)r->bytes_in, "bytes_out",
-        (json_int_t)r->bytes_out, "duration_ms", elapsed_ms(&r->start));
+        (json_int_t)r->bytes_out, "duration_ms", ms);
     if (f && r->key.tenant_id[0])
         json_object_set_new(f, "tenant", json_string(r->key.tenant_id));
     if (f && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         json_object_set_new(f, "aborted", json_true());
+    if (f && r->routed)
+        json_object_set_new(f, "route_template",
+                            json_string(r->match.route->pattern));
     log_event("info", "request", f);
+    /* Metrics label the template, never the raw path: bounded cardinality. */
+    opm_http_request(http_method_name(r->method),
+                     r->routed ? r->match.route->pattern : "unmatched",
+                     r->status, ms / 1e3);
     req_free(r);
     *con_cls = NULL;
 }

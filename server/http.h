@@ -117,5 +117,9 @@ http_stream *http_reply_stream(http_req *r, const char *content_type,
 /* Makes the stream call its fill again soon: resumes it if it is
  * suspended, else makes its next "nothing ready" try again. Thread-safe. */
 void http_stream_wake(http_stream *s);
+/* Replies with data[0..len), which the reply takes (freed with free() when
+ * sent, or at once when the reply cannot be made). */
+void http_reply_buffer(http_req *r, unsigned status, const char *content_type,
+                       char *data, size_t len);
 
 #endif

@@ -1291,3 +1291,16 @@ done:
     pthread_mutex_unlock(&st->mu);
     return s;
 }
+
+/* ---- metrics ---- */
+
+ty_status store_job_counts(store *st, json_t **rows, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    ty_status s = q(st, rows, NULL, err,
+                    "SELECT tenant_id, status, count(*) AS n FROM jobs "
+                    "GROUP BY tenant_id, status ORDER BY tenant_id, status",
+                    "");
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}

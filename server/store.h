@@ -297,4 +297,10 @@ ty_status store_key_list(store *st, const char *tenant_id, store_page page,
 ty_status store_key_revoke(store *st, const char *tenant_id,
                            const char *key_id, ty_err *err);
 
+/* ---- metrics ---- */
+
+/* How many jobs each tenant has in each state, as rows {tenant_id, status,
+ * n} (new array), for GET /metrics. */
+ty_status store_job_counts(store *st, json_t **rows, ty_err *err);
+
 #endif

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+
+#include "common/rng.h"
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -348,4 +350,22 @@ json_t *wait_job_until(const srv *s, const char *job_id, double timeout_s,
 json_t *wait_job(const srv *s, const char *job_id, double timeout_s)
 {
     return wait_job_until(s, job_id, timeout_s, finished);
+}
+
+void make_blobs_csv(const char *path, int rows, uint64_t seed)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return;
+    fprintf(f, "a,b,species,c,d\n");
+    ty_rng r;
+    ty_rng_seed(&r, seed, 0);
+    static const char *const names[] = {"setosa", "versicolor", "virginica"};
+    for (int i = 0; i < rows; i++) {
+        int k = i % 3;
+        fprintf(f, "%.4f,%.4f,%s,%.4f,%.4f\n", 10.0 * k + ty_rng_normal(&r),
+                5.0 - 3.0 * k + ty_rng_normal(&r), names[k],
+                100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
+    }
+    fclose(f);
 }

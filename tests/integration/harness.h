@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 typedef struct {
@@ -82,5 +83,10 @@ void write_npy_f32(const char *path, const float *data, size_t n, size_t cols);
 void write_npy_i64(const char *path, const int64_t *data, size_t n);
 
 double now_seconds(void);
+
+/* Writes a CSV of `rows` examples: 3 well separated blobs in 4-D (columns
+ * a, b, c, d) with string labels in `species` (setosa, versicolor,
+ * virginica in turn), noise drawn from seed. */
+void make_blobs_csv(const char *path, int rows, uint64_t seed);
 
 #endif

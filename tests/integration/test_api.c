@@ -32,22 +32,6 @@ static char files[PATH_MAX];   /* test data files */
 
 /* ---- test data ---- */
 
-/* 3 well separated blobs in 4-D with string labels. */
-static void make_blobs_csv(const char *path, int rows)
-{
-    FILE *f = fopen(path, "w");
-    fprintf(f, "a,b,species,c,d\n");
-    ty_rng r;
-    ty_rng_seed(&r, 7, 0);
-    static const char *const names[] = {"setosa", "versicolor", "virginica"};
-    for (int i = 0; i < rows; i++) {
-        int k = i % 3;
-        fprintf(f, "%.4f,%.4f,%s,%.4f,%.4f\n", 10.0 * k + ty_rng_normal(&r),
-                5.0 - 3.0 * k + ty_rng_normal(&r), names[k],
-                100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
-    }
-    fclose(f);
-}
 
 /* n images of rows x cols: class 1 is bright on top, class 0 at the bottom. */
 static void make_idx(const char *images, const char *labels, int n, int rows,
@@ -140,7 +124,7 @@ static char csv_ds[64], idx_ds[64], npy_ds[64];
 static int group_setup(void **state)
 {
     temp_dir(files);
-    make_blobs_csv(file_path("blobs.csv"), 300);
+    make_blobs_csv(file_path("blobs.csv"), 300, 7);
     make_idx(file_path("img.idx3.gz"), file_path("lab.idx1"), 200, 8, 8, 1);
     make_npy_classes(file_path("x.npy"), file_path("y.npy"), 600, 6, 3);
     return srv_start(&server, NULL, NULL);
@@ -1104,7 +1088,7 @@ static void test_upload_limit_is_413(void **state)
     srv small;
     const char *flags[] = {"--max-upload-bytes", "64K", "--max-json-bytes", "1K", NULL};
     assert_int_equal(srv_start(&small, NULL, flags), 0);
-    make_blobs_csv(file_path("big.csv"), 5000);
+    make_blobs_csv(file_path("big.csv"), 5000, 7);
     char part[PATH_MAX + 8];
     snprintf(part, sizeof part, "file=@%s", file_path("big.csv"));
     const char *parts[] = {"name=big", "format=csv", "label_column=species", part, NULL};

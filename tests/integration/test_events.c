@@ -28,7 +28,6 @@
 #include <cmocka.h>
 
 #include "common/fsutil.h"
-#include "common/rng.h"
 #include "harness.h"
 
 #define WAIT_S 60.0   /* how long a test waits for an event before failing */
@@ -269,23 +268,6 @@ static void expect_status(resp *r, long status)
     assert_int_equal(r->status, status);
 }
 
-static void make_blobs_csv(const char *path, int rows)
-{
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fprintf(f, "a,b,species,c,d\n");
-    ty_rng r;
-    ty_rng_seed(&r, 7, 0);
-    static const char *const names[] = {"setosa", "versicolor", "virginica"};
-    for (int i = 0; i < rows; i++) {
-        int k = i % 3;
-        fprintf(f, "%.4f,%.4f,%s,%.4f,%.4f\n", 10.0 * k + ty_rng_normal(&r),
-                5.0 - 3.0 * k + ty_rng_normal(&r), names[k],
-                100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
-    }
-    fclose(f);
-}
-
 static void upload_csv(const srv *s, char id[64])
 {
     char part[PATH_MAX + 8];
@@ -377,7 +359,7 @@ static int group_setup(void **state)
     temp_dir(files);
     char p[PATH_MAX + 16];
     snprintf(p, sizeof p, "%s/blobs.csv", files);
-    make_blobs_csv(p, 300);
+    make_blobs_csv(p, 300, 7);
     if (srv_start(&server, NULL, NULL) != 0)
         return -1;
     as_b = server;

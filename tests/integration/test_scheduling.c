@@ -67,22 +67,6 @@ static char *file_path(const char *name)
     return out;
 }
 
-/* 3 well separated blobs in 4-D with string labels. */
-static void make_blobs_csv(const char *path, int rows)
-{
-    FILE *f = fopen(path, "w");
-    fprintf(f, "a,b,species,c,d\n");
-    ty_rng r;
-    ty_rng_seed(&r, 11, 0);
-    static const char *const names[] = {"setosa", "versicolor", "virginica"};
-    for (int i = 0; i < rows; i++) {
-        int k = i % 3;
-        fprintf(f, "%.4f,%.4f,%s,%.4f,%.4f\n", 10.0 * k + ty_rng_normal(&r),
-                5.0 - 3.0 * k + ty_rng_normal(&r), names[k],
-                100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
-    }
-    fclose(f);
-}
 
 /* The server s as tenant `key`. */
 static srv as(const srv *s, const char *key)
@@ -198,10 +182,10 @@ static int group_setup(void **state)
 {
     (void)state;
     temp_dir(files);
-    make_blobs_csv(file_path("small.csv"), 90);
+    make_blobs_csv(file_path("small.csv"), 90, 11);
     /* About half a second an epoch with SLOW_NET on one thread: long
      * enough for the tests to catch a job running. */
-    make_blobs_csv(file_path("big.csv"), 12000);
+    make_blobs_csv(file_path("big.csv"), 12000, 11);
     /* The repository's example, found from this file's path. */
     snprintf(sim_h200, sizeof sim_h200, "%s", __FILE__);
     char *cut = strstr(sim_h200, "tests/integration/");

@@ -48,22 +48,6 @@ static char *file_path(const char *name)
     return out;
 }
 
-/* 3 well separated blobs in 4-D with string labels. */
-static void make_blobs_csv(const char *path, int rows)
-{
-    FILE *f = fopen(path, "w");
-    fprintf(f, "a,b,species,c,d\n");
-    ty_rng r;
-    ty_rng_seed(&r, 7, 0);
-    static const char *const names[] = {"setosa", "versicolor", "virginica"};
-    for (int i = 0; i < rows; i++) {
-        int k = i % 3;
-        fprintf(f, "%.4f,%.4f,%s,%.4f,%.4f\n", 10.0 * k + ty_rng_normal(&r),
-                5.0 - 3.0 * k + ty_rng_normal(&r), names[k],
-                100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
-    }
-    fclose(f);
-}
 
 static const char *str(const json_t *o, const char *k)
 {
@@ -156,7 +140,7 @@ static int group_setup(void **state)
 {
     (void)state;
     temp_dir(files);
-    make_blobs_csv(file_path("blobs.csv"), 300);
+    make_blobs_csv(file_path("blobs.csv"), 300, 7);
     if (srv_start(&server, NULL, NULL) != 0)
         return -1;
     as_a = server;
@@ -242,12 +226,13 @@ static const iso_case iso_cases[] = {
 
 /* Routes with a path parameter that name no tenant's dataset, job or model
  * (admin-only: a tenant key gets 403 for any id, checked in
- * test_admin_only). */
+ * test_admin_only; the dashboard's files: public, the same for everyone). */
 static const char *const iso_exempt[][2] = {
     {"PATCH", "/v1/tenants/{id}"},
     {"POST", "/v1/tenants/{id}/keys"},
     {"GET", "/v1/tenants/{id}/keys"},
     {"DELETE", "/v1/tenants/{id}/keys/{key_id}"},
+    {"GET", "/web/{file}"},
 };
 
 /* The ids a case's {placeholders} stand for. */

@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""The dashboard end to end in headless Chromium.
+
+Starts `trainyard serve` on a free port with a temporary data folder and the
+simulated H200 (seven 1g slices), then, as a person would in the browser:
+signs in with the admin key, uploads a small CSV through the upload form,
+submits a job from the new-job form (first with a bad epochs value, whose 422
+must appear beside the epochs input), watches the chart gain points while
+the job runs, sees its slice held on the device map, sees the jobs table go
+to succeeded without a reload, sees the slice free again, and predicts from
+the model's page. Any SEVERE browser console message fails the test, except
+the 404 of the events endpoints (the dashboard then polls) and the one
+deliberate 422. Screenshots of each stage go to the folder given as the
+second argument (default build/browser-artifacts).
+
+Usage: dashboard.py path/to/trainyard [artifacts-dir]
+Exit 77 (skipped) when chromium, chromedriver or selenium is missing.
+"""
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+EPOCHS = 60          # about 0.2 s each here: long enough to watch it run
+
+
+def skip(why):
+    print(f"SKIPPED: {why}")
+    sys.exit(77)
+
+
+try:
+    from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException, TimeoutException
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+except ImportError:
+    skip("python3-selenium is missing (apt-get install python3-selenium)")
+for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+    if not os.access(path, os.X_OK):
+        skip(f"{path} is missing (apt-get install {pkg})")
+
+ARTIFACTS = None
+SHOTS = []
+
+
+def shot(driver, name):
+    path = os.path.join(ARTIFACTS, f"{len(SHOTS) + 1:02d}-{name}.png")
+    driver.save_screenshot(path)
+    SHOTS.append(path)
+    print(f"  screenshot: {path}", flush=True)
+
+
+def make_csv(path):
+    """3 classes of 8 features, 4000 rows: learnable, quick to upload."""
+    rng = random.Random(1)
+    with open(path, "w") as f:
+        f.write(",".join([f"f{i}" for i in range(1, 9)] + ["label"]) + "\n")
+        for _ in range(4000):
+            c = rng.randrange(3)
+            xs = [rng.gauss(c * (j % 3 - 1), 1.0) for j in range(8)]
+            f.write(",".join(f"{x:.3f}" for x in xs) + f",{'abc'[c]}\n")
+
+
+def start_server(binary, tmp):
+    log = open(os.path.join(tmp, "server.log"), "w")
+    here = os.path.dirname(os.path.abspath(__file__))
+    devices = os.path.normpath(os.path.join(here, "..", "..", "gpu", "sim", "h200-7x1g.json"))
+    srv = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data",
+                            os.path.join(tmp, "data"), "--devices", f"sim:{devices}",
+                            "--train-device", "cpu"],
+                           stdout=subprocess.PIPE, stderr=log, text=True)
+    for line in srv.stdout:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            return srv, log, f"http://127.0.0.1:{m.group(1)}"
+    srv.wait()
+    sys.exit(f"the server did not start; see {log.name}")
+
+
+def browser():
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1280,1000", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(a)
+    # Console messages are read with get_log('browser'), which needs this.
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+def wait(driver, what, cond, timeout=30):
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=[StaleElementReferenceException]).until(lambda d: cond(d))
+    except TimeoutException:
+        shot(driver, "failed")
+        raise SystemExit(f"FAIL: timed out waiting for {what}")
+
+
+def js(driver, script, *args):
+    return driver.execute_script(script, *args)
+
+
+def el(driver, css):
+    return driver.find_element(By.CSS_SELECTOR, css)
+
+
+def status_of_row(driver, job_id):
+    return js(driver, "const r = document.querySelector(`tr[data-job-id='${arguments[0]}']`);"
+                      "return r ? r.dataset.status : null;", job_id)
+
+
+def slice_state(driver, job_id):
+    """The state of the slice the job holds (or None), and the free count."""
+    return js(driver, """
+        const s = [...document.querySelectorAll('#device-map .slice')];
+        const mine = s.find((e) => e.dataset.job === arguments[0]);
+        return {mine: mine ? {state: mine.dataset.state, title: mine.title,
+                              colour: getComputedStyle(mine).backgroundColor} : null,
+                free: s.filter((e) => e.dataset.state === 'free').length, total: s.length};""", job_id)
+
+
+# The SSE client (web/live.js) against a scripted stream, whatever the server
+# has: events split across chunks, a keepalive comment, CRLF lines, the end
+# of a stream (reconnect with Last-Event-ID), a reset, the job stream's final
+# event (no reconnect after it), and a 404 (polling).
+SSE_CHECK = r"""
+const done = arguments[arguments.length - 1];
+(async () => {
+  const {live} = await import('/web/live.js');
+  const realFetch = window.fetch, enc = new TextEncoder(), calls = [];
+  const streams = [
+    ['id: 1\nevent: job.created\ndata: {"job":{"id":"job_a","status":"queued"}}\n\n: keep',
+     'alive\n\nid: 2\r\nevent: job.started\r\ndata: {"job":{"id":"job_a",',
+     '"status":"running"}}\r\n\r\n'],
+    ['id: 7\nevent: reset\n\nid: 8\nevent: job.epoch\ndata: {"job":{"id":"job_a","status":"running"},"epoch":{"epoch":1}}\n\n',
+     'id: 9\nevent: job.finished\ndata: {"job":{"id":"job_a","status":"succeeded"}}\n\n'],
+  ];
+  window.fetch = async (url, opts) => {
+    if (!String(url).endsWith('/events')) return realFetch(url, opts);  // the page's own polling
+    calls.push({url: String(url), last: opts.headers['Last-Event-ID'] || null,
+                auth: opts.headers.Authorization === 'Bearer ' + sessionStorage.getItem('trainyard.key')});
+    const chunks = streams.shift();
+    if (!chunks) return new Response('{"status":404}', {status: 404, headers: {'Content-Type': 'application/problem+json'}});
+    const body = new ReadableStream({start(c) { for (const x of chunks) c.enqueue(enc.encode(x)); c.close(); }});
+    return new Response(body, {status: 200, headers: {'Content-Type': 'text/event-stream'}});
+  };
+  const events = []; let resets = 0, polls = 0;
+  const a = live('/v1/jobs/job_a/events', {final: 'job.finished', onReset: () => resets++,
+    onEvent: (t, d, id) => events.push([t, d.job.status, id])});
+  await new Promise((r) => setTimeout(r, 2500));
+  a.stop();
+  const b = live('/v1/events', {interval: 50, onPoll: () => { polls++; }});
+  await new Promise((r) => setTimeout(r, 500));
+  b.stop();
+  window.fetch = realFetch;
+  done({events, resets, polls, calls});
+})().catch((e) => done({error: String(e)}));
+"""
+
+
+def check_sse_client(driver):
+    driver.set_script_timeout(20)
+    r = driver.execute_async_script(SSE_CHECK)
+    want = [["job.created", "queued", "1"], ["job.started", "running", "2"],
+            ["job.epoch", "running", "8"], ["job.finished", "succeeded", "9"]]
+    calls = r.get("calls", [])
+    ok = (r.get("events") == want and r.get("resets") == 1 and r.get("polls", 0) >= 2
+          and [c["last"] for c in calls] == [None, "2", None]
+          and [c["url"] for c in calls] == ["/v1/jobs/job_a/events", "/v1/jobs/job_a/events", "/v1/events"]
+          and all(c["auth"] for c in calls))
+    if not ok:
+        sys.exit(f"FAIL: the SSE client: {json.dumps(r)}")
+    print("SSE client: chunked events, keepalive, CRLF, Last-Event-ID reconnect, reset, "
+          "final event, 404 -> polling: ok")
+
+
+def main():
+    global ARTIFACTS
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    binary = sys.argv[1]
+    ARTIFACTS = sys.argv[2] if len(sys.argv) > 2 else "build/browser-artifacts"
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)
+    os.makedirs(ARTIFACTS)
+    tmp = tempfile.mkdtemp(prefix="trainyard-browser-")
+    csv = os.path.join(tmp, "blobs.csv")
+    make_csv(csv)
+    srv, log, base = start_server(binary, tmp)
+    driver = None
+    t0 = time.time()
+    try:
+        key = open(os.path.join(tmp, "data", "admin.key")).read().strip()
+        driver = browser()
+
+        # 1. Sign in; a marker on window tells later that the page never reloaded.
+        driver.get(base + "/")
+        wait(driver, "the sign-in form", lambda d: d.find_elements(By.ID, "key"))
+        shot(driver, "signin")
+        el(driver, "#key").send_keys(key)
+        el(driver, "#signin button[type=submit]").click()
+        wait(driver, "the jobs page", lambda d: d.find_elements(By.ID, "jobs"))
+        js(driver, "window.__tyNoReload = 1;")
+        assert js(driver, "return sessionStorage.getItem('trainyard.key')") == key
+        assert key not in driver.current_url
+        mode = wait(driver, "the live indicator", lambda d: el(d, "#live").get_attribute("data-mode"))
+        print(f"live updates: {mode}")
+
+        # 2. Upload the CSV through the form.
+        el(driver, "a[href='#/datasets']").click()
+        wait(driver, "the upload form", lambda d: d.find_elements(By.ID, "upload-form"))
+        el(driver, "#ds-name").send_keys("blobs")
+        Select(el(driver, "#ds-format")).select_by_value("csv")
+        el(driver, "#ds-label_column").send_keys("label")
+        el(driver, "#ds-file").send_keys(csv)
+        el(driver, "#upload-form button[type=submit]").click()
+        ds = wait(driver, "the upload to finish",
+                  lambda d: el(d, "#upload-result").get_attribute("data-id"))
+        wait(driver, "the dataset in the list",
+             lambda d: d.find_elements(By.CSS_SELECTOR, f"tr[data-dataset-id='{ds}']"))
+        assert float(el(driver, "#upload-progress").get_attribute("value")) == 1.0
+        shot(driver, "dataset-uploaded")
+
+        # 3. The new-job form: a bad epochs value first (422 beside the field).
+        el(driver, "a[href='#/new']").click()
+        wait(driver, "the dataset choice",
+             lambda d: d.find_elements(By.CSS_SELECTOR, f"#job-dataset option[value='{ds}']"))
+        Select(el(driver, "#job-dataset")).select_by_value(ds)
+        spec = json.loads(el(driver, "#job-spec").get_attribute("value"))
+        assert spec["layers"][-1]["units"] == 3, spec  # sized to the dataset's classes
+        spec["layers"] = [{"type": "dense", "units": 512}, {"type": "relu"},
+                          {"type": "dense", "units": 512}, {"type": "relu"},
+                          {"type": "dense", "units": 3}]
+        js(driver, "arguments[0].value = arguments[1];", el(driver, "#job-spec"), json.dumps(spec))
+        el(driver, "#job-name").send_keys("blobs-mlp")
+        for css, value in (("#hp-epochs", "0"), ("#hp-batch_size", "8"), ("#job-gpu", "any"),
+                           ("#hp-seed", "1")):
+            el(driver, css).clear()
+            el(driver, css).send_keys(value)
+        el(driver, "#job-form button[type=submit]").click()
+        msg = wait(driver, "the 422 beside the epochs input",
+                   lambda d: el(d, "#hp-epochs-error").text)
+        assert el(driver, "#hp-epochs").get_attribute("aria-invalid") == "true"
+        print(f"422 shown beside epochs: {msg}")
+        shot(driver, "new-job-422")
+        el(driver, "#hp-epochs").clear()
+        el(driver, "#hp-epochs").send_keys(str(EPOCHS))
+        el(driver, "#job-form button[type=submit]").click()
+        job = wait(driver, "the job's page",
+                   lambda d: (re.match(r".*#/jobs/(job_\w+)$", d.current_url) or [None, None])[1])
+        print(f"submitted {job}")
+
+        # 4. The chart gains points while the job runs.
+        def chart_points(d):
+            return js(d, "const c = window.Chart && Chart.getChart('loss-chart');"
+                         "return c ? c.data.labels.length : -1;")
+        def running_points(d):
+            # One script: the page redraws the summary as events arrive.
+            return js(d, "const s = document.getElementById('job-summary');"
+                         "const c = window.Chart && Chart.getChart('loss-chart');"
+                         "return [s ? s.dataset.status : null, c ? c.data.labels.length : -1];")
+        first = wait(driver, "a first epoch on the chart while running",
+                     lambda d: (lambda s: s if s[0] == "running" and s[1] >= 1 else None)(running_points(d)))
+        later = wait(driver, "more epochs on the chart while running",
+                     lambda d: (lambda s: s if s[1] > first[1] else None)(running_points(d)))
+        if later[0] != "running":
+            sys.exit(f"FAIL: the job finished before the chart was seen to grow ({first} -> {later})")
+        print(f"chart: {first[1]} -> {later[1]} epochs while running")
+        shot(driver, "job-running-chart")
+
+        # 5. The device map: the job's slice held, in its colour.
+        el(driver, "a[href='#/devices']").click()
+        held = wait(driver, "the job's slice on the device map",
+                    lambda d: (slice_state(d, job) or {}).get("mine"))
+        if held["state"] != "held" or job not in held["title"]:
+            sys.exit(f"FAIL: the job's slice is {held}")
+        print(f"device map: {held['title']} ({held['colour']})")
+        shot(driver, "devices-held")
+
+        # 6. The jobs table: not finished yet, then succeeded, without a reload.
+        el(driver, "a[href='#/jobs']").click()
+        seen = wait(driver, "the job in the jobs table", lambda d: status_of_row(d, job))
+        shot(driver, "jobs-running")
+        if seen not in ("queued", "running"):
+            sys.exit(f"FAIL: the job was {seen} before the jobs table could watch it")
+        wait(driver, "the job to succeed in the table",
+             lambda d: status_of_row(d, job) in ("succeeded", "failed", "cancelled"), timeout=120)
+        final = status_of_row(driver, job)
+        shot(driver, "jobs-finished")
+        if final != "succeeded":
+            sys.exit(f"FAIL: the job {final}")
+        print(f"jobs table: {seen} -> {final}")
+
+        # 7. The slice is free again.
+        el(driver, "a[href='#/devices']").click()
+        wait(driver, "the slice to be free",
+             lambda d: (lambda s: s if s["total"] == 7 and s["free"] == 7 else None)(slice_state(d, job)))
+        shot(driver, "devices-free")
+
+        # 8. The job page has every epoch; its model predicts.
+        driver.execute_script("location.hash = arguments[0];", f"#/jobs/{job}")
+        wait(driver, "all epochs on the chart", lambda d: chart_points(d) == EPOCHS)
+        link = wait(driver, "the model link", lambda d: d.find_elements(By.ID, "model-link"))
+        shot(driver, "job-succeeded")
+        link[0].click()
+        wait(driver, "the try-it form", lambda d: d.find_elements(By.ID, "feature-0"))
+        labels = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#try-it label")]
+        assert labels[:2] == ["f1", "f2"], labels  # the dataset's feature names
+        for i, v in enumerate([1.5, -1, 0, 1.5, -1, 0, 1.5, -1]):
+            el(driver, f"#feature-{i}").clear()
+            el(driver, f"#feature-{i}").send_keys(str(v))
+        el(driver, "#predict").click()
+        rows = wait(driver, "the probabilities",
+                    lambda d: d.find_elements(By.CSS_SELECTOR, "#probabilities tbody tr"))
+        probs = {r.get_attribute("data-class"): float(r.find_elements(By.TAG_NAME, "td")[1].text.rstrip(" %"))
+                 for r in rows}
+        if set(probs) != {"a", "b", "c"} or abs(sum(probs.values()) - 100) > 0.5:
+            sys.exit(f"FAIL: probabilities {probs}")
+        print(f"prediction: {el(driver, '#predicted').text} {probs}")
+        shot(driver, "model-predict")
+
+        # 9. Phone width: nothing wider than the screen.
+        driver.set_window_size(390, 844)
+        for page in ("#/jobs", "#/devices"):
+            driver.execute_script("location.hash = arguments[0];", page)
+            time.sleep(0.5)
+            over = js(driver, "return document.documentElement.scrollWidth - window.innerWidth;")
+            if over > 1:
+                sys.exit(f"FAIL: {page} is {over} px wider than a phone screen")
+        shot(driver, "phone-devices")
+
+        check_sse_client(driver)
+        if not js(driver, "return window.__tyNoReload === 1;"):
+            sys.exit("FAIL: the page reloaded")
+
+        # 10. No console errors but the expected ones.
+        errors = []
+        for entry in driver.get_log("browser"):
+            if entry["level"] != "SEVERE":
+                continue
+            m = entry["message"]
+            if re.search(r"/v1/(jobs/job_\w+/)?events - Failed to load resource: .* 404", m):
+                continue  # no events endpoint: the dashboard polls instead
+            if re.search(r"/v1/jobs - Failed to load resource: .* 422", m):
+                continue  # the deliberate bad epochs value
+            errors.append(m)
+        if errors:
+            sys.exit("FAIL: browser console errors:\n  " + "\n  ".join(errors))
+        print(f"dashboard test passed in {time.time() - t0:.1f} s; screenshots in {ARTIFACTS}")
+        return 0
+    finally:
+        if driver:
+            driver.quit()
+        srv.terminate()
+        try:
+            srv.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+        log.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

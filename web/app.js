@@ -1,0 +1,84 @@
+// app.js - the dashboard shell: sign-in, hash routes, the live indicator.
+import {api, getKey, setKey, clearKey} from './api.js';
+import {onMode} from './live.js';
+import {h, field} from './util.js';
+import {jobsPage, jobPage} from './jobs.js';
+import {devicesPage} from './devices.js';
+import {datasetsPage, datasetPage} from './datasets.js';
+import {newJobPage} from './newjob.js';
+import {modelsPage, modelPage} from './models.js';
+
+const main = document.getElementById('main');
+const nav = document.getElementById('nav');
+const signout = document.getElementById('signout');
+const liveEl = document.getElementById('live');
+let cleanup = null;
+let signinMessage = '';
+
+const routes = [
+  [/^#\/jobs\/([^/]+)$/, jobPage],
+  [/^#\/jobs$/, jobsPage],
+  [/^#\/new(?:\?(.*))?$/, newJobPage],
+  [/^#\/datasets\/([^/]+)$/, datasetPage],
+  [/^#\/datasets$/, datasetsPage],
+  [/^#\/models\/([^/]+)$/, modelPage],
+  [/^#\/models$/, modelsPage],
+  [/^#\/devices$/, devicesPage],
+];
+
+onMode((mode) => {
+  liveEl.dataset.mode = mode;
+  liveEl.textContent = mode === 'live' ? '● live' : mode === 'polling' ? '○ polling every 2 s' : '… reconnecting';
+});
+
+function signinPage(root) {
+  const key = h('input', {id: 'key', type: 'password', autocomplete: 'current-password', required: true});
+  const err = h('p', {class: 'banner', id: 'signin-error', role: 'alert', text: signinMessage});
+  signinMessage = '';
+  const button = h('button', {type: 'submit', text: 'Sign in'});
+  const form = h('form', {class: 'card', id: 'signin', onsubmit: async (e) => {
+    e.preventDefault();
+    err.textContent = '';
+    button.disabled = true;
+    setKey(key.value.trim());
+    try {
+      await api('/v1/jobs?limit=1');
+      location.hash = '#/jobs';
+    } catch (x) {
+      clearKey();
+      err.textContent = x.status === 401 ? 'That key was refused; check it and try again.'
+                                         : `Could not reach the server: ${x.message}`;
+    } finally { button.disabled = false; }
+  }},
+  h('h1', {text: 'Sign in'}),
+  h('p', {class: 'muted', text: 'Paste an API key (the admin key is in the data folder\'s admin.key). It stays in this tab only (sessionStorage).'}),
+  err, field('API key', key), button);
+  root.append(form);
+  key.focus();
+}
+
+function render() {
+  if (cleanup) { try { cleanup(); } catch { /* ignore */ } cleanup = null; }
+  main.replaceChildren();
+  const hash = location.hash || '#/jobs';
+  const signedIn = !!getKey();
+  nav.hidden = signout.hidden = !signedIn;
+  if (!signedIn) { liveEl.textContent = ''; signinPage(main); return; }
+  for (const a of nav.querySelectorAll('a')) {
+    const here = hash === a.getAttribute('href') || hash.startsWith(a.getAttribute('href') + '/');
+    if (here) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
+  }
+  for (const [re, page] of routes) {
+    const m = hash.match(re);
+    if (m) {
+      cleanup = page(main, ...m.slice(1).map((x) => (x === undefined ? undefined : decodeURIComponent(x)))) || null;
+      return;
+    }
+  }
+  location.replace('#/jobs');
+}
+
+signout.addEventListener('click', () => { clearKey(); location.hash = '#/signin'; render(); });
+window.addEventListener('ty-signed-out', (e) => { signinMessage = e.detail || ''; render(); });
+window.addEventListener('hashchange', () => { render(); main.focus({preventScroll: true}); });
+render();

@@ -1,0 +1,66 @@
+// devices.js - the device map: each GPU's memory slices (8 per GPU), with
+// MIG slices placed by their placement start/size and whole GPUs as one
+// block, coloured by the job that holds them.
+import {api} from './api.js';
+import {live} from './live.js';
+import {h, fmtBytes, jobColour} from './util.js';
+
+function sliceEl(s, names) {
+  const held = s.state === 'held', other = s.state === 'held_by_other_tenant';
+  const what = s.profile || 'whole GPU';
+  const holder = held ? `job ${names.get(s.job) ? names.get(s.job) + ' (' + s.job + ')' : s.job}`
+    : other ? 'held by another tenant' : 'free';
+  const el = h('div', {
+    class: 'slice ' + (held ? 'held' : other ? 'other' : 'free'),
+    'data-slot': s.slot, 'data-state': s.state, 'data-job': s.job,
+    title: `slot ${s.slot} · ${what} · ${fmtBytes(s.memory_bytes)} · ${holder}`,
+    tabindex: 0, role: 'listitem', 'aria-label': `slot ${s.slot}, ${what}, ${holder}`,
+  }, h('strong', {text: what}), h('br'), held ? (names.get(s.job) || s.job) : other ? 'other tenant' : 'free');
+  if (held) el.style.background = jobColour(s.job);
+  if (s.placement) el.style.gridColumn = `${s.placement.start + 1} / span ${s.placement.size}`;
+  else if (s.kind === 'gpu') el.style.gridColumn = '1 / -1';
+  return el;
+}
+
+export function devicesPage(root) {
+  const banner = h('p', {class: 'banner', role: 'alert'});
+  const map = h('div', {id: 'device-map'});
+  root.append(h('h1', {text: 'Devices'}), banner,
+    h('div', {class: 'legend', 'aria-label': 'Legend'},
+      h('span', {}, h('span', {class: 'swatch', style: 'background:var(--free);border:1px dashed #999'}), 'free'),
+      h('span', {}, h('span', {class: 'swatch', style: 'background:hsl(210 60% 38%)'}), 'your job (one colour per job)'),
+      h('span', {}, h('span', {class: 'swatch', style: 'background:var(--other)'}), 'held by another tenant')),
+    map);
+
+  async function load() {
+    try {
+      const [dev, jobs] = await Promise.all([api('/v1/devices'), api('/v1/jobs?limit=200&status=running')]);
+      const names = new Map(jobs.items.map((j) => [j.id, j.name]));
+      banner.textContent = '';
+      if (!dev.gpus.length) {
+        map.replaceChildren(h('div', {class: 'card', id: 'no-gpus'},
+          h('h2', {text: 'No GPUs'}),
+          h('p', {text: 'Jobs train on the CPU.' + (dev.reason ? ` Why: ${dev.reason}` : '')}),
+          h('div', {class: 'slices'}, h('div', {class: 'slice free', style: 'grid-column:1 / -1', text: 'CPU'})),
+          h('p', {class: 'muted', text: `Inventory source: ${dev.source}`})));
+        return;
+      }
+      map.replaceChildren(...dev.gpus.map((g) => h('section', {class: 'card gpu', 'data-gpu': g.index},
+        h('h2', {text: `GPU ${g.index}: ${g.name}${g.model ? ' (' + g.model + ')' : ''}`}),
+        h('p', {class: 'muted', text: `${fmtBytes(g.memory_bytes)} · MIG ${g.mig ? 'on' : 'off'} · ${g.uuid}` +
+          (g.utilization_gpu_percent !== null ? ` · ${g.utilization_gpu_percent} % busy` : '') +
+          (g.temperature_c !== null ? ` · ${g.temperature_c} °C` : '')}),
+        h('div', {class: 'slices', role: 'list', 'aria-label': `GPU ${g.index} slices`}, g.slices.map((s) => sliceEl(s, names))))),
+        h('p', {class: 'muted', text: `Inventory source: ${dev.source}`}));
+    } catch (e) { if (e.status !== 401) banner.textContent = `Could not load devices: ${e.message}`; }
+  }
+
+  load();
+  // Placements change when jobs start and finish: redraw on those events,
+  // and every 2 s without an events endpoint.
+  const stream = live('/v1/events', {
+    onEvent(type) { if (type === 'job.started' || type === 'job.finished') load(); },
+    onReset: load, onPoll: load,
+  });
+  return () => stream.stop();
+}

@@ -1,0 +1,108 @@
+// util.js - DOM building and formatting shared by the pages.
+
+// h('div', {class: 'x', onclick: fn, text: 'hi'}, child, ...): an element.
+// Attributes with null/undefined/false values are left out; children may be
+// strings, nodes, arrays of them, or null.
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === 'class') el.className = v;
+    else if (k === 'text') el.textContent = v;
+    else if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
+    else if (k in el && typeof v !== 'string') el[k] = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    if (Array.isArray(c)) append(el, c);
+    else el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+// A labelled control: <div class=field><label for=id>text</label>control<p error></div>.
+export function field(label, control, extra = null) {
+  const id = control.id || (control.id = 'f-' + Math.random().toString(36).slice(2, 9));
+  const err = h('p', {class: 'field-error', id: id + '-error', role: 'alert'});
+  control.setAttribute('aria-describedby', err.id);
+  return h('div', {class: 'field'}, h('label', {for: id, text: label}), control, extra, err);
+}
+
+export function setFieldError(control, message) {
+  const err = document.getElementById(control.id + '-error');
+  if (err) err.textContent = message || '';
+  if (message) control.setAttribute('aria-invalid', 'true');
+  else control.removeAttribute('aria-invalid');
+}
+
+export function fmtBytes(n) {
+  if (n === null || n === undefined) return '—';
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + ' ' + units[i];
+}
+
+export function fmtDuration(sec) {
+  if (sec === null || sec === undefined || !isFinite(sec)) return '—';
+  sec = Math.max(0, Math.round(sec));
+  const m = Math.floor(sec / 60), s = sec % 60;
+  if (m >= 60) return `${Math.floor(m / 60)} h ${m % 60} min`;
+  return m ? `${m} min ${s} s` : `${s} s`;
+}
+
+export function fmtNum(x, digits = 4) {
+  if (x === null || x === undefined) return '—';
+  if (typeof x !== 'number') return String(x);
+  return Number.isInteger(x) ? String(x) : x.toFixed(digits);
+}
+
+export function fmtTime(iso) {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  return isNaN(d) ? iso : d.toLocaleString();
+}
+
+// Seconds a job has run (or ran): started_at to finished_at or now.
+export function jobSeconds(job) {
+  if (!job.started_at) return null;
+  const end = job.finished_at ? Date.parse(job.finished_at) : Date.now();
+  return (end - Date.parse(job.started_at)) / 1000;
+}
+
+export const TERMINAL = new Set(['succeeded', 'failed', 'cancelled']);
+
+export function statusBadge(status) {
+  return h('span', {class: 'status status-' + status, text: status});
+}
+
+// A stable colour per job id, so a job keeps its colour on every page.
+export function jobColour(id) {
+  let x = 0;
+  for (const ch of String(id)) x = (x * 31 + ch.charCodeAt(0)) >>> 0;
+  return `hsl(${x % 360} 60% 38%)`;
+}
+
+export function kv(pairs) {
+  return h('dl', {class: 'kv'}, pairs.filter(Boolean).map(([k, v]) => [h('dt', {text: k}), h('dd', {}, v)]));
+}
+
+export function placementText(job) {
+  const p = job.placement;
+  if (!p) return job.status === 'queued' ? '—' : (job.device || '—');
+  if (p.gpu === null || p.gpu === undefined) return p.device || 'cpu';
+  const what = p.profile ? p.profile : 'whole GPU';
+  return `GPU ${p.gpu} · ${what} · slot ${p.slot}`;
+}
+
+export function queueText(job) {
+  const q = job.queue;
+  if (job.status !== 'queued' || !q) return '';
+  const pos = q.position ? `#${q.position}` : '';
+  return [pos, q.reason, q.detail && q.detail !== q.reason ? `(${q.detail})` : ''].filter(Boolean).join(' ');
+}
