@@ -95,6 +95,9 @@ void api_kserve_infer(ty_app *app, http_req *r);
 
 void api_devices_list(ty_app *app, http_req *r);
 
+/* Server-Sent Events (events.c). */
+void api_events_stream(ty_app *app, http_req *r);
+void api_jobs_events(ty_app *app, http_req *r);
 /* GET /metrics (api/metrics.c): Prometheus text, public like /healthz. */
 void api_metrics(ty_app *app, http_req *r);
 

@@ -27,6 +27,7 @@
 #include "models/loader.h"
 #include "models/nn.h"
 #include "models/train.h"
+#include "server/events.h"
 
 #define DEFAULT_SPLIT 0.1
 
@@ -304,6 +305,11 @@ void api_jobs_create(ty_app *app, http_req *r)
                                   &err)) != TY_OK ||
         (s = store_job_get(app->store, tenant, id, &job, &err)) != TY_OK)
         goto fail;
+    /* job.created goes out before the runner can publish job.started. */
+    json_t *created = json_deep_copy(job);
+    runner_annotate(app->runner, created, tenant);
+    ev_publish(app->events, tenant, id, EV_JOB_CREATED,
+               json_pack("{s:o}", "job", created));
     /* The reply shows the job as submitted (queued), read before the runner
      * can start it. */
     if ((s = runner_submit(app->runner, tenant, id, priority, &req, &err)) !=
@@ -311,7 +317,14 @@ void api_jobs_create(ty_app *app, http_req *r)
         /* Stored but not schedulable (a quota lowered meanwhile): the job
          * fails with the reason rather than waiting forever. */
         ty_err e2 = {0};
-        store_job_finish(app->store, id, JOB_FAILED, err.msg, NULL, &e2);
+        json_t *failed = NULL;
+        if (store_job_finish(app->store, id, JOB_FAILED, err.msg, NULL, &e2) ==
+                TY_OK &&
+            store_job_get(app->store, tenant, id, &failed, &e2) == TY_OK) {
+            runner_annotate(app->runner, failed, tenant);
+            ev_publish(app->events, tenant, id, EV_JOB_FINISHED,
+                       json_pack("{s:o}", "job", failed));
+        }
         goto fail;
     }
     runner_annotate(app->runner, job, tenant);
@@ -410,6 +423,10 @@ void api_jobs_cancel(ty_app *app, http_req *r)
         return;
     }
     runner_annotate(app->runner, doc, api_tenant(r));
+    /* A running job's end is the runner's to publish. */
+    if (!was_running)
+        ev_publish(app->events, api_tenant(r), id, EV_JOB_FINISHED,
+                   json_pack("{s:O}", "job", doc));
     /* 202: a running job stops within seconds; 200: it is cancelled now. */
     http_reply_json(r, was_running ? 202 : 200, doc);
 }

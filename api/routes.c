@@ -49,6 +49,8 @@ const route api_routes[] = {
     {HTTP_GET, "/v1/tenants/{id}/keys", "tenants.keys.list", ADMIN, NOBODY, api_tenant_keys_list},
     {HTTP_DELETE, "/v1/tenants/{id}/keys/{key_id}", "tenants.keys.revoke", ADMIN, NOBODY, api_tenant_keys_revoke},
 
+    {HTTP_GET, "/v1/events", "events.stream", KEY, NOBODY, api_events_stream},
+    {HTTP_GET, "/v1/jobs/{id}/events", "jobs.events", KEY, NOBODY, api_jobs_events},
     {HTTP_GET, "/metrics", "metrics", PUB, NOBODY, api_metrics},
     {HTTP_GET, "/", "web.index", PUB, NOBODY, api_web_index},
     {HTTP_GET, "/web/vendor/chart.min.js", "web.chartjs", PUB, NOBODY, api_web_chartjs},

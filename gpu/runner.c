@@ -43,6 +43,7 @@
 #include "gpu/retry.h"
 #include "models/nn.h"
 #include "server/blob.h"
+#include "server/events.h"
 #include "server/log.h"
 #include "server/opmetrics.h"
 
@@ -123,12 +124,42 @@ static double wall_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void log_transition(const char *job, const char *to, const char *why)
+/* Publishes a live event of the job (server/events.h) with the job as GET
+ * /v1/jobs/{id} shows it, read back from the store; epoch (borrowed) is
+ * added for job.epoch. The queue report is left null: it needs mu, which
+ * callers may hold. */
+static void publish(runner *r, const char *job_id, ev_type type,
+                    const json_t *epoch)
+{
+    json_t *doc = NULL;
+    ty_err err = {0};
+    if (!r->app->events ||
+        store_job_get_internal(r->app->store, job_id, &doc, &err) != TY_OK)
+        return;
+    char tenant[TY_ID_MAX];
+    snprintf(tenant, sizeof tenant, "%s",
+             json_string_value(json_object_get(doc, "tenant_id")));
+    json_object_del(doc, "tenant_id");
+    runner_annotate(NULL, doc, tenant);
+    if (!json_object_get(doc, "queue"))
+        json_object_set_new(doc, "queue", json_null());
+    json_t *data = json_pack("{s:o}", "job", doc);
+    if (data && epoch)
+        json_object_set_new(data, "epoch", json_deep_copy(epoch));
+    ev_publish(r->app->events, tenant, job_id, type, data);
+}
+
+/* Logs a job's change of status and publishes it: job.finished, or
+ * job.progress for a requeue. */
+static void log_transition(runner *r, const char *job, const char *to,
+                           const char *why)
 {
     json_t *f = json_pack("{s:s, s:s}", "job", job, "status", to);
     if (why)
         json_object_set_new(f, "reason", json_string(why));
     log_event("info", "job", f);
+    publish(r, job, strcmp(to, JOB_QUEUED) ? EV_JOB_FINISHED : EV_JOB_PROGRESS,
+            NULL);
 }
 
 /* ---- tenants ---- */
@@ -462,7 +493,7 @@ static void start_placement(runner *r, int sj, int slot)
         snprintf(msg, sizeof msg, "could not start the training process: %s",
                  err.msg);
         store_job_finish(app->store, id, JOB_FAILED, msg, NULL, &err);
-        log_transition(id, JOB_FAILED, msg);
+        log_transition(r, id, JOB_FAILED, msg);
         sched_job_remove(r->sched, sj);
         set_holder(r, slot, NULL, NULL);
         worker_release(r, w);
@@ -479,6 +510,7 @@ static void start_placement(runner *r, int sj, int slot)
     json_object_set_new(f, "queue_wait_s",
                         json_real(queue_wait > 0 ? queue_wait : 0));
     log_event("info", "job", f);
+    publish(r, id, EV_JOB_STARTED, NULL);
 }
 
 /* Tells a preemption victim to checkpoint and stop. Caller holds mu. */
@@ -562,6 +594,7 @@ static void handle_line(runner *r, worker *w, const char *line)
                                 metric(ev, "samples_per_sec"));
             json_object_set_new(metrics, "learning_rate", metric(ev, "lr"));
             store_job_progress(app->store, w->job_id, progress, metrics, &err);
+            publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
             json_decref(progress);
             json_decref(metrics);
         }
@@ -591,6 +624,7 @@ static void handle_line(runner *r, worker *w, const char *line)
         store_job_epoch(app->store, w->job_id,
                         json_integer_value(json_object_get(ev, "epoch")), m,
                         &err);
+        publish(r, w->job_id, EV_JOB_EPOCH, m);
         json_decref(m);
     } else if (!strcmp(kind, "resume")) {
         w->resumed_from_epoch =
@@ -726,7 +760,7 @@ static void retry_or_fail(runner *r, worker *w, const char *what)
         snprintf(msg, sizeof msg, "%s; it failed %lld of %lld attempts",
                  what, (long long)attempts, (long long)max_attempts);
         store_job_finish(app->store, w->job_id, JOB_FAILED, msg, NULL, &err);
-        log_transition(w->job_id, JOB_FAILED, msg);
+        log_transition(r, w->job_id, JOB_FAILED, msg);
         sched_job_remove(r->sched, w->sjob);
         return;
     }
@@ -762,7 +796,7 @@ static void retry_or_fail(runner *r, worker *w, const char *what)
     rr->due = now_s() + delay;
     snprintf(rr->why, sizeof rr->why, "%.299s", msg);
     sched_job_remove(r->sched, w->sjob);
-    log_transition(w->job_id, JOB_QUEUED, msg);
+    log_transition(r, w->job_id, JOB_QUEUED, msg);
 }
 
 /* The worker has exited with wait status ws: record the outcome and
@@ -782,12 +816,12 @@ static void finish_worker(runner *r, worker *w, int ws)
         ty_status s = register_model(app, w, &err);
         sched_job_remove(r->sched, w->sjob);
         if (s == TY_OK) {
-            log_transition(w->job_id, JOB_SUCCEEDED, NULL);
+            log_transition(r, w->job_id, JOB_SUCCEEDED, NULL);
             return;
         }
         store_job_finish(app->store, w->job_id, JOB_FAILED, err.msg, NULL,
                          &err);
-        log_transition(w->job_id, JOB_FAILED, err.msg);
+        log_transition(r, w->job_id, JOB_FAILED, err.msg);
         return;
     } else if (w->preempting ||
                (WIFEXITED(ws) && WEXITSTATUS(ws) == EXIT_PREEMPTED)) {
@@ -795,7 +829,7 @@ static void finish_worker(runner *r, worker *w, int ws)
          * to the queue, to resume from its last checkpoint. */
         if (store_job_requeue(app->store, w->job_id, 1, NULL, &err) == TY_OK &&
             sched_job_requeue(r->sched, w->sjob, &err) == TY_OK) {
-            log_transition(w->job_id, JOB_QUEUED, "preempted");
+            log_transition(r, w->job_id, JOB_QUEUED, "preempted");
         } else {
             sched_job_remove(r->sched, w->sjob);
         }
@@ -829,7 +863,7 @@ static void finish_worker(runner *r, worker *w, int ws)
     }
     sched_job_remove(r->sched, w->sjob);
     store_job_finish(app->store, w->job_id, status, msg, NULL, &err);
-    log_transition(w->job_id, status, msg);
+    log_transition(r, w->job_id, status, msg);
 }
 
 /* Kills workers past their cancel grace period or heartbeat timeout, and
@@ -891,7 +925,7 @@ static void retries_due(runner *r)
         if (sched_job_submit(r->sched, &d, NULL, &err) != TY_OK) {
             store_job_finish(r->app->store, rr->job_id, JOB_FAILED, err.msg,
                              NULL, &err);
-            log_transition(rr->job_id, JOB_FAILED, err.msg);
+            log_transition(r, rr->job_id, JOB_FAILED, err.msg);
         }
         r->retries[i] = r->retries[--r->nretries];
     }
@@ -1011,7 +1045,7 @@ static void load_queued(runner *r)
         snprintf(msg, sizeof msg, "this server cannot run the job: %s",
                  err.msg);
         store_job_finish(r->app->store, id, JOB_FAILED, msg, NULL, &err);
-        log_transition(id, JOB_FAILED, msg);
+        log_transition(r, id, JOB_FAILED, msg);
     }
     json_decref(rows);
     if (loaded)

@@ -18,6 +18,7 @@ struct MHD_Daemon;
 struct runner;
 struct model_cache;
 struct inventory;
+struct ev_hub;
 
 typedef struct ty_app {
     ty_config cfg;
@@ -37,6 +38,9 @@ typedef struct ty_app {
     place_device train_dev;
     /* The GPUs and MIG slices (--devices), opened at startup (main). */
     struct inventory *inventory;
+    /* Live events for SSE (server/events.h), created by main; NULL: none
+     * are published. */
+    struct ev_hub *events;
 } ty_app;
 
 /* Prepares the data folder (creating it), opens the store, recovers jobs

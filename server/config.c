@@ -1,6 +1,8 @@
 /* config.c - `trainyard serve` flags (see config.h). */
 #include "server/config.h"
 
+#include "server/events.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,7 @@ void config_defaults(ty_config *cfg)
     cfg->preempt_wait_s = 60.0;
     cfg->preempt = 1;
     cfg->fair_window_s = 600.0;
+    cfg->events_ring = EV_RING_DEFAULT;
 }
 
 ty_status config_parse_size(const char *s, uint64_t *out)
@@ -242,6 +245,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                 return ty_fail(err, TY_EINVAL, flag,
                                "--preempt needs on or off");
             cfg->preempt = !strcmp(val, "on");
+        } else if (!strcmp(flag, "--events-ring")) {
+            s = parse_int(flag, val, 1, EV_RING_MAX, &cfg->events_ring, err);
         } else {
             return ty_fail(err, TY_EINVAL, flag,
                            "unknown flag %s (see trainyard serve --help)", flag);
@@ -326,6 +331,9 @@ void config_usage(FILE *f)
         "                            (default %g)\n"
         "  --fair-window SECONDS     how much history fair share remembers\n"
         "                            (default %g)\n"
+        "  --events-ring N           live events kept in memory for SSE clients\n"
+        "                            that resume with Last-Event-ID; an older id\n"
+        "                            gets `event: reset` (default %d)\n"
         "  -h, --help                show this help\n"
         "\n"
         "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"
@@ -340,5 +348,5 @@ void config_usage(FILE *f)
         d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
         (unsigned long long)d.max_job_memory, d.heartbeat_timeout_s,
         d.retry_backoff_s, d.max_attempts, d.backfill_wait_s, d.preempt_wait_s,
-        d.fair_window_s);
+        d.fair_window_s, d.events_ring);
 }

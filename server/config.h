@@ -50,6 +50,8 @@ typedef struct {
     double preempt_wait_s;       /* sched_config.preempt_wait */
     int preempt;                 /* sched_config.preempt */
     double fair_window_s;        /* sched_config.fair_window */
+    int events_ring;             /* live events kept for Last-Event-ID
+                                    resumes (server/events.h) */
 } ty_config;
 
 /* Fills cfg with the defaults. */

@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -829,7 +830,8 @@ ty_status http_server_start(ty_app *app, const route *routes, size_t nroutes,
     if (fd < 0)
         return TY_EIO;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
-                     MHD_USE_ERROR_LOG | MHD_USE_ITC;
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC |
+                     MHD_ALLOW_SUSPEND_RESUME; /* event streams */
     if (app->cfg.ipv6)
         flags |= MHD_USE_IPv6;
     app->daemon = MHD_start_daemon(
@@ -849,10 +851,14 @@ ty_status http_server_start(ty_app *app, const route *routes, size_t nroutes,
     return TY_OK;
 }
 
+static void streams_close_all(void);
+
 void http_server_stop(ty_app *app)
 {
     if (!app->daemon)
         return;
+    /* libmicrohttpd must not be stopped with suspended connections. */
+    streams_close_all();
     MHD_socket fd = MHD_quiesce_daemon(app->daemon);
     /* Requests in flight finish; a long URL fetch among them stops now. */
     fetch_abort_all();
@@ -860,4 +866,129 @@ void http_server_stop(ty_app *app)
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     app->daemon = NULL;
+}
+
+/* ---- streamed replies ----
+ *
+ * A stream's content reader asks fill for bytes; when there are none it
+ * suspends the connection (the pattern microhttpd.h prescribes for "no
+ * body data yet": no thread waits, no busy loop) and http_stream_wake
+ * resumes it. streams_mu makes "nothing ready, so suspend" and "wake"
+ * atomic: a wake that comes while fill runs sets wake_pending, and the
+ * reader then returns 0 without suspending, to be called again at once.
+ * Every stream is on a list so that a shutdown can end them all: a
+ * suspended connection must be resumed before the daemon stops. */
+
+struct http_stream {
+    struct MHD_Connection *conn;
+    http_stream_fill fill;
+    void (*free_cls)(void *cls);
+    void *cls;
+    int suspended;
+    int wake_pending;
+    http_stream *prev, *next;
+};
+
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static http_stream *streams_head;
+static int streams_closing;
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    http_stream *s = cls;
+    pthread_mutex_lock(&streams_mu);
+    int closing = streams_closing;
+    s->wake_pending = 0;
+    pthread_mutex_unlock(&streams_mu);
+    if (closing)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    long n = s->fill(s->cls, buf, max);
+    if (n < 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    if (n > 0)
+        return (ssize_t)n;
+    pthread_mutex_lock(&streams_mu);
+    if (!s->wake_pending && !streams_closing) {
+        s->suspended = 1;
+        MHD_suspend_connection(s->conn);
+    }
+    pthread_mutex_unlock(&streams_mu);
+    return 0;
+}
+
+static void stream_free(void *cls)
+{
+    http_stream *s = cls;
+    pthread_mutex_lock(&streams_mu);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        streams_head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    pthread_mutex_unlock(&streams_mu);
+    /* The owner forgets the handle here; a wake racing with this finds s
+     * still allocated and not suspended. */
+    s->free_cls(s->cls);
+    free(s);
+}
+
+http_stream *http_reply_stream(http_req *r, const char *content_type,
+                               http_stream_fill fill,
+                               void (*free_cls)(void *cls), void *cls)
+{
+    http_stream *s = r->replied ? NULL : calloc(1, sizeof *s);
+    if (!s) {
+        free_cls(cls);
+        http_reply_error(r, TY_ENOMEM, NULL);
+        return NULL;
+    }
+    s->conn = r->conn;
+    s->fill = fill;
+    s->free_cls = free_cls;
+    s->cls = cls;
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, s, stream_free);
+    if (!resp) {
+        free_cls(cls);
+        free(s);
+        http_reply_error(r, TY_ENOMEM, NULL);
+        return NULL;
+    }
+    pthread_mutex_lock(&streams_mu);
+    s->next = streams_head;
+    if (streams_head)
+        streams_head->prev = s;
+    streams_head = s;
+    pthread_mutex_unlock(&streams_mu);
+    /* Proxies (nginx) must not buffer an event stream. */
+    MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+    set_reply(r, 200, resp, content_type, 0);
+    return s;
+}
+
+void http_stream_wake(http_stream *s)
+{
+    pthread_mutex_lock(&streams_mu);
+    if (s->suspended) {
+        s->suspended = 0;
+        MHD_resume_connection(s->conn);
+    } else {
+        s->wake_pending = 1;
+    }
+    pthread_mutex_unlock(&streams_mu);
+}
+
+static void streams_close_all(void)
+{
+    pthread_mutex_lock(&streams_mu);
+    streams_closing = 1;
+    for (http_stream *s = streams_head; s; s = s->next) {
+        if (s->suspended) {
+            s->suspended = 0;
+            MHD_resume_connection(s->conn);
+        }
+    }
+    pthread_mutex_unlock(&streams_mu);
 }

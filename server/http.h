@@ -95,6 +95,28 @@ void http_reply_static(http_req *r, unsigned status, const char *content_type,
 /* Adds a header to the reply to come (e.g. Location). */
 void http_reply_header(http_req *r, const char *name, const char *value);
 
+/* ---- streamed replies (Server-Sent Events; server/events.c) ---- */
+
+typedef struct http_stream http_stream;
+
+/* Writes up to max bytes of the stream into buf; returns how many, 0 when
+ * nothing is ready now (the connection is then suspended, holding no
+ * thread, until http_stream_wake), or -1 at the end of the stream. Runs on
+ * an HTTP thread and must not block. */
+typedef long (*http_stream_fill)(void *cls, char *buf, size_t max);
+
+/* Replies 200 with content_type and a chunked body produced by fill. cls
+ * belongs to the stream from now on: free_cls(cls) is called once the
+ * connection is done with it (a client gone, the end, a shutdown), or at
+ * once on failure. Returns the handle for http_stream_wake, valid until
+ * free_cls has returned; NULL on failure (a 503 is replied). */
+http_stream *http_reply_stream(http_req *r, const char *content_type,
+                               http_stream_fill fill,
+                               void (*free_cls)(void *cls), void *cls);
+
+/* Makes the stream call its fill again soon: resumes it if it is
+ * suspended, else makes its next "nothing ready" try again. Thread-safe. */
+void http_stream_wake(http_stream *s);
 /* Replies with data[0..len), which the reply takes (freed with free() when
  * sent, or at once when the reply cannot be made). */
 void http_reply_buffer(http_req *r, unsigned status, const char *content_type,

@@ -19,6 +19,7 @@
 #include "server/app.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/events.h"
 #include "server/fetch.h"
 #include "server/http.h"
 #include "server/log.h"
@@ -159,6 +160,10 @@ static int cmd_serve(int argc, char **argv)
         printf("Created the admin API key. It is shown only now, and saved in "
                "%s/admin.key (mode 0600):\n\n    %s\n\n",
                cfg.data_dir, key);
+    if (!(app.events = ev_hub_create((size_t)cfg.events_ring, &err))) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
     if (runner_start(&app, &app.runner, &err) != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
@@ -183,6 +188,8 @@ out:
     http_server_stop(&app);
     runner_stop(app.runner);
     app.runner = NULL;
+    ev_hub_destroy(app.events);
+    app.events = NULL;
     model_cache_destroy(app.models);
     inv_destroy(app.inventory);
     app.inventory = NULL;
