@@ -1,22 +1,24 @@
 // devices.js - the device map: each GPU's memory slices (8 per GPU), with
 // MIG slices placed by their placement start/size and whole GPUs as one
-// block, coloured by the job that holds them.
+// block, coloured by the tenant holding them (the job on the slice and on
+// hover). A tenant's key sees its own tenant's holders; other tenants'
+// slices are grey. The admin sees every tenant, one colour each.
 import {api} from './api.js';
 import {live} from './live.js';
-import {h, fmtBytes, jobColour} from './util.js';
+import {h, fmtBytes, jobColour as tenantColour} from './util.js';
 
 function sliceEl(s, names) {
   const held = s.state === 'held', other = s.state === 'held_by_other_tenant';
   const what = s.profile || 'whole GPU';
-  const holder = held ? `job ${names.get(s.job) ? names.get(s.job) + ' (' + s.job + ')' : s.job}`
+  const holder = held ? `job ${names.get(s.job) ? names.get(s.job) + ' (' + s.job + ')' : s.job}, tenant ${s.tenant}`
     : other ? 'held by another tenant' : 'free';
   const el = h('div', {
     class: 'slice ' + (held ? 'held' : other ? 'other' : 'free'),
-    'data-slot': s.slot, 'data-state': s.state, 'data-job': s.job,
+    'data-slot': s.slot, 'data-state': s.state, 'data-job': s.job, 'data-tenant': s.tenant,
     title: `slot ${s.slot} · ${what} · ${fmtBytes(s.memory_bytes)} · ${holder}`,
     tabindex: 0, role: 'listitem', 'aria-label': `slot ${s.slot}, ${what}, ${holder}`,
   }, h('strong', {text: what}), h('br'), held ? (names.get(s.job) || s.job) : other ? 'other tenant' : 'free');
-  if (held) el.style.background = jobColour(s.job);
+  if (held) el.style.background = tenantColour(s.tenant || s.job);
   if (s.placement) el.style.gridColumn = `${s.placement.start + 1} / span ${s.placement.size}`;
   else if (s.kind === 'gpu') el.style.gridColumn = '1 / -1';
   return el;
@@ -28,7 +30,7 @@ export function devicesPage(root) {
   root.append(h('h1', {text: 'Devices'}), banner,
     h('div', {class: 'legend', 'aria-label': 'Legend'},
       h('span', {}, h('span', {class: 'swatch', style: 'background:var(--free);border:1px dashed #999'}), 'free'),
-      h('span', {}, h('span', {class: 'swatch', style: 'background:hsl(210 60% 38%)'}), 'your job (one colour per job)'),
+      h('span', {}, h('span', {class: 'swatch', style: 'background:hsl(210 60% 38%)'}), 'held by a tenant you see (one colour per tenant; hover for the job)'),
       h('span', {}, h('span', {class: 'swatch', style: 'background:var(--other)'}), 'held by another tenant')),
     map);
 

@@ -9,8 +9,7 @@ must appear beside the epochs input), watches the chart gain points while
 the job runs, sees its slice held on the device map, sees the jobs table go
 to succeeded without a reload, sees the slice free again, and predicts from
 the model's page. Any SEVERE browser console message fails the test, except
-the 404 of the events endpoints (the dashboard then polls) and the one
-deliberate 422. Screenshots of each stage go to the folder given as the
+the deliberate 422. Screenshots of each stage go to the folder given as the
 second argument (default build/browser-artifacts).
 
 Usage: dashboard.py path/to/trainyard [artifacts-dir]
@@ -338,6 +337,10 @@ def main():
                 sys.exit(f"FAIL: {page} is {over} px wider than a phone screen")
         shot(driver, "phone-devices")
 
+        # The page followed the server's event streams, not polling.
+        live_text = js(driver, "return document.getElementById('live').textContent;")
+        if "live" not in live_text or "polling" in live_text:
+            sys.exit(f"FAIL: the dashboard is not on live events: {live_text!r}")
         check_sse_client(driver)
         if not js(driver, "return window.__tyNoReload === 1;"):
             sys.exit("FAIL: the page reloaded")
@@ -348,8 +351,6 @@ def main():
             if entry["level"] != "SEVERE":
                 continue
             m = entry["message"]
-            if re.search(r"/v1/(jobs/job_\w+/)?events - Failed to load resource: .* 404", m):
-                continue  # no events endpoint: the dashboard polls instead
             if re.search(r"/v1/jobs - Failed to load resource: .* 422", m):
                 continue  # the deliberate bad epochs value
             errors.append(m)
