@@ -7,6 +7,17 @@ import {api} from './api.js';
 import {live} from './live.js';
 import {h, fmtBytes, jobColour as tenantColour} from './util.js';
 
+// The profile name with a line-break opportunity after its dot, so a
+// narrow slice (a phone) shows "1g." over "18gb" rather than breaking
+// mid-number.
+function profileLabel(what) {
+  const el = h('strong');
+  const dot = what.indexOf('.');
+  if (dot < 0) { el.textContent = what; return el; }
+  el.append(what.slice(0, dot + 1), document.createElement('wbr'), what.slice(dot + 1));
+  return el;
+}
+
 function sliceEl(s, names) {
   const held = s.state === 'held', other = s.state === 'held_by_other_tenant';
   const what = s.profile || 'whole GPU';
@@ -17,7 +28,7 @@ function sliceEl(s, names) {
     'data-slot': s.slot, 'data-state': s.state, 'data-job': s.job, 'data-tenant': s.tenant,
     title: `slot ${s.slot} · ${what} · ${fmtBytes(s.memory_bytes)} · ${holder}`,
     tabindex: 0, role: 'listitem', 'aria-label': `slot ${s.slot}, ${what}, ${holder}`,
-  }, h('strong', {text: what}), h('br'), held ? (names.get(s.job) || s.job) : other ? 'other tenant' : 'free');
+  }, profileLabel(what), h('br'), held ? (names.get(s.job) || s.job) : other ? 'other tenant' : 'free');
   if (held) el.style.background = tenantColour(s.tenant || s.job);
   if (s.placement) el.style.gridColumn = `${s.placement.start + 1} / span ${s.placement.size}`;
   else if (s.kind === 'gpu') el.style.gridColumn = '1 / -1';
