@@ -35,15 +35,17 @@ static int query_number(http_req *r, const char *name, long long min,
     errno = 0;
     long long n = strtoll(v, &end, 10);
     if (errno || end == v || *end || n < min || n > max) {
-        http_reply_problem(r, 400, name, "%s must be a whole number from %lld to %lld",
-                           name, min, max);
+        http_reply_problem(r, 400, name,
+                           "%s must be a whole number from %lld to %lld", name,
+                           min, max);
         return 0;
     }
     *out = n;
     return 1;
 }
 
-/* Appends values [*at, *at + the size of dims) as nested arrays. */
+/* Values v[*at...] as arrays nested in ds's shape from dimension dim on;
+ * advances *at past them. */
 static json_t *nest(const ty_dataset *ds, const float *v, uint32_t dim,
                     uint64_t *at)
 {
@@ -89,7 +91,8 @@ void api_datasets_examples(ty_app *app, http_req *r)
     float *buf = NULL;
     char sha[65], path[PATH_MAX];
     const char *id = http_req_param(r, 0);
-    ty_status s = store_dataset_get(app->store, api_tenant(r), id, &doc, sha, &err);
+    ty_status s =
+        store_dataset_get(app->store, api_tenant(r), id, &doc, sha, &err);
     if (s != TY_OK)
         goto done;
     blob_path(app->cfg.data_dir, sha, path, sizeof path);
@@ -120,7 +123,8 @@ void api_datasets_examples(ty_app *app, http_req *r)
         ty_dataset_example_f32(&ds, i, buf);
         json_array_append_new(
             items, json_pack("{s:I, s:o, s:o}", "index", (json_int_t)i, "x",
-                             nest(&ds, buf, 0, &at), "label", label_of(&ds, i)));
+                             nest(&ds, buf, 0, &at), "label",
+                             label_of(&ds, i)));
     }
     http_reply_json(r, 200,
                     json_pack("{s:s, s:I, s:I, s:o}", "dataset", id, "offset",
