@@ -72,6 +72,7 @@ void api_datasets_create(ty_app *app, http_req *r);
 void api_datasets_list(ty_app *app, http_req *r);
 void api_datasets_get(ty_app *app, http_req *r);
 void api_datasets_delete(ty_app *app, http_req *r);
+void api_datasets_examples(ty_app *app, http_req *r); /* examples.c */
 
 void api_jobs_create(ty_app *app, http_req *r);
 void api_jobs_list(ty_app *app, http_req *r);

@@ -55,6 +55,7 @@ const route api_routes[] = {
     {HTTP_GET, "/", "web.index", PUB, NOBODY, api_web_index},
     {HTTP_GET, "/web/vendor/chart.min.js", "web.chartjs", PUB, NOBODY, api_web_chartjs},
     {HTTP_GET, "/web/{file}", "web.file", PUB, NOBODY, api_web_file},
+    {HTTP_GET, "/v1/datasets/{id}/examples", "datasets.examples", KEY, NOBODY, api_datasets_examples},
 };
 
 const size_t api_routes_count = sizeof api_routes / sizeof api_routes[0];

@@ -8,7 +8,8 @@ submits a job from the new-job form (first with a bad epochs value, whose 422
 must appear beside the epochs input), watches the chart gain points while
 the job runs, sees its slice held on the device map, sees the jobs table go
 to succeeded without a reload, sees the slice free again, and predicts from
-the model's page. Any SEVERE browser console message fails the test, except
+the model's page; then, for a tiny image model trained through the API,
+picks a test image of its dataset and predicts it. Any SEVERE browser console message fails the test, except
 the deliberate 422. Screenshots of each stage go to the folder given as the
 second argument (default build/browser-artifacts).
 
@@ -126,6 +127,58 @@ def slice_state(driver, job_id):
         return {mine: mine ? {state: mine.dataset.state, title: mine.title,
                               colour: getComputedStyle(mine).backgroundColor} : null,
                 free: s.filter((e) => e.dataset.state === 'free').length, total: s.length};""", job_id)
+
+
+def npy_u8(shape, data):
+    """A .npy (format 1.0) of uint8 with this shape."""
+    head = f"{{'descr': '|u1', 'fortran_order': False, 'shape': ({', '.join(map(str, shape))},), }}"
+    head += " " * ((64 - (10 + len(head) + 1) % 64) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode() + bytes(data)
+
+
+def api_call(base, key, method, path, body=None, content_type="application/json"):
+    import urllib.request
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=body, method=method,
+                                 headers={"Authorization": f"Bearer {key}", "Content-Type": content_type})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read() or b"null")
+
+
+def image_model(base, key):
+    """A tiny uint8 image dataset (NPY, 200 of 1x28x28, 3 classes: a bright
+    band at the top, middle or bottom) and a flatten + dense model trained on
+    it for 2 epochs, through the API. Returns (dataset id, model id)."""
+    rng = random.Random(2)
+    n, x, y = 200, [], []
+    for i in range(n):
+        c = i % 3
+        y.append(c)
+        x += [200 + rng.randrange(56) if r // 10 == c else rng.randrange(40)
+              for r in range(28) for _ in range(28)]
+    labels = npy_u8((n,), y)
+    boundary = "tyboundary7"
+    parts = [("name", None, b"tiny images"), ("format", None, b"npy"),
+             ("x", "x.npy", npy_u8((n, 1, 28, 28), x)), ("y", "y.npy", labels)]
+    body = b""
+    for name, filename, data in parts:
+        disp = f'form-data; name="{name}"' + (f'; filename="{filename}"' if filename else "")
+        body += f"--{boundary}\r\nContent-Disposition: {disp}\r\n\r\n".encode() + data + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
+    ds = api_call(base, key, "POST", "/v1/datasets", body, f"multipart/form-data; boundary={boundary}")["id"]
+    job = api_call(base, key, "POST", "/v1/jobs", {
+        "name": "tiny-image", "dataset": ds,
+        "model": {"layers": [{"type": "flatten"}, {"type": "dense", "units": 3}]},
+        "hyperparameters": {"epochs": 2, "batch_size": 20, "seed": 1}})["id"]
+    for _ in range(600):
+        doc = api_call(base, key, "GET", f"/v1/jobs/{job}")
+        if doc["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.1)
+    if doc["status"] != "succeeded" or not doc.get("model"):
+        sys.exit(f"FAIL: the image job: {json.dumps(doc)}")
+    return ds, doc["model"]
 
 
 # The SSE client (web/live.js) against a scripted stream, whatever the server
@@ -337,6 +390,36 @@ def main():
                 sys.exit(f"FAIL: {page} is {over} px wider than a phone screen")
         shot(driver, "phone-devices")
 
+        # 10. An image model: pick a test image of its dataset, see it in the
+        # pad (the stored bytes, 0-255) and its probabilities.
+        driver.set_window_size(1280, 1000)
+        t_img = time.time()
+        img_ds, img_model = image_model(base, key)
+        driver.execute_script("location.hash = arguments[0];", f"#/models/{img_model}")
+        wait(driver, "the pick control", lambda d: d.find_elements(By.ID, "pick-image"))
+        el(driver, "#pick-image").click()
+        thumbs = wait(driver, "the test images",
+                      lambda d: d.find_elements(By.CSS_SELECTOR, "#test-images button.thumb-button"))
+        if len(thumbs) != 8 or [t.text for t in thumbs[:3]] != ["0", "1", "2"]:
+            sys.exit(f"FAIL: test images {[t.text for t in thumbs]}")
+        thumbs[1].send_keys(" ")  # from the keyboard: a focused button and space
+        rows = wait(driver, "the image probabilities",
+                    lambda d: d.find_elements(By.CSS_SELECTOR, "#probabilities tbody tr"))
+        want = api_call(base, key, "GET", f"/v1/datasets/{img_ds}/examples?offset=1&limit=1")["items"][0]
+        flat = [v for plane in want["x"] for row in plane for v in row]
+        pad = js(driver, "const d = document.getElementById('pad').getContext('2d').getImageData(0, 0, 28, 28).data;"
+                         "return Array.from({length: 784}, (_, i) => d[i * 4]);")
+        if pad != flat:
+            sys.exit("FAIL: the pad does not hold the picked image's bytes")
+        probs = {r.get_attribute("data-class"): float(r.find_elements(By.TAG_NAME, "td")[1].text.rstrip(" %"))
+                 for r in rows}
+        if set(probs) != {"0", "1", "2"} or abs(sum(probs.values()) - 100) > 0.5:
+            sys.exit(f"FAIL: image probabilities {probs}")
+        print(f"picked test image 1 (label {want['label']}): predicted {el(driver, '#predicted').text} "
+              f"{probs} ({time.time() - t_img:.1f} s)")
+        js(driver, "document.getElementById('prediction').scrollIntoView({block: 'end'});")
+        shot(driver, "image-pick")
+
         # The page followed the server's event streams, not polling.
         live_text = js(driver, "return document.getElementById('live').textContent;")
         if "live" not in live_text or "polling" in live_text:
@@ -345,7 +428,7 @@ def main():
         if not js(driver, "return window.__tyNoReload === 1;"):
             sys.exit("FAIL: the page reloaded")
 
-        # 10. No console errors but the expected ones.
+        # 11. No console errors but the expected ones.
         errors = []
         for entry in driver.get_log("browser"):
             if entry["level"] != "SEVERE":

@@ -222,6 +222,8 @@ static const iso_case iso_cases[] = {
      404, NULL},
     {"GET", "/v1/tenants/{id}", "/v1/tenants/{tenant}", NULL, 404, NULL},
     {"GET", "/v1/jobs/{id}/events", "/v1/jobs/{job}/events", NULL, 404, NULL},
+    {"GET", "/v1/datasets/{id}/examples", "/v1/datasets/{ds}/examples", NULL,
+     404, NULL},
 };
 
 /* Routes with a path parameter that name no tenant's dataset, job or model

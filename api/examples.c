@@ -1,0 +1,139 @@
+/*
+ * examples.c - GET /v1/datasets/{id}/examples: a page of a dataset's
+ * examples, so a client (the dashboard's "Pick a test image") can show them
+ * and send one to predict.
+ *
+ * Values are the stored ones, before any preprocessing (pixel bytes 0-255,
+ * raw CSV features), which is what predict takes. Examples are read through
+ * the dataset module (ty_dataset_example_f32), never by parsing files here.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#include "api/api.h"
+#include "models/dataset.h"
+#include "server/blob.h"
+
+#define DEFAULT_EXAMPLES 8
+#define MAX_EXAMPLES 64
+/* Values in one reply, so a page of huge examples stays a sane size: a page
+ * holds fewer than limit examples when they would pass it (at least one),
+ * and an example with more values than this is refused. */
+#define MAX_VALUES (1u << 20)
+
+/* Reads a whole number from min to max from the query; replies 400 naming
+ * the parameter and returns 0 when it is malformed. */
+static int query_number(http_req *r, const char *name, long long min,
+                        long long max, long long dflt, long long *out)
+{
+    const char *v = http_req_query(r, name);
+    *out = dflt;
+    if (!v)
+        return 1;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || *end || n < min || n > max) {
+        http_reply_problem(r, 400, name,
+                           "%s must be a whole number from %lld to %lld", name,
+                           min, max);
+        return 0;
+    }
+    *out = n;
+    return 1;
+}
+
+/* Values v[*at...] as arrays nested in ds's shape from dimension dim on;
+ * advances *at past them. */
+static json_t *nest(const ty_dataset *ds, const float *v, uint32_t dim,
+                    uint64_t *at)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < ds->shape[dim]; i++) {
+        if (dim + 1 < ds->ndim) {
+            json_array_append_new(a, nest(ds, v, dim + 1, at));
+            continue;
+        }
+        float x = v[(*at)++];
+        json_array_append_new(a, ds->x_dtype == TY_DTYPE_U8
+                                     ? json_integer((json_int_t)x)
+                                     : json_real(x));
+    }
+    return a;
+}
+
+static json_t *label_of(const ty_dataset *ds, uint32_t i)
+{
+    if (ds->task == TY_TASK_CLASSIFICATION) {
+        const json_t *c = json_array_get(json_object_get(ds->meta, "classes"),
+                                         (size_t)ds->y_class[i]);
+        return c ? json_deep_copy(c) : json_integer(ds->y_class[i]);
+    }
+    const float *y = ds->y_value + (size_t)i * ds->y_dim;
+    if (ds->y_dim == 1)
+        return json_real(y[0]);
+    json_t *a = json_array();
+    for (uint32_t k = 0; k < ds->y_dim; k++)
+        json_array_append_new(a, json_real(y[k]));
+    return a;
+}
+
+void api_datasets_examples(ty_app *app, http_req *r)
+{
+    long long offset, limit;
+    if (!query_number(r, "offset", 0, TY_DS_MAX_EXAMPLES, 0, &offset) ||
+        !query_number(r, "limit", 1, MAX_EXAMPLES, DEFAULT_EXAMPLES, &limit))
+        return;
+    ty_err err = {0};
+    json_t *doc = NULL;
+    ty_dataset ds = {0};
+    float *buf = NULL;
+    char sha[65], path[PATH_MAX];
+    const char *id = http_req_param(r, 0);
+    ty_status s =
+        store_dataset_get(app->store, api_tenant(r), id, &doc, sha, &err);
+    if (s != TY_OK)
+        goto done;
+    blob_path(app->cfg.data_dir, sha, path, sizeof path);
+    if ((s = ty_dataset_open(path, &ds, &err)) != TY_OK)
+        goto done;
+    if (ds.features > MAX_VALUES) {
+        s = ty_fail(&err, TY_EINVAL, "id",
+                    "dataset %s has %llu values per example; examples are "
+                    "served up to %u values", id,
+                    (unsigned long long)ds.features, MAX_VALUES);
+        goto done;
+    }
+    uint64_t fit = MAX_VALUES / ds.features;
+    uint64_t n = (uint64_t)limit < fit ? (uint64_t)limit : fit;
+    if ((uint64_t)offset >= ds.num_examples)
+        n = 0;
+    else if (n > ds.num_examples - (uint64_t)offset)
+        n = ds.num_examples - (uint64_t)offset;
+    buf = malloc((size_t)ds.features * sizeof *buf);
+    if (!buf) {
+        s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    json_t *items = json_array();
+    for (uint64_t k = 0; k < n; k++) {
+        uint32_t i = (uint32_t)(offset + k);
+        uint64_t at = 0;
+        ty_dataset_example_f32(&ds, i, buf);
+        json_array_append_new(
+            items, json_pack("{s:I, s:o, s:o}", "index", (json_int_t)i, "x",
+                             nest(&ds, buf, 0, &at), "label",
+                             label_of(&ds, i)));
+    }
+    http_reply_json(r, 200,
+                    json_pack("{s:s, s:I, s:I, s:o}", "dataset", id, "offset",
+                              (json_int_t)offset, "total",
+                              (json_int_t)ds.num_examples, "items", items));
+done:
+    if (s != TY_OK)
+        http_reply_error(r, s, &err);
+    free(buf);
+    ty_dataset_close(&ds);
+    json_decref(doc);
+}
