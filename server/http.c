@@ -80,6 +80,7 @@ struct http_req {
 
     /* the reply */
     int replied;
+    int streamed;              /* the reply is an event stream */
     int queued;
     unsigned status;
     struct MHD_Response *response;
@@ -742,9 +743,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
                             json_string(r->match.route->pattern));
     log_event("info", "request", f);
     /* Metrics label the template, never the raw path: bounded cardinality. */
+    /* An event stream lasts as long as its client stays: counted, not
+     * timed, so it does not swamp its route's latency histogram. */
     opm_http_request(http_method_name(r->method),
                      r->routed ? r->match.route->pattern : "unmatched",
-                     r->status, ms / 1e3);
+                     r->status, r->streamed ? -1.0 : ms / 1e3);
     req_free(r);
     *con_cls = NULL;
 }
@@ -944,6 +947,7 @@ http_stream *http_reply_stream(http_req *r, const char *content_type,
         http_reply_error(r, TY_ENOMEM, NULL);
         return NULL;
     }
+    r->streamed = 1;
     s->conn = r->conn;
     s->fill = fill;
     s->free_cls = free_cls;

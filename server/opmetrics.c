@@ -116,7 +116,8 @@ void opm_http_request(const char *method, const char *route, unsigned status,
     char code[12];
     snprintf(code, sizeof code, "%u", status);
     metrics_add(f->http_requests, LABELS(method, route, code), 1);
-    metrics_observe(f->http_duration, LABELS(method, route), seconds);
+    if (seconds >= 0)
+        metrics_observe(f->http_duration, LABELS(method, route), seconds);
 }
 
 void opm_job_started(const char *tenant, double queue_wait_s)

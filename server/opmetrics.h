@@ -38,7 +38,8 @@ metrics_registry *opm_registry(void);
 const opm_families *opm(void);
 
 /* A finished HTTP request: route is the matched template ("unmatched" for
- * a 404/405 from the router), status the code sent. */
+ * a 404/405 from the router), status the code sent, seconds its duration
+ * (negative: counted but not timed, as for an event stream). */
 void opm_http_request(const char *method, const char *route, unsigned status,
                       double seconds);
 

@@ -81,6 +81,8 @@ static void test_requests_and_jobs(void **state)
 {
     opm_http_request("GET", "/v1/jobs/{id}", 404, 0.002);
     opm_http_request("GET", "/v1/jobs/{id}", 404, 0.5);
+    /* An event stream: counted, not timed. */
+    opm_http_request("GET", "/v1/events", 200, -1.0);
     opm_job_started("tn_a", 3);
     opm_job_samples_per_sec("job_1", "tn_a", 1234.5);
     opm_job_samples_per_sec("job_2", "tn_a", 10);
@@ -93,6 +95,10 @@ static void test_requests_and_jobs(void **state)
                   "route=\"/v1/jobs/{id}\",le=\"0.0025\"} 1\n");
     assert_has(t, "trainyard_http_request_duration_seconds_count{method=\"GET\","
                   "route=\"/v1/jobs/{id}\"} 2\n");
+    assert_has(t, "trainyard_http_requests_total{method=\"GET\",route=\"/v1/"
+                  "events\",status=\"200\"} 1\n");
+    assert_null(strstr(t, "trainyard_http_request_duration_seconds_count{"
+                          "method=\"GET\",route=\"/v1/events\"}"));
     assert_has(t, "trainyard_job_queue_wait_seconds_bucket{tenant=\"tn_a\","
                   "le=\"1\"} 0\n");
     assert_has(t, "trainyard_job_queue_wait_seconds_bucket{tenant=\"tn_a\","
