@@ -5,8 +5,9 @@
 #   scripts/setup.sh build   compiler, CMake, the libraries the binary links
 #                            and Chart.js (the dashboard's charts)
 #   scripts/setup.sh test    the above, plus CMocka, Python (for the contract
-#                            test), the Fashion-MNIST dataset and Chromium with
-#                            its driver and Selenium (the browser test)
+#                            test), the Fashion-MNIST dataset, Chromium with
+#                            its driver and Selenium (the browser test) and
+#                            openssl (the HTTPS test's throwaway CA)
 #
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line to run and fails.
@@ -18,7 +19,7 @@ build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
             libjs-chart.js)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
            dataset-fashion-mnist python3-prometheus-client chromium
-           chromium-driver python3-selenium)
+           chromium-driver python3-selenium openssl)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;

@@ -13,6 +13,7 @@
 #include "common/ty.h"
 #include "server/config.h"
 #include "server/store.h"
+#include "server/tls.h"
 
 struct MHD_Daemon;
 struct runner;
@@ -41,6 +42,9 @@ typedef struct ty_app {
     /* Live events for SSE (server/events.h), created by main; NULL: none
      * are published. */
     struct ev_hub *events;
+    /* --tls-cert/--tls-key, loaded by main before app_init's data folder
+     * work; cert NULL: plain HTTP. Freed by main. */
+    tls_pem tls;
 } ty_app;
 
 /* Prepares the data folder (creating it), opens the store, recovers jobs

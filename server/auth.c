@@ -3,6 +3,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -121,4 +122,70 @@ ty_status auth_bootstrap(store *st, const char *data_dir,
         return s;
     *created = 1;
     return TY_OK;
+}
+
+ty_status auth_key_given(const char *file, const char *env_value,
+                         char key[AUTH_KEY_LEN + 1], ty_err *err)
+{
+    int have_file = file && *file, have_env = env_value && *env_value;
+    if (!have_file && !have_env)
+        return TY_ENOTFOUND;
+    if (have_file && have_env)
+        return ty_fail(err, TY_EINVAL, "--admin-key-file",
+                       "the admin key is given twice, by --admin-key-file and "
+                       "by TRAINYARD_ADMIN_KEY: give it one way");
+    const char *from = have_file ? "--admin-key-file" : "TRAINYARD_ADMIN_KEY";
+    char *text = NULL;
+    size_t len = 0;
+    if (have_file) {
+        ty_status s = fs_read_all(file, 4096, &text, &len, err);
+        if (s != TY_OK) {
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err->msg);
+            /* Never TY_ENOTFOUND: that would read as "no key given". */
+            return ty_fail(err, TY_EINVAL, from, "--admin-key-file %s: %s",
+                           file, why);
+        }
+    } else {
+        text = strdup(env_value);
+        len = strlen(text);
+    }
+    const char *p = text;
+    while (len > 0 && strchr(" \t\r\n", p[len - 1]))
+        len--;
+    while (len > 0 && strchr(" \t\r\n", *p))
+        p++, len--;
+    char key_id[TY_ID_MAX];
+    ty_status s = TY_OK;
+    if (len != AUTH_KEY_LEN) {
+        s = TY_EINVAL;
+    } else {
+        memcpy(key, p, AUTH_KEY_LEN);
+        key[AUTH_KEY_LEN] = '\0';
+        s = auth_key_id(key, key_id);
+    }
+    free(text);
+    if (s != TY_OK) {
+        memset(key, 0, AUTH_KEY_LEN + 1);
+        return ty_fail(err, TY_EINVAL, from,
+                       "%s: not a trainyard key (keys read ty_ followed by 20 "
+                       "and 52 characters of a-z and 2-7, as `trainyard "
+                       "keygen` prints)",
+                       from);
+    }
+    return TY_OK;
+}
+
+ty_status auth_bootstrap_given(store *st, const char *key,
+                               store_admin_key_result *result, ty_err *err)
+{
+    char key_id[TY_ID_MAX], tenant_id[TY_ID_MAX];
+    if (auth_key_id(key, key_id) != TY_OK)
+        return ty_fail(err, TY_EINVAL, NULL, "the admin key is malformed");
+    ty_status s = ty_id_new("tn_", tenant_id, err);
+    if (s != TY_OK)
+        return s;
+    uint8_t hash[32];
+    auth_key_hash(key, hash);
+    return store_admin_key_ensure(st, tenant_id, key_id, hash, result, err);
 }

@@ -46,4 +46,19 @@ ty_status auth_bootstrap(store *st, const char *data_dir,
                          char key_out[AUTH_KEY_LEN + 1], int *created,
                          ty_err *err);
 
+/* An admin key given to the server rather than generated: read from file
+ * (--admin-key-file; surrounding whitespace ignored) or, when file is NULL
+ * or empty, taken from env_value (TRAINYARD_ADMIN_KEY). TY_ENOTFOUND when
+ * neither is given; TY_EINVAL, naming the source, when both are or when the
+ * key is not shaped like a trainyard key (`trainyard keygen` makes one). */
+ty_status auth_key_given(const char *file, const char *env_value,
+                         char key[AUTH_KEY_LEN + 1], ty_err *err);
+
+/* Makes a given key an admin key (store_admin_key_ensure): on an empty store
+ * it is the first admin key; later an unknown key joins the admin tenant and
+ * a key revoked through the API stays revoked. Nothing is written to
+ * admin.key. */
+ty_status auth_bootstrap_given(store *st, const char *key,
+                               store_admin_key_result *result, ty_err *err);
+
 #endif

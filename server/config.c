@@ -144,6 +144,15 @@ static ty_status parse_bytes(const char *flag, const char *v, uint64_t *out,
     return TY_OK;
 }
 
+static ty_status parse_path(const char *flag, const char *v, char *out,
+                            size_t size, ty_err *err)
+{
+    if (!*v || strlen(v) >= size)
+        return ty_fail(err, TY_EINVAL, flag, "%s needs a file path", flag);
+    snprintf(out, size, "%s", v);
+    return TY_OK;
+}
+
 ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                              int *want_help, ty_err *err)
 {
@@ -247,6 +256,14 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             cfg->preempt = !strcmp(val, "on");
         } else if (!strcmp(flag, "--events-ring")) {
             s = parse_int(flag, val, 1, EV_RING_MAX, &cfg->events_ring, err);
+        } else if (!strcmp(flag, "--tls-cert")) {
+            s = parse_path(flag, val, cfg->tls_cert, sizeof cfg->tls_cert,
+                           err);
+        } else if (!strcmp(flag, "--tls-key")) {
+            s = parse_path(flag, val, cfg->tls_key, sizeof cfg->tls_key, err);
+        } else if (!strcmp(flag, "--admin-key-file")) {
+            s = parse_path(flag, val, cfg->admin_key_file,
+                           sizeof cfg->admin_key_file, err);
         } else {
             return ty_fail(err, TY_EINVAL, flag,
                            "unknown flag %s (see trainyard serve --help)", flag);
@@ -254,6 +271,12 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
         if (s != TY_OK)
             return s;
     }
+    if (!*cfg->tls_cert != !*cfg->tls_key)
+        return ty_fail(err, TY_EINVAL,
+                       *cfg->tls_cert ? "--tls-key" : "--tls-cert",
+                       "HTTPS needs both --tls-cert and --tls-key (%s is "
+                       "missing)",
+                       *cfg->tls_cert ? "--tls-key" : "--tls-cert");
     return TY_OK;
 }
 
@@ -266,7 +289,8 @@ void config_usage(FILE *f)
         "\n"
         "Runs the trainyard REST API server. Its state lives in one data folder.\n"
         "On first start with an empty data folder it creates an admin API key,\n"
-        "prints it once and writes it to <data>/admin.key (mode 0600).\n"
+        "prints it once and writes it to <data>/admin.key (mode 0600), unless\n"
+        "one is given (--admin-key-file, TRAINYARD_ADMIN_KEY).\n"
         "\n"
         "Flags (--flag value or --flag=value):\n"
         "  --listen ADDR:PORT        address to serve on; [v6addr]:port for IPv6,\n"
@@ -334,6 +358,18 @@ void config_usage(FILE *f)
         "  --events-ring N           live events kept in memory for SSE clients\n"
         "                            that resume with Last-Event-ID; an older id\n"
         "                            gets `event: reset` (default %d)\n"
+        "  --tls-cert FILE           serve HTTPS with this PEM certificate (the\n"
+        "                            server's first, then any intermediates);\n"
+        "                            needs --tls-key. Plain HTTP is then not\n"
+        "                            served on the port (default: plain HTTP)\n"
+        "  --tls-key FILE            the PEM private key of --tls-cert\n"
+        "  --admin-key-file FILE     use the admin API key in FILE (e.g. a Docker\n"
+        "                            secret) instead of generating one; the\n"
+        "                            environment variable TRAINYARD_ADMIN_KEY\n"
+        "                            does the same. `trainyard keygen` makes a\n"
+        "                            key. A key not yet known joins the admin\n"
+        "                            tenant; one revoked through the API stays\n"
+        "                            revoked. Nothing is written to admin.key\n"
         "  -h, --help                show this help\n"
         "\n"
         "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"

@@ -52,6 +52,12 @@ typedef struct {
     double fair_window_s;        /* sched_config.fair_window */
     int events_ring;             /* live events kept for Last-Event-ID
                                     resumes (server/events.h) */
+    char tls_cert[PATH_MAX];     /* PEM certificate (chain) for HTTPS; empty
+                                    = plain HTTP. Set with tls_key. */
+    char tls_key[PATH_MAX];      /* PEM private key for HTTPS */
+    char admin_key_file[PATH_MAX]; /* a given admin key (auth_key_given);
+                                    empty = TRAINYARD_ADMIN_KEY or a
+                                    generated one */
 } ty_config;
 
 /* Fills cfg with the defaults. */

@@ -837,6 +837,17 @@ ty_status http_server_start(ty_app *app, const route *routes, size_t nroutes,
                      MHD_ALLOW_SUSPEND_RESUME; /* event streams */
     if (app->cfg.ipv6)
         flags |= MHD_USE_IPv6;
+    /* HTTPS: TLS 1.2 and 1.3 only; GnuTLS's NORMAL set otherwise. */
+    struct MHD_OptionItem tls_opts[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, app->tls.cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, app->tls.key},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0,
+         (void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"},
+        {MHD_OPTION_END, 0, NULL}};
+    if (app->tls.cert)
+        flags |= MHD_USE_TLS;
+    else
+        tls_opts[0].option = MHD_OPTION_END;
     app->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, NULL,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
@@ -844,9 +855,16 @@ ty_status http_server_start(ty_app *app, const route *routes, size_t nroutes,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)app->cfg.connection_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
-        MHD_OPTION_END);
+        MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!app->daemon) {
         close(fd);
+        if (app->tls.cert)
+            return ty_fail(err, TY_EINVAL, "--tls-key",
+                           "cannot start HTTPS on %s: the TLS library "
+                           "refused the certificate or key (is --tls-key "
+                           "the private key of --tls-cert? the server log "
+                           "line before this says more)",
+                           app->cfg.listen);
         return ty_fail(err, TY_EIO, NULL,
                        "cannot start the HTTP server on %s", app->cfg.listen);
     }

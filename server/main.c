@@ -37,6 +37,7 @@ static void usage(FILE *f)
             "Commands:\n"
             "  serve     run the REST API server (trainyard serve --help)\n"
             "  version   print the version and the compute backends built in\n"
+            "  keygen    print a new random API key (for --admin-key-file)\n"
             "  worker    run one training job (started by the server)\n"
             "  help      show this help\n");
 }
@@ -78,6 +79,56 @@ static int cmd_version(void)
     return 0;
 }
 
+/* `trainyard keygen`: a fresh API key for --admin-key-file or
+ * TRAINYARD_ADMIN_KEY. */
+static int cmd_keygen(int argc, char **argv)
+{
+    if (argc > 1) {
+        fprintf(stderr, "usage: trainyard keygen\n"
+                        "Prints a new random API key, e.g. for "
+                        "--admin-key-file or TRAINYARD_ADMIN_KEY.\n");
+        return strcmp(argv[1], "-h") && strcmp(argv[1], "--help") ? 64 : 0;
+    }
+    char key[AUTH_KEY_LEN + 1], key_id[TY_ID_MAX];
+    ty_err err = {0};
+    if (auth_key_generate(key, key_id, &err) != TY_OK) {
+        fprintf(stderr, "trainyard keygen: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s\n", key);
+    return 0;
+}
+
+/* A given admin key (--admin-key-file or TRAINYARD_ADMIN_KEY) made an admin
+ * key of this store, with a line saying what happened. */
+static ty_status admin_key_given(ty_app *app, char *key, ty_err *err)
+{
+    const char *from = *app->cfg.admin_key_file ? "--admin-key-file"
+                                                : "TRAINYARD_ADMIN_KEY";
+    char key_id[TY_ID_MAX] = "";
+    auth_key_id(key, key_id);
+    store_admin_key_result r;
+    ty_status s = auth_bootstrap_given(app->store, key, &r, err);
+    memset(key, 0, AUTH_KEY_LEN + 1);
+    if (s != TY_OK) {
+        fprintf(stderr, "trainyard serve: the admin key from %s: %s\n", from,
+                err->msg);
+        return s;
+    }
+    static const char *const said[] = {
+        [STORE_ADMIN_KEY_CREATED] = "is the admin key of this new data folder",
+        [STORE_ADMIN_KEY_ADDED] = "was added to the admin tenant",
+        [STORE_ADMIN_KEY_PRESENT] = "is an admin key",
+        [STORE_ADMIN_KEY_REVOKED] =
+            "was revoked through the API and stays revoked: give another key",
+    };
+    printf("The admin API key from %s (%s) %s.\n", from, key_id, said[r]);
+    log_event(r == STORE_ADMIN_KEY_REVOKED ? "warn" : "info", "admin_key",
+              json_pack("{s:s, s:s, s:s}", "source", from, "key_id", key_id,
+                        "state", said[r]));
+    return TY_OK;
+}
+
 static int cmd_serve(int argc, char **argv)
 {
     ty_config cfg;
@@ -105,12 +156,33 @@ static int cmd_serve(int argc, char **argv)
      * runs in worker processes, which use the cores themselves. */
     openblas_set_num_threads(1);
 
+    /* The given admin key and the TLS files are checked before the data
+     * folder is touched. The key leaves the environment so that workers
+     * do not inherit it. */
+    char given_key[AUTH_KEY_LEN + 1];
+    ty_status given = auth_key_given(cfg.admin_key_file,
+                                     getenv("TRAINYARD_ADMIN_KEY"), given_key,
+                                     &err);
+    unsetenv("TRAINYARD_ADMIN_KEY");
+    if (given != TY_OK && given != TY_ENOTFOUND) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 64;
+    }
+    tls_pem tls = {0};
+    if (*cfg.tls_cert &&
+        tls_pem_load(cfg.tls_cert, cfg.tls_key, &tls, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 64;
+    }
+
     ty_app app;
     int rc = 1;
     if (app_init(&app, &cfg, &err) != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        tls_pem_free(&tls);
         return 1;
     }
+    app.tls = tls;
     /* The devices first: a missing GPU or an impossible simulated layout
      * stops the start before the data folder gets an admin key. */
     if (inv_open(cfg.devices, &app.inventory, &err) != TY_OK) {
@@ -149,17 +221,24 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
-    char key[AUTH_KEY_LEN + 1];
-    int created = 0;
-    if (auth_bootstrap(app.store, cfg.data_dir, key, &created, &err) != TY_OK) {
-        fprintf(stderr, "trainyard serve: cannot create the admin key: %s\n",
-                err.msg);
-        goto out;
+    if (given == TY_OK) {
+        if (admin_key_given(&app, given_key, &err) != TY_OK)
+            goto out;
+    } else {
+        char key[AUTH_KEY_LEN + 1];
+        int created = 0;
+        if (auth_bootstrap(app.store, cfg.data_dir, key, &created, &err) !=
+            TY_OK) {
+            fprintf(stderr,
+                    "trainyard serve: cannot create the admin key: %s\n",
+                    err.msg);
+            goto out;
+        }
+        if (created)
+            printf("Created the admin API key. It is shown only now, and saved "
+                   "in %s/admin.key (mode 0600):\n\n    %s\n\n",
+                   cfg.data_dir, key);
     }
-    if (created)
-        printf("Created the admin API key. It is shown only now, and saved in "
-               "%s/admin.key (mode 0600):\n\n    %s\n\n",
-               cfg.data_dir, key);
     if (!(app.events = ev_hub_create((size_t)cfg.events_ring, &err))) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
@@ -172,8 +251,9 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
-    printf("trainyard %s listening on http://%s%s%s:%d (data in %s)\n",
-           TRAINYARD_VERSION, cfg.ipv6 ? "[" : "", cfg.host,
+    printf("trainyard %s listening on %s://%s%s%s:%d (data in %s)\n",
+           TRAINYARD_VERSION, app.tls.cert ? "https" : "http",
+           cfg.ipv6 ? "[" : "", cfg.host,
            cfg.ipv6 ? "]" : "", app.bound_port, cfg.data_dir);
     fflush(stdout);
     log_event("info", "started",
@@ -193,6 +273,7 @@ out:
     model_cache_destroy(app.models);
     inv_destroy(app.inventory);
     app.inventory = NULL;
+    tls_pem_free(&app.tls);
     app_free(&app);
     if (rc == 0)
         log_event("info", "stopped", NULL);
@@ -212,6 +293,8 @@ int main(int argc, char **argv)
         return worker_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return cmd_version();
+    if (!strcmp(cmd, "keygen"))
+        return cmd_keygen(argc - 1, argv + 1);
     if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
         usage(stdout);
         return 0;

@@ -452,6 +452,60 @@ ty_status store_bootstrap_admin(store *st, const char *tenant_id,
     return s;
 }
 
+ty_status store_admin_key_ensure(store *st, const char *new_tenant_id,
+                                 const char *key_id, const uint8_t hash[32],
+                                 store_admin_key_result *result, ty_err *err)
+{
+    char now[32];
+    store_now(now);
+    pthread_mutex_lock(&st->mu);
+    json_t *rows = NULL;
+    ty_status s = exec(st, "BEGIN IMMEDIATE", err);
+    if (s == TY_OK)
+        s = q(st, &rows, NULL, err,
+              "SELECT hash = ? AS same, revoked_at IS NOT NULL AS revoked "
+              "FROM api_keys WHERE id = ?",
+              "bs", hash, key_id);
+    json_t *row = json_array_get(rows, 0);
+    if (s == TY_OK && row) {
+        if (!json_integer_value(json_object_get(row, "same")))
+            s = ty_fail(err, TY_ECONFLICT, NULL,
+                        "another key with the id %s exists", key_id);
+        else if (json_integer_value(json_object_get(row, "revoked")))
+            *result = STORE_ADMIN_KEY_REVOKED;
+        else
+            *result = STORE_ADMIN_KEY_PRESENT;
+    } else if (s == TY_OK) {
+        json_t *admin = NULL;
+        s = q(st, &admin, NULL, err,
+              "SELECT tenant_id FROM api_keys WHERE is_admin = 1 "
+              "ORDER BY created_at, id LIMIT 1",
+              "");
+        const char *tenant = json_string_value(
+            json_object_get(json_array_get(admin, 0), "tenant_id"));
+        *result = tenant ? STORE_ADMIN_KEY_ADDED : STORE_ADMIN_KEY_CREATED;
+        if (s == TY_OK && !tenant) {
+            tenant = new_tenant_id;
+            s = q(st, NULL, NULL, err,
+                  "INSERT INTO tenants(id, name, created_at) VALUES (?, ?, ?)",
+                  "sss", tenant, "admin", now);
+        }
+        if (s == TY_OK)
+            s = q(st, NULL, NULL, err,
+                  "INSERT INTO api_keys(id, tenant_id, hash, is_admin, "
+                  "created_at) VALUES (?, ?, ?, 1, ?)",
+                  "ssbs", key_id, tenant, hash, now);
+        json_decref(admin);
+    }
+    json_decref(rows);
+    if (s == TY_OK)
+        s = exec(st, "COMMIT", err);
+    if (s != TY_OK)
+        rollback(st);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
 ty_status store_key_lookup(store *st, const char *key_id, store_key *out,
                            uint8_t hash[32], ty_err *err)
 {

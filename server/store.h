@@ -54,6 +54,23 @@ ty_status store_bootstrap_admin(store *st, const char *tenant_id,
                                 const char *tenant_name, const char *key_id,
                                 const uint8_t hash[32], ty_err *err);
 
+/* What store_admin_key_ensure found or did. */
+typedef enum {
+    STORE_ADMIN_KEY_CREATED,  /* the store had no keys: admin tenant + key */
+    STORE_ADMIN_KEY_ADDED,    /* added to the admin tenant */
+    STORE_ADMIN_KEY_PRESENT,  /* already a live key (nothing changed) */
+    STORE_ADMIN_KEY_REVOKED   /* revoked through the API: left revoked */
+} store_admin_key_result;
+
+/* Makes the key (id and SHA-256) an admin key unless it is known: with no
+ * keys at all it creates the tenant "admin" as store_bootstrap_admin does;
+ * otherwise an unknown key joins the tenant of the oldest admin key. A key
+ * revoked through the API stays revoked. TY_ECONFLICT when the id is known
+ * with a different hash. One transaction. */
+ty_status store_admin_key_ensure(store *st, const char *new_tenant_id,
+                                 const char *key_id, const uint8_t hash[32],
+                                 store_admin_key_result *result, ty_err *err);
+
 /* Finds the live (unrevoked) key with this id and gives its stored hash.
  * TY_ENOTFOUND when none. */
 ty_status store_key_lookup(store *st, const char *key_id, store_key *out,

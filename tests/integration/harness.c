@@ -126,11 +126,18 @@ int srv_start(srv *s, const char *data, const char *const *extra)
     s->pid = pid;
     FILE *out = fdopen(pipefd[0], "r");
     char line[1024];
+    const char *scheme = "http";
+    int key_given = 0;
     double deadline = now_seconds() + 60;
     while (fgets(line, sizeof line, out)) {
+        if (strstr(line, "The admin API key from "))
+            key_given = 1;
         char *p = strstr(line, "listening on http://127.0.0.1:");
-        if (p) {
-            s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        char *ps = strstr(line, "listening on https://127.0.0.1:");
+        if (p || ps) {
+            scheme = ps ? "https" : "http";
+            s->port = ps ? atoi(ps + strlen("listening on https://127.0.0.1:"))
+                         : atoi(p + strlen("listening on http://127.0.0.1:"));
             break;
         }
         if (now_seconds() > deadline)
@@ -145,7 +152,9 @@ int srv_start(srv *s, const char *data, const char *const *extra)
         srv_stop(s, SIGKILL);
         return -1;
     }
-    snprintf(s->base, sizeof s->base, "http://127.0.0.1:%d", s->port);
+    snprintf(s->base, sizeof s->base, "%s://127.0.0.1:%d", scheme, s->port);
+    if (key_given)
+        return 0;
     char keyfile[PATH_MAX];
     snprintf(keyfile, sizeof keyfile, "%s/admin.key", s->data);
     FILE *k = fopen(keyfile, "r");
@@ -238,8 +247,11 @@ static resp *perform(CURL *c, const srv *s, const char *path, const char *key,
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &h);
     curl_easy_setopt(c, CURLOPT_TIMEOUT, 300L);
+    if (*s->cacert)
+        curl_easy_setopt(c, CURLOPT_CAINFO, s->cacert);
     resp *r = calloc(1, sizeof *r);
     CURLcode rc = curl_easy_perform(c);
+    r->curl_code = (int)rc;
     if (rc != CURLE_OK) {
         fprintf(stderr, "harness: %s %s: %s\n", "request", url,
                 curl_easy_strerror(rc));

@@ -20,12 +20,16 @@ typedef struct {
     char key[128];
     char base[64];
     char log[PATH_MAX];     /* the server's stderr */
+    char cacert[PATH_MAX];  /* CA file for an https:// server; set after
+                               srv_start (empty: the system's CAs) */
 } srv;
 
 /* Starts `$TRAINYARD_BIN serve --listen 127.0.0.1:0 --data <data>
  * --train-device cpu` plus extra flags (NULL-terminated, may be NULL). data NULL = a new temp folder.
- * Waits for the "listening" line and reads the admin key. Returns 0 on
- * success. */
+ * Waits for the "listening" line (http:// or https://) and reads the admin
+ * key from admin.key; with a given admin key (the server says "The admin API
+ * key from ...") there is no file and key stays empty for the test to set.
+ * Returns 0 on success. */
 int srv_start(srv *s, const char *data, const char *const *extra);
 
 /* Sends sig and waits for the process to exit; returns its wait status. */
@@ -41,6 +45,8 @@ typedef struct {
     json_t *json;           /* parsed body when it was JSON, else NULL */
     char content_type[128];
     char location[256];
+    int curl_code;          /* CURLcode of the transfer; status is -1 when
+                               it is not CURLE_OK */
 } resp;
 
 /* A request. key: NULL = the server's admin key, "" = no Authorization

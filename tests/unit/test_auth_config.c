@@ -264,6 +264,113 @@ static void test_config_train_device(void **state)
     free(text);
 }
 
+/* A given admin key: read from a file (whitespace around it ignored) or the
+ * environment's value, never both; made the admin key of an empty store,
+ * added to the admin tenant later, and never revived once revoked. */
+static void test_given_admin_key(void **state)
+{
+    char dir[] = "/tmp/ty-given-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    ty_err err;
+    char k1[AUTH_KEY_LEN + 1], k2[AUTH_KEY_LEN + 1], id1[TY_ID_MAX],
+        id2[TY_ID_MAX], got[AUTH_KEY_LEN + 1];
+    assert_int_equal(auth_key_generate(k1, id1, &err), TY_OK);
+    assert_int_equal(auth_key_generate(k2, id2, &err), TY_OK);
+
+    char file[300], text[200];
+    snprintf(file, sizeof file, "%s/secret", dir);
+    snprintf(text, sizeof text, "  %s\r\n\n", k1);
+    assert_int_equal(fs_write_atomic(file, text, strlen(text), 0600, &err),
+                     TY_OK);
+    assert_int_equal(auth_key_given(file, NULL, got, &err), TY_OK);
+    assert_string_equal(got, k1);
+    assert_int_equal(auth_key_given("", k2, got, &err), TY_OK);
+    assert_string_equal(got, k2);
+    assert_int_equal(auth_key_given(NULL, "", got, &err), TY_ENOTFOUND);
+    assert_int_equal(auth_key_given(file, k2, got, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "given twice"));
+    assert_int_equal(auth_key_given(NULL, "ty_short", got, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "TRAINYARD_ADMIN_KEY"));
+    assert_null(strstr(err.msg, "ty_short"));
+    char upper[AUTH_KEY_LEN + 1];
+    memcpy(upper, k1, sizeof upper);
+    upper[10] = 'A';
+    assert_int_equal(auth_key_given(NULL, upper, got, &err), TY_EINVAL);
+    char missing[320];
+    snprintf(missing, sizeof missing, "%s/none", dir);
+    assert_int_equal(auth_key_given(missing, NULL, got, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "--admin-key-file"));
+
+    store *st;
+    assert_int_equal(store_open(dir, &st, &err), TY_OK);
+    store_admin_key_result r;
+    assert_int_equal(auth_bootstrap_given(st, k1, &r, &err), TY_OK);
+    assert_int_equal(r, STORE_ADMIN_KEY_CREATED);
+    assert_int_equal(auth_bootstrap_given(st, k1, &r, &err), TY_OK);
+    assert_int_equal(r, STORE_ADMIN_KEY_PRESENT);
+    assert_int_equal(auth_bootstrap_given(st, k2, &r, &err), TY_OK);
+    assert_int_equal(r, STORE_ADMIN_KEY_ADDED);
+    /* No admin.key: the key lives where it was given. */
+    char path[320];
+    snprintf(path, sizeof path, "%s/admin.key", dir);
+    struct stat sb;
+    assert_int_not_equal(stat(path, &sb), 0);
+    /* A generated bootstrap sees keys and makes none. */
+    int created = 1;
+    char made[AUTH_KEY_LEN + 1];
+    assert_int_equal(auth_bootstrap(st, dir, made, &created, &err), TY_OK);
+    assert_int_equal(created, 0);
+
+    char header[128];
+    store_key who1, who2;
+    snprintf(header, sizeof header, "Bearer %s", k1);
+    assert_int_equal(auth_check(st, header, &who1, &err), TY_OK);
+    snprintf(header, sizeof header, "Bearer %s", k2);
+    assert_int_equal(auth_check(st, header, &who2, &err), TY_OK);
+    assert_int_equal(who1.is_admin, 1);
+    assert_int_equal(who2.is_admin, 1);
+    assert_string_equal(who1.tenant_id, who2.tenant_id);
+
+    assert_int_equal(store_key_revoke(st, who2.tenant_id, id2, &err), TY_OK);
+    assert_int_equal(auth_bootstrap_given(st, k2, &r, &err), TY_OK);
+    assert_int_equal(r, STORE_ADMIN_KEY_REVOKED);
+    assert_int_equal(auth_check(st, header, &who2, &err), TY_ENOTFOUND);
+
+    /* The same id with another secret is a conflict, not a new key. */
+    char forged[AUTH_KEY_LEN + 1];
+    memcpy(forged, k1, sizeof forged);
+    forged[AUTH_KEY_LEN - 1] = forged[AUTH_KEY_LEN - 1] == 'a' ? 'b' : 'a';
+    assert_int_equal(auth_bootstrap_given(st, forged, &r, &err), TY_ECONFLICT);
+    store_close(st);
+    fs_remove_tree(dir, NULL);
+}
+
+static void test_config_tls(void **state)
+{
+    ty_config c;
+    config_defaults(&c);
+    assert_string_equal(c.tls_cert, "");
+    int help = 0;
+    ty_err err;
+    char *both[] = {"serve", "--tls-cert", "c.pem", "--tls-key=k.pem", NULL};
+    assert_int_equal(config_parse_serve(4, both, &c, &help, &err), TY_OK);
+    assert_string_equal(c.tls_cert, "c.pem");
+    assert_string_equal(c.tls_key, "k.pem");
+    config_defaults(&c);
+    char *cert_only[] = {"serve", "--tls-cert", "c.pem", NULL};
+    assert_int_equal(config_parse_serve(3, cert_only, &c, &help, &err),
+                     TY_EINVAL);
+    assert_string_equal(err.field, "--tls-key");
+    config_defaults(&c);
+    char *key_only[] = {"serve", "--tls-key", "k.pem", NULL};
+    assert_int_equal(config_parse_serve(3, key_only, &c, &help, &err),
+                     TY_EINVAL);
+    assert_string_equal(err.field, "--tls-cert");
+    config_defaults(&c);
+    char *empty[] = {"serve", "--admin-key-file=", NULL};
+    assert_int_equal(config_parse_serve(2, empty, &c, &help, &err), TY_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +381,8 @@ int main(void)
         cmocka_unit_test(test_config_parse),
         cmocka_unit_test(test_config_serve_device),
         cmocka_unit_test(test_config_train_device),
+        cmocka_unit_test(test_given_admin_key),
+        cmocka_unit_test(test_config_tls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
