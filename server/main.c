@@ -3,6 +3,8 @@
  * one training job (started by the server), `version` says what is built in.
  * Only this file decides to exit.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -129,6 +131,17 @@ static ty_status admin_key_given(ty_app *app, char *key, ty_err *err)
     return TY_OK;
 }
 
+static int stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t n = write(stop_pipe[1], &b, 1);
+    (void)n;
+    errno = saved;
+}
+
 static int cmd_serve(int argc, char **argv)
 {
     ty_config cfg;
@@ -144,7 +157,21 @@ static int cmd_serve(int argc, char **argv)
         return 0;
     }
 
-    /* Signals are taken by sigwait in this thread only. */
+    /* SIGINT and SIGTERM stop the server through a pipe that this thread
+     * reads at the end. Blocking them here is not enough: OpenBLAS starts
+     * its threads before main, with the signals unblocked, and a signal
+     * delivered to one of them would kill the process with no shutdown.
+     * A handler runs in whichever thread gets it; the threads started from
+     * here on have both blocked. */
+    if (pipe2(stop_pipe, O_CLOEXEC) != 0) {
+        perror("trainyard serve: pipe");
+        return 1;
+    }
+    struct sigaction sa = {.sa_handler = on_stop_signal,
+                           .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     sigset_t sigs;
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGINT);
@@ -260,8 +287,11 @@ static int cmd_serve(int argc, char **argv)
               json_pack("{s:s, s:i, s:s}", "host", cfg.host, "port",
                         app.bound_port, "data", cfg.data_dir));
 
-    int sig = 0;
-    sigwait(&sigs, &sig);
+    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+    unsigned char sigbyte = 0;
+    while (read(stop_pipe[0], &sigbyte, 1) < 0 && errno == EINTR)
+        ;
+    int sig = sigbyte;
     log_event("info", "stopping", json_pack("{s:s}", "signal", strsignal(sig)));
     rc = 0;
 out:
