@@ -7,20 +7,17 @@
 #   scripts/setup.sh test    the above, plus CMocka, Python (for the contract
 #                            test), the Fashion-MNIST dataset and Chromium with
 #                            its driver and Selenium (the browser test)
-#   scripts/setup.sh runtime FILE
-#                            only what a built binary needs to run: the
-#                            packages FILE lists (one a line, # comments;
-#                            written by scripts/runtime-deps.sh from the
-#                            binary, so the names are the distribution's own),
-#                            Chart.js (served at run time), CA certificates
-#                            (https dataset URLs) and curl (the health check).
-#                            The Docker images' final stage uses it.
-#
-# The names hold on Debian 12 and Ubuntu 24.04 alike (the build and test
-# lists name -dev and arch-all packages, which the t64 renames left alone).
-#
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line to run and fails.
+#
+# scripts/setup.sh runtime FILE installs only what a built binary needs to
+# run (the Docker images' final stage): the packages FILE lists (one a line,
+# # comments; written by scripts/runtime-deps.sh from the binary, so the
+# names are the distribution's own), Chart.js (served at run time), CA
+# certificates (https dataset URLs) and curl (the images' health check).
+# The package names hold on Debian 12 and Ubuntu 24.04 alike (the build and
+# test lists name -dev and arch-all packages, which the t64 renames left
+# alone).
 set -euo pipefail
 
 mode=${1:-build}
