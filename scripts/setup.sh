@@ -7,6 +7,7 @@
 #   scripts/setup.sh test    the above, plus CMocka, Python (for the contract
 #                            test), the Fashion-MNIST dataset and Chromium with
 #                            its driver and Selenium (the browser test)
+#
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line to run and fails.
 #
