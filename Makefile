@@ -26,10 +26,13 @@ build: deps
 test-deps:
 	@scripts/setup.sh test
 
-# The contract test's tool (schemathesis) lives in a virtual environment.
+# The contract test's tool (schemathesis) and the docker tests' (hadolint,
+# check-jsonschema) live in a virtual environment.
 venv: test-deps
 	@[ -x $(VENV)/bin/schemathesis ] || { python3 -m venv $(VENV) && \
 	  $(VENV)/bin/pip install -q --disable-pip-version-check -r tests/contract/requirements.txt; }
+	@[ -x $(VENV)/bin/hadolint ] && [ -x $(VENV)/bin/check-jsonschema ] || \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check -r docker/requirements.txt
 
 test: test-deps venv
 	$(MAKE) test-normal test-sanitize

@@ -11,6 +11,15 @@
 #
 # As root it installs what is missing with apt-get; otherwise it prints the
 # exact apt-get line to run and fails.
+#
+# scripts/setup.sh runtime FILE installs only what a built binary needs to
+# run (the Docker images' final stage): the packages FILE lists (one a line,
+# # comments; written by scripts/runtime-deps.sh from the binary, so the
+# names are the distribution's own), Chart.js (served at run time), CA
+# certificates (https dataset URLs) and curl (the images' health check).
+# The package names hold on Debian 12 and Ubuntu 24.04 alike (the build and
+# test lists name -dev and arch-all packages, which the t64 renames left
+# alone).
 set -euo pipefail
 
 mode=${1:-build}
@@ -24,7 +33,24 @@ test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;
   test)  want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
-  *) echo "usage: $0 build|test" >&2; exit 64 ;;
+  runtime)
+    list=${2:-}
+    if [ -z "$list" ] || [ ! -r "$list" ]; then
+      echo "usage: $0 runtime FILE (a readable package list from scripts/runtime-deps.sh)" >&2
+      exit 64
+    fi
+    want=(libjs-chart.js ca-certificates curl)
+    while IFS= read -r p || [ -n "$p" ]; do
+      p=${p%%#*}; p=${p//[[:space:]]/}
+      [ -n "$p" ] || continue
+      if ! [[ "$p" =~ ^[a-z0-9][a-z0-9+.-]+$ ]]; then
+        echo "$0: $list: '$p' is not a Debian package name" >&2
+        exit 65
+      fi
+      want+=("$p")
+    done <"$list"
+    ;;
+  *) echo "usage: $0 build|test|runtime FILE" >&2; exit 64 ;;
 esac
 
 missing=()
