@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "cli/cli.h"
 #ifdef TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 #endif
@@ -38,7 +39,9 @@ static void usage(FILE *f)
             "  serve     run the REST API server (trainyard serve --help)\n"
             "  version   print the version and the compute backends built in\n"
             "  worker    run one training job (started by the server)\n"
-            "  help      show this help\n");
+            "  help      show this help\n"
+            "\n");
+    cli_usage(f);
 }
 
 /* Says what is built in and what this process can see; devices it cannot
@@ -216,6 +219,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (cli_is_command(cmd))
+        return cli_main(argc - 1, argv + 1);
     fprintf(stderr, "trainyard: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 64;
