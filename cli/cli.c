@@ -17,11 +17,32 @@
 static const char *const commands[] = {"login", "logout", "datasets", "jobs",
                                        "models", "devices", "tenants"};
 
-int cli_is_command(const char *cmd)
+static int is_command(const char *cmd)
 {
     for (size_t i = 0; i < TY_ARRAY_LEN(commands); i++)
         if (!strcmp(cmd, commands[i]))
             return 1;
+    return 0;
+}
+
+int cli_command_index(int argc, char **argv)
+{
+    static const char *const with_value[] = {"--url", "--key-file", "--cacert"};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] != '-')
+            return is_command(a) ? i : 0;
+        int known = !strcmp(a, "--json");
+        for (size_t k = 0; k < TY_ARRAY_LEN(with_value) && !known; k++) {
+            size_t n = strlen(with_value[k]);
+            if (!strncmp(a, with_value[k], n) && a[n] == '=')
+                known = 1;
+            else if (!strcmp(a, with_value[k]))
+                known = 1, i++;
+        }
+        if (!known)
+            return 0;
+    }
     return 0;
 }
 
@@ -101,14 +122,17 @@ int cli_usage_error(const char *cmd, const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
-static int parse_args(int argc, char **argv, cli_ctx *c)
+/* Parses argv[1..] but the command's name at skip. */
+static int parse_args(int argc, char **argv, int skip, cli_ctx *c)
 {
     int only_pos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (i == skip)
+            continue;
         if (only_pos || a[0] != '-' || !strcmp(a, "-")) {
             if (c->npos == CLI_MAX_ARGS)
-                return cli_usage_error(argv[0], "too many arguments");
+                return cli_usage_error(argv[skip], "too many arguments");
             c->pos[c->npos++] = a;
             continue;
         }
@@ -126,7 +150,7 @@ static int parse_args(int argc, char **argv, cli_ctx *c)
                 o = s;
         }
         if (!o)
-            return cli_usage_error(argv[0], "unknown option '%s'", a);
+            return cli_usage_error(argv[skip], "unknown option '%s'", a);
         const char *v = NULL;
         if (o->takes_value) {
             if (eq)
@@ -134,9 +158,9 @@ static int parse_args(int argc, char **argv, cli_ctx *c)
             else if (i + 1 < argc)
                 v = argv[++i];
             else
-                return cli_usage_error(argv[0], "%s needs a value", o->name);
+                return cli_usage_error(argv[skip], "%s needs a value", o->name);
         } else if (eq) {
-            return cli_usage_error(argv[0], "%s takes no value", o->name);
+            return cli_usage_error(argv[skip], "%s takes no value", o->name);
         }
         if (!strcmp(o->name, "--url"))
             c->url_flag = v;
@@ -150,7 +174,7 @@ static int parse_args(int argc, char **argv, cli_ctx *c)
             c->help = 1;
         else {
             if (c->nopt == CLI_MAX_ARGS)
-                return cli_usage_error(argv[0], "too many options");
+                return cli_usage_error(argv[skip], "too many options");
             c->opt[c->nopt] = o->name;
             c->val[c->nopt++] = v ? v : "";
         }
@@ -420,8 +444,14 @@ int cli_main(int argc, char **argv)
         fprintf(stderr, "trainyard: out of memory\n");
         return CLI_EXIT_USAGE;
     }
-    int rc = parse_args(argc, argv, c);
-    const char *cmd = argv[0];
+    int at = cli_command_index(argc, argv);
+    if (at == 0) {
+        free(c);
+        fprintf(stderr, "trainyard: no command (see trainyard help)\n");
+        return CLI_EXIT_USAGE;
+    }
+    const char *cmd = argv[at];
+    int rc = parse_args(argc, argv, at, c);
     if (rc)
         goto out;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {

@@ -22,11 +22,14 @@ typedef enum {
     CLI_EXIT_USAGE = 64       /* a bad command line */
 } cli_exit;
 
-/* 1 when argv[1] names a client command (login, jobs, ...). */
-int cli_is_command(const char *cmd);
+/* The index in argv (the whole command line) of a client command's name
+ * (login, jobs, ...), after any global options before it; 0 when the line
+ * holds no client command. */
+int cli_command_index(int argc, char **argv);
 
-/* Runs a client command; argv[0] is the command name. Returns the exit code
- * (a cli_exit value); messages for a person go to stderr. */
+/* Runs the client command on the whole command line (argv[0] is the
+ * program). Returns the exit code (a cli_exit value); messages for a person
+ * go to stderr. */
 int cli_main(int argc, char **argv);
 
 /* The client's part of `trainyard help`: commands and exit codes. */

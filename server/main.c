@@ -219,8 +219,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
-    if (cli_is_command(cmd))
-        return cli_main(argc - 1, argv + 1);
+    if (cli_command_index(argc, argv))
+        return cli_main(argc, argv);
     fprintf(stderr, "trainyard: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 64;
