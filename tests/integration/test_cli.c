@@ -32,6 +32,7 @@ static srv server;
 static char home[PATH_MAX];     /* HOME and XDG_CONFIG_HOME live here */
 static char admin_env_url[128], admin_env_key[160];
 static char csv_ds[64];         /* uploaded by the group setup */
+static char devices[PATH_MAX + 8]; /* the server's --devices (a simulated H200) */
 
 /* ---- running the client ---- */
 
@@ -158,7 +159,6 @@ static int group_setup(void **state)
     const char *cut = strstr(src, "tests/integration/test_cli.c");
     if (!cut)
         return -1;
-    char devices[PATH_MAX + 8];
     snprintf(devices, sizeof devices, "sim:%.*sgpu/sim/h200-7x1g.json",
              (int)(cut - src), src);
     const char *flags[] = {"--devices", devices, NULL};
@@ -225,15 +225,15 @@ static void submit_http(const char *body, char id[64])
     resp_free(r);
 }
 
-/* A job that trains until stopped. */
-static void long_job_body(char *b, size_t n)
+/* A job that trains until stopped; attempts 1: a lost worker fails it. */
+static void long_job_body(char *b, size_t n, int attempts)
 {
     snprintf(b, n,
              "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 256},"
              " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
              " \"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4,"
-             " \"max_attempts\": 1}}",
-             csv_ds);
+             " \"max_attempts\": %d}}",
+             csv_ds, attempts);
 }
 
 static int is_running(const json_t *job)
@@ -596,7 +596,7 @@ static void test_jobs_submit_watch_and_models(void **state)
 static void test_watch_failed_and_cancelled(void **state)
 {
     char body[1024], failing[64], cancelled[64];
-    long_job_body(body, sizeof body);
+    long_job_body(body, sizeof body, 1);
     submit_http(body, failing);
     json_decref(wait_job_until(&server, failing, 60, is_running));
     run_result w;
@@ -725,6 +725,59 @@ static void test_tenants(void **state)
     run_free(&r);
 }
 
+/* The stream drops (the server is killed and comes back on the same port):
+ * watch reconnects with Last-Event-ID, which the new server does not hold,
+ * so it gets `event: reset`, refetches the job, and still ends with the
+ * job's outcome. Runs last: it restarts the shared server. */
+static void test_watch_reconnects(void **state)
+{
+    char body[1024], job[64], listen[64];
+    long_job_body(body, sizeof body, 3); /* survives the restart */
+    submit_http(body, job);
+    json_decref(wait_job_until(&server, job, 60, is_running));
+    run_result w;
+    run_start(&w, admin_env(), NULL,
+              (const char *const[]){"--json", "jobs", "watch", job, NULL});
+    /* The watcher has an event id once an event reached it: progress comes
+     * about once a second while the job trains. */
+    double deadline = now_seconds() + 30;
+    for (;;) {
+        char *seen = NULL;
+        size_t n = 0;
+        if (fs_read_all(w.out_path, 1 << 20, &seen, &n, NULL) == TY_OK && n) {
+            free(seen);
+            break;
+        }
+        free(seen);
+        assert_true(now_seconds() < deadline);
+        usleep(100000);
+    }
+    char data[PATH_MAX];
+    snprintf(data, sizeof data, "%s", server.data);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", server.port);
+    srv_stop(&server, SIGKILL);
+    const char *flags[] = {"--devices", devices, "--listen", listen, NULL};
+    assert_int_equal(srv_start(&server, data, flags), 0);
+    json_t *again = wait_job_until(&server, job, 60, is_running);
+    if (!is_running(again))
+        fail_msg("after the restart the job is %s: %s", str(again, "status"),
+                 str(again, "error"));
+    json_decref(again);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", job);
+    resp *h = http_do(&server, "POST", path, NULL, NULL, 0, NULL);
+    if (h->status != 202)
+        fail_msg("cancel after the restart: %ld %s", h->status, h->body);
+    resp_free(h);
+    run_wait(&w);
+    expect_code(&w, 2);
+    /* The reset proves Last-Event-ID went out (without it the stream just
+     * starts); the outcome came from the events or the refetch, whichever
+     * the cancel beat. */
+    assert_non_null(strstr(w.out, "\"event\":\"reset\""));
+    run_free(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -735,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_watch_failed_and_cancelled),
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_tenants),
+        cmocka_unit_test(test_watch_reconnects),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
