@@ -256,8 +256,10 @@ static int cmd_login(cli_ctx *c)
     if (strncmp(cfg.url, "http://", 7) && strncmp(cfg.url, "https://", 8))
         return cli_usage_error("login", "the URL must start with http:// or "
                                         "https://, not '%s'", cfg.url);
-    if (c->cacert_flag)
-        snprintf(cfg.cacert, sizeof cfg.cacert, "%s", c->cacert_flag);
+    /* Saved absolute, so later commands find it from any folder. */
+    if (c->cacert_flag && !realpath(c->cacert_flag, cfg.cacert))
+        return cli_usage_error("login", "cannot read the CA file %s: %s",
+                               c->cacert_flag, strerror(errno));
     const char *env_key = getenv("TRAINYARD_KEY");
     ty_status st;
     if (c->key_file)

@@ -338,6 +338,22 @@ static void test_login_logout(void **state)
     assert_false(fs_exists(cfg));
     run_free(&r);
 
+    /* TLS to a port that speaks plain HTTP: 7, naming TLS; a CA file that
+     * does not exist is a usage error. */
+    char https[96];
+    snprintf(https, sizeof https, "https://127.0.0.1:%d", server.port);
+    run_env(&r, NULL, NULL,
+            (const char *const[]){"login", https, "--key-file", keyfile, NULL});
+    expect_code(&r, 7);
+    assert_non_null(strstr(r.err, "TLS"));
+    run_free(&r);
+    run_env(&r, NULL, NULL,
+            (const char *const[]){"login", https, "--key-file", keyfile,
+                                  "--cacert", "/nonexistent/ca.pem", NULL});
+    expect_code(&r, 64);
+    run_free(&r);
+    assert_false(fs_exists(cfg));
+
     /* The right key from a file: saved 0600 in a 0700 folder. */
     run_env(&r, NULL, NULL,
             (const char *const[]){"login", server.base, "--key-file", keyfile, NULL});
@@ -584,6 +600,10 @@ static void test_jobs_submit_watch_and_models(void **state)
     /* 404 and 422 from jobs. */
     RUN(&r, "jobs", "show", "job_nope");
     expect_code(&r, 3);
+    run_free(&r);
+    RUN(&r, "jobs", "watch", "job_nope");
+    expect_code(&r, 3);
+    assert_non_null(strstr(r.err, "(HTTP 404)"));
     run_free(&r);
     const char *bad = "{\"dataset\": \"ds_nope\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}}";
     run_env(&r, admin_env(), bad, (const char *const[]){"jobs", "submit", "-", NULL});
