@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "cli/cli.h"
 #ifdef TY_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 #endif
@@ -41,7 +42,9 @@ static void usage(FILE *f)
             "  version   print the version and the compute backends built in\n"
             "  keygen    print a new random API key (for --admin-key-file)\n"
             "  worker    run one training job (started by the server)\n"
-            "  help      show this help\n");
+            "  help      show this help\n"
+            "\n");
+    cli_usage(f);
 }
 
 /* Says what is built in and what this process can see; devices it cannot
@@ -329,6 +332,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    if (cli_command_index(argc, argv))
+        return cli_main(argc, argv);
     fprintf(stderr, "trainyard: unknown command '%s'\n\n", cmd);
     usage(stderr);
     return 64;

@@ -1,0 +1,173 @@
+/*
+ * cmd_datasets.c - `trainyard datasets upload|list|show|rm`: uploads are
+ * multipart forms written curl-style (field=@file, field=value).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cmd.h"
+#include "cli/output.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: trainyard datasets upload NAME --format idx|csv|npy FIELD=@FILE|FIELD=VALUE...\n"
+            "       trainyard datasets list [--limit N]\n"
+            "       trainyard datasets show ID\n"
+            "       trainyard datasets rm ID\n"
+            "\n"
+            "Fields by format: idx images=@FILE labels=@FILE; csv file=@FILE\n"
+            "label_column=NAME [task=regression]; npy x=@FILE y=@FILE.\n"
+            "Example: trainyard datasets upload digits --format idx \\\n"
+            "           images=@train-images.gz labels=@train-labels.gz\n");
+}
+
+static void shape_text(const json_t *shape, char *out, size_t size)
+{
+    size_t o = 0, i;
+    json_t *d;
+    out[0] = '\0';
+    json_array_foreach(shape, i, d) {
+        o += (size_t)snprintf(out + o, o < size ? size - o : 0, "%s%lld",
+                              i ? "x" : "", (long long)json_integer_value(d));
+    }
+}
+
+static void print_dataset(const json_t *d)
+{
+    char size[32], shape[64];
+    cli_fmt_bytes(json_integer_value(json_object_get(d, "bytes")), size,
+                  sizeof size);
+    shape_text(json_object_get(d, "input_shape"), shape, sizeof shape);
+    printf("%s (%s): %lld examples of %s, %s, %s\n", cli_str(d, "id"),
+           cli_str(d, "name"),
+           (long long)json_integer_value(json_object_get(d, "num_examples")),
+           shape, cli_str(d, "task"), size);
+}
+
+static int upload(cli_ctx *c)
+{
+    static const char *const allowed[] = {"--format", NULL};
+    int rc = cli_only_opts(c, "datasets", allowed);
+    if (rc)
+        return rc;
+    const char *format = cli_opt(c, "--format");
+    if (c->npos < 2)
+        return cli_usage_error("datasets", "upload takes a NAME and fields "
+                                           "(images=@FILE ...)");
+    if (!format || (strcmp(format, "idx") && strcmp(format, "csv") &&
+                    strcmp(format, "npy")))
+        return cli_usage_error("datasets", "upload needs --format idx, csv "
+                                           "or npy");
+    size_t n = 0;
+    char name[512], fmt[64];
+    const char *parts[CLI_MAX_ARGS + 2];
+    snprintf(name, sizeof name, "name=%s", c->pos[1]);
+    snprintf(fmt, sizeof fmt, "format=%s", format);
+    parts[n++] = name;
+    parts[n++] = fmt;
+    for (int i = 2; i < c->npos; i++) {
+        if (!strchr(c->pos[i], '=') || c->pos[i][0] == '=')
+            return cli_usage_error("datasets", "'%s' is not FIELD=@FILE or "
+                                               "FIELD=VALUE", c->pos[i]);
+        parts[n++] = c->pos[i];
+    }
+    cli_resp r;
+    int tty = cli_stderr_tty();
+    rc = cli_http_upload(&c->http, "/v1/datasets", parts, n,
+                         tty ? cli_progress_bytes : NULL, "upload", &r);
+    cli_progress_end();
+    if (rc)
+        return rc;
+    if ((rc = cli_http_check(&r)) != 0)
+        goto out;
+    if (c->json)
+        cli_print_raw(r.body, r.len, stdout);
+    else
+        print_dataset(r.json);
+out:
+    cli_resp_free(&r);
+    return rc;
+}
+
+static int list(cli_ctx *c)
+{
+    static const char *const allowed[] = {"--limit", NULL};
+    int rc = cli_only_opts(c, "datasets", allowed);
+    if (rc)
+        return rc;
+    if (c->npos != 1)
+        return cli_usage_error("datasets", "list takes no arguments");
+    json_t *items;
+    if ((rc = cli_list(c, "/v1/datasets", &items)) != 0 || !items)
+        return rc;
+    static const char *const head[] = {"ID", "NAME", "FORMAT", "TASK",
+                                       "EXAMPLES", "SHAPE", "SIZE", "CREATED",
+                                       NULL};
+    cli_table t;
+    cli_table_init(&t, head);
+    size_t i;
+    json_t *d;
+    json_array_foreach(items, i, d) {
+        char ex[32], shape[64], size[32], created[64];
+        snprintf(ex, sizeof ex, "%lld",
+                 (long long)json_integer_value(json_object_get(d, "num_examples")));
+        shape_text(json_object_get(d, "input_shape"), shape, sizeof shape);
+        cli_fmt_bytes(json_integer_value(json_object_get(d, "bytes")), size,
+                      sizeof size);
+        cli_fmt_time(cli_str(d, "created_at"), created, sizeof created);
+        const char *row[] = {cli_str(d, "id"), cli_str(d, "name"),
+                             cli_str(d, "format"), cli_str(d, "task"), ex,
+                             shape, size, created};
+        cli_table_add(&t, row);
+    }
+    cli_table_print(&t, stdout);
+    cli_table_free(&t);
+    json_decref(items);
+    return 0;
+}
+
+/* show and rm: one id. */
+static int one(cli_ctx *c, const char *method)
+{
+    int rc = cli_only_opts(c, "datasets", NULL);
+    if (rc)
+        return rc;
+    if (c->npos != 2)
+        return cli_usage_error("datasets", "%s takes one dataset ID",
+                               c->pos[0]);
+    char id[256], path[320];
+    cli_http_escape(c->pos[1], id, sizeof id);
+    snprintf(path, sizeof path, "/v1/datasets/%s", id);
+    cli_resp r;
+    if ((rc = cli_call(c, method, path, NULL, NULL, 0, &r)) != 0)
+        return rc;
+    if (!c->json) {
+        if (!strcmp(method, "DELETE"))
+            printf("Removed %s\n", c->pos[1]);
+        else
+            cli_print_object(r.json, stdout);
+    }
+    cli_resp_free(&r);
+    return 0;
+}
+
+int cli_cmd_datasets(cli_ctx *c)
+{
+    if (c->help) {
+        usage(stdout);
+        return 0;
+    }
+    const char *sub = c->npos ? c->pos[0] : "";
+    if (!strcmp(sub, "upload"))
+        return upload(c);
+    if (!strcmp(sub, "list") || !strcmp(sub, "ls"))
+        return list(c);
+    if (!strcmp(sub, "show"))
+        return one(c, "GET");
+    if (!strcmp(sub, "rm") || !strcmp(sub, "delete"))
+        return one(c, "DELETE");
+    return cli_usage_error("datasets", *sub ? "unknown datasets command '%s'"
+                                            : "datasets needs a command%s",
+                           sub);
+}

@@ -1,0 +1,227 @@
+/*
+ * cmd_models.c - `trainyard models list|show|download|predict`. A download
+ * goes to a temporary file beside the target, fsynced and renamed, so the
+ * target is either absent, the old file, or the whole new one.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/cmd.h"
+#include "cli/output.h"
+#include "common/fsutil.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: trainyard models list [--limit N]\n"
+            "       trainyard models show ID\n"
+            "       trainyard models download ID [-o FILE]   (safetensors; "
+            "default ID.safetensors)\n"
+            "       trainyard models predict ID INPUT.json|-\n"
+            "\n"
+            "INPUT is the predict request body: {\"inputs\": [[...], ...]}.\n");
+}
+
+static int list(cli_ctx *c)
+{
+    static const char *const allowed[] = {"--limit", NULL};
+    int rc = cli_only_opts(c, "models", allowed);
+    if (rc)
+        return rc;
+    if (c->npos != 1)
+        return cli_usage_error("models", "list takes no arguments");
+    json_t *items;
+    if ((rc = cli_list(c, "/v1/models", &items)) != 0 || !items)
+        return rc;
+    static const char *const head[] = {"ID", "NAME", "TASK", "PARAMS",
+                                       "ACCURACY", "LOSS", "SIZE", "JOB",
+                                       "CREATED", NULL};
+    cli_table t;
+    cli_table_init(&t, head);
+    size_t i;
+    json_t *m;
+    json_array_foreach(items, i, m) {
+        const json_t *met = json_object_get(m, "metrics");
+        const json_t *acc = json_object_get(met, "val_accuracy");
+        if (!json_is_number(acc))
+            acc = json_object_get(met, "train_accuracy");
+        const json_t *loss = json_object_get(met, "val_loss");
+        if (!json_is_number(loss))
+            loss = json_object_get(met, "train_loss");
+        char params[32], a[32], l[32], size[32], created[64];
+        cli_fmt_value(json_object_get(m, "param_count"), params, sizeof params);
+        cli_fmt_value(acc, a, sizeof a);
+        cli_fmt_value(loss, l, sizeof l);
+        cli_fmt_bytes(json_integer_value(json_object_get(m, "bytes")), size,
+                      sizeof size);
+        cli_fmt_time(cli_str(m, "created_at"), created, sizeof created);
+        const char *row[] = {cli_str(m, "id"), cli_str(m, "name"),
+                             cli_str(m, "task"), params, a, l, size,
+                             cli_str(m, "job"), created};
+        cli_table_add(&t, row);
+    }
+    cli_table_print(&t, stdout);
+    cli_table_free(&t);
+    json_decref(items);
+    return 0;
+}
+
+static int show(cli_ctx *c)
+{
+    int rc = cli_only_opts(c, "models", NULL);
+    if (rc)
+        return rc;
+    if (c->npos != 2)
+        return cli_usage_error("models", "show takes one model ID");
+    char id[256], path[320];
+    cli_http_escape(c->pos[1], id, sizeof id);
+    snprintf(path, sizeof path, "/v1/models/%s", id);
+    cli_resp r;
+    if ((rc = cli_call(c, "GET", path, NULL, NULL, 0, &r)) != 0)
+        return rc;
+    if (!c->json)
+        cli_print_object(r.json, stdout);
+    cli_resp_free(&r);
+    return 0;
+}
+
+static int download(cli_ctx *c)
+{
+    static const char *const allowed[] = {"--output", NULL};
+    int rc = cli_only_opts(c, "models", allowed);
+    if (rc)
+        return rc;
+    if (c->npos != 2)
+        return cli_usage_error("models", "download takes one model ID");
+    char target[PATH_MAX], tmp[PATH_MAX + 16];
+    const char *o = cli_opt(c, "--output");
+    if (o && *o)
+        snprintf(target, sizeof target, "%s", o);
+    else
+        snprintf(target, sizeof target, "%s.safetensors", c->pos[1]);
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", target);
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        fprintf(stderr, "trainyard: cannot create a file beside %s: %s\n",
+                target, strerror(errno));
+        return CLI_EXIT_USAGE;
+    }
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        unlink(tmp);
+        return CLI_EXIT_USAGE;
+    }
+    char id[256], path[320];
+    cli_http_escape(c->pos[1], id, sizeof id);
+    snprintf(path, sizeof path, "/v1/models/%s/weights", id);
+    cli_resp r;
+    rc = cli_http_download(&c->http, path, f,
+                           cli_stderr_tty() ? cli_progress_bytes : NULL,
+                           "download", &r);
+    cli_progress_end();
+    if (rc == 0)
+        rc = cli_http_check(&r);
+    ty_err err = {0};
+    if (rc == 0 && (fflush(f) != 0 ||
+                    fs_fsync_fd(fileno(f), tmp, &err) != TY_OK)) {
+        fprintf(stderr, "trainyard: cannot write %s: %s\n", tmp,
+                *err.msg ? err.msg : strerror(errno));
+        rc = CLI_EXIT_USAGE;
+    }
+    long size = ftell(f);
+    fclose(f);
+    /* mkstemp makes 0600; a model file is not a secret. */
+    if (rc == 0 && chmod(tmp, 0644) != 0)
+        rc = CLI_EXIT_USAGE;
+    if (rc == 0 && fs_rename_durable(tmp, target, &err) != TY_OK) {
+        fprintf(stderr, "trainyard: %s\n", err.msg);
+        rc = CLI_EXIT_USAGE;
+    }
+    if (rc != 0)
+        unlink(tmp);
+    else if (!c->json) {
+        char sz[32];
+        cli_fmt_bytes(size, sz, sizeof sz);
+        printf("Saved %s to %s (%s)\n", c->pos[1], target, sz);
+    } else {
+        json_t *o2 = json_pack("{s:s, s:s, s:I}", "model", c->pos[1], "file",
+                               target, "bytes", (json_int_t)size);
+        char *t = o2 ? json_dumps(o2, JSON_COMPACT) : NULL;
+        if (t)
+            printf("%s\n", t);
+        free(t);
+        json_decref(o2);
+    }
+    cli_resp_free(&r);
+    return rc;
+}
+
+static int predict(cli_ctx *c)
+{
+    int rc = cli_only_opts(c, "models", NULL);
+    if (rc)
+        return rc;
+    if (c->npos != 3)
+        return cli_usage_error("models", "predict takes a model ID and an "
+                                         "INPUT file (or -)");
+    char *body;
+    size_t len;
+    if ((rc = cli_read_input(c->pos[2], &body, &len)) != 0)
+        return rc;
+    char id[256], path[320];
+    cli_http_escape(c->pos[1], id, sizeof id);
+    snprintf(path, sizeof path, "/v1/models/%s/predict", id);
+    cli_resp r;
+    rc = cli_call(c, "POST", path, "application/json", body, len, &r);
+    free(body);
+    if (rc)
+        return rc;
+    if (!c->json) {
+        size_t i;
+        json_t *p;
+        const json_t *outs = json_object_get(r.json, "outputs");
+        const char *task_hint = json_array_size(json_array_get(outs, 0)) > 1
+                                    ? "probability" : NULL;
+        json_array_foreach(json_object_get(r.json, "predictions"), i, p) {
+            char v[256];
+            cli_fmt_value(p, v, sizeof v);
+            double best = -1;
+            size_t k;
+            json_t *o;
+            json_array_foreach(json_array_get(outs, i), k, o) {
+                if (json_number_value(o) > best)
+                    best = json_number_value(o);
+            }
+            if (task_hint)
+                printf("%zu\t%s\t%.4f\n", i, v, best);
+            else
+                printf("%zu\t%s\n", i, v);
+        }
+    }
+    cli_resp_free(&r);
+    return 0;
+}
+
+int cli_cmd_models(cli_ctx *c)
+{
+    if (c->help) {
+        usage(stdout);
+        return 0;
+    }
+    const char *sub = c->npos ? c->pos[0] : "";
+    if (!strcmp(sub, "list") || !strcmp(sub, "ls"))
+        return list(c);
+    if (!strcmp(sub, "show"))
+        return show(c);
+    if (!strcmp(sub, "download"))
+        return download(c);
+    if (!strcmp(sub, "predict"))
+        return predict(c);
+    return cli_usage_error("models", *sub ? "unknown models command '%s'"
+                                          : "models needs a command%s",
+                           sub);
+}
