@@ -85,15 +85,32 @@ static void take_job(watch_state *w, json_t *job)
     w->job = job;
 }
 
-static void draw(const watch_state *w)
+/* The bar: the job's progress, or further along when an epoch record (the
+ * event's `epoch`, may be NULL) says so: the server writes progress at
+ * most once a second, so a fast job's epochs outrun it. */
+static void draw(const watch_state *w, const json_t *epoch_rec)
 {
     const json_t *p = json_object_get(w->job, "progress");
-    char label[64], extra[200];
-    snprintf(label, sizeof label, "epoch %lld/%lld",
-             (long long)json_integer_value(json_object_get(p, "epoch")),
-             (long long)json_integer_value(json_object_get(p, "epochs")));
-    metrics_text(json_object_get(w->job, "metrics"), extra, sizeof extra);
+    long long epoch = json_integer_value(json_object_get(p, "epoch"));
+    long long epochs = json_integer_value(json_object_get(p, "epochs"));
+    if (epochs <= 0)
+        epochs = json_integer_value(json_object_get(
+            json_object_get(w->job, "hyperparameters"), "epochs"));
     double f = num(p, "fraction");
+    long long done = json_integer_value(json_object_get(epoch_rec, "epoch"));
+    if (done > 0 && epochs > 0 && (double)done / (double)epochs > f) {
+        f = (double)done / (double)epochs;
+        epoch = done;
+    }
+    char label[64], extra[200];
+    const char *st = status_of(w->job);
+    if (st && strcmp(st, "running"))
+        snprintf(label, sizeof label, "%s", st);
+    else if (epoch <= 0)
+        snprintf(label, sizeof label, "starting");
+    else
+        snprintf(label, sizeof label, "epoch %lld/%lld", epoch, epochs);
+    metrics_text(json_object_get(w->job, "metrics"), extra, sizeof extra);
     cli_progress_draw(label, f < 0 ? 0 : f, extra);
 }
 
@@ -147,7 +164,7 @@ static int on_event(void *ctx, const char *id, const char *event,
     }
     if (!w->c->json && w->job) {
         if (cli_stderr_tty()) {
-            draw(w);
+            draw(w, json_object_get(d, "epoch"));
         } else if (!strcmp(event, "job.epoch")) {
             char m[200];
             const json_t *p = json_object_get(w->job, "progress");

@@ -125,6 +125,12 @@ static int transport_error(const cli_http *h, CURLcode rc, const char *errbuf)
     case CURLE_URL_MALFORMAT:
         what = "bad URL (it must start with http:// or https://)";
         break;
+    case CURLE_GOT_NOTHING:
+        what = strncmp(h->url, "http://", 7)
+                   ? "no reply"
+                   : "no reply (a server started with --tls-cert answers "
+                     "only https://)";
+        break;
     default:
         what = "transfer failed";
         break;

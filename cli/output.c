@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 void cli_table_init(cli_table *t, const char *const *head)
@@ -134,7 +135,9 @@ void cli_fmt_value(const json_t *v, char *out, size_t size)
     } else if (json_is_boolean(v)) {
         snprintf(out, size, "%s", json_is_true(v) ? "yes" : "no");
     } else {
-        char *t = json_dumps(v, JSON_COMPACT);
+        /* Nested values for people: 6 significant digits, not the 17 that
+         * round-trip a double (0.9, not 0.90000000000000002). */
+        char *t = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(6));
         snprintf(out, size, "%s", t ? t : "?");
         free(t);
     }
@@ -199,8 +202,16 @@ void cli_progress_draw(const char *label, double fraction, const char *extra)
     for (int i = 0; i < 30; i++)
         bar[i] = i < fill ? '#' : ' ';
     bar[30] = '\0';
-    fprintf(stderr, "\r\033[K%s [%s] %3.0f%% %s", label, bar, fraction * 100,
-            extra ? extra : "");
+    /* One line, clipped to the terminal's width: a wrapped line would not
+     * be erased by the next redraw. */
+    char line[512];
+    snprintf(line, sizeof line, "%s [%s] %3.0f%% %s", label, bar,
+             fraction * 100, extra ? extra : "");
+    struct winsize ws;
+    if (ioctl(2, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 &&
+        ws.ws_col - 1 < (int)sizeof line)
+        line[ws.ws_col - 1] = '\0';
+    fprintf(stderr, "\r\033[K%s", line);
     fflush(stderr);
     drawn = 1;
 }

@@ -296,6 +296,88 @@ static void test_bad_tls_files_stop_the_start(void **state)
     assert_null(strstr(out, "listening on"));
 }
 
+/* ---- the command-line client over HTTPS ---- */
+
+/* Runs `trainyard ARGS` with its config in cfg (XDG_CONFIG_HOME), stdout
+ * and stderr together into out; returns the exit code. */
+static int client(const char *cfg, char *out, size_t size, const char *args)
+{
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && env -u TRAINYARD_URL -u TRAINYARD_KEY "
+             "XDG_CONFIG_HOME='%s' timeout 120 '%s' %s 2>&1 </dev/null",
+             files, cfg, getenv("TRAINYARD_BIN"), args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    int ws = pclose(p);
+    return WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+}
+
+static void test_client_over_https(void **state)
+{
+    (void)state;
+    srv s;
+    start_tls(&s, NULL);
+    char cfg[PATH_MAX], out[16384], args[4096];
+    temp_dir(cfg);
+    write_file(file_path("admin-key"), s.key, strlen(s.key));
+
+    /* Without the CA the client refuses the server: exit 7, and says it
+     * was the certificate. */
+    snprintf(args, sizeof args, "login %s --key-file admin-key", s.base);
+    int rc = client(cfg, out, sizeof out, args);
+    if (rc != 7)
+        fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 7);
+    assert_non_null(strcasestr(out, "certificate"));
+
+    /* With it, login stores the CA with the URL and key. */
+    snprintf(args, sizeof args, "login %s --key-file admin-key --cacert ca.pem",
+             s.base);
+    assert_int_equal(client(cfg, out, sizeof out, args), 0);
+    snprintf(args, sizeof args,
+             "datasets upload blobs --format csv file=@blobs.csv "
+             "label_column=species");
+    rc = client(cfg, out, sizeof out, args);
+    if (rc != 0)
+        fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    char *ds = strstr(out, "ds_");
+    assert_non_null(ds);
+    char ds_id[64];
+    snprintf(ds_id, sizeof ds_id, "%.*s", (int)strspn(ds, "ds_abcdefghijklmnopqrstuvwxyz234567"), ds);
+
+    /* A job submitted and watched to its end over HTTPS. */
+    char job[512];
+    snprintf(job, sizeof job,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]}, \"hyperparameters\": "
+             "{\"epochs\": 2, \"batch_size\": 32}}",
+             ds_id);
+    write_file(file_path("job.json"), job, strlen(job));
+    rc = client(cfg, out, sizeof out, "jobs submit job.json --watch");
+    if (rc != 0)
+        fprintf(stderr, "%s\n", out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "succeeded"));
+    assert_non_null(strstr(out, "epoch 2/2"));
+
+    /* Another CA on the command line overrides the saved one: refused. */
+    rc = client(cfg, out, sizeof out, "jobs list --cacert other-ca.pem");
+    assert_int_equal(rc, 7);
+
+    /* Plain http:// to the TLS port: no reply, and the hint says why. */
+    snprintf(args, sizeof args, "jobs list --url http://127.0.0.1:%d", s.port);
+    assert_int_equal(client(cfg, out, sizeof out, args), 7);
+    assert_non_null(strstr(out, "only https://"));
+
+    assert_int_equal(srv_stop(&s, SIGTERM), 0);
+    srv_cleanup(&s);
+    fs_remove_tree(cfg, NULL);
+}
+
 /* ---- a given admin key ---- */
 
 static void keygen(char key[128])
@@ -447,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_plain_http_refused_on_tls_port),
         cmocka_unit_test(test_bad_tls_files_stop_the_start),
         cmocka_unit_test(test_admin_key_given),
+        cmocka_unit_test(test_client_over_https),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
