@@ -59,6 +59,17 @@ static int on_xferinfo(void *ud, curl_off_t dltotal, curl_off_t dlnow,
 }
 
 /* Sets what every request shares; the header list is returned for freeing. */
+/* A new easy handle, with out cleared; NULL (said on stderr) when libcurl
+ * cannot make one. */
+static CURL *handle_new(cli_resp *out)
+{
+    memset(out, 0, sizeof *out);
+    CURL *c = curl_easy_init();
+    if (!c)
+        fprintf(stderr, "trainyard: cannot start libcurl\n");
+    return c;
+}
+
 static struct curl_slist *setup(CURL *c, const cli_http *h, const char *path,
                                 char *errbuf, struct curl_slist *hdrs)
 {
@@ -163,12 +174,9 @@ int cli_http_request(const cli_http *h, const char *method, const char *path,
                      const char *content_type, const char *body, size_t len,
                      cli_resp *out)
 {
-    memset(out, 0, sizeof *out);
-    CURL *c = curl_easy_init();
-    if (!c) {
-        fprintf(stderr, "trainyard: cannot start libcurl\n");
+    CURL *c = handle_new(out);
+    if (!c)
         return CLI_EXIT_UNREACHABLE;
-    }
     char errbuf[CURL_ERROR_SIZE] = "";
     struct curl_slist *hdrs = NULL;
     if (content_type) {
@@ -196,12 +204,9 @@ int cli_http_upload(const cli_http *h, const char *path,
                     const char *const *parts, size_t nparts,
                     cli_progress_fn progress, void *ctx, cli_resp *out)
 {
-    memset(out, 0, sizeof *out);
-    CURL *c = curl_easy_init();
-    if (!c) {
-        fprintf(stderr, "trainyard: cannot start libcurl\n");
+    CURL *c = handle_new(out);
+    if (!c)
         return CLI_EXIT_UNREACHABLE;
-    }
     char errbuf[CURL_ERROR_SIZE] = "";
     struct curl_slist *hdrs = setup(c, h, path, errbuf, NULL);
     curl_mime *mime = curl_mime_init(c);
@@ -276,12 +281,9 @@ static size_t on_download(char *p, size_t sz, size_t n, void *ud)
 int cli_http_download(const cli_http *h, const char *path, FILE *f,
                       cli_progress_fn progress, void *ctx, cli_resp *out)
 {
-    memset(out, 0, sizeof *out);
-    CURL *c = curl_easy_init();
-    if (!c) {
-        fprintf(stderr, "trainyard: cannot start libcurl\n");
+    CURL *c = handle_new(out);
+    if (!c)
         return CLI_EXIT_UNREACHABLE;
-    }
     char errbuf[CURL_ERROR_SIZE] = "";
     struct curl_slist *hdrs = setup(c, h, path, errbuf, NULL);
     download_ctx d = {.c = c, .f = f};
@@ -388,13 +390,10 @@ int cli_http_sse(const cli_http *h, const char *path,
                  const char *last_event_id, cli_sse_fn on_event, void *ctx,
                  int *stopped, cli_resp *out)
 {
-    memset(out, 0, sizeof *out);
     *stopped = 0;
-    CURL *c = curl_easy_init();
-    if (!c) {
-        fprintf(stderr, "trainyard: cannot start libcurl\n");
+    CURL *c = handle_new(out);
+    if (!c)
         return CLI_EXIT_UNREACHABLE;
-    }
     char errbuf[CURL_ERROR_SIZE] = "";
     struct curl_slist *hdrs = NULL;
     if (last_event_id && *last_event_id) {

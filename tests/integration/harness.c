@@ -2,6 +2,7 @@
 #include "harness.h"
 
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -380,4 +381,31 @@ void make_blobs_csv(const char *path, int rows, uint64_t seed)
                 100.0 + ty_rng_normal(&r), 2.0 * k + ty_rng_normal(&r));
     }
     fclose(f);
+}
+
+pid_t find_worker(const srv *s, const char *job_id)
+{
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "%s/jobs/%s", s->data, job_id);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    pid_t found = 0;
+    while (d && (e = readdir(d)) != NULL && !found) {
+        char path[300], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        for (size_t i = 0; i < n; i++)
+            if (cmd[i] == '\0')
+                cmd[i] = ' ';
+        cmd[n] = '\0';
+        if (strstr(cmd, " worker ") && strstr(cmd, want))
+            found = (pid_t)atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return found;
 }

@@ -95,4 +95,8 @@ double now_seconds(void);
  * virginica in turn), noise drawn from seed. */
 void make_blobs_csv(const char *path, int rows, uint64_t seed);
 
+/* The pid of the worker process running job_id under server s (found by its
+ * command line in /proc), or 0. */
+pid_t find_worker(const srv *s, const char *job_id);
+
 #endif

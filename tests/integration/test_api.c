@@ -1022,34 +1022,6 @@ static void test_dataset_in_use_cannot_be_deleted(void **state)
     json_decref(wait_job(&server, job, 30));
 }
 
-/* The pid of the worker process running job_id under server s, or 0. */
-static pid_t find_worker(const srv *s, const char *job_id)
-{
-    char want[PATH_MAX + 64];
-    snprintf(want, sizeof want, "%s/jobs/%s", s->data, job_id);
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    pid_t found = 0;
-    while (d && (e = readdir(d)) != NULL && !found) {
-        char path[300], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < n; i++)
-            if (cmd[i] == '\0')
-                cmd[i] = ' ';
-        cmd[n] = '\0';
-        if (strstr(cmd, " worker ") && strstr(cmd, want))
-            found = (pid_t)atoi(e->d_name);
-    }
-    if (d)
-        closedir(d);
-    return found;
-}
-
 static void test_worker_crash_fails_only_the_job(void **state)
 {
     char b[1024], job[64];

@@ -13,7 +13,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -241,34 +240,6 @@ static int is_running(const json_t *job)
     const char *st = str(job, "status");
     return st && !strcmp(st, "running") &&
            json_integer_value(json_object_get(json_object_get(job, "progress"), "step")) > 0;
-}
-
-/* The pid of the worker process running job_id, or 0. */
-static pid_t find_worker(const char *job_id)
-{
-    char want[PATH_MAX + 64];
-    snprintf(want, sizeof want, "%s/jobs/%s", server.data, job_id);
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    pid_t found = 0;
-    while (d && (e = readdir(d)) != NULL && !found) {
-        char path[300], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < n; i++)
-            if (cmd[i] == '\0')
-                cmd[i] = ' ';
-        cmd[n] = '\0';
-        if (strstr(cmd, " worker ") && strstr(cmd, want))
-            found = (pid_t)atoi(e->d_name);
-    }
-    if (d)
-        closedir(d);
-    return found;
 }
 
 /* ---- tests ---- */
@@ -622,7 +593,7 @@ static void test_watch_failed_and_cancelled(void **state)
     run_result w;
     run_start(&w, admin_env(), NULL,
               (const char *const[]){"jobs", "watch", failing, NULL});
-    pid_t worker = find_worker(failing);
+    pid_t worker = find_worker(&server, failing);
     assert_true(worker > 0);
     assert_int_equal(kill(worker, SIGKILL), 0);
     run_wait(&w);
