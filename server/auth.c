@@ -104,9 +104,8 @@ ty_status auth_bootstrap(store *st, const char *data_dir,
     ty_status s = store_key_count(st, &n, err);
     if (s != TY_OK || n > 0)
         return s;
-    char key_id[TY_ID_MAX], tenant_id[TY_ID_MAX];
-    if ((s = auth_key_generate(key_out, key_id, err)) != TY_OK ||
-        (s = ty_id_new("tn_", tenant_id, err)) != TY_OK)
+    char key_id[TY_ID_MAX];
+    if ((s = auth_key_generate(key_out, key_id, err)) != TY_OK)
         return s;
     /* The file first: if the commit then fails, a restart makes a new key
      * and overwrites the file, and no key is ever live without being saved. */
@@ -115,10 +114,8 @@ ty_status auth_bootstrap(store *st, const char *data_dir,
     snprintf(line, sizeof line, "%s\n", key_out);
     if ((s = fs_write_atomic(path, line, strlen(line), 0600, err)) != TY_OK)
         return s;
-    uint8_t hash[32];
-    auth_key_hash(key_out, hash);
-    if ((s = store_bootstrap_admin(st, tenant_id, "admin", key_id, hash, err)) !=
-        TY_OK)
+    store_admin_key_result r;
+    if ((s = auth_bootstrap_given(st, key_out, &r, err)) != TY_OK)
         return s;
     *created = 1;
     return TY_OK;

@@ -426,32 +426,6 @@ ty_status store_key_count(store *st, int64_t *count, ty_err *err)
     return q_int(st, count, err, "SELECT count(*) AS n FROM api_keys", "");
 }
 
-ty_status store_bootstrap_admin(store *st, const char *tenant_id,
-                                const char *tenant_name, const char *key_id,
-                                const uint8_t hash[32], ty_err *err)
-{
-    char now[32];
-    store_now(now);
-    pthread_mutex_lock(&st->mu);
-    ty_status s = exec(st, "BEGIN IMMEDIATE", err);
-    if (s == TY_OK)
-        s = q(st, NULL, NULL, err,
-              "INSERT OR IGNORE INTO tenants(id, name, created_at) "
-              "VALUES (?, ?, ?)",
-              "sss", tenant_id, tenant_name, now);
-    if (s == TY_OK)
-        s = q(st, NULL, NULL, err,
-              "INSERT INTO api_keys(id, tenant_id, hash, is_admin, created_at) "
-              "VALUES (?, (SELECT id FROM tenants WHERE name = ?), ?, 1, ?)",
-              "ssbs", key_id, tenant_name, hash, now);
-    if (s == TY_OK)
-        s = exec(st, "COMMIT", err);
-    if (s != TY_OK)
-        rollback(st);
-    pthread_mutex_unlock(&st->mu);
-    return s;
-}
-
 ty_status store_admin_key_ensure(store *st, const char *new_tenant_id,
                                  const char *key_id, const uint8_t hash[32],
                                  store_admin_key_result *result, ty_err *err)

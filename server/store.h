@@ -47,13 +47,6 @@ typedef struct {
 /* Number of API keys (revoked ones included). */
 ty_status store_key_count(store *st, int64_t *count, ty_err *err);
 
-/* Creates a tenant (if tenant_name is new) and a key for it, in one
- * transaction. hash is the SHA-256 of the key; the key itself is never
- * stored. */
-ty_status store_bootstrap_admin(store *st, const char *tenant_id,
-                                const char *tenant_name, const char *key_id,
-                                const uint8_t hash[32], ty_err *err);
-
 /* What store_admin_key_ensure found or did. */
 typedef enum {
     STORE_ADMIN_KEY_CREATED,  /* the store had no keys: admin tenant + key */
@@ -62,8 +55,9 @@ typedef enum {
     STORE_ADMIN_KEY_REVOKED   /* revoked through the API: left revoked */
 } store_admin_key_result;
 
-/* Makes the key (id and SHA-256) an admin key unless it is known: with no
- * keys at all it creates the tenant "admin" as store_bootstrap_admin does;
+/* Makes the key (id and SHA-256; the key itself is never stored) an admin
+ * key unless it is known: with no keys at all it creates the tenant "admin"
+ * (id new_tenant_id) and the key in it;
  * otherwise an unknown key joins the tenant of the oldest admin key. A key
  * revoked through the API stays revoked. TY_ECONFLICT when the id is known
  * with a different hash. One transaction. */

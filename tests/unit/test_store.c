@@ -26,7 +26,9 @@ static int setup(void **state)
     if (store_open(f->dir, &f->st, &err) != TY_OK)
         return -1;
     uint8_t hash[32] = {1};
-    if (store_bootstrap_admin(f->st, "tn_a", "admin", "key_a", hash, &err) != TY_OK)
+    store_admin_key_result made;
+    if (store_admin_key_ensure(f->st, "tn_a", "key_a", hash, &made, &err) !=
+        TY_OK)
         return -1;
     *state = f;
     return 0;

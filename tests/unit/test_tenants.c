@@ -166,9 +166,10 @@ static int setup(void **state)
     if (!mkdtemp(f->dir))
         return -1;
     ty_err err;
+    store_admin_key_result made;
     if (store_open(f->dir, &f->st, &err) != TY_OK ||
-        store_bootstrap_admin(f->st, "tn_admin", "admin", "key_admin",
-                              admin_hash, &err) != TY_OK)
+        store_admin_key_ensure(f->st, "tn_admin", "key_admin", admin_hash,
+                               &made, &err) != TY_OK)
         return -1;
     *state = f;
     return 0;
