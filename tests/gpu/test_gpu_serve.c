@@ -40,7 +40,7 @@ static int failures;
         }                                                                     \
     } while (0)
 
-static const char *str(const json_t *o, const char *k)
+static const char *str_or_none(const json_t *o, const char *k)
 {
     const char *s = json_string_value(json_object_get(o, k));
     return s ? s : "(none)";
@@ -101,7 +101,7 @@ static int upload(const srv *s, const char *const *parts, char id[64])
     if (!ok)
         fprintf(stderr, "upload: %ld %s\n", r->status, r->body);
     else
-        snprintf(id, 64, "%s", str(r->json, "id"));
+        snprintf(id, 64, "%s", str_or_none(r->json, "id"));
     resp_free(r);
     return ok;
 }
@@ -124,12 +124,12 @@ static int train_on_gpu(const srv *s, const char *ds, const char *layers,
         failures++;
         return 0;
     }
-    snprintf(job, sizeof job, "%s", str(r->json, "id"));
+    snprintf(job, sizeof job, "%s", str_or_none(r->json, "id"));
     json_int_t est = json_integer_value(json_object_get(r->json, "estimated_memory_bytes"));
     CHECK(est > 0);
     resp_free(r);
     json_t *j = wait_job(s, job, 300);
-    if (!j || strcmp(str(j, "status"), "succeeded")) {
+    if (!j || strcmp(str_or_none(j, "status"), "succeeded")) {
         char *t = j ? json_dumps(j, 0) : NULL;
         fprintf(stderr, "job did not succeed: %s\n", t ? t : "(timeout)");
         free(t);
@@ -137,8 +137,8 @@ static int train_on_gpu(const srv *s, const char *ds, const char *layers,
         failures++;
         return 0;
     }
-    CHECK(!strcmp(str(j, "device"), "cuda:0"));
-    snprintf(model, 64, "%s", str(j, "model"));
+    CHECK(!strcmp(str_or_none(j, "device"), "cuda:0"));
+    snprintf(model, 64, "%s", str_or_none(j, "model"));
     json_decref(j);
 
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
@@ -150,16 +150,16 @@ static int train_on_gpu(const srv *s, const char *ds, const char *layers,
         json_int_t peak = json_integer_value(json_object_get(ep, "peak_memory_bytes"));
         json_int_t used = json_integer_value(json_object_get(ep, "device_memory_used_bytes"));
         printf("%s epoch %zu: device %s, peak %lld, device used %lld, estimate %lld\n",
-               job, i + 1, str(ep, "device"), (long long)peak, (long long)used,
+               job, i + 1, str_or_none(ep, "device"), (long long)peak, (long long)used,
                (long long)est);
-        CHECK(!strcmp(str(ep, "device"), "cuda:0"));
+        CHECK(!strcmp(str_or_none(ep, "device"), "cuda:0"));
         CHECK(peak == est);
         CHECK(used >= peak);
     }
     resp_free(r);
     snprintf(path, sizeof path, "/v1/models/%s", model);
     r = http_get(s, path);
-    CHECK(!strcmp(str(r->json, "trained_on"), "cuda:0"));
+    CHECK(!strcmp(str_or_none(r->json, "trained_on"), "cuda:0"));
     resp_free(r);
     return 1;
 }
@@ -174,7 +174,7 @@ static json_t *predict(const srv *s, const char *model, const char *body,
     if (r->status != 200)
         fprintf(stderr, "predict: %ld %s\n", r->status, r->body);
     CHECK(r->status == 200);
-    CHECK(!strcmp(str(r->json, "device"), want_device));
+    CHECK(!strcmp(str_or_none(r->json, "device"), want_device));
     json_t *out = json_incref(json_object_get(r->json, "outputs"));
     resp_free(r);
     return out;
@@ -265,7 +265,7 @@ int main(void)
         snprintf(body, sizeof body, "{\"dataset\": \"%s\"}", vec);
         resp *r = http_json(&s, "POST", path, body);
         CHECK(r->status == 200);
-        CHECK(!strcmp(str(r->json, "device"), "cuda:0"));
+        CHECK(!strcmp(str_or_none(r->json, "device"), "cuda:0"));
         CHECK(json_number_value(json_object_get(r->json, "accuracy")) > 0.6);
         resp_free(r);
         snprintf(path, sizeof path, "/v2/models/%s/infer", mlp);
@@ -273,7 +273,7 @@ int main(void)
                       "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 8],"
                       " \"datatype\": \"FP32\", \"data\": [1, 0, 0, 0, 0, 0, 0, 0]}]}");
         CHECK(r->status == 200);
-        CHECK(!strcmp(str(json_object_get(r->json, "parameters"), "device"), "cuda:0"));
+        CHECK(!strcmp(str_or_none(json_object_get(r->json, "parameters"), "device"), "cuda:0"));
         resp_free(r);
     }
     if (cnn[0])
@@ -295,8 +295,8 @@ int main(void)
     resp *r = http_json(&s, "POST", "/v1/jobs", body);
     printf("too big: %ld %s\n", r->status, r->body);
     CHECK(r->status == 422);
-    CHECK(!strcmp(str(r->json, "field"), "hyperparameters.batch_size"));
-    CHECK(strstr(str(r->json, "detail"), "of device memory on cuda:0") != NULL);
+    CHECK(!strcmp(str_or_none(r->json, "field"), "hyperparameters.batch_size"));
+    CHECK(strstr(str_or_none(r->json, "detail"), "of device memory on cuda:0") != NULL);
     resp_free(r);
     srv_stop(&s, SIGTERM);
 

@@ -1,6 +1,11 @@
 /* harness.c - integration-test helpers (see harness.h). */
 #include "harness.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
@@ -408,4 +413,17 @@ pid_t find_worker(const srv *s, const char *job_id)
     if (d)
         closedir(d);
     return found;
+}
+
+const char *str(const json_t *o, const char *k)
+{
+    return json_string_value(json_object_get(o, k));
+}
+
+void expect_status(resp *r, long status)
+{
+    if (r->status != status)
+        fprintf(stderr, "expected %ld, got %ld (curl %d): %s\n", status,
+                r->status, r->curl_code, r->body ? r->body : "");
+    assert_int_equal(r->status, status);
 }

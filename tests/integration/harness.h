@@ -68,6 +68,13 @@ resp *http_upload(const srv *s, const char *path, const char *const *parts);
 
 void resp_free(resp *r);
 
+/* The string member k of o, or NULL. */
+const char *str(const json_t *o, const char *k);
+
+/* Fails the test (cmocka) unless r has this status, printing what came
+ * instead. */
+void expect_status(resp *r, long status);
+
 /* Polls the job until it is succeeded, failed or cancelled (or timeout);
  * returns its last representation (caller decrefs). */
 json_t *wait_job(const srv *s, const char *job_id, double timeout_s);

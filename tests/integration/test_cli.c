@@ -144,11 +144,6 @@ static json_t *out_json(const run_result *r)
     return j;
 }
 
-static const char *str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
 /* ---- setup ---- */
 
 static int group_setup(void **state)

@@ -255,19 +255,6 @@ static const char *status_of(const sse_event *e)
 
 /* ---- helpers ---- */
 
-static const char *str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static void expect_status(resp *r, long status)
-{
-    if (r->status != status)
-        fprintf(stderr, "expected %ld, got %ld: %s\n", status, r->status,
-                r->body ? r->body : "");
-    assert_int_equal(r->status, status);
-}
-
 static void upload_csv(const srv *s, char id[64])
 {
     char part[PATH_MAX + 8];

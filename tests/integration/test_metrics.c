@@ -42,19 +42,6 @@ static char parser[PATH_MAX];
 #define GPU_NAME_JSON "Lab \\\"H200\\\" \\\\ one\\ntwo"
 #define GPU_NAME "Lab \"H200\" \\ one\ntwo"
 
-static const char *str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static void expect_status(resp *r, long status)
-{
-    if (r->status != status)
-        fprintf(stderr, "expected %ld, got %ld: %s\n", status, r->status,
-                r->body ? r->body : "");
-    assert_int_equal(r->status, status);
-}
-
 /* ---- scraping ---- */
 
 /* GET /metrics without a key, parsed: the samples [[name, labels, value]]. */

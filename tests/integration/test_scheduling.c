@@ -45,19 +45,6 @@ static char sim_h200[PATH_MAX];
 
 /* ---- helpers ---- */
 
-static const char *str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static void expect_status(resp *r, long status)
-{
-    if (r->status != status)
-        fprintf(stderr, "expected %ld, got %ld: %s\n", status, r->status,
-                r->body ? r->body : "");
-    assert_int_equal(r->status, status);
-}
-
 static char *file_path(const char *name)
 {
     static char p[4][PATH_MAX];

@@ -49,19 +49,6 @@ static char *file_path(const char *name)
 }
 
 
-static const char *str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static void expect_status(resp *r, long status)
-{
-    if (r->status != status)
-        fprintf(stderr, "expected %ld, got %ld: %s\n", status, r->status,
-                r->body ? r->body : "");
-    assert_int_equal(r->status, status);
-}
-
 /* POST /v1/tenants as the admin; fills id and the first key. */
 static void create_tenant(const char *body, char id[64], char key[128])
 {

@@ -42,19 +42,6 @@ static char *file_path(const char *name)
     return out;
 }
 
-static const char *str(const json_t *o, const char *k)
-{
-    return json_string_value(json_object_get(o, k));
-}
-
-static void expect_status(resp *r, long status)
-{
-    if (r->status != status)
-        fprintf(stderr, "expected %ld, got %ld (curl %d): %s\n", status,
-                r->status, r->curl_code, r->body);
-    assert_int_equal(r->status, status);
-}
-
 /* Runs a shell command in the files folder; fails the test if it fails. */
 static void sh(const char *fmt, ...)
 {
