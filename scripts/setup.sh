@@ -3,14 +3,21 @@
 # `make test` (test) and the Docker images, so all three install the same way.
 #
 #   scripts/setup.sh build   compiler, CMake, the libraries the binary links
-#                            and Chart.js (the dashboard's charts)
+#                            and Chart.js (the dashboard's charts): what the
+#                            server needs, nothing of the test suite
 #   scripts/setup.sh test    the above, plus CMocka, Python (for the contract
 #                            test), the Fashion-MNIST dataset, Chromium with
-#                            its driver and Selenium (the browser test) and
-#                            openssl (the HTTPS test's throwaway CA)
+#                            its driver and Selenium (the browser test),
+#                            openssl (the HTTPS test's throwaway CA) and
+#                            debootstrap (the fresh-machine test)
 #
-# As root it installs what is missing with apt-get; otherwise it prints the
-# exact apt-get line to run and fails.
+# As root it installs what is missing with apt-get; as another user it runs
+# apt-get through sudo when sudo is there, and otherwise prints the exact
+# apt-get line to run and fails.
+#
+# When another apt or dpkg holds the package lock (on a freshly booted cloud
+# instance unattended-upgrades or cloud-init usually does for a few minutes)
+# it says so and waits for it, up to TRAINYARD_APT_LOCK_WAIT seconds (600).
 #
 # scripts/setup.sh runtime FILE installs only what a built binary needs to
 # run (the Docker images' final stage): the packages FILE lists (one a line,
@@ -28,7 +35,7 @@ build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
             libjs-chart.js)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
            dataset-fashion-mnist python3-prometheus-client chromium
-           chromium-driver python3-selenium openssl)
+           chromium-driver python3-selenium openssl debootstrap)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;
@@ -61,13 +68,48 @@ for p in "${want[@]}"; do
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
+sudo=()
 if [ "$(id -u)" -ne 0 ]; then
-  echo "trainyard needs these Debian packages: ${missing[*]}" >&2
-  echo "Install them with:" >&2
-  echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
-  exit 1
+  if ! command -v sudo >/dev/null 2>&1; then
+    echo "trainyard needs these Debian packages: ${missing[*]}" >&2
+    echo "Install them as root with:" >&2
+    echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+  sudo=(sudo)
 fi
-echo "Installing: ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# apt-get with the package locks waited for: DPkg::Lock::Timeout covers
+# only dpkg's lock (not `apt-get update`'s lists lock) and waits silently,
+# so the wait is done here, for both, with a message.
+lock_wait=${TRAINYARD_APT_LOCK_WAIT:-600}
+apt_get() {
+  local err deadline=$((SECONDS + lock_wait)) said=0 holder
+  err=$(mktemp)
+  while :; do
+    if "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+         apt-get -o DPkg::Lock::Timeout=0 "$@" 2>"$err"; then
+      cat "$err" >&2; rm -f "$err"; return 0
+    fi
+    if ! grep -qE 'Could not get lock|Unable to lock|Unable to acquire the dpkg' "$err"; then
+      cat "$err" >&2; rm -f "$err"; return 1
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      cat "$err" >&2; rm -f "$err"
+      echo "$0: another package manager still held the apt/dpkg lock after ${lock_wait} s;" \
+           "run this again when it has finished" >&2
+      return 1
+    fi
+    if [ "$said" -eq 0 ]; then
+      holder=$(grep -oE 'held by process [0-9]+( \([^)]*\))?' "$err" | head -n 1)
+      echo "Another package manager is running (${holder:-the apt/dpkg lock is taken});" \
+           "waiting for it to finish, up to ${lock_wait} s (TRAINYARD_APT_LOCK_WAIT)..." >&2
+      said=1
+    fi
+    sleep 3
+  done
+}
+
+echo "Installing: ${missing[*]}${sudo:+ (with sudo)}"
+apt_get update -qq
+apt_get install -y -qq --no-install-recommends "${missing[@]}"
