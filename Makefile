@@ -11,16 +11,24 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run build test deps test-deps venv test-normal test-sanitize bench clean bench-sched
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize bench clean bench-sched
 
-run: build
+run: server
 	@scripts/run.sh
 
 deps:
 	@scripts/setup.sh build
 
-build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo
+# The test suites are configured when their tools are there (TRAINYARD_TESTS
+# AUTO; one line says when they are not), but `make run` builds only the
+# server: it needs nothing of the test suite.
+configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_TESTS=AUTO
+
+server: configure
+	cmake --build $(BUILD) -j$(JOBS) --target trainyard
+
+build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
 test-deps:
@@ -39,13 +47,13 @@ test: test-deps venv
 
 # Warnings are errors here, as in CI.
 test-normal:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_WERROR=ON
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_WERROR=ON -DTRAINYARD_TESTS=ON
 	cmake --build $(BUILD) -j$(JOBS)
 	cd $(BUILD) && ctest --output-on-failure
 
 # Unit, integration and parity suites again under AddressSanitizer + UBSan.
 test-sanitize:
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DTRAINYARD_WERROR=ON
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DTRAINYARD_WERROR=ON -DTRAINYARD_TESTS=ON
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration|parity'
 
