@@ -14,7 +14,8 @@ client, and SIGTERM must stop it cleanly; the HEALTHCHECK must then fail.
 
 Only `debian:12*-slim` bases can be emulated (NVIDIA's CUDA images cannot
 be rebuilt this way), so this is a check of docker/Dockerfile.cpu. It needs
-root, debootstrap and Debian's mirror, and takes several minutes: it is a
+root, debootstrap and this machine's apt mirror, and takes a minute or two
+(the debootstrap base is cached, see tests/fresh/chroot.py): it is a
 manual check, not part of `make test`.
 
     sudo tests/docker/chroot_image.py [--keep] [--work DIR] docker/Dockerfile.cpu
@@ -33,19 +34,13 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _here)
+sys.path.insert(0, os.path.join(_here, "..", "fresh"))
 import dockerfile as df  # noqa: E402
+import chroot  # noqa: E402
 
-MIRROR = "http://deb.debian.org/debian"
-
-
-def log(msg):
-    print(f"chroot_image: {msg}", flush=True)
-
-
-def sh(*args, **kw):
-    log("$ " + " ".join(shlex.quote(a) for a in args))
-    subprocess.run(args, check=True, **kw)
+log, sh = chroot.log, chroot.sh
 
 
 def suite_of(image):
@@ -56,28 +51,22 @@ def suite_of(image):
 
 
 class Stage:
-    def __init__(self, root, name):
+    """One stage's root (a chroot.Root copied from the debootstrap base) and
+    the Dockerfile state that its instructions change."""
+
+    def __init__(self, base, root, name):
+        self.chroot = chroot.Root(base, root)
         self.root, self.name = root, name
         self.workdir, self.shell = "/", ["/bin/sh", "-c"]
         self.env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     "HOME": "/root", "DEBIAN_FRONTEND": "noninteractive"}
         self.meta = {}
-        self.mounts = []
 
     def mount(self):
-        for what, where, opts in (("proc", "proc", ["-t", "proc"]),
-                                  ("/dev", "dev", ["--bind"]),
-                                  ("/dev/pts", "dev/pts", ["--bind"])):
-            target = os.path.join(self.root, where)
-            os.makedirs(target, exist_ok=True)
-            sh("mount", *opts, what, target)
-            self.mounts.append(target)
-        shutil.copy("/etc/resolv.conf", os.path.join(self.root, "etc/resolv.conf"))
+        self.chroot.mount()
 
-    def umount(self):
-        for target in reversed(self.mounts):
-            subprocess.run(["umount", "-l", target])
-        self.mounts = []
+    def close(self, keep):
+        self.chroot.close(keep=keep)
 
     def path(self, p):
         if not p.startswith("/"):
@@ -122,24 +111,11 @@ def copy_into(srcs, base, stage, dst):
             sh("cp", "-a", s, target)
 
 
-def remove_tree(path):
-    """Removes a root, refusing while anything is mounted inside it (a bound
-    /dev would otherwise lose the host's device files)."""
-    real = os.path.realpath(path)
-    with open("/proc/mounts") as f:
-        inside = [m.split()[1] for m in f if m.split()[1].startswith(real + "/")]
-    if inside:
-        raise SystemExit(f"chroot_image: not removing {path}: {inside[0]} is mounted")
-    shutil.rmtree(path, ignore_errors=True)
-
-
 def run_stage(spec, stages, base_root, context, work):
     name = spec["name"] or f"stage{len(stages)}"
     root = os.path.join(work, name)
     log(f"stage {name}: FROM {spec['from']} (a copy of the debootstrap root)")
-    remove_tree(root)
-    sh("cp", "-a", base_root, root)
-    st = Stage(root, name)
+    st = Stage(base_root, root, name)
     st.mount()
     try:
         for n, kw, args in spec["ins"]:
@@ -173,7 +149,7 @@ def run_stage(spec, stages, base_root, context, work):
             else:
                 raise SystemExit(f"chroot_image: line {n}: {kw} is not emulated")
     except BaseException:
-        st.umount()
+        st.close(keep=False)
         raise
     return st
 
@@ -257,23 +233,21 @@ def main():
     ap.add_argument("--work", help="folder for the roots (default: a new temp folder)")
     ap.add_argument("--keep", action="store_true", help="keep the roots afterwards")
     a = ap.parse_args()
-    if os.geteuid() != 0:
-        raise SystemExit("chroot_image: needs root (debootstrap, chroot, mount)")
     repo = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(a.dockerfile)),
                            "rev-parse", "--show-toplevel"], check=True, capture_output=True,
                           text=True).stdout.strip()
     specs = df.stages(open(a.dockerfile).read())
     suites = {suite_of(s["from"]) for s in specs if s["from"] not in
               {t["name"] for t in specs}}
+    try:
+        base = chroot.base_root(suites.pop())
+    except chroot.Unavailable as e:
+        raise SystemExit(f"chroot_image: {e}")
     work = a.work or tempfile.mkdtemp(prefix="ty-chroot-")
     os.makedirs(work, exist_ok=True)
     t0 = time.time()
     stages = {}
     try:
-        base = os.path.join(work, "base")
-        if not os.path.exists(os.path.join(base, "etc/debian_version")):
-            sh("debootstrap", "--variant=minbase", suites.pop(), base, MIRROR,
-               stdout=subprocess.DEVNULL)
         context = os.path.join(work, "context")
         shutil.rmtree(context, ignore_errors=True)
         make_context(repo, context)
@@ -283,9 +257,9 @@ def main():
         failed = check_final(st)
     finally:
         for st in stages.values():
-            st.umount()
+            st.close(keep=a.keep)
         if not a.keep:
-            remove_tree(work)
+            chroot.remove_tree(work)
     log(f"took {time.time() - t0:.0f} s")
     for f in failed:
         print("FAIL:", f)
