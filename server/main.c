@@ -19,6 +19,7 @@
 #endif
 #include "gpu/inventory.h"
 #include "gpu/runner.h"
+#include "models/cpu_kernels.h"
 #include "server/app.h"
 #include "server/auth.h"
 #include "server/config.h"
@@ -27,6 +28,7 @@
 #include "server/http.h"
 #include "server/log.h"
 #include "server/modelcache.h"
+#include "server/opmetrics.h"
 #include "server/worker.h"
 
 void openblas_set_num_threads(int n);
@@ -59,6 +61,12 @@ static int cmd_version(void)
 #else
     printf("backends: cpu (%s)\n", openblas_get_config());
 #endif
+    const cpu_kernels_info *k = cpu_kernels_get();
+    double gflops = cpu_kernels_measure(0.2);
+    printf("cpu kernels: %s %s (%s; the CPU has %s), SGEMM 256^3 on one "
+           "thread %.1f GFLOP/s\n",
+           k->provider, k->core, k->isa, k->cpu_isa, gflops);
+    printf("cpu kernels chosen: %s\n", k->reason);
     printf("devices: cpu (%ld cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
 #ifdef TY_HAVE_CUDA
     char why[256] = "";
@@ -82,6 +90,21 @@ static int cmd_version(void)
     printf("cuda: not built into this binary\n");
 #endif
     return 0;
+}
+
+/* The CPU engine's kernels, measured, in the log (a warning when they are
+ * weaker than the CPU allows) and in /metrics. */
+static void log_cpu_kernels(void)
+{
+    const cpu_kernels_info *k = cpu_kernels_get();
+    double gflops = cpu_kernels_measure(0.05);
+    log_event(k->generic_fallback ? "warn" : "info", "cpu_kernels",
+              json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:f}", "provider",
+                        k->provider, "core", k->core, "isa", k->isa, "cpu_isa",
+                        k->cpu_isa, "detected", k->detected, "reason",
+                        k->reason, "gemm_gflops", gflops));
+    opm_cpu_kernels(k->provider, k->core, k->isa, k->cpu_isa, k->detected,
+                    gflops);
 }
 
 /* `trainyard keygen`: a fresh API key for --admin-key-file or
@@ -219,6 +242,7 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
+    log_cpu_kernels();
     log_event("info", "devices",
               json_pack("{s:s, s:i, s:i, s:s}", "source",
                         app.inventory->source_label, "gpus",
@@ -319,6 +343,9 @@ int main(int argc, char **argv)
         usage(stderr);
         return 64;
     }
+    /* First, before any thread: may execute the program again with the
+     * GEMM kernels the CPU's features allow (models/cpu_kernels.h). */
+    cpu_kernels_select(argv);
     const char *cmd = argv[1];
     if (!strcmp(cmd, "serve"))
         return cmd_serve(argc - 1, argv + 1);

@@ -75,6 +75,17 @@ static void init(void)
         reg, METRICS_GAUGE, "trainyard_gpu_info",
         "1 for each GPU in the inventory, with its name, model and uuid.",
         LABELS("gpu", "uuid", "name", "model"), NULL, 0);
+    fam.cpu_kernels = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_cpu_kernels_info",
+        "1, with the CPU engine's GEMM provider, the kernel set in use "
+        "(core), its instruction set (isa), the best instruction set the "
+        "CPU has (cpu_isa) and what the provider chose by itself (detected).",
+        LABELS("provider", "core", "isa", "cpu_isa", "detected"), NULL, 0);
+    fam.cpu_gemm = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_cpu_gemm_gflops",
+        "Single-thread SGEMM rate (256x256x256) measured at the server's "
+        "start, in GFLOP/s.",
+        NULL, NULL, 0);
     fam.gpu_mem_total = metrics_family_add(
         reg, METRICS_GAUGE, "trainyard_gpu_memory_total_bytes",
         "A GPU's memory.", LABELS("gpu"), NULL, 0);
@@ -118,6 +129,16 @@ void opm_http_request(const char *method, const char *route, unsigned status,
     metrics_add(f->http_requests, LABELS(method, route, code), 1);
     if (seconds >= 0)
         metrics_observe(f->http_duration, LABELS(method, route), seconds);
+}
+
+void opm_cpu_kernels(const char *provider, const char *core, const char *isa,
+                     const char *cpu_isa, const char *detected,
+                     double gemm_gflops)
+{
+    const opm_families *f = opm();
+    metrics_set(f->cpu_kernels, LABELS(provider, core, isa, cpu_isa, detected),
+                1);
+    metrics_set(f->cpu_gemm, NULL, gemm_gflops);
 }
 
 void opm_job_started(const char *tenant, double queue_wait_s)

@@ -25,6 +25,8 @@ typedef struct {
     metrics_family *slices_in_use;       /* gauge {profile} */
     metrics_family *predict_duration;    /* histogram {endpoint} */
     metrics_family *gpu_info;            /* gauge {gpu, uuid, name, model} */
+    metrics_family *cpu_kernels;         /* gauge {provider, core, isa, ...} */
+    metrics_family *cpu_gemm;            /* gauge: measured SGEMM GFLOP/s */
     metrics_family *gpu_mem_total;       /* gauge {gpu} */
     metrics_family *gpu_util;            /* gauge {gpu} */
     metrics_family *gpu_mem_util;        /* gauge {gpu} */
@@ -51,6 +53,12 @@ void opm_job_samples_per_sec(const char *job, const char *tenant, double v);
 
 /* A job's worker exited: its per-job series leave. */
 void opm_job_ended(const char *job);
+
+/* The CPU engine's kernels (cpu_kernels_get()) and their measured SGEMM
+ * rate, set once at the server's start. */
+void opm_cpu_kernels(const char *provider, const char *core, const char *isa,
+                     const char *cpu_isa, const char *detected,
+                     double gemm_gflops);
 
 /* Monotonic seconds, to time what opm_predict reports. */
 double opm_now(void);

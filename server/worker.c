@@ -8,8 +8,10 @@
  * 1. Before anything else on stdout, one line
  *      {"event":"started", "pid": <pid>, "cuda_visible_devices": <string or
  *       null>, "trainyard_device": <string or null>,
- *       "capabilities": ["heartbeat", "preempt"]}
- *    with the environment it was given (null: unset). Its signal handlers
+ *       "capabilities": ["heartbeat", "preempt"],
+ *       "cpu_kernels": {"provider", "core", "isa", "cpu_isa"}}
+ *    with the environment it was given (null: unset) and the CPU GEMM
+ *    kernels it runs (models/cpu_kernels.h). Its signal handlers
  *    are installed (and those signals unblocked) before this line, so a
  *    runner may send SIGTERM or SIGUSR1 once it has read it; before, the
  *    default action of SIGUSR1 would kill it. Bad usage (exit 64) prints
@@ -52,6 +54,8 @@
  *    "sim:" is an error.
  */
 #include "server/worker.h"
+
+#include "models/cpu_kernels.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -526,10 +530,13 @@ static void emit_started(void)
 {
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     const char *dev = getenv("TRAINYARD_DEVICE");
-    emit(json_pack("{s:s, s:I, s:s?, s:s?, s:[s, s]}", "event", "started",
-                   "pid", (json_int_t)getpid(), "cuda_visible_devices", cvd,
-                   "trainyard_device", dev, "capabilities", "heartbeat",
-                   "preempt"));
+    const cpu_kernels_info *k = cpu_kernels_get();
+    emit(json_pack("{s:s, s:I, s:s?, s:s?, s:[s, s], s:{s:s, s:s, s:s, s:s}}",
+                   "event", "started", "pid", (json_int_t)getpid(),
+                   "cuda_visible_devices", cvd, "trainyard_device", dev,
+                   "capabilities", "heartbeat", "preempt", "cpu_kernels",
+                   "provider", k->provider, "core", k->core, "isa", k->isa,
+                   "cpu_isa", k->cpu_isa));
 }
 
 int worker_main(int argc, char **argv)
