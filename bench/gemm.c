@@ -1,0 +1,110 @@
+/*
+ * gemm.c - the CPU engine's SGEMM rate at the Fashion networks' shapes, on
+ * the kernels this process runs (not a test; bench/train_cpu runs it once
+ * per OpenBLAS core with TRAINYARD_CPU_KERNELS=<core> and compares).
+ *
+ *   build/bench_gemm [seconds-per-shape]
+ *
+ * Selects the kernels as the trainyard binary does (cpu_kernels_select),
+ * then times cblas_sgemm on one thread (the engine runs OpenBLAS on one
+ * thread and splits the work itself) at each shape, best of the repeats.
+ * Prints one JSON line: the kernels, and per shape m, n, k and GFLOP/s,
+ * and the rate over all shapes weighted by their flops.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include <cblas.h>
+#include <jansson.h>
+
+#include "models/cpu_kernels.h"
+
+void openblas_set_num_threads(int num_threads);
+
+/* Row-major C (m, n) = A (m, k) B (k, n), with the transposes the layers
+ * use. The MLP at batch 128 (forward, data and weight gradients) and the
+ * CNN's per-sample im2col GEMMs and its 1024-unit dense layer. */
+static const struct {
+    const char *what;
+    int ta, tb, m, n, k;
+} shapes[] = {
+    {"mlp dense 784->256 fwd", 0, 1, 128, 256, 784},
+    {"mlp dense 784->256 dW", 1, 0, 256, 784, 128},
+    {"mlp dense 256->128 fwd", 0, 1, 128, 128, 256},
+    {"mlp dense 256->128 dX", 0, 0, 128, 256, 128},
+    {"cnn conv1 5x5 1->32 fwd (per image)", 0, 0, 32, 784, 25},
+    {"cnn conv2 5x5 32->64 fwd (per image)", 0, 0, 64, 196, 800},
+    {"cnn conv2 dW (per image)", 0, 1, 64, 800, 196},
+    {"cnn conv2 dX (per image)", 1, 0, 800, 196, 64},
+    {"cnn dense 3136->1024 fwd", 0, 1, 128, 1024, 3136},
+    {"cnn dense 3136->1024 dW", 1, 0, 1024, 3136, 128},
+    {"square 256", 0, 0, 256, 256, 256},
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    cpu_kernels_select(argv);
+    double per_shape = argc > 1 ? atof(argv[1]) : 0.3;
+    if (per_shape <= 0)
+        per_shape = 0.3;
+    openblas_set_num_threads(1);
+    const cpu_kernels_info *k = cpu_kernels_get();
+    json_t *out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider",
+                            k->provider, "core", k->core, "isa", k->isa,
+                            "cpu_isa", k->cpu_isa, "reason", k->reason);
+    json_t *list = json_array();
+    double flops_all = 0, time_all = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int m = shapes[s].m, n = shapes[s].n, kk = shapes[s].k;
+        float *a = malloc(sizeof(float) * m * kk);
+        float *b = malloc(sizeof(float) * kk * n);
+        float *c = malloc(sizeof(float) * m * n);
+        if (!a || !b || !c) {
+            fprintf(stderr, "bench_gemm: out of memory\n");
+            return 1;
+        }
+        for (int i = 0; i < m * kk; i++)
+            a[i] = (float)(i % 17) / 17.0f - 0.5f;
+        for (int i = 0; i < kk * n; i++)
+            b[i] = (float)(i % 13) / 13.0f - 0.5f;
+        const int lda = shapes[s].ta ? m : kk, ldb = shapes[s].tb ? kk : n;
+        double best = 1e30, t_end = now_s() + per_shape;
+        int reps = 0;
+        do {
+            double t0 = now_s();
+            cblas_sgemm(CblasRowMajor, shapes[s].ta ? CblasTrans : CblasNoTrans,
+                        shapes[s].tb ? CblasTrans : CblasNoTrans, m, n, kk,
+                        1.0f, a, lda, b, ldb, 0.0f, c, n);
+            double dt = now_s() - t0;
+            if (dt < best)
+                best = dt;
+            reps++;
+        } while (reps < 5 || now_s() < t_end);
+        double flops = 2.0 * m * n * kk;
+        flops_all += flops;
+        time_all += best;
+        json_array_append_new(
+            list, json_pack("{s:s, s:i, s:i, s:i, s:f}", "shape",
+                            shapes[s].what, "m", m, "n", n, "k", kk, "gflops",
+                            flops / best / 1e9));
+        free(a);
+        free(b);
+        free(c);
+    }
+    json_object_set_new(out, "shapes", list);
+    json_object_set_new(out, "weighted_gflops",
+                        json_real(flops_all / time_all / 1e9));
+    char *text = json_dumps(out, JSON_COMPACT);
+    printf("%s\n", text);
+    free(text);
+    json_decref(out);
+    return 0;
+}
