@@ -207,6 +207,17 @@ static int outcome(const watch_state *w)
     return CLI_EXIT_JOB_FAILED;
 }
 
+/* How long a watch waits for the server to come back: a restart (an
+ * upgrade, a slow disk, a loaded machine) can take well over ten seconds. */
+#define WATCH_PATIENCE_S 60.0
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 int cli_watch_job(cli_ctx *c, const char *job_id)
 {
     watch_state w = {.c = c, .job_id = job_id};
@@ -214,6 +225,7 @@ int cli_watch_job(cli_ctx *c, const char *job_id)
     cli_http_escape(job_id, id, sizeof id);
     snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
     int rc = 0, quiet_tries = 0;
+    double last_contact = mono_now();
     while (!w.finished && !w.fatal) {
         cli_resp r;
         int stopped = 0;
@@ -230,17 +242,25 @@ int cli_watch_job(cli_ctx *c, const char *job_id)
         if (rc && !w.job && !*w.last_id)
             break; /* never got through: nothing to resume */
         /* The stream dropped: reconnect after it, giving up when the
-         * server stays away. */
-        if (w.events)
+         * server has said nothing for WATCH_PATIENCE_S. */
+        if (w.events) {
             quiet_tries = 0;
-        if (++quiet_tries > 8)
+            last_contact = mono_now();
+        }
+        if (mono_now() - last_contact > WATCH_PATIENCE_S)
             break;
+        ++quiet_tries;
         if (rc == 0 && quiet_tries > 1) {
-            /* Connected but told nothing twice: ask for the job itself. */
-            if ((rc = refetch(&w)) != 0)
+            /* Connected but told nothing twice: ask for the job itself.
+             * A server that is restarting (unreachable, 5xx) is waited
+             * for like a dropped stream; any other answer is final. */
+            rc = refetch(&w);
+            if (rc && rc != CLI_EXIT_UNREACHABLE && rc != CLI_EXIT_SERVER)
                 break;
             if (w.finished)
                 break;
+            if (!rc)
+                last_contact = mono_now();
         }
         sleep(quiet_tries < 4 ? 1 : 3);
         rc = 0;

@@ -127,11 +127,13 @@ static const char *const *admin_env(void)
 
 #define RUN(r, ...) run_env((r), admin_env(), NULL, (const char *const[]){__VA_ARGS__, NULL})
 
+/* stderr first, and stdout clipped: CMocka cuts long messages, and a
+ * watch's stdout (every event) would hide why it exited. */
 static void expect_code(const run_result *r, int code)
 {
     if (r->code != code)
-        fail_msg("exit %d, wanted %d\nstdout: %s\nstderr: %s", r->code, code,
-                 r->out, r->err);
+        fail_msg("exit %d, wanted %d\nstderr: %.1500s\nstdout (start): %.600s",
+                 r->code, code, r->err, r->out);
 }
 
 /* Parses stdout as one JSON document. */
