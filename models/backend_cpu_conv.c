@@ -88,13 +88,22 @@ static void valid_range(uint32_t out, uint32_t s, int64_t off, uint32_t n,
 }
 
 /* col (c*kh*kw, oh*ow): row (ci, ki, kj) holds x[ci] sampled at window
- * element (ki, kj) of every output position, zero where that is padding. */
+ * element (ki, kj) of every output position, zero where that is padding.
+ *
+ * With stride 1 on both axes and out_w == in_w (a "same" convolution, as in
+ * the Fashion CNN), consecutive positions of a col row read consecutive
+ * input positions: its valid rows [h_lo, h_hi) are one run of the input
+ * plane shifted by offh * W + offw, copied with one memcpy; the few edge
+ * columns (ow outside [w_lo, w_hi)), which that run fills from the
+ * neighbouring input row, are then set to zero. Any other geometry copies
+ * row by row. Both produce the same col, bit for bit. */
 static void im2col(float *restrict col, const float *restrict x, uint32_t c,
                    const nn_conv_desc *d)
 {
     const uint32_t H = d->in_h, W = d->in_w, OH = d->out_h, OW = d->out_w;
     const uint32_t sh = d->stride[0], sw = d->stride[1];
     const size_t ohw = (size_t)OH * OW;
+    const int shifted = sh == 1 && sw == 1 && OW == W;
     for (uint32_t ci = 0; ci < c; ci++) {
         const float *xc = x + (size_t)ci * H * W;
         for (uint32_t ki = 0; ki < d->kernel[0]; ki++) {
@@ -110,6 +119,35 @@ static void im2col(float *restrict col, const float *restrict x, uint32_t c,
                 memset(row, 0, (size_t)h_lo * OW * sizeof *row);
                 memset(row + (size_t)h_hi * OW, 0,
                        (size_t)(OH - h_hi) * OW * sizeof *row);
+                if (shifted) {
+                    /* col index i reads plane index i + shift; indices that
+                     * would fall outside the plane are edge columns. */
+                    const int64_t shift = offh * (int64_t)W + offw;
+                    int64_t a = (int64_t)h_lo * OW, b = (int64_t)h_hi * OW;
+                    const int64_t first = a, last = b;
+                    if (a + shift < 0)
+                        a = -shift;
+                    if (b + shift > (int64_t)H * W)
+                        b = (int64_t)H * W - shift;
+                    if (b > a)
+                        memcpy(row + a, xc + a + shift,
+                               (size_t)(b - a) * sizeof *row);
+                    else
+                        a = b = last;
+                    for (int64_t i = first; i < a; i++)
+                        row[i] = 0.0f;
+                    for (int64_t i = b; i < last; i++)
+                        row[i] = 0.0f;
+                    if (w_lo > 0 || w_hi < OW)
+                        for (uint32_t oh = h_lo; oh < h_hi; oh++) {
+                            float *restrict r = row + (size_t)oh * OW;
+                            for (uint32_t ow = 0; ow < w_lo; ow++)
+                                r[ow] = 0.0f;
+                            for (uint32_t ow = w_hi; ow < OW; ow++)
+                                r[ow] = 0.0f;
+                        }
+                    continue;
+                }
                 for (uint32_t oh = h_lo; oh < h_hi; oh++) {
                     const float *restrict src =
                         xc + (size_t)((int64_t)oh * sh + offh) * W + offw;

@@ -254,22 +254,17 @@ static void test_gemm_beta0_ignores_c(void **state)
     }
 }
 
-/* The Fashion CNN's second convolution (32 -> 64, 5x5, same) on a batch of
- * 2, through the engine's conv2d_forward, against a direct loop. */
-static void test_conv_matches_reference(void **state)
+/* conv2d_forward against a direct loop in double for one geometry. */
+static void check_conv(const nn_conv_desc *d, uint32_t n)
 {
-    (void)state;
-    const nn_conv_desc d = {.in_c = 32, .in_h = 14, .in_w = 14,
-                            .out_c = 64, .out_h = 14, .out_w = 14,
-                            .kernel = {5, 5}, .stride = {1, 1},
-                            .pad = {2, 2}, .dilation = {1, 1}, .groups = 1};
-    const uint32_t n = 2;
-    size_t in_len = (size_t)n * d.in_c * d.in_h * d.in_w;
-    size_t w_len = (size_t)d.out_c * d.in_c * 25;
-    size_t out_len = (size_t)n * d.out_c * d.out_h * d.out_w;
+    const uint32_t kh = d->kernel[0], kw = d->kernel[1], cg = d->in_c / d->groups;
+    const uint32_t fg = d->out_c / d->groups;
+    size_t in_len = (size_t)n * d->in_c * d->in_h * d->in_w;
+    size_t w_len = (size_t)d->out_c * cg * kh * kw;
+    size_t out_len = (size_t)n * d->out_c * d->out_h * d->out_w;
     float *in = malloc(in_len * sizeof(float));
     float *w = malloc(w_len * sizeof(float));
-    float *bias = malloc(d.out_c * sizeof(float));
+    float *bias = malloc(d->out_c * sizeof(float));
     float *out = malloc(out_len * sizeof(float));
     assert_non_null(in);
     assert_non_null(w);
@@ -279,39 +274,75 @@ static void test_conv_matches_reference(void **state)
         in[i] = frand();
     for (size_t i = 0; i < w_len; i++)
         w[i] = frand() * 0.1f;
-    for (uint32_t i = 0; i < d.out_c; i++)
+    for (uint32_t i = 0; i < d->out_c; i++)
         bias[i] = frand();
-    size_t work = nn_backend_cpu.conv2d_work(&d);
+    size_t work = nn_backend_cpu.conv2d_work(d);
     nn_exec ex = {.work_floats = (work + 15) / 16 * 16};
     ex.work = aligned_alloc(64, (ex.work_floats ? ex.work_floats : 16) * sizeof(float));
     assert_non_null(ex.work);
-    nn_backend_cpu.conv2d_forward(&ex, out, in, w, bias, n, &d);
+    nn_backend_cpu.conv2d_forward(&ex, out, in, w, bias, n, d);
     for (uint32_t s = 0; s < n; s++)
-        for (uint32_t f = 0; f < d.out_c; f++)
-            for (uint32_t oh = 0; oh < d.out_h; oh++)
-                for (uint32_t ow = 0; ow < d.out_w; ow++) {
+        for (uint32_t f = 0; f < d->out_c; f++)
+            for (uint32_t oh = 0; oh < d->out_h; oh++)
+                for (uint32_t ow = 0; ow < d->out_w; ow++) {
                     double acc = bias[f], mag = fabs(bias[f]);
-                    for (uint32_t c = 0; c < d.in_c; c++)
-                        for (int i = 0; i < 5; i++)
-                            for (int j = 0; j < 5; j++) {
-                                int ih = (int)oh - 2 + i, iw = (int)ow - 2 + j;
-                                if (ih < 0 || iw < 0 || ih >= 14 || iw >= 14)
+                    uint32_t g = f / fg;
+                    for (uint32_t c = 0; c < cg; c++)
+                        for (uint32_t i = 0; i < kh; i++)
+                            for (uint32_t j = 0; j < kw; j++) {
+                                int64_t ih = (int64_t)oh * d->stride[0] - d->pad[0] +
+                                             (int64_t)i * d->dilation[0];
+                                int64_t iw = (int64_t)ow * d->stride[1] - d->pad[1] +
+                                             (int64_t)j * d->dilation[1];
+                                if (ih < 0 || iw < 0 || ih >= d->in_h || iw >= d->in_w)
                                     continue;
-                                double x = in[((s * d.in_c + c) * 14 + ih) * 14 + iw];
-                                double y = w[((f * d.in_c + c) * 5 + i) * 5 + j];
+                                double x = in[(((size_t)s * d->in_c + g * cg + c) *
+                                                   d->in_h + ih) * d->in_w + iw];
+                                double y = w[(((size_t)f * cg + c) * kh + i) * kw + j];
                                 acc += x * y;
                                 mag += fabs(x * y);
                             }
-                    float got = out[((s * d.out_c + f) * 14 + oh) * 14 + ow];
+                    float got = out[(((size_t)s * d->out_c + f) * d->out_h + oh) *
+                                        d->out_w + ow];
                     if (fabs(got - acc) > 1e-5 * mag + 1e-7)
-                        fail_msg("conv out[%u][%u][%u][%u] = %.9g, reference %.9g",
-                                 s, f, oh, ow, got, acc);
+                        fail_msg("conv %ux%u k%ux%u pad %u,%u dil %u,%u stride %u,%u: "
+                                 "out[%u][%u][%u][%u] = %.9g, reference %.9g",
+                                 d->in_h, d->in_w, kh, kw, d->pad[0], d->pad[1],
+                                 d->dilation[0], d->dilation[1], d->stride[0],
+                                 d->stride[1], s, f, oh, ow, got, acc);
                 }
     free(ex.work);
     free(in);
     free(w);
     free(bias);
     free(out);
+}
+
+#define CONV(ic, ih, iw, oc, oh, ow, k0, k1, s0, s1, p0, p1, d0, d1, g)            \
+    ((nn_conv_desc){.in_c = ic, .in_h = ih, .in_w = iw, .out_c = oc, .out_h = oh, \
+                    .out_w = ow, .kernel = {k0, k1}, .stride = {s0, s1},          \
+                    .pad = {p0, p1}, .dilation = {d0, d1}, .groups = g})
+
+/* The Fashion CNN's two convolutions, and "same" geometries (stride 1,
+ * out_w == in_w: the im2col path that copies shifted runs) with dilation,
+ * non-square kernels, planes smaller than the kernel's reach and groups;
+ * then strided and "valid" ones (the row-by-row path). */
+static void test_conv_matches_reference(void **state)
+{
+    (void)state;
+    const nn_conv_desc ds[] = {
+        CONV(1, 28, 28, 32, 28, 28, 5, 5, 1, 1, 2, 2, 1, 1, 1),
+        CONV(32, 14, 14, 64, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1),
+        CONV(3, 9, 9, 4, 9, 9, 3, 3, 1, 1, 2, 2, 2, 2, 1),   /* dilated */
+        CONV(2, 6, 7, 3, 6, 7, 3, 5, 1, 1, 1, 2, 1, 1, 1),   /* 3x5 */
+        CONV(2, 2, 2, 3, 2, 2, 5, 5, 1, 1, 2, 2, 1, 1, 1),   /* tiny plane */
+        CONV(2, 4, 3, 2, 6, 3, 3, 3, 1, 1, 2, 1, 1, 1, 1),   /* taller out */
+        CONV(4, 5, 5, 4, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 2),   /* groups */
+        CONV(3, 9, 9, 4, 5, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1),   /* strided */
+        CONV(3, 8, 8, 4, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 1),   /* valid */
+    };
+    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
+        check_conv(&ds[i], 2);
 }
 
 int main(int argc, char **argv)
