@@ -63,22 +63,22 @@ const char *cpu_isa_name(cpu_isa isa)
     return isa >= 0 && isa < CPU_ISA_COUNT ? isa_names[isa] : "unknown";
 }
 
-static int core_known(const char *core)
+/* The table row of a core name (case-insensitive), or -1. */
+static int core_index(const char *core)
 {
     for (size_t i = 0; i < sizeof openblas_cores / sizeof openblas_cores[0];
          i++)
         if (core && !strcasecmp(core, openblas_cores[i].core))
-            return 1;
-    return 0;
+            return (int)i;
+    return -1;
 }
+
+static int core_known(const char *core) { return core_index(core) >= 0; }
 
 cpu_isa cpu_openblas_core_isa(const char *core)
 {
-    for (size_t i = 0; i < sizeof openblas_cores / sizeof openblas_cores[0];
-         i++)
-        if (core && !strcasecmp(core, openblas_cores[i].core))
-            return openblas_cores[i].isa;
-    return CPU_ISA_GENERIC;
+    int i = core_index(core);
+    return i >= 0 ? openblas_cores[i].isa : CPU_ISA_GENERIC;
 }
 
 const char *cpu_isa_openblas_core(cpu_isa isa)

@@ -27,7 +27,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -154,21 +153,13 @@ def run_stage(spec, stages, base_root, context, work):
     return st
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def check_final(st):
     """Starts the final stage as the image would and checks it."""
     failed = []
     argv = json.loads(st.meta["ENTRYPOINT"]) + json.loads(st.meta["CMD"])
     user = st.meta["USER"]
     volume = json.loads(st.meta["VOLUME"])[0]
-    port = free_port()
+    port = chroot.free_port()
     argv = [a.replace("0.0.0.0:8080", f"0.0.0.0:{port}") for a in argv]
     health = df.exec_form(re.match(r"(?:--\S+\s+)*CMD\s+(.*)$", st.meta["HEALTHCHECK"]).group(1),
                           "HEALTHCHECK")

@@ -26,6 +26,7 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import time
 
@@ -41,6 +42,16 @@ def log(msg):
 def sh(*args, **kw):
     log("$ " + " ".join(shlex.quote(str(a)) for a in args))
     return subprocess.run([str(a) for a in args], check=True, **kw)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now (a root shares
+    the machine's network)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 def cache_dir():

@@ -29,7 +29,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,14 +45,6 @@ READY_WITHIN_S = 1800  # install + build + start, generous for a slow mirror
 TEST_ONLY_PACKAGES = ("libcmocka-dev", "chromium", "chromium-driver", "python3-torch",
                       "python3-selenium", "python3")
 log = chroot.log
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def snapshot_into(repo, bare):
@@ -103,7 +94,7 @@ class Phases:
 
 def run(repo, keep):
     failed = []
-    port = free_port()
+    port = chroot.free_port()
     t_all = time.time()
     base = chroot.base_root(SUITE, INCLUDE)
     work = os.path.join(chroot.cache_dir(), "fresh-make-run")

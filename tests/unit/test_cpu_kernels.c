@@ -168,6 +168,16 @@ static float frand(void)
     return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
+/* A new buffer of n floats from frand(); fails the test when out of memory. */
+static float *rand_floats(size_t n)
+{
+    float *p = malloc(n * sizeof *p);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand();
+    return p;
+}
+
 /* Each shape of the Fashion networks' dense layers, and odd sizes that
  * leave kernel tails, in every transpose combination (the backward pass's
  * GEMMs); one and two rows against a large B take the GEMV path.
@@ -183,18 +193,9 @@ static void test_gemm_matches_reference(void **state)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
                 const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-                float *a = malloc(sizeof(float) * m * k);
-                float *b = malloc(sizeof(float) * k * n);
-                float *c = malloc(sizeof(float) * m * n);
-                assert_non_null(a);
-                assert_non_null(b);
-                assert_non_null(c);
-                for (int i = 0; i < m * k; i++)
-                    a[i] = frand();
-                for (int i = 0; i < k * n; i++)
-                    b[i] = frand();
-                for (int i = 0; i < m * n; i++)
-                    c[i] = frand();
+                float *a = rand_floats((size_t)m * k);
+                float *b = rand_floats((size_t)k * n);
+                float *c = rand_floats((size_t)m * n);
                 float *c0 = malloc(sizeof(float) * m * n);
                 assert_non_null(c0);
                 memcpy(c0, c, sizeof(float) * m * n);
@@ -233,15 +234,8 @@ static void test_gemm_beta0_ignores_c(void **state)
     static const int shapes[][3] = {{1, 1024, 3136}, {2, 1024, 1024}, {4, 64, 64}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-        float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n);
-        float *c = malloc(sizeof(float) * m * n);
-        assert_non_null(a);
-        assert_non_null(b);
-        assert_non_null(c);
-        for (int i = 0; i < m * k; i++)
-            a[i] = frand();
-        for (int i = 0; i < k * n; i++)
-            b[i] = frand();
+        float *a = rand_floats((size_t)m * k), *b = rand_floats((size_t)k * n);
+        float *c = rand_floats((size_t)m * n);
         for (int i = 0; i < m * n; i++)
             c[i] = NAN;
         nn_backend_cpu.gemm(NULL, c, a, b, 0, 1, m, n, k, 1.0f, 0.0f);
@@ -262,20 +256,12 @@ static void check_conv(const nn_conv_desc *d, uint32_t n)
     size_t in_len = (size_t)n * d->in_c * d->in_h * d->in_w;
     size_t w_len = (size_t)d->out_c * cg * kh * kw;
     size_t out_len = (size_t)n * d->out_c * d->out_h * d->out_w;
-    float *in = malloc(in_len * sizeof(float));
-    float *w = malloc(w_len * sizeof(float));
-    float *bias = malloc(d->out_c * sizeof(float));
+    float *in = rand_floats(in_len), *w = rand_floats(w_len);
+    float *bias = rand_floats(d->out_c);
     float *out = malloc(out_len * sizeof(float));
-    assert_non_null(in);
-    assert_non_null(w);
-    assert_non_null(bias);
     assert_non_null(out);
-    for (size_t i = 0; i < in_len; i++)
-        in[i] = frand();
     for (size_t i = 0; i < w_len; i++)
-        w[i] = frand() * 0.1f;
-    for (uint32_t i = 0; i < d->out_c; i++)
-        bias[i] = frand();
+        w[i] *= 0.1f;
     size_t work = nn_backend_cpu.conv2d_work(d);
     nn_exec ex = {.work_floats = (work + 15) / 16 * 16};
     ex.work = aligned_alloc(64, (ex.work_floats ? ex.work_floats : 16) * sizeof(float));
