@@ -221,8 +221,14 @@ static void fill_info(const char *policy, cpu_isa cpu, const char *detected,
     snprintf(g_info.cpu_isa, sizeof g_info.cpu_isa, "%s", cpu_isa_name(cpu));
     snprintf(g_info.policy, sizeof g_info.policy, "%s",
              policy && *policy ? policy : "auto");
-    snprintf(g_info.reason, sizeof g_info.reason, "%s", reason);
     g_info.generic_fallback = in_use < cpu || in_use == CPU_ISA_GENERIC;
+    if (in_use < cpu)
+        snprintf(g_info.reason, sizeof g_info.reason,
+                 "%s; these kernels use %s although the CPU has %s, so GEMM "
+                 "runs several times slower than it could",
+                 reason, cpu_isa_name(in_use), cpu_isa_name(cpu));
+    else
+        snprintf(g_info.reason, sizeof g_info.reason, "%s", reason);
 }
 
 void cpu_kernels_select(char **argv)

@@ -69,7 +69,7 @@ typedef struct {
     char isa[16];         /* cpu_isa_name() of the core in use */
     char cpu_isa[16];     /* the best the CPU's features allow */
     char policy[32];      /* "auto", "openblas" or the forced core */
-    char reason[256];     /* one sentence: why this core */
+    char reason[512];     /* why this core, and what it costs */
     int generic_fallback; /* 1: kernels weaker than the CPU allows */
     double gemm_gflops;   /* measured single-thread SGEMM rate, 0 unmeasured */
 } cpu_kernels_info;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -99,10 +100,10 @@ static void log_cpu_kernels(void)
     const cpu_kernels_info *k = cpu_kernels_get();
     double gflops = cpu_kernels_measure(0.05);
     log_event(k->generic_fallback ? "warn" : "info", "cpu_kernels",
-              json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:f}", "provider",
+              json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "provider",
                         k->provider, "core", k->core, "isa", k->isa, "cpu_isa",
                         k->cpu_isa, "detected", k->detected, "reason",
-                        k->reason, "gemm_gflops", gflops));
+                        k->reason, "gemm_gflops", (json_int_t)lround(gflops)));
     opm_cpu_kernels(k->provider, k->core, k->isa, k->cpu_isa, k->detected,
                     gflops);
 }
