@@ -12,7 +12,12 @@ way a new user would, waits for /healthz, and checks that:
 * it is the key saved in var/admin.key;
 * nothing of the test suite was installed (CMocka, Chromium, PyTorch,
   Selenium, Python), and the build said in one line that tests were not
-  built.
+  built;
+* scripts/setup.sh waited for the package lock: as on a freshly booted
+  cloud instance where unattended-upgrades holds it, the test holds the
+  root's apt and dpkg locks (the same fcntl locks apt takes) for the first
+  LOCK_HOLD_S seconds of `make run`, and the output must say that another
+  package manager is running before the installs go on.
 
 The debootstrap base is cached (tests/fresh/chroot.py) so that a rerun
 costs the package installs and the build, not the debootstrap. Every
@@ -25,6 +30,7 @@ it never passes by skipping.
     sudo tests/fresh/make_run.py [--keep] [REPO]
 """
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -42,6 +48,8 @@ import chroot  # noqa: E402
 SUITE = "bookworm"
 INCLUDE = ("make", "git", "ca-certificates")
 READY_WITHIN_S = 1800  # install + build + start, generous for a slow mirror
+LOCK_HOLD_S = 8        # the package locks held at the start of make run
+LOCKS = ("/var/lib/apt/lists/lock", "/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")
 TEST_ONLY_PACKAGES = ("libcmocka-dev", "chromium", "chromium-driver", "python3-torch",
                       "python3-selenium", "python3")
 log = chroot.log
@@ -79,7 +87,7 @@ def http_get(url, key=None):
 
 class Phases:
     """When each step of `make run` first shows in its output."""
-    MARKS = (("packages", "Installing: "), ("configure", "-- The C compiler identification"),
+    MARKS = (("packages", "Installing: "), ("lock wait", "Another package manager is running"), ("configure", "-- The C compiler identification"),
              ("compile", "Building C object"), ("serving", "listening on http"))
 
     def __init__(self, t0):
@@ -113,6 +121,13 @@ def run(repo, keep):
                     if k.lower() in ("http_proxy", "https_proxy", "no_proxy")]
             script = ("cd /root && git clone -q /srv/trainyard.git trainyard && "
                       "cd trainyard && exec make run")
+            held = []
+            for lock in LOCKS:
+                f = open(root.file(lock), "a")
+                fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(f)
+            log(f"holding the root's apt and dpkg locks for {LOCK_HOLD_S} s, as another "
+                "package manager would")
             log(f"in the fresh root: {script}")
             t0 = time.time()
             proc = subprocess.Popen(["chroot", root.path, "/usr/bin/env", "-i", *env,
@@ -122,6 +137,11 @@ def run(repo, keep):
             phases = Phases(t0)
             healthy = False
             while time.time() - t0 < READY_WITHIN_S:
+                if held and time.time() - t0 >= LOCK_HOLD_S:
+                    for f in held:
+                        f.close()  # closing releases the fcntl lock
+                    held = []
+                    log(f"released the package locks (+{time.time() - t0:.0f} s)")
                 out.seek(0)
                 text = out.read()
                 phases.scan(text)
@@ -173,6 +193,11 @@ def run(repo, keep):
                 log("none of " + ", ".join(TEST_ONLY_PACKAGES) + " is installed in the root")
             if "tests not built" not in text:
                 failed.append("the build did not say that the tests were not built")
+            if "Another package manager is running" not in text:
+                failed.append("make run did not say that it waited for the package lock "
+                              f"held for its first {LOCK_HOLD_S} s")
+            else:
+                log("make run said it waited for the package lock, then went on")
             return failed, t_ready
         finally:
             if proc is not None and proc.poll() is None:
