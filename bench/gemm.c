@@ -34,11 +34,13 @@ static const struct {
     {"mlp dense 256->128 fwd", 0, 1, 128, 128, 256},
     {"mlp dense 256->128 dX", 0, 0, 128, 256, 128},
     {"cnn conv1 5x5 1->32 fwd (per image)", 0, 0, 32, 784, 25},
+    {"cnn conv1 dW (per image)", 0, 1, 32, 25, 784},
     {"cnn conv2 5x5 32->64 fwd (per image)", 0, 0, 64, 196, 800},
     {"cnn conv2 dW (per image)", 0, 1, 64, 800, 196},
     {"cnn conv2 dX (per image)", 1, 0, 800, 196, 64},
     {"cnn dense 3136->1024 fwd", 0, 1, 128, 1024, 3136},
     {"cnn dense 3136->1024 dW", 1, 0, 1024, 3136, 128},
+    {"cnn dense 3136->1024 dX", 0, 0, 128, 3136, 1024},
     {"square 256", 0, 0, 256, 256, 256},
 };
 
