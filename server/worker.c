@@ -9,9 +9,10 @@
  *      {"event":"started", "pid": <pid>, "cuda_visible_devices": <string or
  *       null>, "trainyard_device": <string or null>,
  *       "capabilities": ["heartbeat", "preempt"],
- *       "cpu_kernels": {"provider", "core", "isa", "cpu_isa"}}
+ *       "cpu_kernels": {"provider", "core", "isa", "cpu_isa", "gemm_gflops"}}
  *    with the environment it was given (null: unset) and the CPU GEMM
- *    kernels it runs (models/cpu_kernels.h). Its signal handlers
+ *    kernels it runs (models/cpu_kernels.h) with their single-thread SGEMM
+ *    rate, measured for 50 ms just before the line. Its signal handlers
  *    are installed (and those signals unblocked) before this line, so a
  *    runner may send SIGTERM or SIGUSR1 once it has read it; before, the
  *    default action of SIGUSR1 would kill it. Bad usage (exit 64) prints
@@ -531,12 +532,15 @@ static void emit_started(void)
     const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
     const char *dev = getenv("TRAINYARD_DEVICE");
     const cpu_kernels_info *k = cpu_kernels_get();
-    emit(json_pack("{s:s, s:I, s:s?, s:s?, s:[s, s], s:{s:s, s:s, s:s, s:s}}",
+    /* 50 ms, measured beside whatever else runs on the machine then. */
+    double gflops = cpu_kernels_measure(0.05);
+    emit(json_pack("{s:s, s:I, s:s?, s:s?, s:[s, s], s:{s:s, s:s, s:s, s:s, s:I}}",
                    "event", "started", "pid", (json_int_t)getpid(),
                    "cuda_visible_devices", cvd, "trainyard_device", dev,
                    "capabilities", "heartbeat", "preempt", "cpu_kernels",
                    "provider", k->provider, "core", k->core, "isa", k->isa,
-                   "cpu_isa", k->cpu_isa));
+                   "cpu_isa", k->cpu_isa, "gemm_gflops",
+                   (json_int_t)(gflops + 0.5)));
 }
 
 int worker_main(int argc, char **argv)

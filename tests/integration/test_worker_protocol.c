@@ -297,6 +297,16 @@ static void assert_started(const proc *p, const char *cvd, const char *dev)
     assert_int_equal(json_array_size(caps), 2);
     assert_string_equal(json_string_value(json_array_get(caps, 0)), "heartbeat");
     assert_string_equal(json_string_value(json_array_get(caps, 1)), "preempt");
+    /* The CPU kernels it runs: OpenBLAS, a known instruction set, a rate. */
+    const json_t *k = json_object_get(ev, "cpu_kernels");
+    assert_true(json_is_object(k));
+    assert_string_equal(json_string_value(json_object_get(k, "provider")), "openblas");
+    assert_non_null(json_string_value(json_object_get(k, "core")));
+    const char *isa = json_string_value(json_object_get(k, "isa"));
+    assert_non_null(isa);
+    assert_true(!strcmp(isa, "generic") || !strcmp(isa, "avx") ||
+                !strcmp(isa, "avx2") || !strcmp(isa, "avx512"));
+    assert_true(json_integer_value(json_object_get(k, "gemm_gflops")) > 0);
 }
 
 static const char *small_spec =
