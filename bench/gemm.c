@@ -3,16 +3,27 @@
  * the kernels this process runs (not a test; bench/train_cpu runs it once
  * per OpenBLAS core with TRAINYARD_CPU_KERNELS=<core> and compares).
  *
- *   build/bench_gemm [seconds-per-shape]
+ *   build/bench_gemm [seconds-per-shape] [openblas|blis|onednn]
  *
  * Selects the kernels as the trainyard binary does (cpu_kernels_select),
- * then times cblas_sgemm on one thread (the engine runs OpenBLAS on one
- * thread and splits the work itself) at each shape, best of the repeats.
- * Prints one JSON line: the kernels, and per shape m, n, k and GFLOP/s,
- * and the rate over all shapes weighted by their flops.
+ * then times SGEMM on one thread (the engine runs OpenBLAS on one thread
+ * and splits the work itself) at each shape, best of the repeats. Prints
+ * one JSON line: the kernels, and per shape m, n, k and GFLOP/s, and the
+ * rate over all shapes weighted by their flops.
+ *
+ * blis and onednn are the other candidate providers the engine could use,
+ * timed on the same shapes for comparison: BLIS's CBLAS (Debian's
+ * libblis4-serial: one thread, kernels chosen by CPU features at run time)
+ * and oneDNN's dnnl_sgemm (libdnnl2, JIT by CPU features; run with
+ * OMP_NUM_THREADS=1). Both are loaded with dlopen(RTLD_DEEPBIND), so that
+ * nothing of them links into the product and OpenBLAS's symbols cannot
+ * stand in for theirs; a library that is not installed exits 2 saying so.
  */
+#include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cblas.h>
@@ -44,6 +55,48 @@ static const struct {
     {"square 256", 0, 0, 256, 256, 256},
 };
 
+/* One SGEMM, row-major C (m, n) = op(A) op(B), by the chosen provider. */
+typedef void (*cblas_sgemm_fn)(int, int, int, int, int, int, float,
+                               const float *, int, const float *, int, float,
+                               float *, int);
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float,
+                             const float *, int64_t, const float *, int64_t,
+                             float, float *, int64_t);
+static cblas_sgemm_fn blis_sgemm;
+static dnnl_sgemm_fn onednn_sgemm;
+
+static void provider_sgemm(int ta, int tb, int m, int n, int k, const float *a,
+                           int lda, const float *b, int ldb, float *c)
+{
+    if (blis_sgemm)
+        blis_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                   tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b,
+                   ldb, 0.0f, c, n);
+    else if (onednn_sgemm)
+        onednn_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, a, lda, b,
+                     ldb, 0.0f, c, n);
+    else
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+                    tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, a, lda, b,
+                    ldb, 0.0f, c, n);
+}
+
+static void *open_provider(const char *const *names, const char *sym,
+                           const char *package)
+{
+    for (; *names; names++) {
+        void *h = dlopen(*names, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+        if (h) {
+            void *f = dlsym(h, sym);
+            if (f)
+                return f;
+        }
+    }
+    fprintf(stderr, "bench_gemm: %s not found (apt-get install %s)\n", sym,
+            package);
+    exit(2);
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -57,11 +110,35 @@ int main(int argc, char **argv)
     double per_shape = argc > 1 ? atof(argv[1]) : 0.3;
     if (per_shape <= 0)
         per_shape = 0.3;
+    const char *provider = argc > 2 ? argv[2] : "openblas";
     openblas_set_num_threads(1);
     const cpu_kernels_info *k = cpu_kernels_get();
-    json_t *out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider",
-                            k->provider, "core", k->core, "isa", k->isa,
-                            "cpu_isa", k->cpu_isa, "reason", k->reason);
+    json_t *out;
+    if (!strcmp(provider, "blis")) {
+        static const char *const names[] = {
+            "/usr/lib/x86_64-linux-gnu/blis-serial/libblis.so.4",
+            "libblis.so.4", NULL};
+        blis_sgemm = (cblas_sgemm_fn)open_provider(names, "cblas_sgemm",
+                                                   "libblis4-serial");
+        out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", "blis", "core",
+                        "blis", "isa", "-", "cpu_isa", k->cpu_isa, "reason",
+                        "BLIS's own choice by CPU features");
+    } else if (!strcmp(provider, "onednn")) {
+        static const char *const names[] = {"libdnnl.so.2", "libdnnl.so.3", NULL};
+        onednn_sgemm = (dnnl_sgemm_fn)open_provider(names, "dnnl_sgemm",
+                                                    "libdnnl2");
+        out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", "onednn",
+                        "core", "onednn", "isa", "-", "cpu_isa", k->cpu_isa,
+                        "reason", "oneDNN's JIT by CPU features");
+    } else if (!strcmp(provider, "openblas")) {
+        out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", k->provider,
+                        "core", k->core, "isa", k->isa, "cpu_isa", k->cpu_isa,
+                        "reason", k->reason);
+    } else {
+        fprintf(stderr, "bench_gemm: unknown provider %s (openblas, blis, onednn)\n",
+                provider);
+        return 64;
+    }
     json_t *list = json_array();
     double flops_all = 0, time_all = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -80,23 +157,44 @@ int main(int argc, char **argv)
         const int lda = shapes[s].ta ? m : kk, ldb = shapes[s].tb ? kk : n;
         double best = 1e30, t_end = now_s() + per_shape;
         int reps = 0;
+        provider_sgemm(shapes[s].ta, shapes[s].tb, m, n, kk, a, lda, b, ldb, c);
         do {
             double t0 = now_s();
-            cblas_sgemm(CblasRowMajor, shapes[s].ta ? CblasTrans : CblasNoTrans,
-                        shapes[s].tb ? CblasTrans : CblasNoTrans, m, n, kk,
-                        1.0f, a, lda, b, ldb, 0.0f, c, n);
+            provider_sgemm(shapes[s].ta, shapes[s].tb, m, n, kk, a, lda, b, ldb,
+                           c);
             double dt = now_s() - t0;
             if (dt < best)
                 best = dt;
             reps++;
         } while (reps < 5 || now_s() < t_end);
+        /* The provider's C against OpenBLAS's, so that a fast wrong GEMM
+         * cannot pass for a fast one. */
+        float *ref = malloc(sizeof(float) * m * n);
+        if (!ref) {
+            fprintf(stderr, "bench_gemm: out of memory\n");
+            return 1;
+        }
+        cblas_sgemm(CblasRowMajor, shapes[s].ta ? CblasTrans : CblasNoTrans,
+                    shapes[s].tb ? CblasTrans : CblasNoTrans, m, n, kk, 1.0f, a,
+                    lda, b, ldb, 0.0f, ref, n);
+        double maxref = 0, maxdiff = 0;
+        for (int i = 0; i < m * n; i++) {
+            double r = ref[i] < 0 ? -ref[i] : ref[i];
+            double e = c[i] - ref[i] < 0 ? ref[i] - c[i] : c[i] - ref[i];
+            if (r > maxref)
+                maxref = r;
+            if (e > maxdiff)
+                maxdiff = e;
+        }
+        free(ref);
         double flops = 2.0 * m * n * kk;
         flops_all += flops;
         time_all += best;
         json_array_append_new(
-            list, json_pack("{s:s, s:i, s:i, s:i, s:f}", "shape",
+            list, json_pack("{s:s, s:i, s:i, s:i, s:f, s:f}", "shape",
                             shapes[s].what, "m", m, "n", n, "k", kk, "gflops",
-                            flops / best / 1e9));
+                            flops / best / 1e9, "rel_diff_vs_openblas",
+                            maxref > 0 ? maxdiff / maxref : maxdiff));
         free(a);
         free(b);
         free(c);
