@@ -8,8 +8,9 @@
 #   scripts/setup.sh test    the above, plus CMocka, Python (for the contract
 #                            test), the Fashion-MNIST dataset, Chromium with
 #                            its driver and Selenium (the browser test),
-#                            openssl (the HTTPS test's throwaway CA) and
-#                            debootstrap (the fresh-machine test)
+#                            openssl (the HTTPS test's throwaway CA),
+#                            debootstrap (the fresh-machine test) and BLIS
+#                            (a GEMM candidate that `make bench` compares)
 #
 # As root it installs what is missing with apt-get; as another user it runs
 # apt-get through sudo when sudo is there, and otherwise prints the exact
@@ -35,7 +36,8 @@ build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
             libjs-chart.js)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
            dataset-fashion-mnist python3-prometheus-client chromium
-           chromium-driver python3-selenium openssl debootstrap)
+           chromium-driver python3-selenium openssl debootstrap
+           libblis4-serial)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;
