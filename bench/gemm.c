@@ -113,32 +113,29 @@ int main(int argc, char **argv)
     const char *provider = argc > 2 ? argv[2] : "openblas";
     openblas_set_num_threads(1);
     const cpu_kernels_info *k = cpu_kernels_get();
-    json_t *out;
+    /* What the JSON says of the kernels: OpenBLAS's selection, or the other
+     * provider's own choice by CPU features. */
+    const char *core = k->core, *isa = k->isa, *reason = k->reason;
     if (!strcmp(provider, "blis")) {
         static const char *const names[] = {
             "/usr/lib/x86_64-linux-gnu/blis-serial/libblis.so.4",
             "libblis.so.4", NULL};
         blis_sgemm = (cblas_sgemm_fn)open_provider(names, "cblas_sgemm",
                                                    "libblis4-serial");
-        out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", "blis", "core",
-                        "blis", "isa", "-", "cpu_isa", k->cpu_isa, "reason",
-                        "BLIS's own choice by CPU features");
+        core = "blis", isa = "-", reason = "BLIS's own choice by CPU features";
     } else if (!strcmp(provider, "onednn")) {
         static const char *const names[] = {"libdnnl.so.2", "libdnnl.so.3", NULL};
         onednn_sgemm = (dnnl_sgemm_fn)open_provider(names, "dnnl_sgemm",
                                                     "libdnnl2");
-        out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", "onednn",
-                        "core", "onednn", "isa", "-", "cpu_isa", k->cpu_isa,
-                        "reason", "oneDNN's JIT by CPU features");
-    } else if (!strcmp(provider, "openblas")) {
-        out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", k->provider,
-                        "core", k->core, "isa", k->isa, "cpu_isa", k->cpu_isa,
-                        "reason", k->reason);
-    } else {
+        core = "onednn", isa = "-", reason = "oneDNN's JIT by CPU features";
+    } else if (strcmp(provider, "openblas")) {
         fprintf(stderr, "bench_gemm: unknown provider %s (openblas, blis, onednn)\n",
                 provider);
         return 64;
     }
+    json_t *out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", provider,
+                            "core", core, "isa", isa, "cpu_isa", k->cpu_isa,
+                            "reason", reason);
     json_t *list = json_array();
     double flops_all = 0, time_all = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
