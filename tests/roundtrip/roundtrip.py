@@ -56,8 +56,11 @@ class Server:
             [binary, "serve", "--listen", "127.0.0.1:0", "--data", self.data,
              "--train-device", "cpu"],
             stdout=self.out, stderr=self.err)
-        port = None
-        for _ in range(200):
+        # 60 s, as the integration harness allows: a start takes about
+        # 0.1 s, but a loaded CI machine once kept one silent for over 10 s
+        # (the limit here then).
+        port, t0 = None, time.time()
+        while time.time() - t0 < 60:
             self.out.seek(0)
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.out.read())
             if m:
@@ -67,8 +70,17 @@ class Server:
                 break
             time.sleep(0.05)
         if port is None:
+            waited = time.time() - t0
+            code = self.proc.poll()
+            if code is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.out.seek(0)
             self.err.seek(0)
-            raise SystemExit("FAIL: the server did not start:\n" + self.err.read())
+            raise SystemExit("FAIL: the server did not start (%s after %.1f s)\nstdout:\n%s\n"
+                             "stderr:\n%s" % ("still running" if code is None else
+                                              "exit %s" % code, waited,
+                                              self.out.read(), self.err.read()))
         self.base = "http://127.0.0.1:%d" % port
         with open(os.path.join(self.data, "admin.key")) as f:
             self.key = f.read().strip()
