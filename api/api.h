@@ -9,7 +9,7 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "server/app.h"
+#include "app/app.h"
 #include "server/http.h"
 #include "server/router.h"
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 
 #include "api/tenants.h"
-#include "server/blob.h"
+#include "store/blob.h"
 
 #define DEFAULT_LIMIT 50
 #define MAX_LIMIT 1000
@@ -124,7 +124,7 @@ ty_status api_create_blob_resource(ty_app *app, http_req *r,
         return ty_fail(err, TY_EIO, NULL, "cannot read the converted upload");
     /* The quota is checked and the row inserted under the blob lock, so two
      * uploads of one tenant cannot both fit in the room left for one. */
-    pthread_mutex_lock(&app->blob_mu);
+    store_blob_lock(app->store);
     ty_status s = api_storage_check(app, api_tenant(r), (int64_t)sb.st_size,
                                     err);
     if (s == TY_OK)
@@ -134,10 +134,10 @@ ty_status api_create_blob_resource(ty_app *app, http_req *r,
         json_object_set_new(doc, "bytes", json_integer(bytes));
         s = insert(app->store, api_tenant(r), id, sha, bytes, doc, err);
     }
-    pthread_mutex_unlock(&app->blob_mu);
+    store_blob_unlock(app->store);
     if (s != TY_OK) {
         if (bytes)
-            app_blob_release(app, sha);
+            store_blob_release(app->store, sha);
         return s;
     }
     char location[128];

@@ -2,7 +2,7 @@
  * datasets.c - /v1/datasets: upload (multipart), fetch from URLs (JSON),
  * list, show, delete.
  *
- * An upload is converted into the internal dataset format (models/dataset.h)
+ * An upload is converted into the internal dataset format (models/data/dataset.h)
  * while it is validated; only a file that converted cleanly is moved into the
  * blob folder, and the 201 is sent after the row commits, so a dataset that
  * was acknowledged is on disk.
@@ -14,9 +14,9 @@
 #include "api/api.h"
 #include "common/ids.h"
 #include "common/jsonutil.h"
-#include "models/dataset.h"
-#include "server/blob.h"
-#include "server/fetch.h"
+#include "models/data/dataset.h"
+#include "store/blob.h"
+#include "common/fetch.h"
 
 #define NAME_MAX_LEN 200
 
@@ -223,7 +223,7 @@ static json_t *dataset_doc(const char *id, const upload *u,
                            const ty_dataset *ds)
 {
     char now[32];
-    store_now(now);
+    ty_now_iso(now);
     json_t *m = ds->meta;
     json_t *doc = json_object();
     json_object_set_new(doc, "id", json_string(id));
@@ -312,6 +312,6 @@ void api_datasets_delete(ty_app *app, http_req *r)
         http_reply_error(r, s, &err);
         return;
     }
-    app_blob_release(app, sha);
+    store_blob_release(app->store, sha);
     http_reply_static(r, 204, NULL, "", 0);
 }

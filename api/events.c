@@ -1,7 +1,7 @@
 /*
  * events.c - live events over Server-Sent Events: GET /v1/events (the
  * caller's tenant's jobs) and GET /v1/jobs/{id}/events (one job, ending
- * with its job.finished). The hub and the streams are server/events.c's;
+ * with its job.finished). The hub and the streams are events/hub.c's;
  * this file decides where a stream starts.
  *
  * Where a stream starts:
@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "gpu/runner.h"
-#include "server/events.h"
+#include "jobs/runner.h"
+#include "events/hub.h"
 
 /* Parses the Last-Event-ID header into *id (0: none). Replies 400 and
  * returns 0 when it is not a decimal id. */

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 
 #include "api/api.h"
-#include "models/dataset.h"
-#include "server/blob.h"
+#include "models/data/dataset.h"
+#include "store/blob.h"
 
 #define DEFAULT_EXAMPLES 8
 #define MAX_EXAMPLES 64

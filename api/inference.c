@@ -14,11 +14,11 @@
 
 #include "api/api.h"
 #include "common/jsonutil.h"
-#include "models/dataset.h"
-#include "gpu/placement.h"
-#include "server/blob.h"
-#include "server/modelcache.h"
-#include "server/opmetrics.h"
+#include "models/data/dataset.h"
+#include "jobs/placement.h"
+#include "store/blob.h"
+#include "serve/modelcache.h"
+#include "common/opmetrics.h"
 
 #define MAX_PREDICT_EXAMPLES 100000
 #define MAX_NESTING 8

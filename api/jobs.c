@@ -17,17 +17,17 @@
 #include "common/ids.h"
 #include "common/jsonutil.h"
 #include "gpu/inventory.h"
-#include "gpu/jobreq.h"
-#include "gpu/placement.h"
-#include "gpu/runner.h"
-#ifdef TY_HAVE_CUDA
+#include "jobs/jobreq.h"
+#include "jobs/placement.h"
+#include "jobs/runner.h"
+#if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 #endif
-#include "models/dataset.h"
-#include "models/loader.h"
+#include "models/data/dataset.h"
+#include "models/train/loader.h"
 #include "models/nn.h"
-#include "models/train.h"
-#include "server/events.h"
+#include "models/train/train.h"
+#include "events/hub.h"
 
 #define DEFAULT_SPLIT 0.1
 
@@ -139,7 +139,7 @@ static uint32_t train_examples(const json_t *ds, const json_t *validation)
     return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
-/* Whether a job asking `req` trains on CUDA here (gpu/runner.h): a GPU
+/* Whether a job asking `req` trains on CUDA here (jobs/runner.h): a GPU
  * job on a real (nvml) inventory, or a CPU job on a host without slots
  * whose --train-device is CUDA - when the server's training device is. */
 static int job_on_cuda(const ty_app *app, const sched_request *req)
@@ -155,7 +155,7 @@ static int job_on_cuda(const ty_app *app, const sched_request *req)
 /* The backend a job trains on. */
 static const nn_backend *train_backend(int on_cuda)
 {
-#ifdef TY_HAVE_CUDA
+#if TRAINYARD_HAVE_CUDA
     if (on_cuda)
         return &nn_backend_cuda;
 #endif

@@ -1,5 +1,5 @@
 /*
- * metrics.c - GET /metrics: the operator metrics (server/opmetrics.h) in
+ * metrics.c - GET /metrics: the operator metrics (common/opmetrics.h) in
  * the Prometheus text format.
  *
  * The families that describe state rather than events are refilled here at
@@ -20,7 +20,8 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "server/opmetrics.h"
+#include "common/opmetrics.h"
+#include "gpu/inventory.h"
 
 static pthread_mutex_t scrape_mu = PTHREAD_MUTEX_INITIALIZER;
 

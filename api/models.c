@@ -13,8 +13,8 @@
 
 #include "api/api.h"
 #include "common/ids.h"
-#include "server/blob.h"
-#include "server/modelcache.h"
+#include "store/blob.h"
+#include "serve/modelcache.h"
 
 #define NAME_MAX_LEN 200
 
@@ -66,7 +66,7 @@ static ty_status read_import_form(http_req *r, const char **weights,
 static json_t *imported_doc(const char *id, const char *name, const nn_net *net)
 {
     char now[32];
-    store_now(now);
+    ty_now_iso(now);
     json_t *doc = json_object();
     json_object_set_new(doc, "id", json_string(id));
     json_object_set_new(doc, "name", json_string(name));
@@ -142,7 +142,7 @@ void api_models_delete(ty_app *app, http_req *r)
         return;
     }
     model_cache_evict(app->models, id);
-    app_blob_release(app, sha);
+    store_blob_release(app->store, sha);
     http_reply_static(r, 204, NULL, "", 0);
 }
 

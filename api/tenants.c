@@ -18,7 +18,7 @@
 
 #include "api/api.h"
 #include "common/ids.h"
-#include "gpu/runner.h"
+#include "jobs/runner.h"
 #include "common/jsonutil.h"
 #include "server/auth.h"
 

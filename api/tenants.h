@@ -16,9 +16,9 @@
 #include <stdint.h>
 
 #include "common/ty.h"
-#include "server/app.h"
+#include "app/app.h"
 #include "server/http.h"
-#include "server/store.h"
+#include "store/store.h"
 
 #define TENANT_NAME_MAX 64
 /* Weights are ratios of each other: bounded so that no ratio of two
@@ -50,7 +50,7 @@ ty_status tenant_storage_check(int64_t used, int64_t adding, int64_t max,
                                ty_err *err);
 
 /* The storage check for the tenant from the store (what the usage is now).
- * Caller holds app->blob_mu so uploads of one tenant are counted one at a
+ * Caller holds the store's blob lock so uploads of one tenant are counted one at a
  * time. */
 ty_status api_storage_check(ty_app *app, const char *tenant_id, int64_t adding,
                             ty_err *err);

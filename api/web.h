@@ -6,7 +6,7 @@
 #ifndef TY_WEB_H
 #define TY_WEB_H
 
-#include "server/app.h"
+#include "app/app.h"
 #include "server/http.h"
 
 typedef struct {

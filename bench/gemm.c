@@ -29,7 +29,7 @@
 #include <cblas.h>
 #include <jansson.h>
 
-#include "models/cpu_kernels.h"
+#include "models/cpu/kernels.h"
 
 void openblas_set_num_threads(int num_threads);
 

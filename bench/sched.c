@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "common/rng.h"
-#include "gpu/sched.h"
+#include "jobs/sched.h"
 
 #define GIB (1ull << 30)
 #define QUEUED 10000

@@ -4,6 +4,7 @@
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const status_names[] = {
     [TY_OK] = "TY_OK",
@@ -70,4 +71,15 @@ void ty_err_prefix(ty_err *e, const char *fmt, ...)
     size_t olen = strnlen(old, room);
     memcpy(e->msg + plen + 2, old, olen);
     e->msg[plen + 2 + olen] = '\0';
+}
+
+void ty_now_iso(char out[32])
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char base[24];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%s.%03dZ", base, (int)(ts.tv_nsec / 1000000) % 1000);
 }

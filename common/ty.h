@@ -51,6 +51,10 @@ ty_status ty_fail(ty_err *e, ty_status status, const char *field,
 void ty_err_prefix(ty_err *e, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* The time now, UTC, as "2026-01-31T12:34:56.789Z" (what the store writes
+ * in created_at columns and the logs in "ts"). */
+void ty_now_iso(char out[32]);
+
 #define TY_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

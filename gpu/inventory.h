@@ -163,4 +163,10 @@ void inv_slot_holder_json(const inv_slot *s, const inv_viewer *viewer,
  * only when out of memory. */
 json_t *inv_to_json(inventory *inv, const inv_viewer *viewer);
 
+/* Refills the slot and GPU families from inv (NULL: empties them): slots
+ * and slots held by profile, and each GPU's info, memory and the telemetry
+ * the driver gave (NVML re-read first; INV_UNKNOWN values are left out).
+ * Takes inv->mu. */
+void opm_collect_inventory(inventory *inv);
+
 #endif

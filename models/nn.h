@@ -69,7 +69,7 @@
 #include <stdint.h>
 
 #include "common/ty.h"
-#include "models/dataset.h"
+#include "models/data/dataset.h"
 #include "models/backend.h"
 
 #define NN_MAX_LAYERS 256

@@ -21,7 +21,7 @@
 #include "common/rng.h"
 #include "common/ty.h"
 #include "models/backend.h"
-#include "models/dataset.h"
+#include "models/data/dataset.h"
 #include "models/nn.h"
 
 #define NN_MAX_DIMS 4

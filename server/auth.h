@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "common/ty.h"
-#include "server/store.h"
+#include "store/store.h"
 
 #define AUTH_KEY_LEN 76   /* "ty_" + 20 + "_" + 52 */
 

@@ -30,10 +30,10 @@
 #include "common/fsutil.h"
 #include "common/ids.h"
 #include "server/auth.h"
-#include "server/fetch.h"
-#include "server/log.h"
+#include "common/fetch.h"
+#include "common/log.h"
 #include "server/multipart.h"
-#include "server/opmetrics.h"
+#include "common/opmetrics.h"
 
 #define FORM_MAX_PARTS 16
 #define FORM_MEM_MAX (64 * 1024)

@@ -23,9 +23,9 @@
 #include <stddef.h>
 
 #include "common/ty.h"
-#include "server/app.h"
+#include "app/app.h"
 #include "server/router.h"
-#include "server/store.h"
+#include "store/store.h"
 
 typedef struct http_req http_req;
 
@@ -95,7 +95,7 @@ void http_reply_static(http_req *r, unsigned status, const char *content_type,
 /* Adds a header to the reply to come (e.g. Location). */
 void http_reply_header(http_req *r, const char *name, const char *value);
 
-/* ---- streamed replies (Server-Sent Events; server/events.c) ---- */
+/* ---- streamed replies (Server-Sent Events; events/hub.c) ---- */
 
 typedef struct http_stream http_stream;
 

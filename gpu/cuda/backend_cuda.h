@@ -2,7 +2,7 @@
  * backend_cuda.h - the CUDA compute backend: the same kernel table as the
  * CPU backend (models/backend.h), on an NVIDIA GPU, with cuBLAS for GEMM,
  * cuDNN for convolution, pooling and batch norm, and own kernels for the
- * rest. Built only when CMake finds nvcc and cuDNN (TY_HAVE_CUDA); a build
+ * rest. Built only when CMake finds nvcc and cuDNN (TRAINYARD_HAVE_CUDA); a build
  * without them has none of these symbols.
  *
  * Every float pointer the kernels take is device memory from

@@ -1,8 +1,8 @@
 /*
  * cudnn_ops.cu - the CUDA backend's convolution (cuDNN), pooling and batch
  * normalization (own kernels) over NCHW float activations, with the
- * semantics of the CPU reference (models/backend_cpu_conv.c,
- * models/backend_cpu_norm.c).
+ * semantics of the CPU reference (models/cpu/conv.c,
+ * models/cpu/norm.c).
  *
  * Convolution runs cuDNN's legacy API with descriptors made per call (host
  * side, cheap) and the workspace in ex->work (never cudaMalloc). The batch

@@ -8,7 +8,7 @@
  * device's compute capability (bf16 from 8.0, fp16 from 7.0: the Tensor
  * Core generations that run them).
  *
- * The CPU reference (models/backend_cpu_lp.c) rounds the same way; the
+ * The CPU reference (models/cpu/lp.c) rounds the same way; the
  * GEMM's sums differ from it only in their order.
  */
 #include "gpu/cuda/cuda_kernels.cuh"

@@ -5,7 +5,7 @@
  * helpers do the same.
  *
  * Header-only (static inline functions); include once per test program, after
- * tests/unit/synth_data.h, inside the test's TY_HAVE_CUDA part.
+ * tests/unit/synth_data.h, inside the test's TRAINYARD_HAVE_CUDA part.
  */
 #ifndef TY_GPU_TESTUTIL_H
 #define TY_GPU_TESTUTIL_H
@@ -18,7 +18,7 @@
 #include "common/ty.h"
 #include "gpu/cuda/backend_cuda.h"
 #include "models/safetensors.h"
-#include "models/train.h"
+#include "models/train/train.h"
 
 /* Opens an execution context on CUDA device 0. Returns 0 when it is
  * ready, else the test's exit status: 77 with "SKIPPED: ..." when this

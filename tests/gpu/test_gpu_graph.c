@@ -17,7 +17,7 @@
  * cuda_graph true (and false with the reason when turned off).
  *
  * Exit status: 0 passed, 1 a check failed, 77 skipped (no CUDA device, or
- * a binary built without TY_HAVE_CUDA), with "SKIPPED: ..." on stdout.
+ * a binary built without TRAINYARD_HAVE_CUDA), with "SKIPPED: ..." on stdout.
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,10 +27,10 @@
 
 #include "common/ty.h"
 #include "models/safetensors.h"
-#include "models/train.h"
+#include "models/train/train.h"
 #include "tests/unit/synth_data.h"
 
-#if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
+#if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 #include "tests/gpu/gpu_testutil.h"
 

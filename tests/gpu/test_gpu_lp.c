@@ -1,6 +1,6 @@
 /*
  * test_gpu_lp.c - the CUDA backend's reduced-precision members against the
- * CPU reference (models/backend_cpu_lp.c), and mixed-precision training on
+ * CPU reference (models/cpu/lp.c), and mixed-precision training on
  * the GPU against fp32 training on the GPU (ctest label "gpu").
  *
  *   cast     fp32 -> bf16 and fp16 of random values over a wide exponent
@@ -19,7 +19,7 @@
  *            ran); the records say bf16 / fp16, fp16 reports its scale.
  *
  * Exit status: 0 passed, 1 a check failed, 77 skipped (no CUDA device, or
- * a binary built without TY_HAVE_CUDA), with "SKIPPED: ..." on stdout.
+ * a binary built without TRAINYARD_HAVE_CUDA), with "SKIPPED: ..." on stdout.
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,12 +29,12 @@
 
 #include "common/rng.h"
 #include "common/ty.h"
-#include "models/backend_cpu_lp.h"
+#include "models/cpu/lp.h"
 #include "models/safetensors.h"
-#include "models/train.h"
+#include "models/train/train.h"
 #include "tests/unit/synth_data.h"
 
-#if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
+#if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 #include "tests/gpu/gpu_testutil.h"
 

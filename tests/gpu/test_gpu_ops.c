@@ -39,7 +39,7 @@
  *                                 through a NULL pointer) leaves the CUDA
  *                                 context unusable.
  * Exit status: 0 all passed, 1 a check failed, 77 skipped (no CUDA device,
- * or a binary built without TY_HAVE_CUDA), with "SKIPPED: ..." on stdout.
+ * or a binary built without TRAINYARD_HAVE_CUDA), with "SKIPPED: ..." on stdout.
  */
 #include <assert.h>
 #include <math.h>
@@ -54,7 +54,7 @@
 #include "gpu/cuda/backend_cuda.h"
 #include "models/backend.h"
 
-#if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
+#if TRAINYARD_HAVE_CUDA
 
 /* ---- the harness ---------------------------------------------------- */
 
@@ -1760,11 +1760,11 @@ int main(int argc, char **argv)
     return failed_cases ? 1 : 0;
 }
 
-#else /* !TY_HAVE_CUDA */
+#else /* !TRAINYARD_HAVE_CUDA */
 
 int main(void)
 {
-    printf("SKIPPED: built without CUDA (TY_HAVE_CUDA is off)\n");
+    printf("SKIPPED: built without CUDA (TRAINYARD_HAVE_CUDA is off)\n");
     return 77;
 }
 

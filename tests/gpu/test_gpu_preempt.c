@@ -9,7 +9,7 @@
  * kernels are run-to-run deterministic, graph or not: test_gpu_graph.c).
  *
  * Exit status: 0 passed, 1 a check failed, 77 skipped (no CUDA device, or
- * a binary built without TY_HAVE_CUDA), with "SKIPPED: ..." on stdout.
+ * a binary built without TRAINYARD_HAVE_CUDA), with "SKIPPED: ..." on stdout.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -19,10 +19,10 @@
 
 #include "common/fsutil.h"
 #include "common/ty.h"
-#include "models/train.h"
+#include "models/train/train.h"
 #include "tests/unit/synth_data.h"
 
-#if defined(TY_HAVE_CUDA) && TY_HAVE_CUDA
+#if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend_cuda.h"
 
 typedef struct {

@@ -27,7 +27,7 @@
 
 #include "common/fsutil.h"
 #include "common/rng.h"
-#include "gpu/placement.h"
+#include "jobs/placement.h"
 #include "harness.h"
 
 static int failures;

@@ -31,9 +31,9 @@
 
 #include "common/rng.h"
 #include "models/nn_internal.h"
-#include "models/optim.h"
+#include "models/train/optim.h"
 #include "models/safetensors.h"
-#include "models/train.h"
+#include "models/train/train.h"
 
 #define TOL 1e-4
 #define FLOOR_KIND 1e-3

@@ -19,7 +19,7 @@
 #include <cmocka.h>
 
 #include "common/fsutil.h"
-#include "models/dataset.h"
+#include "models/data/dataset.h"
 
 /* The suite's scratch directory, made by dt_setup and removed by
  * dt_teardown. */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/rng.h"
-#include "models/dataset.h"
+#include "models/data/dataset.h"
 
 typedef struct {
     ty_dataset ds;

@@ -12,8 +12,8 @@
 #include "common/fsutil.h"
 #include "common/sha256.h"
 #include "server/auth.h"
-#include "server/config.h"
-#include "server/modelcache.h"
+#include "app/config.h"
+#include "serve/modelcache.h"
 
 static void test_sha256_known_vectors(void **state)
 {

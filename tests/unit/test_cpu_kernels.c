@@ -1,6 +1,6 @@
 /*
  * test_cpu_kernels.c - the CPU engine's GEMM kernels chosen by CPUID
- * features (models/cpu_kernels.h).
+ * features (models/cpu/kernels.h).
  *
  * main() calls cpu_kernels_select() as the trainyard binary does, so this
  * program may execute itself again with OPENBLAS_CORETYPE set. ctest runs
@@ -24,7 +24,7 @@
 #include <cmocka.h>
 
 #include "models/backend.h"
-#include "models/cpu_kernels.h"
+#include "models/cpu/kernels.h"
 
 char *openblas_get_corename(void);
 

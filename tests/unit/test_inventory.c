@@ -17,7 +17,7 @@
 
 #include "gpu/inventory.h"
 #include "gpu/mig.h"
-#include "server/config.h"
+#include "app/config.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)

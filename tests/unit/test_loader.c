@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models/loader.h"
+#include "models/train/loader.h"
 #include "synth_data.h"
 
 /* ---- augmentation kernels ---- */

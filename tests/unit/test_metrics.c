@@ -1,5 +1,5 @@
 /* test_metrics.c - the metrics registry and its exposition text
- * (server/metrics.h): counters, gauges, cumulative histogram buckets,
+ * (common/metrics.h): counters, gauges, cumulative histogram buckets,
  * escaping of label values and help text, series removal, bad names, and
  * updates from several threads. */
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "server/metrics.h"
+#include "common/metrics.h"
 
 #define LABELS(...) ((const char *const[]){__VA_ARGS__, NULL})
 

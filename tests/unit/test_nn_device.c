@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "common/fsutil.h"
-#include "models/train.h"
+#include "models/train/train.h"
 #include "fake_device.h"
 #include "synth_data.h"
 

@@ -11,7 +11,7 @@
 
 #include <math.h>
 
-#include "models/optim.h"
+#include "models/train/optim.h"
 #include "models/pool.h"
 
 static void test_sgd_momentum_weight_decay(void **state)

@@ -17,7 +17,7 @@
 
 #include "common/fsutil.h"
 #include "models/safetensors.h"
-#include "models/train.h"
+#include "models/train/train.h"
 #include "nn_fd.h"
 #include "synth_data.h"
 

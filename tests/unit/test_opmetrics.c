@@ -1,4 +1,4 @@
-/* test_opmetrics.c - the server's metric families (server/opmetrics.h):
+/* test_opmetrics.c - the server's metric families (common/opmetrics.h):
  * the inventory as scraped — slots and held slots by profile, GPU info,
  * and telemetry rendered where the driver gave it and left out where it
  * did not (filled in by hand here, as NVML would) — and the per-request
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "gpu/inventory.h"
-#include "server/opmetrics.h"
+#include "common/opmetrics.h"
 
 static void assert_has(const char *text, const char *line)
 {

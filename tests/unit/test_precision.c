@@ -23,10 +23,10 @@
 #include <string.h>
 
 #include "common/fsutil.h"
-#include "models/backend_cpu_lp.h"
-#include "models/loss_scaler.h"
+#include "models/cpu/lp.h"
+#include "models/train/loss_scaler.h"
 #include "models/safetensors.h"
-#include "models/train.h"
+#include "models/train/train.h"
 #include "fake_device.h"
 #include "synth_data.h"
 

@@ -1,4 +1,4 @@
-/* test_retry.c - the runner's back-off between retries (gpu/retry.h):
+/* test_retry.c - the runner's back-off between retries (jobs/retry.h):
  * the default sequence, the cap, huge attempt counts, and odd inputs. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,7 +9,7 @@
 #include <limits.h>
 #include <math.h>
 
-#include "gpu/retry.h"
+#include "jobs/retry.h"
 
 static void test_default_sequence(void **state)
 {

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "common/rng.h"
-#include "gpu/sched.h"
+#include "jobs/sched.h"
 
 #define GIB (1ull << 30)
 

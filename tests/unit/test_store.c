@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/fsutil.h"
-#include "server/store.h"
+#include "store/store.h"
 
 typedef struct {
     char dir[256];

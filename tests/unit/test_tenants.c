@@ -1,5 +1,5 @@
 /* Unit tests for tenants: the body checks and the storage-quota arithmetic
- * (api/tenants.c), and the store's tenant and key rows (server/store.c). */
+ * (api/tenants.c), and the store's tenant and key rows (store/store.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,7 +12,7 @@
 #include "api/tenants.h"
 #include "common/fsutil.h"
 #include "server/auth.h"
-#include "server/store.h"
+#include "store/store.h"
 
 /* ---- tenant_body_parse ---- */
 

@@ -25,7 +25,7 @@
 #include "common/fsutil.h"
 #include "models/nn.h"
 #include "models/safetensors.h"
-#include "models/train.h"
+#include "models/train/train.h"
 #include "synth_data.h"
 
 static char dir[64];
@@ -809,7 +809,7 @@ static void test_huber_learns(void **state)
     synth_free(&s);
 }
 
-/* ---- augmentation (models/loader.c) ---- */
+/* ---- augmentation (models/train/loader.c) ---- */
 
 static const char *image_spec =
     "{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":24},"

@@ -28,7 +28,7 @@
 
 #include "common/fsutil.h"
 #include "models/safetensors.h"
-#include "models/train.h"
+#include "models/train/train.h"
 #include "fake_graph.h"
 #include "synth_data.h"
 

@@ -1,0 +1,102 @@
+/*
+ * app.c - bringing the data folder up (see app.h).
+ *
+ * Layout of the data folder:
+ *   trainyard.db (+ -wal, -shm)   metadata (store.h)
+ *   admin.key                     the first admin key, mode 0600
+ *   blobs/<aa>/<sha256>           datasets and model weights (blob.h)
+ *   jobs/<job id>/                job.json, checkpoint, worker.log
+ *   tmp/                          uploads in progress; emptied at start
+ *   lock                          held (flock) while a server runs
+ */
+#include "app/app.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "store/blob.h"
+#include "common/log.h"
+
+static int lock_fd = -1;
+
+static ty_status lock_data_dir(const char *dir, ty_err *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return ty_fail(err, TY_EIO, NULL, "cannot open %s: %s", path,
+                       strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return ty_fail(err, TY_ECONFLICT, "--data",
+                       "another trainyard server is using the data folder %s; "
+                       "stop it or pass another --data folder",
+                       dir);
+    }
+    char pid[32];
+    int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) == 0 && write(fd, pid, (size_t)n) < 0) {
+        /* The pid is only informative. */
+    }
+    lock_fd = fd;
+    return TY_OK;
+}
+
+ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
+{
+    memset(app, 0, sizeof *app);
+    app->cfg = *cfg;
+    /* The CPU until main resolves --train-device. */
+    app->train_dev.device = PLACE_DEVICE_CPU;
+    snprintf(app->train_dev.label, sizeof app->train_dev.label, "cpu");
+    snprintf(app->train_dev.name, sizeof app->train_dev.name, "cpu");
+    const char *dir = cfg->data_dir;
+    ty_status s;
+    char blobs[PATH_MAX];
+    snprintf(app->tmp_dir, sizeof app->tmp_dir, "%s/tmp", dir);
+    snprintf(app->jobs_dir, sizeof app->jobs_dir, "%s/jobs", dir);
+    snprintf(blobs, sizeof blobs, "%s/blobs", dir);
+    if ((s = fs_mkdirs(dir, 0700, err)) != TY_OK ||
+        (s = lock_data_dir(dir, err)) != TY_OK)
+        return s;
+    if ((s = fs_remove_tree(app->tmp_dir, err)) != TY_OK ||
+        (s = fs_mkdirs(app->tmp_dir, 0700, err)) != TY_OK ||
+        (s = fs_mkdirs(app->jobs_dir, 0700, err)) != TY_OK ||
+        (s = fs_mkdirs(blobs, 0700, err)) != TY_OK)
+        return s;
+    ssize_t n = readlink("/proc/self/exe", app->self_exe,
+                         sizeof app->self_exe - 1);
+    if (n <= 0)
+        return ty_fail(err, TY_EIO, NULL, "cannot find this program's path");
+    app->self_exe[n] = '\0';
+    if ((s = store_open(dir, &app->store, err)) != TY_OK)
+        return s;
+    int64_t requeued = 0;
+    if ((s = store_job_requeue_running(app->store, &requeued, err)) != TY_OK)
+        return s;
+    if (requeued)
+        log_msg("info", "requeued %lld job(s) that were running when the "
+                "server last stopped; they resume from their last checkpoint",
+                (long long)requeued);
+    int removed = store_blob_gc(app->store);
+    if (removed)
+        log_msg("info", "removed %d unreferenced blob(s)", removed);
+    return TY_OK;
+}
+
+void app_free(ty_app *app)
+{
+    store_close(app->store);
+    app->store = NULL;
+    if (lock_fd >= 0) {
+        close(lock_fd);
+        lock_fd = -1;
+    }
+}

@@ -1,0 +1,53 @@
+/*
+ * app.h - the server process's shared state, handed to every handler.
+ *
+ * Owned by `trainyard serve`'s main: created at start, destroyed after the
+ * HTTP daemon and the job runner have stopped.
+ */
+#ifndef TY_APP_H
+#define TY_APP_H
+
+#include <limits.h>
+#include <pthread.h>
+
+#include "common/ty.h"
+#include "app/config.h"
+#include "store/store.h"
+#include "server/tls.h"
+
+struct MHD_Daemon;
+struct runner;
+struct model_cache;
+struct inventory;
+struct ev_hub;
+
+typedef struct ty_app {
+    ty_config cfg;
+    char tmp_dir[PATH_MAX];       /* <data>/tmp: uploads in progress */
+    char jobs_dir[PATH_MAX];      /* <data>/jobs/<id>: checkpoints, logs */
+    char self_exe[PATH_MAX];      /* this binary, to start workers */
+    store *store;
+    struct runner *runner;
+    struct model_cache *models;
+    struct MHD_Daemon *daemon;
+    int bound_port;               /* the port actually listened on */
+    /* Where jobs train: --train-device resolved at startup (main). */
+    place_device train_dev;
+    /* The GPUs and MIG slices (--devices), opened at startup (main). */
+    struct inventory *inventory;
+    /* Live events for SSE (events/hub.h), created by main; NULL: none
+     * are published. */
+    struct ev_hub *events;
+    /* --tls-cert/--tls-key, loaded by main before app_init's data folder
+     * work; cert NULL: plain HTTP. Freed by main. */
+    tls_pem tls;
+} ty_app;
+
+/* Prepares the data folder (creating it), opens the store, recovers jobs
+ * left running and removes unreferenced blobs and stale temp files. */
+ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err);
+
+/* Releases what app_init acquired (the daemon and runner must be stopped). */
+void app_free(ty_app *app);
+
+#endif

@@ -1,0 +1,388 @@
+/* config.c - `trainyard serve` flags (see config.h). */
+#include "app/config.h"
+
+#include "events/hub.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void config_defaults(ty_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1:8080");
+    snprintf(cfg->host, sizeof cfg->host, "127.0.0.1");
+    cfg->port = 8080;
+    snprintf(cfg->data_dir, sizeof cfg->data_dir, "./var");
+    cfg->http_threads = 4;
+    cfg->max_jobs = 1;
+    cfg->worker_threads = 0;
+    cfg->max_upload_bytes = 2ULL << 30;
+    cfg->max_json_bytes = 64ULL << 20;
+    cfg->max_fetch_bytes = 2ULL << 30;
+    cfg->fetch_timeout_s = 600;
+    snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "*");
+    cfg->model_cache_size = 16;
+    cfg->connection_timeout_s = 120;
+    cfg->serve_device = PLACE_DEVICE_AUTO;
+    cfg->train_device = PLACE_DEVICE_AUTO;
+    snprintf(cfg->devices, sizeof cfg->devices, "auto");
+    cfg->heartbeat_timeout_s = 60;
+    cfg->retry_backoff_s = 5.0;
+    cfg->max_attempts = 3;
+    cfg->backfill_wait_s = 300.0;
+    cfg->preempt_wait_s = 60.0;
+    cfg->preempt = 1;
+    cfg->fair_window_s = 600.0;
+    cfg->events_ring = EV_RING_DEFAULT;
+}
+
+ty_status config_parse_size(const char *s, uint64_t *out)
+{
+    if (!s || !*s)
+        return TY_EINVAL;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-')
+        return TY_EINVAL;
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    case 't': case 'T': shift = 40; end++; break;
+    default: return TY_EINVAL;
+    }
+    if (*end == 'i' || *end == 'B')
+        end++;
+    if (*end == 'B')
+        end++;
+    if (*end)
+        return TY_EINVAL;
+    if (shift && v > (UINT64_MAX >> shift))
+        return TY_EINVAL;
+    *out = (uint64_t)v << shift;
+    return TY_OK;
+}
+
+ty_status config_parse_listen(const char *s, ty_config *cfg, ty_err *err)
+{
+    const char *colon;
+    const char *host = s;
+    size_t hlen;
+    int v6 = 0;
+    if (s[0] == '[') {
+        const char *close = strchr(s, ']');
+        if (!close || close[1] != ':')
+            return ty_fail(err, TY_EINVAL, "--listen",
+                           "--listen %s: use [address]:port for IPv6", s);
+        host = s + 1;
+        hlen = (size_t)(close - host);
+        colon = close + 1;
+        v6 = 1;
+    } else {
+        colon = strrchr(s, ':');
+        if (!colon)
+            return ty_fail(err, TY_EINVAL, "--listen",
+                           "--listen %s: expected address:port, e.g. "
+                           "127.0.0.1:8080",
+                           s);
+        hlen = (size_t)(colon - s);
+    }
+    if (hlen == 0 || hlen >= sizeof cfg->host)
+        return ty_fail(err, TY_EINVAL, "--listen",
+                       "--listen %s: the address part is empty or too long", s);
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (errno || end == colon + 1 || *end || port < 0 || port > 65535)
+        return ty_fail(err, TY_EINVAL, "--listen",
+                       "--listen %s: the port must be 0 to 65535", s);
+    memcpy(cfg->host, host, hlen);
+    cfg->host[hlen] = '\0';
+    cfg->port = (int)port;
+    cfg->ipv6 = v6;
+    snprintf(cfg->listen, sizeof cfg->listen, "%s", s);
+    return TY_OK;
+}
+
+static ty_status parse_int(const char *flag, const char *v, int min, int max,
+                           int *out, ty_err *err)
+{
+    char *end;
+    errno = 0;
+    long n = v ? strtol(v, &end, 10) : 0;
+    if (!v || errno || end == v || *end || n < min || n > max)
+        return ty_fail(err, TY_EINVAL, flag, "%s needs a whole number from %d "
+                       "to %d", flag, min, max);
+    *out = (int)n;
+    return TY_OK;
+}
+
+/* Seconds, fractions allowed: 0.25, 5, 300. */
+static ty_status parse_seconds(const char *flag, const char *v, double max,
+                               double *out, ty_err *err)
+{
+    char *end;
+    errno = 0;
+    double d = v ? strtod(v, &end) : 0;
+    if (!v || errno || end == v || *end || !(d >= 0) || d > max)
+        return ty_fail(err, TY_EINVAL, flag,
+                       "%s needs a number of seconds from 0 to %g", flag, max);
+    *out = d;
+    return TY_OK;
+}
+
+static ty_status parse_bytes(const char *flag, const char *v, uint64_t *out,
+                             ty_err *err)
+{
+    if (config_parse_size(v, out) != TY_OK || *out == 0)
+        return ty_fail(err, TY_EINVAL, flag,
+                       "%s needs a size such as 1048576, 64M or 2G", flag);
+    return TY_OK;
+}
+
+static ty_status parse_path(const char *flag, const char *v, char *out,
+                            size_t size, ty_err *err)
+{
+    if (!*v || strlen(v) >= size)
+        return ty_fail(err, TY_EINVAL, flag, "%s needs a file path", flag);
+    snprintf(out, size, "%s", v);
+    return TY_OK;
+}
+
+ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
+                             int *want_help, ty_err *err)
+{
+    *want_help = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        const char *val = NULL;
+        char name[64];
+        const char *eq = strchr(flag, '=');
+        if (eq && (size_t)(eq - flag) < sizeof name) {
+            memcpy(name, flag, (size_t)(eq - flag));
+            name[eq - flag] = '\0';
+            val = eq + 1;
+            flag = name;
+        }
+        if (!strcmp(flag, "-h") || !strcmp(flag, "--help")) {
+            *want_help = 1;
+            return TY_OK;
+        }
+        if (strncmp(flag, "--", 2) != 0)
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "unexpected argument '%s' (see trainyard serve "
+                           "--help)",
+                           argv[i]);
+        if (!val) {
+            if (i + 1 >= argc)
+                return ty_fail(err, TY_EINVAL, flag, "%s needs a value", flag);
+            val = argv[++i];
+        }
+        ty_status s = TY_OK;
+        if (!strcmp(flag, "--listen")) {
+            s = config_parse_listen(val, cfg, err);
+        } else if (!strcmp(flag, "--data")) {
+            if (!*val || strlen(val) >= sizeof cfg->data_dir - 64)
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--data needs a folder path");
+            snprintf(cfg->data_dir, sizeof cfg->data_dir, "%s", val);
+        } else if (!strcmp(flag, "--threads")) {
+            s = parse_int(flag, val, 1, 1024, &cfg->http_threads, err);
+        } else if (!strcmp(flag, "--max-jobs")) {
+            s = parse_int(flag, val, 1, 1024, &cfg->max_jobs, err);
+        } else if (!strcmp(flag, "--worker-threads")) {
+            s = parse_int(flag, val, 0, 1024, &cfg->worker_threads, err);
+        } else if (!strcmp(flag, "--max-upload-bytes")) {
+            s = parse_bytes(flag, val, &cfg->max_upload_bytes, err);
+        } else if (!strcmp(flag, "--max-json-bytes")) {
+            s = parse_bytes(flag, val, &cfg->max_json_bytes, err);
+        } else if (!strcmp(flag, "--max-fetch-bytes")) {
+            s = parse_bytes(flag, val, &cfg->max_fetch_bytes, err);
+        } else if (!strcmp(flag, "--fetch-timeout")) {
+            s = parse_int(flag, val, 1, 86400, &cfg->fetch_timeout_s, err);
+        } else if (!strcmp(flag, "--fetch-hosts")) {
+            if (!*val || strlen(val) >= sizeof cfg->fetch_hosts)
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--fetch-hosts needs a comma-separated list of "
+                               "host names, or *");
+            snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "%s", val);
+        } else if (!strcmp(flag, "--model-cache")) {
+            s = parse_int(flag, val, 1, 100000, &cfg->model_cache_size, err);
+        } else if (!strcmp(flag, "--connection-timeout")) {
+            s = parse_int(flag, val, 1, 86400, &cfg->connection_timeout_s, err);
+        } else if (!strcmp(flag, "--max-job-memory")) {
+            /* 0: no limit. */
+            if (config_parse_size(val, &cfg->max_job_memory) != TY_OK)
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--max-job-memory needs a size such as 512M or "
+                               "2G, or 0 for no limit");
+        } else if (!strcmp(flag, "--serve-device")) {
+            /* Whether the binary has CUDA and the device exists is
+             * checked at startup (model_cache_create_on,
+             * place_device_open). */
+            s = place_parse_device(flag, val, 1, &cfg->serve_device, err);
+        } else if (!strcmp(flag, "--train-device")) {
+            s = place_parse_device(flag, val, 1, &cfg->train_device, err);
+        } else if (!strcmp(flag, "--devices")) {
+            /* The file itself is read and checked at startup (inv_open). */
+            if (strcmp(val, "auto") && strcmp(val, "none") &&
+                (strncmp(val, "sim:", 4) || !val[4] ||
+                 strlen(val) >= sizeof cfg->devices))
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--devices %s: expected auto, none or "
+                               "sim:<file.json>",
+                               val);
+            snprintf(cfg->devices, sizeof cfg->devices, "%s", val);
+        } else if (!strcmp(flag, "--heartbeat-timeout")) {
+            s = parse_int(flag, val, 1, 86400, &cfg->heartbeat_timeout_s, err);
+        } else if (!strcmp(flag, "--retry-backoff")) {
+            s = parse_seconds(flag, val, 3600, &cfg->retry_backoff_s, err);
+        } else if (!strcmp(flag, "--max-attempts")) {
+            s = parse_int(flag, val, 1, 100, &cfg->max_attempts, err);
+        } else if (!strcmp(flag, "--backfill-wait")) {
+            s = parse_seconds(flag, val, 86400 * 7, &cfg->backfill_wait_s, err);
+        } else if (!strcmp(flag, "--preempt-wait")) {
+            s = parse_seconds(flag, val, 86400 * 7, &cfg->preempt_wait_s, err);
+        } else if (!strcmp(flag, "--fair-window")) {
+            s = parse_seconds(flag, val, 86400 * 7, &cfg->fair_window_s, err);
+        } else if (!strcmp(flag, "--preempt")) {
+            if (strcmp(val, "on") && strcmp(val, "off"))
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--preempt needs on or off");
+            cfg->preempt = !strcmp(val, "on");
+        } else if (!strcmp(flag, "--events-ring")) {
+            s = parse_int(flag, val, 1, EV_RING_MAX, &cfg->events_ring, err);
+        } else if (!strcmp(flag, "--tls-cert")) {
+            s = parse_path(flag, val, cfg->tls_cert, sizeof cfg->tls_cert,
+                           err);
+        } else if (!strcmp(flag, "--tls-key")) {
+            s = parse_path(flag, val, cfg->tls_key, sizeof cfg->tls_key, err);
+        } else if (!strcmp(flag, "--admin-key-file")) {
+            s = parse_path(flag, val, cfg->admin_key_file,
+                           sizeof cfg->admin_key_file, err);
+        } else {
+            return ty_fail(err, TY_EINVAL, flag,
+                           "unknown flag %s (see trainyard serve --help)", flag);
+        }
+        if (s != TY_OK)
+            return s;
+    }
+    if (!*cfg->tls_cert != !*cfg->tls_key)
+        return ty_fail(err, TY_EINVAL,
+                       *cfg->tls_cert ? "--tls-key" : "--tls-cert",
+                       "HTTPS needs both --tls-cert and --tls-key (%s is "
+                       "missing)",
+                       *cfg->tls_cert ? "--tls-key" : "--tls-cert");
+    return TY_OK;
+}
+
+void config_usage(FILE *f)
+{
+    ty_config d;
+    config_defaults(&d);
+    fprintf(f,
+        "Usage: trainyard serve [flags]\n"
+        "\n"
+        "Runs the trainyard REST API server. Its state lives in one data folder.\n"
+        "On first start with an empty data folder it creates an admin API key,\n"
+        "prints it once and writes it to <data>/admin.key (mode 0600), unless\n"
+        "one is given (--admin-key-file, TRAINYARD_ADMIN_KEY).\n"
+        "\n"
+        "Flags (--flag value or --flag=value):\n"
+        "  --listen ADDR:PORT        address to serve on; [v6addr]:port for IPv6,\n"
+        "                            port 0 picks a free port (default %s)\n"
+        "  --data DIR                data folder: database, blobs, job files\n"
+        "                            (default %s)\n"
+        "  --threads N               HTTP worker threads (default %d)\n"
+        "  --max-jobs N              CPU training jobs (resources.gpu \"none\")\n"
+        "                            run at once; GPU jobs run one per free GPU\n"
+        "                            or MIG slice (default %d)\n"
+        "  --worker-threads N        CPU threads per training job, 0 = all cores\n"
+        "                            (default %d)\n"
+        "  --max-upload-bytes SIZE   largest dataset upload (default %lluM)\n"
+        "  --max-json-bytes SIZE     largest JSON request body (default %lluM)\n"
+        "  --max-fetch-bytes SIZE    largest file fetched from a URL (default %lluM)\n"
+        "  --fetch-timeout SECONDS   time limit for fetching a URL (default %d)\n"
+        "  --fetch-hosts LIST        hosts that dataset URLs may name, comma-\n"
+        "                            separated; * allows any (default %s). With a\n"
+        "                            list, redirects are not followed\n"
+        "  --model-cache N           trained models kept loaded for predictions\n"
+        "                            (default %d)\n"
+        "  --connection-timeout SECONDS\n"
+        "                            idle HTTP connections are closed after this\n"
+        "                            (default %d)\n"
+        "  --max-job-memory SIZE     refuse jobs whose training would take more\n"
+        "                            memory than this (parameters, gradients,\n"
+        "                            optimizer state, activations at the batch\n"
+        "                            size, working memory); 0 = no limit\n"
+        "                            (default %llu)\n"
+        "  --train-device DEV        where training jobs run: auto, cpu, cuda\n"
+        "                            (device 0) or cuda:N. auto is the first CUDA\n"
+        "                            device when this binary has CUDA and one is\n"
+        "                            present, else the CPU. A job that cannot\n"
+        "                            fit the device's memory is refused at\n"
+        "                            submit (default auto)\n"
+        "  --serve-device DEV        where predictions, evaluations and KServe\n"
+        "                            inference run: auto, cpu, cuda (device 0)\n"
+        "                            or cuda:N. auto runs each model on the\n"
+        "                            device it was trained on when this server\n"
+        "                            has it, else on the CPU (default auto)\n"
+        "  --devices SRC             the GPU inventory jobs are scheduled on:\n"
+        "                            auto (the driver, through NVML; none found\n"
+        "                            is an empty inventory), none (a CPU-only\n"
+        "                            host) or sim:FILE.json (simulated GPUs and\n"
+        "                            MIG layouts, e.g. gpu/sim/h200-7x1g.json; an\n"
+        "                            impossible layout stops the start)\n"
+        "                            (default auto)\n"
+        "  --heartbeat-timeout SECONDS\n"
+        "                            a worker that prints nothing for this long\n"
+        "                            is killed and its job retried (default %d)\n"
+        "  --retry-backoff SECONDS   delay before retrying a crashed job; doubles\n"
+        "                            with each attempt, at most 300 s\n"
+        "                            (default %g)\n"
+        "  --max-attempts N          runs a crashing job gets, unless its\n"
+        "                            hyperparameters.max_attempts says (default %d)\n"
+        "  --backfill-wait SECONDS   how long a tenant's first job may be passed\n"
+        "                            by smaller jobs before the slices it needs\n"
+        "                            are reserved for it (default %g)\n"
+        "  --preempt on|off          whether a tenant below its fair share may\n"
+        "                            preempt another's job (default on)\n"
+        "  --preempt-wait SECONDS    how long a job waits before it may preempt\n"
+        "                            (default %g)\n"
+        "  --fair-window SECONDS     how much history fair share remembers\n"
+        "                            (default %g)\n"
+        "  --events-ring N           live events kept in memory for SSE clients\n"
+        "                            that resume with Last-Event-ID; an older id\n"
+        "                            gets `event: reset` (default %d)\n"
+        "  --tls-cert FILE           serve HTTPS with this PEM certificate (the\n"
+        "                            server's first, then any intermediates);\n"
+        "                            needs --tls-key. Plain HTTP is then not\n"
+        "                            served on the port (default: plain HTTP)\n"
+        "  --tls-key FILE            the PEM private key of --tls-cert\n"
+        "  --admin-key-file FILE     use the admin API key in FILE (e.g. a Docker\n"
+        "                            secret) instead of generating one; the\n"
+        "                            environment variable TRAINYARD_ADMIN_KEY\n"
+        "                            does the same. `trainyard keygen` makes a\n"
+        "                            key. A key not yet known joins the admin\n"
+        "                            tenant; one revoked through the API stays\n"
+        "                            revoked. Nothing is written to admin.key\n"
+        "  -h, --help                show this help\n"
+        "\n"
+        "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"
+        "A cuda device named in --train-device or --serve-device that this\n"
+        "binary or machine lacks is a startup error.\n"
+        "SIGINT or SIGTERM shuts down gracefully: running jobs are stopped and\n"
+        "queued again, to resume from their last checkpoint on the next start.\n",
+        d.listen, d.data_dir, d.http_threads, d.max_jobs, d.worker_threads,
+        (unsigned long long)(d.max_upload_bytes >> 20),
+        (unsigned long long)(d.max_json_bytes >> 20),
+        (unsigned long long)(d.max_fetch_bytes >> 20), d.fetch_timeout_s,
+        d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
+        (unsigned long long)d.max_job_memory, d.heartbeat_timeout_s,
+        d.retry_backoff_s, d.max_attempts, d.backfill_wait_s, d.preempt_wait_s,
+        d.fair_window_s, d.events_ring);
+}

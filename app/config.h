@@ -1,0 +1,80 @@
+/*
+ * config.h - `trainyard serve` settings: defaults, command-line parsing and
+ * the --help text. Every flag has a default, so `trainyard serve` alone runs.
+ */
+#ifndef TY_CONFIG_H
+#define TY_CONFIG_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "common/ty.h"
+#include "jobs/placement.h"
+
+typedef struct {
+    char listen[128];            /* as given: "127.0.0.1:8080", "[::1]:0" */
+    char host[64];               /* the address part */
+    int port;                    /* 0 = any free port */
+    int ipv6;
+    char data_dir[PATH_MAX];
+    int http_threads;            /* libmicrohttpd thread-pool size */
+    int max_jobs;                /* training workers running at once */
+    int worker_threads;          /* BLAS threads per worker; 0 = all cores */
+    uint64_t max_upload_bytes;   /* per dataset upload */
+    uint64_t max_json_bytes;     /* per JSON request body */
+    uint64_t max_fetch_bytes;    /* per file fetched from a URL */
+    int fetch_timeout_s;
+    char fetch_hosts[1024];      /* hosts dataset URLs may name; "*" = any */
+    int model_cache_size;        /* trained models kept loaded for predict */
+    int connection_timeout_s;    /* idle HTTP connections are closed after */
+    uint64_t max_job_memory;     /* bytes a job's training may take from its
+                                    backend (train_memory); 0 = no limit */
+    int serve_device;            /* where predictions run: PLACE_DEVICE_AUTO
+                                    (the model's training device when this
+                                    server has it, else the CPU), -1 the
+                                    CPU, else CUDA device N */
+    int train_device;            /* where jobs train, as given: AUTO, -1 the
+                                    CPU, or CUDA device N; resolved at
+                                    startup (place_device_open) */
+    char devices[PATH_MAX + 8];  /* the device inventory (--devices): "auto"
+                                    (NVML), "none", or "sim:<file.json>";
+                                    opened at startup (inv_open) */
+    /* The scheduler and the job lifecycle (jobs/runner.c, jobs/sched.h). */
+    int heartbeat_timeout_s;     /* a worker silent this long is killed and
+                                    retried */
+    double retry_backoff_s;      /* first retry's delay; doubles per attempt */
+    int max_attempts;            /* runs a job gets when it keeps crashing,
+                                    unless hyperparameters.max_attempts */
+    double backfill_wait_s;      /* sched_config.backfill_wait */
+    double preempt_wait_s;       /* sched_config.preempt_wait */
+    int preempt;                 /* sched_config.preempt */
+    double fair_window_s;        /* sched_config.fair_window */
+    int events_ring;             /* live events kept for Last-Event-ID
+                                    resumes (events/hub.h) */
+    char tls_cert[PATH_MAX];     /* PEM certificate (chain) for HTTPS; empty
+                                    = plain HTTP. Set with tls_key. */
+    char tls_key[PATH_MAX];      /* PEM private key for HTTPS */
+    char admin_key_file[PATH_MAX]; /* a given admin key (auth_key_given);
+                                    empty = TRAINYARD_ADMIN_KEY or a
+                                    generated one */
+} ty_config;
+
+/* Fills cfg with the defaults. */
+void config_defaults(ty_config *cfg);
+
+/* Parses `serve` flags (argv[0] is "serve"). Returns TY_OK, or TY_EINVAL
+ * with a message naming the flag. *want_help is set for --help. */
+ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
+                             int *want_help, ty_err *err);
+
+/* Splits "host:port" or "[v6]:port" into cfg->host/port/ipv6. */
+ty_status config_parse_listen(const char *s, ty_config *cfg, ty_err *err);
+
+/* Parses sizes like "1048576", "64K", "512M", "2G" (powers of 1024). */
+ty_status config_parse_size(const char *s, uint64_t *out);
+
+/* Prints the `serve` usage with every flag and its default. */
+void config_usage(FILE *f);
+
+#endif

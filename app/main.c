@@ -1,0 +1,368 @@
+/*
+ * main.c - the trainyard binary: `serve` runs the API server, `worker` runs
+ * one training job (started by the server), `version` says what is built in.
+ * Only this file decides to exit.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "cli/cli.h"
+#if TRAINYARD_HAVE_CUDA
+#include "gpu/cuda/backend_cuda.h"
+#endif
+#include "gpu/inventory.h"
+#include "jobs/runner.h"
+#include "models/cpu/kernels.h"
+#include "app/app.h"
+#include "server/auth.h"
+#include "app/config.h"
+#include "events/hub.h"
+#include "common/fetch.h"
+#include "server/http.h"
+#include "common/log.h"
+#include "serve/modelcache.h"
+#include "common/opmetrics.h"
+#include "jobs/worker.h"
+
+void openblas_set_num_threads(int n);
+char *openblas_get_config(void);
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: trainyard <command> [flags]\n"
+            "\n"
+            "Commands:\n"
+            "  serve     run the REST API server (trainyard serve --help)\n"
+            "  version   print the version and the compute backends built in\n"
+            "  keygen    print a new random API key (for --admin-key-file)\n"
+            "  worker    run one training job (started by the server)\n"
+            "  help      show this help\n"
+            "\n");
+    cli_usage(f);
+}
+
+/* Says what is built in and what this process can see; devices it cannot
+ * see are a line of output, not an error. */
+static int cmd_version(void)
+{
+    printf("trainyard %s\n", TRAINYARD_VERSION);
+#if TRAINYARD_HAVE_CUDA
+    char versions[128];
+    nn_cuda_versions(versions, sizeof versions);
+    printf("backends: cpu (%s), cuda (%s)\n", openblas_get_config(), versions);
+#else
+    printf("backends: cpu (%s)\n", openblas_get_config());
+#endif
+    const cpu_kernels_info *k = cpu_kernels_get();
+    double gflops = cpu_kernels_measure(0.2);
+    printf("cpu kernels: %s %s (%s; the CPU has %s), SGEMM 256^3 on one "
+           "thread %.1f GFLOP/s\n",
+           k->provider, k->core, k->isa, k->cpu_isa, gflops);
+    printf("cpu kernels chosen: %s\n", k->reason);
+    printf("devices: cpu (%ld cores)\n", sysconf(_SC_NPROCESSORS_ONLN));
+#if TRAINYARD_HAVE_CUDA
+    char why[256] = "";
+    int count = nn_cuda_device_count(why, sizeof why);
+    if (count == 0)
+        printf("cuda: no CUDA devices: %s\n", why);
+    for (int i = 0; i < count; i++) {
+        nn_cuda_device d;
+        ty_err err = {0};
+        if (nn_cuda_device_get(i, &d, &err) != TY_OK) {
+            printf("cuda:%d: %s\n", i, err.msg);
+            continue;
+        }
+        printf("cuda:%d: %s, %.1f GiB (%.1f GiB free), compute capability "
+               "%d.%d, %s\n",
+               i, d.name, (double)d.total_bytes / (1u << 30),
+               (double)d.free_bytes / (1u << 30), d.cc_major, d.cc_minor,
+               d.uuid);
+    }
+#else
+    printf("cuda: not built into this binary\n");
+#endif
+    return 0;
+}
+
+/* The CPU engine's kernels, measured, in the log (a warning when they are
+ * weaker than the CPU allows) and in /metrics. */
+static void log_cpu_kernels(void)
+{
+    const cpu_kernels_info *k = cpu_kernels_get();
+    double gflops = cpu_kernels_measure(0.05);
+    log_event(k->generic_fallback ? "warn" : "info", "cpu_kernels",
+              json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I}", "provider",
+                        k->provider, "core", k->core, "isa", k->isa, "cpu_isa",
+                        k->cpu_isa, "detected", k->detected, "reason",
+                        k->reason, "gemm_gflops", (json_int_t)lround(gflops)));
+    opm_cpu_kernels(k->provider, k->core, k->isa, k->cpu_isa, k->detected,
+                    gflops);
+}
+
+/* `trainyard keygen`: a fresh API key for --admin-key-file or
+ * TRAINYARD_ADMIN_KEY. */
+static int cmd_keygen(int argc, char **argv)
+{
+    if (argc > 1) {
+        fprintf(stderr, "usage: trainyard keygen\n"
+                        "Prints a new random API key, e.g. for "
+                        "--admin-key-file or TRAINYARD_ADMIN_KEY.\n");
+        return strcmp(argv[1], "-h") && strcmp(argv[1], "--help") ? 64 : 0;
+    }
+    char key[AUTH_KEY_LEN + 1], key_id[TY_ID_MAX];
+    ty_err err = {0};
+    if (auth_key_generate(key, key_id, &err) != TY_OK) {
+        fprintf(stderr, "trainyard keygen: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s\n", key);
+    return 0;
+}
+
+/* A given admin key (--admin-key-file or TRAINYARD_ADMIN_KEY) made an admin
+ * key of this store, with a line saying what happened. */
+static ty_status admin_key_given(ty_app *app, char *key, ty_err *err)
+{
+    const char *from = *app->cfg.admin_key_file ? "--admin-key-file"
+                                                : "TRAINYARD_ADMIN_KEY";
+    char key_id[TY_ID_MAX] = "";
+    auth_key_id(key, key_id);
+    store_admin_key_result r;
+    ty_status s = auth_bootstrap_given(app->store, key, &r, err);
+    memset(key, 0, AUTH_KEY_LEN + 1);
+    if (s != TY_OK) {
+        fprintf(stderr, "trainyard serve: the admin key from %s: %s\n", from,
+                err->msg);
+        return s;
+    }
+    static const char *const said[] = {
+        [STORE_ADMIN_KEY_CREATED] = "is the admin key of this new data folder",
+        [STORE_ADMIN_KEY_ADDED] = "was added to the admin tenant",
+        [STORE_ADMIN_KEY_PRESENT] = "is an admin key",
+        [STORE_ADMIN_KEY_REVOKED] =
+            "was revoked through the API and stays revoked: give another key",
+    };
+    printf("The admin API key from %s (%s) %s.\n", from, key_id, said[r]);
+    log_event(r == STORE_ADMIN_KEY_REVOKED ? "warn" : "info", "admin_key",
+              json_pack("{s:s, s:s, s:s}", "source", from, "key_id", key_id,
+                        "state", said[r]));
+    return TY_OK;
+}
+
+static int stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig)
+{
+    int saved = errno;
+    unsigned char b = (unsigned char)sig;
+    ssize_t n = write(stop_pipe[1], &b, 1);
+    (void)n;
+    errno = saved;
+}
+
+static int cmd_serve(int argc, char **argv)
+{
+    ty_config cfg;
+    config_defaults(&cfg);
+    ty_err err = {0};
+    int help = 0;
+    if (config_parse_serve(argc, argv, &cfg, &help, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 64;
+    }
+    if (help) {
+        config_usage(stdout);
+        return 0;
+    }
+
+    /* SIGINT and SIGTERM stop the server through a pipe that this thread
+     * reads at the end. Blocking them here is not enough: OpenBLAS starts
+     * its threads before main, with the signals unblocked, and a signal
+     * delivered to one of them would kill the process with no shutdown.
+     * A handler runs in whichever thread gets it; the threads started from
+     * here on have both blocked. */
+    if (pipe2(stop_pipe, O_CLOEXEC) != 0) {
+        perror("trainyard serve: pipe");
+        return 1;
+    }
+    struct sigaction sa = {.sa_handler = on_stop_signal,
+                           .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    fetch_global_init();
+    /* Predictions run on the HTTP threads: one BLAS thread each. Training
+     * runs in worker processes, which use the cores themselves. */
+    openblas_set_num_threads(1);
+
+    /* The given admin key and the TLS files are checked before the data
+     * folder is touched. The key leaves the environment so that workers
+     * do not inherit it. */
+    char given_key[AUTH_KEY_LEN + 1];
+    ty_status given = auth_key_given(cfg.admin_key_file,
+                                     getenv("TRAINYARD_ADMIN_KEY"), given_key,
+                                     &err);
+    unsetenv("TRAINYARD_ADMIN_KEY");
+    if (given != TY_OK && given != TY_ENOTFOUND) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 64;
+    }
+    tls_pem tls = {0};
+    if (*cfg.tls_cert &&
+        tls_pem_load(cfg.tls_cert, cfg.tls_key, &tls, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        return 64;
+    }
+
+    ty_app app;
+    int rc = 1;
+    if (app_init(&app, &cfg, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        tls_pem_free(&tls);
+        return 1;
+    }
+    app.tls = tls;
+    /* The devices first: a missing GPU or an impossible simulated layout
+     * stops the start before the data folder gets an admin key. */
+    if (inv_open(cfg.devices, &app.inventory, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    log_cpu_kernels();
+    log_event("info", "devices",
+              json_pack("{s:s, s:i, s:i, s:s}", "source",
+                        app.inventory->source_label, "gpus",
+                        app.inventory->ngpus, "slots", app.inventory->nslots,
+                        "reason", app.inventory->reason));
+    if (place_device_open("--train-device", cfg.train_device, &app.train_dev,
+                          &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    {
+        char req[16];
+        place_device_label(cfg.train_device, req, sizeof req);
+        json_t *f = json_pack("{s:s, s:s, s:s}", "device", app.train_dev.label,
+                              "requested", req, "name", app.train_dev.name);
+        if (app.train_dev.device >= 0) {
+            json_object_set_new(f, "memory_bytes",
+                                json_integer((json_int_t)app.train_dev
+                                                 .total_bytes));
+        } else if (cfg.train_device == PLACE_DEVICE_AUTO) {
+            char why[256] = "";
+            place_cuda_count(why, sizeof why);
+            json_object_set_new(f, "reason", json_string(why));
+        }
+        log_event("info", "train_device", f);
+    }
+    app.models = model_cache_create_on(cfg.model_cache_size,
+                                       cfg.serve_device, &err);
+    if (!app.models) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    if (given == TY_OK) {
+        if (admin_key_given(&app, given_key, &err) != TY_OK)
+            goto out;
+    } else {
+        char key[AUTH_KEY_LEN + 1];
+        int created = 0;
+        if (auth_bootstrap(app.store, cfg.data_dir, key, &created, &err) !=
+            TY_OK) {
+            fprintf(stderr,
+                    "trainyard serve: cannot create the admin key: %s\n",
+                    err.msg);
+            goto out;
+        }
+        if (created)
+            printf("Created the admin API key. It is shown only now, and saved "
+                   "in %s/admin.key (mode 0600):\n\n    %s\n\n",
+                   cfg.data_dir, key);
+    }
+    if (!(app.events = ev_hub_create((size_t)cfg.events_ring, &err))) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    if (runner_start(&app, &app.runner, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    if (http_server_start(&app, api_routes, api_routes_count, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
+    printf("trainyard %s listening on %s://%s%s%s:%d (data in %s)\n",
+           TRAINYARD_VERSION, app.tls.cert ? "https" : "http",
+           cfg.ipv6 ? "[" : "", cfg.host,
+           cfg.ipv6 ? "]" : "", app.bound_port, cfg.data_dir);
+    fflush(stdout);
+    log_event("info", "started",
+              json_pack("{s:s, s:i, s:s}", "host", cfg.host, "port",
+                        app.bound_port, "data", cfg.data_dir));
+
+    pthread_sigmask(SIG_UNBLOCK, &sigs, NULL);
+    unsigned char sigbyte = 0;
+    while (read(stop_pipe[0], &sigbyte, 1) < 0 && errno == EINTR)
+        ;
+    int sig = sigbyte;
+    log_event("info", "stopping", json_pack("{s:s}", "signal", strsignal(sig)));
+    rc = 0;
+out:
+    http_server_stop(&app);
+    runner_stop(app.runner);
+    app.runner = NULL;
+    ev_hub_destroy(app.events);
+    app.events = NULL;
+    model_cache_destroy(app.models);
+    inv_destroy(app.inventory);
+    app.inventory = NULL;
+    tls_pem_free(&app.tls);
+    app_free(&app);
+    if (rc == 0)
+        log_event("info", "stopped", NULL);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 64;
+    }
+    /* First, before any thread: may execute the program again with the
+     * GEMM kernels the CPU's features allow (models/cpu/kernels.h). */
+    cpu_kernels_select(argv);
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "serve"))
+        return cmd_serve(argc - 1, argv + 1);
+    if (!strcmp(cmd, "worker"))
+        return worker_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+        return cmd_version();
+    if (!strcmp(cmd, "keygen"))
+        return cmd_keygen(argc - 1, argv + 1);
+    if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+        usage(stdout);
+        return 0;
+    }
+    if (cli_command_index(argc, argv))
+        return cli_main(argc, argv);
+    fprintf(stderr, "trainyard: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 64;
+}

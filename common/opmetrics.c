@@ -1,0 +1,169 @@
+/* opmetrics.c - trainyard's metric families and update calls (see
+ * opmetrics.h). */
+#include "common/opmetrics.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static metrics_registry *reg;
+static opm_families fam;
+
+/* Request latencies: 1 ms to 1 min. */
+static const double http_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
+                                      0.05,  0.1,    0.25,  0.5,  1,
+                                      2.5,   5,      10,    30,   60};
+/* Queue waits: a tenth of a second to a day. */
+static const double wait_buckets[] = {0.1, 0.5, 1,    5,     10,    30,
+                                      60,  300, 900,  3600,  14400, 86400};
+/* Predictions: half a millisecond to 10 s. */
+static const double predict_buckets[] = {0.0005, 0.001, 0.0025, 0.005,
+                                         0.01,   0.025, 0.05,   0.1,
+                                         0.25,   0.5,   1,      2.5,
+                                         5,      10};
+
+#define NB(a) (sizeof a / sizeof a[0])
+#define LABELS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void init(void)
+{
+    reg = metrics_registry_create();
+    if (!reg)
+        return;
+    fam.http_requests = metrics_family_add(
+        reg, METRICS_COUNTER, "trainyard_http_requests_total",
+        "HTTP requests served, by method, route template and status code.",
+        LABELS("method", "route", "status"), NULL, 0);
+    fam.http_duration = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "trainyard_http_request_duration_seconds",
+        "Time from a request's headers to its completion, by method and "
+        "route template.",
+        LABELS("method", "route"), http_buckets, NB(http_buckets));
+    fam.jobs = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_jobs",
+        "Jobs in the store, by tenant id and state.", LABELS("tenant", "state"),
+        NULL, 0);
+    fam.queue_wait = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "trainyard_job_queue_wait_seconds",
+        "Seconds from a job's submission to the start of its worker, "
+        "observed at each start, by tenant id.",
+        LABELS("tenant"), wait_buckets, NB(wait_buckets));
+    fam.job_samples = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_job_samples_per_second",
+        "Training throughput of each running job, from its last progress "
+        "report.",
+        LABELS("job", "tenant"), NULL, 0);
+    fam.slices = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_slices",
+        "Inventory slots jobs can be placed on, by MIG profile (\"gpu\" for "
+        "a whole GPU).",
+        LABELS("profile"), NULL, 0);
+    fam.slices_in_use = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_slices_in_use",
+        "Inventory slots held by a job, by MIG profile (\"gpu\" for a whole "
+        "GPU).",
+        LABELS("profile"), NULL, 0);
+    fam.predict_duration = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "trainyard_predict_duration_seconds",
+        "Time to serve a successful prediction, by endpoint (predict, "
+        "evaluate, kserve_infer).",
+        LABELS("endpoint"), predict_buckets, NB(predict_buckets));
+    fam.gpu_info = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_gpu_info",
+        "1 for each GPU in the inventory, with its name, model and uuid.",
+        LABELS("gpu", "uuid", "name", "model"), NULL, 0);
+    fam.cpu_kernels = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_cpu_kernels_info",
+        "1, with the CPU engine's GEMM provider, the kernel set in use "
+        "(core), its instruction set (isa), the best instruction set the "
+        "CPU has (cpu_isa) and what the provider chose by itself (detected).",
+        LABELS("provider", "core", "isa", "cpu_isa", "detected"), NULL, 0);
+    fam.cpu_gemm = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_cpu_gemm_gflops",
+        "Single-thread SGEMM rate (256x256x256) measured at the server's "
+        "start, in GFLOP/s.",
+        NULL, NULL, 0);
+    fam.gpu_mem_total = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_gpu_memory_total_bytes",
+        "A GPU's memory.", LABELS("gpu"), NULL, 0);
+    fam.gpu_util = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_gpu_utilization_ratio",
+        "A GPU's compute utilisation (0 to 1), where the driver reports it.",
+        LABELS("gpu"), NULL, 0);
+    fam.gpu_mem_util = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_gpu_memory_utilization_ratio",
+        "A GPU's memory bandwidth utilisation (0 to 1), where the driver "
+        "reports it.",
+        LABELS("gpu"), NULL, 0);
+    fam.gpu_temp = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_gpu_temperature_celsius",
+        "A GPU's temperature, where the driver reports it.", LABELS("gpu"),
+        NULL, 0);
+    fam.gpu_power = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_gpu_power_watts",
+        "A GPU's power draw, where the driver reports it.", LABELS("gpu"),
+        NULL, 0);
+}
+
+metrics_registry *opm_registry(void)
+{
+    pthread_once(&once, init);
+    return reg;
+}
+
+const opm_families *opm(void)
+{
+    pthread_once(&once, init);
+    return &fam;
+}
+
+void opm_http_request(const char *method, const char *route, unsigned status,
+                      double seconds)
+{
+    const opm_families *f = opm();
+    char code[12];
+    snprintf(code, sizeof code, "%u", status);
+    metrics_add(f->http_requests, LABELS(method, route, code), 1);
+    if (seconds >= 0)
+        metrics_observe(f->http_duration, LABELS(method, route), seconds);
+}
+
+void opm_cpu_kernels(const char *provider, const char *core, const char *isa,
+                     const char *cpu_isa, const char *detected,
+                     double gemm_gflops)
+{
+    const opm_families *f = opm();
+    metrics_set(f->cpu_kernels, LABELS(provider, core, isa, cpu_isa, detected),
+                1);
+    metrics_set(f->cpu_gemm, NULL, gemm_gflops);
+}
+
+void opm_job_started(const char *tenant, double queue_wait_s)
+{
+    metrics_observe(opm()->queue_wait, LABELS(tenant),
+                    queue_wait_s > 0 ? queue_wait_s : 0);
+}
+
+void opm_job_samples_per_sec(const char *job, const char *tenant, double v)
+{
+    metrics_set(opm()->job_samples, LABELS(job, tenant), v);
+}
+
+void opm_job_ended(const char *job)
+{
+    metrics_remove(opm()->job_samples, 0, job);
+}
+
+void opm_predict(const char *endpoint, double seconds)
+{
+    metrics_observe(opm()->predict_duration, LABELS(endpoint), seconds);
+}
+
+double opm_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}

@@ -1,0 +1,69 @@
+/*
+ * opmetrics.h - the server's operator metrics: one process-wide registry
+ * (common/metrics.h) with trainyard's families, and the small calls the
+ * request path, the job runner and the predict handlers make to update
+ * them. GET /metrics (api/metrics.c) refreshes the families read from the
+ * store and the inventory at scrape time and renders the registry.
+ *
+ * Label values are bounded: routes are the routing table's templates
+ * ("/v1/jobs/{id}"), never raw paths; a job's series leave when it ends.
+ * Every call is safe from any thread; the registry is made on first use and
+ * lives until the process exits. Out of memory, an update is dropped.
+ */
+#ifndef TY_OPMETRICS_H
+#define TY_OPMETRICS_H
+
+#include "common/metrics.h"
+
+typedef struct {
+    metrics_family *http_requests;       /* counter {method, route, status} */
+    metrics_family *http_duration;       /* histogram {method, route} */
+    metrics_family *jobs;                /* gauge {tenant, state} */
+    metrics_family *queue_wait;          /* histogram {tenant} */
+    metrics_family *job_samples;         /* gauge {job, tenant} */
+    metrics_family *slices;              /* gauge {profile} */
+    metrics_family *slices_in_use;       /* gauge {profile} */
+    metrics_family *predict_duration;    /* histogram {endpoint} */
+    metrics_family *gpu_info;            /* gauge {gpu, uuid, name, model} */
+    metrics_family *cpu_kernels;         /* gauge {provider, core, isa, ...} */
+    metrics_family *cpu_gemm;            /* gauge: measured SGEMM GFLOP/s */
+    metrics_family *gpu_mem_total;       /* gauge {gpu} */
+    metrics_family *gpu_util;            /* gauge {gpu} */
+    metrics_family *gpu_mem_util;        /* gauge {gpu} */
+    metrics_family *gpu_temp;            /* gauge {gpu} */
+    metrics_family *gpu_power;           /* gauge {gpu} */
+} opm_families;
+
+/* The registry and its families; NULL members only when out of memory at
+ * the first call (updates to them are then no-ops). */
+metrics_registry *opm_registry(void);
+const opm_families *opm(void);
+
+/* A finished HTTP request: route is the matched template ("unmatched" for
+ * a 404/405 from the router), status the code sent, seconds its duration
+ * (negative: counted but not timed, as for an event stream). */
+void opm_http_request(const char *method, const char *route, unsigned status,
+                      double seconds);
+
+/* A job started on a worker after waiting queue_wait_s since submission. */
+void opm_job_started(const char *tenant, double queue_wait_s);
+
+/* A running job's latest training throughput. */
+void opm_job_samples_per_sec(const char *job, const char *tenant, double v);
+
+/* A job's worker exited: its per-job series leave. */
+void opm_job_ended(const char *job);
+
+/* The CPU engine's kernels (cpu_kernels_get()) and their measured SGEMM
+ * rate, set once at the server's start. */
+void opm_cpu_kernels(const char *provider, const char *core, const char *isa,
+                     const char *cpu_isa, const char *detected,
+                     double gemm_gflops);
+
+/* Monotonic seconds, to time what opm_predict reports. */
+double opm_now(void);
+
+/* A prediction served: endpoint "predict", "evaluate" or "kserve_infer". */
+void opm_predict(const char *endpoint, double seconds);
+
+#endif

@@ -1,0 +1,129 @@
+/* jobreq.c - a job's resource request and priority (see jobreq.h). */
+#include "jobs/jobreq.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/jsonutil.h"
+
+/* A MIG profile name as the driver spells them: "1g.18gb", "1g.18gb+me",
+ * "3g.71gb" - letters, digits, '.', '+'. */
+static int profile_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= SCHED_PROFILE_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '+'))
+            return 0;
+    }
+    return 1;
+}
+
+ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
+                       sched_request *out, json_t **normalized, ty_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (normalized)
+        *normalized = NULL;
+    const json_t *gpu = NULL;
+    if (resources) {
+        static const char *const keys[] = {"gpu", NULL};
+        if (!json_is_object(resources))
+            return ty_fail(err, TY_EINVAL, "resources",
+                           "resources must be an object such as "
+                           "{\"gpu\": \"any\"}");
+        ty_status s = tyjson_check_keys(resources, keys, "resources", err);
+        if (s != TY_OK)
+            return s;
+        gpu = json_object_get(resources, "gpu");
+    }
+    json_t *norm = NULL;
+    if (!gpu || json_is_null(gpu)) {
+        out->kind = host_has_gpus ? SCHED_REQ_ANY : SCHED_REQ_NONE;
+        norm = json_string(host_has_gpus ? "any" : "none");
+    } else if (json_is_string(gpu)) {
+        const char *v = json_string_value(gpu);
+        if (!strcmp(v, "none")) {
+            out->kind = SCHED_REQ_NONE;
+        } else if (!strcmp(v, "any")) {
+            out->kind = SCHED_REQ_ANY;
+        } else if (profile_name_ok(v)) {
+            out->kind = SCHED_REQ_PROFILE;
+            snprintf(out->profile, sizeof out->profile, "%s", v);
+        } else {
+            return ty_fail(err, TY_EINVAL, "resources.gpu",
+                           "resources.gpu must be \"none\", \"any\", a MIG "
+                           "profile name such as \"1g.18gb\", or "
+                           "{\"min_memory_gb\": n, \"min_compute_slices\": k}; "
+                           "got \"%.40s\"",
+                           v);
+        }
+        norm = json_string(v);
+    } else if (json_is_object(gpu)) {
+        static const char *const keys[] = {"min_memory_gb",
+                                           "min_compute_slices", NULL};
+        ty_status s = tyjson_check_keys(gpu, keys, "resources.gpu", err);
+        if (s != TY_OK)
+            return s;
+        const json_t *mem = json_object_get(gpu, "min_memory_gb");
+        const json_t *cs = json_object_get(gpu, "min_compute_slices");
+        double gb = 0;
+        if (mem) {
+            gb = json_number_value(mem);
+            if (!json_is_number(mem) || !isfinite(gb) || gb <= 0 || gb > 1e6)
+                return ty_fail(err, TY_EINVAL, "resources.gpu.min_memory_gb",
+                               "resources.gpu.min_memory_gb must be a number "
+                               "of GiB above 0 and at most 1000000");
+        }
+        int64_t k = 0;
+        if (cs) {
+            k = json_integer_value(cs);
+            if (!json_is_integer(cs) || k < 1 || k > 7)
+                return ty_fail(err, TY_EINVAL,
+                               "resources.gpu.min_compute_slices",
+                               "resources.gpu.min_compute_slices must be a "
+                               "whole number from 1 to 7 (a whole GPU has 7)");
+        }
+        out->kind = SCHED_REQ_MIN;
+        out->min_memory_bytes = (uint64_t)llround(gb * (double)(1ull << 30));
+        out->min_compute_slices = (int)k;
+        norm = json_object();
+        if (mem)
+            json_object_set_new(norm, "min_memory_gb", json_real(gb));
+        if (cs)
+            json_object_set_new(norm, "min_compute_slices", json_integer(k));
+    } else {
+        return ty_fail(err, TY_EINVAL, "resources.gpu",
+                       "resources.gpu must be \"none\", \"any\", a MIG "
+                       "profile name, or {\"min_memory_gb\": n, "
+                       "\"min_compute_slices\": k}");
+    }
+    if (normalized) {
+        *normalized = json_pack("{s:o}", "gpu", norm);
+        if (!*normalized)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    } else {
+        json_decref(norm);
+    }
+    return TY_OK;
+}
+
+ty_status jobreq_priority(const json_t *priority, int *out, ty_err *err)
+{
+    *out = 0;
+    if (!priority || json_is_null(priority))
+        return TY_OK;
+    int64_t v = json_integer_value(priority);
+    if (!json_is_integer(priority) || v < -JOBREQ_PRIORITY_MAX ||
+        v > JOBREQ_PRIORITY_MAX)
+        return ty_fail(err, TY_EINVAL, "priority",
+                       "priority must be a whole number from -%d to %d "
+                       "(higher runs first among the tenant's jobs)",
+                       JOBREQ_PRIORITY_MAX, JOBREQ_PRIORITY_MAX);
+    *out = (int)v;
+    return TY_OK;
+}

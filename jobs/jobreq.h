@@ -1,0 +1,33 @@
+/*
+ * jobreq.h - what a job asks of the scheduler, as POST /v1/jobs spells it:
+ *
+ *   "resources": {"gpu": "none" | "any" | "<MIG profile>" |
+ *                 {"min_memory_gb": n, "min_compute_slices": k}}
+ *   "priority": integer (higher runs first within the tenant; default 0)
+ *
+ * Parsing is pure: the default ("none" on a host without GPU slots, "any"
+ * otherwise) is the caller's to give, and whether this host could ever
+ * satisfy the request is the scheduler's (sched_request_check).
+ */
+#ifndef TY_JOBREQ_H
+#define TY_JOBREQ_H
+
+#include <jansson.h>
+
+#include "common/ty.h"
+#include "jobs/sched.h"
+
+#define JOBREQ_PRIORITY_MAX 1000000
+
+/* Parses `resources` (NULL: absent) into *out and a normalized copy
+ * {"gpu": ...} into *normalized (new reference; may be NULL). host_has_gpus
+ * picks the default. TY_EINVAL naming the field ("resources",
+ * "resources.gpu", "resources.gpu.min_memory_gb", ...). */
+ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
+                       sched_request *out, json_t **normalized, ty_err *err);
+
+/* Parses `priority` (NULL: 0): an integer within +-JOBREQ_PRIORITY_MAX.
+ * TY_EINVAL naming "priority". */
+ty_status jobreq_priority(const json_t *priority, int *out, ty_err *err);
+
+#endif

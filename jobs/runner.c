@@ -1,0 +1,1344 @@
+/*
+ * runner.c - the scheduler's driver: job runner thread and worker
+ * processes (see runner.h).
+ *
+ * One thread owns the workers: it runs scheduling passes, starts workers
+ * for the placements, signals preemption victims, polls the workers'
+ * stdout pipes and a wake-up eventfd, enforces heartbeats, and reaps.
+ * The scheduler, the worker table and the retry list are guarded by `mu`;
+ * HTTP threads take it to check and submit requests, cancel, refresh a
+ * tenant and read the queue report. Lock order: mu, then the store's and
+ * the inventory's own mutexes. Database writes of progress are throttled
+ * to one a second per job; epoch records and outcomes are written at once.
+ *
+ * Invariants: a job is in the scheduler while it is queued (not in its
+ * back-off), pending or running; it leaves it when its worker has exited
+ * (so a slot is never given to a second job while a process may still use
+ * it) or when it is cancelled while queued. An inventory slot's holder is
+ * set while the scheduler has a job on it.
+ */
+#include "jobs/runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "common/ids.h"
+#include "gpu/inventory.h"
+#include "jobs/jobreq.h"
+#include "jobs/retry.h"
+#include "models/nn.h"
+#include "store/blob.h"
+#include "events/hub.h"
+#include "common/log.h"
+#include "common/opmetrics.h"
+
+#define LINE_MAX_BYTES 65536
+#define CANCEL_GRACE_S 10.0
+#define EXIT_PREEMPTED 4         /* the worker checkpointed after SIGUSR1 */
+
+typedef struct {
+    int used;
+    char job_id[TY_ID_MAX];
+    char dir[PATH_MAX];
+    int sjob;                    /* the scheduler's handle */
+    int slot;                    /* inventory slot; -1 a CPU job */
+    pid_t pid;
+    int out_fd;                  /* -1 once EOF was read */
+    char line[LINE_MAX_BYTES];
+    size_t line_len;
+    int done;                    /* the worker said the model is written */
+    char error[512];             /* the worker's error message, if any */
+    int cancel;                  /* a cancel was requested */
+    double cancel_at;
+    int preempting;              /* preempted: it checkpoints and exits */
+    int usr1_pending;            /* SIGUSR1 waits for the "started" line */
+    int started;                 /* it printed a line: its handlers are in */
+    int lost;                    /* killed after heartbeat silence */
+    double last_line;            /* monotonic time of its last output */
+    double last_progress_write;
+    int resumed_from_epoch;      /* -1 unless this run resumed */
+    char tenant_id[TY_ID_MAX];   /* for metrics labels */
+} worker;
+
+/* A crashed job waiting out its back-off, outside the scheduler. */
+typedef struct {
+    char job_id[TY_ID_MAX];
+    int tenant;
+    int priority;
+    double submit_time;
+    sched_request req;
+    double due;                  /* monotonic */
+    char why[300];
+} retry_rec;
+
+struct runner {
+    ty_app *app;
+    inventory *inv;              /* app->inventory; NULL: no slots */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    int wake_fd;
+    atomic_int stopping;
+    sched *sched;
+    int nslots;                  /* inventory slots */
+    char (*tenant_ids)[TY_ID_MAX]; /* by scheduler tenant handle */
+    int ntenant_ids, tenant_cap;
+    int nworkers;                /* entries in use */
+    int cap;                     /* inventory slots + --max-jobs */
+    worker *workers;
+    struct pollfd *pfd;          /* cap + 1, for runner_main */
+    worker **owner;              /* cap + 1 */
+    retry_rec *retries;
+    size_t nretries, retry_cap;
+    sched_wait *report;          /* runner_annotate's buffer */
+    size_t report_cap;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The scheduler's clock: wall time, so submit times read back from the
+ * store after a restart (created_at) compare with it. */
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Publishes a live event of the job (events/hub.h) with the job as GET
+ * /v1/jobs/{id} shows it, read back from the store; epoch (borrowed) is
+ * added for job.epoch. The queue report is left null: it needs mu, which
+ * callers may hold. */
+static void publish(runner *r, const char *job_id, ev_type type,
+                    const json_t *epoch)
+{
+    json_t *doc = NULL;
+    ty_err err = {0};
+    if (!r->app->events ||
+        store_job_get_internal(r->app->store, job_id, &doc, &err) != TY_OK)
+        return;
+    char tenant[TY_ID_MAX];
+    snprintf(tenant, sizeof tenant, "%s",
+             json_string_value(json_object_get(doc, "tenant_id")));
+    json_object_del(doc, "tenant_id");
+    runner_annotate(NULL, doc, tenant);
+    if (!json_object_get(doc, "queue"))
+        json_object_set_new(doc, "queue", json_null());
+    json_t *data = json_pack("{s:o}", "job", doc);
+    if (data && epoch)
+        json_object_set_new(data, "epoch", json_deep_copy(epoch));
+    ev_publish(r->app->events, tenant, job_id, type, data);
+}
+
+/* Logs a job's change of status and publishes it: job.finished, or
+ * job.progress for a requeue. */
+static void log_transition(runner *r, const char *job, const char *to,
+                           const char *why)
+{
+    json_t *f = json_pack("{s:s, s:s}", "job", job, "status", to);
+    if (why)
+        json_object_set_new(f, "reason", json_string(why));
+    log_event("info", "job", f);
+    publish(r, job, strcmp(to, JOB_QUEUED) ? EV_JOB_FINISHED : EV_JOB_PROGRESS,
+            NULL);
+}
+
+/* ---- tenants ---- */
+
+/* The scheduler's handle of tenant id into *h, registering it with its
+ * store limits on first use. Caller holds mu. */
+static ty_status tenant_handle(runner *r, const char *id, int *h, ty_err *err)
+{
+    *h = sched_tenant_find(r->sched, id);
+    if (*h >= 0)
+        return TY_OK;
+    store_tenant_limits lim;
+    ty_status s = store_tenant_limits_get(r->app->store, id, &lim, err);
+    if (s == TY_OK)
+        s = sched_tenant_set(r->sched, id, lim.weight > 0 ? lim.weight : 1.0,
+                             lim.max_gpu_slices, lim.max_running_jobs, h, err);
+    if (s != TY_OK)
+        return s;
+    if (*h >= r->tenant_cap) {
+        int ncap = r->tenant_cap ? r->tenant_cap * 2 : 16;
+        while (ncap <= *h)
+            ncap *= 2;
+        void *p = realloc(r->tenant_ids, (size_t)ncap * sizeof *r->tenant_ids);
+        if (!p)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        r->tenant_ids = p;
+        r->tenant_cap = ncap;
+    }
+    snprintf(r->tenant_ids[*h], TY_ID_MAX, "%s", id);
+    if (*h >= r->ntenant_ids)
+        r->ntenant_ids = *h + 1;
+    return TY_OK;
+}
+
+static const char *tenant_id_of(const runner *r, int h)
+{
+    return h >= 0 && h < r->ntenant_ids ? r->tenant_ids[h] : "";
+}
+
+/* ---- inventory holders ---- */
+
+static void set_holder(runner *r, int slot, const char *job, const char *tenant)
+{
+    if (!r->inv || slot < 0 || slot >= r->inv->nslots)
+        return;
+    pthread_mutex_lock(&r->inv->mu);
+    inv_slot *s = &r->inv->slots[slot];
+    snprintf(s->job_id, sizeof s->job_id, "%s", job ? job : "");
+    snprintf(s->tenant_id, sizeof s->tenant_id, "%s", tenant ? tenant : "");
+    pthread_mutex_unlock(&r->inv->mu);
+}
+
+/* ---- starting a worker ---- */
+
+/* Writes job.json: what the worker needs, with blob paths resolved. */
+static ty_status write_job_file(ty_app *app, const json_t *job,
+                                const char *dir, ty_err *err)
+{
+    const char *tenant = json_string_value(json_object_get(job, "tenant_id"));
+    const char *ds_id = json_string_value(json_object_get(job, "dataset"));
+    char sha[65], path[PATH_MAX];
+    json_t *ds = NULL, *vds = NULL;
+    ty_status s = store_dataset_get(app->store, tenant, ds_id, &ds, sha, err);
+    if (s != TY_OK)
+        return s;
+    blob_path(app->cfg.data_dir, sha, path, sizeof path);
+    json_t *spec = json_object();
+    json_object_set_new(spec, "job_id", json_object_get(job, "id")
+                                            ? json_incref(json_object_get(job, "id"))
+                                            : json_null());
+    json_object_set_new(spec, "dataset_path", json_string(path));
+    json_t *val = json_object_get(job, "validation");
+    const char *val_id = json_string_value(json_object_get(val, "dataset"));
+    if (val_id) {
+        char vsha[65], vpath[PATH_MAX];
+        s = store_dataset_get(app->store, tenant, val_id, &vds, vsha, err);
+        if (s != TY_OK)
+            goto done;
+        blob_path(app->cfg.data_dir, vsha, vpath, sizeof vpath);
+        json_object_set_new(spec, "validation",
+                            json_pack("{s:s}", "dataset_path", vpath));
+    } else {
+        json_object_set(spec, "validation", val);
+    }
+    json_object_set(spec, "spec", json_object_get(job, "spec"));
+    /* max_attempts is the runner's, not the trainer's. */
+    json_t *hp = json_deep_copy(json_object_get(job, "hyperparameters"));
+    json_object_del(hp, "max_attempts");
+    json_object_set_new(spec, "hyperparameters", hp ? hp : json_object());
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/checkpoint.safetensors", dir);
+    json_object_set_new(spec, "checkpoint_path", json_string(p));
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    json_object_set_new(spec, "model_path", json_string(p));
+    json_object_set_new(spec, "threads", json_integer(app->cfg.worker_threads));
+    json_object_set_new(spec, "extra_meta",
+                        json_pack("{s:O, s:s}", "trainyard.job",
+                                  json_object_get(job, "id"), "trainyard.dataset",
+                                  ds_id));
+    char *text = json_dumps(spec, JSON_INDENT(2));
+    snprintf(p, sizeof p, "%s/job.json", dir);
+    s = text ? fs_write_atomic(p, text, strlen(text), 0600, err)
+             : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    free(text);
+done:
+    json_decref(spec);
+    json_decref(ds);
+    json_decref(vds);
+    return s;
+}
+
+extern char **environ;
+
+/* The worker's environment: ours, with OPENBLAS_NUM_THREADS=1 (the engine
+ * runs its own thread pool; OpenBLAS's would only compete with it),
+ * device_var ("TRAINYARD_DEVICE=...") and, unless NULL, cvd_var
+ * ("CUDA_VISIBLE_DEVICES=...") naming where the job runs (both borrowed).
+ * Built before fork, since the child may only make async-signal-safe
+ * calls. Caller frees the array. */
+static char **worker_env(char *device_var, char *cvd_var)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 4, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21) != 0 &&
+            strncmp(environ[i], "TRAINYARD_DEVICE=", 17) != 0 &&
+            (!cvd_var || strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) != 0))
+            env[k++] = environ[i];
+    env[k++] = "OPENBLAS_NUM_THREADS=1";
+    env[k++] = device_var;
+    if (cvd_var)
+        env[k++] = cvd_var;
+    env[k] = NULL;
+    return env;
+}
+
+/* Where a job on `slot` (-1: a CPU job) runs: TRAINYARD_DEVICE's value
+ * into dev, and CUDA_VISIBLE_DEVICES's into cvd (*has_cvd 0: leave the
+ * server's). See runner.h. */
+static void device_for(const runner *r, int slot, char *dev, size_t ndev,
+                       char *cvd, size_t ncvd, int *has_cvd)
+{
+    const ty_app *app = r->app;
+    *has_cvd = 0;
+    cvd[0] = '\0';
+    if (slot < 0) {
+        if (r->nslots == 0) {
+            snprintf(dev, ndev, "%s", app->train_dev.label);
+        } else {
+            snprintf(dev, ndev, "cpu");
+            *has_cvd = 1;
+        }
+        return;
+    }
+    const inv_slot *s = &r->inv->slots[slot];
+    *has_cvd = 1;
+    snprintf(cvd, ncvd, "%s", s->uuid);
+    if (r->inv->source == INV_SOURCE_SIM)
+        snprintf(dev, ndev, "sim:%s", s->uuid);
+    else if (app->train_dev.device >= 0)
+        snprintf(dev, ndev, "cuda:0");
+    else
+        snprintf(dev, ndev, "cpu");
+}
+
+static ty_status spawn_worker(runner *r, worker *w, const char *device,
+                              const char *cvd, int has_cvd, ty_err *err)
+{
+    char device_var[INV_NAME_MAX + 32], cvd_var[INV_NAME_MAX + 32];
+    snprintf(device_var, sizeof device_var, "TRAINYARD_DEVICE=%s", device);
+    snprintf(cvd_var, sizeof cvd_var, "CUDA_VISIBLE_DEVICES=%s", cvd);
+    char **env = worker_env(device_var, has_cvd ? cvd_var : NULL);
+    if (!env)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    int pipefd[2];
+    if (pipe2(pipefd, O_CLOEXEC) != 0) {
+        free(env);
+        return ty_fail(err, TY_EIO, NULL, "pipe: %s", strerror(errno));
+    }
+    char log_path[PATH_MAX];
+    snprintf(log_path, sizeof log_path, "%s/worker.log", w->dir);
+    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (log_fd < 0) {
+        close(pipefd[0]);
+        close(pipefd[1]);
+        free(env);
+        return ty_fail(err, TY_EIO, NULL, "cannot open %s: %s", log_path,
+                       strerror(errno));
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pipefd[0]);
+        close(pipefd[1]);
+        close(log_fd);
+        free(env);
+        return ty_fail(err, TY_EIO, NULL, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        /* Child: only async-signal-safe calls until exec. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0)
+            dup2(devnull, 0);
+        dup2(pipefd[1], 1);
+        dup2(log_fd, 2);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        char *argv[] = {"trainyard", "worker", "--job-dir", w->dir, NULL};
+        execve(r->app->self_exe, argv, env);
+        _exit(127);
+    }
+    free(env);
+    close(pipefd[1]);
+    close(log_fd);
+    w->pid = pid;
+    w->out_fd = pipefd[0];
+    w->last_line = now_s();
+    return TY_OK;
+}
+
+/* What the job document shows of where it runs (see openapi.yaml's
+ * Placement). */
+static json_t *placement_json(const runner *r, int slot, const char *device,
+                              const char *cvd, int has_cvd)
+{
+    char now[32];
+    ty_now_iso(now);
+    json_t *p = json_pack("{s:s, s:s?, s:n, s:s}", "device", device,
+                          "cuda_visible_devices", has_cvd ? cvd : NULL,
+                          "worker_saw", "started_at", now);
+    if (!p)
+        return NULL;
+    if (slot < 0) {
+        json_object_set_new(p, "slot", json_null());
+        json_object_set_new(p, "gpu", json_null());
+        json_object_set_new(p, "uuid", json_null());
+        json_object_set_new(p, "profile", json_null());
+        json_object_set_new(p, "compute_slices", json_integer(0));
+        json_object_set_new(p, "memory_bytes", json_null());
+        return p;
+    }
+    const inv_slot *s = &r->inv->slots[slot];
+    json_object_set_new(p, "slot", json_integer(slot));
+    json_object_set_new(p, "gpu", json_integer(r->inv->gpus[s->gpu].index));
+    json_object_set_new(p, "uuid", json_string(s->uuid));
+    json_object_set_new(p, "profile",
+                        s->profile ? json_string(s->profile) : json_null());
+    json_object_set_new(p, "compute_slices", json_integer(s->compute_slices));
+    json_object_set_new(p, "memory_bytes",
+                        json_integer((json_int_t)s->memory_bytes));
+    return p;
+}
+
+/* Leaves the worker entry free. Caller holds mu. */
+static void worker_release(runner *r, worker *w)
+{
+    if (w->out_fd >= 0)
+        close(w->out_fd);
+    w->out_fd = -1;
+    w->used = 0;
+    r->nworkers--;
+}
+
+/* Starts scheduler job sj, placed on slot (-1: CPU). Caller holds mu. */
+static void start_placement(runner *r, int sj, int slot)
+{
+    ty_app *app = r->app;
+    sched_job_info info;
+    if (sched_job_get(r->sched, sj, &info) != TY_OK)
+        return;
+    char id[TY_ID_MAX];
+    snprintf(id, sizeof id, "%s", info.id);
+    const char *tenant = tenant_id_of(r, info.tenant);
+    worker *w = NULL;
+    for (int i = 0; i < r->cap && !w; i++)
+        if (!r->workers[i].used)
+            w = &r->workers[i];
+    ty_err err = {0};
+    if (!w) {
+        /* Cannot happen: the table has a place per slot and CPU job. */
+        log_msg("error", "runner: no worker entry free for job %s", id);
+        sched_job_requeue(r->sched, sj, &err);
+        return;
+    }
+    memset(w, 0, sizeof *w);
+    w->used = 1;
+    w->out_fd = -1;
+    w->pid = -1;
+    w->resumed_from_epoch = -1;
+    w->sjob = sj;
+    w->slot = slot;
+    snprintf(w->job_id, sizeof w->job_id, "%s", id);
+    snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
+    snprintf(w->dir, sizeof w->dir, "%s/%s", app->jobs_dir, id);
+    r->nworkers++;
+
+    char dev[INV_NAME_MAX + 8], cvd[INV_NAME_MAX];
+    int has_cvd;
+    device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
+    json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
+    ty_status s = store_job_start_on(app->store, id, dev, placement, &err);
+    json_decref(placement);
+    if (s != TY_OK) {
+        /* TY_ECONFLICT: cancelled meanwhile. */
+        if (s != TY_ECONFLICT)
+            log_msg("error", "runner: %s", err.msg);
+        sched_job_remove(r->sched, sj);
+        worker_release(r, w);
+        return;
+    }
+    set_holder(r, slot, id, tenant);
+    double queue_wait = wall_s() - info.submit_time;
+    opm_job_started(tenant, queue_wait);
+    json_t *job = NULL;
+    if ((s = store_job_get_internal(app->store, id, &job, &err)) == TY_OK &&
+        (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
+        (s = write_job_file(app, job, w->dir, &err)) == TY_OK)
+        s = spawn_worker(r, w, dev, cvd, has_cvd, &err);
+    json_decref(job);
+    if (s != TY_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "could not start the training process: %s",
+                 err.msg);
+        store_job_finish(app->store, id, JOB_FAILED, msg, NULL, &err);
+        log_transition(r, id, JOB_FAILED, msg);
+        sched_job_remove(r->sched, sj);
+        set_holder(r, slot, NULL, NULL);
+        worker_release(r, w);
+        return;
+    }
+    json_t *patch = json_pack("{s:i}", "worker_pid", (int)w->pid);
+    store_job_placement_merge(app->store, id, patch, &err);
+    json_decref(patch);
+    json_t *f = json_pack("{s:s, s:s, s:s, s:i}", "job", id, "status",
+                          JOB_RUNNING, "device", dev, "pid", (int)w->pid);
+    if (slot >= 0)
+        json_object_set_new(f, "slot", json_integer(slot));
+    json_object_set_new(f, "tenant", json_string(tenant));
+    json_object_set_new(f, "queue_wait_s",
+                        json_real(queue_wait > 0 ? queue_wait : 0));
+    log_event("info", "job", f);
+    publish(r, id, EV_JOB_STARTED, NULL);
+}
+
+/* Tells a preemption victim to checkpoint and stop. Caller holds mu. */
+static void preempt_worker(runner *r, const sched_preemption *p)
+{
+    sched_job_info victim, job;
+    if (sched_job_get(r->sched, p->victim, &victim) != TY_OK ||
+        sched_job_get(r->sched, p->job, &job) != TY_OK)
+        return;
+    for (int i = 0; i < r->cap; i++) {
+        worker *w = &r->workers[i];
+        if (!w->used || w->sjob != p->victim)
+            continue;
+        w->preempting = 1;
+        /* Before its first line the worker has no SIGUSR1 handler yet
+         * (jobs/worker.c): the signal would kill it without a
+         * checkpoint. handle_line sends it then. */
+        if (w->pid > 0 && w->started)
+            kill(w->pid, SIGUSR1);
+        else
+            w->usr1_pending = 1;
+        log_event("info", "job_preempt",
+                  json_pack("{s:s, s:s, s:i}", "job", victim.id, "for",
+                            job.id, "slot", p->slot));
+    }
+}
+
+/* ---- following a worker ---- */
+
+/* A number from a worker line, or JSON null for the -1 "not applicable". */
+static json_t *metric(const json_t *ev, const char *key)
+{
+    json_t *v = json_object_get(ev, key);
+    if (!json_is_number(v) || json_number_value(v) < 0)
+        return json_null();
+    return json_real(json_number_value(v));
+}
+
+static void handle_line(runner *r, worker *w, const char *line)
+{
+    ty_app *app = r->app;
+    json_t *ev = json_loads(line, 0, NULL);
+    const char *kind = json_string_value(json_object_get(ev, "event"));
+    ty_err err = {0};
+    if (!kind) {
+        json_decref(ev);
+        return;
+    }
+    if (!w->started) {
+        /* "started" comes first from workers that have it; any line means
+         * the signal handlers are in. */
+        pthread_mutex_lock(&r->mu);
+        w->started = 1;
+        if (w->usr1_pending && w->pid > 0)
+            kill(w->pid, SIGUSR1);
+        w->usr1_pending = 0;
+        pthread_mutex_unlock(&r->mu);
+    }
+    if (!strcmp(kind, "progress")) {
+        json_t *sps = json_object_get(ev, "samples_per_sec");
+        if (json_is_number(sps) && json_number_value(sps) >= 0)
+            opm_job_samples_per_sec(w->job_id, w->tenant_id,
+                                    json_number_value(sps));
+        double t = now_s();
+        int last = json_number_value(json_object_get(ev, "fraction")) >= 1.0;
+        if (last || t - w->last_progress_write >= 1.0) {
+            w->last_progress_write = t;
+            json_t *progress = json_pack(
+                "{s:O?, s:O?, s:O?, s:O?, s:O?}", "epoch",
+                json_object_get(ev, "epoch"), "epochs",
+                json_object_get(ev, "epochs"), "step",
+                json_object_get(ev, "step"), "total_steps",
+                json_object_get(ev, "total_steps"), "fraction",
+                json_object_get(ev, "fraction"));
+            if (w->resumed_from_epoch >= 0)
+                json_object_set_new(progress, "resumed_from_epoch",
+                                    json_integer(w->resumed_from_epoch));
+            json_t *metrics = json_object();
+            json_object_set_new(metrics, "train_loss", metric(ev, "loss"));
+            json_object_set_new(metrics, "samples_per_sec",
+                                metric(ev, "samples_per_sec"));
+            json_object_set_new(metrics, "learning_rate", metric(ev, "lr"));
+            store_job_progress(app->store, w->job_id, progress, metrics, &err);
+            publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
+            json_decref(progress);
+            json_decref(metrics);
+        }
+    } else if (!strcmp(kind, "epoch")) {
+        json_t *m = json_object();
+        json_object_set(m, "epoch", json_object_get(ev, "epoch"));
+        static const char *const keys[] = {"train_loss", "train_accuracy",
+                                           "val_loss", "val_accuracy",
+                                           "samples_per_sec", "seconds"};
+        for (size_t i = 0; i < TY_ARRAY_LEN(keys); i++)
+            json_object_set_new(m, keys[i], metric(ev, keys[i]));
+        /* A byte count: kept whole (older workers do not send it). */
+        json_t *peak = json_object_get(ev, "peak_memory_bytes");
+        json_object_set_new(m, "peak_memory_bytes",
+                            json_is_integer(peak) ? json_integer(
+                                                        json_integer_value(peak))
+                                                  : json_null());
+        /* Where and how it ran: passed through when the worker said. */
+        static const char *const where[] = {"device", "precision",
+                                            "loss_scale", "skipped_steps",
+                                            "cuda_graph", "cuda_graph_reason",
+                                            "device_memory_used_bytes"};
+        for (size_t i = 0; i < TY_ARRAY_LEN(where); i++) {
+            json_t *v = json_object_get(ev, where[i]);
+            json_object_set(m, where[i], v ? v : json_null());
+        }
+        store_job_epoch(app->store, w->job_id,
+                        json_integer_value(json_object_get(ev, "epoch")), m,
+                        &err);
+        publish(r, w->job_id, EV_JOB_EPOCH, m);
+        json_decref(m);
+    } else if (!strcmp(kind, "resume")) {
+        w->resumed_from_epoch =
+            (int)json_integer_value(json_object_get(ev, "epoch"));
+        log_event("info", "job_resume",
+                  json_pack("{s:s, s:O?, s:O?}", "job", w->job_id, "epoch",
+                            json_object_get(ev, "epoch"), "step",
+                            json_object_get(ev, "step")));
+    } else if (!strcmp(kind, "done")) {
+        w->done = 1;
+    } else if (!strcmp(kind, "started")) {
+        /* What the worker found in its environment, for comparison with
+         * the placement. */
+        json_t *saw = json_deep_copy(ev);
+        json_object_del(saw, "event");
+        json_t *patch = json_pack("{s:o}", "worker_saw", saw);
+        store_job_placement_merge(app->store, w->job_id, patch, &err);
+        json_decref(patch);
+    } else if (!strcmp(kind, "heartbeat")) {
+        /* read_output noted the time. */
+    } else if (!strcmp(kind, "error")) {
+        snprintf(w->error, sizeof w->error, "%s",
+                 json_string_value(json_object_get(ev, "message"))
+                     ? json_string_value(json_object_get(ev, "message"))
+                     : "training failed");
+    }
+    if (err.msg[0])
+        log_msg("error", "runner: job %s: %s", w->job_id, err.msg);
+    json_decref(ev);
+}
+
+static void read_output(runner *r, worker *w)
+{
+    char buf[8192];
+    ssize_t n = read(w->out_fd, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        pthread_mutex_lock(&r->mu);
+        close(w->out_fd);
+        w->out_fd = -1;
+        pthread_mutex_unlock(&r->mu);
+        return;
+    }
+    w->last_line = now_s();
+    for (ssize_t i = 0; i < n; i++) {
+        if (buf[i] == '\n') {
+            w->line[w->line_len] = '\0';
+            handle_line(r, w, w->line);
+            w->line_len = 0;
+        } else if (w->line_len < sizeof w->line - 1) {
+            w->line[w->line_len++] = buf[i];
+        }
+    }
+}
+
+/* Registers the finished model: validates it by loading it, moves it into
+ * the blob folder, and commits the model row with the job's success. */
+static ty_status register_model(ty_app *app, worker *w, ty_err *err)
+{
+    char model_path[PATH_MAX];
+    snprintf(model_path, sizeof model_path, "%s/model.safetensors", w->dir);
+    nn_net *net = NULL;
+    json_t *job = NULL, *doc = NULL;
+    ty_status s = nn_net_load(model_path, &net, err);
+    if (s != TY_OK) {
+        ty_err_prefix(err, "the trained model could not be read back");
+        return s;
+    }
+    char model_id[TY_ID_MAX], sha[65], now[32];
+    int64_t bytes = 0;
+    if ((s = store_job_get_internal(app->store, w->job_id, &job, err)) != TY_OK ||
+        (s = ty_id_new("mdl_", model_id, err)) != TY_OK)
+        goto done;
+    ty_now_iso(now);
+    doc = json_object();
+    json_object_set_new(doc, "id", json_string(model_id));
+    json_object_set(doc, "name", json_object_get(job, "name"));
+    json_object_set_new(doc, "job", json_string(w->job_id));
+    json_object_set(doc, "dataset", json_object_get(job, "dataset"));
+    nn_net_describe(net, doc);
+    /* Where it was trained: the job's device (its last run's). */
+    json_t *device = json_object_get(job, "device");
+    json_object_set_new(doc, "trained_on",
+                        json_is_string(device) ? json_incref(device)
+                                               : json_null());
+    json_object_set(doc, "hyperparameters",
+                    json_object_get(job, "hyperparameters"));
+    json_object_set(doc, "metrics", json_object_get(job, "metrics"));
+    store_blob_lock(app->store);
+    s = blob_import(app->cfg.data_dir, model_path, sha, &bytes, err);
+    if (s == TY_OK) {
+        json_object_set_new(doc, "sha256", json_string(sha));
+        json_object_set_new(doc, "bytes", json_integer(bytes));
+        json_object_set_new(doc, "created_at", json_string(now));
+        s = store_job_succeed(app->store, w->job_id, model_id, sha, bytes, doc,
+                              err);
+    }
+    store_blob_unlock(app->store);
+    if (s == TY_OK) {
+        char ckpt[PATH_MAX];
+        snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", w->dir);
+        unlink(ckpt);
+    }
+done:
+    json_decref(doc);
+    json_decref(job);
+    nn_net_destroy(net);
+    return s;
+}
+
+/* A crashed job (killed, lost, or exited without a result) goes back to
+ * the queue after its back-off, or fails when it has had max_attempts
+ * runs. Caller holds mu; the job is still in the scheduler. */
+static void retry_or_fail(runner *r, worker *w, const char *what)
+{
+    ty_app *app = r->app;
+    ty_err err = {0};
+    json_t *job = NULL;
+    int64_t attempts = 1, max_attempts = app->cfg.max_attempts;
+    if (store_job_get_internal(app->store, w->job_id, &job, &err) == TY_OK) {
+        attempts = json_integer_value(json_object_get(job, "attempts"));
+        json_t *m = json_object_get(json_object_get(job, "hyperparameters"),
+                                    "max_attempts");
+        if (json_is_integer(m))
+            max_attempts = json_integer_value(m);
+    }
+    json_decref(job);
+    char msg[900];
+    sched_job_info info;
+    int have = sched_job_get(r->sched, w->sjob, &info) == TY_OK;
+    if (attempts >= max_attempts || !have || r->nretries == SIZE_MAX) {
+        snprintf(msg, sizeof msg, "%s; it failed %lld of %lld attempts",
+                 what, (long long)attempts, (long long)max_attempts);
+        store_job_finish(app->store, w->job_id, JOB_FAILED, msg, NULL, &err);
+        log_transition(r, w->job_id, JOB_FAILED, msg);
+        sched_job_remove(r->sched, w->sjob);
+        return;
+    }
+    double delay = retry_backoff_seconds((int)attempts, app->cfg.retry_backoff_s,
+                                         RETRY_BACKOFF_CAP_S);
+    snprintf(msg, sizeof msg,
+             "%s; attempt %lld of %lld, retrying in %.1f s from the last "
+             "checkpoint",
+             what, (long long)attempts, (long long)max_attempts, delay);
+    if (r->nretries == r->retry_cap) {
+        size_t ncap = r->retry_cap ? r->retry_cap * 2 : 8;
+        retry_rec *p = realloc(r->retries, ncap * sizeof *p);
+        if (!p) {
+            store_job_finish(app->store, w->job_id, JOB_FAILED, what, NULL,
+                             &err);
+            sched_job_remove(r->sched, w->sjob);
+            return;
+        }
+        r->retries = p;
+        r->retry_cap = ncap;
+    }
+    if (store_job_requeue(app->store, w->job_id, 0, msg, &err) != TY_OK) {
+        sched_job_remove(r->sched, w->sjob);
+        return;
+    }
+    retry_rec *rr = &r->retries[r->nretries++];
+    memset(rr, 0, sizeof *rr);
+    snprintf(rr->job_id, sizeof rr->job_id, "%s", w->job_id);
+    rr->tenant = info.tenant;
+    rr->priority = info.priority;
+    rr->submit_time = info.submit_time;
+    rr->req = info.request;
+    rr->due = now_s() + delay;
+    snprintf(rr->why, sizeof rr->why, "%.299s", msg);
+    sched_job_remove(r->sched, w->sjob);
+    log_transition(r, w->job_id, JOB_QUEUED, msg);
+}
+
+/* The worker has exited with wait status ws: record the outcome and
+ * settle the job with the scheduler. Caller holds mu. */
+static void finish_worker(runner *r, worker *w, int ws)
+{
+    ty_app *app = r->app;
+    ty_err err = {0};
+    char msg[700];
+    const char *status;
+    set_holder(r, w->slot, NULL, NULL);
+    opm_job_ended(w->job_id);
+    if (w->cancel) {
+        status = JOB_CANCELLED;
+        snprintf(msg, sizeof msg, "cancelled by request");
+    } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && w->done) {
+        ty_status s = register_model(app, w, &err);
+        sched_job_remove(r->sched, w->sjob);
+        if (s == TY_OK) {
+            log_transition(r, w->job_id, JOB_SUCCEEDED, NULL);
+            return;
+        }
+        store_job_finish(app->store, w->job_id, JOB_FAILED, err.msg, NULL,
+                         &err);
+        log_transition(r, w->job_id, JOB_FAILED, err.msg);
+        return;
+    } else if (w->preempting ||
+               (WIFEXITED(ws) && WEXITSTATUS(ws) == EXIT_PREEMPTED)) {
+        /* Preempted (or stopped by SIGUSR1 before it could checkpoint): back
+         * to the queue, to resume from its last checkpoint. */
+        if (store_job_requeue(app->store, w->job_id, 1, NULL, &err) == TY_OK &&
+            sched_job_requeue(r->sched, w->sjob, &err) == TY_OK) {
+            log_transition(r, w->job_id, JOB_QUEUED, "preempted");
+        } else {
+            sched_job_remove(r->sched, w->sjob);
+        }
+        return;
+    } else if (w->lost) {
+        snprintf(msg, sizeof msg,
+                 "the training process sent no heartbeat for %d s and was "
+                 "killed; its log is %s/worker.log",
+                 app->cfg.heartbeat_timeout_s, w->dir);
+        retry_or_fail(r, w, msg);
+        return;
+    } else if (w->error[0]) {
+        /* The worker said what went wrong: running it again would not
+         * help. */
+        status = JOB_FAILED;
+        snprintf(msg, sizeof msg, "%s", w->error);
+    } else if (WIFSIGNALED(ws)) {
+        snprintf(msg, sizeof msg,
+                 "the training process was killed by signal %d (%s); its log "
+                 "is %s/worker.log",
+                 WTERMSIG(ws), strsignal(WTERMSIG(ws)), w->dir);
+        retry_or_fail(r, w, msg);
+        return;
+    } else {
+        snprintf(msg, sizeof msg,
+                 "the training process exited with status %d without a "
+                 "result; its log is %s/worker.log",
+                 WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, w->dir);
+        retry_or_fail(r, w, msg);
+        return;
+    }
+    sched_job_remove(r->sched, w->sjob);
+    store_job_finish(app->store, w->job_id, status, msg, NULL, &err);
+    log_transition(r, w->job_id, status, msg);
+}
+
+/* Kills workers past their cancel grace period or heartbeat timeout, and
+ * reaps those that have exited. */
+static void reap(runner *r)
+{
+    double t = now_s();
+    double hb = r->app->cfg.heartbeat_timeout_s;
+    pthread_mutex_lock(&r->mu);
+    for (int i = 0; i < r->cap; i++) {
+        worker *w = &r->workers[i];
+        if (!w->used || w->pid <= 0)
+            continue;
+        if (w->cancel && t - w->cancel_at > CANCEL_GRACE_S)
+            kill(w->pid, SIGKILL);
+        if (!w->lost && !w->cancel && w->out_fd >= 0 && hb > 0 &&
+            t - w->last_line > hb) {
+            w->lost = 1;
+            kill(w->pid, SIGKILL);
+            log_event("warn", "job_heartbeat_lost",
+                      json_pack("{s:s, s:i, s:f}", "job", w->job_id, "pid",
+                                (int)w->pid, "silent_s", t - w->last_line));
+        }
+        if (w->out_fd >= 0)
+            continue;
+        int ws = 0;
+        pid_t p = waitpid(w->pid, &ws, WNOHANG);
+        if (p == 0)
+            continue;
+        if (p < 0)
+            ws = 0;
+        if (r->stopping) {
+            /* Shutdown: the job stays running in the store and is requeued
+             * by runner_stop (or by the next start). */
+            continue;
+        }
+        finish_worker(r, w, ws);
+        worker_release(r, w);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* Hands jobs whose back-off is over back to the scheduler. Caller holds
+ * mu. */
+static void retries_due(runner *r)
+{
+    double t = now_s();
+    for (size_t i = 0; i < r->nretries;) {
+        retry_rec *rr = &r->retries[i];
+        if (rr->due > t) {
+            i++;
+            continue;
+        }
+        sched_job_desc d = {.id = rr->job_id, .tenant = rr->tenant,
+                            .priority = rr->priority,
+                            .submit_time = rr->submit_time,
+                            .request = rr->req};
+        ty_err err = {0};
+        if (sched_job_submit(r->sched, &d, NULL, &err) != TY_OK) {
+            store_job_finish(r->app->store, rr->job_id, JOB_FAILED, err.msg,
+                             NULL, &err);
+            log_transition(r, rr->job_id, JOB_FAILED, err.msg);
+        }
+        r->retries[i] = r->retries[--r->nretries];
+    }
+}
+
+/* One scheduling pass and its decisions. Caller holds mu. */
+static void schedule(runner *r)
+{
+    retries_due(r);
+    sched_result res;
+    sched_pass(r->sched, wall_s(), &res);
+    /* The arrays belong to the scheduler until its next pass; starting a
+     * worker may remove jobs (a cancel), which does not touch them. */
+    for (size_t i = 0; i < res.n_preemptions; i++)
+        preempt_worker(r, &res.preemptions[i]);
+    for (size_t i = 0; i < res.n_placements && !r->stopping; i++)
+        start_placement(r, res.placements[i].job, res.placements[i].slot);
+}
+
+static void *runner_main(void *arg)
+{
+    runner *r = arg;
+    struct pollfd *pfd = r->pfd;
+    worker **owner = r->owner;
+    while (!r->stopping) {
+        pthread_mutex_lock(&r->mu);
+        schedule(r);
+        int n = 0;
+        pfd[n].fd = r->wake_fd;
+        pfd[n].events = POLLIN;
+        owner[n++] = NULL;
+        int exited_waiting = 0;
+        for (int i = 0; i < r->cap; i++) {
+            worker *w = &r->workers[i];
+            if (!w->used)
+                continue;
+            if (w->out_fd < 0) {
+                exited_waiting = 1;
+                continue;
+            }
+            pfd[n].fd = w->out_fd;
+            pfd[n].events = POLLIN;
+            owner[n++] = w;
+        }
+        pthread_mutex_unlock(&r->mu);
+        /* The timeout bounds how late a back-off, a heartbeat check or a
+         * time-based scheduling decision (backfill, preemption wait) can
+         * be. */
+        int rc = poll(pfd, (nfds_t)n, exited_waiting ? 100 : 500);
+        if (rc > 0) {
+            if (pfd[0].revents) {
+                uint64_t v;
+                if (read(r->wake_fd, &v, sizeof v) < 0) {
+                    /* nothing to do: the counter was already drained */
+                }
+            }
+            for (int i = 1; i < n; i++)
+                if (pfd[i].revents)
+                    read_output(r, owner[i]);
+        }
+        reap(r);
+    }
+    return NULL;
+}
+
+static void runner_free(runner *r)
+{
+    sched_destroy(r->sched);
+    free(r->tenant_ids);
+    free(r->workers);
+    free(r->pfd);
+    free(r->owner);
+    free(r->retries);
+    free(r->report);
+    free(r);
+}
+
+/* Queues what the store has queued (server start). */
+static void load_queued(runner *r)
+{
+    ty_err err = {0};
+    json_t *rows = NULL;
+    if (store_job_queued_all(r->app->store, &rows, &err) != TY_OK) {
+        log_msg("error", "runner: %s", err.msg);
+        return;
+    }
+    size_t i;
+    json_t *row;
+    int loaded = 0;
+    json_array_foreach(rows, i, row) {
+        const char *id = json_string_value(json_object_get(row, "id"));
+        const char *tenant =
+            json_string_value(json_object_get(row, "tenant_id"));
+        sched_request req;
+        int priority = 0;
+        ty_status s = jobreq_parse(json_object_get(row, "resources"),
+                                   r->nslots > 0, &req, NULL, &err);
+        if (s == TY_OK)
+            s = jobreq_priority(json_object_get(row, "priority"), &priority,
+                                &err);
+        int t = -1;
+        if (s == TY_OK)
+            s = tenant_handle(r, tenant, &t, &err);
+        if (s == TY_OK) {
+            sched_job_desc d = {
+                .id = id, .tenant = t, .priority = priority,
+                .submit_time =
+                    json_number_value(json_object_get(row, "submit_time")),
+                .request = req};
+            s = sched_job_submit(r->sched, &d, NULL, &err);
+        }
+        if (s == TY_OK) {
+            loaded++;
+            continue;
+        }
+        char msg[600];
+        snprintf(msg, sizeof msg, "this server cannot run the job: %s",
+                 err.msg);
+        store_job_finish(r->app->store, id, JOB_FAILED, msg, NULL, &err);
+        log_transition(r, id, JOB_FAILED, msg);
+    }
+    json_decref(rows);
+    if (loaded)
+        log_msg("info", "runner: %d queued job(s) handed to the scheduler",
+                loaded);
+}
+
+ty_status runner_start(ty_app *app, runner **out, ty_err *err)
+{
+    runner *r = calloc(1, sizeof *r);
+    if (!r)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    r->app = app;
+    r->inv = app->inventory;
+    r->nslots = r->inv ? r->inv->nslots : 0;
+    r->cap = r->nslots + app->cfg.max_jobs;
+    r->wake_fd = -1;
+    sched_slot *slots = calloc((size_t)r->nslots + 1, sizeof *slots);
+    r->workers = calloc((size_t)r->cap, sizeof *r->workers);
+    r->pfd = calloc((size_t)r->cap + 1, sizeof *r->pfd);
+    r->owner = calloc((size_t)r->cap + 1, sizeof *r->owner);
+    if (!slots || !r->workers || !r->pfd || !r->owner) {
+        free(slots);
+        runner_free(r);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    for (int i = 0; i < r->nslots; i++) {
+        const inv_slot *s = &r->inv->slots[i];
+        slots[i] = (sched_slot){.gpu = s->gpu,
+                                .is_mig = s->kind == INV_SLOT_MIG,
+                                .profile = s->profile,
+                                .compute_slices = s->compute_slices,
+                                .memory_bytes = s->memory_bytes};
+    }
+    sched_config cfg = {.backfill_wait = app->cfg.backfill_wait_s,
+                        .preempt = app->cfg.preempt,
+                        .preempt_wait = app->cfg.preempt_wait_s,
+                        .max_cpu_jobs = app->cfg.max_jobs,
+                        .fair_window = app->cfg.fair_window_s};
+    r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
+    free(slots);
+    if (!r->sched) {
+        runner_free(r);
+        return TY_EINVAL;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    load_queued(r);
+    r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r->wake_fd < 0) {
+        pthread_mutex_destroy(&r->mu);
+        runner_free(r);
+        return ty_fail(err, TY_EIO, NULL, "eventfd: %s", strerror(errno));
+    }
+    if (pthread_create(&r->thread, NULL, runner_main, r) != 0) {
+        close(r->wake_fd);
+        pthread_mutex_destroy(&r->mu);
+        runner_free(r);
+        return ty_fail(err, TY_EIO, NULL, "cannot start the runner thread");
+    }
+    *out = r;
+    return TY_OK;
+}
+
+void runner_wake(runner *r)
+{
+    if (!r)
+        return;
+    uint64_t one = 1;
+    if (write(r->wake_fd, &one, sizeof one) < 0) {
+        /* The counter is saturated, so a wake-up is pending anyway. */
+    }
+}
+
+int runner_host_has_gpus(const runner *r)
+{
+    return r && r->nslots > 0;
+}
+
+ty_status runner_request_check(runner *r, const char *tenant_id,
+                               const sched_request *req, ty_err *err)
+{
+    if (!r)
+        return TY_OK;
+    pthread_mutex_lock(&r->mu);
+    int t = -1;
+    ty_status s = tenant_handle(r, tenant_id, &t, err);
+    if (s == TY_OK)
+        s = sched_request_check(r->sched, t, req, err);
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
+ty_status runner_submit(runner *r, const char *tenant_id, const char *job_id,
+                        int priority, const sched_request *req, ty_err *err)
+{
+    if (!r)
+        return ty_fail(err, TY_EINTERNAL, NULL, "the job runner is not running");
+    pthread_mutex_lock(&r->mu);
+    int t = -1;
+    ty_status s = tenant_handle(r, tenant_id, &t, err);
+    if (s == TY_OK) {
+        sched_job_desc d = {.id = job_id, .tenant = t, .priority = priority,
+                            .submit_time = wall_s(), .request = *req};
+        s = sched_job_submit(r->sched, &d, NULL, err);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (s == TY_OK)
+        runner_wake(r);
+    return s;
+}
+
+void runner_cancel(runner *r, const char *job_id)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    int running = 0;
+    for (int i = 0; i < r->cap; i++) {
+        worker *w = &r->workers[i];
+        if (w->used && !strcmp(w->job_id, job_id)) {
+            running = 1;
+            if (!w->cancel) {
+                w->cancel = 1;
+                w->cancel_at = now_s();
+                if (w->pid > 0)
+                    kill(w->pid, SIGTERM);
+            }
+        }
+    }
+    if (!running) {
+        int j = sched_job_find(r->sched, job_id);
+        sched_job_info info;
+        if (j >= 0 && sched_job_get(r->sched, j, &info) == TY_OK &&
+            (info.state == SCHED_JOB_QUEUED || info.state == SCHED_JOB_PENDING))
+            sched_job_remove(r->sched, j);
+        for (size_t i = 0; i < r->nretries; i++)
+            if (!strcmp(r->retries[i].job_id, job_id)) {
+                r->retries[i] = r->retries[--r->nretries];
+                break;
+            }
+    }
+    pthread_mutex_unlock(&r->mu);
+    runner_wake(r);
+}
+
+void runner_tenant_changed(runner *r, const char *tenant_id)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    if (sched_tenant_find(r->sched, tenant_id) >= 0) {
+        store_tenant_limits lim;
+        ty_err err = {0};
+        if (store_tenant_limits_get(r->app->store, tenant_id, &lim, &err) !=
+                TY_OK ||
+            sched_tenant_set(r->sched, tenant_id,
+                             lim.weight > 0 ? lim.weight : 1.0,
+                             lim.max_gpu_slices, lim.max_running_jobs, NULL,
+                             &err) != TY_OK)
+            log_msg("error", "runner: tenant %s: %s", tenant_id, err.msg);
+    }
+    pthread_mutex_unlock(&r->mu);
+    runner_wake(r);
+}
+
+/* The queue entry of one queued job, or NULL when the scheduler does not
+ * know it (it is in its back-off, or being handed over). */
+static json_t *queue_entry(runner *r, const char *id, size_t nrep,
+                           const char *viewer_tenant)
+{
+    int j = sched_job_find(r->sched, id);
+    for (size_t i = 0; j >= 0 && i < nrep; i++) {
+        const sched_wait *w = &r->report[i];
+        if (w->job != j)
+            continue;
+        char detail[400];
+        sched_job_info other;
+        int have_other = w->other_job >= 0 &&
+                         sched_job_get(r->sched, w->other_job, &other) == TY_OK;
+        const char *other_tenant = have_other ? tenant_id_of(r, other.tenant)
+                                              : "";
+        int visible = have_other && viewer_tenant &&
+                      !strcmp(other_tenant, viewer_tenant);
+        if (w->reason == SCHED_WAIT_RESERVED && !visible)
+            snprintf(detail, sizeof detail,
+                     "reserved for another tenant's job: the free slots that "
+                     "fit are held for it");
+        else if (w->reason == SCHED_WAIT_PREEMPTING && !visible)
+            snprintf(detail, sizeof detail,
+                     "preempting: another tenant's job is checkpointing to "
+                     "free its slot for this one");
+        else
+            sched_wait_describe(r->sched, w, detail, sizeof detail);
+        const char *quota = w->quota == SCHED_QUOTA_GPU_SLICES ? "max_gpu_slices"
+                            : w->quota == SCHED_QUOTA_RUNNING_JOBS
+                                ? "max_running_jobs"
+                                : NULL;
+        return json_pack("{s:I, s:I, s:s, s:s?, s:s?, s:s}", "position",
+                         (json_int_t)w->position, "tenant_position",
+                         (json_int_t)w->tenant_position, "reason",
+                         sched_wait_reason_name(w->reason), "quota", quota,
+                         "job", visible ? other.id : NULL, "detail", detail);
+    }
+    for (size_t i = 0; i < r->nretries; i++)
+        if (!strcmp(r->retries[i].job_id, id)) {
+            double left = r->retries[i].due - now_s();
+            char detail[400];
+            snprintf(detail, sizeof detail, "retry back-off: %.1f s left",
+                     left > 0 ? left : 0.0);
+            return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s}", "position",
+                             "tenant_position", "reason", "retry back-off",
+                             "quota", "job", "detail", detail);
+        }
+    return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s}", "position",
+                     "tenant_position", "reason", "scheduling", "quota", "job",
+                     "detail", "scheduling: the runner is taking the job");
+}
+
+void runner_annotate(runner *r, json_t *docs, const char *viewer_tenant)
+{
+    size_t n = json_is_array(docs) ? json_array_size(docs) : 1;
+    int any_queued = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = json_is_array(docs) ? json_array_get(docs, i) : docs;
+        const char *st = json_string_value(json_object_get(d, "status"));
+        if (st && !strcmp(st, JOB_QUEUED))
+            any_queued = 1;
+        else
+            json_object_set_new(d, "queue", json_null());
+    }
+    if (!any_queued || !r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    size_t want = sched_queued_count(r->sched);
+    if (want > r->report_cap) {
+        sched_wait *p = realloc(r->report, want * sizeof *p);
+        if (p) {
+            r->report = p;
+            r->report_cap = want;
+        }
+    }
+    size_t nrep = sched_queue_report(r->sched, r->report,
+                                     want <= r->report_cap ? want
+                                                           : r->report_cap);
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = json_is_array(docs) ? json_array_get(docs, i) : docs;
+        const char *st = json_string_value(json_object_get(d, "status"));
+        if (!st || strcmp(st, JOB_QUEUED))
+            continue;
+        const char *id = json_string_value(json_object_get(d, "id"));
+        json_object_set_new(d, "queue",
+                            id ? queue_entry(r, id, nrep, viewer_tenant)
+                               : json_null());
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+void runner_stop(runner *r)
+{
+    if (!r)
+        return;
+    r->stopping = 1;
+    runner_wake(r);
+    pthread_join(r->thread, NULL);
+    /* Stop the workers and wait for them, then requeue their jobs. */
+    for (int i = 0; i < r->cap; i++)
+        if (r->workers[i].used && r->workers[i].pid > 0)
+            kill(r->workers[i].pid, SIGTERM);
+    for (int i = 0; i < r->cap; i++) {
+        worker *w = &r->workers[i];
+        if (!w->used || w->pid <= 0)
+            continue;
+        int ws;
+        for (int tries = 0; tries < 100; tries++) {
+            if (waitpid(w->pid, &ws, WNOHANG) != 0)
+                break;
+            if (tries == 99) {
+                kill(w->pid, SIGKILL);
+                waitpid(w->pid, &ws, 0);
+            }
+            usleep(50000);
+        }
+        if (w->out_fd >= 0)
+            close(w->out_fd);
+        set_holder(r, w->slot, NULL, NULL);
+    }
+    int64_t n = 0;
+    ty_err err;
+    store_job_requeue_running(r->app->store, &n, &err);
+    if (n)
+        log_msg("info", "requeued %lld running job(s) for the next start",
+                (long long)n);
+    close(r->wake_fd);
+    pthread_mutex_destroy(&r->mu);
+    runner_free(r);
+}

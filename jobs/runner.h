@@ -1,0 +1,98 @@
+/*
+ * runner.h - the job runner: keeps the scheduler (jobs/sched.h) over the
+ * node's slots (gpu/inventory.h), starts a `trainyard worker` process for
+ * each placement it makes, follows the lines the worker prints, and
+ * records the outcome: success, failure, cancel, preemption (the job goes
+ * back to the queue and resumes from its checkpoint) or a crash (retried
+ * with back-off up to max_attempts, resuming from its checkpoint).
+ *
+ * Each job runs in its own process, so a crash in training never takes the
+ * server down. Workers die with the server (PR_SET_PDEATHSIG); jobs left
+ * "running" by a server that died are requeued when the next one starts and
+ * resume from their checkpoints, so no job runs twice at once.
+ *
+ * Where a worker runs (its environment):
+ *   GPU job (resources.gpu not "none"), placed on inventory slot k:
+ *     CUDA_VISIBLE_DEVICES = the slot's uuid ("MIG-..." or "GPU-...")
+ *     TRAINYARD_DEVICE = "cuda:0" (nvml inventory: the only device the
+ *       worker sees), "sim:<uuid>" (simulated inventory: the worker
+ *       computes on the CPU), or "cpu" (nvml inventory on a server whose
+ *       --train-device resolved to the CPU: the test suite on a GPU host)
+ *   CPU job (resources.gpu "none"), at most --max-jobs at once:
+ *     on a host without inventory slots, TRAINYARD_DEVICE = --train-device
+ *     as before issue 5 ("cpu", "cuda:N"); on a host with slots, "cpu" and
+ *     CUDA_VISIBLE_DEVICES="" (no GPU without a slot).
+ *
+ * Worker protocol: the runner writes <data>/jobs/<id>/job.json and starts
+ * `trainyard worker --job-dir <dir>`; the worker prints one JSON object per
+ * line on stdout:
+ *   {"event":"started", cuda_visible_devices, trainyard_device,
+ *    capabilities: ["preempt", "heartbeat"]}   stored as placement.worker_saw
+ *   {"event":"heartbeat"}                     every 2 s
+ *   {"event":"progress", epoch, epochs, step, total_steps, fraction, loss,
+ *    samples_per_sec}
+ *   {"event":"epoch", epoch, train_loss, train_accuracy, val_loss,
+ *    val_accuracy, samples_per_sec, seconds, peak_memory_bytes, device,
+ *    precision, loss_scale, skipped_steps, cuda_graph,
+ *    device_memory_used_bytes (on a GPU)}
+ *   {"event":"resume", epoch, step}
+ *   {"event":"done"}                       the model file is complete
+ *   {"event":"error", "message"}           then exits non-zero (not retried)
+ * Signals: SIGTERM = cancel (exit 3); SIGUSR1 = preemption: checkpoint at
+ * the next step boundary and exit 4. Any line counts as a heartbeat: a
+ * worker silent for --heartbeat-timeout seconds is killed (SIGKILL) and
+ * handled as a crash. Its stderr goes to <dir>/worker.log.
+ */
+#ifndef TY_RUNNER_H
+#define TY_RUNNER_H
+
+#include <jansson.h>
+
+#include "common/ty.h"
+#include "jobs/sched.h"
+#include "app/app.h"
+
+typedef struct runner runner;
+
+/* Builds the scheduler over app->inventory's slots, queues every job the
+ * store has queued (a job whose request this host can no longer satisfy
+ * fails with the reason) and starts the runner thread. */
+ty_status runner_start(ty_app *app, runner **out, ty_err *err);
+
+/* Wakes the runner thread for a scheduling pass. */
+void runner_wake(runner *r);
+
+/* Whether this host has GPU slots (the default request is then "any"). */
+int runner_host_has_gpus(const runner *r);
+
+/* Whether tenant_id's request could ever run here (sched_request_check
+ * with the tenant's quota): TY_OK or TY_EINVAL naming "resources.gpu". */
+ty_status runner_request_check(runner *r, const char *tenant_id,
+                               const sched_request *req, ty_err *err);
+
+/* Hands a job just stored as queued to the scheduler and wakes the
+ * thread. TY_EINVAL (the request cannot run here) or TY_ENOMEM; the
+ * caller then fails the job. */
+ty_status runner_submit(runner *r, const char *tenant_id, const char *job_id,
+                        int priority, const sched_request *req, ty_err *err);
+
+/* Cancels a job: a queued one leaves the scheduler (and any slot it was
+ * promised) at once; a running worker is stopped (SIGTERM, then SIGKILL
+ * after a grace period) and its slot freed when it has exited; the job is
+ * recorded as cancelled then. */
+void runner_cancel(runner *r, const char *job_id);
+
+/* Re-reads a tenant's weight and quotas from the store (after a PATCH). */
+void runner_tenant_changed(runner *r, const char *tenant_id);
+
+/* Sets "queue" on each queued job in docs (one job object or an array of
+ * them, as the API shows them): {position, tenant_position, reason, quota,
+ * detail}, from the scheduler's report at this moment; null on jobs that
+ * are not queued. viewer_tenant: other tenants' job ids are not named. */
+void runner_annotate(runner *r, json_t *docs, const char *viewer_tenant);
+
+/* Stops every worker, puts their jobs back in the queue, joins the thread
+ * and frees the runner. */
+void runner_stop(runner *r);
+
+#endif

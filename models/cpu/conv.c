@@ -1,0 +1,577 @@
+/*
+ * backend_cpu_conv.c - the CPU backend's convolution and pooling kernels
+ * (NN_OP_CONV2D, NN_OP_MAXPOOL2D, NN_OP_AVGPOOL2D) over NCHW activations.
+ *
+ * Convolution is im2col + GEMM one example at a time. The batch's examples
+ * are split into one contiguous range per pool part; a part unfolds one
+ * example (one group at a time) into its slice of the work arena and calls
+ * single-threaded OpenBLAS on it:
+ *   forward   out (F, OH*OW) = W (F, K) x col (K, OH*OW), K = C/groups*kh*kw,
+ *             onto the bias broadcast into out first;
+ *   backward  dW_part (F, K) += dout (F, OH*OW) x col^T; db_part += row sums
+ *             of dout; dcol = W^T dout (into the same col buffer), folded
+ *             back into din by col2im.
+ * Per-example GEMMs of these sizes already run near OpenBLAS's single-core
+ * peak, so there is no batching across examples (which would need the
+ * output transposed back to NCHW). A 1x1, stride-1, unpadded convolution
+ * needs no unfolding: the input plane is the col matrix.
+ *
+ * Determinism: each part writes its own weight/bias gradient partial
+ * (its work arena slice); a second pass adds the partials to the gradients
+ * in part order, so a thread count always gives the same bits. Everything
+ * else (outputs, din, pooling) has each element written by exactly one part.
+ *
+ * Pooling splits the batch's (example, channel) planes across parts.
+ */
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", \
+                     "no-tree-loop-distribute-patterns")
+
+#include "models/backend.h"
+#include "models/cpu/par.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#define ALIGN16(n) (((size_t)(n) + 15) / 16 * 16)
+
+/* Sizes derived once per call from the descriptor. */
+typedef struct {
+    size_t hw, ohw;            /* input and output plane sizes */
+    size_t in_numel, out_numel;/* per example */
+    uint32_t cg, fg;           /* channels and filters per group */
+    size_t kg;                 /* rows of col: cg * kh * kw */
+    int direct;                /* 1x1, stride 1, no padding: col = input */
+    size_t col_floats, dw_floats;
+} conv_geom;
+
+static conv_geom geom_of(const nn_conv_desc *d)
+{
+    conv_geom g;
+    g.hw = (size_t)d->in_h * d->in_w;
+    g.ohw = (size_t)d->out_h * d->out_w;
+    g.in_numel = d->in_c * g.hw;
+    g.out_numel = d->out_c * g.ohw;
+    g.cg = d->in_c / d->groups;
+    g.fg = d->out_c / d->groups;
+    g.kg = (size_t)g.cg * d->kernel[0] * d->kernel[1];
+    g.direct = d->kernel[0] == 1 && d->kernel[1] == 1 && d->stride[0] == 1 &&
+               d->stride[1] == 1 && d->pad[0] == 0 && d->pad[1] == 0;
+    g.col_floats = g.direct ? 0 : g.kg * g.ohw;
+    g.dw_floats = (size_t)d->out_c * g.kg;
+    return g;
+}
+
+/* Work arena layout of a part: [col | dW partial | db partial]. */
+size_t nn_cpu_conv2d_work(const nn_conv_desc *d)
+{
+    conv_geom g = geom_of(d);
+    return ALIGN16(g.col_floats) + ALIGN16(g.dw_floats) + ALIGN16(d->out_c);
+}
+
+/* The outputs [*lo, *hi) of out whose input index o * s + off lies in
+ * [0, n). */
+static void valid_range(uint32_t out, uint32_t s, int64_t off, uint32_t n,
+                        uint32_t *lo, uint32_t *hi)
+{
+    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t h = (int64_t)n - 1 - off < 0 ? 0 : ((int64_t)n - 1 - off) / s + 1;
+    if (l > out)
+        l = out;
+    if (h > out)
+        h = out;
+    if (h < l)
+        h = l;
+    *lo = (uint32_t)l;
+    *hi = (uint32_t)h;
+}
+
+/* col (c*kh*kw, oh*ow): row (ci, ki, kj) holds x[ci] sampled at window
+ * element (ki, kj) of every output position, zero where that is padding.
+ *
+ * With stride 1 on both axes and out_w == in_w (a "same" convolution, as in
+ * the Fashion CNN), consecutive positions of a col row read consecutive
+ * input positions: its valid rows [h_lo, h_hi) are one run of the input
+ * plane shifted by offh * W + offw, copied with one memcpy; the few edge
+ * columns (ow outside [w_lo, w_hi)), which that run fills from the
+ * neighbouring input row, are then set to zero. Any other geometry copies
+ * row by row. Both produce the same col, bit for bit. */
+static void im2col(float *restrict col, const float *restrict x, uint32_t c,
+                   const nn_conv_desc *d)
+{
+    const uint32_t H = d->in_h, W = d->in_w, OH = d->out_h, OW = d->out_w;
+    const uint32_t sh = d->stride[0], sw = d->stride[1];
+    const size_t ohw = (size_t)OH * OW;
+    const int shifted = sh == 1 && sw == 1 && OW == W;
+    for (uint32_t ci = 0; ci < c; ci++) {
+        const float *xc = x + (size_t)ci * H * W;
+        for (uint32_t ki = 0; ki < d->kernel[0]; ki++) {
+            int64_t offh = (int64_t)ki * d->dilation[0] - d->pad[0];
+            uint32_t h_lo, h_hi;
+            valid_range(OH, sh, offh, H, &h_lo, &h_hi);
+            for (uint32_t kj = 0; kj < d->kernel[1]; kj++) {
+                int64_t offw = (int64_t)kj * d->dilation[1] - d->pad[1];
+                uint32_t w_lo, w_hi;
+                valid_range(OW, sw, offw, W, &w_lo, &w_hi);
+                float *row = col + (((size_t)ci * d->kernel[0] + ki) *
+                                        d->kernel[1] + kj) * ohw;
+                memset(row, 0, (size_t)h_lo * OW * sizeof *row);
+                memset(row + (size_t)h_hi * OW, 0,
+                       (size_t)(OH - h_hi) * OW * sizeof *row);
+                if (shifted) {
+                    /* col index i reads plane index i + shift; indices that
+                     * would fall outside the plane are edge columns. */
+                    const int64_t shift = offh * (int64_t)W + offw;
+                    int64_t a = (int64_t)h_lo * OW, b = (int64_t)h_hi * OW;
+                    const int64_t first = a, last = b;
+                    if (a + shift < 0)
+                        a = -shift;
+                    if (b + shift > (int64_t)H * W)
+                        b = (int64_t)H * W - shift;
+                    if (b > a)
+                        memcpy(row + a, xc + a + shift,
+                               (size_t)(b - a) * sizeof *row);
+                    else
+                        a = b = last;
+                    for (int64_t i = first; i < a; i++)
+                        row[i] = 0.0f;
+                    for (int64_t i = b; i < last; i++)
+                        row[i] = 0.0f;
+                    if (w_lo > 0 || w_hi < OW)
+                        for (uint32_t oh = h_lo; oh < h_hi; oh++) {
+                            float *restrict r = row + (size_t)oh * OW;
+                            for (uint32_t ow = 0; ow < w_lo; ow++)
+                                r[ow] = 0.0f;
+                            for (uint32_t ow = w_hi; ow < OW; ow++)
+                                r[ow] = 0.0f;
+                        }
+                    continue;
+                }
+                for (uint32_t oh = h_lo; oh < h_hi; oh++) {
+                    const float *restrict src =
+                        xc + (size_t)((int64_t)oh * sh + offh) * W + offw;
+                    float *restrict dst = row + (size_t)oh * OW;
+                    for (uint32_t ow = 0; ow < w_lo; ow++)
+                        dst[ow] = 0.0f;
+                    if (sw == 1)
+                        for (uint32_t ow = w_lo; ow < w_hi; ow++)
+                            dst[ow] = src[ow];
+                    else
+                        for (uint32_t ow = w_lo; ow < w_hi; ow++)
+                            dst[ow] = src[(size_t)ow * sw];
+                    for (uint32_t ow = w_hi; ow < OW; ow++)
+                        dst[ow] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+/* The adjoint of im2col: dx (c, H, W) += every col entry at the input
+ * position it was read from (padding entries are dropped). */
+static void col2im(float *restrict dx, const float *restrict col, uint32_t c,
+                   const nn_conv_desc *d)
+{
+    const uint32_t H = d->in_h, W = d->in_w, OH = d->out_h, OW = d->out_w;
+    const uint32_t sh = d->stride[0], sw = d->stride[1];
+    const size_t ohw = (size_t)OH * OW;
+    for (uint32_t ci = 0; ci < c; ci++) {
+        float *xc = dx + (size_t)ci * H * W;
+        for (uint32_t ki = 0; ki < d->kernel[0]; ki++) {
+            int64_t offh = (int64_t)ki * d->dilation[0] - d->pad[0];
+            uint32_t h_lo, h_hi;
+            valid_range(OH, sh, offh, H, &h_lo, &h_hi);
+            for (uint32_t kj = 0; kj < d->kernel[1]; kj++) {
+                int64_t offw = (int64_t)kj * d->dilation[1] - d->pad[1];
+                uint32_t w_lo, w_hi;
+                valid_range(OW, sw, offw, W, &w_lo, &w_hi);
+                const float *row = col + (((size_t)ci * d->kernel[0] + ki) *
+                                              d->kernel[1] + kj) * ohw;
+                for (uint32_t oh = h_lo; oh < h_hi; oh++) {
+                    float *restrict dst =
+                        xc + (size_t)((int64_t)oh * sh + offh) * W + offw;
+                    const float *restrict src = row + (size_t)oh * OW;
+                    if (sw == 1)
+                        for (uint32_t ow = w_lo; ow < w_hi; ow++)
+                            dst[ow] += src[ow];
+                    else
+                        for (uint32_t ow = w_lo; ow < w_hi; ow++)
+                            dst[(size_t)ow * sw] += src[ow];
+                }
+            }
+        }
+    }
+}
+
+/* Sum of x (n) in 16 interleaved partial sums (one float accumulator would
+ * chain every add on the last); the order is fixed, so the result is too. */
+static float row_sum(const float *restrict x, size_t n)
+{
+    float acc[16] = {0};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 16; k++)
+            acc[k] += x[i + k];
+    for (; i < n; i++)
+        acc[i % 16] += x[i];
+    for (int k = 8; k >= 1; k /= 2)
+        for (int j = 0; j < k; j++)
+            acc[j] += acc[j + k];
+    return acc[0];
+}
+
+typedef struct {
+    const nn_exec *ex;
+    const nn_conv_desc *d;
+    conv_geom g;
+    uint32_t n;
+    float *out, *din, *dweight, *dbias;
+    const float *in, *weight, *bias, *dout;
+} conv_job;
+
+static float *part_work(const nn_exec *ex, int part)
+{
+    return ex->work + (size_t)part * ex->work_floats;
+}
+
+static void conv_forward_part(void *arg, int part, int parts)
+{
+    const conv_job *j = arg;
+    const nn_conv_desc *d = j->d;
+    const conv_geom *g = &j->g;
+    float *col = g->direct ? NULL : part_work(j->ex, part);
+    size_t b, e;
+    nn_pool_range(j->n, part, parts, 1, &b, &e);
+    for (size_t s = b; s < e; s++) {
+        for (uint32_t gi = 0; gi < d->groups; gi++) {
+            const float *x = j->in + s * g->in_numel + (size_t)gi * g->cg * g->hw;
+            float *y = j->out + s * g->out_numel + (size_t)gi * g->fg * g->ohw;
+            const float *src = x;
+            if (!g->direct) {
+                im2col(col, x, g->cg, d);
+                src = col;
+            }
+            if (j->bias) {
+                for (uint32_t f = 0; f < g->fg; f++) {
+                    float bf = j->bias[(size_t)gi * g->fg + f];
+                    float *restrict yf = y + f * g->ohw;
+                    for (size_t i = 0; i < g->ohw; i++)
+                        yf[i] = bf;
+                }
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->fg,
+                        (int)g->ohw, (int)g->kg, 1.0f,
+                        j->weight + (size_t)gi * g->fg * g->kg, (int)g->kg,
+                        src, (int)g->ohw, j->bias ? 1.0f : 0.0f, y,
+                        (int)g->ohw);
+        }
+    }
+}
+
+void nn_cpu_conv2d_forward(const nn_exec *ex, float *out, const float *in,
+                           const float *weight, const float *bias, uint32_t n,
+                           const nn_conv_desc *d)
+{
+    conv_job j = {.ex = ex, .d = d, .g = geom_of(d), .n = n, .out = out,
+                  .in = in, .weight = weight, .bias = bias};
+    assert(j.g.direct || (ex && ex->work));
+    nn_pool_run(ex ? ex->pool : NULL, conv_forward_part, &j);
+}
+
+static void conv_backward_part(void *arg, int part, int parts)
+{
+    const conv_job *j = arg;
+    const nn_conv_desc *d = j->d;
+    const conv_geom *g = &j->g;
+    float *col = part_work(j->ex, part);
+    float *dw = col + ALIGN16(g->col_floats);
+    float *db = dw + ALIGN16(g->dw_floats);
+    memset(dw, 0, g->dw_floats * sizeof *dw);
+    memset(db, 0, d->out_c * sizeof *db);
+    size_t b, e;
+    nn_pool_range(j->n, part, parts, 1, &b, &e);
+    for (size_t s = b; s < e; s++) {
+        if (j->din)
+            memset(j->din + s * g->in_numel, 0, g->in_numel * sizeof *j->din);
+        for (uint32_t gi = 0; gi < d->groups; gi++) {
+            const size_t xoff = s * g->in_numel + (size_t)gi * g->cg * g->hw;
+            const float *x = j->in + xoff;
+            const float *dy = j->dout + s * g->out_numel +
+                              (size_t)gi * g->fg * g->ohw;
+            const float *w = j->weight + (size_t)gi * g->fg * g->kg;
+            const float *src = x;
+            if (!g->direct) {
+                im2col(col, x, g->cg, d);
+                src = col;
+            }
+            /* dW_g (fg, kg) += dy (fg, ohw) x col^T (ohw, kg) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)g->fg,
+                        (int)g->kg, (int)g->ohw, 1.0f, dy, (int)g->ohw, src,
+                        (int)g->ohw, 1.0f, dw + (size_t)gi * g->fg * g->kg,
+                        (int)g->kg);
+            if (j->dbias) {
+                for (uint32_t f = 0; f < g->fg; f++)
+                    db[(size_t)gi * g->fg + f] += row_sum(dy + f * g->ohw,
+                                                          g->ohw);
+            }
+            if (!j->din)
+                continue;
+            /* dcol (kg, ohw) = W_g^T (kg, fg) x dy (fg, ohw) */
+            float *dx = j->din + xoff;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)g->kg,
+                        (int)g->ohw, (int)g->fg, 1.0f, w, (int)g->kg, dy,
+                        (int)g->ohw, 0.0f, g->direct ? dx : col, (int)g->ohw);
+            if (!g->direct)
+                col2im(dx, col, g->cg, d);
+        }
+    }
+}
+
+/* dweight and dbias += the parts' partials, added in part order for every
+ * element whichever part does the adding. */
+static void conv_reduce_part(void *arg, int part, int parts)
+{
+    const conv_job *j = arg;
+    const conv_geom *g = &j->g;
+    const int nparts = nn_pool_threads(j->ex->pool);
+    const size_t dw_at = ALIGN16(g->col_floats);
+    const size_t db_at = dw_at + ALIGN16(g->dw_floats);
+    size_t b, e;
+    nn_pool_range(g->dw_floats, part, parts, 16, &b, &e);
+    for (int p = 0; p < nparts; p++) {
+        const float *restrict src = part_work(j->ex, p) + dw_at;
+        float *restrict dst = j->dweight;
+        for (size_t i = b; i < e; i++)
+            dst[i] += src[i];
+    }
+    if (!j->dbias)
+        return;
+    nn_pool_range(j->d->out_c, part, parts, 16, &b, &e);
+    for (int p = 0; p < nparts; p++) {
+        const float *restrict src = part_work(j->ex, p) + db_at;
+        for (size_t i = b; i < e; i++)
+            j->dbias[i] += src[i];
+    }
+}
+
+void nn_cpu_conv2d_backward(const nn_exec *ex, float *din, float *dweight,
+                            float *dbias, const float *dout, const float *in,
+                            const float *weight, uint32_t n,
+                            const nn_conv_desc *d)
+{
+    conv_job j = {.ex = ex, .d = d, .g = geom_of(d), .n = n, .din = din,
+                  .dweight = dweight, .dbias = dbias, .dout = dout, .in = in,
+                  .weight = weight};
+    assert(ex && ex->work);
+    /* Every part runs (and zeroes its partial) even when it gets no
+     * examples, so the reduction reads defined partials. */
+    nn_pool_run(ex->pool, conv_backward_part, &j);
+    nn_pool_run(ex->pool, conv_reduce_part, &j);
+}
+
+/* ---- pooling: one (example, channel) plane at a time ---- */
+
+typedef struct {
+    nn_op op;
+    const nn_conv_desc *d;
+    size_t planes;
+    float *out, *din;
+    int32_t *argmax;
+    const float *in, *dout;
+    const int32_t *argmax_in;
+} pool_job;
+
+/* The window of output (oh, ow) clipped to the input: rows [*h0, *h1),
+ * columns [*w0, *w1). Never empty: padding is at most half the window. */
+static inline void pool_window(const nn_conv_desc *d, uint32_t oh, uint32_t ow,
+                               uint32_t *h0, uint32_t *h1, uint32_t *w0,
+                               uint32_t *w1)
+{
+    int64_t hs = (int64_t)oh * d->stride[0] - d->pad[0];
+    int64_t ws = (int64_t)ow * d->stride[1] - d->pad[1];
+    int64_t he = hs + d->kernel[0], we = ws + d->kernel[1];
+    *h0 = (uint32_t)(hs < 0 ? 0 : hs);
+    *w0 = (uint32_t)(ws < 0 ? 0 : ws);
+    *h1 = (uint32_t)(he > d->in_h ? d->in_h : he);
+    *w1 = (uint32_t)(we > d->in_w ? d->in_w : we);
+}
+
+/* One output row of a 2x2, stride-2 max pool from input rows r0 and r0 + W;
+ * the argmax row (when wanted) gets base + the index within those rows. */
+static void maxpool2x2_row(float *restrict y, int32_t *restrict arg,
+                           const float *restrict r0, uint32_t W, uint32_t n,
+                           int32_t base)
+{
+    const float *restrict r1 = r0 + W;
+    const int32_t w = (int32_t)W;
+    if (!arg) {
+        for (uint32_t o = 0; o < n; o++) {
+            float m = r0[2 * o], v = r0[2 * o + 1];
+            m = (v > m) | (v != v) ? v : m;
+            v = r1[2 * o];
+            m = (v > m) | (v != v) ? v : m;
+            v = r1[2 * o + 1];
+            y[o] = (v > m) | (v != v) ? v : m;
+        }
+        return;
+    }
+    for (uint32_t o = 0; o < n; o++) {
+        float m = r0[2 * o], v = r0[2 * o + 1];
+        int32_t at = 0;
+        int take = (v > m) | (v != v);
+        m = take ? v : m;
+        at = take ? 1 : at;
+        v = r1[2 * o];
+        take = (v > m) | (v != v);
+        m = take ? v : m;
+        at = take ? w : at;
+        v = r1[2 * o + 1];
+        take = (v > m) | (v != v);
+        m = take ? v : m;
+        at = take ? w + 1 : at;
+        y[o] = m;
+        arg[o] = base + 2 * (int32_t)o + at;
+    }
+}
+
+/* As PyTorch's CPU kernel: the first maximum in window order wins, a NaN
+ * replaces whatever came before it. */
+static void maxpool_plane(float *restrict y, int32_t *restrict arg,
+                          const float *restrict x, const nn_conv_desc *d)
+{
+    const uint32_t W = d->in_w;
+    if (d->kernel[0] == 2 && d->kernel[1] == 2 && d->stride[0] == 2 &&
+        d->stride[1] == 2 && d->pad[0] == 0 && d->pad[1] == 0) {
+        /* The common 2x2/2 case: no clipping, a fixed window, and selects
+         * instead of branches so the compiler vectorizes it (random data
+         * mispredicts every other branch). */
+        for (uint32_t oh = 0; oh < d->out_h; oh++)
+            maxpool2x2_row(y + (size_t)oh * d->out_w,
+                           arg ? arg + (size_t)oh * d->out_w : NULL,
+                           x + (size_t)2 * oh * W, W, d->out_w,
+                           (int32_t)(2 * oh * W));
+        return;
+    }
+    for (uint32_t oh = 0; oh < d->out_h; oh++) {
+        for (uint32_t ow = 0; ow < d->out_w; ow++) {
+            uint32_t h0, h1, w0, w1;
+            pool_window(d, oh, ow, &h0, &h1, &w0, &w1);
+            float m = -INFINITY;
+            uint32_t at = h0 * W + w0;
+            for (uint32_t ih = h0; ih < h1; ih++)
+                for (uint32_t iw = w0; iw < w1; iw++) {
+                    float v = x[(size_t)ih * W + iw];
+                    if (v > m || isnan(v)) {
+                        m = v;
+                        at = ih * W + iw;
+                    }
+                }
+            y[(size_t)oh * d->out_w + ow] = m;
+            if (arg)
+                arg[(size_t)oh * d->out_w + ow] = (int32_t)at;
+        }
+    }
+}
+
+static void avgpool_plane(float *restrict y, const float *restrict x,
+                          const nn_conv_desc *d)
+{
+    const float inv = 1.0f / (float)(d->kernel[0] * d->kernel[1]);
+    if (d->kernel[0] == d->in_h && d->kernel[1] == d->in_w && !d->pad[0] &&
+        !d->pad[1]) { /* global average pooling: one window, the plane */
+        *y = row_sum(x, (size_t)d->in_h * d->in_w) * inv;
+        return;
+    }
+    for (uint32_t oh = 0; oh < d->out_h; oh++) {
+        for (uint32_t ow = 0; ow < d->out_w; ow++) {
+            uint32_t h0, h1, w0, w1;
+            pool_window(d, oh, ow, &h0, &h1, &w0, &w1);
+            float sum = 0.0f;
+            for (uint32_t ih = h0; ih < h1; ih++)
+                for (uint32_t iw = w0; iw < w1; iw++)
+                    sum += x[(size_t)ih * d->in_w + iw];
+            y[(size_t)oh * d->out_w + ow] = sum * inv;
+        }
+    }
+}
+
+static void avgpool_plane_backward(float *restrict dx, const float *restrict dy,
+                                   const nn_conv_desc *d)
+{
+    const float inv = 1.0f / (float)(d->kernel[0] * d->kernel[1]);
+    for (uint32_t oh = 0; oh < d->out_h; oh++) {
+        for (uint32_t ow = 0; ow < d->out_w; ow++) {
+            uint32_t h0, h1, w0, w1;
+            pool_window(d, oh, ow, &h0, &h1, &w0, &w1);
+            float g = dy[(size_t)oh * d->out_w + ow] * inv;
+            for (uint32_t ih = h0; ih < h1; ih++)
+                for (uint32_t iw = w0; iw < w1; iw++)
+                    dx[(size_t)ih * d->in_w + iw] += g;
+        }
+    }
+}
+
+static void pool_forward_part(void *arg, int part, int parts)
+{
+    const pool_job *j = arg;
+    const nn_conv_desc *d = j->d;
+    const size_t hw = (size_t)d->in_h * d->in_w;
+    const size_t ohw = (size_t)d->out_h * d->out_w;
+    size_t b, e;
+    nn_pool_range(j->planes, part, parts, 1, &b, &e);
+    for (size_t p = b; p < e; p++) {
+        if (j->op == NN_OP_MAXPOOL2D)
+            maxpool_plane(j->out + p * ohw, j->argmax ? j->argmax + p * ohw : NULL,
+                          j->in + p * hw, d);
+        else
+            avgpool_plane(j->out + p * ohw, j->in + p * hw, d);
+    }
+}
+
+static void pool_backward_part(void *arg, int part, int parts)
+{
+    const pool_job *j = arg;
+    const nn_conv_desc *d = j->d;
+    const size_t hw = (size_t)d->in_h * d->in_w;
+    const size_t ohw = (size_t)d->out_h * d->out_w;
+    size_t b, e;
+    nn_pool_range(j->planes, part, parts, 1, &b, &e);
+    if (e <= b)
+        return;
+    memset(j->din + b * hw, 0, (e - b) * hw * sizeof *j->din);
+    for (size_t p = b; p < e; p++) {
+        float *dx = j->din + p * hw;
+        const float *dy = j->dout + p * ohw;
+        if (j->op == NN_OP_MAXPOOL2D) {
+            const int32_t *at = j->argmax_in + p * ohw;
+            for (size_t i = 0; i < ohw; i++)
+                dx[at[i]] += dy[i];
+        } else {
+            avgpool_plane_backward(dx, dy, d);
+        }
+    }
+}
+
+
+void nn_cpu_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
+                           int32_t *argmax, const float *in, uint32_t n,
+                           const nn_conv_desc *d)
+{
+    pool_job j = {.op = op, .d = d, .planes = (size_t)n * d->in_c,
+                  .out = out, .argmax = argmax, .in = in};
+    assert(op == NN_OP_MAXPOOL2D || op == NN_OP_AVGPOOL2D);
+    const double values = (double)j.planes * d->in_h * d->in_w;
+    nn_pool_run(nn_cpu_pool_for(ex, values, PAR_MIN_ELEMS), pool_forward_part, &j);
+}
+
+void nn_cpu_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
+                            const float *dout, const int32_t *argmax,
+                            uint32_t n, const nn_conv_desc *d)
+{
+    pool_job j = {.op = op, .d = d, .planes = (size_t)n * d->in_c,
+                  .din = din, .dout = dout, .argmax_in = argmax};
+    assert(op == NN_OP_AVGPOOL2D || argmax);
+    const double values = (double)j.planes * d->in_h * d->in_w;
+    nn_pool_run(nn_cpu_pool_for(ex, values, PAR_MIN_ELEMS), pool_backward_part, &j);
+}

@@ -1,0 +1,851 @@
+/*
+ * train.c - the training loop (see train.h): set up a network from the job,
+ * resume from a checkpoint when one exists, run minibatch epochs with
+ * validation, report progress, checkpoint, and write the final model.
+ *
+ * Everything a step touches is allocated before the first step: the
+ * parameter and gradient blocks, the optimizer state, the workspace for
+ * batch_size examples, the epoch's index permutation and the data loader's
+ * batch buffers. The loader gathers each minibatch (converted to float,
+ * preprocessed and augmented) - on its own thread, one minibatch ahead,
+ * when a core is left over by the compute threads - and a step points the
+ * workspace's input at it and runs forward, loss and backward; after
+ * `accumulation_steps` such minibatches an optimizer step clips the summed
+ * gradients (when asked), sets the scheduled learning rate and updates the
+ * parameters. Nothing allocates.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "models/train/loader.h"
+#include "models/train/train_internal.h"
+
+/* OpenBLAS's thread control (declared here to keep cblas.h out). */
+void openblas_set_num_threads(int num_threads);
+
+#define PROGRESS_INTERVAL 0.25 /* seconds between on_progress calls */
+#define MAX_THREADS 64
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static ty_status check_dataset_targets(const ty_dataset *ds, const char *what,
+                                       ty_err *err)
+{
+    if (ds->task == TY_TASK_CLASSIFICATION && (!ds->y_class || !ds->num_classes))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the %s data has no class labels", what);
+    if (ds->task == TY_TASK_REGRESSION && (!ds->y_value || !ds->y_dim))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the %s data has no target values", what);
+    if (!ds->x || !ds->features)
+        return ty_fail(err, TY_EINVAL, NULL, "the %s data has no features",
+                       what);
+    return TY_OK;
+}
+
+/* Index range and labels of every training example, checked once so the
+ * steps need not. */
+static ty_status check_train_examples(const trainer *t, ty_err *err)
+{
+    const ty_dataset *ds = t->ds;
+    const uint32_t *idx = t->job->train_idx;
+    for (uint32_t i = 0; i < t->n_train; i++) {
+        uint32_t row = idx ? idx[i] : i;
+        if (row >= ds->num_examples)
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "training example index %u is out of range (%u "
+                           "examples)",
+                           row, ds->num_examples);
+        if (ds->task == TY_TASK_CLASSIFICATION &&
+            (ds->y_class[row] < 0 || (uint32_t)ds->y_class[row] >= ds->num_classes))
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "training example %u has class index %d, outside 0 "
+                           "to %u",
+                           row, ds->y_class[row], ds->num_classes - 1);
+    }
+    return TY_OK;
+}
+
+static ty_status check_extra_meta(const json_t *extra, ty_err *err)
+{
+    if (!extra)
+        return TY_OK;
+    if (!json_is_object(extra))
+        return ty_fail(err, TY_EINVAL, NULL, "extra metadata must be an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)extra, k, v) {
+        if (!json_is_string(v))
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "extra metadata value '%.64s' must be a string", k);
+    }
+    return TY_OK;
+}
+
+/* FNV-1a over the training indices: ties a checkpoint to its data split. */
+static uint64_t index_fingerprint(const uint32_t *idx, uint32_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t v = idx ? idx[i] : i;
+        for (int b = 0; b < 4; b++) {
+            h ^= (v >> (8 * b)) & 0xff;
+            h *= 0x100000001b3ull;
+        }
+    }
+    return h;
+}
+
+static json_t *schedule_json(const train_lr_schedule *s)
+{
+    switch (s->kind) {
+    case TRAIN_LR_STEP:
+        return json_pack("{s:s, s:I, s:f}", "type", "step", "step_epochs",
+                         (json_int_t)s->step_epochs, "gamma", s->gamma);
+    case TRAIN_LR_COSINE:
+        return json_pack("{s:s, s:f}", "type", "cosine", "min_lr", s->min_lr);
+    default:
+        return json_pack("{s:s}", "type", "constant");
+    }
+}
+
+/* The hyperparameters added with schedules, clipping, accumulation and
+ * losses, into the identity's "hparams". Each is left out at its default,
+ * so checkpoints written before they existed still resume. */
+static int add_training_identity(const trainer *t, json_t *id)
+{
+    const train_hparams *hp = t->hp;
+    const nn_loss_spec *loss = &t->arch.loss;
+    json_t *h = json_object_get(id, "hparams");
+    if (!h)
+        return -1;
+    int default_loss = (loss->kind == NN_LOSS_CROSS_ENTROPY &&
+                        loss->label_smoothing == 0.0) ||
+                       loss->kind == NN_LOSS_MSE;
+    int bad = 0;
+    if (hp->nesterov)
+        bad = bad || json_object_set_new(h, "nesterov", json_true());
+    if (hp->lr_schedule.kind != TRAIN_LR_CONSTANT)
+        bad = bad || json_object_set_new(h, "lr_schedule",
+                                         schedule_json(&hp->lr_schedule));
+    if (hp->warmup_steps)
+        bad = bad || json_object_set_new(h, "warmup_steps",
+                                         json_integer(hp->warmup_steps));
+    if (hp->clip_grad_norm > 0.0)
+        bad = bad || json_object_set_new(h, "clip_grad_norm",
+                                         json_real(hp->clip_grad_norm));
+    if (t->accum != 1)
+        bad = bad || json_object_set_new(h, "accumulation_steps",
+                                         json_integer(t->accum));
+    if (!default_loss)
+        bad = bad || json_object_set_new(h, "loss", nn_loss_to_json(loss));
+    /* The precision that runs (a CPU asked for bf16 trains fp32 and
+     * matches an fp32 checkpoint). */
+    if (t->precision != NN_DT_F32)
+        bad = bad || json_object_set_new(h, "precision",
+                                         json_string(nn_dtype_name(t->precision)));
+    /* A cosine schedule spans the whole run: more epochs, another curve. */
+    if (hp->lr_schedule.kind == TRAIN_LR_COSINE)
+        bad = bad || json_object_set_new(h, "total_steps",
+                                         json_integer((json_int_t)t->total_steps));
+    return bad ? -1 : 0;
+}
+
+static json_t *run_identity(const trainer *t)
+{
+    const train_hparams *hp = t->hp;
+    char fp[24];
+    snprintf(fp, sizeof fp, "%016llx",
+             (unsigned long long)index_fingerprint(t->job->train_idx, t->n_train));
+    json_t *shape = json_array();
+    for (uint32_t i = 0; shape && i < t->arch.input.ndim; i++)
+        json_array_append_new(shape, json_integer(t->arch.input.d[i]));
+    /* Everything that shapes the trajectory; epochs may grow on resume. */
+    return json_pack("{s:O, s:s, s:o, s:I, s:I, s:s, s:{s:I, s:i, s:f, s:f, "
+                     "s:f, s:f, s:f, s:f, s:I}}",
+                     "spec", t->spec, "task", nn_task_str(t->arch.task),
+                     "input_shape", shape, "num_outputs",
+                     (json_int_t)t->arch.num_outputs, "n_train",
+                     (json_int_t)t->n_train, "train_indices", fp, "hparams",
+                     "batch_size", (json_int_t)hp->batch_size, "optimizer",
+                     (int)hp->optimizer, "learning_rate", hp->learning_rate,
+                     "momentum", hp->momentum, "weight_decay", hp->weight_decay,
+                     "beta1", hp->beta1, "beta2", hp->beta2, "epsilon",
+                     hp->epsilon, "seed", (json_int_t)hp->seed);
+}
+
+/* augment shapes the trajectory too (models/train/loader.c); left out when off,
+ * like the other later hyperparameters, so older checkpoints still resume. */
+static int add_augment_identity(const trainer *t, json_t *id)
+{
+    const train_augment *a = &t->hp->augment;
+    if (!a->crop_padding && !a->horizontal_flip)
+        return 0;
+    json_t *h = json_object_get(id, "hparams");
+    return h ? json_object_set_new(h, "augment", loader_augment_to_json(a)) : -1;
+}
+
+int train_threads(int requested, const nn_backend *be)
+{
+    /* A device backend runs its kernels on its own stream: no pool. */
+    if (be && !nn_backend_host_visible(be))
+        return 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads = requested > 0 ? requested : (int)(cores > 0 ? cores : 1);
+    /* Workers wait by spinning: more of them than cores only slows down. */
+    if (cores > 0 && threads > cores)
+        threads = (int)cores;
+    if (threads > MAX_THREADS)
+        threads = MAX_THREADS;
+    return threads;
+}
+
+uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
+                               uint32_t n_train, int threads,
+                               train_memory *out)
+{
+    train_memory m = {0};
+    const uint64_t p = arch->param_count ? arch->param_count : 1;
+    m.param_count = arch->param_count;
+    m.batch_rows = hp->batch_size < n_train ? hp->batch_size : n_train;
+    if (m.batch_rows == 0)
+        m.batch_rows = 1;
+    m.state = (arch->param_count + arch->buffer_count + 1) * sizeof(float);
+    m.grads = train_grads_bytes(arch->be, p); /* + acc, dyn on a device */
+    m.optimizer = nn_optim_state_bytes(hp, arch->param_count);
+    m.activations = nn_workspace_bytes(arch, m.batch_rows, 1, threads, &m.work);
+    m.low_precision = arch->precision != NN_DT_F32
+                          ? p * nn_dtype_size(arch->precision)
+                          : 0;
+    m.total = m.state + m.grads + m.optimizer + m.activations + m.work +
+              m.low_precision;
+    if (out)
+        *out = m;
+    return m.total;
+}
+
+ty_status train_memory_estimate_spec(const json_t *spec,
+                                     const uint32_t *input_shape,
+                                     uint32_t ndim, uint32_t num_outputs,
+                                     ty_task task, const train_hparams *hp,
+                                     uint32_t n_train, int threads,
+                                     const nn_backend *be, train_memory *out,
+                                     ty_err *err)
+{
+    nn_arch arch;
+    ty_status st = nn_arch_build_on(spec, input_shape, ndim, num_outputs, task,
+                                    &hp->loss, be ? be : &nn_backend_cpu,
+                                    &arch, NULL, err);
+    if (st != TY_OK)
+        return st;
+    /* The precision the run would train in here (a device that cannot
+     * train an explicit bf16/fp16 fails the run; estimated as fp32). */
+    nn_dtype dt;
+    if (train_precision_resolve(hp, arch.be, NULL, &dt, NULL) == TY_OK)
+        nn_arch_set_precision(&arch, dt);
+    train_memory_estimate(&arch, hp, n_train, threads, out);
+    nn_arch_free(&arch);
+    return TY_OK;
+}
+
+void train_format_bytes(uint64_t n, char *buf, size_t len)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)n;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof *units) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, len, "%llu B", (unsigned long long)n);
+    else
+        snprintf(buf, len, v < 10.0 ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+/* Counts bytes the run now holds from the backend's alloc. */
+static void train_mem_add(trainer *t, uint64_t bytes)
+{
+    t->mem_live += bytes;
+    if (t->mem_live > t->mem_peak)
+        t->mem_peak = t->mem_live;
+}
+
+static void trainer_free(trainer *t)
+{
+    /* First: its thread reads the dataset, the preprocessing and perm. */
+    loader_destroy(t->loader);
+    train_graph_free(t);
+    json_decref(t->spec);
+    json_decref(t->identity);
+    /* The backend's memory goes through the workspace's context, so
+     * before the workspace. */
+    if (t->ws) {
+        t->be->release(t->ws->ex, t->params);
+        t->be->release(t->ws->ex, t->grads);
+        t->be->release(t->ws->ex, t->lp_params);
+    }
+    free(t->host);
+    nn_optim_free(&t->opt);
+    nn_workspace_destroy(t->ws);
+    nn_arch_free(&t->arch);
+    nn_pool_destroy(t->pool);
+    nn_preproc_free(&t->pp);
+    free(t->perm);
+}
+
+static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
+{
+    ty_status st;
+    memset(t, 0, sizeof *t);
+    if (!job || !job->hp || !job->spec || !job->train || !job->model_path)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a training job needs a spec, hyperparameters, training "
+                       "data and a model path");
+    t->job = job;
+    t->hp = job->hp;
+    t->ds = job->train;
+    t->n_train = job->train_idx ? job->n_train : job->train->num_examples;
+    const ty_dataset *ds = t->ds;
+    const train_hparams *hp = t->hp;
+    if (hp->epochs == 0 || hp->batch_size == 0)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "epochs and batch_size must be at least 1");
+    if ((st = check_dataset_targets(ds, "training", err)) != TY_OK)
+        return st;
+    if (t->n_train == 0)
+        return ty_fail(err, TY_EINVAL, NULL, "there are no training examples");
+    if ((st = check_train_examples(t, err)) != TY_OK ||
+        (st = check_extra_meta(job->extra_meta, err)) != TY_OK ||
+        (st = loader_augment_check(&hp->augment, ds->shape, ds->ndim, err)) !=
+            TY_OK)
+        return st;
+    uint32_t outputs = ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes
+                                                          : ds->y_dim;
+    if (job->be && !nn_backend_host_visible(job->be) && !job->ex)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the %s backend needs an execution context",
+                       job->be->name);
+    if ((st = nn_arch_build_on(job->spec, ds->shape, ds->ndim, outputs,
+                               ds->task, &hp->loss, job->be, &t->arch, &t->spec,
+                               err)) != TY_OK ||
+        (st = train_precision_resolve(hp, t->arch.be, job->ex, &t->precision,
+                                      err)) != TY_OK)
+        return st;
+    /* Before the workspace: dense layers plan their 16-bit scratch. */
+    nn_arch_set_precision(&t->arch, t->precision);
+    if (job->val) {
+        const ty_dataset *v = job->val;
+        if ((st = check_dataset_targets(v, "validation", err)) != TY_OK)
+            return st;
+        if (v->features != ds->features || v->task != ds->task ||
+            (ds->task == TY_TASK_REGRESSION && v->y_dim != ds->y_dim))
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "the validation data does not have the training "
+                           "data's shape and task");
+    }
+
+    /* The backend splits work over its own pool; OpenBLAS runs each part
+     * on one thread (its threading is far slower on these sizes). Without
+     * a pool (threads 1, or no threads to be had) everything is serial.
+     * The pool comes first so the workspace sizes its work arena for it
+     * once (train_memory_estimate counts that one arena; should the pool
+     * not start, the arena is one thread's and the estimate an upper
+     * bound). */
+    t->be = t->arch.be;
+    const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const int threads = train_threads(job->threads, t->be);
+    openblas_set_num_threads(1);
+    t->pool = threads > 1 ? nn_pool_create(threads) : NULL;
+    const nn_exec base = {.pool = t->pool,
+                          .device = job->ex ? job->ex->device : NULL,
+                          .precision = t->precision};
+
+    /* params is the state block: parameters, then buffers. */
+    const uint64_t p = t->arch.param_count ? t->arch.param_count : 1;
+    const uint64_t state = t->arch.param_count + t->arch.buffer_count + 1;
+    uint32_t rows = hp->batch_size < t->n_train ? hp->batch_size : t->n_train;
+    t->perm = malloc((size_t)t->n_train * sizeof *t->perm);
+    t->ws = nn_workspace_create_on(&t->arch, rows, 1, &base);
+    if (t->ws) {
+        train_mem_add(t, t->ws->mem_bytes + t->ws->work_bytes);
+        if ((t->params = t->be->alloc(t->ws->ex, state * sizeof(float))))
+            train_mem_add(t, state * sizeof(float));
+        const uint64_t gb = train_grads_bytes(t->be, p);
+        if ((t->grads = t->be->alloc(t->ws->ex, gb))) {
+            train_mem_add(t, gb);
+            t->be->zero(t->ws->ex, t->grads, p * sizeof(float));
+        }
+    }
+    if (t->ws && t->precision != NN_DT_F32) {
+        const uint64_t lp = p * nn_dtype_size(t->precision);
+        if ((t->lp_params = t->be->alloc(t->ws->ex, (size_t)lp)))
+            train_mem_add(t, lp);
+        t->ws->lp_params = t->lp_params;
+    }
+    if (!t->params || !t->grads || !t->perm || !t->ws ||
+        (t->precision != NN_DT_F32 && !t->lp_params))
+        return ty_fail(err, TY_ENOMEM, NULL,
+                       "out of memory for the network's buffers");
+    loss_scaler_init(&t->scaler);
+    if (t->precision == NN_DT_F16)
+        t->ws->loss_scale = t->scaler.scale;
+    if ((st = nn_optim_init_on(&t->opt, hp, t->arch.param_count, t->be,
+                               t->ws->ex, err)) != TY_OK)
+        return st;
+    train_mem_add(t, t->opt.bytes);
+    if (!nn_backend_host_visible(t->be)) {
+        /* Zeroed: the slots' mirror uploads as the fresh state. */
+        t->host = calloc(state + (uint64_t)t->opt.n_slots * p, sizeof(float));
+        if (!t->host)
+            return ty_fail(err, TY_ENOMEM, NULL,
+                           "out of memory for the network's buffers");
+        train_graph_setup(t);
+    }
+    const char *pre = json_string_value(json_object_get(ds->meta, "preprocess"));
+    if ((st = nn_preproc_fit(&t->pp, pre, ds, job->train_idx, t->n_train,
+                             err)) != TY_OK)
+        return st;
+    t->accum = hp->accumulation_steps ? hp->accumulation_steps : 1;
+    uint64_t batches = (t->n_train + (uint64_t)hp->batch_size - 1) /
+                       hp->batch_size;
+    t->steps_per_epoch = (batches + t->accum - 1) / t->accum;
+    t->total_steps = t->steps_per_epoch * hp->epochs;
+    t->lr = hp->learning_rate;
+    if (!(t->identity = run_identity(t)) ||
+        add_training_identity(t, t->identity) != 0 ||
+        add_augment_identity(t, t->identity) != 0)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+
+    /* The loader's own thread pays off only on a core the compute threads
+     * leave free: on a full machine it preempts a pool worker mid-GEMM and
+     * the whole step waits for that part (measured on 2 cores, 2 threads:
+     * steps ~5% slower than gathering inline, which costs ~3%). Nor is there
+     * anything to overlap in a one-minibatch epoch (minibatches are not
+     * prefetched across epochs: perm changes there). */
+    int prefetch = job->prefetch > 0 ||
+                   (job->prefetch == 0 && cores > threads);
+    loader_config lc = {
+        .ds = ds, .pp = &t->pp, .batch_size = rows, .n = t->n_train,
+        .outputs = outputs, .augment = hp->augment, .seed = hp->seed,
+        .pool = t->pool, .prefetch = prefetch && batches > 1,
+        .be = t->host ? t->be : NULL, .ex = t->ws->ex,
+    };
+    return loader_create(&lc, &t->loader, err);
+}
+
+/* The epoch's example order, handed to the loader from the minibatch of
+ * the step a checkpoint may have restored; the dropout stream and sums start fresh
+ * unless a mid-epoch checkpoint restored them. */
+static void epoch_begin(trainer *t, uint32_t e)
+{
+    loader_stop(t->loader); /* before perm changes under it */
+    for (uint32_t i = 0; i < t->n_train; i++)
+        t->perm[i] = t->job->train_idx ? t->job->train_idx[i] : i;
+    ty_rng shuffle;
+    ty_rng_seed(&shuffle, t->hp->seed, TRAIN_STREAM_SHUFFLE(e));
+    ty_rng_shuffle_u32(&shuffle, t->perm, t->n_train);
+    loader_begin_epoch(t->loader, e, t->perm, t->epoch_step * t->accum);
+    if (t->epoch_step == 0) {
+        ty_rng_seed(&t->drop_rng, t->hp->seed, TRAIN_STREAM_DROPOUT(e));
+        t->loss_sum = 0.0;
+        t->hits = t->seen = 0;
+        t->epoch_skipped = 0;
+    }
+    if (t->acc)
+        train_sums_upload(t);
+}
+
+/* Forward and backward over the loader's minibatch b, one minibatch of an
+ * optimizer step over grad_rows examples: its gradients add to t->grads as
+ * part of the mean over those. Returns the batch's summed per-example
+ * loss. */
+static double train_step(trainer *t, const loader_batch *b, uint32_t grad_rows,
+                         uint32_t *hits)
+{
+    nn_workspace *ws = t->ws;
+    const uint32_t c = t->arch.num_outputs, m = b->n;
+    double sum;
+    if (nn_backend_host_visible(t->arch.be)) {
+        /* The step reads the loader's buffer in place; the workspace gets
+         * its own input back after (validation gathers into that). */
+        float *own = loader_bind_input(ws, b->x);
+        nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
+        sum = nn_loss_scaled(&t->arch, ws, m, b->labels, b->targets, hits,
+                             grad_rows);
+        nn_backward(&t->arch, t->params, t->grads, ws, m);
+        loader_bind_input(ws, own);
+    } else {
+        /* b was uploaded (upload_batch); the sums go to t->acc, so nothing
+         * here waits for the device and a graph may capture it. */
+        nn_forward(&t->arch, t->params, ws, m, 1, &t->drop_rng);
+        ws->own.acc = t->acc;
+        sum = nn_loss_scaled(&t->arch, ws, m, b->labels ? ws->labels : NULL,
+                             b->targets ? ws->targets : NULL, hits, grad_rows);
+        ws->own.acc = NULL;
+        nn_backward(&t->arch, t->params, t->grads, ws, m);
+    }
+    /* MSE sums over elements; per example is that over the outputs. */
+    return t->arch.task == TY_TASK_REGRESSION ? sum / c : sum;
+}
+
+void train_lp_refresh(const trainer *t)
+{
+    if (t->lp_params)
+        t->be->cast(t->ws->ex, t->lp_params, t->precision, t->params,
+                    (size_t)t->arch.param_count);
+}
+
+/* fp16's loss scaling at an optimizer step: gradients with an inf or NaN
+ * skip the step (they are dropped; the optimizer, its step count and the
+ * weights stay as they were, as GradScaler.step skips optimizer.step);
+ * finite ones are divided by the scale they were made with. The scaler
+ * then moves the scale the next steps' loss gradients get. Returns 1 when
+ * the step goes ahead. */
+static int loss_scale_admit(trainer *t)
+{
+    const nn_exec *ex = t->ws->ex;
+    const uint64_t p = t->arch.param_count;
+    const float made_with = t->scaler.scale;
+    const double ss = t->be->sum_squares(ex, t->grads, (size_t)p);
+    const int go = loss_scaler_update(&t->scaler, isfinite(ss));
+    t->ws->loss_scale = t->scaler.scale;
+    if (!go) {
+        t->be->zero(ex, t->grads, (size_t)p * sizeof(float));
+        t->epoch_skipped++;
+        return 0;
+    }
+    t->be->scale(ex, t->grads, (size_t)p, 1.0f / made_with);
+    return 1;
+}
+
+/* The optimizer step closing a group of minibatches: (fp16: check and
+ * unscale,) clip, schedule, update (which zeroes the gradients), and
+ * refresh the 16-bit copy of the weights. */
+static void optimizer_step(trainer *t)
+{
+    const train_hparams *hp = t->hp;
+    t->lr = train_lr_at(hp, t->step, t->steps_per_epoch, t->total_steps);
+    t->opt.lr = t->lr;
+    if (t->precision == NN_DT_F16 && !loss_scale_admit(t))
+        return;
+    if (hp->clip_grad_norm > 0.0)
+        nn_optim_clip_grad_norm(t->arch.be, t->ws->ex, t->grads,
+                                t->arch.param_count, hp->clip_grad_norm);
+    nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params, t->grads);
+    train_lp_refresh(t);
+}
+
+/* The loader's batch b into the workspace's fixed input buffers (device
+ * runs: the loader's slots are the host staging), queued on the stream;
+ * the loader keeps b's slot until the device has read it. */
+static void upload_batch(trainer *t, const loader_batch *b)
+{
+    nn_workspace *ws = t->ws;
+    const nn_backend *be = t->be;
+    const uint32_t m = b->n;
+    be->upload(ws->ex, ws->act[0], b->x,
+               (size_t)m * nn_shape_numel(&t->arch.input) * sizeof(float));
+    if (b->labels)
+        be->upload(ws->ex, ws->labels, b->labels, (size_t)m * sizeof(int32_t));
+    if (b->targets)
+        be->upload(ws->ex, ws->targets, b->targets,
+                   (size_t)m * t->arch.num_outputs * sizeof(float));
+    loader_uploaded(t->loader);
+}
+
+/* Captures train_step and optimizer_step over b (a full-size batch, already
+ * uploaded) as t->graph; the capture runs nothing. On failure the run goes
+ * on op by op (graph_reason says why) and the host's step count is as
+ * before. */
+static void capture_step(trainer *t, const loader_batch *b)
+{
+    const nn_backend *be = t->be;
+    const uint64_t opt_t = t->opt.t;
+    ty_err gerr = {0};
+    if (be->graph_begin(t->ws->ex) != 0) {
+        train_graph_off(t, "CUDA graph capture could not start");
+        return;
+    }
+    uint32_t hits;
+    train_step(t, b, b->n, &hits);
+    optimizer_step(t);
+    if (be->graph_end(t->ws->ex, &t->graph, &gerr) != 0) {
+        t->graph = NULL;
+        t->opt.t = opt_t;
+        train_graph_off(t, "CUDA graph capture failed: %s", gerr.msg);
+    }
+}
+
+/* One optimizer step over examples [first, end) of the epoch on a device:
+ * this step's optimizer values and each minibatch are uploaded, then the
+ * run's captured step is replayed (captured first at the run's second
+ * full-size step), or the step runs op by op. Its sums go to t->acc. */
+static void device_step(trainer *t, uint32_t first, uint32_t end)
+{
+    const uint32_t bs = t->hp->batch_size;
+    train_dyn_upload(t);
+    if (t->graph_on && end - first == bs && t->eager_full) {
+        const loader_batch *b = loader_next(t->loader);
+        upload_batch(t, b);
+        if (!t->graph)
+            capture_step(t, b);     /* counts the step in opt.t */
+        else
+            t->opt.t++;             /* nn_optim_step's count, not replayed */
+        if (t->graph) {
+            t->be->graph_launch(t->ws->ex, t->graph);
+            t->graph_launches++;
+            return;
+        }
+        uint32_t hits;
+        train_step(t, b, bs, &hits);
+        optimizer_step(t);
+        return;
+    }
+    for (uint32_t i = first; i < end; i += bs) {
+        const loader_batch *b = loader_next(t->loader);
+        uint32_t hits;
+        upload_batch(t, b);
+        train_step(t, b, end - first, &hits);
+    }
+    optimizer_step(t);
+    if (end - first == (uint64_t)bs * t->accum)
+        t->eager_full = 1;
+}
+
+static void report_progress(const trainer *t, uint32_t e, double rate)
+{
+    if (!t->job->cb.on_progress)
+        return;
+    uint64_t total = t->total_steps;
+    train_progress p = {
+        .epoch = e + 1,
+        .epochs = t->hp->epochs,
+        .step = t->step,
+        .steps_per_epoch = t->steps_per_epoch,
+        .total_steps = total,
+        .fraction = total ? (double)t->step / (double)total : 1.0,
+        .loss = t->seen ? t->loss_sum / (double)t->seen : 0.0,
+        .samples_per_sec = rate,
+        .lr = t->lr,
+    };
+    t->job->cb.on_progress(t->job->cb.ctx, &p);
+}
+
+/* Where and how the run's epochs run, for their metrics. */
+static void epoch_where(const trainer *t, train_epoch_metrics *m)
+{
+    m->device = t->job->device_label ? t->job->device_label : t->be->name;
+    m->precision = nn_dtype_name(t->precision);
+    m->cuda_graph = nn_backend_host_visible(t->be) ? -1 : t->graph_on;
+    m->cuda_graph_reason = m->cuda_graph == 0 ? t->graph_reason : NULL;
+}
+
+/* The checkpoint of the trainer's position (epoch e in progress, or just
+ * finished), its sums read back first on a device. */
+static ty_status save_checkpoint(trainer *t, uint32_t e, ty_err *err)
+{
+    ty_status st = train_sums_read(t, e, err);
+    if (st == TY_OK)
+        st = train_ckpt_save(t, err);
+    if (st == TY_OK)
+        t->ckpt_step = t->step;
+    return st;
+}
+
+/* A preemption at the step boundary before epoch e's next step: the
+ * checkpoint of this position unless one is already on disk (or no step
+ * was taken), on_preempt, TY_EPREEMPTED. */
+static ty_status preempt_here(trainer *t, uint32_t e, ty_err *err)
+{
+    const train_job *job = t->job;
+    int checkpointed = job->checkpoint_path && t->step > 0;
+    if (checkpointed && t->ckpt_step != t->step) {
+        ty_status st = save_checkpoint(t, e, err);
+        if (st != TY_OK)
+            return st;
+    }
+    if (job->cb.on_preempt)
+        job->cb.on_preempt(job->cb.ctx, t->epoch_done, t->step, checkpointed);
+    return ty_fail(err, TY_EPREEMPTED, NULL,
+                   "training was preempted after %llu steps (%u epochs "
+                   "finished)%s",
+                   (unsigned long long)t->step, t->epoch_done,
+                   checkpointed ? "; its checkpoint is written" : "");
+}
+
+static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
+{
+    const train_job *job = t->job;
+    const uint32_t bs = t->hp->batch_size;
+    const double start = now_sec();
+    uint64_t session_seen = 0;
+
+    epoch_begin(t, e);
+    while (t->epoch_step < t->steps_per_epoch) {
+        if (job->stop && *job->stop)
+            return ty_fail(err, TY_ECANCELLED, NULL, "training was cancelled");
+        if (job->preempt && *job->preempt)
+            return preempt_here(t, e, err);
+        /* This step's minibatches: examples [first, end) of the epoch. */
+        uint64_t first64 = t->epoch_step * t->accum * (uint64_t)bs;
+        uint32_t first = (uint32_t)first64;
+        uint32_t end = first64 + (uint64_t)t->accum * bs < t->n_train
+                           ? (uint32_t)(first64 + (uint64_t)t->accum * bs)
+                           : t->n_train;
+        uint32_t m = end - first;
+        uint32_t hits = 0;
+        double sum = 0.0;
+        /* The loader hands out the epoch's minibatches in order. */
+        if (t->acc)
+            device_step(t, first, end); /* sums into t->acc */
+        for (uint32_t b = first; !t->acc && b < end && isfinite(sum); b += bs) {
+            uint32_t mb_hits = 0;
+            sum += train_step(t, loader_next(t->loader), m, &mb_hits);
+            hits += mb_hits;
+        }
+        if (!t->acc && isfinite(sum))
+            optimizer_step(t);
+        /* A device records its first failure; the step's sums are then
+         * meaningless, so this comes before the loss check. */
+        if (t->host) {
+            ty_status st = t->be->status(t->ws->ex, err);
+            if (st != TY_OK) {
+                ty_err_prefix(err, "training on %s", t->be->name);
+                return st;
+            }
+        }
+        if (!isfinite(sum))
+            return ty_fail(err, TY_EINVAL, "hyperparameters.learning_rate",
+                           "the training loss became %s at epoch %u, step %llu; "
+                           "try a lower learning_rate (now %g)",
+                           isnan(sum) ? "NaN" : "infinite", e + 1,
+                           (unsigned long long)t->step + 1,
+                           t->hp->learning_rate);
+        t->step++;
+        t->epoch_step++;
+        t->loss_sum += sum;
+        t->hits += hits;
+        t->seen += m;
+        session_seen += m;
+        uint32_t every = t->hp->checkpoint_every_steps;
+        if (every && t->step % every == 0 &&
+            t->epoch_step < t->steps_per_epoch && job->checkpoint_path) {
+            ty_status st = save_checkpoint(t, e, err);
+            if (st != TY_OK)
+                return st;
+        }
+        /* The first step of a run (or resumed run) reports at once, the
+         * rest at most every PROGRESS_INTERVAL. */
+        double now = now_sec();
+        if (t->last_report < 0 || now - t->last_report >= PROGRESS_INTERVAL) {
+            ty_status st = train_sums_read(t, e, err);
+            if (st != TY_OK)
+                return st;
+            report_progress(t, e, now > start ? (double)session_seen / (now - start)
+                                              : 0.0);
+            t->last_report = now;
+        }
+    }
+
+    ty_status sums_st = train_sums_read(t, e, err);
+    if (sums_st != TY_OK)
+        return sums_st;
+    double seconds = now_sec() - start;
+    train_epoch_metrics m = {
+        .epoch = e + 1,
+        .train_loss = t->loss_sum / (double)t->seen,
+        .train_accuracy = t->arch.task == TY_TASK_CLASSIFICATION
+                              ? (double)t->hits / (double)t->seen
+                              : -1.0,
+        .val_loss = -1.0,
+        .val_accuracy = -1.0,
+        .samples_per_sec = seconds > 0 ? (double)session_seen / seconds : 0.0,
+        .seconds = seconds,
+        .peak_memory_bytes = t->mem_peak,
+        .loss_scale = t->precision == NN_DT_F16 ? t->scaler.scale : 0.0,
+        .skipped_steps = t->epoch_skipped,
+    };
+    epoch_where(t, &m);
+    if (job->val) {
+        uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;
+        if (n_val) {
+            ty_status st = nn_eval_examples(&t->arch, t->params, &t->pp, t->ws,
+                                            job->val, job->val_idx, n_val,
+                                            job->val_class_map, &m.val_loss,
+                                            &m.val_accuracy, err);
+            if (st != TY_OK) {
+                ty_err_prefix(err, "validation");
+                return st;
+            }
+        }
+    }
+    t->epoch_done = e + 1;
+    t->epoch_step = 0;
+    t->last = m;
+    t->have_last = 1;
+    if (job->checkpoint_path) {
+        ty_status st = train_ckpt_save(t, err);
+        if (st != TY_OK)
+            return st;
+        t->ckpt_step = t->step;
+    }
+    if (job->cb.on_epoch)
+        job->cb.on_epoch(job->cb.ctx, &m);
+    return TY_OK;
+}
+
+ty_status train_run(const train_job *job, train_epoch_metrics *final,
+                    ty_err *err)
+{
+    trainer t;
+    ty_status st = trainer_setup(&t, job, err);
+    if (st != TY_OK)
+        goto done;
+    int resumed = 0;
+    t.last_report = -1.0;
+    if ((st = train_ckpt_resume(&t, &resumed, err)) != TY_OK)
+        goto done;
+    if (resumed) {
+        t.ckpt_step = t.step;
+        if (job->cb.on_resume)
+            job->cb.on_resume(job->cb.ctx, t.epoch_done, t.step);
+        /* The last finished epoch's record again: the crash that stopped
+         * the run may have come between its checkpoint and the receiver
+         * storing it (an integration test saw that record go missing). */
+        if (t.have_last && job->cb.on_epoch) {
+            epoch_where(&t, &t.last);
+            job->cb.on_epoch(job->cb.ctx, &t.last);
+        }
+    } else {
+        ty_rng init;
+        ty_rng_seed(&init, t.hp->seed, TRAIN_STREAM_INIT);
+        nn_arch_init_params(&t.arch, train_host_state(&t), &init);
+        if ((st = train_state_upload(&t, err)) != TY_OK)
+            goto done;
+    }
+    /* The 16-bit weights follow the fp32 ones, fresh or resumed. */
+    train_lp_refresh(&t);
+    for (uint32_t e = t.epoch_done; e < t.hp->epochs; e++)
+        if ((st = run_epoch(&t, e, err)) != TY_OK)
+            goto done;
+    if ((st = train_save_model(&t, err)) != TY_OK)
+        goto done;
+    if (final) {
+        memset(final, 0, sizeof *final);
+        if (t.have_last)
+            *final = t.last;
+    }
+done:
+    trainer_free(&t);
+    return st;
+}

@@ -1,0 +1,158 @@
+/*
+ * train_internal.h - the trainer's state, shared by the training loop
+ * (train.c) and checkpoints (train_checkpoint.c). Not a public API.
+ *
+ * Position in a run is (epoch_done, epoch_step): completed epochs and
+ * optimizer steps taken in the epoch in progress (each step is `accum`
+ * minibatches; positions fall only between steps). Each epoch's order comes from a shuffle
+ * seeded by (seed, epoch) and its dropout masks from a stream seeded the
+ * same way, so a checkpoint only needs the parameters, the optimizer state,
+ * the position, the dropout stream's state and the epoch's running sums to
+ * continue exactly where it stopped, mid-epoch included.
+ */
+#ifndef TY_TRAIN_INTERNAL_H
+#define TY_TRAIN_INTERNAL_H
+
+#include "models/train/loss_scaler.h"
+#include "models/nn_internal.h"
+#include "models/train/optim.h"
+#include "models/train/train.h"
+
+/* Random streams derived from the user's seed. */
+#define TRAIN_STREAM_INIT 0x1417ull
+#define TRAIN_STREAM_SHUFFLE(e) (0x50ff1e00000000ull + (uint64_t)(e))
+#define TRAIN_STREAM_DROPOUT(e) (0xd60900000000ull + (uint64_t)(e))
+/* Augmentation: XORed with the example's position in the epoch's order
+ * (below 2^32), so every (epoch, position) has its own stream. */
+#define TRAIN_STREAM_AUGMENT(e) (0xa0c3000000000000ull ^ ((uint64_t)(e) << 32))
+
+typedef struct {
+    const train_job *job;
+    const train_hparams *hp;
+    const ty_dataset *ds;      /* job->train */
+    uint32_t n_train;
+    nn_arch arch;
+    json_t *spec;              /* normalized, owned */
+    json_t *identity;          /* what a checkpoint must match, owned */
+    /* The backend's memory (arch.be, kept here: arch is freed first). */
+    const nn_backend *be;
+    float *params, *grads;     /* state block; param_count floats */
+    /* Host mirror of [state block | optimizer slots] for initialisation,
+     * checkpoints and the model file, moved by train_state_download /
+     * _upload; NULL on a host-visible backend, where params and the slots
+     * are read and written in place. */
+    float *host;
+    nn_optim opt;
+    nn_workspace *ws;          /* training workspace, batch_size rows */
+    nn_pool *pool;             /* job->threads workers (NULL: serial) */
+    nn_preproc pp;
+    uint32_t *perm;            /* this epoch's order of training examples */
+    uint64_t steps_per_epoch;
+    /* position */
+    uint32_t epoch_done;
+    uint64_t step;             /* optimizer steps, whole run */
+    uint64_t epoch_step;
+    ty_rng drop_rng;
+    /* running sums of the epoch in progress */
+    double loss_sum;           /* per-example loss, summed */
+    uint64_t hits, seen;
+    train_epoch_metrics last;  /* of the last completed epoch */
+    int have_last;
+    double last_report;        /* CLOCK_MONOTONIC of the last on_progress */
+    /* t->step of the checkpoint last written or resumed from (0 before
+     * any: step 0 needs none, a fresh start is the same run). */
+    uint64_t ckpt_step;
+    uint32_t accum;            /* minibatches per optimizer step (>= 1) */
+    uint64_t total_steps;      /* optimizer steps of the whole run */
+    double lr;                 /* learning rate of the last step */
+    struct loader *loader;     /* minibatches, prefetched (models/train/loader.h) */
+    /* Bytes held from the backend's alloc now and at most so far, counted
+     * at each allocation the trainer makes (train_peak). */
+    uint64_t mem_live, mem_peak;
+    /* Device runs (host != NULL; train_graph.c): the epoch's running sums
+     * stay in the backend's memory (acc: NN_ACC_COUNT doubles, as loss
+     * kernels add them) until the trainer reports, and the optimizer reads
+     * each step's values from dyn (NN_OPTIM_DYN floats), both in the tail
+     * of the grads allocation. NULL on a host-visible backend. */
+    double *acc;
+    float *dyn;
+    uint64_t acc_step;         /* t->step when acc was last read (and finite) */
+    /* CUDA graphs: graph_on while the run captures and replays its
+     * full-size steps; otherwise graph_reason says why not (static text
+     * or graph_why). graph: the captured step, NULL until captured. */
+    int graph_on;
+    const char *graph_reason;
+    char graph_why[200];
+    void *graph;
+    int eager_full;            /* a full-size step ran op by op this run */
+    uint64_t graph_launches;   /* replays this run (tests count them) */
+    /* Mixed precision (train_precision_resolve): lp_params is the
+     * parameters in `precision` (param_count values, the backend's memory;
+     * NULL under fp32), refreshed from params by train_lp_refresh after
+     * every change to them. fp16 only: the loss scaler and the steps it
+     * skipped in the epoch in progress. */
+    nn_dtype precision;
+    void *lp_params;
+    loss_scaler scaler;
+    uint64_t epoch_skipped;
+} trainer;
+
+/* Casts the parameters into lp_params (nothing under fp32). */
+void train_lp_refresh(const trainer *t);
+
+/* train_memory for training arch (built on the run's backend) with hp over
+ * n_train examples on `threads` compute threads (as train_threads gives);
+ * returns out->total. The layout arithmetic is the workspace's own
+ * (nn_workspace_bytes) and the optimizer's (nn_optim_state_bytes). */
+uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
+                               uint32_t n_train, int threads,
+                               train_memory *out);
+
+/* Where the host reads and writes the state block (parameters, then
+ * buffers) and optimizer slot k: the mirror, or the memory itself. */
+float *train_host_state(const trainer *t);
+float *train_host_slot(const trainer *t, uint32_t k);
+/* Copies the state block (and, with slots, the optimizer slots) between
+ * the backend and the host mirror; nothing without a mirror. TY_EDEVICE
+ * with the backend's message when it has failed. */
+ty_status train_state_download(const trainer *t, int slots, ty_err *err);
+ty_status train_state_upload(const trainer *t, ty_err *err);
+
+/* ---- device steps and CUDA graphs (train_graph.c) ---- */
+
+/* Bytes of the grads allocation for param_count p on backend be: the
+ * gradients and, on a device, acc and dyn after them. */
+uint64_t train_grads_bytes(const nn_backend *be, uint64_t p);
+/* Points acc and dyn into the grads allocation, zeroes acc, hands dyn to
+ * the optimizer, and decides graph_on / graph_reason. Device runs only. */
+void train_graph_setup(trainer *t);
+/* Releases the captured graph. */
+void train_graph_free(trainer *t);
+/* Puts the epoch's running sums (loss_sum, hits) into acc. */
+void train_sums_upload(trainer *t);
+/* Reads acc into loss_sum and hits when steps ran since the last read.
+ * TY_EDEVICE when the backend failed; TY_EINVAL when the loss is not
+ * finite, naming the steps (epoch e, 0-based). */
+ty_status train_sums_read(trainer *t, uint32_t e, ty_err *err);
+/* Uploads the next optimizer step's values (lr from the schedule, Adam's
+ * bias corrections for step opt.t + 1) into dyn, and sets t->lr and
+ * opt.lr to that lr. */
+void train_dyn_upload(trainer *t);
+/* Stops capturing and replaying for the rest of the run: graph_reason
+ * gets why (printf-style), once. */
+void train_graph_off(trainer *t, const char *fmt, ...);
+
+/* Writes the checkpoint for the trainer's current position, atomically. */
+ty_status train_ckpt_save(const trainer *t, ty_err *err);
+
+/* Writes the final model (nn.h's format, extra metadata merged in) to
+ * job->model_path, atomically. */
+ty_status train_save_model(const trainer *t, ty_err *err);
+
+/* If job->checkpoint_path exists, restores parameters, optimizer state and
+ * position from it and sets *resumed. A checkpoint of another job is
+ * TY_EINVAL "checkpoint does not match this job"; a malformed one
+ * TY_EFORMAT. */
+ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err);
+
+#endif

@@ -1,0 +1,328 @@
+/*
+ * store.h - trainyard's metadata store: SQLite in WAL mode with
+ * synchronous=FULL, so a committed write survives power loss; schema
+ * migrations are numbered and applied in order at open (PRAGMA user_version).
+ *
+ * One connection guarded by a mutex serves every thread. Rows come back as
+ * JSON objects (jansson) already shaped as the API shows them; the caller
+ * owns what it gets (json_decref). Every resource row carries its tenant, and
+ * every lookup by id takes the tenant, so one tenant can never see another's
+ * rows (they answer TY_ENOTFOUND).
+ *
+ * Blobs (datasets, weights) are files named by SHA-256 (blob.h); rows hold
+ * the hash. A blob may be shared by several rows; store_blob_refs counts them.
+ */
+#ifndef TY_STORE_H
+#define TY_STORE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/ids.h"
+#include "common/ty.h"
+
+typedef struct store store;
+
+/* Opens (creating if needed) <data_dir>/trainyard.db and migrates it. */
+ty_status store_open(const char *data_dir, store **out, ty_err *err);
+void store_close(store *st);
+
+/* The schema version the store is at (the number of migrations applied). */
+int store_schema_version(store *st);
+
+/* A cheap liveness query, for /readyz. */
+ty_status store_ping(store *st, ty_err *err);
+
+
+/* ---- tenants and keys ---- */
+
+typedef struct {
+    char key_id[TY_ID_MAX];
+    char tenant_id[TY_ID_MAX];
+    int is_admin;
+} store_key;
+
+/* Number of API keys (revoked ones included). */
+ty_status store_key_count(store *st, int64_t *count, ty_err *err);
+
+/* What store_admin_key_ensure found or did. */
+typedef enum {
+    STORE_ADMIN_KEY_CREATED,  /* the store had no keys: admin tenant + key */
+    STORE_ADMIN_KEY_ADDED,    /* added to the admin tenant */
+    STORE_ADMIN_KEY_PRESENT,  /* already a live key (nothing changed) */
+    STORE_ADMIN_KEY_REVOKED   /* revoked through the API: left revoked */
+} store_admin_key_result;
+
+/* Makes the key (id and SHA-256; the key itself is never stored) an admin
+ * key unless it is known: with no keys at all it creates the tenant "admin"
+ * (id new_tenant_id) and the key in it;
+ * otherwise an unknown key joins the tenant of the oldest admin key. A key
+ * revoked through the API stays revoked. TY_ECONFLICT when the id is known
+ * with a different hash. One transaction. */
+ty_status store_admin_key_ensure(store *st, const char *new_tenant_id,
+                                 const char *key_id, const uint8_t hash[32],
+                                 store_admin_key_result *result, ty_err *err);
+
+/* Finds the live (unrevoked) key with this id and gives its stored hash.
+ * TY_ENOTFOUND when none. */
+ty_status store_key_lookup(store *st, const char *key_id, store_key *out,
+                           uint8_t hash[32], ty_err *err);
+
+/* ---- listing ---- */
+
+/* A page of a list: items (new array) and the cursor of the next page
+ * (0 when this is the last). Cursors are row sequence numbers, newest first. */
+typedef struct {
+    int64_t cursor;  /* 0 = start from the newest */
+    int limit;       /* 1..1000 */
+} store_page;
+
+/* ---- datasets ---- */
+
+/* Inserts a dataset row; doc is the API representation (borrowed). */
+ty_status store_dataset_insert(store *st, const char *tenant_id,
+                               const char *id, const char *sha256,
+                               int64_t bytes, const json_t *doc, ty_err *err);
+
+/* The dataset's API representation, and its blob hash into sha256 (may be
+ * NULL). TY_ENOTFOUND if it is not this tenant's. */
+ty_status store_dataset_get(store *st, const char *tenant_id, const char *id,
+                            json_t **doc, char sha256[65], ty_err *err);
+
+ty_status store_dataset_list(store *st, const char *tenant_id,
+                             store_page page, json_t **items,
+                             int64_t *next_cursor, ty_err *err);
+
+/* Deletes the row and writes its blob hash into sha256. TY_ECONFLICT (with
+ * the job named) while a queued or running job uses the dataset. */
+ty_status store_dataset_delete(store *st, const char *tenant_id,
+                               const char *id, char sha256[65], ty_err *err);
+
+/* ---- jobs ---- */
+
+/* Job states, as the API spells them. */
+#define JOB_QUEUED "queued"
+#define JOB_RUNNING "running"
+#define JOB_SUCCEEDED "succeeded"
+#define JOB_FAILED "failed"
+#define JOB_CANCELLED "cancelled"
+
+/* Inserts a queued job. spec and hyperparameters are the normalized objects,
+ * validation {"split": f} or {"dataset": id} (all borrowed);
+ * estimated_memory_bytes the job document's field of that name. */
+ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
+                           const char *name, const char *dataset_id,
+                           const json_t *validation, const json_t *spec,
+                           const json_t *hyperparameters,
+                           int64_t estimated_memory_bytes, ty_err *err);
+
+/* The same, with what the job asks of the scheduler: resources (the
+ * normalized {"gpu": ...} object; NULL stores none, shown as
+ * {"gpu": "none"}) and priority (higher first within its tenant). */
+ty_status store_job_insert_req(store *st, const char *tenant_id,
+                               const char *id, const char *name,
+                               const char *dataset_id,
+                               const json_t *validation, const json_t *spec,
+                               const json_t *hyperparameters,
+                               int64_t estimated_memory_bytes,
+                               const json_t *resources, int64_t priority,
+                               ty_err *err);
+
+/* The job's API representation. */
+ty_status store_job_get(store *st, const char *tenant_id, const char *id,
+                        json_t **doc, ty_err *err);
+
+/* The same representation, for the runner, without a tenant check; adds
+ * "tenant_id". */
+ty_status store_job_get_internal(store *st, const char *id, json_t **doc,
+                                 ty_err *err);
+
+ty_status store_job_list(store *st, const char *tenant_id, const char *status,
+                         store_page page, json_t **items,
+                         int64_t *next_cursor, ty_err *err);
+
+/* Per-epoch metrics, oldest first (new array). */
+ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
+                           json_t **items, ty_err *err);
+
+/* The oldest queued job's id into id; TY_ENOTFOUND when none is queued. */
+ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err);
+
+/* queued -> running; counts an attempt, stamps started_at and records
+ * the device this run trains on ("cpu", "cuda:N"; the job's "device").
+ * TY_ECONFLICT if the job is not queued any more. */
+ty_status store_job_start(store *st, const char *id, const char *device,
+                          ty_err *err);
+
+/* store_job_start, also recording where the run was placed (the job's
+ * "placement", replaced; NULL keeps the previous one). A start after a
+ * preemption (store_job_requeue with preempted) resumes the same attempt
+ * and does not count a new one. */
+ty_status store_job_start_on(store *st, const char *id, const char *device,
+                             const json_t *placement, ty_err *err);
+
+/* Merges patch into the job's placement (RFC 7386, as json_patch). */
+ty_status store_job_placement_merge(store *st, const char *id,
+                                    const json_t *patch, ty_err *err);
+
+/* running -> queued for a run that stopped and will start again: after a
+ * preemption (preempted 1: preemptions + 1, the next start counts no
+ * attempt) or a crash to be retried (error says why; NULL clears it).
+ * TY_ECONFLICT when the job is not running (cancelled meanwhile). */
+ty_status store_job_requeue(store *st, const char *id, int preempted,
+                            const char *error, ty_err *err);
+
+/* Every queued job, oldest first, as rows {id, tenant_id, priority,
+ * resources, submit_time (seconds since the epoch)} (new array). */
+ty_status store_job_queued_all(store *st, json_t **rows, ty_err *err);
+
+/* Replaces the job's progress and merges metrics into its latest metrics
+ * (either may be NULL). */
+ty_status store_job_progress(store *st, const char *id, const json_t *progress,
+                             const json_t *metrics, ty_err *err);
+
+/* Records an epoch's metrics (replacing a previous record of the same epoch,
+ * as after a resume) and merges them into the latest metrics. */
+ty_status store_job_epoch(store *st, const char *id, int64_t epoch,
+                          const json_t *metrics, ty_err *err);
+
+/* running|queued -> failed or cancelled, with a message (may be NULL). Only
+ * changes jobs that are not finished; *changed says whether it did. */
+ty_status store_job_finish(store *st, const char *id, const char *status,
+                           const char *error, int *changed, ty_err *err);
+
+/* In one transaction: inserts the model row and marks the job succeeded with
+ * that model. model_doc is the model's API representation (borrowed). */
+ty_status store_job_succeed(store *st, const char *id, const char *model_id,
+                            const char *sha256, int64_t bytes,
+                            const json_t *model_doc, ty_err *err);
+
+/* A tenant's request to cancel: a queued job becomes cancelled at once
+ * (*was_running = 0); a running one is left for the runner to stop
+ * (*was_running = 1). Finished jobs answer TY_ECONFLICT. */
+ty_status store_job_request_cancel(store *st, const char *tenant_id,
+                                   const char *id, int *was_running,
+                                   ty_err *err);
+
+/* Puts every running job back in the queue (server start, after a crash or a
+ * shutdown); *count says how many. */
+ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err);
+
+/* ---- models ---- */
+
+ty_status store_model_get(store *st, const char *tenant_id, const char *id,
+                          json_t **doc, char sha256[65], ty_err *err);
+
+/* Inserts a model that no job made (an import); doc is its API
+ * representation (borrowed). */
+ty_status store_model_insert(store *st, const char *tenant_id, const char *id,
+                             const char *sha256, int64_t bytes,
+                             const json_t *doc, ty_err *err);
+
+ty_status store_model_list(store *st, const char *tenant_id, store_page page,
+                           json_t **items, int64_t *next_cursor, ty_err *err);
+
+ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
+                             char sha256[65], ty_err *err);
+
+/* ---- blobs ---- */
+
+/* The blob lock: held from a blob's import until its row commits, and from
+ * a row's delete until its blob is released (store_blob_release takes it). */
+void store_blob_lock(store *st);
+void store_blob_unlock(store *st);
+
+/* Removes blob sha256 if no dataset or model row references it any more. */
+void store_blob_release(store *st, const char *sha256);
+
+/* Removes the blobs no row references (left by a crash between a blob's
+ * import and its row's commit, or a row's delete and the blob's); returns
+ * how many. */
+int store_blob_gc(store *st);
+
+/* How many dataset and model rows reference this blob. */
+ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
+                          ty_err *err);
+
+/* ---- tenants (admin) ---- */
+
+#define STORE_UNLIMITED (-1)
+
+/* A tenant's fair-share weight and quotas; STORE_UNLIMITED where a quota is
+ * not set. max_gpu_slices counts compute slices (a whole GPU of 7 slices
+ * holds 7). */
+typedef struct {
+    double weight;
+    int64_t max_gpu_slices;
+    int64_t max_running_jobs;
+    int64_t max_storage_bytes;
+} store_tenant_limits;
+
+/* Which fields of a store_tenant_limits an update sets. */
+enum {
+    STORE_TENANT_SET_WEIGHT = 1u << 0,
+    STORE_TENANT_SET_GPU_SLICES = 1u << 1,
+    STORE_TENANT_SET_RUNNING_JOBS = 1u << 2,
+    STORE_TENANT_SET_STORAGE = 1u << 3,
+};
+
+/* Creates tenant id with its limits and its first (non-admin) key, in one
+ * transaction; hash is the key's SHA-256. TY_ECONFLICT (field "name") if
+ * another tenant has the name; on failure nothing is stored. */
+ty_status store_tenant_create(store *st, const char *id, const char *name,
+                              const store_tenant_limits *lim,
+                              const char *key_id, const uint8_t hash[32],
+                              ty_err *err);
+
+/* The tenant's API representation: id, name, weight, quota (null =
+ * unlimited), usage (storage_bytes, datasets, models, running_jobs), admin,
+ * created_at. TY_ENOTFOUND when there is no such tenant. */
+ty_status store_tenant_get(store *st, const char *id, json_t **doc,
+                           ty_err *err);
+
+/* Every tenant, newest first, paged like the other lists. */
+ty_status store_tenant_list(store *st, store_page page, json_t **items,
+                            int64_t *next_cursor, ty_err *err);
+
+/* The tenant's weight and quotas, for quota checks and the scheduler. */
+ty_status store_tenant_limits_get(store *st, const char *id,
+                                  store_tenant_limits *out, ty_err *err);
+
+/* Renames (name NULL = unchanged) and sets the limits named in set
+ * (STORE_TENANT_SET_*), in one transaction. TY_ENOTFOUND, or TY_ECONFLICT
+ * when the name is taken; on failure nothing changes. */
+ty_status store_tenant_update(store *st, const char *id, const char *name,
+                              const store_tenant_limits *lim, unsigned set,
+                              ty_err *err);
+
+/* What the storage quota measures: the bytes of every dataset and model row
+ * the tenant owns (a blob shared by two rows counts twice). */
+ty_status store_tenant_storage(store *st, const char *id, int64_t *bytes,
+                               ty_err *err);
+
+/* Adds a key to the tenant (an admin key when the tenant holds admin keys)
+ * and gives its representation (id, tenant, admin, created_at, revoked_at;
+ * never the hash). TY_ENOTFOUND when there is no such tenant. */
+ty_status store_key_create(store *st, const char *tenant_id,
+                           const char *key_id, const uint8_t hash[32],
+                           json_t **doc, ty_err *err);
+
+/* The tenant's keys, revoked ones included, newest first. TY_ENOTFOUND when
+ * there is no such tenant. */
+ty_status store_key_list(store *st, const char *tenant_id, store_page page,
+                         json_t **items, int64_t *next_cursor, ty_err *err);
+
+/* Revokes the tenant's key (again is fine: the first time stands). Takes
+ * effect on the next request: keys are looked up on every request.
+ * TY_ENOTFOUND if the tenant has no such key; TY_ECONFLICT for the last live
+ * admin key. */
+ty_status store_key_revoke(store *st, const char *tenant_id,
+                           const char *key_id, ty_err *err);
+
+/* ---- metrics ---- */
+
+/* How many jobs each tenant has in each state, as rows {tenant_id, status,
+ * n} (new array), for GET /metrics. */
+ty_status store_job_counts(store *st, json_t **rows, ty_err *err);
+
+#endif
