@@ -24,6 +24,7 @@
 #include "api/api.h"
 #include "jobs/runner.h"
 #include "events/hub.h"
+#include "server/sse.h"
 
 /* Parses the Last-Event-ID header into *id (0: none). Replies 400 and
  * returns 0 when it is not a decimal id. */
@@ -129,7 +130,7 @@ void api_events_stream(ty_app *app, http_req *r)
         pre = reset_text(newest);
     else if (last)
         after = last;
-    ev_stream_reply(app->events, r, api_tenant(r), NULL, after, pre,
+    sse_reply(r, app->events, api_tenant(r), NULL, after, pre,
                     EV_END_NEVER);
 }
 
@@ -161,7 +162,7 @@ void api_jobs_events(ty_app *app, http_req *r)
     if (last && !reset) {
         /* A resume: what came after `last`, from the ring (all there is,
          * when the job has finished). */
-        ev_stream_reply(app->events, r, api_tenant(r), http_req_param(r, 0),
+        sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0),
                         last, pre,
                         job_is_finished(job) ? EV_END_CAUGHT_UP : EV_END_NEVER);
         json_decref(job);
@@ -171,14 +172,14 @@ void api_jobs_events(ty_app *app, http_req *r)
         if ((s = finished_job_text(app, r, job, newest, &pre, &pre_len,
                                    &err)) != TY_OK)
             goto fail;
-        ev_stream_reply(app->events, r, api_tenant(r), http_req_param(r, 0),
+        sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0),
                         newest, pre, EV_END_AFTER_PREAMBLE);
         json_decref(job);
         return;
     }
     /* Running or queued: its events still in the ring, then new ones;
      * after a reset, new ones only. */
-    ev_stream_reply(app->events, r, api_tenant(r), http_req_param(r, 0),
+    sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0),
                     reset ? newest : oldest - 1, pre, EV_END_NEVER);
     json_decref(job);
     return;

@@ -15,7 +15,6 @@
 #include "store/store.h"
 #include "server/tls.h"
 
-struct MHD_Daemon;
 struct runner;
 struct model_cache;
 struct inventory;
@@ -29,7 +28,6 @@ typedef struct ty_app {
     store *store;
     struct runner *runner;
     struct model_cache *models;
-    struct MHD_Daemon *daemon;
     int bound_port;               /* the port actually listened on */
     /* Where jobs train: --train-device resolved at startup (main). */
     place_device train_dev;

@@ -302,7 +302,23 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
-    if (http_server_start(&app, api_routes, api_routes_count, &err) != TY_OK) {
+    http_server_opts http = {
+        .listen = cfg.listen,
+        .host = cfg.host,
+        .port = cfg.port,
+        .ipv6 = cfg.ipv6,
+        .threads = cfg.http_threads,
+        .connection_timeout_s = cfg.connection_timeout_s,
+        .max_json_bytes = cfg.max_json_bytes,
+        .max_upload_bytes = cfg.max_upload_bytes,
+        .tmp_dir = app.tmp_dir,
+        .tls_cert = app.tls.cert,
+        .tls_key = app.tls.key,
+        .store = app.store,
+        .ctx = &app,
+    };
+    if (http_server_start(&http, api_routes, api_routes_count, &app.bound_port,
+                          &err) != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
@@ -323,7 +339,7 @@ static int cmd_serve(int argc, char **argv)
     log_event("info", "stopping", json_pack("{s:s}", "signal", strsignal(sig)));
     rc = 0;
 out:
-    http_server_stop(&app);
+    http_server_stop();
     runner_stop(app.runner);
     app.runner = NULL;
     ev_hub_destroy(app.events);

@@ -19,7 +19,6 @@
 #include <time.h>
 
 #include "common/ids.h"
-#include "server/http.h"
 #include "common/log.h"
 
 static const char *const type_names[] = {
@@ -43,10 +42,10 @@ typedef struct {
     size_t len;
 } ev_entry;
 
-typedef struct ev_stream ev_stream;
-struct ev_stream {
+struct ev_sub {
     ev_hub *hub;
-    http_stream *hs;             /* NULL until registered */
+    void (*wake)(void *arg);     /* NULL until attached */
+    void *wake_arg;
     char tenant[TY_ID_MAX];
     char job[TY_ID_MAX];         /* "" = every job of the tenant */
     uint64_t after;              /* the last id sent (or skipped) */
@@ -55,7 +54,7 @@ struct ev_stream {
     int end_after_pending;       /* a job stream sent its job.finished */
     int end_when_caught_up;      /* EV_END_CAUGHT_UP */
     double last_write;           /* monotonic */
-    ev_stream *prev, *next;
+    ev_sub *prev, *next;
 };
 
 struct ev_hub {
@@ -66,7 +65,7 @@ struct ev_hub {
     ev_entry *ring;
     size_t cap;
     uint64_t oldest, newest;     /* oldest = newest + 1 while empty */
-    ev_stream *streams;
+    ev_sub *streams;
     size_t nstreams;
 };
 
@@ -109,9 +108,9 @@ static void *ticker_main(void *arg)
         until.tv_sec += 1;
         pthread_cond_timedwait(&h->cv, &h->mu, &until);
         double t = mono_s();
-        for (ev_stream *s = h->streams; s; s = s->next)
-            if (s->hs && t - s->last_write >= EV_KEEPALIVE_S)
-                http_stream_wake(s->hs);
+        for (ev_sub *s = h->streams; s; s = s->next)
+            if (t - s->last_write >= EV_KEEPALIVE_S)
+                s->wake(s->wake_arg);
     }
     pthread_mutex_unlock(&h->mu);
     return NULL;
@@ -165,7 +164,7 @@ void ev_hub_destroy(ev_hub *h)
     free(h);
 }
 
-static int stream_wants(const ev_stream *s, const ev_entry *e)
+static int stream_wants(const ev_sub *s, const ev_entry *e)
 {
     return !strcmp(s->tenant, e->tenant) &&
            (!s->job[0] || !strcmp(s->job, e->job));
@@ -199,9 +198,9 @@ uint64_t ev_publish(ev_hub *h, const char *tenant_id, const char *job_id,
     h->newest = id;
     if (h->newest - h->oldest + 1 > h->cap)
         h->oldest = h->newest - h->cap + 1;
-    for (ev_stream *s = h->streams; s; s = s->next)
-        if (s->hs && stream_wants(s, e))
-            http_stream_wake(s->hs);
+    for (ev_sub *s = h->streams; s; s = s->next)
+        if (stream_wants(s, e))
+            s->wake(s->wake_arg);
     pthread_mutex_unlock(&h->mu);
     return id;
 }
@@ -226,7 +225,7 @@ size_t ev_hub_streams(ev_hub *h)
  * reset when the ring has moved past it (a reader slower than the ring),
  * or a keepalive when it has been quiet. 0 when there is nothing. Caller
  * holds mu. */
-static int stream_next(ev_hub *h, ev_stream *s)
+static int stream_next(ev_hub *h, ev_sub *s)
 {
     if (s->after + 1 < h->oldest && h->oldest <= h->newest) {
         s->after = h->newest;
@@ -258,9 +257,8 @@ static int stream_next(ev_hub *h, ev_stream *s)
     return 1;
 }
 
-static long stream_fill(void *cls, char *buf, size_t max)
+long ev_sub_read(ev_sub *s, char *buf, size_t max)
 {
-    ev_stream *s = cls;
     ev_hub *h = s->hub;
     size_t n = 0;
     pthread_mutex_lock(&h->mu);
@@ -291,12 +289,13 @@ static long stream_fill(void *cls, char *buf, size_t max)
     return (long)n;
 }
 
-static void stream_free(void *cls)
+void ev_unsubscribe(ev_sub *s)
 {
-    ev_stream *s = cls;
+    if (!s)
+        return;
     ev_hub *h = s->hub;
     pthread_mutex_lock(&h->mu);
-    if (s->hs) {
+    if (s->wake) {
         if (s->prev)
             s->prev->next = s->next;
         else
@@ -310,15 +309,13 @@ static void stream_free(void *cls)
     free(s);
 }
 
-void ev_stream_reply(ev_hub *h, http_req *r, const char *tenant_id,
-                     const char *job_id, uint64_t after, char *preamble,
-                     ev_end end)
+ev_sub *ev_subscribe(ev_hub *h, const char *tenant_id, const char *job_id,
+                     uint64_t after, char *preamble, ev_end end)
 {
-    ev_stream *s = h ? calloc(1, sizeof *s) : NULL;
+    ev_sub *s = h ? calloc(1, sizeof *s) : NULL;
     if (!s) {
         free(preamble);
-        http_reply_problem(r, 503, NULL, "live events are not available");
-        return;
+        return NULL;
     }
     s->hub = h;
     snprintf(s->tenant, sizeof s->tenant, "%s", tenant_id);
@@ -329,14 +326,15 @@ void ev_stream_reply(ev_hub *h, http_req *r, const char *tenant_id,
     s->end_after_pending = end == EV_END_AFTER_PREAMBLE;
     s->end_when_caught_up = end == EV_END_CAUGHT_UP;
     s->last_write = mono_s();
-    http_stream *hs =
-        http_reply_stream(r, "text/event-stream", stream_fill, stream_free, s);
-    if (!hs)
-        return;
-    /* The reader runs only after this handler returns; registering now
-     * is in time for every event after `after`. */
+    return s;
+}
+
+void ev_sub_attach(ev_sub *s, void (*wake)(void *arg), void *arg)
+{
+    ev_hub *h = s->hub;
     pthread_mutex_lock(&h->mu);
-    s->hs = hs;
+    s->wake = wake;
+    s->wake_arg = arg;
     s->next = h->streams;
     if (h->streams)
         h->streams->prev = s;

@@ -5,13 +5,15 @@
  * The runner (and the jobs API at submit and cancel) publishes job events;
  * each gets the next id and is kept, already formatted as SSE text, in a
  * bounded in-memory ring (--events-ring, default EV_RING_DEFAULT events).
- * Every open stream is a subscriber: it remembers the last id it sent,
- * reads the ring forward from there (its tenant's events, or one job's),
- * and is suspended (libmicrohttpd suspend/resume through http_reply_stream,
- * no thread held) while it has nothing to send. A publish wakes the streams
- * it concerns; a ticker thread wakes idle ones for a `: keepalive` comment
- * every EV_KEEPALIVE_S seconds, which is also how a vanished client is
- * noticed and its stream freed.
+ * Every open stream is a subscriber (ev_sub): it remembers the last id it
+ * sent and reads the ring forward from there (its tenant's events, or one
+ * job's). The hub knows no transport: a subscriber is attached with a wake
+ * callback, which a publish calls for the subscribers it concerns, and a
+ * ticker thread for idle ones every EV_KEEPALIVE_S seconds (so they send a
+ * `: keepalive` comment, which is also how a vanished client is noticed).
+ * server/sse.c ties a subscriber to an HTTP stream (suspended, holding no
+ * thread, while it has nothing to send). The ring keeps each event as its
+ * SSE text (ev_format), formatted once at publish for every reader.
  *
  * Ids start at the server's start time in seconds times 2^20 and increase
  * by one per event, so an id from an earlier server process is always older
@@ -19,7 +21,8 @@
  * silently missing events. They stay below 2^53 (exact in JavaScript).
  *
  * Thread safety: every function may be called from any thread. Lock order:
- * the hub's mutex, then http.c's stream mutex (never the runner's or the
+ * the hub's mutex, then whatever the wake callback takes (server/stream.c's
+ * stream mutex) (never the runner's or the
  * store's: publishers render the job before calling ev_publish).
  */
 #ifndef TY_EVENTS_H
@@ -50,7 +53,6 @@ typedef enum {
 const char *ev_type_name(ev_type t);
 
 typedef struct ev_hub ev_hub;
-struct http_req;
 
 /* Creates a hub keeping the last ring_size (1..EV_RING_MAX) events and
  * starts its keepalive ticker. NULL on failure (err says why). */
@@ -82,14 +84,27 @@ typedef enum {
                                 finished job's resume) */
 } ev_end;
 
-/* Replies to r with a text/event-stream that first sends preamble (SSE
- * text, may be NULL; stolen), then every event of tenant_id (only job_id's
- * when job_id is not NULL) with an id greater than after, as they come,
- * until `end` says. A job stream ends after its job.finished. On failure
- * a problem reply is made and preamble freed. */
-void ev_stream_reply(ev_hub *h, struct http_req *r, const char *tenant_id,
-                     const char *job_id, uint64_t after, char *preamble,
-                     ev_end end);
+typedef struct ev_sub ev_sub;
+
+/* A subscriber that first reads preamble (SSE text, may be NULL; stolen),
+ * then every event of tenant_id (only job_id's when job_id is not NULL)
+ * with an id greater than after, as they come, until `end` says; a job
+ * subscriber ends after its job.finished. It gets no event wake-ups until
+ * ev_sub_attach. NULL when h is NULL or memory ran out (preamble freed). */
+ev_sub *ev_subscribe(ev_hub *h, const char *tenant_id, const char *job_id,
+                     uint64_t after, char *preamble, ev_end end);
+
+/* Registers s with its hub: wake(arg) is called (under the hub's mutex,
+ * so it must not block or call back into the hub) when s may have
+ * something to read. */
+void ev_sub_attach(ev_sub *s, void (*wake)(void *arg), void *arg);
+
+/* Writes up to max bytes of s's text into buf: the count, 0 when nothing
+ * is ready now (wait for a wake), -1 at the end of the stream. */
+long ev_sub_read(ev_sub *s, char *buf, size_t max);
+
+/* Detaches and frees s. NULL is ignored. */
+void ev_unsubscribe(ev_sub *s);
 
 /* Open streams (for tests and metrics). */
 size_t ev_hub_streams(ev_hub *h);

@@ -23,19 +23,35 @@
 #include <stddef.h>
 
 #include "common/ty.h"
-#include "app/app.h"
 #include "server/router.h"
 #include "store/store.h"
 
 typedef struct http_req http_req;
 
-/* Starts the daemon on app->cfg.listen with the given routes; sets
- * app->bound_port. */
-ty_status http_server_start(ty_app *app, const route *routes, size_t nroutes,
-                            ty_err *err);
+/* What the server needs of its settings and of the rest of the process. */
+typedef struct http_server_opts {
+    const char *listen;          /* as given, for messages */
+    const char *host;            /* the numeric address to bind */
+    int port;                    /* 0 = any free port */
+    int ipv6;
+    int threads;                 /* libmicrohttpd's thread pool */
+    int connection_timeout_s;    /* idle connections are closed after */
+    uint64_t max_json_bytes;     /* a JSON body's limit */
+    uint64_t max_upload_bytes;   /* a multipart body's limit */
+    const char *tmp_dir;         /* spooled parts and temp files */
+    const char *tls_cert;        /* PEM; NULL: plain HTTP */
+    const char *tls_key;
+    store *store;                /* API keys, for the routes' auth */
+    struct ty_app *ctx;          /* handed to every handler */
+} http_server_opts;
+
+/* Starts the daemon with opts (copied; the strings must outlive the
+ * server) and the routes; *bound_port gets the port listened on. */
+ty_status http_server_start(const http_server_opts *opts, const route *routes,
+                            size_t nroutes, int *bound_port, ty_err *err);
 
 /* Stops accepting, finishes requests in flight, and frees the daemon. */
-void http_server_stop(ty_app *app);
+void http_server_stop(void);
 
 /* ---- what a handler reads ---- */
 

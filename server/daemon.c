@@ -1,0 +1,151 @@
+/*
+ * daemon.c - the listening socket and the libmicrohttpd daemon: start and
+ * graceful stop (see http.h).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "common/fetch.h"
+#include "common/log.h"
+#include "server/http_internal.h"
+
+/* ---- daemon ---- */
+
+static int listen_socket(const http_server_opts *cfg, int *port_out, ty_err *err)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof ss);
+    if (cfg->ipv6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)cfg->port);
+        if (inet_pton(AF_INET6, cfg->host, &a->sin6_addr) != 1) {
+            ty_fail(err, TY_EINVAL, "--listen",
+                    "--listen: %s is not an IPv6 address", cfg->host);
+            return -1;
+        }
+        len = sizeof *a;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)cfg->port);
+        const char *host = strcmp(cfg->host, "localhost") ? cfg->host
+                                                          : "127.0.0.1";
+        if (inet_pton(AF_INET, host, &a->sin_addr) != 1) {
+            ty_fail(err, TY_EINVAL, "--listen",
+                    "--listen: %s is not an IPv4 address (use a numeric "
+                    "address such as 127.0.0.1 or 0.0.0.0)",
+                    cfg->host);
+            return -1;
+        }
+        len = sizeof *a;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        ty_fail(err, TY_EIO, NULL, "socket: %s", strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
+        ty_fail(err, TY_EIO, "--listen", "cannot listen on %s: %s%s",
+                cfg->listen, strerror(errno),
+                errno == EADDRINUSE ? " (is another server running there? "
+                                      "pick another port with --listen)"
+                                    : "");
+        close(fd);
+        return -1;
+    }
+    if (listen(fd, 256) != 0) {
+        ty_fail(err, TY_EIO, NULL, "listen: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) == 0)
+        *port_out = ntohs(ss.ss_family == AF_INET6
+                              ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                              : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char buf[512];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    log_event("warn", "http", json_pack("{s:s}", "msg", buf));
+}
+
+ty_status http_server_start(const http_server_opts *opts, const route *routes,
+                            size_t nroutes, int *bound_port, ty_err *err)
+{
+    http_server.opts = *opts;
+    http_server.routes = routes;
+    http_server.nroutes = nroutes;
+    int port = 0;
+    int fd = listen_socket(opts, &port, err);
+    if (fd < 0)
+        return TY_EIO;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
+                     MHD_USE_ERROR_LOG | MHD_USE_ITC |
+                     MHD_ALLOW_SUSPEND_RESUME; /* event streams */
+    if (opts->ipv6)
+        flags |= MHD_USE_IPv6;
+    /* HTTPS: TLS 1.2 and 1.3 only; GnuTLS's NORMAL set otherwise. */
+    struct MHD_OptionItem tls_opts[] = {
+        {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)opts->tls_cert},
+        {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)opts->tls_key},
+        {MHD_OPTION_HTTPS_PRIORITIES, 0,
+         (void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"},
+        {MHD_OPTION_END, 0, NULL}};
+    if (opts->tls_cert)
+        flags |= MHD_USE_TLS;
+    else
+        tls_opts[0].option = MHD_OPTION_END;
+    http_server.daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, http_on_request, NULL,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->threads,
+        MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, NULL,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)opts->connection_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+    if (!http_server.daemon) {
+        close(fd);
+        if (opts->tls_cert)
+            return ty_fail(err, TY_EINVAL, "--tls-key",
+                           "cannot start HTTPS on %s: the TLS library "
+                           "refused the certificate or key (is --tls-key "
+                           "the private key of --tls-cert? the server log "
+                           "line before this says more)",
+                           opts->listen);
+        return ty_fail(err, TY_EIO, NULL,
+                       "cannot start the HTTP server on %s", opts->listen);
+    }
+    *bound_port = port;
+    return TY_OK;
+}
+
+void http_server_stop(void)
+{
+    if (!http_server.daemon)
+        return;
+    /* libmicrohttpd must not be stopped with suspended connections. */
+    http_streams_close_all();
+    MHD_socket fd = MHD_quiesce_daemon(http_server.daemon);
+    /* Requests in flight finish; a long URL fetch among them stops now. */
+    fetch_abort_all();
+    MHD_stop_daemon(http_server.daemon);
+    if (fd != MHD_INVALID_SOCKET)
+        close(fd);
+    http_server.daemon = NULL;
+}

@@ -1,0 +1,93 @@
+/*
+ * http_internal.h - what the HTTP server's files share (http.c: the request
+ * lifecycle; reply.c: replies and streams; daemon.c: the listening daemon).
+ * Not for the rest of the product: handlers see http.h.
+ */
+#ifndef TY_HTTP_INTERNAL_H
+#define TY_HTTP_INTERNAL_H
+
+#include <limits.h>
+#include <microhttpd.h>
+#include <time.h>
+
+#include "common/ids.h"
+#include "server/http.h"
+#include "server/multipart.h"
+
+#define FORM_MAX_PARTS 16
+#define FORM_MEM_MAX (64 * 1024)
+#define MAX_TEMP_FILES 8
+#define MAX_REPLY_HEADERS 6
+/* Past its limit, a body is discarded up to this many more bytes so the
+ * client can read the 413; beyond that the connection is dropped. */
+#define DISCARD_SLACK (16u << 20)
+
+typedef enum { BODY_NONE, BODY_JSON, BODY_MULTIPART } body_kind;
+
+typedef struct {
+    char name[64];
+    char *mem;
+    size_t len, cap;
+    int fd;                 /* >= 0 once spooled */
+    char path[PATH_MAX];
+} form_part;
+
+struct http_req {
+    struct ty_app *app;        /* the handlers' context (http_server_opts.ctx) */
+    struct MHD_Connection *conn;
+    http_method method;
+    char method_name[16];
+    char path[1024];
+    route_match match;
+    int routed;
+    store_key key;
+    char request_id[TY_ID_MAX];
+    struct timespec start;
+
+    body_kind body;
+    uint64_t body_limit;
+    uint64_t bytes_in;
+    char *buf;               /* JSON body */
+    size_t buf_len, buf_cap;
+    mp_parser *mp;
+    form_part parts[FORM_MAX_PARTS];
+    int nparts;
+    json_t *json;
+
+    char temps[MAX_TEMP_FILES][PATH_MAX];
+    int ntemps;
+
+    /* the reply */
+    int replied;
+    int streamed;              /* the reply is an event stream */
+    int queued;
+    unsigned status;
+    struct MHD_Response *response;
+    uint64_t bytes_out;
+    char hdr_name[MAX_REPLY_HEADERS][32];
+    char hdr_value[MAX_REPLY_HEADERS][256];
+    int nhdr;
+};
+
+/* The running server: its options, routes and daemon (one per process). */
+typedef struct {
+    http_server_opts opts;
+    const route *routes;
+    size_t nroutes;
+    struct MHD_Daemon *daemon;
+} http_server_state;
+
+extern http_server_state http_server;
+
+/* libmicrohttpd's request and completion callbacks (http.c). */
+enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn,
+                                const char *url, const char *method,
+                                const char *version, const char *upload_data,
+                                size_t *upload_data_size, void **req_cls);
+void http_on_completed(void *cls, struct MHD_Connection *conn,
+                       void **req_cls, enum MHD_RequestTerminationCode toe);
+
+/* Ends every open stream (reply.c); before the daemon stops. */
+void http_streams_close_all(void);
+
+#endif
