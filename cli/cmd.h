@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#include "cli/cli.h"
+#include "cli/exit.h"
 #include "cli/config.h"
 #include "cli/http.h"
 

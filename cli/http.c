@@ -11,7 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "cli/cli.h"
+#include "cli/exit.h"
 
 typedef struct {
     char *buf;

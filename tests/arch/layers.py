@@ -102,9 +102,12 @@ def check(root):
 
 
 def module(path):
-    """x.c and x.h are one module; a .cuh is its own."""
+    """x.c, x.h and x_internal.h (the private header of a module split over
+    several files) are one module; a .cuh is its own."""
     base, ext = os.path.splitext(path)
-    return base if ext in ('.c', '.h', '.cu') else path
+    if ext not in ('.c', '.h', '.cu'):
+        return path
+    return base[:-len('_internal')] if base.endswith('_internal') else base
 
 
 def circles(graph):
