@@ -41,7 +41,8 @@ void inv_destroy(inventory *inv)
         free(inv->gpus[i].migs);
     free(inv->gpus);
     free(inv->slots);
-    inv_nvml_close(inv->nvml);
+    if (inv->source_close)
+        inv->source_close(inv->source_ctx);
     pthread_mutex_destroy(&inv->mu);
     free(inv);
 }
@@ -327,20 +328,6 @@ ty_status inv_sim_load(const char *path, inventory **out, ty_err *err)
     return s;
 }
 
-ty_status inv_open(const char *spec, inventory **out, ty_err *err)
-{
-    *out = NULL;
-    if (!spec || !strcmp(spec, "auto") || !strcmp(spec, "nvml"))
-        return inv_nvml_open(NULL, out, err);
-    if (!strcmp(spec, "none"))
-        return inv_empty(INV_SOURCE_NONE, "none", out, err);
-    if (!strncmp(spec, "sim:", 4) && spec[4])
-        return inv_sim_load(spec + 4, out, err);
-    return ty_fail(err, TY_EINVAL, "--devices",
-                   "--devices %s: expected auto, none or sim:<file.json>",
-                   spec);
-}
-
 /* ---- the JSON view ---- */
 
 void inv_slot_holder_json(const inv_slot *s, const inv_viewer *viewer,
@@ -443,4 +430,10 @@ json_t *inv_to_json(inventory *inv, const inv_viewer *viewer)
                                            : json_null());
     json_object_set_new(doc, "gpus", gpus);
     return doc;
+}
+
+void inv_refresh(inventory *inv)
+{
+    if (inv && inv->source_refresh)
+        inv->source_refresh(inv);
 }

@@ -91,8 +91,6 @@ typedef struct {
     char tenant_id[TY_ID_MAX];
 } inv_slot;
 
-struct inv_nvml;
-
 typedef struct inventory {
     inv_source source;
     char source_label[PATH_MAX + 8];      /* "nvml", "sim:<file>", "none" */
@@ -103,8 +101,12 @@ typedef struct inventory {
     int nslots;
     inv_slot *slots;
     pthread_mutex_t mu;                   /* guards holders and telemetry */
-    struct inv_nvml *nvml;                /* the loaded library (nvml.c);
-                                             NULL unless source is NVML */
+    /* A source with a live part (NVML: the loaded library, nvml.c) sets
+     * these: refresh re-reads the telemetry (taking mu), close releases
+     * ctx with the inventory. NULL for the others. */
+    void *source_ctx;
+    void (*source_refresh)(struct inventory *inv);
+    void (*source_close)(void *ctx);
 } inventory;
 
 /* Opens the inventory a --devices value names ("auto", "nvml", "none",
@@ -133,17 +135,17 @@ ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err);
 ty_status inv_empty(inv_source source, const char *label, inventory **out,
                     ty_err *err);
 
-/* Re-reads the GPUs' telemetry (NVML source only; others: nothing).
- * Takes mu. */
+/* Re-reads the GPUs' telemetry (through source_refresh: NVML only;
+ * others: nothing). Takes mu. */
 void inv_refresh(inventory *inv);
 
 /* Releases everything (inv may be NULL). */
 void inv_destroy(inventory *inv);
 
-/* For the sources (inventory.c, nvml.c): builds inv->slots from inv->gpus
- * (TY_ENOMEM only), and unloads NVML (n may be NULL). */
+/* The builder the sources (nvml.c, the sim part of inventory.c) fill: an
+ * inv_empty inventory gets its gpus, then inv_build_slots builds
+ * inv->slots from them (TY_ENOMEM only). */
 ty_status inv_build_slots(inventory *inv, ty_err *err);
-void inv_nvml_close(struct inv_nvml *n);
 
 /* Who may see what of a slot's holder. */
 typedef struct {

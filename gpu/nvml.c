@@ -120,8 +120,9 @@ static int nv_ok(inventory *inv, const struct inv_nvml *n, const char *ctx,
     return 0;
 }
 
-void inv_nvml_close(struct inv_nvml *n)
+static void nvml_close(void *ctx)
 {
+    struct inv_nvml *n = ctx;
     if (!n)
         return;
     if (n->initialised && n->shutdown)
@@ -224,6 +225,8 @@ static ty_status read_migs(inventory *inv, struct inv_nvml *n, nvmlDevice_t d,
     return TY_OK;
 }
 
+static void nvml_refresh(inventory *inv);
+
 ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err)
 {
     inventory *inv = NULL;
@@ -235,7 +238,9 @@ ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err)
         inv_destroy(inv);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory for NVML");
     }
-    inv->nvml = n;
+    inv->source_ctx = n;
+    inv->source_refresh = nvml_refresh;
+    inv->source_close = nvml_close;
     if (!lib)
         lib = "libnvidia-ml.so.1";
     n->lib = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
@@ -335,8 +340,10 @@ ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err)
     return TY_OK;
 empty:
     /* No library, driver or GPU: an empty inventory that says why. */
-    inv->nvml = NULL;
-    inv_nvml_close(n);
+    inv->source_ctx = NULL;
+    inv->source_refresh = NULL;
+    inv->source_close = NULL;
+    nvml_close(n);
     *out = inv;
     return TY_OK;
 fail:
@@ -344,12 +351,12 @@ fail:
     return s;
 }
 
-void inv_refresh(inventory *inv)
+/* inv_refresh for the NVML source. */
+static void nvml_refresh(inventory *inv)
 {
-    if (!inv || !inv->nvml)
-        return;
+    struct inv_nvml *n = inv->source_ctx;
     pthread_mutex_lock(&inv->mu);
     for (int i = 0; i < inv->ngpus; i++)
-        read_telemetry(inv->nvml, inv->nvml->dev[i], &inv->gpus[i]);
+        read_telemetry(n, n->dev[i], &inv->gpus[i]);
     pthread_mutex_unlock(&inv->mu);
 }

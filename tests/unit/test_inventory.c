@@ -528,7 +528,7 @@ static void test_nvml_missing(void **state)
     assert_string_equal(inv->source_label, "nvml");
     assert_int_equal(inv->ngpus, 0);
     assert_int_equal(inv->nslots, 0);
-    assert_null(inv->nvml);
+    assert_null(inv->source_ctx);
     assert_non_null(strstr(inv->reason, "NVML is not available"));
     inv_refresh(inv); /* nothing to refresh: no crash */
     json_t *doc = inv_to_json(inv, &(inv_viewer){"t", 1});
