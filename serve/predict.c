@@ -1,0 +1,369 @@
+/*
+ * predict.c - the predict service (see predict.h): one path for REST and
+ * KServe from a tenant's model to encoded outputs.
+ */
+#include "serve/predict.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/jsonutil.h"
+#include "jobs/placement.h"
+#include "models/data/dataset.h"
+#include "store/blob.h"
+
+#define MAX_NESTING 8
+
+/* A prediction in progress: the model held from the cache, the inputs and
+ * the outputs (run_free releases all three). */
+typedef struct {
+    const serve_env *env;
+    model_entry *e;
+    const nn_net *net;
+    uint64_t features;      /* per example */
+    uint32_t outputs;       /* per example */
+    float *x, *out;
+} run;
+
+/* Looks up the tenant's model and takes it from the cache. */
+static ty_status run_open(run *rn, const serve_env *env, const char *tenant_id,
+                          const char *model_id, ty_err *err)
+{
+    memset(rn, 0, sizeof *rn);
+    rn->env = env;
+    char sha[65], path[PATH_MAX];
+    json_t *doc = NULL;
+    ty_status s = store_model_get(env->store, tenant_id, model_id, &doc, sha,
+                                  err);
+    if (s != TY_OK)
+        return s;
+    blob_path(env->data_dir, sha, path, sizeof path);
+    /* Served where it was trained when this server has that device
+     * (trained_on: "cuda:N"; absent for imports), unless --serve-device
+     * says otherwise. */
+    s = model_cache_get(env->models, model_id, path,
+                        json_string_value(json_object_get(doc, "trained_on")),
+                        &rn->e, err);
+    json_decref(doc);
+    if (s != TY_OK)
+        return s;
+    rn->net = model_entry_net(rn->e);
+    rn->features = nn_net_input_features(rn->net);
+    rn->outputs = nn_net_num_outputs(rn->net);
+    return TY_OK;
+}
+
+/* Room for n examples' inputs and outputs. */
+static ty_status run_alloc(run *rn, uint64_t n, ty_err *err)
+{
+    rn->x = malloc(n * rn->features * sizeof *rn->x);
+    rn->out = malloc(n * rn->outputs * sizeof *rn->out);
+    if (!rn->x || !rn->out)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return TY_OK;
+}
+
+static void run_free(run *rn)
+{
+    free(rn->x);
+    free(rn->out);
+    if (rn->e)
+        model_cache_release(rn->env->models, rn->e);
+}
+
+/* "cpu" or "cuda:N": where the entry's predictions run. */
+static json_t *device_of(const model_entry *e)
+{
+    char label[16];
+    place_device_label(model_entry_device(e), label, sizeof label);
+    return json_string(label);
+}
+
+static void shape_text(const json_t *shape, char *out, size_t n)
+{
+    char *t = json_dumps(shape, JSON_COMPACT);
+    snprintf(out, n, "%s", t ? t : "?");
+    free(t);
+}
+
+/* Appends the numbers of v (a number or nested arrays of numbers) to x,
+ * counting into *count (which may exceed cap: the caller then reports the
+ * size mismatch). */
+static ty_status flatten(const json_t *v, float *x, uint64_t cap,
+                         uint64_t *count, const char *path, int depth,
+                         ty_err *err)
+{
+    if (json_is_number(v)) {
+        if (*count < cap)
+            x[*count] = (float)json_number_value(v);
+        (*count)++;
+        return TY_OK;
+    }
+    if (json_is_true(v) || json_is_false(v) || !json_is_array(v))
+        return ty_fail(err, TY_EINVAL, path, "%s must hold only numbers", path);
+    if (depth >= MAX_NESTING)
+        return ty_fail(err, TY_EINVAL, path, "%s is nested too deeply", path);
+    size_t i;
+    json_t *c;
+    json_array_foreach(v, i, c) {
+        ty_status s = flatten(c, x, cap, count, path, depth + 1, err);
+        if (s != TY_OK)
+            return s;
+        if (*count > cap)
+            return TY_OK; /* too many; reported by the caller */
+    }
+    return TY_OK;
+}
+
+/* Runs n examples of x through the model into out (n * outputs). */
+static ty_status run_batches(model_entry *e, const float *x, uint32_t n,
+                             float *out, ty_err *err)
+{
+    const nn_net *net = model_entry_net(e);
+    uint64_t f = nn_net_input_features(net);
+    uint32_t k = nn_net_num_outputs(net);
+    model_entry_device_lock(e);
+    nn_workspace *ws = model_entry_workspace_get(e);
+    if (!ws) {
+        model_entry_device_unlock(e);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    ty_status s = TY_OK;
+    for (uint32_t i = 0; i < n && s == TY_OK; i += MODEL_CACHE_BATCH) {
+        uint32_t b = n - i < MODEL_CACHE_BATCH ? n - i : MODEL_CACHE_BATCH;
+        s = nn_net_predict(net, ws, x + (uint64_t)i * f, b,
+                           out + (uint64_t)i * k, err);
+    }
+    model_entry_workspace_put(e, ws);
+    model_entry_device_unlock(e);
+    return s;
+}
+
+/* The "predictions" array: class labels (argmax) or values. */
+static json_t *predictions(const nn_net *net, const float *out, uint32_t n)
+{
+    const json_t *meta = nn_net_meta(net);
+    const json_t *classes = json_object_get(meta, "classes");
+    uint32_t k = nn_net_num_outputs(net);
+    json_t *p = json_array();
+    for (uint32_t i = 0; i < n; i++) {
+        const float *row = out + (uint64_t)i * k;
+        if (nn_net_task(net) == TY_TASK_CLASSIFICATION) {
+            uint32_t best = 0;
+            for (uint32_t j = 1; j < k; j++)
+                if (row[j] > row[best])
+                    best = j;
+            json_t *label = json_array_get(classes, best);
+            json_array_append_new(p, label ? json_incref(label)
+                                           : json_integer(best));
+        } else if (k == 1) {
+            json_array_append_new(p, json_real(row[0]));
+        } else {
+            json_t *v = json_array();
+            for (uint32_t j = 0; j < k; j++)
+                json_array_append_new(v, json_real(row[j]));
+            json_array_append_new(p, v);
+        }
+    }
+    return p;
+}
+
+ty_status serve_predict(const serve_env *env, const char *tenant_id,
+                        const char *model_id, const json_t *inputs,
+                        json_t **reply, ty_err *err)
+{
+    size_t n = json_array_size(inputs);
+    if (!json_is_array(inputs) || n == 0 || n > SERVE_MAX_EXAMPLES)
+        return ty_fail(err, TY_EINVAL, "inputs",
+                       "inputs must be an array of 1 to %d examples, each a "
+                       "list of numbers (flat or nested in the model's input "
+                       "shape)",
+                       SERVE_MAX_EXAMPLES);
+    run rn;
+    ty_status s = run_open(&rn, env, tenant_id, model_id, err);
+    if (s == TY_OK)
+        s = run_alloc(&rn, n, err);
+    uint64_t f = rn.features;
+    uint32_t k = rn.outputs;
+    for (size_t i = 0; i < n && s == TY_OK; i++) {
+        char path[64];
+        uint64_t count = 0;
+        snprintf(path, sizeof path, "inputs[%zu]", i);
+        const json_t *ex = json_array_get(inputs, i);
+        if (!json_is_array(ex)) {
+            s = ty_fail(err, TY_EINVAL, path, "%s must be a list of numbers",
+                        path);
+            break;
+        }
+        if ((s = flatten(ex, rn.x + i * f, f, &count, path, 0, err)) != TY_OK)
+            break;
+        if (count != f) {
+            char shape[128];
+            shape_text(json_object_get(nn_net_meta(rn.net), "input_shape"),
+                       shape, sizeof shape);
+            s = ty_fail(err, TY_EINVAL, path,
+                        "%s has %s%llu values; this model takes %llu (input "
+                        "shape %s)",
+                        path, count > f ? "more than " : "",
+                        (unsigned long long)(count > f ? f : count),
+                        (unsigned long long)f, shape);
+        }
+    }
+    if (s == TY_OK)
+        s = run_batches(rn.e, rn.x, (uint32_t)n, rn.out, err);
+    if (s == TY_OK) {
+        json_t *outputs = json_array();
+        for (size_t i = 0; i < n; i++) {
+            json_t *row = json_array();
+            for (uint32_t j = 0; j < k; j++)
+                json_array_append_new(row, json_real(rn.out[i * k + j]));
+            json_array_append_new(outputs, row);
+        }
+        *reply = json_pack("{s:s, s:o, s:o, s:o}", "model", model_id,
+                           "outputs", outputs, "predictions",
+                           predictions(rn.net, rn.out, (uint32_t)n), "device",
+                           device_of(rn.e));
+    }
+    run_free(&rn);
+    return s;
+}
+
+ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
+                             const char *model_id, const json_t *shape,
+                             const json_t *data, const char *field,
+                             json_t **output, json_t **device, ty_err *err)
+{
+    char shape_field[64], data_field[64];
+    snprintf(shape_field, sizeof shape_field, "%s.shape", field);
+    snprintf(data_field, sizeof data_field, "%s.data", field);
+    run rn;
+    ty_status s = run_open(&rn, env, tenant_id, model_id, err);
+    if (s != TY_OK) {
+        run_free(&rn);
+        return s;
+    }
+    uint64_t f = rn.features;
+    uint32_t k = rn.outputs;
+    size_t nd = json_array_size(shape);
+    uint64_t total = 1;
+    int shape_ok = json_is_array(shape) && nd >= 1;
+    for (size_t i = 0; i < nd && shape_ok; i++) {
+        json_t *d = json_array_get(shape, i);
+        if (!json_is_integer(d) || json_integer_value(d) < 1 ||
+            json_integer_value(d) > SERVE_MAX_EXAMPLES * 100000LL)
+            shape_ok = 0;
+        else
+            total *= (uint64_t)json_integer_value(d);
+        if (total > (uint64_t)SERVE_MAX_EXAMPLES * f)
+            shape_ok = 0;
+    }
+    uint64_t batch =
+        shape_ok ? (uint64_t)json_integer_value(json_array_get(shape, 0)) : 0;
+    uint64_t count = 0;
+    if (!shape_ok || batch * f != total) {
+        char want[128];
+        shape_text(json_object_get(nn_net_meta(rn.net), "input_shape"), want,
+                   sizeof want);
+        s = ty_fail(err, TY_EINVAL, shape_field,
+                    "shape must be [batch, ...] with batch 1 to %d and the "
+                    "rest holding %llu values (input shape %s)",
+                    SERVE_MAX_EXAMPLES, (unsigned long long)f, want);
+    } else if ((s = run_alloc(&rn, batch, err)) != TY_OK) {
+        /* out of memory */
+    } else if (!json_is_array(data)) {
+        s = ty_fail(err, TY_EINVAL, data_field,
+                    "data must be an array of numbers");
+    } else if ((s = flatten(data, rn.x, total, &count, data_field, 0, err)) !=
+               TY_OK) {
+        /* not numbers */
+    } else if (count != total) {
+        s = ty_fail(err, TY_EINVAL, data_field,
+                    "data holds %s%llu values; shape says %llu",
+                    count > total ? "more than " : "",
+                    (unsigned long long)(count > total ? total : count),
+                    (unsigned long long)total);
+    } else {
+        s = run_batches(rn.e, rn.x, (uint32_t)batch, rn.out, err);
+    }
+    if (s == TY_OK) {
+        json_t *flat = json_array();
+        for (uint64_t i = 0; i < batch * k; i++)
+            json_array_append_new(flat, json_real(rn.out[i]));
+        *output = json_pack("{s:s, s:s, s:[I, i], s:o}", "name", "output",
+                            "datatype", "FP32", "shape", (json_int_t)batch,
+                            (int)k, "data", flat);
+        *device = device_of(rn.e);
+    }
+    run_free(&rn);
+    return s;
+}
+
+ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
+                         const char *model_id, const char *dataset_id,
+                         json_t **reply, ty_err *err)
+{
+    run rn;
+    ty_dataset ds = {0};
+    json_t *ds_doc = NULL;
+    int32_t *map = NULL;
+    const char *id = model_id, *ds_id = dataset_id;
+    char sha[65], path[PATH_MAX];
+    ty_status s = run_open(&rn, env, tenant_id, model_id, err);
+    if (s != TY_OK)
+        goto done;
+    s = store_dataset_get(env->store, tenant_id, ds_id, &ds_doc, sha, err);
+    if (s == TY_ENOTFOUND)
+        s = ty_fail(err, TY_EINVAL, "dataset", "dataset %s not found", ds_id);
+    if (s != TY_OK)
+        goto done;
+    blob_path(env->data_dir, sha, path, sizeof path);
+    if ((s = ty_dataset_open(path, &ds, err)) != TY_OK)
+        goto done;
+    const nn_net *net = rn.net;
+    if (ds.task != nn_net_task(net) || ds.features != nn_net_input_features(net)) {
+        char a[128], b[128];
+        shape_text(json_object_get(ds.meta, "input_shape"), a, sizeof a);
+        shape_text(json_object_get(nn_net_meta(net), "input_shape"), b, sizeof b);
+        s = ty_fail(err, TY_EINVAL, "dataset",
+                    "dataset %s (%s, input shape %s) does not fit model %s "
+                    "(%s, input shape %s)",
+                    ds_id, ty_task_name(ds.task), a, id,
+                    ty_task_name(nn_net_task(net)), b);
+        goto done;
+    }
+    if (ds.task == TY_TASK_CLASSIFICATION) {
+        const json_t *dc = json_object_get(ds.meta, "classes");
+        map = calloc(json_array_size(dc) + 1, sizeof *map);
+        if (!map) {
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+            goto done;
+        }
+        if ((s = ty_dataset_class_map(dc, json_object_get(nn_net_meta(net),
+                                                          "classes"),
+                                      map, err)) != TY_OK) {
+            snprintf(err->field, sizeof err->field, "dataset");
+            goto done;
+        }
+    }
+    double loss = 0, accuracy = -1;
+    model_entry_device_lock(rn.e);
+    s = nn_net_evaluate(net, &ds, map, &loss, &accuracy, err);
+    model_entry_device_unlock(rn.e);
+    if (s != TY_OK)
+        goto done;
+    json_t *res = json_pack("{s:s, s:s, s:I, s:f}", "model", id, "dataset",
+                            ds_id, "num_examples", (json_int_t)ds.num_examples,
+                            "loss", loss);
+    json_object_set_new(res, "accuracy",
+                        accuracy >= 0 ? json_real(accuracy) : json_null());
+    json_object_set_new(res, "device", device_of(rn.e));
+    *reply = res;
+done:
+    free(map);
+    ty_dataset_close(&ds);
+    json_decref(ds_doc);
+    run_free(&rn);
+    return s;
+}

@@ -1,0 +1,58 @@
+/*
+ * predict.h - the predict service: what REST (POST /v1/models/{id}/predict
+ * and /evaluate) and KServe v2 (POST /v2/models/{id}/infer) share. It opens
+ * a tenant's model from the model cache, decodes the inputs, runs them in
+ * batches of MODEL_CACHE_BATCH on the model's device and encodes the
+ * outputs. The handlers in api/inference.c parse their protocol's request
+ * and render the documents made here.
+ *
+ * Inputs are in the units of the uploaded data (pixel values 0-255, raw CSV
+ * features); the model applies its own stored preprocessing.
+ */
+#ifndef TY_SERVE_PREDICT_H
+#define TY_SERVE_PREDICT_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/ty.h"
+#include "serve/modelcache.h"
+#include "store/store.h"
+
+#define SERVE_MAX_EXAMPLES 100000   /* examples per request */
+
+/* What the service reads: the store (model and dataset rows), the model
+ * cache and the data folder (blobs). */
+typedef struct serve_env {
+    store *store;
+    model_cache *models;
+    const char *data_dir;
+} serve_env;
+
+/* POST /v1/models/{id}/predict: inputs (an array of 1 to SERVE_MAX_EXAMPLES
+ * examples, each a list of numbers, flat or nested in the input shape)
+ * through tenant_id's model model_id. *reply: {"model", "outputs" (raw
+ * outputs per example), "predictions" (class labels or values),
+ * "device"}. Errors name the field ("inputs[3]"). */
+ty_status serve_predict(const serve_env *env, const char *tenant_id,
+                        const char *model_id, const json_t *inputs,
+                        json_t **reply, ty_err *err);
+
+/* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
+ * classification) over dataset dataset_id. *reply: {"model", "dataset",
+ * "num_examples", "loss", "accuracy" (null for regression), "device"}. */
+ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
+                         const char *model_id, const char *dataset_id,
+                         json_t **reply, ty_err *err);
+
+/* A KServe v2 input tensor (shape [batch, ...] and flat data, already
+ * checked for its protocol fields by the caller) through the model.
+ * *output: the one output tensor {"name": "output", "datatype": "FP32",
+ * "shape": [batch, outputs], "data"}; *device: where it ran. field names
+ * the tensor in errors ("inputs[0]"). */
+ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
+                             const char *model_id, const json_t *shape,
+                             const json_t *data, const char *field,
+                             json_t **output, json_t **device, ty_err *err);
+
+#endif
