@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""The call-graph half of the layer test: no two modules of the product
+call each other, directly or round a circle.
+
+An include circle can hide behind a shared header (api/api.h declares what
+a dozen files define), so this reads what the compiler produced instead:
+`nm` on every object of the ty_* libraries gives each object's defined and
+undefined symbols, hence which module calls (or reads) which. A module is
+x.c / x.cu with x.h and x_internal.h, as in layers.py. Any circle among
+modules is reported with one symbol per edge. (Calls between the folders'
+libraries are held to the layer table by the link itself: each ty_<folder>
+library links only the folders below it, so an upward call does not link.)
+
+Usage: calls.py <build folder> [repository root]
+"""
+import os
+import re
+import subprocess
+import sys
+
+DEFINED = set('TDBRVWGSui')
+
+
+def module_of(obj, build):
+    """CMakeFiles/ty_api.dir/api/common.c.o -> api/common"""
+    rel = os.path.relpath(obj, build)
+    m = re.match(r'CMakeFiles/ty_[a-z]+\.dir/(.+)\.(c|cu)\.o$', rel)
+    if not m:
+        return None
+    base = m.group(1)
+    return base[:-len('_internal')] if base.endswith('_internal') else base
+
+
+def objects(build):
+    root = os.path.join(build, 'CMakeFiles')
+    for dirpath, dirnames, filenames in os.walk(root):
+        if not os.path.basename(dirpath).startswith('ty_') and '/ty_' not in dirpath:
+            continue
+        for name in filenames:
+            if name.endswith('.o'):
+                yield os.path.join(dirpath, name)
+
+
+def symbols(obj):
+    out = subprocess.run(['nm', '-P', obj], capture_output=True, text=True,
+                         check=True).stdout
+    defined, undefined = set(), set()
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) < 2:
+            continue
+        name, kind = parts[0], parts[1]
+        if kind == 'U':
+            undefined.add(name)
+        elif kind in DEFINED:
+            defined.add(name)
+    return defined, undefined
+
+
+def graph(build):
+    owner, uses = {}, {}
+    for obj in objects(build):
+        mod = module_of(obj, build)
+        if mod is None:
+            continue
+        defined, undefined = symbols(obj)
+        for s in defined:
+            owner.setdefault(s, mod)
+        uses.setdefault(mod, set()).update(undefined)
+    edges = {}
+    for mod, names in uses.items():
+        for s in sorted(names):
+            other = owner.get(s)
+            if other and other != mod:
+                edges.setdefault(mod, {}).setdefault(other, s)
+    return uses.keys(), edges
+
+
+def circles(nodes, edges):
+    index, low, stack, on, out = {}, {}, [], set(), []
+    counter = [0]
+
+    def strong(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, {})):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                comp.sort()
+                links = [f'{a} -> {b} ({edges[a][b]})' for a in comp
+                         for b in sorted(edges.get(a, {})) if b in comp]
+                out.append(f'call circle among {", ".join(comp)}: '
+                           + '; '.join(links))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(nodes):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def main():
+    if len(sys.argv) < 2:
+        print(__doc__)
+        return 2
+    build = os.path.abspath(sys.argv[1])
+    nodes, edges = graph(build)
+    if not nodes:
+        print(f'calls: no ty_* objects under {build}/CMakeFiles; build first')
+        return 1
+    problems = circles(nodes, edges)
+    for p in problems:
+        print(p)
+    if problems:
+        print(f'calls: {len(problems)} call circle(s) among the modules')
+        return 1
+    print(f'calls: {len(list(nodes))} modules, no call circle')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
