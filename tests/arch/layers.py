@@ -55,14 +55,20 @@ def folder_of(path, levels):
     return None
 
 
+# Top-level folders that are not product code (and build folders: any name
+# starting with "build", and hidden ones).
+NOT_PRODUCT = {'tests', 'bench', 'docker', 'web', 'scripts', 'var', 'shared'}
+
+
 def product_files(root, levels):
-    tops = {f.split('/')[0] for f in levels}
-    for top in sorted(tops):
-        for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
-            dirnames.sort()
-            for name in sorted(filenames):
-                if name.endswith(PRODUCT_EXT):
-                    yield os.path.relpath(os.path.join(dirpath, name), root)
+    for dirpath, dirnames, filenames in os.walk(root):
+        if dirpath == root:
+            dirnames[:] = [d for d in dirnames if d not in NOT_PRODUCT and
+                           not d.startswith(('.', 'build'))]
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name.endswith(PRODUCT_EXT) and dirpath != root:
+                yield os.path.relpath(os.path.join(dirpath, name), root)
 
 
 def check(root):
