@@ -12,9 +12,8 @@
  * is ordered on its one stream; only download and the calls that return
  * scalars wait for it.
  */
-#include "gpu/cuda/cuda_kernels.cuh"
-#include "gpu/cuda/cudnn_ops.h"
-#include "gpu/cuda/kernels_cast.h"
+#include "gpu/cuda/backend.h"
+#include "gpu/cuda/cuda_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -41,8 +41,6 @@
  *     the CPU does; cudnnBatchNormalizationForwardTraining would match
  *     those semantics but not the CPU's bits.
  */
-#include "gpu/cuda/cudnn_ops.h"
-
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>

@@ -11,8 +11,7 @@
  * The CPU reference (models/cpu/lp.c) rounds the same way; the
  * GEMM's sums differ from it only in their order.
  */
-#include "gpu/cuda/cuda_kernels.cuh"
-#include "gpu/cuda/kernels_cast.h"
+#include "gpu/cuda/cuda_internal.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

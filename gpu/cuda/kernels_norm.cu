@@ -5,7 +5,7 @@
  * gradients are column sums split over rows in a fixed order. Formulas as backend_cpu_norm.c (statistics in float sums, the
  * variance's reciprocal square root in double).
  */
-#include "gpu/cuda/cuda_kernels.cuh"
+#include "gpu/cuda/kernels.cuh"
 
 #define ROW_THREADS 256
 #define MAX_ROW_BLOCKS 65535u
@@ -30,13 +30,13 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean,
         float s = 0.0f;
         for (uint32_t k = threadIdx.x; k < d; k += blockDim.x)
             s += xr[k];
-        const float m = (float)((double)nn_block_sum(s, sh) / (double)d);
+        const float m = (float)((double)nn_cuda_block_sum(s, sh) / (double)d);
         float q = 0.0f;
         for (uint32_t k = threadIdx.x; k < d; k += blockDim.x) {
             float dv = xr[k] - m;
             q += dv * dv;
         }
-        const double var = (double)nn_block_sum(q, sh) / (double)d;
+        const double var = (double)nn_cuda_block_sum(q, sh) / (double)d;
         const float rs = (float)(1.0 / sqrt(var + (double)eps));
         if (threadIdx.x == 0) {
             mean[r] = m;
@@ -81,8 +81,8 @@ static __global__ void layernorm_dx_kernel(float *dx, const float *dout,
             s1 += gd;
             s2 += gd * (xr[k] - m);
         }
-        const float a = nn_block_sum(s1, sh) / (float)d;
-        const float bm = nn_block_sum(s2, sh) * rs / (float)d;
+        const float a = nn_cuda_block_sum(s1, sh) / (float)d;
+        const float bm = nn_cuda_block_sum(s2, sh) * rs / (float)d;
         float *o = dx + (size_t)r * d;
         for (uint32_t k = threadIdx.x; k < d; k += blockDim.x)
             o[k] = rs * (gamma[k] * dy[k] - a - (xr[k] - m) * rs * bm);
@@ -158,7 +158,7 @@ static __global__ void softmax_forward_kernel(float *out, const float *in,
         float mx = -INFINITY;
         for (uint32_t k = threadIdx.x; k < c; k += blockDim.x)
             mx = fmaxf(mx, x[k]);
-        mx = nn_block_max(mx, sh);
+        mx = nn_cuda_block_max(mx, sh);
         float s = 0.0f;
         for (uint32_t k = threadIdx.x; k < c; k += blockDim.x) {
             float e = expf(x[k] - mx);
@@ -166,7 +166,7 @@ static __global__ void softmax_forward_kernel(float *out, const float *in,
             s += e;
         }
         /* Each thread rescales the values it wrote itself. */
-        const float inv = 1.0f / nn_block_sum(s, sh);
+        const float inv = 1.0f / nn_cuda_block_sum(s, sh);
         for (uint32_t k = threadIdx.x; k < c; k += blockDim.x)
             y[k] *= inv;
     }
@@ -184,7 +184,7 @@ static __global__ void softmax_backward_kernel(float *din, const float *dout,
         float s = 0.0f;
         for (uint32_t k = threadIdx.x; k < c; k += blockDim.x)
             s += dy[k] * y[k];
-        s = nn_block_sum(s, sh);
+        s = nn_cuda_block_sum(s, sh);
         float *dx = din + (size_t)r * c;
         for (uint32_t k = threadIdx.x; k < c; k += blockDim.x)
             dx[k] = y[k] * (dy[k] - s);
