@@ -2,11 +2,11 @@
  * cuda_internal.h - what the CUDA backend's source files share, host side:
  * the context behind nn_exec.device, the error-recording checks, the
  * launch helpers, the layout of the context's device scratch, and the
- * members the nn_backend_cuda table in backend_cuda.cu points at. Not a
+ * members the nn_backend_cuda table in backend.cu points at. Not a
  * public API (see backend.h); device-side helpers are in kernels.cuh,
  * which includes this header, never the reverse.
  *
- * It includes models/backend.h, not gpu/cuda/backend.h: backend_cuda.cu
+ * It includes models/backend.h, not gpu/cuda/backend.h: backend.cu
  * includes both, and the headers stay a DAG (kernels.cuh ->
  * cuda_internal.h -> models/backend.h <- backend.h).
  *
@@ -15,7 +15,7 @@
  *   NN_CUDA_SCALARS doubles        results that travel to h_scalars,
  *   NN_CUDA_PARTS x NN_CUDA_PARTIALS doubles, the per-block partial sums
  *                                  of a reduction (set k at k * PARTIALS),
- *   the cuBLAS workspace           (nn_cuda_blas_workspace_bytes).
+ *   the cuBLAS workspace           (blas_workspace_bytes, backend.cu).
  * A reduction launches at most NN_CUDA_PARTIALS blocks, each writing its
  * partial sums; one block then adds them in a fixed tree into d_scalars,
  * one copy brings them to the host and the stream is synchronized. The
@@ -56,7 +56,9 @@ typedef struct {
 #define NN_CUDA_SCALARS 64
 #define NN_CUDA_PARTIALS 1024   /* most blocks in one reduction */
 #define NN_CUDA_PARTS 2         /* sums a reduction may carry (loss, hits) */
-#define NN_CUDA_THREADS 256     /* block size of elementwise kernels */
+#define NN_CUDA_THREADS 256     /* block size of elementwise kernels (and of
+                                   the convolution, pooling, batch norm) */
+#define NN_CUDA_MAX_BLOCKS (1u << 20) /* most blocks of nn_cuda_blocks_for */
 #define NN_CUDA_COL_ROWS 16     /* threads splitting the rows of a column sum */
 
 /* Bytes of the scratch before the cuBLAS workspace (a multiple of 256). */
@@ -134,6 +136,27 @@ unsigned nn_cuda_grid(size_t len);
  * a multiple of 32, at most max_threads. */
 unsigned nn_cuda_row_threads(uint32_t c, unsigned max_threads);
 
+/* Blocks for the convolution, pooling and batch-norm kernels (conv.cu,
+ * pool.cu, norm.cu's batch norm): one per NN_CUDA_THREADS of total values,
+ * at least 1, at most NN_CUDA_MAX_BLOCKS (more than nn_cuda_grid's 16384;
+ * those kernels grid-stride over the rest as well). */
+static inline unsigned nn_cuda_blocks_for(size_t total)
+{
+    size_t b = (total + NN_CUDA_THREADS - 1) / NN_CUDA_THREADS;
+    if (b < 1)
+        b = 1;
+    return b > NN_CUDA_MAX_BLOCKS ? NN_CUDA_MAX_BLOCKS : (unsigned)b;
+}
+
+/* Checks the launch just made by conv.cu, pool.cu or norm.cu's batch
+ * norm; kernel names the kernel for the error. Unlike nn_cuda_launched the
+ * record names the kernel bare ("CUDA error in bn_forward_kernel: ..."),
+ * as those kernels' failures always have. 1 on success. */
+static inline int nn_cuda_launch_ok(const nn_exec *ex, const char *kernel)
+{
+    return nn_cuda_check_rt(ex, cudaGetLastError(), kernel);
+}
+
 /* Adds the first nparts partial sums of each of the first nsums sets into
  * d_scalars[0 .. nsums), brings them to the host and waits for the stream:
  * out[0 .. nsums) gets them (zeros once the context has failed). */
@@ -144,8 +167,15 @@ void nn_cuda_finish_sums(const nn_exec *ex, unsigned nparts, int nsums,
  * Each is the models/backend.h member of the same name with the nn_cuda_
  * prefix; see there for the contracts. Pointers are device memory; ex
  * must come from nn_cuda_exec_init, and a context that has already failed
- * makes every call return at once. */
+ * makes every call return at once. The table's memory, status and
+ * supports members are backend.cu's own. */
 
+/* matmul.cu */
+void nn_cuda_gemm(const nn_exec *ex, float *c, const float *a, const float *b,
+                  int trans_a, int trans_b, int m, int n, int k, float alpha,
+                  float beta);
+
+/* elementwise.cu */
 void nn_cuda_bias_rows(const nn_exec *ex, float *out, const float *bias,
                        uint32_t n, uint32_t c);
 void nn_cuda_bias_grad(const nn_exec *ex, float *db, const float *dout,
@@ -170,6 +200,7 @@ void nn_cuda_add(const nn_exec *ex, float *out, const float *a,
                  const float *b, size_t len);
 void nn_cuda_scale(const nn_exec *ex, float *x, size_t len, float alpha);
 
+/* loss.cu */
 double nn_cuda_softmax_xent(const nn_exec *ex, float *dlogits, float *probs,
                             uint32_t *correct, const float *logits,
                             const int32_t *labels, uint32_t n, uint32_t c,
@@ -190,11 +221,13 @@ double nn_cuda_huber(const nn_exec *ex, float *dpred, const float *pred,
                      float grad_scale);
 double nn_cuda_sum_squares(const nn_exec *ex, const float *x, size_t len);
 
+/* optim.cu */
 void nn_cuda_sgd(const nn_exec *ex, float *param, float *grad, float *buf,
                  size_t len, const nn_optim_args *s);
 void nn_cuda_adam(const nn_exec *ex, float *param, float *grad, float *m,
                   float *v, size_t len, const nn_optim_args *s);
 
+/* norm.cu */
 void nn_cuda_layernorm_forward(const nn_exec *ex, float *out, float *mean,
                                float *rstd, const float *x,
                                const float *gamma, const float *beta,
@@ -222,7 +255,7 @@ void nn_cuda_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
                                 uint32_t n, uint32_t c, uint32_t s,
                                 int batch_stats);
 
-/* Floats of ex->work a convolution of geometry d needs (the largest of the
+/* conv.cu. Floats of ex->work a convolution of geometry d needs (the largest of the
  * forward, backward-data and backward-filter workspaces of the algorithms
  * chosen for a chunk of NN_CUDA_CONV_BATCH examples), asked of cuDNN on
  * the calling thread's current device. 0 when no device can be asked. */
@@ -234,6 +267,8 @@ void nn_cuda_conv2d_backward(const nn_exec *ex, float *din, float *dweight,
                              float *dbias, const float *dout,
                              const float *in, const float *weight,
                              uint32_t n, const nn_conv_desc *d);
+
+/* pool.cu */
 void nn_cuda_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
                             int32_t *argmax, const float *in, uint32_t n,
                             const nn_conv_desc *d);
@@ -241,6 +276,7 @@ void nn_cuda_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
                              const float *dout, const int32_t *argmax,
                              uint32_t n, const nn_conv_desc *d);
 
+/* lp.cu */
 void nn_cuda_cast(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
                   size_t len);
 void nn_cuda_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
@@ -248,7 +284,7 @@ void nn_cuda_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
                      int k, float alpha, float beta);
 int nn_cuda_lp_ok(const nn_exec *ex, nn_dtype dt);
 
-/* host staging, fences, graphs */
+/* graph.cu: host staging, fences, graphs */
 void *nn_cuda_host_alloc(const nn_exec *ex, size_t bytes);
 void nn_cuda_host_release(const nn_exec *ex, void *p);
 void *nn_cuda_fence_create(const nn_exec *ex);

@@ -1,5 +1,5 @@
 /*
- * kernels_elementwise.cu - the CUDA backend's elementwise kernels: bias
+ * elementwise.cu - the CUDA backend's elementwise kernels: bias
  * broadcast and its gradient, the activations, dropout, leaky_relu, add and
  * scale. Each is a grid-stride loop whose results do not depend on the
  * launch shape; the formulas are backend_cpu.c's (the transcendental

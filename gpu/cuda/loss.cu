@@ -1,5 +1,5 @@
 /*
- * kernels_loss.cu - the CUDA backend's losses (softmax cross-entropy with
+ * loss.cu - the CUDA backend's losses (softmax cross-entropy with
  * and without label smoothing, binary cross-entropy on logits, MSE, Huber)
  * and the sum of squares, with the reduction that brings their sums to the
  * host, or (nn_exec.acc) into device memory without waiting.
@@ -7,7 +7,7 @@
  * Sums: every block adds its share in double (each thread over a fixed
  * stride, then a fixed tree over the block) into its slot of the context's
  * partials; one block adds the partials in a fixed tree (see
- * cuda_kernels.cuh). The block count depends only on the size, so a loss
+ * cuda_internal.h). The block count depends only on the size, so a loss
  * has the same bits run after run on one device; it differs from the CPU's
  * order, and so in the last bits. Counts of correct rows travel as doubles
  * (exact below 2^53). The per-row formulas are backend_cpu.c's.

@@ -1,10 +1,12 @@
 /*
- * backend_cuda.cu - the CUDA backend's frame: devices and versions, the
+ * backend.cu - the CUDA backend's frame: devices and versions, the
  * execution context (stream, cuBLAS and cuDNN handles bound to it, pinned
- * scalar buffers, device scratch), error recording, memory, GEMM through
- * cuBLAS, and the nn_backend_cuda table. The other kernels live in
- * kernels_*.cu (this backend's own) and cudnn_ops.cu (convolution,
- * pooling, batch norm through cuDNN).
+ * scalar buffers, device scratch), error recording, the launch helpers,
+ * memory, and the nn_backend_cuda table. The members it points at live
+ * in files named as the CPU backend's (models/cpu/): matmul.cu (GEMM
+ * through cuBLAS), elementwise.cu, loss.cu, optim.cu, norm.cu, conv.cu
+ * (through cuDNN), pool.cu, lp.cu (reduced precision), and graph.cu (host
+ * staging, fences, CUDA graphs; no CPU twin).
  *
  * Invariants: every CUDA, cuBLAS and cuDNN call goes through NN_CUDA_OK,
  * NN_CUBLAS_OK or NN_CUDNN_OK; the first failure is kept in the context and
@@ -335,31 +337,11 @@ static ty_status cuda_status(const nn_exec *ex, ty_err *err)
     return TY_OK;
 }
 
-/* ---- GEMM ---- */
-
-/* Row-major C (m, n) = op(A) op(B) is column-major C^T (n, m) = op(B)^T
- * op(A)^T: the row-major buffers read column-major are already the
- * transposes, so cuBLAS gets B then A with the caller's trans flags and
- * the leading dimensions the row-major layout has. */
-static void cuda_gemm(const nn_exec *ex, float *c, const float *a,
-                      const float *b, int trans_a, int trans_b, int m, int n,
-                      int k, float alpha, float beta)
-{
-    nn_cuda_ctx *x = nn_cuda_begin(ex);
-    if (!x || m <= 0 || n <= 0)
-        return;
-    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-    (void)NN_CUBLAS_OK(ex, cublasSgemm(x->blas,
-                                       trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       n, m, k, &alpha, b, ldb > 0 ? ldb : 1,
-                                       a, lda > 0 ? lda : 1, &beta, c, n));
-}
-
 /* ---- the table ---- */
 
 /* An op is supported when the table has its kernels: the cuDNN ones
- * (convolution, pooling, batch norm) join when cudnn_ops.cu fills them. */
+ * (convolution, pooling, batch norm) join when conv.cu, pool.cu and norm.cu
+ * fill them. */
 static int cuda_supports(nn_op op)
 {
     const nn_backend *t = &nn_backend_cuda;
@@ -429,35 +411,35 @@ const nn_backend nn_backend_cuda = {
     .copy = cuda_copy,
     .status = cuda_status,
     .supports = cuda_supports,
-    .gemm = cuda_gemm,
-    .bias_rows = nn_cuda_bias_rows,
+    .gemm = nn_cuda_gemm,                             /* matmul.cu */
+    .bias_rows = nn_cuda_bias_rows,                   /* elementwise.cu */
     .bias_grad = nn_cuda_bias_grad,
     .act_forward = nn_cuda_act_forward,
     .act_backward = nn_cuda_act_backward,
     .dropout_forward = nn_cuda_dropout_forward,
     .dropout_backward = nn_cuda_dropout_backward,
-    .softmax_xent = nn_cuda_softmax_xent,
+    .softmax_xent = nn_cuda_softmax_xent,             /* loss.cu */
     .mse = nn_cuda_mse,
-    .sgd = nn_cuda_sgd,
+    .sgd = nn_cuda_sgd,                               /* optim.cu */
     .adam = nn_cuda_adam,
-    .batchnorm_forward = nn_cuda_batchnorm_forward,   /* cudnn_ops.cu */
+    .batchnorm_forward = nn_cuda_batchnorm_forward,   /* norm.cu */
     .batchnorm_backward = nn_cuda_batchnorm_backward,
     .layernorm_forward = nn_cuda_layernorm_forward,
     .layernorm_backward = nn_cuda_layernorm_backward,
-    .leaky_relu_forward = nn_cuda_leaky_relu_forward,
+    .leaky_relu_forward = nn_cuda_leaky_relu_forward, /* elementwise.cu */
     .leaky_relu_backward = nn_cuda_leaky_relu_backward,
-    .softmax_forward = nn_cuda_softmax_forward,
+    .softmax_forward = nn_cuda_softmax_forward,       /* norm.cu */
     .softmax_backward = nn_cuda_softmax_backward,
-    .add = nn_cuda_add,
-    .softmax_xent_smooth = nn_cuda_softmax_xent_smooth,
+    .add = nn_cuda_add,                               /* elementwise.cu */
+    .softmax_xent_smooth = nn_cuda_softmax_xent_smooth, /* loss.cu */
     .bce_logits = nn_cuda_bce_logits,
     .huber = nn_cuda_huber,
     .sum_squares = nn_cuda_sum_squares,
-    .scale = nn_cuda_scale,
-    .conv2d_work = nn_cuda_conv2d_work,               /* cudnn_ops.cu */
+    .scale = nn_cuda_scale,                           /* elementwise.cu */
+    .conv2d_work = nn_cuda_conv2d_work,               /* conv.cu */
     .conv2d_forward = nn_cuda_conv2d_forward,
     .conv2d_backward = nn_cuda_conv2d_backward,
-    .pool2d_forward = nn_cuda_pool2d_forward,
+    .pool2d_forward = nn_cuda_pool2d_forward,         /* pool.cu */
     .pool2d_backward = nn_cuda_pool2d_backward,
     .host_alloc = nn_cuda_host_alloc,                 /* graph.cu */
     .host_release = nn_cuda_host_release,
@@ -469,7 +451,7 @@ const nn_backend nn_backend_cuda = {
     .graph_end = nn_cuda_graph_end,
     .graph_launch = nn_cuda_graph_launch,
     .graph_release = nn_cuda_graph_release,
-    .cast = nn_cuda_cast,                             /* kernels_cast.cu */
+    .cast = nn_cuda_cast,                             /* lp.cu */
     .gemm_lp = nn_cuda_gemm_lp,
     .lp_ok = nn_cuda_lp_ok,
 };

@@ -1,5 +1,5 @@
 /*
- * kernels_optim.cu - the CUDA backend's optimizer steps: SGD (momentum,
+ * optim.cu - the CUDA backend's optimizer steps: SGD (momentum,
  * Nesterov, weight decay) and Adam/AdamW, as torch.optim, one thread per
  * parameter.
  *
