@@ -253,7 +253,7 @@ void nn_cuda_exec_free(nn_exec *ex)
 
 /* ---- memory ---- */
 
-static void *cuda_alloc(const nn_exec *ex, size_t bytes)
+static void *nn_cuda_alloc(const nn_exec *ex, size_t bytes)
 {
     if (!nn_cuda_begin(ex))
         return NULL;
@@ -266,7 +266,7 @@ static void *cuda_alloc(const nn_exec *ex, size_t bytes)
 }
 
 /* cudaFree waits for the device; release belongs outside the hot loop. */
-static void cuda_release(const nn_exec *ex, void *p)
+static void nn_cuda_release(const nn_exec *ex, void *p)
 {
     if (!p)
         return;
@@ -279,8 +279,8 @@ static void cuda_release(const nn_exec *ex, void *p)
 /* From pageable memory the call returns once src has been staged; from
  * pinned memory the copy may still run, and src must stay untouched until
  * the stream has passed it (the next download or scalar result). */
-static void cuda_upload(const nn_exec *ex, void *dst, const void *src,
-                        size_t bytes)
+static void nn_cuda_upload(const nn_exec *ex, void *dst, const void *src,
+                           size_t bytes)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes)
@@ -289,8 +289,8 @@ static void cuda_upload(const nn_exec *ex, void *dst, const void *src,
                                          cudaMemcpyHostToDevice, c->stream));
 }
 
-static void cuda_download(const nn_exec *ex, void *dst, const void *src,
-                          size_t bytes)
+static void nn_cuda_download(const nn_exec *ex, void *dst, const void *src,
+                             size_t bytes)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes)
@@ -300,7 +300,7 @@ static void cuda_download(const nn_exec *ex, void *dst, const void *src,
         (void)NN_CUDA_OK(ex, cudaStreamSynchronize(c->stream));
 }
 
-static void cuda_zero(const nn_exec *ex, void *dst, size_t bytes)
+static void nn_cuda_zero(const nn_exec *ex, void *dst, size_t bytes)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes)
@@ -308,8 +308,8 @@ static void cuda_zero(const nn_exec *ex, void *dst, size_t bytes)
     (void)NN_CUDA_OK(ex, cudaMemsetAsync(dst, 0, bytes, c->stream));
 }
 
-static void cuda_copy(const nn_exec *ex, void *dst, const void *src,
-                      size_t bytes)
+static void nn_cuda_copy(const nn_exec *ex, void *dst, const void *src,
+                         size_t bytes)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes || dst == src)
@@ -321,7 +321,7 @@ static void cuda_copy(const nn_exec *ex, void *dst, const void *src,
 /* Reports the recorded failure; also picks up a fault of work already
  * finished on the stream (an illegal address in a kernel surfaces only
  * there), without waiting for work still running. */
-static ty_status cuda_status(const nn_exec *ex, ty_err *err)
+static ty_status nn_cuda_status(const nn_exec *ex, ty_err *err)
 {
     nn_cuda_ctx *c = ex ? nn_cuda_ctx_of(ex) : NULL;
     if (!c)
@@ -342,7 +342,7 @@ static ty_status cuda_status(const nn_exec *ex, ty_err *err)
 /* An op is supported when the table has its kernels: the cuDNN ones
  * (convolution, pooling, batch norm) join when conv.cu, pool.cu and norm.cu
  * fill them. */
-static int cuda_supports(nn_op op)
+static int nn_cuda_supports(nn_op op)
 {
     const nn_backend *t = &nn_backend_cuda;
     switch (op) {
@@ -403,14 +403,14 @@ static int cuda_supports(nn_op op)
 
 const nn_backend nn_backend_cuda = {
     .name = "cuda",
-    .alloc = cuda_alloc,
-    .release = cuda_release,
-    .upload = cuda_upload,
-    .download = cuda_download,
-    .zero = cuda_zero,
-    .copy = cuda_copy,
-    .status = cuda_status,
-    .supports = cuda_supports,
+    .alloc = nn_cuda_alloc,
+    .release = nn_cuda_release,
+    .upload = nn_cuda_upload,
+    .download = nn_cuda_download,
+    .zero = nn_cuda_zero,
+    .copy = nn_cuda_copy,
+    .status = nn_cuda_status,
+    .supports = nn_cuda_supports,
     .gemm = nn_cuda_gemm,                             /* matmul.cu */
     .bias_rows = nn_cuda_bias_rows,                   /* elementwise.cu */
     .bias_grad = nn_cuda_bias_grad,

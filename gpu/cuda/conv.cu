@@ -396,8 +396,8 @@ extern "C" void nn_cuda_conv2d_forward(const nn_exec *ex, float *out,
     }
     if (bias) {
         size_t total = (size_t)n * out_numel;
-        conv_bias_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS, 0, ctx->stream>>>(
-            out, bias, total, d->out_c, ohw);
+        conv_bias_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS, 0,
+                           ctx->stream>>>(out, bias, total, d->out_c, ohw);
         nn_cuda_launch_ok(ex, "conv_bias_kernel");
     }
 done:

@@ -255,10 +255,11 @@ void nn_cuda_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
                                 uint32_t n, uint32_t c, uint32_t s,
                                 int batch_stats);
 
-/* conv.cu. Floats of ex->work a convolution of geometry d needs (the largest of the
- * forward, backward-data and backward-filter workspaces of the algorithms
- * chosen for a chunk of NN_CUDA_CONV_BATCH examples), asked of cuDNN on
- * the calling thread's current device. 0 when no device can be asked. */
+/* conv.cu. conv2d_work: floats of ex->work a convolution of geometry d
+ * needs (the largest of the forward, backward-data and backward-filter
+ * workspaces of the algorithms chosen for a chunk of NN_CUDA_CONV_BATCH
+ * examples), asked of cuDNN on the calling thread's current device. 0
+ * when no device can be asked. */
 size_t nn_cuda_conv2d_work(const nn_conv_desc *d);
 void nn_cuda_conv2d_forward(const nn_exec *ex, float *out, const float *in,
                             const float *weight, const float *bias,

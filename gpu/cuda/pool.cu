@@ -188,15 +188,16 @@ extern "C" void nn_cuda_pool2d_forward(const nn_exec *ex, nn_op op,
         return;
     pool_geom g = pool_geom_of(d);
     if (op == NN_OP_MAXPOOL2D) {
-        maxpool_forward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS, 0,
-                                 ctx->stream>>>(out, argmax, in, total, g);
+        maxpool_forward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS,
+                                 0, ctx->stream>>>(out, argmax, in, total,
+                                                   g);
         nn_cuda_launch_ok(ex, "maxpool_forward_kernel");
     } else {
         int global = d->kernel[0] == d->in_h && d->kernel[1] == d->in_w &&
                      !d->pad[0] && !d->pad[1];
-        avgpool_forward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS, 0,
-                                 ctx->stream>>>(out, in, total, g,
-                                                pool_inv(d), global);
+        avgpool_forward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS,
+                                 0, ctx->stream>>>(out, in, total, g,
+                                                   pool_inv(d), global);
         nn_cuda_launch_ok(ex, "avgpool_forward_kernel");
     }
 }
@@ -210,8 +211,9 @@ extern "C" void nn_cuda_pool2d_backward(const nn_exec *ex, nn_op op,
     const size_t total = (size_t)n * d->in_c * d->in_h * d->in_w;
     if (ctx->failed || total == 0)
         return;
-    pool_backward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS, 0, ctx->stream>>>(
-        din, dout, argmax, total, pool_geom_of(d), pool_inv(d),
-        op == NN_OP_MAXPOOL2D);
+    pool_backward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS, 0,
+                           ctx->stream>>>(din, dout, argmax, total,
+                                          pool_geom_of(d), pool_inv(d),
+                                          op == NN_OP_MAXPOOL2D);
     nn_cuda_launch_ok(ex, "pool_backward_kernel");
 }
