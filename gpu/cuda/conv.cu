@@ -96,19 +96,99 @@ static int math_ok(const nn_exec *ex, cudnnMathType_t m)
     return fp32_math(m) || (tf32_allowed(ex) && m == CUDNN_TENSOR_OP_MATH);
 }
 
-/* The first (fastest by the heuristics) deterministic fp32 algorithm whose
- * workspace fits limit, among the N candidates `get` lists; `size` asks an
- * algorithm's workspace. Returns 1 found (*algo, *ws set), 0 none fits, -1
- * a failed call (recorded). The three directions differ only in their
- * cuDNN types and functions. */
-template <typename Perf, typename Algo, int N, typename Get, typename Size>
-static int pick_algo(const nn_exec *ex, const char *get_name, Get get,
-                     const char *size_name, Size size, size_t limit,
-                     Algo *algo, size_t *ws)
+/* What choosing an algorithm needs to know of one direction (CONV_FWD,
+ * CONV_BWD_DATA, CONV_BWD_FILTER): cuDNN's types for it, its _v7
+ * heuristic and workspace-size calls with their names (for the error
+ * record), and the fields of conv_plan that keep the choice. The three
+ * directions differ only in these. */
+template <unsigned Dir> struct conv_dir;
+
+template <> struct conv_dir<CONV_FWD> {
+    typedef cudnnConvolutionFwdAlgoPerf_t perf;
+    typedef cudnnConvolutionFwdAlgo_t algo;
+    static const int count = CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    static constexpr const char *get_name =
+        "cudnnGetConvolutionForwardAlgorithm_v7";
+    static constexpr const char *size_name =
+        "cudnnGetConvolutionForwardWorkspaceSize";
+    static cudnnStatus_t get(cudnnHandle_t h, const conv_plan *p, int n,
+                             int *got, perf *out)
+    {
+        return cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv,
+                                                      p->y, n, got, out);
+    }
+    static cudnnStatus_t size(cudnnHandle_t h, const conv_plan *p, algo a,
+                              size_t *need)
+    {
+        return cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv,
+                                                       p->y, a, need);
+    }
+    static algo *chosen(conv_plan *p) { return &p->fwd; }
+    static size_t *ws(conv_plan *p) { return &p->fwd_ws; }
+};
+
+template <> struct conv_dir<CONV_BWD_DATA> {
+    typedef cudnnConvolutionBwdDataAlgoPerf_t perf;
+    typedef cudnnConvolutionBwdDataAlgo_t algo;
+    static const int count = CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    static constexpr const char *get_name =
+        "cudnnGetConvolutionBackwardDataAlgorithm_v7";
+    static constexpr const char *size_name =
+        "cudnnGetConvolutionBackwardDataWorkspaceSize";
+    static cudnnStatus_t get(cudnnHandle_t h, const conv_plan *p, int n,
+                             int *got, perf *out)
+    {
+        return cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, p->w, p->y, p->conv, p->x, n, got, out);
+    }
+    static cudnnStatus_t size(cudnnHandle_t h, const conv_plan *p, algo a,
+                              size_t *need)
+    {
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, p->w, p->y, p->conv, p->x, a, need);
+    }
+    static algo *chosen(conv_plan *p) { return &p->data; }
+    static size_t *ws(conv_plan *p) { return &p->data_ws; }
+};
+
+template <> struct conv_dir<CONV_BWD_FILTER> {
+    typedef cudnnConvolutionBwdFilterAlgoPerf_t perf;
+    typedef cudnnConvolutionBwdFilterAlgo_t algo;
+    static const int count = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    static constexpr const char *get_name =
+        "cudnnGetConvolutionBackwardFilterAlgorithm_v7";
+    static constexpr const char *size_name =
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize";
+    static cudnnStatus_t get(cudnnHandle_t h, const conv_plan *p, int n,
+                             int *got, perf *out)
+    {
+        return cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, p->x, p->y, p->conv, p->w, n, got, out);
+    }
+    static cudnnStatus_t size(cudnnHandle_t h, const conv_plan *p, algo a,
+                              size_t *need)
+    {
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, p->x, p->y, p->conv, p->w, a, need);
+    }
+    static algo *chosen(conv_plan *p) { return &p->filter; }
+    static size_t *ws(conv_plan *p) { return &p->filter_ws; }
+};
+
+/* Picks direction Dir's algorithm for p's descriptors: the first (fastest
+ * by the heuristics) deterministic fp32 algorithm whose workspace fits
+ * limit, among the candidates the heuristic lists. Returns 1 found (the
+ * choice and its workspace set in p), 0 none fits, -1 a failed call
+ * (recorded). */
+template <unsigned Dir>
+static int pick_algo(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
+                     size_t limit)
 {
-    Perf perf[N];
+    typedef conv_dir<Dir> D;
+    typename D::perf perf[D::count];
     int got = 0;
-    if (!nn_cuda_check_dnn(ex, get(N, &got, perf), get_name))
+    if (!nn_cuda_check_dnn(ex, D::get(h, p, D::count, &got, perf),
+                           D::get_name))
         return -1;
     for (int i = 0; i < got; i++) {
         size_t need = 0;
@@ -116,71 +196,16 @@ static int pick_algo(const nn_exec *ex, const char *get_name, Get get,
             perf[i].determinism != CUDNN_DETERMINISTIC ||
             !math_ok(ex, perf[i].mathType) || perf[i].memory > limit)
             continue;
-        if (!nn_cuda_check_dnn(ex, size(perf[i].algo, &need), size_name))
+        if (!nn_cuda_check_dnn(ex, D::size(h, p, perf[i].algo, &need),
+                               D::size_name))
             return -1;
         if (need > limit)
             continue;
-        *algo = perf[i].algo;
-        *ws = need;
+        *D::chosen(p) = perf[i].algo;
+        *D::ws(p) = need;
         return 1;
     }
     return 0;
-}
-
-static int pick_fwd(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
-                    size_t limit)
-{
-    return pick_algo<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t,
-                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT>(
-        ex, "cudnnGetConvolutionForwardAlgorithm_v7",
-        [&](int n, int *got, cudnnConvolutionFwdAlgoPerf_t *perf) {
-            return cudnnGetConvolutionForwardAlgorithm_v7(
-                h, p->x, p->w, p->conv, p->y, n, got, perf);
-        },
-        "cudnnGetConvolutionForwardWorkspaceSize",
-        [&](cudnnConvolutionFwdAlgo_t a, size_t *need) {
-            return cudnnGetConvolutionForwardWorkspaceSize(
-                h, p->x, p->w, p->conv, p->y, a, need);
-        },
-        limit, &p->fwd, &p->fwd_ws);
-}
-
-static int pick_data(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
-                     size_t limit)
-{
-    return pick_algo<cudnnConvolutionBwdDataAlgoPerf_t,
-                     cudnnConvolutionBwdDataAlgo_t,
-                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT>(
-        ex, "cudnnGetConvolutionBackwardDataAlgorithm_v7",
-        [&](int n, int *got, cudnnConvolutionBwdDataAlgoPerf_t *perf) {
-            return cudnnGetConvolutionBackwardDataAlgorithm_v7(
-                h, p->w, p->y, p->conv, p->x, n, got, perf);
-        },
-        "cudnnGetConvolutionBackwardDataWorkspaceSize",
-        [&](cudnnConvolutionBwdDataAlgo_t a, size_t *need) {
-            return cudnnGetConvolutionBackwardDataWorkspaceSize(
-                h, p->w, p->y, p->conv, p->x, a, need);
-        },
-        limit, &p->data, &p->data_ws);
-}
-
-static int pick_filter(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
-                       size_t limit)
-{
-    return pick_algo<cudnnConvolutionBwdFilterAlgoPerf_t,
-                     cudnnConvolutionBwdFilterAlgo_t,
-                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT>(
-        ex, "cudnnGetConvolutionBackwardFilterAlgorithm_v7",
-        [&](int n, int *got, cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
-            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-                h, p->x, p->y, p->conv, p->w, n, got, perf);
-        },
-        "cudnnGetConvolutionBackwardFilterWorkspaceSize",
-        [&](cudnnConvolutionBwdFilterAlgo_t a, size_t *need) {
-            return cudnnGetConvolutionBackwardFilterWorkspaceSize(
-                h, p->x, p->y, p->conv, p->w, a, need);
-        },
-        limit, &p->filter, &p->filter_ws);
 }
 
 /* Sets p's descriptors for `batch` examples of geometry d and picks the
@@ -216,11 +241,11 @@ static int conv_plan_set(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
         return -1;
     int r = 1;
     if (what & CONV_FWD)
-        r = pick_fwd(ex, h, p, limit);
+        r = pick_algo<CONV_FWD>(ex, h, p, limit);
     if (r == 1 && (what & CONV_BWD_DATA))
-        r = pick_data(ex, h, p, limit);
+        r = pick_algo<CONV_BWD_DATA>(ex, h, p, limit);
     if (r == 1 && (what & CONV_BWD_FILTER))
-        r = pick_filter(ex, h, p, limit);
+        r = pick_algo<CONV_BWD_FILTER>(ex, h, p, limit);
     if (r == 1)
         p->batch = batch;
     return r;
