@@ -21,7 +21,7 @@
 #include "jobs/placement.h"
 #include "jobs/runner.h"
 #if TRAINYARD_HAVE_CUDA
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #endif
 #include "models/data/dataset.h"
 #include "models/train/loader.h"

@@ -16,7 +16,7 @@
 #include "api/api.h"
 #include "cli/cli.h"
 #if TRAINYARD_HAVE_CUDA
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #endif
 #include "gpu/inventory.h"
 #include "jobs/runner.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #if TRAINYARD_HAVE_CUDA
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #endif
 
 void place_device_label(int device, char *buf, size_t n)

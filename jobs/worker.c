@@ -73,7 +73,7 @@
 #include "models/train/train.h"
 #include "jobs/placement.h"
 #if TRAINYARD_HAVE_CUDA
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #endif
 
 #define WORKER_EXIT_FAILED 2

@@ -20,7 +20,7 @@
 #include "jobs/placement.h"
 #include "common/log.h"
 #if TRAINYARD_HAVE_CUDA
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #endif
 
 #define POOL_MAX 8

@@ -16,7 +16,7 @@
  * (nn_cuda_exec_init, cublasSetWorkspace) and cuDNN takes its own from
  * ex->work, so nothing in a step allocates while it is captured.
  */
-#include "gpu/cuda/cuda_kernels.cuh"
+#include "gpu/cuda/cuda_internal.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "common/ty.h"
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #include "models/safetensors.h"
 #include "models/train/train.h"
 

@@ -31,7 +31,7 @@
 #include "tests/unit/synth_data.h"
 
 #if TRAINYARD_HAVE_CUDA
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #include "tests/gpu/gpu_testutil.h"
 
 #define EPOCHS 3

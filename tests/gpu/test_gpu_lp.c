@@ -35,7 +35,7 @@
 #include "tests/unit/synth_data.h"
 
 #if TRAINYARD_HAVE_CUDA
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #include "tests/gpu/gpu_testutil.h"
 
 static int failures;

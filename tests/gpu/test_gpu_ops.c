@@ -51,7 +51,7 @@
 
 #include "common/rng.h"
 #include "common/ty.h"
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 #include "models/backend.h"
 
 #if TRAINYARD_HAVE_CUDA

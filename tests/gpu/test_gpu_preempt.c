@@ -23,7 +23,7 @@
 #include "tests/unit/synth_data.h"
 
 #if TRAINYARD_HAVE_CUDA
-#include "gpu/cuda/backend_cuda.h"
+#include "gpu/cuda/backend.h"
 
 typedef struct {
     volatile sig_atomic_t *preempt;

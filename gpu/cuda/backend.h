@@ -1,9 +1,10 @@
 /*
- * backend_cuda.h - the CUDA compute backend: the same kernel table as the
- * CPU backend (models/backend.h), on an NVIDIA GPU, with cuBLAS for GEMM,
- * cuDNN for convolution, pooling and batch norm, and own kernels for the
- * rest. Built only when CMake finds nvcc and cuDNN (TRAINYARD_HAVE_CUDA); a build
- * without them has none of these symbols.
+ * backend.h - the CUDA compute backend, the one header of gpu/cuda/ the
+ * rest of the product includes: the same kernel table as the CPU backend
+ * (models/backend.h), on an NVIDIA GPU, with cuBLAS for GEMM, cuDNN for
+ * convolution, and own kernels for the rest. Built only when CMake finds
+ * nvcc and cuDNN (TRAINYARD_HAVE_CUDA); a build without them has none of
+ * these symbols. What the backend's own files share is in cuda_internal.h.
  *
  * Every float pointer the kernels take is device memory from
  * nn_backend_cuda.alloc; scalar results (returned loss sums, *correct) land
@@ -14,8 +15,8 @@
  * nn_backend_cuda.status() after each step and fail the job with that
  * message.
  */
-#ifndef TY_BACKEND_CUDA_H
-#define TY_BACKEND_CUDA_H
+#ifndef TY_CUDA_BACKEND_H
+#define TY_CUDA_BACKEND_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /*
- * kernels_elementwise.cu - the CUDA backend's elementwise kernels: bias
+ * elementwise.cu - the CUDA backend's elementwise kernels: bias
  * broadcast and its gradient, the activations, dropout, leaky_relu, add and
  * scale. Each is a grid-stride loop whose results do not depend on the
  * launch shape; the formulas are backend_cpu.c's (the transcendental
@@ -13,7 +13,7 @@
  * rng state, with the same distribution as the CPU's, but not the CPU's
  * bits.
  */
-#include "gpu/cuda/cuda_kernels.cuh"
+#include "gpu/cuda/cuda_internal.h"
 
 #define GELU_RSQRT2 0.70710678118654752440f
 #define GELU_RSQRT2PI 0.39894228040143267794f

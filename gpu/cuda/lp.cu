@@ -1,5 +1,5 @@
 /*
- * kernels_cast.cu - the CUDA backend's reduced-precision members: the
+ * lp.cu - the CUDA backend's reduced-precision members: the
  * fp32 -> bf16 / fp16 cast (round to nearest even by the hardware
  * conversions __float2bfloat16_rn / __float2half_rn: fp16 overflow gives
  * +-inf, NaN stays NaN), the GEMM on 16-bit inputs through cublasGemmEx
@@ -11,8 +11,7 @@
  * The CPU reference (models/cpu/lp.c) rounds the same way; the
  * GEMM's sums differ from it only in their order.
  */
-#include "gpu/cuda/cuda_kernels.cuh"
-#include "gpu/cuda/kernels_cast.h"
+#include "gpu/cuda/cuda_internal.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -56,7 +55,7 @@ void nn_cuda_cast(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
     }
 }
 
-/* As cuda_gemm (backend_cuda.cu): row-major C (m, n) = op(A) op(B) is
+/* As nn_cuda_gemm (matmul.cu): row-major C (m, n) = op(A) op(B) is
  * column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B then A with the
  * caller's trans flags and the row-major leading dimensions. */
 void nn_cuda_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,

@@ -1,5 +1,5 @@
 /*
- * kernels_loss.cu - the CUDA backend's losses (softmax cross-entropy with
+ * loss.cu - the CUDA backend's losses (softmax cross-entropy with
  * and without label smoothing, binary cross-entropy on logits, MSE, Huber)
  * and the sum of squares, with the reduction that brings their sums to the
  * host, or (nn_exec.acc) into device memory without waiting.
@@ -7,12 +7,12 @@
  * Sums: every block adds its share in double (each thread over a fixed
  * stride, then a fixed tree over the block) into its slot of the context's
  * partials; one block adds the partials in a fixed tree (see
- * cuda_kernels.cuh). The block count depends only on the size, so a loss
+ * cuda_internal.h). The block count depends only on the size, so a loss
  * has the same bits run after run on one device; it differs from the CPU's
  * order, and so in the last bits. Counts of correct rows travel as doubles
  * (exact below 2^53). The per-row formulas are backend_cpu.c's.
  */
-#include "gpu/cuda/cuda_kernels.cuh"
+#include "gpu/cuda/kernels.cuh"
 
 #define RED_THREADS 256
 #define RED_PER_THREAD 4 /* values per thread before a new block is worth it */
@@ -27,7 +27,7 @@ static __global__ void finish_sums_kernel(double *out,
         double v = 0.0;
         for (unsigned i = threadIdx.x; i < nparts; i += blockDim.x)
             v += partials[(size_t)k * NN_CUDA_PARTIALS + i];
-        v = nn_block_sum(v, sh);
+        v = nn_cuda_block_sum(v, sh);
         if (threadIdx.x == 0)
             out[k] = add ? out[k] + v : v;
     }
@@ -109,7 +109,7 @@ static __global__ void softmax_xent_kernel(double *partials, xent_args a)
                 best = x[j];
                 arg = j;
             }
-        float max = nn_block_argmax(best, arg, &arg, sh_f, sh_i);
+        float max = nn_cuda_block_argmax(best, arg, &arg, sh_f, sh_i);
 
         float part = 0.0f;
         double xpart = 0.0;
@@ -118,8 +118,8 @@ static __global__ void softmax_xent_kernel(double *partials, xent_args a)
             if (a.smooth)
                 xpart += (double)x[j];
         }
-        const float sum = nn_block_sum(part, sh_f);
-        const double xsum = a.smooth ? nn_block_sum(xpart, sh_d) : 0.0;
+        const float sum = nn_cuda_block_sum(part, sh_f);
+        const double xsum = a.smooth ? nn_cuda_block_sum(xpart, sh_d) : 0.0;
         const float inv = 1.0f / sum;
         const int32_t y = a.labels ? a.labels[r] : -1;
 
@@ -265,8 +265,8 @@ static __global__ void bce_kernel(double *partials, float *dlogits,
     }
     if (!partials)
         return;
-    loss = nn_block_sum(loss, sh);
-    hits = nn_block_sum(hits, sh);
+    loss = nn_cuda_block_sum(loss, sh);
+    hits = nn_cuda_block_sum(hits, sh);
     if (threadIdx.x == 0) {
         partials[blockIdx.x] = loss;
         partials[NN_CUDA_PARTIALS + blockIdx.x] = hits;
@@ -332,7 +332,7 @@ static __global__ void sum_kernel(double *partials, int kind, float *dpred,
             }
         }
     }
-    acc = nn_block_sum(acc, sh);
+    acc = nn_cuda_block_sum(acc, sh);
     if (threadIdx.x == 0)
         partials[blockIdx.x] = acc;
 }

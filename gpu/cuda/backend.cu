@@ -1,10 +1,12 @@
 /*
- * backend_cuda.cu - the CUDA backend's frame: devices and versions, the
+ * backend.cu - the CUDA backend's frame: devices and versions, the
  * execution context (stream, cuBLAS and cuDNN handles bound to it, pinned
- * scalar buffers, device scratch), error recording, memory, GEMM through
- * cuBLAS, and the nn_backend_cuda table. The other kernels live in
- * kernels_*.cu (this backend's own) and cudnn_ops.cu (convolution,
- * pooling, batch norm through cuDNN).
+ * scalar buffers, device scratch), error recording, the launch helpers,
+ * memory, and the nn_backend_cuda table. The members it points at live
+ * in files named as the CPU backend's (models/cpu/): matmul.cu (GEMM
+ * through cuBLAS), elementwise.cu, loss.cu, optim.cu, norm.cu, conv.cu
+ * (through cuDNN), pool.cu, lp.cu (reduced precision), and graph.cu (host
+ * staging, fences, CUDA graphs; no CPU twin).
  *
  * Invariants: every CUDA, cuBLAS and cuDNN call goes through NN_CUDA_OK,
  * NN_CUBLAS_OK or NN_CUDNN_OK; the first failure is kept in the context and
@@ -12,9 +14,8 @@
  * is ordered on its one stream; only download and the calls that return
  * scalars wait for it.
  */
-#include "gpu/cuda/cuda_kernels.cuh"
-#include "gpu/cuda/cudnn_ops.h"
-#include "gpu/cuda/kernels_cast.h"
+#include "gpu/cuda/backend.h"
+#include "gpu/cuda/cuda_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,7 +253,7 @@ void nn_cuda_exec_free(nn_exec *ex)
 
 /* ---- memory ---- */
 
-static void *cuda_alloc(const nn_exec *ex, size_t bytes)
+static void *nn_cuda_alloc(const nn_exec *ex, size_t bytes)
 {
     if (!nn_cuda_begin(ex))
         return NULL;
@@ -265,7 +266,7 @@ static void *cuda_alloc(const nn_exec *ex, size_t bytes)
 }
 
 /* cudaFree waits for the device; release belongs outside the hot loop. */
-static void cuda_release(const nn_exec *ex, void *p)
+static void nn_cuda_release(const nn_exec *ex, void *p)
 {
     if (!p)
         return;
@@ -278,8 +279,8 @@ static void cuda_release(const nn_exec *ex, void *p)
 /* From pageable memory the call returns once src has been staged; from
  * pinned memory the copy may still run, and src must stay untouched until
  * the stream has passed it (the next download or scalar result). */
-static void cuda_upload(const nn_exec *ex, void *dst, const void *src,
-                        size_t bytes)
+static void nn_cuda_upload(const nn_exec *ex, void *dst, const void *src,
+                           size_t bytes)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes)
@@ -288,8 +289,8 @@ static void cuda_upload(const nn_exec *ex, void *dst, const void *src,
                                          cudaMemcpyHostToDevice, c->stream));
 }
 
-static void cuda_download(const nn_exec *ex, void *dst, const void *src,
-                          size_t bytes)
+static void nn_cuda_download(const nn_exec *ex, void *dst, const void *src,
+                             size_t bytes)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes)
@@ -299,7 +300,7 @@ static void cuda_download(const nn_exec *ex, void *dst, const void *src,
         (void)NN_CUDA_OK(ex, cudaStreamSynchronize(c->stream));
 }
 
-static void cuda_zero(const nn_exec *ex, void *dst, size_t bytes)
+static void nn_cuda_zero(const nn_exec *ex, void *dst, size_t bytes)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes)
@@ -307,8 +308,8 @@ static void cuda_zero(const nn_exec *ex, void *dst, size_t bytes)
     (void)NN_CUDA_OK(ex, cudaMemsetAsync(dst, 0, bytes, c->stream));
 }
 
-static void cuda_copy(const nn_exec *ex, void *dst, const void *src,
-                      size_t bytes)
+static void nn_cuda_copy(const nn_exec *ex, void *dst, const void *src,
+                         size_t bytes)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes || dst == src)
@@ -320,7 +321,7 @@ static void cuda_copy(const nn_exec *ex, void *dst, const void *src,
 /* Reports the recorded failure; also picks up a fault of work already
  * finished on the stream (an illegal address in a kernel surfaces only
  * there), without waiting for work still running. */
-static ty_status cuda_status(const nn_exec *ex, ty_err *err)
+static ty_status nn_cuda_status(const nn_exec *ex, ty_err *err)
 {
     nn_cuda_ctx *c = ex ? nn_cuda_ctx_of(ex) : NULL;
     if (!c)
@@ -336,32 +337,12 @@ static ty_status cuda_status(const nn_exec *ex, ty_err *err)
     return TY_OK;
 }
 
-/* ---- GEMM ---- */
-
-/* Row-major C (m, n) = op(A) op(B) is column-major C^T (n, m) = op(B)^T
- * op(A)^T: the row-major buffers read column-major are already the
- * transposes, so cuBLAS gets B then A with the caller's trans flags and
- * the leading dimensions the row-major layout has. */
-static void cuda_gemm(const nn_exec *ex, float *c, const float *a,
-                      const float *b, int trans_a, int trans_b, int m, int n,
-                      int k, float alpha, float beta)
-{
-    nn_cuda_ctx *x = nn_cuda_begin(ex);
-    if (!x || m <= 0 || n <= 0)
-        return;
-    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-    (void)NN_CUBLAS_OK(ex, cublasSgemm(x->blas,
-                                       trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       n, m, k, &alpha, b, ldb > 0 ? ldb : 1,
-                                       a, lda > 0 ? lda : 1, &beta, c, n));
-}
-
 /* ---- the table ---- */
 
 /* An op is supported when the table has its kernels: the cuDNN ones
- * (convolution, pooling, batch norm) join when cudnn_ops.cu fills them. */
-static int cuda_supports(nn_op op)
+ * (convolution, pooling, batch norm) join when conv.cu, pool.cu and norm.cu
+ * fill them. */
+static int nn_cuda_supports(nn_op op)
 {
     const nn_backend *t = &nn_backend_cuda;
     switch (op) {
@@ -422,43 +403,43 @@ static int cuda_supports(nn_op op)
 
 const nn_backend nn_backend_cuda = {
     .name = "cuda",
-    .alloc = cuda_alloc,
-    .release = cuda_release,
-    .upload = cuda_upload,
-    .download = cuda_download,
-    .zero = cuda_zero,
-    .copy = cuda_copy,
-    .status = cuda_status,
-    .supports = cuda_supports,
-    .gemm = cuda_gemm,
-    .bias_rows = nn_cuda_bias_rows,
+    .alloc = nn_cuda_alloc,
+    .release = nn_cuda_release,
+    .upload = nn_cuda_upload,
+    .download = nn_cuda_download,
+    .zero = nn_cuda_zero,
+    .copy = nn_cuda_copy,
+    .status = nn_cuda_status,
+    .supports = nn_cuda_supports,
+    .gemm = nn_cuda_gemm,                             /* matmul.cu */
+    .bias_rows = nn_cuda_bias_rows,                   /* elementwise.cu */
     .bias_grad = nn_cuda_bias_grad,
     .act_forward = nn_cuda_act_forward,
     .act_backward = nn_cuda_act_backward,
     .dropout_forward = nn_cuda_dropout_forward,
     .dropout_backward = nn_cuda_dropout_backward,
-    .softmax_xent = nn_cuda_softmax_xent,
+    .softmax_xent = nn_cuda_softmax_xent,             /* loss.cu */
     .mse = nn_cuda_mse,
-    .sgd = nn_cuda_sgd,
+    .sgd = nn_cuda_sgd,                               /* optim.cu */
     .adam = nn_cuda_adam,
-    .batchnorm_forward = nn_cuda_batchnorm_forward,   /* cudnn_ops.cu */
+    .batchnorm_forward = nn_cuda_batchnorm_forward,   /* norm.cu */
     .batchnorm_backward = nn_cuda_batchnorm_backward,
     .layernorm_forward = nn_cuda_layernorm_forward,
     .layernorm_backward = nn_cuda_layernorm_backward,
-    .leaky_relu_forward = nn_cuda_leaky_relu_forward,
+    .leaky_relu_forward = nn_cuda_leaky_relu_forward, /* elementwise.cu */
     .leaky_relu_backward = nn_cuda_leaky_relu_backward,
-    .softmax_forward = nn_cuda_softmax_forward,
+    .softmax_forward = nn_cuda_softmax_forward,       /* norm.cu */
     .softmax_backward = nn_cuda_softmax_backward,
-    .add = nn_cuda_add,
-    .softmax_xent_smooth = nn_cuda_softmax_xent_smooth,
+    .add = nn_cuda_add,                               /* elementwise.cu */
+    .softmax_xent_smooth = nn_cuda_softmax_xent_smooth, /* loss.cu */
     .bce_logits = nn_cuda_bce_logits,
     .huber = nn_cuda_huber,
     .sum_squares = nn_cuda_sum_squares,
-    .scale = nn_cuda_scale,
-    .conv2d_work = nn_cuda_conv2d_work,               /* cudnn_ops.cu */
+    .scale = nn_cuda_scale,                           /* elementwise.cu */
+    .conv2d_work = nn_cuda_conv2d_work,               /* conv.cu */
     .conv2d_forward = nn_cuda_conv2d_forward,
     .conv2d_backward = nn_cuda_conv2d_backward,
-    .pool2d_forward = nn_cuda_pool2d_forward,
+    .pool2d_forward = nn_cuda_pool2d_forward,         /* pool.cu */
     .pool2d_backward = nn_cuda_pool2d_backward,
     .host_alloc = nn_cuda_host_alloc,                 /* graph.cu */
     .host_release = nn_cuda_host_release,
@@ -470,7 +451,7 @@ const nn_backend nn_backend_cuda = {
     .graph_end = nn_cuda_graph_end,
     .graph_launch = nn_cuda_graph_launch,
     .graph_release = nn_cuda_graph_release,
-    .cast = nn_cuda_cast,                             /* kernels_cast.cu */
+    .cast = nn_cuda_cast,                             /* lp.cu */
     .gemm_lp = nn_cuda_gemm_lp,
     .lp_ok = nn_cuda_lp_ok,
 };

@@ -1,5 +1,5 @@
 /*
- * kernels_optim.cu - the CUDA backend's optimizer steps: SGD (momentum,
+ * optim.cu - the CUDA backend's optimizer steps: SGD (momentum,
  * Nesterov, weight decay) and Adam/AdamW, as torch.optim, one thread per
  * parameter.
  *
@@ -9,7 +9,7 @@
  * builds with -std=c11, so no contraction there either): given the same
  * inputs, a step gives the CPU's bits.
  */
-#include "gpu/cuda/cuda_kernels.cuh"
+#include "gpu/cuda/cuda_internal.h"
 
 #define GRID_STRIDE(i, len)                                                   \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (len); \
