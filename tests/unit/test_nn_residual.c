@@ -20,6 +20,7 @@
 #include "models/train/train.h"
 #include "nn_fd.h"
 #include "synth_data.h"
+#include "testutil.h"
 
 static const uint32_t vec4[] = {4}, vec5[] = {5};
 
@@ -309,19 +310,8 @@ static void test_normalized_and_names(void **state)
 
 /* ---- a trained model with batchnorm and residual blocks ---- */
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_res_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 static const char *train_spec =
     "{\"layers\":[{\"type\":\"batchnorm\"},{\"type\":\"flatten\"},"
@@ -452,5 +442,5 @@ int main(void)
         cmocka_unit_test(test_normalized_and_names),
         cmocka_unit_test(test_train_save_load),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

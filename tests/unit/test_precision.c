@@ -29,20 +29,10 @@
 #include "models/train/train.h"
 #include "fake_device.h"
 #include "synth_data.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_precision_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 static float from_bits(uint32_t u)
 {
@@ -861,5 +851,5 @@ int main(void)
         cmocka_unit_test(test_device_without_bf16_fails),
         cmocka_unit_test(test_cpu_bf16_is_fp32),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

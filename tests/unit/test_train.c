@@ -27,20 +27,10 @@
 #include "models/safetensors.h"
 #include "models/train/train.h"
 #include "synth_data.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_train_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 static void path_in(char *buf, size_t n, const char *name)
 {
@@ -1660,5 +1650,5 @@ int main(void)
         cmocka_unit_test(test_hparams_new_defaults_and_round_trip),
         cmocka_unit_test(test_split),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }
