@@ -102,6 +102,16 @@ int tu_store_teardown(void **state)
     return rc;
 }
 
+/* The source tree's root, from the build (tests/CMakeLists.txt). */
+#ifndef TY_SOURCE_DIR
+#error "TY_SOURCE_DIR (the source tree's root) must be defined"
+#endif
+
+void tu_source_path(char *out, size_t n, const char *rel)
+{
+    snprintf(out, n, "%s/%s", TY_SOURCE_DIR, rel);
+}
+
 void tu_fill_uniform(float *x, size_t n, uint64_t seed, uint64_t stream,
                      float scale)
 {

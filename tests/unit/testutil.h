@@ -4,7 +4,7 @@
  * What lives here is what two or more tests would otherwise each write
  * again: a scratch folder per suite or per test (made unique, removed with
  * everything in it afterwards), a store opened in one with an admin key,
- * uniform random fill, and assertions that more than one suite makes
+ * the path of a file in the source tree, uniform random fill, and assertions that more than one suite makes
  * (gradients against central differences, two model files holding the same
  * tensors, a hyperparameter error naming its field). Helpers that fail a
  * test do so through CMocka (assert_*, fail_msg) and must only be called
@@ -59,6 +59,13 @@ int tu_store_setup(void **state, const char *tenant_id, const char *key_id,
 /* CMocka teardown for tu_store_setup: closes the store, removes its folder
  * and frees the fixture. */
 int tu_store_teardown(void **state);
+
+/* ---- files of the source tree ---- */
+
+/* Writes the path of rel (say "gpu/sim/h100-mixed.json") in the source tree
+ * the test was built from into out (n bytes), so a test finds the files it
+ * reads from any working folder. */
+void tu_source_path(char *out, size_t n, const char *rel);
 
 /* ---- data ---- */
 
