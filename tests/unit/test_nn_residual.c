@@ -170,24 +170,13 @@ static void test_inference_workspace(void **state)
 
 /* ---- specs ---- */
 
+/* testutil's, for a regression net. */
 static void expect_error(const char *spec_text, const uint32_t *shape,
                          uint32_t ndim, uint32_t outputs, const char *field,
                          const char *msg_part)
 {
-    json_t *spec = json_loads(spec_text, 0, NULL);
-    assert_non_null(spec);
-    ty_err err = {0};
-    json_t *norm = NULL;
-    ty_status st = nn_spec_validate(spec, shape, ndim, outputs,
-                                    TY_TASK_REGRESSION, &norm, NULL, &err);
-    json_decref(spec);
-    if (st != TY_EINVAL)
-        fail_msg("expected an error at %s for %s", field, spec_text);
-    assert_null(norm);
-    if (strcmp(err.field, field))
-        fail_msg("field '%s', expected '%s' (%s)", err.field, field, err.msg);
-    if (!strstr(err.msg, msg_part))
-        fail_msg("message '%s' lacks '%s'", err.msg, msg_part);
+    tu_expect_spec_error(spec_text, shape, ndim, outputs, TY_TASK_REGRESSION, field,
+                         msg_part);
 }
 
 static void test_spec_errors(void **state)

@@ -19,6 +19,7 @@
 
 #include "common/fsutil.h"
 #include "common/rng.h"
+#include "models/nn.h"
 #include "models/safetensors.h"
 #include "models/train/train.h"
 #include "testutil.h"
@@ -145,6 +146,26 @@ void tu_assert_tensors_equal(const char *a, const char *b)
     }
     st_close(&fa);
     st_close(&fb);
+}
+
+void tu_expect_spec_error(const char *spec_text, const uint32_t *shape,
+                          uint32_t ndim, uint32_t outputs, ty_task task,
+                          const char *field, const char *msg_part)
+{
+    json_t *spec = json_loads(spec_text, 0, NULL);
+    assert_non_null(spec);
+    ty_err err = {0};
+    json_t *norm = NULL;
+    ty_status st = nn_spec_validate(spec, shape, ndim, outputs, task, &norm,
+                                    NULL, &err);
+    json_decref(spec);
+    if (st != TY_EINVAL)
+        fail_msg("expected an error at %s for %s", field, spec_text);
+    assert_null(norm);
+    if (strcmp(err.field, field))
+        fail_msg("field '%s', expected '%s' (%s)", err.field, field, err.msg);
+    if (!strstr(err.msg, msg_part))
+        fail_msg("message '%s' lacks '%s'", err.msg, msg_part);
 }
 
 void tu_expect_hparams_error(const char *text, const char *field)

@@ -6,7 +6,7 @@
  * everything in it afterwards), a store opened in one with an admin key,
  * the path of a file in the source tree, uniform random fill, and assertions that more than one suite makes
  * (gradients against central differences, two model files holding the same
- * tensors, a hyperparameter error naming its field). Helpers that fail a
+ * tensors, a spec or hyperparameter error naming its field). Helpers that fail a
  * test do so through CMocka (assert_*, fail_msg) and must only be called
  * from inside one. The fakes and generators that keep state per test
  * binary (fake_device.h, fake_graph.h, synth_data.h, nn_fd.h) stay
@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "models/data/dataset.h"
 #include "store/store.h"
 
 /* ---- scratch folders ---- */
@@ -85,6 +86,13 @@ void tu_assert_grad_close(double analytic, double numeric, double abs_tol,
  * tensors (names, sizes and bytes); their metadata may differ (checkpoints record
  * wall-clock timings). */
 void tu_assert_tensors_equal(const char *a, const char *b);
+
+/* Fails the test unless nn_spec_validate rejects the spec (JSON text) for
+ * input shape[ndim], outputs and task with TY_EINVAL, no normalized spec,
+ * the error at field and a message containing msg_part. */
+void tu_expect_spec_error(const char *spec_text, const uint32_t *shape,
+                          uint32_t ndim, uint32_t outputs, ty_task task,
+                          const char *field, const char *msg_part);
 
 /* Fails the test unless train_hparams_parse rejects the JSON text with
  * TY_EINVAL naming field. */
