@@ -6,7 +6,7 @@
 #               run every test this machine can run
 #   make bench  CPU training benchmark against PyTorch (minutes; not a test)
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
-#   make test-unit [T=test_<module>]  one unit test, or all of them (seconds)
+#   make test-unit [T=test_<module>]  build and run one unit test, or all of them
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
