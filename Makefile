@@ -6,12 +6,13 @@
 #               run every test this machine can run
 #   make bench  CPU training benchmark against PyTorch (minutes; not a test)
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
+#   make test-unit [T=test_<module>]  build and run one unit test, or all of them
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize bench clean bench-sched
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched
 
 run: server
 	@scripts/run.sh
@@ -56,6 +57,23 @@ test-sanitize:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DTRAINYARD_WERROR=ON -DTRAINYARD_TESTS=ON
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration|parity'
+
+# While working on one module: `make test-unit T=test_sched` builds the
+# test_sched binary alone (and the libraries it links) in $(BUILD) and runs
+# it through ctest; with no T, every unit test is built and run. It installs
+# nothing and configures $(BUILD) only when the unit tests are not set up
+# there yet (no build folder, or one configured without CMocka: `make
+# test-deps` installs it). `make test` runs these and everything else.
+T ?=
+test-unit:
+	@[ -z "$(T)" ] || [ -f tests/unit/$(T).c ] || \
+	  { echo "test-unit: T=$(T) names no unit test (no tests/unit/$(T).c)"; exit 1; }
+	@grep -qs '^CMOCKA_FOUND:INTERNAL=1' $(BUILD)/CMakeCache.txt || \
+	  cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_WERROR=ON -DTRAINYARD_TESTS=AUTO
+	@grep -qs '^CMOCKA_FOUND:INTERNAL=1' $(BUILD)/CMakeCache.txt || \
+	  { echo "test-unit: the unit tests need CMocka; make test-deps installs it"; exit 1; }
+	cmake --build $(BUILD) -j$(JOBS) --target $(or $(T),unit_tests)
+	cd $(BUILD) && ctest --output-on-failure --no-tests=error -L unit $(if $(T),-R '^$(T)$$')
 
 bench: build test-deps
 	bench/train_cpu --binary $(BUILD)/trainyard

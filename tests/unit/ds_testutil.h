@@ -1,8 +1,9 @@
 /*
  * ds_testutil.h - helpers shared by the dataset test suites (test_dataset*.c):
- * a scratch directory per suite, writing fixture files, and reading a
- * converted dataset back. Everything is static inline so each suite takes
- * only what it uses.
+ * paths in the suite's scratch folder (testutil.h's tu_tmpdir, which the
+ * suites make and remove with tu_tmpdir_setup and tu_tmpdir_teardown),
+ * writing fixture files, and reading a converted dataset back. Everything
+ * is static inline so each suite takes only what it uses.
  */
 #ifndef TY_DS_TESTUTIL_H
 #define TY_DS_TESTUTIL_H
@@ -20,30 +21,13 @@
 
 #include "common/fsutil.h"
 #include "models/data/dataset.h"
-
-/* The suite's scratch directory, made by dt_setup and removed by
- * dt_teardown. */
-static char dt_dir[64];
-
-static inline int dt_setup(void **state)
-{
-    (void)state;
-    snprintf(dt_dir, sizeof dt_dir, "/tmp/ty_dataset_test_XXXXXX");
-    return mkdtemp(dt_dir) ? 0 : -1;
-}
-
-static inline int dt_teardown(void **state)
-{
-    (void)state;
-    ty_err err;
-    return fs_remove_tree(dt_dir, &err) == TY_OK ? 0 : -1;
-}
+#include "testutil.h"
 
 /* A path in the scratch directory (a static buffer per slot, 0..7). */
 static inline const char *dt_path(int slot, const char *name)
 {
     static char paths[8][256];
-    snprintf(paths[slot & 7], sizeof paths[0], "%s/%s", dt_dir, name);
+    snprintf(paths[slot & 7], sizeof paths[0], "%s/%s", tu_tmpdir, name);
     return paths[slot & 7];
 }
 

@@ -15,13 +15,12 @@
 #include <string.h>
 
 #include "models/nn_internal.h"
+#include "testutil.h"
 
+/* Uniform in [-scale, scale): testutil's fill on the checks' RNG stream. */
 static inline void fd_fill(float *x, size_t n, uint64_t seed, float scale)
 {
-    ty_rng r;
-    ty_rng_seed(&r, seed, 9);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (2.0f * ty_rng_uniform(&r) - 1.0f) * scale;
+    tu_fill_uniform(x, n, seed, 9, scale);
 }
 
 /* Builds spec for input shape (regression, outputs values); fails the test
@@ -130,16 +129,6 @@ static inline void fd_backward(fd_case *c)
                     c->din);
 }
 
-static inline void fd_assert_close(double analytic, double numeric,
-                                   double abs_tol, const char *what, size_t i)
-{
-    double diff = fabs(analytic - numeric);
-    double scale = fmax(fabs(analytic), fabs(numeric));
-    if (diff > 1e-2 * scale + abs_tol)
-        fail_msg("%s[%zu]: analytic %.7g vs numeric %.7g", what, i, analytic,
-                 numeric);
-}
-
 static inline double fd_central(fd_case *c, float *v, float eps)
 {
     float keep = *v;
@@ -158,8 +147,8 @@ static inline void fd_check(fd_case *c, float eps, double abs_tol)
     fd_backward(c);
     double norm = 0;
     for (size_t i = 0; i < c->nx; i++) {
-        fd_assert_close(c->din[i], fd_central(c, &c->x[i], eps), abs_tol,
-                        "din", i);
+        tu_assert_grad_close(c->din[i], fd_central(c, &c->x[i], eps),
+                             abs_tol, "din", i);
         norm += fabs(c->din[i]);
     }
     assert_true(norm > 1e-3);
@@ -170,8 +159,9 @@ static inline void fd_check(fd_case *c, float eps, double abs_tol)
         double tn = 0;
         for (uint64_t k = 0; k < nt->desc->numel; k++) {
             size_t i = (size_t)(nt->offset + k);
-            fd_assert_close(c->grads[i], fd_central(c, &c->state[i], eps),
-                            abs_tol, nt->name, (size_t)k);
+            tu_assert_grad_close(c->grads[i],
+                                 fd_central(c, &c->state[i], eps), abs_tol,
+                                 nt->name, (size_t)k);
             tn += fabs(c->grads[i]);
         }
         if (!(tn > 1e-4))

@@ -14,6 +14,7 @@
 #include "server/auth.h"
 #include "app/config.h"
 #include "serve/modelcache.h"
+#include "testutil.h"
 
 static void test_sha256_known_vectors(void **state)
 {
@@ -67,8 +68,7 @@ static void test_equal_ct(void **state)
 
 static void test_bootstrap_and_check(void **state)
 {
-    char dir[] = "/tmp/ty-auth-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    const char *dir = tu_tmpdir; /* made and removed around the test */
     store *st;
     ty_err err;
     assert_int_equal(store_open(dir, &st, &err), TY_OK);
@@ -114,7 +114,6 @@ static void test_bootstrap_and_check(void **state)
     assert_int_equal(auth_check(st, header, &who, &err), TY_ENOTFOUND);
     assert_null(strstr(err.msg, forged));
     store_close(st);
-    fs_remove_tree(dir, NULL);
 }
 
 static void test_config_parse(void **state)
@@ -269,8 +268,7 @@ static void test_config_train_device(void **state)
  * added to the admin tenant later, and never revived once revoked. */
 static void test_given_admin_key(void **state)
 {
-    char dir[] = "/tmp/ty-given-XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    const char *dir = tu_tmpdir; /* made and removed around the test */
     ty_err err;
     char k1[AUTH_KEY_LEN + 1], k2[AUTH_KEY_LEN + 1], id1[TY_ID_MAX],
         id2[TY_ID_MAX], got[AUTH_KEY_LEN + 1];
@@ -342,7 +340,6 @@ static void test_given_admin_key(void **state)
     forged[AUTH_KEY_LEN - 1] = forged[AUTH_KEY_LEN - 1] == 'a' ? 'b' : 'a';
     assert_int_equal(auth_bootstrap_given(st, forged, &r, &err), TY_ECONFLICT);
     store_close(st);
-    fs_remove_tree(dir, NULL);
 }
 
 static void test_config_tls(void **state)
@@ -377,11 +374,13 @@ int main(void)
         cmocka_unit_test(test_sha256_known_vectors),
         cmocka_unit_test(test_key_format),
         cmocka_unit_test(test_equal_ct),
-        cmocka_unit_test(test_bootstrap_and_check),
+        cmocka_unit_test_setup_teardown(test_bootstrap_and_check, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
         cmocka_unit_test(test_config_parse),
         cmocka_unit_test(test_config_serve_device),
         cmocka_unit_test(test_config_train_device),
-        cmocka_unit_test(test_given_admin_key),
+        cmocka_unit_test_setup_teardown(test_given_admin_key, tu_tmpdir_setup,
+                                        tu_tmpdir_teardown),
         cmocka_unit_test(test_config_tls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

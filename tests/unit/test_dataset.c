@@ -394,5 +394,5 @@ int main(void)
         cmocka_unit_test(test_class_map),
         cmocka_unit_test(test_class_map_large),
     };
-    return cmocka_run_group_tests(tests, dt_setup, dt_teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

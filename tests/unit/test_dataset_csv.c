@@ -501,8 +501,8 @@ static void test_bad_arguments_and_cleanup(void **state)
                                     TY_TASK_CLASSIFICATION, out, &err),
                      TY_EIO);
     assert_string_equal(err.field, "file");
-    assert_int_equal(ds_convert_csv(dt_dir, "l", TY_TASK_CLASSIFICATION, out,
-                                    &err),
+    assert_int_equal(ds_convert_csv(tu_tmpdir, "l", TY_TASK_CLASSIFICATION,
+                                    out, &err),
                      TY_EIO);
     assert_string_equal(err.msg, "file is not a regular file");
 
@@ -549,5 +549,5 @@ int main(void)
         cmocka_unit_test(test_too_many_classes),
         cmocka_unit_test(test_bad_arguments_and_cleanup),
     };
-    return cmocka_run_group_tests(tests, dt_setup, dt_teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

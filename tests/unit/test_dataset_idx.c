@@ -428,5 +428,5 @@ int main(void)
         cmocka_unit_test(test_missing_and_empty_files),
         cmocka_unit_test(test_fashion_mnist),
     };
-    return cmocka_run_group_tests(tests, dt_setup, dt_teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -593,5 +593,5 @@ int main(void)
         cmocka_unit_test(test_many_chunks),
         cmocka_unit_test(test_bad_arguments),
     };
-    return cmocka_run_group_tests(tests, dt_setup, dt_teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

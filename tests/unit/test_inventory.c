@@ -17,21 +17,18 @@
 
 #include "gpu/inventory.h"
 #include "gpu/mig.h"
+#include "testutil.h"
 #include "app/config.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
 
-/* gpu/sim/<name> in the source tree: TY_TEST_DATA is <source>/tests/data
- * (which need not exist, so no "..": the path is cut back instead). */
+/* gpu/sim/<name> in the source tree, wherever the test runs from. */
 static void sim_path(const char *name, char *out, size_t n)
 {
-    const char *data = getenv("TY_TEST_DATA");
-    const char *cut = data ? strstr(data, "/tests/data") : NULL;
-    if (!cut)
-        snprintf(out, n, "gpu/sim/%s", name);
-    else
-        snprintf(out, n, "%.*s/gpu/sim/%s", (int)(cut - data), data, name);
+    char rel[256];
+    snprintf(rel, sizeof rel, "gpu/sim/%s", name);
+    tu_source_path(out, n, rel);
 }
 
 static inventory *load_example(const char *name)

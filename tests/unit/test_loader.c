@@ -17,6 +17,7 @@
 
 #include "models/train/loader.h"
 #include "synth_data.h"
+#include "testutil.h"
 
 /* ---- augmentation kernels ---- */
 
@@ -378,15 +379,10 @@ static void test_bind_input(void **state)
 
 /* ---- the hyperparameter ---- */
 
+/* testutil's, under the name the calls below use. */
 static void expect_parse_error(const char *text, const char *field)
 {
-    json_t *j = json_loads(text, 0, NULL);
-    assert_non_null(j);
-    train_hparams hp;
-    ty_err err;
-    assert_int_equal(train_hparams_parse(j, &hp, NULL, &err), TY_EINVAL);
-    assert_string_equal(err.field, field);
-    json_decref(j);
+    tu_expect_hparams_error(text, field);
 }
 
 static void test_hparams(void **state)

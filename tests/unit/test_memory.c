@@ -22,20 +22,10 @@
 #include "models/train/train.h"
 #include "fake_device.h"
 #include "synth_data.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_memory_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 /* The counting backend is fake_device.h's. */
 
@@ -269,5 +259,5 @@ int main(void)
         cmocka_unit_test(test_cpu_reported),
         cmocka_unit_test(test_estimate_scales),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

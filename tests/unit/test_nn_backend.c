@@ -13,15 +13,14 @@
 
 #include "common/ty.h"
 #include "models/backend.h"
+#include "testutil.h"
 
 static const nn_backend *const backends[] = {&nn_backend_cpu};
 
+/* Uniform in [-scale, scale): testutil's fill on this suite's RNG stream. */
 static void fill(float *x, size_t n, uint64_t seed, float scale)
 {
-    ty_rng r;
-    ty_rng_seed(&r, seed, 7);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (2.0f * ty_rng_uniform(&r) - 1.0f) * scale;
+    tu_fill_uniform(x, n, seed, 7, scale);
 }
 
 static void test_op_table(void **state)

@@ -25,15 +25,14 @@
 #include <string.h>
 
 #include "models/nn_internal.h"
+#include "testutil.h"
 
 #define N_ROWS 3
 
+/* Uniform in [-scale, scale): testutil's fill on this suite's RNG stream. */
 static void fill(float *x, size_t n, uint64_t seed, float scale)
 {
-    ty_rng r;
-    ty_rng_seed(&r, seed, 9);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (2.0f * ty_rng_uniform(&r) - 1.0f) * scale;
+    tu_fill_uniform(x, n, seed, 9, scale);
 }
 
 /* Distinct values k * 0.01 (k = 0 .. n-1, centered) in a shuffled order. */

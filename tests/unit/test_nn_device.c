@@ -21,20 +21,10 @@
 #include "models/train/train.h"
 #include "fake_device.h"
 #include "synth_data.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_nn_device_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 static const char *const mlp =
     "{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":16},"
@@ -210,5 +200,5 @@ int main(void)
         cmocka_unit_test(test_resnet_same_bits),
         cmocka_unit_test(test_null_backend_is_cpu),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -18,15 +18,14 @@
 #include <string.h>
 
 #include "models/nn_internal.h"
+#include "testutil.h"
 
 #define N_ROWS 3
 
+/* Uniform in [-scale, scale): testutil's fill on this suite's RNG stream. */
 static void fill(float *x, size_t n, uint64_t seed, float scale)
 {
-    ty_rng r;
-    ty_rng_seed(&r, seed, 9);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (2.0f * ty_rng_uniform(&r) - 1.0f) * scale;
+    tu_fill_uniform(x, n, seed, 9, scale);
 }
 
 static void build(const char *spec_text, const uint32_t *shape, uint32_t ndim,
@@ -40,16 +39,6 @@ static void build(const char *spec_text, const uint32_t *shape, uint32_t ndim,
     if (st != TY_OK)
         fail_msg("%s", err.msg);
     json_decref(spec);
-}
-
-static void assert_grad_close(double analytic, double numeric, double abs_tol,
-                              const char *what, size_t i)
-{
-    double diff = fabs(analytic - numeric);
-    double scale = fmax(fabs(analytic), fabs(numeric));
-    if (diff > 1e-2 * scale + abs_tol)
-        fail_msg("%s[%zu]: analytic %.7g vs numeric %.7g", what, i, analytic,
-                 numeric);
 }
 
 typedef struct {
@@ -118,7 +107,7 @@ static void check_layer(const char *spec, const uint32_t *shape, uint32_t ndim,
         c.in[i] = x - eps;
         double down = layer_objective(&c);
         c.in[i] = x;
-        assert_grad_close(din[i], (up - down) / (2.0 * eps), 1e-4, "din", i);
+        tu_assert_grad_close(din[i], (up - down) / (2.0 * eps), 1e-4, "din", i);
         norm += fabs(din[i]);
     }
     assert_true(norm > 0.1); /* the check is not vacuous */
@@ -129,7 +118,7 @@ static void check_layer(const char *spec, const uint32_t *shape, uint32_t ndim,
         c.params[i] = w - eps;
         double down = layer_objective(&c);
         c.params[i] = w;
-        assert_grad_close(grads[i], (up - down) / (2.0 * eps), 1e-4, "dparam", i);
+        tu_assert_grad_close(grads[i], (up - down) / (2.0 * eps), 1e-4, "dparam", i);
     }
     /* Parameter gradients accumulate: a second backward doubles them. */
     if (arch.param_count) {
@@ -222,7 +211,7 @@ static void test_softmax_xent_gradient(void **state)
         logits[i] = x - eps;
         double down = xent_mean(logits, labels, N, C);
         logits[i] = x;
-        assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dlogits", (size_t)i);
+        tu_assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dlogits", (size_t)i);
     }
 }
 
@@ -241,7 +230,7 @@ static void test_mse_gradient(void **state)
         pred[i] = x - eps;
         double down = nn_backend_cpu.mse(NULL, NULL, pred, target, L, 0) / L;
         pred[i] = x;
-        assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dpred", (size_t)i);
+        tu_assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dpred", (size_t)i);
     }
 }
 
@@ -299,7 +288,7 @@ static void check_net(const char *spec, const uint32_t *shape, uint32_t ndim,
         c.params[i] = w - eps;
         double down = net_loss(&c);
         c.params[i] = w;
-        assert_grad_close(grads[i], (up - down) / (2 * eps), 2e-4, "net dparam", i);
+        tu_assert_grad_close(grads[i], (up - down) / (2 * eps), 2e-4, "net dparam", i);
         norm += fabs(grads[i]);
     }
     assert_true(norm > 1e-2);

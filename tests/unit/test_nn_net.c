@@ -17,20 +17,10 @@
 #include "models/nn_internal.h"
 #include "models/safetensors.h"
 #include "synth_data.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_net_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 /* The model: input [3] -> dense 2 -> relu -> dropout -> dense 2 (logits). */
 static const char *spec_text =
@@ -271,5 +261,5 @@ int main(void)
         cmocka_unit_test(test_load_missing_and_garbage),
         cmocka_unit_test(test_workspace_limits),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

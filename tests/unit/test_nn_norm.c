@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "nn_fd.h"
+#include "testutil.h"
 
 static const uint32_t vec4[] = {4}, vec5[] = {5};
 
@@ -247,23 +248,13 @@ static void test_softmax_and_leaky_forward_formula(void **state)
 
 /* ---- specs ---- */
 
+/* testutil's, for a classification net. */
 static void expect_error(const char *spec_text, const uint32_t *shape,
                          uint32_t ndim, uint32_t outputs, const char *field,
                          const char *msg_part)
 {
-    json_t *spec = json_loads(spec_text, 0, NULL);
-    assert_non_null(spec);
-    ty_err err = {0};
-    json_t *norm = NULL;
-    ty_status st = nn_spec_validate(spec, shape, ndim, outputs,
-                                    TY_TASK_CLASSIFICATION, &norm, NULL, &err);
-    json_decref(spec);
-    if (st != TY_EINVAL)
-        fail_msg("expected an error at %s for %s", field, spec_text);
-    assert_null(norm);
-    assert_string_equal(err.field, field);
-    if (!strstr(err.msg, msg_part))
-        fail_msg("message '%s' lacks '%s'", err.msg, msg_part);
+    tu_expect_spec_error(spec_text, shape, ndim, outputs, TY_TASK_CLASSIFICATION, field,
+                         msg_part);
 }
 
 static void test_spec_errors(void **state)

@@ -20,6 +20,7 @@
 #include "models/train/train.h"
 #include "nn_fd.h"
 #include "synth_data.h"
+#include "testutil.h"
 
 static const uint32_t vec4[] = {4}, vec5[] = {5};
 
@@ -169,24 +170,13 @@ static void test_inference_workspace(void **state)
 
 /* ---- specs ---- */
 
+/* testutil's, for a regression net. */
 static void expect_error(const char *spec_text, const uint32_t *shape,
                          uint32_t ndim, uint32_t outputs, const char *field,
                          const char *msg_part)
 {
-    json_t *spec = json_loads(spec_text, 0, NULL);
-    assert_non_null(spec);
-    ty_err err = {0};
-    json_t *norm = NULL;
-    ty_status st = nn_spec_validate(spec, shape, ndim, outputs,
-                                    TY_TASK_REGRESSION, &norm, NULL, &err);
-    json_decref(spec);
-    if (st != TY_EINVAL)
-        fail_msg("expected an error at %s for %s", field, spec_text);
-    assert_null(norm);
-    if (strcmp(err.field, field))
-        fail_msg("field '%s', expected '%s' (%s)", err.field, field, err.msg);
-    if (!strstr(err.msg, msg_part))
-        fail_msg("message '%s' lacks '%s'", err.msg, msg_part);
+    tu_expect_spec_error(spec_text, shape, ndim, outputs, TY_TASK_REGRESSION, field,
+                         msg_part);
 }
 
 static void test_spec_errors(void **state)
@@ -309,19 +299,8 @@ static void test_normalized_and_names(void **state)
 
 /* ---- a trained model with batchnorm and residual blocks ---- */
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_res_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 static const char *train_spec =
     "{\"layers\":[{\"type\":\"batchnorm\"},{\"type\":\"flatten\"},"
@@ -452,5 +431,5 @@ int main(void)
         cmocka_unit_test(test_normalized_and_names),
         cmocka_unit_test(test_train_save_load),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

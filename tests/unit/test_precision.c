@@ -29,20 +29,10 @@
 #include "models/train/train.h"
 #include "fake_device.h"
 #include "synth_data.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_precision_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 static float from_bits(uint32_t u)
 {
@@ -498,22 +488,6 @@ static float *model_weights(const char *path, size_t *n)
     return w;
 }
 
-static void assert_tensors_equal(const char *a, const char *b)
-{
-    st_file fa, fb;
-    assert_int_equal(st_open(a, &fa, NULL), TY_OK);
-    assert_int_equal(st_open(b, &fb, NULL), TY_OK);
-    assert_int_equal(fa.count, fb.count);
-    for (size_t i = 0; i < fa.count; i++) {
-        const st_tensor *t = st_find(&fb, fa.tensors[i].name);
-        assert_non_null(t);
-        assert_int_equal(t->nbytes, fa.tensors[i].nbytes);
-        assert_memory_equal(t->data, fa.tensors[i].data, t->nbytes);
-    }
-    st_close(&fa);
-    st_close(&fb);
-}
-
 static const char *const mlp_spec =
     "{\"layers\":[{\"type\":\"dense\",\"units\":32},{\"type\":\"tanh\"},"
     "{\"type\":\"dense\",\"units\":2}]}";
@@ -726,8 +700,8 @@ static void fp16_resume_case(uint32_t stop_after_epoch, int stop_at_step,
     run_ok(&j, &fb);
     assert_int_equal(c.resumed, 1);
     assert_int_equal(c.resume_step, want_step);
-    assert_tensors_equal(full, part);
-    assert_tensors_equal(full_ckpt, part_ckpt);
+    tu_assert_tensors_equal(full, part);
+    tu_assert_tensors_equal(full_ckpt, part_ckpt);
     assert_memory_equal(&fa.train_loss, &fb.train_loss, sizeof(double));
     assert_true(fa.loss_scale == fb.loss_scale);
     assert_int_equal(fa.skipped_steps, fb.skipped_steps);
@@ -861,5 +835,5 @@ int main(void)
         cmocka_unit_test(test_device_without_bf16_fails),
         cmocka_unit_test(test_cpu_bf16_is_fp32),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -17,20 +17,10 @@
 #include "common/fsutil.h"
 #include "common/rng.h"
 #include "models/safetensors.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_st_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 /* A file image: 8-byte length, header text, then data_len bytes. */
 static uint8_t *image(const char *header, size_t data_len, size_t *len)
@@ -278,5 +268,5 @@ int main(void)
         cmocka_unit_test(test_truncations_and_corruption),
         cmocka_unit_test(test_writer_rejects_bad_input),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -10,37 +10,15 @@
 
 #include "common/fsutil.h"
 #include "store/store.h"
+#include "testutil.h"
 
-typedef struct {
-    char dir[256];
-    store *st;
-} fixture;
+/* A store of its own per test, with the admin key key_a of tenant tn_a. */
+typedef tu_store_fixture fixture;
 
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "/tmp/ty-store-XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    ty_err err;
-    if (store_open(f->dir, &f->st, &err) != TY_OK)
-        return -1;
-    uint8_t hash[32] = {1};
-    store_admin_key_result made;
-    if (store_admin_key_ensure(f->st, "tn_a", "key_a", hash, &made, &err) !=
-        TY_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    store_close(f->st);
-    fs_remove_tree(f->dir, NULL);
-    free(f);
-    return 0;
+    static const uint8_t hash[32] = {1};
+    return tu_store_setup(state, "tn_a", "key_a", hash);
 }
 
 static json_t *ds_doc(const char *id)
@@ -270,12 +248,12 @@ static void test_reopen_keeps_data(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_migrated_and_keys, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_datasets_are_per_tenant_and_paginate, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_job_life_cycle, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_cancel_queued_and_finish, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_model_insert_without_job, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_migrated_and_keys, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_datasets_are_per_tenant_and_paginate, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_job_life_cycle, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_queued_and_finish, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_model_insert_without_job, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, tu_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include "common/fsutil.h"
 #include "server/auth.h"
 #include "store/store.h"
+#include "testutil.h"
 
 /* ---- tenant_body_parse ---- */
 
@@ -152,36 +153,14 @@ static void test_storage_check(void **state)
 
 /* ---- store ---- */
 
-typedef struct {
-    char dir[256];
-    store *st;
-} fixture;
-
-static const uint8_t admin_hash[32] = {1};
+/* A store of its own per test, with the admin key key_admin of tenant
+ * tn_admin. */
+typedef tu_store_fixture fixture;
 
 static int setup(void **state)
 {
-    fixture *f = calloc(1, sizeof *f);
-    snprintf(f->dir, sizeof f->dir, "/tmp/ty-tenants-XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    ty_err err;
-    store_admin_key_result made;
-    if (store_open(f->dir, &f->st, &err) != TY_OK ||
-        store_admin_key_ensure(f->st, "tn_admin", "key_admin", admin_hash,
-                               &made, &err) != TY_OK)
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture *f = *state;
-    store_close(f->st);
-    fs_remove_tree(f->dir, NULL);
-    free(f);
-    return 0;
+    static const uint8_t admin_hash[32] = {1};
+    return tu_store_setup(state, "tn_admin", "key_admin", admin_hash);
 }
 
 static const store_tenant_limits unlimited = {1, STORE_UNLIMITED,
@@ -445,14 +424,14 @@ int main(void)
         cmocka_unit_test(test_patch_sets_only_what_is_given),
         cmocka_unit_test(test_bad_bodies_name_the_field),
         cmocka_unit_test(test_storage_check),
-        cmocka_unit_test_setup_teardown(test_store_create_get_and_key, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_name_conflict_stores_nothing, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_update, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_storage_usage, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_keys, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_last_admin_key_stays, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_list_pages, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_store_dataset_delete_in_use_is_404_for_others, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_store_create_get_and_key, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_name_conflict_stores_nothing, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_update, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_storage_usage, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_keys, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_last_admin_key_stays, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_list_pages, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_dataset_delete_in_use_is_404_for_others, setup, tu_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,20 +27,10 @@
 #include "models/safetensors.h"
 #include "models/train/train.h"
 #include "synth_data.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    snprintf(dir, sizeof dir, "/tmp/ty_train_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 static void path_in(char *buf, size_t n, const char *name)
 {
@@ -160,24 +150,6 @@ static void assert_files_equal(const char *a, const char *b)
     assert_memory_equal(da, db, la);
     free(da);
     free(db);
-}
-
-/* Same tensors (names, shapes, bytes) in two safetensors files; metadata
- * may differ (checkpoints record wall-clock timings). */
-static void assert_tensors_equal(const char *a, const char *b)
-{
-    st_file fa, fb;
-    assert_int_equal(st_open(a, &fa, NULL), TY_OK);
-    assert_int_equal(st_open(b, &fb, NULL), TY_OK);
-    assert_int_equal(fa.count, fb.count);
-    for (size_t i = 0; i < fa.count; i++) {
-        const st_tensor *t = st_find(&fb, fa.tensors[i].name);
-        assert_non_null(t);
-        assert_int_equal(t->nbytes, fa.tensors[i].nbytes);
-        assert_memory_equal(t->data, fa.tensors[i].data, t->nbytes);
-    }
-    st_close(&fa);
-    st_close(&fb);
 }
 
 static const char *xor_spec =
@@ -428,7 +400,7 @@ static void resume_on(const synth *s, const char *spec_text,
         assert_string_equal(cb3.first.device, "cpu");
     }
     assert_files_equal(full, part);
-    assert_tensors_equal(full_ckpt, part_ckpt); /* optimizer state too */
+    tu_assert_tensors_equal(full_ckpt, part_ckpt); /* optimizer state too */
     assert_memory_equal(&ff.train_loss, &fp.train_loss, sizeof(double));
     assert_memory_equal(&ff.val_loss, &fp.val_loss, sizeof(double));
 
@@ -1083,7 +1055,7 @@ static void preempt_case(const char *hp_text, int on_progress,
     assert_int_equal(cb3.resume_step, want_step);
     assert_int_equal(cb3.preempts, 0);
     assert_files_equal(full, part);
-    assert_tensors_equal(full_ckpt, part_ckpt);
+    tu_assert_tensors_equal(full_ckpt, part_ckpt);
     assert_memory_equal(&ff.train_loss, &fp.train_loss, sizeof(double));
     json_decref(spec);
     synth_free(&s);
@@ -1419,15 +1391,10 @@ static void test_hparams_defaults(void **state)
     json_decref(sgd);
 }
 
+/* testutil's, under the name the calls below use. */
 static void expect_hp_error(const char *text, const char *field)
 {
-    json_t *j = json_loads(text, 0, NULL);
-    assert_non_null(j);
-    train_hparams hp;
-    ty_err err;
-    assert_int_equal(train_hparams_parse(j, &hp, NULL, &err), TY_EINVAL);
-    assert_string_equal(err.field, field);
-    json_decref(j);
+    tu_expect_hparams_error(text, field);
 }
 
 static void test_hparams_errors(void **state)
@@ -1660,5 +1627,5 @@ int main(void)
         cmocka_unit_test(test_hparams_new_defaults_and_round_trip),
         cmocka_unit_test(test_split),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

@@ -31,22 +31,10 @@
 #include "models/train/train.h"
 #include "fake_graph.h"
 #include "synth_data.h"
+#include "testutil.h"
 
-static char dir[64];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(dir, sizeof dir, "/tmp/ty_train_graph_XXXXXX");
-    return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    fs_remove_tree(dir, NULL);
-    return 0;
-}
+/* The suite's scratch folder (tu_tmpdir_setup makes it, teardown removes it). */
+static const char *const dir = tu_tmpdir;
 
 static const char *const mlp =
     "{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":16},"
@@ -413,5 +401,5 @@ int main(void)
         cmocka_unit_test(test_capture_failure_falls_back),
         cmocka_unit_test(test_diverging_loss_fails),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }
