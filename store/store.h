@@ -295,11 +295,6 @@ ty_status store_tenant_update(store *st, const char *id, const char *name,
                               const store_tenant_limits *lim, unsigned set,
                               ty_err *err);
 
-/* What the storage quota measures: the bytes of every dataset and model row
- * the tenant owns (a blob shared by two rows counts twice). */
-ty_status store_tenant_storage(store *st, const char *id, int64_t *bytes,
-                               ty_err *err);
-
 /* Adds a key to the tenant (an admin key when the tenant holds admin keys)
  * and gives its representation (id, tenant, admin, created_at, revoked_at;
  * never the hash). TY_ENOTFOUND when there is no such tenant. */
@@ -318,6 +313,27 @@ ty_status store_key_list(store *st, const char *tenant_id, store_page page,
  * admin key. */
 ty_status store_key_revoke(store *st, const char *tenant_id,
                            const char *key_id, ty_err *err);
+
+/* ---- quotas (quota.c) ---- */
+
+/* What the storage quota measures: the bytes of every dataset and model row
+ * the tenant owns (a blob shared by two rows counts twice). */
+ty_status store_tenant_storage(store *st, const char *id, int64_t *bytes,
+                               ty_err *err);
+
+/* TY_OK if a tenant using used bytes may store adding more under max
+ * (STORE_UNLIMITED = no limit); else TY_ETOOBIG with the quota, the usage and
+ * the size of what was refused in the message. */
+ty_status store_storage_fits(int64_t used, int64_t adding, int64_t max,
+                             ty_err *err);
+
+/* The storage check for the tenant, with its quota and usage as the store
+ * has them now: store_storage_fits, or TY_ENOTFOUND for no such tenant.
+ * Caller holds the blob lock (store_blob_lock) from this check until the
+ * new row is inserted, so two uploads of one tenant cannot both fit in the
+ * room left for one. */
+ty_status store_storage_check(store *st, const char *tenant_id,
+                              int64_t adding, ty_err *err);
 
 /* ---- metrics ---- */
 

@@ -277,17 +277,6 @@ done:
     return s;
 }
 
-ty_status store_tenant_storage(store *st, const char *id, int64_t *bytes,
-                               ty_err *err)
-{
-    return db_q_int(
-        st, bytes, err,
-        "SELECT (SELECT coalesce(sum(bytes), 0) FROM datasets WHERE "
-        "tenant_id = ?1) + (SELECT coalesce(sum(bytes), 0) FROM "
-        "models WHERE tenant_id = ?1) AS n",
-        "s", id);
-}
-
 ty_status store_key_create(store *st, const char *tenant_id,
                            const char *key_id, const uint8_t hash[32],
                            json_t **doc, ty_err *err)
