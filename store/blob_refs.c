@@ -1,7 +1,16 @@
 /*
  * blob_refs.c - which blobs the rows still reference (see store.h): the blob
  * lock, a blob's release after its row's delete, and the sweep at start of
- * blobs nothing references. The files themselves are blob.c's.
+ * blobs nothing references. The files themselves are blob.c's, which knows
+ * no SQL.
+ *
+ * A blob may be shared by several dataset and model rows; it is removed only
+ * when none references it. store_blob_release counts and removes under the
+ * blob lock, so an upload of the same content (which imports the blob and
+ * inserts its row under the lock) never finds its file gone; store_blob_gc
+ * runs at start, before the server takes uploads. Lock order: st->blob_mu
+ * before st->mu, never the reverse (the refs query takes st->mu under the
+ * blob lock).
  */
 #include "store/store_internal.h"
 
@@ -10,19 +19,6 @@
 #include <string.h>
 
 #include "store/blob.h"
-/* ---- blobs ---- */
-
-ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
-                          ty_err *err)
-{
-    return db_q_int(
-        st, refs, err,
-        "SELECT (SELECT count(*) FROM datasets WHERE sha256 = ?1) + "
-        "(SELECT count(*) FROM models WHERE sha256 = ?1) AS n",
-        "s", sha256);
-}
-
-/* ---- blob references ---- */
 
 void store_blob_lock(store *st)
 {
@@ -32,6 +28,16 @@ void store_blob_lock(store *st)
 void store_blob_unlock(store *st)
 {
     pthread_mutex_unlock(&st->blob_mu);
+}
+
+ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
+                          ty_err *err)
+{
+    return db_q_int(
+        st, refs, err,
+        "SELECT (SELECT count(*) FROM datasets WHERE sha256 = ?1) + "
+        "(SELECT count(*) FROM models WHERE sha256 = ?1) AS n",
+        "s", sha256);
 }
 
 void store_blob_release(store *st, const char *sha256)

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
 /* ---- migrations: append only; never edit one that has shipped ---- */
 
 static const char *const migrations[] = {

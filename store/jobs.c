@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-/* ---- jobs ---- */
 
 #define JOB_COLUMNS                                                           \
     "id, name, status, dataset_id AS dataset, validation AS validation_json, " \

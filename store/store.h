@@ -23,6 +23,8 @@
 
 typedef struct store store;
 
+/* ---- the connection (db.c) ---- */
+
 /* Opens (creating if needed) <data_dir>/trainyard.db and migrates it. */
 ty_status store_open(const char *data_dir, store **out, ty_err *err);
 void store_close(store *st);
@@ -34,7 +36,7 @@ int store_schema_version(store *st);
 ty_status store_ping(store *st, ty_err *err);
 
 
-/* ---- tenants and keys ---- */
+/* ---- tenants and keys (tenants.c) ---- */
 
 typedef struct {
     char key_id[TY_ID_MAX];
@@ -77,7 +79,7 @@ typedef struct {
     int limit;       /* 1..1000 */
 } store_page;
 
-/* ---- datasets ---- */
+/* ---- datasets (assets.c) ---- */
 
 /* Inserts a dataset row; doc is the API representation (borrowed). */
 ty_status store_dataset_insert(store *st, const char *tenant_id,
@@ -98,7 +100,7 @@ ty_status store_dataset_list(store *st, const char *tenant_id,
 ty_status store_dataset_delete(store *st, const char *tenant_id,
                                const char *id, char sha256[65], ty_err *err);
 
-/* ---- jobs ---- */
+/* ---- jobs (jobs.c) ---- */
 
 /* Job states, as the API spells them. */
 #define JOB_QUEUED "queued"
@@ -208,7 +210,7 @@ ty_status store_job_request_cancel(store *st, const char *tenant_id,
  * shutdown); *count says how many. */
 ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err);
 
-/* ---- models ---- */
+/* ---- models (assets.c) ---- */
 
 ty_status store_model_get(store *st, const char *tenant_id, const char *id,
                           json_t **doc, char sha256[65], ty_err *err);
@@ -225,7 +227,7 @@ ty_status store_model_list(store *st, const char *tenant_id, store_page page,
 ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
                              char sha256[65], ty_err *err);
 
-/* ---- blobs ---- */
+/* ---- blobs (blob_refs.c) ---- */
 
 /* The blob lock: held from a blob's import until its row commits, and from
  * a row's delete until its blob is released (store_blob_release takes it). */
@@ -244,7 +246,7 @@ int store_blob_gc(store *st);
 ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
                           ty_err *err);
 
-/* ---- tenants (admin) ---- */
+/* ---- tenants (admin; tenants.c) ---- */
 
 #define STORE_UNLIMITED (-1)
 
@@ -335,7 +337,7 @@ ty_status store_storage_fits(int64_t used, int64_t adding, int64_t max,
 ty_status store_storage_check(store *st, const char *tenant_id,
                               int64_t adding, ty_err *err);
 
-/* ---- metrics ---- */
+/* ---- metrics (jobs.c) ---- */
 
 /* How many jobs each tenant has in each state, as rows {tenant_id, status,
  * n} (new array), for GET /metrics. */

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+
 /* ---- tenants and keys ---- */
 
 ty_status store_key_count(store *st, int64_t *count, ty_err *err)
