@@ -53,7 +53,7 @@ void api_get(ty_app *app, http_req *r, api_get_fn get);
  * sees the blob without its row), then replies 201 with doc and a Location
  * of collection + "/" + id. doc stays the caller's. On failure nothing is
  * kept and the status is returned for the caller to reply; TY_ETOOBIG only
- * when the tenant's storage quota refuses the file (tenants.h). */
+ * when the tenant's storage quota refuses the file (store_storage_check). */
 typedef ty_status (*api_insert_fn)(store *st, const char *tenant_id,
                                    const char *id, const char *sha256,
                                    int64_t bytes, const json_t *doc,

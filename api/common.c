@@ -9,7 +9,6 @@
 
 #include <sys/stat.h>
 
-#include "api/tenants.h"
 #include "store/blob.h"
 
 #define DEFAULT_LIMIT 50
@@ -125,8 +124,8 @@ ty_status api_create_blob_resource(ty_app *app, http_req *r,
     /* The quota is checked and the row inserted under the blob lock, so two
      * uploads of one tenant cannot both fit in the room left for one. */
     store_blob_lock(app->store);
-    ty_status s = api_storage_check(app, api_tenant(r), (int64_t)sb.st_size,
-                                    err);
+    ty_status s = store_storage_check(app->store, api_tenant(r),
+                                      (int64_t)sb.st_size, err);
     if (s == TY_OK)
         s = blob_import(app->cfg.data_dir, tmp_path, sha, &bytes, err);
     if (s == TY_OK) {

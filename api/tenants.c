@@ -12,7 +12,6 @@
  */
 #include "api/tenants.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -114,33 +113,6 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
         out->set = STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_GPU_SLICES |
                    STORE_TENANT_SET_RUNNING_JOBS | STORE_TENANT_SET_STORAGE;
     return TY_OK;
-}
-
-ty_status tenant_storage_check(int64_t used, int64_t adding, int64_t max,
-                               ty_err *err)
-{
-    if (max < 0 || (adding <= max && used <= max - adding))
-        return TY_OK;
-    return ty_fail(err, TY_ETOOBIG, NULL,
-                   "this would take the tenant past its storage quota: "
-                   "max_storage_bytes is %" PRId64 ", %" PRId64
-                   " bytes are in use and this upload needs %" PRId64
-                   " more; delete datasets or models, or ask the admin to "
-                   "raise the quota",
-                   max, used, adding);
-}
-
-ty_status api_storage_check(ty_app *app, const char *tenant_id, int64_t adding,
-                            ty_err *err)
-{
-    store_tenant_limits lim;
-    int64_t used = 0;
-    ty_status s = store_tenant_limits_get(app->store, tenant_id, &lim, err);
-    if (s != TY_OK || lim.max_storage_bytes == STORE_UNLIMITED)
-        return s;
-    if ((s = store_tenant_storage(app->store, tenant_id, &used, err)) != TY_OK)
-        return s;
-    return tenant_storage_check(used, adding, lim.max_storage_bytes, err);
 }
 
 /* ---- handlers ---- */

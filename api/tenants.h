@@ -1,13 +1,12 @@
 /*
- * tenants.h - /v1/tenants and their keys (admin), and the storage quota every
- * upload passes.
+ * tenants.h - /v1/tenants and their keys (admin).
  *
  * A tenant owns datasets, jobs and models and holds API keys; its weight is
  * its fair share of the GPUs and its quota bounds compute slices, running
- * jobs and storage. This slice stores and shows weight, max_gpu_slices and
- * max_running_jobs (the scheduler enforces them next) and enforces
- * max_storage_bytes on every upload. The body checks and the quota
- * arithmetic are pure functions so they can be tested without a server.
+ * jobs and storage. These handlers store and show weight and quotas; the
+ * scheduler enforces max_gpu_slices and max_running_jobs, and the store
+ * enforces max_storage_bytes on every upload (store_storage_check). The
+ * body checks are a pure function so they can be tested without a server.
  */
 #ifndef TY_API_TENANTS_H
 #define TY_API_TENANTS_H
@@ -41,18 +40,6 @@ typedef struct {
  * or null = unlimited, the default). Unknown keys are errors. On a create,
  * every field is set (defaults filled in). TY_EINVAL naming the field. */
 ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
-                            ty_err *err);
-
-/* TY_OK if a tenant using used bytes may store adding more under max
- * (STORE_UNLIMITED = no limit); else TY_ETOOBIG with the quota, the usage and
- * the size of what was refused in the message. */
-ty_status tenant_storage_check(int64_t used, int64_t adding, int64_t max,
-                               ty_err *err);
-
-/* The storage check for the tenant from the store (what the usage is now).
- * Caller holds the store's blob lock so uploads of one tenant are counted one at a
- * time. */
-ty_status api_storage_check(ty_app *app, const char *tenant_id, int64_t adding,
                             ty_err *err);
 
 /* ---- handlers ---- */

@@ -23,6 +23,8 @@
 
 typedef struct store store;
 
+/* ---- the connection (db.c) ---- */
+
 /* Opens (creating if needed) <data_dir>/trainyard.db and migrates it. */
 ty_status store_open(const char *data_dir, store **out, ty_err *err);
 void store_close(store *st);
@@ -34,7 +36,7 @@ int store_schema_version(store *st);
 ty_status store_ping(store *st, ty_err *err);
 
 
-/* ---- tenants and keys ---- */
+/* ---- tenants and keys (tenants.c) ---- */
 
 typedef struct {
     char key_id[TY_ID_MAX];
@@ -77,7 +79,7 @@ typedef struct {
     int limit;       /* 1..1000 */
 } store_page;
 
-/* ---- datasets ---- */
+/* ---- datasets (assets.c) ---- */
 
 /* Inserts a dataset row; doc is the API representation (borrowed). */
 ty_status store_dataset_insert(store *st, const char *tenant_id,
@@ -98,7 +100,7 @@ ty_status store_dataset_list(store *st, const char *tenant_id,
 ty_status store_dataset_delete(store *st, const char *tenant_id,
                                const char *id, char sha256[65], ty_err *err);
 
-/* ---- jobs ---- */
+/* ---- jobs (jobs.c) ---- */
 
 /* Job states, as the API spells them. */
 #define JOB_QUEUED "queued"
@@ -208,7 +210,7 @@ ty_status store_job_request_cancel(store *st, const char *tenant_id,
  * shutdown); *count says how many. */
 ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err);
 
-/* ---- models ---- */
+/* ---- models (assets.c) ---- */
 
 ty_status store_model_get(store *st, const char *tenant_id, const char *id,
                           json_t **doc, char sha256[65], ty_err *err);
@@ -225,7 +227,7 @@ ty_status store_model_list(store *st, const char *tenant_id, store_page page,
 ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
                              char sha256[65], ty_err *err);
 
-/* ---- blobs ---- */
+/* ---- blobs (blob_refs.c) ---- */
 
 /* The blob lock: held from a blob's import until its row commits, and from
  * a row's delete until its blob is released (store_blob_release takes it). */
@@ -244,7 +246,7 @@ int store_blob_gc(store *st);
 ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
                           ty_err *err);
 
-/* ---- tenants (admin) ---- */
+/* ---- tenants (admin; tenants.c) ---- */
 
 #define STORE_UNLIMITED (-1)
 
@@ -295,11 +297,6 @@ ty_status store_tenant_update(store *st, const char *id, const char *name,
                               const store_tenant_limits *lim, unsigned set,
                               ty_err *err);
 
-/* What the storage quota measures: the bytes of every dataset and model row
- * the tenant owns (a blob shared by two rows counts twice). */
-ty_status store_tenant_storage(store *st, const char *id, int64_t *bytes,
-                               ty_err *err);
-
 /* Adds a key to the tenant (an admin key when the tenant holds admin keys)
  * and gives its representation (id, tenant, admin, created_at, revoked_at;
  * never the hash). TY_ENOTFOUND when there is no such tenant. */
@@ -319,7 +316,28 @@ ty_status store_key_list(store *st, const char *tenant_id, store_page page,
 ty_status store_key_revoke(store *st, const char *tenant_id,
                            const char *key_id, ty_err *err);
 
-/* ---- metrics ---- */
+/* ---- quotas (quota.c) ---- */
+
+/* What the storage quota measures: the bytes of every dataset and model row
+ * the tenant owns (a blob shared by two rows counts twice). */
+ty_status store_tenant_storage(store *st, const char *id, int64_t *bytes,
+                               ty_err *err);
+
+/* TY_OK if a tenant using used bytes may store adding more under max
+ * (STORE_UNLIMITED = no limit); else TY_ETOOBIG with the quota, the usage and
+ * the size of what was refused in the message. */
+ty_status store_storage_fits(int64_t used, int64_t adding, int64_t max,
+                             ty_err *err);
+
+/* The storage check for the tenant, with its quota and usage as the store
+ * has them now: store_storage_fits, or TY_ENOTFOUND for no such tenant.
+ * Caller holds the blob lock (store_blob_lock) from this check until the
+ * new row is inserted, so two uploads of one tenant cannot both fit in the
+ * room left for one. */
+ty_status store_storage_check(store *st, const char *tenant_id,
+                              int64_t adding, ty_err *err);
+
+/* ---- metrics (jobs.c) ---- */
 
 /* How many jobs each tenant has in each state, as rows {tenant_id, status,
  * n} (new array), for GET /metrics. */

@@ -1,5 +1,6 @@
-/* Unit tests for tenants: the body checks and the storage-quota arithmetic
- * (api/tenants.c), and the store's tenant and key rows (store/store.c). */
+/* Unit tests for tenants: the body checks (api/tenants.c), the storage-quota
+ * arithmetic (store/quota.c), and the store's tenant and key rows
+ * (store/tenants.c). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -127,27 +128,27 @@ static void test_bad_bodies_name_the_field(void **state)
     expect_invalid("{\"name\": \"a\", \"colour\": 1}", 1, "colour");
 }
 
-/* ---- tenant_storage_check ---- */
+/* ---- store_storage_fits ---- */
 
 static void test_storage_check(void **state)
 {
     (void)state;
     ty_err err = {0};
-    assert_int_equal(tenant_storage_check(0, 1000, STORE_UNLIMITED, &err), TY_OK);
-    assert_int_equal(tenant_storage_check(400, 600, 1000, &err), TY_OK);
-    assert_int_equal(tenant_storage_check(0, 0, 0, &err), TY_OK);
-    assert_int_equal(tenant_storage_check(401, 600, 1000, &err), TY_ETOOBIG);
+    assert_int_equal(store_storage_fits(0, 1000, STORE_UNLIMITED, &err), TY_OK);
+    assert_int_equal(store_storage_fits(400, 600, 1000, &err), TY_OK);
+    assert_int_equal(store_storage_fits(0, 0, 0, &err), TY_OK);
+    assert_int_equal(store_storage_fits(401, 600, 1000, &err), TY_ETOOBIG);
     assert_non_null(strstr(err.msg, "1000"));
     assert_non_null(strstr(err.msg, "401"));
     assert_non_null(strstr(err.msg, "600"));
     assert_non_null(strstr(err.msg, "max_storage_bytes"));
     /* Already over (a trained model may take a tenant past its quota). */
-    assert_int_equal(tenant_storage_check(2000, 1, 1000, &err), TY_ETOOBIG);
+    assert_int_equal(store_storage_fits(2000, 1, 1000, &err), TY_ETOOBIG);
     /* No overflow near the top of int64. */
-    assert_int_equal(tenant_storage_check(INT64_MAX - 5, INT64_MAX - 5,
-                                          INT64_MAX, &err),
+    assert_int_equal(store_storage_fits(INT64_MAX - 5, INT64_MAX - 5,
+                                        INT64_MAX, &err),
                      TY_ETOOBIG);
-    assert_int_equal(tenant_storage_check(5, INT64_MAX - 5, INT64_MAX, &err),
+    assert_int_equal(store_storage_fits(5, INT64_MAX - 5, INT64_MAX, &err),
                      TY_OK);
 }
 

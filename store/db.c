@@ -1,0 +1,409 @@
+/*
+ * db.c - the store's connection (see store.h, store_internal.h): open,
+ * migrate, close, and the query helpers every table's file uses.
+ *
+ * Queries go through db_q(): it binds arguments described by a small format
+ * string ('s' text or NULL, 'i' int64, 'I' int64 or NULL when negative, 'd'
+ * double, 'b' 32-byte blob) and turns result
+ * rows into JSON objects keyed by column name. A column whose name ends in
+ * "_json" holds JSON text and is parsed (the suffix dropped); columns whose
+ * name starts with "_" are bookkeeping (the list cursor) and are removed from
+ * what callers see. Every public function takes the connection's mutex for
+ * its whole duration, so multi-statement transactions are never interleaved.
+ */
+#include "store/store_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- migrations: append only; never edit one that has shipped ---- */
+
+static const char *const migrations[] = {
+    /* 1: tenants, keys, datasets, jobs with per-epoch metrics, models */
+    "CREATE TABLE tenants ("
+    "  id TEXT PRIMARY KEY,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  created_at TEXT NOT NULL);"
+    "CREATE TABLE api_keys ("
+    "  id TEXT PRIMARY KEY,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  hash BLOB NOT NULL UNIQUE,"
+    "  is_admin INTEGER NOT NULL DEFAULT 0,"
+    "  created_at TEXT NOT NULL,"
+    "  revoked_at TEXT);"
+    "CREATE TABLE datasets ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  sha256 TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  doc TEXT NOT NULL,"
+    "  created_at TEXT NOT NULL);"
+    "CREATE INDEX datasets_tenant ON datasets(tenant_id, seq);"
+    "CREATE INDEX datasets_sha ON datasets(sha256);"
+    "CREATE TABLE jobs ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  name TEXT NOT NULL,"
+    "  dataset_id TEXT NOT NULL,"
+    "  validation TEXT NOT NULL,"
+    "  spec TEXT NOT NULL,"
+    "  hyperparameters TEXT NOT NULL,"
+    "  status TEXT NOT NULL,"
+    "  progress TEXT,"
+    "  metrics TEXT,"
+    "  model_id TEXT,"
+    "  error TEXT,"
+    "  attempts INTEGER NOT NULL DEFAULT 0,"
+    "  created_at TEXT NOT NULL,"
+    "  started_at TEXT,"
+    "  finished_at TEXT);"
+    "CREATE INDEX jobs_tenant ON jobs(tenant_id, seq);"
+    "CREATE INDEX jobs_status ON jobs(status, seq);"
+    "CREATE TABLE job_epochs ("
+    "  job_id TEXT NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  metrics TEXT NOT NULL,"
+    "  PRIMARY KEY (job_id, epoch));"
+    "CREATE TABLE models ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  job_id TEXT,"
+    "  sha256 TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  doc TEXT NOT NULL,"
+    "  created_at TEXT NOT NULL);"
+    "CREATE INDEX models_tenant ON models(tenant_id, seq);"
+    "CREATE INDEX models_sha ON models(sha256);",
+    /* 2: the memory a job's training was estimated to take at submit
+     * (models/train/train.h's train_memory total; NULL for older jobs) */
+    "ALTER TABLE jobs ADD COLUMN estimated_memory_bytes INTEGER;",
+    /* 3: where the job's latest run trains ("cpu", "cuda:N"), set when it
+     * starts; NULL while queued for the first time and for older jobs */
+    "ALTER TABLE jobs ADD COLUMN device TEXT;",
+    /* 4: each tenant's fair-share weight and quotas (NULL = unlimited) */
+    "ALTER TABLE tenants ADD COLUMN weight REAL NOT NULL DEFAULT 1;"
+    "ALTER TABLE tenants ADD COLUMN max_gpu_slices INTEGER;"
+    "ALTER TABLE tenants ADD COLUMN max_running_jobs INTEGER;"
+    "ALTER TABLE tenants ADD COLUMN max_storage_bytes INTEGER;",
+    /* 5: what a job asks of the scheduler (resources {"gpu": ...}, priority),
+     * where its latest run was placed (placement, with what the worker saw),
+     * how often it was preempted, and whether its next start resumes a run
+     * a preemption stopped (then it counts no new attempt) */
+    "ALTER TABLE jobs ADD COLUMN resources TEXT;"
+    "ALTER TABLE jobs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN placement TEXT;"
+    "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN resume_preempted INTEGER NOT NULL DEFAULT 0;",
+};
+
+/* ---- helpers ---- */
+
+ty_status db_fail(store *st, ty_err *err, const char *what)
+{
+    return ty_fail(err, TY_EIO, NULL, "database error (%s): %s", what,
+                   sqlite3_errmsg(st->db));
+}
+
+
+static json_t *column_json(sqlite3_stmt *s, int i)
+{
+    const char *name = sqlite3_column_name(s, i);
+    size_t nlen = strlen(name);
+    int is_json = nlen > 5 && strcmp(name + nlen - 5, "_json") == 0;
+    switch (sqlite3_column_type(s, i)) {
+    case SQLITE_INTEGER:
+        return json_integer(sqlite3_column_int64(s, i));
+    case SQLITE_FLOAT:
+        return json_real(sqlite3_column_double(s, i));
+    case SQLITE_NULL:
+        return json_null();
+    default: {
+        const char *text = (const char *)sqlite3_column_text(s, i);
+        if (!text)
+            return json_null();
+        if (is_json) {
+            json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+            return v ? v : json_null();
+        }
+        return json_string(text);
+    }
+    }
+}
+
+/* The current row as an object keyed by column name ("_json" dropped). */
+static json_t *row_json(sqlite3_stmt *s)
+{
+    json_t *row = json_object();
+    int n = sqlite3_column_count(s);
+    for (int i = 0; i < n; i++) {
+        const char *name = sqlite3_column_name(s, i);
+        size_t nlen = strlen(name);
+        char key[64];
+        if (nlen > 5 && strcmp(name + nlen - 5, "_json") == 0)
+            nlen -= 5;
+        if (nlen >= sizeof key)
+            nlen = sizeof key - 1;
+        memcpy(key, name, nlen);
+        key[nlen] = '\0';
+        json_object_set_new(row, key, column_json(s, i));
+    }
+    return row;
+}
+
+static int bind_args(sqlite3_stmt *s, const char *fmt, va_list ap)
+{
+    int idx = 1, rc = SQLITE_OK;
+    for (const char *f = fmt; *f && rc == SQLITE_OK; f++, idx++) {
+        switch (*f) {
+        case 's': {
+            const char *v = va_arg(ap, const char *);
+            rc = v ? sqlite3_bind_text(s, idx, v, -1, SQLITE_TRANSIENT)
+                   : sqlite3_bind_null(s, idx);
+            break;
+        }
+        case 'i':
+            rc = sqlite3_bind_int64(s, idx, va_arg(ap, int64_t));
+            break;
+        case 'b':
+            rc = sqlite3_bind_blob(s, idx, va_arg(ap, const void *), 32,
+                                   SQLITE_TRANSIENT);
+            break;
+        case 'd':
+            rc = sqlite3_bind_double(s, idx, va_arg(ap, double));
+            break;
+        case 'I': { /* int64; negative binds NULL (an unset limit) */
+            int64_t v = va_arg(ap, int64_t);
+            rc = v < 0 ? sqlite3_bind_null(s, idx)
+                       : sqlite3_bind_int64(s, idx, v);
+            break;
+        }
+        default:
+            return SQLITE_MISUSE;
+        }
+    }
+    return rc;
+}
+
+/* Runs one statement with arguments per fmt. If rows is not NULL it gets a
+ * new array of row objects; with first_only, only the first row is read. If
+ * changes is not NULL it gets the number of rows changed. Caller holds
+ * st->mu. */
+static ty_status vq(store *st, json_t **rows, int *changes, int first_only,
+                    ty_err *err, const char *sql, const char *fmt, va_list ap)
+{
+    sqlite3_stmt *s = NULL;
+    if (rows)
+        *rows = NULL;
+    if (sqlite3_prepare_v2(st->db, sql, -1, &s, NULL) != SQLITE_OK)
+        return db_fail(st, err, "prepare");
+    int rc = bind_args(s, fmt, ap);
+    if (rc != SQLITE_OK) {
+        sqlite3_finalize(s);
+        return db_fail(st, err, "bind");
+    }
+    json_t *out = rows ? json_array() : NULL;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+        if (out)
+            json_array_append_new(out, row_json(s));
+        if (first_only) {
+            rc = SQLITE_DONE;
+            break;
+        }
+    }
+    if (rc != SQLITE_DONE) {
+        json_decref(out);
+        ty_status status = db_fail(st, err, "step");
+        sqlite3_finalize(s);
+        return status;
+    }
+    if (changes)
+        *changes = sqlite3_changes(st->db);
+    sqlite3_finalize(s);
+    if (rows)
+        *rows = out;
+    return TY_OK;
+}
+
+ty_status db_q(store *st, json_t **rows, int *changes, ty_err *err,
+               const char *sql, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ty_status s = vq(st, rows, changes, 0, err, sql, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+/* The first row of a query, or TY_ENOTFOUND with "<what> <id> not found". */
+ty_status db_q_one(store *st, json_t **row, ty_err *err, const char *what,
+                   const char *id, const char *sql, const char *fmt, ...)
+{
+    json_t *rows = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    ty_status s = vq(st, &rows, NULL, 1, err, sql, fmt, ap);
+    va_end(ap);
+    if (s != TY_OK)
+        return s;
+    if (json_array_size(rows) == 0) {
+        json_decref(rows);
+        return ty_fail(err, TY_ENOTFOUND, NULL, "%s %s not found", what, id);
+    }
+    *row = json_incref(json_array_get(rows, 0));
+    json_decref(rows);
+    return TY_OK;
+}
+
+/* A query whose one row has one integer column named "n". */
+ty_status db_q_int(store *st, int64_t *out, ty_err *err, const char *sql,
+                   const char *fmt, ...)
+{
+    json_t *rows = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&st->mu);
+    ty_status s = vq(st, &rows, NULL, 1, err, sql, fmt, ap);
+    pthread_mutex_unlock(&st->mu);
+    va_end(ap);
+    if (s == TY_OK)
+        *out =
+            json_integer_value(json_object_get(json_array_get(rows, 0), "n"));
+    json_decref(rows);
+    return s;
+}
+
+ty_status db_exec(store *st, const char *sql, ty_err *err)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        ty_status s = ty_fail(err, TY_EIO, NULL, "database error: %s",
+                              msg ? msg : sqlite3_errmsg(st->db));
+        sqlite3_free(msg);
+        return s;
+    }
+    return TY_OK;
+}
+
+void db_rollback(store *st)
+{
+    sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
+}
+
+/* Turns rows fetched with LIMIT page+1 into a page: each row (or its "_doc"
+ * for document tables) without "_seq", and the cursor of the next page (the
+ * last shown row's sequence number) when the extra row exists. */
+json_t *db_finish_page(json_t *rows, int limit, int64_t *next_cursor)
+{
+    *next_cursor = 0;
+    json_t *items = json_array();
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) {
+        if ((int)i == limit) {
+            *next_cursor = json_integer_value(
+                json_object_get(json_array_get(rows, i - 1), "_seq"));
+            break;
+        }
+        json_t *doc = json_object_get(row, "_doc");
+        json_t *item = json_deep_copy(doc ? doc : row);
+        json_object_del(item, "_seq");
+        json_array_append_new(items, item);
+    }
+    json_decref(rows);
+    return items;
+}
+
+/* ---- open, migrate, close ---- */
+
+ty_status store_open(const char *data_dir, store **out, ty_err *err)
+{
+    *out = NULL;
+    store *st = calloc(1, sizeof *st);
+    if (!st)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    pthread_mutex_init(&st->blob_mu, NULL);
+    snprintf(st->data_dir, sizeof st->data_dir, "%s", data_dir);
+    pthread_mutex_init(&st->mu, NULL);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/trainyard.db", data_dir);
+    ty_status s = TY_OK;
+    if (sqlite3_open_v2(path, &st->db,
+                        SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                            SQLITE_OPEN_FULLMUTEX,
+                        NULL) != SQLITE_OK) {
+        s = ty_fail(err, TY_EIO, NULL, "cannot open database %s: %s", path,
+                    st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        goto fail;
+    }
+    sqlite3_busy_timeout(st->db, 5000);
+    if ((s = db_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                         "PRAGMA foreign_keys=ON;",
+                     err)) != TY_OK)
+        goto fail;
+    int version = store_schema_version(st);
+    int known = (int)TY_ARRAY_LEN(migrations);
+    if (version > known) {
+        s = ty_fail(err, TY_EINVAL, NULL,
+                    "database %s is at schema version %d, newer than this "
+                    "trainyard (%d); upgrade trainyard",
+                    path, version, known);
+        goto fail;
+    }
+    for (int v = version; v < known; v++) {
+        char bump[64];
+        snprintf(bump, sizeof bump, "PRAGMA user_version=%d;", v + 1);
+        if ((s = db_exec(st, "BEGIN IMMEDIATE", err)) != TY_OK)
+            goto fail;
+        if ((s = db_exec(st, migrations[v], err)) != TY_OK ||
+            (s = db_exec(st, bump, err)) != TY_OK ||
+            (s = db_exec(st, "COMMIT", err)) != TY_OK) {
+            db_rollback(st);
+            ty_err_prefix(err, "migration %d", v + 1);
+            goto fail;
+        }
+    }
+    *out = st;
+    return TY_OK;
+fail:
+    store_close(st);
+    return s;
+}
+
+void store_close(store *st)
+{
+    if (!st)
+        return;
+    if (st->db)
+        sqlite3_close_v2(st->db);
+    pthread_mutex_destroy(&st->mu);
+    pthread_mutex_destroy(&st->blob_mu);
+    free(st);
+}
+
+int store_schema_version(store *st)
+{
+    sqlite3_stmt *s;
+    int v = -1;
+    if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL) ==
+        SQLITE_OK) {
+        if (sqlite3_step(s) == SQLITE_ROW)
+            v = sqlite3_column_int(s, 0);
+        sqlite3_finalize(s);
+    }
+    return v;
+}
+
+ty_status store_ping(store *st, ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    json_t *rows;
+    ty_status s = db_q(st, &rows, NULL, err, "SELECT 1 AS ok", "");
+    json_decref(rows);
+    pthread_mutex_unlock(&st->mu);
+    return s;
+}
