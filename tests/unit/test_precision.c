@@ -696,7 +696,7 @@ static void fp16_resume_case(uint32_t stop_after_epoch, int stop_at_step,
     path_in(part_ckpt, sizeof part_ckpt, "part.ckpt");
     train_hparams hp = hparams_of(fp16_hp);
     hp.checkpoint_every_steps = 1;
-    hp.optimizer = TRAIN_OPT_ADAM; /* its step count must skip too */
+    hp.optimizer = NN_OPTIM_ADAM; /* its step count must skip too */
     volatile sig_atomic_t stop = 0;
     cb_state a = {0};
     train_epoch_metrics fa, fb;
