@@ -1,6 +1,7 @@
 /*
  * train_internal.h - the trainer's state, shared by the training loop
- * (run.c), checkpoints (checkpoint.c) and device steps (graph.c). Not a public API.
+ * (run.c), checkpoints (checkpoint.c) and device steps (graph.c). Not a
+ * public API.
  *
  * Position in a run is (epoch_done, epoch_step): completed epochs and
  * optimizer steps taken in the epoch in progress (each step is `accum`

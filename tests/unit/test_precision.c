@@ -161,8 +161,9 @@ static void test_cast_kernel(void **state)
         nn_backend_cpu.cast(NULL, b, dt, src, len);
         assert_memory_equal(a, b, len * 2);
         for (size_t i = 0; i < len; i++)
-            assert_int_equal(a[i], dt == NN_DT_BF16 ? nn_cpu_bf16_from_f32(src[i])
-                                                    : nn_cpu_f16_from_f32(src[i]));
+            assert_int_equal(a[i], dt == NN_DT_BF16
+                                       ? nn_cpu_bf16_from_f32(src[i])
+                                       : nn_cpu_f16_from_f32(src[i]));
     }
     assert_true(nn_backend_cpu.supports(NN_OP_CAST));
     assert_true(nn_backend_cpu.supports(NN_OP_GEMM_LP));
