@@ -4,7 +4,7 @@
  * A backend is a table of kernels (function pointers filled with designated
  * initializers). Layers, losses and optimizers call only these, so a CUDA
  * backend can implement the same table and the engine above it does not
- * change. The CPU backend (backend_cpu.c) is the reference: every op has a
+ * change. The CPU backend (models/cpu/) is the reference: every op has a
  * plain-C definition there, and tests compare other backends with it.
  *
  * Conventions (as in llm.c): outputs first, then inputs, then sizes; every
@@ -29,8 +29,8 @@
 #include "common/ty.h"
 #include "models/pool.h"
 
-/* Every op a backend may implement. The name table in backend_cpu.c is
- * guarded by a static_assert on NN_OP_COUNT. */
+/* Every op a backend may implement. The name table in models/cpu/backend.c
+ * is guarded by a static_assert on NN_OP_COUNT. */
 typedef enum {
     NN_OP_GEMM = 0,      /* C = alpha * op(A) op(B) + beta * C */
     NN_OP_BIAS_ROWS,     /* broadcast a bias vector into every row */

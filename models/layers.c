@@ -16,28 +16,6 @@
 
 #include "common/jsonutil.h"
 
-uint64_t nn_shape_numel(const nn_shape *s)
-{
-    uint64_t n = 1;
-    for (uint32_t i = 0; i < s->ndim; i++)
-        n *= s->d[i];
-    return n;
-}
-
-void nn_shape_format(const nn_shape *s, char *buf, size_t n)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (uint32_t i = 0; i < s->ndim && used < n; i++) {
-        int w = snprintf(buf + used, n - used, "%s%u", i ? ", " : "[", s->d[i]);
-        if (w < 0)
-            return;
-        used += (size_t)w;
-    }
-    if (used < n)
-        snprintf(buf + used, n - used, "]");
-}
-
 static void copy_rows(float *out, const float *in, const nn_layer *l,
                       const nn_pass *p)
 {

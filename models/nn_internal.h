@@ -35,8 +35,9 @@ typedef struct {
     uint32_t d[NN_MAX_DIMS];
 } nn_shape;
 
+/* The number of values in s (nn_util.c, as are the next two). */
 uint64_t nn_shape_numel(const nn_shape *s);
-/* "[1, 28, 28]" into buf. */
+/* "[1, 28, 28]" into buf (cut short to fit n bytes). */
 void nn_shape_format(const nn_shape *s, char *buf, size_t n);
 
 typedef enum {

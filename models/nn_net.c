@@ -238,16 +238,6 @@ void nn_workspace_upload_targets(nn_workspace *ws, uint32_t n)
                    (size_t)n * ws->arch->num_outputs * sizeof(float));
 }
 
-void nn_copy_floats(const nn_backend *be, const nn_exec *ex, float *dst,
-                    const float *src, size_t len)
-{
-    if (nn_backend_host_visible(be)) {
-        memcpy(dst, src, len * sizeof *dst);
-        return;
-    }
-    be->copy(ex, dst, src, len * sizeof *dst);
-}
-
 uint32_t nn_workspace_max_batch(const nn_workspace *ws) { return ws->max_batch; }
 
 nn_workspace *nn_workspace_create(const nn_net *net, uint32_t max_batch)

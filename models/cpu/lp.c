@@ -1,5 +1,5 @@
 /*
- * backend_cpu_lp.c - the CPU reference for reduced-precision training:
+ * lp.c - the CPU reference for reduced-precision training:
  * fp32 -> bf16 / fp16 casts with round-to-nearest-even done in integer
  * arithmetic (no dependence on the FPU's rounding mode or on the compiler
  * contracting anything), and a GEMM over bf16 / fp16 inputs that widens
@@ -13,11 +13,9 @@
  * reference the CUDA kernels are tested against and what the fake device
  * of the unit tests runs the mixed-precision engine path on.
  */
-#include "models/cpu/lp.h"
+#include "models/cpu/cpu_internal.h"
 
 #include <string.h>
-
-#include "models/cpu/par.h"
 
 static uint32_t f32_bits(float x)
 {
@@ -33,7 +31,7 @@ static float f32_from_bits(uint32_t u)
     return x;
 }
 
-uint16_t nn_bf16_from_f32(float x)
+uint16_t nn_cpu_bf16_from_f32(float x)
 {
     uint32_t u = f32_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u)
@@ -43,9 +41,9 @@ uint16_t nn_bf16_from_f32(float x)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-float nn_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+float nn_cpu_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
 
-uint16_t nn_f16_from_f32(float x)
+uint16_t nn_cpu_f16_from_f32(float x)
 {
     const uint32_t u = f32_bits(x);
     const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
@@ -80,7 +78,7 @@ uint16_t nn_f16_from_f32(float x)
     return sign | (uint16_t)h;
 }
 
-float nn_f16_to_f32(uint16_t h)
+float nn_cpu_f16_to_f32(uint16_t h)
 {
     const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
@@ -110,10 +108,10 @@ static void cast_part(void *arg, int part, int parts)
     uint16_t *d = j->dst;
     if (j->dt == NN_DT_BF16)
         for (size_t i = b; i < e; i++)
-            d[i] = nn_bf16_from_f32(j->src[i]);
+            d[i] = nn_cpu_bf16_from_f32(j->src[i]);
     else
         for (size_t i = b; i < e; i++)
-            d[i] = nn_f16_from_f32(j->src[i]);
+            d[i] = nn_cpu_f16_from_f32(j->src[i]);
 }
 
 void nn_cpu_cast(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
@@ -140,7 +138,7 @@ typedef struct {
 
 static inline float widen(nn_dtype dt, uint16_t h)
 {
-    return dt == NN_DT_BF16 ? nn_bf16_to_f32(h) : nn_f16_to_f32(h);
+    return dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(h) : nn_cpu_f16_to_f32(h);
 }
 
 static void gemm_lp_part(void *arg, int part, int parts)

@@ -1,7 +1,6 @@
 /*
- * backend_cpu_norm.c - CPU kernels for the normalization layers (batchnorm,
- * layernorm), leaky_relu, the softmax layer and the elementwise add that
- * residual blocks use.
+ * norm.c - the CPU backend's row and channel kernels: the normalization
+ * layers (batchnorm, layernorm) and the softmax layer.
  *
  * Determinism: every reduction runs in one fixed order that does not depend
  * on the thread count. A sum over a contiguous run of floats keeps eight
@@ -14,11 +13,10 @@
  * are bit-identical for any thread count.
  */
 
-/* As backend_cpu.c: the full vectorizer cost model for these loops. */
+/* As elementwise.c: the full vectorizer cost model for these loops. */
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 
-#include "models/cpu/norm.h"
-#include "models/cpu/par.h"
+#include "models/cpu/cpu_internal.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -243,12 +241,12 @@ static void bn_forward_part(void *arg, int part, int parts)
         bn_forward_rows(j, b, e);
 }
 
-void cpu_batchnorm_forward(const nn_exec *ex, float *out, float *mean,
-                           float *invstd, float *running_mean,
-                           float *running_var, const float *x,
-                           const float *gamma, const float *beta, uint32_t n,
-                           uint32_t c, uint32_t s, int training,
-                           float momentum, float eps)
+void nn_cpu_batchnorm_forward(const nn_exec *ex, float *out, float *mean,
+                              float *invstd, float *running_mean,
+                              float *running_var, const float *x,
+                              const float *gamma, const float *beta,
+                              uint32_t n, uint32_t c, uint32_t s, int training,
+                              float momentum, float eps)
 {
     bn_job j = {.out = out, .mean = mean, .invstd = invstd,
                 .rmean = running_mean, .rvar = running_var, .x = x,
@@ -340,11 +338,11 @@ static void bn_backward_part(void *arg, int part, int parts)
         bn_backward_rows(j, b, e);
 }
 
-void cpu_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
-                            float *dbeta, const float *dout, const float *x,
-                            const float *gamma, const float *mean,
-                            const float *invstd, uint32_t n, uint32_t c,
-                            uint32_t s, int batch_stats)
+void nn_cpu_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
+                               float *dbeta, const float *dout, const float *x,
+                               const float *gamma, const float *mean,
+                               const float *invstd, uint32_t n, uint32_t c,
+                               uint32_t s, int batch_stats)
 {
     bn_job j = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dout = dout,
                 .x = x, .gamma = gamma, .mean = (float *)mean,
@@ -383,10 +381,10 @@ static void ln_forward_part(void *arg, int part, int parts)
     }
 }
 
-void cpu_layernorm_forward(const nn_exec *ex, float *out, float *mean,
-                           float *rstd, const float *x, const float *gamma,
-                           const float *beta, uint32_t n, uint32_t d,
-                           float eps)
+void nn_cpu_layernorm_forward(const nn_exec *ex, float *out, float *mean,
+                              float *rstd, const float *x, const float *gamma,
+                              const float *beta, uint32_t n, uint32_t d,
+                              float eps)
 {
     ln_job j = {.out = out, .mean = mean, .rstd = rstd, .x = x,
                 .gamma = gamma, .beta = beta, .n = n, .d = d, .eps = eps};
@@ -433,10 +431,10 @@ static void ln_param_part(void *arg, int part, int parts)
     }
 }
 
-void cpu_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
-                            float *dbeta, const float *dout, const float *x,
-                            const float *gamma, const float *mean,
-                            const float *rstd, uint32_t n, uint32_t d)
+void nn_cpu_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
+                               float *dbeta, const float *dout, const float *x,
+                               const float *gamma, const float *mean,
+                               const float *rstd, uint32_t n, uint32_t d)
 {
     ln_job j = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dout = dout,
                 .x = x, .gamma = gamma, .cmean = mean, .crstd = rstd, .n = n,
@@ -444,78 +442,6 @@ void cpu_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
     if (dx)
         run_parts(ex, (double)n * d, ln_dx_part, &j);
     run_parts(ex, (double)n * d, ln_param_part, &j);
-}
-
-/* ---- elementwise: leaky_relu, add ---- */
-
-typedef struct {
-    float *out;
-    const float *a, *b;
-    size_t len;
-    float slope;
-    int op;                    /* 0 leaky fwd, 1 leaky bwd, 2 add */
-} ew_job;
-
-static void leaky_fwd(float *restrict out, const float *restrict in, size_t n,
-                      float slope)
-{
-    for (size_t i = 0; i < n; i++)
-        out[i] = in[i] > 0.0f ? in[i] : slope * in[i];
-}
-
-static void leaky_bwd(float *restrict din, const float *restrict dout,
-                      const float *restrict in, size_t n, float slope)
-{
-    for (size_t i = 0; i < n; i++)
-        din[i] = in[i] > 0.0f ? dout[i] : slope * dout[i];
-}
-
-/* out may be a or b: no restrict. */
-static void add_range(float *out, const float *a, const float *b, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        out[i] = a[i] + b[i];
-}
-
-static void ew_part(void *arg, int part, int parts)
-{
-    const ew_job *j = arg;
-    size_t b, e;
-    nn_pool_range(j->len, part, parts, PAR_ALIGN, &b, &e);
-    if (e <= b)
-        return;
-    switch (j->op) {
-    case 0:
-        leaky_fwd(j->out + b, j->a + b, e - b, j->slope);
-        break;
-    case 1:
-        leaky_bwd(j->out + b, j->a + b, j->b + b, e - b, j->slope);
-        break;
-    default:
-        add_range(j->out + b, j->a + b, j->b + b, e - b);
-    }
-}
-
-void cpu_leaky_relu_forward(const nn_exec *ex, float *out, const float *in,
-                            size_t len, float slope)
-{
-    ew_job j = {.out = out, .a = in, .len = len, .slope = slope, .op = 0};
-    run_parts(ex, (double)len, ew_part, &j);
-}
-
-void cpu_leaky_relu_backward(const nn_exec *ex, float *din, const float *dout,
-                             const float *in, size_t len, float slope)
-{
-    ew_job j = {.out = din, .a = dout, .b = in, .len = len, .slope = slope,
-                .op = 1};
-    run_parts(ex, (double)len, ew_part, &j);
-}
-
-void cpu_add(const nn_exec *ex, float *out, const float *a, const float *b,
-             size_t len)
-{
-    ew_job j = {.out = out, .a = a, .b = b, .len = len, .op = 2};
-    run_parts(ex, (double)len, ew_part, &j);
 }
 
 /* ---- softmax over rows ---- */
@@ -560,15 +486,15 @@ static void sm_backward_part(void *arg, int part, int parts)
     }
 }
 
-void cpu_softmax_forward(const nn_exec *ex, float *out, const float *in,
-                         uint32_t n, uint32_t c)
+void nn_cpu_softmax_forward(const nn_exec *ex, float *out, const float *in,
+                            uint32_t n, uint32_t c)
 {
     sm_job j = {.out = out, .in = in, .n = n, .c = c};
     run_parts(ex, (double)n * c, sm_forward_part, &j);
 }
 
-void cpu_softmax_backward(const nn_exec *ex, float *din, const float *dout,
-                          const float *out, uint32_t n, uint32_t c)
+void nn_cpu_softmax_backward(const nn_exec *ex, float *din, const float *dout,
+                             const float *out, uint32_t n, uint32_t c)
 {
     sm_job j = {.out = din, .in = dout, .aux = out, .n = n, .c = c};
     run_parts(ex, (double)n * c, sm_backward_part, &j);

@@ -1,5 +1,5 @@
 /*
- * ds_csv.c - CSV upload -> TYDS dataset (see ds_convert_csv in dataset.h).
+ * csv.c - CSV upload -> TYDS dataset (see ds_convert_csv in dataset.h).
  *
  * Two passes over the file. The first validates every cell, counts the rows
  * and collects the label column (class indices or target values) and the

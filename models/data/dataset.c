@@ -1,7 +1,7 @@
 /*
  * dataset.c - opening TYDS dataset files, and the small helpers of dataset.h
- * (task names, example access, class maps). The converters live in ds_csv.c,
- * ds_idx.c and ds_npy.c; the layout and writer in ds_file.c.
+ * (task names, example access, class maps). The converters live in csv.c,
+ * idx.c and npy.c; the layout's constants in layout.h, the writer in file.c.
  *
  * ty_dataset_open trusts nothing in the file: every meta key is checked for
  * type and range, every offset and size against the file length and
@@ -20,8 +20,8 @@
 #include <unistd.h>
 
 #include "common/jsonutil.h"
-#include "models/data/file.h"
 #include "models/data/input.h"
+#include "models/data/layout.h"
 
 static const char *const task_names[] = {
     [TY_TASK_CLASSIFICATION] = "classification",

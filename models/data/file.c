@@ -1,5 +1,5 @@
 /*
- * ds_file.c - the TYDS meta builder and streaming writer (see ds_file.h).
+ * file.c - the TYDS meta builder and streaming writer (see file.h).
  *
  * The meta names the offsets of x and y, and the offsets depend on the meta's
  * length, so ds_writer_create settles them by iteration: render the meta,

@@ -1,5 +1,6 @@
 /*
- * ds_file.h - the TYDS file layout (see dataset.h) and its streaming writer.
+ * file.h - the TYDS meta builder and streaming writer (the layout's
+ * constants are in layout.h, the format in dataset.h).
  *
  * A converter first learns everything the meta needs (counts, shape,
  * classes), then creates the writer, which lays out the file from the meta and
@@ -17,20 +18,7 @@
 
 #include "common/ty.h"
 #include "models/data/dataset.h"
-
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "TYDS files are little-endian and mapped as native arrays"
-#endif
-
-#define DS_MAGIC "TYDS"
-#define DS_VERSION 1u
-#define DS_HEADER_LEN 16u   /* magic, u32 version, u64 meta_len */
-#define DS_ALIGN 64u        /* x and y start at multiples of this */
-
-static inline uint64_t ds_align_up(uint64_t v)
-{
-    return (v + DS_ALIGN - 1) / DS_ALIGN * DS_ALIGN;
-}
+#include "models/data/layout.h"
 
 /* A new meta object with the keys every dataset has, in the documented order
  * (features is the product of shape). NULL if an allocation fails. */

@@ -1,5 +1,5 @@
 /*
- * ds_idx.c - IDX (MNIST-style) images + labels -> TYDS dataset (see
+ * idx.c - IDX (MNIST-style) images + labels -> TYDS dataset (see
  * ds_convert_idx in dataset.h).
  *
  * An IDX file is a big-endian header - magic 0x0000TTDD (element type TT,

@@ -1,5 +1,5 @@
 /*
- * ds_input.c - bounded-chunk reading of uploaded files (see ds_input.h).
+ * input.c - bounded-chunk reading of uploaded files (see input.h).
  *
  * A gzip input is handed to zlib's gz* layer, which inflates as it goes; we
  * only decide whether the file is gzip (by its first two bytes) and turn

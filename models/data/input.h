@@ -1,5 +1,5 @@
 /*
- * ds_input.h - an uploaded file read in bounded chunks, plain or gzip.
+ * input.h - an uploaded file read in bounded chunks, plain or gzip.
  *
  * The converters see one stream of bytes whether or not the file was
  * compressed (gzip is recognised by its magic bytes 1f 8b, never by name, and

@@ -1,5 +1,5 @@
 /*
- * ds_npy.c - NPY x and y arrays -> TYDS dataset (see ds_convert_npy in
+ * npy.c - NPY x and y arrays -> TYDS dataset (see ds_convert_npy in
  * dataset.h).
  *
  * An NPY file is "\x93NUMPY", a version (1.0, 2.0 or 3.0), a little-endian

@@ -1,5 +1,5 @@
 /*
- * train_checkpoint.c - the trainer's files: the final model (nn.h's format)
+ * checkpoint.c - the trainer's files: the final model (nn.h's format)
  * and checkpoints. A checkpoint holds the parameters ("0.weight", ...), the
  * optimizer state ("optim.0.weight.exp_avg", ... named after PyTorch's state
  * dict entries) and the run's position, in one safetensors file written

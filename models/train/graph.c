@@ -1,5 +1,5 @@
 /*
- * train_graph.c - what a training run on a device (a backend that is not
+ * graph.c - what a training run on a device (a backend that is not
  * host-visible) keeps off the host's critical path: the epoch's running
  * loss and correct count, which the loss kernels add into backend memory
  * (nn_exec.acc) and the trainer reads only when it reports, checkpoints or
@@ -7,7 +7,7 @@
  * bias corrections, AdamW's decay), uploaded before each step into backend
  * memory the kernels read (nn_optim_args.dyn); and the decision whether
  * the run captures one full-size step as a graph and replays it (the
- * capture itself is in train.c's device_step, which calls the same
+ * capture itself is in run.c's device_step, which calls the same
  * train_step and optimizer_step the op-by-op path runs).
  *
  * Invariant: between two reads of acc no host code looks at a step's

@@ -1,5 +1,5 @@
 /*
- * train_hparams.c - hyperparameter parsing and the train/validation split
+ * hparams.c - hyperparameter parsing and the train/validation split
  * (see train.h).
  */
 #include <math.h>
@@ -289,11 +289,11 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                                 err)) != TY_OK)
         goto done;
     if (!strcmp(opt, "adam")) {
-        h.optimizer = TRAIN_OPT_ADAM;
+        h.optimizer = NN_OPTIM_ADAM;
     } else if (!strcmp(opt, "adamw")) {
-        h.optimizer = TRAIN_OPT_ADAMW;
+        h.optimizer = NN_OPTIM_ADAMW;
     } else if (!strcmp(opt, "sgd")) {
-        h.optimizer = TRAIN_OPT_SGD;
+        h.optimizer = NN_OPTIM_SGD;
     } else {
         st = ty_fail(err, TY_EINVAL, HP ".optimizer",
                      HP ".optimizer must be \"sgd\", \"adam\" or \"adamw\", "
@@ -301,7 +301,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                      opt);
         goto done;
     }
-    int adam = h.optimizer != TRAIN_OPT_SGD;
+    int adam = h.optimizer != NN_OPTIM_SGD;
     if ((st = tyjson_get_number(hp, "learning_rate", HP, 0, 0.0, 10.0,
                                 adam ? 0.001 : 0.01, &h.learning_rate, err)) !=
         TY_OK)
@@ -312,7 +312,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         goto done;
     }
     if ((st = tyjson_get_number(hp, "weight_decay", HP, 0, 0.0, 1e6,
-                                h.optimizer == TRAIN_OPT_ADAMW ? 0.01 : 0.0,
+                                h.optimizer == NN_OPTIM_ADAMW ? 0.01 : 0.0,
                                 &h.weight_decay, err)) != TY_OK)
         goto done;
     if (adam) {
@@ -382,7 +382,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
 
     /* ---- augment: parsed by the loader (models/train/loader.c); its fit to the
      * dataset's shape is checked where the shape is known (api/jobs.c,
-     * train.c). ---- */
+     * run.c). ---- */
     if ((st = loader_augment_parse(hp, &h.augment, err)) != TY_OK)
         goto done;
     /* ---- end augment ---- */
@@ -435,6 +435,20 @@ done:
     json_decref(empty);
     json_decref(sched_norm);
     return st;
+}
+
+nn_optim_config train_hparams_optim(const train_hparams *hp)
+{
+    return (nn_optim_config){
+        .kind = hp->optimizer,
+        .lr = hp->learning_rate,
+        .momentum = hp->momentum,
+        .weight_decay = hp->weight_decay,
+        .beta1 = hp->beta1,
+        .beta2 = hp->beta2,
+        .eps = hp->epsilon,
+        .nesterov = hp->nesterov,
+    };
 }
 
 ty_status train_hparams_resolve_loss(train_hparams *hp, ty_task task,

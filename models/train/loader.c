@@ -38,7 +38,6 @@
 #include <string.h>
 
 #include "common/jsonutil.h"
-#include "models/train/train_internal.h"
 
 #define AUG "hyperparameters.augment"
 #define MAX_PADDING 65535
@@ -227,7 +226,7 @@ ty_status loader_create(const loader_config *cfg, loader **out, ty_err *err)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory for the data loader");
     l->cfg = *cfg;
     l->features = cfg->ds->features;
-    const train_augment *a = &cfg->augment;
+    const loader_augment *a = &cfg->augment;
     l->augmenting = a->crop_padding > 0 || a->horizontal_flip;
     if (l->augmenting) {
         /* loader_augment_check has vouched for the rank. */
@@ -371,7 +370,7 @@ float *loader_bind_input(nn_workspace *ws, float *x)
 
 /* ---- augmentation ---- */
 
-ty_status loader_augment_parse(const json_t *hp, train_augment *out,
+ty_status loader_augment_parse(const json_t *hp, loader_augment *out,
                                ty_err *err)
 {
     static const char *const keys[] = {"crop_padding", "horizontal_flip", NULL};
@@ -393,13 +392,13 @@ ty_status loader_augment_parse(const json_t *hp, train_augment *out,
     return TY_OK;
 }
 
-json_t *loader_augment_to_json(const train_augment *a)
+json_t *loader_augment_to_json(const loader_augment *a)
 {
     return json_pack("{s:I, s:b}", "crop_padding", (json_int_t)a->crop_padding,
                      "horizontal_flip", a->horizontal_flip);
 }
 
-ty_status loader_augment_check(const train_augment *a, const uint32_t *shape,
+ty_status loader_augment_check(const loader_augment *a, const uint32_t *shape,
                                uint32_t ndim, ty_err *err)
 {
     if (!a->crop_padding && !a->horizontal_flip)
@@ -425,12 +424,12 @@ ty_status loader_augment_check(const train_augment *a, const uint32_t *shape,
     return TY_OK;
 }
 
-void loader_augment_draw(const train_augment *a, uint64_t seed,
+void loader_augment_draw(const loader_augment *a, uint64_t seed,
                          uint32_t epoch, uint32_t pos, uint32_t *dy,
                          uint32_t *dx, int *flip)
 {
     ty_rng r;
-    ty_rng_seed(&r, seed, TRAIN_STREAM_AUGMENT(epoch) ^ pos);
+    ty_rng_seed(&r, seed, LOADER_STREAM_AUGMENT(epoch) ^ pos);
     /* torchvision's order: the crop's top, its left, then the coin. */
     const uint32_t p = a->crop_padding;
     *dy = p ? ty_rng_below(&r, 2 * p + 1) : 0;

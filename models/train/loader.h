@@ -19,7 +19,7 @@
  * batch fill; nothing leaks, nothing hangs.
  *
  * Augmentation randomness is counter-based: example at position p of epoch
- * e draws from a stream seeded by (seed, TRAIN_STREAM_AUGMENT(e) ^ p), so
+ * e draws from a stream seeded by (seed, LOADER_STREAM_AUGMENT(e) ^ p), so
  * batches are identical whichever thread fills them, with or without
  * prefetch, and from any starting step.
  */
@@ -33,9 +33,21 @@
 #include "models/data/dataset.h"
 #include "models/nn_internal.h"
 #include "models/pool.h"
-#include "models/train/train.h"
 
 typedef struct loader loader;
+
+/* Image augmentation applied by the data loader to training batches
+ * (hyperparameters.augment, see train.h); all zero: off. */
+typedef struct {
+    uint32_t crop_padding;     /* P: random crop from the image padded by P */
+    int horizontal_flip;       /* flip left-right with probability 0.5 */
+} loader_augment;
+
+/* The augmentation stream of epoch e, derived from the user's seed (the
+ * trainer's other streams are in train_internal.h): XORed with the
+ * example's position in the epoch's order (below 2^32), so every (epoch,
+ * position) has its own stream. */
+#define LOADER_STREAM_AUGMENT(e) (0xa0c3000000000000ull ^ ((uint64_t)(e) << 32))
 
 typedef struct {
     const ty_dataset *ds;      /* borrowed; outlives the loader */
@@ -43,7 +55,7 @@ typedef struct {
     uint32_t batch_size;
     uint32_t n;                /* examples in an epoch (perm's length) */
     uint32_t outputs;          /* regression: target values per example */
-    train_augment augment;     /* checked with loader_augment_check */
+    loader_augment augment;     /* checked with loader_augment_check */
     uint64_t seed;
     nn_pool *pool;             /* inline fills split over it (NULL: serial);
                                   never used by the loader's own thread */
@@ -110,22 +122,22 @@ float *loader_bind_input(nn_workspace *ws, float *x);
 /* Parses hp's optional "augment" object into *out (absent: all zero). On
  * failure TY_EINVAL naming the field ("hyperparameters.augment",
  * "hyperparameters.augment.crop_padding", ...) and *out zeroed. */
-ty_status loader_augment_parse(const json_t *hp, train_augment *out,
+ty_status loader_augment_parse(const json_t *hp, loader_augment *out,
                                ty_err *err);
 
 /* The normalized JSON form {"crop_padding": P, "horizontal_flip": b}; NULL
  * when out of memory. */
-json_t *loader_augment_to_json(const train_augment *a);
+json_t *loader_augment_to_json(const loader_augment *a);
 
 /* Whether a fits inputs of shape (per example): augmentation needs rank 3
  * (C, H, W) and crop_padding at most min(H, W) / 2. TY_EINVAL naming
  * "hyperparameters.augment" (or ".crop_padding") otherwise. */
-ty_status loader_augment_check(const train_augment *a, const uint32_t *shape,
+ty_status loader_augment_check(const loader_augment *a, const uint32_t *shape,
                                uint32_t ndim, ty_err *err);
 
 /* The random choices for the example at position pos of epoch `epoch`:
  * crop offsets *dy, *dx in [0, 2P] of the padded image, and *flip. */
-void loader_augment_draw(const train_augment *a, uint64_t seed,
+void loader_augment_draw(const loader_augment *a, uint64_t seed,
                          uint32_t epoch, uint32_t pos, uint32_t *dy,
                          uint32_t *dx, int *flip);
 

@@ -8,7 +8,7 @@
  * by S before clipping and the optimizer.
  *
  * This is only the bookkeeping (no kernels), so tests drive it directly;
- * the trainer (train.c optimizer_step) checks the gradients and applies
+ * the trainer (run.c optimizer_step) checks the gradients and applies
  * the decision. S stays a power of two, so scaling and unscaling are
  * exact in float.
  */

@@ -9,44 +9,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
+ty_status nn_optim_init(nn_optim *o, nn_optim_config cfg,
                         uint64_t param_count, ty_err *err)
 {
-    return nn_optim_init_on(o, hp, param_count, &nn_backend_cpu, NULL, err);
+    return nn_optim_init_on(o, cfg, param_count, &nn_backend_cpu, NULL, err);
 }
 
-uint32_t nn_optim_slots(const train_hparams *hp)
+uint32_t nn_optim_slots(nn_optim_config cfg)
 {
-    if (hp->optimizer != TRAIN_OPT_SGD)
+    if (cfg.kind != NN_OPTIM_SGD)
         return 2;
-    return hp->momentum > 0.0 ? 1 : 0;
+    return cfg.momentum > 0.0 ? 1 : 0;
 }
 
-uint64_t nn_optim_state_bytes(const train_hparams *hp, uint64_t param_count)
+uint64_t nn_optim_state_bytes(nn_optim_config cfg, uint64_t param_count)
 {
-    return (uint64_t)nn_optim_slots(hp) * (param_count ? param_count : 1) *
+    return (uint64_t)nn_optim_slots(cfg) * (param_count ? param_count : 1) *
            sizeof(float);
 }
 
-ty_status nn_optim_init_on(nn_optim *o, const train_hparams *hp,
+ty_status nn_optim_init_on(nn_optim *o, nn_optim_config cfg,
                            uint64_t param_count, const nn_backend *be,
                            const nn_exec *ex, ty_err *err)
 {
     memset(o, 0, sizeof *o);
     o->be = be;
     o->ex = ex;
-    o->kind = hp->optimizer;
-    o->lr = hp->learning_rate;
-    o->momentum = hp->momentum;
-    o->weight_decay = hp->weight_decay;
-    o->beta1 = hp->beta1;
-    o->beta2 = hp->beta2;
-    o->eps = hp->epsilon;
+    o->kind = cfg.kind;
+    o->lr = cfg.lr;
+    o->momentum = cfg.momentum;
+    o->weight_decay = cfg.weight_decay;
+    o->beta1 = cfg.beta1;
+    o->beta2 = cfg.beta2;
+    o->eps = cfg.eps;
     o->param_count = param_count;
-    o->nesterov = hp->nesterov;
-    o->n_slots = nn_optim_slots(hp);
+    o->nesterov = cfg.nesterov;
+    o->n_slots = nn_optim_slots(cfg);
     if (o->n_slots) {
-        const size_t bytes = (size_t)nn_optim_state_bytes(hp, param_count);
+        const size_t bytes = (size_t)nn_optim_state_bytes(cfg, param_count);
         o->state = be->alloc(ex, bytes);
         if (o->state)
             be->zero(ex, o->state, bytes);
@@ -76,7 +76,7 @@ float *nn_optim_slot(const nn_optim *o, uint32_t k)
 
 const char *nn_optim_slot_name(const nn_optim *o, uint32_t k)
 {
-    if (o->kind != TRAIN_OPT_SGD)
+    if (o->kind != NN_OPTIM_SGD)
         return k == 0 ? "exp_avg" : "exp_avg_sq";
     return "momentum_buffer";
 }
@@ -89,9 +89,9 @@ void nn_optim_dyn_values(const nn_optim *o, uint64_t t,
     out[NN_OPTIM_DYN_BIAS_CORRECTION2_SQRT] = 0.0f;
     out[NN_OPTIM_DYN_DECAY_SCALE] = 0.0f;
     /* torch: param.mul_(1 - lr * weight_decay), then Adam without L2. */
-    if (o->kind == TRAIN_OPT_ADAMW)
+    if (o->kind == NN_OPTIM_ADAMW)
         out[NN_OPTIM_DYN_DECAY_SCALE] = (float)(1.0 - o->lr * o->weight_decay);
-    if (o->kind != TRAIN_OPT_SGD) {
+    if (o->kind != NN_OPTIM_SGD) {
         double bc1 = 1.0 - pow(o->beta1, (double)t);
         double bc2 = 1.0 - pow(o->beta2, (double)t);
         out[NN_OPTIM_DYN_STEP_SIZE] = (float)(o->lr / bc1);
@@ -120,11 +120,11 @@ void nn_optim_step(nn_optim *o, const nn_backend *be, const nn_exec *ex,
         .decay_scale = dyn[NN_OPTIM_DYN_DECAY_SCALE],
         .dyn = o->dyn,
     };
-    if (o->kind == TRAIN_OPT_ADAMW) {
+    if (o->kind == NN_OPTIM_ADAMW) {
         s.decoupled = 1;
         s.weight_decay = 0.0f;
     }
-    if (o->kind != TRAIN_OPT_SGD)
+    if (o->kind != NN_OPTIM_SGD)
         be->adam(ex, params, grads, nn_optim_slot(o, 0), nn_optim_slot(o, 1),
                  o->param_count, &s);
     else

@@ -16,12 +16,29 @@
 
 #include "common/ty.h"
 #include "models/backend.h"
-#include "models/train/train.h"
 
 #define NN_OPTIM_MAX_SLOTS 2
 
+/* hyperparameters.optimizer (train.h keeps it in train_hparams). */
+typedef enum {
+    NN_OPTIM_SGD = 0,
+    NN_OPTIM_ADAM = 1,
+    NN_OPTIM_ADAMW = 2
+} nn_optim_kind;
+
+/* What an optimizer is set up from: the optimizer's own copy of the
+ * hyperparameters it reads (train_hparams_optim fills it from a
+ * train_hparams), so that this module does not depend on the trainer's. */
 typedef struct {
-    train_optimizer kind;
+    nn_optim_kind kind;
+    double lr;
+    double momentum, weight_decay;  /* sgd; weight_decay adam/adamw too */
+    double beta1, beta2, eps;       /* adam, adamw */
+    int nesterov;                   /* sgd */
+} nn_optim_config;
+
+typedef struct {
+    nn_optim_kind kind;
     double lr;                 /* of the next step: the trainer sets it from
                                   the schedule before each step */
     double momentum, weight_decay, beta1, beta2, eps;
@@ -39,19 +56,19 @@ typedef struct {
     const float *dyn;
 } nn_optim;
 
-/* The state slots hp's optimizer keeps: 0, 1 or 2. */
-uint32_t nn_optim_slots(const train_hparams *hp);
+/* The state slots cfg's optimizer keeps: 0, 1 or 2. */
+uint32_t nn_optim_slots(nn_optim_config cfg);
 /* The bytes nn_optim_init_on takes from the backend for param_count
- * parameters under hp. */
-uint64_t nn_optim_state_bytes(const train_hparams *hp, uint64_t param_count);
+ * parameters under cfg. */
+uint64_t nn_optim_state_bytes(nn_optim_config cfg, uint64_t param_count);
 
 /* Sets up an optimizer for param_count parameters with zeroed state. On
  * error TY_ENOMEM and o is zeroed. */
-ty_status nn_optim_init(nn_optim *o, const train_hparams *hp,
+ty_status nn_optim_init(nn_optim *o, nn_optim_config cfg,
                         uint64_t param_count, ty_err *err);
 /* nn_optim_init with the state in be's memory (zeroed there); ex (may be
  * NULL on the CPU) must outlive o, which nn_optim_free releases through. */
-ty_status nn_optim_init_on(nn_optim *o, const train_hparams *hp,
+ty_status nn_optim_init_on(nn_optim *o, nn_optim_config cfg,
                            uint64_t param_count, const nn_backend *be,
                            const nn_exec *ex, ty_err *err);
 void nn_optim_free(nn_optim *o);

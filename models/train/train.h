@@ -98,12 +98,8 @@
 #include "models/backend.h"
 #include "models/data/dataset.h"
 #include "models/nn.h"
-
-typedef enum {
-    TRAIN_OPT_SGD = 0,
-    TRAIN_OPT_ADAM = 1,
-    TRAIN_OPT_ADAMW = 2
-} train_optimizer;
+#include "models/train/loader.h"
+#include "models/train/optim.h"
 
 typedef enum {
     TRAIN_LR_CONSTANT = 0,
@@ -118,13 +114,6 @@ typedef struct {
     double min_lr;             /* cosine */
 } train_lr_schedule;
 
-/* Image augmentation applied by the data loader to training batches (see
- * models/train/loader.h); all zero: off. */
-typedef struct {
-    uint32_t crop_padding;     /* P: random crop from the image padded by P */
-    int horizontal_flip;       /* flip left-right with probability 0.5 */
-} train_augment;
-
 /* hyperparameters.precision as asked. */
 typedef enum {
     TRAIN_PRECISION_FP32 = 0,
@@ -136,7 +125,7 @@ typedef enum {
 typedef struct {
     uint32_t epochs;
     uint32_t batch_size;
-    train_optimizer optimizer;
+    nn_optim_kind optimizer;
     double learning_rate;
     double momentum;
     double weight_decay;
@@ -149,7 +138,7 @@ typedef struct {
     train_lr_schedule lr_schedule;
     double clip_grad_norm;         /* 0: off */
     nn_loss_spec loss;             /* kind NN_LOSS_AUTO until resolved */
-    train_augment augment;     /* parsed by loader_augment_parse */
+    loader_augment augment;    /* parsed by loader_augment_parse */
     /* On a GPU: capture one training step as a CUDA graph and replay it
      * (default true; ignored on the CPU). Changes no number. */
     int cuda_graph;
@@ -162,6 +151,10 @@ typedef struct {
  * "hyperparameters.batch_size". */
 ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                               json_t **normalized, ty_err *err);
+
+/* The optimizer's settings in hp (optimizer, learning_rate, momentum,
+ * weight_decay, betas, epsilon, nesterov), for nn_optim_init. */
+nn_optim_config train_hparams_optim(const train_hparams *hp);
 
 /* Settles hp->loss for a dataset's task and outputs (classes or target
  * values), as nn_loss_resolve does, and when normalized is not NULL spells

@@ -1,6 +1,7 @@
 /*
  * train_internal.h - the trainer's state, shared by the training loop
- * (train.c) and checkpoints (train_checkpoint.c). Not a public API.
+ * (run.c), checkpoints (checkpoint.c) and device steps (graph.c). Not a
+ * public API.
  *
  * Position in a run is (epoch_done, epoch_step): completed epochs and
  * optimizer steps taken in the epoch in progress (each step is `accum`
@@ -22,9 +23,8 @@
 #define TRAIN_STREAM_INIT 0x1417ull
 #define TRAIN_STREAM_SHUFFLE(e) (0x50ff1e00000000ull + (uint64_t)(e))
 #define TRAIN_STREAM_DROPOUT(e) (0xd60900000000ull + (uint64_t)(e))
-/* Augmentation: XORed with the example's position in the epoch's order
- * (below 2^32), so every (epoch, position) has its own stream. */
-#define TRAIN_STREAM_AUGMENT(e) (0xa0c3000000000000ull ^ ((uint64_t)(e) << 32))
+/* Augmentation's stream is the loader's: LOADER_STREAM_AUGMENT in
+ * models/train/loader.h. */
 
 typedef struct {
     const train_job *job;
@@ -69,7 +69,7 @@ typedef struct {
     /* Bytes held from the backend's alloc now and at most so far, counted
      * at each allocation the trainer makes (train_peak). */
     uint64_t mem_live, mem_peak;
-    /* Device runs (host != NULL; train_graph.c): the epoch's running sums
+    /* Device runs (host != NULL; graph.c): the epoch's running sums
      * stay in the backend's memory (acc: NN_ACC_COUNT doubles, as loss
      * kernels add them) until the trainer reports, and the optimizer reads
      * each step's values from dyn (NN_OPTIM_DYN floats), both in the tail
@@ -118,7 +118,7 @@ float *train_host_slot(const trainer *t, uint32_t k);
 ty_status train_state_download(const trainer *t, int slots, ty_err *err);
 ty_status train_state_upload(const trainer *t, ty_err *err);
 
-/* ---- device steps and CUDA graphs (train_graph.c) ---- */
+/* ---- device steps and CUDA graphs (graph.c) ---- */
 
 /* Bytes of the grads allocation for param_count p on backend be: the
  * gradients and, on a device, acc and dyn after them. */

@@ -29,7 +29,7 @@
 
 #include "common/rng.h"
 #include "common/ty.h"
-#include "models/cpu/lp.h"
+#include "models/cpu/cpu_internal.h"
 #include "models/safetensors.h"
 #include "models/train/train.h"
 #include "tests/unit/synth_data.h"
@@ -107,8 +107,8 @@ static void case_cast(const nn_exec *ex)
         size_t bad = 0;
         for (size_t i = 0; i < len; i++) {
             if (isnan(src[i])) {
-                float g = dt == NN_DT_BF16 ? nn_bf16_to_f32(got[i])
-                                           : nn_f16_to_f32(got[i]);
+                float g = dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(got[i])
+                                           : nn_cpu_f16_to_f32(got[i]);
                 if (!isnan(g) && bad++ < 8)
                     printf("FAIL: %s cast of NaN gave %04x\n",
                            nn_dtype_name(dt), got[i]);
@@ -173,8 +173,8 @@ static void case_gemm_lp(const nn_exec *ex, nn_dtype dt, int m, int n, int k)
                 for (int p = 0; p < k; p++) {
                     uint16_t x = ta ? a[(size_t)p * m + i] : a[(size_t)i * k + p];
                     uint16_t y = tb ? b[(size_t)j * k + p] : b[(size_t)p * n + j];
-                    double xv = dt == NN_DT_BF16 ? nn_bf16_to_f32(x) : nn_f16_to_f32(x);
-                    double yv = dt == NN_DT_BF16 ? nn_bf16_to_f32(y) : nn_f16_to_f32(y);
+                    double xv = dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(x) : nn_cpu_f16_to_f32(x);
+                    double yv = dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(y) : nn_cpu_f16_to_f32(y);
                     mag += fabs(xv * yv);
                 }
                 const size_t at = (size_t)i * n + j;

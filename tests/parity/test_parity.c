@@ -286,7 +286,7 @@ static void run_case(pcase *c, const char *dir)
     }
 
     /* Two optimizer steps on the same batch. */
-    if (nn_optim_init(&opt, &hp, pc, &err) != TY_OK) {
+    if (nn_optim_init(&opt, train_hparams_optim(&hp), pc, &err) != TY_OK) {
         fail(c, "%s%s", err.msg, "");
         goto done;
     }

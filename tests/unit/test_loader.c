@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "models/train/loader.h"
+#include "models/train/train.h"
 #include "synth_data.h"
 #include "testutil.h"
 
@@ -73,7 +74,7 @@ static void test_crop_and_flip_move_known_pixels(void **state)
 
 static void test_draws_per_example(void **state)
 {
-    train_augment a = {.crop_padding = 2, .horizontal_flip = 1};
+    loader_augment a = {.crop_padding = 2, .horizontal_flip = 1};
     uint32_t seen_dy[5] = {0}, seen_dx[5] = {0}, flips = 0, differ = 0;
     for (uint32_t pos = 0; pos < 2000; pos++) {
         uint32_t dy, dx, dy2, dx2;
@@ -99,14 +100,14 @@ static void test_draws_per_example(void **state)
     assert_true(flips > 900 && flips < 1100);
     assert_true(differ > 1500);
     /* Off means off: no offset, no flip. */
-    train_augment off = {0};
+    loader_augment off = {0};
     uint32_t dy, dx;
     int flip;
     loader_augment_draw(&off, 42, 0, 7, &dy, &dx, &flip);
     assert_int_equal(dy, 0);
     assert_int_equal(dx, 0);
     assert_int_equal(flip, 0);
-    train_augment crop_only = {.crop_padding = 1};
+    loader_augment crop_only = {.crop_padding = 1};
     for (uint32_t pos = 0; pos < 50; pos++) {
         loader_augment_draw(&crop_only, 1, 0, pos, &dy, &dx, &flip);
         assert_int_equal(flip, 0);
@@ -146,7 +147,7 @@ typedef struct {
 } fixture;
 
 static void fixture_init(fixture *f, uint32_t n, uint32_t bs,
-                         train_augment aug)
+                         loader_augment aug)
 {
     make_images(&f->s, n);
     ty_err err;
@@ -169,7 +170,7 @@ static void expected_row(const fixture *f, uint32_t epoch, const uint32_t *perm,
 {
     float plain[20];
     nn_preproc_gather(&f->pp, plain, &f->s.ds, perm, pos, 1);
-    const train_augment *a = &f->cfg.augment;
+    const loader_augment *a = &f->cfg.augment;
     if (!a->crop_padding && !a->horizontal_flip) {
         memcpy(out, plain, sizeof plain);
         return;
@@ -205,7 +206,7 @@ static uint32_t check_epoch(const fixture *f, loader *l, uint32_t epoch,
     return batches;
 }
 
-static void run_order_case(train_augment aug, int prefetch, int threads)
+static void run_order_case(loader_augment aug, int prefetch, int threads)
 {
     fixture f;
     fixture_init(&f, 203, 16, aug); /* 13 batches, the last of 11 */
@@ -234,7 +235,7 @@ static void run_order_case(train_augment aug, int prefetch, int threads)
 
 static void test_order_across_epochs_and_from_mid_epoch(void **state)
 {
-    train_augment off = {0}, on = {.crop_padding = 2, .horizontal_flip = 1};
+    loader_augment off = {0}, on = {.crop_padding = 2, .horizontal_flip = 1};
     for (int aug = 0; aug < 2; aug++) {
         run_order_case(aug ? on : off, 1, 1); /* the loader's thread */
         run_order_case(aug ? on : off, 0, 1); /* inline, serial */
@@ -311,7 +312,7 @@ static void test_regression_targets(void **state)
  * sanitizer builds check), and what comes after is still right. */
 static void test_stop_early(void **state)
 {
-    train_augment aug = {.crop_padding = 1};
+    loader_augment aug = {.crop_padding = 1};
     fixture f;
     fixture_init(&f, 203, 16, aug);
     f.cfg.prefetch = 1;
@@ -430,7 +431,7 @@ static void test_hparams(void **state)
 static void test_augment_needs_images(void **state)
 {
     const uint32_t image[] = {3, 32, 28}, table[] = {10}, matrix[] = {28, 28};
-    train_augment flip = {.horizontal_flip = 1}, crop = {.crop_padding = 4},
+    loader_augment flip = {.horizontal_flip = 1}, crop = {.crop_padding = 4},
                   off = {0};
     ty_err err;
     assert_int_equal(loader_augment_check(&flip, image, 3, &err), TY_OK);
@@ -445,7 +446,7 @@ static void test_augment_needs_images(void **state)
      * always spell it out). */
     assert_int_equal(loader_augment_check(&off, table, 1, &err), TY_OK);
     /* At most half the smaller side. */
-    train_augment big = {.crop_padding = 14};
+    loader_augment big = {.crop_padding = 14};
     assert_int_equal(loader_augment_check(&big, image, 3, &err), TY_OK);
     big.crop_padding = 15;
     assert_int_equal(loader_augment_check(&big, image, 3, &err), TY_EINVAL);

@@ -96,7 +96,7 @@ static void check_run(const char *spec_text, const char *hp_text,
     assert_int_equal(est.total, est.state + est.grads + est.optimizer +
                                     est.activations + est.work +
                                     est.low_precision);
-    uint32_t slots = hp.optimizer != TRAIN_OPT_SGD ? 2
+    uint32_t slots = hp.optimizer != NN_OPTIM_SGD ? 2
                      : hp.momentum > 0              ? 1
                                                     : 0;
     assert_int_equal(est.optimizer, (uint64_t)slots * est.param_count * 4);

@@ -12,14 +12,16 @@
 #include <math.h>
 
 #include "models/train/optim.h"
+#include "models/train/train.h"
 #include "models/pool.h"
 
 static void test_sgd_momentum_weight_decay(void **state)
 {
-    train_hparams hp = {.optimizer = TRAIN_OPT_SGD, .learning_rate = 0.1,
+    train_hparams hp = {.optimizer = NN_OPTIM_SGD, .learning_rate = 0.1,
                         .momentum = 0.9, .weight_decay = 0.1};
     nn_optim o;
-    assert_int_equal(nn_optim_init(&o, &hp, 2, NULL), TY_OK);
+    assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 2, NULL),
+                     TY_OK);
     assert_int_equal(o.n_slots, 1);
     assert_string_equal(nn_optim_slot_name(&o, 0), "momentum_buffer");
     float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, 0.0f};
@@ -40,9 +42,10 @@ static void test_sgd_momentum_weight_decay(void **state)
 
 static void test_sgd_plain(void **state)
 {
-    train_hparams hp = {.optimizer = TRAIN_OPT_SGD, .learning_rate = 0.5};
+    train_hparams hp = {.optimizer = NN_OPTIM_SGD, .learning_rate = 0.5};
     nn_optim o;
-    assert_int_equal(nn_optim_init(&o, &hp, 1, NULL), TY_OK);
+    assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 1, NULL),
+                     TY_OK);
     assert_int_equal(o.n_slots, 0);
     float p = 3.0f, g = 2.0f;
     nn_optim_step(&o, &nn_backend_cpu, NULL, &p, &g);
@@ -52,11 +55,12 @@ static void test_sgd_plain(void **state)
 
 static void test_adam_two_steps(void **state)
 {
-    train_hparams hp = {.optimizer = TRAIN_OPT_ADAM, .learning_rate = 0.01,
+    train_hparams hp = {.optimizer = NN_OPTIM_ADAM, .learning_rate = 0.01,
                         .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.999,
                         .epsilon = 1e-8};
     nn_optim o;
-    assert_int_equal(nn_optim_init(&o, &hp, 1, NULL), TY_OK);
+    assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 1, NULL),
+                     TY_OK);
     assert_int_equal(o.n_slots, 2);
     assert_string_equal(nn_optim_slot_name(&o, 0), "exp_avg");
     assert_string_equal(nn_optim_slot_name(&o, 1), "exp_avg_sq");
@@ -79,10 +83,11 @@ static void test_adam_two_steps(void **state)
 
 static void test_sgd_nesterov(void **state)
 {
-    train_hparams hp = {.optimizer = TRAIN_OPT_SGD, .learning_rate = 0.1,
+    train_hparams hp = {.optimizer = NN_OPTIM_SGD, .learning_rate = 0.1,
                         .momentum = 0.9, .weight_decay = 0.1, .nesterov = 1};
     nn_optim o;
-    assert_int_equal(nn_optim_init(&o, &hp, 2, NULL), TY_OK);
+    assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 2, NULL),
+                     TY_OK);
     assert_int_equal(o.n_slots, 1);
     float p[2] = {1.0f, -2.0f}, g[2] = {0.5f, 0.0f};
     nn_optim_step(&o, &nn_backend_cpu, NULL, p, g);
@@ -103,7 +108,8 @@ static void test_sgd_nesterov(void **state)
     /* Without weight decay: 1 - 0.1 (0.5 + 0.45) = 0.905, then
      * buf = 0.95, 0.905 - 0.1 (0.5 + 0.855) = 0.7695. */
     hp.weight_decay = 0.0;
-    assert_int_equal(nn_optim_init(&o, &hp, 1, NULL), TY_OK);
+    assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 1, NULL),
+                     TY_OK);
     float q = 1.0f, h = 0.5f;
     nn_optim_step(&o, &nn_backend_cpu, NULL, &q, &h);
     assert_float_equal(q, 0.905, 1e-6);
@@ -115,11 +121,12 @@ static void test_sgd_nesterov(void **state)
 
 static void test_adamw_two_steps(void **state)
 {
-    train_hparams hp = {.optimizer = TRAIN_OPT_ADAMW, .learning_rate = 0.01,
+    train_hparams hp = {.optimizer = NN_OPTIM_ADAMW, .learning_rate = 0.01,
                         .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.999,
                         .epsilon = 1e-8};
     nn_optim o;
-    assert_int_equal(nn_optim_init(&o, &hp, 1, NULL), TY_OK);
+    assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 1, NULL),
+                     TY_OK);
     assert_int_equal(o.n_slots, 2);
     assert_string_equal(nn_optim_slot_name(&o, 1), "exp_avg_sq");
     float p = 1.0f, g = 0.5f;
@@ -150,18 +157,21 @@ static void test_adamw_vector_matches_scalar(void **state)
         p[i] = q[i] = (float)sin(i * 0.37) * 2.0f;
         g[i] = h[i] = (float)cos(i * 0.11);
     }
-    train_hparams hp = {.optimizer = TRAIN_OPT_ADAMW, .learning_rate = 0.003,
+    train_hparams hp = {.optimizer = NN_OPTIM_ADAMW, .learning_rate = 0.003,
                         .weight_decay = 0.05, .beta1 = 0.9, .beta2 = 0.99,
                         .epsilon = 1e-8};
     nn_optim a, b;
-    assert_int_equal(nn_optim_init(&a, &hp, L, NULL), TY_OK);
-    assert_int_equal(nn_optim_init(&b, &hp, 1, NULL), TY_OK);
+    assert_int_equal(nn_optim_init(&a, train_hparams_optim(&hp), L, NULL),
+                     TY_OK);
+    assert_int_equal(nn_optim_init(&b, train_hparams_optim(&hp), 1, NULL),
+                     TY_OK);
     nn_pool *pool = nn_pool_create(2);
     nn_exec ex = {.pool = pool};
     nn_optim_step(&a, &nn_backend_cpu, &ex, p, g);
     for (int i = 0; i < L; i += 997) {
         nn_optim_free(&b);
-        assert_int_equal(nn_optim_init(&b, &hp, 1, NULL), TY_OK);
+        assert_int_equal(nn_optim_init(&b, train_hparams_optim(&hp), 1, NULL),
+                         TY_OK);
         nn_optim_step(&b, &nn_backend_cpu, NULL, &q[i], &h[i]);
         assert_memory_equal(&p[i], &q[i], sizeof(float));
         assert_float_equal(g[i], 0.0, 0);

@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "common/fsutil.h"
-#include "models/cpu/lp.h"
+#include "models/cpu/cpu_internal.h"
 #include "models/train/loss_scaler.h"
 #include "models/safetensors.h"
 #include "models/train/train.h"
@@ -46,82 +46,82 @@ static float from_bits(uint32_t u)
 static void test_bf16_rounding(void **state)
 {
     /* 1 + 2^-8 is halfway between 1 (even) and 1 + 2^-7: down. */
-    assert_int_equal(nn_bf16_from_f32(from_bits(0x3f808000u)), 0x3f80);
+    assert_int_equal(nn_cpu_bf16_from_f32(from_bits(0x3f808000u)), 0x3f80);
     /* halfway above an odd mantissa: up to even */
-    assert_int_equal(nn_bf16_from_f32(from_bits(0x3f818000u)), 0x3f82);
+    assert_int_equal(nn_cpu_bf16_from_f32(from_bits(0x3f818000u)), 0x3f82);
     /* just above halfway: up; just below: down */
-    assert_int_equal(nn_bf16_from_f32(from_bits(0x3f808001u)), 0x3f81);
-    assert_int_equal(nn_bf16_from_f32(from_bits(0x3f807fffu)), 0x3f80);
-    assert_int_equal(nn_bf16_from_f32(-1.0f), 0xbf80);
-    assert_int_equal(nn_bf16_from_f32(-0.0f), 0x8000);
-    assert_int_equal(nn_bf16_from_f32(INFINITY), 0x7f80);
-    assert_int_equal(nn_bf16_from_f32(-INFINITY), 0xff80);
+    assert_int_equal(nn_cpu_bf16_from_f32(from_bits(0x3f808001u)), 0x3f81);
+    assert_int_equal(nn_cpu_bf16_from_f32(from_bits(0x3f807fffu)), 0x3f80);
+    assert_int_equal(nn_cpu_bf16_from_f32(-1.0f), 0xbf80);
+    assert_int_equal(nn_cpu_bf16_from_f32(-0.0f), 0x8000);
+    assert_int_equal(nn_cpu_bf16_from_f32(INFINITY), 0x7f80);
+    assert_int_equal(nn_cpu_bf16_from_f32(-INFINITY), 0xff80);
     /* FLT_MAX rounds past bf16's largest value: inf, as torch */
-    assert_int_equal(nn_bf16_from_f32(FLT_MAX), 0x7f80);
+    assert_int_equal(nn_cpu_bf16_from_f32(FLT_MAX), 0x7f80);
     /* float subnormals round like any other value */
-    assert_int_equal(nn_bf16_from_f32(from_bits(0x00008000u)), 0x0000);
-    assert_int_equal(nn_bf16_from_f32(from_bits(0x00018000u)), 0x0002);
-    uint16_t nan = nn_bf16_from_f32(NAN);
-    assert_true(isnan(nn_bf16_to_f32(nan)));
-    assert_true(isnan(nn_bf16_to_f32(nn_bf16_from_f32(-NAN))));
+    assert_int_equal(nn_cpu_bf16_from_f32(from_bits(0x00008000u)), 0x0000);
+    assert_int_equal(nn_cpu_bf16_from_f32(from_bits(0x00018000u)), 0x0002);
+    uint16_t nan = nn_cpu_bf16_from_f32(NAN);
+    assert_true(isnan(nn_cpu_bf16_to_f32(nan)));
+    assert_true(isnan(nn_cpu_bf16_to_f32(nn_cpu_bf16_from_f32(-NAN))));
     /* every bf16 value converts back to itself */
     for (uint32_t h = 0; h < 65536; h++) {
-        float x = nn_bf16_to_f32((uint16_t)h);
+        float x = nn_cpu_bf16_to_f32((uint16_t)h);
         if (!isnan(x))
-            assert_int_equal(nn_bf16_from_f32(x), h);
+            assert_int_equal(nn_cpu_bf16_from_f32(x), h);
     }
 }
 
 static void test_f16_rounding(void **state)
 {
-    assert_int_equal(nn_f16_from_f32(1.0f), 0x3c00);
+    assert_int_equal(nn_cpu_f16_from_f32(1.0f), 0x3c00);
     /* 1 + 2^-11: halfway, to even (1); 1 + 3 * 2^-11: to 1 + 2^-9 */
-    assert_int_equal(nn_f16_from_f32(1.0f + 0x1p-11f), 0x3c00);
-    assert_int_equal(nn_f16_from_f32(1.0f + 3 * 0x1p-11f), 0x3c02);
-    assert_int_equal(nn_f16_from_f32(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
+    assert_int_equal(nn_cpu_f16_from_f32(1.0f + 0x1p-11f), 0x3c00);
+    assert_int_equal(nn_cpu_f16_from_f32(1.0f + 3 * 0x1p-11f), 0x3c02);
+    assert_int_equal(nn_cpu_f16_from_f32(1.0f + 0x1p-11f + 0x1p-20f), 0x3c01);
     /* the range's end: 65504 is the largest; 65519.99 still rounds to it,
      * 65520 (halfway, odd below) and beyond overflow to inf */
-    assert_int_equal(nn_f16_from_f32(65504.0f), 0x7bff);
-    assert_int_equal(nn_f16_from_f32(65519.99f), 0x7bff);
-    assert_int_equal(nn_f16_from_f32(65520.0f), 0x7c00);
-    assert_int_equal(nn_f16_from_f32(1e6f), 0x7c00);
-    assert_int_equal(nn_f16_from_f32(-1e6f), 0xfc00);
-    assert_int_equal(nn_f16_from_f32(INFINITY), 0x7c00);
-    assert_int_equal(nn_f16_from_f32(-0.0f), 0x8000);
+    assert_int_equal(nn_cpu_f16_from_f32(65504.0f), 0x7bff);
+    assert_int_equal(nn_cpu_f16_from_f32(65519.99f), 0x7bff);
+    assert_int_equal(nn_cpu_f16_from_f32(65520.0f), 0x7c00);
+    assert_int_equal(nn_cpu_f16_from_f32(1e6f), 0x7c00);
+    assert_int_equal(nn_cpu_f16_from_f32(-1e6f), 0xfc00);
+    assert_int_equal(nn_cpu_f16_from_f32(INFINITY), 0x7c00);
+    assert_int_equal(nn_cpu_f16_from_f32(-0.0f), 0x8000);
     /* subnormals: units of 2^-24 */
-    assert_int_equal(nn_f16_from_f32(0x1p-14f), 0x0400);      /* smallest normal */
-    assert_int_equal(nn_f16_from_f32(0x1p-24f), 0x0001);      /* smallest subnormal */
-    assert_int_equal(nn_f16_from_f32(1023 * 0x1p-24f), 0x03ff);
-    assert_int_equal(nn_f16_from_f32(1023.5f * 0x1p-24f), 0x0400); /* tie, to even */
-    assert_int_equal(nn_f16_from_f32(0x1p-25f), 0x0000);      /* tie, to even (0) */
-    assert_int_equal(nn_f16_from_f32(0x1.0002p-25f), 0x0001);
-    assert_int_equal(nn_f16_from_f32(3 * 0x1p-25f), 0x0002);  /* tie, to even */
-    assert_int_equal(nn_f16_from_f32(5 * 0x1p-25f), 0x0002);  /* tie, to even */
-    assert_int_equal(nn_f16_from_f32(-0x1p-24f), 0x8001);
-    assert_int_equal(nn_f16_from_f32(0x1p-30f), 0x0000);
-    assert_int_equal(nn_f16_from_f32(from_bits(1)), 0x0000);  /* float subnormal */
+    assert_int_equal(nn_cpu_f16_from_f32(0x1p-14f), 0x0400);      /* smallest normal */
+    assert_int_equal(nn_cpu_f16_from_f32(0x1p-24f), 0x0001);      /* smallest subnormal */
+    assert_int_equal(nn_cpu_f16_from_f32(1023 * 0x1p-24f), 0x03ff);
+    assert_int_equal(nn_cpu_f16_from_f32(1023.5f * 0x1p-24f), 0x0400); /* tie, to even */
+    assert_int_equal(nn_cpu_f16_from_f32(0x1p-25f), 0x0000);      /* tie, to even (0) */
+    assert_int_equal(nn_cpu_f16_from_f32(0x1.0002p-25f), 0x0001);
+    assert_int_equal(nn_cpu_f16_from_f32(3 * 0x1p-25f), 0x0002);  /* tie, to even */
+    assert_int_equal(nn_cpu_f16_from_f32(5 * 0x1p-25f), 0x0002);  /* tie, to even */
+    assert_int_equal(nn_cpu_f16_from_f32(-0x1p-24f), 0x8001);
+    assert_int_equal(nn_cpu_f16_from_f32(0x1p-30f), 0x0000);
+    assert_int_equal(nn_cpu_f16_from_f32(from_bits(1)), 0x0000);  /* float subnormal */
     /* NaN stays NaN, sign kept */
-    assert_int_equal(nn_f16_from_f32(NAN) & 0x7fff, 0x7e00);
-    assert_true(isnan(nn_f16_to_f32(nn_f16_from_f32(NAN))));
-    assert_int_equal(nn_f16_from_f32(-NAN) & 0x8000, 0x8000);
+    assert_int_equal(nn_cpu_f16_from_f32(NAN) & 0x7fff, 0x7e00);
+    assert_true(isnan(nn_cpu_f16_to_f32(nn_cpu_f16_from_f32(NAN))));
+    assert_int_equal(nn_cpu_f16_from_f32(-NAN) & 0x8000, 0x8000);
     /* decode: every fp16 value converts back to itself, and each value is
      * what the format says */
-    assert_true(nn_f16_to_f32(0x0001) == 0x1p-24f);
-    assert_true(nn_f16_to_f32(0x7bff) == 65504.0f);
-    assert_true(nn_f16_to_f32(0xc000) == -2.0f);
+    assert_true(nn_cpu_f16_to_f32(0x0001) == 0x1p-24f);
+    assert_true(nn_cpu_f16_to_f32(0x7bff) == 65504.0f);
+    assert_true(nn_cpu_f16_to_f32(0xc000) == -2.0f);
     for (uint32_t h = 0; h < 65536; h++) {
-        float x = nn_f16_to_f32((uint16_t)h);
+        float x = nn_cpu_f16_to_f32((uint16_t)h);
         if (!isnan(x))
-            assert_int_equal(nn_f16_from_f32(x), h);
+            assert_int_equal(nn_cpu_f16_from_f32(x), h);
     }
     /* against double arithmetic: the nearest fp16 value (ties even) over a
      * sweep of floats around 1 */
     for (uint32_t u = 0x3f800000u; u < 0x3f800000u + 40000u; u += 7) {
         float x = from_bits(u);
-        uint16_t h = nn_f16_from_f32(x);
-        double lo = nn_f16_to_f32(h), err = fabs((double)x - lo);
-        double up = nn_f16_to_f32((uint16_t)(h + 1));
-        double dn = nn_f16_to_f32((uint16_t)(h - 1));
+        uint16_t h = nn_cpu_f16_from_f32(x);
+        double lo = nn_cpu_f16_to_f32(h), err = fabs((double)x - lo);
+        double up = nn_cpu_f16_to_f32((uint16_t)(h + 1));
+        double dn = nn_cpu_f16_to_f32((uint16_t)(h - 1));
         assert_true(err <= fabs((double)x - up));
         assert_true(err <= fabs((double)x - dn));
         if (err == fabs((double)x - up) || err == fabs((double)x - dn))
@@ -151,8 +151,9 @@ static void test_cast_kernel(void **state)
         nn_backend_cpu.cast(NULL, b, dt, src, len);
         assert_memory_equal(a, b, len * 2);
         for (size_t i = 0; i < len; i++)
-            assert_int_equal(a[i], dt == NN_DT_BF16 ? nn_bf16_from_f32(src[i])
-                                                    : nn_f16_from_f32(src[i]));
+            assert_int_equal(a[i], dt == NN_DT_BF16
+                                       ? nn_cpu_bf16_from_f32(src[i])
+                                       : nn_cpu_f16_from_f32(src[i]));
     }
     assert_true(nn_backend_cpu.supports(NN_OP_CAST));
     assert_true(nn_backend_cpu.supports(NN_OP_GEMM_LP));
@@ -168,7 +169,7 @@ static void test_cast_kernel(void **state)
 
 static double widen(nn_dtype dt, uint16_t h)
 {
-    return dt == NN_DT_BF16 ? nn_bf16_to_f32(h) : nn_f16_to_f32(h);
+    return dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(h) : nn_cpu_f16_to_f32(h);
 }
 
 /* C = alpha op(A) op(B) + beta C for every transpose against double sums
@@ -670,7 +671,7 @@ static void fp16_resume_case(uint32_t stop_after_epoch, int stop_at_step,
     path_in(part_ckpt, sizeof part_ckpt, "part.ckpt");
     train_hparams hp = hparams_of(fp16_hp);
     hp.checkpoint_every_steps = 1;
-    hp.optimizer = TRAIN_OPT_ADAM; /* its step count must skip too */
+    hp.optimizer = NN_OPTIM_ADAM; /* its step count must skip too */
     volatile sig_atomic_t stop = 0;
     cb_state a = {0};
     train_epoch_metrics fa, fb;

@@ -828,7 +828,7 @@ static void test_augment_deterministic_and_training_only(void **state)
         "{\"epochs\":3,\"batch_size\":32,\"seed\":5,\"learning_rate\":0.01,"
         "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}");
     train_hparams off = on;
-    off.augment = (train_augment){0};
+    off.augment = (loader_augment){0};
     char a[128], b[128], c[128];
     path_in(a, sizeof a, "aug_a.safetensors");
     path_in(b, sizeof b, "aug_b.safetensors");
@@ -1364,7 +1364,7 @@ static void test_hparams_defaults(void **state)
     assert_int_equal(train_hparams_parse(NULL, &hp, &norm, &err), TY_OK);
     assert_int_equal(hp.epochs, 10);
     assert_int_equal(hp.batch_size, 64);
-    assert_int_equal(hp.optimizer, TRAIN_OPT_ADAM);
+    assert_int_equal(hp.optimizer, NN_OPTIM_ADAM);
     assert_float_equal(hp.learning_rate, 0.001, 0);
     assert_float_equal(hp.beta1, 0.9, 0);
     assert_float_equal(hp.beta2, 0.999, 0);
@@ -1477,7 +1477,7 @@ static void test_hparams_new_defaults_and_round_trip(void **state)
     /* AdamW: decoupled decay 0.01 by default, as torch. */
     json_t *j = json_pack("{s:s}", "optimizer", "adamw");
     assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
-    assert_int_equal(hp.optimizer, TRAIN_OPT_ADAMW);
+    assert_int_equal(hp.optimizer, NN_OPTIM_ADAMW);
     assert_float_equal(hp.weight_decay, 0.01, 0);
     assert_float_equal(hp.learning_rate, 0.001, 0);
     assert_int_equal(hp.accumulation_steps, 1);

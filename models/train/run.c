@@ -1,5 +1,5 @@
 /*
- * train.c - the training loop (see train.h): set up a network from the job,
+ * run.c - the training loop (see train.h): set up a network from the job,
  * resume from a checkpoint when one exists, run minibatch epochs with
  * validation, report progress, checkpoint, and write the final model.
  *
@@ -187,7 +187,7 @@ static json_t *run_identity(const trainer *t)
  * like the other later hyperparameters, so older checkpoints still resume. */
 static int add_augment_identity(const trainer *t, json_t *id)
 {
-    const train_augment *a = &t->hp->augment;
+    const loader_augment *a = &t->hp->augment;
     if (!a->crop_padding && !a->horizontal_flip)
         return 0;
     json_t *h = json_object_get(id, "hparams");
@@ -221,7 +221,8 @@ uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
         m.batch_rows = 1;
     m.state = (arch->param_count + arch->buffer_count + 1) * sizeof(float);
     m.grads = train_grads_bytes(arch->be, p); /* + acc, dyn on a device */
-    m.optimizer = nn_optim_state_bytes(hp, arch->param_count);
+    m.optimizer = nn_optim_state_bytes(train_hparams_optim(hp),
+                                       arch->param_count);
     m.activations = nn_workspace_bytes(arch, m.batch_rows, 1, threads, &m.work);
     m.low_precision = arch->precision != NN_DT_F32
                           ? p * nn_dtype_size(arch->precision)
@@ -399,8 +400,9 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     loss_scaler_init(&t->scaler);
     if (t->precision == NN_DT_F16)
         t->ws->loss_scale = t->scaler.scale;
-    if ((st = nn_optim_init_on(&t->opt, hp, t->arch.param_count, t->be,
-                               t->ws->ex, err)) != TY_OK)
+    if ((st = nn_optim_init_on(&t->opt, train_hparams_optim(hp),
+                               t->arch.param_count, t->be, t->ws->ex,
+                               err)) != TY_OK)
         return st;
     train_mem_add(t, t->opt.bytes);
     if (!nn_backend_host_visible(t->be)) {
