@@ -134,8 +134,8 @@ static ty_status build_child(nn_layer *l, const json_t *list, const char *key,
     if (!a)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
     json_t *list_norm = NULL;
-    ty_status st = nn_arch_build_seq(list, path, &l->in, depth, l->be, a,
-                                     &list_norm, err);
+    ty_status st = l->build_seq(list, path, &l->in, depth, l->be, a,
+                                &list_norm, err);
     if (st != TY_OK) {
         free(a);
         /* An error inside the list already names its full path; say which

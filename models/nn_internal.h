@@ -104,6 +104,13 @@ typedef struct {
     float slope;               /* leaky_relu */
     nn_arch *body, *proj;      /* residual: sub-networks, owned (proj NULL
                                   for the identity) */
+    /* Builds a sub-list of layers (a residual block's body): the builder's
+     * nn_arch_build_seq, set before parse and handed down so that a
+     * composite kind does not call back up into the builder. */
+    ty_status (*build_seq)(const json_t *layers, const char *path,
+                           const nn_shape *in, uint32_t depth,
+                           const nn_backend *be, nn_arch *sub, json_t **norm,
+                           ty_err *err);
     /* parameters: [param_offset, param_offset + param_count) of the
      * parameter block; buffers likewise in the buffer block */
     uint64_t param_offset, param_count;

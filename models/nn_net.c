@@ -245,49 +245,6 @@ nn_workspace *nn_workspace_create(const nn_net *net, uint32_t max_batch)
     return nn_workspace_create_on(&net->arch, max_batch, 0, net->ex);
 }
 
-void nn_seq_forward(const nn_arch *a, const nn_pass *p, const float *params,
-                    float *const *acts, float *const *scratch)
-{
-    for (uint32_t i = 0; i < a->n_layers; i++) {
-        const nn_layer *l = &a->layers[i];
-        if (l->kind->alias)
-            continue;
-        l->kind->forward(l, p, params + l->param_offset, acts[i], acts[i + 1],
-                         scratch[i]);
-    }
-}
-
-void nn_seq_backward(const nn_arch *a, const nn_pass *p, const float *params,
-                     float *grads, float *const *acts, float *const *scratch,
-                     const float *dout, float *g0, float *g1, float *din)
-{
-    const float *cur = dout;
-    for (uint32_t i = a->n_layers; i-- > 0;) {
-        const nn_layer *l = &a->layers[i];
-        if (l->kind->alias)
-            continue;
-        /* Without a wanted input gradient, only layers after the first one
-         * with parameters need the gradient of their input. */
-        float *dst;
-        if (i == 0)
-            dst = din;
-        else if (!din && i <= a->first_param_layer)
-            dst = NULL;
-        else
-            dst = cur == g0 ? g1 : g0;
-        l->kind->backward(l, p, params + l->param_offset,
-                          grads + l->param_offset, acts[i], acts[i + 1], cur,
-                          dst, scratch[i]);
-        if (!dst)
-            return;
-        cur = dst;
-    }
-    /* Leading alias layers move no data: the gradient is where it was. */
-    if (din && cur != din)
-        nn_copy_floats(p->be, p->ex, din, cur,
-                       (size_t)p->n * nn_shape_numel(&a->input));
-}
-
 /* Points p's reduced-precision fields at lp_params, arch->precision's
  * copy of the parameters that start at params. */
 static void nn_pass_set_lp(nn_pass *p, const nn_arch *arch,

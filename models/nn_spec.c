@@ -51,23 +51,6 @@ static ty_status layer_fail(ty_err *err, ty_status st, const char *path,
     return st;
 }
 
-static void free_layers(nn_arch *arch)
-{
-    for (uint32_t i = 0; arch->layers && i < arch->n_layers; i++)
-        if (arch->layers[i].kind && arch->layers[i].kind->destroy)
-            arch->layers[i].kind->destroy(&arch->layers[i]);
-}
-
-void nn_arch_free(nn_arch *arch)
-{
-    if (!arch)
-        return;
-    free_layers(arch);
-    free(arch->layers);
-    free(arch->tensors);
-    memset(arch, 0, sizeof *arch);
-}
-
 static ty_status check_io(const uint32_t *input_shape, uint32_t ndim,
                           uint32_t num_outputs, ty_task task, ty_err *err)
 {
@@ -216,6 +199,7 @@ static ty_status build_layers(const json_t *layers, const char *path,
                            "out of memory parsing the model");
         json_object_set_new(norm, "type", json_string(l->kind->name));
         snprintf(l->path, sizeof l->path, "%s", lpath);
+        l->build_seq = nn_arch_build_seq;
         if (l->kind->parse &&
             (st = l->kind->parse(l, obj, norm, err)) != TY_OK) {
             /* A residual block's inner layers report their full path. */
@@ -431,17 +415,6 @@ ty_status nn_spec_validate_for_loss(const json_t *model,
         *param_count = arch.param_count;
     nn_arch_free(&arch);
     return TY_OK;
-}
-
-void nn_seq_init(const nn_arch *a, float *params, float *buffers, ty_rng *rng)
-{
-    for (uint32_t i = 0; i < a->n_layers; i++) {
-        const nn_layer *l = &a->layers[i];
-        if (l->kind->init)
-            l->kind->init(l, params + l->param_offset,
-                          l->buffer_count ? buffers + l->buffer_offset : NULL,
-                          rng);
-    }
 }
 
 void nn_arch_init_params(const nn_arch *arch, float *state, ty_rng *rng)
