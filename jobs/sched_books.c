@@ -20,16 +20,6 @@ void sched_class_count(sched *s, int c, int delta)
     else s->avail &= ~(1ull << c);
 }
 
-int sched_class_first_free(const sched *s, int c)
-{
-    const class_rec *k = &s->classes[c];
-    for (int i = 0; i < k->nslots; i++) {
-        const slot_rec *sl = &s->slots[k->slots[i]];
-        if (sl->holder < 0 && sl->reserved_for < 0) return k->slots[i];
-    }
-    return -1;
-}
-
 static void slot_take(sched *s, int i, int job)
 {
     slot_rec *sl = &s->slots[i];
@@ -100,18 +90,6 @@ static void tlist_unlink(sched *s, tenant_rec *t, int j)
     if (J[j].tprev >= 0) J[J[j].tprev].tnext = J[j].tnext; else t->thead = J[j].tnext;
     if (J[j].tnext >= 0) J[J[j].tnext].tprev = J[j].tprev; else t->ttail = J[j].tprev;
     J[j].tprev = J[j].tnext = -1;
-}
-
-/* The tenant's best QUEUED job (GPU jobs only when gpu_only), or -1. */
-int sched_tenant_best(const sched *s, const tenant_rec *t, int gpu_only)
-{
-    int best = -1;
-    for (int l = gpu_only ? 1 : 0; l < t->nlanes; l++) {
-        int h = t->lanes[l].head;
-        if (h >= 0 && (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])))
-            best = h;
-    }
-    return best;
 }
 
 void sched_enqueue(sched *s, int j)

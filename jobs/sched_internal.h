@@ -1,5 +1,5 @@
 /*
- * sched_internal.h - the books shared by the scheduler's files (sched.c,
+ * sched_internal.h - the books shared by the scheduler's files (sched_core.c,
  * sched_books.c, sched_passes.c, sched_report.c, sched_check.c); not a
  * public interface: everything outside jobs/sched*.c uses jobs/sched.h.
  *
@@ -171,13 +171,44 @@ static inline int sched_jobs_quota_full(const tenant_rec *t)
     return t->max_jobs >= 0 && t->jobs >= t->max_jobs;
 }
 
+/* The lowest free slot (neither held nor reserved) of class c, or -1. */
+static inline int sched_class_first_free(const sched *s, int c)
+{
+    const class_rec *k = &s->classes[c];
+    for (int i = 0; i < k->nslots; i++) {
+        const slot_rec *sl = &s->slots[k->slots[i]];
+        if (sl->holder < 0 && sl->reserved_for < 0) return k->slots[i];
+    }
+    return -1;
+}
+
+/* The tenant's best QUEUED job (GPU jobs only when gpu_only), or -1. */
+static inline int sched_tenant_best(const sched *s, const tenant_rec *t,
+                                    int gpu_only)
+{
+    int best = -1;
+    for (int l = gpu_only ? 1 : 0; l < t->nlanes; l++) {
+        int h = t->lanes[l].head;
+        if (h >= 0 && (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])))
+            best = h;
+    }
+    return best;
+}
+
+/* Whether tenant n has GPU jobs queued, room for one more slice within its
+ * share, and room under its job quota: the tenants preemption works for,
+ * and the ones whose wait makes the report say "fair share" (one test, so
+ * the two always agree). */
+static inline int sched_may_claim_share(const tenant_rec *n)
+{
+    if (n->queued_gpu == 0 || n->slices_share + 1 > n->share + SCHED_EPS) return 0;
+    return !sched_jobs_quota_full(n);
+}
+
 /* ---- sched_books.c ---- */
 
 void sched_class_count(sched *s, int c, int delta);
-int sched_class_first_free(const sched *s, int c);
 void sched_lane_unlink(sched *s, tenant_rec *t, int j);
-/* The tenant's best QUEUED job (GPU jobs only when gpu_only), or -1. */
-int sched_tenant_best(const sched *s, const tenant_rec *t, int gpu_only);
 void sched_enqueue(sched *s, int j);
 /* Clears reservations (backfill holds) naming job j. */
 void sched_drop_holds(sched *s, int j);
@@ -192,7 +223,7 @@ void sched_release(sched *s, int j);
 /* Job j (QUEUED or PENDING) runs on slot (-1: CPU) from `now` on. */
 void sched_run_on(sched *s, int j, int slot, double now);
 
-/* ---- sched.c ---- */
+/* ---- sched_core.c ---- */
 
 void sched_request_text(const sched_request *r, char *buf, size_t n);
 

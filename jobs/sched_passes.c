@@ -227,8 +227,7 @@ static void pass_preemption(sched *s, double now)
     int nb = 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
-        if (n->queued_gpu == 0 || n->slices_share + 1 > n->share + SCHED_EPS) continue;
-        if (sched_jobs_quota_full(n)) continue;
+        if (!sched_may_claim_share(n)) continue;
         n->key1 = n->slices_share / n->weight;
         n->key2 = 0;
         n->tie = 0;

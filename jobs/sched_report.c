@@ -13,10 +13,20 @@
 /* Whether tenant n is below its share with a GPU job its quotas let run. */
 static int tenant_wants_share(const sched *s, const tenant_rec *n)
 {
-    if (n->queued_gpu == 0 || n->slices_share + 1 > n->share + SCHED_EPS) return 0;
-    if (sched_jobs_quota_full(n)) return 0;
+    if (!sched_may_claim_share(n)) return 0;
     int h = sched_tenant_best(s, n, 1);
     return h >= 0 && (s->jobs[h].mask & sched_fit_mask(s, n));
+}
+
+/* The first QUEUED job from k on along its tenant's list, or -1; *tpos counts
+ * the jobs passed over (pending ones hold their place in the list). */
+static int next_queued(const sched *s, int k, size_t *tpos)
+{
+    while (k >= 0 && s->jobs[k].state != SCHED_JOB_QUEUED) {
+        k = s->jobs[k].tnext;
+        (*tpos)++;
+    }
+    return k;
 }
 
 static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
@@ -94,11 +104,7 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
         n->tpos = 1;
-        n->cursor = n->thead;
-        while (n->cursor >= 0 && s->jobs[n->cursor].state != SCHED_JOB_QUEUED) {
-            n->cursor = s->jobs[n->cursor].tnext;
-            n->tpos++;
-        }
+        n->cursor = next_queued(s, n->thead, &n->tpos);
         if (n->cursor < 0) continue;
         n->sim_slices = n->slices_share;
         n->sim_jobs = n->jobs;
@@ -115,11 +121,7 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
         w->tenant_position = n->tpos++;
         n->sim_slices += s->jobs[j].min_slices;
         n->sim_jobs++;
-        int k = s->jobs[j].tnext;
-        while (k >= 0 && s->jobs[k].state != SCHED_JOB_QUEUED) {
-            k = s->jobs[k].tnext;
-            n->tpos++;
-        }
+        int k = next_queued(s, s->jobs[j].tnext, &n->tpos);
         n->cursor = k;
         if (k >= 0) {
             sched_tenant_key(s, t, n->sim_slices, n->sim_jobs, k);

@@ -1,6 +1,11 @@
 /*
- * sched.c - the scheduling policy of sched.h: creation, tenants, requests
- * and the calls that move one job (submit, remove, requeue, restore).
+ * sched_core.c - the scheduling policy of sched.h: creation, tenants,
+ * requests and the calls that move one job (submit, remove, requeue,
+ * restore).
+ *
+ * Not sched.c: the layer test counts x.c and x.h as one module, and
+ * sched_internal.h includes sched.h, so a sched.c including the internal
+ * header would close an include circle.
  *
  * The rest lives beside it, sharing the books declared in sched_internal.h:
  *   sched_books.c   slots, classes, lanes, tenant lists and counters
@@ -52,6 +57,15 @@ static uint64_t request_mask(const sched *s, const sched_request *r)
 }
 
 /* ---- creation ---- */
+
+/* Whether slot sl is of class k: the same compute slices, memory, MIG and
+ * profile. */
+static int class_matches(const class_rec *k, const slot_rec *sl)
+{
+    return k->compute_slices == sl->compute_slices &&
+           k->memory_bytes == sl->memory_bytes &&
+           k->is_mig == sl->is_mig && strcmp(k->profile, sl->profile) == 0;
+}
 
 static ty_status grow_jobs(sched *s, ty_err *err)
 {
@@ -167,13 +181,8 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
         if (sl->compute_slices > s->max_class_slices)
             s->max_class_slices = sl->compute_slices;
         int c;
-        for (c = 0; c < s->nclasses; c++) {
-            const class_rec *k = &s->classes[c];
-            if (k->compute_slices == sl->compute_slices &&
-                k->memory_bytes == sl->memory_bytes &&
-                k->is_mig == sl->is_mig && strcmp(k->profile, sl->profile) == 0)
-                break;
-        }
+        for (c = 0; c < s->nclasses; c++)
+            if (class_matches(&s->classes[c], sl)) break;
         if (c == s->nclasses) {
             if (s->nclasses == SCHED_MAX_CLASSES) {
                 ty_fail(err, TY_EINVAL, "slots",
@@ -209,9 +218,7 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
         slot_rec *sl = &s->slots[i];
         for (int c = 0; c < s->nclasses; c++) {
             class_rec *k = &s->classes[c];
-            if (k->compute_slices == sl->compute_slices &&
-                k->memory_bytes == sl->memory_bytes &&
-                k->is_mig == sl->is_mig && strcmp(k->profile, sl->profile) == 0) {
+            if (class_matches(k, sl)) {
                 sl->cls = c;
                 k->slots[k->nslots++] = i;
                 break;
