@@ -40,6 +40,7 @@
 #include "common/ids.h"
 #include "gpu/inventory.h"
 #include "jobs/jobreq.h"
+#include "jobs/protocol.h"
 #include "jobs/retry.h"
 #include "models/nn.h"
 #include "store/blob.h"
@@ -49,7 +50,6 @@
 
 #define LINE_MAX_BYTES 65536
 #define CANCEL_GRACE_S 10.0
-#define EXIT_PREEMPTED 4         /* the worker checkpointed after SIGUSR1 */
 
 typedef struct {
     int used;
@@ -227,10 +227,10 @@ static ty_status write_job_file(ty_app *app, const json_t *job,
         return s;
     blob_path(app->cfg.data_dir, sha, path, sizeof path);
     json_t *spec = json_object();
-    json_object_set_new(spec, "job_id", json_object_get(job, "id")
+    json_object_set_new(spec, WPROTO_JOB_ID, json_object_get(job, "id")
                                             ? json_incref(json_object_get(job, "id"))
                                             : json_null());
-    json_object_set_new(spec, "dataset_path", json_string(path));
+    json_object_set_new(spec, WPROTO_JOB_DATASET_PATH, json_string(path));
     json_t *val = json_object_get(job, "validation");
     const char *val_id = json_string_value(json_object_get(val, "dataset"));
     if (val_id) {
@@ -239,28 +239,28 @@ static ty_status write_job_file(ty_app *app, const json_t *job,
         if (s != TY_OK)
             goto done;
         blob_path(app->cfg.data_dir, vsha, vpath, sizeof vpath);
-        json_object_set_new(spec, "validation",
-                            json_pack("{s:s}", "dataset_path", vpath));
+        json_object_set_new(spec, WPROTO_JOB_VALIDATION,
+                            json_pack("{s:s}", WPROTO_JOB_DATASET_PATH, vpath));
     } else {
-        json_object_set(spec, "validation", val);
+        json_object_set(spec, WPROTO_JOB_VALIDATION, val);
     }
-    json_object_set(spec, "spec", json_object_get(job, "spec"));
+    json_object_set(spec, WPROTO_JOB_SPEC, json_object_get(job, "spec"));
     /* max_attempts is the runner's, not the trainer's. */
     json_t *hp = json_deep_copy(json_object_get(job, "hyperparameters"));
     json_object_del(hp, "max_attempts");
-    json_object_set_new(spec, "hyperparameters", hp ? hp : json_object());
+    json_object_set_new(spec, WPROTO_JOB_HYPERPARAMETERS, hp ? hp : json_object());
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/checkpoint.safetensors", dir);
-    json_object_set_new(spec, "checkpoint_path", json_string(p));
+    json_object_set_new(spec, WPROTO_JOB_CHECKPOINT_PATH, json_string(p));
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    json_object_set_new(spec, "model_path", json_string(p));
-    json_object_set_new(spec, "threads", json_integer(app->cfg.worker_threads));
-    json_object_set_new(spec, "extra_meta",
+    json_object_set_new(spec, WPROTO_JOB_MODEL_PATH, json_string(p));
+    json_object_set_new(spec, WPROTO_JOB_THREADS, json_integer(app->cfg.worker_threads));
+    json_object_set_new(spec, WPROTO_JOB_EXTRA_META,
                         json_pack("{s:O, s:s}", "trainyard.job",
                                   json_object_get(job, "id"), "trainyard.dataset",
                                   ds_id));
     char *text = json_dumps(spec, JSON_INDENT(2));
-    snprintf(p, sizeof p, "%s/job.json", dir);
+    snprintf(p, sizeof p, "%s/%s", dir, WPROTO_JOB_FILE);
     s = text ? fs_write_atomic(p, text, strlen(text), 0600, err)
              : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     free(text);
@@ -272,6 +272,13 @@ done:
 }
 
 extern char **environ;
+
+/* Whether the environment entry "NAME=value" is name's. */
+static int env_is(const char *entry, const char *name)
+{
+    size_t n = strlen(name);
+    return !strncmp(entry, name, n) && entry[n] == '=';
+}
 
 /* The worker's environment: ours, with OPENBLAS_NUM_THREADS=1 (the engine
  * runs its own thread pool; OpenBLAS's would only compete with it),
@@ -289,11 +296,11 @@ static char **worker_env(char *device_var, char *cvd_var)
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(environ[i], "OPENBLAS_NUM_THREADS=", 21) != 0 &&
-            strncmp(environ[i], "TRAINYARD_DEVICE=", 17) != 0 &&
-            (!cvd_var || strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) != 0))
+        if (!env_is(environ[i], WPROTO_ENV_BLAS_THREADS) &&
+            !env_is(environ[i], WPROTO_ENV_DEVICE) &&
+            (!cvd_var || !env_is(environ[i], WPROTO_ENV_CUDA_VISIBLE)))
             env[k++] = environ[i];
-    env[k++] = "OPENBLAS_NUM_THREADS=1";
+    env[k++] = WPROTO_ENV_BLAS_THREADS "=1";
     env[k++] = device_var;
     if (cvd_var)
         env[k++] = cvd_var;
@@ -334,8 +341,9 @@ static ty_status spawn_worker(runner *r, worker *w, const char *device,
                               const char *cvd, int has_cvd, ty_err *err)
 {
     char device_var[INV_NAME_MAX + 32], cvd_var[INV_NAME_MAX + 32];
-    snprintf(device_var, sizeof device_var, "TRAINYARD_DEVICE=%s", device);
-    snprintf(cvd_var, sizeof cvd_var, "CUDA_VISIBLE_DEVICES=%s", cvd);
+    snprintf(device_var, sizeof device_var, "%s=%s", WPROTO_ENV_DEVICE,
+             device);
+    snprintf(cvd_var, sizeof cvd_var, "%s=%s", WPROTO_ENV_CUDA_VISIBLE, cvd);
     char **env = worker_env(device_var, has_cvd ? cvd_var : NULL);
     if (!env)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
@@ -345,7 +353,7 @@ static ty_status spawn_worker(runner *r, worker *w, const char *device,
         return ty_fail(err, TY_EIO, NULL, "pipe: %s", strerror(errno));
     }
     char log_path[PATH_MAX];
-    snprintf(log_path, sizeof log_path, "%s/worker.log", w->dir);
+    snprintf(log_path, sizeof log_path, "%s/%s", w->dir, WPROTO_LOG_FILE);
     int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (log_fd < 0) {
         close(pipefd[0]);
@@ -367,7 +375,7 @@ static ty_status spawn_worker(runner *r, worker *w, const char *device,
         /* Child: only async-signal-safe calls until exec. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
-            _exit(127);
+            _exit(WPROTO_EXIT_EXEC);
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0)
             dup2(devnull, 0);
@@ -376,9 +384,10 @@ static ty_status spawn_worker(runner *r, worker *w, const char *device,
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        char *argv[] = {"trainyard", "worker", "--job-dir", w->dir, NULL};
+        char *argv[] = {"trainyard", WPROTO_COMMAND, WPROTO_ARG_JOB_DIR, w->dir,
+                        NULL};
         execve(r->app->self_exe, argv, env);
-        _exit(127);
+        _exit(WPROTO_EXIT_EXEC);
     }
     free(env);
     close(pipefd[1]);
@@ -552,13 +561,11 @@ static json_t *metric(const json_t *ev, const char *key)
 static void handle_line(runner *r, worker *w, const char *line)
 {
     ty_app *app = r->app;
-    json_t *ev = json_loads(line, 0, NULL);
-    const char *kind = json_string_value(json_object_get(ev, "event"));
+    json_t *ev = NULL;
+    wproto_msg kind = wproto_decode(line, &ev);
     ty_err err = {0};
-    if (!kind) {
-        json_decref(ev);
+    if (kind == WPROTO_MSG_NONE)
         return;
-    }
     if (!w->started) {
         /* "started" comes first from workers that have it; any line means
          * the signal handlers are in. */
@@ -569,87 +576,104 @@ static void handle_line(runner *r, worker *w, const char *line)
         w->usr1_pending = 0;
         pthread_mutex_unlock(&r->mu);
     }
-    if (!strcmp(kind, "progress")) {
-        json_t *sps = json_object_get(ev, "samples_per_sec");
+    switch (kind) {
+    case WPROTO_MSG_PROGRESS: {
+        json_t *sps = json_object_get(ev, WPROTO_F_SAMPLES_PER_SEC);
         if (json_is_number(sps) && json_number_value(sps) >= 0)
             opm_job_samples_per_sec(w->job_id, w->tenant_id,
                                     json_number_value(sps));
         double t = now_s();
-        int last = json_number_value(json_object_get(ev, "fraction")) >= 1.0;
+        int last =
+            json_number_value(json_object_get(ev, WPROTO_F_FRACTION)) >= 1.0;
         if (last || t - w->last_progress_write >= 1.0) {
             w->last_progress_write = t;
             json_t *progress = json_pack(
                 "{s:O?, s:O?, s:O?, s:O?, s:O?}", "epoch",
-                json_object_get(ev, "epoch"), "epochs",
-                json_object_get(ev, "epochs"), "step",
-                json_object_get(ev, "step"), "total_steps",
-                json_object_get(ev, "total_steps"), "fraction",
-                json_object_get(ev, "fraction"));
+                json_object_get(ev, WPROTO_F_EPOCH), "epochs",
+                json_object_get(ev, WPROTO_F_EPOCHS), "step",
+                json_object_get(ev, WPROTO_F_STEP), "total_steps",
+                json_object_get(ev, WPROTO_F_TOTAL_STEPS), "fraction",
+                json_object_get(ev, WPROTO_F_FRACTION));
             if (w->resumed_from_epoch >= 0)
                 json_object_set_new(progress, "resumed_from_epoch",
                                     json_integer(w->resumed_from_epoch));
             json_t *metrics = json_object();
-            json_object_set_new(metrics, "train_loss", metric(ev, "loss"));
+            json_object_set_new(metrics, "train_loss",
+                                metric(ev, WPROTO_F_LOSS));
             json_object_set_new(metrics, "samples_per_sec",
-                                metric(ev, "samples_per_sec"));
-            json_object_set_new(metrics, "learning_rate", metric(ev, "lr"));
+                                metric(ev, WPROTO_F_SAMPLES_PER_SEC));
+            json_object_set_new(metrics, "learning_rate",
+                                metric(ev, WPROTO_F_LR));
             store_job_progress(app->store, w->job_id, progress, metrics, &err);
             publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
             json_decref(progress);
             json_decref(metrics);
         }
-    } else if (!strcmp(kind, "epoch")) {
+        break;
+    }
+    case WPROTO_MSG_EPOCH: {
+        /* The epoch record as the store and GET .../metrics keep it: the
+         * same names as the line's. */
         json_t *m = json_object();
-        json_object_set(m, "epoch", json_object_get(ev, "epoch"));
-        static const char *const keys[] = {"train_loss", "train_accuracy",
-                                           "val_loss", "val_accuracy",
-                                           "samples_per_sec", "seconds"};
+        json_object_set(m, "epoch", json_object_get(ev, WPROTO_F_EPOCH));
+        static const char *const keys[] = {
+            WPROTO_F_TRAIN_LOSS, WPROTO_F_TRAIN_ACCURACY, WPROTO_F_VAL_LOSS,
+            WPROTO_F_VAL_ACCURACY, WPROTO_F_SAMPLES_PER_SEC, WPROTO_F_SECONDS};
         for (size_t i = 0; i < TY_ARRAY_LEN(keys); i++)
             json_object_set_new(m, keys[i], metric(ev, keys[i]));
         /* A byte count: kept whole (older workers do not send it). */
-        json_t *peak = json_object_get(ev, "peak_memory_bytes");
+        json_t *peak = json_object_get(ev, WPROTO_F_PEAK_MEMORY_BYTES);
         json_object_set_new(m, "peak_memory_bytes",
                             json_is_integer(peak) ? json_integer(
                                                         json_integer_value(peak))
                                                   : json_null());
         /* Where and how it ran: passed through when the worker said. */
-        static const char *const where[] = {"device", "precision",
-                                            "loss_scale", "skipped_steps",
-                                            "cuda_graph", "cuda_graph_reason",
-                                            "device_memory_used_bytes"};
+        static const char *const where[] = {
+            WPROTO_F_DEVICE, WPROTO_F_PRECISION, WPROTO_F_LOSS_SCALE,
+            WPROTO_F_SKIPPED_STEPS, WPROTO_F_CUDA_GRAPH,
+            WPROTO_F_CUDA_GRAPH_REASON, WPROTO_F_DEVICE_MEMORY_USED_BYTES};
         for (size_t i = 0; i < TY_ARRAY_LEN(where); i++) {
             json_t *v = json_object_get(ev, where[i]);
             json_object_set(m, where[i], v ? v : json_null());
         }
         store_job_epoch(app->store, w->job_id,
-                        json_integer_value(json_object_get(ev, "epoch")), m,
-                        &err);
+                        json_integer_value(json_object_get(ev, WPROTO_F_EPOCH)),
+                        m, &err);
         publish(r, w->job_id, EV_JOB_EPOCH, m);
         json_decref(m);
-    } else if (!strcmp(kind, "resume")) {
+        break;
+    }
+    case WPROTO_MSG_RESUME:
         w->resumed_from_epoch =
-            (int)json_integer_value(json_object_get(ev, "epoch"));
+            (int)json_integer_value(json_object_get(ev, WPROTO_F_EPOCH));
         log_event("info", "job_resume",
                   json_pack("{s:s, s:O?, s:O?}", "job", w->job_id, "epoch",
-                            json_object_get(ev, "epoch"), "step",
-                            json_object_get(ev, "step")));
-    } else if (!strcmp(kind, "done")) {
+                            json_object_get(ev, WPROTO_F_EPOCH), "step",
+                            json_object_get(ev, WPROTO_F_STEP)));
+        break;
+    case WPROTO_MSG_DONE:
         w->done = 1;
-    } else if (!strcmp(kind, "started")) {
+        break;
+    case WPROTO_MSG_STARTED: {
         /* What the worker found in its environment, for comparison with
          * the placement. */
         json_t *saw = json_deep_copy(ev);
-        json_object_del(saw, "event");
+        json_object_del(saw, WPROTO_F_EVENT);
         json_t *patch = json_pack("{s:o}", "worker_saw", saw);
         store_job_placement_merge(app->store, w->job_id, patch, &err);
         json_decref(patch);
-    } else if (!strcmp(kind, "heartbeat")) {
-        /* read_output noted the time. */
-    } else if (!strcmp(kind, "error")) {
-        snprintf(w->error, sizeof w->error, "%s",
-                 json_string_value(json_object_get(ev, "message"))
-                     ? json_string_value(json_object_get(ev, "message"))
-                     : "training failed");
+        break;
+    }
+    case WPROTO_MSG_ERROR: {
+        const char *msg =
+            json_string_value(json_object_get(ev, WPROTO_F_MESSAGE));
+        snprintf(w->error, sizeof w->error, "%s", msg ? msg : "training failed");
+        break;
+    }
+    default:
+        /* heartbeat: read_output noted the time; preempted: the exit
+         * status says it; unknown kinds count as heartbeats only. */
+        break;
     }
     if (err.msg[0])
         log_msg("error", "runner: job %s: %s", w->job_id, err.msg);
@@ -824,7 +848,7 @@ static void finish_worker(runner *r, worker *w, int ws)
         log_transition(r, w->job_id, JOB_FAILED, err.msg);
         return;
     } else if (w->preempting ||
-               (WIFEXITED(ws) && WEXITSTATUS(ws) == EXIT_PREEMPTED)) {
+               (WIFEXITED(ws) && WEXITSTATUS(ws) == WPROTO_EXIT_PREEMPTED)) {
         /* Preempted (or stopped by SIGUSR1 before it could checkpoint): back
          * to the queue, to resume from its last checkpoint. */
         if (store_job_requeue(app->store, w->job_id, 1, NULL, &err) == TY_OK &&
@@ -837,7 +861,7 @@ static void finish_worker(runner *r, worker *w, int ws)
     } else if (w->lost) {
         snprintf(msg, sizeof msg,
                  "the training process sent no heartbeat for %d s and was "
-                 "killed; its log is %s/worker.log",
+                 "killed; its log is %s/" WPROTO_LOG_FILE,
                  app->cfg.heartbeat_timeout_s, w->dir);
         retry_or_fail(r, w, msg);
         return;
@@ -849,14 +873,14 @@ static void finish_worker(runner *r, worker *w, int ws)
     } else if (WIFSIGNALED(ws)) {
         snprintf(msg, sizeof msg,
                  "the training process was killed by signal %d (%s); its log "
-                 "is %s/worker.log",
+                 "is %s/" WPROTO_LOG_FILE,
                  WTERMSIG(ws), strsignal(WTERMSIG(ws)), w->dir);
         retry_or_fail(r, w, msg);
         return;
     } else {
         snprintf(msg, sizeof msg,
                  "the training process exited with status %d without a "
-                 "result; its log is %s/worker.log",
+                 "result; its log is %s/" WPROTO_LOG_FILE,
                  WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, w->dir);
         retry_or_fail(r, w, msg);
         return;

@@ -11,37 +11,11 @@
  * "running" by a server that died are requeued when the next one starts and
  * resume from their checkpoints, so no job runs twice at once.
  *
- * Where a worker runs (its environment):
- *   GPU job (resources.gpu not "none"), placed on inventory slot k:
- *     CUDA_VISIBLE_DEVICES = the slot's uuid ("MIG-..." or "GPU-...")
- *     TRAINYARD_DEVICE = "cuda:0" (nvml inventory: the only device the
- *       worker sees), "sim:<uuid>" (simulated inventory: the worker
- *       computes on the CPU), or "cpu" (nvml inventory on a server whose
- *       --train-device resolved to the CPU: the test suite on a GPU host)
- *   CPU job (resources.gpu "none"), at most --max-jobs at once:
- *     on a host without inventory slots, TRAINYARD_DEVICE = --train-device
- *     as before issue 5 ("cpu", "cuda:N"); on a host with slots, "cpu" and
- *     CUDA_VISIBLE_DEVICES="" (no GPU without a slot).
- *
- * Worker protocol: the runner writes <data>/jobs/<id>/job.json and starts
- * `trainyard worker --job-dir <dir>`; the worker prints one JSON object per
- * line on stdout:
- *   {"event":"started", cuda_visible_devices, trainyard_device,
- *    capabilities: ["preempt", "heartbeat"]}   stored as placement.worker_saw
- *   {"event":"heartbeat"}                     every 2 s
- *   {"event":"progress", epoch, epochs, step, total_steps, fraction, loss,
- *    samples_per_sec}
- *   {"event":"epoch", epoch, train_loss, train_accuracy, val_loss,
- *    val_accuracy, samples_per_sec, seconds, peak_memory_bytes, device,
- *    precision, loss_scale, skipped_steps, cuda_graph,
- *    device_memory_used_bytes (on a GPU)}
- *   {"event":"resume", epoch, step}
- *   {"event":"done"}                       the model file is complete
- *   {"event":"error", "message"}           then exits non-zero (not retried)
- * Signals: SIGTERM = cancel (exit 3); SIGUSR1 = preemption: checkpoint at
- * the next step boundary and exit 4. Any line counts as a heartbeat: a
- * worker silent for --heartbeat-timeout seconds is killed (SIGKILL) and
- * handled as a crash. Its stderr goes to <dir>/worker.log.
+ * The worker protocol - job.json, the environment a worker gets (where it
+ * runs), the lines it prints, the signals and the exit codes - is
+ * jobs/protocol.h's. Any line counts as a heartbeat: a worker silent for
+ * --heartbeat-timeout seconds is killed (SIGKILL) and handled as a crash.
+ * Its stderr goes to <dir>/worker.log.
  */
 #ifndef TY_RUNNER_H
 #define TY_RUNNER_H
