@@ -87,8 +87,8 @@ typedef struct {
 } retry_rec;
 
 struct runner {
-    ty_app *app;
-    inventory *inv;              /* app->inventory; NULL: no slots */
+    jobs_env env;                /* runner_start's copy */
+    inventory *inv;              /* env.inventory; NULL: no slots */
     pthread_t thread;
     pthread_mutex_t mu;
     int wake_fd;
@@ -133,8 +133,8 @@ static void publish(runner *r, const char *job_id, ev_type type,
 {
     json_t *doc = NULL;
     ty_err err = {0};
-    if (!r->app->events ||
-        store_job_get_internal(r->app->store, job_id, &doc, &err) != TY_OK)
+    if (!r->env.events ||
+        store_job_get_internal(r->env.store, job_id, &doc, &err) != TY_OK)
         return;
     char tenant[TY_ID_MAX];
     snprintf(tenant, sizeof tenant, "%s",
@@ -146,7 +146,7 @@ static void publish(runner *r, const char *job_id, ev_type type,
     json_t *data = json_pack("{s:o}", "job", doc);
     if (data && epoch)
         json_object_set_new(data, "epoch", json_deep_copy(epoch));
-    ev_publish(r->app->events, tenant, job_id, type, data);
+    ev_publish(r->env.events, tenant, job_id, type, data);
 }
 
 /* Logs a job's change of status and publishes it: job.finished, or
@@ -172,7 +172,7 @@ static ty_status tenant_handle(runner *r, const char *id, int *h, ty_err *err)
     if (*h >= 0)
         return TY_OK;
     store_tenant_limits lim;
-    ty_status s = store_tenant_limits_get(r->app->store, id, &lim, err);
+    ty_status s = store_tenant_limits_get(r->env.store, id, &lim, err);
     if (s == TY_OK)
         s = sched_tenant_set(r->sched, id, lim.weight > 0 ? lim.weight : 1.0,
                              lim.max_gpu_slices, lim.max_running_jobs, h, err);
@@ -215,17 +215,17 @@ static void set_holder(runner *r, int slot, const char *job, const char *tenant)
 /* ---- starting a worker ---- */
 
 /* Writes job.json: what the worker needs, with blob paths resolved. */
-static ty_status write_job_file(ty_app *app, const json_t *job,
+static ty_status write_job_file(const jobs_env *env, const json_t *job,
                                 const char *dir, ty_err *err)
 {
     const char *tenant = json_string_value(json_object_get(job, "tenant_id"));
     const char *ds_id = json_string_value(json_object_get(job, "dataset"));
     char sha[65], path[PATH_MAX];
     json_t *ds = NULL, *vds = NULL;
-    ty_status s = store_dataset_get(app->store, tenant, ds_id, &ds, sha, err);
+    ty_status s = store_dataset_get(env->store, tenant, ds_id, &ds, sha, err);
     if (s != TY_OK)
         return s;
-    blob_path(app->cfg.data_dir, sha, path, sizeof path);
+    blob_path(env->data_dir, sha, path, sizeof path);
     json_t *spec = json_object();
     json_object_set_new(spec, WPROTO_JOB_ID, json_object_get(job, "id")
                                             ? json_incref(json_object_get(job, "id"))
@@ -235,10 +235,10 @@ static ty_status write_job_file(ty_app *app, const json_t *job,
     const char *val_id = json_string_value(json_object_get(val, "dataset"));
     if (val_id) {
         char vsha[65], vpath[PATH_MAX];
-        s = store_dataset_get(app->store, tenant, val_id, &vds, vsha, err);
+        s = store_dataset_get(env->store, tenant, val_id, &vds, vsha, err);
         if (s != TY_OK)
             goto done;
-        blob_path(app->cfg.data_dir, vsha, vpath, sizeof vpath);
+        blob_path(env->data_dir, vsha, vpath, sizeof vpath);
         json_object_set_new(spec, WPROTO_JOB_VALIDATION,
                             json_pack("{s:s}", WPROTO_JOB_DATASET_PATH, vpath));
     } else {
@@ -254,7 +254,7 @@ static ty_status write_job_file(ty_app *app, const json_t *job,
     json_object_set_new(spec, WPROTO_JOB_CHECKPOINT_PATH, json_string(p));
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     json_object_set_new(spec, WPROTO_JOB_MODEL_PATH, json_string(p));
-    json_object_set_new(spec, WPROTO_JOB_THREADS, json_integer(app->cfg.worker_threads));
+    json_object_set_new(spec, WPROTO_JOB_THREADS, json_integer(env->worker_threads));
     json_object_set_new(spec, WPROTO_JOB_EXTRA_META,
                         json_pack("{s:O, s:s}", "trainyard.job",
                                   json_object_get(job, "id"), "trainyard.dataset",
@@ -314,12 +314,12 @@ static char **worker_env(char *device_var, char *cvd_var)
 static void device_for(const runner *r, int slot, char *dev, size_t ndev,
                        char *cvd, size_t ncvd, int *has_cvd)
 {
-    const ty_app *app = r->app;
+    const jobs_env *env = &r->env;
     *has_cvd = 0;
     cvd[0] = '\0';
     if (slot < 0) {
         if (r->nslots == 0) {
-            snprintf(dev, ndev, "%s", app->train_dev.label);
+            snprintf(dev, ndev, "%s", env->train_dev.label);
         } else {
             snprintf(dev, ndev, "cpu");
             *has_cvd = 1;
@@ -331,7 +331,7 @@ static void device_for(const runner *r, int slot, char *dev, size_t ndev,
     snprintf(cvd, ncvd, "%s", s->uuid);
     if (r->inv->source == INV_SOURCE_SIM)
         snprintf(dev, ndev, "sim:%s", s->uuid);
-    else if (app->train_dev.device >= 0)
+    else if (env->train_dev.device >= 0)
         snprintf(dev, ndev, "cuda:0");
     else
         snprintf(dev, ndev, "cpu");
@@ -386,7 +386,7 @@ static ty_status spawn_worker(runner *r, worker *w, const char *device,
         sigprocmask(SIG_SETMASK, &none, NULL);
         char *argv[] = {"trainyard", WPROTO_COMMAND, WPROTO_ARG_JOB_DIR, w->dir,
                         NULL};
-        execve(r->app->self_exe, argv, env);
+        execve(r->env.self_exe, argv, env);
         _exit(WPROTO_EXIT_EXEC);
     }
     free(env);
@@ -444,7 +444,7 @@ static void worker_release(runner *r, worker *w)
 /* Starts scheduler job sj, placed on slot (-1: CPU). Caller holds mu. */
 static void start_placement(runner *r, int sj, int slot)
 {
-    ty_app *app = r->app;
+    const jobs_env *env = &r->env;
     sched_job_info info;
     if (sched_job_get(r->sched, sj, &info) != TY_OK)
         return;
@@ -471,14 +471,14 @@ static void start_placement(runner *r, int sj, int slot)
     w->slot = slot;
     snprintf(w->job_id, sizeof w->job_id, "%s", id);
     snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
-    snprintf(w->dir, sizeof w->dir, "%s/%s", app->jobs_dir, id);
+    snprintf(w->dir, sizeof w->dir, "%s/%s", env->jobs_dir, id);
     r->nworkers++;
 
     char dev[INV_NAME_MAX + 8], cvd[INV_NAME_MAX];
     int has_cvd;
     device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
     json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
-    ty_status s = store_job_start_on(app->store, id, dev, placement, &err);
+    ty_status s = store_job_start_on(env->store, id, dev, placement, &err);
     json_decref(placement);
     if (s != TY_OK) {
         /* TY_ECONFLICT: cancelled meanwhile. */
@@ -492,16 +492,16 @@ static void start_placement(runner *r, int sj, int slot)
     double queue_wait = wall_s() - info.submit_time;
     opm_job_started(tenant, queue_wait);
     json_t *job = NULL;
-    if ((s = store_job_get_internal(app->store, id, &job, &err)) == TY_OK &&
+    if ((s = store_job_get_internal(env->store, id, &job, &err)) == TY_OK &&
         (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
-        (s = write_job_file(app, job, w->dir, &err)) == TY_OK)
+        (s = write_job_file(env, job, w->dir, &err)) == TY_OK)
         s = spawn_worker(r, w, dev, cvd, has_cvd, &err);
     json_decref(job);
     if (s != TY_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "could not start the training process: %s",
                  err.msg);
-        store_job_finish(app->store, id, JOB_FAILED, msg, NULL, &err);
+        store_job_finish(env->store, id, JOB_FAILED, msg, NULL, &err);
         log_transition(r, id, JOB_FAILED, msg);
         sched_job_remove(r->sched, sj);
         set_holder(r, slot, NULL, NULL);
@@ -509,7 +509,7 @@ static void start_placement(runner *r, int sj, int slot)
         return;
     }
     json_t *patch = json_pack("{s:i}", "worker_pid", (int)w->pid);
-    store_job_placement_merge(app->store, id, patch, &err);
+    store_job_placement_merge(env->store, id, patch, &err);
     json_decref(patch);
     json_t *f = json_pack("{s:s, s:s, s:s, s:i}", "job", id, "status",
                           JOB_RUNNING, "device", dev, "pid", (int)w->pid);
@@ -560,7 +560,7 @@ static json_t *metric(const json_t *ev, const char *key)
 
 static void handle_line(runner *r, worker *w, const char *line)
 {
-    ty_app *app = r->app;
+    const jobs_env *env = &r->env;
     json_t *ev = NULL;
     wproto_msg kind = wproto_decode(line, &ev);
     ty_err err = {0};
@@ -604,7 +604,7 @@ static void handle_line(runner *r, worker *w, const char *line)
                                 metric(ev, WPROTO_F_SAMPLES_PER_SEC));
             json_object_set_new(metrics, "learning_rate",
                                 metric(ev, WPROTO_F_LR));
-            store_job_progress(app->store, w->job_id, progress, metrics, &err);
+            store_job_progress(env->store, w->job_id, progress, metrics, &err);
             publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
             json_decref(progress);
             json_decref(metrics);
@@ -636,7 +636,7 @@ static void handle_line(runner *r, worker *w, const char *line)
             json_t *v = json_object_get(ev, where[i]);
             json_object_set(m, where[i], v ? v : json_null());
         }
-        store_job_epoch(app->store, w->job_id,
+        store_job_epoch(env->store, w->job_id,
                         json_integer_value(json_object_get(ev, WPROTO_F_EPOCH)),
                         m, &err);
         publish(r, w->job_id, EV_JOB_EPOCH, m);
@@ -660,7 +660,7 @@ static void handle_line(runner *r, worker *w, const char *line)
         json_t *saw = json_deep_copy(ev);
         json_object_del(saw, WPROTO_F_EVENT);
         json_t *patch = json_pack("{s:o}", "worker_saw", saw);
-        store_job_placement_merge(app->store, w->job_id, patch, &err);
+        store_job_placement_merge(env->store, w->job_id, patch, &err);
         json_decref(patch);
         break;
     }
@@ -707,7 +707,7 @@ static void read_output(runner *r, worker *w)
 
 /* Registers the finished model: validates it by loading it, moves it into
  * the blob folder, and commits the model row with the job's success. */
-static ty_status register_model(ty_app *app, worker *w, ty_err *err)
+static ty_status register_model(const jobs_env *env, worker *w, ty_err *err)
 {
     char model_path[PATH_MAX];
     snprintf(model_path, sizeof model_path, "%s/model.safetensors", w->dir);
@@ -720,7 +720,7 @@ static ty_status register_model(ty_app *app, worker *w, ty_err *err)
     }
     char model_id[TY_ID_MAX], sha[65], now[32];
     int64_t bytes = 0;
-    if ((s = store_job_get_internal(app->store, w->job_id, &job, err)) != TY_OK ||
+    if ((s = store_job_get_internal(env->store, w->job_id, &job, err)) != TY_OK ||
         (s = ty_id_new("mdl_", model_id, err)) != TY_OK)
         goto done;
     ty_now_iso(now);
@@ -738,16 +738,16 @@ static ty_status register_model(ty_app *app, worker *w, ty_err *err)
     json_object_set(doc, "hyperparameters",
                     json_object_get(job, "hyperparameters"));
     json_object_set(doc, "metrics", json_object_get(job, "metrics"));
-    store_blob_lock(app->store);
-    s = blob_import(app->cfg.data_dir, model_path, sha, &bytes, err);
+    store_blob_lock(env->store);
+    s = blob_import(env->data_dir, model_path, sha, &bytes, err);
     if (s == TY_OK) {
         json_object_set_new(doc, "sha256", json_string(sha));
         json_object_set_new(doc, "bytes", json_integer(bytes));
         json_object_set_new(doc, "created_at", json_string(now));
-        s = store_job_succeed(app->store, w->job_id, model_id, sha, bytes, doc,
+        s = store_job_succeed(env->store, w->job_id, model_id, sha, bytes, doc,
                               err);
     }
-    store_blob_unlock(app->store);
+    store_blob_unlock(env->store);
     if (s == TY_OK) {
         char ckpt[PATH_MAX];
         snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", w->dir);
@@ -765,11 +765,11 @@ done:
  * runs. Caller holds mu; the job is still in the scheduler. */
 static void retry_or_fail(runner *r, worker *w, const char *what)
 {
-    ty_app *app = r->app;
+    const jobs_env *env = &r->env;
     ty_err err = {0};
     json_t *job = NULL;
-    int64_t attempts = 1, max_attempts = app->cfg.max_attempts;
-    if (store_job_get_internal(app->store, w->job_id, &job, &err) == TY_OK) {
+    int64_t attempts = 1, max_attempts = env->max_attempts;
+    if (store_job_get_internal(env->store, w->job_id, &job, &err) == TY_OK) {
         attempts = json_integer_value(json_object_get(job, "attempts"));
         json_t *m = json_object_get(json_object_get(job, "hyperparameters"),
                                     "max_attempts");
@@ -783,12 +783,12 @@ static void retry_or_fail(runner *r, worker *w, const char *what)
     if (attempts >= max_attempts || !have || r->nretries == SIZE_MAX) {
         snprintf(msg, sizeof msg, "%s; it failed %lld of %lld attempts",
                  what, (long long)attempts, (long long)max_attempts);
-        store_job_finish(app->store, w->job_id, JOB_FAILED, msg, NULL, &err);
+        store_job_finish(env->store, w->job_id, JOB_FAILED, msg, NULL, &err);
         log_transition(r, w->job_id, JOB_FAILED, msg);
         sched_job_remove(r->sched, w->sjob);
         return;
     }
-    double delay = retry_backoff_seconds((int)attempts, app->cfg.retry_backoff_s,
+    double delay = retry_backoff_seconds((int)attempts, env->retry_backoff_s,
                                          RETRY_BACKOFF_CAP_S);
     snprintf(msg, sizeof msg,
              "%s; attempt %lld of %lld, retrying in %.1f s from the last "
@@ -798,7 +798,7 @@ static void retry_or_fail(runner *r, worker *w, const char *what)
         size_t ncap = r->retry_cap ? r->retry_cap * 2 : 8;
         retry_rec *p = realloc(r->retries, ncap * sizeof *p);
         if (!p) {
-            store_job_finish(app->store, w->job_id, JOB_FAILED, what, NULL,
+            store_job_finish(env->store, w->job_id, JOB_FAILED, what, NULL,
                              &err);
             sched_job_remove(r->sched, w->sjob);
             return;
@@ -806,7 +806,7 @@ static void retry_or_fail(runner *r, worker *w, const char *what)
         r->retries = p;
         r->retry_cap = ncap;
     }
-    if (store_job_requeue(app->store, w->job_id, 0, msg, &err) != TY_OK) {
+    if (store_job_requeue(env->store, w->job_id, 0, msg, &err) != TY_OK) {
         sched_job_remove(r->sched, w->sjob);
         return;
     }
@@ -827,7 +827,7 @@ static void retry_or_fail(runner *r, worker *w, const char *what)
  * settle the job with the scheduler. Caller holds mu. */
 static void finish_worker(runner *r, worker *w, int ws)
 {
-    ty_app *app = r->app;
+    const jobs_env *env = &r->env;
     ty_err err = {0};
     char msg[700];
     const char *status;
@@ -837,13 +837,13 @@ static void finish_worker(runner *r, worker *w, int ws)
         status = JOB_CANCELLED;
         snprintf(msg, sizeof msg, "cancelled by request");
     } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && w->done) {
-        ty_status s = register_model(app, w, &err);
+        ty_status s = register_model(env, w, &err);
         sched_job_remove(r->sched, w->sjob);
         if (s == TY_OK) {
             log_transition(r, w->job_id, JOB_SUCCEEDED, NULL);
             return;
         }
-        store_job_finish(app->store, w->job_id, JOB_FAILED, err.msg, NULL,
+        store_job_finish(env->store, w->job_id, JOB_FAILED, err.msg, NULL,
                          &err);
         log_transition(r, w->job_id, JOB_FAILED, err.msg);
         return;
@@ -851,7 +851,7 @@ static void finish_worker(runner *r, worker *w, int ws)
                (WIFEXITED(ws) && WEXITSTATUS(ws) == WPROTO_EXIT_PREEMPTED)) {
         /* Preempted (or stopped by SIGUSR1 before it could checkpoint): back
          * to the queue, to resume from its last checkpoint. */
-        if (store_job_requeue(app->store, w->job_id, 1, NULL, &err) == TY_OK &&
+        if (store_job_requeue(env->store, w->job_id, 1, NULL, &err) == TY_OK &&
             sched_job_requeue(r->sched, w->sjob, &err) == TY_OK) {
             log_transition(r, w->job_id, JOB_QUEUED, "preempted");
         } else {
@@ -862,7 +862,7 @@ static void finish_worker(runner *r, worker *w, int ws)
         snprintf(msg, sizeof msg,
                  "the training process sent no heartbeat for %d s and was "
                  "killed; its log is %s/" WPROTO_LOG_FILE,
-                 app->cfg.heartbeat_timeout_s, w->dir);
+                 env->heartbeat_timeout_s, w->dir);
         retry_or_fail(r, w, msg);
         return;
     } else if (w->error[0]) {
@@ -886,7 +886,7 @@ static void finish_worker(runner *r, worker *w, int ws)
         return;
     }
     sched_job_remove(r->sched, w->sjob);
-    store_job_finish(app->store, w->job_id, status, msg, NULL, &err);
+    store_job_finish(env->store, w->job_id, status, msg, NULL, &err);
     log_transition(r, w->job_id, status, msg);
 }
 
@@ -895,7 +895,7 @@ static void finish_worker(runner *r, worker *w, int ws)
 static void reap(runner *r)
 {
     double t = now_s();
-    double hb = r->app->cfg.heartbeat_timeout_s;
+    double hb = r->env.heartbeat_timeout_s;
     pthread_mutex_lock(&r->mu);
     for (int i = 0; i < r->cap; i++) {
         worker *w = &r->workers[i];
@@ -947,7 +947,7 @@ static void retries_due(runner *r)
                             .request = rr->req};
         ty_err err = {0};
         if (sched_job_submit(r->sched, &d, NULL, &err) != TY_OK) {
-            store_job_finish(r->app->store, rr->job_id, JOB_FAILED, err.msg,
+            store_job_finish(r->env.store, rr->job_id, JOB_FAILED, err.msg,
                              NULL, &err);
             log_transition(r, rr->job_id, JOB_FAILED, err.msg);
         }
@@ -1032,7 +1032,7 @@ static void load_queued(runner *r)
 {
     ty_err err = {0};
     json_t *rows = NULL;
-    if (store_job_queued_all(r->app->store, &rows, &err) != TY_OK) {
+    if (store_job_queued_all(r->env.store, &rows, &err) != TY_OK) {
         log_msg("error", "runner: %s", err.msg);
         return;
     }
@@ -1068,7 +1068,7 @@ static void load_queued(runner *r)
         char msg[600];
         snprintf(msg, sizeof msg, "this server cannot run the job: %s",
                  err.msg);
-        store_job_finish(r->app->store, id, JOB_FAILED, msg, NULL, &err);
+        store_job_finish(r->env.store, id, JOB_FAILED, msg, NULL, &err);
         log_transition(r, id, JOB_FAILED, msg);
     }
     json_decref(rows);
@@ -1077,15 +1077,15 @@ static void load_queued(runner *r)
                 loaded);
 }
 
-ty_status runner_start(ty_app *app, runner **out, ty_err *err)
+ty_status runner_start(const jobs_env *env, runner **out, ty_err *err)
 {
     runner *r = calloc(1, sizeof *r);
     if (!r)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    r->app = app;
-    r->inv = app->inventory;
+    r->env = *env;
+    r->inv = env->inventory;
     r->nslots = r->inv ? r->inv->nslots : 0;
-    r->cap = r->nslots + app->cfg.max_jobs;
+    r->cap = r->nslots + env->max_jobs;
     r->wake_fd = -1;
     sched_slot *slots = calloc((size_t)r->nslots + 1, sizeof *slots);
     r->workers = calloc((size_t)r->cap, sizeof *r->workers);
@@ -1104,11 +1104,11 @@ ty_status runner_start(ty_app *app, runner **out, ty_err *err)
                                 .compute_slices = s->compute_slices,
                                 .memory_bytes = s->memory_bytes};
     }
-    sched_config cfg = {.backfill_wait = app->cfg.backfill_wait_s,
-                        .preempt = app->cfg.preempt,
-                        .preempt_wait = app->cfg.preempt_wait_s,
-                        .max_cpu_jobs = app->cfg.max_jobs,
-                        .fair_window = app->cfg.fair_window_s};
+    sched_config cfg = {.backfill_wait = env->backfill_wait_s,
+                        .preempt = env->preempt,
+                        .preempt_wait = env->preempt_wait_s,
+                        .max_cpu_jobs = env->max_jobs,
+                        .fair_window = env->fair_window_s};
     r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
     free(slots);
     if (!r->sched) {
@@ -1223,7 +1223,7 @@ void runner_tenant_changed(runner *r, const char *tenant_id)
     if (sched_tenant_find(r->sched, tenant_id) >= 0) {
         store_tenant_limits lim;
         ty_err err = {0};
-        if (store_tenant_limits_get(r->app->store, tenant_id, &lim, &err) !=
+        if (store_tenant_limits_get(r->env.store, tenant_id, &lim, &err) !=
                 TY_OK ||
             sched_tenant_set(r->sched, tenant_id,
                              lim.weight > 0 ? lim.weight : 1.0,
@@ -1358,7 +1358,7 @@ void runner_stop(runner *r)
     }
     int64_t n = 0;
     ty_err err;
-    store_job_requeue_running(r->app->store, &n, &err);
+    store_job_requeue_running(r->env.store, &n, &err);
     if (n)
         log_msg("info", "requeued %lld running job(s) for the next start",
                 (long long)n);

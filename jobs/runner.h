@@ -20,18 +20,47 @@
 #ifndef TY_RUNNER_H
 #define TY_RUNNER_H
 
+#include <limits.h>
+#include <stdint.h>
+
 #include <jansson.h>
 
 #include "common/ty.h"
+#include "events/hub.h"
+#include "gpu/inventory.h"
+#include "jobs/placement.h"
 #include "jobs/sched.h"
-#include "app/app.h"
+#include "store/store.h"
+
+/* What the job runner works with: filled by the composition root
+ * (app/main.c) from the server's state and settings, copied by
+ * runner_start. The pointers are borrowed and must outlive the runner. */
+typedef struct jobs_env {
+    store *store;
+    ev_hub *events;              /* NULL: no live events are published */
+    inventory *inventory;        /* the GPUs and MIG slices; NULL: none */
+    place_device train_dev;      /* --train-device, resolved */
+    char data_dir[PATH_MAX];     /* blobs live under it (store/blob.h) */
+    char jobs_dir[PATH_MAX];     /* <data>/jobs/<id>: job.json, logs */
+    char self_exe[PATH_MAX];     /* this binary, to start workers */
+    int max_jobs;                /* CPU jobs running at once */
+    int worker_threads;          /* engine threads per worker; 0 = all */
+    uint64_t max_job_memory;     /* bytes a job may take; 0 = no limit */
+    int heartbeat_timeout_s;     /* a silent worker is killed after */
+    double retry_backoff_s;      /* first retry's delay; doubles */
+    int max_attempts;            /* runs of a crashing job, by default */
+    int preempt;                 /* sched_config.preempt */
+    double preempt_wait_s;       /* sched_config.preempt_wait */
+    double backfill_wait_s;      /* sched_config.backfill_wait */
+    double fair_window_s;        /* sched_config.fair_window */
+} jobs_env;
 
 typedef struct runner runner;
 
-/* Builds the scheduler over app->inventory's slots, queues every job the
+/* Builds the scheduler over env->inventory's slots, queues every job the
  * store has queued (a job whose request this host can no longer satisfy
  * fails with the reason) and starts the runner thread. */
-ty_status runner_start(ty_app *app, runner **out, ty_err *err);
+ty_status runner_start(const jobs_env *env, runner **out, ty_err *err);
 
 /* Wakes the runner thread for a scheduling pass. */
 void runner_wake(runner *r);
