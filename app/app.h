@@ -16,7 +16,7 @@
 #include "server/tls.h"
 
 struct MHD_Daemon;
-struct runner;
+struct jobs_service;
 struct model_cache;
 struct inventory;
 struct ev_hub;
@@ -27,7 +27,7 @@ typedef struct ty_app {
     char jobs_dir[PATH_MAX];      /* <data>/jobs/<id>: checkpoints, logs */
     char self_exe[PATH_MAX];      /* this binary, to start workers */
     store *store;
-    struct runner *runner;
+    struct jobs_service *jobs;
     struct model_cache *models;
     struct MHD_Daemon *daemon;
     int bound_port;               /* the port actually listened on */

@@ -19,7 +19,7 @@
 #include "gpu/cuda/backend_cuda.h"
 #endif
 #include "gpu/inventory.h"
-#include "jobs/runner.h"
+#include "jobs/service.h"
 #include "models/cpu/kernels.h"
 #include "app/app.h"
 #include "server/auth.h"
@@ -169,7 +169,7 @@ static void on_stop_signal(int sig)
     errno = saved;
 }
 
-/* What the job runner works with, from the server's state and settings
+/* What the job service works with, from the server's state and settings
  * (jobs/ knows nothing of ty_app). */
 static void jobs_env_fill(const ty_app *app, jobs_env *env)
 {
@@ -324,7 +324,7 @@ static int cmd_serve(int argc, char **argv)
     }
     jobs_env env;
     jobs_env_fill(&app, &env);
-    if (runner_start(&env, &app.runner, &err) != TY_OK) {
+    if (jobs_start(&env, &app.jobs, &err) != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
@@ -350,8 +350,8 @@ static int cmd_serve(int argc, char **argv)
     rc = 0;
 out:
     http_server_stop(&app);
-    runner_stop(app.runner);
-    app.runner = NULL;
+    jobs_stop(app.jobs);
+    app.jobs = NULL;
     ev_hub_destroy(app.events);
     app.events = NULL;
     model_cache_destroy(app.models);

@@ -1,79 +1,68 @@
 /*
- * runner.c - the scheduler's driver: job runner thread and worker
- * processes (see runner.h).
+ * service.c - the job service (see service.h): submit, cancel, the
+ * scheduling passes, the job's state from its worker's lines, the outcome
+ * of each run (model registration, retry policy, preemption).
  *
- * One thread owns the workers: it runs scheduling passes, starts workers
- * for the placements, signals preemption victims, polls the workers'
- * stdout pipes and a wake-up eventfd, enforces heartbeats, and reaps.
- * The scheduler, the worker table and the retry list are guarded by `mu`;
- * HTTP threads take it to check and submit requests, cancel, refresh a
- * tenant and read the queue report. Lock order: mu, then the store's and
- * the inventory's own mutexes. Database writes of progress are throttled
- * to one a second per job; epoch records and outcomes are written at once.
+ * The supervisor's thread (jobs/supervisor.h) drives it: a scheduling pass
+ * before each poll (on_tick), each worker line (on_message), each exit
+ * (on_exit). The scheduler, the run table (one entry per supervisor
+ * place) and the retry list are guarded by `mu`, which the supervisor
+ * shares; HTTP threads take it to check and submit requests, cancel,
+ * refresh a tenant and read the queue report. Lock order: mu, then the
+ * store's and the inventory's own mutexes. Database writes of progress are
+ * throttled to one a second per job; epoch records and outcomes are
+ * written at once.
  *
  * Invariants: a job is in the scheduler while it is queued (not in its
  * back-off), pending or running; it leaves it when its worker has exited
  * (so a slot is never given to a second job while a process may still use
  * it) or when it is cancelled while queued. An inventory slot's holder is
- * set while the scheduler has a job on it.
+ * set while the scheduler has a job on it. Run entry i and supervisor
+ * place i belong to the same job.
  */
-#include "jobs/runner.h"
+#include "jobs/service.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "common/fsutil.h"
 #include "common/ids.h"
+#include "common/log.h"
+#include "common/opmetrics.h"
+#include "events/hub.h"
 #include "gpu/inventory.h"
 #include "jobs/jobreq.h"
 #include "jobs/protocol.h"
 #include "jobs/retry.h"
+#include "jobs/sched.h"
+#include "jobs/supervisor.h"
 #include "models/nn.h"
 #include "store/blob.h"
-#include "events/hub.h"
-#include "common/log.h"
-#include "common/opmetrics.h"
 
-#define LINE_MAX_BYTES 65536
-#define CANCEL_GRACE_S 10.0
-
+/* A job whose worker runs (or is being started) in supervisor place i:
+ * what the service knows of that run. */
 typedef struct {
     int used;
     char job_id[TY_ID_MAX];
     char dir[PATH_MAX];
     int sjob;                    /* the scheduler's handle */
     int slot;                    /* inventory slot; -1 a CPU job */
-    pid_t pid;
-    int out_fd;                  /* -1 once EOF was read */
-    char line[LINE_MAX_BYTES];
-    size_t line_len;
     int done;                    /* the worker said the model is written */
     char error[512];             /* the worker's error message, if any */
     int cancel;                  /* a cancel was requested */
-    double cancel_at;
     int preempting;              /* preempted: it checkpoints and exits */
-    int usr1_pending;            /* SIGUSR1 waits for the "started" line */
-    int started;                 /* it printed a line: its handlers are in */
-    int lost;                    /* killed after heartbeat silence */
-    double last_line;            /* monotonic time of its last output */
     double last_progress_write;
     int resumed_from_epoch;      /* -1 unless this run resumed */
     char tenant_id[TY_ID_MAX];   /* for metrics labels */
-} worker;
+} job_run;
 
 /* A crashed job waiting out its back-off, outside the scheduler. */
 typedef struct {
@@ -86,25 +75,22 @@ typedef struct {
     char why[300];
 } retry_rec;
 
-struct runner {
-    jobs_env env;                /* runner_start's copy */
+struct jobs_service {
+    jobs_env env;                /* jobs_start's copy */
     inventory *inv;              /* env.inventory; NULL: no slots */
-    pthread_t thread;
     pthread_mutex_t mu;
-    int wake_fd;
     atomic_int stopping;
+    supervisor *sup;
     sched *sched;
     int nslots;                  /* inventory slots */
     char (*tenant_ids)[TY_ID_MAX]; /* by scheduler tenant handle */
     int ntenant_ids, tenant_cap;
-    int nworkers;                /* entries in use */
+    int nruns;                   /* entries in use */
     int cap;                     /* inventory slots + --max-jobs */
-    worker *workers;
-    struct pollfd *pfd;          /* cap + 1, for runner_main */
-    worker **owner;              /* cap + 1 */
+    job_run *runs;               /* cap, by supervisor place */
     retry_rec *retries;
     size_t nretries, retry_cap;
-    sched_wait *report;          /* runner_annotate's buffer */
+    sched_wait *report;          /* jobs_annotate's buffer */
     size_t report_cap;
 };
 
@@ -128,7 +114,7 @@ static double wall_s(void)
  * /v1/jobs/{id} shows it, read back from the store; epoch (borrowed) is
  * added for job.epoch. The queue report is left null: it needs mu, which
  * callers may hold. */
-static void publish(runner *r, const char *job_id, ev_type type,
+static void publish(jobs_service *r, const char *job_id, ev_type type,
                     const json_t *epoch)
 {
     json_t *doc = NULL;
@@ -140,7 +126,7 @@ static void publish(runner *r, const char *job_id, ev_type type,
     snprintf(tenant, sizeof tenant, "%s",
              json_string_value(json_object_get(doc, "tenant_id")));
     json_object_del(doc, "tenant_id");
-    runner_annotate(NULL, doc, tenant);
+    jobs_annotate(NULL, doc, tenant);
     if (!json_object_get(doc, "queue"))
         json_object_set_new(doc, "queue", json_null());
     json_t *data = json_pack("{s:o}", "job", doc);
@@ -151,7 +137,7 @@ static void publish(runner *r, const char *job_id, ev_type type,
 
 /* Logs a job's change of status and publishes it: job.finished, or
  * job.progress for a requeue. */
-static void log_transition(runner *r, const char *job, const char *to,
+static void log_transition(jobs_service *r, const char *job, const char *to,
                            const char *why)
 {
     json_t *f = json_pack("{s:s, s:s}", "job", job, "status", to);
@@ -166,7 +152,7 @@ static void log_transition(runner *r, const char *job, const char *to,
 
 /* The scheduler's handle of tenant id into *h, registering it with its
  * store limits on first use. Caller holds mu. */
-static ty_status tenant_handle(runner *r, const char *id, int *h, ty_err *err)
+static ty_status tenant_handle(jobs_service *r, const char *id, int *h, ty_err *err)
 {
     *h = sched_tenant_find(r->sched, id);
     if (*h >= 0)
@@ -194,14 +180,14 @@ static ty_status tenant_handle(runner *r, const char *id, int *h, ty_err *err)
     return TY_OK;
 }
 
-static const char *tenant_id_of(const runner *r, int h)
+static const char *tenant_id_of(const jobs_service *r, int h)
 {
     return h >= 0 && h < r->ntenant_ids ? r->tenant_ids[h] : "";
 }
 
 /* ---- inventory holders ---- */
 
-static void set_holder(runner *r, int slot, const char *job, const char *tenant)
+static void set_holder(jobs_service *r, int slot, const char *job, const char *tenant)
 {
     if (!r->inv || slot < 0 || slot >= r->inv->nslots)
         return;
@@ -271,47 +257,10 @@ done:
     return s;
 }
 
-extern char **environ;
-
-/* Whether the environment entry "NAME=value" is name's. */
-static int env_is(const char *entry, const char *name)
-{
-    size_t n = strlen(name);
-    return !strncmp(entry, name, n) && entry[n] == '=';
-}
-
-/* The worker's environment: ours, with OPENBLAS_NUM_THREADS=1 (the engine
- * runs its own thread pool; OpenBLAS's would only compete with it),
- * device_var ("TRAINYARD_DEVICE=...") and, unless NULL, cvd_var
- * ("CUDA_VISIBLE_DEVICES=...") naming where the job runs (both borrowed).
- * Built before fork, since the child may only make async-signal-safe
- * calls. Caller frees the array. */
-static char **worker_env(char *device_var, char *cvd_var)
-{
-    size_t n = 0;
-    while (environ[n])
-        n++;
-    char **env = calloc(n + 4, sizeof *env);
-    if (!env)
-        return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!env_is(environ[i], WPROTO_ENV_BLAS_THREADS) &&
-            !env_is(environ[i], WPROTO_ENV_DEVICE) &&
-            (!cvd_var || !env_is(environ[i], WPROTO_ENV_CUDA_VISIBLE)))
-            env[k++] = environ[i];
-    env[k++] = WPROTO_ENV_BLAS_THREADS "=1";
-    env[k++] = device_var;
-    if (cvd_var)
-        env[k++] = cvd_var;
-    env[k] = NULL;
-    return env;
-}
-
 /* Where a job on `slot` (-1: a CPU job) runs: TRAINYARD_DEVICE's value
  * into dev, and CUDA_VISIBLE_DEVICES's into cvd (*has_cvd 0: leave the
- * server's). See runner.h. */
-static void device_for(const runner *r, int slot, char *dev, size_t ndev,
+ * server's). See jobs/protocol.h. */
+static void device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
                        char *cvd, size_t ncvd, int *has_cvd)
 {
     const jobs_env *env = &r->env;
@@ -337,70 +286,9 @@ static void device_for(const runner *r, int slot, char *dev, size_t ndev,
         snprintf(dev, ndev, "cpu");
 }
 
-static ty_status spawn_worker(runner *r, worker *w, const char *device,
-                              const char *cvd, int has_cvd, ty_err *err)
-{
-    char device_var[INV_NAME_MAX + 32], cvd_var[INV_NAME_MAX + 32];
-    snprintf(device_var, sizeof device_var, "%s=%s", WPROTO_ENV_DEVICE,
-             device);
-    snprintf(cvd_var, sizeof cvd_var, "%s=%s", WPROTO_ENV_CUDA_VISIBLE, cvd);
-    char **env = worker_env(device_var, has_cvd ? cvd_var : NULL);
-    if (!env)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    int pipefd[2];
-    if (pipe2(pipefd, O_CLOEXEC) != 0) {
-        free(env);
-        return ty_fail(err, TY_EIO, NULL, "pipe: %s", strerror(errno));
-    }
-    char log_path[PATH_MAX];
-    snprintf(log_path, sizeof log_path, "%s/%s", w->dir, WPROTO_LOG_FILE);
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    if (log_fd < 0) {
-        close(pipefd[0]);
-        close(pipefd[1]);
-        free(env);
-        return ty_fail(err, TY_EIO, NULL, "cannot open %s: %s", log_path,
-                       strerror(errno));
-    }
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(pipefd[0]);
-        close(pipefd[1]);
-        close(log_fd);
-        free(env);
-        return ty_fail(err, TY_EIO, NULL, "fork: %s", strerror(errno));
-    }
-    if (pid == 0) {
-        /* Child: only async-signal-safe calls until exec. */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(WPROTO_EXIT_EXEC);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0)
-            dup2(devnull, 0);
-        dup2(pipefd[1], 1);
-        dup2(log_fd, 2);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        char *argv[] = {"trainyard", WPROTO_COMMAND, WPROTO_ARG_JOB_DIR, w->dir,
-                        NULL};
-        execve(r->env.self_exe, argv, env);
-        _exit(WPROTO_EXIT_EXEC);
-    }
-    free(env);
-    close(pipefd[1]);
-    close(log_fd);
-    w->pid = pid;
-    w->out_fd = pipefd[0];
-    w->last_line = now_s();
-    return TY_OK;
-}
-
 /* What the job document shows of where it runs (see openapi.yaml's
  * Placement). */
-static json_t *placement_json(const runner *r, int slot, const char *device,
+static json_t *placement_json(const jobs_service *r, int slot, const char *device,
                               const char *cvd, int has_cvd)
 {
     char now[32];
@@ -431,18 +319,15 @@ static json_t *placement_json(const runner *r, int slot, const char *device,
     return p;
 }
 
-/* Leaves the worker entry free. Caller holds mu. */
-static void worker_release(runner *r, worker *w)
+/* Leaves the run entry free. Caller holds mu. */
+static void run_release(jobs_service *r, job_run *w)
 {
-    if (w->out_fd >= 0)
-        close(w->out_fd);
-    w->out_fd = -1;
     w->used = 0;
-    r->nworkers--;
+    r->nruns--;
 }
 
 /* Starts scheduler job sj, placed on slot (-1: CPU). Caller holds mu. */
-static void start_placement(runner *r, int sj, int slot)
+static void start_placement(jobs_service *r, int sj, int slot)
 {
     const jobs_env *env = &r->env;
     sched_job_info info;
@@ -451,10 +336,13 @@ static void start_placement(runner *r, int sj, int slot)
     char id[TY_ID_MAX];
     snprintf(id, sizeof id, "%s", info.id);
     const char *tenant = tenant_id_of(r, info.tenant);
-    worker *w = NULL;
+    job_run *w = NULL;
+    int place = -1;
     for (int i = 0; i < r->cap && !w; i++)
-        if (!r->workers[i].used)
-            w = &r->workers[i];
+        if (!r->runs[i].used) {
+            w = &r->runs[i];
+            place = i;
+        }
     ty_err err = {0};
     if (!w) {
         /* Cannot happen: the table has a place per slot and CPU job. */
@@ -464,15 +352,13 @@ static void start_placement(runner *r, int sj, int slot)
     }
     memset(w, 0, sizeof *w);
     w->used = 1;
-    w->out_fd = -1;
-    w->pid = -1;
     w->resumed_from_epoch = -1;
     w->sjob = sj;
     w->slot = slot;
     snprintf(w->job_id, sizeof w->job_id, "%s", id);
     snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
     snprintf(w->dir, sizeof w->dir, "%s/%s", env->jobs_dir, id);
-    r->nworkers++;
+    r->nruns++;
 
     char dev[INV_NAME_MAX + 8], cvd[INV_NAME_MAX];
     int has_cvd;
@@ -485,17 +371,19 @@ static void start_placement(runner *r, int sj, int slot)
         if (s != TY_ECONFLICT)
             log_msg("error", "runner: %s", err.msg);
         sched_job_remove(r->sched, sj);
-        worker_release(r, w);
+        run_release(r, w);
         return;
     }
     set_holder(r, slot, id, tenant);
     double queue_wait = wall_s() - info.submit_time;
     opm_job_started(tenant, queue_wait);
     json_t *job = NULL;
+    pid_t pid = -1;
     if ((s = store_job_get_internal(env->store, id, &job, &err)) == TY_OK &&
         (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
         (s = write_job_file(env, job, w->dir, &err)) == TY_OK)
-        s = spawn_worker(r, w, dev, cvd, has_cvd, &err);
+        s = supervisor_spawn(r->sup, place, id, w->dir, dev, cvd, has_cvd,
+                             &pid, &err);
     json_decref(job);
     if (s != TY_OK) {
         char msg[600];
@@ -505,14 +393,14 @@ static void start_placement(runner *r, int sj, int slot)
         log_transition(r, id, JOB_FAILED, msg);
         sched_job_remove(r->sched, sj);
         set_holder(r, slot, NULL, NULL);
-        worker_release(r, w);
+        run_release(r, w);
         return;
     }
-    json_t *patch = json_pack("{s:i}", "worker_pid", (int)w->pid);
+    json_t *patch = json_pack("{s:i}", "worker_pid", (int)pid);
     store_job_placement_merge(env->store, id, patch, &err);
     json_decref(patch);
     json_t *f = json_pack("{s:s, s:s, s:s, s:i}", "job", id, "status",
-                          JOB_RUNNING, "device", dev, "pid", (int)w->pid);
+                          JOB_RUNNING, "device", dev, "pid", (int)pid);
     if (slot >= 0)
         json_object_set_new(f, "slot", json_integer(slot));
     json_object_set_new(f, "tenant", json_string(tenant));
@@ -523,24 +411,18 @@ static void start_placement(runner *r, int sj, int slot)
 }
 
 /* Tells a preemption victim to checkpoint and stop. Caller holds mu. */
-static void preempt_worker(runner *r, const sched_preemption *p)
+static void preempt_worker(jobs_service *r, const sched_preemption *p)
 {
     sched_job_info victim, job;
     if (sched_job_get(r->sched, p->victim, &victim) != TY_OK ||
         sched_job_get(r->sched, p->job, &job) != TY_OK)
         return;
     for (int i = 0; i < r->cap; i++) {
-        worker *w = &r->workers[i];
+        job_run *w = &r->runs[i];
         if (!w->used || w->sjob != p->victim)
             continue;
         w->preempting = 1;
-        /* Before its first line the worker has no SIGUSR1 handler yet
-         * (jobs/worker.c): the signal would kill it without a
-         * checkpoint. handle_line sends it then. */
-        if (w->pid > 0 && w->started)
-            kill(w->pid, SIGUSR1);
-        else
-            w->usr1_pending = 1;
+        supervisor_preempt(r->sup, i);
         log_event("info", "job_preempt",
                   json_pack("{s:s, s:s, s:i}", "job", victim.id, "for",
                             job.id, "slot", p->slot));
@@ -558,24 +440,15 @@ static json_t *metric(const json_t *ev, const char *key)
     return json_real(json_number_value(v));
 }
 
-static void handle_line(runner *r, worker *w, const char *line)
+/* What a worker's line means for its job (supervisor_hooks.on_message:
+ * mu not held). */
+static void on_message(void *ctx, int place, wproto_msg kind,
+                       const json_t *ev)
 {
+    jobs_service *r = ctx;
     const jobs_env *env = &r->env;
-    json_t *ev = NULL;
-    wproto_msg kind = wproto_decode(line, &ev);
+    job_run *w = &r->runs[place];
     ty_err err = {0};
-    if (kind == WPROTO_MSG_NONE)
-        return;
-    if (!w->started) {
-        /* "started" comes first from workers that have it; any line means
-         * the signal handlers are in. */
-        pthread_mutex_lock(&r->mu);
-        w->started = 1;
-        if (w->usr1_pending && w->pid > 0)
-            kill(w->pid, SIGUSR1);
-        w->usr1_pending = 0;
-        pthread_mutex_unlock(&r->mu);
-    }
     switch (kind) {
     case WPROTO_MSG_PROGRESS: {
         json_t *sps = json_object_get(ev, WPROTO_F_SAMPLES_PER_SEC);
@@ -671,43 +544,17 @@ static void handle_line(runner *r, worker *w, const char *line)
         break;
     }
     default:
-        /* heartbeat: read_output noted the time; preempted: the exit
+        /* heartbeat: the supervisor noted the time; preempted: the exit
          * status says it; unknown kinds count as heartbeats only. */
         break;
     }
     if (err.msg[0])
         log_msg("error", "runner: job %s: %s", w->job_id, err.msg);
-    json_decref(ev);
-}
-
-static void read_output(runner *r, worker *w)
-{
-    char buf[8192];
-    ssize_t n = read(w->out_fd, buf, sizeof buf);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN))
-        return;
-    if (n <= 0) {
-        pthread_mutex_lock(&r->mu);
-        close(w->out_fd);
-        w->out_fd = -1;
-        pthread_mutex_unlock(&r->mu);
-        return;
-    }
-    w->last_line = now_s();
-    for (ssize_t i = 0; i < n; i++) {
-        if (buf[i] == '\n') {
-            w->line[w->line_len] = '\0';
-            handle_line(r, w, w->line);
-            w->line_len = 0;
-        } else if (w->line_len < sizeof w->line - 1) {
-            w->line[w->line_len++] = buf[i];
-        }
-    }
 }
 
 /* Registers the finished model: validates it by loading it, moves it into
  * the blob folder, and commits the model row with the job's success. */
-static ty_status register_model(const jobs_env *env, worker *w, ty_err *err)
+static ty_status register_model(const jobs_env *env, job_run *w, ty_err *err)
 {
     char model_path[PATH_MAX];
     snprintf(model_path, sizeof model_path, "%s/model.safetensors", w->dir);
@@ -763,7 +610,7 @@ done:
 /* A crashed job (killed, lost, or exited without a result) goes back to
  * the queue after its back-off, or fails when it has had max_attempts
  * runs. Caller holds mu; the job is still in the scheduler. */
-static void retry_or_fail(runner *r, worker *w, const char *what)
+static void retry_or_fail(jobs_service *r, job_run *w, const char *what)
 {
     const jobs_env *env = &r->env;
     ty_err err = {0};
@@ -823,9 +670,10 @@ static void retry_or_fail(runner *r, worker *w, const char *what)
     log_transition(r, w->job_id, JOB_QUEUED, msg);
 }
 
-/* The worker has exited with wait status ws: record the outcome and
- * settle the job with the scheduler. Caller holds mu. */
-static void finish_worker(runner *r, worker *w, int ws)
+/* The worker has exited with wait status ws (lost: killed after heartbeat
+ * silence): record the outcome and settle the job with the scheduler.
+ * Caller holds mu. */
+static void finish_worker(jobs_service *r, job_run *w, int ws, int lost)
 {
     const jobs_env *env = &r->env;
     ty_err err = {0};
@@ -858,7 +706,7 @@ static void finish_worker(runner *r, worker *w, int ws)
             sched_job_remove(r->sched, w->sjob);
         }
         return;
-    } else if (w->lost) {
+    } else if (lost) {
         snprintf(msg, sizeof msg,
                  "the training process sent no heartbeat for %d s and was "
                  "killed; its log is %s/" WPROTO_LOG_FILE,
@@ -890,49 +738,9 @@ static void finish_worker(runner *r, worker *w, int ws)
     log_transition(r, w->job_id, status, msg);
 }
 
-/* Kills workers past their cancel grace period or heartbeat timeout, and
- * reaps those that have exited. */
-static void reap(runner *r)
-{
-    double t = now_s();
-    double hb = r->env.heartbeat_timeout_s;
-    pthread_mutex_lock(&r->mu);
-    for (int i = 0; i < r->cap; i++) {
-        worker *w = &r->workers[i];
-        if (!w->used || w->pid <= 0)
-            continue;
-        if (w->cancel && t - w->cancel_at > CANCEL_GRACE_S)
-            kill(w->pid, SIGKILL);
-        if (!w->lost && !w->cancel && w->out_fd >= 0 && hb > 0 &&
-            t - w->last_line > hb) {
-            w->lost = 1;
-            kill(w->pid, SIGKILL);
-            log_event("warn", "job_heartbeat_lost",
-                      json_pack("{s:s, s:i, s:f}", "job", w->job_id, "pid",
-                                (int)w->pid, "silent_s", t - w->last_line));
-        }
-        if (w->out_fd >= 0)
-            continue;
-        int ws = 0;
-        pid_t p = waitpid(w->pid, &ws, WNOHANG);
-        if (p == 0)
-            continue;
-        if (p < 0)
-            ws = 0;
-        if (r->stopping) {
-            /* Shutdown: the job stays running in the store and is requeued
-             * by runner_stop (or by the next start). */
-            continue;
-        }
-        finish_worker(r, w, ws);
-        worker_release(r, w);
-    }
-    pthread_mutex_unlock(&r->mu);
-}
-
 /* Hands jobs whose back-off is over back to the scheduler. Caller holds
  * mu. */
-static void retries_due(runner *r)
+static void retries_due(jobs_service *r)
 {
     double t = now_s();
     for (size_t i = 0; i < r->nretries;) {
@@ -956,7 +764,7 @@ static void retries_due(runner *r)
 }
 
 /* One scheduling pass and its decisions. Caller holds mu. */
-static void schedule(runner *r)
+static void schedule(jobs_service *r)
 {
     retries_due(r);
     sched_result res;
@@ -969,66 +777,35 @@ static void schedule(runner *r)
         start_placement(r, res.placements[i].job, res.placements[i].slot);
 }
 
-static void *runner_main(void *arg)
+/* supervisor_hooks.on_tick: mu held. */
+static void on_tick(void *ctx)
 {
-    runner *r = arg;
-    struct pollfd *pfd = r->pfd;
-    worker **owner = r->owner;
-    while (!r->stopping) {
-        pthread_mutex_lock(&r->mu);
-        schedule(r);
-        int n = 0;
-        pfd[n].fd = r->wake_fd;
-        pfd[n].events = POLLIN;
-        owner[n++] = NULL;
-        int exited_waiting = 0;
-        for (int i = 0; i < r->cap; i++) {
-            worker *w = &r->workers[i];
-            if (!w->used)
-                continue;
-            if (w->out_fd < 0) {
-                exited_waiting = 1;
-                continue;
-            }
-            pfd[n].fd = w->out_fd;
-            pfd[n].events = POLLIN;
-            owner[n++] = w;
-        }
-        pthread_mutex_unlock(&r->mu);
-        /* The timeout bounds how late a back-off, a heartbeat check or a
-         * time-based scheduling decision (backfill, preemption wait) can
-         * be. */
-        int rc = poll(pfd, (nfds_t)n, exited_waiting ? 100 : 500);
-        if (rc > 0) {
-            if (pfd[0].revents) {
-                uint64_t v;
-                if (read(r->wake_fd, &v, sizeof v) < 0) {
-                    /* nothing to do: the counter was already drained */
-                }
-            }
-            for (int i = 1; i < n; i++)
-                if (pfd[i].revents)
-                    read_output(r, owner[i]);
-        }
-        reap(r);
-    }
-    return NULL;
+    schedule(ctx);
 }
 
-static void runner_free(runner *r)
+/* supervisor_hooks.on_exit: mu held. */
+static void on_worker_exit(void *ctx, int place, int ws, int lost)
+{
+    jobs_service *r = ctx;
+    job_run *w = &r->runs[place];
+    if (!w->used)
+        return;
+    finish_worker(r, w, ws, lost);
+    run_release(r, w);
+}
+
+static void service_free(jobs_service *r)
 {
     sched_destroy(r->sched);
     free(r->tenant_ids);
-    free(r->workers);
-    free(r->pfd);
-    free(r->owner);
+    free(r->runs);
     free(r->retries);
     free(r->report);
     free(r);
 }
 
 /* Queues what the store has queued (server start). */
-static void load_queued(runner *r)
+static void load_queued(jobs_service *r)
 {
     ty_err err = {0};
     json_t *rows = NULL;
@@ -1077,23 +854,20 @@ static void load_queued(runner *r)
                 loaded);
 }
 
-ty_status runner_start(const jobs_env *env, runner **out, ty_err *err)
+ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
 {
-    runner *r = calloc(1, sizeof *r);
+    jobs_service *r = calloc(1, sizeof *r);
     if (!r)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     r->env = *env;
     r->inv = env->inventory;
     r->nslots = r->inv ? r->inv->nslots : 0;
     r->cap = r->nslots + env->max_jobs;
-    r->wake_fd = -1;
     sched_slot *slots = calloc((size_t)r->nslots + 1, sizeof *slots);
-    r->workers = calloc((size_t)r->cap, sizeof *r->workers);
-    r->pfd = calloc((size_t)r->cap + 1, sizeof *r->pfd);
-    r->owner = calloc((size_t)r->cap + 1, sizeof *r->owner);
-    if (!slots || !r->workers || !r->pfd || !r->owner) {
+    r->runs = calloc((size_t)r->cap + 1, sizeof *r->runs);
+    if (!slots || !r->runs) {
         free(slots);
-        runner_free(r);
+        service_free(r);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
     for (int i = 0; i < r->nslots; i++) {
@@ -1112,43 +886,45 @@ ty_status runner_start(const jobs_env *env, runner **out, ty_err *err)
     r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
     free(slots);
     if (!r->sched) {
-        runner_free(r);
+        service_free(r);
         return TY_EINVAL;
     }
     pthread_mutex_init(&r->mu, NULL);
-    load_queued(r);
-    r->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (r->wake_fd < 0) {
+    supervisor_hooks hooks = {.ctx = r, .on_tick = on_tick,
+                              .on_message = on_message,
+                              .on_exit = on_worker_exit};
+    r->sup = supervisor_create(r->cap, env->self_exe,
+                               env->heartbeat_timeout_s, &r->mu, &hooks, err);
+    if (!r->sup) {
         pthread_mutex_destroy(&r->mu);
-        runner_free(r);
-        return ty_fail(err, TY_EIO, NULL, "eventfd: %s", strerror(errno));
+        service_free(r);
+        return TY_ENOMEM;
     }
-    if (pthread_create(&r->thread, NULL, runner_main, r) != 0) {
-        close(r->wake_fd);
+    load_queued(r);
+    if (supervisor_start(r->sup, err) != TY_OK) {
+        supervisor_destroy(r->sup);
         pthread_mutex_destroy(&r->mu);
-        runner_free(r);
-        return ty_fail(err, TY_EIO, NULL, "cannot start the runner thread");
+        service_free(r);
+        return TY_EIO;
     }
     *out = r;
     return TY_OK;
 }
 
-void runner_wake(runner *r)
+/* Wakes the supervisor's thread for a scheduling pass. */
+static void wake(jobs_service *r)
 {
-    if (!r)
-        return;
-    uint64_t one = 1;
-    if (write(r->wake_fd, &one, sizeof one) < 0) {
-        /* The counter is saturated, so a wake-up is pending anyway. */
-    }
+    supervisor_wake(r->sup);
 }
 
-int runner_host_has_gpus(const runner *r)
+int jobs_host_has_gpus(const jobs_service *r)
 {
     return r && r->nslots > 0;
 }
 
-ty_status runner_request_check(runner *r, const char *tenant_id,
+/* Whether tenant_id's request could ever run here (sched_request_check
+ * with the tenant's quota): TY_OK or TY_EINVAL naming "resources.gpu". */
+static ty_status request_check(jobs_service *r, const char *tenant_id,
                                const sched_request *req, ty_err *err)
 {
     if (!r)
@@ -1162,11 +938,13 @@ ty_status runner_request_check(runner *r, const char *tenant_id,
     return s;
 }
 
-ty_status runner_submit(runner *r, const char *tenant_id, const char *job_id,
-                        int priority, const sched_request *req, ty_err *err)
+/* Hands a job just stored as queued to the scheduler and wakes the
+ * thread. TY_EINVAL (the request cannot run here) or TY_ENOMEM; the
+ * caller then fails the job. */
+static ty_status enqueue(jobs_service *r, const char *tenant_id,
+                         const char *job_id, int priority,
+                         const sched_request *req, ty_err *err)
 {
-    if (!r)
-        return ty_fail(err, TY_EINTERNAL, NULL, "the job runner is not running");
     pthread_mutex_lock(&r->mu);
     int t = -1;
     ty_status s = tenant_handle(r, tenant_id, &t, err);
@@ -1177,26 +955,88 @@ ty_status runner_submit(runner *r, const char *tenant_id, const char *job_id,
     }
     pthread_mutex_unlock(&r->mu);
     if (s == TY_OK)
-        runner_wake(r);
+        wake(r);
     return s;
 }
 
-void runner_cancel(runner *r, const char *job_id)
+/* Publishes a job event with the job document doc (borrowed, annotated
+ * here). */
+static void publish_doc(jobs_service *r, const char *tenant, const char *id,
+                        ev_type type, const json_t *doc)
+{
+    json_t *copy = json_deep_copy(doc);
+    jobs_annotate(r, copy, tenant);
+    ev_publish(r->env.events, tenant, id, type,
+               json_pack("{s:o}", "job", copy));
+}
+
+ty_status jobs_submit(jobs_service *r, const char *tenant,
+                      const job_submission *sub, json_t **job_out,
+                      ty_err *err)
 {
     if (!r)
-        return;
+        return ty_fail(err, TY_EINTERNAL, NULL, "the job runner is not running");
+    const jobs_env *env = &r->env;
+    admission adm;
+    json_t *job = NULL;
+    char id[TY_ID_MAX];
+    ty_status s;
+    /* Whether this host could ever give what it asks (an error saying
+     * why, not a job queued forever), then everything else that can be
+     * checked now. */
+    if ((s = request_check(r, tenant, &sub->req, err)) != TY_OK) {
+        memset(&adm, 0, sizeof adm);
+        goto done;
+    }
+    if ((s = admission_check(env, tenant, sub, &adm, err)) != TY_OK ||
+        (s = ty_id_new("job_", id, err)) != TY_OK ||
+        (s = store_job_insert_req(env->store, tenant, id, adm.name,
+                                  sub->dataset, adm.validation, adm.spec,
+                                  adm.hyperparameters,
+                                  (int64_t)adm.memory_bytes, sub->resources,
+                                  sub->priority, err)) != TY_OK ||
+        (s = store_job_get(env->store, tenant, id, &job, err)) != TY_OK)
+        goto done;
+    /* job.created goes out before the supervisor can publish
+     * job.started. */
+    publish_doc(r, tenant, id, EV_JOB_CREATED, job);
+    /* The reply shows the job as submitted (queued), read before the
+     * supervisor can start it. */
+    if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, err)) !=
+        TY_OK) {
+        /* Stored but not schedulable (a quota lowered meanwhile): the job
+         * fails with the reason rather than waiting forever. */
+        ty_err e2 = {0};
+        json_t *failed = NULL;
+        if (store_job_finish(env->store, id, JOB_FAILED, err->msg, NULL,
+                             &e2) == TY_OK &&
+            store_job_get(env->store, tenant, id, &failed, &e2) == TY_OK) {
+            publish_doc(r, tenant, id, EV_JOB_FINISHED, failed);
+            json_decref(failed);
+        }
+        goto done;
+    }
+    jobs_annotate(r, job, tenant);
+    *job_out = job;
+    job = NULL;
+done:
+    admission_free(&adm);
+    json_decref(job);
+    return s;
+}
+
+/* Takes job_id out of the scheduler, or, when a worker runs it, stops the
+ * worker. */
+static void dequeue_or_stop(jobs_service *r, const char *job_id)
+{
     pthread_mutex_lock(&r->mu);
     int running = 0;
     for (int i = 0; i < r->cap; i++) {
-        worker *w = &r->workers[i];
+        job_run *w = &r->runs[i];
         if (w->used && !strcmp(w->job_id, job_id)) {
             running = 1;
-            if (!w->cancel) {
-                w->cancel = 1;
-                w->cancel_at = now_s();
-                if (w->pid > 0)
-                    kill(w->pid, SIGTERM);
-            }
+            w->cancel = 1;
+            supervisor_cancel(r->sup, i);
         }
     }
     if (!running) {
@@ -1212,10 +1052,34 @@ void runner_cancel(runner *r, const char *job_id)
             }
     }
     pthread_mutex_unlock(&r->mu);
-    runner_wake(r);
+    wake(r);
 }
 
-void runner_tenant_changed(runner *r, const char *tenant_id)
+ty_status jobs_cancel(jobs_service *r, const char *tenant,
+                      const char *job_id, json_t **job, int *was_running,
+                      ty_err *err)
+{
+    const jobs_env *env = &r->env;
+    *was_running = 0;
+    ty_status s = store_job_request_cancel(env->store, tenant, job_id,
+                                           was_running, err);
+    /* Queued: it leaves the scheduler (and a slot it was promised) now;
+     * running: its worker is stopped. */
+    if (s == TY_OK)
+        dequeue_or_stop(r, job_id);
+    if (s == TY_OK)
+        s = store_job_get(env->store, tenant, job_id, job, err);
+    if (s != TY_OK)
+        return s;
+    jobs_annotate(r, *job, tenant);
+    /* A running job's end is published when its worker has exited. */
+    if (!*was_running)
+        ev_publish(env->events, tenant, job_id, EV_JOB_FINISHED,
+                   json_pack("{s:O}", "job", *job));
+    return TY_OK;
+}
+
+void jobs_tenant_changed(jobs_service *r, const char *tenant_id)
 {
     if (!r)
         return;
@@ -1232,12 +1096,12 @@ void runner_tenant_changed(runner *r, const char *tenant_id)
             log_msg("error", "runner: tenant %s: %s", tenant_id, err.msg);
     }
     pthread_mutex_unlock(&r->mu);
-    runner_wake(r);
+    wake(r);
 }
 
 /* The queue entry of one queued job, or NULL when the scheduler does not
  * know it (it is in its back-off, or being handed over). */
-static json_t *queue_entry(runner *r, const char *id, size_t nrep,
+static json_t *queue_entry(jobs_service *r, const char *id, size_t nrep,
                            const char *viewer_tenant)
 {
     int j = sched_job_find(r->sched, id);
@@ -1288,7 +1152,7 @@ static json_t *queue_entry(runner *r, const char *id, size_t nrep,
                      "detail", "scheduling: the runner is taking the job");
 }
 
-void runner_annotate(runner *r, json_t *docs, const char *viewer_tenant)
+void jobs_annotate(jobs_service *r, json_t *docs, const char *viewer_tenant)
 {
     size_t n = json_is_array(docs) ? json_array_size(docs) : 1;
     int any_queued = 0;
@@ -1327,42 +1191,23 @@ void runner_annotate(runner *r, json_t *docs, const char *viewer_tenant)
     pthread_mutex_unlock(&r->mu);
 }
 
-void runner_stop(runner *r)
+void jobs_stop(jobs_service *r)
 {
     if (!r)
         return;
     r->stopping = 1;
-    runner_wake(r);
-    pthread_join(r->thread, NULL);
-    /* Stop the workers and wait for them, then requeue their jobs. */
+    /* The thread stops, then the workers; their jobs stay running in the
+     * store until requeued here. */
+    supervisor_stop(r->sup);
     for (int i = 0; i < r->cap; i++)
-        if (r->workers[i].used && r->workers[i].pid > 0)
-            kill(r->workers[i].pid, SIGTERM);
-    for (int i = 0; i < r->cap; i++) {
-        worker *w = &r->workers[i];
-        if (!w->used || w->pid <= 0)
-            continue;
-        int ws;
-        for (int tries = 0; tries < 100; tries++) {
-            if (waitpid(w->pid, &ws, WNOHANG) != 0)
-                break;
-            if (tries == 99) {
-                kill(w->pid, SIGKILL);
-                waitpid(w->pid, &ws, 0);
-            }
-            usleep(50000);
-        }
-        if (w->out_fd >= 0)
-            close(w->out_fd);
-        set_holder(r, w->slot, NULL, NULL);
-    }
+        if (r->runs[i].used)
+            set_holder(r, r->runs[i].slot, NULL, NULL);
     int64_t n = 0;
     ty_err err;
     store_job_requeue_running(r->env.store, &n, &err);
     if (n)
         log_msg("info", "requeued %lld running job(s) for the next start",
                 (long long)n);
-    close(r->wake_fd);
     pthread_mutex_destroy(&r->mu);
-    runner_free(r);
+    service_free(r);
 }
