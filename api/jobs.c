@@ -116,12 +116,14 @@ void api_jobs_metrics(ty_app *app, http_req *r)
     json_t *epochs;
     ty_err err = {0};
     const char *id = http_req_param(r, 0);
-    ty_status s = store_job_epochs(app->store, api_tenant(r), id, &epochs, &err);
+    ty_status s =
+        store_job_epochs(app->store, api_tenant(r), id, &epochs, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;
     }
-    http_reply_json(r, 200, json_pack("{s:s, s:o}", "job", id, "epochs", epochs));
+    http_reply_json(r, 200,
+                    json_pack("{s:s, s:o}", "job", id, "epochs", epochs));
 }
 
 void api_jobs_cancel(ty_app *app, http_req *r)

@@ -94,7 +94,8 @@ static ty_status check_validation(const jobs_env *env, const char *tenant,
                     json_string_value(json_object_get(train_doc, "task")));
     } else if (!json_equal(json_object_get(vdoc, "input_shape"),
                            json_object_get(train_doc, "input_shape"))) {
-        char *a = json_dumps(json_object_get(vdoc, "input_shape"), JSON_COMPACT);
+        char *a =
+            json_dumps(json_object_get(vdoc, "input_shape"), JSON_COMPACT);
         char *b = json_dumps(json_object_get(train_doc, "input_shape"),
                              JSON_COMPACT);
         s = ty_fail(err, TY_EINVAL, "validation.dataset",

@@ -43,9 +43,10 @@ static ty_status write_job_file(const jobs_env *env, const json_t *job,
         return s;
     blob_path(env->data_dir, sha, path, sizeof path);
     json_t *spec = json_object();
-    json_object_set_new(spec, WPROTO_JOB_ID, json_object_get(job, "id")
-                                            ? json_incref(json_object_get(job, "id"))
-                                            : json_null());
+    json_object_set_new(spec, WPROTO_JOB_ID,
+                        json_object_get(job, "id")
+                            ? json_incref(json_object_get(job, "id"))
+                            : json_null());
     json_object_set_new(spec, WPROTO_JOB_DATASET_PATH, json_string(path));
     json_t *val = json_object_get(job, "validation");
     const char *val_id = json_string_value(json_object_get(val, "dataset"));
@@ -61,20 +62,22 @@ static ty_status write_job_file(const jobs_env *env, const json_t *job,
         json_object_set(spec, WPROTO_JOB_VALIDATION, val);
     }
     json_object_set(spec, WPROTO_JOB_SPEC, json_object_get(job, "spec"));
-    /* max_attempts is the runner's, not the trainer's. */
+    /* max_attempts is the service's, not the trainer's. */
     json_t *hp = json_deep_copy(json_object_get(job, "hyperparameters"));
     json_object_del(hp, "max_attempts");
-    json_object_set_new(spec, WPROTO_JOB_HYPERPARAMETERS, hp ? hp : json_object());
+    json_object_set_new(spec, WPROTO_JOB_HYPERPARAMETERS,
+                        hp ? hp : json_object());
     char p[PATH_MAX];
     snprintf(p, sizeof p, "%s/checkpoint.safetensors", dir);
     json_object_set_new(spec, WPROTO_JOB_CHECKPOINT_PATH, json_string(p));
     snprintf(p, sizeof p, "%s/model.safetensors", dir);
     json_object_set_new(spec, WPROTO_JOB_MODEL_PATH, json_string(p));
-    json_object_set_new(spec, WPROTO_JOB_THREADS, json_integer(env->worker_threads));
+    json_object_set_new(spec, WPROTO_JOB_THREADS,
+                        json_integer(env->worker_threads));
     json_object_set_new(spec, WPROTO_JOB_EXTRA_META,
                         json_pack("{s:O, s:s}", "trainyard.job",
-                                  json_object_get(job, "id"), "trainyard.dataset",
-                                  ds_id));
+                                  json_object_get(job, "id"),
+                                  "trainyard.dataset", ds_id));
     char *text = json_dumps(spec, JSON_INDENT(2));
     snprintf(p, sizeof p, "%s/%s", dir, WPROTO_JOB_FILE);
     s = text ? fs_write_atomic(p, text, strlen(text), 0600, err)
@@ -118,8 +121,8 @@ static void device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
 
 /* What the job document shows of where it runs (see openapi.yaml's
  * Placement). */
-static json_t *placement_json(const jobs_service *r, int slot, const char *device,
-                              const char *cvd, int has_cvd)
+static json_t *placement_json(const jobs_service *r, int slot,
+                              const char *device, const char *cvd, int has_cvd)
 {
     char now[32];
     ty_now_iso(now);
@@ -327,9 +330,9 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind,
         /* A byte count: kept whole (older workers do not send it). */
         json_t *peak = json_object_get(ev, WPROTO_F_PEAK_MEMORY_BYTES);
         json_object_set_new(m, "peak_memory_bytes",
-                            json_is_integer(peak) ? json_integer(
-                                                        json_integer_value(peak))
-                                                  : json_null());
+                            json_is_integer(peak)
+                                ? json_integer(json_integer_value(peak))
+                                : json_null());
         /* Where and how it ran: passed through when the worker said. */
         static const char *const where[] = {
             WPROTO_F_DEVICE, WPROTO_F_PRECISION, WPROTO_F_LOSS_SCALE,
@@ -370,7 +373,8 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind,
     case WPROTO_MSG_ERROR: {
         const char *msg =
             json_string_value(json_object_get(ev, WPROTO_F_MESSAGE));
-        snprintf(w->error, sizeof w->error, "%s", msg ? msg : "training failed");
+        snprintf(w->error, sizeof w->error, "%s",
+                 msg ? msg : "training failed");
         break;
     }
     default:
@@ -397,7 +401,8 @@ static ty_status register_model(const jobs_env *env, job_run *w, ty_err *err)
     }
     char model_id[TY_ID_MAX], sha[65], now[32];
     int64_t bytes = 0;
-    if ((s = store_job_get_internal(env->store, w->job_id, &job, err)) != TY_OK ||
+    if ((s = store_job_get_internal(env->store, w->job_id, &job, err)) !=
+            TY_OK ||
         (s = ty_id_new("mdl_", model_id, err)) != TY_OK)
         goto done;
     ty_now_iso(now);

@@ -33,7 +33,7 @@
 
 /* See service_internal.h. */
 void svc_publish(jobs_service *r, const char *job_id, ev_type type,
-                    const json_t *epoch)
+                 const json_t *epoch)
 {
     json_t *doc = NULL;
     ty_err err = {0};
@@ -53,24 +53,25 @@ void svc_publish(jobs_service *r, const char *job_id, ev_type type,
     ev_publish(r->env.events, tenant, job_id, type, data);
 }
 
-/* Logs a job's change of status and publishes it: job.finished, or
- * job.progress for a requeue. */
+/* See service_internal.h. */
 void svc_log_transition(jobs_service *r, const char *job, const char *to,
-                           const char *why)
+                        const char *why)
 {
     json_t *f = json_pack("{s:s, s:s}", "job", job, "status", to);
     if (why)
         json_object_set_new(f, "reason", json_string(why));
     log_event("info", "job", f);
-    svc_publish(r, job, strcmp(to, JOB_QUEUED) ? EV_JOB_FINISHED : EV_JOB_PROGRESS,
-            NULL);
+    svc_publish(r, job,
+                strcmp(to, JOB_QUEUED) ? EV_JOB_FINISHED : EV_JOB_PROGRESS,
+                NULL);
 }
 
 /* ---- tenants ---- */
 
 /* The scheduler's handle of tenant id into *h, registering it with its
  * store limits on first use. Caller holds mu. */
-static ty_status tenant_handle(jobs_service *r, const char *id, int *h, ty_err *err)
+static ty_status tenant_handle(jobs_service *r, const char *id, int *h,
+                               ty_err *err)
 {
     *h = sched_tenant_find(r->sched, id);
     if (*h >= 0)
@@ -105,7 +106,8 @@ const char *svc_tenant_id(const jobs_service *r, int h)
 
 /* ---- inventory holders ---- */
 
-void svc_set_holder(jobs_service *r, int slot, const char *job, const char *tenant)
+void svc_set_holder(jobs_service *r, int slot, const char *job,
+                    const char *tenant)
 {
     if (!r->inv || slot < 0 || slot >= r->inv->nslots)
         return;
@@ -297,7 +299,8 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
                       ty_err *err)
 {
     if (!r)
-        return ty_fail(err, TY_EINTERNAL, NULL, "the job runner is not running");
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "the job runner is not running");
     const jobs_env *env = &r->env;
     admission adm;
     json_t *job = NULL;
@@ -449,10 +452,10 @@ static json_t *queue_entry(jobs_service *r, const char *id, size_t nrep,
                      "free its slot for this one");
         else
             sched_wait_describe(r->sched, w, detail, sizeof detail);
-        const char *quota = w->quota == SCHED_QUOTA_GPU_SLICES ? "max_gpu_slices"
-                            : w->quota == SCHED_QUOTA_RUNNING_JOBS
-                                ? "max_running_jobs"
-                                : NULL;
+        const char *quota =
+            w->quota == SCHED_QUOTA_GPU_SLICES     ? "max_gpu_slices"
+            : w->quota == SCHED_QUOTA_RUNNING_JOBS ? "max_running_jobs"
+                                                   : NULL;
         return json_pack("{s:I, s:I, s:s, s:s?, s:s?, s:s}", "position",
                          (json_int_t)w->position, "tenant_position",
                          (json_int_t)w->tenant_position, "reason",

@@ -170,7 +170,8 @@ ty_status supervisor_spawn(supervisor *s, int place, const char *job_id,
     }
     char log_path[PATH_MAX];
     snprintf(log_path, sizeof log_path, "%s/%s", dir, WPROTO_LOG_FILE);
-    int log_fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int log_fd =
+        open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (log_fd < 0) {
         close(pipefd[0]);
         close(pipefd[1]);

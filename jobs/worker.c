@@ -199,8 +199,8 @@ static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
  * resumes from. */
 static int preempted_before_training(const char *checkpoint_path)
 {
-    emit(wproto_encode_preempted(0, 0, 0,
-                                 checkpoint_path && fs_exists(checkpoint_path)));
+    emit(wproto_encode_preempted(
+        0, 0, 0, checkpoint_path && fs_exists(checkpoint_path)));
     return WPROTO_EXIT_PREEMPTED;
 }
 
@@ -301,7 +301,8 @@ static int run(const json_t *job)
     int32_t *class_map = NULL;
     train_hparams hp;
     int rc = WPROTO_EXIT_FAILED;
-    const char *ds_path = json_string_value(json_object_get(job, WPROTO_JOB_DATASET_PATH));
+    const char *ds_path =
+        json_string_value(json_object_get(job, WPROTO_JOB_DATASET_PATH));
     const json_t *validation = json_object_get(job, WPROTO_JOB_VALIDATION);
     const char *val_path =
         json_string_value(json_object_get(validation, WPROTO_JOB_DATASET_PATH));
@@ -311,8 +312,8 @@ static int run(const json_t *job)
         ty_err_prefix(&err, "cannot open the training dataset");
         goto fail;
     }
-    if (train_hparams_parse(json_object_get(job, WPROTO_JOB_HYPERPARAMETERS), &hp, NULL,
-                            &err) != TY_OK)
+    if (train_hparams_parse(json_object_get(job, WPROTO_JOB_HYPERPARAMETERS),
+                            &hp, NULL, &err) != TY_OK)
         goto fail;
 
     train_job tj = {
@@ -322,13 +323,17 @@ static int run(const json_t *job)
         .n_train = train.num_examples,
         .checkpoint_path =
             json_string_value(json_object_get(job, WPROTO_JOB_CHECKPOINT_PATH)),
-        .model_path = json_string_value(json_object_get(job, WPROTO_JOB_MODEL_PATH)),
+        .model_path =
+            json_string_value(json_object_get(job, WPROTO_JOB_MODEL_PATH)),
         .extra_meta = json_object_get(job, WPROTO_JOB_EXTRA_META),
-        .threads = (int)json_integer_value(json_object_get(job, WPROTO_JOB_THREADS)),
+        .threads =
+            (int)json_integer_value(json_object_get(job, WPROTO_JOB_THREADS)),
         .stop = &stop_requested,
         .preempt = &preempt_requested,
-        .cb = {.on_progress = on_progress, .on_epoch = on_epoch,
-               .on_resume = on_resume, .on_preempt = on_preempt},
+        .cb = {.on_progress = on_progress,
+               .on_epoch = on_epoch,
+               .on_resume = on_resume,
+               .on_preempt = on_preempt},
     };
     if (val_path) {
         if (ty_dataset_open(val_path, &val, &err) != TY_OK) {
@@ -347,10 +352,11 @@ static int run(const json_t *job)
         tj.n_val = val.num_examples;
         tj.val_class_map = class_map;
     } else {
-        double split = json_number_value(json_object_get(validation, WPROTO_JOB_SPLIT));
+        double split =
+            json_number_value(json_object_get(validation, WPROTO_JOB_SPLIT));
         uint32_t n_train = 0, n_val = 0;
-        if (train_split(train.num_examples, split, hp.seed, &train_idx, &n_train,
-                        &val_idx, &n_val, &err) != TY_OK)
+        if (train_split(train.num_examples, split, hp.seed, &train_idx,
+                        &n_train, &val_idx, &n_val, &err) != TY_OK)
             goto fail;
         tj.train_idx = train_idx;
         tj.n_train = n_train;
