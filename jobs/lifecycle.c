@@ -103,7 +103,7 @@ static void device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
         if (r->nslots == 0) {
             snprintf(dev, ndev, "%s", env->train_dev.label);
         } else {
-            snprintf(dev, ndev, "cpu");
+            snprintf(dev, ndev, "%s", WPROTO_DEVICE_CPU);
             *has_cvd = 1;
         }
         return;
@@ -112,11 +112,11 @@ static void device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
     *has_cvd = 1;
     snprintf(cvd, ncvd, "%s", s->uuid);
     if (r->inv->source == INV_SOURCE_SIM)
-        snprintf(dev, ndev, "sim:%s", s->uuid);
+        snprintf(dev, ndev, WPROTO_DEVICE_SIM_PREFIX "%s", s->uuid);
     else if (env->train_dev.device >= 0)
-        snprintf(dev, ndev, "cuda:0");
+        snprintf(dev, ndev, "%s:0", WPROTO_DEVICE_CUDA);
     else
-        snprintf(dev, ndev, "cpu");
+        snprintf(dev, ndev, "%s", WPROTO_DEVICE_CPU);
 }
 
 /* What the job document shows of where it runs (see openapi.yaml's

@@ -25,6 +25,19 @@ const char *wproto_msg_name(wproto_msg kind)
     return kind >= 0 && kind < WPROTO_MSG_COUNT ? msg_names[kind] : "";
 }
 
+int wproto_sim_uuid_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > WPROTO_SIM_UUID_MAX)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                    "0123456789._:/-",
+                    s[i]))
+            return 0;
+    return 1;
+}
+
 /* A line object {"event": name}; NULL when out of memory. */
 static json_t *line_of(wproto_msg kind)
 {

@@ -121,6 +121,9 @@
 #define WPROTO_ENV_CUDA_VISIBLE "CUDA_VISIBLE_DEVICES"
 #define WPROTO_ENV_BLAS_THREADS "OPENBLAS_NUM_THREADS"
 #define WPROTO_ENV_HEARTBEAT_MS "TRAINYARD_HEARTBEAT_MS"
+/* TRAINYARD_DEVICE's values: "cpu", "cuda" or "cuda:N", "sim:<uuid>". */
+#define WPROTO_DEVICE_CPU "cpu"
+#define WPROTO_DEVICE_CUDA "cuda"
 #define WPROTO_DEVICE_SIM_PREFIX "sim:"
 #define WPROTO_SIM_UUID_MAX 95
 
@@ -188,6 +191,10 @@ typedef enum {
 #define WPROTO_F_CHECKPOINT "checkpoint"
 /* error */
 #define WPROTO_F_MESSAGE "message"
+
+/* Whether uuid (what follows "sim:") names a simulated device: 1 to
+ * WPROTO_SIM_UUID_MAX of [A-Za-z0-9._:/-]. */
+int wproto_sim_uuid_ok(const char *uuid);
 
 /* The name a message kind has on the wire ("started", ...); "" for NONE
  * and UNKNOWN. */

@@ -211,24 +211,10 @@ static int report_error(const char *msg)
     return WPROTO_EXIT_FAILED;
 }
 
-/* Whether s is a simulated device's uuid (see the header comment). */
-static int sim_uuid_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > WPROTO_SIM_UUID_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                    "0123456789._:/-",
-                    s[i]))
-            return 0;
-    return 1;
-}
-
-/* The device the runner named in TRAINYARD_DEVICE: "cuda" or "cuda:N"
+/* The device the server named in TRAINYARD_DEVICE: "cuda" or "cuda:N"
  * (N within CUDA_VISIBLE_DEVICES) sets *device; "sim:<uuid>" leaves it -1
  * (the CPU computes) and sets *sim to the whole value, the label the epoch
- * records carry; anything else (the runner says "cpu") leaves it -1.
+ * records carry; anything else (the server says "cpu") leaves it -1.
  * TY_EINVAL for a malformed cuda:N or sim:<uuid>, TY_EDEVICE for cuda when
  * this binary has no CUDA. */
 static ty_status worker_device(int *device, const char **sim, ty_err *err)
@@ -238,7 +224,7 @@ static ty_status worker_device(int *device, const char **sim, ty_err *err)
     const char *d = getenv(WPROTO_ENV_DEVICE);
     if (d && !strncmp(d, WPROTO_DEVICE_SIM_PREFIX,
                       strlen(WPROTO_DEVICE_SIM_PREFIX))) {
-        if (!sim_uuid_ok(d + strlen(WPROTO_DEVICE_SIM_PREFIX)))
+        if (!wproto_sim_uuid_ok(d + strlen(WPROTO_DEVICE_SIM_PREFIX)))
             return ty_fail(err, TY_EINVAL, NULL,
                            "TRAINYARD_DEVICE=%.120s is not sim:<uuid> (1 to "
                            "%d letters, digits and ._:/-)",
@@ -246,12 +232,14 @@ static ty_status worker_device(int *device, const char **sim, ty_err *err)
         *sim = d;
         return TY_OK;
     }
-    if (!d || strncmp(d, "cuda", 4) != 0 || (d[4] != '\0' && d[4] != ':'))
+    size_t k = strlen(WPROTO_DEVICE_CUDA);
+    if (!d || strncmp(d, WPROTO_DEVICE_CUDA, k) != 0 ||
+        (d[k] != '\0' && d[k] != ':'))
         return TY_OK;
 #if TRAINYARD_HAVE_CUDA
     char *end = NULL;
-    long n = d[4] == ':' ? strtol(d + 5, &end, 10) : 0;
-    if (d[4] == ':' && (end == d + 5 || *end || n < 0 || n > 1024))
+    long n = d[k] == ':' ? strtol(d + k + 1, &end, 10) : 0;
+    if (d[k] == ':' && (end == d + k + 1 || *end || n < 0 || n > 1024))
         return ty_fail(err, TY_EINVAL, NULL,
                        "TRAINYARD_DEVICE=%.32s is not cuda or cuda:N", d);
     *device = (int)n;
