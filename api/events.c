@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "jobs/runner.h"
+#include "jobs/service.h"
 #include "events/hub.h"
 #include "server/sse.h"
 
@@ -153,7 +153,7 @@ void api_jobs_events(ty_app *app, http_req *r)
     if (s != TY_OK)
         goto fail;
     /* As GET /v1/jobs/{id} shows it. */
-    runner_annotate(app->runner, job, api_tenant(r));
+    jobs_annotate(app->jobs, job, api_tenant(r));
     int reset = last && (last + 1 < oldest || last > newest);
     if (reset && !append(&pre, &pre_len, reset_text(newest))) {
         s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");

@@ -17,7 +17,7 @@
 
 #include "api/api.h"
 #include "common/ids.h"
-#include "jobs/runner.h"
+#include "jobs/service.h"
 #include "common/jsonutil.h"
 #include "server/auth.h"
 
@@ -213,7 +213,7 @@ void api_tenants_update(ty_app *app, http_req *r)
         return;
     }
     /* The scheduler takes the new weight and quotas from its next pass. */
-    runner_tenant_changed(app->runner, id);
+    jobs_tenant_changed(app->jobs, id);
     http_reply_json(r, 200, doc);
 }
 

@@ -15,7 +15,7 @@
 #include "store/store.h"
 #include "server/tls.h"
 
-struct runner;
+struct jobs_service;
 struct model_cache;
 struct inventory;
 struct ev_hub;
@@ -26,7 +26,7 @@ typedef struct ty_app {
     char jobs_dir[PATH_MAX];      /* <data>/jobs/<id>: checkpoints, logs */
     char self_exe[PATH_MAX];      /* this binary, to start workers */
     store *store;
-    struct runner *runner;
+    struct jobs_service *jobs;
     struct model_cache *models;
     int bound_port;               /* the port actually listened on */
     /* Where jobs train: --train-device resolved at startup (main). */

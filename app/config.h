@@ -40,7 +40,7 @@ typedef struct {
     char devices[PATH_MAX + 8];  /* the device inventory (--devices): "auto"
                                     (NVML), "none", or "sim:<file.json>";
                                     opened at startup (inv_open) */
-    /* The scheduler and the job lifecycle (jobs/runner.c, jobs/sched.h). */
+    /* The scheduler and the job lifecycle (jobs/service.h, jobs/sched.h). */
     int heartbeat_timeout_s;     /* a worker silent this long is killed and
                                     retried */
     double retry_backoff_s;      /* first retry's delay; doubles per attempt */

@@ -19,7 +19,7 @@
 #include "gpu/cuda/backend.h"
 #endif
 #include "gpu/inventory.h"
-#include "jobs/runner.h"
+#include "jobs/service.h"
 #include "models/cpu/kernels.h"
 #include "app/app.h"
 #include "server/auth.h"
@@ -169,6 +169,30 @@ static void on_stop_signal(int sig)
     errno = saved;
 }
 
+/* What the job service works with, from the server's state and settings
+ * (jobs/ knows nothing of ty_app). */
+static void jobs_env_fill(const ty_app *app, jobs_env *env)
+{
+    memset(env, 0, sizeof *env);
+    env->store = app->store;
+    env->events = app->events;
+    env->inventory = app->inventory;
+    env->train_dev = app->train_dev;
+    snprintf(env->data_dir, sizeof env->data_dir, "%s", app->cfg.data_dir);
+    snprintf(env->jobs_dir, sizeof env->jobs_dir, "%s", app->jobs_dir);
+    snprintf(env->self_exe, sizeof env->self_exe, "%s", app->self_exe);
+    env->max_jobs = app->cfg.max_jobs;
+    env->worker_threads = app->cfg.worker_threads;
+    env->max_job_memory = app->cfg.max_job_memory;
+    env->heartbeat_timeout_s = app->cfg.heartbeat_timeout_s;
+    env->retry_backoff_s = app->cfg.retry_backoff_s;
+    env->max_attempts = app->cfg.max_attempts;
+    env->preempt = app->cfg.preempt;
+    env->preempt_wait_s = app->cfg.preempt_wait_s;
+    env->backfill_wait_s = app->cfg.backfill_wait_s;
+    env->fair_window_s = app->cfg.fair_window_s;
+}
+
 static int cmd_serve(int argc, char **argv)
 {
     ty_config cfg;
@@ -298,7 +322,9 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
-    if (runner_start(&app, &app.runner, &err) != TY_OK) {
+    jobs_env env;
+    jobs_env_fill(&app, &env);
+    if (jobs_start(&env, &app.jobs, &err) != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
@@ -340,8 +366,8 @@ static int cmd_serve(int argc, char **argv)
     rc = 0;
 out:
     http_server_stop();
-    runner_stop(app.runner);
-    app.runner = NULL;
+    jobs_stop(app.jobs);
+    app.jobs = NULL;
     ev_hub_destroy(app.events);
     app.events = NULL;
     model_cache_destroy(app.models);

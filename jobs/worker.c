@@ -1,58 +1,13 @@
 /*
  * worker.c - the training worker process (see worker.h): reads
  * <job-dir>/job.json, trains on the device TRAINYARD_DEVICE names, and
- * tells its runner what happens as JSON lines on stdout.
+ * tells the server what happens as JSON lines on stdout.
  *
- * The job lifecycle protocol, worker side (what jobs/runner.c relies on):
- *
- * 1. Before anything else on stdout, one line
- *      {"event":"started", "pid": <pid>, "cuda_visible_devices": <string or
- *       null>, "trainyard_device": <string or null>,
- *       "capabilities": ["heartbeat", "preempt"],
- *       "cpu_kernels": {"provider", "core", "isa", "cpu_isa", "gemm_gflops"}}
- *    with the environment it was given (null: unset) and the CPU GEMM
- *    kernels it runs (models/cpu/kernels.h) with their single-thread SGEMM
- *    rate, measured for 50 ms just before the line. Its signal handlers
- *    are installed (and those signals unblocked) before this line, so a
- *    runner may send SIGTERM or SIGUSR1 once it has read it; before, the
- *    default action of SIGUSR1 would kill it. Bad usage (exit 64) prints
- *    nothing on stdout.
- * 2. From then on, a thread of its own prints {"event":"heartbeat"} every
- *    TRAINYARD_HEARTBEAT_MS milliseconds (default 2000; 10 to 3600000,
- *    anything else is the default with a note on stderr) for the worker's
- *    whole life: while loading data, during a long step, while saving. The
- *    first comes one interval after "started". It is stopped and joined
- *    before the worker exits, so no heartbeat follows the last line.
- *    Every line goes out whole under one mutex (emit): lines never
- *    interleave.
- * 3. Then what training says: "resume", "progress", "epoch" lines
- *    (jobs/runner.h), and at the end exactly one of
- *      {"event":"done"}                          exit 0: the model is written
- *      {"event":"error", "message"}              exit 2: training failed
- *      (nothing)                                 exit 3: SIGTERM or SIGINT
- *                                                (cancel, shutdown)
- *      {"event":"preempted", "epoch", "step",
- *       "checkpoint": bool}                      exit 4: SIGUSR1
- * 4. Preemption (SIGUSR1): the run stops at the next optimizer-step
- *    boundary, writes the checkpoint of that position there (mid-epoch,
- *    exactly resumable: train_job.preempt), prints "preempted" with the
- *    position (completed epochs, optimizer steps taken) and exits 4. The
- *    next start of the job resumes from it ("resume" line) and ends with
- *    the same weights bit for bit as a run never stopped. "checkpoint" says
- *    whether a checkpoint is on disk for the job (false: it starts over).
- *    A preemption before training started (reading job.json, opening the
- *    data) exits 4 at once without writing one, "epoch" and "step" null:
- *    the job simply restarts (from the checkpoint an earlier run left, if
- *    any; "checkpoint" says). Finishing normally wins: once the last
- *    optimizer step is taken the run completes and the worker prints
- *    "done" and exits 0 even when SIGUSR1 came meanwhile (the model is
- *    never lost). SIGTERM wins over SIGUSR1 (exit 3).
- * 5. TRAINYARD_DEVICE: "cpu" (or unset), "cuda", "cuda:N" (N within
- *    CUDA_VISIBLE_DEVICES), or "sim:<uuid>": a simulated GPU or MIG slice
- *    (tests, simulated inventories): the worker computes on the CPU and
- *    its epoch records say "device": "sim:<uuid>", so tests see where the
- *    job ran. <uuid> is 1 to 95 of [A-Za-z0-9._:/-]; anything else named
- *    "sim:" is an error.
+ * The worker protocol - the lines, their order, the signals, the exit
+ * codes, the environment - is jobs/protocol.h's; this file is its worker
+ * side. Every line goes out whole under one mutex (emit), since the
+ * trainer's callbacks and the heartbeat thread share stdout: lines never
+ * interleave.
  */
 #include "jobs/worker.h"
 
@@ -72,14 +27,10 @@
 #include "models/data/dataset.h"
 #include "models/train/train.h"
 #include "jobs/placement.h"
+#include "jobs/protocol.h"
 #if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend.h"
 #endif
-
-#define WORKER_EXIT_FAILED 2
-#define WORKER_EXIT_CANCELLED 3
-#define WORKER_EXIT_PREEMPTED 4
-#define WORKER_SIM_UUID_MAX 95
 
 static volatile sig_atomic_t stop_requested;
 static volatile sig_atomic_t preempt_requested;
@@ -110,14 +61,14 @@ static void emit(json_t *ev)
 long worker_heartbeat_ms(const char *value)
 {
     if (!value || !*value)
-        return WORKER_HEARTBEAT_DEFAULT_MS;
+        return WPROTO_HEARTBEAT_DEFAULT_MS;
     if (*value < '0' || *value > '9') /* strtol takes blanks and signs */
         return -1;
     char *end = NULL;
     errno = 0;
     long ms = strtol(value, &end, 10);
-    if (errno || end == value || *end || ms < WORKER_HEARTBEAT_MIN_MS ||
-        ms > WORKER_HEARTBEAT_MAX_MS)
+    if (errno || end == value || *end || ms < WPROTO_HEARTBEAT_MIN_MS ||
+        ms > WPROTO_HEARTBEAT_MAX_MS)
         return -1;
     return ms;
 }
@@ -152,7 +103,7 @@ static void *heartbeat_main(void *arg)
         if (hb->stop || rc != ETIMEDOUT)
             continue; /* stopped, or woken early: wait on for `due` */
         pthread_mutex_unlock(&hb->mu);
-        emit(json_pack("{s:s}", "event", "heartbeat"));
+        emit(wproto_encode_heartbeat());
         deadline_after(&due, hb->interval_ms);
         pthread_mutex_lock(&hb->mu);
     }
@@ -207,12 +158,7 @@ static void heartbeat_stop(heartbeat *hb)
 
 static void on_progress(void *ctx, const train_progress *p)
 {
-    emit(json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f}", "event",
-                   "progress", "epoch", (int)p->epoch, "epochs", (int)p->epochs,
-                   "step", (json_int_t)p->step, "total_steps",
-                   (json_int_t)p->total_steps, "fraction", p->fraction, "loss",
-                   p->loss, "samples_per_sec", p->samples_per_sec, "lr",
-                   p->lr));
+    emit(wproto_encode_progress(p));
 }
 
 /* The CUDA device the worker trains on, or -1 (on_epoch's ctx). */
@@ -223,55 +169,29 @@ typedef struct {
 static void on_epoch(void *ctx, const train_epoch_metrics *m)
 {
     const worker_ctx *wc = ctx;
-    json_t *ev = json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
-                           "event", "epoch", "epoch", (int)m->epoch,
-                           "train_loss", m->train_loss, "train_accuracy",
-                           m->train_accuracy, "val_loss", m->val_loss,
-                           "val_accuracy", m->val_accuracy, "samples_per_sec",
-                           m->samples_per_sec, "seconds", m->seconds,
-                           "peak_memory_bytes",
-                           (json_int_t)m->peak_memory_bytes);
-    if (ev) {
-        if (m->device)
-            json_object_set_new(ev, "device", json_string(m->device));
-        if (m->precision)
-            json_object_set_new(ev, "precision", json_string(m->precision));
-        if (m->loss_scale > 0)
-            json_object_set_new(ev, "loss_scale", json_real(m->loss_scale));
-        json_object_set_new(ev, "skipped_steps",
-                            json_integer((json_int_t)m->skipped_steps));
-        if (m->cuda_graph >= 0)
-            json_object_set_new(ev, "cuda_graph", json_boolean(m->cuda_graph));
-        /* On a GPU: what the device says is in use now, by every process
-         * on it (cudaMemGetInfo total - free), this one's context and
-         * libraries included; peak_memory_bytes is the trainer's own.
-         * Left out when the question fails (the epoch still counts). */
-        uint64_t free_b = 0, total_b = 0;
-        ty_err err = {0};
-        if (wc && wc->device >= 0 &&
-            place_cuda_memory(wc->device, &free_b, &total_b, &err) == TY_OK &&
-            total_b >= free_b)
-            json_object_set_new(ev, "device_memory_used_bytes",
-                                json_integer((json_int_t)(total_b - free_b)));
-        if (m->cuda_graph_reason)
-            json_object_set_new(ev, "cuda_graph_reason",
-                                json_string(m->cuda_graph_reason));
-    }
-    emit(ev);
+    /* On a GPU: what the device says is in use now, by every process on
+     * it (cudaMemGetInfo total - free), this one's context and libraries
+     * included; peak_memory_bytes is the trainer's own. Left out when the
+     * question fails (the epoch still counts). */
+    int64_t used = -1;
+    uint64_t free_b = 0, total_b = 0;
+    ty_err err = {0};
+    if (wc && wc->device >= 0 &&
+        place_cuda_memory(wc->device, &free_b, &total_b, &err) == TY_OK &&
+        total_b >= free_b)
+        used = (int64_t)(total_b - free_b);
+    emit(wproto_encode_epoch(m, used));
 }
 
 static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
 {
-    emit(json_pack("{s:s, s:i, s:I}", "event", "resume", "epoch", (int)epoch,
-                   "step", (json_int_t)step));
+    emit(wproto_encode_resume(epoch, step));
 }
 
 static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
                        int checkpointed)
 {
-    emit(json_pack("{s:s, s:i, s:I, s:b}", "event", "preempted", "epoch",
-                   (int)epoch, "step", (json_int_t)step, "checkpoint",
-                   checkpointed));
+    emit(wproto_encode_preempted(1, epoch, step, checkpointed));
 }
 
 /* A preemption before training started: nothing written; the checkpoint
@@ -279,59 +199,47 @@ static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
  * resumes from. */
 static int preempted_before_training(const char *checkpoint_path)
 {
-    emit(json_pack("{s:s, s:n, s:n, s:b}", "event", "preempted", "epoch",
-                   "step", "checkpoint",
-                   checkpoint_path && fs_exists(checkpoint_path)));
-    return WORKER_EXIT_PREEMPTED;
+    emit(wproto_encode_preempted(
+        0, 0, 0, checkpoint_path && fs_exists(checkpoint_path)));
+    return WPROTO_EXIT_PREEMPTED;
 }
 
 static int report_error(const char *msg)
 {
-    emit(json_pack("{s:s, s:s}", "event", "error", "message", msg));
+    emit(wproto_encode_error(msg));
     fprintf(stderr, "trainyard worker: %s\n", msg);
-    return WORKER_EXIT_FAILED;
+    return WPROTO_EXIT_FAILED;
 }
 
-/* Whether s is a simulated device's uuid (see the header comment). */
-static int sim_uuid_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > WORKER_SIM_UUID_MAX)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                    "0123456789._:/-",
-                    s[i]))
-            return 0;
-    return 1;
-}
-
-/* The device the runner named in TRAINYARD_DEVICE: "cuda" or "cuda:N"
+/* The device the server named in TRAINYARD_DEVICE: "cuda" or "cuda:N"
  * (N within CUDA_VISIBLE_DEVICES) sets *device; "sim:<uuid>" leaves it -1
  * (the CPU computes) and sets *sim to the whole value, the label the epoch
- * records carry; anything else (the runner says "cpu") leaves it -1.
+ * records carry; anything else (the server says "cpu") leaves it -1.
  * TY_EINVAL for a malformed cuda:N or sim:<uuid>, TY_EDEVICE for cuda when
  * this binary has no CUDA. */
 static ty_status worker_device(int *device, const char **sim, ty_err *err)
 {
     *device = -1;
     *sim = NULL;
-    const char *d = getenv("TRAINYARD_DEVICE");
-    if (d && !strncmp(d, "sim:", 4)) {
-        if (!sim_uuid_ok(d + 4))
+    const char *d = getenv(WPROTO_ENV_DEVICE);
+    if (d && !strncmp(d, WPROTO_DEVICE_SIM_PREFIX,
+                      strlen(WPROTO_DEVICE_SIM_PREFIX))) {
+        if (!wproto_sim_uuid_ok(d + strlen(WPROTO_DEVICE_SIM_PREFIX)))
             return ty_fail(err, TY_EINVAL, NULL,
                            "TRAINYARD_DEVICE=%.120s is not sim:<uuid> (1 to "
                            "%d letters, digits and ._:/-)",
-                           d, WORKER_SIM_UUID_MAX);
+                           d, WPROTO_SIM_UUID_MAX);
         *sim = d;
         return TY_OK;
     }
-    if (!d || strncmp(d, "cuda", 4) != 0 || (d[4] != '\0' && d[4] != ':'))
+    size_t k = strlen(WPROTO_DEVICE_CUDA);
+    if (!d || strncmp(d, WPROTO_DEVICE_CUDA, k) != 0 ||
+        (d[k] != '\0' && d[k] != ':'))
         return TY_OK;
 #if TRAINYARD_HAVE_CUDA
     char *end = NULL;
-    long n = d[4] == ':' ? strtol(d + 5, &end, 10) : 0;
-    if (d[4] == ':' && (end == d + 5 || *end || n < 0 || n > 1024))
+    long n = d[k] == ':' ? strtol(d + k + 1, &end, 10) : 0;
+    if (d[k] == ':' && (end == d + k + 1 || *end || n < 0 || n > 1024))
         return ty_fail(err, TY_EINVAL, NULL,
                        "TRAINYARD_DEVICE=%.32s is not cuda or cuda:N", d);
     *device = (int)n;
@@ -380,35 +288,40 @@ static int run(const json_t *job)
     uint32_t *train_idx = NULL, *val_idx = NULL;
     int32_t *class_map = NULL;
     train_hparams hp;
-    int rc = WORKER_EXIT_FAILED;
-    const char *ds_path = json_string_value(json_object_get(job, "dataset_path"));
-    const json_t *validation = json_object_get(job, "validation");
+    int rc = WPROTO_EXIT_FAILED;
+    const char *ds_path =
+        json_string_value(json_object_get(job, WPROTO_JOB_DATASET_PATH));
+    const json_t *validation = json_object_get(job, WPROTO_JOB_VALIDATION);
     const char *val_path =
-        json_string_value(json_object_get(validation, "dataset_path"));
+        json_string_value(json_object_get(validation, WPROTO_JOB_DATASET_PATH));
     if (!ds_path)
         return report_error("job.json has no dataset_path");
     if (ty_dataset_open(ds_path, &train, &err) != TY_OK) {
         ty_err_prefix(&err, "cannot open the training dataset");
         goto fail;
     }
-    if (train_hparams_parse(json_object_get(job, "hyperparameters"), &hp, NULL,
-                            &err) != TY_OK)
+    if (train_hparams_parse(json_object_get(job, WPROTO_JOB_HYPERPARAMETERS),
+                            &hp, NULL, &err) != TY_OK)
         goto fail;
 
     train_job tj = {
-        .spec = json_object_get(job, "spec"),
+        .spec = json_object_get(job, WPROTO_JOB_SPEC),
         .hp = &hp,
         .train = &train,
         .n_train = train.num_examples,
         .checkpoint_path =
-            json_string_value(json_object_get(job, "checkpoint_path")),
-        .model_path = json_string_value(json_object_get(job, "model_path")),
-        .extra_meta = json_object_get(job, "extra_meta"),
-        .threads = (int)json_integer_value(json_object_get(job, "threads")),
+            json_string_value(json_object_get(job, WPROTO_JOB_CHECKPOINT_PATH)),
+        .model_path =
+            json_string_value(json_object_get(job, WPROTO_JOB_MODEL_PATH)),
+        .extra_meta = json_object_get(job, WPROTO_JOB_EXTRA_META),
+        .threads =
+            (int)json_integer_value(json_object_get(job, WPROTO_JOB_THREADS)),
         .stop = &stop_requested,
         .preempt = &preempt_requested,
-        .cb = {.on_progress = on_progress, .on_epoch = on_epoch,
-               .on_resume = on_resume, .on_preempt = on_preempt},
+        .cb = {.on_progress = on_progress,
+               .on_epoch = on_epoch,
+               .on_resume = on_resume,
+               .on_preempt = on_preempt},
     };
     if (val_path) {
         if (ty_dataset_open(val_path, &val, &err) != TY_OK) {
@@ -427,10 +340,11 @@ static int run(const json_t *job)
         tj.n_val = val.num_examples;
         tj.val_class_map = class_map;
     } else {
-        double split = json_number_value(json_object_get(validation, "split"));
+        double split =
+            json_number_value(json_object_get(validation, WPROTO_JOB_SPLIT));
         uint32_t n_train = 0, n_val = 0;
-        if (train_split(train.num_examples, split, hp.seed, &train_idx, &n_train,
-                        &val_idx, &n_val, &err) != TY_OK)
+        if (train_split(train.num_examples, split, hp.seed, &train_idx,
+                        &n_train, &val_idx, &n_val, &err) != TY_OK)
             goto fail;
         tj.train_idx = train_idx;
         tj.n_train = n_train;
@@ -460,7 +374,7 @@ static int run(const json_t *job)
     /* Cancel wins; a preemption while the data was loading restarts the
      * job without touching its checkpoint. */
     if (stop_requested) {
-        rc = WORKER_EXIT_CANCELLED;
+        rc = WPROTO_EXIT_CANCELLED;
         goto done;
     }
     if (preempt_requested) {
@@ -486,16 +400,16 @@ static int run(const json_t *job)
         nn_cuda_exec_free(&dev);
 #endif
     if (s == TY_ECANCELLED) {
-        rc = WORKER_EXIT_CANCELLED;
+        rc = WPROTO_EXIT_CANCELLED;
         goto done;
     }
     if (s == TY_EPREEMPTED) {
-        rc = WORKER_EXIT_PREEMPTED; /* on_preempt said so */
+        rc = WPROTO_EXIT_PREEMPTED; /* on_preempt said so */
         goto done;
     }
     if (s != TY_OK)
         goto fail;
-    emit(json_pack("{s:s}", "event", "done"));
+    emit(wproto_encode_done());
     rc = 0;
     goto done;
 fail:
@@ -529,52 +443,50 @@ static void install_signals(void)
 
 static void emit_started(void)
 {
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    const char *dev = getenv("TRAINYARD_DEVICE");
     const cpu_kernels_info *k = cpu_kernels_get();
-    /* 50 ms, measured beside whatever else runs on the machine then. */
-    double gflops = cpu_kernels_measure(0.05);
-    emit(json_pack("{s:s, s:I, s:s?, s:s?, s:[s, s], s:{s:s, s:s, s:s, s:s, s:I}}",
-                   "event", "started", "pid", (json_int_t)getpid(),
-                   "cuda_visible_devices", cvd, "trainyard_device", dev,
-                   "capabilities", "heartbeat", "preempt", "cpu_kernels",
-                   "provider", k->provider, "core", k->core, "isa", k->isa,
-                   "cpu_isa", k->cpu_isa, "gemm_gflops",
-                   (json_int_t)(gflops + 0.5)));
+    wproto_started st = {
+        .pid = (long)getpid(),
+        .cuda_visible_devices = getenv(WPROTO_ENV_CUDA_VISIBLE),
+        .trainyard_device = getenv(WPROTO_ENV_DEVICE),
+        .provider = k->provider, .core = k->core, .isa = k->isa,
+        .cpu_isa = k->cpu_isa,
+        /* 50 ms, measured beside whatever else runs on the machine then. */
+        .gemm_gflops = cpu_kernels_measure(0.05)};
+    emit(wproto_encode_started(&st));
 }
 
 int worker_main(int argc, char **argv)
 {
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--job-dir") && i + 1 < argc)
+        if (!strcmp(argv[i], WPROTO_ARG_JOB_DIR) && i + 1 < argc)
             dir = argv[++i];
     }
     if (!dir) {
         fprintf(stderr, "usage: trainyard worker --job-dir DIR\n"
                         "(started by `trainyard serve`; not meant to be run "
                         "by hand)\n");
-        return 64;
+        return WPROTO_EXIT_USAGE;
     }
     install_signals();
     emit_started();
 
-    const char *hb_env = getenv("TRAINYARD_HEARTBEAT_MS");
+    const char *hb_env = getenv(WPROTO_ENV_HEARTBEAT_MS);
     long hb_ms = worker_heartbeat_ms(hb_env);
     if (hb_ms < 0) {
         fprintf(stderr,
                 "trainyard worker: TRAINYARD_HEARTBEAT_MS=%.32s is not %d to "
                 "%d; heartbeats every %d ms\n",
-                hb_env, WORKER_HEARTBEAT_MIN_MS, WORKER_HEARTBEAT_MAX_MS,
-                WORKER_HEARTBEAT_DEFAULT_MS);
-        hb_ms = WORKER_HEARTBEAT_DEFAULT_MS;
+                hb_env, WPROTO_HEARTBEAT_MIN_MS, WPROTO_HEARTBEAT_MAX_MS,
+                WPROTO_HEARTBEAT_DEFAULT_MS);
+        hb_ms = WPROTO_HEARTBEAT_DEFAULT_MS;
     }
     heartbeat hb;
     if (heartbeat_start(&hb, hb_ms) != 0)
         return report_error("cannot start the heartbeat thread");
 
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/job.json", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, WPROTO_JOB_FILE);
     json_error_t jerr;
     json_t *job = json_load_file(path, 0, &jerr);
     int rc;

@@ -13,7 +13,7 @@ static void test_heartbeat_interval(void **state)
 {
     assert_int_equal(worker_heartbeat_ms(NULL), 2000);
     assert_int_equal(worker_heartbeat_ms(""), 2000);
-    assert_int_equal(WORKER_HEARTBEAT_DEFAULT_MS, 2000);
+    assert_int_equal(WPROTO_HEARTBEAT_DEFAULT_MS, 2000);
     assert_int_equal(worker_heartbeat_ms("50"), 50);
     assert_int_equal(worker_heartbeat_ms("10"), 10);
     assert_int_equal(worker_heartbeat_ms("3600000"), 3600000);

@@ -1,0 +1,288 @@
+/*
+ * admission.c - the submit-time checks of a job (see admission.h), moved
+ * here from the HTTP handler so that the job service owns a job's whole
+ * life, from admission on.
+ */
+#include "jobs/admission.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ids.h"
+#include "common/jsonutil.h"
+#include "gpu/inventory.h"
+#include "jobs/placement.h"
+#if TRAINYARD_HAVE_CUDA
+#include "gpu/cuda/backend.h"
+#endif
+#include "models/data/dataset.h"
+#include "models/train/loader.h"
+#include "models/nn.h"
+#include "models/train/train.h"
+
+#define DEFAULT_SPLIT 0.1
+
+/* The dataset's input shape as numbers; 0 if the doc is malformed. */
+static int doc_shape(const json_t *doc, uint32_t shape[TY_DS_MAX_DIMS],
+                     uint32_t *ndim)
+{
+    const json_t *s = json_object_get(doc, "input_shape");
+    size_t n = json_array_size(s);
+    if (n == 0 || n > TY_DS_MAX_DIMS)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        shape[i] = (uint32_t)json_integer_value(json_array_get(s, i));
+    *ndim = (uint32_t)n;
+    return 1;
+}
+
+/* Checks "validation" against the training dataset and writes the
+ * normalized object into *out. */
+static ty_status check_validation(const jobs_env *env, const char *tenant,
+                                  const json_t *v, const json_t *train_doc,
+                                  json_t **out, ty_err *err)
+{
+    int64_t n = json_integer_value(json_object_get(train_doc, "num_examples"));
+    if (!v) {
+        *out = json_pack("{s:f}", "split", DEFAULT_SPLIT);
+        return TY_OK;
+    }
+    static const char *const keys[] = {"split", "dataset", NULL};
+    ty_status s = tyjson_check_keys(v, keys, "validation", err);
+    if (s != TY_OK)
+        return s;
+    int has_split = json_object_get(v, "split") != NULL;
+    int has_ds = json_object_get(v, "dataset") != NULL;
+    if (has_split == has_ds)
+        return ty_fail(err, TY_EINVAL, "validation",
+                       "validation takes either {\"split\": fraction} or "
+                       "{\"dataset\": id}");
+    if (has_split) {
+        double split;
+        if ((s = tyjson_get_number(v, "split", "validation", 1, 0.0, 0.9,
+                                   0.0, &split, err)) != TY_OK)
+            return s;
+        int64_t n_val = (int64_t)llround((double)n * split);
+        if (n - n_val < 1)
+            return ty_fail(err, TY_EINVAL, "validation.split",
+                           "a split of %g leaves no training examples out of "
+                           "%lld",
+                           split, (long long)n);
+        *out = json_pack("{s:f}", "split", split);
+        return TY_OK;
+    }
+    const char *id;
+    if ((s = tyjson_get_string(v, "dataset", "validation", 1, TY_ID_MAX, NULL,
+                               &id, err)) != TY_OK)
+        return s;
+    json_t *vdoc = NULL;
+    s = store_dataset_get(env->store, tenant, id, &vdoc, NULL, err);
+    if (s == TY_ENOTFOUND)
+        return ty_fail(err, TY_EINVAL, "validation.dataset",
+                       "validation dataset %s not found", id);
+    if (s != TY_OK)
+        return s;
+    if (!json_equal(json_object_get(vdoc, "task"),
+                    json_object_get(train_doc, "task"))) {
+        s = ty_fail(err, TY_EINVAL, "validation.dataset",
+                    "validation dataset %s is a %s dataset; the training "
+                    "dataset is %s",
+                    id, json_string_value(json_object_get(vdoc, "task")),
+                    json_string_value(json_object_get(train_doc, "task")));
+    } else if (!json_equal(json_object_get(vdoc, "input_shape"),
+                           json_object_get(train_doc, "input_shape"))) {
+        char *a =
+            json_dumps(json_object_get(vdoc, "input_shape"), JSON_COMPACT);
+        char *b = json_dumps(json_object_get(train_doc, "input_shape"),
+                             JSON_COMPACT);
+        s = ty_fail(err, TY_EINVAL, "validation.dataset",
+                    "validation dataset %s has input shape %s; the training "
+                    "dataset has %s",
+                    id, a ? a : "?", b ? b : "?");
+        free(a);
+        free(b);
+    } else if (json_object_get(vdoc, "classes")) {
+        const json_t *vc = json_object_get(vdoc, "classes");
+        int32_t *map = calloc(json_array_size(vc) + 1, sizeof *map);
+        if (!map) {
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        } else {
+            s = ty_dataset_class_map(vc, json_object_get(train_doc, "classes"),
+                                     map, err);
+            if (s != TY_OK)
+                snprintf(err->field, sizeof err->field, "validation.dataset");
+            free(map);
+        }
+    }
+    json_decref(vdoc);
+    if (s == TY_OK)
+        *out = json_pack("{s:s}", "dataset", id);
+    return s;
+}
+
+/* The training examples the worker will have: all of the dataset with a
+ * validation dataset, else what the split leaves (as train_split). */
+static uint32_t train_examples(const json_t *ds, const json_t *validation)
+{
+    int64_t n = json_integer_value(json_object_get(ds, "num_examples"));
+    const json_t *split = json_object_get(validation, "split");
+    if (split)
+        n -= (int64_t)llround((double)n * json_number_value(split));
+    return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
+/* Whether a job asking `req` trains on CUDA here (jobs/protocol.h): a GPU
+ * job on a real (nvml) inventory, or a CPU job on a host without slots
+ * whose --train-device is CUDA - when the server's training device is. */
+static int job_on_cuda(const jobs_env *env, const sched_request *req)
+{
+    if (env->train_dev.device < 0)
+        return 0;
+    int nslots = env->inventory ? env->inventory->nslots : 0;
+    if (req->kind == SCHED_REQ_NONE)
+        return nslots == 0;
+    return env->inventory && env->inventory->source == INV_SOURCE_NVML;
+}
+
+/* The backend a job trains on. */
+static const nn_backend *train_backend(int on_cuda)
+{
+#if TRAINYARD_HAVE_CUDA
+    if (on_cuda)
+        return &nn_backend_cuda;
+#endif
+    (void)on_cuda;
+    return NULL;
+}
+
+/* What the job's training will take from the worker's backend (the
+ * training device's: the CPU's with the server's --worker-threads, or
+ * CUDA's, whose convolution workspaces cuDNN sizes), refused with a 422 on
+ * hyperparameters.batch_size that says where it goes when it is over
+ * --max-job-memory, or, on a GPU, when it and PLACE_CUDA_OVERHEAD_BYTES
+ * exceed the device's memory (a MIG slice's size inside one). */
+static ty_status check_memory(const jobs_env *env, const sched_request *req,
+                              const json_t *spec,
+                              const uint32_t *shape, uint32_t ndim,
+                              uint32_t outputs, ty_task task,
+                              const train_hparams *hp, uint32_t n_train,
+                              train_memory *m, ty_err *err)
+{
+    int on_cuda = job_on_cuda(env, req);
+    const nn_backend *be = train_backend(on_cuda);
+    ty_status s = train_memory_estimate_spec(
+        spec, shape, ndim, outputs, task, hp, n_train,
+        train_threads(env->worker_threads, be), be, m, err);
+    /* On a slot the worker checks the slot's free memory when it starts;
+     * here only the --train-device of a host without slots is known. */
+    if (s == TY_OK && on_cuda && req->kind == SCHED_REQ_NONE)
+        s = place_check_device_memory(m, PLACE_CUDA_OVERHEAD_BYTES,
+                                      env->train_dev.total_bytes,
+                                      env->train_dev.label, 0, err);
+    if (s != TY_OK || !env->max_job_memory ||
+        m->total <= env->max_job_memory)
+        return s;
+    char total[32], state[32], grads[32], opt[32], act[32], work[32], cap[32];
+    train_format_bytes(m->total, total, sizeof total);
+    train_format_bytes(m->state, state, sizeof state);
+    train_format_bytes(m->grads, grads, sizeof grads);
+    train_format_bytes(m->optimizer, opt, sizeof opt);
+    train_format_bytes(m->activations, act, sizeof act);
+    train_format_bytes(m->work, work, sizeof work);
+    train_format_bytes(env->max_job_memory, cap, sizeof cap);
+    return ty_fail(err, TY_EINVAL, "hyperparameters.batch_size",
+                   "the job needs about %s for training (parameters %s, "
+                   "gradients %s, optimizer state %s, activations %s at batch "
+                   "%u, working memory %s) but this server allows %s per job; "
+                   "lower batch_size or use a smaller model",
+                   total, state, grads, opt, act, m->batch_rows, work, cap);
+}
+
+ty_status admission_check(const jobs_env *env, const char *tenant,
+                          const job_submission *sub, admission *a,
+                          ty_err *err)
+{
+    memset(a, 0, sizeof *a);
+    int64_t max_attempts = 0;
+    ty_status s = TY_OK;
+    /* hyperparameters.max_attempts is the service's (retries after a
+     * crash); the trainer's parser does not know it. */
+    json_t *hp_in = json_deep_copy(sub->hyperparameters);
+    if (json_is_object(hp_in) && json_object_get(hp_in, "max_attempts")) {
+        if ((s = tyjson_get_int(hp_in, "max_attempts", "hyperparameters", 0,
+                                1, 100, 0, &max_attempts, err)) != TY_OK)
+            goto done;
+        json_object_del(hp_in, "max_attempts");
+    }
+    s = store_dataset_get(env->store, tenant, sub->dataset, &a->dataset, NULL,
+                          err);
+    if (s == TY_ENOTFOUND) {
+        s = ty_fail(err, TY_EINVAL, "dataset", "dataset %s not found",
+                    sub->dataset);
+        goto done;
+    }
+    if (s != TY_OK)
+        goto done;
+    const json_t *ds = a->dataset;
+    a->name = sub->name ? sub->name
+                        : json_string_value(json_object_get(ds, "name"));
+    if ((s = check_validation(env, tenant, sub->validation, ds,
+                              &a->validation, err)) != TY_OK)
+        goto done;
+
+    const json_t *model = sub->model;
+    if (!model) {
+        s = ty_fail(err, TY_EINVAL, "model",
+                    "model is required: {\"layers\": [...]}");
+        goto done;
+    }
+    uint32_t shape[TY_DS_MAX_DIMS], ndim;
+    if (!doc_shape(ds, shape, &ndim)) {
+        s = ty_fail(err, TY_EINTERNAL, NULL, "dataset %s has no input shape",
+                    sub->dataset);
+        goto done;
+    }
+    ty_task task = ty_task_parse(json_string_value(json_object_get(ds, "task")))
+                           == TY_TASK_REGRESSION
+                       ? TY_TASK_REGRESSION
+                       : TY_TASK_CLASSIFICATION;
+    uint32_t outputs = (uint32_t)json_integer_value(json_object_get(
+        ds, task == TY_TASK_CLASSIFICATION ? "num_classes" : "num_targets"));
+    /* The hyperparameters first: the loss decides the model's output size
+     * (1 unit for binary_cross_entropy). */
+    uint64_t params = 0;
+    train_hparams hp;
+    if ((s = train_hparams_parse(hp_in, &hp, &a->hyperparameters, err)) !=
+            TY_OK ||
+        (s = train_hparams_resolve_loss(&hp, task, outputs, a->hyperparameters,
+                                        err)) != TY_OK ||
+        (s = nn_spec_validate_for_loss(model, shape, ndim, outputs, task,
+                                       &hp.loss, &a->spec, &params, err)) !=
+            TY_OK ||
+        (s = loader_augment_check(&hp.augment, shape, ndim, err)) != TY_OK)
+        goto done;
+    if (max_attempts > 0)
+        json_object_set_new(a->hyperparameters, "max_attempts",
+                            json_integer(max_attempts));
+    train_memory mem;
+    if ((s = check_memory(env, &sub->req, a->spec, shape, ndim, outputs, task,
+                          &hp, train_examples(ds, a->validation), &mem,
+                          err)) != TY_OK)
+        goto done;
+    a->memory_bytes = mem.total;
+done:
+    json_decref(hp_in);
+    return s;
+}
+
+void admission_free(admission *a)
+{
+    json_decref(a->dataset);
+    json_decref(a->validation);
+    json_decref(a->spec);
+    json_decref(a->hyperparameters);
+    memset(a, 0, sizeof *a);
+}

@@ -1,0 +1,538 @@
+/*
+ * service.c - the job service's public calls (see service.h): start and
+ * stop, submit (the quota check, admission, storing, job.created, the
+ * scheduler, and the compensation when it refuses), cancel, tenants, the
+ * queue report. What happens to a job once placed is lifecycle.c's.
+ *
+ * The supervisor's thread (jobs/supervisor.h) drives the scheduling
+ * passes and the workers through lifecycle.c's hooks. The scheduler, the
+ * run table (one entry per supervisor place) and the retry list are
+ * guarded by `mu`, which the supervisor shares; HTTP threads take it to
+ * check and submit requests, cancel, refresh a tenant and read the queue
+ * report. Lock order: mu, then the store's and the inventory's own
+ * mutexes. Database writes of progress are throttled to one a second per
+ * job; epoch records and outcomes are written at once.
+ *
+ * Invariants: a job is in the scheduler while it is queued (not in its
+ * back-off), pending or running; it leaves it when its worker has exited
+ * (so a slot is never given to a second job while a process may still use
+ * it) or when it is cancelled while queued. An inventory slot's holder is
+ * set while the scheduler has a job on it. Run entry i and supervisor
+ * place i belong to the same job.
+ */
+#include "jobs/service.h"
+#include "jobs/service_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/ids.h"
+#include "common/log.h"
+#include "jobs/jobreq.h"
+
+/* See service_internal.h. */
+void svc_publish(jobs_service *r, const char *job_id, ev_type type,
+                 const json_t *epoch)
+{
+    json_t *doc = NULL;
+    ty_err err = {0};
+    if (!r->env.events ||
+        store_job_get_internal(r->env.store, job_id, &doc, &err) != TY_OK)
+        return;
+    char tenant[TY_ID_MAX];
+    snprintf(tenant, sizeof tenant, "%s",
+             json_string_value(json_object_get(doc, "tenant_id")));
+    json_object_del(doc, "tenant_id");
+    jobs_annotate(NULL, doc, tenant);
+    if (!json_object_get(doc, "queue"))
+        json_object_set_new(doc, "queue", json_null());
+    json_t *data = json_pack("{s:o}", "job", doc);
+    if (data && epoch)
+        json_object_set_new(data, "epoch", json_deep_copy(epoch));
+    ev_publish(r->env.events, tenant, job_id, type, data);
+}
+
+/* See service_internal.h. */
+void svc_log_transition(jobs_service *r, const char *job, const char *to,
+                        const char *why)
+{
+    json_t *f = json_pack("{s:s, s:s}", "job", job, "status", to);
+    if (why)
+        json_object_set_new(f, "reason", json_string(why));
+    log_event("info", "job", f);
+    svc_publish(r, job,
+                strcmp(to, JOB_QUEUED) ? EV_JOB_FINISHED : EV_JOB_PROGRESS,
+                NULL);
+}
+
+/* ---- tenants ---- */
+
+/* The scheduler's handle of tenant id into *h, registering it with its
+ * store limits on first use. Caller holds mu. */
+static ty_status tenant_handle(jobs_service *r, const char *id, int *h,
+                               ty_err *err)
+{
+    *h = sched_tenant_find(r->sched, id);
+    if (*h >= 0)
+        return TY_OK;
+    store_tenant_limits lim;
+    ty_status s = store_tenant_limits_get(r->env.store, id, &lim, err);
+    if (s == TY_OK)
+        s = sched_tenant_set(r->sched, id, lim.weight > 0 ? lim.weight : 1.0,
+                             lim.max_gpu_slices, lim.max_running_jobs, h, err);
+    if (s != TY_OK)
+        return s;
+    if (*h >= r->tenant_cap) {
+        int ncap = r->tenant_cap ? r->tenant_cap * 2 : 16;
+        while (ncap <= *h)
+            ncap *= 2;
+        void *p = realloc(r->tenant_ids, (size_t)ncap * sizeof *r->tenant_ids);
+        if (!p)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        r->tenant_ids = p;
+        r->tenant_cap = ncap;
+    }
+    snprintf(r->tenant_ids[*h], TY_ID_MAX, "%s", id);
+    if (*h >= r->ntenant_ids)
+        r->ntenant_ids = *h + 1;
+    return TY_OK;
+}
+
+const char *svc_tenant_id(const jobs_service *r, int h)
+{
+    return h >= 0 && h < r->ntenant_ids ? r->tenant_ids[h] : "";
+}
+
+/* ---- inventory holders ---- */
+
+void svc_set_holder(jobs_service *r, int slot, const char *job,
+                    const char *tenant)
+{
+    if (!r->inv || slot < 0 || slot >= r->inv->nslots)
+        return;
+    pthread_mutex_lock(&r->inv->mu);
+    inv_slot *s = &r->inv->slots[slot];
+    snprintf(s->job_id, sizeof s->job_id, "%s", job ? job : "");
+    snprintf(s->tenant_id, sizeof s->tenant_id, "%s", tenant ? tenant : "");
+    pthread_mutex_unlock(&r->inv->mu);
+}
+
+static void service_free(jobs_service *r)
+{
+    sched_destroy(r->sched);
+    free(r->tenant_ids);
+    free(r->runs);
+    free(r->retries);
+    free(r->report);
+    free(r);
+}
+
+/* Queues what the store has queued (server start). */
+static void load_queued(jobs_service *r)
+{
+    ty_err err = {0};
+    json_t *rows = NULL;
+    if (store_job_queued_all(r->env.store, &rows, &err) != TY_OK) {
+        log_msg("error", "runner: %s", err.msg);
+        return;
+    }
+    size_t i;
+    json_t *row;
+    int loaded = 0;
+    json_array_foreach(rows, i, row) {
+        const char *id = json_string_value(json_object_get(row, "id"));
+        const char *tenant =
+            json_string_value(json_object_get(row, "tenant_id"));
+        sched_request req;
+        int priority = 0;
+        ty_status s = jobreq_parse(json_object_get(row, "resources"),
+                                   r->nslots > 0, &req, NULL, &err);
+        if (s == TY_OK)
+            s = jobreq_priority(json_object_get(row, "priority"), &priority,
+                                &err);
+        int t = -1;
+        if (s == TY_OK)
+            s = tenant_handle(r, tenant, &t, &err);
+        if (s == TY_OK) {
+            sched_job_desc d = {
+                .id = id, .tenant = t, .priority = priority,
+                .submit_time =
+                    json_number_value(json_object_get(row, "submit_time")),
+                .request = req};
+            s = sched_job_submit(r->sched, &d, NULL, &err);
+        }
+        if (s == TY_OK) {
+            loaded++;
+            continue;
+        }
+        char msg[600];
+        snprintf(msg, sizeof msg, "this server cannot run the job: %s",
+                 err.msg);
+        store_job_finish(r->env.store, id, JOB_FAILED, msg, NULL, &err);
+        svc_log_transition(r, id, JOB_FAILED, msg);
+    }
+    json_decref(rows);
+    if (loaded)
+        log_msg("info", "runner: %d queued job(s) handed to the scheduler",
+                loaded);
+}
+
+ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
+{
+    jobs_service *r = calloc(1, sizeof *r);
+    if (!r)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    r->env = *env;
+    r->inv = env->inventory;
+    r->nslots = r->inv ? r->inv->nslots : 0;
+    r->cap = r->nslots + env->max_jobs;
+    sched_slot *slots = calloc((size_t)r->nslots + 1, sizeof *slots);
+    r->runs = calloc((size_t)r->cap + 1, sizeof *r->runs);
+    if (!slots || !r->runs) {
+        free(slots);
+        service_free(r);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    for (int i = 0; i < r->nslots; i++) {
+        const inv_slot *s = &r->inv->slots[i];
+        slots[i] = (sched_slot){.gpu = s->gpu,
+                                .is_mig = s->kind == INV_SLOT_MIG,
+                                .profile = s->profile,
+                                .compute_slices = s->compute_slices,
+                                .memory_bytes = s->memory_bytes};
+    }
+    sched_config cfg = {.backfill_wait = env->backfill_wait_s,
+                        .preempt = env->preempt,
+                        .preempt_wait = env->preempt_wait_s,
+                        .max_cpu_jobs = env->max_jobs,
+                        .fair_window = env->fair_window_s};
+    r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
+    free(slots);
+    if (!r->sched) {
+        service_free(r);
+        return TY_EINVAL;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    supervisor_hooks hooks = {.ctx = r, .on_tick = lifecycle_tick,
+                              .on_message = lifecycle_message,
+                              .on_exit = lifecycle_exit};
+    r->sup = supervisor_create(r->cap, env->self_exe,
+                               env->heartbeat_timeout_s, &r->mu, &hooks, err);
+    if (!r->sup) {
+        pthread_mutex_destroy(&r->mu);
+        service_free(r);
+        return TY_ENOMEM;
+    }
+    load_queued(r);
+    if (supervisor_start(r->sup, err) != TY_OK) {
+        supervisor_destroy(r->sup);
+        pthread_mutex_destroy(&r->mu);
+        service_free(r);
+        return TY_EIO;
+    }
+    *out = r;
+    return TY_OK;
+}
+
+/* Wakes the supervisor's thread for a scheduling pass. */
+static void wake(jobs_service *r)
+{
+    supervisor_wake(r->sup);
+}
+
+int jobs_host_has_gpus(const jobs_service *r)
+{
+    return r && r->nslots > 0;
+}
+
+/* Whether tenant_id's request could ever run here (sched_request_check
+ * with the tenant's quota): TY_OK or TY_EINVAL naming "resources.gpu". */
+static ty_status request_check(jobs_service *r, const char *tenant_id,
+                               const sched_request *req, ty_err *err)
+{
+    if (!r)
+        return TY_OK;
+    pthread_mutex_lock(&r->mu);
+    int t = -1;
+    ty_status s = tenant_handle(r, tenant_id, &t, err);
+    if (s == TY_OK)
+        s = sched_request_check(r->sched, t, req, err);
+    pthread_mutex_unlock(&r->mu);
+    return s;
+}
+
+/* Hands a job just stored as queued to the scheduler and wakes the
+ * thread. TY_EINVAL (the request cannot run here) or TY_ENOMEM; the
+ * caller then fails the job. */
+static ty_status enqueue(jobs_service *r, const char *tenant_id,
+                         const char *job_id, int priority,
+                         const sched_request *req, ty_err *err)
+{
+    pthread_mutex_lock(&r->mu);
+    int t = -1;
+    ty_status s = tenant_handle(r, tenant_id, &t, err);
+    if (s == TY_OK) {
+        sched_job_desc d = {.id = job_id, .tenant = t, .priority = priority,
+                            .submit_time = svc_wall(), .request = *req};
+        s = sched_job_submit(r->sched, &d, NULL, err);
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (s == TY_OK)
+        wake(r);
+    return s;
+}
+
+/* Publishes a job event with the job document doc (borrowed, annotated
+ * here). */
+static void publish_doc(jobs_service *r, const char *tenant, const char *id,
+                        ev_type type, const json_t *doc)
+{
+    json_t *copy = json_deep_copy(doc);
+    jobs_annotate(r, copy, tenant);
+    ev_publish(r->env.events, tenant, id, type,
+               json_pack("{s:o}", "job", copy));
+}
+
+ty_status jobs_submit(jobs_service *r, const char *tenant,
+                      const job_submission *sub, json_t **job_out,
+                      ty_err *err)
+{
+    if (!r)
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "the job runner is not running");
+    const jobs_env *env = &r->env;
+    admission adm;
+    json_t *job = NULL;
+    char id[TY_ID_MAX];
+    ty_status s;
+    /* Whether this host could ever give what it asks (an error saying
+     * why, not a job queued forever), then everything else that can be
+     * checked now. */
+    if ((s = request_check(r, tenant, &sub->req, err)) != TY_OK) {
+        memset(&adm, 0, sizeof adm);
+        goto done;
+    }
+    if ((s = admission_check(env, tenant, sub, &adm, err)) != TY_OK ||
+        (s = ty_id_new("job_", id, err)) != TY_OK ||
+        (s = store_job_insert_req(env->store, tenant, id, adm.name,
+                                  sub->dataset, adm.validation, adm.spec,
+                                  adm.hyperparameters,
+                                  (int64_t)adm.memory_bytes, sub->resources,
+                                  sub->priority, err)) != TY_OK ||
+        (s = store_job_get(env->store, tenant, id, &job, err)) != TY_OK)
+        goto done;
+    /* job.created goes out before the supervisor can publish
+     * job.started. */
+    publish_doc(r, tenant, id, EV_JOB_CREATED, job);
+    /* The reply shows the job as submitted (queued), read before the
+     * supervisor can start it. */
+    if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, err)) !=
+        TY_OK) {
+        /* Stored but not schedulable (a quota lowered meanwhile): the job
+         * fails with the reason rather than waiting forever. */
+        ty_err e2 = {0};
+        json_t *failed = NULL;
+        if (store_job_finish(env->store, id, JOB_FAILED, err->msg, NULL,
+                             &e2) == TY_OK &&
+            store_job_get(env->store, tenant, id, &failed, &e2) == TY_OK) {
+            publish_doc(r, tenant, id, EV_JOB_FINISHED, failed);
+            json_decref(failed);
+        }
+        goto done;
+    }
+    jobs_annotate(r, job, tenant);
+    *job_out = job;
+    job = NULL;
+done:
+    admission_free(&adm);
+    json_decref(job);
+    return s;
+}
+
+/* Takes job_id out of the scheduler, or, when a worker runs it, stops the
+ * worker. */
+static void dequeue_or_stop(jobs_service *r, const char *job_id)
+{
+    pthread_mutex_lock(&r->mu);
+    int running = 0;
+    for (int i = 0; i < r->cap; i++) {
+        job_run *w = &r->runs[i];
+        if (w->used && !strcmp(w->job_id, job_id)) {
+            running = 1;
+            w->cancel = 1;
+            supervisor_cancel(r->sup, i);
+        }
+    }
+    if (!running) {
+        int j = sched_job_find(r->sched, job_id);
+        sched_job_info info;
+        if (j >= 0 && sched_job_get(r->sched, j, &info) == TY_OK &&
+            (info.state == SCHED_JOB_QUEUED || info.state == SCHED_JOB_PENDING))
+            sched_job_remove(r->sched, j);
+        for (size_t i = 0; i < r->nretries; i++)
+            if (!strcmp(r->retries[i].job_id, job_id)) {
+                r->retries[i] = r->retries[--r->nretries];
+                break;
+            }
+    }
+    pthread_mutex_unlock(&r->mu);
+    wake(r);
+}
+
+ty_status jobs_cancel(jobs_service *r, const char *tenant,
+                      const char *job_id, json_t **job, int *was_running,
+                      ty_err *err)
+{
+    const jobs_env *env = &r->env;
+    *was_running = 0;
+    ty_status s = store_job_request_cancel(env->store, tenant, job_id,
+                                           was_running, err);
+    /* Queued: it leaves the scheduler (and a slot it was promised) now;
+     * running: its worker is stopped. */
+    if (s == TY_OK)
+        dequeue_or_stop(r, job_id);
+    if (s == TY_OK)
+        s = store_job_get(env->store, tenant, job_id, job, err);
+    if (s != TY_OK)
+        return s;
+    jobs_annotate(r, *job, tenant);
+    /* A running job's end is published when its worker has exited. */
+    if (!*was_running)
+        ev_publish(env->events, tenant, job_id, EV_JOB_FINISHED,
+                   json_pack("{s:O}", "job", *job));
+    return TY_OK;
+}
+
+void jobs_tenant_changed(jobs_service *r, const char *tenant_id)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    if (sched_tenant_find(r->sched, tenant_id) >= 0) {
+        store_tenant_limits lim;
+        ty_err err = {0};
+        if (store_tenant_limits_get(r->env.store, tenant_id, &lim, &err) !=
+                TY_OK ||
+            sched_tenant_set(r->sched, tenant_id,
+                             lim.weight > 0 ? lim.weight : 1.0,
+                             lim.max_gpu_slices, lim.max_running_jobs, NULL,
+                             &err) != TY_OK)
+            log_msg("error", "runner: tenant %s: %s", tenant_id, err.msg);
+    }
+    pthread_mutex_unlock(&r->mu);
+    wake(r);
+}
+
+/* The queue entry of one queued job, or NULL when the scheduler does not
+ * know it (it is in its back-off, or being handed over). */
+static json_t *queue_entry(jobs_service *r, const char *id, size_t nrep,
+                           const char *viewer_tenant)
+{
+    int j = sched_job_find(r->sched, id);
+    for (size_t i = 0; j >= 0 && i < nrep; i++) {
+        const sched_wait *w = &r->report[i];
+        if (w->job != j)
+            continue;
+        char detail[400];
+        sched_job_info other;
+        int have_other = w->other_job >= 0 &&
+                         sched_job_get(r->sched, w->other_job, &other) == TY_OK;
+        const char *other_tenant = have_other ? svc_tenant_id(r, other.tenant)
+                                              : "";
+        int visible = have_other && viewer_tenant &&
+                      !strcmp(other_tenant, viewer_tenant);
+        if (w->reason == SCHED_WAIT_RESERVED && !visible)
+            snprintf(detail, sizeof detail,
+                     "reserved for another tenant's job: the free slots that "
+                     "fit are held for it");
+        else if (w->reason == SCHED_WAIT_PREEMPTING && !visible)
+            snprintf(detail, sizeof detail,
+                     "preempting: another tenant's job is checkpointing to "
+                     "free its slot for this one");
+        else
+            sched_wait_describe(r->sched, w, detail, sizeof detail);
+        const char *quota =
+            w->quota == SCHED_QUOTA_GPU_SLICES     ? "max_gpu_slices"
+            : w->quota == SCHED_QUOTA_RUNNING_JOBS ? "max_running_jobs"
+                                                   : NULL;
+        return json_pack("{s:I, s:I, s:s, s:s?, s:s?, s:s}", "position",
+                         (json_int_t)w->position, "tenant_position",
+                         (json_int_t)w->tenant_position, "reason",
+                         sched_wait_reason_name(w->reason), "quota", quota,
+                         "job", visible ? other.id : NULL, "detail", detail);
+    }
+    for (size_t i = 0; i < r->nretries; i++)
+        if (!strcmp(r->retries[i].job_id, id)) {
+            double left = r->retries[i].due - svc_now();
+            char detail[400];
+            snprintf(detail, sizeof detail, "retry back-off: %.1f s left",
+                     left > 0 ? left : 0.0);
+            return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s}", "position",
+                             "tenant_position", "reason", "retry back-off",
+                             "quota", "job", "detail", detail);
+        }
+    return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s}", "position",
+                     "tenant_position", "reason", "scheduling", "quota", "job",
+                     "detail", "scheduling: the runner is taking the job");
+}
+
+void jobs_annotate(jobs_service *r, json_t *docs, const char *viewer_tenant)
+{
+    size_t n = json_is_array(docs) ? json_array_size(docs) : 1;
+    int any_queued = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = json_is_array(docs) ? json_array_get(docs, i) : docs;
+        const char *st = json_string_value(json_object_get(d, "status"));
+        if (st && !strcmp(st, JOB_QUEUED))
+            any_queued = 1;
+        else
+            json_object_set_new(d, "queue", json_null());
+    }
+    if (!any_queued || !r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    size_t want = sched_queued_count(r->sched);
+    if (want > r->report_cap) {
+        sched_wait *p = realloc(r->report, want * sizeof *p);
+        if (p) {
+            r->report = p;
+            r->report_cap = want;
+        }
+    }
+    size_t nrep = sched_queue_report(r->sched, r->report,
+                                     want <= r->report_cap ? want
+                                                           : r->report_cap);
+    for (size_t i = 0; i < n; i++) {
+        json_t *d = json_is_array(docs) ? json_array_get(docs, i) : docs;
+        const char *st = json_string_value(json_object_get(d, "status"));
+        if (!st || strcmp(st, JOB_QUEUED))
+            continue;
+        const char *id = json_string_value(json_object_get(d, "id"));
+        json_object_set_new(d, "queue",
+                            id ? queue_entry(r, id, nrep, viewer_tenant)
+                               : json_null());
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+void jobs_stop(jobs_service *r)
+{
+    if (!r)
+        return;
+    r->stopping = 1;
+    /* The thread stops, then the workers; their jobs stay running in the
+     * store until requeued here. */
+    supervisor_stop(r->sup);
+    for (int i = 0; i < r->cap; i++)
+        if (r->runs[i].used)
+            svc_set_holder(r, r->runs[i].slot, NULL, NULL);
+    int64_t n = 0;
+    ty_err err;
+    store_job_requeue_running(r->env.store, &n, &err);
+    if (n)
+        log_msg("info", "requeued %lld running job(s) for the next start",
+                (long long)n);
+    pthread_mutex_destroy(&r->mu);
+    service_free(r);
+}

@@ -1,0 +1,131 @@
+/*
+ * service_internal.h - the job service's state, shared by its two files:
+ * service.c (the public jobs_* calls: start, submit, cancel, tenants, the
+ * queue report, stop) and lifecycle.c (a placed job's life: its worker's
+ * start, lines and exit, the outcome and the retries), which the
+ * supervisor's hooks drive. Not for use outside jobs/service*.c and
+ * jobs/lifecycle.c.
+ */
+#ifndef TY_SERVICE_INTERNAL_H
+#define TY_SERVICE_INTERNAL_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include <jansson.h>
+
+#include "common/ids.h"
+#include "events/hub.h"
+#include "gpu/inventory.h"
+#include "jobs/env.h"
+#include "jobs/protocol.h"
+#include "jobs/sched.h"
+#include "jobs/supervisor.h"
+
+/* As service.h has it (repeated, not included: service.c includes this
+ * header, and the layer test counts that as a circle). */
+typedef struct jobs_service jobs_service;
+
+/* A job whose worker runs (or is being started) in supervisor place i:
+ * what the service knows of that run. */
+typedef struct {
+    int used;
+    char job_id[TY_ID_MAX];
+    char dir[PATH_MAX];
+    int sjob;                    /* the scheduler's handle */
+    int slot;                    /* inventory slot; -1 a CPU job */
+    int done;                    /* the worker said the model is written */
+    char error[512];             /* the worker's error message, if any */
+    int cancel;                  /* a cancel was requested */
+    int preempting;              /* preempted: it checkpoints and exits */
+    double last_progress_write;
+    int resumed_from_epoch;      /* -1 unless this run resumed */
+    char tenant_id[TY_ID_MAX];   /* for metrics labels */
+} job_run;
+
+/* A crashed job waiting out its back-off, outside the scheduler. */
+typedef struct {
+    char job_id[TY_ID_MAX];
+    int tenant;
+    int priority;
+    double submit_time;
+    sched_request req;
+    double due;                  /* monotonic */
+    char why[300];
+} retry_rec;
+
+struct jobs_service {
+    jobs_env env;                /* jobs_start's copy */
+    inventory *inv;              /* env.inventory; NULL: no slots */
+    pthread_mutex_t mu;
+    atomic_int stopping;
+    supervisor *sup;
+    sched *sched;
+    int nslots;                  /* inventory slots */
+    char (*tenant_ids)[TY_ID_MAX]; /* by scheduler tenant handle */
+    int ntenant_ids, tenant_cap;
+    int nruns;                   /* entries in use */
+    int cap;                     /* inventory slots + --max-jobs */
+    job_run *runs;               /* cap, by supervisor place */
+    retry_rec *retries;
+    size_t nretries, retry_cap;
+    sched_wait *report;          /* jobs_annotate's buffer */
+    size_t report_cap;
+};
+
+/* Monotonic seconds: deadlines, heartbeats, back-offs. */
+static inline double svc_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The scheduler's clock: wall time, so submit times read back from the
+ * store after a restart (created_at) compare with it. */
+static inline double svc_wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* ---- service.c ---- */
+
+/* Publishes a live event of the job (events/hub.h) with the job as GET
+ * /v1/jobs/{id} shows it, read back from the store; epoch (borrowed) is
+ * added for job.epoch. The queue report is left null: it needs mu, which
+ * callers may hold. Nothing happens when the store cannot say. */
+void svc_publish(jobs_service *r, const char *job_id, ev_type type,
+                 const json_t *epoch);
+
+/* Logs a job's change of status and publishes it: job.finished, or
+ * job.progress for a requeue. */
+void svc_log_transition(jobs_service *r, const char *job, const char *to,
+                        const char *why);
+
+/* The tenant id of scheduler tenant handle h ("" for none). */
+const char *svc_tenant_id(const jobs_service *r, int h);
+
+/* Names job and tenant (NULL: none) as inventory slot `slot`'s holder;
+ * nothing for a CPU job (slot -1) or a host without slots. */
+void svc_set_holder(jobs_service *r, int slot, const char *job,
+                    const char *tenant);
+
+/* ---- lifecycle.c: the supervisor's hooks (ctx is the service) ---- */
+
+/* A scheduling pass: back-offs that are over, preemptions, placements
+ * (workers started). mu held. */
+void lifecycle_tick(void *ctx);
+
+/* What a worker's line means for its job. mu not held. */
+void lifecycle_message(void *ctx, int place, wproto_msg kind,
+                       const json_t *msg);
+
+/* A worker has exited: the outcome is recorded and the run entry freed.
+ * mu held. */
+void lifecycle_exit(void *ctx, int place, int ws, int lost);
+
+#endif
