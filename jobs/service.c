@@ -2,10 +2,10 @@
  * service.c - the job service's public calls (see service.h): start and
  * stop, submit (the quota check, admission, storing, job.created, the
  * scheduler, and the compensation when it refuses), cancel, tenants, the
- * queue report. What happens to a job once placed is lifecycle.c's.
+ * queue report. What happens to a job once placed is service_lifecycle.c's.
  *
  * The supervisor's thread (jobs/supervisor.h) drives the scheduling
- * passes and the workers through lifecycle.c's hooks. The scheduler, the
+ * passes and the workers through service_lifecycle.c's hooks. The scheduler, the
  * run table (one entry per supervisor place) and the retry list are
  * guarded by `mu`, which the supervisor shares; HTTP threads take it to
  * check and submit requests, cancel, refresh a tenant and read the queue

@@ -1,10 +1,10 @@
 /*
  * service_internal.h - the job service's state, shared by its two files:
  * service.c (the public jobs_* calls: start, submit, cancel, tenants, the
- * queue report, stop) and lifecycle.c (a placed job's life: its worker's
+ * queue report, stop) and service_lifecycle.c (a placed job's life: its worker's
  * start, lines and exit, the outcome and the retries), which the
  * supervisor's hooks drive. Not for use outside jobs/service*.c and
- * jobs/lifecycle.c.
+ * jobs/service_lifecycle.c.
  */
 #ifndef TY_SERVICE_INTERNAL_H
 #define TY_SERVICE_INTERNAL_H
@@ -114,7 +114,7 @@ const char *svc_tenant_id(const jobs_service *r, int h);
 void svc_set_holder(jobs_service *r, int slot, const char *job,
                     const char *tenant);
 
-/* ---- lifecycle.c: the supervisor's hooks (ctx is the service) ---- */
+/* ---- service_lifecycle.c: the supervisor's hooks (ctx is the service) ---- */
 
 /* A scheduling pass: back-offs that are over, preemptions, placements
  * (workers started). mu held. */

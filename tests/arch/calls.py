@@ -6,12 +6,14 @@ An include circle can hide behind a shared header (api/api.h declares what
 a dozen files define), so this reads what the compiler produced instead:
 `nm` on every object of the ty_* libraries gives each object's defined and
 undefined symbols, hence which module calls (or reads) which. A module is
-x.c / x.cu with x.h and x_internal.h, as in layers.py. Any circle among
-modules is reported with one symbol per edge. (Calls between the folders'
+x.c / x.cu with x.h and x_internal.h, as in layers.py, plus the files
+x_<part>.c that include x_internal.h: one module split over several files
+for size (jobs/sched_*.c, jobs/service_lifecycle.c), whose halves may call
+each other. Any circle among modules is reported with one symbol per edge. (Calls between the folders'
 libraries are held to the layer table by the link itself: each ty_<folder>
 library links only the folders below it, so an upward call does not link.)
 
-Usage: calls.py <build folder> [repository root]
+Usage: calls.py <build folder> [repository root, default: two folders up]
 """
 import os
 import re
@@ -21,14 +23,34 @@ import sys
 DEFINED = set('TDBRVWGSui')
 
 
-def module_of(obj, build):
-    """CMakeFiles/ty_api.dir/api/common.c.o -> api/common"""
-    rel = os.path.relpath(obj, build)
-    m = re.match(r'CMakeFiles/ty_[a-z]+\.dir/(.+)\.(c|cu)\.o$', rel)
-    if not m:
-        return None
-    base = m.group(1)
-    return base[:-len('_internal')] if base.endswith('_internal') else base
+def includes(path):
+    with open(path, encoding='utf-8', errors='replace') as f:
+        return set(re.findall(r'^\s*#\s*include\s+"([^"]+)"', f.read(), re.M))
+
+
+def private_headers(root, sources):
+    """The x_internal.h headers that only files of their own folder include
+    (a module's private header, not a layer's shared one)."""
+    users = {}
+    for src in sources:
+        for inc in includes(os.path.join(root, src)):
+            if inc.endswith('_internal.h'):
+                users.setdefault(inc, set()).add(os.path.dirname(src))
+    return {h for h, folders in users.items()
+            if folders == {os.path.dirname(h)}}
+
+
+def module_of(src, private, root):
+    """api/common.c -> api/common; jobs/sched_core.c, which includes the
+    private jobs/sched_internal.h, -> jobs/sched"""
+    base = os.path.splitext(src)[0]
+    folder, name = os.path.split(base)
+    if '_' in name:
+        owner = f'{folder}/{name.split("_")[0]}'
+        if f'{owner}_internal.h' in private and \
+                f'{owner}_internal.h' in includes(os.path.join(root, src)):
+            return owner
+    return base
 
 
 def objects(build):
@@ -57,12 +79,26 @@ def symbols(obj):
     return defined, undefined
 
 
-def graph(build):
-    owner, uses = {}, {}
+def source_of(obj, build, root):
+    """CMakeFiles/ty_api.dir/api/common.c.o -> api/common.c, when that file
+    still exists (an object left by a renamed file is not the product)."""
+    rel = os.path.relpath(obj, build)
+    m = re.match(r'CMakeFiles/ty_[a-z]+\.dir/(.+\.(c|cu))\.o$', rel)
+    if not m or not os.path.exists(os.path.join(root, m.group(1))):
+        return None
+    return m.group(1)
+
+
+def graph(build, root):
+    objs = {}
     for obj in objects(build):
-        mod = module_of(obj, build)
-        if mod is None:
-            continue
+        src = source_of(obj, build, root)
+        if src:
+            objs[obj] = src
+    private = private_headers(root, objs.values())
+    owner, uses = {}, {}
+    for obj, src in sorted(objs.items()):
+        mod = module_of(src, private, root)
         defined, undefined = symbols(obj)
         for s in defined:
             owner.setdefault(s, mod)
@@ -118,7 +154,9 @@ def main():
         print(__doc__)
         return 2
     build = os.path.abspath(sys.argv[1])
-    nodes, edges = graph(build)
+    root = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), '..', '..'))
+    nodes, edges = graph(build, root)
     if not nodes:
         print(f'calls: no ty_* objects under {build}/CMakeFiles; build first')
         return 1

@@ -66,7 +66,48 @@ def main():
         if rc != 0:
             print(f'selftest: the fixed tree fails (rc {rc}):\n{out}')
             return 1
-    print('selftest: layers.py names each kind of problem and passes a clean tree')
+    rc = calls_selftest()
+    if rc:
+        return rc
+    print('selftest: layers.py names each kind of problem and passes a clean '
+          'tree; calls.py finds a call circle and passes without it')
+    return 0
+
+
+def compile_objects(root, build, files):
+    for rel in files:
+        obj = os.path.join(build, 'CMakeFiles', 'ty_x.dir', rel + '.o')
+        os.makedirs(os.path.dirname(obj), exist_ok=True)
+        subprocess.run(['cc', '-c', '-I', root, os.path.join(root, rel), '-o',
+                        obj], check=True)
+
+
+def calls_selftest():
+    """Two files calling each other are a circle; two halves of one module
+    (x_a.c and x_b.c sharing the private x_internal.h) are not."""
+    with tempfile.TemporaryDirectory() as root:
+        build = os.path.join(root, 'build')
+        write(root, 'x/a.c', 'int b(void);\nint a(void) { return b(); }\n')
+        write(root, 'x/b.c', 'int a(void);\nint b(void) { return a() + 1; }\n')
+        write(root, 'y/p_internal.h', 'int p_one(void);\nint p_two(void);\n')
+        write(root, 'y/p_one.c', '#include "y/p_internal.h"\n'
+              'int p_one(void) { return p_two(); }\n')
+        write(root, 'y/p_two.c', '#include "y/p_internal.h"\n'
+              'int p_two(void) { return p_one(); }\n')
+        compile_objects(root, build, ['x/a.c', 'x/b.c', 'y/p_one.c', 'y/p_two.c'])
+        p = subprocess.run([sys.executable, os.path.join(HERE, 'calls.py'),
+                            build, root], capture_output=True, text=True)
+        if p.returncode != 1 or 'call circle among x/a, x/b' not in p.stdout \
+                or 'y/' in p.stdout:
+            print(f'selftest: calls.py rc {p.returncode}:\n{p.stdout}{p.stderr}')
+            return 1
+        write(root, 'x/b.c', 'int b(void) { return 1; }\n')
+        compile_objects(root, build, ['x/b.c'])
+        p = subprocess.run([sys.executable, os.path.join(HERE, 'calls.py'),
+                            build, root], capture_output=True, text=True)
+        if p.returncode != 0:
+            print(f'selftest: calls.py fails a clean tree:\n{p.stdout}{p.stderr}')
+            return 1
     return 0
 
 

@@ -1,5 +1,5 @@
 /*
- * lifecycle.c - a placed job's life in the job service (see
+ * service_lifecycle.c - a placed job's life in the job service (see
  * service_internal.h): its worker started in a supervisor place with the
  * job folder written (job.json), its lines turned into the job's state
  * (progress, epochs, resume, the worker's view of its placement), and its
