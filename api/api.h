@@ -9,9 +9,31 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#include "app/app.h"
 #include "server/http.h"
 #include "server/router.h"
+#include "store/store.h"
+
+struct jobs_service;
+struct model_cache;
+struct inventory;
+struct ev_hub;
+
+/* What the handlers use of the running server: the services and the few
+ * settings they read, handed to every handler. The composition root
+ * (app/app.c) fills it at start; a handler never reaches past it. */
+typedef struct api_ctx {
+    store *store;
+    struct jobs_service *jobs;   /* jobs/service.h */
+    struct model_cache *models;  /* serve/modelcache.h */
+    struct inventory *inventory; /* gpu/inventory.h */
+    struct ev_hub *events;       /* events/hub.h; NULL: no live events */
+    const char *data_dir;        /* blobs live under it */
+    /* Dataset URL fetches (common/fetch.h): --max-fetch-bytes,
+     * --fetch-timeout, --fetch-hosts. */
+    uint64_t max_fetch_bytes;
+    int fetch_timeout_s;
+    const char *fetch_hosts;
+} api_ctx;
 
 extern const route api_routes[];
 extern const size_t api_routes_count;
@@ -42,10 +64,10 @@ typedef ty_status (*api_get_fn)(store *st, const char *tenant_id,
 
 /* GET of a list: reads the page parameters, replies with a page or the
  * error. */
-void api_list(ty_app *app, http_req *r, api_list_fn list);
+void api_list(api_ctx *app, http_req *r, api_list_fn list);
 
 /* GET of one resource named by the first path parameter. */
-void api_get(ty_app *app, http_req *r, api_get_fn get);
+void api_get(api_ctx *app, http_req *r, api_get_fn get);
 
 /* Records a new resource whose file is complete at tmp_path: moves the file
  * into the blob store, adds "sha256" and "bytes" to doc and inserts the row
@@ -58,48 +80,48 @@ typedef ty_status (*api_insert_fn)(store *st, const char *tenant_id,
                                    const char *id, const char *sha256,
                                    int64_t bytes, const json_t *doc,
                                    ty_err *err);
-ty_status api_create_blob_resource(ty_app *app, http_req *r,
+ty_status api_create_blob_resource(api_ctx *app, http_req *r,
                                    const char *tmp_path, const char *id,
                                    json_t *doc, api_insert_fn insert,
                                    const char *collection, ty_err *err);
 
 /* ---- handlers ---- */
-void api_healthz(ty_app *app, http_req *r);
-void api_readyz(ty_app *app, http_req *r);
-void api_openapi(ty_app *app, http_req *r);
+void api_healthz(api_ctx *app, http_req *r);
+void api_readyz(api_ctx *app, http_req *r);
+void api_openapi(api_ctx *app, http_req *r);
 
-void api_datasets_create(ty_app *app, http_req *r);
-void api_datasets_list(ty_app *app, http_req *r);
-void api_datasets_get(ty_app *app, http_req *r);
-void api_datasets_delete(ty_app *app, http_req *r);
-void api_datasets_examples(ty_app *app, http_req *r); /* examples.c */
+void api_datasets_create(api_ctx *app, http_req *r);
+void api_datasets_list(api_ctx *app, http_req *r);
+void api_datasets_get(api_ctx *app, http_req *r);
+void api_datasets_delete(api_ctx *app, http_req *r);
+void api_datasets_examples(api_ctx *app, http_req *r); /* examples.c */
 
-void api_jobs_create(ty_app *app, http_req *r);
-void api_jobs_list(ty_app *app, http_req *r);
-void api_jobs_get(ty_app *app, http_req *r);
-void api_jobs_metrics(ty_app *app, http_req *r);
-void api_jobs_cancel(ty_app *app, http_req *r);
+void api_jobs_create(api_ctx *app, http_req *r);
+void api_jobs_list(api_ctx *app, http_req *r);
+void api_jobs_get(api_ctx *app, http_req *r);
+void api_jobs_metrics(api_ctx *app, http_req *r);
+void api_jobs_cancel(api_ctx *app, http_req *r);
 
-void api_models_create(ty_app *app, http_req *r);
-void api_models_list(ty_app *app, http_req *r);
-void api_models_get(ty_app *app, http_req *r);
-void api_models_delete(ty_app *app, http_req *r);
-void api_models_weights(ty_app *app, http_req *r);
-void api_models_predict(ty_app *app, http_req *r);
-void api_models_evaluate(ty_app *app, http_req *r);
+void api_models_create(api_ctx *app, http_req *r);
+void api_models_list(api_ctx *app, http_req *r);
+void api_models_get(api_ctx *app, http_req *r);
+void api_models_delete(api_ctx *app, http_req *r);
+void api_models_weights(api_ctx *app, http_req *r);
+void api_models_predict(api_ctx *app, http_req *r);
+void api_models_evaluate(api_ctx *app, http_req *r);
 
-void api_kserve_live(ty_app *app, http_req *r);
-void api_kserve_ready(ty_app *app, http_req *r);
-void api_kserve_model(ty_app *app, http_req *r);
-void api_kserve_model_ready(ty_app *app, http_req *r);
-void api_kserve_infer(ty_app *app, http_req *r);
+void api_kserve_live(api_ctx *app, http_req *r);
+void api_kserve_ready(api_ctx *app, http_req *r);
+void api_kserve_model(api_ctx *app, http_req *r);
+void api_kserve_model_ready(api_ctx *app, http_req *r);
+void api_kserve_infer(api_ctx *app, http_req *r);
 
-void api_devices_list(ty_app *app, http_req *r);
+void api_devices_list(api_ctx *app, http_req *r);
 
 /* Server-Sent Events (events.c). */
-void api_events_stream(ty_app *app, http_req *r);
-void api_jobs_events(ty_app *app, http_req *r);
+void api_events_stream(api_ctx *app, http_req *r);
+void api_jobs_events(api_ctx *app, http_req *r);
 /* GET /metrics (api/metrics.c): Prometheus text, public like /healthz. */
-void api_metrics(ty_app *app, http_req *r);
+void api_metrics(api_ctx *app, http_req *r);
 
 #endif

@@ -82,7 +82,7 @@ const json_t *api_json_object(http_req *r)
 
 const char *api_tenant(http_req *r) { return http_req_key(r)->tenant_id; }
 
-void api_list(ty_app *app, http_req *r, api_list_fn list)
+void api_list(api_ctx *app, http_req *r, api_list_fn list)
 {
     store_page page;
     if (!api_page(r, &page))
@@ -98,7 +98,7 @@ void api_list(ty_app *app, http_req *r, api_list_fn list)
     api_reply_list(r, items, next);
 }
 
-void api_get(ty_app *app, http_req *r, api_get_fn get)
+void api_get(api_ctx *app, http_req *r, api_get_fn get)
 {
     json_t *doc;
     ty_err err = {0};
@@ -111,7 +111,7 @@ void api_get(ty_app *app, http_req *r, api_get_fn get)
     http_reply_json(r, 200, doc);
 }
 
-ty_status api_create_blob_resource(ty_app *app, http_req *r,
+ty_status api_create_blob_resource(api_ctx *app, http_req *r,
                                    const char *tmp_path, const char *id,
                                    json_t *doc, api_insert_fn insert,
                                    const char *collection, ty_err *err)
@@ -127,7 +127,7 @@ ty_status api_create_blob_resource(ty_app *app, http_req *r,
     ty_status s = store_storage_check(app->store, api_tenant(r),
                                       (int64_t)sb.st_size, err);
     if (s == TY_OK)
-        s = blob_import(app->cfg.data_dir, tmp_path, sha, &bytes, err);
+        s = blob_import(app->data_dir, tmp_path, sha, &bytes, err);
     if (s == TY_OK) {
         json_object_set_new(doc, "sha256", json_string(sha));
         json_object_set_new(doc, "bytes", json_integer(bytes));

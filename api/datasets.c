@@ -142,7 +142,7 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
     return TY_OK;
 }
 
-static ty_status read_json(ty_app *app, http_req *r, const json_t *body,
+static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
                            upload *u, ty_err *err)
 {
     static const char *const keys[] = {"name", "format", "urls",
@@ -190,9 +190,9 @@ static ty_status read_json(ty_app *app, http_req *r, const json_t *body,
         if ((s = http_req_temp_path(r, ".fetch", path, PATH_MAX, err)) !=
             TY_OK)
             return s;
-        if ((s = fetch_url_to_file(url, path, app->cfg.max_fetch_bytes,
-                                   app->cfg.fetch_timeout_s,
-                                   app->cfg.fetch_hosts, field, err)) != TY_OK)
+        if ((s = fetch_url_to_file(url, path, app->max_fetch_bytes,
+                                   app->fetch_timeout_s,
+                                   app->fetch_hosts, field, err)) != TY_OK)
             return s;
         u->paths[i] = path;
     }
@@ -247,7 +247,7 @@ static json_t *dataset_doc(const char *id, const upload *u,
     return doc;
 }
 
-void api_datasets_create(ty_app *app, http_req *r)
+void api_datasets_create(api_ctx *app, http_req *r)
 {
     ty_err err = {0};
     upload u = {0};
@@ -292,17 +292,17 @@ fail:
     http_reply_error(r, s == TY_ETOOBIG && !quota_refused ? TY_EINVAL : s, &err);
 }
 
-void api_datasets_list(ty_app *app, http_req *r)
+void api_datasets_list(api_ctx *app, http_req *r)
 {
     api_list(app, r, store_dataset_list);
 }
 
-void api_datasets_get(ty_app *app, http_req *r)
+void api_datasets_get(api_ctx *app, http_req *r)
 {
     api_get(app, r, store_dataset_get);
 }
 
-void api_datasets_delete(ty_app *app, http_req *r)
+void api_datasets_delete(api_ctx *app, http_req *r)
 {
     char sha[65];
     ty_err err = {0};

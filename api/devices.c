@@ -6,7 +6,7 @@
 
 #include "gpu/inventory.h"
 
-void api_devices_list(ty_app *app, http_req *r)
+void api_devices_list(api_ctx *app, http_req *r)
 {
     const store_key *key = http_req_key(r);
     inv_viewer viewer = {.tenant_id = key->tenant_id,

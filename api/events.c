@@ -85,7 +85,7 @@ static int job_is_finished(const json_t *job)
 
 /* The finished job's epochs and job.finished as SSE text (appended to
  * *buf). job is borrowed. */
-static ty_status finished_job_text(ty_app *app, http_req *r, const json_t *job,
+static ty_status finished_job_text(api_ctx *app, http_req *r, const json_t *job,
                                    uint64_t id, char **buf, size_t *len,
                                    ty_err *err)
 {
@@ -114,7 +114,7 @@ static ty_status finished_job_text(ty_app *app, http_req *r, const json_t *job,
     return TY_OK;
 }
 
-void api_events_stream(ty_app *app, http_req *r)
+void api_events_stream(api_ctx *app, http_req *r)
 {
     uint64_t last, oldest, newest;
     if (!last_event_id(r, &last))
@@ -134,7 +134,7 @@ void api_events_stream(ty_app *app, http_req *r)
                     EV_END_NEVER);
 }
 
-void api_jobs_events(ty_app *app, http_req *r)
+void api_jobs_events(api_ctx *app, http_req *r)
 {
     uint64_t last, oldest, newest;
     if (!last_event_id(r, &last))

@@ -79,7 +79,7 @@ static json_t *label_of(const ty_dataset *ds, uint32_t i)
     return a;
 }
 
-void api_datasets_examples(ty_app *app, http_req *r)
+void api_datasets_examples(api_ctx *app, http_req *r)
 {
     long long offset, limit;
     if (!query_number(r, "offset", 0, TY_DS_MAX_EXAMPLES, 0, &offset) ||
@@ -95,7 +95,7 @@ void api_datasets_examples(ty_app *app, http_req *r)
         store_dataset_get(app->store, api_tenant(r), id, &doc, sha, &err);
     if (s != TY_OK)
         goto done;
-    blob_path(app->cfg.data_dir, sha, path, sizeof path);
+    blob_path(app->data_dir, sha, path, sizeof path);
     if ((s = ty_dataset_open(path, &ds, &err)) != TY_OK)
         goto done;
     if (ds.features > MAX_VALUES) {

@@ -14,9 +14,9 @@
 #include "common/opmetrics.h"
 #include "serve/predict.h"
 
-static serve_env env_of(ty_app *app)
+static serve_env env_of(api_ctx *app)
 {
-    return (serve_env){app->store, app->models, app->cfg.data_dir};
+    return (serve_env){app->store, app->models, app->data_dir};
 }
 
 /* The predict service's answer: 200 with the reply, or its error. */
@@ -31,7 +31,7 @@ static void reply(http_req *r, ty_status s, const ty_err *err, json_t *doc,
     http_reply_json(r, 200, doc);
 }
 
-void api_models_predict(ty_app *app, http_req *r)
+void api_models_predict(api_ctx *app, http_req *r)
 {
     double t0 = opm_now();
     const json_t *body = api_json_object(r);
@@ -48,7 +48,7 @@ void api_models_predict(ty_app *app, http_req *r)
     reply(r, s, &err, doc, "predict", t0);
 }
 
-void api_models_evaluate(ty_app *app, http_req *r)
+void api_models_evaluate(api_ctx *app, http_req *r)
 {
     double t0 = opm_now();
     const json_t *body = api_json_object(r);
@@ -71,19 +71,19 @@ void api_models_evaluate(ty_app *app, http_req *r)
 
 /* ---- KServe v2 ---- */
 
-void api_kserve_live(ty_app *app, http_req *r)
+void api_kserve_live(api_ctx *app, http_req *r)
 {
     http_reply_json(r, 200, json_pack("{s:b}", "live", 1));
 }
 
-void api_kserve_ready(ty_app *app, http_req *r)
+void api_kserve_ready(api_ctx *app, http_req *r)
 {
     ty_err err;
     int ok = store_ping(app->store, &err) == TY_OK;
     http_reply_json(r, ok ? 200 : 503, json_pack("{s:b}", "ready", ok));
 }
 
-void api_kserve_model(ty_app *app, http_req *r)
+void api_kserve_model(api_ctx *app, http_req *r)
 {
     json_t *doc;
     ty_err err = {0};
@@ -106,7 +106,7 @@ void api_kserve_model(ty_app *app, http_req *r)
     http_reply_json(r, 200, meta);
 }
 
-void api_kserve_model_ready(ty_app *app, http_req *r)
+void api_kserve_model_ready(api_ctx *app, http_req *r)
 {
     json_t *doc;
     ty_err err = {0};
@@ -131,7 +131,7 @@ static int numeric_datatype(const char *t)
     return 0;
 }
 
-void api_kserve_infer(ty_app *app, http_req *r)
+void api_kserve_infer(api_ctx *app, http_req *r)
 {
     double t0 = opm_now();
     const json_t *body = api_json_object(r);

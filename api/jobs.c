@@ -18,7 +18,7 @@
 #include "jobs/jobreq.h"
 #include "jobs/service.h"
 
-void api_jobs_create(ty_app *app, http_req *r)
+void api_jobs_create(api_ctx *app, http_req *r)
 {
     const json_t *body = api_json_object(r);
     if (!body)
@@ -65,7 +65,7 @@ fail:
     json_decref(resources);
 }
 
-void api_jobs_list(ty_app *app, http_req *r)
+void api_jobs_list(api_ctx *app, http_req *r)
 {
     store_page page;
     if (!api_page(r, &page))
@@ -97,7 +97,7 @@ void api_jobs_list(ty_app *app, http_req *r)
     api_reply_list(r, items, next);
 }
 
-void api_jobs_get(ty_app *app, http_req *r)
+void api_jobs_get(api_ctx *app, http_req *r)
 {
     json_t *doc;
     ty_err err = {0};
@@ -111,7 +111,7 @@ void api_jobs_get(ty_app *app, http_req *r)
     http_reply_json(r, 200, doc);
 }
 
-void api_jobs_metrics(ty_app *app, http_req *r)
+void api_jobs_metrics(api_ctx *app, http_req *r)
 {
     json_t *epochs;
     ty_err err = {0};
@@ -126,7 +126,7 @@ void api_jobs_metrics(ty_app *app, http_req *r)
                     json_pack("{s:s, s:o}", "job", id, "epochs", epochs));
 }
 
-void api_jobs_cancel(ty_app *app, http_req *r)
+void api_jobs_cancel(api_ctx *app, http_req *r)
 {
     ty_err err = {0};
     int was_running = 0;

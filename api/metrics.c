@@ -33,7 +33,7 @@ static const char *const job_states[] = {JOB_QUEUED, JOB_RUNNING,
 
 /* Every state of a tenant with any job gets a series (0 when none), so a
  * rate or a comparison never sees a series vanish when a count drops. */
-static ty_status collect_jobs(ty_app *app, const opm_families *f, ty_err *err)
+static ty_status collect_jobs(api_ctx *app, const opm_families *f, ty_err *err)
 {
     json_t *rows = NULL;
     ty_status s = store_job_counts(app->store, &rows, err);
@@ -57,7 +57,7 @@ static ty_status collect_jobs(ty_app *app, const opm_families *f, ty_err *err)
     return TY_OK;
 }
 
-void api_metrics(ty_app *app, http_req *r)
+void api_metrics(api_ctx *app, http_req *r)
 {
     const opm_families *f = opm();
     ty_err err = {0};

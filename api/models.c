@@ -78,7 +78,7 @@ static json_t *imported_doc(const char *id, const char *name, const nn_net *net)
     return doc;
 }
 
-void api_models_create(ty_app *app, http_req *r)
+void api_models_create(api_ctx *app, http_req *r)
 {
     ty_err err = {0};
     json_t *meta = NULL, *doc = NULL;
@@ -121,17 +121,17 @@ fail:
     http_reply_error(r, s == TY_ETOOBIG && !quota_refused ? TY_EINVAL : s, &err);
 }
 
-void api_models_list(ty_app *app, http_req *r)
+void api_models_list(api_ctx *app, http_req *r)
 {
     api_list(app, r, store_model_list);
 }
 
-void api_models_get(ty_app *app, http_req *r)
+void api_models_get(api_ctx *app, http_req *r)
 {
     api_get(app, r, store_model_get);
 }
 
-void api_models_delete(ty_app *app, http_req *r)
+void api_models_delete(api_ctx *app, http_req *r)
 {
     char sha[65];
     ty_err err = {0};
@@ -146,7 +146,7 @@ void api_models_delete(ty_app *app, http_req *r)
     http_reply_static(r, 204, NULL, "", 0);
 }
 
-void api_models_weights(ty_app *app, http_req *r)
+void api_models_weights(api_ctx *app, http_req *r)
 {
     char sha[65], path[PATH_MAX], name[TY_ID_MAX + 16];
     json_t *doc;
@@ -158,7 +158,7 @@ void api_models_weights(ty_app *app, http_req *r)
         return;
     }
     json_decref(doc);
-    blob_path(app->cfg.data_dir, sha, path, sizeof path);
+    blob_path(app->data_dir, sha, path, sizeof path);
     snprintf(name, sizeof name, "%s.safetensors", id);
     http_reply_file(r, 200, "application/octet-stream", path, name);
 }

@@ -128,7 +128,7 @@ static ty_status new_key(char key[AUTH_KEY_LEN + 1], char key_id[TY_ID_MAX],
     return s;
 }
 
-void api_tenants_create(ty_app *app, http_req *r)
+void api_tenants_create(api_ctx *app, http_req *r)
 {
     const json_t *body = api_json_object(r);
     if (!body)
@@ -161,7 +161,7 @@ void api_tenants_create(ty_app *app, http_req *r)
     http_reply_json(r, 201, doc);
 }
 
-void api_tenants_list(ty_app *app, http_req *r)
+void api_tenants_list(api_ctx *app, http_req *r)
 {
     store_page page;
     if (!api_page(r, &page))
@@ -177,7 +177,7 @@ void api_tenants_list(ty_app *app, http_req *r)
     api_reply_list(r, items, next);
 }
 
-void api_tenants_get(ty_app *app, http_req *r)
+void api_tenants_get(api_ctx *app, http_req *r)
 {
     const char *id = http_req_param(r, 0);
     const store_key *who = http_req_key(r);
@@ -195,7 +195,7 @@ void api_tenants_get(ty_app *app, http_req *r)
     http_reply_json(r, 200, doc);
 }
 
-void api_tenants_update(ty_app *app, http_req *r)
+void api_tenants_update(api_ctx *app, http_req *r)
 {
     const json_t *body = api_json_object(r);
     if (!body)
@@ -217,7 +217,7 @@ void api_tenants_update(ty_app *app, http_req *r)
     http_reply_json(r, 200, doc);
 }
 
-void api_tenant_keys_create(ty_app *app, http_req *r)
+void api_tenant_keys_create(api_ctx *app, http_req *r)
 {
     const char *tenant_id = http_req_param(r, 0);
     ty_err err = {0};
@@ -235,7 +235,7 @@ void api_tenant_keys_create(ty_app *app, http_req *r)
     http_reply_json(r, 201, doc);
 }
 
-void api_tenant_keys_list(ty_app *app, http_req *r)
+void api_tenant_keys_list(api_ctx *app, http_req *r)
 {
     store_page page;
     if (!api_page(r, &page))
@@ -252,7 +252,7 @@ void api_tenant_keys_list(ty_app *app, http_req *r)
     api_reply_list(r, items, next);
 }
 
-void api_tenant_keys_revoke(ty_app *app, http_req *r)
+void api_tenant_keys_revoke(api_ctx *app, http_req *r)
 {
     ty_err err = {0};
     ty_status s = store_key_revoke(app->store, http_req_param(r, 0),

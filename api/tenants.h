@@ -14,8 +14,8 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "api/api.h"
 #include "common/ty.h"
-#include "app/app.h"
 #include "server/http.h"
 #include "store/store.h"
 
@@ -43,12 +43,12 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
                             ty_err *err);
 
 /* ---- handlers ---- */
-void api_tenants_create(ty_app *app, http_req *r);
-void api_tenants_list(ty_app *app, http_req *r);
-void api_tenants_get(ty_app *app, http_req *r);
-void api_tenants_update(ty_app *app, http_req *r);
-void api_tenant_keys_create(ty_app *app, http_req *r);
-void api_tenant_keys_list(ty_app *app, http_req *r);
-void api_tenant_keys_revoke(ty_app *app, http_req *r);
+void api_tenants_create(api_ctx *app, http_req *r);
+void api_tenants_list(api_ctx *app, http_req *r);
+void api_tenants_get(api_ctx *app, http_req *r);
+void api_tenants_update(api_ctx *app, http_req *r);
+void api_tenant_keys_create(api_ctx *app, http_req *r);
+void api_tenant_keys_list(api_ctx *app, http_req *r);
+void api_tenant_keys_revoke(api_ctx *app, http_req *r);
 
 #endif

@@ -63,17 +63,17 @@ static void web_serve(http_req *r, const char *name)
     http_reply_static(r, 200, web_content_type(name), f->data, f->len);
 }
 
-void api_web_index(ty_app *app, http_req *r)
+void api_web_index(api_ctx *app, http_req *r)
 {
     web_serve(r, "index.html");
 }
 
-void api_web_file(ty_app *app, http_req *r)
+void api_web_file(api_ctx *app, http_req *r)
 {
     web_serve(r, http_req_param(r, 0));
 }
 
-void api_web_chartjs(ty_app *app, http_req *r)
+void api_web_chartjs(api_ctx *app, http_req *r)
 {
     if (access(TY_CHARTJS_PATH, R_OK) != 0) {
         http_reply_problem(r, 404, NULL,

@@ -6,7 +6,7 @@
 #ifndef TY_WEB_H
 #define TY_WEB_H
 
-#include "app/app.h"
+#include "api/api.h"
 #include "server/http.h"
 
 typedef struct {
@@ -29,8 +29,8 @@ const ty_web_file *web_file_find(const char *name);
 const char *web_content_type(const char *name);
 
 /* GET / (index.html), GET /web/{file}, GET /web/vendor/chart.min.js. */
-void api_web_index(ty_app *app, http_req *r);
-void api_web_file(ty_app *app, http_req *r);
-void api_web_chartjs(ty_app *app, http_req *r);
+void api_web_index(api_ctx *app, http_req *r);
+void api_web_file(api_ctx *app, http_req *r);
+void api_web_chartjs(api_ctx *app, http_req *r);
 
 #endif

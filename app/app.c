@@ -100,3 +100,19 @@ void app_free(ty_app *app)
         lock_fd = -1;
     }
 }
+
+api_ctx *app_api_ctx(ty_app *app)
+{
+    app->api = (api_ctx){
+        .store = app->store,
+        .jobs = app->jobs,
+        .models = app->models,
+        .inventory = app->inventory,
+        .events = app->events,
+        .data_dir = app->cfg.data_dir,
+        .max_fetch_bytes = app->cfg.max_fetch_bytes,
+        .fetch_timeout_s = app->cfg.fetch_timeout_s,
+        .fetch_hosts = app->cfg.fetch_hosts,
+    };
+    return &app->api;
+}

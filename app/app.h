@@ -14,6 +14,7 @@
 #include "app/config.h"
 #include "store/store.h"
 #include "server/tls.h"
+#include "api/api.h"
 
 struct jobs_service;
 struct model_cache;
@@ -39,11 +40,16 @@ typedef struct ty_app {
     /* --tls-cert/--tls-key, loaded by main before app_init's data folder
      * work; cert NULL: plain HTTP. Freed by main. */
     tls_pem tls;
+    /* What the HTTP handlers see of all this (app_api_ctx). */
+    api_ctx api;
 } ty_app;
 
 /* Prepares the data folder (creating it), opens the store, recovers jobs
  * left running and removes unreferenced blobs and stale temp files. */
 ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err);
+
+/* Fills app->api from the services main has started; returns it. */
+api_ctx *app_api_ctx(ty_app *app);
 
 /* Releases what app_init acquired (the daemon and runner must be stopped). */
 void app_free(ty_app *app);

@@ -341,7 +341,7 @@ static int cmd_serve(int argc, char **argv)
         .tls_cert = app.tls.cert,
         .tls_key = app.tls.key,
         .store = app.store,
-        .ctx = &app,
+        .ctx = app_api_ctx(&app),
     };
     if (http_server_start(&http, api_routes, api_routes_count, &app.bound_port,
                           &err) != TY_OK) {

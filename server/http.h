@@ -42,7 +42,7 @@ typedef struct http_server_opts {
     const char *tls_cert;        /* PEM; NULL: plain HTTP */
     const char *tls_key;
     store *store;                /* API keys, for the routes' auth */
-    struct ty_app *ctx;          /* handed to every handler */
+    struct api_ctx *ctx;          /* handed to every handler */
 } http_server_opts;
 
 /* Starts the daemon with opts (copied; the strings must outlive the

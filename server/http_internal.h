@@ -33,7 +33,7 @@ typedef struct {
 } form_part;
 
 struct http_req {
-    struct ty_app *app;        /* the handlers' context (http_server_opts.ctx) */
+    struct api_ctx *app;        /* the handlers' context (http_server_opts.ctx) */
     struct MHD_Connection *conn;
     http_method method;
     char method_name[16];

@@ -37,9 +37,9 @@ typedef enum {
     ROUTE_BODY_UPLOAD    /* multipart/form-data streamed to disk, or JSON */
 } route_body;
 
-struct ty_app;
+struct api_ctx;
 struct http_req;
-typedef void (*route_handler)(struct ty_app *app, struct http_req *req);
+typedef void (*route_handler)(struct api_ctx *app, struct http_req *req);
 
 typedef struct {
     http_method method;
