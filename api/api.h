@@ -118,7 +118,7 @@ void api_kserve_infer(api_ctx *app, http_req *r);
 
 void api_devices_list(api_ctx *app, http_req *r);
 
-/* Server-Sent Events (events.c). */
+/* Server-Sent Events (api/events.c; the stream itself: server/sse.c). */
 void api_events_stream(api_ctx *app, http_req *r);
 void api_jobs_events(api_ctx *app, http_req *r);
 /* GET /metrics (api/metrics.c): Prometheus text, public like /healthz. */

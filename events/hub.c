@@ -1,5 +1,5 @@
 /*
- * events.c - the live event hub: a ring of recent events and the streams
+ * hub.c - the live event hub: a ring of recent events and the streams
  * reading it (see events.h).
  *
  * Invariants (under mu): the ring holds ids oldest..newest, event id i at

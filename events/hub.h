@@ -1,5 +1,5 @@
 /*
- * events.h - the live event hub behind Server-Sent Events (GET /v1/events,
+ * hub.h - the live event hub behind Server-Sent Events (GET /v1/events,
  * GET /v1/jobs/{id}/events; api/events.c).
  *
  * The runner (and the jobs API at submit and cancel) publishes job events;

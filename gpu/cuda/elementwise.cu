@@ -2,7 +2,7 @@
  * elementwise.cu - the CUDA backend's elementwise kernels: bias
  * broadcast and its gradient, the activations, dropout, leaky_relu, add and
  * scale. Each is a grid-stride loop whose results do not depend on the
- * launch shape; the formulas are backend_cpu.c's (the transcendental
+ * launch shape; the formulas are models/cpu/elementwise.c's (the transcendental
  * functions are CUDA's, within a few ulp of glibc's).
  *
  * Dropout differs from the CPU on purpose: the CPU draws the mask from the

@@ -10,7 +10,7 @@
  * cuda_internal.h). The block count depends only on the size, so a loss
  * has the same bits run after run on one device; it differs from the CPU's
  * order, and so in the last bits. Counts of correct rows travel as doubles
- * (exact below 2^53). The per-row formulas are backend_cpu.c's.
+ * (exact below 2^53). The per-row formulas are models/cpu/loss.c's.
  */
 #include "gpu/cuda/kernels.cuh"
 

@@ -6,7 +6,7 @@
  * Layernorm and softmax are row kernels: one block per row (rows
  * blockIdx.x, + gridDim.x, ...), fixed-order block sums; layernorm's
  * parameter gradients are column sums split over rows in a fixed order.
- * Formulas as backend_cpu_norm.c (statistics in float sums, the
+ * Formulas as models/cpu/norm.c (statistics in float sums, the
  * variance's reciprocal square root in double).
  *
  * Batch norm runs own kernels that do, per output value, the CPU's
@@ -236,7 +236,7 @@ void nn_cuda_softmax_backward(const nn_exec *ex, float *din,
 
 enum { BN_SUM, BN_SUMSQ_DEV, BN_DOT_DEV };
 
-/* One lane of backend_cpu_norm.c's fixed-order row sums: lane L adds the
+/* One lane of models/cpu/norm.c's fixed-order row sums: lane L adds the
  * terms at L, L + 8, ... below the last whole group of 8. Terms: BN_SUM
  * a[q]; BN_SUMSQ_DEV (a[q] - m)^2; BN_DOT_DEV a[q] * (b[q] - m). */
 static __device__ float bn_term(int kind, const float *a, const float *b,

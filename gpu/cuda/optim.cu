@@ -5,7 +5,7 @@
  *
  * Each update is written with the round-to-nearest intrinsics (__fmul_rn,
  * __fadd_rn, ...), which nvcc never fuses into FMAs, in exactly the order
- * of IEEE operations of backend_cpu.c's sgd_serial and adam_one (the CPU
+ * of IEEE operations of models/cpu/optim.c's sgd_serial and adam_one (the CPU
  * builds with -std=c11, so no contraction there either): given the same
  * inputs, a step gives the CPU's bits.
  */
@@ -91,7 +91,7 @@ void nn_cuda_sgd(const nn_exec *ex, float *param, float *grad, float *buf,
     (void)nn_cuda_launched(ex, "sgd_kernel");
 }
 
-/* adam_one of backend_cpu.c: p *= decay_scale (AdamW); g = grad + wd p;
+/* adam_one of models/cpu/optim.c: p *= decay_scale (AdamW); g = grad + wd p;
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g g; p -= step m / (sqrt(v) / bc2
  * + eps). */
 static __global__ void adam_kernel(float *param, float *grad, float *m,

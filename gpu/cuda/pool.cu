@@ -91,7 +91,7 @@ static __global__ void maxpool_forward_kernel(float *out, int32_t *argmax,
     }
 }
 
-/* row_sum of backend_cpu_conv.c: 16 interleaved partials, a fixed tree. */
+/* nn_cpu_row_sum of models/cpu/cpu_internal.h: 16 interleaved partials, a fixed tree. */
 static __device__ float row_sum16(const float *x, size_t n)
 {
     float acc[16];

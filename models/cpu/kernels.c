@@ -1,6 +1,6 @@
 /*
- * cpu_kernels.c - the CPU engine's GEMM kernels chosen by CPUID feature
- * bits (see cpu_kernels.h for why and how).
+ * kernels.c - the CPU engine's GEMM kernels chosen by CPUID feature
+ * bits (see kernels.h for why and how).
  *
  * Invariant: after cpu_kernels_select() returns, the info describes the
  * OpenBLAS core actually loaded in this process (openblas_get_corename()),

@@ -1,5 +1,5 @@
 /*
- * cpu_kernels.h - which GEMM kernels the CPU engine runs, chosen from the
+ * kernels.h - which GEMM kernels the CPU engine runs, chosen from the
  * CPU's feature bits, never from its model name.
  *
  * The engine's GEMMs (dense layers, im2col convolutions) go through
