@@ -7,12 +7,13 @@
 #   make bench  CPU training benchmark against PyTorch (minutes; not a test)
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
 #   make test-unit [T=test_<module>]  build and run one unit test, or all of them
+#   make format  apply .clang-format to every C, header and CUDA file
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched format
 
 run: server
 	@scripts/run.sh
@@ -80,6 +81,11 @@ bench: build test-deps
 
 bench-sched: build
 	$(BUILD)/bench_sched
+
+# The code's format (.clang-format) on every C, header and CUDA file.
+format:
+	@command -v clang-format >/dev/null || { echo "make format needs clang-format (apt-get install clang-format)"; exit 1; }
+	git ls-files '*.c' '*.h' '*.cu' '*.cuh' | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -1,6 +1,6 @@
 /*
  * hub.c - the live event hub: a ring of recent events and the streams
- * reading it (see events.h).
+ * reading it (see hub.h).
  *
  * Invariants (under mu): the ring holds ids oldest..newest, event id i at
  * ring[i % cap]; a stream has sent every event of its own up to `after`
