@@ -35,9 +35,8 @@ int api_page(http_req *r, store_page *page)
     if (cursor) {
         char *end;
         errno = 0;
-        long long n = strncmp(cursor, "c", 1) == 0
-                          ? strtoll(cursor + 1, &end, 10)
-                          : -1;
+        long long n =
+            strncmp(cursor, "c", 1) == 0 ? strtoll(cursor + 1, &end, 10) : -1;
         if (n <= 0 || errno || *end) {
             http_reply_problem(r, 400, "cursor",
                                "cursor is not one this server gave out; pass "
@@ -102,8 +101,8 @@ void api_get(api_ctx *app, http_req *r, api_get_fn get)
 {
     json_t *doc;
     ty_err err = {0};
-    ty_status s = get(app->store, api_tenant(r), http_req_param(r, 0), &doc,
-                      NULL, &err);
+    ty_status s =
+        get(app->store, api_tenant(r), http_req_param(r, 0), &doc, NULL, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;

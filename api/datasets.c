@@ -93,9 +93,9 @@ static ty_status check_fields(upload *u, const char *name, const char *format,
     if (task) {
         u->task = ty_task_parse(task);
         if (u->task < 0)
-            return ty_fail(err, TY_EINVAL, "task",
-                           "task must be classification or regression, not '%s'",
-                           task);
+            return ty_fail(
+                err, TY_EINVAL, "task",
+                "task must be classification or regression, not '%s'", task);
     }
     if (u->format == FMT_CSV) {
         if (!label_column || !*label_column)
@@ -111,10 +111,10 @@ static ty_status check_fields(upload *u, const char *name, const char *format,
 
 static ty_status read_form(http_req *r, upload *u, ty_err *err)
 {
-    ty_status s = check_fields(
-        u, http_req_form_value(r, "name"), http_req_form_value(r, "format"),
-        http_req_form_value(r, "label_column"), http_req_form_value(r, "task"),
-        err);
+    ty_status s = check_fields(u, http_req_form_value(r, "name"),
+                               http_req_form_value(r, "format"),
+                               http_req_form_value(r, "label_column"),
+                               http_req_form_value(r, "task"), err);
     if (s != TY_OK)
         return s;
     char expected[128];
@@ -145,8 +145,8 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
 static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
                            upload *u, ty_err *err)
 {
-    static const char *const keys[] = {"name", "format", "urls",
-                                       "label_column", "task", NULL};
+    static const char *const keys[] = {"name",         "format", "urls",
+                                       "label_column", "task",   NULL};
     ty_status s = tyjson_check_keys(body, keys, "", err);
     if (s != TY_OK)
         return s;
@@ -166,8 +166,9 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
         return ty_fail(err, TY_EINVAL, "label_column",
                        "label_column applies to csv datasets only");
     if (u->format == FMT_IDX && task)
-        return ty_fail(err, TY_EINVAL, "task",
-                       "idx datasets are always classification; leave task out");
+        return ty_fail(
+            err, TY_EINVAL, "task",
+            "idx datasets are always classification; leave task out");
     const json_t *urls = json_object_get(body, "urls");
     const char *url_keys[3] = {format_files[u->format][0],
                                format_files[u->format][1], NULL};
@@ -187,12 +188,11 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
                                    &url, err)) != TY_OK)
             return s;
         char *path = u->fetched[i];
-        if ((s = http_req_temp_path(r, ".fetch", path, PATH_MAX, err)) !=
-            TY_OK)
+        if ((s = http_req_temp_path(r, ".fetch", path, PATH_MAX, err)) != TY_OK)
             return s;
         if ((s = fetch_url_to_file(url, path, app->max_fetch_bytes,
-                                   app->fetch_timeout_s,
-                                   app->fetch_hosts, field, err)) != TY_OK)
+                                   app->fetch_timeout_s, app->fetch_hosts,
+                                   field, err)) != TY_OK)
             return s;
         u->paths[i] = path;
     }
@@ -204,16 +204,16 @@ static ty_status convert(const upload *u, const char *out, ty_err *err)
 {
     ty_status s;
     switch (u->format) {
-    case FMT_CSV:
-        s = ds_convert_csv(u->paths[0], u->label_column, (ty_task)u->task, out,
-                           err);
-        break;
-    case FMT_IDX:
-        s = ds_convert_idx(u->paths[0], u->paths[1], out, err);
-        break;
-    default:
-        s = ds_convert_npy(u->paths[0], u->paths[1], u->task, out, err);
-        break;
+        case FMT_CSV:
+            s = ds_convert_csv(u->paths[0], u->label_column, (ty_task)u->task,
+                               out, err);
+            break;
+        case FMT_IDX:
+            s = ds_convert_idx(u->paths[0], u->paths[1], out, err);
+            break;
+        default:
+            s = ds_convert_npy(u->paths[0], u->paths[1], u->task, out, err);
+            break;
     }
     return s;
 }
@@ -239,8 +239,10 @@ static json_t *dataset_doc(const char *id, const upload *u,
         json_object_set_new(doc, "num_targets", json_integer(ds->y_dim));
     }
     if (json_object_get(m, "feature_names")) {
-        json_object_set(doc, "feature_names", json_object_get(m, "feature_names"));
-        json_object_set(doc, "label_column", json_object_get(m, "label_column"));
+        json_object_set(doc, "feature_names",
+                        json_object_get(m, "feature_names"));
+        json_object_set(doc, "label_column",
+                        json_object_get(m, "label_column"));
     }
     json_object_set(doc, "source", u->source);
     json_object_set_new(doc, "created_at", json_string(now));
@@ -289,7 +291,8 @@ fail:
     /* Past this point a size limit is about the data (too many classes, a
      * download over --max-fetch-bytes), not the request body: 422, not 413;
      * the tenant's storage quota is 413. */
-    http_reply_error(r, s == TY_ETOOBIG && !quota_refused ? TY_EINVAL : s, &err);
+    http_reply_error(r, s == TY_ETOOBIG && !quota_refused ? TY_EINVAL : s,
+                     &err);
 }
 
 void api_datasets_list(api_ctx *app, http_req *r)

@@ -16,8 +16,7 @@ void api_devices_list(api_ctx *app, http_req *r)
         doc = inv_to_json(app->inventory, &viewer);
     } else {
         /* A server made without an inventory (tests): a CPU-only host. */
-        doc = json_pack("{s:s, s:n, s:[]}", "source", "none", "reason",
-                        "gpus");
+        doc = json_pack("{s:s, s:n, s:[]}", "source", "none", "reason", "gpus");
     }
     if (!doc) {
         http_reply_problem(r, 503, NULL, "out of memory listing the devices");

@@ -96,7 +96,7 @@ static ty_status finished_job_text(api_ctx *app, http_req *r, const json_t *job,
         return s;
     size_t i;
     json_t *e;
-    json_array_foreach(epochs, i, e) {
+    json_array_foreach (epochs, i, e) {
         json_t *d = json_pack("{s:O, s:O}", "job", job, "epoch", e);
         char *t = d ? ev_format(id, ev_type_name(EV_JOB_EPOCH), d) : NULL;
         json_decref(d);
@@ -130,8 +130,7 @@ void api_events_stream(api_ctx *app, http_req *r)
         pre = reset_text(newest);
     else if (last)
         after = last;
-    sse_reply(r, app->events, api_tenant(r), NULL, after, pre,
-                    EV_END_NEVER);
+    sse_reply(r, app->events, api_tenant(r), NULL, after, pre, EV_END_NEVER);
 }
 
 void api_jobs_events(api_ctx *app, http_req *r)
@@ -162,9 +161,8 @@ void api_jobs_events(api_ctx *app, http_req *r)
     if (last && !reset) {
         /* A resume: what came after `last`, from the ring (all there is,
          * when the job has finished). */
-        sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0),
-                        last, pre,
-                        job_is_finished(job) ? EV_END_CAUGHT_UP : EV_END_NEVER);
+        sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0), last,
+                  pre, job_is_finished(job) ? EV_END_CAUGHT_UP : EV_END_NEVER);
         json_decref(job);
         return;
     }
@@ -172,15 +170,15 @@ void api_jobs_events(api_ctx *app, http_req *r)
         if ((s = finished_job_text(app, r, job, newest, &pre, &pre_len,
                                    &err)) != TY_OK)
             goto fail;
-        sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0),
-                        newest, pre, EV_END_AFTER_PREAMBLE);
+        sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0), newest,
+                  pre, EV_END_AFTER_PREAMBLE);
         json_decref(job);
         return;
     }
     /* Running or queued: its events still in the ring, then new ones;
      * after a reset, new ones only. */
     sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0),
-                    reset ? newest : oldest - 1, pre, EV_END_NEVER);
+              reset ? newest : oldest - 1, pre, EV_END_NEVER);
     json_decref(job);
     return;
 fail:

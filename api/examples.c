@@ -101,8 +101,8 @@ void api_datasets_examples(api_ctx *app, http_req *r)
     if (ds.features > MAX_VALUES) {
         s = ty_fail(&err, TY_EINVAL, "id",
                     "dataset %s has %llu values per example; examples are "
-                    "served up to %u values", id,
-                    (unsigned long long)ds.features, MAX_VALUES);
+                    "served up to %u values",
+                    id, (unsigned long long)ds.features, MAX_VALUES);
         goto done;
     }
     uint64_t fit = MAX_VALUES / ds.features;
@@ -121,10 +121,10 @@ void api_datasets_examples(api_ctx *app, http_req *r)
         uint32_t i = (uint32_t)(offset + k);
         uint64_t at = 0;
         ty_dataset_example_f32(&ds, i, buf);
-        json_array_append_new(
-            items, json_pack("{s:I, s:o, s:o}", "index", (json_int_t)i, "x",
-                             nest(&ds, buf, 0, &at), "label",
-                             label_of(&ds, i)));
+        json_array_append_new(items, json_pack("{s:I, s:o, s:o}", "index",
+                                               (json_int_t)i, "x",
+                                               nest(&ds, buf, 0, &at), "label",
+                                               label_of(&ds, i)));
     }
     http_reply_json(r, 200,
                     json_pack("{s:s, s:I, s:I, s:o}", "dataset", id, "offset",

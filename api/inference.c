@@ -88,7 +88,8 @@ void api_kserve_model(api_ctx *app, http_req *r)
     json_t *doc;
     ty_err err = {0};
     const char *id = http_req_param(r, 0);
-    ty_status s = store_model_get(app->store, api_tenant(r), id, &doc, NULL, &err);
+    ty_status s =
+        store_model_get(app->store, api_tenant(r), id, &doc, NULL, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;
@@ -96,7 +97,8 @@ void api_kserve_model(api_ctx *app, http_req *r)
     json_t *in_shape = json_array();
     json_array_append_new(in_shape, json_integer(-1));
     json_array_extend(in_shape, json_object_get(doc, "input_shape"));
-    json_t *out_shape = json_pack("[i, O]", -1, json_object_get(doc, "num_outputs"));
+    json_t *out_shape =
+        json_pack("[i, O]", -1, json_object_get(doc, "num_outputs"));
     json_t *meta = json_pack(
         "{s:s, s:[s], s:s, s:[{s:s, s:s, s:o}], s:[{s:s, s:s, s:o}]}", "name",
         id, "versions", "1", "platform", "trainyard", "inputs", "name", "input",
@@ -111,7 +113,8 @@ void api_kserve_model_ready(api_ctx *app, http_req *r)
     json_t *doc;
     ty_err err = {0};
     const char *id = http_req_param(r, 0);
-    ty_status s = store_model_get(app->store, api_tenant(r), id, &doc, NULL, &err);
+    ty_status s =
+        store_model_get(app->store, api_tenant(r), id, &doc, NULL, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;
@@ -122,9 +125,9 @@ void api_kserve_model_ready(api_ctx *app, http_req *r)
 
 static int numeric_datatype(const char *t)
 {
-    static const char *const ok[] = {"FP32", "FP64", "FP16", "INT8", "INT16",
-                                     "INT32", "INT64", "UINT8", "UINT16",
-                                     "UINT32", "UINT64"};
+    static const char *const ok[] = {"FP32",   "FP64",   "FP16",  "INT8",
+                                     "INT16",  "INT32",  "INT64", "UINT8",
+                                     "UINT16", "UINT32", "UINT64"};
     for (size_t i = 0; i < TY_ARRAY_LEN(ok); i++)
         if (!strcmp(t, ok[i]))
             return 1;
@@ -142,8 +145,8 @@ void api_kserve_infer(api_ctx *app, http_req *r)
     const char *id = http_req_param(r, 0);
     static const char *const keys[] = {"id", "parameters", "inputs", "outputs",
                                        NULL};
-    static const char *const in_keys[] = {"name", "shape", "datatype", "data",
-                                          "parameters", NULL};
+    static const char *const in_keys[] = {"name", "shape",      "datatype",
+                                          "data", "parameters", NULL};
     ty_status s = tyjson_check_keys(body, keys, "", &err);
     const json_t *inputs = json_object_get(body, "inputs");
     const json_t *in = json_array_get(inputs, 0);
@@ -170,7 +173,7 @@ void api_kserve_infer(api_ctx *app, http_req *r)
         json_t *o;
         if (!json_is_array(outs))
             s = ty_fail(&err, TY_EINVAL, "outputs", "outputs must be an array");
-        json_array_foreach(outs, i, o) {
+        json_array_foreach (outs, i, o) {
             const char *nm = json_string_value(json_object_get(o, "name"));
             if (s == TY_OK && (!nm || strcmp(nm, "output") != 0))
                 s = ty_fail(&err, TY_EINVAL, "outputs",
@@ -182,10 +185,9 @@ void api_kserve_infer(api_ctx *app, http_req *r)
         s = ty_fail(&err, TY_EINVAL, "id", "id must be a string");
     serve_env env = env_of(app);
     if (s == TY_OK)
-        s = serve_infer_tensor(&env, api_tenant(r), id,
-                               json_object_get(in, "shape"),
-                               json_object_get(in, "data"), "inputs[0]",
-                               &output, &device, &err);
+        s = serve_infer_tensor(
+            &env, api_tenant(r), id, json_object_get(in, "shape"),
+            json_object_get(in, "data"), "inputs[0]", &output, &device, &err);
     json_t *res = NULL;
     if (s == TY_OK) {
         res = json_pack("{s:s, s:s}", "model_name", id, "model_version", "1");

@@ -26,9 +26,9 @@ void api_jobs_create(api_ctx *app, http_req *r)
     const char *tenant = api_tenant(r);
     ty_err err = {0};
     json_t *job = NULL;
-    static const char *const keys[] = {"name", "dataset", "validation", "model",
-                                       "hyperparameters", "resources",
-                                       "priority", NULL};
+    static const char *const keys[] = {
+        "name",      "dataset",  "validation", "model", "hyperparameters",
+        "resources", "priority", NULL};
     job_submission sub = {0};
     json_t *resources = NULL;
     ty_status s;

@@ -27,9 +27,8 @@ static pthread_mutex_t scrape_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define LABELS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static const char *const job_states[] = {JOB_QUEUED, JOB_RUNNING,
-                                         JOB_SUCCEEDED, JOB_FAILED,
-                                         JOB_CANCELLED};
+static const char *const job_states[] = {JOB_QUEUED, JOB_RUNNING, JOB_SUCCEEDED,
+                                         JOB_FAILED, JOB_CANCELLED};
 
 /* Every state of a tenant with any job gets a series (0 when none), so a
  * rate or a comparison never sees a series vanish when a count drops. */
@@ -42,16 +41,17 @@ static ty_status collect_jobs(api_ctx *app, const opm_families *f, ty_err *err)
     metrics_clear(f->jobs);
     size_t i;
     json_t *row;
-    json_array_foreach(rows, i, row) {
-        const char *tenant = json_string_value(json_object_get(row, "tenant_id"));
+    json_array_foreach (rows, i, row) {
+        const char *tenant =
+            json_string_value(json_object_get(row, "tenant_id"));
         if (!tenant)
             continue;
         for (size_t k = 0; k < sizeof job_states / sizeof job_states[0]; k++)
             metrics_add(f->jobs, LABELS(tenant, job_states[k]), 0);
-        metrics_set(f->jobs,
-                    LABELS(tenant, json_string_value(
-                                       json_object_get(row, "status"))),
-                    (double)json_integer_value(json_object_get(row, "n")));
+        metrics_set(
+            f->jobs,
+            LABELS(tenant, json_string_value(json_object_get(row, "status"))),
+            (double)json_integer_value(json_object_get(row, "n")));
     }
     json_decref(rows);
     return TY_OK;
@@ -77,5 +77,5 @@ void api_metrics(api_ctx *app, http_req *r)
         return;
     }
     http_reply_buffer(r, 200, "text/plain; version=0.0.4; charset=utf-8", text,
-                    len);
+                      len);
 }

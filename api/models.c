@@ -118,7 +118,8 @@ fail:
     json_decref(doc);
     json_decref(meta);
     nn_net_destroy(net);
-    http_reply_error(r, s == TY_ETOOBIG && !quota_refused ? TY_EINVAL : s, &err);
+    http_reply_error(r, s == TY_ETOOBIG && !quota_refused ? TY_EINVAL : s,
+                     &err);
 }
 
 void api_models_list(api_ctx *app, http_req *r)
@@ -152,7 +153,8 @@ void api_models_weights(api_ctx *app, http_req *r)
     json_t *doc;
     ty_err err = {0};
     const char *id = http_req_param(r, 0);
-    ty_status s = store_model_get(app->store, api_tenant(r), id, &doc, sha, &err);
+    ty_status s =
+        store_model_get(app->store, api_tenant(r), id, &doc, sha, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;

@@ -81,7 +81,8 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
 
     const json_t *w = json_object_get(body, "weight");
     if (w) {
-        if (!json_is_number(w) || !(json_number_value(w) >= TENANT_WEIGHT_MIN) ||
+        if (!json_is_number(w) ||
+            !(json_number_value(w) >= TENANT_WEIGHT_MIN) ||
             json_number_value(w) > TENANT_WEIGHT_MAX)
             return ty_fail(err, TY_EINVAL, "weight",
                            "weight must be a number from %g to %g (the "
@@ -93,18 +94,19 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
 
     const json_t *quota = json_object_get(body, "quota");
     if (quota && !json_is_object(quota))
-        return ty_fail(err, TY_EINVAL, "quota",
-                       "quota must be an object with max_gpu_slices, "
-                       "max_running_jobs and max_storage_bytes (each optional)");
-    if (quota && (s = tyjson_check_keys(quota, quota_keys, "quota", err)) !=
-                     TY_OK)
+        return ty_fail(
+            err, TY_EINVAL, "quota",
+            "quota must be an object with max_gpu_slices, "
+            "max_running_jobs and max_storage_bytes (each optional)");
+    if (quota &&
+        (s = tyjson_check_keys(quota, quota_keys, "quota", err)) != TY_OK)
         return s;
     if ((s = parse_limit(quota, "max_gpu_slices", STORE_TENANT_SET_GPU_SLICES,
                          create, &out->lim.max_gpu_slices, &out->set, err)) !=
             TY_OK ||
-        (s = parse_limit(quota, "max_running_jobs",
-                         STORE_TENANT_SET_RUNNING_JOBS, create,
-                         &out->lim.max_running_jobs, &out->set, err)) != TY_OK ||
+        (s = parse_limit(
+             quota, "max_running_jobs", STORE_TENANT_SET_RUNNING_JOBS, create,
+             &out->lim.max_running_jobs, &out->set, err)) != TY_OK ||
         (s = parse_limit(quota, "max_storage_bytes", STORE_TENANT_SET_STORAGE,
                          create, &out->lim.max_storage_bytes, &out->set,
                          err)) != TY_OK)
@@ -243,8 +245,8 @@ void api_tenant_keys_list(api_ctx *app, http_req *r)
     json_t *items;
     int64_t next;
     ty_err err = {0};
-    ty_status s = store_key_list(app->store, http_req_param(r, 0), page,
-                                 &items, &next, &err);
+    ty_status s = store_key_list(app->store, http_req_param(r, 0), page, &items,
+                                 &next, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;

@@ -54,19 +54,15 @@ static void web_serve(http_req *r, const char *name)
 {
     const ty_web_file *f = web_file_find(name);
     if (!f) {
-        http_reply_problem(r, 404, NULL,
-                           "the dashboard has no file %s; it starts at /",
-                           name);
+        http_reply_problem(
+            r, 404, NULL, "the dashboard has no file %s; it starts at /", name);
         return;
     }
     web_headers(r);
     http_reply_static(r, 200, web_content_type(name), f->data, f->len);
 }
 
-void api_web_index(api_ctx *app, http_req *r)
-{
-    web_serve(r, "index.html");
-}
+void api_web_index(api_ctx *app, http_req *r) { web_serve(r, "index.html"); }
 
 void api_web_file(api_ctx *app, http_req *r)
 {

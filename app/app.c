@@ -71,8 +71,8 @@ ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
         (s = fs_mkdirs(app->jobs_dir, 0700, err)) != TY_OK ||
         (s = fs_mkdirs(blobs, 0700, err)) != TY_OK)
         return s;
-    ssize_t n = readlink("/proc/self/exe", app->self_exe,
-                         sizeof app->self_exe - 1);
+    ssize_t n =
+        readlink("/proc/self/exe", app->self_exe, sizeof app->self_exe - 1);
     if (n <= 0)
         return ty_fail(err, TY_EIO, NULL, "cannot find this program's path");
     app->self_exe[n] = '\0';
@@ -82,7 +82,8 @@ ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
     if ((s = store_job_requeue_running(app->store, &requeued, err)) != TY_OK)
         return s;
     if (requeued)
-        log_msg("info", "requeued %lld job(s) that were running when the "
+        log_msg("info",
+                "requeued %lld job(s) that were running when the "
                 "server last stopped; they resume from their last checkpoint",
                 (long long)requeued);
     int removed = store_blob_gc(app->store);

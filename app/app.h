@@ -23,13 +23,13 @@ struct ev_hub;
 
 typedef struct ty_app {
     ty_config cfg;
-    char tmp_dir[PATH_MAX];       /* <data>/tmp: uploads in progress */
-    char jobs_dir[PATH_MAX];      /* <data>/jobs/<id>: checkpoints, logs */
-    char self_exe[PATH_MAX];      /* this binary, to start workers */
+    char tmp_dir[PATH_MAX];  /* <data>/tmp: uploads in progress */
+    char jobs_dir[PATH_MAX]; /* <data>/jobs/<id>: checkpoints, logs */
+    char self_exe[PATH_MAX]; /* this binary, to start workers */
     store *store;
     struct jobs_service *jobs;
     struct model_cache *models;
-    int bound_port;               /* the port actually listened on */
+    int bound_port; /* the port actually listened on */
     /* Where jobs train: --train-device resolved at startup (main). */
     place_device train_dev;
     /* The GPUs and MIG slices (--devices), opened at startup (main). */

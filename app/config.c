@@ -48,12 +48,28 @@ ty_status config_parse_size(const char *s, uint64_t *out)
         return TY_EINVAL;
     unsigned shift = 0;
     switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    case 't': case 'T': shift = 40; end++; break;
-    default: return TY_EINVAL;
+        case '\0': break;
+        case 'k':
+        case 'K':
+            shift = 10;
+            end++;
+            break;
+        case 'm':
+        case 'M':
+            shift = 20;
+            end++;
+            break;
+        case 'g':
+        case 'G':
+            shift = 30;
+            end++;
+            break;
+        case 't':
+        case 'T':
+            shift = 40;
+            end++;
+            break;
+        default: return TY_EINVAL;
     }
     if (*end == 'i' || *end == 'B')
         end++;
@@ -115,8 +131,10 @@ static ty_status parse_int(const char *flag, const char *v, int min, int max,
     errno = 0;
     long n = v ? strtol(v, &end, 10) : 0;
     if (!v || errno || end == v || *end || n < min || n > max)
-        return ty_fail(err, TY_EINVAL, flag, "%s needs a whole number from %d "
-                       "to %d", flag, min, max);
+        return ty_fail(err, TY_EINVAL, flag,
+                       "%s needs a whole number from %d "
+                       "to %d",
+                       flag, min, max);
     *out = (int)n;
     return TY_OK;
 }
@@ -257,8 +275,7 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
         } else if (!strcmp(flag, "--events-ring")) {
             s = parse_int(flag, val, 1, EV_RING_MAX, &cfg->events_ring, err);
         } else if (!strcmp(flag, "--tls-cert")) {
-            s = parse_path(flag, val, cfg->tls_cert, sizeof cfg->tls_cert,
-                           err);
+            s = parse_path(flag, val, cfg->tls_cert, sizeof cfg->tls_cert, err);
         } else if (!strcmp(flag, "--tls-key")) {
             s = parse_path(flag, val, cfg->tls_key, sizeof cfg->tls_key, err);
         } else if (!strcmp(flag, "--admin-key-file")) {
@@ -266,7 +283,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                            sizeof cfg->admin_key_file, err);
         } else {
             return ty_fail(err, TY_EINVAL, flag,
-                           "unknown flag %s (see trainyard serve --help)", flag);
+                           "unknown flag %s (see trainyard serve --help)",
+                           flag);
         }
         if (s != TY_OK)
             return s;
@@ -284,99 +302,138 @@ void config_usage(FILE *f)
 {
     ty_config d;
     config_defaults(&d);
-    fprintf(f,
+    fprintf(
+        f,
         "Usage: trainyard serve [flags]\n"
         "\n"
-        "Runs the trainyard REST API server. Its state lives in one data folder.\n"
-        "On first start with an empty data folder it creates an admin API key,\n"
+        "Runs the trainyard REST API server. Its state lives in one data "
+        "folder.\n"
+        "On first start with an empty data folder it creates an admin API "
+        "key,\n"
         "prints it once and writes it to <data>/admin.key (mode 0600), unless\n"
         "one is given (--admin-key-file, TRAINYARD_ADMIN_KEY).\n"
         "\n"
         "Flags (--flag value or --flag=value):\n"
-        "  --listen ADDR:PORT        address to serve on; [v6addr]:port for IPv6,\n"
+        "  --listen ADDR:PORT        address to serve on; [v6addr]:port for "
+        "IPv6,\n"
         "                            port 0 picks a free port (default %s)\n"
         "  --data DIR                data folder: database, blobs, job files\n"
         "                            (default %s)\n"
         "  --threads N               HTTP worker threads (default %d)\n"
-        "  --max-jobs N              CPU training jobs (resources.gpu \"none\")\n"
-        "                            run at once; GPU jobs run one per free GPU\n"
+        "  --max-jobs N              CPU training jobs (resources.gpu "
+        "\"none\")\n"
+        "                            run at once; GPU jobs run one per free "
+        "GPU\n"
         "                            or MIG slice (default %d)\n"
-        "  --worker-threads N        CPU threads per training job, 0 = all cores\n"
+        "  --worker-threads N        CPU threads per training job, 0 = all "
+        "cores\n"
         "                            (default %d)\n"
         "  --max-upload-bytes SIZE   largest dataset upload (default %lluM)\n"
-        "  --max-json-bytes SIZE     largest JSON request body (default %lluM)\n"
-        "  --max-fetch-bytes SIZE    largest file fetched from a URL (default %lluM)\n"
-        "  --fetch-timeout SECONDS   time limit for fetching a URL (default %d)\n"
+        "  --max-json-bytes SIZE     largest JSON request body (default "
+        "%lluM)\n"
+        "  --max-fetch-bytes SIZE    largest file fetched from a URL (default "
+        "%lluM)\n"
+        "  --fetch-timeout SECONDS   time limit for fetching a URL (default "
+        "%d)\n"
         "  --fetch-hosts LIST        hosts that dataset URLs may name, comma-\n"
-        "                            separated; * allows any (default %s). With a\n"
+        "                            separated; * allows any (default %s). "
+        "With a\n"
         "                            list, redirects are not followed\n"
-        "  --model-cache N           trained models kept loaded for predictions\n"
+        "  --model-cache N           trained models kept loaded for "
+        "predictions\n"
         "                            (default %d)\n"
         "  --connection-timeout SECONDS\n"
-        "                            idle HTTP connections are closed after this\n"
+        "                            idle HTTP connections are closed after "
+        "this\n"
         "                            (default %d)\n"
-        "  --max-job-memory SIZE     refuse jobs whose training would take more\n"
+        "  --max-job-memory SIZE     refuse jobs whose training would take "
+        "more\n"
         "                            memory than this (parameters, gradients,\n"
-        "                            optimizer state, activations at the batch\n"
+        "                            optimizer state, activations at the "
+        "batch\n"
         "                            size, working memory); 0 = no limit\n"
         "                            (default %llu)\n"
         "  --train-device DEV        where training jobs run: auto, cpu, cuda\n"
-        "                            (device 0) or cuda:N. auto is the first CUDA\n"
-        "                            device when this binary has CUDA and one is\n"
+        "                            (device 0) or cuda:N. auto is the first "
+        "CUDA\n"
+        "                            device when this binary has CUDA and one "
+        "is\n"
         "                            present, else the CPU. A job that cannot\n"
         "                            fit the device's memory is refused at\n"
         "                            submit (default auto)\n"
-        "  --serve-device DEV        where predictions, evaluations and KServe\n"
-        "                            inference run: auto, cpu, cuda (device 0)\n"
+        "  --serve-device DEV        where predictions, evaluations and "
+        "KServe\n"
+        "                            inference run: auto, cpu, cuda (device "
+        "0)\n"
         "                            or cuda:N. auto runs each model on the\n"
-        "                            device it was trained on when this server\n"
+        "                            device it was trained on when this "
+        "server\n"
         "                            has it, else on the CPU (default auto)\n"
         "  --devices SRC             the GPU inventory jobs are scheduled on:\n"
-        "                            auto (the driver, through NVML; none found\n"
+        "                            auto (the driver, through NVML; none "
+        "found\n"
         "                            is an empty inventory), none (a CPU-only\n"
-        "                            host) or sim:FILE.json (simulated GPUs and\n"
-        "                            MIG layouts, e.g. gpu/sim/h200-7x1g.json; an\n"
+        "                            host) or sim:FILE.json (simulated GPUs "
+        "and\n"
+        "                            MIG layouts, e.g. gpu/sim/h200-7x1g.json; "
+        "an\n"
         "                            impossible layout stops the start)\n"
         "                            (default auto)\n"
         "  --heartbeat-timeout SECONDS\n"
-        "                            a worker that prints nothing for this long\n"
-        "                            is killed and its job retried (default %d)\n"
-        "  --retry-backoff SECONDS   delay before retrying a crashed job; doubles\n"
+        "                            a worker that prints nothing for this "
+        "long\n"
+        "                            is killed and its job retried (default "
+        "%d)\n"
+        "  --retry-backoff SECONDS   delay before retrying a crashed job; "
+        "doubles\n"
         "                            with each attempt, at most 300 s\n"
         "                            (default %g)\n"
         "  --max-attempts N          runs a crashing job gets, unless its\n"
-        "                            hyperparameters.max_attempts says (default %d)\n"
-        "  --backfill-wait SECONDS   how long a tenant's first job may be passed\n"
-        "                            by smaller jobs before the slices it needs\n"
+        "                            hyperparameters.max_attempts says "
+        "(default %d)\n"
+        "  --backfill-wait SECONDS   how long a tenant's first job may be "
+        "passed\n"
+        "                            by smaller jobs before the slices it "
+        "needs\n"
         "                            are reserved for it (default %g)\n"
-        "  --preempt on|off          whether a tenant below its fair share may\n"
+        "  --preempt on|off          whether a tenant below its fair share "
+        "may\n"
         "                            preempt another's job (default on)\n"
-        "  --preempt-wait SECONDS    how long a job waits before it may preempt\n"
+        "  --preempt-wait SECONDS    how long a job waits before it may "
+        "preempt\n"
         "                            (default %g)\n"
         "  --fair-window SECONDS     how much history fair share remembers\n"
         "                            (default %g)\n"
-        "  --events-ring N           live events kept in memory for SSE clients\n"
-        "                            that resume with Last-Event-ID; an older id\n"
+        "  --events-ring N           live events kept in memory for SSE "
+        "clients\n"
+        "                            that resume with Last-Event-ID; an older "
+        "id\n"
         "                            gets `event: reset` (default %d)\n"
-        "  --tls-cert FILE           serve HTTPS with this PEM certificate (the\n"
+        "  --tls-cert FILE           serve HTTPS with this PEM certificate "
+        "(the\n"
         "                            server's first, then any intermediates);\n"
         "                            needs --tls-key. Plain HTTP is then not\n"
         "                            served on the port (default: plain HTTP)\n"
         "  --tls-key FILE            the PEM private key of --tls-cert\n"
-        "  --admin-key-file FILE     use the admin API key in FILE (e.g. a Docker\n"
+        "  --admin-key-file FILE     use the admin API key in FILE (e.g. a "
+        "Docker\n"
         "                            secret) instead of generating one; the\n"
         "                            environment variable TRAINYARD_ADMIN_KEY\n"
-        "                            does the same. `trainyard keygen` makes a\n"
+        "                            does the same. `trainyard keygen` makes "
+        "a\n"
         "                            key. A key not yet known joins the admin\n"
-        "                            tenant; one revoked through the API stays\n"
+        "                            tenant; one revoked through the API "
+        "stays\n"
         "                            revoked. Nothing is written to admin.key\n"
         "  -h, --help                show this help\n"
         "\n"
         "SIZE takes a number of bytes or a K, M, G suffix (powers of 1024).\n"
         "A cuda device named in --train-device or --serve-device that this\n"
         "binary or machine lacks is a startup error.\n"
-        "SIGINT or SIGTERM shuts down gracefully: running jobs are stopped and\n"
-        "queued again, to resume from their last checkpoint on the next start.\n",
+        "SIGINT or SIGTERM shuts down gracefully: running jobs are stopped "
+        "and\n"
+        "queued again, to resume from their last checkpoint on the next "
+        "start.\n",
         d.listen, d.data_dir, d.http_threads, d.max_jobs, d.worker_threads,
         (unsigned long long)(d.max_upload_bytes >> 20),
         (unsigned long long)(d.max_json_bytes >> 20),

@@ -13,48 +13,48 @@
 #include "jobs/placement.h"
 
 typedef struct {
-    char listen[128];            /* as given: "127.0.0.1:8080", "[::1]:0" */
-    char host[64];               /* the address part */
-    int port;                    /* 0 = any free port */
+    char listen[128]; /* as given: "127.0.0.1:8080", "[::1]:0" */
+    char host[64];    /* the address part */
+    int port;         /* 0 = any free port */
     int ipv6;
     char data_dir[PATH_MAX];
-    int http_threads;            /* libmicrohttpd thread-pool size */
-    int max_jobs;                /* training workers running at once */
-    int worker_threads;          /* BLAS threads per worker; 0 = all cores */
-    uint64_t max_upload_bytes;   /* per dataset upload */
-    uint64_t max_json_bytes;     /* per JSON request body */
-    uint64_t max_fetch_bytes;    /* per file fetched from a URL */
+    int http_threads;          /* libmicrohttpd thread-pool size */
+    int max_jobs;              /* training workers running at once */
+    int worker_threads;        /* BLAS threads per worker; 0 = all cores */
+    uint64_t max_upload_bytes; /* per dataset upload */
+    uint64_t max_json_bytes;   /* per JSON request body */
+    uint64_t max_fetch_bytes;  /* per file fetched from a URL */
     int fetch_timeout_s;
-    char fetch_hosts[1024];      /* hosts dataset URLs may name; "*" = any */
-    int model_cache_size;        /* trained models kept loaded for predict */
-    int connection_timeout_s;    /* idle HTTP connections are closed after */
-    uint64_t max_job_memory;     /* bytes a job's training may take from its
+    char fetch_hosts[1024];     /* hosts dataset URLs may name; "*" = any */
+    int model_cache_size;       /* trained models kept loaded for predict */
+    int connection_timeout_s;   /* idle HTTP connections are closed after */
+    uint64_t max_job_memory;    /* bytes a job's training may take from its
                                     backend (train_memory); 0 = no limit */
-    int serve_device;            /* where predictions run: PLACE_DEVICE_AUTO
+    int serve_device;           /* where predictions run: PLACE_DEVICE_AUTO
                                     (the model's training device when this
                                     server has it, else the CPU), -1 the
                                     CPU, else CUDA device N */
-    int train_device;            /* where jobs train, as given: AUTO, -1 the
+    int train_device;           /* where jobs train, as given: AUTO, -1 the
                                     CPU, or CUDA device N; resolved at
                                     startup (place_device_open) */
-    char devices[PATH_MAX + 8];  /* the device inventory (--devices): "auto"
+    char devices[PATH_MAX + 8]; /* the device inventory (--devices): "auto"
                                     (NVML), "none", or "sim:<file.json>";
                                     opened at startup (inv_open) */
     /* The scheduler and the job lifecycle (jobs/service.h, jobs/sched.h). */
-    int heartbeat_timeout_s;     /* a worker silent this long is killed and
+    int heartbeat_timeout_s; /* a worker silent this long is killed and
                                     retried */
-    double retry_backoff_s;      /* first retry's delay; doubles per attempt */
-    int max_attempts;            /* runs a job gets when it keeps crashing,
+    double retry_backoff_s;  /* first retry's delay; doubles per attempt */
+    int max_attempts;        /* runs a job gets when it keeps crashing,
                                     unless hyperparameters.max_attempts */
-    double backfill_wait_s;      /* sched_config.backfill_wait */
-    double preempt_wait_s;       /* sched_config.preempt_wait */
-    int preempt;                 /* sched_config.preempt */
-    double fair_window_s;        /* sched_config.fair_window */
-    int events_ring;             /* live events kept for Last-Event-ID
+    double backfill_wait_s;  /* sched_config.backfill_wait */
+    double preempt_wait_s;   /* sched_config.preempt_wait */
+    int preempt;             /* sched_config.preempt */
+    double fair_window_s;    /* sched_config.fair_window */
+    int events_ring;         /* live events kept for Last-Event-ID
                                     resumes (events/hub.h) */
-    char tls_cert[PATH_MAX];     /* PEM certificate (chain) for HTTPS; empty
+    char tls_cert[PATH_MAX]; /* PEM certificate (chain) for HTTPS; empty
                                     = plain HTTP. Set with tls_key. */
-    char tls_key[PATH_MAX];      /* PEM private key for HTTPS */
+    char tls_key[PATH_MAX];  /* PEM private key for HTTPS */
     char admin_key_file[PATH_MAX]; /* a given admin key (auth_key_given);
                                     empty = TRAINYARD_ADMIN_KEY or a
                                     generated one */

@@ -132,8 +132,8 @@ static int cmd_keygen(int argc, char **argv)
  * key of this store, with a line saying what happened. */
 static ty_status admin_key_given(ty_app *app, char *key, ty_err *err)
 {
-    const char *from = *app->cfg.admin_key_file ? "--admin-key-file"
-                                                : "TRAINYARD_ADMIN_KEY";
+    const char *from =
+        *app->cfg.admin_key_file ? "--admin-key-file" : "TRAINYARD_ADMIN_KEY";
     char key_id[TY_ID_MAX] = "";
     auth_key_id(key, key_id);
     store_admin_key_result r;
@@ -238,9 +238,8 @@ static int cmd_serve(int argc, char **argv)
      * folder is touched. The key leaves the environment so that workers
      * do not inherit it. */
     char given_key[AUTH_KEY_LEN + 1];
-    ty_status given = auth_key_given(cfg.admin_key_file,
-                                     getenv("TRAINYARD_ADMIN_KEY"), given_key,
-                                     &err);
+    ty_status given = auth_key_given(
+        cfg.admin_key_file, getenv("TRAINYARD_ADMIN_KEY"), given_key, &err);
     unsetenv("TRAINYARD_ADMIN_KEY");
     if (given != TY_OK && given != TY_ENOTFOUND) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
@@ -284,9 +283,9 @@ static int cmd_serve(int argc, char **argv)
         json_t *f = json_pack("{s:s, s:s, s:s}", "device", app.train_dev.label,
                               "requested", req, "name", app.train_dev.name);
         if (app.train_dev.device >= 0) {
-            json_object_set_new(f, "memory_bytes",
-                                json_integer((json_int_t)app.train_dev
-                                                 .total_bytes));
+            json_object_set_new(
+                f, "memory_bytes",
+                json_integer((json_int_t)app.train_dev.total_bytes));
         } else if (cfg.train_device == PLACE_DEVICE_AUTO) {
             char why[256] = "";
             place_cuda_count(why, sizeof why);
@@ -294,8 +293,8 @@ static int cmd_serve(int argc, char **argv)
         }
         log_event("info", "train_device", f);
     }
-    app.models = model_cache_create_on(cfg.model_cache_size,
-                                       cfg.serve_device, &err);
+    app.models =
+        model_cache_create_on(cfg.model_cache_size, cfg.serve_device, &err);
     if (!app.models) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
@@ -350,8 +349,8 @@ static int cmd_serve(int argc, char **argv)
     }
     printf("trainyard %s listening on %s://%s%s%s:%d (data in %s)\n",
            TRAINYARD_VERSION, app.tls.cert ? "https" : "http",
-           cfg.ipv6 ? "[" : "", cfg.host,
-           cfg.ipv6 ? "]" : "", app.bound_port, cfg.data_dir);
+           cfg.ipv6 ? "[" : "", cfg.host, cfg.ipv6 ? "]" : "", app.bound_port,
+           cfg.data_dir);
     fflush(stdout);
     log_event("info", "started",
               json_pack("{s:s, s:i, s:s}", "host", cfg.host, "port",

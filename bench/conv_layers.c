@@ -17,19 +17,20 @@
 
 #include "models/nn_internal.h"
 
-static const char *const spec_text =
-    "{\"layers\":["
-    "{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":5,\"padding\":\"same\"},"
-    "{\"type\":\"relu\"},"
-    "{\"type\":\"maxpool2d\",\"pool_size\":2},"
-    "{\"type\":\"conv2d\",\"filters\":64,\"kernel_size\":5,\"padding\":\"same\"},"
-    "{\"type\":\"relu\"},"
-    "{\"type\":\"maxpool2d\",\"pool_size\":2},"
-    "{\"type\":\"flatten\"},"
-    "{\"type\":\"dense\",\"units\":1024},"
-    "{\"type\":\"relu\"},"
-    "{\"type\":\"dropout\",\"rate\":0.4},"
-    "{\"type\":\"dense\",\"units\":10}]}";
+static const char *const spec_text = "{\"layers\":["
+                                     "{\"type\":\"conv2d\",\"filters\":32,"
+                                     "\"kernel_size\":5,\"padding\":\"same\"},"
+                                     "{\"type\":\"relu\"},"
+                                     "{\"type\":\"maxpool2d\",\"pool_size\":2},"
+                                     "{\"type\":\"conv2d\",\"filters\":64,"
+                                     "\"kernel_size\":5,\"padding\":\"same\"},"
+                                     "{\"type\":\"relu\"},"
+                                     "{\"type\":\"maxpool2d\",\"pool_size\":2},"
+                                     "{\"type\":\"flatten\"},"
+                                     "{\"type\":\"dense\",\"units\":1024},"
+                                     "{\"type\":\"relu\"},"
+                                     "{\"type\":\"dropout\",\"rate\":0.4},"
+                                     "{\"type\":\"dense\",\"units\":10}]}";
 
 static double now(void)
 {
@@ -46,8 +47,8 @@ static double sgemm_peak(void)
     double best = 0;
     for (int r = 0; r < 5; r++) {
         double t = now();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a,
-                    n, b, n, 0, c, n);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n,
+                    b, n, 0, c, n);
         t = now() - t;
         if (2.0 * n * n * n / t > best)
             best = 2.0 * n * n * n / t;
@@ -94,14 +95,17 @@ int main(int argc, char **argv)
         int32_t labels[128];
         for (uint32_t i = 0; i < batch; i++)
             labels[i] = (int32_t)(i % 10);
-        const nn_pass p = {.be = arch.be, .ex = ws->ex, .n = batch,
-                           .training = 1, .rng = &rng};
+        const nn_pass p = {.be = arch.be,
+                           .ex = ws->ex,
+                           .n = batch,
+                           .training = 1,
+                           .rng = &rng};
         /* one real step so every buffer holds sensible values */
         nn_forward(&arch, params, ws, batch, 1, &rng);
         nn_loss(&arch, ws, batch, labels, NULL, NULL, 1);
         nn_backward(&arch, params, grads, ws, batch);
-        printf("\n%d thread%s, batch %u, ms per batch (best of %d):\n",
-               threads, threads > 1 ? "s" : "", batch, reps);
+        printf("\n%d thread%s, batch %u, ms per batch (best of %d):\n", threads,
+               threads > 1 ? "s" : "", batch, reps);
         double tf_all = 0, tb_all = 0;
         for (uint32_t i = 0; i < arch.n_layers; i++) {
             const nn_layer *l = &arch.layers[i];
@@ -118,8 +122,8 @@ int main(int argc, char **argv)
                 tf = t < tf ? t : tf;
                 t = now();
                 l->kind->backward(l, &p, pp, grads + l->param_offset,
-                                  ws->act[i], ws->act[i + 1], ws->grad[0],
-                                  din, ws->scratch[i]);
+                                  ws->act[i], ws->act[i + 1], ws->grad[0], din,
+                                  ws->scratch[i]);
                 t = now() - t;
                 tb = t < tb ? t : tb;
             }
@@ -144,9 +148,13 @@ int main(int argc, char **argv)
         /* whole training steps: forward, loss, backward, Adam */
         float *m = calloc(arch.param_count, sizeof(float));
         float *v = calloc(arch.param_count, sizeof(float));
-        nn_optim_args oa = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.999f,
-                            .eps = 1e-8f, .one_minus_beta1 = 0.1f,
-                            .one_minus_beta2 = 0.001f, .step_size = 1e-4f,
+        nn_optim_args oa = {.lr = 1e-4f,
+                            .beta1 = 0.9f,
+                            .beta2 = 0.999f,
+                            .eps = 1e-8f,
+                            .one_minus_beta1 = 0.1f,
+                            .one_minus_beta2 = 0.001f,
+                            .step_size = 1e-4f,
                             .bias_correction2_sqrt = 1.0f};
         double best = 1e9;
         for (int r = 0; r < reps; r++) {

@@ -124,18 +124,20 @@ int main(int argc, char **argv)
                                                    "libblis4-serial");
         core = "blis", isa = "-", reason = "BLIS's own choice by CPU features";
     } else if (!strcmp(provider, "onednn")) {
-        static const char *const names[] = {"libdnnl.so.2", "libdnnl.so.3", NULL};
-        onednn_sgemm = (dnnl_sgemm_fn)open_provider(names, "dnnl_sgemm",
-                                                    "libdnnl2");
+        static const char *const names[] = {"libdnnl.so.2", "libdnnl.so.3",
+                                            NULL};
+        onednn_sgemm =
+            (dnnl_sgemm_fn)open_provider(names, "dnnl_sgemm", "libdnnl2");
         core = "onednn", isa = "-", reason = "oneDNN's JIT by CPU features";
     } else if (strcmp(provider, "openblas")) {
-        fprintf(stderr, "bench_gemm: unknown provider %s (openblas, blis, onednn)\n",
+        fprintf(stderr,
+                "bench_gemm: unknown provider %s (openblas, blis, onednn)\n",
                 provider);
         return 64;
     }
-    json_t *out = json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", provider,
-                            "core", core, "isa", isa, "cpu_isa", k->cpu_isa,
-                            "reason", reason);
+    json_t *out =
+        json_pack("{s:s, s:s, s:s, s:s, s:s}", "provider", provider, "core",
+                  core, "isa", isa, "cpu_isa", k->cpu_isa, "reason", reason);
     json_t *list = json_array();
     double flops_all = 0, time_all = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

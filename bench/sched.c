@@ -42,7 +42,8 @@ static size_t inventory(sched_slot *sl)
 {
     size_t n = 0;
     for (int g = 0; g < 4; g++)
-        for (int i = 0; i < 7; i++) sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB};
+        for (int i = 0; i < 7; i++)
+            sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB};
     for (int g = 4; g < 6; g++) {
         sl[n++] = (sched_slot){g, 1, "3g.71gb", 3, 70 * GIB};
         sl[n++] = (sched_slot){g, 1, "2g.35gb", 2, 33 * GIB};
@@ -59,10 +60,12 @@ static sched_request random_request(ty_rng *r)
 {
     sched_request q = {.kind = SCHED_REQ_ANY};
     uint32_t k = ty_rng_below(r, 100);
-    if (k < 50) return q;
+    if (k < 50)
+        return q;
     if (k < 70) {
         q.kind = SCHED_REQ_PROFILE;
-        snprintf(q.profile, sizeof q.profile, "%s", k < 65 ? "1g.18gb" : "2g.35gb");
+        snprintf(q.profile, sizeof q.profile, "%s",
+                 k < 65 ? "1g.18gb" : "2g.35gb");
     } else if (k < 90) {
         q.kind = SCHED_REQ_MIN;
         q.min_compute_slices = k < 80 ? 2 : 3;
@@ -80,8 +83,11 @@ static int run(int passes, int preempt)
 {
     sched_slot sl[64];
     size_t ns = inventory(sl);
-    sched_config cfg = {.backfill_wait = 600, .preempt = preempt, .preempt_wait = 30,
-                        .max_cpu_jobs = 4, .fair_window = 300};
+    sched_config cfg = {.backfill_wait = 600,
+                        .preempt = preempt,
+                        .preempt_wait = 30,
+                        .max_cpu_jobs = 4,
+                        .fair_window = 300};
     ty_err err = {0};
     sched *s = sched_create(&cfg, sl, ns, &err);
     if (!s) {
@@ -95,14 +101,16 @@ static int run(int passes, int preempt)
         snprintf(id, sizeof id, "ten_%02d", t);
         int64_t qs = t % 5 == 0 ? 8 : SCHED_UNLIMITED;
         int64_t qj = t % 7 == 0 ? 3 : SCHED_UNLIMITED;
-        if (sched_tenant_set(s, id, 1 + t % 4, qs, qj, NULL, &err) != TY_OK) return 1;
+        if (sched_tenant_set(s, id, 1 + t % 4, qs, qj, NULL, &err) != TY_OK)
+            return 1;
     }
     long seq = 0;
     double clock = 0;
     int *running = malloc(ns * 4 * sizeof *running);
     sched_wait *report = malloc((QUEUED + 1024) * sizeof *report);
     double *times = malloc((size_t)passes * sizeof *times);
-    if (!running || !report || !times) return 1;
+    if (!running || !report || !times)
+        return 1;
 
     int nrunning = 0;
     sched_result r;
@@ -113,10 +121,13 @@ static int run(int passes, int preempt)
         while (sched_queued_count(s) < QUEUED) {
             char id[24];
             snprintf(id, sizeof id, "job_%ld", seq++);
-            sched_job_desc d = {.id = id, .tenant = (int)ty_rng_below(&rng, TENANTS),
+            sched_job_desc d = {.id = id,
+                                .tenant = (int)ty_rng_below(&rng, TENANTS),
                                 .priority = (int)ty_rng_below(&rng, 4),
-                                .submit_time = clock, .request = random_request(&rng)};
-            if (ty_rng_below(&rng, 50) == 0) d.request.kind = SCHED_REQ_NONE;
+                                .submit_time = clock,
+                                .request = random_request(&rng)};
+            if (ty_rng_below(&rng, 50) == 0)
+                d.request.kind = SCHED_REQ_NONE;
             if (sched_job_submit(s, &d, NULL, &err) != TY_OK) {
                 fprintf(stderr, "submit: %s\n", err.msg);
                 return 1;
@@ -131,7 +142,8 @@ static int run(int passes, int preempt)
             placed += (long)r.n_placements;
             preempted += (long)r.n_preemptions;
         }
-        for (size_t i = 0; i < r.n_placements; i++) running[nrunning++] = r.placements[i].job;
+        for (size_t i = 0; i < r.n_placements; i++)
+            running[nrunning++] = r.placements[i].job;
         /* preempted jobs stop and requeue at once */
         for (size_t i = 0; i < r.n_preemptions; i++)
             sched_job_requeue(s, r.preemptions[i].victim, &err);
@@ -143,7 +155,8 @@ static int run(int passes, int preempt)
             running[k] = running[--nrunning];
             sched_job_info in;
             if (sched_job_get(s, j, &in) == TY_OK &&
-                (in.state == SCHED_JOB_RUNNING || in.state == SCHED_JOB_STOPPING))
+                (in.state == SCHED_JOB_RUNNING ||
+                 in.state == SCHED_JOB_STOPPING))
                 sched_job_remove(s, j);
             else
                 f--; /* it was preempted and requeued: pick another */
@@ -160,18 +173,23 @@ static int run(int passes, int preempt)
     int reps = 50;
     double rt = now_s();
     size_t n = 0;
-    for (int i = 0; i < reps; i++) n = sched_queue_report(s, report, QUEUED + 1024);
+    for (int i = 0; i < reps; i++)
+        n = sched_queue_report(s, report, QUEUED + 1024);
     rt = (now_s() - rt) / reps;
 
-    printf("preemption %s: %d passes over %zu queued jobs, %d tenants, %zu slots "
-           "(8 GPUs x 7 slices)\n", preempt ? "on " : "off", passes,
-           sched_queued_count(s), TENANTS, ns);
-    printf("  pass time     median %8.2f us   p99 %8.2f us   (target < 1000 us)\n",
-           med * 1e6, p99 * 1e6);
+    printf(
+        "preemption %s: %d passes over %zu queued jobs, %d tenants, %zu slots "
+        "(8 GPUs x 7 slices)\n",
+        preempt ? "on " : "off", passes, sched_queued_count(s), TENANTS, ns);
+    printf(
+        "  pass time     median %8.2f us   p99 %8.2f us   (target < 1000 us)\n",
+        med * 1e6, p99 * 1e6);
     printf("  placements    %.2f per pass, %.0f per second of pass time; "
-           "%ld preemptions\n", (double)placed / passes, placed / total, preempted);
+           "%ld preemptions\n",
+           (double)placed / passes, placed / total, preempted);
     printf("  full report   %8.2f us for %zu jobs' positions and reasons "
-           "(on request, not per pass)\n", rt * 1e6, n);
+           "(on request, not per pass)\n",
+           rt * 1e6, n);
     free(running);
     free(report);
     free(times);
@@ -182,6 +200,7 @@ static int run(int passes, int preempt)
 int main(int argc, char **argv)
 {
     int passes = argc > 1 ? atoi(argv[1]) : 20000;
-    if (passes < 100) passes = 100;
+    if (passes < 100)
+        passes = 100;
     return run(passes, 0) || run(passes, 1);
 }

@@ -14,7 +14,7 @@
 #include "cli/cmd.h"
 #include "cli/output.h"
 
-static const char *const commands[] = {"login", "logout", "datasets", "jobs",
+static const char *const commands[] = {"login",  "logout",  "datasets", "jobs",
                                        "models", "devices", "tenants"};
 
 static int is_command(const char *cmd)
@@ -48,46 +48,51 @@ int cli_command_index(int argc, char **argv)
 
 void cli_usage(FILE *f)
 {
-    fprintf(f,
-            "Client commands (talk to a trainyard server):\n"
-            "  login URL      check a key against the server and save both\n"
-            "  logout         forget the saved URL and key\n"
-            "  datasets       upload | list | show ID | rm ID\n"
-            "  jobs           submit FILE | list | show ID | cancel ID | watch ID\n"
-            "  models         list | show ID | download ID | predict ID FILE\n"
-            "  devices        GPUs and MIG slices, and who holds each\n"
-            "  tenants        list | create | show | update | keys | key-create |"
-            " key-revoke (admin)\n"
-            "\n"
-            "Global options, anywhere on the line:\n"
-            "  --url URL          the server (else TRAINYARD_URL, else the login)\n"
-            "  --key-file FILE    the API key (else TRAINYARD_KEY, else the login)\n"
-            "  --cacert FILE      CA certificates for a private CA (always verified)\n"
-            "  --json             print the server's JSON unchanged (lists: each page)\n"
-            "  -h, --help         help for any command\n"
-            "\n"
-            "Exit codes:\n"
-            "  0  success (watch: the job succeeded)\n"
-            "  1  the job failed (jobs watch, jobs submit --watch)\n"
-            "  2  the job was cancelled\n"
-            "  3  not found (HTTP 404)\n"
-            "  4  request rejected (other 4xx: 400, 409, 413, 422, ...)\n"
-            "  5  authentication or authorization (HTTP 401, 403)\n"
-            "  6  server error (HTTP 5xx)\n"
-            "  7  cannot reach the server (DNS, connect, TLS verification)\n"
-            "  64 usage error (bad command line)\n");
+    fprintf(
+        f,
+        "Client commands (talk to a trainyard server):\n"
+        "  login URL      check a key against the server and save both\n"
+        "  logout         forget the saved URL and key\n"
+        "  datasets       upload | list | show ID | rm ID\n"
+        "  jobs           submit FILE | list | show ID | cancel ID | watch ID\n"
+        "  models         list | show ID | download ID | predict ID FILE\n"
+        "  devices        GPUs and MIG slices, and who holds each\n"
+        "  tenants        list | create | show | update | keys | key-create |"
+        " key-revoke (admin)\n"
+        "\n"
+        "Global options, anywhere on the line:\n"
+        "  --url URL          the server (else TRAINYARD_URL, else the login)\n"
+        "  --key-file FILE    the API key (else TRAINYARD_KEY, else the "
+        "login)\n"
+        "  --cacert FILE      CA certificates for a private CA (always "
+        "verified)\n"
+        "  --json             print the server's JSON unchanged (lists: each "
+        "page)\n"
+        "  -h, --help         help for any command\n"
+        "\n"
+        "Exit codes:\n"
+        "  0  success (watch: the job succeeded)\n"
+        "  1  the job failed (jobs watch, jobs submit --watch)\n"
+        "  2  the job was cancelled\n"
+        "  3  not found (HTTP 404)\n"
+        "  4  request rejected (other 4xx: 400, 409, 413, 422, ...)\n"
+        "  5  authentication or authorization (HTTP 401, 403)\n"
+        "  6  server error (HTTP 5xx)\n"
+        "  7  cannot reach the server (DNS, connect, TLS verification)\n"
+        "  64 usage error (bad command line)\n");
 }
 
 static void login_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: trainyard login URL [--key-file FILE] [--cacert FILE]\n"
-            "       trainyard logout\n"
-            "\n"
-            "login reads the API key from --key-file, else TRAINYARD_KEY, else\n"
-            "standard input (a prompt without echo on a terminal), checks it\n"
-            "against the server, and saves URL, key and CA file to\n"
-            "$XDG_CONFIG_HOME/trainyard/config.json (mode 0600). logout removes it.\n");
+    fprintf(
+        f, "Usage: trainyard login URL [--key-file FILE] [--cacert FILE]\n"
+           "       trainyard logout\n"
+           "\n"
+           "login reads the API key from --key-file, else TRAINYARD_KEY, else\n"
+           "standard input (a prompt without echo on a terminal), checks it\n"
+           "against the server, and saves URL, key and CA file to\n"
+           "$XDG_CONFIG_HOME/trainyard/config.json (mode 0600). logout removes "
+           "it.\n");
 }
 
 /* ---- the command line ---- */
@@ -101,13 +106,20 @@ typedef struct {
 /* Every option any client command takes; each command says which it
  * accepts (cli_only_opts). */
 static const opt_spec options[] = {
-    {"--url", NULL, 1},         {"--key-file", NULL, 1},
-    {"--cacert", NULL, 1},      {"--json", NULL, 0},
-    {"--help", "-h", 0},        {"--format", NULL, 1},
-    {"--watch", NULL, 0},       {"--status", NULL, 1},
-    {"--limit", NULL, 1},       {"--output", "-o", 1},
-    {"--name", NULL, 1},        {"--weight", NULL, 1},
-    {"--max-gpu-slices", NULL, 1}, {"--max-running-jobs", NULL, 1},
+    {"--url", NULL, 1},
+    {"--key-file", NULL, 1},
+    {"--cacert", NULL, 1},
+    {"--json", NULL, 0},
+    {"--help", "-h", 0},
+    {"--format", NULL, 1},
+    {"--watch", NULL, 0},
+    {"--status", NULL, 1},
+    {"--limit", NULL, 1},
+    {"--output", "-o", 1},
+    {"--name", NULL, 1},
+    {"--weight", NULL, 1},
+    {"--max-gpu-slices", NULL, 1},
+    {"--max-running-jobs", NULL, 1},
     {"--max-storage-bytes", NULL, 1},
 };
 
@@ -135,7 +147,8 @@ static int parse_args(int argc, char **argv, int skip, cli_ctx *c)
         for (size_t k = 0; k < TY_ARRAY_LEN(options) && !o; k++) {
             const opt_spec *s = &options[k];
             if ((strlen(s->name) == nlen && !strncmp(a, s->name, nlen)) ||
-                (s->alias && strlen(s->alias) == nlen && !strncmp(a, s->alias, nlen)))
+                (s->alias && strlen(s->alias) == nlen &&
+                 !strncmp(a, s->alias, nlen)))
                 o = s;
         }
         if (!o)
@@ -189,8 +202,8 @@ static int resolve(cli_ctx *c, int need_url)
         snprintf(c->cfg.url, sizeof c->cfg.url, "%s", c->url_flag);
     if (c->cacert_flag)
         snprintf(c->cfg.cacert, sizeof c->cfg.cacert, "%s", c->cacert_flag);
-    if (c->key_file &&
-        cli_read_key_file(c->key_file, c->cfg.key, sizeof c->cfg.key, &err) != TY_OK) {
+    if (c->key_file && cli_read_key_file(c->key_file, c->cfg.key,
+                                         sizeof c->cfg.key, &err) != TY_OK) {
         fprintf(stderr, "trainyard: %s\n", err.msg);
         return CLI_EXIT_USAGE;
     }
@@ -222,8 +235,10 @@ static int cmd_login(cli_ctx *c)
     ty_err err = {0};
     snprintf(cfg.url, sizeof cfg.url, "%s", c->pos[0]);
     if (strncmp(cfg.url, "http://", 7) && strncmp(cfg.url, "https://", 8))
-        return cli_usage_error("login", "the URL must start with http:// or "
-                                        "https://, not '%s'", cfg.url);
+        return cli_usage_error("login",
+                               "the URL must start with http:// or "
+                               "https://, not '%s'",
+                               cfg.url);
     /* Saved absolute, so later commands find it from any folder. */
     if (c->cacert_flag && !realpath(c->cacert_flag, cfg.cacert))
         return cli_usage_error("login", "cannot read the CA file %s: %s",
@@ -248,15 +263,17 @@ static int cmd_login(cli_ctx *c)
     if (rc)
         return rc;
     if (r.status == 401 || r.status == 403) {
-        fprintf(stderr, "trainyard: the server at %s refused the key (HTTP "
-                        "%ld): check it and log in again\n",
+        fprintf(stderr,
+                "trainyard: the server at %s refused the key (HTTP "
+                "%ld): check it and log in again\n",
                 cfg.url, r.status);
         cli_resp_free(&r);
         return CLI_EXIT_AUTH;
     }
     if (r.status == 404 || !r.json) {
-        fprintf(stderr, "trainyard: %s does not answer like a trainyard "
-                        "server (HTTP %ld on /v1/datasets)\n",
+        fprintf(stderr,
+                "trainyard: %s does not answer like a trainyard "
+                "server (HTTP %ld on /v1/datasets)\n",
                 cfg.url, r.status);
         cli_resp_free(&r);
         return r.status >= 500 ? CLI_EXIT_SERVER : CLI_EXIT_NOT_FOUND;

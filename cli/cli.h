@@ -12,7 +12,6 @@
 
 #include "cli/exit.h"
 
-
 /* The index in argv (the whole command line) of a client command's name
  * (login, jobs, ...), after any global options before it; 0 when the line
  * holds no client command. */

@@ -47,8 +47,8 @@ int cli_call(cli_ctx *c, const char *method, const char *path,
              const char *content_type, const char *body, size_t len,
              cli_resp *out)
 {
-    int rc = cli_http_request(&c->http, method, path, content_type, body, len,
-                              out);
+    int rc =
+        cli_http_request(&c->http, method, path, content_type, body, len, out);
     if (rc)
         return rc;
     if ((rc = cli_http_check(out)) != 0) {
@@ -69,8 +69,10 @@ int cli_list(cli_ctx *c, const char *path, json_t **items)
         char *end;
         want = strtoll(lim, &end, 10);
         if (*end || want < 1)
-            return cli_usage_error("help", "--limit takes a positive number, "
-                                           "not '%s'", lim);
+            return cli_usage_error("help",
+                                   "--limit takes a positive number, "
+                                   "not '%s'",
+                                   lim);
     }
     json_t *all = c->json ? NULL : json_array();
     char cursor[64] = "";
@@ -81,8 +83,8 @@ int cli_list(cli_ctx *c, const char *path, json_t **items)
             page = 1000;
         char url[1024];
         snprintf(url, sizeof url, "%s%slimit=%lld%s%s", path,
-                 strchr(path, '?') ? "&" : "?", page,
-                 *cursor ? "&cursor=" : "", cursor);
+                 strchr(path, '?') ? "&" : "?", page, *cursor ? "&cursor=" : "",
+                 cursor);
         cli_resp r;
         int rc = cli_call(c, "GET", url, NULL, NULL, 0, &r);
         if (rc) {

@@ -16,14 +16,14 @@
 #define CLI_MAX_ARGS 128
 
 typedef struct {
-    const char *pos[CLI_MAX_ARGS];   /* positionals, command name excluded */
+    const char *pos[CLI_MAX_ARGS]; /* positionals, command name excluded */
     int npos;
-    const char *opt[CLI_MAX_ARGS];   /* command options given (names) */
-    const char *val[CLI_MAX_ARGS];   /* their values (NULL for flags) */
+    const char *opt[CLI_MAX_ARGS]; /* command options given (names) */
+    const char *val[CLI_MAX_ARGS]; /* their values (NULL for flags) */
     int nopt;
     int json, help;
     const char *url_flag, *key_file, *cacert_flag;
-    cli_config cfg;                  /* resolved: flags > env > file */
+    cli_config cfg; /* resolved: flags > env > file */
     cli_http http;
 } cli_ctx;
 
@@ -33,7 +33,8 @@ const char *cli_opt(const cli_ctx *c, const char *name);
 
 /* CLI_EXIT_USAGE with a message when an option not in allowed (NULL-
  * terminated) was given, else 0. */
-int cli_only_opts(const cli_ctx *c, const char *cmd, const char *const *allowed);
+int cli_only_opts(const cli_ctx *c, const char *cmd,
+                  const char *const *allowed);
 
 /* A usage error: prints "trainyard: msg" and a pointer to --help; returns
  * CLI_EXIT_USAGE. */

@@ -31,19 +31,19 @@ int cli_cmd_devices(cli_ctx *c)
         return rc;
     }
     const char *reason = cli_str(r.json, "reason");
-    printf("source: %s%s%s\n", cli_str(r.json, "source"),
-           reason ? ": " : "", reason ? reason : "");
+    printf("source: %s%s%s\n", cli_str(r.json, "source"), reason ? ": " : "",
+           reason ? reason : "");
     const json_t *gpus = json_object_get(r.json, "gpus");
     if (json_array_size(gpus) == 0)
         printf("no GPUs: jobs train on the CPU\n");
     size_t i;
     json_t *g;
-    static const char *const head[] = {"GPU", "SLOT", "KIND", "PROFILE",
+    static const char *const head[] = {"GPU",    "SLOT",   "KIND",  "PROFILE",
                                        "SLICES", "MEMORY", "STATE", "JOB",
                                        "TENANT", NULL};
     cli_table t;
     cli_table_init(&t, head);
-    json_array_foreach(gpus, i, g) {
+    json_array_foreach (gpus, i, g) {
         char mem[32];
         cli_fmt_bytes(json_integer_value(json_object_get(g, "memory_bytes")),
                       mem, sizeof mem);
@@ -56,16 +56,22 @@ int cli_cmd_devices(cli_ctx *c)
                cli_str(g, "uuid"));
         size_t k;
         json_t *s;
-        json_array_foreach(json_object_get(g, "slices"), k, s) {
+        json_array_foreach (json_object_get(g, "slices"), k, s) {
             char gpu[16], slot[16], cs[16], smem[32];
             snprintf(gpu, sizeof gpu, "%zu", i);
             cli_fmt_value(json_object_get(s, "slot"), slot, sizeof slot);
             cli_fmt_value(json_object_get(s, "compute_slices"), cs, sizeof cs);
-            cli_fmt_bytes(json_integer_value(json_object_get(s, "memory_bytes")),
-                          smem, sizeof smem);
-            const char *row[] = {gpu, slot, cli_str(s, "kind"),
-                                 cli_str(s, "profile"), cs, smem,
-                                 cli_str(s, "state"), cli_str(s, "job"),
+            cli_fmt_bytes(
+                json_integer_value(json_object_get(s, "memory_bytes")), smem,
+                sizeof smem);
+            const char *row[] = {gpu,
+                                 slot,
+                                 cli_str(s, "kind"),
+                                 cli_str(s, "profile"),
+                                 cs,
+                                 smem,
+                                 cli_str(s, "state"),
+                                 cli_str(s, "job"),
                                  cli_str(s, "tenant")};
             cli_table_add(&t, row);
         }
@@ -83,22 +89,23 @@ int cli_cmd_devices(cli_ctx *c)
 
 static void tenants_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: trainyard tenants list [--limit N]\n"
-            "       trainyard tenants create NAME [QUOTA FLAGS]\n"
-            "       trainyard tenants show ID\n"
-            "       trainyard tenants update ID [--name NAME] [QUOTA FLAGS]\n"
-            "       trainyard tenants keys ID\n"
-            "       trainyard tenants key-create ID\n"
-            "       trainyard tenants key-revoke ID KEY_ID\n"
-            "\n"
-            "Quota flags: --weight W, --max-gpu-slices N, --max-running-jobs N,\n"
-            "--max-storage-bytes N; N may be 'none' (unlimited). All but show\n"
-            "are for the admin; a new key is printed once, on standard output.\n");
+    fprintf(
+        f,
+        "Usage: trainyard tenants list [--limit N]\n"
+        "       trainyard tenants create NAME [QUOTA FLAGS]\n"
+        "       trainyard tenants show ID\n"
+        "       trainyard tenants update ID [--name NAME] [QUOTA FLAGS]\n"
+        "       trainyard tenants keys ID\n"
+        "       trainyard tenants key-create ID\n"
+        "       trainyard tenants key-revoke ID KEY_ID\n"
+        "\n"
+        "Quota flags: --weight W, --max-gpu-slices N, --max-running-jobs N,\n"
+        "--max-storage-bytes N; N may be 'none' (unlimited). All but show\n"
+        "are for the admin; a new key is printed once, on standard output.\n");
 }
 
-static const char *const quota_flags[] = {"--max-gpu-slices", "--max-running-jobs",
-                                          "--max-storage-bytes"};
+static const char *const quota_flags[] = {
+    "--max-gpu-slices", "--max-running-jobs", "--max-storage-bytes"};
 
 /* The TenantCreate/TenantUpdate body from the flags; NULL after a usage
  * error (*rc set). */
@@ -113,8 +120,10 @@ static json_t *tenant_body(cli_ctx *c, const char *name, int *rc)
         char *end;
         double v = strtod(w, &end);
         if (*end || end == w) {
-            *rc = cli_usage_error("tenants", "--weight takes a number, not "
-                                             "'%s'", w);
+            *rc = cli_usage_error("tenants",
+                                  "--weight takes a number, not "
+                                  "'%s'",
+                                  w);
             goto fail;
         }
         json_object_set_new(b, "weight", json_real(v));
@@ -136,8 +145,9 @@ static json_t *tenant_body(cli_ctx *c, const char *name, int *rc)
         char *end;
         long long n = strtoll(v, &end, 10);
         if (*end || end == v) {
-            *rc = cli_usage_error("tenants", "%s takes a whole number or "
-                                             "'none', not '%s'",
+            *rc = cli_usage_error("tenants",
+                                  "%s takes a whole number or "
+                                  "'none', not '%s'",
                                   quota_flags[i], v);
             goto fail;
         }
@@ -163,8 +173,8 @@ static int send_json(cli_ctx *c, const char *method, const char *path,
         fprintf(stderr, "trainyard: out of memory\n");
         return CLI_EXIT_USAGE;
     }
-    int rc = cli_call(c, method, path, "application/json", text, strlen(text),
-                      r);
+    int rc =
+        cli_call(c, method, path, "application/json", text, strlen(text), r);
     free(text);
     return rc;
 }
@@ -183,14 +193,14 @@ static int tenants_list(cli_ctx *c)
     int rc;
     if ((rc = cli_list(c, "/v1/tenants", &items)) != 0 || !items)
         return rc;
-    static const char *const head[] = {"ID", "NAME", "WEIGHT", "ADMIN",
-                                       "DATASETS", "MODELS", "RUNNING",
-                                       "STORAGE", "CREATED", NULL};
+    static const char *const head[] = {
+        "ID",     "NAME",    "WEIGHT",  "ADMIN",   "DATASETS",
+        "MODELS", "RUNNING", "STORAGE", "CREATED", NULL};
     cli_table t;
     cli_table_init(&t, head);
     size_t i;
     json_t *x;
-    json_array_foreach(items, i, x) {
+    json_array_foreach (items, i, x) {
         const json_t *u = json_object_get(x, "usage");
         char w[32], admin[8], ds[16], md[16], run[16], st[32], created[64];
         cli_fmt_value(json_object_get(x, "weight"), w, sizeof w);
@@ -201,8 +211,9 @@ static int tenants_list(cli_ctx *c)
         cli_fmt_bytes(json_integer_value(json_object_get(u, "storage_bytes")),
                       st, sizeof st);
         cli_fmt_time(cli_str(x, "created_at"), created, sizeof created);
-        const char *row[] = {cli_str(x, "id"), cli_str(x, "name"), w, admin,
-                             ds, md, run, st, created};
+        const char *row[] = {
+            cli_str(x, "id"), cli_str(x, "name"), w, admin, ds, md, run, st,
+            created};
         cli_table_add(&t, row);
     }
     cli_table_print(&t, stdout);
@@ -223,7 +234,7 @@ static int keys_list(cli_ctx *c, const char *path)
     cli_table_init(&t, head);
     size_t i;
     json_t *k;
-    json_array_foreach(items, i, k) {
+    json_array_foreach (items, i, k) {
         char admin[8], created[64], revoked[64];
         cli_fmt_value(json_object_get(k, "admin"), admin, sizeof admin);
         cli_fmt_time(cli_str(k, "created_at"), created, sizeof created);
@@ -246,12 +257,15 @@ int cli_cmd_tenants(cli_ctx *c)
     const char *sub = c->npos ? c->pos[0] : "";
     static const char *const none[] = {NULL};
     static const char *const list_opts[] = {"--limit", NULL};
-    static const char *const create_opts[] = {
-        "--weight", "--max-gpu-slices", "--max-running-jobs",
-        "--max-storage-bytes", NULL};
-    static const char *const update_opts[] = {
-        "--name", "--weight", "--max-gpu-slices", "--max-running-jobs",
-        "--max-storage-bytes", NULL};
+    static const char *const create_opts[] = {"--weight", "--max-gpu-slices",
+                                              "--max-running-jobs",
+                                              "--max-storage-bytes", NULL};
+    static const char *const update_opts[] = {"--name",
+                                              "--weight",
+                                              "--max-gpu-slices",
+                                              "--max-running-jobs",
+                                              "--max-storage-bytes",
+                                              NULL};
     struct {
         const char *name;
         int npos;
@@ -270,8 +284,9 @@ int cli_cmd_tenants(cli_ctx *c)
     while (s < TY_ARRAY_LEN(subs) && strcmp(sub, subs[s].name))
         s++;
     if (s == TY_ARRAY_LEN(subs))
-        return cli_usage_error("tenants", *sub ? "unknown tenants command '%s'"
-                                               : "tenants needs a command%s",
+        return cli_usage_error("tenants",
+                               *sub ? "unknown tenants command '%s'"
+                                    : "tenants needs a command%s",
                                sub);
     int rc = cli_only_opts(c, "tenants", subs[s].opts);
     if (rc)
@@ -320,7 +335,8 @@ int cli_cmd_tenants(cli_ctx *c)
             return rc;
         if (!c->json)
             printf("New API key %s for %s, shown only now:\n\n    %s\n",
-                   cli_str(r.json, "id"), c->pos[1], cli_str(r.json, "api_key"));
+                   cli_str(r.json, "id"), c->pos[1],
+                   cli_str(r.json, "api_key"));
     } else {
         char kid[256];
         cli_http_escape(c->pos[2], kid, sizeof kid);

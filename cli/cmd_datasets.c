@@ -11,7 +11,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: trainyard datasets upload NAME --format idx|csv|npy FIELD=@FILE|FIELD=VALUE...\n"
+            "Usage: trainyard datasets upload NAME --format idx|csv|npy "
+            "FIELD=@FILE|FIELD=VALUE...\n"
             "       trainyard datasets list [--limit N]\n"
             "       trainyard datasets show ID\n"
             "       trainyard datasets rm ID\n"
@@ -27,7 +28,7 @@ static void shape_text(const json_t *shape, char *out, size_t size)
     size_t o = 0, i;
     json_t *d;
     out[0] = '\0';
-    json_array_foreach(shape, i, d) {
+    json_array_foreach (shape, i, d) {
         o += (size_t)snprintf(out + o, o < size ? size - o : 0, "%s%lld",
                               i ? "x" : "", (long long)json_integer_value(d));
     }
@@ -68,8 +69,10 @@ static int upload(cli_ctx *c)
     parts[n++] = fmt;
     for (int i = 2; i < c->npos; i++) {
         if (!strchr(c->pos[i], '=') || c->pos[i][0] == '=')
-            return cli_usage_error("datasets", "'%s' is not FIELD=@FILE or "
-                                               "FIELD=VALUE", c->pos[i]);
+            return cli_usage_error("datasets",
+                                   "'%s' is not FIELD=@FILE or "
+                                   "FIELD=VALUE",
+                                   c->pos[i]);
         parts[n++] = c->pos[i];
     }
     cli_resp r;
@@ -101,24 +104,30 @@ static int list(cli_ctx *c)
     json_t *items;
     if ((rc = cli_list(c, "/v1/datasets", &items)) != 0 || !items)
         return rc;
-    static const char *const head[] = {"ID", "NAME", "FORMAT", "TASK",
-                                       "EXAMPLES", "SHAPE", "SIZE", "CREATED",
-                                       NULL};
+    static const char *const head[] = {"ID",   "NAME",     "FORMAT",
+                                       "TASK", "EXAMPLES", "SHAPE",
+                                       "SIZE", "CREATED",  NULL};
     cli_table t;
     cli_table_init(&t, head);
     size_t i;
     json_t *d;
-    json_array_foreach(items, i, d) {
+    json_array_foreach (items, i, d) {
         char ex[32], shape[64], size[32], created[64];
-        snprintf(ex, sizeof ex, "%lld",
-                 (long long)json_integer_value(json_object_get(d, "num_examples")));
+        snprintf(
+            ex, sizeof ex, "%lld",
+            (long long)json_integer_value(json_object_get(d, "num_examples")));
         shape_text(json_object_get(d, "input_shape"), shape, sizeof shape);
         cli_fmt_bytes(json_integer_value(json_object_get(d, "bytes")), size,
                       sizeof size);
         cli_fmt_time(cli_str(d, "created_at"), created, sizeof created);
-        const char *row[] = {cli_str(d, "id"), cli_str(d, "name"),
-                             cli_str(d, "format"), cli_str(d, "task"), ex,
-                             shape, size, created};
+        const char *row[] = {cli_str(d, "id"),
+                             cli_str(d, "name"),
+                             cli_str(d, "format"),
+                             cli_str(d, "task"),
+                             ex,
+                             shape,
+                             size,
+                             created};
         cli_table_add(&t, row);
     }
     cli_table_print(&t, stdout);
@@ -167,7 +176,8 @@ int cli_cmd_datasets(cli_ctx *c)
         return one(c, "GET");
     if (!strcmp(sub, "rm") || !strcmp(sub, "delete"))
         return one(c, "DELETE");
-    return cli_usage_error("datasets", *sub ? "unknown datasets command '%s'"
-                                            : "datasets needs a command%s",
+    return cli_usage_error("datasets",
+                           *sub ? "unknown datasets command '%s'"
+                                : "datasets needs a command%s",
                            sub);
 }

@@ -14,17 +14,19 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: trainyard jobs submit FILE|- [--watch]\n"
-            "       trainyard jobs list [--status S] [--limit N]\n"
-            "       trainyard jobs show ID\n"
-            "       trainyard jobs cancel ID\n"
-            "       trainyard jobs watch ID\n"
-            "\n"
-            "FILE is the job request (POST /v1/jobs body); - reads standard input.\n"
-            "watch draws a progress bar on a terminal (plain lines otherwise) and\n"
-            "exits with the job's outcome: 0 succeeded, 1 failed, 2 cancelled.\n"
-            "With --json it prints each event as one JSON line.\n");
+    fprintf(
+        f,
+        "Usage: trainyard jobs submit FILE|- [--watch]\n"
+        "       trainyard jobs list [--status S] [--limit N]\n"
+        "       trainyard jobs show ID\n"
+        "       trainyard jobs cancel ID\n"
+        "       trainyard jobs watch ID\n"
+        "\n"
+        "FILE is the job request (POST /v1/jobs body); - reads standard "
+        "input.\n"
+        "watch draws a progress bar on a terminal (plain lines otherwise) and\n"
+        "exits with the job's outcome: 0 succeeded, 1 failed, 2 cancelled.\n"
+        "With --json it prints each event as one JSON line.\n");
 }
 
 static const char *status_of(const json_t *job)
@@ -70,10 +72,10 @@ typedef struct {
     cli_ctx *c;
     const char *job_id;
     char last_id[32];
-    json_t *job;        /* the newest representation (owned) */
+    json_t *job; /* the newest representation (owned) */
     int finished;
-    int events;         /* events seen since the last connect */
-    int fatal;          /* an exit code from a refetch */
+    int events; /* events seen since the last connect */
+    int fatal;  /* an exit code from a refetch */
 } watch_state;
 
 static void take_job(watch_state *w, json_t *job)
@@ -169,9 +171,11 @@ static int on_event(void *ctx, const char *id, const char *event,
             char m[200];
             const json_t *p = json_object_get(w->job, "progress");
             const json_t *e = json_object_get(d, "epoch");
-            metrics_text(e ? e : json_object_get(w->job, "metrics"), m, sizeof m);
+            metrics_text(e ? e : json_object_get(w->job, "metrics"), m,
+                         sizeof m);
             fprintf(stderr, "epoch %lld/%lld: %s\n",
-                    (long long)json_integer_value(json_object_get(e ? e : p, "epoch")),
+                    (long long)json_integer_value(
+                        json_object_get(e ? e : p, "epoch")),
                     (long long)json_integer_value(json_object_get(p, "epochs")),
                     m);
         }
@@ -230,8 +234,8 @@ int cli_watch_job(cli_ctx *c, const char *job_id)
         cli_resp r;
         int stopped = 0;
         w.events = 0;
-        rc = cli_http_sse(&c->http, path, w.last_id, on_event, &w, &stopped,
-                          &r);
+        rc =
+            cli_http_sse(&c->http, path, w.last_id, on_event, &w, &stopped, &r);
         if (rc == 0 && !stopped && (rc = cli_http_check(&r)) != 0) {
             cli_resp_free(&r);
             break;
@@ -300,7 +304,8 @@ static int submit(cli_ctx *c)
     if (rc)
         return rc;
     char job[128];
-    snprintf(job, sizeof job, "%s", cli_str(r.json, "id") ? cli_str(r.json, "id") : "");
+    snprintf(job, sizeof job, "%s",
+             cli_str(r.json, "id") ? cli_str(r.json, "id") : "");
     if (!c->json)
         printf("Submitted %s (%s)\n", job, status_of(r.json));
     cli_resp_free(&r);
@@ -328,14 +333,14 @@ static int list(cli_ctx *c)
     json_t *items;
     if ((rc = cli_list(c, path, &items)) != 0 || !items)
         return rc;
-    static const char *const head[] = {"ID", "NAME", "STATUS", "EPOCH",
-                                       "LOSS", "ACCURACY", "MODEL", "CREATED",
-                                       NULL};
+    static const char *const head[] = {"ID",    "NAME",    "STATUS",
+                                       "EPOCH", "LOSS",    "ACCURACY",
+                                       "MODEL", "CREATED", NULL};
     cli_table t;
     cli_table_init(&t, head);
     size_t i;
     json_t *j;
-    json_array_foreach(items, i, j) {
+    json_array_foreach (items, i, j) {
         const json_t *p = json_object_get(j, "progress");
         const json_t *m = json_object_get(j, "metrics");
         char ep[32], loss[32], acc[32], created[64];
@@ -345,8 +350,13 @@ static int list(cli_ctx *c)
         cli_fmt_value(json_object_get(m, "train_loss"), loss, sizeof loss);
         cli_fmt_value(json_object_get(m, "train_accuracy"), acc, sizeof acc);
         cli_fmt_time(cli_str(j, "created_at"), created, sizeof created);
-        const char *row[] = {cli_str(j, "id"), cli_str(j, "name"),
-                             status_of(j), ep, loss, acc, cli_str(j, "model"),
+        const char *row[] = {cli_str(j, "id"),
+                             cli_str(j, "name"),
+                             status_of(j),
+                             ep,
+                             loss,
+                             acc,
+                             cli_str(j, "model"),
                              created};
         cli_table_add(&t, row);
     }
@@ -396,7 +406,7 @@ int cli_cmd_jobs(cli_ctx *c)
         return list(c);
     if (!strcmp(sub, "show") || !strcmp(sub, "cancel") || !strcmp(sub, "watch"))
         return one(c);
-    return cli_usage_error("jobs", *sub ? "unknown jobs command '%s'"
-                                        : "jobs needs a command%s",
-                           sub);
+    return cli_usage_error(
+        "jobs", *sub ? "unknown jobs command '%s'" : "jobs needs a command%s",
+        sub);
 }

@@ -36,14 +36,14 @@ static int list(cli_ctx *c)
     json_t *items;
     if ((rc = cli_list(c, "/v1/models", &items)) != 0 || !items)
         return rc;
-    static const char *const head[] = {"ID", "NAME", "TASK", "PARAMS",
+    static const char *const head[] = {"ID",       "NAME", "TASK", "PARAMS",
                                        "ACCURACY", "LOSS", "SIZE", "JOB",
-                                       "CREATED", NULL};
+                                       "CREATED",  NULL};
     cli_table t;
     cli_table_init(&t, head);
     size_t i;
     json_t *m;
-    json_array_foreach(items, i, m) {
+    json_array_foreach (items, i, m) {
         const json_t *met = json_object_get(m, "metrics");
         const json_t *acc = json_object_get(met, "val_accuracy");
         if (!json_is_number(acc))
@@ -58,9 +58,15 @@ static int list(cli_ctx *c)
         cli_fmt_bytes(json_integer_value(json_object_get(m, "bytes")), size,
                       sizeof size);
         cli_fmt_time(cli_str(m, "created_at"), created, sizeof created);
-        const char *row[] = {cli_str(m, "id"), cli_str(m, "name"),
-                             cli_str(m, "task"), params, a, l, size,
-                             cli_str(m, "job"), created};
+        const char *row[] = {cli_str(m, "id"),
+                             cli_str(m, "name"),
+                             cli_str(m, "task"),
+                             params,
+                             a,
+                             l,
+                             size,
+                             cli_str(m, "job"),
+                             created};
         cli_table_add(&t, row);
     }
     cli_table_print(&t, stdout);
@@ -126,8 +132,8 @@ static int download(cli_ctx *c)
     if (rc == 0)
         rc = cli_http_check(&r);
     ty_err err = {0};
-    if (rc == 0 && (fflush(f) != 0 ||
-                    fs_fsync_fd(fileno(f), tmp, &err) != TY_OK)) {
+    if (rc == 0 &&
+        (fflush(f) != 0 || fs_fsync_fd(fileno(f), tmp, &err) != TY_OK)) {
         fprintf(stderr, "trainyard: cannot write %s: %s\n", tmp,
                 *err.msg ? err.msg : strerror(errno));
         rc = CLI_EXIT_USAGE;
@@ -184,15 +190,15 @@ static int predict(cli_ctx *c)
         size_t i;
         json_t *p;
         const json_t *outs = json_object_get(r.json, "outputs");
-        const char *task_hint = json_array_size(json_array_get(outs, 0)) > 1
-                                    ? "probability" : NULL;
-        json_array_foreach(json_object_get(r.json, "predictions"), i, p) {
+        const char *task_hint =
+            json_array_size(json_array_get(outs, 0)) > 1 ? "probability" : NULL;
+        json_array_foreach (json_object_get(r.json, "predictions"), i, p) {
             char v[256];
             cli_fmt_value(p, v, sizeof v);
             double best = -1;
             size_t k;
             json_t *o;
-            json_array_foreach(json_array_get(outs, i), k, o) {
+            json_array_foreach (json_array_get(outs, i), k, o) {
                 if (json_number_value(o) > best)
                     best = json_number_value(o);
             }
@@ -221,7 +227,7 @@ int cli_cmd_models(cli_ctx *c)
         return download(c);
     if (!strcmp(sub, "predict"))
         return predict(c);
-    return cli_usage_error("models", *sub ? "unknown models command '%s'"
-                                          : "models needs a command%s",
-                           sub);
+    return cli_usage_error(
+        "models",
+        *sub ? "unknown models command '%s'" : "models needs a command%s", sub);
 }

@@ -109,42 +109,32 @@ static int transport_error(const cli_http *h, CURLcode rc, const char *errbuf)
 {
     const char *what;
     switch (rc) {
-    case CURLE_COULDNT_RESOLVE_HOST:
-    case CURLE_COULDNT_RESOLVE_PROXY:
-        what = "DNS lookup failed";
-        break;
-    case CURLE_COULDNT_CONNECT:
-        what = "connection failed";
-        break;
-    case CURLE_OPERATION_TIMEDOUT:
-        what = "timed out";
-        break;
-    case CURLE_PEER_FAILED_VERIFICATION:
+        case CURLE_COULDNT_RESOLVE_HOST:
+        case CURLE_COULDNT_RESOLVE_PROXY: what = "DNS lookup failed"; break;
+        case CURLE_COULDNT_CONNECT: what = "connection failed"; break;
+        case CURLE_OPERATION_TIMEDOUT: what = "timed out"; break;
+        case CURLE_PEER_FAILED_VERIFICATION:
 #if LIBCURL_VERSION_NUM < 0x073e00
-    case CURLE_SSL_CACERT:
+        case CURLE_SSL_CACERT:
 #endif
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_ISSUER_ERROR:
-    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-        what = "TLS certificate verification failed (a private CA needs "
-               "--cacert FILE)";
-        break;
-    case CURLE_SSL_CONNECT_ERROR:
-        what = "TLS handshake failed";
-        break;
-    case CURLE_UNSUPPORTED_PROTOCOL:
-    case CURLE_URL_MALFORMAT:
-        what = "bad URL (it must start with http:// or https://)";
-        break;
-    case CURLE_GOT_NOTHING:
-        what = strncmp(h->url, "http://", 7)
-                   ? "no reply"
-                   : "no reply (a server started with --tls-cert answers "
-                     "only https://)";
-        break;
-    default:
-        what = "transfer failed";
-        break;
+        case CURLE_SSL_CACERT_BADFILE:
+        case CURLE_SSL_ISSUER_ERROR:
+        case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+            what = "TLS certificate verification failed (a private CA needs "
+                   "--cacert FILE)";
+            break;
+        case CURLE_SSL_CONNECT_ERROR: what = "TLS handshake failed"; break;
+        case CURLE_UNSUPPORTED_PROTOCOL:
+        case CURLE_URL_MALFORMAT:
+            what = "bad URL (it must start with http:// or https://)";
+            break;
+        case CURLE_GOT_NOTHING:
+            what = strncmp(h->url, "http://", 7)
+                       ? "no reply"
+                       : "no reply (a server started with --tls-cert answers "
+                         "only https://)";
+            break;
+        default: what = "transfer failed"; break;
     }
     fprintf(stderr, "trainyard: cannot reach %s: %s: %s\n", h->url, what,
             *errbuf ? errbuf : curl_easy_strerror(rc));
@@ -214,8 +204,10 @@ int cli_http_upload(const cli_http *h, const char *path,
     for (size_t i = 0; i < nparts; i++) {
         const char *eq = strchr(parts[i], '=');
         if (!eq || eq == parts[i]) {
-            fprintf(stderr, "trainyard: '%s' is not field=value or "
-                            "field=@file\n", parts[i]);
+            fprintf(stderr,
+                    "trainyard: '%s' is not field=value or "
+                    "field=@file\n",
+                    parts[i]);
             ret = CLI_EXIT_USAGE;
             goto out;
         }
@@ -260,8 +252,8 @@ out:
 typedef struct {
     CURL *c;
     FILE *f;
-    membuf err;      /* the body of a non-2xx reply */
-    int failed;      /* a write to f failed */
+    membuf err; /* the body of a non-2xx reply */
+    int failed; /* a write to f failed */
 } download_ctx;
 
 static size_t on_download(char *p, size_t sz, size_t n, void *ud)
@@ -313,7 +305,7 @@ int cli_http_download(const cli_http *h, const char *path, FILE *f,
 /* ---- Server-Sent Events ---- */
 
 typedef struct {
-    membuf line;            /* the line being read */
+    membuf line; /* the line being read */
     char id[32];
     char event[64];
     membuf data;
@@ -321,7 +313,7 @@ typedef struct {
     void *ctx;
     int stopped;
     CURL *c;
-    membuf err;             /* the body of a non-2xx reply */
+    membuf err; /* the body of a non-2xx reply */
 } sse_ctx;
 
 /* One complete line (without its end); a blank line dispatches. */
@@ -386,9 +378,8 @@ static size_t on_sse(char *p, size_t sz, size_t n, void *ud)
     return total;
 }
 
-int cli_http_sse(const cli_http *h, const char *path,
-                 const char *last_event_id, cli_sse_fn on_event, void *ctx,
-                 int *stopped, cli_resp *out)
+int cli_http_sse(const cli_http *h, const char *path, const char *last_event_id,
+                 cli_sse_fn on_event, void *ctx, int *stopped, cli_resp *out)
 {
     *stopped = 0;
     CURL *c = handle_new(out);

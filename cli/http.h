@@ -16,16 +16,16 @@
 #include <jansson.h>
 
 typedef struct {
-    const char *url;     /* base URL, e.g. http://127.0.0.1:8080 */
-    const char *key;     /* API key, or NULL/"" for none */
-    const char *cacert;  /* CA bundle file, or NULL/"" for the system's */
+    const char *url;    /* base URL, e.g. http://127.0.0.1:8080 */
+    const char *key;    /* API key, or NULL/"" for none */
+    const char *cacert; /* CA bundle file, or NULL/"" for the system's */
 } cli_http;
 
 typedef struct {
     long status;
-    char *body;          /* NUL-terminated, malloc'd */
+    char *body; /* NUL-terminated, malloc'd */
     size_t len;
-    json_t *json;        /* parsed body when it is JSON, else NULL */
+    json_t *json; /* parsed body when it is JSON, else NULL */
 } cli_resp;
 
 /* A progress callback: done and total bytes (total 0 when unknown). */
@@ -56,9 +56,8 @@ typedef int (*cli_sse_fn)(void *ctx, const char *id, const char *event,
  * closes, on_event asks to stop, or the connection drops. last_event_id
  * (may be NULL/"") goes out as Last-Event-ID. *stopped says whether on_event
  * stopped it. Returns like cli_http_request; a non-2xx reply fills out. */
-int cli_http_sse(const cli_http *h, const char *path,
-                 const char *last_event_id, cli_sse_fn on_event, void *ctx,
-                 int *stopped, cli_resp *out);
+int cli_http_sse(const cli_http *h, const char *path, const char *last_event_id,
+                 cli_sse_fn on_event, void *ctx, int *stopped, cli_resp *out);
 
 /* 0 for a 2xx. Else prints the problem document as
  * "trainyard: <title> (HTTP n): <detail> (field: f)" on stderr and returns

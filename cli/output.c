@@ -55,7 +55,8 @@ void cli_table_print(const cli_table *t, FILE *f)
     }
     for (size_t r = 0; r <= t->nrows; r++) {
         for (size_t i = 0; i < t->ncols; i++) {
-            const char *c = r == 0 ? t->head[i] : t->cells[(r - 1) * t->ncols + i];
+            const char *c =
+                r == 0 ? t->head[i] : t->cells[(r - 1) * t->ncols + i];
             if (!c)
                 c = "?";
             if (i + 1 == t->ncols)
@@ -154,13 +155,14 @@ void cli_print_object(const json_t *obj, FILE *f)
     const char *k;
     const json_t *v;
     size_t w = 0;
-    json_object_foreach((json_t *)obj, k, v) {
+    json_object_foreach ((json_t *)obj, k, v) {
         if (strlen(k) > w)
             w = strlen(k);
     }
-    json_object_foreach((json_t *)obj, k, v) {
+    json_object_foreach ((json_t *)obj, k, v) {
         char buf[2048];
-        if (json_is_integer(v) && (!strcmp(k, "bytes") || ends_with(k, "_bytes"))) {
+        if (json_is_integer(v) &&
+            (!strcmp(k, "bytes") || ends_with(k, "_bytes"))) {
             cli_fmt_bytes(json_integer_value(v), buf, sizeof buf);
         } else if (json_is_string(v) && ends_with(k, "_at")) {
             char rel[64];
@@ -182,10 +184,7 @@ void cli_print_raw(const char *body, size_t len, FILE *f)
         fputc('\n', f);
 }
 
-int cli_stderr_tty(void)
-{
-    return isatty(2);
-}
+int cli_stderr_tty(void) { return isatty(2); }
 
 static int drawn;
 

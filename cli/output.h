@@ -17,7 +17,7 @@
 typedef struct {
     size_t ncols, nrows, cap;
     const char *head[CLI_TABLE_COLS];
-    char **cells;        /* nrows * ncols, malloc'd */
+    char **cells; /* nrows * ncols, malloc'd */
 } cli_table;
 
 /* Starts a table with the given column headers (NULL-terminated). */

@@ -124,8 +124,7 @@ ty_status fetch_url_to_file(const char *url, const char *path,
                      "%s is larger than the fetch limit of %llu bytes", url,
                      (unsigned long long)max_bytes);
     else if (s.write_failed)
-        st = ty_fail(err, TY_EIO, NULL, "cannot write the download of %s",
-                     url);
+        st = ty_fail(err, TY_EIO, NULL, "cannot write the download of %s", url);
     else if (rc == CURLE_ABORTED_BY_CALLBACK)
         st = ty_fail(err, TY_EFETCH, field,
                      "fetching %s was stopped: the server is shutting down",
@@ -137,8 +136,8 @@ ty_status fetch_url_to_file(const char *url, const char *path,
         st = ty_fail(err, TY_EFETCH, field, "cannot fetch %s: %s", url,
                      curl_err[0] ? curl_err : curl_easy_strerror(rc));
     else if (code >= 400)
-        st = ty_fail(err, TY_EFETCH, field, "fetching %s failed: HTTP %ld",
-                     url, code);
+        st = ty_fail(err, TY_EFETCH, field, "fetching %s failed: HTTP %ld", url,
+                     code);
     if (st == TY_OK)
         st = fs_fsync_fd(s.fd, path, err);
     close(s.fd);

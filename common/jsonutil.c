@@ -26,7 +26,7 @@ ty_status tyjson_check_keys(const json_t *obj, const char *const *allowed,
                        path && *path ? path : "the request body");
     const char *key;
     json_t *val;
-    json_object_foreach((json_t *)obj, key, val) {
+    json_object_foreach ((json_t *)obj, key, val) {
         int ok = 0;
         for (const char *const *a = allowed; *a; a++)
             if (!strcmp(*a, key)) {
@@ -45,9 +45,9 @@ ty_status tyjson_check_keys(const json_t *obj, const char *const *allowed,
             used += (size_t)w;
         }
         tyjson_path(field, sizeof field, path, key);
-        return ty_fail(err, TY_EINVAL, field, "unknown key '%s'%s%s; allowed: %s",
-                       key, path && *path ? " in " : "", path ? path : "",
-                       list);
+        return ty_fail(err, TY_EINVAL, field,
+                       "unknown key '%s'%s%s; allowed: %s", key,
+                       path && *path ? " in " : "", path ? path : "", list);
     }
     return TY_OK;
 }

@@ -19,8 +19,8 @@
 typedef struct {
     uint64_t hash;
     char *values[METRICS_MAX_LABELS];
-    double value;                      /* counter, gauge */
-    double sum;                        /* histogram */
+    double value; /* counter, gauge */
+    double sum;   /* histogram */
     uint64_t count;
     uint64_t buckets[METRICS_MAX_BUCKETS];
 } series;
@@ -39,7 +39,7 @@ struct metrics_family {
 };
 
 struct metrics_registry {
-    pthread_mutex_t mu;                /* guards the family list */
+    pthread_mutex_t mu; /* guards the family list */
     metrics_family *first, *last;
 };
 
@@ -107,7 +107,8 @@ metrics_family *metrics_family_add(metrics_registry *reg, metrics_type type,
         if (nbuckets == 0 || nbuckets > METRICS_MAX_BUCKETS || !buckets)
             return NULL;
         for (size_t i = 0; i < nbuckets; i++)
-            if (!isfinite(buckets[i]) || (i > 0 && buckets[i] <= buckets[i - 1]))
+            if (!isfinite(buckets[i]) ||
+                (i > 0 && buckets[i] <= buckets[i - 1]))
                 return NULL;
     } else {
         nbuckets = 0;
@@ -147,11 +148,11 @@ metrics_family *metrics_family_add(metrics_registry *reg, metrics_type type,
 
 static uint64_t values_hash(const char *const *values, int n)
 {
-    uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
     for (int i = 0; i < n; i++) {
         for (const char *c = values[i] ? values[i] : ""; *c; c++)
             h = (h ^ (unsigned char)*c) * 1099511628211ull;
-        h = (h ^ 0xff) * 1099511628211ull;  /* separator */
+        h = (h ^ 0xff) * 1099511628211ull; /* separator */
     }
     return h;
 }

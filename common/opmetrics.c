@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <time.h>
 
-
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static metrics_registry *reg;
 static opm_families fam;
@@ -16,13 +15,12 @@ static const double http_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                       0.05,  0.1,    0.25,  0.5,  1,
                                       2.5,   5,      10,    30,   60};
 /* Queue waits: a tenth of a second to a day. */
-static const double wait_buckets[] = {0.1, 0.5, 1,    5,     10,    30,
-                                      60,  300, 900,  3600,  14400, 86400};
+static const double wait_buckets[] = {0.1, 0.5, 1,   5,    10,    30,
+                                      60,  300, 900, 3600, 14400, 86400};
 /* Predictions: half a millisecond to 10 s. */
-static const double predict_buckets[] = {0.0005, 0.001, 0.0025, 0.005,
-                                         0.01,   0.025, 0.05,   0.1,
-                                         0.25,   0.5,   1,      2.5,
-                                         5,      10};
+static const double predict_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                         0.025,  0.05,  0.1,    0.25,  0.5,
+                                         1,      2.5,   5,      10};
 
 #define NB(a) (sizeof a / sizeof a[0])
 #define LABELS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -41,10 +39,9 @@ static void init(void)
         "Time from a request's headers to its completion, by method and "
         "route template.",
         LABELS("method", "route"), http_buckets, NB(http_buckets));
-    fam.jobs = metrics_family_add(
-        reg, METRICS_GAUGE, "trainyard_jobs",
-        "Jobs in the store, by tenant id and state.", LABELS("tenant", "state"),
-        NULL, 0);
+    fam.jobs = metrics_family_add(reg, METRICS_GAUGE, "trainyard_jobs",
+                                  "Jobs in the store, by tenant id and state.",
+                                  LABELS("tenant", "state"), NULL, 0);
     fam.queue_wait = metrics_family_add(
         reg, METRICS_HISTOGRAM, "trainyard_job_queue_wait_seconds",
         "Seconds from a job's submission to the start of its worker, "
@@ -101,10 +98,10 @@ static void init(void)
         reg, METRICS_GAUGE, "trainyard_gpu_temperature_celsius",
         "A GPU's temperature, where the driver reports it.", LABELS("gpu"),
         NULL, 0);
-    fam.gpu_power = metrics_family_add(
-        reg, METRICS_GAUGE, "trainyard_gpu_power_watts",
-        "A GPU's power draw, where the driver reports it.", LABELS("gpu"),
-        NULL, 0);
+    fam.gpu_power =
+        metrics_family_add(reg, METRICS_GAUGE, "trainyard_gpu_power_watts",
+                           "A GPU's power draw, where the driver reports it.",
+                           LABELS("gpu"), NULL, 0);
 }
 
 metrics_registry *opm_registry(void)

@@ -16,22 +16,22 @@
 #include "common/metrics.h"
 
 typedef struct {
-    metrics_family *http_requests;       /* counter {method, route, status} */
-    metrics_family *http_duration;       /* histogram {method, route} */
-    metrics_family *jobs;                /* gauge {tenant, state} */
-    metrics_family *queue_wait;          /* histogram {tenant} */
-    metrics_family *job_samples;         /* gauge {job, tenant} */
-    metrics_family *slices;              /* gauge {profile} */
-    metrics_family *slices_in_use;       /* gauge {profile} */
-    metrics_family *predict_duration;    /* histogram {endpoint} */
-    metrics_family *gpu_info;            /* gauge {gpu, uuid, name, model} */
-    metrics_family *cpu_kernels;         /* gauge {provider, core, isa, ...} */
-    metrics_family *cpu_gemm;            /* gauge: measured SGEMM GFLOP/s */
-    metrics_family *gpu_mem_total;       /* gauge {gpu} */
-    metrics_family *gpu_util;            /* gauge {gpu} */
-    metrics_family *gpu_mem_util;        /* gauge {gpu} */
-    metrics_family *gpu_temp;            /* gauge {gpu} */
-    metrics_family *gpu_power;           /* gauge {gpu} */
+    metrics_family *http_requests;    /* counter {method, route, status} */
+    metrics_family *http_duration;    /* histogram {method, route} */
+    metrics_family *jobs;             /* gauge {tenant, state} */
+    metrics_family *queue_wait;       /* histogram {tenant} */
+    metrics_family *job_samples;      /* gauge {job, tenant} */
+    metrics_family *slices;           /* gauge {profile} */
+    metrics_family *slices_in_use;    /* gauge {profile} */
+    metrics_family *predict_duration; /* histogram {endpoint} */
+    metrics_family *gpu_info;         /* gauge {gpu, uuid, name, model} */
+    metrics_family *cpu_kernels;      /* gauge {provider, core, isa, ...} */
+    metrics_family *cpu_gemm;         /* gauge: measured SGEMM GFLOP/s */
+    metrics_family *gpu_mem_total;    /* gauge {gpu} */
+    metrics_family *gpu_util;         /* gauge {gpu} */
+    metrics_family *gpu_mem_util;     /* gauge {gpu} */
+    metrics_family *gpu_temp;         /* gauge {gpu} */
+    metrics_family *gpu_power;        /* gauge {gpu} */
 } opm_families;
 
 /* The registry and its families; NULL members only when out of memory at

@@ -13,7 +13,8 @@ static uint64_t splitmix64(uint64_t *x)
 
 void ty_rng_seed(ty_rng *r, uint64_t seed, uint64_t stream)
 {
-    uint64_t x = seed ^ (stream * 0xd1342543de82ef95ULL + 0x632be59bd9b4e019ULL);
+    uint64_t x =
+        seed ^ (stream * 0xd1342543de82ef95ULL + 0x632be59bd9b4e019ULL);
     for (int i = 0; i < 4; i++)
         r->s[i] = splitmix64(&x);
 }
@@ -56,7 +57,8 @@ uint32_t ty_rng_below(ty_rng *r, uint32_t n)
 
 float ty_rng_normal(ty_rng *r)
 {
-    double u1 = ((double)(ty_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
+    double u1 =
+        ((double)(ty_rng_u64(r) >> 11) + 1.0) * (1.0 / 9007199254740993.0);
     double u2 = (double)(ty_rng_u64(r) >> 11) * (1.0 / 9007199254740992.0);
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }

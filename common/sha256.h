@@ -14,7 +14,7 @@
 
 typedef struct {
     uint32_t state[8];
-    uint64_t bytes;      /* total bytes fed so far */
+    uint64_t bytes; /* total bytes fed so far */
     uint8_t buf[64];
     size_t buf_len;
 } sha256_ctx;

@@ -14,26 +14,26 @@
 
 typedef enum {
     TY_OK = 0,
-    TY_EINVAL,      /* the caller's input is invalid (HTTP 422/400) */
-    TY_EFORMAT,     /* a file or payload is malformed (HTTP 422) */
-    TY_ENOTFOUND,   /* no such thing (HTTP 404) */
-    TY_ECONFLICT,   /* the thing is in a state that forbids this (HTTP 409) */
-    TY_ETOOBIG,     /* over a size limit (HTTP 413) */
-    TY_ENOMEM,      /* an allocation failed */
-    TY_EIO,         /* a read, write, fsync or database call failed */
-    TY_EFETCH,      /* a remote fetch failed (HTTP 422 naming the URL) */
-    TY_EDEVICE,     /* a device (GPU) call failed */
-    TY_ECANCELLED,  /* stopped on request */
-    TY_EINTERNAL,   /* a broken invariant; a bug */
-    TY_EPREEMPTED,  /* stopped to give the device up, resumable (a training
+    TY_EINVAL,     /* the caller's input is invalid (HTTP 422/400) */
+    TY_EFORMAT,    /* a file or payload is malformed (HTTP 422) */
+    TY_ENOTFOUND,  /* no such thing (HTTP 404) */
+    TY_ECONFLICT,  /* the thing is in a state that forbids this (HTTP 409) */
+    TY_ETOOBIG,    /* over a size limit (HTTP 413) */
+    TY_ENOMEM,     /* an allocation failed */
+    TY_EIO,        /* a read, write, fsync or database call failed */
+    TY_EFETCH,     /* a remote fetch failed (HTTP 422 naming the URL) */
+    TY_EDEVICE,    /* a device (GPU) call failed */
+    TY_ECANCELLED, /* stopped on request */
+    TY_EINTERNAL,  /* a broken invariant; a bug */
+    TY_EPREEMPTED, /* stopped to give the device up, resumable (a training
                        run preempted at a step boundary, its checkpoint
                        written: see train_job.preempt) */
     TY_STATUS_COUNT
 } ty_status;
 
 typedef struct {
-    char msg[512];    /* what went wrong, as a sentence; empty when none */
-    char field[128];  /* the offending input field, or empty */
+    char msg[512];   /* what went wrong, as a sentence; empty when none */
+    char field[128]; /* the offending input field, or empty */
 } ty_err;
 
 /* The enum value's name, e.g. "TY_EINVAL". */

@@ -22,10 +22,8 @@
 #include "common/log.h"
 
 static const char *const type_names[] = {
-    [EV_JOB_CREATED] = "job.created",
-    [EV_JOB_STARTED] = "job.started",
-    [EV_JOB_PROGRESS] = "job.progress",
-    [EV_JOB_EPOCH] = "job.epoch",
+    [EV_JOB_CREATED] = "job.created",   [EV_JOB_STARTED] = "job.started",
+    [EV_JOB_PROGRESS] = "job.progress", [EV_JOB_EPOCH] = "job.epoch",
     [EV_JOB_FINISHED] = "job.finished",
 };
 _Static_assert(sizeof type_names / sizeof type_names[0] == EV_TYPE_COUNT,
@@ -38,22 +36,22 @@ typedef struct {
     ev_type type;
     char tenant[TY_ID_MAX];
     char job[TY_ID_MAX];
-    char *text;                  /* the SSE event, formatted */
+    char *text; /* the SSE event, formatted */
     size_t len;
 } ev_entry;
 
 struct ev_sub {
     ev_hub *hub;
-    void (*wake)(void *arg);     /* NULL until attached */
+    void (*wake)(void *arg); /* NULL until attached */
     void *wake_arg;
     char tenant[TY_ID_MAX];
-    char job[TY_ID_MAX];         /* "" = every job of the tenant */
-    uint64_t after;              /* the last id sent (or skipped) */
-    char *pending;               /* text being sent */
+    char job[TY_ID_MAX]; /* "" = every job of the tenant */
+    uint64_t after;      /* the last id sent (or skipped) */
+    char *pending;       /* text being sent */
     size_t pending_len, pending_off;
-    int end_after_pending;       /* a job stream sent its job.finished */
-    int end_when_caught_up;      /* EV_END_CAUGHT_UP */
-    double last_write;           /* monotonic */
+    int end_after_pending;  /* a job stream sent its job.finished */
+    int end_when_caught_up; /* EV_END_CAUGHT_UP */
+    double last_write;      /* monotonic */
     ev_sub *prev, *next;
 };
 
@@ -64,7 +62,7 @@ struct ev_hub {
     int stopping;
     ev_entry *ring;
     size_t cap;
-    uint64_t oldest, newest;     /* oldest = newest + 1 while empty */
+    uint64_t oldest, newest; /* oldest = newest + 1 while empty */
     ev_sub *streams;
     size_t nstreams;
 };

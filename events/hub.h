@@ -37,15 +37,15 @@
 #define EV_RING_DEFAULT 4096
 #define EV_RING_MAX 1000000
 #define EV_KEEPALIVE_S 15
-#define EV_ID_MAX 9007199254740991ULL  /* 2^53 - 1: exact in JavaScript */
+#define EV_ID_MAX 9007199254740991ULL /* 2^53 - 1: exact in JavaScript */
 
 typedef enum {
     EV_JOB_CREATED = 0,
     EV_JOB_STARTED,
-    EV_JOB_PROGRESS,  /* progress of a running job; also a requeue
+    EV_JOB_PROGRESS, /* progress of a running job; also a requeue
                          (preemption, retry), whose job shows "queued" */
     EV_JOB_EPOCH,
-    EV_JOB_FINISHED,  /* succeeded, failed or cancelled */
+    EV_JOB_FINISHED, /* succeeded, failed or cancelled */
     EV_TYPE_COUNT
 } ev_type;
 
@@ -78,9 +78,9 @@ char *ev_format(uint64_t id, const char *type, const json_t *data);
 
 /* When a stream ends, besides after a job stream's job.finished. */
 typedef enum {
-    EV_END_NEVER = 0,        /* runs until the client goes */
-    EV_END_AFTER_PREAMBLE,   /* the preamble is all (a finished job) */
-    EV_END_CAUGHT_UP         /* once the ring has nothing more for it (a
+    EV_END_NEVER = 0,      /* runs until the client goes */
+    EV_END_AFTER_PREAMBLE, /* the preamble is all (a finished job) */
+    EV_END_CAUGHT_UP       /* once the ring has nothing more for it (a
                                 finished job's resume) */
 } ev_end;
 

@@ -90,8 +90,7 @@ ty_status inv_build_slots(inventory *inv, ty_err *err)
 /* A UUID-shaped string made from the SHA-256 of seed: "GPU-xxxxxxxx-xxxx-
  * xxxx-xxxx-xxxxxxxxxxxx". The same GPU (or MIG device) of the same file
  * gets the same one on every start. */
-static void fake_uuid(const char *prefix, const char *seed, char *out,
-                      size_t n)
+static void fake_uuid(const char *prefix, const char *seed, char *out, size_t n)
 {
     uint8_t d[32];
     char hex[65];
@@ -105,8 +104,8 @@ static void fake_uuid(const char *prefix, const char *seed, char *out,
 static ty_status sim_gpu(const json_t *obj, int index, const char *path,
                          inv_gpu *gpu, ty_err *err)
 {
-    static const char *const keys[] = {"model", "name", "mig", "memory_gb",
-                                       "instances", NULL};
+    static const char *const keys[] = {"model",     "name",      "mig",
+                                       "memory_gb", "instances", NULL};
     ty_status s = tyjson_check_keys(obj, keys, path, err);
     if (s != TY_OK)
         return s;
@@ -188,8 +187,8 @@ static ty_status sim_gpu(const json_t *obj, int index, const char *path,
     }
     if (n > MIG_COMPUTE_SLICES)
         return ty_fail(err, TY_EINVAL, field,
-                       "%s: %zu instances, but a GPU holds at most %d", path,
-                       n, MIG_COMPUTE_SLICES);
+                       "%s: %zu instances, but a GPU holds at most %d", path, n,
+                       MIG_COMPUTE_SLICES);
     mig_placed placed[MIG_COMPUTE_SLICES];
     for (size_t i = 0; i < n; i++) {
         static const char *const ikeys[] = {"profile", "start", NULL};
@@ -320,9 +319,8 @@ ty_status inv_sim_load(const char *path, inventory **out, ty_err *err)
     json_t *doc = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
     free(text);
     if (!doc)
-        return ty_fail(err, TY_EFORMAT, NULL,
-                       "%s:%d:%d: not valid JSON: %s", path, jerr.line,
-                       jerr.column, jerr.text);
+        return ty_fail(err, TY_EFORMAT, NULL, "%s:%d:%d: not valid JSON: %s",
+                       path, jerr.line, jerr.column, jerr.text);
     s = inv_sim_parse(doc, path, out, err);
     json_decref(doc);
     return s;
@@ -336,8 +334,8 @@ void inv_slot_holder_json(const inv_slot *s, const inv_viewer *viewer,
     const char *state = "free";
     json_t *job = json_null(), *tenant = json_null();
     if (s->job_id[0]) {
-        int mine = viewer->tenant_id &&
-                   !strcmp(viewer->tenant_id, s->tenant_id);
+        int mine =
+            viewer->tenant_id && !strcmp(viewer->tenant_id, s->tenant_id);
         if (viewer->is_admin || mine) {
             state = "held";
             job = json_string(s->job_id);
@@ -375,12 +373,12 @@ static json_t *slot_json(const inventory *inv, int k, const inv_viewer *viewer)
                             known_int(m->gpu_instance_id));
         json_object_set_new(o, "compute_instance_id",
                             known_int(m->compute_instance_id));
-        json_object_set_new(
-            o, "placement",
-            m->placement_start == INV_UNKNOWN
-                ? json_null()
-                : json_pack("{s:i, s:i}", "start", m->placement_start, "size",
-                            m->placement_size));
+        json_object_set_new(o, "placement",
+                            m->placement_start == INV_UNKNOWN
+                                ? json_null()
+                                : json_pack("{s:i, s:i}", "start",
+                                            m->placement_start, "size",
+                                            m->placement_size));
     } else {
         json_object_set_new(o, "gpu_instance_id", json_null());
         json_object_set_new(o, "compute_instance_id", json_null());
@@ -401,8 +399,8 @@ json_t *inv_to_json(inventory *inv, const inv_viewer *viewer)
         json_t *o = json_object();
         json_object_set_new(o, "index", json_integer(gpu->index));
         json_object_set_new(o, "name", json_string(gpu->name));
-        json_object_set_new(o, "model", gpu->model[0] ? json_string(gpu->model)
-                                                      : json_null());
+        json_object_set_new(
+            o, "model", gpu->model[0] ? json_string(gpu->model) : json_null());
         json_object_set_new(o, "uuid", json_string(gpu->uuid));
         json_object_set_new(o, "memory_bytes",
                             json_integer((json_int_t)gpu->memory_bytes));
@@ -425,9 +423,8 @@ json_t *inv_to_json(inventory *inv, const inv_viewer *viewer)
     pthread_mutex_unlock(&inv->mu);
     json_t *doc = json_object();
     json_object_set_new(doc, "source", json_string(inv->source_label));
-    json_object_set_new(doc, "reason", inv->reason[0]
-                                           ? json_string(inv->reason)
-                                           : json_null());
+    json_object_set_new(
+        doc, "reason", inv->reason[0] ? json_string(inv->reason) : json_null());
     json_object_set_new(doc, "gpus", gpus);
     return doc;
 }

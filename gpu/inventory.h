@@ -30,34 +30,34 @@
 #include "common/ty.h"
 #include "gpu/mig.h"
 
-#define INV_NAME_MAX 96   /* NVML's name and UUID buffer size */
+#define INV_NAME_MAX 96 /* NVML's name and UUID buffer size */
 #define INV_MAX_GPUS 64
-#define INV_UNKNOWN (-1)  /* telemetry or placement the driver did not give */
+#define INV_UNKNOWN (-1) /* telemetry or placement the driver did not give */
 
 typedef enum {
-    INV_SOURCE_NONE = 0,  /* --devices none: a CPU-only host */
-    INV_SOURCE_NVML,      /* --devices auto: the driver */
-    INV_SOURCE_SIM,       /* --devices sim:<file> */
+    INV_SOURCE_NONE = 0, /* --devices none: a CPU-only host */
+    INV_SOURCE_NVML,     /* --devices auto: the driver */
+    INV_SOURCE_SIM,      /* --devices sim:<file> */
 } inv_source;
 
 /* A MIG device: one compute instance inside one GPU instance. */
 typedef struct {
-    char uuid[INV_NAME_MAX];              /* "MIG-..." */
-    char profile[MIG_PROFILE_NAME_MAX];   /* "1g.18gb", from the driver */
+    char uuid[INV_NAME_MAX];            /* "MIG-..." */
+    char profile[MIG_PROFILE_NAME_MAX]; /* "1g.18gb", from the driver */
     int gpu_instance_id;
     int compute_instance_id;
     int compute_slices;
     uint64_t memory_bytes;
-    int placement_start;                  /* memory slice; INV_UNKNOWN */
-    int placement_size;                   /* memory slices; INV_UNKNOWN */
+    int placement_start; /* memory slice; INV_UNKNOWN */
+    int placement_size;  /* memory slices; INV_UNKNOWN */
 } inv_mig;
 
 typedef struct {
-    int index;                            /* NVML's index */
-    char name[INV_NAME_MAX];              /* "NVIDIA H200" */
-    char model[32];                       /* mig.h's key ("H200-141GB"),
+    int index;               /* NVML's index */
+    char name[INV_NAME_MAX]; /* "NVIDIA H200" */
+    char model[32];          /* mig.h's key ("H200-141GB"),
                                              "" when unknown */
-    char uuid[INV_NAME_MAX];              /* "GPU-..." */
+    char uuid[INV_NAME_MAX]; /* "GPU-..." */
     uint64_t memory_bytes;
     int mig_enabled;
     /* Telemetry; INV_UNKNOWN where the driver gives none (simulated GPUs,
@@ -71,20 +71,20 @@ typedef struct {
 } inv_gpu;
 
 typedef enum {
-    INV_SLOT_GPU = 0,     /* a whole GPU, MIG off */
-    INV_SLOT_MIG,         /* one MIG device */
+    INV_SLOT_GPU = 0, /* a whole GPU, MIG off */
+    INV_SLOT_MIG,     /* one MIG device */
 } inv_slot_kind;
 
 /* Somewhere one job can run. */
 typedef struct {
     inv_slot_kind kind;
-    int gpu;                              /* index into inventory.gpus */
-    int mig;                              /* index into that GPU's migs;
+    int gpu;             /* index into inventory.gpus */
+    int mig;             /* index into that GPU's migs;
                                              -1 for a whole GPU */
-    const char *uuid;                     /* borrowed from the GPU or MIG
+    const char *uuid;    /* borrowed from the GPU or MIG
                                              device: CUDA_VISIBLE_DEVICES */
-    const char *profile;                  /* "1g.18gb"; NULL: whole GPU */
-    int compute_slices;                   /* whole GPU: 7 */
+    const char *profile; /* "1g.18gb"; NULL: whole GPU */
+    int compute_slices;  /* whole GPU: 7 */
     uint64_t memory_bytes;
     /* The holder, set by the scheduler under inventory.mu; "" = free. */
     char job_id[TY_ID_MAX];
@@ -93,14 +93,14 @@ typedef struct {
 
 typedef struct inventory {
     inv_source source;
-    char source_label[PATH_MAX + 8];      /* "nvml", "sim:<file>", "none" */
-    char reason[256];                     /* nvml: why there are no GPUs, or
+    char source_label[PATH_MAX + 8]; /* "nvml", "sim:<file>", "none" */
+    char reason[256];                /* nvml: why there are no GPUs, or
                                              what could not be read; "" */
     int ngpus;
     inv_gpu *gpus;
     int nslots;
     inv_slot *slots;
-    pthread_mutex_t mu;                   /* guards holders and telemetry */
+    pthread_mutex_t mu; /* guards holders and telemetry */
     /* A source with a live part (NVML: the loaded library, nvml.c) sets
      * these: refresh re-reads the telemetry (taking mu), close releases
      * ctx with the inventory. NULL for the others. */
@@ -149,8 +149,8 @@ ty_status inv_build_slots(inventory *inv, ty_err *err);
 
 /* Who may see what of a slot's holder. */
 typedef struct {
-    const char *tenant_id;                /* the caller's tenant */
-    int is_admin;                         /* sees every holder */
+    const char *tenant_id; /* the caller's tenant */
+    int is_admin;          /* sees every holder */
 } inv_viewer;
 
 /* What `viewer` may see of slot s's holder, as the fields "state" ("free",

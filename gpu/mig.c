@@ -56,8 +56,10 @@ static const mig_profile h200_141[] = {
     {"7g.141gb", 0, 7, 8, 143360, STARTS_0},
 };
 
-#define MODEL(key, alias, dev, mib, tbl) \
-    {key, alias, dev, mib, tbl, (int)TY_ARRAY_LEN(tbl)}
+#define MODEL(key, alias, dev, mib, tbl)                  \
+    {                                                     \
+        key, alias, dev, mib, tbl, (int)TY_ARRAY_LEN(tbl) \
+    }
 
 static const mig_model models[] = {
     MODEL("A100-40GB", NULL, "NVIDIA A100-SXM4-40GB", 40960, a100_40),
@@ -83,8 +85,8 @@ void mig_model_names(char *buf, size_t n)
     size_t used = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < TY_ARRAY_LEN(models) && used < n; i++)
-        used += (size_t)snprintf(buf + used, n - used, "%s%s",
-                                 i ? ", " : "", models[i].model);
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", i ? ", " : "",
+                                 models[i].model);
 }
 
 const mig_profile *mig_profile_find(const mig_model *m, const char *name)
@@ -136,8 +138,7 @@ ty_status mig_layout_check(const mig_model *m, const mig_placed *inst, int n,
             return ty_fail(err, TY_EINVAL, NULL,
                            "instances[%d] (%s at start %d): a %s instance "
                            "can start only at memory slice%s %s",
-                           i, p->name, start, p->name, one ? "" : "s",
-                           starts);
+                           i, p->name, start, p->name, one ? "" : "s", starts);
         }
         if (start + p->memory_slices > MIG_MEMORY_SLICES)
             return ty_fail(err, TY_EINVAL, NULL,
@@ -169,8 +170,7 @@ ty_status mig_layout_check(const mig_model *m, const mig_placed *inst, int n,
     return TY_OK;
 }
 
-void mig_profile_from_device_name(const char *device_name, char *out,
-                                  size_t n)
+void mig_profile_from_device_name(const char *device_name, char *out, size_t n)
 {
     const char *p = device_name ? strstr(device_name, " MIG ") : NULL;
     if (!p) {

@@ -25,19 +25,19 @@
 #define MIG_PROFILE_NAME_MAX 32
 
 typedef struct {
-    const char *name;          /* "1g.18gb", as the driver names it */
-    unsigned profile_id;       /* NVML_GPU_INSTANCE_PROFILE_* */
-    int compute_slices;        /* 1..7 */
-    int memory_slices;         /* placement size: 1, 2, 4 or 8 */
-    uint64_t memory_mib;       /* what the driver reports, approximately */
-    uint8_t starts;            /* bit s set: placement may start at s */
+    const char *name;    /* "1g.18gb", as the driver names it */
+    unsigned profile_id; /* NVML_GPU_INSTANCE_PROFILE_* */
+    int compute_slices;  /* 1..7 */
+    int memory_slices;   /* placement size: 1, 2, 4 or 8 */
+    uint64_t memory_mib; /* what the driver reports, approximately */
+    uint8_t starts;      /* bit s set: placement may start at s */
 } mig_profile;
 
 typedef struct {
-    const char *model;         /* "H200-141GB": the key a sim file uses */
-    const char *alias;         /* "H200", or NULL */
-    const char *device_name;   /* what NVML names such a GPU */
-    uint64_t memory_mib;       /* the whole GPU, as nvidia-smi reports it */
+    const char *model;       /* "H200-141GB": the key a sim file uses */
+    const char *alias;       /* "H200", or NULL */
+    const char *device_name; /* what NVML names such a GPU */
+    uint64_t memory_mib;     /* the whole GPU, as nvidia-smi reports it */
     const mig_profile *profiles;
     int nprofiles;
 } mig_model;
@@ -74,7 +74,6 @@ ty_status mig_layout_check(const mig_model *m, const mig_placed *inst, int n,
 
 /* The profile part of a MIG device's name ("NVIDIA H200 MIG 1g.18gb" ->
  * "1g.18gb"), copied into out; "" when the name has no " MIG " part. */
-void mig_profile_from_device_name(const char *device_name, char *out,
-                                  size_t n);
+void mig_profile_from_device_name(const char *device_name, char *out, size_t n);
 
 #endif

@@ -27,11 +27,11 @@ typedef struct nvml_gpu_instance_st *nvmlGpuInstance_t;
 #define NVML_BUF 96
 
 typedef struct {
-    unsigned long long total, free, used;          /* bytes */
+    unsigned long long total, free, used; /* bytes */
 } nvml_memory;
 
 typedef struct {
-    unsigned int gpu, memory;                      /* percent */
+    unsigned int gpu, memory; /* percent */
 } nvml_utilization;
 
 /* nvmlDeviceAttributes_t: 8 unsigned ints, then memorySizeMB. */
@@ -82,7 +82,7 @@ struct inv_nvml {
     nvmlReturn_t (*utilization)(nvmlDevice_t, nvml_utilization *);
     nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned int *);
     nvmlReturn_t (*power)(nvmlDevice_t, unsigned int *);
-    nvmlDevice_t dev[INV_MAX_GPUS];                /* per inventory GPU */
+    nvmlDevice_t dev[INV_MAX_GPUS]; /* per inventory GPU */
 };
 
 static const char *nv_err(const struct inv_nvml *n, nvmlReturn_t r)
@@ -165,7 +165,8 @@ static ty_status read_migs(inventory *inv, struct inv_nvml *n, nvmlDevice_t d,
         return TY_OK;
     }
     if (!nv_ok(inv, n, ctx, "nvmlDeviceGetMaxMigDeviceCount",
-               n->max_mig(d, &max)) || max == 0)
+               n->max_mig(d, &max)) ||
+        max == 0)
         return TY_OK;
     g->migs = calloc(max, sizeof *g->migs);
     if (!g->migs)
@@ -190,8 +191,7 @@ static ty_status read_migs(inventory *inv, struct inv_nvml *n, nvmlDevice_t d,
                    n->uuid(md, m->uuid, sizeof m->uuid)) ||
             !nv_ok(inv, n, ctx, "nvmlDeviceGetName",
                    n->name(md, name, sizeof name)) ||
-            !nv_ok(inv, n, ctx, "nvmlDeviceGetMemoryInfo",
-                   n->memory(md, &mem)))
+            !nv_ok(inv, n, ctx, "nvmlDeviceGetMemoryInfo", n->memory(md, &mem)))
             continue;
         m->memory_bytes = mem.total;
         mig_profile_from_device_name(name, m->profile, sizeof m->profile);
@@ -291,8 +291,8 @@ ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err)
         goto empty;
     }
     if (count > INV_MAX_GPUS) {
-        note(inv, "the driver sees %u GPUs; only the first %d are used",
-             count, INV_MAX_GPUS);
+        note(inv, "the driver sees %u GPUs; only the first %d are used", count,
+             INV_MAX_GPUS);
         count = INV_MAX_GPUS;
     }
     inv->gpus = calloc(count, sizeof *inv->gpus);

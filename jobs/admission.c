@@ -62,8 +62,8 @@ static ty_status check_validation(const jobs_env *env, const char *tenant,
                        "{\"dataset\": id}");
     if (has_split) {
         double split;
-        if ((s = tyjson_get_number(v, "split", "validation", 1, 0.0, 0.9,
-                                   0.0, &split, err)) != TY_OK)
+        if ((s = tyjson_get_number(v, "split", "validation", 1, 0.0, 0.9, 0.0,
+                                   &split, err)) != TY_OK)
             return s;
         int64_t n_val = (int64_t)llround((double)n * split);
         if (n - n_val < 1)
@@ -96,8 +96,8 @@ static ty_status check_validation(const jobs_env *env, const char *tenant,
                            json_object_get(train_doc, "input_shape"))) {
         char *a =
             json_dumps(json_object_get(vdoc, "input_shape"), JSON_COMPACT);
-        char *b = json_dumps(json_object_get(train_doc, "input_shape"),
-                             JSON_COMPACT);
+        char *b =
+            json_dumps(json_object_get(train_doc, "input_shape"), JSON_COMPACT);
         s = ty_fail(err, TY_EINVAL, "validation.dataset",
                     "validation dataset %s has input shape %s; the training "
                     "dataset has %s",
@@ -165,9 +165,8 @@ static const nn_backend *train_backend(int on_cuda)
  * --max-job-memory, or, on a GPU, when it and PLACE_CUDA_OVERHEAD_BYTES
  * exceed the device's memory (a MIG slice's size inside one). */
 static ty_status check_memory(const jobs_env *env, const sched_request *req,
-                              const json_t *spec,
-                              const uint32_t *shape, uint32_t ndim,
-                              uint32_t outputs, ty_task task,
+                              const json_t *spec, const uint32_t *shape,
+                              uint32_t ndim, uint32_t outputs, ty_task task,
                               const train_hparams *hp, uint32_t n_train,
                               train_memory *m, ty_err *err)
 {
@@ -182,8 +181,7 @@ static ty_status check_memory(const jobs_env *env, const sched_request *req,
         s = place_check_device_memory(m, PLACE_CUDA_OVERHEAD_BYTES,
                                       env->train_dev.total_bytes,
                                       env->train_dev.label, 0, err);
-    if (s != TY_OK || !env->max_job_memory ||
-        m->total <= env->max_job_memory)
+    if (s != TY_OK || !env->max_job_memory || m->total <= env->max_job_memory)
         return s;
     char total[32], state[32], grads[32], opt[32], act[32], work[32], cap[32];
     train_format_bytes(m->total, total, sizeof total);
@@ -202,8 +200,7 @@ static ty_status check_memory(const jobs_env *env, const sched_request *req,
 }
 
 ty_status admission_check(const jobs_env *env, const char *tenant,
-                          const job_submission *sub, admission *a,
-                          ty_err *err)
+                          const job_submission *sub, admission *a, ty_err *err)
 {
     memset(a, 0, sizeof *a);
     int64_t max_attempts = 0;
@@ -212,8 +209,8 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
      * crash); the trainer's parser does not know it. */
     json_t *hp_in = json_deep_copy(sub->hyperparameters);
     if (json_is_object(hp_in) && json_object_get(hp_in, "max_attempts")) {
-        if ((s = tyjson_get_int(hp_in, "max_attempts", "hyperparameters", 0,
-                                1, 100, 0, &max_attempts, err)) != TY_OK)
+        if ((s = tyjson_get_int(hp_in, "max_attempts", "hyperparameters", 0, 1,
+                                100, 0, &max_attempts, err)) != TY_OK)
             goto done;
         json_object_del(hp_in, "max_attempts");
     }
@@ -227,10 +224,10 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
     if (s != TY_OK)
         goto done;
     const json_t *ds = a->dataset;
-    a->name = sub->name ? sub->name
-                        : json_string_value(json_object_get(ds, "name"));
-    if ((s = check_validation(env, tenant, sub->validation, ds,
-                              &a->validation, err)) != TY_OK)
+    a->name =
+        sub->name ? sub->name : json_string_value(json_object_get(ds, "name"));
+    if ((s = check_validation(env, tenant, sub->validation, ds, &a->validation,
+                              err)) != TY_OK)
         goto done;
 
     const json_t *model = sub->model;
@@ -245,10 +242,11 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
                     sub->dataset);
         goto done;
     }
-    ty_task task = ty_task_parse(json_string_value(json_object_get(ds, "task")))
-                           == TY_TASK_REGRESSION
-                       ? TY_TASK_REGRESSION
-                       : TY_TASK_CLASSIFICATION;
+    ty_task task =
+        ty_task_parse(json_string_value(json_object_get(ds, "task"))) ==
+                TY_TASK_REGRESSION
+            ? TY_TASK_REGRESSION
+            : TY_TASK_CLASSIFICATION;
     uint32_t outputs = (uint32_t)json_integer_value(json_object_get(
         ds, task == TY_TASK_CLASSIFICATION ? "num_classes" : "num_targets"));
     /* The hyperparameters first: the loss decides the model's output size
@@ -269,8 +267,8 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
                             json_integer(max_attempts));
     train_memory mem;
     if ((s = check_memory(env, &sub->req, a->spec, shape, ndim, outputs, task,
-                          &hp, train_examples(ds, a->validation), &mem,
-                          err)) != TY_OK)
+                          &hp, train_examples(ds, a->validation), &mem, err)) !=
+        TY_OK)
         goto done;
     a->memory_bytes = mem.total;
 done:

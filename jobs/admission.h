@@ -34,20 +34,19 @@ typedef struct {
 
 /* What admission_check found: the normalized documents to store. */
 typedef struct {
-    json_t *dataset;               /* the training dataset's document */
-    const char *name;              /* the submission's or the dataset's */
-    json_t *validation;            /* {"split": f} or {"dataset": id} */
-    json_t *spec;                  /* the normalized model spec */
-    json_t *hyperparameters;       /* normalized, with max_attempts */
-    uint64_t memory_bytes;         /* train_memory's total */
+    json_t *dataset;         /* the training dataset's document */
+    const char *name;        /* the submission's or the dataset's */
+    json_t *validation;      /* {"split": f} or {"dataset": id} */
+    json_t *spec;            /* the normalized model spec */
+    json_t *hyperparameters; /* normalized, with max_attempts */
+    uint64_t memory_bytes;   /* train_memory's total */
 } admission;
 
 /* Checks sub for tenant (see the file comment) and fills *a (caller frees
  * it with admission_free, also on failure). TY_EINVAL naming the field
  * when the job cannot be accepted, TY_ENOMEM, or the store's error. */
 ty_status admission_check(const jobs_env *env, const char *tenant,
-                          const job_submission *sub, admission *a,
-                          ty_err *err);
+                          const job_submission *sub, admission *a, ty_err *err);
 
 /* Releases what admission_check filled. */
 void admission_free(admission *a);

@@ -20,22 +20,22 @@
  * service. */
 typedef struct jobs_env {
     store *store;
-    ev_hub *events;              /* NULL: no live events are published */
-    inventory *inventory;        /* the GPUs and MIG slices; NULL: none */
-    place_device train_dev;      /* --train-device, resolved */
-    char data_dir[PATH_MAX];     /* blobs live under it (store/blob.h) */
-    char jobs_dir[PATH_MAX];     /* <data>/jobs/<id>: job.json, logs */
-    char self_exe[PATH_MAX];     /* this binary, to start workers */
-    int max_jobs;                /* CPU jobs running at once */
-    int worker_threads;          /* engine threads per worker; 0 = all */
-    uint64_t max_job_memory;     /* bytes a job may take; 0 = no limit */
-    int heartbeat_timeout_s;     /* a silent worker is killed after */
-    double retry_backoff_s;      /* first retry's delay; doubles */
-    int max_attempts;            /* runs of a crashing job, by default */
-    int preempt;                 /* sched_config.preempt */
-    double preempt_wait_s;       /* sched_config.preempt_wait */
-    double backfill_wait_s;      /* sched_config.backfill_wait */
-    double fair_window_s;        /* sched_config.fair_window */
+    ev_hub *events;          /* NULL: no live events are published */
+    inventory *inventory;    /* the GPUs and MIG slices; NULL: none */
+    place_device train_dev;  /* --train-device, resolved */
+    char data_dir[PATH_MAX]; /* blobs live under it (store/blob.h) */
+    char jobs_dir[PATH_MAX]; /* <data>/jobs/<id>: job.json, logs */
+    char self_exe[PATH_MAX]; /* this binary, to start workers */
+    int max_jobs;            /* CPU jobs running at once */
+    int worker_threads;      /* engine threads per worker; 0 = all */
+    uint64_t max_job_memory; /* bytes a job may take; 0 = no limit */
+    int heartbeat_timeout_s; /* a silent worker is killed after */
+    double retry_backoff_s;  /* first retry's delay; doubles */
+    int max_attempts;        /* runs of a crashing job, by default */
+    int preempt;             /* sched_config.preempt */
+    double preempt_wait_s;   /* sched_config.preempt_wait */
+    double backfill_wait_s;  /* sched_config.backfill_wait */
+    double fair_window_s;    /* sched_config.fair_window */
 } jobs_env;
 
 #endif

@@ -105,8 +105,8 @@ ty_status place_check_device_memory(const train_memory *m, uint64_t overhead,
     uint64_t need = m->total + overhead;
     if (need >= m->total && need <= available)
         return TY_OK;
-    char total[32], state[32], grads[32], opt[32], act[32], work[32],
-        over[32], avail[32];
+    char total[32], state[32], grads[32], opt[32], act[32], work[32], over[32],
+        avail[32];
     train_format_bytes(need, total, sizeof total);
     train_format_bytes(m->state, state, sizeof state);
     train_format_bytes(m->grads, grads, sizeof grads);
@@ -133,8 +133,9 @@ int place_cuda_count(char *why, size_t n)
     return nn_cuda_device_count(why, n);
 #else
     if (why && n)
-        snprintf(why, n, "this trainyard was built without CUDA (trainyard "
-                         "version lists the backends)");
+        snprintf(why, n,
+                 "this trainyard was built without CUDA (trainyard "
+                 "version lists the backends)");
     return 0;
 #endif
 }
@@ -146,8 +147,8 @@ ty_status place_device_open(const char *flag, int requested, place_device *out,
     out->device = PLACE_DEVICE_CPU;
     char why[256] = "";
     /* An explicit CPU asks nothing of CUDA. */
-    int count = requested == PLACE_DEVICE_CPU ? 0
-                                              : place_cuda_count(why, sizeof why);
+    int count =
+        requested == PLACE_DEVICE_CPU ? 0 : place_cuda_count(why, sizeof why);
     int d;
     ty_status s = place_resolve(flag, requested, count, why, &d, err);
     if (s != TY_OK)

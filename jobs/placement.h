@@ -103,10 +103,10 @@ ty_status place_check_device_memory(const train_memory *m, uint64_t overhead,
 
 /* A device this process can train or serve on. */
 typedef struct {
-    int device;               /* PLACE_DEVICE_CPU or N */
-    char label[16];           /* "cpu", "cuda:0" */
-    char name[128];           /* "NVIDIA H200"; "cpu" for the CPU */
-    uint64_t total_bytes;     /* device memory (a MIG slice's size); 0: CPU */
+    int device;           /* PLACE_DEVICE_CPU or N */
+    char label[16];       /* "cpu", "cuda:0" */
+    char name[128];       /* "NVIDIA H200"; "cpu" for the CPU */
+    uint64_t total_bytes; /* device memory (a MIG slice's size); 0: CPU */
 } place_device;
 
 /* How many CUDA devices this process sees; 0 in a binary without CUDA or

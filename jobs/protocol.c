@@ -50,43 +50,37 @@ json_t *wproto_encode_started(const wproto_started *s)
         "{s:s, s:I, s:s?, s:s?, s:[s, s], s:{s:s, s:s, s:s, s:s, s:I}}",
         WPROTO_F_EVENT, msg_names[WPROTO_MSG_STARTED], WPROTO_F_PID,
         (json_int_t)s->pid, WPROTO_F_CUDA_VISIBLE_DEVICES,
-        s->cuda_visible_devices, WPROTO_F_TRAINYARD_DEVICE,
-        s->trainyard_device, WPROTO_F_CAPABILITIES, WPROTO_CAP_HEARTBEAT,
-        WPROTO_CAP_PREEMPT, WPROTO_F_CPU_KERNELS, "provider", s->provider,
-        "core", s->core, "isa", s->isa, "cpu_isa", s->cpu_isa, "gemm_gflops",
+        s->cuda_visible_devices, WPROTO_F_TRAINYARD_DEVICE, s->trainyard_device,
+        WPROTO_F_CAPABILITIES, WPROTO_CAP_HEARTBEAT, WPROTO_CAP_PREEMPT,
+        WPROTO_F_CPU_KERNELS, "provider", s->provider, "core", s->core, "isa",
+        s->isa, "cpu_isa", s->cpu_isa, "gemm_gflops",
         (json_int_t)(s->gemm_gflops + 0.5));
 }
 
-json_t *wproto_encode_heartbeat(void)
-{
-    return line_of(WPROTO_MSG_HEARTBEAT);
-}
+json_t *wproto_encode_heartbeat(void) { return line_of(WPROTO_MSG_HEARTBEAT); }
 
 json_t *wproto_encode_progress(const train_progress *p)
 {
-    return json_pack("{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f}",
-                     WPROTO_F_EVENT, msg_names[WPROTO_MSG_PROGRESS],
-                     WPROTO_F_EPOCH, (int)p->epoch, WPROTO_F_EPOCHS,
-                     (int)p->epochs, WPROTO_F_STEP, (json_int_t)p->step,
-                     WPROTO_F_TOTAL_STEPS, (json_int_t)p->total_steps,
-                     WPROTO_F_FRACTION, p->fraction, WPROTO_F_LOSS, p->loss,
-                     WPROTO_F_SAMPLES_PER_SEC, p->samples_per_sec,
-                     WPROTO_F_LR, p->lr);
+    return json_pack(
+        "{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f}", WPROTO_F_EVENT,
+        msg_names[WPROTO_MSG_PROGRESS], WPROTO_F_EPOCH, (int)p->epoch,
+        WPROTO_F_EPOCHS, (int)p->epochs, WPROTO_F_STEP, (json_int_t)p->step,
+        WPROTO_F_TOTAL_STEPS, (json_int_t)p->total_steps, WPROTO_F_FRACTION,
+        p->fraction, WPROTO_F_LOSS, p->loss, WPROTO_F_SAMPLES_PER_SEC,
+        p->samples_per_sec, WPROTO_F_LR, p->lr);
 }
 
 json_t *wproto_encode_epoch(const train_epoch_metrics *m,
                             int64_t device_memory_used)
 {
-    json_t *ev = json_pack("{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I}",
-                           WPROTO_F_EVENT, msg_names[WPROTO_MSG_EPOCH],
-                           WPROTO_F_EPOCH, (int)m->epoch, WPROTO_F_TRAIN_LOSS,
-                           m->train_loss, WPROTO_F_TRAIN_ACCURACY,
-                           m->train_accuracy, WPROTO_F_VAL_LOSS, m->val_loss,
-                           WPROTO_F_VAL_ACCURACY, m->val_accuracy,
-                           WPROTO_F_SAMPLES_PER_SEC, m->samples_per_sec,
-                           WPROTO_F_SECONDS, m->seconds,
-                           WPROTO_F_PEAK_MEMORY_BYTES,
-                           (json_int_t)m->peak_memory_bytes);
+    json_t *ev = json_pack(
+        "{s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", WPROTO_F_EVENT,
+        msg_names[WPROTO_MSG_EPOCH], WPROTO_F_EPOCH, (int)m->epoch,
+        WPROTO_F_TRAIN_LOSS, m->train_loss, WPROTO_F_TRAIN_ACCURACY,
+        m->train_accuracy, WPROTO_F_VAL_LOSS, m->val_loss,
+        WPROTO_F_VAL_ACCURACY, m->val_accuracy, WPROTO_F_SAMPLES_PER_SEC,
+        m->samples_per_sec, WPROTO_F_SECONDS, m->seconds,
+        WPROTO_F_PEAK_MEMORY_BYTES, (json_int_t)m->peak_memory_bytes);
     if (!ev)
         return NULL;
     if (m->device)
@@ -116,8 +110,8 @@ json_t *wproto_encode_resume(uint32_t epoch, uint64_t step)
                      WPROTO_F_STEP, (json_int_t)step);
 }
 
-json_t *wproto_encode_preempted(int positioned, uint32_t epoch,
-                                uint64_t step, int checkpoint)
+json_t *wproto_encode_preempted(int positioned, uint32_t epoch, uint64_t step,
+                                int checkpoint)
 {
     if (!positioned)
         return json_pack("{s:s, s:n, s:n, s:b}", WPROTO_F_EVENT,
@@ -129,10 +123,7 @@ json_t *wproto_encode_preempted(int positioned, uint32_t epoch,
                      WPROTO_F_CHECKPOINT, checkpoint);
 }
 
-json_t *wproto_encode_done(void)
-{
-    return line_of(WPROTO_MSG_DONE);
-}
+json_t *wproto_encode_done(void) { return line_of(WPROTO_MSG_DONE); }
 
 json_t *wproto_encode_error(const char *message)
 {

@@ -99,15 +99,15 @@
 
 /* ---- starting a worker ---- */
 
-#define WPROTO_COMMAND "worker"          /* argv[1] of the worker */
-#define WPROTO_ARG_JOB_DIR "--job-dir"   /* then the job folder */
-#define WPROTO_JOB_FILE "job.json"       /* in the job folder */
-#define WPROTO_LOG_FILE "worker.log"     /* the worker's stderr */
+#define WPROTO_COMMAND "worker"        /* argv[1] of the worker */
+#define WPROTO_ARG_JOB_DIR "--job-dir" /* then the job folder */
+#define WPROTO_JOB_FILE "job.json"     /* in the job folder */
+#define WPROTO_LOG_FILE "worker.log"   /* the worker's stderr */
 
 /* job.json's keys. */
 #define WPROTO_JOB_ID "job_id"
 #define WPROTO_JOB_DATASET_PATH "dataset_path"
-#define WPROTO_JOB_VALIDATION "validation"  /* {dataset_path} or {split} */
+#define WPROTO_JOB_VALIDATION "validation" /* {dataset_path} or {split} */
 #define WPROTO_JOB_SPLIT "split"
 #define WPROTO_JOB_SPEC "spec"
 #define WPROTO_JOB_HYPERPARAMETERS "hyperparameters"
@@ -133,18 +133,18 @@
 
 /* ---- exit codes ---- */
 
-#define WPROTO_EXIT_OK 0           /* "done": the model is written */
-#define WPROTO_EXIT_FAILED 2       /* "error" says why; not retried */
-#define WPROTO_EXIT_CANCELLED 3    /* SIGTERM or SIGINT */
-#define WPROTO_EXIT_PREEMPTED 4    /* SIGUSR1: checkpointed ("preempted") */
-#define WPROTO_EXIT_USAGE 64       /* bad usage; nothing on stdout */
-#define WPROTO_EXIT_EXEC 127       /* the server's child could not exec */
+#define WPROTO_EXIT_OK 0        /* "done": the model is written */
+#define WPROTO_EXIT_FAILED 2    /* "error" says why; not retried */
+#define WPROTO_EXIT_CANCELLED 3 /* SIGTERM or SIGINT */
+#define WPROTO_EXIT_PREEMPTED 4 /* SIGUSR1: checkpointed ("preempted") */
+#define WPROTO_EXIT_USAGE 64    /* bad usage; nothing on stdout */
+#define WPROTO_EXIT_EXEC 127    /* the server's child could not exec */
 
 /* ---- the lines ---- */
 
 typedef enum {
-    WPROTO_MSG_NONE = 0,   /* not a message: unparsable, or no "event" */
-    WPROTO_MSG_UNKNOWN,    /* an "event" this side does not know */
+    WPROTO_MSG_NONE = 0, /* not a message: unparsable, or no "event" */
+    WPROTO_MSG_UNKNOWN,  /* an "event" this side does not know */
     WPROTO_MSG_STARTED,
     WPROTO_MSG_HEARTBEAT,
     WPROTO_MSG_PROGRESS,
@@ -220,8 +220,8 @@ json_t *wproto_encode_epoch(const train_epoch_metrics *m,
                             int64_t device_memory_used);
 json_t *wproto_encode_resume(uint32_t epoch, uint64_t step);
 /* positioned 0: preempted before training started (epoch, step null). */
-json_t *wproto_encode_preempted(int positioned, uint32_t epoch,
-                                uint64_t step, int checkpoint);
+json_t *wproto_encode_preempted(int positioned, uint32_t epoch, uint64_t step,
+                                int checkpoint);
 json_t *wproto_encode_done(void);
 json_t *wproto_encode_error(const char *message);
 

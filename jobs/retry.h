@@ -8,8 +8,8 @@
 #ifndef TY_RETRY_H
 #define TY_RETRY_H
 
-#define RETRY_BACKOFF_BASE_S 5.0    /* the wait before the first retry */
-#define RETRY_BACKOFF_CAP_S 300.0   /* the longest wait */
+#define RETRY_BACKOFF_BASE_S 5.0  /* the wait before the first retry */
+#define RETRY_BACKOFF_CAP_S 300.0 /* the longest wait */
 
 /* Seconds to wait before retry number `attempt` (1 = the first retry):
  * base * 2^(attempt - 1), at most cap. attempt below 1 counts as 1. A base

@@ -103,25 +103,25 @@ typedef struct sched sched;
 
 /* A slot as the inventory describes it (gpu/inventory.h's inv_slot). */
 typedef struct {
-    int gpu;                  /* GPU index */
-    int is_mig;               /* 1: a MIG device; 0: a whole GPU, MIG off */
-    const char *profile;      /* "1g.18gb" (copied); NULL or "" whole GPU */
-    int compute_slices;       /* 1..7; a whole GPU 7 */
+    int gpu;             /* GPU index */
+    int is_mig;          /* 1: a MIG device; 0: a whole GPU, MIG off */
+    const char *profile; /* "1g.18gb" (copied); NULL or "" whole GPU */
+    int compute_slices;  /* 1..7; a whole GPU 7 */
     uint64_t memory_bytes;
 } sched_slot;
 
 typedef enum {
-    SCHED_REQ_NONE = 0,       /* CPU only: no slot */
-    SCHED_REQ_ANY,            /* any slot */
-    SCHED_REQ_PROFILE,        /* a MIG device of this profile */
-    SCHED_REQ_MIN,            /* any slot with at least these */
+    SCHED_REQ_NONE = 0, /* CPU only: no slot */
+    SCHED_REQ_ANY,      /* any slot */
+    SCHED_REQ_PROFILE,  /* a MIG device of this profile */
+    SCHED_REQ_MIN,      /* any slot with at least these */
 } sched_req_kind;
 
 typedef struct {
     sched_req_kind kind;
-    char profile[SCHED_PROFILE_MAX];  /* SCHED_REQ_PROFILE */
-    uint64_t min_memory_bytes;        /* SCHED_REQ_MIN */
-    int min_compute_slices;           /* SCHED_REQ_MIN */
+    char profile[SCHED_PROFILE_MAX]; /* SCHED_REQ_PROFILE */
+    uint64_t min_memory_bytes;       /* SCHED_REQ_MIN */
+    int min_compute_slices;          /* SCHED_REQ_MIN */
 } sched_request;
 
 typedef struct {
@@ -129,9 +129,9 @@ typedef struct {
      * sizes it needs and backfill stops using them (>= 0; 0 reserves at
      * once, i.e. no backfill onto slots a head job could use). */
     double backfill_wait;
-    int preempt;              /* 1: step 3 runs; 0: never preempt */
-    double preempt_wait;      /* seconds queued before a job may preempt */
-    int max_cpu_jobs;         /* CPU jobs at once; SCHED_UNLIMITED (<0) */
+    int preempt;         /* 1: step 3 runs; 0: never preempt */
+    double preempt_wait; /* seconds queued before a job may preempt */
+    int max_cpu_jobs;    /* CPU jobs at once; SCHED_UNLIMITED (<0) */
     /* Seconds of history fair share remembers (>= 0): a tenant's standing
      * is its average compute slices held over about this long (plus a
      * little for what it holds now), per unit of weight. 0: only what it
@@ -141,17 +141,17 @@ typedef struct {
 
 typedef enum {
     SCHED_JOB_QUEUED = 0,
-    SCHED_JOB_PENDING,        /* given a slot a preempted job still holds */
+    SCHED_JOB_PENDING, /* given a slot a preempted job still holds */
     SCHED_JOB_RUNNING,
-    SCHED_JOB_STOPPING,       /* preempted: still holds its slot */
+    SCHED_JOB_STOPPING, /* preempted: still holds its slot */
 } sched_job_state;
 
 /* What the caller tells about a new job. */
 typedef struct {
-    const char *id;           /* "job_..." (copied; unique) */
-    int tenant;               /* a handle from sched_tenant_set */
-    int priority;             /* higher runs first within the tenant */
-    double submit_time;       /* seconds, the caller's clock */
+    const char *id;     /* "job_..." (copied; unique) */
+    int tenant;         /* a handle from sched_tenant_set */
+    int priority;       /* higher runs first within the tenant */
+    double submit_time; /* seconds, the caller's clock */
     sched_request request;
 } sched_job_desc;
 
@@ -163,22 +163,22 @@ typedef struct {
     double submit_time;
     sched_request request;
     sched_job_state state;
-    int slot;                 /* RUNNING/STOPPING/PENDING: the slot; else -1
+    int slot;          /* RUNNING/STOPPING/PENDING: the slot; else -1
                                  (and -1 for a running CPU job) */
-    double start_time;        /* RUNNING/STOPPING: when placed */
-    double head_since;        /* QUEUED: since when it has been its
+    double start_time; /* RUNNING/STOPPING: when placed */
+    double head_since; /* QUEUED: since when it has been its
                                  tenant's head job; < 0 not the head */
-    int preempted_for;        /* STOPPING: the job it makes room for */
+    int preempted_for; /* STOPPING: the job it makes room for */
 } sched_job_info;
 
 typedef struct {
     int job;
-    int slot;                 /* -1: a CPU job */
+    int slot; /* -1: a CPU job */
 } sched_placement;
 
 typedef struct {
-    int victim;               /* now STOPPING: tell it to checkpoint */
-    int job;                  /* now PENDING on the victim's slot */
+    int victim; /* now STOPPING: tell it to checkpoint */
+    int job;    /* now PENDING on the victim's slot */
     int slot;
 } sched_preemption;
 
@@ -211,15 +211,15 @@ typedef enum {
 /* Why a queued (or pending) job waits, and where it stands. */
 typedef struct {
     int job;
-    size_t position;           /* 1-based estimated start order over all
+    size_t position;        /* 1-based estimated start order over all
                                   queued jobs (pending jobs first, then the
                                   fair-share interleaving of the tenants'
                                   queues, each job counted at its smallest
                                   fitting slot) */
-    size_t tenant_position;    /* 1-based within its tenant's queue */
+    size_t tenant_position; /* 1-based within its tenant's queue */
     sched_wait_reason reason;
-    sched_quota quota;         /* SCHED_WAIT_QUOTA: which */
-    int other_job;             /* RESERVED, PREEMPTING: that job; else -1 */
+    sched_quota quota; /* SCHED_WAIT_QUOTA: which */
+    int other_job;     /* RESERVED, PREEMPTING: that job; else -1 */
 } sched_wait;
 
 /* Creates a scheduler over n_slots slots (copied; n_slots may be 0: a

@@ -16,15 +16,19 @@
 void sched_class_count(sched *s, int c, int delta)
 {
     s->classes[c].nfree += delta;
-    if (s->classes[c].nfree > 0) s->avail |= 1ull << c;
-    else s->avail &= ~(1ull << c);
+    if (s->classes[c].nfree > 0)
+        s->avail |= 1ull << c;
+    else
+        s->avail &= ~(1ull << c);
 }
 
 static void slot_take(sched *s, int i, int job)
 {
     slot_rec *sl = &s->slots[i];
-    if (sl->reserved_for == job) sl->reserved_for = -1;
-    else if (sl->reserved_for < 0) sched_class_count(s, sl->cls, -1);
+    if (sl->reserved_for == job)
+        sl->reserved_for = -1;
+    else if (sl->reserved_for < 0)
+        sched_class_count(s, sl->cls, -1);
     sl->holder = job;
 }
 
@@ -32,14 +36,16 @@ static void slot_release(sched *s, int i)
 {
     slot_rec *sl = &s->slots[i];
     sl->holder = -1;
-    if (sl->reserved_for < 0) sched_class_count(s, sl->cls, +1);
+    if (sl->reserved_for < 0)
+        sched_class_count(s, sl->cls, +1);
 }
 
 static void slot_unreserve(sched *s, int i)
 {
     slot_rec *sl = &s->slots[i];
     sl->reserved_for = -1;
-    if (sl->holder < 0) sched_class_count(s, sl->cls, +1);
+    if (sl->holder < 0)
+        sched_class_count(s, sl->cls, +1);
 }
 
 /* ---- lanes and tenant lists ---- */
@@ -49,14 +55,22 @@ static void lane_insert(sched *s, tenant_rec *t, int j)
     job_rec *J = s->jobs;
     lane_rec *l = &t->lanes[J[j].lane];
     int after = l->tail;
-    if (l->head >= 0 && sched_job_before(&J[j], &J[l->head])) after = -1;
+    if (l->head >= 0 && sched_job_before(&J[j], &J[l->head]))
+        after = -1;
     else
-        while (after >= 0 && sched_job_before(&J[j], &J[after])) after = J[after].lprev;
+        while (after >= 0 && sched_job_before(&J[j], &J[after]))
+            after = J[after].lprev;
     int next = after >= 0 ? J[after].lnext : l->head;
     J[j].lprev = after;
     J[j].lnext = next;
-    if (after >= 0) J[after].lnext = j; else l->head = j;
-    if (next >= 0) J[next].lprev = j; else l->tail = j;
+    if (after >= 0)
+        J[after].lnext = j;
+    else
+        l->head = j;
+    if (next >= 0)
+        J[next].lprev = j;
+    else
+        l->tail = j;
     l->count++;
 }
 
@@ -64,8 +78,14 @@ void sched_lane_unlink(sched *s, tenant_rec *t, int j)
 {
     job_rec *J = s->jobs;
     lane_rec *l = &t->lanes[J[j].lane];
-    if (J[j].lprev >= 0) J[J[j].lprev].lnext = J[j].lnext; else l->head = J[j].lnext;
-    if (J[j].lnext >= 0) J[J[j].lnext].lprev = J[j].lprev; else l->tail = J[j].lprev;
+    if (J[j].lprev >= 0)
+        J[J[j].lprev].lnext = J[j].lnext;
+    else
+        l->head = J[j].lnext;
+    if (J[j].lnext >= 0)
+        J[J[j].lnext].lprev = J[j].lprev;
+    else
+        l->tail = J[j].lprev;
     J[j].lprev = J[j].lnext = -1;
     l->count--;
 }
@@ -74,21 +94,35 @@ static void tlist_insert(sched *s, tenant_rec *t, int j)
 {
     job_rec *J = s->jobs;
     int after = t->ttail;
-    if (t->thead >= 0 && sched_job_before(&J[j], &J[t->thead])) after = -1;
+    if (t->thead >= 0 && sched_job_before(&J[j], &J[t->thead]))
+        after = -1;
     else
-        while (after >= 0 && sched_job_before(&J[j], &J[after])) after = J[after].tprev;
+        while (after >= 0 && sched_job_before(&J[j], &J[after]))
+            after = J[after].tprev;
     int next = after >= 0 ? J[after].tnext : t->thead;
     J[j].tprev = after;
     J[j].tnext = next;
-    if (after >= 0) J[after].tnext = j; else t->thead = j;
-    if (next >= 0) J[next].tprev = j; else t->ttail = j;
+    if (after >= 0)
+        J[after].tnext = j;
+    else
+        t->thead = j;
+    if (next >= 0)
+        J[next].tprev = j;
+    else
+        t->ttail = j;
 }
 
 static void tlist_unlink(sched *s, tenant_rec *t, int j)
 {
     job_rec *J = s->jobs;
-    if (J[j].tprev >= 0) J[J[j].tprev].tnext = J[j].tnext; else t->thead = J[j].tnext;
-    if (J[j].tnext >= 0) J[J[j].tnext].tprev = J[j].tprev; else t->ttail = J[j].tprev;
+    if (J[j].tprev >= 0)
+        J[J[j].tprev].tnext = J[j].tnext;
+    else
+        t->thead = J[j].tnext;
+    if (J[j].tnext >= 0)
+        J[J[j].tnext].tprev = J[j].tprev;
+    else
+        t->ttail = J[j].tprev;
     J[j].tprev = J[j].tnext = -1;
 }
 
@@ -103,14 +137,16 @@ void sched_enqueue(sched *s, int j)
     lane_insert(s, t, j);
     tlist_insert(s, t, j);
     t->queued++;
-    if (J->mask) t->queued_gpu++;
+    if (J->mask)
+        t->queued_gpu++;
     s->queued++;
 }
 
 /* Clears reservations (backfill holds) naming job j. */
 void sched_drop_holds(sched *s, int j)
 {
-    if (!s->held) return;
+    if (!s->held)
+        return;
     for (int c = 0; c < s->nclasses; c++)
         if (s->class_holder[c] == j) {
             s->class_holder[c] = -1;
@@ -127,12 +163,14 @@ void sched_compute_shares(sched *s)
     double w = 0;
     for (int t = 0; t < s->ntenants; t++) {
         const tenant_rec *n = &s->tenants[t];
-        if (n->queued_gpu > 0 || n->slices_share > 0) w += n->weight;
+        if (n->queued_gpu > 0 || n->slices_share > 0)
+            w += n->weight;
     }
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
         n->share = (w > 0 && (n->queued_gpu > 0 || n->slices_share > 0))
-                       ? s->total_slices * n->weight / w : 0;
+                       ? s->total_slices * n->weight / w
+                       : 0;
     }
 }
 
@@ -144,8 +182,10 @@ void sched_dequeue(sched *s, int j)
     if (J->state == SCHED_JOB_QUEUED) {
         sched_lane_unlink(s, t, j);
         t->queued--;
-        if (J->mask) t->queued_gpu--;
-        if (t->head_job == j) t->head_job = -1;
+        if (J->mask)
+            t->queued_gpu--;
+        if (t->head_job == j)
+            t->head_job = -1;
     }
     tlist_unlink(s, t, j);
     s->queued--;
@@ -160,22 +200,24 @@ void sched_release(sched *s, int j)
     tenant_rec *t = &s->tenants[J->tenant];
     int cs = J->slot >= 0 ? s->slots[J->slot].compute_slices : 0;
     switch (J->state) {
-    case SCHED_JOB_PENDING:
-        slot_unreserve(s, J->slot);
-        t->slices -= cs;
-        t->slices_share -= cs;
-        t->jobs--;
-        break;
-    case SCHED_JOB_RUNNING:
-    case SCHED_JOB_STOPPING:
-        if (J->slot >= 0) slot_release(s, J->slot);
-        else s->cpu_running--;
-        t->slices -= cs;
-        if (J->state == SCHED_JOB_RUNNING) t->slices_share -= cs;
-        t->jobs--;
-        break;
-    case SCHED_JOB_QUEUED:
-        break;
+        case SCHED_JOB_PENDING:
+            slot_unreserve(s, J->slot);
+            t->slices -= cs;
+            t->slices_share -= cs;
+            t->jobs--;
+            break;
+        case SCHED_JOB_RUNNING:
+        case SCHED_JOB_STOPPING:
+            if (J->slot >= 0)
+                slot_release(s, J->slot);
+            else
+                s->cpu_running--;
+            t->slices -= cs;
+            if (J->state == SCHED_JOB_RUNNING)
+                t->slices_share -= cs;
+            t->jobs--;
+            break;
+        case SCHED_JOB_QUEUED: break;
     }
     J->slot = -1;
 }
@@ -191,8 +233,10 @@ void sched_run_on(sched *s, int j, int slot, double now)
         t->slices_share += cs;
         t->jobs++;
     }
-    if (slot >= 0) slot_take(s, slot, j);
-    else s->cpu_running++;
+    if (slot >= 0)
+        slot_take(s, slot, j);
+    else
+        s->cpu_running++;
     J->state = SCHED_JOB_RUNNING;
     J->slot = slot;
     J->start_time = now;

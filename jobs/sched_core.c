@@ -28,7 +28,8 @@
 static uint64_t fnv1a(const char *str)
 {
     uint64_t h = 1469598103934665603ull;
-    for (; *str; str++) h = (h ^ (unsigned char)*str) * 1099511628211ull;
+    for (; *str; str++)
+        h = (h ^ (unsigned char)*str) * 1099511628211ull;
     return h;
 }
 
@@ -41,17 +42,18 @@ static uint64_t request_mask(const sched *s, const sched_request *r)
         const class_rec *k = &s->classes[c];
         int ok = 0;
         switch (r->kind) {
-        case SCHED_REQ_NONE: ok = 0; break;
-        case SCHED_REQ_ANY: ok = 1; break;
-        case SCHED_REQ_PROFILE:
-            ok = k->is_mig && strcmp(k->profile, r->profile) == 0;
-            break;
-        case SCHED_REQ_MIN:
-            ok = k->compute_slices >= r->min_compute_slices &&
-                 k->memory_bytes >= r->min_memory_bytes;
-            break;
+            case SCHED_REQ_NONE: ok = 0; break;
+            case SCHED_REQ_ANY: ok = 1; break;
+            case SCHED_REQ_PROFILE:
+                ok = k->is_mig && strcmp(k->profile, r->profile) == 0;
+                break;
+            case SCHED_REQ_MIN:
+                ok = k->compute_slices >= r->min_compute_slices &&
+                     k->memory_bytes >= r->min_memory_bytes;
+                break;
         }
-        if (ok) m |= 1ull << c;
+        if (ok)
+            m |= 1ull << c;
     }
     return m;
 }
@@ -63,18 +65,20 @@ static uint64_t request_mask(const sched *s, const sched_request *r)
 static int class_matches(const class_rec *k, const slot_rec *sl)
 {
     return k->compute_slices == sl->compute_slices &&
-           k->memory_bytes == sl->memory_bytes &&
-           k->is_mig == sl->is_mig && strcmp(k->profile, sl->profile) == 0;
+           k->memory_bytes == sl->memory_bytes && k->is_mig == sl->is_mig &&
+           strcmp(k->profile, sl->profile) == 0;
 }
 
 static ty_status grow_jobs(sched *s, ty_err *err)
 {
     int cap = s->job_cap ? s->job_cap * 2 : 64;
     job_rec *nj = realloc(s->jobs, (size_t)cap * sizeof *nj);
-    if (!nj) goto oom;
+    if (!nj)
+        goto oom;
     s->jobs = nj;
     sched_placement *np = realloc(s->placements, (size_t)cap * sizeof *np);
-    if (!np) goto oom;
+    if (!np)
+        goto oom;
     s->placements = np;
     for (int i = cap - 1; i >= s->job_cap; i--) {
         memset(&nj[i], 0, sizeof nj[i]);
@@ -84,8 +88,10 @@ static ty_status grow_jobs(sched *s, ty_err *err)
     s->job_cap = cap;
     /* the id hash: one bucket per job slot */
     int *nb = calloc((size_t)cap, sizeof *nb);
-    if (!nb) goto oom;
-    for (int i = 0; i < cap; i++) nb[i] = -1;
+    if (!nb)
+        goto oom;
+    for (int i = 0; i < cap; i++)
+        nb[i] = -1;
     for (int i = 0; i < cap; i++)
         if (nj[i].in_use) {
             size_t b = fnv1a(nj[i].id) & ((size_t)cap - 1);
@@ -104,21 +110,26 @@ static ty_status grow_tenants(sched *s, ty_err *err)
 {
     int cap = s->tenant_cap ? s->tenant_cap * 2 : 16;
     tenant_rec *nt = realloc(s->tenants, (size_t)cap * sizeof *nt);
-    if (!nt) goto oom;
+    if (!nt)
+        goto oom;
     s->tenants = nt;
     int *nh = realloc(s->heap, (size_t)cap * sizeof *nh);
-    if (!nh) goto oom;
+    if (!nh)
+        goto oom;
     s->heap = nh;
     int *no = realloc(s->order, (size_t)cap * sizeof *no);
-    if (!no) goto oom;
+    if (!no)
+        goto oom;
     s->order = no;
     sched_preemption *np = realloc(s->preemptions, (size_t)cap * sizeof *np);
-    if (!np) goto oom;
+    if (!np)
+        goto oom;
     s->preemptions = np;
     s->tenant_cap = cap;
     return TY_OK;
 oom:
-    return ty_fail(err, TY_ENOMEM, NULL, "out of memory growing the tenant table");
+    return ty_fail(err, TY_ENOMEM, NULL,
+                   "out of memory growing the tenant table");
 }
 
 static int class_cmp(const class_rec *a, const class_rec *b)
@@ -135,8 +146,9 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
 {
     if (!cfg || !(cfg->backfill_wait >= 0) || !(cfg->preempt_wait >= 0) ||
         !(cfg->fair_window >= 0)) {
-        ty_fail(err, TY_EINVAL, "backfill_wait",
-                "backfill_wait, preempt_wait and fair_window must be numbers >= 0");
+        ty_fail(
+            err, TY_EINVAL, "backfill_wait",
+            "backfill_wait, preempt_wait and fair_window must be numbers >= 0");
         return NULL;
     }
     if (n_slots > (size_t)INT_MAX / 2) {
@@ -144,15 +156,18 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
         return NULL;
     }
     sched *s = calloc(1, sizeof *s);
-    if (!s) goto oom;
+    if (!s)
+        goto oom;
     s->cfg = *cfg;
     s->free_head = -1;
     s->last_now = NAN;
     s->nslots = (int)n_slots;
     s->slots = calloc(n_slots ? n_slots : 1, sizeof *s->slots);
     s->victims = calloc(n_slots ? n_slots : 1, sizeof *s->victims);
-    if (!s->slots || !s->victims) goto oom;
-    for (int c = 0; c < SCHED_MAX_CLASSES; c++) s->class_holder[c] = -1;
+    if (!s->slots || !s->victims)
+        goto oom;
+    for (int c = 0; c < SCHED_MAX_CLASSES; c++)
+        s->class_holder[c] = -1;
 
     /* slots into classes, classes in first-seen order for now */
     for (int i = 0; i < s->nslots; i++) {
@@ -182,11 +197,13 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
             s->max_class_slices = sl->compute_slices;
         int c;
         for (c = 0; c < s->nclasses; c++)
-            if (class_matches(&s->classes[c], sl)) break;
+            if (class_matches(&s->classes[c], sl))
+                break;
         if (c == s->nclasses) {
             if (s->nclasses == SCHED_MAX_CLASSES) {
                 ty_fail(err, TY_EINVAL, "slots",
-                        "more than %d distinct kinds of slot", SCHED_MAX_CLASSES);
+                        "more than %d distinct kinds of slot",
+                        SCHED_MAX_CLASSES);
                 goto fail;
             }
             class_rec *k = &s->classes[s->nclasses++];
@@ -211,7 +228,8 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
     for (int c = 0; c < s->nclasses; c++) {
         class_rec *k = &s->classes[c];
         k->slots = malloc((size_t)k->nslots * sizeof *k->slots);
-        if (!k->slots) goto oom;
+        if (!k->slots)
+            goto oom;
         k->nslots = 0;
     }
     for (int i = 0; i < s->nslots; i++) {
@@ -225,18 +243,23 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
             }
         }
     }
-    for (int c = 0; c < s->nclasses; c++) sched_class_count(s, c, s->classes[c].nslots);
+    for (int c = 0; c < s->nclasses; c++)
+        sched_class_count(s, c, s->classes[c].nslots);
     s->fit_upto = calloc((size_t)s->max_class_slices + 1, sizeof *s->fit_upto);
-    if (!s->fit_upto) goto oom;
+    if (!s->fit_upto)
+        goto oom;
     for (int r = 0; r <= s->max_class_slices; r++)
         for (int c = 0; c < s->nclasses; c++)
-            if (s->classes[c].compute_slices <= r) s->fit_upto[r] |= 1ull << c;
+            if (s->classes[c].compute_slices <= r)
+                s->fit_upto[r] |= 1ull << c;
 
     s->mask_cap = 8;
     s->masks = calloc((size_t)s->mask_cap, sizeof *s->masks);
-    if (!s->masks) goto oom;
+    if (!s->masks)
+        goto oom;
     s->nmasks = 1; /* lane 0: CPU jobs */
-    if (grow_jobs(s, err) != TY_OK || grow_tenants(s, err) != TY_OK) goto fail;
+    if (grow_jobs(s, err) != TY_OK || grow_tenants(s, err) != TY_OK)
+        goto fail;
     return s;
 oom:
     ty_fail(err, TY_ENOMEM, NULL, "out of memory creating the scheduler");
@@ -247,9 +270,12 @@ fail:
 
 void sched_destroy(sched *s)
 {
-    if (!s) return;
-    for (int c = 0; c < s->nclasses; c++) free(s->classes[c].slots);
-    for (int t = 0; t < s->ntenants; t++) free(s->tenants[t].lanes);
+    if (!s)
+        return;
+    for (int c = 0; c < s->nclasses; c++)
+        free(s->classes[c].slots);
+    for (int t = 0; t < s->ntenants; t++)
+        free(s->tenants[t].lanes);
     free(s->slots);
     free(s->victims);
     free(s->fit_upto);
@@ -268,9 +294,11 @@ void sched_destroy(sched *s)
 
 int sched_tenant_find(const sched *s, const char *id)
 {
-    if (!id) return -1;
+    if (!id)
+        return -1;
     for (int t = 0; t < s->ntenants; t++)
-        if (strcmp(s->tenants[t].id, id) == 0) return t;
+        if (strcmp(s->tenants[t].id, id) == 0)
+            return t;
     return -1;
 }
 
@@ -279,8 +307,8 @@ ty_status sched_tenant_set(sched *s, const char *id, double weight,
                            int *handle, ty_err *err)
 {
     if (!id || !*id || strlen(id) >= TY_ID_MAX)
-        return ty_fail(err, TY_EINVAL, "id", "a tenant id of 1 to %d bytes is needed",
-                       TY_ID_MAX - 1);
+        return ty_fail(err, TY_EINVAL, "id",
+                       "a tenant id of 1 to %d bytes is needed", TY_ID_MAX - 1);
     if (!(weight > 0) || !isfinite(weight))
         return ty_fail(err, TY_EINVAL, "weight",
                        "weight must be a finite number > 0, not %g", weight);
@@ -298,7 +326,8 @@ ty_status sched_tenant_set(sched *s, const char *id, double weight,
     n->weight = weight;
     n->max_slices = max_gpu_slices < 0 ? SCHED_UNLIMITED : max_gpu_slices;
     n->max_jobs = max_running_jobs < 0 ? SCHED_UNLIMITED : max_running_jobs;
-    if (handle) *handle = t;
+    if (handle)
+        *handle = t;
     return TY_OK;
 }
 
@@ -306,15 +335,21 @@ void sched_tenant_usage(const sched *s, int t, int *slices, int *jobs,
                         double *share)
 {
     if (t < 0 || t >= s->ntenants) {
-        if (slices) *slices = 0;
-        if (jobs) *jobs = 0;
-        if (share) *share = 0;
+        if (slices)
+            *slices = 0;
+        if (jobs)
+            *jobs = 0;
+        if (share)
+            *share = 0;
         return;
     }
     const tenant_rec *n = &s->tenants[t];
-    if (slices) *slices = n->slices;
-    if (jobs) *jobs = n->jobs;
-    if (share) *share = n->share;
+    if (slices)
+        *slices = n->slices;
+    if (jobs)
+        *jobs = n->jobs;
+    if (share)
+        *share = n->share;
 }
 
 /* ---- requests ---- */
@@ -322,13 +357,15 @@ void sched_tenant_usage(const sched *s, int t, int *slices, int *jobs,
 void sched_request_text(const sched_request *r, char *buf, size_t n)
 {
     switch (r->kind) {
-    case SCHED_REQ_NONE: snprintf(buf, n, "the CPU"); break;
-    case SCHED_REQ_ANY: snprintf(buf, n, "any GPU slot"); break;
-    case SCHED_REQ_PROFILE: snprintf(buf, n, "a %s MIG slice", r->profile); break;
-    case SCHED_REQ_MIN:
-        snprintf(buf, n, "at least %d compute slices and %.1f GiB",
-                 r->min_compute_slices, gib(r->min_memory_bytes));
-        break;
+        case SCHED_REQ_NONE: snprintf(buf, n, "the CPU"); break;
+        case SCHED_REQ_ANY: snprintf(buf, n, "any GPU slot"); break;
+        case SCHED_REQ_PROFILE:
+            snprintf(buf, n, "a %s MIG slice", r->profile);
+            break;
+        case SCHED_REQ_MIN:
+            snprintf(buf, n, "at least %d compute slices and %.1f GiB",
+                     r->min_compute_slices, gib(r->min_memory_bytes));
+            break;
     }
 }
 
@@ -341,10 +378,10 @@ static void inventory_text(const sched *s, char *buf, size_t n)
     size_t off = (size_t)snprintf(buf, n, "this host has");
     for (int c = 0; c < s->nclasses && off < n; c++) {
         const class_rec *k = &s->classes[c];
-        off += (size_t)snprintf(buf + off, n - off, "%s %d x %s (%d compute slices, %.1f GiB)",
-                                c ? "," : "", k->nslots,
-                                k->is_mig ? k->profile : "whole GPU",
-                                k->compute_slices, gib(k->memory_bytes));
+        off += (size_t)snprintf(
+            buf + off, n - off, "%s %d x %s (%d compute slices, %.1f GiB)",
+            c ? "," : "", k->nslots, k->is_mig ? k->profile : "whole GPU",
+            k->compute_slices, gib(k->memory_bytes));
     }
 }
 
@@ -353,21 +390,22 @@ ty_status sched_request_check(const sched *s, int tenant,
 {
     const char *field = "resources.gpu";
     switch (req->kind) {
-    case SCHED_REQ_NONE:
-        return TY_OK;
-    case SCHED_REQ_ANY:
-        break;
-    case SCHED_REQ_PROFILE:
-        if (!req->profile[0])
-            return ty_fail(err, TY_EINVAL, field, "a MIG profile name is needed");
-        break;
-    case SCHED_REQ_MIN:
-        if (req->min_compute_slices < 0)
-            return ty_fail(err, TY_EINVAL, "resources.gpu.min_compute_slices",
-                           "min_compute_slices must be >= 0");
-        break;
-    default:
-        return ty_fail(err, TY_EINVAL, field, "unknown kind of GPU request");
+        case SCHED_REQ_NONE: return TY_OK;
+        case SCHED_REQ_ANY: break;
+        case SCHED_REQ_PROFILE:
+            if (!req->profile[0])
+                return ty_fail(err, TY_EINVAL, field,
+                               "a MIG profile name is needed");
+            break;
+        case SCHED_REQ_MIN:
+            if (req->min_compute_slices < 0)
+                return ty_fail(err, TY_EINVAL,
+                               "resources.gpu.min_compute_slices",
+                               "min_compute_slices must be >= 0");
+            break;
+        default:
+            return ty_fail(err, TY_EINVAL, field,
+                           "unknown kind of GPU request");
     }
     uint64_t m = request_mask(s, req);
     char want[96], have[400];
@@ -393,17 +431,20 @@ ty_status sched_request_check(const sched *s, int tenant,
 
 int sched_job_find(const sched *s, const char *id)
 {
-    if (!id) return -1;
+    if (!id)
+        return -1;
     size_t b = fnv1a(id) & (s->nbuckets - 1);
     for (int j = s->buckets[b]; j >= 0; j = s->jobs[j].hnext)
-        if (strcmp(s->jobs[j].id, id) == 0) return j;
+        if (strcmp(s->jobs[j].id, id) == 0)
+            return j;
     return -1;
 }
 
 static int lane_for(sched *s, uint64_t mask, ty_err *err)
 {
     for (int l = 0; l < s->nmasks; l++)
-        if (s->masks[l] == mask) return l;
+        if (s->masks[l] == mask)
+            return l;
     if (s->nmasks == s->mask_cap) {
         uint64_t *nm = realloc(s->masks, (size_t)s->mask_cap * 2 * sizeof *nm);
         if (!nm) {
@@ -421,29 +462,35 @@ ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
                            ty_err *err)
 {
     if (!d->id || !*d->id || strlen(d->id) >= TY_ID_MAX)
-        return ty_fail(err, TY_EINVAL, "id", "a job id of 1 to %d bytes is needed",
-                       TY_ID_MAX - 1);
+        return ty_fail(err, TY_EINVAL, "id",
+                       "a job id of 1 to %d bytes is needed", TY_ID_MAX - 1);
     if (d->tenant < 0 || d->tenant >= s->ntenants)
-        return ty_fail(err, TY_EINVAL, "tenant", "unknown tenant %d", d->tenant);
+        return ty_fail(err, TY_EINVAL, "tenant", "unknown tenant %d",
+                       d->tenant);
     if (!isfinite(d->submit_time))
-        return ty_fail(err, TY_EINVAL, "submit_time", "submit_time must be finite");
+        return ty_fail(err, TY_EINVAL, "submit_time",
+                       "submit_time must be finite");
     if (sched_job_find(s, d->id) >= 0)
         return ty_fail(err, TY_EINVAL, "id", "job %s is already queued", d->id);
     ty_status st = sched_request_check(s, d->tenant, &d->request, err);
-    if (st != TY_OK) return st;
+    if (st != TY_OK)
+        return st;
     uint64_t mask = request_mask(s, &d->request);
     int lane = lane_for(s, mask, err);
-    if (lane < 0) return TY_ENOMEM;
+    if (lane < 0)
+        return TY_ENOMEM;
     tenant_rec *t = &s->tenants[d->tenant];
     if (t->nlanes <= lane) {
         lane_rec *nl = realloc(t->lanes, (size_t)s->mask_cap * sizeof *nl);
-        if (!nl) return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        if (!nl)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         for (int l = t->nlanes; l < s->mask_cap; l++)
             nl[l] = (lane_rec){-1, -1, 0};
         t->lanes = nl;
         t->nlanes = s->mask_cap;
     }
-    if (s->free_head < 0 && grow_jobs(s, err) != TY_OK) return TY_ENOMEM;
+    if (s->free_head < 0 && grow_jobs(s, err) != TY_OK)
+        return TY_ENOMEM;
 
     int j = s->free_head;
     job_rec *J = &s->jobs[j];
@@ -466,25 +513,30 @@ ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
     s->buckets[b] = j;
     s->live++;
     sched_enqueue(s, j);
-    if (handle) *handle = j;
+    if (handle)
+        *handle = j;
     return TY_OK;
 }
 
 ty_status sched_job_remove(sched *s, int j)
 {
-    if (sched_bad_job(s, j)) return TY_ENOTFOUND;
+    if (sched_bad_job(s, j))
+        return TY_ENOTFOUND;
     job_rec *J = &s->jobs[j];
-    if (J->state == SCHED_JOB_QUEUED || J->state == SCHED_JOB_PENDING) sched_dequeue(s, j);
+    if (J->state == SCHED_JOB_QUEUED || J->state == SCHED_JOB_PENDING)
+        sched_dequeue(s, j);
     if (J->state == SCHED_JOB_PENDING) {
         /* the victim keeps stopping; it no longer makes room for anyone */
         int v = s->slots[J->slot].holder;
-        if (v >= 0 && s->jobs[v].preempted_for == j) s->jobs[v].preempted_for = -1;
+        if (v >= 0 && s->jobs[v].preempted_for == j)
+            s->jobs[v].preempted_for = -1;
     }
     sched_release(s, j);
     /* out of the id hash */
     size_t b = fnv1a(J->id) & (s->nbuckets - 1);
     int *p = &s->buckets[b];
-    while (*p != j) p = &s->jobs[*p].hnext;
+    while (*p != j)
+        p = &s->jobs[*p].hnext;
     *p = J->hnext;
     J->in_use = 0;
     J->hnext = s->free_head;
@@ -495,7 +547,8 @@ ty_status sched_job_remove(sched *s, int j)
 
 ty_status sched_job_requeue(sched *s, int j, ty_err *err)
 {
-    if (sched_bad_job(s, j)) return ty_fail(err, TY_ENOTFOUND, NULL, "no such job");
+    if (sched_bad_job(s, j))
+        return ty_fail(err, TY_ENOTFOUND, NULL, "no such job");
     job_rec *J = &s->jobs[j];
     if (J->state != SCHED_JOB_RUNNING && J->state != SCHED_JOB_STOPPING)
         return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not running", J->id);
@@ -507,7 +560,8 @@ ty_status sched_job_requeue(sched *s, int j, ty_err *err)
 ty_status sched_job_restore_running(sched *s, int j, int slot,
                                     double start_time, ty_err *err)
 {
-    if (sched_bad_job(s, j)) return ty_fail(err, TY_ENOTFOUND, NULL, "no such job");
+    if (sched_bad_job(s, j))
+        return ty_fail(err, TY_ENOTFOUND, NULL, "no such job");
     job_rec *J = &s->jobs[j];
     if (J->state != SCHED_JOB_QUEUED)
         return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not queued", J->id);
@@ -515,9 +569,10 @@ ty_status sched_job_restore_running(sched *s, int j, int slot,
         return ty_fail(err, TY_EINVAL, "slot", "no slot %d", slot);
     if ((slot < 0) != (J->mask == 0) ||
         (slot >= 0 && !(J->mask & (1ull << s->slots[slot].cls))))
-        return ty_fail(err, TY_EINVAL, "slot", "slot %d does not satisfy job %s",
-                       slot, J->id);
-    if (slot >= 0 && (s->slots[slot].holder >= 0 || s->slots[slot].reserved_for >= 0))
+        return ty_fail(err, TY_EINVAL, "slot",
+                       "slot %d does not satisfy job %s", slot, J->id);
+    if (slot >= 0 &&
+        (s->slots[slot].holder >= 0 || s->slots[slot].reserved_for >= 0))
         return ty_fail(err, TY_ECONFLICT, "slot", "slot %d is held", slot);
     sched_run_on(s, j, slot, start_time);
     return TY_OK;
@@ -525,7 +580,8 @@ ty_status sched_job_restore_running(sched *s, int j, int slot,
 
 ty_status sched_job_get(const sched *s, int j, sched_job_info *out)
 {
-    if (sched_bad_job(s, j)) return TY_ENOTFOUND;
+    if (sched_bad_job(s, j))
+        return TY_ENOTFOUND;
     const job_rec *J = &s->jobs[j];
     out->id = J->id;
     out->tenant = J->tenant;

@@ -38,8 +38,8 @@ typedef struct {
     int compute_slices;
     uint64_t memory_bytes;
     int cls;
-    int holder;               /* RUNNING/STOPPING job, or -1 */
-    int reserved_for;         /* PENDING job, or -1 */
+    int holder;       /* RUNNING/STOPPING job, or -1 */
+    int reserved_for; /* PENDING job, or -1 */
 } slot_rec;
 
 typedef struct {
@@ -47,9 +47,9 @@ typedef struct {
     int is_mig;
     int compute_slices;
     uint64_t memory_bytes;
-    int *slots;               /* slot indices, ascending */
+    int *slots; /* slot indices, ascending */
     int nslots;
-    int nfree;                /* free and unreserved */
+    int nfree; /* free and unreserved */
     int first_slot;
 } class_rec;
 
@@ -62,16 +62,16 @@ typedef struct {
     uint64_t seq;
     sched_request req;
     int lane;
-    uint64_t mask;            /* satisfying classes; 0 for CPU jobs */
-    int min_slices;           /* slices of the smallest satisfying class */
+    uint64_t mask;  /* satisfying classes; 0 for CPU jobs */
+    int min_slices; /* slices of the smallest satisfying class */
     sched_job_state state;
     int slot;
     double start_time;
     double head_since;
     int preempted_for;
-    int lprev, lnext;         /* lane links (QUEUED) */
-    int tprev, tnext;         /* tenant list links (QUEUED, PENDING) */
-    int hnext;                /* id hash chain; free-list link when unused */
+    int lprev, lnext; /* lane links (QUEUED) */
+    int tprev, tnext; /* tenant list links (QUEUED, PENDING) */
+    int hnext;        /* id hash chain; free-list link when unused */
 } job_rec;
 
 typedef struct {
@@ -88,8 +88,8 @@ typedef struct {
     int nlanes;
     int thead, ttail;
     int head_job;
-    double share;             /* from the last pass (or report) */
-    double recent;            /* slices held, averaged over fair_window */
+    double share;  /* from the last pass (or report) */
+    double recent; /* slices held, averaged over fair_window */
     /* scratch of a pass or a report */
     double key1, key2;
     uint64_t tie;
@@ -107,9 +107,9 @@ struct sched {
     uint64_t avail;
     int total_slices;
     int max_class_slices;
-    uint64_t *fit_upto;       /* [r]: classes with compute slices <= r */
+    uint64_t *fit_upto; /* [r]: classes with compute slices <= r */
 
-    uint64_t *masks;          /* lane masks; masks[0] = 0 (CPU) */
+    uint64_t *masks; /* lane masks; masks[0] = 0 (CPU) */
     int nmasks, mask_cap;
 
     tenant_rec *tenants;
@@ -121,10 +121,10 @@ struct sched {
     int *buckets;
     size_t nbuckets;
     uint64_t next_seq;
-    size_t queued;            /* QUEUED + PENDING */
+    size_t queued; /* QUEUED + PENDING */
     int cpu_running;
-    double last_now;          /* the last pass's time; NAN before the first */
-    double now;               /* the current pass's time */
+    double last_now; /* the last pass's time; NAN before the first */
+    double now;      /* the current pass's time */
 
     /* pass results and scratch, sized as jobs and tenants are added */
     sched_placement *placements;
@@ -151,18 +151,23 @@ static inline int sched_bad_job(const sched *s, int j)
 /* a runs before b within a tenant */
 static inline int sched_job_before(const job_rec *a, const job_rec *b)
 {
-    if (a->priority != b->priority) return a->priority > b->priority;
-    if (a->submit_time != b->submit_time) return a->submit_time < b->submit_time;
+    if (a->priority != b->priority)
+        return a->priority > b->priority;
+    if (a->submit_time != b->submit_time)
+        return a->submit_time < b->submit_time;
     return a->seq < b->seq;
 }
 
 /* Classes whose slices fit tenant t's remaining slice quota. */
 static inline uint64_t sched_fit_mask(const sched *s, const tenant_rec *t)
 {
-    if (t->max_slices < 0) return s->fit_upto[s->max_class_slices];
+    if (t->max_slices < 0)
+        return s->fit_upto[s->max_class_slices];
     int64_t left = t->max_slices - t->slices;
-    if (left <= 0) return 0;
-    if (left >= s->max_class_slices) return s->fit_upto[s->max_class_slices];
+    if (left <= 0)
+        return 0;
+    if (left >= s->max_class_slices)
+        return s->fit_upto[s->max_class_slices];
     return s->fit_upto[left];
 }
 
@@ -177,7 +182,8 @@ static inline int sched_class_first_free(const sched *s, int c)
     const class_rec *k = &s->classes[c];
     for (int i = 0; i < k->nslots; i++) {
         const slot_rec *sl = &s->slots[k->slots[i]];
-        if (sl->holder < 0 && sl->reserved_for < 0) return k->slots[i];
+        if (sl->holder < 0 && sl->reserved_for < 0)
+            return k->slots[i];
     }
     return -1;
 }
@@ -189,7 +195,8 @@ static inline int sched_tenant_best(const sched *s, const tenant_rec *t,
     int best = -1;
     for (int l = gpu_only ? 1 : 0; l < t->nlanes; l++) {
         int h = t->lanes[l].head;
-        if (h >= 0 && (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])))
+        if (h >= 0 &&
+            (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])))
             best = h;
     }
     return best;
@@ -201,7 +208,8 @@ static inline int sched_tenant_best(const sched *s, const tenant_rec *t,
  * the two always agree). */
 static inline int sched_may_claim_share(const tenant_rec *n)
 {
-    if (n->queued_gpu == 0 || n->slices_share + 1 > n->share + SCHED_EPS) return 0;
+    if (n->queued_gpu == 0 || n->slices_share + 1 > n->share + SCHED_EPS)
+        return 0;
     return !sched_jobs_quota_full(n);
 }
 

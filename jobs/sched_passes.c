@@ -17,9 +17,12 @@
 int sched_tenant_less(const sched *s, int a, int b)
 {
     const tenant_rec *x = &s->tenants[a], *y = &s->tenants[b];
-    if (x->key1 != y->key1) return x->key1 < y->key1;
-    if (x->key2 != y->key2) return x->key2 < y->key2;
-    if (x->tie != y->tie) return x->tie < y->tie;
+    if (x->key1 != y->key1)
+        return x->key1 < y->key1;
+    if (x->key2 != y->key2)
+        return x->key2 < y->key2;
+    if (x->tie != y->tie)
+        return x->tie < y->tie;
     return a < b;
 }
 
@@ -28,7 +31,8 @@ void sched_heap_push(sched *s, int t)
     int i = s->nheap++;
     while (i > 0) {
         int p = (i - 1) / 2;
-        if (!sched_tenant_less(s, t, s->heap[p])) break;
+        if (!sched_tenant_less(s, t, s->heap[p]))
+            break;
         s->heap[i] = s->heap[p];
         i = p;
     }
@@ -42,13 +46,17 @@ int sched_heap_pop(sched *s)
     int i = 0, n = s->nheap;
     for (;;) {
         int c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && sched_tenant_less(s, s->heap[c + 1], s->heap[c])) c++;
-        if (!sched_tenant_less(s, s->heap[c], last)) break;
+        if (c >= n)
+            break;
+        if (c + 1 < n && sched_tenant_less(s, s->heap[c + 1], s->heap[c]))
+            c++;
+        if (!sched_tenant_less(s, s->heap[c], last))
+            break;
         s->heap[i] = s->heap[c];
         i = c;
     }
-    if (n > 0) s->heap[i] = last;
+    if (n > 0)
+        s->heap[i] = last;
     return top;
 }
 
@@ -75,7 +83,8 @@ static void place(sched *s, int j, int slot, double now)
 static int reserver_before(const sched *s, int a, int b)
 {
     const job_rec *x = &s->jobs[a], *y = &s->jobs[b];
-    if (x->head_since != y->head_since) return x->head_since < y->head_since;
+    if (x->head_since != y->head_since)
+        return x->head_since < y->head_since;
     return sched_job_before(x, y);
 }
 
@@ -113,12 +122,16 @@ static void pass_reservations(sched *s, double now)
         int h = s->order[i];
         job_rec *H = &s->jobs[h];
         tenant_rec *n = &s->tenants[H->tenant];
-        if (sched_jobs_quota_full(n)) continue;
+        if (sched_jobs_quota_full(n))
+            continue;
         uint64_t usable = H->mask & sched_fit_mask(s, n) & ~s->held;
         if (usable & s->avail) {
-            place(s, h, sched_class_first_free(s, sched_ctz64(usable & s->avail)), now);
+            place(s, h,
+                  sched_class_first_free(s, sched_ctz64(usable & s->avail)),
+                  now);
         } else if (usable) {
-            for (uint64_t m = usable; m; m &= m - 1) s->class_holder[sched_ctz64(m)] = h;
+            for (uint64_t m = usable; m; m &= m - 1)
+                s->class_holder[sched_ctz64(m)] = h;
             s->held |= usable;
         }
     }
@@ -126,36 +139,46 @@ static void pass_reservations(sched *s, double now)
 
 static void pass_fair_share(sched *s, double now)
 {
-    int cpu_free = s->cfg.max_cpu_jobs < 0 ? INT_MAX
-                                            : s->cfg.max_cpu_jobs - s->cpu_running;
+    int cpu_free = s->cfg.max_cpu_jobs < 0
+                       ? INT_MAX
+                       : s->cfg.max_cpu_jobs - s->cpu_running;
     s->nheap = 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
-        if (n->queued == 0) continue;
-        sched_tenant_key(s, t, n->slices_share, n->jobs, sched_tenant_best(s, n, 0));
+        if (n->queued == 0)
+            continue;
+        sched_tenant_key(s, t, n->slices_share, n->jobs,
+                         sched_tenant_best(s, n, 0));
         sched_heap_push(s, t);
     }
     while (s->nheap > 0 && ((s->avail & ~s->held) || cpu_free > 0)) {
         int t = sched_heap_pop(s);
         tenant_rec *n = &s->tenants[t];
-        if (sched_jobs_quota_full(n)) continue;
+        if (sched_jobs_quota_full(n))
+            continue;
         uint64_t fit = sched_fit_mask(s, n) & s->avail & ~s->held;
         int best = -1;
         for (int l = 0; l < n->nlanes; l++) {
             int h = n->lanes[l].head;
-            if (h < 0) continue;
-            if (l == 0 ? cpu_free <= 0 : !(s->masks[l] & fit)) continue;
-            if (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])) best = h;
+            if (h < 0)
+                continue;
+            if (l == 0 ? cpu_free <= 0 : !(s->masks[l] & fit))
+                continue;
+            if (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best]))
+                best = h;
         }
-        if (best < 0) continue;
+        if (best < 0)
+            continue;
         int slot = -1;
         if (s->jobs[best].mask)
-            slot = sched_class_first_free(s, sched_ctz64(s->jobs[best].mask & fit));
+            slot = sched_class_first_free(
+                s, sched_ctz64(s->jobs[best].mask & fit));
         else
             cpu_free--;
         place(s, best, slot, now);
         if (n->queued > 0) {
-            sched_tenant_key(s, t, n->slices_share, n->jobs, sched_tenant_best(s, n, 0));
+            sched_tenant_key(s, t, n->slices_share, n->jobs,
+                             sched_tenant_best(s, n, 0));
             sched_heap_push(s, t);
         }
     }
@@ -165,14 +188,19 @@ static void pass_fair_share(sched *s, double now)
 static int victim_ok(const sched *s, int v, int h, uint64_t allowed)
 {
     const job_rec *V = &s->jobs[v], *H = &s->jobs[h];
-    if (V->tenant == H->tenant) return 0;
+    if (V->tenant == H->tenant)
+        return 0;
     const slot_rec *sl = &s->slots[V->slot];
-    if (!(allowed & (1ull << sl->cls))) return 0;
+    if (!(allowed & (1ull << sl->cls)))
+        return 0;
     const tenant_rec *t = &s->tenants[H->tenant], *u = &s->tenants[V->tenant];
     int cs = sl->compute_slices;
-    if (V->start_time >= s->now) return 0; /* placed by this very pass */
-    if (t->max_slices >= 0 && t->slices + cs > t->max_slices) return 0;
-    if (t->slices_share + cs > t->share + SCHED_EPS) return 0;
+    if (V->start_time >= s->now)
+        return 0; /* placed by this very pass */
+    if (t->max_slices >= 0 && t->slices + cs > t->max_slices)
+        return 0;
+    if (t->slices_share + cs > t->share + SCHED_EPS)
+        return 0;
     return u->slices_share - cs >= u->share - SCHED_EPS;
 }
 
@@ -181,10 +209,14 @@ static int victim_ok(const sched *s, int v, int h, uint64_t allowed)
 static int victim_before(const sched *s, int a, int b)
 {
     const job_rec *x = &s->jobs[a], *y = &s->jobs[b];
-    if (x->priority != y->priority) return x->priority < y->priority;
-    if (x->start_time != y->start_time) return x->start_time > y->start_time;
-    int xs = s->slots[x->slot].compute_slices, ys = s->slots[y->slot].compute_slices;
-    if (xs != ys) return xs < ys;
+    if (x->priority != y->priority)
+        return x->priority < y->priority;
+    if (x->start_time != y->start_time)
+        return x->start_time > y->start_time;
+    int xs = s->slots[x->slot].compute_slices,
+        ys = s->slots[y->slot].compute_slices;
+    if (xs != ys)
+        return xs < ys;
     return x->slot < y->slot;
 }
 
@@ -201,7 +233,8 @@ static void preempt(sched *s, int v, int h)
     sched_lane_unlink(s, t, h);
     t->queued--;
     t->queued_gpu--;
-    if (t->head_job == h) t->head_job = -1;
+    if (t->head_job == h)
+        t->head_job = -1;
     sched_drop_holds(s, h);
     H->state = SCHED_JOB_PENDING;
     H->slot = slot;
@@ -218,16 +251,20 @@ static void pass_preemption(sched *s, double now)
     int nv = 0;
     for (int i = 0; i < s->nslots; i++) {
         int v = s->slots[i].holder;
-        if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING) continue;
+        if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING)
+            continue;
         const tenant_rec *u = &s->tenants[s->jobs[v].tenant];
-        if (u->slices_share > u->share + SCHED_EPS) s->victims[nv++] = v;
+        if (u->slices_share > u->share + SCHED_EPS)
+            s->victims[nv++] = v;
     }
-    if (nv == 0) return;
+    if (nv == 0)
+        return;
     /* beneficiaries: tenants below their share, furthest below first */
     int nb = 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
-        if (!sched_may_claim_share(n)) continue;
+        if (!sched_may_claim_share(n))
+            continue;
         n->key1 = n->slices_share / n->weight;
         n->key2 = 0;
         n->tie = 0;
@@ -241,19 +278,24 @@ static void pass_preemption(sched *s, double now)
     for (int b = 0; b < nb && nv > 0; b++) {
         tenant_rec *n = &s->tenants[s->order[b]];
         int h = sched_tenant_best(s, n, 1);
-        if (h < 0) continue;
+        if (h < 0)
+            continue;
         job_rec *H = &s->jobs[h];
-        if (now - H->submit_time < s->cfg.preempt_wait) continue;
+        if (now - H->submit_time < s->cfg.preempt_wait)
+            continue;
         uint64_t allowed = H->mask & sched_fit_mask(s, n);
         for (uint64_t m = allowed & s->held; m; m &= m - 1)
-            if (s->class_holder[sched_ctz64(m)] != h) allowed &= ~(1ull << sched_ctz64(m));
-        if (!allowed || (allowed & s->avail)) continue;
+            if (s->class_holder[sched_ctz64(m)] != h)
+                allowed &= ~(1ull << sched_ctz64(m));
+        if (!allowed || (allowed & s->avail))
+            continue;
         int best = -1;
         for (int i = 0; i < nv; i++)
             if (victim_ok(s, s->victims[i], h, allowed) &&
                 (best < 0 || victim_before(s, s->victims[i], s->victims[best])))
                 best = i;
-        if (best < 0) continue;
+        if (best < 0)
+            continue;
         int v = s->victims[best];
         s->victims[best] = s->victims[--nv];
         preempt(s, v, h);
@@ -265,19 +307,22 @@ void sched_pass(sched *s, double now, sched_result *out)
     s->nplacements = 0;
     s->npreemptions = 0;
     s->held = 0;
-    for (int c = 0; c < s->nclasses; c++) s->class_holder[c] = -1;
+    for (int c = 0; c < s->nclasses; c++)
+        s->class_holder[c] = -1;
 
     /* 0: pending jobs whose slot the preempted job has left */
     for (int i = 0; i < s->nslots; i++) {
         const slot_rec *sl = &s->slots[i];
-        if (sl->holder < 0 && sl->reserved_for >= 0) place(s, sl->reserved_for, i, now);
+        if (sl->holder < 0 && sl->reserved_for >= 0)
+            place(s, sl->reserved_for, i, now);
     }
     /* the recent average of each tenant's slices: an exponential moving
      * average with time constant fair_window, fed with what it held since
      * the last pass; it lets a tenant that integer slot counts keep just
      * under its share catch up over time */
     double dt = isnan(s->last_now) ? 0 : now - s->last_now;
-    if (dt < 0) dt = 0;
+    if (dt < 0)
+        dt = 0;
     double keep = s->cfg.fair_window > 0 ? exp(-dt / s->cfg.fair_window) : 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
@@ -288,7 +333,8 @@ void sched_pass(sched *s, double now, sched_result *out)
     sched_compute_shares(s);
     pass_reservations(s, now);
     pass_fair_share(s, now);
-    if (s->cfg.preempt) pass_preemption(s, now);
+    if (s->cfg.preempt)
+        pass_preemption(s, now);
 
     out->placements = s->placements;
     out->n_placements = s->nplacements;

@@ -13,7 +13,8 @@
 /* Whether tenant n is below its share with a GPU job its quotas let run. */
 static int tenant_wants_share(const sched *s, const tenant_rec *n)
 {
-    if (!sched_may_claim_share(n)) return 0;
+    if (!sched_may_claim_share(n))
+        return 0;
     int h = sched_tenant_best(s, n, 1);
     return h >= 0 && (s->jobs[h].mask & sched_fit_mask(s, n));
 }
@@ -47,7 +48,8 @@ static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
         return;
     }
     if (!J->mask) {
-        int full = s->cfg.max_cpu_jobs >= 0 && s->cpu_running >= s->cfg.max_cpu_jobs;
+        int full =
+            s->cfg.max_cpu_jobs >= 0 && s->cpu_running >= s->cfg.max_cpu_jobs;
         w->reason = full ? SCHED_WAIT_NO_SLICE : SCHED_WAIT_SCHEDULING;
         return;
     }
@@ -84,12 +86,14 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
     sched_compute_shares(s);
     int nbelow = 0;
     for (int t = 0; t < s->ntenants; t++) {
-        if (tenant_wants_share(s, &s->tenants[t])) nbelow++;
+        if (tenant_wants_share(s, &s->tenants[t]))
+            nbelow++;
     }
     /* pending jobs first: they start as soon as their slot is left */
     for (int i = 0; i < s->nslots && pos < cap; i++) {
         int j = s->slots[i].reserved_for;
-        if (j < 0) continue;
+        if (j < 0)
+            continue;
         sched_wait *w = &out[pos];
         job_reason(s, j, nbelow, w);
         w->position = ++pos;
@@ -105,7 +109,8 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
         tenant_rec *n = &s->tenants[t];
         n->tpos = 1;
         n->cursor = next_queued(s, n->thead, &n->tpos);
-        if (n->cursor < 0) continue;
+        if (n->cursor < 0)
+            continue;
         n->sim_slices = n->slices_share;
         n->sim_jobs = n->jobs;
         sched_tenant_key(s, t, n->sim_slices, n->sim_jobs, n->cursor);
@@ -134,17 +139,18 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
 const char *sched_wait_reason_name(sched_wait_reason r)
 {
     switch (r) {
-    case SCHED_WAIT_SCHEDULING: return "scheduling";
-    case SCHED_WAIT_QUOTA: return "quota";
-    case SCHED_WAIT_NO_SLICE: return "no free slice of that size";
-    case SCHED_WAIT_FAIR_SHARE: return "fair share";
-    case SCHED_WAIT_RESERVED: return "reserved for job";
-    case SCHED_WAIT_PREEMPTING: return "preempting";
+        case SCHED_WAIT_SCHEDULING: return "scheduling";
+        case SCHED_WAIT_QUOTA: return "quota";
+        case SCHED_WAIT_NO_SLICE: return "no free slice of that size";
+        case SCHED_WAIT_FAIR_SHARE: return "fair share";
+        case SCHED_WAIT_RESERVED: return "reserved for job";
+        case SCHED_WAIT_PREEMPTING: return "preempting";
     }
     return "unknown";
 }
 
-void sched_wait_describe(const sched *s, const sched_wait *w, char *buf, size_t n)
+void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
+                         size_t n)
 {
     if (sched_bad_job(s, w->job)) {
         snprintf(buf, n, "unknown job");
@@ -154,39 +160,51 @@ void sched_wait_describe(const sched *s, const sched_wait *w, char *buf, size_t 
     const tenant_rec *t = &s->tenants[J->tenant];
     char want[96];
     sched_request_text(&J->req, want, sizeof want);
-    const char *other = !sched_bad_job(s, w->other_job) ? s->jobs[w->other_job].id : "?";
+    const char *other =
+        !sched_bad_job(s, w->other_job) ? s->jobs[w->other_job].id : "?";
     switch (w->reason) {
-    case SCHED_WAIT_SCHEDULING:
-        snprintf(buf, n, "scheduling: %s is free; the next pass starts it", want);
-        break;
-    case SCHED_WAIT_QUOTA:
-        if (w->quota == SCHED_QUOTA_RUNNING_JOBS)
-            snprintf(buf, n, "quota: max_running_jobs %lld reached (%d running)",
-                     (long long)t->max_jobs, t->jobs);
-        else
-            snprintf(buf, n, "quota: max_gpu_slices %lld reached (%d in use, "
-                     "%s needs %d more)", (long long)t->max_slices, t->slices,
-                     want, J->min_slices);
-        break;
-    case SCHED_WAIT_NO_SLICE:
-        if (J->mask)
-            snprintf(buf, n, "no free slice of that size (needs %s)", want);
-        else
-            snprintf(buf, n, "no free slice of that size (all %d CPU job slots "
-                     "are busy)", s->cfg.max_cpu_jobs);
-        break;
-    case SCHED_WAIT_FAIR_SHARE:
-        snprintf(buf, n, "fair share: the tenant holds %d compute slices, its "
-                 "share is %.2f; tenants below their share go first",
-                 t->slices_share, t->share);
-        break;
-    case SCHED_WAIT_RESERVED:
-        snprintf(buf, n, "reserved for job %s: the free slots that fit are held "
-                 "for it", other);
-        break;
-    case SCHED_WAIT_PREEMPTING:
-        snprintf(buf, n, "preempting: job %s is checkpointing to free slot %d "
-                 "for it", other, J->slot);
-        break;
+        case SCHED_WAIT_SCHEDULING:
+            snprintf(buf, n, "scheduling: %s is free; the next pass starts it",
+                     want);
+            break;
+        case SCHED_WAIT_QUOTA:
+            if (w->quota == SCHED_QUOTA_RUNNING_JOBS)
+                snprintf(buf, n,
+                         "quota: max_running_jobs %lld reached (%d running)",
+                         (long long)t->max_jobs, t->jobs);
+            else
+                snprintf(buf, n,
+                         "quota: max_gpu_slices %lld reached (%d in use, "
+                         "%s needs %d more)",
+                         (long long)t->max_slices, t->slices, want,
+                         J->min_slices);
+            break;
+        case SCHED_WAIT_NO_SLICE:
+            if (J->mask)
+                snprintf(buf, n, "no free slice of that size (needs %s)", want);
+            else
+                snprintf(buf, n,
+                         "no free slice of that size (all %d CPU job slots "
+                         "are busy)",
+                         s->cfg.max_cpu_jobs);
+            break;
+        case SCHED_WAIT_FAIR_SHARE:
+            snprintf(buf, n,
+                     "fair share: the tenant holds %d compute slices, its "
+                     "share is %.2f; tenants below their share go first",
+                     t->slices_share, t->share);
+            break;
+        case SCHED_WAIT_RESERVED:
+            snprintf(buf, n,
+                     "reserved for job %s: the free slots that fit are held "
+                     "for it",
+                     other);
+            break;
+        case SCHED_WAIT_PREEMPTING:
+            snprintf(buf, n,
+                     "preempting: job %s is checkpointing to free slot %d "
+                     "for it",
+                     other, J->slot);
+            break;
     }
 }

@@ -140,7 +140,7 @@ static void load_queued(jobs_service *r)
     size_t i;
     json_t *row;
     int loaded = 0;
-    json_array_foreach(rows, i, row) {
+    json_array_foreach (rows, i, row) {
         const char *id = json_string_value(json_object_get(row, "id"));
         const char *tenant =
             json_string_value(json_object_get(row, "tenant_id"));
@@ -155,11 +155,12 @@ static void load_queued(jobs_service *r)
         if (s == TY_OK)
             s = tenant_handle(r, tenant, &t, &err);
         if (s == TY_OK) {
-            sched_job_desc d = {
-                .id = id, .tenant = t, .priority = priority,
-                .submit_time =
-                    json_number_value(json_object_get(row, "submit_time")),
-                .request = req};
+            sched_job_desc d = {.id = id,
+                                .tenant = t,
+                                .priority = priority,
+                                .submit_time = json_number_value(
+                                    json_object_get(row, "submit_time")),
+                                .request = req};
             s = sched_job_submit(r->sched, &d, NULL, &err);
         }
         if (s == TY_OK) {
@@ -214,11 +215,12 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
         return TY_EINVAL;
     }
     pthread_mutex_init(&r->mu, NULL);
-    supervisor_hooks hooks = {.ctx = r, .on_tick = lifecycle_tick,
+    supervisor_hooks hooks = {.ctx = r,
+                              .on_tick = lifecycle_tick,
                               .on_message = lifecycle_message,
                               .on_exit = lifecycle_exit};
-    r->sup = supervisor_create(r->cap, env->self_exe,
-                               env->heartbeat_timeout_s, &r->mu, &hooks, err);
+    r->sup = supervisor_create(r->cap, env->self_exe, env->heartbeat_timeout_s,
+                               &r->mu, &hooks, err);
     if (!r->sup) {
         pthread_mutex_destroy(&r->mu);
         service_free(r);
@@ -236,15 +238,9 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
 }
 
 /* Wakes the supervisor's thread for a scheduling pass. */
-static void wake(jobs_service *r)
-{
-    supervisor_wake(r->sup);
-}
+static void wake(jobs_service *r) { supervisor_wake(r->sup); }
 
-int jobs_host_has_gpus(const jobs_service *r)
-{
-    return r && r->nslots > 0;
-}
+int jobs_host_has_gpus(const jobs_service *r) { return r && r->nslots > 0; }
 
 /* Whether tenant_id's request could ever run here (sched_request_check
  * with the tenant's quota): TY_OK or TY_EINVAL naming "resources.gpu". */
@@ -273,8 +269,11 @@ static ty_status enqueue(jobs_service *r, const char *tenant_id,
     int t = -1;
     ty_status s = tenant_handle(r, tenant_id, &t, err);
     if (s == TY_OK) {
-        sched_job_desc d = {.id = job_id, .tenant = t, .priority = priority,
-                            .submit_time = svc_wall(), .request = *req};
+        sched_job_desc d = {.id = job_id,
+                            .tenant = t,
+                            .priority = priority,
+                            .submit_time = svc_wall(),
+                            .request = *req};
         s = sched_job_submit(r->sched, &d, NULL, err);
     }
     pthread_mutex_unlock(&r->mu);
@@ -295,8 +294,7 @@ static void publish_doc(jobs_service *r, const char *tenant, const char *id,
 }
 
 ty_status jobs_submit(jobs_service *r, const char *tenant,
-                      const job_submission *sub, json_t **job_out,
-                      ty_err *err)
+                      const job_submission *sub, json_t **job_out, ty_err *err)
 {
     if (!r)
         return ty_fail(err, TY_EINTERNAL, NULL,
@@ -315,11 +313,10 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     }
     if ((s = admission_check(env, tenant, sub, &adm, err)) != TY_OK ||
         (s = ty_id_new("job_", id, err)) != TY_OK ||
-        (s = store_job_insert_req(env->store, tenant, id, adm.name,
-                                  sub->dataset, adm.validation, adm.spec,
-                                  adm.hyperparameters,
-                                  (int64_t)adm.memory_bytes, sub->resources,
-                                  sub->priority, err)) != TY_OK ||
+        (s = store_job_insert_req(
+             env->store, tenant, id, adm.name, sub->dataset, adm.validation,
+             adm.spec, adm.hyperparameters, (int64_t)adm.memory_bytes,
+             sub->resources, sub->priority, err)) != TY_OK ||
         (s = store_job_get(env->store, tenant, id, &job, err)) != TY_OK)
         goto done;
     /* job.created goes out before the supervisor can publish
@@ -327,14 +324,13 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     publish_doc(r, tenant, id, EV_JOB_CREATED, job);
     /* The reply shows the job as submitted (queued), read before the
      * supervisor can start it. */
-    if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, err)) !=
-        TY_OK) {
+    if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, err)) != TY_OK) {
         /* Stored but not schedulable (a quota lowered meanwhile): the job
          * fails with the reason rather than waiting forever. */
         ty_err e2 = {0};
         json_t *failed = NULL;
-        if (store_job_finish(env->store, id, JOB_FAILED, err->msg, NULL,
-                             &e2) == TY_OK &&
+        if (store_job_finish(env->store, id, JOB_FAILED, err->msg, NULL, &e2) ==
+                TY_OK &&
             store_job_get(env->store, tenant, id, &failed, &e2) == TY_OK) {
             publish_doc(r, tenant, id, EV_JOB_FINISHED, failed);
             json_decref(failed);
@@ -380,14 +376,13 @@ static void dequeue_or_stop(jobs_service *r, const char *job_id)
     wake(r);
 }
 
-ty_status jobs_cancel(jobs_service *r, const char *tenant,
-                      const char *job_id, json_t **job, int *was_running,
-                      ty_err *err)
+ty_status jobs_cancel(jobs_service *r, const char *tenant, const char *job_id,
+                      json_t **job, int *was_running, ty_err *err)
 {
     const jobs_env *env = &r->env;
     *was_running = 0;
-    ty_status s = store_job_request_cancel(env->store, tenant, job_id,
-                                           was_running, err);
+    ty_status s =
+        store_job_request_cancel(env->store, tenant, job_id, was_running, err);
     /* Queued: it leaves the scheduler (and a slot it was promised) now;
      * running: its worker is stopped. */
     if (s == TY_OK)
@@ -414,10 +409,9 @@ void jobs_tenant_changed(jobs_service *r, const char *tenant_id)
         ty_err err = {0};
         if (store_tenant_limits_get(r->env.store, tenant_id, &lim, &err) !=
                 TY_OK ||
-            sched_tenant_set(r->sched, tenant_id,
-                             lim.weight > 0 ? lim.weight : 1.0,
-                             lim.max_gpu_slices, lim.max_running_jobs, NULL,
-                             &err) != TY_OK)
+            sched_tenant_set(
+                r->sched, tenant_id, lim.weight > 0 ? lim.weight : 1.0,
+                lim.max_gpu_slices, lim.max_running_jobs, NULL, &err) != TY_OK)
             log_msg("error", "runner: tenant %s: %s", tenant_id, err.msg);
     }
     pthread_mutex_unlock(&r->mu);
@@ -438,10 +432,10 @@ static json_t *queue_entry(jobs_service *r, const char *id, size_t nrep,
         sched_job_info other;
         int have_other = w->other_job >= 0 &&
                          sched_job_get(r->sched, w->other_job, &other) == TY_OK;
-        const char *other_tenant = have_other ? svc_tenant_id(r, other.tenant)
-                                              : "";
-        int visible = have_other && viewer_tenant &&
-                      !strcmp(other_tenant, viewer_tenant);
+        const char *other_tenant =
+            have_other ? svc_tenant_id(r, other.tenant) : "";
+        int visible =
+            have_other && viewer_tenant && !strcmp(other_tenant, viewer_tenant);
         if (w->reason == SCHED_WAIT_RESERVED && !visible)
             snprintf(detail, sizeof detail,
                      "reserved for another tenant's job: the free slots that "
@@ -500,9 +494,8 @@ void jobs_annotate(jobs_service *r, json_t *docs, const char *viewer_tenant)
             r->report_cap = want;
         }
     }
-    size_t nrep = sched_queue_report(r->sched, r->report,
-                                     want <= r->report_cap ? want
-                                                           : r->report_cap);
+    size_t nrep = sched_queue_report(
+        r->sched, r->report, want <= r->report_cap ? want : r->report_cap);
     for (size_t i = 0; i < n; i++) {
         json_t *d = json_is_array(docs) ? json_array_get(docs, i) : docs;
         const char *st = json_string_value(json_object_get(d, "status"));

@@ -53,9 +53,8 @@ ty_status jobs_submit(jobs_service *js, const char *tenant,
  * grace period), its slot freed and the job recorded as cancelled when it
  * has exited (*was_running 1). *job is the job now (new reference). The
  * store's error (TY_ENOTFOUND, TY_ECONFLICT for a finished job) else. */
-ty_status jobs_cancel(jobs_service *js, const char *tenant,
-                      const char *job_id, json_t **job, int *was_running,
-                      ty_err *err);
+ty_status jobs_cancel(jobs_service *js, const char *tenant, const char *job_id,
+                      json_t **job, int *was_running, ty_err *err);
 
 /* Re-reads a tenant's weight and quotas from the store (after a PATCH). */
 void jobs_tenant_changed(jobs_service *js, const char *tenant_id);

@@ -34,15 +34,15 @@ typedef struct {
     int used;
     char job_id[TY_ID_MAX];
     char dir[PATH_MAX];
-    int sjob;                    /* the scheduler's handle */
-    int slot;                    /* inventory slot; -1 a CPU job */
-    int done;                    /* the worker said the model is written */
-    char error[512];             /* the worker's error message, if any */
-    int cancel;                  /* a cancel was requested */
-    int preempting;              /* preempted: it checkpoints and exits */
+    int sjob;        /* the scheduler's handle */
+    int slot;        /* inventory slot; -1 a CPU job */
+    int done;        /* the worker said the model is written */
+    char error[512]; /* the worker's error message, if any */
+    int cancel;      /* a cancel was requested */
+    int preempting;  /* preempted: it checkpoints and exits */
     double last_progress_write;
-    int resumed_from_epoch;      /* -1 unless this run resumed */
-    char tenant_id[TY_ID_MAX];   /* for metrics labels */
+    int resumed_from_epoch;    /* -1 unless this run resumed */
+    char tenant_id[TY_ID_MAX]; /* for metrics labels */
 } job_run;
 
 /* A crashed job waiting out its back-off, outside the scheduler. */
@@ -52,26 +52,26 @@ typedef struct {
     int priority;
     double submit_time;
     sched_request req;
-    double due;                  /* monotonic */
+    double due; /* monotonic */
     char why[300];
 } retry_rec;
 
 struct jobs_service {
-    jobs_env env;                /* jobs_start's copy */
-    inventory *inv;              /* env.inventory; NULL: no slots */
+    jobs_env env;   /* jobs_start's copy */
+    inventory *inv; /* env.inventory; NULL: no slots */
     pthread_mutex_t mu;
     atomic_int stopping;
     supervisor *sup;
     sched *sched;
-    int nslots;                  /* inventory slots */
+    int nslots;                    /* inventory slots */
     char (*tenant_ids)[TY_ID_MAX]; /* by scheduler tenant handle */
     int ntenant_ids, tenant_cap;
-    int nruns;                   /* entries in use */
-    int cap;                     /* inventory slots + --max-jobs */
-    job_run *runs;               /* cap, by supervisor place */
+    int nruns;     /* entries in use */
+    int cap;       /* inventory slots + --max-jobs */
+    job_run *runs; /* cap, by supervisor place */
     retry_rec *retries;
     size_t nretries, retry_cap;
-    sched_wait *report;          /* jobs_annotate's buffer */
+    sched_wait *report; /* jobs_annotate's buffer */
     size_t report_cap;
 };
 

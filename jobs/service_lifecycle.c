@@ -215,8 +215,8 @@ static void start_placement(jobs_service *r, int sj, int slot)
     if ((s = store_job_get_internal(env->store, id, &job, &err)) == TY_OK &&
         (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
         (s = write_job_file(env, job, w->dir, &err)) == TY_OK)
-        s = supervisor_spawn(r->sup, place, id, w->dir, dev, cvd, has_cvd,
-                             &pid, &err);
+        s = supervisor_spawn(r->sup, place, id, w->dir, dev, cvd, has_cvd, &pid,
+                             &err);
     json_decref(job);
     if (s != TY_OK) {
         char msg[600];
@@ -257,8 +257,8 @@ static void preempt_worker(jobs_service *r, const sched_preemption *p)
         w->preempting = 1;
         supervisor_preempt(r->sup, i);
         log_event("info", "job_preempt",
-                  json_pack("{s:s, s:s, s:i}", "job", victim.id, "for",
-                            job.id, "slot", p->slot));
+                  json_pack("{s:s, s:s, s:i}", "job", victim.id, "for", job.id,
+                            "slot", p->slot));
     }
 }
 
@@ -275,112 +275,116 @@ static json_t *metric(const json_t *ev, const char *key)
 
 /* What a worker's line means for its job (supervisor_hooks.on_message:
  * mu not held). */
-void lifecycle_message(void *ctx, int place, wproto_msg kind,
-                       const json_t *ev)
+void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
 {
     jobs_service *r = ctx;
     const jobs_env *env = &r->env;
     job_run *w = &r->runs[place];
     ty_err err = {0};
     switch (kind) {
-    case WPROTO_MSG_PROGRESS: {
-        json_t *sps = json_object_get(ev, WPROTO_F_SAMPLES_PER_SEC);
-        if (json_is_number(sps) && json_number_value(sps) >= 0)
-            opm_job_samples_per_sec(w->job_id, w->tenant_id,
-                                    json_number_value(sps));
-        double t = svc_now();
-        int last =
-            json_number_value(json_object_get(ev, WPROTO_F_FRACTION)) >= 1.0;
-        if (last || t - w->last_progress_write >= 1.0) {
-            w->last_progress_write = t;
-            json_t *progress = json_pack(
-                "{s:O?, s:O?, s:O?, s:O?, s:O?}", "epoch",
-                json_object_get(ev, WPROTO_F_EPOCH), "epochs",
-                json_object_get(ev, WPROTO_F_EPOCHS), "step",
-                json_object_get(ev, WPROTO_F_STEP), "total_steps",
-                json_object_get(ev, WPROTO_F_TOTAL_STEPS), "fraction",
-                json_object_get(ev, WPROTO_F_FRACTION));
-            if (w->resumed_from_epoch >= 0)
-                json_object_set_new(progress, "resumed_from_epoch",
-                                    json_integer(w->resumed_from_epoch));
-            json_t *metrics = json_object();
-            json_object_set_new(metrics, "train_loss",
-                                metric(ev, WPROTO_F_LOSS));
-            json_object_set_new(metrics, "samples_per_sec",
-                                metric(ev, WPROTO_F_SAMPLES_PER_SEC));
-            json_object_set_new(metrics, "learning_rate",
-                                metric(ev, WPROTO_F_LR));
-            store_job_progress(env->store, w->job_id, progress, metrics, &err);
-            svc_publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
-            json_decref(progress);
-            json_decref(metrics);
+        case WPROTO_MSG_PROGRESS: {
+            json_t *sps = json_object_get(ev, WPROTO_F_SAMPLES_PER_SEC);
+            if (json_is_number(sps) && json_number_value(sps) >= 0)
+                opm_job_samples_per_sec(w->job_id, w->tenant_id,
+                                        json_number_value(sps));
+            double t = svc_now();
+            int last = json_number_value(
+                           json_object_get(ev, WPROTO_F_FRACTION)) >= 1.0;
+            if (last || t - w->last_progress_write >= 1.0) {
+                w->last_progress_write = t;
+                json_t *progress = json_pack(
+                    "{s:O?, s:O?, s:O?, s:O?, s:O?}", "epoch",
+                    json_object_get(ev, WPROTO_F_EPOCH), "epochs",
+                    json_object_get(ev, WPROTO_F_EPOCHS), "step",
+                    json_object_get(ev, WPROTO_F_STEP), "total_steps",
+                    json_object_get(ev, WPROTO_F_TOTAL_STEPS), "fraction",
+                    json_object_get(ev, WPROTO_F_FRACTION));
+                if (w->resumed_from_epoch >= 0)
+                    json_object_set_new(progress, "resumed_from_epoch",
+                                        json_integer(w->resumed_from_epoch));
+                json_t *metrics = json_object();
+                json_object_set_new(metrics, "train_loss",
+                                    metric(ev, WPROTO_F_LOSS));
+                json_object_set_new(metrics, "samples_per_sec",
+                                    metric(ev, WPROTO_F_SAMPLES_PER_SEC));
+                json_object_set_new(metrics, "learning_rate",
+                                    metric(ev, WPROTO_F_LR));
+                store_job_progress(env->store, w->job_id, progress, metrics,
+                                   &err);
+                svc_publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
+                json_decref(progress);
+                json_decref(metrics);
+            }
+            break;
         }
-        break;
-    }
-    case WPROTO_MSG_EPOCH: {
-        /* The epoch record as the store and GET .../metrics keep it: the
+        case WPROTO_MSG_EPOCH: {
+            /* The epoch record as the store and GET .../metrics keep it: the
          * same names as the line's. */
-        json_t *m = json_object();
-        json_object_set(m, "epoch", json_object_get(ev, WPROTO_F_EPOCH));
-        static const char *const keys[] = {
-            WPROTO_F_TRAIN_LOSS, WPROTO_F_TRAIN_ACCURACY, WPROTO_F_VAL_LOSS,
-            WPROTO_F_VAL_ACCURACY, WPROTO_F_SAMPLES_PER_SEC, WPROTO_F_SECONDS};
-        for (size_t i = 0; i < TY_ARRAY_LEN(keys); i++)
-            json_object_set_new(m, keys[i], metric(ev, keys[i]));
-        /* A byte count: kept whole (older workers do not send it). */
-        json_t *peak = json_object_get(ev, WPROTO_F_PEAK_MEMORY_BYTES);
-        json_object_set_new(m, "peak_memory_bytes",
-                            json_is_integer(peak)
-                                ? json_integer(json_integer_value(peak))
-                                : json_null());
-        /* Where and how it ran: passed through when the worker said. */
-        static const char *const where[] = {
-            WPROTO_F_DEVICE, WPROTO_F_PRECISION, WPROTO_F_LOSS_SCALE,
-            WPROTO_F_SKIPPED_STEPS, WPROTO_F_CUDA_GRAPH,
-            WPROTO_F_CUDA_GRAPH_REASON, WPROTO_F_DEVICE_MEMORY_USED_BYTES};
-        for (size_t i = 0; i < TY_ARRAY_LEN(where); i++) {
-            json_t *v = json_object_get(ev, where[i]);
-            json_object_set(m, where[i], v ? v : json_null());
+            json_t *m = json_object();
+            json_object_set(m, "epoch", json_object_get(ev, WPROTO_F_EPOCH));
+            static const char *const keys[] = {
+                WPROTO_F_TRAIN_LOSS,      WPROTO_F_TRAIN_ACCURACY,
+                WPROTO_F_VAL_LOSS,        WPROTO_F_VAL_ACCURACY,
+                WPROTO_F_SAMPLES_PER_SEC, WPROTO_F_SECONDS};
+            for (size_t i = 0; i < TY_ARRAY_LEN(keys); i++)
+                json_object_set_new(m, keys[i], metric(ev, keys[i]));
+            /* A byte count: kept whole (older workers do not send it). */
+            json_t *peak = json_object_get(ev, WPROTO_F_PEAK_MEMORY_BYTES);
+            json_object_set_new(m, "peak_memory_bytes",
+                                json_is_integer(peak)
+                                    ? json_integer(json_integer_value(peak))
+                                    : json_null());
+            /* Where and how it ran: passed through when the worker said. */
+            static const char *const where[] = {
+                WPROTO_F_DEVICE,
+                WPROTO_F_PRECISION,
+                WPROTO_F_LOSS_SCALE,
+                WPROTO_F_SKIPPED_STEPS,
+                WPROTO_F_CUDA_GRAPH,
+                WPROTO_F_CUDA_GRAPH_REASON,
+                WPROTO_F_DEVICE_MEMORY_USED_BYTES};
+            for (size_t i = 0; i < TY_ARRAY_LEN(where); i++) {
+                json_t *v = json_object_get(ev, where[i]);
+                json_object_set(m, where[i], v ? v : json_null());
+            }
+            store_job_epoch(
+                env->store, w->job_id,
+                json_integer_value(json_object_get(ev, WPROTO_F_EPOCH)), m,
+                &err);
+            svc_publish(r, w->job_id, EV_JOB_EPOCH, m);
+            json_decref(m);
+            break;
         }
-        store_job_epoch(env->store, w->job_id,
-                        json_integer_value(json_object_get(ev, WPROTO_F_EPOCH)),
-                        m, &err);
-        svc_publish(r, w->job_id, EV_JOB_EPOCH, m);
-        json_decref(m);
-        break;
-    }
-    case WPROTO_MSG_RESUME:
-        w->resumed_from_epoch =
-            (int)json_integer_value(json_object_get(ev, WPROTO_F_EPOCH));
-        log_event("info", "job_resume",
-                  json_pack("{s:s, s:O?, s:O?}", "job", w->job_id, "epoch",
-                            json_object_get(ev, WPROTO_F_EPOCH), "step",
-                            json_object_get(ev, WPROTO_F_STEP)));
-        break;
-    case WPROTO_MSG_DONE:
-        w->done = 1;
-        break;
-    case WPROTO_MSG_STARTED: {
-        /* What the worker found in its environment, for comparison with
+        case WPROTO_MSG_RESUME:
+            w->resumed_from_epoch =
+                (int)json_integer_value(json_object_get(ev, WPROTO_F_EPOCH));
+            log_event("info", "job_resume",
+                      json_pack("{s:s, s:O?, s:O?}", "job", w->job_id, "epoch",
+                                json_object_get(ev, WPROTO_F_EPOCH), "step",
+                                json_object_get(ev, WPROTO_F_STEP)));
+            break;
+        case WPROTO_MSG_DONE: w->done = 1; break;
+        case WPROTO_MSG_STARTED: {
+            /* What the worker found in its environment, for comparison with
          * the placement. */
-        json_t *saw = json_deep_copy(ev);
-        json_object_del(saw, WPROTO_F_EVENT);
-        json_t *patch = json_pack("{s:o}", "worker_saw", saw);
-        store_job_placement_merge(env->store, w->job_id, patch, &err);
-        json_decref(patch);
-        break;
-    }
-    case WPROTO_MSG_ERROR: {
-        const char *msg =
-            json_string_value(json_object_get(ev, WPROTO_F_MESSAGE));
-        snprintf(w->error, sizeof w->error, "%s",
-                 msg ? msg : "training failed");
-        break;
-    }
-    default:
-        /* heartbeat: the supervisor noted the time; preempted: the exit
+            json_t *saw = json_deep_copy(ev);
+            json_object_del(saw, WPROTO_F_EVENT);
+            json_t *patch = json_pack("{s:o}", "worker_saw", saw);
+            store_job_placement_merge(env->store, w->job_id, patch, &err);
+            json_decref(patch);
+            break;
+        }
+        case WPROTO_MSG_ERROR: {
+            const char *msg =
+                json_string_value(json_object_get(ev, WPROTO_F_MESSAGE));
+            snprintf(w->error, sizeof w->error, "%s",
+                     msg ? msg : "training failed");
+            break;
+        }
+        default:
+            /* heartbeat: the supervisor noted the time; preempted: the exit
          * status says it; unknown kinds count as heartbeats only. */
-        break;
+            break;
     }
     if (err.msg[0])
         log_msg("error", "runner: job %s: %s", w->job_id, err.msg);
@@ -463,8 +467,8 @@ static void retry_or_fail(jobs_service *r, job_run *w, const char *what)
     sched_job_info info;
     int have = sched_job_get(r->sched, w->sjob, &info) == TY_OK;
     if (attempts >= max_attempts || !have || r->nretries == SIZE_MAX) {
-        snprintf(msg, sizeof msg, "%s; it failed %lld of %lld attempts",
-                 what, (long long)attempts, (long long)max_attempts);
+        snprintf(msg, sizeof msg, "%s; it failed %lld of %lld attempts", what,
+                 (long long)attempts, (long long)max_attempts);
         store_job_finish(env->store, w->job_id, JOB_FAILED, msg, NULL, &err);
         svc_log_transition(r, w->job_id, JOB_FAILED, msg);
         sched_job_remove(r->sched, w->sjob);
@@ -584,7 +588,8 @@ static void retries_due(jobs_service *r)
             i++;
             continue;
         }
-        sched_job_desc d = {.id = rr->job_id, .tenant = rr->tenant,
+        sched_job_desc d = {.id = rr->job_id,
+                            .tenant = rr->tenant,
                             .priority = rr->priority,
                             .submit_time = rr->submit_time,
                             .request = rr->req};
@@ -613,10 +618,7 @@ static void schedule(jobs_service *r)
 }
 
 /* supervisor_hooks.on_tick: mu held. */
-void lifecycle_tick(void *ctx)
-{
-    schedule(ctx);
-}
+void lifecycle_tick(void *ctx) { schedule(ctx); }
 
 /* supervisor_hooks.on_exit: mu held. */
 void lifecycle_exit(void *ctx, int place, int ws, int lost)
@@ -628,4 +630,3 @@ void lifecycle_exit(void *ctx, int place, int ws, int lost)
     finish_worker(r, w, ws, lost);
     run_release(r, w);
 }
-

@@ -29,21 +29,21 @@
 
 #define LINE_MAX_BYTES 65536
 #define CANCEL_GRACE_S 10.0
-#define ENV_VAR_MAX 512          /* "NAME=value" of the device variables */
+#define ENV_VAR_MAX 512 /* "NAME=value" of the device variables */
 
 typedef struct {
     int used;
-    char job_id[TY_ID_MAX];      /* for the logs */
+    char job_id[TY_ID_MAX]; /* for the logs */
     pid_t pid;
-    int out_fd;                  /* -1 once EOF was read */
+    int out_fd; /* -1 once EOF was read */
     char line[LINE_MAX_BYTES];
     size_t line_len;
-    int cancel;                  /* SIGTERM was sent */
+    int cancel; /* SIGTERM was sent */
     double cancel_at;
-    int usr1_pending;            /* SIGUSR1 waits for the first line */
-    int started;                 /* it printed a line: its handlers are in */
-    int lost;                    /* killed after heartbeat silence */
-    double last_line;            /* monotonic time of its last output */
+    int usr1_pending; /* SIGUSR1 waits for the first line */
+    int started;      /* it printed a line: its handlers are in */
+    int lost;         /* killed after heartbeat silence */
+    double last_line; /* monotonic time of its last output */
 } proc;
 
 struct supervisor {
@@ -57,8 +57,8 @@ struct supervisor {
     int wake_fd;
     atomic_int stopping;
     proc *procs;
-    struct pollfd *pfd;          /* cap + 1, for supervisor_main */
-    int *owner;                  /* cap + 1: the place of pfd[i], -1 wake */
+    struct pollfd *pfd; /* cap + 1, for supervisor_main */
+    int *owner;         /* cap + 1: the place of pfd[i], -1 wake */
 };
 
 static double now_s(void)
@@ -69,8 +69,7 @@ static double now_s(void)
 }
 
 supervisor *supervisor_create(int cap, const char *self_exe,
-                              double heartbeat_timeout_s,
-                              pthread_mutex_t *mu,
+                              double heartbeat_timeout_s, pthread_mutex_t *mu,
                               const supervisor_hooks *hooks, ty_err *err)
 {
     supervisor *s = calloc(1, sizeof *s);
@@ -149,15 +148,13 @@ static char **worker_env(char *device_var, char *cvd_var)
 }
 
 ty_status supervisor_spawn(supervisor *s, int place, const char *job_id,
-                           const char *dir,
-                           const char *device, const char *cvd, int has_cvd,
-                           pid_t *pid_out, ty_err *err)
+                           const char *dir, const char *device, const char *cvd,
+                           int has_cvd, pid_t *pid_out, ty_err *err)
 {
     proc *w = &s->procs[place];
     char device_var[ENV_VAR_MAX], cvd_var[ENV_VAR_MAX];
     char dir_arg[PATH_MAX];
-    snprintf(device_var, sizeof device_var, "%s=%s", WPROTO_ENV_DEVICE,
-             device);
+    snprintf(device_var, sizeof device_var, "%s=%s", WPROTO_ENV_DEVICE, device);
     snprintf(cvd_var, sizeof cvd_var, "%s=%s", WPROTO_ENV_CUDA_VISIBLE, cvd);
     snprintf(dir_arg, sizeof dir_arg, "%s", dir);
     char **env = worker_env(device_var, has_cvd ? cvd_var : NULL);

@@ -52,8 +52,7 @@ typedef struct {
  * kills a worker silent for heartbeat_timeout_s seconds (0: never). mu
  * and hooks are borrowed. NULL when out of memory (err says). */
 supervisor *supervisor_create(int cap, const char *self_exe,
-                              double heartbeat_timeout_s,
-                              pthread_mutex_t *mu,
+                              double heartbeat_timeout_s, pthread_mutex_t *mu,
                               const supervisor_hooks *hooks, ty_err *err);
 
 /* Starts the thread. TY_EIO when it cannot (nothing runs then). */
@@ -68,9 +67,8 @@ void supervisor_wake(supervisor *s);
  * stderr goes to dir/worker.log. Caller holds mu. TY_EIO or TY_ENOMEM
  * with nothing started; *pid the child's otherwise. */
 ty_status supervisor_spawn(supervisor *s, int place, const char *job_id,
-                           const char *dir,
-                           const char *device, const char *cvd, int has_cvd,
-                           pid_t *pid, ty_err *err);
+                           const char *dir, const char *device, const char *cvd,
+                           int has_cvd, pid_t *pid, ty_err *err);
 
 /* Tells worker `place` to checkpoint and stop (SIGUSR1): now if it has
  * printed a line, else when it does (before, SIGUSR1 would kill it).

@@ -76,7 +76,7 @@ long worker_heartbeat_ms(const char *value)
 typedef struct {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cv;         /* signalled to stop */
+    pthread_cond_t cv; /* signalled to stop */
     int stop;
     long interval_ms;
 } heartbeat;
@@ -259,12 +259,11 @@ static ty_status worker_device(int *device, const char **sim, ty_err *err)
  * submit-time check compared with the device's total; another process
  * may hold memory since. TY_EINVAL with the breakdown when it does not
  * fit, TY_EDEVICE when the device cannot be asked. */
-static ty_status check_device_memory(const train_job *tj,
-                                     const ty_dataset *ds, int device,
-                                     const char *label, ty_err *err)
+static ty_status check_device_memory(const train_job *tj, const ty_dataset *ds,
+                                     int device, const char *label, ty_err *err)
 {
-    uint32_t outputs = ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes
-                                                          : ds->y_dim;
+    uint32_t outputs =
+        ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes : ds->y_dim;
     train_memory m;
     uint64_t free_b = 0, total_b = 0;
     ty_status s = train_memory_estimate_spec(
@@ -273,8 +272,8 @@ static ty_status check_device_memory(const train_job *tj,
     if (s == TY_OK)
         s = place_cuda_memory(device, &free_b, &total_b, err);
     if (s == TY_OK)
-        s = place_check_device_memory(&m, PLACE_CUDA_LATE_BYTES, free_b,
-                                      label, 1, err);
+        s = place_check_device_memory(&m, PLACE_CUDA_LATE_BYTES, free_b, label,
+                                      1, err);
     if (s != TY_OK)
         ty_err_prefix(err, "cannot train on %s", label);
     return s;
@@ -448,7 +447,9 @@ static void emit_started(void)
         .pid = (long)getpid(),
         .cuda_visible_devices = getenv(WPROTO_ENV_CUDA_VISIBLE),
         .trainyard_device = getenv(WPROTO_ENV_DEVICE),
-        .provider = k->provider, .core = k->core, .isa = k->isa,
+        .provider = k->provider,
+        .core = k->core,
+        .isa = k->isa,
         .cpu_isa = k->cpu_isa,
         /* 50 ms, measured beside whatever else runs on the machine then. */
         .gemm_gflops = cpu_kernels_measure(0.05)};

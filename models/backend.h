@@ -32,33 +32,33 @@
 /* Every op a backend may implement. The name table in models/cpu/backend.c
  * is guarded by a static_assert on NN_OP_COUNT. */
 typedef enum {
-    NN_OP_GEMM = 0,      /* C = alpha * op(A) op(B) + beta * C */
-    NN_OP_BIAS_ROWS,     /* broadcast a bias vector into every row */
-    NN_OP_BIAS_GRAD,     /* db += column sums of dout */
+    NN_OP_GEMM = 0,  /* C = alpha * op(A) op(B) + beta * C */
+    NN_OP_BIAS_ROWS, /* broadcast a bias vector into every row */
+    NN_OP_BIAS_GRAD, /* db += column sums of dout */
     NN_OP_RELU,
     NN_OP_TANH,
     NN_OP_SIGMOID,
-    NN_OP_GELU,          /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
-    NN_OP_DROPOUT,       /* inverted dropout with a mask */
-    NN_OP_SOFTMAX_XENT,  /* softmax cross-entropy, mean over the batch */
-    NN_OP_MSE,           /* mean squared error over all elements */
-    NN_OP_SGD,           /* torch.optim.SGD step */
-    NN_OP_ADAM,          /* torch.optim.Adam step (AdamW with decay_scale) */
-    NN_OP_BATCHNORM,     /* per-channel batch normalization, train and eval */
-    NN_OP_LAYERNORM,     /* per-example normalization with an affine map */
+    NN_OP_GELU,         /* exact: 0.5 x (1 + erf(x / sqrt 2)) */
+    NN_OP_DROPOUT,      /* inverted dropout with a mask */
+    NN_OP_SOFTMAX_XENT, /* softmax cross-entropy, mean over the batch */
+    NN_OP_MSE,          /* mean squared error over all elements */
+    NN_OP_SGD,          /* torch.optim.SGD step */
+    NN_OP_ADAM,         /* torch.optim.Adam step (AdamW with decay_scale) */
+    NN_OP_BATCHNORM,    /* per-channel batch normalization, train and eval */
+    NN_OP_LAYERNORM,    /* per-example normalization with an affine map */
     NN_OP_LEAKY_RELU,
-    NN_OP_SOFTMAX,       /* softmax over each row, as a layer */
-    NN_OP_ADD,           /* elementwise sum (residual blocks) */
+    NN_OP_SOFTMAX,             /* softmax over each row, as a layer */
+    NN_OP_ADD,                 /* elementwise sum (residual blocks) */
     NN_OP_SOFTMAX_XENT_SMOOTH, /* cross-entropy with label smoothing */
-    NN_OP_BCE_LOGITS,    /* binary cross-entropy on logits */
-    NN_OP_HUBER,         /* Huber loss over all elements */
-    NN_OP_SUM_SQUARES,   /* sum of squares (gradient norm for clipping) */
-    NN_OP_SCALE,         /* x *= alpha */
-    NN_OP_CONV2D,        /* nn.Conv2d forward and backward */
-    NN_OP_MAXPOOL2D,     /* nn.MaxPool2d */
-    NN_OP_AVGPOOL2D,     /* nn.AvgPool2d, count_include_pad */
-    NN_OP_CAST,          /* fp32 -> bf16 / fp16, round to nearest even */
-    NN_OP_GEMM_LP,       /* GEMM on bf16 / fp16 inputs, fp32 sums */
+    NN_OP_BCE_LOGITS,          /* binary cross-entropy on logits */
+    NN_OP_HUBER,               /* Huber loss over all elements */
+    NN_OP_SUM_SQUARES,         /* sum of squares (gradient norm for clipping) */
+    NN_OP_SCALE,               /* x *= alpha */
+    NN_OP_CONV2D,              /* nn.Conv2d forward and backward */
+    NN_OP_MAXPOOL2D,           /* nn.MaxPool2d */
+    NN_OP_AVGPOOL2D,           /* nn.AvgPool2d, count_include_pad */
+    NN_OP_CAST,                /* fp32 -> bf16 / fp16, round to nearest even */
+    NN_OP_GEMM_LP,             /* GEMM on bf16 / fp16 inputs, fp32 sums */
     NN_OP_COUNT
 } nn_op;
 
@@ -68,11 +68,7 @@ const char *nn_op_name(nn_op op);
 /* Element types of reduced-precision training (mixed precision: fp32
  * master weights, GEMMs on 16-bit copies). bf16 is bfloat16 (8 exponent
  * bits, 7 mantissa bits), fp16 IEEE binary16 (5 and 10). */
-typedef enum {
-    NN_DT_F32 = 0,
-    NN_DT_BF16,
-    NN_DT_F16
-} nn_dtype;
+typedef enum { NN_DT_F32 = 0, NN_DT_BF16, NN_DT_F16 } nn_dtype;
 
 /* Bytes of one element of dt. */
 static inline size_t nn_dtype_size(nn_dtype dt)
@@ -90,16 +86,16 @@ static inline const char *nn_dtype_name(nn_dtype dt)
 typedef struct {
     float lr;
     float weight_decay;
-    float momentum;           /* sgd */
-    float beta1, beta2, eps;  /* adam */
-    float one_minus_beta1;    /* adam: 1 - beta1, rounded once from double */
-    float one_minus_beta2;    /* as torch passes value=1-beta2 */
-    float step_size;          /* adam: lr / (1 - beta1^t) */
+    float momentum;              /* sgd */
+    float beta1, beta2, eps;     /* adam */
+    float one_minus_beta1;       /* adam: 1 - beta1, rounded once from double */
+    float one_minus_beta2;       /* as torch passes value=1-beta2 */
+    float step_size;             /* adam: lr / (1 - beta1^t) */
     float bias_correction2_sqrt; /* adam: sqrt(1 - beta2^t) */
-    int nesterov;             /* sgd: Nesterov momentum */
-    int decoupled;            /* adam: AdamW; params are first multiplied by
+    int nesterov;                /* sgd: Nesterov momentum */
+    int decoupled;               /* adam: AdamW; params are first multiplied by
                                  decay_scale (weight_decay is then 0) */
-    float decay_scale;        /* adamw: 1 - lr * wd, rounded once from double */
+    float decay_scale; /* adamw: 1 - lr * wd, rounded once from double */
     /* When not NULL: the backend's memory holding this step's changing
      * values, NN_OPTIM_DYN floats in the order of nn_optim_dyn_slot, which
      * the kernels read when they run instead of the fields above (a
@@ -119,8 +115,8 @@ typedef enum {
 
 /* The doubles behind nn_exec.acc. */
 typedef enum {
-    NN_ACC_LOSS = 0,           /* summed loss, as the kernels return it */
-    NN_ACC_CORRECT,            /* rows counted as correct */
+    NN_ACC_LOSS = 0, /* summed loss, as the kernels return it */
+    NN_ACC_CORRECT,  /* rows counted as correct */
     NN_ACC_COUNT
 } nn_acc_slot;
 
@@ -142,7 +138,7 @@ typedef struct {
 
 /* Where kernels run; serves one calling thread at a time. */
 typedef struct {
-    nn_pool *pool;             /* CPU: worker threads, or NULL */
+    nn_pool *pool; /* CPU: worker threads, or NULL */
     /* GPU backends: their per-context state (device, stream, library
      * handles, the first error seen); NULL on the CPU. */
     void *device;
@@ -182,8 +178,7 @@ typedef struct nn_backend {
     void (*release)(const nn_exec *ex, void *p);
     /* host -> backend and backend -> host copies; download returns once the
      * data is on the host (it waits for the kernels before it). */
-    void (*upload)(const nn_exec *ex, void *dst, const void *src,
-                   size_t bytes);
+    void (*upload)(const nn_exec *ex, void *dst, const void *src, size_t bytes);
     void (*download)(const nn_exec *ex, void *dst, const void *src,
                      size_t bytes);
     void (*zero)(const nn_exec *ex, void *dst, size_t bytes);
@@ -274,19 +269,18 @@ typedef struct nn_backend {
     void (*batchnorm_forward)(const nn_exec *ex, float *out, float *mean,
                               float *invstd, float *running_mean,
                               float *running_var, const float *x,
-                              const float *gamma, const float *beta,
-                              uint32_t n, uint32_t c, uint32_t s,
-                              int training, float momentum, float eps);
+                              const float *gamma, const float *beta, uint32_t n,
+                              uint32_t c, uint32_t s, int training,
+                              float momentum, float eps);
     /* dgamma, dbeta (c) += the parameter gradients; dx (n, c, s), when not
      * NULL, = the input gradient. batch_stats: mean and invstd were the
      * batch's (their own gradient flows into dx); else they were constants
      * (eval statistics). */
     void (*batchnorm_backward)(const nn_exec *ex, float *dx, float *dgamma,
-                               float *dbeta, const float *dout,
-                               const float *x, const float *gamma,
-                               const float *mean, const float *invstd,
-                               uint32_t n, uint32_t c, uint32_t s,
-                               int batch_stats);
+                               float *dbeta, const float *dout, const float *x,
+                               const float *gamma, const float *mean,
+                               const float *invstd, uint32_t n, uint32_t c,
+                               uint32_t s, int batch_stats);
 
     /* NN_OP_LAYERNORM over each row of x (n, d): mean and rstd (n) get the
      * row's mean and 1 / sqrt(biased variance + eps); out (n, d) = (x -
@@ -298,10 +292,9 @@ typedef struct nn_backend {
     /* dgamma, dbeta (d) += the parameter gradients; dx (n, d), when not
      * NULL, = the input gradient. */
     void (*layernorm_backward)(const nn_exec *ex, float *dx, float *dgamma,
-                               float *dbeta, const float *dout,
-                               const float *x, const float *gamma,
-                               const float *mean, const float *rstd,
-                               uint32_t n, uint32_t d);
+                               float *dbeta, const float *dout, const float *x,
+                               const float *gamma, const float *mean,
+                               const float *rstd, uint32_t n, uint32_t d);
 
     /* NN_OP_LEAKY_RELU: out = in > 0 ? in : slope * in over len values;
      * backward: din = in > 0 ? dout : slope * dout (as torch, by the
@@ -309,8 +302,8 @@ typedef struct nn_backend {
     void (*leaky_relu_forward)(const nn_exec *ex, float *out, const float *in,
                                size_t len, float slope);
     void (*leaky_relu_backward)(const nn_exec *ex, float *din,
-                                const float *dout, const float *in,
-                                size_t len, float slope);
+                                const float *dout, const float *in, size_t len,
+                                float slope);
 
     /* NN_OP_SOFTMAX: out (n, c) = softmax of each row of in (n, c).
      * backward: din = out * (dout - sum over the row of dout * out). */
@@ -328,9 +321,8 @@ typedef struct nn_backend {
      * (softmax - target) * grad_scale. Labels are required. */
     double (*softmax_xent_smooth)(const nn_exec *ex, float *dlogits,
                                   uint32_t *correct, const float *logits,
-                                  const int32_t *labels, uint32_t n,
-                                  uint32_t c, float smoothing,
-                                  float grad_scale);
+                                  const int32_t *labels, uint32_t n, uint32_t c,
+                                  float smoothing, float grad_scale);
 
     /* NN_OP_BCE_LOGITS over logits (n) and labels (n) in {0, 1}, as
      * F.binary_cross_entropy_with_logits: row loss max(x, 0) - x y +
@@ -450,9 +442,9 @@ typedef struct nn_backend {
      * are exact in fp32 and sums are kept in fp32 (the order of the sums
      * is the backend's: the CPU adds along k in order, cuBLAS in its
      * own); beta 0 ignores C's old values. */
-    void (*gemm_lp)(const nn_exec *ex, float *c, const void *a,
-                    const void *b, nn_dtype dt, int trans_a, int trans_b,
-                    int m, int n, int k, float alpha, float beta);
+    void (*gemm_lp)(const nn_exec *ex, float *c, const void *a, const void *b,
+                    nn_dtype dt, int trans_a, int trans_b, int m, int n, int k,
+                    float alpha, float beta);
 
     /* 1 when this backend trains fast in dt on ex's device (ex NULL: the
      * calling thread's current device), so reduced precision is worth

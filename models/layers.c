@@ -53,7 +53,8 @@ static ty_status dense_parse(nn_layer *l, const json_t *obj, json_t *norm,
 {
     int64_t units;
     int bias;
-    ty_status st = tyjson_get_int(obj, "units", "", 1, 1, 65536, 0, &units, err);
+    ty_status st =
+        tyjson_get_int(obj, "units", "", 1, 1, 65536, 0, &units, err);
     if (st != TY_OK)
         return st;
     if ((st = tyjson_get_bool(obj, "bias", "", 0, 1, &bias, err)) != TY_OK)
@@ -79,12 +80,14 @@ static ty_status dense_plan(nn_layer *l, ty_err *err)
     l->out.ndim = 1;
     l->out.d[0] = l->units;
     nn_tensor_desc *w = &l->tensors[0];
-    *w = (nn_tensor_desc){.suffix = "weight", .ndim = 2,
+    *w = (nn_tensor_desc){.suffix = "weight",
+                          .ndim = 2,
                           .shape = {l->units, in},
                           .numel = (uint64_t)l->units * in};
     l->n_tensors = 1;
     if (l->bias) {
-        l->tensors[1] = (nn_tensor_desc){.suffix = "bias", .ndim = 1,
+        l->tensors[1] = (nn_tensor_desc){.suffix = "bias",
+                                         .ndim = 1,
                                          .shape = {l->units},
                                          .offset = w->numel,
                                          .numel = l->units};
@@ -141,7 +144,8 @@ static void dense_forward(const nn_layer *l, const nn_pass *p,
     /* The bias is broadcast first and the GEMM accumulates onto it: the bias
      * add costs no extra pass over the output. */
     if (l->bias)
-        p->be->bias_rows(p->ex, out, params + l->tensors[1].offset, p->n, l->units);
+        p->be->bias_rows(p->ex, out, params + l->tensors[1].offset, p->n,
+                         l->units);
     if (p->precision != NN_DT_F32) {
         /* x (n, k) to 16 bits in scratch, kept for backward's dW. */
         assert(l->precision == p->precision);
@@ -151,7 +155,8 @@ static void dense_forward(const nn_layer *l, const nn_pass *p,
                        l->bias ? 1.0f : 0.0f);
         return;
     }
-    p->be->gemm(p->ex, out, in, w, 0, 1, n, units, k, 1.0f, l->bias ? 1.0f : 0.0f);
+    p->be->gemm(p->ex, out, in, w, 0, 1, n, units, k, 1.0f,
+                l->bias ? 1.0f : 0.0f);
 }
 
 /* dense_backward under reduced precision: dout to 16 bits beside forward's
@@ -166,8 +171,8 @@ static void dense_backward_lp(const nn_layer *l, const nn_pass *p,
     const nn_dtype dt = p->precision;
     assert(l->precision == dt);
     const void *x_lp = scratch;
-    void *dy_lp = (char *)scratch + dense_lp_dy_offset(p->n, (uint64_t)k) *
-                                        nn_dtype_size(dt);
+    void *dy_lp = (char *)scratch +
+                  dense_lp_dy_offset(p->n, (uint64_t)k) * nn_dtype_size(dt);
     p->be->cast(p->ex, dy_lp, dt, dout, (size_t)n * units);
     p->be->gemm_lp(p->ex, grads, dy_lp, x_lp, dt, 1, 0, units, k, n, 1.0f,
                    1.0f);
@@ -175,8 +180,8 @@ static void dense_backward_lp(const nn_layer *l, const nn_pass *p,
         p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, p->n,
                          l->units);
     if (din)
-        p->be->gemm_lp(p->ex, din, dy_lp, dense_lp_weights(p, params), dt, 0,
-                       0, n, k, units, 1.0f, 0.0f);
+        p->be->gemm_lp(p->ex, din, dy_lp, dense_lp_weights(p, params), dt, 0, 0,
+                       n, k, units, 1.0f, 0.0f);
 }
 
 static void dense_backward(const nn_layer *l, const nn_pass *p,
@@ -192,7 +197,8 @@ static void dense_backward(const nn_layer *l, const nn_pass *p,
     /* dW (units, k) += dout^T (units, n) x (n, k) */
     p->be->gemm(p->ex, grads, dout, in, 1, 0, units, k, n, 1.0f, 1.0f);
     if (l->bias)
-        p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, p->n, l->units);
+        p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, p->n,
+                         l->units);
     /* dx (n, k) = dout (n, units) W (units, k) */
     if (din)
         p->be->gemm(p->ex, din, dout, params, 0, 0, n, k, units, 1.0f, 0.0f);
@@ -222,14 +228,10 @@ static ty_status same_shape_plan(nn_layer *l, ty_err *err)
 static nn_op act_op(const nn_layer *l)
 {
     switch (l->type) {
-    case NN_LAYER_TANH:
-        return NN_OP_TANH;
-    case NN_LAYER_SIGMOID:
-        return NN_OP_SIGMOID;
-    case NN_LAYER_GELU:
-        return NN_OP_GELU;
-    default:
-        return NN_OP_RELU;
+        case NN_LAYER_TANH: return NN_OP_TANH;
+        case NN_LAYER_SIGMOID: return NN_OP_SIGMOID;
+        case NN_LAYER_GELU: return NN_OP_GELU;
+        default: return NN_OP_RELU;
     }
 }
 
@@ -251,13 +253,13 @@ static void act_backward(const nn_layer *l, const nn_pass *p,
                             (size_t)p->n * nn_shape_numel(&l->in));
 }
 
-#define ACT_KIND(var, str)                                                    \
-    static const nn_layer_kind var = {                                        \
-        .name = str,                                                          \
-        .keys = act_keys,                                                     \
-        .plan = same_shape_plan,                                              \
-        .forward = act_forward,                                               \
-        .backward = act_backward,                                             \
+#define ACT_KIND(var, str)             \
+    static const nn_layer_kind var = { \
+        .name = str,                   \
+        .keys = act_keys,              \
+        .plan = same_shape_plan,       \
+        .forward = act_forward,        \
+        .backward = act_backward,      \
     }
 ACT_KIND(relu_kind, "relu");
 ACT_KIND(tanh_kind, "tanh");
@@ -273,8 +275,8 @@ static ty_status dropout_parse(nn_layer *l, const json_t *obj, json_t *norm,
                                ty_err *err)
 {
     double rate;
-    ty_status st = tyjson_get_number(obj, "rate", "", 0, 0.0, 1.0, 0.5, &rate,
-                                     err);
+    ty_status st =
+        tyjson_get_number(obj, "rate", "", 0, 0.0, 1.0, 0.5, &rate, err);
     if (st != TY_OK)
         return st;
     if (rate >= 1.0)
@@ -305,9 +307,8 @@ static void dropout_forward(const nn_layer *l, const nn_pass *p,
 }
 
 static void dropout_backward(const nn_layer *l, const nn_pass *p,
-                             const float *params, float *grads,
-                             const float *in, const float *out,
-                             const float *dout, float *din,
+                             const float *params, float *grads, const float *in,
+                             const float *out, const float *dout, float *din,
                              const float *scratch)
 {
     if (!din)

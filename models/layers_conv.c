@@ -17,9 +17,9 @@
 
 #include "common/jsonutil.h"
 
-#define CONV_MAX_SIZE 4096          /* kernel, stride, dilation, padding */
-#define CONV_MAX_OUT (1u << 26)     /* output values per example */
-#define CONV_MAX_WORK (1u << 28)    /* work arena floats per thread */
+#define CONV_MAX_SIZE 4096       /* kernel, stride, dilation, padding */
+#define CONV_MAX_OUT (1u << 26)  /* output values per example */
+#define CONV_MAX_WORK (1u << 28) /* work arena floats per thread */
 
 /* An integral JSON number (3 or 3.0) into *out; 0 when it is not one. */
 static int int_value(const json_t *v, int64_t *out)
@@ -54,11 +54,13 @@ static ty_status get_pair(const json_t *obj, const char *key, int required,
         return TY_OK;
     }
     if (json_is_array(v)) {
-        if (json_array_size(v) != 2 || !int_value(json_array_get(v, 0), &x[0]) ||
+        if (json_array_size(v) != 2 ||
+            !int_value(json_array_get(v, 0), &x[0]) ||
             !int_value(json_array_get(v, 1), &x[1]))
             return ty_fail(err, TY_EINVAL, key,
                            "%s must be an integer or an [h, w] pair of "
-                           "integers", key);
+                           "integers",
+                           key);
     } else if (int_value(v, &x[0])) {
         x[1] = x[0];
     } else {
@@ -120,8 +122,10 @@ static ty_status window_out(nn_layer *l, const char *field, const char *what,
 
 static void desc_of(const nn_layer *l, nn_conv_desc *d)
 {
-    *d = (nn_conv_desc){.in_c = l->in.d[0], .in_h = l->in.d[1],
-                        .in_w = l->in.d[2], .groups = 1};
+    *d = (nn_conv_desc){.in_c = l->in.d[0],
+                        .in_h = l->in.d[1],
+                        .in_w = l->in.d[2],
+                        .groups = 1};
     if (l->out.ndim == 3) {
         d->out_c = l->out.d[0];
         d->out_h = l->out.d[1];
@@ -142,9 +146,9 @@ static void desc_of(const nn_layer *l, nn_conv_desc *d)
 
 /* ---- conv2d: out (F, OH, OW) = bias + W (F, C/groups, kh, kw) * in ---- */
 
-static const char *const conv_keys[] = {"type", "filters", "kernel_size",
+static const char *const conv_keys[] = {"type",   "filters", "kernel_size",
                                         "stride", "padding", "dilation",
-                                        "groups", "bias", NULL};
+                                        "groups", "bias",    NULL};
 
 static ty_status conv_parse(nn_layer *l, const json_t *obj, json_t *norm,
                             ty_err *err)
@@ -189,7 +193,8 @@ static ty_status conv_parse(nn_layer *l, const json_t *obj, json_t *norm,
     } else if (mode) {
         return ty_fail(err, TY_EINVAL, "padding",
                        "padding must be \"same\", \"valid\", a number or an "
-                       "[h, w] pair, not \"%.32s\"", mode);
+                       "[h, w] pair, not \"%.32s\"",
+                       mode);
     } else if ((st = get_pair(obj, "padding", 0, 0, CONV_MAX_SIZE, 0, l->pad,
                               err)) != TY_OK) {
         return st;
@@ -240,13 +245,15 @@ static ty_status conv_plan(nn_layer *l, ty_err *err)
                        (unsigned long long)fan_in,
                        (unsigned long long)NN_MAX_PARAMS);
     nn_tensor_desc *w = &l->tensors[0];
-    *w = (nn_tensor_desc){.suffix = "weight", .ndim = 4,
-                          .shape = {l->filters, c / l->groups, l->kernel[0],
-                                    l->kernel[1]},
-                          .numel = fan_in * l->filters};
+    *w = (nn_tensor_desc){
+        .suffix = "weight",
+        .ndim = 4,
+        .shape = {l->filters, c / l->groups, l->kernel[0], l->kernel[1]},
+        .numel = fan_in * l->filters};
     l->n_tensors = 1;
     if (l->bias) {
-        l->tensors[1] = (nn_tensor_desc){.suffix = "bias", .ndim = 1,
+        l->tensors[1] = (nn_tensor_desc){.suffix = "bias",
+                                         .ndim = 1,
                                          .shape = {l->filters},
                                          .offset = w->numel,
                                          .numel = l->filters};

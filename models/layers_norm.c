@@ -37,8 +37,8 @@ static ty_status parse_eps(nn_layer *l, const json_t *obj, json_t *norm,
                            ty_err *err)
 {
     double eps;
-    ty_status st = tyjson_get_number(obj, "eps", "", 0, 0.0, 1.0, 1e-5, &eps,
-                                     err);
+    ty_status st =
+        tyjson_get_number(obj, "eps", "", 0, 0.0, 1.0, 1e-5, &eps, err);
     if (st != TY_OK)
         return st;
     if (!(eps > 0.0))
@@ -84,14 +84,20 @@ static ty_status batchnorm_plan(nn_layer *l, ty_err *err)
     }
     const uint32_t c = l->in.d[0];
     l->out = l->in;
-    l->tensors[0] = (nn_tensor_desc){.suffix = "weight", .ndim = 1,
-                                     .shape = {c}, .numel = c};
-    l->tensors[1] = (nn_tensor_desc){.suffix = "bias", .ndim = 1,
-                                     .shape = {c}, .offset = c, .numel = c};
-    l->tensors[2] = (nn_tensor_desc){.suffix = "running_mean", .ndim = 1,
-                                     .shape = {c}, .numel = c, .buffer = 1};
-    l->tensors[3] = (nn_tensor_desc){.suffix = "running_var", .ndim = 1,
-                                     .shape = {c}, .offset = c, .numel = c,
+    l->tensors[0] = (nn_tensor_desc){
+        .suffix = "weight", .ndim = 1, .shape = {c}, .numel = c};
+    l->tensors[1] = (nn_tensor_desc){
+        .suffix = "bias", .ndim = 1, .shape = {c}, .offset = c, .numel = c};
+    l->tensors[2] = (nn_tensor_desc){.suffix = "running_mean",
+                                     .ndim = 1,
+                                     .shape = {c},
+                                     .numel = c,
+                                     .buffer = 1};
+    l->tensors[3] = (nn_tensor_desc){.suffix = "running_var",
+                                     .ndim = 1,
+                                     .shape = {c},
+                                     .offset = c,
+                                     .numel = c,
                                      .buffer = 1};
     l->n_tensors = 4;
     l->scratch_fixed = 2ull * c; /* mean, invstd */
@@ -158,8 +164,7 @@ static ty_status layernorm_plan(nn_layer *l, ty_err *err)
 {
     const uint64_t numel = nn_shape_numel(&l->in);
     l->out = l->in;
-    nn_tensor_desc w = {.suffix = "weight", .ndim = l->in.ndim,
-                        .numel = numel};
+    nn_tensor_desc w = {.suffix = "weight", .ndim = l->in.ndim, .numel = numel};
     for (uint32_t i = 0; i < l->in.ndim; i++)
         w.shape[i] = l->in.d[i];
     nn_tensor_desc b = w;
@@ -230,8 +235,8 @@ static ty_status leaky_relu_parse(nn_layer *l, const json_t *obj, json_t *norm,
 }
 
 static void leaky_relu_forward(const nn_layer *l, const nn_pass *p,
-                               const float *params, const float *in,
-                               float *out, float *scratch)
+                               const float *params, const float *in, float *out,
+                               float *scratch)
 {
     p->be->leaky_relu_forward(p->ex, out, in,
                               (size_t)p->n * nn_shape_numel(&l->in), l->slope);
@@ -284,9 +289,8 @@ static void softmax_forward(const nn_layer *l, const nn_pass *p,
 }
 
 static void softmax_backward(const nn_layer *l, const nn_pass *p,
-                             const float *params, float *grads,
-                             const float *in, const float *out,
-                             const float *dout, float *din,
+                             const float *params, float *grads, const float *in,
+                             const float *out, const float *dout, float *din,
                              const float *scratch)
 {
     if (din)

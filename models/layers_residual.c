@@ -69,8 +69,8 @@ static void seq_need(const nn_arch *a, uint64_t *per, uint64_t *fixed)
     }
 }
 
-static void seq_layout(const nn_arch *a, uint64_t n, const float *in,
-                       float *at, seq_bufs *b)
+static void seq_layout(const nn_arch *a, uint64_t n, const float *in, float *at,
+                       seq_bufs *b)
 {
     b->acts[0] = (float *)in; /* read only: layers never write their input */
     for (uint32_t i = 0; i < a->n_layers; i++) {
@@ -87,8 +87,8 @@ static void seq_layout(const nn_arch *a, uint64_t n, const float *in,
 }
 
 typedef struct {
-    float *body, *proj;        /* the children's regions */
-    float *g0, *g1, *gx;       /* gradient buffers (backward) */
+    float *body, *proj;  /* the children's regions */
+    float *g0, *g1, *gx; /* gradient buffers (backward) */
 } res_regions;
 
 static uint64_t grad_numel(const nn_layer *l)
@@ -117,8 +117,8 @@ static nn_pass child_pass(const nn_layer *l, const nn_pass *p, int proj)
 {
     nn_pass s = *p;
     if (p->buffers)
-        s.buffers = p->buffers + l->buffer_offset +
-                    (proj ? l->body->buffer_count : 0);
+        s.buffers =
+            p->buffers + l->buffer_offset + (proj ? l->body->buffer_count : 0);
     return s;
 }
 
@@ -134,15 +134,14 @@ static ty_status build_child(nn_layer *l, const json_t *list, const char *key,
     if (!a)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
     json_t *list_norm = NULL;
-    ty_status st = l->build_seq(list, path, &l->in, depth, l->be, a,
-                                &list_norm, err);
+    ty_status st =
+        l->build_seq(list, path, &l->in, depth, l->be, a, &list_norm, err);
     if (st != TY_OK) {
         free(a);
         /* An error inside the list already names its full path; say which
          * block it is in, too. */
         size_t len = strlen(l->path);
-        if (err && !strncmp(err->field, l->path, len) &&
-            err->field[len] == '.')
+        if (err && !strncmp(err->field, l->path, len) && err->field[len] == '.')
             ty_err_prefix(err, "layer %u (residual)", l->index);
         return st;
     }
@@ -220,7 +219,7 @@ static ty_status residual_plan(nn_layer *l, ty_err *err)
         seq_need(l->proj, &per, &fixed);
         per += nn_shape_numel(&l->in); /* gx */
     }
-    per += 2 * grad_numel(l);          /* g0, g1 */
+    per += 2 * grad_numel(l); /* g0, g1 */
     fixed += 3 * RES_ALIGN;
     l->scratch_per_example = per;
     l->scratch_fixed = fixed;
@@ -284,8 +283,8 @@ static void residual_backward(const nn_layer *l, const nn_pass *p,
     seq_bufs b;
     seq_layout(l->body, p->n, in, r.body, &b);
     nn_pass sub = child_pass(l, p, 0);
-    nn_seq_backward(l->body, &sub, params, grads, b.acts, b.scratch, dout,
-                    r.g0, r.g1, din);
+    nn_seq_backward(l->body, &sub, params, grads, b.acts, b.scratch, dout, r.g0,
+                    r.g1, din);
     if (l->proj) {
         const uint64_t off = l->body->param_count;
         seq_layout(l->proj, p->n, in, r.proj, &b);

@@ -79,7 +79,8 @@ ty_status nn_loss_resolve(nn_loss_spec *loss, ty_task task,
                        "hyperparameters.label_smoothing must be at least 0 "
                        "and below 1, got %g",
                        l.label_smoothing);
-    if (l.kind == NN_LOSS_HUBER && !(l.huber_delta > 0.0 && l.huber_delta <= 1e9))
+    if (l.kind == NN_LOSS_HUBER &&
+        !(l.huber_delta > 0.0 && l.huber_delta <= 1e9))
         return ty_fail(err, TY_EINVAL, "hyperparameters.huber_delta",
                        "hyperparameters.huber_delta must be above 0, got %g",
                        l.huber_delta);
@@ -96,31 +97,30 @@ ty_status nn_loss_resolve(nn_loss_spec *loss, ty_task task,
 
 double nn_loss_compute(const nn_loss_spec *loss, const nn_backend *be,
                        const nn_exec *ex, float *dout, const float *out,
-                       const int32_t *labels, const float *targets,
-                       uint32_t n, uint32_t width, uint32_t *correct,
-                       float grad_scale)
+                       const int32_t *labels, const float *targets, uint32_t n,
+                       uint32_t width, uint32_t *correct, float grad_scale)
 {
     switch (loss->kind) {
-    case NN_LOSS_CROSS_ENTROPY:
-        if (loss->label_smoothing > 0.0)
-            return be->softmax_xent_smooth(ex, dout, correct, out, labels, n,
-                                           width,
-                                           (float)loss->label_smoothing,
-                                           grad_scale);
-        return be->softmax_xent(ex, dout, NULL, correct, out, labels, n, width,
-                                grad_scale);
-    case NN_LOSS_BINARY_CROSS_ENTROPY:
-        return be->bce_logits(ex, dout, NULL, correct, out, labels, n,
-                              grad_scale);
-    case NN_LOSS_HUBER:
-        if (correct)
-            *correct = 0;
-        return be->huber(ex, dout, out, targets, (size_t)n * width,
-                         (float)loss->huber_delta, grad_scale);
-    default: /* NN_LOSS_MSE (and AUTO, never stored in an arch) */
-        if (correct)
-            *correct = 0;
-        return be->mse(ex, dout, out, targets, (size_t)n * width, grad_scale);
+        case NN_LOSS_CROSS_ENTROPY:
+            if (loss->label_smoothing > 0.0)
+                return be->softmax_xent_smooth(
+                    ex, dout, correct, out, labels, n, width,
+                    (float)loss->label_smoothing, grad_scale);
+            return be->softmax_xent(ex, dout, NULL, correct, out, labels, n,
+                                    width, grad_scale);
+        case NN_LOSS_BINARY_CROSS_ENTROPY:
+            return be->bce_logits(ex, dout, NULL, correct, out, labels, n,
+                                  grad_scale);
+        case NN_LOSS_HUBER:
+            if (correct)
+                *correct = 0;
+            return be->huber(ex, dout, out, targets, (size_t)n * width,
+                             (float)loss->huber_delta, grad_scale);
+        default: /* NN_LOSS_MSE (and AUTO, never stored in an arch) */
+            if (correct)
+                *correct = 0;
+            return be->mse(ex, dout, out, targets, (size_t)n * width,
+                           grad_scale);
     }
 }
 
@@ -151,19 +151,19 @@ double nn_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
 }
 
 void nn_loss_output(const nn_loss_spec *loss, const nn_backend *be,
-                    const nn_exec *ex, float *dst, const float *out,
-                    uint32_t n, uint32_t width)
+                    const nn_exec *ex, float *dst, const float *out, uint32_t n,
+                    uint32_t width)
 {
     switch (loss->kind) {
-    case NN_LOSS_CROSS_ENTROPY:
-        be->softmax_xent(ex, NULL, dst, NULL, out, NULL, n, width, 0.0f);
-        break;
-    case NN_LOSS_BINARY_CROSS_ENTROPY:
-        be->bce_logits(ex, NULL, dst, NULL, out, NULL, n, 0.0f);
-        break;
-    default:
-        if (dst != out)
-            nn_copy_floats(be, ex, dst, out, (size_t)n * width);
+        case NN_LOSS_CROSS_ENTROPY:
+            be->softmax_xent(ex, NULL, dst, NULL, out, NULL, n, width, 0.0f);
+            break;
+        case NN_LOSS_BINARY_CROSS_ENTROPY:
+            be->bce_logits(ex, NULL, dst, NULL, out, NULL, n, 0.0f);
+            break;
+        default:
+            if (dst != out)
+                nn_copy_floats(be, ex, dst, out, (size_t)n * width);
     }
 }
 
@@ -175,8 +175,8 @@ json_t *nn_loss_to_json(const nn_loss_spec *loss)
         bad = json_object_set_new(j, "label_smoothing",
                                   json_real(loss->label_smoothing));
     if (!bad && loss->kind == NN_LOSS_HUBER)
-        bad = json_object_set_new(j, "huber_delta",
-                                  json_real(loss->huber_delta));
+        bad =
+            json_object_set_new(j, "huber_delta", json_real(loss->huber_delta));
     if (bad) {
         json_decref(j);
         return NULL;
@@ -192,11 +192,11 @@ ty_status nn_loss_from_json(nn_loss_spec *loss, const json_t *j, ty_task task,
         const char *key;
         json_t *v;
         int ok = json_is_object(j);
-        int kind = nn_loss_from_name(
-            json_string_value(json_object_get(j, "kind")));
+        int kind =
+            nn_loss_from_name(json_string_value(json_object_get(j, "kind")));
         ok = ok && kind > NN_LOSS_AUTO;
         if (ok)
-            json_object_foreach((json_t *)j, key, v) {
+            json_object_foreach ((json_t *)j, key, v) {
                 if (!strcmp(key, "kind"))
                     continue;
                 if (!strcmp(key, "label_smoothing") && json_is_number(v))

@@ -93,8 +93,8 @@ typedef enum {
 
 typedef struct {
     nn_loss_kind kind;
-    double label_smoothing;    /* cross_entropy: 0 <= x < 1 */
-    double huber_delta;        /* huber: > 0 (1.0 by default) */
+    double label_smoothing; /* cross_entropy: 0 <= x < 1 */
+    double huber_delta;     /* huber: > 0 (1.0 by default) */
 } nn_loss_spec;
 
 /* "cross_entropy", ...; "auto" for NN_LOSS_AUTO; "?" when out of range. */

@@ -81,7 +81,7 @@ static ty_status parse_classes(const json_t *c, ty_err *err)
  * a new object of strings into *out. TY_EINVAL naming the field. */
 static ty_status request_metadata(const json_t *m, json_t **out, ty_err *err)
 {
-    static const char *const keys[] = {"spec", "task", "input_shape",
+    static const char *const keys[] = {"spec",        "task",    "input_shape",
                                        "num_outputs", "classes", "preprocess",
                                        NULL};
     json_t *normalized = NULL;
@@ -119,7 +119,8 @@ static ty_status request_metadata(const json_t *m, json_t **out, ty_err *err)
     if ((st = tyjson_get_int(m, "num_outputs", FIELD, 0, 1, TY_DS_MAX_CLASSES,
                              0, &num_outputs, err)) != TY_OK)
         return st;
-    if (classes && num_outputs && (size_t)num_outputs != json_array_size(classes))
+    if (classes && num_outputs &&
+        (size_t)num_outputs != json_array_size(classes))
         return ty_fail(err, TY_EINVAL, FIELD ".num_outputs",
                        "num_outputs is %lld but classes names %zu classes",
                        (long long)num_outputs, json_array_size(classes));
@@ -164,7 +165,8 @@ static ty_status request_metadata(const json_t *m, json_t **out, ty_err *err)
     json_decref(normalized);
     nn_preproc_free(&pp);
     if (!*out)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory importing the model");
+        return ty_fail(err, TY_ENOMEM, NULL,
+                       "out of memory importing the model");
     return TY_OK;
 }
 
@@ -196,7 +198,8 @@ ty_status nn_model_import(const char *in_path, const json_t *meta,
         }
         file_meta = json_deep_copy(f.meta);
         if (!file_meta) {
-            st = ty_fail(err, TY_ENOMEM, NULL, "out of memory importing the model");
+            st = ty_fail(err, TY_ENOMEM, NULL,
+                         "out of memory importing the model");
             goto done;
         }
     }
@@ -210,8 +213,10 @@ ty_status nn_model_import(const char *in_path, const json_t *meta,
         const st_tensor *s = &f.tensors[i];
         if (is_counter(s->name))
             continue;
-        t[n] = (st_out_tensor){.name = s->name, .dtype = s->dtype,
-                               .ndim = s->ndim, .data = s->data};
+        t[n] = (st_out_tensor){.name = s->name,
+                               .dtype = s->dtype,
+                               .ndim = s->ndim,
+                               .data = s->data};
         memcpy(t[n].shape, s->shape, sizeof t[n].shape);
         n++;
     }

@@ -25,10 +25,10 @@
 #include "models/nn.h"
 
 #define NN_MAX_DIMS 4
-#define NN_MAX_PARAMS (1ull << 31)        /* trainable values per model */
+#define NN_MAX_PARAMS (1ull << 31) /* trainable values per model */
 #define NN_LAYER_MAX_TENSORS 4
-#define NN_TENSOR_NAME_LEN 96      /* "3.body.0.running_mean" and longer */
-#define NN_MAX_DEPTH 8              /* residual blocks inside residual blocks */
+#define NN_TENSOR_NAME_LEN 96 /* "3.body.0.running_mean" and longer */
+#define NN_MAX_DEPTH 8        /* residual blocks inside residual blocks */
 
 typedef struct {
     uint32_t ndim;
@@ -66,12 +66,12 @@ typedef enum {
  * never trained) in its slice of the buffer block. The file name is
  * "<layer index>.<suffix>", as in PyTorch's nn.Sequential. */
 typedef struct {
-    const char *suffix;        /* "weight", "bias", "running_mean" */
+    const char *suffix; /* "weight", "bias", "running_mean" */
     uint32_t ndim;
     uint32_t shape[NN_MAX_DIMS];
-    uint64_t offset;           /* into the layer's param (or buffer) slice */
+    uint64_t offset; /* into the layer's param (or buffer) slice */
     uint64_t numel;
-    int buffer;                /* 1: a buffer, not a trainable parameter */
+    int buffer; /* 1: a buffer, not a trainable parameter */
 } nn_tensor_desc;
 
 /* A tensor of the whole model under its state-dict name, with its place in
@@ -81,7 +81,7 @@ typedef struct {
 typedef struct {
     char name[NN_TENSOR_NAME_LEN];
     const nn_tensor_desc *desc;
-    uint64_t offset;           /* into the state block, in floats */
+    uint64_t offset; /* into the state block, in floats */
 } nn_named_tensor;
 
 typedef struct nn_layer_kind nn_layer_kind;
@@ -90,19 +90,19 @@ typedef struct nn_arch nn_arch;
 typedef struct {
     nn_layer_type type;
     const nn_layer_kind *kind;
-    const nn_backend *be;      /* the backend the plan is for (arch->be) */
-    uint32_t index;            /* position in the spec's list */
-    char path[128];            /* JSON path: "model.layers[2].layers[0]" */
+    const nn_backend *be; /* the backend the plan is for (arch->be) */
+    uint32_t index;       /* position in the spec's list */
+    char path[128];       /* JSON path: "model.layers[2].layers[0]" */
     nn_shape in, out;
     /* options, by kind */
-    uint32_t units;            /* dense */
-    int bias;                  /* dense, conv2d */
-    float rate;                /* dropout */
-    uint32_t filters, groups;  /* conv2d */
+    uint32_t units;                                     /* dense */
+    int bias;                                           /* dense, conv2d */
+    float rate;                                         /* dropout */
+    uint32_t filters, groups;                           /* conv2d */
     uint32_t kernel[2], stride[2], pad[2], dilation[2]; /* conv2d, pools */
-    float eps, momentum;       /* batchnorm, layernorm */
-    float slope;               /* leaky_relu */
-    nn_arch *body, *proj;      /* residual: sub-networks, owned (proj NULL
+    float eps, momentum;  /* batchnorm, layernorm */
+    float slope;          /* leaky_relu */
+    nn_arch *body, *proj; /* residual: sub-networks, owned (proj NULL
                                   for the identity) */
     /* Builds a sub-list of layers (a residual block's body): the builder's
      * nn_arch_build_seq, set before parse and handed down so that a
@@ -134,10 +134,10 @@ typedef struct {
 /* Everything a layer's forward/backward needs besides its buffers. */
 typedef struct {
     const nn_backend *be;
-    const nn_exec *ex;         /* where kernels run (ex->work: the arena) */
-    uint32_t n;                /* rows in this batch */
-    int training;              /* dropout active, batchnorm uses batch stats */
-    ty_rng *rng;               /* dropout masks; training only */
+    const nn_exec *ex; /* where kernels run (ex->work: the arena) */
+    uint32_t n;        /* rows in this batch */
+    int training;      /* dropout active, batchnorm uses batch stats */
+    ty_rng *rng;       /* dropout masks; training only */
     /* The buffer block of the sequence being run; a layer's buffers are at
      * buffers + l->buffer_offset. Written only by training forward passes
      * (running statistics). */
@@ -155,7 +155,7 @@ typedef struct {
 
 struct nn_layer_kind {
     const char *name;
-    const char *const *keys;   /* allowed spec keys, NULL-terminated */
+    const char *const *keys; /* allowed spec keys, NULL-terminated */
     /* Output aliases the input (no data movement): flatten. */
     int alias;
     /* Identity when not training (dropout): inference may alias it. */
@@ -171,8 +171,7 @@ struct nn_layer_kind {
     ty_status (*plan)(nn_layer *l, ty_err *err);
     /* Initial values of the layer's parameters and buffers (each the
      * layer's slice; buffers NULL when it has none). */
-    void (*init)(const nn_layer *l, float *params, float *buffers,
-                 ty_rng *rng);
+    void (*init)(const nn_layer *l, float *params, float *buffers, ty_rng *rng);
     /* Releases what parse allocated (residual); may be NULL. */
     void (*destroy)(nn_layer *l);
     /* out (n, l->out) from in (n, l->in). params is the layer's slice. */
@@ -191,30 +190,30 @@ const nn_layer_kind *nn_layer_kind_find(const char *name, nn_layer_type *type);
 void nn_layer_kind_list(char *buf, size_t n);
 
 /* Kinds defined outside layers.c, for its table. */
-extern const nn_layer_kind nn_batchnorm_kind;   /* layers_norm.c */
+extern const nn_layer_kind nn_batchnorm_kind; /* layers_norm.c */
 extern const nn_layer_kind nn_layernorm_kind;
 extern const nn_layer_kind nn_leaky_relu_kind;
 extern const nn_layer_kind nn_softmax_kind;
-extern const nn_layer_kind nn_residual_kind;    /* layers_residual.c */
-extern const nn_layer_kind nn_conv2d_kind;      /* layers_conv.c */
+extern const nn_layer_kind nn_residual_kind; /* layers_residual.c */
+extern const nn_layer_kind nn_conv2d_kind;   /* layers_conv.c */
 extern const nn_layer_kind nn_maxpool2d_kind;
 extern const nn_layer_kind nn_avgpool2d_kind;
 extern const nn_layer_kind nn_global_avgpool_kind;
 
 struct nn_arch {
-    nn_layer *layers;          /* n_layers, owned */
+    nn_layer *layers; /* n_layers, owned */
     uint32_t n_layers;
     nn_shape input;
-    nn_shape output;           /* of the last layer */
+    nn_shape output; /* of the last layer */
     uint32_t num_outputs;
     ty_task task;
     uint64_t param_count;
-    uint64_t buffer_count;     /* non-trainable state (running statistics) */
-    uint64_t max_numel;        /* largest activation per example, input too */
+    uint64_t buffer_count; /* non-trainable state (running statistics) */
+    uint64_t max_numel;    /* largest activation per example, input too */
     uint64_t scratch_per_example, scratch_fixed; /* sum over layers */
-    uint64_t max_work;         /* largest work_per_thread of any layer */
-    uint32_t first_param_layer;/* n_layers when none has parameters */
-    uint32_t depth;            /* 0 for the model, +1 per residual level */
+    uint64_t max_work;          /* largest work_per_thread of any layer */
+    uint32_t first_param_layer; /* n_layers when none has parameters */
+    uint32_t depth;             /* 0 for the model, +1 per residual level */
     const nn_backend *be;
     /* Top level only: every tensor, sub-networks' included, in state-dict
      * order ("0.weight", "2.body.0.weight", ...). */
@@ -266,8 +265,8 @@ void nn_arch_free(nn_arch *arch);
  * its full path. *norm gets the normalized list. On error sub is zeroed. */
 ty_status nn_arch_build_seq(const json_t *layers, const char *path,
                             const nn_shape *in, uint32_t depth,
-                            const nn_backend *be, nn_arch *sub,
-                            json_t **norm, ty_err *err);
+                            const nn_backend *be, nn_arch *sub, json_t **norm,
+                            ty_err *err);
 
 /* Draws every layer's initial parameters into the state block (param_count
  * + buffer_count floats: parameters, then buffers). */
@@ -297,17 +296,13 @@ int nn_task_from_str(const char *s);
 
 /* Input preprocessing, applied while copying raw examples into the input
  * buffer (see nn.h "trainyard.preprocess"). */
-typedef enum {
-    NN_PRE_NONE = 0,
-    NN_PRE_SCALE,
-    NN_PRE_STANDARDIZE
-} nn_pre_kind;
+typedef enum { NN_PRE_NONE = 0, NN_PRE_SCALE, NN_PRE_STANDARDIZE } nn_pre_kind;
 
 typedef struct {
     nn_pre_kind kind;
-    double factor;             /* scale; applied as (float)factor */
+    double factor; /* scale; applied as (float)factor */
     uint64_t features;
-    float *mean, *std;         /* standardize: features each; owned */
+    float *mean, *std; /* standardize: features each; owned */
 } nn_preproc;
 
 /* Builds pp from a dataset's "preprocess" name over the examples idx (NULL
@@ -334,25 +329,25 @@ void nn_preproc_gather(const nn_preproc *pp, float *dst, const ty_dataset *ds,
 struct nn_workspace {
     const nn_arch *arch;
     uint32_t max_batch;
-    int training;              /* has backward buffers */
-    const nn_backend *be;      /* arch->be when made; the memory's owner
+    int training;         /* has backward buffers */
+    const nn_backend *be; /* arch->be when made; the memory's owner
                                   (the arch may be freed first) */
-    const nn_exec *ex;         /* always &own */
-    nn_exec own;               /* pool (NULL: serial) and work arena */
+    const nn_exec *ex;    /* always &own */
+    nn_exec own;          /* pool (NULL: serial) and work arena */
     float *mem;
-    float *act[NN_MAX_LAYERS + 1];   /* act[0] input, act[i+1] layer i out */
-    float *scratch[NN_MAX_LAYERS];   /* training: per-layer scratch */
-    float *grad[2];                  /* training: activation-gradient ping-pong */
-    int32_t *labels;                 /* (max_batch) class targets */
-    float *targets;                  /* (max_batch, num_outputs) values */
+    float *act[NN_MAX_LAYERS + 1]; /* act[0] input, act[i+1] layer i out */
+    float *scratch[NN_MAX_LAYERS]; /* training: per-layer scratch */
+    float *grad[2];                /* training: activation-gradient ping-pong */
+    int32_t *labels;               /* (max_batch) class targets */
+    float *targets;                /* (max_batch, num_outputs) values */
     /* Host staging: where the host writes an input batch, labels and
      * targets before nn_workspace_upload_* moves them to act[0], labels
      * and targets. On a host-visible backend (nn_backend_host_visible)
      * they are those buffers themselves and the uploads do nothing, so the
      * CPU path makes no copies; else one host allocation (host_mem). */
-    float *host_in;                  /* (max_batch, input) */
-    int32_t *host_labels;            /* (max_batch) */
-    float *host_targets;             /* (max_batch, num_outputs) */
+    float *host_in;       /* (max_batch, input) */
+    int32_t *host_labels; /* (max_batch) */
+    float *host_targets;  /* (max_batch, num_outputs) */
     void *host_mem;
     /* Not host-visible only: (max_batch, max(2, output)) backend floats
      * that predict's output is computed into before the download. */
@@ -375,12 +370,12 @@ struct nn_workspace {
  * workspace is carved by it and memory estimates add it up. */
 typedef struct {
     uint64_t act[NN_MAX_LAYERS + 1], scratch[NN_MAX_LAYERS];
-    uint64_t grad;             /* training: grad[0]; grad[1] = grad + big */
-    uint64_t big;              /* max_batch * max_numel, rounded up */
+    uint64_t grad; /* training: grad[0]; grad[1] = grad + big */
+    uint64_t big;  /* max_batch * max_numel, rounded up */
     uint64_t labels, targets;
-    uint64_t out;              /* not host-visible only */
-    uint64_t total;            /* floats of the allocation */
-    uint64_t work_per_thread;  /* floats of the arena per thread */
+    uint64_t out;             /* not host-visible only */
+    uint64_t total;           /* floats of the allocation */
+    uint64_t work_per_thread; /* floats of the arena per thread */
 } nn_ws_layout;
 
 /* Fills *lay for a workspace of arch (training or not) of max_batch rows on
@@ -462,16 +457,15 @@ double nn_loss_scaled(const nn_arch *arch, nn_workspace *ws, uint32_t n,
  * the summed loss times grad_scale. No workspace: parity tests call it. */
 double nn_loss_compute(const nn_loss_spec *loss, const nn_backend *be,
                        const nn_exec *ex, float *dout, const float *out,
-                       const int32_t *labels, const float *targets,
-                       uint32_t n, uint32_t width, uint32_t *correct,
-                       float grad_scale);
+                       const int32_t *labels, const float *targets, uint32_t n,
+                       uint32_t width, uint32_t *correct, float grad_scale);
 
 /* What predict returns from the network's output out (n, width): softmax
  * probabilities (cross_entropy), [1 - p, p] (binary_cross_entropy, dst (n,
  * 2)), or out itself (regression). */
 void nn_loss_output(const nn_loss_spec *loss, const nn_backend *be,
-                    const nn_exec *ex, float *dst, const float *out,
-                    uint32_t n, uint32_t width);
+                    const nn_exec *ex, float *dst, const float *out, uint32_t n,
+                    uint32_t width);
 
 /* The model file's "trainyard.loss" form ({"kind": ...}); NULL when out of
  * memory. */

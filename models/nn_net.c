@@ -20,18 +20,18 @@
 #include "models/safetensors.h"
 
 struct nn_net {
-    nn_arch arch;              /* built for arch.be, where params live */
-    float *params;             /* the state block: param_count parameters,
+    nn_arch arch;      /* built for arch.be, where params live */
+    float *params;     /* the state block: param_count parameters,
                                   then buffer_count buffers; arch.be's
                                   memory (malloc on the CPU) */
-    const nn_exec *ex;         /* borrowed device context (NULL: the CPU);
+    const nn_exec *ex; /* borrowed device context (NULL: the CPU);
                                   params' allocator and the base of every
                                   workspace made for the net */
     nn_preproc pp;
-    json_t *meta;              /* parsed metadata, see nn_net_meta */
+    json_t *meta; /* parsed metadata, see nn_net_meta */
 };
 
-#define ALIGN_FLOATS 16u       /* 64-byte alignment of every region */
+#define ALIGN_FLOATS 16u /* 64-byte alignment of every region */
 
 static uint64_t round_up(uint64_t n)
 {
@@ -85,7 +85,8 @@ int nn_workspace_layout(const nn_arch *arch, uint32_t max_batch, int training,
                 lay->act[i + 1] = which ? big : 0;
             }
             lay->scratch[i] = 2 * big;
-            uint64_t need = round_up(b * l->scratch_per_example + l->scratch_fixed);
+            uint64_t need =
+                round_up(b * l->scratch_per_example + l->scratch_fixed);
             if (need > scratch)
                 scratch = need;
         }
@@ -96,8 +97,8 @@ int nn_workspace_layout(const nn_arch *arch, uint32_t max_batch, int training,
     lay->targets = total;
     total += round_up(b * arch->num_outputs);
     lay->out = total;
-    const uint64_t out_w = nn_shape_numel(&arch->output) > 2
-                               ? nn_shape_numel(&arch->output) : 2;
+    const uint64_t out_w =
+        nn_shape_numel(&arch->output) > 2 ? nn_shape_numel(&arch->output) : 2;
     if (!host_visible)
         total += round_up(b * out_w);
     lay->total = total;
@@ -111,8 +112,8 @@ uint64_t nn_workspace_bytes(const nn_arch *arch, uint32_t max_batch,
     nn_ws_layout lay;
     nn_workspace_layout(arch, max_batch, training,
                         nn_backend_host_visible(arch->be), &lay);
-    uint64_t work = lay.work_per_thread * (uint64_t)(threads > 1 ? threads : 1) *
-                    sizeof(float);
+    uint64_t work = lay.work_per_thread *
+                    (uint64_t)(threads > 1 ? threads : 1) * sizeof(float);
     if (work_bytes)
         *work_bytes = work;
     return lay.total * sizeof(float);
@@ -199,7 +200,9 @@ ty_status nn_workspace_set_pool(nn_workspace *ws, nn_pool *pool)
             return TY_ENOMEM;
     }
     be->release(ws->ex, ws->own.work);
-    ws->own = (nn_exec){.pool = pool, .device = ws->own.device, .work = work,
+    ws->own = (nn_exec){.pool = pool,
+                        .device = ws->own.device,
+                        .work = work,
                         .work_floats = (size_t)per,
                         .precision = ws->own.precision};
     ws->work_bytes = work ? per * threads * sizeof(float) : 0;
@@ -221,8 +224,8 @@ void nn_workspace_upload_input(nn_workspace *ws, uint32_t n)
     if (ws->host_in == ws->act[0])
         return;
     ws->be->upload(ws->ex, ws->act[0], ws->host_in,
-                         (size_t)n * nn_shape_numel(&ws->arch->input) *
-                             sizeof(float));
+                   (size_t)n * nn_shape_numel(&ws->arch->input) *
+                       sizeof(float));
 }
 
 void nn_workspace_upload_targets(nn_workspace *ws, uint32_t n)
@@ -238,7 +241,10 @@ void nn_workspace_upload_targets(nn_workspace *ws, uint32_t n)
                    (size_t)n * ws->arch->num_outputs * sizeof(float));
 }
 
-uint32_t nn_workspace_max_batch(const nn_workspace *ws) { return ws->max_batch; }
+uint32_t nn_workspace_max_batch(const nn_workspace *ws)
+{
+    return ws->max_batch;
+}
 
 nn_workspace *nn_workspace_create(const nn_net *net, uint32_t max_batch)
 {
@@ -247,8 +253,8 @@ nn_workspace *nn_workspace_create(const nn_net *net, uint32_t max_batch)
 
 /* Points p's reduced-precision fields at lp_params, arch->precision's
  * copy of the parameters that start at params. */
-static void nn_pass_set_lp(nn_pass *p, const nn_arch *arch,
-                           const float *params, const void *lp_params)
+static void nn_pass_set_lp(nn_pass *p, const nn_arch *arch, const float *params,
+                           const void *lp_params)
 {
     if (arch->precision == NN_DT_F32)
         return;
@@ -258,12 +264,14 @@ static void nn_pass_set_lp(nn_pass *p, const nn_arch *arch,
 }
 
 const float *nn_forward(const nn_arch *arch, const float *params,
-                        nn_workspace *ws, uint32_t n, int training,
-                        ty_rng *rng)
+                        nn_workspace *ws, uint32_t n, int training, ty_rng *rng)
 {
     /* Only a training pass writes the buffers (running statistics). */
-    nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n,
-                 .training = training, .rng = rng,
+    nn_pass p = {.be = arch->be,
+                 .ex = ws->ex,
+                 .n = n,
+                 .training = training,
+                 .rng = rng,
                  .buffers = (float *)params + arch->param_count};
     /* Mixed precision trains only: evaluation stays fp32. */
     if (training && ws->training && ws->lp_params)
@@ -275,7 +283,10 @@ const float *nn_forward(const nn_arch *arch, const float *params,
 void nn_backward(const nn_arch *arch, const float *params, float *grads,
                  nn_workspace *ws, uint32_t n)
 {
-    nn_pass p = {.be = arch->be, .ex = ws->ex, .n = n, .training = 1,
+    nn_pass p = {.be = arch->be,
+                 .ex = ws->ex,
+                 .n = n,
+                 .training = 1,
                  .buffers = (float *)params + arch->param_count};
     if (ws->lp_params)
         nn_pass_set_lp(&p, arch, params, ws->lp_params);
@@ -306,7 +317,8 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
                        "model predicts %u",
                        ds->y_dim, arch->num_outputs);
     if (n == 0)
-        return ty_fail(err, TY_EINVAL, NULL, "there are no examples to evaluate");
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "there are no examples to evaluate");
     double sum = 0.0;
     uint64_t hits = 0;
     for (uint32_t first = 0; first < n; first += ws->max_batch) {
@@ -365,8 +377,9 @@ void nn_net_describe(const nn_net *net, json_t *doc)
     json_object_set_new(doc, "param_count",
                         json_integer((json_int_t)net->arch.param_count));
     json_object_set(doc, "spec", json_object_get(meta, "spec"));
-    json_object_set(doc, "preprocess",
-                    json_object_get(json_object_get(meta, "preprocess"), "kind"));
+    json_object_set(
+        doc, "preprocess",
+        json_object_get(json_object_get(meta, "preprocess"), "kind"));
 }
 ty_task nn_net_task(const nn_net *net) { return net->arch.task; }
 uint32_t nn_net_num_outputs(const nn_net *net) { return net->arch.num_outputs; }
@@ -428,9 +441,9 @@ ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
         nn_workspace_create_on(&net->arch, batch ? batch : 1, 0, net->ex);
     if (!ws)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory evaluating");
-    ty_status st = nn_eval_examples(&net->arch, net->params, &net->pp, ws, ds,
-                                    NULL, ds->num_examples, class_map, loss,
-                                    accuracy, err);
+    ty_status st =
+        nn_eval_examples(&net->arch, net->params, &net->pp, ws, ds, NULL,
+                         ds->num_examples, class_map, loss, accuracy, err);
     nn_workspace_destroy(ws);
     return st;
 }
@@ -457,9 +470,9 @@ json_t *nn_model_metadata(const json_t *spec, ty_task task,
 {
     char num[16];
     snprintf(num, sizeof num, "%u", num_outputs);
-    json_t *meta = json_pack("{s:s, s:s, s:s}", "trainyard.format", "1",
-                             "trainyard.task", nn_task_str(task),
-                             "trainyard.num_outputs", num);
+    json_t *meta =
+        json_pack("{s:s, s:s, s:s}", "trainyard.format", "1", "trainyard.task",
+                  nn_task_str(task), "trainyard.num_outputs", num);
     json_t *shape = shape_json(input), *pre = nn_preproc_to_json(pp);
     json_t *null = json_null();
     int bad = !meta || set_dump(meta, "trainyard.spec", spec) ||
@@ -519,7 +532,7 @@ static ty_status parse_num_outputs(const char *s, uint32_t *out, ty_err *err)
     size_t len = s ? strlen(s) : 0;
     for (size_t i = 0; i < len && i < 12; i++)
         v = s[i] >= '0' && s[i] <= '9' ? v * 10 + (uint64_t)(s[i] - '0')
-                                        : UINT64_MAX;
+                                       : UINT64_MAX;
     if (len == 0 || len > 10 || v == 0 || v > TY_DS_MAX_CLASSES ||
         (len > 1 && s[0] == '0'))
         return ty_fail(err, TY_EFORMAT, NULL,
@@ -531,8 +544,8 @@ static ty_status parse_num_outputs(const char *s, uint32_t *out, ty_err *err)
 }
 
 /* Reads and checks every metadata field, builds arch (for be) and pp. */
-static ty_status load_meta(nn_net *net, const st_file *f,
-                           const nn_backend *be, ty_err *err)
+static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
+                           ty_err *err)
 {
     json_t *spec = NULL, *shape = NULL, *classes = NULL, *pre = NULL,
            *normalized = NULL, *loss_j = NULL, *loss_norm = NULL;
@@ -571,9 +584,8 @@ static ty_status load_meta(nn_net *net, const st_file *f,
     if ((st = nn_loss_from_json(&loss, loss_j, (ty_task)task, num_outputs,
                                 err)) != TY_OK)
         goto done;
-    st = nn_arch_build_on(spec, input.d, input.ndim, num_outputs,
-                          (ty_task)task, &loss, be, &net->arch, &normalized,
-                          err);
+    st = nn_arch_build_on(spec, input.d, input.ndim, num_outputs, (ty_task)task,
+                          &loss, be, &net->arch, &normalized, err);
     if (st != TY_OK) {
         ty_err_prefix(err, "the model's spec does not fit its metadata");
         st = TY_EFORMAT;
@@ -583,11 +595,11 @@ static ty_status load_meta(nn_net *net, const st_file *f,
                                    err)) != TY_OK)
         goto done;
     loss_norm = nn_loss_to_json(&loss);
-    net->meta = json_pack("{s:o, s:s, s:O, s:I, s:O, s:O, s:O}", "spec",
-                          normalized, "task", nn_task_str((ty_task)task),
-                          "input_shape", shape, "num_outputs",
-                          (json_int_t)num_outputs, "classes", classes,
-                          "preprocess", pre, "loss", loss_norm);
+    net->meta =
+        json_pack("{s:o, s:s, s:O, s:I, s:O, s:O, s:O}", "spec", normalized,
+                  "task", nn_task_str((ty_task)task), "input_shape", shape,
+                  "num_outputs", (json_int_t)num_outputs, "classes", classes,
+                  "preprocess", pre, "loss", loss_norm);
     normalized = NULL;
     if (!net->meta)
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");

@@ -108,10 +108,10 @@ static ty_status check_final_size(const nn_arch *arch, uint64_t out,
     for (uint32_t i = 0; i < arch->n_layers; i++)
         if (arch->layers[i].type == NN_LAYER_DENSE)
             last_dense = (int)i;
-    const char *what = arch->task == TY_TASK_CLASSIFICATION
-                           ? (arch->num_outputs == 1 ? "class" : "classes")
-                           : (arch->num_outputs == 1 ? "target value"
-                                                     : "target values");
+    const char *what =
+        arch->task == TY_TASK_CLASSIFICATION
+            ? (arch->num_outputs == 1 ? "class" : "classes")
+            : (arch->num_outputs == 1 ? "target value" : "target values");
     if (last_dense < 0)
         return ty_fail(err, TY_EINVAL, "model.layers",
                        "the last layer outputs %llu values but the dataset has "
@@ -142,8 +142,8 @@ static ty_status build_layers(const json_t *layers, const char *path,
                        "%s must be an array of layer objects", path);
     size_t n = json_array_size(layers);
     if (n == 0)
-        return ty_fail(err, TY_EINVAL, path,
-                       "%s must have at least one layer", path);
+        return ty_fail(err, TY_EINVAL, path, "%s must have at least one layer",
+                       path);
     if (n > NN_MAX_LAYERS)
         return ty_fail(err, TY_EINVAL, path,
                        "%s has %zu layers; the limit is %d", path, n,
@@ -239,8 +239,8 @@ static ty_status build_layers(const json_t *layers, const char *path,
 
 ty_status nn_arch_build_seq(const json_t *layers, const char *path,
                             const nn_shape *in, uint32_t depth,
-                            const nn_backend *be, nn_arch *sub,
-                            json_t **norm, ty_err *err)
+                            const nn_backend *be, nn_arch *sub, json_t **norm,
+                            ty_err *err)
 {
     memset(sub, 0, sizeof *sub);
     *norm = json_array();
@@ -269,9 +269,8 @@ static void collect_tensors(nn_arch *top, const nn_arch *a, const char *prefix,
                 snprintf(nt->name, sizeof nt->name, "%s%u.%s", prefix, i,
                          d->suffix);
                 nt->desc = d;
-                nt->offset = d->buffer
-                                 ? bbase + l->buffer_offset + d->offset
-                                 : pbase + l->param_offset + d->offset;
+                nt->offset = d->buffer ? bbase + l->buffer_offset + d->offset
+                                       : pbase + l->param_offset + d->offset;
             }
             top->n_tensors++;
         }
@@ -358,8 +357,8 @@ ty_status nn_arch_build_on(const json_t *model, const uint32_t *input_shape,
         goto fail;
     }
     collect_tensors(arch, arch, "", 0, arch->param_count, 1);
-    arch->tensors = calloc(arch->n_tensors ? arch->n_tensors : 1,
-                           sizeof *arch->tensors);
+    arch->tensors =
+        calloc(arch->n_tensors ? arch->n_tensors : 1, sizeof *arch->tensors);
     if (!arch->tensors) {
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
         goto fail;
@@ -371,7 +370,8 @@ ty_status nn_arch_build_on(const json_t *model, const uint32_t *input_shape,
         if (!*normalized ||
             json_object_set_new(*normalized, "layers", norm_layers) != 0) {
             norm_layers = NULL; /* set_new steals even on failure */
-            st = ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
+            st = ty_fail(err, TY_ENOMEM, NULL,
+                         "out of memory parsing the model");
             goto fail;
         }
     } else {
@@ -406,9 +406,8 @@ ty_status nn_spec_validate_for_loss(const json_t *model,
                                     ty_err *err)
 {
     nn_arch arch;
-    ty_status st = nn_arch_build_for_loss(model, input_shape, ndim,
-                                          num_outputs, task, loss, &arch,
-                                          normalized, err);
+    ty_status st = nn_arch_build_for_loss(model, input_shape, ndim, num_outputs,
+                                          task, loss, &arch, normalized, err);
     if (st != TY_OK)
         return st;
     if (param_count)

@@ -37,8 +37,8 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
-#define SPIN_PAUSES 4000   /* tens of microseconds */
-#define SPIN_YIELDS 2000   /* then a few milliseconds of sched_yield */
+#define SPIN_PAUSES 4000 /* tens of microseconds */
+#define SPIN_YIELDS 2000 /* then a few milliseconds of sched_yield */
 
 typedef struct {
     nn_pool *pool;
@@ -46,18 +46,18 @@ typedef struct {
 } worker;
 
 struct nn_pool {
-    int threads;               /* also the chunk count of every call */
-    worker *workers;           /* threads - 1 */
-    int started;               /* workers running */
-    nn_pool_fn fn;             /* the current call; see the file comment */
+    int threads;     /* also the chunk count of every call */
+    worker *workers; /* threads - 1 */
+    int started;     /* workers running */
+    nn_pool_fn fn;   /* the current call; see the file comment */
     void *arg;
-    uint32_t gen;              /* caller's copy of the current generation */
+    uint32_t gen; /* caller's copy of the current generation */
     _Atomic uint64_t state;
     _Atomic int done;
     _Atomic int quit;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int sleepers;              /* under mu */
+    int sleepers; /* under mu */
 };
 
 /* One round of waiting; returns 0 once the caller should block instead. */
@@ -115,8 +115,8 @@ static void *worker_main(void *x)
                 continue;
             pthread_mutex_lock(&p->mu);
             p->sleepers++;
-            while (state_gen(atomic_load_explicit(&p->state,
-                                                  memory_order_acquire)) == seen)
+            while (state_gen(atomic_load_explicit(
+                       &p->state, memory_order_acquire)) == seen)
                 pthread_cond_wait(&p->cv, &p->mu);
             p->sleepers--;
             pthread_mutex_unlock(&p->mu);

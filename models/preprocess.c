@@ -115,14 +115,14 @@ static json_t *float_array(const float *v, uint64_t n)
 json_t *nn_preproc_to_json(const nn_preproc *pp)
 {
     switch (pp->kind) {
-    case NN_PRE_SCALE:
-        return json_pack("{s:s, s:f}", "kind", "scale", "factor", pp->factor);
-    case NN_PRE_STANDARDIZE:
-        return json_pack("{s:s, s:o, s:o}", "kind", "standardize", "mean",
-                         float_array(pp->mean, pp->features), "std",
-                         float_array(pp->std, pp->features));
-    default:
-        return json_pack("{s:s}", "kind", "none");
+        case NN_PRE_SCALE:
+            return json_pack("{s:s, s:f}", "kind", "scale", "factor",
+                             pp->factor);
+        case NN_PRE_STANDARDIZE:
+            return json_pack("{s:s, s:o, s:o}", "kind", "standardize", "mean",
+                             float_array(pp->mean, pp->features), "std",
+                             float_array(pp->std, pp->features));
+        default: return json_pack("{s:s}", "kind", "none");
     }
 }
 
@@ -139,8 +139,9 @@ static ty_status read_floats(const json_t *a, const char *name, uint64_t n,
         float f = (float)d;
         if (!json_is_number(v) || !isfinite(f) || (positive && !(f > 0.0f)))
             return ty_fail(err, TY_EFORMAT, NULL,
-                           "preprocess %s[%llu] must be a finite%s number", name,
-                           (unsigned long long)i, positive ? " positive" : "");
+                           "preprocess %s[%llu] must be a finite%s number",
+                           name, (unsigned long long)i,
+                           positive ? " positive" : "");
         out[i] = f;
     }
     return TY_OK;
@@ -164,8 +165,9 @@ ty_status nn_preproc_from_json(nn_preproc *pp, const json_t *j,
         const json_t *f = json_object_get(j, "factor");
         double d = json_number_value(f);
         if (!json_is_number(f) || !isfinite((float)d) || !(d > 0.0))
-            return ty_fail(err, TY_EFORMAT, NULL,
-                           "preprocess factor must be a finite positive number");
+            return ty_fail(
+                err, TY_EFORMAT, NULL,
+                "preprocess factor must be a finite positive number");
         pp->kind = NN_PRE_SCALE;
         pp->factor = d;
         return TY_OK;
@@ -176,7 +178,8 @@ ty_status nn_preproc_from_json(nn_preproc *pp, const json_t *j,
         pp->std = malloc(features * sizeof *pp->std);
         ty_status st = TY_OK;
         if (!pp->mean || !pp->std)
-            st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
+            st = ty_fail(err, TY_ENOMEM, NULL,
+                         "out of memory loading the model");
         if (st == TY_OK)
             st = read_floats(json_object_get(j, "mean"), "mean", features, 0,
                              pp->mean, err);
@@ -187,35 +190,37 @@ ty_status nn_preproc_from_json(nn_preproc *pp, const json_t *j,
             nn_preproc_free(pp);
         return st;
     }
-    return ty_fail(err, TY_EFORMAT, NULL,
-                   "preprocess must be {\"kind\":\"none\"}, {\"kind\":\"scale\","
-                   "\"factor\":f} or {\"kind\":\"standardize\",\"mean\":[..],"
-                   "\"std\":[..]}");
+    return ty_fail(
+        err, TY_EFORMAT, NULL,
+        "preprocess must be {\"kind\":\"none\"}, {\"kind\":\"scale\","
+        "\"factor\":f} or {\"kind\":\"standardize\",\"mean\":[..],"
+        "\"std\":[..]}");
 }
 
 /* The one definition of each transform, for float and byte rows alike. */
-#define PREPROC_ROW(NAME, T)                                                  \
-    static void NAME(const nn_preproc *pp, float *restrict dst,               \
-                     const T *restrict src)                                   \
-    {                                                                         \
-        const uint64_t f = pp->features;                                      \
-        switch (pp->kind) {                                                   \
-        case NN_PRE_SCALE: {                                                  \
-            const float s = (float)pp->factor;                                \
-            for (uint64_t j = 0; j < f; j++)                                  \
-                dst[j] = (float)src[j] * s;                                   \
-            break;                                                            \
-        }                                                                     \
-        case NN_PRE_STANDARDIZE: {                                            \
-            const float *restrict mean = pp->mean, *restrict std = pp->std;   \
-            for (uint64_t j = 0; j < f; j++)                                  \
-                dst[j] = ((float)src[j] - mean[j]) / std[j];                  \
-            break;                                                            \
-        }                                                                     \
-        default:                                                              \
-            for (uint64_t j = 0; j < f; j++)                                  \
-                dst[j] = (float)src[j];                                       \
-        }                                                                     \
+#define PREPROC_ROW(NAME, T)                                           \
+    static void NAME(const nn_preproc *pp, float *restrict dst,        \
+                     const T *restrict src)                            \
+    {                                                                  \
+        const uint64_t f = pp->features;                               \
+        switch (pp->kind) {                                            \
+            case NN_PRE_SCALE: {                                       \
+                const float s = (float)pp->factor;                     \
+                for (uint64_t j = 0; j < f; j++)                       \
+                    dst[j] = (float)src[j] * s;                        \
+                break;                                                 \
+            }                                                          \
+            case NN_PRE_STANDARDIZE: {                                 \
+                const float *restrict mean = pp->mean, *restrict std = \
+                                                           pp->std;    \
+                for (uint64_t j = 0; j < f; j++)                       \
+                    dst[j] = ((float)src[j] - mean[j]) / std[j];       \
+                break;                                                 \
+            }                                                          \
+            default:                                                   \
+                for (uint64_t j = 0; j < f; j++)                       \
+                    dst[j] = (float)src[j];                            \
+        }                                                              \
     }
 PREPROC_ROW(row_f32, float)
 PREPROC_ROW(row_u8, uint8_t)

@@ -33,7 +33,8 @@ static const struct {
     [ST_F64] = {"F64", 8},         [ST_I64] = {"I64", 8},
     [ST_U64] = {"U64", 8},
 };
-static_assert(TY_ARRAY_LEN(dtypes) == ST_DTYPE_COUNT, "every dtype needs a name");
+static_assert(TY_ARRAY_LEN(dtypes) == ST_DTYPE_COUNT,
+              "every dtype needs a name");
 
 const char *st_dtype_name(st_dtype t)
 {
@@ -124,10 +125,11 @@ static ty_status parse_tensor(st_tensor *t, const char *name, const json_t *v,
     if (__builtin_mul_overflow(t->numel, (uint64_t)st_dtype_size(t->dtype),
                                &t->nbytes) ||
         t->nbytes != e - b)
-        return ty_fail(err, TY_EFORMAT, NULL,
-                       "tensor '%.64s' holds %llu bytes but its shape and dtype "
-                       "need a different size",
-                       name, (unsigned long long)(e - b));
+        return ty_fail(
+            err, TY_EFORMAT, NULL,
+            "tensor '%.64s' holds %llu bytes but its shape and dtype "
+            "need a different size",
+            name, (unsigned long long)(e - b));
     *begin = b;
     return TY_OK;
 }
@@ -144,7 +146,7 @@ static int cmp_span(const void *a, const void *b)
 static ty_status check_tiling(const st_file *f, const uint64_t *begins,
                               uint64_t data_len, ty_err *err)
 {
-    uint64_t (*spans)[2] = malloc((f->count ? f->count : 1) * sizeof *spans);
+    uint64_t(*spans)[2] = malloc((f->count ? f->count : 1) * sizeof *spans);
     if (!spans)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory reading tensors");
     for (size_t i = 0; i < f->count; i++) {
@@ -163,9 +165,10 @@ static ty_status check_tiling(const st_file *f, const uint64_t *begins,
         pos = spans[i][1];
     }
     if (st == TY_OK && pos != data_len)
-        st = ty_fail(err, TY_EFORMAT, NULL,
-                     "the data buffer has %llu bytes but the tensors cover %llu",
-                     (unsigned long long)data_len, (unsigned long long)pos);
+        st =
+            ty_fail(err, TY_EFORMAT, NULL,
+                    "the data buffer has %llu bytes but the tensors cover %llu",
+                    (unsigned long long)data_len, (unsigned long long)pos);
     free(spans);
     return st;
 }
@@ -176,7 +179,7 @@ static ty_status check_meta(const json_t *meta, ty_err *err)
         return ty_fail(err, TY_EFORMAT, NULL, "__metadata__ must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)meta, k, v) {
+    json_object_foreach ((json_t *)meta, k, v) {
         if (!json_is_string(v))
             return ty_fail(err, TY_EFORMAT, NULL,
                            "__metadata__ value '%.64s' must be a string", k);
@@ -190,7 +193,8 @@ ty_status st_parse(const void *buf, size_t len, st_file *f, ty_err *err)
     const uint8_t *p = buf;
     if (len < 8)
         return ty_fail(err, TY_EFORMAT, NULL,
-                       "the file has %zu bytes, too short for safetensors", len);
+                       "the file has %zu bytes, too short for safetensors",
+                       len);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | p[i];
@@ -211,8 +215,8 @@ ty_status st_parse(const void *buf, size_t len, st_file *f, ty_err *err)
                            JSON_REJECT_DUPLICATES, &jerr);
     if (!json_is_object(f->header)) {
         st_close(f);
-        return ty_fail(err, TY_EFORMAT, NULL, "the header is not valid JSON: %s",
-                       jerr.text);
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "the header is not valid JSON: %s", jerr.text);
     }
     const uint8_t *data = p + 8 + hlen;
     uint64_t data_len = len - 8 - hlen;
@@ -231,7 +235,7 @@ ty_status st_parse(const void *buf, size_t len, st_file *f, ty_err *err)
     }
     const char *key;
     json_t *v;
-    json_object_foreach(f->header, key, v) {
+    json_object_foreach (f->header, key, v) {
         if (!strcmp(key, "__metadata__")) {
             if ((st = check_meta(v, err)) != TY_OK)
                 goto done;
@@ -333,13 +337,13 @@ static ty_status build_header(const json_t *meta, const st_out_tensor *t,
         json_t *shape = json_array();
         for (uint32_t d = 0; d < t[i].ndim; d++) {
             numel *= t[i].shape[d];
-            json_array_append_new(shape, json_integer((json_int_t)t[i].shape[d]));
+            json_array_append_new(shape,
+                                  json_integer((json_int_t)t[i].shape[d]));
         }
         uint64_t bytes = numel * st_dtype_size(t[i].dtype);
-        json_t *e = json_pack("{s:s, s:o, s:[I, I]}", "dtype",
-                              st_dtype_name(t[i].dtype), "shape", shape,
-                              "data_offsets", (json_int_t)off,
-                              (json_int_t)(off + bytes));
+        json_t *e = json_pack(
+            "{s:s, s:o, s:[I, I]}", "dtype", st_dtype_name(t[i].dtype), "shape",
+            shape, "data_offsets", (json_int_t)off, (json_int_t)(off + bytes));
         if (!e || json_object_set_new(h, t[i].name, e) != 0)
             goto nomem;
         off += bytes;
@@ -363,8 +367,8 @@ nomem:
     return ty_fail(err, TY_ENOMEM, NULL, "out of memory writing safetensors");
 }
 
-ty_status st_write(const char *path, const json_t *meta,
-                   const st_out_tensor *t, size_t n, ty_err *err)
+ty_status st_write(const char *path, const json_t *meta, const st_out_tensor *t,
+                   size_t n, ty_err *err)
 {
     size_t hlen = 0;
     char *header = NULL;

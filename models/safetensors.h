@@ -56,22 +56,22 @@ size_t st_dtype_size(st_dtype t);
 int st_dtype_parse(const char *s);
 
 typedef struct {
-    const char *name;          /* borrowed from the header */
+    const char *name; /* borrowed from the header */
     st_dtype dtype;
     uint32_t ndim;
     uint64_t shape[ST_MAX_DIMS];
     uint64_t numel;
     uint64_t nbytes;
-    const void *data;          /* into the buffer; may be unaligned */
+    const void *data; /* into the buffer; may be unaligned */
 } st_tensor;
 
 /* A parsed file. Tensors are in header order. */
 typedef struct {
-    json_t *header;            /* owned */
-    const json_t *meta;        /* "__metadata__" (strings), or NULL */
-    st_tensor *tensors;        /* owned */
+    json_t *header;     /* owned */
+    const json_t *meta; /* "__metadata__" (strings), or NULL */
+    st_tensor *tensors; /* owned */
     size_t count;
-    void *map;                 /* private: the mapping, when opened by path */
+    void *map; /* private: the mapping, when opened by path */
     size_t map_len;
 } st_file;
 
@@ -104,7 +104,7 @@ typedef struct {
 /* Writes the n tensors, in order, with meta (an object of strings, or NULL)
  * as __metadata__, to path atomically. On error path is untouched and
  * TY_EINVAL (bad names or metadata), TY_ENOMEM or TY_EIO returned. */
-ty_status st_write(const char *path, const json_t *meta,
-                   const st_out_tensor *t, size_t n, ty_err *err);
+ty_status st_write(const char *path, const json_t *meta, const st_out_tensor *t,
+                   size_t n, ty_err *err);
 
 #endif

@@ -28,20 +28,20 @@
 /* One CUDA device's context. */
 typedef struct {
     int device;
-    int state;                 /* 0 not made yet, 1 ready, -1 failed */
+    int state; /* 0 not made yet, 1 ready, -1 failed */
     nn_exec ex;
-    pthread_mutex_t mu;        /* serializes every use of ex */
+    pthread_mutex_t mu; /* serializes every use of ex */
 } dev_ctx;
 
 struct model_entry {
     model_cache *cache;
     char id[TY_ID_MAX];
     nn_net *net;
-    dev_ctx *dev;              /* where net lives; NULL: the CPU */
+    dev_ctx *dev; /* where net lives; NULL: the CPU */
     int refs;
-    int evicted;               /* freed at the last release */
+    int evicted; /* freed at the last release */
     unsigned long last_used;
-    pthread_mutex_t mu;        /* guards pool */
+    pthread_mutex_t mu; /* guards pool */
     nn_workspace *pool[POOL_MAX];
     int npool;
 };
@@ -51,7 +51,7 @@ struct model_cache {
     int capacity;
     int count;
     unsigned long tick;
-    model_entry **entries;     /* count live entries */
+    model_entry **entries; /* count live entries */
     /* --serve-device (AUTO, -1 the CPU, or N), and the ndev CUDA devices
      * this process sees, one context slot each (none when the cache serves
      * on the CPU only). */
@@ -112,11 +112,11 @@ model_cache *model_cache_create(int capacity)
     return model_cache_create_on(capacity, PLACE_DEVICE_CPU, NULL);
 }
 
-model_cache *model_cache_create_on(int capacity, int serve_device,
-                                   ty_err *err)
+model_cache *model_cache_create_on(int capacity, int serve_device, ty_err *err)
 {
     model_cache *c = calloc(1, sizeof *c);
-    if (!c || !(c->entries = calloc((size_t)capacity + 1, sizeof *c->entries))) {
+    if (!c ||
+        !(c->entries = calloc((size_t)capacity + 1, sizeof *c->entries))) {
         free(c);
         ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         return NULL;
@@ -129,9 +129,8 @@ model_cache *model_cache_create_on(int capacity, int serve_device,
                     ? 0
                     : place_cuda_count(why, sizeof why);
     int d = PLACE_DEVICE_CPU;
-    if (serve_device >= 0 &&
-        place_resolve("--serve-device", serve_device, count, why, &d, err) !=
-            TY_OK) {
+    if (serve_device >= 0 && place_resolve("--serve-device", serve_device,
+                                           count, why, &d, err) != TY_OK) {
         free(c->entries);
         free(c);
         return NULL;

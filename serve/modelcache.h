@@ -11,7 +11,7 @@
 #include "common/ty.h"
 #include "models/nn.h"
 
-#define MODEL_CACHE_BATCH 256   /* examples per workspace pass */
+#define MODEL_CACHE_BATCH 256 /* examples per workspace pass */
 
 typedef struct model_cache model_cache;
 typedef struct model_entry model_entry;
@@ -26,8 +26,7 @@ model_cache *model_cache_create(int capacity);
  * TY_ENOMEM, or TY_EDEVICE naming --serve-device for a binary without
  * CUDA, a device this process does not see, or a context that cannot be
  * made. */
-model_cache *model_cache_create_on(int capacity, int serve_device,
-                                   ty_err *err);
+model_cache *model_cache_create_on(int capacity, int serve_device, ty_err *err);
 void model_cache_destroy(model_cache *c);
 
 /* The loaded model `id`, loading it from path on a miss, on the device

@@ -22,8 +22,8 @@ typedef struct {
     const serve_env *env;
     model_entry *e;
     const nn_net *net;
-    uint64_t features;      /* per example */
-    uint32_t outputs;       /* per example */
+    uint64_t features; /* per example */
+    uint32_t outputs;  /* per example */
     float *x, *out;
 } run;
 
@@ -35,8 +35,8 @@ static ty_status run_open(run *rn, const serve_env *env, const char *tenant_id,
     rn->env = env;
     char sha[65], path[PATH_MAX];
     json_t *doc = NULL;
-    ty_status s = store_model_get(env->store, tenant_id, model_id, &doc, sha,
-                                  err);
+    ty_status s =
+        store_model_get(env->store, tenant_id, model_id, &doc, sha, err);
     if (s != TY_OK)
         return s;
     blob_path(env->data_dir, sha, path, sizeof path);
@@ -107,7 +107,7 @@ static ty_status flatten(const json_t *v, float *x, uint64_t cap,
         return ty_fail(err, TY_EINVAL, path, "%s is nested too deeply", path);
     size_t i;
     json_t *c;
-    json_array_foreach(v, i, c) {
+    json_array_foreach (v, i, c) {
         ty_status s = flatten(c, x, cap, count, path, depth + 1, err);
         if (s != TY_OK)
             return s;
@@ -221,8 +221,8 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
                 json_array_append_new(row, json_real(rn.out[i * k + j]));
             json_array_append_new(outputs, row);
         }
-        *reply = json_pack("{s:s, s:o, s:o, s:o}", "model", model_id,
-                           "outputs", outputs, "predictions",
+        *reply = json_pack("{s:s, s:o, s:o, s:o}", "model", model_id, "outputs",
+                           outputs, "predictions",
                            predictions(rn.net, rn.out, (uint32_t)n), "device",
                            device_of(rn.e));
     }
@@ -291,9 +291,9 @@ ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
         json_t *flat = json_array();
         for (uint64_t i = 0; i < batch * k; i++)
             json_array_append_new(flat, json_real(rn.out[i]));
-        *output = json_pack("{s:s, s:s, s:[I, i], s:o}", "name", "output",
-                            "datatype", "FP32", "shape", (json_int_t)batch,
-                            (int)k, "data", flat);
+        *output =
+            json_pack("{s:s, s:s, s:[I, i], s:o}", "name", "output", "datatype",
+                      "FP32", "shape", (json_int_t)batch, (int)k, "data", flat);
         *device = device_of(rn.e);
     }
     run_free(&rn);
@@ -322,10 +322,12 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
     if ((s = ty_dataset_open(path, &ds, err)) != TY_OK)
         goto done;
     const nn_net *net = rn.net;
-    if (ds.task != nn_net_task(net) || ds.features != nn_net_input_features(net)) {
+    if (ds.task != nn_net_task(net) ||
+        ds.features != nn_net_input_features(net)) {
         char a[128], b[128];
         shape_text(json_object_get(ds.meta, "input_shape"), a, sizeof a);
-        shape_text(json_object_get(nn_net_meta(net), "input_shape"), b, sizeof b);
+        shape_text(json_object_get(nn_net_meta(net), "input_shape"), b,
+                   sizeof b);
         s = ty_fail(err, TY_EINVAL, "dataset",
                     "dataset %s (%s, input shape %s) does not fit model %s "
                     "(%s, input shape %s)",
@@ -340,9 +342,9 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
             s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
             goto done;
         }
-        if ((s = ty_dataset_class_map(dc, json_object_get(nn_net_meta(net),
-                                                          "classes"),
-                                      map, err)) != TY_OK) {
+        if ((s = ty_dataset_class_map(
+                 dc, json_object_get(nn_net_meta(net), "classes"), map, err)) !=
+            TY_OK) {
             snprintf(err->field, sizeof err->field, "dataset");
             goto done;
         }
@@ -353,9 +355,9 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
     model_entry_device_unlock(rn.e);
     if (s != TY_OK)
         goto done;
-    json_t *res = json_pack("{s:s, s:s, s:I, s:f}", "model", id, "dataset",
-                            ds_id, "num_examples", (json_int_t)ds.num_examples,
-                            "loss", loss);
+    json_t *res =
+        json_pack("{s:s, s:s, s:I, s:f}", "model", id, "dataset", ds_id,
+                  "num_examples", (json_int_t)ds.num_examples, "loss", loss);
     json_object_set_new(res, "accuracy",
                         accuracy >= 0 ? json_real(accuracy) : json_null());
     json_object_set_new(res, "device", device_of(rn.e));

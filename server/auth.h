@@ -15,7 +15,7 @@
 #include "common/ty.h"
 #include "store/store.h"
 
-#define AUTH_KEY_LEN 76   /* "ty_" + 20 + "_" + 52 */
+#define AUTH_KEY_LEN 76 /* "ty_" + 20 + "_" + 52 */
 
 /* Makes a new random key (AUTH_KEY_LEN + 1 bytes) and its row id. */
 ty_status auth_key_generate(char key[AUTH_KEY_LEN + 1], char key_id[TY_ID_MAX],

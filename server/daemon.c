@@ -17,7 +17,8 @@
 
 /* ---- daemon ---- */
 
-static int listen_socket(const http_server_opts *cfg, int *port_out, ty_err *err)
+static int listen_socket(const http_server_opts *cfg, int *port_out,
+                         ty_err *err)
 {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -36,8 +37,8 @@ static int listen_socket(const http_server_opts *cfg, int *port_out, ty_err *err
         struct sockaddr_in *a = (struct sockaddr_in *)&ss;
         a->sin_family = AF_INET;
         a->sin_port = htons((uint16_t)cfg->port);
-        const char *host = strcmp(cfg->host, "localhost") ? cfg->host
-                                                          : "127.0.0.1";
+        const char *host =
+            strcmp(cfg->host, "localhost") ? cfg->host : "127.0.0.1";
         if (inet_pton(AF_INET, host, &a->sin_addr) != 1) {
             ty_fail(err, TY_EINVAL, "--listen",
                     "--listen: %s is not an IPv4 address (use a numeric "
@@ -47,7 +48,8 @@ static int listen_socket(const http_server_opts *cfg, int *port_out, ty_err *err
         }
         len = sizeof *a;
     }
-    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int fd =
+        socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
         ty_fail(err, TY_EIO, NULL, "socket: %s", strerror(errno));
         return -1;
@@ -112,8 +114,8 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
     else
         tls_opts[0].option = MHD_OPTION_END;
     http_server.daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, http_on_request, NULL,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
+        flags, 0, NULL, NULL, http_on_request, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->threads,
         MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, NULL,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)opts->connection_timeout_s,
@@ -128,8 +130,8 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
                            "the private key of --tls-cert? the server log "
                            "line before this says more)",
                            opts->listen);
-        return ty_fail(err, TY_EIO, NULL,
-                       "cannot start the HTTP server on %s", opts->listen);
+        return ty_fail(err, TY_EIO, NULL, "cannot start the HTTP server on %s",
+                       opts->listen);
     }
     *bound_port = port;
     return TY_OK;

@@ -90,7 +90,10 @@ const char *http_req_header(const http_req *r, const char *name)
 const char *http_req_path(const http_req *r) { return r->path; }
 const store_key *http_req_key(const http_req *r) { return &r->key; }
 const json_t *http_req_json(const http_req *r) { return r->json; }
-int http_req_is_multipart(const http_req *r) { return r->body == BODY_MULTIPART; }
+int http_req_is_multipart(const http_req *r)
+{
+    return r->body == BODY_MULTIPART;
+}
 size_t http_req_form_count(const http_req *r) { return (size_t)r->nparts; }
 
 const char *http_req_form_name(const http_req *r, size_t i)
@@ -128,7 +131,8 @@ const char *http_req_form_value(http_req *r, const char *name)
 
 static ty_status part_spool(http_req *r, form_part *p, ty_err *err)
 {
-    snprintf(p->path, sizeof p->path, "%s/upload-XXXXXX", http_server.opts.tmp_dir);
+    snprintf(p->path, sizeof p->path, "%s/upload-XXXXXX",
+             http_server.opts.tmp_dir);
     p->fd = mkostemp(p->path, O_CLOEXEC);
     if (p->fd < 0) {
         p->path[0] = '\0';
@@ -159,8 +163,8 @@ ty_status http_req_temp_path(http_req *r, const char *suffix, char *out,
 {
     if (r->ntemps >= MAX_TEMP_FILES)
         return ty_fail(err, TY_EINTERNAL, NULL, "too many temp files");
-    snprintf(out, n, "%s/%s-%d%s", http_server.opts.tmp_dir, r->request_id, r->ntemps,
-             suffix ? suffix : "");
+    snprintf(out, n, "%s/%s-%d%s", http_server.opts.tmp_dir, r->request_id,
+             r->ntemps, suffix ? suffix : "");
     snprintf(r->temps[r->ntemps++], PATH_MAX, "%s", out);
     return TY_OK;
 }
@@ -249,11 +253,14 @@ static void req_free(http_req *r)
 static void req_begin(http_req *r)
 {
     char allow[64] = "";
-    route_result rr = router_match(http_server.routes, http_server.nroutes, r->method,
-                                   r->path, &r->match, allow, sizeof allow);
+    route_result rr =
+        router_match(http_server.routes, http_server.nroutes, r->method,
+                     r->path, &r->match, allow, sizeof allow);
     if (rr == ROUTE_NOT_FOUND) {
-        http_reply_problem(r, 404, NULL, "no endpoint at %s; see /openapi.yaml "
-                           "for the API", r->path);
+        http_reply_problem(r, 404, NULL,
+                           "no endpoint at %s; see /openapi.yaml "
+                           "for the API",
+                           r->path);
         return;
     }
     if (rr == ROUTE_METHOD_NOT_ALLOWED) {
@@ -267,11 +274,12 @@ static void req_begin(http_req *r)
 
     if (rt->auth != ROUTE_PUBLIC) {
         ty_err err = {0};
-        ty_status s = auth_check(http_server.opts.store,
-                                 http_req_header(r, "Authorization"), &r->key,
-                                 &err);
+        ty_status s =
+            auth_check(http_server.opts.store,
+                       http_req_header(r, "Authorization"), &r->key, &err);
         if (s == TY_EINVAL || s == TY_ENOTFOUND) {
-            http_reply_header(r, "WWW-Authenticate", "Bearer realm=\"trainyard\"");
+            http_reply_header(r, "WWW-Authenticate",
+                              "Bearer realm=\"trainyard\"");
             http_reply_problem(r, 401, NULL, "%s", err.msg);
             return;
         }
@@ -280,7 +288,8 @@ static void req_begin(http_req *r)
             return;
         }
         if (rt->auth == ROUTE_ADMIN && !r->key.is_admin) {
-            http_reply_problem(r, 403, NULL, "this endpoint needs an admin key");
+            http_reply_problem(r, 403, NULL,
+                               "this endpoint needs an admin key");
             return;
         }
     }
@@ -292,17 +301,15 @@ static void req_begin(http_req *r)
     int has_body = declared > 0 || (te && strcasecmp(te, "identity") != 0);
 
     switch (rt->body) {
-    case ROUTE_BODY_NONE:
-        r->body_limit = 0;
-        break;
-    case ROUTE_BODY_JSON:
-        r->body_limit = http_server.opts.max_json_bytes;
-        break;
-    case ROUTE_BODY_UPLOAD:
-        r->body_limit = content_type_is(ct, "multipart/form-data")
-                            ? http_server.opts.max_upload_bytes
-                            : http_server.opts.max_json_bytes;
-        break;
+        case ROUTE_BODY_NONE: r->body_limit = 0; break;
+        case ROUTE_BODY_JSON:
+            r->body_limit = http_server.opts.max_json_bytes;
+            break;
+        case ROUTE_BODY_UPLOAD:
+            r->body_limit = content_type_is(ct, "multipart/form-data")
+                                ? http_server.opts.max_upload_bytes
+                                : http_server.opts.max_json_bytes;
+            break;
     }
     if (!has_body)
         return;
@@ -319,7 +326,8 @@ static void req_begin(http_req *r)
                            (unsigned long long)r->body_limit);
         return;
     }
-    if (rt->body == ROUTE_BODY_UPLOAD && content_type_is(ct, "multipart/form-data")) {
+    if (rt->body == ROUTE_BODY_UPLOAD &&
+        content_type_is(ct, "multipart/form-data")) {
         char boundary[MP_MAX_BOUNDARY + 1];
         ty_err err = {0};
         if (mp_boundary_from_content_type(ct, boundary, &err) != TY_OK) {
@@ -335,12 +343,10 @@ static void req_begin(http_req *r)
         return;
     }
     if (!is_json_type(ct)) {
-        http_reply_problem(r, 415, NULL,
-                           "send the body as application/json%s (got %s)",
-                           rt->body == ROUTE_BODY_UPLOAD
-                               ? " or multipart/form-data"
-                               : "",
-                           ct ? ct : "no Content-Type");
+        http_reply_problem(
+            r, 415, NULL, "send the body as application/json%s (got %s)",
+            rt->body == ROUTE_BODY_UPLOAD ? " or multipart/form-data" : "",
+            ct ? ct : "no Content-Type");
         return;
     }
     r->body = BODY_JSON;
@@ -432,9 +438,9 @@ static enum MHD_Result queue_reply(http_req *r)
 }
 
 enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn,
-                                  const char *url, const char *method,
-                                  const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **con_cls)
+                                const char *url, const char *method,
+                                const char *version, const char *upload_data,
+                                size_t *upload_data_size, void **con_cls)
 {
     http_req *r = *con_cls;
     if (!r) {
@@ -466,19 +472,19 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn,
     return queue_reply(r);
 }
 
-void http_on_completed(void *cls, struct MHD_Connection *conn,
-                         void **con_cls, enum MHD_RequestTerminationCode toe)
+void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                       enum MHD_RequestTerminationCode toe)
 {
     http_req *r = *con_cls;
     if (!r)
         return;
     double ms = elapsed_ms(&r->start);
-    json_t *f = json_pack(
-        "{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:f}", "request_id",
-        r->request_id, "method", r->method_name, "path", r->path, "route",
-        r->routed ? r->match.route->name : "-", "status", (int)r->status,
-        "bytes_in", (json_int_t)r->bytes_in, "bytes_out",
-        (json_int_t)r->bytes_out, "duration_ms", ms);
+    json_t *f =
+        json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:f}", "request_id",
+                  r->request_id, "method", r->method_name, "path", r->path,
+                  "route", r->routed ? r->match.route->name : "-", "status",
+                  (int)r->status, "bytes_in", (json_int_t)r->bytes_in,
+                  "bytes_out", (json_int_t)r->bytes_out, "duration_ms", ms);
     if (f && r->key.tenant_id[0])
         json_object_set_new(f, "tenant", json_string(r->key.tenant_id));
     if (f && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
@@ -496,4 +502,3 @@ void http_on_completed(void *cls, struct MHD_Connection *conn,
     req_free(r);
     *con_cls = NULL;
 }
-

@@ -30,19 +30,19 @@ typedef struct http_req http_req;
 
 /* What the server needs of its settings and of the rest of the process. */
 typedef struct http_server_opts {
-    const char *listen;          /* as given, for messages */
-    const char *host;            /* the numeric address to bind */
-    int port;                    /* 0 = any free port */
+    const char *listen; /* as given, for messages */
+    const char *host;   /* the numeric address to bind */
+    int port;           /* 0 = any free port */
     int ipv6;
-    int threads;                 /* libmicrohttpd's thread pool */
-    int connection_timeout_s;    /* idle connections are closed after */
-    uint64_t max_json_bytes;     /* a JSON body's limit */
-    uint64_t max_upload_bytes;   /* a multipart body's limit */
-    const char *tmp_dir;         /* spooled parts and temp files */
-    const char *tls_cert;        /* PEM; NULL: plain HTTP */
+    int threads;               /* libmicrohttpd's thread pool */
+    int connection_timeout_s;  /* idle connections are closed after */
+    uint64_t max_json_bytes;   /* a JSON body's limit */
+    uint64_t max_upload_bytes; /* a multipart body's limit */
+    const char *tmp_dir;       /* spooled parts and temp files */
+    const char *tls_cert;      /* PEM; NULL: plain HTTP */
     const char *tls_key;
-    store *store;                /* API keys, for the routes' auth */
-    struct api_ctx *ctx;          /* handed to every handler */
+    store *store;        /* API keys, for the routes' auth */
+    struct api_ctx *ctx; /* handed to every handler */
 } http_server_opts;
 
 /* Starts the daemon with opts (copied; the strings must outlive the

@@ -28,12 +28,12 @@ typedef struct {
     char name[64];
     char *mem;
     size_t len, cap;
-    int fd;                 /* >= 0 once spooled */
+    int fd; /* >= 0 once spooled */
     char path[PATH_MAX];
 } form_part;
 
 struct http_req {
-    struct api_ctx *app;        /* the handlers' context (http_server_opts.ctx) */
+    struct api_ctx *app; /* the handlers' context (http_server_opts.ctx) */
     struct MHD_Connection *conn;
     http_method method;
     char method_name[16];
@@ -47,7 +47,7 @@ struct http_req {
     body_kind body;
     uint64_t body_limit;
     uint64_t bytes_in;
-    char *buf;               /* JSON body */
+    char *buf; /* JSON body */
     size_t buf_len, buf_cap;
     mp_parser *mp;
     form_part parts[FORM_MAX_PARTS];
@@ -59,7 +59,7 @@ struct http_req {
 
     /* the reply */
     int replied;
-    int streamed;              /* the reply is an event stream */
+    int streamed; /* the reply is an event stream */
     int queued;
     unsigned status;
     struct MHD_Response *response;
@@ -84,8 +84,8 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn,
                                 const char *url, const char *method,
                                 const char *version, const char *upload_data,
                                 size_t *upload_data_size, void **req_cls);
-void http_on_completed(void *cls, struct MHD_Connection *conn,
-                       void **req_cls, enum MHD_RequestTerminationCode toe);
+void http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                       enum MHD_RequestTerminationCode toe);
 
 /* Ends every open stream (reply.c); before the daemon stops. */
 void http_streams_close_all(void);

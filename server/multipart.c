@@ -17,11 +17,11 @@
 #include <strings.h>
 
 typedef enum {
-    MP_PREAMBLE,     /* discarding until the first delimiter */
-    MP_AFTER_DELIM,  /* expecting "--" (end) or CRLF (headers follow) */
-    MP_HEADERS,      /* collecting part headers up to the blank line */
-    MP_BODY,         /* part data, scanning for the delimiter */
-    MP_EPILOGUE,     /* after the closing delimiter; ignored */
+    MP_PREAMBLE,    /* discarding until the first delimiter */
+    MP_AFTER_DELIM, /* expecting "--" (end) or CRLF (headers follow) */
+    MP_HEADERS,     /* collecting part headers up to the blank line */
+    MP_BODY,        /* part data, scanning for the delimiter */
+    MP_EPILOGUE,    /* after the closing delimiter; ignored */
     MP_FAILED
 } mp_state;
 
@@ -31,8 +31,8 @@ struct mp_parser {
     void *ctx;
     char delim[MP_MAX_BOUNDARY + 5]; /* "\r\n--" + boundary */
     size_t delim_len;
-    size_t matched;                  /* bytes of delim matched so far */
-    char after[2];                   /* the two bytes after a delimiter */
+    size_t matched; /* bytes of delim matched so far */
+    char after[2];  /* the two bytes after a delimiter */
     size_t after_len;
     char header[MP_MAX_HEADER + 1];
     size_t header_len;
@@ -94,7 +94,8 @@ ty_status mp_boundary_from_content_type(const char *ct, char *boundary,
             if (too_long || vlen == 0 || vlen > MP_MAX_BOUNDARY)
                 return ty_fail(err, TY_EINVAL, NULL,
                                "the multipart boundary must be 1 to %d "
-                               "characters long", MP_MAX_BOUNDARY);
+                               "characters long",
+                               MP_MAX_BOUNDARY);
             for (size_t i = 0; i < vlen; i++)
                 if (!boundary_char_ok((unsigned char)val[i]))
                     return ty_fail(err, TY_EINVAL, NULL,
@@ -104,8 +105,9 @@ ty_status mp_boundary_from_content_type(const char *ct, char *boundary,
             return TY_OK;
         }
     }
-    return ty_fail(err, TY_EINVAL, NULL,
-                   "Content-Type multipart/form-data has no boundary parameter");
+    return ty_fail(
+        err, TY_EINVAL, NULL,
+        "Content-Type multipart/form-data has no boundary parameter");
 }
 
 mp_parser *mp_parser_create(const char *boundary, const mp_callbacks *cb,
@@ -187,8 +189,8 @@ static ty_status parse_headers(mp_parser *p, ty_err *err)
                 return ty_fail(err, TY_EFORMAT, NULL,
                                "multipart part is not form-data");
             have_disp = disposition_param(val, "name", name, sizeof name);
-            have_file = disposition_param(val, "filename", filename,
-                                          sizeof filename);
+            have_file =
+                disposition_param(val, "filename", filename, sizeof filename);
         } else if (strcasecmp(line, "Content-Type") == 0) {
             snprintf(ctype, sizeof ctype, "%s", val);
             have_ctype = 1;
@@ -221,111 +223,113 @@ ty_status mp_parser_feed(mp_parser *p, const char *data, size_t len,
     size_t i = 0;
     while (i < len) {
         switch (p->state) {
-        case MP_PREAMBLE:
-        case MP_BODY: {
-            size_t span_start = i;
-            while (i < len) {
-                if (p->matched == 0) {
-                    const char *cr = memchr(data + i, '\r', len - i);
-                    if (!cr) {
-                        i = len;
-                        break;
+            case MP_PREAMBLE:
+            case MP_BODY: {
+                size_t span_start = i;
+                while (i < len) {
+                    if (p->matched == 0) {
+                        const char *cr = memchr(data + i, '\r', len - i);
+                        if (!cr) {
+                            i = len;
+                            break;
+                        }
+                        i = (size_t)(cr - data);
                     }
-                    i = (size_t)(cr - data);
-                }
-                if (data[i] == p->delim[p->matched]) {
-                    p->matched++;
-                    i++;
-                    if (p->matched == p->delim_len)
-                        break;
-                    continue;
-                }
-                /* Mismatch: the matched prefix (a CRLF plus part of the
+                    if (data[i] == p->delim[p->matched]) {
+                        p->matched++;
+                        i++;
+                        if (p->matched == p->delim_len)
+                            break;
+                        continue;
+                    }
+                    /* Mismatch: the matched prefix (a CRLF plus part of the
                  * boundary, which has no CR) is data. Flush what precedes it
                  * in this chunk, then the prefix from the delimiter text. */
-                size_t prefix = p->matched;
-                p->matched = 0;
-                if (prefix > 0) {
-                    size_t in_chunk = i - span_start;
-                    size_t from_chunk = in_chunk < prefix ? in_chunk : prefix;
-                    size_t from_delim = prefix - from_chunk;
-                    /* Bytes of the prefix that arrived in earlier chunks were
+                    size_t prefix = p->matched;
+                    p->matched = 0;
+                    if (prefix > 0) {
+                        size_t in_chunk = i - span_start;
+                        size_t from_chunk =
+                            in_chunk < prefix ? in_chunk : prefix;
+                        size_t from_delim = prefix - from_chunk;
+                        /* Bytes of the prefix that arrived in earlier chunks were
                      * held back; emit them from the delimiter text. */
-                    if ((st = emit(p, data + span_start, in_chunk - from_chunk,
-                                   err)) != TY_OK)
-                        return fail(p, st);
-                    if ((st = emit(p, p->delim, from_delim, err)) != TY_OK)
-                        return fail(p, st);
-                    if ((st = emit(p, p->delim + from_delim, from_chunk,
-                                   err)) != TY_OK)
-                        return fail(p, st);
-                    span_start = i;
+                        if ((st = emit(p, data + span_start,
+                                       in_chunk - from_chunk, err)) != TY_OK)
+                            return fail(p, st);
+                        if ((st = emit(p, p->delim, from_delim, err)) != TY_OK)
+                            return fail(p, st);
+                        if ((st = emit(p, p->delim + from_delim, from_chunk,
+                                       err)) != TY_OK)
+                            return fail(p, st);
+                        span_start = i;
+                    }
+                    /* Re-examine data[i] against the delimiter's first byte. */
                 }
-                /* Re-examine data[i] against the delimiter's first byte. */
-            }
-            if (p->matched == p->delim_len) {
-                /* Everything in this chunk before the delimiter is data. */
-                size_t in_chunk = i - span_start;
-                size_t delim_in_chunk = in_chunk < p->delim_len ? in_chunk
-                                                                 : p->delim_len;
-                if ((st = emit(p, data + span_start, in_chunk - delim_in_chunk,
-                               err)) != TY_OK)
-                    return fail(p, st);
-                if (p->state == MP_BODY &&
-                    (st = p->cb->on_part_end(p->ctx, err)) != TY_OK)
-                    return fail(p, st);
-                p->matched = 0;
-                p->after_len = 0;
-                p->state = MP_AFTER_DELIM;
-            } else {
-                /* Hold back the bytes that may be the start of a delimiter. */
-                size_t in_chunk = i - span_start;
-                size_t held = p->matched < in_chunk ? p->matched : in_chunk;
-                if ((st = emit(p, data + span_start, in_chunk - held, err)) !=
-                    TY_OK)
-                    return fail(p, st);
-            }
-            break;
-        }
-        case MP_AFTER_DELIM:
-            p->after[p->after_len++] = data[i++];
-            if (p->after_len < 2)
+                if (p->matched == p->delim_len) {
+                    /* Everything in this chunk before the delimiter is data. */
+                    size_t in_chunk = i - span_start;
+                    size_t delim_in_chunk =
+                        in_chunk < p->delim_len ? in_chunk : p->delim_len;
+                    if ((st = emit(p, data + span_start,
+                                   in_chunk - delim_in_chunk, err)) != TY_OK)
+                        return fail(p, st);
+                    if (p->state == MP_BODY &&
+                        (st = p->cb->on_part_end(p->ctx, err)) != TY_OK)
+                        return fail(p, st);
+                    p->matched = 0;
+                    p->after_len = 0;
+                    p->state = MP_AFTER_DELIM;
+                } else {
+                    /* Hold back the bytes that may be the start of a delimiter. */
+                    size_t in_chunk = i - span_start;
+                    size_t held = p->matched < in_chunk ? p->matched : in_chunk;
+                    if ((st = emit(p, data + span_start, in_chunk - held,
+                                   err)) != TY_OK)
+                        return fail(p, st);
+                }
                 break;
-            if (p->after[0] == '-' && p->after[1] == '-') {
-                p->state = MP_EPILOGUE;
-            } else if (p->after[0] == '\r' && p->after[1] == '\n') {
-                p->header_len = 0;
-                p->state = MP_HEADERS;
-            } else {
-                return fail(p, ty_fail(err, TY_EFORMAT, NULL,
-                                       "malformed multipart body: unexpected "
-                                       "bytes after a boundary"));
             }
-            break;
-        case MP_HEADERS:
-            if (p->header_len >= MP_MAX_HEADER)
-                return fail(p, ty_fail(err, TY_EFORMAT, NULL,
-                                       "multipart part headers are longer "
-                                       "than %d bytes", MP_MAX_HEADER));
-            p->header[p->header_len++] = data[i++];
-            if (p->header_len == 2 && memcmp(p->header, "\r\n", 2) == 0) {
-                return fail(p, ty_fail(err, TY_EFORMAT, NULL,
-                                       "multipart part has no headers"));
-            }
-            if (p->header_len >= 4 &&
-                memcmp(p->header + p->header_len - 4, "\r\n\r\n", 4) == 0) {
-                p->header_len -= 4;
-                if ((st = parse_headers(p, err)) != TY_OK)
-                    return fail(p, st);
-                p->matched = 0;
-                p->state = MP_BODY;
-            }
-            break;
-        case MP_EPILOGUE:
-            return TY_OK;
-        case MP_FAILED:
-            return ty_fail(err, TY_EINTERNAL, NULL,
-                           "multipart parser used after an error");
+            case MP_AFTER_DELIM:
+                p->after[p->after_len++] = data[i++];
+                if (p->after_len < 2)
+                    break;
+                if (p->after[0] == '-' && p->after[1] == '-') {
+                    p->state = MP_EPILOGUE;
+                } else if (p->after[0] == '\r' && p->after[1] == '\n') {
+                    p->header_len = 0;
+                    p->state = MP_HEADERS;
+                } else {
+                    return fail(p,
+                                ty_fail(err, TY_EFORMAT, NULL,
+                                        "malformed multipart body: unexpected "
+                                        "bytes after a boundary"));
+                }
+                break;
+            case MP_HEADERS:
+                if (p->header_len >= MP_MAX_HEADER)
+                    return fail(p, ty_fail(err, TY_EFORMAT, NULL,
+                                           "multipart part headers are longer "
+                                           "than %d bytes",
+                                           MP_MAX_HEADER));
+                p->header[p->header_len++] = data[i++];
+                if (p->header_len == 2 && memcmp(p->header, "\r\n", 2) == 0) {
+                    return fail(p, ty_fail(err, TY_EFORMAT, NULL,
+                                           "multipart part has no headers"));
+                }
+                if (p->header_len >= 4 &&
+                    memcmp(p->header + p->header_len - 4, "\r\n\r\n", 4) == 0) {
+                    p->header_len -= 4;
+                    if ((st = parse_headers(p, err)) != TY_OK)
+                        return fail(p, st);
+                    p->matched = 0;
+                    p->state = MP_BODY;
+                }
+                break;
+            case MP_EPILOGUE: return TY_OK;
+            case MP_FAILED:
+                return ty_fail(err, TY_EINTERNAL, NULL,
+                               "multipart parser used after an error");
         }
     }
     return TY_OK;

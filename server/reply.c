@@ -19,23 +19,23 @@
 static const char *reason_phrase(unsigned status)
 {
     switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Content Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Content";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Error";
+        case 200: return "OK";
+        case 201: return "Created";
+        case 202: return "Accepted";
+        case 204: return "No Content";
+        case 400: return "Bad Request";
+        case 401: return "Unauthorized";
+        case 403: return "Forbidden";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 409: return "Conflict";
+        case 411: return "Length Required";
+        case 413: return "Content Too Large";
+        case 415: return "Unsupported Media Type";
+        case 422: return "Unprocessable Content";
+        case 500: return "Internal Server Error";
+        case 503: return "Service Unavailable";
+        default: return "Error";
     }
 }
 
@@ -124,34 +124,28 @@ void http_reply_error(http_req *r, ty_status s, const ty_err *err)
     const char *msg = err && err->msg[0] ? err->msg : ty_status_name(s);
     const char *field = err ? err->field : NULL;
     switch (s) {
-    case TY_EINVAL:
-    case TY_EFORMAT:
-    case TY_EFETCH:
-        reply_problem_text(r, 422, field, msg);
-        return;
-    case TY_ENOTFOUND:
-        reply_problem_text(r, 404, field, msg);
-        return;
-    case TY_ECONFLICT:
-        reply_problem_text(r, 409, field, msg);
-        return;
-    case TY_ETOOBIG:
-        reply_problem_text(r, 413, field, msg);
-        return;
-    case TY_ENOMEM:
-        reply_problem_text(r, 503, NULL,
-                           "the server is out of memory; try again later or "
-                           "with a smaller request");
-        return;
-    default:
-        log_event("error", "internal_error",
-                  json_pack("{s:s, s:s, s:s}", "request_id", r->request_id,
-                            "status", ty_status_name(s), "detail", msg));
-        http_reply_problem(r, 500, NULL,
-                           "the server failed to handle this request; its log "
-                           "has the details under request id %s",
-                           r->request_id);
-        return;
+        case TY_EINVAL:
+        case TY_EFORMAT:
+        case TY_EFETCH: reply_problem_text(r, 422, field, msg); return;
+        case TY_ENOTFOUND: reply_problem_text(r, 404, field, msg); return;
+        case TY_ECONFLICT: reply_problem_text(r, 409, field, msg); return;
+        case TY_ETOOBIG: reply_problem_text(r, 413, field, msg); return;
+        case TY_ENOMEM:
+            reply_problem_text(
+                r, 503, NULL,
+                "the server is out of memory; try again later or "
+                "with a smaller request");
+            return;
+        default:
+            log_event("error", "internal_error",
+                      json_pack("{s:s, s:s, s:s}", "request_id", r->request_id,
+                                "status", ty_status_name(s), "detail", msg));
+            http_reply_problem(
+                r, 500, NULL,
+                "the server failed to handle this request; its log "
+                "has the details under request id %s",
+                r->request_id);
+            return;
     }
 }
 
@@ -175,8 +169,7 @@ void http_reply_file(http_req *r, unsigned status, const char *content_type,
                  download_name);
         http_reply_header(r, "Content-Disposition", disp);
     }
-    struct MHD_Response *resp =
-        MHD_create_response_from_fd((uint64_t)size, fd);
+    struct MHD_Response *resp = MHD_create_response_from_fd((uint64_t)size, fd);
     if (!resp)
         close(fd);
     set_reply(r, status, resp, content_type, (uint64_t)size);
@@ -338,4 +331,3 @@ void http_streams_close_all(void)
     }
     pthread_mutex_unlock(&streams_mu);
 }
-

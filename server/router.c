@@ -5,9 +5,9 @@
 #include <string.h>
 
 static const char *const method_names[] = {
-    [HTTP_GET] = "GET",       [HTTP_HEAD] = "HEAD",
-    [HTTP_POST] = "POST",     [HTTP_PUT] = "PUT",
-    [HTTP_PATCH] = "PATCH",   [HTTP_DELETE] = "DELETE",
+    [HTTP_GET] = "GET",         [HTTP_HEAD] = "HEAD",
+    [HTTP_POST] = "POST",       [HTTP_PUT] = "PUT",
+    [HTTP_PATCH] = "PATCH",     [HTTP_DELETE] = "DELETE",
     [HTTP_OPTIONS] = "OPTIONS", [HTTP_OTHER] = "OTHER",
 };
 _Static_assert(sizeof method_names / sizeof method_names[0] ==

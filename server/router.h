@@ -26,9 +26,9 @@ http_method http_method_parse(const char *s);
 const char *http_method_name(http_method m);
 
 typedef enum {
-    ROUTE_PUBLIC = 0,  /* no key needed */
-    ROUTE_KEY,         /* any valid API key */
-    ROUTE_ADMIN        /* an admin key */
+    ROUTE_PUBLIC = 0, /* no key needed */
+    ROUTE_KEY,        /* any valid API key */
+    ROUTE_ADMIN       /* an admin key */
 } route_auth;
 
 typedef enum {
@@ -44,7 +44,7 @@ typedef void (*route_handler)(struct api_ctx *app, struct http_req *req);
 typedef struct {
     http_method method;
     const char *pattern;
-    const char *name;        /* stable name for logs and metrics */
+    const char *name; /* stable name for logs and metrics */
     route_auth auth;
     route_body body;
     route_handler handler;
@@ -61,7 +61,7 @@ typedef struct {
 
 typedef enum {
     ROUTE_FOUND = 0,
-    ROUTE_NOT_FOUND,        /* no pattern matches the path */
+    ROUTE_NOT_FOUND,         /* no pattern matches the path */
     ROUTE_METHOD_NOT_ALLOWED /* the path matches, the method does not */
 } route_result;
 

@@ -4,20 +4,14 @@
  */
 #include "server/sse.h"
 
-static void sse_wake(void *arg)
-{
-    http_stream_wake(arg);
-}
+static void sse_wake(void *arg) { http_stream_wake(arg); }
 
 static long sse_fill(void *cls, char *buf, size_t max)
 {
     return ev_sub_read(cls, buf, max);
 }
 
-static void sse_free(void *cls)
-{
-    ev_unsubscribe(cls);
-}
+static void sse_free(void *cls) { ev_unsubscribe(cls); }
 
 void sse_reply(http_req *r, ev_hub *h, const char *tenant_id,
                const char *job_id, uint64_t after, char *preamble, ev_end end)
@@ -27,8 +21,8 @@ void sse_reply(http_req *r, ev_hub *h, const char *tenant_id,
         http_reply_problem(r, 503, NULL, "live events are not available");
         return;
     }
-    http_stream *hs = http_reply_stream(r, "text/event-stream", sse_fill,
-                                        sse_free, s);
+    http_stream *hs =
+        http_reply_stream(r, "text/event-stream", sse_fill, sse_free, s);
     if (!hs)
         return;
     /* The reader runs only after this handler returns; attaching now is

@@ -10,9 +10,9 @@
 
 #define PEM_MAX (1u << 20)
 
-static ty_status read_pem(const char *flag, const char *path,
-                          const char *what, const char *const *kinds,
-                          char **out, size_t *len, ty_err *err)
+static ty_status read_pem(const char *flag, const char *path, const char *what,
+                          const char *const *kinds, char **out, size_t *len,
+                          ty_err *err)
 {
     if (fs_read_all(path, PEM_MAX, out, len, err) != TY_OK) {
         char why[sizeof err->msg];
@@ -42,8 +42,8 @@ ty_status tls_pem_load(const char *cert_file, const char *key_file,
         "-----BEGIN PRIVATE KEY-----", "-----BEGIN RSA PRIVATE KEY-----",
         "-----BEGIN EC PRIVATE KEY-----", NULL};
     size_t cert_len = 0;
-    ty_status s = read_pem("--tls-cert", cert_file, "certificate", cert_kinds, &out->cert,
-                           &cert_len, err);
+    ty_status s = read_pem("--tls-cert", cert_file, "certificate", cert_kinds,
+                           &out->cert, &cert_len, err);
     if (s == TY_OK)
         s = read_pem("--tls-key", key_file, "private key", key_kinds, &out->key,
                      &out->key_len, err);

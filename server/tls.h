@@ -15,9 +15,9 @@
 #include "common/ty.h"
 
 typedef struct {
-    char *cert;       /* PEM text, NUL-terminated; NULL: plain HTTP */
+    char *cert; /* PEM text, NUL-terminated; NULL: plain HTTP */
     char *key;
-    size_t key_len;   /* wiped on free */
+    size_t key_len; /* wiped on free */
 } tls_pem;
 
 /* Reads both files (each at most 1 MiB). Fails, naming the flag, when a

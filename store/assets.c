@@ -41,19 +41,21 @@ typedef struct {
     .remove = "DELETE FROM " table " WHERE id = ? AND tenant_id = ?"
 
 static const asset_kind asset_kinds[] = {
-    [ASSET_DATASET] = {
-        .noun = "dataset",
-        ASSET_STATEMENTS("datasets"),
-        /* a queued or running job trains on it or validates on it */
-        .in_use = "SELECT id FROM jobs WHERE tenant_id = ?2 AND "
-                  "status IN ('queued', 'running') AND (dataset_id = ?1 OR "
-                  "json_extract(validation, '$.dataset') = ?1) LIMIT 1",
-    },
-    [ASSET_MODEL] = {
-        .noun = "model",
-        ASSET_STATEMENTS("models"),
-        .in_use = NULL,
-    },
+    [ASSET_DATASET] =
+        {
+            .noun = "dataset",
+            ASSET_STATEMENTS("datasets"),
+            /* a queued or running job trains on it or validates on it */
+            .in_use = "SELECT id FROM jobs WHERE tenant_id = ?2 AND "
+                      "status IN ('queued', 'running') AND (dataset_id = ?1 OR "
+                      "json_extract(validation, '$.dataset') = ?1) LIMIT 1",
+        },
+    [ASSET_MODEL] =
+        {
+            .noun = "model",
+            ASSET_STATEMENTS("models"),
+            .in_use = NULL,
+        },
 };
 static_assert(TY_ARRAY_LEN(asset_kinds) == ASSET_KIND_COUNT,
               "every asset kind needs its table");
@@ -79,9 +81,8 @@ static ty_status asset_insert(store *st, asset_kind_id kind,
 
 /* The tenant's row: TY_ENOTFOUND ("<noun> <id> not found") if it is not
  * this tenant's. Caller holds st->mu. */
-static ty_status asset_row(store *st, asset_kind_id kind,
-                           const char *tenant_id, const char *id, json_t **row,
-                           ty_err *err)
+static ty_status asset_row(store *st, asset_kind_id kind, const char *tenant_id,
+                           const char *id, json_t **row, ty_err *err)
 {
     return db_q_one(st, row, err, asset_kinds[kind].noun, id,
                     asset_kinds[kind].get, "ss", id, tenant_id);
@@ -89,9 +90,9 @@ static ty_status asset_row(store *st, asset_kind_id kind,
 
 /* The row's doc (new reference) and, when sha256 is not NULL, its blob
  * hash. TY_ENOTFOUND if it is not this tenant's. */
-static ty_status asset_get(store *st, asset_kind_id kind,
-                           const char *tenant_id, const char *id, json_t **doc,
-                           char sha256[65], ty_err *err)
+static ty_status asset_get(store *st, asset_kind_id kind, const char *tenant_id,
+                           const char *id, json_t **doc, char sha256[65],
+                           ty_err *err)
 {
     json_t *row = NULL;
     pthread_mutex_lock(&st->mu);
@@ -114,9 +115,9 @@ static ty_status asset_list(store *st, asset_kind_id kind,
 {
     json_t *rows;
     pthread_mutex_lock(&st->mu);
-    ty_status s = db_q(st, &rows, NULL, err, asset_kinds[kind].list, "siii",
-                       tenant_id, page.cursor, page.cursor,
-                       (int64_t)page.limit + 1);
+    ty_status s =
+        db_q(st, &rows, NULL, err, asset_kinds[kind].list, "siii", tenant_id,
+             page.cursor, page.cursor, (int64_t)page.limit + 1);
     pthread_mutex_unlock(&st->mu);
     if (s != TY_OK)
         return s;
@@ -136,13 +137,13 @@ static ty_status asset_check_unused(store *st, asset_kind_id kind,
     json_t *rows = NULL;
     ty_status s = db_q(st, &rows, NULL, err, k->in_use, "ss", id, tenant_id);
     if (s == TY_OK && json_array_size(rows) > 0)
-        s = ty_fail(err, TY_ECONFLICT, NULL,
-                    "%s %s is in use by job %s; cancel the job or wait "
-                    "for it to finish before deleting the %s",
-                    k->noun, id,
-                    json_string_value(
-                        json_object_get(json_array_get(rows, 0), "id")),
-                    k->noun);
+        s = ty_fail(
+            err, TY_ECONFLICT, NULL,
+            "%s %s is in use by job %s; cancel the job or wait "
+            "for it to finish before deleting the %s",
+            k->noun, id,
+            json_string_value(json_object_get(json_array_get(rows, 0), "id")),
+            k->noun);
     json_decref(rows);
     return s;
 }
@@ -172,9 +173,9 @@ static ty_status asset_delete(store *st, asset_kind_id kind,
 
 /* ---- the public names, one per kind and operation ---- */
 
-ty_status store_dataset_insert(store *st, const char *tenant_id,
-                               const char *id, const char *sha256,
-                               int64_t bytes, const json_t *doc, ty_err *err)
+ty_status store_dataset_insert(store *st, const char *tenant_id, const char *id,
+                               const char *sha256, int64_t bytes,
+                               const json_t *doc, ty_err *err)
 {
     return asset_insert(st, ASSET_DATASET, tenant_id, id, sha256, bytes, doc,
                         err);
@@ -200,9 +201,8 @@ ty_status store_model_get(store *st, const char *tenant_id, const char *id,
     return asset_get(st, ASSET_MODEL, tenant_id, id, doc, sha256, err);
 }
 
-ty_status store_dataset_list(store *st, const char *tenant_id,
-                             store_page page, json_t **items,
-                             int64_t *next_cursor, ty_err *err)
+ty_status store_dataset_list(store *st, const char *tenant_id, store_page page,
+                             json_t **items, int64_t *next_cursor, ty_err *err)
 {
     return asset_list(st, ASSET_DATASET, tenant_id, page, items, next_cursor,
                       err);
@@ -215,8 +215,8 @@ ty_status store_model_list(store *st, const char *tenant_id, store_page page,
                       err);
 }
 
-ty_status store_dataset_delete(store *st, const char *tenant_id,
-                               const char *id, char sha256[65], ty_err *err)
+ty_status store_dataset_delete(store *st, const char *tenant_id, const char *id,
+                               char sha256[65], ty_err *err)
 {
     return asset_delete(st, ASSET_DATASET, tenant_id, id, sha256, err);
 }

@@ -20,15 +20,9 @@
 
 #include "store/blob.h"
 
-void store_blob_lock(store *st)
-{
-    pthread_mutex_lock(&st->blob_mu);
-}
+void store_blob_lock(store *st) { pthread_mutex_lock(&st->blob_mu); }
 
-void store_blob_unlock(store *st)
-{
-    pthread_mutex_unlock(&st->blob_mu);
-}
+void store_blob_unlock(store *st) { pthread_mutex_unlock(&st->blob_mu); }
 
 ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
                           ty_err *err)

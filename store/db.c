@@ -109,29 +109,25 @@ ty_status db_fail(store *st, ty_err *err, const char *what)
                    sqlite3_errmsg(st->db));
 }
 
-
 static json_t *column_json(sqlite3_stmt *s, int i)
 {
     const char *name = sqlite3_column_name(s, i);
     size_t nlen = strlen(name);
     int is_json = nlen > 5 && strcmp(name + nlen - 5, "_json") == 0;
     switch (sqlite3_column_type(s, i)) {
-    case SQLITE_INTEGER:
-        return json_integer(sqlite3_column_int64(s, i));
-    case SQLITE_FLOAT:
-        return json_real(sqlite3_column_double(s, i));
-    case SQLITE_NULL:
-        return json_null();
-    default: {
-        const char *text = (const char *)sqlite3_column_text(s, i);
-        if (!text)
-            return json_null();
-        if (is_json) {
-            json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
-            return v ? v : json_null();
+        case SQLITE_INTEGER: return json_integer(sqlite3_column_int64(s, i));
+        case SQLITE_FLOAT: return json_real(sqlite3_column_double(s, i));
+        case SQLITE_NULL: return json_null();
+        default: {
+            const char *text = (const char *)sqlite3_column_text(s, i);
+            if (!text)
+                return json_null();
+            if (is_json) {
+                json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+                return v ? v : json_null();
+            }
+            return json_string(text);
         }
-        return json_string(text);
-    }
     }
 }
 
@@ -160,30 +156,29 @@ static int bind_args(sqlite3_stmt *s, const char *fmt, va_list ap)
     int idx = 1, rc = SQLITE_OK;
     for (const char *f = fmt; *f && rc == SQLITE_OK; f++, idx++) {
         switch (*f) {
-        case 's': {
-            const char *v = va_arg(ap, const char *);
-            rc = v ? sqlite3_bind_text(s, idx, v, -1, SQLITE_TRANSIENT)
-                   : sqlite3_bind_null(s, idx);
-            break;
-        }
-        case 'i':
-            rc = sqlite3_bind_int64(s, idx, va_arg(ap, int64_t));
-            break;
-        case 'b':
-            rc = sqlite3_bind_blob(s, idx, va_arg(ap, const void *), 32,
-                                   SQLITE_TRANSIENT);
-            break;
-        case 'd':
-            rc = sqlite3_bind_double(s, idx, va_arg(ap, double));
-            break;
-        case 'I': { /* int64; negative binds NULL (an unset limit) */
-            int64_t v = va_arg(ap, int64_t);
-            rc = v < 0 ? sqlite3_bind_null(s, idx)
-                       : sqlite3_bind_int64(s, idx, v);
-            break;
-        }
-        default:
-            return SQLITE_MISUSE;
+            case 's': {
+                const char *v = va_arg(ap, const char *);
+                rc = v ? sqlite3_bind_text(s, idx, v, -1, SQLITE_TRANSIENT)
+                       : sqlite3_bind_null(s, idx);
+                break;
+            }
+            case 'i':
+                rc = sqlite3_bind_int64(s, idx, va_arg(ap, int64_t));
+                break;
+            case 'b':
+                rc = sqlite3_bind_blob(s, idx, va_arg(ap, const void *), 32,
+                                       SQLITE_TRANSIENT);
+                break;
+            case 'd':
+                rc = sqlite3_bind_double(s, idx, va_arg(ap, double));
+                break;
+            case 'I': { /* int64; negative binds NULL (an unset limit) */
+                int64_t v = va_arg(ap, int64_t);
+                rc = v < 0 ? sqlite3_bind_null(s, idx)
+                           : sqlite3_bind_int64(s, idx, v);
+                break;
+            }
+            default: return SQLITE_MISUSE;
         }
     }
     return rc;
@@ -303,7 +298,7 @@ json_t *db_finish_page(json_t *rows, int limit, int64_t *next_cursor)
     json_t *items = json_array();
     size_t i;
     json_t *row;
-    json_array_foreach(rows, i, row) {
+    json_array_foreach (rows, i, row) {
         if ((int)i == limit) {
             *next_cursor = json_integer_value(
                 json_object_get(json_array_get(rows, i - 1), "_seq"));
@@ -341,8 +336,9 @@ ty_status store_open(const char *data_dir, store **out, ty_err *err)
         goto fail;
     }
     sqlite3_busy_timeout(st->db, 5000);
-    if ((s = db_exec(st, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
-                         "PRAGMA foreign_keys=ON;",
+    if ((s = db_exec(st,
+                     "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
+                     "PRAGMA foreign_keys=ON;",
                      err)) != TY_OK)
         goto fail;
     int version = store_schema_version(st);

@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define JOB_COLUMNS                                                           \
+#define JOB_COLUMNS                                                            \
     "id, name, status, dataset_id AS dataset, validation AS validation_json, " \
-    "spec AS spec_json, hyperparameters AS hyperparameters_json, "            \
-    "progress AS progress_json, metrics AS metrics_json, model_id AS model, " \
-    "error, attempts, created_at, started_at, finished_at, "                  \
-    "estimated_memory_bytes, device, "                                       \
-    "coalesce(resources, '{\"gpu\":\"none\"}') AS resources_json, priority, " \
+    "spec AS spec_json, hyperparameters AS hyperparameters_json, "             \
+    "progress AS progress_json, metrics AS metrics_json, model_id AS model, "  \
+    "error, attempts, created_at, started_at, finished_at, "                   \
+    "estimated_memory_bytes, device, "                                         \
+    "coalesce(resources, '{\"gpu\":\"none\"}') AS resources_json, priority, "  \
     "placement AS placement_json, preemptions"
 
 ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
@@ -28,14 +28,13 @@ ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
                            const json_t *hyperparameters,
                            int64_t estimated_memory_bytes, ty_err *err)
 {
-    return store_job_insert_req(st, tenant_id, id, name, dataset_id,
-                                validation, spec, hyperparameters,
-                                estimated_memory_bytes, NULL, 0, err);
+    return store_job_insert_req(st, tenant_id, id, name, dataset_id, validation,
+                                spec, hyperparameters, estimated_memory_bytes,
+                                NULL, 0, err);
 }
 
-ty_status store_job_insert_req(store *st, const char *tenant_id,
-                               const char *id, const char *name,
-                               const char *dataset_id,
+ty_status store_job_insert_req(store *st, const char *tenant_id, const char *id,
+                               const char *name, const char *dataset_id,
                                const json_t *validation, const json_t *spec,
                                const json_t *hyperparameters,
                                int64_t estimated_memory_bytes,
@@ -96,8 +95,8 @@ ty_status store_job_get_internal(store *st, const char *id, json_t **doc,
 }
 
 ty_status store_job_list(store *st, const char *tenant_id, const char *status,
-                         store_page page, json_t **items,
-                         int64_t *next_cursor, ty_err *err)
+                         store_page page, json_t **items, int64_t *next_cursor,
+                         ty_err *err)
 {
     pthread_mutex_lock(&st->mu);
     json_t *rows;
@@ -136,7 +135,7 @@ ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
     *items = json_array();
     size_t i;
     json_t *r;
-    json_array_foreach(rows, i, r)
+    json_array_foreach (rows, i, r)
         json_array_append(*items, json_object_get(r, "m"));
     json_decref(rows);
     return TY_OK;
@@ -338,7 +337,7 @@ ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err)
 }
 
 ty_status store_job_placement_merge(store *st, const char *id,
-                                   const json_t *patch, ty_err *err)
+                                    const json_t *patch, ty_err *err)
 {
     char *p = json_dumps(patch, JSON_COMPACT);
     if (!p)
@@ -364,7 +363,7 @@ ty_status store_job_requeue(store *st, const char *id, int preempted,
              "UPDATE jobs SET status = 'queued', error = ?, "
              "preemptions = preemptions + ?, resume_preempted = ? "
              "WHERE id = ? AND status = 'running'",
-             "siis", error, (int64_t)!!preempted, (int64_t)!!preempted, id);
+             "siis", error, (int64_t) !!preempted, (int64_t) !!preempted, id);
     pthread_mutex_unlock(&st->mu);
     if (s == TY_OK && changed == 0)
         return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not running", id);

@@ -37,8 +37,8 @@ ty_status store_storage_fits(int64_t used, int64_t adding, int64_t max,
                    max, used, adding);
 }
 
-ty_status store_storage_check(store *st, const char *tenant_id,
-                              int64_t adding, ty_err *err)
+ty_status store_storage_check(store *st, const char *tenant_id, int64_t adding,
+                              ty_err *err)
 {
     store_tenant_limits lim;
     int64_t used = 0;

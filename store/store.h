@@ -35,7 +35,6 @@ int store_schema_version(store *st);
 /* A cheap liveness query, for /readyz. */
 ty_status store_ping(store *st, ty_err *err);
 
-
 /* ---- tenants and keys (tenants.c) ---- */
 
 typedef struct {
@@ -49,10 +48,10 @@ ty_status store_key_count(store *st, int64_t *count, ty_err *err);
 
 /* What store_admin_key_ensure found or did. */
 typedef enum {
-    STORE_ADMIN_KEY_CREATED,  /* the store had no keys: admin tenant + key */
-    STORE_ADMIN_KEY_ADDED,    /* added to the admin tenant */
-    STORE_ADMIN_KEY_PRESENT,  /* already a live key (nothing changed) */
-    STORE_ADMIN_KEY_REVOKED   /* revoked through the API: left revoked */
+    STORE_ADMIN_KEY_CREATED, /* the store had no keys: admin tenant + key */
+    STORE_ADMIN_KEY_ADDED,   /* added to the admin tenant */
+    STORE_ADMIN_KEY_PRESENT, /* already a live key (nothing changed) */
+    STORE_ADMIN_KEY_REVOKED  /* revoked through the API: left revoked */
 } store_admin_key_result;
 
 /* Makes the key (id and SHA-256; the key itself is never stored) an admin
@@ -75,30 +74,29 @@ ty_status store_key_lookup(store *st, const char *key_id, store_key *out,
 /* A page of a list: items (new array) and the cursor of the next page
  * (0 when this is the last). Cursors are row sequence numbers, newest first. */
 typedef struct {
-    int64_t cursor;  /* 0 = start from the newest */
-    int limit;       /* 1..1000 */
+    int64_t cursor; /* 0 = start from the newest */
+    int limit;      /* 1..1000 */
 } store_page;
 
 /* ---- datasets (assets.c) ---- */
 
 /* Inserts a dataset row; doc is the API representation (borrowed). */
-ty_status store_dataset_insert(store *st, const char *tenant_id,
-                               const char *id, const char *sha256,
-                               int64_t bytes, const json_t *doc, ty_err *err);
+ty_status store_dataset_insert(store *st, const char *tenant_id, const char *id,
+                               const char *sha256, int64_t bytes,
+                               const json_t *doc, ty_err *err);
 
 /* The dataset's API representation, and its blob hash into sha256 (may be
  * NULL). TY_ENOTFOUND if it is not this tenant's. */
 ty_status store_dataset_get(store *st, const char *tenant_id, const char *id,
                             json_t **doc, char sha256[65], ty_err *err);
 
-ty_status store_dataset_list(store *st, const char *tenant_id,
-                             store_page page, json_t **items,
-                             int64_t *next_cursor, ty_err *err);
+ty_status store_dataset_list(store *st, const char *tenant_id, store_page page,
+                             json_t **items, int64_t *next_cursor, ty_err *err);
 
 /* Deletes the row and writes its blob hash into sha256. TY_ECONFLICT (with
  * the job named) while a queued or running job uses the dataset. */
-ty_status store_dataset_delete(store *st, const char *tenant_id,
-                               const char *id, char sha256[65], ty_err *err);
+ty_status store_dataset_delete(store *st, const char *tenant_id, const char *id,
+                               char sha256[65], ty_err *err);
 
 /* ---- jobs (jobs.c) ---- */
 
@@ -121,9 +119,8 @@ ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
 /* The same, with what the job asks of the scheduler: resources (the
  * normalized {"gpu": ...} object; NULL stores none, shown as
  * {"gpu": "none"}) and priority (higher first within its tenant). */
-ty_status store_job_insert_req(store *st, const char *tenant_id,
-                               const char *id, const char *name,
-                               const char *dataset_id,
+ty_status store_job_insert_req(store *st, const char *tenant_id, const char *id,
+                               const char *name, const char *dataset_id,
                                const json_t *validation, const json_t *spec,
                                const json_t *hyperparameters,
                                int64_t estimated_memory_bytes,
@@ -140,8 +137,8 @@ ty_status store_job_get_internal(store *st, const char *id, json_t **doc,
                                  ty_err *err);
 
 ty_status store_job_list(store *st, const char *tenant_id, const char *status,
-                         store_page page, json_t **items,
-                         int64_t *next_cursor, ty_err *err);
+                         store_page page, json_t **items, int64_t *next_cursor,
+                         ty_err *err);
 
 /* Per-epoch metrics, oldest first (new array). */
 ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
@@ -300,9 +297,8 @@ ty_status store_tenant_update(store *st, const char *id, const char *name,
 /* Adds a key to the tenant (an admin key when the tenant holds admin keys)
  * and gives its representation (id, tenant, admin, created_at, revoked_at;
  * never the hash). TY_ENOTFOUND when there is no such tenant. */
-ty_status store_key_create(store *st, const char *tenant_id,
-                           const char *key_id, const uint8_t hash[32],
-                           json_t **doc, ty_err *err);
+ty_status store_key_create(store *st, const char *tenant_id, const char *key_id,
+                           const uint8_t hash[32], json_t **doc, ty_err *err);
 
 /* The tenant's keys, revoked ones included, newest first. TY_ENOTFOUND when
  * there is no such tenant. */
@@ -313,8 +309,8 @@ ty_status store_key_list(store *st, const char *tenant_id, store_page page,
  * effect on the next request: keys are looked up on every request.
  * TY_ENOTFOUND if the tenant has no such key; TY_ECONFLICT for the last live
  * admin key. */
-ty_status store_key_revoke(store *st, const char *tenant_id,
-                           const char *key_id, ty_err *err);
+ty_status store_key_revoke(store *st, const char *tenant_id, const char *key_id,
+                           ty_err *err);
 
 /* ---- quotas (quota.c) ---- */
 
@@ -334,8 +330,8 @@ ty_status store_storage_fits(int64_t used, int64_t adding, int64_t max,
  * Caller holds the blob lock (store_blob_lock) from this check until the
  * new row is inserted, so two uploads of one tenant cannot both fit in the
  * room left for one. */
-ty_status store_storage_check(store *st, const char *tenant_id,
-                              int64_t adding, ty_err *err);
+ty_status store_storage_check(store *st, const char *tenant_id, int64_t adding,
+                              ty_err *err);
 
 /* ---- metrics (jobs.c) ---- */
 

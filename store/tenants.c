@@ -112,24 +112,24 @@ done:
 /* A tenant's API representation; usage counts what the storage quota
  * measures (every dataset and model row's bytes) and what the scheduler will
  * limit. A tenant is the admin's when it holds an admin key. */
-#define TENANT_COLUMNS                                                        \
-    "t.id, t.name, t.weight, json_object("                                   \
-    "'max_gpu_slices', t.max_gpu_slices, "                                   \
-    "'max_running_jobs', t.max_running_jobs, "                               \
-    "'max_storage_bytes', t.max_storage_bytes) AS quota_json, json_object("  \
-    "'storage_bytes', "                                                      \
+#define TENANT_COLUMNS                                                         \
+    "t.id, t.name, t.weight, json_object("                                     \
+    "'max_gpu_slices', t.max_gpu_slices, "                                     \
+    "'max_running_jobs', t.max_running_jobs, "                                 \
+    "'max_storage_bytes', t.max_storage_bytes) AS quota_json, json_object("    \
+    "'storage_bytes', "                                                        \
     "(SELECT coalesce(sum(bytes), 0) FROM datasets WHERE tenant_id = t.id) + " \
-    "(SELECT coalesce(sum(bytes), 0) FROM models WHERE tenant_id = t.id), "  \
-    "'datasets', (SELECT count(*) FROM datasets WHERE tenant_id = t.id), "   \
-    "'models', (SELECT count(*) FROM models WHERE tenant_id = t.id), "       \
-    "'running_jobs', (SELECT count(*) FROM jobs WHERE tenant_id = t.id AND " \
-    "status = 'running')) AS usage_json, "                                   \
-    "json(CASE WHEN EXISTS (SELECT 1 FROM api_keys k WHERE k.tenant_id = "   \
-    "t.id AND k.is_admin = 1) THEN 'true' ELSE 'false' END) AS admin_json, " \
+    "(SELECT coalesce(sum(bytes), 0) FROM models WHERE tenant_id = t.id), "    \
+    "'datasets', (SELECT count(*) FROM datasets WHERE tenant_id = t.id), "     \
+    "'models', (SELECT count(*) FROM models WHERE tenant_id = t.id), "         \
+    "'running_jobs', (SELECT count(*) FROM jobs WHERE tenant_id = t.id AND "   \
+    "status = 'running')) AS usage_json, "                                     \
+    "json(CASE WHEN EXISTS (SELECT 1 FROM api_keys k WHERE k.tenant_id = "     \
+    "t.id AND k.is_admin = 1) THEN 'true' ELSE 'false' END) AS admin_json, "   \
     "t.created_at"
 
-#define KEY_COLUMNS                                                           \
-    "id, tenant_id AS tenant, json(CASE WHEN is_admin = 1 THEN 'true' ELSE "  \
+#define KEY_COLUMNS                                                          \
+    "id, tenant_id AS tenant, json(CASE WHEN is_admin = 1 THEN 'true' ELSE " \
     "'false' END) AS admin_json, created_at, revoked_at"
 
 /* TY_ECONFLICT if another tenant than self_id (may be "") is named name.
@@ -142,12 +142,12 @@ static ty_status tenant_name_free(store *st, const char *name,
                        "SELECT id FROM tenants WHERE name = ? AND id != ?",
                        "ss", name, self_id);
     if (s == TY_OK && json_array_size(rows) > 0)
-        s = ty_fail(err, TY_ECONFLICT, "name",
-                    "a tenant named '%s' exists already (%s); choose another "
-                    "name",
-                    name,
-                    json_string_value(
-                        json_object_get(json_array_get(rows, 0), "id")));
+        s = ty_fail(
+            err, TY_ECONFLICT, "name",
+            "a tenant named '%s' exists already (%s); choose another "
+            "name",
+            name,
+            json_string_value(json_object_get(json_array_get(rows, 0), "id")));
     json_decref(rows);
     return s;
 }
@@ -185,8 +185,7 @@ done:
     return s;
 }
 
-ty_status store_tenant_get(store *st, const char *id, json_t **doc,
-                           ty_err *err)
+ty_status store_tenant_get(store *st, const char *id, json_t **doc, ty_err *err)
 {
     pthread_mutex_lock(&st->mu);
     ty_status s = db_q_one(
@@ -263,11 +262,11 @@ ty_status store_tenant_update(store *st, const char *id, const char *name,
             "max_running_jobs = CASE WHEN ? THEN ? ELSE max_running_jobs END, "
             "max_storage_bytes = CASE WHEN ? THEN ? ELSE max_storage_bytes "
             "END WHERE id = ?",
-            "sidiIiIiIs", name, (int64_t)!!(set & STORE_TENANT_SET_WEIGHT),
-            lim->weight, (int64_t)!!(set & STORE_TENANT_SET_GPU_SLICES),
+            "sidiIiIiIs", name, (int64_t) !!(set & STORE_TENANT_SET_WEIGHT),
+            lim->weight, (int64_t) !!(set & STORE_TENANT_SET_GPU_SLICES),
             lim->max_gpu_slices,
-            (int64_t)!!(set & STORE_TENANT_SET_RUNNING_JOBS),
-            lim->max_running_jobs, (int64_t)!!(set & STORE_TENANT_SET_STORAGE),
+            (int64_t) !!(set & STORE_TENANT_SET_RUNNING_JOBS),
+            lim->max_running_jobs, (int64_t) !!(set & STORE_TENANT_SET_STORAGE),
             lim->max_storage_bytes, id);
     if (s == TY_OK)
         s = db_exec(st, "COMMIT", err);
@@ -278,9 +277,8 @@ done:
     return s;
 }
 
-ty_status store_key_create(store *st, const char *tenant_id,
-                           const char *key_id, const uint8_t hash[32],
-                           json_t **doc, ty_err *err)
+ty_status store_key_create(store *st, const char *tenant_id, const char *key_id,
+                           const uint8_t hash[32], json_t **doc, ty_err *err)
 {
     char now[32];
     ty_now_iso(now);
@@ -330,8 +328,8 @@ ty_status store_key_list(store *st, const char *tenant_id, store_page page,
     return TY_OK;
 }
 
-ty_status store_key_revoke(store *st, const char *tenant_id,
-                           const char *key_id, ty_err *err)
+ty_status store_key_revoke(store *st, const char *tenant_id, const char *key_id,
+                           ty_err *err)
 {
     char now[32];
     ty_now_iso(now);
@@ -346,8 +344,7 @@ ty_status store_key_revoke(store *st, const char *tenant_id,
         "FROM api_keys WHERE is_admin = 1 AND revoked_at IS NULL) AS "
         "live_admins FROM api_keys WHERE id = ? AND tenant_id = ?",
         "ss", key_id, tenant_id);
-    if (s == TY_OK &&
-        json_integer_value(json_object_get(row, "is_admin")) &&
+    if (s == TY_OK && json_integer_value(json_object_get(row, "is_admin")) &&
         json_integer_value(json_object_get(row, "live")) &&
         json_integer_value(json_object_get(row, "live_admins")) <= 1)
         s = ty_fail(err, TY_ECONFLICT, NULL,

@@ -33,24 +33,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CK(call)                                                              \
-    do {                                                                      \
-        cudaError_t e_ = (call);                                              \
-        if (e_ != cudaSuccess) {                                              \
-            fprintf(stderr, "gemm_ceiling: %s failed: %s (%s:%d)\n", #call,   \
-                    cudaGetErrorString(e_), __FILE__, __LINE__);              \
-            exit(1);                                                          \
-        }                                                                     \
+#define CK(call)                                                            \
+    do {                                                                    \
+        cudaError_t e_ = (call);                                            \
+        if (e_ != cudaSuccess) {                                            \
+            fprintf(stderr, "gemm_ceiling: %s failed: %s (%s:%d)\n", #call, \
+                    cudaGetErrorString(e_), __FILE__, __LINE__);            \
+            exit(1);                                                        \
+        }                                                                   \
     } while (0)
 
-#define CKB(call)                                                             \
-    do {                                                                      \
-        cublasStatus_t s_ = (call);                                           \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                    \
-            fprintf(stderr, "gemm_ceiling: %s failed: %s (%s:%d)\n", #call,   \
-                    cublasGetStatusString(s_), __FILE__, __LINE__);           \
-            exit(1);                                                          \
-        }                                                                     \
+#define CKB(call)                                                           \
+    do {                                                                    \
+        cublasStatus_t s_ = (call);                                         \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                  \
+            fprintf(stderr, "gemm_ceiling: %s failed: %s (%s:%d)\n", #call, \
+                    cublasGetStatusString(s_), __FILE__, __LINE__);         \
+            exit(1);                                                        \
+        }                                                                   \
     } while (0)
 
 enum prec { P_FP32, P_TF32, P_BF16, P_COUNT };
@@ -58,11 +58,11 @@ static const char *const prec_name[P_COUNT] = {"fp32", "tf32", "bf16"};
 
 /* One row-major GEMM of the step: C (m, n) = op(A) op(B) (+ C). */
 typedef struct {
-    const char *what;   /* "L1 forward" */
+    const char *what; /* "L1 forward" */
     int ta, tb, m, n, k;
     float beta;
-    int a, b, c;        /* buffer indices */
-    int c_fp32;         /* bf16 runs: C stays fp32 (weight gradients) */
+    int a, b, c; /* buffer indices */
+    int c_fp32;  /* bf16 runs: C stays fp32 (weight gradients) */
 } gemm_op;
 
 #define MAX_LAYERS 16
@@ -71,8 +71,8 @@ typedef struct {
 
 typedef struct {
     size_t elems[MAX_BUFS];
-    void *f32[MAX_BUFS];    /* fp32 copies */
-    void *bf16[MAX_BUFS];   /* bf16 copies */
+    void *f32[MAX_BUFS];  /* fp32 copies */
+    void *bf16[MAX_BUFS]; /* bf16 copies */
     int n;
 } buffers;
 
@@ -123,9 +123,9 @@ static void run_gemm(cublasHandle_t h, enum prec p, const gemm_op *g,
     }
 }
 
-static void add_op(gemm_op *ops, int *nops, int layer, const char *kind,
-                   int ta, int tb, int m, int n, int k, float beta, int a,
-                   int b, int c, int c_fp32)
+static void add_op(gemm_op *ops, int *nops, int layer, const char *kind, int ta,
+                   int tb, int m, int n, int k, float beta, int a, int b, int c,
+                   int c_fp32)
 {
     static char names[MAX_OPS][32];
     gemm_op *g = &ops[*nops];
@@ -141,8 +141,8 @@ static double flops_of(const gemm_op *g)
 
 /* Milliseconds per repetition of ops [from, to) run back to back. */
 static double time_ops(cublasHandle_t h, cudaStream_t st, enum prec p,
-                       const gemm_op *ops, int from, int to,
-                       const buffers *bs, int iters)
+                       const gemm_op *ops, int from, int to, const buffers *bs,
+                       int iters)
 {
     cudaEvent_t t0, t1;
     CK(cudaEventCreate(&t0));
@@ -206,11 +206,10 @@ int main(int argc, char **argv)
     CKB(cublasSetStream(h, st));
     CKB(cublasGetVersion(h, &blas_ver));
     /* cuBLAS workspace: its default pool is fine for a ceiling. */
-    printf("device: %s (cc %d.%d), CUDA runtime %d.%d, cuBLAS %d\n",
-           prop.name, prop.major, prop.minor, rt / 1000, rt % 1000 / 10,
-           blas_ver);
-    printf("network: %d dense layers, %d -> %d x %d -> %d, batch %d\n",
-           layers, in0, width, layers - 1, out_last, batch);
+    printf("device: %s (cc %d.%d), CUDA runtime %d.%d, cuBLAS %d\n", prop.name,
+           prop.major, prop.minor, rt / 1000, rt % 1000 / 10, blas_ver);
+    printf("network: %d dense layers, %d -> %d x %d -> %d, batch %d\n", layers,
+           in0, width, layers - 1, out_last, batch);
 
     /* Buffers: per layer x (B, in), W (out, in), y/dy (B, out), dW (out,
      * in), dx (B, in). Activations of layer i+1 reuse y of layer i. */
@@ -227,13 +226,13 @@ int main(int argc, char **argv)
         int dy = buf_new(&bs, (size_t)batch * out);
         int dw = buf_new(&bs, (size_t)out * in);
         int dx = buf_new(&bs, (size_t)batch * in);
-        add_op(ops, &nops, l, "forward", 0, 1, batch, out, in, 0.0f, x, w,
-               y, 0);
-        add_op(ops, &nops, l, "dweight", 1, 0, out, in, batch, 1.0f, dy, x,
-               dw, 1);
+        add_op(ops, &nops, l, "forward", 0, 1, batch, out, in, 0.0f, x, w, y,
+               0);
+        add_op(ops, &nops, l, "dweight", 1, 0, out, in, batch, 1.0f, dy, x, dw,
+               1);
         if (l > 0)
-            add_op(ops, &nops, l, "dinput", 0, 0, batch, in, out, 0.0f, dy,
-                   w, dx, 0);
+            add_op(ops, &nops, l, "dinput", 0, 0, batch, in, out, 0.0f, dy, w,
+                   dx, 0);
         x = y;
     }
     size_t bytes = 0;
@@ -255,14 +254,14 @@ int main(int argc, char **argv)
     double step_flops = 0.0;
     for (int i = 0; i < nops; i++)
         step_flops += flops_of(&ops[i]);
-    printf("\n%-14s %-5s %6s %6s %6s %10s %9s\n", "gemm", "prec", "m", "n",
-           "k", "ms", "TFLOP/s");
+    printf("\n%-14s %-5s %6s %6s %6s %10s %9s\n", "gemm", "prec", "m", "n", "k",
+           "ms", "TFLOP/s");
     for (int p = 0; p < P_COUNT; p++) {
         CKB(cublasSetMathMode(h, p == P_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH
                                              : CUBLAS_DEFAULT_MATH));
         for (int i = 0; i < nops; i++) {
-            double ms = time_ops(h, st, (enum prec)p, ops, i, i + 1, &bs,
-                                 iters);
+            double ms =
+                time_ops(h, st, (enum prec)p, ops, i, i + 1, &bs, iters);
             printf("%-14s %-5s %6d %6d %6d %10.4f %9.1f\n", ops[i].what,
                    prec_name[p], ops[i].m, ops[i].n, ops[i].k, ms,
                    flops_of(&ops[i]) / (ms * 1e9));
@@ -273,7 +272,8 @@ int main(int argc, char **argv)
                prec_name[p]);
     }
     printf("\nstep = %d GEMMs, %.1f GFLOP (forward + dweight + dinput, no "
-           "dinput for layer 1)\n", nops, step_flops / 1e9);
+           "dinput for layer 1)\n",
+           nops, step_flops / 1e9);
 
     for (int i = 0; i < bs.n; i++) {
         CK(cudaFree(bs.f32[i]));

@@ -37,8 +37,8 @@ void nn_cuda_fail(const nn_exec *ex, const char *call, const char *detail)
     /* The checks pass the call's text; the function's name is enough. */
     size_t len = strcspn(call, "( ");
     c->failed = 1;
-    snprintf(c->what, sizeof c->what, "CUDA error in %.*s: %s", (int)len,
-             call, detail ? detail : "unknown error");
+    snprintf(c->what, sizeof c->what, "CUDA error in %.*s: %s", (int)len, call,
+             detail ? detail : "unknown error");
 }
 
 int nn_cuda_check_blas(const nn_exec *ex, cublasStatus_t e, const char *call)
@@ -130,8 +130,8 @@ ty_status nn_cuda_device_get(int i, nn_cuda_device *out, ty_err *err)
     snprintf(out->uuid, sizeof out->uuid,
              "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
              "%02x%02x%02x%02x%02x%02x",
-             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9],
-             u[10], u[11], u[12], u[13], u[14], u[15]);
+             u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10],
+             u[11], u[12], u[13], u[14], u[15]);
     out->total_bytes = p.totalGlobalMem;
     out->cc_major = p.major;
     out->cc_minor = p.minor;
@@ -198,11 +198,11 @@ ty_status nn_cuda_exec_init(nn_exec *ex, int device, ty_err *err)
     int cc_major = 0;
     size_t ws = 0;
     if (!NN_CUDA_OK(ex, cudaSetDevice(device)) ||
-        !NN_CUDA_OK(ex, cudaDeviceGetAttribute(
-                            &cc_major, cudaDevAttrComputeCapabilityMajor,
-                            device)) ||
-        !NN_CUDA_OK(ex, cudaStreamCreateWithFlags(&c->stream,
-                                                  cudaStreamNonBlocking)))
+        !NN_CUDA_OK(
+            ex, cudaDeviceGetAttribute(
+                    &cc_major, cudaDevAttrComputeCapabilityMajor, device)) ||
+        !NN_CUDA_OK(
+            ex, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)))
         goto fail;
     ws = blas_workspace_bytes(cc_major);
     if (!NN_CUDA_OK(ex, cudaMalloc((void **)&c->d_scalars,
@@ -212,10 +212,10 @@ ty_status nn_cuda_exec_init(nn_exec *ex, int device, ty_err *err)
         !NN_CUBLAS_OK(ex, cublasCreate(&c->blas)) ||
         !NN_CUBLAS_OK(ex, cublasSetStream(c->blas, c->stream)) ||
         /* After SetStream, which resets the workspace to cuBLAS's own. */
-        !NN_CUBLAS_OK(ex, cublasSetWorkspace(
-                              c->blas,
-                              (char *)c->d_scalars + NN_CUDA_SCRATCH_BYTES,
-                              ws)) ||
+        !NN_CUBLAS_OK(
+            ex, cublasSetWorkspace(c->blas,
+                                   (char *)c->d_scalars + NN_CUDA_SCRATCH_BYTES,
+                                   ws)) ||
         !NN_CUDNN_OK(ex, cudnnCreate(&c->dnn)) ||
         !NN_CUDNN_OK(ex, cudnnSetStream(c->dnn, c->stream)))
         goto fail;
@@ -295,8 +295,8 @@ static void nn_cuda_download(const nn_exec *ex, void *dst, const void *src,
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !bytes)
         return;
-    if (NN_CUDA_OK(ex, cudaMemcpyAsync(dst, src, bytes,
-                                       cudaMemcpyDeviceToHost, c->stream)))
+    if (NN_CUDA_OK(ex, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost,
+                                       c->stream)))
         (void)NN_CUDA_OK(ex, cudaStreamSynchronize(c->stream));
 }
 
@@ -346,58 +346,38 @@ static int nn_cuda_supports(nn_op op)
 {
     const nn_backend *t = &nn_backend_cuda;
     switch (op) {
-    case NN_OP_GEMM:
-        return t->gemm != NULL;
-    case NN_OP_BIAS_ROWS:
-        return t->bias_rows != NULL;
-    case NN_OP_BIAS_GRAD:
-        return t->bias_grad != NULL;
-    case NN_OP_RELU:
-    case NN_OP_TANH:
-    case NN_OP_SIGMOID:
-    case NN_OP_GELU:
-        return t->act_forward && t->act_backward;
-    case NN_OP_DROPOUT:
-        return t->dropout_forward && t->dropout_backward;
-    case NN_OP_SOFTMAX_XENT:
-        return t->softmax_xent != NULL;
-    case NN_OP_MSE:
-        return t->mse != NULL;
-    case NN_OP_SGD:
-        return t->sgd != NULL;
-    case NN_OP_ADAM:
-        return t->adam != NULL;
-    case NN_OP_BATCHNORM:
-        return t->batchnorm_forward && t->batchnorm_backward;
-    case NN_OP_LAYERNORM:
-        return t->layernorm_forward && t->layernorm_backward;
-    case NN_OP_LEAKY_RELU:
-        return t->leaky_relu_forward && t->leaky_relu_backward;
-    case NN_OP_SOFTMAX:
-        return t->softmax_forward && t->softmax_backward;
-    case NN_OP_ADD:
-        return t->add != NULL;
-    case NN_OP_SOFTMAX_XENT_SMOOTH:
-        return t->softmax_xent_smooth != NULL;
-    case NN_OP_BCE_LOGITS:
-        return t->bce_logits != NULL;
-    case NN_OP_HUBER:
-        return t->huber != NULL;
-    case NN_OP_SUM_SQUARES:
-        return t->sum_squares != NULL;
-    case NN_OP_SCALE:
-        return t->scale != NULL;
-    case NN_OP_CONV2D:
-        return t->conv2d_work && t->conv2d_forward && t->conv2d_backward;
-    case NN_OP_MAXPOOL2D:
-    case NN_OP_AVGPOOL2D:
-        return t->pool2d_forward && t->pool2d_backward;
-    case NN_OP_CAST:
-        return t->cast != NULL;
-    case NN_OP_GEMM_LP:
-        return t->gemm_lp != NULL;
-    default:
-        return 0;
+        case NN_OP_GEMM: return t->gemm != NULL;
+        case NN_OP_BIAS_ROWS: return t->bias_rows != NULL;
+        case NN_OP_BIAS_GRAD: return t->bias_grad != NULL;
+        case NN_OP_RELU:
+        case NN_OP_TANH:
+        case NN_OP_SIGMOID:
+        case NN_OP_GELU: return t->act_forward && t->act_backward;
+        case NN_OP_DROPOUT: return t->dropout_forward && t->dropout_backward;
+        case NN_OP_SOFTMAX_XENT: return t->softmax_xent != NULL;
+        case NN_OP_MSE: return t->mse != NULL;
+        case NN_OP_SGD: return t->sgd != NULL;
+        case NN_OP_ADAM: return t->adam != NULL;
+        case NN_OP_BATCHNORM:
+            return t->batchnorm_forward && t->batchnorm_backward;
+        case NN_OP_LAYERNORM:
+            return t->layernorm_forward && t->layernorm_backward;
+        case NN_OP_LEAKY_RELU:
+            return t->leaky_relu_forward && t->leaky_relu_backward;
+        case NN_OP_SOFTMAX: return t->softmax_forward && t->softmax_backward;
+        case NN_OP_ADD: return t->add != NULL;
+        case NN_OP_SOFTMAX_XENT_SMOOTH: return t->softmax_xent_smooth != NULL;
+        case NN_OP_BCE_LOGITS: return t->bce_logits != NULL;
+        case NN_OP_HUBER: return t->huber != NULL;
+        case NN_OP_SUM_SQUARES: return t->sum_squares != NULL;
+        case NN_OP_SCALE: return t->scale != NULL;
+        case NN_OP_CONV2D:
+            return t->conv2d_work && t->conv2d_forward && t->conv2d_backward;
+        case NN_OP_MAXPOOL2D:
+        case NN_OP_AVGPOOL2D: return t->pool2d_forward && t->pool2d_backward;
+        case NN_OP_CAST: return t->cast != NULL;
+        case NN_OP_GEMM_LP: return t->gemm_lp != NULL;
+        default: return 0;
     }
 }
 
@@ -411,37 +391,37 @@ const nn_backend nn_backend_cuda = {
     .copy = nn_cuda_copy,
     .status = nn_cuda_status,
     .supports = nn_cuda_supports,
-    .gemm = nn_cuda_gemm,                             /* matmul.cu */
-    .bias_rows = nn_cuda_bias_rows,                   /* elementwise.cu */
+    .gemm = nn_cuda_gemm,           /* matmul.cu */
+    .bias_rows = nn_cuda_bias_rows, /* elementwise.cu */
     .bias_grad = nn_cuda_bias_grad,
     .act_forward = nn_cuda_act_forward,
     .act_backward = nn_cuda_act_backward,
     .dropout_forward = nn_cuda_dropout_forward,
     .dropout_backward = nn_cuda_dropout_backward,
-    .softmax_xent = nn_cuda_softmax_xent,             /* loss.cu */
+    .softmax_xent = nn_cuda_softmax_xent, /* loss.cu */
     .mse = nn_cuda_mse,
-    .sgd = nn_cuda_sgd,                               /* optim.cu */
+    .sgd = nn_cuda_sgd, /* optim.cu */
     .adam = nn_cuda_adam,
-    .batchnorm_forward = nn_cuda_batchnorm_forward,   /* norm.cu */
+    .batchnorm_forward = nn_cuda_batchnorm_forward, /* norm.cu */
     .batchnorm_backward = nn_cuda_batchnorm_backward,
     .layernorm_forward = nn_cuda_layernorm_forward,
     .layernorm_backward = nn_cuda_layernorm_backward,
     .leaky_relu_forward = nn_cuda_leaky_relu_forward, /* elementwise.cu */
     .leaky_relu_backward = nn_cuda_leaky_relu_backward,
-    .softmax_forward = nn_cuda_softmax_forward,       /* norm.cu */
+    .softmax_forward = nn_cuda_softmax_forward, /* norm.cu */
     .softmax_backward = nn_cuda_softmax_backward,
-    .add = nn_cuda_add,                               /* elementwise.cu */
+    .add = nn_cuda_add,                                 /* elementwise.cu */
     .softmax_xent_smooth = nn_cuda_softmax_xent_smooth, /* loss.cu */
     .bce_logits = nn_cuda_bce_logits,
     .huber = nn_cuda_huber,
     .sum_squares = nn_cuda_sum_squares,
-    .scale = nn_cuda_scale,                           /* elementwise.cu */
-    .conv2d_work = nn_cuda_conv2d_work,               /* conv.cu */
+    .scale = nn_cuda_scale,             /* elementwise.cu */
+    .conv2d_work = nn_cuda_conv2d_work, /* conv.cu */
     .conv2d_forward = nn_cuda_conv2d_forward,
     .conv2d_backward = nn_cuda_conv2d_backward,
-    .pool2d_forward = nn_cuda_pool2d_forward,         /* pool.cu */
+    .pool2d_forward = nn_cuda_pool2d_forward, /* pool.cu */
     .pool2d_backward = nn_cuda_pool2d_backward,
-    .host_alloc = nn_cuda_host_alloc,                 /* graph.cu */
+    .host_alloc = nn_cuda_host_alloc, /* graph.cu */
     .host_release = nn_cuda_host_release,
     .fence_create = nn_cuda_fence_create,
     .fence_record = nn_cuda_fence_record,
@@ -451,7 +431,7 @@ const nn_backend nn_backend_cuda = {
     .graph_end = nn_cuda_graph_end,
     .graph_launch = nn_cuda_graph_launch,
     .graph_release = nn_cuda_graph_release,
-    .cast = nn_cuda_cast,                             /* lp.cu */
+    .cast = nn_cuda_cast, /* lp.cu */
     .gemm_lp = nn_cuda_gemm_lp,
     .lp_ok = nn_cuda_lp_ok,
 };

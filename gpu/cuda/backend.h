@@ -31,10 +31,10 @@ extern "C" {
 extern const nn_backend nn_backend_cuda;
 
 typedef struct {
-    char name[128];            /* "NVIDIA H200" */
-    char uuid[64];             /* "GPU-..." (or "MIG-..." for a slice) */
+    char name[128]; /* "NVIDIA H200" */
+    char uuid[64];  /* "GPU-..." (or "MIG-..." for a slice) */
     size_t total_bytes, free_bytes;
-    int cc_major, cc_minor;    /* compute capability */
+    int cc_major, cc_minor; /* compute capability */
 } nn_cuda_device;
 
 /* How many CUDA devices this process sees (CUDA_VISIBLE_DEVICES applies).

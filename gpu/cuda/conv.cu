@@ -44,11 +44,11 @@ typedef struct {
     cudnnTensorDescriptor_t x, y;
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
-    uint32_t batch;            /* 0: not set yet */
+    uint32_t batch; /* 0: not set yet */
     cudnnConvolutionFwdAlgo_t fwd;
     cudnnConvolutionBwdDataAlgo_t data;
     cudnnConvolutionBwdFilterAlgo_t filter;
-    size_t fwd_ws, data_ws, filter_ws;   /* bytes */
+    size_t fwd_ws, data_ws, filter_ws; /* bytes */
 } conv_plan;
 
 /* 1 when all descriptors were created (p is then destroyed with
@@ -187,8 +187,7 @@ static int pick_algo(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
     typedef conv_dir<Dir> D;
     typename D::perf perf[D::count];
     int got = 0;
-    if (!nn_cuda_check_dnn(ex, D::get(h, p, D::count, &got, perf),
-                           D::get_name))
+    if (!nn_cuda_check_dnn(ex, D::get(h, p, D::count, &got, perf), D::get_name))
         return -1;
     for (int i = 0; i < got; i++) {
         size_t need = 0;
@@ -216,14 +215,14 @@ static int conv_plan_set(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
                          size_t limit)
 {
     p->batch = 0;
-    if (!NN_CUDNN_OK(ex, cudnnSetTensor4dDescriptor(
-                             p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                             (int)batch, (int)d->in_c, (int)d->in_h,
-                             (int)d->in_w)) ||
-        !NN_CUDNN_OK(ex, cudnnSetTensor4dDescriptor(
-                             p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
-                             (int)batch, (int)d->out_c, (int)d->out_h,
-                             (int)d->out_w)) ||
+    if (!NN_CUDNN_OK(ex,
+                     cudnnSetTensor4dDescriptor(
+                         p->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)batch,
+                         (int)d->in_c, (int)d->in_h, (int)d->in_w)) ||
+        !NN_CUDNN_OK(ex,
+                     cudnnSetTensor4dDescriptor(
+                         p->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, (int)batch,
+                         (int)d->out_c, (int)d->out_h, (int)d->out_w)) ||
         !NN_CUDNN_OK(ex, cudnnSetFilter4dDescriptor(
                              p->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
                              (int)d->out_c, (int)(d->in_c / d->groups),
@@ -233,8 +232,8 @@ static int conv_plan_set(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
                              (int)d->stride[0], (int)d->stride[1],
                              (int)d->dilation[0], (int)d->dilation[1],
                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT)) ||
-        !NN_CUDNN_OK(ex, cudnnSetConvolutionGroupCount(p->conv,
-                                                       (int)d->groups)) ||
+        !NN_CUDNN_OK(ex,
+                     cudnnSetConvolutionGroupCount(p->conv, (int)d->groups)) ||
         !NN_CUDNN_OK(ex, cudnnSetConvolutionMathType(
                              p->conv, tf32_allowed(ex) ? CUDNN_DEFAULT_MATH
                                                        : CUDNN_FMA_MATH)))
@@ -268,9 +267,9 @@ static uint32_t conv_batch_cap(const nn_conv_desc *d)
 /* Makes p ready for a chunk of up to `want` examples: the largest batch
  * (halving from want) whose algorithms fit limit. Returns that batch, or 0
  * after recording why. */
-static uint32_t conv_plan_fit(const nn_exec *ex, cudnnHandle_t h,
-                              conv_plan *p, const nn_conv_desc *d,
-                              uint32_t want, unsigned what, size_t limit)
+static uint32_t conv_plan_fit(const nn_exec *ex, cudnnHandle_t h, conv_plan *p,
+                              const nn_conv_desc *d, uint32_t want,
+                              unsigned what, size_t limit)
 {
     for (uint32_t b = want;; b /= 2) {
         int r = conv_plan_set(ex, h, p, d, b, what, limit);
@@ -411,11 +410,11 @@ extern "C" void nn_cuda_conv2d_forward(const nn_exec *ex, float *out,
                 goto done;
             cap = take;
         }
-        if (!NN_CUDNN_OK(ex, cudnnConvolutionForward(
-                                 ctx->dnn, &one, p.x, in + s * in_numel, p.w,
-                                 weight, p.conv, p.fwd,
-                                 p.fwd_ws ? ex->work : NULL, p.fwd_ws, &zero,
-                                 p.y, out + s * out_numel)))
+        if (!NN_CUDNN_OK(ex,
+                         cudnnConvolutionForward(
+                             ctx->dnn, &one, p.x, in + s * in_numel, p.w,
+                             weight, p.conv, p.fwd, p.fwd_ws ? ex->work : NULL,
+                             p.fwd_ws, &zero, p.y, out + s * out_numel)))
             goto done;
         s += take;
     }
@@ -473,12 +472,11 @@ extern "C" void nn_cuda_conv2d_backward(const nn_exec *ex, float *din,
                                  p.filter, p.filter_ws ? ex->work : NULL,
                                  p.filter_ws, &one, p.w, dweight)))
             goto done;
-        if (din && !NN_CUDNN_OK(ex, cudnnConvolutionBackwardData(
-                                        ctx->dnn, &one, p.w, weight, p.y, dy,
-                                        p.conv, p.data,
-                                        p.data_ws ? ex->work : NULL,
-                                        p.data_ws, &zero, p.x,
-                                        din + s * in_numel)))
+        if (din &&
+            !NN_CUDNN_OK(ex, cudnnConvolutionBackwardData(
+                                 ctx->dnn, &one, p.w, weight, p.y, dy, p.conv,
+                                 p.data, p.data_ws ? ex->work : NULL, p.data_ws,
+                                 &zero, p.x, din + s * in_numel)))
             goto done;
         s += take;
     }

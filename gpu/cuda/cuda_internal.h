@@ -54,16 +54,17 @@ typedef struct {
 } nn_cuda_ctx;
 
 #define NN_CUDA_SCALARS 64
-#define NN_CUDA_PARTIALS 1024   /* most blocks in one reduction */
-#define NN_CUDA_PARTS 2         /* sums a reduction may carry (loss, hits) */
-#define NN_CUDA_THREADS 256     /* block size of elementwise kernels (and of
+#define NN_CUDA_PARTIALS 1024 /* most blocks in one reduction */
+#define NN_CUDA_PARTS 2       /* sums a reduction may carry (loss, hits) */
+#define NN_CUDA_THREADS \
+    256 /* block size of elementwise kernels (and of
                                    the convolution, pooling, batch norm) */
 #define NN_CUDA_MAX_BLOCKS (1u << 20) /* most blocks of nn_cuda_blocks_for */
-#define NN_CUDA_COL_ROWS 16     /* threads splitting the rows of a column sum */
+#define NN_CUDA_COL_ROWS 16 /* threads splitting the rows of a column sum */
 
 /* Bytes of the scratch before the cuBLAS workspace (a multiple of 256). */
-#define NN_CUDA_SCRATCH_BYTES                                                 \
-    ((size_t)(NN_CUDA_SCALARS + NN_CUDA_PARTS * NN_CUDA_PARTIALS) *           \
+#define NN_CUDA_SCRATCH_BYTES                                       \
+    ((size_t)(NN_CUDA_SCALARS + NN_CUDA_PARTS * NN_CUDA_PARTIALS) * \
      sizeof(double))
 
 /* Examples per cuDNN convolution call: larger batches run in chunks of at
@@ -93,12 +94,9 @@ int nn_cuda_check_blas(const nn_exec *ex, cublasStatus_t e, const char *call);
 
 /* Check a call's result; on failure record it (first one wins). Each
  * evaluates to 1 when the call succeeded. */
-#define NN_CUDA_OK(ex, expr)                                                  \
-    nn_cuda_check_rt((ex), (expr), #expr)
-#define NN_CUBLAS_OK(ex, expr)                                                \
-    nn_cuda_check_blas((ex), (expr), #expr)
-#define NN_CUDNN_OK(ex, expr)                                                 \
-    nn_cuda_check_dnn((ex), (expr), #expr)
+#define NN_CUDA_OK(ex, expr) nn_cuda_check_rt((ex), (expr), #expr)
+#define NN_CUBLAS_OK(ex, expr) nn_cuda_check_blas((ex), (expr), #expr)
+#define NN_CUDNN_OK(ex, expr) nn_cuda_check_dnn((ex), (expr), #expr)
 
 static inline int nn_cuda_check_rt(const nn_exec *ex, cudaError_t e,
                                    const char *call)
@@ -183,21 +181,20 @@ void nn_cuda_bias_grad(const nn_exec *ex, float *db, const float *dout,
 void nn_cuda_act_forward(const nn_exec *ex, nn_op op, float *out,
                          const float *in, size_t len);
 void nn_cuda_act_backward(const nn_exec *ex, nn_op op, float *din,
-                          const float *dout, const float *in,
-                          const float *out, size_t len);
+                          const float *dout, const float *in, const float *out,
+                          size_t len);
 void nn_cuda_dropout_forward(const nn_exec *ex, float *out, float *mask,
                              const float *in, size_t len, float rate,
                              ty_rng *rng);
-void nn_cuda_dropout_backward(const nn_exec *ex, float *din,
-                              const float *dout, const float *mask,
-                              size_t len);
-void nn_cuda_leaky_relu_forward(const nn_exec *ex, float *out,
-                                const float *in, size_t len, float slope);
+void nn_cuda_dropout_backward(const nn_exec *ex, float *din, const float *dout,
+                              const float *mask, size_t len);
+void nn_cuda_leaky_relu_forward(const nn_exec *ex, float *out, const float *in,
+                                size_t len, float slope);
 void nn_cuda_leaky_relu_backward(const nn_exec *ex, float *din,
-                                 const float *dout, const float *in,
-                                 size_t len, float slope);
-void nn_cuda_add(const nn_exec *ex, float *out, const float *a,
-                 const float *b, size_t len);
+                                 const float *dout, const float *in, size_t len,
+                                 float slope);
+void nn_cuda_add(const nn_exec *ex, float *out, const float *a, const float *b,
+                 size_t len);
 void nn_cuda_scale(const nn_exec *ex, float *x, size_t len, float alpha);
 
 /* loss.cu */
@@ -212,8 +209,7 @@ double nn_cuda_softmax_xent_smooth(const nn_exec *ex, float *dlogits,
                                    float grad_scale);
 double nn_cuda_bce_logits(const nn_exec *ex, float *dlogits, float *probs,
                           uint32_t *correct, const float *logits,
-                          const int32_t *labels, uint32_t n,
-                          float grad_scale);
+                          const int32_t *labels, uint32_t n, float grad_scale);
 double nn_cuda_mse(const nn_exec *ex, float *dpred, const float *pred,
                    const float *target, size_t len, float grad_scale);
 double nn_cuda_huber(const nn_exec *ex, float *dpred, const float *pred,
@@ -229,31 +225,28 @@ void nn_cuda_adam(const nn_exec *ex, float *param, float *grad, float *m,
 
 /* norm.cu */
 void nn_cuda_layernorm_forward(const nn_exec *ex, float *out, float *mean,
-                               float *rstd, const float *x,
-                               const float *gamma, const float *beta,
-                               uint32_t n, uint32_t d, float eps);
+                               float *rstd, const float *x, const float *gamma,
+                               const float *beta, uint32_t n, uint32_t d,
+                               float eps);
 void nn_cuda_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
-                                float *dbeta, const float *dout,
-                                const float *x, const float *gamma,
-                                const float *mean, const float *rstd,
-                                uint32_t n, uint32_t d);
+                                float *dbeta, const float *dout, const float *x,
+                                const float *gamma, const float *mean,
+                                const float *rstd, uint32_t n, uint32_t d);
 void nn_cuda_softmax_forward(const nn_exec *ex, float *out, const float *in,
                              uint32_t n, uint32_t c);
-void nn_cuda_softmax_backward(const nn_exec *ex, float *din,
-                              const float *dout, const float *out, uint32_t n,
-                              uint32_t c);
+void nn_cuda_softmax_backward(const nn_exec *ex, float *din, const float *dout,
+                              const float *out, uint32_t n, uint32_t c);
 void nn_cuda_batchnorm_forward(const nn_exec *ex, float *out, float *mean,
                                float *invstd, float *running_mean,
                                float *running_var, const float *x,
                                const float *gamma, const float *beta,
-                               uint32_t n, uint32_t c, uint32_t s,
-                               int training, float momentum, float eps);
+                               uint32_t n, uint32_t c, uint32_t s, int training,
+                               float momentum, float eps);
 void nn_cuda_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
-                                float *dbeta, const float *dout,
-                                const float *x, const float *gamma,
-                                const float *mean, const float *invstd,
-                                uint32_t n, uint32_t c, uint32_t s,
-                                int batch_stats);
+                                float *dbeta, const float *dout, const float *x,
+                                const float *gamma, const float *mean,
+                                const float *invstd, uint32_t n, uint32_t c,
+                                uint32_t s, int batch_stats);
 
 /* conv.cu. conv2d_work: floats of ex->work a convolution of geometry d
  * needs (the largest of the forward, backward-data and backward-filter
@@ -262,12 +255,12 @@ void nn_cuda_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
  * when no device can be asked. */
 size_t nn_cuda_conv2d_work(const nn_conv_desc *d);
 void nn_cuda_conv2d_forward(const nn_exec *ex, float *out, const float *in,
-                            const float *weight, const float *bias,
-                            uint32_t n, const nn_conv_desc *d);
+                            const float *weight, const float *bias, uint32_t n,
+                            const nn_conv_desc *d);
 void nn_cuda_conv2d_backward(const nn_exec *ex, float *din, float *dweight,
-                             float *dbias, const float *dout,
-                             const float *in, const float *weight,
-                             uint32_t n, const nn_conv_desc *d);
+                             float *dbias, const float *dout, const float *in,
+                             const float *weight, uint32_t n,
+                             const nn_conv_desc *d);
 
 /* pool.cu */
 void nn_cuda_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
@@ -281,8 +274,8 @@ void nn_cuda_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
 void nn_cuda_cast(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
                   size_t len);
 void nn_cuda_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
-                     nn_dtype dt, int trans_a, int trans_b, int m, int n,
-                     int k, float alpha, float beta);
+                     nn_dtype dt, int trans_a, int trans_b, int m, int n, int k,
+                     float alpha, float beta);
 int nn_cuda_lp_ok(const nn_exec *ex, nn_dtype dt);
 
 /* graph.cu: host staging, fences, graphs */

@@ -22,18 +22,18 @@
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (len); \
          i += (size_t)gridDim.x * blockDim.x)
 
-#define LAUNCH(ex, c, len, kernel, ...)                                       \
-    do {                                                                      \
-        kernel<<<nn_cuda_grid(len), NN_CUDA_THREADS, 0, (c)->stream>>>(       \
-            __VA_ARGS__);                                                     \
-        (void)nn_cuda_launched((ex), #kernel);                                \
+#define LAUNCH(ex, c, len, kernel, ...)                                 \
+    do {                                                                \
+        kernel<<<nn_cuda_grid(len), NN_CUDA_THREADS, 0, (c)->stream>>>( \
+            __VA_ARGS__);                                               \
+        (void)nn_cuda_launched((ex), #kernel);                          \
     } while (0)
 
 /* ---- bias ---- */
 
 // out (n, c) rows = bias (c)
-static __global__ void bias_rows_kernel(float *out, const float *bias, size_t len,
-                                 uint32_t c)
+static __global__ void bias_rows_kernel(float *out, const float *bias,
+                                        size_t len, uint32_t c)
 {
     GRID_STRIDE(i, len)
     out[i] = bias[i % c];
@@ -95,58 +95,50 @@ __device__ __forceinline__ float sigmoid_dev(float x)
 }
 
 static __global__ void act_forward_kernel(int op, float *out, const float *in,
-                                   size_t len)
+                                          size_t len)
 {
     GRID_STRIDE(i, len)
     {
         float x = in[i];
         float y;
         switch (op) {
-        case NN_OP_RELU:
-            y = x > 0.0f ? x : 0.0f;
-            break;
-        case NN_OP_TANH:
-            y = tanhf(x);
-            break;
-        case NN_OP_SIGMOID:
-            y = sigmoid_dev(x);
-            break;
-        default: /* NN_OP_GELU, exact */
-            y = 0.5f * x * (1.0f + erff(x * GELU_RSQRT2));
+            case NN_OP_RELU: y = x > 0.0f ? x : 0.0f; break;
+            case NN_OP_TANH: y = tanhf(x); break;
+            case NN_OP_SIGMOID: y = sigmoid_dev(x); break;
+            default: /* NN_OP_GELU, exact */
+                y = 0.5f * x * (1.0f + erff(x * GELU_RSQRT2));
         }
         out[i] = y;
     }
 }
 
 /* relu, tanh, sigmoid read the output; gelu the input. */
-static __global__ void act_backward_kernel(int op, float *din, const float *dout,
-                                    const float *in, const float *out,
-                                    size_t len)
+static __global__ void act_backward_kernel(int op, float *din,
+                                           const float *dout, const float *in,
+                                           const float *out, size_t len)
 {
     GRID_STRIDE(i, len)
     {
         float g = dout[i];
         float d;
         switch (op) {
-        case NN_OP_RELU:
-            d = out[i] > 0.0f ? g : 0.0f;
-            break;
-        case NN_OP_TANH: {
-            float y = out[i];
-            d = g * (1.0f - y * y);
-            break;
-        }
-        case NN_OP_SIGMOID: {
-            float y = out[i];
-            d = g * y * (1.0f - y);
-            break;
-        }
-        default: { /* NN_OP_GELU */
-            float x = in[i];
-            float cdf = 0.5f * (1.0f + erff(x * GELU_RSQRT2));
-            float pdf = GELU_RSQRT2PI * expf(-0.5f * x * x);
-            d = g * (cdf + x * pdf);
-        }
+            case NN_OP_RELU: d = out[i] > 0.0f ? g : 0.0f; break;
+            case NN_OP_TANH: {
+                float y = out[i];
+                d = g * (1.0f - y * y);
+                break;
+            }
+            case NN_OP_SIGMOID: {
+                float y = out[i];
+                d = g * y * (1.0f - y);
+                break;
+            }
+            default: { /* NN_OP_GELU */
+                float x = in[i];
+                float cdf = 0.5f * (1.0f + erff(x * GELU_RSQRT2));
+                float pdf = GELU_RSQRT2PI * expf(-0.5f * x * x);
+                d = g * (cdf + x * pdf);
+            }
         }
         din[i] = d;
     }
@@ -172,8 +164,8 @@ void nn_cuda_act_forward(const nn_exec *ex, nn_op op, float *out,
 }
 
 void nn_cuda_act_backward(const nn_exec *ex, nn_op op, float *din,
-                          const float *dout, const float *in,
-                          const float *out, size_t len)
+                          const float *dout, const float *in, const float *out,
+                          size_t len)
 {
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || !len)
@@ -199,15 +191,15 @@ __device__ __forceinline__ uint64_t splitmix64_at(uint64_t seed, uint64_t i)
 
 // mask, out (len): mask 0 or scale, out = in * mask
 static __global__ void dropout_forward_kernel(float *out, float *mask,
-                                       const float *in, size_t len,
-                                       float rate, float scale, uint64_t seed)
+                                              const float *in, size_t len,
+                                              float rate, float scale,
+                                              uint64_t seed)
 {
     GRID_STRIDE(i, len)
     {
         /* A uniform float in [0, 1) from the top 24 bits, as
          * ty_rng_uniform makes it. */
-        float u = (float)(splitmix64_at(seed, i) >> 40) *
-                  (1.0f / 16777216.0f);
+        float u = (float)(splitmix64_at(seed, i) >> 40) * (1.0f / 16777216.0f);
         float m = u >= rate ? scale : 0.0f;
         mask[i] = m;
         out[i] = in[i] * m;
@@ -225,21 +217,20 @@ void nn_cuda_dropout_forward(const nn_exec *ex, float *out, float *mask,
      * on differently from the CPU's (see the top of this file). */
     uint64_t seed = ty_rng_u64(rng);
     float scale = 1.0f / (1.0f - rate);
-    LAUNCH(ex, x, len, dropout_forward_kernel, out, mask, in, len, rate,
-           scale, seed);
+    LAUNCH(ex, x, len, dropout_forward_kernel, out, mask, in, len, rate, scale,
+           seed);
 }
 
 // a (len) * b (len); also dropout's backward (dout * mask)
 static __global__ void mul_kernel(float *out, const float *a, const float *b,
-                           size_t len)
+                                  size_t len)
 {
     GRID_STRIDE(i, len)
     out[i] = a[i] * b[i];
 }
 
-void nn_cuda_dropout_backward(const nn_exec *ex, float *din,
-                              const float *dout, const float *mask,
-                              size_t len)
+void nn_cuda_dropout_backward(const nn_exec *ex, float *din, const float *dout,
+                              const float *mask, size_t len)
 {
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || !len)
@@ -249,8 +240,8 @@ void nn_cuda_dropout_backward(const nn_exec *ex, float *din,
 
 /* ---- leaky_relu, add, scale ---- */
 
-static __global__ void leaky_forward_kernel(float *out, const float *in, size_t len,
-                                     float slope)
+static __global__ void leaky_forward_kernel(float *out, const float *in,
+                                            size_t len, float slope)
 {
     GRID_STRIDE(i, len)
     {
@@ -261,8 +252,8 @@ static __global__ void leaky_forward_kernel(float *out, const float *in, size_t 
 
 /* By the input's sign, as torch. */
 static __global__ void leaky_backward_kernel(float *din, const float *dout,
-                                      const float *in, size_t len,
-                                      float slope)
+                                             const float *in, size_t len,
+                                             float slope)
 {
     GRID_STRIDE(i, len)
     {
@@ -271,8 +262,8 @@ static __global__ void leaky_backward_kernel(float *din, const float *dout,
     }
 }
 
-void nn_cuda_leaky_relu_forward(const nn_exec *ex, float *out,
-                                const float *in, size_t len, float slope)
+void nn_cuda_leaky_relu_forward(const nn_exec *ex, float *out, const float *in,
+                                size_t len, float slope)
 {
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || !len)
@@ -281,8 +272,8 @@ void nn_cuda_leaky_relu_forward(const nn_exec *ex, float *out,
 }
 
 void nn_cuda_leaky_relu_backward(const nn_exec *ex, float *din,
-                                 const float *dout, const float *in,
-                                 size_t len, float slope)
+                                 const float *dout, const float *in, size_t len,
+                                 float slope)
 {
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || !len)
@@ -293,14 +284,14 @@ void nn_cuda_leaky_relu_backward(const nn_exec *ex, float *din,
 /* out may be a or b: each value is read before it is written, by the same
  * thread. */
 static __global__ void add_kernel(float *out, const float *a, const float *b,
-                           size_t len)
+                                  size_t len)
 {
     GRID_STRIDE(i, len)
     out[i] = a[i] + b[i];
 }
 
-void nn_cuda_add(const nn_exec *ex, float *out, const float *a,
-                 const float *b, size_t len)
+void nn_cuda_add(const nn_exec *ex, float *out, const float *a, const float *b,
+                 size_t len)
 {
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || !len)

@@ -26,8 +26,8 @@ void *nn_cuda_host_alloc(const nn_exec *ex, size_t bytes)
     if (!nn_cuda_begin(ex))
         return NULL;
     void *p = NULL;
-    if (!NN_CUDA_OK(ex, cudaHostAlloc(&p, bytes ? bytes : 64,
-                                      cudaHostAllocDefault)))
+    if (!NN_CUDA_OK(
+            ex, cudaHostAlloc(&p, bytes ? bytes : 64, cudaHostAllocDefault)))
         return NULL;
     return p;
 }
@@ -80,8 +80,8 @@ int nn_cuda_graph_begin(const nn_exec *ex)
     /* Thread-local: only this thread's unsafe calls (a cudaMalloc, a
      * synchronous copy) break the capture; the loader's thread makes no
      * CUDA calls and other contexts' threads are not disturbed. */
-    cudaError_t e = cudaStreamBeginCapture(c->stream,
-                                           cudaStreamCaptureModeThreadLocal);
+    cudaError_t e =
+        cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         return -1;
@@ -134,8 +134,8 @@ void nn_cuda_graph_launch(const nn_exec *ex, void *graph)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (c && graph)
-        (void)NN_CUDA_OK(ex, cudaGraphLaunch((cudaGraphExec_t)graph,
-                                             c->stream));
+        (void)NN_CUDA_OK(ex,
+                         cudaGraphLaunch((cudaGraphExec_t)graph, c->stream));
 }
 
 void nn_cuda_graph_release(const nn_exec *ex, void *graph)

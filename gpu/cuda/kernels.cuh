@@ -61,8 +61,9 @@ __device__ __forceinline__ float nn_cuda_block_max(float v, float *sh)
  * equal values (the CPU's first maximum); *arg gets the index. Every
  * thread gets both. sh_v, sh_i: 32 each. */
 __device__ __forceinline__ float nn_cuda_block_argmax(float v, uint32_t i,
-                                                 uint32_t *arg, float *sh_v,
-                                                 uint32_t *sh_i)
+                                                      uint32_t *arg,
+                                                      float *sh_v,
+                                                      uint32_t *sh_i)
 {
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const unsigned warps = blockDim.x >> 5;

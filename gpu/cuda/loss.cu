@@ -18,8 +18,7 @@
 #define RED_PER_THREAD 4 /* values per thread before a new block is worth it */
 
 /* out[k] = (or += when add) the sum of set k's partials. */
-static __global__ void finish_sums_kernel(double *out,
-                                          const double *partials,
+static __global__ void finish_sums_kernel(double *out, const double *partials,
                                           unsigned nparts, int nsums, int add)
 {
     __shared__ double sh[32];
@@ -43,8 +42,8 @@ static int finish_sums_acc(const nn_exec *ex, unsigned nparts, int nsums)
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c)
         return 1;
-    finish_sums_kernel<<<1, 1024, 0, c->stream>>>(
-        ex->acc, nn_cuda_partials(c), nparts, nsums, 1);
+    finish_sums_kernel<<<1, 1024, 0, c->stream>>>(ex->acc, nn_cuda_partials(c),
+                                                  nparts, nsums, 1);
     (void)nn_cuda_launched(ex, "finish_sums_kernel");
     return 1;
 }
@@ -80,12 +79,12 @@ static unsigned red_grid(size_t len)
 /* ---- softmax cross-entropy, plain and smoothed ---- */
 
 typedef struct {
-    float *dlogits, *probs;     /* (n, c) or NULL */
-    const float *logits;        /* (n, c) */
-    const int32_t *labels;      /* (n) or NULL: probs only */
+    float *dlogits, *probs; /* (n, c) or NULL */
+    const float *logits;    /* (n, c) */
+    const int32_t *labels;  /* (n) or NULL: probs only */
     uint32_t n, c;
     float grad_scale;
-    int smooth;                 /* label smoothing (labels required) */
+    int smooth; /* label smoothing (labels required) */
     float smoothing;
 } xent_args;
 
@@ -163,8 +162,7 @@ static __global__ void softmax_xent_kernel(double *partials, xent_args a)
     }
 }
 
-static double xent_run(const nn_exec *ex, uint32_t *correct,
-                       const xent_args *a)
+static double xent_run(const nn_exec *ex, uint32_t *correct, const xent_args *a)
 {
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || !a->n || !a->c) {
@@ -173,9 +171,8 @@ static double xent_run(const nn_exec *ex, uint32_t *correct,
         return 0.0;
     }
     unsigned grid = a->n > NN_CUDA_PARTIALS ? NN_CUDA_PARTIALS : a->n;
-    softmax_xent_kernel<<<grid, nn_cuda_row_threads(a->c, 256), 0,
-                          x->stream>>>(a->labels ? nn_cuda_partials(x) : NULL,
-                                       *a);
+    softmax_xent_kernel<<<grid, nn_cuda_row_threads(a->c, 256), 0, x->stream>>>(
+        a->labels ? nn_cuda_partials(x) : NULL, *a);
     if (!nn_cuda_launched(ex, "softmax_xent_kernel") || !a->labels) {
         /* Probs only: nothing to wait for. */
         if (correct)
@@ -258,8 +255,7 @@ static __global__ void bce_kernel(double *partials, float *dlogits,
         float y = labels[i] ? 1.0f : 0.0f;
         hits += (p > 0.5f) == (labels[i] != 0) ? 1.0 : 0.0;
         double xd = x;
-        loss += (xd > 0.0 ? xd : 0.0) - xd * (double)y +
-                log1p(exp(-fabs(xd)));
+        loss += (xd > 0.0 ? xd : 0.0) - xd * (double)y + log1p(exp(-fabs(xd)));
         if (dlogits)
             dlogits[i] = (p - y) * grad_scale;
     }
@@ -275,8 +271,7 @@ static __global__ void bce_kernel(double *partials, float *dlogits,
 
 double nn_cuda_bce_logits(const nn_exec *ex, float *dlogits, float *probs,
                           uint32_t *correct, const float *logits,
-                          const int32_t *labels, uint32_t n,
-                          float grad_scale)
+                          const int32_t *labels, uint32_t n, float grad_scale)
 {
     if (correct)
         *correct = 0;
@@ -347,8 +342,7 @@ static double sum_run(const nn_exec *ex, int kind, float *dpred,
         return 0.0;
     unsigned grid = red_grid(len);
     sum_kernel<<<grid, RED_THREADS, 0, x->stream>>>(
-        nn_cuda_partials(x), kind, dpred, pred, target, len, delta,
-        grad_scale);
+        nn_cuda_partials(x), kind, dpred, pred, target, len, delta, grad_scale);
     if (!nn_cuda_launched(ex, "sum_kernel") ||
         (kind != SUM_SQUARES && finish_sums_acc(ex, grid, 1)))
         return 0.0;
@@ -367,8 +361,7 @@ double nn_cuda_huber(const nn_exec *ex, float *dpred, const float *pred,
                      const float *target, size_t len, float delta,
                      float grad_scale)
 {
-    return sum_run(ex, SUM_HUBER, dpred, pred, target, len, delta,
-                   grad_scale);
+    return sum_run(ex, SUM_HUBER, dpred, pred, target, len, delta, grad_scale);
 }
 
 double nn_cuda_sum_squares(const nn_exec *ex, const float *x, size_t len)

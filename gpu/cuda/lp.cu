@@ -41,17 +41,17 @@ void nn_cuda_cast(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
     if (!c || !len)
         return;
     if (dt == NN_DT_BF16) {
-        cast_bf16_kernel<<<nn_cuda_grid(len), NN_CUDA_THREADS, 0,
-                           c->stream>>>((__nv_bfloat16 *)dst, src, len);
+        cast_bf16_kernel<<<nn_cuda_grid(len), NN_CUDA_THREADS, 0, c->stream>>>(
+            (__nv_bfloat16 *)dst, src, len);
         (void)nn_cuda_launched(ex, "cast_bf16_kernel");
     } else if (dt == NN_DT_F16) {
-        cast_f16_kernel<<<nn_cuda_grid(len), NN_CUDA_THREADS, 0,
-                          c->stream>>>((__half *)dst, src, len);
+        cast_f16_kernel<<<nn_cuda_grid(len), NN_CUDA_THREADS, 0, c->stream>>>(
+            (__half *)dst, src, len);
         (void)nn_cuda_launched(ex, "cast_f16_kernel");
     } else {
-        (void)NN_CUDA_OK(ex, cudaMemcpyAsync(dst, src, len * sizeof(float),
-                                             cudaMemcpyDeviceToDevice,
-                                             c->stream));
+        (void)NN_CUDA_OK(ex,
+                         cudaMemcpyAsync(dst, src, len * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, c->stream));
     }
 }
 
@@ -59,8 +59,8 @@ void nn_cuda_cast(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
  * column-major C^T = op(B)^T op(A)^T, so cuBLAS gets B then A with the
  * caller's trans flags and the row-major leading dimensions. */
 void nn_cuda_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
-                     nn_dtype dt, int trans_a, int trans_b, int m, int n,
-                     int k, float alpha, float beta)
+                     nn_dtype dt, int trans_a, int trans_b, int m, int n, int k,
+                     float alpha, float beta)
 {
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || m <= 0 || n <= 0)
@@ -71,14 +71,12 @@ void nn_cuda_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
     }
     const cudaDataType_t t = dt == NN_DT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-    (void)NN_CUBLAS_OK(ex, cublasGemmEx(x->blas,
-                                        trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                        trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                        n, m, k, &alpha, b, t,
-                                        ldb > 0 ? ldb : 1, a, t,
-                                        lda > 0 ? lda : 1, &beta, c,
-                                        CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
-                                        CUBLAS_GEMM_DEFAULT));
+    (void)NN_CUBLAS_OK(
+        ex,
+        cublasGemmEx(x->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, t,
+                     ldb > 0 ? ldb : 1, a, t, lda > 0 ? lda : 1, &beta, c,
+                     CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 /* A query, not a kernel: a failed attribute call says "no" and records

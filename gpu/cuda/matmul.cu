@@ -18,9 +18,8 @@ void nn_cuda_gemm(const nn_exec *ex, float *c, const float *a, const float *b,
     if (!x || m <= 0 || n <= 0)
         return;
     const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-    (void)NN_CUBLAS_OK(ex, cublasSgemm(x->blas,
-                                       trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                       n, m, k, &alpha, b, ldb > 0 ? ldb : 1,
-                                       a, lda > 0 ? lda : 1, &beta, c, n));
+    (void)NN_CUBLAS_OK(
+        ex, cublasSgemm(x->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                        trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                        ldb > 0 ? ldb : 1, a, lda > 0 ? lda : 1, &beta, c, n));
 }

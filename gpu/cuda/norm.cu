@@ -64,16 +64,16 @@ static __global__ void layernorm_forward_kernel(float *out, float *mean,
 }
 
 void nn_cuda_layernorm_forward(const nn_exec *ex, float *out, float *mean,
-                               float *rstd, const float *x,
-                               const float *gamma, const float *beta,
-                               uint32_t n, uint32_t d, float eps)
+                               float *rstd, const float *x, const float *gamma,
+                               const float *beta, uint32_t n, uint32_t d,
+                               float eps)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !n || !d)
         return;
-    layernorm_forward_kernel<<<row_blocks(n), nn_cuda_row_threads(d, ROW_THREADS),
-                               0, c->stream>>>(out, mean, rstd, x, gamma, beta,
-                                               n, d, eps);
+    layernorm_forward_kernel<<<
+        row_blocks(n), nn_cuda_row_threads(d, ROW_THREADS), 0, c->stream>>>(
+        out, mean, rstd, x, gamma, beta, n, d, eps);
     (void)nn_cuda_launched(ex, "layernorm_forward_kernel");
 }
 
@@ -81,9 +81,8 @@ void nn_cuda_layernorm_forward(const nn_exec *ex, float *out, float *mean,
  * g dy xhat. */
 static __global__ void layernorm_dx_kernel(float *dx, const float *dout,
                                            const float *x, const float *gamma,
-                                           const float *mean,
-                                           const float *rstd, uint32_t n,
-                                           uint32_t d)
+                                           const float *mean, const float *rstd,
+                                           uint32_t n, uint32_t d)
 {
     __shared__ float sh[32];
     for (uint32_t r = blockIdx.x; r < n; r += gridDim.x) {
@@ -108,8 +107,7 @@ static __global__ void layernorm_dx_kernel(float *dx, const float *dout,
  * (elementwise.cu): 32 columns a block, rows spread over
  * NN_CUDA_COL_ROWS threads, partial sums added in a fixed order. */
 static __global__ void layernorm_param_kernel(float *dgamma, float *dbeta,
-                                              const float *dout,
-                                              const float *x,
+                                              const float *dout, const float *x,
                                               const float *mean,
                                               const float *rstd, uint32_t n,
                                               uint32_t d)
@@ -139,24 +137,23 @@ static __global__ void layernorm_param_kernel(float *dgamma, float *dbeta,
 }
 
 void nn_cuda_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
-                                float *dbeta, const float *dout,
-                                const float *x, const float *gamma,
-                                const float *mean, const float *rstd,
-                                uint32_t n, uint32_t d)
+                                float *dbeta, const float *dout, const float *x,
+                                const float *gamma, const float *mean,
+                                const float *rstd, uint32_t n, uint32_t d)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !n || !d)
         return;
     if (dx) {
-        layernorm_dx_kernel<<<row_blocks(n), nn_cuda_row_threads(d, ROW_THREADS),
-                              0, c->stream>>>(dx, dout, x, gamma, mean, rstd,
-                                              n, d);
+        layernorm_dx_kernel<<<
+            row_blocks(n), nn_cuda_row_threads(d, ROW_THREADS), 0, c->stream>>>(
+            dx, dout, x, gamma, mean, rstd, n, d);
         if (!nn_cuda_launched(ex, "layernorm_dx_kernel"))
             return;
     }
     layernorm_param_kernel<<<(d + 31) / 32, dim3(32, NN_CUDA_COL_ROWS), 0,
-                             c->stream>>>(dgamma, dbeta, dout, x, mean, rstd,
-                                          n, d);
+                             c->stream>>>(dgamma, dbeta, dout, x, mean, rstd, n,
+                                          d);
     (void)nn_cuda_launched(ex, "layernorm_param_kernel");
 }
 
@@ -217,22 +214,22 @@ void nn_cuda_softmax_forward(const nn_exec *ex, float *out, const float *in,
     (void)nn_cuda_launched(ex, "softmax_forward_kernel");
 }
 
-void nn_cuda_softmax_backward(const nn_exec *ex, float *din,
-                              const float *dout, const float *out, uint32_t n,
-                              uint32_t c)
+void nn_cuda_softmax_backward(const nn_exec *ex, float *din, const float *dout,
+                              const float *out, uint32_t n, uint32_t c)
 {
     nn_cuda_ctx *x = nn_cuda_begin(ex);
     if (!x || !n || !c)
         return;
-    softmax_backward_kernel<<<row_blocks(n), nn_cuda_row_threads(c, ROW_THREADS),
-                              0, x->stream>>>(din, dout, out, n, c);
+    softmax_backward_kernel<<<
+        row_blocks(n), nn_cuda_row_threads(c, ROW_THREADS), 0, x->stream>>>(
+        din, dout, out, n, c);
     (void)nn_cuda_launched(ex, "softmax_backward_kernel");
 }
 
 /* ---- batch normalization (the CPU's arithmetic and order) ---- */
 
 #define LANES 8
-#define BN_ROWS (NN_CUDA_THREADS / LANES)   /* rows summed at once by a block */
+#define BN_ROWS (NN_CUDA_THREADS / LANES) /* rows summed at once by a block */
 
 enum { BN_SUM, BN_SUMSQ_DEV, BN_DOT_DEV };
 
@@ -266,7 +263,7 @@ static __device__ void bn_channel_sums(double *t0, double *t1, int kind0,
     __shared__ double tot[2];
     const uint32_t lane_id = threadIdx.x % LANES, r = threadIdx.x / LANES;
     const size_t full = (size_t)s / LANES * LANES;
-    double acc0 = 0.0, acc1 = 0.0;   /* thread 0's running totals */
+    double acc0 = 0.0, acc1 = 0.0; /* thread 0's running totals */
     for (uint32_t i0 = 0; i0 < n; i0 += BN_ROWS) {
         const uint32_t i = i0 + r;
         if (i < n) {
@@ -291,12 +288,12 @@ static __device__ void bn_channel_sums(double *t0, double *t1, int kind0,
                 float tail = 0.0f;
                 for (size_t q = full; q < s; q++)
                     tail = __fadd_rn(tail, bn_term(kind, ar, br, q, m));
-                row[k][r] = __fadd_rn(
-                    __fadd_rn(__fadd_rn(__fadd_rn(v[0], v[4]),
-                                        __fadd_rn(v[1], v[5])),
-                              __fadd_rn(__fadd_rn(v[2], v[6]),
-                                        __fadd_rn(v[3], v[7]))),
-                    tail);
+                row[k][r] =
+                    __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(v[0], v[4]),
+                                                  __fadd_rn(v[1], v[5])),
+                                        __fadd_rn(__fadd_rn(v[2], v[6]),
+                                                  __fadd_rn(v[3], v[7]))),
+                              tail);
             }
         }
         __syncthreads();
@@ -321,10 +318,9 @@ static __device__ void bn_channel_sums(double *t0, double *t1, int kind0,
 }
 
 /* One block per channel. */
-static __global__ void bn_forward_kernel(float *out, float *mean,
-                                         float *invstd, float *rmean,
-                                         float *rvar, const float *x,
-                                         const float *gamma,
+static __global__ void bn_forward_kernel(float *out, float *mean, float *invstd,
+                                         float *rmean, float *rvar,
+                                         const float *x, const float *gamma,
                                          const float *beta, uint32_t n,
                                          uint32_t c, uint32_t s, int training,
                                          float momentum, float eps)
@@ -334,28 +330,27 @@ static __global__ void bn_forward_kernel(float *out, float *mean,
     const double count = (double)n * s;
     double sum, ss, unused;
     if (training) {
-        bn_channel_sums(&sum, &unused, BN_SUM, -1, x, NULL, 0.0f, n, c, s,
-                        ch);
+        bn_channel_sums(&sum, &unused, BN_SUM, -1, x, NULL, 0.0f, n, c, s, ch);
         if (threadIdx.x == 0)
             sh_m = (float)(sum / count);
         __syncthreads();
         const float m = sh_m;
         bn_channel_sums(&ss, &unused, BN_SUMSQ_DEV, -1, x, NULL, m, n, c, s,
                         ch);
-        if (threadIdx.x == 0) {   /* bn_set_stats */
+        if (threadIdx.x == 0) { /* bn_set_stats */
             mean[ch] = m;
             invstd[ch] = (float)(1.0 / sqrt(ss / count + (double)eps));
             if (rmean) {
                 const double mom = momentum;
-                rmean[ch] = (float)__dadd_rn(
-                    __dmul_rn(mom, (double)m),
-                    __dmul_rn(1.0 - mom, (double)rmean[ch]));
-                rvar[ch] = (float)__dadd_rn(
-                    __dmul_rn(mom, ss / (count - 1.0)),
-                    __dmul_rn(1.0 - mom, (double)rvar[ch]));
+                rmean[ch] =
+                    (float)__dadd_rn(__dmul_rn(mom, (double)m),
+                                     __dmul_rn(1.0 - mom, (double)rmean[ch]));
+                rvar[ch] =
+                    (float)__dadd_rn(__dmul_rn(mom, ss / (count - 1.0)),
+                                     __dmul_rn(1.0 - mom, (double)rvar[ch]));
             }
         }
-    } else if (threadIdx.x == 0) {   /* bn_eval_stats */
+    } else if (threadIdx.x == 0) { /* bn_eval_stats */
         mean[ch] = rmean[ch];
         invstd[ch] = (float)(1.0 / sqrt((double)rvar[ch] + (double)eps));
     }
@@ -374,13 +369,11 @@ static __global__ void bn_forward_kernel(float *out, float *mean,
 }
 
 /* One block per channel: dgamma, dbeta += sums; dx as bn_backward_rows. */
-static __global__ void bn_backward_kernel(float *dx, float *dgamma,
-                                          float *dbeta, const float *dout,
-                                          const float *x, const float *gamma,
-                                          const float *mean,
-                                          const float *invstd, uint32_t n,
-                                          uint32_t c, uint32_t s,
-                                          int batch_stats)
+static __global__ void
+bn_backward_kernel(float *dx, float *dgamma, float *dbeta, const float *dout,
+                   const float *x, const float *gamma, const float *mean,
+                   const float *invstd, uint32_t n, uint32_t c, uint32_t s,
+                   int batch_stats)
 {
     __shared__ float sh_k, sh_a, sh_bm;
     const uint32_t ch = blockIdx.x;
@@ -410,16 +403,16 @@ static __global__ void bn_backward_kernel(float *dx, float *dgamma,
 
 extern "C" void nn_cuda_batchnorm_forward(
     const nn_exec *ex, float *out, float *mean, float *invstd,
-    float *running_mean, float *running_var, const float *x,
-    const float *gamma, const float *beta, uint32_t n, uint32_t c, uint32_t s,
-    int training, float momentum, float eps)
+    float *running_mean, float *running_var, const float *x, const float *gamma,
+    const float *beta, uint32_t n, uint32_t c, uint32_t s, int training,
+    float momentum, float eps)
 {
     nn_cuda_ctx *ctx = nn_cuda_ctx_of(ex);
     if (ctx->failed || c == 0)
         return;
     bn_forward_kernel<<<c, NN_CUDA_THREADS, 0, ctx->stream>>>(
-        out, mean, invstd, running_mean, running_var, x, gamma, beta, n, c,
-        s, training, momentum, eps);
+        out, mean, invstd, running_mean, running_var, x, gamma, beta, n, c, s,
+        training, momentum, eps);
     nn_cuda_launch_ok(ex, "bn_forward_kernel");
 }
 
@@ -432,7 +425,6 @@ extern "C" void nn_cuda_batchnorm_backward(
     if (ctx->failed || c == 0)
         return;
     bn_backward_kernel<<<c, NN_CUDA_THREADS, 0, ctx->stream>>>(
-        dx, dgamma, dbeta, dout, x, gamma, mean, invstd, n, c, s,
-        batch_stats);
+        dx, dgamma, dbeta, dout, x, gamma, mean, invstd, n, c, s, batch_stats);
     nn_cuda_launch_ok(ex, "bn_backward_kernel");
 }

@@ -21,7 +21,7 @@ typedef struct {
     float beta1, beta2, eps, one_minus_beta1, one_minus_beta2;
     float step_size, bias_correction2_sqrt, decay_scale;
     int nesterov, decoupled;
-    const float *dyn;          /* nn_optim_args.dyn: device memory, or NULL */
+    const float *dyn; /* nn_optim_args.dyn: device memory, or NULL */
 } optim_dev;
 
 /* This step's lr, step_size, bias_correction2_sqrt and decay_scale: read
@@ -70,8 +70,8 @@ static __global__ void sgd_kernel(float *param, float *grad, float *buf,
             float b = __fadd_rn(__fmul_rn(o.momentum, buf[i]), g);
             buf[i] = b;
             /* nesterov: p -= lr (g + momentum b); else p -= lr b */
-            float step = o.nesterov ? __fadd_rn(g, __fmul_rn(o.momentum, b))
-                                    : b;
+            float step =
+                o.nesterov ? __fadd_rn(g, __fmul_rn(o.momentum, b)) : b;
             param[i] = __fsub_rn(p, __fmul_rn(o.lr, step));
         } else {
             param[i] = __fsub_rn(p, __fmul_rn(o.lr, g));
@@ -109,9 +109,8 @@ static __global__ void adam_kernel(float *param, float *grad, float *m,
         m[i] = mi;
         v[i] = vi;
         grad[i] = 0.0f;
-        float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi),
-                                        o.bias_correction2_sqrt),
-                              o.eps);
+        float den = __fadd_rn(
+            __fdiv_rn(__fsqrt_rn(vi), o.bias_correction2_sqrt), o.eps);
         param[i] = __fsub_rn(p, __fdiv_rn(__fmul_rn(o.step_size, mi), den));
     }
 }

@@ -25,16 +25,16 @@ typedef struct {
 
 static pool_geom pool_geom_of(const nn_conv_desc *d)
 {
-    pool_geom g = {d->in_h,      d->in_w,      d->out_h,  d->out_w,
+    pool_geom g = {d->in_h,      d->in_w,      d->out_h,     d->out_w,
                    d->kernel[0], d->kernel[1], d->stride[0], d->stride[1],
                    d->pad[0],    d->pad[1]};
     return g;
 }
 
 /* The window of output (oh, ow) clipped to the input, as pool_window. */
-static __device__ void pool_window(const pool_geom &g, uint32_t oh,
-                                   uint32_t ow, uint32_t *h0, uint32_t *h1,
-                                   uint32_t *w0, uint32_t *w1)
+static __device__ void pool_window(const pool_geom &g, uint32_t oh, uint32_t ow,
+                                   uint32_t *h0, uint32_t *h1, uint32_t *w0,
+                                   uint32_t *w1)
 {
     int64_t hs = (int64_t)oh * g.sh - g.ph, ws = (int64_t)ow * g.sw - g.pw;
     int64_t he = hs + g.kh, we = ws + g.kw;
@@ -49,7 +49,7 @@ static __device__ void pool_outputs_of(uint32_t i, uint32_t k, uint32_t s,
                                        uint32_t p, uint32_t out, uint32_t *lo,
                                        uint32_t *hi)
 {
-    int64_t a = (int64_t)i + p;             /* o * s <= a < o * s + k */
+    int64_t a = (int64_t)i + p; /* o * s <= a < o * s + k */
     int64_t l = a - (int64_t)k + 1;
     l = l <= 0 ? 0 : (l + s - 1) / s;
     int64_t h = a / s + 1;
@@ -120,7 +120,7 @@ static __global__ void avgpool_forward_kernel(float *out, const float *in,
          o += (size_t)gridDim.x * blockDim.x) {
         size_t plane = o / ohw, r = o % ohw;
         const float *x = in + plane * hw;
-        if (global) {   /* as the CPU's global-average shortcut */
+        if (global) { /* as the CPU's global-average shortcut */
             out[o] = __fmul_rn(row_sum16(x, hw), inv);
             continue;
         }
@@ -139,9 +139,8 @@ static __global__ void avgpool_forward_kernel(float *out, const float *in,
  * gradients routed to it (max: outputs whose argmax is this value;
  * average: every window holding it, times inv). */
 static __global__ void pool_backward_kernel(float *din, const float *dout,
-                                            const int32_t *argmax,
-                                            size_t total, pool_geom g,
-                                            float inv, int is_max)
+                                            const int32_t *argmax, size_t total,
+                                            pool_geom g, float inv, int is_max)
 {
     const size_t ohw = (size_t)g.out_h * g.out_w;
     const size_t hw = (size_t)g.in_h * g.in_w;
@@ -177,10 +176,9 @@ static float pool_inv(const nn_conv_desc *d)
     return 1.0f / (float)(d->kernel[0] * d->kernel[1]);
 }
 
-extern "C" void nn_cuda_pool2d_forward(const nn_exec *ex, nn_op op,
-                                       float *out, int32_t *argmax,
-                                       const float *in, uint32_t n,
-                                       const nn_conv_desc *d)
+extern "C" void nn_cuda_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
+                                       int32_t *argmax, const float *in,
+                                       uint32_t n, const nn_conv_desc *d)
 {
     nn_cuda_ctx *ctx = nn_cuda_ctx_of(ex);
     const size_t total = (size_t)n * d->in_c * d->out_h * d->out_w;
@@ -188,22 +186,21 @@ extern "C" void nn_cuda_pool2d_forward(const nn_exec *ex, nn_op op,
         return;
     pool_geom g = pool_geom_of(d);
     if (op == NN_OP_MAXPOOL2D) {
-        maxpool_forward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS,
-                                 0, ctx->stream>>>(out, argmax, in, total,
-                                                   g);
+        maxpool_forward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS, 0,
+                                 ctx->stream>>>(out, argmax, in, total, g);
         nn_cuda_launch_ok(ex, "maxpool_forward_kernel");
     } else {
         int global = d->kernel[0] == d->in_h && d->kernel[1] == d->in_w &&
                      !d->pad[0] && !d->pad[1];
-        avgpool_forward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS,
-                                 0, ctx->stream>>>(out, in, total, g,
-                                                   pool_inv(d), global);
+        avgpool_forward_kernel<<<nn_cuda_blocks_for(total), NN_CUDA_THREADS, 0,
+                                 ctx->stream>>>(out, in, total, g, pool_inv(d),
+                                                global);
         nn_cuda_launch_ok(ex, "avgpool_forward_kernel");
     }
 }
 
-extern "C" void nn_cuda_pool2d_backward(const nn_exec *ex, nn_op op,
-                                        float *din, const float *dout,
+extern "C" void nn_cuda_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
+                                        const float *dout,
                                         const int32_t *argmax, uint32_t n,
                                         const nn_conv_desc *d)
 {

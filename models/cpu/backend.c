@@ -54,7 +54,8 @@ static const char *const op_names[] = {
     [NN_OP_CAST] = "cast",
     [NN_OP_GEMM_LP] = "gemm_lp",
 };
-static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT, "every nn_op needs a name");
+static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT,
+              "every nn_op needs a name");
 
 const char *nn_op_name(nn_op op)
 {

@@ -35,11 +35,11 @@
 
 /* Sizes derived once per call from the descriptor. */
 typedef struct {
-    size_t hw, ohw;            /* input and output plane sizes */
-    size_t in_numel, out_numel;/* per example */
-    uint32_t cg, fg;           /* channels and filters per group */
-    size_t kg;                 /* rows of col: cg * kh * kw */
-    int direct;                /* 1x1, stride 1, no padding: col = input */
+    size_t hw, ohw;             /* input and output plane sizes */
+    size_t in_numel, out_numel; /* per example */
+    uint32_t cg, fg;            /* channels and filters per group */
+    size_t kg;                  /* rows of col: cg * kh * kw */
+    int direct;                 /* 1x1, stride 1, no padding: col = input */
     size_t col_floats, dw_floats;
 } conv_geom;
 
@@ -111,8 +111,10 @@ static void im2col(float *restrict col, const float *restrict x, uint32_t c,
                 int64_t offw = (int64_t)kj * d->dilation[1] - d->pad[1];
                 uint32_t w_lo, w_hi;
                 valid_range(OW, sw, offw, W, &w_lo, &w_hi);
-                float *row = col + (((size_t)ci * d->kernel[0] + ki) *
-                                        d->kernel[1] + kj) * ohw;
+                float *row =
+                    col +
+                    (((size_t)ci * d->kernel[0] + ki) * d->kernel[1] + kj) *
+                        ohw;
                 memset(row, 0, (size_t)h_lo * OW * sizeof *row);
                 memset(row + (size_t)h_hi * OW, 0,
                        (size_t)(OH - h_hi) * OW * sizeof *row);
@@ -183,8 +185,10 @@ static void col2im(float *restrict dx, const float *restrict col, uint32_t c,
                 int64_t offw = (int64_t)kj * d->dilation[1] - d->pad[1];
                 uint32_t w_lo, w_hi;
                 valid_range(OW, sw, offw, W, &w_lo, &w_hi);
-                const float *row = col + (((size_t)ci * d->kernel[0] + ki) *
-                                              d->kernel[1] + kj) * ohw;
+                const float *row =
+                    col +
+                    (((size_t)ci * d->kernel[0] + ki) * d->kernel[1] + kj) *
+                        ohw;
                 for (uint32_t oh = h_lo; oh < h_hi; oh++) {
                     float *restrict dst =
                         xc + (size_t)((int64_t)oh * sh + offh) * W + offw;
@@ -225,7 +229,8 @@ static void conv_forward_part(void *arg, int part, int parts)
     nn_pool_range(j->n, part, parts, 1, &b, &e);
     for (size_t s = b; s < e; s++) {
         for (uint32_t gi = 0; gi < d->groups; gi++) {
-            const float *x = j->in + s * g->in_numel + (size_t)gi * g->cg * g->hw;
+            const float *x =
+                j->in + s * g->in_numel + (size_t)gi * g->cg * g->hw;
             float *y = j->out + s * g->out_numel + (size_t)gi * g->fg * g->ohw;
             const float *src = x;
             if (!g->direct) {
@@ -242,9 +247,8 @@ static void conv_forward_part(void *arg, int part, int parts)
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)g->fg,
                         (int)g->ohw, (int)g->kg, 1.0f,
-                        j->weight + (size_t)gi * g->fg * g->kg, (int)g->kg,
-                        src, (int)g->ohw, j->bias ? 1.0f : 0.0f, y,
-                        (int)g->ohw);
+                        j->weight + (size_t)gi * g->fg * g->kg, (int)g->kg, src,
+                        (int)g->ohw, j->bias ? 1.0f : 0.0f, y, (int)g->ohw);
         }
     }
 }
@@ -253,8 +257,14 @@ void nn_cpu_conv2d_forward(const nn_exec *ex, float *out, const float *in,
                            const float *weight, const float *bias, uint32_t n,
                            const nn_conv_desc *d)
 {
-    conv_job j = {.ex = ex, .d = d, .g = geom_of(d), .n = n, .out = out,
-                  .in = in, .weight = weight, .bias = bias};
+    conv_job j = {.ex = ex,
+                  .d = d,
+                  .g = geom_of(d),
+                  .n = n,
+                  .out = out,
+                  .in = in,
+                  .weight = weight,
+                  .bias = bias};
     assert(j.g.direct || (ex && ex->work));
     nn_pool_run(ex ? ex->pool : NULL, conv_forward_part, &j);
 }
@@ -277,8 +287,8 @@ static void conv_backward_part(void *arg, int part, int parts)
         for (uint32_t gi = 0; gi < d->groups; gi++) {
             const size_t xoff = s * g->in_numel + (size_t)gi * g->cg * g->hw;
             const float *x = j->in + xoff;
-            const float *dy = j->dout + s * g->out_numel +
-                              (size_t)gi * g->fg * g->ohw;
+            const float *dy =
+                j->dout + s * g->out_numel + (size_t)gi * g->fg * g->ohw;
             const float *w = j->weight + (size_t)gi * g->fg * g->kg;
             const float *src = x;
             if (!g->direct) {
@@ -292,8 +302,8 @@ static void conv_backward_part(void *arg, int part, int parts)
                         (int)g->kg);
             if (j->dbias) {
                 for (uint32_t f = 0; f < g->fg; f++)
-                    db[(size_t)gi * g->fg + f] += nn_cpu_row_sum(dy + f * g->ohw,
-                                                          g->ohw);
+                    db[(size_t)gi * g->fg + f] +=
+                        nn_cpu_row_sum(dy + f * g->ohw, g->ohw);
             }
             if (!j->din)
                 continue;
@@ -340,8 +350,15 @@ void nn_cpu_conv2d_backward(const nn_exec *ex, float *din, float *dweight,
                             const float *weight, uint32_t n,
                             const nn_conv_desc *d)
 {
-    conv_job j = {.ex = ex, .d = d, .g = geom_of(d), .n = n, .din = din,
-                  .dweight = dweight, .dbias = dbias, .dout = dout, .in = in,
+    conv_job j = {.ex = ex,
+                  .d = d,
+                  .g = geom_of(d),
+                  .n = n,
+                  .din = din,
+                  .dweight = dweight,
+                  .dbias = dbias,
+                  .dout = dout,
+                  .in = in,
                   .weight = weight};
     assert(ex && ex->work);
     /* Every part runs (and zeroes its partial) even when it gets no

@@ -93,9 +93,8 @@ double nn_cpu_mse(const nn_exec *ex, float *dpred, const float *pred,
                   const float *target, size_t len, float grad_scale);
 double nn_cpu_softmax_xent_smooth(const nn_exec *ex, float *dlogits,
                                   uint32_t *correct, const float *logits,
-                                  const int32_t *labels, uint32_t n,
-                                  uint32_t c, float smoothing,
-                                  float grad_scale);
+                                  const int32_t *labels, uint32_t n, uint32_t c,
+                                  float smoothing, float grad_scale);
 double nn_cpu_bce_logits(const nn_exec *ex, float *dlogits, float *probs,
                          uint32_t *correct, const float *logits,
                          const int32_t *labels, uint32_t n, float grad_scale);
@@ -116,8 +115,8 @@ void nn_cpu_adam(const nn_exec *ex, float *param, float *grad, float *m,
 void nn_cpu_batchnorm_forward(const nn_exec *ex, float *out, float *mean,
                               float *invstd, float *running_mean,
                               float *running_var, const float *x,
-                              const float *gamma, const float *beta,
-                              uint32_t n, uint32_t c, uint32_t s, int training,
+                              const float *gamma, const float *beta, uint32_t n,
+                              uint32_t c, uint32_t s, int training,
                               float momentum, float eps);
 void nn_cpu_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
                                float *dbeta, const float *dout, const float *x,

@@ -92,31 +92,28 @@ static void act_forward_serial(nn_op op, float *out, const float *in,
                                size_t len)
 {
     switch (op) {
-    case NN_OP_RELU:
-        relu_fwd(out, in, len);
-        break;
-    case NN_OP_TANH:
-        for (size_t i = 0; i < len; i++)
-            out[i] = tanhf(in[i]);
-        break;
-    case NN_OP_SIGMOID:
-        for (size_t i = 0; i < len; i++) {
-            /* Never exp of a large positive: no overflow for any input. */
-            float x = in[i];
-            if (x >= 0.0f) {
-                out[i] = 1.0f / (1.0f + expf(-x));
-            } else {
-                float e = expf(x);
-                out[i] = e / (1.0f + e);
+        case NN_OP_RELU: relu_fwd(out, in, len); break;
+        case NN_OP_TANH:
+            for (size_t i = 0; i < len; i++)
+                out[i] = tanhf(in[i]);
+            break;
+        case NN_OP_SIGMOID:
+            for (size_t i = 0; i < len; i++) {
+                /* Never exp of a large positive: no overflow for any input. */
+                float x = in[i];
+                if (x >= 0.0f) {
+                    out[i] = 1.0f / (1.0f + expf(-x));
+                } else {
+                    float e = expf(x);
+                    out[i] = e / (1.0f + e);
+                }
             }
-        }
-        break;
-    case NN_OP_GELU:
-        for (size_t i = 0; i < len; i++)
-            out[i] = 0.5f * in[i] * (1.0f + erff(in[i] * GELU_RSQRT2));
-        break;
-    default:
-        assert(!"not an activation op");
+            break;
+        case NN_OP_GELU:
+            for (size_t i = 0; i < len; i++)
+                out[i] = 0.5f * in[i] * (1.0f + erff(in[i] * GELU_RSQRT2));
+            break;
+        default: assert(!"not an activation op");
     }
 }
 
@@ -124,27 +121,24 @@ static void act_backward_serial(nn_op op, float *din, const float *dout,
                                 const float *in, const float *out, size_t len)
 {
     switch (op) {
-    case NN_OP_RELU:
-        relu_bwd(din, dout, out, len);
-        break;
-    case NN_OP_TANH:
-        for (size_t i = 0; i < len; i++)
-            din[i] = dout[i] * (1.0f - out[i] * out[i]);
-        break;
-    case NN_OP_SIGMOID:
-        for (size_t i = 0; i < len; i++)
-            din[i] = dout[i] * out[i] * (1.0f - out[i]);
-        break;
-    case NN_OP_GELU:
-        for (size_t i = 0; i < len; i++) {
-            float x = in[i];
-            float cdf = 0.5f * (1.0f + erff(x * GELU_RSQRT2));
-            float pdf = GELU_RSQRT2PI * expf(-0.5f * x * x);
-            din[i] = dout[i] * (cdf + x * pdf);
-        }
-        break;
-    default:
-        assert(!"not an activation op");
+        case NN_OP_RELU: relu_bwd(din, dout, out, len); break;
+        case NN_OP_TANH:
+            for (size_t i = 0; i < len; i++)
+                din[i] = dout[i] * (1.0f - out[i] * out[i]);
+            break;
+        case NN_OP_SIGMOID:
+            for (size_t i = 0; i < len; i++)
+                din[i] = dout[i] * out[i] * (1.0f - out[i]);
+            break;
+        case NN_OP_GELU:
+            for (size_t i = 0; i < len; i++) {
+                float x = in[i];
+                float cdf = 0.5f * (1.0f + erff(x * GELU_RSQRT2));
+                float pdf = GELU_RSQRT2PI * expf(-0.5f * x * x);
+                din[i] = dout[i] * (cdf + x * pdf);
+            }
+            break;
+        default: assert(!"not an activation op");
     }
 }
 
@@ -197,7 +191,7 @@ typedef struct {
     size_t len;
     float *o0;
     const float *i0, *i1, *i2;
-    float alpha;               /* scale; leaky_relu's slope */
+    float alpha; /* scale; leaky_relu's slope */
 } ew_job;
 
 #define AT(p, b) ((p) ? (p) + (b) : NULL)
@@ -211,31 +205,29 @@ static void ew_part(void *arg, int part, int parts)
         return;
     size_t n = e - b;
     switch (j->op) {
-    case NN_OP_DROPOUT:
-        dropout_backward_serial(j->o0 + b, j->i0 + b, j->i1 + b, n);
-        break;
-    case NN_OP_SCALE: {
-        float *restrict x = j->o0 + b;
-        const float a = j->alpha;
-        for (size_t i = 0; i < n; i++)
-            x[i] *= a;
-        break;
-    }
-    case NN_OP_LEAKY_RELU:
-        if (j->backward)
-            leaky_bwd(j->o0 + b, j->i0 + b, j->i1 + b, n, j->alpha);
-        else
-            leaky_fwd(j->o0 + b, j->i0 + b, n, j->alpha);
-        break;
-    case NN_OP_ADD:
-        add_range(j->o0 + b, j->i0 + b, j->i1 + b, n);
-        break;
-    default:
-        if (j->backward)
-            act_backward_serial(j->op, j->o0 + b, j->i0 + b, AT(j->i1, b),
-                                AT(j->i2, b), n);
-        else
-            act_forward_serial(j->op, j->o0 + b, j->i0 + b, n);
+        case NN_OP_DROPOUT:
+            dropout_backward_serial(j->o0 + b, j->i0 + b, j->i1 + b, n);
+            break;
+        case NN_OP_SCALE: {
+            float *restrict x = j->o0 + b;
+            const float a = j->alpha;
+            for (size_t i = 0; i < n; i++)
+                x[i] *= a;
+            break;
+        }
+        case NN_OP_LEAKY_RELU:
+            if (j->backward)
+                leaky_bwd(j->o0 + b, j->i0 + b, j->i1 + b, n, j->alpha);
+            else
+                leaky_fwd(j->o0 + b, j->i0 + b, n, j->alpha);
+            break;
+        case NN_OP_ADD: add_range(j->o0 + b, j->i0 + b, j->i1 + b, n); break;
+        default:
+            if (j->backward)
+                act_backward_serial(j->op, j->o0 + b, j->i0 + b, AT(j->i1, b),
+                                    AT(j->i2, b), n);
+            else
+                act_forward_serial(j->op, j->o0 + b, j->i0 + b, n);
     }
 }
 
@@ -255,41 +247,57 @@ void nn_cpu_act_backward(const nn_exec *ex, nn_op op, float *din,
                          const float *dout, const float *in, const float *out,
                          size_t len)
 {
-    ew_run(ex, &(ew_job){.op = op, .backward = 1, .len = len, .o0 = din,
-                         .i0 = dout, .i1 = in, .i2 = out});
+    ew_run(ex, &(ew_job){.op = op,
+                         .backward = 1,
+                         .len = len,
+                         .o0 = din,
+                         .i0 = dout,
+                         .i1 = in,
+                         .i2 = out});
 }
 
 void nn_cpu_dropout_backward(const nn_exec *ex, float *din, const float *dout,
                              const float *mask, size_t len)
 {
-    ew_run(ex, &(ew_job){.op = NN_OP_DROPOUT, .len = len, .o0 = din,
-                         .i0 = dout, .i1 = mask});
+    ew_run(ex, &(ew_job){.op = NN_OP_DROPOUT,
+                         .len = len,
+                         .o0 = din,
+                         .i0 = dout,
+                         .i1 = mask});
 }
 
 void nn_cpu_scale(const nn_exec *ex, float *x, size_t len, float alpha)
 {
-    ew_run(ex, &(ew_job){.op = NN_OP_SCALE, .len = len, .o0 = x,
-                         .alpha = alpha});
+    ew_run(ex,
+           &(ew_job){.op = NN_OP_SCALE, .len = len, .o0 = x, .alpha = alpha});
 }
 
 void nn_cpu_leaky_relu_forward(const nn_exec *ex, float *out, const float *in,
                                size_t len, float slope)
 {
-    ew_run(ex, &(ew_job){.op = NN_OP_LEAKY_RELU, .len = len, .o0 = out,
-                         .i0 = in, .alpha = slope});
+    ew_run(ex, &(ew_job){.op = NN_OP_LEAKY_RELU,
+                         .len = len,
+                         .o0 = out,
+                         .i0 = in,
+                         .alpha = slope});
 }
 
 void nn_cpu_leaky_relu_backward(const nn_exec *ex, float *din,
                                 const float *dout, const float *in, size_t len,
                                 float slope)
 {
-    ew_run(ex, &(ew_job){.op = NN_OP_LEAKY_RELU, .backward = 1, .len = len,
-                         .o0 = din, .i0 = dout, .i1 = in, .alpha = slope});
+    ew_run(ex, &(ew_job){.op = NN_OP_LEAKY_RELU,
+                         .backward = 1,
+                         .len = len,
+                         .o0 = din,
+                         .i0 = dout,
+                         .i1 = in,
+                         .alpha = slope});
 }
 
 void nn_cpu_add(const nn_exec *ex, float *out, const float *a, const float *b,
                 size_t len)
 {
-    ew_run(ex, &(ew_job){.op = NN_OP_ADD, .len = len, .o0 = out, .i0 = a,
-                         .i1 = b});
+    ew_run(ex,
+           &(ew_job){.op = NN_OP_ADD, .len = len, .o0 = out, .i0 = a, .i1 = b});
 }

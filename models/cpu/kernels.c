@@ -46,16 +46,16 @@ static const struct {
     const char *core;
     cpu_isa isa;
 } openblas_cores[] = {
-    {"Prescott", CPU_ISA_GENERIC},   {"Core2", CPU_ISA_GENERIC},
-    {"Penryn", CPU_ISA_GENERIC},     {"Dunnington", CPU_ISA_GENERIC},
-    {"Nehalem", CPU_ISA_GENERIC},    {"Atom", CPU_ISA_GENERIC},
-    {"Opteron", CPU_ISA_GENERIC},    {"Opteron_SSE3", CPU_ISA_GENERIC},
-    {"Barcelona", CPU_ISA_GENERIC},  {"Nano", CPU_ISA_GENERIC},
-    {"Sandybridge", CPU_ISA_AVX},    {"Bulldozer", CPU_ISA_AVX},
-    {"Piledriver", CPU_ISA_AVX},     {"Steamroller", CPU_ISA_AVX},
-    {"Haswell", CPU_ISA_AVX2},       {"Zen", CPU_ISA_AVX2},
-    {"Excavator", CPU_ISA_AVX2},     {"SkylakeX", CPU_ISA_AVX512},
-    {"Cooperlake", CPU_ISA_AVX512},  {"SapphireRapids", CPU_ISA_AVX512},
+    {"Prescott", CPU_ISA_GENERIC},  {"Core2", CPU_ISA_GENERIC},
+    {"Penryn", CPU_ISA_GENERIC},    {"Dunnington", CPU_ISA_GENERIC},
+    {"Nehalem", CPU_ISA_GENERIC},   {"Atom", CPU_ISA_GENERIC},
+    {"Opteron", CPU_ISA_GENERIC},   {"Opteron_SSE3", CPU_ISA_GENERIC},
+    {"Barcelona", CPU_ISA_GENERIC}, {"Nano", CPU_ISA_GENERIC},
+    {"Sandybridge", CPU_ISA_AVX},   {"Bulldozer", CPU_ISA_AVX},
+    {"Piledriver", CPU_ISA_AVX},    {"Steamroller", CPU_ISA_AVX},
+    {"Haswell", CPU_ISA_AVX2},      {"Zen", CPU_ISA_AVX2},
+    {"Excavator", CPU_ISA_AVX2},    {"SkylakeX", CPU_ISA_AVX512},
+    {"Cooperlake", CPU_ISA_AVX512}, {"SapphireRapids", CPU_ISA_AVX512},
 };
 
 const char *cpu_isa_name(cpu_isa isa)
@@ -84,10 +84,10 @@ cpu_isa cpu_openblas_core_isa(const char *core)
 const char *cpu_isa_openblas_core(cpu_isa isa)
 {
     switch (isa) {
-    case CPU_ISA_AVX512: return "SkylakeX";
-    case CPU_ISA_AVX2: return "Haswell";
-    case CPU_ISA_AVX: return "Sandybridge";
-    default: return NULL;
+        case CPU_ISA_AVX512: return "SkylakeX";
+        case CPU_ISA_AVX2: return "Haswell";
+        case CPU_ISA_AVX: return "Sandybridge";
+        default: return NULL;
     }
 }
 
@@ -150,8 +150,7 @@ cpu_isa cpu_features_isa(const cpu_features *f)
 }
 
 int cpu_kernels_decide(const char *policy, cpu_isa cpu, const char *loaded,
-                       char *core, int core_size, char *reason,
-                       int reason_size)
+                       char *core, int core_size, char *reason, int reason_size)
 {
     cpu_isa have = cpu_openblas_core_isa(loaded);
     core[0] = '\0';
@@ -272,8 +271,8 @@ void cpu_kernels_select(char **argv)
     execv("/proc/self/exe", argv);
     /* Only on failure: keep running on what is loaded. */
     char why[256];
-    snprintf(why, sizeof why, "%s; re-executing to load %s failed (%s)",
-             reason, core, strerror(errno));
+    snprintf(why, sizeof why, "%s; re-executing to load %s failed (%s)", reason,
+             core, strerror(errno));
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv(ENV_SET);
     unsetenv(ENV_DETECTED);
@@ -321,8 +320,8 @@ double cpu_kernels_measure(double seconds)
     int reps = 0;
     do {
         double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f,
-                    a, N, b, N, 0.0f, c, N);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a,
+                    N, b, N, 0.0f, c, N);
         double dt = now_s() - t0;
         double rate = dt > 0 ? 2.0 * N * N * N / dt / 1e9 : 0;
         if (rate > best)

@@ -40,8 +40,8 @@ typedef struct {
 typedef enum {
     CPU_ISA_GENERIC = 0, /* SSE3 or less: OpenBLAS's Prescott-class kernels */
     CPU_ISA_AVX,
-    CPU_ISA_AVX2,        /* AVX2 + FMA */
-    CPU_ISA_AVX512,      /* AVX-512 F, CD, BW, DQ, VL */
+    CPU_ISA_AVX2,   /* AVX2 + FMA */
+    CPU_ISA_AVX512, /* AVX-512 F, CD, BW, DQ, VL */
     CPU_ISA_COUNT
 } cpu_isa;
 

@@ -52,7 +52,8 @@ double nn_cpu_softmax_xent(const nn_exec *ex, float *dlogits, float *probs,
             }
         /* exp once, into whichever output row exists, then normalize. */
         float *t = dlogits ? dlogits + (size_t)i * c
-                           : probs ? probs + (size_t)i * c : NULL;
+                   : probs ? probs + (size_t)i * c
+                           : NULL;
         float sum = 0.0f;
         if (t) {
             for (uint32_t j = 0; j < c; j++) {
@@ -106,14 +107,13 @@ double nn_cpu_mse(const nn_exec *ex, float *dpred, const float *pred,
 
 double nn_cpu_softmax_xent_smooth(const nn_exec *ex, float *dlogits,
                                   uint32_t *correct, const float *logits,
-                                  const int32_t *labels, uint32_t n,
-                                  uint32_t c, float smoothing,
-                                  float grad_scale)
+                                  const int32_t *labels, uint32_t n, uint32_t c,
+                                  float smoothing, float grad_scale)
 {
     double loss = 0.0;
     uint32_t hits = 0;
-    const float off = smoothing / (float)c;       /* target off the label */
-    const float on = 1.0f - smoothing + off;      /* target at the label */
+    const float off = smoothing / (float)c;  /* target off the label */
+    const float on = 1.0f - smoothing + off; /* target at the label */
     for (uint32_t i = 0; i < n; i++) {
         const float *x = logits + (size_t)i * c;
         uint32_t arg = 0;
@@ -173,8 +173,7 @@ double nn_cpu_bce_logits(const nn_exec *ex, float *dlogits, float *probs,
         float y = labels[i] ? 1.0f : 0.0f;
         hits += (p > 0.5f) == (labels[i] != 0);
         double xd = x;
-        loss += (xd > 0.0 ? xd : 0.0) - xd * (double)y +
-                log1p(exp(-fabs(xd)));
+        loss += (xd > 0.0 ? xd : 0.0) - xd * (double)y + log1p(exp(-fabs(xd)));
         if (dlogits)
             dlogits[i] = (p - y) * grad_scale;
     }

@@ -41,7 +41,10 @@ uint16_t nn_cpu_bf16_from_f32(float x)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-float nn_cpu_bf16_to_f32(uint16_t h) { return f32_from_bits((uint32_t)h << 16); }
+float nn_cpu_bf16_to_f32(uint16_t h)
+{
+    return f32_from_bits((uint32_t)h << 16);
+}
 
 uint16_t nn_cpu_f16_from_f32(float x)
 {
@@ -122,8 +125,7 @@ void nn_cpu_cast(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
         return;
     }
     cast_job j = {.dst = dst, .src = src, .len = len, .dt = dt};
-    nn_pool_run(nn_cpu_pool_for(ex, (double)len, PAR_MIN_ELEMS), cast_part,
-                &j);
+    nn_pool_run(nn_cpu_pool_for(ex, (double)len, PAR_MIN_ELEMS), cast_part, &j);
 }
 
 /* ---- gemm_lp ---- */
@@ -170,12 +172,20 @@ void nn_cpu_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
 {
     if (m <= 0 || n <= 0)
         return;
-    gemm_lp_job g = {.c = c, .a = a, .b = b, .dt = dt, .ta = trans_a,
-                     .tb = trans_b, .m = m, .n = n, .k = k > 0 ? k : 0,
-                     .alpha = alpha, .beta = beta};
-    nn_pool_run(nn_cpu_pool_for(ex, (double)m * n * (k > 0 ? k : 1),
-                                PAR_MIN_MACS),
-                gemm_lp_part, &g);
+    gemm_lp_job g = {.c = c,
+                     .a = a,
+                     .b = b,
+                     .dt = dt,
+                     .ta = trans_a,
+                     .tb = trans_b,
+                     .m = m,
+                     .n = n,
+                     .k = k > 0 ? k : 0,
+                     .alpha = alpha,
+                     .beta = beta};
+    nn_pool_run(
+        nn_cpu_pool_for(ex, (double)m * n * (k > 0 ? k : 1), PAR_MIN_MACS),
+        gemm_lp_part, &g);
 }
 
 int nn_cpu_lp_ok(const nn_exec *ex, nn_dtype dt)

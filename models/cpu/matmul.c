@@ -24,8 +24,8 @@ typedef struct {
     const float *a, *b;
     int ta, tb, m, n, k;
     float alpha, beta;
-    int split_n;               /* split C's columns, else its rows */
-    int gemv;                  /* one GEMV per row of C (small m, see below) */
+    int split_n; /* split C's columns, else its rows */
+    int gemv;    /* one GEMV per row of C (small m, see below) */
 } gemm_job;
 
 /* A GEMM of one or two rows against a large B (a predict of a row or two
@@ -61,7 +61,7 @@ static void gemm_part(void *arg, int part, int parts)
                 cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)(e - b), g->k,
                             g->alpha, g->b + b * (size_t)g->k, ldb, ai, 1,
                             g->beta, ci, 1);
-            else       /* B (k, n): columns b..e of B, transposed, times a_i */
+            else /* B (k, n): columns b..e of B, transposed, times a_i */
                 cblas_sgemv(CblasRowMajor, CblasTrans, g->k, (int)(e - b),
                             g->alpha, g->b + b, ldb, ai, 1, g->beta, ci, 1);
         }
@@ -87,11 +87,19 @@ void nn_cpu_gemm(const nn_exec *ex, float *c, const float *a, const float *b,
                  int trans_a, int trans_b, int m, int n, int k, float alpha,
                  float beta)
 {
-    gemm_job g = {.c = c, .a = a, .b = b, .ta = trans_a, .tb = trans_b,
-                  .m = m, .n = n, .k = k, .alpha = alpha, .beta = beta,
+    gemm_job g = {.c = c,
+                  .a = a,
+                  .b = b,
+                  .ta = trans_a,
+                  .tb = trans_b,
+                  .m = m,
+                  .n = n,
+                  .k = k,
+                  .alpha = alpha,
+                  .beta = beta,
                   .split_n = n >= m,
                   .gemv = !trans_a && m <= GEMV_MAX_ROWS &&
                           (size_t)n * (size_t)k >= GEMV_MIN_B_FLOATS};
-    nn_pool_run(nn_cpu_pool_for(ex, (double)m * n * k, PAR_MIN_MACS),
-                gemm_part, &g);
+    nn_pool_run(nn_cpu_pool_for(ex, (double)m * n * k, PAR_MIN_MACS), gemm_part,
+                &g);
 }

@@ -21,10 +21,9 @@
 #include <math.h>
 #include <stddef.h>
 
-#define BN_BLOCK 64              /* channels summed together when s == 1 */
+#define BN_BLOCK 64 /* channels summed together when s == 1 */
 
-static void run_parts(const nn_exec *ex, double work, nn_pool_fn fn,
-                      void *arg)
+static void run_parts(const nn_exec *ex, double work, nn_pool_fn fn, void *arg)
 {
     nn_pool_run(nn_cpu_pool_for(ex, work, PAR_MIN_ELEMS), fn, arg);
 }
@@ -123,7 +122,7 @@ typedef struct {
     float *dx, *dgamma, *dbeta;
     const float *dout;
     uint32_t n, c, s;
-    int training;              /* forward: batch statistics; backward: the
+    int training; /* forward: batch statistics; backward: the
                                   statistics were the batch's */
     float momentum, eps;
 } bn_job;
@@ -138,8 +137,8 @@ static void bn_set_stats(const bn_job *j, size_t ch, float m, double ss,
     if (j->rmean) {
         double mom = j->momentum;
         j->rmean[ch] = (float)(mom * m + (1.0 - mom) * j->rmean[ch]);
-        j->rvar[ch] = (float)(mom * (ss / (count - 1.0)) +
-                              (1.0 - mom) * j->rvar[ch]);
+        j->rvar[ch] =
+            (float)(mom * (ss / (count - 1.0)) + (1.0 - mom) * j->rvar[ch]);
     }
 }
 
@@ -244,14 +243,24 @@ static void bn_forward_part(void *arg, int part, int parts)
 void nn_cpu_batchnorm_forward(const nn_exec *ex, float *out, float *mean,
                               float *invstd, float *running_mean,
                               float *running_var, const float *x,
-                              const float *gamma, const float *beta,
-                              uint32_t n, uint32_t c, uint32_t s, int training,
+                              const float *gamma, const float *beta, uint32_t n,
+                              uint32_t c, uint32_t s, int training,
                               float momentum, float eps)
 {
-    bn_job j = {.out = out, .mean = mean, .invstd = invstd,
-                .rmean = running_mean, .rvar = running_var, .x = x,
-                .gamma = gamma, .beta = beta, .n = n, .c = c, .s = s,
-                .training = training, .momentum = momentum, .eps = eps};
+    bn_job j = {.out = out,
+                .mean = mean,
+                .invstd = invstd,
+                .rmean = running_mean,
+                .rvar = running_var,
+                .x = x,
+                .gamma = gamma,
+                .beta = beta,
+                .n = n,
+                .c = c,
+                .s = s,
+                .training = training,
+                .momentum = momentum,
+                .eps = eps};
     run_parts(ex, (double)n * c * s, bn_forward_part, &j);
 }
 
@@ -276,7 +285,7 @@ static void bn_backward_cols(const bn_job *j, size_t b, size_t e)
         }
         float kk[BN_BLOCK], a[BN_BLOCK], bm[BN_BLOCK];
         for (size_t k = 0; k < w; k++) {
-            double dyx = sdx[k] * invstd[k];  /* sum dy * xhat */
+            double dyx = sdx[k] * invstd[k]; /* sum dy * xhat */
             j->dgamma[c0 + k] += (float)dyx;
             j->dbeta[c0 + k] += (float)sdy[k];
             kk[k] = j->gamma[c0 + k] * invstd[k];
@@ -344,9 +353,17 @@ void nn_cpu_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
                                const float *invstd, uint32_t n, uint32_t c,
                                uint32_t s, int batch_stats)
 {
-    bn_job j = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dout = dout,
-                .x = x, .gamma = gamma, .mean = (float *)mean,
-                .invstd = (float *)invstd, .n = n, .c = c, .s = s,
+    bn_job j = {.dx = dx,
+                .dgamma = dgamma,
+                .dbeta = dbeta,
+                .dout = dout,
+                .x = x,
+                .gamma = gamma,
+                .mean = (float *)mean,
+                .invstd = (float *)invstd,
+                .n = n,
+                .c = c,
+                .s = s,
                 .training = batch_stats};
     run_parts(ex, (double)n * c * s, bn_backward_part, &j);
 }
@@ -386,8 +403,15 @@ void nn_cpu_layernorm_forward(const nn_exec *ex, float *out, float *mean,
                               const float *beta, uint32_t n, uint32_t d,
                               float eps)
 {
-    ln_job j = {.out = out, .mean = mean, .rstd = rstd, .x = x,
-                .gamma = gamma, .beta = beta, .n = n, .d = d, .eps = eps};
+    ln_job j = {.out = out,
+                .mean = mean,
+                .rstd = rstd,
+                .x = x,
+                .gamma = gamma,
+                .beta = beta,
+                .n = n,
+                .d = d,
+                .eps = eps};
     run_parts(ex, (double)n * d, ln_forward_part, &j);
 }
 
@@ -436,8 +460,15 @@ void nn_cpu_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
                                const float *gamma, const float *mean,
                                const float *rstd, uint32_t n, uint32_t d)
 {
-    ln_job j = {.dx = dx, .dgamma = dgamma, .dbeta = dbeta, .dout = dout,
-                .x = x, .gamma = gamma, .cmean = mean, .crstd = rstd, .n = n,
+    ln_job j = {.dx = dx,
+                .dgamma = dgamma,
+                .dbeta = dbeta,
+                .dout = dout,
+                .x = x,
+                .gamma = gamma,
+                .cmean = mean,
+                .crstd = rstd,
+                .n = n,
                 .d = d};
     if (dx)
         run_parts(ex, (double)n * d, ln_dx_part, &j);

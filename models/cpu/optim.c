@@ -22,7 +22,7 @@
 #endif
 
 static void sgd_serial(float *restrict param, float *restrict grad,
-                    float *restrict buf, size_t len, const nn_optim_args *s)
+                       float *restrict buf, size_t len, const nn_optim_args *s)
 {
     const float lr = s->lr, wd = s->weight_decay, mom = s->momentum;
     if (buf && s->nesterov) {
@@ -63,8 +63,8 @@ static inline float adam_one(float *param, float *grad, float *m, float *v,
     *m = mi;
     *v = vi;
     *grad = 0.0f;
-    return p - s->step_size * mi /
-                   (sqrtf(vi) / s->bias_correction2_sqrt + s->eps);
+    return p -
+           s->step_size * mi / (sqrtf(vi) / s->bias_correction2_sqrt + s->eps);
 }
 
 static void adam_scalar(float *restrict param, float *restrict grad,
@@ -76,30 +76,30 @@ static void adam_scalar(float *restrict param, float *restrict grad,
 }
 
 #if defined(__x86_64__)
-#define ADAM_SIMD(NAME, TARGET, VEC, W, SET1, LOAD, STORE, ADD, SUB, MUL, DIV,  \
-                  SQRT, ZERO)                                                   \
-    __attribute__((target(TARGET))) static size_t NAME(                         \
-        float *param, float *grad, float *m, float *v, size_t len,              \
-        const nn_optim_args *s)                                                 \
-    {                                                                           \
-        const VEC wd = SET1(s->weight_decay), b1 = SET1(s->beta1);              \
-        const VEC b2 = SET1(s->beta2), ob1 = SET1(s->one_minus_beta1);          \
-        const VEC ob2 = SET1(s->one_minus_beta2), step = SET1(s->step_size);    \
-        const VEC bc2 = SET1(s->bias_correction2_sqrt), eps = SET1(s->eps);     \
-        const VEC ds = SET1(s->decoupled ? s->decay_scale : 1.0f);              \
-        size_t i = 0;                                                           \
-        for (; i + W <= len; i += W) {                                          \
-            VEC p = MUL(LOAD(param + i), ds);                                   \
-            VEC g = ADD(LOAD(grad + i), MUL(wd, p));                            \
-            VEC mi = ADD(MUL(b1, LOAD(m + i)), MUL(ob1, g));                    \
-            VEC vi = ADD(MUL(b2, LOAD(v + i)), MUL(MUL(ob2, g), g));            \
-            STORE(m + i, mi);                                                   \
-            STORE(v + i, vi);                                                   \
-            STORE(grad + i, ZERO());                                            \
-            VEC den = ADD(DIV(SQRT(vi), bc2), eps);                             \
-            STORE(param + i, SUB(p, DIV(MUL(step, mi), den)));                  \
-        }                                                                       \
-        return i;                                                               \
+#define ADAM_SIMD(NAME, TARGET, VEC, W, SET1, LOAD, STORE, ADD, SUB, MUL, DIV, \
+                  SQRT, ZERO)                                                  \
+    __attribute__((target(TARGET))) static size_t NAME(                        \
+        float *param, float *grad, float *m, float *v, size_t len,             \
+        const nn_optim_args *s)                                                \
+    {                                                                          \
+        const VEC wd = SET1(s->weight_decay), b1 = SET1(s->beta1);             \
+        const VEC b2 = SET1(s->beta2), ob1 = SET1(s->one_minus_beta1);         \
+        const VEC ob2 = SET1(s->one_minus_beta2), step = SET1(s->step_size);   \
+        const VEC bc2 = SET1(s->bias_correction2_sqrt), eps = SET1(s->eps);    \
+        const VEC ds = SET1(s->decoupled ? s->decay_scale : 1.0f);             \
+        size_t i = 0;                                                          \
+        for (; i + W <= len; i += W) {                                         \
+            VEC p = MUL(LOAD(param + i), ds);                                  \
+            VEC g = ADD(LOAD(grad + i), MUL(wd, p));                           \
+            VEC mi = ADD(MUL(b1, LOAD(m + i)), MUL(ob1, g));                   \
+            VEC vi = ADD(MUL(b2, LOAD(v + i)), MUL(MUL(ob2, g), g));           \
+            STORE(m + i, mi);                                                  \
+            STORE(v + i, vi);                                                  \
+            STORE(grad + i, ZERO());                                           \
+            VEC den = ADD(DIV(SQRT(vi), bc2), eps);                            \
+            STORE(param + i, SUB(p, DIV(MUL(step, mi), den)));                 \
+        }                                                                      \
+        return i;                                                              \
     }
 ADAM_SIMD(adam_avx512, "avx512f", __m512, 16, _mm512_set1_ps, _mm512_loadu_ps,
           _mm512_storeu_ps, _mm512_add_ps, _mm512_sub_ps, _mm512_mul_ps,
@@ -107,14 +107,14 @@ ADAM_SIMD(adam_avx512, "avx512f", __m512, 16, _mm512_set1_ps, _mm512_loadu_ps,
 ADAM_SIMD(adam_avx, "avx", __m256, 8, _mm256_set1_ps, _mm256_loadu_ps,
           _mm256_storeu_ps, _mm256_add_ps, _mm256_sub_ps, _mm256_mul_ps,
           _mm256_div_ps, _mm256_sqrt_ps, _mm256_setzero_ps)
-ADAM_SIMD(adam_sse, "sse2", __m128, 4, _mm_set1_ps, _mm_loadu_ps,
-          _mm_storeu_ps, _mm_add_ps, _mm_sub_ps, _mm_mul_ps, _mm_div_ps,
-          _mm_sqrt_ps, _mm_setzero_ps)
+ADAM_SIMD(adam_sse, "sse2", __m128, 4, _mm_set1_ps, _mm_loadu_ps, _mm_storeu_ps,
+          _mm_add_ps, _mm_sub_ps, _mm_mul_ps, _mm_div_ps, _mm_sqrt_ps,
+          _mm_setzero_ps)
 #endif
 
 static void adam_serial(float *restrict param, float *restrict grad,
-                     float *restrict m, float *restrict v, size_t len,
-                     const nn_optim_args *s)
+                        float *restrict m, float *restrict v, size_t len,
+                        const nn_optim_args *s)
 {
     size_t done = 0;
 #if defined(__x86_64__)
@@ -131,9 +131,9 @@ static void adam_serial(float *restrict param, float *restrict grad,
 /* ---- splitting optimizer steps into ranges ---- */
 
 typedef struct {
-    nn_op op;                  /* NN_OP_SGD or NN_OP_ADAM */
+    nn_op op; /* NN_OP_SGD or NN_OP_ADAM */
     size_t len;
-    float *param, *grad, *s0, *s1;   /* s0: sgd's buf or adam's m; s1: v */
+    float *param, *grad, *s0, *s1; /* s0: sgd's buf or adam's m; s1: v */
     const nn_optim_args *s;
 } optim_job;
 
@@ -154,8 +154,8 @@ static void optim_part(void *arg, int part, int parts)
 
 static void optim_run(const nn_exec *ex, const optim_job *j)
 {
-    nn_pool_run(nn_cpu_pool_for(ex, (double)j->len, PAR_MIN_ELEMS),
-                optim_part, (void *)j);
+    nn_pool_run(nn_cpu_pool_for(ex, (double)j->len, PAR_MIN_ELEMS), optim_part,
+                (void *)j);
 }
 
 /* s with the values s->dyn holds (read now, when the kernel runs), in
@@ -177,8 +177,11 @@ void nn_cpu_sgd(const nn_exec *ex, float *param, float *grad, float *buf,
                 size_t len, const nn_optim_args *s)
 {
     nn_optim_args tmp;
-    optim_run(ex, &(optim_job){.op = NN_OP_SGD, .len = len, .param = param,
-                               .grad = grad, .s0 = buf,
+    optim_run(ex, &(optim_job){.op = NN_OP_SGD,
+                               .len = len,
+                               .param = param,
+                               .grad = grad,
+                               .s0 = buf,
                                .s = optim_now(s, &tmp)});
 }
 
@@ -186,7 +189,11 @@ void nn_cpu_adam(const nn_exec *ex, float *param, float *grad, float *m,
                  float *v, size_t len, const nn_optim_args *s)
 {
     nn_optim_args tmp;
-    optim_run(ex, &(optim_job){.op = NN_OP_ADAM, .len = len, .param = param,
-                               .grad = grad, .s0 = m, .s1 = v,
+    optim_run(ex, &(optim_job){.op = NN_OP_ADAM,
+                               .len = len,
+                               .param = param,
+                               .grad = grad,
+                               .s0 = m,
+                               .s1 = v,
                                .s = optim_now(s, &tmp)});
 }

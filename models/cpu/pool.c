@@ -165,7 +165,8 @@ static void pool_forward_part(void *arg, int part, int parts)
     nn_pool_range(j->planes, part, parts, 1, &b, &e);
     for (size_t p = b; p < e; p++) {
         if (j->op == NN_OP_MAXPOOL2D)
-            maxpool_plane(j->out + p * ohw, j->argmax ? j->argmax + p * ohw : NULL,
+            maxpool_plane(j->out + p * ohw,
+                          j->argmax ? j->argmax + p * ohw : NULL,
                           j->in + p * hw, d);
         else
             avgpool_plane(j->out + p * ohw, j->in + p * hw, d);
@@ -200,20 +201,30 @@ void nn_cpu_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
                            int32_t *argmax, const float *in, uint32_t n,
                            const nn_conv_desc *d)
 {
-    pool_job j = {.op = op, .d = d, .planes = (size_t)n * d->in_c,
-                  .out = out, .argmax = argmax, .in = in};
+    pool_job j = {.op = op,
+                  .d = d,
+                  .planes = (size_t)n * d->in_c,
+                  .out = out,
+                  .argmax = argmax,
+                  .in = in};
     assert(op == NN_OP_MAXPOOL2D || op == NN_OP_AVGPOOL2D);
     const double values = (double)j.planes * d->in_h * d->in_w;
-    nn_pool_run(nn_cpu_pool_for(ex, values, PAR_MIN_ELEMS), pool_forward_part, &j);
+    nn_pool_run(nn_cpu_pool_for(ex, values, PAR_MIN_ELEMS), pool_forward_part,
+                &j);
 }
 
 void nn_cpu_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
                             const float *dout, const int32_t *argmax,
                             uint32_t n, const nn_conv_desc *d)
 {
-    pool_job j = {.op = op, .d = d, .planes = (size_t)n * d->in_c,
-                  .din = din, .dout = dout, .argmax_in = argmax};
+    pool_job j = {.op = op,
+                  .d = d,
+                  .planes = (size_t)n * d->in_c,
+                  .din = din,
+                  .dout = dout,
+                  .argmax_in = argmax};
     assert(op == NN_OP_AVGPOOL2D || argmax);
     const double values = (double)j.planes * d->in_h * d->in_w;
-    nn_pool_run(nn_cpu_pool_for(ex, values, PAR_MIN_ELEMS), pool_backward_part, &j);
+    nn_pool_run(nn_cpu_pool_for(ex, values, PAR_MIN_ELEMS), pool_backward_part,
+                &j);
 }

@@ -38,8 +38,8 @@
 typedef struct {
     const json_t *list;
     uint32_t *slots;
-    size_t cap;      /* a power of two, at least twice the indexed count */
-    size_t count;    /* list elements indexed so far */
+    size_t cap;   /* a power of two, at least twice the indexed count */
+    size_t count; /* list elements indexed so far */
 } str_index;
 
 static size_t str_hash(const char *s, size_t n)
@@ -97,20 +97,20 @@ static int str_index_add_last(str_index *x)
 /* ---- the record reader ---------------------------------------------------- */
 
 typedef struct {
-    uint32_t off, len;   /* into rec; the text is NUL-terminated there */
+    uint32_t off, len; /* into rec; the text is NUL-terminated there */
     int quoted;
 } csv_field;
 
 typedef struct {
     ds_input in;
-    unsigned char *chunk;   /* DS_CHUNK bytes */
+    unsigned char *chunk; /* DS_CHUNK bytes */
     size_t clen, cpos;
     int eof, bom_checked;
-    char *rec;              /* TY_DS_MAX_LINE + 1 bytes of field text */
+    char *rec; /* TY_DS_MAX_LINE + 1 bytes of field text */
     csv_field *fields;
     size_t nfields, fields_cap;
-    uint64_t line;          /* physical line of the next byte */
-    uint64_t rec_line;      /* where the current record starts */
+    uint64_t line;     /* physical line of the next byte */
+    uint64_t rec_line; /* where the current record starts */
 } csv_reader;
 
 static ty_status csv_fill(csv_reader *r, ty_err *err)
@@ -151,8 +151,9 @@ static ty_status csv_end_field(csv_reader *r, size_t *out, size_t start,
         r->fields_cap = cap;
     }
     size_t end = quoted ? *out : trim_end;
-    r->fields[r->nfields++] = (csv_field){
-        .off = (uint32_t)start, .len = (uint32_t)(end - start), .quoted = quoted};
+    r->fields[r->nfields++] = (csv_field){.off = (uint32_t)start,
+                                          .len = (uint32_t)(end - start),
+                                          .quoted = quoted};
     r->rec[end] = '\0';
     *out = end + 1;
     return TY_OK;
@@ -198,52 +199,53 @@ static ty_status csv_read_record(csv_reader *r, int *have, ty_err *err)
                            "file?)",
                            (unsigned long long)r->line);
         switch (state) {
-        case START:
-            if (c == ' ' || c == '\t')
+            case START:
+                if (c == ' ' || c == '\t')
+                    continue;
+                if (c == '"') {
+                    state = QUOTED;
+                    quoted = 1;
+                    quote_line = r->line;
+                    continue;
+                }
+                state = UNQUOTED;
+                /* fall through */
+            case UNQUOTED:
+                if (c == ',' || eol)
+                    break;
+                r->rec[out++] = (char)c;
+                if (c != ' ' && c != '\t')
+                    trim_end = out;
                 continue;
-            if (c == '"') {
-                state = QUOTED;
-                quoted = 1;
-                quote_line = r->line;
+            case QUOTED:
+                if (c == '"') {
+                    state = QUOTE_SEEN;
+                    continue;
+                }
+                if (c == '\n')
+                    r->line++;
+                r->rec[out++] = (char)c;
                 continue;
-            }
-            state = UNQUOTED;
-            /* fall through */
-        case UNQUOTED:
-            if (c == ',' || eol)
-                break;
-            r->rec[out++] = (char)c;
-            if (c != ' ' && c != '\t')
-                trim_end = out;
-            continue;
-        case QUOTED:
-            if (c == '"') {
-                state = QUOTE_SEEN;
-                continue;
-            }
-            if (c == '\n')
-                r->line++;
-            r->rec[out++] = (char)c;
-            continue;
-        case QUOTE_SEEN:
-            if (c == '"') {
-                r->rec[out++] = '"';
-                state = QUOTED;
-                continue;
-            }
-            state = AFTER_QUOTE;
-            /* fall through */
-        case AFTER_QUOTE:
-            if (c == ' ' || c == '\t')
-                continue;
-            if (c == ',' || eol)
-                break;
-            return ty_fail(err, TY_EFORMAT, CSV_FIELD,
-                           "line %llu, column %zu: unexpected '%c' after the "
-                           "closing quote (inside a quoted field, write a "
-                           "quote as \"\")",
-                           (unsigned long long)r->line, r->nfields + 1,
-                           c >= 0x20 && c < 0x7f ? c : '?');
+            case QUOTE_SEEN:
+                if (c == '"') {
+                    r->rec[out++] = '"';
+                    state = QUOTED;
+                    continue;
+                }
+                state = AFTER_QUOTE;
+                /* fall through */
+            case AFTER_QUOTE:
+                if (c == ' ' || c == '\t')
+                    continue;
+                if (c == ',' || eol)
+                    break;
+                return ty_fail(
+                    err, TY_EFORMAT, CSV_FIELD,
+                    "line %llu, column %zu: unexpected '%c' after the "
+                    "closing quote (inside a quoted field, write a "
+                    "quote as \"\")",
+                    (unsigned long long)r->line, r->nfields + 1,
+                    c >= 0x20 && c < 0x7f ? c : '?');
         }
         /* c is a comma or the line break that ends the record */
         if ((st = csv_end_field(r, &out, start, trim_end, quoted, err)))
@@ -318,17 +320,17 @@ static void csv_close(csv_reader *r)
 
 /* ---- cells ---------------------------------------------------------------- */
 
-typedef enum { NUM_OK, NUM_EMPTY, NUM_SYNTAX, NUM_NOT_FINITE, NUM_RANGE } num_status;
+typedef enum {
+    NUM_OK,
+    NUM_EMPTY,
+    NUM_SYNTAX,
+    NUM_NOT_FINITE,
+    NUM_RANGE
+} num_status;
 
-static int is_blank(char c)
-{
-    return c == ' ' || c == '\t';
-}
+static int is_blank(char c) { return c == ' ' || c == '\t'; }
 
-static int is_digit(char c)
-{
-    return c >= '0' && c <= '9';
-}
+static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
 /* A decimal number, optionally with an exponent, with nothing else around it
  * but blanks; finite and within float32 range. */
@@ -383,14 +385,14 @@ typedef struct {
     const char *label_column;
     ty_task task;
     size_t ncols, label_col;
-    json_t *columns;          /* every header name, in order */
-    json_t *feature_names;    /* the columns but the label */
-    json_t *classes;          /* classification: labels by first appearance */
+    json_t *columns;       /* every header name, in order */
+    json_t *feature_names; /* the columns but the label */
+    json_t *classes;       /* classification: labels by first appearance */
     str_index class_index;
-    void *y;                  /* int32 class indices or float targets */
+    void *y; /* int32 class indices or float targets */
     size_t y_cap;
     uint32_t rows;
-    float *row;               /* one example's features */
+    float *row; /* one example's features */
 } csv_conv;
 
 static const char *column_name(const csv_conv *cv, size_t col)
@@ -398,8 +400,8 @@ static const char *column_name(const csv_conv *cv, size_t col)
     return json_string_value(json_array_get(cv->columns, col));
 }
 
-static ty_status cell_error(const csv_conv *cv, const csv_reader *r,
-                            size_t col, num_status ns, ty_err *err)
+static ty_status cell_error(const csv_conv *cv, const csv_reader *r, size_t col,
+                            num_status ns, ty_err *err)
 {
     const csv_field *f = &r->fields[col];
     char name[64], value[64];
@@ -410,8 +412,8 @@ static ty_status cell_error(const csv_conv *cv, const csv_reader *r,
                                          "are not supported)"
                        : ns == NUM_NOT_FINITE ? "is not a finite number (NaN "
                                                 "and Inf are not allowed)"
-                       : ns == NUM_RANGE ? "is outside the float32 range"
-                                         : "is not a number";
+                       : ns == NUM_RANGE      ? "is outside the float32 range"
+                                              : "is not a number";
     if (ns == NUM_EMPTY)
         return ty_fail(err, TY_EFORMAT, CSV_FIELD,
                        "line %llu, column %zu (\"%s\"): %s",
@@ -438,8 +440,7 @@ static ty_status header_error_columns(const csv_conv *cv, ty_err *err)
         }
         used += (size_t)w;
     }
-    ds_snippet(label, sizeof label, cv->label_column,
-               strlen(cv->label_column));
+    ds_snippet(label, sizeof label, cv->label_column, strlen(cv->label_column));
     return ty_fail(err, TY_EFORMAT, "label_column",
                    "label column \"%s\" is not in the header (columns: %s)",
                    label, list);
@@ -471,8 +472,9 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
                            "as CSV, or choose the format that matches the "
                            "file (idx or npy)",
                            (unsigned long long)r->rec_line);
-        const char *sep = memchr(text, ';', f->len) ? "';'"
-                          : memchr(text, '\t', f->len) ? "tabs" : NULL;
+        const char *sep = memchr(text, ';', f->len)    ? "';'"
+                          : memchr(text, '\t', f->len) ? "tabs"
+                                                       : NULL;
         ds_snippet(shown, sizeof shown, text, f->len);
         if (sep)
             return ty_fail(err, TY_EFORMAT, CSV_FIELD,
@@ -518,8 +520,8 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
             goto done;
         }
     }
-    int64_t label = str_index_find(&names, cv->label_column,
-                                   strlen(cv->label_column));
+    int64_t label =
+        str_index_find(&names, cv->label_column, strlen(cv->label_column));
     if (label < 0) {
         st = header_error_columns(cv, err);
         goto done;
@@ -527,7 +529,8 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
     cv->label_col = (size_t)label;
     for (size_t i = 0; i < cv->ncols; i++)
         if (i != cv->label_col &&
-            json_array_append(cv->feature_names, json_array_get(cv->columns, i))) {
+            json_array_append(cv->feature_names,
+                              json_array_get(cv->columns, i))) {
             st = ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
             goto done;
         }
@@ -572,7 +575,8 @@ static ty_status read_label(csv_conv *cv, const csv_reader *r, ty_err *err)
     if (f->len == 0)
         return ty_fail(err, TY_EFORMAT, CSV_FIELD,
                        "line %llu, column %zu (\"%s\"): the label is empty",
-                       (unsigned long long)r->rec_line, cv->label_col + 1, name);
+                       (unsigned long long)r->rec_line, cv->label_col + 1,
+                       name);
     if (f->len > TY_DS_MAX_LABEL_LEN)
         return ty_fail(err, TY_ETOOBIG, CSV_FIELD,
                        "line %llu, column %zu (\"%s\"): the label is %u bytes "
@@ -647,8 +651,7 @@ static ty_status csv_pass(csv_conv *cv, const char *path, ds_writer *w,
         }
         if (rows == TY_DS_MAX_EXAMPLES) {
             st = ty_fail(err, TY_ETOOBIG, CSV_FIELD,
-                         "the file has more than %u rows",
-                         TY_DS_MAX_EXAMPLES);
+                         "the file has more than %u rows", TY_DS_MAX_EXAMPLES);
             break;
         }
         if (w && rows == cv->rows) {

@@ -83,8 +83,8 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
                             uint64_t meta_len, ty_err *err)
 {
     static const char *const formats[] = {"csv", "idx", "npy"};
-    static const char *const dtypes[] = {[TY_DTYPE_F32] = "float32",
-                                         [TY_DTYPE_U8] = "uint8"};
+    static const char *const dtypes[] = {
+        [TY_DTYPE_F32] = "float32", [TY_DTYPE_U8] = "uint8"};
     static const char *const preprocesses[] = {"scale_255", "standardize",
                                                "none"};
     const json_t *meta = ds->meta;
@@ -113,9 +113,10 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
         const json_t *d = json_array_get(shape, i);
         if (!json_is_integer(d) || json_integer_value(d) < 1 ||
             json_integer_value(d) > TY_DS_MAX_FEATURES)
-            return ty_fail(err, TY_EFORMAT, NULL,
-                           "meta.input_shape[%u] must be an integer from 1 to %u",
-                           i, TY_DS_MAX_FEATURES);
+            return ty_fail(
+                err, TY_EFORMAT, NULL,
+                "meta.input_shape[%u] must be an integer from 1 to %u", i,
+                TY_DS_MAX_FEATURES);
         ds->shape[i] = (uint32_t)json_integer_value(d);
         features *= ds->shape[i];
         if (features > TY_DS_MAX_FEATURES)
@@ -151,15 +152,16 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
             json_array_size(classes) != ds->num_classes)
             return ty_fail(err, TY_EFORMAT, NULL,
                            "meta.classes must be an array of num_classes (%u) "
-                           "labels", ds->num_classes);
+                           "labels",
+                           ds->num_classes);
     }
     if (json_object_get(meta, "label_column") &&
         !json_is_string(json_object_get(meta, "label_column")))
         return ty_fail(err, TY_EFORMAT, NULL,
                        "meta.label_column must be a string");
     const json_t *names = json_object_get(meta, "feature_names");
-    if (names && (!json_is_array(names) ||
-                  json_array_size(names) != ds->features))
+    if (names &&
+        (!json_is_array(names) || json_array_size(names) != ds->features))
         return ty_fail(err, TY_EFORMAT, NULL,
                        "meta.feature_names must be an array of %llu names",
                        (unsigned long long)ds->features);
@@ -298,20 +300,20 @@ static uint64_t json_hash(const json_t *v)
     int type = (int)json_typeof(v);
     uint64_t h = ds_fnv1a(DS_FNV_BASIS, &type, sizeof type);
     switch (json_typeof(v)) {
-    case JSON_STRING:
-        return ds_fnv1a(h, json_string_value(v), json_string_length(v));
-    case JSON_INTEGER: {
-        json_int_t i = json_integer_value(v);
-        return ds_fnv1a(h, &i, sizeof i);
-    }
-    case JSON_REAL: {
-        double d = json_real_value(v);
-        if (d == 0)
-            d = 0; /* -0.0 */
-        return ds_fnv1a(h, &d, sizeof d);
-    }
-    default:
-        return h; /* arrays, objects, literals: json_equal sorts them out */
+        case JSON_STRING:
+            return ds_fnv1a(h, json_string_value(v), json_string_length(v));
+        case JSON_INTEGER: {
+            json_int_t i = json_integer_value(v);
+            return ds_fnv1a(h, &i, sizeof i);
+        }
+        case JSON_REAL: {
+            double d = json_real_value(v);
+            if (d == 0)
+                d = 0; /* -0.0 */
+            return ds_fnv1a(h, &d, sizeof d);
+        }
+        default:
+            return h; /* arrays, objects, literals: json_equal sorts them out */
     }
 }
 
@@ -351,7 +353,8 @@ ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
                        text ? strlen(text) : 1);
             st = ty_fail(err, TY_EINVAL, NULL,
                          "class %s (index %zu) is not one of the %zu known "
-                         "classes", shown, i, n_to);
+                         "classes",
+                         shown, i, n_to);
             free(text);
             break;
         }

@@ -45,11 +45,11 @@
 #include "common/ty.h"
 
 #define TY_DS_MAX_DIMS 4
-#define TY_DS_MAX_FEATURES (1u << 24)     /* values per example */
+#define TY_DS_MAX_FEATURES (1u << 24) /* values per example */
 #define TY_DS_MAX_EXAMPLES (1u << 28)
 #define TY_DS_MAX_CLASSES 100000u
-#define TY_DS_MAX_LINE (1u << 20)         /* bytes per CSV line */
-#define TY_DS_MAX_LABEL_LEN 256u          /* bytes per CSV class label */
+#define TY_DS_MAX_LINE (1u << 20) /* bytes per CSV line */
+#define TY_DS_MAX_LABEL_LEN 256u  /* bytes per CSV class label */
 
 typedef enum { TY_TASK_CLASSIFICATION = 0, TY_TASK_REGRESSION = 1 } ty_task;
 typedef enum { TY_DTYPE_F32 = 0, TY_DTYPE_U8 = 1 } ty_dtype;
@@ -65,16 +65,16 @@ typedef struct {
     uint32_t num_examples;
     uint32_t ndim;
     uint32_t shape[TY_DS_MAX_DIMS];
-    uint64_t features;          /* product of shape */
+    uint64_t features; /* product of shape */
     ty_dtype x_dtype;
-    uint32_t y_dim;             /* 1 for classification */
-    uint32_t num_classes;       /* classification only, else 0 */
-    const void *x;              /* (num_examples, features) of x_dtype */
-    const int32_t *y_class;     /* (num_examples) classification, else NULL */
-    const float *y_value;       /* (num_examples, y_dim) regression, else NULL */
-    json_t *meta;               /* owned; the header JSON */
-    void *map;                  /* private */
-    size_t map_len;             /* private */
+    uint32_t y_dim;         /* 1 for classification */
+    uint32_t num_classes;   /* classification only, else 0 */
+    const void *x;          /* (num_examples, features) of x_dtype */
+    const int32_t *y_class; /* (num_examples) classification, else NULL */
+    const float *y_value;   /* (num_examples, y_dim) regression, else NULL */
+    json_t *meta;           /* owned; the header JSON */
+    void *map;              /* private */
+    size_t map_len;         /* private */
 } ty_dataset;
 
 /* Opens and validates a TYDS file (magic, version, meta, sizes, class

@@ -34,8 +34,8 @@ json_t *ds_meta_new(const char *format, ty_task task, uint32_t num_examples,
     if (!bad) {
         bad |= json_object_set_new(meta, "version", json_integer(DS_VERSION));
         bad |= json_object_set_new(meta, "format", json_string(format));
-        bad |= json_object_set_new(meta, "task",
-                                   json_string(ty_task_name(task)));
+        bad |=
+            json_object_set_new(meta, "task", json_string(ty_task_name(task)));
         bad |= json_object_set_new(meta, "num_examples",
                                    json_integer(num_examples));
         bad |= json_object_set(meta, "input_shape", jshape);
@@ -112,8 +112,10 @@ ty_status ds_writer_create(ds_writer *w, const char *path, json_t *meta,
     w->used = 0;
     w->pos = 0;
     for (int round = 0;; round++) {
-        if (json_object_set_new(meta, "x_offset", json_integer((json_int_t)x_off)) ||
-            json_object_set_new(meta, "y_offset", json_integer((json_int_t)y_off)))
+        if (json_object_set_new(meta, "x_offset",
+                                json_integer((json_int_t)x_off)) ||
+            json_object_set_new(meta, "y_offset",
+                                json_integer((json_int_t)y_off)))
             return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         free(text);
         text = json_dumps(meta, JSON_COMPACT);

@@ -27,14 +27,17 @@ json_t *ds_meta_new(const char *format, ty_task task, uint32_t num_examples,
                     uint32_t y_dim, const char *preprocess);
 
 typedef struct {
-    int fd;                 /* -1 when not open */
-    unsigned char *buf;     /* DS_CHUNK bytes of pending output */
+    int fd;             /* -1 when not open */
+    unsigned char *buf; /* DS_CHUNK bytes of pending output */
     size_t used;
-    uint64_t pos;           /* bytes accepted so far (written or pending) */
+    uint64_t pos; /* bytes accepted so far (written or pending) */
     uint64_t x_offset, x_bytes, y_offset, y_bytes;
 } ds_writer;
 
-#define DS_WRITER_INIT {.fd = -1}
+#define DS_WRITER_INIT \
+    {                  \
+        .fd = -1       \
+    }
 
 /* Sets meta's x_offset and y_offset for x_bytes of x and y_bytes of y,
  * creates (or truncates) path and writes the header and meta. On error

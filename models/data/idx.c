@@ -18,21 +18,21 @@
 #define IDX_UBYTE 0x08u
 
 typedef struct {
-    uint32_t count;                     /* N, the first dimension */
-    uint32_t ndim;                      /* dimensions after N */
+    uint32_t count; /* N, the first dimension */
+    uint32_t ndim;  /* dimensions after N */
     uint32_t dims[TY_DS_MAX_DIMS - 1];
-    uint64_t item_bytes;                /* product of dims */
+    uint64_t item_bytes; /* product of dims */
 } idx_header;
 
 static const char *idx_type_name(unsigned type)
 {
     switch (type) {
-    case 0x09: return "signed bytes";
-    case 0x0b: return "int16";
-    case 0x0c: return "int32";
-    case 0x0d: return "float32";
-    case 0x0e: return "float64";
-    default: return NULL;
+        case 0x09: return "signed bytes";
+        case 0x0b: return "int16";
+        case 0x0c: return "int32";
+        case 0x0d: return "float32";
+        case 0x0e: return "float64";
+        default: return NULL;
     }
 }
 
@@ -55,8 +55,7 @@ static ty_status idx_read_header(ds_input *in, int want_labels, idx_header *h,
                      (uint32_t)buf[2] << 8 | buf[3];
     unsigned type = (magic >> 8) & 0xff, nd = magic & 0xff;
     int nd_ok = want_labels ? nd == 1 : nd >= 2 && nd <= TY_DS_MAX_DIMS;
-    if ((magic >> 16) == 0 && nd_ok && type != IDX_UBYTE &&
-        idx_type_name(type))
+    if ((magic >> 16) == 0 && nd_ok && type != IDX_UBYTE && idx_type_name(type))
         return ty_fail(err, TY_EFORMAT, in->field,
                        "%s: element type 0x%02x (%s) is not supported; only "
                        "unsigned bytes (0x08) are",
@@ -86,8 +85,8 @@ static ty_status idx_read_header(ds_input *in, int want_labels, idx_header *h,
         dims[i] = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
                   (uint32_t)p[2] << 8 | p[3];
         if (dims[i] == 0)
-            return ty_fail(err, TY_EFORMAT, in->field,
-                           "%s: dimension %u is 0", in->name, i + 1);
+            return ty_fail(err, TY_EFORMAT, in->field, "%s: dimension %u is 0",
+                           in->name, i + 1);
     }
     if (dims[0] > TY_DS_MAX_EXAMPLES)
         return ty_fail(err, TY_ETOOBIG, in->field,
@@ -101,8 +100,8 @@ static ty_status idx_read_header(ds_input *in, int want_labels, idx_header *h,
         h->item_bytes *= dims[i];
         if (h->item_bytes > TY_DS_MAX_FEATURES)
             return ty_fail(err, TY_ETOOBIG, in->field,
-                           "%s: each image has more than %u values",
-                           in->name, TY_DS_MAX_FEATURES);
+                           "%s: each image has more than %u values", in->name,
+                           TY_DS_MAX_FEATURES);
     }
     return TY_OK;
 }
@@ -118,8 +117,8 @@ static ty_status idx_check_end(ds_input *in, const char *what, ty_err *err)
         return ty_fail(err, TY_EFORMAT, in->field,
                        "%s has %llu byte%s after the last %s (its header "
                        "declares fewer than the file holds)",
-                       in->name, (unsigned long long)rest,
-                       rest == 1 ? "" : "s", what);
+                       in->name, (unsigned long long)rest, rest == 1 ? "" : "s",
+                       what);
     return TY_OK;
 }
 
@@ -187,8 +186,8 @@ ty_status ds_convert_idx(const char *images_path, const char *labels_path,
     if ((st = ds_input_open(&images, images_path, 1, "images", "images file",
                             err)) ||
         (st = idx_read_header(&images, 0, &ih, err)) ||
-        (st = ds_input_open(&labels_in, labels_path, 1, "labels",
-                            "labels file", err)) ||
+        (st = ds_input_open(&labels_in, labels_path, 1, "labels", "labels file",
+                            err)) ||
         (st = idx_read_header(&labels_in, 1, &lh, err)))
         goto fail;
     if (lh.count != ih.count) {

@@ -21,8 +21,8 @@ static ty_status gz_failure(ds_input *in, ty_err *err)
     int code = Z_OK;
     const char *msg = gzerror(in->gz, &code);
     if (code == Z_ERRNO)
-        return ty_fail(err, TY_EIO, in->field, "%s: read failed: %s",
-                       in->name, strerror(errno));
+        return ty_fail(err, TY_EIO, in->field, "%s: read failed: %s", in->name,
+                       strerror(errno));
     if (code == Z_MEM_ERROR)
         return ty_fail(err, TY_ENOMEM, in->field,
                        "%s: out of memory while decompressing", in->name);
@@ -165,8 +165,8 @@ ty_status ds_input_seek(ds_input *in, uint64_t off, ty_err *err)
         return ty_fail(err, TY_EINTERNAL, in->field,
                        "%s: cannot seek in this input", in->name);
     if (lseek(in->fd, (off_t)off, SEEK_SET) < 0)
-        return ty_fail(err, TY_EIO, in->field, "%s: seek failed: %s",
-                       in->name, strerror(errno));
+        return ty_fail(err, TY_EIO, in->field, "%s: seek failed: %s", in->name,
+                       strerror(errno));
     in->offset = off;
     return TY_OK;
 }

@@ -16,15 +16,15 @@
 
 #include "common/ty.h"
 
-#define DS_CHUNK (1u << 16)   /* bytes per read; converters' buffers too */
+#define DS_CHUNK (1u << 16) /* bytes per read; converters' buffers too */
 
 typedef struct {
-    int fd;               /* -1 once gz owns it, or when closed */
-    gzFile gz;            /* non-NULL when the file is gzip-compressed */
-    const char *field;    /* err->field for failures (a string literal) */
-    const char *name;     /* the file in messages (a string literal) */
-    int64_t file_size;    /* on disk, so compressed size for gzip */
-    uint64_t offset;      /* (uncompressed) bytes delivered so far */
+    int fd;            /* -1 once gz owns it, or when closed */
+    gzFile gz;         /* non-NULL when the file is gzip-compressed */
+    const char *field; /* err->field for failures (a string literal) */
+    const char *name;  /* the file in messages (a string literal) */
+    int64_t file_size; /* on disk, so compressed size for gzip */
+    uint64_t offset;   /* (uncompressed) bytes delivered so far */
 } ds_input;
 
 /* Opens path for reading; with allow_gzip, a file that starts with the gzip

@@ -17,8 +17,8 @@
 
 #define DS_MAGIC "TYDS"
 #define DS_VERSION 1u
-#define DS_HEADER_LEN 16u   /* magic, u32 version, u64 meta_len */
-#define DS_ALIGN 64u        /* x and y start at multiples of this */
+#define DS_HEADER_LEN 16u /* magic, u32 version, u64 meta_len */
+#define DS_ALIGN 64u      /* x and y start at multiples of this */
 
 static inline uint64_t ds_align_up(uint64_t v)
 {

@@ -32,8 +32,8 @@ static const struct {
     const char *descr;
     npy_kind kind;
 } npy_dtypes[] = {
-    {"<f4", NPY_F4}, {"<f8", NPY_F8}, {"|u1", NPY_U1}, {"<u1", NPY_U1},
-    {"<i4", NPY_I4}, {"<i8", NPY_I8},
+    {"<f4", NPY_F4}, {"<f8", NPY_F8}, {"|u1", NPY_U1},
+    {"<u1", NPY_U1}, {"<i4", NPY_I4}, {"<i8", NPY_I8},
 };
 
 static const size_t npy_itemsize[] = {
@@ -45,14 +45,14 @@ typedef struct {
     int fortran_order;
     uint32_t ndim;
     uint64_t shape[NPY_MAX_NDIM];
-    uint64_t data_offset;   /* where the array starts in the file */
+    uint64_t data_offset; /* where the array starts in the file */
 } npy_header;
 
 /* ---- the header dict ------------------------------------------------------ */
 
 typedef struct {
     const char *p, *end, *start;
-    const char *why;        /* what was wrong, for the message */
+    const char *why; /* what was wrong, for the message */
 } npy_lex;
 
 static void lex_ws(npy_lex *l)
@@ -265,8 +265,10 @@ static ty_status npy_read_header(ds_input *in, npy_header *h, ty_err *err)
     if ((st = ds_input_read_full(in, pre + 8, len_bytes, &got, err)) != TY_OK)
         return st;
     if (got < len_bytes)
-        return ty_fail(err, TY_EFORMAT, in->field, "%s is truncated in its "
-                       "header", in->name);
+        return ty_fail(err, TY_EFORMAT, in->field,
+                       "%s is truncated in its "
+                       "header",
+                       in->name);
     uint32_t hlen = pre[8] | (uint32_t)pre[9] << 8;
     if (len_bytes == 4)
         hlen |= (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
@@ -359,11 +361,27 @@ static ty_status npy_check_size(const ds_input *in, const npy_header *h,
 static double npy_value(npy_kind kind, const unsigned char *p)
 {
     switch (kind) {
-    case NPY_F4: { float v; memcpy(&v, p, 4); return v; }
-    case NPY_F8: { double v; memcpy(&v, p, 8); return v; }
-    case NPY_U1: return p[0];
-    case NPY_I4: { int32_t v; memcpy(&v, p, 4); return v; }
-    case NPY_I8: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+        case NPY_F4: {
+            float v;
+            memcpy(&v, p, 4);
+            return v;
+        }
+        case NPY_F8: {
+            double v;
+            memcpy(&v, p, 8);
+            return v;
+        }
+        case NPY_U1: return p[0];
+        case NPY_I4: {
+            int32_t v;
+            memcpy(&v, p, 4);
+            return v;
+        }
+        case NPY_I8: {
+            int64_t v;
+            memcpy(&v, p, 8);
+            return (double)v;
+        }
     }
     return 0;
 }
@@ -375,20 +393,20 @@ static int npy_is_integer(npy_kind kind)
 
 /* What a stream of values becomes. */
 typedef enum {
-    NPY_TO_F32,       /* float32 features or targets */
-    NPY_TO_U8,        /* uint8 pixels, copied */
-    NPY_TO_CLASS,     /* int32 class indices */
+    NPY_TO_F32,   /* float32 features or targets */
+    NPY_TO_U8,    /* uint8 pixels, copied */
+    NPY_TO_CLASS, /* int32 class indices */
 } npy_target;
 
 /* Streams count values of h from in, checks and converts them, and writes
  * them to w (when w is not NULL). per_example values make one example (for
  * messages). For classes, *max_class gets the largest. */
 static ty_status npy_stream(ds_input *in, const npy_header *h, uint64_t count,
-                            uint64_t per_example, npy_target to,
-                            ds_writer *w, int64_t *max_class, ty_err *err)
+                            uint64_t per_example, npy_target to, ds_writer *w,
+                            int64_t *max_class, ty_err *err)
 {
     const size_t isz = npy_itemsize[h->kind];
-    const size_t per_chunk = DS_CHUNK;  /* values per read */
+    const size_t per_chunk = DS_CHUNK; /* values per read */
     unsigned char *raw = malloc(per_chunk * isz);
     float *outbuf = malloc(per_chunk * 4);
     ty_status st = TY_OK;
@@ -399,7 +417,8 @@ static ty_status npy_stream(ds_input *in, const npy_header *h, uint64_t count,
     if (max_class)
         *max_class = -1;
     for (uint64_t done = 0; done < count;) {
-        size_t n = count - done < per_chunk ? (size_t)(count - done) : per_chunk;
+        size_t n =
+            count - done < per_chunk ? (size_t)(count - done) : per_chunk;
         size_t got;
         if ((st = ds_input_read_full(in, raw, n * isz, &got, err)))
             goto done;
@@ -447,10 +466,11 @@ static ty_status npy_stream(ds_input *in, const npy_header *h, uint64_t count,
                 goto done;
             }
             if (v < 0) {
-                st = ty_fail(err, TY_EFORMAT, in->field,
-                             "%s: label %.0f of example %llu is negative; class "
-                             "indices start at 0",
-                             in->name, v, ex);
+                st =
+                    ty_fail(err, TY_EFORMAT, in->field,
+                            "%s: label %.0f of example %llu is negative; class "
+                            "indices start at 0",
+                            in->name, v, ex);
                 goto done;
             }
             if (v >= TY_DS_MAX_CLASSES) {
@@ -534,9 +554,10 @@ static ty_status npy_y_shape(const ds_input *in, const npy_header *h,
                        "%s has %llu labels but x.npy has %llu examples",
                        in->name, (unsigned long long)h->shape[0],
                        (unsigned long long)n);
-    *y_dim = h->ndim == 2 ? (uint32_t)(h->shape[1] > TY_DS_MAX_FEATURES
-                                           ? 0 : h->shape[1])
-                          : 1;
+    *y_dim =
+        h->ndim == 2
+            ? (uint32_t)(h->shape[1] > TY_DS_MAX_FEATURES ? 0 : h->shape[1])
+            : 1;
     if (*y_dim == 0)
         return ty_fail(err, TY_ETOOBIG, in->field,
                        "%s has shape %s: more than %u targets per example",
@@ -579,7 +600,7 @@ ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
         (st = ds_input_open(&yin, y_path, 0, "y", "y.npy", err)) ||
         (st = npy_read_header(&yin, &yh, err)))
         goto fail;
-    ty_task t = task >= 0 ? (ty_task)task
+    ty_task t = task >= 0                 ? (ty_task)task
                 : npy_is_integer(yh.kind) ? TY_TASK_CLASSIFICATION
                                           : TY_TASK_REGRESSION;
     uint64_t n = xh.shape[0];

@@ -31,9 +31,9 @@
 
 typedef struct {
     size_t n;
-    st_out_tensor *t;          /* cap entries */
+    st_out_tensor *t; /* cap entries */
     char (*names)[NAME_LEN];
-    float **dst;               /* where each tensor's data lives (for reads) */
+    float **dst; /* where each tensor's data lives (for reads) */
 } tensor_list;
 
 static size_t tensors_per_block(const nn_arch *a) { return a->n_tensors; }
@@ -51,8 +51,10 @@ static void add_block(tensor_list *tl, const nn_arch *a, float *block,
             continue;
         snprintf(tl->names[tl->n], NAME_LEN, "%s%s%s", prefix, nt->name, tail);
         st_out_tensor *o = &tl->t[tl->n];
-        *o = (st_out_tensor){.name = tl->names[tl->n], .dtype = ST_F32,
-                             .ndim = d->ndim, .data = block + nt->offset};
+        *o = (st_out_tensor){.name = tl->names[tl->n],
+                             .dtype = ST_F32,
+                             .ndim = d->ndim,
+                             .data = block + nt->offset};
         for (uint32_t j = 0; j < d->ndim; j++)
             o->shape[j] = d->shape[j];
         tl->dst[tl->n] = block + nt->offset;
@@ -198,22 +200,22 @@ ty_status train_ckpt_save(const trainer *t, ty_err *err)
     json_t *meta = json_object();
     json_t *last = t->have_last ? metrics_json(&t->last) : json_null();
     const uint64_t *s = t->drop_rng.s;
-    int bad = !meta || !last ||
-              set_str(meta, "trainyard.checkpoint", "1") ||
-              set_json(meta, "trainyard.run", t->identity) ||
-              set_json(meta, "trainyard.spec", t->spec) ||
-              set_str(meta, "trainyard.seed", "%" PRIu64, t->hp->seed) ||
-              set_str(meta, "trainyard.epoch", "%u", t->epoch_done) ||
-              set_str(meta, "trainyard.step", "%" PRIu64, t->step) ||
-              set_str(meta, "trainyard.epoch_step", "%" PRIu64, t->epoch_step) ||
-              set_str(meta, "trainyard.rng",
-                      "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64,
-                      s[0], s[1], s[2], s[3]) ||
-              set_str(meta, "trainyard.epoch_loss_sum", "%.17g", t->loss_sum) ||
-              set_str(meta, "trainyard.epoch_hits", "%" PRIu64, t->hits) ||
-              set_str(meta, "trainyard.epoch_seen", "%" PRIu64, t->seen) ||
-              set_json(meta, "trainyard.last_epoch", last) ||
-              save_loss_scaler(t, meta);
+    int bad =
+        !meta || !last || set_str(meta, "trainyard.checkpoint", "1") ||
+        set_json(meta, "trainyard.run", t->identity) ||
+        set_json(meta, "trainyard.spec", t->spec) ||
+        set_str(meta, "trainyard.seed", "%" PRIu64, t->hp->seed) ||
+        set_str(meta, "trainyard.epoch", "%u", t->epoch_done) ||
+        set_str(meta, "trainyard.step", "%" PRIu64, t->step) ||
+        set_str(meta, "trainyard.epoch_step", "%" PRIu64, t->epoch_step) ||
+        set_str(meta, "trainyard.rng",
+                "%016" PRIx64 "%016" PRIx64 "%016" PRIx64 "%016" PRIx64, s[0],
+                s[1], s[2], s[3]) ||
+        set_str(meta, "trainyard.epoch_loss_sum", "%.17g", t->loss_sum) ||
+        set_str(meta, "trainyard.epoch_hits", "%" PRIu64, t->hits) ||
+        set_str(meta, "trainyard.epoch_seen", "%" PRIu64, t->seen) ||
+        set_json(meta, "trainyard.last_epoch", last) ||
+        save_loss_scaler(t, meta);
     json_decref(last);
     if (bad)
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory for a checkpoint");

@@ -76,10 +76,9 @@ void train_graph_setup(trainer *t)
     t->graph_on = 1;
     if (!hp->cuda_graph)
         train_graph_off(t, "hyperparameters.cuda_graph is false");
-    else if (!t->be->graph_begin || !t->be->graph_end ||
-             !t->be->graph_launch || !t->be->graph_release)
-        train_graph_off(t, "the %s backend cannot capture graphs",
-                        t->be->name);
+    else if (!t->be->graph_begin || !t->be->graph_end || !t->be->graph_launch ||
+             !t->be->graph_release)
+        train_graph_off(t, "the %s backend cannot capture graphs", t->be->name);
     else if (has_dropout(&t->arch))
         train_graph_off(t, "the network has dropout, whose masks are "
                            "drawn on the host each step");

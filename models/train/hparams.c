@@ -105,7 +105,7 @@ static ty_status parse_schedule(const json_t *hp, double lr,
         if (s.gamma <= 0.0)
             return ty_fail(err, TY_EINVAL, HP ".lr_schedule.gamma",
                            HP ".lr_schedule.gamma must be above 0 and at most "
-                           "1");
+                              "1");
         s.kind = TRAIN_LR_STEP;
         s.step_epochs = (uint32_t)every;
         *norm = json_pack("{s:s, s:I, s:f}", "type", "step", "step_epochs",
@@ -118,14 +118,14 @@ static ty_status parse_schedule(const json_t *hp, double lr,
         if (s.min_lr > lr)
             return ty_fail(err, TY_EINVAL, HP ".lr_schedule.min_lr",
                            HP ".lr_schedule.min_lr must be at most the "
-                           "learning_rate (%g), got %g",
+                              "learning_rate (%g), got %g",
                            lr, s.min_lr);
         s.kind = TRAIN_LR_COSINE;
         *norm = json_pack("{s:s, s:f}", "type", "cosine", "min_lr", s.min_lr);
     } else {
         return ty_fail(err, TY_EINVAL, HP ".lr_schedule.type",
                        HP ".lr_schedule.type must be \"constant\", \"step\" "
-                       "or \"cosine\", got \"%.16s\"",
+                          "or \"cosine\", got \"%.16s\"",
                        type);
     }
     if (!*norm)
@@ -150,21 +150,21 @@ static ty_status parse_loss(const json_t *hp, nn_loss_spec *out, ty_err *err)
         if (k <= NN_LOSS_AUTO)
             return ty_fail(err, TY_EINVAL, HP ".loss",
                            HP ".loss must be \"cross_entropy\", "
-                           "\"binary_cross_entropy\", \"mse\" or \"huber\", "
-                           "got \"%.32s\"",
+                              "\"binary_cross_entropy\", \"mse\" or \"huber\", "
+                              "got \"%.32s\"",
                            name);
         l.kind = (nn_loss_kind)k;
     }
     int ce = l.kind == NN_LOSS_AUTO || l.kind == NN_LOSS_CROSS_ENTROPY;
     if (!ce && (st = reject_key_for(hp, "label_smoothing", "loss", name,
-                                     err)) != TY_OK)
+                                    err)) != TY_OK)
         return st;
     if (l.kind != NN_LOSS_HUBER &&
-        (st = reject_key_for(hp, "huber_delta", "loss",
-                             name ? name : "default", err)) != TY_OK)
+        (st = reject_key_for(hp, "huber_delta", "loss", name ? name : "default",
+                             err)) != TY_OK)
         return st;
-    if ((st = get_below_one(hp, "label_smoothing", 0.0, 0.0,
-                            &l.label_smoothing, err)) != TY_OK ||
+    if ((st = get_below_one(hp, "label_smoothing", 0.0, 0.0, &l.label_smoothing,
+                            err)) != TY_OK ||
         (st = tyjson_get_number(hp, "huber_delta", HP, 0, 0.0, 1e9, 1.0,
                                 &l.huber_delta, err)) != TY_OK)
         return st;
@@ -182,10 +182,11 @@ static ty_status loss_to_normalized(const nn_loss_spec *l, const json_t *hp,
 {
     int bad = 0;
     if (l->kind != NN_LOSS_AUTO)
-        bad = json_object_set_new(n, "loss", json_string(nn_loss_name(l->kind)));
-    if (!bad && (l->kind == NN_LOSS_CROSS_ENTROPY ||
-                 (l->kind == NN_LOSS_AUTO &&
-                  json_object_get(hp, "label_smoothing"))))
+        bad =
+            json_object_set_new(n, "loss", json_string(nn_loss_name(l->kind)));
+    if (!bad &&
+        (l->kind == NN_LOSS_CROSS_ENTROPY ||
+         (l->kind == NN_LOSS_AUTO && json_object_get(hp, "label_smoothing"))))
         bad = json_object_set_new(n, "label_smoothing",
                                   json_real(l->label_smoothing));
     if (!bad && l->kind == NN_LOSS_HUBER)
@@ -205,8 +206,8 @@ static ty_status parse_precision(const json_t *hp, train_precision *out,
                                  ty_err *err)
 {
     const char *name;
-    ty_status st = tyjson_get_string(hp, "precision", HP, 0, 16, "fp32", &name,
-                                     err);
+    ty_status st =
+        tyjson_get_string(hp, "precision", HP, 0, 16, "fp32", &name, err);
     if (st != TY_OK)
         return st;
     for (size_t i = 0; i < TY_ARRAY_LEN(precision_names); i++)
@@ -216,13 +217,12 @@ static ty_status parse_precision(const json_t *hp, train_precision *out,
         }
     return ty_fail(err, TY_EINVAL, HP ".precision",
                    HP ".precision must be \"fp32\", \"bf16\", \"fp16\" or "
-                   "\"auto\", got \"%.16s\"",
+                      "\"auto\", got \"%.16s\"",
                    name);
 }
 
-ty_status train_precision_resolve(const train_hparams *hp,
-                                  const nn_backend *be, const nn_exec *ex,
-                                  nn_dtype *out, ty_err *err)
+ty_status train_precision_resolve(const train_hparams *hp, const nn_backend *be,
+                                  const nn_exec *ex, nn_dtype *out, ty_err *err)
 {
     if (!be)
         be = &nn_backend_cpu;
@@ -230,44 +230,59 @@ ty_status train_precision_resolve(const train_hparams *hp,
     const int fp16 = be->lp_ok && be->lp_ok(ex, NN_DT_F16);
     *out = NN_DT_F32;
     switch (hp->precision) {
-    case TRAIN_PRECISION_AUTO:
-        if (bf16)
-            *out = NN_DT_BF16;
-        return TY_OK;
-    case TRAIN_PRECISION_BF16:
-    case TRAIN_PRECISION_FP16: {
-        const nn_dtype want = hp->precision == TRAIN_PRECISION_BF16
-                                  ? NN_DT_BF16
-                                  : NN_DT_F16;
-        if (want == NN_DT_BF16 ? bf16 : fp16) {
-            *out = want;
+        case TRAIN_PRECISION_AUTO:
+            if (bf16)
+                *out = NN_DT_BF16;
             return TY_OK;
+        case TRAIN_PRECISION_BF16:
+        case TRAIN_PRECISION_FP16: {
+            const nn_dtype want =
+                hp->precision == TRAIN_PRECISION_BF16 ? NN_DT_BF16 : NN_DT_F16;
+            if (want == NN_DT_BF16 ? bf16 : fp16) {
+                *out = want;
+                return TY_OK;
+            }
+            /* The CPU trains every precision in fp32 (and says so). */
+            if (nn_backend_host_visible(be))
+                return TY_OK;
+            return ty_fail(err, TY_EINVAL, HP ".precision",
+                           HP
+                           ".precision \"%s\" needs a GPU that trains in it "
+                           "(compute capability %s or newer); this %s device "
+                           "does not: use \"fp32\" or \"auto\"",
+                           nn_dtype_name(want),
+                           want == NN_DT_BF16 ? "8.0" : "7.0", be->name);
         }
-        /* The CPU trains every precision in fp32 (and says so). */
-        if (nn_backend_host_visible(be))
-            return TY_OK;
-        return ty_fail(err, TY_EINVAL, HP ".precision",
-                       HP ".precision \"%s\" needs a GPU that trains in it "
-                       "(compute capability %s or newer); this %s device "
-                       "does not: use \"fp32\" or \"auto\"",
-                       nn_dtype_name(want),
-                       want == NN_DT_BF16 ? "8.0" : "7.0", be->name);
-    }
-    default:
-        return TY_OK;
+        default: return TY_OK;
     }
 }
 
 ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                               json_t **normalized, ty_err *err)
 {
-    static const char *const keys[] = {
-        "augment", /* models/train/loader.c */
-        "epochs", "batch_size", "optimizer", "learning_rate", "momentum",
-        "weight_decay", "beta1", "beta2", "epsilon", "seed",
-        "checkpoint_every_steps", "nesterov", "lr_schedule", "warmup_steps",
-        "clip_grad_norm", "accumulation_steps", "loss", "label_smoothing",
-        "huber_delta", "cuda_graph", "precision", NULL};
+    static const char *const keys[] = {"augment", /* models/train/loader.c */
+                                       "epochs",
+                                       "batch_size",
+                                       "optimizer",
+                                       "learning_rate",
+                                       "momentum",
+                                       "weight_decay",
+                                       "beta1",
+                                       "beta2",
+                                       "epsilon",
+                                       "seed",
+                                       "checkpoint_every_steps",
+                                       "nesterov",
+                                       "lr_schedule",
+                                       "warmup_steps",
+                                       "clip_grad_norm",
+                                       "accumulation_steps",
+                                       "loss",
+                                       "label_smoothing",
+                                       "huber_delta",
+                                       "cuda_graph",
+                                       "precision",
+                                       NULL};
     json_t *empty = NULL, *sched_norm = NULL;
     ty_status st;
     int64_t epochs, batch, seed, every, accum, warmup;
@@ -297,7 +312,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     } else {
         st = ty_fail(err, TY_EINVAL, HP ".optimizer",
                      HP ".optimizer must be \"sgd\", \"adam\" or \"adamw\", "
-                     "got \"%.16s\"",
+                        "got \"%.16s\"",
                      opt);
         goto done;
     }
@@ -342,7 +357,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         if (h.nesterov && h.momentum <= 0.0) {
             st = ty_fail(err, TY_EINVAL, HP ".nesterov",
                          HP ".nesterov needs a momentum above 0 (as "
-                         "torch.optim.SGD requires)");
+                            "torch.optim.SGD requires)");
             goto done;
         }
     }
@@ -359,13 +374,13 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     if (json_object_get(hp, "clip_grad_norm") && h.clip_grad_norm <= 0.0) {
         st = ty_fail(err, TY_EINVAL, HP ".clip_grad_norm",
                      HP ".clip_grad_norm must be above 0 (leave it out for "
-                     "no clipping)");
+                        "no clipping)");
         goto done;
     }
     if ((st = tyjson_get_int(hp, "seed", HP, 0, 0, SEED_MAX, -1, &seed, err)) !=
             TY_OK ||
-        (st = tyjson_get_int(hp, "checkpoint_every_steps", HP, 0, 0,
-                             UINT32_MAX, 0, &every, err)) != TY_OK ||
+        (st = tyjson_get_int(hp, "checkpoint_every_steps", HP, 0, 0, UINT32_MAX,
+                             0, &every, err)) != TY_OK ||
         (st = tyjson_get_bool(hp, "cuda_graph", HP, 0, 1, &cuda_graph, err)) !=
             TY_OK)
         goto done;
@@ -401,7 +416,8 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
             bad = json_object_set_new(n, "momentum", json_real(h.momentum)) ||
                   json_object_set_new(n, "nesterov", json_boolean(h.nesterov));
         if (!bad)
-            bad = json_object_set_new(n, "seed", json_integer((json_int_t)h.seed)) ||
+            bad = json_object_set_new(n, "seed",
+                                      json_integer((json_int_t)h.seed)) ||
                   json_object_set_new(n, "checkpoint_every_steps",
                                       json_integer(h.checkpoint_every_steps)) ||
                   json_object_set(n, "lr_schedule", sched_norm) ||
@@ -416,8 +432,8 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                   json_object_set_new(n, "cuda_graph",
                                       json_boolean(h.cuda_graph));
         if (!bad)
-            bad = json_object_set_new(n, "precision",
-                                      json_string(precision_names[h.precision]));
+            bad = json_object_set_new(
+                n, "precision", json_string(precision_names[h.precision]));
         /* ---- augment (models/train/loader.c) ---- */
         if (!bad)
             bad = json_object_set_new(n, "augment",
@@ -498,8 +514,9 @@ ty_status train_split(uint32_t n, double fraction, uint64_t seed,
     *train_idx = *val_idx = NULL;
     *n_train = *n_val = 0;
     if (!(fraction >= 0.0 && fraction < 1.0))
-        return ty_fail(err, TY_EINVAL, "validation_fraction",
-                       "the validation fraction must be at least 0 and below 1");
+        return ty_fail(
+            err, TY_EINVAL, "validation_fraction",
+            "the validation fraction must be at least 0 and below 1");
     uint32_t nv = (uint32_t)llround((double)n * fraction);
     if (n == 0 || nv >= n)
         return ty_fail(err, TY_EINVAL, "validation_fraction",
@@ -511,7 +528,8 @@ ty_status train_split(uint32_t n, double fraction, uint64_t seed,
     if (!all || (nv && !val)) {
         free(all);
         free(val);
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory splitting the data");
+        return ty_fail(err, TY_ENOMEM, NULL,
+                       "out of memory splitting the data");
     }
     for (uint32_t i = 0; i < n; i++)
         all[i] = i;

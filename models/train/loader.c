@@ -44,8 +44,8 @@
 
 typedef struct {
     loader_batch b;
-    void *fence;               /* cfg.be's, behind this slot's uploads */
-    int uploading;             /* a fence was recorded and not waited for */
+    void *fence;   /* cfg.be's, behind this slot's uploads */
+    int uploading; /* a fence was recorded and not waited for */
 } slot;
 
 struct loader {
@@ -55,7 +55,7 @@ struct loader {
     uint32_t img_c, img_h, img_w;
     slot slots[2];
     int n_slots;
-    float *scratch;            /* parts x features: one image per fill part */
+    float *scratch; /* parts x features: one image per fill part */
     int parts;
     /* the plan; see the file comment for when it may change */
     uint32_t epoch;
@@ -129,8 +129,7 @@ static void fill_part(void *arg, int part, int parts)
     size_t b, e;
     nn_pool_range(j->b->n, part, parts, 1, &b, &e);
     if (e > b)
-        fill_rows(j->l, j->b, j->l->epoch, j->l->perm, (uint32_t)b,
-                  (uint32_t)e,
+        fill_rows(j->l, j->b, j->l->epoch, j->l->perm, (uint32_t)b, (uint32_t)e,
                   j->l->scratch ? j->l->scratch + (size_t)part * j->l->features
                                 : NULL);
 }
@@ -140,9 +139,8 @@ static void *loader_main(void *arg)
     loader *l = arg;
     pthread_mutex_lock(&l->mu);
     for (;;) {
-        while (!l->quit &&
-               !(l->active && l->filled < l->n_batches &&
-                 l->filled < l->released + 2))
+        while (!l->quit && !(l->active && l->filled < l->n_batches &&
+                             l->filled < l->released + 2))
             pthread_cond_wait(&l->cv, &l->mu);
         if (l->quit)
             break;
@@ -189,10 +187,12 @@ static ty_status slot_alloc(const loader *l, slot *s)
     const loader_config *cfg = &l->cfg;
     s->b.x = slot_mem(l, (size_t)cfg->batch_size * l->features * sizeof(float));
     if (cfg->ds->task == TY_TASK_CLASSIFICATION)
-        s->b.labels = slot_mem(l, (size_t)cfg->batch_size * sizeof *s->b.labels);
+        s->b.labels =
+            slot_mem(l, (size_t)cfg->batch_size * sizeof *s->b.labels);
     else
-        s->b.targets = slot_mem(l, ((size_t)cfg->batch_size * cfg->outputs + 1) *
-                                       sizeof *s->b.targets);
+        s->b.targets =
+            slot_mem(l, ((size_t)cfg->batch_size * cfg->outputs + 1) *
+                            sizeof *s->b.targets);
     if (cfg->be && cfg->be->host_alloc && cfg->be->fence_create &&
         !(s->fence = cfg->be->fence_create(cfg->ex)))
         return TY_ENOMEM;
@@ -223,7 +223,8 @@ ty_status loader_create(const loader_config *cfg, loader **out, ty_err *err)
     *out = NULL;
     loader *l = calloc(1, sizeof *l);
     if (!l)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory for the data loader");
+        return ty_fail(err, TY_ENOMEM, NULL,
+                       "out of memory for the data loader");
     l->cfg = *cfg;
     l->features = cfg->ds->features;
     const loader_augment *a = &cfg->augment;
@@ -424,9 +425,8 @@ ty_status loader_augment_check(const loader_augment *a, const uint32_t *shape,
     return TY_OK;
 }
 
-void loader_augment_draw(const loader_augment *a, uint64_t seed,
-                         uint32_t epoch, uint32_t pos, uint32_t *dy,
-                         uint32_t *dx, int *flip)
+void loader_augment_draw(const loader_augment *a, uint64_t seed, uint32_t epoch,
+                         uint32_t pos, uint32_t *dy, uint32_t *dx, int *flip)
 {
     ty_rng r;
     ty_rng_seed(&r, seed, LOADER_STREAM_AUGMENT(epoch) ^ pos);

@@ -39,8 +39,8 @@ typedef struct loader loader;
 /* Image augmentation applied by the data loader to training batches
  * (hyperparameters.augment, see train.h); all zero: off. */
 typedef struct {
-    uint32_t crop_padding;     /* P: random crop from the image padded by P */
-    int horizontal_flip;       /* flip left-right with probability 0.5 */
+    uint32_t crop_padding; /* P: random crop from the image padded by P */
+    int horizontal_flip;   /* flip left-right with probability 0.5 */
 } loader_augment;
 
 /* The augmentation stream of epoch e, derived from the user's seed (the
@@ -50,16 +50,16 @@ typedef struct {
 #define LOADER_STREAM_AUGMENT(e) (0xa0c3000000000000ull ^ ((uint64_t)(e) << 32))
 
 typedef struct {
-    const ty_dataset *ds;      /* borrowed; outlives the loader */
-    const nn_preproc *pp;      /* borrowed; outlives the loader */
+    const ty_dataset *ds; /* borrowed; outlives the loader */
+    const nn_preproc *pp; /* borrowed; outlives the loader */
     uint32_t batch_size;
-    uint32_t n;                /* examples in an epoch (perm's length) */
-    uint32_t outputs;          /* regression: target values per example */
-    loader_augment augment;     /* checked with loader_augment_check */
+    uint32_t n;             /* examples in an epoch (perm's length) */
+    uint32_t outputs;       /* regression: target values per example */
+    loader_augment augment; /* checked with loader_augment_check */
     uint64_t seed;
-    nn_pool *pool;             /* inline fills split over it (NULL: serial);
+    nn_pool *pool; /* inline fills split over it (NULL: serial);
                                   never used by the loader's own thread */
-    int prefetch;              /* 1: fill ahead on the loader's own thread;
+    int prefetch;  /* 1: fill ahead on the loader's own thread;
                                   0: fill inline inside loader_next */
     /* The backend the batches are uploaded to, or NULL. When it has
      * host_alloc the slots are its staging memory (pinned), uploads from
@@ -73,9 +73,9 @@ typedef struct {
 /* One minibatch. Rows are positions first .. first + n - 1 of the epoch's
  * order. */
 typedef struct {
-    float *x;                  /* (n, features), 64-byte aligned */
-    int32_t *labels;           /* (n) classification targets */
-    float *targets;            /* (n, outputs) regression targets */
+    float *x;        /* (n, features), 64-byte aligned */
+    int32_t *labels; /* (n) classification targets */
+    float *targets;  /* (n, outputs) regression targets */
     uint32_t n;
     uint32_t first;
 } loader_batch;
@@ -137,9 +137,8 @@ ty_status loader_augment_check(const loader_augment *a, const uint32_t *shape,
 
 /* The random choices for the example at position pos of epoch `epoch`:
  * crop offsets *dy, *dx in [0, 2P] of the padded image, and *flip. */
-void loader_augment_draw(const loader_augment *a, uint64_t seed,
-                         uint32_t epoch, uint32_t pos, uint32_t *dy,
-                         uint32_t *dx, int *flip);
+void loader_augment_draw(const loader_augment *a, uint64_t seed, uint32_t epoch,
+                         uint32_t pos, uint32_t *dy, uint32_t *dx, int *flip);
 
 /* dst (c, h, w) = the h x w window at (dy, dx) of src (c, h, w) zero-padded
  * by pad on each side, mirrored left-right when flip. dst and src must not

@@ -18,16 +18,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LOSS_SCALER_INIT 65536.0f      /* GradScaler init_scale */
-#define LOSS_SCALER_GROWTH 2.0f        /* growth_factor */
-#define LOSS_SCALER_BACKOFF 0.5f       /* backoff_factor */
-#define LOSS_SCALER_INTERVAL 2000u     /* growth_interval */
+#define LOSS_SCALER_INIT 65536.0f  /* GradScaler init_scale */
+#define LOSS_SCALER_GROWTH 2.0f    /* growth_factor */
+#define LOSS_SCALER_BACKOFF 0.5f   /* backoff_factor */
+#define LOSS_SCALER_INTERVAL 2000u /* growth_interval */
 
 typedef struct {
-    float scale;               /* S, multiplied into the loss gradient */
-    uint32_t good_steps;       /* consecutive finite steps since S changed
+    float scale;         /* S, multiplied into the loss gradient */
+    uint32_t good_steps; /* consecutive finite steps since S changed
                                   (GradScaler's growth tracker) */
-    uint64_t skipped;          /* steps skipped, whole run */
+    uint64_t skipped;    /* steps skipped, whole run */
 } loss_scaler;
 
 /* A scaler at its initial state. */

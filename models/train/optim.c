@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-ty_status nn_optim_init(nn_optim *o, nn_optim_config cfg,
-                        uint64_t param_count, ty_err *err)
+ty_status nn_optim_init(nn_optim *o, nn_optim_config cfg, uint64_t param_count,
+                        ty_err *err)
 {
     return nn_optim_init_on(o, cfg, param_count, &nn_backend_cpu, NULL, err);
 }
@@ -81,8 +81,7 @@ const char *nn_optim_slot_name(const nn_optim *o, uint32_t k)
     return "momentum_buffer";
 }
 
-void nn_optim_dyn_values(const nn_optim *o, uint64_t t,
-                         float out[NN_OPTIM_DYN])
+void nn_optim_dyn_values(const nn_optim *o, uint64_t t, float out[NN_OPTIM_DYN])
 {
     out[NN_OPTIM_DYN_LR] = (float)o->lr;
     out[NN_OPTIM_DYN_STEP_SIZE] = 0.0f;

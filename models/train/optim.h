@@ -32,24 +32,24 @@ typedef enum {
 typedef struct {
     nn_optim_kind kind;
     double lr;
-    double momentum, weight_decay;  /* sgd; weight_decay adam/adamw too */
-    double beta1, beta2, eps;       /* adam, adamw */
-    int nesterov;                   /* sgd */
+    double momentum, weight_decay; /* sgd; weight_decay adam/adamw too */
+    double beta1, beta2, eps;      /* adam, adamw */
+    int nesterov;                  /* sgd */
 } nn_optim_config;
 
 typedef struct {
     nn_optim_kind kind;
-    double lr;                 /* of the next step: the trainer sets it from
+    double lr; /* of the next step: the trainer sets it from
                                   the schedule before each step */
     double momentum, weight_decay, beta1, beta2, eps;
     uint64_t param_count;
-    uint64_t t;                /* steps taken */
-    uint32_t n_slots;          /* state arrays: 0, 1 (momentum) or 2 (m, v) */
-    float *state;              /* n_slots * param_count floats, owned */
-    const nn_backend *be;      /* whose memory state is */
-    const nn_exec *ex;         /* borrowed, for release */
-    int nesterov;              /* sgd */
-    uint64_t bytes;            /* taken from be->alloc for state */
+    uint64_t t;           /* steps taken */
+    uint32_t n_slots;     /* state arrays: 0, 1 (momentum) or 2 (m, v) */
+    float *state;         /* n_slots * param_count floats, owned */
+    const nn_backend *be; /* whose memory state is */
+    const nn_exec *ex;    /* borrowed, for release */
+    int nesterov;         /* sgd */
+    uint64_t bytes;       /* taken from be->alloc for state */
     /* NULL, or NN_OPTIM_DYN floats of be's memory the kernels read this
      * step's values from (nn_optim_args.dyn); the caller uploads
      * nn_optim_dyn_values into it before each step. Borrowed. */
@@ -64,8 +64,8 @@ uint64_t nn_optim_state_bytes(nn_optim_config cfg, uint64_t param_count);
 
 /* Sets up an optimizer for param_count parameters with zeroed state. On
  * error TY_ENOMEM and o is zeroed. */
-ty_status nn_optim_init(nn_optim *o, nn_optim_config cfg,
-                        uint64_t param_count, ty_err *err);
+ty_status nn_optim_init(nn_optim *o, nn_optim_config cfg, uint64_t param_count,
+                        ty_err *err);
 /* nn_optim_init with the state in be's memory (zeroed there); ex (may be
  * NULL on the CPU) must outlive o, which nn_optim_free releases through. */
 ty_status nn_optim_init_on(nn_optim *o, nn_optim_config cfg,

@@ -40,12 +40,13 @@ static double now_sec(void)
 static ty_status check_dataset_targets(const ty_dataset *ds, const char *what,
                                        ty_err *err)
 {
-    if (ds->task == TY_TASK_CLASSIFICATION && (!ds->y_class || !ds->num_classes))
-        return ty_fail(err, TY_EINVAL, NULL,
-                       "the %s data has no class labels", what);
+    if (ds->task == TY_TASK_CLASSIFICATION &&
+        (!ds->y_class || !ds->num_classes))
+        return ty_fail(err, TY_EINVAL, NULL, "the %s data has no class labels",
+                       what);
     if (ds->task == TY_TASK_REGRESSION && (!ds->y_value || !ds->y_dim))
-        return ty_fail(err, TY_EINVAL, NULL,
-                       "the %s data has no target values", what);
+        return ty_fail(err, TY_EINVAL, NULL, "the %s data has no target values",
+                       what);
     if (!ds->x || !ds->features)
         return ty_fail(err, TY_EINVAL, NULL, "the %s data has no features",
                        what);
@@ -66,7 +67,8 @@ static ty_status check_train_examples(const trainer *t, ty_err *err)
                            "examples)",
                            row, ds->num_examples);
         if (ds->task == TY_TASK_CLASSIFICATION &&
-            (ds->y_class[row] < 0 || (uint32_t)ds->y_class[row] >= ds->num_classes))
+            (ds->y_class[row] < 0 ||
+             (uint32_t)ds->y_class[row] >= ds->num_classes))
             return ty_fail(err, TY_EINVAL, NULL,
                            "training example %u has class index %d, outside 0 "
                            "to %u",
@@ -80,10 +82,11 @@ static ty_status check_extra_meta(const json_t *extra, ty_err *err)
     if (!extra)
         return TY_OK;
     if (!json_is_object(extra))
-        return ty_fail(err, TY_EINVAL, NULL, "extra metadata must be an object");
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "extra metadata must be an object");
     const char *k;
     json_t *v;
-    json_object_foreach((json_t *)extra, k, v) {
+    json_object_foreach ((json_t *)extra, k, v) {
         if (!json_is_string(v))
             return ty_fail(err, TY_EINVAL, NULL,
                            "extra metadata value '%.64s' must be a string", k);
@@ -108,13 +111,13 @@ static uint64_t index_fingerprint(const uint32_t *idx, uint32_t n)
 static json_t *schedule_json(const train_lr_schedule *s)
 {
     switch (s->kind) {
-    case TRAIN_LR_STEP:
-        return json_pack("{s:s, s:I, s:f}", "type", "step", "step_epochs",
-                         (json_int_t)s->step_epochs, "gamma", s->gamma);
-    case TRAIN_LR_COSINE:
-        return json_pack("{s:s, s:f}", "type", "cosine", "min_lr", s->min_lr);
-    default:
-        return json_pack("{s:s}", "type", "constant");
+        case TRAIN_LR_STEP:
+            return json_pack("{s:s, s:I, s:f}", "type", "step", "step_epochs",
+                             (json_int_t)s->step_epochs, "gamma", s->gamma);
+        case TRAIN_LR_COSINE:
+            return json_pack("{s:s, s:f}", "type", "cosine", "min_lr",
+                             s->min_lr);
+        default: return json_pack("{s:s}", "type", "constant");
     }
 }
 
@@ -128,9 +131,9 @@ static int add_training_identity(const trainer *t, json_t *id)
     json_t *h = json_object_get(id, "hparams");
     if (!h)
         return -1;
-    int default_loss = (loss->kind == NN_LOSS_CROSS_ENTROPY &&
-                        loss->label_smoothing == 0.0) ||
-                       loss->kind == NN_LOSS_MSE;
+    int default_loss =
+        (loss->kind == NN_LOSS_CROSS_ENTROPY && loss->label_smoothing == 0.0) ||
+        loss->kind == NN_LOSS_MSE;
     int bad = 0;
     if (hp->nesterov)
         bad = bad || json_object_set_new(h, "nesterov", json_true());
@@ -151,12 +154,14 @@ static int add_training_identity(const trainer *t, json_t *id)
     /* The precision that runs (a CPU asked for bf16 trains fp32 and
      * matches an fp32 checkpoint). */
     if (t->precision != NN_DT_F32)
-        bad = bad || json_object_set_new(h, "precision",
-                                         json_string(nn_dtype_name(t->precision)));
+        bad = bad ||
+              json_object_set_new(h, "precision",
+                                  json_string(nn_dtype_name(t->precision)));
     /* A cosine schedule spans the whole run: more epochs, another curve. */
     if (hp->lr_schedule.kind == TRAIN_LR_COSINE)
-        bad = bad || json_object_set_new(h, "total_steps",
-                                         json_integer((json_int_t)t->total_steps));
+        bad = bad ||
+              json_object_set_new(h, "total_steps",
+                                  json_integer((json_int_t)t->total_steps));
     return bad ? -1 : 0;
 }
 
@@ -164,23 +169,23 @@ static json_t *run_identity(const trainer *t)
 {
     const train_hparams *hp = t->hp;
     char fp[24];
-    snprintf(fp, sizeof fp, "%016llx",
-             (unsigned long long)index_fingerprint(t->job->train_idx, t->n_train));
+    snprintf(
+        fp, sizeof fp, "%016llx",
+        (unsigned long long)index_fingerprint(t->job->train_idx, t->n_train));
     json_t *shape = json_array();
     for (uint32_t i = 0; shape && i < t->arch.input.ndim; i++)
         json_array_append_new(shape, json_integer(t->arch.input.d[i]));
     /* Everything that shapes the trajectory; epochs may grow on resume. */
-    return json_pack("{s:O, s:s, s:o, s:I, s:I, s:s, s:{s:I, s:i, s:f, s:f, "
-                     "s:f, s:f, s:f, s:f, s:I}}",
-                     "spec", t->spec, "task", nn_task_str(t->arch.task),
-                     "input_shape", shape, "num_outputs",
-                     (json_int_t)t->arch.num_outputs, "n_train",
-                     (json_int_t)t->n_train, "train_indices", fp, "hparams",
-                     "batch_size", (json_int_t)hp->batch_size, "optimizer",
-                     (int)hp->optimizer, "learning_rate", hp->learning_rate,
-                     "momentum", hp->momentum, "weight_decay", hp->weight_decay,
-                     "beta1", hp->beta1, "beta2", hp->beta2, "epsilon",
-                     hp->epsilon, "seed", (json_int_t)hp->seed);
+    return json_pack(
+        "{s:O, s:s, s:o, s:I, s:I, s:s, s:{s:I, s:i, s:f, s:f, "
+        "s:f, s:f, s:f, s:f, s:I}}",
+        "spec", t->spec, "task", nn_task_str(t->arch.task), "input_shape",
+        shape, "num_outputs", (json_int_t)t->arch.num_outputs, "n_train",
+        (json_int_t)t->n_train, "train_indices", fp, "hparams", "batch_size",
+        (json_int_t)hp->batch_size, "optimizer", (int)hp->optimizer,
+        "learning_rate", hp->learning_rate, "momentum", hp->momentum,
+        "weight_decay", hp->weight_decay, "beta1", hp->beta1, "beta2",
+        hp->beta2, "epsilon", hp->epsilon, "seed", (json_int_t)hp->seed);
 }
 
 /* augment shapes the trajectory too (models/train/loader.c); left out when off,
@@ -191,7 +196,8 @@ static int add_augment_identity(const trainer *t, json_t *id)
     if (!a->crop_padding && !a->horizontal_flip)
         return 0;
     json_t *h = json_object_get(id, "hparams");
-    return h ? json_object_set_new(h, "augment", loader_augment_to_json(a)) : -1;
+    return h ? json_object_set_new(h, "augment", loader_augment_to_json(a))
+             : -1;
 }
 
 int train_threads(int requested, const nn_backend *be)
@@ -210,8 +216,7 @@ int train_threads(int requested, const nn_backend *be)
 }
 
 uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
-                               uint32_t n_train, int threads,
-                               train_memory *out)
+                               uint32_t n_train, int threads, train_memory *out)
 {
     train_memory m = {0};
     const uint64_t p = arch->param_count ? arch->param_count : 1;
@@ -221,12 +226,11 @@ uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
         m.batch_rows = 1;
     m.state = (arch->param_count + arch->buffer_count + 1) * sizeof(float);
     m.grads = train_grads_bytes(arch->be, p); /* + acc, dyn on a device */
-    m.optimizer = nn_optim_state_bytes(train_hparams_optim(hp),
-                                       arch->param_count);
+    m.optimizer =
+        nn_optim_state_bytes(train_hparams_optim(hp), arch->param_count);
     m.activations = nn_workspace_bytes(arch, m.batch_rows, 1, threads, &m.work);
-    m.low_precision = arch->precision != NN_DT_F32
-                          ? p * nn_dtype_size(arch->precision)
-                          : 0;
+    m.low_precision =
+        arch->precision != NN_DT_F32 ? p * nn_dtype_size(arch->precision) : 0;
     m.total = m.state + m.grads + m.optimizer + m.activations + m.work +
               m.low_precision;
     if (out)
@@ -235,17 +239,16 @@ uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
 }
 
 ty_status train_memory_estimate_spec(const json_t *spec,
-                                     const uint32_t *input_shape,
-                                     uint32_t ndim, uint32_t num_outputs,
-                                     ty_task task, const train_hparams *hp,
-                                     uint32_t n_train, int threads,
-                                     const nn_backend *be, train_memory *out,
-                                     ty_err *err)
+                                     const uint32_t *input_shape, uint32_t ndim,
+                                     uint32_t num_outputs, ty_task task,
+                                     const train_hparams *hp, uint32_t n_train,
+                                     int threads, const nn_backend *be,
+                                     train_memory *out, ty_err *err)
 {
     nn_arch arch;
-    ty_status st = nn_arch_build_on(spec, input_shape, ndim, num_outputs, task,
-                                    &hp->loss, be ? be : &nn_backend_cpu,
-                                    &arch, NULL, err);
+    ty_status st =
+        nn_arch_build_on(spec, input_shape, ndim, num_outputs, task, &hp->loss,
+                         be ? be : &nn_backend_cpu, &arch, NULL, err);
     if (st != TY_OK)
         return st;
     /* The precision the run would train in here (a device that cannot
@@ -330,8 +333,8 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         (st = loader_augment_check(&hp->augment, ds->shape, ds->ndim, err)) !=
             TY_OK)
         return st;
-    uint32_t outputs = ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes
-                                                          : ds->y_dim;
+    uint32_t outputs =
+        ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes : ds->y_dim;
     if (job->be && !nn_backend_host_visible(job->be) && !job->ex)
         return ty_fail(err, TY_EINVAL, NULL,
                        "the %s backend needs an execution context",
@@ -401,8 +404,8 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     if (t->precision == NN_DT_F16)
         t->ws->loss_scale = t->scaler.scale;
     if ((st = nn_optim_init_on(&t->opt, train_hparams_optim(hp),
-                               t->arch.param_count, t->be, t->ws->ex,
-                               err)) != TY_OK)
+                               t->arch.param_count, t->be, t->ws->ex, err)) !=
+        TY_OK)
         return st;
     train_mem_add(t, t->opt.bytes);
     if (!nn_backend_host_visible(t->be)) {
@@ -413,13 +416,14 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
                            "out of memory for the network's buffers");
         train_graph_setup(t);
     }
-    const char *pre = json_string_value(json_object_get(ds->meta, "preprocess"));
+    const char *pre =
+        json_string_value(json_object_get(ds->meta, "preprocess"));
     if ((st = nn_preproc_fit(&t->pp, pre, ds, job->train_idx, t->n_train,
                              err)) != TY_OK)
         return st;
     t->accum = hp->accumulation_steps ? hp->accumulation_steps : 1;
-    uint64_t batches = (t->n_train + (uint64_t)hp->batch_size - 1) /
-                       hp->batch_size;
+    uint64_t batches =
+        (t->n_train + (uint64_t)hp->batch_size - 1) / hp->batch_size;
     t->steps_per_epoch = (batches + t->accum - 1) / t->accum;
     t->total_steps = t->steps_per_epoch * hp->epochs;
     t->lr = hp->learning_rate;
@@ -434,13 +438,19 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
      * steps ~5% slower than gathering inline, which costs ~3%). Nor is there
      * anything to overlap in a one-minibatch epoch (minibatches are not
      * prefetched across epochs: perm changes there). */
-    int prefetch = job->prefetch > 0 ||
-                   (job->prefetch == 0 && cores > threads);
+    int prefetch = job->prefetch > 0 || (job->prefetch == 0 && cores > threads);
     loader_config lc = {
-        .ds = ds, .pp = &t->pp, .batch_size = rows, .n = t->n_train,
-        .outputs = outputs, .augment = hp->augment, .seed = hp->seed,
-        .pool = t->pool, .prefetch = prefetch && batches > 1,
-        .be = t->host ? t->be : NULL, .ex = t->ws->ex,
+        .ds = ds,
+        .pp = &t->pp,
+        .batch_size = rows,
+        .n = t->n_train,
+        .outputs = outputs,
+        .augment = hp->augment,
+        .seed = hp->seed,
+        .pool = t->pool,
+        .prefetch = prefetch && batches > 1,
+        .be = t->host ? t->be : NULL,
+        .ex = t->ws->ex,
     };
     return loader_create(&lc, &t->loader, err);
 }
@@ -600,9 +610,9 @@ static void device_step(trainer *t, uint32_t first, uint32_t end)
         const loader_batch *b = loader_next(t->loader);
         upload_batch(t, b);
         if (!t->graph)
-            capture_step(t, b);     /* counts the step in opt.t */
+            capture_step(t, b); /* counts the step in opt.t */
         else
-            t->opt.t++;             /* nn_optim_step's count, not replayed */
+            t->opt.t++; /* nn_optim_step's count, not replayed */
         if (t->graph) {
             t->be->graph_launch(t->ws->ex, t->graph);
             t->graph_launches++;
@@ -727,12 +737,12 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
             }
         }
         if (!isfinite(sum))
-            return ty_fail(err, TY_EINVAL, "hyperparameters.learning_rate",
-                           "the training loss became %s at epoch %u, step %llu; "
-                           "try a lower learning_rate (now %g)",
-                           isnan(sum) ? "NaN" : "infinite", e + 1,
-                           (unsigned long long)t->step + 1,
-                           t->hp->learning_rate);
+            return ty_fail(
+                err, TY_EINVAL, "hyperparameters.learning_rate",
+                "the training loss became %s at epoch %u, step %llu; "
+                "try a lower learning_rate (now %g)",
+                isnan(sum) ? "NaN" : "infinite", e + 1,
+                (unsigned long long)t->step + 1, t->hp->learning_rate);
         t->step++;
         t->epoch_step++;
         t->loss_sum += sum;
@@ -753,8 +763,8 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
             ty_status st = train_sums_read(t, e, err);
             if (st != TY_OK)
                 return st;
-            report_progress(t, e, now > start ? (double)session_seen / (now - start)
-                                              : 0.0);
+            report_progress(
+                t, e, now > start ? (double)session_seen / (now - start) : 0.0);
             t->last_report = now;
         }
     }
@@ -781,10 +791,9 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     if (job->val) {
         uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;
         if (n_val) {
-            ty_status st = nn_eval_examples(&t->arch, t->params, &t->pp, t->ws,
-                                            job->val, job->val_idx, n_val,
-                                            job->val_class_map, &m.val_loss,
-                                            &m.val_accuracy, err);
+            ty_status st = nn_eval_examples(
+                &t->arch, t->params, &t->pp, t->ws, job->val, job->val_idx,
+                n_val, job->val_class_map, &m.val_loss, &m.val_accuracy, err);
             if (st != TY_OK) {
                 ty_err_prefix(err, "validation");
                 return st;

@@ -109,9 +109,9 @@ typedef enum {
 
 typedef struct {
     train_lr_kind kind;
-    uint32_t step_epochs;      /* step */
-    double gamma;              /* step */
-    double min_lr;             /* cosine */
+    uint32_t step_epochs; /* step */
+    double gamma;         /* step */
+    double min_lr;        /* cosine */
 } train_lr_schedule;
 
 /* hyperparameters.precision as asked. */
@@ -132,17 +132,18 @@ typedef struct {
     double beta1, beta2, epsilon;
     uint64_t seed;
     uint32_t checkpoint_every_steps;
-    uint32_t accumulation_steps;   /* >= 1 */
+    uint32_t accumulation_steps; /* >= 1 */
     int nesterov;
     uint32_t warmup_steps;
     train_lr_schedule lr_schedule;
-    double clip_grad_norm;         /* 0: off */
-    nn_loss_spec loss;             /* kind NN_LOSS_AUTO until resolved */
-    loader_augment augment;    /* parsed by loader_augment_parse */
+    double clip_grad_norm;  /* 0: off */
+    nn_loss_spec loss;      /* kind NN_LOSS_AUTO until resolved */
+    loader_augment augment; /* parsed by loader_augment_parse */
     /* On a GPU: capture one training step as a CUDA graph and replay it
      * (default true; ignored on the CPU). Changes no number. */
     int cuda_graph;
-    train_precision precision; /* as asked; train_precision_resolve settles it */
+    train_precision
+        precision; /* as asked; train_precision_resolve settles it */
 } train_hparams;
 
 /* Parses and validates hp (may be NULL: all defaults). On success fills *out
@@ -177,9 +178,9 @@ double train_lr_at(const train_hparams *hp, uint64_t step,
  * finds no fast bf16 (be->lp_ok). An explicit bf16/fp16 that a device
  * backend cannot train fast in is TY_EINVAL naming
  * hyperparameters.precision. */
-ty_status train_precision_resolve(const train_hparams *hp,
-                                  const nn_backend *be, const nn_exec *ex,
-                                  nn_dtype *out, ty_err *err);
+ty_status train_precision_resolve(const train_hparams *hp, const nn_backend *be,
+                                  const nn_exec *ex, nn_dtype *out,
+                                  ty_err *err);
 
 /* Splits examples 0..n-1 into a training and a validation set: a shuffle
  * seeded by (seed, stream 0x5b117), the last round(n * fraction) examples
@@ -191,25 +192,25 @@ ty_status train_split(uint32_t n, double fraction, uint64_t seed,
 
 /* What the loop reports. */
 typedef struct {
-    uint32_t epoch;            /* 1-based epoch in progress */
+    uint32_t epoch; /* 1-based epoch in progress */
     uint32_t epochs;
-    uint64_t step;             /* optimizer steps taken so far, whole run */
+    uint64_t step; /* optimizer steps taken so far, whole run */
     uint64_t steps_per_epoch;
     uint64_t total_steps;
-    double fraction;           /* of the whole run, 0..1 */
-    double loss;               /* running mean training loss this epoch */
-    double samples_per_sec;    /* over this epoch so far */
-    double lr;                 /* learning rate of the last step */
+    double fraction;        /* of the whole run, 0..1 */
+    double loss;            /* running mean training loss this epoch */
+    double samples_per_sec; /* over this epoch so far */
+    double lr;              /* learning rate of the last step */
 } train_progress;
 
 typedef struct {
-    uint32_t epoch;            /* 1-based, just finished */
+    uint32_t epoch; /* 1-based, just finished */
     double train_loss;
-    double train_accuracy;     /* -1 for regression */
-    double val_loss;           /* -1 when there is no validation set */
-    double val_accuracy;       /* -1 for regression or no validation set */
+    double train_accuracy; /* -1 for regression */
+    double val_loss;       /* -1 when there is no validation set */
+    double val_accuracy;   /* -1 for regression or no validation set */
     double samples_per_sec;
-    double seconds;            /* wall time of the epoch */
+    double seconds; /* wall time of the epoch */
     /* The most bytes the run has held from the backend's alloc at once so
      * far (counted at every allocation the trainer makes through it);
      * equals train_memory_estimate's total for the run. */
@@ -251,25 +252,25 @@ typedef struct {
 } train_callbacks;
 
 typedef struct {
-    const json_t *spec;              /* normalized model spec */
+    const json_t *spec; /* normalized model spec */
     const train_hparams *hp;
-    const ty_dataset *train;         /* examples to learn from */
-    const uint32_t *train_idx;       /* which of them (NULL = all) */
+    const ty_dataset *train;   /* examples to learn from */
+    const uint32_t *train_idx; /* which of them (NULL = all) */
     uint32_t n_train;
-    const ty_dataset *val;           /* NULL for no validation */
-    const uint32_t *val_idx;         /* NULL = all of val */
+    const ty_dataset *val;   /* NULL for no validation */
+    const uint32_t *val_idx; /* NULL = all of val */
     uint32_t n_val;
-    const int32_t *val_class_map;    /* val class index -> train index, or NULL */
-    const char *checkpoint_path;     /* written atomically; resumed from if present;
+    const int32_t *val_class_map; /* val class index -> train index, or NULL */
+    const char *checkpoint_path; /* written atomically; resumed from if present;
                                         NULL: no checkpoints */
-    const char *model_path;          /* the final model, written atomically */
-    const json_t *extra_meta;        /* object of strings added to the model's
+    const char *model_path;      /* the final model, written atomically */
+    const json_t *extra_meta;    /* object of strings added to the model's
                                         __metadata__ (may be NULL) */
-    int threads;                     /* compute threads: the CPU backend's worker
+    int threads;                 /* compute threads: the CPU backend's worker
                                         pool (OpenBLAS itself runs one thread per
                                         part); 0 = all cores; at most the core
                                         count */
-    volatile sig_atomic_t *stop;     /* when set, return TY_ECANCELLED soon */
+    volatile sig_atomic_t *stop; /* when set, return TY_ECANCELLED soon */
     /* When set (may be NULL): stop at the next optimizer-step boundary,
      * write the checkpoint of that position there (a mid-epoch one, as
      * checkpoint_every_steps writes, so a resumed run continues exactly)
@@ -282,7 +283,7 @@ typedef struct {
      * preemption never loses a finished model. stop wins over preempt. */
     volatile sig_atomic_t *preempt;
     train_callbacks cb;
-    int prefetch;                    /* the data loader's own thread: 0 = when
+    int prefetch; /* the data loader's own thread: 0 = when
                                         a core is left over by `threads`,
                                         1 = always, -1 = never (gather inline);
                                         the weights are the same either way */
@@ -310,15 +311,15 @@ int train_threads(int requested, const nn_backend *be);
  * also its peak. Host-side memory (the dataset, the loader's batches, a
  * device backend's host staging and mirror) is not counted. */
 typedef struct {
-    uint64_t state;            /* parameters and buffers (+1 float) */
-    uint64_t grads;            /* one per parameter */
-    uint64_t optimizer;        /* 0, 1 or 2 slots per parameter */
-    uint64_t activations;      /* the training workspace's float block:
+    uint64_t state;       /* parameters and buffers (+1 float) */
+    uint64_t grads;       /* one per parameter */
+    uint64_t optimizer;   /* 0, 1 or 2 slots per parameter */
+    uint64_t activations; /* the training workspace's float block:
                                   activations, layer scratch, activation
                                   gradients, labels, targets */
-    uint64_t work;             /* per-thread work arena, all threads */
+    uint64_t work;        /* per-thread work arena, all threads */
     uint64_t total;
-    uint32_t batch_rows;       /* min(batch_size, n_train) */
+    uint32_t batch_rows; /* min(batch_size, n_train) */
     uint64_t param_count;
     /* Mixed precision: the 16-bit copy of the parameters (its dense
      * layers' 16-bit scratch is in activations); 0 in fp32. In total. */
@@ -332,12 +333,11 @@ typedef struct {
  * device (train_precision_resolve; fp32 where it would fail). TY_EINVAL
  * when the spec does not build. */
 ty_status train_memory_estimate_spec(const json_t *spec,
-                                     const uint32_t *input_shape,
-                                     uint32_t ndim, uint32_t num_outputs,
-                                     ty_task task, const train_hparams *hp,
-                                     uint32_t n_train, int threads,
-                                     const nn_backend *be, train_memory *out,
-                                     ty_err *err);
+                                     const uint32_t *input_shape, uint32_t ndim,
+                                     uint32_t num_outputs, ty_task task,
+                                     const train_hparams *hp, uint32_t n_train,
+                                     int threads, const nn_backend *be,
+                                     train_memory *out, ty_err *err);
 
 /* Writes "about 3.2 GiB" style byte counts: n in B, KiB, MiB or GiB. */
 void train_format_bytes(uint64_t n, char *buf, size_t len);

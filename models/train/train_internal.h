@@ -29,43 +29,43 @@
 typedef struct {
     const train_job *job;
     const train_hparams *hp;
-    const ty_dataset *ds;      /* job->train */
+    const ty_dataset *ds; /* job->train */
     uint32_t n_train;
     nn_arch arch;
-    json_t *spec;              /* normalized, owned */
-    json_t *identity;          /* what a checkpoint must match, owned */
+    json_t *spec;     /* normalized, owned */
+    json_t *identity; /* what a checkpoint must match, owned */
     /* The backend's memory (arch.be, kept here: arch is freed first). */
     const nn_backend *be;
-    float *params, *grads;     /* state block; param_count floats */
+    float *params, *grads; /* state block; param_count floats */
     /* Host mirror of [state block | optimizer slots] for initialisation,
      * checkpoints and the model file, moved by train_state_download /
      * _upload; NULL on a host-visible backend, where params and the slots
      * are read and written in place. */
     float *host;
     nn_optim opt;
-    nn_workspace *ws;          /* training workspace, batch_size rows */
-    nn_pool *pool;             /* job->threads workers (NULL: serial) */
+    nn_workspace *ws; /* training workspace, batch_size rows */
+    nn_pool *pool;    /* job->threads workers (NULL: serial) */
     nn_preproc pp;
-    uint32_t *perm;            /* this epoch's order of training examples */
+    uint32_t *perm; /* this epoch's order of training examples */
     uint64_t steps_per_epoch;
     /* position */
     uint32_t epoch_done;
-    uint64_t step;             /* optimizer steps, whole run */
+    uint64_t step; /* optimizer steps, whole run */
     uint64_t epoch_step;
     ty_rng drop_rng;
     /* running sums of the epoch in progress */
-    double loss_sum;           /* per-example loss, summed */
+    double loss_sum; /* per-example loss, summed */
     uint64_t hits, seen;
-    train_epoch_metrics last;  /* of the last completed epoch */
+    train_epoch_metrics last; /* of the last completed epoch */
     int have_last;
-    double last_report;        /* CLOCK_MONOTONIC of the last on_progress */
+    double last_report; /* CLOCK_MONOTONIC of the last on_progress */
     /* t->step of the checkpoint last written or resumed from (0 before
      * any: step 0 needs none, a fresh start is the same run). */
     uint64_t ckpt_step;
-    uint32_t accum;            /* minibatches per optimizer step (>= 1) */
-    uint64_t total_steps;      /* optimizer steps of the whole run */
-    double lr;                 /* learning rate of the last step */
-    struct loader *loader;     /* minibatches, prefetched (models/train/loader.h) */
+    uint32_t accum;        /* minibatches per optimizer step (>= 1) */
+    uint64_t total_steps;  /* optimizer steps of the whole run */
+    double lr;             /* learning rate of the last step */
+    struct loader *loader; /* minibatches, prefetched (models/train/loader.h) */
     /* Bytes held from the backend's alloc now and at most so far, counted
      * at each allocation the trainer makes (train_peak). */
     uint64_t mem_live, mem_peak;
@@ -76,7 +76,7 @@ typedef struct {
      * of the grads allocation. NULL on a host-visible backend. */
     double *acc;
     float *dyn;
-    uint64_t acc_step;         /* t->step when acc was last read (and finite) */
+    uint64_t acc_step; /* t->step when acc was last read (and finite) */
     /* CUDA graphs: graph_on while the run captures and replays its
      * full-size steps; otherwise graph_reason says why not (static text
      * or graph_why). graph: the captured step, NULL until captured. */
@@ -84,8 +84,8 @@ typedef struct {
     const char *graph_reason;
     char graph_why[200];
     void *graph;
-    int eager_full;            /* a full-size step ran op by op this run */
-    uint64_t graph_launches;   /* replays this run (tests count them) */
+    int eager_full;          /* a full-size step ran op by op this run */
+    uint64_t graph_launches; /* replays this run (tests count them) */
     /* Mixed precision (train_precision_resolve): lp_params is the
      * parameters in `precision` (param_count values, the backend's memory;
      * NULL under fp32), refreshed from params by train_lp_refresh after

@@ -59,13 +59,20 @@ static inline int gpu_train_run(const char *what, const synth *train,
     if (!spec || !hj || train_hparams_parse(hj, &hp, NULL, &err) != TY_OK ||
         train_hparams_resolve_loss(&hp, train->ds.task, train->ds.num_classes,
                                    NULL, &err) != TY_OK) {
-        printf("FAIL: %s: setup: %s\n", what, spec && hj ? err.msg : "bad JSON");
+        printf("FAIL: %s: setup: %s\n", what,
+               spec && hj ? err.msg : "bad JSON");
         goto done;
     }
     unlink(path);
-    train_job job = {.spec = spec, .hp = &hp, .train = &train->ds,
-                     .val = val ? &val->ds : NULL, .model_path = path,
-                     .threads = 1, .prefetch = prefetch, .cb = cb, .be = be,
+    train_job job = {.spec = spec,
+                     .hp = &hp,
+                     .train = &train->ds,
+                     .val = val ? &val->ds : NULL,
+                     .model_path = path,
+                     .threads = 1,
+                     .prefetch = prefetch,
+                     .cb = cb,
+                     .be = be,
                      .ex = ex};
     train_epoch_metrics last;
     if (train_run(&job, &last, &err) != TY_OK) {

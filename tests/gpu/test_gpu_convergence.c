@@ -39,9 +39,11 @@
 
 static const char *const cnn_spec =
     "{\"layers\":["
-    "{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":5,\"padding\":\"same\"},"
+    "{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":5,\"padding\":"
+    "\"same\"},"
     "{\"type\":\"relu\"},{\"type\":\"maxpool2d\",\"pool_size\":2},"
-    "{\"type\":\"conv2d\",\"filters\":64,\"kernel_size\":5,\"padding\":\"same\"},"
+    "{\"type\":\"conv2d\",\"filters\":64,\"kernel_size\":5,\"padding\":"
+    "\"same\"},"
     "{\"type\":\"relu\"},{\"type\":\"maxpool2d\",\"pool_size\":2},"
     "{\"type\":\"flatten\"},"
     "{\"type\":\"dense\",\"units\":1024},{\"type\":\"relu\"},"
@@ -63,7 +65,8 @@ static int read_be32(gzFile f, uint32_t *v)
     unsigned char b[4];
     if (gzread(f, b, 4) != 4)
         return -1;
-    *v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 | b[3];
+    *v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
+         b[3];
     return 0;
 }
 
@@ -116,8 +119,8 @@ static void on_epoch(void *ctx, const train_epoch_metrics *m)
 /* Trains in prec, then evaluates the saved model on test; *acc gets the
  * test accuracy. 0 on success. */
 static int train_and_test(const synth *train, const synth *test,
-                          const char *prec, uint32_t epochs,
-                          const nn_exec *ex, double *acc)
+                          const char *prec, uint32_t epochs, const nn_exec *ex,
+                          double *acc)
 {
     char hp_text[256], path[256];
     snprintf(hp_text, sizeof hp_text,

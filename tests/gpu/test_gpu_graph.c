@@ -120,8 +120,8 @@ static int run_case(const char *name, const synth *s, const synth *v,
 static void fill(synth *s, uint32_t n, const uint32_t *shape, uint32_t ndim,
                  uint32_t classes, ty_rng *r)
 {
-    synth_init(s, TY_TASK_CLASSIFICATION, n, shape, ndim, TY_DTYPE_F32,
-               classes, "none");
+    synth_init(s, TY_TASK_CLASSIFICATION, n, shape, ndim, TY_DTYPE_F32, classes,
+               "none");
     for (size_t i = 0; i < (size_t)n * s->ds.features; i++)
         ((float *)s->x)[i] = ty_rng_normal(r);
     for (uint32_t i = 0; i < n; i++)
@@ -152,12 +152,13 @@ int main(void)
     static const uint32_t img[] = {1, 8, 8};
     fill(&s, 250, img, 3, 3, &r);
     fill(&v, 64, img, 3, 3, &r);
-    rc |= run_case("cnn_batchnorm", &s, &v,
-                   "{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
-                   "\"kernel_size\":3,\"padding\":1},{\"type\":\"batchnorm\"},"
-                   "{\"type\":\"relu\"},{\"type\":\"maxpool2d\",\"pool_size\":2},"
-                   "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}",
-                   &ex);
+    rc |=
+        run_case("cnn_batchnorm", &s, &v,
+                 "{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
+                 "\"kernel_size\":3,\"padding\":1},{\"type\":\"batchnorm\"},"
+                 "{\"type\":\"relu\"},{\"type\":\"maxpool2d\",\"pool_size\":2},"
+                 "{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":3}]}",
+                 &ex);
     synth_free(&s);
     synth_free(&v);
 

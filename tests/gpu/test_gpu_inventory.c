@@ -19,20 +19,20 @@
 
 typedef struct {
     int is_mig;
-    int gpu;                       /* the GPU a MIG line belongs to */
-    char name[INV_NAME_MAX];       /* GPU name, or MIG profile */
+    int gpu;                 /* the GPU a MIG line belongs to */
+    char name[INV_NAME_MAX]; /* GPU name, or MIG profile */
     char uuid[INV_NAME_MAX];
 } smi_line;
 
 static int failures;
 
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "FAIL: " __VA_ARGS__);                           \
-            fputc('\n', stderr);                                             \
-            failures++;                                                      \
-        }                                                                    \
+#define CHECK(cond, ...)                           \
+    do {                                           \
+        if (!(cond)) {                             \
+            fprintf(stderr, "FAIL: " __VA_ARGS__); \
+            fputc('\n', stderr);                   \
+            failures++;                            \
+        }                                          \
     } while (0)
 
 /* Parses nvidia-smi -L; returns the number of lines kept, -1 when it
@@ -59,8 +59,8 @@ static int read_smi(smi_line *out, int max)
             gpu = idx;
             l->gpu = idx;
             const char *name = strchr(line, ':') + 2;
-            snprintf(l->name, sizeof l->name, "%.*s",
-                     (int)(u - 1 - name), name);
+            snprintf(l->name, sizeof l->name, "%.*s", (int)(u - 1 - name),
+                     name);
         } else if (strstr(line, "MIG ")) {
             l->is_mig = 1;
             l->gpu = gpu;
@@ -109,10 +109,14 @@ int main(void)
                   smi[i].uuid);
             if (!g)
                 continue;
-            CHECK(!strcmp(g->name, smi[i].name), "GPU %d: name '%s', "
-                  "nvidia-smi says '%s'", smi[i].gpu, g->name, smi[i].name);
-            CHECK(!strcmp(g->uuid, smi[i].uuid), "GPU %d: UUID %s, "
-                  "nvidia-smi says %s", smi[i].gpu, g->uuid, smi[i].uuid);
+            CHECK(!strcmp(g->name, smi[i].name),
+                  "GPU %d: name '%s', "
+                  "nvidia-smi says '%s'",
+                  smi[i].gpu, g->name, smi[i].name);
+            CHECK(!strcmp(g->uuid, smi[i].uuid),
+                  "GPU %d: UUID %s, "
+                  "nvidia-smi says %s",
+                  smi[i].gpu, g->uuid, smi[i].uuid);
             CHECK(g->memory_bytes > 0, "GPU %d: no memory", smi[i].gpu);
             printf("GPU %d: %s %s, %.1f GiB, MIG %s, %d MIG devices, "
                    "%d C, %.1f W\n",
@@ -135,31 +139,34 @@ int main(void)
               smi[i].uuid, smi[i].name, smi[i].gpu);
         if (!m)
             continue;
-        CHECK(g->index == smi[i].gpu, "MIG device %s: under GPU %d, "
-              "nvidia-smi says GPU %d", m->uuid, g->index, smi[i].gpu);
+        CHECK(g->index == smi[i].gpu,
+              "MIG device %s: under GPU %d, "
+              "nvidia-smi says GPU %d",
+              m->uuid, g->index, smi[i].gpu);
         CHECK(g->mig_enabled, "MIG device %s on GPU %d, whose MIG is off",
               m->uuid, g->index);
-        CHECK(!strcmp(m->profile, smi[i].name), "MIG device %s: profile "
-              "'%s', nvidia-smi says '%s'", m->uuid, m->profile, smi[i].name);
+        CHECK(!strcmp(m->profile, smi[i].name),
+              "MIG device %s: profile "
+              "'%s', nvidia-smi says '%s'",
+              m->uuid, m->profile, smi[i].name);
         CHECK(m->compute_slices >= 1 && m->compute_slices <= 7,
               "MIG device %s: %d compute slices", m->uuid, m->compute_slices);
         CHECK(m->memory_bytes > 0, "MIG device %s: no memory", m->uuid);
         printf("  %s %s: GI %d CI %d, %d compute slices, %.1f GiB, "
                "placement %d+%d\n",
-               m->profile, m->uuid, m->gpu_instance_id,
-               m->compute_instance_id, m->compute_slices,
-               (double)m->memory_bytes / (1u << 30), m->placement_start,
-               m->placement_size);
+               m->profile, m->uuid, m->gpu_instance_id, m->compute_instance_id,
+               m->compute_slices, (double)m->memory_bytes / (1u << 30),
+               m->placement_start, m->placement_size);
     }
     int inv_migs = 0, want_slots = 0;
     for (int k = 0; k < inv->ngpus; k++) {
         inv_migs += inv->gpus[k].nmig;
         want_slots += inv->gpus[k].mig_enabled ? inv->gpus[k].nmig : 1;
     }
-    CHECK(inv->ngpus == smi_gpus, "%d GPUs, nvidia-smi lists %d",
-          inv->ngpus, smi_gpus);
-    CHECK(inv_migs == smi_migs, "%d MIG devices, nvidia-smi lists %d",
-          inv_migs, smi_migs);
+    CHECK(inv->ngpus == smi_gpus, "%d GPUs, nvidia-smi lists %d", inv->ngpus,
+          smi_gpus);
+    CHECK(inv_migs == smi_migs, "%d MIG devices, nvidia-smi lists %d", inv_migs,
+          smi_migs);
     CHECK(inv->nslots == want_slots, "%d slots, expected %d", inv->nslots,
           want_slots);
     inv_destroy(inv);
@@ -168,6 +175,7 @@ int main(void)
         return 1;
     }
     printf("the NVML inventory matches nvidia-smi -L (%d GPUs, %d MIG "
-           "devices)\n", smi_gpus, smi_migs);
+           "devices)\n",
+           smi_gpus, smi_migs);
     return 0;
 }

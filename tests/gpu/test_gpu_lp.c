@@ -40,13 +40,13 @@
 
 static int failures;
 
-#define CHECK(cond, ...)                                                      \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            printf("FAIL: " __VA_ARGS__);                                     \
-            printf("\n");                                                     \
-            failures++;                                                       \
-        }                                                                     \
+#define CHECK(cond, ...)                  \
+    do {                                  \
+        if (!(cond)) {                    \
+            printf("FAIL: " __VA_ARGS__); \
+            printf("\n");                 \
+            failures++;                   \
+        }                                 \
     } while (0)
 
 static const nn_backend *gpu = &nn_backend_cuda;
@@ -83,18 +83,22 @@ static void case_cast(const nn_exec *ex)
     uint16_t *want = malloc(len * 2), *got = malloc(len * 2);
     ty_rng r;
     ty_rng_seed(&r, 1, 2);
-    static const uint32_t edges[] = {
-        0x3f808000u, 0x3f818000u, 0x3f808001u, 0x3f807fffu, /* bf16 ties */
-        0x3f801000u, 0x3f803000u,                           /* fp16 ties */
-        0x477fe000u, 0x477fefffu, 0x477ff000u, 0x49742400u, /* fp16 top */
-        0x33800000u, 0x33000000u, 0x33400000u, 0x38800000u, /* fp16 subnormals */
-        0x387fc000u, 0x387fe000u, 0x00000001u, 0x80000000u,
-        0x7f800000u, 0xff800000u, 0x7f7fffffu, 0x7fc00000u, 0xffc00001u};
+    static const uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0x3f808001u,
+                                     0x3f807fffu,              /* bf16 ties */
+                                     0x3f801000u, 0x3f803000u, /* fp16 ties */
+                                     0x477fe000u, 0x477fefffu, 0x477ff000u,
+                                     0x49742400u, /* fp16 top */
+                                     0x33800000u, 0x33000000u, 0x33400000u,
+                                     0x38800000u, /* fp16 subnormals */
+                                     0x387fc000u, 0x387fe000u, 0x00000001u,
+                                     0x80000000u, 0x7f800000u, 0xff800000u,
+                                     0x7f7fffffu, 0x7fc00000u, 0xffc00001u};
     const size_t ne = sizeof edges / sizeof *edges;
     for (size_t i = 0; i < len; i++)
-        src[i] = i < ne ? from_bits(edges[i])
-                        : (2.0f * ty_rng_uniform(&r) - 1.0f) *
-                              ldexpf(1.0f, (int)(ty_rng_uniform(&r) * 80.0f) - 40);
+        src[i] = i < ne
+                     ? from_bits(edges[i])
+                     : (2.0f * ty_rng_uniform(&r) - 1.0f) *
+                           ldexpf(1.0f, (int)(ty_rng_uniform(&r) * 80.0f) - 40);
     float *d_src = dev_from(ex, src, len * 4);
     void *d_dst = gpu->alloc(ex, len * 2);
     for (int d = 0; d < 2; d++) {
@@ -171,10 +175,14 @@ static void case_gemm_lp(const nn_exec *ex, nn_dtype dt, int m, int n, int k)
             for (int j = 0; j < n && !bad; j++) {
                 double mag = 0.0;
                 for (int p = 0; p < k; p++) {
-                    uint16_t x = ta ? a[(size_t)p * m + i] : a[(size_t)i * k + p];
-                    uint16_t y = tb ? b[(size_t)j * k + p] : b[(size_t)p * n + j];
-                    double xv = dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(x) : nn_cpu_f16_to_f32(x);
-                    double yv = dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(y) : nn_cpu_f16_to_f32(y);
+                    uint16_t x =
+                        ta ? a[(size_t)p * m + i] : a[(size_t)i * k + p];
+                    uint16_t y =
+                        tb ? b[(size_t)j * k + p] : b[(size_t)p * n + j];
+                    double xv = dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(x)
+                                                 : nn_cpu_f16_to_f32(x);
+                    double yv = dt == NN_DT_BF16 ? nn_cpu_bf16_to_f32(y)
+                                                 : nn_cpu_f16_to_f32(y);
                     mag += fabs(xv * yv);
                 }
                 const size_t at = (size_t)i * n + j;
@@ -269,8 +277,8 @@ static void case_train(const char *name, const synth *s, const char *spec,
     char p32[256], plp[256];
     snprintf(p32, sizeof p32, "/tmp/ty_gpu_lp_%d_%s_fp32.st", (int)getpid(),
              name);
-    snprintf(plp, sizeof plp, "/tmp/ty_gpu_lp_%d_%s_%s.st", (int)getpid(),
-             name, prec);
+    snprintf(plp, sizeof plp, "/tmp/ty_gpu_lp_%d_%s_%s.st", (int)getpid(), name,
+             prec);
     train_epoch_metrics m32, mlp;
     if (train_once(s, spec, "fp32", p32, ex, &m32) ||
         train_once(s, spec, prec, plp, ex, &mlp)) {
@@ -348,8 +356,8 @@ int main(void)
     /* MLP: 512 examples of 16 features, 4 classes from a linear rule. */
     synth mlp;
     static const uint32_t mlp_shape[] = {16};
-    synth_init(&mlp, TY_TASK_CLASSIFICATION, 512, mlp_shape, 1, TY_DTYPE_F32,
-               4, "none");
+    synth_init(&mlp, TY_TASK_CLASSIFICATION, 512, mlp_shape, 1, TY_DTYPE_F32, 4,
+               "none");
     ty_rng r;
     ty_rng_seed(&r, 9, 1);
     for (uint32_t i = 0; i < 512; i++) {
@@ -369,8 +377,8 @@ int main(void)
     /* CNN: 512 images (1, 12, 12), 3 classes by which third is brightest. */
     synth cnn;
     static const uint32_t cnn_shape[] = {1, 12, 12};
-    synth_init(&cnn, TY_TASK_CLASSIFICATION, 512, cnn_shape, 3, TY_DTYPE_F32,
-               3, "none");
+    synth_init(&cnn, TY_TASK_CLASSIFICATION, 512, cnn_shape, 3, TY_DTYPE_F32, 3,
+               "none");
     for (uint32_t i = 0; i < 512; i++) {
         float *x = (float *)cnn.x + (size_t)i * 144;
         int cls = (int)(ty_rng_u64(&r) % 3);

@@ -59,7 +59,7 @@
 /* ---- the harness ---------------------------------------------------- */
 
 #define TOL_EW_R 1e-5
-#define TOL_EW_A 1e-6  /* times max|cpu| */
+#define TOL_EW_A 1e-6 /* times max|cpu| */
 #define TOL_RED_R 1e-4
 #define TOL_RED_A 1e-4 /* times rms(cpu) */
 #define TOL_LOSS_R 1e-5
@@ -69,19 +69,20 @@
 
 static struct {
     const nn_backend *cpu, *gpu;
-    nn_exec hx;               /* CPU: no pool (one thread) */
-    nn_exec dx;               /* CUDA context */
-    ty_rng rng;               /* inputs; reseeded per case */
+    nn_exec hx; /* CPU: no pool (one thread) */
+    nn_exec dx; /* CUDA context */
+    ty_rng rng; /* inputs; reseeded per case */
     const char *case_name;
-    int case_failures;        /* failed checks in the current case */
-    int checks;               /* checks run in the current case */
+    int case_failures; /* failed checks in the current case */
+    int checks;        /* checks run in the current case */
     void *host[MAX_SCRATCH];
     int n_host;
     void *dev[MAX_SCRATCH];
     int n_dev;
 } H;
 
-static void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void fatal(const char *fmt, ...)
+    __attribute__((format(printf, 1, 2), noreturn));
 
 static void fatal(const char *fmt, ...)
 {
@@ -285,14 +286,13 @@ static void check_zero(const char *what, const float *got, size_t n)
         }
 }
 
-static void check_i32(const char *what, const int32_t *got,
-                      const int32_t *want, size_t n)
+static void check_i32(const char *what, const int32_t *got, const int32_t *want,
+                      size_t n)
 {
     H.checks++;
     for (size_t i = 0; i < n; i++)
         if (got[i] != want[i]) {
-            fail("%s: [%zu] gpu %d cpu %d", what, i, (int)got[i],
-                 (int)want[i]);
+            fail("%s: [%zu] gpu %d cpu %d", what, i, (int)got[i], (int)want[i]);
             return;
         }
 }
@@ -302,12 +302,10 @@ static void check_bits(const char *what, const void *a, const void *b,
 {
     H.checks++;
     if (memcmp(a, b, bytes))
-        fail("%s: two runs on the same inputs differ (not reproducible)",
-             what);
+        fail("%s: two runs on the same inputs differ (not reproducible)", what);
 }
 
-static void check_scalar(const char *what, double got, double want,
-                         double rtol)
+static void check_scalar(const char *what, double got, double want, double rtol)
 {
     H.checks++;
     if (isnan(got) || fabs(got - want) > rtol * fabs(want) + 1e-12)
@@ -336,10 +334,10 @@ static int require(nn_op op, int have_member, const char *member)
     return 1;
 }
 
-#define REQUIRE(op, member)                                                  \
-    do {                                                                     \
-        if (!require((op), H.gpu->member != NULL, #member))                  \
-            return;                                                          \
+#define REQUIRE(op, member)                                 \
+    do {                                                    \
+        if (!require((op), H.gpu->member != NULL, #member)) \
+            return;                                         \
     } while (0)
 
 /* Points both contexts' work arenas at fresh buffers for geometry d. */
@@ -398,8 +396,10 @@ static void gemm_one(int m, int n, int k, int ta, int tb, float alpha,
     H.gpu->gemm(&H.dx, dc, da, db, ta, tb, m, n, k, alpha, beta);
     after("gemm");
     char what[128];
-    snprintf(what, sizeof what, "gemm m=%d n=%d k=%d ta=%d tb=%d alpha=%g "
-             "beta=%g", m, n, k, ta, tb, (double)alpha, (double)beta);
+    snprintf(what, sizeof what,
+             "gemm m=%d n=%d k=%d ta=%d tb=%d alpha=%g "
+             "beta=%g",
+             m, n, k, ta, tb, (double)alpha, (double)beta);
     check_red(what, dev_to_host(dc, nc), c, nc);
 }
 
@@ -407,18 +407,18 @@ static void case_gemm(void)
 {
     REQUIRE(NN_OP_GEMM, gemm);
     static const int shapes[][3] = {
-        {67, 45, 129}, {1, 33, 17}, {29, 1, 8}, {128, 300, 784},
-        {256, 384, 512},
+        {67, 45, 129},   {1, 33, 17},     {29, 1, 8},
+        {128, 300, 784}, {256, 384, 512},
     };
     for (size_t s = 0; s < TY_ARRAY_LEN(shapes); s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
-                gemm_one(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb,
-                         1.0f, 0.0f);
-                gemm_one(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb,
-                         1.0f, 1.0f);
-                gemm_one(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb,
-                         0.5f, 1.0f);
+                gemm_one(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, 1.0f,
+                         0.0f);
+                gemm_one(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, 1.0f,
+                         1.0f);
+                gemm_one(shapes[s][0], shapes[s][1], shapes[s][2], ta, tb, 0.5f,
+                         1.0f);
             }
 }
 
@@ -443,8 +443,8 @@ static void case_bias_rows(void)
 static void case_bias_grad(void)
 {
     REQUIRE(NN_OP_BIAS_GRAD, bias_grad);
-    static const uint32_t shapes[][2] = {{1000, 37}, {3, 2049}, {1024, 4096},
-                                         {1, 5}};
+    static const uint32_t shapes[][2] = {
+        {1000, 37}, {3, 2049}, {1024, 4096}, {1, 5}};
     for (size_t s = 0; s < TY_ARRAY_LEN(shapes); s++) {
         uint32_t n = shapes[s][0], c = shapes[s][1];
         size_t len = (size_t)n * c;
@@ -498,8 +498,8 @@ static void case_activations(void)
             H.cpu->act_backward(&H.hx, op, din, dout, in, out, len);
             H.gpu->act_backward(&H.dx, op, d_din, d_dout, d_in, d_fout, len);
             after(nn_op_name(op));
-            snprintf(what, sizeof what, "%s backward len=%zu",
-                     nn_op_name(op), len);
+            snprintf(what, sizeof what, "%s backward len=%zu", nn_op_name(op),
+                     len);
             got = dev_to_host(d_din, len);
             if (op == NN_OP_RELU)
                 check_exact(what, got, din, len);
@@ -526,8 +526,7 @@ static void case_leaky_relu(void)
         after("leaky_relu_forward");
         check_ew("leaky_relu forward", dev_to_host(d_out, len), out, len);
         H.cpu->leaky_relu_backward(&H.hx, din, dout, in, len, slopes[s]);
-        H.gpu->leaky_relu_backward(&H.dx, d_din, d_dout, d_in, len,
-                                   slopes[s]);
+        H.gpu->leaky_relu_backward(&H.dx, d_din, d_dout, d_in, len, slopes[s]);
         after("leaky_relu_backward");
         check_ew("leaky_relu backward", dev_to_host(d_din, len), din, len);
     }
@@ -581,8 +580,8 @@ static void dropout_one(size_t len, float rate)
     H.cpu->dropout_backward(&H.hx, din, dout, mask, len);
     H.gpu->dropout_backward(&H.dx, d_din, d_dout, d_mask, len);
     after("dropout_backward");
-    check_ew("dropout backward din = dout * mask", dev_to_host(d_din, len),
-             din, len);
+    check_ew("dropout backward din = dout * mask", dev_to_host(d_din, len), din,
+             len);
 
     /* the same generator state gives the same mask */
     float *d_mask2 = dev_alloc(len * 4);
@@ -608,7 +607,8 @@ static void dropout_one(size_t len, float rate)
     H.checks++;
     if (fabs(agree - expect) > 0.02)
         fail("dropout: consecutive masks agree on %.4f of values, "
-             "independent ones would on %.4f", agree, expect);
+             "independent ones would on %.4f",
+             agree, expect);
 }
 
 static void case_dropout(void)
@@ -635,10 +635,10 @@ static void xent_one(uint32_t n, uint32_t c)
 
     /* dlogits, probs and correct */
     uint32_t hc = 0, gc = 0;
-    double hl = H.cpu->softmax_xent(&H.hx, dl, pr, &hc, logits, labels, n, c,
-                                    gs);
-    double gl = H.gpu->softmax_xent(&H.dx, d_dl, d_pr, &gc, d_logits,
-                                    d_labels, n, c, gs);
+    double hl =
+        H.cpu->softmax_xent(&H.hx, dl, pr, &hc, logits, labels, n, c, gs);
+    double gl = H.gpu->softmax_xent(&H.dx, d_dl, d_pr, &gc, d_logits, d_labels,
+                                    n, c, gs);
     after("softmax_xent");
     snprintf(what, sizeof what, "softmax_xent n=%u c=%u", n, c);
     check_scalar(what, gl, hl, TOL_LOSS_R);
@@ -650,16 +650,16 @@ static void xent_one(uint32_t n, uint32_t c)
 
     /* dlogits only, no correct */
     H.gpu->zero(&H.dx, d_dl, len * 4);
-    gl = H.gpu->softmax_xent(&H.dx, d_dl, NULL, NULL, d_logits, d_labels, n,
-                             c, gs);
+    gl = H.gpu->softmax_xent(&H.dx, d_dl, NULL, NULL, d_logits, d_labels, n, c,
+                             gs);
     after("softmax_xent");
     snprintf(what, sizeof what, "softmax_xent (dlogits only) n=%u c=%u", n, c);
     check_scalar(what, gl, hl, TOL_LOSS_R);
     check_red(what, dev_to_host(d_dl, len), dl, len);
 
     /* loss only */
-    gl = H.gpu->softmax_xent(&H.dx, NULL, NULL, &gc, d_logits, d_labels, n,
-                             c, gs);
+    gl = H.gpu->softmax_xent(&H.dx, NULL, NULL, &gc, d_logits, d_labels, n, c,
+                             gs);
     after("softmax_xent");
     snprintf(what, sizeof what, "softmax_xent (loss only) n=%u c=%u", n, c);
     check_scalar(what, gl, hl, TOL_LOSS_R);
@@ -667,8 +667,7 @@ static void xent_one(uint32_t n, uint32_t c)
 
     /* probs only: no labels */
     H.gpu->zero(&H.dx, d_pr, len * 4);
-    gl = H.gpu->softmax_xent(&H.dx, NULL, d_pr, NULL, d_logits, NULL, n, c,
-                             gs);
+    gl = H.gpu->softmax_xent(&H.dx, NULL, d_pr, NULL, d_logits, NULL, n, c, gs);
     after("softmax_xent");
     snprintf(what, sizeof what, "softmax_xent (probs only) n=%u c=%u", n, c);
     check_scalar(what, gl, 0.0, 0.0);
@@ -732,8 +731,8 @@ static void case_bce_logits(void)
         int32_t *d_labels = dev_from_bytes(labels, n * 4);
         uint32_t hc = 0, gc = 0;
         const float gs = 1.0f / (float)n;
-        double hl = H.cpu->bce_logits(&H.hx, dl, pr, &hc, logits, labels, n,
-                                      gs);
+        double hl =
+            H.cpu->bce_logits(&H.hx, dl, pr, &hc, logits, labels, n, gs);
         double gl = H.gpu->bce_logits(&H.dx, d_dl, d_pr, &gc, d_logits,
                                       d_labels, n, gs);
         after("bce_logits");
@@ -788,8 +787,8 @@ static void case_huber(void)
         float *d_dp = dev_alloc(len * 4);
         const float gs = 1.0f / (float)len;
         double hl = H.cpu->huber(&H.hx, dp, pred, target, len, deltas[s], gs);
-        double gl = H.gpu->huber(&H.dx, d_dp, d_pred, d_target, len,
-                                 deltas[s], gs);
+        double gl =
+            H.gpu->huber(&H.dx, d_dp, d_pred, d_target, len, deltas[s], gs);
         after("huber");
         char what[64];
         snprintf(what, sizeof what, "huber delta=%g", (double)deltas[s]);
@@ -857,7 +856,9 @@ static void sgd_one(const char *name, float lr, float wd, float momentum,
                     int nesterov)
 {
     const size_t len = 10007;
-    nn_optim_args s = {.lr = lr, .weight_decay = wd, .momentum = momentum,
+    nn_optim_args s = {.lr = lr,
+                       .weight_decay = wd,
+                       .momentum = momentum,
                        .nesterov = nesterov};
     int with_buf = momentum != 0.0f;
     float *p = hrand(len, -1, 1);
@@ -904,7 +905,10 @@ static void adam_one(const char *name, float lr, float wd, int decoupled)
     char what[96];
     for (int t = 1; t <= 3; t++) {
         nn_optim_args s = {
-            .lr = lr, .beta1 = (float)b1, .beta2 = (float)b2, .eps = 1e-8f,
+            .lr = lr,
+            .beta1 = (float)b1,
+            .beta2 = (float)b2,
+            .eps = 1e-8f,
             .one_minus_beta1 = (float)(1.0 - b1),
             .one_minus_beta2 = (float)(1.0 - b2),
             .step_size = (float)(lr / (1.0 - pow(b1, t))),
@@ -951,8 +955,8 @@ static void layernorm_one(uint32_t n, uint32_t d)
     float *d_beta = dev_from(beta, d), *d_out = dev_alloc(len * 4);
     float *d_mean = dev_alloc(n * 4), *d_rstd = dev_alloc(n * 4);
     H.cpu->layernorm_forward(&H.hx, out, mean, rstd, x, gamma, beta, n, d, eps);
-    H.gpu->layernorm_forward(&H.dx, d_out, d_mean, d_rstd, d_x, d_gamma,
-                             d_beta, n, d, eps);
+    H.gpu->layernorm_forward(&H.dx, d_out, d_mean, d_rstd, d_x, d_gamma, d_beta,
+                             n, d, eps);
     after("layernorm_forward");
     char what[96];
     snprintf(what, sizeof what, "layernorm forward n=%u d=%u", n, d);
@@ -967,8 +971,8 @@ static void layernorm_one(uint32_t n, uint32_t d)
     float *d_dg = dev_from(dg, d), *d_dbt = dev_from(dbt, d);
     H.gpu->upload(&H.dx, d_mean, mean, n * 4);
     H.gpu->upload(&H.dx, d_rstd, rstd, n * 4);
-    H.cpu->layernorm_backward(&H.hx, dx, dg, dbt, dout, x, gamma, mean, rstd,
-                              n, d);
+    H.cpu->layernorm_backward(&H.hx, dx, dg, dbt, dout, x, gamma, mean, rstd, n,
+                              d);
     H.gpu->layernorm_backward(&H.dx, d_dx, d_dg, d_dbt, d_dout, d_x, d_gamma,
                               d_mean, d_rstd, n, d);
     after("layernorm_backward");
@@ -978,8 +982,8 @@ static void layernorm_one(uint32_t n, uint32_t d)
     check_red("layernorm dbeta", dev_to_host(d_dbt, d), dbt, d);
 
     /* dx NULL: parameter gradients only, accumulating onto the above */
-    H.cpu->layernorm_backward(&H.hx, NULL, dg, dbt, dout, x, gamma, mean,
-                              rstd, n, d);
+    H.cpu->layernorm_backward(&H.hx, NULL, dg, dbt, dout, x, gamma, mean, rstd,
+                              n, d);
     H.gpu->layernorm_backward(&H.dx, NULL, d_dg, d_dbt, d_dout, d_x, d_gamma,
                               d_mean, d_rstd, n, d);
     after("layernorm_backward");
@@ -1069,10 +1073,8 @@ static void batchnorm_one(uint32_t n, uint32_t c, uint32_t s)
             memcpy(rm0, rm, c * 4);
             memcpy(rv0, rv, c * 4);
         } else {
-            check_exact("batchnorm running_mean untouched (eval)", grm, rm0,
-                        c);
-            check_exact("batchnorm running_var untouched (eval)", grv, rv0,
-                        c);
+            check_exact("batchnorm running_mean untouched (eval)", grm, rm0, c);
+            check_exact("batchnorm running_var untouched (eval)", grv, rv0, c);
         }
 
         /* backward on the CPU's statistics of this mode */
@@ -1087,22 +1089,22 @@ static void batchnorm_one(uint32_t n, uint32_t c, uint32_t s)
         H.cpu->batchnorm_backward(&H.hx, dx, dg, dbt, dout, x, gamma, mean,
                                   invstd, n, c, s, training);
         H.gpu->batchnorm_backward(&H.dx, d_dx, d_dg, d_dbt, d_dout, d_x,
-                                  d_gamma, d_mean, d_invstd, n, c, s,
-                                  training);
+                                  d_gamma, d_mean, d_invstd, n, c, s, training);
         after("batchnorm_backward");
-        snprintf(what, sizeof what, "batchnorm backward dx (%s) n=%u c=%u "
-                 "s=%u", mode, n, c, s);
+        snprintf(what, sizeof what,
+                 "batchnorm backward dx (%s) n=%u c=%u "
+                 "s=%u",
+                 mode, n, c, s);
         check_red(what, dev_to_host(d_dx, len), dx, len);
         snprintf(what, sizeof what, "batchnorm dgamma (%s)", mode);
         check_red(what, dev_to_host(d_dg, c), dg, c);
         snprintf(what, sizeof what, "batchnorm dbeta (%s)", mode);
         check_red(what, dev_to_host(d_dbt, c), dbt, c);
 
-        H.cpu->batchnorm_backward(&H.hx, NULL, dg2, dbt2, dout, x, gamma,
-                                  mean, invstd, n, c, s, training);
+        H.cpu->batchnorm_backward(&H.hx, NULL, dg2, dbt2, dout, x, gamma, mean,
+                                  invstd, n, c, s, training);
         H.gpu->batchnorm_backward(&H.dx, NULL, d_dg2, d_dbt2, d_dout, d_x,
-                                  d_gamma, d_mean, d_invstd, n, c, s,
-                                  training);
+                                  d_gamma, d_mean, d_invstd, n, c, s, training);
         after("batchnorm_backward");
         snprintf(what, sizeof what, "batchnorm dgamma, dx NULL (%s)", mode);
         check_red(what, dev_to_host(d_dg2, c), dg2, c);
@@ -1115,11 +1117,11 @@ static void case_batchnorm(void)
 {
     REQUIRE(NN_OP_BATCHNORM, batchnorm_forward);
     REQUIRE(NN_OP_BATCHNORM, batchnorm_backward);
-    batchnorm_one(16, 8, 49);   /* BatchNorm2d */
-    batchnorm_one(64, 100, 1);  /* BatchNorm1d */
+    batchnorm_one(16, 8, 49);  /* BatchNorm2d */
+    batchnorm_one(64, 100, 1); /* BatchNorm1d */
     batchnorm_one(2, 3, 1000);
     batchnorm_one(128, 64, 196);
-    batchnorm_one(2, 5, 1);     /* the smallest batch torch accepts */
+    batchnorm_one(2, 5, 1); /* the smallest batch torch accepts */
 }
 
 /* ---- convolution and pooling ---------------------------------------- */
@@ -1130,10 +1132,15 @@ static nn_conv_desc conv_geom(uint32_t in_c, uint32_t in_h, uint32_t in_w,
                               uint32_t pw, uint32_t dh, uint32_t dw,
                               uint32_t groups)
 {
-    nn_conv_desc d = {.in_c = in_c, .in_h = in_h, .in_w = in_w,
-                      .out_c = out_c, .kernel = {kh, kw},
-                      .stride = {sh, sw}, .pad = {ph, pw},
-                      .dilation = {dh, dw}, .groups = groups};
+    nn_conv_desc d = {.in_c = in_c,
+                      .in_h = in_h,
+                      .in_w = in_w,
+                      .out_c = out_c,
+                      .kernel = {kh, kw},
+                      .stride = {sh, sw},
+                      .pad = {ph, pw},
+                      .dilation = {dh, dw},
+                      .groups = groups};
     d.out_h = (in_h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
     d.out_w = (in_w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
     return d;
@@ -1143,14 +1150,15 @@ static void conv_one(uint32_t n, const nn_conv_desc *d)
 {
     const size_t in_len = (size_t)n * d->in_c * d->in_h * d->in_w;
     const size_t out_len = (size_t)n * d->out_c * d->out_h * d->out_w;
-    const size_t w_len = (size_t)d->out_c * (d->in_c / d->groups) *
-                         d->kernel[0] * d->kernel[1];
+    const size_t w_len =
+        (size_t)d->out_c * (d->in_c / d->groups) * d->kernel[0] * d->kernel[1];
     char geo[160], what[224];
-    snprintf(geo, sizeof geo, "n=%u %ux%ux%u->%ux%ux%u k=%ux%u s=%ux%u "
-             "p=%ux%u d=%ux%u g=%u", n, d->in_c, d->in_h, d->in_w, d->out_c,
-             d->out_h, d->out_w, d->kernel[0], d->kernel[1], d->stride[0],
-             d->stride[1], d->pad[0], d->pad[1], d->dilation[0],
-             d->dilation[1], d->groups);
+    snprintf(geo, sizeof geo,
+             "n=%u %ux%ux%u->%ux%ux%u k=%ux%u s=%ux%u "
+             "p=%ux%u d=%ux%u g=%u",
+             n, d->in_c, d->in_h, d->in_w, d->out_c, d->out_h, d->out_w,
+             d->kernel[0], d->kernel[1], d->stride[0], d->stride[1], d->pad[0],
+             d->pad[1], d->dilation[0], d->dilation[1], d->groups);
     set_conv_work(d);
     float *in = hrand(in_len, -1, 1), *w = hrand(w_len, -0.5f, 0.5f);
     float *bias = hrand(d->out_c, -0.5f, 0.5f);
@@ -1159,8 +1167,7 @@ static void conv_one(uint32_t n, const nn_conv_desc *d)
     float *d_bias = dev_from(bias, d->out_c), *d_out = dev_alloc(out_len * 4);
 
     for (int with_bias = 1; with_bias >= 0; with_bias--) {
-        H.cpu->conv2d_forward(&H.hx, out, in, w, with_bias ? bias : NULL, n,
-                              d);
+        H.cpu->conv2d_forward(&H.hx, out, in, w, with_bias ? bias : NULL, n, d);
         H.gpu->conv2d_forward(&H.dx, d_out, d_in, d_w,
                               with_bias ? d_bias : NULL, n, d);
         after("conv2d_forward");
@@ -1196,8 +1203,10 @@ static void conv_one(uint32_t n, const nn_conv_desc *d)
         H.gpu->conv2d_backward(&H.dx, NULL, d_dw, NULL, d_dout, d_in, d_w, n,
                                d);
         after("conv2d_backward");
-        snprintf(what, sizeof what, "conv2d backward dweight (din, dbias "
-                 "NULL) %s", geo);
+        snprintf(what, sizeof what,
+                 "conv2d backward dweight (din, dbias "
+                 "NULL) %s",
+                 geo);
         check_red(what, dev_to_host(d_dw, w_len), dw, w_len);
     }
     clear_work();
@@ -1242,9 +1251,11 @@ static void pool_one(nn_op op, uint32_t n, const nn_conv_desc *d, int nan)
     float *d_in = dev_from(in, in_len), *d_out = dev_alloc(out_len * 4);
     int32_t *d_arg = dev_alloc(out_len * 4);
     int is_max = op == NN_OP_MAXPOOL2D;
-    snprintf(what, sizeof what, "%s forward n=%u %ux%ux%u k=%ux%u s=%ux%u "
-             "p=%ux%u%s", name, n, d->in_c, d->in_h, d->in_w, d->kernel[0],
-             d->kernel[1], d->stride[0], d->stride[1], d->pad[0], d->pad[1],
+    snprintf(what, sizeof what,
+             "%s forward n=%u %ux%ux%u k=%ux%u s=%ux%u "
+             "p=%ux%u%s",
+             name, n, d->in_c, d->in_h, d->in_w, d->kernel[0], d->kernel[1],
+             d->stride[0], d->stride[1], d->pad[0], d->pad[1],
              nan ? " with NaN" : "");
     H.cpu->pool2d_forward(&H.hx, op, out, is_max ? arg : NULL, in, n, d);
     H.gpu->pool2d_forward(&H.dx, op, d_out, is_max ? d_arg : NULL, d_in, n, d);
@@ -1252,8 +1263,8 @@ static void pool_one(nn_op op, uint32_t n, const nn_conv_desc *d, int nan)
     float *got = dev_to_host(d_out, out_len);
     if (is_max) {
         check_exact(what, got, out, out_len);
-        check_i32("maxpool argmax", dev_to_host_bytes(d_arg, out_len * 4),
-                  arg, out_len);
+        check_i32("maxpool argmax", dev_to_host_bytes(d_arg, out_len * 4), arg,
+                  out_len);
         /* inference: no argmax */
         H.gpu->zero(&H.dx, d_out, out_len * 4);
         H.gpu->pool2d_forward(&H.dx, op, d_out, NULL, d_in, n, d);
@@ -1272,15 +1283,17 @@ static void pool_one(nn_op op, uint32_t n, const nn_conv_desc *d, int nan)
     H.gpu->pool2d_backward(&H.dx, op, d_din, d_dout, is_max ? d_arg : NULL, n,
                            d);
     after(name);
-    snprintf(what, sizeof what, "%s backward n=%u %ux%ux%u k=%ux%u s=%ux%u "
-             "p=%ux%u", name, n, d->in_c, d->in_h, d->in_w, d->kernel[0],
-             d->kernel[1], d->stride[0], d->stride[1], d->pad[0], d->pad[1]);
+    snprintf(what, sizeof what,
+             "%s backward n=%u %ux%ux%u k=%ux%u s=%ux%u "
+             "p=%ux%u",
+             name, n, d->in_c, d->in_h, d->in_w, d->kernel[0], d->kernel[1],
+             d->stride[0], d->stride[1], d->pad[0], d->pad[1]);
     check_ew(what, dev_to_host(d_din, in_len), din, in_len);
 }
 
-static nn_conv_desc pool_geom(uint32_t c, uint32_t h, uint32_t w,
-                              uint32_t kh, uint32_t kw, uint32_t sh,
-                              uint32_t sw, uint32_t ph, uint32_t pw)
+static nn_conv_desc pool_geom(uint32_t c, uint32_t h, uint32_t w, uint32_t kh,
+                              uint32_t kw, uint32_t sh, uint32_t sw,
+                              uint32_t ph, uint32_t pw)
 {
     return conv_geom(c, h, w, c, kh, kw, sh, sw, ph, pw, 1, 1, 1);
 }
@@ -1325,10 +1338,10 @@ static void case_determinism(void)
         const uint32_t n = 4096, c = 1000;
         float *d_l = dev_from(hrand((size_t)n * c, -8, 8), (size_t)n * c);
         int32_t *d_y = dev_from_bytes(hlabels(n, c), n * 4);
-        double a = H.gpu->softmax_xent(&H.dx, NULL, NULL, NULL, d_l, d_y, n,
-                                       c, 1.0f);
-        double b = H.gpu->softmax_xent(&H.dx, NULL, NULL, NULL, d_l, d_y, n,
-                                       c, 1.0f);
+        double a =
+            H.gpu->softmax_xent(&H.dx, NULL, NULL, NULL, d_l, d_y, n, c, 1.0f);
+        double b =
+            H.gpu->softmax_xent(&H.dx, NULL, NULL, NULL, d_l, d_y, n, c, 1.0f);
         after("softmax_xent");
         check_bits("softmax_xent loss", &a, &b, sizeof a);
     }
@@ -1474,20 +1487,57 @@ static void case_op_table(void)
         int present;
     } m[] = {
 #define M(x) {#x, H.gpu->x != NULL}
-        M(alloc), M(release), M(upload), M(download), M(zero), M(copy),
+        M(alloc),
+        M(release),
+        M(upload),
+        M(download),
+        M(zero),
+        M(copy),
         M(status),
-        M(supports), M(gemm), M(bias_rows), M(bias_grad), M(act_forward),
-        M(act_backward), M(dropout_forward), M(dropout_backward),
-        M(softmax_xent), M(mse), M(sgd), M(adam), M(batchnorm_forward),
-        M(batchnorm_backward), M(layernorm_forward), M(layernorm_backward),
-        M(leaky_relu_forward), M(leaky_relu_backward), M(softmax_forward),
-        M(softmax_backward), M(add), M(softmax_xent_smooth), M(bce_logits),
-        M(huber), M(sum_squares), M(scale), M(conv2d_work),
-        M(conv2d_forward), M(conv2d_backward), M(pool2d_forward),
+        M(supports),
+        M(gemm),
+        M(bias_rows),
+        M(bias_grad),
+        M(act_forward),
+        M(act_backward),
+        M(dropout_forward),
+        M(dropout_backward),
+        M(softmax_xent),
+        M(mse),
+        M(sgd),
+        M(adam),
+        M(batchnorm_forward),
+        M(batchnorm_backward),
+        M(layernorm_forward),
+        M(layernorm_backward),
+        M(leaky_relu_forward),
+        M(leaky_relu_backward),
+        M(softmax_forward),
+        M(softmax_backward),
+        M(add),
+        M(softmax_xent_smooth),
+        M(bce_logits),
+        M(huber),
+        M(sum_squares),
+        M(scale),
+        M(conv2d_work),
+        M(conv2d_forward),
+        M(conv2d_backward),
+        M(pool2d_forward),
         M(pool2d_backward),
-        M(host_alloc), M(host_release), M(fence_create), M(fence_record),
-        M(fence_wait), M(fence_release), M(graph_begin), M(graph_end),
-        M(graph_launch), M(graph_release), M(cast), M(gemm_lp), M(lp_ok),
+        M(host_alloc),
+        M(host_release),
+        M(fence_create),
+        M(fence_record),
+        M(fence_wait),
+        M(fence_release),
+        M(graph_begin),
+        M(graph_end),
+        M(graph_launch),
+        M(graph_release),
+        M(cast),
+        M(gemm_lp),
+        M(lp_ok),
 #undef M
     };
     static_assert(sizeof(nn_backend) ==
@@ -1548,8 +1598,7 @@ static int contains_nocase(const char *hay, const char *needle)
     size_t n = strlen(needle);
     for (; *hay; hay++) {
         size_t i = 0;
-        while (i < n && hay[i] &&
-               (hay[i] | 0x20) == (needle[i] | 0x20))
+        while (i < n && hay[i] && (hay[i] | 0x20) == (needle[i] | 0x20))
             i++;
         if (i == n)
             return 1;
@@ -1564,13 +1613,13 @@ static int run_faults(void)
     ty_err err = {0};
     int failures = 0;
     H.case_name = "faults";
-#define FCHECK(cond, ...)                                                    \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            printf("  FAIL [faults]: " __VA_ARGS__);                         \
-            printf("\n");                                                    \
-            failures++;                                                      \
-        }                                                                    \
+#define FCHECK(cond, ...)                            \
+    do {                                             \
+        if (!(cond)) {                               \
+            printf("  FAIL [faults]: " __VA_ARGS__); \
+            printf("\n");                            \
+            failures++;                              \
+        }                                            \
     } while (0)
 
     /* 1. an absurd allocation */
@@ -1587,8 +1636,10 @@ static int run_faults(void)
     ty_status st = H.gpu->status(&a, &err);
     printf("    alloc(SIZE_MAX/2): status %s: %s\n", ty_status_name(st),
            err.msg);
-    FCHECK(st == TY_EDEVICE, "status after a failed alloc is %s, want "
-           "TY_EDEVICE", ty_status_name(st));
+    FCHECK(st == TY_EDEVICE,
+           "status after a failed alloc is %s, want "
+           "TY_EDEVICE",
+           ty_status_name(st));
     FCHECK(err.msg[0] && contains_nocase(err.msg, "alloc"),
            "the message does not name the allocation: \"%s\"", err.msg);
     char first[sizeof err.msg];
@@ -1606,7 +1657,8 @@ static int run_faults(void)
         st = H.gpu->status(&a, &err);
         FCHECK(st == TY_EDEVICE && !strcmp(err.msg, first),
                "status changed after later kernels: %s \"%s\" (first error "
-               "wins)", ty_status_name(st), err.msg);
+               "wins)",
+               ty_status_name(st), err.msg);
     }
     H.gpu->release(&a, buf);
     H.gpu->release(&a, buf2);
@@ -1641,8 +1693,10 @@ static int run_faults(void)
             H.gpu->gemm(&b, dc, da, db, 0, 0, M, N, K, 1.0f, 0.0f);
             H.gpu->download(&b, got, dc, sizeof got);
             st = H.gpu->status(&b, &err);
-            FCHECK(st == TY_OK, "a fresh context after another one's failed "
-                   "alloc reports %s: %s", ty_status_name(st), err.msg);
+            FCHECK(st == TY_OK,
+                   "a fresh context after another one's failed "
+                   "alloc reports %s: %s",
+                   ty_status_name(st), err.msg);
             for (int i = 0; i < M * N; i++)
                 if (fabsf(got[i] - hc[i]) > 1e-4f * (1.0f + fabsf(hc[i]))) {
                     FCHECK(0, "gemm on the fresh context: [%d] %g vs %g", i,
@@ -1675,8 +1729,10 @@ static int run_faults(void)
         st = H.gpu->status(&c, &err);
         printf("    gemm(a = NULL): status %s: %s\n", ty_status_name(st),
                err.msg);
-        FCHECK(st == TY_EDEVICE, "status after a gemm through NULL is %s, "
-               "want TY_EDEVICE", ty_status_name(st));
+        FCHECK(st == TY_EDEVICE,
+               "status after a gemm through NULL is %s, "
+               "want TY_EDEVICE",
+               ty_status_name(st));
         FCHECK(err.msg[0], "TY_EDEVICE without a message");
         /* later kernels: no crash, no hang */
         H.gpu->gemm(&c, dc, dbuf, dbuf, 0, 0, 256, 256, 256, 1.0f, 0.0f);
@@ -1689,7 +1745,8 @@ static int run_faults(void)
     H.gpu->release(&c, dc);
     H.gpu->release(&c, dbuf);
     nn_cuda_exec_free(&c);
-    printf("%s faults/null_pointer_gemm\n", failures > before ? "FAIL" : "ok  ");
+    printf("%s faults/null_pointer_gemm\n",
+           failures > before ? "FAIL" : "ok  ");
 #undef FCHECK
     printf("%s: faults\n", failures ? "FAILED" : "PASSED");
     return failures ? 1 : 0;
@@ -1715,8 +1772,9 @@ int main(int argc, char **argv)
     char versions[160];
     nn_cuda_versions(versions, sizeof versions);
     printf("device 0 of %d: %s (%s), compute capability %d.%d, %.1f of %.1f "
-           "GiB free; %s\n", ndev, dev.name, dev.uuid, dev.cc_major,
-           dev.cc_minor, (double)dev.free_bytes / (1u << 30),
+           "GiB free; %s\n",
+           ndev, dev.name, dev.uuid, dev.cc_major, dev.cc_minor,
+           (double)dev.free_bytes / (1u << 30),
            (double)dev.total_bytes / (1u << 30), versions);
 
     if (argc == 2 && !strcmp(argv[1], "--faults"))

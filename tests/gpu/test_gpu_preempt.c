@@ -27,8 +27,8 @@
 
 typedef struct {
     volatile sig_atomic_t *preempt;
-    int on_progress;           /* set *preempt at the first report */
-    uint32_t after_epoch;      /* or after this epoch */
+    int on_progress;      /* set *preempt at the first report */
+    uint32_t after_epoch; /* or after this epoch */
     uint64_t resume_step;
     int resumed, preempts;
 } ctl;
@@ -64,16 +64,24 @@ static void on_preempt(void *ctx, uint32_t epoch, uint64_t step, int ck)
 
 static ty_status run(const synth *s, const json_t *spec,
                      const train_hparams *hp, const char *ckpt,
-                     const char *model, ctl *c, const nn_exec *ex,
-                     ty_err *err)
+                     const char *model, ctl *c, const nn_exec *ex, ty_err *err)
 {
     train_job job = {
-        .spec = spec, .hp = hp, .train = &s->ds, .checkpoint_path = ckpt,
-        .model_path = model, .threads = 1, .prefetch = -1,
+        .spec = spec,
+        .hp = hp,
+        .train = &s->ds,
+        .checkpoint_path = ckpt,
+        .model_path = model,
+        .threads = 1,
+        .prefetch = -1,
         .preempt = c->preempt,
-        .cb = {.ctx = c, .on_progress = on_progress, .on_epoch = on_epoch,
-               .on_resume = on_resume, .on_preempt = on_preempt},
-        .be = &nn_backend_cuda, .ex = ex,
+        .cb = {.ctx = c,
+               .on_progress = on_progress,
+               .on_epoch = on_epoch,
+               .on_resume = on_resume,
+               .on_preempt = on_preempt},
+        .be = &nn_backend_cuda,
+        .ex = ex,
     };
     return train_run(&job, NULL, err);
 }
@@ -100,7 +108,8 @@ static int preempt_case(const char *name, const synth *s, const json_t *spec,
     snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", dir, name);
     snprintf(model, sizeof model, "%s/%s.safetensors", dir, name);
     volatile sig_atomic_t preempt = 0;
-    ctl c = {.preempt = &preempt, .on_progress = on_progress,
+    ctl c = {.preempt = &preempt,
+             .on_progress = on_progress,
              .after_epoch = after_epoch};
     ty_err err = {0};
     ty_status st = run(s, spec, hp, ckpt, model, &c, ex, &err);
@@ -154,7 +163,8 @@ int main(void)
     synth_xor(&s, 640, 3); /* 20 full steps of 32 an epoch */
     json_t *spec = json_loads(
         "{\"layers\":[{\"type\":\"dense\",\"units\":64},{\"type\":\"gelu\"},"
-        "{\"type\":\"dropout\",\"rate\":0.2},{\"type\":\"dense\",\"units\":2}]}",
+        "{\"type\":\"dropout\",\"rate\":0.2},{\"type\":\"dense\",\"units\":2}]"
+        "}",
         0, NULL);
     json_t *hj = json_loads("{\"epochs\":3,\"batch_size\":32,\"seed\":8,"
                             "\"optimizer\":\"adam\"}",

@@ -32,12 +32,12 @@
 
 static int failures;
 
-#define CHECK(cond)                                                           \
-    do {                                                                      \
-        if (!(cond)) {                                                        \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);   \
-            failures++;                                                       \
-        }                                                                     \
+#define CHECK(cond)                                                         \
+    do {                                                                    \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                     \
+        }                                                                   \
     } while (0)
 
 static const char *str_or_none(const json_t *o, const char *k)
@@ -71,11 +71,13 @@ static void write_vectors(const char *xp, const char *yp, size_t n, size_t d)
 /* n 8x8 IDX images: class 1 bright on top, class 0 at the bottom. */
 static void write_images(const char *ip, const char *lp, int n)
 {
-    unsigned char *img = malloc(16 + (size_t)n * 64), *lab = malloc(8 + (size_t)n);
-    const unsigned char h3[16] = {0, 0, 8, 3, 0, 0, (unsigned char)(n >> 8),
-                                  (unsigned char)n, 0, 0, 0, 8, 0, 0, 0, 8};
-    const unsigned char h1[8] = {0, 0, 8, 1, 0, 0, (unsigned char)(n >> 8),
-                                 (unsigned char)n};
+    unsigned char *img = malloc(16 + (size_t)n * 64),
+                  *lab = malloc(8 + (size_t)n);
+    const unsigned char h3[16] = {
+        0, 0, 8, 3, 0, 0, (unsigned char)(n >> 8), (unsigned char)n, 0, 0,
+        0, 8, 0, 0, 0, 8};
+    const unsigned char h1[8] = {
+        0, 0, 8, 1, 0, 0, (unsigned char)(n >> 8), (unsigned char)n};
     memcpy(img, h3, 16);
     memcpy(lab, h1, 8);
     ty_rng r;
@@ -125,7 +127,8 @@ static int train_on_gpu(const srv *s, const char *ds, const char *layers,
         return 0;
     }
     snprintf(job, sizeof job, "%s", str_or_none(r->json, "id"));
-    json_int_t est = json_integer_value(json_object_get(r->json, "estimated_memory_bytes"));
+    json_int_t est =
+        json_integer_value(json_object_get(r->json, "estimated_memory_bytes"));
     CHECK(est > 0);
     resp_free(r);
     json_t *j = wait_job(s, job, 300);
@@ -147,11 +150,14 @@ static int train_on_gpu(const srv *s, const char *ds, const char *layers,
     CHECK(json_array_size(epochs) == 3);
     for (size_t i = 0; i < json_array_size(epochs); i++) {
         const json_t *ep = json_array_get(epochs, i);
-        json_int_t peak = json_integer_value(json_object_get(ep, "peak_memory_bytes"));
-        json_int_t used = json_integer_value(json_object_get(ep, "device_memory_used_bytes"));
-        printf("%s epoch %zu: device %s, peak %lld, device used %lld, estimate %lld\n",
-               job, i + 1, str_or_none(ep, "device"), (long long)peak, (long long)used,
-               (long long)est);
+        json_int_t peak =
+            json_integer_value(json_object_get(ep, "peak_memory_bytes"));
+        json_int_t used =
+            json_integer_value(json_object_get(ep, "device_memory_used_bytes"));
+        printf("%s epoch %zu: device %s, peak %lld, device used %lld, estimate "
+               "%lld\n",
+               job, i + 1, str_or_none(ep, "device"), (long long)peak,
+               (long long)used, (long long)est);
         CHECK(!strcmp(str_or_none(ep, "device"), "cuda:0"));
         CHECK(peak == est);
         CHECK(used >= peak);
@@ -218,7 +224,8 @@ int main(void)
     srv s;
     const char *flags[] = {"--train-device", "cuda:0", NULL};
     if (srv_start(&s, NULL, flags) != 0) {
-        fprintf(stderr, "the server did not start with --train-device cuda:0\n");
+        fprintf(stderr,
+                "the server did not start with --train-device cuda:0\n");
         return 1;
     }
     char a[PATH_MAX + 16], b[PATH_MAX + 16], vec[64], img[64], big[64];
@@ -239,20 +246,23 @@ int main(void)
 
     /* 1. Training on cuda:0. */
     if (ok) {
-        train_on_gpu(&s, vec,
-                     "[{\"type\": \"dense\", \"units\": 64}, {\"type\": \"relu\"},"
-                     " {\"type\": \"dense\", \"units\": 3}]",
-                     mlp);
-        train_on_gpu(&s, img,
-                     "[{\"type\": \"conv2d\", \"filters\": 8, \"kernel_size\": 3,"
-                     " \"padding\": 1}, {\"type\": \"relu\"},"
-                     " {\"type\": \"maxpool2d\", \"pool_size\": 2},"
-                     " {\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 2}]",
-                     cnn);
+        train_on_gpu(
+            &s, vec,
+            "[{\"type\": \"dense\", \"units\": 64}, {\"type\": \"relu\"},"
+            " {\"type\": \"dense\", \"units\": 3}]",
+            mlp);
+        train_on_gpu(
+            &s, img,
+            "[{\"type\": \"conv2d\", \"filters\": 8, \"kernel_size\": 3,"
+            " \"padding\": 1}, {\"type\": \"relu\"},"
+            " {\"type\": \"maxpool2d\", \"pool_size\": 2},"
+            " {\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 2}]",
+            cnn);
     }
 
     /* 2. Serving on cuda:0, and the same outputs from the CPU. */
-    const char *vec_in = "{\"inputs\": [[1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 2, 0, 1, 1, 1, 1]]}";
+    const char *vec_in =
+        "{\"inputs\": [[1, 0, 0, 0, 0, 0, 0, 0], [0, 0, 2, 0, 1, 1, 1, 1]]}";
     char img_in[1024] = "{\"inputs\": [[";
     for (int i = 0; i < 64; i++)
         strcat(img_in, i ? (i < 32 ? ",230" : ",10") : "230");
@@ -269,11 +279,14 @@ int main(void)
         CHECK(json_number_value(json_object_get(r->json, "accuracy")) > 0.6);
         resp_free(r);
         snprintf(path, sizeof path, "/v2/models/%s/infer", mlp);
-        r = http_json(&s, "POST", path,
-                      "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 8],"
-                      " \"datatype\": \"FP32\", \"data\": [1, 0, 0, 0, 0, 0, 0, 0]}]}");
+        r = http_json(
+            &s, "POST", path,
+            "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 8],"
+            " \"datatype\": \"FP32\", \"data\": [1, 0, 0, 0, 0, 0, 0, 0]}]}");
         CHECK(r->status == 200);
-        CHECK(!strcmp(str_or_none(json_object_get(r->json, "parameters"), "device"), "cuda:0"));
+        CHECK(!strcmp(
+            str_or_none(json_object_get(r->json, "parameters"), "device"),
+            "cuda:0"));
         resp_free(r);
     }
     if (cnn[0])
@@ -283,20 +296,23 @@ int main(void)
      * 65536-wide activations: 216 GiB (the CPU's estimate, the same for
      * dense layers on CUDA), past a 141 GiB H200. */
     char body[1024];
-    snprintf(body, sizeof body,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
-             " \"units\": 65536}, {\"type\": \"relu\"}, {\"type\": \"relu\"},"
-             " {\"type\": \"relu\"}, {\"type\": \"relu\"}, {\"type\": \"relu\"},"
-             " {\"type\": \"relu\"}, {\"type\": \"relu\"}, {\"type\": \"relu\"},"
-             " {\"type\": \"relu\"}, {\"type\": \"relu\"}, {\"type\": \"relu\"},"
-             " {\"type\": \"relu\"},"
-             " {\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 1, \"batch_size\": 65536}}", big);
+    snprintf(
+        body, sizeof body,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
+        " \"units\": 65536}, {\"type\": \"relu\"}, {\"type\": \"relu\"},"
+        " {\"type\": \"relu\"}, {\"type\": \"relu\"}, {\"type\": \"relu\"},"
+        " {\"type\": \"relu\"}, {\"type\": \"relu\"}, {\"type\": \"relu\"},"
+        " {\"type\": \"relu\"}, {\"type\": \"relu\"}, {\"type\": \"relu\"},"
+        " {\"type\": \"relu\"},"
+        " {\"type\": \"dense\", \"units\": 3}]},"
+        " \"hyperparameters\": {\"epochs\": 1, \"batch_size\": 65536}}",
+        big);
     resp *r = http_json(&s, "POST", "/v1/jobs", body);
     printf("too big: %ld %s\n", r->status, r->body);
     CHECK(r->status == 422);
     CHECK(!strcmp(str_or_none(r->json, "field"), "hyperparameters.batch_size"));
-    CHECK(strstr(str_or_none(r->json, "detail"), "of device memory on cuda:0") != NULL);
+    CHECK(strstr(str_or_none(r->json, "detail"),
+                 "of device memory on cuda:0") != NULL);
     resp_free(r);
     srv_stop(&s, SIGTERM);
 

@@ -37,8 +37,8 @@
 
 #define RTOL 1e-3
 #define ATOL 1e-4
-#define HPARAMS                                                               \
-    "{\"epochs\":1,\"batch_size\":32,\"optimizer\":\"sgd\","              \
+#define HPARAMS                                              \
+    "{\"epochs\":1,\"batch_size\":32,\"optimizer\":\"sgd\"," \
     "\"learning_rate\":0.05,\"momentum\":0.9,\"seed\":5}"
 
 static int run_case(const char *name, const synth *s, const char *spec,
@@ -79,8 +79,8 @@ int main(void)
     /* MLP: 256 examples of 16 features, 4 classes: 8 steps. */
     synth mlp;
     static const uint32_t mlp_shape[] = {16};
-    synth_init(&mlp, TY_TASK_CLASSIFICATION, 256, mlp_shape, 1, TY_DTYPE_F32,
-               4, "none");
+    synth_init(&mlp, TY_TASK_CLASSIFICATION, 256, mlp_shape, 1, TY_DTYPE_F32, 4,
+               "none");
     ty_rng r;
     ty_rng_seed(&r, 9, 1);
     for (size_t i = 0; i < 256u * 16; i++)
@@ -96,8 +96,8 @@ int main(void)
     /* CNN: 256 images (1, 8, 8), 3 classes: 8 steps. */
     synth cnn;
     static const uint32_t cnn_shape[] = {1, 8, 8};
-    synth_init(&cnn, TY_TASK_CLASSIFICATION, 256, cnn_shape, 3, TY_DTYPE_F32,
-               3, "none");
+    synth_init(&cnn, TY_TASK_CLASSIFICATION, 256, cnn_shape, 3, TY_DTYPE_F32, 3,
+               "none");
     for (size_t i = 0; i < 256u * 64; i++)
         ((float *)cnn.x)[i] = ty_rng_uniform(&r);
     for (uint32_t i = 0; i < 256; i++)

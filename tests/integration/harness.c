@@ -110,8 +110,8 @@ int srv_start(srv *s, const char *data, const char *const *extra)
     /* On the CPU on any machine, so the suite means the same everywhere;
      * a test that wants a GPU names --train-device again in extra (the
      * last one given wins). */
-    const char *argv[32] = {bin, "serve", "--listen", "127.0.0.1:0", "--data",
-                            s->data, "--train-device", "cpu"};
+    const char *argv[32] = {bin,      "serve", "--listen",       "127.0.0.1:0",
+                            "--data", s->data, "--train-device", "cpu"};
     int argc = 8;
     for (int i = 0; extra && extra[i] && argc < 30; i++)
         argv[argc++] = extra[i];

@@ -19,8 +19,8 @@ typedef struct {
     char data[PATH_MAX];
     char key[128];
     char base[64];
-    char log[PATH_MAX];     /* the server's stderr */
-    char cacert[PATH_MAX];  /* CA file for an https:// server; set after
+    char log[PATH_MAX];    /* the server's stderr */
+    char cacert[PATH_MAX]; /* CA file for an https:// server; set after
                                srv_start (empty: the system's CAs) */
 } srv;
 
@@ -42,10 +42,10 @@ typedef struct {
     long status;
     char *body;
     size_t len;
-    json_t *json;           /* parsed body when it was JSON, else NULL */
+    json_t *json; /* parsed body when it was JSON, else NULL */
     char content_type[128];
     char location[256];
-    int curl_code;          /* CURLcode of the transfer; status is -1 when
+    int curl_code; /* CURLcode of the transfer; status is -1 when
                                it is not CURLE_OK */
 } resp;
 

@@ -27,24 +27,41 @@
 #include "jobs/placement.h"
 #include "models/safetensors.h"
 
-static srv server;             /* shared by the tests that need no restart */
-static char files[PATH_MAX];   /* test data files */
+static srv server;           /* shared by the tests that need no restart */
+static char files[PATH_MAX]; /* test data files */
 
 /* ---- test data ---- */
-
 
 /* n images of rows x cols: class 1 is bright on top, class 0 at the bottom. */
 static void make_idx(const char *images, const char *labels, int n, int rows,
                      int cols, int gzip)
 {
     size_t px = (size_t)rows * cols;
-    unsigned char *img = malloc(16 + (size_t)n * px), *lab = malloc(8 + (size_t)n);
-    unsigned char h3[16] = {0, 0, 8, 3, (unsigned char)(n >> 24),
-                            (unsigned char)(n >> 16), (unsigned char)(n >> 8),
-                            (unsigned char)n, 0, 0, 0, (unsigned char)rows,
-                            0, 0, 0, (unsigned char)cols};
-    unsigned char h1[8] = {0, 0, 8, 1, (unsigned char)(n >> 24),
-                           (unsigned char)(n >> 16), (unsigned char)(n >> 8),
+    unsigned char *img = malloc(16 + (size_t)n * px),
+                  *lab = malloc(8 + (size_t)n);
+    unsigned char h3[16] = {0,
+                            0,
+                            8,
+                            3,
+                            (unsigned char)(n >> 24),
+                            (unsigned char)(n >> 16),
+                            (unsigned char)(n >> 8),
+                            (unsigned char)n,
+                            0,
+                            0,
+                            0,
+                            (unsigned char)rows,
+                            0,
+                            0,
+                            0,
+                            (unsigned char)cols};
+    unsigned char h1[8] = {0,
+                           0,
+                           8,
+                           1,
+                           (unsigned char)(n >> 24),
+                           (unsigned char)(n >> 16),
+                           (unsigned char)(n >> 8),
                            (unsigned char)n};
     memcpy(img, h3, 16);
     memcpy(lab, h1, 8);
@@ -145,7 +162,8 @@ static void test_health_and_openapi_are_public(void **state)
 {
     resp *r = http_do(&server, "GET", "/healthz", NULL, NULL, 0, "");
     assert_int_equal(r->status, 200);
-    assert_string_equal(json_string_value(json_object_get(r->json, "status")), "ok");
+    assert_string_equal(json_string_value(json_object_get(r->json, "status")),
+                        "ok");
     resp_free(r);
     r = http_do(&server, "GET", "/readyz", NULL, NULL, 0, "");
     assert_int_equal(r->status, 200);
@@ -165,11 +183,13 @@ static void test_v1_and_v2_need_a_key(void **state)
         resp *r = http_do(&server, "GET", paths[i], NULL, NULL, 0, "");
         assert_int_equal(r->status, 401);
         assert_non_null(strstr(r->content_type, "application/problem+json"));
-        assert_non_null(strstr(json_string_value(json_object_get(r->json, "detail")),
-                               "Authorization: Bearer"));
+        assert_non_null(
+            strstr(json_string_value(json_object_get(r->json, "detail")),
+                   "Authorization: Bearer"));
         resp_free(r);
         r = http_do(&server, "GET", paths[i], NULL, NULL, 0,
-                    "ty_aaaaaaaaaaaaaaaaaaaa_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+                    "ty_aaaaaaaaaaaaaaaaaaaa_"
+                    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
         assert_int_equal(r->status, 401);
         resp_free(r);
     }
@@ -191,7 +211,8 @@ static void test_unknown_route_and_method(void **state)
     resp *r = http_get(&server, "/v1/nothing");
     assert_int_equal(r->status, 404);
     assert_non_null(strstr(r->content_type, "application/problem+json"));
-    assert_int_equal(json_integer_value(json_object_get(r->json, "status")), 404);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "status")),
+                     404);
     resp_free(r);
     r = http_do(&server, "PUT", "/v1/datasets", NULL, NULL, 0, NULL);
     assert_int_equal(r->status, 405);
@@ -204,19 +225,26 @@ static void test_upload_csv(void **state)
 {
     char part[PATH_MAX + 8];
     snprintf(part, sizeof part, "file=@%s", file_path("blobs.csv"));
-    const char *parts[] = {"name=blobs", "format=csv", "label_column=species",
-                           "task=classification", part, NULL};
+    const char *parts[] = {
+        "name=blobs",          "format=csv", "label_column=species",
+        "task=classification", part,         NULL};
     resp *r = http_upload(&server, "/v1/datasets", parts);
     assert_int_equal(r->status, 201);
     json_t *d = r->json;
-    snprintf(csv_ds, sizeof csv_ds, "%s", json_string_value(json_object_get(d, "id")));
+    snprintf(csv_ds, sizeof csv_ds, "%s",
+             json_string_value(json_object_get(d, "id")));
     assert_string_equal(json_string_value(json_object_get(d, "format")), "csv");
-    assert_string_equal(json_string_value(json_object_get(d, "task")), "classification");
-    assert_int_equal(json_integer_value(json_object_get(d, "num_examples")), 300);
-    assert_int_equal(json_integer_value(json_array_get(json_object_get(d, "input_shape"), 0)), 4);
+    assert_string_equal(json_string_value(json_object_get(d, "task")),
+                        "classification");
+    assert_int_equal(json_integer_value(json_object_get(d, "num_examples")),
+                     300);
+    assert_int_equal(json_integer_value(
+                         json_array_get(json_object_get(d, "input_shape"), 0)),
+                     4);
     assert_int_equal(json_integer_value(json_object_get(d, "num_classes")), 3);
-    assert_string_equal(json_string_value(json_array_get(json_object_get(d, "classes"), 1)),
-                        "versicolor");
+    assert_string_equal(
+        json_string_value(json_array_get(json_object_get(d, "classes"), 1)),
+        "versicolor");
     assert_int_equal(json_string_length(json_object_get(d, "sha256")), 64);
     assert_true(json_integer_value(json_object_get(d, "bytes")) > 300 * 4 * 4);
     assert_non_null(json_object_get(d, "created_at"));
@@ -226,7 +254,8 @@ static void test_upload_csv(void **state)
     resp_free(r);
     r = http_get(&server, loc);
     assert_int_equal(r->status, 200);
-    assert_string_equal(json_string_value(json_object_get(r->json, "name")), "blobs");
+    assert_string_equal(json_string_value(json_object_get(r->json, "name")),
+                        "blobs");
     resp_free(r);
 }
 
@@ -238,12 +267,14 @@ static void test_upload_idx_gz_and_npy(void **state)
     const char *idx[] = {"name=tiny images", "format=idx", a, b, NULL};
     resp *r = http_upload(&server, "/v1/datasets", idx);
     assert_int_equal(r->status, 201);
-    snprintf(idx_ds, sizeof idx_ds, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(idx_ds, sizeof idx_ds, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     json_t *shape = json_object_get(r->json, "input_shape");
     assert_int_equal(json_array_size(shape), 3);
     assert_int_equal(json_integer_value(json_array_get(shape, 0)), 1);
     assert_int_equal(json_integer_value(json_array_get(shape, 1)), 8);
-    assert_int_equal(json_integer_value(json_object_get(r->json, "num_classes")), 2);
+    assert_int_equal(
+        json_integer_value(json_object_get(r->json, "num_classes")), 2);
     resp_free(r);
 
     snprintf(a, sizeof a, "x=@%s", file_path("x.npy"));
@@ -259,8 +290,11 @@ static void test_list_paginates(void **state)
     json_t *items = json_object_get(r->json, "items");
     assert_int_equal(json_array_size(items), 2);
     /* Newest first. */
-    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), npy_ds);
-    const char *cursor = json_string_value(json_object_get(r->json, "next_cursor"));
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(items, 0), "id")),
+        npy_ds);
+    const char *cursor =
+        json_string_value(json_object_get(r->json, "next_cursor"));
     assert_non_null(cursor);
     char path[256];
     snprintf(path, sizeof path, "/v1/datasets?limit=2&cursor=%s", cursor);
@@ -268,12 +302,15 @@ static void test_list_paginates(void **state)
     assert_int_equal(r2->status, 200);
     json_t *items2 = json_object_get(r2->json, "items");
     assert_true(json_array_size(items2) >= 1);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(items2, 0), "id")), csv_ds);
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(items2, 0), "id")),
+        csv_ds);
     resp_free(r);
     resp_free(r2);
     r = http_get(&server, "/v1/datasets?limit=0");
     assert_int_equal(r->status, 400);
-    assert_string_equal(json_string_value(json_object_get(r->json, "field")), "limit");
+    assert_string_equal(json_string_value(json_object_get(r->json, "field")),
+                        "limit");
     resp_free(r);
     r = http_get(&server, "/v1/datasets?cursor=bogus");
     assert_int_equal(r->status, 400);
@@ -284,10 +321,12 @@ static void expect_upload_422(const char *const *parts, const char *needle)
 {
     resp *r = http_upload(&server, "/v1/datasets", parts);
     if (r->status != 422 || !strstr(r->body, needle))
-        fprintf(stderr, "expected 422 with '%s', got %ld %s\n", needle, r->status, r->body);
+        fprintf(stderr, "expected 422 with '%s', got %ld %s\n", needle,
+                r->status, r->body);
     assert_int_equal(r->status, 422);
     assert_non_null(strstr(r->content_type, "application/problem+json"));
-    assert_non_null(strstr(json_string_value(json_object_get(r->json, "detail")), needle));
+    assert_non_null(
+        strstr(json_string_value(json_object_get(r->json, "detail")), needle));
     resp_free(r);
 }
 
@@ -297,19 +336,23 @@ static void test_bad_uploads_get_422(void **state)
     write_file(file_path("nan.csv"), "a,b,label\n1,2,x\n3,abc,y\n", 24);
     char p1[PATH_MAX + 8], p2[PATH_MAX + 8];
     snprintf(p1, sizeof p1, "file=@%s", file_path("ragged.csv"));
-    const char *ragged[] = {"name=r", "format=csv", "label_column=label", p1, NULL};
+    const char *ragged[] = {"name=r", "format=csv", "label_column=label", p1,
+                            NULL};
     expect_upload_422(ragged, "line 3");
     snprintf(p1, sizeof p1, "file=@%s", file_path("nan.csv"));
-    const char *nonnum[] = {"name=n", "format=csv", "label_column=label", p1, NULL};
+    const char *nonnum[] = {"name=n", "format=csv", "label_column=label", p1,
+                            NULL};
     expect_upload_422(nonnum, "line 3, column 2");
-    const char *nolabel[] = {"name=n", "format=csv", "label_column=nope", p1, NULL};
+    const char *nolabel[] = {"name=n", "format=csv", "label_column=nope", p1,
+                             NULL};
     expect_upload_422(nolabel, "nope");
-    const char *missing[] = {"name=n", "format=csv", "label_column=label", NULL};
+    const char *missing[] = {"name=n", "format=csv", "label_column=label",
+                             NULL};
     expect_upload_422(missing, "'file' is missing");
     const char *badfmt[] = {"name=n", "format=parquet", p1, NULL};
     expect_upload_422(badfmt, "csv, idx or npy");
-    const char *unknown[] = {"name=n", "format=csv", "label_column=label", p1,
-                             "colour=red", NULL};
+    const char *unknown[] = {"name=n", "format=csv", "label_column=label",
+                             p1,       "colour=red", NULL};
     expect_upload_422(unknown, "colour");
 
     /* IDX: wrong magic, and labels that do not match the images. */
@@ -333,7 +376,9 @@ static void test_bad_request_bodies(void **state)
 {
     resp *r = http_json(&server, "POST", "/v1/jobs", "{not json");
     assert_int_equal(r->status, 400);
-    assert_non_null(strstr(json_string_value(json_object_get(r->json, "detail")), "not valid JSON"));
+    assert_non_null(
+        strstr(json_string_value(json_object_get(r->json, "detail")),
+               "not valid JSON"));
     resp_free(r);
     r = http_do(&server, "POST", "/v1/jobs", "text/plain", "hi", 2, NULL);
     assert_int_equal(r->status, 415);
@@ -341,7 +386,8 @@ static void test_bad_request_bodies(void **state)
     r = http_json(&server, "POST", "/v1/jobs", "[1,2]");
     assert_int_equal(r->status, 400);
     resp_free(r);
-    r = http_do(&server, "POST", "/v1/jobs/job_x/cancel", "application/json", "{}", 2, NULL);
+    r = http_do(&server, "POST", "/v1/jobs/job_x/cancel", "application/json",
+                "{}", 2, NULL);
     assert_int_equal(r->status, 413);
     resp_free(r);
 }
@@ -358,7 +404,8 @@ static enum MHD_Result serve_file(void *cls, struct MHD_Connection *c,
     struct MHD_Response *r;
     enum MHD_Result ret;
     if (len < 0) {
-        r = MHD_create_response_from_buffer(9, "not found", MHD_RESPMEM_PERSISTENT);
+        r = MHD_create_response_from_buffer(9, "not found",
+                                            MHD_RESPMEM_PERSISTENT);
         ret = MHD_queue_response(c, 404, r);
     } else {
         r = MHD_create_response_from_fd((uint64_t)len, open(path, 0));
@@ -370,9 +417,9 @@ static enum MHD_Result serve_file(void *cls, struct MHD_Connection *c,
 
 static void test_fetch_from_urls(void **state)
 {
-    struct MHD_Daemon *d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0,
-                                            NULL, NULL, serve_file, NULL,
-                                            MHD_OPTION_END);
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+                         serve_file, NULL, MHD_OPTION_END);
     assert_non_null(d);
     int port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
     char body[1024];
@@ -383,32 +430,38 @@ static void test_fetch_from_urls(void **state)
              port, port);
     resp *r = http_json(&server, "POST", "/v1/datasets", body);
     assert_int_equal(r->status, 201);
-    assert_int_equal(json_integer_value(json_object_get(r->json, "num_examples")), 200);
+    assert_int_equal(
+        json_integer_value(json_object_get(r->json, "num_examples")), 200);
     char del[128];
     snprintf(del, sizeof del, "/v1/datasets/%s",
              json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
 
-    snprintf(body, sizeof body,
-             "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"species\", "
-             "\"urls\": {\"file\": \"http://127.0.0.1:%d/missing.csv\"}}", port);
+    snprintf(
+        body, sizeof body,
+        "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"species\", "
+        "\"urls\": {\"file\": \"http://127.0.0.1:%d/missing.csv\"}}",
+        port);
     r = http_json(&server, "POST", "/v1/datasets", body);
     assert_int_equal(r->status, 422);
     assert_non_null(strstr(r->body, "HTTP 404"));
-    assert_string_equal(json_string_value(json_object_get(r->json, "field")), "urls.file");
+    assert_string_equal(json_string_value(json_object_get(r->json, "field")),
+                        "urls.file");
     resp_free(r);
 
-    r = http_json(&server, "POST", "/v1/datasets",
-                  "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"s\", "
-                  "\"urls\": {\"file\": \"ftp://127.0.0.1/x.csv\"}}");
+    r = http_json(
+        &server, "POST", "/v1/datasets",
+        "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"s\", "
+        "\"urls\": {\"file\": \"ftp://127.0.0.1/x.csv\"}}");
     assert_int_equal(r->status, 422);
     assert_non_null(strstr(r->body, "http:// or https://"));
     resp_free(r);
 
     /* Nothing listens on port 1. */
-    r = http_json(&server, "POST", "/v1/datasets",
-                  "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"s\", "
-                  "\"urls\": {\"file\": \"http://127.0.0.1:1/x.csv\"}}");
+    r = http_json(
+        &server, "POST", "/v1/datasets",
+        "{\"name\": \"f\", \"format\": \"csv\", \"label_column\": \"s\", "
+        "\"urls\": {\"file\": \"http://127.0.0.1:1/x.csv\"}}");
     assert_int_equal(r->status, 422);
     assert_non_null(strstr(r->body, "cannot fetch"));
     resp_free(r);
@@ -428,11 +481,13 @@ static void expect_job_422(const char *body, const char *field)
 {
     resp *r = http_json(&server, "POST", "/v1/jobs", body);
     if (r->status != 422)
-        fprintf(stderr, "expected 422 for %s, got %ld %s\n", body, r->status, r->body);
+        fprintf(stderr, "expected 422 for %s, got %ld %s\n", body, r->status,
+                r->body);
     assert_int_equal(r->status, 422);
     const char *got = json_string_value(json_object_get(r->json, "field"));
     if (!got || strcmp(got, field))
-        fprintf(stderr, "expected field %s, got %s (%s)\n", field, got ? got : "none", r->body);
+        fprintf(stderr, "expected field %s, got %s (%s)\n", field,
+                got ? got : "none", r->body);
     assert_non_null(got);
     assert_string_equal(got, field);
     resp_free(r);
@@ -441,40 +496,94 @@ static void expect_job_422(const char *body, const char *field)
 static void test_job_validation_errors(void **state)
 {
     char b[1024];
-    snprintf(b, sizeof b, "{\"dataset\": \"ds_nope\", \"model\": {\"layers\": []}}");
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"ds_nope\", \"model\": {\"layers\": []}}");
     expect_job_422(b, "dataset");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 10}]}}", idx_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 10}]}}",
+             idx_ds);
     resp *r = http_json(&server, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 422);
-    assert_non_null(strstr(json_string_value(json_object_get(r->json, "detail")), "flatten"));
+    assert_non_null(strstr(
+        json_string_value(json_object_get(r->json, "detail")), "flatten"));
     resp_free(r);
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 5}]}}", csv_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 5}]}}",
+             csv_ds);
     expect_job_422(b, "model.layers[0].units");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"conv9d\"}]}}", csv_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"conv9d\"}]}}",
+             csv_ds);
     expect_job_422(b, "model.layers[0].type");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3, \"colour\": 1}]}}", csv_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3, \"colour\": 1}]}}",
+             csv_ds);
     expect_job_422(b, "model.layers[0].colour");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"epochs\": 0}}", csv_ds);
+    snprintf(
+        b, sizeof b,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", "
+        "\"units\": 3}]}, \"hyperparameters\": {\"epochs\": 0}}",
+        csv_ds);
     expect_job_422(b, "hyperparameters.epochs");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"optimiser\": \"adam\"}}", csv_ds);
+    snprintf(
+        b, sizeof b,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", "
+        "\"units\": 3}]}, \"hyperparameters\": {\"optimiser\": \"adam\"}}",
+        csv_ds);
     expect_job_422(b, "hyperparameters.optimiser");
     /* Augmentation needs images; its padding, room in them. */
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"augment\": {\"horizontal_flip\": true}}}", csv_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]}, \"hyperparameters\": {\"augment\": "
+             "{\"horizontal_flip\": true}}}",
+             csv_ds);
     expect_job_422(b, "hyperparameters.augment");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"augment\": {\"vertical_flip\": true}}}", csv_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]}, \"hyperparameters\": {\"augment\": "
+             "{\"vertical_flip\": true}}}",
+             csv_ds);
     expect_job_422(b, "hyperparameters.augment.vertical_flip");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 2}]}, \"hyperparameters\": {\"augment\": {\"crop_padding\": 5000}}}", idx_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"flatten\"}, {\"type\": \"dense\", \"units\": 2}]}, "
+             "\"hyperparameters\": {\"augment\": {\"crop_padding\": 5000}}}",
+             idx_ds);
     expect_job_422(b, "hyperparameters.augment.crop_padding");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"validation\": {\"dataset\": \"%s\"}}", csv_ds, npy_ds);
+    snprintf(
+        b, sizeof b,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", "
+        "\"units\": 3}]}, \"validation\": {\"dataset\": \"%s\"}}",
+        csv_ds, npy_ds);
     expect_job_422(b, "validation.dataset");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"validation\": {\"split\": 1.5}}", csv_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]}, \"validation\": {\"split\": 1.5}}",
+             csv_ds);
     expect_job_422(b, "validation.split");
     /* The loss must fit the dataset (3 classes here). */
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 1}]}, \"hyperparameters\": {\"loss\": \"binary_cross_entropy\"}}", csv_ds);
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 1}]}, \"hyperparameters\": {\"loss\": "
+             "\"binary_cross_entropy\"}}",
+             csv_ds);
     expect_job_422(b, "hyperparameters.loss");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"loss\": \"mse\"}}", csv_ds);
+    snprintf(
+        b, sizeof b,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", "
+        "\"units\": 3}]}, \"hyperparameters\": {\"loss\": \"mse\"}}",
+        csv_ds);
     expect_job_422(b, "hyperparameters.loss");
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"lr_schedule\": {\"type\": \"step\", \"step_epochs\": 2, \"gamma\": 0}}}", csv_ds);
+    snprintf(
+        b, sizeof b,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", "
+        "\"units\": 3}]}, \"hyperparameters\": {\"lr_schedule\": {\"type\": "
+        "\"step\", \"step_epochs\": 2, \"gamma\": 0}}}",
+        csv_ds);
     expect_job_422(b, "hyperparameters.lr_schedule.gamma");
     snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"modle\": {}}", csv_ds);
     expect_job_422(b, "modle");
@@ -490,32 +599,41 @@ static void test_train_predict_evaluate_csv(void **state)
 {
     char b[1024];
     snprintf(b, sizeof b,
-             "{\"name\": \"blobs-mlp\", \"dataset\": \"%s\", \"validation\": {\"split\": 0.2},"
-             " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 16}, {\"type\": \"relu\"},"
+             "{\"name\": \"blobs-mlp\", \"dataset\": \"%s\", \"validation\": "
+             "{\"split\": 0.2},"
+             " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 16}, "
+             "{\"type\": \"relu\"},"
              " {\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 30, \"batch_size\": 16, \"optimizer\": \"adam\","
+             " \"hyperparameters\": {\"epochs\": 30, \"batch_size\": 16, "
+             "\"optimizer\": \"adam\","
              " \"learning_rate\": 0.01, \"seed\": 1}}",
              csv_ds);
     resp *r = http_json(&server, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
     char job[64];
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
-    assert_string_equal(json_string_value(json_object_get(r->json, "status")), "queued");
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
+    assert_string_equal(json_string_value(json_object_get(r->json, "status")),
+                        "queued");
     assert_int_equal(json_integer_value(json_object_get(
-                         json_object_get(r->json, "hyperparameters"), "seed")), 1);
+                         json_object_get(r->json, "hyperparameters"), "seed")),
+                     1);
     resp_free(r);
 
     json_t *j = wait_job(&server, job, 120);
     assert_non_null(j);
     if (strcmp(json_string_value(json_object_get(j, "status")), "succeeded"))
         fprintf(stderr, "job: %s\n", json_dumps(j, 0));
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
-    snprintf(csv_model, sizeof csv_model, "%s", json_string_value(json_object_get(j, "model")));
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "succeeded");
+    snprintf(csv_model, sizeof csv_model, "%s",
+             json_string_value(json_object_get(j, "model")));
     /* It ran where the harness's --train-device cpu says. */
     assert_string_equal(json_string_value(json_object_get(j, "device")), "cpu");
     json_t *m = json_object_get(j, "metrics");
     assert_true(json_real_value(json_object_get(m, "val_accuracy")) > 0.9);
-    assert_true(json_number_value(json_object_get(json_object_get(j, "progress"), "fraction")) == 1.0);
+    assert_true(json_number_value(json_object_get(
+                    json_object_get(j, "progress"), "fraction")) == 1.0);
     json_decref(j);
 
     /* Per-epoch history. */
@@ -525,9 +643,13 @@ static void test_train_predict_evaluate_csv(void **state)
     assert_int_equal(r->status, 200);
     json_t *epochs = json_object_get(r->json, "epochs");
     assert_int_equal(json_array_size(epochs), 30);
-    assert_int_equal(json_integer_value(json_object_get(json_array_get(epochs, 29), "epoch")), 30);
-    double first = json_real_value(json_object_get(json_array_get(epochs, 0), "train_loss"));
-    double last = json_real_value(json_object_get(json_array_get(epochs, 29), "train_loss"));
+    assert_int_equal(json_integer_value(
+                         json_object_get(json_array_get(epochs, 29), "epoch")),
+                     30);
+    double first = json_real_value(
+        json_object_get(json_array_get(epochs, 0), "train_loss"));
+    double last = json_real_value(
+        json_object_get(json_array_get(epochs, 29), "train_loss"));
     assert_true(last < first);
     resp_free(r);
 
@@ -535,22 +657,32 @@ static void test_train_predict_evaluate_csv(void **state)
     snprintf(path, sizeof path, "/v1/models/%s", csv_model);
     r = http_get(&server, path);
     assert_int_equal(r->status, 200);
-    assert_string_equal(json_string_value(json_object_get(r->json, "job")), job);
-    assert_string_equal(json_string_value(json_object_get(r->json, "trained_on")), "cpu");
-    assert_int_equal(json_integer_value(json_object_get(r->json, "param_count")), 4 * 16 + 16 + 16 * 3 + 3);
-    assert_string_equal(json_string_value(json_array_get(json_object_get(r->json, "classes"), 2)), "virginica");
+    assert_string_equal(json_string_value(json_object_get(r->json, "job")),
+                        job);
+    assert_string_equal(
+        json_string_value(json_object_get(r->json, "trained_on")), "cpu");
+    assert_int_equal(
+        json_integer_value(json_object_get(r->json, "param_count")),
+        4 * 16 + 16 + 16 * 3 + 3);
+    assert_string_equal(json_string_value(json_array_get(
+                            json_object_get(r->json, "classes"), 2)),
+                        "virginica");
     resp_free(r);
 
     /* Predict in raw units: one example near each blob centre. */
     snprintf(path, sizeof path, "/v1/models/%s/predict", csv_model);
-    r = http_json(&server, "POST", path,
-                  "{\"inputs\": [[0, 5, 100, 0], [10, 2, 100, 2], [20, -1, 100, 4]]}");
+    r = http_json(
+        &server, "POST", path,
+        "{\"inputs\": [[0, 5, 100, 0], [10, 2, 100, 2], [20, -1, 100, 4]]}");
     assert_int_equal(r->status, 200);
     json_t *pred = json_object_get(r->json, "predictions");
     assert_string_equal(json_string_value(json_array_get(pred, 0)), "setosa");
-    assert_string_equal(json_string_value(json_array_get(pred, 1)), "versicolor");
-    assert_string_equal(json_string_value(json_array_get(pred, 2)), "virginica");
-    assert_string_equal(json_string_value(json_object_get(r->json, "device")), "cpu");
+    assert_string_equal(json_string_value(json_array_get(pred, 1)),
+                        "versicolor");
+    assert_string_equal(json_string_value(json_array_get(pred, 2)),
+                        "virginica");
+    assert_string_equal(json_string_value(json_object_get(r->json, "device")),
+                        "cpu");
     json_t *row = json_array_get(json_object_get(r->json, "outputs"), 0);
     double sum = 0;
     for (size_t i = 0; i < json_array_size(row); i++)
@@ -566,7 +698,8 @@ static void test_train_predict_evaluate_csv(void **state)
     r = http_json(&server, "POST", path, "{\"inputs\": [[1, 2, \"x\", 4]]}");
     assert_int_equal(r->status, 422);
     resp_free(r);
-    r = http_json(&server, "POST", "/v1/models/mdl_nope/predict", "{\"inputs\": [[1]]}");
+    r = http_json(&server, "POST", "/v1/models/mdl_nope/predict",
+                  "{\"inputs\": [[1]]}");
     assert_int_equal(r->status, 404);
     resp_free(r);
 
@@ -576,8 +709,10 @@ static void test_train_predict_evaluate_csv(void **state)
     r = http_json(&server, "POST", path, b);
     assert_int_equal(r->status, 200);
     assert_true(json_real_value(json_object_get(r->json, "accuracy")) > 0.95);
-    assert_int_equal(json_integer_value(json_object_get(r->json, "num_examples")), 300);
-    assert_string_equal(json_string_value(json_object_get(r->json, "device")), "cpu");
+    assert_int_equal(
+        json_integer_value(json_object_get(r->json, "num_examples")), 300);
+    assert_string_equal(json_string_value(json_object_get(r->json, "device")),
+                        "cpu");
     resp_free(r);
     snprintf(b, sizeof b, "{\"dataset\": \"%s\"}", idx_ds);
     r = http_json(&server, "POST", path, b);
@@ -602,9 +737,11 @@ static void test_kserve_v2(void **state)
     snprintf(path, sizeof path, "/v2/models/%s", csv_model);
     resp *r = http_get(&server, path);
     assert_int_equal(r->status, 200);
-    assert_string_equal(json_string_value(json_object_get(r->json, "name")), csv_model);
+    assert_string_equal(json_string_value(json_object_get(r->json, "name")),
+                        csv_model);
     json_t *in = json_array_get(json_object_get(r->json, "inputs"), 0);
-    assert_string_equal(json_string_value(json_object_get(in, "datatype")), "FP32");
+    assert_string_equal(json_string_value(json_object_get(in, "datatype")),
+                        "FP32");
     resp_free(r);
     snprintf(path, sizeof path, "/v2/models/%s/ready", csv_model);
     r = http_get(&server, path);
@@ -612,20 +749,27 @@ static void test_kserve_v2(void **state)
     resp_free(r);
 
     snprintf(path, sizeof path, "/v2/models/%s/infer", csv_model);
-    r = http_json(&server, "POST", path,
-                  "{\"id\": \"42\", \"inputs\": [{\"name\": \"input\", \"shape\": [2, 4],"
-                  " \"datatype\": \"FP32\", \"data\": [0, 5, 100, 0, 20, -1, 100, 4]}]}");
+    r = http_json(
+        &server, "POST", path,
+        "{\"id\": \"42\", \"inputs\": [{\"name\": \"input\", \"shape\": [2, 4],"
+        " \"datatype\": \"FP32\", \"data\": [0, 5, 100, 0, 20, -1, 100, 4]}]}");
     assert_int_equal(r->status, 200);
-    assert_string_equal(json_string_value(json_object_get(r->json, "id")), "42");
+    assert_string_equal(json_string_value(json_object_get(r->json, "id")),
+                        "42");
     json_t *out = json_array_get(json_object_get(r->json, "outputs"), 0);
-    assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 0)), 2);
-    assert_int_equal(json_integer_value(json_array_get(json_object_get(out, "shape"), 1)), 3);
+    assert_int_equal(
+        json_integer_value(json_array_get(json_object_get(out, "shape"), 0)),
+        2);
+    assert_int_equal(
+        json_integer_value(json_array_get(json_object_get(out, "shape"), 1)),
+        3);
     json_t *data = json_object_get(out, "data");
     assert_int_equal(json_array_size(data), 6);
-    assert_true(json_real_value(json_array_get(data, 0)) > 0.5);  /* setosa */
-    assert_true(json_real_value(json_array_get(data, 5)) > 0.5);  /* virginica */
-    assert_string_equal(json_string_value(json_object_get(json_object_get(r->json, "parameters"),
-                                                          "device")), "cpu");
+    assert_true(json_real_value(json_array_get(data, 0)) > 0.5); /* setosa */
+    assert_true(json_real_value(json_array_get(data, 5)) > 0.5); /* virginica */
+    assert_string_equal(json_string_value(json_object_get(
+                            json_object_get(r->json, "parameters"), "device")),
+                        "cpu");
     resp_free(r);
 
     /* KServe clients read "error". */
@@ -644,19 +788,24 @@ static void test_train_images_nested_predict(void **state)
 {
     char b[1024];
     snprintf(b, sizeof b,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"flatten\"},"
-             " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"tanh\"}, {\"type\": \"dropout\", \"rate\": 0.1},"
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"flatten\"},"
+             " {\"type\": \"dense\", \"units\": 8}, {\"type\": \"tanh\"}, "
+             "{\"type\": \"dropout\", \"rate\": 0.1},"
              " {\"type\": \"dense\", \"units\": 2}]},"
-             " \"hyperparameters\": {\"epochs\": 10, \"batch_size\": 20, \"optimizer\": \"sgd\","
+             " \"hyperparameters\": {\"epochs\": 10, \"batch_size\": 20, "
+             "\"optimizer\": \"sgd\","
              " \"learning_rate\": 0.1, \"momentum\": 0.9}}",
              idx_ds);
     resp *r = http_json(&server, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
     char job[64];
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
     json_t *j = wait_job(&server, job, 120);
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "succeeded");
     char path[256];
     snprintf(path, sizeof path, "/v1/models/%s/predict",
              json_string_value(json_object_get(j, "model")));
@@ -685,7 +834,8 @@ static int is_running(const json_t *job)
 {
     const char *st = json_string_value(json_object_get(job, "status"));
     return st && !strcmp(st, "running") &&
-           json_integer_value(json_object_get(json_object_get(job, "progress"), "step")) > 0;
+           json_integer_value(
+               json_object_get(json_object_get(job, "progress"), "step")) > 0;
 }
 
 /* ---- model import ---- */
@@ -693,11 +843,11 @@ static int is_running(const json_t *job)
 /* The import test's model: input [4] scaled by 0.5, dense 5, relu, dense 3,
  * classes a, b, c. Weights are small fixed numbers so the test can compute
  * the expected probabilities itself. */
-#define IMP_META                                                              \
-    "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 5},"   \
-    " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"            \
-    " \"task\": \"classification\", \"input_shape\": [4],"                    \
-    " \"classes\": [\"a\", \"b\", \"c\"],"                                    \
+#define IMP_META                                                             \
+    "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 5}," \
+    " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"          \
+    " \"task\": \"classification\", \"input_shape\": [4],"                   \
+    " \"classes\": [\"a\", \"b\", \"c\"],"                                   \
     " \"preprocess\": {\"kind\": \"scale\", \"factor\": 0.5}}"
 
 static float imp_w0[5 * 4], imp_b0[5], imp_w1[3 * 5], imp_b1[3];
@@ -738,11 +888,11 @@ static void imp_expected(const float *x, double p[3])
 
 typedef enum {
     IMP_GOOD = 0,
-    IMP_WRONG_SHAPE,   /* 0.weight [5, 3] */
-    IMP_EXTRA,         /* and a 4.weight */
-    IMP_MISSING,       /* no 2.bias */
-    IMP_F64,           /* 2.bias as F64 */
-    IMP_NAN            /* a NaN in 0.bias */
+    IMP_WRONG_SHAPE, /* 0.weight [5, 3] */
+    IMP_EXTRA,       /* and a 4.weight */
+    IMP_MISSING,     /* no 2.bias */
+    IMP_F64,         /* 2.bias as F64 */
+    IMP_NAN          /* a NaN in 0.bias */
 } imp_variant;
 
 /* Writes the import test's weights as a PyTorch state dict would have them:
@@ -759,7 +909,10 @@ static void imp_write(const char *path, imp_variant v)
         {"0.weight", ST_F32, 2, {5, v == IMP_WRONG_SHAPE ? 3 : 4}, imp_w0},
         {"0.bias", ST_F32, 1, {5}, b0},
         {"2.weight", ST_F32, 2, {3, 5}, imp_w1},
-        {"2.bias", v == IMP_F64 ? ST_F64 : ST_F32, 1, {3},
+        {"2.bias",
+         v == IMP_F64 ? ST_F64 : ST_F32,
+         1,
+         {3},
          v == IMP_F64 ? (const void *)b1d : imp_b1},
         {"1.num_batches_tracked", ST_I64, 0, {0}, &counter},
         {"4.weight", ST_F32, 1, {3}, imp_b1},
@@ -817,33 +970,43 @@ static void test_import_model_predicts(void **state)
     if (r->status != 201)
         fprintf(stderr, "import: %ld %s\n", r->status, r->body);
     assert_int_equal(r->status, 201);
-    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(id, sizeof id, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     assert_true(strncmp(id, "mdl_", 4) == 0);
     snprintf(path, sizeof path, "/v1/models/%s", id);
     assert_string_equal(r->location, path);
     assert_true(json_is_null(json_object_get(r->json, "job")));
-    assert_string_equal(json_string_value(json_object_get(r->json, "name")), "from-torch");
-    assert_int_equal(json_integer_value(json_object_get(r->json, "param_count")), 20 + 5 + 15 + 3);
-    assert_string_equal(json_string_value(json_object_get(r->json, "preprocess")), "scale");
+    assert_string_equal(json_string_value(json_object_get(r->json, "name")),
+                        "from-torch");
+    assert_int_equal(
+        json_integer_value(json_object_get(r->json, "param_count")),
+        20 + 5 + 15 + 3);
+    assert_string_equal(
+        json_string_value(json_object_get(r->json, "preprocess")), "scale");
     char sha[65];
-    snprintf(sha, sizeof sha, "%s", json_string_value(json_object_get(r->json, "sha256")));
+    snprintf(sha, sizeof sha, "%s",
+             json_string_value(json_object_get(r->json, "sha256")));
     resp_free(r);
     r = http_get(&server, path);
     assert_int_equal(r->status, 200);
-    assert_string_equal(json_string_value(json_array_get(json_object_get(r->json, "classes"), 1)), "b");
+    assert_string_equal(json_string_value(json_array_get(
+                            json_object_get(r->json, "classes"), 1)),
+                        "b");
     resp_free(r);
 
     /* Predictions are the model's, preprocessing applied. */
     const float x[2][4] = {{1, -2, 3, 0.5f}, {-1, 4, 0, 2}};
     snprintf(path, sizeof path, "/v1/models/%s/predict", id);
-    r = http_json(&server, "POST", path, "{\"inputs\": [[1, -2, 3, 0.5], [-1, 4, 0, 2]]}");
+    r = http_json(&server, "POST", path,
+                  "{\"inputs\": [[1, -2, 3, 0.5], [-1, 4, 0, 2]]}");
     assert_int_equal(r->status, 200);
     for (int i = 0; i < 2; i++) {
         double want[3];
         imp_expected(x[i], want);
         json_t *row = json_array_get(json_object_get(r->json, "outputs"), i);
         for (int k = 0; k < 3; k++)
-            assert_true(fabs(json_number_value(json_array_get(row, k)) - want[k]) < 1e-5);
+            assert_true(fabs(json_number_value(json_array_get(row, k)) -
+                             want[k]) < 1e-5);
     }
     resp_free(r);
 
@@ -871,8 +1034,10 @@ static void test_import_model_predicts(void **state)
     const char *alone[] = {p1, NULL};
     r = http_upload(&server, "/v1/models", alone);
     assert_int_equal(r->status, 201);
-    assert_string_equal(json_string_value(json_object_get(r->json, "sha256")), sha);
-    assert_string_equal(json_string_value(json_object_get(r->json, "name")), "imported");
+    assert_string_equal(json_string_value(json_object_get(r->json, "sha256")),
+                        sha);
+    assert_string_equal(json_string_value(json_object_get(r->json, "name")),
+                        "imported");
     resp_free(r);
 }
 
@@ -882,11 +1047,13 @@ static void expect_import_422(const char *const *parts, const char *needle,
     resp *r = http_upload(&server, "/v1/models", parts);
     const char *detail = json_string_value(json_object_get(r->json, "detail"));
     if (r->status != 422 || !detail || !strstr(detail, needle))
-        fprintf(stderr, "expected 422 with '%s', got %ld %s\n", needle, r->status, r->body);
+        fprintf(stderr, "expected 422 with '%s', got %ld %s\n", needle,
+                r->status, r->body);
     assert_int_equal(r->status, 422);
     assert_non_null(strstr(detail, needle));
     if (field)
-        assert_string_equal(json_string_value(json_object_get(r->json, "field")), field);
+        assert_string_equal(
+            json_string_value(json_object_get(r->json, "field")), field);
     resp_free(r);
 }
 
@@ -919,21 +1086,40 @@ static void test_import_model_rejects(void **state)
     /* Bad metadata, each naming its field. */
     imp_write(file_path("good.safetensors"), IMP_GOOD);
     snprintf(p1, sizeof p1, "weights=@%s", file_path("good.safetensors"));
-    const char *task[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
-                              " \"task\": \"clustering\", \"input_shape\": [4], \"num_outputs\": 3}", NULL};
+    const char *task[] = {
+        p1,
+        "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": "
+        "3}]},"
+        " \"task\": \"clustering\", \"input_shape\": [4], \"num_outputs\": 3}",
+        NULL};
     expect_import_422(task, "classification or regression", "metadata.task");
-    const char *units[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 0}]},"
-                               " \"task\": \"regression\", \"input_shape\": [4], \"num_outputs\": 3}", NULL};
+    const char *units[] = {
+        p1,
+        "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": "
+        "0}]},"
+        " \"task\": \"regression\", \"input_shape\": [4], \"num_outputs\": 3}",
+        NULL};
     expect_import_422(units, "units", "metadata.spec.layers[0].units");
-    const char *outs[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
-                              " \"task\": \"regression\", \"input_shape\": [4]}", NULL};
+    const char *outs[] = {p1,
+                          "metadata={\"spec\": {\"layers\": [{\"type\": "
+                          "\"dense\", \"units\": 3}]},"
+                          " \"task\": \"regression\", \"input_shape\": [4]}",
+                          NULL};
     expect_import_422(outs, "num_outputs is required", "metadata.num_outputs");
-    const char *shape[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
-                               " \"task\": \"regression\", \"input_shape\": [], \"num_outputs\": 3}", NULL};
+    const char *shape[] = {
+        p1,
+        "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": "
+        "3}]},"
+        " \"task\": \"regression\", \"input_shape\": [], \"num_outputs\": 3}",
+        NULL};
     expect_import_422(shape, "input_shape", "metadata.input_shape");
-    const char *extra[] = {p1, "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
-                               " \"task\": \"regression\", \"input_shape\": [4], \"num_outputs\": 3,"
-                               " \"colour\": 1}", NULL};
+    const char *extra[] = {
+        p1,
+        "metadata={\"spec\": {\"layers\": [{\"type\": \"dense\", \"units\": "
+        "3}]},"
+        " \"task\": \"regression\", \"input_shape\": [4], \"num_outputs\": 3,"
+        " \"colour\": 1}",
+        NULL};
     expect_import_422(extra, "colour", NULL);
     const char *notjson[] = {p1, "metadata={spec", NULL};
     expect_import_422(notjson, "JSON", "metadata");
@@ -963,14 +1149,16 @@ static void test_cancel(void **state)
 {
     char b[1024];
     snprintf(b, sizeof b,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 512},"
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 512},"
              " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
              " \"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4}}",
              npy_ds);
     resp *r = http_json(&server, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
     char job[64], path[256];
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
     json_t *j = wait_job_until(&server, job, 60, is_running);
     assert_true(is_running(j));
@@ -980,13 +1168,15 @@ static void test_cancel(void **state)
     assert_int_equal(r->status, 202);
     resp_free(r);
     j = wait_job(&server, job, 30);
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "cancelled");
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "cancelled");
     json_decref(j);
     /* Cancelling again is a conflict; an unknown job is 404. */
     r = http_do(&server, "POST", path, NULL, NULL, 0, NULL);
     assert_int_equal(r->status, 409);
     resp_free(r);
-    r = http_do(&server, "POST", "/v1/jobs/job_nope/cancel", NULL, NULL, 0, NULL);
+    r = http_do(&server, "POST", "/v1/jobs/job_nope/cancel", NULL, NULL, 0,
+                NULL);
     assert_int_equal(r->status, 404);
     resp_free(r);
     /* Status filter. */
@@ -1002,13 +1192,15 @@ static void test_dataset_in_use_cannot_be_deleted(void **state)
 {
     char b[1024], path[128];
     snprintf(b, sizeof b,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]},"
              " \"hyperparameters\": {\"epochs\": 100000}}",
              npy_ds);
     resp *r = http_json(&server, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
     char job[64];
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
     snprintf(path, sizeof path, "/v1/datasets/%s", npy_ds);
     r = http_do(&server, "DELETE", path, NULL, NULL, 0, NULL);
@@ -1026,14 +1218,16 @@ static void test_worker_crash_fails_only_the_job(void **state)
 {
     char b[1024], job[64];
     snprintf(b, sizeof b,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 512},"
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 512},"
              " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
              " \"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4,"
              " \"max_attempts\": 1}}",
              npy_ds);
     resp *r = http_json(&server, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
     /* One attempt: no retry (test_scheduling.c covers retries). */
     json_decref(wait_job_until(&server, job, 60, is_running));
@@ -1041,7 +1235,8 @@ static void test_worker_crash_fails_only_the_job(void **state)
     assert_true(pid > 0);
     assert_int_equal(kill(pid, SIGKILL), 0);
     json_t *j = wait_job(&server, job, 30);
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "failed");
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "failed");
     const char *error = json_string_value(json_object_get(j, "error"));
     assert_non_null(error);
     assert_non_null(strstr(error, "signal 9"));
@@ -1058,12 +1253,14 @@ static void test_worker_crash_fails_only_the_job(void **state)
 static void test_upload_limit_is_413(void **state)
 {
     srv small;
-    const char *flags[] = {"--max-upload-bytes", "64K", "--max-json-bytes", "1K", NULL};
+    const char *flags[] = {"--max-upload-bytes", "64K", "--max-json-bytes",
+                           "1K", NULL};
     assert_int_equal(srv_start(&small, NULL, flags), 0);
     make_blobs_csv(file_path("big.csv"), 5000, 7);
     char part[PATH_MAX + 8];
     snprintf(part, sizeof part, "file=@%s", file_path("big.csv"));
-    const char *parts[] = {"name=big", "format=csv", "label_column=species", part, NULL};
+    const char *parts[] = {"name=big", "format=csv", "label_column=species",
+                           part, NULL};
     resp *r = http_upload(&small, "/v1/datasets", parts);
     assert_int_equal(r->status, 413);
     assert_non_null(strstr(r->content_type, "problem+json"));
@@ -1072,7 +1269,8 @@ static void test_upload_limit_is_413(void **state)
     memset(body, ' ', sizeof body);
     body[0] = '{';
     body[sizeof body - 1] = '}';
-    r = http_do(&small, "POST", "/v1/jobs", "application/json", body, sizeof body, NULL);
+    r = http_do(&small, "POST", "/v1/jobs", "application/json", body,
+                sizeof body, NULL);
     assert_int_equal(r->status, 413);
     resp_free(r);
     /* The server is still fine. */
@@ -1098,10 +1296,13 @@ static void test_job_memory_limit(void **state)
     const char *npy[] = {"name=vectors", "format=npy", a, b, NULL};
     upload_ok(&small, npy, ds);
 
-    snprintf(body, sizeof body,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
-             " \"units\": 256}, {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 512}}", ds);
+    snprintf(
+        body, sizeof body,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
+        " \"units\": 256}, {\"type\": \"relu\"}, {\"type\": \"dense\", "
+        "\"units\": 3}]},"
+        " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 512}}",
+        ds);
     resp *r = http_json(&small, "POST", "/v1/jobs", body);
     if (r->status != 422)
         fprintf(stderr, "expected 422, got %ld %s\n", r->status, r->body);
@@ -1114,22 +1315,29 @@ static void test_job_memory_limit(void **state)
     assert_non_null(strstr(detail, "allows 256 KiB per job"));
     resp_free(r);
 
-    snprintf(body, sizeof body,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
-             " \"units\": 16}, {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 8}}", ds);
+    snprintf(
+        body, sizeof body,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
+        " \"units\": 16}, {\"type\": \"relu\"}, {\"type\": \"dense\", "
+        "\"units\": 3}]},"
+        " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 8}}",
+        ds);
     r = http_json(&small, "POST", "/v1/jobs", body);
     assert_int_equal(r->status, 202);
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
-    json_int_t est = json_integer_value(json_object_get(r->json, "estimated_memory_bytes"));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
+    json_int_t est =
+        json_integer_value(json_object_get(r->json, "estimated_memory_bytes"));
     assert_true(est > 0 && est <= 256 * 1024);
     /* Queued: not placed yet. */
     assert_true(json_is_null(json_object_get(r->json, "device")));
     resp_free(r);
     json_t *j = wait_job(&small, job, 60);
     assert_non_null(j);
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
-    assert_int_equal(json_integer_value(json_object_get(j, "estimated_memory_bytes")), est);
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "succeeded");
+    assert_int_equal(
+        json_integer_value(json_object_get(j, "estimated_memory_bytes")), est);
     json_decref(j);
     char path[256];
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
@@ -1139,14 +1347,17 @@ static void test_job_memory_limit(void **state)
     assert_int_equal(json_array_size(epochs), 2);
     for (size_t i = 0; i < 2; i++) {
         const json_t *ep = json_array_get(epochs, i);
-        assert_int_equal(json_integer_value(json_object_get(ep, "peak_memory_bytes")),
-                         est);
+        assert_int_equal(
+            json_integer_value(json_object_get(ep, "peak_memory_bytes")), est);
         /* Where and how it ran: the CPU, fp32, no graphs, nothing skipped. */
-        assert_string_equal(json_string_value(json_object_get(ep, "device")), "cpu");
-        assert_string_equal(json_string_value(json_object_get(ep, "precision")), "fp32");
+        assert_string_equal(json_string_value(json_object_get(ep, "device")),
+                            "cpu");
+        assert_string_equal(json_string_value(json_object_get(ep, "precision")),
+                            "fp32");
         assert_true(json_is_null(json_object_get(ep, "cuda_graph")));
         assert_true(json_is_null(json_object_get(ep, "loss_scale")));
-        assert_int_equal(json_integer_value(json_object_get(ep, "skipped_steps")), 0);
+        assert_int_equal(
+            json_integer_value(json_object_get(ep, "skipped_steps")), 0);
         assert_true(json_is_integer(json_object_get(ep, "skipped_steps")));
     }
     resp_free(r);
@@ -1161,34 +1372,41 @@ static json_t *train_tiny(const srv *s, const char *ds)
 {
     char b[512], job[64];
     snprintf(b, sizeof b,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 32}}", ds);
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 2, \"batch_size\": 32}}",
+             ds);
     resp *r = http_json(s, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
     json_t *j = wait_job(s, job, 120);
     assert_non_null(j);
     if (strcmp(json_string_value(json_object_get(j, "status")), "succeeded"))
         fprintf(stderr, "job: %s\n", json_dumps(j, 0));
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "succeeded");
     return j;
 }
 
 /* Sets the model's recorded training device, as a GPU server would have
  * (the server must be stopped). */
-static void set_trained_on(const char *data, const char *model, const char *device)
+static void set_trained_on(const char *data, const char *model,
+                           const char *device)
 {
     char db_path[PATH_MAX + 16];
     snprintf(db_path, sizeof db_path, "%s/trainyard.db", data);
     sqlite3 *db = NULL;
     assert_int_equal(sqlite3_open(db_path, &db), SQLITE_OK);
     sqlite3_stmt *st = NULL;
-    assert_int_equal(sqlite3_prepare_v2(db,
-                                        "UPDATE models SET doc = json_set(doc, '$.trained_on', ?) "
-                                        "WHERE id = ?",
-                                        -1, &st, NULL),
-                     SQLITE_OK);
+    assert_int_equal(
+        sqlite3_prepare_v2(
+            db,
+            "UPDATE models SET doc = json_set(doc, '$.trained_on', ?) "
+            "WHERE id = ?",
+            -1, &st, NULL),
+        SQLITE_OK);
     sqlite3_bind_text(st, 1, device, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, model, -1, SQLITE_STATIC);
     assert_int_equal(sqlite3_step(st), SQLITE_DONE);
@@ -1218,8 +1436,10 @@ static void test_train_device_auto_and_gpu_model_on_cpu(void **state)
     json_t *j = train_tiny(&s, ds);
     assert_string_equal(json_string_value(json_object_get(j, "device")), here);
     char job[64], model[64];
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(j, "id")));
-    snprintf(model, sizeof model, "%s", json_string_value(json_object_get(j, "model")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(j, "id")));
+    snprintf(model, sizeof model, "%s",
+             json_string_value(json_object_get(j, "model")));
     json_decref(j);
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
     resp *r = http_get(&s, path);
@@ -1227,16 +1447,19 @@ static void test_train_device_auto_and_gpu_model_on_cpu(void **state)
     assert_int_equal(json_array_size(epochs), 2);
     for (size_t i = 0; i < 2; i++) {
         const json_t *ep = json_array_get(epochs, i);
-        assert_string_equal(json_string_value(json_object_get(ep, "device")), here);
+        assert_string_equal(json_string_value(json_object_get(ep, "device")),
+                            here);
         /* The whole device's use, on a GPU only. */
         assert_true(count > 0 ? json_integer_value(json_object_get(
                                     ep, "device_memory_used_bytes")) > 0
-                              : json_is_null(json_object_get(ep, "device_memory_used_bytes")));
+                              : json_is_null(json_object_get(
+                                    ep, "device_memory_used_bytes")));
     }
     resp_free(r);
     snprintf(path, sizeof path, "/v1/models/%s", model);
     r = http_get(&s, path);
-    assert_string_equal(json_string_value(json_object_get(r->json, "trained_on")), here);
+    assert_string_equal(
+        json_string_value(json_object_get(r->json, "trained_on")), here);
     resp_free(r);
     /* What it predicts where it was trained: the same after the moves. */
     snprintf(path, sizeof path, "/v1/models/%s/predict", model);
@@ -1255,15 +1478,19 @@ static void test_train_device_auto_and_gpu_model_on_cpu(void **state)
         assert_int_equal(srv_start(&again, s.data, NULL), 0);
         snprintf(path, sizeof path, "/v1/models/%s", model);
         r = http_get(&again, path);
-        assert_string_equal(json_string_value(json_object_get(r->json, "trained_on")), gpus[g]);
+        assert_string_equal(
+            json_string_value(json_object_get(r->json, "trained_on")), gpus[g]);
         resp_free(r);
         snprintf(path, sizeof path, "/v1/models/%s/predict", model);
-        r = http_json(&again, "POST", path, "{\"inputs\": [[1, 0, 0, 0, 0, 0]]}");
+        r = http_json(&again, "POST", path,
+                      "{\"inputs\": [[1, 0, 0, 0, 0, 0]]}");
         if (r->status != 200)
             fprintf(stderr, "predict: %ld %s\n", r->status, r->body);
         assert_int_equal(r->status, 200);
-        assert_string_equal(json_string_value(json_object_get(r->json, "device")), expect);
-        assert_int_equal(json_array_size(json_object_get(r->json, "predictions")), 1);
+        assert_string_equal(
+            json_string_value(json_object_get(r->json, "device")), expect);
+        assert_int_equal(
+            json_array_size(json_object_get(r->json, "predictions")), 1);
         /* The same weights: the same outputs, to float rounding when a
          * GPU computes them. */
         json_t *row = json_array_get(json_object_get(r->json, "outputs"), 0);
@@ -1271,24 +1498,30 @@ static void test_train_device_auto_and_gpu_model_on_cpu(void **state)
         assert_int_equal(json_array_size(row), 3);
         for (size_t k = 0; k < 3; k++)
             assert_true(fabs(json_number_value(json_array_get(row, k)) -
-                             json_number_value(json_array_get(want, k))) < 1e-5);
+                             json_number_value(json_array_get(want, k))) <
+                        1e-5);
         resp_free(r);
         snprintf(path, sizeof path, "/v1/models/%s/evaluate", model);
         snprintf(body, sizeof body, "{\"dataset\": \"%s\"}", ds);
         r = http_json(&again, "POST", path, body);
         assert_int_equal(r->status, 200);
-        assert_string_equal(json_string_value(json_object_get(r->json, "device")), expect);
-        assert_int_equal(json_integer_value(json_object_get(r->json, "num_examples")), 600);
-        assert_true(isfinite(json_number_value(json_object_get(r->json, "loss"))));
+        assert_string_equal(
+            json_string_value(json_object_get(r->json, "device")), expect);
+        assert_int_equal(
+            json_integer_value(json_object_get(r->json, "num_examples")), 600);
+        assert_true(
+            isfinite(json_number_value(json_object_get(r->json, "loss"))));
         resp_free(r);
         snprintf(path, sizeof path, "/v2/models/%s/infer", model);
-        r = http_json(&again, "POST", path,
-                      "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 6],"
-                      " \"datatype\": \"FP32\", \"data\": [1, 0, 0, 0, 0, 0]}]}");
+        r = http_json(
+            &again, "POST", path,
+            "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 6],"
+            " \"datatype\": \"FP32\", \"data\": [1, 0, 0, 0, 0, 0]}]}");
         assert_int_equal(r->status, 200);
-        assert_string_equal(json_string_value(json_object_get(
-                                json_object_get(r->json, "parameters"), "device")),
-                            expect);
+        assert_string_equal(
+            json_string_value(json_object_get(
+                json_object_get(r->json, "parameters"), "device")),
+            expect);
         resp_free(r);
         srv_stop(&again, SIGTERM);
     }
@@ -1318,26 +1551,36 @@ static void test_train_device_auto_and_gpu_model_on_cpu(void **state)
 static void test_precision_jobs(void **state)
 {
     char b[1024], job[64], path[256];
-    snprintf(b, sizeof b, "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": {\"precision\": \"fp64\"}}", csv_ds);
+    snprintf(
+        b, sizeof b,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", "
+        "\"units\": 3}]}, \"hyperparameters\": {\"precision\": \"fp64\"}}",
+        csv_ds);
     expect_job_422(b, "hyperparameters.precision");
-    snprintf(b, sizeof b,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
-             " \"units\": 8}, {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 3, \"batch_size\": 16, \"precision\": \"bf16\"}}",
-             csv_ds);
+    snprintf(
+        b, sizeof b,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\","
+        " \"units\": 8}, {\"type\": \"relu\"}, {\"type\": \"dense\", "
+        "\"units\": 3}]},"
+        " \"hyperparameters\": {\"epochs\": 3, \"batch_size\": 16, "
+        "\"precision\": \"bf16\"}}",
+        csv_ds);
     resp *r = http_json(&server, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
     json_t *j = wait_job(&server, job, 120);
     assert_non_null(j);
     if (strcmp(json_string_value(json_object_get(j, "status")), "succeeded"))
         fprintf(stderr, "bf16 job: %s\n", json_dumps(j, 0));
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "succeeded");
     /* what was asked stays in the job's hyperparameters */
-    assert_string_equal(json_string_value(json_object_get(
-                            json_object_get(j, "hyperparameters"), "precision")),
-                        "bf16");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(j, "hyperparameters"),
+                                          "precision")),
+        "bf16");
     json_decref(j);
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
     r = http_get(&server, path);
@@ -1346,9 +1589,11 @@ static void test_precision_jobs(void **state)
     assert_int_equal(json_array_size(epochs), 3);
     for (size_t i = 0; i < 3; i++) {
         const json_t *ep = json_array_get(epochs, i);
-        assert_string_equal(json_string_value(json_object_get(ep, "precision")), "fp32");
+        assert_string_equal(json_string_value(json_object_get(ep, "precision")),
+                            "fp32");
         assert_true(json_is_null(json_object_get(ep, "loss_scale")));
-        assert_int_equal(json_integer_value(json_object_get(ep, "skipped_steps")), 0);
+        assert_int_equal(
+            json_integer_value(json_object_get(ep, "skipped_steps")), 0);
     }
     resp_free(r);
 }
@@ -1357,14 +1602,16 @@ static void test_precision_jobs(void **state)
 
 static int past_epoch_2(const json_t *job)
 {
-    return json_integer_value(json_object_get(json_object_get(job, "metrics"), "epoch")) >= 2;
+    return json_integer_value(
+               json_object_get(json_object_get(job, "metrics"), "epoch")) >= 2;
 }
 
 static void test_sigkill_restart_resumes(void **state)
 {
     srv s;
     assert_int_equal(srv_start(&s, NULL, NULL), 0);
-    char xp[PATH_MAX + 8], yp[PATH_MAX + 8], ds[64], job[64], b[1024], path[256];
+    char xp[PATH_MAX + 8], yp[PATH_MAX + 8], ds[64], job[64], b[1024],
+        path[256];
     make_npy_classes(file_path("cx.npy"), file_path("cy.npy"), 3000, 32, 5);
     snprintf(xp, sizeof xp, "x=@%s", file_path("cx.npy"));
     snprintf(yp, sizeof yp, "y=@%s", file_path("cy.npy"));
@@ -1372,28 +1619,38 @@ static void test_sigkill_restart_resumes(void **state)
     upload_ok(&s, parts, ds);
     /* A model from before the crash, to find intact after it. */
     snprintf(b, sizeof b,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 1}}", ds);
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 1}}",
+             ds);
     resp *r = http_json(&s, "POST", "/v1/jobs", b);
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
     json_t *j = wait_job(&s, job, 60);
     char model[64];
-    snprintf(model, sizeof model, "%s", json_string_value(json_object_get(j, "model")));
+    snprintf(model, sizeof model, "%s",
+             json_string_value(json_object_get(j, "model")));
     json_decref(j);
 
     snprintf(b, sizeof b,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 512},"
-             " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 512}, {\"type\": \"relu\"},"
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 512},"
+             " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 512}, "
+             "{\"type\": \"relu\"},"
              " {\"type\": \"dense\", \"units\": 3}]},"
-             " \"hyperparameters\": {\"epochs\": 12, \"batch_size\": 32, \"seed\": 3}}", ds);
+             " \"hyperparameters\": {\"epochs\": 12, \"batch_size\": 32, "
+             "\"seed\": 3}}",
+             ds);
     r = http_json(&s, "POST", "/v1/jobs", b);
     assert_int_equal(r->status, 202);
-    snprintf(job, sizeof job, "%s", json_string_value(json_object_get(r->json, "id")));
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
     resp_free(r);
     j = wait_job_until(&s, job, 120, past_epoch_2);
     assert_true(past_epoch_2(j));
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "running");
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "running");
     json_decref(j);
 
     assert_true(find_worker(&s, job) > 0);
@@ -1423,10 +1680,12 @@ static void test_sigkill_restart_resumes(void **state)
     j = wait_job(&again, job, 300);
     if (strcmp(json_string_value(json_object_get(j, "status")), "succeeded"))
         fprintf(stderr, "job after restart: %s\n", json_dumps(j, 0));
-    assert_string_equal(json_string_value(json_object_get(j, "status")), "succeeded");
+    assert_string_equal(json_string_value(json_object_get(j, "status")),
+                        "succeeded");
     assert_int_equal(json_integer_value(json_object_get(j, "attempts")), 2);
     /* It resumed from a checkpoint instead of starting over. */
-    json_t *resumed = json_object_get(json_object_get(j, "progress"), "resumed_from_epoch");
+    json_t *resumed =
+        json_object_get(json_object_get(j, "progress"), "resumed_from_epoch");
     assert_true(json_integer_value(resumed) >= 2);
     json_decref(j);
     snprintf(path, sizeof path, "/v1/jobs/%s/metrics", job);
@@ -1434,7 +1693,8 @@ static void test_sigkill_restart_resumes(void **state)
     json_t *epochs = json_object_get(r->json, "epochs");
     assert_int_equal(json_array_size(epochs), 12);
     for (size_t i = 0; i < 12; i++)
-        assert_int_equal(json_integer_value(json_object_get(json_array_get(epochs, i), "epoch")),
+        assert_int_equal(json_integer_value(json_object_get(
+                             json_array_get(epochs, i), "epoch")),
                          (json_int_t)i + 1);
     resp_free(r);
     srv_stop(&again, SIGTERM);

@@ -28,16 +28,17 @@
 #include "harness.h"
 
 static srv server;
-static char home[PATH_MAX];     /* HOME and XDG_CONFIG_HOME live here */
+static char home[PATH_MAX]; /* HOME and XDG_CONFIG_HOME live here */
 static char admin_env_url[128], admin_env_key[160];
-static char csv_ds[64];         /* uploaded by the group setup */
-static char devices[PATH_MAX + 8]; /* the server's --devices (a simulated H200) */
+static char csv_ds[64]; /* uploaded by the group setup */
+static char
+    devices[PATH_MAX + 8]; /* the server's --devices (a simulated H200) */
 
 /* ---- running the client ---- */
 
 typedef struct {
-    int code;         /* exit status, or -1 when it did not exit */
-    char *out, *err;  /* stdout and stderr, NUL-terminated */
+    int code;        /* exit status, or -1 when it did not exit */
+    char *out, *err; /* stdout and stderr, NUL-terminated */
     pid_t pid;
     char out_path[PATH_MAX], err_path[PATH_MAX];
 } run_result;
@@ -125,7 +126,8 @@ static const char *const *admin_env(void)
     return env;
 }
 
-#define RUN(r, ...) run_env((r), admin_env(), NULL, (const char *const[]){__VA_ARGS__, NULL})
+#define RUN(r, ...) \
+    run_env((r), admin_env(), NULL, (const char *const[]){__VA_ARGS__, NULL})
 
 /* stderr first, and stdout clipped: CMocka cuts long messages, and a
  * watch's stdout (every event) would hide why it exited. */
@@ -225,7 +227,8 @@ static void submit_http(const char *body, char id[64])
 static void long_job_body(char *b, size_t n, int attempts)
 {
     snprintf(b, n,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 256},"
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 256},"
              " {\"type\": \"relu\"}, {\"type\": \"dense\", \"units\": 3}]},"
              " \"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4,"
              " \"max_attempts\": %d}}",
@@ -236,7 +239,8 @@ static int is_running(const json_t *job)
 {
     const char *st = str(job, "status");
     return st && !strcmp(st, "running") &&
-           json_integer_value(json_object_get(json_object_get(job, "progress"), "step")) > 0;
+           json_integer_value(
+               json_object_get(json_object_get(job, "progress"), "step")) > 0;
 }
 
 /* ---- tests ---- */
@@ -261,7 +265,8 @@ static void test_usage_errors(void **state)
         (const char *const[]){"jobs", "show", NULL},
         (const char *const[]){"models", "predict", "mdl_x", NULL},
         (const char *const[]){"datasets", "list", "--watch", NULL},
-        (const char *const[]){"datasets", "upload", "x", "file=@/nonexistent", NULL},
+        (const char *const[]){"datasets", "upload", "x", "file=@/nonexistent",
+                              NULL},
         (const char *const[]){"datasets", "list", "--limit", "zero", NULL},
         (const char *const[]){"tenants", "create", NULL},
         (const char *const[]){"jobs", "list", "--url", NULL},
@@ -287,7 +292,9 @@ static void test_login_logout(void **state)
     run_result r;
 
     /* A wrong key on stdin: 5, and nothing saved. */
-    run_env(&r, NULL, "ty_aaaaaaaaaaaaaaaaaaaa_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n",
+    run_env(&r, NULL,
+            "ty_aaaaaaaaaaaaaaaaaaaa_"
+            "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb\n",
             (const char *const[]){"login", server.base, NULL});
     expect_code(&r, 5);
     assert_non_null(strstr(r.err, "refused the key"));
@@ -295,11 +302,13 @@ static void test_login_logout(void **state)
     run_free(&r);
 
     /* Nothing listening: 7, saying what failed. */
-    snprintf(unreachable, sizeof unreachable, "http://127.0.0.1:%d", closed_port());
+    snprintf(unreachable, sizeof unreachable, "http://127.0.0.1:%d",
+             closed_port());
     char keyfile[PATH_MAX + 16];
     snprintf(keyfile, sizeof keyfile, "%s/admin.key", server.data);
     run_env(&r, NULL, NULL,
-            (const char *const[]){"login", unreachable, "--key-file", keyfile, NULL});
+            (const char *const[]){"login", unreachable, "--key-file", keyfile,
+                                  NULL});
     expect_code(&r, 7);
     assert_non_null(strstr(r.err, "cannot reach"));
     assert_non_null(strstr(r.err, "connection failed"));
@@ -324,7 +333,8 @@ static void test_login_logout(void **state)
 
     /* The right key from a file: saved 0600 in a 0700 folder. */
     run_env(&r, NULL, NULL,
-            (const char *const[]){"login", server.base, "--key-file", keyfile, NULL});
+            (const char *const[]){"login", server.base, "--key-file", keyfile,
+                                  NULL});
     expect_code(&r, 0);
     run_free(&r);
     struct stat st;
@@ -350,8 +360,9 @@ static void test_login_logout(void **state)
     run_env(&r, env, NULL, (const char *const[]){"datasets", "list", NULL});
     expect_code(&r, 7);
     run_free(&r);
-    run_env(&r, env, NULL,
-            (const char *const[]){"datasets", "list", "--url", server.base, NULL});
+    run_env(
+        &r, env, NULL,
+        (const char *const[]){"datasets", "list", "--url", server.base, NULL});
     expect_code(&r, 0);
     run_free(&r);
     const char *bad_key[] = {"TRAINYARD_KEY=ty_wrong", NULL};
@@ -413,7 +424,8 @@ static void test_datasets(void **state)
     expect_code(&r, 0);
     json_t *d = out_json(&r);
     assert_string_equal(str(d, "id"), id);
-    assert_int_equal(json_integer_value(json_object_get(d, "num_examples")), 150);
+    assert_int_equal(json_integer_value(json_object_get(d, "num_examples")),
+                     150);
     json_decref(d);
     run_free(&r);
 
@@ -447,7 +459,8 @@ static void test_jobs_submit_watch_and_models(void **state)
 {
     char body[512];
     snprintf(body, sizeof body,
-             "{\"dataset\": \"%s\", \"name\": \"cli-short\", \"model\": {\"layers\": "
+             "{\"dataset\": \"%s\", \"name\": \"cli-short\", \"model\": "
+             "{\"layers\": "
              "[{\"type\": \"dense\", \"units\": 8}, {\"type\": \"relu\"}, "
              "{\"type\": \"dense\", \"units\": 3}]}, \"hyperparameters\": "
              "{\"epochs\": 3, \"batch_size\": 16}}",
@@ -459,7 +472,8 @@ static void test_jobs_submit_watch_and_models(void **state)
     char job[64] = "";
     const char *p = strstr(r.out, "job_");
     assert_non_null(p);
-    snprintf(job, sizeof job, "%.*s", (int)strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_"), p);
+    snprintf(job, sizeof job, "%.*s",
+             (int)strspn(p, "abcdefghijklmnopqrstuvwxyz0123456789_"), p);
     /* The final loss as the server has it. */
     char path[128];
     snprintf(path, sizeof path, "/v1/jobs/%s", job);
@@ -467,7 +481,8 @@ static void test_jobs_submit_watch_and_models(void **state)
     assert_string_equal(str(h->json, "status"), "succeeded");
     char loss[64];
     snprintf(loss, sizeof loss, "loss %.4f",
-             json_real_value(json_object_get(json_object_get(h->json, "metrics"), "train_loss")));
+             json_real_value(json_object_get(
+                 json_object_get(h->json, "metrics"), "train_loss")));
     snprintf(model_id, sizeof model_id, "%s", str(h->json, "model"));
     resp_free(h);
     assert_non_null(strstr(r.out, "succeeded"));
@@ -483,7 +498,8 @@ static void test_jobs_submit_watch_and_models(void **state)
     expect_code(&r, 0);
     char *last = NULL, *save = NULL;
     int lines = 0;
-    for (char *l = strtok_r(r.out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+    for (char *l = strtok_r(r.out, "\n", &save); l;
+         l = strtok_r(NULL, "\n", &save)) {
         json_t *ev = json_loads(l, 0, NULL);
         assert_non_null(ev);
         assert_non_null(str(ev, "id"));
@@ -494,13 +510,15 @@ static void test_jobs_submit_watch_and_models(void **state)
     assert_true(lines >= 2);
     json_t *ev = json_loads(last, 0, NULL);
     assert_string_equal(str(ev, "event"), "job.finished");
-    assert_string_equal(str(json_object_get(json_object_get(ev, "data"), "job"), "status"),
-                        "succeeded");
+    assert_string_equal(
+        str(json_object_get(json_object_get(ev, "data"), "job"), "status"),
+        "succeeded");
     json_decref(ev);
     run_free(&r);
 
     /* From stdin, without --watch; list and show. */
-    run_env(&r, admin_env(), body, (const char *const[]){"jobs", "submit", "-", NULL});
+    run_env(&r, admin_env(), body,
+            (const char *const[]){"jobs", "submit", "-", NULL});
     expect_code(&r, 0);
     assert_non_null(strstr(r.out, "Submitted job_"));
     run_free(&r);
@@ -510,7 +528,7 @@ static void test_jobs_submit_watch_and_models(void **state)
     int found = 0;
     size_t i;
     json_t *it;
-    json_array_foreach(json_object_get(page, "items"), i, it) {
+    json_array_foreach (json_object_get(page, "items"), i, it) {
         found |= !strcmp(str(it, "id"), job);
         assert_string_equal(str(it, "status"), "succeeded");
     }
@@ -542,7 +560,8 @@ static void test_jobs_submit_watch_and_models(void **state)
     char *got = NULL;
     size_t got_len = 0;
     assert_int_equal(fs_read_all(home_file("m.safetensors"), 64u << 20, &got,
-                                 &got_len, NULL), TY_OK);
+                                 &got_len, NULL),
+                     TY_OK);
     assert_int_equal(got_len, h->len);
     assert_memory_equal(got, h->body, h->len);
     free(got);
@@ -557,11 +576,13 @@ static void test_jobs_submit_watch_and_models(void **state)
     assert_non_null(strstr(r.out, "1\t"));
     run_free(&r);
     run_env(&r, admin_env(), in,
-            (const char *const[]){"models", "predict", model_id, "-", "--json", NULL});
+            (const char *const[]){"models", "predict", model_id, "-", "--json",
+                                  NULL});
     expect_code(&r, 0);
     json_t *pred = out_json(&r);
     assert_int_equal(json_array_size(json_object_get(pred, "predictions")), 2);
-    assert_true(json_is_string(json_array_get(json_object_get(pred, "predictions"), 0)));
+    assert_true(json_is_string(
+        json_array_get(json_object_get(pred, "predictions"), 0)));
     json_decref(pred);
     run_free(&r);
 
@@ -573,8 +594,10 @@ static void test_jobs_submit_watch_and_models(void **state)
     expect_code(&r, 3);
     assert_non_null(strstr(r.err, "(HTTP 404)"));
     run_free(&r);
-    const char *bad = "{\"dataset\": \"ds_nope\", \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}}";
-    run_env(&r, admin_env(), bad, (const char *const[]){"jobs", "submit", "-", NULL});
+    const char *bad = "{\"dataset\": \"ds_nope\", \"model\": {\"layers\": "
+                      "[{\"type\": \"dense\", \"units\": 3}]}}";
+    run_env(&r, admin_env(), bad,
+            (const char *const[]){"jobs", "submit", "-", NULL});
     expect_code(&r, 4);
     assert_non_null(strstr(r.err, "(HTTP 422): "));
     assert_non_null(strstr(r.err, "field: dataset"));
@@ -649,9 +672,11 @@ static void test_tenants(void **state)
     json_t *t = out_json(&r);
     char tid[64], tkey[160], key_env[200];
     snprintf(tid, sizeof tid, "%s", str(t, "id"));
-    snprintf(tkey, sizeof tkey, "%s", str(json_object_get(t, "key"), "api_key"));
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(t, "quota"),
-                                                        "max_running_jobs")), 2);
+    snprintf(tkey, sizeof tkey, "%s",
+             str(json_object_get(t, "key"), "api_key"));
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(t, "quota"), "max_running_jobs")),
+                     2);
     json_decref(t);
     run_free(&r);
 
@@ -692,7 +717,8 @@ static void test_tenants(void **state)
     expect_code(&r, 5);
     assert_non_null(strstr(r.err, "(HTTP 403)"));
     run_free(&r);
-    run_env(&r, env, NULL, (const char *const[]){"tenants", "create", "x", NULL});
+    run_env(&r, env, NULL,
+            (const char *const[]){"tenants", "create", "x", NULL});
     expect_code(&r, 5);
     run_free(&r);
 
@@ -702,7 +728,7 @@ static void test_tenants(void **state)
     run_free(&r);
     size_t i;
     json_t *k;
-    json_array_foreach(json_object_get(t, "items"), i, k) {
+    json_array_foreach (json_object_get(t, "items"), i, k) {
         RUN(&r, "tenants", "key-revoke", tid, str(k, "id"));
         expect_code(&r, 0);
         run_free(&r);

@@ -86,9 +86,9 @@ static void test_h200_seven_slices(void **state)
         assert_int_equal(
             json_integer_value(json_object_get(sl, "memory_bytes")),
             16384ll << 20);
-        assert_int_equal(strncmp(json_string_value(json_object_get(sl, "uuid")),
-                                 "MIG-", 4),
-                         0);
+        assert_int_equal(
+            strncmp(json_string_value(json_object_get(sl, "uuid")), "MIG-", 4),
+            0);
         assert_int_equal(json_integer_value(json_object_get(
                              json_object_get(sl, "placement"), "start")),
                          i);
@@ -100,9 +100,9 @@ static void test_h200_seven_slices(void **state)
     }
     /* The same file gives the same UUIDs after a restart. */
     char uuid0[128];
-    snprintf(uuid0, sizeof uuid0, "%s",
-             json_string_value(json_object_get(json_array_get(slices, 0),
-                                               "uuid")));
+    snprintf(
+        uuid0, sizeof uuid0, "%s",
+        json_string_value(json_object_get(json_array_get(slices, 0), "uuid")));
     json_decref(doc);
 
     /* The key is needed, as everywhere under /v1. */
@@ -130,7 +130,7 @@ static void test_other_examples(void **state)
     struct {
         const char *file;
         size_t gpus, slices_on_first;
-        const char *first_profile;   /* NULL: a whole GPU */
+        const char *first_profile; /* NULL: a whole GPU */
     } cases[] = {
         {"h100-mixed.json", 1, 4, "3g.40gb"},
         {"a100-2x-nomig.json", 2, 1, NULL},
@@ -146,8 +146,7 @@ static void test_other_examples(void **state)
         assert_int_equal(json_array_size(gpus), cases[c].gpus);
         if (cases[c].gpus) {
             json_t *slices = json_object_get(json_array_get(gpus, 0), "slices");
-            assert_int_equal(json_array_size(slices),
-                             cases[c].slices_on_first);
+            assert_int_equal(json_array_size(slices), cases[c].slices_on_first);
             json_t *p = json_object_get(json_array_get(slices, 0), "profile");
             if (cases[c].first_profile)
                 assert_string_equal(json_string_value(p),

@@ -30,10 +30,10 @@
 #include "common/fsutil.h"
 #include "harness.h"
 
-#define WAIT_S 60.0   /* how long a test waits for an event before failing */
+#define WAIT_S 60.0 /* how long a test waits for an event before failing */
 
-static srv server;       /* its key is the admin's (tenant "a" below) */
-static srv as_b;         /* the same server with another tenant's key */
+static srv server; /* its key is the admin's (tenant "a" below) */
+static srv as_b;   /* the same server with another tenant's key */
 static char files[PATH_MAX];
 static char ds_a[64], ds_b[64];
 
@@ -43,20 +43,20 @@ typedef struct {
     int fd;
     int status;
     int chunked;
-    char raw[1 << 16];       /* received, not yet decoded */
+    char raw[1 << 16]; /* received, not yet decoded */
     size_t raw_len;
-    char *body;              /* decoded body */
+    char *body; /* decoded body */
     size_t body_len, body_cap, body_off;
     long chunk_left;
     int need_crlf;
-    int done;                /* the last chunk came */
-    int eof;                 /* the server closed the connection */
+    int done; /* the last chunk came */
+    int eof;  /* the server closed the connection */
 } sse;
 
 typedef struct {
     uint64_t id;
     char type[32];
-    json_t *data;            /* NULL when the data was not JSON */
+    json_t *data; /* NULL when the data was not JSON */
 } sse_event;
 
 static void body_append(sse *c, const char *p, size_t n)
@@ -219,7 +219,7 @@ static int sse_next(sse *c, double timeout_s, sse_event *ev)
             }
             if (any)
                 return 1;
-            continue;   /* a comment */
+            continue; /* a comment */
         }
         if (c->done || c->eof)
             return -1;
@@ -397,8 +397,8 @@ static void test_job_life_in_order(void **state)
             assert_string_equal(e.type, "job.created");
             assert_string_equal(status_of(&e), "queued");
             /* The job as GET /v1/jobs/{id} shows it. */
-            assert_non_null(json_object_get(json_object_get(e.data, "job"),
-                                            "spec"));
+            assert_non_null(
+                json_object_get(json_object_get(e.data, "job"), "spec"));
         } else if (!strcmp(e.type, "job.started")) {
             assert_false(saw_started);
             saw_started = 1;
@@ -442,7 +442,7 @@ static void test_job_life_in_order(void **state)
     assert_string_equal(e.type, "job.finished");
     event_clear(&e);
     assert_int_equal(sse_next(one, WAIT_S, &e), -1);
-    assert_true(one->done);   /* a proper end of the chunked body */
+    assert_true(one->done); /* a proper end of the chunked body */
     sse_close(one);
 }
 
@@ -619,7 +619,7 @@ static void test_reset_when_too_old(void **state)
     uint64_t ids[64];
     size_t n = read_until_finished(c, job, ids, 64);
     sse_close(c);
-    assert_true(n > 4);   /* created, started, 2 epochs, finished at least */
+    assert_true(n > 4); /* created, started, 2 epochs, finished at least */
 
     char last[32];
     snprintf(last, sizeof last, "%" PRIu64, ids[0]);

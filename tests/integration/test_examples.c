@@ -26,7 +26,10 @@ static char idx_ds[64], npy_ds[64], csv_ds[64], reg_ds[64];
 #define COLS 4
 
 /* Pixel c of image i: distinct per image and position, 0..255. */
-static unsigned char pixel(int i, int c) { return (unsigned char)(i * 17 + c * 5); }
+static unsigned char pixel(int i, int c)
+{
+    return (unsigned char)(i * 17 + c * 5);
+}
 
 static char *file_path(const char *name)
 {
@@ -40,7 +43,8 @@ static char *file_path(const char *name)
 static void make_idx(const char *images, const char *labels)
 {
     unsigned char img[16 + N_IMG * ROWS * COLS], lab[8 + N_IMG];
-    unsigned char h3[16] = {0, 0, 8, 3, 0, 0, 0, N_IMG, 0, 0, 0, ROWS, 0, 0, 0, COLS};
+    unsigned char h3[16] = {0, 0, 8, 3,    0, 0, 0, N_IMG,
+                            0, 0, 0, ROWS, 0, 0, 0, COLS};
     unsigned char h1[8] = {0, 0, 8, 1, 0, 0, 0, N_IMG};
     memcpy(img, h3, 16);
     memcpy(lab, h1, 8);
@@ -121,8 +125,8 @@ static int setup(void **state)
     const char *reg = "a,t\n1,0.5\n2,-4.25\n";
     write_file(file_path("r.csv"), reg, strlen(reg));
     snprintf(a, sizeof a, "file=@%s", file_path("r.csv"));
-    const char *rc[] = {"name=reg", "format=csv", "label_column=t",
-                        "task=regression", a, NULL};
+    const char *rc[] = {
+        "name=reg", "format=csv", "label_column=t", "task=regression", a, NULL};
     upload(rc, reg_ds);
     return 0;
 }
@@ -165,9 +169,11 @@ static void test_idx_images(void **state)
 {
     resp *r = examples(idx_ds, "?offset=2&limit=3");
     assert_int_equal(r->status, 200);
-    assert_string_equal(json_string_value(json_object_get(r->json, "dataset")), idx_ds);
+    assert_string_equal(json_string_value(json_object_get(r->json, "dataset")),
+                        idx_ds);
     assert_int_equal(json_integer_value(json_object_get(r->json, "offset")), 2);
-    assert_int_equal(json_integer_value(json_object_get(r->json, "total")), N_IMG);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "total")),
+                     N_IMG);
     const json_t *items = json_object_get(r->json, "items");
     assert_int_equal(json_array_size(items), 3);
     for (int k = 0; k < 3; k++) {
@@ -191,7 +197,8 @@ static void test_npy_images_default_limit(void **state)
     for (int i = 0; i < 8; i++) {
         const json_t *it = json_array_get(items, (size_t)i);
         expect_image(it, i);
-        assert_int_equal(json_integer_value(json_object_get(it, "label")), 2 - i % 3);
+        assert_int_equal(json_integer_value(json_object_get(it, "label")),
+                         2 - i % 3);
     }
     resp_free(r);
 }
@@ -210,8 +217,10 @@ static void test_csv_features_and_class_names(void **state)
         const json_t *x = json_object_get(it, "x");
         assert_int_equal(json_array_size(x), 2);
         for (int j = 0; j < 2; j++)
-            assert_true(json_number_value(json_array_get(x, (size_t)j)) == want[i][j]);
-        assert_string_equal(json_string_value(json_object_get(it, "label")), labels[i]);
+            assert_true(json_number_value(json_array_get(x, (size_t)j)) ==
+                        want[i][j]);
+        assert_string_equal(json_string_value(json_object_get(it, "label")),
+                            labels[i]);
     }
     resp_free(r);
 
@@ -221,7 +230,8 @@ static void test_csv_features_and_class_names(void **state)
     assert_int_equal(json_array_size(items), 1);
     const json_t *it = json_array_get(items, 0);
     assert_int_equal(json_integer_value(json_object_get(it, "index")), 1);
-    assert_true(json_number_value(json_array_get(json_object_get(it, "x"), 0)) == 2);
+    assert_true(
+        json_number_value(json_array_get(json_object_get(it, "x"), 0)) == 2);
     assert_true(json_is_number(json_object_get(it, "label")));
     assert_true(json_number_value(json_object_get(it, "label")) == -4.25);
     resp_free(r);
@@ -239,7 +249,8 @@ static void test_offset_and_limit_bounds(void **state)
         r = examples(idx_ds, empty[k]);
         assert_int_equal(r->status, 200);
         assert_int_equal(json_array_size(json_object_get(r->json, "items")), 0);
-        assert_int_equal(json_integer_value(json_object_get(r->json, "total")), N_IMG);
+        assert_int_equal(json_integer_value(json_object_get(r->json, "total")),
+                         N_IMG);
         resp_free(r);
     }
     r = examples(idx_ds, "?limit=64");
@@ -247,7 +258,9 @@ static void test_offset_and_limit_bounds(void **state)
     assert_int_equal(json_array_size(json_object_get(r->json, "items")), N_IMG);
     resp_free(r);
 
-    static const struct { const char *q, *field; } bad[] = {
+    static const struct {
+        const char *q, *field;
+    } bad[] = {
         {"?limit=0", "limit"},   {"?limit=65", "limit"},
         {"?limit=abc", "limit"}, {"?limit=", "limit"},
         {"?limit=2.5", "limit"}, {"?offset=-1", "offset"},
@@ -258,8 +271,8 @@ static void test_offset_and_limit_bounds(void **state)
         if (r->status != 400)
             fprintf(stderr, "%s: %ld\n", bad[k].q, r->status);
         assert_int_equal(r->status, 400);
-        assert_string_equal(json_string_value(json_object_get(r->json, "field")),
-                            bad[k].field);
+        assert_string_equal(
+            json_string_value(json_object_get(r->json, "field")), bad[k].field);
         resp_free(r);
     }
 }

@@ -56,8 +56,8 @@ static json_t *scrape(const srv *s)
     snprintf(out, sizeof out, "%s/scrape.json", files);
     write_file(in, r->body, r->len);
     resp_free(r);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' < '%s' > '%s'", parser,
-             in, out);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' < '%s' > '%s'", parser, in,
+             out);
     if (system(cmd) != 0)
         fail_msg("/metrics did not parse as Prometheus text (see %s)", in);
     json_error_t e;
@@ -73,7 +73,7 @@ static double value(const json_t *samples, const char *name,
 {
     size_t i;
     json_t *smp;
-    json_array_foreach(samples, i, smp) {
+    json_array_foreach (samples, i, smp) {
         if (strcmp(json_string_value(json_array_get(smp, 0)), name))
             continue;
         const json_t *labels = json_array_get(smp, 1);
@@ -184,14 +184,18 @@ static void test_scrape_requests_and_escaping(void **state)
     json_t *m = scrape(&s);
     /* the inventory, and the GPU name exactly as the sim file has it */
     assert_true(value(m, "trainyard_slices", KV("profile", "1g.18gb")) == 7);
-    assert_true(value(m, "trainyard_slices_in_use", KV("profile", "1g.18gb")) == 0);
-    assert_true(value(m, "trainyard_gpu_info",
-                      KV("gpu", "0", "name", GPU_NAME, "model", "H200-141GB")) == 1);
-    assert_true(value(m, "trainyard_gpu_memory_total_bytes", KV("gpu", "0")) > 0);
+    assert_true(value(m, "trainyard_slices_in_use", KV("profile", "1g.18gb")) ==
+                0);
+    assert_true(
+        value(m, "trainyard_gpu_info",
+              KV("gpu", "0", "name", GPU_NAME, "model", "H200-141GB")) == 1);
+    assert_true(value(m, "trainyard_gpu_memory_total_bytes", KV("gpu", "0")) >
+                0);
     /* simulated: no telemetry is made up */
     assert_true(isnan(value(m, "trainyard_gpu_temperature_celsius", NULL)));
     assert_true(isnan(value(m, "trainyard_gpu_utilization_ratio", NULL)));
-    const char *const *ok = KV("method", "GET", "route", "/v1/jobs", "status", "200");
+    const char *const *ok =
+        KV("method", "GET", "route", "/v1/jobs", "status", "200");
     const char *const *unauth = KV("route", "/v1/jobs", "status", "401");
     double ok0 = count_or_0(m, "trainyard_http_requests_total", ok);
     double un0 = count_or_0(m, "trainyard_http_requests_total", unauth);
@@ -263,7 +267,8 @@ static void test_jobs_slices_and_logs(void **state)
 
     /* A long job: wait until its throughput shows, then stop its worker so
      * the scrape sees it running on its slice. */
-    submit(&s, ds_big, BIG_NET, "{\"epochs\": 50, \"batch_size\": 8}", long_job);
+    submit(&s, ds_big, BIG_NET, "{\"epochs\": 50, \"batch_size\": 8}",
+           long_job);
     json_t *m = NULL;
     double deadline = now_seconds() + 300;
     while (now_seconds() < deadline) {
@@ -289,11 +294,14 @@ static void test_jobs_slices_and_logs(void **state)
     assert_int_equal(kill(pid, SIGSTOP), 0);
 
     m = scrape(&s);
-    assert_true(value(m, "trainyard_slices_in_use", KV("profile", "1g.18gb")) == 1);
+    assert_true(value(m, "trainyard_slices_in_use", KV("profile", "1g.18gb")) ==
+                1);
     assert_true(value(m, "trainyard_job_samples_per_second",
                       KV("job", long_job, "tenant", tenant)) > 0);
-    assert_true(value(m, "trainyard_jobs", KV("tenant", tenant, "state", "running")) == 1);
-    assert_true(value(m, "trainyard_jobs", KV("tenant", tenant, "state", "succeeded")) == 0);
+    assert_true(value(m, "trainyard_jobs",
+                      KV("tenant", tenant, "state", "running")) == 1);
+    assert_true(value(m, "trainyard_jobs",
+                      KV("tenant", tenant, "state", "succeeded")) == 0);
     assert_true(value(m, "trainyard_job_queue_wait_seconds_count",
                       KV("tenant", tenant)) == 1);
     json_decref(m);
@@ -318,12 +326,16 @@ static void test_jobs_slices_and_logs(void **state)
     resp_free(r);
 
     m = scrape(&s);
-    assert_true(value(m, "trainyard_slices_in_use", KV("profile", "1g.18gb")) == 0);
-    assert_true(isnan(value(m, "trainyard_job_samples_per_second",
-                            KV("job", long_job))));
-    assert_true(value(m, "trainyard_jobs", KV("tenant", tenant, "state", "running")) == 0);
-    assert_true(value(m, "trainyard_jobs", KV("tenant", tenant, "state", "cancelled")) == 1);
-    assert_true(value(m, "trainyard_jobs", KV("tenant", tenant, "state", "succeeded")) == 1);
+    assert_true(value(m, "trainyard_slices_in_use", KV("profile", "1g.18gb")) ==
+                0);
+    assert_true(isnan(
+        value(m, "trainyard_job_samples_per_second", KV("job", long_job))));
+    assert_true(value(m, "trainyard_jobs",
+                      KV("tenant", tenant, "state", "running")) == 0);
+    assert_true(value(m, "trainyard_jobs",
+                      KV("tenant", tenant, "state", "cancelled")) == 1);
+    assert_true(value(m, "trainyard_jobs",
+                      KV("tenant", tenant, "state", "succeeded")) == 1);
     assert_true(value(m, "trainyard_job_queue_wait_seconds_count",
                       KV("tenant", tenant)) == 2);
     assert_true(value(m, "trainyard_predict_duration_seconds_count",

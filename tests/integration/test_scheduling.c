@@ -54,7 +54,6 @@ static char *file_path(const char *name)
     return out;
 }
 
-
 /* The server s as tenant `key`. */
 static srv as(const srv *s, const char *key)
 {
@@ -205,8 +204,9 @@ static void test_three_tenants_share_the_h200(void **state)
     (void)state;
     char devices[PATH_MAX + 16];
     snprintf(devices, sizeof devices, "sim:%s", sim_h200);
-    const char *flags[] = {"--devices", devices, "--worker-threads", "1",
-                           "--preempt", "off", NULL};
+    const char *flags[] = {"--devices", devices,     "--worker-threads",
+                           "1",         "--preempt", "off",
+                           NULL};
     srv s;
     assert_int_equal(srv_start(&s, NULL, flags), 0);
     tenant_t t[3] = {{.max_slices = 3, .max_jobs = 2},
@@ -217,7 +217,8 @@ static void test_three_tenants_share_the_h200(void **state)
         "\"max_running_jobs\": 2}}",
         "{\"name\": \"two\", \"weight\": 1, \"quota\": {\"max_gpu_slices\": 2, "
         "\"max_running_jobs\": 4}}",
-        "{\"name\": \"three\", \"weight\": 2, \"quota\": {\"max_gpu_slices\": 4, "
+        "{\"name\": \"three\", \"weight\": 2, \"quota\": {\"max_gpu_slices\": "
+        "4, "
         "\"max_running_jobs\": 4}}"};
     for (int k = 0; k < 3; k++) {
         create_tenant(&s, bodies[k], t[k].id, t[k].key);
@@ -245,7 +246,7 @@ static void test_three_tenants_share_the_h200(void **state)
             int running = 0, slices = 0, slots[8] = {0};
             size_t i;
             json_t *j;
-            json_array_foreach(items, i, j) {
+            json_array_foreach (items, i, j) {
                 if (!finished(j))
                     done = 0;
                 const char *st = str(j, "status");
@@ -254,13 +255,15 @@ static void test_three_tenants_share_the_h200(void **state)
                     json_t *p = json_object_get(j, "placement");
                     slices += (int)json_integer_value(
                         json_object_get(p, "compute_slices"));
-                    int slot = (int)json_integer_value(json_object_get(p, "slot"));
+                    int slot =
+                        (int)json_integer_value(json_object_get(p, "slot"));
                     assert_true(slot >= 0 && slot < 7);
                     assert_int_equal(slots[slot]++, 0);
-                    assert_null(json_object_get(j, "queue") &&
-                                        !json_is_null(json_object_get(j, "queue"))
-                                    ? j
-                                    : NULL);
+                    assert_null(
+                        json_object_get(j, "queue") &&
+                                !json_is_null(json_object_get(j, "queue"))
+                            ? j
+                            : NULL);
                 } else if (!strcmp(st, "queued")) {
                     json_t *q = json_object_get(j, "queue");
                     assert_true(json_is_object(q));
@@ -325,12 +328,10 @@ static void test_three_tenants_share_the_h200(void **state)
                 assert_string_equal(str(saw, "trainyard_device"), dev);
                 saw_checked++;
             }
-            runs[n++] = (run){ms_of(str(j, "started_at")),
-                              ms_of(str(j, "finished_at")),
-                              (int)json_integer_value(json_object_get(p, "slot")),
-                              k,
-                              (int)json_integer_value(
-                                  json_object_get(p, "compute_slices"))};
+            runs[n++] = (run){
+                ms_of(str(j, "started_at")), ms_of(str(j, "finished_at")),
+                (int)json_integer_value(json_object_get(p, "slot")), k,
+                (int)json_integer_value(json_object_get(p, "compute_slices"))};
             json_decref(j);
         }
     }
@@ -387,7 +388,7 @@ static void test_three_tenants_share_the_h200(void **state)
     assert_int_equal(json_array_size(slices), 7);
     size_t i;
     json_t *sl;
-    json_array_foreach(slices, i, sl)
+    json_array_foreach (slices, i, sl)
         assert_string_equal(str(sl, "state"), "free");
     resp_free(r);
     assert_int_equal(WEXITSTATUS(srv_stop(&s, SIGTERM)), 0);
@@ -426,7 +427,8 @@ static void test_impossible_requests_are_422(void **state)
     srv s;
     assert_int_equal(srv_start(&s, NULL, flags), 0);
     char tid[64], key[128], ds[64];
-    create_tenant(&s, "{\"name\": \"small\", \"quota\": {\"max_gpu_slices\": 0}}",
+    create_tenant(&s,
+                  "{\"name\": \"small\", \"quota\": {\"max_gpu_slices\": 0}}",
                   tid, key);
     upload(&s, "small.csv", ds);
     /* What no slice of a 7x1g H200 can be. */
@@ -475,8 +477,8 @@ static void test_impossible_requests_are_422(void **state)
     assert_string_equal(str(json_object_get(j, "placement"), "profile"),
                         "1g.18gb");
     json_t *g = json_object_get(json_object_get(j, "resources"), "gpu");
-    assert_int_equal(json_integer_value(json_object_get(g, "min_compute_slices")),
-                     1);
+    assert_int_equal(
+        json_integer_value(json_object_get(g, "min_compute_slices")), 1);
     assert_int_equal(json_integer_value(json_object_get(j, "priority")), -3);
     json_decref(j);
     srv_stop(&s, SIGTERM);
@@ -523,9 +525,15 @@ static void test_crash_and_silence_are_retried(void **state)
     (void)state;
     char devices[PATH_MAX + 16];
     snprintf(devices, sizeof devices, "sim:%s", sim_h200);
-    const char *flags[] = {"--devices", devices, "--worker-threads", "1",
-                           "--retry-backoff", "0.2", "--heartbeat-timeout",
-                           "8", NULL};
+    const char *flags[] = {"--devices",
+                           devices,
+                           "--worker-threads",
+                           "1",
+                           "--retry-backoff",
+                           "0.2",
+                           "--heartbeat-timeout",
+                           "8",
+                           NULL};
     srv s;
     assert_int_equal(srv_start(&s, NULL, flags), 0);
     char ds[64], job[2][64];
@@ -547,12 +555,13 @@ static void test_crash_and_silence_are_retried(void **state)
         assert_string_equal(str(j, "status"), "succeeded");
         assert_int_equal(json_integer_value(json_object_get(j, "attempts")), 2);
         /* The second run resumed from the first one's checkpoint. */
-        assert_true(json_integer_value(json_object_get(
-                        json_object_get(j, "progress"), "resumed_from_epoch")) >=
-                    1);
-        assert_int_not_equal(json_integer_value(json_object_get(
-                                 json_object_get(j, "placement"), "worker_pid")),
-                             pid);
+        assert_true(
+            json_integer_value(json_object_get(json_object_get(j, "progress"),
+                                               "resumed_from_epoch")) >= 1);
+        assert_int_not_equal(
+            json_integer_value(
+                json_object_get(json_object_get(j, "placement"), "worker_pid")),
+            pid);
         json_decref(j);
         assert_true(pid_gone(pid));
     }
@@ -629,10 +638,10 @@ static void test_server_sigkill_runs_every_job_once(void **state)
         assert_true(attempts == 1 || attempts == 2);
         if (attempts == 2) {
             assert_true(pids[i] > 0);
-            assert_int_not_equal(json_integer_value(json_object_get(
-                                     json_object_get(j, "placement"),
-                                     "worker_pid")),
-                                 pids[i]);
+            assert_int_not_equal(
+                json_integer_value(json_object_get(
+                    json_object_get(j, "placement"), "worker_pid")),
+                pids[i]);
             resumed++;
         }
         json_decref(j);
@@ -649,8 +658,10 @@ static void test_server_sigkill_runs_every_job_once(void **state)
                              (json_int_t)e + 1);
         resp_free(r);
     }
-    fprintf(stderr, "restart: %d job(s) were running at the SIGKILL, %d ran "
-                    "again\n", n_running, resumed);
+    fprintf(stderr,
+            "restart: %d job(s) were running at the SIGKILL, %d ran "
+            "again\n",
+            n_running, resumed);
     assert_true(resumed >= 1);
     /* One model per job. */
     resp *r = http_get(&s, "/v1/models?limit=100");
@@ -661,7 +672,7 @@ static void test_server_sigkill_runs_every_job_once(void **state)
         int count = 0;
         size_t k;
         json_t *m;
-        json_array_foreach(models, k, m)
+        json_array_foreach (models, k, m)
             count += !strcmp(str(m, "job"), jobs[i]);
         assert_int_equal(count, 1);
     }
@@ -677,10 +688,21 @@ static void test_preemption_requeues_and_resumes(void **state)
     (void)state;
     char devices[PATH_MAX + 16];
     snprintf(devices, sizeof devices, "sim:%s", sim_h200);
-    const char *flags[] = {"--devices", devices, "--worker-threads", "1",
-                           "--preempt", "on", "--preempt-wait", "0",
-                           "--fair-window", "0", "--backfill-wait", "600",
-                           "--retry-backoff", "0.2", NULL};
+    const char *flags[] = {"--devices",
+                           devices,
+                           "--worker-threads",
+                           "1",
+                           "--preempt",
+                           "on",
+                           "--preempt-wait",
+                           "0",
+                           "--fair-window",
+                           "0",
+                           "--backfill-wait",
+                           "600",
+                           "--retry-backoff",
+                           "0.2",
+                           NULL};
     srv s;
     assert_int_equal(srv_start(&s, NULL, flags), 0);
     char low_id[64], low_key[128], high_id[64], high_key[128];
@@ -722,12 +744,13 @@ static void test_preemption_requeues_and_resumes(void **state)
                 !strcmp(str(j, "status"), "queued")) {
                 victim = i;
                 json_t *p = json_object_get(j, "placement");
-                victim_slot = (int)json_integer_value(json_object_get(p, "slot"));
+                victim_slot =
+                    (int)json_integer_value(json_object_get(p, "slot"));
                 json_t *caps = json_object_get(json_object_get(p, "worker_saw"),
                                                "capabilities");
                 size_t k;
                 json_t *c;
-                json_array_foreach(caps, k, c)
+                json_array_foreach (caps, k, c)
                     capable |= !strcmp(json_string_value(c), "preempt");
 
                 /* It waits in the queue, saying why. */
@@ -787,7 +810,7 @@ static void test_preemption_requeues_and_resumes(void **state)
         json_array_get(json_object_get(r->json, "gpus"), 0), "slices");
     size_t i;
     json_t *sl;
-    json_array_foreach(slices, i, sl)
+    json_array_foreach (slices, i, sl)
         assert_string_equal(str(sl, "state"), "free");
     resp_free(r);
     srv_stop(&s, SIGTERM);

@@ -30,12 +30,13 @@
 #include "common/rng.h"
 #include "harness.h"
 
-static srv server;            /* its key is the admin's */
-static srv as_a, as_b;        /* the same server, with tenant a's or b's key */
+static srv server;     /* its key is the admin's */
+static srv as_a, as_b; /* the same server, with tenant a's or b's key */
 static char files[PATH_MAX];
 static char tenant_a[64], tenant_b[64];
 static char a_ds[64], a_job[64], a_model[64];
-static char a_busy[64]; /* a long job of a's, queued or running during the table */
+static char
+    a_busy[64]; /* a long job of a's, queued or running during the table */
 
 /* ---- helpers ---- */
 
@@ -47,7 +48,6 @@ static char *file_path(const char *name)
     snprintf(out, PATH_MAX, "%s/%s", files, name);
     return out;
 }
-
 
 /* POST /v1/tenants as the admin; fills id and the first key. */
 static void create_tenant(const char *body, char id[64], char key[128])
@@ -68,7 +68,8 @@ static void upload_csv(const srv *s, const char *name, char id[64])
     char part[PATH_MAX + 8], nm[128];
     snprintf(part, sizeof part, "file=@%s", file_path("blobs.csv"));
     snprintf(nm, sizeof nm, "name=%s", name);
-    const char *parts[] = {nm, "format=csv", "label_column=species", part, NULL};
+    const char *parts[] = {nm, "format=csv", "label_column=species", part,
+                           NULL};
     resp *r = http_upload(s, "/v1/datasets", parts);
     expect_status(r, 201);
     snprintf(id, 64, "%s", str(r->json, "id"));
@@ -82,7 +83,7 @@ static int list_has(const srv *s, const char *path, const char *id)
     int found = 0;
     size_t i;
     json_t *it;
-    json_array_foreach(json_object_get(r->json, "items"), i, it)
+    json_array_foreach (json_object_get(r->json, "items"), i, it)
         found |= !strcmp(str(it, "id"), id);
     resp_free(r);
     return found;
@@ -229,15 +230,17 @@ typedef struct {
     const char *ds, *job, *busy, *model, *tenant;
 } iso_ids;
 
-static const iso_ids never = {"ds_aaaaaaaaaaaaaaaaaaaa", "job_aaaaaaaaaaaaaaaaaaaa",
-                              "job_bbbbbbbbbbbbbbbbbbbb", "mdl_aaaaaaaaaaaaaaaaaaaa",
-                              "tn_aaaaaaaaaaaaaaaaaaaa"};
+static const iso_ids never = {
+    "ds_aaaaaaaaaaaaaaaaaaaa", "job_aaaaaaaaaaaaaaaaaaaa",
+    "job_bbbbbbbbbbbbbbbbbbbb", "mdl_aaaaaaaaaaaaaaaaaaaa",
+    "tn_aaaaaaaaaaaaaaaaaaaa"};
 
 /* Replaces {ds}, {job}, {busy}, {model}, {tenant} in t. */
 static void fill(char *out, size_t n, const char *t, const iso_ids *ids)
 {
     const char *names[] = {"{ds}", "{job}", "{busy}", "{model}", "{tenant}"};
-    const char *vals[] = {ids->ds, ids->job, ids->busy, ids->model, ids->tenant};
+    const char *vals[] = {ids->ds, ids->job, ids->busy, ids->model,
+                          ids->tenant};
     size_t o = 0;
     while (*t && o + 1 < n) {
         int hit = -1;
@@ -257,7 +260,8 @@ static void fill(char *out, size_t n, const char *t, const iso_ids *ids)
 /* Removes every id of ids from text. */
 static void strip_ids(char *text, const iso_ids *ids)
 {
-    const char *vals[] = {ids->ds, ids->job, ids->busy, ids->model, ids->tenant};
+    const char *vals[] = {ids->ds, ids->job, ids->busy, ids->model,
+                          ids->tenant};
     for (int i = 0; i < 5; i++) {
         size_t len = strlen(vals[i]);
         char *p;
@@ -286,11 +290,13 @@ static void test_every_route_is_in_the_table(void **state)
             continue;
         int covered = 0;
         for (size_t k = 0; k < TY_ARRAY_LEN(iso_cases); k++)
-            covered |= !strcmp(iso_cases[k].pattern, rt->pattern) &&
-                       !strcmp(iso_cases[k].method, http_method_name(rt->method));
+            covered |=
+                !strcmp(iso_cases[k].pattern, rt->pattern) &&
+                !strcmp(iso_cases[k].method, http_method_name(rt->method));
         for (size_t k = 0; k < TY_ARRAY_LEN(iso_exempt); k++)
-            covered |= !strcmp(iso_exempt[k][0], http_method_name(rt->method)) &&
-                       !strcmp(iso_exempt[k][1], rt->pattern);
+            covered |=
+                !strcmp(iso_exempt[k][0], http_method_name(rt->method)) &&
+                !strcmp(iso_exempt[k][1], rt->pattern);
         if (!covered)
             fprintf(stderr, "route %s %s has no isolation case\n",
                     http_method_name(rt->method), rt->pattern);
@@ -418,13 +424,15 @@ static void test_admin_only(void **state)
         {"PATCH", path, "{\"weight\": 9}"},
         {"POST", keys, NULL},
         {"GET", keys, NULL},
-        {"DELETE", "/v1/tenants/tn_aaaaaaaaaaaaaaaaaaaa/keys/key_aaaaaaaaaaaaaaaaaaaa", NULL},
+        {"DELETE",
+         "/v1/tenants/tn_aaaaaaaaaaaaaaaaaaaa/keys/key_aaaaaaaaaaaaaaaaaaaa",
+         NULL},
     };
     for (size_t i = 0; i < TY_ARRAY_LEN(admin_routes); i++) {
         const char *b = admin_routes[i].body;
-        resp *r = http_do(&as_a, admin_routes[i].method, admin_routes[i].path,
-                          b ? "application/json" : NULL, b, b ? strlen(b) : 0,
-                          NULL);
+        resp *r =
+            http_do(&as_a, admin_routes[i].method, admin_routes[i].path,
+                    b ? "application/json" : NULL, b, b ? strlen(b) : 0, NULL);
         if (r->status != 403)
             fprintf(stderr, "%s %s as a tenant: %ld\n", admin_routes[i].method,
                     admin_routes[i].path, r->status);
@@ -440,8 +448,8 @@ static void test_admin_only(void **state)
     r = http_get(&as_a, path);
     expect_status(r, 200);
     assert_string_equal(str(r->json, "name"), "alpha");
-    assert_true(json_integer_value(json_object_get(json_object_get(r->json, "usage"),
-                                                   "storage_bytes")) > 0);
+    assert_true(json_integer_value(json_object_get(
+                    json_object_get(r->json, "usage"), "storage_bytes")) > 0);
     resp_free(r);
 }
 
@@ -455,7 +463,7 @@ static void test_tenants_listed_and_patched(void **state)
     int seen_admin = 0;
     size_t i;
     json_t *t;
-    json_array_foreach(items, i, t) {
+    json_array_foreach (items, i, t) {
         if (json_is_true(json_object_get(t, "admin")))
             seen_admin++;
         assert_null(json_object_get(t, "key"));
@@ -471,19 +479,23 @@ static void test_tenants_listed_and_patched(void **state)
     expect_status(r, 200);
     assert_true(json_number_value(json_object_get(r->json, "weight")) == 0.5);
     json_t *q = json_object_get(r->json, "quota");
-    assert_int_equal(json_integer_value(json_object_get(q, "max_gpu_slices")), 2);
-    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")), 1);
+    assert_int_equal(json_integer_value(json_object_get(q, "max_gpu_slices")),
+                     2);
+    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")),
+                     1);
     assert_true(json_is_null(json_object_get(q, "max_storage_bytes")));
     resp_free(r);
     /* Only what is named changes; null sets unlimited. */
-    r = http_json(&server, "PATCH", path,
-                  "{\"name\": \"beta2\", \"quota\": {\"max_gpu_slices\": null}}");
+    r = http_json(
+        &server, "PATCH", path,
+        "{\"name\": \"beta2\", \"quota\": {\"max_gpu_slices\": null}}");
     expect_status(r, 200);
     assert_string_equal(str(r->json, "name"), "beta2");
     assert_true(json_number_value(json_object_get(r->json, "weight")) == 0.5);
     q = json_object_get(r->json, "quota");
     assert_true(json_is_null(json_object_get(q, "max_gpu_slices")));
-    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")), 1);
+    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")),
+                     1);
     resp_free(r);
     r = http_json(&server, "PATCH", "/v1/tenants/tn_aaaaaaaaaaaaaaaaaaaa",
                   "{\"weight\": 2}");
@@ -513,9 +525,12 @@ static void test_validation_errors(void **state)
     (void)state;
     expect_422("POST", "/v1/tenants", "{}", "name");
     expect_422("POST", "/v1/tenants", "{\"name\": \"has space\"}", "name");
-    expect_422("POST", "/v1/tenants", "{\"name\": \"w\", \"weight\": 0}", "weight");
-    expect_422("POST", "/v1/tenants", "{\"name\": \"w\", \"weight\": -2}", "weight");
-    expect_422("POST", "/v1/tenants", "{\"name\": \"w\", \"weight\": \"heavy\"}", "weight");
+    expect_422("POST", "/v1/tenants", "{\"name\": \"w\", \"weight\": 0}",
+               "weight");
+    expect_422("POST", "/v1/tenants", "{\"name\": \"w\", \"weight\": -2}",
+               "weight");
+    expect_422("POST", "/v1/tenants",
+               "{\"name\": \"w\", \"weight\": \"heavy\"}", "weight");
     expect_422("POST", "/v1/tenants",
                "{\"name\": \"w\", \"quota\": {\"max_storage_bytes\": -1}}",
                "quota.max_storage_bytes");
@@ -523,7 +538,8 @@ static void test_validation_errors(void **state)
                "{\"name\": \"w\", \"quota\": {\"max_running_jobs\": -3}}",
                "quota.max_running_jobs");
     expect_422("POST", "/v1/tenants",
-               "{\"name\": \"w\", \"quota\": {\"max_gpus\": 1}}", "quota.max_gpus");
+               "{\"name\": \"w\", \"quota\": {\"max_gpus\": 1}}",
+               "quota.max_gpus");
     expect_422("POST", "/v1/tenants", "{\"name\": \"w\", \"colour\": \"red\"}",
                "colour");
     char path[128];
@@ -535,7 +551,7 @@ static void test_validation_errors(void **state)
     resp *r = http_get(&server, "/v1/tenants?limit=1000");
     size_t i;
     json_t *t;
-    json_array_foreach(json_object_get(r->json, "items"), i, t)
+    json_array_foreach (json_object_get(r->json, "items"), i, t)
         assert_string_not_equal(str(t, "name"), "w");
     resp_free(r);
     /* A taken name is a conflict. */
@@ -544,8 +560,8 @@ static void test_validation_errors(void **state)
     assert_string_equal(str(r->json, "field"), "name");
     resp_free(r);
     /* Keys of a tenant that does not exist. */
-    r = http_do(&server, "POST", "/v1/tenants/tn_aaaaaaaaaaaaaaaaaaaa/keys", NULL,
-                NULL, 0, NULL);
+    r = http_do(&server, "POST", "/v1/tenants/tn_aaaaaaaaaaaaaaaaaaaa/keys",
+                NULL, NULL, 0, NULL);
     expect_status(r, 404);
     resp_free(r);
 }
@@ -593,7 +609,7 @@ static void test_keys_and_revocation(void **state)
     json_t *it;
     size_t i;
     int revoked = 0;
-    json_array_foreach(json_object_get(r->json, "items"), i, it)
+    json_array_foreach (json_object_get(r->json, "items"), i, it)
         if (!strcmp(str(it, "id"), key_id))
             revoked = str(it, "revoked_at") != NULL;
     assert_true(revoked);
@@ -608,7 +624,7 @@ static void test_keys_and_revocation(void **state)
     /* The admin's last key cannot be revoked. */
     r = http_get(&server, "/v1/tenants");
     char admin_tenant[64] = "";
-    json_array_foreach(json_object_get(r->json, "items"), i, it)
+    json_array_foreach (json_object_get(r->json, "items"), i, it)
         if (json_is_true(json_object_get(it, "admin")))
             snprintf(admin_tenant, sizeof admin_tenant, "%s", str(it, "id"));
     resp_free(r);
@@ -638,7 +654,8 @@ static enum MHD_Result serve_file(void *cls, struct MHD_Connection *c,
     struct MHD_Response *r;
     enum MHD_Result ret;
     if (len < 0) {
-        r = MHD_create_response_from_buffer(9, "not found", MHD_RESPMEM_PERSISTENT);
+        r = MHD_create_response_from_buffer(9, "not found",
+                                            MHD_RESPMEM_PERSISTENT);
         ret = MHD_queue_response(c, 404, r);
     } else {
         r = MHD_create_response_from_fd((uint64_t)len, open(path, 0));
@@ -713,16 +730,17 @@ static void test_storage_quota(void **state)
     expect_quota_413(r, quota_text);
 
     /* A fetch by URL. */
-    struct MHD_Daemon *daemon = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, serve_file, NULL,
-        MHD_OPTION_END);
+    struct MHD_Daemon *daemon =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+                         serve_file, NULL, MHD_OPTION_END);
     assert_non_null(daemon);
     int port = MHD_get_daemon_info(daemon, MHD_DAEMON_INFO_BIND_PORT)->port;
     char body[512];
-    snprintf(body, sizeof body,
-             "{\"name\": \"fetched\", \"format\": \"csv\", \"label_column\": "
-             "\"species\", \"urls\": {\"file\": \"http://127.0.0.1:%d/blobs.csv\"}}",
-             port);
+    snprintf(
+        body, sizeof body,
+        "{\"name\": \"fetched\", \"format\": \"csv\", \"label_column\": "
+        "\"species\", \"urls\": {\"file\": \"http://127.0.0.1:%d/blobs.csv\"}}",
+        port);
     r = http_do(&as_c, "POST", "/v1/datasets", "application/json", body,
                 strlen(body), NULL);
     expect_quota_413(r, quota_text);

@@ -86,7 +86,8 @@ static void start_tls(srv *s, const char *data)
 {
     const char *extra[] = {"--tls-cert", file_path("server.pem"),
                            "--tls-key",  file_path("server.key"),
-                           "--devices",  "none", NULL};
+                           "--devices",  "none",
+                           NULL};
     assert_int_equal(srv_start(s, data, extra), 0);
     assert_non_null(strstr(s->base, "https://"));
     snprintf(s->cacert, sizeof s->cacert, "%s", file_path("ca.pem"));
@@ -181,7 +182,8 @@ static void test_certificate_for_another_name_is_refused(void **state)
     /* Signed by the right CA, but for a name that is not 127.0.0.1. */
     const char *extra[] = {"--tls-cert", file_path("elsewhere.pem"),
                            "--tls-key",  file_path("server.key"),
-                           "--devices",  "none", NULL};
+                           "--devices",  "none",
+                           NULL};
     srv s;
     assert_int_equal(srv_start(&s, NULL, extra), 0);
     snprintf(s.cacert, sizeof s.cacert, "%s", file_path("ca.pem"));
@@ -252,7 +254,8 @@ static void test_bad_tls_files_stop_the_start(void **state)
     assert_int_equal(serve_fails(flags, out, sizeof out), 64);
     assert_non_null(strstr(out, "--tls-key is missing"));
 
-    snprintf(flags, sizeof flags, "--tls-cert missing.pem --tls-key server.key");
+    snprintf(flags, sizeof flags,
+             "--tls-cert missing.pem --tls-key server.key");
     assert_int_equal(serve_fails(flags, out, sizeof out), 64);
     assert_non_null(strstr(out, "--tls-cert missing.pem"));
 
@@ -334,7 +337,8 @@ static void test_client_over_https(void **state)
     char *ds = strstr(out, "ds_");
     assert_non_null(ds);
     char ds_id[64];
-    snprintf(ds_id, sizeof ds_id, "%.*s", (int)strspn(ds, "ds_abcdefghijklmnopqrstuvwxyz234567"), ds);
+    snprintf(ds_id, sizeof ds_id, "%.*s",
+             (int)strspn(ds, "ds_abcdefghijklmnopqrstuvwxyz234567"), ds);
 
     /* A job submitted and watched to its end over HTTPS. */
     char job[512];

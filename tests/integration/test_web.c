@@ -19,10 +19,7 @@
 
 static srv server;
 
-static int setup(void **state)
-{
-    return srv_start(&server, NULL, NULL);
-}
+static int setup(void **state) { return srv_start(&server, NULL, NULL); }
 
 static int teardown(void **state)
 {
@@ -44,7 +41,8 @@ static void expect(const char *path, long status, const char *type,
 
 static void test_files_are_public_with_their_types(void **state)
 {
-    expect("/", 200, "text/html", "<script type=\"module\" src=\"/web/app.js\">");
+    expect("/", 200, "text/html",
+           "<script type=\"module\" src=\"/web/app.js\">");
     expect("/web/index.html", 200, "text/html", "<title>trainyard</title>");
     expect("/web/app.js", 200, "text/javascript", "import");
     expect("/web/live.js", 200, "text/javascript", "Last-Event-ID");

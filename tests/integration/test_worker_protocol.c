@@ -79,15 +79,14 @@ static void write_job(const char *job_dir, const char *ds, const char *spec,
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", job_dir);
     snprintf(model, sizeof model, "%s/model.safetensors", job_dir);
     snprintf(path, sizeof path, "%s/job.json", job_dir);
-    json_t *j = json_pack("{s:s, s:s, s:{s:f}, s:o, s:o, s:s, s:s, s:i, "
-                          "s:{s:s, s:s}}",
-                          "job_id", "job_worker_test", "dataset_path", ds,
-                          "validation", "split", 0.1, "spec",
-                          json_loads(spec, 0, NULL), "hyperparameters",
-                          json_loads(hp, 0, NULL), "checkpoint_path", ckpt,
-                          "model_path", model, "threads", 1, "extra_meta",
-                          "trainyard.job", "job_worker_test",
-                          "trainyard.dataset", "ds_worker_test");
+    json_t *j = json_pack(
+        "{s:s, s:s, s:{s:f}, s:o, s:o, s:s, s:s, s:i, "
+        "s:{s:s, s:s}}",
+        "job_id", "job_worker_test", "dataset_path", ds, "validation", "split",
+        0.1, "spec", json_loads(spec, 0, NULL), "hyperparameters",
+        json_loads(hp, 0, NULL), "checkpoint_path", ckpt, "model_path", model,
+        "threads", 1, "extra_meta", "trainyard.job", "job_worker_test",
+        "trainyard.dataset", "ds_worker_test");
     assert_non_null(j);
     assert_int_equal(json_dump_file(j, path, JSON_INDENT(2)), 0);
     json_decref(j);
@@ -101,18 +100,18 @@ static void job_file(const char *job_dir, const char *name, char out[PATH_MAX])
 /* ---- a worker process and its lines ---- */
 
 typedef struct {
-    json_t *ev;                /* the parsed line */
-    double at;                 /* when it was read (CLOCK_MONOTONIC) */
+    json_t *ev; /* the parsed line */
+    double at;  /* when it was read (CLOCK_MONOTONIC) */
 } line;
 
 typedef struct {
     pid_t pid;
-    int fd;                    /* its stdout; -1 at EOF */
+    int fd; /* its stdout; -1 at EOF */
     char buf[1 << 16];
     size_t len;
     line *lines;
-    size_t n;                  /* lines read */
-    size_t next;               /* the next line next_event returns */
+    size_t n;    /* lines read */
+    size_t next; /* the next line next_event returns */
 } proc;
 
 /* Starts `$TRAINYARD_BIN worker --job-dir job_dir` with env (NULL-
@@ -295,12 +294,14 @@ static void assert_started(const proc *p, const char *cvd, const char *dev)
         assert_true(json_is_null(d));
     const json_t *caps = json_object_get(ev, "capabilities");
     assert_int_equal(json_array_size(caps), 2);
-    assert_string_equal(json_string_value(json_array_get(caps, 0)), "heartbeat");
+    assert_string_equal(json_string_value(json_array_get(caps, 0)),
+                        "heartbeat");
     assert_string_equal(json_string_value(json_array_get(caps, 1)), "preempt");
     /* The CPU kernels it runs: OpenBLAS, a known instruction set, a rate. */
     const json_t *k = json_object_get(ev, "cpu_kernels");
     assert_true(json_is_object(k));
-    assert_string_equal(json_string_value(json_object_get(k, "provider")), "openblas");
+    assert_string_equal(json_string_value(json_object_get(k, "provider")),
+                        "openblas");
     assert_non_null(json_string_value(json_object_get(k, "core")));
     const char *isa = json_string_value(json_object_get(k, "isa"));
     assert_non_null(isa);
@@ -348,7 +349,8 @@ static void test_started_line_and_sim_device(void **state)
 {
     char dir[PATH_MAX], ds[PATH_MAX], model[PATH_MAX];
     small_setup(dir, ds, 200);
-    write_job(dir, ds, small_spec, "{\"epochs\":2,\"batch_size\":32,\"seed\":3}");
+    write_job(dir, ds, small_spec,
+              "{\"epochs\":2,\"batch_size\":32,\"seed\":3}");
     job_file(dir, "model.safetensors", model);
     const char *uuid = "MIG-5c3d1a2b-0000-4e5f-8a9b-0123456789ab";
     char dev[128], cvd[128];
@@ -385,7 +387,8 @@ static void test_started_line_and_sim_device(void **state)
         if (!strcmp(kind_of(p.lines[i].ev), "epoch"))
             ep = p.lines[i].ev;
     assert_non_null(ep);
-    assert_string_equal(json_string_value(json_object_get(ep, "device")), "cpu");
+    assert_string_equal(json_string_value(json_object_get(ep, "device")),
+                        "cpu");
     proc_free(&p);
 
     /* A sim device without a uuid: started, then an error naming it. */

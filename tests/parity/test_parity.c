@@ -171,14 +171,16 @@ static void run_case(pcase *c, const char *dir)
     train_hparams hp;
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, c->name);
     if (st_open(path, &c->ref, &err) != TY_OK) {
-        fail(c, "%s (%s); the reference files come from "
-                "tests/parity/make_reference.py, which needs /usr/bin/python3 "
-                "with PyTorch: install python3-torch (scripts/setup.sh test)",
+        fail(c,
+             "%s (%s); the reference files come from "
+             "tests/parity/make_reference.py, which needs /usr/bin/python3 "
+             "with PyTorch: install python3-torch (scripts/setup.sh test)",
              err.msg, path);
         return;
     }
     const char *spec_s = meta(c, "spec"), *task_s = meta(c, "task"),
-               *shape_s = meta(c, "input_shape"), *outs_s = meta(c, "num_outputs"),
+               *shape_s = meta(c, "input_shape"),
+               *outs_s = meta(c, "num_outputs"),
                *hp_s = meta(c, "hyperparameters");
     if (c->failed)
         return;
@@ -202,9 +204,10 @@ static void run_case(pcase *c, const char *dir)
              err.msg, hp_s);
         goto done;
     }
-    if (nn_arch_build_for_loss(spec, shape, ndim, outs, (ty_task)task,
-                               &hp.loss, &c->arch, NULL, &err) != TY_OK) {
-        fail(c, "the engine cannot build this spec: %s (%s)", err.msg, err.field);
+    if (nn_arch_build_for_loss(spec, shape, ndim, outs, (ty_task)task, &hp.loss,
+                               &c->arch, NULL, &err) != TY_OK) {
+        fail(c, "the engine cannot build this spec: %s (%s)", err.msg,
+             err.field);
         goto done;
     }
     nn_arch *a = &c->arch;
@@ -267,9 +270,9 @@ static void run_case(pcase *c, const char *dir)
     if (t)
         compare(c, "output", out, t, NULL, FLOOR_ABS);
     double sum = nn_loss(a, c->ws, n, labels, targets, NULL, 1);
-    float loss = (float)(task == TY_TASK_CLASSIFICATION
-                             ? sum / n
-                             : sum / ((double)n * outs));
+    float loss =
+        (float)(task == TY_TASK_CLASSIFICATION ? sum / n
+                                               : sum / ((double)n * outs));
     if ((t = ref_f32(c, "loss", 1)))
         compare(c, "loss", &loss, t, NULL, FLOOR_ABS);
     nn_backward(a, c->state, c->grads, c->ws, n);
@@ -277,12 +280,13 @@ static void run_case(pcase *c, const char *dir)
     for (uint32_t i = 0; i < a->n_tensors; i++) {
         const nn_named_tensor *nt = &a->tensors[i];
         char what[160];
-        snprintf(key, sizeof key, "%s.%s", nt->desc->buffer ? "forward" : "grad",
-                 nt->name);
+        snprintf(key, sizeof key, "%s.%s",
+                 nt->desc->buffer ? "forward" : "grad", nt->name);
         snprintf(what, sizeof what, "%s", key);
         if ((t = ref_f32(c, key, nt->desc->numel)))
-            compare(c, what, (nt->desc->buffer ? c->state : c->grads) + nt->offset,
-                    t, NULL, nt->desc->buffer ? FLOOR_ABS : fmax(gscale, 1e-12));
+            compare(c, what,
+                    (nt->desc->buffer ? c->state : c->grads) + nt->offset, t,
+                    NULL, nt->desc->buffer ? FLOOR_ABS : fmax(gscale, 1e-12));
     }
 
     /* Two optimizer steps on the same batch. */
@@ -347,7 +351,8 @@ int main(int argc, char **argv)
         pcase c = {.name = argv[i]};
         printf("[ RUN      ] parity %s\n", c.name);
         run_case(&c, argv[1]);
-        printf("[ %s ] parity %s\n", c.failed ? " FAILED " : "      OK", c.name);
+        printf("[ %s ] parity %s\n", c.failed ? " FAILED " : "      OK",
+               c.name);
         c.failed ? failed++ : passed++;
         free_case(&c);
     }

@@ -46,10 +46,10 @@ static inline void dt_write_str(const char *path, const char *text)
 }
 
 /* Asserts that msg contains needle, printing both when it does not. */
-#define dt_assert_contains(msg, needle)                                       \
-    do {                                                                      \
-        if (!strstr((msg), (needle)))                                         \
-            fail_msg("message \"%s\" lacks \"%s\"", (msg), (needle));         \
+#define dt_assert_contains(msg, needle)                               \
+    do {                                                              \
+        if (!strstr((msg), (needle)))                                 \
+            fail_msg("message \"%s\" lacks \"%s\"", (msg), (needle)); \
     } while (0)
 
 /* The meta's integer at key (asserting it is one). */

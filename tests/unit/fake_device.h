@@ -25,8 +25,8 @@ static nn_backend fake_device; /* filled by fake_device_init */
 static void *fake_device_alloc(const nn_exec *ex, size_t bytes)
 {
     (void)ex;
-    unsigned char *p = aligned_alloc(
-        256, FAKE_DEVICE_HDR + (bytes + 255) / 256 * 256);
+    unsigned char *p =
+        aligned_alloc(256, FAKE_DEVICE_HDR + (bytes + 255) / 256 * 256);
     if (!p)
         return NULL;
     memcpy(p, &bytes, sizeof bytes);

@@ -40,7 +40,7 @@ static_assert(sizeof(nn_backend) ==
 
 typedef struct {
     void (*run)(const void *args);
-    void *heap;                /* staged upload source, owned, or NULL */
+    void *heap; /* staged upload source, owned, or NULL */
     alignas(max_align_t) unsigned char args[FG_ARGS_MAX];
 } fg_call;
 
@@ -50,17 +50,17 @@ typedef struct {
 } fg_list;
 
 typedef struct {
-    size_t mark;               /* stream position recorded; 0: none */
+    size_t mark; /* stream position recorded; 0: none */
 } fg_fence;
 
-static fg_list fg_stream;      /* [fg_done, n) pending */
+static fg_list fg_stream; /* [fg_done, n) pending */
 static size_t fg_done;
-static uint64_t fg_pos;        /* calls ever queued (fence marks) */
-static uint64_t fg_ran;        /* calls ever run */
-static fg_list *fg_rec;        /* recording, or NULL */
+static uint64_t fg_pos; /* calls ever queued (fence marks) */
+static uint64_t fg_ran; /* calls ever run */
+static fg_list *fg_rec; /* recording, or NULL */
 static nn_backend fake_graph;
-static uint64_t fake_graph_launches, fake_graph_captures,
-    fake_graph_violations, fake_graph_deferred_reads;
+static uint64_t fake_graph_launches, fake_graph_captures, fake_graph_violations,
+    fake_graph_deferred_reads;
 static int fake_graph_fail_begin, fake_graph_fail_end;
 
 #define FG_PINNED_MAX 64
@@ -198,8 +198,7 @@ static void fg_download(const nn_exec *ex, void *dst, const void *src,
     memcpy(dst, src, bytes);
 }
 
-static void fg_copy(const nn_exec *ex, void *dst, const void *src,
-                    size_t bytes)
+static void fg_copy(const nn_exec *ex, void *dst, const void *src, size_t bytes)
 {
     (void)ex;
     fg_copy_a a = {dst, src, bytes};
@@ -245,12 +244,12 @@ typedef struct {
 static void fg_gemm_run(const void *p)
 {
     const fg_gemm_a *a = p;
-    CPU.gemm(&a->ex, a->c, a->a, a->b, a->ta, a->tb, a->m, a->n, a->k,
-             a->alpha, a->beta);
+    CPU.gemm(&a->ex, a->c, a->a, a->b, a->ta, a->tb, a->m, a->n, a->k, a->alpha,
+             a->beta);
 }
-static void fg_gemm(const nn_exec *ex, float *c, const float *a,
-                    const float *b, int ta, int tb, int m, int n, int k,
-                    float alpha, float beta)
+static void fg_gemm(const nn_exec *ex, float *c, const float *a, const float *b,
+                    int ta, int tb, int m, int n, int k, float alpha,
+                    float beta)
 {
     fg_gemm_a x = {fg_ex(ex), c, a, b, ta, tb, m, n, k, alpha, beta};
     FG_PUSH(fg_gemm_run, x);
@@ -267,12 +266,12 @@ typedef struct {
 static void fg_gemm_lp_run(const void *p)
 {
     const fg_gemm_lp_a *a = p;
-    CPU.gemm_lp(&a->ex, a->c, a->a, a->b, a->dt, a->ta, a->tb, a->m, a->n,
-                a->k, a->alpha, a->beta);
+    CPU.gemm_lp(&a->ex, a->c, a->a, a->b, a->dt, a->ta, a->tb, a->m, a->n, a->k,
+                a->alpha, a->beta);
 }
 static void fg_gemm_lp(const nn_exec *ex, float *c, const void *a,
-                       const void *b, nn_dtype dt, int ta, int tb, int m,
-                       int n, int k, float alpha, float beta)
+                       const void *b, nn_dtype dt, int ta, int tb, int m, int n,
+                       int k, float alpha, float beta)
 {
     fg_gemm_lp_a x = {fg_ex(ex), c, a, b, dt, ta, tb, m, n, k, alpha, beta};
     FG_PUSH(fg_gemm_lp_run, x);
@@ -290,8 +289,8 @@ static void fg_cast_run(const void *p)
     const fg_cast_a *a = p;
     CPU.cast(&a->ex, a->dst, a->dt, a->src, a->len);
 }
-static void fg_cast(const nn_exec *ex, void *dst, nn_dtype dt,
-                    const float *src, size_t len)
+static void fg_cast(const nn_exec *ex, void *dst, nn_dtype dt, const float *src,
+                    size_t len)
 {
     fg_cast_a x = {fg_ex(ex), dst, dt, src, len};
     FG_PUSH(fg_cast_run, x);
@@ -348,7 +347,13 @@ typedef struct {
     float f;
 } fg_ew_a;
 enum {
-    FG_ACT_F, FG_ACT_B, FG_DROP_B, FG_LRELU_F, FG_LRELU_B, FG_SMAX_B, FG_ADD,
+    FG_ACT_F,
+    FG_ACT_B,
+    FG_DROP_B,
+    FG_LRELU_F,
+    FG_LRELU_B,
+    FG_SMAX_B,
+    FG_ADD,
     FG_SCALE
 };
 static void fg_ew_run(const void *p)
@@ -356,35 +361,30 @@ static void fg_ew_run(const void *p)
     const fg_ew_a *a = p;
     const nn_exec *ex = &a->ex;
     switch (a->which) {
-    case FG_ACT_F:
-        CPU.act_forward(ex, a->op, a->o, a->i0, a->len);
-        break;
-    case FG_ACT_B:
-        CPU.act_backward(ex, a->op, a->o, a->i0, a->i1, a->i2, a->len);
-        break;
-    case FG_DROP_B:
-        CPU.dropout_backward(ex, a->o, a->i0, a->i1, a->len);
-        break;
-    case FG_LRELU_F:
-        CPU.leaky_relu_forward(ex, a->o, a->i0, a->len, a->f);
-        break;
-    case FG_LRELU_B:
-        CPU.leaky_relu_backward(ex, a->o, a->i0, a->i1, a->len, a->f);
-        break;
-    case FG_SMAX_B:
-        CPU.softmax_backward(ex, a->o, a->i0, a->i1, a->n, a->c);
-        break;
-    case FG_ADD:
-        CPU.add(ex, a->o, a->i0, a->i1, a->len);
-        break;
-    default:
-        CPU.scale(ex, a->o, a->len, a->f);
+        case FG_ACT_F: CPU.act_forward(ex, a->op, a->o, a->i0, a->len); break;
+        case FG_ACT_B:
+            CPU.act_backward(ex, a->op, a->o, a->i0, a->i1, a->i2, a->len);
+            break;
+        case FG_DROP_B:
+            CPU.dropout_backward(ex, a->o, a->i0, a->i1, a->len);
+            break;
+        case FG_LRELU_F:
+            CPU.leaky_relu_forward(ex, a->o, a->i0, a->len, a->f);
+            break;
+        case FG_LRELU_B:
+            CPU.leaky_relu_backward(ex, a->o, a->i0, a->i1, a->len, a->f);
+            break;
+        case FG_SMAX_B:
+            CPU.softmax_backward(ex, a->o, a->i0, a->i1, a->n, a->c);
+            break;
+        case FG_ADD: CPU.add(ex, a->o, a->i0, a->i1, a->len); break;
+        default: CPU.scale(ex, a->o, a->len, a->f);
     }
 }
-#define FG_EW(...)                                                            \
-    do {                                                                      \
-        fg_ew_a a_ = {__VA_ARGS__};                                           \
-        FG_PUSH(fg_ew_run, a_);                                               \
+#define FG_EW(...)                  \
+    do {                            \
+        fg_ew_a a_ = {__VA_ARGS__}; \
+        FG_PUSH(fg_ew_run, a_);     \
     } while (0)
 static void fg_act_forward(const nn_exec *ex, nn_op op, float *out,
                            const float *in, size_t len)
@@ -396,35 +396,35 @@ static void fg_act_backward(const nn_exec *ex, nn_op op, float *din,
                             const float *dout, const float *in,
                             const float *out, size_t len)
 {
-    FG_EW(.ex = fg_ex(ex), .which = FG_ACT_B, .op = op, .o = din,
-          .i0 = dout, .i1 = in, .i2 = out, .len = len);
+    FG_EW(.ex = fg_ex(ex), .which = FG_ACT_B, .op = op, .o = din, .i0 = dout,
+          .i1 = in, .i2 = out, .len = len);
 }
 static void fg_dropout_backward(const nn_exec *ex, float *din,
                                 const float *dout, const float *mask,
                                 size_t len)
 {
-    FG_EW(.ex = fg_ex(ex), .which = FG_DROP_B, .o = din, .i0 = dout,
-          .i1 = mask, .len = len);
+    FG_EW(.ex = fg_ex(ex), .which = FG_DROP_B, .o = din, .i0 = dout, .i1 = mask,
+          .len = len);
 }
 static void fg_leaky_relu_forward(const nn_exec *ex, float *out,
                                   const float *in, size_t len, float slope)
 {
-    FG_EW(.ex = fg_ex(ex), .which = FG_LRELU_F, .o = out, .i0 = in,
-          .len = len, .f = slope);
+    FG_EW(.ex = fg_ex(ex), .which = FG_LRELU_F, .o = out, .i0 = in, .len = len,
+          .f = slope);
 }
 static void fg_leaky_relu_backward(const nn_exec *ex, float *din,
                                    const float *dout, const float *in,
                                    size_t len, float slope)
 {
-    FG_EW(.ex = fg_ex(ex), .which = FG_LRELU_B, .o = din, .i0 = dout,
-          .i1 = in, .len = len, .f = slope);
+    FG_EW(.ex = fg_ex(ex), .which = FG_LRELU_B, .o = din, .i0 = dout, .i1 = in,
+          .len = len, .f = slope);
 }
 static void fg_softmax_backward(const nn_exec *ex, float *din,
-                                const float *dout, const float *out,
-                                uint32_t n, uint32_t c)
+                                const float *dout, const float *out, uint32_t n,
+                                uint32_t c)
 {
-    FG_EW(.ex = fg_ex(ex), .which = FG_SMAX_B, .o = din, .i0 = dout,
-          .i1 = out, .n = n, .c = c);
+    FG_EW(.ex = fg_ex(ex), .which = FG_SMAX_B, .o = din, .i0 = dout, .i1 = out,
+          .n = n, .c = c);
 }
 static void fg_add(const nn_exec *ex, float *out, const float *a,
                    const float *b, size_t len)
@@ -434,8 +434,7 @@ static void fg_add(const nn_exec *ex, float *out, const float *a,
 }
 static void fg_scale(const nn_exec *ex, float *x, size_t len, float alpha)
 {
-    FG_EW(.ex = fg_ex(ex), .which = FG_SCALE, .o = x, .len = len,
-          .f = alpha);
+    FG_EW(.ex = fg_ex(ex), .which = FG_SCALE, .o = x, .len = len, .f = alpha);
 }
 
 /* The host's rng advances at the call: run it now, in stream order. */
@@ -451,7 +450,7 @@ static void fg_dropout_forward(const nn_exec *ex, float *out, float *mask,
 
 typedef struct {
     nn_exec ex;
-    int which;                 /* 0 xent, 1 smooth, 2 bce, 3 mse, 4 huber */
+    int which; /* 0 xent, 1 smooth, 2 bce, 3 mse, 4 huber */
     float *d, *probs;
     const float *x, *t;
     const int32_t *labels;
@@ -463,19 +462,17 @@ static double fg_loss_call(const fg_loss_a *a, uint32_t *correct)
 {
     const nn_exec *ex = &a->ex;
     switch (a->which) {
-    case 0:
-        return CPU.softmax_xent(ex, a->d, a->probs, correct, a->x, a->labels,
-                                a->n, a->c, a->gs);
-    case 1:
-        return CPU.softmax_xent_smooth(ex, a->d, correct, a->x, a->labels,
-                                       a->n, a->c, a->f, a->gs);
-    case 2:
-        return CPU.bce_logits(ex, a->d, a->probs, correct, a->x, a->labels,
-                              a->n, a->gs);
-    case 3:
-        return CPU.mse(ex, a->d, a->x, a->t, a->len, a->gs);
-    default:
-        return CPU.huber(ex, a->d, a->x, a->t, a->len, a->f, a->gs);
+        case 0:
+            return CPU.softmax_xent(ex, a->d, a->probs, correct, a->x,
+                                    a->labels, a->n, a->c, a->gs);
+        case 1:
+            return CPU.softmax_xent_smooth(ex, a->d, correct, a->x, a->labels,
+                                           a->n, a->c, a->f, a->gs);
+        case 2:
+            return CPU.bce_logits(ex, a->d, a->probs, correct, a->x, a->labels,
+                                  a->n, a->gs);
+        case 3: return CPU.mse(ex, a->d, a->x, a->t, a->len, a->gs);
+        default: return CPU.huber(ex, a->d, a->x, a->t, a->len, a->f, a->gs);
     }
 }
 static void fg_loss_run(const void *p) { (void)fg_loss_call(p, NULL); }
@@ -496,8 +493,15 @@ static double fg_softmax_xent(const nn_exec *ex, float *dlogits, float *probs,
                               const int32_t *labels, uint32_t n, uint32_t c,
                               float gs)
 {
-    fg_loss_a a = {.ex = fg_ex(ex), .which = 0, .d = dlogits, .probs = probs,
-                   .x = logits, .labels = labels, .n = n, .c = c, .gs = gs};
+    fg_loss_a a = {.ex = fg_ex(ex),
+                   .which = 0,
+                   .d = dlogits,
+                   .probs = probs,
+                   .x = logits,
+                   .labels = labels,
+                   .n = n,
+                   .c = c,
+                   .gs = gs};
     return fg_loss(&a, correct);
 }
 static double fg_softmax_xent_smooth(const nn_exec *ex, float *dlogits,
@@ -505,8 +509,14 @@ static double fg_softmax_xent_smooth(const nn_exec *ex, float *dlogits,
                                      const int32_t *labels, uint32_t n,
                                      uint32_t c, float smoothing, float gs)
 {
-    fg_loss_a a = {.ex = fg_ex(ex), .which = 1, .d = dlogits, .x = logits,
-                   .labels = labels, .n = n, .c = c, .f = smoothing,
+    fg_loss_a a = {.ex = fg_ex(ex),
+                   .which = 1,
+                   .d = dlogits,
+                   .x = logits,
+                   .labels = labels,
+                   .n = n,
+                   .c = c,
+                   .f = smoothing,
                    .gs = gs};
     return fg_loss(&a, correct);
 }
@@ -514,22 +524,39 @@ static double fg_bce_logits(const nn_exec *ex, float *dlogits, float *probs,
                             uint32_t *correct, const float *logits,
                             const int32_t *labels, uint32_t n, float gs)
 {
-    fg_loss_a a = {.ex = fg_ex(ex), .which = 2, .d = dlogits, .probs = probs,
-                   .x = logits, .labels = labels, .n = n, .gs = gs};
+    fg_loss_a a = {.ex = fg_ex(ex),
+                   .which = 2,
+                   .d = dlogits,
+                   .probs = probs,
+                   .x = logits,
+                   .labels = labels,
+                   .n = n,
+                   .gs = gs};
     return fg_loss(&a, correct);
 }
 static double fg_mse(const nn_exec *ex, float *dpred, const float *pred,
                      const float *target, size_t len, float gs)
 {
-    fg_loss_a a = {.ex = fg_ex(ex), .which = 3, .d = dpred, .x = pred,
-                   .t = target, .len = len, .gs = gs};
+    fg_loss_a a = {.ex = fg_ex(ex),
+                   .which = 3,
+                   .d = dpred,
+                   .x = pred,
+                   .t = target,
+                   .len = len,
+                   .gs = gs};
     return fg_loss(&a, NULL);
 }
 static double fg_huber(const nn_exec *ex, float *dpred, const float *pred,
                        const float *target, size_t len, float delta, float gs)
 {
-    fg_loss_a a = {.ex = fg_ex(ex), .which = 4, .d = dpred, .x = pred,
-                   .t = target, .len = len, .f = delta, .gs = gs};
+    fg_loss_a a = {.ex = fg_ex(ex),
+                   .which = 4,
+                   .d = dpred,
+                   .x = pred,
+                   .t = target,
+                   .len = len,
+                   .f = delta,
+                   .gs = gs};
     return fg_loss(&a, NULL);
 }
 static double fg_sum_squares(const nn_exec *ex, const float *x, size_t len)
@@ -572,7 +599,7 @@ static void fg_adam(const nn_exec *ex, float *param, float *grad, float *m,
 
 typedef struct {
     nn_exec ex;
-    int which;                 /* 0 bn fwd, 1 bn bwd, 2 ln fwd, 3 ln bwd */
+    int which; /* 0 bn fwd, 1 bn bwd, 2 ln fwd, 3 ln bwd */
     float *o0, *o1, *o2, *o3, *o4;
     const float *i0, *i1, *i2, *i3, *i4;
     uint32_t n, c, s;
@@ -584,22 +611,22 @@ static void fg_norm_run(const void *p)
     const fg_norm_a *a = p;
     const nn_exec *ex = &a->ex;
     switch (a->which) {
-    case 0:
-        CPU.batchnorm_forward(ex, a->o0, a->o1, a->o2, a->o3, a->o4, a->i0,
-                              a->i1, a->i2, a->n, a->c, a->s, a->flag, a->f0,
-                              a->f1);
-        break;
-    case 1:
-        CPU.batchnorm_backward(ex, a->o0, a->o1, a->o2, a->i0, a->i1, a->i2,
-                               a->i3, a->i4, a->n, a->c, a->s, a->flag);
-        break;
-    case 2:
-        CPU.layernorm_forward(ex, a->o0, a->o1, a->o2, a->i0, a->i1, a->i2,
-                              a->n, a->c, a->f0);
-        break;
-    default:
-        CPU.layernorm_backward(ex, a->o0, a->o1, a->o2, a->i0, a->i1, a->i2,
-                               a->i3, a->i4, a->n, a->c);
+        case 0:
+            CPU.batchnorm_forward(ex, a->o0, a->o1, a->o2, a->o3, a->o4, a->i0,
+                                  a->i1, a->i2, a->n, a->c, a->s, a->flag,
+                                  a->f0, a->f1);
+            break;
+        case 1:
+            CPU.batchnorm_backward(ex, a->o0, a->o1, a->o2, a->i0, a->i1, a->i2,
+                                   a->i3, a->i4, a->n, a->c, a->s, a->flag);
+            break;
+        case 2:
+            CPU.layernorm_forward(ex, a->o0, a->o1, a->o2, a->i0, a->i1, a->i2,
+                                  a->n, a->c, a->f0);
+            break;
+        default:
+            CPU.layernorm_backward(ex, a->o0, a->o1, a->o2, a->i0, a->i1, a->i2,
+                                   a->i3, a->i4, a->n, a->c);
     }
 }
 static void fg_batchnorm_forward(const nn_exec *ex, float *out, float *mean,
@@ -609,10 +636,22 @@ static void fg_batchnorm_forward(const nn_exec *ex, float *out, float *mean,
                                  uint32_t s, int training, float momentum,
                                  float eps)
 {
-    fg_norm_a a = {.ex = fg_ex(ex), .which = 0, .o0 = out, .o1 = mean,
-                   .o2 = invstd, .o3 = rmean, .o4 = rvar, .i0 = x,
-                   .i1 = gamma, .i2 = beta, .n = n, .c = c, .s = s,
-                   .flag = training, .f0 = momentum, .f1 = eps};
+    fg_norm_a a = {.ex = fg_ex(ex),
+                   .which = 0,
+                   .o0 = out,
+                   .o1 = mean,
+                   .o2 = invstd,
+                   .o3 = rmean,
+                   .o4 = rvar,
+                   .i0 = x,
+                   .i1 = gamma,
+                   .i2 = beta,
+                   .n = n,
+                   .c = c,
+                   .s = s,
+                   .flag = training,
+                   .f0 = momentum,
+                   .f1 = eps};
     FG_PUSH(fg_norm_run, a);
 }
 static void fg_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
@@ -622,9 +661,19 @@ static void fg_batchnorm_backward(const nn_exec *ex, float *dx, float *dgamma,
                                   uint32_t n, uint32_t c, uint32_t s,
                                   int batch_stats)
 {
-    fg_norm_a a = {.ex = fg_ex(ex), .which = 1, .o0 = dx, .o1 = dgamma,
-                   .o2 = dbeta, .i0 = dout, .i1 = x, .i2 = gamma, .i3 = mean,
-                   .i4 = invstd, .n = n, .c = c, .s = s,
+    fg_norm_a a = {.ex = fg_ex(ex),
+                   .which = 1,
+                   .o0 = dx,
+                   .o1 = dgamma,
+                   .o2 = dbeta,
+                   .i0 = dout,
+                   .i1 = x,
+                   .i2 = gamma,
+                   .i3 = mean,
+                   .i4 = invstd,
+                   .n = n,
+                   .c = c,
+                   .s = s,
                    .flag = batch_stats};
     FG_PUSH(fg_norm_run, a);
 }
@@ -633,9 +682,17 @@ static void fg_layernorm_forward(const nn_exec *ex, float *out, float *mean,
                                  const float *gamma, const float *beta,
                                  uint32_t n, uint32_t d, float eps)
 {
-    fg_norm_a a = {.ex = fg_ex(ex), .which = 2, .o0 = out, .o1 = mean,
-                   .o2 = rstd, .i0 = x, .i1 = gamma, .i2 = beta, .n = n,
-                   .c = d, .f0 = eps};
+    fg_norm_a a = {.ex = fg_ex(ex),
+                   .which = 2,
+                   .o0 = out,
+                   .o1 = mean,
+                   .o2 = rstd,
+                   .i0 = x,
+                   .i1 = gamma,
+                   .i2 = beta,
+                   .n = n,
+                   .c = d,
+                   .f0 = eps};
     FG_PUSH(fg_norm_run, a);
 }
 static void fg_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
@@ -644,9 +701,18 @@ static void fg_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
                                   const float *mean, const float *rstd,
                                   uint32_t n, uint32_t d)
 {
-    fg_norm_a a = {.ex = fg_ex(ex), .which = 3, .o0 = dx, .o1 = dgamma,
-                   .o2 = dbeta, .i0 = dout, .i1 = x, .i2 = gamma, .i3 = mean,
-                   .i4 = rstd, .n = n, .c = d};
+    fg_norm_a a = {.ex = fg_ex(ex),
+                   .which = 3,
+                   .o0 = dx,
+                   .o1 = dgamma,
+                   .o2 = dbeta,
+                   .i0 = dout,
+                   .i1 = x,
+                   .i2 = gamma,
+                   .i3 = mean,
+                   .i4 = rstd,
+                   .n = n,
+                   .c = d};
     FG_PUSH(fg_norm_run, a);
 }
 
@@ -654,7 +720,7 @@ static void fg_layernorm_backward(const nn_exec *ex, float *dx, float *dgamma,
 
 typedef struct {
     nn_exec ex;
-    int which;                 /* 0 conv fwd, 1 conv bwd, 2 pool fwd, 3 bwd */
+    int which; /* 0 conv fwd, 1 conv bwd, 2 pool fwd, 3 bwd */
     nn_op op;
     float *o0, *o1, *o2;
     int32_t *arg;
@@ -668,35 +734,48 @@ static void fg_conv_run(const void *p)
     const fg_conv_a *a = p;
     const nn_exec *ex = &a->ex;
     switch (a->which) {
-    case 0:
-        CPU.conv2d_forward(ex, a->o0, a->i0, a->i1, a->i2, a->n, &a->d);
-        break;
-    case 1:
-        CPU.conv2d_backward(ex, a->o0, a->o1, a->o2, a->i0, a->i1, a->i2,
-                            a->n, &a->d);
-        break;
-    case 2:
-        CPU.pool2d_forward(ex, a->op, a->o0, a->arg, a->i0, a->n, &a->d);
-        break;
-    default:
-        CPU.pool2d_backward(ex, a->op, a->o0, a->i0, a->carg, a->n, &a->d);
+        case 0:
+            CPU.conv2d_forward(ex, a->o0, a->i0, a->i1, a->i2, a->n, &a->d);
+            break;
+        case 1:
+            CPU.conv2d_backward(ex, a->o0, a->o1, a->o2, a->i0, a->i1, a->i2,
+                                a->n, &a->d);
+            break;
+        case 2:
+            CPU.pool2d_forward(ex, a->op, a->o0, a->arg, a->i0, a->n, &a->d);
+            break;
+        default:
+            CPU.pool2d_backward(ex, a->op, a->o0, a->i0, a->carg, a->n, &a->d);
     }
 }
 static void fg_conv2d_forward(const nn_exec *ex, float *out, const float *in,
                               const float *weight, const float *bias,
                               uint32_t n, const nn_conv_desc *d)
 {
-    fg_conv_a a = {.ex = fg_ex(ex), .which = 0, .o0 = out, .i0 = in,
-                   .i1 = weight, .i2 = bias, .n = n, .d = *d};
+    fg_conv_a a = {.ex = fg_ex(ex),
+                   .which = 0,
+                   .o0 = out,
+                   .i0 = in,
+                   .i1 = weight,
+                   .i2 = bias,
+                   .n = n,
+                   .d = *d};
     FG_PUSH(fg_conv_run, a);
 }
 static void fg_conv2d_backward(const nn_exec *ex, float *din, float *dweight,
-                               float *dbias, const float *dout,
-                               const float *in, const float *weight,
-                               uint32_t n, const nn_conv_desc *d)
+                               float *dbias, const float *dout, const float *in,
+                               const float *weight, uint32_t n,
+                               const nn_conv_desc *d)
 {
-    fg_conv_a a = {.ex = fg_ex(ex), .which = 1, .o0 = din, .o1 = dweight,
-                   .o2 = dbias, .i0 = dout, .i1 = in, .i2 = weight, .n = n,
+    fg_conv_a a = {.ex = fg_ex(ex),
+                   .which = 1,
+                   .o0 = din,
+                   .o1 = dweight,
+                   .o2 = dbias,
+                   .i0 = dout,
+                   .i1 = in,
+                   .i2 = weight,
+                   .n = n,
                    .d = *d};
     FG_PUSH(fg_conv_run, a);
 }
@@ -704,16 +783,28 @@ static void fg_pool2d_forward(const nn_exec *ex, nn_op op, float *out,
                               int32_t *argmax, const float *in, uint32_t n,
                               const nn_conv_desc *d)
 {
-    fg_conv_a a = {.ex = fg_ex(ex), .which = 2, .op = op, .o0 = out,
-                   .arg = argmax, .i0 = in, .n = n, .d = *d};
+    fg_conv_a a = {.ex = fg_ex(ex),
+                   .which = 2,
+                   .op = op,
+                   .o0 = out,
+                   .arg = argmax,
+                   .i0 = in,
+                   .n = n,
+                   .d = *d};
     FG_PUSH(fg_conv_run, a);
 }
 static void fg_pool2d_backward(const nn_exec *ex, nn_op op, float *din,
                                const float *dout, const int32_t *argmax,
                                uint32_t n, const nn_conv_desc *d)
 {
-    fg_conv_a a = {.ex = fg_ex(ex), .which = 3, .op = op, .o0 = din,
-                   .i0 = dout, .carg = argmax, .n = n, .d = *d};
+    fg_conv_a a = {.ex = fg_ex(ex),
+                   .which = 3,
+                   .op = op,
+                   .o0 = din,
+                   .i0 = dout,
+                   .carg = argmax,
+                   .n = n,
+                   .d = *d};
     FG_PUSH(fg_conv_run, a);
 }
 

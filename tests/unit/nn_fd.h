@@ -26,14 +26,13 @@ static inline void fd_fill(float *x, size_t n, uint64_t seed, float scale)
 /* Builds spec for input shape (regression, outputs values); fails the test
  * with the error message otherwise. */
 static inline void fd_build_arch(const char *spec_text, const uint32_t *shape,
-                                 uint32_t ndim, uint32_t outputs,
-                                 nn_arch *arch)
+                                 uint32_t ndim, uint32_t outputs, nn_arch *arch)
 {
     json_t *spec = json_loads(spec_text, 0, NULL);
     assert_non_null(spec);
     ty_err err;
-    ty_status st = nn_arch_build(spec, shape, ndim, outputs,
-                                 TY_TASK_REGRESSION, arch, NULL, &err);
+    ty_status st = nn_arch_build(spec, shape, ndim, outputs, TY_TASK_REGRESSION,
+                                 arch, NULL, &err);
     json_decref(spec);
     if (st != TY_OK)
         fail_msg("%s (%s)", err.msg, err.field);
@@ -42,15 +41,15 @@ static inline void fd_build_arch(const char *spec_text, const uint32_t *shape,
 typedef struct {
     nn_arch arch;
     nn_workspace *ws;
-    float *state;              /* parameters, then buffers */
+    float *state; /* parameters, then buffers */
     float *grads, *x, *r, *din;
     uint32_t n;
     size_t nx, ny;
 } fd_case;
 
-static inline void fd_setup(fd_case *c, const char *spec,
-                            const uint32_t *shape, uint32_t ndim,
-                            uint32_t outputs, uint32_t n, uint64_t seed)
+static inline void fd_setup(fd_case *c, const char *spec, const uint32_t *shape,
+                            uint32_t ndim, uint32_t outputs, uint32_t n,
+                            uint64_t seed)
 {
     memset(c, 0, sizeof *c);
     fd_build_arch(spec, shape, ndim, outputs, &c->arch);
@@ -121,7 +120,9 @@ static inline void fd_backward(fd_case *c)
 {
     fd_forward(c);
     memset(c->grads, 0, c->arch.param_count * sizeof(float));
-    nn_pass p = {.be = c->arch.be, .ex = c->ws->ex, .n = c->n,
+    nn_pass p = {.be = c->arch.be,
+                 .ex = c->ws->ex,
+                 .n = c->n,
                  .training = 1,
                  .buffers = c->state + c->arch.param_count};
     nn_seq_backward(&c->arch, &p, c->state, c->grads, c->ws->act,
@@ -147,8 +148,8 @@ static inline void fd_check(fd_case *c, float eps, double abs_tol)
     fd_backward(c);
     double norm = 0;
     for (size_t i = 0; i < c->nx; i++) {
-        tu_assert_grad_close(c->din[i], fd_central(c, &c->x[i], eps),
-                             abs_tol, "din", i);
+        tu_assert_grad_close(c->din[i], fd_central(c, &c->x[i], eps), abs_tol,
+                             "din", i);
         norm += fabs(c->din[i]);
     }
     assert_true(norm > 1e-3);
@@ -159,9 +160,8 @@ static inline void fd_check(fd_case *c, float eps, double abs_tol)
         double tn = 0;
         for (uint64_t k = 0; k < nt->desc->numel; k++) {
             size_t i = (size_t)(nt->offset + k);
-            tu_assert_grad_close(c->grads[i],
-                                 fd_central(c, &c->state[i], eps), abs_tol,
-                                 nt->name, (size_t)k);
+            tu_assert_grad_close(c->grads[i], fd_central(c, &c->state[i], eps),
+                                 abs_tol, nt->name, (size_t)k);
             tn += fabs(c->grads[i]);
         }
         if (!(tn > 1e-4))

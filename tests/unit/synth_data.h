@@ -65,7 +65,8 @@ static inline void synth_xor(synth *s, uint32_t n, uint64_t seed)
     static const uint32_t shape[] = {4};
     synth_init(s, TY_TASK_CLASSIFICATION, n, shape, 1, TY_DTYPE_F32, 2,
                "standardize");
-    json_object_set_new(s->ds.meta, "classes", json_pack("[s, s]", "same", "different"));
+    json_object_set_new(s->ds.meta, "classes",
+                        json_pack("[s, s]", "same", "different"));
     ty_rng r;
     ty_rng_seed(&r, seed, 1);
     float *x = s->x;
@@ -77,7 +78,7 @@ static inline void synth_xor(synth *s, uint32_t n, uint64_t seed)
         x[i * 4 + 0] = 3.0f * a + 10.0f; /* off-center, scaled: standardize */
         x[i * 4 + 1] = 0.5f * b;
         x[i * 4 + 2] = ty_rng_normal(&r);
-        x[i * 4 + 3] = 7.0f;             /* constant: std 0 read as 1 */
+        x[i * 4 + 3] = 7.0f; /* constant: std 0 read as 1 */
         s->y[i] = (a > 0) != (b > 0);
     }
 }
@@ -93,7 +94,8 @@ static inline void synth_linear(synth *s, uint32_t n, uint64_t seed)
     for (uint32_t i = 0; i < n; i++) {
         for (int j = 0; j < 3; j++)
             x[i * 3 + j] = 2.0f * ty_rng_uniform(&r) - 1.0f;
-        s->yv[i] = 2.0f * x[i * 3] - 3.0f * x[i * 3 + 1] + 0.5f * x[i * 3 + 2] + 1.0f;
+        s->yv[i] =
+            2.0f * x[i * 3] - 3.0f * x[i * 3 + 1] + 0.5f * x[i * 3 + 2] + 1.0f;
     }
 }
 

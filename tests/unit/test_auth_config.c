@@ -22,12 +22,17 @@ static void test_sha256_known_vectors(void **state)
     char hex[65];
     sha256_digest("", 0, d);
     sha256_hex(d, hex);
-    assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    assert_string_equal(
+        hex,
+        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     sha256_digest("abc", 3, d);
     sha256_hex(d, hex);
-    assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    assert_string_equal(
+        hex,
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     /* Streaming in odd pieces gives the same digest as one shot. */
-    const char *msg = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    const char *msg =
+        "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
     sha256_ctx c;
     sha256_init(&c);
     size_t len = strlen(msg);
@@ -35,7 +40,9 @@ static void test_sha256_known_vectors(void **state)
         sha256_update(&c, msg + i, len - i < 3 ? len - i : 3);
     sha256_final(&c, d);
     sha256_hex(d, hex);
-    assert_string_equal(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    assert_string_equal(
+        hex,
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
 }
 
 static void test_key_format(void **state)
@@ -105,7 +112,8 @@ static void test_bootstrap_and_check(void **state)
     assert_int_equal(auth_check(st, header, &who, &err), TY_OK);
     assert_int_equal(auth_check(st, NULL, &who, &err), TY_EINVAL);
     assert_int_equal(auth_check(st, "Basic abc", &who, &err), TY_EINVAL);
-    assert_int_equal(auth_check(st, "Bearer nonsense", &who, &err), TY_ENOTFOUND);
+    assert_int_equal(auth_check(st, "Bearer nonsense", &who, &err),
+                     TY_ENOTFOUND);
     /* The right id with a wrong secret. */
     char forged[AUTH_KEY_LEN + 1];
     memcpy(forged, key, sizeof forged);
@@ -123,9 +131,10 @@ static void test_config_parse(void **state)
     assert_string_equal(c.host, "127.0.0.1");
     assert_int_equal(c.port, 8080);
     assert_string_equal(c.data_dir, "./var");
-    char *argv[] = {"serve", "--listen", "0.0.0.0:9000", "--data=/tmp/x",
-                    "--threads", "8", "--max-upload-bytes", "512M",
-                    "--max-jobs=2", NULL};
+    char *argv[] = {
+        "serve",        "--listen", "0.0.0.0:9000",       "--data=/tmp/x",
+        "--threads",    "8",        "--max-upload-bytes", "512M",
+        "--max-jobs=2", NULL};
     int help = 0;
     ty_err err;
     assert_int_equal(config_parse_serve(9, argv, &c, &help, &err), TY_OK);
@@ -144,19 +153,19 @@ static void test_config_parse(void **state)
     assert_int_equal(config_parse_serve(2, h, &c, &help, &err), TY_OK);
     assert_int_equal(help, 1);
 
-    char *bad[][3] = {{"serve", "--listen", "8080"},
-                      {"serve", "--listen", "host:99999"},
-                      {"serve", "--threads", "0"},
-                      {"serve", "--max-upload-bytes", "lots"},
-                      {"serve", "--bogus", "1"},
-                      {"serve", "stray", "x"}};
+    char *bad[][3] = {
+        {"serve", "--listen", "8080"}, {"serve", "--listen", "host:99999"},
+        {"serve", "--threads", "0"},   {"serve", "--max-upload-bytes", "lots"},
+        {"serve", "--bogus", "1"},     {"serve", "stray", "x"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         err.msg[0] = '\0';
-        assert_int_equal(config_parse_serve(3, bad[i], &c, &help, &err), TY_EINVAL);
+        assert_int_equal(config_parse_serve(3, bad[i], &c, &help, &err),
+                         TY_EINVAL);
         assert_true(strlen(err.msg) > 0);
     }
     char *missing[] = {"serve", "--data", NULL};
-    assert_int_equal(config_parse_serve(2, missing, &c, &help, &err), TY_EINVAL);
+    assert_int_equal(config_parse_serve(2, missing, &c, &help, &err),
+                     TY_EINVAL);
     assert_non_null(strstr(err.msg, "needs a value"));
 
     uint64_t n;
@@ -191,8 +200,8 @@ static void test_config_serve_device(void **state)
     char *aut[] = {"serve", "--serve-device", "auto", NULL};
     assert_int_equal(config_parse_serve(3, aut, &c, &help, &err), TY_OK);
     assert_int_equal(c.serve_device, PLACE_DEVICE_AUTO);
-    const char *bad[] = {"gpu", "cuda:", "cuda:-1", "cuda:x", "cuda:1x",
-                         "CUDA", "", "cuda:99999", "Auto"};
+    const char *bad[] = {"gpu",  "cuda:", "cuda:-1",    "cuda:x", "cuda:1x",
+                         "CUDA", "",      "cuda:99999", "Auto"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char *argv[] = {"serve", "--serve-device", (char *)bad[i], NULL};
         err.msg[0] = '\0';
@@ -374,8 +383,8 @@ int main(void)
         cmocka_unit_test(test_sha256_known_vectors),
         cmocka_unit_test(test_key_format),
         cmocka_unit_test(test_equal_ct),
-        cmocka_unit_test_setup_teardown(test_bootstrap_and_check, tu_tmpdir_setup,
-                                        tu_tmpdir_teardown),
+        cmocka_unit_test_setup_teardown(test_bootstrap_and_check,
+                                        tu_tmpdir_setup, tu_tmpdir_teardown),
         cmocka_unit_test(test_config_parse),
         cmocka_unit_test(test_config_serve_device),
         cmocka_unit_test(test_config_train_device),

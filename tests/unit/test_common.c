@@ -52,7 +52,8 @@ static void test_write_atomic_and_read(void **state)
 static void test_json_checks_name_the_field(void **state)
 {
     json_t *o = json_loads("{\"a\": 3, \"b\": 1.5, \"c\": \"x\", \"d\": true, "
-                           "\"e\": 2.0, \"f\": \"\"}", 0, NULL);
+                           "\"e\": 2.0, \"f\": \"\"}",
+                           0, NULL);
     ty_err err;
     int64_t i;
     double d;
@@ -65,30 +66,41 @@ static void test_json_checks_name_the_field(void **state)
     assert_string_equal(err.field, "hp.c");
     assert_non_null(strstr(err.msg, "allowed: a, b"));
 
-    assert_int_equal(tyjson_get_int(o, "a", "hp", 1, 0, 10, 0, &i, &err), TY_OK);
+    assert_int_equal(tyjson_get_int(o, "a", "hp", 1, 0, 10, 0, &i, &err),
+                     TY_OK);
     assert_int_equal(i, 3);
-    assert_int_equal(tyjson_get_int(o, "e", "hp", 1, 0, 10, 0, &i, &err), TY_OK);
+    assert_int_equal(tyjson_get_int(o, "e", "hp", 1, 0, 10, 0, &i, &err),
+                     TY_OK);
     assert_int_equal(i, 2); /* 2.0 is a whole number */
-    assert_int_equal(tyjson_get_int(o, "b", "hp", 1, 0, 10, 0, &i, &err), TY_EINVAL);
+    assert_int_equal(tyjson_get_int(o, "b", "hp", 1, 0, 10, 0, &i, &err),
+                     TY_EINVAL);
     assert_string_equal(err.field, "hp.b");
-    assert_int_equal(tyjson_get_int(o, "a", "hp", 1, 5, 10, 0, &i, &err), TY_EINVAL);
+    assert_int_equal(tyjson_get_int(o, "a", "hp", 1, 5, 10, 0, &i, &err),
+                     TY_EINVAL);
     assert_non_null(strstr(err.msg, "between 5 and 10"));
-    assert_int_equal(tyjson_get_int(o, "zz", "hp", 0, 0, 10, 7, &i, &err), TY_OK);
+    assert_int_equal(tyjson_get_int(o, "zz", "hp", 0, 0, 10, 7, &i, &err),
+                     TY_OK);
     assert_int_equal(i, 7);
-    assert_int_equal(tyjson_get_int(o, "zz", "", 1, 0, 10, 7, &i, &err), TY_EINVAL);
+    assert_int_equal(tyjson_get_int(o, "zz", "", 1, 0, 10, 7, &i, &err),
+                     TY_EINVAL);
     assert_string_equal(err.field, "zz");
     assert_non_null(strstr(err.msg, "required"));
 
-    assert_int_equal(tyjson_get_number(o, "b", "", 1, 0, 2, 0, &d, &err), TY_OK);
+    assert_int_equal(tyjson_get_number(o, "b", "", 1, 0, 2, 0, &d, &err),
+                     TY_OK);
     assert_true(d == 1.5);
-    assert_int_equal(tyjson_get_number(o, "c", "", 1, 0, 2, 0, &d, &err), TY_EINVAL);
+    assert_int_equal(tyjson_get_number(o, "c", "", 1, 0, 2, 0, &d, &err),
+                     TY_EINVAL);
     assert_int_equal(tyjson_get_bool(o, "d", "", 1, 0, &b, &err), TY_OK);
     assert_int_equal(b, 1);
     assert_int_equal(tyjson_get_bool(o, "a", "", 1, 0, &b, &err), TY_EINVAL);
-    assert_int_equal(tyjson_get_string(o, "c", "", 1, 10, NULL, &s, &err), TY_OK);
+    assert_int_equal(tyjson_get_string(o, "c", "", 1, 10, NULL, &s, &err),
+                     TY_OK);
     assert_string_equal(s, "x");
-    assert_int_equal(tyjson_get_string(o, "f", "", 1, 10, NULL, &s, &err), TY_EINVAL);
-    assert_int_equal(tyjson_get_string(o, "a", "", 1, 10, NULL, &s, &err), TY_EINVAL);
+    assert_int_equal(tyjson_get_string(o, "f", "", 1, 10, NULL, &s, &err),
+                     TY_EINVAL);
+    assert_int_equal(tyjson_get_string(o, "a", "", 1, 10, NULL, &s, &err),
+                     TY_EINVAL);
     json_decref(o);
 
     json_t *arr = json_loads("[1, 2]", 0, NULL);

@@ -37,33 +37,41 @@ static void expect_decision(const char *policy, cpu_isa cpu, const char *loaded,
     char core[32], reason[256];
     int rc = cpu_kernels_decide(policy, cpu, loaded, core, sizeof core, reason,
                                 sizeof reason);
-    if (rc != want_rc || strcmp(core, want_core) ||
-        !strstr(reason, reason_has))
-        fail_msg("decide(%s, %s, %s) = %d, '%s', '%s'; want %d, '%s', '...%s...'",
-                 policy ? policy : "NULL", cpu_isa_name(cpu), loaded, rc, core,
-                 reason, want_rc, want_core, reason_has);
+    if (rc != want_rc || strcmp(core, want_core) || !strstr(reason, reason_has))
+        fail_msg(
+            "decide(%s, %s, %s) = %d, '%s', '%s'; want %d, '%s', '...%s...'",
+            policy ? policy : "NULL", cpu_isa_name(cpu), loaded, rc, core,
+            reason, want_rc, want_core, reason_has);
 }
 
 static void test_decide(void **state)
 {
     (void)state;
     /* An unrecognised CPU: OpenBLAS loaded Prescott. */
-    expect_decision(NULL, CPU_ISA_AVX512, "Prescott", 0, "SkylakeX", "CPUID: avx512");
-    expect_decision("auto", CPU_ISA_AVX2, "Prescott", 0, "Haswell", "CPUID: avx2");
-    expect_decision("AUTO", CPU_ISA_AVX, "Prescott", 0, "Sandybridge", "generic kernels");
+    expect_decision(NULL, CPU_ISA_AVX512, "Prescott", 0, "SkylakeX",
+                    "CPUID: avx512");
+    expect_decision("auto", CPU_ISA_AVX2, "Prescott", 0, "Haswell",
+                    "CPUID: avx2");
+    expect_decision("AUTO", CPU_ISA_AVX, "Prescott", 0, "Sandybridge",
+                    "generic kernels");
     /* Recognised: what OpenBLAS chose already uses the best ISA. */
-    expect_decision(NULL, CPU_ISA_AVX512, "Cooperlake", 0, "", "best this CPU has");
+    expect_decision(NULL, CPU_ISA_AVX512, "Cooperlake", 0, "",
+                    "best this CPU has");
     expect_decision(NULL, CPU_ISA_AVX2, "Zen", 0, "", "best this CPU has");
     /* A CPU with AVX2 only, OpenBLAS wrongly on Sandybridge kernels. */
-    expect_decision(NULL, CPU_ISA_AVX2, "Sandybridge", 0, "Haswell", "avx kernels");
+    expect_decision(NULL, CPU_ISA_AVX2, "Sandybridge", 0, "Haswell",
+                    "avx kernels");
     /* No AVX at all: nothing better to load. */
     expect_decision(NULL, CPU_ISA_GENERIC, "Prescott", 0, "", "no AVX");
     /* Policies. */
-    expect_decision("openblas", CPU_ISA_AVX512, "Prescott", 0, "", "own choice");
-    expect_decision("Haswell", CPU_ISA_AVX512, "Cooperlake", 0, "Haswell", "=Haswell");
+    expect_decision("openblas", CPU_ISA_AVX512, "Prescott", 0, "",
+                    "own choice");
+    expect_decision("Haswell", CPU_ISA_AVX512, "Cooperlake", 0, "Haswell",
+                    "=Haswell");
     expect_decision("skylakex", CPU_ISA_AVX512, "SkylakeX", 0, "", "=skylakex");
     expect_decision("SkylakeX", CPU_ISA_AVX2, "Haswell", -1, "", "lacks");
-    expect_decision("Pentium9", CPU_ISA_AVX512, "Haswell", -1, "", "not an OpenBLAS");
+    expect_decision("Pentium9", CPU_ISA_AVX512, "Haswell", -1, "",
+                    "not an OpenBLAS");
 }
 
 static void test_core_isa(void **state)
@@ -87,7 +95,8 @@ static int cpuinfo_has(const char *flags, const char *flag)
 {
     size_t n = strlen(flag);
     for (const char *p = flags; (p = strstr(p, flag)); p += n)
-        if ((p == flags || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\n' || !p[n]))
+        if ((p == flags || p[-1] == ' ') &&
+            (p[n] == ' ' || p[n] == '\n' || !p[n]))
             return 1;
     return 0;
 }
@@ -185,10 +194,9 @@ static float *rand_floats(size_t n)
 static void test_gemm_matches_reference(void **state)
 {
     (void)state;
-    static const int shapes[][3] = {{128, 256, 784}, {128, 10, 128},
-                                    {1, 256, 784},   {37, 53, 71},
-                                    {3, 1024, 3136}, {64, 1, 5},
-                                    {1, 1024, 3136}, {2, 1500, 701}};
+    static const int shapes[][3] = {
+        {128, 256, 784}, {128, 10, 128}, {1, 256, 784},   {37, 53, 71},
+        {3, 1024, 3136}, {64, 1, 5},     {1, 1024, 3136}, {2, 1500, 701}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int ta = 0; ta < 2; ta++)
             for (int tb = 0; tb < 2; tb++) {
@@ -199,7 +207,8 @@ static void test_gemm_matches_reference(void **state)
                 float *c0 = malloc(sizeof(float) * m * n);
                 assert_non_null(c0);
                 memcpy(c0, c, sizeof(float) * m * n);
-                nn_backend_cpu.gemm(NULL, c, a, b, ta, tb, m, n, k, 0.5f, 0.25f);
+                nn_backend_cpu.gemm(NULL, c, a, b, ta, tb, m, n, k, 0.5f,
+                                    0.25f);
                 for (int i = 0; i < m; i++)
                     for (int j = 0; j < n; j++) {
                         double acc = 0, mag = 0;
@@ -231,7 +240,8 @@ static void test_gemm_matches_reference(void **state)
 static void test_gemm_beta0_ignores_c(void **state)
 {
     (void)state;
-    static const int shapes[][3] = {{1, 1024, 3136}, {2, 1024, 1024}, {4, 64, 64}};
+    static const int shapes[][3] = {
+        {1, 1024, 3136}, {2, 1024, 1024}, {4, 64, 64}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
         float *a = rand_floats((size_t)m * k), *b = rand_floats((size_t)k * n);
@@ -251,7 +261,8 @@ static void test_gemm_beta0_ignores_c(void **state)
 /* conv2d_forward against a direct loop in double for one geometry. */
 static void check_conv(const nn_conv_desc *d, uint32_t n)
 {
-    const uint32_t kh = d->kernel[0], kw = d->kernel[1], cg = d->in_c / d->groups;
+    const uint32_t kh = d->kernel[0], kw = d->kernel[1],
+                   cg = d->in_c / d->groups;
     const uint32_t fg = d->out_c / d->groups;
     size_t in_len = (size_t)n * d->in_c * d->in_h * d->in_w;
     size_t w_len = (size_t)d->out_c * cg * kh * kw;
@@ -264,7 +275,8 @@ static void check_conv(const nn_conv_desc *d, uint32_t n)
         w[i] *= 0.1f;
     size_t work = nn_backend_cpu.conv2d_work(d);
     nn_exec ex = {.work_floats = (work + 15) / 16 * 16};
-    ex.work = aligned_alloc(64, (ex.work_floats ? ex.work_floats : 16) * sizeof(float));
+    ex.work = aligned_alloc(64, (ex.work_floats ? ex.work_floats : 16) *
+                                    sizeof(float));
     assert_non_null(ex.work);
     nn_backend_cpu.conv2d_forward(&ex, out, in, w, bias, n, d);
     for (uint32_t s = 0; s < n; s++)
@@ -276,22 +288,33 @@ static void check_conv(const nn_conv_desc *d, uint32_t n)
                     for (uint32_t c = 0; c < cg; c++)
                         for (uint32_t i = 0; i < kh; i++)
                             for (uint32_t j = 0; j < kw; j++) {
-                                int64_t ih = (int64_t)oh * d->stride[0] - d->pad[0] +
+                                int64_t ih = (int64_t)oh * d->stride[0] -
+                                             d->pad[0] +
                                              (int64_t)i * d->dilation[0];
-                                int64_t iw = (int64_t)ow * d->stride[1] - d->pad[1] +
+                                int64_t iw = (int64_t)ow * d->stride[1] -
+                                             d->pad[1] +
                                              (int64_t)j * d->dilation[1];
-                                if (ih < 0 || iw < 0 || ih >= d->in_h || iw >= d->in_w)
+                                if (ih < 0 || iw < 0 || ih >= d->in_h ||
+                                    iw >= d->in_w)
                                     continue;
-                                double x = in[(((size_t)s * d->in_c + g * cg + c) *
-                                                   d->in_h + ih) * d->in_w + iw];
-                                double y = w[(((size_t)f * cg + c) * kh + i) * kw + j];
+                                double x =
+                                    in[(((size_t)s * d->in_c + g * cg + c) *
+                                            d->in_h +
+                                        ih) *
+                                           d->in_w +
+                                       iw];
+                                double y =
+                                    w[(((size_t)f * cg + c) * kh + i) * kw + j];
                                 acc += x * y;
                                 mag += fabs(x * y);
                             }
-                    float got = out[(((size_t)s * d->out_c + f) * d->out_h + oh) *
-                                        d->out_w + ow];
+                    float got =
+                        out[(((size_t)s * d->out_c + f) * d->out_h + oh) *
+                                d->out_w +
+                            ow];
                     if (fabs(got - acc) > 1e-5 * mag + 1e-7)
-                        fail_msg("conv %ux%u k%ux%u pad %u,%u dil %u,%u stride %u,%u: "
+                        fail_msg("conv %ux%u k%ux%u pad %u,%u dil %u,%u stride "
+                                 "%u,%u: "
                                  "out[%u][%u][%u][%u] = %.9g, reference %.9g",
                                  d->in_h, d->in_w, kh, kw, d->pad[0], d->pad[1],
                                  d->dilation[0], d->dilation[1], d->stride[0],
@@ -304,10 +327,18 @@ static void check_conv(const nn_conv_desc *d, uint32_t n)
     free(out);
 }
 
-#define CONV(ic, ih, iw, oc, oh, ow, k0, k1, s0, s1, p0, p1, d0, d1, g)            \
-    ((nn_conv_desc){.in_c = ic, .in_h = ih, .in_w = iw, .out_c = oc, .out_h = oh, \
-                    .out_w = ow, .kernel = {k0, k1}, .stride = {s0, s1},          \
-                    .pad = {p0, p1}, .dilation = {d0, d1}, .groups = g})
+#define CONV(ic, ih, iw, oc, oh, ow, k0, k1, s0, s1, p0, p1, d0, d1, g) \
+    ((nn_conv_desc){.in_c = ic,                                         \
+                    .in_h = ih,                                         \
+                    .in_w = iw,                                         \
+                    .out_c = oc,                                        \
+                    .out_h = oh,                                        \
+                    .out_w = ow,                                        \
+                    .kernel = {k0, k1},                                 \
+                    .stride = {s0, s1},                                 \
+                    .pad = {p0, p1},                                    \
+                    .dilation = {d0, d1},                               \
+                    .groups = g})
 
 /* The Fashion CNN's two convolutions, and "same" geometries (stride 1,
  * out_w == in_w: the im2col path that copies shifted runs) with dilation,
@@ -319,13 +350,13 @@ static void test_conv_matches_reference(void **state)
     const nn_conv_desc ds[] = {
         CONV(1, 28, 28, 32, 28, 28, 5, 5, 1, 1, 2, 2, 1, 1, 1),
         CONV(32, 14, 14, 64, 14, 14, 5, 5, 1, 1, 2, 2, 1, 1, 1),
-        CONV(3, 9, 9, 4, 9, 9, 3, 3, 1, 1, 2, 2, 2, 2, 1),   /* dilated */
-        CONV(2, 6, 7, 3, 6, 7, 3, 5, 1, 1, 1, 2, 1, 1, 1),   /* 3x5 */
-        CONV(2, 2, 2, 3, 2, 2, 5, 5, 1, 1, 2, 2, 1, 1, 1),   /* tiny plane */
-        CONV(2, 4, 3, 2, 6, 3, 3, 3, 1, 1, 2, 1, 1, 1, 1),   /* taller out */
-        CONV(4, 5, 5, 4, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 2),   /* groups */
-        CONV(3, 9, 9, 4, 5, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1),   /* strided */
-        CONV(3, 8, 8, 4, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 1),   /* valid */
+        CONV(3, 9, 9, 4, 9, 9, 3, 3, 1, 1, 2, 2, 2, 2, 1), /* dilated */
+        CONV(2, 6, 7, 3, 6, 7, 3, 5, 1, 1, 1, 2, 1, 1, 1), /* 3x5 */
+        CONV(2, 2, 2, 3, 2, 2, 5, 5, 1, 1, 2, 2, 1, 1, 1), /* tiny plane */
+        CONV(2, 4, 3, 2, 6, 3, 3, 3, 1, 1, 2, 1, 1, 1, 1), /* taller out */
+        CONV(4, 5, 5, 4, 5, 5, 3, 3, 1, 1, 1, 1, 1, 1, 2), /* groups */
+        CONV(3, 9, 9, 4, 5, 5, 3, 3, 2, 2, 1, 1, 1, 1, 1), /* strided */
+        CONV(3, 8, 8, 4, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 1), /* valid */
     };
     for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
         check_conv(&ds[i], 2);

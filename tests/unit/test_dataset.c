@@ -16,7 +16,7 @@ static void make_good(void)
 {
     ty_err err;
     dt_write_str(dt_path(1, "in.csv"), "f1,f2,label\n1,2,a\n3,4,b\n5,6,c\n"
-                                        "7,8,a\n");
+                                       "7,8,a\n");
     if (ds_convert_csv(dt_path(1, "in.csv"), "label", TY_TASK_CLASSIFICATION,
                        DS_PATH, &err) != TY_OK)
         fail_msg("convert: %s", err.msg);
@@ -175,83 +175,100 @@ static void test_open_bad_meta(void **state)
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", NULL},
+         "\"x_offset\":512,\"y_offset\":576}",
+         NULL},
         {"{\"version\":1,\"format\":\"npy\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "meta.task is required"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.task is required"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":\"2\",\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "meta.num_examples must be an "
-                                               "integer"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.num_examples must be an "
+         "integer"},
         {"{\"version\":1,\"format\":\"parquet\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "meta.format has an unknown "
-                                               "value \"parquet\""},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.format has an unknown "
+         "value \"parquet\""},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":4,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "meta.features is 4 but "
-                                               "input_shape holds 3"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.features is 4 but "
+         "input_shape holds 3"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[1,1,1,1,3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "meta.input_shape must be an "
-                                               "array of 1 to 4"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.input_shape must be an "
+         "array of 1 to 4"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[0],\"features\":0,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "meta.input_shape[0] must be"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.input_shape[0] must be"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float16\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "meta.x_dtype has an unknown "
-                                               "value"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.x_dtype has an unknown "
+         "value"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":500,\"y_offset\":576}", "meta offsets are inconsistent"},
+         "\"x_offset\":500,\"y_offset\":576}",
+         "meta offsets are inconsistent"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":512}", "meta offsets are inconsistent"},
+         "\"x_offset\":512,\"y_offset\":512}",
+         "meta offsets are inconsistent"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":0,\"y_offset\":576}", "meta offsets are inconsistent"},
+         "\"x_offset\":0,\"y_offset\":576}",
+         "meta offsets are inconsistent"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":5,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "the file is truncated"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "the file is truncated"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"classification\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "meta.num_classes is required"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.num_classes is required"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"classification\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
          "\"num_classes\":2,\"classes\":[0],"
-         "\"x_offset\":512,\"y_offset\":576}", "meta.classes must be an array "
-                                               "of num_classes (2)"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.classes must be an array "
+         "of num_classes (2)"},
         {"{\"version\":1,\"format\":\"npy\",\"task\":\"classification\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":2,\"preprocess\":\"none\","
          "\"num_classes\":1,\"classes\":[0],"
-         "\"x_offset\":512,\"y_offset\":576}", "meta.y_dim must be 1 for "
-                                               "classification"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.y_dim must be 1 for "
+         "classification"},
         {"{\"version\":1,\"format\":\"csv\",\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
          "\"feature_names\":[\"a\"],"
-         "\"x_offset\":512,\"y_offset\":576}", "meta.feature_names must be an "
-                                               "array of 3 names"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "meta.feature_names must be an "
+         "array of 3 names"},
         {"{\"version\":1,\"version\":1,\"format\":\"npy\","
          "\"task\":\"regression\","
          "\"num_examples\":2,\"input_shape\":[3],\"features\":3,"
          "\"x_dtype\":\"float32\",\"y_dim\":1,\"preprocess\":\"none\","
-         "\"x_offset\":512,\"y_offset\":576}", "the meta is not a JSON object"},
+         "\"x_offset\":512,\"y_offset\":576}",
+         "the meta is not a JSON object"},
     };
     for (size_t i = 0; i < TY_ARRAY_LEN(cases); i++) {
         write_tyds(cases[i].meta, 576 + 8);
@@ -341,8 +358,9 @@ static void test_class_map(void **state)
     class_map_ok("[0.0]", "[1, -0.0]", (int32_t[]){1}, 1);
     class_map_ok("[\"x\"]", "[\"x\",\"x\"]", (int32_t[]){0}, 1);
     /* 1 and "1" are different classes */
-    class_map_bad("[1]", "[\"1\"]", "class 1 (index 0) is not one of the 1 "
-                                    "known classes");
+    class_map_bad("[1]", "[\"1\"]",
+                  "class 1 (index 0) is not one of the 1 "
+                  "known classes");
     class_map_bad("[\"1\"]", "[1, 2]", "class \"1\" (index 0)");
     /* the first class missing is named */
     class_map_bad("[\"a\",\"zz\",\"yy\"]", "[\"a\"]", "class \"zz\" (index 1)");

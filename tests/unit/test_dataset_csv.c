@@ -168,7 +168,8 @@ static void test_crlf_bom_and_trailing_blank_lines(void **state)
 {
     (void)state;
     ty_dataset ds;
-    convert_ok("\xef\xbb\xbf" "f1,f2,target\r\n1,2,yes\r\n3,4,no\r\n\r\n  \r\n",
+    convert_ok("\xef\xbb\xbf"
+               "f1,f2,target\r\n1,2,yes\r\n3,4,no\r\n\r\n  \r\n",
                "target", TY_TASK_CLASSIFICATION, &ds);
     assert_int_equal(ds.num_examples, 2);
     /* the BOM is not part of the first column's name */
@@ -205,7 +206,7 @@ static void test_number_syntax(void **state)
     ty_dataset_close(&ds);
 
     static const char *const bad[] = {"0x10", "1.2.3", "1e", "3abc", ".",
-                                      "-", "1 2", "e5", "1e+"};
+                                      "-",    "1 2",   "e5", "1e+"};
     for (size_t i = 0; i < TY_ARRAY_LEN(bad); i++) {
         char text[128];
         ty_err err;
@@ -229,8 +230,8 @@ static void test_many_rows_across_chunks(void **state)
     int split = 0;
     len += (size_t)snprintf(text + len, cap - len, "id,half,cls\r\n");
     for (int i = 0; i < rows; i++) {
-        len += (size_t)snprintf(text + len, cap - len, "%d,%d.5,c%d", i,
-                                i / 2, i % 7);
+        len += (size_t)snprintf(text + len, cap - len, "%d,%d.5,c%d", i, i / 2,
+                                i % 7);
         /* pad the first row that would cross byte 65536 (trailing blanks
          * are dropped) so that its CR is the chunk's last byte */
         if (!split && len + 24 > 65536) {
@@ -265,8 +266,8 @@ static void test_ragged_row(void **state)
     assert_string_equal(err.msg, "line 5 has 3 columns but the header has 5");
     assert_string_equal(err.field, "file");
 
-    convert_bad("a,label\n1,x,3\n", "label", TY_TASK_CLASSIFICATION,
-                TY_EFORMAT, &err);
+    convert_bad("a,label\n1,x,3\n", "label", TY_TASK_CLASSIFICATION, TY_EFORMAT,
+                &err);
     assert_string_equal(err.msg, "line 2 has 3 columns but the header has 2");
 }
 
@@ -318,8 +319,8 @@ static void test_missing_label_column(void **state)
 {
     (void)state;
     ty_err err;
-    convert_bad("a,b,c\n1,2,3\n", "species", TY_TASK_CLASSIFICATION,
-                TY_EFORMAT, &err);
+    convert_bad("a,b,c\n1,2,3\n", "species", TY_TASK_CLASSIFICATION, TY_EFORMAT,
+                &err);
     assert_string_equal(err.msg, "label column \"species\" is not in the "
                                  "header (columns: a, b, c)");
     assert_string_equal(err.field, "label_column");
@@ -431,7 +432,8 @@ static void test_binary_and_limits(void **state)
     memset(text + n, 'z', TY_DS_MAX_LABEL_LEN + 1);
     strcpy(text + n + TY_DS_MAX_LABEL_LEN + 1, "\n");
     convert_bad(text, "l", TY_TASK_CLASSIFICATION, TY_ETOOBIG, &err);
-    dt_assert_contains(err.msg, "the label is 257 bytes long; the limit is 256");
+    dt_assert_contains(err.msg,
+                       "the label is 257 bytes long; the limit is 256");
 
     /* a line longer than TY_DS_MAX_LINE */
     size_t big = TY_DS_MAX_LINE + 100;
@@ -491,9 +493,9 @@ static void test_bad_arguments_and_cleanup(void **state)
     const char *csv = dt_path(0, "in.csv");
     const char *out = dt_path(1, "out.tyds");
     dt_write_str(csv, "a,l\n1,x\n");
-    assert_int_equal(ds_convert_csv(csv, NULL, TY_TASK_CLASSIFICATION, out,
-                                    &err),
-                     TY_EINVAL);
+    assert_int_equal(
+        ds_convert_csv(csv, NULL, TY_TASK_CLASSIFICATION, out, &err),
+        TY_EINVAL);
     assert_string_equal(err.field, "label_column");
     assert_int_equal(ds_convert_csv(csv, "l", (ty_task)7, out, &err),
                      TY_EINVAL);
@@ -501,17 +503,17 @@ static void test_bad_arguments_and_cleanup(void **state)
                                     TY_TASK_CLASSIFICATION, out, &err),
                      TY_EIO);
     assert_string_equal(err.field, "file");
-    assert_int_equal(ds_convert_csv(tu_tmpdir, "l", TY_TASK_CLASSIFICATION,
-                                    out, &err),
-                     TY_EIO);
+    assert_int_equal(
+        ds_convert_csv(tu_tmpdir, "l", TY_TASK_CLASSIFICATION, out, &err),
+        TY_EIO);
     assert_string_equal(err.msg, "file is not a regular file");
 
     /* a failed conversion removes whatever was at out_path */
     dt_write_str(out, "stale");
     dt_write_str(csv, "a,l\n1,x\n2\n");
-    assert_int_equal(ds_convert_csv(csv, "l", TY_TASK_CLASSIFICATION, out,
-                                    &err),
-                     TY_EFORMAT);
+    assert_int_equal(
+        ds_convert_csv(csv, "l", TY_TASK_CLASSIFICATION, out, &err),
+        TY_EFORMAT);
     assert_false(fs_exists(out));
 
     /* an output directory that does not exist is an I/O error */

@@ -46,8 +46,7 @@ static void write_idx(const char *path, uint32_t magic, const uint32_t *dims,
 /* n images of rows x cols with pixel (i, k) = (i * 7 + k) & 0xff, and
  * labels i % classes. */
 static void write_mnist_like(uint32_t n, uint32_t rows, uint32_t cols,
-                             unsigned classes, int gzip_images,
-                             int gzip_labels)
+                             unsigned classes, int gzip_images, int gzip_labels)
 {
     size_t px = (size_t)n * rows * cols;
     uint8_t *pixels = malloc(px), *labels = malloc(n);
@@ -323,8 +322,8 @@ static void test_zero_dimension_and_limits(void **state)
 
     /* a labels header that claims far more than the file holds costs no
      * memory: it is simply truncated */
-    uint32_t di_ok[3] = {TY_DS_MAX_EXAMPLES, 1, 1}, dl_big[1] = {
-        TY_DS_MAX_EXAMPLES};
+    uint32_t di_ok[3] = {TY_DS_MAX_EXAMPLES, 1, 1},
+             dl_big[1] = {TY_DS_MAX_EXAMPLES};
     write_idx(dt_path(0, "images.idx"), 0x803, di_ok, 3, NULL, 0, 0, 0);
     write_idx(dt_path(1, "labels.idx"), 0x801, dl_big, 1, lb, 1, 0, 0);
     convert_bad(TY_EFORMAT, "labels", &err);
@@ -362,7 +361,8 @@ static void test_missing_and_empty_files(void **state)
     (void)state;
     ty_err err;
     write_mnist_like(2, 2, 2, 2, 0, 0);
-    assert_int_equal(ds_convert_idx(dt_path(3, "nope"), dt_path(1, "labels.idx"),
+    assert_int_equal(ds_convert_idx(dt_path(3, "nope"),
+                                    dt_path(1, "labels.idx"),
                                     dt_path(2, "out.tyds"), &err),
                      TY_EIO);
     assert_string_equal(err.field, "images");
@@ -384,8 +384,8 @@ static void test_fashion_mnist(void **state)
     ty_err err;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    ty_status st = ds_convert_idx(images, labels, dt_path(2, "fashion.tyds"),
-                                  &err);
+    ty_status st =
+        ds_convert_idx(images, labels, dt_path(2, "fashion.tyds"), &err);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     if (st != TY_OK)
         fail_msg("conversion failed: %s", err.msg);

@@ -112,8 +112,8 @@ static void convert_bad(int task, ty_status want, const char *field,
 static void test_each_x_dtype(void **state)
 {
     (void)state;
-    static const char *const dtypes[] = {"<f4", "<f8", "|u1", "<u1", "<i4",
-                                         "<i8"};
+    static const char *const dtypes[] = {"<f4", "<f8", "|u1",
+                                         "<u1", "<i4", "<i8"};
     for (size_t d = 0; d < TY_ARRAY_LEN(dtypes); d++) {
         ty_dataset ds;
         write_npy(X_PATH, dtypes[d], "(3, 2)", x6, 6);
@@ -131,7 +131,8 @@ static void test_each_x_dtype(void **state)
         for (uint32_t i = 0; i < 3; i++) {
             float row[2];
             ty_dataset_example_f32(&ds, i, row);
-            assert_true(row[0] == (float)(2 * i) && row[1] == (float)(2 * i + 1));
+            assert_true(row[0] == (float)(2 * i) &&
+                        row[1] == (float)(2 * i + 1));
         }
         ty_dataset_close(&ds);
     }
@@ -235,7 +236,8 @@ static void test_header_spellings(void **state)
         "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), }",
         "{'descr':'<f4','fortran_order':False,'shape':(3,2)}",
         "{\"descr\": \"<f4\", \"fortran_order\": False, \"shape\": (3, 2)}",
-        "{ 'shape' : ( 3 , 2 , ) , 'fortran_order' : False , 'descr' : '<f4' , }",
+        "{ 'shape' : ( 3 , 2 , ) , 'fortran_order' : False , 'descr' : '<f4' , "
+        "}",
         "{'descr': '<f4', 'fortran_order': False, 'shape': (3L, 2L), }",
         "{'descr': '<f4',\n 'fortran_order': False,\n 'shape': (3, 2)}",
     };
@@ -260,9 +262,11 @@ static void test_malformed_headers(void **state)
     } cases[] = {
         {"{'descr': '<f4', 'shape': (3, 2), }", "must have the keys"},
         {"{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2), "
-         "'extra': 1}", "unknown or repeated key"},
+         "'extra': 1}",
+         "unknown or repeated key"},
         {"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, "
-         "'shape': (3, 2)}", "unknown or repeated key"},
+         "'shape': (3, 2)}",
+         "unknown or repeated key"},
         {"{'descr': '<f4', 'fortran_order': False, 'shape': (6)}",
          "(N) is not a tuple"},
         {"{'descr': '<f4', 'fortran_order': False, 'shape': [3, 2]}",
@@ -278,7 +282,8 @@ static void test_malformed_headers(void **state)
         {"{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,)}",
          "structured dtypes are not supported"},
         {"{'descr': '<f4', 'fortran_order': False, "
-         "'shape': (99999999999999999999999, 2)}", "a size is too large"},
+         "'shape': (99999999999999999999999, 2)}",
+         "a size is too large"},
     };
     float data[6] = {0};
     write_npy(Y_PATH, "<i4", "(3,)", y3, 3);
@@ -330,8 +335,8 @@ static void test_unsupported_dtypes(void **state)
     assert_string_equal(err.msg, "x.npy: dtype '>f4' is big-endian; save it "
                                  "little-endian (e.g. a.astype('<f4'))");
 
-    static const char *const others[] = {"<c8", "|O", "|b1", "<f2", "<u4",
-                                         "|i1", "<U5"};
+    static const char *const others[] = {"<c8", "|O",  "|b1", "<f2",
+                                         "<u4", "|i1", "<U5"};
     for (size_t i = 0; i < TY_ARRAY_LEN(others); i++) {
         char dict[128], want[160];
         snprintf(dict, sizeof dict,
@@ -566,9 +571,9 @@ static void test_bad_arguments(void **state)
     write_npy(Y_PATH, "<i4", "(3,)", y3, 3);
     assert_int_equal(convert(5, &err), TY_EINVAL);
     assert_string_equal(err.field, "task");
-    assert_int_equal(ds_convert_npy(X_PATH, dt_path(3, "none.npy"), -1,
-                                    OUT_PATH, &err),
-                     TY_EIO);
+    assert_int_equal(
+        ds_convert_npy(X_PATH, dt_path(3, "none.npy"), -1, OUT_PATH, &err),
+        TY_EIO);
     assert_string_equal(err.field, "y");
     assert_false(fs_exists(OUT_PATH));
 }

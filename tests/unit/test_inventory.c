@@ -87,8 +87,9 @@ static void expect_bad(const char *text, const char *field, ...)
         assert_string_equal(err.field, field);
 }
 
-#define H200_GPU(insts) \
-    "{\"gpus\": [{\"model\": \"H200\", \"mig\": true, \"instances\": [" insts "]}]}"
+#define H200_GPU(insts)                                                       \
+    "{\"gpus\": [{\"model\": \"H200\", \"mig\": true, \"instances\": [" insts \
+    "]}]}"
 
 /* ---- mig.h ---- */
 
@@ -126,8 +127,7 @@ static void test_mig_tables(void **state)
 
     /* Every model: six profiles, the 7g one covers the whole GPU, and no
      * profile claims more slices than a GPU has. */
-    const char *names[] = {"A100-40GB", "A100-80GB", "H100-80GB",
-                           "H200-141GB"};
+    const char *names[] = {"A100-40GB", "A100-80GB", "H100-80GB", "H200-141GB"};
     for (size_t i = 0; i < TY_ARRAY_LEN(names); i++) {
         const mig_model *m = mig_model_find(names[i]);
         assert_int_equal(m->nprofiles, 6);
@@ -284,15 +284,16 @@ static void test_slots_mixed_host(void **state)
     inventory *inv = NULL;
     ty_err err;
     assert_int_equal(
-        parse("{\"gpus\": ["
-              "{\"model\": \"A100-80GB\"},"
-              "{\"model\": \"H100\", \"mig\": true},"
-              "{\"model\": \"H100\", \"mig\": true, \"instances\": ["
-              "  {\"profile\": \"4g.40gb\", \"start\": 0},"
-              "  {\"profile\": \"3g.40gb\", \"start\": 4}]},"
-              "{\"model\": \"L4\", \"memory_gb\": 22.5, \"name\": \"NVIDIA L4\"}"
-              "]}",
-              &inv, &err),
+        parse(
+            "{\"gpus\": ["
+            "{\"model\": \"A100-80GB\"},"
+            "{\"model\": \"H100\", \"mig\": true},"
+            "{\"model\": \"H100\", \"mig\": true, \"instances\": ["
+            "  {\"profile\": \"4g.40gb\", \"start\": 0},"
+            "  {\"profile\": \"3g.40gb\", \"start\": 4}]},"
+            "{\"model\": \"L4\", \"memory_gb\": 22.5, \"name\": \"NVIDIA L4\"}"
+            "]}",
+            &inv, &err),
         TY_OK);
     assert_int_equal(inv->ngpus, 4);
     assert_int_equal(inv->nslots, 4);
@@ -361,11 +362,13 @@ static void test_bad_instances(void **state)
                "can start only at memory slices 0, 2, 4", NULL);
     expect_bad(H200_GPU("{\"profile\": \"1g.18gb\", \"start\": 7}"),
                "gpus[0].instances[0].start",
-               "instances[0] (1g.18gb at start 7)",
-               "0, 1, 2, 3, 4, 5, 6", NULL);
+               "instances[0] (1g.18gb at start 7)", "0, 1, 2, 3, 4, 5, 6",
+               NULL);
     expect_bad(H200_GPU("{\"profile\": \"7g.141gb\", \"start\": 4}"),
-               "gpus[0].instances[0].start", "can start only at memory "
-               "slice 0", NULL);
+               "gpus[0].instances[0].start",
+               "can start only at memory "
+               "slice 0",
+               NULL);
     /* Past the last memory slice, and a missing start. */
     expect_bad(H200_GPU("{\"profile\": \"1g.18gb\", \"start\": 8}"),
                "gpus[0].instances[0].start", NULL);
@@ -395,8 +398,7 @@ static void test_bad_instances(void **state)
                "{\"profile\": \"1g.10gb\", \"start\": 6},"
                "{\"profile\": \"1g.10gb\", \"start\": 7}]}]}",
                "gpus[1].instances[3].start",
-               "gpus[1] (H100-80GB): instances[3] (1g.10gb at start 7)",
-               NULL);
+               "gpus[1] (H100-80GB): instances[3] (1g.10gb at start 7)", NULL);
     /* Instances on a GPU with MIG off, and more than 7. */
     expect_bad("{\"gpus\": [{\"model\": \"H200\", \"instances\": ["
                "{\"profile\": \"1g.18gb\", \"start\": 0}]}]}",

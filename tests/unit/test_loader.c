@@ -151,10 +151,15 @@ static void fixture_init(fixture *f, uint32_t n, uint32_t bs,
 {
     make_images(&f->s, n);
     ty_err err;
-    assert_int_equal(nn_preproc_fit(&f->pp, "scale_255", &f->s.ds, NULL, n, &err),
-                     TY_OK);
-    f->cfg = (loader_config){.ds = &f->s.ds, .pp = &f->pp, .batch_size = bs,
-                             .n = n, .outputs = 3, .augment = aug, .seed = 77};
+    assert_int_equal(
+        nn_preproc_fit(&f->pp, "scale_255", &f->s.ds, NULL, n, &err), TY_OK);
+    f->cfg = (loader_config){.ds = &f->s.ds,
+                             .pp = &f->pp,
+                             .batch_size = bs,
+                             .n = n,
+                             .outputs = 3,
+                             .augment = aug,
+                             .seed = 77};
 }
 
 static void fixture_free(fixture *f)
@@ -255,8 +260,13 @@ static void test_augment_off_is_the_old_gather(void **state)
     assert_int_equal(nn_preproc_fit(&pp, "standardize", &s.ds, NULL, 100, &err),
                      TY_OK);
     for (int prefetch = 0; prefetch < 2; prefetch++) {
-        loader_config cfg = {.ds = &s.ds, .pp = &pp, .batch_size = 32, .n = 100,
-                             .outputs = 2, .seed = 1, .prefetch = prefetch};
+        loader_config cfg = {.ds = &s.ds,
+                             .pp = &pp,
+                             .batch_size = 32,
+                             .n = 100,
+                             .outputs = 2,
+                             .seed = 1,
+                             .prefetch = prefetch};
         loader *l;
         assert_int_equal(loader_create(&cfg, &l, &err), TY_OK);
         uint32_t perm[100];
@@ -285,8 +295,13 @@ static void test_regression_targets(void **state)
     nn_preproc pp;
     ty_err err;
     assert_int_equal(nn_preproc_fit(&pp, "none", &s.ds, NULL, 50, &err), TY_OK);
-    loader_config cfg = {.ds = &s.ds, .pp = &pp, .batch_size = 8, .n = 50,
-                         .outputs = 1, .seed = 1, .prefetch = 1};
+    loader_config cfg = {.ds = &s.ds,
+                         .pp = &pp,
+                         .batch_size = 8,
+                         .n = 50,
+                         .outputs = 1,
+                         .seed = 1,
+                         .prefetch = 1};
     loader *l;
     assert_int_equal(loader_create(&cfg, &l, &err), TY_OK);
     uint32_t perm[50];
@@ -397,7 +412,8 @@ static void test_hparams(void **state)
     assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
     assert_int_equal(hp.augment.crop_padding, 4);
     assert_int_equal(hp.augment.horizontal_flip, 1);
-    json_t *want = json_pack("{s:i, s:b}", "crop_padding", 4, "horizontal_flip", 1);
+    json_t *want =
+        json_pack("{s:i, s:b}", "crop_padding", 4, "horizontal_flip", 1);
     assert_true(json_equal(json_object_get(norm, "augment"), want));
     json_decref(want);
     train_hparams again;
@@ -432,7 +448,7 @@ static void test_augment_needs_images(void **state)
 {
     const uint32_t image[] = {3, 32, 28}, table[] = {10}, matrix[] = {28, 28};
     loader_augment flip = {.horizontal_flip = 1}, crop = {.crop_padding = 4},
-                  off = {0};
+                   off = {0};
     ty_err err;
     assert_int_equal(loader_augment_check(&flip, image, 3, &err), TY_OK);
     assert_int_equal(loader_augment_check(&crop, image, 3, &err), TY_OK);

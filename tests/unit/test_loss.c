@@ -39,8 +39,8 @@ static void check_fd(const nn_loss_spec *l, float *out, const int32_t *labels,
 {
     float d[64];
     assert_true(n * width <= 64);
-    nn_loss_compute(l, &nn_backend_cpu, NULL, d, out, labels, targets, n,
-                    width, NULL, grad_scale);
+    nn_loss_compute(l, &nn_backend_cpu, NULL, d, out, labels, targets, n, width,
+                    NULL, grad_scale);
     for (uint32_t i = 0; i < n * width; i++) {
         float x = out[i];
         out[i] = x + h;
@@ -105,9 +105,9 @@ static void test_bce_values(void **state)
     /* log(1 + e^-0.5); 2 + log(1 + e^-2) ... as max(x,0) - xy + log1p(e^-|x|) */
     double loss = nn_loss_compute(&l, &nn_backend_cpu, NULL, d, x, y, NULL, 3,
                                   1, &hits, 1.0f);
-    assert_float_equal(loss, 0.4740769841801067 + 2.1269280110429727 +
-                                 3.048587351573742,
-                       1e-6);
+    assert_float_equal(
+        loss, 0.4740769841801067 + 2.1269280110429727 + 3.048587351573742,
+        1e-6);
     assert_int_equal(hits, 1); /* only the first: p > 0.5 and y = 1 */
     /* sigmoid(x) - y */
     assert_float_equal(d[0], -0.3775406687981454, 1e-6);
@@ -202,14 +202,16 @@ static void test_resolve(void **state)
 {
     ty_err err;
     nn_loss_spec l = {.kind = NN_LOSS_AUTO};
-    assert_int_equal(nn_loss_resolve(&l, TY_TASK_CLASSIFICATION, 10, &err), TY_OK);
+    assert_int_equal(nn_loss_resolve(&l, TY_TASK_CLASSIFICATION, 10, &err),
+                     TY_OK);
     assert_int_equal(l.kind, NN_LOSS_CROSS_ENTROPY);
     l = (nn_loss_spec){.kind = NN_LOSS_AUTO, .huber_delta = 1.0};
     assert_int_equal(nn_loss_resolve(&l, TY_TASK_REGRESSION, 3, &err), TY_OK);
     assert_int_equal(l.kind, NN_LOSS_MSE);
     assert_float_equal(l.huber_delta, 0.0, 0); /* canonical */
     l = (nn_loss_spec){.kind = NN_LOSS_BINARY_CROSS_ENTROPY};
-    assert_int_equal(nn_loss_resolve(&l, TY_TASK_CLASSIFICATION, 2, &err), TY_OK);
+    assert_int_equal(nn_loss_resolve(&l, TY_TASK_CLASSIFICATION, 2, &err),
+                     TY_OK);
 
     expect_resolve((nn_loss_spec){.kind = NN_LOSS_BINARY_CROSS_ENTROPY},
                    TY_TASK_CLASSIFICATION, 3, "hyperparameters.loss");
@@ -219,14 +221,15 @@ static void test_resolve(void **state)
                    TY_TASK_REGRESSION, 1, "hyperparameters.loss");
     expect_resolve((nn_loss_spec){.kind = NN_LOSS_AUTO, .label_smoothing = 0.1},
                    TY_TASK_REGRESSION, 1, "hyperparameters.label_smoothing");
-    expect_resolve((nn_loss_spec){.kind = NN_LOSS_CROSS_ENTROPY,
-                                  .label_smoothing = 1.0},
-                   TY_TASK_CLASSIFICATION, 4, "hyperparameters.label_smoothing");
+    expect_resolve(
+        (nn_loss_spec){.kind = NN_LOSS_CROSS_ENTROPY, .label_smoothing = 1.0},
+        TY_TASK_CLASSIFICATION, 4, "hyperparameters.label_smoothing");
     expect_resolve((nn_loss_spec){.kind = NN_LOSS_HUBER, .huber_delta = 0.0},
                    TY_TASK_REGRESSION, 1, "hyperparameters.huber_delta");
     ty_err e = {0};
     l = (nn_loss_spec){.kind = NN_LOSS_BINARY_CROSS_ENTROPY};
-    assert_int_equal(nn_loss_resolve(&l, TY_TASK_CLASSIFICATION, 5, &e), TY_EINVAL);
+    assert_int_equal(nn_loss_resolve(&l, TY_TASK_CLASSIFICATION, 5, &e),
+                     TY_EINVAL);
     assert_non_null(strstr(e.msg, "exactly 2 classes"));
 }
 
@@ -235,7 +238,8 @@ static void test_json_form(void **state)
     ty_err err;
     nn_loss_spec l, back;
     /* Files without trainyard.loss read as the task's default. */
-    assert_int_equal(nn_loss_from_json(&l, NULL, TY_TASK_REGRESSION, 2, &err), TY_OK);
+    assert_int_equal(nn_loss_from_json(&l, NULL, TY_TASK_REGRESSION, 2, &err),
+                     TY_OK);
     assert_int_equal(l.kind, NN_LOSS_MSE);
     nn_loss_spec cases[] = {
         {.kind = NN_LOSS_CROSS_ENTROPY, .label_smoothing = 0.15},
@@ -244,9 +248,10 @@ static void test_json_form(void **state)
         {.kind = NN_LOSS_MSE},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        ty_task task = cases[i].kind == NN_LOSS_HUBER || cases[i].kind == NN_LOSS_MSE
-                           ? TY_TASK_REGRESSION
-                           : TY_TASK_CLASSIFICATION;
+        ty_task task =
+            cases[i].kind == NN_LOSS_HUBER || cases[i].kind == NN_LOSS_MSE
+                ? TY_TASK_REGRESSION
+                : TY_TASK_CLASSIFICATION;
         json_t *j = nn_loss_to_json(&cases[i]);
         assert_non_null(j);
         assert_int_equal(nn_loss_from_json(&back, j, task, 2, &err), TY_OK);
@@ -254,12 +259,14 @@ static void test_json_form(void **state)
         json_decref(j);
     }
     json_t *bad = json_pack("{s:s}", "kind", "hinge");
-    assert_int_equal(nn_loss_from_json(&l, bad, TY_TASK_CLASSIFICATION, 2, &err),
-                     TY_EFORMAT);
+    assert_int_equal(
+        nn_loss_from_json(&l, bad, TY_TASK_CLASSIFICATION, 2, &err),
+        TY_EFORMAT);
     json_decref(bad);
     bad = json_pack("{s:s}", "kind", "binary_cross_entropy");
-    assert_int_equal(nn_loss_from_json(&l, bad, TY_TASK_CLASSIFICATION, 3, &err),
-                     TY_EFORMAT);
+    assert_int_equal(
+        nn_loss_from_json(&l, bad, TY_TASK_CLASSIFICATION, 3, &err),
+        TY_EFORMAT);
     json_decref(bad);
     bad = json_pack("{s:s, s:i}", "kind", "mse", "delta", 1);
     assert_int_equal(nn_loss_from_json(&l, bad, TY_TASK_REGRESSION, 1, &err),
@@ -310,8 +317,8 @@ static void test_spec_output_size(void **state)
 static void test_scaled_gradient(void **state)
 {
     const uint32_t in[] = {3};
-    json_t *spec = json_loads("{\"layers\":[{\"type\":\"dense\",\"units\":2}]}",
-                              0, NULL);
+    json_t *spec =
+        json_loads("{\"layers\":[{\"type\":\"dense\",\"units\":2}]}", 0, NULL);
     nn_arch arch;
     ty_err err;
     nn_loss_spec huber = {.kind = NN_LOSS_HUBER, .huber_delta = 1.0};

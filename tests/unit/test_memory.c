@@ -83,31 +83,33 @@ static void check_run(const char *spec_text, const char *hp_text,
     train_hparams hp;
     ty_err err = {0};
     assert_int_equal(train_hparams_parse(hpj, &hp, NULL, &err), TY_OK);
-    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3,
-                                                NULL, &err),
-                     TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3, NULL, &err),
+        TY_OK);
     train_memory est;
     int t = train_threads(threads, be);
     assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
-                                                TY_TASK_CLASSIFICATION, &hp,
-                                                40, t, be, &est, &err),
+                                                TY_TASK_CLASSIFICATION, &hp, 40,
+                                                t, be, &est, &err),
                      TY_OK);
     assert_int_equal(est.batch_rows, 16);
     assert_int_equal(est.total, est.state + est.grads + est.optimizer +
                                     est.activations + est.work +
                                     est.low_precision);
-    uint32_t slots = hp.optimizer != NN_OPTIM_SGD ? 2
-                     : hp.momentum > 0              ? 1
-                                                    : 0;
+    uint32_t slots = hp.optimizer != NN_OPTIM_SGD ? 2 : hp.momentum > 0 ? 1 : 0;
     assert_int_equal(est.optimizer, (uint64_t)slots * est.param_count * 4);
 
     char model[128];
     snprintf(model, sizeof model, "%s/model.safetensors", dir);
     unlink(model);
     nn_exec ex = {.device = &device_token};
-    train_job job = {.spec = spec, .hp = &hp, .train = &s.ds,
-                     .model_path = model, .threads = threads,
-                     .be = be, .ex = be ? &ex : NULL};
+    train_job job = {.spec = spec,
+                     .hp = &hp,
+                     .train = &s.ds,
+                     .model_path = model,
+                     .threads = threads,
+                     .be = be,
+                     .ex = be ? &ex : NULL};
     fake_live = fake_peak = fake_allocs = 0;
     train_epoch_metrics fin;
     ty_status st = train_run(&job, &fin, &err);
@@ -115,7 +117,8 @@ static void check_run(const char *spec_text, const char *hp_text,
         fail_msg("%s", err.msg);
     assert_int_equal(fin.peak_memory_bytes, est.total);
     if (be) {
-        assert_true(fake_allocs >= 3); /* workspace, state, grads (+ arena, slots) */
+        assert_true(fake_allocs >=
+                    3); /* workspace, state, grads (+ arena, slots) */
         assert_int_equal(fake_peak, est.total);
         assert_int_equal(fake_live, 0);
     }
@@ -167,10 +170,12 @@ static void test_low_precision_counted(void **state)
     assert_int_equal(train_hparams_parse(NULL, &h32, NULL, &err), TY_OK);
     assert_int_equal(train_hparams_parse(j, &h16, NULL, &err), TY_OK);
     h16.seed = h32.seed;
-    assert_int_equal(train_hparams_resolve_loss(&h32, TY_TASK_CLASSIFICATION,
-                                                3, NULL, &err), TY_OK);
-    assert_int_equal(train_hparams_resolve_loss(&h16, TY_TASK_CLASSIFICATION,
-                                                3, NULL, &err), TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(&h32, TY_TASK_CLASSIFICATION, 3, NULL, &err),
+        TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(&h16, TY_TASK_CLASSIFICATION, 3, NULL, &err),
+        TY_OK);
     train_memory a, b, c;
     assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,
                                                 TY_TASK_CLASSIFICATION, &h32,
@@ -215,9 +220,9 @@ static void test_estimate_scales(void **state)
     train_hparams hp;
     ty_err err = {0};
     assert_int_equal(train_hparams_parse(NULL, &hp, NULL, &err), TY_OK);
-    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3,
-                                                NULL, &err),
-                     TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3, NULL, &err),
+        TY_OK);
     train_memory a, b, c;
     hp.batch_size = 16;
     assert_int_equal(train_memory_estimate_spec(spec, shape, 3, 3,

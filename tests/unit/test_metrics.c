@@ -35,18 +35,18 @@ static void assert_has(const char *text, const char *line)
 static void test_counter_and_gauge(void **state)
 {
     metrics_registry *reg = metrics_registry_create();
-    metrics_family *c = metrics_family_add(reg, METRICS_COUNTER, "t_total",
-                                           "Things.", LABELS("route", "status"),
-                                           NULL, 0);
+    metrics_family *c =
+        metrics_family_add(reg, METRICS_COUNTER, "t_total", "Things.",
+                           LABELS("route", "status"), NULL, 0);
     metrics_family *g = metrics_family_add(reg, METRICS_GAUGE, "t_gauge",
                                            "A level.", NULL, NULL, 0);
     assert_non_null(c);
     assert_non_null(g);
     metrics_add(c, LABELS("/v1/jobs/{id}", "200"), 1);
     metrics_add(c, LABELS("/v1/jobs/{id}", "200"), 2);
-    metrics_add(c, LABELS("/v1/jobs/{id}", "200"), -5);  /* ignored */
+    metrics_add(c, LABELS("/v1/jobs/{id}", "200"), -5); /* ignored */
     metrics_add(c, LABELS("/healthz", "200"), 1);
-    metrics_set(c, LABELS("/healthz", "200"), 100);      /* not a gauge */
+    metrics_set(c, LABELS("/healthz", "200"), 100); /* not a gauge */
     metrics_set(g, NULL, 2.5);
     metrics_add(g, NULL, -1);
     char *t = render(reg);
@@ -62,14 +62,14 @@ static void test_histogram_buckets_are_cumulative(void **state)
 {
     metrics_registry *reg = metrics_registry_create();
     static const double b[] = {0.1, 1, 10};
-    metrics_family *h = metrics_family_add(reg, METRICS_HISTOGRAM, "lat_seconds",
-                                           "Latency.", LABELS("ep"), b, 3);
+    metrics_family *h = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "lat_seconds", "Latency.", LABELS("ep"), b, 3);
     assert_non_null(h);
     metrics_observe(h, LABELS("p"), 0.05);
-    metrics_observe(h, LABELS("p"), 0.1);   /* le is inclusive */
+    metrics_observe(h, LABELS("p"), 0.1); /* le is inclusive */
     metrics_observe(h, LABELS("p"), 5);
     metrics_observe(h, LABELS("p"), 50);
-    metrics_observe(h, LABELS("p"), NAN);   /* dropped */
+    metrics_observe(h, LABELS("p"), NAN); /* dropped */
     char *t = render(reg);
     assert_has(t, "# TYPE lat_seconds histogram\n"
                   "lat_seconds_bucket{ep=\"p\",le=\"0.1\"} 2\n"
@@ -85,9 +85,9 @@ static void test_histogram_buckets_are_cumulative(void **state)
 static void test_escaping(void **state)
 {
     metrics_registry *reg = metrics_registry_create();
-    metrics_family *g = metrics_family_add(
-        reg, METRICS_GAUGE, "gpu_info", "Back\\slash and\nnewline \"kept\".",
-        LABELS("name"), NULL, 0);
+    metrics_family *g = metrics_family_add(reg, METRICS_GAUGE, "gpu_info",
+                                           "Back\\slash and\nnewline \"kept\".",
+                                           LABELS("name"), NULL, 0);
     metrics_set(g, LABELS("Lab \"H200\" \\ one\ntwo"), 1);
     char *t = render(reg);
     /* HELP escapes backslash and newline, not quotes. */
@@ -130,14 +130,18 @@ static void test_bad_definitions(void **state)
 {
     metrics_registry *reg = metrics_registry_create();
     static const double up[] = {1, 2}, down[] = {2, 1};
-    assert_null(metrics_family_add(reg, METRICS_GAUGE, "9lives", "", NULL, NULL, 0));
-    assert_null(metrics_family_add(reg, METRICS_GAUGE, "a-b", "", NULL, NULL, 0));
-    assert_null(metrics_family_add(reg, METRICS_GAUGE, "ok", "", LABELS("bad label"),
-                                   NULL, 0));
-    assert_null(metrics_family_add(reg, METRICS_HISTOGRAM, "h", "", NULL, down, 2));
-    assert_null(metrics_family_add(reg, METRICS_HISTOGRAM, "h", "", NULL, NULL, 0));
-    assert_null(metrics_family_add(reg, METRICS_HISTOGRAM, "h", "", LABELS("le"),
-                                   up, 2));
+    assert_null(
+        metrics_family_add(reg, METRICS_GAUGE, "9lives", "", NULL, NULL, 0));
+    assert_null(
+        metrics_family_add(reg, METRICS_GAUGE, "a-b", "", NULL, NULL, 0));
+    assert_null(metrics_family_add(reg, METRICS_GAUGE, "ok", "",
+                                   LABELS("bad label"), NULL, 0));
+    assert_null(
+        metrics_family_add(reg, METRICS_HISTOGRAM, "h", "", NULL, down, 2));
+    assert_null(
+        metrics_family_add(reg, METRICS_HISTOGRAM, "h", "", NULL, NULL, 0));
+    assert_null(metrics_family_add(reg, METRICS_HISTOGRAM, "h", "",
+                                   LABELS("le"), up, 2));
     assert_null(metrics_family_add(reg, METRICS_GAUGE, "g", "",
                                    LABELS("a", "b", "c", "d", "e", "f", "g"),
                                    NULL, 0));

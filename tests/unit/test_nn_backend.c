@@ -81,14 +81,10 @@ static void test_bias_ops(void **state)
 static double ref_act(nn_op op, double x)
 {
     switch (op) {
-    case NN_OP_RELU:
-        return x > 0 ? x : 0;
-    case NN_OP_TANH:
-        return tanh(x);
-    case NN_OP_SIGMOID:
-        return 1.0 / (1.0 + exp(-x));
-    default:
-        return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+        case NN_OP_RELU: return x > 0 ? x : 0;
+        case NN_OP_TANH: return tanh(x);
+        case NN_OP_SIGMOID: return 1.0 / (1.0 + exp(-x));
+        default: return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
     }
 }
 
@@ -198,8 +194,8 @@ static void test_softmax_xent(void **state)
     assert_int_equal(correct, hits);
     /* Probabilities only. */
     float p2[N * C];
-    assert_float_equal(nn_backend_cpu.softmax_xent(NULL, NULL, p2, NULL, logits, NULL,
-                                                   N, C, 0.0f),
+    assert_float_equal(nn_backend_cpu.softmax_xent(NULL, NULL, p2, NULL, logits,
+                                                   NULL, N, C, 0.0f),
                        0.0, 0);
     assert_memory_equal(p2, probs, sizeof p2);
 }
@@ -255,10 +251,16 @@ static void test_parallel_matches_serial(void **state)
     assert_memory_equal(db1, db2, sizeof db1);
 
     /* optimizer steps over L parameters */
-    nn_optim_args s = {.lr = 0.01f, .weight_decay = 0.01f, .momentum = 0.9f,
-                       .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f,
-                       .one_minus_beta1 = 0.1f, .one_minus_beta2 = 0.001f,
-                       .step_size = 0.1f, .bias_correction2_sqrt = 0.0316f};
+    nn_optim_args s = {.lr = 0.01f,
+                       .weight_decay = 0.01f,
+                       .momentum = 0.9f,
+                       .beta1 = 0.9f,
+                       .beta2 = 0.999f,
+                       .eps = 1e-8f,
+                       .one_minus_beta1 = 0.1f,
+                       .one_minus_beta2 = 0.001f,
+                       .step_size = 0.1f,
+                       .bias_correction2_sqrt = 0.0316f};
     float *p1 = malloc(L * sizeof(float)), *p2 = malloc(L * sizeof(float));
     float *m1 = calloc(L, sizeof(float)), *m2 = calloc(L, sizeof(float));
     float *v1 = calloc(L, sizeof(float)), *v2 = calloc(L, sizeof(float));

@@ -58,8 +58,8 @@ static ty_status try_build(const char *spec_text, const uint32_t *shape,
 {
     json_t *spec = json_loads(spec_text, 0, NULL);
     assert_non_null(spec);
-    ty_status st = nn_arch_build(spec, shape, ndim, outputs,
-                                 TY_TASK_REGRESSION, arch, norm, err);
+    ty_status st = nn_arch_build(spec, shape, ndim, outputs, TY_TASK_REGRESSION,
+                                 arch, norm, err);
     json_decref(spec);
     return st;
 }
@@ -121,10 +121,14 @@ static void ref_conv(const nn_layer *l, const float *params, const float *in,
                                              l->pad[1] + j * l->dilation[1];
                                 if (ih < 0 || iw < 0 || ih >= H || iw >= W)
                                     continue;
-                                double x = in[(((size_t)s * C + g * cg + c) *
-                                                   H + ih) * W + iw];
-                                double w = params[(((size_t)f * cg + c) * kh +
-                                                   i) * kw + j];
+                                double x =
+                                    in[(((size_t)s * C + g * cg + c) * H + ih) *
+                                           W +
+                                       iw];
+                                double w =
+                                    params[(((size_t)f * cg + c) * kh + i) *
+                                               kw +
+                                           j];
                                 acc += x * w;
                                 ab += fabs(x * w);
                             }
@@ -135,8 +139,8 @@ static void ref_conv(const nn_layer *l, const float *params, const float *in,
 }
 
 /* max (is_max) or count_include_pad average pooling. */
-static void ref_pool(const nn_layer *l, int is_max, const float *in,
-                     uint32_t n, double *out)
+static void ref_pool(const nn_layer *l, int is_max, const float *in, uint32_t n,
+                     double *out)
 {
     const uint32_t C = l->in.d[0], H = l->in.d[1], W = l->in.d[2];
     const uint32_t OH = l->out.ndim == 3 ? l->out.d[1] : 1;
@@ -148,11 +152,14 @@ static void ref_pool(const nn_layer *l, int is_max, const float *in,
                     double acc = is_max ? -INFINITY : 0.0;
                     for (uint32_t i = 0; i < l->kernel[0]; i++)
                         for (uint32_t j = 0; j < l->kernel[1]; j++) {
-                            int64_t ih = (int64_t)oh * l->stride[0] - l->pad[0] + i;
-                            int64_t iw = (int64_t)ow * l->stride[1] - l->pad[1] + j;
+                            int64_t ih =
+                                (int64_t)oh * l->stride[0] - l->pad[0] + i;
+                            int64_t iw =
+                                (int64_t)ow * l->stride[1] - l->pad[1] + j;
                             if (ih < 0 || iw < 0 || ih >= H || iw >= W)
                                 continue;
-                            double x = in[(((size_t)s * C + c) * H + ih) * W + iw];
+                            double x =
+                                in[(((size_t)s * C + c) * H + ih) * W + iw];
                             acc = is_max ? fmax(acc, x) : acc + x;
                         }
                     if (!is_max)
@@ -200,8 +207,8 @@ static void case_init(layer_case *c, const char *spec, const uint32_t *shape,
     c->din = malloc((size_t)n * c->n_in * sizeof(float));
     c->out = malloc((size_t)n * c->n_out * sizeof(float));
     c->r = malloc((size_t)n * c->n_out * sizeof(float));
-    c->scratch = malloc(((size_t)n * c->l->scratch_per_example + 1) *
-                        sizeof(float));
+    c->scratch =
+        malloc(((size_t)n * c->l->scratch_per_example + 1) * sizeof(float));
     ty_rng init;
     ty_rng_seed(&init, 77, 1);
     nn_arch_init_params(&c->arch, c->params, &init);
@@ -227,15 +234,15 @@ static void case_free(layer_case *c)
 
 static void case_forward(layer_case *c)
 {
-    nn_pass p = {.be = &nn_backend_cpu, .ex = &c->ctx.ex, .n = c->n,
-                 .training = 1};
+    nn_pass p = {
+        .be = &nn_backend_cpu, .ex = &c->ctx.ex, .n = c->n, .training = 1};
     c->l->kind->forward(c->l, &p, c->params, c->in, c->out, c->scratch);
 }
 
 static void case_backward(layer_case *c, float *din)
 {
-    nn_pass p = {.be = &nn_backend_cpu, .ex = &c->ctx.ex, .n = c->n,
-                 .training = 1};
+    nn_pass p = {
+        .be = &nn_backend_cpu, .ex = &c->ctx.ex, .n = c->n, .training = 1};
     c->l->kind->backward(c->l, &p, c->params, c->grads, c->in, c->out, c->r,
                          din, c->scratch);
 }
@@ -249,8 +256,8 @@ static double objective(layer_case *c)
     return s;
 }
 
-static void assert_grad_close(double analytic, double numeric,
-                              const char *what, size_t i)
+static void assert_grad_close(double analytic, double numeric, const char *what,
+                              size_t i)
 {
     double diff = fabs(analytic - numeric);
     double scale = fmax(fabs(analytic), fabs(numeric));
@@ -383,8 +390,8 @@ static void test_avgpool_backward(void **state)
 
 static void test_global_avgpool_backward(void **state)
 {
-    check_backward("{\"layers\":[{\"type\":\"global_avgpool\"}]}", img_2x6x5,
-                   3, 0, 0.05f);
+    check_backward("{\"layers\":[{\"type\":\"global_avgpool\"}]}", img_2x6x5, 3,
+                   0, 0.05f);
 }
 
 /* ---- forward against the references ---- */
@@ -464,19 +471,21 @@ static void test_pool_forward_reference(void **state)
         check_forward("{\"layers\":[{\"type\":\"maxpool2d\",\"pool_size\":3,"
                       "\"stride\":2,\"padding\":1}]}",
                       odd, 4, threads);
-        check_forward("{\"layers\":[{\"type\":\"maxpool2d\",\"pool_size\":[2,4],"
-                      "\"stride\":[3,1],\"padding\":[1,2]}]}",
-                      odd, 2, threads);
+        check_forward(
+            "{\"layers\":[{\"type\":\"maxpool2d\",\"pool_size\":[2,4],"
+            "\"stride\":[3,1],\"padding\":[1,2]}]}",
+            odd, 2, threads);
         check_forward("{\"layers\":[{\"type\":\"avgpool2d\",\"pool_size\":2}]}",
                       odd, 4, threads);
         check_forward("{\"layers\":[{\"type\":\"avgpool2d\",\"pool_size\":3,"
                       "\"stride\":1,\"padding\":1}]}",
                       odd, 4, threads);
-        check_forward("{\"layers\":[{\"type\":\"avgpool2d\",\"pool_size\":[4,2],"
-                      "\"stride\":[2,5],\"padding\":[2,1]}]}",
-                      odd, 2, threads);
-        check_forward("{\"layers\":[{\"type\":\"global_avgpool\"}]}", odd,
-                      3, threads);
+        check_forward(
+            "{\"layers\":[{\"type\":\"avgpool2d\",\"pool_size\":[4,2],"
+            "\"stride\":[2,5],\"padding\":[2,1]}]}",
+            odd, 2, threads);
+        check_forward("{\"layers\":[{\"type\":\"global_avgpool\"}]}", odd, 3,
+                      threads);
     }
 }
 
@@ -503,8 +512,9 @@ static void test_maxpool_ties(void **state)
 {
     static const uint32_t shape[] = {1, 4, 4};
     layer_case c;
-    case_init(&c, "{\"layers\":[{\"type\":\"maxpool2d\",\"pool_size\":3,"
-                  "\"stride\":2,\"padding\":1}]}",
+    case_init(&c,
+              "{\"layers\":[{\"type\":\"maxpool2d\",\"pool_size\":3,"
+              "\"stride\":2,\"padding\":1}]}",
               shape, 3, 1, 1, 0);
     assert_int_equal(c.l->out.d[1], 2);
     for (int i = 0; i < 16; i++)
@@ -562,7 +572,8 @@ static void test_conv_spec_normalized(void **state)
     char *text = json_dumps(norm, JSON_COMPACT);
     assert_string_equal(
         text,
-        "{\"layers\":[{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":[5,5],"
+        "{\"layers\":[{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":[5,5]"
+        ","
         "\"stride\":[1,1],\"padding\":[2,2],\"dilation\":[1,1],\"groups\":1,"
         "\"bias\":true},"
         "{\"type\":\"maxpool2d\",\"pool_size\":[2,2],\"stride\":[2,2],"
@@ -601,8 +612,8 @@ static void test_conv_spec_normalized(void **state)
     nn_arch_free(&arch);
 }
 
-static void expect_error(const char *spec, const uint32_t *shape,
-                         uint32_t ndim, const char *field, const char *msg)
+static void expect_error(const char *spec, const uint32_t *shape, uint32_t ndim,
+                         const char *field, const char *msg)
 {
     nn_arch arch;
     ty_err err;
@@ -647,12 +658,12 @@ static void test_spec_errors(void **state)
     expect_error("{\"layers\":[{\"type\":\"conv2d\",\"filters\":4,"
                  "\"kernel_size\":3}]}",
                  vec, 1, "model.layers[0]", "needs (C, H, W) input");
-    expect_error("{\"layers\":[{\"type\":\"maxpool2d\",\"pool_size\":2}]}",
-                 vec, 1, "model.layers[0]", "needs (C, H, W) input");
+    expect_error("{\"layers\":[{\"type\":\"maxpool2d\",\"pool_size\":2}]}", vec,
+                 1, "model.layers[0]", "needs (C, H, W) input");
     expect_error("{\"layers\":[{\"type\":\"global_avgpool\"}]}", vec, 1,
                  "model.layers[0]", "needs (C, H, W) input");
-    expect_error("{\"layers\":[{\"type\":\"conv2d\",\"kernel_size\":3}]}",
-                 img, 3, "model.layers[0].filters", "filters");
+    expect_error("{\"layers\":[{\"type\":\"conv2d\",\"kernel_size\":3}]}", img,
+                 3, "model.layers[0].filters", "filters");
     expect_error("{\"layers\":[{\"type\":\"conv2d\",\"filters\":0,"
                  "\"kernel_size\":3}]}",
                  img, 3, "model.layers[0].filters", "between 1 and 65536");
@@ -699,8 +710,9 @@ static void run_conv_net(int threads, uint32_t n, run_result *res)
 {
     static const uint32_t shape[] = {3, 12, 11};
     layer_case c;
-    case_init(&c, "{\"layers\":[{\"type\":\"conv2d\",\"filters\":8,"
-                  "\"kernel_size\":3,\"padding\":\"same\",\"groups\":1}]}",
+    case_init(&c,
+              "{\"layers\":[{\"type\":\"conv2d\",\"filters\":8,"
+              "\"kernel_size\":3,\"padding\":\"same\",\"groups\":1}]}",
               shape, 3, n, threads, 0);
     case_forward(&c);
     case_backward(&c, c.din);
@@ -754,10 +766,12 @@ static void test_thread_determinism(void **state)
 
 static const char *const fashion_cnn =
     "{\"layers\":["
-    "{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":5,\"padding\":\"same\"},"
+    "{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":5,\"padding\":"
+    "\"same\"},"
     "{\"type\":\"relu\"},"
     "{\"type\":\"maxpool2d\",\"pool_size\":2},"
-    "{\"type\":\"conv2d\",\"filters\":64,\"kernel_size\":5,\"padding\":\"same\"},"
+    "{\"type\":\"conv2d\",\"filters\":64,\"kernel_size\":5,\"padding\":"
+    "\"same\"},"
     "{\"type\":\"relu\"},"
     "{\"type\":\"maxpool2d\",\"pool_size\":2},"
     "{\"type\":\"flatten\"},"
@@ -775,8 +789,8 @@ static void test_fashion_cnn_step(void **state)
     json_t *spec = json_loads(fashion_cnn, 0, NULL);
     nn_arch arch;
     ty_err err;
-    assert_int_equal(nn_arch_build(spec, mnist, 3, 10,
-                                   TY_TASK_CLASSIFICATION, &arch, NULL, &err),
+    assert_int_equal(nn_arch_build(spec, mnist, 3, 10, TY_TASK_CLASSIFICATION,
+                                   &arch, NULL, &err),
                      TY_OK);
     json_decref(spec);
     assert_int_equal(arch.param_count,

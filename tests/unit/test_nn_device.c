@@ -65,12 +65,15 @@ static void train_to(const char *spec_text, const synth *s, const char *path)
     train_hparams hp;
     ty_err err = {0};
     assert_int_equal(train_hparams_parse(hpj, &hp, NULL, &err), TY_OK);
-    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3,
-                                                NULL, &err),
-                     TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3, NULL, &err),
+        TY_OK);
     unlink(path);
-    train_job job = {.spec = spec, .hp = &hp, .train = &s->ds,
-                     .model_path = path, .threads = 1};
+    train_job job = {.spec = spec,
+                     .hp = &hp,
+                     .train = &s->ds,
+                     .model_path = path,
+                     .threads = 1};
     train_epoch_metrics fin;
     if (train_run(&job, &fin, &err) != TY_OK)
         fail_msg("%s", err.msg);
@@ -88,9 +91,9 @@ static ty_status predict_all(const nn_net *net, nn_workspace *ws,
     const uint32_t f = (uint32_t)s->ds.features, k = 3;
     for (uint32_t i = 0; i < N_EX; i += batch) {
         uint32_t b = N_EX - i < batch ? N_EX - i : batch;
-        ty_status st = nn_net_predict(net, ws, (const float *)s->x +
-                                                   (size_t)i * f,
-                                      b, out + (size_t)i * k, err);
+        ty_status st =
+            nn_net_predict(net, ws, (const float *)s->x + (size_t)i * f, b,
+                           out + (size_t)i * k, err);
         if (st != TY_OK)
             return st;
     }
@@ -180,7 +183,8 @@ static void test_null_backend_is_cpu(void **state)
     nn_net *a = NULL, *b = NULL;
     assert_int_equal(nn_net_load(path, &a, &err), TY_OK);
     assert_int_equal(nn_net_load_on(path, NULL, NULL, &b, &err), TY_OK);
-    nn_workspace *wa = nn_workspace_create(a, 8), *wb = nn_workspace_create(b, 8);
+    nn_workspace *wa = nn_workspace_create(a, 8),
+                 *wb = nn_workspace_create(b, 8);
     float pa[N_EX * 3], pb[N_EX * 3];
     assert_int_equal(predict_all(a, wa, &s, 8, pa, &err), TY_OK);
     assert_int_equal(predict_all(b, wb, &s, 8, pb, &err), TY_OK);

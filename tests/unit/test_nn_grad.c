@@ -34,8 +34,8 @@ static void build(const char *spec_text, const uint32_t *shape, uint32_t ndim,
     json_t *spec = json_loads(spec_text, 0, NULL);
     assert_non_null(spec);
     ty_err err;
-    ty_status st = nn_arch_build(spec, shape, ndim, outputs, task, arch, NULL,
-                                 &err);
+    ty_status st =
+        nn_arch_build(spec, shape, ndim, outputs, task, arch, NULL, &err);
     if (st != TY_OK)
         fail_msg("%s", err.msg);
     json_decref(spec);
@@ -53,7 +53,8 @@ static double layer_objective(const layer_case *c)
 {
     ty_rng rng;
     ty_rng_seed(&rng, 1234, 5);
-    nn_pass p = {.be = &nn_backend_cpu, .n = N_ROWS, .training = 1, .rng = &rng};
+    nn_pass p = {
+        .be = &nn_backend_cpu, .n = N_ROWS, .training = 1, .rng = &rng};
     if (c->l->kind->alias)
         memcpy(c->out, c->in, (size_t)N_ROWS * c->n_in * sizeof(float));
     else
@@ -80,7 +81,8 @@ static void check_layer(const char *spec, const uint32_t *shape, uint32_t ndim,
     c.in = malloc((size_t)N_ROWS * c.n_in * sizeof(float));
     c.out = malloc((size_t)N_ROWS * c.n_out * sizeof(float));
     c.r = malloc((size_t)N_ROWS * c.n_out * sizeof(float));
-    c.scratch = malloc(((size_t)N_ROWS * l->scratch_per_example + 1) * sizeof(float));
+    c.scratch =
+        malloc(((size_t)N_ROWS * l->scratch_per_example + 1) * sizeof(float));
     float *din = malloc((size_t)N_ROWS * c.n_in * sizeof(float));
     ty_rng init;
     ty_rng_seed(&init, 77, 1);
@@ -118,7 +120,8 @@ static void check_layer(const char *spec, const uint32_t *shape, uint32_t ndim,
         c.params[i] = w - eps;
         double down = layer_objective(&c);
         c.params[i] = w;
-        tu_assert_grad_close(grads[i], (up - down) / (2.0 * eps), 1e-4, "dparam", i);
+        tu_assert_grad_close(grads[i], (up - down) / (2.0 * eps), 1e-4,
+                             "dparam", i);
     }
     /* Parameter gradients accumulate: a second backward doubles them. */
     if (arch.param_count) {
@@ -151,8 +154,9 @@ static void test_dense_backward(void **state)
 
 static void test_dense_no_bias_backward(void **state)
 {
-    check_layer("{\"layers\":[{\"type\":\"dense\",\"units\":3,\"bias\":false}]}",
-                vec5, 1, 3, 1e-2f, 0);
+    check_layer(
+        "{\"layers\":[{\"type\":\"dense\",\"units\":3,\"bias\":false}]}", vec5,
+        1, 3, 1e-2f, 0);
 }
 
 static void test_relu_backward(void **state)
@@ -192,8 +196,9 @@ static void test_flatten_backward(void **state)
 static double xent_mean(const float *logits, const int32_t *labels, uint32_t n,
                         uint32_t c)
 {
-    return nn_backend_cpu.softmax_xent(NULL, NULL, NULL, NULL, logits, labels, n, c,
-                                       0) / n;
+    return nn_backend_cpu.softmax_xent(NULL, NULL, NULL, NULL, logits, labels,
+                                       n, c, 0) /
+           n;
 }
 
 static void test_softmax_xent_gradient(void **state)
@@ -202,7 +207,8 @@ static void test_softmax_xent_gradient(void **state)
     float logits[N * C], d[N * C];
     int32_t labels[N] = {4, 0, 2, 2};
     fill(logits, N * C, 11, 3.0f);
-    nn_backend_cpu.softmax_xent(NULL, d, NULL, NULL, logits, labels, N, C, 1.0f / N);
+    nn_backend_cpu.softmax_xent(NULL, d, NULL, NULL, logits, labels, N, C,
+                                1.0f / N);
     const float eps = 1e-2f;
     for (int i = 0; i < N * C; i++) {
         float x = logits[i];
@@ -211,7 +217,8 @@ static void test_softmax_xent_gradient(void **state)
         logits[i] = x - eps;
         double down = xent_mean(logits, labels, N, C);
         logits[i] = x;
-        tu_assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dlogits", (size_t)i);
+        tu_assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dlogits",
+                             (size_t)i);
     }
 }
 
@@ -230,7 +237,8 @@ static void test_mse_gradient(void **state)
         pred[i] = x - eps;
         double down = nn_backend_cpu.mse(NULL, NULL, pred, target, L, 0) / L;
         pred[i] = x;
-        tu_assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dpred", (size_t)i);
+        tu_assert_grad_close(d[i], (up - down) / (2 * eps), 1e-5, "dpred",
+                             (size_t)i);
     }
 }
 
@@ -252,7 +260,8 @@ static double net_loss(net_case *c)
     memcpy(c->ws->act[0], c->x,
            (size_t)N_ROWS * nn_shape_numel(&c->arch.input) * sizeof(float));
     nn_forward(&c->arch, c->params, c->ws, N_ROWS, 1, &rng);
-    double sum = nn_loss(&c->arch, c->ws, N_ROWS, c->labels, c->targets, NULL, 1);
+    double sum =
+        nn_loss(&c->arch, c->ws, N_ROWS, c->labels, c->targets, NULL, 1);
     return c->arch.task == TY_TASK_CLASSIFICATION
                ? sum / N_ROWS
                : sum / (N_ROWS * c->arch.num_outputs);
@@ -288,7 +297,8 @@ static void check_net(const char *spec, const uint32_t *shape, uint32_t ndim,
         c.params[i] = w - eps;
         double down = net_loss(&c);
         c.params[i] = w;
-        tu_assert_grad_close(grads[i], (up - down) / (2 * eps), 2e-4, "net dparam", i);
+        tu_assert_grad_close(grads[i], (up - down) / (2 * eps), 2e-4,
+                             "net dparam", i);
         norm += fabs(grads[i]);
     }
     assert_true(norm > 1e-2);
@@ -313,10 +323,11 @@ static void test_mlp_classification_gradient(void **state)
 static void test_mlp_regression_gradient(void **state)
 {
     static const uint32_t in[] = {4};
-    check_net("{\"layers\":[{\"type\":\"dense\",\"units\":6},{\"type\":\"relu\"},"
-              "{\"type\":\"dense\",\"units\":5},{\"type\":\"sigmoid\"},"
-              "{\"type\":\"dense\",\"units\":2,\"bias\":false}]}",
-              in, 1, 2, TY_TASK_REGRESSION, 1e-3f);
+    check_net(
+        "{\"layers\":[{\"type\":\"dense\",\"units\":6},{\"type\":\"relu\"},"
+        "{\"type\":\"dense\",\"units\":5},{\"type\":\"sigmoid\"},"
+        "{\"type\":\"dense\",\"units\":2,\"bias\":false}]}",
+        in, 1, 2, TY_TASK_REGRESSION, 1e-3f);
 }
 
 int main(void)

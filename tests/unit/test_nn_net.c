@@ -30,8 +30,8 @@ static float w0[6] = {1, -1, 0.5f, -2, 1, 1}, b0[2] = {0.1f, -0.2f};
 static float w3[4] = {1, 2, -1, 0.5f}, b3[2] = {0, 0.3f};
 
 typedef struct {
-    const char *drop;          /* tensor name to leave out */
-    const char *extra;         /* extra tensor name to add */
+    const char *drop;  /* tensor name to leave out */
+    const char *extra; /* extra tensor name to add */
     int bad_shape, f16;
     const char *meta_key, *meta_value; /* metadata override */
 } variant;
@@ -42,8 +42,8 @@ static void write_model(const char *path, const variant *v)
     nn_shape in = {.ndim = 1, .d = {3}};
     nn_preproc pp = {.kind = NN_PRE_SCALE, .factor = 0.5, .features = 3};
     json_t *classes = json_pack("[s, s]", "cat", "dog");
-    json_t *meta = nn_model_metadata(spec, TY_TASK_CLASSIFICATION, &in, 2,
-                                     classes, &pp);
+    json_t *meta =
+        nn_model_metadata(spec, TY_TASK_CLASSIFICATION, &in, 2, classes, &pp);
     assert_non_null(meta);
     if (v && v->meta_key) {
         if (v->meta_value)
@@ -53,10 +53,26 @@ static void write_model(const char *path, const variant *v)
     }
     uint16_t half[6] = {0};
     st_out_tensor t[5] = {
-        {.name = "0.weight", .dtype = ST_F32, .ndim = 2, .shape = {2, 3}, .data = w0},
-        {.name = "0.bias", .dtype = ST_F32, .ndim = 1, .shape = {2}, .data = b0},
-        {.name = "3.weight", .dtype = ST_F32, .ndim = 2, .shape = {2, 2}, .data = w3},
-        {.name = "3.bias", .dtype = ST_F32, .ndim = 1, .shape = {2}, .data = b3},
+        {.name = "0.weight",
+         .dtype = ST_F32,
+         .ndim = 2,
+         .shape = {2, 3},
+         .data = w0},
+        {.name = "0.bias",
+         .dtype = ST_F32,
+         .ndim = 1,
+         .shape = {2},
+         .data = b0},
+        {.name = "3.weight",
+         .dtype = ST_F32,
+         .ndim = 2,
+         .shape = {2, 2},
+         .data = w3},
+        {.name = "3.bias",
+         .dtype = ST_F32,
+         .ndim = 1,
+         .shape = {2},
+         .data = b3},
     };
     size_t n = 4;
     if (v && v->bad_shape) {
@@ -76,8 +92,11 @@ static void write_model(const char *path, const variant *v)
             }
     }
     if (v && v->extra)
-        t[n++] = (st_out_tensor){.name = v->extra, .dtype = ST_F32, .ndim = 1,
-                                 .shape = {2}, .data = b0};
+        t[n++] = (st_out_tensor){.name = v->extra,
+                                 .dtype = ST_F32,
+                                 .ndim = 1,
+                                 .shape = {2},
+                                 .data = b0};
     ty_err err;
     assert_int_equal(st_write(path, meta, t, n, &err), TY_OK);
     json_decref(meta);
@@ -97,11 +116,14 @@ static void test_load_and_predict_by_hand(void **state)
     const json_t *meta = nn_net_meta(net);
     assert_string_equal(json_string_value(json_object_get(meta, "task")),
                         "classification");
-    assert_int_equal(json_integer_value(json_object_get(meta, "num_outputs")), 2);
+    assert_int_equal(json_integer_value(json_object_get(meta, "num_outputs")),
+                     2);
     /* The normalized spec is what the meta reports. */
-    const json_t *layers = json_object_get(json_object_get(meta, "spec"), "layers");
+    const json_t *layers =
+        json_object_get(json_object_get(meta, "spec"), "layers");
     assert_int_equal(json_array_size(layers), 4);
-    assert_true(json_is_true(json_object_get(json_array_get(layers, 0), "bias")));
+    assert_true(
+        json_is_true(json_object_get(json_array_get(layers, 0), "bias")));
 
     nn_workspace *ws = nn_workspace_create(net, 3);
     float x[2 * 3] = {2, 4, -6, 1, 0, 3}, probs[4];
@@ -135,21 +157,24 @@ static void test_load_and_predict_by_hand(void **state)
     /* Evaluate with a class map that swaps the dataset's classes. */
     static const uint32_t shape[] = {3};
     synth s;
-    synth_init(&s, TY_TASK_CLASSIFICATION, 2, shape, 1, TY_DTYPE_F32, 2, "none");
+    synth_init(&s, TY_TASK_CLASSIFICATION, 2, shape, 1, TY_DTYPE_F32, 2,
+               "none");
     memcpy(s.x, x, sizeof x);
     float p[4];
     nn_net_predict(net, ws, x, 2, p, &err);
     for (int r = 0; r < 2; r++)
         s.y[r] = p[r * 2 + 1] > p[r * 2]; /* the net's own argmax */
     double loss, acc;
-    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err),
+                     TY_OK);
     assert_float_equal(acc, 1.0, 0);
     double want = 0;
     for (int r = 0; r < 2; r++)
         want -= log(p[r * 2 + s.y[r]]) / 2;
     assert_float_equal(loss, want, 1e-5);
     int32_t swap[2] = {1, 0};
-    assert_int_equal(nn_net_evaluate(net, &s.ds, swap, &loss, &acc, &err), TY_OK);
+    assert_int_equal(nn_net_evaluate(net, &s.ds, swap, &loss, &acc, &err),
+                     TY_OK);
     assert_float_equal(acc, 0.0, 0);
     int32_t bad_map[2] = {0, 7};
     s.y[0] = 1;
@@ -177,44 +202,53 @@ static void expect_rejected(const variant *v, const char *part)
 static void test_load_rejects_bad_models(void **state)
 {
     expect_rejected(&(variant){.drop = "3.bias"}, "no tensor '3.bias'");
-    expect_rejected(&(variant){.extra = "1.weight"}, "unexpected tensor '1.weight'");
+    expect_rejected(&(variant){.extra = "1.weight"},
+                    "unexpected tensor '1.weight'");
     expect_rejected(&(variant){.extra = "3.bias_extra"}, "unexpected tensor");
     expect_rejected(&(variant){.bad_shape = 1},
                     "tensor '0.weight' must be F32 [2, 3], got F32 [3, 2]");
     expect_rejected(&(variant){.f16 = 1}, "must be F32 [2, 3], got F16");
-    expect_rejected(&(variant){.meta_key = "trainyard.format"}, "trainyard.format");
-    expect_rejected(&(variant){.meta_key = "trainyard.format", .meta_value = "2"},
+    expect_rejected(&(variant){.meta_key = "trainyard.format"},
                     "trainyard.format");
-    expect_rejected(&(variant){.meta_key = "trainyard.task", .meta_value = "ranking"},
-                    "trainyard.task");
-    expect_rejected(&(variant){.meta_key = "trainyard.num_outputs", .meta_value = "3"},
-                    "an array of 3 classes");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.format", .meta_value = "2"},
+        "trainyard.format");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.task", .meta_value = "ranking"},
+        "trainyard.task");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.num_outputs", .meta_value = "3"},
+        "an array of 3 classes");
     expect_rejected(&(variant){.meta_key = "trainyard.spec",
                                .meta_value = "{\"layers\":[{\"type\":\"dense\","
                                              "\"units\":5}]}"},
                     "spec does not fit its metadata");
-    expect_rejected(&(variant){.meta_key = "trainyard.num_outputs", .meta_value = "2x"},
-                    "num_outputs");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.num_outputs", .meta_value = "2x"},
+        "num_outputs");
     expect_rejected(&(variant){.meta_key = "trainyard.spec", .meta_value = "{"},
                     "not valid JSON");
-    expect_rejected(&(variant){.meta_key = "trainyard.spec",
-                               .meta_value = "{\"layers\":[{\"type\":\"conv\"}]}"},
-                    "unknown type");
-    expect_rejected(&(variant){.meta_key = "trainyard.input_shape",
-                               .meta_value = "[0]"},
-                    "input_shape");
-    expect_rejected(&(variant){.meta_key = "trainyard.input_shape",
-                               .meta_value = "[4]"},
-                    "must be F32 [2, 4]");
-    expect_rejected(&(variant){.meta_key = "trainyard.classes",
-                               .meta_value = "[\"a\"]"},
-                    "classes");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.spec",
+                   .meta_value = "{\"layers\":[{\"type\":\"conv\"}]}"},
+        "unknown type");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.input_shape", .meta_value = "[0]"},
+        "input_shape");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.input_shape", .meta_value = "[4]"},
+        "must be F32 [2, 4]");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.classes", .meta_value = "[\"a\"]"},
+        "classes");
+    expect_rejected(
+        &(variant){.meta_key = "trainyard.preprocess",
+                   .meta_value = "{\"kind\":\"scale\",\"factor\":-1}"},
+        "factor");
     expect_rejected(&(variant){.meta_key = "trainyard.preprocess",
-                               .meta_value = "{\"kind\":\"scale\",\"factor\":-1}"},
-                    "factor");
-    expect_rejected(&(variant){.meta_key = "trainyard.preprocess",
-                               .meta_value = "{\"kind\":\"standardize\","
-                                             "\"mean\":[0,0,0],\"std\":[1,0,1]}"},
+                               .meta_value =
+                                   "{\"kind\":\"standardize\","
+                                   "\"mean\":[0,0,0],\"std\":[1,0,1]}"},
                     "std[1]");
     expect_rejected(&(variant){.meta_key = "trainyard.preprocess",
                                .meta_value = "{\"kind\":\"magic\"}"},
@@ -229,8 +263,8 @@ static void test_load_missing_and_garbage(void **state)
     snprintf(path, sizeof path, "%s/none.safetensors", dir);
     assert_int_equal(nn_net_load(path, &net, &err), TY_ENOTFOUND);
     snprintf(path, sizeof path, "%s/garbage.safetensors", dir);
-    assert_int_equal(fs_write_atomic(path, "not a model at all", 18, 0644, &err),
-                     TY_OK);
+    assert_int_equal(
+        fs_write_atomic(path, "not a model at all", 18, 0644, &err), TY_OK);
     assert_int_equal(nn_net_load(path, &net, &err), TY_EFORMAT);
 }
 

@@ -92,12 +92,13 @@ static void test_batchnorm_running_stats(void **state)
 {
     static const uint32_t in[] = {2};
     fd_case c;
-    fd_setup(&c, "{\"layers\":[{\"type\":\"batchnorm\",\"momentum\":0.3}]}",
-             in, 1, 2, 4, 20);
+    fd_setup(&c, "{\"layers\":[{\"type\":\"batchnorm\",\"momentum\":0.3}]}", in,
+             1, 2, 4, 20);
     float *w = c.state, *b = c.state + 2;
     float *rm = c.state + 4, *rv = c.state + 6;
     w[0] = 1.0f, w[1] = 1.0f, b[0] = 0.0f, b[1] = 0.0f;
-    assert_true(rm[0] == 0.0f && rm[1] == 0.0f && rv[0] == 1.0f && rv[1] == 1.0f);
+    assert_true(rm[0] == 0.0f && rm[1] == 0.0f && rv[0] == 1.0f &&
+                rv[1] == 1.0f);
     const float x[8] = {1, 2, 3, -2, 5, 0, 7, 4};
     memcpy(c.x, x, sizeof x);
     /* channel 0: mean 4, biased variance 5, unbiased 20/3;
@@ -167,8 +168,8 @@ static void test_batchnorm_batch_of_one(void **state)
     const float *y = fd_forward(&c);
     for (int i = 0; i < 3; i++) {
         assert_true(isfinite(y[i]));
-        assert_float_equal(y[i], (c.x[i] - rm0[i]) / sqrt(rv0[i] + 1e-5) * w[i] + b[i],
-                           1e-5);
+        assert_float_equal(
+            y[i], (c.x[i] - rm0[i]) / sqrt(rv0[i] + 1e-5) * w[i] + b[i], 1e-5);
         assert_true(rm[i] == rm0[i] && rv[i] == rv0[i]);
     }
     fd_check(&c, 1e-2f, 1e-4);
@@ -191,8 +192,8 @@ static void test_layernorm_forward_formula(void **state)
 {
     static const uint32_t img[] = {3, 2, 2};
     fd_case c;
-    fd_setup(&c, "{\"layers\":[{\"type\":\"layernorm\",\"eps\":0.01}]}", img,
-             3, 12, 2, 30);
+    fd_setup(&c, "{\"layers\":[{\"type\":\"layernorm\",\"eps\":0.01}]}", img, 3,
+             12, 2, 30);
     const float *y = fd_forward(&c);
     const float *w = c.state, *b = c.state + 12;
     for (int r = 0; r < 2; r++) {
@@ -253,8 +254,8 @@ static void expect_error(const char *spec_text, const uint32_t *shape,
                          uint32_t ndim, uint32_t outputs, const char *field,
                          const char *msg_part)
 {
-    tu_expect_spec_error(spec_text, shape, ndim, outputs, TY_TASK_CLASSIFICATION, field,
-                         msg_part);
+    tu_expect_spec_error(spec_text, shape, ndim, outputs,
+                         TY_TASK_CLASSIFICATION, field, msg_part);
 }
 
 static void test_spec_errors(void **state)
@@ -275,9 +276,10 @@ static void test_spec_errors(void **state)
     expect_error("{\"layers\":[{\"type\":\"layernorm\",\"epsilon\":0.1},"
                  "{\"type\":\"dense\",\"units\":2}]}",
                  vec4, 1, 2, "model.layers[0].epsilon", "layer 0 (layernorm)");
-    expect_error("{\"layers\":[{\"type\":\"leaky_relu\",\"negative_slope\":\"x\"},"
-                 "{\"type\":\"dense\",\"units\":2}]}",
-                 vec4, 1, 2, "model.layers[0].negative_slope", "number");
+    expect_error(
+        "{\"layers\":[{\"type\":\"leaky_relu\",\"negative_slope\":\"x\"},"
+        "{\"type\":\"dense\",\"units\":2}]}",
+        vec4, 1, 2, "model.layers[0].negative_slope", "number");
     expect_error("{\"layers\":[{\"type\":\"softmax\"},{\"type\":\"flatten\"},"
                  "{\"type\":\"dense\",\"units\":2}]}",
                  img, 3, 2, "model.layers[0]", "flatten");
@@ -294,8 +296,9 @@ static void test_normalized_and_tensors(void **state)
     nn_arch a;
     json_t *norm;
     ty_err err;
-    assert_int_equal(nn_arch_build(spec, img, 3, 3, TY_TASK_CLASSIFICATION,
-                                   &a, &norm, &err), TY_OK);
+    assert_int_equal(
+        nn_arch_build(spec, img, 3, 3, TY_TASK_CLASSIFICATION, &a, &norm, &err),
+        TY_OK);
     json_t *want = json_loads(
         "{\"layers\":[{\"type\":\"batchnorm\",\"momentum\":0.1,\"eps\":1e-05},"
         "{\"type\":\"layernorm\",\"eps\":1e-05},{\"type\":\"flatten\"},"
@@ -308,14 +311,14 @@ static void test_normalized_and_tensors(void **state)
      * Flatten(), LeakyReLU(), Linear(18, 3), Softmax(dim=1)). */
     static const char *const names[] = {
         "0.weight", "0.bias", "0.running_mean", "0.running_var",
-        "1.weight", "1.bias", "4.weight", "4.bias"};
+        "1.weight", "1.bias", "4.weight",       "4.bias"};
     assert_int_equal(a.n_tensors, 8);
     for (uint32_t i = 0; i < 8; i++)
         assert_string_equal(a.tensors[i].name, names[i]);
     assert_int_equal(a.tensors[2].desc->buffer, 1);
     assert_int_equal(a.tensors[3].desc->buffer, 1);
     assert_int_equal(a.tensors[0].desc->buffer, 0);
-    assert_int_equal(a.tensors[2].offset, a.param_count);      /* buffers last */
+    assert_int_equal(a.tensors[2].offset, a.param_count); /* buffers last */
     assert_int_equal(a.tensors[3].offset, a.param_count + 2);
     assert_int_equal(a.tensors[4].desc->ndim, 3);
     assert_int_equal(a.tensors[4].desc->shape[2], 3);
@@ -357,8 +360,10 @@ static void test_parallel_matches_serial(void **state)
             for (uint32_t i = 0; i < c && i < C * 8; i++)
                 rm[i] = 0.0f, rv[i] = 1.0f;
             memset(g[k], 0, sizeof g[k]);
-            float *mean = malloc(c * sizeof(float)), *inv = malloc(c * sizeof(float));
-            float *rmb = calloc(c, sizeof(float)), *rvb = calloc(c, sizeof(float));
+            float *mean = malloc(c * sizeof(float)),
+                  *inv = malloc(c * sizeof(float));
+            float *rmb = calloc(c, sizeof(float)),
+                  *rvb = calloc(c, sizeof(float));
             be->batchnorm_forward(e, o[k], mean, inv, rmb, rvb, x, gamma, beta,
                                   n, c, s, 1, 0.1f, 1e-5f);
             be->batchnorm_backward(e, d[k], g[k][0], g[k][1], dy, x, gamma,
@@ -381,8 +386,8 @@ static void test_parallel_matches_serial(void **state)
         memset(g[k], 0, sizeof g[k]);
         be->layernorm_forward(e, o[k], mean[k], rstd[k], x, gamma, beta, ln,
                               1024, 1e-5f);
-        be->layernorm_backward(e, d[k], g[k][0], g[k][1], dy, x, gamma,
-                               mean[k], rstd[k], ln, 1024);
+        be->layernorm_backward(e, d[k], g[k][0], g[k][1], dy, x, gamma, mean[k],
+                               rstd[k], ln, 1024);
     }
     assert_memory_equal(o[0], o[1], LEN * sizeof(float));
     assert_memory_equal(d[0], d[1], LEN * sizeof(float));

@@ -17,8 +17,10 @@
 
 static void test_sgd_momentum_weight_decay(void **state)
 {
-    train_hparams hp = {.optimizer = NN_OPTIM_SGD, .learning_rate = 0.1,
-                        .momentum = 0.9, .weight_decay = 0.1};
+    train_hparams hp = {.optimizer = NN_OPTIM_SGD,
+                        .learning_rate = 0.1,
+                        .momentum = 0.9,
+                        .weight_decay = 0.1};
     nn_optim o;
     assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 2, NULL),
                      TY_OK);
@@ -55,8 +57,11 @@ static void test_sgd_plain(void **state)
 
 static void test_adam_two_steps(void **state)
 {
-    train_hparams hp = {.optimizer = NN_OPTIM_ADAM, .learning_rate = 0.01,
-                        .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.999,
+    train_hparams hp = {.optimizer = NN_OPTIM_ADAM,
+                        .learning_rate = 0.01,
+                        .weight_decay = 0.1,
+                        .beta1 = 0.9,
+                        .beta2 = 0.999,
                         .epsilon = 1e-8};
     nn_optim o;
     assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 1, NULL),
@@ -83,8 +88,11 @@ static void test_adam_two_steps(void **state)
 
 static void test_sgd_nesterov(void **state)
 {
-    train_hparams hp = {.optimizer = NN_OPTIM_SGD, .learning_rate = 0.1,
-                        .momentum = 0.9, .weight_decay = 0.1, .nesterov = 1};
+    train_hparams hp = {.optimizer = NN_OPTIM_SGD,
+                        .learning_rate = 0.1,
+                        .momentum = 0.9,
+                        .weight_decay = 0.1,
+                        .nesterov = 1};
     nn_optim o;
     assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 2, NULL),
                      TY_OK);
@@ -121,8 +129,11 @@ static void test_sgd_nesterov(void **state)
 
 static void test_adamw_two_steps(void **state)
 {
-    train_hparams hp = {.optimizer = NN_OPTIM_ADAMW, .learning_rate = 0.01,
-                        .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.999,
+    train_hparams hp = {.optimizer = NN_OPTIM_ADAMW,
+                        .learning_rate = 0.01,
+                        .weight_decay = 0.1,
+                        .beta1 = 0.9,
+                        .beta2 = 0.999,
                         .epsilon = 1e-8};
     nn_optim o;
     assert_int_equal(nn_optim_init(&o, train_hparams_optim(&hp), 1, NULL),
@@ -157,8 +168,11 @@ static void test_adamw_vector_matches_scalar(void **state)
         p[i] = q[i] = (float)sin(i * 0.37) * 2.0f;
         g[i] = h[i] = (float)cos(i * 0.11);
     }
-    train_hparams hp = {.optimizer = NN_OPTIM_ADAMW, .learning_rate = 0.003,
-                        .weight_decay = 0.05, .beta1 = 0.9, .beta2 = 0.99,
+    train_hparams hp = {.optimizer = NN_OPTIM_ADAMW,
+                        .learning_rate = 0.003,
+                        .weight_decay = 0.05,
+                        .beta1 = 0.9,
+                        .beta2 = 0.99,
                         .epsilon = 1e-8};
     nn_optim a, b;
     assert_int_equal(nn_optim_init(&a, train_hparams_optim(&hp), L, NULL),
@@ -188,8 +202,8 @@ static void test_lr_schedules(void **state)
     for (uint64_t t = 0; t < 50; t += 7)
         assert_float_equal(train_lr_at(&hp, t, 3, 30), 0.2, 0);
     /* step: 3 steps an epoch, halved every 2 epochs (6 steps) */
-    hp.lr_schedule = (train_lr_schedule){.kind = TRAIN_LR_STEP,
-                                         .step_epochs = 2, .gamma = 0.5};
+    hp.lr_schedule = (train_lr_schedule){
+        .kind = TRAIN_LR_STEP, .step_epochs = 2, .gamma = 0.5};
     for (uint64_t t = 0; t < 30; t++) {
         double want = 0.2 * pow(0.5, (double)(t / 6));
         assert_float_equal(train_lr_at(&hp, t, 3, 30), want, 1e-15);
@@ -197,8 +211,8 @@ static void test_lr_schedules(void **state)
     assert_float_equal(train_lr_at(&hp, 5, 3, 30), 0.2, 0);
     assert_float_equal(train_lr_at(&hp, 6, 3, 30), 0.1, 0);
     /* cosine to min_lr 0.02 over 10 steps: the closed form */
-    hp.lr_schedule = (train_lr_schedule){.kind = TRAIN_LR_COSINE,
-                                         .min_lr = 0.02};
+    hp.lr_schedule =
+        (train_lr_schedule){.kind = TRAIN_LR_COSINE, .min_lr = 0.02};
     for (uint64_t t = 0; t <= 10; t++) {
         double want = 0.02 + 0.18 * (1.0 + cos(M_PI * (double)t / 10.0)) / 2.0;
         assert_float_equal(train_lr_at(&hp, t, 5, 10), want, 1e-15);
@@ -206,9 +220,9 @@ static void test_lr_schedules(void **state)
     assert_float_equal(train_lr_at(&hp, 0, 5, 10), 0.2, 1e-15);
     assert_float_equal(train_lr_at(&hp, 5, 5, 10), 0.11, 1e-15);
     /* torch CosineAnnealingLR(T_max=10, eta_min=0.1) on lr 1 at step 1 */
-    train_hparams one = {.learning_rate = 1.0,
-                         .lr_schedule = {.kind = TRAIN_LR_COSINE,
-                                         .min_lr = 0.1}};
+    train_hparams one = {
+        .learning_rate = 1.0,
+        .lr_schedule = {.kind = TRAIN_LR_COSINE, .min_lr = 0.1}};
     assert_float_equal(train_lr_at(&one, 1, 5, 10), 0.9779754323328191, 1e-15);
     /* warm-up of 3 steps (torch LinearLR(1/4, 1, 3): 0.25, 0.5, 0.75, 1)
      * on top of the cosine */

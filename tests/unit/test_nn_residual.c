@@ -42,14 +42,15 @@ static void test_identity_backward(void **state)
 static void test_projection_backward(void **state)
 {
     fd_case c;
-    fd_setup(&c,
-             "{\"layers\":[{\"type\":\"dense\",\"units\":4},"
-             "{\"type\":\"residual\",\"layers\":["
-             "{\"type\":\"dense\",\"units\":6},{\"type\":\"relu\"},"
-             "{\"type\":\"dense\",\"units\":6}],"
-             "\"projection\":[{\"type\":\"dense\",\"units\":6,\"bias\":false}]},"
-             "{\"type\":\"tanh\"},{\"type\":\"dense\",\"units\":2}]}",
-             vec4, 1, 2, 3, 41);
+    fd_setup(
+        &c,
+        "{\"layers\":[{\"type\":\"dense\",\"units\":4},"
+        "{\"type\":\"residual\",\"layers\":["
+        "{\"type\":\"dense\",\"units\":6},{\"type\":\"relu\"},"
+        "{\"type\":\"dense\",\"units\":6}],"
+        "\"projection\":[{\"type\":\"dense\",\"units\":6,\"bias\":false}]},"
+        "{\"type\":\"tanh\"},{\"type\":\"dense\",\"units\":2}]}",
+        vec4, 1, 2, 3, 41);
     fd_check(&c, 1e-3f, 5e-4);
     fd_free(&c);
 }
@@ -57,16 +58,18 @@ static void test_projection_backward(void **state)
 static void test_nested_backward(void **state)
 {
     fd_case c;
-    fd_setup(&c,
-             "{\"layers\":[{\"type\":\"residual\",\"layers\":["
-             "{\"type\":\"dense\",\"units\":4},{\"type\":\"relu\"},"
-             "{\"type\":\"residual\",\"layers\":[{\"type\":\"dense\",\"units\":3},"
-             "{\"type\":\"tanh\"}],\"projection\":[{\"type\":\"dense\",\"units\":3}]},"
-             "{\"type\":\"dense\",\"units\":4}]},"
-             "{\"type\":\"residual\",\"layers\":[{\"type\":\"residual\","
-             "\"layers\":[{\"type\":\"dense\",\"units\":4}]}]},"
-             "{\"type\":\"dense\",\"units\":2}]}",
-             vec4, 1, 2, 3, 42);
+    fd_setup(
+        &c,
+        "{\"layers\":[{\"type\":\"residual\",\"layers\":["
+        "{\"type\":\"dense\",\"units\":4},{\"type\":\"relu\"},"
+        "{\"type\":\"residual\",\"layers\":[{\"type\":\"dense\",\"units\":3},"
+        "{\"type\":\"tanh\"}],\"projection\":[{\"type\":\"dense\",\"units\":3}]"
+        "},"
+        "{\"type\":\"dense\",\"units\":4}]},"
+        "{\"type\":\"residual\",\"layers\":[{\"type\":\"residual\","
+        "\"layers\":[{\"type\":\"dense\",\"units\":4}]}]},"
+        "{\"type\":\"dense\",\"units\":2}]}",
+        vec4, 1, 2, 3, 42);
     fd_check(&c, 1e-3f, 5e-4);
     fd_free(&c);
 }
@@ -145,15 +148,17 @@ static void test_inference_workspace(void **state)
 
     /* The same eval outputs from a training workspace and an inference one
      * (shared scratch, ping-pong activations), dropout inside a block. */
-    fd_setup(&c,
-             "{\"layers\":[{\"type\":\"dense\",\"units\":6},"
-             "{\"type\":\"residual\",\"layers\":[{\"type\":\"dense\",\"units\":6},"
-             "{\"type\":\"batchnorm\"},{\"type\":\"dropout\",\"rate\":0.5},"
-             "{\"type\":\"relu\"},{\"type\":\"residual\",\"layers\":["
-             "{\"type\":\"layernorm\"},{\"type\":\"dense\",\"units\":6}]}],"
-             "\"projection\":[{\"type\":\"dense\",\"units\":6}]},"
-             "{\"type\":\"dropout\",\"rate\":0.5},{\"type\":\"dense\",\"units\":2}]}",
-             vec5, 1, 2, 4, 51);
+    fd_setup(
+        &c,
+        "{\"layers\":[{\"type\":\"dense\",\"units\":6},"
+        "{\"type\":\"residual\",\"layers\":[{\"type\":\"dense\",\"units\":6},"
+        "{\"type\":\"batchnorm\"},{\"type\":\"dropout\",\"rate\":0.5},"
+        "{\"type\":\"relu\"},{\"type\":\"residual\",\"layers\":["
+        "{\"type\":\"layernorm\"},{\"type\":\"dense\",\"units\":6}]}],"
+        "\"projection\":[{\"type\":\"dense\",\"units\":6}]},"
+        "{\"type\":\"dropout\",\"rate\":0.5},{\"type\":\"dense\",\"units\":2}]"
+        "}",
+        vec5, 1, 2, 4, 51);
     fd_forward(&c); /* running statistics away from their initial values */
     memcpy(c.ws->act[0], c.x, c.nx * sizeof(float));
     float want[8];
@@ -175,8 +180,8 @@ static void expect_error(const char *spec_text, const uint32_t *shape,
                          uint32_t ndim, uint32_t outputs, const char *field,
                          const char *msg_part)
 {
-    tu_expect_spec_error(spec_text, shape, ndim, outputs, TY_TASK_REGRESSION, field,
-                         msg_part);
+    tu_expect_spec_error(spec_text, shape, ndim, outputs, TY_TASK_REGRESSION,
+                         field, msg_part);
 }
 
 static void test_spec_errors(void **state)
@@ -224,7 +229,8 @@ static void test_spec_errors(void **state)
     assert_non_null(spec);
     ty_err err;
     assert_int_equal(nn_spec_validate(spec, vec4, 1, 4, TY_TASK_REGRESSION,
-                                      NULL, NULL, &err), TY_EINVAL);
+                                      NULL, NULL, &err),
+                     TY_EINVAL);
     assert_non_null(strstr(err.msg, "nest"));
     json_decref(spec);
 }
@@ -235,8 +241,9 @@ static void test_normalized_and_names(void **state)
     nn_arch a;
     json_t *norm;
     ty_err err;
-    assert_int_equal(nn_arch_build(spec, vec4, 1, 3, TY_TASK_REGRESSION, &a,
-                                   &norm, &err), TY_OK);
+    assert_int_equal(
+        nn_arch_build(spec, vec4, 1, 3, TY_TASK_REGRESSION, &a, &norm, &err),
+        TY_OK);
     const json_t *block = json_array_get(json_object_get(norm, "layers"), 2);
     assert_string_equal(json_string_value(json_object_get(block, "type")),
                         "residual");
@@ -245,32 +252,44 @@ static void test_normalized_and_names(void **state)
     assert_int_equal(json_array_size(body), 4);
     assert_int_equal(json_array_size(proj), 2);
     assert_true(json_is_true(json_object_get(json_array_get(body, 3), "bias")));
-    assert_float_equal(json_real_value(json_object_get(json_array_get(body, 1),
-                                                       "momentum")), 0.1, 1e-12);
-    assert_float_equal(json_real_value(json_object_get(json_array_get(proj, 1),
-                                                       "momentum")), 0.2, 1e-12);
+    assert_float_equal(
+        json_real_value(json_object_get(json_array_get(body, 1), "momentum")),
+        0.1, 1e-12);
+    assert_float_equal(
+        json_real_value(json_object_get(json_array_get(proj, 1), "momentum")),
+        0.2, 1e-12);
     /* Without a projection, none appears. */
     json_t *s2 = json_loads("{\"layers\":[{\"type\":\"residual\",\"layers\":["
-                            "{\"type\":\"relu\"}]}]}", 0, NULL);
+                            "{\"type\":\"relu\"}]}]}",
+                            0, NULL);
     json_t *n2;
-    assert_int_equal(nn_spec_validate(s2, vec4, 1, 4, TY_TASK_REGRESSION, &n2,
-                                      NULL, &err), TY_OK);
-    assert_null(json_object_get(json_array_get(json_object_get(n2, "layers"), 0),
-                                "projection"));
+    assert_int_equal(
+        nn_spec_validate(s2, vec4, 1, 4, TY_TASK_REGRESSION, &n2, NULL, &err),
+        TY_OK);
+    assert_null(json_object_get(
+        json_array_get(json_object_get(n2, "layers"), 0), "projection"));
     json_decref(s2);
     json_decref(n2);
 
     /* As PyTorch's state dict of the same modules would list them. */
-    static const char *const names[] = {
-        "0.weight", "0.bias", "0.running_mean", "0.running_var",
-        "2.body.0.weight",
-        "2.body.1.weight", "2.body.1.bias", "2.body.1.running_mean",
-        "2.body.1.running_var",
-        "2.body.3.weight", "2.body.3.bias",
-        "2.projection.0.weight",
-        "2.projection.1.weight", "2.projection.1.bias",
-        "2.projection.1.running_mean", "2.projection.1.running_var",
-        "3.weight", "3.bias"};
+    static const char *const names[] = {"0.weight",
+                                        "0.bias",
+                                        "0.running_mean",
+                                        "0.running_var",
+                                        "2.body.0.weight",
+                                        "2.body.1.weight",
+                                        "2.body.1.bias",
+                                        "2.body.1.running_mean",
+                                        "2.body.1.running_var",
+                                        "2.body.3.weight",
+                                        "2.body.3.bias",
+                                        "2.projection.0.weight",
+                                        "2.projection.1.weight",
+                                        "2.projection.1.bias",
+                                        "2.projection.1.running_mean",
+                                        "2.projection.1.running_var",
+                                        "3.weight",
+                                        "3.bias"};
     assert_int_equal(a.n_tensors, TY_ARRAY_LEN(names));
     for (uint32_t i = 0; i < a.n_tensors; i++)
         assert_string_equal(a.tensors[i].name, names[i]);
@@ -281,8 +300,9 @@ static void test_normalized_and_names(void **state)
     unsigned char *hit = calloc(total, 1);
     for (uint32_t i = 0; i < a.n_tensors; i++) {
         const nn_named_tensor *nt = &a.tensors[i];
-        assert_true(nt->desc->buffer ? nt->offset >= a.param_count
-                                     : nt->offset + nt->desc->numel <= a.param_count);
+        assert_true(nt->desc->buffer
+                        ? nt->offset >= a.param_count
+                        : nt->offset + nt->desc->numel <= a.param_count);
         for (uint64_t k = 0; k < nt->desc->numel; k++) {
             assert_true(nt->offset + k < total);
             assert_int_equal(hit[nt->offset + k], 0);
@@ -321,31 +341,50 @@ static void test_train_save_load(void **state)
     synth s;
     synth_images_sized(&s, 97, 4, 9);
     json_t *spec = json_loads(train_spec, 0, NULL);
-    json_t *hpj = json_loads("{\"epochs\":3,\"batch_size\":16,\"seed\":5}", 0,
-                             NULL);
+    json_t *hpj =
+        json_loads("{\"epochs\":3,\"batch_size\":16,\"seed\":5}", 0, NULL);
     train_hparams hp;
     ty_err err;
     assert_int_equal(train_hparams_parse(hpj, &hp, NULL, &err), TY_OK);
     char model[128];
     snprintf(model, sizeof model, "%s/res.safetensors", dir);
     volatile sig_atomic_t stop = 0;
-    train_job job = {.spec = spec, .hp = &hp, .train = &s.ds,
-                     .model_path = model, .threads = 2, .stop = &stop};
+    train_job job = {.spec = spec,
+                     .hp = &hp,
+                     .train = &s.ds,
+                     .model_path = model,
+                     .threads = 2,
+                     .stop = &stop};
     train_epoch_metrics fin;
     if (train_run(&job, &fin, &err) != TY_OK)
         fail_msg("%s", err.msg);
     assert_true(isfinite(fin.train_loss));
 
     /* The file: exactly the state-dict names, buffers moved by training. */
-    static const char *const names[] = {
-        "0.weight", "0.bias", "0.running_mean", "0.running_var",
-        "2.weight", "2.bias", "4.body.0.weight", "4.body.1.weight",
-        "4.body.1.bias", "4.body.1.running_mean", "4.body.1.running_var",
-        "4.body.3.weight", "4.body.3.bias", "5.body.0.weight",
-        "5.body.0.bias", "5.projection.0.weight", "5.projection.1.weight",
-        "5.projection.1.bias", "5.projection.1.running_mean",
-        "5.projection.1.running_var", "6.weight", "6.bias", "8.weight",
-        "8.bias"};
+    static const char *const names[] = {"0.weight",
+                                        "0.bias",
+                                        "0.running_mean",
+                                        "0.running_var",
+                                        "2.weight",
+                                        "2.bias",
+                                        "4.body.0.weight",
+                                        "4.body.1.weight",
+                                        "4.body.1.bias",
+                                        "4.body.1.running_mean",
+                                        "4.body.1.running_var",
+                                        "4.body.3.weight",
+                                        "4.body.3.bias",
+                                        "5.body.0.weight",
+                                        "5.body.0.bias",
+                                        "5.projection.0.weight",
+                                        "5.projection.1.weight",
+                                        "5.projection.1.bias",
+                                        "5.projection.1.running_mean",
+                                        "5.projection.1.running_var",
+                                        "6.weight",
+                                        "6.bias",
+                                        "8.weight",
+                                        "8.bias"};
     st_file f;
     assert_int_equal(st_open(model, &f, &err), TY_OK);
     assert_int_equal(f.count, TY_ARRAY_LEN(names));
@@ -380,8 +419,9 @@ static void test_train_save_load(void **state)
         memcpy(st + a.tensors[i].offset, t->data, t->nbytes);
     }
     nn_preproc pp;
-    assert_int_equal(nn_preproc_from_json(&pp, json_object_get(meta, "preprocess"),
-                                          16, &err), TY_OK);
+    assert_int_equal(nn_preproc_from_json(
+                         &pp, json_object_get(meta, "preprocess"), 16, &err),
+                     TY_OK);
     enum { N = 5 };
     float x[N * 16], probs[N * 2], want[N * 2];
     for (int i = 0; i < N * 16; i++)

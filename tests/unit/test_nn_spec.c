@@ -13,9 +13,9 @@
 static const uint32_t mnist[] = {1, 28, 28};
 static const uint32_t vec8[] = {8};
 
-static ty_status validate(const char *text, const uint32_t *shape, uint32_t ndim,
-                          uint32_t outputs, json_t **norm, uint64_t *params,
-                          ty_err *err)
+static ty_status validate(const char *text, const uint32_t *shape,
+                          uint32_t ndim, uint32_t outputs, json_t **norm,
+                          uint64_t *params, ty_err *err)
 {
     json_t *spec = json_loads(text, 0, NULL);
     assert_non_null(spec);
@@ -53,16 +53,17 @@ static void test_good_spec_normalized(void **state)
         TY_OK);
     assert_int_equal(params, 784 * 256 + 256 + 256 * 10);
     char *text = json_dumps(norm, JSON_COMPACT);
-    assert_string_equal(text,
-                        "{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\","
-                        "\"units\":256,\"bias\":true},{\"type\":\"relu\"},"
-                        "{\"type\":\"dropout\",\"rate\":0.5},{\"type\":\"dense\","
-                        "\"units\":10,\"bias\":false}]}");
+    assert_string_equal(
+        text, "{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\","
+              "\"units\":256,\"bias\":true},{\"type\":\"relu\"},"
+              "{\"type\":\"dropout\",\"rate\":0.5},{\"type\":\"dense\","
+              "\"units\":10,\"bias\":false}]}");
     free(text);
     /* The normalized spec validates to itself. */
     json_t *again = NULL;
-    assert_int_equal(nn_spec_validate(norm, mnist, 3, 10, TY_TASK_CLASSIFICATION,
-                                      &again, NULL, &err),
+    assert_int_equal(nn_spec_validate(norm, mnist, 3, 10,
+                                      TY_TASK_CLASSIFICATION, &again, NULL,
+                                      &err),
                      TY_OK);
     assert_true(json_equal(norm, again));
     json_decref(again);
@@ -78,8 +79,8 @@ static void test_activations_and_regression(void **state)
                               0, NULL);
     uint64_t params;
     ty_err err;
-    assert_int_equal(nn_spec_validate(spec, vec8, 1, 2, TY_TASK_REGRESSION, NULL,
-                                      &params, &err),
+    assert_int_equal(nn_spec_validate(spec, vec8, 1, 2, TY_TASK_REGRESSION,
+                                      NULL, &params, &err),
                      TY_OK);
     assert_int_equal(params, 8 * 4 + 4 + 4 * 2 + 2);
     json_decref(spec);
@@ -115,10 +116,11 @@ static void test_errors(void **state)
                  vec8, 1, 2, "model.layers[0].bias", "true or false");
     expect_error("{\"layers\":[{\"type\":\"dropout\",\"rate\":1}]}", vec8, 1, 8,
                  "model.layers[0].rate", "layer 0 (dropout): rate must be");
-    expect_error("{\"layers\":[{\"type\":\"dense\",\"units\":10}]}", mnist, 3,
-                 10, "model.layers[0]",
-                 "layer 0 (dense): its input has shape [1, 28, 28] but dense "
-                 "needs a vector; add a {\"type\": \"flatten\"} layer before it");
+    expect_error(
+        "{\"layers\":[{\"type\":\"dense\",\"units\":10}]}", mnist, 3, 10,
+        "model.layers[0]",
+        "layer 0 (dense): its input has shape [1, 28, 28] but dense "
+        "needs a vector; add a {\"type\": \"flatten\"} layer before it");
     expect_error("{\"layers\":[{\"type\":\"flatten\"},{\"type\":\"dense\","
                  "\"units\":5},{\"type\":\"relu\"}]}",
                  mnist, 3, 10, "model.layers[1].units",
@@ -128,9 +130,10 @@ static void test_errors(void **state)
                  "model.layers", "outputs 8 values but the dataset has 3");
     /* 65536 * 65536 * 2 parameters is over the limit. */
     static const uint32_t wide[] = {65536};
-    expect_error("{\"layers\":[{\"type\":\"dense\",\"units\":65536},{\"type\":"
-                 "\"dense\",\"units\":65536},{\"type\":\"dense\",\"units\":2}]}",
-                 wide, 1, 2, "model.layers", "parameters; the limit is");
+    expect_error(
+        "{\"layers\":[{\"type\":\"dense\",\"units\":65536},{\"type\":"
+        "\"dense\",\"units\":65536},{\"type\":\"dense\",\"units\":2}]}",
+        wide, 1, 2, "model.layers", "parameters; the limit is");
 }
 
 static void test_too_many_layers(void **state)

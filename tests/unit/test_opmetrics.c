@@ -91,10 +91,12 @@ static void test_requests_and_jobs(void **state)
     char *t = render();
     assert_has(t, "trainyard_http_requests_total{method=\"GET\",route=\"/v1/"
                   "jobs/{id}\",status=\"404\"} 2\n");
-    assert_has(t, "trainyard_http_request_duration_seconds_bucket{method=\"GET\","
-                  "route=\"/v1/jobs/{id}\",le=\"0.0025\"} 1\n");
-    assert_has(t, "trainyard_http_request_duration_seconds_count{method=\"GET\","
-                  "route=\"/v1/jobs/{id}\"} 2\n");
+    assert_has(t,
+               "trainyard_http_request_duration_seconds_bucket{method=\"GET\","
+               "route=\"/v1/jobs/{id}\",le=\"0.0025\"} 1\n");
+    assert_has(t,
+               "trainyard_http_request_duration_seconds_count{method=\"GET\","
+               "route=\"/v1/jobs/{id}\"} 2\n");
     assert_has(t, "trainyard_http_requests_total{method=\"GET\",route=\"/v1/"
                   "events\",status=\"200\"} 1\n");
     assert_null(strstr(t, "trainyard_http_request_duration_seconds_count{"
@@ -104,8 +106,12 @@ static void test_requests_and_jobs(void **state)
     assert_has(t, "trainyard_job_queue_wait_seconds_bucket{tenant=\"tn_a\","
                   "le=\"5\"} 1\n");
     assert_null(strstr(t, "job=\"job_1\""));
-    assert_has(t, "trainyard_job_samples_per_second{job=\"job_2\",tenant=\"tn_a\"} 10\n");
-    assert_has(t, "trainyard_predict_duration_seconds_count{endpoint=\"predict\"} 1\n");
+    assert_has(
+        t,
+        "trainyard_job_samples_per_second{job=\"job_2\",tenant=\"tn_a\"} 10\n");
+    assert_has(
+        t,
+        "trainyard_predict_duration_seconds_count{endpoint=\"predict\"} 1\n");
     free(t);
 }
 

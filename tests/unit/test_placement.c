@@ -68,13 +68,13 @@ static void test_resolve(void **state)
                                    "no CUDA driver", &d, &err),
                      TY_OK);
     assert_int_equal(d, PLACE_DEVICE_CPU);
-    assert_int_equal(place_resolve("--train-device", PLACE_DEVICE_AUTO, 2,
-                                   NULL, &d, &err),
-                     TY_OK);
+    assert_int_equal(
+        place_resolve("--train-device", PLACE_DEVICE_AUTO, 2, NULL, &d, &err),
+        TY_OK);
     assert_int_equal(d, 0);
-    assert_int_equal(place_resolve("--train-device", PLACE_DEVICE_CPU, 2,
-                                   NULL, &d, &err),
-                     TY_OK);
+    assert_int_equal(
+        place_resolve("--train-device", PLACE_DEVICE_CPU, 2, NULL, &d, &err),
+        TY_OK);
     assert_int_equal(d, PLACE_DEVICE_CPU);
     assert_int_equal(place_resolve("--train-device", 1, 2, NULL, &d, &err),
                      TY_OK);
@@ -87,9 +87,9 @@ static void test_resolve(void **state)
     assert_non_null(strstr(err.msg, "--train-device cuda:2"));
     assert_non_null(strstr(err.msg, "only 2 CUDA devices"));
     assert_string_equal(err.field, "--train-device");
-    assert_int_equal(place_resolve("--train-device", 0, 0, "no CUDA driver",
-                                   &d, &err),
-                     TY_EDEVICE);
+    assert_int_equal(
+        place_resolve("--train-device", 0, 0, "no CUDA driver", &d, &err),
+        TY_EDEVICE);
     assert_non_null(strstr(err.msg, "--train-device cuda:0: no CUDA device: "
                                     "no CUDA driver"));
 }
@@ -117,8 +117,10 @@ static void test_serve_device(void **state)
 /* A run's parts adding up to `total` (the rest in activations). */
 static train_memory run_of(uint64_t total, uint32_t batch)
 {
-    train_memory m = {.state = 400 * MIB, .grads = 400 * MIB,
-                      .optimizer = 800 * MIB, .work = 64 * MIB,
+    train_memory m = {.state = 400 * MIB,
+                      .grads = 400 * MIB,
+                      .optimizer = 800 * MIB,
+                      .work = 64 * MIB,
                       .batch_rows = batch};
     m.activations = total - m.state - m.grads - m.optimizer - m.work;
     m.total = total;
@@ -148,7 +150,8 @@ static void test_device_memory_mig_slice(void **state)
                      TY_EINVAL);
     assert_string_equal(err.field, "hyperparameters.batch_size");
     print_message("%s\n", err.msg);
-    assert_non_null(strstr(err.msg, "about 5.4 GiB of device memory on cuda:0"));
+    assert_non_null(
+        strstr(err.msg, "about 5.4 GiB of device memory on cuda:0"));
     assert_non_null(strstr(err.msg, "parameters 400 MiB, gradients 400 MiB, "
                                     "optimizer state 800 MiB"));
     assert_non_null(strstr(err.msg, "at batch 4096"));
@@ -192,9 +195,9 @@ static void test_device_open_here(void **state)
     ty_err err = {0};
     char why[256] = "";
     int count = place_cuda_count(why, sizeof why);
-    assert_int_equal(place_device_open("--train-device", PLACE_DEVICE_AUTO, &d,
-                                       &err),
-                     TY_OK);
+    assert_int_equal(
+        place_device_open("--train-device", PLACE_DEVICE_AUTO, &d, &err),
+        TY_OK);
     if (count == 0) {
         assert_int_equal(d.device, PLACE_DEVICE_CPU);
         assert_string_equal(d.label, "cpu");
@@ -207,9 +210,8 @@ static void test_device_open_here(void **state)
         assert_true(d.total_bytes > 0);
         print_message("auto -> cuda:0 (%s)\n", d.name);
     }
-    assert_int_equal(place_device_open("--train-device", PLACE_DEVICE_CPU, &d,
-                                       &err),
-                     TY_OK);
+    assert_int_equal(
+        place_device_open("--train-device", PLACE_DEVICE_CPU, &d, &err), TY_OK);
     assert_string_equal(d.label, "cpu");
     assert_int_equal(place_device_open("--train-device", count, &d, &err),
                      TY_EDEVICE);

@@ -89,17 +89,24 @@ static void test_f16_rounding(void **state)
     assert_int_equal(nn_cpu_f16_from_f32(INFINITY), 0x7c00);
     assert_int_equal(nn_cpu_f16_from_f32(-0.0f), 0x8000);
     /* subnormals: units of 2^-24 */
-    assert_int_equal(nn_cpu_f16_from_f32(0x1p-14f), 0x0400);      /* smallest normal */
-    assert_int_equal(nn_cpu_f16_from_f32(0x1p-24f), 0x0001);      /* smallest subnormal */
+    assert_int_equal(nn_cpu_f16_from_f32(0x1p-14f),
+                     0x0400); /* smallest normal */
+    assert_int_equal(nn_cpu_f16_from_f32(0x1p-24f),
+                     0x0001); /* smallest subnormal */
     assert_int_equal(nn_cpu_f16_from_f32(1023 * 0x1p-24f), 0x03ff);
-    assert_int_equal(nn_cpu_f16_from_f32(1023.5f * 0x1p-24f), 0x0400); /* tie, to even */
-    assert_int_equal(nn_cpu_f16_from_f32(0x1p-25f), 0x0000);      /* tie, to even (0) */
+    assert_int_equal(nn_cpu_f16_from_f32(1023.5f * 0x1p-24f),
+                     0x0400); /* tie, to even */
+    assert_int_equal(nn_cpu_f16_from_f32(0x1p-25f),
+                     0x0000); /* tie, to even (0) */
     assert_int_equal(nn_cpu_f16_from_f32(0x1.0002p-25f), 0x0001);
-    assert_int_equal(nn_cpu_f16_from_f32(3 * 0x1p-25f), 0x0002);  /* tie, to even */
-    assert_int_equal(nn_cpu_f16_from_f32(5 * 0x1p-25f), 0x0002);  /* tie, to even */
+    assert_int_equal(nn_cpu_f16_from_f32(3 * 0x1p-25f),
+                     0x0002); /* tie, to even */
+    assert_int_equal(nn_cpu_f16_from_f32(5 * 0x1p-25f),
+                     0x0002); /* tie, to even */
     assert_int_equal(nn_cpu_f16_from_f32(-0x1p-24f), 0x8001);
     assert_int_equal(nn_cpu_f16_from_f32(0x1p-30f), 0x0000);
-    assert_int_equal(nn_cpu_f16_from_f32(from_bits(1)), 0x0000);  /* float subnormal */
+    assert_int_equal(nn_cpu_f16_from_f32(from_bits(1)),
+                     0x0000); /* float subnormal */
     /* NaN stays NaN, sign kept */
     assert_int_equal(nn_cpu_f16_from_f32(NAN) & 0x7fff, 0x7e00);
     assert_true(isnan(nn_cpu_f16_to_f32(nn_cpu_f16_from_f32(NAN))));
@@ -296,9 +303,9 @@ static void test_scaler_growth_and_backoff(void **state)
     assert_true(t.scale == 0.125f);
     assert_int_equal(t.good_steps, 17);
     assert_int_equal(t.skipped, 40);
-    static const char *const bad[] = {"", "1 2", "0 1 2", "-1 1 2",
-                                      "inf 1 2", "1 2000 3", "1 2 3 4",
-                                      "1 -2 3", "x 1 2"};
+    static const char *const bad[] = {"",        "1 2",     "0 1 2",
+                                      "-1 1 2",  "inf 1 2", "1 2000 3",
+                                      "1 2 3 4", "1 -2 3",  "x 1 2"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         assert_int_equal(loss_scaler_parse(&t, bad[i]), 0);
     assert_int_equal(loss_scaler_parse(&t, NULL), 0);
@@ -346,10 +353,9 @@ static void test_hparams_precision(void **state)
         json_decref(norm);
         json_decref(j);
     }
-    static const char *const bad[] = {"{\"precision\":\"fp64\"}",
-                                      "{\"precision\":\"BF16\"}",
-                                      "{\"precision\":16}",
-                                      "{\"precision\":\"\"}"};
+    static const char *const bad[] = {
+        "{\"precision\":\"fp64\"}", "{\"precision\":\"BF16\"}",
+        "{\"precision\":16}", "{\"precision\":\"\"}"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         json_t *j = json_loads(bad[i], 0, NULL);
         memset(&err, 0, sizeof err);
@@ -381,9 +387,9 @@ static void test_hparams_precision(void **state)
         hp = hparams_of(cases[i].hp);
         nn_dtype dt = (nn_dtype)99;
         memset(&err, 0, sizeof err);
-        assert_int_equal(train_precision_resolve(&hp, cases[i].be, NULL, &dt,
-                                                 &err),
-                         cases[i].st);
+        assert_int_equal(
+            train_precision_resolve(&hp, cases[i].be, NULL, &dt, &err),
+            cases[i].st);
         if (cases[i].st == TY_OK) {
             assert_int_equal(dt, cases[i].want);
         } else {
@@ -398,7 +404,7 @@ static void test_hparams_precision(void **state)
 typedef struct {
     int epochs_seen;
     train_epoch_metrics first, last;
-    uint64_t skipped;          /* summed over epoch records */
+    uint64_t skipped; /* summed over epoch records */
     uint32_t stop_after_epoch;
     int stop_on_progress;
     volatile sig_atomic_t *stop;
@@ -446,11 +452,19 @@ static train_job job_of(const json_t *spec, const train_hparams *hp,
                         const char *ckpt, const char *model)
 {
     train_job j = {
-        .spec = spec, .hp = hp, .train = ds, .checkpoint_path = ckpt,
-        .model_path = model, .threads = 1, .stop = stop,
-        .cb = {.ctx = cb, .on_epoch = on_epoch, .on_progress = on_progress,
+        .spec = spec,
+        .hp = hp,
+        .train = ds,
+        .checkpoint_path = ckpt,
+        .model_path = model,
+        .threads = 1,
+        .stop = stop,
+        .cb = {.ctx = cb,
+               .on_epoch = on_epoch,
+               .on_progress = on_progress,
                .on_resume = on_resume},
-        .be = be, .ex = be ? &device_ex : NULL,
+        .be = be,
+        .ex = be ? &device_ex : NULL,
     };
     cb->stop = stop;
     return j;
@@ -513,8 +527,8 @@ static void test_bf16_tracks_fp32(void **state)
     volatile sig_atomic_t stop = 0;
     cb_state c32 = {0}, c16 = {0};
     train_epoch_metrics f32, f16;
-    train_job j = job_of(spec, &h32, &s.ds, &fake_device, &c32, &stop, NULL,
-                         m32);
+    train_job j =
+        job_of(spec, &h32, &s.ds, &fake_device, &c32, &stop, NULL, m32);
     run_ok(&j, &f32);
     j = job_of(spec, &h16, &s.ds, &fake_device, &c16, &stop, NULL, m16);
     run_ok(&j, &f16);
@@ -539,8 +553,8 @@ static void test_bf16_tracks_fp32(void **state)
         maxw = fmax(maxw, fabs(w32[i]));
         maxd = fmax(maxd, fabs((double)w32[i] - w16[i]));
     }
-    assert_true(maxd > 0.0);          /* bf16 really ran */
-    assert_true(maxd <= 0.1 * maxw);  /* and stayed near fp32 */
+    assert_true(maxd > 0.0);         /* bf16 really ran */
+    assert_true(maxd <= 0.1 * maxw); /* and stayed near fp32 */
     free(w32);
     free(w16);
     json_decref(spec);
@@ -572,8 +586,8 @@ static void test_bf16_residual(void **state)
     volatile sig_atomic_t stop = 0;
     cb_state c32 = {0}, c16 = {0};
     train_epoch_metrics f32, f16;
-    train_job j = job_of(spec, &h32, &s.ds, &fake_device, &c32, &stop, NULL,
-                         m32);
+    train_job j =
+        job_of(spec, &h32, &s.ds, &fake_device, &c32, &stop, NULL, m32);
     run_ok(&j, &f32);
     j = job_of(spec, &h16, &s.ds, &fake_device, &c16, &stop, NULL, m16);
     run_ok(&j, &f16);
@@ -627,8 +641,8 @@ static void test_fp16_overflow_skips_and_backs_off(void **state)
     volatile sig_atomic_t stop = 0;
     cb_state cb = {0};
     train_epoch_metrics fin;
-    train_job j = job_of(spec, &hp, &s.ds, &fake_device, &cb, &stop, NULL,
-                         model);
+    train_job j =
+        job_of(spec, &hp, &s.ds, &fake_device, &cb, &stop, NULL, model);
     run_ok(&j, &fin);
     assert_string_equal(fin.precision, "fp16");
     /* at least up to a scale of 256 (65536 -> 256: 8 halvings) */
@@ -636,7 +650,8 @@ static void test_fp16_overflow_skips_and_backs_off(void **state)
     assert_true(cb.skipped < 6 * 8); /* and then it trains */
     /* no growth in 48 steps: the scale is 2^16 halved once per skip */
     assert_true(fin.loss_scale == ldexp(65536.0, -(int)cb.skipped));
-    assert_true(cb.first.loss_scale == ldexp(65536.0, -(int)cb.first.skipped_steps));
+    assert_true(cb.first.loss_scale ==
+                ldexp(65536.0, -(int)cb.first.skipped_steps));
     assert_true(isfinite(fin.train_loss));
     assert_true(fin.train_loss < 0.5 * cb.first.train_loss);
     /* reported losses are unscaled: near the mean squared error of the
@@ -675,8 +690,8 @@ static void fp16_resume_case(uint32_t stop_after_epoch, int stop_at_step,
     volatile sig_atomic_t stop = 0;
     cb_state a = {0};
     train_epoch_metrics fa, fb;
-    train_job j = job_of(spec, &hp, &s.ds, &fake_device, &a, &stop, full_ckpt,
-                         full);
+    train_job j =
+        job_of(spec, &hp, &s.ds, &fake_device, &a, &stop, full_ckpt, full);
     run_ok(&j, &fa);
     assert_true(a.skipped >= 8);
 
@@ -690,8 +705,8 @@ static void fp16_resume_case(uint32_t stop_after_epoch, int stop_at_step,
     st_file f;
     assert_int_equal(st_open(part_ckpt, &f, NULL), TY_OK);
     loss_scaler ls;
-    assert_int_equal(loss_scaler_parse(&ls, st_meta(&f, "trainyard.loss_scaler")),
-                     1);
+    assert_int_equal(
+        loss_scaler_parse(&ls, st_meta(&f, "trainyard.loss_scaler")), 1);
     assert_true(ls.skipped >= 1);
     assert_true(ls.scale == ldexpf(65536.0f, -(int)ls.skipped));
     st_close(&f);
@@ -734,12 +749,13 @@ static void test_precision_in_identity(void **state)
     char model[128], ckpt[128];
     path_in(model, sizeof model, "id.safetensors");
     path_in(ckpt, sizeof ckpt, "id.ckpt");
-    train_hparams hp = hparams_of("{\"epochs\":1,\"batch_size\":16,\"seed\":1}");
+    train_hparams hp =
+        hparams_of("{\"epochs\":1,\"batch_size\":16,\"seed\":1}");
     volatile sig_atomic_t stop = 0;
     cb_state cb = {0};
     train_epoch_metrics fin;
-    train_job j = job_of(spec, &hp, &s.ds, &fake_device, &cb, &stop, ckpt,
-                         model);
+    train_job j =
+        job_of(spec, &hp, &s.ds, &fake_device, &cb, &stop, ckpt, model);
     run_ok(&j, &fin);
     hp.precision = TRAIN_PRECISION_BF16;
     ty_err err;
@@ -761,8 +777,8 @@ static void test_device_without_bf16_fails(void **state)
     volatile sig_atomic_t stop = 0;
     cb_state cb = {0};
     train_epoch_metrics fin;
-    train_job j = job_of(spec, &hp, &s.ds, &old_device, &cb, &stop, NULL,
-                         model);
+    train_job j =
+        job_of(spec, &hp, &s.ds, &old_device, &cb, &stop, NULL, model);
     ty_err err = {0};
     assert_int_equal(train_run(&j, &fin, &err), TY_EINVAL);
     assert_string_equal(err.field, "hyperparameters.precision");
@@ -786,7 +802,8 @@ static void test_cpu_bf16_is_fp32(void **state)
     char a[128], b[128];
     path_in(a, sizeof a, "cpu32.safetensors");
     path_in(b, sizeof b, "cpu16.safetensors");
-    train_hparams h32 = hparams_of("{\"epochs\":2,\"batch_size\":16,\"seed\":8}");
+    train_hparams h32 =
+        hparams_of("{\"epochs\":2,\"batch_size\":16,\"seed\":8}");
     volatile sig_atomic_t stop = 0;
     cb_state c32 = {0};
     train_epoch_metrics f32, f16;

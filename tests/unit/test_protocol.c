@@ -28,9 +28,8 @@ static json_t *roundtrip(json_t *line, wproto_msg want)
     assert_int_equal(wproto_decode(text, &msg), want);
     free(text);
     assert_non_null(msg);
-    assert_string_equal(
-        json_string_value(json_object_get(msg, WPROTO_F_EVENT)),
-        wproto_msg_name(want));
+    assert_string_equal(json_string_value(json_object_get(msg, WPROTO_F_EVENT)),
+                        wproto_msg_name(want));
     return msg;
 }
 
@@ -56,16 +55,20 @@ static void test_wire_names_and_exit_codes(void **state)
 
 static void test_started(void **state)
 {
-    wproto_started st = {.pid = 4242, .cuda_visible_devices = "MIG-1",
-                         .trainyard_device = NULL, .provider = "openblas",
-                         .core = "Haswell", .isa = "avx2", .cpu_isa = "avx2",
+    wproto_started st = {.pid = 4242,
+                         .cuda_visible_devices = "MIG-1",
+                         .trainyard_device = NULL,
+                         .provider = "openblas",
+                         .core = "Haswell",
+                         .isa = "avx2",
+                         .cpu_isa = "avx2",
                          .gemm_gflops = 41.6};
     json_t *m = roundtrip(wproto_encode_started(&st), WPROTO_MSG_STARTED);
     assert_int_equal(json_integer_value(json_object_get(m, WPROTO_F_PID)),
                      4242);
-    assert_string_equal(json_string_value(json_object_get(
-                            m, WPROTO_F_CUDA_VISIBLE_DEVICES)),
-                        "MIG-1");
+    assert_string_equal(
+        json_string_value(json_object_get(m, WPROTO_F_CUDA_VISIBLE_DEVICES)),
+        "MIG-1");
     assert_true(json_is_null(json_object_get(m, WPROTO_F_TRAINYARD_DEVICE)));
     const json_t *caps = json_object_get(m, WPROTO_F_CAPABILITIES);
     assert_int_equal(json_array_size(caps), 2);
@@ -76,44 +79,50 @@ static void test_started(void **state)
     const json_t *k = json_object_get(m, WPROTO_F_CPU_KERNELS);
     assert_string_equal(json_string_value(json_object_get(k, "core")),
                         "Haswell");
-    assert_int_equal(json_integer_value(json_object_get(k, "gemm_gflops")),
-                     42);
+    assert_int_equal(json_integer_value(json_object_get(k, "gemm_gflops")), 42);
     json_decref(m);
 }
 
 static void test_progress_epoch_resume(void **state)
 {
-    train_progress p = {.epoch = 2, .epochs = 5, .step = 70,
-                        .total_steps = 175, .fraction = 0.4, .loss = 0.5,
-                        .samples_per_sec = 1000.0, .lr = 0.01};
+    train_progress p = {.epoch = 2,
+                        .epochs = 5,
+                        .step = 70,
+                        .total_steps = 175,
+                        .fraction = 0.4,
+                        .loss = 0.5,
+                        .samples_per_sec = 1000.0,
+                        .lr = 0.01};
     json_t *m = roundtrip(wproto_encode_progress(&p), WPROTO_MSG_PROGRESS);
-    assert_int_equal(json_integer_value(json_object_get(m, WPROTO_F_EPOCH)),
-                     2);
+    assert_int_equal(json_integer_value(json_object_get(m, WPROTO_F_EPOCH)), 2);
     assert_int_equal(
         json_integer_value(json_object_get(m, WPROTO_F_TOTAL_STEPS)), 175);
-    assert_true(json_real_value(json_object_get(m, WPROTO_F_FRACTION)) ==
-                0.4);
+    assert_true(json_real_value(json_object_get(m, WPROTO_F_FRACTION)) == 0.4);
     assert_true(json_real_value(json_object_get(m, WPROTO_F_LR)) == 0.01);
     json_decref(m);
 
-    train_epoch_metrics e = {.epoch = 3, .train_loss = 0.25,
-                             .train_accuracy = -1, .val_loss = -1,
-                             .val_accuracy = -1, .peak_memory_bytes = 1u << 30,
-                             .device = "sim:GPU-0", .cuda_graph = -1};
+    train_epoch_metrics e = {.epoch = 3,
+                             .train_loss = 0.25,
+                             .train_accuracy = -1,
+                             .val_loss = -1,
+                             .val_accuracy = -1,
+                             .peak_memory_bytes = 1u << 30,
+                             .device = "sim:GPU-0",
+                             .cuda_graph = -1};
     m = roundtrip(wproto_encode_epoch(&e, -1), WPROTO_MSG_EPOCH);
     assert_int_equal(
         json_integer_value(json_object_get(m, WPROTO_F_PEAK_MEMORY_BYTES)),
         1 << 30);
-    assert_string_equal(
-        json_string_value(json_object_get(m, WPROTO_F_DEVICE)), "sim:GPU-0");
+    assert_string_equal(json_string_value(json_object_get(m, WPROTO_F_DEVICE)),
+                        "sim:GPU-0");
     /* Left out when not known, not sent as null. */
     assert_null(json_object_get(m, WPROTO_F_DEVICE_MEMORY_USED_BYTES));
     assert_null(json_object_get(m, WPROTO_F_CUDA_GRAPH));
     assert_null(json_object_get(m, WPROTO_F_PRECISION));
     json_decref(m);
     m = roundtrip(wproto_encode_epoch(&e, 123456), WPROTO_MSG_EPOCH);
-    assert_int_equal(json_integer_value(json_object_get(
-                         m, WPROTO_F_DEVICE_MEMORY_USED_BYTES)),
+    assert_int_equal(json_integer_value(
+                         json_object_get(m, WPROTO_F_DEVICE_MEMORY_USED_BYTES)),
                      123456);
     json_decref(m);
 
@@ -130,13 +139,11 @@ static void test_endings(void **state)
     m = roundtrip(wproto_encode_heartbeat(), WPROTO_MSG_HEARTBEAT);
     json_decref(m);
     m = roundtrip(wproto_encode_error("out of data"), WPROTO_MSG_ERROR);
-    assert_string_equal(
-        json_string_value(json_object_get(m, WPROTO_F_MESSAGE)),
-        "out of data");
+    assert_string_equal(json_string_value(json_object_get(m, WPROTO_F_MESSAGE)),
+                        "out of data");
     json_decref(m);
     m = roundtrip(wproto_encode_preempted(1, 2, 77, 1), WPROTO_MSG_PREEMPTED);
-    assert_int_equal(json_integer_value(json_object_get(m, WPROTO_F_STEP)),
-                     77);
+    assert_int_equal(json_integer_value(json_object_get(m, WPROTO_F_STEP)), 77);
     assert_true(json_is_true(json_object_get(m, WPROTO_F_CHECKPOINT)));
     json_decref(m);
     /* Before training: no position. */
@@ -149,8 +156,8 @@ static void test_endings(void **state)
 
 static void test_not_messages(void **state)
 {
-    static const char *const none[] = {"", "not json", "[1,2]", "{}",
-                                       "{\"event\": 3}", "{\"kind\":\"done\"}"};
+    static const char *const none[] = {
+        "", "not json", "[1,2]", "{}", "{\"event\": 3}", "{\"kind\":\"done\"}"};
     for (size_t i = 0; i < sizeof none / sizeof none[0]; i++) {
         json_t *m = (json_t *)1;
         assert_int_equal(wproto_decode(none[i], &m), WPROTO_MSG_NONE);

@@ -34,14 +34,14 @@ static void test_literal_and_params(void **state)
     assert_int_equal(m.nparams, 1);
     assert_string_equal(m.params[0], "job_abc");
 
-    assert_int_equal(router_match(table, N, HTTP_POST, "/v1/jobs/j1/cancel",
-                                  &m, NULL, 0),
-                     ROUTE_FOUND);
+    assert_int_equal(
+        router_match(table, N, HTTP_POST, "/v1/jobs/j1/cancel", &m, NULL, 0),
+        ROUTE_FOUND);
     assert_string_equal(m.route->name, "jobs.cancel");
     assert_string_equal(m.params[0], "j1");
 
-    assert_int_equal(router_match(table, N, HTTP_GET,
-                                  "/v2/models/m/versions/3", &m, NULL, 0),
+    assert_int_equal(router_match(table, N, HTTP_GET, "/v2/models/m/versions/3",
+                                  &m, NULL, 0),
                      ROUTE_FOUND);
     assert_int_equal(m.nparams, 2);
     assert_string_equal(m.params[0], "m");
@@ -62,9 +62,8 @@ static void test_method_selects_route(void **state)
 static void test_trailing_slash_ignored(void **state)
 {
     route_match m;
-    assert_int_equal(
-        router_match(table, N, HTTP_GET, "/v1/jobs/", &m, NULL, 0),
-        ROUTE_FOUND);
+    assert_int_equal(router_match(table, N, HTTP_GET, "/v1/jobs/", &m, NULL, 0),
+                     ROUTE_FOUND);
     assert_string_equal(m.route->name, "jobs.list");
 }
 
@@ -73,12 +72,12 @@ static void test_not_found(void **state)
     route_match m;
     assert_int_equal(router_match(table, N, HTTP_GET, "/v1/job", &m, NULL, 0),
                      ROUTE_NOT_FOUND);
-    assert_int_equal(router_match(table, N, HTTP_GET, "/v1/jobs/a/b", &m,
-                                  NULL, 0),
-                     ROUTE_NOT_FOUND);
-    assert_int_equal(router_match(table, N, HTTP_GET, "/v1/jobs//cancel", &m,
-                                  NULL, 0),
-                     ROUTE_NOT_FOUND);
+    assert_int_equal(
+        router_match(table, N, HTTP_GET, "/v1/jobs/a/b", &m, NULL, 0),
+        ROUTE_NOT_FOUND);
+    assert_int_equal(
+        router_match(table, N, HTTP_GET, "/v1/jobs//cancel", &m, NULL, 0),
+        ROUTE_NOT_FOUND);
     assert_int_equal(router_match(table, N, HTTP_GET, "", &m, NULL, 0),
                      ROUTE_NOT_FOUND);
     char longid[300];
@@ -106,7 +105,8 @@ static void test_method_not_allowed_lists_allow(void **state)
 static void test_method_names_round_trip(void **state)
 {
     for (int m = 0; m < HTTP_OTHER; m++)
-        assert_int_equal(http_method_parse(http_method_name((http_method)m)), m);
+        assert_int_equal(http_method_parse(http_method_name((http_method)m)),
+                         m);
     assert_int_equal(http_method_parse("BREW"), HTTP_OTHER);
 }
 

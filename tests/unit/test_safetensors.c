@@ -55,17 +55,28 @@ static void test_round_trip(void **state)
     float w[6] = {1, 2, 3, 4, 5, 6}, b[3] = {-1, 0.5f, 7};
     uint8_t bytes[3] = {9, 8, 7};
     st_out_tensor t[3] = {
-        {.name = "0.weight", .dtype = ST_F32, .ndim = 2, .shape = {3, 2}, .data = w},
+        {.name = "0.weight",
+         .dtype = ST_F32,
+         .ndim = 2,
+         .shape = {3, 2},
+         .data = w},
         {.name = "0.bias", .dtype = ST_F32, .ndim = 1, .shape = {3}, .data = b},
-        {.name = "extra", .dtype = ST_U8, .ndim = 1, .shape = {3}, .data = bytes},
+        {.name = "extra",
+         .dtype = ST_U8,
+         .ndim = 1,
+         .shape = {3},
+         .data = bytes},
     };
-    json_t *meta = json_pack("{s:s, s:s}", "trainyard.format", "1", "note", "hi");
+    json_t *meta =
+        json_pack("{s:s, s:s}", "trainyard.format", "1", "note", "hi");
     ty_err err;
     assert_int_equal(st_write(path, meta, t, 3, &err), TY_OK);
     json_decref(meta);
     /* Header padded so data starts 8-aligned. */
-    assert_int_equal((fs_file_size(path) - 8 - (int64_t)sizeof w -
-                      (int64_t)sizeof b - 3) % 8, 0);
+    assert_int_equal(
+        (fs_file_size(path) - 8 - (int64_t)sizeof w - (int64_t)sizeof b - 3) %
+            8,
+        0);
     st_file f;
     assert_int_equal(st_open(path, &f, &err), TY_OK);
     assert_int_equal(f.count, 3);
@@ -91,9 +102,9 @@ static void test_round_trip(void **state)
 
 static void test_dtype_names(void **state)
 {
-    static const char *names[] = {"BOOL", "U8", "I8", "F8_E5M2", "F8_E4M3",
-                                  "I16", "U16", "F16", "BF16", "I32", "U32",
-                                  "F32", "F64", "I64", "U64"};
+    static const char *names[] = {"BOOL", "U8",  "I8",  "F8_E5M2", "F8_E4M3",
+                                  "I16",  "U16", "F16", "BF16",    "I32",
+                                  "U32",  "F32", "F64", "I64",     "U64"};
     for (int i = 0; i < ST_DTYPE_COUNT; i++) {
         assert_int_equal(st_dtype_parse(names[i]), i);
         assert_string_equal(st_dtype_name((st_dtype)i), names[i]);
@@ -103,16 +114,17 @@ static void test_dtype_names(void **state)
     assert_int_equal(st_dtype_size(ST_F64), 8);
     /* Other dtypes parse (a F16 tensor reads fine; callers check dtype). */
     assert_int_equal(
-        parse_header("{\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}",
-                     4, NULL),
+        parse_header(
+            "{\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]}}",
+            4, NULL),
         TY_OK);
 }
 
 static void test_empty_and_metadata_only(void **state)
 {
     assert_int_equal(parse_header("{}", 0, NULL), TY_OK);
-    assert_int_equal(parse_header("{\"__metadata__\":{\"a\":\"b\"}}  ", 0, NULL),
-                     TY_OK);
+    assert_int_equal(
+        parse_header("{\"__metadata__\":{\"a\":\"b\"}}  ", 0, NULL), TY_OK);
 }
 
 static void expect_format(const char *header, size_t data_len, const char *part)
@@ -126,34 +138,45 @@ static void expect_format(const char *header, size_t data_len, const char *part)
 
 static void test_malformed_headers(void **state)
 {
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                  4, "run past the end");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                  "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                  8, "overlap");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
-                  8, "gap");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
-                  8, "cover 4");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
-                  8, "different size");
-    expect_format("{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                  8, "unknown dtype");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}",
-                  8, "invalid shape");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4,
+        "run past the end");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+        8, "overlap");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8,
+        "gap");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8,
+        "cover 4");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
+        "different size");
+    expect_format(
+        "{\"a\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
+        "unknown dtype");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
+        "invalid shape");
     expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,"
                   "4294967296],\"data_offsets\":[0,8]}}",
                   8, "invalid shape");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",
-                  8, "data_offsets");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}",
-                  8, "data_offsets");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],"
-                  "\"x\":1}}",
-                  8, "exactly");
-    expect_format("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                  "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                  8, "not valid JSON");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
+        "data_offsets");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 8,
+        "data_offsets");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],"
+        "\"x\":1}}",
+        8, "exactly");
+    expect_format(
+        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+        "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+        8, "not valid JSON");
     expect_format("{\"__metadata__\":{\"a\":1}}", 0, "must be a string");
     expect_format("{\"__metadata__\":[]}", 0, "must be an object");
     expect_format("[1,2]", 0, "JSON object");

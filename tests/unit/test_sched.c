@@ -20,9 +20,11 @@
 
 #define GIB (1ull << 30)
 
-static const sched_config CFG = {
-    .backfill_wait = 1e9, .preempt = 0, .preempt_wait = 0, .max_cpu_jobs = -1,
-    .fair_window = 60};
+static const sched_config CFG = {.backfill_wait = 1e9,
+                                 .preempt = 0,
+                                 .preempt_wait = 0,
+                                 .max_cpu_jobs = -1,
+                                 .fair_window = 60};
 
 /* ---- inventories ---- */
 
@@ -43,8 +45,14 @@ static size_t h100_mixed(sched_slot *out)
     return 4;
 }
 
-static sched_request req_any(void) { return (sched_request){.kind = SCHED_REQ_ANY}; }
-static sched_request req_none(void) { return (sched_request){.kind = SCHED_REQ_NONE}; }
+static sched_request req_any(void)
+{
+    return (sched_request){.kind = SCHED_REQ_ANY};
+}
+static sched_request req_none(void)
+{
+    return (sched_request){.kind = SCHED_REQ_NONE};
+}
 
 static sched_request req_profile(const char *p)
 {
@@ -55,11 +63,13 @@ static sched_request req_profile(const char *p)
 
 static sched_request req_min(int slices, uint64_t mem)
 {
-    return (sched_request){.kind = SCHED_REQ_MIN, .min_compute_slices = slices,
+    return (sched_request){.kind = SCHED_REQ_MIN,
+                           .min_compute_slices = slices,
                            .min_memory_bytes = mem};
 }
 
-static int tenant(sched *s, const char *id, double w, int64_t slices, int64_t jobs)
+static int tenant(sched *s, const char *id, double w, int64_t slices,
+                  int64_t jobs)
 {
     int t = -1;
     ty_err err = {0};
@@ -67,21 +77,27 @@ static int tenant(sched *s, const char *id, double w, int64_t slices, int64_t jo
     return t;
 }
 
-static int submit(sched *s, const char *id, int t, int prio, double at, sched_request r)
+static int submit(sched *s, const char *id, int t, int prio, double at,
+                  sched_request r)
 {
     int j = -1;
     ty_err err = {0};
-    sched_job_desc d = {.id = id, .tenant = t, .priority = prio, .submit_time = at,
+    sched_job_desc d = {.id = id,
+                        .tenant = t,
+                        .priority = prio,
+                        .submit_time = at,
                         .request = r};
     ty_status st = sched_job_submit(s, &d, &j, &err);
-    if (st != TY_OK) fail_msg("submit %s: %s", id, err.msg);
+    if (st != TY_OK)
+        fail_msg("submit %s: %s", id, err.msg);
     return j;
 }
 
 static void check(const sched *s)
 {
     ty_err err = {0};
-    if (sched_check(s, &err) != TY_OK) fail_msg("invariant: %s", err.msg);
+    if (sched_check(s, &err) != TY_OK)
+        fail_msg("invariant: %s", err.msg);
 }
 
 /* One pass; returns the slot of the single placement, or -1 if none (and
@@ -115,7 +131,7 @@ static void test_best_fit(void **state)
 {
     /* deliberately out of size order */
     sched_slot sl[8];
-    sl[0] = (sched_slot){0, 0, NULL, 7, 40 * GIB};      /* whole A100 */
+    sl[0] = (sched_slot){0, 0, NULL, 7, 40 * GIB}; /* whole A100 */
     sl[1] = (sched_slot){1, 1, "3g.40gb", 3, 40 * GIB};
     sl[2] = (sched_slot){1, 1, "2g.20gb", 2, 20 * GIB};
     sl[3] = (sched_slot){1, 1, "1g.10gb", 1, 10 * GIB};
@@ -126,18 +142,18 @@ static void test_best_fit(void **state)
     int a = tenant(s, "ten_a", 1, -1, -1);
 
     submit(s, "j1", a, 0, 1, req_any());
-    assert_int_equal(pass1(s, 1), 3);      /* smallest, lowest index */
+    assert_int_equal(pass1(s, 1), 3); /* smallest, lowest index */
     submit(s, "j2", a, 0, 2, req_any());
     assert_int_equal(pass1(s, 2), 4);
     submit(s, "j3", a, 0, 3, req_any());
-    assert_int_equal(pass1(s, 3), 2);      /* 1g's gone: the 2g */
+    assert_int_equal(pass1(s, 3), 2); /* 1g's gone: the 2g */
     submit(s, "j4", a, 0, 4, req_min(2, 0));
-    assert_int_equal(pass1(s, 4), 1);      /* 2g gone: the 3g */
+    assert_int_equal(pass1(s, 4), 1); /* 2g gone: the 3g */
     int j5 = submit(s, "j5", a, 0, 5, req_profile("1g.10gb"));
-    assert_int_equal(pass1(s, 5), -1);     /* both 1g's held */
+    assert_int_equal(pass1(s, 5), -1); /* both 1g's held */
     assert_int_equal(state_of(s, j5), SCHED_JOB_QUEUED);
     submit(s, "j6", a, 0, 6, req_min(0, 30 * GIB));
-    assert_int_equal(pass1(s, 6), 0);      /* only the whole GPU is left */
+    assert_int_equal(pass1(s, 6), 0); /* only the whole GPU is left */
     /* a 1g frees: j5 takes it */
     assert_int_equal(sched_job_remove(s, sched_job_find(s, "j2")), TY_OK);
     assert_int_equal(pass1(s, 7), 4);
@@ -153,15 +169,15 @@ static void test_best_fit(void **state)
     assert_non_null(s);
     a = tenant(s, "ten_a", 1, -1, -1);
     submit(s, "k1", a, 0, 1, req_min(1, 15 * GIB));
-    assert_int_equal(pass1(s, 1), 0);      /* 1g.20gb, not the 3g */
+    assert_int_equal(pass1(s, 1), 0); /* 1g.20gb, not the 3g */
     submit(s, "k2", a, 0, 2, req_any());
-    assert_int_equal(pass1(s, 2), 1);      /* less memory first */
+    assert_int_equal(pass1(s, 2), 1); /* less memory first */
     submit(s, "k3", a, 0, 3, req_profile("3g.40gb"));
     assert_int_equal(pass1(s, 3), 3);
     submit(s, "k4", a, 0, 4, req_min(1, 15 * GIB));
-    assert_int_equal(pass1(s, 4), -1);     /* the 1g.10gb is too small */
+    assert_int_equal(pass1(s, 4), -1); /* the 1g.10gb is too small */
     submit(s, "k5", a, 0, 5, req_any());
-    assert_int_equal(pass1(s, 5), 2);      /* backfills past k4 */
+    assert_int_equal(pass1(s, 5), 2); /* backfills past k4 */
     sched_destroy(s);
 }
 
@@ -174,12 +190,14 @@ static void test_impossible(void **state)
     sched *s = sched_create(&CFG, sl, h200_7x1g(sl), &err);
     assert_non_null(s);
     int a = tenant(s, "ten_a", 1, -1, -1);
-    int z = tenant(s, "ten_z", 1, 0, -1);   /* CPU only */
+    int z = tenant(s, "ten_z", 1, 0, -1); /* CPU only */
 
     sched_request r = req_min(2, 0);
     assert_int_equal(sched_request_check(s, -1, &r, &err), TY_EINVAL);
     assert_string_equal(err.field, "resources.gpu");
-    assert_non_null(strstr(err.msg, "no device of this host can satisfy at least 2 compute slices"));
+    assert_non_null(
+        strstr(err.msg,
+               "no device of this host can satisfy at least 2 compute slices"));
     assert_non_null(strstr(err.msg, "7 x 1g.18gb"));
     r = req_min(1, 17 * GIB);
     assert_int_equal(sched_request_check(s, a, &r, &err), TY_EINVAL);
@@ -200,8 +218,8 @@ static void test_impossible(void **state)
     assert_non_null(strstr(err.msg, "max_gpu_slices quota of 0"));
 
     /* submit refuses it and queues nothing */
-    sched_job_desc d = {.id = "big", .tenant = a, .submit_time = 0,
-                        .request = req_min(7, 0)};
+    sched_job_desc d = {
+        .id = "big", .tenant = a, .submit_time = 0, .request = req_min(7, 0)};
     assert_int_equal(sched_job_submit(s, &d, NULL, &err), TY_EINVAL);
     assert_int_equal(sched_queued_count(s), 0);
     assert_int_equal(sched_job_find(s, "big"), -1);
@@ -228,9 +246,11 @@ static void test_impossible(void **state)
 
     /* bad weights and slots */
     s = sched_create(&CFG, sl, h200_7x1g(sl), &err);
-    assert_int_equal(sched_tenant_set(s, "t", 0, -1, -1, NULL, &err), TY_EINVAL);
+    assert_int_equal(sched_tenant_set(s, "t", 0, -1, -1, NULL, &err),
+                     TY_EINVAL);
     assert_string_equal(err.field, "weight");
-    assert_int_equal(sched_tenant_set(s, "t", NAN, -1, -1, NULL, &err), TY_EINVAL);
+    assert_int_equal(sched_tenant_set(s, "t", NAN, -1, -1, NULL, &err),
+                     TY_EINVAL);
     sched_destroy(s);
     sl[2].compute_slices = 0;
     assert_null(sched_create(&CFG, sl, 7, &err));
@@ -250,12 +270,14 @@ typedef struct {
 static int satisfies(const sched_slot *sl, const sched_request *r)
 {
     switch (r->kind) {
-    case SCHED_REQ_NONE: return 0;
-    case SCHED_REQ_ANY: return 1;
-    case SCHED_REQ_PROFILE: return sl->is_mig && sl->profile && !strcmp(sl->profile, r->profile);
-    case SCHED_REQ_MIN:
-        return sl->compute_slices >= r->min_compute_slices &&
-               sl->memory_bytes >= r->min_memory_bytes;
+        case SCHED_REQ_NONE: return 0;
+        case SCHED_REQ_ANY: return 1;
+        case SCHED_REQ_PROFILE:
+            return sl->is_mig && sl->profile &&
+                   !strcmp(sl->profile, r->profile);
+        case SCHED_REQ_MIN:
+            return sl->compute_slices >= r->min_compute_slices &&
+                   sl->memory_bytes >= r->min_memory_bytes;
     }
     return 0;
 }
@@ -266,16 +288,21 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
     memset(ext, 0, sizeof ext);
     sched_slot sl[32];
     size_t ns = 0;
-    if (layout == 0) ns = h200_7x1g(sl);
-    else if (layout == 1) ns = h100_mixed(sl);
+    if (layout == 0)
+        ns = h200_7x1g(sl);
+    else if (layout == 1)
+        ns = h100_mixed(sl);
     else {
         ns = h100_mixed(sl);
         ns += h200_7x1g(sl + ns);
         sl[ns++] = (sched_slot){2, 0, NULL, 7, 40 * GIB};
         sl[ns++] = (sched_slot){3, 0, NULL, 7, 40 * GIB};
     }
-    sched_config cfg = {.backfill_wait = backfill, .preempt = preempt,
-                        .preempt_wait = 1, .max_cpu_jobs = 2, .fair_window = 30};
+    sched_config cfg = {.backfill_wait = backfill,
+                        .preempt = preempt,
+                        .preempt_wait = 1,
+                        .max_cpu_jobs = 2,
+                        .fair_window = 30};
     ty_err err = {0};
     sched *s = sched_create(&cfg, sl, ns, &err);
     assert_non_null(s);
@@ -286,13 +313,18 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
     for (int t = 0; t < nt; t++) {
         char id[16];
         snprintf(id, sizeof id, "ten_%d", t);
-        qs[t] = ty_rng_below(&rng, 3) == 0 ? -1 : (int64_t)ty_rng_below(&rng, 8);
-        qj[t] = ty_rng_below(&rng, 3) == 0 ? -1 : (int64_t)ty_rng_below(&rng, 6) + 1;
-        assert_int_equal(tenant(s, id, 0.5 + ty_rng_below(&rng, 4), qs[t], qj[t]), t);
+        qs[t] =
+            ty_rng_below(&rng, 3) == 0 ? -1 : (int64_t)ty_rng_below(&rng, 8);
+        qj[t] = ty_rng_below(&rng, 3) == 0 ? -1
+                                           : (int64_t)ty_rng_below(&rng, 6) + 1;
+        assert_int_equal(
+            tenant(s, id, 0.5 + ty_rng_below(&rng, 4), qs[t], qj[t]), t);
     }
-    static const char *profiles[] = {"1g.18gb", "1g.10gb", "2g.20gb", "3g.40gb", "7g.80gb"};
+    static const char *profiles[] = {"1g.18gb", "1g.10gb", "2g.20gb", "3g.40gb",
+                                     "7g.80gb"};
     int holder[32];
-    for (size_t i = 0; i < ns; i++) holder[i] = -1;
+    for (size_t i = 0; i < ns; i++)
+        holder[i] = -1;
     int placed = 0, preempted = 0, refused = 0, seq = 0;
     for (int step = 0; step < 4000; step++) {
         double now = step * 0.5;
@@ -301,12 +333,12 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
         for (int a = 0; a < arrivals; a++) {
             sched_request r;
             switch (ty_rng_below(&rng, 5)) {
-            case 0: r = req_none(); break;
-            case 1: r = req_any(); break;
-            case 2: r = req_profile(profiles[ty_rng_below(&rng, 5)]); break;
-            default:
-                r = req_min((int)ty_rng_below(&rng, 8),
-                            (uint64_t)ty_rng_below(&rng, 48) * GIB);
+                case 0: r = req_none(); break;
+                case 1: r = req_any(); break;
+                case 2: r = req_profile(profiles[ty_rng_below(&rng, 5)]); break;
+                default:
+                    r = req_min((int)ty_rng_below(&rng, 8),
+                                (uint64_t)ty_rng_below(&rng, 48) * GIB);
             }
             int t = (int)ty_rng_below(&rng, (uint32_t)nt);
             if (sched_request_check(s, t, &r, &err) != TY_OK) {
@@ -323,20 +355,24 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
         /* finishes, cancels, stops */
         for (int j = 0; j < MAXJ; j++) {
             ext_job *e = &ext[j];
-            if (!e->live) continue;
+            if (!e->live)
+                continue;
             if (e->state == SCHED_JOB_RUNNING && now >= e->until) {
                 assert_int_equal(sched_job_remove(s, j), TY_OK);
-                if (e->slot >= 0) holder[e->slot] = -1;
+                if (e->slot >= 0)
+                    holder[e->slot] = -1;
                 e->live = 0;
             } else if (e->state == SCHED_JOB_STOPPING && now >= e->until) {
                 assert_int_equal(sched_job_requeue(s, j, &err), TY_OK);
                 holder[e->slot] = -1;
                 e->slot = -1;
                 e->state = SCHED_JOB_QUEUED;
-            } else if (e->state == SCHED_JOB_QUEUED && ty_rng_below(&rng, 200) == 0) {
+            } else if (e->state == SCHED_JOB_QUEUED &&
+                       ty_rng_below(&rng, 200) == 0) {
                 assert_int_equal(sched_job_remove(s, j), TY_OK);
                 e->live = 0;
-            } else if (e->state == SCHED_JOB_PENDING && ty_rng_below(&rng, 50) == 0) {
+            } else if (e->state == SCHED_JOB_PENDING &&
+                       ty_rng_below(&rng, 50) == 0) {
                 assert_int_equal(sched_job_remove(s, j), TY_OK); /* cancelled */
                 e->live = 0;
             }
@@ -383,14 +419,20 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
         int slices[4] = {0}, jobs[4] = {0}, cpu = 0;
         for (int j = 0; j < MAXJ; j++) {
             const ext_job *e = &ext[j];
-            if (!e->live || e->state == SCHED_JOB_QUEUED) continue;
+            if (!e->live || e->state == SCHED_JOB_QUEUED)
+                continue;
             jobs[e->tenant]++;
-            if (e->slot >= 0) slices[e->tenant] += sl[e->slot].compute_slices;
-            else if (e->state == SCHED_JOB_RUNNING || e->state == SCHED_JOB_STOPPING) cpu++;
+            if (e->slot >= 0)
+                slices[e->tenant] += sl[e->slot].compute_slices;
+            else if (e->state == SCHED_JOB_RUNNING ||
+                     e->state == SCHED_JOB_STOPPING)
+                cpu++;
         }
         for (int t = 0; t < nt; t++) {
-            if (qs[t] >= 0) assert_true(slices[t] <= qs[t]);
-            if (qj[t] >= 0) assert_true(jobs[t] <= qj[t]);
+            if (qs[t] >= 0)
+                assert_true(slices[t] <= qs[t]);
+            if (qj[t] >= 0)
+                assert_true(jobs[t] <= qj[t]);
         }
         assert_true(cpu <= 2);
         /* every queued job gets a position and a reason */
@@ -462,7 +504,8 @@ static void fair_share_run(int preempt)
         sched_pass(s, now, &r);
         for (size_t i = 0; i < r.n_preemptions; i++) {
             /* a preempted job stops at once and goes back to the queue */
-            assert_int_equal(sched_job_requeue(s, r.preemptions[i].victim, &err), TY_OK);
+            assert_int_equal(
+                sched_job_requeue(s, r.preemptions[i].victim, &err), TY_OK);
             queued[tof[r.preemptions[i].victim]]++;
             until[r.preemptions[i].victim] = -1;
         }
@@ -471,10 +514,12 @@ static void fair_share_run(int preempt)
             until[j] = now + 1 + ty_rng_below(&rng, 16) * dt;
             queued[tof[j]]--;
         }
-        if (step % 500 == 0) check(s);
+        if (step % 500 == 0)
+            check(s);
         for (int i = 0; i < 7; i++) {
             int j = sched_slot_holder(s, i);
-            if (j >= 0) used[tof[j]] += dt;
+            if (j >= 0)
+                used[tof[j]] += dt;
         }
         for (int i = 0; i < 7; i++) {
             int j = sched_slot_holder(s, i);
@@ -485,8 +530,9 @@ static void fair_share_run(int preempt)
     }
     double total = used[0] + used[1] + used[2];
     double f0 = used[0] / total, f1 = used[1] / total, f2 = used[2] / total;
-    print_message("fair share (preempt %d): %.3f %.3f %.3f (want .25 .25 .50)\n",
-                  preempt, f0, f1, f2);
+    print_message(
+        "fair share (preempt %d): %.3f %.3f %.3f (want .25 .25 .50)\n", preempt,
+        f0, f1, f2);
     assert_true(fabs(f0 - 0.25) < 0.02);
     assert_true(fabs(f1 - 0.25) < 0.02);
     assert_true(fabs(f2 - 0.50) < 0.02);
@@ -538,8 +584,10 @@ static double starvation_run(double backfill_wait)
         check(s);
         for (size_t i = 0; i < r.n_placements; i++) {
             int j = r.placements[i].job;
-            if (j == big) started = now;
-            if (r.placements[i].slot != 1) qb--;
+            if (j == big)
+                started = now;
+            if (r.placements[i].slot != 1)
+                qb--;
             until[j] += now; /* duration -> end time */
         }
         for (int i = 0; i < 4; i++) {
@@ -604,7 +652,7 @@ static void test_preemption_order(void **state)
         } else {
             assert_int_equal(r.n_placements, 0);
         }
-        assert_int_equal(r.n_preemptions, 1);  /* one is enough */
+        assert_int_equal(r.n_preemptions, 1); /* one is enough */
         assert_int_equal(r.preemptions[0].victim, aj[expect[k]]);
         assert_int_equal(r.preemptions[0].job, bj[k]);
         assert_int_equal(r.preemptions[0].slot, expect[k]);
@@ -703,7 +751,8 @@ static void test_preemption_minimal(void **state)
 static const sched_wait *find_wait(const sched_wait *w, size_t n, int job)
 {
     for (size_t i = 0; i < n; i++)
-        if (w[i].job == job) return &w[i];
+        if (w[i].job == job)
+            return &w[i];
     fail_msg("job %d not in the report", job);
     return NULL;
 }
@@ -717,8 +766,8 @@ static void test_reasons(void **state)
     ty_err err = {0};
     sched *s = sched_create(&cfg, sl, h100_mixed(sl), &err);
     assert_non_null(s);
-    int q = tenant(s, "ten_q", 1, -1, 1);   /* one job at a time */
-    int r2 = tenant(s, "ten_r", 1, 1, -1);  /* one slice */
+    int q = tenant(s, "ten_q", 1, -1, 1);  /* one job at a time */
+    int r2 = tenant(s, "ten_r", 1, 1, -1); /* one slice */
     int c = tenant(s, "ten_c", 1, -1, -1);
     submit(s, "q1", q, 0, 0, req_profile("2g.20gb"));
     int q2 = submit(s, "q2", q, 0, 0, req_any());
@@ -780,7 +829,8 @@ static void test_reasons(void **state)
     assert_int_equal(x->reason, SCHED_WAIT_RESERVED);
     assert_int_equal(x->other_job, big);
     sched_wait_describe(s, x, buf, sizeof buf);
-    assert_string_equal(buf, "reserved for job c_big: the free slots that fit are held for it");
+    assert_string_equal(
+        buf, "reserved for job c_big: the free slots that fit are held for it");
     assert_int_equal(find_wait(w, n, big)->reason, SCHED_WAIT_SCHEDULING);
     sched_pass(s, 11, &res);
     check(s);
@@ -835,7 +885,8 @@ static void test_positions(void **state)
     sched_result r;
     sched_pass(s, 30, &r);
     assert_int_equal(r.n_placements, 7);
-    for (size_t i = 0; i < 7; i++) assert_int_equal(r.placements[i].job, w[i].job);
+    for (size_t i = 0; i < 7; i++)
+        assert_int_equal(r.placements[i].job, w[i].job);
     /* a pending job comes first */
     int c = tenant(s, "ten_c", 4, -1, -1);
     int cj = submit(s, "c0", c, 0, 31, req_any());

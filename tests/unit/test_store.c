@@ -53,13 +53,14 @@ static void test_datasets_are_per_tenant_and_paginate(void **state)
         char id[16];
         snprintf(id, sizeof id, "ds_%d", i);
         json_t *d = ds_doc(id);
-        assert_int_equal(store_dataset_insert(f->st, "tn_a", id, "abc", 10, d, &err),
-                         TY_OK);
+        assert_int_equal(
+            store_dataset_insert(f->st, "tn_a", id, "abc", 10, d, &err), TY_OK);
         json_decref(d);
     }
     json_t *doc;
     char sha[65];
-    assert_int_equal(store_dataset_get(f->st, "tn_a", "ds_3", &doc, sha, &err), TY_OK);
+    assert_int_equal(store_dataset_get(f->st, "tn_a", "ds_3", &doc, sha, &err),
+                     TY_OK);
     assert_string_equal(json_string_value(json_object_get(doc, "id")), "ds_3");
     assert_string_equal(sha, "abc");
     json_decref(doc);
@@ -70,16 +71,21 @@ static void test_datasets_are_per_tenant_and_paginate(void **state)
     store_page page = {0, 2};
     json_t *items;
     int64_t next;
-    assert_int_equal(store_dataset_list(f->st, "tn_a", page, &items, &next, &err), TY_OK);
+    assert_int_equal(
+        store_dataset_list(f->st, "tn_a", page, &items, &next, &err), TY_OK);
     assert_int_equal(json_array_size(items), 2);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), "ds_4");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(items, 0), "id")),
+        "ds_4");
     assert_null(json_object_get(json_array_get(items, 0), "_seq"));
     assert_true(next > 0);
     json_decref(items);
     int pages = 1, seen = 2;
     while (next) {
         page.cursor = next;
-        assert_int_equal(store_dataset_list(f->st, "tn_a", page, &items, &next, &err), TY_OK);
+        assert_int_equal(
+            store_dataset_list(f->st, "tn_a", page, &items, &next, &err),
+            TY_OK);
         seen += (int)json_array_size(items);
         pages++;
         json_decref(items);
@@ -90,8 +96,10 @@ static void test_datasets_are_per_tenant_and_paginate(void **state)
     int64_t refs = 0;
     assert_int_equal(store_blob_refs(f->st, "abc", &refs, &err), TY_OK);
     assert_int_equal(refs, 5);
-    assert_int_equal(store_dataset_delete(f->st, "tn_b", "ds_1", sha, &err), TY_ENOTFOUND);
-    assert_int_equal(store_dataset_delete(f->st, "tn_a", "ds_1", sha, &err), TY_OK);
+    assert_int_equal(store_dataset_delete(f->st, "tn_b", "ds_1", sha, &err),
+                     TY_ENOTFOUND);
+    assert_int_equal(store_dataset_delete(f->st, "tn_a", "ds_1", sha, &err),
+                     TY_OK);
     assert_int_equal(store_blob_refs(f->st, "abc", &refs, &err), TY_OK);
     assert_int_equal(refs, 4);
 }
@@ -101,48 +109,63 @@ static void test_job_life_cycle(void **state)
     fixture *f = *state;
     ty_err err;
     json_t *d = ds_doc("ds_j");
-    assert_int_equal(store_dataset_insert(f->st, "tn_a", "ds_j", "s", 1, d, &err), TY_OK);
+    assert_int_equal(
+        store_dataset_insert(f->st, "tn_a", "ds_j", "s", 1, d, &err), TY_OK);
     json_decref(d);
-    json_t *v = json_pack("{s:f}", "split", 0.1), *spec = json_pack("{s:[]}", "layers"),
+    json_t *v = json_pack("{s:f}", "split", 0.1),
+           *spec = json_pack("{s:[]}", "layers"),
            *hp = json_pack("{s:i}", "epochs", 3);
-    assert_int_equal(store_job_insert(f->st, "tn_a", "job_1", "j", "ds_j", v, spec, hp, 1234, &err),
+    assert_int_equal(store_job_insert(f->st, "tn_a", "job_1", "j", "ds_j", v,
+                                      spec, hp, 1234, &err),
                      TY_OK);
     json_t *job;
     assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
-    assert_string_equal(json_string_value(json_object_get(job, "status")), "queued");
-    assert_int_equal(json_integer_value(json_object_get(json_object_get(job, "hyperparameters"), "epochs")), 3);
-    assert_int_equal(json_integer_value(json_object_get(job, "estimated_memory_bytes")), 1234);
+    assert_string_equal(json_string_value(json_object_get(job, "status")),
+                        "queued");
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(job, "hyperparameters"), "epochs")),
+                     3);
+    assert_int_equal(
+        json_integer_value(json_object_get(job, "estimated_memory_bytes")),
+        1234);
     /* Not started: no device yet. */
     assert_true(json_is_null(json_object_get(job, "device")));
     json_decref(job);
 
     /* The dataset is in use. */
     char sha[65];
-    assert_int_equal(store_dataset_delete(f->st, "tn_a", "ds_j", sha, &err), TY_ECONFLICT);
+    assert_int_equal(store_dataset_delete(f->st, "tn_a", "ds_j", sha, &err),
+                     TY_ECONFLICT);
     assert_non_null(strstr(err.msg, "job_1"));
 
     char id[TY_ID_MAX];
     assert_int_equal(store_job_next_queued(f->st, id, &err), TY_OK);
     assert_string_equal(id, "job_1");
     assert_int_equal(store_job_start(f->st, "job_1", "cpu", &err), TY_OK);
-    assert_int_equal(store_job_start(f->st, "job_1", "cuda:0", &err), TY_ECONFLICT);
+    assert_int_equal(store_job_start(f->st, "job_1", "cuda:0", &err),
+                     TY_ECONFLICT);
     assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
-    assert_string_equal(json_string_value(json_object_get(job, "device")), "cpu");
+    assert_string_equal(json_string_value(json_object_get(job, "device")),
+                        "cpu");
     json_decref(job);
     assert_int_equal(store_job_next_queued(f->st, id, &err), TY_ENOTFOUND);
 
     json_t *m = json_pack("{s:i, s:f}", "epoch", 1, "train_loss", 0.5);
     assert_int_equal(store_job_epoch(f->st, "job_1", 1, m, &err), TY_OK);
     json_decref(m);
-    m = json_pack("{s:i, s:f}", "epoch", 1, "train_loss", 0.4);  /* a resumed epoch */
+    m = json_pack("{s:i, s:f}", "epoch", 1, "train_loss",
+                  0.4); /* a resumed epoch */
     assert_int_equal(store_job_epoch(f->st, "job_1", 1, m, &err), TY_OK);
     json_decref(m);
     json_t *epochs;
-    assert_int_equal(store_job_epochs(f->st, "tn_a", "job_1", &epochs, &err), TY_OK);
+    assert_int_equal(store_job_epochs(f->st, "tn_a", "job_1", &epochs, &err),
+                     TY_OK);
     assert_int_equal(json_array_size(epochs), 1);
-    assert_true(json_real_value(json_object_get(json_array_get(epochs, 0), "train_loss")) < 0.45);
+    assert_true(json_real_value(json_object_get(json_array_get(epochs, 0),
+                                                "train_loss")) < 0.45);
     json_decref(epochs);
-    assert_int_equal(store_job_epochs(f->st, "tn_b", "job_1", &epochs, &err), TY_ENOTFOUND);
+    assert_int_equal(store_job_epochs(f->st, "tn_b", "job_1", &epochs, &err),
+                     TY_ENOTFOUND);
 
     /* A crash: running jobs go back to the queue. */
     int64_t n = 0;
@@ -152,24 +175,33 @@ static void test_job_life_cycle(void **state)
     assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
     assert_int_equal(json_integer_value(json_object_get(job, "attempts")), 2);
     /* The restarted run's device, which may differ from the first's. */
-    assert_string_equal(json_string_value(json_object_get(job, "device")), "cuda:1");
+    assert_string_equal(json_string_value(json_object_get(job, "device")),
+                        "cuda:1");
     json_decref(job);
 
-    json_t *mdoc = json_pack("{s:s, s:s}", "id", "mdl_1", "created_at", "2026-01-01T00:00:00.000Z");
-    assert_int_equal(store_job_succeed(f->st, "job_1", "mdl_1", "msha", 99, mdoc, &err), TY_OK);
+    json_t *mdoc = json_pack("{s:s, s:s}", "id", "mdl_1", "created_at",
+                             "2026-01-01T00:00:00.000Z");
+    assert_int_equal(
+        store_job_succeed(f->st, "job_1", "mdl_1", "msha", 99, mdoc, &err),
+        TY_OK);
     json_decref(mdoc);
     assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);
-    assert_string_equal(json_string_value(json_object_get(job, "status")), "succeeded");
-    assert_string_equal(json_string_value(json_object_get(job, "model")), "mdl_1");
+    assert_string_equal(json_string_value(json_object_get(job, "status")),
+                        "succeeded");
+    assert_string_equal(json_string_value(json_object_get(job, "model")),
+                        "mdl_1");
     json_decref(job);
     int running;
-    assert_int_equal(store_job_request_cancel(f->st, "tn_a", "job_1", &running, &err),
-                     TY_ECONFLICT);
+    assert_int_equal(
+        store_job_request_cancel(f->st, "tn_a", "job_1", &running, &err),
+        TY_ECONFLICT);
     json_t *model;
-    assert_int_equal(store_model_get(f->st, "tn_a", "mdl_1", &model, sha, &err), TY_OK);
+    assert_int_equal(store_model_get(f->st, "tn_a", "mdl_1", &model, sha, &err),
+                     TY_OK);
     assert_string_equal(sha, "msha");
     json_decref(model);
-    assert_int_equal(store_model_get(f->st, "tn_b", "mdl_1", &model, sha, &err), TY_ENOTFOUND);
+    assert_int_equal(store_model_get(f->st, "tn_b", "mdl_1", &model, sha, &err),
+                     TY_ENOTFOUND);
     json_decref(v);
     json_decref(spec);
     json_decref(hp);
@@ -184,28 +216,35 @@ static void test_model_insert_without_job(void **state)
     char sha[65];
     json_t *doc = json_pack("{s:s, s:n, s:s}", "id", "mdl_imp", "job",
                             "created_at", "2026-01-01T00:00:00.000Z");
-    assert_int_equal(store_model_insert(f->st, "tn_a", "mdl_imp", "isha", 42, doc, &err),
-                     TY_OK);
+    assert_int_equal(
+        store_model_insert(f->st, "tn_a", "mdl_imp", "isha", 42, doc, &err),
+        TY_OK);
     /* Ids are unique. */
-    assert_int_not_equal(store_model_insert(f->st, "tn_a", "mdl_imp", "isha", 42, doc, &err),
-                         TY_OK);
+    assert_int_not_equal(
+        store_model_insert(f->st, "tn_a", "mdl_imp", "isha", 42, doc, &err),
+        TY_OK);
     json_decref(doc);
     json_t *model;
-    assert_int_equal(store_model_get(f->st, "tn_a", "mdl_imp", &model, sha, &err), TY_OK);
+    assert_int_equal(
+        store_model_get(f->st, "tn_a", "mdl_imp", &model, sha, &err), TY_OK);
     assert_string_equal(sha, "isha");
     assert_true(json_is_null(json_object_get(model, "job")));
     json_decref(model);
-    assert_int_equal(store_model_get(f->st, "tn_b", "mdl_imp", &model, sha, &err), TY_ENOTFOUND);
+    assert_int_equal(
+        store_model_get(f->st, "tn_b", "mdl_imp", &model, sha, &err),
+        TY_ENOTFOUND);
     json_t *items;
     int64_t next;
-    assert_int_equal(store_model_list(f->st, "tn_a", (store_page){0, 10}, &items, &next, &err),
+    assert_int_equal(store_model_list(f->st, "tn_a", (store_page){0, 10},
+                                      &items, &next, &err),
                      TY_OK);
     assert_int_equal(json_array_size(items), 1);
     json_decref(items);
     int64_t refs = 0;
     assert_int_equal(store_blob_refs(f->st, "isha", &refs, &err), TY_OK);
     assert_int_equal(refs, 1);
-    assert_int_equal(store_model_delete(f->st, "tn_a", "mdl_imp", sha, &err), TY_OK);
+    assert_int_equal(store_model_delete(f->st, "tn_a", "mdl_imp", sha, &err),
+                     TY_OK);
     assert_int_equal(store_blob_refs(f->st, "isha", &refs, &err), TY_OK);
     assert_int_equal(refs, 0);
 }
@@ -215,17 +254,26 @@ static void test_cancel_queued_and_finish(void **state)
     fixture *f = *state;
     ty_err err;
     json_t *o = json_object();
-    assert_int_equal(store_job_insert(f->st, "tn_a", "job_q", "q", "ds_x", o, o, o, 0, &err), TY_OK);
+    assert_int_equal(
+        store_job_insert(f->st, "tn_a", "job_q", "q", "ds_x", o, o, o, 0, &err),
+        TY_OK);
     int running = -1;
-    assert_int_equal(store_job_request_cancel(f->st, "tn_b", "job_q", &running, &err), TY_ENOTFOUND);
-    assert_int_equal(store_job_request_cancel(f->st, "tn_a", "job_q", &running, &err), TY_OK);
+    assert_int_equal(
+        store_job_request_cancel(f->st, "tn_b", "job_q", &running, &err),
+        TY_ENOTFOUND);
+    assert_int_equal(
+        store_job_request_cancel(f->st, "tn_a", "job_q", &running, &err),
+        TY_OK);
     assert_int_equal(running, 0);
     int changed = -1;
-    assert_int_equal(store_job_finish(f->st, "job_q", JOB_FAILED, "x", &changed, &err), TY_OK);
+    assert_int_equal(
+        store_job_finish(f->st, "job_q", JOB_FAILED, "x", &changed, &err),
+        TY_OK);
     assert_int_equal(changed, 0); /* already finished */
     json_t *job;
     assert_int_equal(store_job_get(f->st, "tn_a", "job_q", &job, &err), TY_OK);
-    assert_string_equal(json_string_value(json_object_get(job, "status")), "cancelled");
+    assert_string_equal(json_string_value(json_object_get(job, "status")),
+                        "cancelled");
     json_decref(job);
     json_decref(o);
 }
@@ -235,25 +283,34 @@ static void test_reopen_keeps_data(void **state)
     fixture *f = *state;
     ty_err err;
     json_t *d = ds_doc("ds_keep");
-    assert_int_equal(store_dataset_insert(f->st, "tn_a", "ds_keep", "k", 1, d, &err), TY_OK);
+    assert_int_equal(
+        store_dataset_insert(f->st, "tn_a", "ds_keep", "k", 1, d, &err), TY_OK);
     json_decref(d);
     store_close(f->st);
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
     assert_int_equal(store_schema_version(f->st), 5);
     json_t *doc;
-    assert_int_equal(store_dataset_get(f->st, "tn_a", "ds_keep", &doc, NULL, &err), TY_OK);
+    assert_int_equal(
+        store_dataset_get(f->st, "tn_a", "ds_keep", &doc, NULL, &err), TY_OK);
     json_decref(doc);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_migrated_and_keys, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_datasets_are_per_tenant_and_paginate, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_job_life_cycle, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_cancel_queued_and_finish, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_model_insert_without_job, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_migrated_and_keys, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_datasets_are_per_tenant_and_paginate, setup,
+            tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_job_life_cycle, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_queued_and_finish, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_model_insert_without_job, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup,
+                                        tu_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

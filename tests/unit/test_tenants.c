@@ -56,10 +56,9 @@ static void test_create_defaults(void **state)
     assert_int_equal(tb.lim.max_gpu_slices, STORE_UNLIMITED);
     assert_int_equal(tb.lim.max_running_jobs, STORE_UNLIMITED);
     assert_int_equal(tb.lim.max_storage_bytes, STORE_UNLIMITED);
-    assert_int_equal(tb.set, STORE_TENANT_SET_WEIGHT |
-                                 STORE_TENANT_SET_GPU_SLICES |
-                                 STORE_TENANT_SET_RUNNING_JOBS |
-                                 STORE_TENANT_SET_STORAGE);
+    assert_int_equal(
+        tb.set, STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_GPU_SLICES |
+                    STORE_TENANT_SET_RUNNING_JOBS | STORE_TENANT_SET_STORAGE);
 }
 
 static void test_create_full(void **state)
@@ -68,9 +67,10 @@ static void test_create_full(void **state)
     tenant_body tb;
     ty_err err;
     assert_int_equal(
-        parse("{\"name\": \"b\", \"weight\": 2.5, \"quota\": {\"max_gpu_slices\""
-              ": 3, \"max_running_jobs\": 0, \"max_storage_bytes\": null}}",
-              1, &tb, &err),
+        parse(
+            "{\"name\": \"b\", \"weight\": 2.5, \"quota\": {\"max_gpu_slices\""
+            ": 3, \"max_running_jobs\": 0, \"max_storage_bytes\": null}}",
+            1, &tb, &err),
         TY_OK);
     assert_true(tb.lim.weight == 2.5);
     assert_int_equal(tb.lim.max_gpu_slices, 3);
@@ -86,9 +86,9 @@ static void test_patch_sets_only_what_is_given(void **state)
     assert_int_equal(parse("{}", 0, &tb, &err), TY_OK);
     assert_int_equal(tb.set, 0);
     assert_null(tb.name);
-    assert_int_equal(parse("{\"quota\": {\"max_storage_bytes\": null}}", 0, &tb,
-                           &err),
-                     TY_OK);
+    assert_int_equal(
+        parse("{\"quota\": {\"max_storage_bytes\": null}}", 0, &tb, &err),
+        TY_OK);
     assert_int_equal(tb.set, STORE_TENANT_SET_STORAGE);
     assert_int_equal(tb.lim.max_storage_bytes, STORE_UNLIMITED);
     assert_int_equal(parse("{\"weight\": 3, \"quota\": {\"max_running_jobs\": "
@@ -145,9 +145,9 @@ static void test_storage_check(void **state)
     /* Already over (a trained model may take a tenant past its quota). */
     assert_int_equal(store_storage_fits(2000, 1, 1000, &err), TY_ETOOBIG);
     /* No overflow near the top of int64. */
-    assert_int_equal(store_storage_fits(INT64_MAX - 5, INT64_MAX - 5,
-                                        INT64_MAX, &err),
-                     TY_ETOOBIG);
+    assert_int_equal(
+        store_storage_fits(INT64_MAX - 5, INT64_MAX - 5, INT64_MAX, &err),
+        TY_ETOOBIG);
     assert_int_equal(store_storage_fits(5, INT64_MAX - 5, INT64_MAX, &err),
                      TY_OK);
 }
@@ -172,9 +172,9 @@ static void create(fixture *f, const char *id, const char *name,
 {
     uint8_t hash[32] = {hash_byte};
     ty_err err;
-    assert_int_equal(store_tenant_create(f->st, id, name, &unlimited, key_id,
-                                         hash, &err),
-                     TY_OK);
+    assert_int_equal(
+        store_tenant_create(f->st, id, name, &unlimited, key_id, hash, &err),
+        TY_OK);
 }
 
 static void test_store_create_get_and_key(void **state)
@@ -183,20 +183,24 @@ static void test_store_create_get_and_key(void **state)
     ty_err err;
     store_tenant_limits lim = {2.5, 7, 3, 1000};
     uint8_t hash[32] = {2};
-    assert_int_equal(store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b",
-                                         hash, &err),
-                     TY_OK);
+    assert_int_equal(
+        store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b", hash, &err),
+        TY_OK);
     json_t *doc;
     assert_int_equal(store_tenant_get(f->st, "tn_b", &doc, &err), TY_OK);
     assert_string_equal(json_string_value(json_object_get(doc, "name")), "bee");
     assert_true(json_number_value(json_object_get(doc, "weight")) == 2.5);
     json_t *q = json_object_get(doc, "quota");
-    assert_int_equal(json_integer_value(json_object_get(q, "max_gpu_slices")), 7);
-    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")), 3);
-    assert_int_equal(json_integer_value(json_object_get(q, "max_storage_bytes")), 1000);
+    assert_int_equal(json_integer_value(json_object_get(q, "max_gpu_slices")),
+                     7);
+    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")),
+                     3);
+    assert_int_equal(
+        json_integer_value(json_object_get(q, "max_storage_bytes")), 1000);
     assert_true(json_is_false(json_object_get(doc, "admin")));
     json_t *u = json_object_get(doc, "usage");
-    assert_int_equal(json_integer_value(json_object_get(u, "storage_bytes")), 0);
+    assert_int_equal(json_integer_value(json_object_get(u, "storage_bytes")),
+                     0);
     json_decref(doc);
 
     /* The key authenticates as tenant tn_b, not admin. */
@@ -208,7 +212,8 @@ static void test_store_create_get_and_key(void **state)
     assert_memory_equal(got, hash, 32);
 
     store_tenant_limits back;
-    assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err), TY_OK);
+    assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err),
+                     TY_OK);
     assert_true(back.weight == 2.5);
     assert_int_equal(back.max_gpu_slices, 7);
     assert_int_equal(back.max_storage_bytes, 1000);
@@ -216,10 +221,11 @@ static void test_store_create_get_and_key(void **state)
     /* The admin's tenant is marked and unlimited. */
     assert_int_equal(store_tenant_get(f->st, "tn_admin", &doc, &err), TY_OK);
     assert_true(json_is_true(json_object_get(doc, "admin")));
-    assert_true(json_is_null(json_object_get(json_object_get(doc, "quota"),
-                                             "max_storage_bytes")));
+    assert_true(json_is_null(
+        json_object_get(json_object_get(doc, "quota"), "max_storage_bytes")));
     json_decref(doc);
-    assert_int_equal(store_tenant_get(f->st, "tn_none", &doc, &err), TY_ENOTFOUND);
+    assert_int_equal(store_tenant_get(f->st, "tn_none", &doc, &err),
+                     TY_ENOTFOUND);
 }
 
 static void test_store_name_conflict_stores_nothing(void **state)
@@ -240,10 +246,11 @@ static void test_store_name_conflict_stores_nothing(void **state)
                      TY_ENOTFOUND);
     /* Renaming onto a taken name is refused; onto its own name is fine. */
     create(f, "tn_c", "sea", "key_c", 3);
-    assert_int_equal(store_tenant_update(f->st, "tn_c", "bee", &unlimited, 0, &err),
-                     TY_ECONFLICT);
-    assert_int_equal(store_tenant_update(f->st, "tn_c", "sea", &unlimited, 0, &err),
-                     TY_OK);
+    assert_int_equal(
+        store_tenant_update(f->st, "tn_c", "bee", &unlimited, 0, &err),
+        TY_ECONFLICT);
+    assert_int_equal(
+        store_tenant_update(f->st, "tn_c", "sea", &unlimited, 0, &err), TY_OK);
 }
 
 static void test_store_update(void **state)
@@ -252,13 +259,14 @@ static void test_store_update(void **state)
     ty_err err;
     create(f, "tn_b", "bee", "key_b", 2);
     store_tenant_limits lim = {4, 2, STORE_UNLIMITED, 500};
-    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &lim,
-                                         STORE_TENANT_SET_WEIGHT |
-                                             STORE_TENANT_SET_STORAGE,
-                                         &err),
-                     TY_OK);
+    assert_int_equal(
+        store_tenant_update(f->st, "tn_b", NULL, &lim,
+                            STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_STORAGE,
+                            &err),
+        TY_OK);
     store_tenant_limits back;
-    assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err), TY_OK);
+    assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err),
+                     TY_OK);
     assert_true(back.weight == 4);
     assert_int_equal(back.max_storage_bytes, 500);
     assert_int_equal(back.max_gpu_slices, STORE_UNLIMITED); /* not set */
@@ -267,12 +275,14 @@ static void test_store_update(void **state)
     assert_int_equal(store_tenant_update(f->st, "tn_b", "bee2", &lim,
                                          STORE_TENANT_SET_STORAGE, &err),
                      TY_OK);
-    assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err), TY_OK);
+    assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err),
+                     TY_OK);
     assert_int_equal(back.max_storage_bytes, STORE_UNLIMITED);
     assert_true(back.weight == 4);
     json_t *doc;
     assert_int_equal(store_tenant_get(f->st, "tn_b", &doc, &err), TY_OK);
-    assert_string_equal(json_string_value(json_object_get(doc, "name")), "bee2");
+    assert_string_equal(json_string_value(json_object_get(doc, "name")),
+                        "bee2");
     json_decref(doc);
     assert_int_equal(store_tenant_update(f->st, "tn_x", NULL, &lim, 0, &err),
                      TY_ENOTFOUND);
@@ -284,21 +294,28 @@ static void test_store_storage_usage(void **state)
     ty_err err;
     create(f, "tn_b", "bee", "key_b", 2);
     json_t *d = json_pack("{s:s, s:s}", "id", "x", "created_at", "t");
-    assert_int_equal(store_dataset_insert(f->st, "tn_b", "ds_1", "s1", 100, d, &err), TY_OK);
+    assert_int_equal(
+        store_dataset_insert(f->st, "tn_b", "ds_1", "s1", 100, d, &err), TY_OK);
     /* The same blob in a second row counts again. */
-    assert_int_equal(store_dataset_insert(f->st, "tn_b", "ds_2", "s1", 100, d, &err), TY_OK);
-    assert_int_equal(store_model_insert(f->st, "tn_b", "mdl_1", "s2", 50, d, &err), TY_OK);
-    assert_int_equal(store_dataset_insert(f->st, "tn_admin", "ds_3", "s3", 7, d, &err), TY_OK);
+    assert_int_equal(
+        store_dataset_insert(f->st, "tn_b", "ds_2", "s1", 100, d, &err), TY_OK);
+    assert_int_equal(
+        store_model_insert(f->st, "tn_b", "mdl_1", "s2", 50, d, &err), TY_OK);
+    assert_int_equal(
+        store_dataset_insert(f->st, "tn_admin", "ds_3", "s3", 7, d, &err),
+        TY_OK);
     json_decref(d);
     int64_t used = 0;
     assert_int_equal(store_tenant_storage(f->st, "tn_b", &used, &err), TY_OK);
     assert_int_equal(used, 250);
-    assert_int_equal(store_tenant_storage(f->st, "tn_admin", &used, &err), TY_OK);
+    assert_int_equal(store_tenant_storage(f->st, "tn_admin", &used, &err),
+                     TY_OK);
     assert_int_equal(used, 7);
     json_t *doc;
     assert_int_equal(store_tenant_get(f->st, "tn_b", &doc, &err), TY_OK);
     json_t *u = json_object_get(doc, "usage");
-    assert_int_equal(json_integer_value(json_object_get(u, "storage_bytes")), 250);
+    assert_int_equal(json_integer_value(json_object_get(u, "storage_bytes")),
+                     250);
     assert_int_equal(json_integer_value(json_object_get(u, "datasets")), 2);
     assert_int_equal(json_integer_value(json_object_get(u, "models")), 1);
     json_decref(doc);
@@ -311,8 +328,10 @@ static void test_store_keys(void **state)
     create(f, "tn_b", "bee", "key_b", 2);
     uint8_t hash[32] = {9};
     json_t *doc;
-    assert_int_equal(store_key_create(f->st, "tn_b", "key_b2", hash, &doc, &err), TY_OK);
-    assert_string_equal(json_string_value(json_object_get(doc, "id")), "key_b2");
+    assert_int_equal(
+        store_key_create(f->st, "tn_b", "key_b2", hash, &doc, &err), TY_OK);
+    assert_string_equal(json_string_value(json_object_get(doc, "id")),
+                        "key_b2");
     assert_true(json_is_false(json_object_get(doc, "admin")));
     assert_null(json_object_get(doc, "hash"));
     json_decref(doc);
@@ -322,29 +341,39 @@ static void test_store_keys(void **state)
     store_page page = {0, 50};
     json_t *items;
     int64_t next;
-    assert_int_equal(store_key_list(f->st, "tn_b", page, &items, &next, &err), TY_OK);
+    assert_int_equal(store_key_list(f->st, "tn_b", page, &items, &next, &err),
+                     TY_OK);
     assert_int_equal(json_array_size(items), 2);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), "key_b2");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(items, 0), "id")),
+        "key_b2");
     json_decref(items);
     assert_int_equal(store_key_list(f->st, "tn_x", page, &items, &next, &err),
                      TY_ENOTFOUND);
 
     /* Revoking: at once, only the tenant's own key, idempotent. */
-    assert_int_equal(store_key_revoke(f->st, "tn_admin", "key_b", &err), TY_ENOTFOUND);
+    assert_int_equal(store_key_revoke(f->st, "tn_admin", "key_b", &err),
+                     TY_ENOTFOUND);
     assert_int_equal(store_key_revoke(f->st, "tn_b", "key_b", &err), TY_OK);
     store_key k;
     uint8_t got[32];
-    assert_int_equal(store_key_lookup(f->st, "key_b", &k, got, &err), TY_ENOTFOUND);
+    assert_int_equal(store_key_lookup(f->st, "key_b", &k, got, &err),
+                     TY_ENOTFOUND);
     assert_int_equal(store_key_lookup(f->st, "key_b2", &k, got, &err), TY_OK);
-    assert_int_equal(store_key_list(f->st, "tn_b", page, &items, &next, &err), TY_OK);
-    const char *revoked = json_string_value(json_object_get(json_array_get(items, 1), "revoked_at"));
+    assert_int_equal(store_key_list(f->st, "tn_b", page, &items, &next, &err),
+                     TY_OK);
+    const char *revoked = json_string_value(
+        json_object_get(json_array_get(items, 1), "revoked_at"));
     assert_non_null(revoked);
     char first[40];
     snprintf(first, sizeof first, "%s", revoked);
     json_decref(items);
     assert_int_equal(store_key_revoke(f->st, "tn_b", "key_b", &err), TY_OK);
-    assert_int_equal(store_key_list(f->st, "tn_b", page, &items, &next, &err), TY_OK);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 1), "revoked_at")), first);
+    assert_int_equal(store_key_list(f->st, "tn_b", page, &items, &next, &err),
+                     TY_OK);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(items, 1), "revoked_at")),
+                        first);
     json_decref(items);
 }
 
@@ -358,14 +387,18 @@ static void test_store_last_admin_key_stays(void **state)
      * go. */
     uint8_t hash[32] = {5};
     json_t *doc;
-    assert_int_equal(store_key_create(f->st, "tn_admin", "key_admin2", hash, &doc, &err), TY_OK);
+    assert_int_equal(
+        store_key_create(f->st, "tn_admin", "key_admin2", hash, &doc, &err),
+        TY_OK);
     assert_true(json_is_true(json_object_get(doc, "admin")));
     json_decref(doc);
     store_key k;
     uint8_t got[32];
-    assert_int_equal(store_key_lookup(f->st, "key_admin2", &k, got, &err), TY_OK);
+    assert_int_equal(store_key_lookup(f->st, "key_admin2", &k, got, &err),
+                     TY_OK);
     assert_int_equal(k.is_admin, 1);
-    assert_int_equal(store_key_revoke(f->st, "tn_admin", "key_admin", &err), TY_OK);
+    assert_int_equal(store_key_revoke(f->st, "tn_admin", "key_admin", &err),
+                     TY_OK);
     assert_int_equal(store_key_revoke(f->st, "tn_admin", "key_admin2", &err),
                      TY_ECONFLICT);
 }
@@ -379,16 +412,22 @@ static void test_store_list_pages(void **state)
     store_page page = {0, 2};
     json_t *items;
     int64_t next;
-    assert_int_equal(store_tenant_list(f->st, page, &items, &next, &err), TY_OK);
+    assert_int_equal(store_tenant_list(f->st, page, &items, &next, &err),
+                     TY_OK);
     assert_int_equal(json_array_size(items), 2);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), "tn_c");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(items, 0), "id")),
+        "tn_c");
     assert_null(json_object_get(json_array_get(items, 0), "_seq"));
     assert_true(next > 0);
     json_decref(items);
     page.cursor = next;
-    assert_int_equal(store_tenant_list(f->st, page, &items, &next, &err), TY_OK);
+    assert_int_equal(store_tenant_list(f->st, page, &items, &next, &err),
+                     TY_OK);
     assert_int_equal(json_array_size(items), 1);
-    assert_string_equal(json_string_value(json_object_get(json_array_get(items, 0), "id")), "tn_admin");
+    assert_string_equal(
+        json_string_value(json_object_get(json_array_get(items, 0), "id")),
+        "tn_admin");
     assert_int_equal(next, 0);
     json_decref(items);
 }
@@ -402,19 +441,25 @@ static void test_store_dataset_delete_in_use_is_404_for_others(void **state)
     ty_err err;
     create(f, "tn_b", "bee", "key_b", 2);
     json_t *d = json_pack("{s:s, s:s}", "id", "ds_1", "created_at", "t");
-    assert_int_equal(store_dataset_insert(f->st, "tn_admin", "ds_1", "s1", 10, d, &err), TY_OK);
+    assert_int_equal(
+        store_dataset_insert(f->st, "tn_admin", "ds_1", "s1", 10, d, &err),
+        TY_OK);
     json_decref(d);
-    json_t *v = json_pack("{s:f}", "split", 0.1), *spec = json_pack("{s:[]}", "layers"),
+    json_t *v = json_pack("{s:f}", "split", 0.1),
+           *spec = json_pack("{s:[]}", "layers"),
            *hp = json_pack("{s:i}", "epochs", 1);
-    assert_int_equal(store_job_insert(f->st, "tn_admin", "job_1", "j", "ds_1", v, spec, hp, 1, &err),
+    assert_int_equal(store_job_insert(f->st, "tn_admin", "job_1", "j", "ds_1",
+                                      v, spec, hp, 1, &err),
                      TY_OK);
     json_decref(v);
     json_decref(spec);
     json_decref(hp);
     char sha[65];
-    assert_int_equal(store_dataset_delete(f->st, "tn_b", "ds_1", sha, &err), TY_ENOTFOUND);
+    assert_int_equal(store_dataset_delete(f->st, "tn_b", "ds_1", sha, &err),
+                     TY_ENOTFOUND);
     assert_null(strstr(err.msg, "job_1"));
-    assert_int_equal(store_dataset_delete(f->st, "tn_admin", "ds_1", sha, &err), TY_ECONFLICT);
+    assert_int_equal(store_dataset_delete(f->st, "tn_admin", "ds_1", sha, &err),
+                     TY_ECONFLICT);
 }
 
 int main(void)
@@ -425,14 +470,23 @@ int main(void)
         cmocka_unit_test(test_patch_sets_only_what_is_given),
         cmocka_unit_test(test_bad_bodies_name_the_field),
         cmocka_unit_test(test_storage_check),
-        cmocka_unit_test_setup_teardown(test_store_create_get_and_key, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_store_name_conflict_stores_nothing, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_store_update, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_store_storage_usage, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_store_keys, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_store_last_admin_key_stays, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_store_list_pages, setup, tu_store_teardown),
-        cmocka_unit_test_setup_teardown(test_store_dataset_delete_in_use_is_404_for_others, setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_create_get_and_key, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_name_conflict_stores_nothing,
+                                        setup, tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_update, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_storage_usage, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_keys, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_last_admin_key_stays, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_list_pages, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(
+            test_store_dataset_delete_in_use_is_404_for_others, setup,
+            tu_store_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

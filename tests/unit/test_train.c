@@ -42,8 +42,8 @@ typedef struct {
     int epochs_seen, progress_calls, resumed;
     uint32_t resume_epoch;
     uint64_t resume_step;
-    uint32_t stop_after_epoch;  /* set *stop after this epoch (0: never) */
-    int stop_on_progress;       /* set *stop at the first progress report */
+    uint32_t stop_after_epoch; /* set *stop after this epoch (0: never) */
+    int stop_on_progress;      /* set *stop at the first progress report */
     volatile sig_atomic_t *stop;
     train_epoch_metrics first, last;
     double last_fraction;
@@ -52,7 +52,7 @@ typedef struct {
     volatile sig_atomic_t *preempt;
     int preempt_on_progress;
     uint32_t preempt_after_epoch;
-    uint64_t preempt_set_at;    /* p->step when set from on_progress */
+    uint64_t preempt_set_at; /* p->step when set from on_progress */
     int preempts, preempt_checkpointed;
     uint32_t preempt_epoch;
     uint64_t preempt_step;
@@ -131,10 +131,18 @@ static train_job job_of(const json_t *spec, const train_hparams *hp,
                         const char *model)
 {
     train_job j = {
-        .spec = spec, .hp = hp, .train = ds, .checkpoint_path = ckpt,
-        .model_path = model, .threads = 1, .stop = stop,
-        .cb = {.ctx = cb, .on_progress = on_progress, .on_epoch = on_epoch,
-               .on_resume = on_resume, .on_preempt = on_preempt},
+        .spec = spec,
+        .hp = hp,
+        .train = ds,
+        .checkpoint_path = ckpt,
+        .model_path = model,
+        .threads = 1,
+        .stop = stop,
+        .cb = {.ctx = cb,
+               .on_progress = on_progress,
+               .on_epoch = on_epoch,
+               .on_resume = on_resume,
+               .on_preempt = on_preempt},
     };
     cb->stop = stop;
     return j;
@@ -162,7 +170,8 @@ static void test_classification_learns(void **state)
     synth_xor(&s, 1200, 1);
     uint32_t *tr, *va, ntr, nva;
     ty_err err;
-    assert_int_equal(train_split(1200, 0.25, 7, &tr, &ntr, &va, &nva, &err), TY_OK);
+    assert_int_equal(train_split(1200, 0.25, 7, &tr, &ntr, &va, &nva, &err),
+                     TY_OK);
     json_t *spec = spec_of(xor_spec);
     train_hparams hp = hparams_of("{\"epochs\":30,\"batch_size\":32,"
                                   "\"learning_rate\":0.01,\"seed\":3}");
@@ -230,12 +239,13 @@ static void test_classification_learns(void **state)
     assert_int_equal(nn_net_predict(net, ws, x, 51, probs, &err), TY_EINVAL);
     /* evaluate over the whole dataset matches predict over it */
     double loss, acc;
-    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err),
+                     TY_OK);
     uint32_t all_hits = 0;
     for (uint32_t first = 0; first < 1200; first += 50) {
-        assert_int_equal(nn_net_predict(net, ws, (float *)s.x + first * 4, 50,
-                                        probs, &err),
-                         TY_OK);
+        assert_int_equal(
+            nn_net_predict(net, ws, (float *)s.x + first * 4, 50, probs, &err),
+            TY_OK);
         for (uint32_t i = 0; i < 50; i++)
             all_hits += (probs[2 * i + 1] > probs[2 * i]) == s.y[first + i];
     }
@@ -266,11 +276,13 @@ static void test_regression_learns(void **state)
 {
     synth s;
     synth_linear(&s, 512, 2);
-    json_t *spec = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":16},"
-                           "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":1}]}");
-    train_hparams hp = hparams_of("{\"epochs\":40,\"batch_size\":16,\"optimizer\":"
-                                  "\"sgd\",\"learning_rate\":0.02,\"momentum\":0.9,"
-                                  "\"seed\":11}");
+    json_t *spec =
+        spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":16},"
+                "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":1}]}");
+    train_hparams hp =
+        hparams_of("{\"epochs\":40,\"batch_size\":16,\"optimizer\":"
+                   "\"sgd\",\"learning_rate\":0.02,\"momentum\":0.9,"
+                   "\"seed\":11}");
     char model[128];
     path_in(model, sizeof model, "lin.safetensors");
     cb_state cb = {0};
@@ -288,7 +300,8 @@ static void test_regression_learns(void **state)
     assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
     assert_true(json_is_null(json_object_get(nn_net_meta(net), "classes")));
     double loss, acc;
-    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err),
+                     TY_OK);
     assert_true(loss < 0.01);
     assert_float_equal(acc, -1.0, 0);
     nn_workspace *ws = nn_workspace_create(net, 4);
@@ -318,7 +331,8 @@ static void test_deterministic(void **state)
     synth s;
     synth_xor(&s, 300, 4);
     json_t *spec = spec_of(dropout_spec);
-    train_hparams hp = hparams_of("{\"epochs\":3,\"batch_size\":32,\"seed\":99}");
+    train_hparams hp =
+        hparams_of("{\"epochs\":3,\"batch_size\":32,\"seed\":99}");
     char a[128], b[128], c[128];
     path_in(a, sizeof a, "det_a.safetensors");
     path_in(b, sizeof b, "det_b.safetensors");
@@ -453,10 +467,11 @@ static void test_two_threads_deterministic_and_resumable(void **state)
 {
     synth s;
     synth_images_sized(&s, 640, 16, 12);
-    json_t *spec = spec_of("{\"layers\":[{\"type\":\"flatten\"},"
-                           "{\"type\":\"dense\",\"units\":160},{\"type\":\"relu\"},"
-                           "{\"type\":\"dropout\",\"rate\":0.1},"
-                           "{\"type\":\"dense\",\"units\":2}]}");
+    json_t *spec =
+        spec_of("{\"layers\":[{\"type\":\"flatten\"},"
+                "{\"type\":\"dense\",\"units\":160},{\"type\":\"relu\"},"
+                "{\"type\":\"dropout\",\"rate\":0.1},"
+                "{\"type\":\"dense\",\"units\":2}]}");
     train_hparams hp = hparams_of("{\"epochs\":10,\"batch_size\":32,\"seed\":8,"
                                   "\"learning_rate\":0.01}");
     char a[128], b[128], ckpt[128];
@@ -598,15 +613,19 @@ static void test_progress_counts_optimizer_steps(void **state)
     synth_xor(&s, 100, 3);
     json_t *spec = spec_of(xor_spec);
     /* 100 / 8 = 13 minibatches, in groups of 4: 4 steps an epoch. */
-    train_hparams hp = hparams_of("{\"epochs\":2,\"batch_size\":8,\"seed\":2,"
-                                  "\"accumulation_steps\":4,\"learning_rate\":0.1,"
-                                  "\"lr_schedule\":{\"type\":\"step\","
-                                  "\"step_epochs\":1,\"gamma\":0.5}}");
+    train_hparams hp =
+        hparams_of("{\"epochs\":2,\"batch_size\":8,\"seed\":2,"
+                   "\"accumulation_steps\":4,\"learning_rate\":0.1,"
+                   "\"lr_schedule\":{\"type\":\"step\","
+                   "\"step_epochs\":1,\"gamma\":0.5}}");
     char model[128];
     path_in(model, sizeof model, "steps.safetensors");
     lr_seen seen = {0};
-    train_job job = {.spec = spec, .hp = &hp, .train = &s.ds,
-                     .model_path = model, .threads = 1,
+    train_job job = {.spec = spec,
+                     .hp = &hp,
+                     .train = &s.ds,
+                     .model_path = model,
+                     .threads = 1,
                      .cb = {.ctx = &seen, .on_progress = on_progress_lr}};
     run_ok(&job, NULL);
     assert_true(seen.calls >= 1);
@@ -637,13 +656,17 @@ static void test_checkpoint_identity_new_hparams(void **state)
         "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,"
         "\"lr_schedule\":{\"type\":\"cosine\"}}",
         "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"warmup_steps\":5}",
-        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"clip_grad_norm\":1}",
-        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"label_smoothing\":0.1}",
-        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"optimizer\":\"adamw\"}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"clip_grad_norm\":"
+        "1}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"label_smoothing\":"
+        "0.1}",
+        "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,\"optimizer\":"
+        "\"adamw\"}",
         "{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2,"
         "\"lr_schedule\":{\"type\":\"step\",\"step_epochs\":1}}",
     };
-    train_hparams hp = hparams_of("{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2}");
+    train_hparams hp =
+        hparams_of("{\"epochs\":1,\"seed\":1,\"accumulation_steps\":2}");
     cb_state cb = {0};
     train_job job = job_of(spec, &hp, &s.ds, &cb, NULL, ckpt, model);
     run_ok(&job, NULL);
@@ -684,8 +707,9 @@ static void test_binary_cross_entropy_learns(void **state)
 {
     synth s;
     synth_xor(&s, 800, 12);
-    json_t *spec = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":32},"
-                           "{\"type\":\"tanh\"},{\"type\":\"dense\",\"units\":1}]}");
+    json_t *spec =
+        spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":32},"
+                "{\"type\":\"tanh\"},{\"type\":\"dense\",\"units\":1}]}");
     train_hparams hp = hparams_of("{\"epochs\":30,\"batch_size\":32,"
                                   "\"learning_rate\":0.01,\"seed\":3,"
                                   "\"loss\":\"binary_cross_entropy\"}");
@@ -710,16 +734,17 @@ static void test_binary_cross_entropy_learns(void **state)
     float probs[200];
     uint32_t hits = 0;
     for (uint32_t first = 0; first < 800; first += 100) {
-        assert_int_equal(nn_net_predict(net, ws, (float *)s.x + first * 4, 100,
-                                        probs, &err),
-                         TY_OK);
+        assert_int_equal(
+            nn_net_predict(net, ws, (float *)s.x + first * 4, 100, probs, &err),
+            TY_OK);
         for (uint32_t i = 0; i < 100; i++) {
             assert_float_equal(probs[2 * i] + probs[2 * i + 1], 1.0, 1e-6);
             hits += (probs[2 * i + 1] > 0.5f) == s.y[first + i];
         }
     }
     double loss, acc;
-    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err),
+                     TY_OK);
     assert_float_equal(acc, hits / 800.0, 1e-9);
     assert_float_equal(acc, fin.train_accuracy, 0.03);
     assert_true(loss < 0.3);
@@ -747,11 +772,13 @@ static void test_huber_learns(void **state)
 {
     synth s;
     synth_linear(&s, 512, 2);
-    json_t *spec = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":16},"
-                           "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":1}]}");
-    train_hparams hp = hparams_of("{\"epochs\":40,\"batch_size\":16,\"optimizer\":"
-                                  "\"sgd\",\"learning_rate\":0.02,\"momentum\":0.9,"
-                                  "\"seed\":11,\"loss\":\"huber\",\"huber_delta\":0.5}");
+    json_t *spec =
+        spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":16},"
+                "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":1}]}");
+    train_hparams hp =
+        hparams_of("{\"epochs\":40,\"batch_size\":16,\"optimizer\":"
+                   "\"sgd\",\"learning_rate\":0.02,\"momentum\":0.9,"
+                   "\"seed\":11,\"loss\":\"huber\",\"huber_delta\":0.5}");
     char model[128];
     path_in(model, sizeof model, "huber.safetensors");
     cb_state cb = {0};
@@ -763,13 +790,14 @@ static void test_huber_learns(void **state)
     ty_err err;
     assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
     double loss, acc;
-    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err), TY_OK);
+    assert_int_equal(nn_net_evaluate(net, &s.ds, NULL, &loss, &acc, &err),
+                     TY_OK);
     /* Evaluation uses the Huber loss too: below the MSE's half where small. */
     assert_true(loss < 0.01);
-    assert_float_equal(json_number_value(json_object_get(
-                           json_object_get(nn_net_meta(net), "loss"),
-                           "huber_delta")),
-                       0.5, 0);
+    assert_float_equal(
+        json_number_value(json_object_get(
+            json_object_get(nn_net_meta(net), "loss"), "huber_delta")),
+        0.5, 0);
     nn_net_destroy(net);
     /* A classification loss for a regression dataset is refused. */
     train_hparams bad = hp;
@@ -796,9 +824,10 @@ static void test_augment_resume(void **state)
 {
     synth s;
     synth_images_sized(&s, 300, 8, 12); /* 10 steps an epoch */
-    const char *mid = "{\"epochs\":2,\"batch_size\":32,\"seed\":21,"
-                      "\"checkpoint_every_steps\":1,\"learning_rate\":0.01,"
-                      "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}";
+    const char *mid =
+        "{\"epochs\":2,\"batch_size\":32,\"seed\":21,"
+        "\"checkpoint_every_steps\":1,\"learning_rate\":0.01,"
+        "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}";
     resume_on(&s, image_spec, mid, 2, 1, 0, 1, 0, 1);
     resume_on(&s, image_spec, mid, 2, -1, 0, 1, 0, 1);
     resume_on(&s, image_spec, mid, 1, 1, 0, 1, 0, 1);
@@ -807,9 +836,10 @@ static void test_augment_resume(void **state)
                          "\"augment\":{\"crop_padding\":1}}";
     resume_on(&s, image_spec, epochs, 2, 1, 1, 0, 1, 10);
     /* Accumulating: the loader restarts at minibatch step * 3. */
-    const char *accum = "{\"epochs\":2,\"batch_size\":32,\"seed\":23,"
-                        "\"accumulation_steps\":3,\"checkpoint_every_steps\":1,"
-                        "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}";
+    const char *accum =
+        "{\"epochs\":2,\"batch_size\":32,\"seed\":23,"
+        "\"accumulation_steps\":3,\"checkpoint_every_steps\":1,"
+        "\"augment\":{\"crop_padding\":2,\"horizontal_flip\":true}}";
     resume_on(&s, image_spec, accum, 2, 1, 0, 1, 0, 1);
     resume_on(&s, image_spec, accum, 1, -1, 0, 1, 0, 1);
     synth_free(&s);
@@ -914,7 +944,8 @@ static void test_augment_errors(void **state)
 
     synth_images_sized(&s, 50, 8, 16);
     spec = spec_of(image_spec);
-    hp = hparams_of("{\"epochs\":1,\"seed\":1,\"augment\":{\"crop_padding\":5}}");
+    hp = hparams_of(
+        "{\"epochs\":1,\"seed\":1,\"augment\":{\"crop_padding\":5}}");
     job = job_of(spec, &hp, &s.ds, &cb, NULL, NULL, model);
     assert_int_equal(train_run(&job, NULL, &err), TY_EINVAL);
     assert_string_equal(err.field, "hyperparameters.augment.crop_padding");
@@ -927,8 +958,9 @@ static void test_checkpoint_of_another_job(void **state)
     synth s;
     synth_xor(&s, 100, 6);
     json_t *spec = spec_of(xor_spec);
-    json_t *other = spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":8},"
-                            "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":2}]}");
+    json_t *other =
+        spec_of("{\"layers\":[{\"type\":\"dense\",\"units\":8},"
+                "{\"type\":\"relu\"},{\"type\":\"dense\",\"units\":2}]}");
     train_hparams hp = hparams_of("{\"epochs\":1,\"seed\":1}");
     char model[128], ckpt[128];
     path_in(model, sizeof model, "m.safetensors");
@@ -1028,7 +1060,8 @@ static void preempt_case(const char *hp_text, int on_progress,
     run_ok(&job, &ff);
     assert_int_equal(cb.preempts, 0);
 
-    cb_state cb2 = {.preempt = &preempt, .preempt_on_progress = on_progress,
+    cb_state cb2 = {.preempt = &preempt,
+                    .preempt_on_progress = on_progress,
                     .preempt_after_epoch = after_epoch};
     job = job_of(spec, &hp, &s.ds, &cb2, &stop, part_ckpt, part);
     job.preempt = &preempt;
@@ -1137,7 +1170,8 @@ static void test_preempt_after_final_step_keeps_the_model(void **state)
     synth s;
     synth_xor(&s, 200, 9);
     json_t *spec = spec_of(xor_spec);
-    train_hparams hp = hparams_of("{\"epochs\":2,\"batch_size\":32,\"seed\":4}");
+    train_hparams hp =
+        hparams_of("{\"epochs\":2,\"batch_size\":32,\"seed\":4}");
     char a[128], b[128], ckpt[128];
     path_in(a, sizeof a, "late_a.safetensors");
     path_in(b, sizeof b, "late_b.safetensors");
@@ -1232,11 +1266,13 @@ static void test_scale_255_at_predict(void **state)
     ty_err err;
     assert_int_equal(nn_net_load(model, &net, &err), TY_OK);
     const json_t *pre = json_object_get(nn_net_meta(net), "preprocess");
-    assert_string_equal(json_string_value(json_object_get(pre, "kind")), "scale");
+    assert_string_equal(json_string_value(json_object_get(pre, "kind")),
+                        "scale");
     assert_float_equal(json_real_value(json_object_get(pre, "factor")),
                        1.0 / 255.0, 1e-15);
     json_t *classes = json_pack("[i, i]", 0, 1);
-    assert_true(json_equal(json_object_get(nn_net_meta(net), "classes"), classes));
+    assert_true(
+        json_equal(json_object_get(nn_net_meta(net), "classes"), classes));
     json_decref(classes);
     nn_workspace *ws = nn_workspace_create(net, 8);
     float raw[8 * 16], probs[8 * 2];
@@ -1290,8 +1326,10 @@ static void test_standardize_from_training_examples(void **state)
             var[j] += pow(x[idx[i] * 4 + j] - mean[j], 2) / 150.0;
     float fmean[4], fstd[4];
     for (int j = 0; j < 4; j++) {
-        double m = json_real_value(json_array_get(json_object_get(pre, "mean"), j));
-        double sd = json_real_value(json_array_get(json_object_get(pre, "std"), j));
+        double m =
+            json_real_value(json_array_get(json_object_get(pre, "mean"), j));
+        double sd =
+            json_real_value(json_array_get(json_object_get(pre, "std"), j));
         assert_float_equal(m, mean[j], 1e-5 * fmax(1, fabs(mean[j])));
         if (j == 3)
             assert_float_equal(sd, 1.0, 0); /* constant feature */
@@ -1305,7 +1343,8 @@ static void test_standardize_from_training_examples(void **state)
     read_tensor(model, "0.bias", b, 2);
     nn_workspace *ws = nn_workspace_create(net, 5);
     float probs[10];
-    assert_int_equal(nn_net_predict(net, ws, x + 190 * 4, 5, probs, &err), TY_OK);
+    assert_int_equal(nn_net_predict(net, ws, x + 190 * 4, 5, probs, &err),
+                     TY_OK);
     for (int i = 0; i < 5; i++) {
         double z[4], p[2];
         for (int j = 0; j < 4; j++)
@@ -1373,8 +1412,10 @@ static void test_hparams_defaults(void **state)
     assert_int_equal(hp.checkpoint_every_steps, 0);
     assert_true(hp.seed <= (1ull << 53));
     /* The chosen seed is written out, so the run can be repeated. */
-    assert_int_equal(json_integer_value(json_object_get(norm, "seed")), hp.seed);
-    assert_string_equal(json_string_value(json_object_get(norm, "optimizer")), "adam");
+    assert_int_equal(json_integer_value(json_object_get(norm, "seed")),
+                     hp.seed);
+    assert_string_equal(json_string_value(json_object_get(norm, "optimizer")),
+                        "adam");
     assert_null(json_object_get(norm, "momentum"));
     train_hparams again;
     assert_int_equal(train_hparams_parse(norm, &again, NULL, &err), TY_OK);
@@ -1427,7 +1468,8 @@ static void test_hparams_errors(void **state)
                     "hyperparameters.nesterov");
     expect_hp_error("{\"optimizer\":\"sgd\",\"momentum\":0.9,\"nesterov\":1}",
                     "hyperparameters.nesterov");
-    expect_hp_error("{\"lr_schedule\":\"cosine\"}", "hyperparameters.lr_schedule");
+    expect_hp_error("{\"lr_schedule\":\"cosine\"}",
+                    "hyperparameters.lr_schedule");
     expect_hp_error("{\"lr_schedule\":{}}", "hyperparameters.lr_schedule.type");
     expect_hp_error("{\"lr_schedule\":{\"type\":\"exponential\"}}",
                     "hyperparameters.lr_schedule.type");
@@ -1452,7 +1494,8 @@ static void test_hparams_errors(void **state)
     expect_hp_error("{\"warmup_steps\":-1}", "hyperparameters.warmup_steps");
     expect_hp_error("{\"warmup_steps\":1.5}", "hyperparameters.warmup_steps");
     expect_hp_error("{\"clip_grad_norm\":0}", "hyperparameters.clip_grad_norm");
-    expect_hp_error("{\"clip_grad_norm\":-1}", "hyperparameters.clip_grad_norm");
+    expect_hp_error("{\"clip_grad_norm\":-1}",
+                    "hyperparameters.clip_grad_norm");
     expect_hp_error("{\"accumulation_steps\":0}",
                     "hyperparameters.accumulation_steps");
     expect_hp_error("{\"accumulation_steps\":1025}",
@@ -1460,8 +1503,10 @@ static void test_hparams_errors(void **state)
     expect_hp_error("{\"loss\":\"hinge\"}", "hyperparameters.loss");
     expect_hp_error("{\"loss\":\"mse\",\"label_smoothing\":0.1}",
                     "hyperparameters.label_smoothing");
-    expect_hp_error("{\"label_smoothing\":1}", "hyperparameters.label_smoothing");
-    expect_hp_error("{\"label_smoothing\":-0.1}", "hyperparameters.label_smoothing");
+    expect_hp_error("{\"label_smoothing\":1}",
+                    "hyperparameters.label_smoothing");
+    expect_hp_error("{\"label_smoothing\":-0.1}",
+                    "hyperparameters.label_smoothing");
     expect_hp_error("{\"loss\":\"mse\",\"huber_delta\":2}",
                     "hyperparameters.huber_delta");
     expect_hp_error("{\"huber_delta\":2}", "hyperparameters.huber_delta");
@@ -1520,11 +1565,12 @@ static void test_hparams_new_defaults_and_round_trip(void **state)
     /* The task settles the loss and the normalized object says which. */
     j = json_pack("{s:f}", "label_smoothing", 0.0);
     assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
-    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_REGRESSION, 1,
-                                                norm, &err),
-                     TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(&hp, TY_TASK_REGRESSION, 1, norm, &err),
+        TY_OK);
     assert_int_equal(hp.loss.kind, NN_LOSS_MSE);
-    assert_string_equal(json_string_value(json_object_get(norm, "loss")), "mse");
+    assert_string_equal(json_string_value(json_object_get(norm, "loss")),
+                        "mse");
     assert_null(json_object_get(norm, "label_smoothing"));
     assert_int_equal(train_hparams_parse(norm, &again, NULL, &err), TY_OK);
     assert_int_equal(again.loss.kind, NN_LOSS_MSE);
@@ -1532,24 +1578,24 @@ static void test_hparams_new_defaults_and_round_trip(void **state)
     json_decref(j);
     j = json_pack("{s:f}", "label_smoothing", 0.2);
     assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
-    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_REGRESSION, 1,
-                                                norm, &err),
-                     TY_EINVAL);
+    assert_int_equal(
+        train_hparams_resolve_loss(&hp, TY_TASK_REGRESSION, 1, norm, &err),
+        TY_EINVAL);
     assert_string_equal(err.field, "hyperparameters.label_smoothing");
-    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3,
-                                                norm, &err),
-                     TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3, norm, &err),
+        TY_OK);
     assert_string_equal(json_string_value(json_object_get(norm, "loss")),
                         "cross_entropy");
-    assert_float_equal(json_number_value(json_object_get(norm, "label_smoothing")),
-                       0.2, 0);
+    assert_float_equal(
+        json_number_value(json_object_get(norm, "label_smoothing")), 0.2, 0);
     json_decref(norm);
     json_decref(j);
     j = json_pack("{s:s}", "loss", "binary_cross_entropy");
     assert_int_equal(train_hparams_parse(j, &hp, NULL, &err), TY_OK);
-    assert_int_equal(train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 10,
-                                                NULL, &err),
-                     TY_EINVAL);
+    assert_int_equal(
+        train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 10, NULL, &err),
+        TY_EINVAL);
     assert_string_equal(err.field, "hyperparameters.loss");
     json_decref(j);
 }
@@ -1558,7 +1604,8 @@ static void test_split(void **state)
 {
     uint32_t *tr, *va, ntr, nva;
     ty_err err;
-    assert_int_equal(train_split(1000, 0.2, 42, &tr, &ntr, &va, &nva, &err), TY_OK);
+    assert_int_equal(train_split(1000, 0.2, 42, &tr, &ntr, &va, &nva, &err),
+                     TY_OK);
     assert_int_equal(ntr, 800);
     assert_int_equal(nva, 200);
     uint8_t seen[1000] = {0};
@@ -1582,13 +1629,16 @@ static void test_split(void **state)
     free(va);
     free(tr2);
     free(va2);
-    assert_int_equal(train_split(10, 0.0, 1, &tr, &ntr, &va, &nva, &err), TY_OK);
+    assert_int_equal(train_split(10, 0.0, 1, &tr, &ntr, &va, &nva, &err),
+                     TY_OK);
     assert_int_equal(ntr, 10);
     assert_int_equal(nva, 0);
     assert_null(va);
     free(tr);
-    assert_int_equal(train_split(1, 0.6, 1, &tr, &ntr, &va, &nva, &err), TY_EINVAL);
-    assert_int_equal(train_split(10, 1.0, 1, &tr, &ntr, &va, &nva, &err), TY_EINVAL);
+    assert_int_equal(train_split(1, 0.6, 1, &tr, &ntr, &va, &nva, &err),
+                     TY_EINVAL);
+    assert_int_equal(train_split(10, 1.0, 1, &tr, &ntr, &va, &nva, &err),
+                     TY_EINVAL);
 }
 
 int main(void)

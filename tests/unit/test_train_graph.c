@@ -124,8 +124,8 @@ typedef struct {
 /* Trains c on be (a fake device) into dir/name; hp_extra is merged into
  * the case's hyperparameters. Returns the train_run status. */
 static ty_status train_on(const run_case *c, const nn_backend *be,
-                          const char *hp_extra, int prefetch,
-                          const char *name, run_log *log, ty_err *err)
+                          const char *hp_extra, int prefetch, const char *name,
+                          run_log *log, ty_err *err)
 {
     synth s, v;
     make_data(&s, N_EX, 0, c->task);
@@ -142,18 +142,24 @@ static ty_status train_on(const run_case *c, const nn_backend *be,
     }
     train_hparams hp;
     assert_int_equal(train_hparams_parse(hpj, &hp, NULL, err), TY_OK);
-    assert_int_equal(train_hparams_resolve_loss(
-                         &hp, c->task,
-                         c->task == TY_TASK_CLASSIFICATION ? 3 : 2, NULL, err),
-                     TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(
+            &hp, c->task, c->task == TY_TASK_CLASSIFICATION ? 3 : 2, NULL, err),
+        TY_OK);
     char path[128];
     snprintf(path, sizeof path, "%s/%s.safetensors", dir, name);
     unlink(path);
     memset(log, 0, sizeof *log);
     nn_exec ex = {0};
-    train_job job = {.spec = spec, .hp = &hp, .train = &s.ds, .val = &v.ds,
-                     .model_path = path, .threads = 1, .prefetch = prefetch,
-                     .cb = {.ctx = log, .on_epoch = on_epoch}, .be = be,
+    train_job job = {.spec = spec,
+                     .hp = &hp,
+                     .train = &s.ds,
+                     .val = &v.ds,
+                     .model_path = path,
+                     .threads = 1,
+                     .prefetch = prefetch,
+                     .cb = {.ctx = log, .on_epoch = on_epoch},
+                     .be = be,
                      .ex = &ex};
     train_epoch_metrics fin;
     ty_status st = train_run(&job, &fin, err);
@@ -240,8 +246,8 @@ static void check_case(const run_case *c, const char *tag)
     assert_string_equal(b.m[0].precision, want);
 
     fake_graph_launches = 0;
-    if (train_on(c, &fake_graph, "{\"cuda_graph\":false}", -1, nc, &cl,
-                 &err) != TY_OK)
+    if (train_on(c, &fake_graph, "{\"cuda_graph\":false}", -1, nc, &cl, &err) !=
+        TY_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(fake_graph_launches, 0);
     assert_int_equal(cl.m[0].cuda_graph, 0);
@@ -287,12 +293,10 @@ static void test_dropout_runs_op_by_op(void **state)
     ty_err err = {0};
     run_log a, b;
     run_case c = {mlp_dropout, adam_cosine, TY_TASK_CLASSIFICATION};
-    assert_int_equal(train_on(&c, &fake_device, NULL, -1, "drop_eager", &a,
-                              &err),
-                     TY_OK);
+    assert_int_equal(
+        train_on(&c, &fake_device, NULL, -1, "drop_eager", &a, &err), TY_OK);
     fake_graph_launches = fake_graph_captures = 0;
-    assert_int_equal(train_on(&c, &fake_graph, NULL, 1, "drop_graph", &b,
-                              &err),
+    assert_int_equal(train_on(&c, &fake_graph, NULL, 1, "drop_graph", &b, &err),
                      TY_OK);
     assert_int_equal(fake_graph_launches, 0);
     assert_int_equal(fake_graph_captures, 0);
@@ -312,8 +316,8 @@ static void test_other_exclusions(void **state)
     run_log r;
     run_case c = {mlp, adam_cosine, TY_TASK_CLASSIFICATION};
     fake_graph_launches = 0;
-    if (train_on(&c, &fake_graph, "{\"accumulation_steps\":2}", -1, "accum",
-                 &r, &err) != TY_OK)
+    if (train_on(&c, &fake_graph, "{\"accumulation_steps\":2}", -1, "accum", &r,
+                 &err) != TY_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(r.m[0].cuda_graph, 0);
     assert_non_null(strstr(r.reason[0], "accumulation_steps"));
@@ -322,8 +326,8 @@ static void test_other_exclusions(void **state)
         fail_msg("%s", err.msg);
     assert_int_equal(r.m[0].cuda_graph, 0);
     assert_non_null(strstr(r.reason[0], "clip_grad_norm"));
-    if (train_on(&c, &fake_graph, "{\"precision\":\"fp16\"}", -1, "fp16",
-                 &r, &err) != TY_OK)
+    if (train_on(&c, &fake_graph, "{\"precision\":\"fp16\"}", -1, "fp16", &r,
+                 &err) != TY_OK)
         fail_msg("%s", err.msg);
     assert_int_equal(r.m[0].cuda_graph, 0);
     assert_non_null(strstr(r.reason[0], "fp16"));
@@ -338,16 +342,14 @@ static void test_capture_failure_falls_back(void **state)
     ty_err err = {0};
     run_log a, b;
     run_case c = {cnn, adamw_cosine, TY_TASK_CLASSIFICATION};
-    assert_int_equal(train_on(&c, &fake_device, NULL, -1, "fb_eager", &a,
-                              &err),
+    assert_int_equal(train_on(&c, &fake_device, NULL, -1, "fb_eager", &a, &err),
                      TY_OK);
     for (int where = 0; where < 2; where++) {
         fake_graph_launches = fake_graph_captures = 0;
         fake_graph_fail_begin = where == 0;
         fake_graph_fail_end = where == 1;
-        assert_int_equal(train_on(&c, &fake_graph, NULL, 1, "fb_graph", &b,
-                                  &err),
-                         TY_OK);
+        assert_int_equal(
+            train_on(&c, &fake_graph, NULL, 1, "fb_graph", &b, &err), TY_OK);
         assert_int_equal(fake_graph_fail_begin + fake_graph_fail_end, 0);
         assert_int_equal(fake_graph_launches, 0);
         assert_int_equal(fake_graph_captures, 0);
@@ -372,8 +374,9 @@ static void test_diverging_loss_fails(void **state)
     (void)state;
     ty_err err = {0};
     run_log r;
-    run_case c = {mlp2, "{\"epochs\":50,\"batch_size\":16,\"seed\":1,"
-                        "\"optimizer\":\"sgd\",\"learning_rate\":10}",
+    run_case c = {mlp2,
+                  "{\"epochs\":50,\"batch_size\":16,\"seed\":1,"
+                  "\"optimizer\":\"sgd\",\"learning_rate\":10}",
                   TY_TASK_REGRESSION};
     target_scale = 1e4f;
     ty_status st = train_on(&c, &fake_graph, NULL, 1, "nan", &r, &err);

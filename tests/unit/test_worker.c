@@ -17,9 +17,10 @@ static void test_heartbeat_interval(void **state)
     assert_int_equal(worker_heartbeat_ms("50"), 50);
     assert_int_equal(worker_heartbeat_ms("10"), 10);
     assert_int_equal(worker_heartbeat_ms("3600000"), 3600000);
-    static const char *const bad[] = {"9", "0", "-5", "3600001", "1e3",
-                                      "100ms", " 100", "abc",
-                                      "99999999999999999999999"};
+    static const char *const bad[] = {
+        "9",       "0",   "-5",
+        "3600001", "1e3", "100ms",
+        " 100",    "abc", "99999999999999999999999"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         assert_int_equal(worker_heartbeat_ms(bad[i]), -1);
 }

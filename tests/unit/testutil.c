@@ -28,18 +28,19 @@ char tu_tmpdir[256];
 
 int tu_tmpdir_make(char *dir, size_t size)
 {
-    int n = snprintf(dir, size, "/tmp/%.64s_XXXXXX",
-                     program_invocation_short_name);
+    int n =
+        snprintf(dir, size, "/tmp/%.64s_XXXXXX", program_invocation_short_name);
     if (n < 0 || (size_t)n >= size) {
-        fprintf(stderr, "testutil: a buffer of %zu bytes is too short for a "
-                        "scratch folder's path\n", size);
+        fprintf(stderr,
+                "testutil: a buffer of %zu bytes is too short for a "
+                "scratch folder's path\n",
+                size);
         if (size)
             dir[0] = '\0';
         return -1;
     }
     if (!mkdtemp(dir)) {
-        fprintf(stderr, "testutil: cannot make %s: %s\n", dir,
-                strerror(errno));
+        fprintf(stderr, "testutil: cannot make %s: %s\n", dir, strerror(errno));
         dir[0] = '\0';
         return -1;
     }
@@ -156,8 +157,8 @@ void tu_expect_spec_error(const char *spec_text, const uint32_t *shape,
     assert_non_null(spec);
     ty_err err = {0};
     json_t *norm = NULL;
-    ty_status st = nn_spec_validate(spec, shape, ndim, outputs, task, &norm,
-                                    NULL, &err);
+    ty_status st =
+        nn_spec_validate(spec, shape, ndim, outputs, task, &norm, NULL, &err);
     json_decref(spec);
     if (st != TY_EINVAL)
         fail_msg("expected an error at %s for %s", field, spec_text);
