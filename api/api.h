@@ -31,6 +31,8 @@ typedef struct api_ctx {
     /* Dataset URL fetches (common/fetch.h): --max-fetch-bytes,
      * --fetch-timeout, --fetch-hosts. */
     uint64_t max_fetch_bytes;
+    /* --max-upload-bytes: also the most a gzip upload may inflate to. */
+    uint64_t max_upload_bytes;
     int fetch_timeout_s;
     const char *fetch_hosts;
 } api_ctx;

@@ -200,16 +200,23 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
     return TY_OK;
 }
 
-static ty_status convert(const upload *u, const char *out, ty_err *err)
+static ty_status convert(const api_ctx *app, const upload *u, const char *out,
+                         ty_err *err)
 {
     ty_status s;
+    /* A compressed IDX file may inflate to no more than the route could have
+     * taken uncompressed: the upload limit, or the fetch limit per file. */
+    ds_idx_opts idx = {
+        .max_inflated =
+            u->fetched[0][0] ? 2 * app->max_fetch_bytes : app->max_upload_bytes,
+    };
     switch (u->format) {
         case FMT_CSV:
             s = ds_convert_csv(u->paths[0], u->label_column, (ty_task)u->task,
                                out, err);
             break;
         case FMT_IDX:
-            s = ds_convert_idx(u->paths[0], u->paths[1], out, err);
+            s = ds_convert_idx_ex(u->paths[0], u->paths[1], out, &idx, err);
             break;
         default:
             s = ds_convert_npy(u->paths[0], u->paths[1], u->task, out, err);
@@ -269,7 +276,7 @@ void api_datasets_create(api_ctx *app, http_req *r)
     if (s != TY_OK)
         goto fail;
     if ((s = http_req_temp_path(r, ".tyds", out, sizeof out, &err)) != TY_OK ||
-        (s = convert(&u, out, &err)) != TY_OK ||
+        (s = convert(app, &u, out, &err)) != TY_OK ||
         (s = ty_dataset_open(out, &ds, &err)) != TY_OK ||
         (s = ty_id_new("ds_", id, &err)) != TY_OK)
         goto fail;

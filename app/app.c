@@ -112,6 +112,7 @@ api_ctx *app_api_ctx(ty_app *app)
         .events = app->events,
         .data_dir = app->cfg.data_dir,
         .max_fetch_bytes = app->cfg.max_fetch_bytes,
+        .max_upload_bytes = app->cfg.max_upload_bytes,
         .fetch_timeout_s = app->cfg.fetch_timeout_s,
         .fetch_hosts = app->cfg.fetch_hosts,
     };

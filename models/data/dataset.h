@@ -116,6 +116,25 @@ ty_status ds_convert_csv(const char *csv_path, const char *label_column,
 ty_status ds_convert_idx(const char *images_path, const char *labels_path,
                          const char *out_path, ty_err *err);
 
+/* Default of ds_idx_opts.max_inflated: the default --max-upload-bytes. */
+#define TY_DS_MAX_INFLATED_DEFAULT (2ULL << 30)
+
+/* A gzip file is inflated only as far as its header declares (a stream that
+ * holds more than 64 KiB past that is refused without reading on), and the
+ * compressed files of one conversion may together declare (so inflate) at
+ * most max_inflated bytes: a header declaring more is refused (TY_ETOOBIG)
+ * before its data is inflated. */
+typedef struct {
+    uint64_t max_inflated; /* in: 0 = TY_DS_MAX_INFLATED_DEFAULT */
+    uint64_t inflated;     /* out: bytes inflated from gzip files, also on
+                              failure */
+} ds_idx_opts;
+
+/* ds_convert_idx with limits (opts may be NULL: the defaults). */
+ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
+                            const char *out_path, ds_idx_opts *opts,
+                            ty_err *err);
+
 /* NPY (format 1.0/2.0/3.0, C order, little-endian or byte-order-free):
  * x of float32, float64, uint8, int32 or int64 with shape (N, ...) (1 to 4
  * dims after N; stored as float32, except uint8 which stays uint8 with

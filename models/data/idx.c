@@ -106,13 +106,26 @@ static ty_status idx_read_header(ds_input *in, int want_labels, idx_header *h,
     return TY_OK;
 }
 
-/* Fails if the input has data left after what its header declared. */
-static ty_status idx_check_end(ds_input *in, const char *what, ty_err *err)
+/* Most trailing bytes counted (inflated) for the "N bytes after the last
+ * image" message; past this a compressed file is refused unread. */
+#define IDX_TRAILER_MAX DS_CHUNK
+
+/* Fails if the input has data left after what its header declared (declared:
+ * the file's size by its header). A compressed input is inflated at most
+ * IDX_TRAILER_MAX + 1 bytes further, so a small file whose header is followed
+ * by gigabytes of compressed zeros costs no more than a valid one. */
+static ty_status idx_check_end(ds_input *in, const char *what,
+                               uint64_t declared, ty_err *err)
 {
     uint64_t rest;
-    ty_status st = ds_input_count_rest(in, &rest, err);
+    ty_status st = ds_input_count_rest(in, IDX_TRAILER_MAX, &rest, err);
     if (st != TY_OK)
         return st;
+    if (rest > IDX_TRAILER_MAX)
+        return ty_fail(err, TY_EFORMAT, in->field,
+                       "%s has more data than its header declares (%llu "
+                       "bytes); it was not read further",
+                       in->name, (unsigned long long)declared);
     if (rest)
         return ty_fail(err, TY_EFORMAT, in->field,
                        "%s has %llu byte%s after the last %s (its header "
@@ -157,7 +170,7 @@ static ty_status idx_read_labels(ds_input *in, uint32_t n, uint8_t **out,
                 *max_label = labels[i];
         have += got;
     }
-    if ((st = idx_check_end(in, "label", err)) != TY_OK)
+    if ((st = idx_check_end(in, "label", 8 + (uint64_t)n, err)) != TY_OK)
         goto fail;
     *out = labels;
     return TY_OK;
@@ -166,8 +179,40 @@ fail:
     return st;
 }
 
+/* The bytes a file's header declares it holds, header included. */
+static uint64_t idx_declared(const idx_header *h)
+{
+    return 4 + 4 * (uint64_t)(h->ndim + 1) + (uint64_t)h->count * h->item_bytes;
+}
+
+/* Refuses a compressed file whose header declares more than the inflation
+ * budget has left (*left), before any of its data is inflated. */
+static ty_status idx_budget(const ds_input *in, const idx_header *h,
+                            uint64_t max, uint64_t *left, ty_err *err)
+{
+    if (!in->gz)
+        return TY_OK;
+    uint64_t d = idx_declared(h);
+    if (d > *left)
+        return ty_fail(err, TY_ETOOBIG, in->field,
+                       "%s is compressed and its header declares %llu bytes; "
+                       "the compressed files of an upload may hold at most "
+                       "%llu bytes in all",
+                       in->name, (unsigned long long)d,
+                       (unsigned long long)max);
+    *left -= d;
+    return TY_OK;
+}
+
 ty_status ds_convert_idx(const char *images_path, const char *labels_path,
                          const char *out_path, ty_err *err)
+{
+    return ds_convert_idx_ex(images_path, labels_path, out_path, NULL, err);
+}
+
+ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
+                            const char *out_path, ds_idx_opts *opts,
+                            ty_err *err)
 {
     ds_input images, labels_in;
     ds_writer w = DS_WRITER_INIT;
@@ -176,8 +221,14 @@ ty_status ds_convert_idx(const char *images_path, const char *labels_path,
     unsigned char *buf = NULL;
     json_t *meta = NULL, *classes = NULL;
     unsigned max_label = 0;
+    uint64_t max_inflated = opts && opts->max_inflated
+                                ? opts->max_inflated
+                                : TY_DS_MAX_INFLATED_DEFAULT;
+    uint64_t budget = max_inflated;
     ty_status st;
 
+    if (opts)
+        opts->inflated = 0;
     memset(&images, 0, sizeof images);
     memset(&labels_in, 0, sizeof labels_in);
     images.fd = labels_in.fd = -1;
@@ -186,9 +237,11 @@ ty_status ds_convert_idx(const char *images_path, const char *labels_path,
     if ((st = ds_input_open(&images, images_path, 1, "images", "images file",
                             err)) ||
         (st = idx_read_header(&images, 0, &ih, err)) ||
+        (st = idx_budget(&images, &ih, max_inflated, &budget, err)) ||
         (st = ds_input_open(&labels_in, labels_path, 1, "labels", "labels file",
                             err)) ||
-        (st = idx_read_header(&labels_in, 1, &lh, err)))
+        (st = idx_read_header(&labels_in, 1, &lh, err)) ||
+        (st = idx_budget(&labels_in, &lh, max_inflated, &budget, err)))
         goto fail;
     if (lh.count != ih.count) {
         st = ty_fail(err, TY_EFORMAT, "labels",
@@ -245,7 +298,7 @@ ty_status ds_convert_idx(const char *images_path, const char *labels_path,
             goto fail;
         }
     }
-    if ((st = idx_check_end(&images, "image", err)) ||
+    if ((st = idx_check_end(&images, "image", idx_declared(&ih), err)) ||
         (st = ds_writer_begin_y(&w, err)))
         goto fail;
     int32_t *y = (int32_t *)(void *)buf;
@@ -264,6 +317,8 @@ ty_status ds_convert_idx(const char *images_path, const char *labels_path,
 fail:
     ds_writer_discard(&w, out_path);
 done:
+    if (opts)
+        opts->inflated = images.inflated + labels_in.inflated;
     ds_input_close(&images);
     ds_input_close(&labels_in);
     json_decref(meta);

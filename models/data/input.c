@@ -1,10 +1,13 @@
 /*
  * input.c - bounded-chunk reading of uploaded files (see input.h).
  *
- * A gzip input is handed to zlib's gz* layer, which inflates as it goes; we
- * only decide whether the file is gzip (by its first two bytes) and turn
- * zlib's error states into messages: Z_BUF_ERROR at the end of the data means
- * the compressed stream stopped early, anything else is corrupt data.
+ * A gzip input is inflated with zlib's inflate() straight into the reader's
+ * buffer, so no byte is inflated before a reader asks for it: a converter
+ * that knows from a header how much data there should be stops a "gzip bomb"
+ * (a small file that inflates to gigabytes) after at most that much. (zlib's
+ * gz* layer inflates ahead into its own buffer; we used it before.) The
+ * compressed data ending inside a member means a truncated file, any other
+ * inflate error is corrupt data.
  */
 #include "models/data/input.h"
 
@@ -12,29 +15,103 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static ty_status gz_failure(ds_input *in, ty_err *err)
+#define GZ_BUF (1u << 16) /* compressed bytes read at a time */
+
+/* zlib's message for a corrupt stream, or a fallback. */
+static ty_status gz_corrupt(ds_input *in, ty_err *err)
 {
-    int code = Z_OK;
-    const char *msg = gzerror(in->gz, &code);
-    if (code == Z_ERRNO)
-        return ty_fail(err, TY_EIO, in->field, "%s: read failed: %s", in->name,
-                       strerror(errno));
-    if (code == Z_MEM_ERROR)
-        return ty_fail(err, TY_ENOMEM, in->field,
-                       "%s: out of memory while decompressing", in->name);
-    if (code == Z_BUF_ERROR)
-        return ty_fail(err, TY_EFORMAT, in->field,
-                       "%s: the gzip data ends early (the file is truncated)",
-                       in->name);
-    /* zlib prefixes its message with the path it was given; ours is fd:N. */
-    const char *colon = strstr(msg ? msg : "", ": ");
     return ty_fail(err, TY_EFORMAT, in->field,
                    "%s: the gzip data is corrupt (%s)", in->name,
-                   colon ? colon + 2 : (msg ? msg : "unknown error"));
+                   in->gz->msg ? in->gz->msg : "unknown error");
+}
+
+static ty_status gz_truncated(ds_input *in, ty_err *err)
+{
+    return ty_fail(err, TY_EFORMAT, in->field,
+                   "%s: the gzip data ends early (the file is truncated)",
+                   in->name);
+}
+
+/* Appends more compressed bytes after those not yet consumed; *eof is set
+ * when the file has no more. */
+static ty_status gz_fill(ds_input *in, int *eof, ty_err *err)
+{
+    z_stream *z = in->gz;
+    if (z->avail_in && z->next_in != in->zbuf)
+        memmove(in->zbuf, z->next_in, z->avail_in);
+    z->next_in = in->zbuf;
+    ssize_t r;
+    do
+        r = read(in->fd, in->zbuf + z->avail_in, GZ_BUF - z->avail_in);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return ty_fail(err, TY_EIO, in->field, "%s: read failed: %s", in->name,
+                       strerror(errno));
+    z->avail_in += (uInt)r;
+    *eof = r == 0;
+    return TY_OK;
+}
+
+/* After a member's end: another member follows (its magic is next) or the
+ * data is over (anything else after the first member is ignored, like
+ * zlib's gzread). */
+static ty_status gz_next_member(ds_input *in, ty_err *err)
+{
+    z_stream *z = in->gz;
+    int eof = 0;
+    while (z->avail_in < 2 && !eof) {
+        ty_status st = gz_fill(in, &eof, err);
+        if (st != TY_OK)
+            return st;
+    }
+    if (z->avail_in >= 2 && z->next_in[0] == 0x1f && z->next_in[1] == 0x8b) {
+        if (inflateReset(z) != Z_OK)
+            return gz_corrupt(in, err);
+        return TY_OK;
+    }
+    in->gz_done = 1;
+    return TY_OK;
+}
+
+/* Inflates up to n bytes straight into buf; *got is 0 only at the end. */
+static ty_status gz_read(ds_input *in, void *buf, size_t n, size_t *got,
+                         ty_err *err)
+{
+    z_stream *z = in->gz;
+    z->next_out = buf;
+    z->avail_out = (uInt)n;
+    while (z->avail_out == n && !in->gz_done) {
+        if (z->avail_in == 0) {
+            int eof;
+            ty_status st = gz_fill(in, &eof, err);
+            if (st != TY_OK)
+                return st;
+            if (eof)
+                return gz_truncated(in, err);
+        }
+        uInt before = z->avail_out;
+        int rc = inflate(z, Z_NO_FLUSH);
+        in->inflated += before - z->avail_out;
+        if (rc == Z_STREAM_END) {
+            ty_status st = gz_next_member(in, err);
+            if (st != TY_OK)
+                return st;
+        } else if (rc == Z_MEM_ERROR) {
+            return ty_fail(err, TY_ENOMEM, in->field,
+                           "%s: out of memory while decompressing", in->name);
+        } else if (rc == Z_NEED_DICT) {
+            return gz_corrupt(in, err);
+        } else if (rc != Z_OK && rc != Z_BUF_ERROR) {
+            return gz_corrupt(in, err);
+        }
+    }
+    *got = n - z->avail_out;
+    return TY_OK;
 }
 
 ty_status ds_input_open(ds_input *in, const char *path, int allow_gzip,
@@ -77,14 +154,16 @@ ty_status ds_input_open(ds_input *in, const char *path, int allow_gzip,
                        strerror(e));
     }
     if (r == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
-        in->gz = gzdopen(in->fd, "rb");
-        if (!in->gz) {
+        in->gz = calloc(1, sizeof *in->gz);
+        in->zbuf = malloc(GZ_BUF);
+        /* 16 + MAX_WBITS: a gzip wrapper, the largest window */
+        if (!in->gz || !in->zbuf || inflateInit2(in->gz, 16 + MAX_WBITS)) {
+            free(in->gz);
+            in->gz = NULL;
             ds_input_close(in);
             return ty_fail(err, TY_ENOMEM, field,
                            "%s: out of memory opening gzip data", name);
         }
-        in->fd = -1; /* gzclose closes it */
-        gzbuffer(in->gz, 1u << 17);
     }
     return TY_OK;
 }
@@ -98,16 +177,9 @@ ty_status ds_input_read(ds_input *in, void *buf, size_t n, size_t *got,
     if (n > INT_MAX)
         n = INT_MAX;
     if (in->gz) {
-        int r = gzread(in->gz, buf, (unsigned)n);
-        if (r < 0)
-            return gz_failure(in, err);
-        if (r == 0) {
-            int code = Z_OK;
-            gzerror(in->gz, &code);
-            if (code != Z_OK)
-                return gz_failure(in, err);
-        }
-        *got = (size_t)r;
+        ty_status st = gz_read(in, buf, n, got, err);
+        if (st != TY_OK)
+            return st;
     } else {
         ssize_t r;
         do
@@ -139,7 +211,8 @@ ty_status ds_input_read_full(ds_input *in, void *buf, size_t n, size_t *got,
     return TY_OK;
 }
 
-ty_status ds_input_count_rest(ds_input *in, uint64_t *rest, ty_err *err)
+ty_status ds_input_count_rest(ds_input *in, uint64_t max, uint64_t *rest,
+                              ty_err *err)
 {
     *rest = 0;
     if (!in->gz) {
@@ -148,15 +221,18 @@ ty_status ds_input_count_rest(ds_input *in, uint64_t *rest, ty_err *err)
         return TY_OK;
     }
     unsigned char buf[4096];
-    for (;;) {
+    while (*rest <= max) {
+        uint64_t left = max + 1 - *rest;
         size_t got;
-        ty_status st = ds_input_read(in, buf, sizeof buf, &got, err);
+        ty_status st = ds_input_read(
+            in, buf, left < sizeof buf ? (size_t)left : sizeof buf, &got, err);
         if (st != TY_OK)
             return st;
         if (got == 0)
             return TY_OK;
         *rest += got;
     }
+    return TY_OK;
 }
 
 ty_status ds_input_seek(ds_input *in, uint64_t off, ty_err *err)
@@ -173,11 +249,15 @@ ty_status ds_input_seek(ds_input *in, uint64_t off, ty_err *err)
 
 void ds_input_close(ds_input *in)
 {
-    if (in->gz)
-        gzclose(in->gz);
-    else if (in->fd >= 0)
+    if (in->gz) {
+        inflateEnd(in->gz);
+        free(in->gz);
+    }
+    free(in->zbuf);
+    if (in->fd >= 0)
         close(in->fd);
     in->gz = NULL;
+    in->zbuf = NULL;
     in->fd = -1;
 }
 

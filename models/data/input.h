@@ -19,17 +19,25 @@
 #define DS_CHUNK (1u << 16) /* bytes per read; converters' buffers too */
 
 typedef struct {
-    int fd;            /* -1 once gz owns it, or when closed */
-    gzFile gz;         /* non-NULL when the file is gzip-compressed */
-    const char *field; /* err->field for failures (a string literal) */
-    const char *name;  /* the file in messages (a string literal) */
-    int64_t file_size; /* on disk, so compressed size for gzip */
-    uint64_t offset;   /* (uncompressed) bytes delivered so far */
+    int fd;              /* -1 when closed */
+    z_stream *gz;        /* non-NULL when the file is gzip-compressed */
+    unsigned char *zbuf; /* compressed bytes read ahead (gzip only) */
+    int gz_done;         /* gzip: the last member has ended */
+    const char *field;   /* err->field for failures (a string literal) */
+    const char *name;    /* the file in messages (a string literal) */
+    int64_t file_size;   /* on disk, so compressed size for gzip */
+    uint64_t offset;     /* (uncompressed) bytes delivered so far */
+    uint64_t inflated;   /* gzip: bytes inflated so far; equal to offset,
+                             since inflate writes only into the caller's
+                             buffer (nothing is inflated ahead) */
 } ds_input;
 
 /* Opens path for reading; with allow_gzip, a file that starts with the gzip
- * magic is inflated as it is read. On error TY_EIO (or TY_EINVAL for a
- * missing path) and *in is left closed. */
+ * magic is inflated as it is read, only as far as the reads ask (so a caller
+ * that knows how many bytes it wants never inflates more). Concatenated gzip
+ * members are read as one stream; bytes after the last member that are not a
+ * gzip member are ignored (as zlib's gzread does). On error TY_EIO (or
+ * TY_EINVAL for a missing path) and *in is left closed. */
 ty_status ds_input_open(ds_input *in, const char *path, int allow_gzip,
                         const char *field, const char *name, ty_err *err);
 
@@ -43,9 +51,11 @@ ty_status ds_input_read(ds_input *in, void *buf, size_t n, size_t *got,
 ty_status ds_input_read_full(ds_input *in, void *buf, size_t n, size_t *got,
                              ty_err *err);
 
-/* Counts the bytes from the current position to the end of the data (reading
- * them when the file is compressed), for "trailing bytes" messages. */
-ty_status ds_input_count_rest(ds_input *in, uint64_t *rest, ty_err *err);
+/* Counts the bytes from the current position to the end of the data, for
+ * "trailing bytes" messages, but reads (inflates) at most max + 1 of them
+ * when the file is compressed: *rest > max then means "more than max". */
+ty_status ds_input_count_rest(ds_input *in, uint64_t max, uint64_t *rest,
+                              ty_err *err);
 
 /* Moves a plain (uncompressed) input to byte offset off. TY_EINTERNAL for a
  * gzip input, TY_EIO if the seek fails. */

@@ -372,6 +372,71 @@ static void test_bad_uploads_get_422(void **state)
     resp_free(r);
 }
 
+/* Appends gzip members holding `zeros` zero bytes (a multiple of 16 MiB),
+ * compressed once: a gigabyte of zeros is about 1 MB on disk. */
+static void append_gzip_zeros(const char *path, uint64_t zeros)
+{
+    const size_t block = 16u << 20;
+    unsigned char *raw = calloc(1, block);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    assert_non_null(raw);
+    assert_int_equal(
+        deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY),
+        Z_OK);
+    uLong cap = deflateBound(&z, block);
+    unsigned char *member = malloc(cap);
+    assert_non_null(member);
+    z.next_in = raw;
+    z.avail_in = (uInt)block;
+    z.next_out = member;
+    z.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+    size_t mlen = cap - z.avail_out;
+    deflateEnd(&z);
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    for (uint64_t done = 0; done < zeros; done += block)
+        assert_int_equal(fwrite(member, 1, mlen, f), mlen);
+    assert_int_equal(fclose(f), 0);
+    free(raw);
+    free(member);
+}
+
+/* A gzip bomb (a valid IDX header and pixels, then 1 GiB of zeros in about
+ * 1 MB) is refused at the first byte past what the header declares, and a
+ * compressed header declaring more than --max-upload-bytes before any data
+ * is inflated: 422s naming the images field. */
+static void test_gzip_bomb_upload_422(void **state)
+{
+    (void)state;
+    char p1[PATH_MAX + 8], p2[PATH_MAX + 8];
+    make_idx(file_path("bomb.idx3.gz"), file_path("bomb.idx1"), 200, 8, 8, 1);
+    append_gzip_zeros(file_path("bomb.idx3.gz"), 1ull << 30);
+    snprintf(p1, sizeof p1, "images=@%s", file_path("bomb.idx3.gz"));
+    snprintf(p2, sizeof p2, "labels=@%s", file_path("bomb.idx1"));
+    const char *bomb[] = {"name=b", "format=idx", p1, p2, NULL};
+    expect_upload_422(bomb, "images file has more data than its header "
+                            "declares (12816 bytes)");
+    resp *r = http_upload(&server, "/v1/datasets", bomb);
+    assert_string_equal(json_string_value(json_object_get(r->json, "field")),
+                        "images");
+    resp_free(r);
+
+    /* 200 images of 4096 x 4096 declared: 3.4 GB, over the 2 GiB limit */
+    unsigned char head[16] = {0, 0, 8,  3, 0, 0, 0,  200,
+                              0, 0, 16, 0, 0, 0, 16, 0};
+    gzFile g = gzopen(file_path("huge.idx3.gz"), "wb");
+    assert_non_null(g);
+    assert_int_equal(gzwrite(g, head, sizeof head), (int)sizeof head);
+    assert_int_equal(gzclose(g), Z_OK);
+    snprintf(p1, sizeof p1, "images=@%s", file_path("huge.idx3.gz"));
+    const char *huge[] = {"name=h", "format=idx", p1, p2, NULL};
+    expect_upload_422(huge, "images file is compressed and its header "
+                            "declares 3355443216 bytes; the compressed files "
+                            "of an upload may hold at most 2147483648 bytes");
+}
+
 static void test_bad_request_bodies(void **state)
 {
     resp *r = http_json(&server, "POST", "/v1/jobs", "{not json");
@@ -1711,6 +1776,7 @@ int main(void)
         cmocka_unit_test(test_upload_idx_gz_and_npy),
         cmocka_unit_test(test_list_paginates),
         cmocka_unit_test(test_bad_uploads_get_422),
+        cmocka_unit_test(test_gzip_bomb_upload_422),
         cmocka_unit_test(test_bad_request_bodies),
         cmocka_unit_test(test_fetch_from_urls),
         cmocka_unit_test(test_job_validation_errors),

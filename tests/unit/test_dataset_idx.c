@@ -356,6 +356,229 @@ static void test_corrupt_gzip(void **state)
     dt_assert_contains(err.msg, "images file: the gzip data ends early");
 }
 
+/* ---- gzip bombs: a file is inflated only as far as its header declares ---- */
+
+/* Appends gzip members that inflate to `zeros` zero bytes (a multiple of 16
+ * MiB): one member compressed once and written again and again, so a
+ * gigabyte of zeros is about 1 MB on disk and a millisecond to build. */
+static void append_gzip_zeros(const char *path, uint64_t zeros)
+{
+    const size_t block = 16u << 20;
+    unsigned char *raw = calloc(1, block);
+    assert_non_null(raw);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    assert_int_equal(
+        deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 9, Z_DEFAULT_STRATEGY),
+        Z_OK);
+    uLong cap = deflateBound(&z, block);
+    unsigned char *member = malloc(cap);
+    assert_non_null(member);
+    z.next_in = raw;
+    z.avail_in = (uInt)block;
+    z.next_out = member;
+    z.avail_out = (uInt)cap;
+    assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
+    size_t mlen = cap - z.avail_out;
+    deflateEnd(&z);
+    FILE *f = fopen(path, "ab");
+    assert_non_null(f);
+    for (uint64_t done = 0; done < zeros; done += block)
+        assert_int_equal(fwrite(member, 1, mlen, f), mlen);
+    assert_int_equal(fclose(f), 0);
+    free(raw);
+    free(member);
+}
+
+static ty_status convert_ex(ds_idx_opts *opts, ty_err *err)
+{
+    ty_err_clear(err);
+    opts->inflated = 12345; /* must be overwritten */
+    return ds_convert_idx_ex(dt_path(0, "images.idx"), dt_path(1, "labels.idx"),
+                             dt_path(2, "out.tyds"), opts, err);
+}
+
+#define BOMB_N 10u
+#define BOMB_IMAGES (16u + BOMB_N * 28u * 28u) /* declared bytes */
+#define BOMB_LABELS (8u + BOMB_N)
+#define TRAILER_MAX 65536u /* idx.c's IDX_TRAILER_MAX (DS_CHUNK) */
+
+static void test_gzip_bomb_stops_at_declared_size(void **state)
+{
+    (void)state;
+    ty_err err;
+    ds_idx_opts o = {0};
+    /* a valid gzipped pair, then 1 GiB of zeros after the images (64 KB of
+     * gzip standing for a gigabyte) */
+    write_mnist_like(BOMB_N, 28, 28, 10, 1, 1);
+    append_gzip_zeros(dt_path(0, "images.idx"), 1ull << 30);
+    ty_status st = convert_ex(&o, &err);
+    printf("images bomb: %s, %llu bytes inflated\n", err.msg,
+           (unsigned long long)o.inflated);
+    assert_int_equal(st, TY_EFORMAT);
+    assert_string_equal(err.field, "images");
+    assert_string_equal(err.msg, "images file has more data than its header "
+                                 "declares (7856 bytes); it was not read "
+                                 "further");
+    assert_false(fs_exists(dt_path(2, "out.tyds")));
+    /* the declared bytes of both files, the first trailing byte past the
+     * count kept for the message, and nothing more */
+    assert_true(o.inflated >= BOMB_IMAGES + BOMB_LABELS);
+    assert_true(o.inflated <= BOMB_IMAGES + BOMB_LABELS + TRAILER_MAX + 1);
+
+    /* the same after the labels: the images are not even read */
+    write_mnist_like(BOMB_N, 28, 28, 10, 1, 1);
+    append_gzip_zeros(dt_path(1, "labels.idx"), 1ull << 30);
+    st = convert_ex(&o, &err);
+    assert_int_equal(st, TY_EFORMAT);
+    assert_string_equal(err.field, "labels");
+    assert_string_equal(err.msg, "labels file has more data than its header "
+                                 "declares (18 bytes); it was not read "
+                                 "further");
+    assert_true(o.inflated <= 16 + BOMB_LABELS + TRAILER_MAX + 1);
+
+    /* a few trailing bytes are still counted exactly */
+    write_mnist_like(BOMB_N, 28, 28, 10, 1, 1);
+    append_gzip_zeros(dt_path(1, "labels.idx"), 0);
+    uint8_t lb[BOMB_N] = {0};
+    uint32_t dl[1] = {BOMB_N};
+    write_idx(dt_path(1, "labels.idx"), 0x801, dl, 1, lb, BOMB_N, TRAILER_MAX,
+              1);
+    assert_int_equal(convert_ex(&o, &err), TY_EFORMAT);
+    dt_assert_contains(err.msg, "labels file has 65536 bytes after the last "
+                                "label");
+}
+
+static void test_gzip_header_over_the_budget(void **state)
+{
+    (void)state;
+    ty_err err;
+    ds_idx_opts o = {0};
+    /* 1000 images of 4096 x 4096 declared (16 GiB): refused from the header
+     * by the default budget, with nothing inflated past the header */
+    uint8_t px[16] = {0}, lb[1] = {0};
+    uint32_t di[3] = {1000, 4096, 4096}, dl[1] = {1000};
+    write_idx(dt_path(0, "images.idx"), 0x803, di, 3, px, 16, 0, 1);
+    write_idx(dt_path(1, "labels.idx"), 0x801, dl, 1, lb, 1, 0, 1);
+    assert_int_equal(convert_ex(&o, &err), TY_ETOOBIG);
+    assert_string_equal(err.field, "images");
+    assert_string_equal(err.msg, "images file is compressed and its header "
+                                 "declares 16777216016 bytes; the compressed "
+                                 "files of an upload may hold at most "
+                                 "2147483648 bytes in all");
+    assert_int_equal(o.inflated, 16);
+    assert_false(fs_exists(dt_path(2, "out.tyds")));
+    /* plain files are not inflated, so the budget does not apply: that one
+     * is merely truncated */
+    write_idx(dt_path(0, "images.idx"), 0x803, di, 3, px, 16, 0, 0);
+    assert_int_equal(convert_ex(&o, &err), TY_EFORMAT);
+    dt_assert_contains(err.msg, "truncated");
+
+    /* the budget is shared by both files; exactly enough passes */
+    write_mnist_like(BOMB_N, 28, 28, 10, 1, 1);
+    o.max_inflated = BOMB_IMAGES + BOMB_LABELS;
+    assert_int_equal(convert_ex(&o, &err), TY_OK);
+    assert_int_equal(o.inflated, BOMB_IMAGES + BOMB_LABELS);
+    o.max_inflated = BOMB_IMAGES + BOMB_LABELS - 1;
+    assert_int_equal(convert_ex(&o, &err), TY_ETOOBIG);
+    assert_string_equal(err.field, "labels");
+    assert_int_equal(o.inflated, 16 + 8);
+    /* only the compressed file counts */
+    write_mnist_like(BOMB_N, 28, 28, 10, 0, 1);
+    o.max_inflated = BOMB_LABELS;
+    assert_int_equal(convert_ex(&o, &err), TY_OK);
+    assert_int_equal(o.inflated, BOMB_LABELS);
+}
+
+static void test_gzip_truncated_inflates_no_more(void **state)
+{
+    (void)state;
+    ty_err err;
+    ds_idx_opts o = {0};
+    /* a stream cut short: refused, having inflated less than it declares */
+    write_mnist_like(3000, 28, 28, 10, 1, 0);
+    assert_int_equal(truncate(dt_path(0, "images.idx"), 4000), 0);
+    assert_int_equal(convert_ex(&o, &err), TY_EFORMAT);
+    assert_string_equal(err.field, "images");
+    assert_string_equal(err.msg, "images file: the gzip data ends early (the "
+                                 "file is truncated)");
+    assert_true(o.inflated > 16);
+    assert_true(o.inflated < 16 + 3000u * 28 * 28);
+    /* a whole stream holding less than its header declares */
+    uint8_t px[100] = {0}, lb[1] = {0};
+    uint32_t di[3] = {1000, 10, 10}, dl[1] = {1000};
+    write_idx(dt_path(0, "images.idx"), 0x803, di, 3, px, 100, 0, 1);
+    write_idx(dt_path(1, "labels.idx"), 0x801, dl, 1, lb, 1, 0, 1);
+    assert_int_equal(convert_ex(&o, &err), TY_EFORMAT);
+    assert_string_equal(err.msg, "labels file is truncated: expected 1000 "
+                                 "labels, found 1");
+    assert_int_equal(o.inflated, 16 + 9);
+}
+
+/* Reads a whole file into a fresh buffer. */
+static unsigned char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long n = ftell(f);
+    assert_true(n > 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)n);
+    assert_non_null(b);
+    assert_int_equal(fread(b, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return b;
+}
+
+static void test_gzip_valid_same_result(void **state)
+{
+    (void)state;
+    ty_err err;
+    ds_idx_opts o = {0};
+    size_t plain_len, gz_len;
+    write_mnist_like(3000, 28, 28, 10, 0, 0);
+    assert_int_equal(convert_ex(&o, &err), TY_OK);
+    assert_int_equal(o.inflated, 0);
+    unsigned char *plain = slurp(dt_path(2, "out.tyds"), &plain_len);
+    write_mnist_like(3000, 28, 28, 10, 1, 1);
+    assert_int_equal(convert_ex(&o, &err), TY_OK);
+    assert_int_equal(o.inflated, 16 + 3000u * 28 * 28 + 8 + 3000);
+    unsigned char *gz = slurp(dt_path(2, "out.tyds"), &gz_len);
+    assert_int_equal(gz_len, plain_len);
+    assert_memory_equal(gz, plain, plain_len);
+    free(gz);
+    check_mnist_like(3000, 28, 28, 10);
+
+    /* concatenated members are one stream, and bytes after the last member
+     * that are not a member are ignored (as zlib's gzread did) */
+    const char *ip = dt_path(0, "images.idx");
+    uint8_t *px = malloc(3000u * 28 * 28);
+    assert_non_null(px);
+    for (size_t i = 0; i < 3000; i++)
+        for (size_t k = 0; k < 28 * 28; k++)
+            px[i * 28 * 28 + k] = (uint8_t)((i * 7 + k) & 0xff);
+    uint32_t di[3] = {3000, 28, 28};
+    write_idx(ip, 0x803, di, 3, px, 1000, 0, 1); /* header + 1000 pixels */
+    gzFile g = gzopen(ip, "ab");                 /* a second member */
+    assert_non_null(g);
+    assert_int_equal(gzwrite(g, px + 1000, 3000u * 28 * 28 - 1000),
+                     (int)(3000u * 28 * 28 - 1000));
+    assert_int_equal(gzclose(g), Z_OK);
+    FILE *f = fopen(ip, "ab");
+    assert_non_null(f);
+    fputs("trailing garbage", f);
+    fclose(f);
+    free(px);
+    assert_int_equal(convert_ex(&o, &err), TY_OK);
+    gz = slurp(dt_path(2, "out.tyds"), &gz_len);
+    assert_int_equal(gz_len, plain_len);
+    assert_memory_equal(gz, plain, plain_len);
+    free(gz);
+    free(plain);
+}
+
 static void test_missing_and_empty_files(void **state)
 {
     (void)state;
@@ -425,6 +648,10 @@ int main(void)
         cmocka_unit_test(test_count_mismatch),
         cmocka_unit_test(test_zero_dimension_and_limits),
         cmocka_unit_test(test_corrupt_gzip),
+        cmocka_unit_test(test_gzip_bomb_stops_at_declared_size),
+        cmocka_unit_test(test_gzip_header_over_the_budget),
+        cmocka_unit_test(test_gzip_truncated_inflates_no_more),
+        cmocka_unit_test(test_gzip_valid_same_result),
         cmocka_unit_test(test_missing_and_empty_files),
         cmocka_unit_test(test_fashion_mnist),
     };
