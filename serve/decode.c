@@ -13,7 +13,6 @@
 #include <string.h>
 
 #include "common/jsonutil.h"
-#include "serve/predict.h"
 
 #define MAX_DEPTH 2048         /* jansson's own limit */
 #define MAX_NESTING 8          /* arrays in one example, as before */

@@ -30,6 +30,8 @@
 
 #include "common/ty.h"
 
+#define SERVE_MAX_EXAMPLES 100000 /* examples per request */
+
 /* A JSON value's text inside the body (p NULL: absent). */
 typedef struct serve_span {
     const char *p;

@@ -20,8 +20,6 @@
 #include "serve/modelcache.h"
 #include "store/store.h"
 
-#define SERVE_MAX_EXAMPLES 100000 /* examples per request */
-
 /* What the service reads: the store (model and dataset rows), the model
  * cache and the data folder (blobs). */
 typedef struct serve_env {
