@@ -19,15 +19,10 @@ static serve_env env_of(api_ctx *app)
     return (serve_env){app->store, app->models, app->data_dir};
 }
 
-/* The predict service's answer: 200 with the reply, or its error (a body
- * that is not a JSON object: 400, as for every JSON endpoint). */
+/* The predict service's answer: 200 with the reply, or its error. */
 static void reply(http_req *r, ty_status s, const ty_err *err, json_t *doc,
                   const char *endpoint, double t0)
 {
-    if (s == TY_EFORMAT) {
-        http_reply_problem(r, 400, NULL, "%s", err->msg);
-        return;
-    }
     if (s != TY_OK) {
         http_reply_error(r, s, err);
         return;
@@ -59,9 +54,16 @@ void api_models_predict(api_ctx *app, http_req *r)
         return;
     ty_err err = {0};
     json_t *doc = NULL;
+    serve_predict_body b;
+    ty_status s = serve_predict_scan(text, len, &b, &err);
+    if (s == TY_EFORMAT) {
+        http_reply_problem(r, 400, NULL, "%s", err.msg);
+        return;
+    }
     serve_env env = env_of(app);
-    ty_status s = serve_predict(&env, api_tenant(r), http_req_param(r, 0), text,
-                                len, &doc, &err);
+    if (s == TY_OK)
+        s = serve_predict(&env, api_tenant(r), http_req_param(r, 0), &b, &doc,
+                          &err);
     reply(r, s, &err, doc, "predict", t0);
 }
 
@@ -162,6 +164,10 @@ void api_kserve_infer(api_ctx *app, http_req *r)
     /* The body less inputs[0].data, which stays text until decoded. */
     serve_infer_body ib;
     ty_status s = serve_infer_scan(text, len, &ib, &err);
+    if (s == TY_EFORMAT) {
+        http_reply_problem(r, 400, NULL, "%s", err.msg);
+        return;
+    }
     if (s != TY_OK) {
         reply(r, s, &err, NULL, "kserve_infer", t0);
         return;

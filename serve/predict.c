@@ -141,26 +141,22 @@ static json_t *predictions(const nn_net *net, const float *out, uint32_t n)
 }
 
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
-                        const char *model_id, const char *body, size_t len,
+                        const char *model_id, const serve_predict_body *b,
                         json_t **reply, ty_err *err)
 {
-    serve_predict_body b;
-    ty_status s = serve_predict_scan(body, len, &b, err);
-    if (s != TY_OK)
-        return s;
-    uint64_t n = b.count;
+    uint64_t n = b->count;
     run rn;
-    s = run_open(&rn, env, tenant_id, model_id, err);
+    ty_status s = run_open(&rn, env, tenant_id, model_id, err);
     uint64_t f = rn.features;
     uint32_t k = rn.outputs;
-    uint64_t room = serve_predict_room(&b, f);
+    uint64_t room = serve_predict_room(b, f);
     if (s == TY_OK)
         s = run_alloc(&rn, room * f, n, err);
     if (s == TY_OK) {
         char shape[128];
         shape_text(json_object_get(nn_net_meta(rn.net), "input_shape"), shape,
                    sizeof shape);
-        s = serve_predict_decode(&b, f, shape, rn.x, room, err);
+        s = serve_predict_decode(b, f, shape, rn.x, room, err);
     }
     if (s == TY_OK)
         s = run_batches(rn.e, rn.x, (uint32_t)n, rn.out, err);

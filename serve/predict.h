@@ -28,15 +28,15 @@ typedef struct serve_env {
     const char *data_dir;
 } serve_env;
 
-/* POST /v1/models/{id}/predict: body (the request's JSON text, len bytes:
- * {"inputs": an array of 1 to SERVE_MAX_EXAMPLES examples, each a list of
- * numbers, flat or nested in the input shape}) through tenant_id's model
- * model_id, decoded straight into floats (serve/decode.h). *reply:
- * {"model", "outputs" (raw outputs per example), "predictions" (class
- * labels or values), "device"}. Errors name the field ("inputs[3]");
- * TY_EFORMAT when the body is not a JSON object (HTTP 400). */
+/* POST /v1/models/{id}/predict: the inputs of body (scanned by
+ * serve_predict_scan: an array of 1 to SERVE_MAX_EXAMPLES examples, each a
+ * list of numbers, flat or nested in the input shape) through tenant_id's
+ * model model_id, decoded from the text straight into floats
+ * (serve/decode.h). *reply: {"model", "outputs" (raw outputs per example),
+ * "predictions" (class labels or values), "device"}. Errors name the field
+ * ("inputs[3]"). */
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
-                        const char *model_id, const char *body, size_t len,
+                        const char *model_id, const serve_predict_body *b,
                         json_t **reply, ty_err *err);
 
 /* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
