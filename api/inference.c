@@ -31,20 +31,39 @@ static void reply(http_req *r, ty_status s, const ty_err *err, json_t *doc,
     http_reply_json(r, 200, doc);
 }
 
+/* A raw JSON body's text, or NULL after answering as api_json_object does
+ * for a missing body. */
+static const char *raw_body(http_req *r, size_t *len)
+{
+    const char *text = http_req_body(r, len);
+    if (!text)
+        http_reply_problem(r, 400, NULL,
+                           "this endpoint needs a JSON object as the request "
+                           "body (Content-Type: application/json)");
+    return text;
+}
+
+/* The body is read by the predict service straight into floats
+ * (serve/decode.h): no jansson tree of the numbers. */
 void api_models_predict(api_ctx *app, http_req *r)
 {
     double t0 = opm_now();
-    const json_t *body = api_json_object(r);
-    if (!body)
+    size_t len;
+    const char *text = raw_body(r, &len);
+    if (!text)
         return;
     ty_err err = {0};
     json_t *doc = NULL;
-    static const char *const keys[] = {"inputs", NULL};
-    ty_status s = tyjson_check_keys(body, keys, "", &err);
+    serve_predict_body b;
+    ty_status s = serve_predict_scan(text, len, &b, &err);
+    if (s == TY_EFORMAT) {
+        http_reply_problem(r, 400, NULL, "%s", err.msg);
+        return;
+    }
     serve_env env = env_of(app);
     if (s == TY_OK)
-        s = serve_predict(&env, api_tenant(r), http_req_param(r, 0),
-                          json_object_get(body, "inputs"), &doc, &err);
+        s = serve_predict(&env, api_tenant(r), http_req_param(r, 0), &b, &doc,
+                          &err);
     reply(r, s, &err, doc, "predict", t0);
 }
 
@@ -137,17 +156,30 @@ static int numeric_datatype(const char *t)
 void api_kserve_infer(api_ctx *app, http_req *r)
 {
     double t0 = opm_now();
-    const json_t *body = api_json_object(r);
-    if (!body)
+    size_t len;
+    const char *text = raw_body(r, &len);
+    if (!text)
         return;
     ty_err err = {0};
+    /* The body less inputs[0].data, which stays text until decoded. */
+    serve_infer_body ib;
+    ty_status s = serve_infer_scan(text, len, &ib, &err);
+    if (s == TY_EFORMAT) {
+        http_reply_problem(r, 400, NULL, "%s", err.msg);
+        return;
+    }
+    if (s != TY_OK) {
+        reply(r, s, &err, NULL, "kserve_infer", t0);
+        return;
+    }
+    const json_t *body = ib.doc;
     json_t *output = NULL, *device = NULL;
     const char *id = http_req_param(r, 0);
     static const char *const keys[] = {"id", "parameters", "inputs", "outputs",
                                        NULL};
     static const char *const in_keys[] = {"name", "shape",      "datatype",
                                           "data", "parameters", NULL};
-    ty_status s = tyjson_check_keys(body, keys, "", &err);
+    s = tyjson_check_keys(body, keys, "", &err);
     const json_t *inputs = json_object_get(body, "inputs");
     const json_t *in = json_array_get(inputs, 0);
     const char *dtype = NULL, *in_name = NULL;
@@ -185,9 +217,9 @@ void api_kserve_infer(api_ctx *app, http_req *r)
         s = ty_fail(&err, TY_EINVAL, "id", "id must be a string");
     serve_env env = env_of(app);
     if (s == TY_OK)
-        s = serve_infer_tensor(
-            &env, api_tenant(r), id, json_object_get(in, "shape"),
-            json_object_get(in, "data"), "inputs[0]", &output, &device, &err);
+        s = serve_infer_tensor(&env, api_tenant(r), id,
+                               json_object_get(in, "shape"), ib.data,
+                               "inputs[0]", &output, &device, &err);
     json_t *res = NULL;
     if (s == TY_OK) {
         res = json_pack("{s:s, s:s}", "model_name", id, "model_version", "1");
@@ -198,5 +230,6 @@ void api_kserve_infer(api_ctx *app, http_req *r)
                             json_pack("{s:o}", "device", device));
         json_object_set_new(res, "outputs", json_pack("[o]", output));
     }
+    serve_infer_body_free(&ib);
     reply(r, s, &err, res, "kserve_infer", t0);
 }

@@ -8,6 +8,7 @@
 #define ADMIN ROUTE_ADMIN
 #define NOBODY ROUTE_BODY_NONE
 #define JSON ROUTE_BODY_JSON
+#define RAW ROUTE_BODY_JSON_RAW /* big numbers: decoded by the handler */
 #define UPLOAD ROUTE_BODY_UPLOAD
 
 /* One endpoint per line, so the table reads as a list (clang-format off). */
@@ -33,14 +34,14 @@ const route api_routes[] = {
     {HTTP_GET, "/v1/models/{id}", "models.get", KEY, NOBODY, api_models_get},
     {HTTP_DELETE, "/v1/models/{id}", "models.delete", KEY, NOBODY, api_models_delete},
     {HTTP_GET, "/v1/models/{id}/weights", "models.weights", KEY, NOBODY, api_models_weights},
-    {HTTP_POST, "/v1/models/{id}/predict", "models.predict", KEY, JSON, api_models_predict},
+    {HTTP_POST, "/v1/models/{id}/predict", "models.predict", KEY, RAW, api_models_predict},
     {HTTP_POST, "/v1/models/{id}/evaluate", "models.evaluate", KEY, JSON, api_models_evaluate},
 
     {HTTP_GET, "/v2/health/live", "kserve.live", KEY, NOBODY, api_kserve_live},
     {HTTP_GET, "/v2/health/ready", "kserve.ready", KEY, NOBODY, api_kserve_ready},
     {HTTP_GET, "/v2/models/{name}", "kserve.model", KEY, NOBODY, api_kserve_model},
     {HTTP_GET, "/v2/models/{name}/ready", "kserve.model_ready", KEY, NOBODY, api_kserve_model_ready},
-    {HTTP_POST, "/v2/models/{name}/infer", "kserve.infer", KEY, JSON, api_kserve_infer},
+    {HTTP_POST, "/v2/models/{name}/infer", "kserve.infer", KEY, RAW, api_kserve_infer},
 
     {HTTP_GET, "/v1/devices", "devices.list", KEY, NOBODY, api_devices_list},
     {HTTP_POST, "/v1/tenants", "tenants.create", ADMIN, JSON, api_tenants_create},

@@ -19,6 +19,7 @@ void config_defaults(ty_config *cfg)
     cfg->worker_threads = 0;
     cfg->max_upload_bytes = 2ULL << 30;
     cfg->max_json_bytes = 64ULL << 20;
+    cfg->max_large_requests = 2;
     cfg->max_fetch_bytes = 2ULL << 30;
     cfg->fetch_timeout_s = 600;
     snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "*");
@@ -218,6 +219,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_bytes(flag, val, &cfg->max_upload_bytes, err);
         } else if (!strcmp(flag, "--max-json-bytes")) {
             s = parse_bytes(flag, val, &cfg->max_json_bytes, err);
+        } else if (!strcmp(flag, "--max-large-requests")) {
+            s = parse_int(flag, val, 0, 1024, &cfg->max_large_requests, err);
         } else if (!strcmp(flag, "--max-fetch-bytes")) {
             s = parse_bytes(flag, val, &cfg->max_fetch_bytes, err);
         } else if (!strcmp(flag, "--fetch-timeout")) {
@@ -331,6 +334,10 @@ void config_usage(FILE *f)
         "  --max-upload-bytes SIZE   largest dataset upload (default %lluM)\n"
         "  --max-json-bytes SIZE     largest JSON request body (default "
         "%lluM)\n"
+        "  --max-large-requests N    JSON bodies over 4M handled at once; "
+        "more\n"
+        "                            get 503 with Retry-After, 0 = no limit\n"
+        "                            (default %d)\n"
         "  --max-fetch-bytes SIZE    largest file fetched from a URL (default "
         "%lluM)\n"
         "  --fetch-timeout SECONDS   time limit for fetching a URL (default "
@@ -436,7 +443,7 @@ void config_usage(FILE *f)
         "start.\n",
         d.listen, d.data_dir, d.http_threads, d.max_jobs, d.worker_threads,
         (unsigned long long)(d.max_upload_bytes >> 20),
-        (unsigned long long)(d.max_json_bytes >> 20),
+        (unsigned long long)(d.max_json_bytes >> 20), d.max_large_requests,
         (unsigned long long)(d.max_fetch_bytes >> 20), d.fetch_timeout_s,
         d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
         (unsigned long long)d.max_job_memory, d.heartbeat_timeout_s,

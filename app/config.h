@@ -23,6 +23,7 @@ typedef struct {
     int worker_threads;        /* BLAS threads per worker; 0 = all cores */
     uint64_t max_upload_bytes; /* per dataset upload */
     uint64_t max_json_bytes;   /* per JSON request body */
+    int max_large_requests;    /* JSON bodies over 4 MB at once; 0 = any */
     uint64_t max_fetch_bytes;  /* per file fetched from a URL */
     int fetch_timeout_s;
     char fetch_hosts[1024];     /* hosts dataset URLs may name; "*" = any */

@@ -335,6 +335,7 @@ static int cmd_serve(int argc, char **argv)
         .threads = cfg.http_threads,
         .connection_timeout_s = cfg.connection_timeout_s,
         .max_json_bytes = cfg.max_json_bytes,
+        .max_large_requests = cfg.max_large_requests,
         .max_upload_bytes = cfg.max_upload_bytes,
         .tmp_dir = app.tmp_dir,
         .tls_cert = app.tls.cert,

@@ -12,9 +12,8 @@
 #include "common/jsonutil.h"
 #include "jobs/placement.h"
 #include "models/data/dataset.h"
+#include "serve/decode.h"
 #include "store/blob.h"
-
-#define MAX_NESTING 8
 
 /* A prediction in progress: the model held from the cache, the inputs and
  * the outputs (run_free releases all three). */
@@ -55,11 +54,11 @@ static ty_status run_open(run *rn, const serve_env *env, const char *tenant_id,
     return TY_OK;
 }
 
-/* Room for n examples' inputs and outputs. */
-static ty_status run_alloc(run *rn, uint64_t n, ty_err *err)
+/* Room for nx input floats and n examples' outputs. */
+static ty_status run_alloc(run *rn, uint64_t nx, uint64_t n, ty_err *err)
 {
-    rn->x = malloc(n * rn->features * sizeof *rn->x);
-    rn->out = malloc(n * rn->outputs * sizeof *rn->out);
+    rn->x = malloc(nx * sizeof *rn->x + 1);
+    rn->out = malloc(n * rn->outputs * sizeof *rn->out + 1);
     if (!rn->x || !rn->out)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     return TY_OK;
@@ -86,35 +85,6 @@ static void shape_text(const json_t *shape, char *out, size_t n)
     char *t = json_dumps(shape, JSON_COMPACT);
     snprintf(out, n, "%s", t ? t : "?");
     free(t);
-}
-
-/* Appends the numbers of v (a number or nested arrays of numbers) to x,
- * counting into *count (which may exceed cap: the caller then reports the
- * size mismatch). */
-static ty_status flatten(const json_t *v, float *x, uint64_t cap,
-                         uint64_t *count, const char *path, int depth,
-                         ty_err *err)
-{
-    if (json_is_number(v)) {
-        if (*count < cap)
-            x[*count] = (float)json_number_value(v);
-        (*count)++;
-        return TY_OK;
-    }
-    if (json_is_true(v) || json_is_false(v) || !json_is_array(v))
-        return ty_fail(err, TY_EINVAL, path, "%s must hold only numbers", path);
-    if (depth >= MAX_NESTING)
-        return ty_fail(err, TY_EINVAL, path, "%s is nested too deeply", path);
-    size_t i;
-    json_t *c;
-    json_array_foreach (v, i, c) {
-        ty_status s = flatten(c, x, cap, count, path, depth + 1, err);
-        if (s != TY_OK)
-            return s;
-        if (*count > cap)
-            return TY_OK; /* too many; reported by the caller */
-    }
-    return TY_OK;
 }
 
 /* Runs n examples of x through the model into out (n * outputs). */
@@ -171,45 +141,22 @@ static json_t *predictions(const nn_net *net, const float *out, uint32_t n)
 }
 
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
-                        const char *model_id, const json_t *inputs,
+                        const char *model_id, const serve_predict_body *b,
                         json_t **reply, ty_err *err)
 {
-    size_t n = json_array_size(inputs);
-    if (!json_is_array(inputs) || n == 0 || n > SERVE_MAX_EXAMPLES)
-        return ty_fail(err, TY_EINVAL, "inputs",
-                       "inputs must be an array of 1 to %d examples, each a "
-                       "list of numbers (flat or nested in the model's input "
-                       "shape)",
-                       SERVE_MAX_EXAMPLES);
+    uint64_t n = b->count;
     run rn;
     ty_status s = run_open(&rn, env, tenant_id, model_id, err);
-    if (s == TY_OK)
-        s = run_alloc(&rn, n, err);
     uint64_t f = rn.features;
     uint32_t k = rn.outputs;
-    for (size_t i = 0; i < n && s == TY_OK; i++) {
-        char path[64];
-        uint64_t count = 0;
-        snprintf(path, sizeof path, "inputs[%zu]", i);
-        const json_t *ex = json_array_get(inputs, i);
-        if (!json_is_array(ex)) {
-            s = ty_fail(err, TY_EINVAL, path, "%s must be a list of numbers",
-                        path);
-            break;
-        }
-        if ((s = flatten(ex, rn.x + i * f, f, &count, path, 0, err)) != TY_OK)
-            break;
-        if (count != f) {
-            char shape[128];
-            shape_text(json_object_get(nn_net_meta(rn.net), "input_shape"),
-                       shape, sizeof shape);
-            s = ty_fail(err, TY_EINVAL, path,
-                        "%s has %s%llu values; this model takes %llu (input "
-                        "shape %s)",
-                        path, count > f ? "more than " : "",
-                        (unsigned long long)(count > f ? f : count),
-                        (unsigned long long)f, shape);
-        }
+    uint64_t room = serve_predict_room(b, f);
+    if (s == TY_OK)
+        s = run_alloc(&rn, room * f, n, err);
+    if (s == TY_OK) {
+        char shape[128];
+        shape_text(json_object_get(nn_net_meta(rn.net), "input_shape"), shape,
+                   sizeof shape);
+        s = serve_predict_decode(b, f, shape, rn.x, room, err);
     }
     if (s == TY_OK)
         s = run_batches(rn.e, rn.x, (uint32_t)n, rn.out, err);
@@ -232,7 +179,7 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
 
 ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
                              const char *model_id, const json_t *shape,
-                             const json_t *data, const char *field,
+                             serve_span data, const char *field,
                              json_t **output, json_t **device, ty_err *err)
 {
     char shape_field[64], data_field[64];
@@ -261,7 +208,6 @@ ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
     }
     uint64_t batch =
         shape_ok ? (uint64_t)json_integer_value(json_array_get(shape, 0)) : 0;
-    uint64_t count = 0;
     if (!shape_ok || batch * f != total) {
         char want[128];
         shape_text(json_object_get(nn_net_meta(rn.net), "input_shape"), want,
@@ -270,20 +216,12 @@ ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
                     "shape must be [batch, ...] with batch 1 to %d and the "
                     "rest holding %llu values (input shape %s)",
                     SERVE_MAX_EXAMPLES, (unsigned long long)f, want);
-    } else if ((s = run_alloc(&rn, batch, err)) != TY_OK) {
+    } else if ((s = run_alloc(&rn, serve_infer_room(data, total), batch,
+                              err)) != TY_OK) {
         /* out of memory */
-    } else if (!json_is_array(data)) {
-        s = ty_fail(err, TY_EINVAL, data_field,
-                    "data must be an array of numbers");
-    } else if ((s = flatten(data, rn.x, total, &count, data_field, 0, err)) !=
+    } else if ((s = serve_infer_decode(data, total, data_field, rn.x, err)) !=
                TY_OK) {
-        /* not numbers */
-    } else if (count != total) {
-        s = ty_fail(err, TY_EINVAL, data_field,
-                    "data holds %s%llu values; shape says %llu",
-                    count > total ? "more than " : "",
-                    (unsigned long long)(count > total ? total : count),
-                    (unsigned long long)total);
+        /* not numbers, or not total of them */
     } else {
         s = run_batches(rn.e, rn.x, (uint32_t)batch, rn.out, err);
     }

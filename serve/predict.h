@@ -16,10 +16,9 @@
 #include <stdint.h>
 
 #include "common/ty.h"
+#include "serve/decode.h"
 #include "serve/modelcache.h"
 #include "store/store.h"
-
-#define SERVE_MAX_EXAMPLES 100000 /* examples per request */
 
 /* What the service reads: the store (model and dataset rows), the model
  * cache and the data folder (blobs). */
@@ -29,13 +28,15 @@ typedef struct serve_env {
     const char *data_dir;
 } serve_env;
 
-/* POST /v1/models/{id}/predict: inputs (an array of 1 to SERVE_MAX_EXAMPLES
- * examples, each a list of numbers, flat or nested in the input shape)
- * through tenant_id's model model_id. *reply: {"model", "outputs" (raw
- * outputs per example), "predictions" (class labels or values),
- * "device"}. Errors name the field ("inputs[3]"). */
+/* POST /v1/models/{id}/predict: the inputs of body (scanned by
+ * serve_predict_scan: an array of 1 to SERVE_MAX_EXAMPLES examples, each a
+ * list of numbers, flat or nested in the input shape) through tenant_id's
+ * model model_id, decoded from the text straight into floats
+ * (serve/decode.h). *reply: {"model", "outputs" (raw outputs per example),
+ * "predictions" (class labels or values), "device"}. Errors name the field
+ * ("inputs[3]"). */
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
-                        const char *model_id, const json_t *inputs,
+                        const char *model_id, const serve_predict_body *b,
                         json_t **reply, ty_err *err);
 
 /* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
@@ -45,14 +46,14 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
                          const char *model_id, const char *dataset_id,
                          json_t **reply, ty_err *err);
 
-/* A KServe v2 input tensor (shape [batch, ...] and flat data, already
+/* A KServe v2 input tensor (shape [batch, ...] and data as text, already
  * checked for its protocol fields by the caller) through the model.
  * *output: the one output tensor {"name": "output", "datatype": "FP32",
  * "shape": [batch, outputs], "data"}; *device: where it ran. field names
  * the tensor in errors ("inputs[0]"). */
 ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
                              const char *model_id, const json_t *shape,
-                             const json_t *data, const char *field,
+                             serve_span data, const char *field,
                              json_t **output, json_t **device, ty_err *err);
 
 #endif

@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -37,6 +38,32 @@
 #include "common/opmetrics.h"
 
 http_server_state http_server;
+
+/* Large JSON bodies in progress (see HTTP_LARGE_BODY). */
+static int large_bodies;
+
+/* Takes a large-body slot for r; 0 (and a 503 with Retry-After queued)
+ * when all are taken. Refused at once rather than queued: a waiting
+ * request would hold a thread of libmicrohttpd's pool, and its body is not
+ * read yet, so refusing costs nothing. */
+static int large_take(http_req *r)
+{
+    if (r->large)
+        return 1;
+    int max = http_server.opts.max_large_requests;
+    if (__atomic_add_fetch(&large_bodies, 1, __ATOMIC_SEQ_CST) > max &&
+        max > 0) {
+        __atomic_sub_fetch(&large_bodies, 1, __ATOMIC_SEQ_CST);
+        http_reply_header(r, "Retry-After", "1");
+        http_reply_problem(r, 503, NULL,
+                           "the server is busy with %d other large requests "
+                           "(bodies over %u bytes); retry shortly",
+                           max, HTTP_LARGE_BODY);
+        return 0;
+    }
+    r->large = 1;
+    return 1;
+}
 
 /* ---- small helpers ---- */
 
@@ -90,6 +117,11 @@ const char *http_req_header(const http_req *r, const char *name)
 const char *http_req_path(const http_req *r) { return r->path; }
 const store_key *http_req_key(const http_req *r) { return &r->key; }
 const json_t *http_req_json(const http_req *r) { return r->json; }
+const char *http_req_body(const http_req *r, size_t *len)
+{
+    *len = r->buf ? r->buf_len : 0;
+    return r->buf_len ? r->buf : NULL;
+}
 int http_req_is_multipart(const http_req *r)
 {
     return r->body == BODY_MULTIPART;
@@ -246,6 +278,12 @@ static void req_free(http_req *r)
     json_decref(r->json);
     if (r->response)
         MHD_destroy_response(r->response);
+    if (r->large) {
+        __atomic_sub_fetch(&large_bodies, 1, __ATOMIC_SEQ_CST);
+        /* What a large body's handling freed goes back to the system
+         * instead of staying in malloc's arenas. */
+        malloc_trim(0);
+    }
     free(r);
 }
 
@@ -303,6 +341,7 @@ static void req_begin(http_req *r)
     switch (rt->body) {
         case ROUTE_BODY_NONE: r->body_limit = 0; break;
         case ROUTE_BODY_JSON:
+        case ROUTE_BODY_JSON_RAW:
             r->body_limit = http_server.opts.max_json_bytes;
             break;
         case ROUTE_BODY_UPLOAD:
@@ -350,6 +389,10 @@ static void req_begin(http_req *r)
         return;
     }
     r->body = BODY_JSON;
+    r->raw = rt->body == ROUTE_BODY_JSON_RAW;
+    r->declared = declared;
+    if (declared > HTTP_LARGE_BODY)
+        large_take(r);
 }
 
 /* Consumes a body chunk. Returns 0 when the connection should be dropped. */
@@ -366,8 +409,14 @@ static int req_body_chunk(http_req *r, const char *data, size_t len)
         return 1;
     }
     if (r->body == BODY_JSON) {
+        if (r->bytes_in > HTTP_LARGE_BODY && !large_take(r))
+            return 1;
         if (r->buf_len + len + 1 > r->buf_cap) {
-            size_t cap = r->buf_cap ? r->buf_cap : 4096;
+            /* Sized by Content-Length when there is one (no doubling). */
+            size_t cap = r->buf_cap ? r->buf_cap
+                         : r->declared >= r->buf_len + len
+                             ? (size_t)r->declared + 1
+                             : 4096;
             while (cap < r->buf_len + len + 1)
                 cap *= 2;
             char *b = realloc(r->buf, cap);
@@ -400,7 +449,7 @@ static void req_finish(http_req *r)
 {
     if (r->replied)
         return;
-    if (r->body == BODY_JSON && r->buf_len > 0) {
+    if (r->body == BODY_JSON && r->buf_len > 0 && !r->raw) {
         json_error_t jerr;
         r->json = json_loadb(r->buf, r->buf_len, JSON_REJECT_DUPLICATES, &jerr);
         if (!r->json) {

@@ -28,6 +28,11 @@
 
 typedef struct http_req http_req;
 
+/* A JSON body over this many bytes is "large": it holds one of
+ * max_large_requests slots while it is read and handled, and the memory
+ * given back to the system (malloc_trim) when it is done. */
+#define HTTP_LARGE_BODY (4u << 20)
+
 /* What the server needs of its settings and of the rest of the process. */
 typedef struct http_server_opts {
     const char *listen; /* as given, for messages */
@@ -38,6 +43,9 @@ typedef struct http_server_opts {
     int connection_timeout_s;  /* idle connections are closed after */
     uint64_t max_json_bytes;   /* a JSON body's limit */
     uint64_t max_upload_bytes; /* a multipart body's limit */
+    int max_large_requests;    /* JSON bodies over HTTP_LARGE_BODY in
+                                  progress at once; more get 503 with
+                                  Retry-After (0: no limit) */
     const char *tmp_dir;       /* spooled parts and temp files */
     const char *tls_cert;      /* PEM; NULL: plain HTTP */
     const char *tls_key;
@@ -67,6 +75,9 @@ const char *http_req_path(const http_req *r);
 const store_key *http_req_key(const http_req *r);
 /* The parsed JSON body (borrowed), or NULL when the request had none. */
 const json_t *http_req_json(const http_req *r);
+/* A ROUTE_BODY_JSON_RAW body's text (not NUL-terminated) and its length
+ * (NULL and 0 when none was sent). */
+const char *http_req_body(const http_req *r, size_t *len);
 /* 1 when the body was multipart/form-data. */
 int http_req_is_multipart(const http_req *r);
 

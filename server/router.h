@@ -34,7 +34,11 @@ typedef enum {
 typedef enum {
     ROUTE_BODY_NONE = 0, /* a body is refused (413) */
     ROUTE_BODY_JSON,     /* application/json, buffered up to the JSON limit */
-    ROUTE_BODY_UPLOAD    /* multipart/form-data streamed to disk, or JSON */
+    ROUTE_BODY_UPLOAD,   /* multipart/form-data streamed to disk, or JSON */
+    ROUTE_BODY_JSON_RAW  /* application/json, buffered up to the JSON limit
+                            but not parsed: the handler reads the text
+                            (http_req_body), e.g. to decode numbers without
+                            a jansson tree */
 } route_body;
 
 struct api_ctx;
