@@ -38,6 +38,9 @@ typedef struct {
     const char *paths[2];      /* input files */
     char fetched[2][PATH_MAX]; /* downloads, for JSON bodies naming URLs */
     json_t *source;            /* how it arrived, for the doc */
+    /* DS_CONVERT_NO_ECHO for downloads: a URL may name a service the tenant
+     * cannot read, and errors must not show its reply */
+    unsigned convert_flags;
 } upload;
 
 static int parse_format(const char *s)
@@ -192,11 +195,13 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
             return s;
         if ((s = fetch_url_to_file(url, path, app->max_fetch_bytes,
                                    app->fetch_timeout_s, app->fetch_hosts,
-                                   field, err)) != TY_OK)
+                                   app->fetch_allow_networks, field, err)) !=
+            TY_OK)
             return s;
         u->paths[i] = path;
     }
     u->source = json_pack("{s:s, s:O}", "kind", "urls", "urls", urls);
+    u->convert_flags = DS_CONVERT_NO_ECHO;
     return TY_OK;
 }
 
@@ -205,11 +210,13 @@ static ty_status convert(const upload *u, const char *out, ty_err *err)
     ty_status s;
     switch (u->format) {
         case FMT_CSV:
-            s = ds_convert_csv(u->paths[0], u->label_column, (ty_task)u->task,
-                               out, err);
+            s = ds_convert_csv_flags(u->paths[0], u->label_column,
+                                     (ty_task)u->task, u->convert_flags, out,
+                                     err);
             break;
         case FMT_IDX:
-            s = ds_convert_idx(u->paths[0], u->paths[1], out, err);
+            s = ds_convert_idx_flags(u->paths[0], u->paths[1], u->convert_flags,
+                                     out, err);
             break;
         default:
             s = ds_convert_npy(u->paths[0], u->paths[1], u->task, out, err);

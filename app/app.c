@@ -114,6 +114,7 @@ api_ctx *app_api_ctx(ty_app *app)
         .max_fetch_bytes = app->cfg.max_fetch_bytes,
         .fetch_timeout_s = app->cfg.fetch_timeout_s,
         .fetch_hosts = app->cfg.fetch_hosts,
+        .fetch_allow_networks = app->cfg.fetch_allow_networks,
     };
     return &app->api;
 }
