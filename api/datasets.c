@@ -276,9 +276,16 @@ void api_datasets_create(api_ctx *app, http_req *r)
     if (s != TY_OK)
         goto fail;
     if ((s = http_req_temp_path(r, ".tyds", out, sizeof out, &err)) != TY_OK ||
-        (s = convert(&u, out, &err)) != TY_OK ||
-        (s = ty_dataset_open(out, &ds, &err)) != TY_OK ||
-        (s = ty_id_new("ds_", id, &err)) != TY_OK)
+        (s = convert(&u, out, &err)) != TY_OK)
+        goto fail;
+    /* The converter's own output: if it does not open, that is the server's
+     * fault, and the message names a server path: a 500 (logged). */
+    if ((s = ty_dataset_open(out, &ds, &err)) != TY_OK) {
+        if (s != TY_ENOMEM)
+            s = TY_EIO;
+        goto fail;
+    }
+    if ((s = ty_id_new("ds_", id, &err)) != TY_OK)
         goto fail;
     doc = dataset_doc(id, &u, &ds);
     ty_dataset_close(&ds);

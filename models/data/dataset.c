@@ -213,9 +213,8 @@ ty_status ty_dataset_open(const char *path, ty_dataset *ds, ty_err *err)
     if (size < DS_HEADER_LEN) {
         close(fd);
         return ty_fail(err, TY_EFORMAT, NULL,
-                       "the dataset file is not a dataset file (only %llu "
-                       "bytes)",
-                       (unsigned long long)size);
+                       "dataset %s is not a dataset file (only %llu bytes)",
+                       path, (unsigned long long)size);
     }
     void *map = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;

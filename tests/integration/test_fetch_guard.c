@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -310,12 +311,66 @@ static void test_import_errors_name_no_path(void **state)
     srv_cleanup(&s);
 }
 
+/* A stored dataset file that does not open is the server's fault, told
+ * without the blob's path (the log has it). */
+static void test_damaged_dataset_no_path(void **state)
+{
+    srv s;
+    assert_int_equal(srv_start(&s, NULL, NULL), 0);
+    char dir[PATH_MAX], path[PATH_MAX + 32], part[PATH_MAX + 48];
+    temp_dir(dir);
+    snprintf(path, sizeof path, "%s/d.csv", dir);
+    const char *csv = "a,b,y\n1,2,x\n3,4,z\n";
+    write_file(path, csv, strlen(csv));
+    snprintf(part, sizeof part, "file=@%s", path);
+    const char *ds_parts[] = {"name=d", "format=csv", "label_column=y", part,
+                              NULL};
+    resp *r = http_upload(&s, "/v1/datasets", ds_parts);
+    assert_int_equal(r->status, 201);
+    char examples[128];
+    snprintf(examples, sizeof examples, "/v1/datasets/%s/examples",
+             str(r->json, "id"));
+    resp_free(r);
+    char blobs[PATH_MAX + 8], blob[PATH_MAX * 2];
+    snprintf(blobs, sizeof blobs, "%s/blobs", s.data);
+    DIR *top = opendir(blobs);
+    assert_non_null(top);
+    int damaged = 0;
+    for (struct dirent *e; (e = readdir(top));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char sub[PATH_MAX * 2];
+        snprintf(sub, sizeof sub, "%s/%s", blobs, e->d_name);
+        DIR *in = opendir(sub);
+        for (struct dirent *f; in && (f = readdir(in));) {
+            if (f->d_name[0] == '.')
+                continue;
+            snprintf(blob, sizeof blob, "%s/%s", sub, f->d_name);
+            write_file(blob, "TYDS\x01\x00", 6);
+            damaged++;
+        }
+        if (in)
+            closedir(in);
+    }
+    closedir(top);
+    assert_int_equal(damaged, 1);
+    r = http_get(&s, examples);
+    print_message("a damaged dataset file: %ld %s\n", r->status, r->body);
+    assert_true(r->status >= 400);
+    if (strstr(r->body, s.data) || strstr(r->body, "/blobs/"))
+        fail_msg("a server path in the reply: %s", r->body);
+    resp_free(r);
+    srv_stop(&s, SIGTERM);
+    srv_cleanup(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_refused_in_every_spelling),
         cmocka_unit_test(test_allowed_network),
         cmocka_unit_test(test_import_errors_name_no_path),
+        cmocka_unit_test(test_damaged_dataset_no_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
