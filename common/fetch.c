@@ -143,26 +143,24 @@ ty_status fetch_networks_check(const char *list, const char *flag, ty_err *err)
 
 /* Networks no fetch may reach unless allowed: what is not the public
  * internet. IPv4 ones also match their IPv4-mapped forms. */
-static const struct {
-    const char *cidr;
-} refused_networks[] = {
-    {"0.0.0.0/8"},      /* "this network", 0.0.0.0 */
-    {"10.0.0.0/8"},     /* RFC 1918 */
-    {"100.64.0.0/10"},  /* CGNAT */
-    {"127.0.0.0/8"},    /* loopback */
-    {"169.254.0.0/16"}, /* link-local, cloud metadata (169.254.169.254) */
-    {"172.16.0.0/12"},  /* RFC 1918 */
-    {"192.0.0.0/24"},   /* IETF protocol assignments */
-    {"192.168.0.0/16"}, /* RFC 1918 */
-    {"198.18.0.0/15"},  /* benchmarking */
-    {"224.0.0.0/4"},    /* multicast */
-    {"240.0.0.0/4"},    /* reserved, 255.255.255.255 broadcast */
-    {"::/128"},         /* unspecified */
-    {"::1/128"},        /* loopback */
-    {"fc00::/7"},       /* unique local */
-    {"fe80::/10"},      /* link-local */
-    {"fec0::/10"},      /* site-local (deprecated) */
-    {"ff00::/8"},       /* multicast */
+static const char *const refused_networks[] = {
+    "0.0.0.0/8",      /* "this network", 0.0.0.0 */
+    "10.0.0.0/8",     /* RFC 1918 */
+    "100.64.0.0/10",  /* CGNAT */
+    "127.0.0.0/8",    /* loopback */
+    "169.254.0.0/16", /* link-local, cloud metadata (169.254.169.254) */
+    "172.16.0.0/12",  /* RFC 1918 */
+    "192.0.0.0/24",   /* IETF protocol assignments */
+    "192.168.0.0/16", /* RFC 1918 */
+    "198.18.0.0/15",  /* benchmarking */
+    "224.0.0.0/4",    /* multicast */
+    "240.0.0.0/4",    /* reserved, 255.255.255.255 broadcast */
+    "::/128",         /* unspecified */
+    "::1/128",        /* loopback */
+    "fc00::/7",       /* unique local */
+    "fe80::/10",      /* link-local */
+    "fec0::/10",      /* site-local (deprecated) */
+    "ff00::/8",       /* multicast */
 };
 
 /* The 16 bytes of sa, with the IPv4 addresses that IPv6 carries (mapped
@@ -209,8 +207,7 @@ int fetch_addr_allowed(const struct sockaddr *sa, size_t len,
         p = comma ? comma + 1 : p + l;
     }
     for (size_t i = 0; i < TY_ARRAY_LEN(refused_networks); i++)
-        if (net_parse(refused_networks[i].cidr,
-                      strlen(refused_networks[i].cidr), &n) &&
+        if (net_parse(refused_networks[i], strlen(refused_networks[i]), &n) &&
             net_has(&n, a))
             return 0;
     return 1;
