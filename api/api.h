@@ -29,12 +29,13 @@ typedef struct api_ctx {
     struct ev_hub *events;       /* events/hub.h; NULL: no live events */
     const char *data_dir;        /* blobs live under it */
     /* Dataset URL fetches (common/fetch.h): --max-fetch-bytes,
-     * --fetch-timeout, --fetch-hosts. */
+     * --fetch-timeout, --fetch-hosts, --fetch-allow-networks. */
     uint64_t max_fetch_bytes;
     /* --max-upload-bytes: also the most a gzip upload may inflate to. */
     uint64_t max_upload_bytes;
     int fetch_timeout_s;
     const char *fetch_hosts;
+    const char *fetch_allow_networks; /* "" = none */
 } api_ctx;
 
 extern const route api_routes[];

@@ -38,6 +38,9 @@ typedef struct {
     const char *paths[2];      /* input files */
     char fetched[2][PATH_MAX]; /* downloads, for JSON bodies naming URLs */
     json_t *source;            /* how it arrived, for the doc */
+    /* DS_CONVERT_NO_ECHO for downloads: a URL may name a service the tenant
+     * cannot read, and errors must not show its reply */
+    unsigned convert_flags;
 } upload;
 
 static int parse_format(const char *s)
@@ -192,11 +195,13 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
             return s;
         if ((s = fetch_url_to_file(url, path, app->max_fetch_bytes,
                                    app->fetch_timeout_s, app->fetch_hosts,
-                                   field, err)) != TY_OK)
+                                   app->fetch_allow_networks, field, err)) !=
+            TY_OK)
             return s;
         u->paths[i] = path;
     }
     u->source = json_pack("{s:s, s:O}", "kind", "urls", "urls", urls);
+    u->convert_flags = DS_CONVERT_NO_ECHO;
     return TY_OK;
 }
 
@@ -209,11 +214,13 @@ static ty_status convert(const api_ctx *app, const upload *u, const char *out,
     ds_idx_opts idx = {
         .max_inflated =
             u->fetched[0][0] ? 2 * app->max_fetch_bytes : app->max_upload_bytes,
+        .flags = u->convert_flags,
     };
     switch (u->format) {
         case FMT_CSV:
-            s = ds_convert_csv(u->paths[0], u->label_column, (ty_task)u->task,
-                               out, err);
+            s = ds_convert_csv_flags(u->paths[0], u->label_column,
+                                     (ty_task)u->task, u->convert_flags, out,
+                                     err);
             break;
         case FMT_IDX:
             s = ds_convert_idx_ex(u->paths[0], u->paths[1], out, &idx, err);
@@ -276,9 +283,16 @@ void api_datasets_create(api_ctx *app, http_req *r)
     if (s != TY_OK)
         goto fail;
     if ((s = http_req_temp_path(r, ".tyds", out, sizeof out, &err)) != TY_OK ||
-        (s = convert(app, &u, out, &err)) != TY_OK ||
-        (s = ty_dataset_open(out, &ds, &err)) != TY_OK ||
-        (s = ty_id_new("ds_", id, &err)) != TY_OK)
+        (s = convert(app, &u, out, &err)) != TY_OK)
+        goto fail;
+    /* The converter's own output: if it does not open, that is the server's
+     * fault, and the message names a server path: a 500 (logged). */
+    if ((s = ty_dataset_open(out, &ds, &err)) != TY_OK) {
+        if (s != TY_ENOMEM)
+            s = TY_EIO;
+        goto fail;
+    }
+    if ((s = ty_id_new("ds_", id, &err)) != TY_OK)
         goto fail;
     doc = dataset_doc(id, &u, &ds);
     ty_dataset_close(&ds);

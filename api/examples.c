@@ -96,8 +96,13 @@ void api_datasets_examples(api_ctx *app, http_req *r)
     if (s != TY_OK)
         goto done;
     blob_path(app->data_dir, sha, path, sizeof path);
-    if ((s = ty_dataset_open(path, &ds, &err)) != TY_OK)
+    if ((s = ty_dataset_open(path, &ds, &err)) != TY_OK) {
+        /* A stored file that does not open is the server's fault, and the
+         * message names its path: a 500 (the log has the message). */
+        if (s != TY_ENOMEM)
+            s = TY_EIO;
         goto done;
+    }
     if (ds.features > MAX_VALUES) {
         s = ty_fail(&err, TY_EINVAL, "id",
                     "dataset %s has %llu values per example; examples are "

@@ -115,6 +115,7 @@ api_ctx *app_api_ctx(ty_app *app)
         .max_upload_bytes = app->cfg.max_upload_bytes,
         .fetch_timeout_s = app->cfg.fetch_timeout_s,
         .fetch_hosts = app->cfg.fetch_hosts,
+        .fetch_allow_networks = app->cfg.fetch_allow_networks,
     };
     return &app->api;
 }

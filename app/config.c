@@ -1,6 +1,7 @@
 /* config.c - `trainyard serve` flags (see config.h). */
 #include "app/config.h"
 
+#include "common/fetch.h"
 #include "events/hub.h"
 
 #include <errno.h>
@@ -231,6 +232,13 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                                "--fetch-hosts needs a comma-separated list of "
                                "host names, or *");
             snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "%s", val);
+        } else if (!strcmp(flag, "--fetch-allow-networks")) {
+            if (strlen(val) >= sizeof cfg->fetch_allow_networks)
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--fetch-allow-networks: the list is too long");
+            if ((s = fetch_networks_check(val, flag, err)) == TY_OK)
+                snprintf(cfg->fetch_allow_networks,
+                         sizeof cfg->fetch_allow_networks, "%s", val);
         } else if (!strcmp(flag, "--model-cache")) {
             s = parse_int(flag, val, 1, 100000, &cfg->model_cache_size, err);
         } else if (!strcmp(flag, "--connection-timeout")) {
@@ -346,6 +354,19 @@ void config_usage(FILE *f)
         "                            separated; * allows any (default %s). "
         "With a\n"
         "                            list, redirects are not followed\n"
+        "  --fetch-allow-networks LIST\n"
+        "                            addresses or networks (10.0.0.0/8,\n"
+        "                            127.0.0.1, fd00::/8, comma-separated) "
+        "that\n"
+        "                            URL fetches may reach although they are "
+        "not\n"
+        "                            public: loopback, private, link-local, "
+        "CGNAT,\n"
+        "                            multicast and reserved addresses are "
+        "refused\n"
+        "                            otherwise, on every redirect too "
+        "(default:\n"
+        "                            none)\n"
         "  --model-cache N           trained models kept loaded for "
         "predictions\n"
         "                            (default %d)\n"

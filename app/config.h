@@ -26,7 +26,9 @@ typedef struct {
     int max_large_requests;    /* JSON bodies over 4 MB at once; 0 = any */
     uint64_t max_fetch_bytes;  /* per file fetched from a URL */
     int fetch_timeout_s;
-    char fetch_hosts[1024];     /* hosts dataset URLs may name; "*" = any */
+    char fetch_hosts[1024]; /* hosts dataset URLs may name; "*" = any */
+    /* non-public addresses URL fetches may reach (common/fetch.h); "" = none */
+    char fetch_allow_networks[1024];
     int model_cache_size;       /* trained models kept loaded for predict */
     int connection_timeout_s;   /* idle HTTP connections are closed after */
     uint64_t max_job_memory;    /* bytes a job's training may take from its

@@ -261,9 +261,15 @@ ty_status st_open(const char *path, st_file *f, ty_err *err)
 {
     memset(f, 0, sizeof *f);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ty_fail(err, errno == ENOENT ? TY_ENOTFOUND : TY_EIO, NULL,
-                       "cannot open %s: %s", path, strerror(errno));
+    if (fd < 0) {
+        /* A 404 reaches clients: no server path in it (a 500 is only
+         * logged, and keeps the path for the operator). */
+        if (errno == ENOENT)
+            return ty_fail(err, TY_ENOTFOUND, NULL,
+                           "the safetensors file does not exist");
+        return ty_fail(err, TY_EIO, NULL, "cannot open %s: %s", path,
+                       strerror(errno));
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         close(fd);
@@ -273,8 +279,8 @@ ty_status st_open(const char *path, st_file *f, ty_err *err)
     if (sb.st_size < 8) {
         close(fd);
         return ty_fail(err, TY_EFORMAT, NULL,
-                       "%s has %lld bytes, too short for safetensors", path,
-                       (long long)sb.st_size);
+                       "the file has %lld byte%s, too short for safetensors",
+                       (long long)sb.st_size, sb.st_size == 1 ? "" : "s");
     }
     size_t len = (size_t)sb.st_size;
     void *map = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -392,7 +392,8 @@ typedef struct {
     void *y; /* int32 class indices or float targets */
     size_t y_cap;
     uint32_t rows;
-    float *row; /* one example's features */
+    float *row;  /* one example's features */
+    int no_echo; /* DS_CONVERT_NO_ECHO: quote nothing from the file */
 } csv_conv;
 
 static const char *column_name(const csv_conv *cv, size_t col)
@@ -414,6 +415,11 @@ static ty_status cell_error(const csv_conv *cv, const csv_reader *r, size_t col,
                                                 "and Inf are not allowed)"
                        : ns == NUM_RANGE      ? "is outside the float32 range"
                                               : "is not a number";
+    if (cv->no_echo)
+        return ty_fail(err, TY_EFORMAT, CSV_FIELD,
+                       "line %llu, column %zu: %s%s",
+                       (unsigned long long)r->rec_line, col + 1,
+                       ns == NUM_EMPTY ? "" : "the cell ", what);
     if (ns == NUM_EMPTY)
         return ty_fail(err, TY_EFORMAT, CSV_FIELD,
                        "line %llu, column %zu (\"%s\"): %s",
@@ -441,6 +447,11 @@ static ty_status header_error_columns(const csv_conv *cv, ty_err *err)
         used += (size_t)w;
     }
     ds_snippet(label, sizeof label, cv->label_column, strlen(cv->label_column));
+    if (cv->no_echo)
+        return ty_fail(err, TY_EFORMAT, "label_column",
+                       "label column \"%s\" is not in the header (it names "
+                       "%zu columns)",
+                       label, cv->ncols);
     return ty_fail(err, TY_EFORMAT, "label_column",
                    "label column \"%s\" is not in the header (columns: %s)",
                    label, list);
@@ -476,6 +487,13 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
                           : memchr(text, '\t', f->len) ? "tabs"
                                                        : NULL;
         ds_snippet(shown, sizeof shown, text, f->len);
+        if (cv->no_echo)
+            return ty_fail(err, TY_EFORMAT, CSV_FIELD,
+                           "not a CSV file with a header: line %llu has 1 "
+                           "column%s; a dataset needs a label column and at "
+                           "least one feature column, separated by commas",
+                           (unsigned long long)r->rec_line,
+                           sep ? " (it seems to use another separator)" : "");
         if (sep)
             return ty_fail(err, TY_EFORMAT, CSV_FIELD,
                            "line %llu: the header has only one column "
@@ -505,6 +523,13 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
             goto done;
         }
         int64_t seen = str_index_find(&names, name, f->len);
+        if (seen >= 0 && cv->no_echo) {
+            st = ty_fail(err, TY_EFORMAT, CSV_FIELD,
+                         "line %llu: columns %lld and %zu have the same name",
+                         (unsigned long long)r->rec_line, (long long)seen + 1,
+                         i + 1);
+            goto done;
+        }
         if (seen >= 0) {
             ds_snippet(shown, sizeof shown, name, f->len);
             st = ty_fail(err, TY_EFORMAT, CSV_FIELD,
@@ -692,7 +717,16 @@ done:
 ty_status ds_convert_csv(const char *csv_path, const char *label_column,
                          ty_task task, const char *out_path, ty_err *err)
 {
-    csv_conv cv = {.label_column = label_column, .task = task};
+    return ds_convert_csv_flags(csv_path, label_column, task, 0, out_path, err);
+}
+
+ty_status ds_convert_csv_flags(const char *csv_path, const char *label_column,
+                               ty_task task, unsigned flags,
+                               const char *out_path, ty_err *err)
+{
+    csv_conv cv = {.label_column = label_column,
+                   .task = task,
+                   .no_echo = (flags & DS_CONVERT_NO_ECHO) != 0};
     ds_writer w = DS_WRITER_INIT;
     json_t *meta = NULL;
     ty_status st;

@@ -107,6 +107,17 @@ ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
 ty_status ds_convert_csv(const char *csv_path, const char *label_column,
                          ty_task task, const char *out_path, ty_err *err);
 
+/* For the flags of ds_convert_csv_flags and ds_convert_idx_flags: messages
+ * say what is wrong with the file without quoting any of its bytes (column
+ * names, cells, the first line, magic numbers). For files the server fetched
+ * from a URL, whose content the client must not read back through errors. */
+#define DS_CONVERT_NO_ECHO 1u
+
+/* ds_convert_csv with flags (DS_CONVERT_NO_ECHO). */
+ty_status ds_convert_csv_flags(const char *csv_path, const char *label_column,
+                               ty_task task, unsigned flags,
+                               const char *out_path, ty_err *err);
+
 /* IDX (MNIST): images is an idx3 (or idx2/idx4) ubyte file, labels an idx1
  * ubyte file; either may be gzip-compressed (detected by magic bytes, not by
  * name). input_shape is [1, rows, cols] for idx3, [cols] for idx2, [a, b, c]
@@ -126,6 +137,7 @@ ty_status ds_convert_idx(const char *images_path, const char *labels_path,
  * before its data is inflated. */
 typedef struct {
     uint64_t max_inflated; /* in: 0 = TY_DS_MAX_INFLATED_DEFAULT */
+    unsigned flags;        /* in: DS_CONVERT_NO_ECHO */
     uint64_t inflated;     /* out: bytes inflated from gzip files, also on
                               failure */
 } ds_idx_opts;
@@ -134,6 +146,11 @@ typedef struct {
 ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
                             const char *out_path, ds_idx_opts *opts,
                             ty_err *err);
+
+/* ds_convert_idx with flags (DS_CONVERT_NO_ECHO). */
+ty_status ds_convert_idx_flags(const char *images_path, const char *labels_path,
+                               unsigned flags, const char *out_path,
+                               ty_err *err);
 
 /* NPY (format 1.0/2.0/3.0, C order, little-endian or byte-order-free):
  * x of float32, float64, uint8, int32 or int64 with shape (N, ...) (1 to 4

@@ -37,8 +37,8 @@ static const char *idx_type_name(unsigned type)
 }
 
 /* Reads and checks the header of an images (want_labels 0) or labels file. */
-static ty_status idx_read_header(ds_input *in, int want_labels, idx_header *h,
-                                 ty_err *err)
+static ty_status idx_read_header(ds_input *in, int want_labels, unsigned flags,
+                                 idx_header *h, ty_err *err)
 {
     const char *kind = want_labels ? "IDX1" : "IDX3";
     const unsigned expect = want_labels ? 0x801u : 0x803u;
@@ -55,7 +55,8 @@ static ty_status idx_read_header(ds_input *in, int want_labels, idx_header *h,
                      (uint32_t)buf[2] << 8 | buf[3];
     unsigned type = (magic >> 8) & 0xff, nd = magic & 0xff;
     int nd_ok = want_labels ? nd == 1 : nd >= 2 && nd <= TY_DS_MAX_DIMS;
-    if ((magic >> 16) == 0 && nd_ok && type != IDX_UBYTE && idx_type_name(type))
+    if ((magic >> 16) == 0 && nd_ok && type != IDX_UBYTE &&
+        idx_type_name(type) && !(flags & DS_CONVERT_NO_ECHO))
         return ty_fail(err, TY_EFORMAT, in->field,
                        "%s: element type 0x%02x (%s) is not supported; only "
                        "unsigned bytes (0x08) are",
@@ -68,6 +69,11 @@ static ty_status idx_read_header(ds_input *in, int want_labels, idx_header *h,
             hint = "; this looks like an images file";
         else if (buf[0] == 0x1f && buf[1] == 0x8b)
             hint = "; the file seems to be compressed twice";
+        if (flags & DS_CONVERT_NO_ECHO)
+            return ty_fail(err, TY_EFORMAT, in->field,
+                           "%s: not an %s ubyte file: it does not start with "
+                           "the magic number 0x%08x%s",
+                           in->name, kind, expect, hint);
         return ty_fail(err, TY_EFORMAT, in->field,
                        "%s: bad magic 0x%08x (expected an %s ubyte file, "
                        "0x%08x%s)",
@@ -210,6 +216,14 @@ ty_status ds_convert_idx(const char *images_path, const char *labels_path,
     return ds_convert_idx_ex(images_path, labels_path, out_path, NULL, err);
 }
 
+ty_status ds_convert_idx_flags(const char *images_path, const char *labels_path,
+                               unsigned flags, const char *out_path,
+                               ty_err *err)
+{
+    ds_idx_opts opts = {.flags = flags};
+    return ds_convert_idx_ex(images_path, labels_path, out_path, &opts, err);
+}
+
 ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
                             const char *out_path, ds_idx_opts *opts,
                             ty_err *err)
@@ -225,6 +239,7 @@ ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
                                 ? opts->max_inflated
                                 : TY_DS_MAX_INFLATED_DEFAULT;
     uint64_t budget = max_inflated;
+    unsigned flags = opts ? opts->flags : 0;
     ty_status st;
 
     if (opts)
@@ -236,11 +251,11 @@ ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
         return ty_fail(err, TY_EINVAL, NULL, "no output path given");
     if ((st = ds_input_open(&images, images_path, 1, "images", "images file",
                             err)) ||
-        (st = idx_read_header(&images, 0, &ih, err)) ||
+        (st = idx_read_header(&images, 0, flags, &ih, err)) ||
         (st = idx_budget(&images, &ih, max_inflated, &budget, err)) ||
         (st = ds_input_open(&labels_in, labels_path, 1, "labels", "labels file",
                             err)) ||
-        (st = idx_read_header(&labels_in, 1, &lh, err)) ||
+        (st = idx_read_header(&labels_in, 1, flags, &lh, err)) ||
         (st = idx_budget(&labels_in, &lh, max_inflated, &budget, err)))
         goto fail;
     if (lh.count != ih.count) {

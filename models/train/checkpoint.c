@@ -373,9 +373,8 @@ ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err)
     if (!st_meta(&f, "trainyard.checkpoint") || !run ||
         !json_equal(run, t->identity)) {
         st = ty_fail(err, TY_EINVAL, NULL,
-                     "checkpoint does not match this job (%s was written for "
-                     "a different model, data split or hyperparameters)",
-                     path);
+                     "checkpoint does not match this job (it was written for "
+                     "a different model, data split or hyperparameters)");
         goto done;
     }
     uint64_t epoch, step, estep, hits, seen;
@@ -393,9 +392,8 @@ ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err)
         step != epoch * t->steps_per_epoch + estep || seen > t->n_train ||
         hits > seen) {
         st = ty_fail(err, TY_EFORMAT, NULL,
-                     "the checkpoint %s has missing or inconsistent position "
-                     "metadata",
-                     path);
+                     "the checkpoint has missing or inconsistent position "
+                     "metadata");
         goto done;
     }
     if (epoch > t->hp->epochs) {
@@ -413,9 +411,8 @@ ty_status train_ckpt_resume(trainer *t, int *resumed, ty_err *err)
          !parse_u64(st_meta(&f, "trainyard.epoch_skipped"), &epoch_skipped) ||
          scaler.skipped > step || epoch_skipped > scaler.skipped)) {
         st = ty_fail(err, TY_EFORMAT, NULL,
-                     "the checkpoint %s has missing or inconsistent loss "
-                     "scaler metadata",
-                     path);
+                     "the checkpoint has missing or inconsistent loss "
+                     "scaler metadata");
         goto done;
     }
     if ((st = restore_tensors(t, &f, err)) != TY_OK)

@@ -144,7 +144,9 @@ static int group_setup(void **state)
     make_blobs_csv(file_path("blobs.csv"), 300, 7);
     make_idx(file_path("img.idx3.gz"), file_path("lab.idx1"), 200, 8, 8, 1);
     make_npy_classes(file_path("x.npy"), file_path("y.npy"), 600, 6, 3);
-    return srv_start(&server, NULL, NULL);
+    /* The fetch-by-URL tests' files are served on loopback. */
+    const char *flags[] = {"--fetch-allow-networks", "127.0.0.1/32", NULL};
+    return srv_start(&server, NULL, flags);
 }
 
 static int group_teardown(void **state)

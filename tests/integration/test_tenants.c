@@ -129,7 +129,9 @@ static int group_setup(void **state)
     (void)state;
     temp_dir(files);
     make_blobs_csv(file_path("blobs.csv"), 300, 7);
-    if (srv_start(&server, NULL, NULL) != 0)
+    /* The fetch-by-URL test's files are served on loopback. */
+    const char *flags[] = {"--fetch-allow-networks", "127.0.0.1/32", NULL};
+    if (srv_start(&server, NULL, flags) != 0)
         return -1;
     as_a = server;
     as_b = server;

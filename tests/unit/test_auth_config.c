@@ -177,6 +177,26 @@ static void test_config_parse(void **state)
     assert_int_equal(config_parse_size("1X", &n), TY_EINVAL);
 }
 
+/* --fetch-allow-networks: none by default; a list of addresses and networks,
+ * checked at startup. */
+static void test_config_fetch_allow_networks(void **state)
+{
+    ty_config c;
+    config_defaults(&c);
+    assert_string_equal(c.fetch_allow_networks, "");
+    int help = 0;
+    ty_err err;
+    char *ok[] = {"serve", "--fetch-allow-networks",
+                  "10.0.0.0/8,127.0.0.1, fd00::/8", NULL};
+    assert_int_equal(config_parse_serve(3, ok, &c, &help, &err), TY_OK);
+    assert_string_equal(c.fetch_allow_networks,
+                        "10.0.0.0/8,127.0.0.1, fd00::/8");
+    char *bad[] = {"serve", "--fetch-allow-networks=localhost", NULL};
+    assert_int_equal(config_parse_serve(2, bad, &c, &help, &err), TY_EINVAL);
+    assert_non_null(strstr(err.msg, "'localhost' is not an IPv4 or IPv6"));
+    assert_string_equal(err.field, "--fetch-allow-networks");
+}
+
 /* --serve-device: auto by default (the model's training device when the
  * server has it), cuda is device 0; a device the binary or the machine
  * lacks is a startup error from the model cache, naming the flag (this
@@ -386,6 +406,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bootstrap_and_check,
                                         tu_tmpdir_setup, tu_tmpdir_teardown),
         cmocka_unit_test(test_config_parse),
+        cmocka_unit_test(test_config_fetch_allow_networks),
         cmocka_unit_test(test_config_serve_device),
         cmocka_unit_test(test_config_train_device),
         cmocka_unit_test_setup_teardown(test_given_admin_key, tu_tmpdir_setup,
