@@ -33,6 +33,7 @@ typedef struct api_ctx {
     uint64_t max_fetch_bytes;
     int fetch_timeout_s;
     const char *fetch_hosts;
+    uint64_t min_free_bytes; /* /readyz: --min-free-bytes; 0 = no check */
 } api_ctx;
 
 extern const route api_routes[];

@@ -134,9 +134,9 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
             return ty_fail(err, TY_EINVAL, part,
                            "the file part '%s' is missing; format %s needs %s",
                            part, format_names[u->format], expected);
-        u->paths[i] = http_req_form_file(r, part, err);
-        if (!u->paths[i])
-            return TY_EIO;
+        ty_status ps = http_req_form_path(r, part, &u->paths[i], err);
+        if (ps != TY_OK)
+            return ps;
     }
     u->source = json_pack("{s:s}", "kind", "upload");
     return TY_OK;

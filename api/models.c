@@ -44,10 +44,11 @@ static ty_status read_import_form(http_req *r, const char **weights,
     if (http_req_form_has(r, "metadata")) {
         /* Read from the part's file: standardize statistics of a large input
          * can be more than a text field holds. */
-        const char *path = http_req_form_file(r, "metadata", err);
+        const char *path;
         json_error_t je;
-        if (!path)
-            return TY_EIO;
+        ty_status s = http_req_form_path(r, "metadata", &path, err);
+        if (s != TY_OK)
+            return s;
         *meta = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
         if (!*meta)
             return ty_fail(err, TY_EINVAL, "metadata",
@@ -58,8 +59,7 @@ static ty_status read_import_form(http_req *r, const char **weights,
         return ty_fail(err, TY_EINVAL, "weights",
                        "the file part 'weights' is missing: send the "
                        "safetensors file of the model's state dict");
-    *weights = http_req_form_file(r, "weights", err);
-    return *weights ? TY_OK : TY_EIO;
+    return http_req_form_path(r, "weights", weights, err);
 }
 
 /* The API representation of an imported model. */

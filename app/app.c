@@ -114,6 +114,7 @@ api_ctx *app_api_ctx(ty_app *app)
         .max_fetch_bytes = app->cfg.max_fetch_bytes,
         .fetch_timeout_s = app->cfg.fetch_timeout_s,
         .fetch_hosts = app->cfg.fetch_hosts,
+        .min_free_bytes = app->cfg.min_free_bytes,
     };
     return &app->api;
 }

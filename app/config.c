@@ -20,6 +20,10 @@ void config_defaults(ty_config *cfg)
     cfg->max_upload_bytes = 2ULL << 30;
     cfg->max_json_bytes = 64ULL << 20;
     cfg->max_fetch_bytes = 2ULL << 30;
+    /* Room for the SQLite WAL and a checkpoint or two: on a disk with less
+     * left, the next upload or checkpoint is likely to fail, and a load
+     * balancer should send new work elsewhere. */
+    cfg->min_free_bytes = 256ULL << 20;
     cfg->fetch_timeout_s = 600;
     snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "*");
     cfg->model_cache_size = 16;
@@ -220,6 +224,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_bytes(flag, val, &cfg->max_json_bytes, err);
         } else if (!strcmp(flag, "--max-fetch-bytes")) {
             s = parse_bytes(flag, val, &cfg->max_fetch_bytes, err);
+        } else if (!strcmp(flag, "--min-free-bytes")) {
+            s = parse_bytes(flag, val, &cfg->min_free_bytes, err);
         } else if (!strcmp(flag, "--fetch-timeout")) {
             s = parse_int(flag, val, 1, 86400, &cfg->fetch_timeout_s, err);
         } else if (!strcmp(flag, "--fetch-hosts")) {
@@ -333,6 +339,10 @@ void config_usage(FILE *f)
         "%lluM)\n"
         "  --max-fetch-bytes SIZE    largest file fetched from a URL (default "
         "%lluM)\n"
+        "  --min-free-bytes SIZE     /readyz answers 503 while the data "
+        "folder's\n"
+        "                            disk has less free; 0 = no check "
+        "(default %lluM)\n"
         "  --fetch-timeout SECONDS   time limit for fetching a URL (default "
         "%d)\n"
         "  --fetch-hosts LIST        hosts that dataset URLs may name, comma-\n"
@@ -437,7 +447,8 @@ void config_usage(FILE *f)
         d.listen, d.data_dir, d.http_threads, d.max_jobs, d.worker_threads,
         (unsigned long long)(d.max_upload_bytes >> 20),
         (unsigned long long)(d.max_json_bytes >> 20),
-        (unsigned long long)(d.max_fetch_bytes >> 20), d.fetch_timeout_s,
+        (unsigned long long)(d.max_fetch_bytes >> 20),
+        (unsigned long long)(d.min_free_bytes >> 20), d.fetch_timeout_s,
         d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
         (unsigned long long)d.max_job_memory, d.heartbeat_timeout_s,
         d.retry_backoff_s, d.max_attempts, d.backfill_wait_s, d.preempt_wait_s,

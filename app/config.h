@@ -24,6 +24,8 @@ typedef struct {
     uint64_t max_upload_bytes; /* per dataset upload */
     uint64_t max_json_bytes;   /* per JSON request body */
     uint64_t max_fetch_bytes;  /* per file fetched from a URL */
+    uint64_t min_free_bytes;   /* /readyz is not ready while the data folder's
+                                  disk has less free; 0 = no check */
     int fetch_timeout_s;
     char fetch_hosts[1024];     /* hosts dataset URLs may name; "*" = any */
     int model_cache_size;       /* trained models kept loaded for predict */

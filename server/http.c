@@ -136,7 +136,8 @@ static ty_status part_spool(http_req *r, form_part *p, ty_err *err)
     p->fd = mkostemp(p->path, O_CLOEXEC);
     if (p->fd < 0) {
         p->path[0] = '\0';
-        return ty_fail(err, TY_EIO, NULL, "cannot create a temp file in %s: %s",
+        return ty_fail(err, ty_errno_status(errno), NULL,
+                       "cannot create a temp file in %s: %s",
                        http_server.opts.tmp_dir, strerror(errno));
     }
     ty_status s = fs_write_full(p->fd, p->mem, p->len, err);
@@ -146,16 +147,25 @@ static ty_status part_spool(http_req *r, form_part *p, ty_err *err)
     return s;
 }
 
+ty_status http_req_form_path(http_req *r, const char *name, const char **path,
+                             ty_err *err)
+{
+    *path = NULL;
+    form_part *p = find_part(r, name);
+    if (!p)
+        return ty_fail(err, TY_EINVAL, name, "the form field '%s' is missing",
+                       name);
+    ty_status s = p->fd < 0 ? part_spool(r, p, err) : TY_OK;
+    if (s == TY_OK)
+        *path = p->path;
+    return s;
+}
+
 const char *http_req_form_file(http_req *r, const char *name, ty_err *err)
 {
-    form_part *p = find_part(r, name);
-    if (!p) {
-        ty_fail(err, TY_EINVAL, name, "the form field '%s' is missing", name);
-        return NULL;
-    }
-    if (p->fd < 0 && part_spool(r, p, err) != TY_OK)
-        return NULL;
-    return p->path;
+    const char *path;
+    http_req_form_path(r, name, &path, err);
+    return path;
 }
 
 ty_status http_req_temp_path(http_req *r, const char *suffix, char *out,

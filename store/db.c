@@ -105,7 +105,12 @@ static const char *const migrations[] = {
 
 ty_status db_fail(store *st, ty_err *err, const char *what)
 {
-    return ty_fail(err, TY_EIO, NULL, "database error (%s): %s", what,
+    /* SQLite says SQLITE_FULL when a write found the disk full. */
+    int rc = sqlite3_errcode(st->db);
+    ty_status code = rc == SQLITE_FULL    ? TY_ENOSPC
+                     : rc == SQLITE_NOMEM ? TY_ENOMEM
+                                          : TY_EIO;
+    return ty_fail(err, code, NULL, "database error (%s): %s", what,
                    sqlite3_errmsg(st->db));
 }
 
@@ -275,9 +280,11 @@ ty_status db_q_int(store *st, int64_t *out, ty_err *err, const char *sql,
 ty_status db_exec(store *st, const char *sql, ty_err *err)
 {
     char *msg = NULL;
-    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        ty_status s = ty_fail(err, TY_EIO, NULL, "database error: %s",
-                              msg ? msg : sqlite3_errmsg(st->db));
+    int rc = sqlite3_exec(st->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        ty_status s =
+            ty_fail(err, (rc & 0xff) == SQLITE_FULL ? TY_ENOSPC : TY_EIO, NULL,
+                    "database error: %s", msg ? msg : sqlite3_errmsg(st->db));
         sqlite3_free(msg);
         return s;
     }
