@@ -50,6 +50,8 @@ static ty_status read_import_form(http_req *r, const char **weights,
         if (s != TY_OK)
             return s;
         *meta = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!*meta && json_error_code(&je) == json_error_out_of_memory)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         if (!*meta)
             return ty_fail(err, TY_EINVAL, "metadata",
                            "metadata must be a JSON object: %s (line %d)",

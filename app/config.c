@@ -225,7 +225,10 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
         } else if (!strcmp(flag, "--max-fetch-bytes")) {
             s = parse_bytes(flag, val, &cfg->max_fetch_bytes, err);
         } else if (!strcmp(flag, "--min-free-bytes")) {
-            s = parse_bytes(flag, val, &cfg->min_free_bytes, err);
+            /* 0 is allowed: no check */
+            if (config_parse_size(val, &cfg->min_free_bytes) != TY_OK)
+                s = ty_fail(err, TY_EINVAL, flag,
+                            "%s needs a size such as 0, 64M or 1G", flag);
         } else if (!strcmp(flag, "--fetch-timeout")) {
             s = parse_int(flag, val, 1, 86400, &cfg->fetch_timeout_s, err);
         } else if (!strcmp(flag, "--fetch-hosts")) {

@@ -413,6 +413,11 @@ static void req_finish(http_req *r)
     if (r->body == BODY_JSON && r->buf_len > 0) {
         json_error_t jerr;
         r->json = json_loadb(r->buf, r->buf_len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!r->json && json_error_code(&jerr) == json_error_out_of_memory) {
+            /* the parser's allocation failed: not the client's fault */
+            http_reply_error(r, TY_ENOMEM, NULL);
+            return;
+        }
         if (!r->json) {
             http_reply_problem(r, 400, NULL,
                                "the request body is not valid JSON: %s (line "

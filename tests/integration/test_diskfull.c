@@ -22,12 +22,15 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/sha256.h"
 #include "harness.h"
 
 static char base[PATH_MAX], data[PATH_MAX], files[PATH_MAX];
+static srv server;
+static int mounted;
 
 /* Fills the file system under dir with one file until a write fails with
  * ENOSPC; returns the bytes written. */
@@ -91,33 +94,32 @@ static void test_disk_full(void **state)
     if (mount("tmpfs", data, "tmpfs", 0, "size=8m,mode=0700") != 0) {
         fprintf(stderr, "SKIPPED: cannot mount a tmpfs (%s)\n",
                 strerror(errno));
-        rmdir(data);
         skip();
     }
+    mounted = 1;
     char path[PATH_MAX * 2];
     snprintf(path, sizeof path, "%s/blobs.csv", files);
     make_blobs_csv(path, 300, 7);
 
-    srv s;
     const char *extra[] = {"--min-free-bytes", "1M", NULL};
-    assert_int_equal(srv_start(&s, data, extra), 0);
+    assert_int_equal(srv_start(&server, data, extra), 0);
 
-    resp *r = http_get(&s, "/readyz");
+    resp *r = http_get(&server, "/readyz");
     expect_status(r, 200);
     resp_free(r);
 
     /* One dataset acknowledged before the disk fills. */
-    upload(&s, "before", &r);
+    upload(&server, "before", &r);
     expect_status(r, 201);
     char id[64], ds_path[128], ex_path[160], sha_before[65];
     snprintf(id, sizeof id, "%s", str(r->json, "id"));
     resp_free(r);
     snprintf(ds_path, sizeof ds_path, "/v1/datasets/%s", id);
     snprintf(ex_path, sizeof ex_path, "/v1/datasets/%s/examples?limit=20", id);
-    resp *doc_before = http_get(&s, ds_path);
+    resp *doc_before = http_get(&server, ds_path);
     expect_status(doc_before, 200);
-    blob_sha(&s, doc_before->json, sha_before);
-    resp *ex_before = http_get(&s, ex_path);
+    blob_sha(&server, doc_before->json, sha_before);
+    resp *ex_before = http_get(&server, ex_path);
     expect_status(ex_before, 200);
 
     char filler[PATH_MAX * 2];
@@ -125,7 +127,7 @@ static void test_disk_full(void **state)
     long long filled = fill_disk(filler);
     fprintf(stderr, "filled the 8 MiB tmpfs with %lld bytes\n", filled);
 
-    r = http_get(&s, "/readyz");
+    r = http_get(&server, "/readyz");
     fprintf(stderr, "readyz on a full disk: %ld %s\n", r->status, r->body);
     expect_status(r, 503);
     assert_non_null(strstr(str(r->json, "detail"), "disk"));
@@ -133,7 +135,7 @@ static void test_disk_full(void **state)
     resp_free(r);
 
     for (int i = 0; i < 3; i++) {
-        upload(&s, "during", &r);
+        upload(&server, "during", &r);
         fprintf(stderr, "upload on a full disk: %ld %s\n", r->status, r->body);
         expect_status(r, 507);
         assert_string_equal(r->content_type, "application/problem+json");
@@ -146,10 +148,10 @@ static void test_disk_full(void **state)
     }
 
     /* Still answering, and nothing of the refused uploads is listed. */
-    r = http_get(&s, "/healthz");
+    r = http_get(&server, "/healthz");
     expect_status(r, 200);
     resp_free(r);
-    r = http_get(&s, "/v1/datasets");
+    r = http_get(&server, "/v1/datasets");
     expect_status(r, 200);
     json_t *items = json_object_get(r->json, "items");
     assert_int_equal(json_array_size(items), 1);
@@ -158,20 +160,20 @@ static void test_disk_full(void **state)
 
     /* Space freed: ready again, uploads work, the old dataset is intact. */
     assert_int_equal(unlink(filler), 0);
-    r = http_get(&s, "/readyz");
+    r = http_get(&server, "/readyz");
     expect_status(r, 200);
     resp_free(r);
-    upload(&s, "after", &r);
+    upload(&server, "after", &r);
     expect_status(r, 201);
     resp_free(r);
-    r = http_get(&s, ds_path);
+    r = http_get(&server, ds_path);
     expect_status(r, 200);
     assert_true(json_equal(r->json, doc_before->json));
     char sha_after[65];
-    blob_sha(&s, r->json, sha_after);
+    blob_sha(&server, r->json, sha_after);
     assert_string_equal(sha_after, sha_before);
     resp_free(r);
-    r = http_get(&s, ex_path);
+    r = http_get(&server, ex_path);
     expect_status(r, 200);
     assert_int_equal(r->len, ex_before->len);
     assert_memory_equal(r->body, ex_before->body, r->len);
@@ -179,18 +181,31 @@ static void test_disk_full(void **state)
     resp_free(ex_before);
     resp_free(doc_before);
 
-    srv_stop(&s, SIGTERM);
-    assert_int_equal(umount(data), 0);
-    srv_cleanup(&s);
-    char cmd[PATH_MAX * 2 + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", base);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(WEXITSTATUS(srv_stop(&server, SIGTERM)), 0);
+}
+
+/* Also after a failure: no server left running, no tmpfs left mounted. */
+static int teardown(void **state)
+{
+    (void)state;
+    if (server.pid > 0)
+        srv_stop(&server, SIGKILL);
+    if (mounted && umount2(data, MNT_DETACH) != 0)
+        fprintf(stderr, "cannot unmount %s: %s\n", data, strerror(errno));
+    mounted = 0;
+    if (base[0]) {
+        char cmd[PATH_MAX * 2 + 16];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s.server.log'", base, data);
+        if (system(cmd) != 0)
+            fprintf(stderr, "cannot remove %s\n", base);
+    }
+    return 0;
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_disk_full),
+        cmocka_unit_test_teardown(test_disk_full, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
