@@ -226,17 +226,22 @@ static json_t *dataset_doc(const char *id, const upload *u,
     ty_now_iso(now);
     json_t *m = ds->meta;
     json_t *doc = json_object();
-    json_object_set_new(doc, "id", json_string(id));
-    json_object_set_new(doc, "name", json_string(u->name));
-    json_object_set_new(doc, "format", json_string(format_names[u->format]));
-    json_object_set_new(doc, "task", json_string(ty_task_name(ds->task)));
-    json_object_set_new(doc, "num_examples", json_integer(ds->num_examples));
+    int bad = !doc; /* an allocation failed: no half document */
+    bad |= json_object_set_new(doc, "id", json_string(id));
+    bad |= json_object_set_new(doc, "name", json_string(u->name));
+    bad |= json_object_set_new(doc, "format",
+                               json_string(format_names[u->format]));
+    bad |=
+        json_object_set_new(doc, "task", json_string(ty_task_name(ds->task)));
+    bad |= json_object_set_new(doc, "num_examples",
+                               json_integer(ds->num_examples));
     json_object_set(doc, "input_shape", json_object_get(m, "input_shape"));
     if (ds->task == TY_TASK_CLASSIFICATION) {
-        json_object_set_new(doc, "num_classes", json_integer(ds->num_classes));
+        bad |= json_object_set_new(doc, "num_classes",
+                                   json_integer(ds->num_classes));
         json_object_set(doc, "classes", json_object_get(m, "classes"));
     } else {
-        json_object_set_new(doc, "num_targets", json_integer(ds->y_dim));
+        bad |= json_object_set_new(doc, "num_targets", json_integer(ds->y_dim));
     }
     if (json_object_get(m, "feature_names")) {
         json_object_set(doc, "feature_names",
@@ -245,7 +250,11 @@ static json_t *dataset_doc(const char *id, const upload *u,
                         json_object_get(m, "label_column"));
     }
     json_object_set(doc, "source", u->source);
-    json_object_set_new(doc, "created_at", json_string(now));
+    bad |= json_object_set_new(doc, "created_at", json_string(now));
+    if (bad) {
+        json_decref(doc);
+        return NULL;
+    }
     return doc;
 }
 
@@ -269,12 +278,21 @@ void api_datasets_create(api_ctx *app, http_req *r)
     if (s != TY_OK)
         goto fail;
     if ((s = http_req_temp_path(r, ".tyds", out, sizeof out, &err)) != TY_OK ||
-        (s = convert(&u, out, &err)) != TY_OK ||
-        (s = ty_dataset_open(out, &ds, &err)) != TY_OK ||
-        (s = ty_id_new("ds_", id, &err)) != TY_OK)
+        (s = convert(&u, out, &err)) != TY_OK)
+        goto fail;
+    /* The server wrote that file: reading it back malformed is its own
+     * failure (an allocation inside the JSON parser, say), not a 422 naming
+     * a server path. */
+    if ((s = ty_dataset_open(out, &ds, &err)) == TY_EFORMAT)
+        s = TY_EINTERNAL;
+    if (s != TY_OK || (s = ty_id_new("ds_", id, &err)) != TY_OK)
         goto fail;
     doc = dataset_doc(id, &u, &ds);
     ty_dataset_close(&ds);
+    if (!doc) {
+        s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
     if ((s = api_create_blob_resource(app, r, out, id, doc,
                                       store_dataset_insert, "/v1/datasets",
                                       &err)) != TY_OK) {
