@@ -70,13 +70,18 @@ static json_t *imported_doc(const char *id, const char *name, const nn_net *net)
     char now[32];
     ty_now_iso(now);
     json_t *doc = json_object();
-    json_object_set_new(doc, "id", json_string(id));
-    json_object_set_new(doc, "name", json_string(name));
-    json_object_set_new(doc, "job", json_null());
-    json_object_set_new(doc, "dataset", json_null());
+    int bad = !doc; /* an allocation failed: no half document */
+    bad |= json_object_set_new(doc, "id", json_string(id));
+    bad |= json_object_set_new(doc, "name", json_string(name));
+    bad |= json_object_set_new(doc, "job", json_null());
+    bad |= json_object_set_new(doc, "dataset", json_null());
     nn_net_describe(net, doc);
-    json_object_set_new(doc, "metrics", json_null());
-    json_object_set_new(doc, "created_at", json_string(now));
+    bad |= json_object_set_new(doc, "metrics", json_null());
+    bad |= json_object_set_new(doc, "created_at", json_string(now));
+    if (bad) {
+        json_decref(doc);
+        return NULL;
+    }
     return doc;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "common/jsonutil.h"
 #include "common/log.h"
 #include "server/http_internal.h"
 
@@ -72,7 +73,7 @@ static void set_reply(http_req *r, unsigned status, struct MHD_Response *resp,
 static void reply_json_typed(http_req *r, unsigned status, json_t *body,
                              const char *content_type)
 {
-    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *text = tyjson_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(body);
     if (!text) {
         set_reply(r, 500, NULL, NULL, 0);
