@@ -367,9 +367,19 @@ class Suite:
                 continue
             ctx = setup() if setup else None
             self.srv.ctl.arm(kind, err, 0)
-            st, body = fn(ctx)
+            try:
+                st, body = fn(ctx)
+            except (OSError, http.client.HTTPException) as e:
+                st, body = -1, str(e).encode()
             total, _ = self.srv.ctl.disarm()
-            if st >= 300:
+            if not self.srv.alive():
+                self.findings.append("%s/%s: the server died before the "
+                                     "counting run (%s)" %
+                                     (op, kname, self.srv.proc.poll()))
+                self.srv.stop()
+                self.srv.start()
+                continue
+            if st >= 300 or st < 0:
                 self.findings.append("%s/%s: the counting run failed: %d %s"
                                      % (op, kname, st, body[:200]))
                 continue
