@@ -191,8 +191,10 @@ def multipart(fields):
     return out, "multipart/form-data; boundary=" + boundary
 
 
-def csv_bytes():
-    rows = ["a,b,species,c,d"]
+def csv_bytes(seq=0):
+    # A different first row per upload: a blob of its own, so the import
+    # renames a new file and a delete removes one.
+    rows = ["a,b,species,c,d", "%d,0,a,0,0" % seq]
     for i in range(120):
         k = i % 3
         rows.append("%.3f,%.3f,%s,%.3f,%.3f" %
@@ -245,7 +247,7 @@ class Suite:
         body, ct = multipart([("name", b"fault-%d" % self.seq, None),
                               ("format", b"csv", None),
                               ("label_column", b"species", None),
-                              ("file", self.csv, "d.csv")])
+                              ("file", csv_bytes(self.seq), "d.csv")])
         return self.srv.req("POST", "/v1/datasets", body, ct)
 
     def import_model(self, ctx):
