@@ -36,6 +36,7 @@ typedef struct api_ctx {
     int fetch_timeout_s;
     const char *fetch_hosts;
     const char *fetch_allow_networks; /* "" = none */
+    uint64_t min_free_bytes; /* /readyz: --min-free-bytes; 0 = no check */
 } api_ctx;
 
 extern const route api_routes[];

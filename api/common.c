@@ -127,9 +127,11 @@ ty_status api_create_blob_resource(api_ctx *app, http_req *r,
                                       (int64_t)sb.st_size, err);
     if (s == TY_OK)
         s = blob_import(app->data_dir, tmp_path, sha, &bytes, err);
+    if (s == TY_OK &&
+        (!doc || json_object_set_new(doc, "sha256", json_string(sha)) != 0 ||
+         json_object_set_new(doc, "bytes", json_integer(bytes)) != 0))
+        s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     if (s == TY_OK) {
-        json_object_set_new(doc, "sha256", json_string(sha));
-        json_object_set_new(doc, "bytes", json_integer(bytes));
         s = insert(app->store, api_tenant(r), id, sha, bytes, doc, err);
     }
     store_blob_unlock(app->store);

@@ -137,9 +137,9 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
             return ty_fail(err, TY_EINVAL, part,
                            "the file part '%s' is missing; format %s needs %s",
                            part, format_names[u->format], expected);
-        u->paths[i] = http_req_form_file(r, part, err);
-        if (!u->paths[i])
-            return TY_EIO;
+        ty_status ps = http_req_form_path(r, part, &u->paths[i], err);
+        if (ps != TY_OK)
+            return ps;
     }
     u->source = json_pack("{s:s}", "kind", "upload");
     return TY_OK;
@@ -240,17 +240,22 @@ static json_t *dataset_doc(const char *id, const upload *u,
     ty_now_iso(now);
     json_t *m = ds->meta;
     json_t *doc = json_object();
-    json_object_set_new(doc, "id", json_string(id));
-    json_object_set_new(doc, "name", json_string(u->name));
-    json_object_set_new(doc, "format", json_string(format_names[u->format]));
-    json_object_set_new(doc, "task", json_string(ty_task_name(ds->task)));
-    json_object_set_new(doc, "num_examples", json_integer(ds->num_examples));
+    int bad = !doc; /* an allocation failed: no half document */
+    bad |= json_object_set_new(doc, "id", json_string(id));
+    bad |= json_object_set_new(doc, "name", json_string(u->name));
+    bad |= json_object_set_new(doc, "format",
+                               json_string(format_names[u->format]));
+    bad |=
+        json_object_set_new(doc, "task", json_string(ty_task_name(ds->task)));
+    bad |= json_object_set_new(doc, "num_examples",
+                               json_integer(ds->num_examples));
     json_object_set(doc, "input_shape", json_object_get(m, "input_shape"));
     if (ds->task == TY_TASK_CLASSIFICATION) {
-        json_object_set_new(doc, "num_classes", json_integer(ds->num_classes));
+        bad |= json_object_set_new(doc, "num_classes",
+                                   json_integer(ds->num_classes));
         json_object_set(doc, "classes", json_object_get(m, "classes"));
     } else {
-        json_object_set_new(doc, "num_targets", json_integer(ds->y_dim));
+        bad |= json_object_set_new(doc, "num_targets", json_integer(ds->y_dim));
     }
     if (json_object_get(m, "feature_names")) {
         json_object_set(doc, "feature_names",
@@ -259,7 +264,11 @@ static json_t *dataset_doc(const char *id, const upload *u,
                         json_object_get(m, "label_column"));
     }
     json_object_set(doc, "source", u->source);
-    json_object_set_new(doc, "created_at", json_string(now));
+    bad |= json_object_set_new(doc, "created_at", json_string(now));
+    if (bad) {
+        json_decref(doc);
+        return NULL;
+    }
     return doc;
 }
 
@@ -296,6 +305,10 @@ void api_datasets_create(api_ctx *app, http_req *r)
         goto fail;
     doc = dataset_doc(id, &u, &ds);
     ty_dataset_close(&ds);
+    if (!doc) {
+        s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
     if ((s = api_create_blob_resource(app, r, out, id, doc,
                                       store_dataset_insert, "/v1/datasets",
                                       &err)) != TY_OK) {

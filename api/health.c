@@ -1,6 +1,8 @@
 /* health.c - liveness, readiness, and the OpenAPI document. */
 #include "api/api.h"
 
+#include <sys/statvfs.h>
+
 extern const char ty_openapi_yaml[];
 extern const unsigned long ty_openapi_yaml_len;
 
@@ -16,6 +18,21 @@ void api_readyz(api_ctx *app, http_req *r)
         http_reply_problem(r, 503, NULL, "the database is not answering: %s",
                            err.msg);
         return;
+    }
+    /* A full disk answers uploads 507; say so before they are sent. The
+     * figures are the disk's, never its path. */
+    struct statvfs vfs;
+    if (app->min_free_bytes && statvfs(app->data_dir, &vfs) == 0) {
+        uint64_t free_bytes = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        if (free_bytes < app->min_free_bytes) {
+            http_reply_problem(r, 503, NULL,
+                               "the server's disk is nearly full: %llu bytes "
+                               "free, under the %llu bytes it needs to accept "
+                               "work (--min-free-bytes)",
+                               (unsigned long long)free_bytes,
+                               (unsigned long long)app->min_free_bytes);
+            return;
+        }
     }
     http_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
 }

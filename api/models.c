@@ -44,11 +44,14 @@ static ty_status read_import_form(http_req *r, const char **weights,
     if (http_req_form_has(r, "metadata")) {
         /* Read from the part's file: standardize statistics of a large input
          * can be more than a text field holds. */
-        const char *path = http_req_form_file(r, "metadata", err);
+        const char *path;
         json_error_t je;
-        if (!path)
-            return TY_EIO;
+        ty_status s = http_req_form_path(r, "metadata", &path, err);
+        if (s != TY_OK)
+            return s;
         *meta = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+        if (!*meta && json_error_code(&je) == json_error_out_of_memory)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         if (!*meta)
             return ty_fail(err, TY_EINVAL, "metadata",
                            "metadata must be a JSON object: %s (line %d)",
@@ -58,8 +61,7 @@ static ty_status read_import_form(http_req *r, const char **weights,
         return ty_fail(err, TY_EINVAL, "weights",
                        "the file part 'weights' is missing: send the "
                        "safetensors file of the model's state dict");
-    *weights = http_req_form_file(r, "weights", err);
-    return *weights ? TY_OK : TY_EIO;
+    return http_req_form_path(r, "weights", weights, err);
 }
 
 /* The API representation of an imported model. */
@@ -68,13 +70,18 @@ static json_t *imported_doc(const char *id, const char *name, const nn_net *net)
     char now[32];
     ty_now_iso(now);
     json_t *doc = json_object();
-    json_object_set_new(doc, "id", json_string(id));
-    json_object_set_new(doc, "name", json_string(name));
-    json_object_set_new(doc, "job", json_null());
-    json_object_set_new(doc, "dataset", json_null());
+    int bad = !doc; /* an allocation failed: no half document */
+    bad |= json_object_set_new(doc, "id", json_string(id));
+    bad |= json_object_set_new(doc, "name", json_string(name));
+    bad |= json_object_set_new(doc, "job", json_null());
+    bad |= json_object_set_new(doc, "dataset", json_null());
     nn_net_describe(net, doc);
-    json_object_set_new(doc, "metrics", json_null());
-    json_object_set_new(doc, "created_at", json_string(now));
+    bad |= json_object_set_new(doc, "metrics", json_null());
+    bad |= json_object_set_new(doc, "created_at", json_string(now));
+    if (bad) {
+        json_decref(doc);
+        return NULL;
+    }
     return doc;
 }
 

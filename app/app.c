@@ -116,6 +116,7 @@ api_ctx *app_api_ctx(ty_app *app)
         .fetch_timeout_s = app->cfg.fetch_timeout_s,
         .fetch_hosts = app->cfg.fetch_hosts,
         .fetch_allow_networks = app->cfg.fetch_allow_networks,
+        .min_free_bytes = app->cfg.min_free_bytes,
     };
     return &app->api;
 }

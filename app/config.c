@@ -22,6 +22,10 @@ void config_defaults(ty_config *cfg)
     cfg->max_json_bytes = 64ULL << 20;
     cfg->max_large_requests = 2;
     cfg->max_fetch_bytes = 2ULL << 30;
+    /* Room for the SQLite WAL and a checkpoint or two: on a disk with less
+     * left, the next upload or checkpoint is likely to fail, and a load
+     * balancer should send new work elsewhere. */
+    cfg->min_free_bytes = 256ULL << 20;
     cfg->fetch_timeout_s = 600;
     snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "*");
     cfg->model_cache_size = 16;
@@ -224,6 +228,11 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_int(flag, val, 0, 1024, &cfg->max_large_requests, err);
         } else if (!strcmp(flag, "--max-fetch-bytes")) {
             s = parse_bytes(flag, val, &cfg->max_fetch_bytes, err);
+        } else if (!strcmp(flag, "--min-free-bytes")) {
+            /* 0 is allowed: no check */
+            if (config_parse_size(val, &cfg->min_free_bytes) != TY_OK)
+                s = ty_fail(err, TY_EINVAL, flag,
+                            "%s needs a size such as 0, 64M or 1G", flag);
         } else if (!strcmp(flag, "--fetch-timeout")) {
             s = parse_int(flag, val, 1, 86400, &cfg->fetch_timeout_s, err);
         } else if (!strcmp(flag, "--fetch-hosts")) {
@@ -348,6 +357,10 @@ void config_usage(FILE *f)
         "                            (default %d)\n"
         "  --max-fetch-bytes SIZE    largest file fetched from a URL (default "
         "%lluM)\n"
+        "  --min-free-bytes SIZE     /readyz answers 503 while the data "
+        "folder's\n"
+        "                            disk has less free; 0 = no check "
+        "(default %lluM)\n"
         "  --fetch-timeout SECONDS   time limit for fetching a URL (default "
         "%d)\n"
         "  --fetch-hosts LIST        hosts that dataset URLs may name, comma-\n"
@@ -465,7 +478,8 @@ void config_usage(FILE *f)
         d.listen, d.data_dir, d.http_threads, d.max_jobs, d.worker_threads,
         (unsigned long long)(d.max_upload_bytes >> 20),
         (unsigned long long)(d.max_json_bytes >> 20), d.max_large_requests,
-        (unsigned long long)(d.max_fetch_bytes >> 20), d.fetch_timeout_s,
+        (unsigned long long)(d.max_fetch_bytes >> 20),
+        (unsigned long long)(d.min_free_bytes >> 20), d.fetch_timeout_s,
         d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
         (unsigned long long)d.max_job_memory, d.heartbeat_timeout_s,
         d.retry_backoff_s, d.max_attempts, d.backfill_wait_s, d.preempt_wait_s,

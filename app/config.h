@@ -25,6 +25,8 @@ typedef struct {
     uint64_t max_json_bytes;   /* per JSON request body */
     int max_large_requests;    /* JSON bodies over 4 MB at once; 0 = any */
     uint64_t max_fetch_bytes;  /* per file fetched from a URL */
+    uint64_t min_free_bytes;   /* /readyz is not ready while the data folder's
+                                  disk has less free; 0 = no check */
     int fetch_timeout_s;
     char fetch_hosts[1024]; /* hosts dataset URLs may name; "*" = any */
     /* non-public addresses URL fetches may reach (common/fetch.h); "" = none */

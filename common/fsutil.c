@@ -21,13 +21,13 @@ ty_status fs_mkdirs(const char *path, unsigned mode, ty_err *err)
             continue;
         *p = '\0';
         if (mkdir(buf, mode) != 0 && errno != EEXIST)
-            return ty_fail(err, TY_EIO, NULL, "cannot create %s: %s", buf,
-                           strerror(errno));
+            return ty_fail(err, ty_errno_status(errno), NULL,
+                           "cannot create %s: %s", buf, strerror(errno));
         *p = '/';
     }
     if (mkdir(buf, mode) != 0 && errno != EEXIST)
-        return ty_fail(err, TY_EIO, NULL, "cannot create %s: %s", buf,
-                       strerror(errno));
+        return ty_fail(err, ty_errno_status(errno), NULL,
+                       "cannot create %s: %s", buf, strerror(errno));
     return TY_OK;
 }
 
@@ -45,8 +45,8 @@ ty_status fs_fsync_dir(const char *path, ty_err *err)
 ty_status fs_fsync_fd(int fd, const char *what, ty_err *err)
 {
     if (fsync(fd) != 0)
-        return ty_fail(err, TY_EIO, NULL, "fsync of %s failed: %s", what,
-                       strerror(errno));
+        return ty_fail(err, ty_errno_status(errno), NULL,
+                       "fsync of %s failed: %s", what, strerror(errno));
     return TY_OK;
 }
 
@@ -65,8 +65,9 @@ static void dir_of(const char *path, char *out, size_t n)
 ty_status fs_rename_durable(const char *tmp, const char *final, ty_err *err)
 {
     if (rename(tmp, final) != 0)
-        return ty_fail(err, TY_EIO, NULL, "cannot rename %s to %s: %s", tmp,
-                       final, strerror(errno));
+        return ty_fail(err, ty_errno_status(errno), NULL,
+                       "cannot rename %s to %s: %s", tmp, final,
+                       strerror(errno));
     char dir[PATH_MAX];
     dir_of(final, dir, sizeof dir);
     return fs_fsync_dir(dir, err);
@@ -80,8 +81,8 @@ ty_status fs_write_full(int fd, const void *data, size_t len, ty_err *err)
         if (w < 0) {
             if (errno == EINTR)
                 continue;
-            return ty_fail(err, TY_EIO, NULL, "write failed: %s",
-                           strerror(errno));
+            return ty_fail(err, ty_errno_status(errno), NULL,
+                           "write failed: %s", strerror(errno));
         }
         p += w;
         len -= (size_t)w;
@@ -97,8 +98,8 @@ ty_status fs_write_atomic(const char *path, const void *data, size_t len,
         return ty_fail(err, TY_EINVAL, NULL, "path too long: %s", path);
     int fd = mkostemp(tmp, O_CLOEXEC);
     if (fd < 0)
-        return ty_fail(err, TY_EIO, NULL, "cannot create %s: %s", tmp,
-                       strerror(errno));
+        return ty_fail(err, ty_errno_status(errno), NULL,
+                       "cannot create %s: %s", tmp, strerror(errno));
     ty_status st = TY_OK;
     if (fchmod(fd, mode) != 0) {
         st = ty_fail(err, TY_EIO, NULL, "chmod %s: %s", tmp, strerror(errno));

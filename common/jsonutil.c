@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 void tyjson_path(char *buf, size_t n, const char *path, const char *key)
@@ -148,4 +149,20 @@ ty_status tyjson_get_string(const json_t *obj, const char *key,
                        field);
     *out = json_string_value(v);
     return TY_OK;
+}
+
+char *tyjson_dumps(const json_t *j, size_t flags)
+{
+    size_t n = json_dumpb(j, NULL, 0, flags);
+    if (n == 0)
+        return NULL;
+    char *text = malloc(n + 1);
+    if (!text)
+        return NULL;
+    if (json_dumpb(j, text, n, flags) != n) {
+        free(text);
+        return NULL;
+    }
+    text[n] = '\0';
+    return text;
 }

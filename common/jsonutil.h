@@ -45,4 +45,11 @@ void tyjson_path(char *buf, size_t n, const char *path, const char *key);
 /* Writes "<path>[<i>]" into buf. */
 void tyjson_path_index(char *buf, size_t n, const char *path, size_t i);
 
+/* json_dumps, except that a failed allocation gives NULL and never a
+ * document with a key left out: jansson 2.14's json_dumps ignores a failed
+ * append of an object key and returns invalid JSON. The text is measured
+ * and written with json_dumpb, which appends to no growing buffer. Free
+ * with free(). */
+char *tyjson_dumps(const json_t *j, size_t flags);
+
 #endif

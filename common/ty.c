@@ -2,6 +2,7 @@
 #include "common/ty.h"
 
 #include <assert.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -20,6 +21,7 @@ static const char *const status_names[] = {
     [TY_ECANCELLED] = "TY_ECANCELLED",
     [TY_EINTERNAL] = "TY_EINTERNAL",
     [TY_EPREEMPTED] = "TY_EPREEMPTED",
+    [TY_ENOSPC] = "TY_ENOSPC",
 };
 static_assert(TY_ARRAY_LEN(status_names) == TY_STATUS_COUNT,
               "every ty_status needs a name");
@@ -29,6 +31,11 @@ const char *ty_status_name(ty_status s)
     if ((unsigned)s >= TY_STATUS_COUNT)
         return "TY_UNKNOWN";
     return status_names[s];
+}
+
+ty_status ty_errno_status(int errnum)
+{
+    return errnum == ENOSPC || errnum == EDQUOT ? TY_ENOSPC : TY_EIO;
 }
 
 void ty_err_clear(ty_err *e)

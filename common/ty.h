@@ -28,6 +28,8 @@ typedef enum {
     TY_EPREEMPTED, /* stopped to give the device up, resumable (a training
                        run preempted at a step boundary, its checkpoint
                        written: see train_job.preempt) */
+    TY_ENOSPC,     /* a write failed because the disk (or the quota) is
+                       full: ENOSPC, EDQUOT, SQLITE_FULL (HTTP 507) */
     TY_STATUS_COUNT
 } ty_status;
 
@@ -38,6 +40,10 @@ typedef struct {
 
 /* The enum value's name, e.g. "TY_EINVAL". */
 const char *ty_status_name(ty_status s);
+
+/* The status for a failed file-system call's errno: TY_ENOSPC for ENOSPC
+ * and EDQUOT (the disk or the quota is full), else TY_EIO. */
+ty_status ty_errno_status(int errnum);
 
 /* Clears e (e may be NULL). */
 void ty_err_clear(ty_err *e);

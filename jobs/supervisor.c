@@ -195,6 +195,14 @@ ty_status supervisor_spawn(supervisor *s, int place, const char *job_id,
             dup2(devnull, 0);
         dup2(pipefd[1], 1);
         dup2(log_fd, 2);
+        /* The server's SIGTERM/SIGINT handler writes to its stop pipe,
+         * which this child shares until exec: a cancel's SIGTERM that
+         * reached the child before exec (pending while blocked) stopped
+         * the whole server. Default handling first, then unblock. */
+        struct sigaction dfl = {.sa_handler = SIG_DFL};
+        sigemptyset(&dfl.sa_mask);
+        sigaction(SIGTERM, &dfl, NULL);
+        sigaction(SIGINT, &dfl, NULL);
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);

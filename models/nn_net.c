@@ -588,7 +588,8 @@ static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
                           &loss, be, &net->arch, &normalized, err);
     if (st != TY_OK) {
         ty_err_prefix(err, "the model's spec does not fit its metadata");
-        st = TY_EFORMAT;
+        if (st != TY_ENOMEM) /* out of memory is no fault of the file */
+            st = TY_EFORMAT;
         goto done;
     }
     if ((st = nn_preproc_from_json(&net->pp, pre, nn_shape_numel(&input),

@@ -213,6 +213,10 @@ ty_status st_parse(const void *buf, size_t len, st_file *f, ty_err *err)
     json_error_t jerr;
     f->header = json_loadb((const char *)p + 8, (size_t)hlen,
                            JSON_REJECT_DUPLICATES, &jerr);
+    if (!f->header && json_error_code(&jerr) == json_error_out_of_memory) {
+        st_close(f);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
     if (!json_is_object(f->header)) {
         st_close(f);
         return ty_fail(err, TY_EFORMAT, NULL,

@@ -168,7 +168,8 @@ static ty_status part_spool(http_req *r, form_part *p, ty_err *err)
     p->fd = mkostemp(p->path, O_CLOEXEC);
     if (p->fd < 0) {
         p->path[0] = '\0';
-        return ty_fail(err, TY_EIO, NULL, "cannot create a temp file in %s: %s",
+        return ty_fail(err, ty_errno_status(errno), NULL,
+                       "cannot create a temp file in %s: %s",
                        http_server.opts.tmp_dir, strerror(errno));
     }
     ty_status s = fs_write_full(p->fd, p->mem, p->len, err);
@@ -178,16 +179,25 @@ static ty_status part_spool(http_req *r, form_part *p, ty_err *err)
     return s;
 }
 
+ty_status http_req_form_path(http_req *r, const char *name, const char **path,
+                             ty_err *err)
+{
+    *path = NULL;
+    form_part *p = find_part(r, name);
+    if (!p)
+        return ty_fail(err, TY_EINVAL, name, "the form field '%s' is missing",
+                       name);
+    ty_status s = p->fd < 0 ? part_spool(r, p, err) : TY_OK;
+    if (s == TY_OK)
+        *path = p->path;
+    return s;
+}
+
 const char *http_req_form_file(http_req *r, const char *name, ty_err *err)
 {
-    form_part *p = find_part(r, name);
-    if (!p) {
-        ty_fail(err, TY_EINVAL, name, "the form field '%s' is missing", name);
-        return NULL;
-    }
-    if (p->fd < 0 && part_spool(r, p, err) != TY_OK)
-        return NULL;
-    return p->path;
+    const char *path;
+    http_req_form_path(r, name, &path, err);
+    return path;
 }
 
 ty_status http_req_temp_path(http_req *r, const char *suffix, char *out,
@@ -452,6 +462,11 @@ static void req_finish(http_req *r)
     if (r->body == BODY_JSON && r->buf_len > 0 && !r->raw) {
         json_error_t jerr;
         r->json = json_loadb(r->buf, r->buf_len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!r->json && json_error_code(&jerr) == json_error_out_of_memory) {
+            /* the parser's allocation failed: not the client's fault */
+            http_reply_error(r, TY_ENOMEM, NULL);
+            return;
+        }
         if (!r->json) {
             http_reply_problem(r, 400, NULL,
                                "the request body is not valid JSON: %s (line "

@@ -93,6 +93,10 @@ const char *http_req_form_value(http_req *r, const char *name);
  * NULL if absent or on I/O failure (err says which). The file is removed
  * when the request completes. */
 const char *http_req_form_file(http_req *r, const char *name, ty_err *err);
+/* The same, returning the status (TY_EINVAL when absent, TY_ENOSPC when the
+ * disk is full, TY_EIO) and setting *path on success. */
+ty_status http_req_form_path(http_req *r, const char *name, const char **path,
+                             ty_err *err);
 
 /* A fresh temp file path in <data>/tmp, removed when the request completes
  * (whatever the handler did with it). */

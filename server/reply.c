@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "common/jsonutil.h"
 #include "common/log.h"
 #include "server/http_internal.h"
 
@@ -35,6 +36,7 @@ static const char *reason_phrase(unsigned status)
         case 422: return "Unprocessable Content";
         case 500: return "Internal Server Error";
         case 503: return "Service Unavailable";
+        case 507: return "Insufficient Storage";
         default: return "Error";
     }
 }
@@ -71,7 +73,7 @@ static void set_reply(http_req *r, unsigned status, struct MHD_Response *resp,
 static void reply_json_typed(http_req *r, unsigned status, json_t *body,
                              const char *content_type)
 {
-    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *text = tyjson_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(body);
     if (!text) {
         set_reply(r, 500, NULL, NULL, 0);
@@ -135,6 +137,17 @@ void http_reply_error(http_req *r, ty_status s, const ty_err *err)
                 r, 503, NULL,
                 "the server is out of memory; try again later or "
                 "with a smaller request");
+            return;
+        case TY_ENOSPC:
+            /* The detail names files under the data folder: it goes to the
+             * log, the client learns only the cause. */
+            log_event("error", "disk_full",
+                      json_pack("{s:s, s:s}", "request_id", r->request_id,
+                                "detail", msg));
+            reply_problem_text(
+                r, 507, NULL,
+                "the server's disk is full; nothing was stored. Try again "
+                "once the operator has freed space");
             return;
         default:
             log_event("error", "internal_error",

@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/jsonutil.h"
+
 typedef enum { ASSET_DATASET, ASSET_MODEL, ASSET_KIND_COUNT } asset_kind_id;
 
 /* What differs between the kinds: the table, so the statements, and what
@@ -67,7 +69,7 @@ static ty_status asset_insert(store *st, asset_kind_id kind,
                               const char *sha256, int64_t bytes,
                               const json_t *doc, ty_err *err)
 {
-    char *text = json_dumps(doc, JSON_COMPACT);
+    char *text = tyjson_dumps(doc, JSON_COMPACT);
     if (!text)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     pthread_mutex_lock(&st->mu);

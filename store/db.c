@@ -105,7 +105,12 @@ static const char *const migrations[] = {
 
 ty_status db_fail(store *st, ty_err *err, const char *what)
 {
-    return ty_fail(err, TY_EIO, NULL, "database error (%s): %s", what,
+    /* SQLite says SQLITE_FULL when a write found the disk full. */
+    int rc = sqlite3_errcode(st->db);
+    ty_status code = rc == SQLITE_FULL    ? TY_ENOSPC
+                     : rc == SQLITE_NOMEM ? TY_ENOMEM
+                                          : TY_EIO;
+    return ty_fail(err, code, NULL, "database error (%s): %s", what,
                    sqlite3_errmsg(st->db));
 }
 
@@ -123,7 +128,12 @@ static json_t *column_json(sqlite3_stmt *s, int i)
             if (!text)
                 return json_null();
             if (is_json) {
-                json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+                json_error_t je;
+                json_t *v = json_loads(text, JSON_DECODE_ANY, &je);
+                /* NULL (the caller's out of memory) rather than a null that
+                 * would stand for the stored value */
+                if (!v && json_error_code(&je) == json_error_out_of_memory)
+                    return NULL;
                 return v ? v : json_null();
             }
             return json_string(text);
@@ -131,12 +141,13 @@ static json_t *column_json(sqlite3_stmt *s, int i)
     }
 }
 
-/* The current row as an object keyed by column name ("_json" dropped). */
+/* The current row as an object keyed by column name ("_json" dropped);
+ * NULL when an allocation failed (never a row with a column missing). */
 static json_t *row_json(sqlite3_stmt *s)
 {
     json_t *row = json_object();
     int n = sqlite3_column_count(s);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; row && i < n; i++) {
         const char *name = sqlite3_column_name(s, i);
         size_t nlen = strlen(name);
         char key[64];
@@ -146,7 +157,11 @@ static json_t *row_json(sqlite3_stmt *s)
             nlen = sizeof key - 1;
         memcpy(key, name, nlen);
         key[nlen] = '\0';
-        json_object_set_new(row, key, column_json(s, i));
+        json_t *v = column_json(s, i);
+        if (!v || json_object_set_new(row, key, v) != 0) {
+            json_decref(row);
+            row = NULL;
+        }
     }
     return row;
 }
@@ -202,13 +217,24 @@ static ty_status vq(store *st, json_t **rows, int *changes, int first_only,
         return db_fail(st, err, "bind");
     }
     json_t *out = rows ? json_array() : NULL;
-    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-        if (out)
-            json_array_append_new(out, row_json(s));
+    int oom = rows && !out;
+    while (!oom && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+        /* A row lost to a failed allocation would read as absent: a count
+         * of 0, a missing resource. Fail the query instead. */
+        json_t *row = out ? row_json(s) : NULL;
+        if (out && (!row || json_array_append_new(out, row) != 0)) {
+            oom = 1;
+            break;
+        }
         if (first_only) {
             rc = SQLITE_DONE;
             break;
         }
+    }
+    if (oom) {
+        json_decref(out);
+        sqlite3_finalize(s);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
     if (rc != SQLITE_DONE) {
         json_decref(out);
@@ -265,9 +291,11 @@ ty_status db_q_int(store *st, int64_t *out, ty_err *err, const char *sql,
     ty_status s = vq(st, &rows, NULL, 1, err, sql, fmt, ap);
     pthread_mutex_unlock(&st->mu);
     va_end(ap);
+    json_t *n = json_object_get(json_array_get(rows, 0), "n");
+    if (s == TY_OK && !json_is_integer(n))
+        s = ty_fail(err, TY_EINTERNAL, NULL, "the count query gave no row");
     if (s == TY_OK)
-        *out =
-            json_integer_value(json_object_get(json_array_get(rows, 0), "n"));
+        *out = json_integer_value(n);
     json_decref(rows);
     return s;
 }
@@ -275,9 +303,11 @@ ty_status db_q_int(store *st, int64_t *out, ty_err *err, const char *sql,
 ty_status db_exec(store *st, const char *sql, ty_err *err)
 {
     char *msg = NULL;
-    if (sqlite3_exec(st->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        ty_status s = ty_fail(err, TY_EIO, NULL, "database error: %s",
-                              msg ? msg : sqlite3_errmsg(st->db));
+    int rc = sqlite3_exec(st->db, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        ty_status s =
+            ty_fail(err, (rc & 0xff) == SQLITE_FULL ? TY_ENOSPC : TY_EIO, NULL,
+                    "database error: %s", msg ? msg : sqlite3_errmsg(st->db));
         sqlite3_free(msg);
         return s;
     }

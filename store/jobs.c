@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/jsonutil.h"
+
 #define JOB_COLUMNS                                                            \
     "id, name, status, dataset_id AS dataset, validation AS validation_json, " \
     "spec AS spec_json, hyperparameters AS hyperparameters_json, "             \
@@ -43,10 +45,10 @@ ty_status store_job_insert_req(store *st, const char *tenant_id, const char *id,
 {
     char now[32];
     ty_now_iso(now);
-    char *v = json_dumps(validation, JSON_COMPACT);
-    char *sp = json_dumps(spec, JSON_COMPACT);
-    char *hp = json_dumps(hyperparameters, JSON_COMPACT);
-    char *res = resources ? json_dumps(resources, JSON_COMPACT) : NULL;
+    char *v = tyjson_dumps(validation, JSON_COMPACT);
+    char *sp = tyjson_dumps(spec, JSON_COMPACT);
+    char *hp = tyjson_dumps(hyperparameters, JSON_COMPACT);
+    char *res = resources ? tyjson_dumps(resources, JSON_COMPACT) : NULL;
     ty_status s;
     if (!v || !sp || !hp || (resources && !res)) {
         s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
@@ -168,7 +170,7 @@ ty_status store_job_start_on(store *st, const char *id, const char *device,
 {
     char now[32];
     ty_now_iso(now);
-    char *pl = placement ? json_dumps(placement, JSON_COMPACT) : NULL;
+    char *pl = placement ? tyjson_dumps(placement, JSON_COMPACT) : NULL;
     if (placement && !pl)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     int changed = 0;
@@ -191,8 +193,8 @@ ty_status store_job_start_on(store *st, const char *id, const char *device,
 ty_status store_job_progress(store *st, const char *id, const json_t *progress,
                              const json_t *metrics, ty_err *err)
 {
-    char *p = progress ? json_dumps(progress, JSON_COMPACT) : NULL;
-    char *m = metrics ? json_dumps(metrics, JSON_COMPACT) : NULL;
+    char *p = progress ? tyjson_dumps(progress, JSON_COMPACT) : NULL;
+    char *m = metrics ? tyjson_dumps(metrics, JSON_COMPACT) : NULL;
     pthread_mutex_lock(&st->mu);
     ty_status s = db_q(st, NULL, NULL, err,
                        "UPDATE jobs SET progress = coalesce(?, progress), "
@@ -209,7 +211,7 @@ ty_status store_job_progress(store *st, const char *id, const json_t *progress,
 ty_status store_job_epoch(store *st, const char *id, int64_t epoch,
                           const json_t *metrics, ty_err *err)
 {
-    char *m = json_dumps(metrics, JSON_COMPACT);
+    char *m = tyjson_dumps(metrics, JSON_COMPACT);
     if (!m)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     pthread_mutex_lock(&st->mu);
@@ -257,7 +259,7 @@ ty_status store_job_succeed(store *st, const char *id, const char *model_id,
 {
     char now[32];
     ty_now_iso(now);
-    char *doc = json_dumps(model_doc, JSON_COMPACT);
+    char *doc = tyjson_dumps(model_doc, JSON_COMPACT);
     if (!doc)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     int changed = 0;
@@ -339,7 +341,7 @@ ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err)
 ty_status store_job_placement_merge(store *st, const char *id,
                                     const json_t *patch, ty_err *err)
 {
-    char *p = json_dumps(patch, JSON_COMPACT);
+    char *p = tyjson_dumps(patch, JSON_COMPACT);
     if (!p)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     pthread_mutex_lock(&st->mu);

@@ -245,6 +245,10 @@ ty_status ty_dataset_open(const char *path, ty_dataset *ds, ty_err *err)
     }
     ds->meta = json_loadb((const char *)p + DS_HEADER_LEN, (size_t)meta_len,
                           JSON_REJECT_DUPLICATES, &jerr);
+    if (!ds->meta && json_error_code(&jerr) == json_error_out_of_memory) {
+        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
     if (!json_is_object(ds->meta)) {
         st = ty_fail(err, TY_EFORMAT, NULL, "the meta is not a JSON object%s%s",
                      ds->meta ? "" : ": ", ds->meta ? "" : jerr.text);

@@ -146,8 +146,8 @@ ty_status ds_writer_create(ds_writer *w, const char *path, json_t *meta,
     }
     w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
-        st = ty_fail(err, TY_EIO, NULL, "cannot create %s: %s", path,
-                     strerror(errno));
+        st = ty_fail(err, ty_errno_status(errno), NULL, "cannot create %s: %s",
+                     path, strerror(errno));
         goto fail;
     }
     /* Reserve the space now, so a full disk fails before we convert. File
@@ -155,7 +155,7 @@ ty_status ds_writer_create(ds_writer *w, const char *path, json_t *meta,
     uint64_t total = y_off + y_bytes;
     if (fallocate(w->fd, 0, 0, (off_t)total) != 0 &&
         (errno == ENOSPC || errno == EFBIG)) {
-        st = ty_fail(err, TY_EIO, NULL,
+        st = ty_fail(err, ty_errno_status(errno), NULL,
                      "no room for the %llu-byte dataset file: %s",
                      (unsigned long long)total, strerror(errno));
         goto fail;
@@ -205,8 +205,8 @@ ty_status ds_writer_finish(ds_writer *w, ty_err *err)
     free(w->buf);
     w->buf = NULL;
     if (rc != 0)
-        return ty_fail(err, TY_EIO, NULL, "closing the dataset file: %s",
-                       strerror(errno));
+        return ty_fail(err, ty_errno_status(errno), NULL,
+                       "closing the dataset file: %s", strerror(errno));
     return TY_OK;
 }
 

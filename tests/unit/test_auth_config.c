@@ -163,6 +163,17 @@ static void test_config_parse(void **state)
                          TY_EINVAL);
         assert_true(strlen(err.msg) > 0);
     }
+    /* --min-free-bytes: a size, 0 turns the /readyz check off */
+    config_defaults(&c);
+    assert_int_equal(c.min_free_bytes, 256ULL << 20);
+    char *mf[] = {"serve", "--min-free-bytes", "1G", NULL};
+    assert_int_equal(config_parse_serve(3, mf, &c, &help, &err), TY_OK);
+    assert_int_equal(c.min_free_bytes, 1ULL << 30);
+    char *mf0[] = {"serve", "--min-free-bytes", "0", NULL};
+    assert_int_equal(config_parse_serve(3, mf0, &c, &help, &err), TY_OK);
+    assert_int_equal(c.min_free_bytes, 0);
+    char *mfbad[] = {"serve", "--min-free-bytes", "lots", NULL};
+    assert_int_equal(config_parse_serve(3, mfbad, &c, &help, &err), TY_EINVAL);
     char *missing[] = {"serve", "--data", NULL};
     assert_int_equal(config_parse_serve(2, missing, &c, &help, &err),
                      TY_EINVAL);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,12 +183,40 @@ static void test_error_records(void **state)
     assert_string_equal(ty_status_name((ty_status)999), "TY_UNKNOWN");
 }
 
+/* A full disk (or quota) is its own status, answered 507; other write
+ * errors stay TY_EIO. */
+static void test_errno_status(void **state)
+{
+    (void)state;
+    assert_int_equal(ty_errno_status(ENOSPC), TY_ENOSPC);
+    assert_int_equal(ty_errno_status(EDQUOT), TY_ENOSPC);
+    assert_int_equal(ty_errno_status(EIO), TY_EIO);
+    assert_int_equal(ty_errno_status(EACCES), TY_EIO);
+    assert_string_equal(ty_status_name(TY_ENOSPC), "TY_ENOSPC");
+}
+
+/* tyjson_dumps gives what json_dumps gives when nothing fails. */
+static void test_tyjson_dumps(void **state)
+{
+    (void)state;
+    json_t *j = json_pack("{s:s, s:i, s:[i,i]}", "a", "x", "b", 2, "c", 1, 2);
+    char *a = tyjson_dumps(j, JSON_COMPACT);
+    char *b = json_dumps(j, JSON_COMPACT);
+    assert_non_null(a);
+    assert_string_equal(a, b);
+    free(a);
+    free(b);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_atomic_and_read),
         cmocka_unit_test(test_json_checks_name_the_field),
         cmocka_unit_test(test_ids),
+        cmocka_unit_test(test_errno_status),
+        cmocka_unit_test(test_tyjson_dumps),
         cmocka_unit_test(test_rng_is_seeded_and_unbiased),
         cmocka_unit_test(test_error_records),
     };
