@@ -240,13 +240,15 @@ static void test_slow_clients_do_not_lock_out(void **state)
         /* PER_IP connections from each of 127.0.0.2, .3, ... */
         int a = 2 + i / PER_IP;
         snprintf(src, sizeof src, "127.0.%d.%d", a / 250, 2 + a % 250);
+        fds[i] = -1;
+        if (now_seconds() - t0 > 30)
+            continue; /* liveness: connecting has stalled */
         fds[i] = connect_from(src, server.port, 1);
         if (fds[i] >= 0 && send_all(fds[i], start, strlen(start)) == 0)
             opened++;
     }
     printf("opened %d slow connections of %d in %.2f s\n", opened, n,
            now_seconds() - t0);
-    assert_int_equal(opened, n);
 
     /* Trickle a byte a second on each while probing from 127.0.0.1. */
     double worst = 0, sum = 0;
@@ -265,7 +267,7 @@ static void test_slow_clients_do_not_lock_out(void **state)
         }
         if (round == 0)
             for (int i = 0; i < n; i++)
-                open_at_probe += !peer_closed(fds[i]);
+                open_at_probe += fds[i] >= 0 && !peer_closed(fds[i]);
         usleep(700 * 1000);
     }
     printf("probe with %d slow clients: %d of %d answered, mean %.1f ms, "
@@ -274,6 +276,7 @@ static void test_slow_clients_do_not_lock_out(void **state)
            probes > failed ? sum * 1e3 / (probes - failed) : 0.0, worst * 1e3,
            open_at_probe);
     assert_int_equal(failed, 0);
+    assert_int_equal(opened, n);
     /* They were held, not refused. */
     assert_true(open_at_probe >= n * 9 / 10);
 
