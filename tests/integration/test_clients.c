@@ -336,6 +336,45 @@ static void test_trickled_body_is_dropped(void **state)
     assert_true(probe() >= 0);
 }
 
+/* On a kept-alive connection, the next request's headers have the same
+ * deadline, counted from its request line. */
+static void test_trickled_keepalive_headers_are_dropped(void **state)
+{
+    (void)state;
+    int fd = connect_from("127.0.0.1", server.port, 0);
+    assert_true(fd >= 0);
+    const char *first = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+    assert_int_equal(send_all(fd, first, strlen(first)), 0);
+    /* The reply is small: read until its body has come. */
+    char buf[4096];
+    size_t len = 0;
+    double t0 = now_seconds();
+    while (!memmem(buf, len, "\"ok\"}", 5) && len < sizeof buf &&
+           now_seconds() < t0 + 10) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, 1000) <= 0)
+            continue;
+        ssize_t n = recv(fd, buf + len, sizeof buf - len, 0);
+        assert_true(n > 0);
+        len += (size_t)n;
+    }
+    assert_non_null(memmem(buf, len, " 200 ", 5));
+    const char *next = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    assert_int_equal(send_all(fd, next, strlen(next)), 0);
+    t0 = now_seconds();
+    int closed = 0;
+    while (!closed && now_seconds() < t0 + atoi(HEADER_TIMEOUT) + 20) {
+        usleep(500 * 1000);
+        closed = peer_closed(fd) ||
+                 send(fd, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
+    }
+    printf("a kept-alive connection's trickled second request was dropped "
+           "after %.1f s (header deadline %s s)\n",
+           now_seconds() - t0, HEADER_TIMEOUT);
+    close(fd);
+    assert_true(closed);
+}
+
 static void test_per_address_connection_limit(void **state)
 {
     (void)state;
@@ -559,6 +598,7 @@ int main(void)
         cmocka_unit_test(test_auth_failures_are_throttled),
         cmocka_unit_test(test_per_address_connection_limit),
         cmocka_unit_test(test_trickled_body_is_dropped),
+        cmocka_unit_test(test_trickled_keepalive_headers_are_dropped),
         cmocka_unit_test(test_slow_clients_do_not_lock_out),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
