@@ -27,6 +27,7 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -41,7 +42,9 @@ static srv server;
 
 /* ---- raw sockets ---- */
 
-/* A connected socket from source address src (e.g. "127.0.0.2"), or -1. */
+/* A socket connected from source address src (e.g. "127.0.0.2"), or -1.
+ * nonblock: the connect is started and not waited for (see
+ * wait_connected); else it waits at most 5 s. */
 static int connect_from(const char *src, int port, int nonblock)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -53,16 +56,35 @@ static int connect_from(const char *src, int port, int nonblock)
         close(fd);
         return -1;
     }
+    if (nonblock) {
+        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    } else {
+        /* Linux bounds a blocking connect by the send timeout. */
+        struct timeval tv = {.tv_sec = 5};
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
     struct sockaddr_in to = {.sin_family = AF_INET,
                              .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
-    if (connect(fd, (struct sockaddr *)&to, sizeof to) != 0) {
+    if (connect(fd, (struct sockaddr *)&to, sizeof to) != 0 &&
+        !(nonblock && errno == EINPROGRESS)) {
         close(fd);
         return -1;
     }
-    if (nonblock)
-        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     return fd;
+}
+
+/* Waits up to timeout_s for fd's non-blocking connect; 0 once connected. */
+static int wait_connected(int fd, double timeout_s)
+{
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    int ms = timeout_s > 0 ? (int)(timeout_s * 1000) : 0;
+    if (poll(&p, 1, ms) != 1)
+        return -1;
+    int e = 0;
+    socklen_t len = sizeof e;
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &len);
+    return e == 0 ? 0 : -1;
 }
 
 static int send_all(int fd, const char *data, size_t len)
@@ -240,12 +262,20 @@ static void test_slow_clients_do_not_lock_out(void **state)
         /* PER_IP connections from each of 127.0.0.2, .3, ... */
         int a = 2 + i / PER_IP;
         snprintf(src, sizeof src, "127.0.%d.%d", a / 250, 2 + a % 250);
-        fds[i] = -1;
-        if (now_seconds() - t0 > 30)
-            continue; /* liveness: connecting has stalled */
         fds[i] = connect_from(src, server.port, 1);
-        if (fds[i] >= 0 && send_all(fds[i], start, strlen(start)) == 0)
+    }
+    /* Connections the server does not take within 10 s are not opened
+     * (the listen queue is full when it stops accepting). */
+    for (int i = 0; i < n; i++) {
+        if (fds[i] < 0)
+            continue;
+        if (wait_connected(fds[i], t0 + 10 - now_seconds()) == 0 &&
+            send_all(fds[i], start, strlen(start)) == 0) {
             opened++;
+        } else {
+            close(fds[i]);
+            fds[i] = -1;
+        }
     }
     printf("opened %d slow connections of %d in %.2f s\n", opened, n,
            now_seconds() - t0);
@@ -328,9 +358,9 @@ static void test_trickled_body_is_dropped(void **state)
         closed = peer_closed(fd) ||
                  send(fd, " ", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
     }
-    printf("a body trickled at 5 bytes/s was dropped after %.1f s (body "
-           "deadline 3 s + 1 s per 1024 bytes)\n",
-           now_seconds() - t0);
+    printf("a body trickled at 5 bytes/s: %s after %.1f s (body deadline "
+           "3 s + 1 s per 1024 bytes)\n",
+           closed ? "dropped" : "still open", now_seconds() - t0);
     close(fd);
     assert_true(closed);
     assert_true(probe() >= 0);
@@ -368,9 +398,10 @@ static void test_trickled_keepalive_headers_are_dropped(void **state)
         closed = peer_closed(fd) ||
                  send(fd, "x", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
     }
-    printf("a kept-alive connection's trickled second request was dropped "
-           "after %.1f s (header deadline %s s)\n",
-           now_seconds() - t0, HEADER_TIMEOUT);
+    printf("a kept-alive connection's trickled second request: %s after "
+           "%.1f s (header deadline %s s)\n",
+           closed ? "dropped" : "still open", now_seconds() - t0,
+           HEADER_TIMEOUT);
     close(fd);
     assert_true(closed);
 }
@@ -383,6 +414,7 @@ static void test_per_address_connection_limit(void **state)
     for (int i = 0; i < N; i++) {
         fds[i] = connect_from("127.0.3.1", server.port, 1);
         assert_true(fds[i] >= 0);
+        assert_int_equal(wait_connected(fds[i], 10), 0);
         send(fds[i], "GET", 3, MSG_NOSIGNAL);
     }
     /* The ones over the limit are closed at once; wait for that. */
@@ -579,9 +611,9 @@ static void test_empty_json_body_on_bodyless_post(void **state)
     /* A body that is not {} is still refused. */
     cancel_with_body(&server, job, "{\"reason\": \"x\"}", &r);
     assert_int_equal(r.status, 413);
-    /* One's own job: {} is no body. */
+    /* One's own job: {} is no body (200 while queued, 202 once running). */
     cancel_with_body(&server, job, "{}", &r);
-    assert_int_equal(r.status, 202);
+    assert_true(r.status == 200 || r.status == 202);
     json_t *done = wait_job(&server, job, 60);
     assert_string_equal(str(done, "status"), "cancelled");
     json_decref(done);
