@@ -41,6 +41,14 @@ void config_defaults(ty_config *cfg)
     cfg->preempt = 1;
     cfg->fair_window_s = 600.0;
     cfg->events_ring = EV_RING_DEFAULT;
+    cfg->max_connections = 0;
+    cfg->per_ip_connections = 256;
+    cfg->header_timeout_s = 10;
+    cfg->body_timeout_s = 20;
+    cfg->body_min_rate = 1024;
+    cfg->request_timeout_s = 3600;
+    cfg->auth_fail_rate = 1.0;
+    cfg->auth_fail_burst = 30;
 }
 
 ty_status config_parse_size(const char *s, uint64_t *out)
@@ -298,6 +306,30 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_path(flag, val, cfg->tls_cert, sizeof cfg->tls_cert, err);
         } else if (!strcmp(flag, "--tls-key")) {
             s = parse_path(flag, val, cfg->tls_key, sizeof cfg->tls_key, err);
+        } else if (!strcmp(flag, "--max-connections")) {
+            s = parse_int(flag, val, 0, 1 << 24, &cfg->max_connections, err);
+        } else if (!strcmp(flag, "--per-ip-connections")) {
+            s = parse_int(flag, val, 0, 1 << 24, &cfg->per_ip_connections, err);
+        } else if (!strcmp(flag, "--header-timeout")) {
+            s = parse_int(flag, val, 0, 86400, &cfg->header_timeout_s, err);
+        } else if (!strcmp(flag, "--body-timeout")) {
+            s = parse_int(flag, val, 0, 86400, &cfg->body_timeout_s, err);
+        } else if (!strcmp(flag, "--body-min-rate")) {
+            s = parse_int(flag, val, 0, 1 << 30, &cfg->body_min_rate, err);
+        } else if (!strcmp(flag, "--request-timeout")) {
+            s = parse_int(flag, val, 0, 86400 * 7, &cfg->request_timeout_s,
+                          err);
+        } else if (!strcmp(flag, "--auth-fail-rate")) {
+            char *end;
+            errno = 0;
+            double d = strtod(val, &end);
+            if (errno || end == val || *end || !(d >= 0) || d > 1e6)
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--auth-fail-rate needs a number of failures "
+                               "per second from 0 (no throttle) to 1000000");
+            cfg->auth_fail_rate = d;
+        } else if (!strcmp(flag, "--auth-fail-burst")) {
+            s = parse_int(flag, val, 1, 1 << 24, &cfg->auth_fail_burst, err);
         } else if (!strcmp(flag, "--admin-key-file")) {
             s = parse_path(flag, val, cfg->admin_key_file,
                            sizeof cfg->admin_key_file, err);
@@ -456,6 +488,41 @@ void config_usage(FILE *f)
         "                            needs --tls-key. Plain HTTP is then not\n"
         "                            served on the port (default: plain HTTP)\n"
         "  --tls-key FILE            the PEM private key of --tls-cert\n"
+        "  --max-connections N       open HTTP connections at most; 0 "
+        "derives\n"
+        "                            it from the open-file limit, which is "
+        "raised\n"
+        "                            to its hard limit at start (default 0)\n"
+        "  --per-ip-connections N    open HTTP connections from one client\n"
+        "                            address at most; 0 = no limit; behind "
+        "a\n"
+        "                            reverse proxy raise it or use 0 "
+        "(default %d)\n"
+        "  --header-timeout SECONDS  a client that has not sent a request's\n"
+        "                            complete headers within this is "
+        "dropped,\n"
+        "                            however it trickles; 0 = no limit "
+        "(default %d)\n"
+        "  --body-timeout SECONDS    a request body must arrive within this "
+        "after\n"
+        "                            the headers, plus 1 s for every\n"
+        "                            --body-min-rate bytes received; 0 = no "
+        "limit\n"
+        "                            (default %d)\n"
+        "  --body-min-rate BYTES     see --body-timeout (default %d)\n"
+        "  --request-timeout SECONDS a request body must arrive within this "
+        "after\n"
+        "                            the headers, whatever its rate; 0 = no "
+        "limit\n"
+        "                            (default %d)\n"
+        "  --auth-fail-rate N        failed authentications per second "
+        "allowed\n"
+        "                            from one client address, after a burst "
+        "of\n"
+        "                            --auth-fail-burst; past that, 429 with\n"
+        "                            Retry-After; 0 = no throttle (default "
+        "%g)\n"
+        "  --auth-fail-burst N       see --auth-fail-rate (default %d)\n"
         "  --admin-key-file FILE     use the admin API key in FILE (e.g. a "
         "Docker\n"
         "                            secret) instead of generating one; the\n"
@@ -483,5 +550,7 @@ void config_usage(FILE *f)
         d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
         (unsigned long long)d.max_job_memory, d.heartbeat_timeout_s,
         d.retry_backoff_s, d.max_attempts, d.backfill_wait_s, d.preempt_wait_s,
-        d.fair_window_s, d.events_ring);
+        d.fair_window_s, d.events_ring, d.per_ip_connections,
+        d.header_timeout_s, d.body_timeout_s, d.body_min_rate,
+        d.request_timeout_s, d.auth_fail_rate, d.auth_fail_burst);
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "api/api.h"
@@ -193,6 +194,47 @@ static void jobs_env_fill(const ty_app *app, jobs_env *env)
     env->fair_window_s = app->cfg.fair_window_s;
 }
 
+/* The open-file limit, raised to its hard limit: every connection holds a
+ * socket, and a low soft limit (often 1024) would cap the server at about
+ * a thousand clients. Returns the limit now in force. */
+static rlim_t raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 1024;
+    rlim_t want = rl.rlim_max;
+    if (want == RLIM_INFINITY || want > (rlim_t)1 << 20)
+        want = (rlim_t)1 << 20;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= want)
+        return rl.rlim_cur == RLIM_INFINITY ? want : rl.rlim_cur;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return was;
+    return want;
+}
+
+static rlim_t nofile_limit = 1024;
+
+/* libmicrohttpd's connection limit: the one given, else what the file
+ * limit leaves after the store, the blobs, temp files and the workers'
+ * pipes (512 descriptors, or half of a small limit). */
+static unsigned connection_limit(int given)
+{
+    unsigned n;
+    if (given > 0)
+        n = (unsigned)given;
+    else if (nofile_limit > 2048)
+        n = (unsigned)(nofile_limit - 512 > 1000000 ? 1000000
+                                                    : nofile_limit - 512);
+    else
+        n = (unsigned)(nofile_limit / 2);
+    log_event("info", "http_limits",
+              json_pack("{s:I, s:i}", "open_files", (json_int_t)nofile_limit,
+                        "max_connections", (int)n));
+    return n;
+}
+
 static int cmd_serve(int argc, char **argv)
 {
     ty_config cfg;
@@ -229,6 +271,7 @@ static int cmd_serve(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+    nofile_limit = raise_nofile();
     fetch_global_init();
     /* Predictions run on the HTTP threads: one BLAS thread each. Training
      * runs in worker processes, which use the cores themselves. */
@@ -342,6 +385,14 @@ static int cmd_serve(int argc, char **argv)
         .tls_key = app.tls.key,
         .store = app.store,
         .ctx = app_api_ctx(&app),
+        .max_connections = connection_limit(cfg.max_connections),
+        .per_ip_connections = (unsigned)cfg.per_ip_connections,
+        .header_timeout_s = cfg.header_timeout_s,
+        .body_timeout_s = cfg.body_timeout_s,
+        .body_min_rate = (unsigned)cfg.body_min_rate,
+        .request_timeout_s = cfg.request_timeout_s,
+        .auth_fail_rate = cfg.auth_fail_rate,
+        .auth_fail_burst = cfg.auth_fail_burst,
     };
     if (http_server_start(&http, api_routes, api_routes_count, &app.bound_port,
                           &err) != TY_OK) {

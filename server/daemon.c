@@ -13,6 +13,7 @@
 
 #include "common/fetch.h"
 #include "common/log.h"
+#include "server/guard.h"
 #include "server/http_internal.h"
 
 /* ---- daemon ---- */
@@ -65,7 +66,8 @@ static int listen_socket(const http_server_opts *cfg, int *port_out,
         close(fd);
         return -1;
     }
-    if (listen(fd, 256) != 0) {
+    /* A deep backlog: many connecting at once are queued, not refused. */
+    if (listen(fd, 4096) != 0) {
         ty_fail(err, TY_EIO, NULL, "listen: %s", strerror(errno));
         close(fd);
         return -1;
@@ -85,6 +87,30 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         buf[--n] = '\0';
     log_event("warn", "http", json_pack("{s:s}", "msg", buf));
+}
+
+/* The request callbacks, through the guard: it follows each request's
+ * phase (headers, body, reply, kept alive) for its read deadlines. */
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **req_cls)
+{
+    if (!*req_cls)
+        guard_headers_done(conn);
+    else if (*upload_data_size > 0)
+        guard_body_bytes(conn, *upload_data_size);
+    else
+        guard_body_done(conn);
+    return http_on_request(cls, conn, url, method, version, upload_data,
+                           upload_data_size, req_cls);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    guard_request_done(conn);
+    http_on_completed(cls, conn, req_cls, toe);
 }
 
 ty_status http_server_start(const http_server_opts *opts, const route *routes,
@@ -113,16 +139,46 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         flags |= MHD_USE_TLS;
     else
         tls_opts[0].option = MHD_OPTION_END;
+    /* Limits on connections: 0 leaves libmicrohttpd's default. */
+    struct MHD_OptionItem conn_opts[] = {
+        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)opts->max_connections, NULL},
+        {MHD_OPTION_PER_IP_CONNECTION_LIMIT, (intptr_t)opts->per_ip_connections,
+         NULL},
+        {MHD_OPTION_END, 0, NULL}};
+    if (!opts->per_ip_connections)
+        conn_opts[1].option = MHD_OPTION_END;
+    if (!opts->max_connections) {
+        conn_opts[0] = conn_opts[1];
+        conn_opts[1].option = MHD_OPTION_END;
+    }
+    guard_opts go = {
+        .header_timeout_s = opts->header_timeout_s,
+        .body_timeout_s = opts->body_timeout_s,
+        .body_min_rate = opts->body_min_rate,
+        .request_timeout_s = opts->request_timeout_s,
+        .idle_timeout_s = opts->connection_timeout_s,
+        .auth_fail_rate = opts->auth_fail_rate,
+        .auth_fail_burst = opts->auth_fail_burst,
+    };
+    ty_status gs = guard_start(&go, err);
+    if (gs != TY_OK) {
+        close(fd);
+        return gs;
+    }
     http_server.daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, http_on_request, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+        flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->threads,
-        MHD_OPTION_NOTIFY_COMPLETED, http_on_completed, NULL,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)opts->connection_timeout_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, guard_on_connection, NULL,
+        MHD_OPTION_URI_LOG_CALLBACK, guard_on_uri, NULL, MHD_OPTION_ARRAY,
+        conn_opts, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)opts->connection_timeout_s,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
         MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!http_server.daemon) {
         close(fd);
+        guard_stop();
         if (opts->tls_cert)
             return ty_fail(err, TY_EINVAL, "--tls-key",
                            "cannot start HTTPS on %s: the TLS library "
@@ -147,6 +203,7 @@ void http_server_stop(void)
     /* Requests in flight finish; a long URL fetch among them stops now. */
     fetch_abort_all();
     MHD_stop_daemon(http_server.daemon);
+    guard_stop();
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     http_server.daemon = NULL;

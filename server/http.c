@@ -32,6 +32,7 @@
 #include "common/fsutil.h"
 #include "common/ids.h"
 #include "server/auth.h"
+#include "server/guard.h"
 #include "common/fetch.h"
 #include "common/log.h"
 #include "server/multipart.h"
@@ -297,9 +298,54 @@ static void req_free(http_req *r)
     free(r);
 }
 
+/* A JSON body on a route that takes none is read up to this size, and
+ * allowed when it is {} (what many clients send with every POST). */
+#define NOBODY_JSON_MAX 1024
+
+static enum MHD_Result count_content_length(void *cls, enum MHD_ValueKind kind,
+                                            const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (key && !strcasecmp(key, "Content-Length"))
+        (*(int *)cls)++;
+    return MHD_YES;
+}
+
+/* Answers requests that are malformed as HTTP, whatever their route:
+ * returns 1 when it replied. */
+static int req_protocol_check(http_req *r)
+{
+    if (guard_path_has_nul(r->conn)) {
+        http_reply_problem(r, 400, NULL,
+                           "the request path holds an encoded NUL byte (%%00)");
+        return 1;
+    }
+    int ncl = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_content_length,
+                              &ncl);
+    const char *cl = http_req_header(r, "Content-Length");
+    if (ncl > 1 || (cl && strchr(cl, ','))) {
+        http_reply_problem(r, 400, NULL,
+                           "the request has more than one Content-Length");
+        return 1;
+    }
+    const char *te = http_req_header(r, "Transfer-Encoding");
+    if (te && strcasecmp(te, "chunked") && strcasecmp(te, "identity")) {
+        http_reply_problem(r, 501, NULL,
+                           "Transfer-Encoding %.64s is not supported; send "
+                           "the body with a Content-Length or chunked",
+                           te);
+        return 1;
+    }
+    return 0;
+}
+
 /* Decides everything that can be decided from the headers. */
 static void req_begin(http_req *r)
 {
+    if (req_protocol_check(r))
+        return;
     char allow[64] = "";
     route_result rr =
         router_match(http_server.routes, http_server.nroutes, r->method,
@@ -321,11 +367,23 @@ static void req_begin(http_req *r)
     const route *rt = r->match.route;
 
     if (rt->auth != ROUTE_PUBLIC) {
+        unsigned retry = 0;
+        if (guard_auth_blocked(r->conn, &retry)) {
+            char ra[16];
+            snprintf(ra, sizeof ra, "%u", retry);
+            http_reply_header(r, "Retry-After", ra);
+            http_reply_problem(r, 429, NULL,
+                               "too many failed authentications from this "
+                               "address; try again in %u s",
+                               retry);
+            return;
+        }
         ty_err err = {0};
         ty_status s =
             auth_check(http_server.opts.store,
                        http_req_header(r, "Authorization"), &r->key, &err);
         if (s == TY_EINVAL || s == TY_ENOTFOUND) {
+            guard_auth_failed(r->conn);
             http_reply_header(r, "WWW-Authenticate",
                               "Bearer realm=\"trainyard\"");
             http_reply_problem(r, 401, NULL, "%s", err.msg);
@@ -362,6 +420,13 @@ static void req_begin(http_req *r)
     }
     if (!has_body)
         return;
+    if (rt->body == ROUTE_BODY_NONE && is_json_type(ct) &&
+        declared <= NOBODY_JSON_MAX) {
+        r->body_limit = NOBODY_JSON_MAX;
+        r->body = BODY_JSON;
+        r->nobody_json = 1;
+        return;
+    }
     if (rt->body == ROUTE_BODY_NONE) {
         http_reply_problem(r, 413, NULL, "%s %s takes no request body",
                            r->method_name, rt->pattern);
@@ -476,6 +541,18 @@ static void req_finish(http_req *r)
         }
         free(r->buf);
         r->buf = NULL;
+        if (r->nobody_json) {
+            int empty = json_is_object(r->json) && !json_object_size(r->json);
+            json_decref(r->json);
+            r->json = NULL;
+            if (!empty) {
+                http_reply_problem(r, 413, NULL,
+                                   "%s %s takes no request body (an empty "
+                                   "JSON object {} is allowed)",
+                                   r->method_name, r->match.route->pattern);
+                return;
+            }
+        }
     }
     if (r->body == BODY_MULTIPART) {
         ty_err err = {0};

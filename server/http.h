@@ -51,6 +51,16 @@ typedef struct http_server_opts {
     const char *tls_key;
     store *store;        /* API keys, for the routes' auth */
     struct api_ctx *ctx; /* handed to every handler */
+    /* Slow and hostile clients (server/guard.h); 0 = libmicrohttpd's
+     * default or no limit. */
+    unsigned max_connections;    /* open connections at most */
+    unsigned per_ip_connections; /* from one client address at most */
+    int header_timeout_s;        /* a request's headers within */
+    int body_timeout_s;          /* its body within this, plus 1 s per */
+    unsigned body_min_rate;      /* this many bytes received */
+    int request_timeout_s;       /* and its body within this at most */
+    double auth_fail_rate;       /* failed authentications refilled per s */
+    int auth_fail_burst;         /* allowed at once, per client address */
 } http_server_opts;
 
 /* Starts the daemon with opts (copied; the strings must outlive the

@@ -45,6 +45,7 @@ struct http_req {
     struct timespec start;
 
     body_kind body;
+    int nobody_json; /* a JSON body on a route that takes none: {} only */
     uint64_t body_limit;
     uint64_t bytes_in;
     char *buf; /* JSON body */

@@ -34,7 +34,9 @@ static const char *reason_phrase(unsigned status)
         case 413: return "Content Too Large";
         case 415: return "Unsupported Media Type";
         case 422: return "Unprocessable Content";
+        case 429: return "Too Many Requests";
         case 500: return "Internal Server Error";
+        case 501: return "Not Implemented";
         case 503: return "Service Unavailable";
         case 507: return "Insufficient Storage";
         default: return "Error";
@@ -66,6 +68,9 @@ static void set_reply(http_req *r, unsigned status, struct MHD_Response *resp,
                                 content_type);
     MHD_add_response_header(resp, "X-Request-Id", r->request_id);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    /* JSON is never to be sniffed into something a browser runs. */
+    if (content_type && strstr(content_type, "json"))
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     for (int i = 0; i < r->nhdr; i++)
         MHD_add_response_header(resp, r->hdr_name[i], r->hdr_value[i]);
 }

@@ -408,6 +408,55 @@ static void test_config_tls(void **state)
     assert_int_equal(config_parse_serve(2, empty, &c, &help, &err), TY_EINVAL);
 }
 
+/* The slow-client and auth-throttle flags (issue 16). */
+static void test_config_client_limits(void **state)
+{
+    (void)state;
+    ty_config c;
+    config_defaults(&c);
+    assert_int_equal(c.max_connections, 0);
+    assert_int_equal(c.per_ip_connections, 256);
+    assert_int_equal(c.header_timeout_s, 10);
+    assert_int_equal(c.body_timeout_s, 20);
+    assert_int_equal(c.body_min_rate, 1024);
+    assert_int_equal(c.request_timeout_s, 3600);
+    assert_true(c.auth_fail_rate == 1.0);
+    assert_int_equal(c.auth_fail_burst, 30);
+    int help = 0;
+    ty_err err;
+    char *all[] = {"serve",
+                   "--max-connections=5000",
+                   "--per-ip-connections=0",
+                   "--header-timeout=3",
+                   "--body-timeout=0",
+                   "--body-min-rate=100",
+                   "--request-timeout=60",
+                   "--auth-fail-rate=0.5",
+                   "--auth-fail-burst=7",
+                   NULL};
+    assert_int_equal(config_parse_serve(9, all, &c, &help, &err), TY_OK);
+    assert_int_equal(c.max_connections, 5000);
+    assert_int_equal(c.per_ip_connections, 0);
+    assert_int_equal(c.header_timeout_s, 3);
+    assert_int_equal(c.body_timeout_s, 0);
+    assert_int_equal(c.body_min_rate, 100);
+    assert_int_equal(c.request_timeout_s, 60);
+    assert_true(c.auth_fail_rate == 0.5);
+    assert_int_equal(c.auth_fail_burst, 7);
+    const char *bad[][2] = {{"--header-timeout", "-1"},
+                            {"--auth-fail-rate", "fast"},
+                            {"--auth-fail-rate", "-2"},
+                            {"--auth-fail-burst", "0"},
+                            {"--per-ip-connections", "x"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        config_defaults(&c);
+        char *argv[] = {"serve", (char *)bad[i][0], (char *)bad[i][1], NULL};
+        assert_int_equal(config_parse_serve(3, argv, &c, &help, &err),
+                         TY_EINVAL);
+        assert_string_equal(err.field, bad[i][0]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -423,6 +472,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_given_admin_key, tu_tmpdir_setup,
                                         tu_tmpdir_teardown),
         cmocka_unit_test(test_config_tls),
+        cmocka_unit_test(test_config_client_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
