@@ -1,3 +1,6 @@
+"""Writes the fuzz targets' seed corpora: python3 tests/fuzz/seeds.py
+tests/fuzz/corpus (the same files every time). Inputs that crashed a
+target are added to corpus/<target>/ by hand, as crash_<what>."""
 import gzip, json, os, struct, sys
 root = sys.argv[1]
 def put(t, name, data):
@@ -30,13 +33,13 @@ def idx3(n, r, c): return struct.pack('>IIII', 0x803, n, r, c) + bytes(range(n*r
 def idx1(n): return struct.pack('>II', 0x801, n) + bytes(i % 10 for i in range(n))
 SEP = b'@@LABELS@@'
 put('idx', 'idx3', idx3(3, 2, 2) + SEP + idx1(3))
-put('idx', 'idx3_gz', gzip.compress(idx3(3, 4, 4)) + SEP + gzip.compress(idx1(3)))
+put('idx', 'idx3_gz', gzip.compress(idx3(3, 4, 4), mtime=0) + SEP + gzip.compress(idx1(3), mtime=0))
 put('idx', 'idx2', struct.pack('>III', 0x802, 2, 3) + bytes(6) + SEP + idx1(2))
 put('idx', 'idx4', struct.pack('>IIIII', 0x804, 1, 2, 2, 2) + bytes(8) + SEP + idx1(1))
 put('idx', 'count_mismatch', idx3(3, 2, 2) + SEP + idx1(2))
 put('idx', 'truncated', idx3(3, 2, 2)[:-3] + SEP + idx1(3))
 put('idx', 'huge_dims', struct.pack('>IIII', 0x803, 0xffffffff, 0xffffffff, 0xffffffff) + SEP + idx1(1))
-put('idx', 'gz_trailing', gzip.compress(idx3(1, 2, 2)) + b'junk' + SEP + idx1(1))
+put('idx', 'gz_trailing', gzip.compress(idx3(1, 2, 2), mtime=0) + b'junk' + SEP + idx1(1))
 put('idx', 'bad_type', struct.pack('>IIII', 0x0d03, 1, 1, 1) + b'\0\0\0\0' + SEP + idx1(1))
 
 # NPY: "<x>@@Y@@<y>", last byte picks the task
@@ -134,3 +137,24 @@ put('cli_config', 'not_json', 'url=http://x\n')
 put('cli_config', 'key_file', '  ty_secretkey  \n\nsecond line\n')
 put('cli_config', 'empty', '')
 put('cli_config', 'nul', b'{"url":"a\\u0000b","key":"k"}')
+
+# model import: "<metadata JSON>@@W@@<safetensors>" (the shape of
+# tests/integration/test_api.c's import test)
+W = b'@@W@@'
+imp_meta = {'spec': {'layers': [{'type': 'dense', 'units': 5}, {'type': 'relu'}, {'type': 'dense', 'units': 3}]},
+            'task': 'classification', 'input_shape': [4], 'classes': ['a', 'b', 'c'],
+            'preprocess': {'kind': 'scale', 'factor': 0.5}}
+f32 = lambda n: struct.pack('<%df' % n, *[(i % 7 - 3) / 8 for i in range(n)])
+imp_t = [('0.weight', 'F32', [5, 4], f32(20)), ('0.bias', 'F32', [5], f32(5)),
+         ('2.weight', 'F32', [3, 5], f32(15)), ('2.bias', 'F32', [3], f32(3)),
+         ('1.num_batches_tracked', 'I64', [], struct.pack('<q', 7))]
+put('model_import', 'state_dict', json.dumps(imp_meta).encode() + W + st(imp_t))
+put('model_import', 'file_meta', W + st(imp_t[:4], {'spec': json.dumps(imp_meta['spec']), 'task': 'classification',
+                                                    'input_shape': '[4]', 'classes': '["a","b","c"]', 'format': 'trainyard'}))
+put('model_import', 'wrong_shape', json.dumps(imp_meta).encode() + W + st([('0.weight', 'F32', [5, 3], f32(15))] + imp_t[1:]))
+put('model_import', 'f64_bias', json.dumps(imp_meta).encode() + W + st(imp_t[:3] + [('2.bias', 'F64', [3], bytes(24))]))
+cnn_meta = {'spec': {'layers': [{'type': 'conv2d', 'filters': 2, 'kernel_size': 3}, {'type': 'batchnorm'}, {'type': 'relu'},
+                               {'type': 'flatten'}, {'type': 'dense', 'units': 2}]},
+            'task': 'regression', 'input_shape': [1, 4, 4], 'num_outputs': 2}
+put('model_import', 'cnn_missing', json.dumps(cnn_meta).encode() + W + st([('0.weight', 'F32', [2, 1, 3, 3], f32(18))]))
+put('model_import', 'bad_meta', b'{"spec": 1, "task": "x", "input_shape": [0]}' + W + st(imp_t))
