@@ -4,7 +4,8 @@
 # Runs each fuzz target (all fuzz_* in BIN_DIR when none is named) for
 # SECONDS under ASan+UBSan, one after the other. New corpus entries go to
 # WORK_DIR/<target>/ (the first corpus folder libFuzzer writes to); the
-# seeds of CORPUS_DIR/<target>/ are only read. A crash leaves its input as
+# seeds of CORPUS_DIR/<target>/ (and CORPUS_DIR/../dict/<target>.dict)
+# are only read. A crash leaves its input as
 # WORK_DIR/<target>/crash-* and fails the run (exit 1).
 set -eu
 [ $# -ge 4 ] || { echo "usage: $0 BIN_DIR CORPUS_DIR WORK_DIR SECONDS [TARGET...]" >&2; exit 2; }
@@ -25,11 +26,14 @@ for t in "$@"; do
   mkdir -p "$work/$t"
   seeds="$corpus/$t"
   [ -d "$seeds" ] || seeds=
+  # A dictionary of the format's tokens, where one is written.
+  dict=
+  [ -f "$corpus/../dict/$t.dict" ] && dict="-dict=$corpus/../dict/$t.dict"
   echo "== fuzz_$t: $secs s"
   # -timeout: an input that takes 10 s is a hang (a finding);
   # -rss_limit_mb: so does one that takes 2 GB.
   if ! "$exe" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-      -artifact_prefix="$work/$t/" -print_final_stats=1 \
+      -artifact_prefix="$work/$t/" -print_final_stats=1 $dict \
       "$work/$t" $seeds; then
     echo "fuzz.sh: fuzz_$t FAILED; the input is in $work/$t/ (crash-*, leak-*, timeout-*, oom-*)" >&2
     fail=1
