@@ -28,7 +28,7 @@ static void fz_dir_remove(void)
 {
     nftw(fz_dir_path, fz_rm, 8, FTW_DEPTH | FTW_PHYS);
 }
-static const char *fz_dir(void)
+static inline const char *fz_dir(void)
 {
     if (!fz_dir_path[0]) {
         snprintf(fz_dir_path, sizeof fz_dir_path, "/dev/shm/ty-fuzz-XXXXXX");
@@ -43,7 +43,8 @@ static const char *fz_dir(void)
 }
 
 /* Writes n bytes to <fz_dir>/name; the path goes to out (256 bytes). */
-static void fz_write(const char *name, const void *p, size_t n, char *out)
+static inline void fz_write(const char *name, const void *p, size_t n,
+                            char *out)
 {
     snprintf(out, 256, "%s/%s", fz_dir(), name);
     FILE *f = fopen(out, "wb");
@@ -53,8 +54,8 @@ static void fz_write(const char *name, const void *p, size_t n, char *out)
 
 /* Splits data at the first occurrence of sep (a byte sequence): *a_len the
  * bytes before it, *b and *b_len those after. Without sep, b is empty. */
-static void fz_split(const uint8_t *data, size_t size, const char *sep,
-                     size_t *a_len, const uint8_t **b, size_t *b_len)
+static inline void fz_split(const uint8_t *data, size_t size, const char *sep,
+                            size_t *a_len, const uint8_t **b, size_t *b_len)
 {
     size_t k = strlen(sep);
     for (size_t i = 0; i + k <= size; i++)
@@ -70,7 +71,7 @@ static void fz_split(const uint8_t *data, size_t size, const char *sep,
 }
 
 /* A NUL-terminated copy of n bytes (caller frees). */
-static char *fz_strndup(const uint8_t *p, size_t n)
+static inline char *fz_strndup(const uint8_t *p, size_t n)
 {
     char *s = malloc(n + 1);
     if (!s)
