@@ -8,12 +8,14 @@
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
 #   make test-unit [T=test_<module>]  build and run one unit test, or all of them
 #   make format  apply .clang-format to every C, header and CUDA file
+#   make fuzz [SECONDS=600] [TARGET=name]  run the libFuzzer targets that long
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched format
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -45,7 +47,7 @@ venv: test-deps
 	  $(VENV)/bin/pip install -q --disable-pip-version-check -r docker/requirements.txt
 
 test: test-deps venv
-	$(MAKE) test-normal test-sanitize
+	$(MAKE) test-normal test-sanitize test-fuzz
 
 # Warnings are errors here, as in CI.
 test-normal:
@@ -58,6 +60,24 @@ test-sanitize:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DTRAINYARD_WERROR=ON -DTRAINYARD_TESTS=ON
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration|parity'
+
+# The libFuzzer targets (tests/fuzz): a clang build of their own with
+# ASan+UBSan. test-fuzz runs each a few seconds (ctest label fuzz, about a
+# minute in all); `make fuzz SECONDS=600 [TARGET=csv]` runs them (or one)
+# that long each, keeping what they find in $(FUZZ_WORK), not in the
+# repository (tests/fuzz/corpus holds the seeds).
+SECONDS   ?= 600
+TARGET    ?=
+FUZZ_WORK ?= $(FUZZ_BUILD)/corpus
+fuzz-build:
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_FUZZ=ON -DTRAINYARD_TESTS=OFF -DTRAINYARD_CUDA=OFF
+	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzzers
+
+test-fuzz: fuzz-build
+	cd $(FUZZ_BUILD) && ctest --output-on-failure --no-tests=error -L fuzz
+
+fuzz: fuzz-build
+	tests/fuzz/fuzz.sh $(FUZZ_BUILD)/tests/fuzz tests/fuzz/corpus $(FUZZ_WORK) $(SECONDS) $(TARGET)
 
 # While working on one module: `make test-unit T=test_sched` builds the
 # test_sched binary alone (and the libraries it links) in $(BUILD) and runs

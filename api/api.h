@@ -124,6 +124,10 @@ void api_devices_list(api_ctx *app, http_req *r);
 
 /* Server-Sent Events (api/events.c; the stream itself: server/sse.c). */
 void api_events_stream(api_ctx *app, http_req *r);
+/* Parses a Last-Event-ID header value v (NULL: none, *id 0) into *id.
+ * 0 when it is not the decimal id of an event (above EV_ID_MAX, signs,
+ * blanks, trailing bytes). */
+int api_parse_last_event_id(const char *v, uint64_t *id);
 void api_jobs_events(api_ctx *app, http_req *r);
 /* GET /metrics (api/metrics.c): Prometheus text, public like /healthz. */
 void api_metrics(api_ctx *app, http_req *r);

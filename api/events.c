@@ -26,11 +26,8 @@
 #include "events/hub.h"
 #include "server/sse.h"
 
-/* Parses the Last-Event-ID header into *id (0: none). Replies 400 and
- * returns 0 when it is not a decimal id. */
-static int last_event_id(http_req *r, uint64_t *id)
+int api_parse_last_event_id(const char *v, uint64_t *id)
 {
-    const char *v = http_req_header(r, "Last-Event-ID");
     *id = 0;
     if (!v)
         return 1;
@@ -38,13 +35,22 @@ static int last_event_id(http_req *r, uint64_t *id)
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     /* Ids stay below 2^53 (events.h); a larger one was never sent. */
-    if (errno || *end || *v < '0' || *v > '9' || n > EV_ID_MAX) {
+    if (errno || *end || *v < '0' || *v > '9' || n > EV_ID_MAX)
+        return 0;
+    *id = n;
+    return 1;
+}
+
+/* Parses the Last-Event-ID header into *id (0: none). Replies 400 and
+ * returns 0 when it is not a decimal id. */
+static int last_event_id(http_req *r, uint64_t *id)
+{
+    if (!api_parse_last_event_id(http_req_header(r, "Last-Event-ID"), id)) {
         http_reply_problem(r, 400, "Last-Event-ID",
                            "Last-Event-ID must be the decimal id of an event "
                            "this server sent");
         return 0;
     }
-    *id = n;
     return 1;
 }
 

@@ -9,8 +9,10 @@
 #                            test), the Fashion-MNIST dataset, Chromium with
 #                            its driver and Selenium (the browser test),
 #                            openssl (the HTTPS test's throwaway CA),
-#                            debootstrap (the fresh-machine test) and BLIS
+#                            debootstrap (the fresh-machine test), BLIS
 #                            (a GEMM candidate that `make bench` compares)
+#                            and clang with its sanitizer and libFuzzer
+#                            runtimes (the fuzz targets, `make test-fuzz`)
 #
 # As root it installs what is missing with apt-get; as another user it runs
 # apt-get through sudo when sudo is there, and otherwise prints the exact
@@ -37,7 +39,7 @@ build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
            dataset-fashion-mnist python3-prometheus-client chromium
            chromium-driver python3-selenium openssl debootstrap
-           libblis4-serial)
+           libblis4-serial clang libclang-rt-dev)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;

@@ -1,0 +1,160 @@
+"""Writes the fuzz targets' seed corpora: python3 tests/fuzz/seeds.py
+tests/fuzz/corpus (the same files every time). Inputs that crashed a
+target are added to corpus/<target>/ by hand, as crash_<what>."""
+import gzip, json, os, struct, sys
+root = sys.argv[1]
+def put(t, name, data):
+    d = os.path.join(root, t); os.makedirs(d, exist_ok=True)
+    if isinstance(data, str): data = data.encode()
+    open(os.path.join(d, name), 'wb').write(data)
+
+# multipart: "<Content-Type>\n<body>"
+ct = "multipart/form-data; boundary=XyZ\n"
+put('multipart', 'two_parts', ct + '\x00--XyZ\r\nContent-Disposition: form-data; name="meta"\r\n\r\n{"name":"d"}\r\n--XyZ\r\nContent-Disposition: form-data; name="file"; filename="a.csv"\r\nContent-Type: text/csv\r\n\r\nx,y\r\n1,2\r\n--Xy not a boundary\r\n\r\r\n-\r\nx--XyZ\r\n--XyZ--\r\n')
+put('multipart', 'split_1', ct + '\x01--XyZ\r\nContent-Disposition: form-data; name=a\r\n\r\nv\r\n--XyZ--')
+put('multipart', 'quoted_boundary', 'multipart/form-data; boundary="a b:c"; charset=utf-8\n\x07preamble\r\n--a b:c\r\nContent-Disposition: form-data; name="f"; filename="x\\"y.npy"\r\n\r\n\x93NUMPY\r\n--a b:c--\r\nepilogue')
+put('multipart', 'no_close', ct + '\x05--XyZ\r\nContent-Disposition: form-data; name="e"\r\n\r\nabc')
+put('multipart', 'garbage_after', 'multipart/form-data; boundary=b\n\x00--bXX')
+put('multipart', 'long_header', 'multipart/form-data; boundary=b\n\x00--b\r\nContent-Disposition: form-data; name="' + 'n'*17000 + '"\r\n\r\nv\r\n--b--')
+put('multipart', 'bad_type', 'text/plain; boundary=b\n--b--')
+
+# CSV (label column "y"; first byte even: classification)
+put('csv', 'classes', 'x,y\n1,3\n2,1\n3,3\n4,10\n')
+put('csv', 'regression', 'a,b,y\n1.5e5,2,55\n-3,1,20.25\n')  # 'a' odd -> regression
+put('csv', 'quoted_crlf_bom', '\ufeff"a","y","b ""q"""\r\n1,"say ""hi""",4\r\n5 ,  "two\nlines"  , 6\r\n\r\n')
+put('csv', 'ragged', 'x,y\n1,a\n1,2,3\n')
+put('csv', 'nan_inf', 'x,y\nNaN,a\n-inf,b\n1e39,c\n')
+put('csv', 'no_label', 'a,b\n1,2\n')
+put('csv', 'bad_utf8', 'x,y\n1,\xff\xfe\n'.encode('latin-1'))
+put('csv', 'unterminated_quote', 'x,y\n1,"abc\n')
+
+# IDX: "<images>@@LABELS@@<labels>"
+def idx3(n, r, c): return struct.pack('>IIII', 0x803, n, r, c) + bytes(range(n*r*c)) [:n*r*c] if n*r*c < 256 else struct.pack('>IIII', 0x803, n, r, c) + bytes(n*r*c)
+def idx1(n): return struct.pack('>II', 0x801, n) + bytes(i % 10 for i in range(n))
+SEP = b'@@LABELS@@'
+put('idx', 'idx3', idx3(3, 2, 2) + SEP + idx1(3))
+put('idx', 'idx3_gz', gzip.compress(idx3(3, 4, 4), mtime=0) + SEP + gzip.compress(idx1(3), mtime=0))
+put('idx', 'idx2', struct.pack('>III', 0x802, 2, 3) + bytes(6) + SEP + idx1(2))
+put('idx', 'idx4', struct.pack('>IIIII', 0x804, 1, 2, 2, 2) + bytes(8) + SEP + idx1(1))
+put('idx', 'count_mismatch', idx3(3, 2, 2) + SEP + idx1(2))
+put('idx', 'truncated', idx3(3, 2, 2)[:-3] + SEP + idx1(3))
+put('idx', 'huge_dims', struct.pack('>IIII', 0x803, 0xffffffff, 0xffffffff, 0xffffffff) + SEP + idx1(1))
+put('idx', 'gz_trailing', gzip.compress(idx3(1, 2, 2), mtime=0) + b'junk' + SEP + idx1(1))
+put('idx', 'bad_type', struct.pack('>IIII', 0x0d03, 1, 1, 1) + b'\0\0\0\0' + SEP + idx1(1))
+
+# NPY: "<x>@@Y@@<y>", last byte picks the task
+def npy(descr, shape, data, fortran=False, ver=1):
+    h = "{'descr': '%s', 'fortran_order': %s, 'shape': %s, }" % (descr, fortran, repr(tuple(shape)))
+    pre = 10 if ver == 1 else 12
+    pad = (64 - (pre + len(h) + 1) % 64) % 64
+    h = h + ' ' * pad + '\n'
+    if ver == 1: return b'\x93NUMPY\x01\x00' + struct.pack('<H', len(h)) + h.encode() + data
+    return b'\x93NUMPY' + bytes([ver, 0]) + struct.pack('<I', len(h)) + h.encode() + data
+YS = b'@@Y@@'
+put('npy', 'f32_i64', npy('<f4', (2, 3), struct.pack('<6f', *range(6))) + YS + npy('<i8', (2,), struct.pack('<2q', 0, 1)) + b'\x01')
+put('npy', 'u1_images', npy('|u1', (2, 1, 2, 2), bytes(8)) + YS + npy('<i4', (2,), struct.pack('<2i', 1, 0)) + b'\x00')
+put('npy', 'f64_reg', npy('<f8', (2,), struct.pack('<2d', 1, 2), ver=2) + YS + npy('<f8', (2, 2), struct.pack('<4d', 1, 2, 3, 4), ver=3) + b'\x02')
+put('npy', 'fortran', npy('<f4', (2, 2), bytes(16), fortran=True) + YS + npy('<i8', (2,), bytes(16)))
+put('npy', 'big_endian', npy('>f4', (1, 1), bytes(4)) + YS + npy('<i8', (1,), bytes(8)))
+put('npy', 'object', npy('|O', (1,), bytes(8)) + YS + npy('<i8', (1,), bytes(8)))
+put('npy', 'nan', npy('<f4', (1, 1), struct.pack('<f', float('nan'))) + YS + npy('<i8', (1,), bytes(8)))
+put('npy', 'huge_shape', npy('<f4', (2**62, 2**62), b'') + YS + npy('<i8', (1,), bytes(8)))
+put('npy', 'bad_header', b'\x93NUMPY\x01\x00\x10\x00{"descr": 1    }' + YS)
+
+# safetensors
+def st(tensors, meta=None, extra=b''):
+    h = {}
+    if meta is not None: h['__metadata__'] = meta
+    off = 0; data = b''
+    for name, dt, shape, raw in tensors:
+        h[name] = {'dtype': dt, 'shape': shape, 'data_offsets': [off, off + len(raw)]}
+        off += len(raw); data += raw
+    hb = json.dumps(h).encode()
+    hb += b' ' * ((8 - len(hb) % 8) % 8)
+    return struct.pack('<Q', len(hb)) + hb + data + extra
+put('safetensors', 'two', st([('w', 'F32', [2, 2], bytes(16)), ('b', 'F32', [2], bytes(8))], {'format': 'pt', 'spec': '{}'}))
+put('safetensors', 'dtypes', st([('a', 'F16', [1], bytes(2)), ('b', 'I64', [1, 1], bytes(8)), ('c', 'BOOL', [3], bytes(3)), ('d', 'U8', [0], b'')]))
+put('safetensors', 'gap', struct.pack('<Q', 64) + b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}'.ljust(64) + bytes(8))
+put('safetensors', 'overflow', struct.pack('<Q', 88) + b'{"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}}'.ljust(88))
+put('safetensors', 'header_too_long', struct.pack('<Q', 2**63) + b'{}')
+put('safetensors', 'not_object', struct.pack('<Q', 8) + b'[1,2,3] ')
+put('safetensors', 'bad_meta', st([('w', 'F32', [1], bytes(4))], {'format': 5}))
+
+# job specs (model, hyperparameters, resources, priority, and the dataset)
+mlp = {'layers': [{'type': 'flatten'}, {'type': 'dense', 'units': 16}, {'type': 'relu'}, {'type': 'dropout', 'rate': 0.5}, {'type': 'dense', 'units': 10}]}
+put('jobspec', 'mlp', json.dumps({'model': mlp, 'hyperparameters': {'epochs': 2, 'batch_size': 32, 'learning_rate': 0.01, 'optimizer': 'adam'}, 'resources': {'gpu': 'none'}, 'priority': 5}))
+cnn = {'layers': [{'type': 'conv2d', 'filters': 4, 'kernel_size': 3, 'padding': 'same'}, {'type': 'batchnorm'}, {'type': 'relu'}, {'type': 'maxpool2d', 'pool_size': 2}, {'type': 'flatten'}, {'type': 'dense', 'units': 10}]}
+put('jobspec', 'cnn_augment', json.dumps({'model': cnn, 'hyperparameters': {'augment': {'crop_padding': 2, 'horizontal_flip': True}, 'loss': 'cross_entropy', 'label_smoothing': 0.1, 'seed': 7}, 'resources': {'gpu': {'min_memory_gb': 8, 'min_compute_slices': 1}}}))
+put('jobspec', 'regression_bce', json.dumps({'input_shape': [8], 'regression': False, 'outputs': 2, 'model': {'layers': [{'type': 'dense', 'units': 1}]}, 'hyperparameters': {'loss': 'binary_cross_entropy'}}))
+put('jobspec', 'regression_huber', json.dumps({'input_shape': [4], 'regression': True, 'outputs': 3, 'model': {'layers': [{'type': 'dense', 'units': 3, 'activation': 'relu'}]}, 'hyperparameters': {'loss': 'huber', 'huber_delta': 0.5, 'precision': 'fp16'}}))
+put('jobspec', 'huge_units', json.dumps({'model': {'layers': [{'type': 'flatten'}, {'type': 'dense', 'units': 2**40}, {'type': 'dense', 'units': 10}]}, 'hyperparameters': {'batch_size': -1, 'epochs': 1e308}}))
+put('jobspec', 'bad_types', '{"model":{"layers":[{"type":"conv9"},3,null]},"hyperparameters":[],"resources":{"gpu":{"min_memory_gb":"x"}},"priority":1e99}')
+put('jobspec', 'deep', '{"model":{"layers":' + '['*200 + ']'*200 + '}}')
+
+# worker protocol lines
+for name, line in [('started', {'event': 'started', 'pid': 12, 'cuda_visible_devices': '0', 'capabilities': {}}),
+                   ('heartbeat', {'event': 'heartbeat'}),
+                   ('progress', {'event': 'progress', 'epoch': 1, 'epochs': 2, 'step': 3, 'total_steps': 9, 'fraction': 0.3}),
+                   ('epoch', {'event': 'epoch', 'epoch': 1, 'train_loss': 0.5, 'train_accuracy': 0.9, 'val_loss': None}),
+                   ('preempted', {'event': 'preempted', 'epoch': None, 'step': None, 'checkpoint': False}),
+                   ('error', {'event': 'error', 'message': 'x'}),
+                   ('unknown', {'event': 'fly'})]:
+    put('wproto', name, json.dumps(line) + '\n')
+put('wproto', 'not_json', 'Traceback (most recent call last):\n')
+put('wproto', 'event_not_string', '{"event": 5}')
+put('wproto', 'array', '[{"event":"done"}]')
+
+# Last-Event-ID
+for name, v in [('zero', '0'), ('id', '42'), ('max', '9007199254740991'), ('over', '9007199254740992'),
+                ('huge', '99999999999999999999999'), ('neg', '-1'), ('plus', '+1'), ('space', ' 1'),
+                ('trailing', '1 '), ('hex', '0x10'), ('zeros', '0000012'), ('empty', '')]:
+    put('last_event_id', name, v)
+
+# predict bodies: first byte = features - 1
+put('predict', 'flat', b'\x03' + json.dumps({'inputs': [[1, 2, 3, 4], [0.5, -1e3, 2e-7, 255]]}).encode())
+put('predict', 'nested', b'\x03' + json.dumps({'inputs': [[[1, 2], [3, 4]], [[[1]], [[2]], [3, 4]]]}).encode())
+put('predict', 'kserve', b'\x05' + json.dumps({'inputs': [{'name': 'input', 'datatype': 'FP32', 'shape': [1, 6], 'data': [1, 2, 3, 4, 5, 6]}]}).encode())
+put('predict', 'too_many', b'\x00' + json.dumps({'inputs': [[1, 2, 3, [4, 5]]]}).encode())
+put('predict', 'not_numbers', b'\x01' + json.dumps({'inputs': [[True, 'a'], [None], [{}]]}).encode())
+put('predict', 'deep', b'\x01' + b'{"inputs":[' + b'['*20 + b'1' + b']'*20 + b']}')
+put('predict', 'huge_float', b'\x01' + b'{"inputs":[[1e308,-1e308]]}')
+put('predict', 'dup_key', b'\x01' + b'{"inputs":[[1,2]],"inputs":[[3]]}')
+
+# serve flags, one per line
+put('config_serve', 'defaults', '--listen\n127.0.0.1:8080\n--data\n./var')
+put('config_serve', 'many', '--listen=[::1]:0\n--threads=4\n--max-upload-bytes=2G\n--max-json-bytes\n64M\n--fetch-hosts\nexample.com,*.x.org\n--fetch-timeout=30\n--model-cache=512M\n--devices=cpu\n--preempt=on\n--events-ring=1000')
+put('config_serve', 'bad', '--listen\n[::1\n--threads=-1\n--max-upload-bytes=1Q')
+put('config_serve', 'overflow', '--max-upload-bytes=99999999999999999999T\n--listen=host:99999')
+put('config_serve', 'tls_half', '--tls-cert=/x\n--admin-key-file=' + 'a'*5000)
+put('config_serve', 'help', '--help')
+put('config_serve', 'no_value', '--listen')
+
+# client config
+put('cli_config', 'full', json.dumps({'url': 'https://h:8443', 'key': 'ty_abc', 'cacert': '/etc/ca.pem'}))
+put('cli_config', 'long', json.dumps({'url': 'u'*5000, 'key': 'k'*300, 'cacert': 'c'*5000}))
+put('cli_config', 'wrong_types', '{"url": 5, "key": null, "cacert": []}')
+put('cli_config', 'not_json', 'url=http://x\n')
+put('cli_config', 'key_file', '  ty_secretkey  \n\nsecond line\n')
+put('cli_config', 'empty', '')
+put('cli_config', 'nul', b'{"url":"a\\u0000b","key":"k"}')
+
+# model import: "<metadata JSON>@@W@@<safetensors>" (the shape of
+# tests/integration/test_api.c's import test)
+W = b'@@W@@'
+imp_meta = {'spec': {'layers': [{'type': 'dense', 'units': 5}, {'type': 'relu'}, {'type': 'dense', 'units': 3}]},
+            'task': 'classification', 'input_shape': [4], 'classes': ['a', 'b', 'c'],
+            'preprocess': {'kind': 'scale', 'factor': 0.5}}
+f32 = lambda n: struct.pack('<%df' % n, *[(i % 7 - 3) / 8 for i in range(n)])
+imp_t = [('0.weight', 'F32', [5, 4], f32(20)), ('0.bias', 'F32', [5], f32(5)),
+         ('2.weight', 'F32', [3, 5], f32(15)), ('2.bias', 'F32', [3], f32(3)),
+         ('1.num_batches_tracked', 'I64', [], struct.pack('<q', 7))]
+put('model_import', 'state_dict', json.dumps(imp_meta).encode() + W + st(imp_t))
+put('model_import', 'file_meta', W + st(imp_t[:4], {'spec': json.dumps(imp_meta['spec']), 'task': 'classification',
+                                                    'input_shape': '[4]', 'classes': '["a","b","c"]', 'format': 'trainyard'}))
+put('model_import', 'wrong_shape', json.dumps(imp_meta).encode() + W + st([('0.weight', 'F32', [5, 3], f32(15))] + imp_t[1:]))
+put('model_import', 'f64_bias', json.dumps(imp_meta).encode() + W + st(imp_t[:3] + [('2.bias', 'F64', [3], bytes(24))]))
+cnn_meta = {'spec': {'layers': [{'type': 'conv2d', 'filters': 2, 'kernel_size': 3}, {'type': 'batchnorm'}, {'type': 'relu'},
+                               {'type': 'flatten'}, {'type': 'dense', 'units': 2}]},
+            'task': 'regression', 'input_shape': [1, 4, 4], 'num_outputs': 2}
+put('model_import', 'cnn_missing', json.dumps(cnn_meta).encode() + W + st([('0.weight', 'F32', [2, 1, 3, 3], f32(18))]))
+put('model_import', 'bad_meta', b'{"spec": 1, "task": "x", "input_shape": [0]}' + W + st(imp_t))
