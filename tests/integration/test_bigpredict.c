@@ -36,6 +36,28 @@
 #define N 21000 /* examples in the big predict */
 #define MB (1024.0 * 1024.0)
 
+/* The memory bounds are the glibc allocator's: under AddressSanitizer (the
+ * Sanitize build runs this suite too) freed memory sits in ASan's
+ * quarantine and is never trimmed, so RSS says nothing about the server's
+ * own behaviour. The figures are still printed; the requests' answers are
+ * still checked. */
+static int memory_bounds_hold(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+    printf("memory bounds not checked: AddressSanitizer build\n");
+    return 0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    printf("memory bounds not checked: AddressSanitizer build\n");
+    return 0;
+#else
+    return 1;
+#endif
+#else
+    return 1;
+#endif
+}
+
 static srv server;
 static char model_path[256], kserve_path[256];
 static float w0[H * F], b0[H], w1[K * H], b1[K];
@@ -293,8 +315,10 @@ static void test_big_predict_memory(void **state)
         fprintf(stderr, "big predict: %ld %.300s\n", r->status, r->body);
     assert_int_equal(r->status, 200);
     assert_int_equal(m.health_ok, m.health_polls);
-    assert_true(growth < 3 * floats);
-    assert_true(m.after < m.rest + 50 * MB);
+    if (memory_bounds_hold()) {
+        assert_true(growth < 3 * floats);
+        assert_true(m.after < m.rest + 50 * MB);
+    }
 
     /* The outputs are the model's on the numbers sent, nested (odd
      * examples) or flat (even ones). */
@@ -341,8 +365,10 @@ static void test_too_many_examples(void **state)
     assert_non_null(strstr(r->body, "1 to 100000 examples"));
     /* The body is buffered, but no document is built: the old path grew
      * by ~15x the body. */
-    assert_true(growth < 1.5 * (double)len);
-    assert_true(m.after < m.rest + 50 * MB);
+    if (memory_bounds_hold()) {
+        assert_true(growth < 1.5 * (double)len);
+        assert_true(m.after < m.rest + 50 * MB);
+    }
     resp_free(r);
     free(body);
 }
