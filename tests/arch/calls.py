@@ -20,6 +20,8 @@ import re
 import subprocess
 import sys
 
+import scc
+
 DEFINED = set('TDBRVWGSui')
 
 
@@ -113,39 +115,15 @@ def graph(build, root):
 
 
 def circles(nodes, edges):
-    index, low, stack, on, out = {}, {}, [], set(), []
-    counter = [0]
-
-    def strong(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(edges.get(v, {})):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                comp.sort()
-                links = [f'{a} -> {b} ({edges[a][b]})' for a in comp
-                         for b in sorted(edges.get(a, {})) if b in comp]
-                out.append(f'call circle among {", ".join(comp)}: '
-                           + '; '.join(links))
-
-    sys.setrecursionlimit(10000)
-    for v in sorted(nodes):
-        if v not in index:
-            strong(v)
+    graph = {v: set(edges.get(v, {})) for v in nodes}
+    for targets in list(graph.values()):
+        for w in targets:
+            graph.setdefault(w, set())
+    out = []
+    for comp in scc.circles(graph):
+        links = [f'{a} -> {b} ({edges[a][b]})' for a in comp
+                 for b in sorted(edges.get(a, {})) if b in comp]
+        out.append(f'call circle among {", ".join(comp)}: ' + '; '.join(links))
     return out
 
 

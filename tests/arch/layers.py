@@ -17,6 +17,8 @@ import os
 import re
 import sys
 
+import scc
+
 PRODUCT_EXT = ('.c', '.h', '.cu', '.cuh')
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
@@ -129,39 +131,12 @@ def circles(graph):
                 edges[a].add(b)
                 edges.setdefault(b, set())
                 where.setdefault((a, b), f'{src}:{lineno}')
-    index, low, stack, on, out = {}, {}, [], set(), []
-    counter = [0]
-
-    def strong(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(edges[v]):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                comp.sort()
-                links = [where[(a, b)] for a in comp for b in sorted(edges[a])
-                         if b in comp]
-                out.append(f'{links[0]}: include circle among '
-                           f'{", ".join(comp)} (includes at {", ".join(links)})')
-
-    sys.setrecursionlimit(10000)
-    for v in sorted(edges):
-        if v not in index:
-            strong(v)
+    out = []
+    for comp in scc.circles(edges):
+        links = [where[(a, b)] for a in comp for b in sorted(edges[a])
+                 if b in comp]
+        out.append(f'{links[0]}: include circle among '
+                   f'{", ".join(comp)} (includes at {", ".join(links)})')
     return out
 
 
