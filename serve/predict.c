@@ -15,42 +15,105 @@
 #include "serve/decode.h"
 #include "store/blob.h"
 
-/* A prediction in progress: the model held from the cache, the inputs and
- * the outputs (run_free releases all three). */
+/* ---- a model opened for one request ---- */
+
+ty_status serve_model_open(const serve_env *env, const char *tenant_id,
+                           const char *ref, int by_name, serve_model *m,
+                           ty_err *err)
+{
+    memset(m, 0, sizeof *m);
+    m->env = env;
+    char sha[65], path[PATH_MAX];
+    json_t *doc = NULL;
+    ty_status s;
+    if (by_name) {
+        s = store_model_find(env->store, tenant_id, ref, m->id, &doc, sha, err);
+    } else {
+        snprintf(m->id, sizeof m->id, "%s", ref);
+        s = store_model_get(env->store, tenant_id, ref, &doc, sha, err);
+    }
+    if (s != TY_OK)
+        return s;
+    snprintf(m->name, sizeof m->name, "%s",
+             json_string_value(json_object_get(doc, "name"))
+                 ? json_string_value(json_object_get(doc, "name"))
+                 : "");
+    blob_path(env->data_dir, sha, path, sizeof path);
+    /* Served where it was trained when this server has that device
+     * (trained_on: "cuda:N"; absent for imports), unless --serve-device
+     * says otherwise. */
+    s = model_cache_get(env->models, m->id, path,
+                        json_string_value(json_object_get(doc, "trained_on")),
+                        &m->e, err);
+    json_decref(doc);
+    if (s != TY_OK) {
+        m->e = NULL;
+        return s;
+    }
+    const nn_net *net = model_entry_net(m->e);
+    const json_t *meta = nn_net_meta(net);
+    m->features = nn_net_input_features(net);
+    m->outputs = nn_net_num_outputs(net);
+    m->task = nn_net_task(net);
+    m->input_shape = json_object_get(meta, "input_shape");
+    m->classes = m->task == TY_TASK_CLASSIFICATION
+                     ? json_object_get(meta, "classes")
+                     : NULL;
+    place_device_label(model_entry_device(m->e), m->device, sizeof m->device);
+    return TY_OK;
+}
+
+void serve_model_close(serve_model *m)
+{
+    if (m->e)
+        model_cache_release(m->env->models, m->e);
+    m->e = NULL;
+}
+
+ty_status serve_model_run(serve_model *m, const float *x, uint64_t n,
+                          float *out, ty_err *err)
+{
+    model_entry *e = m->e;
+    const nn_net *net = model_entry_net(e);
+    uint64_t f = m->features;
+    uint32_t k = m->outputs;
+    model_entry_device_lock(e);
+    nn_workspace *ws = model_entry_workspace_get(e);
+    if (!ws) {
+        model_entry_device_unlock(e);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    ty_status s = TY_OK;
+    for (uint64_t i = 0; i < n && s == TY_OK; i += MODEL_CACHE_BATCH) {
+        uint32_t b =
+            n - i < MODEL_CACHE_BATCH ? (uint32_t)(n - i) : MODEL_CACHE_BATCH;
+        s = nn_net_predict(net, ws, x + i * f, b, out + i * k, err);
+    }
+    model_entry_workspace_put(e, ws);
+    model_entry_device_unlock(e);
+    return s;
+}
+
+/* A prediction in progress: the model and its input and output buffers
+ * (run_free releases all three). */
 typedef struct {
-    const serve_env *env;
-    model_entry *e;
+    serve_model m;
     const nn_net *net;
     uint64_t features; /* per example */
     uint32_t outputs;  /* per example */
     float *x, *out;
 } run;
 
-/* Looks up the tenant's model and takes it from the cache. */
 static ty_status run_open(run *rn, const serve_env *env, const char *tenant_id,
                           const char *model_id, ty_err *err)
 {
     memset(rn, 0, sizeof *rn);
-    rn->env = env;
-    char sha[65], path[PATH_MAX];
-    json_t *doc = NULL;
-    ty_status s =
-        store_model_get(env->store, tenant_id, model_id, &doc, sha, err);
+    ty_status s = serve_model_open(env, tenant_id, model_id, 0, &rn->m, err);
     if (s != TY_OK)
         return s;
-    blob_path(env->data_dir, sha, path, sizeof path);
-    /* Served where it was trained when this server has that device
-     * (trained_on: "cuda:N"; absent for imports), unless --serve-device
-     * says otherwise. */
-    s = model_cache_get(env->models, model_id, path,
-                        json_string_value(json_object_get(doc, "trained_on")),
-                        &rn->e, err);
-    json_decref(doc);
-    if (s != TY_OK)
-        return s;
-    rn->net = model_entry_net(rn->e);
-    rn->features = nn_net_input_features(rn->net);
-    rn->outputs = nn_net_num_outputs(rn->net);
+    rn->net = model_entry_net(rn->m.e);
+    rn->features = rn->m.features;
+    rn->outputs = rn->m.outputs;
     return TY_OK;
 }
 
@@ -68,16 +131,7 @@ static void run_free(run *rn)
 {
     free(rn->x);
     free(rn->out);
-    if (rn->e)
-        model_cache_release(rn->env->models, rn->e);
-}
-
-/* "cpu" or "cuda:N": where the entry's predictions run. */
-static json_t *device_of(const model_entry *e)
-{
-    char label[16];
-    place_device_label(model_entry_device(e), label, sizeof label);
-    return json_string(label);
+    serve_model_close(&rn->m);
 }
 
 static void shape_text(const json_t *shape, char *out, size_t n)
@@ -85,30 +139,6 @@ static void shape_text(const json_t *shape, char *out, size_t n)
     char *t = json_dumps(shape, JSON_COMPACT);
     snprintf(out, n, "%s", t ? t : "?");
     free(t);
-}
-
-/* Runs n examples of x through the model into out (n * outputs). */
-static ty_status run_batches(model_entry *e, const float *x, uint32_t n,
-                             float *out, ty_err *err)
-{
-    const nn_net *net = model_entry_net(e);
-    uint64_t f = nn_net_input_features(net);
-    uint32_t k = nn_net_num_outputs(net);
-    model_entry_device_lock(e);
-    nn_workspace *ws = model_entry_workspace_get(e);
-    if (!ws) {
-        model_entry_device_unlock(e);
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    }
-    ty_status s = TY_OK;
-    for (uint32_t i = 0; i < n && s == TY_OK; i += MODEL_CACHE_BATCH) {
-        uint32_t b = n - i < MODEL_CACHE_BATCH ? n - i : MODEL_CACHE_BATCH;
-        s = nn_net_predict(net, ws, x + (uint64_t)i * f, b,
-                           out + (uint64_t)i * k, err);
-    }
-    model_entry_workspace_put(e, ws);
-    model_entry_device_unlock(e);
-    return s;
 }
 
 /* The "predictions" array: class labels (argmax) or values. */
@@ -159,7 +189,7 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
         s = serve_predict_decode(b, f, shape, rn.x, room, err);
     }
     if (s == TY_OK)
-        s = run_batches(rn.e, rn.x, (uint32_t)n, rn.out, err);
+        s = serve_model_run(&rn.m, rn.x, n, rn.out, err);
     if (s == TY_OK) {
         json_t *outputs = json_array();
         for (size_t i = 0; i < n; i++) {
@@ -171,7 +201,7 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
         *reply = json_pack("{s:s, s:o, s:o, s:o}", "model", model_id, "outputs",
                            outputs, "predictions",
                            predictions(rn.net, rn.out, (uint32_t)n), "device",
-                           device_of(rn.e));
+                           json_string(rn.m.device));
     }
     run_free(&rn);
     return s;
@@ -223,7 +253,7 @@ ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
                TY_OK) {
         /* not numbers, or not total of them */
     } else {
-        s = run_batches(rn.e, rn.x, (uint32_t)batch, rn.out, err);
+        s = serve_model_run(&rn.m, rn.x, batch, rn.out, err);
     }
     if (s == TY_OK) {
         json_t *flat = json_array();
@@ -232,7 +262,7 @@ ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
         *output =
             json_pack("{s:s, s:s, s:[I, i], s:o}", "name", "output", "datatype",
                       "FP32", "shape", (json_int_t)batch, (int)k, "data", flat);
-        *device = device_of(rn.e);
+        *device = json_string(rn.m.device);
     }
     run_free(&rn);
     return s;
@@ -288,9 +318,9 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
         }
     }
     double loss = 0, accuracy = -1;
-    model_entry_device_lock(rn.e);
+    model_entry_device_lock(rn.m.e);
     s = nn_net_evaluate(net, &ds, map, &loss, &accuracy, err);
-    model_entry_device_unlock(rn.e);
+    model_entry_device_unlock(rn.m.e);
     if (s != TY_OK)
         goto done;
     json_t *res =
@@ -298,7 +328,7 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
                   "num_examples", (json_int_t)ds.num_examples, "loss", loss);
     json_object_set_new(res, "accuracy",
                         accuracy >= 0 ? json_real(accuracy) : json_null());
-    json_object_set_new(res, "device", device_of(rn.e));
+    json_object_set_new(res, "device", json_string(rn.m.device));
     *reply = res;
 done:
     free(map);

@@ -28,6 +28,47 @@ typedef struct serve_env {
     const char *data_dir;
 } serve_env;
 
+/* ---- a model opened for one request ----
+ *
+ * What every protocol (REST /v1, KServe /v2) needs of a tenant's model:
+ * its description for checking a request and rendering the reply, and a
+ * way to run examples through it. The struct is the caller's (on its
+ * stack); the fields above the line are read-only for the caller and valid
+ * until serve_model_close. */
+#define SERVE_NAME_MAX 256
+
+typedef struct serve_model {
+    char id[TY_ID_MAX];
+    char name[SERVE_NAME_MAX]; /* the model's name ("" when none) */
+    uint64_t features;         /* input values per example */
+    uint32_t outputs;          /* output values per example */
+    ty_task task;
+    const json_t *input_shape; /* per example, without the batch: [1,28,28] */
+    const json_t *classes;     /* classification: the label of each output
+                                  index; NULL for regression */
+    char device[16];           /* where it runs: "cpu", "cuda:0" */
+    /* ---- private ---- */
+    const serve_env *env;
+    model_entry *e;
+} serve_model;
+
+/* Opens the tenant's model named by ref: the model whose id is ref, else,
+ * when by_name, the newest of the tenant's models whose name is ref (names
+ * are not unique; an id always wins). TY_ENOTFOUND ("model <ref> not found") when
+ * neither exists or it is another tenant's; nn_net_load's errors for a
+ * model file that cannot be loaded. On failure *m needs no close. */
+ty_status serve_model_open(const serve_env *env, const char *tenant_id,
+                           const char *ref, int by_name, serve_model *m,
+                           ty_err *err);
+
+/* Runs n examples (x: n * features floats) through the model into out
+ * (n * outputs floats), in batches of MODEL_CACHE_BATCH. TY_ENOMEM, or the
+ * device's error. */
+ty_status serve_model_run(serve_model *m, const float *x, uint64_t n,
+                          float *out, ty_err *err);
+
+void serve_model_close(serve_model *m);
+
 /* POST /v1/models/{id}/predict: the inputs of body (scanned by
  * serve_predict_scan: an array of 1 to SERVE_MAX_EXAMPLES examples, each a
  * list of numbers, flat or nested in the input shape) through tenant_id's

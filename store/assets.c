@@ -187,8 +187,11 @@ ty_status store_model_insert(store *st, const char *tenant_id, const char *id,
                              const char *sha256, int64_t bytes,
                              const json_t *doc, ty_err *err)
 {
-    return asset_insert(st, ASSET_MODEL, tenant_id, id, sha256, bytes, doc,
-                        err);
+    ty_status s =
+        asset_insert(st, ASSET_MODEL, tenant_id, id, sha256, bytes, doc, err);
+    if (s == TY_OK)
+        store_gen_bump(st, STORE_GEN_MODELS);
+    return s;
 }
 
 ty_status store_dataset_get(store *st, const char *tenant_id, const char *id,
@@ -201,6 +204,29 @@ ty_status store_model_get(store *st, const char *tenant_id, const char *id,
                           json_t **doc, char sha256[65], ty_err *err)
 {
     return asset_get(st, ASSET_MODEL, tenant_id, id, doc, sha256, err);
+}
+
+ty_status store_model_find(store *st, const char *tenant_id, const char *ref,
+                           char *id, json_t **doc, char sha256[65], ty_err *err)
+{
+    json_t *row = NULL;
+    pthread_mutex_lock(&st->mu);
+    ty_status s = db_q_one(
+        st, &row, err, "model", ref,
+        "SELECT id, doc AS doc_json, sha256 FROM models WHERE tenant_id = ?2 "
+        "AND (id = ?1 OR json_extract(doc, '$.name') = ?1) "
+        "ORDER BY id = ?1 DESC, seq DESC LIMIT 1",
+        "ss", ref, tenant_id);
+    pthread_mutex_unlock(&st->mu);
+    if (s != TY_OK)
+        return s;
+    snprintf(id, TY_ID_MAX, "%s",
+             json_string_value(json_object_get(row, "id")));
+    snprintf(sha256, 65, "%s",
+             json_string_value(json_object_get(row, "sha256")));
+    *doc = json_incref(json_object_get(row, "doc"));
+    json_decref(row);
+    return TY_OK;
 }
 
 ty_status store_dataset_list(store *st, const char *tenant_id, store_page page,
@@ -226,5 +252,8 @@ ty_status store_dataset_delete(store *st, const char *tenant_id, const char *id,
 ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
                              char sha256[65], ty_err *err)
 {
-    return asset_delete(st, ASSET_MODEL, tenant_id, id, sha256, err);
+    ty_status s = asset_delete(st, ASSET_MODEL, tenant_id, id, sha256, err);
+    if (s == TY_OK)
+        store_gen_bump(st, STORE_GEN_MODELS);
+    return s;
 }

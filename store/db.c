@@ -411,6 +411,16 @@ void store_close(store *st)
     free(st);
 }
 
+void store_gen_bump(store *st, store_gen which)
+{
+    __atomic_add_fetch(&st->gen[which], 1, __ATOMIC_RELEASE);
+}
+
+uint64_t store_gen_get(store *st, store_gen which)
+{
+    return __atomic_load_n(&st->gen[which], __ATOMIC_ACQUIRE);
+}
+
 int store_schema_version(store *st)
 {
     sqlite3_stmt *s;

@@ -289,6 +289,8 @@ ty_status store_job_succeed(store *st, const char *id, const char *model_id,
         db_rollback(st);
     pthread_mutex_unlock(&st->mu);
     free(doc);
+    if (s == TY_OK)
+        store_gen_bump(st, STORE_GEN_MODELS);
     return s;
 }
 

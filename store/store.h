@@ -207,7 +207,29 @@ ty_status store_job_request_cancel(store *st, const char *tenant_id,
  * shutdown); *count says how many. */
 ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err);
 
+/* ---- change counters (db.c) ----
+ *
+ * A cache of some rows (the API keys, the models) built outside the store
+ * stays coherent by comparing a counter: each is bumped after every
+ * committed change to its rows, before the call that made the change
+ * returns, and read without the store's lock. */
+typedef enum {
+    STORE_GEN_KEYS,   /* keys created or revoked, admin key ensured */
+    STORE_GEN_MODELS, /* models inserted (imports, jobs) or deleted */
+    STORE_GEN_COUNT
+} store_gen;
+
+uint64_t store_gen_get(store *st, store_gen which);
+
 /* ---- models (assets.c) ---- */
+
+/* A tenant's model by reference: the model whose id is ref, else the newest
+ * of the tenant's models named ref. *id (TY_ID_MAX) gets its id; doc and
+ * sha256 as store_model_get. TY_ENOTFOUND ("model <ref> not found") when
+ * neither matches. */
+ty_status store_model_find(store *st, const char *tenant_id, const char *ref,
+                           char *id, json_t **doc, char sha256[65],
+                           ty_err *err);
 
 ty_status store_model_get(store *st, const char *tenant_id, const char *id,
                           json_t **doc, char sha256[65], ty_err *err);

@@ -27,7 +27,13 @@ struct store {
      * another copy is deleted never loses its file. */
     pthread_mutex_t blob_mu;
     char data_dir[PATH_MAX];
+    /* store_gen: bumped after each committed change (atomics; read
+     * without mu). */
+    uint64_t gen[STORE_GEN_COUNT];
 };
+
+/* Marks a committed change to the rows of a kind (store_gen_get). */
+void store_gen_bump(store *st, store_gen which);
 
 /* TY_EIO with SQLite's message for the connection, naming what failed. */
 ty_status db_fail(store *st, ty_err *err, const char *what);

@@ -70,6 +70,8 @@ ty_status store_admin_key_ensure(store *st, const char *new_tenant_id,
     if (s != TY_OK)
         db_rollback(st);
     pthread_mutex_unlock(&st->mu);
+    if (s == TY_OK)
+        store_gen_bump(st, STORE_GEN_KEYS);
     return s;
 }
 
@@ -302,6 +304,8 @@ ty_status store_key_create(store *st, const char *tenant_id, const char *key_id,
                      "SELECT " KEY_COLUMNS " FROM api_keys WHERE id = ?", "s",
                      key_id);
     pthread_mutex_unlock(&st->mu);
+    if (s == TY_OK)
+        store_gen_bump(st, STORE_GEN_KEYS);
     return s;
 }
 
@@ -363,5 +367,7 @@ ty_status store_key_revoke(store *st, const char *tenant_id, const char *key_id,
 done:
     json_decref(row);
     pthread_mutex_unlock(&st->mu);
+    if (s == TY_OK)
+        store_gen_bump(st, STORE_GEN_KEYS);
     return s;
 }
