@@ -1,0 +1,257 @@
+/*
+ * encode.c - replies written into a byte buffer (see encode.h).
+ *
+ * The shortest float: the value is printed once with 9 significant digits
+ * (always enough for a float32 to read back exactly), then the digit string
+ * is rounded to p digits and read back with strtof; reading back succeeds
+ * for every p from the shortest one up (rounding to more digits only comes
+ * closer), so a binary search over p = 1..9 needs three or four reads.
+ */
+#include "serve/encode.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int serve_buf_ok(const serve_buf *b) { return !b->failed; }
+
+int serve_buf_reserve(serve_buf *b, size_t n)
+{
+    if (b->failed)
+        return 0;
+    if (b->len + n + 1 <= b->cap)
+        return 1;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + n + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->failed = 1;
+        return 0;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+int serve_buf_add(serve_buf *b, const void *data, size_t n)
+{
+    if (!serve_buf_reserve(b, n))
+        return 0;
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 1;
+}
+
+int serve_buf_str(serve_buf *b, const char *s)
+{
+    return serve_buf_add(b, s, strlen(s));
+}
+
+int serve_buf_json_string(serve_buf *b, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (!serve_buf_reserve(b, strlen(s) * 6 + 2))
+        return 0;
+    char *o = b->p + b->len;
+    *o++ = '"';
+    for (const unsigned char *q = (const unsigned char *)s; *q; q++) {
+        if (*q == '"' || *q == '\\') {
+            *o++ = '\\';
+            *o++ = (char)*q;
+        } else if (*q < 0x20) {
+            *o++ = '\\';
+            *o++ = 'u';
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hex[*q >> 4];
+            *o++ = hex[*q & 15];
+        } else {
+            *o++ = (char)*q;
+        }
+    }
+    *o++ = '"';
+    b->len = (size_t)(o - b->p);
+    b->p[b->len] = '\0';
+    return 1;
+}
+
+int serve_buf_int(serve_buf *b, int64_t v)
+{
+    char t[24];
+    int n = snprintf(t, sizeof t, "%lld", (long long)v);
+    return serve_buf_add(b, t, (size_t)n);
+}
+
+/* digits (9 of them, no dot) cut to p digits into out, plus one unit in
+ * the last place when up; *exp10 moves by one when that carries out
+ * (9.99 -> 10.0). */
+static void cut_digits(const char *digits, int p, int up, char *out, int *exp10)
+{
+    memcpy(out, digits, (size_t)p);
+    out[p] = '\0';
+    if (!up)
+        return;
+    int i = p - 1;
+    while (i >= 0 && out[i] == '9')
+        out[i--] = '0';
+    if (i >= 0) {
+        out[i]++;
+    } else {
+        memmove(out + 1, out, (size_t)p);
+        out[0] = '1';
+        out[p] = '\0'; /* still p digits: the last 0 drops */
+        (*exp10)++;
+    }
+}
+
+/* The decimal of digits (p of them, d.ddd x 10^exp10) in out: plain
+ * notation for exponents -5..16, else d.ddde[+-]XX, with at least one
+ * digit after the point ("3.0", as Python writes floats). */
+static size_t layout(int neg, const char *digits, int p, int exp10, char *out)
+{
+    while (p > 1 && digits[p - 1] == '0')
+        p--;
+    char *o = out;
+    if (neg)
+        *o++ = '-';
+    if (exp10 >= -5 && exp10 < 17) {
+        if (exp10 < 0) {
+            *o++ = '0';
+            *o++ = '.';
+            for (int i = -1; i > exp10; i--)
+                *o++ = '0';
+            memcpy(o, digits, (size_t)p);
+            o += p;
+        } else {
+            for (int i = 0; i <= exp10; i++)
+                *o++ = i < p ? digits[i] : '0';
+            *o++ = '.';
+            if (p > exp10 + 1) {
+                memcpy(o, digits + exp10 + 1, (size_t)(p - exp10 - 1));
+                o += p - exp10 - 1;
+            } else {
+                *o++ = '0';
+            }
+        }
+    } else {
+        *o++ = digits[0];
+        *o++ = '.';
+        if (p > 1) {
+            memcpy(o, digits + 1, (size_t)(p - 1));
+            o += p - 1;
+        } else {
+            *o++ = '0';
+        }
+        o += sprintf(o, "e%c%02d", exp10 < 0 ? '-' : '+',
+                     exp10 < 0 ? -exp10 : exp10);
+    }
+    *o = '\0';
+    return (size_t)(o - out);
+}
+
+/* Whether digits (p of them) x 10^exp10 reads back as v. */
+static int reads_back(float v, const char *digits, int p, int exp10)
+{
+    char t[40];
+    int n = 0;
+    t[n++] = digits[0];
+    t[n++] = '.';
+    memcpy(t + n, digits + 1, (size_t)(p - 1));
+    n += p - 1;
+    snprintf(t + n, sizeof t - (size_t)n, "e%d", exp10);
+    return strtof(t, NULL) == fabsf(v);
+}
+
+size_t serve_float_text(float v, char out[32])
+{
+    if (!isfinite(v)) {
+        memcpy(out, "null", 5);
+        return 4;
+    }
+    if (v == 0.0f) {
+        const char *z = signbit(v) ? "-0.0" : "0.0";
+        strcpy(out, z);
+        return strlen(z);
+    }
+    char sci[32];
+    snprintf(sci, sizeof sci, "%.8e", (double)fabsf(v));
+    /* "d.dddddddde[+-]XX" */
+    char digits[10];
+    digits[0] = sci[0];
+    memcpy(digits + 1, sci + 2, 8);
+    digits[9] = '\0';
+    int exp10 = atoi(sci + 11);
+    int lo = 1, hi = 9; /* 9 digits always read back */
+    char best[10];
+    int best_exp = exp10;
+    memcpy(best, digits, 10);
+    /* p digits work when the p-digit decimal just below v or the one just
+     * above reads back; the nearer one (by the 9 digits) is tried first. */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2, found = 0;
+        int near_up = digits[mid] >= '5';
+        for (int k = 0; k < 2 && !found; k++) {
+            int e = exp10;
+            char cand[11];
+            cut_digits(digits, mid, k == 0 ? near_up : !near_up, cand, &e);
+            if (reads_back(v, cand, mid, e)) {
+                found = 1;
+                memcpy(best, cand, (size_t)mid + 1);
+                best_exp = e;
+            }
+        }
+        if (found)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (hi == 9) {
+        memcpy(best, digits, 10);
+        best_exp = exp10;
+    }
+    return layout(signbit(v) != 0, best, hi, best_exp, out);
+}
+
+int serve_buf_float(serve_buf *b, float v)
+{
+    char t[32];
+    size_t n = serve_float_text(v, t);
+    return serve_buf_add(b, t, n);
+}
+
+int serve_buf_floats(serve_buf *b, const float *v, size_t n)
+{
+    if (!serve_buf_reserve(b, n * 16))
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (i && !serve_buf_add(b, ",", 1))
+            return 0;
+        if (!serve_buf_float(b, v[i]))
+            return 0;
+    }
+    return 1;
+}
+
+char *serve_buf_take(serve_buf *b, size_t *len)
+{
+    if (b->failed) {
+        serve_buf_free(b);
+        return NULL;
+    }
+    if (!b->p && !serve_buf_reserve(b, 0))
+        return NULL;
+    char *p = b->p;
+    if (len)
+        *len = b->len;
+    memset(b, 0, sizeof *b);
+    return p;
+}
+
+void serve_buf_free(serve_buf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof *b);
+}
