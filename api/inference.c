@@ -53,7 +53,6 @@ void api_models_predict(api_ctx *app, http_req *r)
     if (!text)
         return;
     ty_err err = {0};
-    json_t *doc = NULL;
     serve_predict_body b;
     ty_status s = serve_predict_scan(text, len, &b, &err);
     if (s == TY_EFORMAT) {
@@ -61,10 +60,19 @@ void api_models_predict(api_ctx *app, http_req *r)
         return;
     }
     serve_env env = env_of(app);
+    serve_buf out = {0};
     if (s == TY_OK)
-        s = serve_predict(&env, api_tenant(r), http_req_param(r, 0), &b, &doc,
+        s = serve_predict(&env, api_tenant(r), http_req_param(r, 0), &b, &out,
                           &err);
-    reply(r, s, &err, doc, "predict", t0);
+    if (s != TY_OK) {
+        serve_buf_free(&out);
+        http_reply_error(r, s, &err);
+        return;
+    }
+    opm_predict("predict", opm_now() - t0);
+    size_t n;
+    char *text_out = serve_buf_take(&out, &n);
+    http_reply_buffer(r, 200, "application/json", text_out, n);
 }
 
 void api_models_evaluate(api_ctx *app, http_req *r)

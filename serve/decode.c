@@ -400,6 +400,97 @@ ty_status serve_predict_scan(const char *text, size_t len,
     return TY_OK;
 }
 
+/* Exact powers of ten as doubles (10^22 is the largest one). */
+static const double pow10_exact[] = {
+    1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
+    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* The number at *p (before end) as strtod reads it; *p moves past it.
+ * Numbers whose digits fit 2^53 with a power of ten up to 10^22 (pixel
+ * values, most decimals people send) are converted here exactly as strtod
+ * would (one correctly rounded multiply or divide of exact doubles: Clinger's
+ * fast path); the rest go to strtod. 0 when the text is not a number. */
+static int number_value(const char **p, const char *end, double *out)
+{
+    const char *q = *p, *start = q;
+    int neg = 0;
+    if (q < end && *q == '-') {
+        neg = 1;
+        q++;
+    }
+    uint64_t m = 0;
+    int digits = 0, frac = 0, exact = 1;
+    const char *d0 = q;
+    while (q < end && is_digit(*q)) {
+        if (digits < 19)
+            m = m * 10 + (uint64_t)(*q - '0');
+        else
+            exact = 0;
+        if (m || digits)
+            digits++;
+        q++;
+    }
+    if (q == d0)
+        return 0;
+    if (q < end && *q == '.') {
+        q++;
+        const char *f0 = q;
+        while (q < end && is_digit(*q)) {
+            if (digits < 19) {
+                m = m * 10 + (uint64_t)(*q - '0');
+                frac++;
+            } else {
+                exact = 0;
+            }
+            if (m || digits)
+                digits++;
+            q++;
+        }
+        if (q == f0)
+            return 0;
+    }
+    int e = 0;
+    if (q < end && (*q == 'e' || *q == 'E')) {
+        q++;
+        int eneg = 0;
+        if (q < end && (*q == '+' || *q == '-'))
+            eneg = *q++ == '-';
+        const char *e0 = q;
+        while (q < end && is_digit(*q)) {
+            if (e < 100000)
+                e = e * 10 + (*q - '0');
+            q++;
+        }
+        if (q == e0)
+            return 0;
+        if (eneg)
+            e = -e;
+    }
+    int p10 = e - frac;
+    if (exact && m <= (1ull << 53) && p10 >= -22 && p10 <= 22) {
+        double v = (double)m;
+        v = p10 < 0 ? v / pow10_exact[-p10] : v * pow10_exact[p10];
+        *out = neg ? -v : v;
+        *p = q;
+        return 1;
+    }
+    size_t n = (size_t)(q - start);
+    char buf[64], *t = buf, *te;
+    if (n >= sizeof buf && !(t = malloc(n + 1)))
+        return 0;
+    memcpy(t, start, n);
+    t[n] = '\0';
+    double v = strtod(t, &te);
+    int ok = te == t + n;
+    if (t != buf)
+        free(t);
+    if (!ok)
+        return 0;
+    *out = v;
+    *p = q;
+    return 1;
+}
+
 /* The numbers of the array at c->p into x (up to cap, and only the first
  * room of them are written), counting into *count; stops early once *count
  * passes cap (the caller reports it). */
@@ -425,21 +516,9 @@ static ty_status flatten(cur *c, float *x, uint64_t cap, uint64_t room,
             if (s != TY_OK)
                 return s;
         } else if (ch == '-' || is_digit(ch)) {
-            char buf[64], *t = buf, *e;
             const char *q = c->p;
-            while (q < c->end && (is_digit(*q) || *q == '-' || *q == '+' ||
-                                  *q == '.' || *q == 'e' || *q == 'E'))
-                q++;
-            size_t n = (size_t)(q - c->p);
-            if (n >= sizeof buf && !(t = malloc(n + 1)))
-                return ty_fail(c->err, TY_ENOMEM, NULL, "out of memory");
-            memcpy(t, c->p, n);
-            t[n] = '\0';
-            double v = strtod(t, &e);
-            int ok = e == t + n && n > 0;
-            if (t != buf)
-                free(t);
-            if (!ok)
+            double v;
+            if (!number_value(&q, c->end, &v))
                 return bad_json(c, "invalid number");
             c->p = q;
             if (*count < cap && *count < room)

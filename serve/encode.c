@@ -235,6 +235,23 @@ int serve_buf_floats(serve_buf *b, const float *v, size_t n)
     return 1;
 }
 
+int serve_buf_json(serve_buf *b, const json_t *v)
+{
+    if (json_is_string(v) &&
+        strlen(json_string_value(v)) == json_string_length(v))
+        return serve_buf_json_string(b, json_string_value(v));
+    if (json_is_integer(v))
+        return serve_buf_int(b, (int64_t)json_integer_value(v));
+    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!t) {
+        b->failed = 1;
+        return 0;
+    }
+    int ok = serve_buf_str(b, t);
+    free(t);
+    return ok;
+}
+
 char *serve_buf_take(serve_buf *b, size_t *len)
 {
     if (b->failed) {

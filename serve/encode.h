@@ -11,6 +11,7 @@
 #ifndef TY_SERVE_ENCODE_H
 #define TY_SERVE_ENCODE_H
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -37,6 +38,9 @@ int serve_buf_int(serve_buf *b, int64_t v);
 int serve_buf_float(serve_buf *b, float v);
 /* n floats separated by commas (no brackets). */
 int serve_buf_floats(serve_buf *b, const float *v, size_t n);
+/* A small JSON value (a class label: string, integer, anything else through
+ * jansson) as JSON text. */
+int serve_buf_json(serve_buf *b, const json_t *v);
 /* Takes the bytes (the caller frees them); the buffer is empty after. */
 char *serve_buf_take(serve_buf *b, size_t *len);
 void serve_buf_free(serve_buf *b);

@@ -13,6 +13,7 @@
 #include "jobs/placement.h"
 #include "models/data/dataset.h"
 #include "serve/decode.h"
+#include "serve/encode.h"
 #include "store/blob.h"
 
 /* ---- a model opened for one request ---- */
@@ -23,29 +24,20 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
 {
     memset(m, 0, sizeof *m);
     m->env = env;
-    char sha[65], path[PATH_MAX];
-    json_t *doc = NULL;
-    ty_status s;
-    if (by_name) {
-        s = store_model_find(env->store, tenant_id, ref, m->id, &doc, sha, err);
-    } else {
-        snprintf(m->id, sizeof m->id, "%s", ref);
-        s = store_model_get(env->store, tenant_id, ref, &doc, sha, err);
-    }
+    serve_table_row row;
+    char path[PATH_MAX];
+    ty_status s =
+        serve_table_find(env->store, tenant_id, ref, by_name, &row, err);
     if (s != TY_OK)
         return s;
-    snprintf(m->name, sizeof m->name, "%s",
-             json_string_value(json_object_get(doc, "name"))
-                 ? json_string_value(json_object_get(doc, "name"))
-                 : "");
-    blob_path(env->data_dir, sha, path, sizeof path);
+    snprintf(m->id, sizeof m->id, "%s", row.id);
+    snprintf(m->name, sizeof m->name, "%s", row.name);
+    blob_path(env->data_dir, row.sha256, path, sizeof path);
     /* Served where it was trained when this server has that device
      * (trained_on: "cuda:N"; absent for imports), unless --serve-device
      * says otherwise. */
     s = model_cache_get(env->models, m->id, path,
-                        json_string_value(json_object_get(doc, "trained_on")),
-                        &m->e, err);
-    json_decref(doc);
+                        row.trained_on[0] ? row.trained_on : NULL, &m->e, err);
     if (s != TY_OK) {
         m->e = NULL;
         return s;
@@ -141,67 +133,70 @@ static void shape_text(const json_t *shape, char *out, size_t n)
     free(t);
 }
 
-/* The "predictions" array: class labels (argmax) or values. */
-static json_t *predictions(const nn_net *net, const float *out, uint32_t n)
+/* The reply of POST /v1/models/{id}/predict for n examples' outputs. */
+static void predict_reply(serve_buf *o, const serve_model *m, const float *out,
+                          uint64_t n)
 {
-    const json_t *meta = nn_net_meta(net);
-    const json_t *classes = json_object_get(meta, "classes");
-    uint32_t k = nn_net_num_outputs(net);
-    json_t *p = json_array();
-    for (uint32_t i = 0; i < n; i++) {
-        const float *row = out + (uint64_t)i * k;
-        if (nn_net_task(net) == TY_TASK_CLASSIFICATION) {
+    uint32_t k = m->outputs;
+    serve_buf_reserve(o, 64 + n * k * 14);
+    serve_buf_str(o, "{\"model\":");
+    serve_buf_json_string(o, m->id);
+    serve_buf_str(o, ",\"outputs\":[");
+    for (uint64_t i = 0; i < n; i++) {
+        serve_buf_str(o, i ? ",[" : "[");
+        serve_buf_floats(o, out + i * k, k);
+        serve_buf_str(o, "]");
+    }
+    serve_buf_str(o, "],\"predictions\":[");
+    for (uint64_t i = 0; i < n; i++) {
+        const float *row = out + i * k;
+        if (i)
+            serve_buf_str(o, ",");
+        if (m->task == TY_TASK_CLASSIFICATION) {
             uint32_t best = 0;
             for (uint32_t j = 1; j < k; j++)
                 if (row[j] > row[best])
                     best = j;
-            json_t *label = json_array_get(classes, best);
-            json_array_append_new(p, label ? json_incref(label)
-                                           : json_integer(best));
+            const json_t *label = json_array_get(m->classes, best);
+            if (label)
+                serve_buf_json(o, label);
+            else
+                serve_buf_int(o, best);
         } else if (k == 1) {
-            json_array_append_new(p, json_real(row[0]));
+            serve_buf_float(o, row[0]);
         } else {
-            json_t *v = json_array();
-            for (uint32_t j = 0; j < k; j++)
-                json_array_append_new(v, json_real(row[j]));
-            json_array_append_new(p, v);
+            serve_buf_str(o, "[");
+            serve_buf_floats(o, row, k);
+            serve_buf_str(o, "]");
         }
     }
-    return p;
+    serve_buf_str(o, "],\"device\":");
+    serve_buf_json_string(o, m->device);
+    serve_buf_str(o, "}");
 }
 
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
                         const char *model_id, const serve_predict_body *b,
-                        json_t **reply, ty_err *err)
+                        serve_buf *reply, ty_err *err)
 {
     uint64_t n = b->count;
     run rn;
     ty_status s = run_open(&rn, env, tenant_id, model_id, err);
     uint64_t f = rn.features;
-    uint32_t k = rn.outputs;
     uint64_t room = serve_predict_room(b, f);
     if (s == TY_OK)
         s = run_alloc(&rn, room * f, n, err);
     if (s == TY_OK) {
         char shape[128];
-        shape_text(json_object_get(nn_net_meta(rn.net), "input_shape"), shape,
-                   sizeof shape);
+        shape_text(rn.m.input_shape, shape, sizeof shape);
         s = serve_predict_decode(b, f, shape, rn.x, room, err);
     }
     if (s == TY_OK)
         s = serve_model_run(&rn.m, rn.x, n, rn.out, err);
     if (s == TY_OK) {
-        json_t *outputs = json_array();
-        for (size_t i = 0; i < n; i++) {
-            json_t *row = json_array();
-            for (uint32_t j = 0; j < k; j++)
-                json_array_append_new(row, json_real(rn.out[i * k + j]));
-            json_array_append_new(outputs, row);
-        }
-        *reply = json_pack("{s:s, s:o, s:o, s:o}", "model", model_id, "outputs",
-                           outputs, "predictions",
-                           predictions(rn.net, rn.out, (uint32_t)n), "device",
-                           json_string(rn.m.device));
+        predict_reply(reply, &rn.m, rn.out, n);
+        if (!serve_buf_ok(reply))
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
     run_free(&rn);
     return s;

@@ -17,7 +17,9 @@
 
 #include "common/ty.h"
 #include "serve/decode.h"
+#include "serve/encode.h"
 #include "serve/modelcache.h"
+#include "serve/table.h"
 #include "store/store.h"
 
 /* What the service reads: the store (model and dataset rows), the model
@@ -35,8 +37,6 @@ typedef struct serve_env {
  * way to run examples through it. The struct is the caller's (on its
  * stack); the fields above the line are read-only for the caller and valid
  * until serve_model_close. */
-#define SERVE_NAME_MAX 256
-
 typedef struct serve_model {
     char id[TY_ID_MAX];
     char name[SERVE_NAME_MAX]; /* the model's name ("" when none) */
@@ -73,12 +73,13 @@ void serve_model_close(serve_model *m);
  * serve_predict_scan: an array of 1 to SERVE_MAX_EXAMPLES examples, each a
  * list of numbers, flat or nested in the input shape) through tenant_id's
  * model model_id, decoded from the text straight into floats
- * (serve/decode.h). *reply: {"model", "outputs" (raw outputs per example),
- * "predictions" (class labels or values), "device"}. Errors name the field
- * ("inputs[3]"). */
+ * (serve/decode.h). The reply's JSON text is appended to *reply:
+ * {"model", "outputs" (raw outputs per example), "predictions" (class
+ * labels or values), "device"}, numbers as their shortest round-trip
+ * float32 decimals (serve/encode.h). Errors name the field ("inputs[3]"). */
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
                         const char *model_id, const serve_predict_body *b,
-                        json_t **reply, ty_err *err);
+                        serve_buf *reply, ty_err *err);
 
 /* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
  * classification) over dataset dataset_id. *reply: {"model", "dataset",

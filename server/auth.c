@@ -2,6 +2,7 @@
 #include "server/auth.h"
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 
 #include "common/fsutil.h"
 #include "common/sha256.h"
+#include "store/store.h"
 
 #define ID_PART 20
 #define SECRET_PART 52
@@ -64,6 +66,111 @@ int auth_equal_ct(const uint8_t *a, const uint8_t *b, size_t n)
     return diff == 0;
 }
 
+/* ---- the key table ----
+ *
+ * Every request names its key; asking the store each time cost an SQLite
+ * query under the store's one lock. Each thread keeps its own table of the
+ * keys it has seen (id -> tenant, admin flag, hash of the whole key), so a
+ * lookup shares nothing with other threads but one atomic read of the
+ * store's key counter (STORE_GEN_KEYS): a key created or revoked bumps it
+ * before the API call returns, and each thread empties its table at its
+ * next lookup. A revocation is therefore effective from the next request
+ * on. Only keys the store found are kept, so an unknown key always asks
+ * the store (the failed-authentication throttle bounds those). */
+
+#define KEY_TABLE_SIZE 64 /* a power of two; emptied when full */
+
+typedef struct {
+    store_key who;
+    uint8_t hash[32];
+    int used;
+} key_slot;
+
+typedef struct {
+    const store *st; /* the store the slots came from */
+    uint64_t gen;
+    int count;
+    key_slot slot[KEY_TABLE_SIZE];
+} key_table;
+
+static __thread key_table *keys_tls;
+static pthread_key_t keys_key;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
+
+static void key_table_free(void *t) { free(t); }
+static void keys_init(void) { pthread_key_create(&keys_key, key_table_free); }
+
+static uint32_t key_hash(const char *s)
+{
+    uint32_t h = 2166136261u;
+    while (*s)
+        h = (h ^ (uint8_t)*s++) * 16777619u;
+    return h;
+}
+
+/* This thread's table, current for st's key counter gen; NULL when out of
+ * memory (the store is then asked). */
+static key_table *keys_for(store *st, uint64_t gen)
+{
+    key_table *t = keys_tls;
+    if (!t) {
+        pthread_once(&keys_once, keys_init);
+        t = calloc(1, sizeof *t);
+        if (!t || pthread_setspecific(keys_key, t) != 0) {
+            free(t);
+            return NULL;
+        }
+        keys_tls = t;
+    }
+    if (t->st != st || t->gen != gen) {
+        memset(t->slot, 0, sizeof t->slot);
+        t->count = 0;
+        t->st = st;
+        t->gen = gen;
+    }
+    return t;
+}
+
+static key_slot *key_find(key_table *t, const char *key_id)
+{
+    for (uint32_t i = key_hash(key_id), n = 0; n < KEY_TABLE_SIZE; i++, n++) {
+        key_slot *k = &t->slot[i & (KEY_TABLE_SIZE - 1)];
+        if (!k->used || !strcmp(k->who.key_id, key_id))
+            return k;
+    }
+    return NULL;
+}
+
+/* key_id's row: from this thread's table, or from the store (then kept). */
+static ty_status key_lookup(store *st, const char *key_id, store_key *who,
+                            uint8_t hash[32], ty_err *err)
+{
+    /* The counter is read before the store: a change that commits after
+     * the query bumps it past gen, and the entry kept goes at the next
+     * lookup. */
+    uint64_t gen = store_gen_get(st, STORE_GEN_KEYS);
+    key_table *t = keys_for(st, gen);
+    key_slot *k = t ? key_find(t, key_id) : NULL;
+    if (k && k->used) {
+        *who = k->who;
+        memcpy(hash, k->hash, 32);
+        return TY_OK;
+    }
+    ty_status s = store_key_lookup(st, key_id, who, hash, err);
+    if (s != TY_OK || !t)
+        return s;
+    if (t->count >= KEY_TABLE_SIZE / 2) {
+        memset(t->slot, 0, sizeof t->slot);
+        t->count = 0;
+    }
+    k = key_find(t, key_id);
+    k->who = *who;
+    memcpy(k->hash, hash, 32);
+    k->used = 1;
+    t->count++;
+    return TY_OK;
+}
+
 ty_status auth_check(store *st, const char *authorization, store_key *who,
                      ty_err *err)
 {
@@ -82,7 +189,7 @@ ty_status auth_check(store *st, const char *authorization, store_key *who,
         return ty_fail(err, TY_ENOTFOUND, NULL,
                        "the API key is malformed (keys look like ty_...)");
     uint8_t want[32], got[32];
-    ty_status s = store_key_lookup(st, key_id, who, want, err);
+    ty_status s = key_lookup(st, key_id, who, want, err);
     if (s == TY_ENOTFOUND)
         return ty_fail(err, TY_ENOTFOUND, NULL,
                        "the API key is unknown or has been revoked");

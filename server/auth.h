@@ -35,7 +35,9 @@ int auth_equal_ct(const uint8_t *a, const uint8_t *b, size_t n);
 /* Checks an Authorization header value ("Bearer <key>"). On success fills
  * *who. TY_EINVAL for a missing or malformed header, TY_ENOTFOUND for an
  * unknown, revoked or wrong key (err says which, without echoing the key),
- * TY_EIO for a store failure. */
+ * TY_EIO for a store failure. Keys found are remembered per thread until
+ * the store's keys change (STORE_GEN_KEYS), so a known key costs no store
+ * query and a revocation holds from the next request. */
 ty_status auth_check(store *st, const char *authorization, store_key *who,
                      ty_err *err);
 

@@ -174,7 +174,7 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         MHD_OPTION_URI_LOG_CALLBACK, guard_on_uri, NULL, MHD_OPTION_ARRAY,
         conn_opts, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)opts->connection_timeout_s,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
         MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (!http_server.daemon) {
         close(fd);

@@ -127,18 +127,29 @@ int http_req_is_multipart(const http_req *r)
 {
     return r->body == BODY_MULTIPART;
 }
-size_t http_req_form_count(const http_req *r) { return (size_t)r->nparts; }
+size_t http_req_form_count(const http_req *r)
+{
+    return r->files ? (size_t)r->files->nparts : 0;
+}
+
+/* r's files, allocated on first use; NULL when out of memory. */
+static struct http_files *req_files(http_req *r)
+{
+    if (!r->files)
+        r->files = calloc(1, sizeof *r->files);
+    return r->files;
+}
 
 const char *http_req_form_name(const http_req *r, size_t i)
 {
-    return i < (size_t)r->nparts ? r->parts[i].name : NULL;
+    return i < http_req_form_count(r) ? r->files->parts[i].name : NULL;
 }
 
 static form_part *find_part(http_req *r, const char *name)
 {
-    for (int i = 0; i < r->nparts; i++)
-        if (!strcmp(r->parts[i].name, name))
-            return &r->parts[i];
+    for (size_t i = 0; i < http_req_form_count(r); i++)
+        if (!strcmp(r->files->parts[i].name, name))
+            return &r->files->parts[i];
     return NULL;
 }
 
@@ -204,11 +215,14 @@ const char *http_req_form_file(http_req *r, const char *name, ty_err *err)
 ty_status http_req_temp_path(http_req *r, const char *suffix, char *out,
                              size_t n, ty_err *err)
 {
-    if (r->ntemps >= MAX_TEMP_FILES)
+    struct http_files *f = req_files(r);
+    if (!f)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (f->ntemps >= MAX_TEMP_FILES)
         return ty_fail(err, TY_EINTERNAL, NULL, "too many temp files");
     snprintf(out, n, "%s/%s-%d%s", http_server.opts.tmp_dir, r->request_id,
-             r->ntemps, suffix ? suffix : "");
-    snprintf(r->temps[r->ntemps++], PATH_MAX, "%s", out);
+             f->ntemps, suffix ? suffix : "");
+    snprintf(f->temps[f->ntemps++], PATH_MAX, "%s", out);
     return TY_OK;
 }
 
@@ -219,16 +233,19 @@ static ty_status on_part_begin(void *ctx, const char *name,
                                ty_err *err)
 {
     http_req *r = ctx;
-    if (!*name || strlen(name) >= sizeof r->parts[0].name)
+    struct http_files *f = req_files(r);
+    if (!f)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (!*name || strlen(name) >= sizeof f->parts[0].name)
         return ty_fail(err, TY_EINVAL, NULL,
                        "every form field needs a name of 1 to 63 characters");
     if (find_part(r, name))
         return ty_fail(err, TY_EINVAL, name,
                        "the form field '%s' was sent more than once", name);
-    if (r->nparts >= FORM_MAX_PARTS)
+    if (f->nparts >= FORM_MAX_PARTS)
         return ty_fail(err, TY_EINVAL, NULL,
                        "too many form fields (at most %d)", FORM_MAX_PARTS);
-    form_part *p = &r->parts[r->nparts++];
+    form_part *p = &f->parts[f->nparts++];
     memset(p, 0, sizeof *p);
     p->fd = -1;
     snprintf(p->name, sizeof p->name, "%s", name);
@@ -239,7 +256,7 @@ static ty_status on_part_data(void *ctx, const char *data, size_t len,
                               ty_err *err)
 {
     http_req *r = ctx;
-    form_part *p = &r->parts[r->nparts - 1];
+    form_part *p = &r->files->parts[r->files->nparts - 1];
     if (p->fd < 0 && p->len + len > FORM_MEM_MAX) {
         ty_status s = part_spool(r, p, err);
         if (s != TY_OK)
@@ -274,16 +291,18 @@ static void req_free(http_req *r)
 {
     if (!r)
         return;
-    for (int i = 0; i < r->nparts; i++) {
-        form_part *p = &r->parts[i];
+    struct http_files *f = r->files;
+    for (int i = 0; f && i < f->nparts; i++) {
+        form_part *p = &f->parts[i];
         if (p->fd >= 0)
             close(p->fd);
         if (p->path[0])
             unlink(p->path);
         free(p->mem);
     }
-    for (int i = 0; i < r->ntemps; i++)
-        unlink(r->temps[i]);
+    for (int i = 0; f && i < f->ntemps; i++)
+        unlink(f->temps[i]);
+    free(f);
     mp_parser_destroy(r->mp);
     free(r->buf);
     json_decref(r->json);

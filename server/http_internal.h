@@ -32,6 +32,13 @@ typedef struct {
     char path[PATH_MAX];
 } form_part;
 
+struct http_files {
+    form_part parts[FORM_MAX_PARTS];
+    int nparts;
+    char temps[MAX_TEMP_FILES][PATH_MAX];
+    int ntemps;
+};
+
 struct http_req {
     struct api_ctx *app; /* the handlers' context (http_server_opts.ctx) */
     struct MHD_Connection *conn;
@@ -54,12 +61,10 @@ struct http_req {
     int raw;           /* ROUTE_BODY_JSON_RAW: buf is not parsed */
     int large;         /* holds one of the large-body slots */
     mp_parser *mp;
-    form_part parts[FORM_MAX_PARTS];
-    int nparts;
     json_t *json;
-
-    char temps[MAX_TEMP_FILES][PATH_MAX];
-    int ntemps;
+    /* Form parts and temp files: ~100 KB of names and paths, allocated by
+     * the first request that needs them (uploads), not by every one. */
+    struct http_files *files;
 
     /* the reply */
     int replied;

@@ -354,6 +354,12 @@ ty_status store_open(const char *data_dir, store **out, ty_err *err)
     pthread_mutex_init(&st->blob_mu, NULL);
     snprintf(st->data_dir, sizeof st->data_dir, "%s", data_dir);
     pthread_mutex_init(&st->mu, NULL);
+    /* Counters start apart for every store this process opens, so a cache
+     * never mistakes a new store (at a freed one's address) for the old. */
+    static uint64_t opened;
+    uint64_t base = __atomic_add_fetch(&opened, 1, __ATOMIC_RELAXED) << 40;
+    for (int i = 0; i < STORE_GEN_COUNT; i++)
+        st->gen[i] = base;
     char path[4096];
     snprintf(path, sizeof path, "%s/trainyard.db", data_dir);
     ty_status s = TY_OK;

@@ -419,9 +419,9 @@ static void test_same_numbers(void **state)
         json_array_get(json_object_get(k->json, "outputs"), 0), "data");
     assert_int_equal(json_array_size(data), K);
     for (int j = 0; j < K; j++)
-        assert_true(
-            json_number_value(json_array_get(data, j)) ==
-            json_number_value(json_array_get(json_array_get(outs, 0), j)));
+        assert_true((float)json_number_value(json_array_get(data, j)) ==
+                    (float)json_number_value(
+                        json_array_get(json_array_get(outs, 0), j)));
     resp_free(k);
     resp_free(r);
 

@@ -242,6 +242,70 @@ static void test_kserve(void **state)
 
 /* Arbitrary bytes never crash the decoder (a tiny fuzz loop; the libFuzzer
  * targets run the same function for longer). */
+/* Numbers are converted as strtod converts them, then rounded to float:
+ * the fast path (exact digits and powers of ten) and the fallback agree
+ * with strtod on every form (integers, decimals, exponents, 19+ digits,
+ * tiny and huge values). */
+static void test_numbers_as_strtod(void **state)
+{
+    (void)state;
+    uint64_t x = 88172645463325252ull;
+    char text[64 * 40 + 32];
+    char nums[64][40];
+    for (int round = 0; round < 2000; round++) {
+        size_t len = (size_t)snprintf(text, sizeof text, "{\"inputs\": [[");
+        for (int i = 0; i < 64; i++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            uint64_t m = x % 100000000000000000ull;
+            int kind = (int)((x >> 40) % 7), e = (int)((x >> 48) % 60) - 30;
+            switch (kind) {
+                case 0:
+                    snprintf(nums[i], 40, "%llu",
+                             (unsigned long long)(m % 256));
+                    break;
+                case 1:
+                    snprintf(nums[i], 40, "-%llu.%03llu",
+                             (unsigned long long)(m % 1000),
+                             (unsigned long long)(m / 1000 % 1000));
+                    break;
+                case 2:
+                    snprintf(nums[i], 40, "%llue%d", (unsigned long long)m, e);
+                    break;
+                case 3:
+                    snprintf(nums[i], 40, "0.%017llu", (unsigned long long)m);
+                    break;
+                case 4:
+                    snprintf(nums[i], 40, "%llu%llu", (unsigned long long)m,
+                             (unsigned long long)(x % 1000000));
+                    break;
+                case 5:
+                    snprintf(nums[i], 40, "%.17g", (double)m * 1e-40);
+                    break;
+                default:
+                    snprintf(nums[i], 40, "-%llu.%llue-%d",
+                             (unsigned long long)(m % 10),
+                             (unsigned long long)m, (int)(x % 40));
+                    break;
+            }
+            len += (size_t)snprintf(text + len, sizeof text - len, "%s%s",
+                                    i ? "," : "", nums[i]);
+        }
+        len += (size_t)snprintf(text + len, sizeof text - len, "]]}");
+        float *xs = NULL;
+        uint64_t n = 0;
+        ty_err err = {0};
+        assert_int_equal(serve_predict_parse(text, len, 64, &xs, &n, &err),
+                         TY_OK);
+        for (int i = 0; i < 64; i++) {
+            float want = (float)strtod(nums[i], NULL);
+            if (memcmp(&xs[i], &want, sizeof want) != 0)
+                fail_msg("%s read as %a, strtod says %a", nums[i],
+                         (double)xs[i], (double)want);
+        }
+        free(xs);
+    }
+}
+
 static void test_arbitrary_bytes(void **state)
 {
     const char *seeds[] = {"{\"inputs\": [[1, 2], [[3], [4]]]}",
@@ -281,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_field_errors),
         cmocka_unit_test(test_example_limit),
         cmocka_unit_test(test_kserve),
+        cmocka_unit_test(test_numbers_as_strtod),
         cmocka_unit_test(test_arbitrary_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
