@@ -21,6 +21,7 @@
 
 #include "api/api.h"
 #include "common/opmetrics.h"
+#include "server/accesslog.h"
 #include "gpu/inventory.h"
 
 static pthread_mutex_t scrape_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -59,6 +60,8 @@ static ty_status collect_jobs(api_ctx *app, const opm_families *f, ty_err *err)
 
 void api_metrics(api_ctx *app, http_req *r)
 {
+    /* Every request finished before this one is counted first. */
+    access_log_flush();
     const opm_families *f = opm();
     ty_err err = {0};
     pthread_mutex_lock(&scrape_mu);

@@ -49,6 +49,8 @@ void config_defaults(ty_config *cfg)
     cfg->request_timeout_s = 3600;
     cfg->auth_fail_rate = 1.0;
     cfg->auth_fail_burst = 30;
+    cfg->access_log_sample = 1;
+    cfg->access_log_max_bytes = 256ull << 20;
 }
 
 ty_status config_parse_size(const char *s, uint64_t *out)
@@ -330,6 +332,15 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             cfg->auth_fail_rate = d;
         } else if (!strcmp(flag, "--auth-fail-burst")) {
             s = parse_int(flag, val, 1, 1 << 24, &cfg->auth_fail_burst, err);
+        } else if (!strcmp(flag, "--access-log-sample")) {
+            s = parse_int(flag, val, 0, 1 << 24, &cfg->access_log_sample, err);
+        } else if (!strcmp(flag, "--access-log")) {
+            s = parse_path(flag, val, cfg->access_log, sizeof cfg->access_log,
+                           err);
+        } else if (!strcmp(flag, "--access-log-max-bytes")) {
+            if (config_parse_size(val, &cfg->access_log_max_bytes) != TY_OK)
+                s = ty_fail(err, TY_EINVAL, flag,
+                            "%s needs a size such as 0, 64M or 1G", flag);
         } else if (!strcmp(flag, "--admin-key-file")) {
             s = parse_path(flag, val, cfg->admin_key_file,
                            sizeof cfg->admin_key_file, err);
@@ -523,6 +534,15 @@ void config_usage(FILE *f)
         "                            Retry-After; 0 = no throttle (default "
         "%g)\n"
         "  --auth-fail-burst N       see --auth-fail-rate (default %d)\n"
+        "  --access-log-sample N     log one in N successful requests; every\n"
+        "                            error is logged; 0 = errors only; "
+        "metrics\n"
+        "                            count every request (default %d)\n"
+        "  --access-log FILE         the request log's file instead of "
+        "stderr\n"
+        "  --access-log-max-bytes SIZE  rotate --access-log to FILE.1 past "
+        "this;\n"
+        "                            0 = never (default %lluM)\n"
         "  --admin-key-file FILE     use the admin API key in FILE (e.g. a "
         "Docker\n"
         "                            secret) instead of generating one; the\n"
@@ -552,5 +572,7 @@ void config_usage(FILE *f)
         d.retry_backoff_s, d.max_attempts, d.backfill_wait_s, d.preempt_wait_s,
         d.fair_window_s, d.events_ring, d.per_ip_connections,
         d.header_timeout_s, d.body_timeout_s, d.body_min_rate,
-        d.request_timeout_s, d.auth_fail_rate, d.auth_fail_burst);
+        d.request_timeout_s, d.auth_fail_rate, d.auth_fail_burst,
+        d.access_log_sample,
+        (unsigned long long)(d.access_log_max_bytes >> 20));
 }

@@ -61,16 +61,20 @@ typedef struct {
                                     = plain HTTP. Set with tls_key. */
     char tls_key[PATH_MAX];  /* PEM private key for HTTPS */
     /* Slow and hostile clients (server/guard.h). */
-    int max_connections;    /* open HTTP connections; 0 = derived from
+    int max_connections;       /* open HTTP connections; 0 = derived from
                                     the file limit at start */
-    int per_ip_connections; /* from one client address; 0 = no limit */
-    int header_timeout_s;   /* a request's headers within; 0 = none */
-    int body_timeout_s;     /* its body within this, plus 1 s per */
-    int body_min_rate;      /* this many bytes received; 0 = none */
-    int request_timeout_s;  /* the body within this at most; 0 = none */
-    double auth_fail_rate;  /* failed authentications refilled per second,
+    int per_ip_connections;    /* from one client address; 0 = no limit */
+    int header_timeout_s;      /* a request's headers within; 0 = none */
+    int body_timeout_s;        /* its body within this, plus 1 s per */
+    int body_min_rate;         /* this many bytes received; 0 = none */
+    int request_timeout_s;     /* the body within this at most; 0 = none */
+    double auth_fail_rate;     /* failed authentications refilled per second,
                                     per client address; 0 = no throttle */
-    int auth_fail_burst;    /* failed authentications allowed at once */
+    int auth_fail_burst;       /* failed authentications allowed at once */
+    int access_log_sample;     /* one line per N successful requests;
+                                        0 = errors only */
+    char access_log[PATH_MAX]; /* the request log's file; "" = stderr */
+    uint64_t access_log_max_bytes; /* rotate it past this; 0 = never */
     char admin_key_file[PATH_MAX]; /* a given admin key (auth_key_given);
                                     empty = TRAINYARD_ADMIN_KEY or a
                                     generated one */

@@ -393,6 +393,9 @@ static int cmd_serve(int argc, char **argv)
         .request_timeout_s = cfg.request_timeout_s,
         .auth_fail_rate = cfg.auth_fail_rate,
         .auth_fail_burst = cfg.auth_fail_burst,
+        .access_log_sample = (unsigned)cfg.access_log_sample,
+        .access_log_path = cfg.access_log[0] ? cfg.access_log : NULL,
+        .access_log_max_bytes = cfg.access_log_max_bytes,
     };
     if (http_server_start(&http, api_routes, api_routes_count, &app.bound_port,
                           &err) != TY_OK) {

@@ -13,6 +13,7 @@
 
 #include "common/fetch.h"
 #include "common/log.h"
+#include "server/accesslog.h"
 #include "server/guard.h"
 #include "server/http_internal.h"
 
@@ -165,6 +166,14 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         close(fd);
         return gs;
     }
+    access_log_opts lo = {.sample = opts->access_log_sample,
+                          .path = opts->access_log_path,
+                          .max_bytes = opts->access_log_max_bytes};
+    if ((gs = access_log_start(&lo, err)) != TY_OK) {
+        close(fd);
+        guard_stop();
+        return gs;
+    }
     http_server.daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
@@ -179,6 +188,7 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
     if (!http_server.daemon) {
         close(fd);
         guard_stop();
+        access_log_stop();
         if (opts->tls_cert)
             return ty_fail(err, TY_EINVAL, "--tls-key",
                            "cannot start HTTPS on %s: the TLS library "
@@ -204,6 +214,7 @@ void http_server_stop(void)
     fetch_abort_all();
     MHD_stop_daemon(http_server.daemon);
     guard_stop();
+    access_log_stop();
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
     http_server.daemon = NULL;

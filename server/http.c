@@ -31,12 +31,12 @@
 
 #include "common/fsutil.h"
 #include "common/ids.h"
+#include "server/accesslog.h"
 #include "server/auth.h"
 #include "server/guard.h"
 #include "common/fetch.h"
 #include "common/log.h"
 #include "server/multipart.h"
-#include "common/opmetrics.h"
 
 http_server_state http_server;
 
@@ -638,27 +638,23 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req *r = *con_cls;
     if (!r)
         return;
-    double ms = elapsed_ms(&r->start);
-    json_t *f =
-        json_pack("{s:s, s:s, s:s, s:s, s:i, s:I, s:I, s:f}", "request_id",
-                  r->request_id, "method", r->method_name, "path", r->path,
-                  "route", r->routed ? r->match.route->name : "-", "status",
-                  (int)r->status, "bytes_in", (json_int_t)r->bytes_in,
-                  "bytes_out", (json_int_t)r->bytes_out, "duration_ms", ms);
-    if (f && r->key.tenant_id[0])
-        json_object_set_new(f, "tenant", json_string(r->key.tenant_id));
-    if (f && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        json_object_set_new(f, "aborted", json_true());
-    if (f && r->routed)
-        json_object_set_new(f, "route_template",
-                            json_string(r->match.route->pattern));
-    log_event("info", "request", f);
-    /* Metrics label the template, never the raw path: bounded cardinality. */
-    /* An event stream lasts as long as its client stays: counted, not
+    access_rec rec;
+    snprintf(rec.request_id, sizeof rec.request_id, "%s", r->request_id);
+    snprintf(rec.method, sizeof rec.method, "%s", r->method_name);
+    rec.method_label = http_method_name(r->method);
+    snprintf(rec.path, sizeof rec.path, "%s", r->path);
+    rec.route = r->routed ? r->match.route->name : NULL;
+    /* Metrics label the template, never the raw path: bounded cardinality.
+     * An event stream lasts as long as its client stays: counted, not
      * timed, so it does not swamp its route's latency histogram. */
-    opm_http_request(http_method_name(r->method),
-                     r->routed ? r->match.route->pattern : "unmatched",
-                     r->status, r->streamed ? -1.0 : ms / 1e3);
+    rec.route_template = r->routed ? r->match.route->pattern : NULL;
+    rec.status = r->status;
+    rec.bytes_in = r->bytes_in;
+    rec.bytes_out = r->bytes_out;
+    rec.ms = r->streamed ? -1.0 : elapsed_ms(&r->start);
+    snprintf(rec.tenant, sizeof rec.tenant, "%s", r->key.tenant_id);
+    rec.aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    access_log_put(&rec);
     req_free(r);
     *con_cls = NULL;
 }

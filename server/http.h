@@ -10,7 +10,9 @@
  * larger ones spooled to temp files in <data>/tmp, so no upload is ever held
  * whole in memory. When the body is complete the handler runs once and
  * replies. Temp files are removed when the request completes. Every request
- * is logged as one JSON line.
+ * is counted in the metrics and logged as one JSON line (sampled by
+ * access_log_sample), both by a writer thread off the request's path
+ * (server/accesslog.h).
  *
  * Errors are RFC 9457 problem documents (application/problem+json) with
  * "type", "title", "status", "detail", "instance" and, for validation errors,
@@ -59,8 +61,14 @@ typedef struct http_server_opts {
     int body_timeout_s;          /* its body within this, plus 1 s per */
     unsigned body_min_rate;      /* this many bytes received */
     int request_timeout_s;       /* and its body within this at most */
-    double auth_fail_rate;       /* failed authentications refilled per s */
-    int auth_fail_burst;         /* allowed at once, per client address */
+    /* The request log (server/accesslog.h): one line in access_log_sample
+     * successful requests (errors always), to access_log_path (NULL:
+     * stderr) rotated past access_log_max_bytes (0: never). */
+    unsigned access_log_sample;
+    const char *access_log_path;
+    uint64_t access_log_max_bytes;
+    double auth_fail_rate; /* failed authentications refilled per s */
+    int auth_fail_burst;   /* allowed at once, per client address */
 } http_server_opts;
 
 /* Starts the daemon with opts (copied; the strings must outlive the
