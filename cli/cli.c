@@ -55,7 +55,8 @@ void cli_usage(FILE *f)
         "  logout         forget the saved URL and key\n"
         "  datasets       upload | list | show ID | rm ID\n"
         "  jobs           submit FILE | list | show ID | cancel ID | watch ID\n"
-        "  models         list | show ID | download ID | predict ID FILE\n"
+        "  models         list | show ID | download ID | predict ID FILE |\n"
+        "                 evaluate ID --dataset DATASET_ID\n"
         "  devices        GPUs and MIG slices, and who holds each\n"
         "  tenants        list | create | show | update | keys | key-create |"
         " key-revoke (admin)\n"
@@ -117,6 +118,7 @@ static const opt_spec options[] = {
     {"--limit", NULL, 1},
     {"--output", "-o", 1},
     {"--name", NULL, 1},
+    {"--dataset", NULL, 1},
     {"--weight", NULL, 1},
     {"--max-gpu-slices", NULL, 1},
     {"--max-running-jobs", NULL, 1},

@@ -1,7 +1,7 @@
 /*
- * cmd_models.c - `trainyard models list|show|download|predict`. A download
- * goes to a temporary file beside the target, fsynced and renamed, so the
- * target is either absent, the old file, or the whole new one.
+ * cmd_models.c - `trainyard models list|show|download|predict|evaluate`. A
+ * download goes to a temporary file beside the target, fsynced and renamed,
+ * so the target is either absent, the old file, or the whole new one.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -21,8 +21,13 @@ static void usage(FILE *f)
             "       trainyard models download ID [-o FILE]   (safetensors; "
             "default ID.safetensors)\n"
             "       trainyard models predict ID INPUT.json|-\n"
+            "       trainyard models evaluate ID --dataset DATASET_ID\n"
             "\n"
-            "INPUT is the predict request body: {\"inputs\": [[...], ...]}.\n");
+            "INPUT is the predict request body: {\"inputs\": [[...], ...]}.\n"
+            "predict prints one row per input: its index, the prediction, and\n"
+            "for classification the predicted class's probability. evaluate\n"
+            "prints the model's loss and accuracy on the dataset (accuracy -\n"
+            "for regression).\n");
 }
 
 static int list(cli_ctx *c)
@@ -166,6 +171,49 @@ static int download(cli_ctx *c)
     return rc;
 }
 
+/* The predict reply as a table: the input's index, the prediction, and the
+ * predicted class's probability when the outputs are class probabilities
+ * (more than one output per input and a label, not an array of regression
+ * targets, as the prediction). Returns 0, or CLI_EXIT_USAGE with a message
+ * when out of memory (nothing printed then). */
+static int print_predictions(const json_t *reply)
+{
+    const json_t *outs = json_object_get(reply, "outputs");
+    const json_t *preds = json_object_get(reply, "predictions");
+    int probs = json_array_size(json_array_get(outs, 0)) > 1 &&
+                !json_is_array(json_array_get(preds, 0));
+    static const char *const head_cls[] = {"INPUT", "PREDICTION", "PROBABILITY",
+                                           NULL};
+    static const char *const head_reg[] = {"INPUT", "PREDICTION", NULL};
+    cli_table t;
+    cli_table_init(&t, probs ? head_cls : head_reg);
+    size_t i;
+    json_t *p;
+    json_array_foreach (preds, i, p) {
+        char idx[32], v[256], best_s[32];
+        snprintf(idx, sizeof idx, "%zu", i);
+        cli_fmt_value(p, v, sizeof v);
+        double best = -1;
+        size_t k;
+        json_t *o;
+        json_array_foreach (json_array_get(outs, i), k, o) {
+            if (json_number_value(o) > best)
+                best = json_number_value(o);
+        }
+        snprintf(best_s, sizeof best_s, "%.4f", best);
+        const char *row[] = {idx, v, best_s};
+        if (cli_table_add(&t, row) != 0) {
+            cli_table_free(&t);
+            fprintf(stderr, "trainyard: out of memory for the predictions' "
+                            "table (--json prints them as they come)\n");
+            return CLI_EXIT_USAGE;
+        }
+    }
+    cli_table_print(&t, stdout);
+    cli_table_free(&t);
+    return 0;
+}
+
 static int predict(cli_ctx *c)
 {
     int rc = cli_only_opts(c, "models", NULL);
@@ -186,28 +234,41 @@ static int predict(cli_ctx *c)
     free(body);
     if (rc)
         return rc;
-    if (!c->json) {
-        size_t i;
-        json_t *p;
-        const json_t *outs = json_object_get(r.json, "outputs");
-        const char *task_hint =
-            json_array_size(json_array_get(outs, 0)) > 1 ? "probability" : NULL;
-        json_array_foreach (json_object_get(r.json, "predictions"), i, p) {
-            char v[256];
-            cli_fmt_value(p, v, sizeof v);
-            double best = -1;
-            size_t k;
-            json_t *o;
-            json_array_foreach (json_array_get(outs, i), k, o) {
-                if (json_number_value(o) > best)
-                    best = json_number_value(o);
-            }
-            if (task_hint)
-                printf("%zu\t%s\t%.4f\n", i, v, best);
-            else
-                printf("%zu\t%s\n", i, v);
-        }
+    if (!c->json)
+        rc = print_predictions(r.json);
+    cli_resp_free(&r);
+    return rc;
+}
+
+static int evaluate(cli_ctx *c)
+{
+    static const char *const allowed[] = {"--dataset", NULL};
+    int rc = cli_only_opts(c, "models", allowed);
+    if (rc)
+        return rc;
+    if (c->npos != 2)
+        return cli_usage_error("models", "evaluate takes one model ID");
+    const char *ds = cli_opt(c, "--dataset");
+    if (!ds || !*ds)
+        return cli_usage_error("models", "evaluate needs --dataset "
+                                         "DATASET_ID");
+    json_t *req = json_pack("{s:s}", "dataset", ds);
+    char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
+    json_decref(req);
+    if (!body) {
+        fprintf(stderr, "trainyard: out of memory\n");
+        return CLI_EXIT_USAGE;
     }
+    char id[256], path[320];
+    cli_http_escape(c->pos[1], id, sizeof id);
+    snprintf(path, sizeof path, "/v1/models/%s/evaluate", id);
+    cli_resp r;
+    rc = cli_call(c, "POST", path, "application/json", body, strlen(body), &r);
+    free(body);
+    if (rc)
+        return rc;
+    if (!c->json)
+        cli_print_object(r.json, stdout);
     cli_resp_free(&r);
     return 0;
 }
@@ -227,6 +288,8 @@ int cli_cmd_models(cli_ctx *c)
         return download(c);
     if (!strcmp(sub, "predict"))
         return predict(c);
+    if (!strcmp(sub, "evaluate"))
+        return evaluate(c);
     return cli_usage_error(
         "models",
         *sub ? "unknown models command '%s'" : "models needs a command%s", sub);

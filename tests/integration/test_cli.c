@@ -14,6 +14,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -264,6 +265,12 @@ static void test_usage_errors(void **state)
         (const char *const[]){"jobs", "list", "--bogus", NULL},
         (const char *const[]){"jobs", "show", NULL},
         (const char *const[]){"models", "predict", "mdl_x", NULL},
+        (const char *const[]){"models", "evaluate", "mdl_x", NULL},
+        (const char *const[]){"models", "evaluate", "--dataset", "ds_x", NULL},
+        (const char *const[]){"models", "evaluate", "mdl_x", "--dataset", "",
+                              NULL},
+        (const char *const[]){"models", "predict", "mdl_x", "in.json",
+                              "--dataset", "ds_x", NULL},
         (const char *const[]){"datasets", "list", "--watch", NULL},
         (const char *const[]){"datasets", "upload", "x", "file=@/nonexistent",
                               NULL},
@@ -455,6 +462,43 @@ static void test_datasets(void **state)
 
 static char model_id[64];
 
+/* Checks predict's table: the header row, then rows "i label [p]" for
+ * inputs 0..n-1, each label a class of the blobs data set (probs) or a
+ * number, each probability in (0, 1]. */
+static void expect_prediction_table(const char *out, int n, int probs)
+{
+    char *copy = strdup(out), *save = NULL;
+    char *line = strtok_r(copy, "\n", &save);
+    assert_non_null(line);
+    char h1[32] = "", h2[32] = "", h3[32] = "";
+    int nh = sscanf(line, "%31s %31s %31s", h1, h2, h3);
+    if (nh != (probs ? 3 : 2) || strcmp(h1, "INPUT") ||
+        strcmp(h2, "PREDICTION") || (probs && strcmp(h3, "PROBABILITY")))
+        fail_msg("bad header row '%s' in:\n%s", line, out);
+    int rows = 0;
+    while ((line = strtok_r(NULL, "\n", &save)) != NULL) {
+        int idx = -1;
+        char label[64] = "", extra[64] = "";
+        double p = -1;
+        int got = sscanf(line, "%d %63s %lf %63s", &idx, label, &p, extra);
+        if (got != (probs ? 3 : 2) || idx != rows)
+            fail_msg("bad row %d '%s' in:\n%s", rows, line, out);
+        if (probs) {
+            assert_true(!strcmp(label, "setosa") ||
+                        !strcmp(label, "versicolor") ||
+                        !strcmp(label, "virginica"));
+            assert_true(p > 0 && p <= 1);
+        } else {
+            char *end;
+            strtod(label, &end);
+            assert_true(*label && !*end);
+        }
+        rows++;
+    }
+    assert_int_equal(rows, n);
+    free(copy);
+}
+
 static void test_jobs_submit_watch_and_models(void **state)
 {
     char body[512];
@@ -567,13 +611,13 @@ static void test_jobs_submit_watch_and_models(void **state)
     free(got);
     resp_free(h);
 
-    /* Predict: one line per input, a class name each; --json as is. */
+    /* Predict: a header row, then one row per input: its index, a class
+     * name, the class's probability; --json as is. */
     const char *in = "{\"inputs\": [[0, 0, 0, 0], [5, 5, 5, 5]]}";
     write_file(home_file("in.json"), in, strlen(in));
     RUN(&r, "models", "predict", model_id, home_file("in.json"));
     expect_code(&r, 0);
-    assert_non_null(strstr(r.out, "0\t"));
-    assert_non_null(strstr(r.out, "1\t"));
+    expect_prediction_table(r.out, 2, 1);
     run_free(&r);
     run_env(&r, admin_env(), in,
             (const char *const[]){"models", "predict", model_id, "-", "--json",
@@ -601,6 +645,116 @@ static void test_jobs_submit_watch_and_models(void **state)
     expect_code(&r, 4);
     assert_non_null(strstr(r.err, "(HTTP 422): "));
     assert_non_null(strstr(r.err, "field: dataset"));
+    run_free(&r);
+}
+
+/* The value of a "key  value" line of cli_print_object's output, in buf;
+ * fails the test when there is no such line. */
+static const char *line_value(const char *out, const char *key, char *buf,
+                              size_t size)
+{
+    size_t n = strlen(key);
+    for (const char *l = out; l && *l;
+         l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        if (strncmp(l, key, n) || l[n] != ' ')
+            continue;
+        const char *v = l + n + strspn(l + n, " ");
+        snprintf(buf, size, "%.*s", (int)strcspn(v, "\n"), v);
+        return buf;
+    }
+    fail_msg("no %s line in:\n%s", key, out);
+    return NULL;
+}
+
+/* evaluate: the server's loss and accuracy as key/value lines, --json as
+ * is, the exit codes of a missing model and dataset; and predict's table
+ * for a regression model, which has no probability column. */
+static void test_models_evaluate(void **state)
+{
+    assert_true(*model_id); /* trained by test_jobs_submit_watch_and_models */
+    char path[160], body[256];
+    snprintf(path, sizeof path, "/v1/models/%s/evaluate", model_id);
+    snprintf(body, sizeof body, "{\"dataset\": \"%s\"}", csv_ds);
+    resp *h = http_json(&server, "POST", path, body);
+    expect_status(h, 200);
+    double loss = json_number_value(json_object_get(h->json, "loss"));
+    double acc = json_number_value(json_object_get(h->json, "accuracy"));
+    resp_free(h);
+
+    run_result r;
+    RUN(&r, "models", "evaluate", model_id, "--dataset", csv_ds);
+    expect_code(&r, 0);
+    char v[128];
+    assert_string_equal(line_value(r.out, "model", v, sizeof v), model_id);
+    assert_string_equal(line_value(r.out, "dataset", v, sizeof v), csv_ds);
+    assert_string_equal(line_value(r.out, "num_examples", v, sizeof v), "150");
+    /* Shown with 4 decimals (4 significant digits when tiny). */
+    double got = strtod(line_value(r.out, "loss", v, sizeof v), NULL);
+    assert_true(fabs(got - loss) <= 1e-4 + 1e-3 * fabs(loss));
+    got = strtod(line_value(r.out, "accuracy", v, sizeof v), NULL);
+    assert_true(fabs(got - acc) <= 1e-4);
+    run_free(&r);
+
+    RUN(&r, "--json", "models", "evaluate", model_id, "--dataset", csv_ds);
+    expect_code(&r, 0);
+    json_t *ev = out_json(&r);
+    assert_string_equal(str(ev, "model"), model_id);
+    assert_string_equal(str(ev, "dataset"), csv_ds);
+    assert_int_equal(json_integer_value(json_object_get(ev, "num_examples")),
+                     150);
+    assert_true(json_is_number(json_object_get(ev, "loss")));
+    json_decref(ev);
+    run_free(&r);
+
+    /* No such model: 3; no such dataset: the server's 422 on dataset. */
+    RUN(&r, "models", "evaluate", "mdl_nope", "--dataset", csv_ds);
+    expect_code(&r, 3);
+    assert_non_null(strstr(r.err, "(HTTP 404)"));
+    run_free(&r);
+    RUN(&r, "models", "evaluate", model_id, "--dataset", "ds_nope");
+    expect_code(&r, 4);
+    assert_non_null(strstr(r.err, "(HTTP 422): "));
+    assert_non_null(strstr(r.err, "field: dataset"));
+    run_free(&r);
+
+    /* Regression (4 features, as in.json has): predictions are numbers, no
+     * probability column; evaluate's accuracy is null, shown as -. */
+    char csv[PATH_MAX + 16], part[PATH_MAX + 32], ds[64], job[64];
+    snprintf(csv, sizeof csv, "%s/linear.csv", home);
+    FILE *f = fopen(csv, "w");
+    assert_non_null(f);
+    fprintf(f, "a,b,c,d,y\n");
+    for (int i = 0; i < 60; i++)
+        fprintf(f, "%d,%d,%d,%d,%d\n", i % 7, i % 5, i % 3, i % 2,
+                i % 7 + 2 * (i % 5));
+    fclose(f);
+    snprintf(part, sizeof part, "file=@%s", csv);
+    const char *parts[] = {"name=linear",     "format=csv", "label_column=y",
+                           "task=regression", part,         NULL};
+    h = http_upload(&server, "/v1/datasets", parts);
+    expect_status(h, 201);
+    snprintf(ds, sizeof ds, "%s", str(h->json, "id"));
+    resp_free(h);
+    char jb[512];
+    snprintf(
+        jb, sizeof jb,
+        "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+        "\"dense\", \"units\": 1}]}, \"hyperparameters\": {\"epochs\": 2}}",
+        ds);
+    submit_http(jb, job);
+    json_t *done = wait_job(&server, job, 120);
+    assert_non_null(done);
+    assert_string_equal(str(done, "status"), "succeeded");
+    char reg[64];
+    snprintf(reg, sizeof reg, "%s", str(done, "model"));
+    json_decref(done);
+    RUN(&r, "models", "predict", reg, home_file("in.json"));
+    expect_code(&r, 0);
+    expect_prediction_table(r.out, 2, 0);
+    run_free(&r);
+    RUN(&r, "models", "evaluate", reg, "--dataset", ds);
+    expect_code(&r, 0);
+    assert_string_equal(line_value(r.out, "accuracy", v, sizeof v), "-");
     run_free(&r);
 }
 
@@ -799,6 +953,7 @@ int main(void)
         cmocka_unit_test(test_login_logout),
         cmocka_unit_test(test_datasets),
         cmocka_unit_test(test_jobs_submit_watch_and_models),
+        cmocka_unit_test(test_models_evaluate),
         cmocka_unit_test(test_watch_failed_and_cancelled),
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_tenants),
