@@ -38,11 +38,15 @@ build: configure
 test-deps:
 	@scripts/setup.sh test
 
-# The contract test's tool (schemathesis) and the docker tests' (hadolint,
-# check-jsonschema) live in a virtual environment.
+# The contract tests' tools (schemathesis, the generated-client and KServe
+# client tests) and the docker tests' (hadolint, check-jsonschema) live in a
+# virtual environment; it is brought up to date whenever
+# tests/contract/requirements.txt changes.
 venv: test-deps
-	@[ -x $(VENV)/bin/schemathesis ] || { python3 -m venv $(VENV) && \
-	  $(VENV)/bin/pip install -q --disable-pip-version-check -r tests/contract/requirements.txt; }
+	@cmp -s tests/contract/requirements.txt $(VENV)/.contract-requirements || { \
+	  { [ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV); } && \
+	  $(VENV)/bin/pip install -q --disable-pip-version-check -r tests/contract/requirements.txt && \
+	  cp tests/contract/requirements.txt $(VENV)/.contract-requirements; }
 	@[ -x $(VENV)/bin/hadolint ] && [ -x $(VENV)/bin/check-jsonschema ] || \
 	  $(VENV)/bin/pip install -q --disable-pip-version-check -r docker/requirements.txt
 
