@@ -43,9 +43,16 @@ static const char *raw_body(http_req *r, size_t *len)
     return text;
 }
 
+/* Predicts whose body is over this many bytes run on a work thread
+ * (http_req_offload), so a big one never holds the libmicrohttpd thread
+ * that serves other connections. Smaller ones (a few examples: tens of
+ * microseconds of work) run where they are: handing over costs about as
+ * much as they do. */
+#define PREDICT_INLINE_MAX (64 * 1024)
+
 /* The body is read by the predict service straight into floats
  * (serve/decode.h): no jansson tree of the numbers. */
-void api_models_predict(api_ctx *app, http_req *r)
+static void predict_run(api_ctx *app, http_req *r)
 {
     double t0 = opm_now();
     size_t len;
@@ -75,7 +82,17 @@ void api_models_predict(api_ctx *app, http_req *r)
     http_reply_buffer(r, 200, "application/json", text_out, n);
 }
 
-void api_models_evaluate(api_ctx *app, http_req *r)
+void api_models_predict(api_ctx *app, http_req *r)
+{
+    size_t len = 0;
+    if (http_req_body(r, &len) && len > PREDICT_INLINE_MAX &&
+        http_req_offload(r, predict_run))
+        return;
+    predict_run(app, r);
+}
+
+/* An evaluation reads a whole dataset: always on a work thread. */
+static void evaluate_run(api_ctx *app, http_req *r)
 {
     double t0 = opm_now();
     const json_t *body = api_json_object(r);
@@ -94,6 +111,12 @@ void api_models_evaluate(api_ctx *app, http_req *r)
         s = serve_evaluate(&env, api_tenant(r), http_req_param(r, 0), ds_id,
                            &doc, &err);
     reply(r, s, &err, doc, "evaluate", t0);
+}
+
+void api_models_evaluate(api_ctx *app, http_req *r)
+{
+    if (!http_req_offload(r, evaluate_run))
+        evaluate_run(app, r);
 }
 
 /* ---- KServe v2 ---- */

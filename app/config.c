@@ -332,6 +332,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             cfg->auth_fail_rate = d;
         } else if (!strcmp(flag, "--auth-fail-burst")) {
             s = parse_int(flag, val, 1, 1 << 24, &cfg->auth_fail_burst, err);
+        } else if (!strcmp(flag, "--work-threads")) {
+            s = parse_int(flag, val, 0, 1024, &cfg->work_threads, err);
         } else if (!strcmp(flag, "--access-log-sample")) {
             s = parse_int(flag, val, 0, 1 << 24, &cfg->access_log_sample, err);
         } else if (!strcmp(flag, "--access-log")) {
@@ -534,6 +536,10 @@ void config_usage(FILE *f)
         "                            Retry-After; 0 = no throttle (default "
         "%g)\n"
         "  --auth-fail-burst N       see --auth-fail-rate (default %d)\n"
+        "  --work-threads N          threads for big predicts and "
+        "evaluations,\n"
+        "                            off the HTTP threads; 0 = one per core\n"
+        "                            (default %d)\n"
         "  --access-log-sample N     log one in N successful requests; every\n"
         "                            error is logged; 0 = errors only; "
         "metrics\n"
@@ -573,6 +579,6 @@ void config_usage(FILE *f)
         d.fair_window_s, d.events_ring, d.per_ip_connections,
         d.header_timeout_s, d.body_timeout_s, d.body_min_rate,
         d.request_timeout_s, d.auth_fail_rate, d.auth_fail_burst,
-        d.access_log_sample,
+        d.work_threads, d.access_log_sample,
         (unsigned long long)(d.access_log_max_bytes >> 20));
 }

@@ -219,6 +219,13 @@ static rlim_t nofile_limit = 1024;
 /* libmicrohttpd's connection limit: the one given, else what the file
  * limit leaves after the store, the blobs, temp files and the workers'
  * pipes (512 descriptors, or half of a small limit). */
+/* --work-threads 0: one per online core, at least two. */
+static int work_threads_default(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 2 ? 2 : n > 64 ? 64 : (int)n;
+}
+
 static unsigned connection_limit(int given)
 {
     unsigned n;
@@ -393,6 +400,8 @@ static int cmd_serve(int argc, char **argv)
         .request_timeout_s = cfg.request_timeout_s,
         .auth_fail_rate = cfg.auth_fail_rate,
         .auth_fail_burst = cfg.auth_fail_burst,
+        .work_threads =
+            cfg.work_threads > 0 ? cfg.work_threads : work_threads_default(),
         .access_log_sample = (unsigned)cfg.access_log_sample,
         .access_log_path = cfg.access_log[0] ? cfg.access_log : NULL,
         .access_log_max_bytes = cfg.access_log_max_bytes,

@@ -174,6 +174,12 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         guard_stop();
         return gs;
     }
+    if ((gs = http_offload_start(opts->work_threads, err)) != TY_OK) {
+        close(fd);
+        guard_stop();
+        access_log_stop();
+        return gs;
+    }
     http_server.daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, NULL, MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL, MHD_OPTION_LISTEN_SOCKET, fd,
@@ -189,6 +195,7 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         close(fd);
         guard_stop();
         access_log_stop();
+        http_offload_stop();
         if (opts->tls_cert)
             return ty_fail(err, TY_EINVAL, "--tls-key",
                            "cannot start HTTPS on %s: the TLS library "
@@ -212,6 +219,9 @@ void http_server_stop(void)
     MHD_socket fd = MHD_quiesce_daemon(http_server.daemon);
     /* Requests in flight finish; a long URL fetch among them stops now. */
     fetch_abort_all();
+    /* Requests handed to work threads are run and resumed: the daemon
+     * must not stop with a suspended connection. */
+    http_offload_stop();
     MHD_stop_daemon(http_server.daemon);
     guard_stop();
     access_log_stop();

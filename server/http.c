@@ -581,6 +581,8 @@ static void req_finish(http_req *r)
         }
     }
     r->match.route->handler(r->app, r);
+    if (r->offloaded)
+        return; /* a work thread replies */
     if (!r->replied)
         http_reply_problem(r, 500, NULL, "the handler for %s gave no reply",
                            r->match.route->name);
@@ -623,12 +625,16 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn,
     }
     if (r->queued)
         return MHD_YES;
+    if (r->offloaded) /* resumed: the work thread has replied */
+        return r->replied ? queue_reply(r) : MHD_YES;
     if (*upload_data_size > 0) {
         int keep = req_body_chunk(r, upload_data, *upload_data_size);
         *upload_data_size = 0;
         return keep ? MHD_YES : MHD_NO;
     }
     req_finish(r);
+    if (r->offloaded && !r->queued)
+        return MHD_YES;
     return queue_reply(r);
 }
 

@@ -69,6 +69,7 @@ typedef struct http_server_opts {
     uint64_t access_log_max_bytes;
     double auth_fail_rate; /* failed authentications refilled per s */
     int auth_fail_burst;   /* allowed at once, per client address */
+    int work_threads;      /* for http_req_offload; 0: none */
 } http_server_opts;
 
 /* Starts the daemon with opts (copied; the strings must outlive the
@@ -120,6 +121,17 @@ ty_status http_req_form_path(http_req *r, const char *name, const char **path,
  * (whatever the handler did with it). */
 ty_status http_req_temp_path(http_req *r, const char *suffix, char *out,
                              size_t n, ty_err *err);
+
+/* ---- long handlers off the server's threads (offload.c) ---- */
+
+typedef void (*http_offload_fn)(struct api_ctx *app, http_req *r);
+
+/* Hands r to a work thread, where fn(app, r) runs and replies; the calling
+ * handler must return at once without replying when this returns 1. The
+ * connection is suspended meanwhile, so the libmicrohttpd thread serves its
+ * other connections. 0 (nothing done; the caller goes on itself) when r is
+ * already off, already replied, or there are no work threads. */
+int http_req_offload(http_req *r, http_offload_fn fn);
 
 /* ---- how a handler replies (exactly once) ---- */
 

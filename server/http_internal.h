@@ -70,6 +70,7 @@ struct http_req {
     int replied;
     int streamed; /* the reply is an event stream */
     int queued;
+    int offloaded; /* handed to a work thread (offload.c) */
     unsigned status;
     struct MHD_Response *response;
     uint64_t bytes_out;
@@ -95,6 +96,11 @@ enum MHD_Result http_on_request(void *cls, struct MHD_Connection *conn,
                                 size_t *upload_data_size, void **req_cls);
 void http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                        enum MHD_RequestTerminationCode toe);
+
+/* The work threads of http_req_offload (offload.c): started with the
+ * daemon; stopping runs every request handed over and resumes it. */
+ty_status http_offload_start(int nthreads, ty_err *err);
+void http_offload_stop(void);
 
 /* Ends every open stream (reply.c); before the daemon stops. */
 void http_streams_close_all(void);
