@@ -9,6 +9,13 @@
  * class list are ever in memory. Were the file to change between the passes,
  * the second one notices and fails with TY_EIO.
  *
+ * Classes are interned in order of first appearance during pass 1, each with
+ * its kind (an integer, another number, or text); after it they are sorted by
+ * the rule of dataset.h (integers numerically as JSON integers, other
+ * numbers numerically as the strings written, anything else bytewise) and
+ * the class indices already collected are renumbered. Until then an index is
+ * a position in first-appearance order.
+ *
  * The tokenizer follows RFC 4180: fields are separated by commas and records
  * by LF, CRLF or CR; a field that starts with a quote runs to the matching
  * quote, may hold commas and line breaks, and writes a quote as "". Blanks
@@ -332,14 +339,11 @@ static int is_blank(char c) { return c == ' ' || c == '\t'; }
 
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
 
-/* A decimal number, optionally with an exponent, with nothing else around it
- * but blanks; finite and within float32 range. */
-static num_status parse_number(const char *s, size_t len, float *out)
+/* A decimal number, optionally with an exponent, and nothing else (s is
+ * NUL-terminated after len bytes, or at least not followed by more of a
+ * number); its value, which may be infinite, in *out. */
+static num_status number_value(const char *s, size_t len, double *out)
 {
-    while (len && is_blank(*s))
-        s++, len--;
-    while (len && is_blank(s[len - 1]))
-        len--;
     if (len == 0)
         return NUM_EMPTY;
     size_t i = 0, digits = 0;
@@ -372,11 +376,81 @@ static num_status parse_number(const char *s, size_t len, float *out)
     if (i != len)
         return NUM_SYNTAX;
     /* strtod stops at the same place: the syntax above is a subset of its */
-    double d = strtod(s, NULL);
+    *out = strtod(s, NULL);
+    return NUM_OK;
+}
+
+/* number_value with blanks around allowed; finite and within float32
+ * range. */
+static num_status parse_number(const char *s, size_t len, float *out)
+{
+    while (len && is_blank(*s))
+        s++, len--;
+    while (len && is_blank(s[len - 1]))
+        len--;
+    double d;
+    num_status ns = number_value(s, len, &d);
+    if (ns != NUM_OK)
+        return ns;
     if (!isfinite(d) || fabs(d) > FLT_MAX)
         return NUM_RANGE;
     *out = (float)d;
     return NUM_OK;
+}
+
+/* ---- the class rule ------------------------------------------------------- */
+
+/* What a label is, and what a column of them is: the least of its labels. */
+typedef enum { LABEL_TEXT = 0, LABEL_NUMBER = 1, LABEL_INT = 2 } label_kind;
+
+/* A class as pass 1 found it, for sorting. */
+typedef struct {
+    int64_t i;    /* LABEL_INT: the value */
+    double d;     /* LABEL_INT and LABEL_NUMBER: the value */
+    uint32_t pos; /* its index in first-appearance order */
+} class_key;
+
+static label_kind label_kind_of(const char *text, size_t len, class_key *key)
+{
+    key->i = 0;
+    key->d = 0;
+    if (ds_label_int(text, len, &key->i)) {
+        key->d = (double)key->i;
+        return LABEL_INT;
+    }
+    if (number_value(text, len, &key->d) == NUM_OK && isfinite(key->d))
+        return LABEL_NUMBER;
+    return LABEL_TEXT;
+}
+
+/* qsort's comparators see only the two elements, so the sort works on
+ * entries that carry what they need. */
+typedef struct {
+    class_key key;
+    const char *text;
+    size_t len;
+    label_kind kind; /* the column's, the same in every entry */
+} class_entry;
+
+static int text_cmp(const class_entry *a, const class_entry *b)
+{
+    /* bytewise, so by code point: UTF-8 keeps that order */
+    int c = memcmp(a->text, b->text, a->len < b->len ? a->len : b->len);
+    return c ? c : (a->len > b->len) - (a->len < b->len);
+}
+
+static int class_entry_cmp(const void *pa, const void *pb)
+{
+    const class_entry *a = pa, *b = pb;
+    switch (a->kind) {
+        case LABEL_INT: return (a->key.i > b->key.i) - (a->key.i < b->key.i);
+        case LABEL_NUMBER:
+            if (a->key.d != b->key.d)
+                return a->key.d < b->key.d ? -1 : 1;
+            return text_cmp(a, b); /* "1.0" and "1.00" are two classes */
+        case LABEL_TEXT: break;
+    }
+    return text_cmp(a, b);
 }
 
 /* ---- the conversion ------------------------------------------------------- */
@@ -387,9 +461,13 @@ typedef struct {
     size_t ncols, label_col;
     json_t *columns;       /* every header name, in order */
     json_t *feature_names; /* the columns but the label */
-    json_t *classes;       /* classification: labels by first appearance */
+    json_t *classes;       /* classification: labels by first appearance until
+                              sort_classes, then in class order */
     str_index class_index;
-    void *y; /* int32 class indices or float targets */
+    class_key *keys; /* per class, by first appearance */
+    size_t keys_cap;
+    label_kind kind; /* the least kind of the labels so far */
+    void *y;         /* int32 class indices or float targets */
     size_t y_cap;
     uint32_t rows;
     float *row;  /* one example's features */
@@ -581,8 +659,8 @@ static ty_status push_label(csv_conv *cv, const void *v, ty_err *err)
     return TY_OK;
 }
 
-/* Pass 1's label cell: a class (interned in order of first appearance) or a
- * regression target. */
+/* Pass 1's label cell: a class (interned in order of first appearance, with
+ * its kind) or a regression target. */
 static ty_status read_label(csv_conv *cv, const csv_reader *r, ty_err *err)
 {
     const csv_field *f = &r->fields[cv->label_col];
@@ -623,6 +701,19 @@ static ty_status read_label(csv_conv *cv, const csv_reader *r, ty_err *err)
                            "the regression task",
                            (unsigned long long)r->rec_line, cv->label_col + 1,
                            name, TY_DS_MAX_CLASSES);
+        if (cv->class_index.count == cv->keys_cap) {
+            size_t cap = cv->keys_cap ? 2 * cv->keys_cap : 64;
+            class_key *keys = realloc(cv->keys, cap * sizeof *keys);
+            if (!keys)
+                return ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
+            cv->keys = keys;
+            cv->keys_cap = cap;
+        }
+        class_key *key = &cv->keys[cv->class_index.count];
+        label_kind kind = label_kind_of(text, f->len, key);
+        key->pos = (uint32_t)cv->class_index.count;
+        if (kind < cv->kind)
+            cv->kind = kind;
         if (json_array_append_new(cv->classes, json_stringn(text, f->len)) ||
             str_index_add_last(&cv->class_index))
             return ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
@@ -630,6 +721,49 @@ static ty_status read_label(csv_conv *cv, const csv_reader *r, ty_err *err)
     }
     int32_t idx = (int32_t)k;
     return push_label(cv, &idx, err);
+}
+
+/* After pass 1: puts the classes in the order of the rule (integers as JSON
+ * integers) and renumbers the class indices collected. On failure (out of
+ * memory) nothing is changed. */
+static ty_status sort_classes(csv_conv *cv, ty_err *err)
+{
+    const size_t n = json_array_size(cv->classes);
+    class_entry *e = malloc((n ? n : 1) * sizeof *e);
+    int32_t *index = malloc((n ? n : 1) * sizeof *index);
+    json_t *sorted = json_array();
+    ty_status st = TY_OK;
+    if (!e || !index || !sorted)
+        goto oom;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(cv->classes, i);
+        e[i] = (class_entry){.key = cv->keys[i],
+                             .text = json_string_value(v),
+                             .len = json_string_length(v),
+                             .kind = cv->kind};
+    }
+    qsort(e, n, sizeof *e, class_entry_cmp);
+    for (size_t i = 0; i < n; i++) {
+        index[e[i].key.pos] = (int32_t)i;
+        json_t *c = cv->kind == LABEL_INT ? json_integer(e[i].key.i)
+                                          : json_stringn(e[i].text, e[i].len);
+        if (json_array_append_new(sorted, c))
+            goto oom;
+    }
+    int32_t *y = cv->y;
+    for (uint32_t r = 0; r < cv->rows; r++)
+        y[r] = index[y[r]];
+    json_decref(cv->classes);
+    cv->classes = sorted;
+    sorted = NULL;
+    goto done;
+oom:
+    st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+done:
+    json_decref(sorted);
+    free(e);
+    free(index);
+    return st;
 }
 
 static ty_status file_changed(ty_err *err)
@@ -726,6 +860,7 @@ ty_status ds_convert_csv_flags(const char *csv_path, const char *label_column,
 {
     csv_conv cv = {.label_column = label_column,
                    .task = task,
+                   .kind = LABEL_INT,
                    .no_echo = (flags & DS_CONVERT_NO_ECHO) != 0};
     ds_writer w = DS_WRITER_INIT;
     json_t *meta = NULL;
@@ -749,7 +884,9 @@ ty_status ds_convert_csv_flags(const char *csv_path, const char *label_column,
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         goto fail;
     }
-    if ((st = csv_pass(&cv, csv_path, NULL, err)) != TY_OK)
+    if ((st = csv_pass(&cv, csv_path, NULL, err)) != TY_OK ||
+        (task == TY_TASK_CLASSIFICATION &&
+         (st = sort_classes(&cv, err)) != TY_OK))
         goto fail;
 
     uint32_t features = (uint32_t)(cv.ncols - 1);
@@ -757,8 +894,9 @@ ty_status ds_convert_csv_flags(const char *csv_path, const char *label_column,
                        "standardize");
     if (!meta ||
         (task == TY_TASK_CLASSIFICATION &&
-         (json_object_set_new(meta, "num_classes",
-                              json_integer((json_int_t)cv.class_index.count)) ||
+         (json_object_set_new(
+              meta, "num_classes",
+              json_integer((json_int_t)json_array_size(cv.classes))) ||
           json_object_set(meta, "classes", cv.classes))) ||
         json_object_set(meta, "feature_names", cv.feature_names) ||
         json_object_set_new(meta, "label_column", json_string(label_column))) {
@@ -782,6 +920,7 @@ done:
     json_decref(cv.feature_names);
     json_decref(cv.classes);
     free(cv.class_index.slots);
+    free(cv.keys);
     free(cv.y);
     free(cv.row);
     return st;

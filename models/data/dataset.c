@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -321,6 +322,38 @@ static uint64_t json_hash(const json_t *v)
     }
 }
 
+/* The slot of v in the table over `to`: its index + 1, or 0. */
+static uint32_t class_find(const uint32_t *slots, size_t cap, const json_t *to,
+                           const json_t *v)
+{
+    size_t s = (size_t)json_hash(v) & (cap - 1);
+    while (slots[s] && !json_equal(json_array_get(to, slots[s] - 1), v))
+        s = (s + 1) & (cap - 1);
+    return slots[s];
+}
+
+/* v's other spelling under the class rule - the integer 3 for the string
+ * "3" and back - into *out, or NULL where there is none. A CSV label column
+ * of integers became strings before the rule and JSON integers since, so
+ * datasets and models from either side of it meet this way. -1 when out of
+ * memory. */
+static int class_other_spelling(const json_t *v, json_t **out)
+{
+    int64_t i;
+    *out = NULL;
+    if (json_is_string(v) &&
+        ds_label_int(json_string_value(v), json_string_length(v), &i))
+        *out = json_integer(i);
+    else if (json_is_integer(v) && json_integer_value(v) >= -DS_LABEL_INT_MAX &&
+             json_integer_value(v) <= DS_LABEL_INT_MAX) {
+        char text[32];
+        snprintf(text, sizeof text, "%lld", (long long)json_integer_value(v));
+        *out = json_string(text);
+    } else
+        return 0;
+    return *out ? 0 : -1;
+}
+
 ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
                                int32_t *map, ty_err *err)
 {
@@ -347,10 +380,17 @@ ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
     ty_status st = TY_OK;
     for (size_t i = 0; i < n_from; i++) {
         const json_t *v = json_array_get(from, i);
-        size_t s = (size_t)json_hash(v) & (cap - 1);
-        while (slots[s] && !json_equal(json_array_get(to, slots[s] - 1), v))
-            s = (s + 1) & (cap - 1);
-        if (!slots[s]) {
+        uint32_t found = class_find(slots, cap, to, v);
+        if (!found) {
+            json_t *other;
+            if (class_other_spelling(v, &other) != 0) {
+                st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+                break;
+            }
+            found = other ? class_find(slots, cap, to, other) : 0;
+            json_decref(other);
+        }
+        if (!found) {
             char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
             char shown[64];
             ds_snippet(shown, sizeof shown, text ? text : "?",
@@ -362,7 +402,7 @@ ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
             free(text);
             break;
         }
-        map[i] = (int32_t)(slots[s] - 1);
+        map[i] = (int32_t)(found - 1);
     }
     free(slots);
     return st;

@@ -21,9 +21,24 @@
  * ("scale_255" for image bytes, "standardize" for CSV features, "none"),
  * "x_offset", "y_offset" (byte offsets of x and y in the file).
  * Classification adds "num_classes" and "classes" (the label values in class
- * index order: numbers for IDX and NPY, where class i is label i, so classes
- * are 0..max label; strings for CSV, in order of first appearance).
- * CSV adds "feature_names" and "label_column".
+ * index order; y holds indices into them). CSV adds "feature_names" and
+ * "label_column".
+ *
+ * The class rule, the same for every format: the classes are the distinct
+ * labels that occur, sorted.
+ *   - Integer labels (IDX bytes, NPY class numbers, a CSV column whose every
+ *     label is an integer written canonically, see ds_label_int) are JSON
+ *     integers in increasing numeric order. So labels 0..K-1 that all occur
+ *     have class index i = label i, and the same labels give the same classes
+ *     and indices as CSV, NPY or IDX.
+ *   - A CSV column whose labels are all numbers but not all such integers
+ *     ("2.5", "1e3", "007") keeps them as the strings written (a JSON number
+ *     would print 0.1 as 0.10000000000000001 and merge "1.0" with "1.00"),
+ *     in increasing numeric order; equal values ("1", "1.0") bytewise.
+ *   - Any other CSV column: strings, bytewise (so by Unicode code point).
+ * Datasets converted before this rule (CSV classes as strings in order of
+ * first appearance, IDX and NPY classes 0..max label) stay as they were
+ * stored; ty_dataset_class_map lets them meet datasets converted since.
  *
  * Converters stream: they read their inputs in bounded chunks and write the
  * output as they go, never holding a whole upload in memory (the output's
@@ -90,15 +105,20 @@ void ty_dataset_example_f32(const ty_dataset *ds, uint32_t i, float *out);
 
 /* For each class of `from` (a classes array), writes its index in `to` into
  * map[i] (map holds json_array_size(from) entries). Fails with TY_EINVAL
- * naming the first class `to` lacks. Classes compare as JSON values (1 and
- * "1" differ). */
+ * naming the first class `to` lacks. Classes compare as JSON values, except
+ * that a class not in `to` as it is matches its other spelling under the
+ * class rule: the integer 3 and the string "3" (only a canonical integer
+ * text, see ds_label_int: "03" and "+3" are not 3). So a dataset uploaded
+ * since CSV integer labels became JSON integers still meets a dataset or a
+ * model from before, whose classes are those labels as strings. */
 ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
                                int32_t *map, ty_err *err);
 
 /* CSV: header row required; label_column names the target column; every other
  * column must be numeric (decimal or exponent notation; surrounding spaces
- * allowed). Classification labels are strings (a numeric label "3" is the
- * class "3"); regression labels must be numeric. Quoted fields ("a,b", with
+ * allowed). Classification labels become classes by the class rule above
+ * (integers "3", "-1" are the classes 3 and -1; "2.5" or "x" strings);
+ * regression labels must be numeric. Quoted fields ("a,b", with
  * "" for a quote) are accepted in the label column and the header. Empty lines
  * at the end are ignored; a ragged row, an empty cell, NaN or Inf is an
  * error. CRLF line endings are accepted. Blanks around an unquoted field are
@@ -152,16 +172,19 @@ ty_status ds_convert_idx_flags(const char *images_path, const char *labels_path,
                                unsigned flags, const char *out_path,
                                ty_err *err);
 
-/* NPY (format 1.0/2.0/3.0, C order, little-endian or byte-order-free):
+/* NPY (format 1.0/2.0/3.0, C or Fortran order, little-endian or
+ * byte-order-free):
  * x of float32, float64, uint8, int32 or int64 with shape (N, ...) (1 to 4
  * dims after N; stored as float32, except uint8 which stays uint8 with
  * preprocess "scale_255"); y of the same dtypes with shape (N) or, for
  * regression, (N, k) (classification also takes (N, 1)); x of shape (N) has
  * input_shape [1]. task < 0 means: classification when y is an integer
- * type, regression otherwise. Classification needs integer-valued,
- * non-negative y (float y with integer values is accepted). Fortran order,
- * object dtypes, big-endian data, NaN/Inf and count mismatches are
- * TY_EFORMAT. */
+ * type, regression otherwise. Classification needs integer-valued y from 0
+ * to TY_DS_MAX_CLASSES - 1 (float y with integer values is accepted); the
+ * classes are the labels that occur (the class rule above). Fortran-ordered
+ * arrays are converted to C order as they are read (a block of examples at a
+ * time: 16 MiB, or one example when that is larger). Object dtypes, big-endian data,
+ * NaN/Inf and count mismatches are TY_EFORMAT. */
 ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
                          const char *out_path, ty_err *err);
 

@@ -55,6 +55,24 @@ json_t *ds_meta_new(const char *format, ty_task task, uint32_t num_examples,
     return meta;
 }
 
+json_t *ds_classes_from_seen(const unsigned char *seen, uint32_t n,
+                             int32_t *index, uint32_t *count)
+{
+    json_t *classes = json_array();
+    *count = 0;
+    for (uint32_t v = 0; classes && v < n; v++) {
+        index[v] = seen[v] ? (int32_t)*count : -1;
+        if (!seen[v])
+            continue;
+        if (json_array_append_new(classes, json_integer(v))) {
+            json_decref(classes);
+            return NULL;
+        }
+        (*count)++;
+    }
+    return classes;
+}
+
 static ty_status writer_flush(ds_writer *w, ty_err *err)
 {
     if (w->used == 0)

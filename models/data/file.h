@@ -26,6 +26,15 @@ json_t *ds_meta_new(const char *format, ty_task task, uint32_t num_examples,
                     const uint32_t *shape, uint32_t ndim, ty_dtype x_dtype,
                     uint32_t y_dim, const char *preprocess);
 
+/* The class rule for labels that are the numbers 0..n-1 (IDX bytes, NPY
+ * class numbers): the classes are the labels that occur, in increasing
+ * order. seen[v] is non-zero where label v occurs; index[v] (n entries)
+ * gets v's class index, or -1 where v does not occur. Returns the classes
+ * (JSON integers; the caller owns them) and their count in *count, or NULL
+ * when out of memory. */
+json_t *ds_classes_from_seen(const unsigned char *seen, uint32_t n,
+                             int32_t *index, uint32_t *count);
+
 typedef struct {
     int fd;             /* -1 when not open */
     unsigned char *buf; /* DS_CHUNK bytes of pending output */

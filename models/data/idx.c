@@ -5,8 +5,10 @@
  * An IDX file is a big-endian header - magic 0x0000TTDD (element type TT,
  * DD dimensions), then DD u32 sizes - followed by the elements. We take only
  * unsigned bytes (type 0x08). The labels (one byte per image) are read first
- * and kept, since the class list in the meta depends on the largest label;
- * then the pixels stream from the images file straight into the output.
+ * and kept, since the class list in the meta depends on which labels occur
+ * (the classes are those labels in increasing order, as for every format:
+ * see dataset.h); then the pixels stream from the images file straight into
+ * the output.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -142,14 +144,15 @@ static ty_status idx_check_end(ds_input *in, const char *what,
 }
 
 /* Reads all n labels into *out (grown as data arrives, so a header that lies
- * about the count costs no memory) and their largest value. */
+ * about the count costs no memory) and sets seen[v] for each label v that
+ * occurs. */
 static ty_status idx_read_labels(ds_input *in, uint32_t n, uint8_t **out,
-                                 unsigned *max_label, ty_err *err)
+                                 unsigned char seen[256], ty_err *err)
 {
     uint8_t *labels = NULL;
     size_t have = 0, cap = 0;
     ty_status st = TY_OK;
-    *max_label = 0;
+    memset(seen, 0, 256);
     while (have < n) {
         if (have == cap) {
             cap = cap ? 2 * cap : DS_CHUNK;
@@ -172,8 +175,7 @@ static ty_status idx_read_labels(ds_input *in, uint32_t n, uint8_t **out,
             goto fail;
         }
         for (size_t i = have; i < have + got; i++)
-            if (labels[i] > *max_label)
-                *max_label = labels[i];
+            seen[labels[i]] = 1;
         have += got;
     }
     if ((st = idx_check_end(in, "label", 8 + (uint64_t)n, err)) != TY_OK)
@@ -234,7 +236,9 @@ ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
     uint8_t *labels = NULL;
     unsigned char *buf = NULL;
     json_t *meta = NULL, *classes = NULL;
-    unsigned max_label = 0;
+    unsigned char seen[256];
+    int32_t class_of[256];
+    uint32_t num_classes = 0;
     uint64_t max_inflated = opts && opts->max_inflated
                                 ? opts->max_inflated
                                 : TY_DS_MAX_INFLATED_DEFAULT;
@@ -265,7 +269,7 @@ ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
                      lh.count, ih.count);
         goto fail;
     }
-    if ((st = idx_read_labels(&labels_in, lh.count, &labels, &max_label, err)))
+    if ((st = idx_read_labels(&labels_in, lh.count, &labels, seen, err)))
         goto fail;
 
     /* idx3 (N, rows, cols) images are one-channel: [1, rows, cols] */
@@ -276,12 +280,9 @@ ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
         shape[ndim++] = ih.dims[i];
     meta = ds_meta_new("idx", TY_TASK_CLASSIFICATION, ih.count, shape, ndim,
                        TY_DTYPE_U8, 1, "scale_255");
-    classes = json_array();
-    int bad = !meta || !classes;
-    for (unsigned c = 0; !bad && c <= max_label; c++)
-        bad = json_array_append_new(classes, json_integer(c));
-    if (bad ||
-        json_object_set_new(meta, "num_classes", json_integer(max_label + 1)) ||
+    classes = ds_classes_from_seen(seen, 256, class_of, &num_classes);
+    if (!meta || !classes ||
+        json_object_set_new(meta, "num_classes", json_integer(num_classes)) ||
         json_object_set(meta, "classes", classes)) {
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         goto fail;
@@ -321,7 +322,7 @@ ty_status ds_convert_idx_ex(const char *images_path, const char *labels_path,
     for (size_t i = 0; i < ih.count;) {
         size_t n = ih.count - i < per ? ih.count - i : per;
         for (size_t k = 0; k < n; k++)
-            y[k] = labels[i + k];
+            y[k] = class_of[labels[i + k]];
         if ((st = ds_writer_write(&w, y, n * sizeof *y, err)))
             goto fail;
         i += n;

@@ -247,6 +247,28 @@ ty_status ds_input_seek(ds_input *in, uint64_t off, ty_err *err)
     return TY_OK;
 }
 
+ty_status ds_input_pread(ds_input *in, void *buf, size_t n, uint64_t off,
+                         size_t *got, ty_err *err)
+{
+    unsigned char *p = buf;
+    *got = 0;
+    if (in->gz || in->fd < 0)
+        return ty_fail(err, TY_EINTERNAL, in->field,
+                       "%s: cannot read at an offset in this input", in->name);
+    while (*got < n) {
+        ssize_t r = pread(in->fd, p + *got, n - *got, (off_t)(off + *got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return ty_fail(err, TY_EIO, in->field, "%s: read failed: %s",
+                           in->name, strerror(errno));
+        if (r == 0)
+            break;
+        *got += (size_t)r;
+    }
+    return TY_OK;
+}
+
 void ds_input_close(ds_input *in)
 {
     if (in->gz) {
@@ -303,6 +325,23 @@ int ds_utf8_valid(const char *s, size_t len)
             return 0;
         i += k;
     }
+    return 1;
+}
+
+int ds_label_int(const char *s, size_t len, int64_t *out)
+{
+    size_t i = len && s[0] == '-' ? 1 : 0;
+    if (i == len || len - i > 16 || (s[i] == '0' && (len - i > 1 || i)))
+        return 0; /* empty, too long, a leading zero, or "-0" */
+    uint64_t v = 0;
+    for (; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > (uint64_t)DS_LABEL_INT_MAX)
+        return 0;
+    *out = s[0] == '-' ? -(int64_t)v : (int64_t)v;
     return 1;
 }
 

@@ -61,6 +61,12 @@ ty_status ds_input_count_rest(ds_input *in, uint64_t max, uint64_t *rest,
  * gzip input, TY_EIO if the seek fails. */
 ty_status ds_input_seek(ds_input *in, uint64_t off, ty_err *err);
 
+/* Reads up to n bytes at byte offset off of a plain (uncompressed) input,
+ * without moving its position; *got < n means the file ended first.
+ * TY_EINTERNAL for a gzip input, TY_EIO if a read fails. */
+ty_status ds_input_pread(ds_input *in, void *buf, size_t n, uint64_t off,
+                         size_t *got, ty_err *err);
+
 /* Closes; safe to call twice and on an input whose open failed. */
 void ds_input_close(ds_input *in);
 
@@ -70,6 +76,17 @@ size_t ds_utf8_seq(const unsigned char *p, size_t avail);
 
 /* 1 if s (len bytes) is valid UTF-8 (as jansson requires), else 0. */
 int ds_utf8_valid(const char *s, size_t len);
+
+/* The largest magnitude of an integer class label, 2^53 - 1: every JSON
+ * reader (JavaScript's included) holds integers up to it exactly. */
+#define DS_LABEL_INT_MAX 9007199254740991LL
+
+/* 1 if s (len bytes) is an integer class label written canonically - "0" or
+ * an optional '-' and digits without a leading zero ("-0", "+3", "03", " 3"
+ * are not) - of magnitude at most DS_LABEL_INT_MAX, with its value in *out;
+ * else 0. A label written so is the decimal text of exactly one JSON integer
+ * and back, so the two stand for the same class (see ty_dataset_class_map). */
+int ds_label_int(const char *s, size_t len, int64_t *out);
 
 #define DS_FNV_BASIS 1469598103934665603ull
 

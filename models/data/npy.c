@@ -9,9 +9,16 @@
  * rather than pattern matching, so spacing, quote style, trailing commas and
  * Python 2's 10L integers all work.
  *
- * y is read twice: once to validate it and find the largest class (the meta's
- * class list depends on it), and again after x to write it. x streams once,
- * converted chunk by chunk. Nothing proportional to the data is kept.
+ * y is read twice: once to validate it and see which labels occur (the meta's
+ * class list is those labels in increasing order, the rule of every format:
+ * see dataset.h), and again after x to write each label's class index. x
+ * streams once, converted chunk by chunk. Nothing proportional to the data is
+ * kept: for classes, one byte and one index per possible label
+ * (TY_DS_MAX_CLASSES of each).
+ *
+ * A Fortran-ordered array (fortran_order True, what numpy writes for a
+ * transposed or np.asfortranarray array, and pandas' to_numpy often gives) is
+ * converted to C order as it is read: see npy_src below.
  */
 #include <float.h>
 #include <math.h>
@@ -321,11 +328,6 @@ static ty_status npy_read_header(ds_input *in, npy_header *h, ty_err *err)
         goto done;
     }
     h->kind = npy_dtypes[i].kind;
-    if (h->fortran_order)
-        st = ty_fail(err, TY_EFORMAT, in->field,
-                     "%s: the array is in Fortran order; save a C-ordered "
-                     "array (numpy.ascontiguousarray)",
-                     in->name);
 done:
     free(text);
     return st;
@@ -391,6 +393,183 @@ static int npy_is_integer(npy_kind kind)
     return kind == NPY_U1 || kind == NPY_I4 || kind == NPY_I8;
 }
 
+/* ---- values in C order --------------------------------------------------- */
+
+/* Where an array's values come from, in C (row-major) order whatever the
+ * file's order. A C-ordered array is read straight through. A Fortran-ordered
+ * one of shape (N, d1, ..., dk) stores its first index fastest, so value v of
+ * example i (v counted in Fortran order over d1..dk) is at (v * N + i): each
+ * value's run over consecutive examples is contiguous. It is gathered a block
+ * of examples at a time: for each value, in file order, the block's run is
+ * read and scattered into the block at the value's C position. One read takes
+ * the runs of several consecutive values (they lie N values apart) while the
+ * other examples' bytes between them are few (NPY_GAP_BYTES), up to
+ * NPY_SPAN_BYTES: so a block of all N examples reads the file straight
+ * through, and a small block of a short array does not pay a read per value.
+ * A block holds NPY_BLOCK_BYTES, or one example when an example is larger,
+ * and never more than the array: memory is bounded whatever the file's size.
+ * (The price is in the rare arrays whose examples are megabytes each: a block
+ * of few examples, so a read per value and block, or each block reading the
+ * runs of its neighbours too.) Where at most one axis has more than one
+ * element, the two orders are the same bytes and the file is read straight
+ * through. */
+#define NPY_BLOCK_BYTES (16u << 20)
+#define NPY_SPAN_BYTES (1u << 20)
+#define NPY_GAP_BYTES 4096u
+
+typedef struct {
+    ds_input *in;
+    const npy_header *h;
+    size_t isz;
+    uint64_t n, per;      /* examples, values per example */
+    int gather;           /* Fortran order that differs from C order */
+    unsigned char *block; /* gather: block_ex examples, C order */
+    unsigned char *run;   /* gather: one value's run over a block */
+    uint64_t block_ex;    /* examples per block */
+    uint64_t next_ex;     /* first example not yet gathered */
+    size_t pos, len;      /* bytes of block handed out, filled */
+} npy_src;
+
+/* Sets up reading h's data from in (positioned at the data, as after
+ * npy_read_header). h's shape has been checked: ndim >= 1, sizes within the
+ * limits, the file's size right. TY_ENOMEM if the block cannot be had. */
+static ty_status npy_src_init(npy_src *s, ds_input *in, const npy_header *h,
+                              ty_err *err)
+{
+    uint32_t big_axes = 0;
+    memset(s, 0, sizeof *s);
+    s->in = in;
+    s->h = h;
+    s->isz = npy_itemsize[h->kind];
+    s->n = h->shape[0];
+    s->per = 1;
+    for (uint32_t a = 0; a < h->ndim; a++) {
+        if (a > 0)
+            s->per *= h->shape[a];
+        big_axes += h->shape[a] > 1;
+    }
+    s->gather = h->fortran_order && big_axes > 1;
+    if (!s->gather)
+        return TY_OK;
+    uint64_t ex_bytes = s->per * s->isz;
+    s->block_ex = NPY_BLOCK_BYTES / ex_bytes ? NPY_BLOCK_BYTES / ex_bytes : 1;
+    if (s->block_ex > s->n)
+        s->block_ex = s->n;
+    size_t run = (size_t)(s->block_ex * s->isz);
+    s->block = malloc((size_t)(s->block_ex * ex_bytes));
+    s->run = malloc(run > NPY_SPAN_BYTES ? run : NPY_SPAN_BYTES);
+    if (!s->block || !s->run)
+        return ty_fail(err, TY_ENOMEM, in->field, "out of memory");
+    return TY_OK;
+}
+
+static void npy_src_free(npy_src *s)
+{
+    free(s->block);
+    free(s->run);
+    s->block = s->run = NULL;
+}
+
+/* Back to the first value, for a second pass. */
+static ty_status npy_src_rewind(npy_src *s, ty_err *err)
+{
+    s->next_ex = 0;
+    s->pos = s->len = 0;
+    return s->gather ? TY_OK : ds_input_seek(s->in, s->h->data_offset, err);
+}
+
+/* dst[j * stride] = the j-th of b values of isz bytes at src. */
+static void npy_scatter(unsigned char *dst, size_t stride,
+                        const unsigned char *src, uint64_t b, size_t isz)
+{
+    switch (isz) {
+        case 1:
+            for (uint64_t j = 0; j < b; j++)
+                dst[j * stride] = src[j];
+            break;
+        case 4:
+            for (uint64_t j = 0; j < b; j++)
+                memcpy(dst + j * stride, src + 4 * j, 4);
+            break;
+        default:
+            for (uint64_t j = 0; j < b; j++)
+                memcpy(dst + j * stride, src + 8 * j, 8);
+            break;
+    }
+}
+
+/* Fills the block with the next examples' values in C order. */
+static ty_status npy_src_gather(npy_src *s, ty_err *err)
+{
+    const npy_header *h = s->h;
+    const size_t isz = s->isz, stride = (size_t)(s->per * isz);
+    const uint64_t n = s->n, e0 = s->next_ex;
+    const uint64_t b = n - e0 < s->block_ex ? n - e0 : s->block_ex;
+    /* values whose runs one read takes (see the comment above npy_src) */
+    uint64_t group = 1;
+    if ((n - b) * isz <= NPY_GAP_BYTES && NPY_SPAN_BYTES / (n * isz) > 1)
+        group = NPY_SPAN_BYTES / (n * isz);
+    uint64_t idx[NPY_MAX_NDIM] = {0}, cstride[NPY_MAX_NDIM];
+    cstride[h->ndim - 1] = 1;
+    for (uint32_t a = h->ndim - 1; a > 1; a--)
+        cstride[a - 1] = cstride[a] * h->shape[a];
+    uint64_t f = 0; /* the C position, within an example, of value v */
+    for (uint64_t v = 0; v < s->per;) {
+        const uint64_t g = s->per - v < group ? s->per - v : group;
+        const size_t span = (size_t)(((g - 1) * n + b) * isz);
+        size_t got;
+        ty_status st =
+            ds_input_pread(s->in, s->run, span,
+                           h->data_offset + (v * n + e0) * isz, &got, err);
+        if (st != TY_OK)
+            return st;
+        if (got < span)
+            return ty_fail(err, TY_EIO, s->in->field,
+                           "%s changed or was truncated while being read",
+                           s->in->name);
+        for (uint64_t k = 0; k < g; k++, v++) {
+            npy_scatter(s->block + f * isz, stride, s->run + k * n * isz, b,
+                        isz);
+            /* the next value in Fortran order: axis 1 runs fastest */
+            for (uint32_t a = 1; a < h->ndim; a++) {
+                f += cstride[a];
+                if (++idx[a] < h->shape[a])
+                    break;
+                f -= cstride[a] * h->shape[a];
+                idx[a] = 0;
+            }
+        }
+    }
+    s->next_ex = e0 + b;
+    s->pos = 0;
+    s->len = (size_t)(b * s->per * isz);
+    return TY_OK;
+}
+
+/* Reads the next len bytes of values in C order; *got < len means the data
+ * ended. */
+static ty_status npy_src_read(npy_src *s, unsigned char *buf, size_t len,
+                              size_t *got, ty_err *err)
+{
+    if (!s->gather)
+        return ds_input_read_full(s->in, buf, len, got, err);
+    *got = 0;
+    while (*got < len) {
+        if (s->pos == s->len) {
+            if (s->next_ex == s->n)
+                break;
+            ty_status st = npy_src_gather(s, err);
+            if (st != TY_OK)
+                return st;
+        }
+        size_t k = s->len - s->pos < len - *got ? s->len - s->pos : len - *got;
+        memcpy(buf + *got, s->block + s->pos, k);
+        s->pos += k;
+        *got += k;
+    }
+    return TY_OK;
+}
+
 /* What a stream of values becomes. */
 typedef enum {
     NPY_TO_F32,   /* float32 features or targets */
@@ -398,14 +577,18 @@ typedef enum {
     NPY_TO_CLASS, /* int32 class indices */
 } npy_target;
 
-/* Streams count values of h from in, checks and converts them, and writes
- * them to w (when w is not NULL). per_example values make one example (for
- * messages). For classes, *max_class gets the largest. */
-static ty_status npy_stream(ds_input *in, const npy_header *h, uint64_t count,
-                            uint64_t per_example, npy_target to, ds_writer *w,
-                            int64_t *max_class, ty_err *err)
+/* Streams all values of src, checks and converts them, and writes them to w
+ * (when w is not NULL). For classes, seen[label] is set for each label that
+ * occurs (when seen is not NULL), and each label is written as its class
+ * index class_of[label] (class_of is needed only with w). */
+static ty_status npy_stream(npy_src *src, npy_target to, ds_writer *w,
+                            unsigned char *seen, const int32_t *class_of,
+                            ty_err *err)
 {
-    const size_t isz = npy_itemsize[h->kind];
+    ds_input *in = src->in;
+    const npy_kind kind = src->h->kind;
+    const size_t isz = src->isz;
+    const uint64_t count = src->n * src->per, per_example = src->per;
     const size_t per_chunk = DS_CHUNK; /* values per read */
     unsigned char *raw = malloc(per_chunk * isz);
     float *outbuf = malloc(per_chunk * 4);
@@ -414,13 +597,11 @@ static ty_status npy_stream(ds_input *in, const npy_header *h, uint64_t count,
         st = ty_fail(err, TY_ENOMEM, in->field, "out of memory");
         goto done;
     }
-    if (max_class)
-        *max_class = -1;
     for (uint64_t done = 0; done < count;) {
         size_t n =
             count - done < per_chunk ? (size_t)(count - done) : per_chunk;
         size_t got;
-        if ((st = ds_input_read_full(in, raw, n * isz, &got, err)))
+        if ((st = npy_src_read(src, raw, n * isz, &got, err)))
             goto done;
         if (got < n * isz) {
             st = ty_fail(err, TY_EIO, in->field,
@@ -435,7 +616,7 @@ static ty_status npy_stream(ds_input *in, const npy_header *h, uint64_t count,
             continue;
         }
         for (size_t k = 0; k < n; k++) {
-            double v = npy_value(h->kind, raw + k * isz);
+            double v = npy_value(kind, raw + k * isz);
             uint64_t at = done + k;
             unsigned long long ex = at / per_example, pos = at % per_example;
             if (!isfinite(v)) {
@@ -482,8 +663,10 @@ static ty_status npy_stream(ds_input *in, const npy_header *h, uint64_t count,
                 goto done;
             }
             int32_t c = (int32_t)v;
-            if (max_class && c > *max_class)
-                *max_class = c;
+            if (seen)
+                seen[c] = 1;
+            if (w)
+                c = class_of[c];
             memcpy(&outbuf[k], &c, 4);
         }
         if (w && (st = ds_writer_write(w, outbuf, n * 4, err)))
@@ -578,14 +761,18 @@ ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
     ds_input xin, yin;
     ds_writer w = DS_WRITER_INIT;
     npy_header xh, yh;
+    npy_src xsrc, ysrc;
     json_t *meta = NULL, *classes = NULL;
-    uint32_t shape[TY_DS_MAX_DIMS], ndim = 0, y_dim = 1;
+    uint32_t shape[TY_DS_MAX_DIMS], ndim = 0, y_dim = 1, num_classes = 0;
     uint64_t features = 1;
-    int64_t max_class = -1;
+    unsigned char *seen = NULL;
+    int32_t *class_of = NULL;
     ty_status st;
 
     memset(&xin, 0, sizeof xin);
     memset(&yin, 0, sizeof yin);
+    memset(&xsrc, 0, sizeof xsrc);
+    memset(&ysrc, 0, sizeof ysrc);
     xin.fd = yin.fd = -1;
     if (!out_path || !*out_path)
         return ty_fail(err, TY_EINVAL, NULL, "no output path given");
@@ -609,9 +796,19 @@ ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
         (st = npy_check_size(&yin, &yh, n * y_dim, err)))
         goto fail;
 
+    if ((st = npy_src_init(&xsrc, &xin, &xh, err)) ||
+        (st = npy_src_init(&ysrc, &yin, &yh, err)))
+        goto fail;
     npy_target y_to = t == TY_TASK_CLASSIFICATION ? NPY_TO_CLASS : NPY_TO_F32;
-    if ((st = npy_stream(&yin, &yh, n * y_dim, y_dim, y_to, NULL, &max_class,
-                         err)))
+    if (t == TY_TASK_CLASSIFICATION) {
+        seen = calloc(TY_DS_MAX_CLASSES, 1);
+        class_of = malloc(TY_DS_MAX_CLASSES * sizeof *class_of);
+        if (!seen || !class_of) {
+            st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+            goto fail;
+        }
+    }
+    if ((st = npy_stream(&ysrc, y_to, NULL, seen, NULL, err)))
         goto fail;
 
     ty_dtype x_dtype = xh.kind == NPY_U1 ? TY_DTYPE_U8 : TY_DTYPE_F32;
@@ -619,13 +816,11 @@ ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
                        x_dtype == TY_DTYPE_U8 ? "scale_255" : "none");
     int bad = !meta;
     if (!bad && t == TY_TASK_CLASSIFICATION) {
-        classes = json_array();
-        bad = !classes;
-        for (int64_t c = 0; !bad && c <= max_class; c++)
-            bad = json_array_append_new(classes, json_integer(c));
-        bad = bad ||
+        classes = ds_classes_from_seen(seen, TY_DS_MAX_CLASSES, class_of,
+                                       &num_classes);
+        bad = !classes ||
               json_object_set_new(meta, "num_classes",
-                                  json_integer(max_class + 1)) ||
+                                  json_integer(num_classes)) ||
               json_object_set(meta, "classes", classes);
     }
     if (bad) {
@@ -635,21 +830,24 @@ ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
     uint64_t x_bytes = n * features * (x_dtype == TY_DTYPE_U8 ? 1 : 4);
     uint64_t y_bytes = n * y_dim * 4;
     if ((st = ds_writer_create(&w, out_path, meta, x_bytes, y_bytes, err)) ||
-        (st = npy_stream(&xin, &xh, n * features, features,
-                         x_dtype == TY_DTYPE_U8 ? NPY_TO_U8 : NPY_TO_F32, &w,
-                         NULL, err)) ||
+        (st = npy_stream(&xsrc, x_dtype == TY_DTYPE_U8 ? NPY_TO_U8 : NPY_TO_F32,
+                         &w, NULL, NULL, err)) ||
         (st = ds_writer_begin_y(&w, err)) ||
-        (st = ds_input_seek(&yin, yh.data_offset, err)) ||
-        (st = npy_stream(&yin, &yh, n * y_dim, y_dim, y_to, &w, NULL, err)) ||
+        (st = npy_src_rewind(&ysrc, err)) ||
+        (st = npy_stream(&ysrc, y_to, &w, NULL, class_of, err)) ||
         (st = ds_writer_finish(&w, err)))
         goto fail;
     goto done;
 fail:
     ds_writer_discard(&w, out_path);
 done:
+    npy_src_free(&xsrc);
+    npy_src_free(&ysrc);
     ds_input_close(&xin);
     ds_input_close(&yin);
     json_decref(meta);
     json_decref(classes);
+    free(seen);
+    free(class_of);
     return st;
 }

@@ -357,11 +357,21 @@ static void test_class_map(void **state)
     class_map_ok("[]", "[\"a\"]", NULL, 0);
     class_map_ok("[0.0]", "[1, -0.0]", (int32_t[]){1}, 1);
     class_map_ok("[\"x\"]", "[\"x\",\"x\"]", (int32_t[]){0}, 1);
-    /* 1 and "1" are different classes */
-    class_map_bad("[1]", "[\"1\"]",
-                  "class 1 (index 0) is not one of the 1 "
+    /* a class missing as it is matches its other spelling under the class
+     * rule: integer CSV labels were strings before it, integers since */
+    class_map_ok("[1, -20, 3]", "[\"3\",\"-20\",\"1\"]", (int32_t[]){2, 1, 0},
+                 3);
+    class_map_ok("[\"3\",\"9\",\"0\"]", "[0,3,9]", (int32_t[]){1, 2, 0}, 3);
+    /* ... but the value as it is comes first */
+    class_map_ok("[1, \"1\"]", "[\"1\", 1]", (int32_t[]){1, 0}, 2);
+    /* only canonical integer text is an integer's other spelling */
+    class_map_bad("[1]", "[\"01\", \"+1\", \"1.0\", \" 1\"]",
+                  "class 1 (index 0) is not one of the 4 "
                   "known classes");
-    class_map_bad("[\"1\"]", "[1, 2]", "class \"1\" (index 0)");
+    class_map_bad("[\"-0\"]", "[0]", "class \"-0\" (index 0)");
+    class_map_bad("[\"9007199254740992\"]", "[9007199254740992]",
+                  "class \"9007199254740992\" (index 0)");
+    class_map_bad("[1.0]", "[\"1\"]", "class 1.0 (index 0)");
     /* the first class missing is named */
     class_map_bad("[\"a\",\"zz\",\"yy\"]", "[\"a\"]", "class \"zz\" (index 1)");
     class_map_bad("{}", "[]", "must be arrays");

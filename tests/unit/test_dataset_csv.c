@@ -92,14 +92,111 @@ static void test_classification_string_labels(void **state)
     ty_dataset_close(&ds);
 }
 
-static void test_numeric_labels_are_strings(void **state)
+/* The labels of column "l" of text (x,l rows) become classes_json, and row
+ * i's class index is want_y[i]. */
+static void check_labels(const char *text, const char *classes_json,
+                         const int32_t *want_y, size_t rows)
+{
+    ty_dataset ds;
+    convert_ok(text, "l", TY_TASK_CLASSIFICATION, &ds);
+    dt_assert_json(json_object_get(ds.meta, "classes"), classes_json);
+    assert_int_equal(ds.num_examples, rows);
+    assert_int_equal(ds.num_classes,
+                     json_array_size(json_object_get(ds.meta, "classes")));
+    assert_int_equal(dt_meta_int(&ds, "num_classes"), ds.num_classes);
+    for (size_t i = 0; i < rows; i++)
+        if (ds.y_class[i] != want_y[i])
+            fail_msg("row %zu: class index %d, expected %d", i, ds.y_class[i],
+                     want_y[i]);
+    ty_dataset_close(&ds);
+}
+
+static void test_integer_labels_are_sorted_integers(void **state)
 {
     (void)state;
+    /* digits in the order a shuffled dataset shows them first */
+    const int digits[] = {3, 9, 1, 4, 0, 7, 2, 8, 6, 5, 3, 0, 9};
+    char text[256] = "x,l\n";
+    int32_t want[13];
+    for (int i = 0; i < 13; i++) {
+        size_t used = strlen(text);
+        snprintf(text + used, sizeof text - used, "%d,%d\n", i, digits[i]);
+        want[i] = digits[i]; /* labels 0..9: class index i is label i */
+    }
+    check_labels(text, "[0,1,2,3,4,5,6,7,8,9]", want, 13);
+
+    /* numerically, not as text; negative ones too; a quoted "3" is 3 */
+    const int32_t y1[] = {2, 0, 2, 3, 1};
+    check_labels("x,l\n1,3\n2,-20\n3,\"3\"\n4,10\n5,0\n", "[-20,0,3,10]", y1,
+                 5);
+    /* up to 2^53 - 1 */
+    const int32_t y2[] = {1, 0};
+    check_labels("x,l\n1,9007199254740991\n2,-9007199254740991\n",
+                 "[-9007199254740991,9007199254740991]", y2, 2);
+}
+
+static void test_other_numeric_labels_sort_numerically_as_written(void **state)
+{
+    (void)state;
+    /* not all integers: the strings as written, in numeric order (equal
+     * values bytewise: "1" and "1.0" stay two classes) */
+    const int32_t y1[] = {3, 2, 0, 4, 1, 2};
+    check_labels("x,l\n1,2.5\n2,1.0\n3,-0.5\n4,1e1\n5,1\n6,1.0\n",
+                 "[\"-0.5\",\"1\",\"1.0\",\"2.5\",\"1e1\"]", y1, 6);
+    /* integers not written canonically are numbers of this kind: "01" and
+     * "1" would otherwise become one class */
+    const int32_t y2[] = {1, 0, 2};
+    check_labels("x,l\n1,1\n2,01\n3,+2\n", "[\"01\",\"1\",\"+2\"]", y2, 3);
+    const int32_t y3[] = {1, 0, 2};
+    check_labels("x,l\n1,0\n2,-0\n3,7\n", "[\"-0\",\"0\",\"7\"]", y3, 3);
+    /* past 2^53 - 1 a JSON integer is not exact everywhere */
+    const int32_t y4[] = {1, 0};
+    check_labels("x,l\n1,9007199254740992\n2,5\n",
+                 "[\"5\",\"9007199254740992\"]", y4, 2);
+}
+
+static void test_text_labels_sort_by_code_point(void **state)
+{
+    (void)state;
+    /* bytewise: capitals before small letters, a prefix first, UTF-8 after
+     * ASCII in code point order (U+00E9 before U+4E2D) */
+    const int32_t y1[] = {4, 3, 0, 2, 5, 1, 6, 3};
+    check_labels(
+        "x,l\n1,b\n2,ab\n3,B\n4,a\n5,\xc3\xa9\n6,Z\n7,\xe4\xb8\xad\n8,ab\n",
+        "[\"B\",\"Z\",\"a\",\"ab\",\"b\",\"\\u00e9\",\"\\u4e2d\"]", y1, 8);
+    /* one label that is not a number makes them all text: "10" before "2" */
+    const int32_t y2[] = {2, 0, 1, 3};
+    check_labels("x,l\n1,2\n2,1\n3,10\n4,x\n", "[\"1\",\"10\",\"2\",\"x\"]", y2,
+                 4);
+    /* blanks inside quotes are kept, so " 3" is text */
+    const int32_t y3[] = {1, 0};
+    check_labels("x,l\n1,3\n2,\" 3\"\n", "[\" 3\",\"3\"]", y3, 2);
+}
+
+/* The most classes there may be, all integers in shuffled order: sorted,
+ * every index where it belongs. */
+static void test_many_integer_classes(void **state)
+{
+    (void)state;
+    const uint32_t n = TY_DS_MAX_CLASSES;
+    size_t cap = (size_t)n * 16 + 16, len = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    len += (size_t)snprintf(text + len, cap - len, "x,l\n");
+    /* 7919 is prime, so i * 7919 mod n visits every label once */
+    for (uint32_t i = 0; i < n; i++)
+        len += (size_t)snprintf(text + len, cap - len, "%u,%llu\n", i,
+                                (unsigned long long)i * 7919 % n * 3);
     ty_dataset ds;
-    convert_ok("x,label\n1,3\n2,1\n3,3\n4,10\n", "label",
-               TY_TASK_CLASSIFICATION, &ds);
-    dt_assert_json(json_object_get(ds.meta, "classes"), "[\"3\",\"1\",\"10\"]");
-    assert_int_equal(ds.y_class[3], 2);
+    convert_ok(text, "l", TY_TASK_CLASSIFICATION, &ds);
+    free(text);
+    assert_int_equal(ds.num_classes, n);
+    const json_t *classes = json_object_get(ds.meta, "classes");
+    for (uint32_t c = 0; c < n; c += 997)
+        assert_int_equal(json_integer_value(json_array_get(classes, c)), 3 * c);
+    for (uint32_t i = 0; i < n; i++)
+        if ((uint64_t)ds.y_class[i] != (uint64_t)i * 7919 % n)
+            fail_msg("row %u: class index %d", i, ds.y_class[i]);
     ty_dataset_close(&ds);
 }
 
@@ -142,8 +239,11 @@ static void test_quoted_fields(void **state)
     dt_assert_json(json_object_get(ds.meta, "feature_names"),
                    "[\"a\",\"b \\\"quoted\\\"\"]");
     dt_assert_json(json_object_get(ds.meta, "classes"),
-                   "[\"red, dark\",\"say \\\"hi\\\"\",\"two\\nlines\","
-                   "\"plain\"]");
+                   "[\"plain\",\"red, dark\",\"say \\\"hi\\\"\","
+                   "\"two\\nlines\"]");
+    const int32_t want_y[] = {1, 2, 3, 0};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ds.y_class[i], want_y[i]);
     float row[2];
     ty_dataset_example_f32(&ds, 0, row);
     assert_true(row[0] == 1.5f && row[1] == 2.0f);
@@ -175,7 +275,9 @@ static void test_crlf_bom_and_trailing_blank_lines(void **state)
     /* the BOM is not part of the first column's name */
     dt_assert_json(json_object_get(ds.meta, "feature_names"),
                    "[\"f1\",\"f2\"]");
-    dt_assert_json(json_object_get(ds.meta, "classes"), "[\"yes\",\"no\"]");
+    dt_assert_json(json_object_get(ds.meta, "classes"), "[\"no\",\"yes\"]");
+    assert_int_equal(ds.y_class[0], 1);
+    assert_int_equal(ds.y_class[1], 0);
     float row[2];
     ty_dataset_example_f32(&ds, 1, row);
     assert_true(row[0] == 3.0f && row[1] == 4.0f);
@@ -530,7 +632,10 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_classification_string_labels),
-        cmocka_unit_test(test_numeric_labels_are_strings),
+        cmocka_unit_test(test_integer_labels_are_sorted_integers),
+        cmocka_unit_test(test_other_numeric_labels_sort_numerically_as_written),
+        cmocka_unit_test(test_text_labels_sort_by_code_point),
+        cmocka_unit_test(test_many_integer_classes),
         cmocka_unit_test(test_regression),
         cmocka_unit_test(test_quoted_fields),
         cmocka_unit_test(test_line_numbers_after_multiline_field),

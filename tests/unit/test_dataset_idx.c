@@ -148,6 +148,27 @@ static void test_idx3_gzipped(void **state)
     check_mnist_like(40, 3, 3, 4);
 }
 
+/* Sparse labels seen out of order: the classes are the labels that occur,
+ * sorted, and each image's class index follows them. */
+static void test_sparse_labels(void **state)
+{
+    (void)state;
+    ty_err err;
+    ty_dataset ds;
+    uint8_t data[5 * 4] = {0}, labels[5] = {9, 3, 255, 3, 0};
+    uint32_t d3[3] = {5, 2, 2}, dl[1] = {5};
+    write_idx(dt_path(0, "images.idx"), 0x803, d3, 3, data, sizeof data, 0, 0);
+    write_idx(dt_path(1, "labels.idx"), 0x801, dl, 1, labels, 5, 0, 0);
+    assert_int_equal(convert(&err), TY_OK);
+    assert_int_equal(ty_dataset_open(dt_path(2, "out.tyds"), &ds, &err), TY_OK);
+    assert_int_equal(ds.num_classes, 4);
+    dt_assert_json(json_object_get(ds.meta, "classes"), "[0,3,9,255]");
+    const int32_t want[5] = {2, 1, 3, 1, 0};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(ds.y_class[i], want[i]);
+    ty_dataset_close(&ds);
+}
+
 static void test_idx2_and_idx4_shapes(void **state)
 {
     (void)state;
@@ -164,10 +185,13 @@ static void test_idx2_and_idx4_shapes(void **state)
     assert_int_equal(ty_dataset_open(dt_path(2, "out.tyds"), &ds, &err), TY_OK);
     assert_int_equal(ds.ndim, 1);
     assert_int_equal(ds.shape[0], 8);
-    /* classes run 0..max label, even where a label never occurs */
-    assert_int_equal(ds.num_classes, 3);
-    dt_assert_json(json_object_get(ds.meta, "classes"), "[0,1,2]");
-    assert_int_equal(ds.y_class[0], 2);
+    /* the classes are the labels that occur, in increasing order (1 never
+     * does) */
+    assert_int_equal(ds.num_classes, 2);
+    dt_assert_json(json_object_get(ds.meta, "classes"), "[0,2]");
+    assert_int_equal(ds.y_class[0], 1);
+    assert_int_equal(ds.y_class[1], 0);
+    assert_int_equal(ds.y_class[2], 1);
     assert_int_equal(((const uint8_t *)ds.x)[23], 23);
     ty_dataset_close(&ds);
 
@@ -640,6 +664,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_idx3_plain),
         cmocka_unit_test(test_idx3_gzipped),
+        cmocka_unit_test(test_sparse_labels),
         cmocka_unit_test(test_idx2_and_idx4_shapes),
         cmocka_unit_test(test_wrong_magic),
         cmocka_unit_test(test_non_ubyte_type),

@@ -1,8 +1,10 @@
 /*
  * test_dataset_npy.c - ds_convert_npy on NPY files written here: every
  * supported dtype for x and y, the three header versions and the header
- * spellings numpy (and older numpys) produce, task inference, and each
- * rejection with its message.
+ * spellings numpy (and older numpys) produce, task inference, the class
+ * rule (the labels that occur, in increasing order, the same classes a CSV
+ * of the same labels gets), Fortran-ordered arrays (converted to the same
+ * dataset as the C-ordered array), and each rejection with its message.
  */
 #include "ds_testutil.h"
 
@@ -73,6 +75,45 @@ static void write_npy(const char *path, const char *descr, const char *shape,
     size_t len = encode(descr, v, n, data);
     write_npy_raw(path, 1, 0, dict, data, len);
     free(data);
+}
+
+/* Writes v, the n values of an array of shape dims (ndim axes) in C order, as
+ * a Fortran-ordered version 1.0 file: np.save(path, np.asfortranarray(a)).
+ * The first index runs fastest in the file. */
+static void write_npy_fortran(const char *path, const char *descr,
+                              const uint64_t *dims, int ndim, const double *v,
+                              size_t n)
+{
+    double *f = malloc((n ? n : 1) * sizeof *f);
+    assert_non_null(f);
+    for (size_t c = 0; c < n; c++) {
+        size_t rest = c, off = 0, fstride = 1, cstride = n;
+        for (int a = 0; a < ndim; a++) {
+            cstride /= dims[a];
+            size_t idx = rest / cstride;
+            rest %= cstride;
+            off += idx * fstride;
+            fstride *= dims[a];
+        }
+        f[off] = v[c];
+    }
+    char shape[128] = "(";
+    for (int a = 0; a < ndim; a++) {
+        size_t used = strlen(shape);
+        snprintf(shape + used, sizeof shape - used, "%s%llu", a ? ", " : "",
+                 (unsigned long long)dims[a]);
+    }
+    strcat(shape, ndim == 1 ? ",)" : ")");
+    char dict[256];
+    snprintf(dict, sizeof dict,
+             "{'descr': '%s', 'fortran_order': True, 'shape': %s, }", descr,
+             shape);
+    void *data = malloc(n * 8 + 1);
+    assert_non_null(data);
+    size_t len = encode(descr, f, n, data);
+    write_npy_raw(path, 1, 0, dict, data, len);
+    free(data);
+    free(f);
 }
 
 #define X_PATH dt_path(0, "x.npy")
@@ -183,7 +224,9 @@ static void test_each_y_dtype_and_task_inference(void **state)
     }
 }
 
-static void test_classes_span_zero_to_max(void **state)
+/* The classes are the labels that occur, in increasing order: not 0..max
+ * (labels {3, 7, 100} are 3 classes, not 101). */
+static void test_classes_are_the_labels_that_occur(void **state)
 {
     (void)state;
     ty_dataset ds;
@@ -191,17 +234,81 @@ static void test_classes_span_zero_to_max(void **state)
     write_npy(X_PATH, "<f4", "(3, 2)", x6, 6);
     write_npy(Y_PATH, "<i4", "(3,)", y, 3);
     convert_ok(-1, &ds);
-    assert_int_equal(ds.num_classes, 5);
-    assert_int_equal(dt_meta_int(&ds, "num_classes"), 5);
-    dt_assert_json(json_object_get(ds.meta, "classes"), "[0,1,2,3,4]");
+    assert_int_equal(ds.num_classes, 2);
+    assert_int_equal(dt_meta_int(&ds, "num_classes"), 2);
+    dt_assert_json(json_object_get(ds.meta, "classes"), "[0,4]");
+    assert_int_equal(ds.y_class[0], 0);
+    assert_int_equal(ds.y_class[1], 1);
+    assert_int_equal(ds.y_class[2], 1);
     ty_dataset_close(&ds);
 
     /* (N, 1) is one label per example too */
     write_npy(Y_PATH, "<i4", "(3, 1)", y, 3);
     convert_ok(-1, &ds);
     assert_int_equal(ds.y_dim, 1);
-    assert_int_equal(ds.y_class[1], 4);
+    assert_int_equal(ds.y_class[1], 1);
     ty_dataset_close(&ds);
+
+    /* sparse labels, first seen out of order, in every integer dtype and as
+     * whole floats */
+    static const double sparse[] = {100, 7, 3, 7, 99999, 3};
+    static const char *const descrs[] = {"<i8", "<i4", "<f8", "<f4"};
+    double x12[12];
+    for (int i = 0; i < 12; i++)
+        x12[i] = i;
+    write_npy(X_PATH, "<f4", "(6, 2)", x12, 12);
+    for (size_t d = 0; d < TY_ARRAY_LEN(descrs); d++) {
+        write_npy(Y_PATH, descrs[d], "(6,)", sparse, 6);
+        convert_ok(TY_TASK_CLASSIFICATION, &ds);
+        dt_assert_json(json_object_get(ds.meta, "classes"), "[3,7,100,99999]");
+        assert_int_equal(ds.num_classes, 4);
+        const int32_t want[] = {2, 1, 0, 1, 3, 0};
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(ds.y_class[i], want[i]);
+        ty_dataset_close(&ds);
+    }
+    const double bytes[] = {200, 5, 5, 17, 200, 255};
+    write_npy(Y_PATH, "|u1", "(6,)", bytes, 6);
+    convert_ok(-1, &ds);
+    dt_assert_json(json_object_get(ds.meta, "classes"), "[5,17,200,255]");
+    assert_int_equal(ds.y_class[0], 2);
+    assert_int_equal(ds.y_class[5], 3);
+    ty_dataset_close(&ds);
+}
+
+/* The same labels as an NPY y and as a CSV label column give the same
+ * classes and the same class indices. */
+static void test_same_classes_as_csv(void **state)
+{
+    (void)state;
+    static const double labels[] = {3, 9, 1, 4, 0, 7, 2, 8, 6, 5, 9, 100, 3};
+    const size_t n = TY_ARRAY_LEN(labels);
+    char csv[512] = "f,label\n";
+    double x[TY_ARRAY_LEN(labels)];
+    for (size_t i = 0; i < n; i++) {
+        size_t used = strlen(csv);
+        snprintf(csv + used, sizeof csv - used, "%zu,%.0f\n", i, labels[i]);
+        x[i] = (double)i;
+    }
+    dt_write_str(dt_path(3, "in.csv"), csv);
+    ty_err err;
+    ty_dataset from_csv, from_npy;
+    if (ds_convert_csv(dt_path(3, "in.csv"), "label", TY_TASK_CLASSIFICATION,
+                       dt_path(4, "csv.tyds"), &err) != TY_OK ||
+        ty_dataset_open(dt_path(4, "csv.tyds"), &from_csv, &err) != TY_OK)
+        fail_msg("%s", err.msg);
+    write_npy(X_PATH, "<f4", "(13,)", x, n);
+    write_npy(Y_PATH, "<i8", "(13,)", labels, n);
+    convert_ok(-1, &from_npy);
+    dt_assert_json(json_object_get(from_npy.meta, "classes"),
+                   "[0,1,2,3,4,5,6,7,8,9,100]");
+    assert_true(json_equal(json_object_get(from_csv.meta, "classes"),
+                           json_object_get(from_npy.meta, "classes")));
+    assert_int_equal(from_csv.num_classes, from_npy.num_classes);
+    assert_memory_equal(from_csv.y_class, from_npy.y_class,
+                        n * sizeof *from_csv.y_class);
+    ty_dataset_close(&from_csv);
+    ty_dataset_close(&from_npy);
 }
 
 static void test_header_versions(void **state)
@@ -309,17 +416,169 @@ static void test_malformed_headers(void **state)
     dt_assert_contains(err.msg, "the header is 1048576 bytes long");
 }
 
-static void test_fortran_order_rejected(void **state)
+/* The converted dataset's bytes (the whole file). */
+static char *read_out(size_t *len)
+{
+    char *data = NULL;
+    ty_err err;
+    if (fs_read_all(OUT_PATH, SIZE_MAX, &data, len, &err) != TY_OK)
+        fail_msg("%s", err.msg);
+    return data;
+}
+
+/* x of shape dims (ndim axes, values v in C order) and y (n labels or
+ * targets of ydescr, shape yshape), converted once from C-ordered files and
+ * once with x (and y, when fortran_y) Fortran-ordered: the two datasets must
+ * be the same bytes. */
+static void check_fortran_same(const char *xdescr, const uint64_t *dims,
+                               int ndim, const double *v, const char *ydescr,
+                               const uint64_t *ydims, int yndim,
+                               const double *y, int task)
+{
+    size_t n = 1, yn = 1;
+    char shape[128] = "(", yshape[64] = "(";
+    for (int a = 0; a < ndim; a++) {
+        n *= dims[a];
+        size_t used = strlen(shape);
+        snprintf(shape + used, sizeof shape - used, "%s%llu", a ? ", " : "",
+                 (unsigned long long)dims[a]);
+    }
+    for (int a = 0; a < yndim; a++) {
+        yn *= ydims[a];
+        size_t used = strlen(yshape);
+        snprintf(yshape + used, sizeof yshape - used, "%s%llu", a ? ", " : "",
+                 (unsigned long long)ydims[a]);
+    }
+    strcat(shape, ndim == 1 ? ",)" : ")");
+    strcat(yshape, yndim == 1 ? ",)" : ")");
+    ty_err err;
+    size_t c_len, f_len;
+
+    write_npy(X_PATH, xdescr, shape, v, n);
+    write_npy(Y_PATH, ydescr, yshape, y, yn);
+    if (convert(task, &err) != TY_OK)
+        fail_msg("C order: %s", err.msg);
+    char *c_bytes = read_out(&c_len);
+
+    write_npy_fortran(X_PATH, xdescr, dims, ndim, v, n);
+    write_npy_fortran(Y_PATH, ydescr, ydims, yndim, y, yn);
+    if (convert(task, &err) != TY_OK)
+        fail_msg("Fortran order (x %s %s): %s", xdescr, shape, err.msg);
+    char *f_bytes = read_out(&f_len);
+    assert_int_equal(c_len, f_len);
+    if (memcmp(c_bytes, f_bytes, c_len) != 0)
+        fail_msg("x %s %s, y %s %s: the datasets differ", xdescr, shape, ydescr,
+                 yshape);
+    free(c_bytes);
+    free(f_bytes);
+}
+
+static void test_fortran_order_converted(void **state)
 {
     (void)state;
+    static const char *const dtypes[] = {"<f4", "<f8", "|u1", "<i4", "<i8"};
+    double v[5 * 2 * 3 * 4 * 2], yv[5 * 3];
+    for (size_t i = 0; i < TY_ARRAY_LEN(v); i++)
+        v[i] = (double)((i * 37) % 251); /* fits every dtype, all distinct
+                                            within an example */
+    static const double labels[] = {4, 0, 9, 4, 2};
+    for (size_t i = 0; i < TY_ARRAY_LEN(yv); i++)
+        yv[i] = (double)i * 0.5 - 3;
+    static const uint64_t shapes[][5] = {
+        {5, 3}, {5, 2, 3}, {5, 2, 3, 4}, {5, 2, 3, 4, 2}, {5, 1, 3}, {5, 4, 1},
+    };
+    static const int ndims[] = {2, 3, 4, 5, 3, 3};
+    const uint64_t y_n[] = {5}, y_nk[] = {5, 3};
+    for (size_t d = 0; d < TY_ARRAY_LEN(dtypes); d++)
+        for (size_t s = 0; s < TY_ARRAY_LEN(ndims); s++) {
+            /* classification labels (N,) and regression targets (N, k) */
+            check_fortran_same(dtypes[d], shapes[s], ndims[s], v, "<i8", y_n, 1,
+                               labels, -1);
+            check_fortran_same(dtypes[d], shapes[s], ndims[s], v, "<f4", y_nk,
+                               2, yv, TY_TASK_REGRESSION);
+        }
+    /* a single example, and a single value per example */
+    const uint64_t one[] = {1, 3, 4}, col[] = {5, 1}, y1[] = {1};
+    check_fortran_same("<f8", one, 3, v, "<i4", y1, 1, labels, -1);
+    check_fortran_same("<f8", col, 2, v, "<i4", y_n, 1, labels, -1);
+
+    /* messages name a value by its C position, wherever the file keeps it */
     ty_err err;
-    float data[6] = {0};
-    write_npy_raw(X_PATH, 1, 0,
-                  "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 2), }",
-                  data, sizeof data);
+    const uint64_t x6d[] = {3, 2};
     write_npy(Y_PATH, "<i4", "(3,)", y3, 3);
-    convert_bad(-1, TY_EFORMAT, "x", &err);
-    dt_assert_contains(err.msg, "x.npy: the array is in Fortran order");
+    const double nan_x[] = {0, 1, 2, 3, NAN, 5};
+    write_npy_fortran(X_PATH, "<f4", x6d, 2, nan_x, 6);
+    convert_bad(TY_TASK_REGRESSION, TY_EFORMAT, "x", &err);
+    assert_string_equal(err.msg, "x.npy: example 2, value 0 is NaN (NaN and "
+                                 "Inf are not allowed)");
+}
+
+/* A file numpy 1.24 wrote: np.save(f, np.asfortranarray(np.arange(24,
+ * dtype='<i4').reshape(2, 3, 4) * 3 - 5)); its header, then its data as it
+ * lies in the file (first index fastest). */
+static void test_fortran_file_from_numpy(void **state)
+{
+    (void)state;
+    static const int32_t data[24] = {-5, 31, 7,  43, 19, 55, -2, 34,
+                                     10, 46, 22, 58, 1,  37, 13, 49,
+                                     25, 61, 4,  40, 16, 52, 28, 64};
+    write_npy_raw(X_PATH, 1, 0,
+                  "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 3, "
+                  "4), }",
+                  data, sizeof data);
+    assert_int_equal(fs_file_size(X_PATH), 128 + sizeof data);
+    const double y[] = {1, 0};
+    write_npy(Y_PATH, "<i8", "(2,)", y, 2);
+    ty_dataset ds;
+    convert_ok(-1, &ds);
+    dt_assert_json(json_object_get(ds.meta, "input_shape"), "[3,4]");
+    const float *x = ds.x;
+    for (int i = 0; i < 24; i++)
+        if (x[i] != (float)(3 * i - 5))
+            fail_msg("x[%d] is %g, expected %d", i, (double)x[i], 3 * i - 5);
+    ty_dataset_close(&ds);
+}
+
+/* Fortran-ordered float32 x of shape dims (3 axes) converted, checked value
+ * by value against the array. */
+static void check_fortran_large(const uint64_t dims[3])
+{
+    const size_t per = (size_t)(dims[1] * dims[2]), n = (size_t)dims[0] * per;
+    double *v = malloc(n * sizeof *v);
+    double *y = malloc(dims[0] * sizeof *y);
+    assert_non_null(v);
+    assert_non_null(y);
+    for (size_t i = 0; i < n; i++)
+        v[i] = (double)(i % 1000003);
+    for (size_t i = 0; i < dims[0]; i++)
+        y[i] = (double)(i % 7);
+    char yshape[32];
+    snprintf(yshape, sizeof yshape, "(%llu,)", (unsigned long long)dims[0]);
+    write_npy_fortran(X_PATH, "<f4", dims, 3, v, n);
+    write_npy(Y_PATH, "|u1", yshape, y, dims[0]);
+    ty_dataset ds;
+    convert_ok(-1, &ds);
+    assert_int_equal(ds.num_examples, dims[0]);
+    const float *x = ds.x;
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != (float)v[i])
+            fail_msg("x[%zu] is %g, expected %g", i, (double)x[i], v[i]);
+    ty_dataset_close(&ds);
+    free(v);
+    free(y);
+}
+
+/* Fortran-ordered x larger than one gathered block (16 MiB), so blocks
+ * follow one another and the last is partial: many small examples (a read
+ * per value and block), and a few large ones (blocks of 6 of 9 examples,
+ * each read taking many values' runs and the other examples' between). */
+static void test_fortran_order_many_blocks(void **state)
+{
+    (void)state;
+    const uint64_t many_small[3] = {70001, 4, 16};
+    check_fortran_large(many_small);
+    const uint64_t few_large[3] = {9, 600, 1000};
+    check_fortran_large(few_large);
 }
 
 static void test_unsupported_dtypes(void **state)
@@ -583,11 +842,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_x_dtype),
         cmocka_unit_test(test_each_y_dtype_and_task_inference),
-        cmocka_unit_test(test_classes_span_zero_to_max),
+        cmocka_unit_test(test_classes_are_the_labels_that_occur),
+        cmocka_unit_test(test_same_classes_as_csv),
         cmocka_unit_test(test_header_versions),
         cmocka_unit_test(test_header_spellings),
         cmocka_unit_test(test_malformed_headers),
-        cmocka_unit_test(test_fortran_order_rejected),
+        cmocka_unit_test(test_fortran_order_converted),
+        cmocka_unit_test(test_fortran_file_from_numpy),
+        cmocka_unit_test(test_fortran_order_many_blocks),
         cmocka_unit_test(test_unsupported_dtypes),
         cmocka_unit_test(test_truncated_and_trailing),
         cmocka_unit_test(test_count_mismatch),
