@@ -123,22 +123,8 @@ static void rotate(void)
     q.file_bytes = 0;
 }
 
-static void write_out(const char *buf, size_t len)
+static void write_fd(const char *buf, size_t len)
 {
-    if (!len)
-        return;
-    if (q.fd < 0) {
-        flockfile(stderr);
-        fwrite(buf, 1, len, stderr);
-        fflush(stderr);
-        funlockfile(stderr);
-        return;
-    }
-    if (q.opts.max_bytes && q.file_bytes + len > q.opts.max_bytes &&
-        q.file_bytes > 0)
-        rotate();
-    if (q.fd < 0)
-        return;
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(q.fd, buf + off, len - off);
@@ -149,6 +135,46 @@ static void write_out(const char *buf, size_t len)
         off += (size_t)w;
     }
     q.file_bytes += off;
+}
+
+/* Writes whole lines; a file never grows past max_bytes (but for one line
+ * longer than that, alone in its file). */
+static void write_out(const char *buf, size_t len)
+{
+    if (!len)
+        return;
+    if (q.fd < 0 && !q.path[0]) {
+        flockfile(stderr);
+        fwrite(buf, 1, len, stderr);
+        fflush(stderr);
+        funlockfile(stderr);
+        return;
+    }
+    while (len > 0 && q.fd >= 0) {
+        size_t take = len;
+        if (q.opts.max_bytes) {
+            uint64_t room = q.file_bytes < q.opts.max_bytes
+                                ? q.opts.max_bytes - q.file_bytes
+                                : 0;
+            /* the whole lines that fit in room */
+            take = 0;
+            for (size_t i = 0; i < len; i++)
+                if (buf[i] == '\n') {
+                    if (i + 1 > room)
+                        break;
+                    take = i + 1;
+                }
+            if (take == 0 && q.file_bytes == 0) { /* one long line */
+                const char *nl = memchr(buf, '\n', len);
+                take = nl ? (size_t)(nl - buf) + 1 : len;
+            }
+        }
+        write_fd(buf, take);
+        buf += take;
+        len -= take;
+        if (len > 0)
+            rotate();
+    }
 }
 
 /* Whether a record's line is written (sampling). */
@@ -333,4 +359,5 @@ void access_log_stop(void)
     if (q.fd >= 0)
         close(q.fd);
     q.fd = -1;
+    q.path[0] = '\0';
 }
