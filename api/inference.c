@@ -71,6 +71,11 @@ static void predict_run(api_ctx *app, http_req *r)
     if (s == TY_OK)
         s = serve_predict(&env, api_tenant(r), http_req_param(r, 0), &b, &out,
                           &err);
+    if (s == TY_EFORMAT) {
+        serve_buf_free(&out);
+        http_reply_problem(r, 400, NULL, "%s", err.msg);
+        return;
+    }
     if (s != TY_OK) {
         serve_buf_free(&out);
         http_reply_error(r, s, &err);

@@ -40,6 +40,8 @@ typedef struct serve_span {
 
 /* A predict body {"inputs": [...]} as scanned. */
 typedef struct serve_predict_body {
+    const char *text; /* the whole body */
+    size_t len;
     serve_span inputs; /* the inputs value */
     uint64_t count;    /* its examples when it is an array (at most
                           SERVE_MAX_EXAMPLES + 1: the scan stops there) */
@@ -52,12 +54,20 @@ typedef struct serve_infer_body {
     serve_span data; /* inputs[0].data, when inputs[0] is an object */
 } serve_infer_body;
 
-/* Step 1 for POST /v1/models/{id}/predict. Errors: TY_EFORMAT (HTTP 400)
+/* Step 1 for POST /v1/models/{id}/predict. The inputs are skimmed (their
+ * brackets, strings and commas), not checked: step 2 reads them strictly.
+ * Errors: TY_EFORMAT (HTTP 400)
  * when the body is not JSON ("the request body is not valid JSON: ... (line
  * L, column C)") or not an object; TY_EINVAL (422) for an unknown key or for
  * inputs that are not an array of 1 to SERVE_MAX_EXAMPLES values. */
 ty_status serve_predict_scan(const char *text, size_t len,
                              serve_predict_body *b, ty_err *err);
+
+/* The checking scan of b's whole body (step 1 skims the inputs; step 2
+ * reads them strictly and calls this when it finds something wrong, so
+ * errors are those of checking everything first): TY_OK when the body is
+ * valid, else the error step 1 would give had it checked the inputs. */
+ty_status serve_predict_check(const serve_predict_body *b, ty_err *err);
 
 /* How many examples x needs room for: b->count, or fewer when the body is
  * too short to hold b->count * features numbers (then decoding fails on a
@@ -68,7 +78,7 @@ uint64_t serve_predict_room(const serve_predict_body *b, uint64_t features);
  * or nested in the input shape), into x (room examples of features floats,
  * room from serve_predict_room). shape_text names the model's input shape
  * in a size error. TY_EINVAL naming the example ("inputs[3]") on a bad
- * one. */
+ * one; TY_EFORMAT (HTTP 400) when the inputs are not valid JSON. */
 ty_status serve_predict_decode(const serve_predict_body *b, uint64_t features,
                                const char *shape_text, float *x, uint64_t room,
                                ty_err *err);

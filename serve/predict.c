@@ -40,7 +40,9 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
                         row.trained_on[0] ? row.trained_on : NULL, &m->e, err);
     if (s != TY_OK) {
         m->e = NULL;
-        return s;
+        /* A stored model that does not load is the server's fault, not
+         * the request's: 500 with the detail (naming the file) logged. */
+        return s == TY_EFORMAT || s == TY_EINVAL ? TY_EIO : s;
     }
     const nn_net *net = model_entry_net(m->e);
     const json_t *meta = nn_net_meta(net);
@@ -182,6 +184,15 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
     uint64_t n = b->count;
     run rn;
     ty_status s = run_open(&rn, env, tenant_id, model_id, err);
+    /* A body that is not JSON is answered so before a missing model. */
+    if (s != TY_OK) {
+        ty_err syntax = {0};
+        ty_status ss = serve_predict_check(b, &syntax);
+        if (ss != TY_OK) {
+            *err = syntax;
+            s = ss;
+        }
+    }
     uint64_t f = rn.features;
     uint64_t room = serve_predict_room(b, f);
     if (s == TY_OK)

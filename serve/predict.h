@@ -55,8 +55,8 @@ typedef struct serve_model {
 /* Opens the tenant's model named by ref: the model whose id is ref, else,
  * when by_name, the newest of the tenant's models whose name is ref (names
  * are not unique; an id always wins). TY_ENOTFOUND ("model <ref> not found") when
- * neither exists or it is another tenant's; nn_net_load's errors for a
- * model file that cannot be loaded. On failure *m needs no close. */
+ * neither exists or it is another tenant's; TY_EIO for a stored model
+ * file that does not load (its detail names the file: for the log). On failure *m needs no close. */
 ty_status serve_model_open(const serve_env *env, const char *tenant_id,
                            const char *ref, int by_name, serve_model *m,
                            ty_err *err);
@@ -76,7 +76,8 @@ void serve_model_close(serve_model *m);
  * (serve/decode.h). The reply's JSON text is appended to *reply:
  * {"model", "outputs" (raw outputs per example), "predictions" (class
  * labels or values), "device"}, numbers as their shortest round-trip
- * float32 decimals (serve/encode.h). Errors name the field ("inputs[3]"). */
+ * float32 decimals (serve/encode.h). Errors name the field ("inputs[3]");
+ * TY_EFORMAT (HTTP 400) only when the body is not valid JSON. */
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
                         const char *model_id, const serve_predict_body *b,
                         serve_buf *reply, ty_err *err);
