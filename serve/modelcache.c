@@ -58,7 +58,21 @@ struct model_cache {
     int serve_device;
     int ndev;
     dev_ctx *devs;
+    /* Bumped when the cache wants its entries back from the per-thread
+     * model tables (serve/table.c): an entry dropped, or none free to
+     * make room. Read without c->mu. */
+    uint64_t gen;
 };
+
+static void gen_bump(model_cache *c)
+{
+    __atomic_add_fetch(&c->gen, 1, __ATOMIC_RELEASE);
+}
+
+uint64_t model_cache_gen(const model_cache *c)
+{
+    return __atomic_load_n(&c->gen, __ATOMIC_ACQUIRE);
+}
 
 static void dev_lock(dev_ctx *d)
 {
@@ -178,6 +192,7 @@ void model_cache_destroy(model_cache *c)
 static void drop(model_cache *c, int i)
 {
     model_entry *e = c->entries[i];
+    gen_bump(c);
     c->entries[i] = c->entries[--c->count];
     if (e->refs == 0)
         entry_free(e);
@@ -268,10 +283,12 @@ ty_status model_cache_get(model_cache *c, const char *id, const char *path,
         if (victim >= 0)
             drop(c, victim);
     }
-    if (c->count < c->capacity)
+    if (c->count < c->capacity) {
         c->entries[c->count++] = e;
-    else
+    } else {
         e->evicted = 1; /* all in use: serve this call, free after */
+        gen_bump(c);    /* and ask the threads' tables for theirs */
+    }
     pthread_mutex_unlock(&c->mu);
     *out = e;
     return TY_OK;

@@ -57,6 +57,12 @@ void model_entry_device_unlock(model_entry *e);
 nn_workspace *model_entry_workspace_get(model_entry *e);
 void model_entry_workspace_put(model_entry *e, nn_workspace *ws);
 
+/* A counter that moves whenever the cache wants the entries held outside
+ * it given back (an entry dropped, or all held when a model must load):
+ * holders that keep entries across requests (serve/table.c) release theirs
+ * when it has moved. Read without a lock. */
+uint64_t model_cache_gen(const model_cache *c);
+
 /* Drops `id` from the cache (a deleted model); an entry in use is freed when
  * its last user releases it. */
 void model_cache_evict(model_cache *c, const char *id);

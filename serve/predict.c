@@ -25,25 +25,16 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
     memset(m, 0, sizeof *m);
     m->env = env;
     serve_table_row row;
-    char path[PATH_MAX];
-    ty_status s =
-        serve_table_find(env->store, tenant_id, ref, by_name, &row, err);
-    if (s != TY_OK)
-        return s;
-    snprintf(m->id, sizeof m->id, "%s", row.id);
-    snprintf(m->name, sizeof m->name, "%s", row.name);
-    blob_path(env->data_dir, row.sha256, path, sizeof path);
-    /* Served where it was trained when this server has that device
-     * (trained_on: "cuda:N"; absent for imports), unless --serve-device
-     * says otherwise. */
-    s = model_cache_get(env->models, m->id, path,
-                        row.trained_on[0] ? row.trained_on : NULL, &m->e, err);
+    ty_status s = serve_table_open(env->store, env->models, env->data_dir,
+                                   tenant_id, ref, by_name, &row, &m->e, err);
     if (s != TY_OK) {
         m->e = NULL;
         /* A stored model that does not load is the server's fault, not
          * the request's: 500 with the detail (naming the file) logged. */
         return s == TY_EFORMAT || s == TY_EINVAL ? TY_EIO : s;
     }
+    snprintf(m->id, sizeof m->id, "%s", row.id);
+    snprintf(m->name, sizeof m->name, "%s", row.name);
     const nn_net *net = model_entry_net(m->e);
     const json_t *meta = nn_net_meta(net);
     m->features = nn_net_input_features(net);
@@ -59,8 +50,7 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
 
 void serve_model_close(serve_model *m)
 {
-    if (m->e)
-        model_cache_release(m->env->models, m->e);
+    /* The entry is the thread's model table's (serve/table.h). */
     m->e = NULL;
 }
 
@@ -72,7 +62,7 @@ ty_status serve_model_run(serve_model *m, const float *x, uint64_t n,
     uint64_t f = m->features;
     uint32_t k = m->outputs;
     model_entry_device_lock(e);
-    nn_workspace *ws = model_entry_workspace_get(e);
+    nn_workspace *ws = serve_table_workspace_get(e);
     if (!ws) {
         model_entry_device_unlock(e);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
@@ -83,7 +73,7 @@ ty_status serve_model_run(serve_model *m, const float *x, uint64_t n,
             n - i < MODEL_CACHE_BATCH ? (uint32_t)(n - i) : MODEL_CACHE_BATCH;
         s = nn_net_predict(net, ws, x + i * f, b, out + i * k, err);
     }
-    model_entry_workspace_put(e, ws);
+    serve_table_workspace_put(e, ws);
     model_entry_device_unlock(e);
     return s;
 }

@@ -36,7 +36,9 @@ typedef struct serve_env {
  * its description for checking a request and rendering the reply, and a
  * way to run examples through it. The struct is the caller's (on its
  * stack); the fields above the line are read-only for the caller and valid
- * until serve_model_close. */
+ * until serve_model_close, and at most until this thread's next
+ * serve_model_open (the loaded model is held by the thread's model table,
+ * serve/table.h): open one model at a time. */
 typedef struct serve_model {
     char id[TY_ID_MAX];
     char name[SERVE_NAME_MAX]; /* the model's name ("" when none) */

@@ -1,15 +1,19 @@
 /*
  * table.c - the per-thread model table (see table.h): open addressing over
- * TABLE_SIZE slots, emptied when half full or when the store's models
- * change.
+ * TABLE_SIZE slots, emptied when half full or when the store's models or
+ * the model cache change.
  */
 #include "serve/table.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "jobs/placement.h"
+#include "store/blob.h"
 
 #define TABLE_SIZE 256 /* a power of two */
 
@@ -19,20 +23,50 @@ typedef struct {
     char tenant_id[TY_ID_MAX];
     char ref[SERVE_NAME_MAX];
     serve_table_row row;
+    model_entry *e; /* held (a cache reference); NULL until loaded */
 } slot;
 
 typedef struct {
     const store *st;
-    uint64_t gen;
+    model_cache *mc;
+    uint64_t models_gen, cache_gen;
     int count;
     slot slots[TABLE_SIZE];
+    /* The workspace of the CPU model this thread ran last. */
+    model_entry *ws_entry;
+    nn_workspace *ws;
 } table;
 
 static __thread table *table_tls;
 static pthread_key_t table_key;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
-static void table_free(void *t) { free(t); }
+/* Gives back everything t holds and empties it. */
+static void table_clear(table *t)
+{
+    if (t->ws) {
+        model_entry_workspace_put(t->ws_entry, t->ws);
+        t->ws = NULL;
+        t->ws_entry = NULL;
+    }
+    for (int i = 0; i < TABLE_SIZE; i++) {
+        slot *sl = &t->slots[i];
+        if (sl->used && sl->e)
+            model_cache_release(t->mc, sl->e);
+        sl->used = 0;
+        sl->e = NULL;
+    }
+    t->count = 0;
+}
+
+/* A thread's end: what its table holds goes back to the cache. */
+static void table_free(void *p)
+{
+    table *t = p;
+    table_clear(t);
+    free(t);
+}
+
 static void table_init(void) { pthread_key_create(&table_key, table_free); }
 
 static uint32_t hash_of(const char *tenant_id, const char *ref, int by_name)
@@ -46,15 +80,10 @@ static uint32_t hash_of(const char *tenant_id, const char *ref, int by_name)
     return h;
 }
 
-static void table_clear(table *t)
-{
-    for (int i = 0; i < TABLE_SIZE; i++)
-        t->slots[i].used = 0;
-    t->count = 0;
-}
-
-/* This thread's table, current for gen; NULL when out of memory. */
-static table *table_for(store *st, uint64_t gen)
+/* This thread's table, current for the two counters; NULL when out of
+ * memory. */
+static table *table_for(store *st, model_cache *mc, uint64_t models_gen,
+                        uint64_t cache_gen)
 {
     table *t = table_tls;
     if (!t) {
@@ -65,11 +94,16 @@ static table *table_for(store *st, uint64_t gen)
             return NULL;
         }
         table_tls = t;
+        t->st = st;
+        t->mc = mc;
     }
-    if (t->st != st || t->gen != gen) {
+    if (t->st != st || t->mc != mc || t->models_gen != models_gen ||
+        t->cache_gen != cache_gen) {
         table_clear(t);
         t->st = st;
-        t->gen = gen;
+        t->mc = mc;
+        t->models_gen = models_gen;
+        t->cache_gen = cache_gen;
     }
     return t;
 }
@@ -113,23 +147,47 @@ static ty_status ask_store(store *st, const char *tenant_id, const char *ref,
     return TY_OK;
 }
 
-ty_status serve_table_find(store *st, const char *tenant_id, const char *ref,
-                           int by_name, serve_table_row *row, ty_err *err)
+/* The loaded model of row, through the cache (a reference for the
+ * caller). */
+static ty_status load(model_cache *mc, const char *data_dir,
+                      const serve_table_row *row, model_entry **e, ty_err *err)
 {
-    /* References too long to be an id or a name are never kept. */
+    char path[PATH_MAX];
+    blob_path(data_dir, row->sha256, path, sizeof path);
+    /* Served where it was trained when this server has that device
+     * (trained_on: "cuda:N"; absent for imports), unless --serve-device
+     * says otherwise. */
+    return model_cache_get(mc, row->id, path,
+                           row->trained_on[0] ? row->trained_on : NULL, e, err);
+}
+
+ty_status serve_table_open(store *st, model_cache *mc, const char *data_dir,
+                           const char *tenant_id, const char *ref, int by_name,
+                           serve_table_row *row, model_entry **e, ty_err *err)
+{
+    /* Both counters are read before the store and the cache: a change
+     * after them moves a counter past what is kept now, and it goes at
+     * the next lookup. */
+    uint64_t models_gen = store_gen_get(st, STORE_GEN_MODELS);
+    uint64_t cache_gen = model_cache_gen(mc);
+    /* Ids and names are shorter than this (names: 200 characters at
+     * most), so no model has a longer reference. */
     if (strlen(tenant_id) >= TY_ID_MAX || strlen(ref) >= SERVE_NAME_MAX)
-        return ask_store(st, tenant_id, ref, by_name, row, err);
-    /* Read before the store: a change committed after the query moves the
-     * counter past gen, and what is kept now goes at the next lookup. */
-    uint64_t gen = store_gen_get(st, STORE_GEN_MODELS);
-    table *t = table_for(st, gen);
-    slot *sl = t ? slot_find(t, tenant_id, ref, by_name) : NULL;
-    if (sl && sl->used) {
+        return ty_fail(err, TY_ENOTFOUND, NULL, "model %.64s... not found",
+                       ref);
+    table *t = table_for(st, mc, models_gen, cache_gen);
+    if (!t)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    slot *sl = slot_find(t, tenant_id, ref, by_name);
+    if (sl->used && sl->e) {
         *row = sl->row;
+        *e = sl->e;
         return TY_OK;
     }
     ty_status s = ask_store(st, tenant_id, ref, by_name, row, err);
-    if (s != TY_OK || !t)
+    if (s == TY_OK)
+        s = load(mc, data_dir, row, e, err);
+    if (s != TY_OK)
         return s;
     if (t->count >= TABLE_SIZE / 2) {
         table_clear(t);
@@ -140,6 +198,38 @@ ty_status serve_table_find(store *st, const char *tenant_id, const char *ref,
     snprintf(sl->tenant_id, sizeof sl->tenant_id, "%s", tenant_id);
     snprintf(sl->ref, sizeof sl->ref, "%s", ref);
     sl->row = *row;
+    sl->e = *e;
     t->count++;
     return TY_OK;
+}
+
+nn_workspace *serve_table_workspace_get(model_entry *e)
+{
+    table *t = table_tls;
+    if (!t || model_entry_device(e) != PLACE_DEVICE_CPU)
+        return model_entry_workspace_get(e);
+    if (t->ws && t->ws_entry == e) {
+        nn_workspace *ws = t->ws;
+        t->ws = NULL; /* lent out until put */
+        return ws;
+    }
+    if (t->ws) {
+        model_entry_workspace_put(t->ws_entry, t->ws);
+        t->ws = NULL;
+        t->ws_entry = NULL;
+    }
+    return model_entry_workspace_get(e);
+}
+
+void serve_table_workspace_put(model_entry *e, nn_workspace *ws)
+{
+    table *t = table_tls;
+    if (!ws)
+        return;
+    if (!t || t->ws || model_entry_device(e) != PLACE_DEVICE_CPU) {
+        model_entry_workspace_put(e, ws);
+        return;
+    }
+    t->ws = ws;
+    t->ws_entry = e;
 }
