@@ -128,7 +128,7 @@ void api_kserve_index(api_ctx *app, http_req *r);
 void api_kserve_load(api_ctx *app, http_req *r);
 void api_kserve_stats(api_ctx *app, http_req *r);
 /* Triton extensions not implemented (shared memory, trace, logging,
- * unload): 501 with a v2 error saying so. */
+ * unload): 400 with a v2 error saying so. */
 void api_kserve_unsupported(api_ctx *app, http_req *r);
 
 void api_devices_list(api_ctx *app, http_req *r);

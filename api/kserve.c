@@ -4,7 +4,9 @@
  * metadata, inference with JSON or binary tensor data (Triton's binary
  * tensor data extension) and classification outputs, and the parts of
  * Triton's model repository, model configuration and statistics extensions
- * that mean something here. The other extensions answer 501.
+ * that mean something here. The other extensions answer 400 saying they
+ * are not supported (a 5xx would blame the server for a request it
+ * cannot serve by design).
  *
  * A model is named by its id or by its name: an id always wins, else the
  * newest of the tenant's models with that name (serve_model_open). Its only
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "api/api.h"
@@ -338,8 +341,14 @@ void api_kserve_load(api_ctx *app, http_req *r)
     if (!body)
         return;
     const json_t *params = json_object_get(body, "parameters");
+    int bad_params = params && !json_is_object(params);
     int has_params = json_is_object(params) && json_object_size(params) > 0;
     json_decref(body);
+    if (bad_params) {
+        http_reply_problem(r, 400, "parameters",
+                           "parameters must be an object");
+        return;
+    }
     if (has_params) {
         http_reply_problem(r, 400, "parameters",
                            "loading a model from a config or files is not "
@@ -417,7 +426,7 @@ void api_kserve_unsupported(api_ctx *app, http_req *r)
                              "and stay servable; DELETE /v1/models/{id} "
                              "removes one)"
                            : "this extension";
-    http_reply_problem(r, 501, NULL,
+    http_reply_problem(r, 400, NULL,
                        "%s is not supported by this server (KServe v2 "
                        "extensions here: binary_tensor_data, classification, "
                        "model_repository (index, load), model_configuration, "
@@ -799,15 +808,22 @@ void api_kserve_infer(api_ctx *app, http_req *r)
                      data_len);
     } else {
         /* Triton's raw binary request: one FP32 input, all outputs
-         * binary; the batch follows from the size. */
+         * binary; the batch follows from the size. A body declared JSON
+         * is not raw data. */
         uint64_t row = m.features * sizeof(float);
+        const char *ct = http_req_header(r, "Content-Type");
         memset(&q, 0, sizeof q);
         q.dt = SERVE_DT_FP32;
         q.binary_in = 1;
         q.out.binary = 1;
         q.batch = row ? data_len / row : 0;
-        if (!row || data_len % row || q.batch < 1 ||
-            q.batch > SERVE_MAX_EXAMPLES)
+        if (ct && strncasecmp(ct, "application/octet-stream", 24) != 0)
+            ok = bad(r, NULL,
+                     "Inference-Header-Content-Length: 0 makes the body raw "
+                     "FP32 data; send it as application/octet-stream (or "
+                     "give the length of its JSON header)");
+        else if (!row || data_len % row || q.batch < 1 ||
+                 q.batch > SERVE_MAX_EXAMPLES)
             ok = bad(r, NULL,
                      "a raw binary request (Inference-Header-Content-Length: "
                      "0) is FP32 data of 1 to %d examples of %llu values "

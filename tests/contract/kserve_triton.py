@@ -465,10 +465,10 @@ def conformance(srv):
         }
         for name, fn in calls.items():
             try:
-                expect_error(fn, 501, "not supported")
+                expect_error(fn, 400, "not supported")
             except AssertionError as e:
                 raise AssertionError(f"{name}: {e}")
-    ck.run("unsupported extensions: 501 with a clear error", unsupported)
+    ck.run("unsupported extensions: 400 saying so", unsupported)
 
     # ---- the HTTP layer answers v2 errors too ----
     def http_errors():
@@ -518,6 +518,11 @@ def conformance(srv):
             "POST", f"/v2/models/{mid}/infer", x.tobytes()[:-1],
             {"Inference-Header-Content-Length": "0"})
         assert status == 400 and "error" in json.loads(data), data
+        status, _, data = srv.request(
+            "POST", f"/v2/models/{mid}/infer", x.tobytes(),
+            {"Inference-Header-Content-Length": "0",
+             "Content-Type": "application/json"})
+        assert status == 400 and "octet-stream" in json.loads(data)["error"]
     ck.run("HTTP-layer errors under /v2 carry the error key", http_errors)
 
     print(f"{ck.passed} passed, {ck.failed} failed")

@@ -244,7 +244,7 @@ static const char *const iso_exempt[][2] = {
     {"GET", "/v1/tenants/{id}/keys"},
     {"DELETE", "/v1/tenants/{id}/keys/{key_id}"},
     {"GET", "/web/{file}"},
-    /* KServe v2 extensions not implemented: 501 whoever asks. */
+    /* KServe v2 extensions not implemented: 400 whoever asks. */
     {"POST", "/v2/repository/models/{name}/unload"},
     {"GET", "/v2/models/{name}/trace/setting"},
     {"POST", "/v2/models/{name}/trace/setting"},
