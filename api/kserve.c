@@ -32,6 +32,11 @@
 #include "serve/predict.h"
 #include "serve/tensor.h"
 
+/* Binary tensor data is little-endian: floats are copied as they are. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "binary tensor data assumes a little-endian host"
+#endif
+
 #define INPUT_NAME "input"
 #define OUTPUT_NAME "output"
 #define VERSION "1"
@@ -669,14 +674,13 @@ static int write_output(serve_buf *h, serve_buf *d, const out_req *o,
         else
             serve_buf_floats(h, v->y, n);
     } else {
-        uint32_t idx[64],
-            *top = count <= 64 ? idx : malloc(count * sizeof *top);
+        uint32_t *top = malloc(2 * (size_t)v->k * sizeof *top + 1);
         if (!top)
             return 0;
         char text[1100];
         for (uint64_t i = 0; i < v->batch; i++) {
             const float *row = v->y + i * v->k;
-            serve_tensor_top(row, v->k, count, top);
+            serve_tensor_top(row, v->k, top, top + v->k);
             for (uint32_t c = 0; c < count; c++) {
                 size_t len = serve_tensor_class_text(
                     row[top[c]], top[c], v->classes, text, sizeof text);
@@ -693,8 +697,7 @@ static int write_output(serve_buf *h, serve_buf *d, const out_req *o,
                 }
             }
         }
-        if (top != idx)
-            free(top);
+        free(top);
     }
     if (o->binary) {
         serve_buf_str(h, "\"parameters\":{\"binary_data_size\":");

@@ -395,25 +395,45 @@ ty_status serve_tensor_split(size_t len, const char *header_len,
 
 /* ---- classification ---- */
 
-void serve_tensor_top(const float *row, uint32_t k, uint32_t count,
-                      uint32_t *idx)
+/* Whether index a of row comes before index b: the larger value first, a
+ * NaN after every number, the lower index first on a tie. */
+static int ranks_before(const float *row, uint32_t a, uint32_t b)
 {
-    /* Selection of count out of k: the outputs of a classifier are few. A
-     * NaN never wins (comparisons with it are false). */
-    for (uint32_t c = 0; c < count && c < k; c++) {
-        int64_t best = -1;
-        for (uint32_t j = 0; j < k; j++) {
-            int taken = 0;
-            for (uint32_t t = 0; t < c && !taken; t++)
-                taken = idx[t] == j;
-            if (taken)
-                continue;
-            if (best < 0 || row[j] > row[best] ||
-                (isnan(row[best]) && !isnan(row[j])))
-                best = j;
+    float x = row[a], y = row[b];
+    if (isnan(x) != isnan(y))
+        return isnan(y);
+    if (!isnan(x) && x != y)
+        return x > y;
+    return a < b;
+}
+
+void serve_tensor_top(const float *row, uint32_t k, uint32_t *idx,
+                      uint32_t *scratch)
+{
+    /* A bottom-up merge sort of all k indices: O(k log k) whatever count
+     * is (a classifier may have thousands of classes), and stable. */
+    for (uint32_t j = 0; j < k; j++)
+        idx[j] = j;
+    uint32_t *from = idx, *to = scratch;
+    for (uint64_t w = 1; w < k; w *= 2) {
+        for (uint64_t lo = 0; lo < k; lo += 2 * w) {
+            uint64_t mid = lo + w < k ? lo + w : k;
+            uint64_t hi = lo + 2 * w < k ? lo + 2 * w : k;
+            uint64_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi)
+                to[o++] =
+                    ranks_before(row, from[j], from[i]) ? from[j++] : from[i++];
+            while (i < mid)
+                to[o++] = from[i++];
+            while (j < hi)
+                to[o++] = from[j++];
         }
-        idx[c] = (uint32_t)best;
+        uint32_t *t = from;
+        from = to;
+        to = t;
     }
+    if (from != idx)
+        memcpy(idx, from, (size_t)k * sizeof *idx);
 }
 
 size_t serve_tensor_class_text(float score, uint32_t index,

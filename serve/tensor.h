@@ -73,10 +73,11 @@ ty_status serve_tensor_from_binary(serve_dtype dt, const void *raw, size_t len,
 ty_status serve_tensor_split(size_t len, const char *header_len,
                              size_t *json_len, ty_err *err);
 
-/* The count largest of row's k values, largest first (ties: the lower
- * index first), into idx (count <= k). */
-void serve_tensor_top(const float *row, uint32_t k, uint32_t count,
-                      uint32_t *idx);
+/* Row's k indices by value, the largest first (ties: the lower index
+ * first; NaN last), into idx: its first n are the top n. idx and scratch
+ * each have room for k. O(k log k). */
+void serve_tensor_top(const float *row, uint32_t k, uint32_t *idx,
+                      uint32_t *scratch);
 
 /* A classification string "score:index[:label]" into out (n bytes, cut
  * there); label is the class's entry in classes (a string, or an integer

@@ -60,8 +60,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
             abort();
         if (s == TY_OK) {
             char text[64];
-            uint32_t k = n < 8 ? (uint32_t)n : 8, idx[8];
-            serve_tensor_top(x, k, k, idx);
+            uint32_t k = n < 8 ? (uint32_t)n : 8, idx[8], scratch[8];
+            serve_tensor_top(x, k, idx, scratch);
             for (uint32_t i = 0; i < k; i++)
                 if (idx[i] >= k)
                     abort();

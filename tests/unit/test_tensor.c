@@ -336,18 +336,30 @@ static void test_split(void **state)
 static void test_classification(void **state)
 {
     float row[5] = {0.1f, 0.7f, 0.7f, -1.0f, 0.2f};
-    uint32_t idx[5];
-    serve_tensor_top(row, 5, 5, idx);
+    uint32_t idx[5], scratch[5];
+    serve_tensor_top(row, 5, idx, scratch);
     /* largest first, the lower index first on a tie */
     uint32_t want[5] = {1, 2, 4, 0, 3};
     for (int i = 0; i < 5; i++)
         assert_int_equal(idx[i], want[i]);
-    serve_tensor_top(row, 5, 1, idx);
-    assert_int_equal(idx[0], 1);
     float with_nan[3] = {NAN, 0.5f, -0.5f};
-    serve_tensor_top(with_nan, 3, 2, idx);
+    serve_tensor_top(with_nan, 3, idx, scratch);
     assert_int_equal(idx[0], 1);
     assert_int_equal(idx[1], 2);
+    assert_int_equal(idx[2], 0); /* NaN last */
+    /* Many classes: the order of a full sort, ties by index. */
+    enum { K = 1000 };
+    static float many[K];
+    static uint32_t big[K], big_scratch[K];
+    for (int j = 0; j < K; j++)
+        many[j] = (float)((j * 37) % 101);
+    serve_tensor_top(many, K, big, big_scratch);
+    for (int j = 1; j < K; j++) {
+        float a = many[big[j - 1]], b = many[big[j]];
+        assert_true(a > b || (a == b && big[j - 1] < big[j]));
+    }
+    serve_tensor_top(row, 1, idx, scratch);
+    assert_int_equal(idx[0], 0);
 
     char text[64];
     json_t *labels = json_pack("[s, s, s]", "cat", "dog", "a:b");
