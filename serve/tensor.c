@@ -139,8 +139,8 @@ static ty_status out_of_range(const conv *cv, uint64_t i, const char *text,
         [SERVE_DT_FP16] = "finite, magnitude at most 65504",
         [SERVE_DT_BF16] = "finite, magnitude at most 3.39e38",
         [SERVE_DT_FP32] = "finite, magnitude at most 3.40e38",
-        [SERVE_DT_FP64] = "finite and within float32, magnitude at most "
-                          "3.40e38, as the model computes in float32",
+        [SERVE_DT_FP64] = ("finite and within float32, magnitude at most "
+                           "3.40e38, as the model computes in float32"),
         [SERVE_DT_BYTES] = "-",
     };
     return ty_fail(err, TY_EINVAL, NULL,
