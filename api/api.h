@@ -1,6 +1,7 @@
 /*
  * api.h - the REST API: the routing table and the handlers behind it, one
- * file per resource (datasets.c, jobs.c, models.c, inference.c, health.c),
+ * file per resource (datasets.c, jobs.c, models.c, inference.c, kserve.c,
+ * health.c),
  * plus helpers shared by them (common.c).
  */
 #ifndef TY_API_H
@@ -114,11 +115,21 @@ void api_models_weights(api_ctx *app, http_req *r);
 void api_models_predict(api_ctx *app, http_req *r);
 void api_models_evaluate(api_ctx *app, http_req *r);
 
+/* KServe v2 (api/kserve.c). A model is named by id or name; the routes
+ * with /versions/{version} take "1" only. */
+void api_kserve_server(api_ctx *app, http_req *r);
 void api_kserve_live(api_ctx *app, http_req *r);
 void api_kserve_ready(api_ctx *app, http_req *r);
 void api_kserve_model(api_ctx *app, http_req *r);
 void api_kserve_model_ready(api_ctx *app, http_req *r);
+void api_kserve_config(api_ctx *app, http_req *r);
 void api_kserve_infer(api_ctx *app, http_req *r);
+void api_kserve_index(api_ctx *app, http_req *r);
+void api_kserve_load(api_ctx *app, http_req *r);
+void api_kserve_stats(api_ctx *app, http_req *r);
+/* Triton extensions not implemented (shared memory, trace, logging,
+ * unload): 400 with a v2 error saying so. */
+void api_kserve_unsupported(api_ctx *app, http_req *r);
 
 void api_devices_list(api_ctx *app, http_req *r);
 

@@ -10,6 +10,7 @@
 #define JSON ROUTE_BODY_JSON
 #define RAW ROUTE_BODY_JSON_RAW /* big numbers: decoded by the handler */
 #define UPLOAD ROUTE_BODY_UPLOAD
+#define TENSOR ROUTE_BODY_TENSOR /* KServe v2: JSON or binary, raw */
 
 /* One endpoint per line, so the table reads as a list (clang-format off). */
 /* clang-format off */
@@ -37,11 +38,39 @@ const route api_routes[] = {
     {HTTP_POST, "/v1/models/{id}/predict", "models.predict", KEY, RAW, api_models_predict},
     {HTTP_POST, "/v1/models/{id}/evaluate", "models.evaluate", KEY, JSON, api_models_evaluate},
 
+    {HTTP_GET, "/v2", "kserve.server", KEY, NOBODY, api_kserve_server},
     {HTTP_GET, "/v2/health/live", "kserve.live", KEY, NOBODY, api_kserve_live},
     {HTTP_GET, "/v2/health/ready", "kserve.ready", KEY, NOBODY, api_kserve_ready},
+    {HTTP_GET, "/v2/models/stats", "kserve.stats_all", KEY, NOBODY, api_kserve_stats},
     {HTTP_GET, "/v2/models/{name}", "kserve.model", KEY, NOBODY, api_kserve_model},
+    {HTTP_GET, "/v2/models/{name}/versions/{version}", "kserve.model_version", KEY, NOBODY, api_kserve_model},
     {HTTP_GET, "/v2/models/{name}/ready", "kserve.model_ready", KEY, NOBODY, api_kserve_model_ready},
-    {HTTP_POST, "/v2/models/{name}/infer", "kserve.infer", KEY, RAW, api_kserve_infer},
+    {HTTP_GET, "/v2/models/{name}/versions/{version}/ready", "kserve.model_version_ready", KEY, NOBODY, api_kserve_model_ready},
+    {HTTP_POST, "/v2/models/{name}/infer", "kserve.infer", KEY, TENSOR, api_kserve_infer},
+    {HTTP_POST, "/v2/models/{name}/versions/{version}/infer", "kserve.version_infer", KEY, TENSOR, api_kserve_infer},
+    {HTTP_GET, "/v2/models/{name}/config", "kserve.config", KEY, NOBODY, api_kserve_config},
+    {HTTP_GET, "/v2/models/{name}/versions/{version}/config", "kserve.version_config", KEY, NOBODY, api_kserve_config},
+    {HTTP_GET, "/v2/models/{name}/stats", "kserve.stats", KEY, NOBODY, api_kserve_stats},
+    {HTTP_GET, "/v2/models/{name}/versions/{version}/stats", "kserve.version_stats", KEY, NOBODY, api_kserve_stats},
+    {HTTP_POST, "/v2/repository/index", "kserve.repository_index", KEY, TENSOR, api_kserve_index},
+    {HTTP_POST, "/v2/repository/models/{name}/load", "kserve.repository_load", KEY, TENSOR, api_kserve_load},
+    {HTTP_POST, "/v2/repository/models/{name}/unload", "kserve.repository_unload", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_GET, "/v2/models/{name}/trace/setting", "kserve.model_trace", KEY, NOBODY, api_kserve_unsupported},
+    {HTTP_POST, "/v2/models/{name}/trace/setting", "kserve.model_trace_update", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_GET, "/v2/trace/setting", "kserve.trace", KEY, NOBODY, api_kserve_unsupported},
+    {HTTP_POST, "/v2/trace/setting", "kserve.trace_update", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_GET, "/v2/logging", "kserve.logging", KEY, NOBODY, api_kserve_unsupported},
+    {HTTP_POST, "/v2/logging", "kserve.logging_update", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_GET, "/v2/systemsharedmemory/status", "kserve.shm_status", KEY, NOBODY, api_kserve_unsupported},
+    {HTTP_GET, "/v2/systemsharedmemory/region/{region}/status", "kserve.shm_region_status", KEY, NOBODY, api_kserve_unsupported},
+    {HTTP_POST, "/v2/systemsharedmemory/region/{region}/register", "kserve.shm_register", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_POST, "/v2/systemsharedmemory/unregister", "kserve.shm_unregister_all", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_POST, "/v2/systemsharedmemory/region/{region}/unregister", "kserve.shm_unregister", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_GET, "/v2/cudasharedmemory/status", "kserve.cudashm_status", KEY, NOBODY, api_kserve_unsupported},
+    {HTTP_GET, "/v2/cudasharedmemory/region/{region}/status", "kserve.cudashm_region_status", KEY, NOBODY, api_kserve_unsupported},
+    {HTTP_POST, "/v2/cudasharedmemory/region/{region}/register", "kserve.cudashm_register", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_POST, "/v2/cudasharedmemory/unregister", "kserve.cudashm_unregister_all", KEY, TENSOR, api_kserve_unsupported},
+    {HTTP_POST, "/v2/cudasharedmemory/region/{region}/unregister", "kserve.cudashm_unregister", KEY, TENSOR, api_kserve_unsupported},
 
     {HTTP_GET, "/v1/devices", "devices.list", KEY, NOBODY, api_devices_list},
     {HTTP_POST, "/v1/tenants", "tenants.create", ADMIN, JSON, api_tenants_create},

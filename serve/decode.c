@@ -748,7 +748,8 @@ static ty_status tensor_member(void *ctx, cur *c, const char *key)
         return s;
     json_t *v = NULL;
     if (!strcmp(key, "name") || !strcmp(key, "datatype") ||
-        (!strcmp(key, "shape") && sp.len <= SMALL_VALUE)) {
+        ((!strcmp(key, "shape") || !strcmp(key, "parameters")) &&
+         sp.len <= SMALL_VALUE)) {
         json_error_t je;
         v = json_loadb(sp.p, sp.len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES,
                        &je);
@@ -797,7 +798,8 @@ static ty_status infer_member(void *ctx, cur *c, const char *key)
         json_object_set_new(doc, "inputs", json_null());
         return value(c, 1);
     }
-    if (!strcmp(key, "id") || !strcmp(key, "outputs")) {
+    if (!strcmp(key, "id") || !strcmp(key, "outputs") ||
+        !strcmp(key, "parameters")) {
         serve_span sp;
         ty_status s = span_of(c, &sp);
         if (s != TY_OK)
@@ -806,6 +808,11 @@ static ty_status infer_member(void *ctx, cur *c, const char *key)
             /* Far more than the one output there is: an array whose
              * element fails the check, without a tree of it. */
             json_object_set_new(doc, key, json_pack("[n]"));
+            return TY_OK;
+        }
+        if (sp.len > SMALL_VALUE && !strcmp(key, "parameters")) {
+            /* Not an object the handler takes (its check fails). */
+            json_object_set_new(doc, key, json_null());
             return TY_OK;
         }
         json_error_t je;
@@ -818,7 +825,7 @@ static ty_status infer_member(void *ctx, cur *c, const char *key)
         json_object_set_new(doc, key, v);
         return TY_OK;
     }
-    json_object_set_new(doc, key, json_null()); /* parameters, unknown */
+    json_object_set_new(doc, key, json_null()); /* unknown */
     return value(c, 1);
 }
 
@@ -867,5 +874,108 @@ ty_status serve_infer_decode(serve_span data, uint64_t total, const char *field,
                     count > total ? "more than " : "",
                     (unsigned long long)(count > total ? total : count),
                     (unsigned long long)total);
+    return s;
+}
+
+/* The scalars of a KServe tensor's data, nested or flat, in order: fn
+ * gets each one's text; the count is checked here. */
+typedef struct {
+    serve_value_fn fn;
+    void *ctx;
+    uint64_t total, count;
+    const char *what;
+} walk_state;
+
+static ty_status walk(cur *c, walk_state *w, int depth)
+{
+    if (depth >= MAX_NESTING)
+        return ty_fail(c->err, TY_EINVAL, NULL, "%s: data is nested too deeply",
+                       w->what);
+    c->p++;
+    ws(c);
+    if (at(c, ']')) {
+        c->p++;
+        return TY_OK;
+    }
+    for (;;) {
+        ws(c);
+        if (c->p >= c->end)
+            return bad_json(c, "unexpected end of the body");
+        const char *start = c->p;
+        serve_token kind;
+        ty_status s;
+        switch (*c->p) {
+            case '[':
+                s = walk(c, w, depth + 1);
+                kind = SERVE_TOK_ARRAY;
+                break;
+            case '{':
+                s = value(c, depth + 1);
+                kind = SERVE_TOK_OBJECT;
+                break;
+            case '"':
+                s = string(c, NULL);
+                kind = SERVE_TOK_STRING;
+                break;
+            case 't':
+                s = literal(c, "true");
+                kind = SERVE_TOK_TRUE;
+                break;
+            case 'f':
+                s = literal(c, "false");
+                kind = SERVE_TOK_FALSE;
+                break;
+            case 'n':
+                s = literal(c, "null");
+                kind = SERVE_TOK_NULL;
+                break;
+            default:
+                s = number(c);
+                kind = SERVE_TOK_NUMBER;
+                break;
+        }
+        if (s != TY_OK)
+            return s;
+        if (kind != SERVE_TOK_ARRAY) {
+            if (w->count >= w->total)
+                return ty_fail(c->err, TY_EINVAL, NULL,
+                               "%s: data holds more than %llu values; the "
+                               "shape says %llu",
+                               w->what, (unsigned long long)w->total,
+                               (unsigned long long)w->total);
+            s = w->fn(w->ctx, w->count, kind, start, (size_t)(c->p - start),
+                      c->err);
+            if (s != TY_OK)
+                return s;
+            w->count++;
+        }
+        ws(c);
+        if (at(c, ',')) {
+            c->p++;
+            continue;
+        }
+        if (at(c, ']')) {
+            c->p++;
+            return TY_OK;
+        }
+        return bad_json(c, "',' or ']' expected");
+    }
+}
+
+ty_status serve_infer_walk(serve_span data, uint64_t total, const char *what,
+                           serve_value_fn fn, void *ctx, ty_err *err)
+{
+    if (!data.p || data.len == 0 || data.p[0] != '[')
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "%s: data must be an array of values (nested or "
+                       "flat)",
+                       what);
+    cur c = {data.p, data.p, data.p + data.len, err};
+    walk_state w = {fn, ctx, total, 0, what};
+    ty_status s = walk(&c, &w, 0);
+    if (s == TY_OK && w.count != total)
+        s = ty_fail(err, TY_EINVAL, NULL,
+                    "%s: data holds %llu values; the shape says %llu", what,
+                    (unsigned long long)w.count, (unsigned long long)total);
     return s;
 }

@@ -85,7 +85,10 @@ ty_status serve_predict_decode(const serve_predict_body *b, uint64_t features,
 
 /* Step 1 for POST /v2/models/{name}/infer: the same checks of the JSON;
  * b->doc is the body with inputs[0]'s "data" left out (the handler checks
- * the protocol fields on it as before). Free with serve_infer_body_free. */
+ * the protocol fields on it as before): "id", "outputs", "parameters" and
+ * inputs[0]'s "name", "datatype", "shape" and "parameters" as values (the
+ * parameters of up to 1 MiB, else null), any other member as null. Free
+ * with serve_infer_body_free. */
 ty_status serve_infer_scan(const char *text, size_t len, serve_infer_body *b,
                            ty_err *err);
 void serve_infer_body_free(serve_infer_body *b);
@@ -99,6 +102,31 @@ uint64_t serve_infer_room(serve_span data, uint64_t total);
  * ("inputs[0].data"). */
 ty_status serve_infer_decode(serve_span data, uint64_t total, const char *field,
                              float *x, ty_err *err);
+
+/* One value of KServe tensor data, as its JSON text has it. */
+typedef enum {
+    SERVE_TOK_NUMBER = 0,
+    SERVE_TOK_TRUE,
+    SERVE_TOK_FALSE,
+    SERVE_TOK_STRING,
+    SERVE_TOK_NULL,
+    SERVE_TOK_OBJECT,
+    SERVE_TOK_ARRAY /* internal: never handed to a serve_value_fn */
+} serve_token;
+
+/* Gets value i of a tensor's data: its kind and text (a number's digits, a
+ * string with its quotes). Returns TY_OK to go on, or an error (which
+ * stops the walk and is returned as it is). */
+typedef ty_status (*serve_value_fn)(void *ctx, uint64_t i, serve_token kind,
+                                    const char *text, size_t len, ty_err *err);
+
+/* Step 2 for a typed tensor: calls fn for each value of data (an array,
+ * nested or flat, row-major; at most 8 levels), which must hold exactly
+ * total values. what names the tensor at the start of errors (`input
+ * "x"`): "<what>: data holds 3 values; the shape says 4". The walk stops
+ * at the first value past total. */
+ty_status serve_infer_walk(serve_span data, uint64_t total, const char *what,
+                           serve_value_fn fn, void *ctx, ty_err *err);
 
 /* Both steps of a predict body for a model of features inputs, for fuzzers
  * and tests: *x (malloc'd, *n * features floats; free it) and *n on TY_OK. */

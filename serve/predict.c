@@ -203,67 +203,6 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
     return s;
 }
 
-ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
-                             const char *model_id, const json_t *shape,
-                             serve_span data, const char *field,
-                             json_t **output, json_t **device, ty_err *err)
-{
-    char shape_field[64], data_field[64];
-    snprintf(shape_field, sizeof shape_field, "%s.shape", field);
-    snprintf(data_field, sizeof data_field, "%s.data", field);
-    run rn;
-    ty_status s = run_open(&rn, env, tenant_id, model_id, err);
-    if (s != TY_OK) {
-        run_free(&rn);
-        return s;
-    }
-    uint64_t f = rn.features;
-    uint32_t k = rn.outputs;
-    size_t nd = json_array_size(shape);
-    uint64_t total = 1;
-    int shape_ok = json_is_array(shape) && nd >= 1;
-    for (size_t i = 0; i < nd && shape_ok; i++) {
-        json_t *d = json_array_get(shape, i);
-        if (!json_is_integer(d) || json_integer_value(d) < 1 ||
-            json_integer_value(d) > SERVE_MAX_EXAMPLES * 100000LL)
-            shape_ok = 0;
-        else
-            total *= (uint64_t)json_integer_value(d);
-        if (total > (uint64_t)SERVE_MAX_EXAMPLES * f)
-            shape_ok = 0;
-    }
-    uint64_t batch =
-        shape_ok ? (uint64_t)json_integer_value(json_array_get(shape, 0)) : 0;
-    if (!shape_ok || batch * f != total) {
-        char want[128];
-        shape_text(json_object_get(nn_net_meta(rn.net), "input_shape"), want,
-                   sizeof want);
-        s = ty_fail(err, TY_EINVAL, shape_field,
-                    "shape must be [batch, ...] with batch 1 to %d and the "
-                    "rest holding %llu values (input shape %s)",
-                    SERVE_MAX_EXAMPLES, (unsigned long long)f, want);
-    } else if ((s = run_alloc(&rn, serve_infer_room(data, total), batch,
-                              err)) != TY_OK) {
-        /* out of memory */
-    } else if ((s = serve_infer_decode(data, total, data_field, rn.x, err)) !=
-               TY_OK) {
-        /* not numbers, or not total of them */
-    } else {
-        s = serve_model_run(&rn.m, rn.x, batch, rn.out, err);
-    }
-    if (s == TY_OK) {
-        json_t *flat = json_array();
-        for (uint64_t i = 0; i < batch * k; i++)
-            json_array_append_new(flat, json_real(rn.out[i]));
-        *output =
-            json_pack("{s:s, s:s, s:[I, i], s:o}", "name", "output", "datatype",
-                      "FP32", "shape", (json_int_t)batch, (int)k, "data", flat);
-        *device = json_string(rn.m.device);
-    }
-    run_free(&rn);
-    return s;
-}
-
 ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
                          const char *model_id, const char *dataset_id,
                          json_t **reply, ty_err *err)

@@ -91,14 +91,4 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
                          const char *model_id, const char *dataset_id,
                          json_t **reply, ty_err *err);
 
-/* A KServe v2 input tensor (shape [batch, ...] and data as text, already
- * checked for its protocol fields by the caller) through the model.
- * *output: the one output tensor {"name": "output", "datatype": "FP32",
- * "shape": [batch, outputs], "data"}; *device: where it ran. field names
- * the tensor in errors ("inputs[0]"). */
-ty_status serve_infer_tensor(const serve_env *env, const char *tenant_id,
-                             const char *model_id, const json_t *shape,
-                             serve_span data, const char *field,
-                             json_t **output, json_t **device, ty_err *err);
-
 #endif

@@ -34,6 +34,7 @@
 #include "server/accesslog.h"
 #include "server/auth.h"
 #include "server/guard.h"
+#include "server/inflate.h"
 #include "common/fetch.h"
 #include "common/log.h"
 #include "server/multipart.h"
@@ -96,6 +97,12 @@ static int is_json_type(const char *ct)
     size_t len = semi ? (size_t)(semi - ct) : strlen(ct);
     return len > 5 && strncasecmp(ct + len - 5, "+json", 5) == 0 &&
            strncasecmp(ct, "application/", 12) == 0;
+}
+
+/* KServe v2 clients (tritonclient) send JSON without a Content-Type. */
+static int is_v2_path(const char *path)
+{
+    return !strncmp(path, "/v2", 3) && (path[3] == '\0' || path[3] == '/');
 }
 
 /* ---- accessors ---- */
@@ -304,6 +311,7 @@ static void req_free(http_req *r)
         unlink(f->temps[i]);
     free(f);
     mp_parser_destroy(r->mp);
+    inflate_destroy(r->inflate);
     free(r->buf);
     json_decref(r->json);
     if (r->response)
@@ -429,6 +437,7 @@ static void req_begin(http_req *r)
         case ROUTE_BODY_NONE: r->body_limit = 0; break;
         case ROUTE_BODY_JSON:
         case ROUTE_BODY_JSON_RAW:
+        case ROUTE_BODY_TENSOR:
             r->body_limit = http_server.opts.max_json_bytes;
             break;
         case ROUTE_BODY_UPLOAD:
@@ -439,7 +448,8 @@ static void req_begin(http_req *r)
     }
     if (!has_body)
         return;
-    if (rt->body == ROUTE_BODY_NONE && is_json_type(ct) &&
+    int v2_json = !ct && is_v2_path(r->path);
+    if (rt->body == ROUTE_BODY_NONE && (is_json_type(ct) || v2_json) &&
         declared <= NOBODY_JSON_MAX) {
         r->body_limit = NOBODY_JSON_MAX;
         r->body = BODY_JSON;
@@ -475,18 +485,67 @@ static void req_begin(http_req *r)
         r->body = BODY_MULTIPART;
         return;
     }
-    if (!is_json_type(ct)) {
+    inflate_kind enc =
+        inflate_kind_parse(http_req_header(r, "Content-Encoding"));
+    if (enc != INFLATE_IDENTITY) {
+        if (rt->body != ROUTE_BODY_TENSOR || enc == INFLATE_UNKNOWN) {
+            http_reply_problem(r, 415, NULL,
+                               "Content-Encoding %.64s is not accepted here%s",
+                               http_req_header(r, "Content-Encoding"),
+                               rt->body == ROUTE_BODY_TENSOR
+                                   ? "; send gzip, deflate or identity"
+                                   : "; send the body uncompressed");
+            return;
+        }
+        r->inflate = inflate_create(enc, r->body_limit);
+        if (!r->inflate) {
+            http_reply_error(r, TY_ENOMEM, NULL);
+            return;
+        }
+    }
+    int tensor_ok = rt->body == ROUTE_BODY_TENSOR &&
+                    (!ct || content_type_is(ct, "application/octet-stream"));
+    if (!is_json_type(ct) && !v2_json && !tensor_ok) {
         http_reply_problem(
             r, 415, NULL, "send the body as application/json%s (got %s)",
-            rt->body == ROUTE_BODY_UPLOAD ? " or multipart/form-data" : "",
+            rt->body == ROUTE_BODY_UPLOAD   ? " or multipart/form-data"
+            : rt->body == ROUTE_BODY_TENSOR ? " or application/octet-stream"
+                                            : "",
             ct ? ct : "no Content-Type");
         return;
     }
     r->body = BODY_JSON;
-    r->raw = rt->body == ROUTE_BODY_JSON_RAW;
+    r->raw = rt->body == ROUTE_BODY_JSON_RAW || rt->body == ROUTE_BODY_TENSOR;
     r->declared = declared;
     if (declared > HTTP_LARGE_BODY)
         large_take(r);
+}
+
+/* Appends to the buffered body (an inflater's sink); 0 when it cannot (a
+ * reply is queued: 503 for no large-body slot or no memory). */
+static int body_append(void *ctx, const char *data, size_t len)
+{
+    http_req *r = ctx;
+    if (r->buf_len + len > HTTP_LARGE_BODY && !large_take(r))
+        return 0;
+    if (r->buf_len + len + 1 > r->buf_cap) {
+        /* Sized by Content-Length when there is one (no doubling). */
+        size_t cap = r->buf_cap                        ? r->buf_cap
+                     : r->declared >= r->buf_len + len ? (size_t)r->declared + 1
+                                                       : 4096;
+        while (cap < r->buf_len + len + 1)
+            cap *= 2;
+        char *b = realloc(r->buf, cap);
+        if (!b) {
+            http_reply_error(r, TY_ENOMEM, NULL);
+            return 0;
+        }
+        r->buf = b;
+        r->buf_cap = cap;
+    }
+    memcpy(r->buf + r->buf_len, data, len);
+    r->buf_len += len;
+    return 1;
 }
 
 /* Consumes a body chunk. Returns 0 when the connection should be dropped. */
@@ -502,27 +561,21 @@ static int req_body_chunk(http_req *r, const char *data, size_t len)
                            (unsigned long long)r->body_limit);
         return 1;
     }
-    if (r->body == BODY_JSON) {
-        if (r->bytes_in > HTTP_LARGE_BODY && !large_take(r))
-            return 1;
-        if (r->buf_len + len + 1 > r->buf_cap) {
-            /* Sized by Content-Length when there is one (no doubling). */
-            size_t cap = r->buf_cap ? r->buf_cap
-                         : r->declared >= r->buf_len + len
-                             ? (size_t)r->declared + 1
-                             : 4096;
-            while (cap < r->buf_len + len + 1)
-                cap *= 2;
-            char *b = realloc(r->buf, cap);
-            if (!b) {
-                http_reply_error(r, TY_ENOMEM, NULL);
-                return 1;
-            }
-            r->buf = b;
-            r->buf_cap = cap;
+    if (r->body == BODY_JSON && r->inflate) {
+        ty_err err = {0};
+        ty_status s = inflate_feed(r->inflate, data, len, body_append, r, &err);
+        if (s != TY_OK && !r->replied) {
+            if (s == TY_EFORMAT)
+                http_reply_problem(r, 400, NULL, "%s", err.msg);
+            else if (s == TY_ETOOBIG)
+                http_reply_problem(r, 413, NULL, "%s", err.msg);
+            else
+                http_reply_error(r, s, &err);
         }
-        memcpy(r->buf + r->buf_len, data, len);
-        r->buf_len += len;
+        return 1;
+    }
+    if (r->body == BODY_JSON) {
+        body_append(r, data, len);
         return 1;
     }
     if (r->body == BODY_MULTIPART) {
@@ -543,6 +596,11 @@ static void req_finish(http_req *r)
 {
     if (r->replied)
         return;
+    ty_err zerr = {0};
+    if (r->inflate && inflate_finish(r->inflate, &zerr) != TY_OK) {
+        http_reply_problem(r, 400, NULL, "%s", zerr.msg);
+        return;
+    }
     if (r->body == BODY_JSON && r->buf_len > 0 && !r->raw) {
         json_error_t jerr;
         r->json = json_loadb(r->buf, r->buf_len, JSON_REJECT_DUPLICATES, &jerr);

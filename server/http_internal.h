@@ -57,9 +57,10 @@ struct http_req {
     uint64_t bytes_in;
     char *buf; /* JSON body */
     size_t buf_len, buf_cap;
-    uint64_t declared; /* Content-Length, 0 when none */
-    int raw;           /* ROUTE_BODY_JSON_RAW: buf is not parsed */
-    int large;         /* holds one of the large-body slots */
+    uint64_t declared;        /* Content-Length, 0 when none */
+    int raw;                  /* ROUTE_BODY_JSON_RAW: buf is not parsed */
+    int large;                /* holds one of the large-body slots */
+    struct inflater *inflate; /* Content-Encoding gzip/deflate; NULL: none */
     mp_parser *mp;
     json_t *json;
     /* Form parts and temp files: ~100 KB of names and paths, allocated by

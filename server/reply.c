@@ -109,8 +109,9 @@ static void reply_problem_text(http_req *r, unsigned status, const char *field,
     json_object_set_new(p, "request_id", json_string(r->request_id));
     if (field && *field)
         json_object_set_new(p, "field", json_string(field));
-    /* KServe v2 clients read errors from "error". */
-    if (strncmp(r->path, "/v2/", 4) == 0)
+    /* KServe v2 clients read errors from "error" (GET /v2 included). */
+    if (!strncmp(r->path, "/v2", 3) &&
+        (r->path[3] == '\0' || r->path[3] == '/'))
         json_object_set_new(p, "error", json_string(detail));
     reply_json_typed(r, status, p, "application/problem+json");
 }

@@ -35,10 +35,15 @@ typedef enum {
     ROUTE_BODY_NONE = 0, /* a body is refused (413) */
     ROUTE_BODY_JSON,     /* application/json, buffered up to the JSON limit */
     ROUTE_BODY_UPLOAD,   /* multipart/form-data streamed to disk, or JSON */
-    ROUTE_BODY_JSON_RAW  /* application/json, buffered up to the JSON limit
+    ROUTE_BODY_JSON_RAW, /* application/json, buffered up to the JSON limit
                             but not parsed: the handler reads the text
                             (http_req_body), e.g. to decode numbers without
                             a jansson tree */
+    ROUTE_BODY_TENSOR    /* KServe v2: like JSON_RAW, and also with no
+                            Content-Type (JSON) or application/octet-stream
+                            (a JSON header and binary tensor data); a body
+                            sent with Content-Encoding gzip or deflate is
+                            inflated within the JSON limit */
 } route_body;
 
 struct api_ctx;

@@ -74,8 +74,15 @@ include-operation-id = ["getModel", "getModelWeights", "predict", "evaluate"]
 parameters = { id = "$model" }
 
 [[operations]]
-include-operation-id = ["kserveModelMetadata", "kserveModelReady", "kserveInfer"]
+include-operation-id = ["kserveModelMetadata", "kserveModelReady", "kserveInfer",
+  "kserveModelConfig", "kserveModelStats", "kserveRepositoryLoad",
+  "kserveRepositoryUnload", "kserveModelTrace", "kserveModelTraceUpdate"]
 parameters = { name = "$model" }
+
+[[operations]]
+include-operation-id = ["kserveModelVersionMetadata", "kserveModelVersionReady",
+  "kserveVersionInfer", "kserveModelVersionConfig", "kserveModelVersionStats"]
+parameters = { name = "$model", version = "1" }
 
 [[operations]]
 include-operation-id = ["getDataset"]

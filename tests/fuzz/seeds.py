@@ -158,3 +158,12 @@ cnn_meta = {'spec': {'layers': [{'type': 'conv2d', 'filters': 2, 'kernel_size': 
             'task': 'regression', 'input_shape': [1, 4, 4], 'num_outputs': 2}
 put('model_import', 'cnn_missing', json.dumps(cnn_meta).encode() + W + st([('0.weight', 'F32', [2, 1, 3, 3], f32(18))]))
 put('model_import', 'bad_meta', b'{"spec": 1, "task": "x", "input_shape": [0]}' + W + st(imp_t))
+
+# KServe v2 tensors: "<dtype><count><header fraction><body>" (fuzz_tensor.c)
+hdr = json.dumps({"inputs": [{"name": "input", "shape": [1, 4], "datatype": "INT8", "parameters": {"binary_data_size": 4}}]}).encode()
+body = hdr + bytes([1, 200, 3, 255])
+put('tensor', 'binary_int8', bytes([5, 3, (len(hdr) * 255 + len(body) - 1) // len(body)]) + body)
+put('tensor', 'json_fp16', bytes([9, 3, 254]) + json.dumps({"inputs": [{"name": "input", "shape": [2, 2], "datatype": "FP16", "data": [[0.1, 65504], [1e40, -0]]}]}).encode())
+put('tensor', 'json_bool', bytes([0, 1, 254]) + b'{"inputs": [{"data": [true, false, 1]}], "parameters": {"binary_data_output": true}}')
+put('tensor', 'gzip_json', bytes([11, 1, 255]) + gzip.compress(b'{"inputs": [{"data": [1.5, 2]}]}', mtime=0))
+put('tensor', 'deflate_json', bytes([0x80 | 11, 1, 255]) + __import__('zlib').compress(b'{"inputs": [{"data": [1.5, 2]}]}'))

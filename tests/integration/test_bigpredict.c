@@ -518,6 +518,7 @@ static void test_same_numbers(void **state)
     json_t *data = json_object_get(
         json_array_get(json_object_get(k->json, "outputs"), 0), "data");
     assert_int_equal(json_array_size(data), K);
+    /* The same float32s (KServe writes each as its shortest decimal). */
     for (int j = 0; j < K; j++)
         assert_true((float)json_number_value(json_array_get(data, j)) ==
                     (float)json_number_value(

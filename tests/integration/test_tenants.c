@@ -210,6 +210,25 @@ static const iso_case iso_cases[] = {
      "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 4], \"datatype\": "
      "\"FP32\", \"data\": [0, 5, 100, 0]}]}",
      404, NULL},
+    {"GET", "/v2/models/{name}/versions/{version}",
+     "/v2/models/{model}/versions/1", NULL, 404, NULL},
+    {"GET", "/v2/models/{name}/versions/{version}/ready",
+     "/v2/models/{model}/versions/1/ready", NULL, 404, NULL},
+    {"POST", "/v2/models/{name}/versions/{version}/infer",
+     "/v2/models/{model}/versions/1/infer",
+     "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 4], \"datatype\": "
+     "\"FP32\", \"data\": [0, 5, 100, 0]}]}",
+     404, NULL},
+    {"GET", "/v2/models/{name}/config", "/v2/models/{model}/config", NULL, 404,
+     NULL},
+    {"GET", "/v2/models/{name}/versions/{version}/config",
+     "/v2/models/{model}/versions/1/config", NULL, 404, NULL},
+    {"GET", "/v2/models/{name}/stats", "/v2/models/{model}/stats", NULL, 404,
+     NULL},
+    {"GET", "/v2/models/{name}/versions/{version}/stats",
+     "/v2/models/{model}/versions/1/stats", NULL, 404, NULL},
+    {"POST", "/v2/repository/models/{name}/load",
+     "/v2/repository/models/{model}/load", NULL, 404, NULL},
     {"GET", "/v1/tenants/{id}", "/v1/tenants/{tenant}", NULL, 404, NULL},
     {"GET", "/v1/jobs/{id}/events", "/v1/jobs/{job}/events", NULL, 404, NULL},
     {"GET", "/v1/datasets/{id}/examples", "/v1/datasets/{ds}/examples", NULL,
@@ -225,6 +244,16 @@ static const char *const iso_exempt[][2] = {
     {"GET", "/v1/tenants/{id}/keys"},
     {"DELETE", "/v1/tenants/{id}/keys/{key_id}"},
     {"GET", "/web/{file}"},
+    /* KServe v2 extensions not implemented: 400 whoever asks. */
+    {"POST", "/v2/repository/models/{name}/unload"},
+    {"GET", "/v2/models/{name}/trace/setting"},
+    {"POST", "/v2/models/{name}/trace/setting"},
+    {"GET", "/v2/systemsharedmemory/region/{region}/status"},
+    {"POST", "/v2/systemsharedmemory/region/{region}/register"},
+    {"POST", "/v2/systemsharedmemory/region/{region}/unregister"},
+    {"GET", "/v2/cudasharedmemory/region/{region}/status"},
+    {"POST", "/v2/cudasharedmemory/region/{region}/register"},
+    {"POST", "/v2/cudasharedmemory/region/{region}/unregister"},
 };
 
 /* The ids a case's {placeholders} stand for. */
