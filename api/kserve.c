@@ -81,10 +81,15 @@ static int find_model(api_ctx *app, http_req *r, char id[TY_ID_MAX],
 
 /* ---- statistics (the statistics extension) ----
  *
- * Counters per (tenant, model) since the server started, kept here for
- * GET /v2/models[/{name}[/versions/1]]/stats. At most STATS_MAX models are
- * tracked; past that the one inferred longest ago starts over. */
-#define STATS_MAX 4096
+ * Counters per (tenant, model) since the server started, for GET
+ * /v2/models[/{name}[/versions/1]]/stats. An infer must not take a lock
+ * for them: each thread counts into its own table (no lock; the counters
+ * are atomics only so that a reader on another thread sees whole values),
+ * and a read sums every thread's table. The tables are made once per
+ * thread and registered under stats_mu, and live as long as the server.
+ * At most STATS_PER_THREAD models per thread; past that the one inferred
+ * longest ago on that thread starts over. */
+#define STATS_PER_THREAD 1024
 
 typedef struct {
     uint64_t count, ns;
@@ -96,9 +101,15 @@ typedef struct {
     duration_stat success, fail, input, infer, output;
 } model_stats;
 
+typedef struct stats_table {
+    int n; /* entries in use (only grows; read by readers) */
+    model_stats e[STATS_PER_THREAD];
+    struct stats_table *next;
+} stats_table;
+
 static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
-static model_stats stats[STATS_MAX];
-static int nstats;
+static stats_table *stats_tables; /* every thread's, newest first */
+static __thread stats_table *stats_mine;
 
 /* What one infer request measured. */
 typedef struct {
@@ -119,43 +130,97 @@ static uint64_t wall_ms(void)
     return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
 }
 
-/* The entry of (tenant, id), made when missing; under stats_mu. */
+#define ST_ADD(field, v) __atomic_add_fetch(&(field), (v), __ATOMIC_RELAXED)
+#define ST_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+
+/* This thread's entry of (tenant, id), made when missing; NULL when out of
+ * memory (the infer is then not counted). An entry reused for another
+ * model has its names rewritten while a reader may look: a reader may
+ * then count it once under either model, never crash (both names stay
+ * NUL-terminated within their arrays). */
 static model_stats *stats_entry(const char *tenant, const char *id)
 {
-    int oldest = 0;
-    for (int i = 0; i < nstats; i++) {
-        if (!strcmp(stats[i].id, id) && !strcmp(stats[i].tenant, tenant))
-            return &stats[i];
-        if (stats[i].last_ms < stats[oldest].last_ms)
+    stats_table *t = stats_mine;
+    if (!t) {
+        t = calloc(1, sizeof *t);
+        if (!t)
+            return NULL;
+        pthread_mutex_lock(&stats_mu);
+        t->next = stats_tables;
+        stats_tables = t;
+        pthread_mutex_unlock(&stats_mu);
+        stats_mine = t;
+    }
+    int n = t->n, oldest = 0;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(t->e[i].id, id) && !strcmp(t->e[i].tenant, tenant))
+            return &t->e[i];
+        if (t->e[i].last_ms < t->e[oldest].last_ms)
             oldest = i;
     }
-    model_stats *e = nstats < STATS_MAX ? &stats[nstats++] : &stats[oldest];
+    model_stats *e = &t->e[n < STATS_PER_THREAD ? n : oldest];
     memset(e, 0, sizeof *e);
     snprintf(e->tenant, sizeof e->tenant, "%s", tenant);
     snprintf(e->id, sizeof e->id, "%s", id);
+    if (n < STATS_PER_THREAD)
+        __atomic_store_n(&t->n, n + 1, __ATOMIC_RELEASE);
     return e;
 }
 
 static void stats_record(const char *tenant, const char *id, int ok,
                          uint64_t total_ns, const infer_times *t)
 {
-    pthread_mutex_lock(&stats_mu);
     model_stats *e = stats_entry(tenant, id);
+    if (!e)
+        return;
     duration_stat *d = ok ? &e->success : &e->fail;
-    d->count++;
-    d->ns += total_ns;
+    ST_ADD(d->count, 1);
+    ST_ADD(d->ns, total_ns);
     if (ok) {
-        e->last_ms = wall_ms();
-        e->inferences += t->batch;
-        e->executions += (t->batch + MODEL_CACHE_BATCH - 1) / MODEL_CACHE_BATCH;
-        e->input.count++;
-        e->input.ns += t->input_ns;
-        e->infer.count++;
-        e->infer.ns += t->infer_ns;
-        e->output.count++;
-        e->output.ns += t->output_ns;
+        __atomic_store_n(&e->last_ms, wall_ms(), __ATOMIC_RELAXED);
+        ST_ADD(e->inferences, t->batch);
+        ST_ADD(e->executions,
+               (t->batch + MODEL_CACHE_BATCH - 1) / MODEL_CACHE_BATCH);
+        ST_ADD(e->input.count, 1);
+        ST_ADD(e->input.ns, t->input_ns);
+        ST_ADD(e->infer.count, 1);
+        ST_ADD(e->infer.ns, t->infer_ns);
+        ST_ADD(e->output.count, 1);
+        ST_ADD(e->output.ns, t->output_ns);
+    }
+}
+
+static void duration_sum(duration_stat *to, duration_stat *from)
+{
+    to->count += ST_GET(from->count);
+    to->ns += ST_GET(from->ns);
+}
+
+/* The sum over every thread's table of (tenant, id). */
+static model_stats stats_sum(const char *tenant, const char *id)
+{
+    model_stats sum = {0};
+    pthread_mutex_lock(&stats_mu);
+    for (stats_table *t = stats_tables; t; t = t->next) {
+        int n = __atomic_load_n(&t->n, __ATOMIC_ACQUIRE);
+        for (int i = 0; i < n; i++) {
+            model_stats *e = &t->e[i];
+            if (strcmp(e->id, id) != 0 || strcmp(e->tenant, tenant) != 0)
+                continue;
+            uint64_t last = ST_GET(e->last_ms);
+            if (last > sum.last_ms)
+                sum.last_ms = last;
+            sum.inferences += ST_GET(e->inferences);
+            sum.executions += ST_GET(e->executions);
+            duration_sum(&sum.success, &e->success);
+            duration_sum(&sum.fail, &e->fail);
+            duration_sum(&sum.input, &e->input);
+            duration_sum(&sum.infer, &e->infer);
+            duration_sum(&sum.output, &e->output);
+        }
     }
     pthread_mutex_unlock(&stats_mu);
+    return sum;
 }
 
 static json_t *duration_json(duration_stat d)
@@ -167,12 +232,7 @@ static json_t *duration_json(duration_stat d)
 /* The statistics document of one model (zeros when it has none). */
 static json_t *stats_json(const char *tenant, const char *id)
 {
-    model_stats e = {0};
-    pthread_mutex_lock(&stats_mu);
-    for (int i = 0; i < nstats; i++)
-        if (!strcmp(stats[i].id, id) && !strcmp(stats[i].tenant, tenant))
-            e = stats[i];
-    pthread_mutex_unlock(&stats_mu);
+    model_stats e = stats_sum(tenant, id);
     return json_pack(
         "{s:s, s:s, s:I, s:I, s:I, s:{s:o, s:o, s:o, s:o, s:o}}", "name", id,
         "version", VERSION, "last_inference", (json_int_t)e.last_ms,
