@@ -27,7 +27,7 @@ static void reply(http_req *r, ty_status s, const ty_err *err, json_t *doc,
         http_reply_error(r, s, err);
         return;
     }
-    opm_predict(endpoint, opm_now() - t0);
+    http_req_time(r, endpoint, opm_now() - t0);
     http_reply_json(r, 200, doc);
 }
 
@@ -81,7 +81,7 @@ static void predict_run(api_ctx *app, http_req *r)
         http_reply_error(r, s, &err);
         return;
     }
-    opm_predict("predict", opm_now() - t0);
+    http_req_time(r, "predict", opm_now() - t0);
     size_t n;
     char *text_out = serve_buf_take(&out, &n);
     http_reply_buffer(r, 200, "application/json", text_out, n);

@@ -940,7 +940,7 @@ static void infer_run(api_ctx *app, http_req *r)
     }
     stats_record(api_tenant(r), m.id, ok, now_ns() - start, &t);
     if (ok)
-        opm_predict("kserve_infer", opm_now() - t0);
+        http_req_time(r, "kserve_infer", opm_now() - t0);
     free(x);
     free(y);
     serve_model_close(&m);

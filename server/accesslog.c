@@ -191,6 +191,8 @@ static int sampled(const access_rec *r, unsigned *tick)
 static void account(const access_rec *r, char *buf, size_t *len, size_t cap,
                     unsigned *tick)
 {
+    if (r->timed)
+        opm_predict(r->timed, r->timed_s);
     opm_http_request(r->method_label,
                      r->route_template ? r->route_template : "unmatched",
                      r->status, r->ms < 0 ? -1.0 : r->ms / 1e3);
@@ -210,6 +212,8 @@ void access_log_put(const access_rec *rec)
     if (!__atomic_load_n(&q.running, __ATOMIC_ACQUIRE)) {
         char buf[LINE_MAX];
         size_t len = 0;
+        if (rec->timed)
+            opm_predict(rec->timed, rec->timed_s);
         opm_http_request(rec->method_label,
                          rec->route_template ? rec->route_template
                                              : "unmatched",

@@ -40,6 +40,8 @@ typedef struct access_rec {
     double ms; /* negative: a stream, counted but not timed */
     char tenant[TY_ID_MAX];
     int aborted;
+    const char *timed; /* a predict's endpoint (static), or NULL */
+    double timed_s;    /* its work's seconds (opm_predict) */
 } access_rec;
 
 /* Starts the writer. TY_EIO naming the file when it cannot be opened. */

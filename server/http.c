@@ -123,6 +123,12 @@ const char *http_req_header(const http_req *r, const char *name)
 }
 
 const char *http_req_path(const http_req *r) { return r->path; }
+
+void http_req_time(http_req *r, const char *endpoint, double seconds)
+{
+    r->timed = endpoint;
+    r->timed_s = seconds;
+}
 const store_key *http_req_key(const http_req *r) { return &r->key; }
 const json_t *http_req_json(const http_req *r) { return r->json; }
 const char *http_req_body(const http_req *r, size_t *len)
@@ -718,6 +724,8 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     rec.ms = r->streamed ? -1.0 : elapsed_ms(&r->start);
     snprintf(rec.tenant, sizeof rec.tenant, "%s", r->key.tenant_id);
     rec.aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK;
+    rec.timed = r->timed;
+    rec.timed_s = r->timed_s;
     access_log_put(&rec);
     req_free(r);
     *con_cls = NULL;

@@ -122,6 +122,12 @@ ty_status http_req_form_path(http_req *r, const char *name, const char **path,
 ty_status http_req_temp_path(http_req *r, const char *suffix, char *out,
                              size_t n, ty_err *err);
 
+/* Records that the request's work (a predict: endpoint "predict",
+ * "evaluate" or "kserve_infer", a static string) took seconds; counted in
+ * the predict latency histogram (opm_predict) by the access log's writer
+ * when the request completes, off the request's path. */
+void http_req_time(http_req *r, const char *endpoint, double seconds);
+
 /* ---- long handlers off the server's threads (offload.c) ---- */
 
 typedef void (*http_offload_fn)(struct api_ctx *app, http_req *r);

@@ -71,7 +71,9 @@ struct http_req {
     int replied;
     int streamed; /* the reply is an event stream */
     int queued;
-    int offloaded; /* handed to a work thread (offload.c) */
+    int offloaded;     /* handed to a work thread (offload.c) */
+    const char *timed; /* http_req_time's endpoint, or NULL */
+    double timed_s;
     unsigned status;
     struct MHD_Response *response;
     uint64_t bytes_out;
