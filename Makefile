@@ -6,6 +6,8 @@
 #               run every test this machine can run
 #   make bench  CPU training benchmark against PyTorch (minutes; not a test)
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
+#   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
+#               http.server baselines (about 15 minutes; not a test)
 #   make test-unit [T=test_<module>]  build and run one unit test, or all of them
 #   make format  apply .clang-format to every C, header and CUDA file
 #   make fuzz [SECONDS=600] [TARGET=name]  run the libFuzzer targets that long
@@ -15,7 +17,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -105,6 +107,14 @@ bench: build test-deps
 
 bench-sched: build
 	$(BUILD)/bench_sched
+
+# wrk and Python come from scripts/setup.sh bench-serve; FastAPI and uvicorn
+# go into a virtual environment outside the repository (bench/serve/run.py
+# --help says where).
+ARGS ?=
+bench-serve: server
+	@scripts/setup.sh bench-serve
+	bench/serve/run.py --binary $(BUILD)/trainyard $(ARGS)
 
 # The code's format (.clang-format) on every C, header and CUDA file.
 format:

@@ -11,6 +11,13 @@
  * one JSON line: the kernels, and per shape m, n, k and GFLOP/s, and the
  * rate over all shapes weighted by their flops.
  *
+ *   build/bench_gemm rows [seconds-per-case]
+ *
+ * times, instead, OpenBLAS's SGEMM against one SGEMV per row of C for a
+ * few rows (m = 1, 2, 4, 8) at dense layers' shapes, as a predict of a
+ * few examples runs them (nn_cpu_gemm chooses between the two by shape,
+ * models/cpu/matmul.c); one thread, best of the repeats, as a table.
+ *
  * blis and onednn are the other candidate providers the engine could use,
  * timed on the same shapes for comparison: BLIS's CBLAS (Debian's
  * libblis4-serial: one thread, kernels chosen by CPU features at run time)
@@ -104,9 +111,128 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Dense layers' weights (out x in, as models/layers.c keeps them: C = A
+ * B^T) that a predict of a few rows multiplies by: the README's MLP, the
+ * CNN's dense layers, a wide MLP's, and squares between. */
+static const struct {
+    const char *what;
+    int n, k;
+} row_shapes[] = {
+    {"mlp 784->256", 256, 784},
+    {"mlp 256->128", 128, 256},
+    {"mlp 128->10", 10, 128},
+    {"cnn 3136->1024", 1024, 3136},
+    {"cnn 1024->10", 10, 1024},
+    {"512->512", 512, 512},
+    {"1024->1024", 1024, 1024},
+    {"2048->2048", 2048, 2048},
+    {"wide 4096->4096", 4096, 4096},
+    {"784->4096", 4096, 784},
+    {"256->64", 64, 256},
+    {"1024->256", 256, 1024},
+    {"1024->512", 512, 1024},
+};
+
+/* C (m, n) = A (m, k) op(B), as one SGEMM or as one SGEMV per row. */
+static void rows_run(int gemv, int tb, int m, int n, int k, const float *a,
+                     const float *b, float *c)
+{
+    if (!gemv) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                    m, n, k, 1.0f, a, k, b, tb ? k : n, 0.0f, c, n);
+        return;
+    }
+    for (int i = 0; i < m; i++)
+        if (tb) /* B (n, k) */
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, b, k,
+                        a + (size_t)i * k, 1, 0.0f, c + (size_t)i * n, 1);
+        else /* B (k, n) */
+            cblas_sgemv(CblasRowMajor, CblasTrans, k, n, 1.0f, b, n,
+                        a + (size_t)i * k, 1, 0.0f, c + (size_t)i * n, 1);
+}
+
+/* Seconds per call, the best over loops of calls of at least 1 ms each
+ * for about `seconds`. */
+static double rows_time(int gemv, int tb, int m, int n, int k, const float *a,
+                        const float *b, float *c, double seconds)
+{
+    int reps = 1;
+    for (;;) {
+        double t0 = now_s();
+        for (int r = 0; r < reps; r++)
+            rows_run(gemv, tb, m, n, k, a, b, c);
+        if (now_s() - t0 >= 1e-3 || reps >= 1 << 20)
+            break;
+        reps *= 2;
+    }
+    double best = 1e30, t_end = now_s() + seconds;
+    int loops = 0;
+    do {
+        double t0 = now_s();
+        for (int r = 0; r < reps; r++)
+            rows_run(gemv, tb, m, n, k, a, b, c);
+        double dt = (now_s() - t0) / reps;
+        if (dt < best)
+            best = dt;
+        loops++;
+    } while (loops < 3 || now_s() < t_end);
+    return best;
+}
+
+static int rows_main(double per_case)
+{
+    static const int ms[] = {1, 2, 4, 8};
+    const cpu_kernels_info *kin = cpu_kernels_get();
+    printf("OpenBLAS core %s, one thread; microseconds per call, best of "
+           "repeats; gemv/gemm < 1: one SGEMV per row is faster\n",
+           kin->core);
+    printf("%-16s %2s %8s %2s %10s %10s %10s %10s\n", "shape (in->out)", "B",
+           "B floats", "m", "gemm us", "gemv us", "gemv/gemm", "max|diff|");
+    for (size_t s = 0; s < sizeof row_shapes / sizeof row_shapes[0]; s++) {
+        const int n = row_shapes[s].n, k = row_shapes[s].k, mmax = 8;
+        float *a = malloc(sizeof(float) * mmax * k);
+        float *b = malloc(sizeof(float) * (size_t)k * n);
+        float *c = malloc(sizeof(float) * mmax * n);
+        float *c2 = malloc(sizeof(float) * mmax * n);
+        if (!a || !b || !c || !c2) {
+            fprintf(stderr, "bench_gemm: out of memory\n");
+            return 1;
+        }
+        for (int i = 0; i < mmax * k; i++)
+            a[i] = (float)(i % 17) / 17.0f - 0.5f;
+        for (size_t i = 0; i < (size_t)k * n; i++)
+            b[i] = (float)(i % 13) / 13.0f - 0.5f;
+        for (int tb = 1; tb >= 0; tb--)
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int m = ms[mi];
+                double tg = rows_time(0, tb, m, n, k, a, b, c, per_case);
+                double tv = rows_time(1, tb, m, n, k, a, b, c2, per_case);
+                double diff = 0;
+                for (int i = 0; i < m * n; i++) {
+                    double e = c[i] > c2[i] ? c[i] - c2[i] : c2[i] - c[i];
+                    if (e > diff)
+                        diff = e;
+                }
+                printf("%-16s %2s %8zu %2d %10.2f %10.2f %10.2f %10.1e\n",
+                       row_shapes[s].what, tb ? "T" : "N", (size_t)n * k, m,
+                       tg * 1e6, tv * 1e6, tv / tg, diff);
+            }
+        free(a);
+        free(b);
+        free(c);
+        free(c2);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     cpu_kernels_select(argv);
+    if (argc > 1 && !strcmp(argv[1], "rows")) {
+        openblas_set_num_threads(1);
+        double per_case = argc > 2 ? atof(argv[2]) : 0.2;
+        return rows_main(per_case > 0 ? per_case : 0.2);
+    }
     double per_shape = argc > 1 ? atof(argv[1]) : 0.3;
     if (per_shape <= 0)
         per_shape = 0.3;

@@ -13,6 +13,8 @@
 #                            (a GEMM candidate that `make bench` compares)
 #                            and clang with its sanitizer and libFuzzer
 #                            runtimes (the fuzz targets, `make test-fuzz`)
+#   scripts/setup.sh bench-serve   the build list, plus wrk, Python with
+#                            venv, numpy and PyTorch (bench/serve/run.py)
 #
 # As root it installs what is missing with apt-get; as another user it runs
 # apt-get through sudo when sudo is there, and otherwise prints the exact
@@ -44,6 +46,8 @@ test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;
   test)  want=("${build_pkgs[@]}" "${test_pkgs[@]}") ;;
+  bench-serve)
+    want=("${build_pkgs[@]}" wrk python3 python3-venv python3-numpy python3-torch) ;;
   runtime)
     list=${2:-}
     if [ -z "$list" ] || [ ! -r "$list" ]; then
@@ -61,7 +65,7 @@ case "$mode" in
       want+=("$p")
     done <"$list"
     ;;
-  *) echo "usage: $0 build|test|runtime FILE" >&2; exit 64 ;;
+  *) echo "usage: $0 build|test|bench-serve|runtime FILE" >&2; exit 64 ;;
 esac
 
 missing=()

@@ -1,6 +1,6 @@
 /*
  * matmul.c - the CPU backend's GEMM (NN_OP_GEMM): OpenBLAS's SGEMM on one
- * thread per part, or its SGEMV for one or two rows against a large B.
+ * thread per part, or its SGEMV per row for a few rows against a large B.
  *
  * Parallelism comes from the execution context's worker pool, not from
  * OpenBLAS's threads (which must be set to 1: its own threading was several
@@ -28,15 +28,44 @@ typedef struct {
     int gemv;    /* one GEMV per row of C (small m, see below) */
 } gemm_job;
 
-/* A GEMM of one or two rows against a large B (a predict of a row or two
- * through a big dense layer) is cheaper as GEMVs: OpenBLAS's GEMM packs all
- * of B first, which for a 3136 x 1024 layer costs four times the
- * multiply-adds (bench/gemm.c's shapes; measured with OpenBLAS 0.3.21). At
- * three rows or more, or for a B that fits in the L2 cache, GEMM wins or
- * ties. The choice depends only on the shape, so results stay
- * bit-identical run to run for a given shape and thread count. */
-#define GEMV_MAX_ROWS 2
-#define GEMV_MIN_B_FLOATS (1u << 20)
+/* A GEMM of a few rows (a predict of a few examples through a dense
+ * layer) can be cheaper as one GEMV per row, when OpenBLAS's GEMM would
+ * pack all of B first. Measured with `bench_gemm rows` (OpenBLAS 0.3.21,
+ * one thread, a virtual Intel Xeon with AVX-512 and 2 MiB of L2 per core),
+ * microseconds of GEMM -> one GEMV per row, for C (m, n) = A B^T:
+ *
+ *   B (n x k)      m=1          m=2          m=4          m=8
+ *   128 x 256      0.9 -> 1.3   1.3 -> 2.6   1.8 -> 5.0   3.4 -> 9.9
+ *   256 x 784      9.7 -> 8.4   11 -> 17     15 -> 34     74 -> 67
+ *   256 x 1024     7.0 -> 9.1   10 -> 19     84 -> 37     100 -> 71
+ *   512 x 1024     25 -> 27     179 -> 54    172 -> 108   225 -> 223
+ *   1024 x 1024    364 -> 139   378 -> 279   381 -> 556   452 -> 1109
+ *   1024 x 3136    1153 -> 422  1149 -> 842  1182 -> 1699 1377 -> 3373
+ *
+ * The SkylakeX kernels (what trainyard runs on any AVX-512 CPU) do not pack
+ * while m*n*k <= 10^6 (OpenBLAS's small-matrix path). There GEMM wins from
+ * two rows on, and at one row GEMV wins by 13% for 256 x 784 but loses by
+ * 30% for 256 x 1024, so GEMM stays (the README's MLP at one row too).
+ * Past that bound GEMM packs B (about 0.35 ns per float of B), and one GEMV
+ * per row wins up to four rows while B fits in L2, up to two rows beyond
+ * it, where each row's GEMV streams B from L3. The AVX2 (Haswell) kernels
+ * always pack, so GEMV would win more widely there (256 x 784 at m=1: 61 ->
+ * 8 us, m=4: 60 -> 32; 128 x 256 at m=1: 10 -> 1.5). For C = A B^T (dense
+ * layers' forward pass) every GEMV this rule picks was faster on both
+ * kernel sets; for C = A B one was not (512 x 1024 at m=4 on Haswell, 17%
+ * slower). The rule reads only the shape, not the kernel set, so results
+ * stay bit-identical run to run for a given shape and thread count. */
+#define GEMV_MAX_ROWS 4
+#define GEMV_PACKED_MNK 1e6         /* OpenBLAS's small-matrix bound */
+#define GEMV_L2_B_FLOATS (1u << 20) /* B this large is past L2: m <= 2 */
+
+static int gemm_as_gemv(int trans_a, int m, int n, int k)
+{
+    const double b = (double)n * (double)k;
+    if (trans_a || m > GEMV_MAX_ROWS || (double)m * b <= GEMV_PACKED_MNK)
+        return 0;
+    return b < GEMV_L2_B_FLOATS || m <= 2;
+}
 
 static void gemm_part(void *arg, int part, int parts)
 {
@@ -98,8 +127,7 @@ void nn_cpu_gemm(const nn_exec *ex, float *c, const float *a, const float *b,
                   .alpha = alpha,
                   .beta = beta,
                   .split_n = n >= m,
-                  .gemv = !trans_a && m <= GEMV_MAX_ROWS &&
-                          (size_t)n * (size_t)k >= GEMV_MIN_B_FLOATS};
+                  .gemv = gemm_as_gemv(trans_a, m, n, k)};
     nn_pool_run(nn_cpu_pool_for(ex, (double)m * n * k, PAR_MIN_MACS), gemm_part,
                 &g);
 }
