@@ -13,7 +13,13 @@
    document names (not None, not a Problem, no UnexpectedStatus), carrying
    the ids that were created, and the parsed object must give back the
    JSON the server sent (to_dict). Event streams (SSE) and binary
-   downloads are skipped, and listed.
+   downloads are skipped, and listed. The seed also runs two KServe v2
+   inferences through the generated KServeInferRequest, so the /v2
+   statistics have counts to check; /v2/models/{name} operations are
+   called by the model's id and again by its name; the GETs of KServe
+   extensions the server does not implement must answer their documented
+   400 Problem; the repository index (a POST that only reads) must list
+   the model.
 
 The tools live in the repository's virtual environment (.venv, or
 TY_VENV); `make test` installs them from tests/contract/requirements.txt.
@@ -228,11 +234,29 @@ def import_every_operation(doc, pkg, checks):
                               % (oid, method.upper(), path, err))
 
 
-def expected_type(pkg, operation_id, op, schemas):
+def resolve(doc, obj):
+    """obj with its $ref followed (#/components/responses/X and the like)."""
+    while isinstance(obj, dict) and "$ref" in obj:
+        node = doc
+        for part in obj["$ref"].split("/")[1:]:  # "#/components/responses/X"
+            node = node[part]
+        obj = node
+    return obj
+
+
+def response(doc, op, status):
+    """The operation's response for status, its $ref resolved; None when
+    the operation documents none."""
+    r = op["responses"].get(status)
+    return None if r is None else resolve(doc, r)
+
+
+def expected_type(pkg, operation_id, doc, op):
     """The class the 200 response parses into: the referenced schema's, the
-    generator's <Operation>Response200 for an inline object, else the
-    Python type of a scalar."""
-    content = op["responses"]["200"]["content"]
+    generator's <Operation>Response200 for an inline object (also one in
+    components/responses), else the Python type of a scalar."""
+    schemas = doc["components"]["schemas"]
+    content = response(doc, op, "200")["content"]
     media = next(iter(content.values()))
     for ct, m in content.items():  # the generator takes the first JSON or text type
         if ct == "application/json" or ct.endswith("+json") or ct.startswith("text/"):
@@ -294,6 +318,33 @@ def seed(pkg, client, checks):
                      "the seed job ended %s: %s" % (job.status, job.error)):
         return None
     ids["model"] = job.model
+    model = api_module(pkg, "getModel").sync(ids["model"], client=client)
+    if not checks.ok(model is not None and model.name and model.name != ids["model"],
+                     "the seed model's name: %r" % (model and model.to_dict())):
+        return None
+    ids["model_name"] = model.name
+
+    # Two KServe v2 inferences through the generated client's
+    # KServeInferRequest (nested FP32 rows by the model's id, flat BOOL
+    # values by its name): the statistics then have counts to check.
+    infer = api_module(pkg, "kserveInfer")
+    for name, rid, inp in (
+            (ids["model"], "gen-fp32", {"name": "input", "datatype": "FP32", "shape": [2, 2],
+                                        "data": [[0.5, 1.25], [3.5, 2.25]]}),
+            (ids["model_name"], "gen-bool", {"name": "input", "datatype": "BOOL", "shape": [1, 2],
+                                             "data": [True, False]})):
+        body = models.KServeInferRequest.from_dict({"id": rid, "inputs": [inp]})
+        r = infer.sync_detailed(name, client=client, body=body)
+        batch = inp["shape"][0]
+        p = r.parsed
+        if not checks.ok(r.status_code == 200 and isinstance(p, models.KServeInferResponse)
+                         and p.model_name == ids["model"] and p.id == rid
+                         and len(p.outputs) == 1 and p.outputs[0].shape == [batch, 3]
+                         and len(p.outputs[0].data) == batch * 3
+                         and all(type(v) in (int, float) for v in p.outputs[0].data),
+                         "kserveInfer %s (%s): %s %s" % (name, rid, r.status_code, r.content[:300])):
+            return None
+    ids["inferences"] = 3
 
     r = api_module(pkg, "createTenant").sync_detailed(
         client=client, body=models.TenantCreate.from_dict(
@@ -317,6 +368,43 @@ def item_ids(parsed):
     return [getattr(i, "id", None) for i in parsed.items]
 
 
+# The KServe v2 extensions the server implements (GET /v2 lists them).
+KSERVE_EXTENSIONS = {"binary_tensor_data", "classification", "model_repository",
+                     "model_configuration", "statistics"}
+# The seeded model: 2 features in, 3 classes (c0, c1, c2) out.
+SEED_INPUTS, SEED_CLASSES = 2, ["c0", "c1", "c2"]
+
+
+def kserve_metadata(p, m):
+    """KServe model metadata of the seeded model m (named by its id, also
+    when asked by its name)."""
+    return (p.name == m and p.versions == ["1"] and p.platform == "trainyard"
+            and [(t.name, t.datatype, t.shape) for t in p.inputs]
+            == [("input", "FP32", [-1, SEED_INPUTS])]
+            and [(t.name, t.datatype, t.shape) for t in p.outputs]
+            == [("output", "FP32", [-1, len(SEED_CLASSES)])]
+            and p.outputs[0].classes == SEED_CLASSES)
+
+
+def kserve_config(p, m):
+    return (p.name == m and p.platform == "trainyard" and p.max_batch_size > 0
+            and [(t.name, t.dims) for t in p.input_] == [("input", [SEED_INPUTS])]
+            and [(t.name, t.dims) for t in p.output] == [("output", [len(SEED_CLASSES)])])
+
+
+def kserve_stats(p, m, only=False):
+    """Statistics holding the seeded model m (alone when only) with the
+    seed's 3 examples inferred in 2 successful requests."""
+    mine = [s for s in p.model_stats if s.name == m]
+    if len(mine) != 1 or (only and len(p.model_stats) != 1):
+        return False
+    s = mine[0]
+    success = s.inference_stats.additional_properties.get("success")
+    return (s.version == "1" and s.inference_count == 3 and s.execution_count >= 2
+            and s.last_inference > 0 and success is not None and success.count == 2
+            and success.ns > 0)
+
+
 def id_checks(ids):
     """Per operation: what its parsed reply must say about the seeded ids."""
     d, j, m, t = ids["dataset"], ids["job"], ids["model"], ids["tenant"]
@@ -334,10 +422,19 @@ def id_checks(ids):
         "getJobMetrics": lambda p: p.job == j and [e.epoch for e in p.epochs] == [1, 2],
         "listModels": lambda p: m in item_ids(p),
         "getModel": lambda p: p.id == m and p.job == j and p.dataset == d,
+        "kserveServerMetadata": lambda p: p.name == "trainyard" and p.version != ""
+        and {str(e) for e in p.extensions} == KSERVE_EXTENSIONS,
         "kserveLive": lambda p: p.live is True,
         "kserveReady": lambda p: p.ready is True,
-        "kserveModelMetadata": lambda p: p.name == m,
+        "kserveStatsAll": lambda p: kserve_stats(p, m),
+        "kserveModelMetadata": lambda p: kserve_metadata(p, m),
+        "kserveModelVersionMetadata": lambda p: kserve_metadata(p, m),
         "kserveModelReady": lambda p: p.name == m and p.ready is True,
+        "kserveModelVersionReady": lambda p: p.name == m and p.ready is True,
+        "kserveModelConfig": lambda p: kserve_config(p, m),
+        "kserveModelVersionConfig": lambda p: kserve_config(p, m),
+        "kserveModelStats": lambda p: kserve_stats(p, m, only=True),
+        "kserveModelVersionStats": lambda p: kserve_stats(p, m, only=True),
         "listDevices": lambda p: p.source.startswith("sim:") and len(p.gpus) == 1
         and len(p.gpus[0].slices) == 7,
         "listTenants": lambda p: t in item_ids(p),
@@ -347,20 +444,46 @@ def id_checks(ids):
 
 
 def path_values(path, ids):
-    """Values of the path parameters: id and name are the seeded resource
-    the path names."""
+    """The ways to call path: [(label, values of its path parameters)].
+    id and name are the seeded resource the path names; a /v2 model is
+    called by its id and again by its name, version is "1" (a model's
+    only version), region any name (shared memory is not supported)."""
     owner = [("/v1/datasets/", "dataset"), ("/v1/jobs/", "job"), ("/v1/models/", "model"),
              ("/v1/tenants/", "tenant"), ("/v2/models/", "model")]
+    common = {"version": "1", "region": "r0"}
     for prefix, kind in owner:
         if path.startswith(prefix):
-            return {"id": ids[kind], "name": ids[kind]}
-    return {}
+            ways = [("", dict(common, id=ids[kind], name=ids[kind]))]
+            if prefix == "/v2/models/" and "{name}" in path:
+                ways.append((" by name", dict(common, name=ids["model_name"])))
+            return ways
+    return [("", common)]
+
+
+def call_unsupported(pkg, client, errors, oid, path, ids, checks):
+    """A GET of a KServe extension the server does not implement: it must
+    answer the documented 400 Problem saying so (for /v2/models/{name}/...
+    with the seeded model)."""
+    mod = api_module(pkg, oid)
+    if not checks.ok(mod is not None, "%s: no generated module" % oid):
+        return False
+    params = re.findall(r"{([^}]+)}", path)
+    values = path_values(path, ids)[0][1]
+    try:
+        r = mod.sync_detailed(client=client, **{p: values[p] for p in params})
+    except errors.UnexpectedStatus as e:
+        return checks.ok(False, "%s: UnexpectedStatus %s %s" % (oid, e.status_code, e.content[:300]))
+    problem = importlib.import_module(pkg + ".models").Problem
+    p = r.parsed
+    return checks.ok(r.status_code == 400 and isinstance(p, problem) and p.status == 400
+                     and "not supported" in p.detail and p.error == p.detail,
+                     "%s (GET %s): %s %s, wanted the 400 Problem of NotSupported"
+                     % (oid, path, r.status_code, r.content[:300]))
 
 
 def call_every_get(doc, pkg, binary, work, checks):
     client_mod = importlib.import_module(pkg + ".client")
     errors = importlib.import_module(pkg + ".errors")
-    schemas = doc["components"]["schemas"]
     srv = Server(binary, work)
     try:
         client = client_mod.AuthenticatedClient(base_url=srv.base, token=srv.key,
@@ -369,13 +492,20 @@ def call_every_get(doc, pkg, binary, work, checks):
         if ids is None:
             return
         by_op = id_checks(ids)
-        skipped, called = [], []
+        skipped, called, unsupported = [], [], []
         for path, item in doc["paths"].items():
             op = item.get("get")
             if not op:
                 continue
             oid = op["operationId"]
-            types = list(op["responses"]["200"].get("content", {}))
+            ok = response(doc, op, "200")
+            if ok is None and op["responses"].get("400", {}).get("$ref", "").endswith("/NotSupported"):
+                if call_unsupported(pkg, client, errors, oid, path, ids, checks):
+                    unsupported.append(oid)
+                continue
+            if not checks.ok(ok is not None, "%s (GET %s): no 200 response documented" % (oid, path)):
+                continue
+            types = list(ok.get("content", {}))
             if "text/event-stream" in types:
                 skipped.append("%s (GET %s): an event stream (SSE)" % (oid, path))
                 continue
@@ -386,31 +516,42 @@ def call_every_get(doc, pkg, binary, work, checks):
             if not checks.ok(mod is not None, "%s: no generated module" % oid):
                 continue
             params = re.findall(r"{([^}]+)}", path)
-            values = path_values(path, ids)
-            if not checks.ok(all(p in values for p in params),
-                             "%s: no value for a path parameter of %s" % (oid, path)):
-                continue
-            try:
-                r = mod.sync_detailed(client=client, **{p: values[p] for p in params})
-            except errors.UnexpectedStatus as e:
-                checks.ok(False, "%s: UnexpectedStatus %s %s" % (oid, e.status_code, e.content[:300]))
-                continue
-            want = expected_type(pkg, oid, op, schemas)
-            if not checks.ok(r.status_code == 200 and isinstance(r.parsed, want),
-                             "%s: %s, parsed %r, wanted a %s"
-                             % (oid, r.status_code, type(r.parsed).__name__, want.__name__)):
-                continue
-            check = by_op.get(oid)
-            if check is None:
-                print("note: %s has no id check here (add one to id_checks)" % oid)
-            else:
-                checks.ok(check(r.parsed), "%s: the reply does not carry the seeded ids: %s"
-                          % (oid, r.content[:600]))
-            if hasattr(r.parsed, "to_dict"):
-                checks.ok(r.parsed.to_dict() == json.loads(r.content),
-                          "%s: to_dict() differs from what the server sent:\n%s\n%s"
-                          % (oid, r.parsed.to_dict(), r.content[:600]))
-            called.append(oid)
+            want = expected_type(pkg, oid, doc, op)
+            for how, values in path_values(path, ids):
+                if not checks.ok(all(p in values for p in params),
+                                 "%s: no value for a path parameter of %s" % (oid, path)):
+                    continue
+                what = oid + how
+                try:
+                    r = mod.sync_detailed(client=client, **{p: values[p] for p in params})
+                except errors.UnexpectedStatus as e:
+                    checks.ok(False, "%s: UnexpectedStatus %s %s" % (what, e.status_code, e.content[:300]))
+                    continue
+                if not checks.ok(r.status_code == 200 and isinstance(r.parsed, want),
+                                 "%s: %s, parsed %r, wanted a %s"
+                                 % (what, r.status_code, type(r.parsed).__name__, want.__name__)):
+                    continue
+                check = by_op.get(oid)
+                if check is None:
+                    print("note: %s has no id check here (add one to id_checks)" % oid)
+                else:
+                    try:
+                        good, why = check(r.parsed), ""
+                    except (AttributeError, TypeError, KeyError, IndexError) as e:
+                        good, why = False, " (%s: %s)" % (type(e).__name__, e)
+                    checks.ok(good, "%s: the reply does not carry the seeded ids%s: %s"
+                              % (what, why, r.content[:600]))
+                if hasattr(r.parsed, "to_dict"):
+                    checks.ok(r.parsed.to_dict() == json.loads(r.content),
+                              "%s: to_dict() differs from what the server sent:\n%s\n%s"
+                              % (what, r.parsed.to_dict(), r.content[:600]))
+                called.append(what)
+        # The KServe repository index is a POST that only reads: it lists
+        # the seeded model, READY as version 1.
+        r = api_module(pkg, "kserveRepositoryIndex").sync_detailed(client=client)
+        entries = [(e.name, e.version, e.state, e.reason) for e in r.parsed or []]
+        checks.ok(r.status_code == 200 and (ids["model"], "1", "READY", "") in entries,
+                  "kserveRepositoryIndex: %s %s" % (r.status_code, r.content[:600]))
         # The new tenant's own key reads its tenant through the same client.
         own = client_mod.AuthenticatedClient(base_url=srv.base, token=ids["tenant_key"],
                                              raise_on_unexpected_status=True, timeout=60)
@@ -418,6 +559,8 @@ def call_every_get(doc, pkg, binary, work, checks):
         checks.ok(t is not None and t.id == ids["tenant"], "getTenant with the tenant's own key")
         print("GET operations called through the generated client (%d): %s"
               % (len(called), ", ".join(called)))
+        print("not supported, answered 400 with a Problem as documented (%d): %s"
+              % (len(unsupported), ", ".join(unsupported)))
         print("skipped (%d):\n  %s" % (len(skipped), "\n  ".join(skipped)))
         checks.ok(not srv.internal_errors(), "the server logged internal errors:\n"
                   + "".join(srv.internal_errors()[:20]))
