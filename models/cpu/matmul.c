@@ -15,8 +15,10 @@
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
 
 #include "models/cpu/cpu_internal.h"
+#include "models/cpu/kernels.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <string.h>
 
 typedef struct {
@@ -59,10 +61,31 @@ typedef struct {
 #define GEMV_PACKED_MNK 1e6         /* OpenBLAS's small-matrix bound */
 #define GEMV_L2_B_FLOATS (1u << 20) /* B this large is past L2: m <= 2 */
 
+/* 1 when OpenBLAS's SGEMM kernels have the small-matrix path that skips
+ * packing (0.3.21: the AVX-512 cores, SkylakeX and later). The AVX2 and
+ * older cores (Haswell, Zen, Sandybridge, generic) pack B on every call,
+ * whatever its size: there a row or two through the README's MLP (784 ->
+ * 256 -> 128 -> 10) is GEMV's (its first layer: 61 us as GEMM, 8 us as
+ * GEMV on the Haswell kernels of this Xeon). Fixed once the kernels are
+ * chosen, so results stay bit-identical run to run on a machine. */
+static int small_path;
+static pthread_once_t small_path_once = PTHREAD_ONCE_INIT;
+
+static void small_path_init(void)
+{
+    small_path =
+        cpu_openblas_core_isa(cpu_kernels_get()->core) >= CPU_ISA_AVX512;
+}
+
 static int gemm_as_gemv(int trans_a, int m, int n, int k)
 {
     const double b = (double)n * (double)k;
-    if (trans_a || m > GEMV_MAX_ROWS || (double)m * b <= GEMV_PACKED_MNK)
+    if (trans_a || m > GEMV_MAX_ROWS)
+        return 0;
+    pthread_once(&small_path_once, small_path_init);
+    if (!small_path && m <= 2)
+        return 1;
+    if ((double)m * b <= GEMV_PACKED_MNK)
         return 0;
     return b < GEMV_L2_B_FLOATS || m <= 2;
 }
