@@ -849,7 +849,12 @@ static void infer_run(api_ctx *app, http_req *r)
                                    &m, &err);
     if (s != TY_OK) {
         serve_infer_body_free(&ib);
-        http_reply_error(r, s, &err);
+        /* The data was only skimmed: a body that is not JSON is answered
+         * so before a missing model. */
+        if (json_len > 0 && serve_infer_check(text, json_len, &err) != TY_OK)
+            http_reply_problem(r, 400, err.field, "%s", err.msg);
+        else
+            http_reply_error(r, s, &err);
         return;
     }
     infer_req q;
@@ -917,7 +922,12 @@ static void infer_run(api_ctx *app, http_req *r)
                         : serve_tensor_from_json(q.dt, ib.data, q.n, INPUT_NAME,
                                                  x, &err);
         t.input_ns = now_ns() - t1;
-        if (s == TY_EINVAL || s == TY_EFORMAT)
+        /* The data was only skimmed: what the checking scan finds wrong
+         * comes first. */
+        if (s != TY_OK && !q.binary_in &&
+            serve_infer_check(text, json_len, &err) != TY_OK)
+            ok = bad(r, err.field[0] ? err.field : NULL, "%s", err.msg);
+        else if (s == TY_EINVAL || s == TY_EFORMAT)
             ok = bad(r,
                      q.binary_in ? "inputs[0].parameters.binary_data_size"
                                  : "inputs[0].data",

@@ -732,6 +732,7 @@ typedef struct {
     json_t *in0; /* inputs[0] without its data */
     json_t *inputs;
     uint64_t ninputs;
+    int light; /* the data skimmed, not checked (serve_infer_walk checks) */
 } infer_scan;
 
 /* inputs[0]'s members: data as a span, the rest as values (name, datatype
@@ -740,8 +741,19 @@ typedef struct {
 static ty_status tensor_member(void *ctx, cur *c, const char *key)
 {
     infer_scan *is = ctx;
-    if (!strcmp(key, "data"))
-        return span_of(c, &is->b->data);
+    if (!strcmp(key, "data")) {
+        if (!is->light || !at(c, '['))
+            return span_of(c, &is->b->data);
+        const char *start = c->p;
+        uint64_t count = 0;
+        int too_many = 0;
+        ty_status s = skim_array(c, &count, &too_many);
+        if (s != TY_OK)
+            return TY_EFORMAT; /* the checking scan says what */
+        is->b->data.p = start;
+        is->b->data.len = (size_t)(c->p - start);
+        return TY_OK;
+    }
     serve_span sp;
     ty_status s = span_of(c, &sp);
     if (s != TY_OK)
@@ -829,20 +841,45 @@ static ty_status infer_member(void *ctx, cur *c, const char *key)
     return value(c, 1);
 }
 
-ty_status serve_infer_scan(const char *text, size_t len, serve_infer_body *b,
-                           ty_err *err)
+static ty_status infer_scan_body(const char *text, size_t len, int light,
+                                 serve_infer_body *b, ty_err *err)
 {
     memset(b, 0, sizeof *b);
     b->doc = json_object();
     if (!b->doc)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     cur c = {text, text, text + len, err};
-    infer_scan is = {.b = b};
+    infer_scan is = {.b = b, .light = light};
     ty_status s = body_object(&c, infer_member, &is);
     json_decref(is.in0);
     if (s != TY_OK)
         serve_infer_body_free(b);
     return s;
+}
+
+/* The data is skimmed here (serve_infer_walk reads it strictly); when
+ * anything is wrong the checking scan gives the error. */
+ty_status serve_infer_scan(const char *text, size_t len, serve_infer_body *b,
+                           ty_err *err)
+{
+    ty_status s = infer_scan_body(text, len, 1, b, err);
+    if (s != TY_OK)
+        s = infer_scan_body(text, len, 0, b, err);
+    return s;
+}
+
+ty_status serve_infer_check(const char *text, size_t len, ty_err *err)
+{
+    serve_infer_body b;
+    ty_status s = infer_scan_body(text, len, 0, &b, err);
+    serve_infer_body_free(&b);
+    return s;
+}
+
+int serve_number_parse(const char *text, size_t len, double *v)
+{
+    const char *p = text;
+    return number_value(&p, text + len, v) && p == text + len;
 }
 
 void serve_infer_body_free(serve_infer_body *b)

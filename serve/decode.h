@@ -93,6 +93,18 @@ ty_status serve_infer_scan(const char *text, size_t len, serve_infer_body *b,
                            ty_err *err);
 void serve_infer_body_free(serve_infer_body *b);
 
+/* The data of inputs[0] is only skimmed by serve_infer_scan (its brackets,
+ * strings and commas) and read strictly by serve_infer_walk; when the walk
+ * or the model lookup fails, this checking scan of the whole body says
+ * whether the body is valid JSON (TY_OK) or what is wrong with it, so that
+ * errors are those of checking first. */
+ty_status serve_infer_check(const char *text, size_t len, ty_err *err);
+
+/* A JSON number's text (len bytes, nothing else) as strtod reads it: 1 and
+ * *v, or 0 when it is not a JSON number. Fast for numbers of up to 19
+ * digits with small exponents (exact, as strtod). */
+int serve_number_parse(const char *text, size_t len, double *v);
+
 /* How many floats x needs for total numbers of data: total, or fewer when
  * the text cannot hold that many (decoding then fails on the count). */
 uint64_t serve_infer_room(serve_span data, uint64_t total);

@@ -203,47 +203,80 @@ static int is_float(serve_dtype dt)
 }
 
 /* The JSON text of one value into x[i]. */
+/* A value's text as shown in an error (at most 32 bytes of it). */
+static void shown_of(const char *text, size_t len, char shown[40])
+{
+    snprintf(shown, 40, "%.*s%s", len > 32 ? 32 : (int)len, text,
+             len > 32 ? "..." : "");
+}
+
 static ty_status json_value(void *ctx, uint64_t i, serve_token kind,
                             const char *text, size_t len, ty_err *err)
 {
     conv *cv = ctx;
     char shown[40];
-    snprintf(shown, sizeof shown, "%.*s%s", len > 32 ? 32 : (int)len, text,
-             len > 32 ? "..." : "");
     if (cv->dt == SERVE_DT_BOOL) {
         if (kind == SERVE_TOK_TRUE || kind == SERVE_TOK_FALSE) {
             cv->x[i] = kind == SERVE_TOK_TRUE ? 1.0f : 0.0f;
             return TY_OK;
         }
+        shown_of(text, len, shown);
         return ty_fail(err, TY_EINVAL, NULL,
                        "input \"%s\": data[%llu]: %s is not a BOOL (send "
                        "true or false)",
                        cv->name, (unsigned long long)i, shown);
     }
-    if (kind != SERVE_TOK_NUMBER)
+    if (kind != SERVE_TOK_NUMBER) {
+        shown_of(text, len, shown);
         return ty_fail(err, TY_EINVAL, NULL,
                        "input \"%s\": data[%llu]: %s is not a number; %s "
                        "data holds only numbers",
                        cv->name, (unsigned long long)i, shown,
                        dtypes[cv->dt].name);
+    }
+    if (is_float(cv->dt)) {
+        double v;
+        if (serve_number_parse(text, len, &v) &&
+            float_fits(cv->dt, v, &cv->x[i]))
+            return TY_OK;
+        shown_of(text, len, shown);
+        return out_of_range(cv, i, shown, err);
+    }
+    /* Integers: plain digits of up to 18 (every value of the integer
+     * types but the 19- and 20-digit ends of INT64 and UINT64, which go
+     * through strtoll/strtoull below). */
+    int neg = text[0] == '-';
+    size_t d0 = (size_t)neg;
+    if (len > d0 && len - d0 <= 18) {
+        uint64_t u = 0;
+        size_t j = d0;
+        while (j < len && text[j] >= '0' && text[j] <= '9')
+            u = u * 10 + (uint64_t)(text[j++] - '0');
+        if (j == len) {
+            long long sv = neg ? -(long long)u : (long long)u;
+            if (int_fits(cv->dt, neg, sv, u) &&
+                (is_signed(cv->dt) || is_unsigned(cv->dt))) {
+                cv->x[i] = is_signed(cv->dt) ? (float)sv : (float)u;
+                return TY_OK;
+            }
+            shown_of(text, len, shown);
+            return out_of_range(cv, i, shown, err);
+        }
+    }
+    shown_of(text, len, shown);
     char buf[64], *t = buf, *end;
     if (len >= sizeof buf && !(t = malloc(len + 1)))
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     memcpy(t, text, len);
     t[len] = '\0';
     ty_status s = TY_OK;
-    if (is_float(cv->dt)) {
-        double v = strtod(t, &end);
-        if (end != t + len || !float_fits(cv->dt, v, &cv->x[i]))
-            s = out_of_range(cv, i, shown, err);
-    } else if (strpbrk(t, ".eE")) {
+    if (strpbrk(t, ".eE")) {
         s = ty_fail(err, TY_EINVAL, NULL,
                     "input \"%s\": data[%llu]: %s is not an integer; %s data "
                     "holds only integers",
                     cv->name, (unsigned long long)i, shown,
                     dtypes[cv->dt].name);
     } else {
-        int neg = t[0] == '-';
         long long sv = 0;
         unsigned long long uv = 0;
         errno = 0;

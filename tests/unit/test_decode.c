@@ -230,14 +230,27 @@ static void test_kserve(void **state)
     assert_true(json_array_size(json_object_get(b.doc, "inputs")) > 1);
     serve_infer_body_free(&b);
 
-    const char *bad[] = {"{\"inputs\": [{\"data\": [1,]}]}",
-                         "{\"inputs\": [{\"name\": \"a\", \"name\": \"b\"}]}",
-                         "{\"id\": \"\\ud800\"}", "[]"};
+    const char *bad[] = {"{\"inputs\": [{\"name\": \"a\", \"name\": \"b\"}]}",
+                         "{\"id\": \"\\ud800\"}", "[]",
+                         "{\"inputs\": [{\"data\": [1, 2}]}"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(serve_infer_scan(bad[i], strlen(bad[i]), &b, &err),
                          TY_EFORMAT);
         assert_null(b.doc);
+        assert_int_equal(serve_infer_check(bad[i], strlen(bad[i]), &err),
+                         TY_EFORMAT);
     }
+    /* The data is skimmed by the scan, read strictly by the walk; the
+     * checking scan names what is wrong. */
+    const char *trailing = "{\"inputs\": [{\"data\": [1,]}]}";
+    assert_int_equal(serve_infer_scan(trailing, strlen(trailing), &b, &err),
+                     TY_OK);
+    assert_int_not_equal(
+        serve_infer_decode(b.data, 1, "inputs[0].data", x, &err), TY_OK);
+    serve_infer_body_free(&b);
+    assert_int_equal(serve_infer_check(trailing, strlen(trailing), &err),
+                     TY_EFORMAT);
+    assert_non_null(strstr(err.msg, "not valid JSON"));
 }
 
 /* Arbitrary bytes never crash the decoder (a tiny fuzz loop; the libFuzzer
