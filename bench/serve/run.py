@@ -626,16 +626,20 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
 
 
+TRAINYARD_MODES = ["ty-v1", "ty-v2", "ty-v2bin"]
+
+
 def ratios(results):
-    """trainyard /v1 req/s over each baseline's, and over /healthz's at the
-    same connection count, per case."""
+    """Each trainyard mode's req/s (/v1 JSON, /v2 JSON, /v2 binary) over
+    each baseline's, and over /healthz's at the same connection count, per
+    case."""
     by = {(r["system"], r["batch"], r["connections"]): r["rps"] for r in results}
     out = []
     for r in results:
-        if r["system"] != "ty-v1":
+        if r["system"] not in TRAINYARD_MODES:
             continue
         b, c = r["batch"], r["connections"]
-        row = {"batch": b, "connections": c}
+        row = {"system": r["system"], "batch": b, "connections": c}
         for s in BASELINES:
             if (s, b, c) in by:
                 row["vs_" + s] = r["rps"] / by[s, b, c]
@@ -671,16 +675,22 @@ def report(results, model, ncpu, args, how, wrk_version, binary_ok):
         cols = [s for s in BASELINES if any("vs_" + s in x for x in rs)]
         has_h = any("vs_healthz" in x for x in rs)
         say("")
-        say("trainyard /v1 req/s over:")
-        say("%5s %4s" % ("batch", "c") + "".join(" %18s" % LABEL[s] for s in cols)
-            + (" %18s" % "/healthz ceiling" if has_h else ""))
-        for x in rs:
-            line = "%5d %4d" % (x["batch"], x["connections"])
-            for s in cols:
-                line += " %17.2fx" % x["vs_" + s] if "vs_" + s in x else " %18s" % "-"
-            if has_h:
-                line += " %17.2fx" % x["vs_healthz"] if "vs_healthz" in x else " %18s" % "-"
-            say(line)
+        for mode in TRAINYARD_MODES:
+            mine = [x for x in rs if x["system"] == mode]
+            if not mine:
+                continue
+            say("")
+            say("%s req/s (and samples/s) over:" % LABEL[mode])
+            say("%5s %4s" % ("batch", "c")
+                + "".join(" %18s" % LABEL[s] for s in cols)
+                + (" %18s" % "/healthz ceiling" if has_h else ""))
+            for x in mine:
+                line = "%5d %4d" % (x["batch"], x["connections"])
+                for s in cols:
+                    line += " %17.2fx" % x["vs_" + s] if "vs_" + s in x else " %18s" % "-"
+                if has_h:
+                    line += " %17.2fx" % x["vs_healthz"] if "vs_healthz" in x else " %18s" % "-"
+                say(line)
 
 
 if __name__ == "__main__":
