@@ -350,12 +350,38 @@ typedef struct {
  * the checking reader's speed. It checks nothing else, so its caller must
  * (serve_predict_decode reads every element strictly). TY_EFORMAT when the
  * structure is broken (the checking reader then says how). */
+/* The bytes skim_array must look at (1); digits, signs, dots, letters of
+ * numbers and literals, commas of inner arrays are passed over by the
+ * table lookup alone. */
+static const unsigned char skim_stop[256] = {
+    ['"'] = 1, ['['] = 1, ['{'] = 1, [']'] = 1, ['}'] = 1, [','] = 1};
+/* Inside an element (depth 2 and more) its commas do not matter either. */
+static const unsigned char skim_stop_deep[256] = {
+    ['"'] = 1, ['['] = 1, ['{'] = 1, [']'] = 1, ['}'] = 1};
+
 static ty_status skim_array(cur *c, uint64_t *count, int *too_many)
 {
     const char *q = c->p, *end = c->end;
     int depth = 0, content = 0;
     uint64_t n = 0;
     while (q < end) {
+        /* Anything that is not a bracket, a string or a comma is content
+         * when it is not white space; only depth 1's matters, and only
+         * whether there is any, so it is looked at once per element. */
+        if (depth >= 2) {
+            while (q < end && !skim_stop_deep[(unsigned char)*q])
+                q++;
+            if (q >= end)
+                break;
+        } else if (!skim_stop[(unsigned char)*q]) {
+            if (depth == 1 && !content && *q != ' ' && *q != '\n' &&
+                *q != '\r' && *q != '\t')
+                content = 1;
+            q++;
+            while (q < end && !skim_stop[(unsigned char)*q])
+                q++;
+            continue;
+        }
         char ch = *q++;
         switch (ch) {
             case '"':
@@ -383,20 +409,13 @@ static ty_status skim_array(cur *c, uint64_t *count, int *too_many)
                 if (depth < 0)
                     return TY_EFORMAT;
                 break;
-            case ',':
+            default: /* ',' */
                 if (depth == 1 && ++n >= SERVE_MAX_EXAMPLES) {
                     *too_many = 1;
                     *count = n + 1;
                     return TY_EINVAL;
                 }
                 break;
-            case ' ':
-            case '\t':
-            case '\n':
-            case '\r': break;
-            default:
-                if (depth == 1)
-                    content = 1;
         }
     }
     return TY_EFORMAT;
@@ -484,7 +503,8 @@ static const double pow10_exact[] = {
  * values, most decimals people send) are converted here exactly as strtod
  * would (one correctly rounded multiply or divide of exact doubles: Clinger's
  * fast path); the rest go to strtod. 0 when the text is not a number. */
-static int number_value(const char **p, const char *end, double *out)
+static inline __attribute__((always_inline)) int
+number_value(const char **p, const char *end, double *out)
 {
     const char *q = *p, *start = q;
     int neg = 0;
@@ -582,41 +602,77 @@ static ty_status flatten(cur *c, float *x, uint64_t cap, uint64_t room,
         c->p++;
         return TY_OK;
     }
+    /* The cursor and count in locals: this loop runs once per number. */
+    const char *p = c->p, *end = c->end;
+    uint64_t n = *count, keep = cap < room ? cap : room;
+    ty_status s = TY_OK;
     for (;;) {
-        ws(c);
-        if (c->p >= c->end)
-            return bad_json(c, "unexpected end of the body");
-        char ch = *c->p;
-        if (ch == '[') {
-            ty_status s = flatten(c, x, cap, room, count, path, depth + 1);
-            if (s != TY_OK)
-                return s;
-        } else if (ch == '-' || is_digit(ch)) {
-            const char *q = c->p;
-            double v;
-            if (!number_value(&q, c->end, &v) || isinf(v))
-                return bad_json(c, "invalid number");
-            c->p = q;
-            if (*count < cap && *count < room)
-                x[*count] = (float)v;
-            (*count)++;
-        } else {
-            return ty_fail(c->err, TY_EINVAL, path, "%s must hold only numbers",
-                           path);
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+            p++;
+        if (p >= end) {
+            c->p = p;
+            s = bad_json(c, "unexpected end of the body");
+            break;
         }
-        if (*count > cap)
-            return TY_OK; /* too many; reported by the caller */
-        ws(c);
-        if (at(c, ',')) {
-            c->p++;
+        char ch = *p;
+        /* Plain integers of up to 9 digits (pixels, counts): exact as
+         * they are, no power of ten needed. */
+        uint32_t iv = 0;
+        const char *q = p;
+        while (q < end && q - p < 9 && is_digit(*q))
+            iv = iv * 10 + (uint32_t)(*q++ - '0');
+        if (q > p && q < end && (*q == ',' || *q == ']' || *q == ' ') &&
+            !(p[0] == '0' && q - p > 1)) {
+            if (n < keep)
+                x[n] = (float)iv;
+            n++;
+            p = q;
+        } else if (ch == '[') {
+            c->p = p;
+            *count = n;
+            s = flatten(c, x, cap, room, count, path, depth + 1);
+            p = c->p;
+            n = *count;
+            if (s != TY_OK)
+                break;
+        } else if (ch == '-' || is_digit(ch)) {
+            double v;
+            q = p;
+            if (!number_value(&q, end, &v) || isinf(v)) {
+                c->p = p;
+                s = bad_json(c, "invalid number");
+                break;
+            }
+            p = q;
+            if (n < keep)
+                x[n] = (float)v;
+            n++;
+        } else {
+            s = ty_fail(c->err, TY_EINVAL, path, "%s must hold only numbers",
+                        path);
+            break;
+        }
+        if (n > cap)
+            break; /* too many; reported by the caller */
+        while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+            p++;
+        if (p < end && *p == ',') {
+            p++;
             continue;
         }
-        if (at(c, ']')) {
-            c->p++;
-            return TY_OK;
+        if (p < end && *p == ']') {
+            p++;
+            break;
         }
-        return bad_json(c, "',' or ']' expected");
+        c->p = p;
+        s = bad_json(c, "',' or ']' expected");
+        *count = n;
+        return s;
     }
+    if (s == TY_OK)
+        c->p = p;
+    *count = n;
+    return s;
 }
 
 typedef struct {

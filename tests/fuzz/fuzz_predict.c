@@ -5,10 +5,13 @@
  * serve_infer_decode of inputs[0].data into serve_infer_room floats). The
  * model's feature count is the first byte's (1 to 256) and the KServe
  * tensor's total the second's times it. No model is opened: run_open
- * needs a store.
+ * needs a store. A body the predict decoder accepts must be JSON to
+ * jansson too (the decoder only skims the inputs before reading them).
  */
 #include <stdint.h>
 #include <stdlib.h>
+
+#include <jansson.h>
 
 #include "serve/decode.h"
 
@@ -31,6 +34,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
         abort(); /* every failure says why */
     if (s == TY_OK && (n == 0 || n > SERVE_MAX_EXAMPLES))
         abort();
+    /* The inputs are skimmed, then read strictly: a body the decoder
+     * accepts is JSON as jansson reads it (big integers as reals, as the
+     * decoder reads every number). */
+    if (s == TY_OK) {
+        json_error_t je;
+        json_t *doc = json_loadb(text, len,
+                                 JSON_REJECT_DUPLICATES |
+                                     JSON_DECODE_INT_AS_REAL,
+                                 &je);
+        if (!doc && json_error_code(&je) != json_error_out_of_memory)
+            abort();
+        json_decref(doc);
+    }
     if (s == TY_OK) {
         /* Touch every float the decoder says it wrote (ASan checks the
          * allocation is that big). */
