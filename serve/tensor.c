@@ -310,6 +310,18 @@ ty_status serve_tensor_from_json(serve_dtype dt, serve_span data, uint64_t n,
 {
     if (dt == SERVE_DT_BYTES || (unsigned)dt >= SERVE_DT_COUNT)
         return no_bytes(name, err);
+    /* FP32 (what clients send most): the predict path's reader, numbers
+     * straight into floats; any doubt (a value past float's range, a
+     * non-number, a wrong count) goes to the walk below, which says what
+     * is wrong exactly as it always has. */
+    if (dt == SERVE_DT_FP32) {
+        ty_err quiet = {0};
+        int ok = serve_infer_decode(data, n, "data", x, &quiet) == TY_OK;
+        for (uint64_t i = 0; ok && i < n; i++)
+            ok = isfinite(x[i]);
+        if (ok)
+            return TY_OK;
+    }
     char what[320];
     snprintf(what, sizeof what, "input \"%s\"", name);
     conv cv = {dt, name, x};
