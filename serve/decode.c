@@ -677,7 +677,7 @@ static ty_status flatten(cur *c, float *x, uint64_t cap, uint64_t room,
 
 typedef struct {
     uint64_t features, room; /* room: examples x holds */
-    const char *shape_text;
+    const json_t *shape;     /* the model's input shape, for messages */
     float *x;
 } predict_decode;
 
@@ -694,13 +694,17 @@ static ty_status decode_example(void *ctx, cur *c, uint64_t i)
      * decoded unwritten, and one of them is found short. */
     ty_status s = flatten(c, i < pd->room ? pd->x + i * f : NULL, f,
                           i < pd->room ? f : 0, &count, path, 0);
-    if (s == TY_OK && count != f)
+    if (s == TY_OK && count != f) {
+        /* The shape is printed only here, not for every request. */
+        char *shape = pd->shape ? json_dumps(pd->shape, JSON_COMPACT) : NULL;
         s = ty_fail(c->err, TY_EINVAL, path,
                     "%s has %s%llu values; this model takes %llu (input "
                     "shape %s)",
                     path, count > f ? "more than " : "",
                     (unsigned long long)(count > f ? f : count),
-                    (unsigned long long)f, pd->shape_text);
+                    (unsigned long long)f, shape ? shape : "?");
+        free(shape);
+    }
     return s;
 }
 
@@ -713,13 +717,13 @@ uint64_t serve_predict_room(const serve_predict_body *b, uint64_t features)
 }
 
 ty_status serve_predict_decode(const serve_predict_body *b, uint64_t features,
-                               const char *shape_text, float *x, uint64_t room,
+                               const json_t *shape, float *x, uint64_t room,
                                ty_err *err)
 {
     if (!b->inputs.p || b->inputs.len == 0 || b->inputs.p[0] != '[')
         return inputs_error(err);
     cur c = {b->inputs.p, b->inputs.p, b->inputs.p + b->inputs.len, err};
-    predict_decode pd = {features, room, shape_text ? shape_text : "?", x};
+    predict_decode pd = {features, room, shape, x};
     /* Only the scanned count of examples is written (x has room for
      * exactly those). */
     uint64_t n = 0;
@@ -771,7 +775,7 @@ ty_status serve_predict_parse(const char *text, size_t len, uint64_t features,
     float *buf = malloc(room * features * sizeof *buf + 1);
     if (!buf)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    s = serve_predict_decode(&b, features, "?", buf, room, err);
+    s = serve_predict_decode(&b, features, NULL, buf, room, err);
     if (s != TY_OK) {
         free(buf);
         return s;

@@ -76,11 +76,11 @@ uint64_t serve_predict_room(const serve_predict_body *b, uint64_t features);
 
 /* Step 2: the b->count examples of b->inputs, each features numbers (flat
  * or nested in the input shape), into x (room examples of features floats,
- * room from serve_predict_room). shape_text names the model's input shape
- * in a size error. TY_EINVAL naming the example ("inputs[3]") on a bad
+ * room from serve_predict_room). shape, the model's input shape, is named
+ * in a size error (NULL: "?"). TY_EINVAL naming the example ("inputs[3]") on a bad
  * one; TY_EFORMAT (HTTP 400) when the inputs are not valid JSON. */
 ty_status serve_predict_decode(const serve_predict_body *b, uint64_t features,
-                               const char *shape_text, float *x, uint64_t room,
+                               const json_t *shape, float *x, uint64_t room,
                                ty_err *err);
 
 /* Step 1 for POST /v2/models/{name}/infer: the same checks of the JSON;

@@ -187,11 +187,8 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
     uint64_t room = serve_predict_room(b, f);
     if (s == TY_OK)
         s = run_alloc(&rn, room * f, n, err);
-    if (s == TY_OK) {
-        char shape[128];
-        shape_text(rn.m.input_shape, shape, sizeof shape);
-        s = serve_predict_decode(b, f, shape, rn.x, room, err);
-    }
+    if (s == TY_OK)
+        s = serve_predict_decode(b, f, rn.m.input_shape, rn.x, room, err);
     if (s == TY_OK)
         s = serve_model_run(&rn.m, rn.x, n, rn.out, err);
     if (s == TY_OK) {
