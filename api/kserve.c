@@ -355,6 +355,51 @@ static json_t *small_body(http_req *r)
     return doc;
 }
 
+/* Calls add(list, tenant, model) for every model of the caller's tenant,
+ * page by page. 0 after replying the store's error. */
+typedef void (*model_add_fn)(json_t *list, const char *tenant,
+                             const json_t *model);
+
+static int each_model(api_ctx *app, http_req *r, model_add_fn add, json_t *list)
+{
+    store_page page = {0, 1000};
+    ty_err err = {0};
+    for (;;) {
+        json_t *items = NULL;
+        int64_t next = 0;
+        ty_status s = store_model_list(app->store, api_tenant(r), page, &items,
+                                       &next, &err);
+        if (s != TY_OK) {
+            http_reply_error(r, s, &err);
+            return 0;
+        }
+        size_t i;
+        json_t *m;
+        json_array_foreach (items, i, m)
+            add(list, api_tenant(r), m);
+        json_decref(items);
+        if (!next)
+            return 1;
+        page.cursor = next;
+    }
+}
+
+static void index_add(json_t *list, const char *tenant, const json_t *model)
+{
+    (void)tenant;
+    json_array_append_new(list,
+                          json_pack("{s:O, s:s, s:s, s:s}", "name",
+                                    json_object_get(model, "id"), "version",
+                                    VERSION, "state", "READY", "reason", ""));
+}
+
+static void stats_add(json_t *list, const char *tenant, const json_t *model)
+{
+    json_array_append_new(
+        list,
+        stats_json(tenant, json_string_value(json_object_get(model, "id"))));
+}
+
 /* POST /v2/repository/index: the tenant's models, each READY (a model is
  * loaded on its first request and stays servable). */
 void api_kserve_index(api_ctx *app, http_req *r)
@@ -370,29 +415,9 @@ void api_kserve_index(api_ctx *app, http_req *r)
     }
     json_decref(body);
     json_t *index = json_array();
-    store_page page = {0, 1000};
-    ty_err err = {0};
-    for (;;) {
-        json_t *items = NULL;
-        int64_t next = 0;
-        ty_status s = store_model_list(app->store, api_tenant(r), page, &items,
-                                       &next, &err);
-        if (s != TY_OK) {
-            json_decref(index);
-            http_reply_error(r, s, &err);
-            return;
-        }
-        size_t i;
-        json_t *m;
-        json_array_foreach (items, i, m)
-            json_array_append_new(
-                index, json_pack("{s:O, s:s, s:s, s:s}", "name",
-                                 json_object_get(m, "id"), "version", VERSION,
-                                 "state", "READY", "reason", ""));
-        json_decref(items);
-        if (!next)
-            break;
-        page.cursor = next;
+    if (!each_model(app, r, index_add, index)) {
+        json_decref(index);
+        return;
     }
     http_reply_json(r, 200, index);
 }
@@ -449,30 +474,9 @@ void api_kserve_stats(api_ctx *app, http_req *r)
         }
         json_decref(doc);
         json_array_append_new(list, stats_json(tenant, id));
-    } else {
-        store_page page = {0, 1000};
-        ty_err err = {0};
-        for (;;) {
-            json_t *items = NULL;
-            int64_t next = 0;
-            ty_status s =
-                store_model_list(app->store, tenant, page, &items, &next, &err);
-            if (s != TY_OK) {
-                json_decref(list);
-                http_reply_error(r, s, &err);
-                return;
-            }
-            size_t i;
-            json_t *m;
-            json_array_foreach (items, i, m)
-                json_array_append_new(
-                    list, stats_json(tenant, json_string_value(
-                                                 json_object_get(m, "id"))));
-            json_decref(items);
-            if (!next)
-                break;
-            page.cursor = next;
-        }
+    } else if (!each_model(app, r, stats_add, list)) {
+        json_decref(list);
+        return;
     }
     http_reply_json(r, 200, json_pack("{s:o}", "model_stats", list));
 }
