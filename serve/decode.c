@@ -981,82 +981,78 @@ typedef struct {
     void *ctx;
     uint64_t total, count;
     const char *what;
+    int depth; /* arrays open */
 } walk_state;
 
-static ty_status walk(cur *c, walk_state *w, int depth)
+static ty_status walk(cur *c, walk_state *w);
+
+/* One element of a data array (array() handles the commas and brackets). */
+static ty_status walk_element(void *ctx, cur *c, uint64_t i)
 {
-    if (depth >= MAX_NESTING)
-        return ty_fail(c->err, TY_EINVAL, NULL, "%s: data is nested too deeply",
-                       w->what);
-    c->p++;
-    ws(c);
-    if (at(c, ']')) {
-        c->p++;
-        return TY_OK;
+    (void)i;
+    walk_state *w = ctx;
+    if (c->p >= c->end)
+        return bad_json(c, "unexpected end of the body");
+    const char *start = c->p;
+    serve_token kind;
+    ty_status s;
+    switch (*c->p) {
+        case '[':
+            s = walk(c, w);
+            kind = SERVE_TOK_ARRAY;
+            break;
+        case '{':
+            s = value(c, w->depth);
+            kind = SERVE_TOK_OBJECT;
+            break;
+        case '"':
+            s = string(c, NULL);
+            kind = SERVE_TOK_STRING;
+            break;
+        case 't':
+            s = literal(c, "true");
+            kind = SERVE_TOK_TRUE;
+            break;
+        case 'f':
+            s = literal(c, "false");
+            kind = SERVE_TOK_FALSE;
+            break;
+        case 'n':
+            s = literal(c, "null");
+            kind = SERVE_TOK_NULL;
+            break;
+        default:
+            s = number(c);
+            kind = SERVE_TOK_NUMBER;
+            break;
     }
-    for (;;) {
-        ws(c);
-        if (c->p >= c->end)
-            return bad_json(c, "unexpected end of the body");
-        const char *start = c->p;
-        serve_token kind;
-        ty_status s;
-        switch (*c->p) {
-            case '[':
-                s = walk(c, w, depth + 1);
-                kind = SERVE_TOK_ARRAY;
-                break;
-            case '{':
-                s = value(c, depth + 1);
-                kind = SERVE_TOK_OBJECT;
-                break;
-            case '"':
-                s = string(c, NULL);
-                kind = SERVE_TOK_STRING;
-                break;
-            case 't':
-                s = literal(c, "true");
-                kind = SERVE_TOK_TRUE;
-                break;
-            case 'f':
-                s = literal(c, "false");
-                kind = SERVE_TOK_FALSE;
-                break;
-            case 'n':
-                s = literal(c, "null");
-                kind = SERVE_TOK_NULL;
-                break;
-            default:
-                s = number(c);
-                kind = SERVE_TOK_NUMBER;
-                break;
-        }
+    if (s != TY_OK)
+        return s;
+    if (kind != SERVE_TOK_ARRAY) {
+        if (w->count >= w->total)
+            return ty_fail(c->err, TY_EINVAL, NULL,
+                           "%s: data holds more than %llu values; the "
+                           "shape says %llu",
+                           w->what, (unsigned long long)w->total,
+                           (unsigned long long)w->total);
+        s = w->fn(w->ctx, w->count, kind, start, (size_t)(c->p - start),
+                  c->err);
         if (s != TY_OK)
             return s;
-        if (kind != SERVE_TOK_ARRAY) {
-            if (w->count >= w->total)
-                return ty_fail(c->err, TY_EINVAL, NULL,
-                               "%s: data holds more than %llu values; the "
-                               "shape says %llu",
-                               w->what, (unsigned long long)w->total,
-                               (unsigned long long)w->total);
-            s = w->fn(w->ctx, w->count, kind, start, (size_t)(c->p - start),
-                      c->err);
-            if (s != TY_OK)
-                return s;
-            w->count++;
-        }
-        ws(c);
-        if (at(c, ',')) {
-            c->p++;
-            continue;
-        }
-        if (at(c, ']')) {
-            c->p++;
-            return TY_OK;
-        }
-        return bad_json(c, "',' or ']' expected");
+        w->count++;
     }
+    return TY_OK;
+}
+
+static ty_status walk(cur *c, walk_state *w)
+{
+    if (w->depth >= MAX_NESTING)
+        return ty_fail(c->err, TY_EINVAL, NULL, "%s: data is nested too deeply",
+                       w->what);
+    w->depth++;
+    ty_status s = array(c, w->depth, walk_element, w);
+    w->depth--;
+    return s;
 }
 
 ty_status serve_infer_walk(serve_span data, uint64_t total, const char *what,
@@ -1068,8 +1064,8 @@ ty_status serve_infer_walk(serve_span data, uint64_t total, const char *what,
                        "flat)",
                        what);
     cur c = {data.p, data.p, data.p + data.len, err};
-    walk_state w = {fn, ctx, total, 0, what};
-    ty_status s = walk(&c, &w, 0);
+    walk_state w = {fn, ctx, total, 0, what, 0};
+    ty_status s = walk(&c, &w);
     if (s == TY_OK && w.count != total)
         s = ty_fail(err, TY_EINVAL, NULL,
                     "%s: data holds %llu values; the shape says %llu", what,
