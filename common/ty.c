@@ -90,3 +90,11 @@ void ty_now_iso(char out[32])
     strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(out, 32, "%s.%03dZ", base, (int)(ts.tv_nsec / 1000000) % 1000);
 }
+
+uint32_t ty_hash(const void *data, size_t n, uint32_t h)
+{
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}

@@ -11,6 +11,7 @@
 
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum {
     TY_OK = 0,
@@ -62,5 +63,11 @@ void ty_err_prefix(ty_err *e, const char *fmt, ...)
 void ty_now_iso(char out[32]);
 
 #define TY_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* FNV-1a over n bytes, continuing from h (start with TY_HASH_INIT): for
+ * the in-memory tables (keys, models, client addresses). Not for anything
+ * an attacker must not be able to collide. */
+#define TY_HASH_INIT 2166136261u
+uint32_t ty_hash(const void *data, size_t n, uint32_t h);
 
 #endif

@@ -71,13 +71,9 @@ static void table_init(void) { pthread_key_create(&table_key, table_free); }
 
 static uint32_t hash_of(const char *tenant_id, const char *ref, int by_name)
 {
-    uint32_t h = 2166136261u ^ (uint32_t)by_name;
-    for (const char *s = tenant_id; *s; s++)
-        h = (h ^ (uint8_t)*s) * 16777619u;
-    h = (h ^ 0xff) * 16777619u;
-    for (const char *s = ref; *s; s++)
-        h = (h ^ (uint8_t)*s) * 16777619u;
-    return h;
+    uint32_t h = ty_hash(tenant_id, strlen(tenant_id) + 1, /* with its NUL */
+                         TY_HASH_INIT ^ (uint32_t)by_name);
+    return ty_hash(ref, strlen(ref), h);
 }
 
 /* This thread's table, current for the two counters; NULL when out of

@@ -102,10 +102,7 @@ static void keys_init(void) { pthread_key_create(&keys_key, key_table_free); }
 
 static uint32_t key_hash(const char *s)
 {
-    uint32_t h = 2166136261u;
-    while (*s)
-        h = (h ^ (uint8_t)*s++) * 16777619u;
-    return h;
+    return ty_hash(s, strlen(s), TY_HASH_INIT);
 }
 
 /* This thread's table, current for st's key counter gen; NULL when out of

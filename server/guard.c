@@ -342,10 +342,7 @@ static int addr_key(struct MHD_Connection *c, unsigned char key[17])
 
 static uint32_t key_hash(const unsigned char key[17])
 {
-    uint32_t h = 2166136261u;
-    for (int i = 0; i < 17; i++)
-        h = (h ^ key[i]) * 16777619u;
-    return h;
+    return ty_hash(key, 17, TY_HASH_INIT);
 }
 
 static double refill(auth_slot *s, double now)

@@ -209,12 +209,25 @@ static void test_tyjson_dumps(void **state)
     json_decref(j);
 }
 
+/* ty_hash is FNV-1a: the published vectors, and continuing equals one
+ * pass. */
+static void test_hash(void **state)
+{
+    (void)state;
+    assert_int_equal(ty_hash("", 0, TY_HASH_INIT), 0x811c9dc5u);
+    assert_int_equal(ty_hash("a", 1, TY_HASH_INIT), 0xe40c292cu);
+    assert_int_equal(ty_hash("foobar", 6, TY_HASH_INIT), 0xbf9cf968u);
+    assert_int_equal(ty_hash("bar", 3, ty_hash("foo", 3, TY_HASH_INIT)),
+                     0xbf9cf968u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_atomic_and_read),
         cmocka_unit_test(test_json_checks_name_the_field),
         cmocka_unit_test(test_ids),
+        cmocka_unit_test(test_hash),
         cmocka_unit_test(test_errno_status),
         cmocka_unit_test(test_tyjson_dumps),
         cmocka_unit_test(test_rng_is_seeded_and_unbiased),
