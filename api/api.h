@@ -127,8 +127,9 @@ void api_kserve_infer(api_ctx *app, http_req *r);
 void api_kserve_index(api_ctx *app, http_req *r);
 void api_kserve_load(api_ctx *app, http_req *r);
 void api_kserve_stats(api_ctx *app, http_req *r);
-/* Triton extensions not implemented (shared memory, trace, logging,
- * unload): 400 with a v2 error saying so. */
+/* The Triton extensions this server does not offer (shared memory, trace,
+ * logging, unload; listed in the README's KServe section): 400 with a v2
+ * error saying so, so a client learns it at once. */
 void api_kserve_unsupported(api_ctx *app, http_req *r);
 
 void api_devices_list(api_ctx *app, http_req *r);

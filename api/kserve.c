@@ -481,7 +481,7 @@ void api_kserve_stats(api_ctx *app, http_req *r)
     http_reply_json(r, 200, json_pack("{s:o}", "model_stats", list));
 }
 
-/* ---- what is not implemented ---- */
+/* ---- Triton extensions this server does not offer (README, KServe v2) ---- */
 
 void api_kserve_unsupported(api_ctx *app, http_req *r)
 {
