@@ -16,6 +16,7 @@ static const char *const msg_names[] = {
     [WPROTO_MSG_DONE] = "done",
     [WPROTO_MSG_ERROR] = "error",
     [WPROTO_MSG_PREEMPTED] = "preempted",
+    [WPROTO_MSG_READY] = "ready",
 };
 static_assert(sizeof msg_names / sizeof msg_names[0] == WPROTO_MSG_COUNT,
               "a name for every worker message");

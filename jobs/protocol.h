@@ -153,6 +153,7 @@ typedef enum {
     WPROTO_MSG_DONE,
     WPROTO_MSG_ERROR,
     WPROTO_MSG_PREEMPTED,
+    WPROTO_MSG_READY, /* a serving replica is listening (jobs/replica.h) */
     WPROTO_MSG_COUNT
 } wproto_msg;
 

@@ -246,6 +246,35 @@ ty_status store_model_list(store *st, const char *tenant_id, store_page page,
 ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
                              char sha256[65], ty_err *err);
 
+/* ---- deployments (deployments.c) ----
+ *
+ * A serving deployment's row: its id, tenant, name (unique per tenant),
+ * spec (jobs/deployspec.h's deploy_spec_json, "model" resolved to the
+ * model's id) and generation (bumped by the controller on every model
+ * change). The running state (replicas, traffic) is not stored: the
+ * controller (jobs/deploy.h) rebuilds it from these rows at start. */
+
+/* TY_ECONFLICT (field "name", "a deployment named <name> exists") when the
+ * tenant has one of that name; nothing stored on failure. */
+ty_status store_deployment_insert(store *st, const char *tenant_id,
+                                  const char *id, const char *name,
+                                  const json_t *spec, int64_t generation,
+                                  ty_err *err);
+
+/* Replaces the spec and generation, sets updated_at. TY_ENOTFOUND. */
+ty_status store_deployment_update(store *st, const char *tenant_id,
+                                  const char *id, const json_t *spec,
+                                  int64_t generation, ty_err *err);
+
+/* TY_ENOTFOUND when the tenant has no such deployment. */
+ty_status store_deployment_delete(store *st, const char *tenant_id,
+                                  const char *id, ty_err *err);
+
+/* Every deployment of every tenant, oldest first: *rows an array of
+ * {"id", "tenant_id", "name", "spec", "generation", "created_at",
+ * "updated_at"} (new reference). */
+ty_status store_deployment_all(store *st, json_t **rows, ty_err *err);
+
 /* ---- blobs (blob_refs.c) ---- */
 
 /* The blob lock: held from a blob's import until its row commits, and from
