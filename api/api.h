@@ -55,6 +55,10 @@ void api_reply_list(http_req *r, json_t *items, int64_t next_cursor);
 /* The JSON body if it is an object; else replies 400 and returns NULL. */
 const json_t *api_json_object(http_req *r);
 
+/* Sets the Retry-After header of a 429 (seconds, rounded up, at least
+ * 1). */
+void api_retry_after(http_req *r, double seconds);
+
 /* The caller's tenant id. */
 const char *api_tenant(http_req *r);
 

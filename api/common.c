@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,14 @@ const json_t *api_json_object(http_req *r)
 }
 
 const char *api_tenant(http_req *r) { return http_req_key(r)->tenant_id; }
+
+void api_retry_after(http_req *r, double seconds)
+{
+    char v[24];
+    double up = ceil(seconds);
+    snprintf(v, sizeof v, "%.0f", up < 1 ? 1 : up > 86400 ? 86400 : up);
+    http_reply_header(r, "Retry-After", v);
+}
 
 void api_list(api_ctx *app, http_req *r, api_list_fn list)
 {

@@ -16,7 +16,7 @@
 
 static serve_env env_of(api_ctx *app)
 {
-    return (serve_env){app->store, app->models, app->data_dir};
+    return (serve_env){app->store, app->models, app->data_dir, app->jobs};
 }
 
 /* The predict service's answer: 200 with the reply, or its error. */
@@ -68,9 +68,12 @@ static void predict_run(api_ctx *app, http_req *r)
     }
     serve_env env = env_of(app);
     serve_buf out = {0};
+    double retry_after = 0;
     if (s == TY_OK)
         s = serve_predict(&env, api_tenant(r), http_req_param(r, 0), &b, &out,
-                          &err);
+                          &retry_after, &err);
+    if (s == TY_ELIMIT)
+        api_retry_after(r, retry_after);
     if (s == TY_EFORMAT) {
         serve_buf_free(&out);
         http_reply_problem(r, 400, NULL, "%s", err.msg);
@@ -90,7 +93,12 @@ static void predict_run(api_ctx *app, http_req *r)
 void api_models_predict(api_ctx *app, http_req *r)
 {
     size_t len = 0;
-    if (http_req_body(r, &len) && len > PREDICT_INLINE_MAX &&
+    serve_env env = env_of(app);
+    /* A deployed model's request waits for its replica: never on the
+     * libmicrohttpd thread. */
+    if (http_req_body(r, &len) &&
+        (len > PREDICT_INLINE_MAX ||
+         serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0), 0)) &&
         http_req_offload(r, predict_run))
         return;
     predict_run(app, r);

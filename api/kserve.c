@@ -43,7 +43,7 @@
 
 static serve_env env_of(api_ctx *app)
 {
-    return (serve_env){app->store, app->models, app->data_dir};
+    return (serve_env){app->store, app->models, app->data_dir, app->jobs};
 }
 
 /* The version in the path ("" when the route has none): "1" or 404. */
@@ -851,6 +851,15 @@ static void infer_run(api_ctx *app, http_req *r)
     serve_model m;
     ty_status s = serve_model_open(&env, api_tenant(r), http_req_param(r, 0), 1,
                                    &m, &err);
+    /* The deployment's limits before any work on the inputs. */
+    if (s == TY_OK && (s = serve_model_admit(&m, &err)) != TY_OK) {
+        if (s == TY_ELIMIT)
+            api_retry_after(r, m.retry_after);
+        serve_model_close(&m);
+        serve_infer_body_free(&ib);
+        http_reply_error(r, s, &err);
+        return;
+    }
     if (s != TY_OK) {
         serve_infer_body_free(&ib);
         /* The data was only skimmed: a body that is not JSON is answered
@@ -968,7 +977,10 @@ static void infer_run(api_ctx *app, http_req *r)
 void api_kserve_infer(api_ctx *app, http_req *r)
 {
     size_t len = 0;
-    if (http_req_body(r, &len) && len > INFER_INLINE_MAX &&
+    serve_env env = env_of(app);
+    if (http_req_body(r, &len) &&
+        (len > INFER_INLINE_MAX ||
+         serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0), 1)) &&
         http_req_offload(r, infer_run))
         return;
     infer_run(app, r);

@@ -39,6 +39,8 @@ void config_defaults(ty_config *cfg)
     cfg->backfill_wait_s = 300.0;
     cfg->preempt_wait_s = 60.0;
     cfg->preempt = 1;
+    cfg->serving_preempt = 1;
+    cfg->max_replicas = 16;
     cfg->fair_window_s = 600.0;
     cfg->events_ring = EV_RING_DEFAULT;
     cfg->max_connections = 0;
@@ -302,6 +304,13 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                 return ty_fail(err, TY_EINVAL, flag,
                                "--preempt needs on or off");
             cfg->preempt = !strcmp(val, "on");
+        } else if (!strcmp(flag, "--serving-preempt")) {
+            if (strcmp(val, "on") && strcmp(val, "off"))
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--serving-preempt needs on or off");
+            cfg->serving_preempt = !strcmp(val, "on");
+        } else if (!strcmp(flag, "--max-replicas")) {
+            s = parse_int(flag, val, 0, 4096, &cfg->max_replicas, err);
         } else if (!strcmp(flag, "--events-ring")) {
             s = parse_int(flag, val, 1, EV_RING_MAX, &cfg->events_ring, err);
         } else if (!strcmp(flag, "--tls-cert")) {
@@ -488,6 +497,15 @@ void config_usage(FILE *f)
         "  --preempt-wait SECONDS    how long a job waits before it may "
         "preempt\n"
         "                            (default %g)\n"
+        "  --serving-preempt on|off  whether a serving replica that finds no "
+        "free\n"
+        "                            slice preempts a training job at once "
+        "(it\n"
+        "                            checkpoints and resumes later; default "
+        "on)\n"
+        "  --max-replicas N          serving replicas running at once on "
+        "this\n"
+        "                            server (default 16)\n"
         "  --fair-window SECONDS     how much history fair share remembers\n"
         "                            (default %g)\n"
         "  --events-ring N           live events kept in memory for SSE "

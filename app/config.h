@@ -54,6 +54,8 @@ typedef struct {
     double backfill_wait_s;  /* sched_config.backfill_wait */
     double preempt_wait_s;   /* sched_config.preempt_wait */
     int preempt;             /* sched_config.preempt */
+    int serving_preempt;     /* sched_config.serving_preempt */
+    int max_replicas;        /* serving replicas at once */
     double fair_window_s;    /* sched_config.fair_window */
     int events_ring;         /* live events kept for Last-Event-ID
                                     resumes (events/hub.h) */

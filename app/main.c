@@ -192,6 +192,8 @@ static void jobs_env_fill(const ty_app *app, jobs_env *env)
     env->preempt_wait_s = app->cfg.preempt_wait_s;
     env->backfill_wait_s = app->cfg.backfill_wait_s;
     env->fair_window_s = app->cfg.fair_window_s;
+    env->serving_preempt = app->cfg.serving_preempt;
+    env->max_replicas = app->cfg.max_replicas;
 }
 
 /* The open-file limit, raised to its hard limit: every connection holds a

@@ -4,6 +4,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 #include <time.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -17,10 +18,12 @@ static const double http_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025,
 /* Queue waits: a tenth of a second to a day. */
 static const double wait_buckets[] = {0.1, 0.5, 1,   5,    10,    30,
                                       60,  300, 900, 3600, 14400, 86400};
-/* Predictions: half a millisecond to 10 s. */
-static const double predict_buckets[] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                         0.025,  0.05,  0.1,    0.25,  0.5,
-                                         1,      2.5,   5,      10};
+/* Predictions: a tenth of a millisecond to 10 s. */
+static const double predict_buckets[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+
+static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 1024};
 
 #define NB(a) (sizeof a / sizeof a[0])
 #define LABELS(...) ((const char *const[]){__VA_ARGS__, NULL})
@@ -98,6 +101,26 @@ static void init(void)
         reg, METRICS_GAUGE, "trainyard_gpu_temperature_celsius",
         "A GPU's temperature, where the driver reports it.", LABELS("gpu"),
         NULL, 0);
+    fam.deploy_requests = metrics_family_add(
+        reg, METRICS_COUNTER, "trainyard_deployment_requests_total",
+        "Requests to a serving deployment, by outcome (ok, error, rejected: "
+        "over its rate or concurrency limit, answered 429).",
+        LABELS("deployment", "tenant", "outcome"), NULL, 0);
+    fam.deploy_latency = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "trainyard_deployment_latency_seconds",
+        "A deployment's successful requests: total (admission to reply), "
+        "queue (waiting in the replica's batcher) and compute (the batch's "
+        "run), by phase.",
+        LABELS("deployment", "phase"), predict_buckets, NB(predict_buckets));
+    fam.deploy_batch = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "trainyard_deployment_batch_size",
+        "Rows of the batch each request of a deployment ran in.",
+        LABELS("deployment"), batch_buckets, NB(batch_buckets));
+    fam.deploy_replicas = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_deployment_replicas",
+        "A deployment's replicas by state (queued, starting, ready, "
+        "draining).",
+        LABELS("deployment", "tenant", "state"), NULL, 0);
     fam.gpu_power =
         metrics_family_add(reg, METRICS_GAUGE, "trainyard_gpu_power_watts",
                            "A GPU's power draw, where the driver reports it.",
@@ -156,6 +179,40 @@ void opm_job_ended(const char *job)
 void opm_predict(const char *endpoint, double seconds)
 {
     metrics_observe(opm()->predict_duration, LABELS(endpoint), seconds);
+}
+
+void opm_deploy_request(const char *deployment, const char *tenant,
+                        const char *outcome, double total_s, double queue_s,
+                        double compute_s, unsigned batch_rows)
+{
+    const opm_families *f = opm();
+    metrics_add(f->deploy_requests, LABELS(deployment, tenant, outcome), 1);
+    if (total_s >= 0 && !strcmp(outcome, "ok"))
+        metrics_observe(f->deploy_latency, LABELS(deployment, "total"),
+                        total_s);
+    if (queue_s >= 0)
+        metrics_observe(f->deploy_latency, LABELS(deployment, "queue"),
+                        queue_s);
+    if (compute_s >= 0)
+        metrics_observe(f->deploy_latency, LABELS(deployment, "compute"),
+                        compute_s);
+    if (batch_rows)
+        metrics_observe(f->deploy_batch, LABELS(deployment), batch_rows);
+}
+
+void opm_deploy_replicas(const char *deployment, const char *tenant,
+                         const char *state, int n)
+{
+    metrics_set(opm()->deploy_replicas, LABELS(deployment, tenant, state), n);
+}
+
+void opm_deploy_forget(const char *deployment)
+{
+    const opm_families *f = opm();
+    metrics_remove(f->deploy_requests, 0, deployment);
+    metrics_remove(f->deploy_latency, 0, deployment);
+    metrics_remove(f->deploy_batch, 0, deployment);
+    metrics_remove(f->deploy_replicas, 0, deployment);
 }
 
 double opm_now(void)

@@ -32,6 +32,11 @@ typedef struct {
     metrics_family *gpu_mem_util;     /* gauge {gpu} */
     metrics_family *gpu_temp;         /* gauge {gpu} */
     metrics_family *gpu_power;        /* gauge {gpu} */
+    metrics_family *deploy_requests;  /* counter {deployment, tenant,
+                                         outcome} */
+    metrics_family *deploy_latency;   /* histogram {deployment, phase} */
+    metrics_family *deploy_batch;     /* histogram {deployment} */
+    metrics_family *deploy_replicas;  /* gauge {deployment, tenant, state} */
 } opm_families;
 
 /* The registry and its families; NULL members only when out of memory at
@@ -65,5 +70,20 @@ double opm_now(void);
 
 /* A prediction served: endpoint "predict", "evaluate" or "kserve_infer". */
 void opm_predict(const char *endpoint, double seconds);
+
+/* A request to a serving deployment ended: outcome "ok", "error" or
+ * "rejected"; seconds (negative: not known) of the whole request, its
+ * queue and compute in the replica; batch_rows (0: not known) of its
+ * batch. */
+void opm_deploy_request(const char *deployment, const char *tenant,
+                        const char *outcome, double total_s, double queue_s,
+                        double compute_s, unsigned batch_rows);
+
+/* A deployment's replicas in state. */
+void opm_deploy_replicas(const char *deployment, const char *tenant,
+                         const char *state, int n);
+
+/* A deleted deployment's series leave. */
+void opm_deploy_forget(const char *deployment);
 
 #endif

@@ -22,6 +22,7 @@ static const char *const status_names[] = {
     [TY_EINTERNAL] = "TY_EINTERNAL",
     [TY_EPREEMPTED] = "TY_EPREEMPTED",
     [TY_ENOSPC] = "TY_ENOSPC",
+    [TY_ELIMIT] = "TY_ELIMIT",
 };
 static_assert(TY_ARRAY_LEN(status_names) == TY_STATUS_COUNT,
               "every ty_status needs a name");

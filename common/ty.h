@@ -31,6 +31,7 @@ typedef enum {
                        written: see train_job.preempt) */
     TY_ENOSPC,     /* a write failed because the disk (or the quota) is
                        full: ENOSPC, EDQUOT, SQLITE_FULL (HTTP 507) */
+    TY_ELIMIT,     /* over a rate or concurrency limit (HTTP 429) */
     TY_STATUS_COUNT
 } ty_status;
 

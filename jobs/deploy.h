@@ -21,7 +21,10 @@
 
 #include <jansson.h>
 
+#include "common/ids.h"
 #include "common/ty.h"
+#include "jobs/deployspec.h"
+#include "jobs/rframe.h"
 
 struct jobs_service;
 
@@ -49,5 +52,67 @@ ty_status jobs_deploy_patch(struct jobs_service *js, const char *tenant,
  * "deleting". */
 ty_status jobs_deploy_delete(struct jobs_service *js, const char *tenant,
                              const char *ref, json_t **doc, ty_err *err);
+
+/* ---- the request path ----
+ *
+ * A predict for a deployed model: jobs_deploy_find says whether one
+ * serves it (cheap: the HTTP thread asks it before handing the request to
+ * a work thread); jobs_deploy_admit applies the deployment's limits;
+ * jobs_deploy_pick chooses a ready replica (waiting for one to start when
+ * there is none, which scales a deployment up from zero);
+ * jobs_deploy_unpick gives it back after the call; jobs_deploy_finish ends
+ * the admission. */
+
+typedef struct deploy_call {
+    char deployment_id[TY_ID_MAX];
+    char deployment_name[DEPLOY_NAME_MAX];
+    char model_id[TY_ID_MAX];
+    /* After jobs_deploy_pick: the replica's socket, serial (unique over
+     * the server's life: a connection cache's key) and device. */
+    char socket[108];
+    uint64_t serial;
+    char device[64];
+    /* ---- private ---- */
+    void *dep, *rep;
+    double t0, queue_s, compute_s;
+    uint32_t batch_rows;
+    int failed;
+} deploy_call;
+
+/* Whether tenant has a deployment named ref (by_name) or one serving model
+ * ref; model_id (may be NULL; TY_ID_MAX bytes) gets the model it serves.
+ * js may be NULL (then 0). */
+int jobs_deploy_find(struct jobs_service *js, const char *tenant,
+                     const char *ref, int by_name, char *model_id);
+
+/* Admits one request to the deployment jobs_deploy_find names (the same
+ * arguments) into *c: TY_OK; TY_ELIMIT when its rate or concurrency limit
+ * is reached (*retry_after_s: when a token is due; a person's sentence in
+ * err); TY_ENOTFOUND when there is none (any more). */
+ty_status jobs_deploy_admit(struct jobs_service *js, const char *tenant,
+                            const char *ref, int by_name, deploy_call *c,
+                            double *retry_after_s, ty_err *err);
+
+/* A ready replica for c, not the one whose serial is avoid (0: any),
+ * waiting up to wait_s seconds when none is ready (and asking for one when
+ * the deployment has none: a cold start). TY_OK; TY_EDEVICE ("no replica
+ * of deployment <name> became ready within N s") else. */
+ty_status jobs_deploy_pick(struct jobs_service *js, deploy_call *c,
+                           uint64_t avoid, double wait_s, ty_err *err);
+
+/* After the call on the picked replica: ok 0 when the call failed (the
+ * connection or the replica's run); info (NULL on failure) the reply's
+ * batch and times. */
+void jobs_deploy_unpick(struct jobs_service *js, deploy_call *c, int ok,
+                        const rframe_call_info *info);
+
+/* Ends the admission: its outcome (0 success, 1 a server-side error) and
+ * figures are counted. */
+void jobs_deploy_finish(struct jobs_service *js, deploy_call *c, int failed);
+
+/* Whether any of tenant's deployments serves model model_id (a model in
+ * use cannot be deleted). */
+int jobs_deploy_uses_model(struct jobs_service *js, const char *tenant,
+                           const char *model_id);
 
 #endif

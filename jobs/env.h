@@ -36,6 +36,9 @@ typedef struct jobs_env {
     double preempt_wait_s;   /* sched_config.preempt_wait */
     double backfill_wait_s;  /* sched_config.backfill_wait */
     double fair_window_s;    /* sched_config.fair_window */
+    int serving_preempt;     /* sched_config.serving_preempt */
+    int max_replicas;        /* serving replicas at once (places beside
+                                the slots and CPU jobs) */
 } jobs_env;
 
 #endif

@@ -68,10 +68,9 @@ void svc_log_transition(jobs_service *r, const char *job, const char *to,
 
 /* ---- tenants ---- */
 
-/* The scheduler's handle of tenant id into *h, registering it with its
- * store limits on first use. Caller holds mu. */
-static ty_status tenant_handle(jobs_service *r, const char *id, int *h,
-                               ty_err *err)
+/* See service_internal.h. */
+ty_status svc_tenant_handle(jobs_service *r, const char *id, int *h,
+                            ty_err *err)
 {
     *h = sched_tenant_find(r->sched, id);
     if (*h >= 0)
@@ -120,6 +119,7 @@ void svc_set_holder(jobs_service *r, int slot, const char *job,
 
 static void service_free(jobs_service *r)
 {
+    deploy_books_destroy(r->deploy);
     sched_destroy(r->sched);
     free(r->tenant_ids);
     free(r->runs);
@@ -153,7 +153,7 @@ static void load_queued(jobs_service *r)
                                 &err);
         int t = -1;
         if (s == TY_OK)
-            s = tenant_handle(r, tenant, &t, &err);
+            s = svc_tenant_handle(r, tenant, &t, &err);
         if (s == TY_OK) {
             sched_job_desc d = {.id = id,
                                 .tenant = t,
@@ -187,7 +187,7 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
     r->env = *env;
     r->inv = env->inventory;
     r->nslots = r->inv ? r->inv->nslots : 0;
-    r->cap = r->nslots + env->max_jobs;
+    r->cap = r->nslots + env->max_jobs + env->max_replicas;
     sched_slot *slots = calloc((size_t)r->nslots + 1, sizeof *slots);
     r->runs = calloc((size_t)r->cap + 1, sizeof *r->runs);
     if (!slots || !r->runs) {
@@ -207,7 +207,8 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
                         .preempt = env->preempt,
                         .preempt_wait = env->preempt_wait_s,
                         .max_cpu_jobs = env->max_jobs,
-                        .fair_window = env->fair_window_s};
+                        .fair_window = env->fair_window_s,
+                        .serving_preempt = env->serving_preempt};
     r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
     free(slots);
     if (!r->sched) {
@@ -227,6 +228,13 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
         return TY_ENOMEM;
     }
     load_queued(r);
+    r->deploy = deploy_books_create(r);
+    if (!r->deploy) {
+        supervisor_destroy(r->sup);
+        pthread_mutex_destroy(&r->mu);
+        service_free(r);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
     if (supervisor_start(r->sup, err) != TY_OK) {
         supervisor_destroy(r->sup);
         pthread_mutex_destroy(&r->mu);
@@ -251,7 +259,7 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
         return TY_OK;
     pthread_mutex_lock(&r->mu);
     int t = -1;
-    ty_status s = tenant_handle(r, tenant_id, &t, err);
+    ty_status s = svc_tenant_handle(r, tenant_id, &t, err);
     if (s == TY_OK)
         s = sched_request_check(r->sched, t, req, err);
     pthread_mutex_unlock(&r->mu);
@@ -267,7 +275,7 @@ static ty_status enqueue(jobs_service *r, const char *tenant_id,
 {
     pthread_mutex_lock(&r->mu);
     int t = -1;
-    ty_status s = tenant_handle(r, tenant_id, &t, err);
+    ty_status s = svc_tenant_handle(r, tenant_id, &t, err);
     if (s == TY_OK) {
         sched_job_desc d = {.id = job_id,
                             .tenant = t,

@@ -19,6 +19,7 @@
 #include "common/ids.h"
 #include "events/hub.h"
 #include "gpu/inventory.h"
+#include "jobs/deploy_internal.h"
 #include "jobs/env.h"
 #include "jobs/protocol.h"
 #include "jobs/sched.h"
@@ -43,6 +44,8 @@ typedef struct {
     double last_progress_write;
     int resumed_from_epoch;    /* -1 unless this run resumed */
     char tenant_id[TY_ID_MAX]; /* for metrics labels */
+    int replica;               /* a serving replica (jobs/deploy.c), not a
+                                  training job */
 } job_run;
 
 /* A crashed job waiting out its back-off, outside the scheduler. */
@@ -73,6 +76,7 @@ struct jobs_service {
     size_t nretries, retry_cap;
     sched_wait *report; /* jobs_annotate's buffer */
     size_t report_cap;
+    deploy_books *deploy; /* serving deployments (jobs/deploy.c) */
 };
 
 /* Monotonic seconds: deadlines, heartbeats, back-offs. */
@@ -109,10 +113,23 @@ void svc_log_transition(jobs_service *r, const char *job, const char *to,
 /* The tenant id of scheduler tenant handle h ("" for none). */
 const char *svc_tenant_id(const jobs_service *r, int h);
 
+/* The scheduler's handle of tenant id into *h, registering it with its
+ * store limits on first use. Caller holds mu. */
+ty_status svc_tenant_handle(jobs_service *r, const char *id, int *h,
+                            ty_err *err);
+
 /* Names job and tenant (NULL: none) as inventory slot `slot`'s holder;
  * nothing for a CPU job (slot -1) or a host without slots. */
 void svc_set_holder(jobs_service *r, int slot, const char *job,
                     const char *tenant);
+
+/* ---- service_lifecycle.c ---- */
+
+/* Where a job on `slot` (-1: a CPU job) runs: TRAINYARD_DEVICE's value
+ * into dev, and CUDA_VISIBLE_DEVICES's into cvd (*has_cvd 0: leave the
+ * server's). See jobs/protocol.h. */
+void svc_device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
+                    char *cvd, size_t ncvd, int *has_cvd);
 
 /* ---- service_lifecycle.c: the supervisor's hooks (ctx is the service) ---- */
 

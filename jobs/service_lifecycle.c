@@ -90,11 +90,9 @@ done:
     return s;
 }
 
-/* Where a job on `slot` (-1: a CPU job) runs: TRAINYARD_DEVICE's value
- * into dev, and CUDA_VISIBLE_DEVICES's into cvd (*has_cvd 0: leave the
- * server's). See jobs/protocol.h. */
-static void device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
-                       char *cvd, size_t ncvd, int *has_cvd)
+/* See service_internal.h. */
+void svc_device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
+                    char *cvd, size_t ncvd, int *has_cvd)
 {
     const jobs_env *env = &r->env;
     *has_cvd = 0;
@@ -178,9 +176,14 @@ static void start_placement(jobs_service *r, int sj, int slot)
         }
     ty_err err = {0};
     if (!w) {
-        /* Cannot happen: the table has a place per slot and CPU job. */
+        /* Cannot happen: the table has a place per slot, CPU job and
+         * replica (--max-replicas bounds the replicas on the CPU). */
         log_msg("error", "runner: no worker entry free for job %s", id);
         sched_job_requeue(r->sched, sj, &err);
+        return;
+    }
+    if (deploy_is_replica(id)) {
+        deploy_replica_start(r, sj, slot, place);
         return;
     }
     memset(w, 0, sizeof *w);
@@ -195,7 +198,7 @@ static void start_placement(jobs_service *r, int sj, int slot)
 
     char dev[INV_NAME_MAX + 8], cvd[INV_NAME_MAX];
     int has_cvd;
-    device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
+    svc_device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
     json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
     ty_status s = store_job_start_on(env->store, id, dev, placement, &err);
     json_decref(placement);
@@ -215,8 +218,8 @@ static void start_placement(jobs_service *r, int sj, int slot)
     if ((s = store_job_get_internal(env->store, id, &job, &err)) == TY_OK &&
         (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
         (s = write_job_file(env, job, w->dir, &err)) == TY_OK)
-        s = supervisor_spawn(r->sup, place, id, w->dir, dev, cvd, has_cvd, &pid,
-                             &err);
+        s = supervisor_spawn(r->sup, place, WPROTO_COMMAND, id, w->dir, dev,
+                             cvd, has_cvd, &pid, &err);
     json_decref(job);
     if (s != TY_OK) {
         char msg[600];
@@ -280,6 +283,10 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
     jobs_service *r = ctx;
     const jobs_env *env = &r->env;
     job_run *w = &r->runs[place];
+    if (w->replica) {
+        deploy_replica_message(r, place, kind, ev);
+        return;
+    }
     ty_err err = {0};
     switch (kind) {
         case WPROTO_MSG_PROGRESS: {
@@ -607,6 +614,7 @@ static void retries_due(jobs_service *r)
 static void schedule(jobs_service *r)
 {
     retries_due(r);
+    deploy_tick(r);
     sched_result res;
     sched_pass(r->sched, svc_wall(), &res);
     /* The arrays belong to the scheduler until its next pass; starting a
@@ -627,6 +635,9 @@ void lifecycle_exit(void *ctx, int place, int ws, int lost)
     job_run *w = &r->runs[place];
     if (!w->used)
         return;
-    finish_worker(r, w, ws, lost);
+    if (w->replica)
+        deploy_replica_exit(r, place, ws, lost);
+    else
+        finish_worker(r, w, ws, lost);
     run_release(r, w);
 }

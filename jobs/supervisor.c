@@ -147,9 +147,10 @@ static char **worker_env(char *device_var, char *cvd_var)
     return env;
 }
 
-ty_status supervisor_spawn(supervisor *s, int place, const char *job_id,
-                           const char *dir, const char *device, const char *cvd,
-                           int has_cvd, pid_t *pid_out, ty_err *err)
+ty_status supervisor_spawn(supervisor *s, int place, const char *command,
+                           const char *job_id, const char *dir,
+                           const char *device, const char *cvd, int has_cvd,
+                           pid_t *pid_out, ty_err *err)
 {
     proc *w = &s->procs[place];
     char device_var[ENV_VAR_MAX], cvd_var[ENV_VAR_MAX];
@@ -206,7 +207,7 @@ ty_status supervisor_spawn(supervisor *s, int place, const char *job_id,
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        char *argv[] = {"trainyard", WPROTO_COMMAND, WPROTO_ARG_JOB_DIR,
+        char *argv[] = {"trainyard", (char *)command, WPROTO_ARG_JOB_DIR,
                         dir_arg, NULL};
         execve(s->self_exe, argv, env);
         _exit(WPROTO_EXIT_EXEC);

@@ -61,14 +61,17 @@ ty_status supervisor_start(supervisor *s, ty_err *err);
 /* Wakes the thread for a pass (on_tick) now. */
 void supervisor_wake(supervisor *s);
 
-/* Starts a worker in free place `place` for job_id (named in the logs)
- * and its job folder dir, with
+/* Starts `trainyard <command> --job-dir <dir>` (command: WPROTO_COMMAND
+ * for a training worker, RPROTO_COMMAND for a serving replica; a string
+ * that outlives the call) in free place `place` for job_id (named in the
+ * logs) and its job folder dir, with
  * TRAINYARD_DEVICE=device and, when has_cvd, CUDA_VISIBLE_DEVICES=cvd; its
  * stderr goes to dir/worker.log. Caller holds mu. TY_EIO or TY_ENOMEM
  * with nothing started; *pid the child's otherwise. */
-ty_status supervisor_spawn(supervisor *s, int place, const char *job_id,
-                           const char *dir, const char *device, const char *cvd,
-                           int has_cvd, pid_t *pid, ty_err *err);
+ty_status supervisor_spawn(supervisor *s, int place, const char *command,
+                           const char *job_id, const char *dir,
+                           const char *device, const char *cvd, int has_cvd,
+                           pid_t *pid, ty_err *err);
 
 /* Tells worker `place` to checkpoint and stop (SIGUSR1): now if it has
  * printed a line, else when it does (before, SIGUSR1 would kill it).

@@ -14,6 +14,7 @@
 #include "models/data/dataset.h"
 #include "serve/decode.h"
 #include "serve/encode.h"
+#include "serve/remote.h"
 #include "store/blob.h"
 
 /* ---- a model opened for one request ---- */
@@ -24,6 +25,16 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
 {
     memset(m, 0, sizeof *m);
     m->env = env;
+    snprintf(m->tenant, sizeof m->tenant, "%s", tenant_id);
+    /* A KServe name may be a deployment's: it means the model it serves. */
+    char dep_model[TY_ID_MAX];
+    if (by_name && jobs_deploy_find(env->jobs, tenant_id, ref, 1, dep_model)) {
+        m->deployed = 1;
+        m->deploy_by_name = 1;
+        snprintf(m->deploy_ref, sizeof m->deploy_ref, "%s", ref);
+        ref = dep_model;
+        by_name = 0;
+    }
     serve_table_row row;
     ty_status s = serve_table_open(env->store, env->models, env->data_dir,
                                    tenant_id, ref, by_name, &row, &m->e, err);
@@ -45,11 +56,47 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
                      ? json_object_get(meta, "classes")
                      : NULL;
     place_device_label(model_entry_device(m->e), m->device, sizeof m->device);
+    if (!m->deployed &&
+        jobs_deploy_find(env->jobs, tenant_id, m->id, 0, NULL)) {
+        m->deployed = 1;
+        snprintf(m->deploy_ref, sizeof m->deploy_ref, "%s", m->id);
+    }
+    return TY_OK;
+}
+
+int serve_model_deployed(const serve_env *env, const char *tenant_id,
+                         const char *ref, int by_name)
+{
+    return jobs_deploy_find(env->jobs, tenant_id, ref, by_name, NULL) ||
+           (by_name && jobs_deploy_find(env->jobs, tenant_id, ref, 0, NULL));
+}
+
+ty_status serve_model_admit(serve_model *m, ty_err *err)
+{
+    if (!m->deployed || m->admitted)
+        return TY_OK;
+    const char *tenant = m->tenant;
+    ty_status s =
+        jobs_deploy_admit(m->env->jobs, tenant, m->deploy_ref,
+                          m->deploy_by_name, &m->call, &m->retry_after, err);
+    if (s == TY_ENOTFOUND) {
+        /* Deleted since it was opened: this process serves it. */
+        m->deployed = 0;
+        return TY_OK;
+    }
+    if (s != TY_OK)
+        return s;
+    m->admitted = 1;
+    snprintf(m->deployment, sizeof m->deployment, "%s",
+             m->call.deployment_name);
     return TY_OK;
 }
 
 void serve_model_close(serve_model *m)
 {
+    if (m->admitted)
+        jobs_deploy_finish(m->env->jobs, &m->call, m->failed);
+    m->admitted = 0;
     /* The entry is the thread's model table's (serve/table.h). */
     m->e = NULL;
 }
@@ -57,6 +104,15 @@ void serve_model_close(serve_model *m)
 ty_status serve_model_run(serve_model *m, const float *x, uint64_t n,
                           float *out, ty_err *err)
 {
+    if (m->admitted) {
+        ty_status s = serve_remote_run(m->env->jobs, &m->call, x, n,
+                                       m->features, out, m->outputs, err);
+        if (s == TY_OK)
+            snprintf(m->device, sizeof m->device, "%s", m->call.device);
+        else
+            m->failed = 1;
+        return s;
+    }
     model_entry *e = m->e;
     const nn_net *net = model_entry_net(e);
     uint64_t f = m->features;
@@ -164,16 +220,24 @@ static void predict_reply(serve_buf *o, const serve_model *m, const float *out,
     }
     serve_buf_str(o, "],\"device\":");
     serve_buf_json_string(o, m->device);
+    serve_buf_str(o, ",\"deployment\":");
+    if (m->admitted)
+        serve_buf_json_string(o, m->deployment);
+    else
+        serve_buf_str(o, "null");
     serve_buf_str(o, "}");
 }
 
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
                         const char *model_id, const serve_predict_body *b,
-                        serve_buf *reply, ty_err *err)
+                        serve_buf *reply, double *retry_after, ty_err *err)
 {
     uint64_t n = b->count;
     run rn;
     ty_status s = run_open(&rn, env, tenant_id, model_id, err);
+    /* The limits before any work on the inputs. */
+    if (s == TY_OK && (s = serve_model_admit(&rn.m, err)) == TY_ELIMIT)
+        *retry_after = rn.m.retry_after;
     /* A body that is not JSON is answered so before a missing model. */
     if (s != TY_OK) {
         ty_err syntax = {0};

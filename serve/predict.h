@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/ty.h"
+#include "jobs/deploy.h"
 #include "serve/decode.h"
 #include "serve/encode.h"
 #include "serve/modelcache.h"
@@ -28,6 +29,7 @@ typedef struct serve_env {
     store *store;
     model_cache *models;
     const char *data_dir;
+    struct jobs_service *jobs; /* deployments (jobs/deploy.h); NULL: none */
 } serve_env;
 
 /* ---- a model opened for one request ----
@@ -48,10 +50,19 @@ typedef struct serve_model {
     const json_t *input_shape; /* per example, without the batch: [1,28,28] */
     const json_t *classes;     /* classification: the label of each output
                                   index; NULL for regression */
-    char device[16];           /* where it runs: "cpu", "cuda:0" */
+    char device[64];           /* where it runs: "cpu", "cuda:0", or the
+                                  replica's device once it has run there */
+    int deployed;              /* a deployment serves it (jobs/deploy.h) */
+    char deployment[DEPLOY_NAME_MAX]; /* its name, once admitted */
+    double retry_after;               /* after TY_ELIMIT: seconds */
     /* ---- private ---- */
     const serve_env *env;
     model_entry *e;
+    char tenant[TY_ID_MAX];
+    char deploy_ref[SERVE_NAME_MAX];
+    int deploy_by_name;
+    int admitted, failed;
+    deploy_call call;
 } serve_model;
 
 /* Opens the tenant's model named by ref: the model whose id is ref, else,
@@ -63,9 +74,23 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
                            const char *ref, int by_name, serve_model *m,
                            ty_err *err);
 
+/* Whether tenant's ref (as serve_model_open takes it) is served by a
+ * deployment: its requests then run on a replica, and may wait for one,
+ * so a handler runs them on a work thread. */
+int serve_model_deployed(const serve_env *env, const char *tenant_id,
+                         const char *ref, int by_name);
+
+/* Admits a request to run on the model's deployment (its rate and
+ * concurrency limits): TY_OK (nothing to do for a model without one);
+ * TY_ELIMIT with m->retry_after set and a sentence for the 429. A model
+ * admitted runs on a replica; one not admitted (an evaluation) runs in
+ * this process. */
+ty_status serve_model_admit(serve_model *m, ty_err *err);
+
 /* Runs n examples (x: n * features floats) through the model into out
- * (n * outputs floats), in batches of MODEL_CACHE_BATCH. TY_ENOMEM, or the
- * device's error. */
+ * (n * outputs floats): on a replica of its deployment when admitted
+ * (serve/remote.h), else here in batches of MODEL_CACHE_BATCH. TY_ENOMEM,
+ * or the device's error. */
 ty_status serve_model_run(serve_model *m, const float *x, uint64_t n,
                           float *out, ty_err *err);
 
@@ -77,12 +102,14 @@ void serve_model_close(serve_model *m);
  * model model_id, decoded from the text straight into floats
  * (serve/decode.h). The reply's JSON text is appended to *reply:
  * {"model", "outputs" (raw outputs per example), "predictions" (class
- * labels or values), "device"}, numbers as their shortest round-trip
+ * labels or values), "device", "deployment" (its name, or null when it ran
+ * in this process)}, numbers as their shortest round-trip
  * float32 decimals (serve/encode.h). Errors name the field ("inputs[3]");
- * TY_EFORMAT (HTTP 400) only when the body is not valid JSON. */
+ * TY_EFORMAT (HTTP 400) only when the body is not valid JSON; TY_ELIMIT
+ * (429) with *retry_after when the model's deployment is at its limits. */
 ty_status serve_predict(const serve_env *env, const char *tenant_id,
                         const char *model_id, const serve_predict_body *b,
-                        serve_buf *reply, ty_err *err);
+                        serve_buf *reply, double *retry_after, ty_err *err);
 
 /* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
  * classification) over dataset dataset_id. *reply: {"model", "dataset",

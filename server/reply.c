@@ -138,6 +138,10 @@ void http_reply_error(http_req *r, ty_status s, const ty_err *err)
         case TY_ENOTFOUND: reply_problem_text(r, 404, field, msg); return;
         case TY_ECONFLICT: reply_problem_text(r, 409, field, msg); return;
         case TY_ETOOBIG: reply_problem_text(r, 413, field, msg); return;
+        case TY_ELIMIT:
+            /* The caller may have said when with a Retry-After header. */
+            reply_problem_text(r, 429, field, msg);
+            return;
         case TY_ENOMEM:
             reply_problem_text(
                 r, 503, NULL,

@@ -1,0 +1,29 @@
+/*
+ * remote.h - a predict run on a deployment's replica instead of in this
+ * process: the rows go over the replica framing (jobs/rframe.h) on a
+ * connection this thread keeps to that replica, and the outputs come
+ * back. A call that fails on the connection (the replica died, or is
+ * draining) is tried once more on another replica: a predict has no side
+ * effects, so running it twice is harmless.
+ */
+#ifndef TY_SERVE_REMOTE_H
+#define TY_SERVE_REMOTE_H
+
+#include <stdint.h>
+
+#include "common/ty.h"
+#include "jobs/deploy.h"
+
+/* Seconds a request waits for a replica to become ready (a cold start
+ * from zero replicas, a replacement after a crash) before a 500. */
+#define SERVE_REMOTE_WAIT_S 120.0
+
+/* Runs n examples of f floats (x) on a replica of the deployment c was
+ * admitted to (jobs_deploy_admit), into out (n * k floats). TY_OK; the
+ * replica's error (TY_EINVAL, TY_EDEVICE, TY_ENOMEM), or TY_EDEVICE when no
+ * replica could answer. */
+ty_status serve_remote_run(struct jobs_service *js, deploy_call *c,
+                           const float *x, uint64_t n, uint64_t f, float *out,
+                           uint32_t k, ty_err *err);
+
+#endif
