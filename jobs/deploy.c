@@ -420,6 +420,15 @@ ty_status jobs_deploy_get(jobs_service *r, const char *tenant, const char *ref,
     return d ? TY_OK : not_found(ref, err);
 }
 
+static int batching_differs(const deploy_spec *a, const deploy_spec *b)
+{
+    return a->max_batch_size != b->max_batch_size ||
+           a->max_queue_delay_us != b->max_queue_delay_us ||
+           a->npreferred != b->npreferred ||
+           memcmp(a->preferred, b->preferred,
+                  (size_t)a->npreferred * sizeof a->preferred[0]);
+}
+
 ty_status jobs_deploy_patch(jobs_service *r, const char *tenant,
                             const char *ref, const json_t *body, json_t **doc,
                             ty_err *err)
@@ -455,10 +464,16 @@ ty_status jobs_deploy_patch(jobs_service *r, const char *tenant,
         return not_found(ref, err);
     }
     int64_t gen = d->generation;
-    /* Only a different model is a new generation: patching the same model
-     * (or its name resolving to the same one) rolls nothing. */
-    if (model_changed && strcmp(model_id, d->model_id))
+    /* A different model or batching is a new generation (the replicas
+     * read both when they start): it rolls. Limits, bounds, autoscaling
+     * and priority take effect in place. */
+    int new_model = model_changed && strcmp(model_id, d->model_id);
+    if (new_model || batching_differs(&next, &d->spec))
         gen++;
+    if (!new_model) {
+        snprintf(model_id, sizeof model_id, "%s", d->model_id);
+        snprintf(model_path, sizeof model_path, "%s", d->model_path);
+    }
     json_t *spec = deploy_spec_json(&next);
     json_object_set_new(
         spec, "model",
@@ -467,6 +482,7 @@ ty_status jobs_deploy_patch(jobs_service *r, const char *tenant,
     json_decref(spec);
     if (s == TY_OK) {
         if (gen != d->generation) {
+            /* replica_add takes the model of the new generation. */
             snprintf(d->model_id, sizeof d->model_id, "%s", model_id);
             snprintf(d->model_path, sizeof d->model_path, "%s", model_path);
             d->generation = gen;
