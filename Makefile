@@ -8,6 +8,8 @@
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
 #   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
 #               http.server baselines (about 15 minutes; not a test)
+#   make bench-deploy [ARGS=--quick]  serving deployments: batching gain,
+#               replica hop, autoscaling, cold start, noisy tenant (minutes)
 #   make test-unit [T=test_<module>]  build and run one unit test, or all of them
 #   make format  apply .clang-format to every C, header and CUDA file
 #   make fuzz [SECONDS=600] [TARGET=name]  run the libFuzzer targets that long
@@ -17,7 +19,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve bench-deploy format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -115,6 +117,12 @@ ARGS ?=
 bench-serve: server
 	@scripts/setup.sh bench-serve
 	bench/serve/run.py --binary $(BUILD)/trainyard $(ARGS)
+
+# Serving deployments: batching gain, the replica hop, autoscaling, cold
+# start, the noisy-tenant ratio (bench/serve/deploy.py --help).
+bench-deploy: server
+	@scripts/setup.sh bench-serve
+	bench/serve/deploy.py --binary $(BUILD)/trainyard $(ARGS)
 
 # The code's format (.clang-format) on every C, header and CUDA file.
 format:
