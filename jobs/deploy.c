@@ -124,6 +124,9 @@ struct deploy_books {
     pthread_mutex_t mu; /* dmu */
     pthread_cond_t ready;
     deployment *deps;
+    /* Deployments in the list, read without dmu: a server without any
+     * (most predicts) pays one atomic load on the request path. */
+    atomic_int count;
 };
 
 static atomic_uint_fast64_t next_serial = 1;
@@ -374,6 +377,7 @@ ty_status jobs_deploy_create(jobs_service *r, const char *tenant,
     if (s == TY_OK) {
         d->next = b->deps;
         b->deps = d;
+        atomic_fetch_add(&b->count, 1);
         *doc = dep_doc(r, d);
         log_event("info", "deployment",
                   json_pack("{s:s, s:s, s:s, s:s, s:i}", "deployment", d->id,
@@ -573,11 +577,11 @@ static deployment *route_find(deploy_books *b, const char *tenant,
 int jobs_deploy_find(jobs_service *r, const char *tenant, const char *ref,
                      int by_name, char *model_id)
 {
-    if (!r || !r->deploy)
+    if (!r || !r->deploy || !atomic_load(&r->deploy->count))
         return 0;
     deploy_books *b = r->deploy;
     pthread_mutex_lock(&b->mu);
-    deployment *d = b->deps ? route_find(b, tenant, ref, by_name) : NULL;
+    deployment *d = route_find(b, tenant, ref, by_name);
     if (d && model_id)
         snprintf(model_id, TY_ID_MAX, "%s", d->model_id);
     pthread_mutex_unlock(&b->mu);
@@ -1094,6 +1098,7 @@ void deploy_tick(jobs_service *r)
         }
         if (d->deleting && !d->reps && d->active == 0 && d->waiters == 0) {
             *dp = d->next;
+            atomic_fetch_sub(&b->count, 1);
             opm_deploy_forget(d->id);
             dep_free(d);
             continue;
@@ -1152,6 +1157,7 @@ deploy_books *deploy_books_create(jobs_service *r)
         d->last_request = now_mono();
         d->next = b->deps;
         b->deps = d;
+        atomic_fetch_add(&b->count, 1);
     }
     json_decref(rows);
     return b;
