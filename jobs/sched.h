@@ -48,7 +48,8 @@
  *      index); the victim becomes STOPPING and the serving job PENDING on
  *      its slot exactly as in step 4, and sched_result.preemptions reports
  *      both kinds alike. A slot already stopping or promised is never
- *      chosen again. A tenant at its quota cannot make room for its own
+ *      chosen again, nor a job step 0 has just started (no job is started
+ *      and stopped by one pass). A tenant at its quota cannot make room for its own
  *      replica this way: its stopping job counts until it has stopped.
  *   2. Reservations (backfill bound): each tenant's head job (its best
  *      queued training job: priority, then submit time) that has waited at

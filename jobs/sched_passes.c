@@ -133,7 +133,9 @@ static void preempt(sched *s, int v, int h)
 /* ---- step 1: serving jobs ---- */
 
 /* Class c's best victim for a serving job into class_victim[c] and
- * victim_avail: a RUNNING training job on a slot of class c. */
+ * victim_avail: a RUNNING training job on a slot of class c, not placed by
+ * this very pass (step 0): no job is both started and stopped in one
+ * result. */
 static void class_victim_find(sched *s, int c)
 {
     const class_rec *k = &s->classes[c];
@@ -141,7 +143,7 @@ static void class_victim_find(sched *s, int c)
     for (int i = 0; i < k->nslots; i++) {
         int v = s->slots[k->slots[i]].holder;
         if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING ||
-            s->jobs[v].serving)
+            s->jobs[v].serving || s->jobs[v].start_time >= s->now)
             continue;
         if (best < 0 || victim_before(s, v, best))
             best = v;
