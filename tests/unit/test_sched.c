@@ -280,6 +280,7 @@ typedef struct {
     int live, tenant, slot, state; /* external model, by handle */
     int serving;
     double started; /* RUNNING: when placed */
+    int from_queue; /* RUNNING: placed from the queue, not a pending job */
     double until;   /* RUNNING: finishes; STOPPING: stops */
     sched_request req;
 } ext_job;
@@ -303,9 +304,9 @@ static int satisfies(const sched_slot *sl, const sched_request *r)
 
 /* Whether model job e (QUEUED, serving, of a tenant holding `slices` and
  * `jobs`) is left waiting after the pass at `now` although step 1 should
- * have acted: a free slot fits it within its quotas, or (serving_preempt)
- * a training job running since before this pass holds one. Returns the
- * slot, or -1. */
+ * have acted: a slot that fits it within its quotas is free, or was free
+ * and given to a training job by this pass, or (serving_preempt) holds a
+ * training job running since before this pass. Returns the slot, or -1. */
 static int serving_missed(const ext_job *ext, const ext_job *e,
                           const sched_slot *sl, size_t ns, const int *holder,
                           const int *pending, int slices, int jobs, int64_t qs,
@@ -320,6 +321,9 @@ static int serving_missed(const ext_job *ext, const ext_job *e,
             (qs >= 0 && slices + sl[i].compute_slices > qs))
             continue;
         if (holder[i] < 0 && !pending[i])
+            return (int)i;
+        if (holder[i] >= 0 && !ext[holder[i]].serving &&
+            ext[holder[i]].started == now && ext[holder[i]].from_queue)
             return (int)i;
         if (serving_preempt && holder[i] >= 0 &&
             ext[holder[i]].state == SCHED_JOB_RUNNING &&
@@ -406,7 +410,7 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill,
                 submit_kind(s, id, t, (int)ty_rng_below(&rng, 3), now, r, srv);
             assert_true(j < MAXJ);
             assert_false(ext[j].live);
-            ext[j] = (ext_job){1, t, -1, SCHED_JOB_QUEUED, srv, 0, 0, r};
+            ext[j] = (ext_job){1, t, -1, SCHED_JOB_QUEUED, srv, 0, 0, 0, r};
         }
         /* finishes, cancels, stops */
         for (int j = 0; j < MAXJ; j++) {
@@ -475,6 +479,7 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill,
             } else {
                 assert_int_equal(e->req.kind, SCHED_REQ_NONE);
             }
+            e->from_queue = e->state == SCHED_JOB_QUEUED;
             e->slot = p->slot;
             e->state = SCHED_JOB_RUNNING;
             e->started = now;
@@ -1128,6 +1133,30 @@ static void test_serving_first(void **state)
     assert_int_equal(pass1(s, 2), 0);
     assert_int_equal(sched_slot_holder(s, 0), srv);
     assert_int_equal(state_of(s, big), SCHED_JOB_QUEUED);
+    sched_destroy(s);
+
+    /* across tenants, the best job that can still start goes first: once
+     * b1 has the 3g, a's best (a1, priority 8) cannot start, and c1
+     * (priority 5) goes before a2 (priority 1) */
+    s = sched_create(&CFG, sl, h100_mixed(sl), &err);
+    assert_non_null(s);
+    a = tenant(s, "ten_a", 1, -1, -1);
+    b = tenant(s, "ten_b", 1, -1, -1);
+    c = tenant(s, "ten_c", 1, -1, -1);
+    int b1 = submit_srv(s, "b1", b, 9, 0, req_profile("3g.40gb"));
+    int a1 = submit_srv(s, "a1", a, 8, 0, req_profile("3g.40gb"));
+    int a2 = submit_srv(s, "a2", a, 1, 0, req_any());
+    int c1 = submit_srv(s, "c1", c, 5, 0, req_any());
+    sched_pass(s, 0, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 3);
+    assert_int_equal(r.placements[0].job, b1);
+    assert_int_equal(r.placements[0].slot, 0);
+    assert_int_equal(r.placements[1].job, c1);
+    assert_int_equal(r.placements[1].slot, 2);
+    assert_int_equal(r.placements[2].job, a2);
+    assert_int_equal(r.placements[2].slot, 3);
+    assert_int_equal(state_of(s, a1), SCHED_JOB_QUEUED);
     sched_destroy(s);
 }
 
