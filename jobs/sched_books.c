@@ -100,10 +100,10 @@ static void tlist_insert(sched *s, tenant_rec *t, int j)
 {
     job_rec *J = s->jobs;
     int after = t->ttail;
-    if (t->thead >= 0 && sched_job_before(&J[j], &J[t->thead]))
+    if (t->thead >= 0 && sched_list_before(&J[j], &J[t->thead]))
         after = -1;
     else
-        while (after >= 0 && sched_job_before(&J[j], &J[after]))
+        while (after >= 0 && sched_list_before(&J[j], &J[after]))
             after = J[after].tprev;
     int next = after >= 0 ? J[after].tnext : t->thead;
     J[j].tprev = after;

@@ -76,7 +76,7 @@ static ty_status check_tenant(const sched *s, int t, const int *c,
         const job_rec *J = &s->jobs[j];
         CHECK(J->state == SCHED_JOB_QUEUED || J->state == SCHED_JOB_PENDING,
               "job %s in %s's queue is not queued", J->id, n->id);
-        CHECK(J->tnext < 0 || !sched_job_before(&s->jobs[J->tnext], J),
+        CHECK(J->tnext < 0 || !sched_list_before(&s->jobs[J->tnext], J),
               "queue of %s unsorted", n->id);
         tl++;
     }

@@ -61,12 +61,12 @@ typedef struct {
 
 typedef struct {
     int in_use;
+    int serving; /* 1: a serving replica (here, in padding) */
     char id[TY_ID_MAX];
     int tenant;
     int priority;
     double submit_time;
     uint64_t seq;
-    int serving; /* 1: a serving replica */
     sched_request req;
     int lane;
     uint64_t mask;  /* satisfying classes; 0 for CPU jobs */
@@ -163,17 +163,23 @@ static inline int sched_bad_job(const sched *s, int j)
     return j < 0 || j >= s->job_cap || !s->jobs[j].in_use;
 }
 
-/* a runs before b within a tenant (a serving job before any training job;
- * a lane holds one kind) */
+/* a runs before b within a lane, or among one tenant's jobs of one kind */
 static inline int sched_job_before(const job_rec *a, const job_rec *b)
 {
-    if (a->serving != b->serving)
-        return a->serving;
     if (a->priority != b->priority)
         return a->priority > b->priority;
     if (a->submit_time != b->submit_time)
         return a->submit_time < b->submit_time;
     return a->seq < b->seq;
+}
+
+/* a comes before b in its tenant's list: serving jobs first, then as
+ * sched_job_before (a lane holds one kind, so lanes need only that) */
+static inline int sched_list_before(const job_rec *a, const job_rec *b)
+{
+    if (a->serving != b->serving)
+        return a->serving;
+    return sched_job_before(a, b);
 }
 
 /* Classes whose slices fit tenant t's remaining slice quota. */
