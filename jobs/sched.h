@@ -49,8 +49,9 @@
  *      its slot exactly as in step 4, and sched_result.preemptions reports
  *      both kinds alike. A slot already stopping or promised is never
  *      chosen again, nor a job step 0 has just started (no job is started
- *      and stopped by one pass). A tenant at its quota cannot make room for its own
- *      replica this way: its stopping job counts until it has stopped.
+ *      and stopped by one pass). A tenant at its quota cannot make room
+ *      for its own replica this way: its stopping job counts until it has
+ *      stopped.
  *   2. Reservations (backfill bound): each tenant's head job (its best
  *      queued training job: priority, then submit time) that has waited at
  *      the head for cfg.backfill_wait seconds, not held back by its own
@@ -65,12 +66,13 @@
  *   3. Fair share: tenants with queued training jobs in order of their
  *      average compute slices held over the last cfg.fair_window seconds
  *      plus an eighth of those held now, divided by weight (then running
- *      jobs / weight, then the older head job); the history is what makes shares converge to the weights when
- *      whole slots cannot (weights 1,1,2 on 7 slots: 2,2,3 now, 1/4,1/4,1/2
- *      over time); the first tenant places its best job that fits a free slot
- *      that is not held back and its quotas (within a tenant: priority, then
- *      submit time, then submission order), and goes back in the order with
- *      its new usage. Smaller jobs behind a head that cannot fit run
+ *      jobs / weight, then the older head job); the history is what makes
+ *      shares converge to the weights when whole slots cannot (weights
+ *      1,1,2 on 7 slots: 2,2,3 now, 1/4,1/4,1/2 over time); the first
+ *      tenant places its best training job that fits a free slot that is
+ *      not held back and its quotas (within a tenant: priority, then submit
+ *      time, then submission order), and goes back in the order with its
+ *      new usage. Smaller jobs behind a head that cannot fit run
  *      (backfill), within the bound of step 2. Best-fit: the smallest free
  *      slot satisfying the request - fewest compute slices, then least
  *      memory, then the slot's class (profile) first seen in the inventory,
@@ -82,9 +84,9 @@
  *      head GPU training job has been queued cfg.preempt_wait seconds and
  *      could not be placed, may stop one running training job of another
  *      tenant that is above its share and stays at or above it without
- *      that job, on a slot that
- *      satisfies the head job (so freeing it makes the job fit, and one
- *      victim is always enough: never more than needed). Victims: lowest
+ *      that job, on a slot that satisfies the head job (so freeing it makes
+ *      the job fit, and one victim is always enough: never more than
+ *      needed). Victims: lowest
  *      priority first, then most recently started, then the smaller slot,
  *      then lower index. The victim becomes STOPPING (it still holds its
  *      slot: the runner makes it checkpoint and exit, then calls
@@ -106,10 +108,10 @@
  * tenants with queued serving jobs by a heap keyed by their best placeable
  * head; its victims are kept as the best one per slot class (found in O(S)
  * once, and again for one class after each serving preemption), and with
- * no serving job queued step 1 costs nothing. Free slots are counted per class and a free-class bitmask makes
- * best-fit one bit scan. Submission inserts from the tail of the lane
- * (O(1) for the usual newest-last order; a requeued or high-priority job
- * walks its lane).
+ * no serving job queued step 1 costs nothing. Free slots are counted per
+ * class and a free-class bitmask makes best-fit one bit scan. Submission
+ * inserts from the tail of the lane (O(1) for the usual newest-last order;
+ * a requeued or high-priority job walks its lane).
  *
  * Positions and reasons for every queued job are NOT computed by the pass:
  * sched_queue_report computes them on request, O(N log T) for N queued

@@ -6,8 +6,8 @@
  *
  * The one place that changes those books: the rest of the scheduler moves
  * a job through sched_enqueue, sched_lane_leave, sched_dequeue,
- * sched_release and sched_run_on so that the invariants sched_check verifies (see
- * sched_internal.h) hold after every call.
+ * sched_release and sched_run_on so that the invariants sched_check
+ * verifies (see sched_internal.h) hold after every call.
  */
 #include "jobs/sched_internal.h"
 

@@ -37,7 +37,7 @@ static int next_queued(const sched *s, int k, int serving, size_t *tpos)
     return -1;
 }
 
-/* Why QUEUED serving job j waits (its tenant below max_running_jobs): step
+/* Why QUEUED serving job J waits (its tenant below max_running_jobs): step
  * 1 places it before any training job, so only its slice quota and the
  * slots' state count, never fair share or a reservation. */
 static void serving_reason(const sched *s, const job_rec *J,
