@@ -6,10 +6,14 @@
  * two split 3g + 2g + 1g + 1g, one split 4g + 3g and one with MIG off.
  * Requests mix any, profiles and minimum sizes; priorities 0..3. Between
  * passes 1..8 running jobs finish and as many new jobs arrive, so each pass
- * places jobs (and, with preemption on, may preempt). Prints the median and
- * p99 time per pass, placements per second of pass time, and the time of a
- * full report (positions and reasons of all 10,000 queued jobs), beside the
- * 1 ms target. Not a test: `make bench-sched` or build/bench_sched.
+ * places jobs (and, with preemption on, may preempt). A third run mixes in
+ * serving replicas (1 job in 200, so some 50 queued at any time) with
+ * serving_preempt on: they go first and stop training jobs for their slots.
+ * Prints the median and p99 time per pass, placements per second of pass
+ * time, and the time of a full report (positions and reasons of all 10,000
+ * queued jobs), beside the 1 ms target. The first two runs' workload is
+ * the same with or without serving support, so their figures compare
+ * across versions. Not a test: `make bench-sched` or build/bench_sched.
  *
  *   bench_sched [passes]     default 20000
  */
@@ -79,13 +83,15 @@ static sched_request random_request(ty_rng *r)
     return q;
 }
 
-static int run(int passes, int preempt)
+/* serving: 1 makes 1 job in 200 a serving replica, serving_preempt on */
+static int run(int passes, int preempt, int serving)
 {
     sched_slot sl[64];
     size_t ns = inventory(sl);
     sched_config cfg = {.backfill_wait = 600,
                         .preempt = preempt,
                         .preempt_wait = 30,
+                        .serving_preempt = serving,
                         .max_cpu_jobs = 4,
                         .fair_window = 300};
     ty_err err = {0};
@@ -95,7 +101,7 @@ static int run(int passes, int preempt)
         return 1;
     }
     ty_rng rng;
-    ty_rng_seed(&rng, 7, (uint64_t)preempt);
+    ty_rng_seed(&rng, 7, (uint64_t)preempt + 2 * (uint64_t)serving);
     for (int t = 0; t < TENANTS; t++) {
         char id[16];
         snprintf(id, sizeof id, "ten_%02d", t);
@@ -114,7 +120,7 @@ static int run(int passes, int preempt)
 
     int nrunning = 0;
     sched_result r;
-    long placed = 0, preempted = 0;
+    long placed = 0, preempted = 0, srv_preempted = 0;
     double total = 0;
     for (int p = -1; p < passes; p++) {
         /* top the queue up to 10,000 */
@@ -128,6 +134,9 @@ static int run(int passes, int preempt)
                                 .request = random_request(&rng)};
             if (ty_rng_below(&rng, 50) == 0)
                 d.request.kind = SCHED_REQ_NONE;
+            /* drawn only here, so the other runs' jobs stay as they were */
+            if (serving)
+                d.serving = ty_rng_below(&rng, 200) == 0;
             if (sched_job_submit(s, &d, NULL, &err) != TY_OK) {
                 fprintf(stderr, "submit: %s\n", err.msg);
                 return 1;
@@ -141,6 +150,12 @@ static int run(int passes, int preempt)
             total += dt;
             placed += (long)r.n_placements;
             preempted += (long)r.n_preemptions;
+            for (size_t i = 0; i < r.n_preemptions; i++) {
+                sched_job_info in;
+                if (sched_job_get(s, r.preemptions[i].job, &in) == TY_OK &&
+                    in.serving)
+                    srv_preempted++;
+            }
         }
         for (size_t i = 0; i < r.n_placements; i++)
             running[nrunning++] = r.placements[i].job;
@@ -177,16 +192,20 @@ static int run(int passes, int preempt)
         n = sched_queue_report(s, report, QUEUED + 1024);
     rt = (now_s() - rt) / reps;
 
-    printf(
-        "preemption %s: %d passes over %zu queued jobs, %d tenants, %zu slots "
-        "(8 GPUs x 7 slices)\n",
-        preempt ? "on " : "off", passes, sched_queued_count(s), TENANTS, ns);
+    printf("preemption %s%s: %d passes over %zu queued jobs, %d tenants, %zu "
+           "slots (8 GPUs x 7 slices)\n",
+           preempt ? "on " : "off",
+           serving ? ", serving replicas (1 in 200, serving_preempt on)" : "",
+           passes, sched_queued_count(s), TENANTS, ns);
     printf(
         "  pass time     median %8.2f us   p99 %8.2f us   (target < 1000 us)\n",
         med * 1e6, p99 * 1e6);
     printf("  placements    %.2f per pass, %.0f per second of pass time; "
-           "%ld preemptions\n",
+           "%ld preemptions",
            (double)placed / passes, placed / total, preempted);
+    if (serving)
+        printf(" (%ld for replicas)", srv_preempted);
+    printf("\n");
     printf("  full report   %8.2f us for %zu jobs' positions and reasons "
            "(on request, not per pass)\n",
            rt * 1e6, n);
@@ -202,5 +221,5 @@ int main(int argc, char **argv)
     int passes = argc > 1 ? atoi(argv[1]) : 20000;
     if (passes < 100)
         passes = 100;
-    return run(passes, 0) || run(passes, 1);
+    return run(passes, 0, 0) || run(passes, 1, 0) || run(passes, 1, 1);
 }

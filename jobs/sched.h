@@ -21,42 +21,72 @@
  *           (a whole GPU holds its 7), max_running_jobs counts jobs holding
  *           or about to hold resources (running, stopping after preemption,
  *           or waiting for a preempted job's slot).
- *   job     tenant, priority (higher first), submit time and a request.
+ *   job     tenant, priority (higher first), submit time, a request and
+ *           a kind: training (the default) or serving, a replica of a
+ *           serving deployment - a long-lived process that holds its slot
+ *           (or, request "none", its place on the CPU) while it lives.
+ *           Serving outranks training (step 1); a serving job is never
+ *           preempted.
  *
  * Policy, one pass at time `now`
  *   0. A job a preemption made room for takes its slot once the preempted
  *      job has stopped (sched_job_requeue or sched_job_remove).
- *   1. Reservations (backfill bound): each tenant's head job (its best
- *      queued job: priority, then submit time) that has waited at the head
- *      for cfg.backfill_wait seconds, not held back by its own quota, goes
- *      first, oldest wait first; if nothing satisfying it is free, every
- *      slot size (class) that would satisfy it is held back from all later
- *      jobs ("reserved for job X"), and since it stays first in every pass
- *      it starts on the first such slot that frees: smaller jobs cannot
- *      keep it waiting past the bound. An overdue head jumps the fair-share
- *      order, so backfill_wait should be well above the wait fair share
- *      alone causes (minutes, not seconds).
- *   2. Fair share: tenants with queued jobs in order of their average
- *      compute slices held over the last cfg.fair_window seconds plus an
- *      eighth of those held now, divided by weight (then running jobs / weight, then the older head
- *      job); the history is what makes shares converge to the weights when
- *      whole slots cannot (weights 1,1,2 on 7 slots: 2,2,3 now, 1/4,1/4,1/2
- *      over time); the first tenant places its best job that fits a free slot
- *      that is not held back and its quotas (within a tenant: priority, then
- *      submit time, then submission order), and goes back in the order with
- *      its new usage. Smaller jobs behind a head that cannot fit run
- *      (backfill), within the bound of step 1. Best-fit: the smallest free
+ *   1. Serving: queued serving jobs go before every training job, whatever
+ *      its tenant, priority or fair share, and before step 2's
+ *      reservations (which so never hold a slot back from them). Order:
+ *      priority, then submit time, then submission order, across all
+ *      tenants (fair share plays no part among replicas). Each takes its
+ *      best-fit free slot (as in step 3) within its tenant's quotas: a
+ *      replica counts in max_gpu_slices and max_running_jobs like any job;
+ *      a CPU replica (request "none") is not bounded by cfg.max_cpu_jobs,
+ *      which is for training on the CPU. With cfg.serving_preempt on, a
+ *      serving job that no free slot satisfies, and that its tenant's
+ *      quotas let hold one more slot, stops one RUNNING training job (of
+ *      any tenant, its own included) on a slot that satisfies it, at once:
+ *      no preempt_wait, no fair-share test. Victims are ordered as in step
+ *      4 (lowest priority, most recently started, smaller slot, lower
+ *      index); the victim becomes STOPPING and the serving job PENDING on
+ *      its slot exactly as in step 4, and sched_result.preemptions reports
+ *      both kinds alike. A slot already stopping or promised is never
+ *      chosen again, nor a job step 0 has just started (no job is started
+ *      and stopped by one pass). A tenant at its quota cannot make room
+ *      for its own replica this way: its stopping job counts until it has
+ *      stopped.
+ *   2. Reservations (backfill bound): each tenant's head job (its best
+ *      queued training job: priority, then submit time) that has waited at
+ *      the head for cfg.backfill_wait seconds, not held back by its own
+ *      quota, goes first, oldest wait first; if nothing satisfying it is
+ *      free, every slot size (class) that would satisfy it is held back
+ *      from all later training jobs ("reserved for job X"), and since it
+ *      stays first in every pass it starts on the first such slot that
+ *      frees (unless a serving job takes it): smaller jobs cannot keep it
+ *      waiting past the bound. An overdue head jumps the fair-share order,
+ *      so backfill_wait should be well above the wait fair share alone
+ *      causes (minutes, not seconds).
+ *   3. Fair share: tenants with queued training jobs in order of their
+ *      average compute slices held over the last cfg.fair_window seconds
+ *      plus an eighth of those held now, divided by weight (then running
+ *      jobs / weight, then the older head job); the history is what makes
+ *      shares converge to the weights when whole slots cannot (weights
+ *      1,1,2 on 7 slots: 2,2,3 now, 1/4,1/4,1/2 over time); the first
+ *      tenant places its best training job that fits a free slot that is
+ *      not held back and its quotas (within a tenant: priority, then submit
+ *      time, then submission order), and goes back in the order with its
+ *      new usage. Smaller jobs behind a head that cannot fit run
+ *      (backfill), within the bound of step 2. Best-fit: the smallest free
  *      slot satisfying the request - fewest compute slices, then least
  *      memory, then the slot's class (profile) first seen in the inventory,
- *      then lowest index.
- *   3. Preemption (cfg.preempt): a tenant whose slices plus the victim's
+ *      then lowest index. A tenant's serving replicas count in its slices
+ *      here like any job: they use up its share of training.
+ *   4. Preemption (cfg.preempt): a tenant whose slices plus the victim's
  *      slot stay within its weighted share (total slices x weight / sum of
  *      weights of tenants with GPU jobs queued or holding slices), whose
- *      head GPU job has been queued cfg.preempt_wait seconds and could not
- *      be placed, may stop one running job of another tenant that is above
- *      its share and stays at or above it without that job, on a slot that
- *      satisfies the head job (so freeing it makes the job fit, and one
- *      victim is always enough: never more than needed). Victims: lowest
+ *      head GPU training job has been queued cfg.preempt_wait seconds and
+ *      could not be placed, may stop one running training job of another
+ *      tenant that is above its share and stays at or above it without
+ *      that job, on a slot that satisfies the head job (so freeing it makes
+ *      the job fit, and one victim is always enough: never more than
+ *      needed). Victims: lowest
  *      priority first, then most recently started, then the smaller slot,
  *      then lower index. The victim becomes STOPPING (it still holds its
  *      slot: the runner makes it checkpoint and exit, then calls
@@ -72,11 +102,16 @@
  * per-tenant lanes, one per distinct request (its set of satisfying slot
  * classes), each kept sorted on insert; a pass looks only at lane heads:
  * O(T * L + P * (L + log T) + S) for T tenants with queued jobs, L lanes
- * per tenant, P placements and S slots, independent of the number of queued
- * jobs. Free slots are counted per class and a free-class bitmask makes
- * best-fit one bit scan. Submission inserts from the tail of the lane
- * (O(1) for the usual newest-last order; a requeued or high-priority job
- * walks its lane).
+ * per tenant, P placements and preemptions and S slots, independent of the
+ * number of queued jobs. A tenant's serving jobs have lanes of their own
+ * (the same lists), so step 1 too looks only at lane heads, walking the
+ * tenants with queued serving jobs by a heap keyed by their best placeable
+ * head; its victims are kept as the best one per slot class (found in O(S)
+ * once, and again for one class after each serving preemption), and with
+ * no serving job queued step 1 costs nothing. Free slots are counted per
+ * class and a free-class bitmask makes best-fit one bit scan. Submission
+ * inserts from the tail of the lane (O(1) for the usual newest-last order;
+ * a requeued or high-priority job walks its lane).
  *
  * Positions and reasons for every queued job are NOT computed by the pass:
  * sched_queue_report computes them on request, O(N log T) for N queued
@@ -129,9 +164,14 @@ typedef struct {
      * sizes it needs and backfill stops using them (>= 0; 0 reserves at
      * once, i.e. no backfill onto slots a head job could use). */
     double backfill_wait;
-    int preempt;         /* 1: step 3 runs; 0: never preempt */
+    int preempt;         /* 1: step 4 runs; 0: never preempt for fair share */
     double preempt_wait; /* seconds queued before a job may preempt */
-    int max_cpu_jobs;    /* CPU jobs at once; SCHED_UNLIMITED (<0) */
+    /* 1: a serving job no free slot satisfies stops a running training job
+     * (step 1), at once; 0: it waits for a slot to free. The server turns
+     * it on by default. */
+    int serving_preempt;
+    int max_cpu_jobs; /* CPU training jobs at once; SCHED_UNLIMITED (<0).
+                         CPU serving jobs are not counted. */
     /* Seconds of history fair share remembers (>= 0): a tenant's standing
      * is its average compute slices held over about this long (plus a
      * little for what it holds now), per unit of weight. 0: only what it
@@ -153,6 +193,7 @@ typedef struct {
     int priority;       /* higher runs first within the tenant */
     double submit_time; /* seconds, the caller's clock */
     sched_request request;
+    int serving; /* 1: a serving replica (step 1); 0: training */
 } sched_job_desc;
 
 /* A job as the scheduler sees it (read-only view). */
@@ -169,6 +210,7 @@ typedef struct {
     double head_since; /* QUEUED: since when it has been its
                                  tenant's head job; < 0 not the head */
     int preempted_for; /* STOPPING: the job it makes room for */
+    int serving;       /* 1: a serving replica; 0: training */
 } sched_job_info;
 
 typedef struct {
@@ -212,11 +254,13 @@ typedef enum {
 typedef struct {
     int job;
     size_t position;        /* 1-based estimated start order over all
-                                  queued jobs (pending jobs first, then the
+                                  queued jobs (pending jobs first, then
+                                  serving jobs in step 1's order, then the
                                   fair-share interleaving of the tenants'
-                                  queues, each job counted at its smallest
-                                  fitting slot) */
-    size_t tenant_position; /* 1-based within its tenant's queue */
+                                  training queues, each job counted at its
+                                  smallest fitting slot) */
+    size_t tenant_position; /* 1-based within its tenant's queue (its
+                                  serving jobs first) */
     sched_wait_reason reason;
     sched_quota quota; /* SCHED_WAIT_QUOTA: which */
     int other_job;     /* RESERVED, PREEMPTING: that job; else -1 */
@@ -309,7 +353,9 @@ void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
                          size_t n);
 
 /* Checks every invariant the scheduler keeps (no slot held twice, holder
- * and job agree, usage counters match, quotas respected, queues sorted):
+ * and job agree, usage counters match, quotas respected, queues sorted, no
+ * serving job stopping, a pending job's slot held only by the job stopping
+ * for it, and by a training job when the pending job serves):
  * TY_OK or TY_EINTERNAL saying which. O(jobs + slots); for tests. */
 ty_status sched_check(const sched *s, ty_err *err);
 

@@ -5,9 +5,9 @@
  * jobs, queued), with the fair-share split those counters feed.
  *
  * The one place that changes those books: the rest of the scheduler moves
- * a job through sched_enqueue, sched_dequeue, sched_release and
- * sched_run_on so that the invariants sched_check verifies (see
- * sched_internal.h) hold after every call.
+ * a job through sched_enqueue, sched_lane_leave, sched_dequeue,
+ * sched_release and sched_run_on so that the invariants sched_check
+ * verifies (see sched_internal.h) hold after every call.
  */
 #include "jobs/sched_internal.h"
 
@@ -50,10 +50,16 @@ static void slot_unreserve(sched *s, int i)
 
 /* ---- lanes and tenant lists ---- */
 
+/* Job J's lane in tenant t: its training or its serving lanes. */
+static lane_rec *lane_of(tenant_rec *t, const job_rec *J)
+{
+    return J->serving ? &t->slanes[J->lane] : &t->lanes[J->lane];
+}
+
 static void lane_insert(sched *s, tenant_rec *t, int j)
 {
     job_rec *J = s->jobs;
-    lane_rec *l = &t->lanes[J[j].lane];
+    lane_rec *l = lane_of(t, &J[j]);
     int after = l->tail;
     if (l->head >= 0 && sched_job_before(&J[j], &J[l->head]))
         after = -1;
@@ -74,10 +80,10 @@ static void lane_insert(sched *s, tenant_rec *t, int j)
     l->count++;
 }
 
-void sched_lane_unlink(sched *s, tenant_rec *t, int j)
+static void lane_unlink(sched *s, tenant_rec *t, int j)
 {
     job_rec *J = s->jobs;
-    lane_rec *l = &t->lanes[J[j].lane];
+    lane_rec *l = lane_of(t, &J[j]);
     if (J[j].lprev >= 0)
         J[J[j].lprev].lnext = J[j].lnext;
     else
@@ -94,10 +100,10 @@ static void tlist_insert(sched *s, tenant_rec *t, int j)
 {
     job_rec *J = s->jobs;
     int after = t->ttail;
-    if (t->thead >= 0 && sched_job_before(&J[j], &J[t->thead]))
+    if (t->thead >= 0 && sched_list_before(&J[j], &J[t->thead]))
         after = -1;
     else
-        while (after >= 0 && sched_job_before(&J[j], &J[after]))
+        while (after >= 0 && sched_list_before(&J[j], &J[after]))
             after = J[after].tprev;
     int next = after >= 0 ? J[after].tnext : t->thead;
     J[j].tprev = after;
@@ -136,10 +142,32 @@ void sched_enqueue(sched *s, int j)
     J->preempted_for = -1;
     lane_insert(s, t, j);
     tlist_insert(s, t, j);
-    t->queued++;
-    if (J->mask)
-        t->queued_gpu++;
+    if (J->serving) {
+        t->queued_srv++;
+        s->queued_srv++;
+    } else {
+        t->queued++;
+        if (J->mask)
+            t->queued_gpu++;
+    }
     s->queued++;
+}
+
+void sched_lane_leave(sched *s, int j)
+{
+    job_rec *J = &s->jobs[j];
+    tenant_rec *t = &s->tenants[J->tenant];
+    lane_unlink(s, t, j);
+    if (J->serving) {
+        t->queued_srv--;
+        s->queued_srv--;
+    } else {
+        t->queued--;
+        if (J->mask)
+            t->queued_gpu--;
+    }
+    if (t->head_job == j)
+        t->head_job = -1;
 }
 
 /* Clears reservations (backfill holds) naming job j. */
@@ -157,7 +185,8 @@ void sched_drop_holds(sched *s, int j)
 /* ---- tenant counters and shares ---- */
 
 /* Fills each tenant's share of slices: weighted among tenants with GPU work
- * (queued GPU jobs, or slices held for running or pending jobs). */
+ * (queued GPU training jobs, or slices held for running or pending jobs of
+ * either kind). */
 void sched_compute_shares(sched *s)
 {
     double w = 0;
@@ -179,14 +208,8 @@ void sched_dequeue(sched *s, int j)
 {
     job_rec *J = &s->jobs[j];
     tenant_rec *t = &s->tenants[J->tenant];
-    if (J->state == SCHED_JOB_QUEUED) {
-        sched_lane_unlink(s, t, j);
-        t->queued--;
-        if (J->mask)
-            t->queued_gpu--;
-        if (t->head_job == j)
-            t->head_job = -1;
-    }
+    if (J->state == SCHED_JOB_QUEUED)
+        sched_lane_leave(s, j);
     tlist_unlink(s, t, j);
     s->queued--;
     sched_drop_holds(s, j);
@@ -210,7 +233,7 @@ void sched_release(sched *s, int j)
         case SCHED_JOB_STOPPING:
             if (J->slot >= 0)
                 slot_release(s, J->slot);
-            else
+            else if (!J->serving)
                 s->cpu_running--;
             t->slices -= cs;
             if (J->state == SCHED_JOB_RUNNING)
@@ -235,7 +258,7 @@ void sched_run_on(sched *s, int j, int slot, double now)
     }
     if (slot >= 0)
         slot_take(s, slot, j);
-    else
+    else if (!J->serving)
         s->cpu_running++;
     J->state = SCHED_JOB_RUNNING;
     J->slot = slot;

@@ -106,6 +106,23 @@ oom:
     return ty_fail(err, TY_ENOMEM, NULL, "out of memory growing the job table");
 }
 
+/* Makes *lanes (a tenant's training or serving lanes, *n of them) hold lane
+ * `lane`: grown to the mask table's capacity, new lanes empty. */
+static ty_status grow_lanes(const sched *s, lane_rec **lanes, int *n, int lane,
+                            ty_err *err)
+{
+    if (*n > lane)
+        return TY_OK;
+    lane_rec *nl = realloc(*lanes, (size_t)s->mask_cap * sizeof *nl);
+    if (!nl)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    for (int l = *n; l < s->mask_cap; l++)
+        nl[l] = (lane_rec){-1, -1, 0};
+    *lanes = nl;
+    *n = s->mask_cap;
+    return TY_OK;
+}
+
 static ty_status grow_tenants(sched *s, ty_err *err)
 {
     int cap = s->tenant_cap ? s->tenant_cap * 2 : 16;
@@ -121,10 +138,6 @@ static ty_status grow_tenants(sched *s, ty_err *err)
     if (!no)
         goto oom;
     s->order = no;
-    sched_preemption *np = realloc(s->preemptions, (size_t)cap * sizeof *np);
-    if (!np)
-        goto oom;
-    s->preemptions = np;
     s->tenant_cap = cap;
     return TY_OK;
 oom:
@@ -164,7 +177,9 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
     s->nslots = (int)n_slots;
     s->slots = calloc(n_slots ? n_slots : 1, sizeof *s->slots);
     s->victims = calloc(n_slots ? n_slots : 1, sizeof *s->victims);
-    if (!s->slots || !s->victims)
+    /* every preemption has a victim on a slot of its own */
+    s->preemptions = calloc(n_slots ? n_slots : 1, sizeof *s->preemptions);
+    if (!s->slots || !s->victims || !s->preemptions)
         goto oom;
     for (int c = 0; c < SCHED_MAX_CLASSES; c++)
         s->class_holder[c] = -1;
@@ -274,8 +289,10 @@ void sched_destroy(sched *s)
         return;
     for (int c = 0; c < s->nclasses; c++)
         free(s->classes[c].slots);
-    for (int t = 0; t < s->ntenants; t++)
+    for (int t = 0; t < s->ntenants; t++) {
         free(s->tenants[t].lanes);
+        free(s->tenants[t].slanes);
+    }
     free(s->slots);
     free(s->victims);
     free(s->fit_upto);
@@ -480,15 +497,9 @@ ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
     if (lane < 0)
         return TY_ENOMEM;
     tenant_rec *t = &s->tenants[d->tenant];
-    if (t->nlanes <= lane) {
-        lane_rec *nl = realloc(t->lanes, (size_t)s->mask_cap * sizeof *nl);
-        if (!nl)
-            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-        for (int l = t->nlanes; l < s->mask_cap; l++)
-            nl[l] = (lane_rec){-1, -1, 0};
-        t->lanes = nl;
-        t->nlanes = s->mask_cap;
-    }
+    if (grow_lanes(s, d->serving ? &t->slanes : &t->lanes,
+                   d->serving ? &t->nslanes : &t->nlanes, lane, err) != TY_OK)
+        return TY_ENOMEM;
     if (s->free_head < 0 && grow_jobs(s, err) != TY_OK)
         return TY_ENOMEM;
 
@@ -502,6 +513,7 @@ ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
     J->priority = d->priority;
     J->submit_time = d->submit_time;
     J->seq = s->next_seq++;
+    J->serving = d->serving ? 1 : 0;
     J->req = d->request;
     J->req.profile[SCHED_PROFILE_MAX - 1] = 0;
     J->lane = lane;
@@ -593,6 +605,7 @@ ty_status sched_job_get(const sched *s, int j, sched_job_info *out)
     out->start_time = J->start_time;
     out->head_since = J->state == SCHED_JOB_QUEUED ? J->head_since : -1;
     out->preempted_for = J->preempted_for;
+    out->serving = J->serving;
     return TY_OK;
 }
 

@@ -11,14 +11,20 @@
  *   - classes: slots with the same (compute slices, memory, MIG, profile),
  *     numbered in best-fit order, so a request's satisfying classes are a
  *     bitmask and best-fit is the lowest set bit of (mask & avail & ...).
- *   - lanes: a tenant's QUEUED jobs with the same class mask (the same
- *     request, in effect), a doubly linked list sorted by (priority desc,
- *     submit time, submission order); lane 0 holds CPU jobs (mask 0). Every
- *     QUEUED or PENDING job is also in its tenant's list, in the same order,
- *     which the report walks.
+ *   - lanes: a tenant's QUEUED jobs of one kind with the same class mask
+ *     (the same request, in effect), a doubly linked list sorted by
+ *     (priority desc, submit time, submission order); lane l has mask
+ *     masks[l], lane 0 holds CPU jobs (mask 0). Training jobs are in the
+ *     tenant's `lanes`, serving jobs in its `slanes` (same indices). Every
+ *     QUEUED or PENDING job is also in its tenant's list, in job order
+ *     (serving jobs first), which the report walks.
  *   - tenant counters: slices (held by its RUNNING, STOPPING and PENDING
  *     jobs: quota), slices_share (RUNNING and PENDING: fair share), jobs
- *     (RUNNING, STOPPING, PENDING: quota), queued and queued_gpu (QUEUED).
+ *     (RUNNING, STOPPING, PENDING: quota), queued and queued_gpu (QUEUED
+ *     training jobs), queued_srv (QUEUED serving jobs; s->queued_srv sums
+ *     them). cpu_running counts RUNNING and STOPPING CPU training jobs.
+ *   - serving: no serving job is STOPPING; a PENDING job's slot is held by
+ *     nobody or by the STOPPING job preempted for it, a training job.
  * Jobs live in a pool addressed by handle (index), with a free list and a
  * hash from id to handle; links are handles, so the pool may move.
  */
@@ -55,6 +61,7 @@ typedef struct {
 
 typedef struct {
     int in_use;
+    int serving; /* 1: a serving replica (here, in padding) */
     char id[TY_ID_MAX];
     int tenant;
     int priority;
@@ -83,9 +90,12 @@ typedef struct {
     double weight;
     int64_t max_slices, max_jobs;
     int slices, slices_share, jobs;
-    int queued, queued_gpu;
-    lane_rec *lanes;
+    int queued, queued_gpu; /* training */
+    int queued_srv;         /* serving */
+    lane_rec *lanes;        /* training, by mask index */
     int nlanes;
+    lane_rec *slanes; /* serving, by mask index; NULL until one is queued */
+    int nslanes;
     int thead, ttail;
     int head_job;
     double share;  /* from the last pass (or report) */
@@ -121,15 +131,16 @@ struct sched {
     int *buckets;
     size_t nbuckets;
     uint64_t next_seq;
-    size_t queued; /* QUEUED + PENDING */
-    int cpu_running;
+    size_t queued;   /* QUEUED + PENDING, both kinds */
+    int queued_srv;  /* QUEUED serving jobs */
+    int cpu_running; /* CPU training jobs */
     double last_now; /* the last pass's time; NAN before the first */
     double now;      /* the current pass's time */
 
     /* pass results and scratch, sized as jobs and tenants are added */
     sched_placement *placements;
     size_t nplacements;
-    sched_preemption *preemptions;
+    sched_preemption *preemptions; /* n_slots: one victim per slot */
     size_t npreemptions;
     int *heap;
     int nheap;
@@ -137,6 +148,10 @@ struct sched {
     int *victims;
     uint64_t held;
     int class_holder[SCHED_MAX_CLASSES];
+    /* step 1's victims: per class, the best RUNNING training job to stop
+     * for a serving job (-1 none); victim_avail has bit c iff one */
+    int class_victim[SCHED_MAX_CLASSES];
+    uint64_t victim_avail;
 };
 
 /* ---- small helpers (inline: they sit in every pass's inner loops) ---- */
@@ -148,7 +163,7 @@ static inline int sched_bad_job(const sched *s, int j)
     return j < 0 || j >= s->job_cap || !s->jobs[j].in_use;
 }
 
-/* a runs before b within a tenant */
+/* a runs before b within a lane, or among one tenant's jobs of one kind */
 static inline int sched_job_before(const job_rec *a, const job_rec *b)
 {
     if (a->priority != b->priority)
@@ -156,6 +171,15 @@ static inline int sched_job_before(const job_rec *a, const job_rec *b)
     if (a->submit_time != b->submit_time)
         return a->submit_time < b->submit_time;
     return a->seq < b->seq;
+}
+
+/* a comes before b in its tenant's list: serving jobs first, then as
+ * sched_job_before (a lane holds one kind, so lanes need only that) */
+static inline int sched_list_before(const job_rec *a, const job_rec *b)
+{
+    if (a->serving != b->serving)
+        return a->serving;
+    return sched_job_before(a, b);
 }
 
 /* Classes whose slices fit tenant t's remaining slice quota. */
@@ -188,7 +212,8 @@ static inline int sched_class_first_free(const sched *s, int c)
     return -1;
 }
 
-/* The tenant's best QUEUED job (GPU jobs only when gpu_only), or -1. */
+/* The tenant's best QUEUED training job (GPU jobs only when gpu_only), or
+ * -1. */
 static inline int sched_tenant_best(const sched *s, const tenant_rec *t,
                                     int gpu_only)
 {
@@ -216,7 +241,9 @@ static inline int sched_may_claim_share(const tenant_rec *n)
 /* ---- sched_books.c ---- */
 
 void sched_class_count(sched *s, int c, int delta);
-void sched_lane_unlink(sched *s, tenant_rec *t, int j);
+/* Job j (QUEUED) leaves its lane and the queued counters; it stays in its
+ * tenant's list (sched_dequeue takes it out of both). */
+void sched_lane_leave(sched *s, int j);
 void sched_enqueue(sched *s, int j);
 /* Clears reservations (backfill holds) naming job j. */
 void sched_drop_holds(sched *s, int j);
@@ -244,5 +271,8 @@ int sched_heap_pop(sched *s);
 /* Sets tenant t's fair-share keys as if it held `slices` and `jobs` with
  * `head` as its next job (see sched_passes.c). */
 void sched_tenant_key(sched *s, int t, int slices, int jobs, int head);
+/* Sets tenant t's keys to serving job j's place in step 1's order
+ * (priority desc, submit time, submission order). */
+void sched_serving_key(sched *s, int t, int j);
 
 #endif

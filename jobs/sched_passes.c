@@ -1,9 +1,11 @@
 /*
  * sched_passes.c - sched_pass, the policy of sched.h step by step: pending
- * jobs onto the slots their victims left (0), overdue head jobs and their
- * reservations (1), the fair-share placement with best fit and backfill
- * (2), and the choice of preemption victims (3). The tenant heap here
- * orders tenants for the pass and for the report's simulated order alike.
+ * jobs onto the slots their victims left (0), serving jobs placed, or
+ * preempting a training job, before any training job (1), overdue head
+ * jobs and their reservations (2), the fair-share placement with best fit
+ * and backfill (3), and the choice of preemption victims (4). The tenant
+ * heap here orders tenants for the pass and for the report's simulated
+ * order alike.
  */
 #include <limits.h>
 #include <math.h>
@@ -73,10 +75,176 @@ void sched_tenant_key(sched *s, int t, int slices, int jobs, int head)
     n->tie = head >= 0 ? s->jobs[head].seq : UINT64_MAX;
 }
 
+void sched_serving_key(sched *s, int t, int j)
+{
+    tenant_rec *n = &s->tenants[t];
+    const job_rec *J = &s->jobs[j];
+    n->key1 = -(double)J->priority;
+    n->key2 = J->submit_time;
+    n->tie = J->seq;
+}
+
 static void place(sched *s, int j, int slot, double now)
 {
     sched_run_on(s, j, slot, now);
     s->placements[s->nplacements++] = (sched_placement){j, slot};
+}
+
+/* Victim order: lowest priority, most recent start, smaller slot, lower
+ * slot index. */
+static int victim_before(const sched *s, int a, int b)
+{
+    const job_rec *x = &s->jobs[a], *y = &s->jobs[b];
+    if (x->priority != y->priority)
+        return x->priority < y->priority;
+    if (x->start_time != y->start_time)
+        return x->start_time > y->start_time;
+    int xs = s->slots[x->slot].compute_slices,
+        ys = s->slots[y->slot].compute_slices;
+    if (xs != ys)
+        return xs < ys;
+    return x->slot < y->slot;
+}
+
+/* Job h (QUEUED) becomes PENDING on the slot of victim v (RUNNING), which
+ * becomes STOPPING: the tenants' counters move as if h held the slot. */
+static void preempt(sched *s, int v, int h)
+{
+    job_rec *V = &s->jobs[v], *H = &s->jobs[h];
+    int slot = V->slot;
+    int cs = s->slots[slot].compute_slices;
+    tenant_rec *t = &s->tenants[H->tenant], *u = &s->tenants[V->tenant];
+    V->state = SCHED_JOB_STOPPING;
+    V->preempted_for = h;
+    u->slices_share -= cs;
+    /* h leaves its lane but stays in its tenant's list */
+    sched_lane_leave(s, h);
+    sched_drop_holds(s, h);
+    H->state = SCHED_JOB_PENDING;
+    H->slot = slot;
+    H->head_since = -1;
+    t->slices += cs;
+    t->slices_share += cs;
+    t->jobs++;
+    s->slots[slot].reserved_for = h;
+    s->preemptions[s->npreemptions++] = (sched_preemption){v, h, slot};
+}
+
+/* ---- step 1: serving jobs ---- */
+
+/* Class c's best victim for a serving job into class_victim[c] and
+ * victim_avail: a RUNNING training job on a slot of class c, not placed by
+ * this very pass (step 0): no job is both started and stopped in one
+ * result. */
+static void class_victim_find(sched *s, int c)
+{
+    const class_rec *k = &s->classes[c];
+    int best = -1;
+    for (int i = 0; i < k->nslots; i++) {
+        int v = s->slots[k->slots[i]].holder;
+        if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING ||
+            s->jobs[v].serving || s->jobs[v].start_time >= s->now)
+            continue;
+        if (best < 0 || victim_before(s, v, best))
+            best = v;
+    }
+    s->class_victim[c] = best;
+    if (best >= 0)
+        s->victim_avail |= 1ull << c;
+    else
+        s->victim_avail &= ~(1ull << c);
+}
+
+/* Tenant n's best QUEUED serving job that could act now, or -1: a CPU job,
+ * or one with a class in `usable` (its free, or victim-holding, slots
+ * within the tenant's slice quota). */
+static int serving_best(const sched *s, const tenant_rec *n, uint64_t usable)
+{
+    int best = -1;
+    for (int l = 0; l < n->nslanes; l++) {
+        int h = n->slanes[l].head;
+        if (h < 0 || (l != 0 && !(s->masks[l] & usable)))
+            continue;
+        if (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best]))
+            best = h;
+    }
+    return best;
+}
+
+/* What tenant n's serving jobs could use now: free classes within its slice
+ * quota, and with serving_preempt those with a victim. */
+static uint64_t serving_usable(const sched *s, const tenant_rec *n)
+{
+    if (sched_jobs_quota_full(n))
+        return 0;
+    return sched_fit_mask(s, n) & (s->avail | s->victim_avail);
+}
+
+/* Puts tenant t back in the heap keyed by its best serving job that could
+ * act now, if it has one. */
+static void serving_push(sched *s, int t)
+{
+    tenant_rec *n = &s->tenants[t];
+    if (n->queued_srv == 0 || sched_jobs_quota_full(n))
+        return;
+    int h = serving_best(s, n, serving_usable(s, n));
+    if (h < 0)
+        return;
+    sched_serving_key(s, t, h);
+    sched_heap_push(s, t);
+}
+
+/* Serving jobs, best first across tenants: each on its best-fit free slot,
+ * or (serving_preempt) on the slot of the best victim among the classes
+ * that satisfy it. What a job could use only shrinks during the pass
+ * (slots taken, victims used, quotas filled), so a tenant's key in the
+ * heap is never worse than its true best: one popped with an up-to-date
+ * key holds the best job of all; one whose key went stale is re-keyed. */
+static void pass_serving(sched *s, double now)
+{
+    s->victim_avail = 0;
+    if (s->queued_srv == 0)
+        return;
+    if (s->cfg.serving_preempt)
+        for (int c = 0; c < s->nclasses; c++)
+            class_victim_find(s, c);
+    s->nheap = 0;
+    for (int t = 0; t < s->ntenants; t++)
+        serving_push(s, t);
+    while (s->nheap > 0) {
+        int t = sched_heap_pop(s);
+        tenant_rec *n = &s->tenants[t];
+        if (sched_jobs_quota_full(n))
+            continue;
+        uint64_t usable = serving_usable(s, n);
+        int h = serving_best(s, n, usable);
+        if (h < 0)
+            continue;
+        const job_rec *H = &s->jobs[h];
+        if (H->seq != n->tie) { /* stale: its key job can no longer act */
+            sched_serving_key(s, t, h);
+            sched_heap_push(s, t);
+            continue;
+        }
+        uint64_t fit = H->mask & usable;
+        if (!H->mask) {
+            place(s, h, -1, now);
+        } else if (fit & s->avail) {
+            place(s, h, sched_class_first_free(s, sched_ctz64(fit & s->avail)),
+                  now);
+        } else {
+            int c = -1;
+            for (uint64_t m = fit; m; m &= m - 1) {
+                int k = sched_ctz64(m);
+                if (c < 0 ||
+                    victim_before(s, s->class_victim[k], s->class_victim[c]))
+                    c = k;
+            }
+            preempt(s, s->class_victim[c], h);
+            class_victim_find(s, c);
+        }
+        serving_push(s, t);
+    }
 }
 
 /* Orders reservers: longest wait at the head first, then job order. */
@@ -204,54 +372,13 @@ static int victim_ok(const sched *s, int v, int h, uint64_t allowed)
     return u->slices_share - cs >= u->share - SCHED_EPS;
 }
 
-/* Victim order: lowest priority, most recent start, smaller slot, lower
- * slot index. */
-static int victim_before(const sched *s, int a, int b)
-{
-    const job_rec *x = &s->jobs[a], *y = &s->jobs[b];
-    if (x->priority != y->priority)
-        return x->priority < y->priority;
-    if (x->start_time != y->start_time)
-        return x->start_time > y->start_time;
-    int xs = s->slots[x->slot].compute_slices,
-        ys = s->slots[y->slot].compute_slices;
-    if (xs != ys)
-        return xs < ys;
-    return x->slot < y->slot;
-}
-
-static void preempt(sched *s, int v, int h)
-{
-    job_rec *V = &s->jobs[v], *H = &s->jobs[h];
-    int slot = V->slot;
-    int cs = s->slots[slot].compute_slices;
-    tenant_rec *t = &s->tenants[H->tenant], *u = &s->tenants[V->tenant];
-    V->state = SCHED_JOB_STOPPING;
-    V->preempted_for = h;
-    u->slices_share -= cs;
-    /* h leaves its lane but stays in its tenant's list */
-    sched_lane_unlink(s, t, h);
-    t->queued--;
-    t->queued_gpu--;
-    if (t->head_job == h)
-        t->head_job = -1;
-    sched_drop_holds(s, h);
-    H->state = SCHED_JOB_PENDING;
-    H->slot = slot;
-    H->head_since = -1;
-    t->slices += cs;
-    t->slices_share += cs;
-    t->jobs++;
-    s->slots[slot].reserved_for = h;
-    s->preemptions[s->npreemptions++] = (sched_preemption){v, h, slot};
-}
-
 static void pass_preemption(sched *s, double now)
 {
     int nv = 0;
     for (int i = 0; i < s->nslots; i++) {
         int v = s->slots[i].holder;
-        if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING)
+        if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING ||
+            s->jobs[v].serving)
             continue;
         const tenant_rec *u = &s->tenants[s->jobs[v].tenant];
         if (u->slices_share > u->share + SCHED_EPS)
@@ -331,6 +458,7 @@ void sched_pass(sched *s, double now, sched_result *out)
     s->last_now = now;
     s->now = now;
     sched_compute_shares(s);
+    pass_serving(s, now);
     pass_reservations(s, now);
     pass_fair_share(s, now);
     if (s->cfg.preempt)

@@ -2,7 +2,8 @@
  * sched_report.c - why each queued job waits and where it stands:
  * sched_queue_report, sched_wait_reason_name and sched_wait_describe. Reads
  * the books as the last pass left them (recomputing only the shares) and
- * replays the fair-share order on the tenants' queues; changes no job.
+ * replays step 1's order on the serving jobs, then the fair-share order on
+ * the tenants' training queues; changes no job.
  */
 #include <stdio.h>
 
@@ -19,15 +20,40 @@ static int tenant_wants_share(const sched *s, const tenant_rec *n)
     return h >= 0 && (s->jobs[h].mask & sched_fit_mask(s, n));
 }
 
-/* The first QUEUED job from k on along its tenant's list, or -1; *tpos counts
- * the jobs passed over (pending ones hold their place in the list). */
-static int next_queued(const sched *s, int k, size_t *tpos)
+/* The first QUEUED job of kind `serving` from k on along its tenant's list,
+ * or -1; *tpos counts the jobs passed over (pending ones, and the serving
+ * jobs ahead of the training ones, hold their place in the list). Serving
+ * jobs come first in the list, so a serving walk stops at the first
+ * training job. */
+static int next_queued(const sched *s, int k, int serving, size_t *tpos)
 {
-    while (k >= 0 && s->jobs[k].state != SCHED_JOB_QUEUED) {
-        k = s->jobs[k].tnext;
-        (*tpos)++;
+    for (; k >= 0; k = s->jobs[k].tnext, (*tpos)++) {
+        const job_rec *J = &s->jobs[k];
+        if (serving && !J->serving)
+            return -1;
+        if (J->state == SCHED_JOB_QUEUED && J->serving == serving)
+            return k;
     }
-    return k;
+    return -1;
+}
+
+/* Why QUEUED serving job J waits (its tenant below max_running_jobs): step
+ * 1 places it before any training job, so only its slice quota and the
+ * slots' state count, never fair share or a reservation. */
+static void serving_reason(const sched *s, const job_rec *J,
+                           const tenant_rec *t, sched_wait *w)
+{
+    if (!J->mask) {
+        w->reason = SCHED_WAIT_SCHEDULING;
+        return;
+    }
+    uint64_t fit = J->mask & sched_fit_mask(s, t);
+    if (!fit) {
+        w->reason = SCHED_WAIT_QUOTA;
+        w->quota = SCHED_QUOTA_GPU_SLICES;
+        return;
+    }
+    w->reason = fit & s->avail ? SCHED_WAIT_SCHEDULING : SCHED_WAIT_NO_SLICE;
 }
 
 static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
@@ -45,6 +71,10 @@ static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
     if (sched_jobs_quota_full(t)) {
         w->reason = SCHED_WAIT_QUOTA;
         w->quota = SCHED_QUOTA_RUNNING_JOBS;
+        return;
+    }
+    if (J->serving) {
+        serving_reason(s, J, t, w);
         return;
     }
     if (!J->mask) {
@@ -103,16 +133,44 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
             tp++;
         w->tenant_position = tp;
     }
-    /* then the tenants' queues interleaved by simulated fair share */
+    /* then the serving jobs, best first across tenants (step 1) */
+    s->nheap = 0;
+    for (int t = 0; t < s->ntenants; t++) {
+        tenant_rec *n = &s->tenants[t];
+        n->sim_slices = n->slices_share;
+        n->sim_jobs = n->jobs;
+        n->tpos = 1;
+        n->cursor = n->queued_srv ? next_queued(s, n->thead, 1, &n->tpos) : -1;
+        if (n->cursor < 0)
+            continue;
+        sched_serving_key(s, t, n->cursor);
+        sched_heap_push(s, t);
+    }
+    while (s->nheap > 0 && pos < cap) {
+        int t = sched_heap_pop(s);
+        tenant_rec *n = &s->tenants[t];
+        int j = n->cursor;
+        sched_wait *w = &out[pos];
+        job_reason(s, j, nbelow, w);
+        w->position = ++pos;
+        w->tenant_position = n->tpos++;
+        n->sim_slices += s->jobs[j].min_slices;
+        n->sim_jobs++;
+        n->cursor = next_queued(s, s->jobs[j].tnext, 1, &n->tpos);
+        if (n->cursor >= 0) {
+            sched_serving_key(s, t, n->cursor);
+            sched_heap_push(s, t);
+        }
+    }
+    /* then the tenants' training queues interleaved by simulated fair
+     * share, from where their serving jobs left them */
     s->nheap = 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
         n->tpos = 1;
-        n->cursor = next_queued(s, n->thead, &n->tpos);
+        n->cursor = n->queued ? next_queued(s, n->thead, 0, &n->tpos) : -1;
         if (n->cursor < 0)
             continue;
-        n->sim_slices = n->slices_share;
-        n->sim_jobs = n->jobs;
         sched_tenant_key(s, t, n->sim_slices, n->sim_jobs, n->cursor);
         sched_heap_push(s, t);
     }
@@ -126,7 +184,7 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
         w->tenant_position = n->tpos++;
         n->sim_slices += s->jobs[j].min_slices;
         n->sim_jobs++;
-        int k = next_queued(s, s->jobs[j].tnext, &n->tpos);
+        int k = next_queued(s, s->jobs[j].tnext, 0, &n->tpos);
         n->cursor = k;
         if (k >= 0) {
             sched_tenant_key(s, t, n->sim_slices, n->sim_jobs, k);
@@ -180,7 +238,12 @@ void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
                          J->min_slices);
             break;
         case SCHED_WAIT_NO_SLICE:
-            if (J->mask)
+            if (J->mask && J->serving && s->cfg.serving_preempt)
+                snprintf(buf, n,
+                         "no free slice of that size (needs %s; no training "
+                         "job holds one it may preempt)",
+                         want);
+            else if (J->mask)
                 snprintf(buf, n, "no free slice of that size (needs %s)", want);
             else
                 snprintf(buf, n,

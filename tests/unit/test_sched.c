@@ -1,11 +1,13 @@
 /* Unit tests for gpu/sched: the scheduling policy on a simulated clock.
  * Best-fit choices; requests no slot could ever satisfy; long randomized
- * runs with jobs arriving, finishing, being cancelled and preempted, the
- * scheduler's invariants (sched_check) and an independent model of the
- * slots and quotas checked after every pass; fair share converging to the
- * weights; backfill that does not starve a big job (and, as a control,
- * starvation without the bound); preemption order and minimality; the
- * reasons and positions of queued jobs. */
+ * runs with training and serving jobs arriving, finishing, being cancelled
+ * and preempted, the scheduler's invariants (sched_check) and an
+ * independent model of the slots, quotas and serving guarantees checked
+ * after every pass; fair share converging to the weights; backfill that
+ * does not starve a big job (and, as a control, starvation without the
+ * bound); preemption order and minimality; the reasons and positions of
+ * queued jobs; serving jobs placed first, preempting training jobs (and
+ * never preempted), within quotas, outside the CPU job limit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -77,8 +79,8 @@ static int tenant(sched *s, const char *id, double w, int64_t slices,
     return t;
 }
 
-static int submit(sched *s, const char *id, int t, int prio, double at,
-                  sched_request r)
+static int submit_kind(sched *s, const char *id, int t, int prio, double at,
+                       sched_request r, int serving)
 {
     int j = -1;
     ty_err err = {0};
@@ -86,11 +88,26 @@ static int submit(sched *s, const char *id, int t, int prio, double at,
                         .tenant = t,
                         .priority = prio,
                         .submit_time = at,
-                        .request = r};
+                        .request = r,
+                        .serving = serving};
     ty_status st = sched_job_submit(s, &d, &j, &err);
     if (st != TY_OK)
         fail_msg("submit %s: %s", id, err.msg);
     return j;
+}
+
+/* A training job. */
+static int submit(sched *s, const char *id, int t, int prio, double at,
+                  sched_request r)
+{
+    return submit_kind(s, id, t, prio, at, r, 0);
+}
+
+/* A serving replica. */
+static int submit_srv(sched *s, const char *id, int t, int prio, double at,
+                      sched_request r)
+{
+    return submit_kind(s, id, t, prio, at, r, 1);
 }
 
 static void check(const sched *s)
@@ -261,7 +278,10 @@ static void test_impossible(void **state)
 
 typedef struct {
     int live, tenant, slot, state; /* external model, by handle */
-    double until;                  /* RUNNING: finishes; STOPPING: stops */
+    int serving;
+    double started; /* RUNNING: when placed */
+    int from_queue; /* RUNNING: placed from the queue, not a pending job */
+    double until;   /* RUNNING: finishes; STOPPING: stops */
     sched_request req;
 } ext_job;
 
@@ -282,7 +302,43 @@ static int satisfies(const sched_slot *sl, const sched_request *r)
     return 0;
 }
 
-static int random_run(uint64_t seed, int layout, int preempt, double backfill)
+/* Whether model job e (QUEUED, serving, of a tenant holding `slices` and
+ * `jobs`) is left waiting after the pass at `now` although step 1 should
+ * have acted: a slot that fits it within its quotas is free, or was free
+ * and given to a training job by this pass, or (serving_preempt) holds a
+ * training job running since before this pass. Returns the slot, or -1. */
+static int serving_missed(const ext_job *ext, const ext_job *e,
+                          const sched_slot *sl, size_t ns, const int *holder,
+                          const int *pending, int slices, int jobs, int64_t qs,
+                          int64_t qj, int serving_preempt, double now)
+{
+    if (qj >= 0 && jobs >= qj)
+        return -1;
+    if (e->req.kind == SCHED_REQ_NONE)
+        return 0; /* a CPU replica always runs within max_running_jobs */
+    for (size_t i = 0; i < ns; i++) {
+        if (!satisfies(&sl[i], &e->req) ||
+            (qs >= 0 && slices + sl[i].compute_slices > qs))
+            continue;
+        if (holder[i] < 0 && !pending[i])
+            return (int)i;
+        if (holder[i] >= 0 && !ext[holder[i]].serving &&
+            ext[holder[i]].started == now && ext[holder[i]].from_queue)
+            return (int)i;
+        if (serving_preempt && holder[i] >= 0 &&
+            ext[holder[i]].state == SCHED_JOB_RUNNING &&
+            !ext[holder[i]].serving && ext[holder[i]].started < now)
+            return (int)i;
+    }
+    return -1;
+}
+
+/* A randomized run; serving: 0 no serving jobs, 1 a sixth of the jobs are
+ * serving replicas (long-lived), serving_preempt off, 2 the same with it
+ * on. Returns the preemptions (training and serving); *srv_preempted (may
+ * be NULL) gets those made for serving jobs. */
+static int random_run(uint64_t seed, int layout, int preempt, double backfill,
+                      int serving, int *srv_preempted)
 {
     static ext_job ext[MAXJ];
     memset(ext, 0, sizeof ext);
@@ -301,6 +357,7 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
     sched_config cfg = {.backfill_wait = backfill,
                         .preempt = preempt,
                         .preempt_wait = 1,
+                        .serving_preempt = serving == 2,
                         .max_cpu_jobs = 2,
                         .fair_window = 30};
     ty_err err = {0};
@@ -325,7 +382,8 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
     int holder[32];
     for (size_t i = 0; i < ns; i++)
         holder[i] = -1;
-    int placed = 0, preempted = 0, refused = 0, seq = 0;
+    int placed = 0, preempted = 0, refused = 0, seq = 0, srv_pre = 0;
+    int srv_placed = 0;
     for (int step = 0; step < 4000; step++) {
         double now = step * 0.5;
         /* arrivals */
@@ -347,10 +405,12 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
             }
             char id[24];
             snprintf(id, sizeof id, "job_%d", seq++);
-            int j = submit(s, id, t, (int)ty_rng_below(&rng, 3), now, r);
+            int srv = serving && ty_rng_below(&rng, 6) == 0;
+            int j =
+                submit_kind(s, id, t, (int)ty_rng_below(&rng, 3), now, r, srv);
             assert_true(j < MAXJ);
             assert_false(ext[j].live);
-            ext[j] = (ext_job){1, t, -1, SCHED_JOB_QUEUED, 0, r};
+            ext[j] = (ext_job){1, t, -1, SCHED_JOB_QUEUED, srv, 0, 0, 0, r};
         }
         /* finishes, cancels, stops */
         for (int j = 0; j < MAXJ; j++) {
@@ -385,7 +445,16 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
             ext_job *v = &ext[p->victim], *b = &ext[p->job];
             assert_int_equal(v->state, SCHED_JOB_RUNNING);
             assert_int_equal(v->slot, p->slot);
-            assert_int_not_equal(v->tenant, b->tenant);
+            /* a serving job is never a victim; fair share preempts only
+             * another tenant, serving preemption any tenant */
+            assert_false(v->serving);
+            if (b->serving) {
+                assert_int_equal(serving, 2);
+                srv_pre++;
+            } else {
+                assert_true(preempt);
+                assert_int_not_equal(v->tenant, b->tenant);
+            }
             assert_int_equal(b->state, SCHED_JOB_QUEUED);
             assert_true(satisfies(&sl[p->slot], &b->req));
             v->state = SCHED_JOB_STOPPING;
@@ -410,9 +479,15 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
             } else {
                 assert_int_equal(e->req.kind, SCHED_REQ_NONE);
             }
+            e->from_queue = e->state == SCHED_JOB_QUEUED;
             e->slot = p->slot;
             e->state = SCHED_JOB_RUNNING;
+            e->started = now;
             e->until = now + 0.5 + ty_rng_below(&rng, 20);
+            if (e->serving) {
+                e->until += 20 + ty_rng_below(&rng, 40); /* long-lived */
+                srv_placed++;
+            }
             placed++;
         }
         /* quotas, counted independently: slots held or promised */
@@ -424,9 +499,11 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
             jobs[e->tenant]++;
             if (e->slot >= 0)
                 slices[e->tenant] += sl[e->slot].compute_slices;
-            else if (e->state == SCHED_JOB_RUNNING ||
-                     e->state == SCHED_JOB_STOPPING)
-                cpu++;
+            else if (!e->serving && (e->state == SCHED_JOB_RUNNING ||
+                                     e->state == SCHED_JOB_STOPPING))
+                cpu++; /* CPU replicas are outside max_cpu_jobs */
+            if (e->serving)
+                assert_int_not_equal(e->state, SCHED_JOB_STOPPING);
         }
         for (int t = 0; t < nt; t++) {
             if (qs[t] >= 0)
@@ -435,35 +512,85 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill)
                 assert_true(jobs[t] <= qj[t]);
         }
         assert_true(cpu <= 2);
+        /* step 1 left no queued serving job beside a slot it could take */
+        int pending[32] = {0};
+        for (int j = 0; j < MAXJ; j++)
+            if (ext[j].live && ext[j].state == SCHED_JOB_PENDING)
+                pending[ext[j].slot] = 1;
+        for (int j = 0; j < MAXJ; j++) {
+            const ext_job *e = &ext[j];
+            if (!e->live || !e->serving || e->state != SCHED_JOB_QUEUED)
+                continue;
+            int missed =
+                serving_missed(ext, e, sl, ns, holder, pending,
+                               slices[e->tenant], jobs[e->tenant],
+                               qs[e->tenant], qj[e->tenant], serving == 2, now);
+            if (missed >= 0)
+                fail_msg("step %d: serving job %d waits beside slot %d", step,
+                         j, missed);
+        }
         /* every queued job gets a position and a reason */
         if (step % 97 == 0) {
             static sched_wait w[MAXJ];
             size_t n = sched_queue_report(s, w, MAXJ);
             assert_int_equal(n, sched_queued_count(s));
+            int seen_training = 0;
             for (size_t i = 0; i < n; i++) {
                 assert_int_equal(w[i].position, i + 1);
                 char buf[256];
                 sched_wait_describe(s, &w[i], buf, sizeof buf);
                 assert_true(strlen(buf) > 5);
+                const ext_job *e = &ext[w[i].job];
+                if (e->state != SCHED_JOB_QUEUED)
+                    continue;
+                /* queued serving jobs come before every queued training
+                 * job, and never wait on fair share or a reservation */
+                if (e->serving) {
+                    assert_false(seen_training);
+                    assert_true(w[i].reason == SCHED_WAIT_QUOTA ||
+                                w[i].reason == SCHED_WAIT_NO_SLICE);
+                } else {
+                    seen_training = 1;
+                }
             }
         }
     }
     assert_true(placed > 500);
+    if (serving)
+        assert_true(srv_placed > 20);
     (void)refused;
     sched_destroy(s);
+    if (srv_preempted)
+        *srv_preempted = srv_pre;
     return preempted;
 }
 
 static void test_random_invariants(void **state)
 {
-    int preempted = 0;
+    int preempted = 0, srv_only = 0, mixed = 0, srv_mixed = 0;
     for (uint64_t seed = 1; seed <= 3; seed++)
         for (int layout = 0; layout < 3; layout++) {
-            assert_int_equal(random_run(seed, layout, 0, 1e9), 0);
-            preempted += random_run(seed, layout, 1, 5);
+            int srv = 0;
+            assert_int_equal(random_run(seed, layout, 0, 1e9, 0, NULL), 0);
+            preempted += random_run(seed, layout, 1, 5, 0, NULL);
+            /* serving jobs without serving_preempt: nothing preempted */
+            assert_int_equal(random_run(seed, layout, 0, 5, 1, NULL), 0);
+            /* serving preemption alone: every preemption is for a replica */
+            int n = random_run(seed, layout, 0, 5, 2, &srv);
+            assert_int_equal(n, srv);
+            srv_only += srv;
+            /* and beside fair share's */
+            mixed += random_run(seed, layout, 1, 5, 2, &srv);
+            srv_mixed += srv;
         }
-    print_message("%d preemptions in the randomized runs\n", preempted);
+    print_message("preemptions in the randomized runs: %d training only; "
+                  "%d for replicas alone; %d with both, %d of them for "
+                  "replicas\n",
+                  preempted, srv_only, mixed, srv_mixed);
     assert_true(preempted > 20);
+    assert_true(srv_only > 20);
+    assert_true(srv_mixed > 20);
+    assert_true(mixed - srv_mixed > 20);
 }
 
 /* ---- fair share under contention ---- */
@@ -902,6 +1029,528 @@ static void test_positions(void **state)
     sched_destroy(s);
 }
 
+/* ---- serving jobs ---- */
+
+/* Serving jobs go before training jobs of any tenant, priority or fair
+ * share: priority, then submit time across tenants; reservations hold no
+ * slot back from them. */
+static void test_serving_first(void **state)
+{
+    sched_slot sl[8];
+    ty_err err = {0};
+    sched *s = sched_create(&CFG, sl, h200_7x1g(sl), &err);
+    assert_non_null(s);
+    int a = tenant(s, "ten_a", 1, -1, -1);
+    int b = tenant(s, "ten_b", 10, -1, -1);
+    int bj[7];
+    for (int i = 0; i < 7; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "b%d", i);
+        bj[i] = submit(s, id, b, 9, 0, req_any());
+    }
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "a%d", i);
+        submit(s, id, a, 5, 1, req_any());
+    }
+    int sa = submit_srv(s, "srv_a", a, 0, 3, req_any());
+    int sb = submit_srv(s, "srv_b", b, 0, 2, req_any());
+    int shi = submit_srv(s, "srv_hi", a, 2, 4, req_any());
+
+    /* the report says so before the pass */
+    static sched_wait w[16];
+    size_t n = sched_queue_report(s, w, 16);
+    assert_int_equal(n, 13);
+    const int order[3] = {shi, sb, sa};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(w[i].job, order[i]);
+        assert_int_equal(w[i].reason, SCHED_WAIT_SCHEDULING);
+    }
+    /* a's serving jobs head its queue, before its training jobs of higher
+     * priority */
+    assert_int_equal(w[0].tenant_position, 1);
+    assert_int_equal(w[1].tenant_position, 1);
+    assert_int_equal(w[2].tenant_position, 2);
+    assert_int_equal(find_wait(w, n, bj[0])->tenant_position, 2);
+
+    sched_result r;
+    sched_pass(s, 5, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 7);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(r.placements[i].job, order[i]);
+        assert_int_equal(r.placements[i].slot, i); /* best fit, in order */
+    }
+    sched_job_info in;
+    assert_int_equal(sched_job_get(s, shi, &in), TY_OK);
+    assert_int_equal(in.serving, 1);
+    assert_int_equal(in.state, SCHED_JOB_RUNNING);
+    assert_int_equal(sched_job_get(s, bj[0], &in), TY_OK);
+    assert_int_equal(in.serving, 0);
+
+    /* a late replica of low priority waits for a slot (no serving_preempt),
+     * first in line */
+    int late = submit_srv(s, "srv_late", b, -3, 6, req_any());
+    sched_pass(s, 6, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 0);
+    assert_int_equal(r.n_preemptions, 0);
+    n = sched_queue_report(s, w, 16);
+    assert_int_equal(w[0].job, late);
+    assert_int_equal(w[0].reason, SCHED_WAIT_NO_SLICE);
+    char buf[256];
+    sched_wait_describe(s, &w[0], buf, sizeof buf);
+    assert_string_equal(buf, "no free slice of that size (needs any GPU slot)");
+    /* a slot frees: the replica takes it, not a's training jobs (a is far
+     * below its share) nor b's (priority 9) */
+    assert_int_equal(sched_job_remove(s, sched_slot_holder(s, 5)), TY_OK);
+    assert_int_equal(pass1(s, 7), 5);
+    assert_int_equal(state_of(s, late), SCHED_JOB_RUNNING);
+    sched_destroy(s);
+
+    /* an overdue training head reserves the 3g; a replica takes it anyway */
+    sched_config cfg = CFG;
+    cfg.backfill_wait = 0;
+    s = sched_create(&cfg, sl, h100_mixed(sl), &err);
+    assert_non_null(s);
+    a = tenant(s, "ten_a", 1, -1, -1);
+    b = tenant(s, "ten_b", 1, -1, -1);
+    int c = tenant(s, "ten_c", 1, -1, -1);
+    int a3g = submit(s, "a3g", a, 0, 0, req_profile("3g.40gb"));
+    assert_int_equal(pass1(s, 0), 0);
+    int big = submit(s, "big", b, 9, 1, req_min(3, 0));
+    assert_int_equal(pass1(s, 1), -1);
+    assert_int_equal(sched_job_remove(s, a3g), TY_OK);
+    /* a training job of another tenant may not take it: it is reserved */
+    int other = submit(s, "other", c, 0, 2, req_min(3, 0));
+    n = sched_queue_report(s, w, 16);
+    assert_int_equal(find_wait(w, n, big)->reason, SCHED_WAIT_SCHEDULING);
+    assert_int_equal(find_wait(w, n, other)->reason, SCHED_WAIT_RESERVED);
+    int srv = submit_srv(s, "srv", c, 0, 2, req_min(3, 0));
+    n = sched_queue_report(s, w, 16);
+    assert_int_equal(w[0].job, srv);
+    assert_int_equal(w[0].reason, SCHED_WAIT_SCHEDULING);
+    assert_int_equal(pass1(s, 2), 0);
+    assert_int_equal(sched_slot_holder(s, 0), srv);
+    assert_int_equal(state_of(s, big), SCHED_JOB_QUEUED);
+    sched_destroy(s);
+
+    /* across tenants, the best job that can still start goes first: once
+     * b1 has the 3g, a's best (a1, priority 8) cannot start, and c1
+     * (priority 5) goes before a2 (priority 1) */
+    s = sched_create(&CFG, sl, h100_mixed(sl), &err);
+    assert_non_null(s);
+    a = tenant(s, "ten_a", 1, -1, -1);
+    b = tenant(s, "ten_b", 1, -1, -1);
+    c = tenant(s, "ten_c", 1, -1, -1);
+    int b1 = submit_srv(s, "b1", b, 9, 0, req_profile("3g.40gb"));
+    int a1 = submit_srv(s, "a1", a, 8, 0, req_profile("3g.40gb"));
+    int a2 = submit_srv(s, "a2", a, 1, 0, req_any());
+    int c1 = submit_srv(s, "c1", c, 5, 0, req_any());
+    sched_pass(s, 0, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 3);
+    assert_int_equal(r.placements[0].job, b1);
+    assert_int_equal(r.placements[0].slot, 0);
+    assert_int_equal(r.placements[1].job, c1);
+    assert_int_equal(r.placements[1].slot, 2);
+    assert_int_equal(r.placements[2].job, a2);
+    assert_int_equal(r.placements[2].slot, 3);
+    assert_int_equal(state_of(s, a1), SCHED_JOB_QUEUED);
+    sched_destroy(s);
+}
+
+/* Fills slot i of a 7 x 1g GPU with a job of tenant ten[i], priority
+ * prio[i], serving when srv[i] (NULL: none), started at time i. */
+static void fill_7(sched *s, const int *ten, const int *prio, const int *srv,
+                   int *jobs)
+{
+    for (int i = 0; i < 7; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "f%d", i);
+        jobs[i] =
+            submit_kind(s, id, ten[i], prio[i], i, req_any(), srv ? srv[i] : 0);
+        assert_int_equal(pass1(s, i), i);
+    }
+}
+
+/* A serving job that finds no free slot stops the lowest-priority, most
+ * recently started training job on a slot that fits it, at once, and takes
+ * the slot once that job is requeued. */
+static void test_serving_preempts(void **state)
+{
+    sched_slot sl[8];
+    sched_config cfg = CFG;
+    cfg.serving_preempt = 1;
+    cfg.preempt = 1;
+    cfg.preempt_wait = 1e9; /* keeps fair-share preemption away */
+    ty_err err = {0};
+    sched *s = sched_create(&cfg, sl, h200_7x1g(sl), &err);
+    assert_non_null(s);
+    int a = tenant(s, "ten_a", 1, -1, -1);
+    int b = tenant(s, "ten_b", 1, -1, -1);
+    /* slot:             0  1  2  3  4  5  6 */
+    const int ten[7] = {a, a, b, a, a, b, b};
+    const int prio[7] = {0, 0, 1, 2, 0, 1, 0};
+    int tj[7];
+    fill_7(s, ten, prio, NULL, tj);
+    /* b holds 3 slices, below its 3.5 share, but the victim is b's own job
+     * on slot 6 (priority 0, started last) */
+    int s1 = submit_srv(s, "srv1", b, 0, 10, req_any());
+    sched_result r;
+    sched_pass(s, 10, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 0);
+    assert_int_equal(r.n_preemptions, 1);
+    assert_int_equal(r.preemptions[0].victim, tj[6]);
+    assert_int_equal(r.preemptions[0].job, s1);
+    assert_int_equal(r.preemptions[0].slot, 6);
+    assert_int_equal(state_of(s, tj[6]), SCHED_JOB_STOPPING);
+    assert_int_equal(state_of(s, s1), SCHED_JOB_PENDING);
+    assert_int_equal(sched_slot_holder(s, 6), tj[6]);
+    static sched_wait w[16];
+    size_t n = sched_queue_report(s, w, 16);
+    assert_int_equal(n, 1);
+    assert_int_equal(w[0].job, s1);
+    assert_int_equal(w[0].reason, SCHED_WAIT_PREEMPTING);
+    assert_int_equal(w[0].other_job, tj[6]);
+
+    /* two more replicas in one pass, the higher priority first: slots 4
+     * then 1 (priority 0, latest first); slot 6, already stopping, is not
+     * chosen again */
+    int s2 = submit_srv(s, "srv2", a, 0, 11, req_any());
+    int s3 = submit_srv(s, "srv3", b, 1, 11, req_any());
+    sched_pass(s, 11, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 0);
+    assert_int_equal(r.n_preemptions, 2);
+    assert_int_equal(r.preemptions[0].job, s3);
+    assert_int_equal(r.preemptions[0].victim, tj[4]);
+    assert_int_equal(r.preemptions[1].job, s2);
+    assert_int_equal(r.preemptions[1].victim, tj[1]);
+
+    /* the victim stops: the replica takes its slot, the victim waits */
+    assert_int_equal(sched_job_requeue(s, tj[6], &err), TY_OK);
+    check(s);
+    sched_pass(s, 12, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 1);
+    assert_int_equal(r.placements[0].job, s1);
+    assert_int_equal(r.placements[0].slot, 6);
+    assert_int_equal(state_of(s, s1), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, tj[6]), SCHED_JOB_QUEUED);
+    /* once running, replicas are no victims: the next one stops f0, the
+     * last training job of priority 0 */
+    assert_int_equal(sched_job_requeue(s, tj[4], &err), TY_OK);
+    assert_int_equal(sched_job_requeue(s, tj[1], &err), TY_OK);
+    sched_pass(s, 13, &r);
+    assert_int_equal(r.n_placements, 2);
+    int s4 = submit_srv(s, "srv4", a, 5, 14, req_any());
+    sched_pass(s, 14, &r);
+    check(s);
+    assert_int_equal(r.n_preemptions, 1);
+    assert_int_equal(r.preemptions[0].job, s4);
+    assert_int_equal(r.preemptions[0].victim, tj[0]);
+    sched_destroy(s);
+
+    /* only on a fitting slot; victims by priority before slot size, then
+     * the lower index */
+    s = sched_create(&cfg, sl, h100_mixed(sl), &err);
+    assert_non_null(s);
+    a = tenant(s, "ten_a", 1, -1, -1);
+    b = tenant(s, "ten_b", 1, -1, -1);
+    int on3g = submit(s, "on3g", a, 0, 0, req_profile("3g.40gb"));
+    int on2g = submit(s, "on2g", a, 5, 0, req_profile("2g.20gb"));
+    int on1a = submit(s, "on1a", a, 0, 0, req_profile("1g.10gb"));
+    submit(s, "on1b", a, 0, 0, req_profile("1g.10gb"));
+    sched_pass(s, 0, &r);
+    assert_int_equal(r.n_placements, 4);
+    int big = submit_srv(s, "srv_big", b, 0, 1, req_min(2, 0));
+    int two = submit_srv(s, "srv_2g", b, 0, 2, req_profile("2g.20gb"));
+    int any = submit_srv(s, "srv_any", b, 0, 3, req_any());
+    sched_pass(s, 4, &r);
+    check(s);
+    assert_int_equal(r.n_preemptions, 3);
+    assert_int_equal(r.preemptions[0].job, big);
+    assert_int_equal(r.preemptions[0].victim, on3g); /* the 2g's is prio 5 */
+    assert_int_equal(r.preemptions[1].job, two);
+    assert_int_equal(r.preemptions[1].victim, on2g); /* the only fit */
+    assert_int_equal(r.preemptions[2].job, any);
+    assert_int_equal(r.preemptions[2].victim, on1a); /* lower index */
+    assert_int_equal(r.preemptions[2].slot, 2);
+    sched_destroy(s);
+}
+
+/* Tenant a fills a 7 x 1g GPU (serving jobs where srv[i]); tenant b's
+ * training job, queued at 10, may preempt by fair share at once. Returns
+ * the victim of the first preemption in passes at 10..19, or -1. */
+static int fair_share_victim(const int *srv, const int *prio, int *aj)
+{
+    sched_slot sl[8];
+    sched_config cfg = CFG;
+    cfg.preempt = 1;
+    cfg.serving_preempt = 1;
+    ty_err err = {0};
+    sched *s = sched_create(&cfg, sl, h200_7x1g(sl), &err);
+    assert_non_null(s);
+    int a = tenant(s, "ten_a", 1, -1, -1);
+    int b = tenant(s, "ten_b", 1, -1, -1);
+    const int ten[7] = {a, a, a, a, a, a, a};
+    fill_7(s, ten, prio, srv, aj);
+    int bj = submit(s, "b_train", b, 0, 10, req_any());
+    int victim = -1;
+    for (int k = 0; k < 10 && victim < 0; k++) {
+        sched_result r;
+        sched_pass(s, 10 + k, &r);
+        check(s);
+        if (r.n_preemptions > 0) {
+            assert_int_equal(r.preemptions[0].job, bj);
+            victim = r.preemptions[0].victim;
+        }
+    }
+    if (victim < 0) {
+        static sched_wait w[4];
+        size_t n = sched_queue_report(s, w, 4);
+        assert_int_equal(n, 1);
+        assert_int_equal(w[0].reason, SCHED_WAIT_NO_SLICE);
+    }
+    sched_destroy(s);
+    return victim;
+}
+
+/* Serving jobs are never victims: a fair-share scenario that preempts a
+ * training job preempts nothing when the same jobs serve, and only the
+ * training job among replicas; serving jobs do not preempt each other. */
+static void test_serving_not_preempted(void **state)
+{
+    int aj[7];
+    const int prio0[7] = {0, 0, 0, 0, 0, 0, 0};
+    const int train[7] = {0};
+    const int serve[7] = {1, 1, 1, 1, 1, 1, 1};
+    /* the control: a's training jobs, the latest one goes */
+    int v = fair_share_victim(train, prio0, aj);
+    assert_int_equal(v, aj[6]);
+    assert_int_equal(fair_share_victim(serve, prio0, aj), -1);
+    /* replicas of lower priority, started later, are passed over */
+    const int mixed[7] = {0, 1, 1, 1, 1, 1, 1};
+    const int prio[7] = {9, -5, -5, -5, -5, -5, -5};
+    v = fair_share_victim(mixed, prio, aj);
+    assert_int_equal(v, aj[0]);
+
+    /* nor does a replica stop a replica */
+    sched_slot sl[8];
+    sched_config cfg = CFG;
+    cfg.preempt = 1;
+    cfg.serving_preempt = 1;
+    ty_err err = {0};
+    sched *s = sched_create(&cfg, sl, h200_7x1g(sl), &err);
+    assert_non_null(s);
+    int a = tenant(s, "ten_a", 1, -1, -1);
+    int b = tenant(s, "ten_b", 1, -1, -1);
+    const int ten[7] = {a, a, a, a, a, a, a};
+    fill_7(s, ten, prio, serve, aj);
+    int sb = submit_srv(s, "srv_b", b, 9, 10, req_any());
+    for (int k = 0; k < 5; k++) {
+        sched_result r;
+        sched_pass(s, 10 + k, &r);
+        check(s);
+        assert_int_equal(r.n_preemptions, 0);
+        assert_int_equal(r.n_placements, 0);
+    }
+    static sched_wait w[4];
+    size_t n = sched_queue_report(s, w, 4);
+    assert_int_equal(n, 1);
+    assert_int_equal(w[0].job, sb);
+    assert_int_equal(w[0].reason, SCHED_WAIT_NO_SLICE);
+    char buf[256];
+    sched_wait_describe(s, &w[0], buf, sizeof buf);
+    assert_string_equal(buf, "no free slice of that size (needs any GPU slot; "
+                             "no training job holds one it may preempt)");
+    sched_destroy(s);
+}
+
+/* serving_preempt 0: a replica waits for a slot to free; fair-share
+ * preemption (on) does not act for it either. */
+static void test_serving_preempt_off(void **state)
+{
+    sched_slot sl[8];
+    sched_config cfg = CFG;
+    cfg.preempt = 1;
+    cfg.serving_preempt = 0;
+    ty_err err = {0};
+    sched *s = sched_create(&cfg, sl, h200_7x1g(sl), &err);
+    assert_non_null(s);
+    int a = tenant(s, "ten_a", 1, -1, -1);
+    int b = tenant(s, "ten_b", 1, -1, -1);
+    const int ten[7] = {a, a, a, a, a, a, a};
+    const int prio[7] = {0, 0, 0, 0, 0, 0, 0};
+    int aj[7];
+    fill_7(s, ten, prio, NULL, aj);
+    int sb = submit_srv(s, "srv_b", b, 9, 10, req_any());
+    for (int k = 0; k < 10; k++) {
+        sched_result r;
+        sched_pass(s, 10 + k, &r);
+        check(s);
+        assert_int_equal(r.n_preemptions, 0);
+        assert_int_equal(r.n_placements, 0);
+    }
+    assert_int_equal(state_of(s, sb), SCHED_JOB_QUEUED);
+    static sched_wait w[4];
+    size_t n = sched_queue_report(s, w, 4);
+    assert_int_equal(n, 1);
+    assert_int_equal(w[0].reason, SCHED_WAIT_NO_SLICE);
+    char buf[256];
+    sched_wait_describe(s, &w[0], buf, sizeof buf);
+    assert_string_equal(buf, "no free slice of that size (needs any GPU slot)");
+    assert_int_equal(sched_job_remove(s, aj[3]), TY_OK);
+    assert_int_equal(pass1(s, 20), 3);
+    assert_int_equal(sched_slot_holder(s, 3), sb);
+    sched_destroy(s);
+}
+
+/* Quotas bound serving jobs like any job, in placement and preemption. */
+static void test_serving_quotas(void **state)
+{
+    sched_slot sl[8];
+    sched_config cfg = CFG;
+    cfg.serving_preempt = 1;
+    ty_err err = {0};
+    sched *s = sched_create(&cfg, sl, h200_7x1g(sl), &err);
+    assert_non_null(s);
+    int q = tenant(s, "ten_q", 1, 2, 3); /* 2 slices, 3 jobs */
+    int o = tenant(s, "ten_o", 1, -1, -1);
+    const int ten[7] = {o, o, o, o, o, o, o};
+    const int prio[7] = {0, 0, 0, 0, 0, 0, 0};
+    int oj[7];
+    fill_7(s, ten, prio, NULL, oj);
+    int g[3];
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "g%d", i);
+        g[i] = submit_srv(s, id, q, 0, 10 + i, req_any());
+    }
+    sched_result r;
+    sched_pass(s, 20, &r);
+    check(s);
+    assert_int_equal(r.n_preemptions, 2); /* max_gpu_slices 2 */
+    assert_int_equal(r.preemptions[0].job, g[0]);
+    assert_int_equal(r.preemptions[0].victim, oj[6]);
+    assert_int_equal(r.preemptions[1].job, g[1]);
+    assert_int_equal(r.preemptions[1].victim, oj[5]);
+    static sched_wait w[8];
+    size_t n = sched_queue_report(s, w, 8);
+    const sched_wait *x = find_wait(w, n, g[2]);
+    assert_int_equal(x->reason, SCHED_WAIT_QUOTA);
+    assert_int_equal(x->quota, SCHED_QUOTA_GPU_SLICES);
+    /* a CPU replica counts against max_running_jobs: one more fits */
+    int c1 = submit_srv(s, "c1", q, 0, 21, req_none());
+    int c2 = submit_srv(s, "c2", q, 0, 21, req_none());
+    sched_pass(s, 21, &r);
+    check(s);
+    assert_int_equal(r.n_preemptions, 0);
+    assert_int_equal(r.n_placements, 1);
+    assert_int_equal(r.placements[0].job, c1);
+    assert_int_equal(r.placements[0].slot, -1);
+    n = sched_queue_report(s, w, 8);
+    x = find_wait(w, n, c2);
+    assert_int_equal(x->reason, SCHED_WAIT_QUOTA);
+    assert_int_equal(x->quota, SCHED_QUOTA_RUNNING_JOBS);
+    /* the victims stop; the replicas start; g2 still preempts nobody */
+    assert_int_equal(sched_job_requeue(s, oj[6], &err), TY_OK);
+    assert_int_equal(sched_job_requeue(s, oj[5], &err), TY_OK);
+    sched_pass(s, 22, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 2);
+    assert_int_equal(r.n_preemptions, 0);
+    int slices, jobs;
+    sched_tenant_usage(s, q, &slices, &jobs, NULL);
+    assert_int_equal(slices, 2);
+    assert_int_equal(jobs, 3);
+    sched_destroy(s);
+
+    /* a tenant at its slice quota cannot stop its own training job for a
+     * replica (the stopping job counts until it has stopped); once that job
+     * finishes the replica takes its slot */
+    s = sched_create(&cfg, sl, h200_7x1g(sl), &err);
+    assert_non_null(s);
+    q = tenant(s, "ten_q", 1, 1, -1);
+    o = tenant(s, "ten_o", 1, -1, -1);
+    const int ten2[7] = {q, o, o, o, o, o, o};
+    fill_7(s, ten2, prio, NULL, oj);
+    int rep = submit_srv(s, "rep", q, 0, 10, req_any());
+    sched_pass(s, 10, &r);
+    check(s);
+    assert_int_equal(r.n_preemptions, 0);
+    n = sched_queue_report(s, w, 8);
+    assert_int_equal(find_wait(w, n, rep)->reason, SCHED_WAIT_QUOTA);
+    assert_int_equal(sched_job_remove(s, oj[0]), TY_OK);
+    assert_int_equal(pass1(s, 11), 0);
+    assert_int_equal(sched_slot_holder(s, 0), rep);
+    sched_destroy(s);
+}
+
+/* CPU replicas are outside max_cpu_jobs but within max_running_jobs. */
+static void test_serving_cpu(void **state)
+{
+    sched_config cfg = CFG;
+    cfg.max_cpu_jobs = 1;
+    ty_err err = {0};
+    sched *s = sched_create(&cfg, NULL, 0, &err);
+    assert_non_null(s);
+    int a = tenant(s, "ten_a", 1, -1, -1);
+    int b = tenant(s, "ten_b", 1, -1, 2);
+    int t1 = submit(s, "t1", a, 5, 0, req_none());
+    int t2 = submit(s, "t2", a, 5, 0, req_none());
+    int sa[3];
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "sa%d", i);
+        sa[i] = submit_srv(s, id, a, 0, 1, req_none());
+    }
+    int sb[3];
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "sb%d", i);
+        sb[i] = submit_srv(s, id, b, 0, 2, req_none());
+    }
+    sched_result r;
+    sched_pass(s, 3, &r);
+    check(s);
+    /* three of a's replicas, two of b's (its quota), one training job */
+    assert_int_equal(r.n_placements, 6);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(state_of(s, sa[i]), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, sb[0]), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, sb[1]), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, sb[2]), SCHED_JOB_QUEUED);
+    assert_int_equal(state_of(s, t1), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, t2), SCHED_JOB_QUEUED);
+    static sched_wait w[8];
+    size_t n = sched_queue_report(s, w, 8);
+    assert_int_equal(n, 2);
+    assert_int_equal(w[0].job, sb[2]); /* serving first */
+    assert_int_equal(w[0].reason, SCHED_WAIT_QUOTA);
+    assert_int_equal(w[0].quota, SCHED_QUOTA_RUNNING_JOBS);
+    assert_int_equal(w[1].job, t2);
+    assert_int_equal(w[1].reason, SCHED_WAIT_NO_SLICE);
+    char buf[256];
+    sched_wait_describe(s, &w[1], buf, sizeof buf);
+    assert_non_null(strstr(buf, "all 1 CPU job slots are busy"));
+    /* a replica leaving frees no CPU training slot; the training job does */
+    assert_int_equal(sched_job_remove(s, sa[0]), TY_OK);
+    assert_int_equal(pass1(s, 4), -1);
+    assert_int_equal(state_of(s, t2), SCHED_JOB_QUEUED);
+    assert_int_equal(sched_job_remove(s, t1), TY_OK);
+    assert_int_equal(pass1(s, 5), -1);
+    assert_int_equal(state_of(s, t2), SCHED_JOB_RUNNING);
+    /* b below its quota again: its replica goes */
+    assert_int_equal(sched_job_remove(s, sb[0]), TY_OK);
+    sched_pass(s, 6, &r);
+    assert_int_equal(r.n_placements, 1);
+    assert_int_equal(r.placements[0].job, sb[2]);
+    sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -914,6 +1563,12 @@ int main(void)
         cmocka_unit_test(test_preemption_minimal),
         cmocka_unit_test(test_reasons),
         cmocka_unit_test(test_positions),
+        cmocka_unit_test(test_serving_first),
+        cmocka_unit_test(test_serving_preempts),
+        cmocka_unit_test(test_serving_not_preempted),
+        cmocka_unit_test(test_serving_preempt_off),
+        cmocka_unit_test(test_serving_quotas),
+        cmocka_unit_test(test_serving_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
