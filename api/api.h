@@ -1,7 +1,7 @@
 /*
  * api.h - the REST API: the routing table and the handlers behind it, one
  * file per resource (datasets.c, jobs.c, models.c, inference.c, kserve.c,
- * health.c),
+ * deployments.c, health.c),
  * plus helpers shared by them (common.c).
  */
 #ifndef TY_API_H
@@ -118,6 +118,15 @@ void api_models_delete(api_ctx *app, http_req *r);
 void api_models_weights(api_ctx *app, http_req *r);
 void api_models_predict(api_ctx *app, http_req *r);
 void api_models_evaluate(api_ctx *app, http_req *r);
+
+/* Serving deployments (api/deployments.c; the controller: jobs/deploy.h):
+ * create 201, list (one page, next_cursor null), get and update 200 by id
+ * or name, delete 202 (the replicas drain after the reply). */
+void api_deployments_create(api_ctx *app, http_req *r);
+void api_deployments_list(api_ctx *app, http_req *r);
+void api_deployments_get(api_ctx *app, http_req *r);
+void api_deployments_update(api_ctx *app, http_req *r);
+void api_deployments_delete(api_ctx *app, http_req *r);
 
 /* KServe v2 (api/kserve.c). A model is named by id or name; the routes
  * with /versions/{version} take "1" only. */

@@ -38,6 +38,12 @@ const route api_routes[] = {
     {HTTP_POST, "/v1/models/{id}/predict", "models.predict", KEY, RAW, api_models_predict},
     {HTTP_POST, "/v1/models/{id}/evaluate", "models.evaluate", KEY, JSON, api_models_evaluate},
 
+    {HTTP_POST, "/v1/deployments", "deployments.create", KEY, JSON, api_deployments_create},
+    {HTTP_GET, "/v1/deployments", "deployments.list", KEY, NOBODY, api_deployments_list},
+    {HTTP_GET, "/v1/deployments/{id}", "deployments.get", KEY, NOBODY, api_deployments_get},
+    {HTTP_PATCH, "/v1/deployments/{id}", "deployments.update", KEY, JSON, api_deployments_update},
+    {HTTP_DELETE, "/v1/deployments/{id}", "deployments.delete", KEY, NOBODY, api_deployments_delete},
+
     {HTTP_GET, "/v2", "kserve.server", KEY, NOBODY, api_kserve_server},
     {HTTP_GET, "/v2/health/live", "kserve.live", KEY, NOBODY, api_kserve_live},
     {HTTP_GET, "/v2/health/ready", "kserve.ready", KEY, NOBODY, api_kserve_ready},

@@ -14,8 +14,9 @@
 #include "cli/cmd.h"
 #include "cli/output.h"
 
-static const char *const commands[] = {"login",  "logout",  "datasets", "jobs",
-                                       "models", "devices", "tenants"};
+static const char *const commands[] = {"login",       "logout", "datasets",
+                                       "jobs",        "models", "devices",
+                                       "deployments", "tenants"};
 
 static int is_command(const char *cmd)
 {
@@ -57,6 +58,9 @@ void cli_usage(FILE *f)
         "  jobs           submit FILE | list | show ID | cancel ID | watch ID\n"
         "  models         list | show ID | download ID | predict ID FILE |\n"
         "                 evaluate ID --dataset DATASET_ID\n"
+        "  deployments    create NAME --model MODEL | list | get ID |\n"
+        "                 update ID | delete ID (serve a model from "
+        "replicas)\n"
         "  devices        GPUs and MIG slices, and who holds each\n"
         "  tenants        list | create | show | update | keys | key-create |"
         " key-revoke (admin)\n"
@@ -123,6 +127,16 @@ static const opt_spec options[] = {
     {"--max-gpu-slices", NULL, 1},
     {"--max-running-jobs", NULL, 1},
     {"--max-storage-bytes", NULL, 1},
+    {"--model", NULL, 1},
+    {"--min", NULL, 1},
+    {"--max", NULL, 1},
+    {"--gpu", NULL, 1},
+    {"--max-batch-size", NULL, 1},
+    {"--max-queue-delay-us", NULL, 1},
+    {"--rps", NULL, 1},
+    {"--burst", NULL, 1},
+    {"--max-concurrency", NULL, 1},
+    {"--priority", NULL, 1},
 };
 
 /* Parses argv[1..] but the command's name at skip. */
@@ -352,6 +366,8 @@ int cli_main(int argc, char **argv)
         rc = cli_cmd_models(c);
     else if (!strcmp(cmd, "devices"))
         rc = cli_cmd_devices(c);
+    else if (!strcmp(cmd, "deployments"))
+        rc = cli_cmd_deployments(c);
     else if (!strcmp(cmd, "tenants"))
         rc = cli_cmd_tenants(c);
     else

@@ -1,6 +1,7 @@
 /*
  * cli.h - the command-line client: `trainyard login|logout|datasets|jobs|
- * models|devices|tenants ...` talk to a trainyard server over HTTP(S).
+ * models|devices|deployments|tenants ...` talk to a trainyard server over
+ * HTTP(S).
  *
  * Every command returns one of the exit codes of cli/exit.h and only main()
  * exits.

@@ -64,6 +64,7 @@ int cli_cmd_datasets(cli_ctx *c);
 int cli_cmd_jobs(cli_ctx *c);
 int cli_cmd_models(cli_ctx *c);
 int cli_cmd_devices(cli_ctx *c);
+int cli_cmd_deployments(cli_ctx *c);
 int cli_cmd_tenants(cli_ctx *c);
 
 /* Follows a job's events until it finishes; returns its outcome's exit code

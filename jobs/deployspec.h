@@ -7,7 +7,9 @@
  *                                             unique per tenant
  *    "model": "mdl_..." | a model name,       required on POST
  *    "replicas": {"min": 1, "max": 1},        0 <= min <= max, 1 <= max
- *                                             <= DEPLOY_MAX_REPLICAS
+ *                                             <= DEPLOY_MAX_REPLICAS (on
+ *                                             POST max defaults to
+ *                                             max(1, min))
  *    "resources": {"gpu": "none" | "any" | "whole" | "<MIG profile>" |
  *                  {"min_memory_gb", "min_compute_slices"}},
  *                                             as a job's (jobs/jobreq.h),
@@ -16,20 +18,27 @@
  *                 "max_queue_delay_us": 0..1000000 (default 500),
  *                 "preferred_batch_sizes": [..] (each 1..max_batch_size,
  *                 strictly increasing, at most DEPLOY_MAX_PREFERRED)},
- *    "limits": {"requests_per_second": > 0 or null (none),
- *               "burst": 1..1000000 (default: max(1, ceil(rps))),
+ *    "limits": {"requests_per_second": > 0 and <= 1000000, or null
+ *                                      (none),
+ *               "burst": 1..1000000, only with a rate (default, also
+ *                        when PATCH gives a new rate without a burst:
+ *                        max(1, ceil(rps))),
  *               "max_concurrency": 1..100000 or null (none)},
- *    "autoscaling": {"target_in_flight": > 0 (requests in flight per
- *                     ready replica above which it scales up; default
- *                     max_batch_size),
+ *    "autoscaling": {"target_in_flight": > 0 and <= 1000000 (requests
+ *                     in flight per ready replica above which it scales
+ *                     up; default max_batch_size),
  *                    "scale_up_after_s": 0..600 (default 2),
  *                    "scale_down_after_s": 1..86400 (default 60)},
  *    "priority": integer (as a job's)}
  *
- * Unknown keys are errors, at every level. PATCH takes any of "model",
- * "replicas", "batching", "limits", "autoscaling", "priority" (not "name",
- * not "resources": a different slice is a different deployment); each
- * object given replaces only the members it names.
+ * Unknown keys are errors, at every level. "name" and "model" are
+ * required on POST. A member given as null takes its default on POST and
+ * is left as it was on PATCH, except in "limits", where null means no
+ * limit. PATCH takes any of "model", "replicas", "batching", "limits",
+ * "autoscaling", "priority" (not "name", not "resources": a different
+ * slice is a different deployment; either is a 422 naming it); each object
+ * given replaces only the members it names ("preferred_batch_sizes" as a
+ * whole).
  *
  * Parsing is pure: whether the model exists and the host could hold the
  * slices is the controller's (jobs/deploy.h).
@@ -88,9 +97,12 @@ ty_status deploy_spec_patch(const json_t *body, deploy_spec *io,
  * (new reference; NULL when out of memory). */
 json_t *deploy_spec_json(const deploy_spec *s);
 
-/* A deep copy (the resources document is shared by reference count). */
+/* A deep copy (the resources document is shared by reference count).
+ * Whatever *dst held is overwritten, not freed. */
 void deploy_spec_copy(deploy_spec *dst, const deploy_spec *src);
 
+/* Releases what *s owns (the resources document) and clears the pointer;
+ * s may be NULL, and freeing twice is harmless. */
 void deploy_spec_free(deploy_spec *s);
 
 #endif

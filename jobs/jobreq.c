@@ -51,13 +51,19 @@ ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
             out->kind = SCHED_REQ_NONE;
         } else if (!strcmp(v, "any")) {
             out->kind = SCHED_REQ_ANY;
+        } else if (!strcmp(v, "whole")) {
+            /* A whole GPU: any slot with all 7 compute slices (a GPU with
+             * MIG off, or a 7g MIG device, which is the whole GPU too). */
+            out->kind = SCHED_REQ_MIN;
+            out->min_compute_slices = 7;
         } else if (profile_name_ok(v)) {
             out->kind = SCHED_REQ_PROFILE;
             snprintf(out->profile, sizeof out->profile, "%s", v);
         } else {
             return ty_fail(err, TY_EINVAL, "resources.gpu",
-                           "resources.gpu must be \"none\", \"any\", a MIG "
-                           "profile name such as \"1g.18gb\", or "
+                           "resources.gpu must be \"none\", \"any\", "
+                           "\"whole\", a MIG profile name such as "
+                           "\"1g.18gb\", or "
                            "{\"min_memory_gb\": n, \"min_compute_slices\": k}; "
                            "got \"%.40s\"",
                            v);
@@ -98,8 +104,9 @@ ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
             json_object_set_new(norm, "min_compute_slices", json_integer(k));
     } else {
         return ty_fail(err, TY_EINVAL, "resources.gpu",
-                       "resources.gpu must be \"none\", \"any\", a MIG "
-                       "profile name, or {\"min_memory_gb\": n, "
+                       "resources.gpu must be \"none\", \"any\", "
+                       "\"whole\", a MIG profile name, or "
+                       "{\"min_memory_gb\": n, "
                        "\"min_compute_slices\": k}");
     }
     if (normalized) {

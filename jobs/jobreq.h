@@ -1,9 +1,13 @@
 /*
  * jobreq.h - what a job asks of the scheduler, as POST /v1/jobs spells it:
  *
- *   "resources": {"gpu": "none" | "any" | "<MIG profile>" |
+ *   "resources": {"gpu": "none" | "any" | "whole" | "<MIG profile>" |
  *                 {"min_memory_gb": n, "min_compute_slices": k}}
  *   "priority": integer (higher runs first within the tenant; default 0)
+ *
+ * "whole" asks for a whole GPU: any slot with all 7 compute slices
+ * (SCHED_REQ_MIN with min_compute_slices 7: a GPU with MIG off, or a 7g
+ * MIG device), and stays "whole" in the normalized copy.
  *
  * Parsing is pure: the default ("none" on a host without GPU slots, "any"
  * otherwise) is the caller's to give, and whether this host could ever

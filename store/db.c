@@ -99,6 +99,20 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN placement TEXT;"
     "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN resume_preempted INTEGER NOT NULL DEFAULT 0;",
+    /* 6: serving deployments (store/deployments.c): the spec as JSON text
+     * (jobs/deployspec.h's rendering, the model resolved to its id) and the
+     * generation the controller bumps on every model change; a name is
+     * unique per tenant */
+    "CREATE TABLE deployments ("
+    "  seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  id TEXT NOT NULL UNIQUE,"
+    "  tenant_id TEXT NOT NULL REFERENCES tenants(id),"
+    "  name TEXT NOT NULL,"
+    "  spec TEXT NOT NULL,"
+    "  generation INTEGER NOT NULL,"
+    "  created_at TEXT NOT NULL,"
+    "  updated_at TEXT NOT NULL,"
+    "  UNIQUE (tenant_id, name));",
 };
 
 /* ---- helpers ---- */

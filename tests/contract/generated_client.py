@@ -275,8 +275,9 @@ def expected_type(pkg, operation_id, doc, op):
 
 
 def seed(pkg, client, checks):
-    """A dataset (multipart upload), a job trained to its model, a tenant
-    with a second key: made through the generated client's POST functions.
+    """A dataset (multipart upload), a job trained to its model, a
+    deployment of it, a tenant with a second key: made through the
+    generated client's POST functions.
     Returns the ids, or None."""
     models = importlib.import_module(pkg + ".models")
     types = importlib.import_module(pkg + ".types")
@@ -345,6 +346,23 @@ def seed(pkg, client, checks):
                          "kserveInfer %s (%s): %s %s" % (name, rid, r.status_code, r.content[:300])):
             return None
     ids["inferences"] = 3
+
+    # A deployment of the model, scaled to zero (no replica runs), through
+    # the generated DeploymentCreate.
+    r = api_module(pkg, "createDeployment").sync_detailed(
+        client=client, body=models.DeploymentCreate.from_dict(
+            {"name": "generated-client", "model": ids["model"],
+             "replicas": {"min": 0, "max": 2},
+             "batching": {"max_batch_size": 8, "preferred_batch_sizes": [4, 8]},
+             "limits": {"requests_per_second": 20}}))
+    if not checks.ok(r.status_code == 201 and isinstance(r.parsed, models.Deployment),
+                     "createDeployment: %s %s" % (r.status_code, r.content[:300])):
+        return None
+    d = r.parsed
+    checks.ok(d.model == ids["model"] and d.replicas.max_ == 2 and d.limits.burst == 20
+              and d.batching.preferred_batch_sizes == [4, 8],
+              "createDeployment's reply: %s" % d.to_dict())
+    ids["deployment"] = d.id
 
     r = api_module(pkg, "createTenant").sync_detailed(
         client=client, body=models.TenantCreate.from_dict(
@@ -440,6 +458,9 @@ def id_checks(ids):
         "listTenants": lambda p: t in item_ids(p),
         "getTenant": lambda p: p.id == t and p.quota.max_running_jobs == 2 and p.admin is False,
         "listTenantKeys": lambda p: {ids["first_key"], ids["second_key"]} <= set(item_ids(p)),
+        "listDeployments": lambda p: ids["deployment"] in item_ids(p) and p.next_cursor is None,
+        "getDeployment": lambda p: p.id == ids["deployment"] and p.model == m
+        and p.name == "generated-client" and p.replicas.min_ == 0,
     }
 
 
@@ -449,7 +470,8 @@ def path_values(path, ids):
     called by its id and again by its name, version is "1" (a model's
     only version), region any name (shared memory is not supported)."""
     owner = [("/v1/datasets/", "dataset"), ("/v1/jobs/", "job"), ("/v1/models/", "model"),
-             ("/v1/tenants/", "tenant"), ("/v2/models/", "model")]
+             ("/v1/tenants/", "tenant"), ("/v2/models/", "model"),
+             ("/v1/deployments/", "deployment")]
     common = {"version": "1", "region": "r0"}
     for prefix, kind in owner:
         if path.startswith(prefix):

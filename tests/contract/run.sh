@@ -67,6 +67,13 @@ done
 rm -f "$csv"
 tenant=$(api "$base/v1/tenants" | field id)
 [ -n "$tenant" ] || { echo "could not read the admin's tenant"; exit 1; }
+# A deployment of the model, scaled to zero, for the operations on one
+# (its id from the Location header: the document holds its replicas' ids
+# too).
+dep=$(api -o /dev/null -D - -H "Content-Type: application/json" "$base/v1/deployments" \
+  -d "{\"name\": \"contract\", \"model\": \"$model\", \"replicas\": {\"min\": 0, \"max\": 1}}" |
+  tr -d '\r' | sed -n 's|^[Ll]ocation: /v1/deployments/||p')
+[ -n "$dep" ] || { echo "could not seed a deployment"; exit 1; }
 cfg="$data.toml"
 cat >"$cfg" <<TOML
 [[operations]]
@@ -95,6 +102,10 @@ parameters = { id = "$job" }
 [[operations]]
 include-operation-id = ["getTenant", "listTenantKeys"]
 parameters = { id = "$tenant" }
+
+[[operations]]
+include-operation-id = ["getDeployment", "updateDeployment", "deleteDeployment"]
+parameters = { id = "$dep" }
 TOML
 
 # streamEvents never ends (a live stream), so it is left out;

@@ -893,6 +893,167 @@ static void test_tenants(void **state)
     run_free(&r);
 }
 
+/* deployments: create from flags (the server holds what they say), list's
+ * table, get by name, update, the exit codes of a taken name (4) and an
+ * unknown deployment (3), the usage errors of the flags, and delete. The
+ * deployment keeps min 0 replicas: nothing runs for it. */
+static void test_deployments(void **state)
+{
+    assert_true(*model_id); /* trained by test_jobs_submit_watch_and_models */
+    run_result r;
+    RUN(&r, "deployments", "create", "cli-dep", "--model", model_id, "--min",
+        "0", "--max", "2", "--gpu", "1g.18gb", "--max-batch-size", "16",
+        "--max-queue-delay-us", "800", "--rps", "25.5", "--burst", "40",
+        "--max-concurrency", "5", "--priority", "3", "--json");
+    expect_code(&r, 0);
+    json_t *d = out_json(&r);
+    char id[64], path[128];
+    snprintf(id, sizeof id, "%s", str(d, "id"));
+    json_decref(d);
+    run_free(&r);
+    snprintf(path, sizeof path, "/v1/deployments/%s", id);
+    resp *h = http_get(&server, path);
+    expect_status(h, 200);
+    json_t *want = json_loads(
+        "{\"replicas\": {\"min\": 0, \"max\": 2}, \"resources\": {\"gpu\": "
+        "\"1g.18gb\"}, \"batching\": {\"max_batch_size\": 16, "
+        "\"max_queue_delay_us\": 800}, \"limits\": {\"requests_per_second\": "
+        "25.5, \"burst\": 40, \"max_concurrency\": 5}, \"priority\": 3}",
+        0, NULL);
+    const char *k;
+    json_t *v;
+    json_object_foreach (want, k, v) {
+        json_t *got = json_object_get(h->json, k);
+        const char *mk;
+        json_t *mv;
+        if (!json_is_object(v)) {
+            assert_true(json_equal(got, v));
+            continue;
+        }
+        json_object_foreach (v, mk, mv)
+            if (!json_equal(json_object_get(got, mk), mv))
+                fail_msg("%s.%s: %s", k, mk, h->body);
+    }
+    json_decref(want);
+    assert_string_equal(str(h->json, "model"), model_id);
+    resp_free(h);
+
+    /* Without --json: a line saying what was made. */
+    RUN(&r, "deployments", "create", "cli-dep2", "--model", model_id, "--min",
+        "0");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "cli-dep2"));
+    assert_non_null(strstr(r.out, model_id));
+    run_free(&r);
+
+    RUN(&r, "deployments", "list");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "NAME"));
+    assert_non_null(strstr(r.out, "STATUS"));
+    const char *row = strstr(r.out, id);
+    assert_non_null(row);
+    assert_non_null(strstr(row, "cli-dep"));
+    assert_non_null(strstr(row, "0-2"));
+    assert_non_null(strstr(row, "1g.18gb"));
+    assert_non_null(strstr(r.out, "cli-dep2"));
+    run_free(&r);
+    RUN(&r, "deployments", "list", "--json");
+    expect_code(&r, 0);
+    d = out_json(&r);
+    assert_int_equal(json_array_size(json_object_get(d, "items")), 2);
+    json_decref(d);
+    run_free(&r);
+
+    char val[256];
+    RUN(&r, "deployments", "get", "cli-dep");
+    expect_code(&r, 0);
+    assert_string_equal(line_value(r.out, "id", val, sizeof val), id);
+    assert_string_equal(line_value(r.out, "model", val, sizeof val), model_id);
+    assert_non_null(line_value(r.out, "status", val, sizeof val));
+    run_free(&r);
+
+    /* update: only what the flags name; --rps none lifts the rate limit. */
+    RUN(&r, "deployments", "update", "cli-dep", "--max", "3", "--rps", "none",
+        "--max-concurrency", "none");
+    expect_code(&r, 0);
+    assert_string_equal(line_value(r.out, "id", val, sizeof val), id);
+    run_free(&r);
+    h = http_get(&server, path);
+    const json_t *rep = json_object_get(h->json, "replicas");
+    assert_int_equal(json_integer_value(json_object_get(rep, "max")), 3);
+    assert_int_equal(json_integer_value(json_object_get(rep, "min")), 0);
+    const json_t *lim = json_object_get(h->json, "limits");
+    assert_true(json_is_null(json_object_get(lim, "requests_per_second")));
+    assert_true(json_is_null(json_object_get(lim, "max_concurrency")));
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(h->json, "batching"),
+                                           "max_batch_size")),
+        16);
+    resp_free(h);
+
+    /* The server's refusals as exit codes, with its detail. */
+    RUN(&r, "deployments", "create", "cli-dep", "--model", model_id, "--min",
+        "0");
+    expect_code(&r, 4);
+    assert_non_null(strstr(r.err, "cli-dep"));
+    run_free(&r);
+    RUN(&r, "deployments", "update", "cli-dep", "--min", "9");
+    expect_code(&r, 4);
+    assert_non_null(strstr(r.err, "replicas.min"));
+    run_free(&r);
+    RUN(&r, "deployments", "get", "dep_aaaaaaaaaaaaaaaaaaaa");
+    expect_code(&r, 3);
+    run_free(&r);
+
+    /* Usage errors: nothing is sent. */
+    const char *const *bad[] = {
+        (const char *const[]){"deployments", "create", "x", NULL},
+        (const char *const[]){"deployments", "create", "--model", "m", NULL},
+        (const char *const[]){"deployments", "create", "x", "--model", "m",
+                              "--min", "two", NULL},
+        (const char *const[]){"deployments", "create", "x", "--model", "m",
+                              "--rps", "fast", NULL},
+        (const char *const[]){"deployments", "update", "cli-dep", NULL},
+        (const char *const[]){"deployments", "update", "cli-dep", "--gpu",
+                              "any", NULL},
+        (const char *const[]){"deployments", "get", NULL},
+        (const char *const[]){"deployments", "list", "--model", "m", NULL},
+        (const char *const[]){"deployments", "frob", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        run_env(&r, admin_env(), NULL, bad[i]);
+        expect_code(&r, 64);
+        run_free(&r);
+    }
+    h = http_get(&server, "/v1/deployments/x");
+    expect_status(h, 404);
+    resp_free(h);
+
+    /* delete: 0 and a line saying so; gone once drained. */
+    RUN(&r, "deployments", "delete", "cli-dep");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "Deleting"));
+    assert_non_null(strstr(r.out, id));
+    run_free(&r);
+    RUN(&r, "deployments", "delete", "cli-dep2", "--json");
+    expect_code(&r, 0);
+    d = out_json(&r);
+    assert_string_equal(str(d, "status"), "deleting");
+    json_decref(d);
+    run_free(&r);
+    double deadline = now_seconds() + 60;
+    long status = 0;
+    while (now_seconds() < deadline) {
+        h = http_get(&server, path);
+        status = h->status;
+        resp_free(h);
+        if (status == 404)
+            break;
+        usleep(100000);
+    }
+    assert_int_equal(status, 404);
+}
+
 /* The stream drops (the server is killed and comes back on the same port):
  * watch reconnects with Last-Event-ID, which the new server does not hold,
  * so it gets `event: reset`, refetches the job, and still ends with the
@@ -956,6 +1117,7 @@ int main(void)
         cmocka_unit_test(test_models_evaluate),
         cmocka_unit_test(test_watch_failed_and_cancelled),
         cmocka_unit_test(test_devices),
+        cmocka_unit_test(test_deployments),
         cmocka_unit_test(test_tenants),
         cmocka_unit_test(test_watch_reconnects),
     };

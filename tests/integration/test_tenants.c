@@ -34,7 +34,7 @@ static srv server;     /* its key is the admin's */
 static srv as_a, as_b; /* the same server, with tenant a's or b's key */
 static char files[PATH_MAX];
 static char tenant_a[64], tenant_b[64];
-static char a_ds[64], a_job[64], a_model[64];
+static char a_ds[64], a_job[64], a_model[64], a_dep[64];
 static char
     a_busy[64]; /* a long job of a's, queued or running during the table */
 
@@ -156,6 +156,19 @@ static int group_setup(void **state)
     }
     snprintf(a_model, sizeof a_model, "%s", str(j, "model"));
     json_decref(j);
+    /* A deployment of a's model, scaled to zero: nothing runs for it. */
+    snprintf(b, sizeof b,
+             "{\"name\": \"a-dep\", \"model\": \"%s\", \"replicas\": "
+             "{\"min\": 0, \"max\": 1}}",
+             a_model);
+    r = http_json(&as_a, "POST", "/v1/deployments", b);
+    if (r->status != 201) {
+        fprintf(stderr, "setup deployment: %ld %s\n", r->status, r->body);
+        resp_free(r);
+        return -1;
+    }
+    snprintf(a_dep, sizeof a_dep, "%s", str(r->json, "id"));
+    resp_free(r);
     return 0;
 }
 
@@ -171,9 +184,10 @@ static int group_teardown(void **state)
 /* ---- isolation: every route with another tenant's key ---- */
 
 /* One way to name another tenant's resource. path and body may hold {ds},
- * {job} and {model}; status is what the wrong tenant gets (404 for a
- * resource in the path; for an id in a body, the 422 naming field that an id
- * that never existed gets). pattern is the route it exercises. */
+ * {job}, {busy}, {model}, {tenant} and {dep} (a deployment); status is
+ * what the wrong tenant gets (404 for a resource in the path; for an id in
+ * a body, the 422 naming field that an id that never existed gets).
+ * pattern is the route it exercises. */
 typedef struct {
     const char *method;
     const char *pattern;
@@ -233,6 +247,15 @@ static const iso_case iso_cases[] = {
     {"GET", "/v1/jobs/{id}/events", "/v1/jobs/{job}/events", NULL, 404, NULL},
     {"GET", "/v1/datasets/{id}/examples", "/v1/datasets/{ds}/examples", NULL,
      404, NULL},
+    {"GET", "/v1/deployments/{id}", "/v1/deployments/{dep}", NULL, 404, NULL},
+    {"PATCH", "/v1/deployments/{id}", "/v1/deployments/{dep}",
+     "{\"replicas\": {\"max\": 2}}", 404, NULL},
+    {"DELETE", "/v1/deployments/{id}", "/v1/deployments/{dep}", NULL, 404,
+     NULL},
+    {"POST", "/v1/deployments", "/v1/deployments",
+     "{\"name\": \"iso\", \"model\": \"{model}\", \"replicas\": {\"min\": "
+     "0}}",
+     422, "model"},
 };
 
 /* Routes with a path parameter that name no tenant's dataset, job or model
@@ -258,24 +281,25 @@ static const char *const iso_exempt[][2] = {
 
 /* The ids a case's {placeholders} stand for. */
 typedef struct {
-    const char *ds, *job, *busy, *model, *tenant;
+    const char *ds, *job, *busy, *model, *tenant, *dep;
 } iso_ids;
 
 static const iso_ids never = {
-    "ds_aaaaaaaaaaaaaaaaaaaa", "job_aaaaaaaaaaaaaaaaaaaa",
+    "ds_aaaaaaaaaaaaaaaaaaaa",  "job_aaaaaaaaaaaaaaaaaaaa",
     "job_bbbbbbbbbbbbbbbbbbbb", "mdl_aaaaaaaaaaaaaaaaaaaa",
-    "tn_aaaaaaaaaaaaaaaaaaaa"};
+    "tn_aaaaaaaaaaaaaaaaaaaa",  "dep_aaaaaaaaaaaaaaaaaaaa"};
 
-/* Replaces {ds}, {job}, {busy}, {model}, {tenant} in t. */
+/* Replaces {ds}, {job}, {busy}, {model}, {tenant}, {dep} in t. */
 static void fill(char *out, size_t n, const char *t, const iso_ids *ids)
 {
-    const char *names[] = {"{ds}", "{job}", "{busy}", "{model}", "{tenant}"};
-    const char *vals[] = {ids->ds, ids->job, ids->busy, ids->model,
-                          ids->tenant};
+    const char *names[] = {"{ds}",    "{job}",    "{busy}",
+                           "{model}", "{tenant}", "{dep}"};
+    const char *vals[] = {ids->ds,    ids->job,    ids->busy,
+                          ids->model, ids->tenant, ids->dep};
     size_t o = 0;
     while (*t && o + 1 < n) {
         int hit = -1;
-        for (int i = 0; i < 5 && hit < 0; i++)
+        for (int i = 0; i < 6 && hit < 0; i++)
             if (!strncmp(t, names[i], strlen(names[i])))
                 hit = i;
         if (hit >= 0) {
@@ -291,9 +315,9 @@ static void fill(char *out, size_t n, const char *t, const iso_ids *ids)
 /* Removes every id of ids from text. */
 static void strip_ids(char *text, const iso_ids *ids)
 {
-    const char *vals[] = {ids->ds, ids->job, ids->busy, ids->model,
-                          ids->tenant};
-    for (int i = 0; i < 5; i++) {
+    const char *vals[] = {ids->ds,    ids->job,    ids->busy,
+                          ids->model, ids->tenant, ids->dep};
+    for (int i = 0; i < 6; i++) {
         size_t len = strlen(vals[i]);
         char *p;
         while ((p = strstr(text, vals[i])))
@@ -358,7 +382,7 @@ static void test_other_tenant_gets_404(void **state)
     json_t *busy = wait_job_until(&as_a, a_busy, 60, not_queued);
     assert_string_equal(str(busy, "status"), "running");
     json_decref(busy);
-    const iso_ids mine = {a_ds, a_job, a_busy, a_model, tenant_a};
+    const iso_ids mine = {a_ds, a_job, a_busy, a_model, tenant_a, a_dep};
     for (size_t k = 0; k < TY_ARRAY_LEN(iso_cases); k++) {
         const iso_case *c = &iso_cases[k];
         r = run_case(&as_b, c, &mine);
@@ -424,10 +448,13 @@ static void test_lists_are_per_tenant(void **state)
     assert_int_equal(list_count(&as_b, "/v1/jobs"), 0);
     assert_int_equal(list_count(&as_b, "/v1/jobs?status=succeeded"), 0);
     assert_int_equal(list_count(&as_b, "/v1/models"), 0);
+    assert_true(list_has(&as_a, "/v1/deployments", a_dep));
+    assert_int_equal(list_count(&as_b, "/v1/deployments"), 0);
     /* The admin sees its own tenant's resources, not a's. */
     assert_false(list_has(&server, "/v1/datasets", a_ds));
     assert_false(list_has(&server, "/v1/jobs", a_job));
     assert_false(list_has(&server, "/v1/models", a_model));
+    assert_false(list_has(&server, "/v1/deployments", a_dep));
     /* b's own dataset is b's alone. */
     char b_ds[64], path[128];
     upload_csv(&as_b, "b-data", b_ds);
