@@ -5,7 +5,7 @@
  *
  * The worker protocol - the lines, their order, the signals, the exit
  * codes, the environment - is jobs/protocol.h's; this file is its worker
- * side. Every line goes out whole under one mutex (emit), since the
+ * side. Every line goes out whole under one mutex (worker_emit), since the
  * trainer's callbacks and the heartbeat thread share stdout: lines never
  * interleave.
  */
@@ -38,11 +38,11 @@ static volatile sig_atomic_t preempt_requested;
 static void on_term(int sig) { stop_requested = 1; }
 static void on_usr1(int sig) { preempt_requested = 1; }
 
-/* stdout is shared by the trainer's callbacks and the heartbeat thread. */
+/* stdout is shared by the heartbeat thread and the process's own (the
+ * trainer's callbacks; a replica's serving loop). */
 static pthread_mutex_t emit_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Prints ev as one line (and frees it), whole, under emit_mu. */
-static void emit(json_t *ev)
+void worker_emit(json_t *ev)
 {
     char *line = json_dumps(ev, JSON_COMPACT);
     json_decref(ev);
@@ -73,14 +73,6 @@ long worker_heartbeat_ms(const char *value)
     return ms;
 }
 
-typedef struct {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* signalled to stop */
-    int stop;
-    long interval_ms;
-} heartbeat;
-
 static void deadline_after(struct timespec *ts, long ms)
 {
     clock_gettime(CLOCK_MONOTONIC, ts);
@@ -94,7 +86,7 @@ static void deadline_after(struct timespec *ts, long ms)
 
 static void *heartbeat_main(void *arg)
 {
-    heartbeat *hb = arg;
+    worker_heartbeat *hb = arg;
     struct timespec due;
     deadline_after(&due, hb->interval_ms);
     pthread_mutex_lock(&hb->mu);
@@ -103,7 +95,7 @@ static void *heartbeat_main(void *arg)
         if (hb->stop || rc != ETIMEDOUT)
             continue; /* stopped, or woken early: wait on for `due` */
         pthread_mutex_unlock(&hb->mu);
-        emit(wproto_encode_heartbeat());
+        worker_emit(wproto_encode_heartbeat());
         deadline_after(&due, hb->interval_ms);
         pthread_mutex_lock(&hb->mu);
     }
@@ -111,10 +103,18 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-/* Starts the heartbeat thread (with the worker's signals blocked in it, so
- * they reach the main thread). -1 when it cannot. */
-static int heartbeat_start(heartbeat *hb, long interval_ms)
+int worker_heartbeat_start(worker_heartbeat *hb, const char *who)
 {
+    const char *env = getenv(WPROTO_ENV_HEARTBEAT_MS);
+    long interval_ms = worker_heartbeat_ms(env);
+    if (interval_ms < 0) {
+        fprintf(stderr,
+                "trainyard %s: TRAINYARD_HEARTBEAT_MS=%.32s is not %d to "
+                "%d; heartbeats every %d ms\n",
+                who, env, WPROTO_HEARTBEAT_MIN_MS, WPROTO_HEARTBEAT_MAX_MS,
+                WPROTO_HEARTBEAT_DEFAULT_MS);
+        interval_ms = WPROTO_HEARTBEAT_DEFAULT_MS;
+    }
     memset(hb, 0, sizeof *hb);
     hb->interval_ms = interval_ms;
     pthread_condattr_t ca;
@@ -142,8 +142,7 @@ static int heartbeat_start(heartbeat *hb, long interval_ms)
     return 0;
 }
 
-/* Stops the thread and waits for it: no heartbeat after this returns. */
-static void heartbeat_stop(heartbeat *hb)
+void worker_heartbeat_stop(worker_heartbeat *hb)
 {
     pthread_mutex_lock(&hb->mu);
     hb->stop = 1;
@@ -158,7 +157,7 @@ static void heartbeat_stop(heartbeat *hb)
 
 static void on_progress(void *ctx, const train_progress *p)
 {
-    emit(wproto_encode_progress(p));
+    worker_emit(wproto_encode_progress(p));
 }
 
 /* The CUDA device the worker trains on, or -1 (on_epoch's ctx). */
@@ -180,18 +179,18 @@ static void on_epoch(void *ctx, const train_epoch_metrics *m)
         place_cuda_memory(wc->device, &free_b, &total_b, &err) == TY_OK &&
         total_b >= free_b)
         used = (int64_t)(total_b - free_b);
-    emit(wproto_encode_epoch(m, used));
+    worker_emit(wproto_encode_epoch(m, used));
 }
 
 static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
 {
-    emit(wproto_encode_resume(epoch, step));
+    worker_emit(wproto_encode_resume(epoch, step));
 }
 
 static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
                        int checkpointed)
 {
-    emit(wproto_encode_preempted(1, epoch, step, checkpointed));
+    worker_emit(wproto_encode_preempted(1, epoch, step, checkpointed));
 }
 
 /* A preemption before training started: nothing written; the checkpoint
@@ -199,25 +198,25 @@ static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
  * resumes from. */
 static int preempted_before_training(const char *checkpoint_path)
 {
-    emit(wproto_encode_preempted(
+    worker_emit(wproto_encode_preempted(
         0, 0, 0, checkpoint_path && fs_exists(checkpoint_path)));
     return WPROTO_EXIT_PREEMPTED;
 }
 
-static int report_error(const char *msg)
+int worker_fail(const char *who, const char *msg)
 {
-    emit(wproto_encode_error(msg));
-    fprintf(stderr, "trainyard worker: %s\n", msg);
+    worker_emit(wproto_encode_error(msg));
+    fprintf(stderr, "trainyard %s: %s\n", who, msg);
     return WPROTO_EXIT_FAILED;
 }
 
-/* The device the server named in TRAINYARD_DEVICE: "cuda" or "cuda:N"
- * (N within CUDA_VISIBLE_DEVICES) sets *device; "sim:<uuid>" leaves it -1
- * (the CPU computes) and sets *sim to the whole value, the label the epoch
- * records carry; anything else (the server says "cpu") leaves it -1.
- * TY_EINVAL for a malformed cuda:N or sim:<uuid>, TY_EDEVICE for cuda when
- * this binary has no CUDA. */
-static ty_status worker_device(int *device, const char **sim, ty_err *err)
+static int report_error(const char *msg)
+{
+    return worker_fail(WPROTO_COMMAND, msg);
+}
+
+/* The sim:<uuid> label is what the epoch records carry. */
+ty_status worker_device(int *device, const char **sim, ty_err *err)
 {
     *device = -1;
     *sim = NULL;
@@ -408,7 +407,7 @@ static int run(const json_t *job)
     }
     if (s != TY_OK)
         goto fail;
-    emit(wproto_encode_done());
+    worker_emit(wproto_encode_done());
     rc = 0;
     goto done;
 fail:
@@ -422,15 +421,13 @@ done:
     return rc;
 }
 
-/* SIGTERM and SIGINT cancel, SIGUSR1 preempts; all three unblocked (a
- * parent may have left them blocked, and they would never arrive). */
-static void install_signals(void)
+void worker_install_signals(void (*term)(int), void (*usr1)(int))
 {
     struct sigaction sa = {0};
-    sa.sa_handler = on_term;
+    sa.sa_handler = term;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = on_usr1;
+    sa.sa_handler = usr1;
     sigaction(SIGUSR1, &sa, NULL);
     sigset_t set;
     sigemptyset(&set);
@@ -440,7 +437,7 @@ static void install_signals(void)
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
-static void emit_started(void)
+void worker_emit_started(void)
 {
     const cpu_kernels_info *k = cpu_kernels_get();
     wproto_started st = {
@@ -453,37 +450,34 @@ static void emit_started(void)
         .cpu_isa = k->cpu_isa,
         /* 50 ms, measured beside whatever else runs on the machine then. */
         .gemm_gflops = cpu_kernels_measure(0.05)};
-    emit(wproto_encode_started(&st));
+    worker_emit(wproto_encode_started(&st));
 }
 
-int worker_main(int argc, char **argv)
+const char *worker_job_dir(int argc, char **argv)
 {
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], WPROTO_ARG_JOB_DIR) && i + 1 < argc)
             dir = argv[++i];
     }
+    return dir;
+}
+
+int worker_main(int argc, char **argv)
+{
+    const char *dir = worker_job_dir(argc, argv);
     if (!dir) {
         fprintf(stderr, "usage: trainyard worker --job-dir DIR\n"
                         "(started by `trainyard serve`; not meant to be run "
                         "by hand)\n");
         return WPROTO_EXIT_USAGE;
     }
-    install_signals();
-    emit_started();
+    /* SIGTERM and SIGINT cancel, SIGUSR1 preempts. */
+    worker_install_signals(on_term, on_usr1);
+    worker_emit_started();
 
-    const char *hb_env = getenv(WPROTO_ENV_HEARTBEAT_MS);
-    long hb_ms = worker_heartbeat_ms(hb_env);
-    if (hb_ms < 0) {
-        fprintf(stderr,
-                "trainyard worker: TRAINYARD_HEARTBEAT_MS=%.32s is not %d to "
-                "%d; heartbeats every %d ms\n",
-                hb_env, WPROTO_HEARTBEAT_MIN_MS, WPROTO_HEARTBEAT_MAX_MS,
-                WPROTO_HEARTBEAT_DEFAULT_MS);
-        hb_ms = WPROTO_HEARTBEAT_DEFAULT_MS;
-    }
-    heartbeat hb;
-    if (heartbeat_start(&hb, hb_ms) != 0)
+    worker_heartbeat hb;
+    if (worker_heartbeat_start(&hb, WPROTO_COMMAND) != 0)
         return report_error("cannot start the heartbeat thread");
 
     char path[PATH_MAX];
@@ -499,6 +493,6 @@ int worker_main(int argc, char **argv)
         rc = run(job);
         json_decref(job);
     }
-    heartbeat_stop(&hb);
+    worker_heartbeat_stop(&hb);
     return rc;
 }
