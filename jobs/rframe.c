@@ -61,6 +61,17 @@ static ty_status check_shape(uint32_t rows, uint32_t cols, const char *what,
     return TY_OK;
 }
 
+/* TY_OK when buf opens with magic want; what names the header. */
+static ty_status check_magic(const unsigned char *buf, uint32_t want,
+                             const char *what, ty_err *err)
+{
+    uint32_t magic = get32(buf);
+    if (magic != want)
+        return ty_fail(err, TY_EFORMAT, NULL, "%s: magic 0x%08x is not 0x%08x",
+                       what, magic, want);
+    return TY_OK;
+}
+
 void rframe_req_hdr_encode(const rframe_req_hdr *h,
                            unsigned char buf[RFRAME_REQ_HDR_BYTES])
 {
@@ -73,11 +84,8 @@ void rframe_req_hdr_encode(const rframe_req_hdr *h,
 ty_status rframe_req_hdr_decode(const unsigned char buf[RFRAME_REQ_HDR_BYTES],
                                 rframe_req_hdr *h, ty_err *err)
 {
-    uint32_t magic = get32(buf);
-    if (magic != RFRAME_REQ_MAGIC)
-        return ty_fail(err, TY_EFORMAT, NULL,
-                       "request: magic 0x%08x is not 0x%08x", magic,
-                       RFRAME_REQ_MAGIC);
+    if (check_magic(buf, RFRAME_REQ_MAGIC, "request", err) != TY_OK)
+        return TY_EFORMAT;
     h->seq = get32(buf + 4);
     h->rows = get32(buf + 8);
     h->cols = get32(buf + 12);
@@ -100,11 +108,8 @@ void rframe_rep_hdr_encode(const rframe_rep_hdr *h,
 ty_status rframe_rep_hdr_decode(const unsigned char buf[RFRAME_REP_HDR_BYTES],
                                 rframe_rep_hdr *h, ty_err *err)
 {
-    uint32_t magic = get32(buf);
-    if (magic != RFRAME_REP_MAGIC)
-        return ty_fail(err, TY_EFORMAT, NULL,
-                       "reply: magic 0x%08x is not 0x%08x", magic,
-                       RFRAME_REP_MAGIC);
+    if (check_magic(buf, RFRAME_REP_MAGIC, "reply", err) != TY_OK)
+        return TY_EFORMAT;
     h->seq = get32(buf + 4);
     h->status = get32(buf + 8);
     h->rows = get32(buf + 12);

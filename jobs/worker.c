@@ -58,6 +58,14 @@ void worker_emit(json_t *ev)
 
 /* ---- heartbeats ---- */
 
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signalled to stop */
+    int stop;
+    long interval_ms;
+} heartbeat;
+
 long worker_heartbeat_ms(const char *value)
 {
     if (!value || !*value)
@@ -86,7 +94,7 @@ static void deadline_after(struct timespec *ts, long ms)
 
 static void *heartbeat_main(void *arg)
 {
-    worker_heartbeat *hb = arg;
+    heartbeat *hb = arg;
     struct timespec due;
     deadline_after(&due, hb->interval_ms);
     pthread_mutex_lock(&hb->mu);
@@ -103,7 +111,11 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-int worker_heartbeat_start(worker_heartbeat *hb, const char *who)
+/* Starts the heartbeat thread at the interval TRAINYARD_HEARTBEAT_MS asks
+ * for (a bad value is the default, with a note on stderr naming `trainyard
+ * <who>`), with the process's signals blocked in it, so they reach the
+ * main thread. -1 when it cannot. */
+static int heartbeat_start(heartbeat *hb, const char *who)
 {
     const char *env = getenv(WPROTO_ENV_HEARTBEAT_MS);
     long interval_ms = worker_heartbeat_ms(env);
@@ -142,7 +154,8 @@ int worker_heartbeat_start(worker_heartbeat *hb, const char *who)
     return 0;
 }
 
-void worker_heartbeat_stop(worker_heartbeat *hb)
+/* Stops the thread and waits for it: no heartbeat after this returns. */
+static void heartbeat_stop(heartbeat *hb)
 {
     pthread_mutex_lock(&hb->mu);
     hb->stop = 1;
@@ -421,7 +434,7 @@ done:
     return rc;
 }
 
-void worker_install_signals(void (*term)(int), void (*usr1)(int))
+static void install_signals(void (*term)(int), void (*usr1)(int))
 {
     struct sigaction sa = {0};
     sa.sa_handler = term;
@@ -437,7 +450,7 @@ void worker_install_signals(void (*term)(int), void (*usr1)(int))
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
-void worker_emit_started(void)
+static void emit_started(void)
 {
     const cpu_kernels_info *k = cpu_kernels_get();
     wproto_started st = {
@@ -453,46 +466,52 @@ void worker_emit_started(void)
     worker_emit(wproto_encode_started(&st));
 }
 
-const char *worker_job_dir(int argc, char **argv)
+int worker_process(const worker_process_def *def, int argc, char **argv)
 {
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], WPROTO_ARG_JOB_DIR) && i + 1 < argc)
             dir = argv[++i];
     }
-    return dir;
+    if (!dir) {
+        fprintf(stderr,
+                "usage: trainyard %s --job-dir DIR\n"
+                "(started by `trainyard serve`; not meant to be run by "
+                "hand)\n",
+                def->who);
+        return WPROTO_EXIT_USAGE;
+    }
+    install_signals(def->on_term, def->on_usr1);
+    emit_started();
+
+    heartbeat hb;
+    if (heartbeat_start(&hb, def->who) != 0)
+        return worker_fail(def->who, "cannot start the heartbeat thread");
+
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, def->file);
+    json_error_t jerr;
+    json_t *doc = json_load_file(path, 0, &jerr);
+    int rc;
+    if (!doc) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "cannot read %s: %s", path, jerr.text);
+        rc = worker_fail(def->who, msg);
+    } else {
+        rc = def->body(doc);
+        json_decref(doc);
+    }
+    heartbeat_stop(&hb);
+    return rc;
 }
 
 int worker_main(int argc, char **argv)
 {
-    const char *dir = worker_job_dir(argc, argv);
-    if (!dir) {
-        fprintf(stderr, "usage: trainyard worker --job-dir DIR\n"
-                        "(started by `trainyard serve`; not meant to be run "
-                        "by hand)\n");
-        return WPROTO_EXIT_USAGE;
-    }
     /* SIGTERM and SIGINT cancel, SIGUSR1 preempts. */
-    worker_install_signals(on_term, on_usr1);
-    worker_emit_started();
-
-    worker_heartbeat hb;
-    if (worker_heartbeat_start(&hb, WPROTO_COMMAND) != 0)
-        return report_error("cannot start the heartbeat thread");
-
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, WPROTO_JOB_FILE);
-    json_error_t jerr;
-    json_t *job = json_load_file(path, 0, &jerr);
-    int rc;
-    if (!job) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "cannot read %s: %s", path, jerr.text);
-        rc = report_error(msg);
-    } else {
-        rc = run(job);
-        json_decref(job);
-    }
-    worker_heartbeat_stop(&hb);
-    return rc;
+    static const worker_process_def def = {.who = WPROTO_COMMAND,
+                                           .file = WPROTO_JOB_FILE,
+                                           .on_term = on_term,
+                                           .on_usr1 = on_usr1,
+                                           .body = run};
+    return worker_process(&def, argc, argv);
 }

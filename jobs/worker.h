@@ -12,9 +12,6 @@
 #ifndef TY_WORKER_H
 #define TY_WORKER_H
 
-#include <pthread.h>
-#include <signal.h>
-
 #include "jobs/protocol.h"
 
 /* The heartbeat interval TRAINYARD_HEARTBEAT_MS = value asks for, in ms:
@@ -23,11 +20,29 @@
 long worker_heartbeat_ms(const char *value);
 
 /* ---- what a serving replica (jobs/replica.c) shares with the worker ----
- * Both are processes of the worker protocol: the same started line,
- * heartbeats, device environment and stdout discipline. */
+ * Both are processes of the worker protocol: the same usage, signals,
+ * started line, heartbeats, device environment and stdout discipline. */
 
-/* The folder after --job-dir in argv (argv[0] the command), or NULL. */
-const char *worker_job_dir(int argc, char **argv);
+/* A process of the worker protocol (worker_process runs it). */
+typedef struct {
+    const char *who;      /* its command, argv[0]: "worker", "replica" */
+    const char *file;     /* the JSON file it reads in its job folder */
+    void (*on_term)(int); /* SIGTERM and SIGINT's handler */
+    void (*on_usr1)(int); /* SIGUSR1's: a handler, or SIG_IGN */
+    /* The work, given the file's document (borrowed): the exit status. */
+    int (*body)(const json_t *doc);
+} worker_process_def;
+
+/* Runs `trainyard <who> --job-dir DIR` (argv[0] is who): without DIR,
+ * a usage note on stderr and WPROTO_EXIT_USAGE, nothing on stdout. Else
+ * installs the handlers and unblocks the three signals (a parent may have
+ * left them blocked), prints the started line (the CPU GEMM rate measured
+ * for 50 ms first), starts the heartbeat thread (TRAINYARD_HEARTBEAT_MS,
+ * the signals blocked in it), reads DIR/file and returns body's status;
+ * the heartbeat thread is stopped and joined before it returns, so no
+ * heartbeat follows the last line. An unreadable file is an "error" line
+ * and WPROTO_EXIT_FAILED. */
+int worker_process(const worker_process_def *def, int argc, char **argv);
 
 /* Prints line (taken: freed here; NULL, an encoder out of memory, prints
  * nothing) as one line on stdout, whole, under the process's one stdout
@@ -37,32 +52,6 @@ void worker_emit(json_t *line);
 /* Prints the "error" line with msg, says it on stderr as "trainyard
  * <who>: msg" and returns WPROTO_EXIT_FAILED. */
 int worker_fail(const char *who, const char *msg);
-
-/* Installs on_term for SIGTERM and SIGINT and on_usr1 (a handler, or
- * SIG_IGN) for SIGUSR1, and unblocks the three (a parent may have left
- * them blocked, and they would never arrive). Before the started line. */
-void worker_install_signals(void (*on_term)(int), void (*on_usr1)(int));
-
-/* Measures the CPU GEMM rate (50 ms) and prints the started line. */
-void worker_emit_started(void);
-
-/* The heartbeat thread (worker_heartbeat_start, _stop). */
-typedef struct {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* signalled to stop */
-    int stop;
-    long interval_ms;
-} worker_heartbeat;
-
-/* Starts the thread that prints a heartbeat every TRAINYARD_HEARTBEAT_MS
- * (worker_heartbeat_ms; a bad value is the default, with a note on stderr
- * naming `trainyard <who>`), with SIGTERM, SIGINT and SIGUSR1 blocked in
- * it so they reach the other threads. -1 when it cannot start. */
-int worker_heartbeat_start(worker_heartbeat *hb, const char *who);
-
-/* Stops the thread and waits for it: no heartbeat after this returns. */
-void worker_heartbeat_stop(worker_heartbeat *hb);
 
 /* The device the server named in TRAINYARD_DEVICE: "cuda" or "cuda:N"
  * (N within CUDA_VISIBLE_DEVICES) sets *device; "sim:<uuid>" leaves it -1
