@@ -1,6 +1,7 @@
 /*
  * main.c - the trainyard binary: `serve` runs the API server, `worker` runs
- * one training job (started by the server), `version` says what is built in.
+ * one training job and `replica` one serving replica (both started by the
+ * server), `version` says what is built in.
  * Only this file decides to exit.
  */
 #include <errno.h>
@@ -31,6 +32,7 @@
 #include "common/log.h"
 #include "serve/modelcache.h"
 #include "common/opmetrics.h"
+#include "jobs/replica.h"
 #include "jobs/worker.h"
 
 void openblas_set_num_threads(int n);
@@ -46,6 +48,8 @@ static void usage(FILE *f)
             "  version   print the version and the compute backends built in\n"
             "  keygen    print a new random API key (for --admin-key-file)\n"
             "  worker    run one training job (started by the server)\n"
+            "  replica   serve one deployment's replica (started by the "
+            "server)\n"
             "  help      show this help\n"
             "\n");
     cli_usage(f);
@@ -459,6 +463,8 @@ int main(int argc, char **argv)
         return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "worker"))
         return worker_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, RPROTO_COMMAND))
+        return replica_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return cmd_version();
     if (!strcmp(cmd, "keygen"))

@@ -132,6 +132,15 @@ json_t *wproto_encode_error(const char *message)
                      WPROTO_F_MESSAGE, message);
 }
 
+json_t *wproto_encode_ready(const wproto_ready *r)
+{
+    return json_pack("{s:s, s:s, s:I, s:I, s:s, s:f}", WPROTO_F_EVENT,
+                     msg_names[WPROTO_MSG_READY], WPROTO_F_SOCKET, r->socket,
+                     WPROTO_F_FEATURES, (json_int_t)r->features,
+                     WPROTO_F_OUTPUTS, (json_int_t)r->outputs, WPROTO_F_DEVICE,
+                     r->device, WPROTO_F_LOAD_SECONDS, r->load_seconds);
+}
+
 wproto_msg wproto_decode(const char *line, json_t **msg)
 {
     json_t *ev = json_loads(line, 0, NULL);

@@ -192,6 +192,11 @@ typedef enum {
 #define WPROTO_F_CHECKPOINT "checkpoint"
 /* error */
 #define WPROTO_F_MESSAGE "message"
+/* ready (a serving replica's, jobs/replica.h: RPROTO_F_* there) */
+#define WPROTO_F_SOCKET "socket"
+#define WPROTO_F_FEATURES "features"
+#define WPROTO_F_OUTPUTS "outputs"
+#define WPROTO_F_LOAD_SECONDS "load_seconds"
 
 /* Whether uuid (what follows "sim:") names a simulated device: 1 to
  * WPROTO_SIM_UUID_MAX of [A-Za-z0-9._:/-]. */
@@ -225,6 +230,19 @@ json_t *wproto_encode_preempted(int positioned, uint32_t epoch, uint64_t step,
                                 int checkpoint);
 json_t *wproto_encode_done(void);
 json_t *wproto_encode_error(const char *message);
+
+/* What a serving replica's "ready" line says (jobs/replica.h; strings
+ * borrowed): the socket it listens on, the model's input and output sizes
+ * per example, the device label ("cpu", "cuda:N", "sim:<uuid>") and how
+ * long loading took. */
+typedef struct {
+    const char *socket;
+    uint64_t features;
+    uint32_t outputs;
+    const char *device;
+    double load_seconds;
+} wproto_ready;
+json_t *wproto_encode_ready(const wproto_ready *r);
 
 /* Decodes one line (without its newline). Returns its kind; for anything
  * but WPROTO_MSG_NONE, *msg is the line's object (new reference, caller

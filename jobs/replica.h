@@ -32,8 +32,10 @@
  * size they can fill; a batch takes whole requests in order up to
  * max_batch_size rows (a request bigger than max_batch_size runs alone, in
  * chunks of max_batch_size). max_batch_size 1 is batching off. Each reply
- * says the batch's rows, the request's queue time and the batch's compute
- * time.
+ * says the batch's rows (max_batch_size for a request run in chunks), the
+ * request's queue time and the batch's compute time. "threads" is read and
+ * checked, but the engine's predict runs on the serving thread (as the
+ * server's own predict path does: nn.h offers no pool for inference).
  *
  * SIGTERM or SIGINT: drain - stop accepting connections, answer every
  * request already read, then exit WPROTO_EXIT_OK (0). A request read after
@@ -46,8 +48,8 @@
 
 #include "jobs/protocol.h"
 
-#define RPROTO_COMMAND "replica"    /* argv[1] */
-#define RPROTO_FILE "replica.json"  /* in the job folder */
+#define RPROTO_COMMAND "replica"     /* argv[1] */
+#define RPROTO_FILE "replica.json"   /* in the job folder */
 #define RPROTO_SOCKET "replica.sock" /* the socket's usual name there */
 
 /* replica.json's keys. */
@@ -61,11 +63,13 @@
 #define RPROTO_MAX_QUEUE_DELAY_US "max_queue_delay_us"
 #define RPROTO_PREFERRED_BATCH_SIZES "preferred_batch_sizes"
 
-/* The "ready" line's fields (its kind is WPROTO_MSG_READY). */
-#define RPROTO_F_SOCKET "socket"
-#define RPROTO_F_FEATURES "features"
-#define RPROTO_F_OUTPUTS "outputs"
-#define RPROTO_F_LOAD_SECONDS "load_seconds"
+/* The "ready" line's fields (its kind is WPROTO_MSG_READY; its encoder,
+ * wproto_encode_ready, is protocol.h's, hence the names are defined there;
+ * "device" is WPROTO_F_DEVICE). */
+#define RPROTO_F_SOCKET WPROTO_F_SOCKET
+#define RPROTO_F_FEATURES WPROTO_F_FEATURES
+#define RPROTO_F_OUTPUTS WPROTO_F_OUTPUTS
+#define RPROTO_F_LOAD_SECONDS WPROTO_F_LOAD_SECONDS
 
 /* `trainyard replica --job-dir DIR` (argv[0] is "replica"): the process's
  * exit status, a WPROTO_EXIT_* code. */

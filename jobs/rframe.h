@@ -32,6 +32,12 @@
 
 #include "common/ty.h"
 
+/* The float payloads travel as the host holds them: little-endian hosts
+ * only (every platform trainyard builds for). */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the replica framing's float32 payloads assume a little-endian host"
+#endif
+
 #define RFRAME_REQ_MAGIC 0x51525954u /* "TYRQ" little-endian */
 #define RFRAME_REP_MAGIC 0x50525954u /* "TYRP" */
 #define RFRAME_REQ_HDR_BYTES 16
@@ -86,7 +92,11 @@ typedef struct {
  * another connection: nothing was answered); the replica's error as
  * TY_EINVAL (RFRAME_ESHAPE), TY_EDEVICE, TY_ENOMEM or TY_ECONFLICT
  * (RFRAME_EDRAINING), with its message; TY_EFORMAT for a reply that is not
- * one (then close the connection). */
+ * one (then close the connection); TY_EINVAL, nothing sent, for rows, cols
+ * or out_cols outside the limits. fd is blocking (a non-blocking one is
+ * waited on); a receive timeout set on it (SO_RCVTIMEO) ends the call with
+ * TY_EIO. Writes use MSG_NOSIGNAL: a dead replica is TY_EIO, never
+ * SIGPIPE. Allocates nothing; info may be NULL. */
 ty_status rframe_call(int fd, uint32_t seq, const float *x, uint32_t rows,
                       uint32_t cols, float *out, uint32_t out_cols,
                       rframe_call_info *info, ty_err *err);

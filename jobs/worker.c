@@ -5,7 +5,7 @@
  *
  * The worker protocol - the lines, their order, the signals, the exit
  * codes, the environment - is jobs/protocol.h's; this file is its worker
- * side. Every line goes out whole under one mutex (emit), since the
+ * side. Every line goes out whole under one mutex (worker_emit), since the
  * trainer's callbacks and the heartbeat thread share stdout: lines never
  * interleave.
  */
@@ -38,11 +38,11 @@ static volatile sig_atomic_t preempt_requested;
 static void on_term(int sig) { stop_requested = 1; }
 static void on_usr1(int sig) { preempt_requested = 1; }
 
-/* stdout is shared by the trainer's callbacks and the heartbeat thread. */
+/* stdout is shared by the heartbeat thread and the process's own (the
+ * trainer's callbacks; a replica's serving loop). */
 static pthread_mutex_t emit_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Prints ev as one line (and frees it), whole, under emit_mu. */
-static void emit(json_t *ev)
+void worker_emit(json_t *ev)
 {
     char *line = json_dumps(ev, JSON_COMPACT);
     json_decref(ev);
@@ -58,6 +58,14 @@ static void emit(json_t *ev)
 
 /* ---- heartbeats ---- */
 
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signalled to stop */
+    int stop;
+    long interval_ms;
+} heartbeat;
+
 long worker_heartbeat_ms(const char *value)
 {
     if (!value || !*value)
@@ -72,14 +80,6 @@ long worker_heartbeat_ms(const char *value)
         return -1;
     return ms;
 }
-
-typedef struct {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv; /* signalled to stop */
-    int stop;
-    long interval_ms;
-} heartbeat;
 
 static void deadline_after(struct timespec *ts, long ms)
 {
@@ -103,7 +103,7 @@ static void *heartbeat_main(void *arg)
         if (hb->stop || rc != ETIMEDOUT)
             continue; /* stopped, or woken early: wait on for `due` */
         pthread_mutex_unlock(&hb->mu);
-        emit(wproto_encode_heartbeat());
+        worker_emit(wproto_encode_heartbeat());
         deadline_after(&due, hb->interval_ms);
         pthread_mutex_lock(&hb->mu);
     }
@@ -111,10 +111,22 @@ static void *heartbeat_main(void *arg)
     return NULL;
 }
 
-/* Starts the heartbeat thread (with the worker's signals blocked in it, so
- * they reach the main thread). -1 when it cannot. */
-static int heartbeat_start(heartbeat *hb, long interval_ms)
+/* Starts the heartbeat thread at the interval TRAINYARD_HEARTBEAT_MS asks
+ * for (a bad value is the default, with a note on stderr naming `trainyard
+ * <who>`), with the process's signals blocked in it, so they reach the
+ * main thread. -1 when it cannot. */
+static int heartbeat_start(heartbeat *hb, const char *who)
 {
+    const char *env = getenv(WPROTO_ENV_HEARTBEAT_MS);
+    long interval_ms = worker_heartbeat_ms(env);
+    if (interval_ms < 0) {
+        fprintf(stderr,
+                "trainyard %s: TRAINYARD_HEARTBEAT_MS=%.32s is not %d to "
+                "%d; heartbeats every %d ms\n",
+                who, env, WPROTO_HEARTBEAT_MIN_MS, WPROTO_HEARTBEAT_MAX_MS,
+                WPROTO_HEARTBEAT_DEFAULT_MS);
+        interval_ms = WPROTO_HEARTBEAT_DEFAULT_MS;
+    }
     memset(hb, 0, sizeof *hb);
     hb->interval_ms = interval_ms;
     pthread_condattr_t ca;
@@ -158,7 +170,7 @@ static void heartbeat_stop(heartbeat *hb)
 
 static void on_progress(void *ctx, const train_progress *p)
 {
-    emit(wproto_encode_progress(p));
+    worker_emit(wproto_encode_progress(p));
 }
 
 /* The CUDA device the worker trains on, or -1 (on_epoch's ctx). */
@@ -180,18 +192,18 @@ static void on_epoch(void *ctx, const train_epoch_metrics *m)
         place_cuda_memory(wc->device, &free_b, &total_b, &err) == TY_OK &&
         total_b >= free_b)
         used = (int64_t)(total_b - free_b);
-    emit(wproto_encode_epoch(m, used));
+    worker_emit(wproto_encode_epoch(m, used));
 }
 
 static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
 {
-    emit(wproto_encode_resume(epoch, step));
+    worker_emit(wproto_encode_resume(epoch, step));
 }
 
 static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
                        int checkpointed)
 {
-    emit(wproto_encode_preempted(1, epoch, step, checkpointed));
+    worker_emit(wproto_encode_preempted(1, epoch, step, checkpointed));
 }
 
 /* A preemption before training started: nothing written; the checkpoint
@@ -199,25 +211,25 @@ static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
  * resumes from. */
 static int preempted_before_training(const char *checkpoint_path)
 {
-    emit(wproto_encode_preempted(
+    worker_emit(wproto_encode_preempted(
         0, 0, 0, checkpoint_path && fs_exists(checkpoint_path)));
     return WPROTO_EXIT_PREEMPTED;
 }
 
-static int report_error(const char *msg)
+int worker_fail(const char *who, const char *msg)
 {
-    emit(wproto_encode_error(msg));
-    fprintf(stderr, "trainyard worker: %s\n", msg);
+    worker_emit(wproto_encode_error(msg));
+    fprintf(stderr, "trainyard %s: %s\n", who, msg);
     return WPROTO_EXIT_FAILED;
 }
 
-/* The device the server named in TRAINYARD_DEVICE: "cuda" or "cuda:N"
- * (N within CUDA_VISIBLE_DEVICES) sets *device; "sim:<uuid>" leaves it -1
- * (the CPU computes) and sets *sim to the whole value, the label the epoch
- * records carry; anything else (the server says "cpu") leaves it -1.
- * TY_EINVAL for a malformed cuda:N or sim:<uuid>, TY_EDEVICE for cuda when
- * this binary has no CUDA. */
-static ty_status worker_device(int *device, const char **sim, ty_err *err)
+static int report_error(const char *msg)
+{
+    return worker_fail(WPROTO_COMMAND, msg);
+}
+
+/* The sim:<uuid> label is what the epoch records carry. */
+ty_status worker_device(int *device, const char **sim, ty_err *err)
 {
     *device = -1;
     *sim = NULL;
@@ -408,7 +420,7 @@ static int run(const json_t *job)
     }
     if (s != TY_OK)
         goto fail;
-    emit(wproto_encode_done());
+    worker_emit(wproto_encode_done());
     rc = 0;
     goto done;
 fail:
@@ -422,15 +434,13 @@ done:
     return rc;
 }
 
-/* SIGTERM and SIGINT cancel, SIGUSR1 preempts; all three unblocked (a
- * parent may have left them blocked, and they would never arrive). */
-static void install_signals(void)
+static void install_signals(void (*term)(int), void (*usr1)(int))
 {
     struct sigaction sa = {0};
-    sa.sa_handler = on_term;
+    sa.sa_handler = term;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
-    sa.sa_handler = on_usr1;
+    sa.sa_handler = usr1;
     sigaction(SIGUSR1, &sa, NULL);
     sigset_t set;
     sigemptyset(&set);
@@ -453,10 +463,10 @@ static void emit_started(void)
         .cpu_isa = k->cpu_isa,
         /* 50 ms, measured beside whatever else runs on the machine then. */
         .gemm_gflops = cpu_kernels_measure(0.05)};
-    emit(wproto_encode_started(&st));
+    worker_emit(wproto_encode_started(&st));
 }
 
-int worker_main(int argc, char **argv)
+int worker_process(const worker_process_def *def, int argc, char **argv)
 {
     const char *dir = NULL;
     for (int i = 1; i < argc; i++) {
@@ -464,41 +474,44 @@ int worker_main(int argc, char **argv)
             dir = argv[++i];
     }
     if (!dir) {
-        fprintf(stderr, "usage: trainyard worker --job-dir DIR\n"
-                        "(started by `trainyard serve`; not meant to be run "
-                        "by hand)\n");
+        fprintf(stderr,
+                "usage: trainyard %s --job-dir DIR\n"
+                "(started by `trainyard serve`; not meant to be run by "
+                "hand)\n",
+                def->who);
         return WPROTO_EXIT_USAGE;
     }
-    install_signals();
+    install_signals(def->on_term, def->on_usr1);
     emit_started();
 
-    const char *hb_env = getenv(WPROTO_ENV_HEARTBEAT_MS);
-    long hb_ms = worker_heartbeat_ms(hb_env);
-    if (hb_ms < 0) {
-        fprintf(stderr,
-                "trainyard worker: TRAINYARD_HEARTBEAT_MS=%.32s is not %d to "
-                "%d; heartbeats every %d ms\n",
-                hb_env, WPROTO_HEARTBEAT_MIN_MS, WPROTO_HEARTBEAT_MAX_MS,
-                WPROTO_HEARTBEAT_DEFAULT_MS);
-        hb_ms = WPROTO_HEARTBEAT_DEFAULT_MS;
-    }
     heartbeat hb;
-    if (heartbeat_start(&hb, hb_ms) != 0)
-        return report_error("cannot start the heartbeat thread");
+    if (heartbeat_start(&hb, def->who) != 0)
+        return worker_fail(def->who, "cannot start the heartbeat thread");
 
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", dir, WPROTO_JOB_FILE);
+    snprintf(path, sizeof path, "%s/%s", dir, def->file);
     json_error_t jerr;
-    json_t *job = json_load_file(path, 0, &jerr);
+    json_t *doc = json_load_file(path, 0, &jerr);
     int rc;
-    if (!job) {
+    if (!doc) {
         char msg[400];
         snprintf(msg, sizeof msg, "cannot read %s: %s", path, jerr.text);
-        rc = report_error(msg);
+        rc = worker_fail(def->who, msg);
     } else {
-        rc = run(job);
-        json_decref(job);
+        rc = def->body(doc);
+        json_decref(doc);
     }
     heartbeat_stop(&hb);
     return rc;
+}
+
+int worker_main(int argc, char **argv)
+{
+    /* SIGTERM and SIGINT cancel, SIGUSR1 preempts. */
+    static const worker_process_def def = {.who = WPROTO_COMMAND,
+                                           .file = WPROTO_JOB_FILE,
+                                           .on_term = on_term,
+                                           .on_usr1 = on_usr1,
+                                           .body = run};
+    return worker_process(&def, argc, argv);
 }

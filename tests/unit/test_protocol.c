@@ -154,6 +154,26 @@ static void test_endings(void **state)
     json_decref(m);
 }
 
+/* A serving replica's "ready" (jobs/replica.h). */
+static void test_ready(void **state)
+{
+    assert_string_equal(wproto_msg_name(WPROTO_MSG_READY), "ready");
+    wproto_ready r = {.socket = "/data/jobs/rep_1/replica.sock",
+                      .features = 784,
+                      .outputs = 10,
+                      .device = "sim:GPU-0",
+                      .load_seconds = 0.25};
+    json_t *m = roundtrip(wproto_encode_ready(&r), WPROTO_MSG_READY);
+    assert_string_equal(json_string_value(json_object_get(m, "socket")),
+                        r.socket);
+    assert_int_equal(json_integer_value(json_object_get(m, "features")), 784);
+    assert_int_equal(json_integer_value(json_object_get(m, "outputs")), 10);
+    assert_string_equal(json_string_value(json_object_get(m, "device")),
+                        "sim:GPU-0");
+    assert_true(json_real_value(json_object_get(m, "load_seconds")) == 0.25);
+    json_decref(m);
+}
+
 static void test_not_messages(void **state)
 {
     static const char *const none[] = {
@@ -193,6 +213,7 @@ int main(void)
         cmocka_unit_test(test_started),
         cmocka_unit_test(test_progress_epoch_resume),
         cmocka_unit_test(test_endings),
+        cmocka_unit_test(test_ready),
         cmocka_unit_test(test_not_messages),
         cmocka_unit_test(test_sim_uuid),
     };
