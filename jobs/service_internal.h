@@ -19,7 +19,6 @@
 #include "common/ids.h"
 #include "events/hub.h"
 #include "gpu/inventory.h"
-#include "jobs/deploy_internal.h"
 #include "jobs/env.h"
 #include "jobs/protocol.h"
 #include "jobs/sched.h"
@@ -44,7 +43,7 @@ typedef struct {
     double last_progress_write;
     int resumed_from_epoch;    /* -1 unless this run resumed */
     char tenant_id[TY_ID_MAX]; /* for metrics labels */
-    int replica;               /* a serving replica (jobs/deploy.c), not a
+    int replica; /* a serving replica (jobs/service_deploy.c), not a
                                   training job */
 } job_run;
 
@@ -76,7 +75,8 @@ struct jobs_service {
     size_t nretries, retry_cap;
     sched_wait *report; /* jobs_annotate's buffer */
     size_t report_cap;
-    deploy_books *deploy; /* serving deployments (jobs/deploy.c) */
+    struct deploy_books
+        *deploy; /* serving deployments (jobs/service_deploy.c) */
 };
 
 /* Monotonic seconds: deadlines, heartbeats, back-offs. */
@@ -122,6 +122,41 @@ ty_status svc_tenant_handle(jobs_service *r, const char *id, int *h,
  * nothing for a CPU job (slot -1) or a host without slots. */
 void svc_set_holder(jobs_service *r, int slot, const char *job,
                     const char *tenant);
+
+/* ---- service_deploy.c: the deployment controller's side of the service ----
+ *
+ * The controller's books (deployments, their replicas, traffic) are
+ * guarded by their own mutex, dmu, so that requests (jobs_deploy_admit,
+ * _pick, _unpick, _finish) never wait on mu, which the supervisor holds
+ * through its passes. Lock order: mu, then dmu, then the store's. A
+ * replica record outlives its process until no request holds it
+ * (in_flight 0); a deployment outlives its deletion until its last replica
+ * is gone. */
+
+typedef struct deploy_books deploy_books;
+
+/* Reads the stored deployments and queues their replicas (jobs_start,
+ * before the supervisor starts). NULL when out of memory. */
+deploy_books *deploy_books_create(jobs_service *r);
+void deploy_books_destroy(deploy_books *b);
+
+/* Whether a scheduler job id is a serving replica's. */
+int deploy_is_replica(const char *sched_id);
+
+/* The scheduler placed replica job sj on slot (-1: the CPU): its process
+ * is started in supervisor place `place`. mu held. */
+void deploy_replica_start(jobs_service *r, int sj, int slot, int place);
+
+/* A line of the replica in place `place`. mu not held. */
+void deploy_replica_message(jobs_service *r, int place, wproto_msg kind,
+                            const json_t *msg);
+
+/* The replica in place `place` exited. mu held. */
+void deploy_replica_exit(jobs_service *r, int place, int ws, int lost);
+
+/* Autoscaling, rolling updates, drains, restarts: before each scheduling
+ * pass. mu held. */
+void deploy_tick(jobs_service *r);
 
 /* ---- service_lifecycle.c ---- */
 

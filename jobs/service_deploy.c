@@ -1,6 +1,6 @@
 /*
- * deploy.c - the deployment controller (see deploy.h and
- * deploy_internal.h).
+ * service_deploy.c - the deployment controller (see deploy.h), the part of
+ * the job service that keeps serving deployments.
  *
  * A deployment is a spec (jobs/deployspec.h), a model and a desired number
  * of replicas; each replica is a job of kind serving in the job service's
@@ -9,6 +9,8 @@
  * outranks training (the scheduler's serving_preempt). Its process is
  * `trainyard replica` (jobs/replica.h), started by the supervisor like a
  * training worker.
+ *
+ * The hooks the job service calls are declared in service_internal.h.
  *
  * A replica's life: QUEUED (in the scheduler) -> STARTING (its process
  * loads the model) -> READY (it listens; requests are routed to it) ->
@@ -26,7 +28,6 @@
  * as are desired, and the old ones are drained.
  */
 #include "jobs/deploy.h"
-#include "jobs/deploy_internal.h"
 #include "jobs/service_internal.h"
 
 #include <errno.h>
