@@ -96,11 +96,13 @@ void api_models_predict(api_ctx *app, http_req *r)
     serve_env env = env_of(app);
     /* A deployed model's request waits for its replica: never on the
      * libmicrohttpd thread. */
-    if (http_req_body(r, &len) &&
-        (len > PREDICT_INLINE_MAX ||
-         serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0), 0)) &&
-        http_req_offload(r, predict_run))
+    if (serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0), 0)) {
+        if (http_req_offload_wait(r, predict_run))
+            return;
+    } else if (http_req_body(r, &len) && len > PREDICT_INLINE_MAX &&
+               http_req_offload(r, predict_run)) {
         return;
+    }
     predict_run(app, r);
 }
 

@@ -978,10 +978,12 @@ void api_kserve_infer(api_ctx *app, http_req *r)
 {
     size_t len = 0;
     serve_env env = env_of(app);
-    if (http_req_body(r, &len) &&
-        (len > INFER_INLINE_MAX ||
-         serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0), 1)) &&
-        http_req_offload(r, infer_run))
+    if (serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0), 1)) {
+        if (http_req_offload_wait(r, infer_run))
+            return;
+    } else if (http_req_body(r, &len) && len > INFER_INLINE_MAX &&
+               http_req_offload(r, infer_run)) {
         return;
+    }
     infer_run(app, r);
 }

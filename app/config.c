@@ -41,6 +41,7 @@ void config_defaults(ty_config *cfg)
     cfg->preempt = 1;
     cfg->serving_preempt = 1;
     cfg->max_replicas = 16;
+    cfg->serving_threads = 128;
     cfg->fair_window_s = 600.0;
     cfg->events_ring = EV_RING_DEFAULT;
     cfg->max_connections = 0;
@@ -343,6 +344,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_int(flag, val, 1, 1 << 24, &cfg->auth_fail_burst, err);
         } else if (!strcmp(flag, "--work-threads")) {
             s = parse_int(flag, val, 0, 1024, &cfg->work_threads, err);
+        } else if (!strcmp(flag, "--serving-threads")) {
+            s = parse_int(flag, val, 1, 4096, &cfg->serving_threads, err);
         } else if (!strcmp(flag, "--access-log-sample")) {
             s = parse_int(flag, val, 0, 1 << 24, &cfg->access_log_sample, err);
         } else if (!strcmp(flag, "--access-log")) {
@@ -558,6 +561,11 @@ void config_usage(FILE *f)
         "evaluations,\n"
         "                            off the HTTP threads; 0 = one per core\n"
         "                            (default %d)\n"
+        "  --serving-threads N       requests in flight to deployments' "
+        "replicas\n"
+        "                            at once (each waits on a thread of its "
+        "own;\n"
+        "                            default 128)\n"
         "  --access-log-sample N     log one in N successful requests; every\n"
         "                            error is logged; 0 = errors only; "
         "metrics\n"

@@ -74,6 +74,7 @@ typedef struct {
                                     per client address; 0 = no throttle */
     int auth_fail_burst;       /* failed authentications allowed at once */
     int work_threads;          /* big predicts, evaluations; 0 = one per core */
+    int serving_threads;       /* requests waiting on replicas at once */
     int access_log_sample;     /* one line per N successful requests;
                                         0 = errors only */
     char access_log[PATH_MAX]; /* the request log's file; "" = stderr */

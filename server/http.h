@@ -70,6 +70,7 @@ typedef struct http_server_opts {
     double auth_fail_rate; /* failed authentications refilled per s */
     int auth_fail_burst;   /* allowed at once, per client address */
     int work_threads;      /* for http_req_offload; 0: none */
+    int wait_threads;      /* for http_req_offload_wait; 0: none */
 } http_server_opts;
 
 /* Starts the daemon with opts (copied; the strings must outlive the
@@ -138,6 +139,11 @@ typedef void (*http_offload_fn)(struct api_ctx *app, http_req *r);
  * other connections. 0 (nothing done; the caller goes on itself) when r is
  * already off, already replied, or there are no work threads. */
 int http_req_offload(http_req *r, http_offload_fn fn);
+
+/* The same for a handler that mostly waits (a predict on a serving
+ * replica): its pool has a thread per request that may wait at once
+ * (--serving-threads); the compute pool takes it when there is none. */
+int http_req_offload_wait(http_req *r, http_offload_fn fn);
 
 /* ---- how a handler replies (exactly once) ---- */
 

@@ -102,7 +102,7 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 
 /* The work threads of http_req_offload (offload.c): started with the
  * daemon; stopping runs every request handed over and resumes it. */
-ty_status http_offload_start(int nthreads, ty_err *err);
+ty_status http_offload_start(int nthreads, int nwait, ty_err *err);
 void http_offload_stop(void);
 
 /* Ends every open stream (reply.c); before the daemon stops. */

@@ -9,8 +9,10 @@
  * thread runs the handler, and the connection is resumed once the reply is
  * set; libmicrohttpd then calls http_on_request once more, which queues it.
  *
- * The queue is a mutex and a condition variable: what comes here costs
- * milliseconds, so the lock is nothing beside it. Stopping finishes every
+ * Two pools: one for handlers that compute, one for handlers that wait
+ * (on a serving replica). Each queue is a mutex and a condition variable:
+ * what comes here costs tens of microseconds or more, so the lock is
+ * nothing beside it. Stopping finishes every
  * queued request first (each must be resumed before the daemon stops).
  */
 #include <pthread.h>
@@ -25,28 +27,38 @@ typedef struct job {
     struct job *next;
 } job;
 
-static struct {
+/* A pool: its queue and threads. */
+typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t ready;
     job *head, *tail;
     int nthreads, stopping;
     pthread_t *threads;
-} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .ready = PTHREAD_COND_INITIALIZER};
+} pool_t;
+
+/* compute: handlers that compute for long (big predicts, evaluations),
+ * about one thread per core. wait: handlers that mostly wait (a predict
+ * on a deployment's replica, http_req_offload_wait): as many threads as
+ * requests may be in flight to replicas, since each blocks one. */
+static pool_t pools[2] = {
+    {.mu = PTHREAD_MUTEX_INITIALIZER, .ready = PTHREAD_COND_INITIALIZER},
+    {.mu = PTHREAD_MUTEX_INITIALIZER, .ready = PTHREAD_COND_INITIALIZER},
+};
 
 static void *work(void *arg)
 {
-    (void)arg;
-    pthread_mutex_lock(&pool.mu);
+    pool_t *pool = arg;
+    pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool.head && !pool.stopping)
-            pthread_cond_wait(&pool.ready, &pool.mu);
-        job *j = pool.head;
+        while (!pool->head && !pool->stopping)
+            pthread_cond_wait(&pool->ready, &pool->mu);
+        job *j = pool->head;
         if (!j)
             break; /* stopping, and nothing is left */
-        pool.head = j->next;
-        if (!pool.head)
-            pool.tail = NULL;
-        pthread_mutex_unlock(&pool.mu);
+        pool->head = j->next;
+        if (!pool->head)
+            pool->tail = NULL;
+        pthread_mutex_unlock(&pool->mu);
         j->fn(j->r->app, j->r);
         if (!j->r->replied)
             http_reply_problem(j->r, 500, NULL,
@@ -55,48 +67,70 @@ static void *work(void *arg)
                                j->r->match.route->name);
         MHD_resume_connection(j->r->conn);
         free(j);
-        pthread_mutex_lock(&pool.mu);
+        pthread_mutex_lock(&pool->mu);
     }
-    pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_unlock(&pool->mu);
     return NULL;
 }
 
-ty_status http_offload_start(int nthreads, ty_err *err)
+static void pool_stop(pool_t *pool)
 {
+    pthread_mutex_lock(&pool->mu);
+    pool->stopping = 1;
+    pthread_cond_broadcast(&pool->ready);
+    int n = pool->nthreads;
+    pthread_mutex_unlock(&pool->mu);
+    for (int i = 0; i < n; i++)
+        pthread_join(pool->threads[i], NULL);
+    pthread_mutex_lock(&pool->mu);
+    free(pool->threads);
+    pool->threads = NULL;
+    pool->nthreads = 0;
+    pthread_mutex_unlock(&pool->mu);
+}
+
+static ty_status pool_start(pool_t *pool, int nthreads, ty_err *err)
+{
+    pool->stopping = 0;
     if (nthreads <= 0)
         return TY_OK;
-    pool.threads = calloc((size_t)nthreads, sizeof *pool.threads);
-    if (!pool.threads)
+    pool->threads = calloc((size_t)nthreads, sizeof *pool->threads);
+    if (!pool->threads)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    pool.stopping = 0;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    /* A waiting thread needs little stack: a handler's frames and the
+     * predict's buffers, which are on the heap. */
+    pthread_attr_setstacksize(&attr, 1u << 20);
     for (int i = 0; i < nthreads; i++) {
-        if (pthread_create(&pool.threads[i], NULL, work, NULL) != 0) {
-            http_offload_stop();
+        if (pthread_create(&pool->threads[i], &attr, work, pool) != 0) {
+            pthread_attr_destroy(&attr);
             return ty_fail(err, TY_EIO, NULL,
                            "cannot start the request work threads");
         }
-        pool.nthreads = i + 1;
+        pool->nthreads = i + 1;
     }
+    pthread_attr_destroy(&attr);
     return TY_OK;
+}
+
+ty_status http_offload_start(int nthreads, int nwait, ty_err *err)
+{
+    ty_status s = pool_start(&pools[0], nthreads, err);
+    if (s == TY_OK)
+        s = pool_start(&pools[1], nwait, err);
+    if (s != TY_OK)
+        http_offload_stop();
+    return s;
 }
 
 void http_offload_stop(void)
 {
-    pthread_mutex_lock(&pool.mu);
-    pool.stopping = 1;
-    pthread_cond_broadcast(&pool.ready);
-    int n = pool.nthreads;
-    pthread_mutex_unlock(&pool.mu);
-    for (int i = 0; i < n; i++)
-        pthread_join(pool.threads[i], NULL);
-    pthread_mutex_lock(&pool.mu);
-    free(pool.threads);
-    pool.threads = NULL;
-    pool.nthreads = 0;
-    pthread_mutex_unlock(&pool.mu);
+    pool_stop(&pools[0]);
+    pool_stop(&pools[1]);
 }
 
-int http_req_offload(http_req *r, http_offload_fn fn)
+static int offload(pool_t *pool, http_req *r, http_offload_fn fn)
 {
     if (r->replied || r->offloaded)
         return 0;
@@ -106,20 +140,30 @@ int http_req_offload(http_req *r, http_offload_fn fn)
     j->r = r;
     j->fn = fn;
     j->next = NULL;
-    pthread_mutex_lock(&pool.mu);
-    if (pool.stopping || pool.nthreads == 0) {
-        pthread_mutex_unlock(&pool.mu);
+    pthread_mutex_lock(&pool->mu);
+    if (pool->stopping || pool->nthreads == 0) {
+        pthread_mutex_unlock(&pool->mu);
         free(j);
         return 0;
     }
     r->offloaded = 1;
     MHD_suspend_connection(r->conn);
-    if (pool.tail)
-        pool.tail->next = j;
+    if (pool->tail)
+        pool->tail->next = j;
     else
-        pool.head = j;
-    pool.tail = j;
-    pthread_cond_signal(&pool.ready);
-    pthread_mutex_unlock(&pool.mu);
+        pool->head = j;
+    pool->tail = j;
+    pthread_cond_signal(&pool->ready);
+    pthread_mutex_unlock(&pool->mu);
     return 1;
+}
+
+int http_req_offload(http_req *r, http_offload_fn fn)
+{
+    return offload(&pools[0], r, fn);
+}
+
+int http_req_offload_wait(http_req *r, http_offload_fn fn)
+{
+    return offload(&pools[1], r, fn) || offload(&pools[0], r, fn);
 }
