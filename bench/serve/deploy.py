@@ -353,7 +353,7 @@ def main():
             st, _, doc = api(ty, "POST", "/v1/tenants", {"name": "bench-" + t})
             if st != 201:
                 raise SystemExit("creating tenant %s: %d %s" % (t, st, doc))
-            keys[t] = doc["key"]
+            keys[t] = doc["key"]["api_key"]
         ma = import_as(ty, mlp_dir, keys["a"])
         mb = import_as(ty, mlp_dir, keys["b"])
         da = deploy(ty, "noisy", ma, keys["a"],
