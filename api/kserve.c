@@ -787,6 +787,10 @@ static void infer_reply(http_req *r, const serve_model *m, const infer_req *q,
     }
     serve_buf_str(&h, ",\"parameters\":{\"device\":");
     serve_buf_json_string(&h, m->device);
+    if (m->deployment[0]) {
+        serve_buf_str(&h, ",\"deployment\":");
+        serve_buf_json_string(&h, m->deployment);
+    }
     serve_buf_str(&h, "},\"outputs\":[");
     outputs_view v = {y, q->batch, m->outputs, m->classes};
     int ok = write_output(&h, &d, &q->out, &v);
