@@ -8,7 +8,10 @@
 #      CNN and a wide MLP, each in fp32 and bf16 (bench/gpu/train_bench.py,
 #      whose header says exactly what is measured and how);
 #   4. a table: samples/s, trainyard/PyTorch, peak memory; the wide net's
-#      TFLOP/s beside bare cuBLAS; the issue's targets marked met / not met.
+#      TFLOP/s beside bare cuBLAS; the issue's targets marked met / not met;
+#   5. serving (issue 18): a deployment whose replica holds a GPU or MIG
+#      slice, its batching gain on the CNN and the replica hop
+#      (bench/serve/deploy.py --gpu), when wrk is there.
 # Meant to finish in under 6 minutes on an H200, from the repository alone.
 #
 # The device machine (bench/gpu on a machine lent through the `run` tool) has
@@ -280,6 +283,27 @@ else
         *) FAILED+=("training (rc $rc)")
            note "training: FAILED (rc $rc): a measurement could not be made" ;;
     esac
+fi
+
+# Serving deployments on the GPU (issue 18): a replica on a GPU or MIG slice
+# (resources.gpu "any"), the CNN's batching gain and the GPU predict
+# latency through the replica hop. Needs wrk (the load generator).
+if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
+    section "serving: a deployment on the GPU (batching gain, replica hop)"
+    if command -v wrk >/dev/null; then
+        "$PY" "$ROOT/bench/serve/deploy.py" --binary "$BUILD/trainyard" --gpu \
+            --only batching,hop --duration 5 --reps 1 --json "${OUT:-/tmp}/deploy_gpu.json"
+        rc=$?
+        if [ $rc -eq 0 ]; then
+            note "serving on the GPU: measured (see the table above)"
+        else
+            FAILED+=("serving on the GPU (rc $rc)")
+            note "serving on the GPU: FAILED (rc $rc)"
+        fi
+    else
+        echo "SKIPPED: wrk is not installed on this machine"
+        note "serving on the GPU: skipped (no wrk)"
+    fi
 fi
 
 finish

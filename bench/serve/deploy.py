@@ -38,6 +38,11 @@ Debian, threads = min(c, 2)):
                   client; the ratio B p99 with A / B p99 alone (target:
                   <= 1.10), each phase --reps times, alternating
 
+--gpu (bench/gpu/run.sh on a GPU machine): the server takes the GPUs
+(--devices auto: NVML, MIG slices included) and the deployments ask for
+"resources": {"gpu": "any"}, so each replica holds a GPU or a MIG slice;
+--only picks the cases (batching,hop,autoscaling,cold,noisy).
+
 Everything shares this machine's cores (wrk, the clients, the server and
 its replicas): the figures compare paths under the same conditions.
 """
@@ -98,9 +103,12 @@ def api(ty, method, path, doc=None, key=None, timeout=300):
         return st, h, out
 
 
+GPU = {"gpu": "none"}
+
+
 def deploy(ty, name, model, key=None, **extra):
     doc = {"name": name, "model": model, "replicas": {"min": 1, "max": 1},
-           "resources": {"gpu": "none"}}
+           "resources": dict(GPU)}
     doc.update(extra)
     st, _, out = api(ty, "POST", "/v1/deployments", doc, key)
     if st != 201:
@@ -214,7 +222,13 @@ def main():
                     help="tenant A's deployment limit in requests/s (50); A sends 10x")
     ap.add_argument("--json", help="write the results here as JSON")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--gpu", action="store_true",
+                    help="replicas on the GPUs (--devices auto, resources.gpu any)")
+    ap.add_argument("--only", default="batching,hop,autoscaling,cold,noisy")
     args = ap.parse_args()
+    only = set(args.only.split(","))
+    if args.gpu:
+        GPU["gpu"] = "any"
     if args.quick:
         args.duration, args.reps = 2, 1
     cpu, ncpu = base.cpu_model()
@@ -228,190 +242,229 @@ def main():
         os.mkdir(cnn_dir)
         base.make_model(mlp_dir, args.seed)
         make_cnn(cnn_dir, args.seed)
-        ty = base.start_trainyard(args.binary, workdir)
+        if args.gpu:
+            data = os.path.join(workdir, "trainyard-data")
+            os.mkdir(data)
+            ty = base.Proc("trainyard", [args.binary, "serve", "--listen", "127.0.0.1:0",
+                                         "--data", data, "--devices", "auto"], workdir)
+            ty.port = int(ty.wait_output(r"listening on http://127\.0\.0\.1:(\d+)").group(1))
+            with open(os.path.join(data, "admin.key")) as f:
+                ty.key = f.read().strip()
+        else:
+            ty = base.start_trainyard(args.binary, workdir)
         auth = {"Authorization": "Bearer " + ty.key}
         x1 = base.make_inputs(1)
 
+        bat = hop = None
+        ratio = None
         # ---- batching gain (CNN) ----
-        cnn_dep = import_as(ty, cnn_dir)
-        cnn_local = import_as(ty, cnn_dir)
-        on = deploy(ty, "cnn-batched", cnn_dep,
-                    batching={"max_batch_size": 32, "max_queue_delay_us": 2000})
-        off = deploy(ty, "cnn-unbatched", cnn_dep,
-                     batching={"max_batch_size": 1, "max_queue_delay_us": 0})
-        wait_ready(ty, on)
-        wait_ready(ty, off)
-        v2 = write(workdir, "cnn-v2.json", base.v2_body(x1.astype(np.float32)))
-        v1 = write(workdir, "cnn-v1.json", base.v1_body(x1))
-        hdr = dict(auth, **{"Content-Type": "application/json"})
-        # The same outputs three ways before timing.
-        outs = []
-        for path, body in (("/v2/models/cnn-batched/infer", v2),
-                           ("/v2/models/cnn-unbatched/infer", v2)):
-            st, _, out = base.request(ty.port, "POST", path, open(body, "rb").read(), hdr)
-            if st != 200:
-                raise SystemExit("%s: %d %s" % (path, st, out[:300]))
-            outs.append(json.loads(out)["outputs"][0]["data"])
-        if max(abs(a - b) for a, b in zip(*outs)) > 1e-4:
-            raise SystemExit("batched and unbatched replicas disagree")
-        cases = {"batched": ("/v2/models/cnn-batched/infer", v2, hdr),
-                 "unbatched": ("/v2/models/cnn-unbatched/infer", v2, hdr),
-                 "in-process": ("/v1/models/%s/predict" % cnn_local, v1, hdr)}
-        say("\nbatching gain: the CNN, batch-1 requests, 32 connections, %g s x %d"
-            % (args.duration, args.reps))
-        bat = {}
-        for name, target in cases.items():
-            base.wrk(ty.port, target, 32, 1)  # warm-up
-            bat[name] = mean_runs(ty.port, target, 32, args.duration, args.reps)
-            say("  %-11s %9.0f req/s  p50 %7.2f ms  p99 %7.2f ms  errors %d"
-                % (name, bat[name]["rps"], bat[name]["p50_ms"], bat[name]["p99_ms"],
-                   bat[name]["errors"]))
-        st, _, d = api(ty, "GET", "/v1/deployments/" + on)
-        bat["batched_mean_batch"] = d["traffic"]["batch_size"]["mean"]
-        bat["gain"] = bat["batched"]["rps"] / bat["unbatched"]["rps"]
-        say("  gain batched / unbatched: %.2fx (target >= 3x); mean batch %.1f"
-            % (bat["gain"], bat["batched_mean_batch"] or 0))
-        res["batching"] = bat
-        for dep in (on, off):
-            api(ty, "DELETE", "/v1/deployments/" + dep)
-
-        # ---- replica hop (MLP) ----
+        cnn_dep = import_as(ty, cnn_dir) if "batching" in only else None
+        if "batching" in only:
+            bat = batching(ty, args, workdir, cnn_dep, import_as(ty, cnn_dir), x1, auth)
+            res["batching"] = bat
         mlp_dep = import_as(ty, mlp_dir)
         mlp_local = import_as(ty, mlp_dir)
-        hop_dep = deploy(ty, "mlp-hop", mlp_dep,
-                         batching={"max_batch_size": 1, "max_queue_delay_us": 0})
-        wait_ready(ty, hop_dep)
         mv1 = write(workdir, "mlp-v1.json", base.v1_body(x1))
-        say("\nreplica hop: the MLP, batch 1, 1 connection, /v1 predict")
-        hop = {}
-        for name, mid in (("in-process", mlp_local), ("deployed", mlp_dep)):
-            target = ("/v1/models/%s/predict" % mid, mv1, hdr)
-            base.wrk(ty.port, target, 1, 1)
-            hop[name] = mean_runs(ty.port, target, 1, args.duration, args.reps)
-            say("  %-11s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms"
-                % (name, hop[name]["rps"], hop[name]["p50_ms"], hop[name]["p99_ms"]))
-        hop["cost_p50_us"] = (hop["deployed"]["p50_ms"] - hop["in-process"]["p50_ms"]) * 1e3
-        say("  hop cost at p50: %.0f us (target < 100 us)" % hop["cost_p50_us"])
-        res["hop"] = hop
-        api(ty, "DELETE", "/v1/deployments/" + hop_dep)
-
-        # ---- autoscaling ----
-        auto = deploy(ty, "mlp-auto", mlp_dep, replicas={"min": 1, "max": 2},
-                      batching={"max_batch_size": 1, "max_queue_delay_us": 0},
-                      autoscaling={"target_in_flight": 2, "scale_up_after_s": 1,
-                                   "scale_down_after_s": 3})
-        wait_ready(ty, auto)
-        say("\nautoscaling: min 1 max 2, target_in_flight 2, scale_up_after_s 1, "
-            "16 connections")
-        load = threading.Thread(target=base.wrk, daemon=True,
-                                args=(ty.port, ("/v1/models/%s/predict" % mlp_dep, mv1, hdr),
-                                      16, 20))
-        t0 = time.time()
-        load.start()
-        t_desired = t_ready = None
-        while time.time() - t0 < 25 and t_ready is None:
-            st, _, d = api(ty, "GET", "/v1/deployments/" + auto)
-            if t_desired is None and d["replicas"]["desired"] >= 2:
-                t_desired = time.time() - t0
-            if d["replicas"]["ready"] >= 2:
-                t_ready = time.time() - t0
-            time.sleep(0.05)
-        load.join()
-        say("  second replica desired after %s s, ready after %s s"
-            % ("%.2f" % t_desired if t_desired else "-", "%.2f" % t_ready if t_ready else "-"))
-        t1 = time.time()
-        t_down = None
-        while time.time() - t1 < 30:
-            st, _, d = api(ty, "GET", "/v1/deployments/" + auto)
-            if d["replicas"]["desired"] == 1:
-                t_down = time.time() - t1
-                break
-            time.sleep(0.1)
-        say("  back to 1 replica %s s after the load stopped (scale_down_after_s 3)"
-            % ("%.2f" % t_down if t_down else "-"))
-        res["autoscaling"] = {"desired_s": t_desired, "ready_s": t_ready, "down_s": t_down}
-        api(ty, "DELETE", "/v1/deployments/" + auto)
-
-        # ---- cold start ----
-        cold = deploy(ty, "mlp-cold", mlp_local, replicas={"min": 0, "max": 1})
-        st, _, d = api(ty, "GET", "/v1/deployments/" + cold)
-        t0 = time.time()
-        st, _, out = base.request(ty.port, "POST", "/v2/models/mlp-cold/infer",
-                                  base.v2_body(x1.astype(np.float32)), hdr)
-        first = time.time() - t0
-        st2, _, d = api(ty, "GET", "/v1/deployments/" + cold)
-        say("\ncold start from min 0: status before %s; first request %d in %.2f s; "
-            "the deployment reports cold_start_s %s"
-            % ("scaled_to_zero", st, first, d["traffic"]["cold_start_s"]))
-        res["cold_start"] = {"first_request_s": first, "status": st,
-                             "reported_s": d["traffic"]["cold_start_s"]}
-        api(ty, "DELETE", "/v1/deployments/" + cold)
-
-        # ---- noisy tenant ----
-        keys = {}
-        for t in ("a", "b"):
-            st, _, doc = api(ty, "POST", "/v1/tenants", {"name": "bench-" + t})
-            if st != 201:
-                raise SystemExit("creating tenant %s: %d %s" % (t, st, doc))
-            keys[t] = doc["key"]["api_key"]
-        ma = import_as(ty, mlp_dir, keys["a"])
-        mb = import_as(ty, mlp_dir, keys["b"])
-        da = deploy(ty, "noisy", ma, keys["a"],
-                    limits={"requests_per_second": args.a_limit,
-                            "burst": max(1, int(args.a_limit))})
-        db = deploy(ty, "quiet", mb, keys["b"])
-        wait_ready(ty, da, key=keys["a"])
-        wait_ready(ty, db, key=keys["b"])
-        body = base.v1_body(x1)
-        say("\nnoisy tenant: B at %g req/s (4 connections); A limited to %g req/s, "
-            "sending %g req/s; %g s per phase" % (args.b_rate, args.a_limit,
-                                                   10 * args.a_limit, args.duration))
-        phases = {"alone": [], "with A": []}
-        a_status = {}
-        for rep in range(args.reps):
-            for phase in ("alone", "with A"):
-                a = None
-                if phase == "with A":
-                    a = Paced(ty.port, "/v1/models/%s/predict" % ma, body, keys["a"],
-                              10 * args.a_limit, 4)
-                    a.start()
-                    time.sleep(0.5)
-                b = Paced(ty.port, "/v1/models/%s/predict" % mb, body, keys["b"],
-                          args.b_rate, 4)
-                b.start()
-                time.sleep(args.duration)
-                b.stop.set()
-                b.join()
-                if a:
-                    a.stop.set()
-                    a.join()
-                    for k, v in a.status.items():
-                        a_status[k] = a_status.get(k, 0) + v
-                bad = sum(v for k, v in b.status.items() if k != 200)
-                phases[phase].append(p99(b.lat))
-                say("  rep %d %-7s B: %d ok, %d not ok, p99 %.2f ms"
-                    % (rep + 1, phase, len(b.lat), bad, p99(b.lat)))
-        alone, noisy = statistics.mean(phases["alone"]), statistics.mean(phases["with A"])
-        ratio = noisy / alone
-        say("  A's answers: %s" % ", ".join("%s: %d" % kv for kv in sorted(a_status.items())))
-        say("  B p99 with A / alone: %.2f ms / %.2f ms = %.2f (target <= 1.10)"
-            % (noisy, alone, ratio))
-        res["noisy"] = {"b_p99_alone_ms": alone, "b_p99_with_a_ms": noisy, "ratio": ratio,
-                        "a_status": {str(k): v for k, v in a_status.items()}}
-
-        say("\nsummary (%s)" % cpu)
-        say("  batching gain (CNN, c=32)   %.2fx   target >= 3x     %s"
-            % (bat["gain"], "met" if bat["gain"] >= 3 else "NOT met"))
-        say("  replica hop at p50          %.0f us  target < 100 us  %s"
-            % (hop["cost_p50_us"], "met" if hop["cost_p50_us"] < 100 else "NOT met"))
-        say("  noisy tenant p99 ratio      %.2f    target <= 1.10   %s"
-            % (ratio, "met" if ratio <= 1.10 else "NOT met"))
+        hdr = dict(auth, **{"Content-Type": "application/json"})
+        if "hop" in only:
+            hop = replica_hop(ty, args, mlp_dep, mlp_local, mv1, hdr)
+            res["hop"] = hop
+        if "autoscaling" in only:
+            res["autoscaling"] = autoscaling(ty, mlp_dep, mv1, hdr)
+        if "cold" in only:
+            res["cold_start"] = cold_start(ty, mlp_local, x1, hdr)
+        if "noisy" in only:
+            res["noisy"] = noisy(ty, args, mlp_dir, x1)
+            ratio = res["noisy"]["ratio"]
+        summary(cpu, bat, hop, ratio)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(res, f, indent=2)
     finally:
         if ty:
             ty.close()
+
+
+def batching(ty, args, workdir, cnn_dep, cnn_local, x1, auth):
+    on = deploy(ty, "cnn-batched", cnn_dep,
+                batching={"max_batch_size": 32, "max_queue_delay_us": 2000})
+    off = deploy(ty, "cnn-unbatched", cnn_dep,
+                 batching={"max_batch_size": 1, "max_queue_delay_us": 0})
+    wait_ready(ty, on)
+    wait_ready(ty, off)
+    v2 = write(workdir, "cnn-v2.json", base.v2_body(x1.astype(np.float32)))
+    v1 = write(workdir, "cnn-v1.json", base.v1_body(x1))
+    hdr = dict(auth, **{"Content-Type": "application/json"})
+    # The same outputs both ways before timing.
+    outs = []
+    for path in ("/v2/models/cnn-batched/infer", "/v2/models/cnn-unbatched/infer"):
+        st, _, out = base.request(ty.port, "POST", path, open(v2, "rb").read(), hdr)
+        if st != 200:
+            raise SystemExit("%s: %d %s" % (path, st, out[:300]))
+        outs.append(json.loads(out)["outputs"][0]["data"])
+    if max(abs(a - b) for a, b in zip(*outs)) > 1e-4:
+        raise SystemExit("batched and unbatched replicas disagree")
+    cases = {"batched": ("/v2/models/cnn-batched/infer", v2, hdr),
+             "unbatched": ("/v2/models/cnn-unbatched/infer", v2, hdr),
+             "in-process": ("/v1/models/%s/predict" % cnn_local, v1, hdr)}
+    say("\nbatching gain: the CNN, batch-1 requests, 32 connections, %g s x %d"
+        % (args.duration, args.reps))
+    bat = {}
+    for name, target in cases.items():
+        base.wrk(ty.port, target, 32, 1)  # warm-up
+        bat[name] = mean_runs(ty.port, target, 32, args.duration, args.reps)
+        say("  %-11s %9.0f req/s  p50 %7.2f ms  p99 %7.2f ms  errors %d"
+            % (name, bat[name]["rps"], bat[name]["p50_ms"], bat[name]["p99_ms"],
+               bat[name]["errors"]))
+    st, _, d = api(ty, "GET", "/v1/deployments/" + on)
+    bat["batched_mean_batch"] = d["traffic"]["batch_size"]["mean"]
+    bat["device"] = d["instances"][0]["device"] if d["instances"] else None
+    bat["gain"] = bat["batched"]["rps"] / bat["unbatched"]["rps"]
+    say("  gain batched / unbatched: %.2fx (target >= 3x); mean batch %.1f; device %s"
+        % (bat["gain"], bat["batched_mean_batch"] or 0, bat["device"]))
+    for dep in (on, off):
+        api(ty, "DELETE", "/v1/deployments/" + dep)
+    return bat
+
+
+def replica_hop(ty, args, mlp_dep, mlp_local, mv1, hdr):
+    hop_dep = deploy(ty, "mlp-hop", mlp_dep,
+                     batching={"max_batch_size": 1, "max_queue_delay_us": 0})
+    wait_ready(ty, hop_dep)
+    say("\nreplica hop: the MLP, batch 1, 1 connection, /v1 predict")
+    hop = {}
+    for name, mid in (("in-process", mlp_local), ("deployed", mlp_dep)):
+        target = ("/v1/models/%s/predict" % mid, mv1, hdr)
+        base.wrk(ty.port, target, 1, 1)
+        hop[name] = mean_runs(ty.port, target, 1, args.duration, args.reps)
+        say("  %-11s %9.0f req/s  p50 %7.3f ms  p99 %7.3f ms"
+            % (name, hop[name]["rps"], hop[name]["p50_ms"], hop[name]["p99_ms"]))
+    st, _, d = api(ty, "GET", "/v1/deployments/" + hop_dep)
+    hop["replica_compute_p50_ms"] = d["traffic"]["compute_ms"]["p50"]
+    hop["cost_p50_us"] = (hop["deployed"]["p50_ms"] - hop["in-process"]["p50_ms"]) * 1e3
+    say("  hop cost at p50: %.0f us (target < 100 us); the replica's own compute p50 %s ms"
+        % (hop["cost_p50_us"], hop["replica_compute_p50_ms"]))
+    api(ty, "DELETE", "/v1/deployments/" + hop_dep)
+    return hop
+
+
+def autoscaling(ty, mlp_dep, mv1, hdr):
+    auto = deploy(ty, "mlp-auto", mlp_dep, replicas={"min": 1, "max": 2},
+                  batching={"max_batch_size": 1, "max_queue_delay_us": 0},
+                  autoscaling={"target_in_flight": 2, "scale_up_after_s": 1,
+                               "scale_down_after_s": 3})
+    wait_ready(ty, auto)
+    say("\nautoscaling: min 1 max 2, target_in_flight 2, scale_up_after_s 1, 16 connections")
+    load = threading.Thread(target=base.wrk, daemon=True,
+                            args=(ty.port, ("/v1/models/%s/predict" % mlp_dep, mv1, hdr),
+                                  16, 12))
+    t0 = time.time()
+    load.start()
+    t_desired = t_ready = None
+    while time.time() - t0 < 12 and t_ready is None:
+        st, _, d = api(ty, "GET", "/v1/deployments/" + auto)
+        if t_desired is None and d["replicas"]["desired"] >= 2:
+            t_desired = time.time() - t0
+        if d["replicas"]["ready"] >= 2:
+            t_ready = time.time() - t0
+        time.sleep(0.05)
+    load.join()
+    say("  second replica desired after %s s, ready after %s s"
+        % ("%.2f" % t_desired if t_desired else "-", "%.2f" % t_ready if t_ready else "-"))
+    t1 = time.time()
+    t_down = None
+    while time.time() - t1 < 30:
+        st, _, d = api(ty, "GET", "/v1/deployments/" + auto)
+        if d["replicas"]["desired"] == 1:
+            t_down = time.time() - t1
+            break
+        time.sleep(0.1)
+    say("  back to 1 replica %s s after the load stopped (scale_down_after_s 3)"
+        % ("%.2f" % t_down if t_down else "-"))
+    api(ty, "DELETE", "/v1/deployments/" + auto)
+    return {"desired_s": t_desired, "ready_s": t_ready, "down_s": t_down}
+
+
+def cold_start(ty, mlp_local, x1, hdr):
+    cold = deploy(ty, "mlp-cold", mlp_local, replicas={"min": 0, "max": 1})
+    st, _, d = api(ty, "GET", "/v1/deployments/" + cold)
+    before = d["status"]
+    t0 = time.time()
+    st, _, out = base.request(ty.port, "POST", "/v2/models/mlp-cold/infer",
+                              base.v2_body(x1.astype(np.float32)), hdr)
+    first = time.time() - t0
+    _, _, d = api(ty, "GET", "/v1/deployments/" + cold)
+    say("\ncold start from min 0: status before %s; first request %d in %.2f s; "
+        "the deployment reports cold_start_s %s"
+        % (before, st, first, d["traffic"]["cold_start_s"]))
+    api(ty, "DELETE", "/v1/deployments/" + cold)
+    return {"first_request_s": first, "status": st, "reported_s": d["traffic"]["cold_start_s"]}
+
+
+def noisy(ty, args, mlp_dir, x1):
+    keys = {}
+    for t in ("a", "b"):
+        st, _, doc = api(ty, "POST", "/v1/tenants", {"name": "bench-" + t})
+        if st != 201:
+            raise SystemExit("creating tenant %s: %d %s" % (t, st, doc))
+        keys[t] = doc["key"]["api_key"]
+    ma = import_as(ty, mlp_dir, keys["a"])
+    mb = import_as(ty, mlp_dir, keys["b"])
+    da = deploy(ty, "noisy", ma, keys["a"],
+                limits={"requests_per_second": args.a_limit,
+                        "burst": max(1, int(args.a_limit))})
+    db = deploy(ty, "quiet", mb, keys["b"])
+    wait_ready(ty, da, key=keys["a"])
+    wait_ready(ty, db, key=keys["b"])
+    body = base.v1_body(x1)
+    say("\nnoisy tenant: B at %g req/s (4 connections); A limited to %g req/s, "
+        "sending %g req/s; %g s per phase" % (args.b_rate, args.a_limit,
+                                               10 * args.a_limit, args.duration))
+    phases = {"alone": [], "with A": []}
+    a_status = {}
+    for rep in range(args.reps):
+        for phase in ("alone", "with A"):
+            a = None
+            if phase == "with A":
+                a = Paced(ty.port, "/v1/models/%s/predict" % ma, body, keys["a"],
+                          10 * args.a_limit, 4)
+                a.start()
+                time.sleep(0.5)
+            b = Paced(ty.port, "/v1/models/%s/predict" % mb, body, keys["b"],
+                      args.b_rate, 4)
+            b.start()
+            time.sleep(args.duration)
+            b.stop.set()
+            b.join()
+            if a:
+                a.stop.set()
+                a.join()
+                for k, v in a.status.items():
+                    a_status[k] = a_status.get(k, 0) + v
+            bad = sum(v for k, v in b.status.items() if k != 200)
+            phases[phase].append(p99(b.lat))
+            say("  rep %d %-7s B: %d ok, %d not ok, p99 %.2f ms"
+                % (rep + 1, phase, len(b.lat), bad, p99(b.lat)))
+    alone, loud = statistics.mean(phases["alone"]), statistics.mean(phases["with A"])
+    ratio = loud / alone
+    say("  A's answers: %s" % ", ".join("%s: %d" % kv for kv in sorted(a_status.items())))
+    say("  B p99 with A / alone: %.2f ms / %.2f ms = %.2f (target <= 1.10)"
+        % (loud, alone, ratio))
+    return {"b_p99_alone_ms": alone, "b_p99_with_a_ms": loud, "ratio": ratio,
+            "b_p99_runs_ms": phases, "a_status": {str(k): v for k, v in a_status.items()}}
+
+
+def summary(cpu, bat, hop, ratio):
+    say("\nsummary (%s)" % cpu)
+    if bat:
+        say("  batching gain (CNN, c=32)   %.2fx   target >= 3x     %s"
+            % (bat["gain"], "met" if bat["gain"] >= 3 else "NOT met"))
+    if hop:
+        say("  replica hop at p50          %.0f us  target < 100 us  %s"
+            % (hop["cost_p50_us"], "met" if hop["cost_p50_us"] < 100 else "NOT met"))
+    if ratio is not None:
+        say("  noisy tenant p99 ratio      %.2f    target <= 1.10   %s"
+            % (ratio, "met" if ratio <= 1.10 else "NOT met"))
 
 
 if __name__ == "__main__":
