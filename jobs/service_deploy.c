@@ -994,9 +994,13 @@ void deploy_replica_exit(jobs_service *r, int place, int ws, int lost)
                       "lost", lost));
         p->state = REP_GONE;
         p->place = -1;
+        /* A replica that stopped as asked leaves nothing; one that died
+         * keeps its folder for its worker.log. */
         ty_err err = {0};
-        if (p->dir[0] && fs_remove_tree(p->dir, &err) != TY_OK)
+        if (expected && p->dir[0] && fs_remove_tree(p->dir, &err) != TY_OK)
             log_msg("warn", "replica %s: %s", p->id, err.msg);
+        if (!expected)
+            unlink(p->socket);
         replicas_gauge(d);
         /* Requests waiting for a replica look again (another may be
          * ready, or they keep waiting for the replacement). */
