@@ -80,23 +80,29 @@ typedef struct deploy_call {
 } deploy_call;
 
 /* Whether tenant has a deployment named ref (by_name) or one serving model
- * ref; model_id (may be NULL; TY_ID_MAX bytes) gets the model it serves.
- * js may be NULL (then 0). */
+ * ref (its current model, or an old one its replicas still serve during a
+ * rolling update); model_id (may be NULL; TY_ID_MAX bytes) gets the model
+ * a request by that name goes to now (the old one until the traffic
+ * moves). js may be NULL (then 0). */
 int jobs_deploy_find(struct jobs_service *js, const char *tenant,
                      const char *ref, int by_name, char *model_id);
 
 /* Admits one request to the deployment jobs_deploy_find names (the same
- * arguments) into *c: TY_OK; TY_ELIMIT when its rate or concurrency limit
- * is reached (*retry_after_s: when a token is due; a person's sentence in
- * err); TY_ENOTFOUND when there is none (any more). */
+ * arguments) into *c, for model_id (the model the request opened: only
+ * replicas serving it answer, so a reply always comes from the model it
+ * describes, also during a rolling update): TY_OK; TY_ELIMIT when its rate
+ * or concurrency limit is reached (*retry_after_s: when a token is due; a
+ * person's sentence in err); TY_ENOTFOUND when there is none (any more). */
 ty_status jobs_deploy_admit(struct jobs_service *js, const char *tenant,
-                            const char *ref, int by_name, deploy_call *c,
-                            double *retry_after_s, ty_err *err);
+                            const char *ref, int by_name, const char *model_id,
+                            deploy_call *c, double *retry_after_s, ty_err *err);
 
-/* A ready replica for c, not the one whose serial is avoid (0: any),
- * waiting up to wait_s seconds when none is ready (and asking for one when
- * the deployment has none: a cold start). TY_OK; TY_EDEVICE ("no replica
- * of deployment <name> became ready within N s") else. */
+/* A ready replica for c's model, not the one whose serial is avoid (0:
+ * any), waiting up to wait_s seconds when none is ready (and asking for
+ * one when the deployment has none: a cold start). TY_OK; TY_ENOTFOUND
+ * when no replica serves that model any more (a rolling update moved on:
+ * run it elsewhere); TY_EDEVICE ("no replica of deployment <name> became
+ * ready within N s") else. */
 ty_status jobs_deploy_pick(struct jobs_service *js, deploy_call *c,
                            uint64_t avoid, double wait_s, ty_err *err);
 

@@ -561,6 +561,31 @@ int jobs_deploy_uses_model(jobs_service *r, const char *tenant,
 
 /* ---- the request path ---- */
 
+/* Whether a replica of d not yet gone serves model (an old generation's
+ * during a rolling update). dmu held. */
+static int serves_model(const deployment *d, const char *model)
+{
+    if (!strcmp(d->model_id, model))
+        return 1;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->state != REP_GONE && !strcmp(p->model_id, model))
+            return 1;
+    return 0;
+}
+
+/* The model traffic addressed to d by name goes to now: the current
+ * generation's once it has as many replicas ready as are desired (or the
+ * old ones have none ready), else the old generation's. dmu held. */
+static const char *route_model(const deployment *d)
+{
+    if (count_state(d, d->generation, 1, READY) >= d->desired)
+        return d->model_id;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->generation < d->generation && p->state == REP_READY)
+            return p->model_id;
+    return d->model_id;
+}
+
 /* The deployment for a request, or NULL. dmu held. */
 static deployment *route_find(deploy_books *b, const char *tenant,
                               const char *ref, int by_name)
@@ -569,7 +594,7 @@ static deployment *route_find(deploy_books *b, const char *tenant,
         if (d->deleting || strcmp(d->tenant, tenant))
             continue;
         if (by_name ? !strcmp(d->spec.name, ref) || !strcmp(d->id, ref)
-                    : !strcmp(d->model_id, ref))
+                    : serves_model(d, ref))
             return d;
     }
     return NULL;
@@ -584,14 +609,14 @@ int jobs_deploy_find(jobs_service *r, const char *tenant, const char *ref,
     pthread_mutex_lock(&b->mu);
     deployment *d = route_find(b, tenant, ref, by_name);
     if (d && model_id)
-        snprintf(model_id, TY_ID_MAX, "%s", d->model_id);
+        snprintf(model_id, TY_ID_MAX, "%s", by_name ? route_model(d) : ref);
     pthread_mutex_unlock(&b->mu);
     return d != NULL;
 }
 
 ty_status jobs_deploy_admit(jobs_service *r, const char *tenant,
-                            const char *ref, int by_name, deploy_call *c,
-                            double *retry_after_s, ty_err *err)
+                            const char *ref, int by_name, const char *model_id,
+                            deploy_call *c, double *retry_after_s, ty_err *err)
 {
     memset(c, 0, sizeof *c);
     *retry_after_s = 0;
@@ -633,7 +658,7 @@ ty_status jobs_deploy_admit(jobs_service *r, const char *tenant,
         c->t0 = t;
         snprintf(c->deployment_id, sizeof c->deployment_id, "%s", d->id);
         snprintf(c->deployment_name, sizeof c->deployment_name, "%s", sp->name);
-        snprintf(c->model_id, sizeof c->model_id, "%s", d->model_id);
+        snprintf(c->model_id, sizeof c->model_id, "%s", model_id);
     } else {
         d->rejected++;
         opm_deploy_request(d->id, d->tenant, "rejected", -1, -1, -1, 0);
@@ -642,27 +667,42 @@ ty_status jobs_deploy_admit(jobs_service *r, const char *tenant,
     return s;
 }
 
-/* The replica a request goes to: traffic stays on the old generation
- * until the new one has as many ready as are desired (or the old has none
- * ready); then the ready replica with the fewest requests in flight. dmu
- * held. */
-static replica *route_pick(deployment *d, uint64_t avoid)
+/* The replica a request for model goes to, among those serving it:
+ * traffic stays on the old generation until the new one has as many
+ * ready as are desired (or the old has none ready); then the ready replica
+ * with the fewest requests in flight. A draining replica not yet told to
+ * stop still answers for its model when no ready one does (a request that
+ * opened the old model just before the traffic moved). dmu held. */
+static replica *route_pick(deployment *d, const char *model, uint64_t avoid)
 {
-    int cur_ready = count_state(d, d->generation, 1, READY);
-    int old_ready = count_state(d, d->generation, 0, READY);
+    int cur_ready = 0, old_ready = 0;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->state == REP_READY && !strcmp(p->model_id, model)) {
+            if (p->generation == d->generation)
+                cur_ready++;
+            else
+                old_ready++;
+        }
     int use_cur = cur_ready >= d->desired || old_ready == 0;
-    replica *best = NULL;
+    replica *best = NULL, *draining = NULL;
     for (replica *p = d->reps; p; p = p->next) {
-        if (p->state != REP_READY || p->serial == avoid ||
+        if (p->serial == avoid || strcmp(p->model_id, model))
+            continue;
+        if (p->state == REP_DRAINING && !p->signalled &&
+            (!draining || p->in_flight < draining->in_flight))
+            draining = p;
+        if (p->state != REP_READY ||
             (p->generation == d->generation) != use_cur)
             continue;
         if (!best || p->in_flight < best->in_flight)
             best = p;
     }
+    if (!best)
+        best = draining;
     /* Every other replica failed this request: the one it avoided may
      * still do. */
     if (!best && avoid)
-        return route_pick(d, 0);
+        return route_pick(d, model, 0);
     return best;
 }
 
@@ -678,7 +718,14 @@ ty_status jobs_deploy_pick(jobs_service *r, deploy_call *c, uint64_t avoid,
     pthread_mutex_lock(&b->mu);
     replica *p;
     int asked = 0;
-    while (!(p = route_pick(d, avoid)) && !d->deleting) {
+    int gone = 0;
+    while (!(p = route_pick(d, c->model_id, avoid)) && !d->deleting) {
+        /* No replica serves the request's model any more (a rolling
+         * update finished since it opened it): the caller runs it. */
+        if (!serves_model(d, c->model_id)) {
+            gone = 1;
+            break;
+        }
         if (d->desired == 0) {
             /* Scaled to zero: this request starts one. */
             d->desired = 1;
@@ -706,6 +753,10 @@ ty_status jobs_deploy_pick(jobs_service *r, deploy_call *c, uint64_t avoid,
     pthread_mutex_unlock(&b->mu);
     if (p)
         return TY_OK;
+    if (gone)
+        return ty_fail(err, TY_ENOTFOUND, NULL,
+                       "deployment %s no longer serves model %s",
+                       c->deployment_name, c->model_id);
     return ty_fail(err, TY_EDEVICE, NULL,
                    "no replica of deployment %s became ready within %.0f s",
                    c->deployment_name, wait_s);

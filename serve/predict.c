@@ -76,9 +76,9 @@ ty_status serve_model_admit(serve_model *m, ty_err *err)
     if (!m->deployed || m->admitted)
         return TY_OK;
     const char *tenant = m->tenant;
-    ty_status s =
-        jobs_deploy_admit(m->env->jobs, tenant, m->deploy_ref,
-                          m->deploy_by_name, &m->call, &m->retry_after, err);
+    ty_status s = jobs_deploy_admit(m->env->jobs, tenant, m->deploy_ref,
+                                    m->deploy_by_name, m->id, &m->call,
+                                    &m->retry_after, err);
     if (s == TY_ENOTFOUND) {
         /* Deleted since it was opened: this process serves it. */
         m->deployed = 0;
@@ -107,11 +107,18 @@ ty_status serve_model_run(serve_model *m, const float *x, uint64_t n,
     if (m->admitted) {
         ty_status s = serve_remote_run(m->env->jobs, &m->call, x, n,
                                        m->features, out, m->outputs, err);
-        if (s == TY_OK)
+        if (s == TY_OK) {
             snprintf(m->device, sizeof m->device, "%s", m->call.device);
-        else
+            return s;
+        }
+        if (s != TY_ENOTFOUND) {
             m->failed = 1;
-        return s;
+            return s;
+        }
+        /* The deployment moved to another model since this request
+         * opened its own: it runs here, on the model it describes. */
+        m->deployment[0] = '\0';
+        memset(err, 0, sizeof *err);
     }
     model_entry *e = m->e;
     const nn_net *net = model_entry_net(e);
@@ -221,7 +228,7 @@ static void predict_reply(serve_buf *o, const serve_model *m, const float *out,
     serve_buf_str(o, "],\"device\":");
     serve_buf_json_string(o, m->device);
     serve_buf_str(o, ",\"deployment\":");
-    if (m->admitted)
+    if (m->deployment[0])
         serve_buf_json_string(o, m->deployment);
     else
         serve_buf_str(o, "null");

@@ -20,8 +20,9 @@
 
 /* Runs n examples of f floats (x) on a replica of the deployment c was
  * admitted to (jobs_deploy_admit), into out (n * k floats). TY_OK; the
- * replica's error (TY_EINVAL, TY_EDEVICE, TY_ENOMEM), or TY_EDEVICE when no
- * replica could answer. */
+ * replica's error (TY_EINVAL, TY_EDEVICE, TY_ENOMEM), TY_EDEVICE when no
+ * replica could answer, or TY_ENOTFOUND when the deployment no longer
+ * serves c's model (run it in this process). */
 ty_status serve_remote_run(struct jobs_service *js, deploy_call *c,
                            const float *x, uint64_t n, uint64_t f, float *out,
                            uint32_t k, ty_err *err);
