@@ -647,11 +647,8 @@ static int group_setup(void **state)
              "gpu/sim/h200-7x1g.json");
     if (access(sim_h200, R_OK) != 0)
         return -1;
-    /* Eight work threads: deployed predicts run there, and the load tests
-     * want more than two in flight; one engine thread per replica. */
-    const char *flags[] = {
-        "--devices", "none", "--work-threads", "8", "--worker-threads",
-        "1",         NULL};
+    /* One engine thread per replica: several replicas share two cores. */
+    const char *flags[] = {"--devices", "none", "--worker-threads", "1", NULL};
     if (srv_start(&cpu, NULL, flags) != 0)
         return -1;
     return 0;
