@@ -57,6 +57,7 @@
 static char files[PATH_MAX];
 static char sim_h200[PATH_MAX];
 static srv cpu; /* --devices none, shared by the CPU-only tests */
+static srv own; /* a test's own server (stopped by its teardown too) */
 
 /* ---- helpers: files, models ---- */
 
@@ -632,6 +633,23 @@ static void *load_thread(void *arg)
 
 /* ---- setup ---- */
 
+/* Stops and removes the test's own server, if it runs. */
+static void own_stop(void)
+{
+    if (own.pid > 0)
+        srv_stop(&own, SIGTERM);
+    if (own.data[0])
+        srv_cleanup(&own);
+    memset(&own, 0, sizeof own);
+}
+
+static int own_teardown(void **state)
+{
+    (void)state;
+    own_stop();
+    return 0;
+}
+
 static int group_setup(void **state)
 {
     (void)state;
@@ -801,21 +819,21 @@ static void test_sim_slices_and_devices(void **state)
     char devices[PATH_MAX + 16];
     sim_devices(devices, sizeof devices);
     const char *flags[] = {"--devices", devices, "--worker-threads", "1", NULL};
-    srv s;
-    assert_int_equal(srv_start(&s, NULL, flags), 0);
+    srv *s = &own;
+    assert_int_equal(srv_start(s, NULL, flags), 0);
     char model[64], dep[64], tenant[64];
-    admin_tenant(&s, tenant);
-    import_model(&s, "sim-model", 0, 2.0f, model);
+    admin_tenant(s, tenant);
+    import_model(s, "sim-model", 0, 2.0f, model);
     char body[512];
     snprintf(body, sizeof body,
              "{\"name\": \"sim2\", \"model\": \"%s\", \"replicas\": {\"min\": "
              "2, \"max\": 2}, \"resources\": {\"gpu\": \"1g.18gb\"}}",
              model);
-    json_decref(create_dep(&s, body, dep));
-    json_t *doc = wait_dep(&s, dep, 30, ready_n, 2, "ready with 2 replicas");
+    json_decref(create_dep(s, body, dep));
+    json_t *doc = wait_dep(s, dep, 30, ready_n, 2, "ready with 2 replicas");
     assert_int_equal(count_instances(doc, NULL), 2);
 
-    resp *r = http_get(&s, "/v1/devices");
+    resp *r = http_get(s, "/v1/devices");
     expect_status(r, 200);
     json_t *slices = json_object_get(
         json_array_get(json_object_get(r->json, "gpus"), 0), "slices");
@@ -860,7 +878,7 @@ static void test_sim_slices_and_devices(void **state)
 
     /* Predicts run on a replica's simulated device. */
     for (int k = 0; k < 4; k++) {
-        r = predict(&s, model, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
+        r = predict(s, model, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
         expect_status(r, 200);
         const char *dev = str(r->json, "device");
         assert_non_null(dev);
@@ -873,8 +891,7 @@ static void test_sim_slices_and_devices(void **state)
                         0)) == 2.0);
         resp_free(r);
     }
-    srv_stop(&s, SIGTERM);
-    srv_cleanup(&s);
+    own_stop();
 }
 
 /* ---- 3. serving preempts training (and, switched off, waits) ---- */
@@ -922,14 +939,14 @@ static void test_serving_preempts_training(void **state)
                                "--serving-preempt",
                                preempt ? "on" : "off",
                                NULL};
-        srv s;
-        assert_int_equal(srv_start(&s, NULL, flags), 0);
+        srv *s = &own;
+        assert_int_equal(srv_start(s, NULL, flags), 0);
         char model[64], ds[64], dep[64], jobs[7][64];
-        import_model(&s, "pre-model", 0, 2.0f, model);
-        upload_csv(&s, "big.csv", ds);
+        import_model(s, "pre-model", 0, 2.0f, model);
+        upload_csv(s, "big.csv", ds);
         for (int i = 0; i < 7; i++)
-            submit_long(&s, ds, jobs[i]);
-        assert_true(wait_all_running(&s, jobs, 7, 60));
+            submit_long(s, ds, jobs[i]);
+        assert_true(wait_all_running(s, jobs, 7, 60));
 
         char body[512];
         snprintf(body, sizeof body,
@@ -937,25 +954,25 @@ static void test_serving_preempts_training(void **state)
                  "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": "
                  "\"1g.18gb\"}}",
                  model);
-        json_decref(create_dep(&s, body, dep));
+        json_decref(create_dep(s, body, dep));
         int victim = -1;
         long long vslot = -1;
         if (preempt) {
             /* A training job gives its slice up; the replica takes it. */
-            json_t *doc = wait_dep(&s, dep, 60, ready_n, 1, "ready");
+            json_t *doc = wait_dep(s, dep, 60, ready_n, 1, "ready");
             json_t *in = json_array_get(json_object_get(doc, "instances"), 0);
             long long rslot = json_integer_value(json_object_get(in, "slot"));
             char rep[64];
             snprintf(rep, sizeof rep, "%s", str(in, "id"));
             json_decref(doc);
             double deadline = now_seconds() + 30;
-            while (!any_preempted(&s, jobs, 7, &victim, &vslot) &&
+            while (!any_preempted(s, jobs, 7, &victim, &vslot) &&
                    now_seconds() < deadline)
                 usleep(200 * 1000);
             if (victim < 0)
-                fprintf(stderr, "no job shows a preemption (log %s)\n", s.log);
+                fprintf(stderr, "no job shows a preemption (log %s)\n", s->log);
             assert_true(victim >= 0);
-            json_t *j = get_job(&s, jobs[victim]);
+            json_t *j = get_job(s, jobs[victim]);
             if (!job_is(j, "queued"))
                 fprintf(stderr, "victim %s is %s\n", jobs[victim],
                         str(j, "status"));
@@ -967,12 +984,12 @@ static void test_serving_preempts_training(void **state)
             /* Only one: the others still run. */
             int running = 0;
             for (int i = 0; i < 7; i++) {
-                j = get_job(&s, jobs[i]);
+                j = get_job(s, jobs[i]);
                 running += job_is(j, "running");
                 json_decref(j);
             }
             assert_int_equal(running, 6);
-            resp *r = http_get(&s, "/v1/devices");
+            resp *r = http_get(s, "/v1/devices");
             json_t *slice = json_array_get(
                 json_object_get(
                     json_array_get(json_object_get(r->json, "gpus"), 0),
@@ -982,7 +999,7 @@ static void test_serving_preempts_training(void **state)
             assert_string_equal(str(slice, "job"), rep);
             resp_free(r);
             /* Predicts work meanwhile. */
-            r = predict(&s, model, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
+            r = predict(s, model, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
             expect_status(r, 200);
             assert_string_equal(deployment_of(r->json), "pre");
             resp_free(r);
@@ -990,7 +1007,7 @@ static void test_serving_preempts_training(void **state)
             /* Deleted: the victim gets a slice again. */
             char p[160];
             snprintf(p, sizeof p, "/v1/deployments/%s", dep);
-            r = http_do(&s, "DELETE", p, NULL, NULL, 0, NULL);
+            r = http_do(s, "DELETE", p, NULL, NULL, 0, NULL);
             expect_status(r, 202);
             resp_free(r);
             deadline = now_seconds() + 60;
@@ -998,11 +1015,11 @@ static void test_serving_preempts_training(void **state)
             do {
                 json_decref(j);
                 usleep(200 * 1000);
-                j = get_job(&s, jobs[victim]);
+                j = get_job(s, jobs[victim]);
             } while (!job_is(j, "running") && now_seconds() < deadline);
             if (!job_is(j, "running"))
                 fprintf(stderr, "victim %s did not resume: %s (log %s)\n",
-                        jobs[victim], str(j, "status"), s.log);
+                        jobs[victim], str(j, "status"), s->log);
             assert_true(job_is(j, "running"));
             assert_int_equal(
                 json_integer_value(json_object_get(j, "preemptions")), 1);
@@ -1012,11 +1029,11 @@ static void test_serving_preempts_training(void **state)
             json_decref(j);
         } else {
             /* No free slice and no preemption: it waits in the queue. */
-            json_t *doc = wait_dep(&s, dep, 10, first_queued, 0, "queued");
+            json_t *doc = wait_dep(s, dep, 10, first_queued, 0, "queued");
             json_decref(doc);
             for (int k = 0; k < 10; k++) {
                 usleep(300 * 1000);
-                doc = get_dep(&s, dep);
+                doc = get_dep(s, dep);
                 assert_non_null(doc);
                 if (!first_queued(doc, 0)) {
                     char *t = json_dumps(doc, JSON_COMPACT);
@@ -1027,20 +1044,19 @@ static void test_serving_preempts_training(void **state)
                 assert_int_equal(replicas_field(doc, "ready"), 0);
                 json_decref(doc);
             }
-            assert_false(any_preempted(&s, jobs, 7, &victim, &vslot));
+            assert_false(any_preempted(s, jobs, 7, &victim, &vslot));
             /* A slice freed: the replica gets it. */
-            cancel_job(&s, jobs[0]);
-            doc = wait_dep(&s, dep, 60, ready_n, 1,
+            cancel_job(s, jobs[0]);
+            doc = wait_dep(s, dep, 60, ready_n, 1,
                            "ready once a slice is "
                            "free");
             json_decref(doc);
-            assert_false(any_preempted(&s, jobs, 7, &victim, &vslot));
-            delete_dep_quiet(&s, dep);
+            assert_false(any_preempted(s, jobs, 7, &victim, &vslot));
+            delete_dep_quiet(s, dep);
         }
         for (int i = 0; i < 7; i++)
-            cancel_job(&s, jobs[i]);
-        srv_stop(&s, SIGTERM);
-        srv_cleanup(&s);
+            cancel_job(s, jobs[i]);
+        own_stop();
     }
 }
 
@@ -1690,29 +1706,29 @@ static void test_bad_requests(void **state)
     char devices[PATH_MAX + 16];
     sim_devices(devices, sizeof devices);
     const char *flags[] = {"--devices", devices, NULL};
-    srv s;
-    assert_int_equal(srv_start(&s, NULL, flags), 0);
+    srv *s = &own;
+    assert_int_equal(srv_start(s, NULL, flags), 0);
     char model[64], dep[64];
-    import_model(&s, "bad-model", 0, 1.0f, model);
+    import_model(s, "bad-model", 0, 1.0f, model);
     char b[512];
     snprintf(b, sizeof b,
              "{\"name\": \"x\", \"model\": \"%s\", \"colour\": \"red\"}",
              model);
-    expect_error(&s, "POST", "/v1/deployments", b, 422, "colour");
+    expect_error(s, "POST", "/v1/deployments", b, 422, "colour");
     snprintf(b, sizeof b,
              "{\"name\": \"x\", \"model\": \"%s\", \"replicas\": {\"min\": 0, "
              "\"most\": 2}}",
              model);
-    expect_error(&s, "POST", "/v1/deployments", b, 422, "replicas.most");
+    expect_error(s, "POST", "/v1/deployments", b, 422, "replicas.most");
     snprintf(b, sizeof b,
              "{\"name\": \"x\", \"model\": \"%s\", \"replicas\": {\"min\": 3, "
              "\"max\": 2}}",
              model);
-    expect_error(&s, "POST", "/v1/deployments", b, 422, "replicas.min");
-    expect_error(&s, "POST", "/v1/deployments",
+    expect_error(s, "POST", "/v1/deployments", b, 422, "replicas.min");
+    expect_error(s, "POST", "/v1/deployments",
                  "{\"name\": \"x\", \"model\": \"mdl_aaaaaaaaaaaaaaaaaaaa\"}",
                  422, "model");
-    expect_error(&s, "POST", "/v1/deployments",
+    expect_error(s, "POST", "/v1/deployments",
                  "{\"name\": \"x\", \"model\": \"no-such-model\"}", 422,
                  "model");
     /* A whole H200's profile on an inventory of 1g slices. */
@@ -1720,14 +1736,14 @@ static void test_bad_requests(void **state)
              "{\"name\": \"x\", \"model\": \"%s\", \"replicas\": {\"min\": 0, "
              "\"max\": 1}, \"resources\": {\"gpu\": \"7g.141gb\"}}",
              model);
-    expect_error(&s, "POST", "/v1/deployments", b, 422, "resources.gpu");
+    expect_error(s, "POST", "/v1/deployments", b, 422, "resources.gpu");
     snprintf(b, sizeof b,
              "{\"name\": \"x\", \"model\": \"%s\", \"resources\": {\"gpu\": "
              "\"9g.bogus\"}}",
              model);
-    expect_error(&s, "POST", "/v1/deployments", b, 422, "resources.gpu");
+    expect_error(s, "POST", "/v1/deployments", b, 422, "resources.gpu");
     /* None was made. */
-    resp *r = http_get(&s, "/v1/deployments");
+    resp *r = http_get(s, "/v1/deployments");
     expect_status(r, 200);
     assert_int_equal(json_array_size(json_object_get(r->json, "items")), 0);
     resp_free(r);
@@ -1738,45 +1754,43 @@ static void test_bad_requests(void **state)
         "{\"name\": \"dup\", \"model\": \"%s\", \"replicas\": {\"min\": 0, "
         "\"max\": 1}, \"resources\": {\"gpu\": \"1g.18gb\"}}",
         model);
-    json_decref(create_dep(&s, b, dep));
-    expect_error(&s, "POST", "/v1/deployments", b, 409, NULL);
+    json_decref(create_dep(s, b, dep));
+    expect_error(s, "POST", "/v1/deployments", b, 409, NULL);
     /* A name is for life; so are the resources. */
     char p[160];
     snprintf(p, sizeof p, "/v1/deployments/%s", dep);
-    expect_error(&s, "PATCH", p, "{\"name\": \"other\"}", 422, "name");
-    expect_error(&s, "PATCH", p, "{\"resources\": {\"gpu\": \"none\"}}", 422,
+    expect_error(s, "PATCH", p, "{\"name\": \"other\"}", 422, "name");
+    expect_error(s, "PATCH", p, "{\"resources\": {\"gpu\": \"none\"}}", 422,
                  "resources");
-    expect_error(&s, "PATCH", p, "{\"replicas\": {\"min\": 2}}", 422,
+    expect_error(s, "PATCH", p, "{\"replicas\": {\"min\": 2}}", 422,
                  "replicas.min");
-    expect_error(&s, "PATCH", p, "{\"model\": \"no-such-model\"}", 422,
-                 "model");
-    expect_error(&s, "GET", "/v1/deployments/dep_aaaaaaaaaaaaaaaaaaaa", NULL,
+    expect_error(s, "PATCH", p, "{\"model\": \"no-such-model\"}", 422, "model");
+    expect_error(s, "GET", "/v1/deployments/dep_aaaaaaaaaaaaaaaaaaaa", NULL,
                  404, NULL);
     /* The failed PATCHes changed nothing. */
-    json_t *doc = get_dep(&s, dep);
+    json_t *doc = get_dep(s, dep);
     assert_non_null(doc);
     assert_string_equal(str(doc, "name"), "dup");
     assert_int_equal(json_integer_value(json_object_get(doc, "generation")), 1);
     assert_int_equal(replicas_field(doc, "min"), 0);
     assert_int_equal(replicas_field(doc, "max"), 1);
     json_decref(doc);
-    srv_stop(&s, SIGTERM);
-    srv_cleanup(&s);
+    own_stop();
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cpu_deploy_end_to_end),
-        cmocka_unit_test(test_sim_slices_and_devices),
-        cmocka_unit_test(test_serving_preempts_training),
+        cmocka_unit_test_teardown(test_sim_slices_and_devices, own_teardown),
+        cmocka_unit_test_teardown(test_serving_preempts_training, own_teardown),
         cmocka_unit_test(test_autoscale_up_and_down),
         cmocka_unit_test(test_scale_from_zero),
         cmocka_unit_test(test_rolling_update_zero_failures),
         cmocka_unit_test(test_rate_and_concurrency_limits),
         cmocka_unit_test(test_replica_crash_recovers),
         cmocka_unit_test(test_delete_and_model_in_use),
-        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test_teardown(test_bad_requests, own_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
