@@ -29,22 +29,55 @@ static int name_char_ok(char c)
            (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
 }
 
+/* quota.<key>: an integer in [min, max] or null (absent on a create is
+ * null; on a PATCH it leaves the field unset). null_means ends the message
+ * ("unlimited"). */
 static ty_status parse_limit(const json_t *quota, const char *key,
-                             unsigned flag, int create, int64_t *out,
+                             unsigned flag, int create, int64_t min,
+                             int64_t max, const char *null_means, int64_t *out,
                              unsigned *set, ty_err *err)
 {
     *out = STORE_UNLIMITED;
     if (!create && !json_object_get(quota, key))
         return TY_OK;
-    if (tyjson_get_int(quota, key, "quota", 0, 0, INT64_MAX, STORE_UNLIMITED,
-                       out, err) != TY_OK) {
+    if (tyjson_get_int(quota, key, "quota", 0, min, max, STORE_UNLIMITED, out,
+                       err) != TY_OK) {
         char field[64];
         tyjson_path(field, sizeof field, "quota", key);
+        if (max == INT64_MAX)
+            return ty_fail(err, TY_EINVAL, field,
+                           "%s must be a whole number >= %lld, or null for %s",
+                           field, (long long)min, null_means);
         return ty_fail(err, TY_EINVAL, field,
-                       "%s must be a whole number >= 0, or null for unlimited",
-                       field);
+                       "%s must be a whole number from %lld to %lld, or null "
+                       "for %s",
+                       field, (long long)min, (long long)max, null_means);
     }
     *set |= flag;
+    return TY_OK;
+}
+
+/* quota.serving_requests_per_second: a number > 0 and at most
+ * TENANT_SERVING_RPS_MAX, or null (unlimited); absent as in parse_limit. */
+static ty_status parse_rps(const json_t *quota, int create, double *out,
+                           unsigned *set, ty_err *err)
+{
+    *out = STORE_UNLIMITED;
+    const json_t *v = json_object_get(quota, "serving_requests_per_second");
+    if (!create && !v)
+        return TY_OK;
+    if (v && !json_is_null(v)) {
+        if (!json_is_number(v) || !(json_number_value(v) > 0) ||
+            json_number_value(v) > TENANT_SERVING_RPS_MAX)
+            return ty_fail(err, TY_EINVAL, "quota.serving_requests_per_second",
+                           "quota.serving_requests_per_second must be a "
+                           "number > 0 and <= %d (requests a second to all "
+                           "the tenant's deployments together), or null for "
+                           "unlimited",
+                           TENANT_SERVING_RPS_MAX);
+        *out = json_number_value(v);
+    }
+    *set |= STORE_TENANT_SET_SERVING_RPS;
     return TY_OK;
 }
 
@@ -52,12 +85,19 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
                             ty_err *err)
 {
     static const char *const keys[] = {"name", "weight", "quota", NULL};
-    static const char *const quota_keys[] = {
-        "max_gpu_slices", "max_running_jobs", "max_storage_bytes", NULL};
+    static const char *const quota_keys[] = {"max_gpu_slices",
+                                             "max_running_jobs",
+                                             "max_storage_bytes",
+                                             "serving_requests_per_second",
+                                             "serving_burst",
+                                             "serving_max_concurrency",
+                                             NULL};
     memset(out, 0, sizeof *out);
     out->lim.weight = 1;
     out->lim.max_gpu_slices = out->lim.max_running_jobs =
         out->lim.max_storage_bytes = STORE_UNLIMITED;
+    out->lim.serving_rps = STORE_UNLIMITED;
+    out->lim.serving_burst = out->lim.serving_max_concurrency = STORE_UNLIMITED;
     ty_status s = tyjson_check_keys(body, keys, "", err);
     if (s != TY_OK)
         return s;
@@ -94,26 +134,43 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
 
     const json_t *quota = json_object_get(body, "quota");
     if (quota && !json_is_object(quota))
-        return ty_fail(
-            err, TY_EINVAL, "quota",
-            "quota must be an object with max_gpu_slices, "
-            "max_running_jobs and max_storage_bytes (each optional)");
+        return ty_fail(err, TY_EINVAL, "quota",
+                       "quota must be an object with max_gpu_slices, "
+                       "max_running_jobs, max_storage_bytes, "
+                       "serving_requests_per_second, serving_burst and "
+                       "serving_max_concurrency (each optional)");
     if (quota &&
         (s = tyjson_check_keys(quota, quota_keys, "quota", err)) != TY_OK)
         return s;
+    store_tenant_limits *lim = &out->lim;
     if ((s = parse_limit(quota, "max_gpu_slices", STORE_TENANT_SET_GPU_SLICES,
-                         create, &out->lim.max_gpu_slices, &out->set, err)) !=
-            TY_OK ||
-        (s = parse_limit(
-             quota, "max_running_jobs", STORE_TENANT_SET_RUNNING_JOBS, create,
-             &out->lim.max_running_jobs, &out->set, err)) != TY_OK ||
+                         create, 0, INT64_MAX, "unlimited",
+                         &lim->max_gpu_slices, &out->set, err)) != TY_OK ||
+        (s = parse_limit(quota, "max_running_jobs",
+                         STORE_TENANT_SET_RUNNING_JOBS, create, 0, INT64_MAX,
+                         "unlimited", &lim->max_running_jobs, &out->set,
+                         err)) != TY_OK ||
         (s = parse_limit(quota, "max_storage_bytes", STORE_TENANT_SET_STORAGE,
-                         create, &out->lim.max_storage_bytes, &out->set,
-                         err)) != TY_OK)
+                         create, 0, INT64_MAX, "unlimited",
+                         &lim->max_storage_bytes, &out->set, err)) != TY_OK ||
+        (s = parse_rps(quota, create, &lim->serving_rps, &out->set, err)) !=
+            TY_OK ||
+        (s = parse_limit(quota, "serving_burst", STORE_TENANT_SET_SERVING_BURST,
+                         create, 1, TENANT_SERVING_BURST_MAX,
+                         "the rate rounded up", &lim->serving_burst, &out->set,
+                         err)) != TY_OK ||
+        (s = parse_limit(quota, "serving_max_concurrency",
+                         STORE_TENANT_SET_SERVING_CONCURRENCY, create, 1,
+                         TENANT_SERVING_CONCURRENCY_MAX, "unlimited",
+                         &lim->serving_max_concurrency, &out->set, err)) !=
+            TY_OK)
         return s;
     if (create)
         out->set = STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_GPU_SLICES |
-                   STORE_TENANT_SET_RUNNING_JOBS | STORE_TENANT_SET_STORAGE;
+                   STORE_TENANT_SET_RUNNING_JOBS | STORE_TENANT_SET_STORAGE |
+                   STORE_TENANT_SET_SERVING_RPS |
+                   STORE_TENANT_SET_SERVING_BURST |
+                   STORE_TENANT_SET_SERVING_CONCURRENCY;
     return TY_OK;
 }
 

@@ -4,7 +4,7 @@
  *
  * Queries go through db_q(): it binds arguments described by a small format
  * string ('s' text or NULL, 'i' int64, 'I' int64 or NULL when negative, 'd'
- * double, 'b' 32-byte blob) and turns result
+ * double, 'D' double or NULL when not > 0, 'b' 32-byte blob) and turns result
  * rows into JSON objects keyed by column name. A column whose name ends in
  * "_json" holds JSON text and is parsed (the suffix dropped); columns whose
  * name starts with "_" are bookkeeping (the list cursor) and are removed from
@@ -113,6 +113,11 @@ static const char *const migrations[] = {
     "  created_at TEXT NOT NULL,"
     "  updated_at TEXT NOT NULL,"
     "  UNIQUE (tenant_id, name));",
+    /* 7: each tenant's serving limits over all its deployments together
+     * (NULL = unlimited; a NULL burst with a rate is the rate rounded up) */
+    "ALTER TABLE tenants ADD COLUMN serving_rps REAL;"
+    "ALTER TABLE tenants ADD COLUMN serving_burst INTEGER;"
+    "ALTER TABLE tenants ADD COLUMN serving_max_concurrency INTEGER;",
 };
 
 /* ---- helpers ---- */
@@ -201,6 +206,12 @@ static int bind_args(sqlite3_stmt *s, const char *fmt, va_list ap)
             case 'd':
                 rc = sqlite3_bind_double(s, idx, va_arg(ap, double));
                 break;
+            case 'D': { /* double; not > 0 (NaN too) binds NULL (unset) */
+                double v = va_arg(ap, double);
+                rc = v > 0 ? sqlite3_bind_double(s, idx, v)
+                           : sqlite3_bind_null(s, idx);
+                break;
+            }
             case 'I': { /* int64; negative binds NULL (an unset limit) */
                 int64_t v = va_arg(ap, int64_t);
                 rc = v < 0 ? sqlite3_bind_null(s, idx)

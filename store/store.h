@@ -300,12 +300,29 @@ ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
 
 /* A tenant's fair-share weight and quotas; STORE_UNLIMITED where a quota is
  * not set. max_gpu_slices counts compute slices (a whole GPU of 7 slices
- * holds 7). */
+ * holds 7).
+ *
+ * The serving limits bound the requests of all the tenant's deployments
+ * together (the serving controller enforces them; a request over one is
+ * answered 429 with Retry-After):
+ *   serving_rps: requests a second, a token bucket's refill rate (the API
+ *     takes > 0 and <= 1000000); STORE_UNLIMITED = no rate limit.
+ *   serving_burst: the bucket's size, the requests that may arrive at once
+ *     (1..1000000); STORE_UNLIMITED = the default, serving_rps rounded up
+ *     (at least 1). Meaningless while serving_rps is unlimited.
+ *   serving_max_concurrency: requests in flight at once (1..100000);
+ *     STORE_UNLIMITED = no bound.
+ * The store writes any value below those ranges (0 included, so that a
+ * struct initialized with the first four fields only is unlimited) as
+ * unset, and reads unset back as STORE_UNLIMITED. */
 typedef struct {
     double weight;
     int64_t max_gpu_slices;
     int64_t max_running_jobs;
     int64_t max_storage_bytes;
+    double serving_rps;
+    int64_t serving_burst;
+    int64_t serving_max_concurrency;
 } store_tenant_limits;
 
 /* Which fields of a store_tenant_limits an update sets. */
@@ -314,6 +331,9 @@ enum {
     STORE_TENANT_SET_GPU_SLICES = 1u << 1,
     STORE_TENANT_SET_RUNNING_JOBS = 1u << 2,
     STORE_TENANT_SET_STORAGE = 1u << 3,
+    STORE_TENANT_SET_SERVING_RPS = 1u << 4,
+    STORE_TENANT_SET_SERVING_BURST = 1u << 5,
+    STORE_TENANT_SET_SERVING_CONCURRENCY = 1u << 6,
 };
 
 /* Creates tenant id with its limits and its first (non-admin) key, in one
@@ -324,9 +344,11 @@ ty_status store_tenant_create(store *st, const char *id, const char *name,
                               const char *key_id, const uint8_t hash[32],
                               ty_err *err);
 
-/* The tenant's API representation: id, name, weight, quota (null =
- * unlimited), usage (storage_bytes, datasets, models, running_jobs), admin,
- * created_at. TY_ENOTFOUND when there is no such tenant. */
+/* The tenant's API representation: id, name, weight, quota (max_gpu_slices,
+ * max_running_jobs, max_storage_bytes, serving_requests_per_second,
+ * serving_burst, serving_max_concurrency; each null when unset), usage
+ * (storage_bytes, datasets, models, running_jobs), admin, created_at.
+ * TY_ENOTFOUND when there is no such tenant. */
 ty_status store_tenant_get(store *st, const char *id, json_t **doc,
                            ty_err *err);
 
@@ -334,7 +356,8 @@ ty_status store_tenant_get(store *st, const char *id, json_t **doc,
 ty_status store_tenant_list(store *st, store_page page, json_t **items,
                             int64_t *next_cursor, ty_err *err);
 
-/* The tenant's weight and quotas, for quota checks and the scheduler. */
+/* The tenant's weight and quotas, for quota checks, the scheduler and the
+ * serving controller (every field filled). */
 ty_status store_tenant_limits_get(store *st, const char *id,
                                   store_tenant_limits *out, ty_err *err);
 

@@ -39,8 +39,8 @@ void store_gen_bump(store *st, store_gen which);
 ty_status db_fail(store *st, ty_err *err, const char *what);
 
 /* Runs one statement, arguments bound per fmt ('s' text or NULL, 'i' int64,
- * 'I' int64 or NULL when negative, 'd' double, 'b' 32-byte blob). rows (may
- * be NULL) gets a new array of row objects, changes (may be NULL) the number
+ * 'I' int64 or NULL when negative, 'd' double, 'D' double or NULL when not
+ * > 0, 'b' 32-byte blob). rows (may be NULL) gets a new array of row objects, changes (may be NULL) the number
  * of rows changed. Caller holds st->mu. */
 ty_status db_q(store *st, json_t **rows, int *changes, ty_err *err,
                const char *sql, const char *fmt, ...);

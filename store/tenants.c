@@ -1,7 +1,8 @@
 /*
  * tenants.c - tenants and their API keys (see store.h): the admin key
  * ensured at start, the key lookup every request makes, and the admin's
- * tenant and key rows with their weights and quotas.
+ * tenant and key rows with their weights and quotas (the serving limits
+ * among them: stored and shown here, enforced by the serving controller).
  *
  * A key's secret is never stored, only its SHA-256; at least one live admin
  * key always remains (store_key_revoke refuses the last).
@@ -118,7 +119,11 @@ done:
     "t.id, t.name, t.weight, json_object("                                     \
     "'max_gpu_slices', t.max_gpu_slices, "                                     \
     "'max_running_jobs', t.max_running_jobs, "                                 \
-    "'max_storage_bytes', t.max_storage_bytes) AS quota_json, json_object("    \
+    "'max_storage_bytes', t.max_storage_bytes, "                               \
+    "'serving_requests_per_second', t.serving_rps, "                           \
+    "'serving_burst', t.serving_burst, "                                       \
+    "'serving_max_concurrency', t.serving_max_concurrency) AS quota_json, "    \
+    "json_object("                                                             \
     "'storage_bytes', "                                                        \
     "(SELECT coalesce(sum(bytes), 0) FROM datasets WHERE tenant_id = t.id) + " \
     "(SELECT coalesce(sum(bytes), 0) FROM models WHERE tenant_id = t.id), "    \
@@ -133,6 +138,12 @@ done:
 #define KEY_COLUMNS                                                          \
     "id, tenant_id AS tenant, json(CASE WHEN is_admin = 1 THEN 'true' ELSE " \
     "'false' END) AS admin_json, created_at, revoked_at"
+
+/* A serving count limit as the store binds it ('I'): below 1 is unset. */
+static int64_t count_or_unset(int64_t v)
+{
+    return v >= 1 ? v : STORE_UNLIMITED;
+}
 
 /* TY_ECONFLICT if another tenant than self_id (may be "") is named name.
  * Caller holds st->mu. */
@@ -168,10 +179,13 @@ ty_status store_tenant_create(store *st, const char *id, const char *name,
     if ((s = tenant_name_free(st, name, "", err)) == TY_OK)
         s = db_q(st, NULL, NULL, err,
                  "INSERT INTO tenants(id, name, created_at, weight, "
-                 "max_gpu_slices, max_running_jobs, max_storage_bytes) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                 "sssdIII", id, name, now, lim->weight, lim->max_gpu_slices,
-                 lim->max_running_jobs, lim->max_storage_bytes);
+                 "max_gpu_slices, max_running_jobs, max_storage_bytes, "
+                 "serving_rps, serving_burst, serving_max_concurrency) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 "sssdIIIDII", id, name, now, lim->weight, lim->max_gpu_slices,
+                 lim->max_running_jobs, lim->max_storage_bytes,
+                 lim->serving_rps, count_or_unset(lim->serving_burst),
+                 count_or_unset(lim->serving_max_concurrency));
     if (s == TY_OK)
         s = db_q(
             st, NULL, NULL, err,
@@ -228,7 +242,8 @@ ty_status store_tenant_limits_get(store *st, const char *id,
     json_t *row = NULL;
     ty_status s = db_q_one(st, &row, err, "tenant", id,
                            "SELECT weight, max_gpu_slices, max_running_jobs, "
-                           "max_storage_bytes FROM tenants WHERE id = ?",
+                           "max_storage_bytes, serving_rps, serving_burst, "
+                           "serving_max_concurrency FROM tenants WHERE id = ?",
                            "s", id);
     pthread_mutex_unlock(&st->mu);
     if (s != TY_OK)
@@ -237,6 +252,12 @@ ty_status store_tenant_limits_get(store *st, const char *id,
     out->max_gpu_slices = limit_of(row, "max_gpu_slices");
     out->max_running_jobs = limit_of(row, "max_running_jobs");
     out->max_storage_bytes = limit_of(row, "max_storage_bytes");
+    const json_t *rps = json_object_get(row, "serving_rps");
+    out->serving_rps = json_is_number(rps) && json_number_value(rps) > 0
+                           ? json_number_value(rps)
+                           : STORE_UNLIMITED;
+    out->serving_burst = limit_of(row, "serving_burst");
+    out->serving_max_concurrency = limit_of(row, "serving_max_concurrency");
     json_decref(row);
     return TY_OK;
 }
@@ -263,13 +284,23 @@ ty_status store_tenant_update(store *st, const char *id, const char *name,
             "max_gpu_slices = CASE WHEN ? THEN ? ELSE max_gpu_slices END, "
             "max_running_jobs = CASE WHEN ? THEN ? ELSE max_running_jobs END, "
             "max_storage_bytes = CASE WHEN ? THEN ? ELSE max_storage_bytes "
-            "END WHERE id = ?",
-            "sidiIiIiIs", name, (int64_t) !!(set & STORE_TENANT_SET_WEIGHT),
-            lim->weight, (int64_t) !!(set & STORE_TENANT_SET_GPU_SLICES),
+            "END, "
+            "serving_rps = CASE WHEN ? THEN ? ELSE serving_rps END, "
+            "serving_burst = CASE WHEN ? THEN ? ELSE serving_burst END, "
+            "serving_max_concurrency = CASE WHEN ? THEN ? ELSE "
+            "serving_max_concurrency END WHERE id = ?",
+            "sidiIiIiIiDiIiIs", name,
+            (int64_t) !!(set & STORE_TENANT_SET_WEIGHT), lim->weight,
+            (int64_t) !!(set & STORE_TENANT_SET_GPU_SLICES),
             lim->max_gpu_slices,
             (int64_t) !!(set & STORE_TENANT_SET_RUNNING_JOBS),
             lim->max_running_jobs, (int64_t) !!(set & STORE_TENANT_SET_STORAGE),
-            lim->max_storage_bytes, id);
+            lim->max_storage_bytes,
+            (int64_t) !!(set & STORE_TENANT_SET_SERVING_RPS), lim->serving_rps,
+            (int64_t) !!(set & STORE_TENANT_SET_SERVING_BURST),
+            count_or_unset(lim->serving_burst),
+            (int64_t) !!(set & STORE_TENANT_SET_SERVING_CONCURRENCY),
+            count_or_unset(lim->serving_max_concurrency), id);
     if (s == TY_OK)
         s = db_exec(st, "COMMIT", err);
     if (s != TY_OK)

@@ -3,8 +3,9 @@
  * revocation that takes effect at once, admin-only answers), isolation (every
  * route tried with another tenant's key on a dataset, job and model: 404 for
  * resources named in the path, the same answer as for an id that never
- * existed for ids named in a body), validation errors, and the storage quota
- * (a refused upload leaves nothing behind).
+ * existed for ids named in a body), validation errors, the storage quota
+ * (a refused upload leaves nothing behind), and the serving limits stored,
+ * shown, patched one at a time and refused when out of range.
  *
  * The isolation table is checked against the routing table itself: a new
  * route with a path parameter fails test_every_route_is_in_the_table until
@@ -846,6 +847,142 @@ static void test_storage_quota(void **state)
     assert_true(usage_of(tenant_b) == 0);
 }
 
+/* The quota's serving limits of a reply (a tenant), each checked against
+ * the expected value: rps < 0, burst < 0 or concurrency < 0 = null. */
+static void expect_serving(const json_t *tenant, double rps, long long burst,
+                           long long concurrency)
+{
+    const json_t *q = json_object_get(tenant, "quota");
+    const json_t *r = json_object_get(q, "serving_requests_per_second"),
+                 *b = json_object_get(q, "serving_burst"),
+                 *c = json_object_get(q, "serving_max_concurrency");
+    /* Always present, null when unlimited. */
+    assert_non_null(r);
+    assert_non_null(b);
+    assert_non_null(c);
+    if (rps < 0)
+        assert_true(json_is_null(r));
+    else
+        assert_true(json_is_number(r) && json_number_value(r) == rps);
+    if (burst < 0)
+        assert_true(json_is_null(b));
+    else
+        assert_int_equal(json_integer_value(b), burst);
+    if (concurrency < 0)
+        assert_true(json_is_null(c));
+    else
+        assert_int_equal(json_integer_value(c), concurrency);
+}
+
+static void test_serving_limits(void **state)
+{
+    (void)state;
+    resp *r = http_json(&server, "POST", "/v1/tenants",
+                        "{\"name\": \"delta\", \"quota\": "
+                        "{\"max_running_jobs\": 3, "
+                        "\"serving_requests_per_second\": 150.5, "
+                        "\"serving_burst\": 300, "
+                        "\"serving_max_concurrency\": 12}}");
+    expect_status(r, 201);
+    char id[64], key[128], path[128];
+    snprintf(id, sizeof id, "%s", str(r->json, "id"));
+    snprintf(key, sizeof key, "%s",
+             str(json_object_get(r->json, "key"), "api_key"));
+    expect_serving(r->json, 150.5, 300, 12);
+    json_t *q = json_object_get(r->json, "quota");
+    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")),
+                     3);
+    assert_true(json_is_null(json_object_get(q, "max_gpu_slices")));
+    resp_free(r);
+    snprintf(path, sizeof path, "/v1/tenants/%s", id);
+
+    /* Read back by the admin and by the tenant itself. */
+    r = http_get(&server, path);
+    expect_status(r, 200);
+    expect_serving(r->json, 150.5, 300, 12);
+    resp_free(r);
+    srv as_d = server;
+    snprintf(as_d.key, sizeof as_d.key, "%s", key);
+    r = http_get(&as_d, path);
+    expect_status(r, 200);
+    expect_serving(r->json, 150.5, 300, 12);
+    resp_free(r);
+
+    /* A tenant made without them has them, null. */
+    snprintf(path, sizeof path, "/v1/tenants/%s", tenant_a);
+    r = http_get(&server, path);
+    expect_status(r, 200);
+    expect_serving(r->json, -1, -1, -1);
+    resp_free(r);
+
+    /* PATCH one at a time: the others stay. */
+    snprintf(path, sizeof path, "/v1/tenants/%s", id);
+    r = http_json(&server, "PATCH", path,
+                  "{\"quota\": {\"serving_burst\": 50}}");
+    expect_status(r, 200);
+    expect_serving(r->json, 150.5, 50, 12);
+    resp_free(r);
+    r = http_json(&server, "PATCH", path,
+                  "{\"quota\": {\"serving_requests_per_second\": 20}}");
+    expect_status(r, 200);
+    expect_serving(r->json, 20, 50, 12);
+    q = json_object_get(r->json, "quota");
+    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")),
+                     3);
+    resp_free(r);
+    /* null: unlimited (the burst: back to its default). */
+    r = http_json(&server, "PATCH", path,
+                  "{\"quota\": {\"serving_max_concurrency\": null, "
+                  "\"serving_burst\": null}}");
+    expect_status(r, 200);
+    expect_serving(r->json, 20, -1, -1);
+    resp_free(r);
+
+    /* Out of range: 422 naming the field, nothing changed. */
+    static const char *const bad[][2] = {
+        {"\"serving_requests_per_second\": 0", "serving_requests_per_second"},
+        {"\"serving_requests_per_second\": -5", "serving_requests_per_second"},
+        {"\"serving_requests_per_second\": 2000000",
+         "serving_requests_per_second"},
+        {"\"serving_requests_per_second\": \"fast\"",
+         "serving_requests_per_second"},
+        {"\"serving_burst\": 0", "serving_burst"},
+        {"\"serving_burst\": 1000001", "serving_burst"},
+        {"\"serving_burst\": 1.5", "serving_burst"},
+        {"\"serving_max_concurrency\": 0", "serving_max_concurrency"},
+        {"\"serving_max_concurrency\": 100001", "serving_max_concurrency"},
+        {"\"serving_max_concurrency\": \"8\"", "serving_max_concurrency"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[192], field[64];
+        snprintf(field, sizeof field, "quota.%s", bad[i][1]);
+        snprintf(body, sizeof body, "{\"name\": \"epsilon\", \"quota\": {%s}}",
+                 bad[i][0]);
+        expect_422("POST", "/v1/tenants", body, field);
+        /* A valid limit beside the bad one is not applied either. */
+        snprintf(body, sizeof body, "{\"quota\": {\"max_gpu_slices\": 1, %s}}",
+                 bad[i][0]);
+        expect_422("PATCH", path, body, field);
+    }
+    r = http_get(&server, path);
+    expect_status(r, 200);
+    expect_serving(r->json, 20, -1, -1);
+    assert_true(json_is_null(
+        json_object_get(json_object_get(r->json, "quota"), "max_gpu_slices")));
+    resp_free(r);
+    /* No tenant named epsilon was made. */
+    r = http_get(&server, "/v1/tenants?limit=1000");
+    size_t i;
+    json_t *t;
+    json_array_foreach (json_object_get(r->json, "items"), i, t) {
+        assert_string_not_equal(str(t, "name"), "epsilon");
+        /* Every listed tenant shows the serving limits too. */
+        assert_non_null(json_object_get(json_object_get(t, "quota"),
+                                        "serving_max_concurrency"));
+    }
+    resp_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -857,6 +994,7 @@ int main(void)
         cmocka_unit_test(test_validation_errors),
         cmocka_unit_test(test_keys_and_revocation),
         cmocka_unit_test(test_storage_quota),
+        cmocka_unit_test(test_serving_limits),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -22,7 +22,12 @@ static int setup(void **state)
     if (tu_store_setup(state, "tn_a", "key_a", hash_a) != 0)
         return -1;
     fixture *f = *state;
-    store_tenant_limits lim = {1, STORE_UNLIMITED, STORE_UNLIMITED,
+    store_tenant_limits lim = {1,
+                               STORE_UNLIMITED,
+                               STORE_UNLIMITED,
+                               STORE_UNLIMITED,
+                               STORE_UNLIMITED,
+                               STORE_UNLIMITED,
                                STORE_UNLIMITED};
     ty_err err = {0};
     if (store_tenant_create(f->st, "tn_b", "b", &lim, "key_b", hash_b, &err) !=
@@ -202,11 +207,16 @@ static void test_older_database_migrates(void **state)
     json_decref(d);
     store_close(f->st);
     f->st = NULL;
-    /* Back to what schema 5 was: no deployments table. */
-    sql(f->dir, "DROP TABLE deployments; PRAGMA user_version=5;");
+    /* Back to what schema 5 was: no deployments table (nor schema 7's
+     * serving limits of tenants). */
+    sql(f->dir, "DROP TABLE deployments;"
+                "ALTER TABLE tenants DROP COLUMN serving_rps;"
+                "ALTER TABLE tenants DROP COLUMN serving_burst;"
+                "ALTER TABLE tenants DROP COLUMN serving_max_concurrency;"
+                "PRAGMA user_version=5;");
 
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 6);
+    assert_int_equal(store_schema_version(f->st), 7);
     json_t *doc;
     ty_status st = store_dataset_get(f->st, "tn_a", "ds_old", &doc, NULL, &err);
     if (st != TY_OK)

@@ -1,10 +1,12 @@
 /* Unit tests for tenants: the body checks (api/tenants.c), the storage-quota
  * arithmetic (store/quota.c), and the store's tenant and key rows
- * (store/tenants.c). */
+ * (store/tenants.c), the serving limits among them, kept through the
+ * migration of a database from before them (schema 6). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <sqlite3.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,9 +58,15 @@ static void test_create_defaults(void **state)
     assert_int_equal(tb.lim.max_gpu_slices, STORE_UNLIMITED);
     assert_int_equal(tb.lim.max_running_jobs, STORE_UNLIMITED);
     assert_int_equal(tb.lim.max_storage_bytes, STORE_UNLIMITED);
+    assert_true(tb.lim.serving_rps == STORE_UNLIMITED);
+    assert_int_equal(tb.lim.serving_burst, STORE_UNLIMITED);
+    assert_int_equal(tb.lim.serving_max_concurrency, STORE_UNLIMITED);
     assert_int_equal(
         tb.set, STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_GPU_SLICES |
-                    STORE_TENANT_SET_RUNNING_JOBS | STORE_TENANT_SET_STORAGE);
+                    STORE_TENANT_SET_RUNNING_JOBS | STORE_TENANT_SET_STORAGE |
+                    STORE_TENANT_SET_SERVING_RPS |
+                    STORE_TENANT_SET_SERVING_BURST |
+                    STORE_TENANT_SET_SERVING_CONCURRENCY);
 }
 
 static void test_create_full(void **state)
@@ -76,6 +84,37 @@ static void test_create_full(void **state)
     assert_int_equal(tb.lim.max_gpu_slices, 3);
     assert_int_equal(tb.lim.max_running_jobs, 0);
     assert_int_equal(tb.lim.max_storage_bytes, STORE_UNLIMITED);
+    assert_true(tb.lim.serving_rps == STORE_UNLIMITED);
+
+    assert_int_equal(parse("{\"name\": \"s\", \"quota\": "
+                           "{\"serving_requests_per_second\": 12.5, "
+                           "\"serving_burst\": 40, "
+                           "\"serving_max_concurrency\": 8}}",
+                           1, &tb, &err),
+                     TY_OK);
+    assert_true(tb.lim.serving_rps == 12.5);
+    assert_int_equal(tb.lim.serving_burst, 40);
+    assert_int_equal(tb.lim.serving_max_concurrency, 8);
+    assert_int_equal(tb.lim.max_gpu_slices, STORE_UNLIMITED);
+    /* The bounds themselves are allowed; a rate may be a fraction. */
+    assert_int_equal(parse("{\"name\": \"s\", \"quota\": "
+                           "{\"serving_requests_per_second\": 1000000, "
+                           "\"serving_burst\": 1000000, "
+                           "\"serving_max_concurrency\": 100000}}",
+                           1, &tb, &err),
+                     TY_OK);
+    assert_true(tb.lim.serving_rps == 1e6);
+    assert_int_equal(tb.lim.serving_burst, 1000000);
+    assert_int_equal(tb.lim.serving_max_concurrency, 100000);
+    assert_int_equal(parse("{\"name\": \"s\", \"quota\": "
+                           "{\"serving_requests_per_second\": 0.25, "
+                           "\"serving_burst\": 1, "
+                           "\"serving_max_concurrency\": 1}}",
+                           1, &tb, &err),
+                     TY_OK);
+    assert_true(tb.lim.serving_rps == 0.25);
+    assert_int_equal(tb.lim.serving_burst, 1);
+    assert_int_equal(tb.lim.serving_max_concurrency, 1);
 }
 
 static void test_patch_sets_only_what_is_given(void **state)
@@ -98,6 +137,26 @@ static void test_patch_sets_only_what_is_given(void **state)
     assert_int_equal(tb.set,
                      STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_RUNNING_JOBS);
     assert_int_equal(tb.lim.max_running_jobs, 4);
+    /* One serving limit: only its bit. */
+    assert_int_equal(
+        parse("{\"quota\": {\"serving_burst\": 64}}", 0, &tb, &err), TY_OK);
+    assert_int_equal(tb.set, STORE_TENANT_SET_SERVING_BURST);
+    assert_int_equal(tb.lim.serving_burst, 64);
+    /* null sets a serving limit back to unlimited. */
+    assert_int_equal(parse("{\"quota\": {\"serving_requests_per_second\": "
+                           "null, \"serving_max_concurrency\": null}}",
+                           0, &tb, &err),
+                     TY_OK);
+    assert_int_equal(tb.set, STORE_TENANT_SET_SERVING_RPS |
+                                 STORE_TENANT_SET_SERVING_CONCURRENCY);
+    assert_true(tb.lim.serving_rps == STORE_UNLIMITED);
+    assert_int_equal(tb.lim.serving_max_concurrency, STORE_UNLIMITED);
+    assert_int_equal(parse("{\"quota\": {\"serving_requests_per_second\": "
+                           "300}}",
+                           0, &tb, &err),
+                     TY_OK);
+    assert_int_equal(tb.set, STORE_TENANT_SET_SERVING_RPS);
+    assert_true(tb.lim.serving_rps == 300);
 }
 
 static void test_bad_bodies_name_the_field(void **state)
@@ -125,6 +184,40 @@ static void test_bad_bodies_name_the_field(void **state)
     expect_invalid("{\"quota\": {\"max_running_jobs\": \"3\"}}", 0,
                    "quota.max_running_jobs");
     expect_invalid("{\"quota\": {\"max_gpus\": 3}}", 0, "quota.max_gpus");
+    static const char *const bad_serving[][2] = {
+        {"\"serving_requests_per_second\": 0", "serving_requests_per_second"},
+        {"\"serving_requests_per_second\": -1", "serving_requests_per_second"},
+        {"\"serving_requests_per_second\": 1000000.5",
+         "serving_requests_per_second"},
+        {"\"serving_requests_per_second\": \"5\"",
+         "serving_requests_per_second"},
+        {"\"serving_requests_per_second\": true",
+         "serving_requests_per_second"},
+        {"\"serving_burst\": 0", "serving_burst"},
+        {"\"serving_burst\": -1", "serving_burst"},
+        {"\"serving_burst\": 2.5", "serving_burst"},
+        {"\"serving_burst\": 1000001", "serving_burst"},
+        {"\"serving_burst\": \"10\"", "serving_burst"},
+        {"\"serving_max_concurrency\": 0", "serving_max_concurrency"},
+        {"\"serving_max_concurrency\": 100001", "serving_max_concurrency"},
+        {"\"serving_max_concurrency\": [4]", "serving_max_concurrency"},
+        {"\"serving_rps\": 5", "serving_rps"},
+    };
+    for (size_t i = 0; i < sizeof bad_serving / sizeof bad_serving[0]; i++) {
+        char body[160], field[64];
+        snprintf(field, sizeof field, "quota.%s", bad_serving[i][1]);
+        snprintf(body, sizeof body, "{\"quota\": {%s}}", bad_serving[i][0]);
+        expect_invalid(body, 0, field);
+        snprintf(body, sizeof body, "{\"name\": \"a\", \"quota\": {%s}}",
+                 bad_serving[i][0]);
+        expect_invalid(body, 1, field);
+    }
+    /* The message says what is allowed. */
+    tenant_body tb;
+    ty_err err;
+    assert_int_equal(parse("{\"quota\": {\"serving_burst\": 0}}", 0, &tb, &err),
+                     TY_EINVAL);
+    assert_non_null(strstr(err.msg, "1 to 1000000"));
     expect_invalid("{\"name\": \"a\", \"colour\": 1}", 1, "colour");
 }
 
@@ -164,8 +257,13 @@ static int setup(void **state)
     return tu_store_setup(state, "tn_admin", "key_admin", admin_hash);
 }
 
-static const store_tenant_limits unlimited = {1, STORE_UNLIMITED,
-                                              STORE_UNLIMITED, STORE_UNLIMITED};
+static const store_tenant_limits unlimited = {1,
+                                              STORE_UNLIMITED,
+                                              STORE_UNLIMITED,
+                                              STORE_UNLIMITED,
+                                              STORE_UNLIMITED,
+                                              STORE_UNLIMITED,
+                                              STORE_UNLIMITED};
 
 static void create(fixture *f, const char *id, const char *name,
                    const char *key_id, uint8_t hash_byte)
@@ -181,7 +279,7 @@ static void test_store_create_get_and_key(void **state)
 {
     fixture *f = *state;
     ty_err err;
-    store_tenant_limits lim = {2.5, 7, 3, 1000};
+    store_tenant_limits lim = {2.5, 7, 3, 1000, 12.5, 40, 8};
     uint8_t hash[32] = {2};
     assert_int_equal(
         store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b", hash, &err),
@@ -197,6 +295,13 @@ static void test_store_create_get_and_key(void **state)
                      3);
     assert_int_equal(
         json_integer_value(json_object_get(q, "max_storage_bytes")), 1000);
+    assert_true(json_number_value(
+                    json_object_get(q, "serving_requests_per_second")) == 12.5);
+    assert_int_equal(json_integer_value(json_object_get(q, "serving_burst")),
+                     40);
+    assert_int_equal(
+        json_integer_value(json_object_get(q, "serving_max_concurrency")), 8);
+    assert_int_equal(json_object_size(q), 6);
     assert_true(json_is_false(json_object_get(doc, "admin")));
     json_t *u = json_object_get(doc, "usage");
     assert_int_equal(json_integer_value(json_object_get(u, "storage_bytes")),
@@ -217,13 +322,25 @@ static void test_store_create_get_and_key(void **state)
     assert_true(back.weight == 2.5);
     assert_int_equal(back.max_gpu_slices, 7);
     assert_int_equal(back.max_storage_bytes, 1000);
+    assert_true(back.serving_rps == 12.5);
+    assert_int_equal(back.serving_burst, 40);
+    assert_int_equal(back.serving_max_concurrency, 8);
 
     /* The admin's tenant is marked and unlimited. */
     assert_int_equal(store_tenant_get(f->st, "tn_admin", &doc, &err), TY_OK);
     assert_true(json_is_true(json_object_get(doc, "admin")));
-    assert_true(json_is_null(
-        json_object_get(json_object_get(doc, "quota"), "max_storage_bytes")));
+    q = json_object_get(doc, "quota");
+    assert_true(json_is_null(json_object_get(q, "max_storage_bytes")));
+    assert_true(
+        json_is_null(json_object_get(q, "serving_requests_per_second")));
+    assert_true(json_is_null(json_object_get(q, "serving_burst")));
+    assert_true(json_is_null(json_object_get(q, "serving_max_concurrency")));
     json_decref(doc);
+    assert_int_equal(store_tenant_limits_get(f->st, "tn_admin", &back, &err),
+                     TY_OK);
+    assert_true(back.serving_rps == STORE_UNLIMITED);
+    assert_int_equal(back.serving_burst, STORE_UNLIMITED);
+    assert_int_equal(back.serving_max_concurrency, STORE_UNLIMITED);
     assert_int_equal(store_tenant_get(f->st, "tn_none", &doc, &err),
                      TY_ENOTFOUND);
 }
@@ -258,7 +375,7 @@ static void test_store_update(void **state)
     fixture *f = *state;
     ty_err err;
     create(f, "tn_b", "bee", "key_b", 2);
-    store_tenant_limits lim = {4, 2, STORE_UNLIMITED, 500};
+    store_tenant_limits lim = {4, 2, STORE_UNLIMITED, 500, 9, 3, 2};
     assert_int_equal(
         store_tenant_update(f->st, "tn_b", NULL, &lim,
                             STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_STORAGE,
@@ -270,6 +387,9 @@ static void test_store_update(void **state)
     assert_true(back.weight == 4);
     assert_int_equal(back.max_storage_bytes, 500);
     assert_int_equal(back.max_gpu_slices, STORE_UNLIMITED); /* not set */
+    assert_true(back.serving_rps == STORE_UNLIMITED);       /* not set */
+    assert_int_equal(back.serving_burst, STORE_UNLIMITED);
+    assert_int_equal(back.serving_max_concurrency, STORE_UNLIMITED);
     /* Back to unlimited. */
     lim.max_storage_bytes = STORE_UNLIMITED;
     assert_int_equal(store_tenant_update(f->st, "tn_b", "bee2", &lim,
@@ -286,6 +406,164 @@ static void test_store_update(void **state)
     json_decref(doc);
     assert_int_equal(store_tenant_update(f->st, "tn_x", NULL, &lim, 0, &err),
                      TY_ENOTFOUND);
+}
+
+static void expect_serving(store *st, const char *id, double rps, int64_t burst,
+                           int64_t concurrency)
+{
+    ty_err err;
+    store_tenant_limits back;
+    assert_int_equal(store_tenant_limits_get(st, id, &back, &err), TY_OK);
+    if (back.serving_rps != rps || back.serving_burst != burst ||
+        back.serving_max_concurrency != concurrency)
+        fail_msg("%s: serving %g/%lld/%lld, expected %g/%lld/%lld", id,
+                 back.serving_rps, (long long)back.serving_burst,
+                 (long long)back.serving_max_concurrency, rps, (long long)burst,
+                 (long long)concurrency);
+    /* The representation agrees: null where unlimited. */
+    json_t *doc;
+    assert_int_equal(store_tenant_get(st, id, &doc, &err), TY_OK);
+    json_t *q = json_object_get(doc, "quota");
+    json_t *r = json_object_get(q, "serving_requests_per_second"),
+           *b = json_object_get(q, "serving_burst"),
+           *c = json_object_get(q, "serving_max_concurrency");
+    assert_true(rps < 0 ? json_is_null(r) : json_number_value(r) == rps);
+    assert_true(burst < 0 ? json_is_null(b) : json_integer_value(b) == burst);
+    assert_true(concurrency < 0 ? json_is_null(c)
+                                : json_integer_value(c) == concurrency);
+    json_decref(doc);
+}
+
+/* Each serving limit is set alone, leaving the others (and the other
+ * quotas) as they were, and goes back to unlimited with STORE_UNLIMITED. */
+static void test_store_update_serving(void **state)
+{
+    fixture *f = *state;
+    ty_err err;
+    store_tenant_limits lim = {2, 5, 6, 700, 250.5, 500, 16};
+    uint8_t hash[32] = {2};
+    assert_int_equal(
+        store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b", hash, &err),
+        TY_OK);
+    expect_serving(f->st, "tn_b", 250.5, 500, 16);
+
+    store_tenant_limits upd = {9, 9, 9, 9, 40, 80, 4};
+    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &upd,
+                                         STORE_TENANT_SET_SERVING_BURST, &err),
+                     TY_OK);
+    expect_serving(f->st, "tn_b", 250.5, 80, 16);
+    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &upd,
+                                         STORE_TENANT_SET_SERVING_RPS, &err),
+                     TY_OK);
+    expect_serving(f->st, "tn_b", 40, 80, 16);
+    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &upd,
+                                         STORE_TENANT_SET_SERVING_CONCURRENCY,
+                                         &err),
+                     TY_OK);
+    expect_serving(f->st, "tn_b", 40, 80, 4);
+    /* The other quotas never moved. */
+    store_tenant_limits back;
+    assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err),
+                     TY_OK);
+    assert_true(back.weight == 2);
+    assert_int_equal(back.max_gpu_slices, 5);
+    assert_int_equal(back.max_running_jobs, 6);
+    assert_int_equal(back.max_storage_bytes, 700);
+
+    /* Back to unlimited (the burst to its default), one at a time. */
+    upd.serving_rps = STORE_UNLIMITED;
+    upd.serving_burst = STORE_UNLIMITED;
+    upd.serving_max_concurrency = STORE_UNLIMITED;
+    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &upd,
+                                         STORE_TENANT_SET_SERVING_BURST, &err),
+                     TY_OK);
+    expect_serving(f->st, "tn_b", 40, STORE_UNLIMITED, 4);
+    assert_int_equal(
+        store_tenant_update(f->st, "tn_b", NULL, &upd,
+                            STORE_TENANT_SET_SERVING_RPS |
+                                STORE_TENANT_SET_SERVING_CONCURRENCY,
+                            &err),
+        TY_OK);
+    expect_serving(f->st, "tn_b", STORE_UNLIMITED, STORE_UNLIMITED,
+                   STORE_UNLIMITED);
+
+    /* Values below the ranges (0, as a struct set field by field but
+     * missing these would hold) are stored as unset, never as a limit of
+     * 0 that would refuse every request. */
+    store_tenant_limits zero = {
+        1, STORE_UNLIMITED, STORE_UNLIMITED, STORE_UNLIMITED, 0, 0, 0};
+    hash[0] = 3;
+    assert_int_equal(
+        store_tenant_create(f->st, "tn_c", "sea", &zero, "key_c", hash, &err),
+        TY_OK);
+    expect_serving(f->st, "tn_c", STORE_UNLIMITED, STORE_UNLIMITED,
+                   STORE_UNLIMITED);
+    assert_int_equal(
+        store_tenant_update(f->st, "tn_b", NULL, &zero,
+                            STORE_TENANT_SET_SERVING_RPS |
+                                STORE_TENANT_SET_SERVING_BURST |
+                                STORE_TENANT_SET_SERVING_CONCURRENCY,
+                            &err),
+        TY_OK);
+    expect_serving(f->st, "tn_b", STORE_UNLIMITED, STORE_UNLIMITED,
+                   STORE_UNLIMITED);
+}
+
+static void sql(const char *dir, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/trainyard.db", dir);
+    sqlite3 *db = NULL;
+    assert_int_equal(sqlite3_open(path, &db), SQLITE_OK);
+    char *msg = NULL;
+    if (sqlite3_exec(db, text, NULL, NULL, &msg) != SQLITE_OK)
+        fail_msg("%s: %s", text, msg);
+    sqlite3_close(db);
+}
+
+/* A database of schema 6 (before the serving limits) migrates: its tenants
+ * keep their weight and quotas and have no serving limits, which can then
+ * be set. */
+static void test_store_schema6_migrates(void **state)
+{
+    fixture *f = *state;
+    ty_err err = {0};
+    store_tenant_limits lim = {
+        3, 4, 5, 600, STORE_UNLIMITED, STORE_UNLIMITED, STORE_UNLIMITED};
+    uint8_t hash[32] = {2};
+    assert_int_equal(
+        store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b", hash, &err),
+        TY_OK);
+    store_close(f->st);
+    f->st = NULL;
+    /* Back to what schema 6 was: tenants without the serving columns. */
+    sql(f->dir, "ALTER TABLE tenants DROP COLUMN serving_rps;"
+                "ALTER TABLE tenants DROP COLUMN serving_burst;"
+                "ALTER TABLE tenants DROP COLUMN serving_max_concurrency;"
+                "PRAGMA user_version=6;");
+
+    assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
+    assert_int_equal(store_schema_version(f->st), 7);
+    store_tenant_limits back;
+    assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err),
+                     TY_OK);
+    assert_true(back.weight == 3);
+    assert_int_equal(back.max_gpu_slices, 4);
+    assert_int_equal(back.max_running_jobs, 5);
+    assert_int_equal(back.max_storage_bytes, 600);
+    expect_serving(f->st, "tn_b", STORE_UNLIMITED, STORE_UNLIMITED,
+                   STORE_UNLIMITED);
+    expect_serving(f->st, "tn_admin", STORE_UNLIMITED, STORE_UNLIMITED,
+                   STORE_UNLIMITED);
+    lim.serving_rps = 0.5;
+    lim.serving_max_concurrency = 3;
+    assert_int_equal(
+        store_tenant_update(f->st, "tn_b", NULL, &lim,
+                            STORE_TENANT_SET_SERVING_RPS |
+                                STORE_TENANT_SET_SERVING_CONCURRENCY,
+                            &err),
+        TY_OK);
+    expect_serving(f->st, "tn_b", 0.5, STORE_UNLIMITED, 3);
 }
 
 static void test_store_storage_usage(void **state)
@@ -475,6 +753,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_name_conflict_stores_nothing,
                                         setup, tu_store_teardown),
         cmocka_unit_test_setup_teardown(test_store_update, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_update_serving, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_schema6_migrates, setup,
                                         tu_store_teardown),
         cmocka_unit_test_setup_teardown(test_store_storage_usage, setup,
                                         tu_store_teardown),
