@@ -73,7 +73,7 @@ typedef struct deploy_call {
     uint64_t serial;
     char device[64];
     /* ---- private ---- */
-    void *dep, *rep;
+    void *dep, *rep, *tenant_bucket;
     double t0, queue_s, compute_s;
     uint32_t batch_rows;
     int failed;

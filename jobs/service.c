@@ -423,6 +423,7 @@ void jobs_tenant_changed(jobs_service *r, const char *tenant_id)
             log_msg("error", "runner: tenant %s: %s", tenant_id, err.msg);
     }
     pthread_mutex_unlock(&r->mu);
+    deploy_tenant_changed(r, tenant_id);
     wake(r);
 }
 

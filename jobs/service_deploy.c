@@ -121,8 +121,23 @@ typedef struct deployment {
     struct deployment *next;
 } deployment;
 
+/* A tenant's serving limits over all its deployments (its quota's
+ * serving_* fields), read from the store on first use and again after a
+ * change (deploy_tenant_changed). */
+typedef struct tenant_bucket {
+    char tenant[TY_ID_MAX];
+    int stale;
+    double rps; /* <= 0: none */
+    double burst;
+    int max_concurrency; /* <= 0: none */
+    double tokens, tokens_at;
+    int active;
+    struct tenant_bucket *next;
+} tenant_bucket;
+
 struct deploy_books {
     pthread_mutex_t mu; /* dmu */
+    tenant_bucket *tenants;
     pthread_cond_t ready;
     deployment *deps;
     /* Deployments in the list, read without dmu: a server without any
@@ -614,6 +629,71 @@ int jobs_deploy_find(jobs_service *r, const char *tenant, const char *ref,
     return d != NULL;
 }
 
+/* tenant's bucket, (re)loading its limits when needed; NULL when out of
+ * memory or the store cannot say (then no tenant limit applies). dmu
+ * held. */
+static tenant_bucket *tenant_bucket_get(jobs_service *r, const char *tenant)
+{
+    deploy_books *b = r->deploy;
+    tenant_bucket *tb = b->tenants;
+    while (tb && strcmp(tb->tenant, tenant))
+        tb = tb->next;
+    if (!tb) {
+        tb = calloc(1, sizeof *tb);
+        if (!tb)
+            return NULL;
+        snprintf(tb->tenant, sizeof tb->tenant, "%s", tenant);
+        tb->stale = 1;
+        /* tokens_at 0: the first take fills the bucket. */
+        tb->next = b->tenants;
+        b->tenants = tb;
+    }
+    if (tb->stale) {
+        store_tenant_limits lim;
+        ty_err err = {0};
+        if (store_tenant_limits_get(r->env.store, tenant, &lim, &err) != TY_OK)
+            return NULL;
+        tb->stale = 0;
+        tb->rps = lim.serving_rps > 0 ? lim.serving_rps : 0;
+        tb->burst = lim.serving_burst > 0 ? (double)lim.serving_burst
+                    : tb->rps > 1         ? ceil(tb->rps)
+                                          : 1;
+        tb->max_concurrency = lim.serving_max_concurrency > 0
+                                  ? (int)lim.serving_max_concurrency
+                                  : 0;
+    }
+    return tb;
+}
+
+void deploy_tenant_changed(jobs_service *r, const char *tenant)
+{
+    deploy_books *b = r->deploy;
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->mu);
+    for (tenant_bucket *tb = b->tenants; tb; tb = tb->next)
+        if (!strcmp(tb->tenant, tenant))
+            tb->stale = 1;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* A token from a bucket of rate rps and size burst at t: 1, or 0 with
+ * *retry_after the seconds until one is due. */
+static int bucket_take(double *tokens, double *at, double rps, double burst,
+                       double t, double *retry_after)
+{
+    *tokens += (t - *at) * rps;
+    if (*tokens > burst)
+        *tokens = burst;
+    *at = t;
+    if (*tokens >= 1) {
+        *tokens -= 1;
+        return 1;
+    }
+    *retry_after = (1 - *tokens) / rps;
+    return 0;
+}
+
 ty_status jobs_deploy_admit(jobs_service *r, const char *tenant,
                             const char *ref, int by_name, const char *model_id,
                             deploy_call *c, double *retry_after_s, ty_err *err)
@@ -630,29 +710,38 @@ ty_status jobs_deploy_admit(jobs_service *r, const char *tenant,
     }
     ty_status s = TY_OK;
     const deploy_spec *sp = &d->spec;
-    if (sp->max_concurrency && d->active >= (int)sp->max_concurrency) {
+    tenant_bucket *tb = tenant_bucket_get(r, tenant);
+    if (tb && tb->max_concurrency && tb->active >= tb->max_concurrency) {
+        *retry_after_s = 1;
+        s = ty_fail(err, TY_ELIMIT, NULL,
+                    "your serving requests are at the tenant's limit of %d "
+                    "in progress at once; retry shortly",
+                    tb->max_concurrency);
+    } else if (sp->max_concurrency && d->active >= (int)sp->max_concurrency) {
         *retry_after_s = 1;
         s = ty_fail(err, TY_ELIMIT, NULL,
                     "deployment %s is at its concurrency limit of %u "
                     "requests in progress; retry shortly",
                     sp->name, sp->max_concurrency);
-    } else if (sp->rps > 0) {
-        d->tokens += (t - d->tokens_at) * sp->rps;
-        if (d->tokens > sp->burst)
-            d->tokens = sp->burst;
-        d->tokens_at = t;
-        if (d->tokens >= 1) {
-            d->tokens -= 1;
-        } else {
-            *retry_after_s = (1 - d->tokens) / sp->rps;
-            s = ty_fail(err, TY_ELIMIT, NULL,
-                        "deployment %s is over its limit of %g requests per "
-                        "second (burst %u); retry after %.3f s",
-                        sp->name, sp->rps, sp->burst, *retry_after_s);
-        }
+    } else if (tb && tb->rps > 0 &&
+               !bucket_take(&tb->tokens, &tb->tokens_at, tb->rps, tb->burst, t,
+                            retry_after_s)) {
+        s = ty_fail(err, TY_ELIMIT, NULL,
+                    "your serving requests are over the tenant's limit of %g "
+                    "per second (burst %g); retry after %.3f s",
+                    tb->rps, tb->burst, *retry_after_s);
+    } else if (sp->rps > 0 && !bucket_take(&d->tokens, &d->tokens_at, sp->rps,
+                                           sp->burst, t, retry_after_s)) {
+        s = ty_fail(err, TY_ELIMIT, NULL,
+                    "deployment %s is over its limit of %g requests per "
+                    "second (burst %u); retry after %.3f s",
+                    sp->name, sp->rps, sp->burst, *retry_after_s);
     }
     if (s == TY_OK) {
         d->active++;
+        if (tb)
+            tb->active++;
+        c->tenant_bucket = tb;
         d->last_request = t;
         c->dep = d;
         c->t0 = t;
@@ -796,6 +885,8 @@ void jobs_deploy_finish(jobs_service *r, deploy_call *c, int failed)
     double t = now_mono(), total = t - c->t0;
     pthread_mutex_lock(&b->mu);
     d->active--;
+    if (c->tenant_bucket)
+        ((tenant_bucket *)c->tenant_bucket)->active--;
     d->requests++;
     d->last_request = t;
     if (failed)
@@ -1223,6 +1314,11 @@ void deploy_books_destroy(deploy_books *b)
 {
     if (!b)
         return;
+    while (b->tenants) {
+        tenant_bucket *tb = b->tenants;
+        b->tenants = tb->next;
+        free(tb);
+    }
     while (b->deps) {
         deployment *d = b->deps;
         b->deps = d->next;

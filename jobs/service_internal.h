@@ -154,6 +154,10 @@ void deploy_replica_message(jobs_service *r, int place, wproto_msg kind,
 /* The replica in place `place` exited. mu held. */
 void deploy_replica_exit(jobs_service *r, int place, int ws, int lost);
 
+/* The tenant's serving limits changed in the store (a PATCH of its
+ * quota): read them again at its next request. */
+void deploy_tenant_changed(jobs_service *r, const char *tenant);
+
 /* Autoscaling, rolling updates, drains, restarts: before each scheduling
  * pass. mu held. */
 void deploy_tick(jobs_service *r);
