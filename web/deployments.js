@@ -261,11 +261,12 @@ function drawChart(canvas, samples, {series, yLabel, yDigits = 1}) {
   ctx.strokeStyle = fg;
   ctx.beginPath(); ctx.moveTo(L + 0.5, T); ctx.lineTo(L + 0.5, T + hgt + 0.5); ctx.lineTo(L + w, T + hgt + 0.5); ctx.stroke();
 
-  // The lines, then the legend with each series' latest value.
+  // The lines, the first series on top (p99 under p50: a wider line, so
+  // equal values show both), then the legend with each latest value.
   ctx.save();
   ctx.beginPath(); ctx.rect(L, T - 2, w + 2, hgt + 4); ctx.clip();
-  for (const se of series) {
-    ctx.strokeStyle = ctx.fillStyle = se.colour; ctx.lineWidth = 2;
+  for (const se of [...series].reverse()) {
+    ctx.strokeStyle = ctx.fillStyle = se.colour; ctx.lineWidth = se.width || 2;
     ctx.beginPath();
     let pen = false, alone = null;
     for (const s of samples) {
@@ -275,7 +276,7 @@ function drawChart(canvas, samples, {series, yLabel, yDigits = 1}) {
       pen = true;
     }
     ctx.stroke();
-    if (alone) { ctx.beginPath(); ctx.arc(X(alone.t), Y(alone[se.key]), 2.5, 0, Math.PI * 2); ctx.fill(); }
+    if (alone) { ctx.beginPath(); ctx.arc(X(alone.t), Y(alone[se.key]), ctx.lineWidth + 0.5, 0, Math.PI * 2); ctx.fill(); }
   }
   ctx.restore();
   ctx.textAlign = 'left'; ctx.textBaseline = 'middle';
@@ -316,7 +317,7 @@ export function deploymentPage(root, id) {
   const head = h('div', {id: 'dep-head'});
   const summary = h('section', {class: 'card', id: 'dep-summary'});
   const latency = chart('latency-chart', 'Latency (ms)', {yLabel: 'latency (ms)', unit: 'ms', yDigits: 2, series: [
-    {label: 'p50', colour: '#1f5fbf', key: 'p50'}, {label: 'p99', colour: '#d9822b', key: 'p99'}]});
+    {label: 'p50', colour: '#1f5fbf', key: 'p50'}, {label: 'p99', colour: '#d9822b', key: 'p99', width: 4}]});
   const batch = chart('batch-chart', 'Mean batch size (requests per batch)', {yLabel: 'requests per batch', unit: 'requests',
     yDigits: 2, series: [{label: 'mean batch', colour: '#1e7f3c', key: 'batch'}]});
   const charts = h('section', {class: 'card', id: 'dep-charts', 'aria-label': 'Traffic over time'},
@@ -363,10 +364,16 @@ export function deploymentPage(root, id) {
     if (!dep || !confirm(`Delete deployment ${dep.name}? Its replicas stop once their requests are answered.`)) return;
     delBtn.disabled = true;
     delMsg.textContent = '';
+    // No poll may race the delete (its 404 would say "not there").
+    await poller.stop();
     try {
       await api(`/v1/deployments/${encodeURIComponent(dep.id)}`, {method: 'DELETE'});
       location.hash = '#/deployments';
-    } catch (e) { delMsg.textContent = `Delete failed: ${e.message}`; delBtn.disabled = false; }
+    } catch (e) {
+      delMsg.textContent = `Delete failed: ${e.message}`;
+      delBtn.disabled = false;
+      poller = poll(load, {interval: POLL_MS});
+    }
   }});
   actions.append(h('div', {class: 'grid'}, scaleForm, modelForm,
     h('div', {}, h('h3', {text: 'Delete'}), delMsg, h('p', {}, delBtn))));

@@ -94,15 +94,17 @@ export function live(path, {onEvent = () => {}, onReset = () => {}, onPoll = () 
 // call ends (calls never overlap), while the page is visible: a hidden tab
 // stops polling and a visible one resumes at once. mode: whether the live
 // indicator says "polling" (false for a page that also has a stream).
-// Returns {stop(), now()}; now() polls at once (after an action).
+// Returns {stop(), now()}; now() polls at once (after an action); stop()
+// returns a promise of the end of a call in progress (before a DELETE, say,
+// so that no poll can race it).
 export function poll(fn, {interval = 1000, mode = true} = {}) {
-  let stopped = false, timer = null, running = false, again = false;
+  let stopped = false, timer = null, running = null, again = false;
   async function tick() {
     timer = null;
     if (stopped || document.hidden) return;
-    running = true;
-    try { await fn(); } catch { /* the page shows its own errors */ }
-    running = false;
+    running = (async () => { try { await fn(); } catch { /* the page shows its own errors */ } })();
+    await running;
+    running = null;
     if (stopped || document.hidden) return;
     if (again) { again = false; tick(); return; }
     timer = setTimeout(tick, interval);
@@ -112,7 +114,12 @@ export function poll(fn, {interval = 1000, mode = true} = {}) {
   if (mode) modeListener('polling', interval);
   tick();
   return {
-    stop() { stopped = true; clearTimeout(timer); document.removeEventListener('visibilitychange', onVisible); },
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      document.removeEventListener('visibilitychange', onVisible);
+      return running || Promise.resolve();
+    },
     now() {
       if (stopped) return;
       if (running) { again = true; return; }
