@@ -38,11 +38,11 @@ function modelLink(id, names) {
   return h('a', {href: `#/models/${encodeURIComponent(id)}`, text: names.get(id) || id});
 }
 
-// Where a replica runs: "GPU 0 · 1g.18gb · slot 3", "GPU 1 · whole GPU",
-// the device for a CPU replica, "—" while queued.
+// The slice a replica holds: "GPU 0 · 1g.18gb · slot 3", "GPU 1 · whole
+// GPU · slot 7"; none on the CPU; "—" while queued.
 function sliceText(i) {
   if (i.gpu !== null && i.gpu !== undefined) return `GPU ${i.gpu} · ${i.profile || 'whole GPU'} · slot ${i.slot}`;
-  return i.device || (i.state === 'queued' ? '—' : 'cpu');
+  return i.state === 'queued' ? '—' : 'none (CPU)';
 }
 
 // resources.gpu: "none", "any", "whole", a profile, or {min_memory_gb, ...}.
@@ -146,7 +146,7 @@ export function deploymentsPage(root) {
     text: 'No deployments yet: create one below to serve a model on its own replicas.'});
   const cols = [['Name'], ['Model', 'hide-narrow'], ['Status'], ['Replicas ready/desired (min–max)'],
     ['Requests'], ['Latency p50 / p99'], ['Mean batch', 'hide-narrow'], ['429s', 'hide-narrow']];
-  const table = h('div', {class: 'table-wrap'}, h('table', {id: 'deployments'},
+  const table = h('div', {class: 'table-wrap', hidden: true}, h('table', {id: 'deployments'},
     h('caption', {class: 'muted', text: 'Deployments of this tenant, updated every second'}),
     h('thead', {}, h('tr', {}, cols.map(([t, cls]) => h('th', {scope: 'col', class: cls || null, text: t})))), tbody));
   let names = new Map();
@@ -179,6 +179,7 @@ export function deploymentsPage(root) {
       for (const d of doc.items) sample(d);
       syncChildren(tbody, doc.items.map(row), 1);
       empty.hidden = doc.items.length > 0;
+      table.hidden = !doc.items.length;
       banner.textContent = '';
     } catch (e) {
       if (e.status === 404) banner.textContent = 'This server has no deployments API.';
@@ -239,11 +240,10 @@ function drawChart(canvas, samples, {series, yLabel, yDigits = 1}) {
   // Grid, ticks and axis labels.
   ctx.strokeStyle = line; ctx.fillStyle = muted; ctx.lineWidth = 1;
   ctx.textAlign = 'right'; ctx.textBaseline = 'middle';
-  const digits = yStep < 1 ? Math.min(3, Math.ceil(-Math.log10(yStep))) : 0;
   for (let v = 0; v <= yTop + yStep / 2; v += yStep) {
     const y = Math.round(Y(v)) + 0.5;
     ctx.beginPath(); ctx.moveTo(L, y); ctx.lineTo(L + w, y); ctx.stroke();
-    ctx.fillText(v.toFixed(digits), L - 6, y);
+    ctx.fillText(String(Number(v.toFixed(3))), L - 6, y);   // 2.5, not 3
   }
   ctx.textAlign = 'center'; ctx.textBaseline = 'top';
   const xStep = niceStep(span, 5);
@@ -409,6 +409,7 @@ export function deploymentPage(root, id) {
     syncChildren(head, [h('h1', {}, d.name, ' ', badge(d.status))], 0);
     summary.dataset.status = d.status;
     summary.dataset.requests = String(t.requests ?? 0);
+    summary.dataset.generation = String(d.generation);
     syncChildren(summary, [h('div', {class: 'grid'},
       kv([['Id', d.id], ['Model', modelLink(d.model, names)], ['Generation', String(d.generation)],
         ['Replicas ready/desired', h('span', {id: 'dep-replicas', text: replicasText(d.replicas)})],

@@ -55,12 +55,12 @@ export function devicesPage(root) {
   root.append(h('h1', {text: 'Devices'}), banner,
     h('div', {class: 'legend', 'aria-label': 'Legend'},
       h('span', {}, h('span', {class: 'swatch', style: 'background:var(--free);border:1px dashed #999'}), 'free'),
-      h('span', {}, h('span', {class: 'swatch', style: 'background:hsl(210 60% 38%)'}), 'held by a tenant you see (one colour per tenant; hover for the job)'),
+      h('span', {}, h('span', {class: 'swatch', style: 'background:hsl(210 60% 38%)'}), 'held by a tenant you see (one colour per tenant; hover for the job or replica)'),
       h('span', {}, h('span', {class: 'swatch', style: 'background:var(--other)'}), 'held by another tenant')),
     map);
 
   // Replicas start and stop without job events: while this tenant has
-  // deployments the map is also polled.
+  // deployments, or a replica holds a slice, the map is also polled.
   let deployed = false;
   async function load() {
     try {
@@ -68,7 +68,8 @@ export function devicesPage(root) {
         api('/v1/deployments').catch((e) => { if (e.status === 401) throw e; return {items: []}; })]);
       const names = new Map(jobs.items.map((j) => [j.id, j.name]));
       for (const d of deps.items || []) for (const i of d.instances || []) names.set(i.id, d.name);
-      deployed = (deps.items || []).length > 0;
+      deployed = (deps.items || []).length > 0 ||
+        dev.gpus.some((g) => g.slices.some((x) => String(x.job || '').startsWith('rep_')));
       banner.textContent = '';
       if (!dev.gpus.length) {
         map.replaceChildren(h('div', {class: 'card', id: 'no-gpus'},

@@ -13,8 +13,9 @@ picks a test image of its dataset and predicts it; then serves the first
 model as a deployment made through the Deployments form (a bad name first,
 whose 422 must appear beside the name input; then gpu "none"), waits for the
 page to show it ready, scales it, sends predicts through the API, sees the
-request count and the latency and batch-size canvases update, and deletes it
-through the UI. Any SEVERE browser console message fails the test, except
+request count and the latency and batch-size canvases update, rolls it to
+another model and deletes it through the UI, and sees a replica on a MIG
+slice named on the device map. Any SEVERE browser console message fails the test, except
 the deliberate 422s. Screenshots of each stage go to the folder given as the
 second argument (default build/browser-artifacts).
 
@@ -275,7 +276,8 @@ def predict_burst(base, key, model, n):
 
 
 def check_deployment(driver, base, key, model):
-    """Create (a 422 first), ready, scale, traffic on the charts, delete."""
+    """Create (a 422 first), ready, scale, traffic on the charts, a rolling
+    update, delete; then a replica on the device map."""
     t = time.time()
     el(driver, "a[href='#/deployments']").click()
     wait(driver, "the model choice in the deployment form",
@@ -314,7 +316,7 @@ def check_deployment(driver, base, key, model):
     inst = wait(driver, "a ready replica on the deployment's page",
                 lambda d: d.find_elements(By.CSS_SELECTOR, "#instances-body tr[data-state='ready']"))
     cells = [c.text for c in inst[0].find_elements(By.TAG_NAME, "td")]
-    if not cells[0].startswith("rep_") or cells[4] != "cpu":
+    if not cells[0].startswith("rep_") or cells[3] != "cpu" or cells[4] != "none (CPU)":
         sys.exit(f"FAIL: the replica row {cells}")
     batching = el(driver, "#spec-batching").text
     if not re.search(r"Max batch size\s+8\b", batching) or not re.search(r"Max queue delay\s+2000 µs", batching):
@@ -346,6 +348,21 @@ def check_deployment(driver, base, key, model):
     js(driver, "document.getElementById('dep-charts').scrollIntoView();")
     shot(driver, "deployment-traffic")
 
+    # Change the model: a rolling update to generation 2 (the image model;
+    # no traffic is sent to it).
+    other = js(driver, "return [...document.querySelectorAll('#change-model option')]"
+                       ".map((o) => o.value).find((v) => v !== arguments[0]);", model)
+    Select(el(driver, "#change-model")).select_by_value(other)
+    el(driver, "#model-form button").click()
+    wait(driver, "generation 2 ready with only new replicas", lambda d: js(d, """
+        const s = document.getElementById('dep-summary');
+        const rows = [...document.querySelectorAll('#instances-body tr[data-state]')];
+        return s.dataset.generation === '2' && s.dataset.status === 'ready' && rows.length === 1 &&
+               rows[0].dataset.state === 'ready' && rows[0].children[2].textContent === '2';"""), timeout=60)
+    if other not in el(driver, "#dep-summary a[href^='#/models/']").get_attribute("href"):
+        sys.exit("FAIL: the page does not show the new model")
+    print(f"rolled to {other}: generation 2 ready")
+
     # Delete through the page (with its confirm); it leaves the list.
     el(driver, "#delete-deployment").click()
     driver.switch_to.alert.accept()
@@ -357,6 +374,21 @@ def check_deployment(driver, base, key, model):
         sys.exit(f"FAIL: {dep} is still listed by the API after the page dropped it")
     shot(driver, "deployment-deleted")
     print(f"deployment: created, ready, scaled, served, charted and deleted in {time.time() - t:.1f} s")
+
+    # A replica on a MIG slice: the device map names its deployment.
+    gpu_dep = api_call(base, key, "POST", "/v1/deployments",
+                       {"name": "blobs-gpu", "model": model, "resources": {"gpu": "1g.18gb"}})["id"]
+    el(driver, "a[href='#/devices']").click()
+    title = wait(driver, "the replica's slice on the device map", lambda d: js(d, """
+        const s = [...document.querySelectorAll('#device-map .slice[data-job^="rep_"]')];
+        return s.length ? s[0].title + ' | ' + s[0].innerText : null;"""), timeout=60)
+    if "replica of deployment blobs-gpu (rep_" not in title or "replica of blobs-gpu" not in title:
+        sys.exit(f"FAIL: the replica's slice: {title!r}")
+    print(f"device map: {title!r}")
+    shot(driver, "devices-replica")
+    api_call(base, key, "DELETE", f"/v1/deployments/{gpu_dep}")
+    wait(driver, "the replica's slice to be free", lambda d: js(
+        d, "return !document.querySelector('#device-map .slice[data-job^=\"rep_\"]');"), timeout=60)
 
 
 def main():
