@@ -7,6 +7,7 @@ import {devicesPage} from './devices.js';
 import {datasetsPage, datasetPage} from './datasets.js';
 import {newJobPage} from './newjob.js';
 import {modelsPage, modelPage} from './models.js';
+import {deploymentsPage, deploymentPage} from './deployments.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -23,12 +24,14 @@ const routes = [
   [/^#\/datasets$/, datasetsPage],
   [/^#\/models\/([^/]+)$/, modelPage],
   [/^#\/models$/, modelsPage],
+  [/^#\/deployments\/([^/]+)$/, deploymentPage],
+  [/^#\/deployments$/, deploymentsPage],
   [/^#\/devices$/, devicesPage],
 ];
 
-onMode((mode) => {
+onMode((mode, interval = 2000) => {
   liveEl.dataset.mode = mode;
-  liveEl.textContent = mode === 'live' ? '● live' : mode === 'polling' ? '○ polling every 2 s' : '… reconnecting';
+  liveEl.textContent = mode === 'live' ? '● live' : mode === 'polling' ? `○ polling every ${interval / 1000} s` : '… reconnecting';
 });
 
 function signinPage(root) {

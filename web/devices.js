@@ -2,9 +2,10 @@
 // MIG slices placed by their placement start/size and whole GPUs as one
 // block, coloured by the tenant holding them (the job on the slice and on
 // hover). A tenant's key sees its own tenant's holders; other tenants'
-// slices are grey. The admin sees every tenant, one colour each.
+// slices are grey. The admin sees every tenant, one colour each. A slice
+// held by a serving replica ("rep_...") says which deployment it serves.
 import {api} from './api.js';
-import {live} from './live.js';
+import {live, poll} from './live.js';
 import {h, fmtBytes, jobColour as tenantColour} from './util.js';
 
 // The profile name with a line-break opportunity after its dot, so a
@@ -18,17 +19,30 @@ function profileLabel(what) {
   return el;
 }
 
+// Who holds a slice, short (in the slice) and long (its title): a job by
+// name, a replica by its deployment's name when this tenant has it, else
+// the id.
+function holderText(id, names) {
+  const name = names.get(id);
+  if (String(id).startsWith('rep_')) {
+    return name ? {short: `replica of ${name}`, long: `replica of deployment ${name} (${id})`}
+      : {short: id, long: `replica ${id}`};
+  }
+  return {short: name || id, long: `job ${name ? name + ' (' + id + ')' : id}`};
+}
+
 function sliceEl(s, names) {
   const held = s.state === 'held', other = s.state === 'held_by_other_tenant';
   const what = s.profile || 'whole GPU';
-  const holder = held ? `job ${names.get(s.job) ? names.get(s.job) + ' (' + s.job + ')' : s.job}, tenant ${s.tenant}`
+  const who = held ? holderText(s.job, names) : null;
+  const holder = held ? `${who.long}, tenant ${s.tenant}`
     : other ? 'held by another tenant' : 'free';
   const el = h('div', {
     class: 'slice ' + (held ? 'held' : other ? 'other' : 'free'),
     'data-slot': s.slot, 'data-state': s.state, 'data-job': s.job, 'data-tenant': s.tenant,
     title: `slot ${s.slot} · ${what} · ${fmtBytes(s.memory_bytes)} · ${holder}`,
     tabindex: 0, role: 'listitem', 'aria-label': `slot ${s.slot}, ${what}, ${holder}`,
-  }, profileLabel(what), h('br'), held ? (names.get(s.job) || s.job) : other ? 'other tenant' : 'free');
+  }, profileLabel(what), h('br'), held ? who.short : other ? 'other tenant' : 'free');
   if (held) el.style.background = tenantColour(s.tenant || s.job);
   if (s.placement) el.style.gridColumn = `${s.placement.start + 1} / span ${s.placement.size}`;
   else if (s.kind === 'gpu') el.style.gridColumn = '1 / -1';
@@ -41,14 +55,21 @@ export function devicesPage(root) {
   root.append(h('h1', {text: 'Devices'}), banner,
     h('div', {class: 'legend', 'aria-label': 'Legend'},
       h('span', {}, h('span', {class: 'swatch', style: 'background:var(--free);border:1px dashed #999'}), 'free'),
-      h('span', {}, h('span', {class: 'swatch', style: 'background:hsl(210 60% 38%)'}), 'held by a tenant you see (one colour per tenant; hover for the job)'),
+      h('span', {}, h('span', {class: 'swatch', style: 'background:hsl(210 60% 38%)'}), 'held by a tenant you see (one colour per tenant; hover for the job or replica)'),
       h('span', {}, h('span', {class: 'swatch', style: 'background:var(--other)'}), 'held by another tenant')),
     map);
 
+  // Replicas start and stop without job events: while this tenant has
+  // deployments, or a replica holds a slice, the map is also polled.
+  let deployed = false;
   async function load() {
     try {
-      const [dev, jobs] = await Promise.all([api('/v1/devices'), api('/v1/jobs?limit=200&status=running')]);
+      const [dev, jobs, deps] = await Promise.all([api('/v1/devices'), api('/v1/jobs?limit=200&status=running'),
+        api('/v1/deployments').catch((e) => { if (e.status === 401) throw e; return {items: []}; })]);
       const names = new Map(jobs.items.map((j) => [j.id, j.name]));
+      for (const d of deps.items || []) for (const i of d.instances || []) names.set(i.id, d.name);
+      deployed = (deps.items || []).length > 0 ||
+        dev.gpus.some((g) => g.slices.some((x) => String(x.job || '').startsWith('rep_')));
       banner.textContent = '';
       if (!dev.gpus.length) {
         map.replaceChildren(h('div', {class: 'card', id: 'no-gpus'},
@@ -75,5 +96,6 @@ export function devicesPage(root) {
     onEvent(type) { if (type === 'job.started' || type === 'job.finished') load(); },
     onReset: load, onPoll: load,
   });
-  return () => stream.stop();
+  const replicas = poll(() => (deployed ? load() : null), {interval: 2000, mode: false});
+  return () => { stream.stop(); replicas.stop(); };
 }

@@ -1,7 +1,9 @@
 // live.js - server-sent events read with fetch() and a ReadableStream (an
 // EventSource cannot send the Authorization header, and the key never goes
 // into a URL). Reconnects with Last-Event-ID; when the server has no events
-// endpoint (404) it falls back to polling every `interval` ms.
+// endpoint (404) it falls back to polling every `interval` ms. poll() is
+// plain polling for what has no event stream (deployments), paused while
+// the tab is hidden.
 import {getKey} from './api.js';
 
 let modeListener = () => {};
@@ -18,7 +20,7 @@ export function live(path, {onEvent = () => {}, onReset = () => {}, onPoll = () 
   const ctrl = new AbortController();
 
   function poll() {
-    modeListener('polling');
+    modeListener('polling', interval);
     const tick = async () => {
       if (stopped) return;
       try { await onPoll(); } catch { /* the page shows its own errors */ }
@@ -86,4 +88,43 @@ export function live(path, {onEvent = () => {}, onReset = () => {}, onPoll = () 
 
   connect();
   return {stop() { stopped = true; clearTimeout(timer); ctrl.abort(); }};
+}
+
+// poll(fn, {interval, mode}): calls fn now and then `interval` ms after each
+// call ends (calls never overlap), while the page is visible: a hidden tab
+// stops polling and a visible one resumes at once. mode: whether the live
+// indicator says "polling" (false for a page that also has a stream).
+// Returns {stop(), now()}; now() polls at once (after an action); stop()
+// returns a promise of the end of a call in progress (before a DELETE, say,
+// so that no poll can race it).
+export function poll(fn, {interval = 1000, mode = true} = {}) {
+  let stopped = false, timer = null, running = null, again = false;
+  async function tick() {
+    timer = null;
+    if (stopped || document.hidden) return;
+    running = (async () => { try { await fn(); } catch { /* the page shows its own errors */ } })();
+    await running;
+    running = null;
+    if (stopped || document.hidden) return;
+    if (again) { again = false; tick(); return; }
+    timer = setTimeout(tick, interval);
+  }
+  const onVisible = () => { if (!document.hidden && !timer && !running && !stopped) tick(); };
+  document.addEventListener('visibilitychange', onVisible);
+  if (mode) modeListener('polling', interval);
+  tick();
+  return {
+    stop() {
+      stopped = true;
+      clearTimeout(timer);
+      document.removeEventListener('visibilitychange', onVisible);
+      return running || Promise.resolve();
+    },
+    now() {
+      if (stopped) return;
+      if (running) { again = true; return; }
+      clearTimeout(timer);
+      tick();
+    },
+  };
 }

@@ -106,3 +106,27 @@ export function queueText(job) {
   const pos = q.position ? `#${q.position}` : '';
   return [pos, q.reason, q.detail && q.detail !== q.reason ? `(${q.detail})` : ''].filter(Boolean).join(' ');
 }
+
+// Makes parent's element children equal to `fresh` (new nodes) while
+// keeping the existing nodes that already are: a page redrawn every second
+// does not replace a link under the pointer (a click would be lost) or the
+// focused control. Down to `depth` levels, an element of the same tag (and
+// the same data-key) whose children are all elements is updated in place
+// (attributes copied, children synced) rather than replaced.
+export function syncChildren(parent, fresh, depth = 1) {
+  const onlyElements = (n) => [...n.childNodes].every((c) => c.nodeType === 1);
+  fresh.forEach((n, i) => {
+    const old = parent.children[i];
+    if (!old) { parent.append(n); return; }
+    if (old.isEqualNode(n)) return;
+    if (depth > 0 && old.tagName === n.tagName && old.dataset.key === n.dataset.key &&
+        onlyElements(old) && onlyElements(n)) {
+      for (const a of [...old.attributes]) if (!n.hasAttribute(a.name)) old.removeAttribute(a.name);
+      for (const a of [...n.attributes]) if (old.getAttribute(a.name) !== a.value) old.setAttribute(a.name, a.value);
+      syncChildren(old, [...n.children], depth - 1);
+      return;
+    }
+    parent.replaceChild(n, old);
+  });
+  while (parent.children.length > fresh.length) parent.lastElementChild.remove();
+}

@@ -9,8 +9,14 @@ must appear beside the epochs input), watches the chart gain points while
 the job runs, sees its slice held on the device map, sees the jobs table go
 to succeeded without a reload, sees the slice free again, and predicts from
 the model's page; then, for a tiny image model trained through the API,
-picks a test image of its dataset and predicts it. Any SEVERE browser console message fails the test, except
-the deliberate 422. Screenshots of each stage go to the folder given as the
+picks a test image of its dataset and predicts it; then serves the first
+model as a deployment made through the Deployments form (a bad name first,
+whose 422 must appear beside the name input; then gpu "none"), waits for the
+page to show it ready, scales it, sends predicts through the API, sees the
+request count and the latency and batch-size canvases update, rolls it to
+another model and deletes it through the UI, and sees a replica on a MIG
+slice named on the device map. Any SEVERE browser console message fails the test, except
+the deliberate 422s. Screenshots of each stage go to the folder given as the
 second argument (default build/browser-artifacts).
 
 Usage: dashboard.py path/to/trainyard [artifacts-dir]
@@ -236,6 +242,155 @@ def check_sse_client(driver):
           "final event, 404 -> polling: ok")
 
 
+# How many pixels of a canvas's plot area (below the legend) are near a
+# colour: a line drawn in it, not just its legend swatch.
+CANVAS_INK = r"""
+const c = document.getElementById(arguments[0]), [r, g, b] = arguments[1];
+if (!c || !c.width) return -1;
+const top = Math.ceil(24 * c.height / c.clientHeight);
+const d = c.getContext('2d').getImageData(0, top, c.width, c.height - top).data;
+let n = 0;
+for (let i = 0; i < d.length; i += 4)
+  if (d[i + 3] > 200 && Math.abs(d[i] - r) + Math.abs(d[i + 1] - g) + Math.abs(d[i + 2] - b) < 60) n++;
+return n;
+"""
+P50_BLUE, BATCH_GREEN = (0x1f, 0x5f, 0xbf), (0x1e, 0x7f, 0x3c)
+
+
+def dep_row(driver, dep):
+    return js(driver, "const r = document.querySelector(`#deployments-body tr[data-deployment-id='${arguments[0]}']`);"
+                      "return r ? {status: r.dataset.status, requests: Number(r.dataset.requests),"
+                      " text: r.innerText} : null;", dep)
+
+
+def predict_burst(base, key, model, n):
+    """n predicts of the blobs model, 8 at a time (so some share a batch)."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = random.Random(3)
+    rows = [[round(rng.gauss(0, 1), 3) for _ in range(8)] for _ in range(n)]
+    with ThreadPoolExecutor(8) as pool:
+        out = list(pool.map(lambda x: api_call(base, key, "POST", f"/v1/models/{model}/predict",
+                                               {"inputs": [x]}), rows))
+    if len(out) != n or any(len(o["outputs"][0]) != 3 for o in out):
+        sys.exit(f"FAIL: predicts through the deployment: {out[:2]}")
+
+
+def check_deployment(driver, base, key, model):
+    """Create (a 422 first), ready, scale, traffic on the charts, a rolling
+    update, delete; then a replica on the device map."""
+    t = time.time()
+    el(driver, "a[href='#/deployments']").click()
+    wait(driver, "the model choice in the deployment form",
+         lambda d: d.find_elements(By.CSS_SELECTOR, f"#dep-model option[value='{model}']"))
+    mode = el(driver, "#live").text
+    if "polling every 1 s" not in mode:
+        sys.exit(f"FAIL: the deployments page should say it polls: {mode!r}")
+    el(driver, "#dep-name").send_keys("blobs serve")  # a space: not a valid name
+    Select(el(driver, "#dep-model")).select_by_value(model)
+    el(driver, "#dep-gpu").send_keys("none")
+    for css, value in (("#dep-max_batch_size", "8"), ("#dep-max_queue_delay_us", "2000")):
+        el(driver, css).send_keys(value)
+    el(driver, "#dep-form button[type=submit]").click()
+    msg = wait(driver, "the 422 beside the deployment name", lambda d: el(d, "#dep-name-error").text)
+    assert el(driver, "#dep-name").get_attribute("aria-invalid") == "true"
+    print(f"422 shown beside the deployment name: {msg}")
+    shot(driver, "deployment-422")
+    el(driver, "#dep-name").clear()
+    el(driver, "#dep-name").send_keys("blobs-serve")
+    el(driver, "#dep-form button[type=submit]").click()
+    href = wait(driver, "the created deployment's link",
+                lambda d: d.find_elements(By.CSS_SELECTOR, "#dep-created a") and
+                el(d, "#dep-created a").get_attribute("href"))
+    dep = re.search(r"#/deployments/(dep_\w+)$", href).group(1)
+    if el(driver, "#dep-name-error").text:
+        sys.exit("FAIL: the name error stayed after a good submit")
+    row = wait(driver, "the deployment to be ready in the list",
+               lambda d: (lambda r: r if r and r["status"] == "ready" else None)(dep_row(d, dep)), timeout=90)
+    if "blobs-serve" not in row["text"] or "1/1 (1–1)" not in row["text"]:
+        sys.exit(f"FAIL: the deployment's row: {row}")
+    print(f"deployment {dep} ready in the list ({time.time() - t:.1f} s): {row['text']!r}")
+    shot(driver, "deployments-ready")
+
+    # Its page: the replica on the CPU, the spec as asked.
+    el(driver, f"#deployments-body tr[data-deployment-id='{dep}'] a").click()
+    inst = wait(driver, "a ready replica on the deployment's page",
+                lambda d: d.find_elements(By.CSS_SELECTOR, "#instances-body tr[data-state='ready']"))
+    cells = [c.text for c in inst[0].find_elements(By.TAG_NAME, "td")]
+    if not cells[0].startswith("rep_") or cells[3] != "cpu" or cells[4] != "none (CPU)":
+        sys.exit(f"FAIL: the replica row {cells}")
+    batching = el(driver, "#spec-batching").text
+    if not re.search(r"Max batch size\s+8\b", batching) or not re.search(r"Max queue delay\s+2000 µs", batching):
+        sys.exit(f"FAIL: the batching spec shown: {batching!r}")
+    print(f"replica: {cells}")
+
+    # Scale: max 2 (min stays 1: no new replica without traffic).
+    el(driver, "#scale-max").clear()
+    el(driver, "#scale-max").send_keys("2")
+    el(driver, "#scale-form button").click()
+    wait(driver, "the new bounds", lambda d: "(1–2)" in el(d, "#dep-replicas").text)
+
+    # Traffic: the request count and both charts follow the polls.
+    before = int(el(driver, "#dep-summary").get_attribute("data-requests"))
+    if before != 0 or js(driver, CANVAS_INK, "latency-chart", P50_BLUE) != 0:
+        sys.exit(f"FAIL: traffic before any request ({before} requests)")
+    samples0 = int(el(driver, "#latency-chart").get_attribute("data-samples"))
+    predict_burst(base, key, model, 40)
+    wait(driver, "40 requests on the deployment's page",
+         lambda d: el(d, "#dep-summary").get_attribute("data-requests") == "40")
+    wait(driver, "the p50 line on the latency chart", lambda d: js(d, CANVAS_INK, "latency-chart", P50_BLUE) > 20)
+    wait(driver, "the line on the batch-size chart", lambda d: js(d, CANVAS_INK, "batch-chart", BATCH_GREEN) > 20)
+    label = el(driver, "#batch-chart").get_attribute("aria-label")
+    mean = float(re.search(r"mean batch ([\d.]+)", label).group(1))
+    samples1 = int(el(driver, "#latency-chart").get_attribute("data-samples"))
+    if samples1 <= samples0 or not 1 <= mean <= 8:
+        sys.exit(f"FAIL: the charts: samples {samples0} -> {samples1}, {label!r}")
+    print(f"traffic: 40 requests, {el(driver, '#latency-chart').get_attribute('aria-label')}; {label}")
+    js(driver, "document.getElementById('dep-charts').scrollIntoView();")
+    shot(driver, "deployment-traffic")
+
+    # Change the model: a rolling update to generation 2 (the image model;
+    # no traffic is sent to it).
+    other = js(driver, "return [...document.querySelectorAll('#change-model option')]"
+                       ".map((o) => o.value).find((v) => v !== arguments[0]);", model)
+    Select(el(driver, "#change-model")).select_by_value(other)
+    el(driver, "#model-form button").click()
+    wait(driver, "generation 2 ready with only new replicas", lambda d: js(d, """
+        const s = document.getElementById('dep-summary');
+        const rows = [...document.querySelectorAll('#instances-body tr[data-state]')];
+        return s.dataset.generation === '2' && s.dataset.status === 'ready' && rows.length === 1 &&
+               rows[0].dataset.state === 'ready' && rows[0].children[2].textContent === '2';"""), timeout=60)
+    if other not in el(driver, "#dep-summary a[href^='#/models/']").get_attribute("href"):
+        sys.exit("FAIL: the page does not show the new model")
+    print(f"rolled to {other}: generation 2 ready")
+
+    # Delete through the page (with its confirm); it leaves the list.
+    el(driver, "#delete-deployment").click()
+    driver.switch_to.alert.accept()
+    wait(driver, "the deployments list after the delete",
+         lambda d: d.current_url.endswith("#/deployments") and d.find_elements(By.ID, "deployments"))
+    wait(driver, "the deployment to leave the list", lambda d: dep_row(d, dep) is None, timeout=60)
+    left = [d["id"] for d in api_call(base, key, "GET", "/v1/deployments")["items"]]
+    if dep in left:
+        sys.exit(f"FAIL: {dep} is still listed by the API after the page dropped it")
+    shot(driver, "deployment-deleted")
+    print(f"deployment: created, ready, scaled, served, charted and deleted in {time.time() - t:.1f} s")
+
+    # A replica on a MIG slice: the device map names its deployment.
+    gpu_dep = api_call(base, key, "POST", "/v1/deployments",
+                       {"name": "blobs-gpu", "model": model, "resources": {"gpu": "1g.18gb"}})["id"]
+    el(driver, "a[href='#/devices']").click()
+    title = wait(driver, "the replica's slice on the device map", lambda d: js(d, """
+        const s = [...document.querySelectorAll('#device-map .slice[data-job^="rep_"]')];
+        return s.length ? s[0].title + ' | ' + s[0].innerText : null;"""), timeout=60)
+    if "replica of deployment blobs-gpu (rep_" not in title or "replica of blobs-gpu" not in title:
+        sys.exit(f"FAIL: the replica's slice: {title!r}")
+    print(f"device map: {title!r}")
+    shot(driver, "devices-replica")
+    api_call(base, key, "DELETE", f"/v1/deployments/{gpu_dep}")
+    wait(driver, "the replica's slice to be free", lambda d: js(
+        d, "return !document.querySelector('#device-map .slice[data-job^=\"rep_\"]');"), timeout=60)
+
+
 def main():
     global ARTIFACTS
     if len(sys.argv) < 2:
@@ -382,7 +537,7 @@ def main():
 
         # 9. Phone width: nothing wider than the screen.
         driver.set_window_size(390, 844)
-        for page in ("#/jobs", "#/devices"):
+        for page in ("#/jobs", "#/deployments", "#/devices"):
             driver.execute_script("location.hash = arguments[0];", page)
             time.sleep(0.5)
             over = js(driver, "return document.documentElement.scrollWidth - window.innerWidth;")
@@ -428,14 +583,18 @@ def main():
         if not js(driver, "return window.__tyNoReload === 1;"):
             sys.exit("FAIL: the page reloaded")
 
-        # 11. No console errors but the expected ones.
+        # 11. A deployment of the blobs model, through the Deployments page.
+        blobs_model = api_call(base, key, "GET", f"/v1/jobs/{job}")["model"]
+        check_deployment(driver, base, key, blobs_model)
+
+        # 12. No console errors but the expected ones.
         errors = []
         for entry in driver.get_log("browser"):
             if entry["level"] != "SEVERE":
                 continue
             m = entry["message"]
-            if re.search(r"/v1/jobs - Failed to load resource: .* 422", m):
-                continue  # the deliberate bad epochs value
+            if re.search(r"/v1/(jobs|deployments) - Failed to load resource: .* 422", m):
+                continue  # the deliberate bad epochs value and deployment name
             errors.append(m)
         if errors:
             sys.exit("FAIL: browser console errors:\n  " + "\n  ".join(errors))
