@@ -57,6 +57,9 @@
 #define DRAIN_GRACE_S 0.05
 /* Latency buckets: 2^(i/4) microseconds, up to about 2^(95/4) us = 14 min. */
 #define LAT_BUCKETS 96
+/* traffic.recent covers the current window and the one before it: 10 to
+ * 20 seconds. */
+#define WINDOW_S 10.0
 
 typedef enum {
     REP_QUEUED = 0,
@@ -118,6 +121,12 @@ typedef struct deployment {
     uint64_t requests, errors, rejected;
     uint64_t batches, batch_rows_sum, batch_max;
     lat_hist total, queue, compute;
+    /* the recent windows: [0] the current, [1] the one before */
+    struct {
+        lat_hist total;
+        uint64_t requests, batches, batch_rows_sum;
+    } win[2];
+    double win_start;
     struct deployment *next;
 } deployment;
 
@@ -174,6 +183,29 @@ static json_t *lat_quantile(const lat_hist *h, double q)
             return json_real(pow(2.0, i / 4.0) / 1000.0);
     }
     return json_real(pow(2.0, (LAT_BUCKETS - 1) / 4.0) / 1000.0);
+}
+
+/* The quantile over two histograms. */
+static json_t *lat_quantile2(const lat_hist *a, const lat_hist *b, double q)
+{
+    lat_hist m = *a;
+    for (int i = 0; i < LAT_BUCKETS; i++)
+        m.n[i] += b->n[i];
+    m.count += b->count;
+    return lat_quantile(&m, q);
+}
+
+/* Moves d's recent windows on to time t. dmu held. */
+static void window_roll(deployment *d, double t)
+{
+    if (t - d->win_start < WINDOW_S)
+        return;
+    if (t - d->win_start < 2 * WINDOW_S)
+        d->win[1] = d->win[0];
+    else
+        memset(&d->win[1], 0, sizeof d->win[1]);
+    memset(&d->win[0], 0, sizeof d->win[0]);
+    d->win_start = t - fmod(t - d->win_start, WINDOW_S);
 }
 
 /* ---- the books ---- */
@@ -275,6 +307,21 @@ static json_t *dep_doc(const jobs_service *r, const deployment *d)
         json_object_set_new(t, "cold_start_s",
                             d->cold_start_s > 0 ? json_real(d->cold_start_s)
                                                 : json_null());
+        window_roll((deployment *)d, now_mono());
+        uint64_t n = d->win[0].requests + d->win[1].requests;
+        uint64_t nb = d->win[0].batches + d->win[1].batches;
+        uint64_t rows = d->win[0].batch_rows_sum + d->win[1].batch_rows_sum;
+        double span = now_mono() - d->win_start + WINDOW_S;
+        json_object_set_new(
+            t, "recent",
+            json_pack("{s:f, s:I, s:{s:o, s:o}, s:o}", "window_s",
+                      span < 2 * WINDOW_S ? span : 2 * WINDOW_S, "requests",
+                      (json_int_t)n, "latency_ms", "p50",
+                      lat_quantile2(&d->win[0].total, &d->win[1].total, 0.5),
+                      "p99",
+                      lat_quantile2(&d->win[0].total, &d->win[1].total, 0.99),
+                      "batch_size_mean",
+                      nb ? json_real((double)rows / (double)nb) : json_null()));
         json_object_set_new(doc, "traffic", t);
     }
     return doc;
@@ -291,10 +338,11 @@ static void replicas_gauge(const deployment *d)
 }
 
 static deployment *dep_find(deploy_books *b, const char *tenant,
-                            const char *ref, int by_id_or_name)
+                            const char *ref, int by_id_or_name,
+                            int with_deleting)
 {
     for (deployment *d = b->deps; d; d = d->next)
-        if (!d->deleting && !strcmp(d->tenant, tenant) &&
+        if ((!d->deleting || with_deleting) && !strcmp(d->tenant, tenant) &&
             (!strcmp(d->id, ref) ||
              (by_id_or_name && !strcmp(d->spec.name, ref))))
             return d;
@@ -434,7 +482,7 @@ ty_status jobs_deploy_get(jobs_service *r, const char *tenant, const char *ref,
 {
     deploy_books *b = r->deploy;
     pthread_mutex_lock(&b->mu);
-    deployment *d = dep_find(b, tenant, ref, 1);
+    deployment *d = dep_find(b, tenant, ref, 1, 1);
     *doc = d ? dep_doc(r, d) : NULL;
     pthread_mutex_unlock(&b->mu);
     return d ? TY_OK : not_found(ref, err);
@@ -459,7 +507,7 @@ ty_status jobs_deploy_patch(jobs_service *r, const char *tenant,
     char model_id[TY_ID_MAX] = "", model_path[PATH_MAX] = "";
     int model_changed = 0;
     pthread_mutex_lock(&b->mu);
-    deployment *d = dep_find(b, tenant, ref, 1);
+    deployment *d = dep_find(b, tenant, ref, 1, 0);
     if (!d) {
         pthread_mutex_unlock(&b->mu);
         return not_found(ref, err);
@@ -477,7 +525,7 @@ ty_status jobs_deploy_patch(jobs_service *r, const char *tenant,
         return s;
     }
     pthread_mutex_lock(&b->mu);
-    d = dep_find(b, tenant, ref, 1);
+    d = dep_find(b, tenant, ref, 1, 0);
     if (!d) {
         pthread_mutex_unlock(&b->mu);
         deploy_spec_free(&next);
@@ -536,7 +584,7 @@ ty_status jobs_deploy_delete(jobs_service *r, const char *tenant,
     *doc = NULL;
     deploy_books *b = r->deploy;
     pthread_mutex_lock(&b->mu);
-    deployment *d = dep_find(b, tenant, ref, 1);
+    deployment *d = dep_find(b, tenant, ref, 1, 0);
     ty_status s = d ? store_deployment_delete(r->env.store, tenant, d->id, err)
                     : not_found(ref, err);
     if (s == TY_OK) {
@@ -869,6 +917,9 @@ void jobs_deploy_unpick(jobs_service *r, deploy_call *c, int ok,
         lat_add(&d->compute, c->compute_s);
         d->batches++;
         d->batch_rows_sum += info->batch_rows;
+        window_roll(d, now_mono());
+        d->win[0].batches++;
+        d->win[0].batch_rows_sum += info->batch_rows;
         if (info->batch_rows > d->batch_max)
             d->batch_max = info->batch_rows;
     }
@@ -889,10 +940,14 @@ void jobs_deploy_finish(jobs_service *r, deploy_call *c, int failed)
         ((tenant_bucket *)c->tenant_bucket)->active--;
     d->requests++;
     d->last_request = t;
-    if (failed)
+    window_roll(d, t);
+    d->win[0].requests++;
+    if (failed) {
         d->errors++;
-    else
+    } else {
         lat_add(&d->total, total);
+        lat_add(&d->win[0].total, total);
+    }
     opm_deploy_request(d->id, d->tenant, failed ? "error" : "ok", total,
                        c->batch_rows ? c->queue_s : -1,
                        c->batch_rows ? c->compute_s : -1, c->batch_rows);

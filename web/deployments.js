@@ -19,8 +19,11 @@ function sample(d) {
   const t = d.traffic || {};
   let list = history.get(d.id);
   if (!list) history.set(d.id, list = []);
-  list.push({t: Date.now(), p50: t.latency_ms?.p50 ?? null, p99: t.latency_ms?.p99 ?? null,
-    batch: t.batch_size?.mean ?? null, requests: t.requests ?? 0});
+  // The charts follow the recent window (10-20 s) when the server gives
+  // one, else the figures over the deployment's life.
+  const w = t.recent || {latency_ms: t.latency_ms, batch_size_mean: t.batch_size?.mean};
+  list.push({t: Date.now(), p50: w.latency_ms?.p50 ?? null, p99: w.latency_ms?.p99 ?? null,
+    batch: w.batch_size_mean ?? null, requests: t.requests ?? 0});
   if (list.length > SAMPLES) list.splice(0, list.length - SAMPLES);
   return list;
 }
@@ -322,7 +325,7 @@ export function deploymentPage(root, id) {
     yDigits: 2, series: [{label: 'mean batch', colour: '#1e7f3c', key: 'batch'}]});
   const charts = h('section', {class: 'card', id: 'dep-charts', 'aria-label': 'Traffic over time'},
     h('h2', {text: 'Traffic over time'}),
-    h('p', {class: 'muted', text: 'Sampled every second while this tab shows the deployment (the last 2 minutes); each value covers every request since the deployment started.'}),
+    h('p', {class: 'muted', text: 'Sampled every second while this tab shows the deployment (the last 2 minutes); each value covers the requests of the last 10 to 20 seconds.'}),
     h('div', {class: 'grid'}, latency.el, batch.el));
   const instBody = h('tbody', {id: 'instances-body'});
   const instances = h('section', {class: 'card', id: 'dep-instances'}, h('h2', {text: 'Replicas'}),
