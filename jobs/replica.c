@@ -37,6 +37,7 @@
 #include "jobs/rframe.h"
 #include "jobs/worker.h"
 #include "models/nn.h"
+#include "models/pool.h"
 #if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend.h"
 #endif
@@ -150,8 +151,7 @@ static ty_status read_config(const json_t *j, replica_config *c, ty_err *err)
         ty_err_prefix(err, "%s", RPROTO_FILE);
         return TY_EINVAL;
     }
-    /* The engine predicts on the calling thread (as the server's own
-     * predict path does); threads is read for the day it takes a pool. */
+    /* The engine's threads for a batch on the CPU (0: one per core). */
     c->threads = (int)threads;
     return TY_OK;
 }
@@ -161,6 +161,7 @@ static ty_status read_config(const json_t *j, replica_config *c, ty_err *err)
 typedef struct {
     nn_net *net;
     nn_workspace *ws; /* max_batch_size rows */
+    nn_pool *pool;    /* the engine's threads on the CPU; NULL: one */
     uint64_t features;
     uint32_t outputs;
     char device[WPROTO_SIM_UUID_MAX + 8]; /* "cpu", "cuda:N", "sim:<uuid>" */
@@ -173,6 +174,7 @@ typedef struct {
 static void model_free(model *m)
 {
     nn_workspace_destroy(m->ws);
+    nn_pool_destroy(m->pool);
     nn_net_destroy(m->net);
 #if TRAINYARD_HAVE_CUDA
     if (m->cuda)
@@ -182,9 +184,10 @@ static void model_free(model *m)
 }
 
 /* Loads path on the device TRAINYARD_DEVICE names, with a workspace for
- * max_batch rows. On failure nothing is held. */
+ * max_batch rows that runs on `threads` of the engine's threads on the CPU
+ * (0: one per core). On failure nothing is held. */
 static ty_status model_load(model *m, const char *path, uint32_t max_batch,
-                            ty_err *err)
+                            int threads, ty_err *err)
 {
     memset(m, 0, sizeof *m);
     int device = -1;
@@ -212,6 +215,15 @@ static ty_status model_load(model *m, const char *path, uint32_t max_batch,
             s = ty_fail(err, TY_ENOMEM, NULL,
                         "out of memory for a batch of %u examples on %s",
                         max_batch, m->device);
+        /* A batch is worth splitting over cores as a training step is;
+         * without a pool (none could be made) it runs on this thread. */
+        long n = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+        if (s == TY_OK && !m->cuda && n > 1 &&
+            (m->pool = nn_pool_create((int)n)) &&
+            nn_workspace_set_pool(m->ws, m->pool) != TY_OK) {
+            nn_pool_destroy(m->pool);
+            m->pool = NULL;
+        }
     } else {
         ty_err_prefix(err, "cannot load the model %s on %s", path, m->device);
     }
@@ -784,8 +796,8 @@ static int run(const json_t *doc)
         return worker_fail(WHO, err.msg);
     model m;
     uint64_t t0 = mono_ns();
-    if (model_load(&m, cfg.model_path, cfg.policy.max_batch_size, &err) !=
-        TY_OK)
+    if (model_load(&m, cfg.model_path, cfg.policy.max_batch_size, cfg.threads,
+                   &err) != TY_OK)
         return worker_fail(WHO, err.msg);
     double load_seconds = (double)(mono_ns() - t0) / 1e9;
     int rc = WPROTO_EXIT_OK;

@@ -33,9 +33,9 @@
  * max_batch_size rows (a request bigger than max_batch_size runs alone, in
  * chunks of max_batch_size). max_batch_size 1 is batching off. Each reply
  * says the batch's rows (max_batch_size for a request run in chunks), the
- * request's queue time and the batch's compute time. "threads" is read and
- * checked, but the engine's predict runs on the serving thread (as the
- * server's own predict path does: nn.h offers no pool for inference).
+ * request's queue time and the batch's compute time. On the CPU a batch
+ * runs on "threads" of the engine's threads (models/pool.h; 0: one per
+ * core), as a training step does.
  *
  * SIGTERM or SIGINT: drain - stop accepting connections, answer every
  * request already read, then exit WPROTO_EXIT_OK (0). A request read after

@@ -167,6 +167,12 @@ uint64_t nn_net_param_count(const nn_net *net);
 /* A buffer set for up to max_batch examples; NULL when out of memory. */
 nn_workspace *nn_workspace_create(const nn_net *net, uint32_t max_batch);
 void nn_workspace_destroy(nn_workspace *ws);
+
+/* Runs the workspace's kernels on pool (models/pool.h; NULL: serially;
+ * borrowed: it must outlive its use here), sizing the work arena for its
+ * thread count. TY_ENOMEM leaves the workspace as it was. */
+struct nn_pool;
+ty_status nn_workspace_set_pool(nn_workspace *ws, struct nn_pool *pool);
 uint32_t nn_workspace_max_batch(const nn_workspace *ws);
 
 /* Runs n <= max_batch examples (row-major (n, features), in the units of the

@@ -420,10 +420,6 @@ nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
 void nn_workspace_upload_input(nn_workspace *ws, uint32_t n);
 void nn_workspace_upload_targets(nn_workspace *ws, uint32_t n);
 
-/* Runs the workspace's kernels on pool (NULL: serially), sizing the work
- * arena for its thread count. TY_ENOMEM leaves the workspace as it was. */
-ty_status nn_workspace_set_pool(nn_workspace *ws, nn_pool *pool);
-
 /* Forward pass over n rows already in ws->act[0]; returns the output (n,
  * num_outputs). params is the state block (parameters, then buffers: a
  * training pass updates running statistics there). rng is used by dropout
