@@ -1501,6 +1501,78 @@ static void test_rate_and_concurrency_limits(void **state)
 
 /* ---- 8. a replica killed is replaced ---- */
 
+/* The tenant's serving limits bound all its deployments together, and a
+ * PATCH of them takes effect at the next request. */
+static void test_tenant_serving_limits(void **state)
+{
+    (void)state;
+    const srv *s = &cpu;
+    char tenant[64], m1[64], m2[64], d1[64], d2[64], body[512], path[160];
+    admin_tenant(s, tenant);
+    import_model(s, "tenant-lim-1", 0, 7.0f, m1);
+    import_model(s, "tenant-lim-2", 0, 8.0f, m2);
+    snprintf(body, sizeof body, "{\"name\": \"tl1\", \"model\": \"%s\"}", m1);
+    json_decref(create_dep(s, body, d1));
+    snprintf(body, sizeof body, "{\"name\": \"tl2\", \"model\": \"%s\"}", m2);
+    json_decref(create_dep(s, body, d2));
+    json_decref(wait_dep(s, d1, 30, ready_n, 1, "ready"));
+    json_decref(wait_dep(s, d2, 30, ready_n, 1, "ready"));
+
+    snprintf(path, sizeof path, "/v1/tenants/%s", tenant);
+    resp *p = http_json(s, "PATCH", path,
+                        "{\"quota\": {\"serving_requests_per_second\": 1, "
+                        "\"serving_burst\": 1}}");
+    expect_status(p, 200);
+    resp_free(p);
+    CURL *c = curl_easy_init();
+    int n200 = 0, n429 = 0, tenant_detail = 0;
+    double t0 = now_seconds();
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "/v1/models/%s/predict", i % 2 ? m2 : m1);
+        reply *r =
+            call(c, s, "POST", path, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
+        if (r->status == 200) {
+            n200++;
+        } else {
+            check_429(r);
+            n429++;
+            tenant_detail += strstr(str(r->json, "detail"), "tenant") != NULL;
+        }
+        reply_free(r);
+    }
+    double elapsed = now_seconds() - t0;
+    print_message("6 predicts over two deployments in %.2f s: %d answered, "
+                  "%d refused\n",
+                  elapsed, n200, n429);
+    /* One token and what one a second refilled, over both deployments. */
+    assert_true(n200 >= 1);
+    assert_true(n200 <= 1 + (int)ceil(elapsed) + 1);
+    if (elapsed < 2)
+        assert_true(n429 >= 3);
+    assert_int_equal(tenant_detail, n429);
+
+    /* Lifted: every request is answered again. */
+    snprintf(path, sizeof path, "/v1/tenants/%s", tenant);
+    p = http_json(s, "PATCH", path,
+                  "{\"quota\": {\"serving_requests_per_second\": null, "
+                  "\"serving_burst\": null}}");
+    expect_status(p, 200);
+    resp_free(p);
+    for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "/v1/models/%s/predict", i % 2 ? m2 : m1);
+        reply *r =
+            call(c, s, "POST", path, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
+        if (r->status != 200)
+            fprintf(stderr, "after the limit was lifted: %ld %s\n", r->status,
+                    r->body);
+        assert_int_equal(r->status, 200);
+        reply_free(r);
+    }
+    curl_easy_cleanup(c);
+    delete_dep_quiet(s, d1);
+    delete_dep_quiet(s, d2);
+}
+
 static void test_replica_crash_recovers(void **state)
 {
     (void)state;
@@ -1788,6 +1860,7 @@ int main(void)
         cmocka_unit_test(test_scale_from_zero),
         cmocka_unit_test(test_rolling_update_zero_failures),
         cmocka_unit_test(test_rate_and_concurrency_limits),
+        cmocka_unit_test(test_tenant_serving_limits),
         cmocka_unit_test(test_replica_crash_recovers),
         cmocka_unit_test(test_delete_and_model_in_use),
         cmocka_unit_test_teardown(test_bad_requests, own_teardown),
