@@ -322,18 +322,26 @@ static int list(cli_ctx *c)
     return 0;
 }
 
-static int get(cli_ctx *c)
+/* `deployments <verb> ID|NAME`: method on the deployment into *r. */
+static int call_one(cli_ctx *c, const char *verb, const char *method,
+                    cli_resp *r)
 {
     int rc = cli_only_opts(c, "deployments", NULL);
     if (rc)
         return rc;
     if (c->npos != 2)
         return cli_usage_error("deployments",
-                               "get takes one deployment ID or NAME");
+                               "%s takes one deployment ID or NAME", verb);
     char path[320];
     ref_path(c->pos[1], path, sizeof path);
+    return cli_call(c, method, path, NULL, NULL, 0, r);
+}
+
+static int get(cli_ctx *c)
+{
     cli_resp r;
-    if ((rc = cli_call(c, "GET", path, NULL, NULL, 0, &r)) != 0)
+    int rc = call_one(c, "get", "GET", &r);
+    if (rc)
         return rc;
     if (!c->json)
         print_deployment(r.json);
@@ -343,16 +351,9 @@ static int get(cli_ctx *c)
 
 static int delete (cli_ctx *c)
 {
-    int rc = cli_only_opts(c, "deployments", NULL);
-    if (rc)
-        return rc;
-    if (c->npos != 2)
-        return cli_usage_error("deployments",
-                               "delete takes one deployment ID or NAME");
-    char path[320];
-    ref_path(c->pos[1], path, sizeof path);
     cli_resp r;
-    if ((rc = cli_call(c, "DELETE", path, NULL, NULL, 0, &r)) != 0)
+    int rc = call_one(c, "delete", "DELETE", &r);
+    if (rc)
         return rc;
     if (!c->json)
         printf("Deleting deployment %s (%s): its replicas drain and free "
