@@ -1073,11 +1073,12 @@ static int scaled_down(const json_t *doc, int arg)
     return replicas_field(doc, "desired") == arg;
 }
 
-static void test_autoscale_up_and_down(void **state)
+/* Scales deployment "auto" of a wide model on s (resources.gpu gpu) up
+ * under load and back down when idle; *dep gets its id (deleted at the
+ * end unless keep). */
+static void autoscale_on(const srv *s, const char *gpu, char dep[64])
 {
-    (void)state;
-    const srv *s = &cpu;
-    char model[64], dep[64];
+    char model[64];
     /* Wide enough that a request spends its time in the replica (so the
      * requests in flight there show the load). */
     import_model(s, "heavy", 1024, 3.0f, model);
@@ -1087,8 +1088,8 @@ static void test_autoscale_up_and_down(void **state)
              "1, \"max\": 3}, \"autoscaling\": {\"target_in_flight\": 1, "
              "\"scale_up_after_s\": 0.5, \"scale_down_after_s\": 2}, "
              "\"batching\": {\"max_batch_size\": 1, \"max_queue_delay_us\": "
-             "0}}",
-             model);
+             "0}, \"resources\": {\"gpu\": \"%s\"}}",
+             model, gpu);
     json_decref(create_dep(s, body, dep));
     json_decref(wait_dep(s, dep, 30, ready_n, 1, "ready"));
 
@@ -1150,7 +1151,14 @@ static void test_autoscale_up_and_down(void **state)
     /* Idle: back to min. */
     doc = wait_dep(s, dep, 30, scaled_down, 1, "scaled down to 1");
     json_decref(doc);
-    delete_dep_quiet(s, dep);
+}
+
+static void test_autoscale_up_and_down(void **state)
+{
+    (void)state;
+    char dep[64];
+    autoscale_on(&cpu, "none", dep);
+    delete_dep_quiet(&cpu, dep);
 }
 
 /* ---- 5. scale from zero ---- */
@@ -1500,6 +1508,62 @@ static void test_rate_and_concurrency_limits(void **state)
 }
 
 /* ---- 8. a replica killed is replaced ---- */
+
+/* The same on MIG slices of the simulated H200: the replicas hold slices
+ * while they scale, roll to a new model and refuse what is over the
+ * limits. */
+static void test_sim_autoscale_roll_limits(void **state)
+{
+    (void)state;
+    char devices[PATH_MAX + 16];
+    sim_devices(devices, sizeof devices);
+    const char *flags[] = {"--devices", devices, "--worker-threads", "1", NULL};
+    srv *s = &own;
+    assert_int_equal(srv_start(s, NULL, flags), 0);
+    char dep[64], b[64], path[160];
+    autoscale_on(s, "1g.18gb", dep);
+
+    /* A new model: the replicas roll on slices. */
+    import_model(s, "sim-roll-b", 0, 3.0f, b);
+    snprintf(path, sizeof path, "/v1/deployments/%s", dep);
+    char body[256];
+    snprintf(body, sizeof body, "{\"model\": \"%s\"}", b);
+    resp *r = http_json(s, "PATCH", path, body);
+    expect_status(r, 200);
+    resp_free(r);
+    json_t *doc = wait_dep(s, dep, 30, rolled, 2, "rolled to generation 2");
+    size_t i;
+    json_t *it;
+    json_array_foreach (json_object_get(doc, "instances"), i, it) {
+        assert_true(json_is_integer(json_object_get(it, "slot")));
+        assert_string_equal(str(it, "profile"), "1g.18gb");
+        assert_int_equal(strncmp(str(it, "device"), "sim:", 4), 0);
+    }
+    json_decref(doc);
+
+    /* Limits on slices as on the CPU. */
+    r = http_json(s, "PATCH", path,
+                  "{\"limits\": {\"requests_per_second\": 1, \"burst\": 1}}");
+    expect_status(r, 200);
+    resp_free(r);
+    snprintf(path, sizeof path, "/v1/models/%s/predict", b);
+    CURL *c = curl_easy_init();
+    int n429 = 0;
+    double t0 = now_seconds();
+    for (int k = 0; k < 5; k++) {
+        reply *p =
+            call(c, s, "POST", path, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
+        if (p->status != 200) {
+            check_429(p);
+            n429++;
+        }
+        reply_free(p);
+    }
+    curl_easy_cleanup(c);
+    if (now_seconds() - t0 < 2)
+        assert_true(n429 >= 2);
+    delete_dep_quiet(s, dep);
+}
 
 /* The tenant's serving limits bound all its deployments together, and a
  * PATCH of them takes effect at the next request. */
@@ -1857,6 +1921,7 @@ int main(void)
         cmocka_unit_test_teardown(test_sim_slices_and_devices, own_teardown),
         cmocka_unit_test_teardown(test_serving_preempts_training, own_teardown),
         cmocka_unit_test(test_autoscale_up_and_down),
+        cmocka_unit_test_teardown(test_sim_autoscale_roll_limits, own_teardown),
         cmocka_unit_test(test_scale_from_zero),
         cmocka_unit_test(test_rolling_update_zero_failures),
         cmocka_unit_test(test_rate_and_concurrency_limits),
