@@ -230,8 +230,9 @@ static ty_status parse_limits(const json_t *l, deploy_spec *io, ty_err *err)
 static ty_status parse_autoscaling(const json_t *a, deploy_spec *io,
                                    ty_err *err)
 {
-    static const char *const keys[] = {"target_in_flight", "scale_up_after_s",
-                                       "scale_down_after_s", NULL};
+    static const char *const keys[] = {"target_in_flight", "target_queue_ms",
+                                       "scale_up_after_s", "scale_down_after_s",
+                                       NULL};
     ty_status s = tyjson_check_keys(a, keys, "autoscaling", err);
     if (s != TY_OK)
         return s;
@@ -239,6 +240,13 @@ static ty_status parse_autoscaling(const json_t *a, deploy_spec *io,
     if (t && !json_is_null(t) &&
         (s = positive(a, "target_in_flight", "autoscaling", DEPLOY_TARGET_MAX,
                       &io->target_in_flight, err)) != TY_OK)
+        return s;
+    /* null (or absent on POST): no latency target. */
+    const json_t *q = json_object_get(a, "target_queue_ms");
+    if (q && json_is_null(q))
+        io->target_queue_ms = 0;
+    else if (q && (s = positive(a, "target_queue_ms", "autoscaling", 60000,
+                                &io->target_queue_ms, err)) != TY_OK)
         return s;
     if ((s = tyjson_get_number(a, "scale_up_after_s", "autoscaling", 0, 0, 600,
                                io->scale_up_after_s, &io->scale_up_after_s,
@@ -388,7 +396,7 @@ json_t *deploy_spec_json(const deploy_spec *s)
     /* json_pack's "o" steals even when it fails, so nothing leaks here. */
     return json_pack(
         "{s:s, s:s, s:{s:i, s:i}, s:o, s:{s:I, s:I, s:o}, s:{s:o, s:o, s:o}, "
-        "s:{s:f, s:f, s:f}, s:i}",
+        "s:{s:f, s:o, s:f, s:f}, s:i}",
         "name", s->name, "model", s->model, "replicas", "min", s->min_replicas,
         "max", s->max_replicas, "resources", resources, "batching",
         "max_batch_size", (json_int_t)s->max_batch_size, "max_queue_delay_us",
@@ -398,6 +406,8 @@ json_t *deploy_spec_json(const deploy_spec *s)
         s->rps > 0 ? json_integer(s->burst) : json_null(), "max_concurrency",
         s->max_concurrency ? json_integer(s->max_concurrency) : json_null(),
         "autoscaling", "target_in_flight", s->target_in_flight,
+        "target_queue_ms",
+        s->target_queue_ms > 0 ? json_real(s->target_queue_ms) : json_null(),
         "scale_up_after_s", s->scale_up_after_s, "scale_down_after_s",
         s->scale_down_after_s, "priority", s->priority);
 }

@@ -27,6 +27,10 @@
  *    "autoscaling": {"target_in_flight": > 0 and <= 1000000 (requests
  *                     in flight per ready replica above which it scales
  *                     up; default max_batch_size),
+ *                    "target_queue_ms": > 0 and <= 60000 or null (none:
+ *                     the default): the median time a request of the last
+ *                     10-20 s waited in a replica's batcher above which
+ *                     it scales up too,
  *                    "scale_up_after_s": 0..600 (default 2),
  *                    "scale_down_after_s": 1..86400 (default 60)},
  *    "priority": integer (as a job's)}
@@ -73,6 +77,7 @@ typedef struct {
     uint32_t burst;           /* tokens; with rps */
     uint32_t max_concurrency; /* 0: none */
     double target_in_flight;
+    double target_queue_ms; /* 0: none */
     double scale_up_after_s;
     double scale_down_after_s;
     int priority;

@@ -123,7 +123,7 @@ typedef struct deployment {
     lat_hist total, queue, compute;
     /* the recent windows: [0] the current, [1] the one before */
     struct {
-        lat_hist total;
+        lat_hist total, queue;
         uint64_t requests, batches, batch_rows_sum;
     } win[2];
     double win_start;
@@ -918,6 +918,7 @@ void jobs_deploy_unpick(jobs_service *r, deploy_call *c, int ok,
         d->batches++;
         d->batch_rows_sum += info->batch_rows;
         window_roll(d, now_mono());
+        lat_add(&d->win[0].queue, c->queue_s);
         d->win[0].batches++;
         d->win[0].batch_rows_sum += info->batch_rows;
         if (info->batch_rows > d->batch_max)
@@ -1217,7 +1218,17 @@ static void autoscale(deployment *d, double t)
             in_flight += p->in_flight;
         }
     double load = ready ? (double)in_flight / ready : 0;
-    if (load > sp->target_in_flight && d->desired < sp->max_replicas &&
+    /* The latency signal: the recent median wait in the batchers. */
+    double queue_ms = 0;
+    if (sp->target_queue_ms > 0) {
+        window_roll(d, t);
+        json_t *q = lat_quantile2(&d->win[0].queue, &d->win[1].queue, 0.5);
+        queue_ms = json_is_number(q) ? json_number_value(q) : 0;
+        json_decref(q);
+    }
+    int over = load > sp->target_in_flight ||
+               (sp->target_queue_ms > 0 && queue_ms > sp->target_queue_ms);
+    if (over && d->desired < sp->max_replicas &&
         count_state(d, d->generation, 1, LIVE) >= d->desired) {
         if (d->over_since == 0) {
             d->over_since = t;
@@ -1225,9 +1236,10 @@ static void autoscale(deployment *d, double t)
             d->desired++;
             d->over_since = 0;
             log_event("info", "deployment",
-                      json_pack("{s:s, s:s, s:i, s:f}", "deployment", d->id,
-                                "event", "scale_up", "desired", d->desired,
-                                "in_flight_per_replica", load));
+                      json_pack("{s:s, s:s, s:i, s:f, s:f}", "deployment",
+                                d->id, "event", "scale_up", "desired",
+                                d->desired, "in_flight_per_replica", load,
+                                "queue_ms_p50", queue_ms));
         }
     } else {
         d->over_since = 0;

@@ -439,6 +439,7 @@ export function deploymentPage(root, id) {
       h('div', {id: 'spec-autoscaling'}, h('h3', {text: 'Autoscaling'}), kv([
         ['Replicas', `${d.replicas?.min ?? '—'} to ${d.replicas?.max ?? '—'}`],
         ['Target in flight per replica', fmtNum(a.target_in_flight ?? null, 2)],
+        ['Target queue time', a.target_queue_ms ? `${fmtNum(a.target_queue_ms, 2)} ms` : 'none'],
         ['Scale up after', `${fmtNum(a.scale_up_after_s ?? null, 1)} s`],
         ['Scale down after', `${fmtNum(a.scale_down_after_s ?? null, 1)} s`]]))], 2);
     // Fill the action forms once, and again only when nobody is editing them.

@@ -73,6 +73,7 @@ static void test_defaults(void **state)
     assert_int_equal(s.burst, 0);
     assert_int_equal(s.max_concurrency, 0);
     assert_true(s.target_in_flight == 32);
+    assert_true(s.target_queue_ms == 0); /* no latency target */
     assert_true(s.scale_up_after_s == 2);
     assert_true(s.scale_down_after_s == 60);
     assert_int_equal(s.priority, 0);
@@ -130,6 +131,7 @@ static void test_every_member(void **state)
              "\"limits\": {\"requests_per_second\": 1000000, \"burst\": "
              "1000000, \"max_concurrency\": 100000}, "
              "\"autoscaling\": {\"target_in_flight\": 0.5, "
+             "\"target_queue_ms\": 60000, "
              "\"scale_up_after_s\": 0, \"scale_down_after_s\": 86400}, "
              "\"priority\": -1000000}",
              0, &s);
@@ -148,6 +150,7 @@ static void test_every_member(void **state)
     assert_int_equal(s.burst, 1000000);
     assert_int_equal(s.max_concurrency, 100000);
     assert_true(s.target_in_flight == 0.5);
+    assert_true(s.target_queue_ms == 60000);
     assert_true(s.scale_up_after_s == 0);
     assert_true(s.scale_down_after_s == 86400);
     assert_int_equal(s.priority, -1000000);
@@ -258,6 +261,12 @@ static void test_bounds_and_unknown_keys(void **state)
          "autoscaling.target_in_flight"},
         {B "\"autoscaling\": {\"target_in_flight\": 1000001}}",
          "autoscaling.target_in_flight"},
+        {B "\"autoscaling\": {\"target_queue_ms\": 0}}",
+         "autoscaling.target_queue_ms"},
+        {B "\"autoscaling\": {\"target_queue_ms\": 60001}}",
+         "autoscaling.target_queue_ms"},
+        {B "\"autoscaling\": {\"target_queue_ms\": \"5\"}}",
+         "autoscaling.target_queue_ms"},
         {B "\"autoscaling\": {\"scale_up_after_s\": -1}}",
          "autoscaling.scale_up_after_s"},
         {B "\"autoscaling\": {\"scale_up_after_s\": 601}}",
