@@ -11,7 +11,10 @@
  *   2. Predict, evaluate and KServe infer run on cuda:0 (the model's
  *      training device), and a second server with --serve-device cpu on
  *      the same data predicts the same outputs to 1e-4.
- *   3. A job whose training cannot fit the device (about 216 GiB of
+ *   3. A deployment of the CNN asking for "gpu": "any": its replica holds
+ *      a GPU (or MIG slice) of the inventory, says cuda:0, and answers
+ *      with the in-process GPU outputs to 1e-4, batching included.
+ *   4. A job whose training cannot fit the device (about 216 GiB of
  *      activations) is refused at submit with a 422 on batch_size that
  *      names the device.
  *
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/fsutil.h"
 #include "common/rng.h"
@@ -202,6 +206,61 @@ static int same_outputs(const json_t *a, const json_t *b)
     return 1;
 }
 
+/* 3. A deployment on a GPU slot: ready, and the same outputs as the
+ * in-process path on the GPU. */
+static void deploy_on_gpu(const srv *s, const char *model, const char *in,
+                          const json_t *want)
+{
+    char body[512], path[256], id[64] = "";
+    snprintf(body, sizeof body,
+             "{\"name\": \"gpu-dep\", \"model\": \"%s\", \"resources\": "
+             "{\"gpu\": \"any\"}, \"batching\": {\"max_batch_size\": 8, "
+             "\"max_queue_delay_us\": 1000}}",
+             model);
+    resp *r = http_json(s, "POST", "/v1/deployments", body);
+    if (r->status != 201)
+        fprintf(stderr, "deployment: %ld %s\n", r->status, r->body);
+    CHECK(r->status == 201);
+    snprintf(id, sizeof id, "%s", str_or_none(r->json, "id"));
+    resp_free(r);
+    if (r->status != 201)
+        return;
+    snprintf(path, sizeof path, "/v1/deployments/%s", id);
+    int ready = 0;
+    for (int i = 0; i < 600 && !ready; i++) {
+        r = http_get(s, path);
+        json_t *reps = json_object_get(r->json, "replicas");
+        ready = json_integer_value(json_object_get(reps, "ready")) >= 1;
+        if (ready) {
+            json_t *inst =
+                json_array_get(json_object_get(r->json, "instances"), 0);
+            char *slot =
+                json_dumps(json_object_get(inst, "slot"), JSON_ENCODE_ANY);
+            printf("replica on slot %s, device %s\n", slot ? slot : "?",
+                   str_or_none(inst, "device"));
+            free(slot);
+            CHECK(json_is_integer(json_object_get(inst, "slot")));
+        }
+        resp_free(r);
+        if (!ready)
+            usleep(200 * 1000);
+    }
+    CHECK(ready);
+    if (ready) {
+        snprintf(path, sizeof path, "/v1/models/%s/predict", model);
+        r = http_json(s, "POST", path, in);
+        CHECK(r->status == 200);
+        CHECK(!strcmp(str_or_none(r->json, "deployment"), "gpu-dep"));
+        CHECK(!strcmp(str_or_none(r->json, "device"), "cuda:0"));
+        CHECK(want && same_outputs(want, json_object_get(r->json, "outputs")));
+        resp_free(r);
+    }
+    snprintf(path, sizeof path, "/v1/deployments/%s", id);
+    r = http_do(s, "DELETE", path, NULL, NULL, 0, NULL);
+    CHECK(r->status == 202);
+    resp_free(r);
+}
+
 int main(void)
 {
     char why[256] = "";
@@ -292,7 +351,10 @@ int main(void)
     if (cnn[0])
         gpu_cnn = predict(&s, cnn, img_in, "cuda:0");
 
-    /* 3. Too big for the device: 58982 examples a batch through 13
+    if (cnn[0])
+        deploy_on_gpu(&s, cnn, img_in, gpu_cnn);
+
+    /* 4. Too big for the device: 58982 examples a batch through 13
      * 65536-wide activations: 216 GiB (the CPU's estimate, the same for
      * dense layers on CUDA), past a 141 GiB H200. */
     char body[1024];
