@@ -100,12 +100,26 @@ static void tenants_usage(FILE *f)
         "       trainyard tenants key-revoke ID KEY_ID\n"
         "\n"
         "Quota flags: --weight W, --max-gpu-slices N, --max-running-jobs N,\n"
-        "--max-storage-bytes N; N may be 'none' (unlimited). All but show\n"
-        "are for the admin; a new key is printed once, on standard output.\n");
+        "--max-storage-bytes N, and the serving limits over all the tenant's\n"
+        "deployments: --serving-rps R (requests a second), --serving-burst N,\n"
+        "--serving-max-concurrency N; N and R may be 'none' (unlimited).\n"
+        "All but show are for the admin; a new key is printed once, on\n"
+        "standard output.\n");
 }
 
-static const char *const quota_flags[] = {
-    "--max-gpu-slices", "--max-running-jobs", "--max-storage-bytes"};
+/* The quota flags and the TenantQuota member each sets; real: a number,
+ * else a whole number. */
+static const struct {
+    const char *flag, *key;
+    int real;
+} quota_flags[] = {
+    {"--max-gpu-slices", "max_gpu_slices", 0},
+    {"--max-running-jobs", "max_running_jobs", 0},
+    {"--max-storage-bytes", "max_storage_bytes", 0},
+    {"--serving-rps", "serving_requests_per_second", 1},
+    {"--serving-burst", "serving_burst", 0},
+    {"--serving-max-concurrency", "serving_max_concurrency", 0},
+};
 
 /* The TenantCreate/TenantUpdate body from the flags; NULL after a usage
  * error (*rc set). */
@@ -129,29 +143,26 @@ static json_t *tenant_body(cli_ctx *c, const char *name, int *rc)
         json_object_set_new(b, "weight", json_real(v));
     }
     for (size_t i = 0; i < TY_ARRAY_LEN(quota_flags); i++) {
-        const char *v = cli_opt(c, quota_flags[i]);
+        const char *v = cli_opt(c, quota_flags[i].flag);
         if (!v)
             continue;
-        const char *field = quota_flags[i] + 2;
-        char key[64];
-        snprintf(key, sizeof key, "%s", field);
-        for (char *p = key; *p; p++)
-            if (*p == '-')
-                *p = '_';
+        const char *key = quota_flags[i].key;
         if (!strcmp(v, "none")) {
             json_object_set_new(quota, key, json_null());
             continue;
         }
         char *end;
-        long long n = strtoll(v, &end, 10);
+        double d = quota_flags[i].real ? strtod(v, &end) : 0;
+        long long n = quota_flags[i].real ? 0 : strtoll(v, &end, 10);
         if (*end || end == v) {
-            *rc = cli_usage_error("tenants",
-                                  "%s takes a whole number or "
-                                  "'none', not '%s'",
-                                  quota_flags[i], v);
+            *rc = cli_usage_error(
+                "tenants", "%s takes a %s or 'none', not '%s'",
+                quota_flags[i].flag,
+                quota_flags[i].real ? "number" : "whole number", v);
             goto fail;
         }
-        json_object_set_new(quota, key, json_integer(n));
+        json_object_set_new(
+            quota, key, quota_flags[i].real ? json_real(d) : json_integer(n));
     }
     if (json_object_size(quota))
         json_object_set(b, "quota", quota);
@@ -257,14 +268,22 @@ int cli_cmd_tenants(cli_ctx *c)
     const char *sub = c->npos ? c->pos[0] : "";
     static const char *const none[] = {NULL};
     static const char *const list_opts[] = {"--limit", NULL};
-    static const char *const create_opts[] = {"--weight", "--max-gpu-slices",
+    static const char *const create_opts[] = {"--weight",
+                                              "--max-gpu-slices",
                                               "--max-running-jobs",
-                                              "--max-storage-bytes", NULL};
+                                              "--max-storage-bytes",
+                                              "--serving-rps",
+                                              "--serving-burst",
+                                              "--serving-max-concurrency",
+                                              NULL};
     static const char *const update_opts[] = {"--name",
                                               "--weight",
                                               "--max-gpu-slices",
                                               "--max-running-jobs",
                                               "--max-storage-bytes",
+                                              "--serving-rps",
+                                              "--serving-burst",
+                                              "--serving-max-concurrency",
                                               NULL};
     struct {
         const char *name;

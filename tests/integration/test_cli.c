@@ -821,16 +821,23 @@ static void test_tenants(void **state)
 {
     run_result r;
     RUN(&r, "tenants", "create", "cli-team", "--max-running-jobs", "2",
-        "--weight", "3", "--json");
+        "--weight", "3", "--serving-rps", "2.5", "--serving-burst", "3",
+        "--serving-max-concurrency", "4", "--json");
     expect_code(&r, 0);
     json_t *t = out_json(&r);
     char tid[64], tkey[160], key_env[200];
     snprintf(tid, sizeof tid, "%s", str(t, "id"));
     snprintf(tkey, sizeof tkey, "%s",
              str(json_object_get(t, "key"), "api_key"));
-    assert_int_equal(json_integer_value(json_object_get(
-                         json_object_get(t, "quota"), "max_running_jobs")),
+    json_t *q = json_object_get(t, "quota");
+    assert_int_equal(json_integer_value(json_object_get(q, "max_running_jobs")),
                      2);
+    assert_true(json_number_value(
+                    json_object_get(q, "serving_requests_per_second")) == 2.5);
+    assert_int_equal(json_integer_value(json_object_get(q, "serving_burst")),
+                     3);
+    assert_int_equal(
+        json_integer_value(json_object_get(q, "serving_max_concurrency")), 4);
     json_decref(t);
     run_free(&r);
 
