@@ -74,6 +74,8 @@ static void predict_run(api_ctx *app, http_req *r)
                           &retry_after, &err);
     if (s == TY_ELIMIT)
         api_retry_after(r, retry_after);
+    if (s == TY_EUNAVAILABLE)
+        api_retry_after(r, 5);
     if (s == TY_EFORMAT) {
         serve_buf_free(&out);
         http_reply_problem(r, 400, NULL, "%s", err.msg);

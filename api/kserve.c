@@ -956,6 +956,8 @@ static void infer_run(api_ctx *app, http_req *r)
         uint64_t t1 = now_ns();
         s = serve_model_run(&m, x, q.batch, y, &err);
         t.infer_ns = now_ns() - t1;
+        if (s == TY_EUNAVAILABLE)
+            api_retry_after(r, 5);
         if (s != TY_OK)
             ok = (http_reply_error(r, s, &err), 0);
     }

@@ -42,6 +42,7 @@ void config_defaults(ty_config *cfg)
     cfg->serving_preempt = 1;
     cfg->max_replicas = 16;
     cfg->serving_threads = 128;
+    cfg->replica_wait_s = 120;
     cfg->fair_window_s = 600.0;
     cfg->events_ring = EV_RING_DEFAULT;
     cfg->max_connections = 0;
@@ -310,6 +311,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                 return ty_fail(err, TY_EINVAL, flag,
                                "--serving-preempt needs on or off");
             cfg->serving_preempt = !strcmp(val, "on");
+        } else if (!strcmp(flag, "--replica-wait")) {
+            s = parse_seconds(flag, val, 3600, &cfg->replica_wait_s, err);
         } else if (!strcmp(flag, "--max-replicas")) {
             s = parse_int(flag, val, 0, 4096, &cfg->max_replicas, err);
         } else if (!strcmp(flag, "--events-ring")) {
@@ -509,6 +512,11 @@ void config_usage(FILE *f)
         "  --max-replicas N          serving replicas running at once on "
         "this\n"
         "                            server (default 16)\n"
+        "  --replica-wait SECONDS    how long a request waits for a ready "
+        "replica\n"
+        "                            (a cold start, a replacement) before a "
+        "503\n"
+        "                            (default 120)\n"
         "  --fair-window SECONDS     how much history fair share remembers\n"
         "                            (default %g)\n"
         "  --events-ring N           live events kept in memory for SSE "

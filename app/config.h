@@ -56,6 +56,7 @@ typedef struct {
     int preempt;             /* sched_config.preempt */
     int serving_preempt;     /* sched_config.serving_preempt */
     int max_replicas;        /* serving replicas at once */
+    double replica_wait_s;   /* a request's wait for a ready replica */
     double fair_window_s;    /* sched_config.fair_window */
     int events_ring;         /* live events kept for Last-Event-ID
                                     resumes (events/hub.h) */

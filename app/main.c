@@ -198,6 +198,7 @@ static void jobs_env_fill(const ty_app *app, jobs_env *env)
     env->fair_window_s = app->cfg.fair_window_s;
     env->serving_preempt = app->cfg.serving_preempt;
     env->max_replicas = app->cfg.max_replicas;
+    env->replica_wait_s = app->cfg.replica_wait_s;
 }
 
 /* The open-file limit, raised to its hard limit: every connection holds a

@@ -23,6 +23,7 @@ static const char *const status_names[] = {
     [TY_EPREEMPTED] = "TY_EPREEMPTED",
     [TY_ENOSPC] = "TY_ENOSPC",
     [TY_ELIMIT] = "TY_ELIMIT",
+    [TY_EUNAVAILABLE] = "TY_EUNAVAILABLE",
 };
 static_assert(TY_ARRAY_LEN(status_names) == TY_STATUS_COUNT,
               "every ty_status needs a name");

@@ -15,23 +15,25 @@
 
 typedef enum {
     TY_OK = 0,
-    TY_EINVAL,     /* the caller's input is invalid (HTTP 422/400) */
-    TY_EFORMAT,    /* a file or payload is malformed (HTTP 422) */
-    TY_ENOTFOUND,  /* no such thing (HTTP 404) */
-    TY_ECONFLICT,  /* the thing is in a state that forbids this (HTTP 409) */
-    TY_ETOOBIG,    /* over a size limit (HTTP 413) */
-    TY_ENOMEM,     /* an allocation failed */
-    TY_EIO,        /* a read, write, fsync or database call failed */
-    TY_EFETCH,     /* a remote fetch failed (HTTP 422 naming the URL) */
-    TY_EDEVICE,    /* a device (GPU) call failed */
-    TY_ECANCELLED, /* stopped on request */
-    TY_EINTERNAL,  /* a broken invariant; a bug */
-    TY_EPREEMPTED, /* stopped to give the device up, resumable (a training
+    TY_EINVAL,       /* the caller's input is invalid (HTTP 422/400) */
+    TY_EFORMAT,      /* a file or payload is malformed (HTTP 422) */
+    TY_ENOTFOUND,    /* no such thing (HTTP 404) */
+    TY_ECONFLICT,    /* the thing is in a state that forbids this (HTTP 409) */
+    TY_ETOOBIG,      /* over a size limit (HTTP 413) */
+    TY_ENOMEM,       /* an allocation failed */
+    TY_EIO,          /* a read, write, fsync or database call failed */
+    TY_EFETCH,       /* a remote fetch failed (HTTP 422 naming the URL) */
+    TY_EDEVICE,      /* a device (GPU) call failed */
+    TY_ECANCELLED,   /* stopped on request */
+    TY_EINTERNAL,    /* a broken invariant; a bug */
+    TY_EPREEMPTED,   /* stopped to give the device up, resumable (a training
                        run preempted at a step boundary, its checkpoint
                        written: see train_job.preempt) */
-    TY_ENOSPC,     /* a write failed because the disk (or the quota) is
+    TY_ENOSPC,       /* a write failed because the disk (or the quota) is
                        full: ENOSPC, EDQUOT, SQLITE_FULL (HTTP 507) */
-    TY_ELIMIT,     /* over a rate or concurrency limit (HTTP 429) */
+    TY_ELIMIT,       /* over a rate or concurrency limit (HTTP 429) */
+    TY_EUNAVAILABLE, /* what the request needs is not there now, and may be
+                        soon: no serving replica ready in time (HTTP 503) */
     TY_STATUS_COUNT
 } ty_status;
 

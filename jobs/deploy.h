@@ -98,10 +98,11 @@ ty_status jobs_deploy_admit(struct jobs_service *js, const char *tenant,
                             deploy_call *c, double *retry_after_s, ty_err *err);
 
 /* A ready replica for c's model, not the one whose serial is avoid (0:
- * any), waiting up to wait_s seconds when none is ready (and asking for
+ * any), waiting up to wait_s seconds (negative: the server's
+ * --replica-wait) when none is ready (and asking for
  * one when the deployment has none: a cold start). TY_OK; TY_ENOTFOUND
  * when no replica serves that model any more (a rolling update moved on:
- * run it elsewhere); TY_EDEVICE ("no replica of deployment <name> became
+ * run it elsewhere); TY_EUNAVAILABLE ("no replica of deployment <name> became
  * ready within N s") else. */
 ty_status jobs_deploy_pick(struct jobs_service *js, deploy_call *c,
                            uint64_t avoid, double wait_s, ty_err *err);

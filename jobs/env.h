@@ -39,6 +39,8 @@ typedef struct jobs_env {
     int serving_preempt;     /* sched_config.serving_preempt */
     int max_replicas;        /* serving replicas at once (places beside
                                 the slots and CPU jobs) */
+    double replica_wait_s;   /* a request waits this long for a ready
+                                replica before a 503 */
 } jobs_env;
 
 #endif

@@ -849,9 +849,17 @@ ty_status jobs_deploy_pick(jobs_service *r, deploy_call *c, uint64_t avoid,
     deploy_books *b = r->deploy;
     deployment *d = c->dep;
     double t0 = now_mono();
+    if (wait_s < 0)
+        wait_s = r->env.replica_wait_s;
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += (time_t)wait_s;
+    double whole = floor(wait_s);
+    until.tv_sec += (time_t)whole;
+    until.tv_nsec += (long)((wait_s - whole) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
     pthread_mutex_lock(&b->mu);
     replica *p;
     int asked = 0;
@@ -894,8 +902,9 @@ ty_status jobs_deploy_pick(jobs_service *r, deploy_call *c, uint64_t avoid,
         return ty_fail(err, TY_ENOTFOUND, NULL,
                        "deployment %s no longer serves model %s",
                        c->deployment_name, c->model_id);
-    return ty_fail(err, TY_EDEVICE, NULL,
-                   "no replica of deployment %s became ready within %.0f s",
+    return ty_fail(err, TY_EUNAVAILABLE, NULL,
+                   "no replica of deployment %s became ready within %.0f s; "
+                   "try again later",
                    c->deployment_name, wait_s);
 }
 

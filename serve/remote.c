@@ -86,7 +86,9 @@ ty_status serve_remote_run(struct jobs_service *js, deploy_call *c,
     uint64_t avoid = 0;
     ty_status s = TY_EDEVICE;
     for (int attempt = 0; attempt < 2; attempt++) {
-        s = jobs_deploy_pick(js, c, avoid, SERVE_REMOTE_WAIT_S, err);
+        /* The server's --replica-wait: a cold start, a replacement after a
+         * crash. */
+        s = jobs_deploy_pick(js, c, avoid, -1, err);
         if (s != TY_OK)
             return s;
         rframe_call_info info = {0};

@@ -14,14 +14,10 @@
 #include "common/ty.h"
 #include "jobs/deploy.h"
 
-/* Seconds a request waits for a replica to become ready (a cold start
- * from zero replicas, a replacement after a crash) before a 500. */
-#define SERVE_REMOTE_WAIT_S 120.0
-
 /* Runs n examples of f floats (x) on a replica of the deployment c was
  * admitted to (jobs_deploy_admit), into out (n * k floats). TY_OK; the
- * replica's error (TY_EINVAL, TY_EDEVICE, TY_ENOMEM), TY_EDEVICE when no
- * replica could answer, or TY_ENOTFOUND when the deployment no longer
+ * replica's error (TY_EINVAL, TY_EDEVICE, TY_ENOMEM), TY_EUNAVAILABLE when
+ * none became ready in time, TY_EDEVICE when no replica could answer, or TY_ENOTFOUND when the deployment no longer
  * serves c's model (run it in this process). */
 ty_status serve_remote_run(struct jobs_service *js, deploy_call *c,
                            const float *x, uint64_t n, uint64_t f, float *out,

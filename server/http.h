@@ -155,7 +155,7 @@ void http_reply_problem(http_req *r, unsigned status, const char *field,
     __attribute__((format(printf, 4, 5)));
 /* Replies with the problem that a ty_status maps to, using err's message and
  * field: EINVAL/EFORMAT/EFETCH 422, ENOTFOUND 404, ECONFLICT 409,
- * ETOOBIG 413, ELIMIT 429 (set Retry-After first), ENOMEM 503, the rest 500 (whose detail is logged, and the
+ * ETOOBIG 413, ELIMIT 429 and EUNAVAILABLE 503 (set Retry-After first), ENOMEM 503, the rest 500 (whose detail is logged, and the
  * client told only that the server failed, with the request id). */
 void http_reply_error(http_req *r, ty_status s, const ty_err *err);
 /* Replies with the file at path (streamed from disk). download_name, when not

@@ -142,6 +142,10 @@ void http_reply_error(http_req *r, ty_status s, const ty_err *err)
             /* The caller may have said when with a Retry-After header. */
             reply_problem_text(r, 429, field, msg);
             return;
+        case TY_EUNAVAILABLE:
+            /* The same: a Retry-After set before, if the caller knows. */
+            reply_problem_text(r, 503, field, msg);
+            return;
         case TY_ENOMEM:
             reply_problem_text(
                 r, 503, NULL,

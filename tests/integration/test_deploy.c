@@ -938,6 +938,8 @@ static void test_serving_preempts_training(void **state)
                                "0.2",
                                "--serving-preempt",
                                preempt ? "on" : "off",
+                               "--replica-wait",
+                               "1",
                                NULL};
         srv *s = &own;
         assert_int_equal(srv_start(s, NULL, flags), 0);
@@ -1045,6 +1047,20 @@ static void test_serving_preempts_training(void **state)
                 json_decref(doc);
             }
             assert_false(any_preempted(s, jobs, 7, &victim, &vslot));
+            /* A predict meanwhile waits --replica-wait (1 s), then 503
+             * with Retry-After. */
+            char pp[160];
+            snprintf(pp, sizeof pp, "/v1/models/%s/predict", model);
+            CURL *c = curl_easy_init();
+            reply *u =
+                call(c, s, "POST", pp, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
+            if (u->status != 503)
+                fprintf(stderr, "no replica: %ld %s\n", u->status, u->body);
+            assert_int_equal(u->status, 503);
+            assert_true(atoi(u->retry_after) >= 1);
+            assert_non_null(strstr(str(u->json, "detail"), "became ready"));
+            reply_free(u);
+            curl_easy_cleanup(c);
             /* A slice freed: the replica gets it. */
             cancel_job(s, jobs[0]);
             doc = wait_dep(s, dep, 60, ready_n, 1,
