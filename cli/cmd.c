@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,6 +59,21 @@ int cli_call(cli_ctx *c, const char *method, const char *path,
     if (c->json)
         cli_print_raw(out->body, out->len, stdout);
     return 0;
+}
+
+int cli_call_json(cli_ctx *c, const char *method, const char *path,
+                  json_t *body, cli_resp *out)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (!text) {
+        fprintf(stderr, "trainyard: out of memory\n");
+        return CLI_EXIT_USAGE;
+    }
+    int rc =
+        cli_call(c, method, path, "application/json", text, strlen(text), out);
+    free(text);
+    return rc;
 }
 
 int cli_list(cli_ctx *c, const char *path, json_t **items)

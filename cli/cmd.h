@@ -53,6 +53,11 @@ int cli_call(cli_ctx *c, const char *method, const char *path,
  * document is printed unchanged and *items is NULL. */
 int cli_list(cli_ctx *c, const char *path, json_t **items);
 
+/* cli_call with a JSON body (taken: freed whatever happens) as
+ * application/json. */
+int cli_call_json(cli_ctx *c, const char *method, const char *path,
+                  json_t *body, cli_resp *out);
+
 /* Reads a whole file, or stdin for "-", into a malloc'd NUL-terminated
  * buffer. CLI_EXIT_USAGE with a message when it cannot. */
 int cli_read_input(const char *path, char **out, size_t *len);

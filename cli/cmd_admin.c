@@ -174,22 +174,6 @@ fail:
     return NULL;
 }
 
-/* POST/PATCH a JSON body built from the flags. */
-static int send_json(cli_ctx *c, const char *method, const char *path,
-                     json_t *body, cli_resp *r)
-{
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    if (!text) {
-        fprintf(stderr, "trainyard: out of memory\n");
-        return CLI_EXIT_USAGE;
-    }
-    int rc =
-        cli_call(c, method, path, "application/json", text, strlen(text), r);
-    free(text);
-    return rc;
-}
-
 static void print_tenant(const json_t *t)
 {
     json_t *copy = json_deep_copy(t);
@@ -322,7 +306,7 @@ int cli_cmd_tenants(cli_ctx *c)
         json_t *b = tenant_body(c, c->pos[1], &rc);
         if (!b)
             return rc;
-        if ((rc = send_json(c, "POST", "/v1/tenants", b, &r)) != 0)
+        if ((rc = cli_call_json(c, "POST", "/v1/tenants", b, &r)) != 0)
             return rc;
         if (!c->json) {
             const json_t *k = json_object_get(r.json, "key");
@@ -335,7 +319,7 @@ int cli_cmd_tenants(cli_ctx *c)
         if (!b)
             return rc;
         snprintf(path, sizeof path, "/v1/tenants/%s", id);
-        if ((rc = send_json(c, "PATCH", path, b, &r)) != 0)
+        if ((rc = cli_call_json(c, "PATCH", path, b, &r)) != 0)
             return rc;
         if (!c->json)
             print_tenant(r.json);

@@ -127,22 +127,6 @@ fail:
     return NULL;
 }
 
-/* POST/PATCH body (taken) to path; the reply in *r. */
-static int send_body(cli_ctx *c, const char *method, const char *path,
-                     json_t *body, cli_resp *r)
-{
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    if (!text) {
-        fprintf(stderr, "trainyard: out of memory\n");
-        return CLI_EXIT_USAGE;
-    }
-    int rc =
-        cli_call(c, method, path, "application/json", text, strlen(text), r);
-    free(text);
-    return rc;
-}
-
 /* "/v1/deployments/<escaped ref>" into path. */
 static void ref_path(const char *ref, char *path, size_t n)
 {
@@ -219,7 +203,7 @@ static int create(cli_ctx *c)
     if (!body)
         return rc;
     cli_resp r;
-    if ((rc = send_body(c, "POST", "/v1/deployments", body, &r)) != 0)
+    if ((rc = cli_call_json(c, "POST", "/v1/deployments", body, &r)) != 0)
         return rc;
     if (!c->json)
         printf("Created deployment %s (%s) of model %s: %s\n",
@@ -258,7 +242,7 @@ static int update(cli_ctx *c)
     char path[320];
     ref_path(c->pos[1], path, sizeof path);
     cli_resp r;
-    if ((rc = send_body(c, "PATCH", path, body, &r)) != 0)
+    if ((rc = cli_call_json(c, "PATCH", path, body, &r)) != 0)
         return rc;
     if (!c->json)
         print_deployment(r.json);
