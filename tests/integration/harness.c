@@ -388,10 +388,11 @@ void make_blobs_csv(const char *path, int rows, uint64_t seed)
     fclose(f);
 }
 
-pid_t find_worker(const srv *s, const char *job_id)
+pid_t find_child(const srv *s, const char *command, const char *id)
 {
-    char want[PATH_MAX + 64];
-    snprintf(want, sizeof want, "%s/jobs/%s", s->data, job_id);
+    char want[PATH_MAX + 64], cmd_word[64];
+    snprintf(want, sizeof want, "%s/jobs/%s", s->data, id);
+    snprintf(cmd_word, sizeof cmd_word, " %s ", command);
     DIR *d = opendir("/proc");
     struct dirent *e;
     pid_t found = 0;
@@ -407,12 +408,17 @@ pid_t find_worker(const srv *s, const char *job_id)
             if (cmd[i] == '\0')
                 cmd[i] = ' ';
         cmd[n] = '\0';
-        if (strstr(cmd, " worker ") && strstr(cmd, want))
+        if (strstr(cmd, cmd_word) && strstr(cmd, want))
             found = (pid_t)atoi(e->d_name);
     }
     if (d)
         closedir(d);
     return found;
+}
+
+pid_t find_worker(const srv *s, const char *job_id)
+{
+    return find_child(s, "worker", job_id);
 }
 
 const char *str(const json_t *o, const char *k)

@@ -102,8 +102,12 @@ double now_seconds(void);
  * virginica in turn), noise drawn from seed. */
 void make_blobs_csv(const char *path, int rows, uint64_t seed);
 
-/* The pid of the worker process running job_id under server s (found by its
- * command line in /proc), or 0. */
+/* The pid of the `trainyard <command>` child of server s working in its
+ * job folder <data>/jobs/<id> (found by its command line in /proc), or 0;
+ * command: "worker" or "replica". */
+pid_t find_child(const srv *s, const char *command, const char *id);
+
+/* find_child(s, "worker", job_id). */
 pid_t find_worker(const srv *s, const char *job_id);
 
 #endif

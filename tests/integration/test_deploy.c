@@ -38,7 +38,6 @@
 #include <cmocka.h>
 
 #include <curl/curl.h>
-#include <dirent.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -385,28 +384,7 @@ static const char *deployment_of(const json_t *doc)
  * replica command and its job folder), or 0. */
 static pid_t find_replica(const srv *s, const char *rep_id)
 {
-    char want[PATH_MAX + 64];
-    snprintf(want, sizeof want, "%s/jobs/%s", s->data, rep_id);
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    pid_t found = 0;
-    while (d && (e = readdir(d)) != NULL && !found) {
-        char path[300], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t n = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        for (size_t i = 0; i < n; i++)
-            if (cmd[i] == '\0')
-                cmd[i] = ' ';
-        cmd[n] = '\0';
-        if (strstr(cmd, " replica ") && strstr(cmd, want))
-            found = (pid_t)atoi(e->d_name);
-    }
-    if (d)
-        closedir(d);
+    pid_t found = find_child(s, "replica", rep_id);
     if (found)
         return found;
     /* Else the server's log: {"event": "replica", ..., "pid": N}. */
