@@ -416,6 +416,17 @@ pid_t find_child(const srv *s, const char *command, const char *id)
     return found;
 }
 
+json_t *get_job(const srv *s, const char *id)
+{
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%s", id);
+    resp *r = http_get(s, p);
+    expect_status(r, 200);
+    json_t *j = json_incref(r->json);
+    resp_free(r);
+    return j;
+}
+
 pid_t find_worker(const srv *s, const char *job_id)
 {
     return find_child(s, "worker", job_id);

@@ -107,6 +107,9 @@ void make_blobs_csv(const char *path, int rows, uint64_t seed);
  * command: "worker" or "replica". */
 pid_t find_child(const srv *s, const char *command, const char *id);
 
+/* GET /v1/jobs/{id}, expected 200: the job (new reference). */
+json_t *get_job(const srv *s, const char *id);
+
 /* find_child(s, "worker", job_id). */
 pid_t find_worker(const srv *s, const char *job_id);
 

@@ -491,17 +491,6 @@ static void submit_long(const srv *s, const char *ds, char id[64])
     resp_free(r);
 }
 
-static json_t *get_job(const srv *s, const char *id)
-{
-    char p[128];
-    snprintf(p, sizeof p, "/v1/jobs/%s", id);
-    resp *r = http_get(s, p);
-    expect_status(r, 200);
-    json_t *j = json_incref(r->json);
-    resp_free(r);
-    return j;
-}
-
 static void cancel_job(const srv *s, const char *id)
 {
     char p[128];

@@ -99,17 +99,6 @@ static void submit(const srv *s, const char *ds, const char *model,
     resp_free(r);
 }
 
-static json_t *get_job(const srv *s, const char *id)
-{
-    char p[128];
-    snprintf(p, sizeof p, "/v1/jobs/%s", id);
-    resp *r = http_get(s, p);
-    expect_status(r, 200);
-    json_t *j = json_incref(r->json);
-    resp_free(r);
-    return j;
-}
-
 static json_t *list_jobs(const srv *s)
 {
     resp *r = http_get(s, "/v1/jobs?limit=1000");
