@@ -422,8 +422,8 @@ void jobs_tenant_changed(jobs_service *r, const char *tenant_id)
                 lim.max_gpu_slices, lim.max_running_jobs, NULL, &err) != TY_OK)
             log_msg("error", "runner: tenant %s: %s", tenant_id, err.msg);
     }
-    pthread_mutex_unlock(&r->mu);
     deploy_tenant_changed(r, tenant_id);
+    pthread_mutex_unlock(&r->mu);
     wake(r);
 }
 

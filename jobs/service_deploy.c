@@ -131,11 +131,11 @@ typedef struct deployment {
 } deployment;
 
 /* A tenant's serving limits over all its deployments (its quota's
- * serving_* fields), read from the store on first use and again after a
- * change (deploy_tenant_changed). */
+ * serving_* fields), read from the store when the tenant's first
+ * deployment is made or restored and again after a change of its quota
+ * (tenant_limits_load): never on a request's way. */
 typedef struct tenant_bucket {
     char tenant[TY_ID_MAX];
-    int stale;
     double rps; /* <= 0: none */
     double burst;
     int max_concurrency; /* <= 0: none */
@@ -239,7 +239,7 @@ static const char *dep_status(const deployment *d)
 }
 
 /* The API's Deployment document. dmu held. */
-static json_t *dep_doc(const jobs_service *r, const deployment *d)
+static json_t *dep_doc(const jobs_service *r, deployment *d)
 {
     json_t *doc = deploy_spec_json(&d->spec);
     if (!doc)
@@ -307,11 +307,12 @@ static json_t *dep_doc(const jobs_service *r, const deployment *d)
         json_object_set_new(t, "cold_start_s",
                             d->cold_start_s > 0 ? json_real(d->cold_start_s)
                                                 : json_null());
-        window_roll((deployment *)d, now_mono());
+        double t_now = now_mono();
+        window_roll(d, t_now);
         uint64_t n = d->win[0].requests + d->win[1].requests;
         uint64_t nb = d->win[0].batches + d->win[1].batches;
         uint64_t rows = d->win[0].batch_rows_sum + d->win[1].batch_rows_sum;
-        double span = now_mono() - d->win_start + WINDOW_S;
+        double span = t_now - d->win_start + WINDOW_S;
         json_object_set_new(
             t, "recent",
             json_pack("{s:f, s:I, s:{s:o, s:o}, s:o}", "window_s",
@@ -384,6 +385,51 @@ static ty_status model_resolve(const jobs_service *r, const char *tenant,
     return s;
 }
 
+/* ---- tenant limits ---- */
+
+/* tenant's bucket, or NULL when it has none (no limits known). dmu
+ * held. */
+static tenant_bucket *tenant_bucket_find(deploy_books *b, const char *tenant)
+{
+    tenant_bucket *tb = b->tenants;
+    while (tb && strcmp(tb->tenant, tenant))
+        tb = tb->next;
+    return tb;
+}
+
+/* Reads tenant's serving limits from the store into its bucket (made on
+ * first use). Callers hold mu (so that two changes apply in order), not
+ * dmu: the store is read before dmu is taken. */
+static void tenant_limits_load(jobs_service *r, const char *tenant)
+{
+    store_tenant_limits lim;
+    ty_err err = {0};
+    if (store_tenant_limits_get(r->env.store, tenant, &lim, &err) != TY_OK) {
+        log_msg("error", "tenant %s: serving limits not read: %s", tenant,
+                err.msg);
+        return;
+    }
+    deploy_books *b = r->deploy;
+    pthread_mutex_lock(&b->mu);
+    tenant_bucket *tb = tenant_bucket_find(b, tenant);
+    if (!tb && (tb = calloc(1, sizeof *tb))) {
+        snprintf(tb->tenant, sizeof tb->tenant, "%s", tenant);
+        /* tokens_at 0: the first take fills the bucket. */
+        tb->next = b->tenants;
+        b->tenants = tb;
+    }
+    if (tb) {
+        tb->rps = lim.serving_rps > 0 ? lim.serving_rps : 0;
+        tb->burst = lim.serving_burst > 0 ? (double)lim.serving_burst
+                    : tb->rps > 1         ? ceil(tb->rps)
+                                          : 1;
+        tb->max_concurrency = lim.serving_max_concurrency > 0
+                                  ? (int)lim.serving_max_concurrency
+                                  : 0;
+    }
+    pthread_mutex_unlock(&b->mu);
+}
+
 /* ---- the API's calls ---- */
 
 ty_status jobs_deploy_create(jobs_service *r, const char *tenant,
@@ -408,6 +454,8 @@ ty_status jobs_deploy_create(jobs_service *r, const char *tenant,
     s = svc_tenant_handle(r, tenant, &t, err);
     if (s == TY_OK)
         s = sched_request_check(r->sched, t, &d->spec.request, err);
+    if (s == TY_OK)
+        tenant_limits_load(r, tenant);
     pthread_mutex_unlock(&r->mu);
     if (s != TY_OK) {
         if (s == TY_EINVAL)
@@ -677,52 +725,16 @@ int jobs_deploy_find(jobs_service *r, const char *tenant, const char *ref,
     return d != NULL;
 }
 
-/* tenant's bucket, (re)loading its limits when needed; NULL when out of
- * memory or the store cannot say (then no tenant limit applies). dmu
- * held. */
-static tenant_bucket *tenant_bucket_get(jobs_service *r, const char *tenant)
-{
-    deploy_books *b = r->deploy;
-    tenant_bucket *tb = b->tenants;
-    while (tb && strcmp(tb->tenant, tenant))
-        tb = tb->next;
-    if (!tb) {
-        tb = calloc(1, sizeof *tb);
-        if (!tb)
-            return NULL;
-        snprintf(tb->tenant, sizeof tb->tenant, "%s", tenant);
-        tb->stale = 1;
-        /* tokens_at 0: the first take fills the bucket. */
-        tb->next = b->tenants;
-        b->tenants = tb;
-    }
-    if (tb->stale) {
-        store_tenant_limits lim;
-        ty_err err = {0};
-        if (store_tenant_limits_get(r->env.store, tenant, &lim, &err) != TY_OK)
-            return NULL;
-        tb->stale = 0;
-        tb->rps = lim.serving_rps > 0 ? lim.serving_rps : 0;
-        tb->burst = lim.serving_burst > 0 ? (double)lim.serving_burst
-                    : tb->rps > 1         ? ceil(tb->rps)
-                                          : 1;
-        tb->max_concurrency = lim.serving_max_concurrency > 0
-                                  ? (int)lim.serving_max_concurrency
-                                  : 0;
-    }
-    return tb;
-}
-
 void deploy_tenant_changed(jobs_service *r, const char *tenant)
 {
     deploy_books *b = r->deploy;
     if (!b)
         return;
     pthread_mutex_lock(&b->mu);
-    for (tenant_bucket *tb = b->tenants; tb; tb = tb->next)
-        if (!strcmp(tb->tenant, tenant))
-            tb->stale = 1;
+    int known = tenant_bucket_find(b, tenant) != NULL;
     pthread_mutex_unlock(&b->mu);
+    if (known)
+        tenant_limits_load(r, tenant);
 }
 
 /* A token from a bucket of rate rps and size burst at t: 1, or 0 with
@@ -758,7 +770,7 @@ ty_status jobs_deploy_admit(jobs_service *r, const char *tenant,
     }
     ty_status s = TY_OK;
     const deploy_spec *sp = &d->spec;
-    tenant_bucket *tb = tenant_bucket_get(r, tenant);
+    tenant_bucket *tb = tenant_bucket_find(b, tenant);
     if (tb && tb->max_concurrency && tb->active >= tb->max_concurrency) {
         *retry_after_s = 1;
         s = ty_fail(err, TY_ELIMIT, NULL,
@@ -798,9 +810,13 @@ ty_status jobs_deploy_admit(jobs_service *r, const char *tenant,
         snprintf(c->model_id, sizeof c->model_id, "%s", model_id);
     } else {
         d->rejected++;
-        opm_deploy_request(d->id, d->tenant, "rejected", -1, -1, -1, 0);
     }
+    char dep_id[TY_ID_MAX];
+    snprintf(dep_id, sizeof dep_id, "%s", d->id);
     pthread_mutex_unlock(&b->mu);
+    /* The registry's lock is not taken under dmu. */
+    if (s != TY_OK)
+        opm_deploy_request(dep_id, tenant, "rejected", -1, -1, -1, 0);
     return s;
 }
 
@@ -958,10 +974,13 @@ void jobs_deploy_finish(jobs_service *r, deploy_call *c, int failed)
         lat_add(&d->total, total);
         lat_add(&d->win[0].total, total);
     }
-    opm_deploy_request(d->id, d->tenant, failed ? "error" : "ok", total,
+    char tenant[TY_ID_MAX];
+    snprintf(tenant, sizeof tenant, "%s", d->tenant);
+    pthread_mutex_unlock(&b->mu);
+    /* d may go once dmu is released: the admission held it. */
+    opm_deploy_request(c->deployment_id, tenant, failed ? "error" : "ok", total,
                        c->batch_rows ? c->queue_s : -1,
                        c->batch_rows ? c->compute_s : -1, c->batch_rows);
-    pthread_mutex_unlock(&b->mu);
     c->dep = NULL;
 }
 
@@ -1340,6 +1359,9 @@ deploy_books *deploy_books_create(jobs_service *r)
         return NULL;
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->ready, NULL);
+    /* Before the supervisor starts: nothing else uses the books yet, so
+     * the restored deployments' tenants load their limits without mu. */
+    r->deploy = b;
     json_t *rows = NULL;
     ty_err err = {0};
     if (store_deployment_all(r->env.store, &rows, &err) != TY_OK) {
@@ -1381,6 +1403,7 @@ deploy_books *deploy_books_create(jobs_service *r)
         d->next = b->deps;
         b->deps = d;
         atomic_fetch_add(&b->count, 1);
+        tenant_limits_load(r, tenant);
     }
     json_decref(rows);
     return b;

@@ -155,7 +155,7 @@ void deploy_replica_message(jobs_service *r, int place, wproto_msg kind,
 void deploy_replica_exit(jobs_service *r, int place, int ws, int lost);
 
 /* The tenant's serving limits changed in the store (a PATCH of its
- * quota): read them again at its next request. */
+ * quota): read them again now, when it has deployments. mu held. */
 void deploy_tenant_changed(jobs_service *r, const char *tenant);
 
 /* Autoscaling, rolling updates, drains, restarts: before each scheduling
