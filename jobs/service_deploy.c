@@ -210,13 +210,21 @@ static void window_roll(deployment *d, double t)
 
 /* ---- the books ---- */
 
-static int count_state(const deployment *d, int64_t gen, int cur, int states)
+/* Which replicas count_reps counts: of the current generation, of older
+ * ones (a rolling update's), or all. */
+enum { GEN_CUR, GEN_OLD, GEN_ANY };
+
+/* d's replicas of generation `which` in one of `states` (a mask of
+ * 1 << rep_state). dmu held. */
+static int count_reps(const deployment *d, int which, int states)
 {
     int n = 0;
-    for (const replica *p = d->reps; p; p = p->next)
-        if (((cur && p->generation == gen) || (!cur && p->generation < gen)) &&
+    for (const replica *p = d->reps; p; p = p->next) {
+        int cur = p->generation == d->generation;
+        if ((which == GEN_ANY || cur == (which == GEN_CUR)) &&
             (states & (1 << p->state)))
             n++;
+    }
     return n;
 }
 
@@ -225,13 +233,13 @@ static int count_state(const deployment *d, int64_t gen, int cur, int states)
 
 static const char *dep_status(const deployment *d)
 {
-    int ready = count_state(d, d->generation, 1, READY);
-    int old = count_state(d, d->generation, 0, LIVE);
+    int ready = count_reps(d, GEN_CUR, READY);
+    int old = count_reps(d, GEN_OLD, LIVE);
     if (d->deleting)
         return "deleting";
     if (old)
         return "updating";
-    if (d->desired == 0 && !count_state(d, d->generation, 1, LIVE))
+    if (d->desired == 0 && !count_reps(d, GEN_CUR, LIVE))
         return "scaled_to_zero";
     if (ready >= d->desired)
         return "ready";
@@ -253,10 +261,8 @@ static json_t *dep_doc(const jobs_service *r, deployment *d)
     json_t *reps = json_object_get(doc, "replicas");
     if (json_is_object(reps)) {
         json_object_set_new(reps, "desired", json_integer(d->desired));
-        json_object_set_new(
-            reps, "ready",
-            json_integer(count_state(d, d->generation, 1, READY) +
-                         count_state(d, d->generation, 0, READY)));
+        json_object_set_new(reps, "ready",
+                            json_integer(count_reps(d, GEN_ANY, READY)));
     }
     json_t *inst = json_array();
     int in_flight = 0;
@@ -689,7 +695,7 @@ static int serves_model(const deployment *d, const char *model)
  * old ones have none ready), else the old generation's. dmu held. */
 static const char *route_model(const deployment *d)
 {
-    if (count_state(d, d->generation, 1, READY) >= d->desired)
+    if (count_reps(d, GEN_CUR, READY) >= d->desired)
         return d->model_id;
     for (const replica *p = d->reps; p; p = p->next)
         if (p->generation < d->generation && p->state == REP_READY)
@@ -991,8 +997,10 @@ int deploy_is_replica(const char *sched_id)
     return !strncmp(sched_id, REPLICA_PREFIX, strlen(REPLICA_PREFIX));
 }
 
-/* Queues a new replica of d's current generation. mu and dmu held. */
-static void replica_add(jobs_service *r, deployment *d)
+/* Queues a new replica of d's current generation: 1, or 0 when it could
+ * not (out of memory, or the scheduler refused it: logged). mu and dmu
+ * held. */
+static int replica_add(jobs_service *r, deployment *d)
 {
     replica *p = calloc(1, sizeof *p);
     ty_err err = {0};
@@ -1000,7 +1008,7 @@ static void replica_add(jobs_service *r, deployment *d)
     if (!p || ty_id_new(REPLICA_PREFIX, p->id, &err) != TY_OK ||
         svc_tenant_handle(r, d->tenant, &t, &err) != TY_OK) {
         free(p);
-        return;
+        return 0;
     }
     p->generation = d->generation;
     snprintf(p->model_id, sizeof p->model_id, "%s", d->model_id);
@@ -1019,11 +1027,12 @@ static void replica_add(jobs_service *r, deployment *d)
         free(p);
         d->failures++;
         d->restart_at = now_mono() + RESTART_BACKOFF_CAP_S;
-        return;
+        return 0;
     }
     p->state = REP_QUEUED;
     p->next = d->reps;
     d->reps = p;
+    return 1;
 }
 
 /* Takes p out of service: no new requests; it stops once none is in
@@ -1257,7 +1266,7 @@ static void autoscale(deployment *d, double t)
     int over = load > sp->target_in_flight ||
                (sp->target_queue_ms > 0 && queue_ms > sp->target_queue_ms);
     if (over && d->desired < sp->max_replicas &&
-        count_state(d, d->generation, 1, LIVE) >= d->desired) {
+        count_reps(d, GEN_CUR, LIVE) >= d->desired) {
         if (d->over_since == 0) {
             d->over_since = t;
         } else if (t - d->over_since >= sp->scale_up_after_s) {
@@ -1286,14 +1295,9 @@ static void autoscale(deployment *d, double t)
 static void reconcile(jobs_service *r, deployment *d, double t)
 {
     int want = d->deleting ? 0 : d->desired;
-    int live = count_state(d, d->generation, 1, LIVE);
-    while (live < want && t >= d->restart_at) {
-        replica_add(r, d);
-        int now_live = count_state(d, d->generation, 1, LIVE);
-        if (now_live == live)
-            break;
-        live = now_live;
-    }
+    int live = count_reps(d, GEN_CUR, LIVE);
+    while (live < want && t >= d->restart_at && replica_add(r, d))
+        live++;
     /* The surplus: queued first, then starting, then the least busy. */
     for (rep_state st = REP_QUEUED; live > want && st <= REP_READY; st++) {
         for (replica *p = d->reps; p && live > want; p = p->next)
@@ -1304,7 +1308,7 @@ static void reconcile(jobs_service *r, deployment *d, double t)
     }
     /* A rolling update: the old generation goes once the new one is ready
      * in full. */
-    if (count_state(d, d->generation, 1, READY) >= want)
+    if (count_reps(d, GEN_CUR, READY) >= want)
         for (replica *p = d->reps; p; p = p->next)
             if (p->generation < d->generation && p->state != REP_GONE &&
                 p->state != REP_DRAINING)
