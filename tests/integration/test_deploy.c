@@ -338,6 +338,23 @@ static json_t *wait_dep(const srv *s, const char *id, double timeout,
 }
 
 /* DELETE /v1/deployments/{id}, for cleanup (any status). */
+/* Deploys model as name (one replica, the defaults) and waits until it
+ * is ready: its id into dep, its replica's into rep (may be NULL). */
+static void deploy_ready(const srv *s, const char *name, const char *model,
+                         char dep[64], char rep[64])
+{
+    char body[512];
+    snprintf(body, sizeof body, "{\"name\": \"%s\", \"model\": \"%s\"}", name,
+             model);
+    json_decref(create_dep(s, body, dep));
+    json_t *doc = wait_dep(s, dep, 30, ready_n, 1, "ready");
+    if (rep)
+        snprintf(
+            rep, 64, "%s",
+            str(json_array_get(json_object_get(doc, "instances"), 0), "id"));
+    json_decref(doc);
+}
+
 static void delete_dep_quiet(const srv *s, const char *id)
 {
     char p[160];
@@ -1554,16 +1571,12 @@ static void test_tenant_serving_limits(void **state)
 {
     (void)state;
     const srv *s = &cpu;
-    char tenant[64], m1[64], m2[64], d1[64], d2[64], body[512], path[160];
+    char tenant[64], m1[64], m2[64], d1[64], d2[64], path[160];
     admin_tenant(s, tenant);
     import_model(s, "tenant-lim-1", 0, 7.0f, m1);
     import_model(s, "tenant-lim-2", 0, 8.0f, m2);
-    snprintf(body, sizeof body, "{\"name\": \"tl1\", \"model\": \"%s\"}", m1);
-    json_decref(create_dep(s, body, d1));
-    snprintf(body, sizeof body, "{\"name\": \"tl2\", \"model\": \"%s\"}", m2);
-    json_decref(create_dep(s, body, d2));
-    json_decref(wait_dep(s, d1, 30, ready_n, 1, "ready"));
-    json_decref(wait_dep(s, d2, 30, ready_n, 1, "ready"));
+    deploy_ready(s, "tl1", m1, d1, NULL);
+    deploy_ready(s, "tl2", m2, d2, NULL);
 
     snprintf(path, sizeof path, "/v1/tenants/%s", tenant);
     resp *p = http_json(s, "PATCH", path,
@@ -1626,15 +1639,8 @@ static void test_replica_crash_recovers(void **state)
     const srv *s = &cpu;
     char model[64], dep[64];
     import_model(s, "crash-model", 0, 7.0f, model);
-    char body[512];
-    snprintf(body, sizeof body, "{\"name\": \"crash\", \"model\": \"%s\"}",
-             model);
-    json_decref(create_dep(s, body, dep));
-    json_t *doc = wait_dep(s, dep, 30, ready_n, 1, "ready");
     char rep[64];
-    snprintf(rep, sizeof rep, "%s",
-             str(json_array_get(json_object_get(doc, "instances"), 0), "id"));
-    json_decref(doc);
+    deploy_ready(s, "crash", model, dep, rep);
     resp *r = predict(s, model, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
     expect_status(r, 200);
     assert_string_equal(deployment_of(r->json), "crash");
@@ -1668,7 +1674,7 @@ static void test_replica_crash_recovers(void **state)
     } while (st != 200 && now_seconds() < deadline);
     print_message("after the kill: %d predicts to the first success\n", tries);
     assert_int_equal(st, 200);
-    doc = get_dep(s, dep);
+    json_t *doc = get_dep(s, dep);
     assert_non_null(doc);
     json_t *in = json_array_get(json_object_get(doc, "instances"), 0);
     assert_int_equal(count_instances(doc, "ready"), 1);
@@ -1686,15 +1692,8 @@ static void test_delete_and_model_in_use(void **state)
     const srv *s = &cpu;
     char model[64], dep[64];
     import_model(s, "del-model", 0, 8.0f, model);
-    char body[512];
-    snprintf(body, sizeof body, "{\"name\": \"del\", \"model\": \"%s\"}",
-             model);
-    json_decref(create_dep(s, body, dep));
-    json_t *doc = wait_dep(s, dep, 30, ready_n, 1, "ready");
     char rep[64];
-    snprintf(rep, sizeof rep, "%s",
-             str(json_array_get(json_object_get(doc, "instances"), 0), "id"));
-    json_decref(doc);
+    deploy_ready(s, "del", model, dep, rep);
     pid_t pid = find_replica(s, rep);
     assert_true(pid > 0);
 
