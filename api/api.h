@@ -12,6 +12,7 @@
 
 #include "server/http.h"
 #include "server/router.h"
+#include "serve/predict.h"
 #include "store/store.h"
 
 struct jobs_service;
@@ -156,5 +157,18 @@ int api_parse_last_event_id(const char *v, uint64_t *id);
 void api_jobs_events(api_ctx *app, http_req *r);
 /* GET /metrics (api/metrics.c): Prometheus text, public like /healthz. */
 void api_metrics(api_ctx *app, http_req *r);
+
+/* ---- predicts (inference.c; KServe's infer too) ---- */
+
+/* The predict service's view of the server. */
+serve_env api_serve_env(api_ctx *app);
+
+/* Runs fn (a predict or infer handler) for r where it belongs: on a
+ * serving-pool thread when a deployment serves the model the first path
+ * parameter names (by_name: as KServe names models), since it waits for a
+ * replica; on a work thread when the body is over 64 KiB; else here, where
+ * handing over would cost about what the work does. */
+void api_predict_dispatch(api_ctx *app, http_req *r, int by_name,
+                          http_offload_fn fn);
 
 #endif

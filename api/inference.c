@@ -14,7 +14,7 @@
 #include "common/opmetrics.h"
 #include "serve/predict.h"
 
-static serve_env env_of(api_ctx *app)
+serve_env api_serve_env(api_ctx *app)
 {
     return (serve_env){app->store, app->models, app->data_dir, app->jobs};
 }
@@ -43,13 +43,6 @@ static const char *raw_body(http_req *r, size_t *len)
     return text;
 }
 
-/* Predicts whose body is over this many bytes run on a work thread
- * (http_req_offload), so a big one never holds the libmicrohttpd thread
- * that serves other connections. Smaller ones (a few examples: tens of
- * microseconds of work) run where they are: handing over costs about as
- * much as they do. */
-#define PREDICT_INLINE_MAX (64 * 1024)
-
 /* The body is read by the predict service straight into floats
  * (serve/decode.h): no jansson tree of the numbers. */
 static void predict_run(api_ctx *app, http_req *r)
@@ -66,7 +59,7 @@ static void predict_run(api_ctx *app, http_req *r)
         http_reply_problem(r, 400, NULL, "%s", err.msg);
         return;
     }
-    serve_env env = env_of(app);
+    serve_env env = api_serve_env(app);
     serve_buf out = {0};
     double retry_after = 0;
     if (s == TY_OK)
@@ -92,20 +85,28 @@ static void predict_run(api_ctx *app, http_req *r)
     http_reply_buffer(r, 200, "application/json", text_out, n);
 }
 
-void api_models_predict(api_ctx *app, http_req *r)
+/* Bodies over this run on a work thread (see api_predict_dispatch). */
+#define PREDICT_INLINE_MAX (64 * 1024)
+
+void api_predict_dispatch(api_ctx *app, http_req *r, int by_name,
+                          http_offload_fn fn)
 {
     size_t len = 0;
-    serve_env env = env_of(app);
-    /* A deployed model's request waits for its replica: never on the
-     * libmicrohttpd thread. */
-    if (serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0), 0)) {
-        if (http_req_offload_wait(r, predict_run))
+    serve_env env = api_serve_env(app);
+    if (serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0),
+                             by_name)) {
+        if (http_req_offload_wait(r, fn))
             return;
     } else if (http_req_body(r, &len) && len > PREDICT_INLINE_MAX &&
-               http_req_offload(r, predict_run)) {
+               http_req_offload(r, fn)) {
         return;
     }
-    predict_run(app, r);
+    fn(app, r);
+}
+
+void api_models_predict(api_ctx *app, http_req *r)
+{
+    api_predict_dispatch(app, r, 0, predict_run);
 }
 
 /* An evaluation reads a whole dataset: always on a work thread. */
@@ -123,7 +124,7 @@ static void evaluate_run(api_ctx *app, http_req *r)
     if (s == TY_OK)
         s = tyjson_get_string(body, "dataset", "", 1, TY_ID_MAX, NULL, &ds_id,
                               &err);
-    serve_env env = env_of(app);
+    serve_env env = api_serve_env(app);
     if (s == TY_OK)
         s = serve_evaluate(&env, api_tenant(r), http_req_param(r, 0), ds_id,
                            &doc, &err);

@@ -41,11 +41,6 @@
 #define OUTPUT_NAME "output"
 #define VERSION "1"
 
-static serve_env env_of(api_ctx *app)
-{
-    return (serve_env){app->store, app->models, app->data_dir, app->jobs};
-}
-
 /* The version in the path ("" when the route has none): "1" or 404. */
 static int version_ok(http_req *r, int param)
 {
@@ -446,7 +441,7 @@ void api_kserve_load(api_ctx *app, http_req *r)
                            "load it by its id or name");
         return;
     }
-    serve_env env = env_of(app);
+    serve_env env = api_serve_env(app);
     serve_model m;
     ty_err err = {0};
     ty_status s = serve_model_open(&env, api_tenant(r), http_req_param(r, 0), 1,
@@ -851,7 +846,7 @@ static void infer_run(api_ctx *app, http_req *r)
             return;
         }
     }
-    serve_env env = env_of(app);
+    serve_env env = api_serve_env(app);
     serve_model m;
     ty_status s = serve_model_open(&env, api_tenant(r), http_req_param(r, 0), 1,
                                    &m, &err);
@@ -976,20 +971,7 @@ static void infer_run(api_ctx *app, http_req *r)
     serve_infer_body_free(&ib);
 }
 
-/* Bodies over this run on a work thread, as predicts do (api/inference.c):
- * a big request never holds the HTTP thread of other connections. */
-#define INFER_INLINE_MAX (64 * 1024)
-
 void api_kserve_infer(api_ctx *app, http_req *r)
 {
-    size_t len = 0;
-    serve_env env = env_of(app);
-    if (serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0), 1)) {
-        if (http_req_offload_wait(r, infer_run))
-            return;
-    } else if (http_req_body(r, &len) && len > INFER_INLINE_MAX &&
-               http_req_offload(r, infer_run)) {
-        return;
-    }
-    infer_run(app, r);
+    api_predict_dispatch(app, r, 1, infer_run);
 }
