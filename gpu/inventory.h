@@ -38,6 +38,7 @@ typedef enum {
     INV_SOURCE_NONE = 0, /* --devices none: a CPU-only host */
     INV_SOURCE_NVML,     /* --devices auto: the driver */
     INV_SOURCE_SIM,      /* --devices sim:<file> */
+    INV_SOURCE_SLURM,    /* --executor slurm: the cluster's GRES (cluster/) */
 } inv_source;
 
 /* A MIG device: one compute instance inside one GPU instance. */

@@ -1,0 +1,135 @@
+/*
+ * slurmrest.h - a client of slurmrestd, Slurm's REST API (libcurl and
+ * jansson): submit a batch job, read its state, cancel or signal it, list
+ * the nodes and their GRES, and check that the daemon answers.
+ *
+ * The API version is a setting ("v0.0.38", what Debian 12's Slurm 22.05
+ * serves). Every JSON shape that differs between versions is read and
+ * written in slurmrest.c alone, behind these calls, so a new version is a
+ * change there and nowhere else.
+ *
+ * Auth is slurmrestd's JWT: the headers X-SLURM-USER-NAME and
+ * X-SLURM-USER-TOKEN. The token comes either from a file (an admin's
+ * `scontrol token` written by cron; re-read when it changes and after a
+ * 401) or is signed here (HS256) with the cluster's jwt_key file, for the
+ * configured user, and renewed before it expires.
+ *
+ * Errors: TY_EIO when slurmrestd cannot be reached or answers 5xx (an
+ * outage: the caller pauses and tries again later), TY_EAUTH-like failures
+ * as TY_EIO with a message naming auth, TY_EINVAL when Slurm refuses a
+ * request (the message is Slurm's error text), TY_ENOTFOUND when Slurm no
+ * longer knows a job id. Messages never contain the token.
+ *
+ * A client may be used from several threads: each call takes its own
+ * curl handle (or a lock); it holds no lock while it waits on the network.
+ */
+#ifndef TY_SLURMREST_H
+#define TY_SLURMREST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "common/ty.h"
+
+typedef struct slurmrest slurmrest;
+
+typedef struct {
+    const char *url;          /* "http://127.0.0.1:6820" (no trailing /) */
+    const char *api_version;  /* "v0.0.38"; NULL: that */
+    const char *user;         /* X-SLURM-USER-NAME: jobs run as this user */
+    const char *token_file;   /* a JWT in a file; NULL/"": none */
+    const char *jwt_key_file; /* sign tokens with this key; NULL/"": none */
+    int token_lifespan_s;     /* a signed token's life; 0: 1800 */
+    int timeout_s;            /* each request's limit; 0: 10 */
+} slurmrest_config;
+
+/* Checks the config (url http(s), a version this client knows, a user,
+ * exactly one of token_file and jwt_key_file, readable) and makes a
+ * client; contacts nothing. TY_EINVAL naming the setting. */
+ty_status slurmrest_create(const slurmrest_config *cfg, slurmrest **out,
+                           ty_err *err);
+void slurmrest_destroy(slurmrest *c);
+
+/* The API version in use ("v0.0.38"). */
+const char *slurmrest_version(const slurmrest *c);
+
+/* A batch job to submit. Strings NULL or "" are left out. */
+typedef struct {
+    const char *name;      /* the job's name ("trainyard-job_...") */
+    const char *script;    /* "#!/bin/sh\n..." */
+    const char *cwd;       /* current_working_directory */
+    const char *stdout_path; /* standard_output and standard_error */
+    const char *partition, *account, *qos;
+    const char *gres;      /* "gpu:1g.18gb:1", "gpu:1", or NULL (CPU) */
+    int cpus;              /* cpus_per_task; 0: Slurm's default */
+    uint64_t memory_mb;    /* memory_per_node; 0: Slurm's default */
+    int time_limit_min;    /* 0: the partition's */
+    const char *const *env; /* "NAME=value", NULL-terminated; must not be
+                               empty (v0.0.38 refuses a job without) */
+} slurm_submit;
+
+/* Submits; *job_id is Slurm's job id. */
+ty_status slurmrest_submit(slurmrest *c, const slurm_submit *s, long *job_id,
+                           ty_err *err);
+
+typedef enum {
+    SLURM_ST_UNKNOWN = 0, /* a state this client does not know */
+    SLURM_ST_PENDING,
+    SLURM_ST_RUNNING,
+    SLURM_ST_SUSPENDED,
+    SLURM_ST_COMPLETING, /* still ending: not terminal */
+    SLURM_ST_COMPLETED,
+    SLURM_ST_CANCELLED,
+    SLURM_ST_FAILED,
+    SLURM_ST_TIMEOUT,
+    SLURM_ST_NODE_FAIL,
+    SLURM_ST_PREEMPTED,
+    SLURM_ST_BOOT_FAIL,
+    SLURM_ST_DEADLINE,
+    SLURM_ST_OUT_OF_MEMORY,
+} slurm_state;
+
+/* Whether a job in state st has ended (COMPLETED and later). */
+int slurm_state_terminal(slurm_state st);
+/* Slurm's own spelling ("PENDING"); "UNKNOWN" for SLURM_ST_UNKNOWN. */
+const char *slurm_state_name(slurm_state st);
+
+typedef struct {
+    slurm_state state;
+    char state_name[32];  /* as Slurm said it */
+    char reason[128];     /* state_reason ("Resources", "Priority",
+                             "None", ...) */
+    int exit_code;        /* the batch script's exit status, -1 unknown */
+    int exit_signal;      /* the signal that ended it, 0 none */
+    char node[128];       /* nodes ("" while pending) */
+    char gres[128];       /* the gres it asked for, as Slurm shows it */
+    char user[64];        /* the user it runs as */
+    char cwd[512];        /* current_working_directory */
+} slurm_job_info;
+
+/* Reads one job. TY_ENOTFOUND when Slurm no longer knows it (it ended
+ * longer ago than MinJobAge). */
+ty_status slurmrest_job(slurmrest *c, long job_id, slurm_job_info *out,
+                        ty_err *err);
+
+/* Cancels (signal 0: Slurm's cancel) or signals a job (SIGUSR1, ...).
+ * A job that has already ended is not an error. */
+ty_status slurmrest_cancel(slurmrest *c, long job_id, int signal, ty_err *err);
+
+typedef struct {
+    char name[64];
+    char state[64];      /* "idle", "mixed", "allocated", "down", ... */
+    int cpus;
+    uint64_t memory_mb;  /* real_memory */
+    char gres[256];      /* "gpu:1g.18gb:7", "gpu:h100:4,gpu:a100:2", "" */
+    char partitions[128];
+} slurm_node;
+
+/* Lists the nodes (*nodes malloc'd, caller frees). */
+ty_status slurmrest_nodes(slurmrest *c, slurm_node **nodes, size_t *n,
+                          ty_err *err);
+
+/* Whether slurmrestd answers (GET .../diag, or ping) with valid auth. */
+ty_status slurmrest_ping(slurmrest *c, ty_err *err);
+
+#endif
