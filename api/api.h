@@ -138,6 +138,15 @@ void api_kserve_model(api_ctx *app, http_req *r);
 void api_kserve_model_ready(api_ctx *app, http_req *r);
 void api_kserve_config(api_ctx *app, http_req *r);
 void api_kserve_infer(api_ctx *app, http_req *r);
+
+/* api/worker.c: the remote worker protocol (jobs/wremote.h) */
+void api_worker_job(api_ctx *app, http_req *r);
+void api_worker_blob(api_ctx *app, http_req *r);
+void api_worker_checkpoint_get(api_ctx *app, http_req *r);
+void api_worker_checkpoint_put(api_ctx *app, http_req *r);
+void api_worker_model(api_ctx *app, http_req *r);
+void api_worker_log(api_ctx *app, http_req *r);
+void api_worker_events(api_ctx *app, http_req *r);
 void api_kserve_index(api_ctx *app, http_req *r);
 void api_kserve_load(api_ctx *app, http_req *r);
 void api_kserve_stats(api_ctx *app, http_req *r);

@@ -1,5 +1,6 @@
 /* health.c - liveness, readiness, and the OpenAPI document. */
 #include "api/api.h"
+#include "jobs/service.h"
 
 #include <sys/statvfs.h>
 
@@ -34,7 +35,16 @@ void api_readyz(api_ctx *app, http_req *r)
             return;
         }
     }
-    http_reply_json(r, 200, json_pack("{s:s}", "status", "ready"));
+    /* Where training workers run: with Slurm, an unreachable slurmrestd
+     * pauses new submissions but nothing else (the server still serves,
+     * queues, and hears from running workers), so it is "degraded", not
+     * 503. */
+    json_t *exec = jobs_executor_status(app->jobs);
+    int ok = !exec || json_is_true(json_object_get(exec, "ok"));
+    json_t *body = json_pack("{s:s}", "status", ok ? "ready" : "degraded");
+    if (exec)
+        json_object_set_new(body, "executor", exec);
+    http_reply_json(r, 200, body);
 }
 
 void api_openapi(api_ctx *app, http_req *r)

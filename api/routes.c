@@ -44,6 +44,15 @@ const route api_routes[] = {
     {HTTP_PATCH, "/v1/deployments/{id}", "deployments.update", KEY, JSON, api_deployments_update},
     {HTTP_DELETE, "/v1/deployments/{id}", "deployments.delete", KEY, NOBODY, api_deployments_delete},
 
+    /* The remote worker protocol: the attempt's token, not an API key. */
+    {HTTP_GET, "/v1/worker/jobs/{id}", "worker.job", PUB, NOBODY, api_worker_job},
+    {HTTP_GET, "/v1/worker/jobs/{id}/blobs/{sha256}", "worker.blob", PUB, NOBODY, api_worker_blob},
+    {HTTP_GET, "/v1/worker/jobs/{id}/checkpoint", "worker.checkpoint", PUB, NOBODY, api_worker_checkpoint_get},
+    {HTTP_POST, "/v1/worker/jobs/{id}/checkpoint", "worker.checkpoint_upload", PUB, UPLOAD, api_worker_checkpoint_put},
+    {HTTP_POST, "/v1/worker/jobs/{id}/model", "worker.model", PUB, UPLOAD, api_worker_model},
+    {HTTP_POST, "/v1/worker/jobs/{id}/log", "worker.log", PUB, UPLOAD, api_worker_log},
+    {HTTP_POST, "/v1/worker/jobs/{id}/events", "worker.events", PUB, JSON, api_worker_events},
+
     {HTTP_GET, "/v2", "kserve.server", KEY, NOBODY, api_kserve_server},
     {HTTP_GET, "/v2/health/live", "kserve.live", KEY, NOBODY, api_kserve_live},
     {HTTP_GET, "/v2/health/ready", "kserve.ready", KEY, NOBODY, api_kserve_ready},

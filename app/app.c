@@ -79,7 +79,9 @@ ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
     if ((s = store_open(dir, &app->store, err)) != TY_OK)
         return s;
     int64_t requeued = 0;
-    if ((s = store_job_requeue_running(app->store, &requeued, err)) != TY_OK)
+    if ((s = store_job_requeue_running(
+                  app->store, app->cfg.executor_slurm ? "slurm" : NULL,
+                  &requeued, err)) != TY_OK)
         return s;
     if (requeued)
         log_msg("info",

@@ -15,6 +15,7 @@
 #include "store/store.h"
 #include "server/tls.h"
 #include "api/api.h"
+#include "jobs/executor.h"
 
 struct jobs_service;
 struct model_cache;
@@ -42,6 +43,11 @@ typedef struct ty_app {
     tls_pem tls;
     /* What the HTTP handlers see of all this (app_api_ctx). */
     api_ctx api;
+    /* --executor slurm: the slurmrestd client and the executor's settings
+     * (strings borrowed from cfg); NULL/unused otherwise. */
+    slurmrest *slurm;
+    exec_slurm_config slurm_exec;
+    char slurm_server_url[512];
 } ty_app;
 
 /* Prepares the data folder (creating it), opens the store, recovers jobs

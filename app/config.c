@@ -55,6 +55,24 @@ void config_defaults(ty_config *cfg)
     cfg->auth_fail_burst = 30;
     cfg->access_log_sample = 1;
     cfg->access_log_max_bytes = 256ull << 20;
+    snprintf(cfg->slurm_url, sizeof cfg->slurm_url, "http://127.0.0.1:6820");
+    snprintf(cfg->slurm_api_version, sizeof cfg->slurm_api_version,
+             "v0.0.38");
+    snprintf(cfg->slurm_workdir, sizeof cfg->slurm_workdir, "/tmp");
+    cfg->slurm_poll_s = 1.0;
+}
+
+/* A bounded string setting. */
+static ty_status parse_text(const char *flag, const char *v, char *out,
+                            size_t size, ty_err *err)
+{
+    if (!*v || strlen(v) >= size || strpbrk(v, "'\n\r"))
+        return ty_fail(err, TY_EINVAL, flag,
+                       "%s needs a value of 1 to %zu characters without "
+                       "quotes or newlines",
+                       flag, size - 1);
+    snprintf(out, size, "%s", v);
+    return TY_OK;
 }
 
 ty_status config_parse_size(const char *s, uint64_t *out)
@@ -315,6 +333,57 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_seconds(flag, val, 3600, &cfg->replica_wait_s, err);
         } else if (!strcmp(flag, "--max-replicas")) {
             s = parse_int(flag, val, 0, 4096, &cfg->max_replicas, err);
+        } else if (!strcmp(flag, "--executor")) {
+            if (strcmp(val, "local") && strcmp(val, "slurm"))
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--executor needs local or slurm");
+            cfg->executor_slurm = !strcmp(val, "slurm");
+        } else if (!strcmp(flag, "--slurm-url")) {
+            s = parse_text(flag, val, cfg->slurm_url, sizeof cfg->slurm_url,
+                           err);
+        } else if (!strcmp(flag, "--slurm-api-version")) {
+            s = parse_text(flag, val, cfg->slurm_api_version,
+                           sizeof cfg->slurm_api_version, err);
+        } else if (!strcmp(flag, "--slurm-user")) {
+            s = parse_text(flag, val, cfg->slurm_user, sizeof cfg->slurm_user,
+                           err);
+        } else if (!strcmp(flag, "--slurm-token-file")) {
+            s = parse_path(flag, val, cfg->slurm_token_file,
+                           sizeof cfg->slurm_token_file, err);
+        } else if (!strcmp(flag, "--slurm-jwt-key")) {
+            s = parse_path(flag, val, cfg->slurm_jwt_key,
+                           sizeof cfg->slurm_jwt_key, err);
+        } else if (!strcmp(flag, "--slurm-partition")) {
+            s = parse_text(flag, val, cfg->slurm_partition,
+                           sizeof cfg->slurm_partition, err);
+        } else if (!strcmp(flag, "--slurm-account")) {
+            s = parse_text(flag, val, cfg->slurm_account,
+                           sizeof cfg->slurm_account, err);
+        } else if (!strcmp(flag, "--slurm-qos")) {
+            s = parse_text(flag, val, cfg->slurm_qos, sizeof cfg->slurm_qos,
+                           err);
+        } else if (!strcmp(flag, "--slurm-worker-command")) {
+            s = parse_text(flag, val, cfg->slurm_worker_command,
+                           sizeof cfg->slurm_worker_command, err);
+        } else if (!strcmp(flag, "--slurm-server-url")) {
+            s = parse_text(flag, val, cfg->slurm_server_url,
+                           sizeof cfg->slurm_server_url, err);
+        } else if (!strcmp(flag, "--slurm-workdir")) {
+            s = parse_text(flag, val, cfg->slurm_workdir,
+                           sizeof cfg->slurm_workdir, err);
+        } else if (!strcmp(flag, "--slurm-ca-file")) {
+            s = parse_path(flag, val, cfg->slurm_ca_file,
+                           sizeof cfg->slurm_ca_file, err);
+        } else if (!strcmp(flag, "--slurm-gpus")) {
+            if (strcmp(val, "cuda") && strcmp(val, "sim"))
+                return ty_fail(err, TY_EINVAL, flag,
+                               "--slurm-gpus needs cuda or sim");
+            cfg->slurm_gpu_sim = !strcmp(val, "sim");
+        } else if (!strcmp(flag, "--slurm-poll")) {
+            s = parse_seconds(flag, val, 600, &cfg->slurm_poll_s, err);
+        } else if (!strcmp(flag, "--slurm-time-limit")) {
+            s = parse_int(flag, val, 0, 525600, &cfg->slurm_time_limit_min,
+                          err);
         } else if (!strcmp(flag, "--events-ring")) {
             s = parse_int(flag, val, 1, EV_RING_MAX, &cfg->events_ring, err);
         } else if (!strcmp(flag, "--tls-cert")) {
@@ -517,6 +586,49 @@ void config_usage(FILE *f)
         "                            (a cold start, a replacement) before a "
         "503\n"
         "                            (default 120)\n"
+        "  --executor local|slurm    where training workers run: child "
+        "processes\n"
+        "                            of this server (default local), or Slurm "
+        "batch\n"
+        "                            jobs submitted through slurmrestd (the "
+        "GPU\n"
+        "                            inventory is then the cluster's GRES; "
+        "see the\n"
+        "                            README's \"Run on a Slurm cluster\")\n"
+        "  --slurm-url URL           slurmrestd (default "
+        "http://127.0.0.1:6820)\n"
+        "  --slurm-api-version V     its API version (default v0.0.38)\n"
+        "  --slurm-user NAME         the Slurm user jobs run as (required "
+        "with\n"
+        "                            --executor slurm)\n"
+        "  --slurm-token-file FILE   a JWT for that user (scontrol token), "
+        "re-read\n"
+        "                            when it changes; or\n"
+        "  --slurm-jwt-key FILE      the cluster's jwt_key: tokens are signed "
+        "and\n"
+        "                            renewed here\n"
+        "  --slurm-partition P, --slurm-account A, --slurm-qos Q\n"
+        "                            where jobs are submitted (default: "
+        "Slurm's)\n"
+        "  --slurm-worker-command PATH  trainyard's path on the nodes "
+        "(default:\n"
+        "                            this binary's path)\n"
+        "  --slurm-server-url URL    this server as the nodes reach it "
+        "(default:\n"
+        "                            http://<--listen>)\n"
+        "  --slurm-workdir DIR       the jobs' working folder on the nodes "
+        "(default\n"
+        "                            /tmp); each job makes a private folder "
+        "in it\n"
+        "  --slurm-ca-file FILE      the CA the workers check an https server "
+        "with\n"
+        "  --slurm-gpus cuda|sim     GPU jobs run on CUDA (default) or, for "
+        "stand-in\n"
+        "                            GRES (tests), compute on the CPU\n"
+        "  --slurm-poll SECONDS      how often job states are read (default "
+        "1)\n"
+        "  --slurm-time-limit MIN    each job's time limit (default: the "
+        "partition's)\n"
         "  --fair-window SECONDS     how much history fair share remembers\n"
         "                            (default %g)\n"
         "  --events-ring N           live events kept in memory for SSE "

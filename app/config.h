@@ -83,6 +83,25 @@ typedef struct {
     char admin_key_file[PATH_MAX]; /* a given admin key (auth_key_given);
                                     empty = TRAINYARD_ADMIN_KEY or a
                                     generated one */
+    /* Where training workers run (jobs/executor.h): 0 local child
+     * processes, 1 Slurm through slurmrestd (--executor slurm). */
+    int executor_slurm;
+    char slurm_url[512];          /* slurmrestd's base URL */
+    char slurm_api_version[16];   /* "v0.0.38" */
+    char slurm_user[64];          /* the Slurm user jobs run as */
+    char slurm_token_file[PATH_MAX]; /* a JWT (scontrol token), re-read */
+    char slurm_jwt_key[PATH_MAX]; /* or: sign JWTs with the cluster key */
+    char slurm_partition[64], slurm_account[64], slurm_qos[64];
+    char slurm_worker_command[PATH_MAX]; /* trainyard on the nodes;
+                                            "" = this binary's path */
+    char slurm_server_url[512];   /* this server as the nodes reach it;
+                                     "" = from --listen */
+    char slurm_workdir[PATH_MAX]; /* the jobs' working folder on nodes */
+    char slurm_ca_file[PATH_MAX]; /* the server's CA, for https */
+    int slurm_gpu_sim;            /* GPU jobs compute on the CPU (stand-in
+                                     GRES: tests) */
+    double slurm_poll_s;          /* job state polling interval */
+    int slurm_time_limit_min;     /* a job's time limit; 0 partition's */
 } ty_config;
 
 /* Fills cfg with the defaults. */

@@ -20,6 +20,8 @@
 #if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend.h"
 #endif
+#include "cluster/slurm_inventory.h"
+#include "cluster/slurmrest.h"
 #include "gpu/inventory.h"
 #include "jobs/service.h"
 #include "models/cpu/kernels.h"
@@ -163,6 +165,83 @@ static ty_status admin_key_given(ty_app *app, char *key, ty_err *err)
     return TY_OK;
 }
 
+/* --executor slurm: the slurmrestd client, the cluster's GRES as the
+ * inventory the scheduler places training jobs on (instead of this host's
+ * devices), and the executor's settings. */
+static ty_status open_slurm(ty_app *app, ty_err *err)
+{
+    const ty_config *cfg = &app->cfg;
+    if (!cfg->slurm_user[0])
+        return ty_fail(err, TY_EINVAL, "--slurm-user",
+                       "--executor slurm needs --slurm-user: the Slurm user "
+                       "its jobs run as");
+    slurmrest_config rc = {.url = cfg->slurm_url,
+                           .api_version = cfg->slurm_api_version,
+                           .user = cfg->slurm_user,
+                           .token_file = cfg->slurm_token_file,
+                           .jwt_key_file = cfg->slurm_jwt_key};
+    ty_status s = slurmrest_create(&rc, &app->slurm, err);
+    if (s != TY_OK)
+        return s;
+    slurm_node *nodes = NULL;
+    size_t n = 0;
+    if ((s = slurmrest_nodes(app->slurm, &nodes, &n, err)) != TY_OK) {
+        ty_err_prefix(err, "cannot read the cluster's nodes from slurmrestd");
+        return s;
+    }
+    char label[600];
+    snprintf(label, sizeof label, "slurm:%s", cfg->slurm_url);
+    inventory *inv = NULL;
+    s = slurm_inventory_build(nodes, n, label, &inv, err);
+    free(nodes);
+    if (s != TY_OK)
+        return s;
+    inv_destroy(app->inventory);
+    app->inventory = inv;
+    if (cfg->slurm_server_url[0]) {
+        snprintf(app->slurm_server_url, sizeof app->slurm_server_url, "%s",
+                 cfg->slurm_server_url);
+    } else {
+        if (cfg->port == 0 || !strcmp(cfg->host, "0.0.0.0") ||
+            !strcmp(cfg->host, "::"))
+            return ty_fail(err, TY_EINVAL, "--slurm-server-url",
+                           "--executor slurm needs --slurm-server-url when "
+                           "--listen does not name one address and port "
+                           "the nodes can reach");
+        snprintf(app->slurm_server_url, sizeof app->slurm_server_url,
+                 "%s://%s%s%s:%d", cfg->tls_cert[0] ? "https" : "http",
+                 cfg->ipv6 ? "[" : "", cfg->host, cfg->ipv6 ? "]" : "",
+                 cfg->port);
+    }
+    app->slurm_exec = (exec_slurm_config){
+        .rest = app->slurm,
+        .worker_command = cfg->slurm_worker_command[0]
+                              ? cfg->slurm_worker_command
+                              : app->self_exe,
+        .server_url = app->slurm_server_url,
+        .workdir = cfg->slurm_workdir,
+        .partition = cfg->slurm_partition,
+        .account = cfg->slurm_account,
+        .qos = cfg->slurm_qos,
+        .gpu_sim = cfg->slurm_gpu_sim,
+        .ca_file = cfg->slurm_ca_file,
+        .heartbeat_ms = WPROTO_HEARTBEAT_DEFAULT_MS,
+        .heartbeat_timeout_s = cfg->heartbeat_timeout_s,
+        .start_grace_s = cfg->heartbeat_timeout_s > 120
+                             ? cfg->heartbeat_timeout_s
+                             : 120,
+        .poll_s = cfg->slurm_poll_s,
+        .preempt_grace_s = 120,
+        .time_limit_min = cfg->slurm_time_limit_min};
+    log_event("info", "slurm",
+              json_pack("{s:s, s:s, s:s, s:i, s:i}", "slurmrestd",
+                        cfg->slurm_url, "api_version",
+                        slurmrest_version(app->slurm), "workers_reach",
+                        app->slurm_server_url, "gpus", inv->ngpus, "slots",
+                        inv->nslots));
+    return TY_OK;
+}
+
 static int stop_pipe[2] = {-1, -1};
 
 static void on_stop_signal(int sig)
@@ -198,6 +277,7 @@ static void jobs_env_fill(const ty_app *app, jobs_env *env)
     env->fair_window_s = app->cfg.fair_window_s;
     env->serving_preempt = app->cfg.serving_preempt;
     env->max_replicas = app->cfg.max_replicas;
+    env->slurm = app->slurm ? &app->slurm_exec : NULL;
     env->replica_wait_s = app->cfg.replica_wait_s;
 }
 
@@ -323,6 +403,10 @@ static int cmd_serve(int argc, char **argv)
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
+    if (cfg.executor_slurm && open_slurm(&app, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        goto out;
+    }
     log_cpu_kernels();
     log_event("info", "devices",
               json_pack("{s:s, s:i, s:i, s:s}", "source",
@@ -444,6 +528,9 @@ out:
     model_cache_destroy(app.models);
     inv_destroy(app.inventory);
     app.inventory = NULL;
+    if (app.slurm)
+        slurmrest_destroy(app.slurm);
+    app.slurm = NULL;
     tls_pem_free(&app.tls);
     app_free(&app);
     if (rc == 0)

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "events/hub.h"
+#include "jobs/executor.h"
 #include "gpu/inventory.h"
 #include "jobs/placement.h"
 #include "store/store.h"
@@ -41,6 +42,9 @@ typedef struct jobs_env {
                                 the slots and CPU jobs) */
     double replica_wait_s;   /* a request waits this long for a ready
                                 replica before a 503 */
+    /* The Slurm executor's settings (its places set by jobs_start);
+     * NULL: training workers run locally. */
+    const exec_slurm_config *slurm;
 } jobs_env;
 
 #endif

@@ -128,6 +128,31 @@ static void service_free(jobs_service *r)
     free(r);
 }
 
+/* Hands a job row of the store (store_job_queued_all's shape) to the
+ * scheduler, queued; *sj its handle (may be NULL). */
+static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
+                            ty_err *err)
+{
+    const char *tenant = json_string_value(json_object_get(row, "tenant_id"));
+    sched_request req;
+    int priority = 0, t = -1;
+    ty_status s = jobreq_parse(json_object_get(row, "resources"),
+                               r->nslots > 0, &req, NULL, err);
+    if (s == TY_OK)
+        s = jobreq_priority(json_object_get(row, "priority"), &priority, err);
+    if (s == TY_OK)
+        s = svc_tenant_handle(r, tenant, &t, err);
+    if (s != TY_OK)
+        return s;
+    sched_job_desc d = {
+        .id = json_string_value(json_object_get(row, "id")),
+        .tenant = t,
+        .priority = priority,
+        .submit_time = json_number_value(json_object_get(row, "submit_time")),
+        .request = req};
+    return sched_job_submit(r->sched, &d, sj, err);
+}
+
 /* Queues what the store has queued (server start). */
 static void load_queued(jobs_service *r)
 {
@@ -142,27 +167,7 @@ static void load_queued(jobs_service *r)
     int loaded = 0;
     json_array_foreach (rows, i, row) {
         const char *id = json_string_value(json_object_get(row, "id"));
-        const char *tenant =
-            json_string_value(json_object_get(row, "tenant_id"));
-        sched_request req;
-        int priority = 0;
-        ty_status s = jobreq_parse(json_object_get(row, "resources"),
-                                   r->nslots > 0, &req, NULL, &err);
-        if (s == TY_OK)
-            s = jobreq_priority(json_object_get(row, "priority"), &priority,
-                                &err);
-        int t = -1;
-        if (s == TY_OK)
-            s = svc_tenant_handle(r, tenant, &t, &err);
-        if (s == TY_OK) {
-            sched_job_desc d = {.id = id,
-                                .tenant = t,
-                                .priority = priority,
-                                .submit_time = json_number_value(
-                                    json_object_get(row, "submit_time")),
-                                .request = req};
-            s = sched_job_submit(r->sched, &d, NULL, &err);
-        }
+        ty_status s = submit_row(r, row, NULL, &err);
         if (s == TY_OK) {
             loaded++;
             continue;
@@ -177,6 +182,96 @@ static void load_queued(jobs_service *r)
     if (loaded)
         log_msg("info", "runner: %d queued job(s) handed to the scheduler",
                 loaded);
+}
+
+/* Fails a running job this server cannot take back. */
+static void fail_unattached(jobs_service *r, const char *id, const char *why)
+{
+    ty_err err = {0};
+    char msg[600];
+    snprintf(msg, sizeof msg, "the restarted server could not re-attach it: %s",
+             why);
+    store_job_finish(r->env.store, id, JOB_FAILED, msg, NULL, &err);
+    svc_log_transition(r, id, JOB_FAILED, msg);
+}
+
+/* Server start with the Slurm executor: the jobs the store has running on
+ * Slurm (left so by the last server, store_job_requeue_running) are taken
+ * back as they are: their slot held again, their Slurm job watched, their
+ * worker's token valid again. Their Slurm state, read on the executor's
+ * next round, settles any that ended meanwhile. Caller holds mu. */
+static void reattach_running(jobs_service *r)
+{
+    if (!exec_is_slurm(r->exec))
+        return;
+    ty_err err = {0};
+    json_t *rows = NULL;
+    if (store_job_running_on(r->env.store, "slurm", &rows, &err) != TY_OK) {
+        log_msg("error", "runner: %s", err.msg);
+        return;
+    }
+    size_t i;
+    json_t *row;
+    int n = 0;
+    json_array_foreach (rows, i, row) {
+        const char *id = json_string_value(json_object_get(row, "id"));
+        const char *tenant =
+            json_string_value(json_object_get(row, "tenant_id"));
+        json_t *pl = json_object_get(row, "placement");
+        json_t *sl = json_object_get(pl, "slurm");
+        long slurm_id = (long)json_integer_value(json_object_get(sl, "job_id"));
+        const char *sha =
+            json_string_value(json_object_get(sl, "token_sha256"));
+        json_t *slot_v = json_object_get(pl, "slot");
+        int slot = json_is_integer(slot_v) ? (int)json_integer_value(slot_v)
+                                           : -1;
+        if (slurm_id <= 0 || !sha) {
+            /* Never submitted: simply queue it again. */
+            store_job_requeue(r->env.store, id, 1, NULL, &err);
+            continue;
+        }
+        int sj = -1;
+        ty_status s = submit_row(r, row, &sj, &err);
+        if (s == TY_OK && slot >= r->nslots)
+            s = ty_fail(&err, TY_EINVAL, NULL,
+                        "the cluster has fewer GPUs than when it started");
+        if (s == TY_OK)
+            s = sched_job_restore_running(r->sched, sj, slot, svc_wall(),
+                                          &err);
+        int place = -1;
+        for (int k = 0; k < r->cap && place < 0 && s == TY_OK; k++)
+            if (!r->runs[k].used)
+                place = k;
+        if (s == TY_OK && place < 0)
+            s = ty_fail(&err, TY_ECONFLICT, NULL, "no place is free");
+        if (s == TY_OK)
+            s = exec_slurm_adopt(r->exec, place, id, slurm_id, sha, &err);
+        if (s != TY_OK) {
+            if (sj >= 0)
+                sched_job_remove(r->sched, sj);
+            fail_unattached(r, id, err.msg);
+            continue;
+        }
+        job_run *w = &r->runs[place];
+        memset(w, 0, sizeof *w);
+        w->used = 1;
+        w->remote = 1;
+        w->resumed_from_epoch = -1;
+        w->sjob = sj;
+        w->slot = slot;
+        snprintf(w->job_id, sizeof w->job_id, "%s", id);
+        snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
+        snprintf(w->dir, sizeof w->dir, "%s/%s", r->env.jobs_dir, id);
+        r->nruns++;
+        svc_set_holder(r, slot, id, tenant);
+        log_event("info", "job_reattach",
+                  json_pack("{s:s, s:I}", "job", id, "slurm_job",
+                            (json_int_t)slurm_id));
+        n++;
+    }
+    json_decref(rows);
+    if (n)
+        log_msg("info", "runner: re-attached %d job(s) running on Slurm", n);
 }
 
 ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
@@ -227,15 +322,37 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
         service_free(r);
         return TY_ENOMEM;
     }
+    if (env->slurm) {
+        exec_slurm_config c = *env->slurm;
+        c.places = r->cap;
+        exec_hooks h = {.ctx = r,
+                        .on_message = lifecycle_message,
+                        .on_status = lifecycle_status,
+                        .on_end = lifecycle_end};
+        r->exec = exec_slurm_create(&c, &r->mu, &h, err);
+    } else {
+        r->exec = exec_local_create(r->sup, err);
+    }
+    if (!r->exec) {
+        supervisor_destroy(r->sup);
+        pthread_mutex_destroy(&r->mu);
+        service_free(r);
+        return TY_EINVAL; /* a setting (err names it), or memory */
+    }
+    pthread_mutex_lock(&r->mu);
+    reattach_running(r);
+    pthread_mutex_unlock(&r->mu);
     load_queued(r);
     r->deploy = deploy_books_create(r);
     if (!r->deploy) {
+        exec_destroy(r->exec);
         supervisor_destroy(r->sup);
         pthread_mutex_destroy(&r->mu);
         service_free(r);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
     if (supervisor_start(r->sup, err) != TY_OK) {
+        exec_destroy(r->exec);
         supervisor_destroy(r->sup);
         pthread_mutex_destroy(&r->mu);
         service_free(r);
@@ -365,7 +482,10 @@ static void dequeue_or_stop(jobs_service *r, const char *job_id)
         if (w->used && !strcmp(w->job_id, job_id)) {
             running = 1;
             w->cancel = 1;
-            supervisor_cancel(r->sup, i);
+            if (w->replica)
+                supervisor_cancel(r->sup, i);
+            else
+                r->exec->cancel(r->exec->impl, i);
         }
     }
     if (!running) {
@@ -523,15 +643,18 @@ void jobs_stop(jobs_service *r)
     if (!r)
         return;
     r->stopping = 1;
-    /* The thread stops, then the workers; their jobs stay running in the
-     * store until requeued here. */
+    /* The executor's thread stops (Slurm jobs keep running, for the next
+     * server to re-attach), then the supervisor's, then the local workers;
+     * their jobs stay running in the store until requeued here. */
+    int remote = exec_is_slurm(r->exec);
+    exec_destroy(r->exec);
     supervisor_stop(r->sup);
     for (int i = 0; i < r->cap; i++)
         if (r->runs[i].used)
             svc_set_holder(r, r->runs[i].slot, NULL, NULL);
     int64_t n = 0;
     ty_err err;
-    store_job_requeue_running(r->env.store, &n, &err);
+    store_job_requeue_running(r->env.store, remote ? "slurm" : NULL, &n, &err);
     if (n)
         log_msg("info", "requeued %lld running job(s) for the next start",
                 (long long)n);

@@ -20,6 +20,8 @@
 #ifndef TY_JOBS_SERVICE_H
 #define TY_JOBS_SERVICE_H
 
+#include <limits.h>
+
 #include <jansson.h>
 
 #include "common/ty.h"
@@ -65,6 +67,44 @@ void jobs_tenant_changed(jobs_service *js, const char *tenant_id);
  * are not queued. viewer_tenant: other tenants' job ids are not named.
  * js may be NULL (no report: queued jobs keep what they have). */
 void jobs_annotate(jobs_service *js, json_t *docs, const char *viewer_tenant);
+
+/* ---- remote workers (jobs/wremote.h), with the Slurm executor ----
+ * Each call is authenticated by the worker's attempt token: TY_EINVAL for
+ * an unknown token (HTTP 401), TY_ECONFLICT when its attempt is over (409),
+ * TY_ENOTFOUND when this server runs its workers itself. */
+
+/* The job document of WREMOTE_PATH_JOB (new reference). */
+ty_status jobs_worker_job(jobs_service *js, const char *job_id,
+                          const char *token, json_t **doc, ty_err *err);
+
+/* The path of a blob the job names (TY_ENOTFOUND for any other). */
+ty_status jobs_worker_blob(jobs_service *js, const char *job_id,
+                           const char *token, const char *sha256,
+                           char path[PATH_MAX], ty_err *err);
+
+/* The job's last uploaded checkpoint and its sha256; TY_ENOTFOUND none. */
+ty_status jobs_worker_checkpoint(jobs_service *js, const char *job_id,
+                                 const char *token, char path[PATH_MAX],
+                                 char sha[65], ty_err *err);
+
+/* Stores an upload (what: "checkpoint", "model", "log"; tmp_path the
+ * server's temp file of it, moved or removed): checked against sha256
+ * (TY_EINVAL on a mismatch; not for the log), made durable, then renamed
+ * over the job folder's file; the same content again changes nothing.
+ * *reply {"sha256", "bytes"}. */
+ty_status jobs_worker_upload(jobs_service *js, const char *job_id,
+                             const char *token, const char *what,
+                             const char *tmp_path, const char *sha256,
+                             json_t **reply, ty_err *err);
+
+/* The worker's lines (a JSON array of protocol objects), handled as the
+ * local worker's; *action what it should do next (WREMOTE_ACTION_*). */
+ty_status jobs_worker_events(jobs_service *js, const char *job_id,
+                             const char *token, const json_t *lines,
+                             const char **action, ty_err *err);
+
+/* The executor's state for /readyz ({"executor", "ok", ...}; new). */
+json_t *jobs_executor_status(jobs_service *js);
 
 /* Stops every worker, puts their jobs back in the queue, joins the thread
  * and frees the service. */

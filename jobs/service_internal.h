@@ -20,6 +20,7 @@
 #include "events/hub.h"
 #include "gpu/inventory.h"
 #include "jobs/env.h"
+#include "jobs/executor.h"
 #include "jobs/protocol.h"
 #include "jobs/sched.h"
 #include "jobs/supervisor.h"
@@ -45,6 +46,7 @@ typedef struct {
     char tenant_id[TY_ID_MAX]; /* for metrics labels */
     int replica; /* a serving replica (jobs/service_deploy.c), not a
                                   training job */
+    int remote;  /* its worker runs outside the server (Slurm) */
 } job_run;
 
 /* A crashed job waiting out its back-off, outside the scheduler. */
@@ -63,7 +65,9 @@ struct jobs_service {
     inventory *inv; /* env.inventory; NULL: no slots */
     pthread_mutex_t mu;
     atomic_int stopping;
-    supervisor *sup;
+    supervisor *sup; /* local processes: replicas, and training workers
+                        with the local executor */
+    executor *exec;  /* where training workers run (jobs/executor.h) */
     sched *sched;
     int nslots;                    /* inventory slots */
     char (*tenant_ids)[TY_ID_MAX]; /* by scheduler tenant handle */
@@ -183,5 +187,19 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind,
 /* A worker has exited: the outcome is recorded and the run entry freed.
  * mu held. */
 void lifecycle_exit(void *ctx, int place, int ws, int lost);
+
+/* ---- service_lifecycle.c: the executor's hooks (exec_hooks) ---- */
+
+/* What the cluster says of a remote worker: merged into the job's
+ * placement ("slurm") and published. mu not held. */
+void lifecycle_status(void *ctx, int place, const json_t *status);
+
+/* A worker ended (exec_end says how). mu held. */
+void lifecycle_end(void *ctx, int place, int ws, exec_end how,
+                   const char *why);
+
+/* The folder of the training job in place `place` with a current
+ * attempt (remote workers' requests). mu held. */
+const char *svc_run_dir(const jobs_service *r, int place);
 
 #endif

@@ -213,13 +213,22 @@ static void start_placement(jobs_service *r, int sj, int slot)
     svc_set_holder(r, slot, id, tenant);
     double queue_wait = svc_wall() - info.submit_time;
     opm_job_started(tenant, queue_wait);
-    json_t *job = NULL;
-    pid_t pid = -1;
+    json_t *job = NULL, *where = NULL;
+    w->remote = exec_is_slurm(r->exec);
     if ((s = store_job_get_internal(env->store, id, &job, &err)) == TY_OK &&
         (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
-        (s = write_job_file(env, job, w->dir, &err)) == TY_OK)
-        s = supervisor_spawn(r->sup, place, WPROTO_COMMAND, id, w->dir, dev,
-                             cvd, has_cvd, &pid, &err);
+        (s = write_job_file(env, job, w->dir, &err)) == TY_OK) {
+        exec_start st = {.job_id = id,
+                         .tenant_id = tenant,
+                         .dir = w->dir,
+                         .device = dev,
+                         .cvd = cvd,
+                         .has_cvd = has_cvd,
+                         .slot = slot >= 0 ? &r->inv->slots[slot] : NULL,
+                         .threads = env->worker_threads,
+                         .memory_bytes = env->max_job_memory};
+        s = r->exec->start(r->exec->impl, place, &st, &where, &err);
+    }
     json_decref(job);
     if (s != TY_OK) {
         char msg[600];
@@ -232,11 +241,15 @@ static void start_placement(jobs_service *r, int sj, int slot)
         run_release(r, w);
         return;
     }
-    json_t *patch = json_pack("{s:i}", "worker_pid", (int)pid);
-    store_job_placement_merge(env->store, id, patch, &err);
-    json_decref(patch);
-    json_t *f = json_pack("{s:s, s:s, s:s, s:i}", "job", id, "status",
-                          JOB_RUNNING, "device", dev, "pid", (int)pid);
+    if (where)
+        store_job_placement_merge(env->store, id, where, &err);
+    json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "job", id, "status",
+                          JOB_RUNNING, "device", dev, "executor",
+                          r->exec->name);
+    json_t *pid = json_object_get(where, "worker_pid");
+    if (pid)
+        json_object_set(f, "pid", pid);
+    json_decref(where);
     if (slot >= 0)
         json_object_set_new(f, "slot", json_integer(slot));
     json_object_set_new(f, "tenant", json_string(tenant));
@@ -258,7 +271,7 @@ static void preempt_worker(jobs_service *r, const sched_preemption *p)
         if (!w->used || w->sjob != p->victim)
             continue;
         w->preempting = 1;
-        supervisor_preempt(r->sup, i);
+        r->exec->preempt(r->exec->impl, i);
         log_event("info", "job_preempt",
                   json_pack("{s:s, s:s, s:i}", "job", victim.id, "for", job.id,
                             "slot", p->slot));
@@ -516,21 +529,74 @@ static void retry_or_fail(jobs_service *r, job_run *w, const char *what)
     svc_log_transition(r, w->job_id, JOB_QUEUED, msg);
 }
 
-/* The worker has exited with wait status ws (lost: killed after heartbeat
- * silence): record the outcome and settle the job with the scheduler.
- * Caller holds mu. */
-static void finish_worker(jobs_service *r, job_run *w, int ws, int lost)
+/* Where to read what went wrong: the log's path for a local worker (the
+ * operator's), its last lines for a remote one (which uploaded them: the
+ * server's folders are no business of the tenant's). */
+static void log_hint(const job_run *w, char *buf, size_t n)
+{
+    if (!w->remote) {
+        snprintf(buf, n, "its log is %s/" WPROTO_LOG_FILE, w->dir);
+        return;
+    }
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/" WPROTO_LOG_FILE, w->dir);
+    char tail[400] = "";
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
+        long from = size > (long)sizeof tail - 1 ? size - (long)sizeof tail + 1
+                                                 : 0;
+        if (fseek(f, from, SEEK_SET) == 0) {
+            size_t got = fread(tail, 1, sizeof tail - 1, f);
+            tail[got] = '\0';
+        }
+        fclose(f);
+    }
+    /* Whole lines only, trailing newline off. */
+    char *t = tail;
+    if (t[0] && strlen(t) == sizeof tail - 1) {
+        char *nl = strchr(t, '\n');
+        if (nl)
+            t = nl + 1;
+    }
+    size_t len = strlen(t);
+    while (len && (t[len - 1] == '\n' || t[len - 1] == '\r'))
+        t[--len] = '\0';
+    if (len)
+        snprintf(buf, n, "the end of its log: %s", t);
+    else
+        snprintf(buf, n, "it left no log");
+}
+
+/* The worker ended: wait status ws, and how (executor.h: a loss, the
+ * cluster's refusal, a cancel outside trainyard; why says). Records the
+ * outcome and settles the job with the scheduler. Caller holds mu. */
+static void finish_worker(jobs_service *r, job_run *w, int ws, exec_end how,
+                          const char *why)
 {
     const jobs_env *env = &r->env;
     ty_err err = {0};
-    char msg[700];
+    char msg[900], hint[600];
     const char *status;
     svc_set_holder(r, w->slot, NULL, NULL);
     opm_job_ended(w->job_id);
+    int ok_exit = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+    /* A remote worker that ended while this server was away: its model,
+     * if it uploaded one, is the result. */
+    if (w->remote && !w->done && (ok_exit || how == EXEC_END_LOST)) {
+        char model[PATH_MAX];
+        snprintf(model, sizeof model, "%s/model.safetensors", w->dir);
+        if (fs_exists(model)) {
+            w->done = 1;
+            ok_exit = 1;
+            how = EXEC_END_EXITED;
+            ws = 0;
+        }
+    }
     if (w->cancel) {
         status = JOB_CANCELLED;
         snprintf(msg, sizeof msg, "cancelled by request");
-    } else if (WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && w->done) {
+    } else if (how == EXEC_END_EXITED && ok_exit && w->done) {
         ty_status s = register_model(env, w, &err);
         sched_job_remove(r->sched, w->sjob);
         if (s == TY_OK) {
@@ -541,6 +607,9 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, int lost)
                          &err);
         svc_log_transition(r, w->job_id, JOB_FAILED, err.msg);
         return;
+    } else if (how == EXEC_END_FAILED || how == EXEC_END_OUTSIDE) {
+        status = how == EXEC_END_FAILED ? JOB_FAILED : JOB_CANCELLED;
+        snprintf(msg, sizeof msg, "%s", why ? why : "ended by the cluster");
     } else if (w->preempting ||
                (WIFEXITED(ws) && WEXITSTATUS(ws) == WPROTO_EXIT_PREEMPTED)) {
         /* Preempted (or stopped by SIGUSR1 before it could checkpoint): back
@@ -552,30 +621,45 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, int lost)
             sched_job_remove(r->sched, w->sjob);
         }
         return;
-    } else if (lost) {
-        snprintf(msg, sizeof msg,
-                 "the training process sent no heartbeat for %d s and was "
-                 "killed; its log is %s/" WPROTO_LOG_FILE,
-                 env->heartbeat_timeout_s, w->dir);
+    } else if (how == EXEC_END_LOST) {
+        if (why)
+            snprintf(msg, sizeof msg, "%s", why);
+        else
+            snprintf(msg, sizeof msg,
+                     "the training process sent no heartbeat for %d s and "
+                     "was killed; its log is %s/" WPROTO_LOG_FILE,
+                     env->heartbeat_timeout_s, w->dir);
         retry_or_fail(r, w, msg);
         return;
     } else if (w->error[0]) {
         /* The worker said what went wrong: running it again would not
          * help. */
         status = JOB_FAILED;
-        snprintf(msg, sizeof msg, "%s", w->error);
+        if (w->remote) {
+            log_hint(w, hint, sizeof hint);
+            snprintf(msg, sizeof msg, "%s; %s", w->error, hint);
+        } else {
+            snprintf(msg, sizeof msg, "%s", w->error);
+        }
     } else if (WIFSIGNALED(ws)) {
+        log_hint(w, hint, sizeof hint);
         snprintf(msg, sizeof msg,
-                 "the training process was killed by signal %d (%s); its log "
-                 "is %s/" WPROTO_LOG_FILE,
-                 WTERMSIG(ws), strsignal(WTERMSIG(ws)), w->dir);
+                 "the training process was killed by signal %d (%s); %s",
+                 WTERMSIG(ws), strsignal(WTERMSIG(ws)), hint);
         retry_or_fail(r, w, msg);
         return;
     } else {
-        snprintf(msg, sizeof msg,
-                 "the training process exited with status %d without a "
-                 "result; its log is %s/" WPROTO_LOG_FILE,
-                 WIFEXITED(ws) ? WEXITSTATUS(ws) : -1, w->dir);
+        log_hint(w, hint, sizeof hint);
+        int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+        if (w->remote && code > 128 && code < 128 + 65)
+            snprintf(msg, sizeof msg,
+                     "the training process was killed by signal %d (%s); %s",
+                     code - 128, strsignal(code - 128), hint);
+        else
+            snprintf(msg, sizeof msg,
+                     "the training process exited with status %d without a "
+                     "result; %s",
+                     code, hint);
         retry_or_fail(r, w, msg);
         return;
     }
@@ -638,6 +722,43 @@ void lifecycle_exit(void *ctx, int place, int ws, int lost)
     if (w->replica)
         deploy_replica_exit(r, place, ws, lost);
     else
-        finish_worker(r, w, ws, lost);
+        finish_worker(r, w, ws, lost ? EXEC_END_LOST : EXEC_END_EXITED, NULL);
     run_release(r, w);
+}
+
+/* exec_hooks.on_end: mu held. */
+void lifecycle_end(void *ctx, int place, int ws, exec_end how,
+                   const char *why)
+{
+    jobs_service *r = ctx;
+    job_run *w = &r->runs[place];
+    if (!w->used || w->replica)
+        return;
+    finish_worker(r, w, ws, how, why);
+    run_release(r, w);
+}
+
+/* exec_hooks.on_status: mu not held. */
+void lifecycle_status(void *ctx, int place, const json_t *status)
+{
+    jobs_service *r = ctx;
+    job_run *w = &r->runs[place];
+    if (!w->used || w->replica)
+        return;
+    ty_err err = {0};
+    json_t *patch = json_pack("{s:O}", "slurm", status);
+    if (store_job_placement_merge(r->env.store, w->job_id, patch, &err) ==
+        TY_OK)
+        svc_publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
+    else
+        log_msg("error", "runner: job %s: %s", w->job_id, err.msg);
+    json_decref(patch);
+}
+
+const char *svc_run_dir(const jobs_service *r, int place)
+{
+    if (place < 0 || place >= r->cap || !r->runs[place].used ||
+        r->runs[place].replica)
+        return NULL;
+    return r->runs[place].dir;
 }

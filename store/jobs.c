@@ -328,15 +328,41 @@ ty_status store_job_request_cancel(store *st, const char *tenant_id,
     return s;
 }
 
-ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err)
+ty_status store_job_requeue_running(store *st, const char *keep_executor,
+                                   int64_t *count, ty_err *err)
 {
     int n = 0;
     pthread_mutex_lock(&st->mu);
     ty_status s =
-        db_q(st, NULL, &n, err,
-             "UPDATE jobs SET status = 'queued' WHERE status = 'running'", "");
+        keep_executor
+            ? db_q(st, NULL, &n, err,
+                   "UPDATE jobs SET status = 'queued' WHERE status = "
+                   "'running' AND coalesce(json_extract(placement, "
+                   "'$.executor'), 'local') != ?",
+                   "s", keep_executor)
+            : db_q(st, NULL, &n, err,
+                   "UPDATE jobs SET status = 'queued' WHERE status = "
+                   "'running'",
+                   "");
     pthread_mutex_unlock(&st->mu);
     *count = n;
+    return s;
+}
+
+ty_status store_job_running_on(store *st, const char *executor, json_t **rows,
+                               ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    ty_status s =
+        db_q(st, rows, NULL, err,
+             "SELECT id, tenant_id, priority, "
+             "coalesce(resources, '{\"gpu\":\"none\"}') AS "
+             "resources_json, (julianday(created_at) - 2440587.5) * "
+             "86400.0 AS submit_time, placement AS placement_json FROM jobs "
+             "WHERE status = 'running' AND coalesce(json_extract(placement, "
+             "'$.executor'), 'local') = ? ORDER BY seq",
+             "s", executor);
+    pthread_mutex_unlock(&st->mu);
     return s;
 }
 

@@ -204,8 +204,16 @@ ty_status store_job_request_cancel(store *st, const char *tenant_id,
                                    ty_err *err);
 
 /* Puts every running job back in the queue (server start, after a crash or a
- * shutdown); *count says how many. */
-ty_status store_job_requeue_running(store *st, int64_t *count, ty_err *err);
+ * shutdown); *count says how many. keep_executor (NULL: none) names the
+ * executor whose jobs stay running (placement.executor "slurm": they run
+ * outside the server and are re-attached, store_job_running_on). */
+ty_status store_job_requeue_running(store *st, const char *keep_executor,
+                                   int64_t *count, ty_err *err);
+
+/* The running jobs of an executor (placement.executor; "local" for jobs
+ * without one), as store_job_queued_all's rows plus "placement". */
+ty_status store_job_running_on(store *st, const char *executor, json_t **rows,
+                               ty_err *err);
 
 /* ---- change counters (db.c) ----
  *

@@ -169,7 +169,7 @@ static void test_job_life_cycle(void **state)
 
     /* A crash: running jobs go back to the queue. */
     int64_t n = 0;
-    assert_int_equal(store_job_requeue_running(f->st, &n, &err), TY_OK);
+    assert_int_equal(store_job_requeue_running(f->st, NULL, &n, &err), TY_OK);
     assert_int_equal(n, 1);
     assert_int_equal(store_job_start(f->st, "job_1", "cuda:1", &err), TY_OK);
     assert_int_equal(store_job_get(f->st, "tn_a", "job_1", &job, &err), TY_OK);

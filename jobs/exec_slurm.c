@@ -1,0 +1,848 @@
+/*
+ * exec_slurm.c - the Slurm executor (see executor.h): each training worker
+ * is a Slurm batch job submitted through slurmrestd, running the remote
+ * worker shim (jobs/wremote.h), which talks to this server over HTTP with
+ * a token scoped to the job's attempt.
+ *
+ * One thread does every call to slurmrestd, never holding the service's
+ * mutex while it waits on the network: submissions (retried while
+ * slurmrestd is down: submissions pause, running jobs go on), cancels,
+ * and the polling of each job's state, which it maps to the service's
+ * outcomes (executor.h, exec_end). The worker's own lines arrive on HTTP
+ * threads (exec_slurm_deliver).
+ *
+ * Locks: msg_mu serialises the delivery of a place's lines and its end
+ * (as the supervisor's single thread does for local workers): the thread
+ * takes msg_mu, then the service's mu; a delivery takes msg_mu, then mu
+ * briefly. The service calls start, preempt and cancel with mu held and
+ * never takes msg_mu.
+ */
+#include "jobs/executor.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "cluster/slurm_inventory.h"
+#include "common/ids.h"
+#include "common/log.h"
+#include "common/sha256.h"
+#include "jobs/wremote.h"
+
+#define TOKEN_BYTES 32
+#define ENDED_MAX 64  /* attempts remembered as over (409, not 401) */
+#define PING_EVERY_S 10.0
+
+typedef enum {
+    XP_FREE = 0,
+    XP_SUBMIT, /* to submit (again, after an outage) */
+    XP_WATCH,  /* submitted: polled until it ends */
+} xp_phase;
+
+typedef struct {
+    xp_phase phase;
+    unsigned gen; /* bumped by each start: stale results are dropped */
+    char job_id[TY_ID_MAX];
+    char token_sha[65];
+    char token[2 * TOKEN_BYTES + 1]; /* until submitted, then wiped */
+    long slurm_id;
+    char device[INV_NAME_MAX + 8];
+    char gres[96];
+    int cpus;
+    uint64_t memory_mb;
+    int want_cancel, cancel_sent;
+    int want_preempt;
+    double preempt_at;
+    int lost;           /* silent: cancelled as lost */
+    double last_line;   /* monotonic time of its last delivery; 0 none */
+    double running_since; /* monotonic; 0 until Slurm said RUNNING */
+    slurm_state state;
+    char reason[128];
+    char node[128];
+} xplace;
+
+typedef struct {
+    char job_id[TY_ID_MAX];
+    char token_sha[65];
+} ended_rec;
+
+typedef struct {
+    exec_slurm_config cfg;
+    char worker_command[PATH_MAX], server_url[512], workdir[PATH_MAX];
+    char partition[64], account[64], qos[64], ca_file[PATH_MAX];
+    pthread_mutex_t *mu; /* the service's */
+    pthread_mutex_t msg_mu;
+    exec_hooks hooks;
+    int cap;
+    xplace *p;
+    ended_rec ended[ENDED_MAX];
+    int nended;
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t wake_mu;
+    pthread_cond_t wake_cv;
+    int wake;
+    int stopping;
+    /* slurmrestd's health, for /readyz (under wake_mu) */
+    int outage;
+    double outage_since; /* wall clock */
+    char outage_msg[300];
+    double last_ok;      /* monotonic */
+} slurm_exec;
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double wall_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void wake_thread(slurm_exec *x)
+{
+    pthread_mutex_lock(&x->wake_mu);
+    x->wake = 1;
+    pthread_cond_signal(&x->wake_cv);
+    pthread_mutex_unlock(&x->wake_mu);
+}
+
+static void token_hash(const char *token, char hex[65])
+{
+    uint8_t d[32];
+    sha256_digest(token, strlen(token), d);
+    sha256_hex(d, hex);
+}
+
+/* Compares two hex digests in constant time. */
+static int digest_eq(const char *a, const char *b)
+{
+    unsigned char diff = 0;
+    for (int i = 0; i < 64; i++)
+        diff |= (unsigned char)(a[i] ^ b[i]);
+    return diff == 0 && a[64] == '\0' && b[64] == '\0';
+}
+
+/* slurmrestd answered (ok) or could not be reached (msg). */
+static void note_health(slurm_exec *x, int ok, const char *msg)
+{
+    pthread_mutex_lock(&x->wake_mu);
+    if (ok) {
+        if (x->outage)
+            log_msg("info", "slurm: slurmrestd answers again; submissions "
+                            "resume");
+        x->outage = 0;
+        x->last_ok = mono_now();
+    } else {
+        if (!x->outage) {
+            x->outage_since = wall_now();
+            log_msg("error", "slurm: slurmrestd unreachable (%s); new "
+                             "submissions wait, running jobs go on",
+                    msg);
+        }
+        x->outage = 1;
+        snprintf(x->outage_msg, sizeof x->outage_msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&x->wake_mu);
+}
+
+/* ---- start, preempt, cancel (mu held) ---- */
+
+static ty_status slurm_start(void *impl, int place, const exec_start *st,
+                             json_t **placement, ty_err *err)
+{
+    slurm_exec *x = impl;
+    xplace *p = &x->p[place];
+    uint8_t raw[TOKEN_BYTES];
+    ty_status s = ty_random_bytes(raw, sizeof raw, err);
+    if (s != TY_OK)
+        return s;
+    unsigned gen = p->gen + 1;
+    memset(p, 0, sizeof *p);
+    p->gen = gen;
+    for (int i = 0; i < TOKEN_BYTES; i++)
+        snprintf(p->token + 2 * i, 3, "%02x", raw[i]);
+    token_hash(p->token, p->token_sha);
+    snprintf(p->job_id, sizeof p->job_id, "%s", st->job_id);
+    if (st->slot) {
+        slurm_gres_for_slot(st->slot, p->gres, sizeof p->gres);
+        if (x->cfg.gpu_sim)
+            snprintf(p->device, sizeof p->device, WPROTO_DEVICE_SIM_PREFIX "%s",
+                     st->slot->uuid);
+        else
+            snprintf(p->device, sizeof p->device, "%s:0", WPROTO_DEVICE_CUDA);
+    } else {
+        snprintf(p->device, sizeof p->device, "%s", WPROTO_DEVICE_CPU);
+    }
+    p->cpus = st->threads > 0 ? st->threads : 1;
+    p->memory_mb = st->memory_bytes ? (st->memory_bytes >> 20) + 1 : 0;
+    p->state = SLURM_ST_UNKNOWN;
+    p->phase = XP_SUBMIT;
+    /* The attempt's token hash beside the job folder's other state, so a
+     * restarted server can re-attach (jobs_start). */
+    *placement = json_pack("{s:s, s:{s:n, s:s, s:s, s:s?}}", "executor",
+                           "slurm", "slurm", "job_id", "state", "SUBMITTING",
+                           "token_sha256", p->token_sha, "gres",
+                           p->gres[0] ? p->gres : NULL);
+    wake_thread(x);
+    return TY_OK;
+}
+
+static void slurm_preempt(void *impl, int place)
+{
+    slurm_exec *x = impl;
+    xplace *p = &x->p[place];
+    if (p->phase == XP_FREE || p->want_preempt)
+        return;
+    p->want_preempt = 1;
+    p->preempt_at = mono_now();
+    if (p->phase == XP_SUBMIT || p->running_since == 0)
+        p->want_cancel = 1; /* not running yet: nothing to checkpoint */
+    wake_thread(x);
+}
+
+static void slurm_cancel(void *impl, int place)
+{
+    slurm_exec *x = impl;
+    xplace *p = &x->p[place];
+    if (p->phase == XP_FREE)
+        return;
+    p->want_cancel = 1;
+    wake_thread(x);
+}
+
+ty_status exec_slurm_adopt(executor *ex, int place, const char *job_id,
+                           long slurm_id, const char *token_sha256,
+                           ty_err *err)
+{
+    slurm_exec *x = ex->impl;
+    if (place < 0 || place >= x->cap || x->p[place].phase != XP_FREE ||
+        !token_sha256 || strlen(token_sha256) != 64 || slurm_id <= 0)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "cannot re-attach job %s (Slurm job %ld)", job_id,
+                       slurm_id);
+    xplace *p = &x->p[place];
+    unsigned gen = p->gen + 1;
+    memset(p, 0, sizeof *p);
+    p->gen = gen;
+    snprintf(p->job_id, sizeof p->job_id, "%s", job_id);
+    snprintf(p->token_sha, sizeof p->token_sha, "%s", token_sha256);
+    p->slurm_id = slurm_id;
+    p->phase = XP_WATCH;
+    /* Give the worker a whole heartbeat timeout to reach this server. */
+    p->last_line = mono_now();
+    wake_thread(x);
+    return TY_OK;
+}
+
+/* ---- the worker's requests ---- */
+
+static int find_place(slurm_exec *x, const char *job_id, const char *sha)
+{
+    for (int i = 0; i < x->cap; i++) {
+        xplace *p = &x->p[i];
+        if (p->phase != XP_FREE && !strcmp(p->job_id, job_id) &&
+            digest_eq(p->token_sha, sha))
+            return i;
+    }
+    return -1;
+}
+
+ty_status exec_slurm_auth(executor *ex, const char *job_id, const char *token,
+                          int *place, ty_err *err)
+{
+    slurm_exec *x = ex->impl;
+    if (!token || strlen(token) != 2 * TOKEN_BYTES)
+        return ty_fail(err, TY_EINVAL, NULL, "unknown worker token");
+    char sha[65];
+    token_hash(token, sha);
+    int i = find_place(x, job_id, sha);
+    if (i >= 0) {
+        *place = i;
+        return TY_OK;
+    }
+    for (int k = 0; k < x->nended; k++)
+        if (!strcmp(x->ended[k].job_id, job_id) &&
+            digest_eq(x->ended[k].token_sha, sha))
+            return ty_fail(err, TY_ECONFLICT, NULL,
+                           "this attempt of job %s is over", job_id);
+    return ty_fail(err, TY_EINVAL, NULL, "unknown worker token");
+}
+
+ty_status exec_slurm_deliver(executor *ex, pthread_mutex_t *mu,
+                             const char *job_id, const char *token,
+                             const json_t *lines, const char **action,
+                             ty_err *err)
+{
+    slurm_exec *x = ex->impl;
+    pthread_mutex_lock(&x->msg_mu);
+    pthread_mutex_lock(mu);
+    int place = -1;
+    ty_status s = exec_slurm_auth(ex, job_id, token, &place, err);
+    unsigned gen = place >= 0 ? x->p[place].gen : 0;
+    if (s == TY_OK) {
+        x->p[place].last_line = mono_now();
+        if (x->p[place].running_since == 0)
+            x->p[place].running_since = x->p[place].last_line;
+    }
+    pthread_mutex_unlock(mu);
+    if (s != TY_OK) {
+        pthread_mutex_unlock(&x->msg_mu);
+        return s;
+    }
+    size_t i;
+    const json_t *line;
+    json_array_foreach (lines, i, line) {
+        /* Read as the local worker's lines are: one definition of the
+         * protocol (wproto_decode). */
+        char *text = json_dumps(line, JSON_COMPACT);
+        json_t *msg = NULL;
+        wproto_msg kind = text ? wproto_decode(text, &msg) : WPROTO_MSG_NONE;
+        free(text);
+        if (kind != WPROTO_MSG_NONE)
+            x->hooks.on_message(x->hooks.ctx, place, kind, msg);
+        json_decref(msg);
+    }
+    pthread_mutex_lock(mu);
+    xplace *p = &x->p[place];
+    *action = WREMOTE_ACTION_RUN;
+    if (p->gen == gen) {
+        if (p->want_cancel)
+            *action = WREMOTE_ACTION_CANCEL;
+        else if (p->want_preempt)
+            *action = WREMOTE_ACTION_PREEMPT;
+    }
+    pthread_mutex_unlock(mu);
+    pthread_mutex_unlock(&x->msg_mu);
+    return TY_OK;
+}
+
+/* ---- the thread ---- */
+
+/* What one round asks of slurmrestd for one place, and what it said. */
+typedef struct {
+    int place;
+    unsigned gen;
+    int submit, cancel, poll;
+    long slurm_id;
+    /* submit's inputs */
+    char job_id[TY_ID_MAX];
+    char token[2 * TOKEN_BYTES + 1];
+    char device[INV_NAME_MAX + 8];
+    char gres[96];
+    int cpus;
+    uint64_t memory_mb;
+    /* results */
+    ty_status submit_s, poll_s;
+    ty_err submit_err, poll_err;
+    slurm_job_info info;
+} xwork;
+
+/* Single-quotes s for the batch script (the config is checked to hold no
+ * quote or newline). */
+static void build_script(const slurm_exec *x, const char *job_id, char *buf,
+                         size_t n)
+{
+    snprintf(buf, n,
+             "#!/bin/sh\n"
+             "# trainyard training job %s: the remote worker (it downloads "
+             "its job from the server and reports back over HTTP)\n"
+             "exec '%s' worker " WREMOTE_ARG_SERVER " '%s' " WREMOTE_ARG_JOB
+             " '%s'\n",
+             job_id, x->worker_command, x->server_url, job_id);
+}
+
+static void do_submit(slurm_exec *x, xwork *w)
+{
+    char script[PATH_MAX * 2 + 1024], name[TY_ID_MAX + 16];
+    char out[PATH_MAX + 64];
+    char e_token[128], e_dev[160], e_hb[64], e_ca[PATH_MAX + 32];
+    snprintf(script, sizeof script, "%s", "");
+    build_script(x, w->job_id, script, sizeof script);
+    snprintf(name, sizeof name, "trainyard-%s", w->job_id);
+    snprintf(out, sizeof out, "%s/trainyard-%%j.out", x->workdir);
+    snprintf(e_token, sizeof e_token, WREMOTE_ENV_TOKEN "=%s", w->token);
+    snprintf(e_dev, sizeof e_dev, WPROTO_ENV_DEVICE "=%s", w->device);
+    snprintf(e_hb, sizeof e_hb, WPROTO_ENV_HEARTBEAT_MS "=%d",
+             x->cfg.heartbeat_ms);
+    snprintf(e_ca, sizeof e_ca, WREMOTE_ENV_CA_FILE "=%s", x->ca_file);
+    const char *env[10];
+    int k = 0;
+    env[k++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+    env[k++] = e_token;
+    env[k++] = e_dev;
+    env[k++] = e_hb;
+    env[k++] = WPROTO_ENV_BLAS_THREADS "=1";
+    if (!w->gres[0])
+        env[k++] = WPROTO_ENV_CUDA_VISIBLE "=";
+    if (x->ca_file[0])
+        env[k++] = e_ca;
+    env[k] = NULL;
+    slurm_submit sub = {.name = name,
+                        .script = script,
+                        .cwd = x->workdir,
+                        .stdout_path = out,
+                        .partition = x->partition,
+                        .account = x->account,
+                        .qos = x->qos,
+                        .gres = w->gres[0] ? w->gres : NULL,
+                        .cpus = w->cpus,
+                        .memory_mb = w->memory_mb,
+                        .time_limit_min = x->cfg.time_limit_min,
+                        .env = env};
+    w->submit_s = slurmrest_submit(x->cfg.rest, &sub, &w->slurm_id,
+                                   &w->submit_err);
+}
+
+/* Collects this round's work under mu. Returns how many entries. */
+static int collect(slurm_exec *x, xwork *work)
+{
+    int n = 0;
+    double t = mono_now();
+    for (int i = 0; i < x->cap; i++) {
+        xplace *p = &x->p[i];
+        if (p->phase == XP_FREE)
+            continue;
+        xwork *w = &work[n];
+        memset(w, 0, sizeof *w);
+        w->place = i;
+        w->gen = p->gen;
+        w->slurm_id = p->slurm_id;
+        if (p->phase == XP_SUBMIT) {
+            if (p->want_cancel) {
+                w->poll = 0; /* never submitted: ends below */
+            } else {
+                w->submit = 1;
+                snprintf(w->job_id, sizeof w->job_id, "%s", p->job_id);
+                snprintf(w->token, sizeof w->token, "%s", p->token);
+                snprintf(w->device, sizeof w->device, "%s", p->device);
+                snprintf(w->gres, sizeof w->gres, "%s", p->gres);
+                w->cpus = p->cpus;
+                w->memory_mb = p->memory_mb;
+            }
+            n++;
+            continue;
+        }
+        /* Watching: silence, a preemption that is taking too long. */
+        if (p->running_since > 0 && !p->want_cancel) {
+            double since = p->last_line > 0 ? p->last_line : p->running_since;
+            double limit = p->last_line > 0 ? x->cfg.heartbeat_timeout_s
+                                            : x->cfg.start_grace_s;
+            if (limit > 0 && t - since > limit) {
+                p->lost = 1;
+                p->want_cancel = 1;
+                log_msg("error",
+                        "slurm: job %s (Slurm job %ld) sent nothing for %.0f "
+                        "s: cancelling it as lost",
+                        p->job_id, p->slurm_id, t - since);
+            }
+        }
+        if (p->want_preempt && !p->want_cancel &&
+            t - p->preempt_at > x->cfg.preempt_grace_s)
+            p->want_cancel = 1;
+        if (p->want_cancel && !p->cancel_sent) {
+            w->cancel = 1;
+            p->cancel_sent = 1;
+        }
+        w->poll = 1;
+        n++;
+    }
+    return n;
+}
+
+/* The wait status, or the end, a terminal Slurm state means. */
+static exec_end map_end(const xplace *p, const slurm_job_info *info, int *ws,
+                        char *why, size_t n)
+{
+    int code = info->exit_code >= 0 ? info->exit_code : 1;
+    *ws = (code & 0xff) << 8;
+    why[0] = '\0';
+    switch (info->state) {
+        case SLURM_ST_COMPLETED: return EXEC_END_EXITED;
+        case SLURM_ST_FAILED:
+            if (info->exit_signal > 0)
+                *ws = info->exit_signal & 0x7f;
+            return EXEC_END_EXITED;
+        case SLURM_ST_CANCELLED:
+            if (p->lost) {
+                snprintf(why, n,
+                         "the worker (Slurm job %ld) sent nothing for too "
+                         "long and was cancelled",
+                         p->slurm_id);
+                return EXEC_END_LOST;
+            }
+            if (p->want_preempt) {
+                *ws = WPROTO_EXIT_PREEMPTED << 8;
+                return EXEC_END_EXITED;
+            }
+            if (p->want_cancel) {
+                *ws = WPROTO_EXIT_CANCELLED << 8;
+                return EXEC_END_EXITED;
+            }
+            snprintf(why, n,
+                     "Slurm job %ld was cancelled outside trainyard (scancel "
+                     "or a cluster admin)",
+                     p->slurm_id);
+            return EXEC_END_OUTSIDE;
+        case SLURM_ST_OUT_OF_MEMORY:
+            snprintf(why, n,
+                     "Slurm killed job %ld: it ran out of memory on node %s",
+                     p->slurm_id, info->node[0] ? info->node : "?");
+            return EXEC_END_FAILED;
+        default:
+            /* NODE_FAIL, PREEMPTED, TIMEOUT, BOOT_FAIL, DEADLINE: not the
+             * job's fault; it resumes from its last uploaded checkpoint. */
+            snprintf(why, n, "Slurm ended job %ld with %s%s%s", p->slurm_id,
+                     info->state_name,
+                     info->node[0] ? " on node " : "", info->node);
+            return EXEC_END_LOST;
+    }
+}
+
+typedef struct {
+    int place;
+    unsigned gen;
+    json_t *status; /* on_status's, or NULL */
+    int end;
+    int ws;
+    exec_end how;
+    char why[300];
+} xresult;
+
+/* Applies the round's answers under mu: new states, ends. */
+static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
+{
+    for (int k = 0; k < n; k++) {
+        xwork *w = &work[k];
+        xresult *r = &res[k];
+        memset(r, 0, sizeof *r);
+        r->place = w->place;
+        r->gen = w->gen;
+        xplace *p = &x->p[w->place];
+        if (p->gen != w->gen || p->phase == XP_FREE)
+            continue;
+        if (p->phase == XP_SUBMIT && p->want_cancel && !w->submit) {
+            r->end = 1;
+            r->ws = (p->want_preempt ? WPROTO_EXIT_PREEMPTED
+                                     : WPROTO_EXIT_CANCELLED)
+                    << 8;
+            r->how = EXEC_END_EXITED;
+            continue;
+        }
+        if (w->submit) {
+            if (w->submit_s == TY_OK) {
+                p->slurm_id = w->slurm_id;
+                p->phase = XP_WATCH;
+                memset(p->token, 0, sizeof p->token);
+                p->state = SLURM_ST_PENDING;
+                r->status = json_pack("{s:I, s:s, s:s}", "job_id",
+                                      (json_int_t)p->slurm_id, "state",
+                                      "PENDING", "reason", "submitted");
+                log_event("info", "slurm_submit",
+                          json_pack("{s:s, s:I, s:s}", "job", p->job_id,
+                                    "slurm_job", (json_int_t)p->slurm_id,
+                                    "gres", p->gres[0] ? p->gres : "none"));
+            } else if (w->submit_s == TY_EINVAL) {
+                r->end = 1;
+                r->how = EXEC_END_FAILED;
+                snprintf(r->why, sizeof r->why, "Slurm refused the job: %s",
+                         w->submit_err.msg);
+            }
+            /* TY_EIO: slurmrestd is down; the next round tries again. */
+            continue;
+        }
+        if (!w->poll)
+            continue;
+        if (w->poll_s == TY_ENOTFOUND) {
+            r->end = 1;
+            if (p->want_cancel && !p->lost) {
+                r->ws = (p->want_preempt ? WPROTO_EXIT_PREEMPTED
+                                         : WPROTO_EXIT_CANCELLED)
+                        << 8;
+                r->how = EXEC_END_EXITED;
+            } else {
+                /* Ended longer ago than Slurm keeps jobs (a long server
+                 * outage): finish it from what it uploaded. */
+                r->ws = 0;
+                r->how = EXEC_END_LOST;
+                snprintf(r->why, sizeof r->why,
+                         "Slurm no longer knows job %ld (it ended while the "
+                         "server was away)",
+                         p->slurm_id);
+            }
+            continue;
+        }
+        if (w->poll_s != TY_OK)
+            continue;
+        const slurm_job_info *info = &w->info;
+        if (info->state == SLURM_ST_RUNNING && p->running_since == 0)
+            p->running_since = mono_now();
+        if (info->state != p->state || strcmp(info->reason, p->reason) ||
+            strcmp(info->node, p->node)) {
+            p->state = info->state;
+            snprintf(p->reason, sizeof p->reason, "%s", info->reason);
+            snprintf(p->node, sizeof p->node, "%s", info->node);
+            r->status = json_pack(
+                "{s:I, s:s, s:s, s:s}", "job_id", (json_int_t)p->slurm_id,
+                "state", info->state_name, "reason", info->reason, "node",
+                info->node);
+        }
+        if (slurm_state_terminal(info->state)) {
+            r->end = 1;
+            r->how = map_end(p, info, &r->ws, r->why, sizeof r->why);
+        }
+    }
+}
+
+static void remember_ended(slurm_exec *x, const xplace *p)
+{
+    if (x->nended == ENDED_MAX) {
+        memmove(&x->ended[0], &x->ended[1],
+                (ENDED_MAX - 1) * sizeof x->ended[0]);
+        x->nended--;
+    }
+    ended_rec *e = &x->ended[x->nended++];
+    snprintf(e->job_id, sizeof e->job_id, "%s", p->job_id);
+    snprintf(e->token_sha, sizeof e->token_sha, "%s", p->token_sha);
+}
+
+static void round_once(slurm_exec *x, xwork *work, xresult *res)
+{
+    pthread_mutex_lock(x->mu);
+    int n = collect(x, work);
+    pthread_mutex_unlock(x->mu);
+
+    int contacted = 0, ok = 1;
+    char msg[300] = "";
+    for (int k = 0; k < n; k++) {
+        xwork *w = &work[k];
+        if (w->submit) {
+            do_submit(x, w);
+            contacted = 1;
+            if (w->submit_s == TY_EIO) {
+                ok = 0;
+                snprintf(msg, sizeof msg, "%s", w->submit_err.msg);
+            }
+        }
+        if (w->cancel) {
+            ty_err err = {0};
+            contacted = 1;
+            if (slurmrest_cancel(x->cfg.rest, w->slurm_id, 0, &err) != TY_OK) {
+                log_msg("error", "slurm: cancel of Slurm job %ld: %s",
+                        w->slurm_id, err.msg);
+                if (err.msg[0]) {
+                    ok = 0;
+                    snprintf(msg, sizeof msg, "%s", err.msg);
+                }
+                /* Try again next round. */
+                pthread_mutex_lock(x->mu);
+                if (x->p[w->place].gen == w->gen)
+                    x->p[w->place].cancel_sent = 0;
+                pthread_mutex_unlock(x->mu);
+            }
+        }
+        if (w->poll) {
+            contacted = 1;
+            w->poll_s = slurmrest_job(x->cfg.rest, w->slurm_id, &w->info,
+                                      &w->poll_err);
+            if (w->poll_s == TY_EIO || w->poll_s == TY_EINVAL) {
+                ok = 0;
+                snprintf(msg, sizeof msg, "%s", w->poll_err.msg);
+            }
+        }
+    }
+    if (!contacted && mono_now() - x->last_ok > PING_EVERY_S) {
+        ty_err err = {0};
+        ok = slurmrest_ping(x->cfg.rest, &err) == TY_OK;
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        contacted = 1;
+    }
+    if (contacted)
+        note_health(x, ok, msg);
+
+    pthread_mutex_lock(&x->msg_mu);
+    pthread_mutex_lock(x->mu);
+    apply(x, work, n, res);
+    pthread_mutex_unlock(x->mu);
+    for (int k = 0; k < n; k++)
+        if (res[k].status) {
+            if (x->p[res[k].place].gen == res[k].gen)
+                x->hooks.on_status(x->hooks.ctx, res[k].place, res[k].status);
+            json_decref(res[k].status);
+            res[k].status = NULL;
+        }
+    pthread_mutex_lock(x->mu);
+    for (int k = 0; k < n; k++) {
+        xresult *r = &res[k];
+        xplace *p = &x->p[r->place];
+        if (!r->end || p->gen != r->gen || p->phase == XP_FREE)
+            continue;
+        remember_ended(x, p);
+        p->phase = XP_FREE;
+        memset(p->token, 0, sizeof p->token);
+        x->hooks.on_end(x->hooks.ctx, r->place, r->ws, r->how,
+                        r->why[0] ? r->why : NULL);
+    }
+    pthread_mutex_unlock(x->mu);
+    pthread_mutex_unlock(&x->msg_mu);
+}
+
+static void *slurm_main(void *arg)
+{
+    slurm_exec *x = arg;
+    xwork *work = calloc((size_t)x->cap + 1, sizeof *work);
+    xresult *res = calloc((size_t)x->cap + 1, sizeof *res);
+    if (!work || !res) {
+        log_msg("error", "slurm: out of memory; the executor stops");
+        free(work);
+        free(res);
+        return NULL;
+    }
+    for (;;) {
+        pthread_mutex_lock(&x->wake_mu);
+        int stop = x->stopping;
+        pthread_mutex_unlock(&x->wake_mu);
+        if (stop)
+            break;
+        round_once(x, work, res);
+        pthread_mutex_lock(&x->wake_mu);
+        if (!x->wake && !x->stopping) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            double wait = x->cfg.poll_s > 0 ? x->cfg.poll_s : 1.0;
+            ts.tv_sec += (time_t)wait;
+            ts.tv_nsec += (long)((wait - (double)(time_t)wait) * 1e9);
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&x->wake_cv, &x->wake_mu, &ts);
+        }
+        x->wake = 0;
+        pthread_mutex_unlock(&x->wake_mu);
+    }
+    free(work);
+    free(res);
+    return NULL;
+}
+
+static json_t *slurm_status(void *impl)
+{
+    slurm_exec *x = impl;
+    pthread_mutex_lock(&x->wake_mu);
+    json_t *o = json_pack("{s:s, s:b, s:s}", "executor", "slurm", "ok",
+                          !x->outage, "api_version",
+                          slurmrest_version(x->cfg.rest));
+    if (x->outage) {
+        char since[64];
+        time_t t = (time_t)x->outage_since;
+        struct tm tm;
+        gmtime_r(&t, &tm);
+        strftime(since, sizeof since, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        char detail[512];
+        snprintf(detail, sizeof detail,
+                 "slurmrestd is unreachable since %s; new training jobs wait "
+                 "to be submitted, running ones go on",
+                 since);
+        json_object_set_new(o, "detail", json_string(detail));
+        json_object_set_new(o, "submissions", json_string("paused"));
+    } else {
+        json_object_set_new(o, "submissions", json_string("open"));
+    }
+    pthread_mutex_unlock(&x->wake_mu);
+    return o;
+}
+
+static void slurm_destroy(void *impl)
+{
+    slurm_exec *x = impl;
+    if (x->thread_started) {
+        pthread_mutex_lock(&x->wake_mu);
+        x->stopping = 1;
+        pthread_cond_signal(&x->wake_cv);
+        pthread_mutex_unlock(&x->wake_mu);
+        pthread_join(x->thread, NULL);
+    }
+    pthread_mutex_destroy(&x->msg_mu);
+    pthread_mutex_destroy(&x->wake_mu);
+    pthread_cond_destroy(&x->wake_cv);
+    free(x->p);
+    free(x);
+}
+
+int exec_is_slurm(const executor *x)
+{
+    return x && !strcmp(x->name, "slurm");
+}
+
+/* A setting that goes into the batch script between single quotes. */
+static ty_status script_safe(const char *v, const char *flag, ty_err *err)
+{
+    if (!v || !v[0] || strpbrk(v, "'\n\r"))
+        return ty_fail(err, TY_EINVAL, flag,
+                       "%s must be set and hold no quote or newline", flag);
+    return TY_OK;
+}
+
+executor *exec_slurm_create(const exec_slurm_config *cfg, pthread_mutex_t *mu,
+                            const exec_hooks *hooks, ty_err *err)
+{
+    if (script_safe(cfg->worker_command, "--slurm-worker-command", err) !=
+            TY_OK ||
+        script_safe(cfg->server_url, "--slurm-server-url", err) != TY_OK ||
+        script_safe(cfg->workdir, "--slurm-workdir", err) != TY_OK)
+        return NULL;
+    executor *ex = calloc(1, sizeof *ex);
+    slurm_exec *x = calloc(1, sizeof *x);
+    if (!ex || !x || !(x->p = calloc((size_t)cfg->places + 1, sizeof *x->p))) {
+        if (x)
+            free(x->p);
+        free(x);
+        free(ex);
+        ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        return NULL;
+    }
+    x->cfg = *cfg;
+    x->cap = cfg->places;
+    snprintf(x->worker_command, sizeof x->worker_command, "%s",
+             cfg->worker_command);
+    snprintf(x->server_url, sizeof x->server_url, "%s", cfg->server_url);
+    snprintf(x->workdir, sizeof x->workdir, "%s", cfg->workdir);
+    snprintf(x->partition, sizeof x->partition, "%s",
+             cfg->partition ? cfg->partition : "");
+    snprintf(x->account, sizeof x->account, "%s",
+             cfg->account ? cfg->account : "");
+    snprintf(x->qos, sizeof x->qos, "%s", cfg->qos ? cfg->qos : "");
+    snprintf(x->ca_file, sizeof x->ca_file, "%s",
+             cfg->ca_file ? cfg->ca_file : "");
+    x->mu = mu;
+    x->hooks = *hooks;
+    pthread_mutex_init(&x->msg_mu, NULL);
+    pthread_mutex_init(&x->wake_mu, NULL);
+    pthread_cond_init(&x->wake_cv, NULL);
+    *ex = (executor){.name = "slurm",
+                     .impl = x,
+                     .start = slurm_start,
+                     .preempt = slurm_preempt,
+                     .cancel = slurm_cancel,
+                     .status = slurm_status,
+                     .destroy = slurm_destroy};
+    if (pthread_create(&x->thread, NULL, slurm_main, x) != 0) {
+        slurm_destroy(x);
+        free(ex);
+        ty_fail(err, TY_EIO, NULL, "cannot start the Slurm executor's thread");
+        return NULL;
+    }
+    x->thread_started = 1;
+    return ex;
+}
