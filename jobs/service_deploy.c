@@ -445,7 +445,16 @@ ty_status jobs_deploy_create(jobs_service *r, const char *tenant,
     deployment *d = calloc(1, sizeof *d);
     if (!d)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    ty_status s = deploy_spec_parse(body, r->nslots > 0, &d->spec, err);
+    /* With Slurm the inventory's slots are the cluster's, and replicas run
+     * on this server: on its CPU only, for now. */
+    int remote = exec_is_slurm(r->exec);
+    ty_status s =
+        deploy_spec_parse(body, r->nslots > 0 && !remote, &d->spec, err);
+    if (s == TY_OK && remote && d->spec.request.kind != SCHED_REQ_NONE)
+        s = ty_fail(err, TY_EINVAL, "resources.gpu",
+                    "this server runs training on a Slurm cluster and its "
+                    "serving replicas on its own CPU: resources.gpu must be "
+                    "none");
     if (s != TY_OK) {
         free(d);
         return s;

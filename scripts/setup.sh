@@ -11,8 +11,10 @@
 #                            openssl (the HTTPS test's throwaway CA),
 #                            debootstrap (the fresh-machine test), BLIS
 #                            (a GEMM candidate that `make bench` compares)
-#                            and clang with its sanitizer and libFuzzer
+#                            clang with its sanitizer and libFuzzer
 #                            runtimes (the fuzz targets, `make test-fuzz`)
+#                            and Slurm with munge and slurmrestd (the Slurm
+#                            suite's single-node cluster, tests/slurm)
 #   scripts/setup.sh bench-serve   the build list, plus wrk, Python with
 #                            venv, numpy and PyTorch (bench/serve/run.py)
 #
@@ -41,7 +43,8 @@ build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
            dataset-fashion-mnist python3-prometheus-client chromium
            chromium-driver python3-selenium openssl debootstrap
-           libblis4-serial clang libclang-rt-dev)
+           libblis4-serial clang libclang-rt-dev
+           slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;

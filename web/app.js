@@ -81,6 +81,23 @@ function render() {
   location.replace('#/jobs');
 }
 
+// The server's own state (GET /readyz, no key needed): with --executor
+// slurm, an unreachable slurmrestd pauses new training jobs; say so on every
+// page until it answers again.
+const serverStatus = document.getElementById('server-status');
+async function checkServer() {
+  try {
+    const r = await fetch('/readyz', {cache: 'no-store'});
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) serverStatus.textContent = `The server is not ready: ${body.detail || r.status}`;
+    else if (body.status === 'degraded' && body.executor) {
+      serverStatus.textContent = body.executor.detail || 'New training jobs cannot be started now.';
+    } else serverStatus.textContent = '';
+  } catch { /* the live indicator says when the server is unreachable */ }
+}
+checkServer();
+setInterval(checkServer, 10000);
+
 signout.addEventListener('click', () => { clearKey(); location.hash = '#/signin'; render(); });
 window.addEventListener('ty-signed-out', (e) => { signinMessage = e.detail || ''; render(); });
 window.addEventListener('hashchange', () => { render(); main.focus({preventScroll: true}); });

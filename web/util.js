@@ -95,6 +95,16 @@ export function kv(pairs) {
 export function placementText(job) {
   const p = job.placement;
   if (!p) return job.status === 'queued' ? '—' : (job.device || '—');
+  if (p.slurm && job.status === 'running' && p.slurm.state !== 'RUNNING') {
+    // Submitted to Slurm, not started by it yet: its state and reason.
+    const s = p.slurm;
+    const why = s.reason && s.reason !== 'None' ? ` (${s.reason})` : '';
+    return `Slurm ${s.job_id ? `job ${s.job_id} ` : ''}${(s.state || 'submitting').toLowerCase()}${why}`;
+  }
+  if (p.slurm && p.slurm.node) {
+    const what = p.gpu === null || p.gpu === undefined ? 'cpu' : (p.profile || 'whole GPU');
+    return `Slurm job ${p.slurm.job_id} on ${p.slurm.node} · ${what}`;
+  }
   if (p.gpu === null || p.gpu === undefined) return p.device || 'cpu';
   const what = p.profile ? p.profile : 'whole GPU';
   return `GPU ${p.gpu} · ${what} · slot ${p.slot}`;

@@ -278,6 +278,16 @@ static const char *const iso_exempt[][2] = {
     {"GET", "/v2/cudasharedmemory/region/{region}/status"},
     {"POST", "/v2/cudasharedmemory/region/{region}/register"},
     {"POST", "/v2/cudasharedmemory/region/{region}/unregister"},
+    /* The remote worker protocol: an attempt's token, never an API key
+     * (tests/slurm checks the tokens; test_worker_routes_refuse_keys
+     * here that a tenant's key opens nothing). */
+    {"GET", "/v1/worker/jobs/{id}"},
+    {"GET", "/v1/worker/jobs/{id}/blobs/{sha256}"},
+    {"GET", "/v1/worker/jobs/{id}/checkpoint"},
+    {"POST", "/v1/worker/jobs/{id}/checkpoint"},
+    {"POST", "/v1/worker/jobs/{id}/model"},
+    {"POST", "/v1/worker/jobs/{id}/log"},
+    {"POST", "/v1/worker/jobs/{id}/events"},
 };
 
 /* The ids a case's {placeholders} stand for. */
@@ -468,6 +478,38 @@ static void test_lists_are_per_tenant(void **state)
 }
 
 /* ---- admin endpoints and keys ---- */
+
+/* The worker endpoints take an attempt's token (jobs/wremote.h), and a
+ * tenant's API key, or the admin's, opens none of them. */
+static void test_worker_routes_refuse_keys(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *method, *path, *body;
+    } routes[] = {
+        {"GET", "/v1/worker/jobs/job_aaaaaaaaaaaaaaaaaaaa", NULL},
+        {"GET",
+         "/v1/worker/jobs/job_aaaaaaaaaaaaaaaaaaaa/blobs/"
+         "0000000000000000000000000000000000000000000000000000000000000000",
+         NULL},
+        {"GET", "/v1/worker/jobs/job_aaaaaaaaaaaaaaaaaaaa/checkpoint", NULL},
+        {"POST", "/v1/worker/jobs/job_aaaaaaaaaaaaaaaaaaaa/events",
+         "{\"lines\": [{\"event\": \"heartbeat\"}]}"},
+    };
+    const srv *who[] = {&as_a, &server};
+    for (size_t k = 0; k < TY_ARRAY_LEN(who); k++)
+        for (size_t i = 0; i < TY_ARRAY_LEN(routes); i++) {
+            const char *b = routes[i].body;
+            resp *r = http_do(who[k], routes[i].method, routes[i].path,
+                              b ? "application/json" : NULL, b,
+                              b ? strlen(b) : 0, NULL);
+            if (r->status != 401)
+                fprintf(stderr, "%s %s with an API key: %ld\n",
+                        routes[i].method, routes[i].path, r->status);
+            assert_int_equal(r->status, 401);
+            resp_free(r);
+        }
+}
 
 static void test_admin_only(void **state)
 {
@@ -990,6 +1032,7 @@ int main(void)
         cmocka_unit_test(test_other_tenant_gets_404),
         cmocka_unit_test(test_lists_are_per_tenant),
         cmocka_unit_test(test_admin_only),
+        cmocka_unit_test(test_worker_routes_refuse_keys),
         cmocka_unit_test(test_tenants_listed_and_patched),
         cmocka_unit_test(test_validation_errors),
         cmocka_unit_test(test_keys_and_revocation),
