@@ -295,6 +295,61 @@ static void test_reopen_keeps_data(void **state)
     json_decref(doc);
 }
 
+/* A server with the Slurm executor stops: its Slurm jobs stay running (the
+ * next server re-attaches them), the local ones go back to the queue. */
+static void test_slurm_jobs_survive_restart(void **state)
+{
+    fixture *f = *state;
+    ty_err err;
+    json_t *d = ds_doc("ds_s");
+    assert_int_equal(
+        store_dataset_insert(f->st, "tn_a", "ds_s", "s", 1, d, &err), TY_OK);
+    json_decref(d);
+    const char *ids[] = {"job_local", "job_slurm"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_pack("{s:f}", "split", 0.1),
+               *spec = json_pack("{s:[]}", "layers"),
+               *hp = json_pack("{s:i}", "epochs", 3);
+        assert_int_equal(store_job_insert(f->st, "tn_a", ids[i], "j", "ds_s",
+                                          v, spec, hp, 1, &err),
+                         TY_OK);
+        json_decref(v);
+        json_decref(spec);
+        json_decref(hp);
+    }
+    json_t *local = json_pack("{s:s, s:i}", "executor", "local",
+                              "worker_pid", 42);
+    json_t *slurm = json_pack("{s:s, s:{s:i, s:s}}", "executor", "slurm",
+                              "slurm", "job_id", 7, "token_sha256", "ab");
+    assert_int_equal(store_job_start_on(f->st, ids[0], "cpu", local, &err),
+                     TY_OK);
+    assert_int_equal(store_job_start_on(f->st, ids[1], "cpu", slurm, &err),
+                     TY_OK);
+    json_decref(local);
+    json_decref(slurm);
+    int64_t n = 0;
+    assert_int_equal(store_job_requeue_running(f->st, "slurm", &n, &err),
+                     TY_OK);
+    assert_int_equal(n, 1);
+    json_t *rows = NULL;
+    assert_int_equal(store_job_running_on(f->st, "slurm", &rows, &err), TY_OK);
+    assert_int_equal(json_array_size(rows), 1);
+    json_t *row = json_array_get(rows, 0);
+    assert_string_equal(json_string_value(json_object_get(row, "id")),
+                        "job_slurm");
+    json_t *sl = json_object_get(json_object_get(row, "placement"), "slurm");
+    assert_int_equal(json_integer_value(json_object_get(sl, "job_id")), 7);
+    assert_string_equal(json_string_value(json_object_get(row, "tenant_id")),
+                        "tn_a");
+    json_decref(rows);
+    assert_int_equal(store_job_running_on(f->st, "local", &rows, &err), TY_OK);
+    assert_int_equal(json_array_size(rows), 0);
+    json_decref(rows);
+    /* A server back on the local executor requeues them all. */
+    assert_int_equal(store_job_requeue_running(f->st, NULL, &n, &err), TY_OK);
+    assert_int_equal(n, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -303,6 +358,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(
             test_datasets_are_per_tenant_and_paginate, setup,
             tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_slurm_jobs_survive_restart, setup,
+                                        tu_store_teardown),
         cmocka_unit_test_setup_teardown(test_job_life_cycle, setup,
                                         tu_store_teardown),
         cmocka_unit_test_setup_teardown(test_cancel_queued_and_finish, setup,
