@@ -32,11 +32,14 @@
  *     failure.
  *   - nodes is a string: "" while pending, then the hostlist ("vm").
  *   - A job's GRES request is in tres_per_node as "gres:gpu:1g.18gb:1"
- *     (the "gres:" prefix per entry); gres_detail is an array of strings,
- *     empty in every recorded state; tres_alloc_str ("cpu=1,node=1,
- *     billing=1") does not name GRES without accounting.
+ *     (the "gres:" prefix per entry), in every state; gres_detail, an array
+ *     of strings, holds the allocation only while the job runs
+ *     (["gpu:1g.18gb:2(IDX:0-1)"]) and is [] pending and after the end;
+ *     tres_alloc_str ("cpu=1,node=1,billing=1") does not name GRES without
+ *     accounting. slurm_job_info.gres is therefore the request.
  *   - GET nodes: nodes[].gres "gpu:1g.18gb:7", gres_used
- *     "gpu:1g.18gb:0(IDX:N/A)", state lower case ("idle"), cpus,
+ *     "gpu:1g.18gb:0(IDX:N/A)" idle, "gpu:1g.18gb:2(IDX:0-1)" with a job
+ *     holding two, state lower case ("idle", "mixed"), cpus,
  *     real_memory (MB), partitions an array of names, tres
  *     "cpu=8,mem=19284M,billing=8" (no gres/gpu without accounting).
  *   - Errors: HTTP 500 with an "errors" array for what Slurm refuses, e.g.
