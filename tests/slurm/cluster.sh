@@ -42,27 +42,50 @@ if [ "$(id -u)" != 0 ]; then
     exit 77
 fi
 
-# The daemons' sessions, from DIR/pids ("name pid" lines).
+# The sessions to end: each daemon's (DIR/pids, "name pid" lines) and each
+# slurmstepd's. slurmstepd leaves slurmd's session (it double-forks and
+# calls setsid), so it is found by the log file it inherits from slurmd,
+# DIR/log/slurmd.log; its job runs in its session.
+our_sessions() {
+    local name pid p fd
+    [ -f "$dir/pids" ] && while read -r name pid; do
+        [ -n "$pid" ] && echo "$pid"
+    done <"$dir/pids"
+    for p in /proc/[0-9]*; do
+        for fd in "$p"/fd/*; do
+            if [ "$(readlink "$fd" 2>/dev/null)" = "$dir/log/slurmd.log" ]; then
+                awk '{print $6}' "$p/stat" 2>/dev/null
+                break
+            fi
+        done
+    done
+}
+
+# The processes in sessions $sids.
+members() {
+    local p s want
+    ps -e -o pid= -o sid= | while read -r p s; do
+        for want in $sids; do
+            [ "$s" = "$want" ] && echo "$p"
+        done
+    done
+}
+
 stop_cluster() {
     [ -f "$dir/pids" ] || { rm -rf "$dir/dev"; return 0; }
-    # Jobs first, while slurmctld still answers, so slurmd ends them cleanly.
+    # Jobs first, while slurmctld still answers, so that slurmd ends them.
     if [ -f "$dir/etc/slurm.conf" ] && [ -x /usr/bin/scancel ]; then
-        SLURM_CONF=$dir/etc/slurm.conf timeout 5 scancel --quiet \
-            --state=PENDING,RUNNING,SUSPENDED -u nobody >/dev/null 2>&1 || true
-    fi
-    local sids="" name pid
-    while read -r name pid; do
-        [ -n "$pid" ] && sids="$sids $pid"
-    done <"$dir/pids"
-    # Every process in those sessions (the daemons, slurmstepd, jobs).
-    members() {
-        local p s
-        ps -e -o pid= -o sid= | while read -r p s; do
-            for want in $sids; do
-                [ "$s" = "$want" ] && echo "$p"
+        local jobs
+        jobs=$(SLURM_CONF=$dir/etc/slurm.conf timeout 5 squeue -h -o %i 2>/dev/null)
+        if [ -n "$jobs" ]; then
+            SLURM_CONF=$dir/etc/slurm.conf timeout 5 scancel $jobs >/dev/null 2>&1
+            for _ in $(seq 100); do
+                [ -z "$(SLURM_CONF=$dir/etc/slurm.conf timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
+                sleep 0.1
             done
-        done
-    }
+        fi
+    fi
+    sids=$(our_sessions | sort -u)
     local left
     left=$(members)
     [ -n "$left" ] && kill -TERM $left 2>/dev/null
@@ -117,7 +140,10 @@ rm -rf "$dir/etc" "$dir/munge" "$dir/state" "$dir/spool" "$dir/log" \
 mkdir -p "$dir/etc" "$dir/munge" "$dir/state" "$dir/spool" "$dir/log" \
          "$dir/run" "$dir/dev" "$dir/work" "$dir/bin"
 chmod 755 "$dir/etc" "$dir/dev" "$dir/log" "$dir/bin"
-chmod 700 "$dir/munge" "$dir/state" "$dir/spool"
+# munge/ is 755: jobs run as nobody reach munged's socket in it (the key
+# itself is 400).
+chmod 755 "$dir/munge"
+chmod 700 "$dir/state" "$dir/spool"
 chmod 1777 "$dir/work"
 : >"$dir/pids"
 
@@ -215,10 +241,12 @@ tails() {
     done
 }
 
+# Stops what started (first: a reader that went away must not leave
+# daemons running), then says why with the logs' tails.
 fail_start() {
+    stop_cluster
     echo "cluster.sh: $*" >&2
     tails
-    stop_cluster
     exit 1
 }
 
@@ -230,11 +258,10 @@ for _ in $(seq 50); do
     sleep 0.1
 done
 [ -S "$munge_socket" ] || fail_start "munged did not make $munge_socket"
-# slurmd runs jobs as nobody, whose steps talk to munged: the socket's
-# folder must be traversable.
-chmod 755 "$dir/munge"
 
 export SLURM_CONF=$conf
+# The daemons' working folder: not the caller's (which they would pin).
+cd "$dir" || die "cannot cd to $dir"
 launch slurmctld /usr/sbin/slurmctld -D -c -f "$conf"
 launch slurmd /usr/sbin/slurmd -D -f "$conf" -N "$node"
 # slurmrestd: -u/-g drop root after it opens the socket; only v0.0.38's
@@ -242,15 +269,26 @@ launch slurmd /usr/sbin/slurmd -D -f "$conf" -N "$node"
 SLURM_JWT=daemon launch slurmrestd /usr/sbin/slurmrestd -f "$conf" \
     -u nobody -g nogroup -s openapi/v0.0.38 "127.0.0.1:$port_rest"
 
+# The name of a recorded daemon that has exited, if any.
+dead_daemon() {
+    local name pid
+    while read -r name pid; do
+        kill -0 "$pid" 2>/dev/null || { echo "$name"; return; }
+    done <"$dir/pids"
+}
+
 # ---- a token for the token-file mode ----
 token=
+dead=
 for _ in $(seq 100); do
+    dead=$(dead_daemon)
+    [ -z "$dead" ] || break
     token=$(scontrol token username=nobody lifespan=7200 2>/dev/null |
             sed -n 's/^SLURM_JWT=//p')
     [ -n "$token" ] && break
     sleep 0.1
 done
-[ -n "$token" ] || fail_start "scontrol token failed (slurmctld not answering?)"
+[ -n "$token" ] || fail_start "scontrol token failed (slurmctld not answering${dead:+; $dead exited})"
 umask 077
 printf '%s\n' "$token" >"$dir/etc/token"
 umask 022
@@ -258,6 +296,8 @@ umask 022
 # ---- ready: the node idle and slurmrestd answering ----
 ready=0
 for _ in $(seq 300); do
+    dead=$(dead_daemon)
+    [ -z "$dead" ] || fail_start "$dead exited during start"
     state=$(scontrol -o show node "$node" 2>/dev/null |
             sed -n 's/.* State=\([^ ]*\).*/\1/p')
     code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 \
