@@ -11,12 +11,14 @@
  * gres shown; `exit 3` FAILED with exit 3; a `sleep 60` cancelled; USR1
  * reaching a batch script that traps it; 8 of 7 slices refused with
  * Slurm's message; an unknown job TY_ENOTFOUND; a token file rewritten
- * while the client runs. Jobs are polled with a bounded loop; nothing
+ * while the client runs; one client shared by threads while its signed
+ * token is renewed under them. Jobs are polled with a bounded loop; nothing
  * asserts on timing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -344,6 +346,47 @@ static void test_token_file_reread(void **state)
     unlink(path);
 }
 
+static void *ping_loop(void *arg)
+{
+    slurmrest *c = arg;
+    for (int i = 0; i < 30; i++) {
+        ty_err err = {0};
+        if (slurmrest_ping(c, &err) != TY_OK)
+            return strdup(err.msg);
+        sleep_ms(150);
+    }
+    return NULL;
+}
+
+/* Four threads on one client whose tokens live 3 s: renewed (after 2 s)
+ * while the others use it. */
+static void test_threads_share_a_client(void **state)
+{
+    (void)state;
+    slurmrest_config cfg = {.url = env.url,
+                            .user = env.user,
+                            .jwt_key_file = env.key,
+                            .token_lifespan_s = 3};
+    slurmrest *c = NULL;
+    ty_err err = {0};
+    assert_int_equal(slurmrest_create(&cfg, &c, &err), TY_OK);
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, ping_loop, c), 0);
+    char *first = NULL;
+    for (int i = 0; i < 4; i++) {
+        void *r = NULL;
+        pthread_join(t[i], &r);
+        if (r && !first)
+            first = r;
+        else
+            free(r);
+    }
+    if (first)
+        fail_msg("a thread's ping failed: %s", first);
+    slurmrest_destroy(c);
+}
+
 int main(void)
 {
     const char *path = getenv("TRAINYARD_SLURM_ENV");
@@ -365,6 +408,7 @@ int main(void)
         cmocka_unit_test(test_job_signalled),
         cmocka_unit_test(test_refused_and_unknown),
         cmocka_unit_test(test_token_file_reread),
+        cmocka_unit_test(test_threads_share_a_client),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
