@@ -53,7 +53,10 @@
  *     JSON); a wrong token is HTTP 500 with error_number -1, "Unspecified
  *     error" ("slurmctld config is unable to load" or "Unable to find
  *     JobId=1"): slurmctld refused the credential. Both make the client
- *     take a fresh token and try once more.
+ *     take a fresh token and try once more. A stopped slurmctld gives
+ *     the very same answer (error_number -1, HTTP 500), so -1 is TY_EIO
+ *     whose message names both causes.
+ *   - A job waiting for slices: PENDING, state_reason "Resources".
  */
 #include "cluster/slurmrest.h"
 

@@ -74,7 +74,10 @@ members() {
 stop_cluster() {
     [ -f "$dir/pids" ] || { rm -rf "$dir/dev"; return 0; }
     # Jobs first, while slurmctld still answers, so that slurmd ends them.
-    if [ -f "$dir/etc/slurm.conf" ] && [ -x /usr/bin/scancel ]; then
+    local ctld
+    ctld=$(awk '$1 == "slurmctld" {print $2}' "$dir/pids")
+    if [ -n "$ctld" ] && kill -0 "$ctld" 2>/dev/null &&
+       [ -f "$dir/etc/slurm.conf" ] && [ -x /usr/bin/scancel ]; then
         local jobs
         jobs=$(SLURM_CONF=$dir/etc/slurm.conf timeout 5 squeue -h -o %i 2>/dev/null)
         if [ -n "$jobs" ]; then

@@ -267,6 +267,11 @@ static void test_v0038_jobs(void **state)
     assert_string_equal(j.user, "nobody");
     assert_string_equal(j.cwd, "/tmp/sl1/work");
 
+    job("job_pending_resources.json", 2, &j); /* all 7 slices taken */
+    assert_int_equal(j.state, SLURM_ST_PENDING);
+    assert_string_equal(j.reason, "Resources");
+    assert_int_equal(j.exit_code, -1);
+
     job("job_completed.json", 1, &j);
     assert_int_equal(j.state, SLURM_ST_COMPLETED);
     assert_string_equal(j.state_name, "COMPLETED");
@@ -321,6 +326,10 @@ static void test_v0038_errors(void **state)
     d = recorded("job_bad_token.json");
     assert_int_equal(slurmrest_v0038_errors(d, &err), TY_EIO);
     assert_non_null(strstr(err.msg, "token"));
+    json_decref(d);
+    /* slurmctld stopped: the same answer as a refused token. */
+    d = recorded("job_ctld_down.json");
+    assert_int_equal(slurmrest_v0038_job_reply(d, 2, &j, &err), TY_EIO);
     json_decref(d);
     d = recorded("ping.json");
     assert_int_equal(slurmrest_v0038_errors(d, &err), TY_OK);
