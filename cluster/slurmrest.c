@@ -307,6 +307,42 @@ static const char *v0038_signal_name(int sig)
     return NULL;
 }
 
+/* The paths, under /slurm/v0.0.38. Cancel and signal are one DELETE with
+ * the signal's name in the query. 0, or TY_EINVAL for a signal v0.0.38
+ * cannot name. */
+static void v0038_job_path(long job_id, char *buf, size_t n)
+{
+    snprintf(buf, n, "/job/%ld", job_id);
+}
+
+static ty_status v0038_cancel_path(long job_id, int sig, char *buf, size_t n,
+                                   ty_err *err)
+{
+    if (sig == 0) {
+        snprintf(buf, n, "/job/%ld", job_id);
+        return TY_OK;
+    }
+    const char *name = v0038_signal_name(sig);
+    if (!name)
+        return ty_fail(err, TY_EINVAL, "signal",
+                       "slurmrestd v0.0.38 cannot send signal %d", sig);
+    snprintf(buf, n, "/job/%ld?signal=%s", job_id, name);
+    return TY_OK;
+}
+
+/* Whether an answer (HTTP >= 500) is slurmctld refusing the token: its
+ * first error is error_number -1. A stopped slurmctld answers the same;
+ * one more try with a fresh token costs little then. */
+static int v0038_token_refused(long http, const json_t *doc)
+{
+    if (http < 500)
+        return 0;
+    const json_t *e = json_array_get(json_object_get(doc, "errors"), 0);
+    const json_t *num = json_object_get(e, "error_number");
+    return json_is_integer(num) && json_integer_value(num) == -1;
+}
+
+
 static int set_str(json_t *o, const char *key, const char *v)
 {
     if (!v || !*v)
@@ -509,7 +545,11 @@ ty_status slurmrest_v0038_nodes_reply(const json_t *doc, slurm_node **nodes,
 /* The version table: every version-specific path and shape. */
 typedef struct {
     const char *version;
-    const char *ping_path; /* GET, under /slurm/<version> */
+    /* GET paths, under /slurm/<version>. */
+    const char *ping_path, *nodes_path, *submit_path;
+    void (*job_path)(long job_id, char *buf, size_t n);
+    ty_status (*cancel_path)(long job_id, int sig, char *buf, size_t n,
+                             ty_err *err);
     json_t *(*submit_body)(const slurm_submit *s, ty_status *st, ty_err *err);
     ty_status (*submit_reply)(const json_t *doc, long *job_id, ty_err *err);
     ty_status (*job_reply)(const json_t *doc, long job_id,
@@ -519,13 +559,17 @@ typedef struct {
     ty_status (*errors)(const json_t *doc, ty_err *err);
     ty_status (*cancel_reply)(const json_t *doc, ty_err *err);
     ty_status (*ping_reply)(const json_t *doc, ty_err *err);
-    const char *(*signal_name)(int sig);
+    int (*token_refused)(long http, const json_t *doc);
 } slurmrest_api;
 
 static const slurmrest_api apis[] = {
     {
         .version = "v0.0.38",
         .ping_path = "/ping",
+        .nodes_path = "/nodes",
+        .submit_path = "/job/submit",
+        .job_path = v0038_job_path,
+        .cancel_path = v0038_cancel_path,
         .submit_body = slurmrest_v0038_submit_body,
         .submit_reply = slurmrest_v0038_submit_reply,
         .job_reply = slurmrest_v0038_job_reply,
@@ -533,7 +577,7 @@ static const slurmrest_api apis[] = {
         .errors = slurmrest_v0038_errors,
         .cancel_reply = v0038_cancel_reply,
         .ping_reply = v0038_ping_reply,
-        .signal_name = v0038_signal_name,
+        .token_refused = v0038_token_refused,
     },
 };
 
@@ -847,17 +891,11 @@ static ty_status http_once(slurmrest *c, const char *method, const char *path,
     return s;
 }
 
-/* Whether an answer says the token was refused: HTTP 401, or (v0.0.38)
- * HTTP 500 whose first error is error_number -1. */
-static int token_was_refused(long http, const json_t *doc)
+/* Whether an answer says the token was refused: HTTP 401, or what the
+ * version says a refused token looks like. */
+static int token_was_refused(const slurmrest *c, long http, const json_t *doc)
 {
-    if (http == 401)
-        return 1;
-    if (http < 500 || !doc)
-        return 0;
-    const json_t *e = json_array_get(json_object_get(doc, "errors"), 0);
-    const json_t *num = json_object_get(e, "error_number");
-    return json_is_integer(num) && json_integer_value(num) == -1;
+    return http == 401 || (doc && c->api->token_refused(http, doc));
 }
 
 /* A call: takes a token, sends, and on a refused token renews it and tries
@@ -877,7 +915,7 @@ static ty_status rest_call(slurmrest *c, const char *method, const char *path,
         s = token_get(c, token, sizeof token, err);
         if (s == TY_OK)
             s = http_once(c, method, path, body, token, &http, doc, err);
-        if (s != TY_OK || !token_was_refused(http, *doc))
+        if (s != TY_OK || !token_was_refused(c, http, *doc))
             break;
         token_refused(c, token);
     }
@@ -928,7 +966,7 @@ ty_status slurmrest_submit(slurmrest *c, const slurm_submit *s, long *job_id,
     if (!text)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     json_t *doc = NULL;
-    st = rest_call(c, "POST", "/job/submit", text, &doc, err);
+    st = rest_call(c, "POST", c->api->submit_path, text, &doc, err);
     free(text);
     if (st == TY_OK)
         st = c->api->submit_reply(doc, job_id, err);
@@ -940,7 +978,7 @@ ty_status slurmrest_job(slurmrest *c, long job_id, slurm_job_info *out,
                         ty_err *err)
 {
     char path[64];
-    snprintf(path, sizeof path, "/job/%ld", job_id);
+    c->api->job_path(job_id, path, sizeof path);
     json_t *doc = NULL;
     ty_status s = rest_call(c, "GET", path, NULL, &doc, err);
     if (s == TY_OK)
@@ -952,18 +990,11 @@ ty_status slurmrest_job(slurmrest *c, long job_id, slurm_job_info *out,
 ty_status slurmrest_cancel(slurmrest *c, long job_id, int sig, ty_err *err)
 {
     char path[96];
-    if (sig == 0) {
-        snprintf(path, sizeof path, "/job/%ld", job_id);
-    } else {
-        const char *name = c->api->signal_name(sig);
-        if (!name)
-            return ty_fail(err, TY_EINVAL, "signal",
-                           "slurmrestd %s cannot send signal %d",
-                           c->api->version, sig);
-        snprintf(path, sizeof path, "/job/%ld?signal=%s", job_id, name);
-    }
+    ty_status s = c->api->cancel_path(job_id, sig, path, sizeof path, err);
+    if (s != TY_OK)
+        return s;
     json_t *doc = NULL;
-    ty_status s = rest_call(c, "DELETE", path, NULL, &doc, err);
+    s = rest_call(c, "DELETE", path, NULL, &doc, err);
     if (s == TY_OK)
         s = c->api->cancel_reply(doc, err);
     json_decref(doc);
@@ -976,7 +1007,7 @@ ty_status slurmrest_nodes(slurmrest *c, slurm_node **nodes, size_t *n,
     *nodes = NULL;
     *n = 0;
     json_t *doc = NULL;
-    ty_status s = rest_call(c, "GET", "/nodes", NULL, &doc, err);
+    ty_status s = rest_call(c, "GET", c->api->nodes_path, NULL, &doc, err);
     if (s == TY_OK)
         s = c->api->nodes_reply(doc, nodes, n, err);
     json_decref(doc);
