@@ -42,6 +42,18 @@ if [ "$(id -u)" != 0 ]; then
     exit 77
 fi
 
+# The session id of process /proc/$1 ("" when it has gone). The command
+# name in /proc/PID/stat may hold spaces and ')', so fields are counted
+# after its last ')': state, ppid, pgrp, session. (/proc, not ps: a CI
+# image may lack procps.)
+session_of() {
+    local st
+    st=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+    st=${st##*) }
+    set -- $st
+    echo "${4:-}"
+}
+
 # The sessions to end: each daemon's (DIR/pids, "name pid" lines) and each
 # slurmstepd's. slurmstepd leaves slurmd's session (it double-forks and
 # calls setsid), so it is found by the log file it inherits from slurmd,
@@ -54,7 +66,7 @@ our_sessions() {
     for p in /proc/[0-9]*; do
         for fd in "$p"/fd/*; do
             if [ "$(readlink "$fd" 2>/dev/null)" = "$dir/log/slurmd.log" ]; then
-                awk '{print $6}' "$p/stat" 2>/dev/null
+                session_of "${p#/proc/}"
                 break
             fi
         done
@@ -63,10 +75,13 @@ our_sessions() {
 
 # The processes in sessions $sids.
 members() {
-    local p s want
-    ps -e -o pid= -o sid= | while read -r p s; do
+    local p pid s want
+    for p in /proc/[0-9]*; do
+        pid=${p#/proc/}
+        s=$(session_of "$pid")
+        [ -n "$s" ] || continue
         for want in $sids; do
-            [ "$s" = "$want" ] && echo "$p"
+            [ "$s" = "$want" ] && echo "$pid"
         done
     done
 }
@@ -116,13 +131,13 @@ fi
 # ---- packages ----
 need_install=0
 for b in /usr/sbin/slurmctld /usr/sbin/slurmd /usr/sbin/slurmrestd \
-         /usr/sbin/munged /usr/bin/scontrol; do
+         /usr/sbin/munged /usr/bin/scontrol /usr/bin/curl; do
     [ -x "$b" ] || need_install=1
 done
 jwt_plugin=$(ls /usr/lib/*/slurm-wlm/auth_jwt.so 2>/dev/null | head -1)
 [ -n "$jwt_plugin" ] || need_install=1
 if [ $need_install = 1 ]; then
-    pkgs="slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge"
+    pkgs="slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge curl"
     echo "cluster.sh: installing $pkgs" >&2
     export DEBIAN_FRONTEND=noninteractive
     if ! apt-get install -y $pkgs >"${TMPDIR:-/tmp}/cluster-apt.log" 2>&1; then
@@ -150,11 +165,11 @@ chmod 700 "$dir/state" "$dir/spool"
 chmod 1777 "$dir/work"
 : >"$dir/pids"
 
-node=$(hostname -s 2>/dev/null)
+node=$(uname -n | cut -d. -f1)
 case "$node" in ''|*[!A-Za-z0-9-]*) node=trainyard-node ;; esac
 cpus=$(nproc)
 [ "$cpus" -ge 8 ] || cpus=8
-mem=$(free -m | awk '/^Mem:/ {print int($2 * 0.8)}')
+mem=$(awk '/^MemTotal:/ {print int($2 / 1024 * 0.8)}' /proc/meminfo)
 [ -n "$mem" ] && [ "$mem" -gt 512 ] || mem=1024
 
 # Three free TCP ports on the loopback (the kernel picks; tiny race only).
