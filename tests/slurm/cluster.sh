@@ -60,8 +60,15 @@ session_of() {
 # DIR/log/slurmd.log; its job runs in its session.
 our_sessions() {
     local name pid p fd
+    # A recorded PID counts while it is still that daemon (/usr/sbin/slurmd
+    # and slurmctld are alternatives links, hence readlink -f), or has gone (a
+    # session whose leader died keeps the number, which is not reused
+    # while a process is in the session).
     [ -f "$dir/pids" ] && while read -r name pid; do
-        [ -n "$pid" ] && echo "$pid"
+        [ -n "$pid" ] || continue
+        case "$(readlink "/proc/$pid/exe" 2>/dev/null)" in
+            ''|"$(readlink -f "/usr/sbin/$name")") echo "$pid" ;;
+        esac
     done <"$dir/pids"
     for p in /proc/[0-9]*; do
         for fd in "$p"/fd/*; do
