@@ -313,7 +313,8 @@ for _ in $(seq 100); do
     [ -n "$token" ] && break
     sleep 0.1
 done
-[ -n "$token" ] || fail_start "scontrol token failed (slurmctld not answering${dead:+; $dead exited})"
+[ -z "$dead" ] || fail_start "$dead exited during start"
+[ -n "$token" ] || fail_start "scontrol token failed (slurmctld not answering)"
 umask 077
 printf '%s\n' "$token" >"$dir/etc/token"
 umask 022
