@@ -99,8 +99,11 @@ typedef struct {
     char state_name[32];  /* as Slurm said it */
     char reason[128];     /* state_reason ("Resources", "Priority",
                              "None", ...) */
-    int exit_code;        /* the batch script's exit status, -1 unknown */
-    int exit_signal;      /* the signal that ended it, 0 none */
+    int exit_code;        /* the batch script's exit status; -1 while
+                             the job has not ended, when unknown, or when
+                             a signal ended it (then exit_signal) */
+    int exit_signal;      /* the signal that ended it (SIGTERM after a
+                             cancel), 0 none */
     char node[128];       /* nodes ("" while pending) */
     char gres[128];       /* the gres it asked for, as Slurm shows it */
     char user[64];        /* the user it runs as */
@@ -112,8 +115,11 @@ typedef struct {
 ty_status slurmrest_job(slurmrest *c, long job_id, slurm_job_info *out,
                         ty_err *err);
 
-/* Cancels (signal 0: Slurm's cancel) or signals a job (SIGUSR1, ...).
- * A job that has already ended is not an error. */
+/* Cancels (signal 0: Slurm's cancel) or signals a job (SIGUSR1, ...;
+ * v0.0.38 signals every process of the job, the batch script included;
+ * TY_EINVAL for a signal the API version cannot name). A job that has
+ * already ended is not an error; one Slurm no longer knows is
+ * TY_ENOTFOUND. */
 ty_status slurmrest_cancel(slurmrest *c, long job_id, int signal, ty_err *err);
 
 typedef struct {
