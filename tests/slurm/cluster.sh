@@ -6,6 +6,9 @@
 #                                      node is idle and slurmrestd answers
 #   tests/slurm/cluster.sh stop DIR    ends every daemon and job it started;
 #                                      safe twice and after a failed start
+#   tests/slurm/cluster.sh stop-rest DIR   stops slurmrestd alone (an outage:
+#                                      slurmctld, slurmd and jobs go on)
+#   tests/slurm/cluster.sh start-rest DIR  starts it again on the same port
 #
 # DIR/env (shell syntax, one NAME=value a line) holds SLURM_CONF,
 # SLURMRESTD_URL, SLURM_JWT_KEY, SLURM_TOKEN_FILE, SLURM_USER (nobody: the
@@ -32,7 +35,7 @@ set -u
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
-[ $# -eq 2 ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: $0 start|stop|stop-rest|start-rest DIR" >&2; exit 2; }
 cmd=$1
 dir=$2
 case "$dir" in /*) ;; *) dir=$(pwd)/$dir ;; esac
@@ -133,7 +136,45 @@ if [ "$cmd" = stop ]; then
     stop_cluster
     exit 0
 fi
-[ "$cmd" = start ] || { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+
+# slurmrestd alone, by its recorded PID (a session of its own).
+if [ "$cmd" = stop-rest ]; then
+    pid=$(awk '$1 == "slurmrestd" {print $2}' "$dir/pids" 2>/dev/null)
+    [ -n "$pid" ] || die "no slurmrestd recorded in $dir/pids"
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 50); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null
+    sed -i '/^slurmrestd /d' "$dir/pids"
+    exit 0
+fi
+if [ "$cmd" = start-rest ]; then
+    url=$(sed -n 's/^SLURMRESTD_URL=//p' "$dir/env")
+    port_rest=${url##*:}
+    [ -n "$port_rest" ] || die "no SLURMRESTD_URL in $dir/env"
+    cd "$dir" || die "cannot cd to $dir"
+    launch() {
+        local name=$1
+        shift
+        setsid "$@" </dev/null >>"$dir/log/$name.out" 2>&1 &
+        echo "$name $!" >>"$dir/pids"
+    }
+    SLURM_CONF=$dir/etc/slurm.conf SLURM_JWT=daemon launch slurmrestd \
+        /usr/sbin/slurmrestd -f "$dir/etc/slurm.conf" -u nobody -g nogroup \
+        -s openapi/v0.0.38 "127.0.0.1:$port_rest"
+    token=$(cat "$dir/etc/token")
+    for _ in $(seq 100); do
+        code=$(curl -s -o /dev/null -w '%{http_code}' -m 2 \
+               -H "X-SLURM-USER-NAME: nobody" -H "X-SLURM-USER-TOKEN: $token" \
+               "$url/slurm/v0.0.38/ping" 2>/dev/null)
+        [ "$code" = 200 ] && exit 0
+        sleep 0.1
+    done
+    die "slurmrestd did not answer again on port $port_rest"
+fi
+[ "$cmd" = start ] || { echo "usage: $0 start|stop|stop-rest|start-rest DIR" >&2; exit 2; }
 
 # ---- packages ----
 need_install=0
@@ -347,5 +388,6 @@ SLURM_API_VERSION=v0.0.38
 SLURM_NODE=$node
 SLURM_WORK_DIR=$dir/work
 SLURM_BIN_DIR=$dir/bin
+SLURM_DIR=$dir
 EOF
 echo "$dir/env"

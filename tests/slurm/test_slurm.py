@@ -130,7 +130,7 @@ class Server:
                      "--slurm-jwt-key", ENV["SLURM_JWT_KEY"],
                      "--slurm-worker-command", BIN,
                      "--slurm-server-url", self.base,
-                     "--slurm-workdir", ENV["SLURM_WORKDIR"],
+                     "--slurm-workdir", ENV["SLURM_WORK_DIR"],
                      "--slurm-gpus", "sim", "--slurm-poll", "0.5"]
         args += self.extra
         log = open(self.log_path, "a")
@@ -295,7 +295,7 @@ class Suite:
         assert doc["status"] == "succeeded", doc
         fields, text = scontrol_job(slurm_id(doc))
         workdir = fields.get("WorkDir", "")
-        assert workdir == ENV["SLURM_WORKDIR"], text
+        assert workdir == ENV["SLURM_WORK_DIR"], text
         assert not workdir.startswith(self.tmp), workdir
         assert fields.get("UserId", "").startswith(ENV["SLURM_USER"] + "("), text
         # The job user cannot read the server's data folder.
