@@ -1169,20 +1169,27 @@ static http_outcome upload_file(shim *s, const char *path, const char *tmpl,
     return o;
 }
 
-/* Uploads what the server must have before line e is relayed. */
-static http_outcome upload_for(shim *s, const wremote_line *e, char *msg,
-                               size_t n)
+/* Uploads what the server must have before the oldest k queued lines are
+ * relayed: once for the batch, however many epoch lines it holds (the
+ * newest checkpoint is the one that counts), the checkpoint before the
+ * model. */
+static http_outcome upload_for(shim *s, size_t k, char *msg, size_t n)
 {
-    switch (wremote_upload_before(e->kind, e->line)) {
-    case WREMOTE_UPLOAD_CHECKPOINT:
-        return upload_file(s, s->ckpt_path, WREMOTE_PATH_CHECKPOINT, 0,
-                           s->ckpt_sha, msg, n);
-    case WREMOTE_UPLOAD_MODEL:
-        return upload_file(s, s->model_path, WREMOTE_PATH_MODEL, 1,
-                           s->model_sha, msg, n);
-    default:
-        return HTTP_OK;
+    int checkpoint = 0, model = 0;
+    for (size_t i = 0; i < k; i++) {
+        const wremote_line *e = &s->pending.v[i];
+        wremote_upload u = wremote_upload_before(e->kind, e->line);
+        checkpoint |= u == WREMOTE_UPLOAD_CHECKPOINT;
+        model |= u == WREMOTE_UPLOAD_MODEL;
     }
+    http_outcome o = HTTP_OK;
+    if (checkpoint)
+        o = upload_file(s, s->ckpt_path, WREMOTE_PATH_CHECKPOINT, 0,
+                        s->ckpt_sha, msg, n);
+    if (model && o == HTTP_OK)
+        o = upload_file(s, s->model_path, WREMOTE_PATH_MODEL, 1,
+                        s->model_sha, msg, n);
+    return o;
 }
 
 /* POSTs the oldest k queued lines as one batch; *reply: the reply (new,
@@ -1254,9 +1261,7 @@ static int relay_flush(shim *s, int heartbeat)
         heartbeat = 0;
         size_t k = s->pending.n < WREMOTE_MAX_LINES ? s->pending.n
                                                     : WREMOTE_MAX_LINES;
-        http_outcome o = HTTP_OK;
-        for (size_t i = 0; i < k && o == HTTP_OK; i++)
-            o = upload_for(s, &s->pending.v[i], msg, sizeof msg);
+        http_outcome o = upload_for(s, k, msg, sizeof msg);
         json_t *reply = NULL;
         if (o == HTTP_OK)
             o = post_lines(s, k, &reply, msg, sizeof msg);
