@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -425,7 +426,7 @@ typedef struct {
     char *mem; /* malloc'd, NUL-terminated */
     size_t len;
     int fd; /* >= 0: the body goes here */
-    int write_failed;
+    char write_error[200]; /* why the body could not be kept; "" */
     sha256_ctx sha;
     char x_sha256[65]; /* the reply's X-Sha256 header, "" without */
 } http_sink;
@@ -453,17 +454,20 @@ static size_t sink_write(char *data, size_t size, size_t nmemb, void *arg)
     if (k->fd >= 0) {
         ty_err err = {0};
         if (fs_write_full(k->fd, data, n, &err) != TY_OK) {
-            k->write_failed = 1;
+            snprintf(k->write_error, sizeof k->write_error, "%s", err.msg);
             return 0;
         }
         sha256_update(&k->sha, data, n);
         return n;
     }
-    if (k->len + n > JSON_REPLY_MAX)
+    char *m = k->len + n > JSON_REPLY_MAX ? NULL
+                                          : realloc(k->mem, k->len + n + 1);
+    if (!m) {
+        snprintf(k->write_error, sizeof k->write_error, "%s",
+                 k->len + n > JSON_REPLY_MAX ? "the reply is too big"
+                                             : "out of memory");
         return 0;
-    char *m = realloc(k->mem, k->len + n + 1);
-    if (!m)
-        return 0;
+    }
     memcpy(m + k->len, data, n);
     k->mem = m;
     k->len += n;
@@ -577,9 +581,9 @@ static http_outcome http_do(shim_http *h, const http_req *rq,
         snprintf(msg, n, "%s %s: stopped by a signal", method, rq->url);
         return HTTP_FAILED;
     }
-    if (sink->write_failed) {
-        snprintf(msg, n, "%s %s: cannot write what came: %s", method,
-                 rq->url, strerror(errno));
+    if (sink->write_error[0]) {
+        snprintf(msg, n, "%s %s: cannot keep what came: %s", method, rq->url,
+                 sink->write_error);
         return HTTP_FAILED;
     }
     if (rc != CURLE_OK) {
@@ -982,6 +986,11 @@ static int child_start(shim *s)
     block_signals(1);
     pid_t pid = fork();
     if (pid == 0) {
+        /* The worker must die of a write to a pipe nobody reads (the
+         * shim is gone), as it does under the server, and be told to
+         * stop when the shim dies first (a SIGKILL). */
+        signal(SIGPIPE, SIG_DFL);
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         dup2(null_fd, STDIN_FILENO);
         dup2(fds[1], STDOUT_FILENO);
         dup2(log_fd, STDERR_FILENO);
