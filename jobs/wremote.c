@@ -507,6 +507,31 @@ static int transfer_progress(void *arg, curl_off_t dt, curl_off_t dn,
     return h->stop_on_term && shim_term;
 }
 
+/* Whether a transfer that got no answer may get one later (the server
+ * restarting, the network back): not when it is this side's doing - a
+ * certificate that does not verify, a bad URL, a file part that cannot
+ * be read. */
+static int transient(CURLcode rc)
+{
+    switch (rc) {
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+    case CURLE_OUT_OF_MEMORY:
+    case CURLE_READ_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
 static http_outcome outcome_of(long status)
 {
     if (status >= 200 && status < 300)
@@ -588,7 +613,7 @@ static http_outcome http_do(shim_http *h, const http_req *rq,
     }
     if (rc != CURLE_OK) {
         snprintf(msg, n, "%s %s: %s", method, rq->url, curl_easy_strerror(rc));
-        return HTTP_RETRY; /* no answer: the server may be restarting */
+        return transient(rc) ? HTTP_RETRY : HTTP_FAILED;
     }
     long status = 0;
     curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
