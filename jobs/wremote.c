@@ -1312,13 +1312,18 @@ static int relay_flush(shim *s, int heartbeat)
     return SHIM_GO_ON;
 }
 
-/* How long to wait for the child's next line: until the next retry
- * while the server does not answer, else until the next post is due. */
+/* How long to wait for the child's next line: until the next post is
+ * due - at the heartbeat interval, or at the next retry while the server
+ * does not answer and lines wait (with none waiting, a retry waits for
+ * the heartbeat too, so a failing server is never polled faster). */
 static int poll_timeout_ms(const shim *s)
 {
-    double due = s->retry.first_failure >= 0
-                     ? s->retry.next_try
-                     : s->last_post + s->interval_ms / 1000.0;
+    double heartbeat_due = s->last_post + s->interval_ms / 1000.0;
+    double due = heartbeat_due;
+    if (s->retry.first_failure >= 0)
+        due = s->pending.n > 0 || s->retry.next_try > heartbeat_due
+                  ? s->retry.next_try
+                  : heartbeat_due;
     double ms = (due - now_s()) * 1000.0;
     if (ms <= 0)
         return 0;
