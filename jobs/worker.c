@@ -28,6 +28,7 @@
 #include "models/train/train.h"
 #include "jobs/placement.h"
 #include "jobs/protocol.h"
+#include "jobs/wremote.h"
 #if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend.h"
 #endif
@@ -507,6 +508,12 @@ int worker_process(const worker_process_def *def, int argc, char **argv)
 
 int worker_main(int argc, char **argv)
 {
+    /* Started by Slurm on a node without the job folder: the shim that
+     * fetches the job over HTTP and runs this command again as its child
+     * with --job-dir (jobs/wremote.h). */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], WREMOTE_ARG_SERVER))
+            return wremote_main(argc, argv);
     /* SIGTERM and SIGINT cancel, SIGUSR1 preempts. */
     static const worker_process_def def = {.who = WPROTO_COMMAND,
                                            .file = WPROTO_JOB_FILE,
