@@ -174,16 +174,9 @@ static ty_status slurm_start(void *impl, int place, const exec_start *st,
         snprintf(p->token + 2 * i, 3, "%02x", raw[i]);
     token_hash(p->token, p->token_sha);
     snprintf(p->job_id, sizeof p->job_id, "%s", st->job_id);
-    if (st->slot) {
+    if (st->slot)
         slurm_gres_for_slot(st->slot, p->gres, sizeof p->gres);
-        if (x->cfg.gpu_sim)
-            snprintf(p->device, sizeof p->device, WPROTO_DEVICE_SIM_PREFIX "%s",
-                     st->slot->uuid);
-        else
-            snprintf(p->device, sizeof p->device, "%s:0", WPROTO_DEVICE_CUDA);
-    } else {
-        snprintf(p->device, sizeof p->device, "%s", WPROTO_DEVICE_CPU);
-    }
+    snprintf(p->device, sizeof p->device, "%s", st->device);
     p->cpus = st->threads > 0 ? st->threads : 1;
     p->memory_mb = st->memory_bytes ? (st->memory_bytes >> 20) + 1 : 0;
     p->state = SLURM_ST_UNKNOWN;

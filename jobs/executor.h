@@ -107,7 +107,8 @@ typedef struct {
     const char *workdir;        /* the jobs' working folder on the nodes */
     const char *partition, *account, *qos; /* "" or NULL: Slurm's default */
     int gpu_sim;       /* GPU jobs compute on the CPU ("sim:<slot>"): for
-                          clusters whose GRES are stand-ins (tests) */
+                          clusters whose GRES are stand-ins (tests); the
+                          service's device string says it (svc_device_for) */
     const char *ca_file; /* the server's CA for an https server_url */
     int heartbeat_ms;            /* the workers' heartbeat interval */
     double heartbeat_timeout_s;  /* silent this long while RUNNING: lost */

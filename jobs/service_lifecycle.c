@@ -107,6 +107,15 @@ void svc_device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
         return;
     }
     const inv_slot *s = &r->inv->slots[slot];
+    if (r->inv->source == INV_SOURCE_SLURM) {
+        /* Slurm gives the job its device (CUDA_VISIBLE_DEVICES from the
+         * gres); stand-in GRES (tests) compute on the CPU. */
+        if (env->slurm && env->slurm->gpu_sim)
+            snprintf(dev, ndev, WPROTO_DEVICE_SIM_PREFIX "%s", s->uuid);
+        else
+            snprintf(dev, ndev, "%s:0", WPROTO_DEVICE_CUDA);
+        return;
+    }
     *has_cvd = 1;
     snprintf(cvd, ncvd, "%s", s->uuid);
     if (r->inv->source == INV_SOURCE_SIM)
