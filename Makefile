@@ -19,7 +19,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve bench-deploy format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve bench-deploy bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -123,6 +123,11 @@ bench-serve: server
 bench-deploy: server
 	@scripts/setup.sh bench-serve
 	bench/serve/deploy.py --binary $(BUILD)/trainyard $(ARGS)
+
+# The Slurm executor's overhead beside the local one (root: a single-node
+# Slurm from tests/slurm/cluster.sh, stopped afterwards).
+bench-slurm: server test-deps
+	bench/slurm/run.sh $(BUILD)/trainyard
 
 # The code's format (.clang-format) on every C, header and CUDA file.
 format:

@@ -758,6 +758,19 @@ static http_outcome http_post_file(shim_http *h, const char *url, int fd,
 #define SHIM_TOKEN_MAX 128
 #define STOP_GRACE_S 60.0 /* a stopped child's time to exit before SIGKILL */
 
+/* What the relay cost, said on stderr when the shim ends (it lands in the
+ * Slurm job's output file): how long a batch of lines took to reach the
+ * server (the round trip of its POST, the line's latency once read: lines
+ * are posted as soon as they are read), and the uploads. */
+#define STATS_RTT_MAX 4096
+typedef struct {
+    double rtt_ms[STATS_RTT_MAX]; /* the first STATS_RTT_MAX posts' */
+    size_t nposts, nlines;
+    size_t nckpt;
+    double ckpt_ms, ckpt_max_ms, ckpt_bytes;
+    double model_ms, model_bytes;
+} shim_stats;
+
 typedef struct {
     shim_http http;
     const char *server, *job;
@@ -777,6 +790,7 @@ typedef struct {
     char ckpt_sha[65];  /* the checkpoint the server has; "" none */
     char model_sha[65]; /* the model it has; "" none */
     int preempt_sent, cancel_sent;
+    shim_stats stats;
 } shim;
 
 static void shim_url(const shim *s, const char *tmpl, const char *sha,
@@ -1172,6 +1186,44 @@ static int hash_fd(int fd, char hex[65], off_t *size)
     return 0;
 }
 
+static void stats_upload(shim_stats *st, const char *tmpl, double ms,
+                         double bytes)
+{
+    if (!strcmp(tmpl, WREMOTE_PATH_MODEL)) {
+        st->model_ms = ms;
+        st->model_bytes = bytes;
+        return;
+    }
+    st->nckpt++;
+    st->ckpt_ms += ms;
+    st->ckpt_bytes += bytes;
+    if (ms > st->ckpt_max_ms)
+        st->ckpt_max_ms = ms;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* One line on stderr: the relay's figures (bench/slurm reads it). */
+static void stats_print(shim_stats *st)
+{
+    size_t n = st->nposts < STATS_RTT_MAX ? st->nposts : STATS_RTT_MAX;
+    qsort(st->rtt_ms, n, sizeof st->rtt_ms[0], cmp_double);
+    double p50 = n ? st->rtt_ms[n / 2] : 0;
+    double p99 = n ? st->rtt_ms[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1]
+                   : 0;
+    fprintf(stderr,
+            "trainyard worker: relay: %zu lines in %zu posts, round trip "
+            "p50 %.2f ms p99 %.2f ms; %zu checkpoint uploads, %.0f bytes, "
+            "mean %.1f ms, max %.1f ms; model %.0f bytes in %.1f ms\n",
+            st->nlines, st->nposts, p50, p99, st->nckpt, st->ckpt_bytes,
+            st->nckpt ? st->ckpt_ms / (double)st->nckpt : 0.0,
+            st->ckpt_max_ms, st->model_bytes, st->model_ms);
+}
+
 /* Uploads the file at path to endpoint tmpl unless the server already has
  * its content (*sent: the sha256 it has, updated). A missing file is
  * nothing to send, unless required. The file is opened once: the trainer
@@ -1195,9 +1247,12 @@ static http_outcome upload_file(shim *s, const char *path, const char *tmpl,
     } else if (strcmp(sha, sent) != 0) {
         shim_url(s, tmpl, NULL, url);
         const char *name = strrchr(path, '/') + 1;
+        double t0 = now_s();
         o = http_post_file(&s->http, url, fd, 0, size, name, sha, msg, n);
-        if (o == HTTP_OK)
+        if (o == HTTP_OK) {
             memcpy(sent, sha, 65);
+            stats_upload(&s->stats, tmpl, (now_s() - t0) * 1e3, (double)size);
+        }
     }
     close(fd);
     return o;
@@ -1247,8 +1302,15 @@ static http_outcome post_lines(shim *s, size_t k, json_t **reply, char *msg,
         return HTTP_FAILED;
     }
     shim_url(s, WREMOTE_PATH_EVENTS, NULL, url);
+    double t0 = now_s();
     http_outcome o = http_post_json(&s->http, url, text, reply, msg, n);
     free(text);
+    if (o == HTTP_OK) {
+        if (s->stats.nposts < STATS_RTT_MAX)
+            s->stats.rtt_ms[s->stats.nposts] = (now_s() - t0) * 1e3;
+        s->stats.nposts++;
+        s->stats.nlines += k;
+    }
     return o;
 }
 
@@ -1509,6 +1571,8 @@ int wremote_main(int argc, char **argv)
     else
         fprintf(stderr, "trainyard worker: cannot start libcurl\n");
     child_stop(s);
+    if (s->stats.nposts)
+        stats_print(&s->stats);
     if (s->dir[0]) {
         ty_err err = {0};
         if (fs_remove_tree(s->dir, &err) != TY_OK)
