@@ -18,6 +18,7 @@
  * never takes msg_mu.
  */
 #include "jobs/executor.h"
+#include "jobs/exec_slurm_internal.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -59,6 +60,7 @@ typedef struct {
     int want_preempt;
     double preempt_at;
     int lost;           /* silent: cancelled as lost */
+    int told_waiting;   /* the job was told its submission waits */
     double last_line;   /* monotonic time of its last delivery; 0 none */
     double running_since; /* monotonic; 0 until Slurm said RUNNING */
     slurm_state state;
@@ -453,9 +455,9 @@ static int collect(slurm_exec *x, xwork *work)
     return n;
 }
 
-/* The wait status, or the end, a terminal Slurm state means. */
-static exec_end map_end(const xplace *p, const slurm_job_info *info, int *ws,
-                        char *why, size_t n)
+exec_end exec_slurm_end_of(const exec_slurm_asked *p,
+                           const slurm_job_info *info, int *ws, char *why,
+                           size_t n)
 {
     int code = info->exit_code >= 0 ? info->exit_code : 1;
     *ws = (code & 0xff) << 8;
@@ -551,7 +553,16 @@ static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
                 snprintf(r->why, sizeof r->why, "Slurm refused the job: %s",
                          w->submit_err.msg);
             }
-            /* TY_EIO: slurmrestd is down; the next round tries again. */
+            /* TY_EIO: slurmrestd is down; the next round tries again. The
+             * job says why it has not reached Slurm yet. */
+            if (w->submit_s == TY_EIO && !p->told_waiting) {
+                p->told_waiting = 1;
+                r->status = json_pack(
+                    "{s:n, s:s, s:s}", "job_id", "state", "SUBMITTING",
+                    "reason",
+                    "slurmrestd does not answer; the job is submitted when "
+                    "it does");
+            }
             continue;
         }
         if (!w->poll)
@@ -592,7 +603,12 @@ static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
         }
         if (slurm_state_terminal(info->state)) {
             r->end = 1;
-            r->how = map_end(p, info, &r->ws, r->why, sizeof r->why);
+            exec_slurm_asked asked = {.slurm_id = p->slurm_id,
+                                      .lost = p->lost,
+                                      .want_preempt = p->want_preempt,
+                                      .want_cancel = p->want_cancel};
+            r->how = exec_slurm_end_of(&asked, info, &r->ws, r->why,
+                                       sizeof r->why);
         }
     }
 }
@@ -630,10 +646,12 @@ static void round_once(slurm_exec *x, xwork *work, xresult *res)
         if (w->cancel) {
             ty_err err = {0};
             contacted = 1;
-            if (slurmrest_cancel(x->cfg.rest, w->slurm_id, 0, &err) != TY_OK) {
+            ty_status cs = slurmrest_cancel(x->cfg.rest, w->slurm_id, 0, &err);
+            /* TY_ENOTFOUND: Slurm has forgotten it; the poll settles it. */
+            if (cs != TY_OK && cs != TY_ENOTFOUND) {
                 log_msg("error", "slurm: cancel of Slurm job %ld: %s",
                         w->slurm_id, err.msg);
-                if (err.msg[0]) {
+                if (cs == TY_EIO) {
                     ok = 0;
                     snprintf(msg, sizeof msg, "%s", err.msg);
                 }
@@ -648,7 +666,7 @@ static void round_once(slurm_exec *x, xwork *work, xresult *res)
             contacted = 1;
             w->poll_s = slurmrest_job(x->cfg.rest, w->slurm_id, &w->info,
                                       &w->poll_err);
-            if (w->poll_s == TY_EIO || w->poll_s == TY_EINVAL) {
+            if (w->poll_s == TY_EIO) {
                 ok = 0;
                 snprintf(msg, sizeof msg, "%s", w->poll_err.msg);
             }

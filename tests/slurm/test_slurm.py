@@ -439,6 +439,48 @@ class Suite:
         assert diff <= 1e-6, f"outputs differ by {diff}"
         print(f"    200 test images: same classes, outputs within {diff:.1e}")
 
+    def check_preemption(self):
+        """Fair share preempts a Slurm job: it checkpoints (SIGUSR1 through
+        the events reply), its Slurm job ends, and it resumes later."""
+        srv = Server(os.path.join(self.tmp, "preempt"),
+                     extra=["--preempt-wait", "1"]).start()
+        hogs = []
+        try:
+            a = srv.tenant("hog")
+            b = srv.tenant("late")
+            ds_a = srv.upload_csv(a, "big", blobs_csv(12000, 4))
+            ds_b = srv.upload_csv(b, "small", blobs_csv(300, 5))
+            hogs = [srv.submit(a, ds_a, SLOW_MODEL, 40, gpu="1g.18gb",
+                               name=f"hog{i}") for i in range(7)]
+            first = {}
+            for jid in hogs:
+                d = srv.wait(a, jid, lambda d: ((d.get("progress") or {}).get("epoch") or 0) >= 1
+                             and running_on_slurm(d), 180, "RUNNING past epoch 1")
+                first[jid] = slurm_id(d)
+            late = srv.submit(b, ds_b, FAST_MODEL, 2, gpu="1g.18gb", name="late")
+            doc = srv.wait_done(b, late, 120)
+            assert doc["status"] == "succeeded", doc
+            docs = [srv.job(a, jid) for jid in hogs]
+            victims = [d for d in docs if d["preemptions"] >= 1]
+            assert len(victims) == 1, [(d["id"], d["status"], d["preemptions"]) for d in docs]
+            v = victims[0]
+            fields, text = scontrol_job(first[v["id"]])
+            # The worker checkpointed and exited 4 (preempted) by itself.
+            assert fields.get("ExitCode", "").startswith("4:"), text
+            d = srv.wait(a, v["id"], lambda d: d["status"] == "running" and
+                         (d.get("progress") or {}).get("resumed_from_epoch") is not None,
+                         180, "the victim to resume")
+            assert slurm_id(d) != first[v["id"]], "it resumed in the same Slurm job"
+            print(f"    Slurm job {first[v['id']]} exited {fields.get('ExitCode')} "
+                  f"(preempted, checkpointed); resumed from epoch "
+                  f"{d['progress']['resumed_from_epoch']} in Slurm job {slurm_id(d)}")
+        finally:
+            for jid in hogs:
+                srv.call("POST", f"/v1/jobs/{jid}/cancel", key=a)
+            for jid in hogs:
+                srv.wait_done(a, jid, 60)
+            srv.stop()
+
     def check_slurmrestd_outage(self):
         """slurmrestd down: /readyz says so, new jobs wait, a running job
         goes on; back up: the waiting job runs."""
@@ -480,7 +522,7 @@ def main():
     names = [n for n in dir(Suite) if n.startswith("check_")]
     order = ["check_cpu_and_mig_jobs", "check_worker_isolated", "check_cancel",
              "check_sigkill_requeue_resume", "check_outside_scancel",
-             "check_quota_holds", "check_restart_reattaches",
+             "check_quota_holds", "check_preemption", "check_restart_reattaches",
              "check_slurmrestd_outage", "check_fashion_parity"]
     assert sorted(order) == sorted(names), "a check is missing from the order"
     want = sys.argv[1:] or order

@@ -1,0 +1,121 @@
+/* test_exec_slurm.c - what a Slurm job's end means for its trainyard job
+ * (jobs/exec_slurm_internal.h): the worker's exit code passed through,
+ * trainyard's own cancels and preemptions told apart from an outside
+ * scancel, the cluster's failures requeued. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include <cmocka.h>
+
+#include "jobs/exec_slurm_internal.h"
+#include "jobs/protocol.h"
+
+static slurm_job_info ended(slurm_state st, const char *name, int code,
+                            int sig)
+{
+    slurm_job_info info;
+    memset(&info, 0, sizeof info);
+    info.state = st;
+    snprintf(info.state_name, sizeof info.state_name, "%s", name);
+    info.exit_code = code;
+    info.exit_signal = sig;
+    snprintf(info.node, sizeof info.node, "gpu07");
+    return info;
+}
+
+static void test_exit_codes_pass_through(void **state)
+{
+    (void)state;
+    exec_slurm_asked asked = {.slurm_id = 41};
+    char why[300];
+    int ws = -1;
+    slurm_job_info done = ended(SLURM_ST_COMPLETED, "COMPLETED", 0, 0);
+    assert_int_equal(exec_slurm_end_of(&asked, &done, &ws, why, sizeof why),
+                     EXEC_END_EXITED);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    /* The worker's error (exit 2) and its preemption (exit 4). */
+    slurm_job_info err = ended(SLURM_ST_FAILED, "FAILED", WPROTO_EXIT_FAILED, 0);
+    assert_int_equal(exec_slurm_end_of(&asked, &err, &ws, why, sizeof why),
+                     EXEC_END_EXITED);
+    assert_int_equal(WEXITSTATUS(ws), WPROTO_EXIT_FAILED);
+    slurm_job_info pre =
+        ended(SLURM_ST_FAILED, "FAILED", WPROTO_EXIT_PREEMPTED, 0);
+    assert_int_equal(exec_slurm_end_of(&asked, &pre, &ws, why, sizeof why),
+                     EXEC_END_EXITED);
+    assert_int_equal(WEXITSTATUS(ws), WPROTO_EXIT_PREEMPTED);
+    /* Killed by a signal: a crash (retried by the service). */
+    slurm_job_info killed = ended(SLURM_ST_FAILED, "FAILED", -1, SIGKILL);
+    assert_int_equal(exec_slurm_end_of(&asked, &killed, &ws, why, sizeof why),
+                     EXEC_END_EXITED);
+    assert_true(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
+}
+
+static void test_cancels_told_apart(void **state)
+{
+    (void)state;
+    char why[300];
+    int ws = -1;
+    slurm_job_info c = ended(SLURM_ST_CANCELLED, "CANCELLED", -1, SIGTERM);
+    exec_slurm_asked ours = {.slurm_id = 7, .want_cancel = 1};
+    assert_int_equal(exec_slurm_end_of(&ours, &c, &ws, why, sizeof why),
+                     EXEC_END_EXITED);
+    assert_int_equal(WEXITSTATUS(ws), WPROTO_EXIT_CANCELLED);
+    /* A preemption cancelled after its grace: still a preemption. */
+    exec_slurm_asked pre = {.slurm_id = 7, .want_preempt = 1,
+                            .want_cancel = 1};
+    assert_int_equal(exec_slurm_end_of(&pre, &c, &ws, why, sizeof why),
+                     EXEC_END_EXITED);
+    assert_int_equal(WEXITSTATUS(ws), WPROTO_EXIT_PREEMPTED);
+    exec_slurm_asked silent = {.slurm_id = 7, .lost = 1, .want_cancel = 1};
+    assert_int_equal(exec_slurm_end_of(&silent, &c, &ws, why, sizeof why),
+                     EXEC_END_LOST);
+    assert_non_null(strstr(why, "sent nothing"));
+    exec_slurm_asked none = {.slurm_id = 7};
+    assert_int_equal(exec_slurm_end_of(&none, &c, &ws, why, sizeof why),
+                     EXEC_END_OUTSIDE);
+    assert_non_null(strstr(why, "outside trainyard"));
+    assert_non_null(strstr(why, "7"));
+}
+
+static void test_cluster_failures_requeue(void **state)
+{
+    (void)state;
+    exec_slurm_asked asked = {.slurm_id = 9};
+    char why[300];
+    int ws = -1;
+    static const struct {
+        slurm_state st;
+        const char *name;
+    } lost[] = {{SLURM_ST_NODE_FAIL, "NODE_FAIL"},
+                {SLURM_ST_PREEMPTED, "PREEMPTED"},
+                {SLURM_ST_TIMEOUT, "TIMEOUT"},
+                {SLURM_ST_BOOT_FAIL, "BOOT_FAIL"},
+                {SLURM_ST_DEADLINE, "DEADLINE"}};
+    for (size_t i = 0; i < sizeof lost / sizeof lost[0]; i++) {
+        slurm_job_info info = ended(lost[i].st, lost[i].name, -1, 0);
+        assert_int_equal(exec_slurm_end_of(&asked, &info, &ws, why, sizeof why),
+                         EXEC_END_LOST);
+        assert_non_null(strstr(why, lost[i].name));
+        assert_non_null(strstr(why, "gpu07"));
+    }
+    slurm_job_info oom = ended(SLURM_ST_OUT_OF_MEMORY, "OUT_OF_MEMORY", -1, 0);
+    assert_int_equal(exec_slurm_end_of(&asked, &oom, &ws, why, sizeof why),
+                     EXEC_END_FAILED);
+    assert_non_null(strstr(why, "out of memory"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exit_codes_pass_through),
+        cmocka_unit_test(test_cancels_told_apart),
+        cmocka_unit_test(test_cluster_failures_requeue),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
