@@ -189,10 +189,10 @@ static ty_status open_slurm(ty_app *app, ty_err *err)
         ty_err_prefix(err, "cannot read the cluster's nodes from slurmrestd");
         return s;
     }
-    char label[600];
-    snprintf(label, sizeof label, "slurm:%s", cfg->slurm_url);
+    /* "slurm", not its URL: GET /v1/devices shows the label to tenants,
+     * and slurmrestd's address is the operator's business. */
     inventory *inv = NULL;
-    s = slurm_inventory_build(nodes, n, label, &inv, err);
+    s = slurm_inventory_build(nodes, n, "slurm", &inv, err);
     free(nodes);
     if (s != TY_OK)
         return s;

@@ -13,7 +13,7 @@
  *   "slurm:<node>:<type>:<i>" and whose profile is the type;
  *   any other type, or none - <count> whole GPUs (MIG off, 7 compute
  *   slices), uuid "slurm:<node>:gpu:<i>", model the type.
- * The source is INV_SOURCE_SLURM, its label "slurm:<url>". Nodes whose
+ * The source is INV_SOURCE_SLURM, its label the caller's ("slurm"). Nodes whose
  * state says down or drained count all the same (Slurm decides; the
  * scheduler only bounds how many run at once).
  */

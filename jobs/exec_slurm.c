@@ -550,8 +550,9 @@ static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
             } else if (w->submit_s == TY_EINVAL) {
                 r->end = 1;
                 r->how = EXEC_END_FAILED;
-                snprintf(r->why, sizeof r->why, "Slurm refused the job: %s",
-                         w->submit_err.msg);
+                snprintf(r->why, sizeof r->why, "%s (the job asked for %s)",
+                         w->submit_err.msg,
+                         p->gres[0] ? p->gres : "no GPU");
             }
             /* TY_EIO: slurmrestd is down; the next round tries again. The
              * job says why it has not reached Slurm yet. */

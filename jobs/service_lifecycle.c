@@ -166,6 +166,21 @@ static void run_release(jobs_service *r, job_run *w)
     r->nruns--;
 }
 
+/* The memory a worker asks of a cluster for the job: twice the training
+ * estimate (admission's, which leaves out the dataset and the process) and
+ * 1 GiB besides, within --max-job-memory's doubling when that is set; 0
+ * (the cluster's default) when there is no estimate. */
+static uint64_t job_memory_ask(const jobs_env *env, const json_t *job)
+{
+    json_t *e = json_object_get(job, "estimated_memory_bytes");
+    if (!json_is_integer(e) || json_integer_value(e) <= 0)
+        return 0;
+    uint64_t ask = 2 * (uint64_t)json_integer_value(e) + (1ull << 30);
+    if (env->max_job_memory && ask > 2 * env->max_job_memory + (1ull << 30))
+        ask = 2 * env->max_job_memory + (1ull << 30);
+    return ask;
+}
+
 /* Starts scheduler job sj, placed on slot (-1: CPU). Caller holds mu. */
 static void start_placement(jobs_service *r, int sj, int slot)
 {
@@ -235,7 +250,7 @@ static void start_placement(jobs_service *r, int sj, int slot)
                          .has_cvd = has_cvd,
                          .slot = slot >= 0 ? &r->inv->slots[slot] : NULL,
                          .threads = env->worker_threads,
-                         .memory_bytes = env->max_job_memory};
+                         .memory_bytes = job_memory_ask(env, job)};
         s = r->exec->start(r->exec->impl, place, &st, &where, &err);
     }
     json_decref(job);

@@ -229,6 +229,15 @@ ty_status wremote_job_file(const json_t *doc, const char *dir, json_t **out,
     }
     bad |= set_path(job, WPROTO_JOB_CHECKPOINT_PATH, dir, CHECKPOINT_FILE);
     bad |= set_path(job, WPROTO_JOB_MODEL_PATH, dir, MODEL_FILE);
+    /* "All the cores" on a cluster node means the CPUs Slurm gave the job,
+     * not the node's. */
+    json_t *threads = json_object_get(job, WPROTO_JOB_THREADS);
+    const char *cpus = getenv("SLURM_CPUS_PER_TASK");
+    long n = cpus ? strtol(cpus, NULL, 10) : 0;
+    if (json_is_integer(threads) && json_integer_value(threads) == 0 &&
+        n > 0 && n < 4096)
+        bad |= json_object_set_new(job, WPROTO_JOB_THREADS,
+                                   json_integer(n)) != 0;
     if (bad) {
         json_decref(job);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
