@@ -252,17 +252,7 @@ static void reattach_running(jobs_service *r)
             fail_unattached(r, id, err.msg);
             continue;
         }
-        job_run *w = &r->runs[place];
-        memset(w, 0, sizeof *w);
-        w->used = 1;
-        w->remote = 1;
-        w->resumed_from_epoch = -1;
-        w->sjob = sj;
-        w->slot = slot;
-        snprintf(w->job_id, sizeof w->job_id, "%s", id);
-        snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
-        snprintf(w->dir, sizeof w->dir, "%s/%s", r->env.jobs_dir, id);
-        r->nruns++;
+        svc_run_claim(r, place, sj, slot, id, tenant)->remote = 1;
         svc_set_holder(r, slot, id, tenant);
         log_event("info", "job_reattach",
                   json_pack("{s:s, s:I}", "job", id, "slurm_job",

@@ -168,6 +168,11 @@ void deploy_tick(jobs_service *r);
 
 /* ---- service_lifecycle.c ---- */
 
+/* Takes run entry `place` for scheduler job sj of tenant on slot (-1: the
+ * CPU), its folder <jobs>/<job_id>. Caller holds mu. */
+job_run *svc_run_claim(jobs_service *r, int place, int sj, int slot,
+                       const char *job_id, const char *tenant);
+
 /* Where a job on `slot` (-1: a CPU job) runs: TRAINYARD_DEVICE's value
  * into dev, and CUDA_VISIBLE_DEVICES's into cvd (*has_cvd 0: leave the
  * server's). See jobs/protocol.h. */

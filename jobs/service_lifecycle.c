@@ -159,6 +159,23 @@ static json_t *placement_json(const jobs_service *r, int slot,
     return p;
 }
 
+/* See service_internal.h. */
+job_run *svc_run_claim(jobs_service *r, int place, int sj, int slot,
+                       const char *job_id, const char *tenant)
+{
+    job_run *w = &r->runs[place];
+    memset(w, 0, sizeof *w);
+    w->used = 1;
+    w->resumed_from_epoch = -1;
+    w->sjob = sj;
+    w->slot = slot;
+    snprintf(w->job_id, sizeof w->job_id, "%s", job_id);
+    snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
+    snprintf(w->dir, sizeof w->dir, "%s/%s", r->env.jobs_dir, job_id);
+    r->nruns++;
+    return w;
+}
+
 /* Leaves the run entry free. Caller holds mu. */
 static void run_release(jobs_service *r, job_run *w)
 {
@@ -210,15 +227,7 @@ static void start_placement(jobs_service *r, int sj, int slot)
         deploy_replica_start(r, sj, slot, place);
         return;
     }
-    memset(w, 0, sizeof *w);
-    w->used = 1;
-    w->resumed_from_epoch = -1;
-    w->sjob = sj;
-    w->slot = slot;
-    snprintf(w->job_id, sizeof w->job_id, "%s", id);
-    snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
-    snprintf(w->dir, sizeof w->dir, "%s/%s", env->jobs_dir, id);
-    r->nruns++;
+    svc_run_claim(r, place, sj, slot, id, tenant);
 
     char dev[INV_NAME_MAX + 8], cvd[INV_NAME_MAX];
     int has_cvd;

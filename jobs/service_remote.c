@@ -79,15 +79,22 @@ static ty_status read_job_file(const char *dir, json_t **out, ty_err *err)
     return TY_OK;
 }
 
+/* The attempt's folder and its job.json (new reference). */
+static ty_status attempt_job_file(jobs_service *r, const char *job_id,
+                                  const char *token, char dir[PATH_MAX],
+                                  json_t **doc, ty_err *err)
+{
+    ty_status s = attempt_dir(r, job_id, token, dir, err);
+    return s == TY_OK ? read_job_file(dir, doc, err) : s;
+}
+
 ty_status jobs_worker_job(jobs_service *r, const char *job_id,
                           const char *token, json_t **out, ty_err *err)
 {
     char dir[PATH_MAX];
-    ty_status s = attempt_dir(r, job_id, token, dir, err);
-    if (s != TY_OK)
-        return s;
     json_t *doc = NULL;
-    if ((s = read_job_file(dir, &doc, err)) != TY_OK)
+    ty_status s = attempt_job_file(r, job_id, token, dir, &doc, err);
+    if (s != TY_OK)
         return s;
     const char *ds =
         json_string_value(json_object_get(doc, WPROTO_JOB_DATASET_PATH));
@@ -139,11 +146,9 @@ ty_status jobs_worker_blob(jobs_service *r, const char *job_id,
                            char path[PATH_MAX], ty_err *err)
 {
     char dir[PATH_MAX];
-    ty_status s = attempt_dir(r, job_id, token, dir, err);
-    if (s != TY_OK)
-        return s;
     json_t *doc = NULL;
-    if ((s = read_job_file(dir, &doc, err)) != TY_OK)
+    ty_status s = attempt_job_file(r, job_id, token, dir, &doc, err);
+    if (s != TY_OK)
         return s;
     int named = sha256 && strlen(sha256) == 64 && job_names_blob(doc, sha256);
     json_decref(doc);
