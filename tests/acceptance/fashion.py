@@ -6,7 +6,8 @@ the training and test sets (IDX, gzipped), trains a network with Adam,
 evaluates on the 10,000 test images, prints the time and the accuracy, and
 fails below the network's bar:
 
-  mlp (default)  784-256-128-10, 10 epochs, bar 0.88 (published: 0.883)
+  mlp (default)  784-256-128-10, 10 epochs (cosine learning rate), bar 0.88
+                 (published: 0.883)
   cnn            2 conv + pooling, dense 1024, dropout 0.4; 8 epochs, bar
                  0.91 (published: 0.916; it passes 0.91 by epoch 4 or 5, so
                  8 leaves a margin while keeping CI to about 4 minutes)
@@ -51,8 +52,13 @@ JOB = {
         {"type": "dense", "units": 256}, {"type": "relu"},
         {"type": "dense", "units": 128}, {"type": "relu"},
         {"type": "dense", "units": 10}]},
+    # The cosine schedule makes the last epoch's model a steady one: with a
+    # constant rate its test accuracy swings by about +-0.005 between seeds
+    # and CPUs' rounding (0.877 to 0.885 measured on AMD EPYC), around the
+    # bar.
     "hyperparameters": {"epochs": 10, "batch_size": 128, "optimizer": "adam",
-                        "learning_rate": 0.001, "seed": 1},
+                        "learning_rate": 0.001, "seed": 1,
+                        "lr_schedule": {"type": "cosine", "min_lr": 0}},
 }
 
 
@@ -96,7 +102,8 @@ def main():
     if which == "cnn":
         THRESHOLD = CNN_THRESHOLD
         job = dict(JOB, name="fashion-cnn", model={"layers": CNN_LAYERS},
-                   hyperparameters=dict(JOB["hyperparameters"], epochs=8))
+                   hyperparameters=dict(JOB["hyperparameters"], epochs=8,
+                                        lr_schedule={"type": "constant"}))
     elif which != "mlp":
         sys.exit(f"unknown network {which}: mlp or cnn")
     if not os.path.exists(os.path.join(DATA, "train-images-idx3-ubyte.gz")):
