@@ -12,7 +12,7 @@ its POST /v1/jobs reply (polled every 10 ms):
                       slurmrestd accepted the submission (its job id)
   submit -> done      the job succeeded (its model registered)
 Then one job with a 0.5M-parameter MLP over 4 epochs, whose checkpoints
-(about 6 MB with Adam's state) the remote worker uploads after each epoch.
+(3.2 MB with Adam's state) the remote worker uploads after each epoch.
 The remote worker prints its relay figures when it ends (round trip of each
 POST of lines: a line's latency from the moment it reads it, since it posts
 at once; each upload's time), read here from the Slurm job's output file.
@@ -97,7 +97,7 @@ def main():
                 relay = relay_figures(doc)
         finally:
             srv.stop()
-    print(f"\n{REPEAT} small jobs each (median), then one 4-epoch job with ~6 MB checkpoints")
+    print(f"\n{REPEAT} small jobs each (median), then one 4-epoch job with 3 MB checkpoints")
     print(f"{'':34s}{'local':>12s}{'slurm':>12s}{'slurm - local':>16s}")
     names = ["submit -> sbatch'd (Slurm id) (s)", "submit -> worker started (s)", "submit -> succeeded (s)"]
     for i, name in enumerate(names):
