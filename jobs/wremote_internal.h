@@ -1,6 +1,7 @@
 /*
  * wremote_internal.h - the pure pieces of the remote worker shim
- * (jobs/wremote.c), exposed for tests/unit/test_wremote.c: the queue of
+ * (jobs/wremote.c; they live in jobs/wremote_rules.c), exposed for
+ * tests/unit/test_wremote.c: the queue of
  * lines waiting to be posted and its coalescing rule, the line the shim
  * relays for one of its child's, what must be uploaded before a line is
  * relayed, the local job.json built from the job document, the endpoint
@@ -17,6 +18,13 @@
 
 #include "common/ty.h"
 #include "jobs/protocol.h"
+
+/* The job document's key for the checkpoint blob (wremote.h), and the
+ * files in the shim's private folder. */
+#define DOC_CHECKPOINT "checkpoint"
+#define CHECKPOINT_FILE "checkpoint.safetensors"
+#define MODEL_FILE "model.safetensors"
+#define BLOB_PREFIX "blob-"
 
 /* ---- the lines waiting to be posted ---- */
 
