@@ -59,7 +59,7 @@ void config_defaults(ty_config *cfg)
     snprintf(cfg->slurm_api_version, sizeof cfg->slurm_api_version,
              "v0.0.38");
     snprintf(cfg->slurm_workdir, sizeof cfg->slurm_workdir, "/tmp");
-    cfg->slurm_poll_s = 1.0;
+    cfg->slurm_poll_s = 2.0;
 }
 
 /* A bounded string setting. */
@@ -625,8 +625,10 @@ void config_usage(FILE *f)
         "  --slurm-gpus cuda|sim     GPU jobs run on CUDA (default) or, for "
         "stand-in\n"
         "                            GRES (tests), compute on the CPU\n"
-        "  --slurm-poll SECONDS      how often job states are read (default "
-        "1)\n"
+        "  --slurm-poll SECONDS      how often each job's state is read "
+        "from\n"
+        "                            slurmrestd (default 2; one request per "
+        "job)\n"
         "  --slurm-time-limit MIN    each job's time limit (default: the "
         "partition's)\n"
         "  --fair-window SECONDS     how much history fair share remembers\n"
