@@ -457,6 +457,44 @@ static void test_config_client_limits(void **state)
     }
 }
 
+/* --executor and the Slurm settings: defaults, values, refusals. */
+static void test_config_executor(void **state)
+{
+    (void)state;
+    ty_config c;
+    ty_err err = {0};
+    int help = 0;
+    config_defaults(&c);
+    assert_int_equal(c.executor_slurm, 0);
+    assert_string_equal(c.slurm_api_version, "v0.0.38");
+    assert_string_equal(c.slurm_workdir, "/tmp");
+    char *argv[] = {"serve", "--executor", "slurm", "--slurm-url",
+                    "http://head:6820", "--slurm-user", "trainyard",
+                    "--slurm-jwt-key", "/etc/slurm/jwt.key", "--slurm-gpus",
+                    "sim", "--slurm-partition", "gpu", "--slurm-poll", "0.5",
+                    NULL};
+    assert_int_equal(config_parse_serve(15, argv, &c, &help, &err), TY_OK);
+    assert_int_equal(c.executor_slurm, 1);
+    assert_string_equal(c.slurm_url, "http://head:6820");
+    assert_string_equal(c.slurm_user, "trainyard");
+    assert_string_equal(c.slurm_jwt_key, "/etc/slurm/jwt.key");
+    assert_string_equal(c.slurm_partition, "gpu");
+    assert_int_equal(c.slurm_gpu_sim, 1);
+    assert_true(c.slurm_poll_s == 0.5);
+    /* A value that goes into the batch script between quotes may hold no
+     * quote; unknown choices are refused, naming the flag. */
+    char *bad[][3] = {{"serve", "--executor", "kubernetes"},
+                      {"serve", "--slurm-gpus", "rocm"},
+                      {"serve", "--slurm-server-url", "http://x/'; rm -rf /"},
+                      {"serve", "--slurm-user", ""}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err.msg[0] = '\0';
+        assert_int_equal(config_parse_serve(3, bad[i], &c, &help, &err),
+                         TY_EINVAL);
+        assert_non_null(strstr(err.msg, bad[i][1]));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -466,6 +504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bootstrap_and_check,
                                         tu_tmpdir_setup, tu_tmpdir_teardown),
         cmocka_unit_test(test_config_parse),
+        cmocka_unit_test(test_config_executor),
         cmocka_unit_test(test_config_fetch_allow_networks),
         cmocka_unit_test(test_config_serve_device),
         cmocka_unit_test(test_config_train_device),
