@@ -71,16 +71,17 @@ void api_jobs_list(api_ctx *app, http_req *r)
     if (!api_page(r, &page))
         return;
     const char *status = http_req_query(r, "status");
-    static const char *const states[] = {JOB_QUEUED, JOB_RUNNING, JOB_SUCCEEDED,
-                                         JOB_FAILED, JOB_CANCELLED};
+    static const char *const states[] = {
+        JOB_QUEUED, JOB_SCHEDULED, JOB_RUNNING,
+        JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED};
     if (status) {
         int ok = 0;
         for (size_t i = 0; i < TY_ARRAY_LEN(states); i++)
             ok |= !strcmp(status, states[i]);
         if (!ok) {
             http_reply_problem(r, 400, "status",
-                               "status must be queued, running, succeeded, "
-                               "failed or cancelled");
+                               "status must be queued, scheduled, running, "
+                               "succeeded, failed or cancelled");
             return;
         }
     }

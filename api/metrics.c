@@ -28,8 +28,9 @@ static pthread_mutex_t scrape_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define LABELS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static const char *const job_states[] = {JOB_QUEUED, JOB_RUNNING, JOB_SUCCEEDED,
-                                         JOB_FAILED, JOB_CANCELLED};
+static const char *const job_states[] = {
+    JOB_QUEUED, JOB_SCHEDULED, JOB_RUNNING,
+    JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED};
 
 /* Every state of a tenant with any job gets a series (0 when none), so a
  * rate or a comparison never sees a series vanish when a count drops. */

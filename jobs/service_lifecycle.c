@@ -233,7 +233,11 @@ static void start_placement(jobs_service *r, int sj, int slot)
     int has_cvd;
     svc_device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
     json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
-    ty_status s = store_job_start_on(env->store, id, dev, placement, &err);
+    /* On a cluster the job is scheduled until its worker starts. */
+    ty_status s =
+        exec_is_slurm(r->exec)
+            ? store_job_schedule_on(env->store, id, dev, placement, &err)
+            : store_job_start_on(env->store, id, dev, placement, &err);
     json_decref(placement);
     if (s != TY_OK) {
         /* TY_ECONFLICT: cancelled meanwhile. */
@@ -277,7 +281,8 @@ static void start_placement(jobs_service *r, int sj, int slot)
     if (where)
         store_job_placement_merge(env->store, id, where, &err);
     json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "job", id, "status",
-                          JOB_RUNNING, "device", dev, "executor",
+                          w->remote ? JOB_SCHEDULED : JOB_RUNNING, "device",
+                          dev, "executor",
                           r->exec->name);
     json_t *pid = json_object_get(where, "worker_pid");
     if (pid)
@@ -425,6 +430,13 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
             json_t *patch = json_pack("{s:o}", "worker_saw", saw);
             store_job_placement_merge(env->store, w->job_id, patch, &err);
             json_decref(patch);
+            /* A cluster's job: scheduled until its worker says it runs. */
+            int changed = 0;
+            if (w->remote &&
+                store_job_mark_running(env->store, w->job_id, &changed,
+                                       &err) == TY_OK &&
+                changed)
+                svc_publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
             break;
         }
         case WPROTO_MSG_ERROR: {

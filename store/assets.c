@@ -49,7 +49,8 @@ static const asset_kind asset_kinds[] = {
             ASSET_STATEMENTS("datasets"),
             /* a queued or running job trains on it or validates on it */
             .in_use = "SELECT id FROM jobs WHERE tenant_id = ?2 AND "
-                      "status IN ('queued', 'running') AND (dataset_id = ?1 OR "
+                      "status IN ('queued', 'scheduled', 'running') AND "
+                      "(dataset_id = ?1 OR "
                       "json_extract(validation, '$.dataset') = ?1) LIMIT 1",
         },
     [ASSET_MODEL] =

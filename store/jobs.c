@@ -165,8 +165,11 @@ ty_status store_job_start(store *st, const char *id, const char *device,
     return store_job_start_on(st, id, device, NULL, err);
 }
 
-ty_status store_job_start_on(store *st, const char *id, const char *device,
-                             const json_t *placement, ty_err *err)
+/* Takes a queued job to `status` (running, or scheduled: handed to a
+ * cluster that has not started it yet). */
+static ty_status job_start_as(store *st, const char *id, const char *status,
+                              const char *device, const json_t *placement,
+                              ty_err *err)
 {
     char now[32];
     ty_now_iso(now);
@@ -176,17 +179,41 @@ ty_status store_job_start_on(store *st, const char *id, const char *device,
     int changed = 0;
     pthread_mutex_lock(&st->mu);
     ty_status s = db_q(st, NULL, &changed, err,
-                       "UPDATE jobs SET status = 'running', "
+                       "UPDATE jobs SET status = ?, "
                        "attempts = attempts + (1 - resume_preempted), "
                        "resume_preempted = 0, "
                        "started_at = coalesce(started_at, ?), device = ?, "
                        "placement = coalesce(?, placement) "
                        "WHERE id = ? AND status = 'queued'",
-                       "ssss", now, device, pl, id);
+                       "sssss", status, now, device, pl, id);
     pthread_mutex_unlock(&st->mu);
     free(pl);
     if (s == TY_OK && changed == 0)
         return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not queued", id);
+    return s;
+}
+
+ty_status store_job_start_on(store *st, const char *id, const char *device,
+                             const json_t *placement, ty_err *err)
+{
+    return job_start_as(st, id, JOB_RUNNING, device, placement, err);
+}
+
+ty_status store_job_schedule_on(store *st, const char *id, const char *device,
+                                const json_t *placement, ty_err *err)
+{
+    return job_start_as(st, id, JOB_SCHEDULED, device, placement, err);
+}
+
+ty_status store_job_mark_running(store *st, const char *id, int *changed,
+                                 ty_err *err)
+{
+    pthread_mutex_lock(&st->mu);
+    ty_status s = db_q(st, NULL, changed, err,
+                       "UPDATE jobs SET status = 'running' "
+                       "WHERE id = ? AND status = 'scheduled'",
+                       "s", id);
+    pthread_mutex_unlock(&st->mu);
     return s;
 }
 
@@ -245,7 +272,8 @@ ty_status store_job_finish(store *st, const char *id, const char *status,
     pthread_mutex_lock(&st->mu);
     ty_status s = db_q(st, NULL, &n, err,
                        "UPDATE jobs SET status = ?, error = ?, finished_at = ? "
-                       "WHERE id = ? AND status IN ('queued', 'running')",
+                       "WHERE id = ? AND status IN ('queued', 'scheduled', "
+                       "'running')",
                        "ssss", status, error, now, id);
     pthread_mutex_unlock(&st->mu);
     if (changed)
@@ -279,7 +307,7 @@ ty_status store_job_succeed(store *st, const char *id, const char *model_id,
             "UPDATE jobs SET status = 'succeeded', model_id = ?, error = NULL, "
             "finished_at = ?, progress = json_set(coalesce(progress, '{}'), "
             "'$.fraction', 1, '$.epoch', json_extract(progress, '$.epochs')) "
-            "WHERE id = ? AND status = 'running'",
+            "WHERE id = ? AND status IN ('scheduled', 'running')",
             "sss", model_id, now, id);
     if (s == TY_OK && changed == 0)
         s = ty_fail(err, TY_ECONFLICT, NULL, "job %s is not running", id);
@@ -314,7 +342,8 @@ ty_status store_job_request_cancel(store *st, const char *tenant_id,
                      "UPDATE jobs SET status = 'cancelled', finished_at = ?, "
                      "error = 'cancelled by request' WHERE id = ?",
                      "ss", now, id);
-        } else if (!strcmp(status, JOB_RUNNING)) {
+        } else if (!strcmp(status, JOB_RUNNING) ||
+                   !strcmp(status, JOB_SCHEDULED)) {
             *was_running = 1;
         } else {
             s = ty_fail(err, TY_ECONFLICT, NULL,
@@ -336,13 +365,14 @@ ty_status store_job_requeue_running(store *st, const char *keep_executor,
     ty_status s =
         keep_executor
             ? db_q(st, NULL, &n, err,
-                   "UPDATE jobs SET status = 'queued' WHERE status = "
-                   "'running' AND coalesce(json_extract(placement, "
+                   "UPDATE jobs SET status = 'queued' WHERE status IN "
+                   "('scheduled', 'running') AND coalesce(json_extract("
+                   "placement, "
                    "'$.executor'), 'local') != ?",
                    "s", keep_executor)
             : db_q(st, NULL, &n, err,
-                   "UPDATE jobs SET status = 'queued' WHERE status = "
-                   "'running'",
+                   "UPDATE jobs SET status = 'queued' WHERE status IN "
+                   "('scheduled', 'running')",
                    "");
     pthread_mutex_unlock(&st->mu);
     *count = n;
@@ -359,7 +389,8 @@ ty_status store_job_running_on(store *st, const char *executor, json_t **rows,
              "coalesce(resources, '{\"gpu\":\"none\"}') AS "
              "resources_json, (julianday(created_at) - 2440587.5) * "
              "86400.0 AS submit_time, placement AS placement_json FROM jobs "
-             "WHERE status = 'running' AND coalesce(json_extract(placement, "
+             "WHERE status IN ('scheduled', 'running') AND "
+             "coalesce(json_extract(placement, "
              "'$.executor'), 'local') = ? ORDER BY seq",
              "s", executor);
     pthread_mutex_unlock(&st->mu);
@@ -392,7 +423,7 @@ ty_status store_job_requeue(store *st, const char *id, int preempted,
         db_q(st, NULL, &changed, err,
              "UPDATE jobs SET status = 'queued', error = ?, "
              "preemptions = preemptions + ?, resume_preempted = ? "
-             "WHERE id = ? AND status = 'running'",
+             "WHERE id = ? AND status IN ('scheduled', 'running')",
              "siis", error, (int64_t) !!preempted, (int64_t) !!preempted, id);
     pthread_mutex_unlock(&st->mu);
     if (s == TY_OK && changed == 0)

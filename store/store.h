@@ -102,6 +102,9 @@ ty_status store_dataset_delete(store *st, const char *tenant_id, const char *id,
 
 /* Job states, as the API spells them. */
 #define JOB_QUEUED "queued"
+/* Handed to a cluster (Slurm) that has not started its worker yet: it
+ * holds its slot and quota as a running job does. */
+#define JOB_SCHEDULED "scheduled"
 #define JOB_RUNNING "running"
 #define JOB_SUCCEEDED "succeeded"
 #define JOB_FAILED "failed"
@@ -159,6 +162,16 @@ ty_status store_job_start(store *st, const char *id, const char *device,
  * and does not count a new one. */
 ty_status store_job_start_on(store *st, const char *id, const char *device,
                              const json_t *placement, ty_err *err);
+
+/* store_job_start_on, but the job is "scheduled": submitted to a cluster
+ * whose scheduler has yet to start it. */
+ty_status store_job_schedule_on(store *st, const char *id, const char *device,
+                                const json_t *placement, ty_err *err);
+
+/* A scheduled job's worker has started: it is running (*changed 1), or it
+ * was not scheduled (*changed 0). */
+ty_status store_job_mark_running(store *st, const char *id, int *changed,
+                                 ty_err *err);
 
 /* Merges patch into the job's placement (RFC 7386, as json_patch). */
 ty_status store_job_placement_merge(store *st, const char *id,

@@ -130,7 +130,7 @@ done:
     "'datasets', (SELECT count(*) FROM datasets WHERE tenant_id = t.id), "     \
     "'models', (SELECT count(*) FROM models WHERE tenant_id = t.id), "         \
     "'running_jobs', (SELECT count(*) FROM jobs WHERE tenant_id = t.id AND "   \
-    "status = 'running')) AS usage_json, "                                     \
+    "status IN ('scheduled', 'running'))) AS usage_json, "                     \
     "json(CASE WHEN EXISTS (SELECT 1 FROM api_keys k WHERE k.tenant_id = "     \
     "t.id AND k.is_admin = 1) THEN 'true' ELSE 'false' END) AS admin_json, "   \
     "t.created_at"

@@ -4,7 +4,7 @@ import {live} from './live.js';
 import {h, field, fmtDuration, fmtNum, fmtBytes, fmtTime, jobSeconds, statusBadge,
         placementText, queueText, kv, TERMINAL} from './util.js';
 
-const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'];
+const STATUSES = ['queued', 'scheduled', 'running', 'succeeded', 'failed', 'cancelled'];
 
 function progressCell(job) {
   const p = job.progress || {};

@@ -95,7 +95,7 @@ export function kv(pairs) {
 export function placementText(job) {
   const p = job.placement;
   if (!p) return job.status === 'queued' ? '—' : (job.device || '—');
-  if (p.slurm && job.status === 'running' && p.slurm.state !== 'RUNNING') {
+  if (p.slurm && job.status === 'scheduled') {
     // Submitted to Slurm, not started by it yet: its state and reason.
     const s = p.slurm;
     const why = s.reason && s.reason !== 'None' ? ` (${s.reason})` : '';

@@ -325,7 +325,17 @@ static void test_jobs_slices_and_logs(void **state)
     expect_status(r, 200);
     resp_free(r);
 
+    /* The request's duration is recorded once its reply has gone out, so
+     * the client may scrape a moment before it is counted. */
     m = scrape(&s);
+    for (int i = 0; i < 100 &&
+                    value(m, "trainyard_predict_duration_seconds_count",
+                          KV("endpoint", "predict")) != 1;
+         i++) {
+        json_decref(m);
+        usleep(20000);
+        m = scrape(&s);
+    }
     assert_true(value(m, "trainyard_slices_in_use", KV("profile", "1g.18gb")) ==
                 0);
     assert_true(isnan(

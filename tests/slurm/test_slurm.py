@@ -503,7 +503,11 @@ class Suite:
             time.sleep(3)
             doc = self.srv.job(self.key, waiting)
             assert slurm_id(doc) is None, doc["placement"]
-            assert doc["status"] in ("queued", "running"), doc
+            # Scheduled (it holds its slot), not yet in Slurm, saying why.
+            assert doc["status"] == "scheduled", doc
+            slurm = doc["placement"]["slurm"]
+            assert slurm["state"] == "SUBMITTING", slurm
+            assert "slurmrestd" in slurm["reason"], slurm
         finally:
             subprocess.run([os.path.join(os.path.dirname(__file__), "cluster.sh"),
                             "start-rest", ENV["SLURM_DIR"]], check=True)
