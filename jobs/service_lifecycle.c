@@ -574,15 +574,11 @@ static void retry_or_fail(jobs_service *r, job_run *w, const char *what)
     svc_log_transition(r, w->job_id, JOB_QUEUED, msg);
 }
 
-/* Where to read what went wrong: the log's path for a local worker (the
- * operator's), its last lines for a remote one (which uploaded them: the
- * server's folders are no business of the tenant's). */
+/* What went wrong, for the job's error: the last lines of the worker's
+ * log (a remote worker uploads them), never the log's path: the server's
+ * folders are no business of the tenant's. */
 static void log_hint(const job_run *w, char *buf, size_t n)
 {
-    if (!w->remote) {
-        snprintf(buf, n, "its log is %s/" WPROTO_LOG_FILE, w->dir);
-        return;
-    }
     char path[PATH_MAX];
     snprintf(path, sizeof path, "%s/" WPROTO_LOG_FILE, w->dir);
     char tail[400] = "";
@@ -667,13 +663,15 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, exec_end how,
         }
         return;
     } else if (how == EXEC_END_LOST) {
-        if (why)
+        if (why) {
             snprintf(msg, sizeof msg, "%s", why);
-        else
+        } else {
+            log_hint(w, hint, sizeof hint);
             snprintf(msg, sizeof msg,
                      "the training process sent no heartbeat for %d s and "
-                     "was killed; its log is %s/" WPROTO_LOG_FILE,
-                     env->heartbeat_timeout_s, w->dir);
+                     "was killed; %s",
+                     env->heartbeat_timeout_s, hint);
+        }
         retry_or_fail(r, w, msg);
         return;
     } else if (w->error[0]) {
