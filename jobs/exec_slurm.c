@@ -183,8 +183,9 @@ static ty_status slurm_start(void *impl, int place, const exec_start *st,
     p->memory_mb = st->memory_bytes ? (st->memory_bytes >> 20) + 1 : 0;
     p->state = SLURM_ST_UNKNOWN;
     p->phase = XP_SUBMIT;
-    /* The attempt's token hash beside the job folder's other state, so a
-     * restarted server can re-attach (jobs_start). */
+    /* The attempt's token hash goes into the job's placement (the token
+     * itself only into the Slurm job's environment), so a restarted server
+     * can re-attach it (reattach_running, jobs/service.c). */
     *placement = json_pack("{s:s, s:{s:n, s:s, s:s, s:s?}}", "executor",
                            "slurm", "slurm", "job_id", "state", "SUBMITTING",
                            "token_sha256", p->token_sha, "gres",
