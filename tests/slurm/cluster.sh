@@ -16,7 +16,7 @@
 # working directories) and SLURM_BIN_DIR (0755: where a caller copies the
 # worker binary).
 #
-# Why it is this way (see /work/shared/reference/SLURM.md):
+# Why it is this way:
 #   - Every daemon runs in the foreground (-D / -F) under setsid, so each is
 #     the leader of its own session and its PID is what $! says; stop ends
 #     whole sessions, which takes the slurmstepd and job processes that
