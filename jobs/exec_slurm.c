@@ -299,15 +299,11 @@ ty_status exec_slurm_deliver(executor *ex, pthread_mutex_t *mu,
     size_t i;
     const json_t *line;
     json_array_foreach (lines, i, line) {
-        /* Read as the local worker's lines are: one definition of the
-         * protocol (wproto_decode). */
-        char *text = json_dumps(line, JSON_COMPACT);
-        json_t *msg = NULL;
-        wproto_msg kind = text ? wproto_decode(text, &msg) : WPROTO_MSG_NONE;
-        free(text);
+        /* Classified as the local worker's lines are (one definition of
+         * the protocol), without printing and parsing them again. */
+        wproto_msg kind = wproto_kind(line);
         if (kind != WPROTO_MSG_NONE)
-            x->hooks.on_message(x->hooks.ctx, place, kind, msg);
-        json_decref(msg);
+            x->hooks.on_message(x->hooks.ctx, place, kind, line);
     }
     pthread_mutex_lock(mu);
     xplace *p = &x->p[place];
@@ -515,6 +511,14 @@ typedef struct {
     char why[300];
 } xresult;
 
+/* The wait status of a job we stopped before Slurm said how it ended:
+ * as a preempted worker's or a cancelled one's. */
+static int asked_stop_ws(const xplace *p)
+{
+    return (p->want_preempt ? WPROTO_EXIT_PREEMPTED : WPROTO_EXIT_CANCELLED)
+           << 8;
+}
+
 /* Applies the round's answers under mu: new states, ends. */
 static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
 {
@@ -529,9 +533,7 @@ static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
             continue;
         if (p->phase == XP_SUBMIT && p->want_cancel && !w->submit) {
             r->end = 1;
-            r->ws = (p->want_preempt ? WPROTO_EXIT_PREEMPTED
-                                     : WPROTO_EXIT_CANCELLED)
-                    << 8;
+            r->ws = asked_stop_ws(p);
             r->how = EXEC_END_EXITED;
             continue;
         }
@@ -572,9 +574,7 @@ static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
         if (w->poll_s == TY_ENOTFOUND) {
             r->end = 1;
             if (p->want_cancel && !p->lost) {
-                r->ws = (p->want_preempt ? WPROTO_EXIT_PREEMPTED
-                                         : WPROTO_EXIT_CANCELLED)
-                        << 8;
+                r->ws = asked_stop_ws(p);
                 r->how = EXEC_END_EXITED;
             } else {
                 /* Ended longer ago than Slurm keeps jobs (a long server

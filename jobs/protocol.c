@@ -141,18 +141,26 @@ json_t *wproto_encode_ready(const wproto_ready *r)
                      r->device, WPROTO_F_LOAD_SECONDS, r->load_seconds);
 }
 
-wproto_msg wproto_decode(const char *line, json_t **msg)
+wproto_msg wproto_kind(const json_t *msg)
 {
-    json_t *ev = json_loads(line, 0, NULL);
-    const char *kind = json_string_value(json_object_get(ev, WPROTO_F_EVENT));
-    *msg = NULL;
-    if (!kind) {
-        json_decref(ev);
+    const char *kind = json_string_value(json_object_get(msg, WPROTO_F_EVENT));
+    if (!kind)
         return WPROTO_MSG_NONE;
-    }
-    *msg = ev;
     for (int k = WPROTO_MSG_STARTED; k < WPROTO_MSG_COUNT; k++)
         if (!strcmp(kind, msg_names[k]))
             return (wproto_msg)k;
     return WPROTO_MSG_UNKNOWN;
+}
+
+wproto_msg wproto_decode(const char *line, json_t **msg)
+{
+    json_t *ev = json_loads(line, 0, NULL);
+    wproto_msg kind = wproto_kind(ev);
+    *msg = NULL;
+    if (kind == WPROTO_MSG_NONE) {
+        json_decref(ev);
+        return kind;
+    }
+    *msg = ev;
+    return kind;
 }

@@ -244,6 +244,10 @@ typedef struct {
 } wproto_ready;
 json_t *wproto_encode_ready(const wproto_ready *r);
 
+/* The kind of an already parsed line (msg borrowed; NULL or not an object
+ * with an "event" string: WPROTO_MSG_NONE). */
+wproto_msg wproto_kind(const json_t *msg);
+
 /* Decodes one line (without its newline). Returns its kind; for anything
  * but WPROTO_MSG_NONE, *msg is the line's object (new reference, caller
  * decrefs) whose fields are read with the WPROTO_F_* names; for NONE,
