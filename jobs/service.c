@@ -153,6 +153,18 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
     return sched_job_submit(r->sched, &d, sj, err);
 }
 
+/* Fails a stored job this server cannot take (back) at its start: what
+ * (the situation) and why. */
+static void fail_at_start(jobs_service *r, const char *id, const char *what,
+                          const char *why)
+{
+    ty_err err = {0};
+    char msg[700];
+    snprintf(msg, sizeof msg, "%s: %s", what, why);
+    store_job_finish(r->env.store, id, JOB_FAILED, msg, NULL, &err);
+    svc_log_transition(r, id, JOB_FAILED, msg);
+}
+
 /* Queues what the store has queued (server start). */
 static void load_queued(jobs_service *r)
 {
@@ -172,27 +184,12 @@ static void load_queued(jobs_service *r)
             loaded++;
             continue;
         }
-        char msg[600];
-        snprintf(msg, sizeof msg, "this server cannot run the job: %s",
-                 err.msg);
-        store_job_finish(r->env.store, id, JOB_FAILED, msg, NULL, &err);
-        svc_log_transition(r, id, JOB_FAILED, msg);
+        fail_at_start(r, id, "this server cannot run the job", err.msg);
     }
     json_decref(rows);
     if (loaded)
         log_msg("info", "runner: %d queued job(s) handed to the scheduler",
                 loaded);
-}
-
-/* Fails a running job this server cannot take back. */
-static void fail_unattached(jobs_service *r, const char *id, const char *why)
-{
-    ty_err err = {0};
-    char msg[600];
-    snprintf(msg, sizeof msg, "the restarted server could not re-attach it: %s",
-             why);
-    store_job_finish(r->env.store, id, JOB_FAILED, msg, NULL, &err);
-    svc_log_transition(r, id, JOB_FAILED, msg);
 }
 
 /* Server start with the Slurm executor: the jobs the store has running on
@@ -249,10 +246,11 @@ static void reattach_running(jobs_service *r)
         if (s != TY_OK) {
             if (sj >= 0)
                 sched_job_remove(r->sched, sj);
-            fail_unattached(r, id, err.msg);
+            fail_at_start(r, id, "the restarted server could not re-attach it",
+                          err.msg);
             continue;
         }
-        svc_run_claim(r, place, sj, slot, id, tenant)->remote = 1;
+        svc_run_claim(r, place, sj, slot, id, tenant);
         svc_set_holder(r, slot, id, tenant);
         log_event("info", "job_reattach",
                   json_pack("{s:s, s:I}", "job", id, "slurm_job",

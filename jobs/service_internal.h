@@ -46,7 +46,6 @@ typedef struct {
     char tenant_id[TY_ID_MAX]; /* for metrics labels */
     int replica; /* a serving replica (jobs/service_deploy.c), not a
                                   training job */
-    int remote;  /* its worker runs outside the server (Slurm) */
 } job_run;
 
 /* A crashed job waiting out its back-off, outside the scheduler. */

@@ -234,8 +234,9 @@ static void start_placement(jobs_service *r, int sj, int slot)
     svc_device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
     json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
     /* On a cluster the job is scheduled until its worker starts. */
+    int remote = exec_is_slurm(r->exec);
     ty_status s =
-        exec_is_slurm(r->exec)
+        remote
             ? store_job_schedule_on(env->store, id, dev, placement, &err)
             : store_job_start_on(env->store, id, dev, placement, &err);
     json_decref(placement);
@@ -251,7 +252,6 @@ static void start_placement(jobs_service *r, int sj, int slot)
     double queue_wait = svc_wall() - info.submit_time;
     opm_job_started(tenant, queue_wait);
     json_t *job = NULL, *where = NULL;
-    w->remote = exec_is_slurm(r->exec);
     if ((s = store_job_get_internal(env->store, id, &job, &err)) == TY_OK &&
         (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
         (s = write_job_file(env, job, w->dir, &err)) == TY_OK) {
@@ -281,7 +281,7 @@ static void start_placement(jobs_service *r, int sj, int slot)
     if (where)
         store_job_placement_merge(env->store, id, where, &err);
     json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "job", id, "status",
-                          w->remote ? JOB_SCHEDULED : JOB_RUNNING, "device",
+                          remote ? JOB_SCHEDULED : JOB_RUNNING, "device",
                           dev, "executor",
                           r->exec->name);
     json_t *pid = json_object_get(where, "worker_pid");
@@ -432,7 +432,7 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
             json_decref(patch);
             /* A cluster's job: scheduled until its worker says it runs. */
             int changed = 0;
-            if (w->remote &&
+            if (exec_is_slurm(r->exec) &&
                 store_job_mark_running(env->store, w->job_id, &changed,
                                        &err) == TY_OK &&
                 changed)
@@ -624,7 +624,8 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, exec_end how,
     int ok_exit = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
     /* A remote worker that ended while this server was away: its model,
      * if it uploaded one, is the result. */
-    if (w->remote && !w->done && (ok_exit || how == EXEC_END_LOST)) {
+    int remote = exec_is_slurm(r->exec);
+    if (remote && !w->done && (ok_exit || how == EXEC_END_LOST)) {
         char model[PATH_MAX];
         snprintf(model, sizeof model, "%s/model.safetensors", w->dir);
         if (fs_exists(model)) {
@@ -678,7 +679,7 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, exec_end how,
         /* The worker said what went wrong: running it again would not
          * help. */
         status = JOB_FAILED;
-        if (w->remote) {
+        if (remote) {
             log_hint(w, hint, sizeof hint);
             snprintf(msg, sizeof msg, "%s; %s", w->error, hint);
         } else {
@@ -694,7 +695,7 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, exec_end how,
     } else {
         log_hint(w, hint, sizeof hint);
         int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-        if (w->remote && code > 128 && code < 128 + 65)
+        if (remote && code > 128 && code < 128 + 65)
             snprintf(msg, sizeof msg,
                      "the training process was killed by signal %d (%s); %s",
                      code - 128, strsignal(code - 128), hint);
