@@ -110,6 +110,7 @@ void api_jobs_create(api_ctx *app, http_req *r);
 void api_jobs_list(api_ctx *app, http_req *r);
 void api_jobs_get(api_ctx *app, http_req *r);
 void api_jobs_metrics(api_ctx *app, http_req *r);
+void api_jobs_curves(api_ctx *app, http_req *r);
 void api_jobs_cancel(api_ctx *app, http_req *r);
 
 void api_models_create(api_ctx *app, http_req *r);

@@ -10,8 +10,8 @@
  *     `event: reset` (the client refetches), then new events.
  *   No Last-Event-ID: /v1/events from now on; a job's stream with the
  *     job's events still in the ring, then new ones.
- *   A job already finished (no Last-Event-ID, or a reset): its epochs and
- *     job.finished at once, rendered from the store, with the id of the
+ *   A job already finished (no Last-Event-ID, or a reset): its last 100
+ *     epochs (FINISHED_REPLAY_EPOCHS) and job.finished at once, rendered from the store, with the id of the
  *     newest event; then the stream ends.
  * The ring's bounds are read before the job's state, so a job finishing
  * in between is in the ring after `after` and still reaches the stream.
@@ -89,20 +89,26 @@ static int job_is_finished(const json_t *job)
                   !strcmp(st, JOB_CANCELLED));
 }
 
-/* The finished job's epochs and job.finished as SSE text (appended to
+/* The most epochs a finished job's stream replays: its last ones (a run
+ * of thousands is read from GET .../curves and .../metrics pages). */
+#define FINISHED_REPLAY_EPOCHS 100
+
+/* The finished job's last epochs and job.finished as SSE text (appended to
  * *buf). job is borrowed. */
 static ty_status finished_job_text(api_ctx *app, http_req *r, const json_t *job,
                                    uint64_t id, char **buf, size_t *len,
                                    ty_err *err)
 {
     json_t *epochs = NULL;
-    ty_status s = store_job_epochs(app->store, api_tenant(r),
-                                   http_req_param(r, 0), &epochs, err);
+    int64_t total;
+    ty_status s = store_job_epochs_page(
+        app->store, api_tenant(r), http_req_param(r, 0), 0,
+        FINISHED_REPLAY_EPOCHS, 1, &epochs, &total, err);
     if (s != TY_OK)
         return s;
-    size_t i;
-    json_t *e;
-    json_array_foreach (epochs, i, e) {
+    /* Fetched newest first; sent oldest first. */
+    for (size_t i = json_array_size(epochs); i-- > 0;) {
+        json_t *e = json_array_get(epochs, i);
         json_t *d = json_pack("{s:O, s:O}", "job", job, "epoch", e);
         char *t = d ? ev_format(id, ev_type_name(EV_JOB_EPOCH), d) : NULL;
         json_decref(d);

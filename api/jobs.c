@@ -1,6 +1,6 @@
 /*
- * jobs.c - /v1/jobs: submit a training job, list, show, per-epoch metrics,
- * cancel.
+ * jobs.c - /v1/jobs: submit a training job, list, show, per-epoch metrics
+ * (a page, all, or CSV), the curves downsampled for a chart, cancel.
  *
  * Thin handlers: each parses the request, calls the job service
  * (jobs/service.h) or the store, and renders the reply. What a submission
@@ -9,7 +9,10 @@
  * service's admission (jobs/admission.h): a mistake is a 422 naming the
  * field, not a job that fails minutes later.
  */
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
@@ -37,7 +40,7 @@ void api_jobs_create(api_ctx *app, http_req *r)
                                &sub.dataset, &err)) != TY_OK ||
         (s = tyjson_get_string(body, "name", "", 0, 200, NULL, &sub.name,
                                &err)) != TY_OK)
-        goto fail;
+        goto out;
     /* What it asks of the scheduler; the job service checks that this
      * host could ever give it, and everything else. */
     if ((s = jobreq_parse(json_object_get(body, "resources"),
@@ -45,20 +48,34 @@ void api_jobs_create(api_ctx *app, http_req *r)
                           &err)) != TY_OK ||
         (s = jobreq_priority(json_object_get(body, "priority"), &sub.priority,
                              &err)) != TY_OK)
-        goto fail;
+        goto out;
     sub.resources = resources;
     sub.validation = json_object_get(body, "validation");
     sub.model = json_object_get(body, "model");
     sub.hyperparameters = json_object_get(body, "hyperparameters");
+    const char *dry = http_req_query(r, "dry_run");
+    if (dry && strcmp(dry, "true") && strcmp(dry, "false")) {
+        s = ty_fail(&err, TY_EINVAL, "dry_run",
+                    "dry_run must be true or false");
+        goto out;
+    }
+    if (dry && !strcmp(dry, "true")) {
+        /* The checks and the estimate, nothing stored. */
+        if ((s = jobs_check(app->jobs, tenant, &sub, &job, &err)) != TY_OK)
+            goto out;
+        http_reply_json(r, 200, job);
+        job = NULL;
+        goto out;
+    }
     if ((s = jobs_submit(app->jobs, tenant, &sub, &job, &err)) != TY_OK)
-        goto fail;
+        goto out;
     char location[128];
     snprintf(location, sizeof location, "/v1/jobs/%s",
              json_string_value(json_object_get(job, "id")));
     http_reply_header(r, "Location", location);
     http_reply_json(r, 202, job);
     job = NULL;
-fail:
+out:
     if (s != TY_OK)
         http_reply_error(r, s, &err);
     json_decref(job);
@@ -71,9 +88,9 @@ void api_jobs_list(api_ctx *app, http_req *r)
     if (!api_page(r, &page))
         return;
     const char *status = http_req_query(r, "status");
-    static const char *const states[] = {
-        JOB_QUEUED, JOB_SCHEDULED, JOB_RUNNING,
-        JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED};
+    static const char *const states[] = {JOB_QUEUED,  JOB_SCHEDULED,
+                                         JOB_RUNNING, JOB_SUCCEEDED,
+                                         JOB_FAILED,  JOB_CANCELLED};
     if (status) {
         int ok = 0;
         for (size_t i = 0; i < TY_ARRAY_LEN(states); i++)
@@ -112,19 +129,140 @@ void api_jobs_get(api_ctx *app, http_req *r)
     http_reply_json(r, 200, doc);
 }
 
+/* A whole-number query parameter in [lo, hi] into *out (def when absent);
+ * replies 400 naming it and returns 0 when it is not one. */
+static int query_int(http_req *r, const char *name, long lo, long hi, long def,
+                     long *out)
+{
+    const char *v = http_req_query(r, name);
+    *out = def;
+    if (!v)
+        return 1;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < lo || n > hi) {
+        http_reply_problem(r, 400, name,
+                           "%s must be a whole number from %ld to %ld", name,
+                           lo, hi);
+        return 0;
+    }
+    *out = n;
+    return 1;
+}
+
+/* A number for a CSV cell: empty for null. */
+static void csv_number(FILE *f, const json_t *v)
+{
+    if (json_is_integer(v))
+        fprintf(f, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        fprintf(f, "%.9g", json_real_value(v));
+    else if (json_is_string(v))
+        fprintf(f, "%s", json_string_value(v)); /* device, precision */
+    else if (json_is_true(v) || json_is_false(v))
+        fprintf(f, "%s", json_is_true(v) ? "true" : "false");
+}
+
+/* The epochs as CSV, one record a row; the columns are the union of the
+ * records' keys in the order first seen. */
+static void reply_csv(http_req *r, const char *id, const json_t *epochs)
+{
+    json_t *cols = json_array();
+    size_t i, j;
+    json_t *e, *c;
+    json_array_foreach (epochs, i, e) {
+        const char *k;
+        json_t *v;
+        json_object_foreach ((json_t *)e, k, v) {
+            int seen = 0;
+            json_array_foreach (cols, j, c)
+                seen |= !strcmp(json_string_value(c), k);
+            if (!seen && !json_is_object(v) && !json_is_array(v))
+                json_array_append_new(cols, json_string(k));
+        }
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) {
+        json_decref(cols);
+        http_reply_problem(r, 503, NULL, "out of memory");
+        return;
+    }
+    json_array_foreach (cols, j, c)
+        fprintf(f, "%s%s", j ? "," : "", json_string_value(c));
+    fputc('\n', f);
+    json_array_foreach (epochs, i, e) {
+        json_array_foreach (cols, j, c) {
+            if (j)
+                fputc(',', f);
+            csv_number(f, json_object_get(e, json_string_value(c)));
+        }
+        fputc('\n', f);
+    }
+    fclose(f);
+    json_decref(cols);
+    char disposition[128];
+    snprintf(disposition, sizeof disposition,
+             "attachment; filename=\"%s-metrics.csv\"", id);
+    http_reply_header(r, "Content-Disposition", disposition);
+    http_reply_buffer(r, 200, "text/csv; charset=utf-8", buf, len);
+}
+
 void api_jobs_metrics(api_ctx *app, http_req *r)
 {
+    long offset, limit;
+    const char *order = http_req_query(r, "order");
+    const char *format = http_req_query(r, "format");
+    if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
+        http_reply_problem(r, 400, "order", "order must be asc or desc");
+        return;
+    }
+    if (format && strcmp(format, "json") && strcmp(format, "csv")) {
+        http_reply_problem(r, 400, "format", "format must be json or csv");
+        return;
+    }
+    /* Without limit: every epoch (a download, or a short run). */
+    if (!query_int(r, "offset", 0, LONG_MAX, 0, &offset) ||
+        !query_int(r, "limit", 1, 1000, -1, &limit))
+        return;
     json_t *epochs;
+    int64_t total = 0;
     ty_err err = {0};
     const char *id = http_req_param(r, 0);
-    ty_status s =
-        store_job_epochs(app->store, api_tenant(r), id, &epochs, &err);
+    ty_status s = store_job_epochs_page(app->store, api_tenant(r), id, offset,
+                                        limit, order && !strcmp(order, "desc"),
+                                        &epochs, &total, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;
     }
+    if (format && !strcmp(format, "csv")) {
+        reply_csv(r, id, epochs);
+        json_decref(epochs);
+        return;
+    }
     http_reply_json(r, 200,
-                    json_pack("{s:s, s:o}", "job", id, "epochs", epochs));
+                    json_pack("{s:s, s:I, s:o}", "job", id, "total",
+                              (json_int_t)total, "epochs", epochs));
+}
+
+void api_jobs_curves(api_ctx *app, http_req *r)
+{
+    long points;
+    if (!query_int(r, "points", 10, 1000, 200, &points))
+        return;
+    json_t *doc;
+    ty_err err = {0};
+    ty_status s =
+        store_job_curves(app->store, api_tenant(r), http_req_param(r, 0),
+                         (int)points, &doc, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return;
+    }
+    http_reply_json(r, 200, doc);
 }
 
 void api_jobs_cancel(api_ctx *app, http_req *r)

@@ -28,6 +28,7 @@ const route api_routes[] = {
     {HTTP_GET, "/v1/jobs", "jobs.list", KEY, NOBODY, api_jobs_list},
     {HTTP_GET, "/v1/jobs/{id}", "jobs.get", KEY, NOBODY, api_jobs_get},
     {HTTP_GET, "/v1/jobs/{id}/metrics", "jobs.metrics", KEY, NOBODY, api_jobs_metrics},
+    {HTTP_GET, "/v1/jobs/{id}/curves", "jobs.curves", KEY, NOBODY, api_jobs_curves},
     {HTTP_POST, "/v1/jobs/{id}/cancel", "jobs.cancel", KEY, NOBODY, api_jobs_cancel},
 
     {HTTP_POST, "/v1/models", "models.create", KEY, UPLOAD, api_models_create},

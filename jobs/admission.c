@@ -271,6 +271,7 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
         TY_OK)
         goto done;
     a->memory_bytes = mem.total;
+    a->param_count = params;
 done:
     json_decref(hp_in);
     return s;

@@ -40,6 +40,7 @@ typedef struct {
     json_t *spec;            /* the normalized model spec */
     json_t *hyperparameters; /* normalized, with max_attempts */
     uint64_t memory_bytes;   /* train_memory's total */
+    uint64_t param_count;    /* the model's trainable parameters */
 } admission;
 
 /* Checks sub for tenant (see the file comment) and fills *a (caller frees

@@ -136,8 +136,8 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
     const char *tenant = json_string_value(json_object_get(row, "tenant_id"));
     sched_request req;
     int priority = 0, t = -1;
-    ty_status s = jobreq_parse(json_object_get(row, "resources"),
-                               r->nslots > 0, &req, NULL, err);
+    ty_status s = jobreq_parse(json_object_get(row, "resources"), r->nslots > 0,
+                               &req, NULL, err);
     if (s == TY_OK)
         s = jobreq_priority(json_object_get(row, "priority"), &priority, err);
     if (s == TY_OK)
@@ -220,8 +220,8 @@ static void reattach_running(jobs_service *r)
         const char *sha =
             json_string_value(json_object_get(sl, "token_sha256"));
         json_t *slot_v = json_object_get(pl, "slot");
-        int slot = json_is_integer(slot_v) ? (int)json_integer_value(slot_v)
-                                           : -1;
+        int slot =
+            json_is_integer(slot_v) ? (int)json_integer_value(slot_v) : -1;
         if (slurm_id <= 0 || !sha) {
             /* Never submitted: simply queue it again. */
             store_job_requeue(r->env.store, id, 1, NULL, &err);
@@ -233,8 +233,7 @@ static void reattach_running(jobs_service *r)
             s = ty_fail(&err, TY_EINVAL, NULL,
                         "the cluster has fewer GPUs than when it started");
         if (s == TY_OK)
-            s = sched_job_restore_running(r->sched, sj, slot, svc_wall(),
-                                          &err);
+            s = sched_job_restore_running(r->sched, sj, slot, svc_wall(), &err);
         int place = -1;
         for (int k = 0; k < r->cap && place < 0 && s == TY_OK; k++)
             if (!r->runs[k].used)
@@ -404,6 +403,31 @@ static void publish_doc(jobs_service *r, const char *tenant, const char *id,
     jobs_annotate(r, copy, tenant);
     ev_publish(r->env.events, tenant, id, type,
                json_pack("{s:o}", "job", copy));
+}
+
+ty_status jobs_check(jobs_service *r, const char *tenant,
+                     const job_submission *sub, json_t **out, ty_err *err)
+{
+    if (!r)
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "the job runner is not running");
+    admission adm;
+    memset(&adm, 0, sizeof adm);
+    ty_status s = request_check(r, tenant, &sub->req, err);
+    if (s == TY_OK)
+        s = admission_check(&r->env, tenant, sub, &adm, err);
+    if (s == TY_OK) {
+        *out = json_pack("{s:b, s:s, s:s, s:O, s:O, s:O, s:I, s:I}", "valid", 1,
+                         "name", adm.name, "dataset", sub->dataset,
+                         "validation", adm.validation, "model", adm.spec,
+                         "hyperparameters", adm.hyperparameters,
+                         "estimated_memory_bytes", (json_int_t)adm.memory_bytes,
+                         "parameters", (json_int_t)adm.param_count);
+        if (!*out)
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    admission_free(&adm);
+    return s;
 }
 
 ty_status jobs_submit(jobs_service *r, const char *tenant,

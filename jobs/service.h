@@ -39,6 +39,13 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err);
 /* Whether this host has GPU slots (the default request is then "any"). */
 int jobs_host_has_gpus(const jobs_service *js);
 
+/* What jobs_submit would accept, without submitting: the same checks
+ * (what this host can give, the quotas, admission) and, when they pass,
+ * {valid: true, name, dataset, validation, model, hyperparameters (all
+ * normalized), estimated_memory_bytes, parameters} (new). */
+ty_status jobs_check(jobs_service *r, const char *tenant,
+                     const job_submission *sub, json_t **out, ty_err *err);
+
 /* Admits and queues a job for tenant: the request must be one this host
  * could ever run with the tenant's quota (else TY_EINVAL naming
  * "resources.gpu"), then admission_check; the job is stored, published

@@ -42,8 +42,11 @@ typedef struct {
     int cancel;      /* a cancel was requested */
     int preempting;  /* preempted: it checkpoints and exits */
     double last_progress_write;
-    int resumed_from_epoch;    /* -1 unless this run resumed */
-    char tenant_id[TY_ID_MAX]; /* for metrics labels */
+    int64_t last_progress_epoch; /* the epoch of the last progress written */
+    double eta_t0;               /* the run's first progress line: when */
+    int64_t eta_step0;           /* and at which step (0: none seen yet) */
+    int resumed_from_epoch;      /* -1 unless this run resumed */
+    char tenant_id[TY_ID_MAX];   /* for metrics labels */
     int replica; /* a serving replica (jobs/service_deploy.c), not a
                                   training job */
 } job_run;
@@ -199,8 +202,7 @@ void lifecycle_exit(void *ctx, int place, int ws, int lost);
 void lifecycle_status(void *ctx, int place, const json_t *status);
 
 /* A worker ended (exec_end says how). mu held. */
-void lifecycle_end(void *ctx, int place, int ws, exec_end how,
-                   const char *why);
+void lifecycle_end(void *ctx, int place, int ws, exec_end how, const char *why);
 
 /* The folder of the training job in place `place` with a current
  * attempt (remote workers' requests). mu held. */

@@ -11,6 +11,7 @@
 #include "jobs/service_internal.h"
 
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -236,9 +237,8 @@ static void start_placement(jobs_service *r, int sj, int slot)
     /* On a cluster the job is scheduled until its worker starts. */
     int remote = exec_is_slurm(r->exec);
     ty_status s =
-        remote
-            ? store_job_schedule_on(env->store, id, dev, placement, &err)
-            : store_job_start_on(env->store, id, dev, placement, &err);
+        remote ? store_job_schedule_on(env->store, id, dev, placement, &err)
+               : store_job_start_on(env->store, id, dev, placement, &err);
     json_decref(placement);
     if (s != TY_OK) {
         /* TY_ECONFLICT: cancelled meanwhile. */
@@ -281,9 +281,8 @@ static void start_placement(jobs_service *r, int sj, int slot)
     if (where)
         store_job_placement_merge(env->store, id, where, &err);
     json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "job", id, "status",
-                          remote ? JOB_SCHEDULED : JOB_RUNNING, "device",
-                          dev, "executor",
-                          r->exec->name);
+                          remote ? JOB_SCHEDULED : JOB_RUNNING, "device", dev,
+                          "executor", r->exec->name);
     json_t *pid = json_object_get(where, "worker_pid");
     if (pid)
         json_object_set(f, "pid", pid);
@@ -327,6 +326,13 @@ static json_t *metric(const json_t *ev, const char *key)
     return json_real(json_number_value(v));
 }
 
+/* A number of the line, NAN when it has none (stored as a gap). */
+static double number_or_nan(const json_t *ev, const char *key)
+{
+    json_t *v = json_object_get(ev, key);
+    return json_is_number(v) ? json_number_value(v) : NAN;
+}
+
 /* What a worker's line means for its job (supervisor_hooks.on_message:
  * mu not held). */
 void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
@@ -348,8 +354,24 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
             double t = svc_now();
             int last = json_number_value(
                            json_object_get(ev, WPROTO_F_FRACTION)) >= 1.0;
-            if (last || t - w->last_progress_write >= 1.0) {
+            int64_t epoch =
+                json_integer_value(json_object_get(ev, WPROTO_F_EPOCH));
+            int64_t step =
+                json_integer_value(json_object_get(ev, WPROTO_F_STEP));
+            int64_t total =
+                json_integer_value(json_object_get(ev, WPROTO_F_TOTAL_STEPS));
+            int64_t epochs =
+                json_integer_value(json_object_get(ev, WPROTO_F_EPOCHS));
+            if (!w->eta_step0 && step > 0) {
+                w->eta_t0 = t;
+                w->eta_step0 = step;
+            }
+            /* Written at most once a second, but always at a new epoch, so
+             * the progress never names an epoch before the one running. */
+            if (last || epoch != w->last_progress_epoch ||
+                t - w->last_progress_write >= 1.0) {
                 w->last_progress_write = t;
+                w->last_progress_epoch = epoch;
                 json_t *progress = json_pack(
                     "{s:O?, s:O?, s:O?, s:O?, s:O?}", "epoch",
                     json_object_get(ev, WPROTO_F_EPOCH), "epochs",
@@ -360,6 +382,18 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
                 if (w->resumed_from_epoch >= 0)
                     json_object_set_new(progress, "resumed_from_epoch",
                                         json_integer(w->resumed_from_epoch));
+                /* The time left at this run's pace so far. */
+                if (step > w->eta_step0 && total >= step && t > w->eta_t0)
+                    json_object_set_new(
+                        progress, "eta_seconds",
+                        json_real((double)(total - step) * (t - w->eta_t0) /
+                                  (double)(step - w->eta_step0)));
+                if (step > 0 && total > 0 && epochs > 0)
+                    store_job_step(env->store, w->job_id, step, epoch,
+                                   (double)step * (double)epochs /
+                                       (double)total,
+                                   number_or_nan(ev, WPROTO_F_LOSS),
+                                   number_or_nan(ev, WPROTO_F_LR), &err);
                 json_t *metrics = json_object();
                 json_object_set_new(metrics, "train_loss",
                                     metric(ev, WPROTO_F_LOSS));
@@ -433,8 +467,8 @@ void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
             /* A cluster's job: scheduled until its worker says it runs. */
             int changed = 0;
             if (exec_is_slurm(r->exec) &&
-                store_job_mark_running(env->store, w->job_id, &changed,
-                                       &err) == TY_OK &&
+                store_job_mark_running(env->store, w->job_id, &changed, &err) ==
+                    TY_OK &&
                 changed)
                 svc_publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
             break;
@@ -585,8 +619,8 @@ static void log_hint(const job_run *w, char *buf, size_t n)
     FILE *f = fopen(path, "rb");
     if (f) {
         long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : 0;
-        long from = size > (long)sizeof tail - 1 ? size - (long)sizeof tail + 1
-                                                 : 0;
+        long from =
+            size > (long)sizeof tail - 1 ? size - (long)sizeof tail + 1 : 0;
         if (fseek(f, from, SEEK_SET) == 0) {
             size_t got = fread(tail, 1, sizeof tail - 1, f);
             tail[got] = '\0';
@@ -771,8 +805,7 @@ void lifecycle_exit(void *ctx, int place, int ws, int lost)
 }
 
 /* exec_hooks.on_end: mu held. */
-void lifecycle_end(void *ctx, int place, int ws, exec_end how,
-                   const char *why)
+void lifecycle_end(void *ctx, int place, int ws, exec_end how, const char *why)
 {
     jobs_service *r = ctx;
     job_run *w = &r->runs[place];

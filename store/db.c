@@ -118,6 +118,17 @@ static const char *const migrations[] = {
     "ALTER TABLE tenants ADD COLUMN serving_rps REAL;"
     "ALTER TABLE tenants ADD COLUMN serving_burst INTEGER;"
     "ALTER TABLE tenants ADD COLUMN serving_max_concurrency INTEGER;",
+    /* 8: a job's per-step training curve (store/curves.c): the progress
+     * lines the server records (at most one a second), keyed by the run's
+     * optimizer step; x is the fractional epoch it was reached at */
+    "CREATE TABLE job_steps ("
+    "  job_id TEXT NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  x REAL NOT NULL,"
+    "  loss REAL,"
+    "  lr REAL,"
+    "  PRIMARY KEY (job_id, step));",
 };
 
 /* ---- helpers ---- */

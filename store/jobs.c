@@ -235,19 +235,68 @@ ty_status store_job_progress(store *st, const char *id, const json_t *progress,
     return s;
 }
 
+/* The metric an epoch is ranked by for the job's "best": the first of
+ * these the record has a number for. */
+static const struct {
+    const char *key;
+    int higher; /* 1: higher is better */
+} BEST_KEYS[] = {{"val_accuracy", 1},
+                 {"val_loss", 0},
+                 {"train_accuracy", 1},
+                 {"train_loss", 0}};
+
+/* The job's best {metric, epoch, value} after this epoch's record (new
+ * reference), or NULL when the previous best (in latest, the job's
+ * metrics; may be NULL) stays. */
+static json_t *better_best(const json_t *latest, int64_t epoch,
+                           const json_t *record)
+{
+    for (size_t i = 0; i < TY_ARRAY_LEN(BEST_KEYS); i++) {
+        json_t *v = json_object_get(record, BEST_KEYS[i].key);
+        if (!json_is_number(v))
+            continue;
+        double x = json_number_value(v);
+        const json_t *old = json_object_get(latest, "best");
+        const char *old_key = json_string_value(json_object_get(old, "metric"));
+        json_t *ov = json_object_get(old, "value");
+        int replace =
+            !old_key || strcmp(old_key, BEST_KEYS[i].key) ||
+            !json_is_number(ov) ||
+            json_integer_value(json_object_get(old, "epoch")) == epoch ||
+            (BEST_KEYS[i].higher ? x > json_number_value(ov)
+                                 : x < json_number_value(ov));
+        return replace
+                   ? json_pack("{s:s, s:I, s:f}", "metric", BEST_KEYS[i].key,
+                               "epoch", (json_int_t)epoch, "value", x)
+                   : NULL;
+    }
+    return NULL;
+}
+
 ty_status store_job_epoch(store *st, const char *id, int64_t epoch,
                           const json_t *metrics, ty_err *err)
 {
-    char *m = tyjson_dumps(metrics, JSON_COMPACT);
-    if (!m)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    char *rec = tyjson_dumps(metrics, JSON_COMPACT), *m = NULL;
+    json_t *patch = json_deep_copy(metrics), *row = NULL;
     pthread_mutex_lock(&st->mu);
-    ty_status s = db_exec(st, "BEGIN IMMEDIATE", err);
+    ty_status s = rec && patch ? db_exec(st, "BEGIN IMMEDIATE", err)
+                               : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (s == TY_OK)
+        s = db_q(st, &row, NULL, err,
+                 "SELECT metrics AS m_json FROM jobs WHERE id = ?", "s", id);
+    if (s == TY_OK) {
+        json_t *best = better_best(json_object_get(json_array_get(row, 0), "m"),
+                                   epoch, metrics);
+        if (best)
+            json_object_set_new(patch, "best", best);
+        if (!(m = tyjson_dumps(patch, JSON_COMPACT)))
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
     if (s == TY_OK)
         s = db_q(st, NULL, NULL, err,
                  "INSERT OR REPLACE INTO job_epochs(job_id, epoch, metrics) "
                  "VALUES (?, ?, ?)",
-                 "sis", id, epoch, m);
+                 "sis", id, epoch, rec);
     if (s == TY_OK)
         s = db_q(
             st, NULL, NULL, err,
@@ -256,9 +305,12 @@ ty_status store_job_epoch(store *st, const char *id, int64_t epoch,
             "ss", m, id);
     if (s == TY_OK)
         s = db_exec(st, "COMMIT", err);
-    if (s != TY_OK)
+    if (s != TY_OK && rec && patch)
         db_rollback(st);
     pthread_mutex_unlock(&st->mu);
+    json_decref(row);
+    json_decref(patch);
+    free(rec);
     free(m);
     return s;
 }
@@ -358,7 +410,7 @@ ty_status store_job_request_cancel(store *st, const char *tenant_id,
 }
 
 ty_status store_job_requeue_running(store *st, const char *keep_executor,
-                                   int64_t *count, ty_err *err)
+                                    int64_t *count, ty_err *err)
 {
     int n = 0;
     pthread_mutex_lock(&st->mu);

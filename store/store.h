@@ -147,6 +147,28 @@ ty_status store_job_list(store *st, const char *tenant_id, const char *status,
 ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
                            json_t **items, ty_err *err);
 
+/* A page of the job's per-epoch metrics: limit records from offset, oldest
+ * or newest_first (new array); *total: how many it has. */
+ty_status store_job_epochs_page(store *st, const char *tenant_id,
+                                const char *id, int64_t offset, int64_t limit,
+                                int newest_first, json_t **items,
+                                int64_t *total, ty_err *err);
+
+/* Records a point of the job's per-step training curve: after `step`
+ * optimizer steps of the run, in epoch `epoch` (1-based), at x epochs done
+ * (fractional), the epoch's mean training loss so far and the learning
+ * rate (non-finite: stored as null). A repeated step replaces the point. */
+ty_status store_job_step(store *st, const char *id, int64_t step, int64_t epoch,
+                         double x, double loss, double lr, ty_err *err);
+
+/* The job's curves in at most `points` points each (store/curves.c):
+ * {job, points, epochs: {total, per_point, points: [{epoch, n, train_loss,
+ * val_loss, train_accuracy, val_accuracy}]}, steps: {total, per_point,
+ * points: [{step, x, n, loss, lr}]}}; a point is the mean of the n
+ * records of its bucket, at the bucket's last epoch or step. */
+ty_status store_job_curves(store *st, const char *tenant_id, const char *id,
+                           int points, json_t **doc, ty_err *err);
+
 /* The oldest queued job's id into id; TY_ENOTFOUND when none is queued. */
 ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err);
 
@@ -194,7 +216,10 @@ ty_status store_job_progress(store *st, const char *id, const json_t *progress,
                              const json_t *metrics, ty_err *err);
 
 /* Records an epoch's metrics (replacing a previous record of the same epoch,
- * as after a resume) and merges them into the latest metrics. */
+ * as after a resume) and merges them into the latest metrics, where "best"
+ * {metric, epoch, value} keeps the best epoch so far by the first of
+ * val_accuracy (highest), val_loss (lowest), train_accuracy, train_loss the
+ * records have. */
 ty_status store_job_epoch(store *st, const char *id, int64_t epoch,
                           const json_t *metrics, ty_err *err);
 
@@ -221,7 +246,7 @@ ty_status store_job_request_cancel(store *st, const char *tenant_id,
  * executor whose jobs stay running (placement.executor "slurm": they run
  * outside the server and are re-attached, store_job_running_on). */
 ty_status store_job_requeue_running(store *st, const char *keep_executor,
-                                   int64_t *count, ty_err *err);
+                                    int64_t *count, ty_err *err);
 
 /* The running jobs of an executor (placement.executor; "local" for jobs
  * without one), as store_job_queued_all's rows plus "placement". */

@@ -726,6 +726,70 @@ static void test_train_predict_evaluate_csv(void **state)
     assert_true(last < first);
     resp_free(r);
 
+    /* A page of it, newest first, with the count. */
+    snprintf(path, sizeof path,
+             "/v1/jobs/%s/metrics?order=desc&limit=5&offset=2", job);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "total")), 30);
+    epochs = json_object_get(r->json, "epochs");
+    assert_int_equal(json_array_size(epochs), 5);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_array_get(epochs, 0), "epoch")),
+        28);
+    resp_free(r);
+    /* As CSV: a header and a line per epoch. */
+    snprintf(path, sizeof path, "/v1/jobs/%s/metrics?format=csv", job);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    assert_non_null(strstr(r->content_type, "text/csv"));
+    assert_int_equal(strncmp(r->body, "epoch,train_loss,", 17), 0);
+    int lines = 0;
+    for (size_t i = 0; i < r->len; i++)
+        lines += r->body[i] == '\n';
+    assert_int_equal(lines, 31);
+    resp_free(r);
+    /* The curves in at most 10 points: each the mean of 3 epochs. */
+    snprintf(path, sizeof path, "/v1/jobs/%s/curves?points=10", job);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    json_t *ce = json_object_get(r->json, "epochs");
+    assert_int_equal(json_integer_value(json_object_get(ce, "per_point")), 3);
+    assert_int_equal(json_array_size(json_object_get(ce, "points")), 10);
+    assert_true(json_array_size(json_object_get(
+                    json_object_get(r->json, "steps"), "points")) >= 1);
+    resp_free(r);
+    static const char *const bad[] = {"metrics?limit=0",    "metrics?order=up",
+                                      "metrics?format=xml", "metrics?offset=-1",
+                                      "curves?points=5",    "curves?points=x"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(path, sizeof path, "/v1/jobs/%s/%s", job, bad[i]);
+        r = http_get(&server, path);
+        assert_int_equal(r->status, 400);
+        resp_free(r);
+    }
+    /* The best epoch is kept in the latest metrics. */
+    j = get_job(&server, job);
+    json_t *best = json_object_get(json_object_get(j, "metrics"), "best");
+    assert_string_equal(json_string_value(json_object_get(best, "metric")),
+                        "val_accuracy");
+    assert_true(json_integer_value(json_object_get(best, "epoch")) >= 1);
+    json_decref(j);
+    /* A dry run: the estimate, and no job. */
+    r = http_get(&server, "/v1/jobs?limit=1000");
+    size_t njobs = json_array_size(json_object_get(r->json, "items"));
+    resp_free(r);
+    r = http_json(&server, "POST", "/v1/jobs?dry_run=true", b);
+    assert_int_equal(r->status, 200);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "parameters")),
+                     4 * 16 + 16 + 16 * 3 + 3);
+    assert_true(json_integer_value(
+                    json_object_get(r->json, "estimated_memory_bytes")) > 0);
+    resp_free(r);
+    r = http_get(&server, "/v1/jobs?limit=1000");
+    assert_int_equal(json_array_size(json_object_get(r->json, "items")), njobs);
+    resp_free(r);
+
     /* The model. */
     snprintf(path, sizeof path, "/v1/models/%s", csv_model);
     r = http_get(&server, path);

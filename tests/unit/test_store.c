@@ -1,6 +1,7 @@
 /* Unit tests for the SQLite store: migrations, tenancy, job life cycle,
  * pagination, blob references, and persistence across reopen. */
 #include <setjmp.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
@@ -30,7 +31,7 @@ static json_t *ds_doc(const char *id)
 static void test_migrated_and_keys(void **state)
 {
     fixture *f = *state;
-    assert_int_equal(store_schema_version(f->st), 7);
+    assert_int_equal(store_schema_version(f->st), 8);
     int64_t n = 0;
     ty_err err;
     assert_int_equal(store_key_count(f->st, &n, &err), TY_OK);
@@ -278,6 +279,93 @@ static void test_cancel_queued_and_finish(void **state)
     json_decref(o);
 }
 
+/* A long run's curves: at most `points` points, each the mean of its
+ * bucket; the best epoch kept exactly; epochs a page at a time. */
+static void test_job_curves_downsample(void **state)
+{
+    fixture *f = *state;
+    ty_err err;
+    json_t *d = ds_doc("ds_c");
+    assert_int_equal(
+        store_dataset_insert(f->st, "tn_a", "ds_c", "s", 1, d, &err), TY_OK);
+    json_decref(d);
+    json_t *v = json_pack("{s:f}", "split", 0.1),
+           *spec = json_pack("{s:[]}", "layers"),
+           *hp = json_pack("{s:i}", "epochs", 1000);
+    assert_int_equal(store_job_insert(f->st, "tn_a", "job_c", "c", "ds_c", v,
+                                      spec, hp, 1, &err),
+                     TY_OK);
+    json_decref(v);
+    json_decref(spec);
+    json_decref(hp);
+    assert_int_equal(store_job_start(f->st, "job_c", "cpu", &err), TY_OK);
+    /* Loss 1000/e; validation accuracy peaks at epoch 700. */
+    for (int e = 1; e <= 1000; e++) {
+        json_t *m = json_pack("{s:i, s:f, s:f}", "epoch", e, "train_loss",
+                              1000.0 / e, "val_accuracy", e == 700 ? 0.9 : 0.5);
+        assert_int_equal(store_job_epoch(f->st, "job_c", e, m, &err), TY_OK);
+        json_decref(m);
+        /* Two step records an epoch; the second's loss is not finite. */
+        assert_int_equal(store_job_step(f->st, "job_c", 2 * e - 1, e, e - 0.5,
+                                        1.0, 0.1, &err),
+                         TY_OK);
+        assert_int_equal(
+            store_job_step(f->st, "job_c", 2 * e, e, e, NAN, 0.1, &err), TY_OK);
+    }
+    json_t *job;
+    assert_int_equal(store_job_get(f->st, "tn_a", "job_c", &job, &err), TY_OK);
+    json_t *best = json_object_get(json_object_get(job, "metrics"), "best");
+    assert_string_equal(json_string_value(json_object_get(best, "metric")),
+                        "val_accuracy");
+    assert_int_equal(json_integer_value(json_object_get(best, "epoch")), 700);
+    json_decref(job);
+
+    json_t *c;
+    assert_int_equal(store_job_curves(f->st, "tn_a", "job_c", 100, &c, &err),
+                     TY_OK);
+    json_t *ep = json_object_get(c, "epochs"),
+           *st = json_object_get(c, "steps");
+    assert_int_equal(json_integer_value(json_object_get(ep, "total")), 1000);
+    assert_int_equal(json_integer_value(json_object_get(ep, "per_point")), 10);
+    json_t *pts = json_object_get(ep, "points");
+    assert_int_equal(json_array_size(pts), 100);
+    json_t *p0 = json_array_get(pts, 0);
+    assert_int_equal(json_integer_value(json_object_get(p0, "epoch")), 10);
+    double mean = 0;
+    for (int e = 1; e <= 10; e++)
+        mean += 1000.0 / e / 10;
+    assert_true(fabs(json_number_value(json_object_get(p0, "train_loss")) -
+                     mean) < 1e-9);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_array_get(pts, 99), "epoch")),
+        1000);
+    /* 2000 steps in 100 points; the non-finite losses are gaps (null),
+     * left out of the means. */
+    assert_int_equal(json_integer_value(json_object_get(st, "total")), 2000);
+    json_t *sp = json_object_get(st, "points");
+    assert_int_equal(json_array_size(sp), 100);
+    assert_true(
+        fabs(json_number_value(json_object_get(json_array_get(sp, 0), "loss")) -
+             1.0) < 1e-12);
+    json_decref(c);
+    /* Another tenant gets nothing. */
+    assert_int_equal(store_job_curves(f->st, "tn_b", "job_c", 100, &c, &err),
+                     TY_ENOTFOUND);
+
+    /* The newest page, then the one after it. */
+    json_t *page;
+    int64_t total = 0;
+    assert_int_equal(store_job_epochs_page(f->st, "tn_a", "job_c", 25, 25, 1,
+                                           &page, &total, &err),
+                     TY_OK);
+    assert_int_equal(total, 1000);
+    assert_int_equal(json_array_size(page), 25);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_array_get(page, 0), "epoch")),
+        975);
+    json_decref(page);
+}
+
 static void test_reopen_keeps_data(void **state)
 {
     fixture *f = *state;
@@ -288,7 +376,7 @@ static void test_reopen_keeps_data(void **state)
     json_decref(d);
     store_close(f->st);
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 7);
+    assert_int_equal(store_schema_version(f->st), 8);
     json_t *doc;
     assert_int_equal(
         store_dataset_get(f->st, "tn_a", "ds_keep", &doc, NULL, &err), TY_OK);
@@ -310,15 +398,15 @@ static void test_slurm_jobs_survive_restart(void **state)
         json_t *v = json_pack("{s:f}", "split", 0.1),
                *spec = json_pack("{s:[]}", "layers"),
                *hp = json_pack("{s:i}", "epochs", 3);
-        assert_int_equal(store_job_insert(f->st, "tn_a", ids[i], "j", "ds_s",
-                                          v, spec, hp, 1, &err),
+        assert_int_equal(store_job_insert(f->st, "tn_a", ids[i], "j", "ds_s", v,
+                                          spec, hp, 1, &err),
                          TY_OK);
         json_decref(v);
         json_decref(spec);
         json_decref(hp);
     }
-    json_t *local = json_pack("{s:s, s:i}", "executor", "local",
-                              "worker_pid", 42);
+    json_t *local =
+        json_pack("{s:s, s:i}", "executor", "local", "worker_pid", 42);
     json_t *slurm = json_pack("{s:s, s:{s:i, s:s}}", "executor", "slurm",
                               "slurm", "job_id", 7, "token_sha256", "ab");
     assert_int_equal(store_job_start_on(f->st, ids[0], "cpu", local, &err),
@@ -365,6 +453,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancel_queued_and_finish, setup,
                                         tu_store_teardown),
         cmocka_unit_test_setup_teardown(test_model_insert_without_job, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_job_curves_downsample, setup,
                                         tu_store_teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_data, setup,
                                         tu_store_teardown),
