@@ -2,7 +2,8 @@
 import {api, getKey, setKey, clearKey} from './api.js';
 import {onMode} from './live.js';
 import {h, field} from './util.js';
-import {jobsPage, jobPage} from './jobs.js';
+import {jobsPage} from './jobs.js';
+import {jobPage} from './job.js';
 import {devicesPage} from './devices.js';
 import {datasetsPage, datasetPage} from './datasets.js';
 import {newJobPage} from './newjob.js';

@@ -1,20 +1,14 @@
-// jobs.js - the jobs table and a job's page, both updated live.
+// jobs.js - the jobs table, updated live a row at a time: where each job
+// is, how it does, why it waits or why it ended. On a phone each row is a
+// card. A job's page is job.js.
 import {api} from './api.js';
 import {live} from './live.js';
-import {h, field, fmtDuration, fmtNum, fmtBytes, fmtTime, jobSeconds, statusBadge,
-        placementText, queueText, kv, TERMINAL} from './util.js';
+import {h, field, fmtDuration, jobSeconds, statusBadge, placementText, TERMINAL} from './util.js';
+import {progressCell, bestText, latestText, throughputText, waitText, endText, chanceWarning} from './jobinfo.js';
 
 const STATUSES = ['queued', 'scheduled', 'running', 'succeeded', 'failed', 'cancelled'];
 
-function progressCell(job) {
-  const p = job.progress || {};
-  const frac = typeof p.fraction === 'number' ? p.fraction : (job.status === 'succeeded' ? 1 : 0);
-  const label = p.epochs ? `epoch ${p.epoch || 0}/${p.epochs}` : '';
-  return h('span', {}, h('progress', {max: 1, value: frac, 'aria-label': `${job.name}: ${Math.round(frac * 100)} %`}),
-           ' ', h('span', {class: 'muted', text: label}));
-}
-
-async function cancel(job, report) {
+export async function cancel(job, report) {
   if (!confirm(`Cancel job ${job.name}?`)) return;
   try { await api(`/v1/jobs/${job.id}/cancel`, {method: 'POST'}); }
   catch (e) { report(`Cancel failed: ${e.message}`); }
@@ -26,38 +20,63 @@ export function jobsPage(root) {
     h('option', {value: '', text: 'all'}), STATUSES.map((s) => h('option', {value: s, text: s})));
   const tbody = h('tbody', {id: 'jobs-body'});
   const empty = h('p', {class: 'muted', id: 'jobs-empty', text: 'No jobs yet: submit one under New job.'});
-  const table = h('div', {class: 'table-wrap'}, h('table', {id: 'jobs'},
+  const COLUMNS = ['Name', 'Status', 'Progress', 'Best', 'Latest', 'Where', 'Duration', ''];
+  const table = h('div', {class: 'table-wrap'}, h('table', {id: 'jobs', class: 'cards-narrow'},
     h('caption', {class: 'muted', text: 'Jobs, newest first'}),
-    h('thead', {}, h('tr', {}, ['Name', 'Status', 'Progress', 'Placement', 'Queue', 'Duration', ''].map((t, i) =>
-      h('th', {scope: 'col', class: i === 4 ? 'hide-narrow' : null, text: t})))), tbody));
+    h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', {scope: 'col', text: t})))), tbody));
   root.append(h('h1', {text: 'Jobs'}), banner,
     h('div', {class: 'row'}, field('Status', filter), h('a', {href: '#/new', text: 'New job'})), empty, table);
 
   const jobs = new Map();   // id -> job
   const report = (msg) => { banner.textContent = msg; };
 
+  // A cell with its column's name, which the phone layout shows as a label.
+  const cell = (i, attrs, ...kids) => h('td', {'data-label': COLUMNS[i], ...attrs}, ...kids);
+
   function row(job) {
     const live = !TERMINAL.has(job.status);
+    const end = endText(job), chance = chanceWarning(job), wait = waitText(job);
     return h('tr', {'data-job-id': job.id, 'data-status': job.status},
-      h('td', {}, h('a', {href: `#/jobs/${job.id}`, text: job.name}), h('div', {class: 'muted', text: job.id})),
-      h('td', {}, statusBadge(job.status)),
-      h('td', {}, progressCell(job)),
-      h('td', {class: 'placement', text: placementText(job)}),
-      h('td', {class: 'hide-narrow queue', text: queueText(job)}),
-      h('td', {class: 'duration', text: fmtDuration(jobSeconds(job))}),
-      h('td', {}, live ? h('button', {type: 'button', class: 'danger', text: 'Cancel',
+      cell(0, {class: 'name'}, h('a', {href: `#/jobs/${job.id}`, text: job.name}), h('div', {class: 'muted id', text: job.id}),
+        end.text ? h('div', {class: end.kind === 'error' ? 'row-error' : 'muted row-note', text: end.text}) : null,
+        chance ? h('div', {class: 'row-warn', text: '⚠ at chance level'}) : null),
+      cell(1, {}, statusBadge(job.status)),
+      cell(2, {class: 'progress'}, progressCell(job)),
+      cell(3, {class: 'best', text: bestText(job) || '—'}),
+      cell(4, {class: 'latest'}, h('span', {text: latestText(job) || '—'}),
+        throughputText(job) ? h('div', {class: 'muted', text: throughputText(job)}) : null),
+      cell(5, {class: wait ? 'queue' : 'placement', text: wait || placementText(job)}),
+      cell(6, {class: 'duration', text: fmtDuration(jobSeconds(job))}),
+      cell(7, {class: 'actions'}, live ? h('button', {type: 'button', class: 'danger', text: 'Cancel',
         'aria-label': `Cancel ${job.name}`, onclick: () => cancel(job, report)}) : null));
   }
 
+  const order = (a, b) => (b.created_at || '').localeCompare(a.created_at || '') || b.id.localeCompare(a.id);
+
+  // The whole table (a load, a filter change).
   function draw() {
     const want = filter.value;
-    const list = [...jobs.values()].filter((j) => !want || j.status === want)
-      .sort((a, b) => (b.created_at || '').localeCompare(a.created_at || '') || b.id.localeCompare(a.id));
-    const focused = document.activeElement && tbody.contains(document.activeElement)
-      ? document.activeElement.closest('tr')?.dataset.jobId : null;
+    const list = [...jobs.values()].filter((j) => !want || j.status === want).sort(order);
     tbody.replaceChildren(...list.map(row));
     empty.hidden = list.length > 0;
-    if (focused) tbody.querySelector(`tr[data-job-id="${focused}"] button, tr[data-job-id="${focused}"] a`)?.focus();
+  }
+
+  // One job changed: its row alone is replaced (or added in its place, or
+  // dropped when the filter no longer shows it); focus stays where it was.
+  function update(job) {
+    const old = tbody.querySelector(`tr[data-job-id="${CSS.escape(job.id)}"]`);
+    const want = filter.value;
+    if (want && job.status !== want) { old?.remove(); empty.hidden = tbody.children.length > 0; return; }
+    const focused = old && old.contains(document.activeElement)
+      ? (document.activeElement.tagName === 'BUTTON' ? 'button' : 'a') : null;
+    const fresh = row(job);
+    if (old) old.replaceWith(fresh);
+    else {
+      const next = [...tbody.children].find((tr) => order(job, jobs.get(tr.dataset.jobId) || {created_at: '', id: ''}) < 0);
+      tbody.insertBefore(fresh, next || null);
+    }
+    empty.hidden = true;
+    if (focused) fresh.querySelector(focused)?.focus();
   }
 
   async function load() {
@@ -75,133 +94,29 @@ export function jobsPage(root) {
   load();
   const stream = live('/v1/events', {
     onEvent(type, data) {
-      if (data && data.job && data.job.id) { jobs.set(data.job.id, data.job); draw(); }
+      if (!data || !data.job || !data.job.id) return;
+      jobs.set(data.job.id, data.job);
+      update(data.job);
+      // An event's wait report is as of the event: ask for today's.
+      if (data.job.status === 'queued') {
+        api(`/v1/jobs/${data.job.id}`).then((j) => {
+          if (jobs.get(j.id)?.status === 'queued') { jobs.set(j.id, j); update(j); }
+        }).catch(() => {});
+      }
     },
     onReset: load,
     onPoll: load,
     onOpen: load,
   });
-  // Running jobs' durations tick between events.
+  // Running jobs' durations and queued jobs' waits tick between events.
   const ticker = setInterval(() => {
-    for (const tr of tbody.querySelectorAll('tr[data-status="running"]')) {
+    for (const tr of tbody.querySelectorAll('tr[data-status="running"], tr[data-status="queued"]')) {
       const j = jobs.get(tr.dataset.jobId);
-      if (j) tr.querySelector('.duration').textContent = fmtDuration(jobSeconds(j));
+      if (!j) continue;
+      if (j.status === 'running') tr.querySelector('.duration').textContent = fmtDuration(jobSeconds(j));
+      else tr.querySelector('.queue').textContent = waitText(j);
     }
   }, 1000);
   return () => { stream.stop(); clearInterval(ticker); };
 }
 
-// ---- a job's page ----
-
-function makeChart(canvas, title, series) {
-  if (!window.Chart) return null;
-  return new window.Chart(canvas, {
-    type: 'line',
-    data: {labels: [], datasets: series.map(([label, colour]) => ({label, data: [], borderColor: colour,
-      backgroundColor: colour, tension: 0.2, spanGaps: true}))},
-    options: {responsive: true, maintainAspectRatio: false, animation: false,
-      plugins: {title: {display: true, text: title}},
-      scales: {x: {title: {display: true, text: 'epoch'}}}},
-  });
-}
-
-export function jobPage(root, id) {
-  const banner = h('p', {class: 'banner', role: 'alert'});
-  root.append(h('p', {}, h('a', {href: '#/jobs', text: '← Jobs'})), banner);
-  const head = h('div', {id: 'job-head'});
-  const lossCanvas = h('canvas', {id: 'loss-chart', role: 'img', 'aria-label': 'Loss per epoch'});
-  const accCanvas = h('canvas', {id: 'acc-chart', role: 'img', 'aria-label': 'Accuracy per epoch'});
-  const noChart = window.Chart ? null : h('p', {class: 'muted',
-    text: 'Charts need Chart.js, which this server does not have (Debian package libjs-chart.js); the table below has the numbers.'});
-  const charts = h('section', {class: 'card', id: 'charts', 'data-epochs': '0', 'aria-label': 'Training curves'},
-    h('h2', {text: 'Training curves'}), noChart,
-    h('div', {class: 'grid'}, h('div', {class: 'chart-box'}, lossCanvas), h('div', {class: 'chart-box'}, accCanvas)));
-  const epochBody = h('tbody');
-  const epochTable = h('div', {class: 'table-wrap'}, h('table', {id: 'epochs'},
-    h('caption', {class: 'muted', text: 'Per epoch'}),
-    h('thead', {}, h('tr', {}, ['Epoch', 'Train loss', 'Train acc.', 'Val. loss', 'Val. acc.', 'Samples/s', 'Seconds']
-      .map((t) => h('th', {scope: 'col', text: t})))), epochBody));
-  const details = h('div', {class: 'grid'});
-  root.append(head, charts, h('section', {class: 'card'}, h('h2', {text: 'Epochs'}), epochTable), details);
-
-  const loss = makeChart(lossCanvas, 'Loss', [['train loss', '#1f5fbf'], ['validation loss', '#d9822b']]);
-  const acc = makeChart(accCanvas, 'Accuracy', [['train accuracy', '#1e7f3c'], ['validation accuracy', '#9c27b0']]);
-  const epochs = new Map();   // epoch number -> record
-  let job = null;
-
-  function drawEpochs() {
-    const list = [...epochs.values()].sort((a, b) => a.epoch - b.epoch);
-    charts.dataset.epochs = String(list.length);
-    for (const [chart, keys] of [[loss, ['train_loss', 'val_loss']], [acc, ['train_accuracy', 'val_accuracy']]]) {
-      if (!chart) continue;
-      chart.data.labels = list.map((e) => e.epoch);
-      keys.forEach((k, i) => { chart.data.datasets[i].data = list.map((e) => e[k] ?? null); });
-      chart.update('none');
-    }
-    epochBody.replaceChildren(...list.map((e) => h('tr', {},
-      [e.epoch, fmtNum(e.train_loss), fmtNum(e.train_accuracy), fmtNum(e.val_loss), fmtNum(e.val_accuracy),
-       e.samples_per_sec ? Math.round(e.samples_per_sec).toLocaleString() : '—', fmtNum(e.seconds, 2)]
-        .map((v) => h('td', {text: v})))));
-  }
-
-  function drawJob() {
-    const m = job.metrics || {};
-    head.replaceChildren(
-      h('h1', {}, job.name, ' ', statusBadge(job.status)),
-      h('div', {class: 'card', id: 'job-summary', 'data-status': job.status},
-        progressCell(job),
-        job.error ? h('p', {class: 'error', id: 'job-error', text: `Error: ${job.error}`}) : null,
-        kv([
-          ['Job', job.id],
-          ['Dataset', h('a', {href: `#/datasets/${job.dataset}`, text: job.dataset})],
-          ['Model', job.model ? h('a', {href: `#/models/${job.model}`, id: 'model-link', text: job.model}) : '—'],
-          ['Placement', placementText(job)],
-          job.status === 'queued' && job.queue ? ['Waiting', queueText(job)] : null,
-          ['Throughput', m.samples_per_sec ? `${Math.round(m.samples_per_sec).toLocaleString()} samples/s` : '—'],
-          ['Duration', h('span', {id: 'job-duration', text: fmtDuration(jobSeconds(job))})],
-          ['Estimated memory', fmtBytes(job.estimated_memory_bytes)],
-          ['Attempts', String(job.attempts ?? '—')],
-          ['Created', fmtTime(job.created_at)],
-        ]),
-        !TERMINAL.has(job.status) ? h('p', {}, h('button', {type: 'button', class: 'danger', text: 'Cancel job',
-          onclick: () => cancel(job, (msg) => { banner.textContent = msg; })})) : null));
-    details.replaceChildren(
-      h('section', {class: 'card'}, h('h2', {text: 'Hyperparameters'}),
-        h('pre', {id: 'hyperparameters', text: JSON.stringify(job.hyperparameters, null, 2)})),
-      h('section', {class: 'card'}, h('h2', {text: 'Model spec'}),
-        h('pre', {id: 'spec', text: JSON.stringify(job.spec, null, 2)})),
-      h('section', {class: 'card'}, h('h2', {text: 'Resources and placement'}),
-        h('pre', {text: JSON.stringify({resources: job.resources, placement: job.placement, device: job.device}, null, 2)})));
-  }
-
-  async function load() {
-    try {
-      const [j, met] = await Promise.all([api(`/v1/jobs/${id}`), api(`/v1/jobs/${id}/metrics`)]);
-      job = j;
-      for (const e of met.epochs || []) epochs.set(e.epoch, e);
-      drawJob();
-      drawEpochs();
-      banner.textContent = '';
-    } catch (e) { if (e.status !== 401) banner.textContent = `Could not load job ${id}: ${e.message}`; throw e; }
-  }
-
-  let stream = null, stopped = false;
-  load().then(() => {
-    if (stopped) return;
-    stream = live(`/v1/jobs/${id}/events`, {
-      final: 'job.finished',
-      onEvent(type, data) {
-        if (data && data.job) { job = data.job; drawJob(); }
-        if (type === 'job.epoch' && data.epoch) { epochs.set(data.epoch.epoch, data.epoch); drawEpochs(); }
-      },
-      onReset: load,
-      onOpen: () => load().catch(() => {}),
-      onPoll: async () => { if (job && !TERMINAL.has(job.status)) await load(); },
-    });
-  }).catch(() => {});
-  const ticker = setInterval(() => {
-    const d = document.getElementById('job-duration');
-    if (job && job.status === 'running' && d) d.textContent = fmtDuration(jobSeconds(job));
-  }, 1000);
-  return () => { stopped = true; if (stream) stream.stop(); clearInterval(ticker); for (const c of [loss, acc]) c?.destroy(); };
-}

@@ -1,7 +1,12 @@
-// newjob.js - the new-job form: templates, spec JSON, hyperparameters and
-// resources; a 422's problem "field" is shown beside the matching control.
+// newjob.js - the new-job form: templates, spec JSON, hyperparameters (with
+// the learning-rate schedule and weight decay), the validation set and the
+// GPU (from what is free now); an estimate of the parameters and memory
+// before submitting (POST /v1/jobs?dry_run=true); "clone and edit" of an
+// existing job (#/new?from=<id>), whose failure's field gets the focus. A
+// 422's problem "field" is shown beside the matching control, in a line
+// kept for it so nothing moves.
 import {api} from './api.js';
-import {h, field, setFieldError} from './util.js';
+import {h, field, setFieldError, fmtBytes} from './util.js';
 
 // The Fashion-MNIST networks of tests/acceptance/fashion.py, and a small
 // MLP for tabular data. The last dense layer is sized to the dataset.
@@ -26,104 +31,269 @@ const TEMPLATES = {
     {type: 'dense', units: 2}]},
 };
 
+
+const HP_FIELDS = ['epochs', 'batch_size', 'optimizer', 'learning_rate', 'weight_decay', 'seed'];
+
+// The dataset a new job most likely wants: the one the tenant's latest job
+// trained on, else the newest upload.
+function sensibleDataset(datasets, jobs) {
+  for (const j of jobs) if (datasets.has(j.dataset)) return j.dataset;
+  return datasets.size ? [...datasets.keys()][0] : '';
+}
+
+// GPU choices from the device map: each profile with how many are free.
+function gpuChoices(devices) {
+  const slots = ((devices && devices.gpus) || []).flatMap((g) => g.slices || []);
+  const by = new Map();
+  for (const s of slots) {
+    const what = s.profile || (s.kind === 'gpu' ? 'gpu' : null);
+    if (!what) continue;
+    const c = by.get(what) || {free: 0, all: 0};
+    c.all++;
+    if (s.state === 'free') c.free++;
+    by.set(what, c);
+  }
+  const freeAll = [...by.values()].reduce((n, c) => n + c.free, 0);
+  const out = [['', 'Server default'], ['none', 'none: CPU only']];
+  if (by.size) out.push(['any', `any free GPU or slice (${freeAll} free now)`]);
+  for (const [what, c] of by) out.push([what === 'gpu' ? 'any' : what, `${what === 'gpu' ? 'a whole GPU' : what}: ${c.free} of ${c.all} free`]);
+  return out;
+}
+
 export function newJobPage(root, query) {
   const params = new URLSearchParams(query || '');
   const top = h('p', {class: 'banner', id: 'job-form-error', role: 'alert'});
   const c = {
     name: h('input', {id: 'job-name', maxlength: 200, placeholder: 'my-model'}),
     dataset: h('select', {id: 'job-dataset', required: true}),
-    template: h('select', {id: 'job-template'}, Object.entries(TEMPLATES).map(([k, t]) => h('option', {value: k, text: t.label}))),
+    template: h('select', {id: 'job-template'}, Object.entries(TEMPLATES).map(([k, t]) => h('option', {value: k, text: t.label})),
+      h('option', {value: 'custom', text: 'Custom (the spec below)'})),
     spec: h('textarea', {id: 'job-spec', rows: 14, spellcheck: 'false'}),
     epochs: h('input', {id: 'hp-epochs', type: 'number', min: 1, value: 10}),
     batch_size: h('input', {id: 'hp-batch_size', type: 'number', min: 1, value: 64}),
     optimizer: h('select', {id: 'hp-optimizer'}, ['adam', 'adamw', 'sgd'].map((o) => h('option', {value: o, text: o}))),
     learning_rate: h('input', {id: 'hp-learning_rate', type: 'number', step: 'any', min: 0, value: 0.001}),
+    weight_decay: h('input', {id: 'hp-weight_decay', type: 'number', step: 'any', min: 0, placeholder: 'optimizer default'}),
     seed: h('input', {id: 'hp-seed', type: 'number', placeholder: 'random'}),
+    schedule: h('select', {id: 'hp-lr_schedule'}, [['constant', 'constant'], ['cosine', 'cosine to min_lr'], ['step', 'step: × gamma every N epochs']]
+      .map(([v, t]) => h('option', {value: v, text: t}))),
+    step_epochs: h('input', {id: 'hp-step_epochs', type: 'number', min: 1, value: 5}),
+    gamma: h('input', {id: 'hp-gamma', type: 'number', step: 'any', min: 0, max: 1, value: 0.1}),
+    min_lr: h('input', {id: 'hp-min_lr', type: 'number', step: 'any', min: 0, value: 0}),
+    valsource: h('select', {id: 'job-validation-source'}, h('option', {value: '', text: 'a split of the training set'})),
     split: h('input', {id: 'job-validation', type: 'number', step: 'any', min: 0, max: 0.9, value: 0.1}),
-    gpu: h('input', {id: 'job-gpu', list: 'gpu-choices', placeholder: 'server default'}),
+    gpu: h('select', {id: 'job-gpu'}, h('option', {value: '', text: 'Server default'})),
     priority: h('input', {id: 'job-priority', type: 'number', value: 0}),
   };
   const datasets = new Map();
+  let jobs = [];
+  let extraHp = {};   // a cloned job's hyperparameters this form has no control for
   const submit = h('button', {type: 'submit', text: 'Submit job'});
+  const estimate = h('p', {class: 'muted', id: 'job-estimate', 'aria-live': 'polite', text: 'Estimate: —'});
+  const checkBtn = h('button', {type: 'button', class: 'secondary', id: 'job-check', text: 'Check and estimate'});
 
   function applyTemplate() {
+    if (c.template.value === 'custom') return;
     const t = TEMPLATES[c.template.value];
     const layers = structuredClone(t.layers);
     const d = datasets.get(c.dataset.value);
     const out = d && (d.num_classes || d.num_targets);
     if (out) layers[layers.length - 1].units = out;
     c.spec.value = JSON.stringify({layers}, null, 2);
+    estimateSoon();
   }
   c.template.addEventListener('change', applyTemplate);
   c.dataset.addEventListener('change', () => {
     const d = datasets.get(c.dataset.value);
-    if (d && d.format === 'csv' && c.template.value !== 'tabular-mlp') c.template.value = 'tabular-mlp';
-    if (d && d.format !== 'csv' && c.template.value === 'tabular-mlp') c.template.value = 'fashion-mlp';
+    if (c.template.value !== 'custom') {
+      if (d && d.format === 'csv' && c.template.value !== 'tabular-mlp') c.template.value = 'tabular-mlp';
+      if (d && d.format !== 'csv' && c.template.value === 'tabular-mlp') c.template.value = 'fashion-mlp';
+    }
     applyTemplate();
   });
+  const scheduleFields = {step: [c.step_epochs, c.gamma], cosine: [c.min_lr]};
+  function showSchedule() {
+    for (const el of [c.step_epochs, c.gamma, c.min_lr]) el.closest('.field').hidden = true;
+    for (const el of scheduleFields[c.schedule.value] || []) el.closest('.field').hidden = false;
+  }
+  c.schedule.addEventListener('change', showSchedule);
+  c.valsource.addEventListener('change', () => { c.split.closest('.field').hidden = c.valsource.value !== ''; });
+  c.spec.addEventListener('input', () => { c.template.value = 'custom'; });
 
   // Problem "field" -> the control it names; anything else goes on top.
   function controlFor(f) {
     if (!f) return null;
     if (f === 'name' || f === 'dataset' || f === 'priority') return c[f];
     if (f === 'model' || f.startsWith('model.') || f.startsWith('model[')) return c.spec;
-    if (f.startsWith('validation')) return c.split;
+    if (f.startsWith('validation')) return c.valsource.value ? c.valsource : c.split;
     if (f.startsWith('resources')) return c.gpu;
+    if (f.startsWith('hyperparameters.lr_schedule')) {
+      const k = f.split('.')[2];
+      return c[k] || c.schedule;
+    }
     const m = f.match(/^hyperparameters\.(\w+)/);
-    if (m && c[m[1]] && ['epochs', 'batch_size', 'optimizer', 'learning_rate', 'seed'].includes(m[1])) return c[m[1]];
+    if (m && HP_FIELDS.includes(m[1])) return c[m[1]];
     return null;
   }
 
-  const form = h('form', {class: 'card', id: 'job-form', novalidate: true, onsubmit: async (e) => {
-    e.preventDefault();
-    top.textContent = '';
-    for (const el of Object.values(c)) setFieldError(el, '');
+  // A failed job's error names what to change: the first hyperparameter
+  // (or "memory": the batch size) it mentions.
+  function controlForError(text) {
+    const m = String(text || '').match(/hyperparameters\.(\w+)|\b(learning_rate|batch_size|weight_decay|epochs)\b/);
+    if (m) return c[m[1] || m[2]] || null;
+    if (/memory/i.test(text)) return c.batch_size;
+    return null;
+  }
+
+  function body() {
     let model;
-    try { model = JSON.parse(c.spec.value); } catch (x) { setFieldError(c.spec, `Not valid JSON: ${x.message}`); c.spec.focus(); return; }
+    try { model = JSON.parse(c.spec.value); } catch (x) { return {error: `Not valid JSON: ${x.message}`}; }
     const num = (el) => (el.value === '' ? undefined : Number(el.value));
-    const body = {
-      dataset: c.dataset.value,
-      model,
-      hyperparameters: {epochs: num(c.epochs), batch_size: num(c.batch_size), optimizer: c.optimizer.value,
-        learning_rate: num(c.learning_rate), seed: num(c.seed)},
-      validation: {split: num(c.split) ?? 0.1},
+    const hp = {...extraHp, epochs: num(c.epochs), batch_size: num(c.batch_size), optimizer: c.optimizer.value,
+      learning_rate: num(c.learning_rate), weight_decay: num(c.weight_decay), seed: num(c.seed)};
+    const sched = c.schedule.value;
+    if (sched === 'step') hp.lr_schedule = {type: 'step', step_epochs: num(c.step_epochs), gamma: num(c.gamma)};
+    else if (sched === 'cosine') hp.lr_schedule = {type: 'cosine', min_lr: num(c.min_lr) ?? 0};
+    else delete hp.lr_schedule;
+    const b = {
+      dataset: c.dataset.value, model, hyperparameters: hp,
+      validation: c.valsource.value ? {dataset: c.valsource.value} : {split: num(c.split) ?? 0.1},
       priority: num(c.priority) ?? 0,
     };
-    if (c.name.value.trim()) body.name = c.name.value.trim();
-    const gpu = c.gpu.value.trim();
-    if (gpu) body.resources = {gpu};
+    if (c.name.value.trim()) b.name = c.name.value.trim();
+    if (c.gpu.value) b.resources = {gpu: c.gpu.value};
+    return {body: b};
+  }
+
+  function clearErrors() {
+    top.textContent = '';
+    for (const el of Object.values(c)) setFieldError(el, '');
+  }
+  // Beside its field (a line kept for it; the whole text in its title), or
+  // on top when no control matches.
+  function showError(x) {
+    const el = controlFor(x.field);
+    if (el) {
+      setFieldError(el, x.message);
+      document.getElementById(el.id + '-error').title = x.message;
+      el.focus();
+    } else top.textContent = (x.field ? `${x.field}: ` : '') + x.message;
+  }
+
+  // The dry run: the server's own checks, the parameter count and the
+  // memory training will take, before anything is queued.
+  let estimateTimer = null, estimateSeq = 0;
+  async function check(showErrors) {
+    const b = body();
+    if (b.error) { if (showErrors) { setFieldError(c.spec, b.error); c.spec.focus(); } estimate.textContent = 'Estimate: the spec is not valid JSON'; return false; }
+    if (!b.body.dataset) return false;
+    const seq = ++estimateSeq;
+    try {
+      const r = await api('/v1/jobs?dry_run=true', {method: 'POST', json: b.body});
+      if (seq !== estimateSeq) return true;
+      estimate.dataset.parameters = String(r.parameters);
+      estimate.dataset.memory = String(r.estimated_memory_bytes);
+      estimate.textContent = `Estimate: ${r.parameters.toLocaleString()} parameters · about ${fmtBytes(r.estimated_memory_bytes)} to train · checks pass`;
+      return true;
+    } catch (x) {
+      if (seq !== estimateSeq) return false;
+      estimate.textContent = `Estimate: not available: ${x.message}`;
+      estimate.title = x.message;
+      delete estimate.dataset.parameters;
+      if (showErrors) showError(x);
+      return false;
+    }
+  }
+  function estimateSoon() {
+    clearTimeout(estimateTimer);
+    estimateTimer = setTimeout(() => check(false), 400);
+  }
+  checkBtn.addEventListener('click', () => { clearErrors(); check(true); });
+
+  const form = h('form', {class: 'card', id: 'job-form', novalidate: true, oninput: estimateSoon, onchange: estimateSoon, onsubmit: async (e) => {
+    e.preventDefault();
+    clearErrors();
+    const b = body();
+    if (b.error) { setFieldError(c.spec, b.error); c.spec.focus(); return; }
     submit.disabled = true;
     try {
-      const job = await api('/v1/jobs', {method: 'POST', json: body});
+      const job = await api('/v1/jobs', {method: 'POST', json: b.body});
       location.hash = `#/jobs/${job.id}`;
-    } catch (x) {
-      const el = controlFor(x.field);
-      if (el) { setFieldError(el, x.message); el.focus(); }
-      else top.textContent = (x.field ? `${x.field}: ` : '') + x.message;
-    } finally { submit.disabled = false; }
+    } catch (x) { showError(x); } finally { submit.disabled = false; }
   }},
   top,
   h('div', {class: 'row'}, field('Name', c.name), field('Dataset', c.dataset), field('Template', c.template)),
   field('Model spec (JSON)', c.spec),
   h('fieldset', {}, h('legend', {text: 'Hyperparameters'}),
     h('div', {class: 'row'}, field('Epochs', c.epochs), field('Batch size', c.batch_size), field('Optimizer', c.optimizer),
-      field('Learning rate', c.learning_rate), field('Seed', c.seed))),
+      field('Learning rate', c.learning_rate), field('Weight decay', c.weight_decay), field('Seed', c.seed)),
+    h('div', {class: 'row'}, field('Learning-rate schedule', c.schedule), field('Every N epochs', c.step_epochs),
+      field('Gamma', c.gamma), field('Minimum rate', c.min_lr))),
   h('fieldset', {}, h('legend', {text: 'Validation and resources'}),
-    h('div', {class: 'row'}, field('Validation split', c.split),
-      field('GPU (none, any, a MIG profile)', c.gpu,
-        h('datalist', {id: 'gpu-choices'}, ['none', 'any', '1g.18gb', '2g.35gb', '3g.71gb', '4g.71gb', '7g.141gb', '1g.10gb', '3g.40gb']
-          .map((v) => h('option', {value: v})))),
-      field('Priority', c.priority))),
-  submit);
+    h('div', {class: 'row'}, field('Validation set', c.valsource), field('Validation split', c.split),
+      field('GPU', c.gpu), field('Priority', c.priority))),
+  h('div', {class: 'row submit-row'}, submit, checkBtn, estimate));
 
-  root.append(h('h1', {text: 'New job'}), form);
-  api('/v1/datasets?limit=200').then((doc) => {
+  const title = h('h1', {text: 'New job'});
+  root.append(title, form);
+  showSchedule();
+
+  // A clone: every field from the job; its failure's field focused.
+  async function cloneFrom(id) {
+    const j = await api(`/v1/jobs/${encodeURIComponent(id)}`);
+    title.textContent = `New job: a copy of ${j.name}`;
+    c.name.value = `${j.name}-2`.slice(0, 200);
+    if (datasets.has(j.dataset)) c.dataset.value = j.dataset;
+    c.template.value = 'custom';
+    c.spec.value = JSON.stringify(j.spec, null, 2);
+    const hp = {...(j.hyperparameters || {})};
+    for (const k of HP_FIELDS) {
+      if (hp[k] === undefined || hp[k] === null) continue;
+      c[k].value = String(hp[k]);
+      delete hp[k];
+    }
+    const ls = hp.lr_schedule;
+    delete hp.lr_schedule;
+    if (ls && ls.type) {
+      c.schedule.value = ls.type;
+      if (ls.step_epochs) c.step_epochs.value = ls.step_epochs;
+      if (ls.gamma !== undefined) c.gamma.value = ls.gamma;
+      if (ls.min_lr !== undefined) c.min_lr.value = ls.min_lr;
+    }
+    // Left as they were (max_attempts, the loss, augmentation...).
+    delete hp.max_attempts;
+    extraHp = hp;
+    const v = j.validation || {};
+    if (v.dataset) c.valsource.value = v.dataset;
+    else if (typeof v.split === 'number') { c.valsource.value = ''; c.split.value = v.split; }
+    c.split.closest('.field').hidden = !!v.dataset;
+    const gpu = j.resources && j.resources.gpu;
+    if (gpu && ![...c.gpu.options].some((o) => o.value === gpu)) c.gpu.append(h('option', {value: gpu, text: gpu}));
+    if (gpu) c.gpu.value = gpu;
+    c.priority.value = j.priority ?? 0;
+    showSchedule();
+    if (j.status === 'failed') {
+      const el = controlForError(j.error);
+      top.textContent = `${j.name} failed: ${j.error || 'no reason given'}`;
+      if (el) { setFieldError(el, 'The failed run says to change this.'); el.focus(); }
+    }
+    check(false);
+  }
+
+  Promise.all([api('/v1/datasets?limit=200'), api('/v1/jobs?limit=50').catch(() => ({items: []})),
+    api('/v1/devices').catch(() => null)]).then(async ([doc, jdoc, devices]) => {
+    jobs = jdoc.items;
     for (const d of doc.items) datasets.set(d.id, d);
     c.dataset.replaceChildren(...doc.items.map((d) => h('option', {value: d.id, text: `${d.name} (${d.format}, ${d.num_examples})`})));
+    c.valsource.append(...doc.items.map((d) => h('option', {value: d.id, text: `dataset ${d.name} (${d.num_examples})`})));
+    c.gpu.replaceChildren(...gpuChoices(devices).map(([v, t]) => h('option', {value: v, text: t})));
     if (!doc.items.length) top.replaceChildren('No datasets yet: ', h('a', {href: '#/datasets', text: 'upload one'}), ' first.');
     const want = params.get('dataset');
-    if (want && datasets.has(want)) c.dataset.value = want;
+    c.dataset.value = want && datasets.has(want) ? want : sensibleDataset(datasets, jobs);
     c.dataset.dispatchEvent(new Event('change'));
+    if (params.get('from')) {
+      try { await cloneFrom(params.get('from')); } catch (x) { top.textContent = `Could not load the job to clone: ${x.message}`; }
+    }
   }).catch((e) => { if (e.status !== 401) top.textContent = `Could not load datasets: ${e.message}`; });
   applyTemplate();
 }

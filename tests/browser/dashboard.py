@@ -449,10 +449,10 @@ def main():
                           {"type": "dense", "units": 3}]
         js(driver, "arguments[0].value = arguments[1];", el(driver, "#job-spec"), json.dumps(spec))
         el(driver, "#job-name").send_keys("blobs-mlp")
-        for css, value in (("#hp-epochs", "0"), ("#hp-batch_size", "8"), ("#job-gpu", "any"),
-                           ("#hp-seed", "1")):
+        for css, value in (("#hp-epochs", "0"), ("#hp-batch_size", "8"), ("#hp-seed", "1")):
             el(driver, css).clear()
             el(driver, css).send_keys(value)
+        Select(el(driver, "#job-gpu")).select_by_value("any")
         el(driver, "#job-form button[type=submit]").click()
         msg = wait(driver, "the 422 beside the epochs input",
                    lambda d: el(d, "#hp-epochs-error").text)
@@ -469,12 +469,14 @@ def main():
         # 4. The chart gains points while the job runs.
         def chart_points(d):
             return js(d, "const c = window.Chart && Chart.getChart('loss-chart');"
-                         "return c ? c.data.labels.length : -1;")
+                         "const t = c && c.data.datasets.find((x) => x.label === 'train loss');"
+                         "return c ? (t ? t.data.length : 0) : -1;")
         def running_points(d):
             # One script: the page redraws the summary as events arrive.
             return js(d, "const s = document.getElementById('job-summary');"
                          "const c = window.Chart && Chart.getChart('loss-chart');"
-                         "return [s ? s.dataset.status : null, c ? c.data.labels.length : -1];")
+                         "const t = c && c.data.datasets.find((x) => x.label === 'train loss');"
+                         "return [s ? s.dataset.status : null, c ? (t ? t.data.length : 0) : -1];")
         first = wait(driver, "a first epoch on the chart while running",
                      lambda d: (lambda s: s if s[0] == "running" and s[1] >= 1 else None)(running_points(d)))
         later = wait(driver, "more epochs on the chart while running",

@@ -1,0 +1,205 @@
+// job.js - a job's page: where it is and how it does at a glance, its
+// curves (curves.js), its epochs a page at a time (newest first), and what
+// to do next: cancel, clone and edit, evaluate, download the metrics.
+//
+// Nothing here grows with the run's length: the curves are downsampled on
+// the server, the table fetches one page, and a finished job opens no event
+// stream (a running one gets only what happens from now on, appended).
+import {api} from './api.js';
+import {live} from './live.js';
+import {h, field, fmtDuration, fmtNum, fmtBytes, fmtTime, jobSeconds, statusBadge,
+        placementText, kv, TERMINAL} from './util.js';
+import {progressCell, bestText, latestText, throughputText, etaText, waitText, endText,
+        chanceWarning, position} from './jobinfo.js';
+import {curvesSection} from './curves.js';
+import {cancel} from './jobs.js';
+
+export const EPOCH_PAGE = 25;
+
+const epochCells = (e) =>
+  [e.epoch, fmtNum(e.train_loss), fmtNum(e.train_accuracy), fmtNum(e.val_loss), fmtNum(e.val_accuracy),
+   e.samples_per_sec ? Math.round(e.samples_per_sec).toLocaleString() : '—', fmtNum(e.seconds, 2)];
+const EPOCH_COLUMNS = ['Epoch', 'Train loss', 'Train acc.', 'Val. loss', 'Val. acc.', 'Samples/s', 'Seconds'];
+
+// The epochs table: EPOCH_PAGE rows, newest first, with older/newer pages.
+function epochTable(jobId) {
+  const body = h('tbody');
+  const info = h('span', {class: 'muted', id: 'epochs-info'});
+  const newer = h('button', {type: 'button', class: 'secondary', id: 'epochs-newer', text: '← Newer'});
+  const older = h('button', {type: 'button', class: 'secondary', id: 'epochs-older', text: 'Older →'});
+  const el = h('section', {class: 'card'}, h('h2', {text: 'Epochs'}),
+    h('div', {class: 'table-wrap'}, h('table', {id: 'epochs', class: 'cards-narrow'},
+      h('caption', {class: 'muted', text: 'Per epoch, newest first'}),
+      h('thead', {}, h('tr', {}, EPOCH_COLUMNS.map((t) => h('th', {scope: 'col', text: t})))), body)),
+    h('div', {class: 'pager'}, newer, info, older));
+  let offset = 0, total = 0;
+
+  const row = (e) => h('tr', {'data-epoch': e.epoch},
+    epochCells(e).map((v, i) => h('td', {'data-label': EPOCH_COLUMNS[i], text: v})));
+
+  function drawInfo() {
+    info.textContent = total ? `${(offset + 1).toLocaleString()}–${Math.min(total, offset + body.children.length).toLocaleString()} of ${total.toLocaleString()} (newest first)` : 'No epochs yet';
+    newer.disabled = offset === 0;
+    older.disabled = offset + EPOCH_PAGE >= total;
+  }
+
+  async function load() {
+    const doc = await api(`/v1/jobs/${jobId}/metrics?order=desc&limit=${EPOCH_PAGE}&offset=${offset}`);
+    total = doc.total;
+    body.replaceChildren(...doc.epochs.map(row));
+    drawInfo();
+  }
+  newer.addEventListener('click', () => { offset = Math.max(0, offset - EPOCH_PAGE); load().catch(() => {}); });
+  older.addEventListener('click', () => { offset += EPOCH_PAGE; load().catch(() => {}); });
+
+  // A live epoch: on the first page it goes on top (the last row drops off).
+  function add(e) {
+    const old = body.querySelector(`tr[data-epoch="${e.epoch}"]`);
+    if (old) { old.replaceWith(row(e)); return; }
+    if (e.epoch <= total) return;   // replayed, on another page
+    total = e.epoch;
+    if (offset === 0) {
+      body.prepend(row(e));
+      while (body.children.length > EPOCH_PAGE) body.lastElementChild.remove();
+    }
+    drawInfo();
+  }
+  return {el, load, add};
+}
+
+// Saves a response as a file (the key goes in a header, so no plain link).
+async function download(path, name, type) {
+  const resp = await api(path, {raw: true});
+  const blob = new Blob([await resp.arrayBuffer()], {type});
+  const a = h('a', {href: URL.createObjectURL(blob), download: name, hidden: true});
+  document.body.append(a);
+  a.click();
+  setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
+}
+
+// Evaluate the job's model on a chosen dataset.
+function evaluateSection(job) {
+  const ds = h('select', {id: 'eval-dataset'});
+  const out = h('div', {id: 'eval-result', 'aria-live': 'polite'});
+  const go = h('button', {type: 'submit', text: 'Evaluate'});
+  const form = h('form', {class: 'card', id: 'evaluate', onsubmit: async (e) => {
+    e.preventDefault();
+    go.disabled = true;
+    out.replaceChildren(h('p', {class: 'muted', text: 'Evaluating…'}));
+    try {
+      const r = await api(`/v1/models/${job.model}/evaluate`, {method: 'POST', json: {dataset: ds.value}});
+      out.replaceChildren(kv([['Examples', r.num_examples.toLocaleString()], ['Loss', fmtNum(r.loss)],
+        ['Accuracy', r.accuracy === null ? '— (regression)' : fmtNum(r.accuracy)], ['Ran on', r.device || '—']]));
+      out.dataset.accuracy = r.accuracy === null ? '' : String(r.accuracy);
+    } catch (x) { out.replaceChildren(h('p', {class: 'error', text: `Could not evaluate: ${x.message}`})); }
+    finally { go.disabled = false; }
+  }}, h('h2', {text: 'Evaluate the model'}),
+  h('div', {class: 'row'}, field('Dataset', ds), h('div', {class: 'field'}, h('span', {class: 'lbl', text: ' '}), go)), out);
+  api('/v1/datasets?limit=200').then((doc) => {
+    ds.replaceChildren(...doc.items.map((d) => h('option', {value: d.id,
+      text: `${d.name} (${(d.num_examples || 0).toLocaleString()} examples)${d.id === job.dataset ? ' · trained on' : ''}`})));
+    // A dataset other than the training one is the likelier choice.
+    const other = doc.items.find((d) => d.id !== job.dataset && d.format === (doc.items.find((x) => x.id === job.dataset) || {}).format);
+    if (other) ds.value = other.id;
+  }).catch(() => {});
+  return form;
+}
+
+export function jobPage(root, id) {
+  const banner = h('p', {class: 'banner', role: 'alert'});
+  root.append(h('p', {}, h('a', {href: '#/jobs', text: '← Jobs'})), banner);
+  const head = h('div', {id: 'job-head'});
+  const curves = curvesSection(id);
+  const table = epochTable(id);
+  const after = h('div', {id: 'after-training'});
+  const details = h('div', {class: 'grid'});
+  root.append(head, curves.el, table.el, after, details);
+  let job = null, evalShown = false;
+
+  function stat(label, value, idAttr) {
+    return h('div', {class: 'stat', id: idAttr}, h('div', {class: 'stat-label', text: label}), h('div', {class: 'stat-value', text: value || '—'}));
+  }
+
+  function drawJob() {
+    curves.setJob(job);
+    const end = endText(job), chance = chanceWarning(job), wait = waitText(job);
+    const pos = position(job);
+    const report = (msg) => { banner.textContent = msg; };
+    head.replaceChildren(
+      h('h1', {}, job.name, ' ', statusBadge(job.status)),
+      h('div', {class: 'card', id: 'job-summary', 'data-status': job.status},
+        progressCell(job),
+        end.kind === 'error' ? h('p', {class: 'error', id: 'job-error', text: `Failed${pos.epochs ? ` in epoch ${pos.epoch} of ${pos.epochs}` : ''}: ${end.text}`}) : null,
+        end.kind === 'note' ? h('p', {class: 'note', id: 'job-note', text: end.text}) : null,
+        chance ? h('p', {class: 'warn', id: 'job-warning', text: chance}) : null,
+        wait ? h('p', {class: 'note', id: 'job-wait', text: `Waiting: ${wait}`}) : null,
+        h('div', {class: 'stats'},
+          stat('Best', bestText(job), 'stat-best'),
+          stat('Latest', latestText(job), 'stat-latest'),
+          stat('Throughput', throughputText(job), 'stat-throughput'),
+          stat(job.status === 'running' ? 'Time left' : 'Duration',
+            job.status === 'running' ? etaText(job) || 'estimating…' : fmtDuration(jobSeconds(job)), 'stat-time')),
+        h('div', {class: 'actions row'},
+          !TERMINAL.has(job.status) ? h('button', {type: 'button', class: 'danger', text: 'Cancel job',
+            onclick: () => cancel(job, report)}) : null,
+          h('a', {class: 'button secondary', id: 'clone', href: `#/new?from=${encodeURIComponent(job.id)}`, text: 'Clone and edit'}),
+          job.model ? h('button', {type: 'button', class: 'secondary', id: 'show-evaluate', text: 'Evaluate…',
+            onclick: () => { if (!evalShown) { evalShown = true; after.prepend(evaluateSection(job)); } document.getElementById('eval-dataset')?.focus(); }}) : null,
+          h('button', {type: 'button', class: 'secondary', id: 'download-csv', text: 'Metrics CSV',
+            onclick: () => download(`/v1/jobs/${id}/metrics?format=csv`, `${job.name}-metrics.csv`, 'text/csv').catch((x) => report(`Download failed: ${x.message}`))}),
+          h('button', {type: 'button', class: 'secondary', id: 'download-json', text: 'Metrics JSON',
+            onclick: () => download(`/v1/jobs/${id}/metrics`, `${job.name}-metrics.json`, 'application/json').catch((x) => report(`Download failed: ${x.message}`))})),
+        kv([
+          ['Job', job.id],
+          ['Dataset', h('a', {href: `#/datasets/${job.dataset}`, text: job.dataset})],
+          ['Model', job.model ? h('a', {href: `#/models/${job.model}`, id: 'model-link', text: job.model}) : '—'],
+          ['Placement', placementText(job)],
+          ['Estimated memory', fmtBytes(job.estimated_memory_bytes)],
+          ['Attempts', String(job.attempts ?? '—')],
+          ['Created', fmtTime(job.created_at)],
+          ['Started', fmtTime(job.started_at)],
+        ])));
+    details.replaceChildren(
+      h('section', {class: 'card'}, h('h2', {text: 'Hyperparameters'}),
+        h('pre', {id: 'hyperparameters', text: JSON.stringify(job.hyperparameters, null, 2)})),
+      h('section', {class: 'card'}, h('h2', {text: 'Model spec'}),
+        h('pre', {id: 'spec', text: JSON.stringify(job.spec, null, 2)})),
+      h('section', {class: 'card'}, h('h2', {text: 'Resources and placement'}),
+        h('pre', {text: JSON.stringify({resources: job.resources, placement: job.placement, device: job.device}, null, 2)})));
+  }
+
+  async function load() {
+    try {
+      job = await api(`/v1/jobs/${id}`);
+      drawJob();
+      await Promise.all([curves.load(), table.load()]);
+      curves.draw();
+      banner.textContent = '';
+    } catch (e) { if (e.status !== 401) banner.textContent = `Could not load job ${id}: ${e.message}`; throw e; }
+  }
+
+  let stream = null, stopped = false;
+  load().then(() => {
+    // A finished job has nothing more to say: no stream to replay it.
+    if (stopped || TERMINAL.has(job.status)) return;
+    stream = live(`/v1/jobs/${id}/events`, {
+      final: 'job.finished',
+      onEvent(type, data) {
+        if (data && data.job) {
+          // A queued job's wait report is the server's now, not the event's.
+          if (data.job.status === 'queued') api(`/v1/jobs/${id}`).then((j) => { job = j; drawJob(); }).catch(() => {});
+          else { job = data.job; drawJob(); curves.addStep(job); }
+        }
+        if (type === 'job.epoch' && data.epoch) { curves.addEpoch(data.epoch); table.add(data.epoch); }
+        if (type === 'job.finished') { curves.load().catch(() => {}); table.load().catch(() => {}); }
+      },
+      onReset: () => load().catch(() => {}),
+      onPoll: async () => { if (job && !TERMINAL.has(job.status)) await load(); },
+    });
+  }).catch(() => {});
+  const ticker = setInterval(() => {
+    const t = document.querySelector('#stat-time .stat-value');
+    if (job && job.status === 'running' && t && !etaText(job)) t.textContent = 'estimating…';
+  }, 1000);
+  return () => { stopped = true; if (stream) stream.stop(); clearInterval(ticker); curves.destroy(); };
+}

@@ -1,0 +1,130 @@
+// jobinfo.js - what a job's row and a job's header say at a glance: where it
+// is (epoch, within the epoch, ETA), how it does (best and latest metrics),
+// why it waits, why it ended, and whether it learned anything.
+import {h, fmtDuration, fmtNum} from './util.js';
+
+// Where a run is: the epoch it trains (1-based), of how many, and how far
+// into that epoch (0..1). progress.epoch is the epoch in training when the
+// line was written; an epoch record written since (metrics.epoch) moves it
+// on, so the two never disagree.
+export function position(job) {
+  const p = job.progress || {}, m = job.metrics || {};
+  const epochs = p.epochs || (job.hyperparameters && job.hyperparameters.epochs) || 0;
+  const done = m.epoch || 0;
+  if (job.status === 'succeeded') return {epoch: epochs || done, epochs, within: 1, fraction: 1, done: epochs || done};
+  let epoch = Math.max(p.epoch || 0, done + (job.status === 'running' ? 1 : 0));
+  if (epochs) epoch = Math.min(epoch, epochs);
+  let within = 0;
+  if (p.total_steps && epochs && p.epoch === epoch) {
+    const spe = p.total_steps / epochs;
+    within = Math.max(0, Math.min(1, (p.step - (epoch - 1) * spe) / spe));
+  } else if (done >= epoch) within = 1;
+  const fraction = epochs ? Math.min(1, (epoch - 1 + within) / epochs) : (p.fraction || 0);
+  return {epoch, epochs, within, fraction, done};
+}
+
+export function etaText(job) {
+  const eta = job.progress && job.progress.eta_seconds;
+  return job.status === 'running' && typeof eta === 'number' ? fmtDuration(eta) : '';
+}
+
+// The progress cell: the run's bar, "epoch k/N · 37 %" (of the epoch being
+// trained), and the time left while it runs.
+export function progressCell(job) {
+  const pos = position(job);
+  const eta = etaText(job);
+  const label = !pos.epochs ? '' : job.status === 'running'
+    ? `epoch ${pos.epoch}/${pos.epochs} · ${Math.floor(pos.within * 100)} %`
+    : job.status === 'succeeded' ? `${pos.epochs} epochs` : pos.done ? `${pos.done}/${pos.epochs} epochs done` : `0/${pos.epochs} epochs`;
+  return h('span', {class: 'progress-cell'},
+    h('progress', {max: 1, value: pos.fraction, 'aria-label': `${job.name}: ${Math.round(pos.fraction * 100)} % of the run`}),
+    ' ', h('span', {class: 'muted progress-text', text: label}),
+    eta ? h('span', {class: 'muted eta', text: ` · ${eta} left`}) : null);
+}
+
+const METRIC_NAMES = {val_accuracy: 'val. accuracy', val_loss: 'val. loss',
+  train_accuracy: 'train accuracy', train_loss: 'train loss'};
+export const metricName = (k) => METRIC_NAMES[k] || k;
+
+// "0.9123 val. accuracy (epoch 7)", or '' before the first epoch.
+export function bestText(job) {
+  const b = job.metrics && job.metrics.best;
+  return b && typeof b.value === 'number' ? `${b.value.toFixed(4)} ${metricName(b.metric)} (epoch ${b.epoch})` : '';
+}
+
+// The latest epoch's headline numbers: "val. acc. 0.91 · loss 0.31".
+export function latestText(job) {
+  const m = job.metrics || {};
+  const parts = [];
+  if (typeof m.val_accuracy === 'number') parts.push(`val. acc. ${fmtNum(m.val_accuracy)}`);
+  else if (typeof m.train_accuracy === 'number') parts.push(`acc. ${fmtNum(m.train_accuracy)}`);
+  if (typeof m.val_loss === 'number') parts.push(`val. loss ${fmtNum(m.val_loss)}`);
+  if (typeof m.train_loss === 'number') parts.push(`loss ${fmtNum(m.train_loss)}`);
+  return parts.join(' · ');
+}
+
+export function throughputText(job) {
+  const s = job.metrics && job.metrics.samples_per_sec;
+  return typeof s === 'number' && s > 0 ? `${Math.round(s).toLocaleString()} samples/s` : '';
+}
+
+// Classes the model predicts: its last layer with units (a classifier's
+// output), or 0 when the spec does not say.
+function classesOf(job) {
+  const layers = (job.spec && job.spec.layers) || [];
+  for (let i = layers.length - 1; i >= 0; i--) if (layers[i].units) return layers[i].units;
+  return 0;
+}
+
+// A warning when a classifier's best accuracy is at chance level (within a
+// tenth of the way from 1/classes to 1): it "succeeded" without learning.
+export function chanceWarning(job) {
+  const b = job.metrics && job.metrics.best;
+  const k = classesOf(job);
+  if (!TERMINAL_OR_RUNNING.has(job.status) || !b || !/accuracy/.test(b.metric) || k < 2) return '';
+  if (job.status === 'running' && (job.metrics.epoch || 0) < 3) return '';
+  const chance = 1 / k;
+  if (b.value > chance + 0.1 * (1 - chance)) return '';
+  const lr = job.hyperparameters && job.hyperparameters.learning_rate;
+  return `Best ${metricName(b.metric)} ${fmtNum(b.value, 3)} is chance level for ${k} classes (${fmtNum(chance, 3)}): ` +
+    `the model has not learned${lr >= 1 ? ` (a learning rate of ${lr} is very high)` : ''}.`;
+}
+const TERMINAL_OR_RUNNING = new Set(['succeeded', 'failed', 'cancelled', 'running']);
+
+// Why a queued job waits, in plain words, with the time it has waited.
+export function waitText(job) {
+  const q = job.queue;
+  if (job.status === 'scheduled') return 'handed to the cluster; waiting for it to start';
+  if (job.status !== 'queued') return '';
+  const waited = job.created_at ? fmtDuration((Date.now() - Date.parse(job.created_at)) / 1000) : '';
+  const why = q ? plainReason(q) : 'waiting for the scheduler';
+  return `${why}${q && q.position ? ` · #${q.position} in line` : ''}${waited ? ` · waited ${waited}` : ''}`;
+}
+
+function plainReason(q) {
+  const d = q.detail || '';
+  let m;
+  if ((m = d.match(/max_running_jobs (\d+) reached \((\d+) running\)/)))
+    return `Your tenant may run ${m[1]} job${m[1] === '1' ? '' : 's'} at once and ${m[2]} ${m[2] === '1' ? 'is' : 'are'} running`;
+  if ((m = d.match(/max_gpu_slices (\d+) reached \((\d+) in use, (.*) needs (\d+) more\)/)))
+    return `Your tenant may hold ${m[1]} GPU slices and holds ${m[2]}; this job needs ${m[4]} more`;
+  if ((m = d.match(/needs ([^;)]+)/)) && q.reason === 'no free slice of that size')
+    return `No ${m[1]} is free; it starts when one is`;
+  if (/all \d+ CPU job slots are busy/.test(d)) return 'All CPU job slots are busy; it starts when one frees';
+  if (q.reason === 'fair share') return 'Other tenants are below their fair share of the GPUs and go first';
+  if (q.reason === 'scheduling') return 'Starting now';
+  if (q.reason === 'preempting') return 'A lower-priority job is checkpointing to make room';
+  if (q.reason === 'reserved for job') return 'The free slices are held for an older job that needs more';
+  return d || q.reason || 'waiting for the scheduler';
+}
+
+// How a finished job ended, for its row and its header: {kind, text}.
+// kind "error" (failed), "note" (cancelled: not an error), or null.
+export function endText(job) {
+  if (job.status === 'failed') return {kind: 'error', text: job.error || 'failed'};
+  if (job.status === 'cancelled') {
+    const e = job.error || '';
+    return {kind: 'note', text: !e || /by request/.test(e) ? 'Cancelled by request.' : `Cancelled: ${e}`};
+  }
+  return {kind: null, text: ''};
+}
