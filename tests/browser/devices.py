@@ -26,7 +26,8 @@ Every failed check is listed (not only the first). Any SEVERE browser
 console message fails the test. Screenshots (taken before the checks of
 each width) go to the folder given as the second argument (default
 build/browser-artifacts): devices-wide.png and devices-phone.png (the
-admin's view), devices-tenant-wide.png and devices-tenant-phone.png.
+admin's view), devices-tenant-wide.png and devices-tenant-phone.png, and
+each with -details after a click or tap on a held slice.
 
 Usage: devices.py path/to/trainyard [artifacts-dir]
 Exit 77 (skipped) when chromium, chromedriver or selenium is missing.
@@ -226,12 +227,13 @@ def check_view(driver, view, size, names):
     else:
         el.click()
     time.sleep(0.2)
+    driver.save_screenshot(os.path.join(dashboard.ARTIFACTS, view["shot"][size == PHONE].replace(".png", "-details.png")))
     shown = details_text(driver)
     want = "another tenant" if target["state"] == "held_by_other_tenant" else names["job_names"][target["job"]]
     check(bool(shown) and want in shown,
           f"{label}: {'a tap' if size == PHONE else 'a click'} on slot {target['slot']} shows its details "
           f"({shown!r})")
-    first = slices[0]
+    first = next(s for s in slices if s["slot"] != target["slot"])  # Enter again on target would close it
     el = driver.find_element(By.CSS_SELECTOR, f"#device-map .slice[data-slot='{first['slot']}']")
     js(driver, "arguments[0].focus();", el)
     el.send_keys(Keys.ENTER)
@@ -240,6 +242,9 @@ def check_view(driver, view, size, names):
     slot_shown = js(driver, "const d = document.getElementById('slice-details'); return d ? d.dataset.slot : null;")
     check(bool(shown) and slot_shown == first["slot"],
           f"{label}: Enter on slot {first['slot']} shows its details (slot {slot_shown}: {shown!r})")
+    js(driver, "document.activeElement.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape', bubbles: true}));")
+    time.sleep(0.2)
+    check(details_text(driver) is None, f"{label}: Escape closes the details")
 
     # What a tenant must never see, anywhere in the page.
     html = js(driver, "return document.documentElement.outerHTML;")
