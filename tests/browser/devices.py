@@ -158,6 +158,17 @@ return [...document.querySelectorAll('.swatch')].filter((s) => s.getClientRects(
 """
 
 
+def settle(cond, timeout=5.0):
+    """cond() once it is truthy, or its last value after timeout s: a page
+    slow under load gets time, and a check still reports what it saw."""
+    end = time.time() + timeout
+    while True:
+        got = cond()
+        if got or time.time() > end:
+            return got
+        time.sleep(0.05)
+
+
 def details_text(driver):
     return js(driver, """
         const d = document.getElementById('slice-details');
@@ -226,7 +237,7 @@ def check_view(driver, view, size, names):
         tap(driver, el)
     else:
         el.click()
-    time.sleep(0.2)
+    settle(lambda: details_text(driver))
     driver.save_screenshot(os.path.join(dashboard.ARTIFACTS, view["shot"][size == PHONE].replace(".png", "-details.png")))
     shown = details_text(driver)
     want = "another tenant" if target["state"] == "held_by_other_tenant" else names["job_names"][target["job"]]
@@ -237,14 +248,14 @@ def check_view(driver, view, size, names):
     el = driver.find_element(By.CSS_SELECTOR, f"#device-map .slice[data-slot='{first['slot']}']")
     js(driver, "arguments[0].focus();", el)
     el.send_keys(Keys.ENTER)
-    time.sleep(0.2)
+    settle(lambda: js(driver, "const d = document.getElementById('slice-details');"
+                              "return d && d.dataset.slot === arguments[0];", first["slot"]))
     shown = details_text(driver)
     slot_shown = js(driver, "const d = document.getElementById('slice-details'); return d ? d.dataset.slot : null;")
     check(bool(shown) and slot_shown == first["slot"],
           f"{label}: Enter on slot {first['slot']} shows its details (slot {slot_shown}: {shown!r})")
     js(driver, "document.activeElement.dispatchEvent(new KeyboardEvent('keydown', {key: 'Escape', bubbles: true}));")
-    time.sleep(0.2)
-    check(details_text(driver) is None, f"{label}: Escape closes the details")
+    check(settle(lambda: details_text(driver) is None), f"{label}: Escape closes the details")
 
     # What a tenant must never see, anywhere in the page.
     html = js(driver, "return document.documentElement.outerHTML;")
