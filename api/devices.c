@@ -1,10 +1,114 @@
 /* devices.c - GET /v1/devices: the GPUs, their MIG slices and who holds
  * them, as the caller may see it (inv_slot_holder_json: the admin sees
  * every holder, a tenant its own jobs, and of another tenant's slices only
- * that they are held). */
+ * that they are held).
+ *
+ * On top of the inventory's view, for the dashboard's device map: the
+ * names of the holders the caller may see (tenant_name, job_name: only
+ * where "job" is set, so never another tenant's for a tenant key), each
+ * slice's utilisation, and how many jobs wait (the caller's tenant's; the
+ * admin: every tenant's). */
 #include "api/api.h"
 
+#include <string.h>
+
 #include "gpu/inventory.h"
+
+/* The name of tenant id, looked up once per request in names (id -> name
+ * or null). Borrowed from names; NULL when the store cannot say. */
+static json_t *tenant_name(store *st, json_t *names, const char *id)
+{
+    json_t *name = json_object_get(names, id);
+    if (name)
+        return name;
+    json_t *doc = NULL;
+    ty_err err = {0};
+    name = json_null();
+    if (store_tenant_get(st, id, &doc, &err) == TY_OK) {
+        const char *s = json_string_value(json_object_get(doc, "name"));
+        if (s)
+            name = json_string(s);
+    }
+    json_decref(doc);
+    json_object_set_new(names, id, name);
+    return name;
+}
+
+/* The job's name; null for a serving replica ("rep_...", not a job) or a
+ * job the store no longer has. New reference. */
+static json_t *job_name(store *st, const char *id)
+{
+    json_t *doc = NULL, *name = NULL;
+    ty_err err = {0};
+    if (store_job_get_internal(st, id, &doc, &err) == TY_OK) {
+        const char *s = json_string_value(json_object_get(doc, "name"));
+        if (s)
+            name = json_string(s);
+    }
+    json_decref(doc);
+    return name ? name : json_null();
+}
+
+/* Adds tenant_name, job_name and utilization_percent to each slice of
+ * doc's GPUs. Names are set only where inv_slot_holder_json gave the
+ * viewer the holder ("job" not null). A whole GPU's utilisation is the
+ * GPU's (NVML); a MIG slice's is null: NVML reports none per MIG device. */
+static void add_slice_details(store *st, json_t *doc)
+{
+    json_t *names = json_object();
+    size_t i, j;
+    json_t *gpu, *slice;
+    json_array_foreach(json_object_get(doc, "gpus"), i, gpu)
+    {
+        const char *kind;
+        json_array_foreach(json_object_get(gpu, "slices"), j, slice)
+        {
+            const char *job = json_string_value(json_object_get(slice, "job"));
+            const char *tenant =
+                json_string_value(json_object_get(slice, "tenant"));
+            json_t *tname = job && tenant && names
+                                ? json_incref(tenant_name(st, names, tenant))
+                                : NULL;
+            json_object_set_new(slice, "tenant_name",
+                                tname ? tname : json_null());
+            json_object_set_new(slice, "job_name",
+                                job ? job_name(st, job) : json_null());
+            kind = json_string_value(json_object_get(slice, "kind"));
+            json_t *util = kind && !strcmp(kind, "gpu")
+                               ? json_object_get(gpu, "utilization_gpu_percent")
+                               : NULL;
+            json_object_set_new(slice, "utilization_percent",
+                                util ? json_incref(util) : json_null());
+        }
+    }
+    json_decref(names);
+}
+
+/* The queued jobs of the viewer's tenant (admin: of every tenant); -1
+ * when the store cannot say. */
+static json_int_t queued_jobs(store *st, const inv_viewer *viewer)
+{
+    json_t *rows = NULL;
+    ty_err err = {0};
+    if (store_job_counts(st, &rows, &err) != TY_OK)
+        return -1;
+    json_int_t n = 0;
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+    {
+        const char *status = json_string_value(json_object_get(row, "status"));
+        const char *tenant =
+            json_string_value(json_object_get(row, "tenant_id"));
+        if (!status || strcmp(status, JOB_QUEUED) != 0)
+            continue;
+        if (viewer->is_admin ||
+            (tenant && viewer->tenant_id && !strcmp(tenant, viewer->tenant_id)))
+            n += json_integer_value(json_object_get(row, "n"));
+    }
+    json_decref(rows);
+    return n;
+}
 
 void api_devices_list(api_ctx *app, http_req *r)
 {
@@ -22,5 +126,11 @@ void api_devices_list(api_ctx *app, http_req *r)
         http_reply_problem(r, 503, NULL, "out of memory listing the devices");
         return;
     }
+    add_slice_details(app->store, doc);
+    json_int_t queued = queued_jobs(app->store, &viewer);
+    json_object_set_new(doc, "queued_jobs",
+                        queued < 0 ? json_null() : json_integer(queued));
+    json_object_set_new(doc, "queued_jobs_scope",
+                        json_string(viewer.is_admin ? "all" : "tenant"));
     http_reply_json(r, 200, doc);
 }

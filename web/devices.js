@@ -1,67 +1,207 @@
 // devices.js - the device map: each GPU's memory slices (8 per GPU), with
 // MIG slices placed by their placement start/size and whole GPUs as one
-// block, coloured by the tenant holding them (the job on the slice and on
-// hover). A tenant's key sees its own tenant's holders; other tenants'
-// slices are grey. The admin sees every tenant, one colour each. A slice
-// held by a serving replica ("rep_...") says which deployment it serves.
+// block, coloured by the tenant holding them, with a legend that names each
+// tenant. Every slice says its holder, memory and utilisation; a click, tap
+// or Enter on one shows its details in a panel under its GPU. On a phone
+// the slices become a list of cards (style.css, "device map").
+//
+// What a viewer sees of a holder is what GET /v1/devices gives it: the
+// admin every tenant and job by name; a tenant key its own, and of another
+// tenant's slice only "another tenant" (the server sends no id or name for
+// it, so the page cannot show one). A slice held by a serving replica
+// ("rep_...") says which deployment it serves when this tenant has it.
 import {api} from './api.js';
 import {live, poll} from './live.js';
-import {h, fmtBytes, jobColour as tenantColour} from './util.js';
+import {h, fmtBytes, kv} from './util.js';
 
-// The profile name with a line-break opportunity after its dot, so a
-// narrow slice (a phone) shows "1g." over "18gb" rather than breaking
-// mid-number.
+// Tenant colours: each at least 4.5:1 against the slices' white text
+// (WCAG AA), distinct hues. Another tenant's slices are grey stripes.
+const PALETTE = ['#1d4ed8', '#047857', '#7e22ce', '#b91c1c', '#0e7490',
+  '#a16207', '#be185d', '#4338ca', '#9a3412', '#3f6212'];
+
+function hash(s) {
+  let x = 0;
+  for (const ch of String(s)) x = (x * 31 + ch.charCodeAt(0)) >>> 0;
+  return x;
+}
+
+// A colour for each tenant id: its hash's palette entry, or the next free
+// one, so tenants on one map never share a colour (up to the palette's
+// size) and a tenant keeps its colour while the others on the map do.
+function tenantColours(ids) {
+  const out = new Map(), used = new Set();
+  for (const id of [...ids].sort()) {
+    let i = hash(id) % PALETTE.length;
+    for (let k = 0; k < PALETTE.length && used.has(i); k++) i = (i + 1) % PALETTE.length;
+    used.add(i);
+    out.set(id, PALETTE[i]);
+  }
+  return out;
+}
+
+// The profile name with a line-break opportunity after its dot.
 function profileLabel(what) {
-  const el = h('strong');
+  const el = h('strong', {class: 'slice-line slice-profile'});
   const dot = what.indexOf('.');
   if (dot < 0) { el.textContent = what; return el; }
   el.append(what.slice(0, dot + 1), document.createElement('wbr'), what.slice(dot + 1));
   return el;
 }
 
-// Who holds a slice, short (in the slice) and long (its title): a job by
-// name, a replica by its deployment's name when this tenant has it, else
-// the id.
-function holderText(id, names) {
-  const name = names.get(id);
+// Who holds a slice the viewer may see: the job (or replica) by name, the
+// id only where no name is known; short (on the slice) and long (details).
+function holderText(s, names) {
+  const id = s.job;
   if (String(id).startsWith('rep_')) {
-    return name ? {short: `replica of ${name}`, long: `replica of deployment ${name} (${id})`}
+    const dep = names.get(id);
+    return dep ? {short: `replica of ${dep}`, long: `replica of deployment ${dep} (${id})`}
       : {short: id, long: `replica ${id}`};
   }
+  const name = s.job_name || names.get(id);
   return {short: name || id, long: `job ${name ? name + ' (' + id + ')' : id}`};
 }
 
-function sliceEl(s, names) {
+const tenantLabel = (s) => s.tenant_name || s.tenant;
+const utilText = (s) => (s.utilization_percent === null || s.utilization_percent === undefined
+  ? '—' : `${s.utilization_percent} %`);
+
+function sliceEl(s, names, colours, selected) {
   const held = s.state === 'held', other = s.state === 'held_by_other_tenant';
   const what = s.profile || 'whole GPU';
-  const who = held ? holderText(s.job, names) : null;
-  const holder = held ? `${who.long}, tenant ${s.tenant}`
+  const who = held ? holderText(s, names) : null;
+  const holder = held ? `${who.long}, tenant ${tenantLabel(s)}`
     : other ? 'held by another tenant' : 'free';
-  const el = h('div', {
-    class: 'slice ' + (held ? 'held' : other ? 'other' : 'free'),
+  const el = h('button', {
+    type: 'button', class: 'slice ' + (held ? 'held' : other ? 'other' : 'free'),
     'data-slot': s.slot, 'data-state': s.state, 'data-job': s.job, 'data-tenant': s.tenant,
     title: `slot ${s.slot} · ${what} · ${fmtBytes(s.memory_bytes)} · ${holder}`,
-    tabindex: 0, role: 'listitem', 'aria-label': `slot ${s.slot}, ${what}, ${holder}`,
-  }, profileLabel(what), h('br'), held ? who.short : other ? 'other tenant' : 'free');
-  if (held) el.style.background = tenantColour(s.tenant || s.job);
-  if (s.placement) el.style.gridColumn = `${s.placement.start + 1} / span ${s.placement.size}`;
-  else if (s.kind === 'gpu') el.style.gridColumn = '1 / -1';
+    'aria-label': `slot ${s.slot}, ${what}, ${holder}, ${fmtBytes(s.memory_bytes)}, utilisation ${utilText(s)}`,
+    'aria-controls': 'slice-details', 'aria-expanded': selected ? 'true' : 'false',
+  }, profileLabel(what),
+  held ? [h('span', {class: 'slice-line slice-tenant', text: tenantLabel(s)}),
+    h('span', {class: 'slice-line slice-job', text: who.short})]
+    : h('span', {class: 'slice-line slice-tenant', text: other ? 'another tenant' : 'free'}),
+  h('span', {class: 'slice-line slice-mem', text: fmtBytes(s.memory_bytes)}),
+  h('span', {class: 'slice-line slice-util', text: `util ${utilText(s)}`}));
+  if (held) el.style.background = colours.get(s.tenant) || PALETTE[0];
+  if (s.placement) el.style.setProperty('--slice-col', `${s.placement.start + 1} / span ${s.placement.size}`);
+  else if (s.kind === 'gpu') el.style.setProperty('--slice-col', '1 / -1');
   return el;
+}
+
+// The details of slice s of GPU g, as this viewer may see them.
+function detailsEl(g, s, names, onClose) {
+  const held = s.state === 'held', other = s.state === 'held_by_other_tenant';
+  const pairs = [
+    ['Slot', String(s.slot)],
+    ['GPU', `${g.index}: ${g.name}`],
+    ['Profile', s.profile || 'whole GPU'],
+    ['Memory', fmtBytes(s.memory_bytes)],
+    ['Utilisation', utilText(s) + (s.utilization_percent === null && s.kind === 'mig' ? ' (not reported per MIG slice or when simulated)' : '')],
+    ['Compute slices', `${s.compute_slices} of 7`],
+    s.placement && ['Memory slices', (s.placement.size > 1 ? `${s.placement.start + 1}–` : '') +
+      `${s.placement.start + s.placement.size} of 8`],
+    ['UUID', s.uuid],
+  ];
+  let holder;
+  if (held) {
+    const who = holderText(s, names);
+    const mine = names.has(s.job);
+    pairs.push(['Tenant', tenantLabel(s)],
+      ['Held by', mine && !String(s.job).startsWith('rep_')
+        ? h('a', {href: `#/jobs/${encodeURIComponent(s.job)}`, text: who.long}) : who.long]);
+    holder = `${who.short} (${tenantLabel(s)})`;
+  } else if (other) {
+    pairs.push(['Held by', 'another tenant (its name and jobs are not shown to you)']);
+    holder = 'another tenant';
+  } else {
+    pairs.push(['Held by', 'nobody: free']);
+    holder = 'free';
+  }
+  return h('section', {id: 'slice-details', class: 'slice-details', 'data-slot': s.slot,
+    'aria-label': `Slot ${s.slot} details`, 'aria-live': 'polite', tabindex: -1},
+  h('div', {class: 'slice-details-head'},
+    h('h3', {text: `Slot ${s.slot} · ${s.profile || 'whole GPU'} · ${holder}`}),
+    h('button', {type: 'button', class: 'secondary', text: 'Close', onclick: onClose})),
+  kv(pairs));
+}
+
+function legendEl(tenants, colours, anyOther) {
+  const item = (cls, colour, text) => {
+    const sw = h('span', {class: 'swatch ' + cls, 'aria-hidden': 'true'});
+    if (colour) sw.style.background = colour;
+    return h('li', {}, sw, text);
+  };
+  return [
+    item('swatch-free', null, 'free'),
+    ...[...tenants].sort((a, b) => a[1].localeCompare(b[1]))
+      .map(([id, name]) => item('swatch-tenant', colours.get(id), name)),
+    anyOther ? item('swatch-other', null, 'another tenant (not shown to you)') : null,
+  ].filter(Boolean);
 }
 
 export function devicesPage(root) {
   const banner = h('p', {class: 'banner', role: 'alert'});
+  const legend = h('ul', {class: 'legend', id: 'device-legend', 'aria-label': 'Legend: colour of each tenant'});
+  const queued = h('p', {id: 'queued-jobs', class: 'queued'});
   const map = h('div', {id: 'device-map'});
   root.append(h('h1', {text: 'Devices'}), banner,
-    h('div', {class: 'legend', 'aria-label': 'Legend'},
-      h('span', {}, h('span', {class: 'swatch', style: 'background:var(--free);border:1px dashed #999'}), 'free'),
-      h('span', {}, h('span', {class: 'swatch', style: 'background:hsl(210 60% 38%)'}), 'held by a tenant you see (one colour per tenant; hover for the job or replica)'),
-      h('span', {}, h('span', {class: 'swatch', style: 'background:var(--other)'}), 'held by another tenant')),
+    h('div', {class: 'device-summary'}, legend, queued),
+    h('p', {class: 'muted device-hint', text: 'Select a slice (click, tap or Enter) for its details.'}),
     map);
 
+  let selected = null;  // the slot whose details are open
+  let last = null;      // the last answer, to redraw on a selection
   // Replicas start and stop without job events: while this tenant has
   // deployments, or a replica holds a slice, the map is also polled.
   let deployed = false;
+
+  // Escape closes the details, leaving the focus on their slice.
+  map.addEventListener('keydown', (e) => {
+    if (e.key === 'Escape' && selected !== null) { e.preventDefault(); select(selected); }
+  });
+
+  function select(slot) {
+    selected = selected === slot ? null : slot;
+    if (last) draw(last, {focusSlot: slot});
+    const panel = document.getElementById('slice-details');
+    if (panel && selected !== null && window.innerWidth <= 700) panel.scrollIntoView({block: 'nearest'});
+  }
+
+  function draw({dev, names}, {focusSlot = null} = {}) {
+    const focused = document.activeElement && map.contains(document.activeElement)
+      ? document.activeElement.dataset.slot : null;
+    const slices = dev.gpus.flatMap((g) => g.slices);
+    const tenants = new Map();
+    for (const s of slices) if (s.state === 'held' && s.tenant) tenants.set(s.tenant, tenantLabel(s));
+    const colours = tenantColours(tenants.keys());
+    legend.replaceChildren(...legendEl(tenants, colours, slices.some((s) => s.state === 'held_by_other_tenant')));
+    const n = dev.queued_jobs;
+    queued.textContent = n === null || n === undefined ? ''
+      : `${n} ${n === 1 ? 'job' : 'jobs'} queued (${dev.queued_jobs_scope === 'all' ? 'all tenants' : 'your tenant'})`;
+    if (!slices.some((s) => String(s.slot) === String(selected))) selected = null;
+    map.replaceChildren(...dev.gpus.map((g) => {
+      const chosen = g.slices.find((s) => String(s.slot) === String(selected));
+      return h('section', {class: 'card gpu', 'data-gpu': g.index},
+        h('h2', {text: `GPU ${g.index}: ${g.name}${g.model ? ' (' + g.model + ')' : ''}`}),
+        h('p', {class: 'muted gpu-meta', text: `${fmtBytes(g.memory_bytes)} · MIG ${g.mig ? 'on' : 'off'} · ${g.uuid}` +
+          (g.utilization_gpu_percent !== null ? ` · ${g.utilization_gpu_percent} % busy` : '') +
+          (g.temperature_c !== null ? ` · ${g.temperature_c} °C` : '')}),
+        h('div', {class: 'slices', role: 'group', 'aria-label': `GPU ${g.index} slices`},
+          g.slices.map((s) => {
+            const el = sliceEl(s, names, colours, s === chosen);
+            el.addEventListener('click', () => select(s.slot));
+            return el;
+          })),
+        chosen ? detailsEl(g, chosen, names, () => { select(chosen.slot); }) : null);
+    }), h('p', {class: 'muted', text: `Inventory source: ${dev.source}`}));
+    const again = focusSlot ?? focused;
+    if (again !== null && again !== undefined) {
+      const el = map.querySelector(`.slice[data-slot="${again}"]`);
+      if (el) el.focus();
+    }
+  }
+
   async function load() {
     try {
       const [dev, jobs, deps] = await Promise.all([api('/v1/devices'), api('/v1/jobs?limit=200&status=running'),
@@ -72,6 +212,8 @@ export function devicesPage(root) {
         dev.gpus.some((g) => g.slices.some((x) => String(x.job || '').startsWith('rep_')));
       banner.textContent = '';
       if (!dev.gpus.length) {
+        legend.replaceChildren();
+        queued.textContent = '';
         map.replaceChildren(h('div', {class: 'card', id: 'no-gpus'},
           h('h2', {text: 'No GPUs'}),
           h('p', {text: 'Jobs train on the CPU.' + (dev.reason ? ` Why: ${dev.reason}` : '')}),
@@ -79,13 +221,8 @@ export function devicesPage(root) {
           h('p', {class: 'muted', text: `Inventory source: ${dev.source}`})));
         return;
       }
-      map.replaceChildren(...dev.gpus.map((g) => h('section', {class: 'card gpu', 'data-gpu': g.index},
-        h('h2', {text: `GPU ${g.index}: ${g.name}${g.model ? ' (' + g.model + ')' : ''}`}),
-        h('p', {class: 'muted', text: `${fmtBytes(g.memory_bytes)} · MIG ${g.mig ? 'on' : 'off'} · ${g.uuid}` +
-          (g.utilization_gpu_percent !== null ? ` · ${g.utilization_gpu_percent} % busy` : '') +
-          (g.temperature_c !== null ? ` · ${g.temperature_c} °C` : '')}),
-        h('div', {class: 'slices', role: 'list', 'aria-label': `GPU ${g.index} slices`}, g.slices.map((s) => sliceEl(s, names))))),
-        h('p', {class: 'muted', text: `Inventory source: ${dev.source}`}));
+      last = {dev, names};
+      draw(last);
     } catch (e) { if (e.status !== 401) banner.textContent = `Could not load devices: ${e.message}`; }
   }
 
@@ -93,7 +230,7 @@ export function devicesPage(root) {
   // Placements change when jobs start and finish: redraw on those events,
   // and every 2 s without an events endpoint.
   const stream = live('/v1/events', {
-    onEvent(type) { if (type === 'job.started' || type === 'job.finished') load(); },
+    onEvent(type) { if (['job.created', 'job.started', 'job.finished'].includes(type)) load(); },
     onReset: load, onPoll: load,
   });
   const replicas = poll(() => (deployed ? load() : null), {interval: 2000, mode: false});

@@ -97,7 +97,18 @@ static void test_h200_seven_slices(void **state)
                             "free");
         assert_true(json_is_null(json_object_get(sl, "job")));
         assert_true(json_is_null(json_object_get(sl, "tenant")));
+        assert_true(json_is_null(json_object_get(sl, "tenant_name")));
+        assert_true(json_is_null(json_object_get(sl, "job_name")));
+        /* A MIG slice, simulated: no utilisation. */
+        assert_true(json_is_null(json_object_get(sl, "utilization_percent")));
     }
+    /* Nothing waits. */
+    assert_true(json_is_integer(json_object_get(doc, "queued_jobs")));
+    assert_int_equal(json_integer_value(json_object_get(doc, "queued_jobs")),
+                     0);
+    /* The harness's key is the admin's: every tenant's queue. */
+    assert_string_equal(
+        json_string_value(json_object_get(doc, "queued_jobs_scope")), "all");
     /* The same file gives the same UUIDs after a restart. */
     char uuid0[128];
     snprintf(

@@ -180,6 +180,49 @@ static int group_teardown(void **state)
 
 /* ---- fair share: 30 jobs of three tenants on 7 slices ---- */
 
+/* GET /v1/devices as s's key (tenant `name`; NULL: the admin), checked
+ * against what that key may see: names of its own holders only (the
+ * admin: every holder's, one of `names`), never of another tenant's, and
+ * its queued jobs, at most max_queued. Returns how many held slices it
+ * saw named. */
+static int check_devices_names(const srv *s, const char *name,
+                               const char *const names[3], int max_queued)
+{
+    resp *r = http_get(s, "/v1/devices");
+    expect_status(r, 200);
+    assert_string_equal(str(r->json, "queued_jobs_scope"),
+                        name ? "tenant" : "all");
+    json_t *q = json_object_get(r->json, "queued_jobs");
+    assert_true(json_is_integer(q));
+    assert_true(json_integer_value(q) >= 0 &&
+                json_integer_value(q) <= max_queued);
+    json_t *slices = json_object_get(
+        json_array_get(json_object_get(r->json, "gpus"), 0), "slices");
+    int named = 0;
+    size_t i;
+    json_t *sl;
+    json_array_foreach (slices, i, sl) {
+        /* Simulated: no utilisation. */
+        assert_true(json_is_null(json_object_get(sl, "utilization_percent")));
+        const char *tn = str(sl, "tenant_name");
+        if (strcmp(str(sl, "state"), "held") != 0) {
+            assert_true(json_is_null(json_object_get(sl, "tenant_name")));
+            assert_true(json_is_null(json_object_get(sl, "job_name")));
+            continue;
+        }
+        assert_non_null(tn);
+        assert_true(json_is_string(json_object_get(sl, "job_name")));
+        if (name)
+            assert_string_equal(tn, name);
+        else
+            assert_true(!strcmp(tn, names[0]) || !strcmp(tn, names[1]) ||
+                        !strcmp(tn, names[2]));
+        named++;
+    }
+    resp_free(r);
+    return named;
+}
+
 typedef struct {
     char id[64];
     char key[128];
@@ -223,8 +266,10 @@ static void test_three_tenants_share_the_h200(void **state)
                    i % 2 ? ", \"priority\": 1" : "", t[k].jobs[i]);
         }
 
-    /* Poll each tenant's list (one consistent snapshot per request). */
-    int saw_quota = 0, polls = 0, done = 0;
+    /* Poll each tenant's list (one consistent snapshot per request), and
+     * the device map as each tenant and the admin sees it. */
+    static const char *const names[3] = {"one", "two", "three"};
+    int saw_quota = 0, polls = 0, done = 0, named = 0;
     double deadline = now_seconds() + 600;
     while (!done && now_seconds() < deadline) {
         done = 1;
@@ -270,13 +315,16 @@ static void test_three_tenants_share_the_h200(void **state)
             assert_true(running <= t[k].max_jobs);
             assert_true(slices <= t[k].max_slices);
             json_decref(items);
+            named += check_devices_names(&me, names[k], names, 10);
         }
+        named += check_devices_names(&s, NULL, names, 30);
         polls++;
         usleep(100000);
     }
     assert_true(done);
     fprintf(stderr, "fair share: %d polls; a quota reason %s seen\n", polls,
             saw_quota ? "was" : "was not");
+    assert_true(named > 0);
 
     /* From the recorded times: at every start, what runs. */
     typedef struct {
@@ -379,6 +427,7 @@ static void test_three_tenants_share_the_h200(void **state)
     json_t *sl;
     json_array_foreach (slices, i, sl)
         assert_string_equal(str(sl, "state"), "free");
+    assert_int_equal(json_integer_value(json_object_get(r->json, "queued_jobs")), 0);
     resp_free(r);
     assert_int_equal(WEXITSTATUS(srv_stop(&s, SIGTERM)), 0);
     srv_cleanup(&s);
