@@ -193,9 +193,13 @@ function pictureCanvas(values, pic, scale) {
   return c;
 }
 
-const PREVIEW = 12;
+// A stored float32 value with 6 significant digits and no trailing zeros.
+const fmtValue = (v) => (typeof v === 'number' ? String(Number(v.toPrecision(6))) : String(v));
+
+const PREVIEW_IMAGES = 12, PREVIEW_ROWS = 8;
 async function showPreview(section, d) {
-  const doc = await api(`/v1/datasets/${d.id}/examples?limit=${PREVIEW}`);
+  const limit = d.input_shape.length === 1 ? PREVIEW_ROWS : PREVIEW_IMAGES;
+  const doc = await api(`/v1/datasets/${d.id}/examples?limit=${limit}`);
   const title = h('h2', {text: 'First examples'});
   const note = h('p', {class: 'muted', text: `Examples 1–${doc.items.length} of ${doc.total}, as stored (before preprocessing).`});
   const pic = pictureShape(d.input_shape);
@@ -217,7 +221,7 @@ async function showPreview(section, d) {
     section.replaceChildren(title, note, h('div', {class: 'table-wrap'}, h('table', {class: 'cards preview-table'},
       h('thead', {}, h('tr', {}, cols.map((t) => h('th', {scope: 'col', text: t})))),
       h('tbody', {}, doc.items.map((it) => h('tr', {'data-index': it.index},
-        [String(it.index), ...[it.x].flat().map((v) => fmtNum(v, 6)), label(it)].map((v, i) =>
+        [String(it.index), ...[it.x].flat().map(fmtValue), label(it)].map((v, i) =>
           h('td', {'data-label': cols[i], text: v}))))))));
     return;
   }

@@ -73,10 +73,18 @@ def wait(driver, cond, timeout=10):
         return None
 
 
-def shot(driver, name, element=None):
+def shot(driver, name, element=None, full=False):
+    """The window, an element, or (full) the whole page: the window made as
+    tall as the page for the picture (the width, and so the layout, stays)."""
     path = os.path.join(ARTIFACTS, name + ".png")
     if element is not None:
         element.screenshot(path)
+    elif full:
+        size = driver.get_window_size()
+        tall = js(driver, "return document.documentElement.scrollHeight;")
+        driver.set_window_size(size["width"], min(max(tall + 100, size["height"]), 5000))
+        driver.save_screenshot(path)
+        driver.set_window_size(size["width"], size["height"])
     else:
         driver.save_screenshot(path)
     print(f"  screenshot: {path}", flush=True)
@@ -157,7 +165,7 @@ def no_overflow(driver, page):
           const o = getComputedStyle(e).overflowX;
           return (o === 'auto' || o === 'scroll') && e.tagName !== 'PRE' && e.scrollWidth > e.clientWidth + 1;
         }).map((e) => e.id || e.className || e.tagName);""")
-    check(over <= 0, f"{page}: page {over} px wider than the phone")
+    check(over <= 0, f"{page}: the page is no wider than the phone (scrollWidth - innerWidth = {over} px)")
     check(not inner, f"{page}: nothing scrolls sideways inside the page (found {inner})")
 
 
@@ -167,7 +175,7 @@ def dataset_page(driver, size, ds, *, name, counts, jobs, models, image_pixels=N
     # Give the page's extra parts a moment to load before the screenshot.
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#preview canvas, #preview td"), 5)
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#dataset-usage [data-model-id]"), 5)
-    shot(driver, f"{shot_name}-{size}")
+    shot(driver, f"{shot_name}-{size}", full=True)
     where = f"{size}: dataset {name}"
 
     # The preview: the first examples as the uploaded data.
@@ -183,7 +191,7 @@ def dataset_page(driver, size, ds, *, name, counts, jobs, models, image_pixels=N
             return [...document.querySelectorAll('#preview tbody tr')].slice(0, 3).map(
               (r) => [...r.querySelectorAll('td')].map((c) => c.textContent.trim()));""")
         ok = len(got) == 3 and all(
-            len(g) >= 5 and all(abs(float(g[j]) - float(w[j])) < 1e-3 for j in range(4)) and g[4] == w[4]
+            len(g) >= 5 and all(abs(float(a) - float(b)) < 1e-3 for a, b in zip(g[-5:-1], w[:4])) and g[-1] == w[4]
             for g, w in zip(got, csv_rows))
         check(ok, f"{where}: the preview table holds the first rows ({got[:1]} vs {csv_rows[:1]})")
 
@@ -215,6 +223,8 @@ def delete_in_use(driver, size, ds, job):
     check("in use" in msg and job in msg and "/" not in msg.replace("/v1", ""),
           f"{size}: the 409 is shown beside Delete: {msg!r}")
     check(driver.current_url.endswith(f"#/datasets/{ds}"), f"{size}: the page stays on the dataset in use")
+    js(driver, "document.getElementById('delete-dataset').scrollIntoView({block: 'center'});")
+    shot(driver, f"delete-409-{size}")
 
 
 def delete_unused(driver, size, base, key, ds):
@@ -275,15 +285,16 @@ def tryit_image(driver, size, base, key, model, test_pixels, test_labels, test_d
 def tryit_csv(driver, size, model, means, names):
     go(driver, f"#/models/{model}")
     boxes = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#try-it input[id^='feature-']"))
-    shot(driver, f"tryit-csv-{size}")
     where = f"{size}: try-it (CSV)"
     if not check(bool(boxes) and len(boxes) == len(means), f"{where}: {len(means)} inputs"):
+        shot(driver, f"tryit-csv-{size}", full=True)
         return
     values = [float(b.get_attribute("value") or "nan") for b in boxes]
     check(all(abs(v - m) <= 1e-3 * max(1, abs(m)) for v, m in zip(values, means)),
           f"{where}: inputs start at the feature means {values} ~ {[round(m, 4) for m in means]}")
     driver.find_element(By.ID, "predict").click()
     rows = wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "#probabilities tbody tr"))
+    shot(driver, f"tryit-csv-{size}", full=True)
     classes = sorted(r.get_attribute("data-class") for r in rows or [])
     check(classes == sorted(names), f"{where}: the classes are named {classes}")
     check(el_text(driver, "#predicted") in names, f"{where}: the prediction is a class name")
