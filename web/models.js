@@ -126,11 +126,11 @@ function testImages(m, pad, choose) {
       }
       offset = doc.offset + doc.items.length;
       if (offset >= doc.total) offset = 0;
-      pick.textContent = 'Other test images';
-      const range = `Examples ${doc.offset + 1}–${doc.offset + doc.items.length} of ${doc.total}`;
+      pick.textContent = source.test ? 'Other test images' : 'Other training images';
+      const range = `${doc.offset + 1}–${doc.offset + doc.items.length} of ${doc.total}`;
       note.textContent = !items.length ? 'The dataset has no 28x28 examples.'
-        : source.test ? `${range} of the test set ${source.name} (the job's validation set, not trained on). Choose one to predict it.`
-          : `No test set: the job validated on a split of its training set, so these are training examples (${range} of ${m.dataset}), which the model may have seen. Choose one to predict it.`;
+        : source.test ? `Examples ${range} of the test set ${source.name} (the job's validation set, not trained on). Choose one to predict it.`
+          : `No test set: the job validated on a split of its training set, so these are training examples (${range} of dataset ${m.dataset}), which the model may have seen. Choose one to predict it.`;
       list.setAttribute('aria-label', source.test ? `Test images from ${source.name}` : `Training images from ${m.dataset}`);
       const buttons = items.map((it) => {
         const c = h('canvas', {width: 28, height: 28, class: 'thumb', 'aria-hidden': 'true'});
