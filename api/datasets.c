@@ -265,8 +265,7 @@ static json_t *class_counts(const ty_dataset *ds)
  * other shapes or when out of memory. One pass over the mapped file. */
 static json_t *feature_means(const ty_dataset *ds)
 {
-    if (ds->ndim != 1 || ds->features > MEANS_MAX_FEATURES ||
-        !ds->num_examples)
+    if (ds->ndim != 1 || ds->features > MEANS_MAX_FEATURES || !ds->num_examples)
         return NULL;
     size_t k = (size_t)ds->features;
     double *sum = calloc(k, sizeof *sum);
