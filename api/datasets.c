@@ -9,6 +9,7 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
@@ -232,6 +233,63 @@ static ty_status convert(const api_ctx *app, const upload *u, const char *out,
     return s;
 }
 
+/* Inputs of at most this many values get their means in the doc: a form of
+ * that many fields is about the most a person fills in, and the doc stays
+ * small. */
+#define MEANS_MAX_FEATURES 1024
+
+/* Examples per class (classification), in class-index order: the class
+ * balance a person checks before training. NULL when out of memory. */
+static json_t *class_counts(const ty_dataset *ds)
+{
+    uint64_t *n = calloc(ds->num_classes ? ds->num_classes : 1, sizeof *n);
+    json_t *a = n ? json_array() : NULL;
+    if (!a) {
+        free(n);
+        return NULL;
+    }
+    for (uint32_t i = 0; i < ds->num_examples; i++)
+        n[ds->y_class[i]]++; /* indices checked by ty_dataset_open */
+    for (uint32_t c = 0; c < ds->num_classes; c++)
+        if (json_array_append_new(a, json_integer((json_int_t)n[c]))) {
+            json_decref(a);
+            a = NULL;
+            break;
+        }
+    free(n);
+    return a;
+}
+
+/* Each feature's mean over the whole file, for flat (tabular) inputs of at
+ * most MEANS_MAX_FEATURES values: where a "try it" form starts. NULL for
+ * other shapes or when out of memory. One pass over the mapped file. */
+static json_t *feature_means(const ty_dataset *ds)
+{
+    if (ds->ndim != 1 || ds->features > MEANS_MAX_FEATURES || !ds->num_examples)
+        return NULL;
+    size_t k = (size_t)ds->features;
+    double *sum = calloc(k, sizeof *sum);
+    float *x = malloc(k * sizeof *x);
+    json_t *a = sum && x ? json_array() : NULL;
+    if (a) {
+        for (uint32_t i = 0; i < ds->num_examples; i++) {
+            ty_dataset_example_f32(ds, i, x);
+            for (size_t j = 0; j < k; j++)
+                sum[j] += x[j];
+        }
+        for (size_t j = 0; j < k; j++)
+            if (json_array_append_new(a,
+                                      json_real(sum[j] / ds->num_examples))) {
+                json_decref(a);
+                a = NULL;
+                break;
+            }
+    }
+    free(sum);
+    free(x);
+    return a;
+}
+
 /* The API representation of a converted dataset file. */
 static json_t *dataset_doc(const char *id, const upload *u,
                            const ty_dataset *ds)
@@ -254,6 +312,8 @@ static json_t *dataset_doc(const char *id, const upload *u,
         bad |= json_object_set_new(doc, "num_classes",
                                    json_integer(ds->num_classes));
         json_object_set(doc, "classes", json_object_get(m, "classes"));
+        json_t *counts = class_counts(ds);
+        bad |= !counts || json_object_set_new(doc, "class_counts", counts);
     } else {
         bad |= json_object_set_new(doc, "num_targets", json_integer(ds->y_dim));
     }
@@ -263,6 +323,9 @@ static json_t *dataset_doc(const char *id, const upload *u,
         json_object_set(doc, "label_column",
                         json_object_get(m, "label_column"));
     }
+    json_t *means = feature_means(ds);
+    if (means)
+        bad |= json_object_set_new(doc, "feature_means", means);
     json_object_set(doc, "source", u->source);
     bad |= json_object_set_new(doc, "created_at", json_string(now));
     if (bad) {

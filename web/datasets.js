@@ -1,7 +1,7 @@
 // datasets.js - the datasets list, the upload form (multipart, with upload
 // progress) and a dataset's details.
 import {api, upload} from './api.js';
-import {h, field, setFieldError, fmtBytes, fmtTime, kv} from './util.js';
+import {h, field, setFieldError, fmtBytes, fmtNum, fmtTime, kv, statusBadge} from './util.js';
 
 // The file parts of each format, and which extra fields it takes.
 const FORMATS = {
@@ -73,29 +73,42 @@ export function datasetsPage(root) {
   h('div', {class: 'row'}, submit, progress), result);
   showFormat();
 
+  const columns = ['Name', 'Format', 'Task', 'Examples', 'Input shape', 'Size', 'Created'];
   root.append(h('h1', {text: 'Datasets'}), banner,
-    h('div', {class: 'table-wrap'}, h('table', {id: 'datasets'},
-      h('thead', {}, h('tr', {}, ['Name', 'Format', 'Task', 'Examples', 'Input shape', 'Size', 'Created']
-        .map((t) => h('th', {scope: 'col', text: t})))), tbody)), form);
+    h('div', {class: 'table-wrap'}, h('table', {id: 'datasets', class: 'cards'},
+      h('thead', {}, h('tr', {}, columns.map((t) => h('th', {scope: 'col', text: t})))), tbody)), form);
 
   async function load() {
     try {
       const doc = await api('/v1/datasets?limit=200');
       tbody.replaceChildren(...doc.items.map((d) => h('tr', {'data-dataset-id': d.id},
-        h('td', {}, h('a', {href: `#/datasets/${d.id}`, text: d.name})),
+        h('td', {'data-label': columns[0]}, h('a', {href: `#/datasets/${d.id}`, text: d.name})),
         [d.format, d.task, d.num_examples, JSON.stringify(d.input_shape), fmtBytes(d.bytes), fmtTime(d.created_at)]
-          .map((v) => h('td', {text: v})))));
+          .map((v, i) => h('td', {'data-label': columns[i + 1], text: v})))));
       if (!doc.items.length) tbody.append(h('tr', {}, h('td', {colspan: 7, class: 'muted', text: 'No datasets yet.'})));
     } catch (e) { if (e.status !== 401) banner.textContent = `Could not load datasets: ${e.message}`; }
   }
   load();
 }
 
+// A dataset's page: its facts, the class balance (counts kept in the doc at
+// upload), a preview of the first examples, the jobs and models that use it,
+// and Delete. Each part fills its own element, so a reply that comes after
+// the person has left the page lands nowhere.
 export function datasetPage(root, id) {
   const banner = h('p', {class: 'banner', role: 'alert'});
-  root.append(h('p', {}, h('a', {href: '#/datasets', text: '← Datasets'})), banner);
+  const head = h('div', {class: 'ds-head'});
+  const facts = h('div', {id: 'dataset-facts'});
+  const balance = h('section', {class: 'card', id: 'class-balance', hidden: true});
+  const preview = h('section', {class: 'card', id: 'preview'}, h('h2', {text: 'First examples'}),
+    h('p', {class: 'muted', text: 'Loading…'}));
+  const usage = h('section', {class: 'card', id: 'dataset-usage'}, h('h2', {text: 'Used by'}),
+    h('p', {class: 'muted', text: 'Loading…'}));
+  root.append(h('p', {}, h('a', {href: '#/datasets', text: '← Datasets'})), banner, head, facts, balance, preview, usage);
+
   api(`/v1/datasets/${id}`).then((d) => {
-    root.append(h('h1', {text: d.name}), h('section', {class: 'card', id: 'dataset'}, kv([
+    head.replaceChildren(h('h1', {text: d.name}), deleteControl(d));
+    facts.replaceChildren(h('section', {class: 'card', id: 'dataset'}, kv([
       ['Id', d.id], ['Format', d.format], ['Task', d.task], ['Examples', String(d.num_examples)],
       ['Input shape', JSON.stringify(d.input_shape)],
       d.classes ? ['Classes', d.classes.join(', ')] : null,
@@ -104,5 +117,135 @@ export function datasetPage(root, id) {
       d.label_column ? ['Label column', d.label_column] : null,
       ['Size', fmtBytes(d.bytes)], ['SHA-256', d.sha256], ['Created', fmtTime(d.created_at)],
     ]), h('p', {}, h('a', {href: `#/new?dataset=${d.id}`, text: 'Train a model on it'}))));
-  }).catch((e) => { if (e.status !== 401) banner.textContent = `Could not load dataset ${id}: ${e.message}`; });
+    if (d.task === 'classification') showBalance(balance, d);
+    showPreview(preview, d).catch((e) => {
+      preview.replaceChildren(h('h2', {text: 'First examples'}), h('p', {class: 'error', text: `Could not load examples: ${e.message}`}));
+    });
+    showUsage(usage, d).catch((e) => {
+      usage.replaceChildren(h('h2', {text: 'Used by'}), h('p', {class: 'error', text: `Could not load jobs and models: ${e.message}`}));
+    });
+  }).catch((e) => {
+    if (e.status !== 401) banner.textContent = `Could not load dataset ${id}: ${e.message}`;
+    preview.hidden = usage.hidden = true;
+  });
+}
+
+// Delete, after a confirm; the API's refusal (409 while a job needs the
+// dataset) is shown beside the button.
+function deleteControl(d) {
+  const error = h('p', {class: 'error', id: 'delete-error', role: 'alert'});
+  const button = h('button', {type: 'button', class: 'danger', id: 'delete-dataset', text: 'Delete', onclick: async () => {
+    error.textContent = '';
+    if (!confirm(`Delete dataset ${d.name} (${d.id})? Models trained on it keep working; jobs can no longer use it.`)) return;
+    button.disabled = true;
+    try {
+      await api(`/v1/datasets/${d.id}`, {method: 'DELETE'});
+      location.hash = '#/datasets';
+    } catch (e) {
+      if (e.status !== 401) error.textContent = `Not deleted: ${e.message}`;
+    } finally { button.disabled = false; }
+  }});
+  return h('div', {class: 'ds-delete'}, button, error);
+}
+
+// Count per class as bars, widest = the largest class.
+function showBalance(section, d) {
+  section.hidden = false;
+  const title = h('h2', {text: 'Class balance'});
+  const counts = d.class_counts;
+  if (!Array.isArray(counts) || counts.length !== (d.classes || []).length) {
+    section.replaceChildren(title, h('p', {class: 'muted', text: 'Not recorded: this dataset was uploaded before class counts were kept. Upload it again to see them.'}));
+    return;
+  }
+  const most = Math.max(1, ...counts);
+  const rows = d.classes.map((c, i) => {
+    const bar = h('span', {class: 'bar-fill'});
+    bar.style.width = `${(100 * counts[i] / most).toFixed(1)}%`;
+    return h('li', {class: 'balance-row', 'data-class': String(c), 'data-count': counts[i]},
+      h('span', {class: 'balance-class', text: String(c)}),
+      h('span', {class: 'bar', 'aria-hidden': 'true'}, bar),
+      h('span', {class: 'balance-count', text: `${counts[i].toLocaleString()} (${(100 * counts[i] / d.num_examples).toFixed(1)} %)`}));
+  });
+  section.replaceChildren(title, h('ul', {class: 'balance', 'aria-label': 'Examples per class'}, rows));
+}
+
+// The shape of a picture: [h, w], [1, h, w] or [3, h, w] (channels first),
+// as {h, w, channels}; null for anything else.
+function pictureShape(shape) {
+  if (shape.length === 2) return {h: shape[0], w: shape[1], channels: 1};
+  if (shape.length === 3 && (shape[0] === 1 || shape[0] === 3) && shape[1] >= 4 && shape[2] >= 4)
+    return {h: shape[1], w: shape[2], channels: shape[0]};
+  return null;
+}
+
+// An example's values drawn into a canvas of the picture's size: bytes as
+// they are, float values in [0, 1] scaled to bytes.
+function pictureCanvas(values, pic, scale) {
+  const c = h('canvas', {width: pic.w, height: pic.h, class: 'thumb'});
+  const ctx = c.getContext('2d');
+  const img = ctx.createImageData(pic.w, pic.h);
+  const plane = pic.w * pic.h;
+  for (let i = 0; i < plane; i++) {
+    const px = [0, 1, 2].map((k) => values[(pic.channels === 3 ? k : 0) * plane + i] * scale);
+    img.data.set([...px.map((v) => Math.max(0, Math.min(255, Math.round(v)))), 255], i * 4);
+  }
+  ctx.putImageData(img, 0, 0);
+  return c;
+}
+
+// A stored float32 value with 6 significant digits and no trailing zeros.
+const fmtValue = (v) => (typeof v === 'number' ? String(Number(v.toPrecision(6))) : String(v));
+
+const PREVIEW_IMAGES = 12, PREVIEW_ROWS = 8;
+async function showPreview(section, d) {
+  const limit = d.input_shape.length === 1 ? PREVIEW_ROWS : PREVIEW_IMAGES;
+  const doc = await api(`/v1/datasets/${d.id}/examples?limit=${limit}`);
+  const title = h('h2', {text: 'First examples'});
+  const note = h('p', {class: 'muted', text: `Examples 1–${doc.items.length} of ${doc.total}, as stored (before preprocessing).`});
+  const pic = pictureShape(d.input_shape);
+  const label = (it) => (Array.isArray(it.label) ? it.label.map((v) => fmtNum(v)).join(', ') : fmtNum(it.label));
+  if (pic) {
+    const values = doc.items.map((it) => [it.x].flat(Infinity));
+    const max = Math.max(0, ...values.map((v) => Math.max(...v)));
+    const scale = max <= 1 ? 255 : 1;
+    section.replaceChildren(title, note, h('div', {class: 'thumbs preview-images'}, doc.items.map((it, k) =>
+      h('figure', {class: 'preview-image', 'data-index': it.index},
+        pictureCanvas(values[k], pic, scale), h('figcaption', {class: 'thumb-label', text: label(it)})))));
+    return;
+  }
+  if (d.input_shape.length === 1 && d.input_shape[0] <= 64) {
+    const names = d.feature_names && d.feature_names.length === d.input_shape[0] ? d.feature_names
+      : Array.from({length: d.input_shape[0]}, (_, i) => `x${i + 1}`);
+    const target = d.label_column || (d.task === 'classification' ? 'label' : 'target');
+    const cols = ['#', ...names, target];
+    section.replaceChildren(title, note, h('div', {class: 'table-wrap'}, h('table', {class: 'cards preview-table'},
+      h('thead', {}, h('tr', {}, cols.map((t) => h('th', {scope: 'col', text: t})))),
+      h('tbody', {}, doc.items.map((it) => h('tr', {'data-index': it.index},
+        [String(it.index), ...[it.x].flat().map(fmtValue), label(it)].map((v, i) =>
+          h('td', {'data-label': cols[i], text: v}))))))));
+    return;
+  }
+  section.replaceChildren(title, note, h('p', {class: 'muted',
+    text: `Examples of shape ${JSON.stringify(d.input_shape)} are not drawn here; GET /v1/datasets/${d.id}/examples returns them.`}));
+}
+
+// The jobs that train or validate on it and the models trained on it: the
+// API has no filter by dataset, so the newest 1000 of each are searched.
+const SEARCHED = 1000;
+async function showUsage(section, d) {
+  const [jobs, models] = await Promise.all([api(`/v1/jobs?limit=${SEARCHED}`), api(`/v1/models?limit=${SEARCHED}`)]);
+  const myJobs = jobs.items.filter((j) => j.dataset === d.id || (j.validation && j.validation.dataset === d.id));
+  const myModels = models.items.filter((m) => m.dataset === d.id);
+  const more = jobs.next_cursor || models.next_cursor ? ` (among the newest ${SEARCHED} jobs and models)` : '';
+  const list = (items, empty, row) => (items.length ? h('ul', {class: 'usage'}, items.map(row)) : h('p', {class: 'muted', text: empty}));
+  section.replaceChildren(h('h2', {text: 'Used by'}),
+    h('h3', {text: `Jobs (${myJobs.length})${more}`}),
+    list(myJobs, 'No job uses it.', (j) => h('li', {'data-job-id': j.id},
+      h('a', {href: `#/jobs/${j.id}`, text: j.name || j.id}), ' ', statusBadge(j.status), ' ',
+      h('span', {class: 'muted', text: j.dataset === d.id ? 'trains on it' : 'validates on it'}))),
+    h('h3', {text: `Models (${myModels.length})`}),
+    list(myModels, 'No model was trained on it.', (m) => h('li', {'data-model-id': m.id},
+      h('a', {href: `#/models/${m.id}`, text: m.name}), ' ',
+      h('span', {class: 'muted', text: m.metrics && m.metrics.val_accuracy !== undefined
+        ? `val. accuracy ${fmtNum(m.metrics.val_accuracy)}` : m.id}))));
 }

@@ -7,17 +7,17 @@ import {h, field, fmtBytes, fmtNum, fmtTime, kv} from './util.js';
 export function modelsPage(root) {
   const banner = h('p', {class: 'banner', role: 'alert'});
   const tbody = h('tbody', {id: 'models-body'});
-  root.append(h('h1', {text: 'Models'}), banner, h('div', {class: 'table-wrap'}, h('table', {id: 'models'},
-    h('thead', {}, h('tr', {}, ['Name', 'Task', 'Job', 'Parameters', 'Val. accuracy', 'Created']
-      .map((t) => h('th', {scope: 'col', text: t})))), tbody)));
+  const cols = ['Name', 'Task', 'Job', 'Parameters', 'Val. accuracy', 'Created'];
+  root.append(h('h1', {text: 'Models'}), banner, h('div', {class: 'table-wrap'}, h('table', {id: 'models', class: 'cards'},
+    h('thead', {}, h('tr', {}, cols.map((t) => h('th', {scope: 'col', text: t})))), tbody)));
   api('/v1/models?limit=200').then((doc) => {
     tbody.replaceChildren(...doc.items.map((m) => h('tr', {'data-model-id': m.id},
-      h('td', {}, h('a', {href: `#/models/${m.id}`, text: m.name})),
-      h('td', {text: m.task}),
-      h('td', {}, m.job ? h('a', {href: `#/jobs/${m.job}`, text: m.job}) : 'imported'),
-      h('td', {text: m.param_count.toLocaleString()}),
-      h('td', {text: fmtNum(m.metrics && m.metrics.val_accuracy)}),
-      h('td', {text: fmtTime(m.created_at)}))));
+      h('td', {'data-label': cols[0]}, h('a', {href: `#/models/${m.id}`, text: m.name})),
+      h('td', {'data-label': cols[1], text: m.task}),
+      h('td', {'data-label': cols[2]}, m.job ? h('a', {href: `#/jobs/${m.job}`, text: m.job}) : 'imported'),
+      h('td', {'data-label': cols[3], text: m.param_count.toLocaleString()}),
+      h('td', {'data-label': cols[4], text: fmtNum(m.metrics && m.metrics.val_accuracy)}),
+      h('td', {'data-label': cols[5], text: fmtTime(m.created_at)}))));
     if (!doc.items.length) tbody.append(h('tr', {}, h('td', {colspan: 6, class: 'muted', text: 'No models yet: a job that succeeds makes one.'})));
   }).catch((e) => { if (e.status !== 401) banner.textContent = `Could not load models: ${e.message}`; });
 }
@@ -82,19 +82,40 @@ function paint(ctx, values, unit) {
   ctx.putImageData(img, 0, 0);
 }
 
-// "Pick a test image": pages of the model's dataset as thumbnail buttons;
-// choosing one draws it into the pad and predicts.
+// Where "Pick a test image" draws from: the job's validation dataset (a
+// test set the model did not train on) when it had one, else the training
+// set, said plainly. {id, name, test}.
+async function exampleSource(m) {
+  const train = {id: m.dataset, name: m.dataset, test: false};
+  let job = null;
+  try { job = m.job ? await api(`/v1/jobs/${m.job}`) : null; } catch { job = null; }
+  const vid = job && job.validation && job.validation.dataset;
+  if (!vid || vid === m.dataset) return train;
+  try {
+    const v = await api(`/v1/datasets/${vid}`);
+    return {id: vid, name: v.name, test: true};
+  } catch { return train; }
+}
+
+// "Pick a test image": pages of examples as thumbnail buttons, each marked
+// right or wrong by one predict of the whole page; choosing one draws it
+// into the pad and predicts. The thumbnail's text is its label; the mark is
+// its colour, its ::after (data-predicted) and its accessible name.
 const PICK_PAGE = 8;
+const same = (a, b) => String(a) === String(b);
 function testImages(m, pad, choose) {
-  const list = h('div', {class: 'thumbs', id: 'test-images', role: 'group', 'aria-label': `Test images from dataset ${m.dataset}`});
+  const list = h('div', {class: 'thumbs', id: 'test-images', role: 'group', 'aria-label': 'Test images'});
   const note = h('p', {class: 'muted', id: 'pick-status', role: 'status'});
-  let offset = 0, unitSet = false;
+  const score = h('p', {class: 'muted', id: 'pick-score'});
+  let offset = 0, unitSet = false, source = null;
   const load = async () => {
     pick.disabled = true;
     note.textContent = 'Loading test images…';
     try {
-      let doc = await api(`/v1/datasets/${m.dataset}/examples?offset=${offset}&limit=${PICK_PAGE}`);
-      if (!doc.items.length && offset) { offset = 0; doc = await api(`/v1/datasets/${m.dataset}/examples?limit=${PICK_PAGE}`); }
+      if (!source) source = await exampleSource(m);
+      const page = (o) => api(`/v1/datasets/${source.id}/examples?offset=${o}&limit=${PICK_PAGE}`);
+      let doc = await page(offset);
+      if (!doc.items.length && offset) { offset = 0; doc = await page(0); }
       const items = doc.items.map((it) => ({...it, values: [it.x].flat(Infinity)})).filter((it) => it.values.length === 28 * 28);
       if (!unitSet && items.length) {
         // Models that scale bytes themselves take 0-255; others take the
@@ -105,22 +126,67 @@ function testImages(m, pad, choose) {
       }
       offset = doc.offset + doc.items.length;
       if (offset >= doc.total) offset = 0;
-      pick.textContent = 'Other test images';
-      note.textContent = items.length ? `Examples ${doc.offset + 1}–${doc.offset + doc.items.length} of ${doc.total} from the model's dataset. Choose one to predict it.` : 'The dataset has no 28x28 examples.';
-      list.replaceChildren(...items.map((it) => {
+      pick.textContent = source.test ? 'Other test images' : 'Other training images';
+      const range = `${doc.offset + 1}–${doc.offset + doc.items.length} of ${doc.total}`;
+      note.textContent = !items.length ? 'The dataset has no 28x28 examples.'
+        : source.test ? `Examples ${range} of the test set ${source.name} (the job's validation set, not trained on). Choose one to predict it.`
+          : `No test set: the job validated on a split of its training set, so these are training examples (${range} of dataset ${m.dataset}), which the model may have seen. Choose one to predict it.`;
+      list.setAttribute('aria-label', source.test ? `Test images from ${source.name}` : `Training images from ${m.dataset}`);
+      const buttons = items.map((it) => {
         const c = h('canvas', {width: 28, height: 28, class: 'thumb', 'aria-hidden': 'true'});
         paint(c.getContext('2d'), it.values, pad.unit());
-        return h('button', {type: 'button', class: 'thumb-button', 'data-index': it.index,
-          'aria-label': `Test image ${it.index}, label ${it.label}`,
-          onclick: () => choose(it)}, c, h('span', {class: 'thumb-label', text: String(it.label)}));
-      }));
+        return h('button', {type: 'button', class: 'thumb-button', 'data-index': it.index, 'data-label': String(it.label),
+          'aria-label': `Image ${it.index}, label ${it.label}`,
+          onclick: () => choose(it, source)}, c, h('span', {class: 'thumb-label', text: String(it.label)}));
+      });
+      list.replaceChildren(...buttons);
+      score.textContent = '';
+      if (items.length && m.task === 'classification') await mark(items, buttons);
     } catch (e) {
-      note.textContent = e.status === 404 ? `The dataset ${m.dataset} is gone; draw instead.` : `Could not load test images: ${e.message}`;
+      note.textContent = e.status === 404 ? `The dataset ${source ? source.id : m.dataset} is gone; draw instead.` : `Could not load test images: ${e.message}`;
     } finally { pick.disabled = false; }
   };
+  // One predict for the page; each thumbnail right (its label) or wrong.
+  const mark = async (items, buttons) => {
+    try {
+      const r = await api(`/v1/models/${m.id}/predict`, {method: 'POST', json: {inputs: items.map((it) => it.values)}});
+      let right = 0;
+      r.predictions.forEach((p, k) => {
+        const ok = same(p, items[k].label);
+        right += ok;
+        const b = buttons[k];
+        b.dataset.predicted = String(p);
+        b.dataset.verdict = ok ? 'right' : 'wrong';
+        b.classList.add(ok ? 'thumb-right' : 'thumb-wrong');
+        b.title = ok ? `Label ${items[k].label}: predicted right` : `Label ${items[k].label}: predicted ${p} (wrong)`;
+        b.setAttribute('aria-label', `Image ${items[k].index}, label ${items[k].label}, ${ok ? 'predicted right' : `predicted ${p}, wrong`}`);
+      });
+      score.textContent = `${right} of ${items.length} predicted right (✓ right, ✗ wrong with the predicted class).`;
+    } catch (e) { score.textContent = `Could not predict these images: ${e.message}`; }
+  };
   const pick = h('button', {type: 'button', class: 'secondary', id: 'pick-image', text: 'Pick a test image', onclick: load});
-  return h('div', {class: 'pick'}, h('p', {}, pick), note, list);
+  return h('div', {class: 'pick'}, h('p', {}, pick), note, list, score);
 }
+
+// Where each tabular input starts: the feature's mean over the training set
+// (kept in the dataset's doc at upload), else over a page of its examples,
+// else 0. {values, how}.
+async function startValues(d, n) {
+  if (d && Array.isArray(d.feature_means) && d.feature_means.length === n)
+    return {values: d.feature_means, how: 'Inputs start at each feature\'s mean over the training set.'};
+  if (d) {
+    try {
+      const doc = await api(`/v1/datasets/${d.id}/examples?limit=64`);
+      const rows = doc.items.map((it) => [it.x].flat()).filter((x) => x.length === n);
+      if (rows.length) {
+        return {values: Array.from({length: n}, (_, j) => rows.reduce((a, x) => a + x[j], 0) / rows.length),
+          how: `Inputs start at each feature's mean over the first ${rows.length} training examples.`};
+      }
+    } catch { /* the dataset is gone: zeros */ }
+  }
+  return {values: new Array(n).fill(0), how: 'Inputs start at 0 (the training set is not available).'};
+}
+const roundValue = (x) => Number(Number(x).toPrecision(6));
 
 export function modelPage(root, id) {
   const banner = h('p', {class: 'banner', role: 'alert'});
@@ -147,27 +213,34 @@ export function modelPage(root, id) {
     const probs = h('div', {id: 'prediction', role: 'status', 'aria-live': 'polite'});
     const predictError = h('p', {class: 'error', id: 'predict-error', role: 'alert'});
     const chosen = h('p', {class: 'muted', id: 'picked'});
-    let inputs;
+    let inputs, pickedLabel = null;
     if (isImage(m.input_shape)) {
-      const pad = drawingPad(() => { chosen.textContent = ''; });
+      const pad = drawingPad(() => { chosen.textContent = ''; pickedLabel = null; });
       tryIt.append(pad.el);
       if (m.dataset) {
-        tryIt.append(testImages(m, pad, (it) => {
+        tryIt.append(testImages(m, pad, (it, source) => {
           pad.show(it.values);
-          chosen.textContent = `Test image ${it.index} (label ${it.label}) is in the pad.`;
+          pickedLabel = it.label;
+          chosen.textContent = `${source.test ? 'Test' : 'Training'} image ${it.index} (label ${it.label}) is in the pad.`;
           predict.click();
         }));
       }
       inputs = () => pad.pixels();
     } else {
       const n = m.input_shape.reduce((a, b) => a * b, 1);
-      let names = null;
+      let d = null;
       if (m.dataset) {
-        try { names = (await api(`/v1/datasets/${m.dataset}`)).feature_names || null; } catch { names = null; }
+        try { d = await api(`/v1/datasets/${m.dataset}`); } catch { d = null; }
       }
+      let names = d && d.feature_names;
       if (!names || names.length !== n) names = Array.from({length: n}, (_, i) => `feature ${i + 1}`);
-      const boxes = names.slice(0, 256).map((f, i) => h('input', {id: `feature-${i}`, type: 'number', step: 'any', value: 0, 'data-feature': f}));
-      tryIt.append(h('div', {class: 'row'}, boxes.map((b, i) => field(names[i], b))));
+      const start = await startValues(d, n);
+      const boxes = names.slice(0, 256).map((f, i) => h('input', {id: `feature-${i}`, type: 'number', step: 'any',
+        value: roundValue(start.values[i]), 'data-feature': f}));
+      const reset = () => boxes.forEach((b, i) => { b.value = roundValue(start.values[i]); });
+      tryIt.append(h('div', {class: 'row features'}, boxes.map((b, i) => field(names[i], b))),
+        h('p', {class: 'muted', id: 'start-values'}, start.how, ' ',
+          h('button', {type: 'button', class: 'secondary', id: 'reset-inputs', text: 'Reset to these', onclick: reset})));
       inputs = () => boxes.map((b) => Number(b.value || 0));
     }
     const predict = h('button', {type: 'button', id: 'predict', text: 'Predict', onclick: async () => {
@@ -182,7 +255,10 @@ export function modelPage(root, id) {
         }
         const classes = m.classes || out.map((_, i) => i);
         const best = out.indexOf(Math.max(...out));
-        probs.replaceChildren(h('p', {}, 'Predicted class: ', h('strong', {id: 'predicted', text: String(r.predictions[0])})),
+        const truth = pickedLabel === null ? null : same(r.predictions[0], pickedLabel)
+          ? h('span', {class: 'verdict right', id: 'verdict', text: ` ✓ right (label ${pickedLabel})`})
+          : h('span', {class: 'verdict wrong', id: 'verdict', text: ` ✗ wrong (label ${pickedLabel})`});
+        probs.replaceChildren(h('p', {}, 'Predicted class: ', h('strong', {id: 'predicted', text: String(r.predictions[0])}), truth),
           h('table', {class: 'probs', id: 'probabilities'},
             h('thead', {}, h('tr', {}, ['Class', 'Probability', ''].map((t) => h('th', {scope: 'col', text: t})))),
             h('tbody', {}, out.map((p, i) => h('tr', {class: i === best ? 'top-class' : null, 'data-class': classes[i]},
@@ -205,7 +281,7 @@ export function modelPage(root, id) {
         ['Trained on', m.trained_on || '—'], ['Size', fmtBytes(m.bytes)], ['Created', fmtTime(m.created_at)],
       ]), h('p', {}, getWeights), download),
       tryIt),
-      h('section', {class: 'card'}, h('h2', {text: 'Model spec'}), h('pre', {text: JSON.stringify(m.spec, null, 2)})));
+      h('section', {class: 'card'}, h('h2', {text: 'Model spec'}), h('pre', {class: 'spec', text: JSON.stringify(m.spec, null, 2)})));
   }).catch((e) => { if (e.status !== 401) banner.textContent = `Could not load model ${id}: ${e.message}`; });
   return () => { if (blobUrl) URL.revokeObjectURL(blobUrl); };
 }

@@ -2,8 +2,9 @@
  * Integration tests for GET /v1/datasets/{id}/examples: items nested in the
  * example's shape with the stored values (uint8 pixels as 0-255) for IDX and
  * NPY images, CSV features with class names and regression targets, and the
- * offset/limit bounds. Another tenant's dataset is 404 in test_tenants.c's
- * isolation table.
+ * offset/limit bounds; and the class counts and feature means a dataset's
+ * doc carries from its upload. Another tenant's dataset is 404 in
+ * test_tenants.c's isolation table.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -290,6 +291,58 @@ static void test_unknown_dataset_is_404(void **state)
     resp_free(r);
 }
 
+/* Expects doc[key] to be these n numbers (n 0: absent). */
+static void expect_numbers(const json_t *doc, const char *key,
+                           const double *want, size_t n)
+{
+    const json_t *a = json_object_get(doc, key);
+    if (!n) {
+        assert_null(a);
+        return;
+    }
+    assert_true(json_is_array(a));
+    assert_int_equal(json_array_size(a), n);
+    for (size_t i = 0; i < n; i++) {
+        double got = json_number_value(json_array_get(a, i));
+        if (got < want[i] - 1e-6 || got > want[i] + 1e-6)
+            fprintf(stderr, "%s[%zu]: %g, not %g\n", key, i, got, want[i]);
+        assert_true(got >= want[i] - 1e-6 && got <= want[i] + 1e-6);
+    }
+}
+
+/* The upload counts each class (in class order) and, for flat inputs,
+ * averages each feature; images get no means, regression no counts. */
+static void test_doc_class_counts_and_feature_means(void **state)
+{
+    static const double idx_counts[] = {4, 3, 3}; /* labels i % 3 */
+    static const double npy_counts[] = {3, 3, 4}; /* labels 2 - i % 3 */
+    static const double csv_counts[] = {2, 1};    /* cat, dog */
+    static const double csv_means[] = {(1.5 + 0.25 + 7) / 3,
+                                       (-2 + 300.0 + 8) / 3};
+    static const double reg_means[] = {1.5};
+    static const struct {
+        const char *id;
+        const double *counts, *means;
+        size_t n_counts, n_means;
+    } cases[] = {
+        {idx_ds, idx_counts, NULL, 3, 0},
+        {npy_ds, npy_counts, NULL, 3, 0},
+        {csv_ds, csv_counts, csv_means, 2, 2},
+        {reg_ds, NULL, reg_means, 0, 1},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char path[128];
+        snprintf(path, sizeof path, "/v1/datasets/%s", cases[k].id);
+        resp *r = http_get(&server, path);
+        assert_int_equal(r->status, 200);
+        expect_numbers(r->json, "class_counts", cases[k].counts,
+                       cases[k].n_counts);
+        expect_numbers(r->json, "feature_means", cases[k].means,
+                       cases[k].n_means);
+        resp_free(r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -298,6 +351,7 @@ int main(void)
         cmocka_unit_test(test_csv_features_and_class_names),
         cmocka_unit_test(test_offset_and_limit_bounds),
         cmocka_unit_test(test_unknown_dataset_is_404),
+        cmocka_unit_test(test_doc_class_counts_and_feature_means),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
