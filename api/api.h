@@ -50,6 +50,12 @@ extern const size_t api_routes_count;
  * 0 when either is malformed. */
 int api_page(http_req *r, store_page *page);
 
+/* Reads the query parameter `name` as a whole number from min to max into
+ * *out (dflt when absent); replies 400 naming it and returns 0 when it is
+ * malformed. */
+int api_query_number(http_req *r, const char *name, long long min,
+                     long long max, long long dflt, long long *out);
+
 /* Replies 200 {"items": items, "next_cursor": "..." | null}; items stolen. */
 void api_reply_list(http_req *r, json_t *items, int64_t next_cursor);
 

@@ -49,6 +49,26 @@ int api_page(http_req *r, store_page *page)
     return 1;
 }
 
+int api_query_number(http_req *r, const char *name, long long min,
+                     long long max, long long dflt, long long *out)
+{
+    const char *v = http_req_query(r, name);
+    *out = dflt;
+    if (!v)
+        return 1;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    if (errno || end == v || *end || n < min || n > max) {
+        http_reply_problem(r, 400, name,
+                           "%s must be a whole number from %lld to %lld", name,
+                           min, max);
+        return 0;
+    }
+    *out = n;
+    return 1;
+}
+
 void api_reply_list(http_req *r, json_t *items, int64_t next_cursor)
 {
     json_t *body = json_object();

@@ -7,7 +7,6 @@
  * raw CSV features), which is what predict takes. Examples are read through
  * the dataset module (ty_dataset_example_f32), never by parsing files here.
  */
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 
@@ -21,28 +20,6 @@
  * holds fewer than limit examples when they would pass it (at least one),
  * and an example with more values than this is refused. */
 #define MAX_VALUES (1u << 20)
-
-/* Reads a whole number from min to max from the query; replies 400 naming
- * the parameter and returns 0 when it is malformed. */
-static int query_number(http_req *r, const char *name, long long min,
-                        long long max, long long dflt, long long *out)
-{
-    const char *v = http_req_query(r, name);
-    *out = dflt;
-    if (!v)
-        return 1;
-    char *end;
-    errno = 0;
-    long long n = strtoll(v, &end, 10);
-    if (errno || end == v || *end || n < min || n > max) {
-        http_reply_problem(r, 400, name,
-                           "%s must be a whole number from %lld to %lld", name,
-                           min, max);
-        return 0;
-    }
-    *out = n;
-    return 1;
-}
 
 /* Values v[*at...] as arrays nested in ds's shape from dimension dim on;
  * advances *at past them. */
@@ -82,8 +59,9 @@ static json_t *label_of(const ty_dataset *ds, uint32_t i)
 void api_datasets_examples(api_ctx *app, http_req *r)
 {
     long long offset, limit;
-    if (!query_number(r, "offset", 0, TY_DS_MAX_EXAMPLES, 0, &offset) ||
-        !query_number(r, "limit", 1, MAX_EXAMPLES, DEFAULT_EXAMPLES, &limit))
+    if (!api_query_number(r, "offset", 0, TY_DS_MAX_EXAMPLES, 0, &offset) ||
+        !api_query_number(r, "limit", 1, MAX_EXAMPLES, DEFAULT_EXAMPLES,
+                          &limit))
         return;
     ty_err err = {0};
     json_t *doc = NULL;

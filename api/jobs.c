@@ -9,10 +9,8 @@
  * service's admission (jobs/admission.h): a mistake is a 422 naming the
  * field, not a job that fails minutes later.
  */
-#include <errno.h>
-#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
@@ -129,28 +127,6 @@ void api_jobs_get(api_ctx *app, http_req *r)
     http_reply_json(r, 200, doc);
 }
 
-/* A whole-number query parameter in [lo, hi] into *out (def when absent);
- * replies 400 naming it and returns 0 when it is not one. */
-static int query_int(http_req *r, const char *name, long lo, long hi, long def,
-                     long *out)
-{
-    const char *v = http_req_query(r, name);
-    *out = def;
-    if (!v)
-        return 1;
-    char *end;
-    errno = 0;
-    long n = strtol(v, &end, 10);
-    if (errno || end == v || *end || n < lo || n > hi) {
-        http_reply_problem(r, 400, name,
-                           "%s must be a whole number from %ld to %ld", name,
-                           lo, hi);
-        return 0;
-    }
-    *out = n;
-    return 1;
-}
-
 /* A number for a CSV cell: empty for null. */
 static void csv_number(FILE *f, const json_t *v)
 {
@@ -212,7 +188,7 @@ static void reply_csv(http_req *r, const char *id, const json_t *epochs)
 
 void api_jobs_metrics(api_ctx *app, http_req *r)
 {
-    long offset, limit;
+    long long offset, limit;
     const char *order = http_req_query(r, "order");
     const char *format = http_req_query(r, "format");
     if (order && strcmp(order, "asc") && strcmp(order, "desc")) {
@@ -224,8 +200,8 @@ void api_jobs_metrics(api_ctx *app, http_req *r)
         return;
     }
     /* Without limit: every epoch (a download, or a short run). */
-    if (!query_int(r, "offset", 0, LONG_MAX, 0, &offset) ||
-        !query_int(r, "limit", 1, 1000, -1, &limit))
+    if (!api_query_number(r, "offset", 0, INT64_MAX, 0, &offset) ||
+        !api_query_number(r, "limit", 1, 1000, -1, &limit))
         return;
     json_t *epochs;
     int64_t total = 0;
@@ -250,8 +226,8 @@ void api_jobs_metrics(api_ctx *app, http_req *r)
 
 void api_jobs_curves(api_ctx *app, http_req *r)
 {
-    long points;
-    if (!query_int(r, "points", 10, 1000, 200, &points))
+    long long points;
+    if (!api_query_number(r, "points", 10, 1000, 200, &points))
         return;
     json_t *doc;
     ty_err err = {0};

@@ -119,28 +119,9 @@ ty_status store_job_list(store *st, const char *tenant_id, const char *status,
 ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
                            json_t **items, ty_err *err)
 {
-    pthread_mutex_lock(&st->mu);
-    json_t *row = NULL;
-    ty_status s = db_q_one(st, &row, err, "job", id,
-                           "SELECT id FROM jobs WHERE id = ? AND tenant_id = ?",
-                           "ss", id, tenant_id);
-    json_decref(row);
-    json_t *rows = NULL;
-    if (s == TY_OK)
-        s = db_q(st, &rows, NULL, err,
-                 "SELECT metrics AS m_json FROM job_epochs WHERE job_id = ? "
-                 "ORDER BY epoch",
-                 "s", id);
-    pthread_mutex_unlock(&st->mu);
-    if (s != TY_OK)
-        return s;
-    *items = json_array();
-    size_t i;
-    json_t *r;
-    json_array_foreach (rows, i, r)
-        json_array_append(*items, json_object_get(r, "m"));
-    json_decref(rows);
-    return TY_OK;
+    int64_t total;
+    return store_job_epochs_page(st, tenant_id, id, 0, -1, 0, items, &total,
+                                 err);
 }
 
 ty_status store_job_next_queued(store *st, char id[TY_ID_MAX], ty_err *err)

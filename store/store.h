@@ -147,8 +147,8 @@ ty_status store_job_list(store *st, const char *tenant_id, const char *status,
 ty_status store_job_epochs(store *st, const char *tenant_id, const char *id,
                            json_t **items, ty_err *err);
 
-/* A page of the job's per-epoch metrics: limit records from offset, oldest
- * or newest_first (new array); *total: how many it has. */
+/* A page of the job's per-epoch metrics: limit records (-1: all) from
+ * offset, oldest or newest_first (new array); *total: how many it has. */
 ty_status store_job_epochs_page(store *st, const char *tenant_id,
                                 const char *id, int64_t offset, int64_t limit,
                                 int newest_first, json_t **items,

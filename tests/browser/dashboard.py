@@ -76,13 +76,15 @@ def make_csv(path):
             f.write(",".join(f"{x:.3f}" for x in xs) + f",{'abc'[c]}\n")
 
 
-def start_server(binary, tmp):
+def start_server(binary, tmp, *extra):
+    """`trainyard serve` on a free port with the simulated H200 (more flags
+    in extra); returns (process, log file, base URL)."""
     log = open(os.path.join(tmp, "server.log"), "w")
     here = os.path.dirname(os.path.abspath(__file__))
     devices = os.path.normpath(os.path.join(here, "..", "..", "gpu", "sim", "h200-7x1g.json"))
     srv = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data",
                             os.path.join(tmp, "data"), "--devices", f"sim:{devices}",
-                            "--train-device", "cpu"],
+                            "--train-device", "cpu", *extra],
                            stdout=subprocess.PIPE, stderr=log, text=True)
     for line in srv.stdout:
         m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
@@ -101,6 +103,26 @@ def browser():
     # Console messages are read with get_log('browser'), which needs this.
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+
+
+def severe_errors(driver, *allowed):
+    """The browser console's SEVERE messages, less those an allowed pattern
+    (a deliberate 4xx) matches."""
+    return [e["message"] for e in driver.get_log("browser")
+            if e["level"] == "SEVERE" and not any(re.search(a, e["message"]) for a in allowed)]
+
+
+def stop(driver, srv, log, tmp):
+    """Ends a test: the browser, the server, its data folder."""
+    if driver:
+        driver.quit()
+    srv.terminate()
+    try:
+        srv.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+    log.close()
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def wait(driver, what, cond, timeout=30):
@@ -590,28 +612,14 @@ def main():
         check_deployment(driver, base, key, blobs_model)
 
         # 12. No console errors but the expected ones.
-        errors = []
-        for entry in driver.get_log("browser"):
-            if entry["level"] != "SEVERE":
-                continue
-            m = entry["message"]
-            if re.search(r"/v1/(jobs|deployments) - Failed to load resource: .* 422", m):
-                continue  # the deliberate bad epochs value and deployment name
-            errors.append(m)
+        # The deliberate bad epochs value and deployment name are 422s.
+        errors = severe_errors(driver, r"/v1/(jobs|deployments) - Failed to load resource: .* 422")
         if errors:
             sys.exit("FAIL: browser console errors:\n  " + "\n  ".join(errors))
         print(f"dashboard test passed in {time.time() - t0:.1f} s; screenshots in {ARTIFACTS}")
         return 0
     finally:
-        if driver:
-            driver.quit()
-        srv.terminate()
-        try:
-            srv.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop(driver, srv, log, tmp)
 
 
 if __name__ == "__main__":

@@ -35,9 +35,6 @@ import gzip
 import json
 import os
 import random
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -388,13 +385,7 @@ def main():
             print(f"  cancel {hold_job}: {e}")
 
         # No console errors but the deliberate in-use deletes' 409s.
-        errors = []
-        for entry in driver.get_log("browser"):
-            if entry["level"] != "SEVERE":
-                continue
-            if re.search(rf"/v1/datasets/{csv_ds} - Failed to load resource: .* 409", entry["message"]):
-                continue
-            errors.append(entry["message"])
+        errors = dashboard.severe_errors(driver, rf"/v1/datasets/{csv_ds} - Failed to load resource: .* 409")
         check(not errors, "no browser console errors:\n    " + "\n    ".join(errors))
         if FAILURES:
             print(f"{len(FAILURES)} checks failed:\n  " + "\n  ".join(FAILURES))
@@ -402,15 +393,7 @@ def main():
         print(f"datasets test passed in {time.time() - t0:.1f} s; screenshots in {ARTIFACTS}")
         return 0
     finally:
-        if driver:
-            driver.quit()
-        srv.terminate()
-        try:
-            srv.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            srv.kill()
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        dashboard.stop(driver, srv, log, tmp)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,6 @@ Exit 77 (skipped) when chromium, chromedriver or selenium is missing.
 """
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -326,7 +325,7 @@ def main():
             for size in (WIDE, PHONE):
                 check_view(driver, view, size, view["names"])
 
-        errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        errors = dashboard.severe_errors(driver)
         check(not errors, "no SEVERE browser console messages: " + " | ".join(errors))
         if FAILURES:
             print(f"{len(FAILURES)} check(s) failed:\n  " + "\n  ".join(FAILURES))
@@ -339,15 +338,7 @@ def main():
                 api_call(base, key, "POST", f"/v1/jobs/{job}/cancel")
             except (urllib.error.URLError, OSError):
                 pass
-        if driver:
-            driver.quit()
-        srv.terminate()
-        try:
-            srv.wait(timeout=30)
-        except Exception:
-            srv.kill()
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        dashboard.stop(driver, srv, log, tmp)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,6 @@ import json
 import os
 import random
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -187,24 +186,6 @@ def chart_info(driver, canvas_id):
 
 def row_text(driver, job):
     return js(driver, "const r = document.querySelector(`tr[data-job-id='${arguments[0]}']`); return r ? r.innerText : null;", job)
-
-
-def start_server(binary, tmp):
-    """dashboard.py's server, with one CPU thread a job (the slow job leaves
-    a core to the browser)."""
-    import subprocess
-    log = open(os.path.join(tmp, "server.log"), "w")
-    here = os.path.dirname(os.path.abspath(__file__))
-    devices = os.path.normpath(os.path.join(here, "..", "..", "gpu", "sim", "h200-7x1g.json"))
-    srv = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data", os.path.join(tmp, "data"),
-                            "--devices", f"sim:{devices}", "--train-device", "cpu", "--worker-threads", "1"],
-                           stdout=subprocess.PIPE, stderr=log, text=True)
-    for line in srv.stdout:
-        m = re.search(r"listening on (http://127\.0\.0\.1:\d+)", line)
-        if m:
-            return srv, log, m.group(1)
-    srv.wait()
-    sys.exit(f"the server did not start; see {log.name}")
 
 
 # ---- the checks, one function per item of the issue ----
@@ -464,7 +445,8 @@ def main():
     dash.ARTIFACTS = args[1] if len(args) > 1 else "build/browser-artifacts-first-hour"
     os.makedirs(dash.ARTIFACTS, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="trainyard-first-hour-")
-    srv, log, base = start_server(binary, tmp)
+    # One CPU thread a job: the slow job leaves a core to the browser.
+    srv, log, base = dash.start_server(binary, tmp, "--worker-threads", "1")
     driver = None
     t_start = time.time()
     try:
@@ -540,8 +522,7 @@ def main():
                 except Exception as e:   # a missing element: the rest still runs
                     check(False, f"[{size}] {what}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
 
-        errors = [e["message"] for e in driver.get_log("browser") if e["level"] == "SEVERE"
-                  and not re.search(r"/v1/jobs(\?dry_run=true)? - Failed to load resource: .* 422", e["message"])]
+        errors = dash.severe_errors(driver, r"/v1/jobs(\?dry_run=true)? - Failed to load resource: .* 422")
         check(not errors, "browser console errors:\n    " + "\n    ".join(errors))
         for api, job in ((alpha, jobs["slow"]), (beta, beta_job)):
             if api("GET", f"/v1/jobs/{job}")["status"] in ("queued", "running"):
@@ -553,15 +534,7 @@ def main():
         print(f"first-hour dashboard test passed in {time.time() - t_start:.1f} s; screenshots in {dash.ARTIFACTS}")
         return 0
     finally:
-        if driver:
-            driver.quit()
-        srv.terminate()
-        try:
-            srv.wait(timeout=30)
-        except Exception:
-            srv.kill()
-        log.close()
-        shutil.rmtree(tmp, ignore_errors=True)
+        dash.stop(driver, srv, log, tmp)
 
 
 if __name__ == "__main__":
