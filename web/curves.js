@@ -133,7 +133,7 @@ export function curvesSection(jobId) {
     el.dataset.epochs = String(state.totalEpochs);
     note.textContent = (state.perEpoch > 1
       ? `${state.totalEpochs.toLocaleString()} epochs: each point of the epoch curves is the mean of ${state.perEpoch} epochs. ` : '') +
-      (state.perStep > 1 ? `The per-step curves are thinned to at most ${POINTS} points (means).` : '');
+      (state.steps.some((p) => p.n > 1) ? `The per-step curves are thinned to at most ${POINTS} points (means).` : '');
   }
 
   function take(doc) {

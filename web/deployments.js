@@ -5,7 +5,7 @@
 // There is no event stream for deployments: the pages poll while visible.
 import {api} from './api.js';
 import {poll} from './live.js';
-import {h, field, setFieldError, fmtNum, fmtTime, kv, syncChildren} from './util.js';
+import {h, field, setFieldError, fmtNum, fmtTime, kv, syncChildren, labelCells} from './util.js';
 
 const POLL_MS = 1000;
 const SAMPLES = 120;   // per deployment, about two minutes at POLL_MS
@@ -142,6 +142,8 @@ function createForm(onCreated) {
   return {form, setModels, setGpuChoices};
 }
 
+const INSTANCE_COLUMNS = ['Replica', 'State', 'Generation', 'Device', 'Slice (GPU · profile · slot)', 'In flight', 'Started'];
+
 export function deploymentsPage(root) {
   const banner = h('p', {class: 'banner', role: 'alert'});
   const tbody = h('tbody', {id: 'deployments-body'});
@@ -149,7 +151,7 @@ export function deploymentsPage(root) {
     text: 'No deployments yet: create one below to serve a model on its own replicas.'});
   const cols = [['Name'], ['Model', 'hide-narrow'], ['Status'], ['Replicas ready/desired (min–max)'],
     ['Requests'], ['Latency p50 / p99'], ['Mean batch', 'hide-narrow'], ['429s', 'hide-narrow']];
-  const table = h('div', {class: 'table-wrap', hidden: true}, h('table', {id: 'deployments'},
+  const table = h('div', {class: 'table-wrap', hidden: true}, h('table', {id: 'deployments', class: 'cards'},
     h('caption', {class: 'muted', text: 'Deployments of this tenant, updated every second'}),
     h('thead', {}, h('tr', {}, cols.map(([t, cls]) => h('th', {scope: 'col', class: cls || null, text: t})))), tbody));
   let names = new Map();
@@ -164,8 +166,8 @@ export function deploymentsPage(root) {
   function row(d) {
     const t = d.traffic || {};
     const gone = d.status === 'deleting';
-    return h('tr', {'data-key': d.id, 'data-deployment-id': d.id, 'data-status': d.status, 'data-requests': t.requests ?? 0},
-      h('td', {}, gone ? h('span', {text: d.name}) : h('a', {href: `#/deployments/${encodeURIComponent(d.id)}`, text: d.name}),
+    return labelCells(h('tr', {'data-key': d.id, 'data-deployment-id': d.id, 'data-status': d.status, 'data-requests': t.requests ?? 0},
+      h('td', {class: 'name'}, gone ? h('span', {text: d.name}) : h('a', {href: `#/deployments/${encodeURIComponent(d.id)}`, text: d.name}),
         h('div', {class: 'muted', text: d.id})),
       h('td', {class: 'hide-narrow'}, modelLink(d.model, names)),
       h('td', {}, badge(d.status)),
@@ -173,7 +175,7 @@ export function deploymentsPage(root) {
       h('td', {class: 'requests', text: count(t.requests)}),
       h('td', {class: 'latency', text: latencyText(t.latency_ms)}),
       h('td', {class: 'hide-narrow batch', text: fmtNum(t.batch_size?.mean ?? null, 2)}),
-      h('td', {class: 'hide-narrow rejected', text: count(t.rejected)}));
+      h('td', {class: 'hide-narrow rejected', text: count(t.rejected)})), cols.map(([t]) => t));
   }
 
   async function load() {
@@ -329,8 +331,8 @@ export function deploymentPage(root, id) {
     h('div', {class: 'grid'}, latency.el, batch.el));
   const instBody = h('tbody', {id: 'instances-body'});
   const instances = h('section', {class: 'card', id: 'dep-instances'}, h('h2', {text: 'Replicas'}),
-    h('div', {class: 'table-wrap'}, h('table', {id: 'instances'},
-      h('thead', {}, h('tr', {}, ['Replica', 'State', 'Generation', 'Device', 'Slice (GPU · profile · slot)', 'In flight', 'Started']
+    h('div', {class: 'table-wrap'}, h('table', {id: 'instances', class: 'cards'},
+      h('thead', {}, h('tr', {}, INSTANCE_COLUMNS
         .map((t, i) => h('th', {scope: 'col', class: i === 6 ? 'hide-narrow' : null, text: t})))), instBody)));
   const spec = h('div', {class: 'grid', id: 'dep-spec'});
   const actions = h('section', {class: 'card', id: 'dep-actions'}, h('h2', {text: 'Actions'}));
@@ -397,14 +399,14 @@ export function deploymentPage(root, id) {
   }
 
   function instanceRow(i) {
-    return h('tr', {'data-key': i.id, 'data-instance-id': i.id, 'data-state': i.state},
+    return labelCells(h('tr', {'data-key': i.id, 'data-instance-id': i.id, 'data-state': i.state},
       h('td', {text: i.id}),
       h('td', {}, badge(i.state)),
       h('td', {text: String(i.generation) + (dep && i.generation < dep.generation ? ' (old)' : '')}),
       h('td', {text: i.device || '—'}),
       h('td', {class: 'slice-cell', text: sliceText(i)}),
       h('td', {text: String(i.in_flight ?? 0)}),
-      h('td', {class: 'hide-narrow', text: fmtTime(i.started_at)}));
+      h('td', {class: 'hide-narrow', text: fmtTime(i.started_at)})), INSTANCE_COLUMNS);
   }
 
   function draw() {

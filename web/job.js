@@ -20,6 +20,9 @@ const epochCells = (e) =>
   [e.epoch, fmtNum(e.train_loss), fmtNum(e.train_accuracy), fmtNum(e.val_loss), fmtNum(e.val_accuracy),
    e.samples_per_sec ? Math.round(e.samples_per_sec).toLocaleString() : '—', fmtNum(e.seconds, 2)];
 const EPOCH_COLUMNS = ['Epoch', 'Train loss', 'Train acc.', 'Val. loss', 'Val. acc.', 'Samples/s', 'Seconds'];
+// On a phone the table keeps epoch, losses and validation accuracy (it fits
+// the width; the rest is in the CSV).
+const NARROW_HIDDEN = new Set([2, 5, 6]);
 
 // The epochs table: EPOCH_PAGE rows, newest first, with older/newer pages.
 function epochTable(jobId) {
@@ -28,14 +31,14 @@ function epochTable(jobId) {
   const newer = h('button', {type: 'button', class: 'secondary', id: 'epochs-newer', text: '← Newer'});
   const older = h('button', {type: 'button', class: 'secondary', id: 'epochs-older', text: 'Older →'});
   const el = h('section', {class: 'card'}, h('h2', {text: 'Epochs'}),
-    h('div', {class: 'table-wrap'}, h('table', {id: 'epochs', class: 'cards-narrow'},
+    h('div', {class: 'table-wrap'}, h('table', {id: 'epochs'},
       h('caption', {class: 'muted', text: 'Per epoch, newest first'}),
-      h('thead', {}, h('tr', {}, EPOCH_COLUMNS.map((t) => h('th', {scope: 'col', text: t})))), body)),
+      h('thead', {}, h('tr', {}, EPOCH_COLUMNS.map((t, i) => h('th', {scope: 'col', class: NARROW_HIDDEN.has(i) ? 'hide-narrow' : null, text: t})))), body)),
     h('div', {class: 'pager'}, newer, info, older));
   let offset = 0, total = 0;
 
   const row = (e) => h('tr', {'data-epoch': e.epoch},
-    epochCells(e).map((v, i) => h('td', {'data-label': EPOCH_COLUMNS[i], text: v})));
+    epochCells(e).map((v, i) => h('td', {class: NARROW_HIDDEN.has(i) ? 'hide-narrow' : null, text: v})));
 
   function drawInfo() {
     info.textContent = total ? `${(offset + 1).toLocaleString()}–${Math.min(total, offset + body.children.length).toLocaleString()} of ${total.toLocaleString()} (newest first)` : 'No epochs yet';

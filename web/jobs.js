@@ -21,7 +21,7 @@ export function jobsPage(root) {
   const tbody = h('tbody', {id: 'jobs-body'});
   const empty = h('p', {class: 'muted', id: 'jobs-empty', text: 'No jobs yet: submit one under New job.'});
   const COLUMNS = ['Name', 'Status', 'Progress', 'Best', 'Latest', 'Where', 'Duration', ''];
-  const table = h('div', {class: 'table-wrap'}, h('table', {id: 'jobs', class: 'cards-narrow'},
+  const table = h('div', {class: 'table-wrap'}, h('table', {id: 'jobs', class: 'cards'},
     h('caption', {class: 'muted', text: 'Jobs, newest first'}),
     h('thead', {}, h('tr', {}, COLUMNS.map((t) => h('th', {scope: 'col', text: t})))), tbody));
   root.append(h('h1', {text: 'Jobs'}), banner,

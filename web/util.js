@@ -88,6 +88,13 @@ export function jobColour(id) {
   return `hsl(${x % 360} 60% 38%)`;
 }
 
+// Names each cell of a row by its column (data-label), which a table of
+// class "cards" shows beside the value on a phone. Returns the row.
+export function labelCells(tr, labels) {
+  [...tr.children].forEach((td, i) => { if (labels[i]) td.dataset.label = labels[i]; });
+  return tr;
+}
+
 export function kv(pairs) {
   return h('dl', {class: 'kv'}, pairs.filter(Boolean).map(([k, v]) => [h('dt', {text: k}), h('dd', {}, v)]));
 }

@@ -105,6 +105,16 @@ def browser():
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
 
 
+def full_page_shot(driver, path):
+    """A screenshot of the whole page: the window made as tall as the page
+    (at most 5000 px) for the picture; the width, and so the layout, stays."""
+    size = driver.get_window_size()
+    tall = driver.execute_script("return document.documentElement.scrollHeight;")
+    driver.set_window_size(size["width"], min(max(tall + 100, size["height"]), 5000))
+    driver.save_screenshot(path)
+    driver.set_window_size(size["width"], size["height"])
+
+
 def severe_errors(driver, *allowed):
     """The browser console's SEVERE messages, less those an allowed pattern
     (a deliberate 4xx) matches."""

@@ -77,11 +77,7 @@ def shot(driver, name, element=None, full=False):
     if element is not None:
         element.screenshot(path)
     elif full:
-        size = driver.get_window_size()
-        tall = js(driver, "return document.documentElement.scrollHeight;")
-        driver.set_window_size(size["width"], min(max(tall + 100, size["height"]), 5000))
-        driver.save_screenshot(path)
-        driver.set_window_size(size["width"], size["height"])
+        dashboard.full_page_shot(driver, path)
     else:
         driver.save_screenshot(path)
     print(f"  screenshot: {path}", flush=True)
