@@ -253,8 +253,11 @@ ty_status inv_sim_parse(const json_t *doc, const char *label, inventory **out,
                         ty_err *err)
 {
     *out = NULL;
+    /* The file's name only: GET /v1/devices shows it to every tenant, and
+     * the server's folders are none of theirs. */
+    const char *slash = strrchr(label, '/');
     char src[PATH_MAX + 8];
-    snprintf(src, sizeof src, "sim:%s", label);
+    snprintf(src, sizeof src, "sim:%s", slash ? slash + 1 : label);
     inventory *inv = NULL;
     ty_status s = inv_empty(INV_SOURCE_SIM, src, &inv, err);
     if (s != TY_OK)

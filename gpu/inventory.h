@@ -94,7 +94,7 @@ typedef struct {
 
 typedef struct inventory {
     inv_source source;
-    char source_label[PATH_MAX + 8]; /* "nvml", "sim:<file>", "none" */
+    char source_label[PATH_MAX + 8]; /* "nvml", "sim:<file name>", "none" */
     char reason[256];                /* nvml: why there are no GPUs, or
                                              what could not be read; "" */
     int ngpus;

@@ -509,7 +509,8 @@ static void test_open_specs(void **state)
     sim_path("h100-mixed.json", path, sizeof path);
     snprintf(spec, sizeof spec, "sim:%s", path);
     assert_int_equal(inv_open(spec, &inv, &err), TY_OK);
-    assert_string_equal(inv->source_label, spec);
+    /* The file's name without the server's folders. */
+    assert_string_equal(inv->source_label, "sim:h100-mixed.json");
     assert_int_equal(inv->nslots, 4);
     inv_destroy(inv);
     inv_destroy(NULL);
