@@ -352,6 +352,13 @@ const char *sched_wait_reason_name(sched_wait_reason r);
 void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
                          size_t n);
 
+/* The same wait in a user's words, without the scheduler's terms (what
+ * the dashboard shows): "Your tenant may run 2 jobs at once and 2 are
+ * running", "No 3g.71gb slice is free; the job starts when one is". Jobs
+ * of other tenants are never named. */
+void sched_wait_summary(const sched *s, const sched_wait *w, char *buf,
+                        size_t n);
+
 /* Checks every invariant the scheduler keeps (no slot held twice, holder
  * and job agree, usage counters match, quotas respected, queues sorted, no
  * serving job stopping, a pending job's slot held only by the job stopping

@@ -1,6 +1,7 @@
 /*
  * sched_report.c - why each queued job waits and where it stands:
- * sched_queue_report, sched_wait_reason_name and sched_wait_describe. Reads
+ * sched_queue_report, sched_wait_reason_name, sched_wait_describe and
+ * sched_wait_summary. Reads
  * the books as the last pass left them (recomputing only the shares) and
  * replays step 1's order on the serving jobs, then the fair-share order on
  * the tenants' training queues; changes no job.
@@ -270,4 +271,60 @@ void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
                      other, J->slot);
             break;
     }
+}
+
+void sched_wait_summary(const sched *s, const sched_wait *w, char *buf,
+                        size_t n)
+{
+    if (sched_bad_job(s, w->job)) {
+        snprintf(buf, n, "Waiting for the scheduler");
+        return;
+    }
+    const job_rec *J = &s->jobs[w->job];
+    const tenant_rec *t = &s->tenants[J->tenant];
+    char want[96];
+    sched_request_text(&J->req, want, sizeof want);
+    switch (w->reason) {
+        case SCHED_WAIT_SCHEDULING:
+            snprintf(buf, n, "Starting now");
+            return;
+        case SCHED_WAIT_QUOTA:
+            if (w->quota == SCHED_QUOTA_RUNNING_JOBS)
+                snprintf(buf, n,
+                         "Your tenant may run %lld job%s at once and %d %s "
+                         "running",
+                         (long long)t->max_jobs, t->max_jobs == 1 ? "" : "s",
+                         t->jobs, t->jobs == 1 ? "is" : "are");
+            else
+                snprintf(buf, n,
+                         "Your tenant may hold %lld GPU slices and holds %d; "
+                         "this job needs %d more",
+                         (long long)t->max_slices, t->slices, J->min_slices);
+            return;
+        case SCHED_WAIT_NO_SLICE:
+            if (J->mask)
+                snprintf(buf, n, "No %s is free; the job starts when one is",
+                         want);
+            else
+                snprintf(buf, n,
+                         "All %d CPU job slots are busy; the job starts when "
+                         "one frees",
+                         s->cfg.max_cpu_jobs);
+            return;
+        case SCHED_WAIT_FAIR_SHARE:
+            snprintf(buf, n,
+                     "Tenants below their fair share of the GPUs go first");
+            return;
+        case SCHED_WAIT_RESERVED:
+            snprintf(buf, n,
+                     "The free slices are held for an older job that needs "
+                     "more of them");
+            return;
+        case SCHED_WAIT_PREEMPTING:
+            snprintf(buf, n,
+                     "A lower-priority job is saving a checkpoint to make "
+                     "room");
+            return;
+    }
+    snprintf(buf, n, "Waiting for the scheduler");
 }

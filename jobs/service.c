@@ -587,15 +587,18 @@ static json_t *queue_entry(jobs_service *r, const char *id, size_t nrep,
                      "free its slot for this one");
         else
             sched_wait_describe(r->sched, w, detail, sizeof detail);
+        char summary[300];
+        sched_wait_summary(r->sched, w, summary, sizeof summary);
         const char *quota =
             w->quota == SCHED_QUOTA_GPU_SLICES     ? "max_gpu_slices"
             : w->quota == SCHED_QUOTA_RUNNING_JOBS ? "max_running_jobs"
                                                    : NULL;
-        return json_pack("{s:I, s:I, s:s, s:s?, s:s?, s:s}", "position",
+        return json_pack("{s:I, s:I, s:s, s:s?, s:s?, s:s, s:s}", "position",
                          (json_int_t)w->position, "tenant_position",
                          (json_int_t)w->tenant_position, "reason",
                          sched_wait_reason_name(w->reason), "quota", quota,
-                         "job", visible ? other.id : NULL, "detail", detail);
+                         "job", visible ? other.id : NULL, "detail", detail,
+                         "summary", summary);
     }
     for (size_t i = 0; i < r->nretries; i++)
         if (!strcmp(r->retries[i].job_id, id)) {
@@ -603,13 +606,19 @@ static json_t *queue_entry(jobs_service *r, const char *id, size_t nrep,
             char detail[400];
             snprintf(detail, sizeof detail, "retry back-off: %.1f s left",
                      left > 0 ? left : 0.0);
-            return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s}", "position",
+            char summary[200];
+            snprintf(summary, sizeof summary,
+                     "Its last run crashed; it starts again in %.0f s",
+                     left > 0 ? left : 0.0);
+            return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s, s:s}", "position",
                              "tenant_position", "reason", "retry back-off",
-                             "quota", "job", "detail", detail);
+                             "quota", "job", "detail", detail, "summary",
+                             summary);
         }
-    return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s}", "position",
+    return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s, s:s}", "position",
                      "tenant_position", "reason", "scheduling", "quota", "job",
-                     "detail", "scheduling: the runner is taking the job");
+                     "detail", "scheduling: the runner is taking the job",
+                     "summary", "Starting now");
 }
 
 void jobs_annotate(jobs_service *r, json_t *docs, const char *viewer_tenant)

@@ -101,22 +101,9 @@ export function waitText(job) {
   return `${why}${q && q.position ? ` · #${q.position} in line` : ''}${waited ? ` · waited ${waited}` : ''}`;
 }
 
-function plainReason(q) {
-  const d = q.detail || '';
-  let m;
-  if ((m = d.match(/max_running_jobs (\d+) reached \((\d+) running\)/)))
-    return `Your tenant may run ${m[1]} job${m[1] === '1' ? '' : 's'} at once and ${m[2]} ${m[2] === '1' ? 'is' : 'are'} running`;
-  if ((m = d.match(/max_gpu_slices (\d+) reached \((\d+) in use, (.*) needs (\d+) more\)/)))
-    return `Your tenant may hold ${m[1]} GPU slices and holds ${m[2]}; this job needs ${m[4]} more`;
-  if ((m = d.match(/needs ([^;)]+)/)) && q.reason === 'no free slice of that size')
-    return `No ${m[1]} is free; it starts when one is`;
-  if (/all \d+ CPU job slots are busy/.test(d)) return 'All CPU job slots are busy; it starts when one frees';
-  if (q.reason === 'fair share') return 'Other tenants are below their fair share of the GPUs and go first';
-  if (q.reason === 'scheduling') return 'Starting now';
-  if (q.reason === 'preempting') return 'A lower-priority job is checkpointing to make room';
-  if (q.reason === 'reserved for job') return 'The free slices are held for an older job that needs more';
-  return d || q.reason || 'waiting for the scheduler';
-}
+// The server's own words for the wait (queue.summary); its scheduler's
+// account (detail) from servers that predate them.
+const plainReason = (q) => q.summary || q.detail || q.reason || 'waiting for the scheduler';
 
 // How a finished job ended, for its row and its header: {kind, text}.
 // kind "error" (failed), "note" (cancelled: not an error), or null.

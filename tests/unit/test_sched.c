@@ -540,6 +540,8 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill,
                 char buf[256];
                 sched_wait_describe(s, &w[i], buf, sizeof buf);
                 assert_true(strlen(buf) > 5);
+                sched_wait_summary(s, &w[i], buf, sizeof buf);
+                assert_true(strlen(buf) > 5);
                 const ext_job *e = &ext[w[i].job];
                 if (e->state != SCHED_JOB_QUEUED)
                     continue;
@@ -921,6 +923,9 @@ static void test_reasons(void **state)
     char buf[256];
     sched_wait_describe(s, x, buf, sizeof buf);
     assert_non_null(strstr(buf, "quota: max_running_jobs 1 reached"));
+    sched_wait_summary(s, x, buf, sizeof buf);
+    assert_string_equal(buf,
+                        "Your tenant may run 1 job at once and 1 is running");
     x = find_wait(w, n, r3);
     assert_int_equal(x->reason, SCHED_WAIT_QUOTA);
     assert_int_equal(x->quota, SCHED_QUOTA_GPU_SLICES);
@@ -958,6 +963,10 @@ static void test_reasons(void **state)
     sched_wait_describe(s, x, buf, sizeof buf);
     assert_string_equal(
         buf, "reserved for job c_big: the free slots that fit are held for it");
+    /* In a user's words, without the other job's id. */
+    sched_wait_summary(s, x, buf, sizeof buf);
+    assert_null(strstr(buf, "c_big"));
+    assert_non_null(strstr(buf, "held for an older job"));
     assert_int_equal(find_wait(w, n, big)->reason, SCHED_WAIT_SCHEDULING);
     sched_pass(s, 11, &res);
     check(s);
