@@ -307,6 +307,20 @@ def predict_burst(base, key, model, n):
         sys.exit(f"FAIL: predicts through the deployment: {out[:2]}")
 
 
+def phone_fits(driver, what, name):
+    """At a phone's 390x844 the page is no wider than the window (its tables
+    are cards); a screenshot, then back to the laptop size."""
+    size = driver.get_window_size()
+    driver.set_window_size(390, 844)
+    try:
+        w = wait(driver, f"{what} to fit a phone", lambda d: (lambda x: x if x[0] <= x[1] else None)(
+            js(d, "return [document.documentElement.scrollWidth, window.innerWidth];")), timeout=5)
+        print(f"{what} at 390 px: {w[0]} px wide")
+        shot(driver, name)
+    finally:
+        driver.set_window_size(size["width"], size["height"])
+
+
 def check_deployment(driver, base, key, model):
     """Create (a 422 first), ready, scale, traffic on the charts, a rolling
     update, delete; then a replica on the device map."""
@@ -342,11 +356,13 @@ def check_deployment(driver, base, key, model):
         sys.exit(f"FAIL: the deployment's row: {row}")
     print(f"deployment {dep} ready in the list ({time.time() - t:.1f} s): {row['text']!r}")
     shot(driver, "deployments-ready")
+    phone_fits(driver, "the deployments list", "deployments-phone")
 
     # Its page: the replica on the CPU, the spec as asked.
     el(driver, f"#deployments-body tr[data-deployment-id='{dep}'] a").click()
     inst = wait(driver, "a ready replica on the deployment's page",
                 lambda d: d.find_elements(By.CSS_SELECTOR, "#instances-body tr[data-state='ready']"))
+    phone_fits(driver, "a deployment's page", "deployment-phone")
     cells = [c.text for c in inst[0].find_elements(By.TAG_NAME, "td")]
     if not cells[0].startswith("rep_") or cells[3] != "cpu" or cells[4] != "none (CPU)":
         sys.exit(f"FAIL: the replica row {cells}")
