@@ -203,6 +203,7 @@ static const iso_case iso_cases[] = {
     {"DELETE", "/v1/datasets/{id}", "/v1/datasets/{ds}", NULL, 404, NULL},
     {"GET", "/v1/jobs/{id}", "/v1/jobs/{job}", NULL, 404, NULL},
     {"GET", "/v1/jobs/{id}/metrics", "/v1/jobs/{job}/metrics", NULL, 404, NULL},
+    {"GET", "/v1/jobs/{id}/curves", "/v1/jobs/{job}/curves", NULL, 404, NULL},
     {"POST", "/v1/jobs/{id}/cancel", "/v1/jobs/{job}/cancel", NULL, 404, NULL},
     {"POST", "/v1/jobs/{id}/cancel", "/v1/jobs/{busy}/cancel", NULL, 404, NULL},
     {"GET", "/v1/jobs/{id}", "/v1/jobs/{busy}", NULL, 404, NULL},
