@@ -4,6 +4,10 @@
  * downsampled here to a fixed number of points, so that a run of 20,000
  * epochs costs a client as much as a run of 20.
  *
+ * The per-step records of a job are at most STORE_STEPS_MAX: past that,
+ * every other one is dropped (the curve keeps its whole span at half the
+ * density), so neither the table nor a curves query grows with the run.
+ *
  * A curve of n records shown in at most `points` points takes buckets of
  * w = ceil(last / points) consecutive epochs (or steps), and each point is
  * the mean of its bucket's values (SQL avg: nulls left out) at the bucket's
@@ -74,6 +78,24 @@ ty_status store_job_step(store *st, const char *id, int64_t step, int64_t epoch,
                        "siididid", id, step, epoch, x, (int64_t)isfinite(loss),
                        isfinite(loss) ? loss : 0.0, (int64_t)isfinite(lr),
                        isfinite(lr) ? lr : 0.0);
+    pthread_mutex_unlock(&st->mu);
+    int64_t n = 0;
+    if (s == TY_OK)
+        s = db_q_int(st, &n, err,
+                     "SELECT count(*) AS n FROM job_steps WHERE job_id = ?",
+                     "s", id);
+    if (s != TY_OK || n <= STORE_STEPS_MAX)
+        return s;
+    /* Over the cap: every other record goes (the first and the newest
+     * stay), so a run of any length keeps an even record of its whole
+     * curve in at most STORE_STEPS_MAX rows. */
+    pthread_mutex_lock(&st->mu);
+    s = db_q(st, NULL, NULL, err,
+             "DELETE FROM job_steps WHERE job_id = ?1 AND step IN ("
+             "SELECT step FROM (SELECT step, row_number() OVER "
+             "(ORDER BY step) AS rn FROM job_steps WHERE job_id = ?1) "
+             "WHERE rn % 2 = 0) AND step < ?2",
+             "si", id, step);
     pthread_mutex_unlock(&st->mu);
     return s;
 }

@@ -154,10 +154,14 @@ ty_status store_job_epochs_page(store *st, const char *tenant_id,
                                 int newest_first, json_t **items,
                                 int64_t *total, ty_err *err);
 
+/* The most per-step records a job keeps (store_job_step). */
+#define STORE_STEPS_MAX 4000
+
 /* Records a point of the job's per-step training curve: after `step`
  * optimizer steps of the run, in epoch `epoch` (1-based), at x epochs done
  * (fractional), the epoch's mean training loss so far and the learning
- * rate (non-finite: stored as null). A repeated step replaces the point. */
+ * rate (non-finite: stored as null). A repeated step replaces the point.
+ * Past STORE_STEPS_MAX records every other older one is dropped. */
 ty_status store_job_step(store *st, const char *id, int64_t step, int64_t epoch,
                          double x, double loss, double lr, ty_err *err);
 

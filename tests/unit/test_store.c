@@ -352,6 +352,27 @@ static void test_job_curves_downsample(void **state)
     assert_int_equal(store_job_curves(f->st, "tn_b", "job_c", 100, &c, &err),
                      TY_ENOTFOUND);
 
+    /* A long run: the records stay under the cap and span the whole run
+     * (the first step and the newest are kept). */
+    for (int k = 2001; k <= 10000; k++)
+        assert_int_equal(
+            store_job_step(f->st, "job_c", k, 1000, k / 2.0, 1.0, 0.1, &err),
+            TY_OK);
+    assert_int_equal(store_job_curves(f->st, "tn_a", "job_c", 1000, &c, &err),
+                     TY_OK);
+    st = json_object_get(c, "steps");
+    int64_t kept = json_integer_value(json_object_get(st, "total"));
+    assert_true(kept <= STORE_STEPS_MAX && kept > STORE_STEPS_MAX / 2);
+    sp = json_object_get(st, "points");
+    /* The first bucket still has a record: the run's start is kept. */
+    json_t *first = json_object_get(json_array_get(sp, 0), "step");
+    assert_true(json_integer_value(first) <=
+                json_integer_value(json_object_get(st, "per_point")));
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_array_get(sp, json_array_size(sp) - 1), "step")),
+                     10000);
+    json_decref(c);
+
     /* The newest page, then the one after it. */
     json_t *page;
     int64_t total = 0;
