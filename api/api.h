@@ -46,7 +46,10 @@ extern const size_t api_routes_count;
 
 /* ---- shared helpers (common.c) ---- */
 
-/* Reads ?limit= (1..1000, default 50) and ?cursor=. Replies 400 and returns
+/* The most items a list or a page of one gives at once. */
+#define API_LIST_MAX 1000
+
+/* Reads ?limit= (1..API_LIST_MAX, default 50) and ?cursor=. Replies 400 and returns
  * 0 when either is malformed. */
 int api_page(http_req *r, store_page *page);
 

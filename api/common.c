@@ -13,41 +13,6 @@
 #include "store/blob.h"
 
 #define DEFAULT_LIMIT 50
-#define MAX_LIMIT 1000
-
-int api_page(http_req *r, store_page *page)
-{
-    page->cursor = 0;
-    page->limit = DEFAULT_LIMIT;
-    const char *limit = http_req_query(r, "limit");
-    const char *cursor = http_req_query(r, "cursor");
-    if (limit) {
-        char *end;
-        errno = 0;
-        long n = strtol(limit, &end, 10);
-        if (errno || end == limit || *end || n < 1 || n > MAX_LIMIT) {
-            http_reply_problem(r, 400, "limit",
-                               "limit must be a whole number from 1 to %d",
-                               MAX_LIMIT);
-            return 0;
-        }
-        page->limit = (int)n;
-    }
-    if (cursor) {
-        char *end;
-        errno = 0;
-        long long n =
-            strncmp(cursor, "c", 1) == 0 ? strtoll(cursor + 1, &end, 10) : -1;
-        if (n <= 0 || errno || *end) {
-            http_reply_problem(r, 400, "cursor",
-                               "cursor is not one this server gave out; pass "
-                               "the next_cursor of the previous page");
-            return 0;
-        }
-        page->cursor = n;
-    }
-    return 1;
-}
 
 int api_query_number(http_req *r, const char *name, long long min,
                      long long max, long long dflt, long long *out)
@@ -66,6 +31,30 @@ int api_query_number(http_req *r, const char *name, long long min,
         return 0;
     }
     *out = n;
+    return 1;
+}
+
+int api_page(http_req *r, store_page *page)
+{
+    page->cursor = 0;
+    long long limit;
+    if (!api_query_number(r, "limit", 1, API_LIST_MAX, DEFAULT_LIMIT, &limit))
+        return 0;
+    page->limit = (int)limit;
+    const char *cursor = http_req_query(r, "cursor");
+    if (cursor) {
+        char *end;
+        errno = 0;
+        long long n =
+            strncmp(cursor, "c", 1) == 0 ? strtoll(cursor + 1, &end, 10) : -1;
+        if (n <= 0 || errno || *end) {
+            http_reply_problem(r, 400, "cursor",
+                               "cursor is not one this server gave out; pass "
+                               "the next_cursor of the previous page");
+            return 0;
+        }
+        page->cursor = n;
+    }
     return 1;
 }
 

@@ -201,7 +201,7 @@ void api_jobs_metrics(api_ctx *app, http_req *r)
     }
     /* Without limit: every epoch (a download, or a short run). */
     if (!api_query_number(r, "offset", 0, INT64_MAX, 0, &offset) ||
-        !api_query_number(r, "limit", 1, 1000, -1, &limit))
+        !api_query_number(r, "limit", 1, API_LIST_MAX, -1, &limit))
         return;
     json_t *epochs;
     int64_t total = 0;

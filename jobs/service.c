@@ -405,6 +405,17 @@ static void publish_doc(jobs_service *r, const char *tenant, const char *id,
                json_pack("{s:o}", "job", copy));
 }
 
+/* Whether this host could ever give what the job asks (an error saying
+ * why, not a job queued forever), then everything else that can be
+ * checked at submit; *adm is for admission_free in any case. */
+static ty_status admit(jobs_service *r, const char *tenant,
+                       const job_submission *sub, admission *adm, ty_err *err)
+{
+    memset(adm, 0, sizeof *adm);
+    ty_status s = request_check(r, tenant, &sub->req, err);
+    return s == TY_OK ? admission_check(&r->env, tenant, sub, adm, err) : s;
+}
+
 ty_status jobs_check(jobs_service *r, const char *tenant,
                      const job_submission *sub, json_t **out, ty_err *err)
 {
@@ -412,10 +423,7 @@ ty_status jobs_check(jobs_service *r, const char *tenant,
         return ty_fail(err, TY_EINTERNAL, NULL,
                        "the job runner is not running");
     admission adm;
-    memset(&adm, 0, sizeof adm);
-    ty_status s = request_check(r, tenant, &sub->req, err);
-    if (s == TY_OK)
-        s = admission_check(&r->env, tenant, sub, &adm, err);
+    ty_status s = admit(r, tenant, sub, &adm, err);
     if (s == TY_OK) {
         *out = json_pack("{s:b, s:s, s:s, s:O, s:O, s:O, s:I, s:I}", "valid", 1,
                          "name", adm.name, "dataset", sub->dataset,
@@ -441,14 +449,7 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     json_t *job = NULL;
     char id[TY_ID_MAX];
     ty_status s;
-    /* Whether this host could ever give what it asks (an error saying
-     * why, not a job queued forever), then everything else that can be
-     * checked now. */
-    if ((s = request_check(r, tenant, &sub->req, err)) != TY_OK) {
-        memset(&adm, 0, sizeof adm);
-        goto done;
-    }
-    if ((s = admission_check(env, tenant, sub, &adm, err)) != TY_OK ||
+    if ((s = admit(r, tenant, sub, &adm, err)) != TY_OK ||
         (s = ty_id_new("job_", id, err)) != TY_OK ||
         (s = store_job_insert_req(
              env->store, tenant, id, adm.name, sub->dataset, adm.validation,
