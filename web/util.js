@@ -117,13 +117,6 @@ export function placementText(job) {
   return `GPU ${p.gpu} · ${what} · slot ${p.slot}`;
 }
 
-export function queueText(job) {
-  const q = job.queue;
-  if (job.status !== 'queued' || !q) return '';
-  const pos = q.position ? `#${q.position}` : '';
-  return [pos, q.reason, q.detail && q.detail !== q.reason ? `(${q.detail})` : ''].filter(Boolean).join(' ');
-}
-
 // Makes parent's element children equal to `fresh` (new nodes) while
 // keeping the existing nodes that already are: a page redrawn every second
 // does not replace a link under the pointer (a click would be lost) or the

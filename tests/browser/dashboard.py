@@ -105,6 +105,32 @@ def browser():
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
 
 
+FAILURES = []   # the soft checks that failed (check(); finish() reports them)
+
+
+def check(ok, what):
+    """A check that records its failure and lets the test go on, so a run
+    lists every failure, not just the first. Returns ok."""
+    print(f"  {'ok  ' if ok else 'FAIL'} {what}", flush=True)
+    if not ok:
+        FAILURES.append(what)
+    return ok
+
+
+def finish(what, t0, artifacts):
+    """The exit status after the soft checks: 1 listing the failures, or 0."""
+    if FAILURES:
+        print(f"{len(FAILURES)} checks failed:\n  " + "\n  ".join(FAILURES))
+        return 1
+    print(f"{what} passed in {time.time() - t0:.1f} s; screenshots in {artifacts}")
+    return 0
+
+
+def overflow(driver):
+    """How many pixels the page is wider than the window (<= 0: it fits)."""
+    return driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth;")
+
+
 def full_page_shot(driver, path):
     """A screenshot of the whole page: the window made as tall as the page
     (at most 5000 px) for the picture; the width, and so the layout, stays."""
@@ -313,9 +339,8 @@ def phone_fits(driver, what, name):
     size = driver.get_window_size()
     driver.set_window_size(390, 844)
     try:
-        w = wait(driver, f"{what} to fit a phone", lambda d: (lambda x: x if x[0] <= x[1] else None)(
-            js(d, "return [document.documentElement.scrollWidth, window.innerWidth];")), timeout=5)
-        print(f"{what} at 390 px: {w[0]} px wide")
+        wait(driver, f"{what} to fit a phone", lambda d: overflow(d) <= 0, timeout=5)
+        print(f"{what} fits 390 px")
         shot(driver, name)
     finally:
         driver.set_window_size(size["width"], size["height"])
@@ -590,7 +615,7 @@ def main():
         for page in ("#/jobs", "#/deployments", "#/devices"):
             driver.execute_script("location.hash = arguments[0];", page)
             time.sleep(0.5)
-            over = js(driver, "return document.documentElement.scrollWidth - window.innerWidth;")
+            over = overflow(driver)
             if over > 1:
                 sys.exit(f"FAIL: {page} is {over} px wider than a phone screen")
         shot(driver, "phone-devices")

@@ -42,7 +42,7 @@ import urllib.error
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard  # noqa: E402  (skips with 77 without selenium or chromium)
-from dashboard import api_call, browser, js, start_server  # noqa: E402
+from dashboard import api_call, browser, check, js, start_server  # noqa: E402
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -50,15 +50,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 FASHION = "/usr/share/datasets/fashion-mnist"
 N_TRAIN, N_TEST = 600, 100
 SIZES = (("wide", 1280, 900), ("phone", 390, 844))
-FAILURES = []
 ARTIFACTS = None
-
-
-def check(ok, what):
-    print(("  ok    " if ok else "  FAIL  ") + what, flush=True)
-    if not ok:
-        FAILURES.append(what)
-    return ok
 
 
 def wait(driver, cond, timeout=10):
@@ -152,7 +144,7 @@ def no_overflow(driver, page):
     inside it (code blocks may)."""
     go(driver, page)
     time.sleep(0.8)  # let the page load its lists; a settle, not an assertion
-    over = js(driver, "return document.documentElement.scrollWidth - window.innerWidth;")
+    over = dashboard.overflow(driver)
     inner = js(driver, """
         return [...document.querySelectorAll('main *')].filter((e) => {
           const o = getComputedStyle(e).overflowX;
@@ -383,11 +375,7 @@ def main():
         # No console errors but the deliberate in-use deletes' 409s.
         errors = dashboard.severe_errors(driver, rf"/v1/datasets/{csv_ds} - Failed to load resource: .* 409")
         check(not errors, "no browser console errors:\n    " + "\n    ".join(errors))
-        if FAILURES:
-            print(f"{len(FAILURES)} checks failed:\n  " + "\n  ".join(FAILURES))
-            return 1
-        print(f"datasets test passed in {time.time() - t0:.1f} s; screenshots in {ARTIFACTS}")
-        return 0
+        return dashboard.finish("datasets test", t0, ARTIFACTS)
     finally:
         dashboard.stop(driver, srv, log, tmp)
 

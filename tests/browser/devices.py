@@ -41,7 +41,7 @@ import urllib.error
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard  # noqa: E402  (skips with 77 itself when selenium or chromium is missing)
-from dashboard import api_call, browser, js, make_csv, start_server  # noqa: E402
+from dashboard import api_call, browser, check, js, make_csv, start_server  # noqa: E402
 
 from selenium.webdriver.common.actions import interaction  # noqa: E402
 from selenium.webdriver.common.actions.action_builder import ActionBuilder  # noqa: E402
@@ -51,14 +51,6 @@ from selenium.webdriver.common.keys import Keys  # noqa: E402
 
 EPOCHS = 100000      # the most a job may ask: it holds its slice until cancelled
 WIDE, PHONE = (1280, 900), (390, 844)
-FAILURES = []
-
-
-def check(ok, what):
-    print(f"  {'ok  ' if ok else 'FAIL'} {what}", flush=True)
-    if not ok:
-        FAILURES.append(what)
-    return ok
 
 
 def wait_for(driver, what, cond, timeout=30):
@@ -262,7 +254,7 @@ def check_view(driver, view, size, names):
         check(secret not in html, f"{label}: the page does not hold {secret!r}")
 
     if size == PHONE:
-        over = js(driver, "return document.documentElement.scrollWidth - window.innerWidth;")
+        over = dashboard.overflow(driver)
         check(over <= 0, f"{label}: no horizontal overflow (scrollWidth - innerWidth = {over})")
         wrapped = js(driver, WRAPPED_WORDS)
         check(not wrapped, f"{label}: no word on a slice wraps across lines ({wrapped[:10]})")
@@ -327,11 +319,7 @@ def main():
 
         errors = dashboard.severe_errors(driver)
         check(not errors, "no SEVERE browser console messages: " + " | ".join(errors))
-        if FAILURES:
-            print(f"{len(FAILURES)} check(s) failed:\n  " + "\n  ".join(FAILURES))
-            return 1
-        print(f"device map test passed in {time.time() - t0:.1f} s; screenshots in {dashboard.ARTIFACTS}")
-        return 0
+        return dashboard.finish("device map test", t0, dashboard.ARTIFACTS)
     finally:
         for key, job in jobs:
             try:

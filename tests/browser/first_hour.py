@@ -59,18 +59,13 @@ EPOCH_PAGE = 25       # web/job.js: epoch rows a page
 LONG_EPOCHS = 20000
 SIZES = {"wide": (1280, 900), "phone": (390, 844)}
 BEFORE = "--before" in sys.argv
-FAILS = []
 OTHER_DS = None       # a second image dataset (evaluate, validation picker)
 
 
 def check(cond, what):
-    """Records a failed check (all are reported at the end); True if it held."""
-    if BEFORE:
-        return bool(cond)
-    if not cond:
-        FAILS.append(what)
-        print(f"  FAIL: {what}", flush=True)
-    return bool(cond)
+    """dashboard's soft check (all failures are reported at the end); with
+    --before, nothing is checked. True if it held."""
+    return bool(cond) if BEFORE else dash.check(bool(cond), what)
 
 
 def wait_for(driver, what, cond, timeout=30):
@@ -164,8 +159,8 @@ def go(driver, base, route, ready_css, timeout=30):
 
 
 def no_overflow(driver, where):
-    w = js(driver, "return [document.documentElement.scrollWidth, window.innerWidth];")
-    check(w[0] <= w[1], f"{where}: the page is {w[0]} px wide in a {w[1]} px window")
+    over = dash.overflow(driver)
+    check(over <= 0, f"{where}: the page is {over} px wider than the window")
 
 
 def shot(driver, name):
@@ -538,11 +533,7 @@ def main():
             if api("GET", f"/v1/jobs/{job}")["status"] in ("queued", "running"):
                 api("POST", f"/v1/jobs/{job}/cancel")
         print("time to the 20,000-epoch page's table and charts: " + ", ".join(f"{k} {v:.2f} s" for k, v in ttis.items()))
-        if FAILS:
-            print(f"{len(FAILS)} checks failed:\n  " + "\n  ".join(FAILS))
-            return 1
-        print(f"first-hour dashboard test passed in {time.time() - t_start:.1f} s; screenshots in {dash.ARTIFACTS}")
-        return 0
+        return dash.finish("first-hour dashboard test", t_start, dash.ARTIFACTS)
     finally:
         dash.stop(driver, srv, log, tmp)
 
