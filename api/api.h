@@ -26,6 +26,7 @@ struct ev_hub;
 typedef struct api_ctx {
     store *store;
     struct jobs_service *jobs;   /* jobs/service.h */
+    struct deploy_ctl *deploy;   /* deploy/deploy.h */
     struct model_cache *models;  /* serve/modelcache.h */
     struct inventory *inventory; /* gpu/inventory.h */
     struct ev_hub *events;       /* events/hub.h; NULL: no live events */
@@ -130,7 +131,7 @@ void api_models_weights(api_ctx *app, http_req *r);
 void api_models_predict(api_ctx *app, http_req *r);
 void api_models_evaluate(api_ctx *app, http_req *r);
 
-/* Serving deployments (api/deployments.c; the controller: jobs/deploy.h):
+/* Serving deployments (api/deployments.c; the controller: deploy/deploy.h):
  * create 201, list (one page, next_cursor null), get and update 200 by id
  * or name, delete 202 (the replicas drain after the reply). */
 void api_deployments_create(api_ctx *app, http_req *r);
@@ -149,7 +150,7 @@ void api_kserve_model_ready(api_ctx *app, http_req *r);
 void api_kserve_config(api_ctx *app, http_req *r);
 void api_kserve_infer(api_ctx *app, http_req *r);
 
-/* api/worker.c: the remote worker protocol (jobs/wremote.h) */
+/* api/worker.c: the remote worker protocol (node/wremote.h) */
 void api_worker_job(api_ctx *app, http_req *r);
 void api_worker_blob(api_ctx *app, http_req *r);
 void api_worker_checkpoint_get(api_ctx *app, http_req *r);

@@ -16,7 +16,7 @@
 
 serve_env api_serve_env(api_ctx *app)
 {
-    return (serve_env){app->store, app->models, app->data_dir, app->jobs};
+    return (serve_env){app->store, app->models, app->data_dir, app->deploy};
 }
 
 /* The predict service's answer: 200 with the reply, or its error. */

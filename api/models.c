@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "api/api.h"
-#include "jobs/deploy.h"
+#include "deploy/deploy.h"
 #include "common/ids.h"
 #include "store/blob.h"
 #include "serve/modelcache.h"
@@ -145,7 +145,7 @@ void api_models_delete(api_ctx *app, http_req *r)
     char sha[65];
     ty_err err = {0};
     const char *id = http_req_param(r, 0);
-    if (jobs_deploy_uses_model(app->jobs, api_tenant(r), id)) {
+    if (deploy_uses_model(app->deploy, api_tenant(r), id)) {
         http_reply_problem(r, 409, NULL,
                            "model %s is served by a deployment; delete the "
                            "deployment or move it to another model first",

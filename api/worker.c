@@ -1,6 +1,6 @@
 /*
  * worker.c - /v1/worker/jobs/{id}/...: the remote worker protocol
- * (jobs/wremote.h), spoken by `trainyard worker --server` when Slurm runs
+ * (node/wremote.h), spoken by `trainyard worker --server` when Slurm runs
  * a job's worker on another node. Not for tenants: each request carries
  * the attempt's token (WREMOTE_HDR_TOKEN), which the job service checks
  * (401 unknown, 409 the attempt is over), and no API key.
@@ -11,7 +11,7 @@
 
 #include "api/api.h"
 #include "jobs/service.h"
-#include "jobs/wremote.h"
+#include "node/wremote.h"
 
 /* The token of the request; replies 401 and returns NULL without one. */
 static const char *worker_token(http_req *r)

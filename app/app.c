@@ -109,6 +109,7 @@ api_ctx *app_api_ctx(ty_app *app)
     app->api = (api_ctx){
         .store = app->store,
         .jobs = app->jobs,
+        .deploy = app->deploy,
         .models = app->models,
         .inventory = app->inventory,
         .events = app->events,

@@ -18,6 +18,7 @@
 #include "jobs/executor.h"
 
 struct jobs_service;
+struct deploy_ctl;
 struct model_cache;
 struct inventory;
 struct ev_hub;
@@ -29,6 +30,7 @@ typedef struct ty_app {
     char self_exe[PATH_MAX]; /* this binary, to start workers */
     store *store;
     struct jobs_service *jobs;
+    struct deploy_ctl *deploy; /* serving deployments, over jobs */
     struct model_cache *models;
     int bound_port; /* the port actually listened on */
     /* Where jobs train: --train-device resolved at startup (main). */

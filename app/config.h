@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 #include "common/ty.h"
-#include "jobs/placement.h"
+#include "node/placement.h"
 
 typedef struct {
     char listen[128]; /* as given: "127.0.0.1:8080", "[::1]:0" */
@@ -45,7 +45,7 @@ typedef struct {
     char devices[PATH_MAX + 8]; /* the device inventory (--devices): "auto"
                                     (NVML), "none", or "sim:<file.json>";
                                     opened at startup (inv_open) */
-    /* The scheduler and the job lifecycle (jobs/service.h, jobs/sched.h). */
+    /* The scheduler and the job lifecycle (jobs/service.h, sched/sched.h). */
     int heartbeat_timeout_s; /* a worker silent this long is killed and
                                     retried */
     double retry_backoff_s;  /* first retry's delay; doubles per attempt */

@@ -23,6 +23,7 @@
 #include "cluster/slurm_inventory.h"
 #include "cluster/slurmrest.h"
 #include "gpu/inventory.h"
+#include "deploy/deploy.h"
 #include "jobs/service.h"
 #include "models/cpu/kernels.h"
 #include "app/app.h"
@@ -34,8 +35,8 @@
 #include "common/log.h"
 #include "serve/modelcache.h"
 #include "common/opmetrics.h"
-#include "jobs/replica.h"
-#include "jobs/worker.h"
+#include "node/replica.h"
+#include "node/worker.h"
 
 void openblas_set_num_threads(int n);
 char *openblas_get_config(void);
@@ -227,9 +228,8 @@ static ty_status open_slurm(ty_app *app, ty_err *err)
         .ca_file = cfg->slurm_ca_file,
         .heartbeat_ms = WPROTO_HEARTBEAT_DEFAULT_MS,
         .heartbeat_timeout_s = cfg->heartbeat_timeout_s,
-        .start_grace_s = cfg->heartbeat_timeout_s > 120
-                             ? cfg->heartbeat_timeout_s
-                             : 120,
+        .start_grace_s =
+            cfg->heartbeat_timeout_s > 120 ? cfg->heartbeat_timeout_s : 120,
         .poll_s = cfg->slurm_poll_s,
         .preempt_grace_s = 120,
         .time_limit_min = cfg->slurm_time_limit_min};
@@ -464,7 +464,11 @@ static int cmd_serve(int argc, char **argv)
     }
     jobs_env env;
     jobs_env_fill(&app, &env);
-    if (jobs_start(&env, &app.jobs, &err) != TY_OK) {
+    /* The job service, then the kinds of job beside training (serving
+     * deployments), then it runs. */
+    if (jobs_create(&env, &app.jobs, &err) != TY_OK ||
+        deploy_ctl_create(app.jobs, &app.deploy, &err) != TY_OK ||
+        jobs_run(app.jobs, &err) != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
@@ -523,6 +527,8 @@ out:
     http_server_stop();
     jobs_stop(app.jobs);
     app.jobs = NULL;
+    deploy_ctl_destroy(app.deploy);
+    app.deploy = NULL;
     ev_hub_destroy(app.events);
     app.events = NULL;
     model_cache_destroy(app.models);

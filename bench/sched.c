@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "common/rng.h"
-#include "jobs/sched.h"
+#include "sched/sched.h"
 
 #define GIB (1ull << 30)
 #define QUEUED 10000

@@ -14,7 +14,7 @@
 #include "common/ids.h"
 #include "common/jsonutil.h"
 #include "gpu/inventory.h"
-#include "jobs/placement.h"
+#include "node/placement.h"
 #if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend.h"
 #endif
@@ -134,7 +134,7 @@ static uint32_t train_examples(const json_t *ds, const json_t *validation)
     return n < 1 ? 1 : n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
 }
 
-/* Whether a job asking `req` trains on CUDA here (jobs/protocol.h): a GPU
+/* Whether a job asking `req` trains on CUDA here (node/protocol.h): a GPU
  * job on a real (nvml) inventory, or a CPU job on a host without slots
  * whose --train-device is CUDA - when the server's training device is. */
 static int job_on_cuda(const jobs_env *env, const sched_request *req)

@@ -17,7 +17,7 @@
 
 #include "common/ty.h"
 #include "jobs/env.h"
-#include "jobs/sched.h"
+#include "sched/sched.h"
 
 /* A job as submitted: the request's fields, parsed but not yet checked
  * against anything (all borrowed). */

@@ -14,10 +14,10 @@
 #include "events/hub.h"
 #include "jobs/executor.h"
 #include "gpu/inventory.h"
-#include "jobs/placement.h"
+#include "node/placement.h"
 #include "store/store.h"
 
-/* Copied by jobs_start; the pointers are borrowed and must outlive the
+/* Copied by jobs_create; the pointers are borrowed and must outlive the
  * service. */
 typedef struct jobs_env {
     store *store;
@@ -42,7 +42,7 @@ typedef struct jobs_env {
                                 the slots and CPU jobs) */
     double replica_wait_s;   /* a request waits this long for a ready
                                 replica before a 503 */
-    /* The Slurm executor's settings (its places set by jobs_start);
+    /* The Slurm executor's settings (its places set by jobs_create);
      * NULL: training workers run locally. */
     const exec_slurm_config *slurm;
 } jobs_env;

@@ -1,7 +1,7 @@
 /*
  * exec_slurm.c - the Slurm executor (see executor.h): each training worker
  * is a Slurm batch job submitted through slurmrestd, running the remote
- * worker shim (jobs/wremote.h), which talks to this server over HTTP with
+ * worker shim (node/wremote.h), which talks to this server over HTTP with
  * a token scoped to the job's attempt.
  *
  * One thread does every call to slurmrestd, never holding the service's
@@ -33,7 +33,7 @@
 #include "common/ids.h"
 #include "common/log.h"
 #include "common/sha256.h"
-#include "jobs/wremote.h"
+#include "node/wremote.h"
 
 #define TOKEN_BYTES 32
 #define ENDED_MAX 64  /* attempts remembered as over (409, not 401) */

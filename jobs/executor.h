@@ -7,9 +7,9 @@
  *           pipe, job folder on the server's disk. The default.
  *   slurm   a Slurm batch job submitted through slurmrestd
  *           (cluster/slurmrest.h), on whichever node Slurm picks. Its
- *           worker is the shim of jobs/wremote.h: it reaches the server
+ *           worker is the shim of node/wremote.h: it reaches the server
  *           over HTTP with a token scoped to the job's attempt, and sends
- *           the same protocol lines (jobs/protocol.h) the local worker
+ *           the same protocol lines (node/protocol.h) the local worker
  *           prints.
  *
  * The service calls start, preempt and cancel with its mutex held. What a
@@ -29,7 +29,7 @@
 #include "cluster/slurmrest.h"
 #include "common/ty.h"
 #include "gpu/inventory.h"
-#include "jobs/protocol.h"
+#include "node/protocol.h"
 #include "jobs/supervisor.h"
 
 typedef struct executor executor;

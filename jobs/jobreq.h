@@ -19,7 +19,7 @@
 #include <jansson.h>
 
 #include "common/ty.h"
-#include "jobs/sched.h"
+#include "sched/sched.h"
 
 #define JOBREQ_PRIORITY_MAX 1000000
 

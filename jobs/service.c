@@ -2,10 +2,10 @@
  * service.c - the job service's public calls (see service.h): start and
  * stop, submit (the quota check, admission, storing, job.created, the
  * scheduler, and the compensation when it refuses), cancel, tenants, the
- * queue report. What happens to a job once placed is service_lifecycle.c's.
+ * queue report. What happens to a job once placed is lifecycle.c's.
  *
  * The supervisor's thread (jobs/supervisor.h) drives the scheduling
- * passes and the workers through service_lifecycle.c's hooks. The scheduler, the
+ * passes and the workers through lifecycle.c's hooks. The scheduler, the
  * run table (one entry per supervisor place) and the retry list are
  * guarded by `mu`, which the supervisor shares; HTTP threads take it to
  * check and submit requests, cancel, refresh a tenant and read the queue
@@ -21,7 +21,7 @@
  * place i belong to the same job.
  */
 #include "jobs/service.h"
-#include "jobs/service_internal.h"
+#include "jobs/state.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,95 +31,8 @@
 #include "common/log.h"
 #include "jobs/jobreq.h"
 
-/* See service_internal.h. */
-void svc_publish(jobs_service *r, const char *job_id, ev_type type,
-                 const json_t *epoch)
-{
-    json_t *doc = NULL;
-    ty_err err = {0};
-    if (!r->env.events ||
-        store_job_get_internal(r->env.store, job_id, &doc, &err) != TY_OK)
-        return;
-    char tenant[TY_ID_MAX];
-    snprintf(tenant, sizeof tenant, "%s",
-             json_string_value(json_object_get(doc, "tenant_id")));
-    json_object_del(doc, "tenant_id");
-    jobs_annotate(NULL, doc, tenant);
-    if (!json_object_get(doc, "queue"))
-        json_object_set_new(doc, "queue", json_null());
-    json_t *data = json_pack("{s:o}", "job", doc);
-    if (data && epoch)
-        json_object_set_new(data, "epoch", json_deep_copy(epoch));
-    ev_publish(r->env.events, tenant, job_id, type, data);
-}
-
-/* See service_internal.h. */
-void svc_log_transition(jobs_service *r, const char *job, const char *to,
-                        const char *why)
-{
-    json_t *f = json_pack("{s:s, s:s}", "job", job, "status", to);
-    if (why)
-        json_object_set_new(f, "reason", json_string(why));
-    log_event("info", "job", f);
-    svc_publish(r, job,
-                strcmp(to, JOB_QUEUED) ? EV_JOB_FINISHED : EV_JOB_PROGRESS,
-                NULL);
-}
-
-/* ---- tenants ---- */
-
-/* See service_internal.h. */
-ty_status svc_tenant_handle(jobs_service *r, const char *id, int *h,
-                            ty_err *err)
-{
-    *h = sched_tenant_find(r->sched, id);
-    if (*h >= 0)
-        return TY_OK;
-    store_tenant_limits lim;
-    ty_status s = store_tenant_limits_get(r->env.store, id, &lim, err);
-    if (s == TY_OK)
-        s = sched_tenant_set(r->sched, id, lim.weight > 0 ? lim.weight : 1.0,
-                             lim.max_gpu_slices, lim.max_running_jobs, h, err);
-    if (s != TY_OK)
-        return s;
-    if (*h >= r->tenant_cap) {
-        int ncap = r->tenant_cap ? r->tenant_cap * 2 : 16;
-        while (ncap <= *h)
-            ncap *= 2;
-        void *p = realloc(r->tenant_ids, (size_t)ncap * sizeof *r->tenant_ids);
-        if (!p)
-            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-        r->tenant_ids = p;
-        r->tenant_cap = ncap;
-    }
-    snprintf(r->tenant_ids[*h], TY_ID_MAX, "%s", id);
-    if (*h >= r->ntenant_ids)
-        r->ntenant_ids = *h + 1;
-    return TY_OK;
-}
-
-const char *svc_tenant_id(const jobs_service *r, int h)
-{
-    return h >= 0 && h < r->ntenant_ids ? r->tenant_ids[h] : "";
-}
-
-/* ---- inventory holders ---- */
-
-void svc_set_holder(jobs_service *r, int slot, const char *job,
-                    const char *tenant)
-{
-    if (!r->inv || slot < 0 || slot >= r->inv->nslots)
-        return;
-    pthread_mutex_lock(&r->inv->mu);
-    inv_slot *s = &r->inv->slots[slot];
-    snprintf(s->job_id, sizeof s->job_id, "%s", job ? job : "");
-    snprintf(s->tenant_id, sizeof s->tenant_id, "%s", tenant ? tenant : "");
-    pthread_mutex_unlock(&r->inv->mu);
-}
-
 static void service_free(jobs_service *r)
 {
-    deploy_books_destroy(r->deploy);
     sched_destroy(r->sched);
     free(r->tenant_ids);
     free(r->runs);
@@ -261,7 +174,7 @@ static void reattach_running(jobs_service *r)
         log_msg("info", "runner: re-attached %d job(s) running on Slurm", n);
 }
 
-ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
+ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
 {
     jobs_service *r = calloc(1, sizeof *r);
     if (!r)
@@ -298,6 +211,8 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
         return TY_EINVAL;
     }
     pthread_mutex_init(&r->mu, NULL);
+    r->kinds[0] = lifecycle_training_kind(r);
+    r->nkinds = 1;
     supervisor_hooks hooks = {.ctx = r,
                               .on_tick = lifecycle_tick,
                               .on_message = lifecycle_message,
@@ -330,23 +245,14 @@ ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err)
     reattach_running(r);
     pthread_mutex_unlock(&r->mu);
     load_queued(r);
-    r->deploy = deploy_books_create(r);
-    if (!r->deploy) {
-        exec_destroy(r->exec);
-        supervisor_destroy(r->sup);
-        pthread_mutex_destroy(&r->mu);
-        service_free(r);
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    }
-    if (supervisor_start(r->sup, err) != TY_OK) {
-        exec_destroy(r->exec);
-        supervisor_destroy(r->sup);
-        pthread_mutex_destroy(&r->mu);
-        service_free(r);
-        return TY_EIO;
-    }
     *out = r;
     return TY_OK;
+}
+
+ty_status jobs_run(jobs_service *r, ty_err *err)
+{
+    r->running = 1; /* the kinds are fixed from here on */
+    return supervisor_start(r->sup, err) == TY_OK ? TY_OK : TY_EIO;
 }
 
 /* Wakes the supervisor's thread for a scheduling pass. */
@@ -495,10 +401,7 @@ static void dequeue_or_stop(jobs_service *r, const char *job_id)
         if (w->used && !strcmp(w->job_id, job_id)) {
             running = 1;
             w->cancel = 1;
-            if (w->replica)
-                supervisor_cancel(r->sup, i);
-            else
-                r->exec->cancel(r->exec->impl, i);
+            w->kind->cancel(w->kind->ctx, i);
         }
     }
     if (!running) {
@@ -555,7 +458,9 @@ void jobs_tenant_changed(jobs_service *r, const char *tenant_id)
                 lim.max_gpu_slices, lim.max_running_jobs, NULL, &err) != TY_OK)
             log_msg("error", "runner: tenant %s: %s", tenant_id, err.msg);
     }
-    deploy_tenant_changed(r, tenant_id);
+    for (int i = 0; i < r->nkinds; i++)
+        if (r->kinds[i].tenant_changed)
+            r->kinds[i].tenant_changed(r->kinds[i].ctx, tenant_id);
     pthread_mutex_unlock(&r->mu);
     wake(r);
 }

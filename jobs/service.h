@@ -2,7 +2,7 @@
  * service.h - the job service: owns a training job's life on this server,
  * from admission to its outcome. It admits a job (jobs/admission.h and the
  * tenant's quotas), stores it and publishes its events, keeps the
- * scheduler (jobs/sched.h) over the node's slots (gpu/inventory.h), has
+ * scheduler (sched/sched.h) over the node's slots (gpu/inventory.h), has
  * the supervisor (jobs/supervisor.h) start a `trainyard worker` for each
  * placement, turns the worker's lines into the job's state, and records
  * the outcome: success (the model is registered), failure, cancel,
@@ -30,11 +30,16 @@
 
 typedef struct jobs_service jobs_service;
 
-/* Builds the scheduler over env->inventory's slots, queues every job the
- * store has queued (a job whose request this host can no longer satisfy
- * fails with the reason) and starts the supervisor's thread. env is
- * copied. */
-ty_status jobs_start(const jobs_env *env, jobs_service **out, ty_err *err);
+/* Builds the scheduler over env->inventory's slots and queues every job
+ * the store has queued (a job whose request this host can no longer
+ * satisfy fails with the reason). env is copied. Other kinds of job
+ * (jobs/kind.h) are added next, then jobs_run starts the service;
+ * jobs_stop frees it, run or not. */
+ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err);
+
+/* Starts the supervisor's thread: placements, workers, retries from now
+ * on. TY_EIO when it cannot (then jobs_stop). */
+ty_status jobs_run(jobs_service *js, ty_err *err);
 
 /* Whether this host has GPU slots (the default request is then "any"). */
 int jobs_host_has_gpus(const jobs_service *js);
@@ -75,7 +80,7 @@ void jobs_tenant_changed(jobs_service *js, const char *tenant_id);
  * js may be NULL (no report: queued jobs keep what they have). */
 void jobs_annotate(jobs_service *js, json_t *docs, const char *viewer_tenant);
 
-/* ---- remote workers (jobs/wremote.h), with the Slurm executor ----
+/* ---- remote workers (node/wremote.h), with the Slurm executor ----
  * Each call is authenticated by the worker's attempt token: TY_EINVAL for
  * an unknown token (HTTP 401), TY_ECONFLICT when its attempt is over (409),
  * TY_ENOTFOUND when this server runs its workers itself. */

@@ -233,7 +233,7 @@ void supervisor_preempt(supervisor *s, int place)
     if (!w->used)
         return;
     /* Before its first line the worker has no SIGUSR1 handler yet
-     * (jobs/protocol.h): the signal would kill it without a checkpoint.
+     * (node/protocol.h): the signal would kill it without a checkpoint.
      * read_output sends it then. */
     if (w->pid > 0 && w->started)
         kill(w->pid, SIGUSR1);

@@ -1,8 +1,8 @@
 /*
  * supervisor.h - the worker processes: a fixed table of places, each
- * holding at most one `trainyard worker` child (jobs/worker.h). The
+ * holding at most one `trainyard worker` child (node/worker.h). The
  * supervisor starts them (fork/exec with the environment of
- * jobs/protocol.h), follows their stdout pipes line by line, enforces
+ * node/protocol.h), follows their stdout pipes line by line, enforces
  * heartbeats, sends the signals of cancel and preemption, and reaps them.
  * What a line or an exit means for the job is its owner's business (the
  * job service, jobs/service.h): the supervisor hands each decoded line and
@@ -27,7 +27,7 @@
 #include <jansson.h>
 
 #include "common/ty.h"
-#include "jobs/protocol.h"
+#include "node/protocol.h"
 
 typedef struct supervisor supervisor;
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/ids.h"
-#include "jobs/placement.h"
+#include "node/placement.h"
 #include "common/log.h"
 #if TRAINYARD_HAVE_CUDA
 #include "gpu/cuda/backend.h"

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "common/jsonutil.h"
-#include "jobs/placement.h"
+#include "node/placement.h"
 #include "models/data/dataset.h"
 #include "serve/decode.h"
 #include "serve/encode.h"
@@ -28,7 +28,7 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
     snprintf(m->tenant, sizeof m->tenant, "%s", tenant_id);
     /* A KServe name may be a deployment's: it means the model it serves. */
     char dep_model[TY_ID_MAX];
-    if (by_name && jobs_deploy_find(env->jobs, tenant_id, ref, 1, dep_model)) {
+    if (by_name && deploy_find(env->deploy, tenant_id, ref, 1, dep_model)) {
         m->deployed = 1;
         m->deploy_by_name = 1;
         snprintf(m->deploy_ref, sizeof m->deploy_ref, "%s", ref);
@@ -56,8 +56,7 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
                      ? json_object_get(meta, "classes")
                      : NULL;
     place_device_label(model_entry_device(m->e), m->device, sizeof m->device);
-    if (!m->deployed &&
-        jobs_deploy_find(env->jobs, tenant_id, m->id, 0, NULL)) {
+    if (!m->deployed && deploy_find(env->deploy, tenant_id, m->id, 0, NULL)) {
         m->deployed = 1;
         snprintf(m->deploy_ref, sizeof m->deploy_ref, "%s", m->id);
     }
@@ -67,8 +66,8 @@ ty_status serve_model_open(const serve_env *env, const char *tenant_id,
 int serve_model_deployed(const serve_env *env, const char *tenant_id,
                          const char *ref, int by_name)
 {
-    return jobs_deploy_find(env->jobs, tenant_id, ref, by_name, NULL) ||
-           (by_name && jobs_deploy_find(env->jobs, tenant_id, ref, 0, NULL));
+    return deploy_find(env->deploy, tenant_id, ref, by_name, NULL) ||
+           (by_name && deploy_find(env->deploy, tenant_id, ref, 0, NULL));
 }
 
 ty_status serve_model_admit(serve_model *m, ty_err *err)
@@ -76,9 +75,9 @@ ty_status serve_model_admit(serve_model *m, ty_err *err)
     if (!m->deployed || m->admitted)
         return TY_OK;
     const char *tenant = m->tenant;
-    ty_status s = jobs_deploy_admit(m->env->jobs, tenant, m->deploy_ref,
-                                    m->deploy_by_name, m->id, &m->call,
-                                    &m->retry_after, err);
+    ty_status s =
+        deploy_admit(m->env->deploy, tenant, m->deploy_ref, m->deploy_by_name,
+                     m->id, &m->call, &m->retry_after, err);
     if (s == TY_ENOTFOUND) {
         /* Deleted since it was opened: this process serves it. */
         m->deployed = 0;
@@ -95,7 +94,7 @@ ty_status serve_model_admit(serve_model *m, ty_err *err)
 void serve_model_close(serve_model *m)
 {
     if (m->admitted)
-        jobs_deploy_finish(m->env->jobs, &m->call, m->failed);
+        deploy_finish(m->env->deploy, &m->call, m->failed);
     m->admitted = 0;
     /* The entry is the thread's model table's (serve/table.h). */
     m->e = NULL;
@@ -105,7 +104,7 @@ ty_status serve_model_run(serve_model *m, const float *x, uint64_t n,
                           float *out, ty_err *err)
 {
     if (m->admitted) {
-        ty_status s = serve_remote_run(m->env->jobs, &m->call, x, n,
+        ty_status s = serve_remote_run(m->env->deploy, &m->call, x, n,
                                        m->features, out, m->outputs, err);
         if (s == TY_OK) {
             snprintf(m->device, sizeof m->device, "%s", m->call.device);

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "common/ty.h"
-#include "jobs/deploy.h"
+#include "deploy/deploy.h"
 #include "serve/decode.h"
 #include "serve/encode.h"
 #include "serve/modelcache.h"
@@ -29,7 +29,7 @@ typedef struct serve_env {
     store *store;
     model_cache *models;
     const char *data_dir;
-    struct jobs_service *jobs; /* deployments (jobs/deploy.h); NULL: none */
+    struct deploy_ctl *deploy; /* deployments (deploy/deploy.h); NULL: none */
 } serve_env;
 
 /* ---- a model opened for one request ----
@@ -52,7 +52,7 @@ typedef struct serve_model {
                                   index; NULL for regression */
     char device[64];           /* where it runs: "cpu", "cuda:0", or the
                                   replica's device once it has run there */
-    int deployed;              /* a deployment serves it (jobs/deploy.h) */
+    int deployed;              /* a deployment serves it (deploy/deploy.h) */
     char deployment[DEPLOY_NAME_MAX]; /* its name, once admitted */
     double retry_after;               /* after TY_ELIMIT: seconds */
     /* ---- private ---- */

@@ -73,7 +73,7 @@ static ty_status call_rows(int fd, const float *x, uint64_t n, uint64_t f,
     return s;
 }
 
-ty_status serve_remote_run(struct jobs_service *js, deploy_call *c,
+ty_status serve_remote_run(struct deploy_ctl *ctl, deploy_call *c,
                            const float *x, uint64_t n, uint64_t f, float *out,
                            uint32_t k, ty_err *err)
 {
@@ -88,13 +88,13 @@ ty_status serve_remote_run(struct jobs_service *js, deploy_call *c,
     for (int attempt = 0; attempt < 2; attempt++) {
         /* The server's --replica-wait: a cold start, a replacement after a
          * crash. */
-        s = jobs_deploy_pick(js, c, avoid, -1, err);
+        s = deploy_pick(ctl, c, avoid, -1, err);
         if (s != TY_OK)
             return s;
         rframe_call_info info = {0};
         int fd = conn_get(c->serial, c->socket, err);
         s = fd < 0 ? TY_EIO : call_rows(fd, x, n, f, out, k, &info, err);
-        jobs_deploy_unpick(js, c, s == TY_OK, s == TY_OK ? &info : NULL);
+        deploy_unpick(ctl, c, s == TY_OK, s == TY_OK ? &info : NULL);
         if (s == TY_OK)
             return TY_OK;
         if (s != TY_EIO && s != TY_ECONFLICT && s != TY_EFORMAT)

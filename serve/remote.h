@@ -1,6 +1,6 @@
 /*
  * remote.h - a predict run on a deployment's replica instead of in this
- * process: the rows go over the replica framing (jobs/rframe.h) on a
+ * process: the rows go over the replica framing (node/rframe.h) on a
  * connection this thread keeps to that replica, and the outputs come
  * back. A call that fails on the connection (the replica died, or is
  * draining) is tried once more on another replica: a predict has no side
@@ -12,14 +12,14 @@
 #include <stdint.h>
 
 #include "common/ty.h"
-#include "jobs/deploy.h"
+#include "deploy/deploy.h"
 
 /* Runs n examples of f floats (x) on a replica of the deployment c was
- * admitted to (jobs_deploy_admit), into out (n * k floats). TY_OK; the
+ * admitted to (deploy_admit), into out (n * k floats). TY_OK; the
  * replica's error (TY_EINVAL, TY_EDEVICE, TY_ENOMEM), TY_EUNAVAILABLE when
  * none became ready in time, TY_EDEVICE when no replica could answer, or TY_ENOTFOUND when the deployment no longer
  * serves c's model (run it in this process). */
-ty_status serve_remote_run(struct jobs_service *js, deploy_call *c,
+ty_status serve_remote_run(struct deploy_ctl *ctl, deploy_call *c,
                            const float *x, uint64_t n, uint64_t f, float *out,
                            uint32_t k, ty_err *err);
 

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jobs/placement.h"
+#include "node/placement.h"
 #include "store/blob.h"
 
 #define TABLE_SIZE 256 /* a power of two */

@@ -100,7 +100,7 @@ static const char *const migrations[] = {
     "ALTER TABLE jobs ADD COLUMN preemptions INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN resume_preempted INTEGER NOT NULL DEFAULT 0;",
     /* 6: serving deployments (store/deployments.c): the spec as JSON text
-     * (jobs/deployspec.h's rendering, the model resolved to its id) and the
+     * (deploy/deployspec.h's rendering, the model resolved to its id) and the
      * generation the controller bumps on every model change; a name is
      * unique per tenant */
     "CREATE TABLE deployments ("

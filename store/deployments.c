@@ -1,7 +1,7 @@
 /*
  * deployments.c - serving deployments' rows (see store.h): what each
  * deployment asks for (its spec, as JSON text) and its generation, so the
- * controller (jobs/deploy.h) finds every deployment again after a restart.
+ * controller (deploy/deploy.h) finds every deployment again after a restart.
  *
  * A name is unique per tenant (UNIQUE(tenant_id, name)); the insert checks
  * it first inside its transaction, so a taken name is a TY_ECONFLICT that

@@ -299,10 +299,10 @@ ty_status store_model_delete(store *st, const char *tenant_id, const char *id,
 /* ---- deployments (deployments.c) ----
  *
  * A serving deployment's row: its id, tenant, name (unique per tenant),
- * spec (jobs/deployspec.h's deploy_spec_json, "model" resolved to the
+ * spec (deploy/deployspec.h's deploy_spec_json, "model" resolved to the
  * model's id) and generation (bumped by the controller on every model
  * change). The running state (replicas, traffic) is not stored: the
- * controller (jobs/deploy.h) rebuilds it from these rows at start. */
+ * controller (deploy/deploy.h) rebuilds it from these rows at start. */
 
 /* TY_ECONFLICT (field "name", "a deployment named <name> exists") when the
  * tenant has one of that name; nothing stored on failure. */

@@ -1,11 +1,11 @@
 /*
- * fuzz_wproto - jobs/protocol.c's wproto_decode on one line (the input up
+ * fuzz_wproto - node/protocol.c's wproto_decode on one line (the input up
  * to its first newline, as the server splits a worker's stdout): a kind in
  * range, an object for every kind but NONE, and no object for NONE.
  */
 #include <stdint.h>
 
-#include "jobs/protocol.h"
+#include "node/protocol.h"
 #include "tests/fuzz/fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)

@@ -31,7 +31,7 @@
 
 #include "common/fsutil.h"
 #include "common/rng.h"
-#include "jobs/placement.h"
+#include "node/placement.h"
 #include "harness.h"
 
 static int failures;

@@ -24,7 +24,7 @@
 #include "common/fsutil.h"
 #include "common/rng.h"
 #include "harness.h"
-#include "jobs/placement.h"
+#include "node/placement.h"
 #include "models/safetensors.h"
 
 static srv server;           /* shared by the tests that need no restart */

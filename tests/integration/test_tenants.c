@@ -480,7 +480,7 @@ static void test_lists_are_per_tenant(void **state)
 
 /* ---- admin endpoints and keys ---- */
 
-/* The worker endpoints take an attempt's token (jobs/wremote.h), and a
+/* The worker endpoints take an attempt's token (node/wremote.h), and a
  * tenant's API key, or the admin's, opens none of them. */
 static void test_worker_routes_refuse_keys(void **state)
 {

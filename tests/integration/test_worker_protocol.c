@@ -4,7 +4,7 @@
  * hyperparameters, checkpoint_path, model_path, threads, extra_meta), the
  * worker's stdout on a pipe, its stderr in worker.log, signals unblocked,
  * OPENBLAS_NUM_THREADS=1 and TRAINYARD_DEVICE in the environment. Checks
- * the lifecycle protocol (jobs/protocol.h): the "started"
+ * the lifecycle protocol (node/protocol.h): the "started"
  * line comes first and reports the environment it was given; heartbeats
  * come at the configured interval, long steps included, and every line is
  * whole JSON; a sim:<uuid> device computes on the CPU and labels the epoch

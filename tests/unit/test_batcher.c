@@ -1,4 +1,4 @@
-/* test_batcher.c - the replica's dynamic batching policy (jobs/batcher.h):
+/* test_batcher.c - the replica's dynamic batching policy (node/batcher.h):
  * which of the waiting requests a batch takes and when it runs: full
  * (max rows reached, or the next request does not fit), the oldest's delay
  * expired, a preferred size filled exactly, an oversize request alone,
@@ -10,7 +10,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "jobs/batcher.h"
+#include "node/batcher.h"
 
 #define US 1000ull
 

@@ -1,4 +1,4 @@
-/* Unit tests for a deployment's spec (jobs/deployspec.h): the defaults,
+/* Unit tests for a deployment's spec (deploy/deployspec.h): the defaults,
  * every bound and every unknown key rejected naming its field, PATCH
  * changing only what it names (and nothing when it fails), and the rendered
  * spec parsing back to the same spec. Also jobreq's "whole" GPU, which
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jobs/deployspec.h"
+#include "deploy/deployspec.h"
 #include "jobs/jobreq.h"
 
 static json_t *load(const char *text)

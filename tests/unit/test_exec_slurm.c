@@ -14,7 +14,7 @@
 #include <cmocka.h>
 
 #include "jobs/exec_slurm_internal.h"
-#include "jobs/protocol.h"
+#include "node/protocol.h"
 
 static slurm_job_info ended(slurm_state st, const char *name, int code,
                             int sig)

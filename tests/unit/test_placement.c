@@ -13,7 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "jobs/placement.h"
+#include "node/placement.h"
 
 #define GIB (1ull << 30)
 #define MIB (1ull << 20)

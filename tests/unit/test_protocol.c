@@ -1,4 +1,4 @@
-/* test_protocol.c - the worker protocol's lines (jobs/protocol.h): every
+/* test_protocol.c - the worker protocol's lines (node/protocol.h): every
  * message the worker encodes decodes to its kind with its fields, the
  * wire names and exit codes are the ones servers and workers of earlier
  * builds use, and lines that are not messages are told apart. The
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jobs/protocol.h"
+#include "node/protocol.h"
 
 /* Dumps line as the worker prints it, decodes it, checks the kind and
  * returns the decoded object (caller decrefs). */
@@ -154,7 +154,7 @@ static void test_endings(void **state)
     json_decref(m);
 }
 
-/* A serving replica's "ready" (jobs/replica.h). */
+/* A serving replica's "ready" (node/replica.h). */
 static void test_ready(void **state)
 {
     assert_string_equal(wproto_msg_name(WPROTO_MSG_READY), "ready");

@@ -1,5 +1,5 @@
 /* test_replica.c - `trainyard replica` run as the supervisor runs it
- * (jobs/replica.h): a job folder with replica.json, stdout a pipe, stderr
+ * (node/replica.h): a job folder with replica.json, stdout a pipe, stderr
  * in worker.log, TRAINYARD_DEVICE and a short heartbeat in the
  * environment; the binary is $TRAINYARD_BIN (tests/CMakeLists.txt).
  * Checks: the started line first, then "ready" with the model's sizes and
@@ -36,8 +36,8 @@
 #include <unistd.h>
 #include <linux/sockios.h>
 
-#include "jobs/replica.h"
-#include "jobs/rframe.h"
+#include "node/replica.h"
+#include "node/rframe.h"
 #include "models/cpu/kernels.h"
 #include "models/nn_internal.h"
 #include "models/safetensors.h"

@@ -1,4 +1,4 @@
-/* test_rframe.c - the replica framing (jobs/rframe.h): headers round trip
+/* test_rframe.c - the replica framing (node/rframe.h): headers round trip
  * in their little-endian layout, every limit and a bad magic are refused;
  * rframe_call against a peer this test drives on a socketpair: outputs and
  * call info, every error status mapped with its message (a long one cut
@@ -20,7 +20,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "jobs/rframe.h"
+#include "node/rframe.h"
 #include "testutil.h"
 
 /* ---- headers ---- */

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "common/rng.h"
-#include "jobs/sched.h"
+#include "sched/sched.h"
 
 #define GIB (1ull << 30)
 

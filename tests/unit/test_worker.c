@@ -1,4 +1,4 @@
-/* test_worker.c - the worker's pure parts (jobs/worker.h): the heartbeat
+/* test_worker.c - the worker's pure parts (node/worker.h): the heartbeat
  * interval TRAINYARD_HEARTBEAT_MS asks for. The process itself is tested
  * by tests/integration/test_worker_protocol.c. */
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "jobs/worker.h"
+#include "node/worker.h"
 
 static void test_heartbeat_interval(void **state)
 {

@@ -1,5 +1,5 @@
 /* test_wremote.c - the remote worker shim's pure parts
- * (jobs/wremote_internal.h): the queue of lines and its coalescing rule
+ * (node/wremote_internal.h): the queue of lines and its coalescing rule
  * while the server does not answer, the relayed line ("node" on started),
  * what is uploaded before which line, the local job.json built from the
  * job document, the endpoint URLs, the retry schedule and budget, the
@@ -15,8 +15,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "jobs/wremote.h"
-#include "jobs/wremote_internal.h"
+#include "node/wremote.h"
+#include "node/wremote_internal.h"
 
 #define SHA_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 #define SHA_B "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"

@@ -1,0 +1,315 @@
+/*
+ * route.c - a predict's way through a deployment (see deploy.h's request
+ * path): the deployment found by name or model, its tenant's and its own
+ * token buckets and concurrency limits applied, a ready replica of the
+ * request's model picked (the one with the fewest requests in flight,
+ * waiting for one on a cold start, which scales a deployment up from
+ * zero), and the request's figures counted when it ends. Everything here
+ * runs on request threads under dmu only: never under the job service's
+ * mutex.
+ */
+#include "deploy/books.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/opmetrics.h"
+#include "jobs/kind.h"
+
+/* Whether a replica of d not yet gone serves model (an old generation's
+ * during a rolling update). dmu held. */
+static int serves_model(const deployment *d, const char *model)
+{
+    if (!strcmp(d->model_id, model))
+        return 1;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->state != REP_GONE && !strcmp(p->model_id, model))
+            return 1;
+    return 0;
+}
+
+/* The model traffic addressed to d by name goes to now: the current
+ * generation's once it has as many replicas ready as are desired (or the
+ * old ones have none ready), else the old generation's. dmu held. */
+static const char *route_model(const deployment *d)
+{
+    if (count_reps(d, GEN_CUR, READY) >= d->desired)
+        return d->model_id;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->generation < d->generation && p->state == REP_READY)
+            return p->model_id;
+    return d->model_id;
+}
+
+/* The deployment for a request, or NULL. dmu held. */
+static deployment *route_find(deploy_ctl *b, const char *tenant,
+                              const char *ref, int by_name)
+{
+    for (deployment *d = b->deps; d; d = d->next) {
+        if (d->deleting || strcmp(d->tenant, tenant))
+            continue;
+        if (by_name ? !strcmp(d->spec.name, ref) || !strcmp(d->id, ref)
+                    : serves_model(d, ref))
+            return d;
+    }
+    return NULL;
+}
+
+int deploy_find(deploy_ctl *b, const char *tenant, const char *ref, int by_name,
+                char *model_id)
+{
+    if (!b || !atomic_load(&b->count))
+        return 0;
+    pthread_mutex_lock(&b->mu);
+    deployment *d = route_find(b, tenant, ref, by_name);
+    if (d && model_id)
+        snprintf(model_id, TY_ID_MAX, "%s", by_name ? route_model(d) : ref);
+    pthread_mutex_unlock(&b->mu);
+    return d != NULL;
+}
+
+/* A token from a bucket of rate rps and size burst at t: 1, or 0 with
+ * *retry_after the seconds until one is due. */
+static int bucket_take(double *tokens, double *at, double rps, double burst,
+                       double t, double *retry_after)
+{
+    *tokens += (t - *at) * rps;
+    if (*tokens > burst)
+        *tokens = burst;
+    *at = t;
+    if (*tokens >= 1) {
+        *tokens -= 1;
+        return 1;
+    }
+    *retry_after = (1 - *tokens) / rps;
+    return 0;
+}
+
+ty_status deploy_admit(deploy_ctl *b, const char *tenant, const char *ref,
+                       int by_name, const char *model_id, deploy_call *c,
+                       double *retry_after_s, ty_err *err)
+{
+    memset(c, 0, sizeof *c);
+    *retry_after_s = 0;
+    double t = now_mono();
+    pthread_mutex_lock(&b->mu);
+    deployment *d = route_find(b, tenant, ref, by_name);
+    if (!d) {
+        pthread_mutex_unlock(&b->mu);
+        return ty_fail(err, TY_ENOTFOUND, NULL, "model %.200s not found", ref);
+    }
+    ty_status s = TY_OK;
+    const deploy_spec *sp = &d->spec;
+    tenant_bucket *tb = tenant_bucket_find(b, tenant);
+    if (tb && tb->max_concurrency && tb->active >= tb->max_concurrency) {
+        *retry_after_s = 1;
+        s = ty_fail(err, TY_ELIMIT, NULL,
+                    "your serving requests are at the tenant's limit of %d "
+                    "in progress at once; retry shortly",
+                    tb->max_concurrency);
+    } else if (sp->max_concurrency && d->active >= (int)sp->max_concurrency) {
+        *retry_after_s = 1;
+        s = ty_fail(err, TY_ELIMIT, NULL,
+                    "deployment %s is at its concurrency limit of %u "
+                    "requests in progress; retry shortly",
+                    sp->name, sp->max_concurrency);
+    } else if (tb && tb->rps > 0 &&
+               !bucket_take(&tb->tokens, &tb->tokens_at, tb->rps, tb->burst, t,
+                            retry_after_s)) {
+        s = ty_fail(err, TY_ELIMIT, NULL,
+                    "your serving requests are over the tenant's limit of %g "
+                    "per second (burst %g); retry after %.3f s",
+                    tb->rps, tb->burst, *retry_after_s);
+    } else if (sp->rps > 0 && !bucket_take(&d->tokens, &d->tokens_at, sp->rps,
+                                           sp->burst, t, retry_after_s)) {
+        s = ty_fail(err, TY_ELIMIT, NULL,
+                    "deployment %s is over its limit of %g requests per "
+                    "second (burst %u); retry after %.3f s",
+                    sp->name, sp->rps, sp->burst, *retry_after_s);
+    }
+    if (s == TY_OK) {
+        d->active++;
+        if (tb)
+            tb->active++;
+        c->tenant_bucket = tb;
+        d->last_request = t;
+        c->dep = d;
+        c->t0 = t;
+        snprintf(c->deployment_id, sizeof c->deployment_id, "%s", d->id);
+        snprintf(c->deployment_name, sizeof c->deployment_name, "%s", sp->name);
+        snprintf(c->model_id, sizeof c->model_id, "%s", model_id);
+    } else {
+        d->rejected++;
+    }
+    char dep_id[TY_ID_MAX];
+    snprintf(dep_id, sizeof dep_id, "%s", d->id);
+    pthread_mutex_unlock(&b->mu);
+    /* The registry's lock is not taken under dmu. */
+    if (s != TY_OK)
+        opm_deploy_request(dep_id, tenant, "rejected", -1, -1, -1, 0);
+    return s;
+}
+
+/* The replica a request for model goes to, among those serving it:
+ * traffic stays on the old generation until the new one has as many
+ * ready as are desired (or the old has none ready); then the ready replica
+ * with the fewest requests in flight. A draining replica not yet told to
+ * stop still answers for its model when no ready one does (a request that
+ * opened the old model just before the traffic moved). dmu held. */
+static replica *route_pick(deployment *d, const char *model, uint64_t avoid)
+{
+    int cur_ready = 0, old_ready = 0;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->state == REP_READY && !strcmp(p->model_id, model)) {
+            if (p->generation == d->generation)
+                cur_ready++;
+            else
+                old_ready++;
+        }
+    int use_cur = cur_ready >= d->desired || old_ready == 0;
+    replica *best = NULL, *draining = NULL;
+    for (replica *p = d->reps; p; p = p->next) {
+        if (p->serial == avoid || strcmp(p->model_id, model))
+            continue;
+        if (p->state == REP_DRAINING && !p->signalled &&
+            (!draining || p->in_flight < draining->in_flight))
+            draining = p;
+        if (p->state != REP_READY ||
+            (p->generation == d->generation) != use_cur)
+            continue;
+        if (!best || p->in_flight < best->in_flight)
+            best = p;
+    }
+    if (!best)
+        best = draining;
+    /* Every other replica failed this request: the one it avoided may
+     * still do. */
+    if (!best && avoid)
+        return route_pick(d, model, 0);
+    return best;
+}
+
+ty_status deploy_pick(deploy_ctl *b, deploy_call *c, uint64_t avoid,
+                      double wait_s, ty_err *err)
+{
+    deployment *d = c->dep;
+    double t0 = now_mono();
+    if (wait_s < 0)
+        wait_s = jobs_env_of(b->js)->replica_wait_s;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    double whole = floor(wait_s);
+    until.tv_sec += (time_t)whole;
+    until.tv_nsec += (long)((wait_s - whole) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&b->mu);
+    replica *p;
+    int asked = 0;
+    int gone = 0;
+    while (!(p = route_pick(d, c->model_id, avoid)) && !d->deleting) {
+        /* No replica serves the request's model any more (a rolling
+         * update finished since it opened it): the caller runs it. */
+        if (!serves_model(d, c->model_id)) {
+            gone = 1;
+            break;
+        }
+        if (d->desired == 0) {
+            /* Scaled to zero: this request starts one. */
+            d->desired = 1;
+            if (d->cold_since == 0)
+                d->cold_since = t0;
+            asked = 1;
+        }
+        if (asked) {
+            supervisor_wake(jobs_supervisor(b->js));
+            asked = 0;
+        }
+        d->waiters++;
+        int rc = pthread_cond_timedwait(&b->ready, &b->mu, &until);
+        d->waiters--;
+        if (rc == ETIMEDOUT)
+            break;
+    }
+    if (p) {
+        p->in_flight++;
+        c->rep = p;
+        c->serial = p->serial;
+        memcpy(c->socket, p->socket, sizeof c->socket);
+        snprintf(c->device, sizeof c->device, "%s", p->device);
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (p)
+        return TY_OK;
+    if (gone)
+        return ty_fail(err, TY_ENOTFOUND, NULL,
+                       "deployment %s no longer serves model %s",
+                       c->deployment_name, c->model_id);
+    return ty_fail(err, TY_EUNAVAILABLE, NULL,
+                   "no replica of deployment %s became ready within %.0f s; "
+                   "try again later",
+                   c->deployment_name, wait_s);
+}
+
+void deploy_unpick(deploy_ctl *b, deploy_call *c, int ok,
+                   const rframe_call_info *info)
+{
+    replica *p = c->rep;
+    if (!p)
+        return;
+    pthread_mutex_lock(&b->mu);
+    p->in_flight--;
+    deployment *d = c->dep;
+    if (ok && info) {
+        c->queue_s = (double)info->queue_ns / 1e9;
+        c->compute_s = (double)info->compute_ns / 1e9;
+        c->batch_rows = info->batch_rows;
+        lat_add(&d->queue, c->queue_s);
+        lat_add(&d->compute, c->compute_s);
+        d->batches++;
+        d->batch_rows_sum += info->batch_rows;
+        window_roll(d, now_mono());
+        lat_add(&d->win[0].queue, c->queue_s);
+        d->win[0].batches++;
+        d->win[0].batch_rows_sum += info->batch_rows;
+        if (info->batch_rows > d->batch_max)
+            d->batch_max = info->batch_rows;
+    }
+    pthread_mutex_unlock(&b->mu);
+    c->rep = NULL;
+}
+
+void deploy_finish(deploy_ctl *b, deploy_call *c, int failed)
+{
+    deployment *d = c->dep;
+    if (!d)
+        return;
+    double t = now_mono(), total = t - c->t0;
+    pthread_mutex_lock(&b->mu);
+    d->active--;
+    if (c->tenant_bucket)
+        ((tenant_bucket *)c->tenant_bucket)->active--;
+    d->requests++;
+    d->last_request = t;
+    window_roll(d, t);
+    d->win[0].requests++;
+    if (failed) {
+        d->errors++;
+    } else {
+        lat_add(&d->total, total);
+        lat_add(&d->win[0].total, total);
+    }
+    char tenant[TY_ID_MAX];
+    snprintf(tenant, sizeof tenant, "%s", d->tenant);
+    pthread_mutex_unlock(&b->mu);
+    /* d may go once dmu is released: the admission held it. */
+    opm_deploy_request(c->deployment_id, tenant, failed ? "error" : "ok", total,
+                       c->batch_rows ? c->queue_s : -1,
+                       c->batch_rows ? c->compute_s : -1, c->batch_rows);
+    c->dep = NULL;
+}

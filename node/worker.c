@@ -1,0 +1,524 @@
+/*
+ * worker.c - the training worker process (see worker.h): reads
+ * <job-dir>/job.json, trains on the device TRAINYARD_DEVICE names, and
+ * tells the server what happens as JSON lines on stdout.
+ *
+ * The worker protocol - the lines, their order, the signals, the exit
+ * codes, the environment - is node/protocol.h's; this file is its worker
+ * side. Every line goes out whole under one mutex (worker_emit), since the
+ * trainer's callbacks and the heartbeat thread share stdout: lines never
+ * interleave.
+ */
+#include "node/worker.h"
+
+#include "models/cpu/kernels.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "models/data/dataset.h"
+#include "models/train/train.h"
+#include "node/placement.h"
+#include "node/protocol.h"
+#include "node/wremote.h"
+#if TRAINYARD_HAVE_CUDA
+#include "gpu/cuda/backend.h"
+#endif
+
+static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t preempt_requested;
+
+static void on_term(int sig) { stop_requested = 1; }
+static void on_usr1(int sig) { preempt_requested = 1; }
+
+/* stdout is shared by the heartbeat thread and the process's own (the
+ * trainer's callbacks; a replica's serving loop). */
+static pthread_mutex_t emit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void worker_emit(json_t *ev)
+{
+    char *line = json_dumps(ev, JSON_COMPACT);
+    json_decref(ev);
+    if (!line)
+        return;
+    pthread_mutex_lock(&emit_mu);
+    fputs(line, stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    pthread_mutex_unlock(&emit_mu);
+    free(line);
+}
+
+/* ---- heartbeats ---- */
+
+typedef struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* signalled to stop */
+    int stop;
+    long interval_ms;
+} heartbeat;
+
+long worker_heartbeat_ms(const char *value)
+{
+    if (!value || !*value)
+        return WPROTO_HEARTBEAT_DEFAULT_MS;
+    if (*value < '0' || *value > '9') /* strtol takes blanks and signs */
+        return -1;
+    char *end = NULL;
+    errno = 0;
+    long ms = strtol(value, &end, 10);
+    if (errno || end == value || *end || ms < WPROTO_HEARTBEAT_MIN_MS ||
+        ms > WPROTO_HEARTBEAT_MAX_MS)
+        return -1;
+    return ms;
+}
+
+static void deadline_after(struct timespec *ts, long ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static void *heartbeat_main(void *arg)
+{
+    heartbeat *hb = arg;
+    struct timespec due;
+    deadline_after(&due, hb->interval_ms);
+    pthread_mutex_lock(&hb->mu);
+    while (!hb->stop) {
+        int rc = pthread_cond_timedwait(&hb->cv, &hb->mu, &due);
+        if (hb->stop || rc != ETIMEDOUT)
+            continue; /* stopped, or woken early: wait on for `due` */
+        pthread_mutex_unlock(&hb->mu);
+        worker_emit(wproto_encode_heartbeat());
+        deadline_after(&due, hb->interval_ms);
+        pthread_mutex_lock(&hb->mu);
+    }
+    pthread_mutex_unlock(&hb->mu);
+    return NULL;
+}
+
+/* Starts the heartbeat thread at the interval TRAINYARD_HEARTBEAT_MS asks
+ * for (a bad value is the default, with a note on stderr naming `trainyard
+ * <who>`), with the process's signals blocked in it, so they reach the
+ * main thread. -1 when it cannot. */
+static int heartbeat_start(heartbeat *hb, const char *who)
+{
+    const char *env = getenv(WPROTO_ENV_HEARTBEAT_MS);
+    long interval_ms = worker_heartbeat_ms(env);
+    if (interval_ms < 0) {
+        fprintf(stderr,
+                "trainyard %s: TRAINYARD_HEARTBEAT_MS=%.32s is not %d to "
+                "%d; heartbeats every %d ms\n",
+                who, env, WPROTO_HEARTBEAT_MIN_MS, WPROTO_HEARTBEAT_MAX_MS,
+                WPROTO_HEARTBEAT_DEFAULT_MS);
+        interval_ms = WPROTO_HEARTBEAT_DEFAULT_MS;
+    }
+    memset(hb, 0, sizeof *hb);
+    hb->interval_ms = interval_ms;
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        return -1;
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int bad = pthread_cond_init(&hb->cv, &ca) != 0;
+    pthread_condattr_destroy(&ca);
+    if (bad)
+        return -1;
+    pthread_mutex_init(&hb->mu, NULL);
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    int rc = pthread_create(&hb->thread, NULL, heartbeat_main, hb);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        pthread_cond_destroy(&hb->cv);
+        pthread_mutex_destroy(&hb->mu);
+        return -1;
+    }
+    return 0;
+}
+
+/* Stops the thread and waits for it: no heartbeat after this returns. */
+static void heartbeat_stop(heartbeat *hb)
+{
+    pthread_mutex_lock(&hb->mu);
+    hb->stop = 1;
+    pthread_cond_signal(&hb->cv);
+    pthread_mutex_unlock(&hb->mu);
+    pthread_join(hb->thread, NULL);
+    pthread_cond_destroy(&hb->cv);
+    pthread_mutex_destroy(&hb->mu);
+}
+
+/* ---- the trainer's reports ---- */
+
+static void on_progress(void *ctx, const train_progress *p)
+{
+    worker_emit(wproto_encode_progress(p));
+}
+
+/* The CUDA device the worker trains on, or -1 (on_epoch's ctx). */
+typedef struct {
+    int device;
+} worker_ctx;
+
+static void on_epoch(void *ctx, const train_epoch_metrics *m)
+{
+    const worker_ctx *wc = ctx;
+    /* On a GPU: what the device says is in use now, by every process on
+     * it (cudaMemGetInfo total - free), this one's context and libraries
+     * included; peak_memory_bytes is the trainer's own. Left out when the
+     * question fails (the epoch still counts). */
+    int64_t used = -1;
+    uint64_t free_b = 0, total_b = 0;
+    ty_err err = {0};
+    if (wc && wc->device >= 0 &&
+        place_cuda_memory(wc->device, &free_b, &total_b, &err) == TY_OK &&
+        total_b >= free_b)
+        used = (int64_t)(total_b - free_b);
+    worker_emit(wproto_encode_epoch(m, used));
+}
+
+static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
+{
+    worker_emit(wproto_encode_resume(epoch, step));
+}
+
+static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
+                       int checkpointed)
+{
+    worker_emit(wproto_encode_preempted(1, epoch, step, checkpointed));
+}
+
+/* A preemption before training started: nothing written; the checkpoint
+ * an earlier run left (checkpoint_path, may be NULL) is what the job
+ * resumes from. */
+static int preempted_before_training(const char *checkpoint_path)
+{
+    worker_emit(wproto_encode_preempted(
+        0, 0, 0, checkpoint_path && fs_exists(checkpoint_path)));
+    return WPROTO_EXIT_PREEMPTED;
+}
+
+int worker_fail(const char *who, const char *msg)
+{
+    worker_emit(wproto_encode_error(msg));
+    fprintf(stderr, "trainyard %s: %s\n", who, msg);
+    return WPROTO_EXIT_FAILED;
+}
+
+static int report_error(const char *msg)
+{
+    return worker_fail(WPROTO_COMMAND, msg);
+}
+
+/* The sim:<uuid> label is what the epoch records carry. */
+ty_status worker_device(int *device, const char **sim, ty_err *err)
+{
+    *device = -1;
+    *sim = NULL;
+    const char *d = getenv(WPROTO_ENV_DEVICE);
+    if (d && !strncmp(d, WPROTO_DEVICE_SIM_PREFIX,
+                      strlen(WPROTO_DEVICE_SIM_PREFIX))) {
+        if (!wproto_sim_uuid_ok(d + strlen(WPROTO_DEVICE_SIM_PREFIX)))
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "TRAINYARD_DEVICE=%.120s is not sim:<uuid> (1 to "
+                           "%d letters, digits and ._:/-)",
+                           d, WPROTO_SIM_UUID_MAX);
+        *sim = d;
+        return TY_OK;
+    }
+    size_t k = strlen(WPROTO_DEVICE_CUDA);
+    if (!d || strncmp(d, WPROTO_DEVICE_CUDA, k) != 0 ||
+        (d[k] != '\0' && d[k] != ':'))
+        return TY_OK;
+#if TRAINYARD_HAVE_CUDA
+    char *end = NULL;
+    long n = d[k] == ':' ? strtol(d + k + 1, &end, 10) : 0;
+    if (d[k] == ':' && (end == d + k + 1 || *end || n < 0 || n > 1024))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "TRAINYARD_DEVICE=%.32s is not cuda or cuda:N", d);
+    *device = (int)n;
+    return TY_OK;
+#else
+    return ty_fail(err, TY_EDEVICE, NULL,
+                   "TRAINYARD_DEVICE=%.32s but this binary was built without "
+                   "the CUDA backend",
+                   d);
+#endif
+}
+
+#if TRAINYARD_HAVE_CUDA
+/* Whether the run fits what device `device` has free now, with its
+ * context and handles made (tj->ex): the trainer's bytes on the CUDA
+ * backend plus PLACE_CUDA_LATE_BYTES for what is still to come. The
+ * submit-time check compared with the device's total; another process
+ * may hold memory since. TY_EINVAL with the breakdown when it does not
+ * fit, TY_EDEVICE when the device cannot be asked. */
+static ty_status check_device_memory(const train_job *tj, const ty_dataset *ds,
+                                     int device, const char *label, ty_err *err)
+{
+    uint32_t outputs =
+        ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes : ds->y_dim;
+    train_memory m;
+    uint64_t free_b = 0, total_b = 0;
+    ty_status s = train_memory_estimate_spec(
+        tj->spec, ds->shape, ds->ndim, outputs, ds->task, tj->hp, tj->n_train,
+        train_threads(tj->threads, tj->be), tj->be, &m, err);
+    if (s == TY_OK)
+        s = place_cuda_memory(device, &free_b, &total_b, err);
+    if (s == TY_OK)
+        s = place_check_device_memory(&m, PLACE_CUDA_LATE_BYTES, free_b, label,
+                                      1, err);
+    if (s != TY_OK)
+        ty_err_prefix(err, "cannot train on %s", label);
+    return s;
+}
+#endif
+
+static int run(const json_t *job)
+{
+    ty_err err = {0};
+    ty_dataset train = {0}, val = {0};
+    uint32_t *train_idx = NULL, *val_idx = NULL;
+    int32_t *class_map = NULL;
+    train_hparams hp;
+    int rc = WPROTO_EXIT_FAILED;
+    const char *ds_path =
+        json_string_value(json_object_get(job, WPROTO_JOB_DATASET_PATH));
+    const json_t *validation = json_object_get(job, WPROTO_JOB_VALIDATION);
+    const char *val_path =
+        json_string_value(json_object_get(validation, WPROTO_JOB_DATASET_PATH));
+    if (!ds_path)
+        return report_error("job.json has no dataset_path");
+    if (ty_dataset_open(ds_path, &train, &err) != TY_OK) {
+        ty_err_prefix(&err, "cannot open the training dataset");
+        goto fail;
+    }
+    if (train_hparams_parse(json_object_get(job, WPROTO_JOB_HYPERPARAMETERS),
+                            &hp, NULL, &err) != TY_OK)
+        goto fail;
+
+    train_job tj = {
+        .spec = json_object_get(job, WPROTO_JOB_SPEC),
+        .hp = &hp,
+        .train = &train,
+        .n_train = train.num_examples,
+        .checkpoint_path =
+            json_string_value(json_object_get(job, WPROTO_JOB_CHECKPOINT_PATH)),
+        .model_path =
+            json_string_value(json_object_get(job, WPROTO_JOB_MODEL_PATH)),
+        .extra_meta = json_object_get(job, WPROTO_JOB_EXTRA_META),
+        .threads =
+            (int)json_integer_value(json_object_get(job, WPROTO_JOB_THREADS)),
+        .stop = &stop_requested,
+        .preempt = &preempt_requested,
+        .cb = {.on_progress = on_progress,
+               .on_epoch = on_epoch,
+               .on_resume = on_resume,
+               .on_preempt = on_preempt},
+    };
+    if (val_path) {
+        if (ty_dataset_open(val_path, &val, &err) != TY_OK) {
+            ty_err_prefix(&err, "cannot open the validation dataset");
+            goto fail;
+        }
+        json_t *vc = json_object_get(val.meta, "classes");
+        if (train.task == TY_TASK_CLASSIFICATION && json_array_size(vc) > 0) {
+            class_map = calloc(json_array_size(vc), sizeof *class_map);
+            if (!class_map ||
+                ty_dataset_class_map(vc, json_object_get(train.meta, "classes"),
+                                     class_map, &err) != TY_OK)
+                goto fail;
+        }
+        tj.val = &val;
+        tj.n_val = val.num_examples;
+        tj.val_class_map = class_map;
+    } else {
+        double split =
+            json_number_value(json_object_get(validation, WPROTO_JOB_SPLIT));
+        uint32_t n_train = 0, n_val = 0;
+        if (train_split(train.num_examples, split, hp.seed, &train_idx,
+                        &n_train, &val_idx, &n_val, &err) != TY_OK)
+            goto fail;
+        tj.train_idx = train_idx;
+        tj.n_train = n_train;
+        if (n_val > 0) {
+            tj.val = &train;
+            tj.val_idx = val_idx;
+            tj.n_val = n_val;
+        }
+    }
+    if (!tj.checkpoint_path || !tj.model_path || !tj.spec) {
+        ty_fail(&err, TY_EINVAL, NULL, "job.json is incomplete");
+        goto fail;
+    }
+    train_epoch_metrics final;
+    int device = -1;
+    const char *sim = NULL;
+    if (worker_device(&device, &sim, &err) != TY_OK)
+        goto fail;
+    worker_ctx wc = {.device = device};
+    tj.cb.ctx = &wc;
+    char label[16];
+    place_device_label(device, label, sizeof label);
+    if (device >= 0)
+        tj.device_label = label;
+    else if (sim)
+        tj.device_label = sim;
+    /* Cancel wins; a preemption while the data was loading restarts the
+     * job without touching its checkpoint. */
+    if (stop_requested) {
+        rc = WPROTO_EXIT_CANCELLED;
+        goto done;
+    }
+    if (preempt_requested) {
+        rc = preempted_before_training(tj.checkpoint_path);
+        goto done;
+    }
+#if TRAINYARD_HAVE_CUDA
+    nn_exec dev = {0};
+    if (device >= 0) {
+        if (nn_cuda_exec_init(&dev, device, &err) != TY_OK)
+            goto fail;
+        tj.be = &nn_backend_cuda;
+        tj.ex = &dev;
+        if (check_device_memory(&tj, &train, device, label, &err) != TY_OK) {
+            nn_cuda_exec_free(&dev);
+            goto fail;
+        }
+    }
+#endif
+    ty_status s = train_run(&tj, &final, &err);
+#if TRAINYARD_HAVE_CUDA
+    if (device >= 0)
+        nn_cuda_exec_free(&dev);
+#endif
+    if (s == TY_ECANCELLED) {
+        rc = WPROTO_EXIT_CANCELLED;
+        goto done;
+    }
+    if (s == TY_EPREEMPTED) {
+        rc = WPROTO_EXIT_PREEMPTED; /* on_preempt said so */
+        goto done;
+    }
+    if (s != TY_OK)
+        goto fail;
+    worker_emit(wproto_encode_done());
+    rc = 0;
+    goto done;
+fail:
+    rc = report_error(err.msg[0] ? err.msg : "training failed");
+done:
+    free(train_idx);
+    free(val_idx);
+    free(class_map);
+    ty_dataset_close(&train);
+    ty_dataset_close(&val);
+    return rc;
+}
+
+static void install_signals(void (*term)(int), void (*usr1)(int))
+{
+    struct sigaction sa = {0};
+    sa.sa_handler = term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = usr1;
+    sigaction(SIGUSR1, &sa, NULL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGUSR1);
+    pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+}
+
+static void emit_started(void)
+{
+    const cpu_kernels_info *k = cpu_kernels_get();
+    wproto_started st = {
+        .pid = (long)getpid(),
+        .cuda_visible_devices = getenv(WPROTO_ENV_CUDA_VISIBLE),
+        .trainyard_device = getenv(WPROTO_ENV_DEVICE),
+        .provider = k->provider,
+        .core = k->core,
+        .isa = k->isa,
+        .cpu_isa = k->cpu_isa,
+        /* 50 ms, measured beside whatever else runs on the machine then. */
+        .gemm_gflops = cpu_kernels_measure(0.05)};
+    worker_emit(wproto_encode_started(&st));
+}
+
+int worker_process(const worker_process_def *def, int argc, char **argv)
+{
+    const char *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], WPROTO_ARG_JOB_DIR) && i + 1 < argc)
+            dir = argv[++i];
+    }
+    if (!dir) {
+        fprintf(stderr,
+                "usage: trainyard %s --job-dir DIR\n"
+                "(started by `trainyard serve`; not meant to be run by "
+                "hand)\n",
+                def->who);
+        return WPROTO_EXIT_USAGE;
+    }
+    install_signals(def->on_term, def->on_usr1);
+    emit_started();
+
+    heartbeat hb;
+    if (heartbeat_start(&hb, def->who) != 0)
+        return worker_fail(def->who, "cannot start the heartbeat thread");
+
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", dir, def->file);
+    json_error_t jerr;
+    json_t *doc = json_load_file(path, 0, &jerr);
+    int rc;
+    if (!doc) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "cannot read %s: %s", path, jerr.text);
+        rc = worker_fail(def->who, msg);
+    } else {
+        rc = def->body(doc);
+        json_decref(doc);
+    }
+    heartbeat_stop(&hb);
+    return rc;
+}
+
+int worker_main(int argc, char **argv)
+{
+    /* Started by Slurm on a node without the job folder: the shim that
+     * fetches the job over HTTP and runs this command again as its child
+     * with --job-dir (node/wremote.h). */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], WREMOTE_ARG_SERVER))
+            return wremote_main(argc, argv);
+    /* SIGTERM and SIGINT cancel, SIGUSR1 preempts. */
+    static const worker_process_def def = {.who = WPROTO_COMMAND,
+                                           .file = WPROTO_JOB_FILE,
+                                           .on_term = on_term,
+                                           .on_usr1 = on_usr1,
+                                           .body = run};
+    return worker_process(&def, argc, argv);
+}

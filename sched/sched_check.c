@@ -1,0 +1,223 @@
+/*
+ * sched_check.c - sched_check: recounts the books from the jobs and slots
+ * and compares them with the counters the scheduler keeps, and checks how
+ * jobs of the two kinds stand to each other (the invariants listed in
+ * sched_internal.h). For tests; O(jobs + slots).
+ */
+#include <stdlib.h>
+
+#include "sched/sched_internal.h"
+
+/* ---- invariants ---- */
+
+#define CHECK(cond, ...)                                          \
+    do {                                                          \
+        if (!(cond))                                              \
+            return ty_fail(err, TY_EINTERNAL, NULL, __VA_ARGS__); \
+    } while (0)
+
+#define NCOUNT 6 /* per tenant: slices, share, jobs, queued, gpu, serving */
+
+/* The jobs in lanes `lanes` (n of them, of kind `serving`) of tenant t, all
+ * QUEUED, in their lane, sorted and counted right; *total gets how many. */
+static ty_status check_lanes(const sched *s, int t, const lane_rec *lanes,
+                             int n, int serving, int *total, ty_err *err)
+{
+    const tenant_rec *tn = &s->tenants[t];
+    *total = 0;
+    for (int l = 0; l < n; l++) {
+        int k = 0;
+        for (int j = lanes[l].head; j >= 0; j = s->jobs[j].lnext) {
+            const job_rec *J = &s->jobs[j];
+            CHECK(J->state == SCHED_JOB_QUEUED && J->lane == l &&
+                      J->tenant == t && J->serving == serving,
+                  "job %s in the wrong lane", J->id);
+            CHECK(J->lnext < 0 || !sched_job_before(&s->jobs[J->lnext], J),
+                  "lane %d of %s unsorted", l, tn->id);
+            k++;
+        }
+        CHECK(k == lanes[l].count, "lane %d of %s miscounted", l, tn->id);
+        *total += k;
+    }
+    return TY_OK;
+}
+
+/* Tenant t's counters against c (NCOUNT recounted from the jobs), its
+ * quotas, lanes and list; *listed gets the length of its list. */
+static ty_status check_tenant(const sched *s, int t, const int *c,
+                              size_t *listed, ty_err *err)
+{
+    const tenant_rec *n = &s->tenants[t];
+    CHECK(c[0] == n->slices && c[1] == n->slices_share && c[2] == n->jobs &&
+              c[3] == n->queued && c[4] == n->queued_gpu &&
+              c[5] == n->queued_srv,
+          "tenant %s's counters are wrong (slices %d/%d, share %d/%d, jobs "
+          "%d/%d, queued %d/%d, gpu %d/%d, serving %d/%d)",
+          n->id, n->slices, c[0], n->slices_share, c[1], n->jobs, c[2],
+          n->queued, c[3], n->queued_gpu, c[4], n->queued_srv, c[5]);
+    CHECK(n->max_slices < 0 || c[0] <= n->max_slices,
+          "tenant %s holds %d slices, quota %lld", n->id, c[0],
+          (long long)n->max_slices);
+    CHECK(n->max_jobs < 0 || c[2] <= n->max_jobs,
+          "tenant %s runs %d jobs, quota %lld", n->id, c[2],
+          (long long)n->max_jobs);
+    int lq = 0, sq = 0;
+    ty_status st = check_lanes(s, t, n->lanes, n->nlanes, 0, &lq, err);
+    if (st == TY_OK)
+        st = check_lanes(s, t, n->slanes, n->nslanes, 1, &sq, err);
+    if (st != TY_OK)
+        return st;
+    CHECK(lq == c[3], "tenant %s: %d jobs in lanes, %d queued", n->id, lq,
+          c[3]);
+    CHECK(sq == c[5], "tenant %s: %d jobs in serving lanes, %d queued", n->id,
+          sq, c[5]);
+    size_t tl = 0;
+    for (int j = n->thead; j >= 0; j = s->jobs[j].tnext) {
+        const job_rec *J = &s->jobs[j];
+        CHECK(J->state == SCHED_JOB_QUEUED || J->state == SCHED_JOB_PENDING,
+              "job %s in %s's queue is not queued", J->id, n->id);
+        CHECK(J->tnext < 0 || !sched_list_before(&s->jobs[J->tnext], J),
+              "queue of %s unsorted", n->id);
+        tl++;
+    }
+    *listed = tl;
+    return TY_OK;
+}
+
+/* Job j's slot agrees with its state and request; counts it into c. */
+static ty_status check_job(const sched *s, int j, int *c, int *cpu, ty_err *err)
+{
+    const job_rec *J = &s->jobs[j];
+    int cs = J->slot >= 0 ? s->slots[J->slot].compute_slices : 0;
+    if (J->state == SCHED_JOB_QUEUED) {
+        CHECK(J->slot == -1, "queued job %s has a slot", J->id);
+        if (J->serving) {
+            c[5]++;
+        } else {
+            c[3]++;
+            c[4] += J->mask != 0;
+        }
+        return TY_OK;
+    }
+    CHECK(!J->serving || J->state != SCHED_JOB_STOPPING,
+          "serving job %s is stopping: serving jobs are never preempted",
+          J->id);
+    if (J->state == SCHED_JOB_STOPPING && J->preempted_for >= 0) {
+        CHECK(!sched_bad_job(s, J->preempted_for) &&
+                  s->jobs[J->preempted_for].state == SCHED_JOB_PENDING &&
+                  s->jobs[J->preempted_for].slot == J->slot,
+              "job %s stops for a job not pending on its slot %d", J->id,
+              J->slot);
+    }
+    if (J->state == SCHED_JOB_PENDING && J->slot >= 0) {
+        int v = s->slots[J->slot].holder;
+        CHECK(v < 0 || (s->jobs[v].state == SCHED_JOB_STOPPING &&
+                        s->jobs[v].preempted_for == j),
+              "job %s pends on slot %d, held by job %s which is not stopping "
+              "for it",
+              J->id, J->slot, s->jobs[v].id);
+        CHECK(v < 0 || !J->serving || !s->jobs[v].serving,
+              "serving job %s pends on a slot freed by serving job %s", J->id,
+              s->jobs[v].id);
+    }
+    CHECK(J->slot >= 0 || (J->mask == 0 && J->state != SCHED_JOB_PENDING),
+          "GPU job %s has no slot", J->id);
+    CHECK(J->slot < 0 || (J->mask & (1ull << s->slots[J->slot].cls)),
+          "job %s is on slot %d which does not satisfy it", J->id, J->slot);
+    if (J->state == SCHED_JOB_RUNNING || J->state == SCHED_JOB_STOPPING) {
+        CHECK(J->slot < 0 || s->slots[J->slot].holder == j,
+              "job %s is not the holder of its slot %d", J->id, J->slot);
+        if (J->slot < 0 && !J->serving)
+            (*cpu)++;
+    }
+    c[0] += cs;
+    if (J->state != SCHED_JOB_STOPPING)
+        c[1] += cs;
+    c[2]++;
+    return TY_OK;
+}
+
+static ty_status check_slots(const sched *s, ty_err *err)
+{
+    uint64_t avail = 0;
+    for (int c = 0; c < s->nclasses; c++) {
+        int nfree = 0;
+        for (int i = 0; i < s->classes[c].nslots; i++) {
+            const slot_rec *sl = &s->slots[s->classes[c].slots[i]];
+            CHECK(sl->cls == c, "slot %d in the wrong class",
+                  s->classes[c].slots[i]);
+            if (sl->holder < 0 && sl->reserved_for < 0)
+                nfree++;
+        }
+        CHECK(nfree == s->classes[c].nfree, "class %d counts %d free, has %d",
+              c, s->classes[c].nfree, nfree);
+        if (nfree)
+            avail |= 1ull << c;
+    }
+    CHECK(avail == s->avail, "free-class mask out of date");
+    for (int i = 0; i < s->nslots; i++) {
+        const slot_rec *sl = &s->slots[i];
+        if (sl->holder >= 0) {
+            CHECK(!sched_bad_job(s, sl->holder), "slot %d held by a freed job",
+                  i);
+            const job_rec *J = &s->jobs[sl->holder];
+            CHECK(J->state == SCHED_JOB_RUNNING ||
+                      J->state == SCHED_JOB_STOPPING,
+                  "slot %d held by job %s which is not running", i, J->id);
+            CHECK(J->slot == i, "slot %d held by job %s which is on slot %d", i,
+                  J->id, J->slot);
+        }
+        if (sl->reserved_for >= 0) {
+            CHECK(!sched_bad_job(s, sl->reserved_for),
+                  "slot %d reserved for a freed job", i);
+            const job_rec *J = &s->jobs[sl->reserved_for];
+            CHECK(J->state == SCHED_JOB_PENDING && J->slot == i,
+                  "slot %d reserved for job %s which is not pending on it", i,
+                  J->id);
+        }
+    }
+    return TY_OK;
+}
+
+ty_status sched_check(const sched *s, ty_err *err)
+{
+    ty_status st = check_slots(s, err);
+    if (st != TY_OK)
+        return st;
+    int cpu = 0;
+    size_t queued = 0, live = 0;
+    int *cnt = calloc((size_t)s->ntenants * NCOUNT + 1, sizeof *cnt);
+    if (!cnt)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    for (int j = 0; j < s->job_cap && st == TY_OK; j++) {
+        if (!s->jobs[j].in_use)
+            continue;
+        live++;
+        st = check_job(s, j, &cnt[s->jobs[j].tenant * NCOUNT], &cpu, err);
+    }
+    int queued_srv = 0;
+    for (int t = 0; t < s->ntenants && st == TY_OK; t++) {
+        size_t listed = 0;
+        st = check_tenant(s, t, &cnt[t * NCOUNT], &listed, err);
+        queued += listed;
+        queued_srv += cnt[t * NCOUNT + 5];
+    }
+    free(cnt);
+    if (st != TY_OK)
+        return st;
+    CHECK(cpu == s->cpu_running, "CPU jobs counted %d, running %d",
+          s->cpu_running, cpu);
+    CHECK(s->cfg.max_cpu_jobs < 0 || cpu <= s->cfg.max_cpu_jobs,
+          "too many CPU jobs");
+    CHECK(queued == s->queued, "queue counted %zu, holds %zu", s->queued,
+          queued);
+    CHECK(queued_srv == s->queued_srv, "serving queue counted %d, holds %d",
+          s->queued_srv, queued_srv);
+    CHECK(live == s->live, "jobs counted %zu, hold %zu", s->live, live);
+    for (int c = 0; c < s->nclasses; c++)
+        CHECK(s->class_holder[c] < 0 || !sched_bad_job(s, s->class_holder[c]),
+              "class %d held for a freed job", c);
+    return TY_OK;
+}
+#undef NCOUNT
+#undef CHECK

@@ -1,0 +1,278 @@
+/*
+ * sched_internal.h - the books shared by the scheduler's files (sched_core.c,
+ * sched_books.c, sched_passes.c, sched_report.c, sched_check.c); not a
+ * public interface: everything outside sched/sched*.c uses sched/sched.h.
+ *
+ * Books the scheduler keeps, and the invariants sched_check verifies:
+ *   - slots: holder (a RUNNING or STOPPING job, or -1) and reserved_for (the
+ *     PENDING job a preemption gave the slot to, or -1). A slot is free for
+ *     anyone exactly when both are -1; classes count such slots (nfree) and
+ *     the bitmask `avail` has bit c set iff class c has one.
+ *   - classes: slots with the same (compute slices, memory, MIG, profile),
+ *     numbered in best-fit order, so a request's satisfying classes are a
+ *     bitmask and best-fit is the lowest set bit of (mask & avail & ...).
+ *   - lanes: a tenant's QUEUED jobs of one kind with the same class mask
+ *     (the same request, in effect), a doubly linked list sorted by
+ *     (priority desc, submit time, submission order); lane l has mask
+ *     masks[l], lane 0 holds CPU jobs (mask 0). Training jobs are in the
+ *     tenant's `lanes`, serving jobs in its `slanes` (same indices). Every
+ *     QUEUED or PENDING job is also in its tenant's list, in job order
+ *     (serving jobs first), which the report walks.
+ *   - tenant counters: slices (held by its RUNNING, STOPPING and PENDING
+ *     jobs: quota), slices_share (RUNNING and PENDING: fair share), jobs
+ *     (RUNNING, STOPPING, PENDING: quota), queued and queued_gpu (QUEUED
+ *     training jobs), queued_srv (QUEUED serving jobs; s->queued_srv sums
+ *     them). cpu_running counts RUNNING and STOPPING CPU training jobs.
+ *   - serving: no serving job is STOPPING; a PENDING job's slot is held by
+ *     nobody or by the STOPPING job preempted for it, a training job.
+ * Jobs live in a pool addressed by handle (index), with a free list and a
+ * hash from id to handle; links are handles, so the pool may move.
+ */
+#ifndef TY_SCHED_INTERNAL_H
+#define TY_SCHED_INTERNAL_H
+
+#include <stdint.h>
+
+#include "sched/sched.h"
+
+#define SCHED_EPS 1e-9
+
+typedef struct {
+    char profile[SCHED_PROFILE_MAX];
+    int gpu;
+    int is_mig;
+    int compute_slices;
+    uint64_t memory_bytes;
+    int cls;
+    int holder;       /* RUNNING/STOPPING job, or -1 */
+    int reserved_for; /* PENDING job, or -1 */
+} slot_rec;
+
+typedef struct {
+    char profile[SCHED_PROFILE_MAX];
+    int is_mig;
+    int compute_slices;
+    uint64_t memory_bytes;
+    int *slots; /* slot indices, ascending */
+    int nslots;
+    int nfree; /* free and unreserved */
+    int first_slot;
+} class_rec;
+
+typedef struct {
+    int in_use;
+    int serving; /* 1: a serving replica (here, in padding) */
+    char id[TY_ID_MAX];
+    int tenant;
+    int priority;
+    double submit_time;
+    uint64_t seq;
+    sched_request req;
+    int lane;
+    uint64_t mask;  /* satisfying classes; 0 for CPU jobs */
+    int min_slices; /* slices of the smallest satisfying class */
+    sched_job_state state;
+    int slot;
+    double start_time;
+    double head_since;
+    int preempted_for;
+    int lprev, lnext; /* lane links (QUEUED) */
+    int tprev, tnext; /* tenant list links (QUEUED, PENDING) */
+    int hnext;        /* id hash chain; free-list link when unused */
+} job_rec;
+
+typedef struct {
+    int head, tail, count;
+} lane_rec;
+
+typedef struct {
+    char id[TY_ID_MAX];
+    double weight;
+    int64_t max_slices, max_jobs;
+    int slices, slices_share, jobs;
+    int queued, queued_gpu; /* training */
+    int queued_srv;         /* serving */
+    lane_rec *lanes;        /* training, by mask index */
+    int nlanes;
+    lane_rec *slanes; /* serving, by mask index; NULL until one is queued */
+    int nslanes;
+    int thead, ttail;
+    int head_job;
+    double share;  /* from the last pass (or report) */
+    double recent; /* slices held, averaged over fair_window */
+    /* scratch of a pass or a report */
+    double key1, key2;
+    uint64_t tie;
+    int cursor;
+    size_t tpos;
+    int sim_slices, sim_jobs;
+} tenant_rec;
+
+struct sched {
+    sched_config cfg;
+    slot_rec *slots;
+    int nslots;
+    class_rec classes[SCHED_MAX_CLASSES];
+    int nclasses;
+    uint64_t avail;
+    int total_slices;
+    int max_class_slices;
+    uint64_t *fit_upto; /* [r]: classes with compute slices <= r */
+
+    uint64_t *masks; /* lane masks; masks[0] = 0 (CPU) */
+    int nmasks, mask_cap;
+
+    tenant_rec *tenants;
+    int ntenants, tenant_cap;
+
+    job_rec *jobs;
+    int job_cap, free_head;
+    size_t live;
+    int *buckets;
+    size_t nbuckets;
+    uint64_t next_seq;
+    size_t queued;   /* QUEUED + PENDING, both kinds */
+    int queued_srv;  /* QUEUED serving jobs */
+    int cpu_running; /* CPU training jobs */
+    double last_now; /* the last pass's time; NAN before the first */
+    double now;      /* the current pass's time */
+
+    /* pass results and scratch, sized as jobs and tenants are added */
+    sched_placement *placements;
+    size_t nplacements;
+    sched_preemption *preemptions; /* n_slots: one victim per slot */
+    size_t npreemptions;
+    int *heap;
+    int nheap;
+    int *order;
+    int *victims;
+    uint64_t held;
+    int class_holder[SCHED_MAX_CLASSES];
+    /* step 1's victims: per class, the best RUNNING training job to stop
+     * for a serving job (-1 none); victim_avail has bit c iff one */
+    int class_victim[SCHED_MAX_CLASSES];
+    uint64_t victim_avail;
+};
+
+/* ---- small helpers (inline: they sit in every pass's inner loops) ---- */
+
+static inline int sched_ctz64(uint64_t m) { return __builtin_ctzll(m); }
+
+static inline int sched_bad_job(const sched *s, int j)
+{
+    return j < 0 || j >= s->job_cap || !s->jobs[j].in_use;
+}
+
+/* a runs before b within a lane, or among one tenant's jobs of one kind */
+static inline int sched_job_before(const job_rec *a, const job_rec *b)
+{
+    if (a->priority != b->priority)
+        return a->priority > b->priority;
+    if (a->submit_time != b->submit_time)
+        return a->submit_time < b->submit_time;
+    return a->seq < b->seq;
+}
+
+/* a comes before b in its tenant's list: serving jobs first, then as
+ * sched_job_before (a lane holds one kind, so lanes need only that) */
+static inline int sched_list_before(const job_rec *a, const job_rec *b)
+{
+    if (a->serving != b->serving)
+        return a->serving;
+    return sched_job_before(a, b);
+}
+
+/* Classes whose slices fit tenant t's remaining slice quota. */
+static inline uint64_t sched_fit_mask(const sched *s, const tenant_rec *t)
+{
+    if (t->max_slices < 0)
+        return s->fit_upto[s->max_class_slices];
+    int64_t left = t->max_slices - t->slices;
+    if (left <= 0)
+        return 0;
+    if (left >= s->max_class_slices)
+        return s->fit_upto[s->max_class_slices];
+    return s->fit_upto[left];
+}
+
+static inline int sched_jobs_quota_full(const tenant_rec *t)
+{
+    return t->max_jobs >= 0 && t->jobs >= t->max_jobs;
+}
+
+/* The lowest free slot (neither held nor reserved) of class c, or -1. */
+static inline int sched_class_first_free(const sched *s, int c)
+{
+    const class_rec *k = &s->classes[c];
+    for (int i = 0; i < k->nslots; i++) {
+        const slot_rec *sl = &s->slots[k->slots[i]];
+        if (sl->holder < 0 && sl->reserved_for < 0)
+            return k->slots[i];
+    }
+    return -1;
+}
+
+/* The tenant's best QUEUED training job (GPU jobs only when gpu_only), or
+ * -1. */
+static inline int sched_tenant_best(const sched *s, const tenant_rec *t,
+                                    int gpu_only)
+{
+    int best = -1;
+    for (int l = gpu_only ? 1 : 0; l < t->nlanes; l++) {
+        int h = t->lanes[l].head;
+        if (h >= 0 &&
+            (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])))
+            best = h;
+    }
+    return best;
+}
+
+/* Whether tenant n has GPU jobs queued, room for one more slice within its
+ * share, and room under its job quota: the tenants preemption works for,
+ * and the ones whose wait makes the report say "fair share" (one test, so
+ * the two always agree). */
+static inline int sched_may_claim_share(const tenant_rec *n)
+{
+    if (n->queued_gpu == 0 || n->slices_share + 1 > n->share + SCHED_EPS)
+        return 0;
+    return !sched_jobs_quota_full(n);
+}
+
+/* ---- sched_books.c ---- */
+
+void sched_class_count(sched *s, int c, int delta);
+/* Job j (QUEUED) leaves its lane and the queued counters; it stays in its
+ * tenant's list (sched_dequeue takes it out of both). */
+void sched_lane_leave(sched *s, int j);
+void sched_enqueue(sched *s, int j);
+/* Clears reservations (backfill holds) naming job j. */
+void sched_drop_holds(sched *s, int j);
+/* Fills each tenant's share of slices: weighted among tenants with GPU work
+ * (queued GPU jobs, or slices held for running or pending jobs). */
+void sched_compute_shares(sched *s);
+/* Takes job j (QUEUED or PENDING) out of the queue. */
+void sched_dequeue(sched *s, int j);
+/* Job j leaves the slot or CPU it holds (RUNNING, STOPPING) or waits for
+ * (PENDING); the tenant's counters follow. */
+void sched_release(sched *s, int j);
+/* Job j (QUEUED or PENDING) runs on slot (-1: CPU) from `now` on. */
+void sched_run_on(sched *s, int j, int slot, double now);
+
+/* ---- sched_core.c ---- */
+
+void sched_request_text(const sched_request *r, char *buf, size_t n);
+
+/* ---- sched_passes.c: the tenant heap, shared with the report ---- */
+
+/* Heap of tenants by (key1, key2, tie), smallest first. */
+int sched_tenant_less(const sched *s, int a, int b);
+void sched_heap_push(sched *s, int t);
+int sched_heap_pop(sched *s);
+/* Sets tenant t's fair-share keys as if it held `slices` and `jobs` with
+ * `head` as its next job (see sched_passes.c). */
+void sched_tenant_key(sched *s, int t, int slices, int jobs, int head);
+/* Sets tenant t's keys to serving job j's place in step 1's order
+ * (priority desc, submit time, submission order). */
+void sched_serving_key(sched *s, int t, int j);
+
+#endif

@@ -1,0 +1,330 @@
+/*
+ * sched_report.c - why each queued job waits and where it stands:
+ * sched_queue_report, sched_wait_reason_name, sched_wait_describe and
+ * sched_wait_summary. Reads
+ * the books as the last pass left them (recomputing only the shares) and
+ * replays step 1's order on the serving jobs, then the fair-share order on
+ * the tenants' training queues; changes no job.
+ */
+#include <stdio.h>
+
+#include "sched/sched_internal.h"
+
+/* ---- reasons and positions ---- */
+
+/* Whether tenant n is below its share with a GPU job its quotas let run. */
+static int tenant_wants_share(const sched *s, const tenant_rec *n)
+{
+    if (!sched_may_claim_share(n))
+        return 0;
+    int h = sched_tenant_best(s, n, 1);
+    return h >= 0 && (s->jobs[h].mask & sched_fit_mask(s, n));
+}
+
+/* The first QUEUED job of kind `serving` from k on along its tenant's list,
+ * or -1; *tpos counts the jobs passed over (pending ones, and the serving
+ * jobs ahead of the training ones, hold their place in the list). Serving
+ * jobs come first in the list, so a serving walk stops at the first
+ * training job. */
+static int next_queued(const sched *s, int k, int serving, size_t *tpos)
+{
+    for (; k >= 0; k = s->jobs[k].tnext, (*tpos)++) {
+        const job_rec *J = &s->jobs[k];
+        if (serving && !J->serving)
+            return -1;
+        if (J->state == SCHED_JOB_QUEUED && J->serving == serving)
+            return k;
+    }
+    return -1;
+}
+
+/* Why QUEUED serving job J waits (its tenant below max_running_jobs): step
+ * 1 places it before any training job, so only its slice quota and the
+ * slots' state count, never fair share or a reservation. */
+static void serving_reason(const sched *s, const job_rec *J,
+                           const tenant_rec *t, sched_wait *w)
+{
+    if (!J->mask) {
+        w->reason = SCHED_WAIT_SCHEDULING;
+        return;
+    }
+    uint64_t fit = J->mask & sched_fit_mask(s, t);
+    if (!fit) {
+        w->reason = SCHED_WAIT_QUOTA;
+        w->quota = SCHED_QUOTA_GPU_SLICES;
+        return;
+    }
+    w->reason = fit & s->avail ? SCHED_WAIT_SCHEDULING : SCHED_WAIT_NO_SLICE;
+}
+
+static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
+{
+    const job_rec *J = &s->jobs[j];
+    const tenant_rec *t = &s->tenants[J->tenant];
+    w->job = j;
+    w->quota = SCHED_QUOTA_NONE;
+    w->other_job = -1;
+    if (J->state == SCHED_JOB_PENDING) {
+        w->reason = SCHED_WAIT_PREEMPTING;
+        w->other_job = s->slots[J->slot].holder;
+        return;
+    }
+    if (sched_jobs_quota_full(t)) {
+        w->reason = SCHED_WAIT_QUOTA;
+        w->quota = SCHED_QUOTA_RUNNING_JOBS;
+        return;
+    }
+    if (J->serving) {
+        serving_reason(s, J, t, w);
+        return;
+    }
+    if (!J->mask) {
+        int full =
+            s->cfg.max_cpu_jobs >= 0 && s->cpu_running >= s->cfg.max_cpu_jobs;
+        w->reason = full ? SCHED_WAIT_NO_SLICE : SCHED_WAIT_SCHEDULING;
+        return;
+    }
+    uint64_t fit = J->mask & sched_fit_mask(s, t);
+    if (!fit) {
+        w->reason = SCHED_WAIT_QUOTA;
+        w->quota = SCHED_QUOTA_GPU_SLICES;
+        return;
+    }
+    uint64_t free_fit = fit & s->avail;
+    if (free_fit & ~s->held) {
+        w->reason = SCHED_WAIT_SCHEDULING;
+        return;
+    }
+    if (free_fit) {
+        int h = s->class_holder[sched_ctz64(free_fit)];
+        if (h >= 0 && h != j) {
+            w->reason = SCHED_WAIT_RESERVED;
+            w->other_job = h;
+        } else {
+            w->reason = SCHED_WAIT_SCHEDULING;
+        }
+        return;
+    }
+    int t_below = tenant_wants_share(s, t);
+    int over = t->slices_share + J->min_slices > t->share + SCHED_EPS;
+    w->reason = over && nbelow - t_below > 0 ? SCHED_WAIT_FAIR_SHARE
+                                             : SCHED_WAIT_NO_SLICE;
+}
+
+size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
+{
+    size_t pos = 0;
+    sched_compute_shares(s);
+    int nbelow = 0;
+    for (int t = 0; t < s->ntenants; t++) {
+        if (tenant_wants_share(s, &s->tenants[t]))
+            nbelow++;
+    }
+    /* pending jobs first: they start as soon as their slot is left */
+    for (int i = 0; i < s->nslots && pos < cap; i++) {
+        int j = s->slots[i].reserved_for;
+        if (j < 0)
+            continue;
+        sched_wait *w = &out[pos];
+        job_reason(s, j, nbelow, w);
+        w->position = ++pos;
+        size_t tp = 1;
+        for (int k = s->tenants[s->jobs[j].tenant].thead; k >= 0 && k != j;
+             k = s->jobs[k].tnext)
+            tp++;
+        w->tenant_position = tp;
+    }
+    /* then the serving jobs, best first across tenants (step 1) */
+    s->nheap = 0;
+    for (int t = 0; t < s->ntenants; t++) {
+        tenant_rec *n = &s->tenants[t];
+        n->sim_slices = n->slices_share;
+        n->sim_jobs = n->jobs;
+        n->tpos = 1;
+        n->cursor = n->queued_srv ? next_queued(s, n->thead, 1, &n->tpos) : -1;
+        if (n->cursor < 0)
+            continue;
+        sched_serving_key(s, t, n->cursor);
+        sched_heap_push(s, t);
+    }
+    while (s->nheap > 0 && pos < cap) {
+        int t = sched_heap_pop(s);
+        tenant_rec *n = &s->tenants[t];
+        int j = n->cursor;
+        sched_wait *w = &out[pos];
+        job_reason(s, j, nbelow, w);
+        w->position = ++pos;
+        w->tenant_position = n->tpos++;
+        n->sim_slices += s->jobs[j].min_slices;
+        n->sim_jobs++;
+        n->cursor = next_queued(s, s->jobs[j].tnext, 1, &n->tpos);
+        if (n->cursor >= 0) {
+            sched_serving_key(s, t, n->cursor);
+            sched_heap_push(s, t);
+        }
+    }
+    /* then the tenants' training queues interleaved by simulated fair
+     * share, from where their serving jobs left them */
+    s->nheap = 0;
+    for (int t = 0; t < s->ntenants; t++) {
+        tenant_rec *n = &s->tenants[t];
+        n->tpos = 1;
+        n->cursor = n->queued ? next_queued(s, n->thead, 0, &n->tpos) : -1;
+        if (n->cursor < 0)
+            continue;
+        sched_tenant_key(s, t, n->sim_slices, n->sim_jobs, n->cursor);
+        sched_heap_push(s, t);
+    }
+    while (s->nheap > 0 && pos < cap) {
+        int t = sched_heap_pop(s);
+        tenant_rec *n = &s->tenants[t];
+        int j = n->cursor;
+        sched_wait *w = &out[pos];
+        job_reason(s, j, nbelow, w);
+        w->position = ++pos;
+        w->tenant_position = n->tpos++;
+        n->sim_slices += s->jobs[j].min_slices;
+        n->sim_jobs++;
+        int k = next_queued(s, s->jobs[j].tnext, 0, &n->tpos);
+        n->cursor = k;
+        if (k >= 0) {
+            sched_tenant_key(s, t, n->sim_slices, n->sim_jobs, k);
+            sched_heap_push(s, t);
+        }
+    }
+    return pos;
+}
+
+const char *sched_wait_reason_name(sched_wait_reason r)
+{
+    switch (r) {
+        case SCHED_WAIT_SCHEDULING: return "scheduling";
+        case SCHED_WAIT_QUOTA: return "quota";
+        case SCHED_WAIT_NO_SLICE: return "no free slice of that size";
+        case SCHED_WAIT_FAIR_SHARE: return "fair share";
+        case SCHED_WAIT_RESERVED: return "reserved for job";
+        case SCHED_WAIT_PREEMPTING: return "preempting";
+    }
+    return "unknown";
+}
+
+void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
+                         size_t n)
+{
+    if (sched_bad_job(s, w->job)) {
+        snprintf(buf, n, "unknown job");
+        return;
+    }
+    const job_rec *J = &s->jobs[w->job];
+    const tenant_rec *t = &s->tenants[J->tenant];
+    char want[96];
+    sched_request_text(&J->req, want, sizeof want);
+    const char *other =
+        !sched_bad_job(s, w->other_job) ? s->jobs[w->other_job].id : "?";
+    switch (w->reason) {
+        case SCHED_WAIT_SCHEDULING:
+            snprintf(buf, n, "scheduling: %s is free; the next pass starts it",
+                     want);
+            break;
+        case SCHED_WAIT_QUOTA:
+            if (w->quota == SCHED_QUOTA_RUNNING_JOBS)
+                snprintf(buf, n,
+                         "quota: max_running_jobs %lld reached (%d running)",
+                         (long long)t->max_jobs, t->jobs);
+            else
+                snprintf(buf, n,
+                         "quota: max_gpu_slices %lld reached (%d in use, "
+                         "%s needs %d more)",
+                         (long long)t->max_slices, t->slices, want,
+                         J->min_slices);
+            break;
+        case SCHED_WAIT_NO_SLICE:
+            if (J->mask && J->serving && s->cfg.serving_preempt)
+                snprintf(buf, n,
+                         "no free slice of that size (needs %s; no training "
+                         "job holds one it may preempt)",
+                         want);
+            else if (J->mask)
+                snprintf(buf, n, "no free slice of that size (needs %s)", want);
+            else
+                snprintf(buf, n,
+                         "no free slice of that size (all %d CPU job slots "
+                         "are busy)",
+                         s->cfg.max_cpu_jobs);
+            break;
+        case SCHED_WAIT_FAIR_SHARE:
+            snprintf(buf, n,
+                     "fair share: the tenant holds %d compute slices, its "
+                     "share is %.2f; tenants below their share go first",
+                     t->slices_share, t->share);
+            break;
+        case SCHED_WAIT_RESERVED:
+            snprintf(buf, n,
+                     "reserved for job %s: the free slots that fit are held "
+                     "for it",
+                     other);
+            break;
+        case SCHED_WAIT_PREEMPTING:
+            snprintf(buf, n,
+                     "preempting: job %s is checkpointing to free slot %d "
+                     "for it",
+                     other, J->slot);
+            break;
+    }
+}
+
+void sched_wait_summary(const sched *s, const sched_wait *w, char *buf,
+                        size_t n)
+{
+    if (sched_bad_job(s, w->job)) {
+        snprintf(buf, n, "Waiting for the scheduler");
+        return;
+    }
+    const job_rec *J = &s->jobs[w->job];
+    const tenant_rec *t = &s->tenants[J->tenant];
+    char want[96];
+    sched_request_text(&J->req, want, sizeof want);
+    switch (w->reason) {
+        case SCHED_WAIT_SCHEDULING:
+            snprintf(buf, n, "Starting now");
+            return;
+        case SCHED_WAIT_QUOTA:
+            if (w->quota == SCHED_QUOTA_RUNNING_JOBS)
+                snprintf(buf, n,
+                         "Your tenant may run %lld job%s at once and %d %s "
+                         "running",
+                         (long long)t->max_jobs, t->max_jobs == 1 ? "" : "s",
+                         t->jobs, t->jobs == 1 ? "is" : "are");
+            else
+                snprintf(buf, n,
+                         "Your tenant may hold %lld GPU slices and holds %d; "
+                         "this job needs %d more",
+                         (long long)t->max_slices, t->slices, J->min_slices);
+            return;
+        case SCHED_WAIT_NO_SLICE:
+            if (J->mask)
+                snprintf(buf, n, "No %s is free; the job starts when one is",
+                         want);
+            else
+                snprintf(buf, n,
+                         "All %d CPU job slots are busy; the job starts when "
+                         "one frees",
+                         s->cfg.max_cpu_jobs);
+            return;
+        case SCHED_WAIT_FAIR_SHARE:
+            snprintf(buf, n,
+                     "Tenants below their fair share of the GPUs go first");
+            return;
+        case SCHED_WAIT_RESERVED:
+            snprintf(buf, n,
+                     "The free slices are held for an older job that needs "
+                     "more of them");
+            return;
+        case SCHED_WAIT_PREEMPTING:
+            snprintf(buf, n,
+                     "A lower-priority job is saving a checkpoint to make "
+                     "room");
+            return;
+    }
+    snprintf(buf, n, "Waiting for the scheduler");
+}
