@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """layers.py on a made-up tree: it must name the upward include, the
-sideways one, the circle and the folder missing from the table, each with
+sideways one, the circle and the folders missing from the table (a
+top-level one and a sub-folder of a listed one), each with
 its file and line, and pass the same tree once they are fixed."""
 import os
 import subprocess
@@ -49,11 +50,13 @@ def main():
         write(root, 'common/c.h', '#include "common/d.h"\n')
         write(root, 'common/d.h', '#include "common/c.h"\n')
         write(root, 'stray/s.c', '#include "common/a.h"\n')
+        write(root, 'top/sub/n.h', '#include "common/a.h"\n')
         rc, out = run(root)
         want = ['common/b.c:3: includes "top/t.h"',
                 'left/l.c:2: includes "right/r.h"',
                 'include circle among common/c.h, common/d.h',
-                'stray/s.c:1: its folder is not in the layer table']
+                'stray/s.c:1: its folder is not in the layer table',
+                'top/sub/n.h:1: its folder is not in the layer table']
         missing = [w for w in want if w not in out.replace('common/c, common/d', 'common/c.h, common/d.h')]
         if rc != 1 or missing:
             print(f'selftest: rc {rc}, missing {missing}; output:\n{out}')
@@ -62,6 +65,7 @@ def main():
         write(root, 'left/l.c', '#include "common/a.h"\n')
         write(root, 'common/d.h', '\n')
         os.remove(os.path.join(root, 'stray/s.c'))
+        os.remove(os.path.join(root, 'top/sub/n.h'))
         rc, out = run(root)
         if rc != 0:
             print(f'selftest: the fixed tree fails (rc {rc}):\n{out}')
