@@ -1,8 +1,13 @@
 #!/usr/bin/env python3
-"""layers.py on a made-up tree: it must name the upward include, the
-sideways one, the circle and the folders missing from the table (a
-top-level one and a sub-folder of a listed one), each with
-its file and line, and pass the same tree once they are fixed."""
+"""The arch checks on made-up trees, so none can pass by failing to look.
+
+layers.py must name the upward include, the sideways one, the circle and
+the folders missing from the table (top-level and nested), each with its
+file and line, and pass the same tree once they are fixed. calls.py (on
+objects compiled here) must find a call circle between two files, and one
+between two files sharing an undeclared x_internal.h; pass that tree once
+the module is declared split for size; and fail a stale or malformed
+declaration."""
 import os
 import subprocess
 import sys
@@ -70,11 +75,14 @@ def main():
         if rc != 0:
             print(f'selftest: the fixed tree fails (rc {rc}):\n{out}')
             return 1
-    rc = calls_selftest()
-    if rc:
-        return rc
-    print('selftest: layers.py names each kind of problem and passes a clean '
-          'tree; calls.py finds a call circle and passes without it')
+    print('selftest: layers.py names each kind of problem (the unlisted '
+          'folders top-level and nested) and passes a clean tree')
+    failed = calls_selftest()
+    for f in failed:
+        print(f)
+    if failed:
+        print(f'selftest: {len(failed)} case(s) failed')
+        return 1
     return 0
 
 
@@ -86,9 +94,32 @@ def compile_objects(root, build, files):
                         obj], check=True)
 
 
+def split_doc(*bullets):
+    """An ARCHITECTURE.md whose "Modules split for size" section has these
+    bullets (each followed by an indented continuation line, as people
+    write them), with a heading after it that ends the section."""
+    body = ''.join(f'{b}\n  its reason, on a second line.\n' for b in bullets)
+    return (f'# x\n\n## Layers\n\nThe table.\n\n### Modules split for size\n\n'
+            f'{body}\n## Checks\n\n* `tests/arch/calls.py`: not a declaration.\n')
+
+
+def calls(root, build):
+    p = subprocess.run([sys.executable, os.path.join(HERE, 'calls.py'),
+                        build, root], capture_output=True, text=True)
+    return p.returncode, p.stdout + p.stderr
+
+
+def case(failed, name, ok, rc, out):
+    print(f'selftest: {"ok  " if ok else "FAIL"} {name}')
+    if not ok:
+        failed.append(f'selftest: {name}: rc {rc}, output:\n{out}')
+
+
 def calls_selftest():
-    """Two files calling each other are a circle; two halves of one module
-    (x_a.c and x_b.c sharing the private x_internal.h) are not."""
+    """Two files calling each other are a circle; so are two files sharing
+    the private x_internal.h, unless ARCHITECTURE.md declares x split for
+    size; a stale or malformed declaration fails."""
+    failed = []
     with tempfile.TemporaryDirectory() as root:
         build = os.path.join(root, 'build')
         write(root, 'x/a.c', 'int b(void);\nint a(void) { return b(); }\n')
@@ -98,21 +129,61 @@ def calls_selftest():
               'int p_one(void) { return p_two(); }\n')
         write(root, 'y/p_two.c', '#include "y/p_internal.h"\n'
               'int p_two(void) { return p_one(); }\n')
-        compile_objects(root, build, ['x/a.c', 'x/b.c', 'y/p_one.c', 'y/p_two.c'])
-        p = subprocess.run([sys.executable, os.path.join(HERE, 'calls.py'),
-                            build, root], capture_output=True, text=True)
-        if p.returncode != 1 or 'call circle among x/a, x/b' not in p.stdout \
-                or 'y/' in p.stdout:
-            print(f'selftest: calls.py rc {p.returncode}:\n{p.stdout}{p.stderr}')
-            return 1
+        write(root, 'z/q_internal.h', 'int q_one(void);\n')
+        write(root, 'z/q_one.c', 'int q_one(void) { return 1; }\n')
+        compile_objects(root, build, ['x/a.c', 'x/b.c', 'y/p_one.c',
+                                      'y/p_two.c', 'z/q_one.c'])
+
+        write(root, 'ARCHITECTURE.md', split_doc())
+        rc, out = calls(root, build)
+        case(failed, 'calls: a circle between two files is reported, one '
+             'symbol per edge', rc == 1 and 'call circle among x/a, x/b: '
+             'x/a -> x/b (b); x/b -> x/a (a)' in out, rc, out)
+        case(failed, 'calls: a circle between two files sharing an undeclared '
+             'y/p_internal.h is reported', rc == 1 and
+             'call circle among y/p_one, y/p_two' in out, rc, out)
+
+        write(root, 'ARCHITECTURE.md', split_doc('* `y/p` (p_one.c, p_two.c)'))
+        rc, out = calls(root, build)
+        case(failed, 'calls: the same tree with y/p declared split for size '
+             'reports only the x circle', rc == 1 and 'circle among x/a, x/b'
+             in out and 'circle among y/' not in out and
+             'y/p' not in out, rc, out)
+
         write(root, 'x/b.c', 'int b(void) { return 1; }\n')
         compile_objects(root, build, ['x/b.c'])
-        p = subprocess.run([sys.executable, os.path.join(HERE, 'calls.py'),
-                            build, root], capture_output=True, text=True)
-        if p.returncode != 0:
-            print(f'selftest: calls.py fails a clean tree:\n{p.stdout}{p.stderr}')
-            return 1
-    return 0
+        rc, out = calls(root, build)
+        case(failed, 'calls: the tree without the x circle, y/p declared, '
+             'passes', rc == 0 and 'split for size: y/p (p_one.c, p_two.c)'
+             in out, rc, out)
+
+        for name, doc, want in [
+                ('a declared module with no x_internal.h',
+                 split_doc('* `y/p`', '- `y/gone` (gone_a.c)'),
+                 'y/gone is declared split for size, but there is no '
+                 'y/gone_internal.h: stale declaration'),
+                ('a declared module whose x_internal.h no x_<part> file '
+                 'includes', split_doc('* `y/p`', '* `z/q`'),
+                 'no z/q_<part>.c includes z/q_internal.h: stale declaration'),
+                ('a bullet not starting with the module in backticks',
+                 split_doc('* `y/p`', '* y/p.c is split'),
+                 'must start with the module in backticks'),
+                ('a module declared twice', split_doc('* `y/p`', '* `y/p`'),
+                 'y/p is declared split for size twice')]:
+            write(root, 'ARCHITECTURE.md', doc)
+            rc, out = calls(root, build)
+            case(failed, f'calls: {name} fails', rc == 1 and want in out,
+                 rc, out)
+
+        write(root, 'z/q_one.c', '#include "y/p_internal.h"\n'
+              'int q_one(void) { return p_one(); }\n')
+        compile_objects(root, build, ['z/q_one.c'])
+        write(root, 'ARCHITECTURE.md', split_doc('* `y/p`'))
+        rc, out = calls(root, build)
+        case(failed, 'calls: a declared module whose x_internal.h is included '
+             'from another folder fails', rc == 1 and 'y/p_internal.h is '
+             'included from outside its folder (z/q_one.c)' in out, rc, out)
+    return failed
 
 
 if __name__ == '__main__':
