@@ -7,7 +7,9 @@ file and line, and pass the same tree once they are fixed. calls.py (on
 objects compiled here) must find a call circle between two files, and one
 between two files sharing an undeclared x_internal.h; pass that tree once
 the module is declared split for size; and fail a stale or malformed
-declaration."""
+declaration. sizes.py must fail a 1,001-line file, pass a 1,000-line one,
+and fail an allowed file without its reason or an allowed file that is
+short again."""
 import os
 import subprocess
 import sys
@@ -77,7 +79,7 @@ def main():
             return 1
     print('selftest: layers.py names each kind of problem (the unlisted '
           'folders top-level and nested) and passes a clean tree')
-    failed = calls_selftest()
+    failed = calls_selftest() + sizes_selftest()
     for f in failed:
         print(f)
     if failed:
@@ -183,6 +185,70 @@ def calls_selftest():
         case(failed, 'calls: a declared module whose x_internal.h is included '
              'from another folder fails', rc == 1 and 'y/p_internal.h is '
              'included from outside its folder (z/q_one.c)' in out, rc, out)
+    return failed
+
+
+def numbered(n, head=''):
+    return head + ''.join(f'int v{i};\n' for i in range(n - head.count('\n')))
+
+
+def sizes_selftest():
+    """1,001 lines fail, 1,000 pass; an allowed file needs its reason in
+    its head comment and must still be long."""
+    sys.path.insert(0, HERE)
+    import sizes
+    failed = []
+
+    def script(root):
+        p = subprocess.run([sys.executable, os.path.join(HERE, 'sizes.py'),
+                            root], capture_output=True, text=True)
+        return p.returncode, p.stdout + p.stderr
+
+    def checked(root, allowed):
+        problems, _ = sizes.check(root, allowed)
+        return (1 if problems else 0), '\n'.join(problems)
+
+    with tempfile.TemporaryDirectory() as root:
+        write(root, 'ARCHITECTURE.md', TABLE)
+        write(root, 'common/small.h', numbered(10))
+        write(root, 'top/edge.c', numbered(1000))
+        write(root, 'left/big.cu', numbered(1001))
+        write(root, 'tests/huge.c', numbered(3000))
+        write(root, 'bench/huge.c', numbered(3000))
+        write(root, 'build/huge.c', numbered(3000))
+        rc, out = script(root)
+        case(failed, 'sizes: a 1,001-line file fails (named with its count), '
+             'a 1,000-line one and tests/, bench/, build/ do not',
+             rc == 1 and 'left/big.cu:1001: 1,001 lines' in out and
+             'edge.c' not in out and 'huge' not in out, rc, out)
+
+        write(root, 'left/big.cu', numbered(1000))
+        rc, out = script(root)
+        case(failed, 'sizes: the tree at 1,000 lines passes and names the '
+             'largest files', rc == 0 and 'the largest: left/big.cu 1,000, '
+             'top/edge.c 1,000, common/small.h 10' in out, rc, out)
+
+        write(root, 'left/big.cu', numbered(1200, '/* big.cu: kernels.\n *\n'
+                                            ' */\n'))
+        rc, out = checked(root, {'left/big.cu'})
+        case(failed, 'sizes: an allowed file without its reason fails',
+             rc == 1 and 'left/big.cu:1: 1,200 lines and allowed, but no line'
+             in out, rc, out)
+
+        write(root, 'left/big.cu', numbered(1200, '/* big.cu: kernels.\n *\n'
+                                            ' * It is longer than 1,000 lines '
+                                            'because the kernels share one\n'
+                                            ' * launch table.\n */\n'))
+        rc, out = checked(root, {'left/big.cu'})
+        case(failed, 'sizes: an allowed file with its reason passes',
+             rc == 0, rc, out)
+
+        rc, out = checked(root, {'left/big.cu', 'top/edge.c', 'top/gone.c'})
+        case(failed, 'sizes: an allowed file no longer over the limit, or '
+             'gone, is a stale entry', rc == 1 and
+             'top/edge.c:1: allowed over 1,000 lines in tests/arch/sizes.py '
+             'but has 1,000: stale entry' in out and
+             'top/gone.c:1: allowed' in out and 'big.cu' not in out, rc, out)
     return failed
 
 
