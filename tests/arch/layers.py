@@ -7,8 +7,9 @@ The table is read from ARCHITECTURE.md (the rows of its "Layers" table whose
 first cell is a level number), so the rule lives in one place. A folder may
 include its own files, any folder on a lower level, and nothing else; a
 sub-folder listed on its own row (models/cpu) is a folder of its own. A
-file in a folder that the table does not list is an error too, so a new
-folder has to take a place in the table.
+file in a folder that the table does not list is an error too, top-level
+(sched/) or nested (jobs/node/: a sub-folder is never counted as part of
+the folder above it), so a new folder has to take a place in the table.
 
 Usage: layers.py [repository root]   (exit 0: clean; 1: violations, listed
 as file:line: message, one per line)
@@ -48,13 +49,12 @@ def read_table(root):
 
 
 def folder_of(path, levels):
-    """The longest table folder that holds path (models/cpu before models)."""
+    """The table folder of path: the folder it is in, exactly. A sub-folder
+    is not part of the folder above it (models/cpu/ has a row of its own;
+    an unlisted jobs/node/ is not jobs/), so every folder that holds product
+    code needs its own row."""
     d = os.path.dirname(path)
-    while d:
-        if d in levels:
-            return d
-        d = os.path.dirname(d)
-    return None
+    return d if d in levels else None
 
 
 # Top-level folders that are not product code (and build folders: any name
@@ -80,7 +80,8 @@ def check(root):
     for rel in product_files(root, levels):
         src = folder_of(rel, levels)
         if src is None:
-            problems.append(f'{rel}:1: its folder is not in the layer table of ARCHITECTURE.md')
+            problems.append(f'{rel}:1: its folder is not in the layer table of '
+                            f'ARCHITECTURE.md ({os.path.dirname(rel)}/ needs a row of its own)')
             continue
         graph.setdefault(rel, [])
         with open(os.path.join(root, rel), encoding='utf-8', errors='replace') as f:
