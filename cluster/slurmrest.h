@@ -5,8 +5,9 @@
  *
  * The API version is a setting ("v0.0.38", what Debian 12's Slurm 22.05
  * serves). Every JSON shape that differs between versions is read and
- * written in slurmrest.c alone, behind these calls, so a new version is a
- * change there and nowhere else.
+ * written in that version's file alone (slurmrest_v0038.c, a table of
+ * functions: slurmrest_api.h), behind these calls, so a new version is a
+ * new file and a row in slurmrest.c's list of versions, nothing else.
  *
  * Auth is slurmrestd's JWT: the headers X-SLURM-USER-NAME and
  * X-SLURM-USER-TOKEN. The token comes either from a file (an admin's
@@ -27,8 +28,8 @@
 #define TY_SLURMREST_H
 
 #include <stddef.h>
-#include <stdint.h>
 
+#include "cluster/slurm.h"
 #include "common/ty.h"
 
 typedef struct slurmrest slurmrest;
@@ -53,62 +54,9 @@ void slurmrest_destroy(slurmrest *c);
 /* The API version in use ("v0.0.38"). */
 const char *slurmrest_version(const slurmrest *c);
 
-/* A batch job to submit. Strings NULL or "" are left out. */
-typedef struct {
-    const char *name;      /* the job's name ("trainyard-job_...") */
-    const char *script;    /* "#!/bin/sh\n..." */
-    const char *cwd;       /* current_working_directory */
-    const char *stdout_path; /* standard_output and standard_error */
-    const char *partition, *account, *qos;
-    const char *gres;      /* "gpu:1g.18gb:1", "gpu:1", or NULL (CPU) */
-    int cpus;              /* cpus_per_task; 0: Slurm's default */
-    uint64_t memory_mb;    /* memory_per_node; 0: Slurm's default */
-    int time_limit_min;    /* 0: the partition's */
-    const char *const *env; /* "NAME=value", NULL-terminated; must not be
-                               empty (v0.0.38 refuses a job without) */
-} slurm_submit;
-
 /* Submits; *job_id is Slurm's job id. */
 ty_status slurmrest_submit(slurmrest *c, const slurm_submit *s, long *job_id,
                            ty_err *err);
-
-typedef enum {
-    SLURM_ST_UNKNOWN = 0, /* a state this client does not know */
-    SLURM_ST_PENDING,
-    SLURM_ST_RUNNING,
-    SLURM_ST_SUSPENDED,
-    SLURM_ST_COMPLETING, /* still ending: not terminal */
-    SLURM_ST_COMPLETED,
-    SLURM_ST_CANCELLED,
-    SLURM_ST_FAILED,
-    SLURM_ST_TIMEOUT,
-    SLURM_ST_NODE_FAIL,
-    SLURM_ST_PREEMPTED,
-    SLURM_ST_BOOT_FAIL,
-    SLURM_ST_DEADLINE,
-    SLURM_ST_OUT_OF_MEMORY,
-} slurm_state;
-
-/* Whether a job in state st has ended (COMPLETED and later). */
-int slurm_state_terminal(slurm_state st);
-/* Slurm's own spelling ("PENDING"); "UNKNOWN" for SLURM_ST_UNKNOWN. */
-const char *slurm_state_name(slurm_state st);
-
-typedef struct {
-    slurm_state state;
-    char state_name[32];  /* as Slurm said it */
-    char reason[128];     /* state_reason ("Resources", "Priority",
-                             "None", ...) */
-    int exit_code;        /* the batch script's exit status; -1 while
-                             the job has not ended, when unknown, or when
-                             a signal ended it (then exit_signal) */
-    int exit_signal;      /* the signal that ended it (SIGTERM after a
-                             cancel), 0 none */
-    char node[128];       /* nodes ("" while pending) */
-    char gres[128];       /* the gres it asked for, as Slurm shows it */
-    char user[64];        /* the user it runs as */
-    char cwd[512];        /* current_working_directory */
-} slurm_job_info;
 
 /* Reads one job. TY_ENOTFOUND when Slurm no longer knows it (it ended
  * longer ago than MinJobAge). */
@@ -121,15 +69,6 @@ ty_status slurmrest_job(slurmrest *c, long job_id, slurm_job_info *out,
  * already ended is not an error; one Slurm no longer knows is
  * TY_ENOTFOUND. */
 ty_status slurmrest_cancel(slurmrest *c, long job_id, int signal, ty_err *err);
-
-typedef struct {
-    char name[64];
-    char state[64];      /* "idle", "mixed", "allocated", "down", ... */
-    int cpus;
-    uint64_t memory_mb;  /* real_memory */
-    char gres[256];      /* "gpu:1g.18gb:7", "gpu:h100:4,gpu:a100:2", "" */
-    char partitions[128];
-} slurm_node;
 
 /* Lists the nodes (*nodes malloc'd, caller frees). */
 ty_status slurmrest_nodes(slurmrest *c, slurm_node **nodes, size_t *n,

@@ -100,11 +100,6 @@ void serve_infer_body_free(serve_infer_body *b);
  * errors are those of checking first. */
 ty_status serve_infer_check(const char *text, size_t len, ty_err *err);
 
-/* A JSON number's text (len bytes, nothing else) as strtod reads it: 1 and
- * *v, or 0 when it is not a JSON number. Fast for numbers of up to 19
- * digits with small exponents (exact, as strtod). */
-int serve_number_parse(const char *text, size_t len, double *v);
-
 /* How many floats x needs for total numbers of data: total, or fewer when
  * the text cannot hold that many (decoding then fails on the count). */
 uint64_t serve_infer_room(serve_span data, uint64_t total);

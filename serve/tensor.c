@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "serve/encode.h"
+#include "serve/number.h"
 
 static const struct {
     const char *name;
