@@ -244,11 +244,9 @@ static void start_placement(jobs_service *r, int sj, int slot)
         sched_job_requeue(r->sched, sj, &err);
         return;
     }
-    const jobs_kind *k = svc_kind_of(r, id);
     job_run *w =
         svc_run_claim(r, place, sj, slot, id, svc_tenant_id(r, info.tenant));
-    w->kind = k;
-    if (k->start(k->ctx, place, sj, slot) != TY_OK)
+    if (w->kind->start(w->kind->ctx, place, sj, slot) != TY_OK)
         svc_run_release(r, w);
 }
 
@@ -773,13 +771,14 @@ jobs_kind lifecycle_training_kind(jobs_service *r)
 /* ---- the supervisor's hooks: dispatch by the job's kind ---- */
 
 /* supervisor_hooks.on_message (and exec_hooks.on_message): mu not held.
- * The entry's kind is set while mu is held, before its process starts. */
+ * The entry's kind is set when it is claimed (mu held), before its
+ * process starts, and stays after it is freed. */
 void lifecycle_message(void *ctx, int place, wproto_msg kind, const json_t *ev)
 {
     jobs_service *r = ctx;
     const jobs_kind *k = r->runs[place].kind;
-    if (!k)
-        k = &r->kinds[0];
+    if (!k) /* an entry never claimed: nothing runs there */
+        return;
     k->message(k->ctx, place, kind, ev);
 }
 

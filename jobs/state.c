@@ -121,6 +121,7 @@ job_run *svc_run_claim(jobs_service *r, int place, int sj, int slot,
     snprintf(w->job_id, sizeof w->job_id, "%s", job_id);
     snprintf(w->tenant_id, sizeof w->tenant_id, "%s", tenant);
     snprintf(w->dir, sizeof w->dir, "%s/%s", r->env.jobs_dir, job_id);
+    w->kind = svc_kind_of(r, job_id);
     r->nruns++;
     return w;
 }

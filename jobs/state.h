@@ -136,7 +136,8 @@ void svc_set_holder(jobs_service *r, int slot, const char *job,
 const jobs_kind *svc_kind_of(const jobs_service *r, const char *sched_id);
 
 /* Takes run entry `place` for scheduler job sj of tenant on slot (-1: the
- * CPU), its folder <jobs>/<job_id>. Caller holds mu. */
+ * CPU), its folder <jobs>/<job_id>, its kind svc_kind_of(job_id). Caller
+ * holds mu. */
 job_run *svc_run_claim(jobs_service *r, int place, int sj, int slot,
                        const char *job_id, const char *tenant);
 

@@ -20,7 +20,9 @@
 #include <unistd.h>
 
 #include "cluster/slurmrest.h"
-#include "cluster/slurmrest_internal.h"
+#include "cluster/slurm.h"
+#include "cluster/slurmrest_jwt.h"
+#include "cluster/slurmrest_v0038.h"
 #include "testutil.h"
 
 /* tests/slurm/data/v0.0.38/<name> parsed (the caller decrefs). */
