@@ -27,7 +27,10 @@ options). So `docker compose ... stop trainyard`, `--target trainyard` or
 (pipes, `;`, `&&`, comments) ends it. Prints each wrong one with its file and
 line; exit 1 when there is one.
 
-    cli_commands.py path/to/trainyard [ROOT]
+    cli_commands.py [path/to/trainyard [ROOT]]
+
+The binary defaults to $TRAINYARD_BIN (set by CMake, as for the integration
+suite), ROOT to this checkout.
 """
 import os
 import re
@@ -225,9 +228,10 @@ def check(binary, root):
 
 
 def main():
-    if len(sys.argv) < 2:
+    binary = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TRAINYARD_BIN")
+    if not binary:
         sys.exit(__doc__)
-    binary = os.path.abspath(sys.argv[1])
+    binary = os.path.abspath(binary)
     root = sys.argv[2] if len(sys.argv) > 2 else ROOT
     files, seen, problems = check(binary, root)
     for rel, line, p in problems:

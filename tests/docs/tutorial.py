@@ -17,7 +17,10 @@ the job succeeded, the model predicts a class label for each of the four
 examples with 10 probabilities summing to 1, and KServe's output is FP32
 [4, 10].
 
-    tutorial.py path/to/trainyard [README.md]
+    tutorial.py [path/to/trainyard [README.md]]
+
+The binary defaults to $TRAINYARD_BIN (set by CMake, as for the integration
+suite), the README to this checkout's.
 
 Exit 1 with a message when the Fashion-MNIST files or jq are missing
 (scripts/setup.sh test installs them): a tutorial that cannot run is a
@@ -119,9 +122,10 @@ def start_server(binary, data, log):
 
 
 def main():
-    if len(sys.argv) < 2:
+    binary = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("TRAINYARD_BIN")
+    if not binary:
         sys.exit(__doc__)
-    binary = os.path.abspath(sys.argv[1])
+    binary = os.path.abspath(binary)
     readme = sys.argv[2] if len(sys.argv) > 2 else os.path.join(ROOT, "README.md")
     missing = [f for f in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                            "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")
