@@ -6,7 +6,8 @@
 #                            and Chart.js (the dashboard's charts): what the
 #                            server needs, nothing of the test suite
 #   scripts/setup.sh test    the above, plus CMocka, Python (for the contract
-#                            test), the Fashion-MNIST dataset, Chromium with
+#                            test), jq and the Fashion-MNIST dataset (the
+#                            README tutorial's test), Chromium with
 #                            its driver and Selenium (the browser test),
 #                            openssl (the HTTPS test's throwaway CA),
 #                            debootstrap (the fresh-machine test), BLIS
@@ -40,7 +41,7 @@ mode=${1:-build}
 build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
             libcurl4-openssl-dev libsqlite3-dev libopenblas-dev zlib1g-dev
             libjs-chart.js)
-test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl
+test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl jq
            dataset-fashion-mnist python3-prometheus-client chromium
            chromium-driver python3-selenium openssl debootstrap
            libblis4-serial clang libclang-rt-dev

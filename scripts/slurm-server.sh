@@ -11,7 +11,7 @@
 #   TRAINYARD_URL                    this server as the nodes reach it (required)
 #   SLURMRESTD_URL=http://127.0.0.1:6820   SLURM_API_VERSION=v0.0.38
 #   SLURM_USER                       the Slurm user jobs run as (required)
-#   SLURM_JWT_KEY or SLURM_TOKEN_FILE   one of the two (see the README's
+#   SLURM_JWT_KEY or SLURM_TOKEN_FILE   one of the two (see docs/slurm.md,
 #                                    "Run on a Slurm cluster")
 #   SLURM_PARTITION, SLURM_ACCOUNT, SLURM_QOS, SLURM_WORKDIR=/tmp,
 #   SLURM_TIME_LIMIT (minutes), TRAINYARD_MAX_JOBS=32, TRAINYARD_EXTRA

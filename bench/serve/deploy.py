@@ -8,7 +8,7 @@ One `trainyard serve` (its own temporary data folder, on the CPU) with
 the models made in PyTorch (bench/reference/trainyard_torch.py) and
 imported through POST /v1/models:
 
-  cnn   the README's Fashion-MNIST CNN (conv 32 5x5, pool, conv 64 5x5,
+  cnn   docs/jobs.md's Fashion-MNIST CNN (conv 32 5x5, pool, conv 64 5x5,
         pool, dense 1024, dense 10), PyTorch's default initialisation
   mlp   bench/serve/run.py's MLP 784-256-128-10
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Acceptance: Fashion-MNIST networks of the README, trained through the API.
+"""Acceptance: Fashion-MNIST networks of docs/jobs.md, trained through the API.
 
 Starts `trainyard serve` on a free port with a temporary data folder, uploads
 the training and test sets (IDX, gzipped), trains a network with Adam,

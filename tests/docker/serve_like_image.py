@@ -11,7 +11,7 @@ ENTRYPOINT + CMD, USER, VOLUME and the HEALTHCHECK command, and runs:
   * with the admin key from TRAINYARD_ADMIN_KEY, again from
     --admin-key-file (as compose.yaml passes the secret), and once more
     with that file and HTTPS (--tls-cert/--tls-key with a throwaway CA made
-    by openssl, as the README's TLS variant of compose.yaml does);
+    by openssl, as docs/docker.md's TLS variant of compose.yaml does);
   * the HEALTHCHECK command on the real port: it must pass while the server
     runs (over HTTP, and over HTTPS in the TLS run), and fail once it has
     stopped. Chart.js (a runtime package the dashboard needs) must be served
@@ -45,7 +45,7 @@ def image_spec(path):
 
 
 def make_key(binary):
-    """A key from `trainyard keygen`, as the README has users make it."""
+    """A key from `trainyard keygen`, as docs/docker.md has users make it."""
     r = subprocess.run([binary, "keygen"], capture_output=True, text=True)
     key = r.stdout.strip()
     if r.returncode != 0 or not re.fullmatch(r"ty_[a-z2-7]{20}_[a-z2-7]{52}", key):
