@@ -476,7 +476,7 @@ void api_kserve_stats(api_ctx *app, http_req *r)
     http_reply_json(r, 200, json_pack("{s:o}", "model_stats", list));
 }
 
-/* ---- Triton extensions this server does not offer (README, KServe v2) ---- */
+/* ---- Triton extensions this server does not offer (docs/kserve.md) ---- */
 
 void api_kserve_unsupported(api_ctx *app, http_req *r)
 {

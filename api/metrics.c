@@ -12,7 +12,7 @@
  * The endpoint is public like /healthz (DESIGN.md lists them together), so
  * a Prometheus scrapes it with no key. It names tenant ids, job ids and
  * GPU names, never keys; an operator who listens beyond localhost keeps
- * it off the public side of the proxy (README, Operators).
+ * it off the public side of the proxy (docs/operations.md, Metrics and logs).
  */
 #include <pthread.h>
 #include <stdio.h>
