@@ -22,10 +22,8 @@
  *    budget), 3 a 409 or a signal before the child ran.
  *
  * The transfers are node/wremote_http.c's (each one try); when to try
- * again, and when to give up, is decided here.
- *
- * The only global state is the signal handler's (the child's pid, and what
- * came before there was a child).
+ * again, and when to give up, is decided here. The child process and the
+ * signal handler are node/wremote_child.c's (the only global state).
  */
 #include "node/wremote.h"
 
@@ -33,13 +31,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,52 +43,11 @@
 #include "common/fsutil.h"
 #include "common/sha256.h"
 #include "node/protocol.h"
+#include "node/wremote_child.h"
 #include "node/wremote_http.h"
 #include "node/wremote_internal.h"
 
-/* ==== signals ==== */
-
-/* The handler forwards SIGTERM, SIGINT and SIGUSR1 to the child once it
- * runs; before, it remembers them: a SIGTERM stops the downloads (the
- * transfers read shim_term through wrhttp_conn.stop), a SIGUSR1 is sent to the
- * child as soon as it exists (it then exits 4 before training). */
-static volatile sig_atomic_t shim_child_pid; /* 0: no child running */
-static volatile sig_atomic_t shim_term;      /* SIGTERM or SIGINT came */
-static volatile sig_atomic_t shim_usr1;      /* SIGUSR1 came, no child yet */
-
-static void on_signal(int sig)
-{
-    pid_t pid = (pid_t)shim_child_pid;
-    if (pid > 0)
-        kill(pid, sig);
-    else if (sig == SIGUSR1)
-        shim_usr1 = 1;
-    if (sig != SIGUSR1)
-        shim_term = 1;
-}
-
-static void install_signals(void)
-{
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-    /* A dead server connection must be an error, not the end. */
-    signal(SIGPIPE, SIG_IGN);
-}
-
-/* Blocks (block 1) or unblocks the three forwarded signals. */
-static void block_signals(int block)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGUSR1);
-    sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
-}
+/* ==== the shim ==== */
 
 static double now_s(void)
 {
@@ -102,15 +56,12 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* ==== the shim ==== */
-
 #define SHIM_GO_ON (-1) /* a step's "carry on"; else the exit status */
 #define SHIM_AGAIN (-2) /* a request to send again (after the wait) */
 #define SHIM_EXIT_FAILED 1
 #define SHIM_URL_MAX 2048
 #define SHIM_SERVER_MAX 1024
 #define SHIM_TOKEN_MAX 128
-#define STOP_GRACE_S 60.0 /* a stopped child's time to exit before SIGKILL */
 
 /* What the relay cost, said on stderr when the shim ends (it lands in the
  * Slurm job's output file): how long a batch of lines took to reach the
@@ -131,19 +82,15 @@ typedef struct {
     double retry_budget_s;
     char dir[PATH_MAX]; /* the private folder; "" until made */
     char log_path[PATH_MAX], ckpt_path[PATH_MAX], model_path[PATH_MAX];
-    char node[256];   /* the host name, for the started line */
-    pid_t child;      /* 0: not started; -1: reaped */
-    int out_fd;       /* the child's stdout (non-blocking); -1 */
+    char node[256]; /* the host name, for the started line */
+    wrchild child;
     int child_status; /* its exit status once reaped */
-    char buf[65536];  /* the child's output, up to its next newline */
-    size_t len;
     wremote_queue pending;
     wremote_retry retry;
     long interval_ms;   /* post at least this often */
     double last_post;   /* when a post last went through */
     char ckpt_sha[65];  /* the checkpoint the server has; "" none */
     char model_sha[65]; /* the model it has; "" none */
-    int preempt_sent, cancel_sent;
     shim_stats stats;
 } shim;
 
@@ -153,8 +100,6 @@ static void shim_url(const shim *s, const char *tmpl, const char *sha,
     /* Fits: the server's URL and the job id were bounded at the start. */
     wremote_url(out, SHIM_URL_MAX, s->server, tmpl, s->job, sha);
 }
-
-static void child_stop(shim *s);
 
 /* Whether a SIGTERM came before the child ran: it ends the transfers and
  * the shim (afterwards it is the child's to act on). */
@@ -167,7 +112,7 @@ static int stopped_early(const shim *s)
  * a request (msg: what happened to it) and returns the exit status. */
 static int shim_give_up(shim *s, wrhttp_outcome o, const char *msg)
 {
-    child_stop(s);
+    wrchild_stop(&s->child);
     if (o == WRHTTP_GONE) {
         fprintf(stderr,
                 "trainyard worker: the server ended this attempt of job %s "
@@ -358,115 +303,6 @@ static int shim_prepare(shim *s)
 
 /* ---- the child ---- */
 
-/* Starts `trainyard worker --job-dir <folder>` (this binary again): stdin
- * /dev/null, stdout a pipe to the shim, stderr appended to worker.log,
- * the shim's environment (the token already taken out of it). A signal
- * that came before is sent to it at once. */
-static int child_start(shim *s)
-{
-    char *const argv[] = {"trainyard", WPROTO_COMMAND, WPROTO_ARG_JOB_DIR,
-                          s->dir, NULL};
-    int fds[2] = {-1, -1};
-    int log_fd =
-        open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-    int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (log_fd < 0 || null_fd < 0 || pipe2(fds, O_CLOEXEC) != 0) {
-        fprintf(stderr, "trainyard worker: cannot start the worker: %s\n",
-                strerror(errno));
-        if (log_fd >= 0)
-            close(log_fd);
-        if (null_fd >= 0)
-            close(null_fd);
-        return SHIM_EXIT_FAILED;
-    }
-    fflush(NULL);
-    /* Blocked until the handler knows the child's pid; the child keeps
-     * them blocked (and pending) until the worker unblocks them with its
-     * handlers installed. */
-    block_signals(1);
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* The worker must die of a write to a pipe nobody reads (the
-         * shim is gone), as it does under the server, and be told to
-         * stop when the shim dies first (a SIGKILL). */
-        signal(SIGPIPE, SIG_DFL);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        dup2(null_fd, STDIN_FILENO);
-        dup2(fds[1], STDOUT_FILENO);
-        dup2(log_fd, STDERR_FILENO);
-        execv("/proc/self/exe", argv);
-        _exit(WPROTO_EXIT_EXEC);
-    }
-    int fork_errno = errno;
-    close(fds[1]);
-    close(log_fd);
-    close(null_fd);
-    if (pid < 0) {
-        block_signals(0);
-        close(fds[0]);
-        fprintf(stderr, "trainyard worker: cannot fork: %s\n",
-                strerror(fork_errno));
-        return SHIM_EXIT_FAILED;
-    }
-    s->child = pid;
-    s->out_fd = fds[0];
-    fcntl(s->out_fd, F_SETFL, fcntl(s->out_fd, F_GETFL) | O_NONBLOCK);
-    s->http.stop = NULL;
-    shim_child_pid = pid;
-    if (shim_term) {
-        kill(pid, SIGTERM);
-        s->cancel_sent = 1;
-    }
-    if (shim_usr1) {
-        kill(pid, SIGUSR1);
-        s->preempt_sent = 1;
-    }
-    block_signals(0);
-    return SHIM_GO_ON;
-}
-
-/* Waits for the exited (or stopping) child; the handler stops sending
- * it signals first, so no signal reaches a recycled pid. */
-static void child_reap(shim *s)
-{
-    int ws = 0;
-    block_signals(1);
-    while (waitpid(s->child, &ws, 0) < 0 && errno == EINTR)
-        ;
-    shim_child_pid = 0;
-    block_signals(0);
-    s->child_status = wremote_exit_status(ws);
-    s->child = -1;
-    close(s->out_fd);
-    s->out_fd = -1;
-}
-
-/* Stops the running child (SIGTERM; SIGKILL after STOP_GRACE_S) and waits
- * for it, reading and dropping what it still prints so it never blocks
- * on a full pipe. Nothing when no child runs. */
-static void child_stop(shim *s)
-{
-    if (s->child <= 0)
-        return;
-    kill(s->child, SIGTERM);
-    double deadline = now_s() + STOP_GRACE_S;
-    for (;;) {
-        double left = deadline - now_s();
-        if (left <= 0) {
-            kill(s->child, SIGKILL);
-            break;
-        }
-        char drop[4096];
-        struct pollfd p = {.fd = s->out_fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
-            continue;
-        ssize_t r = read(s->out_fd, drop, sizeof drop);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-            break; /* its end of the pipe is closed: it exited */
-    }
-    child_reap(s);
-}
-
 /* Queues one line the child printed (text: without its newline). */
 static void take_line(shim *s, const char *text)
 {
@@ -490,34 +326,11 @@ static void take_line(shim *s, const char *text)
  * of its output (it exited), else 0. */
 static int child_read(shim *s)
 {
-    ssize_t r = read(s->out_fd, s->buf + s->len, sizeof s->buf - 1 - s->len);
-    if (r < 0)
-        return errno == EAGAIN || errno == EINTR ? 0 : 1;
-    if (r == 0) {
-        if (s->len > 0) { /* a last line without its newline */
-            s->buf[s->len] = '\0';
-            take_line(s, s->buf);
-            s->len = 0;
-        }
-        return 1;
-    }
-    s->len += (size_t)r;
-    char *start = s->buf, *nl;
-    while ((nl = memchr(start, '\n', (size_t)(s->buf + s->len - start)))) {
-        *nl = '\0';
-        if (nl > start)
-            take_line(s, start);
-        start = nl + 1;
-    }
-    size_t rest = (size_t)(s->buf + s->len - start);
-    if (rest == sizeof s->buf - 1) {
-        fprintf(stderr, "trainyard worker: the worker printed a line of "
-                        "more than 64 KiB; dropped\n");
-        rest = 0;
-    }
-    memmove(s->buf, start, rest);
-    s->len = rest;
-    return 0;
+    int ended = wrchild_read(&s->child);
+    const char *line;
+    while ((line = wrchild_line(&s->child)))
+        take_line(s, line);
+    return ended;
 }
 
 /* ---- the relay ---- */
@@ -684,15 +497,10 @@ static wrhttp_outcome post_lines(shim *s, size_t k, json_t **reply, char *msg,
 /* What the server asked for in its reply to the events. */
 static void act_on(shim *s, wremote_action a)
 {
-    if (s->child <= 0)
-        return;
-    if (a == WREMOTE_DO_PREEMPT && !s->preempt_sent) {
-        kill(s->child, SIGUSR1);
-        s->preempt_sent = 1;
-    } else if (a == WREMOTE_DO_CANCEL && !s->cancel_sent) {
-        kill(s->child, SIGTERM);
-        s->cancel_sent = 1;
-    }
+    if (a == WREMOTE_DO_PREEMPT)
+        wrchild_preempt(&s->child);
+    else if (a == WREMOTE_DO_CANCEL)
+        wrchild_cancel(&s->child);
 }
 
 /* After a relay request that failed: when the server did not answer and
@@ -809,7 +617,7 @@ static int relay_run(shim *s)
 {
     s->last_post = now_s();
     for (;;) {
-        struct pollfd p = {.fd = s->out_fd, .events = POLLIN};
+        struct pollfd p = {.fd = s->child.out_fd, .events = POLLIN};
         if (poll(&p, 1, poll_timeout_ms(s)) > 0 && child_read(s))
             break;
         double now = now_s();
@@ -821,7 +629,7 @@ static int relay_run(shim *s)
                 return rc;
         }
     }
-    child_reap(s);
+    s->child_status = wremote_exit_status(wrchild_reap(&s->child));
     return relay_finish(s);
 }
 
@@ -882,6 +690,20 @@ static int shim_make_dir(shim *s)
     return SHIM_GO_ON;
 }
 
+/* Starts the worker in the folder (the token already taken out of the
+ * environment it inherits); from then on a SIGTERM is the child's to act
+ * on, not the transfers'. */
+static int start_child(shim *s)
+{
+    ty_err err = {0};
+    if (wrchild_start(&s->child, s->dir, s->log_path, &err) != TY_OK) {
+        fprintf(stderr, "trainyard worker: %s\n", err.msg);
+        return SHIM_EXIT_FAILED;
+    }
+    s->http.stop = NULL;
+    return SHIM_GO_ON;
+}
+
 static int shim_run(shim *s)
 {
     int rc = shim_make_dir(s);
@@ -890,7 +712,7 @@ static int shim_run(shim *s)
     if (rc == SHIM_GO_ON && stopped_early(s)) /* between transfers */
         rc = WPROTO_EXIT_CANCELLED;
     if (rc == SHIM_GO_ON)
-        rc = child_start(s);
+        rc = start_child(s);
     if (rc == SHIM_GO_ON)
         rc = relay_run(s);
     return rc;
@@ -917,14 +739,14 @@ int wremote_main(int argc, char **argv)
     /* The child inherits the environment: the secret stays with the
      * shim. */
     unsetenv(WREMOTE_ENV_TOKEN);
-    install_signals();
+    wrchild_signals_install();
     s->server = server;
     s->job = job;
-    s->out_fd = -1;
+    wrchild_init(&s->child);
     s->http.ca_file = getenv(WREMOTE_ENV_CA_FILE);
     if (s->http.ca_file && !*s->http.ca_file)
         s->http.ca_file = NULL;
-    s->http.stop = &shim_term;
+    s->http.stop = wrchild_term_flag();
     s->retry_budget_s = wremote_retry_budget(getenv(WREMOTE_ENV_RETRY_S));
     wremote_retry_init(&s->retry, s->retry_budget_s);
     s->interval_ms = wremote_post_interval_ms(getenv(WPROTO_ENV_HEARTBEAT_MS));
@@ -937,7 +759,7 @@ int wremote_main(int argc, char **argv)
         rc = shim_run(s);
     else
         fprintf(stderr, "trainyard worker: cannot start libcurl\n");
-    child_stop(s);
+    wrchild_stop(&s->child);
     if (s->stats.nposts)
         stats_print(&s->stats);
     if (s->dir[0]) {
