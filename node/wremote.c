@@ -23,7 +23,8 @@
  *
  * The transfers are node/wremote_http.c's (each one try); when to try
  * again, and when to give up, is decided here. The child process and the
- * signal handler are node/wremote_child.c's (the only global state).
+ * signal handler are node/wremote_child.c's (the only global state); the
+ * relay's figures, node/wremote_stats.c's. None of them calls back.
  */
 #include "node/wremote.h"
 
@@ -46,6 +47,7 @@
 #include "node/wremote_child.h"
 #include "node/wremote_http.h"
 #include "node/wremote_internal.h"
+#include "node/wremote_stats.h"
 
 /* ==== the shim ==== */
 
@@ -63,19 +65,6 @@ static double now_s(void)
 #define SHIM_SERVER_MAX 1024
 #define SHIM_TOKEN_MAX 128
 
-/* What the relay cost, said on stderr when the shim ends (it lands in the
- * Slurm job's output file): how long a batch of lines took to reach the
- * server (the round trip of its POST, the line's latency once read: lines
- * are posted as soon as they are read), and the uploads. */
-#define STATS_RTT_MAX 4096
-typedef struct {
-    double rtt_ms[STATS_RTT_MAX]; /* the first STATS_RTT_MAX posts' */
-    size_t nposts, nlines;
-    size_t nckpt;
-    double ckpt_ms, ckpt_max_ms, ckpt_bytes;
-    double model_ms, model_bytes;
-} shim_stats;
-
 typedef struct {
     wrhttp_conn http;
     const char *server, *job;
@@ -91,7 +80,7 @@ typedef struct {
     double last_post;   /* when a post last went through */
     char ckpt_sha[65];  /* the checkpoint the server has; "" none */
     char model_sha[65]; /* the model it has; "" none */
-    shim_stats stats;
+    wrstats stats;
 } shim;
 
 static void shim_url(const shim *s, const char *tmpl, const char *sha,
@@ -301,7 +290,7 @@ static int shim_prepare(shim *s)
     return rc;
 }
 
-/* ---- the child ---- */
+/* ---- the child's lines ---- */
 
 /* Queues one line the child printed (text: without its newline). */
 static void take_line(shim *s, const char *text)
@@ -314,9 +303,7 @@ static void take_line(shim *s, const char *text)
         return;
     }
     if (wremote_queue_push(&s->pending, kind, line) != TY_OK)
-        fprintf(stderr,
-                "trainyard worker: out of memory; a %s line is "
-                "lost\n",
+        fprintf(stderr, "trainyard worker: out of memory; a %s line is lost\n",
                 wproto_msg_name(kind));
     if (s->retry.first_failure >= 0)
         wremote_queue_coalesce(&s->pending);
@@ -361,44 +348,6 @@ static int hash_fd(int fd, char hex[65], off_t *size)
     return 0;
 }
 
-static void stats_upload(shim_stats *st, const char *tmpl, double ms,
-                         double bytes)
-{
-    if (!strcmp(tmpl, WREMOTE_PATH_MODEL)) {
-        st->model_ms = ms;
-        st->model_bytes = bytes;
-        return;
-    }
-    st->nckpt++;
-    st->ckpt_ms += ms;
-    st->ckpt_bytes += bytes;
-    if (ms > st->ckpt_max_ms)
-        st->ckpt_max_ms = ms;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* One line on stderr: the relay's figures (bench/slurm reads it). */
-static void stats_print(shim_stats *st)
-{
-    size_t n = st->nposts < STATS_RTT_MAX ? st->nposts : STATS_RTT_MAX;
-    qsort(st->rtt_ms, n, sizeof st->rtt_ms[0], cmp_double);
-    double p50 = n ? st->rtt_ms[n / 2] : 0;
-    double p99 =
-        n ? st->rtt_ms[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1] : 0;
-    fprintf(stderr,
-            "trainyard worker: relay: %zu lines in %zu posts, round trip "
-            "p50 %.2f ms p99 %.2f ms; %zu checkpoint uploads, %.0f bytes, "
-            "mean %.1f ms, max %.1f ms; model %.0f bytes in %.1f ms\n",
-            st->nlines, st->nposts, p50, p99, st->nckpt, st->ckpt_bytes,
-            st->nckpt ? st->ckpt_ms / (double)st->nckpt : 0.0, st->ckpt_max_ms,
-            st->model_bytes, st->model_ms);
-}
-
 /* Uploads the file at path to endpoint tmpl unless the server already has
  * its content (*sent: the sha256 it has, updated). A missing file is
  * nothing to send, unless required. The file is opened once: the trainer
@@ -431,7 +380,8 @@ static wrhttp_outcome upload_file(shim *s, const char *path, const char *tmpl,
         o = wrhttp_post_file(&s->http, url, &f, msg, n);
         if (o == WRHTTP_OK) {
             memcpy(sent, sha, 65);
-            stats_upload(&s->stats, tmpl, (now_s() - t0) * 1e3, (double)size);
+            wrstats_upload(&s->stats, !strcmp(tmpl, WREMOTE_PATH_MODEL),
+                           (now_s() - t0) * 1e3, (double)size);
         }
     }
     close(fd);
@@ -485,12 +435,8 @@ static wrhttp_outcome post_lines(shim *s, size_t k, json_t **reply, char *msg,
     double t0 = now_s();
     wrhttp_outcome o = wrhttp_post_json(&s->http, url, text, reply, msg, n);
     free(text);
-    if (o == WRHTTP_OK) {
-        if (s->stats.nposts < STATS_RTT_MAX)
-            s->stats.rtt_ms[s->stats.nposts] = (now_s() - t0) * 1e3;
-        s->stats.nposts++;
-        s->stats.nlines += k;
-    }
+    if (o == WRHTTP_OK)
+        wrstats_post(&s->stats, k, (now_s() - t0) * 1e3);
     return o;
 }
 
@@ -760,8 +706,7 @@ int wremote_main(int argc, char **argv)
     else
         fprintf(stderr, "trainyard worker: cannot start libcurl\n");
     wrchild_stop(&s->child);
-    if (s->stats.nposts)
-        stats_print(&s->stats);
+    wrstats_print(&s->stats);
     if (s->dir[0]) {
         ty_err err = {0};
         if (fs_remove_tree(s->dir, &err) != TY_OK)
