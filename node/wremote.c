@@ -21,8 +21,10 @@
  *    failure (the server refused it, or did not answer for the retry
  *    budget), 3 a 409 or a signal before the child ran.
  *
- * The only global state is the signal handler's (the child's pid, and what
- * came before there was a child).
+ * The transfers are node/wremote_http.c's (each one try); when to try
+ * again, and when to give up, is decided here. The child process and the
+ * signal handler are node/wremote_child.c's (the only global state); the
+ * relay's figures, node/wremote_stats.c's. None of them calls back.
  */
 #include "node/wremote.h"
 
@@ -30,13 +32,10 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -45,51 +44,12 @@
 #include "common/fsutil.h"
 #include "common/sha256.h"
 #include "node/protocol.h"
+#include "node/wremote_child.h"
+#include "node/wremote_http.h"
 #include "node/wremote_internal.h"
+#include "node/wremote_stats.h"
 
-/* ==== signals ==== */
-
-/* The handler forwards SIGTERM, SIGINT and SIGUSR1 to the child once it
- * runs; before, it remembers them: a SIGTERM stops the downloads (the
- * transfers' progress callback reads shim_term), a SIGUSR1 is sent to the
- * child as soon as it exists (it then exits 4 before training). */
-static volatile sig_atomic_t shim_child_pid; /* 0: no child running */
-static volatile sig_atomic_t shim_term;      /* SIGTERM or SIGINT came */
-static volatile sig_atomic_t shim_usr1;      /* SIGUSR1 came, no child yet */
-
-static void on_signal(int sig)
-{
-    pid_t pid = (pid_t)shim_child_pid;
-    if (pid > 0)
-        kill(pid, sig);
-    else if (sig == SIGUSR1)
-        shim_usr1 = 1;
-    if (sig != SIGUSR1)
-        shim_term = 1;
-}
-
-static void install_signals(void)
-{
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL);
-    /* A dead server connection must be an error, not the end. */
-    signal(SIGPIPE, SIG_IGN);
-}
-
-/* Blocks (block 1) or unblocks the three forwarded signals. */
-static void block_signals(int block)
-{
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGUSR1);
-    sigprocmask(block ? SIG_BLOCK : SIG_UNBLOCK, &set, NULL);
-}
+/* ==== the shim ==== */
 
 static double now_s(void)
 {
@@ -98,395 +58,29 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* ==== HTTP ==== */
-
-#define CONNECT_TIMEOUT_S 5L
-#define REQUEST_TIMEOUT_S 60L /* JSON requests, whole */
-#define LOW_SPEED_BYTES 1024L /* blobs: slower than this ... */
-#define LOW_SPEED_S 60L       /* ... for this long fails the transfer */
-#define JSON_REPLY_MAX (16u << 20)
-
-/* How a request went, as the shim acts on it. */
-typedef enum {
-    HTTP_OK,           /* 2xx */
-    HTTP_NOT_FOUND,    /* 404 */
-    HTTP_RETRY,        /* 5xx, 429 or no answer: try again later */
-    HTTP_UNAUTHORIZED, /* 401: give up */
-    HTTP_GONE,         /* 409: the attempt is over */
-    HTTP_FAILED,       /* anything else: give up */
-} http_outcome;
-
-/* Where a reply's body goes: into memory (a JSON reply) or a file (a
- * blob), hashed on the way. */
-typedef struct {
-    char *mem; /* malloc'd, NUL-terminated */
-    size_t len;
-    int fd; /* >= 0: the body goes here */
-    char write_error[200]; /* why the body could not be kept; "" */
-    sha256_ctx sha;
-    char x_sha256[65]; /* the reply's X-Sha256 header, "" without */
-} http_sink;
-
-/* One request. */
-typedef struct {
-    const char *url;
-    const char *json; /* POST this JSON body, or NULL */
-    curl_mime *form;  /* POST this form, or NULL (GET) */
-    int bulk;         /* a big transfer: a speed floor, no total timeout */
-} http_req;
-
-/* The shim's connection to its server (one handle: kept alive). */
-typedef struct {
-    const char *ca_file; /* NULL: the system's CAs */
-    char token_header[192];
-    int stop_on_term; /* a SIGTERM ends transfers (before the child runs) */
-    CURL *curl;
-} shim_http;
-
-static size_t sink_write(char *data, size_t size, size_t nmemb, void *arg)
-{
-    http_sink *k = arg;
-    size_t n = size * nmemb;
-    if (k->fd >= 0) {
-        ty_err err = {0};
-        if (fs_write_full(k->fd, data, n, &err) != TY_OK) {
-            snprintf(k->write_error, sizeof k->write_error, "%s", err.msg);
-            return 0;
-        }
-        sha256_update(&k->sha, data, n);
-        return n;
-    }
-    char *m = k->len + n > JSON_REPLY_MAX ? NULL
-                                          : realloc(k->mem, k->len + n + 1);
-    if (!m) {
-        snprintf(k->write_error, sizeof k->write_error, "%s",
-                 k->len + n > JSON_REPLY_MAX ? "the reply is too big"
-                                             : "out of memory");
-        return 0;
-    }
-    memcpy(m + k->len, data, n);
-    k->mem = m;
-    k->len += n;
-    m[k->len] = '\0';
-    return n;
-}
-
-static size_t sink_header(char *data, size_t size, size_t nmemb, void *arg)
-{
-    http_sink *k = arg;
-    size_t n = size * nmemb;
-    static const char name[] = "x-sha256:";
-    size_t nl = strlen(name);
-    if (n > nl && !strncasecmp(data, name, nl)) {
-        const char *v = data + nl;
-        const char *end = data + n;
-        while (v < end && (*v == ' ' || *v == '\t'))
-            v++;
-        while (end > v && (end[-1] == '\r' || end[-1] == '\n' ||
-                           end[-1] == ' '))
-            end--;
-        if (end - v == 64) {
-            memcpy(k->x_sha256, v, 64);
-            k->x_sha256[64] = '\0';
-        }
-    }
-    return n;
-}
-
-/* Stops a download when the shim is told to stop before its child runs
- * (afterwards a SIGTERM is the child's to act on, and its last lines are
- * still to be posted). */
-static int transfer_progress(void *arg, curl_off_t dt, curl_off_t dn,
-                             curl_off_t ut, curl_off_t un)
-{
-    const shim_http *h = arg;
-    return h->stop_on_term && shim_term;
-}
-
-/* Whether a transfer that got no answer may get one later (the server
- * restarting, the network back): not when it is this side's doing - a
- * certificate that does not verify, a bad URL, a file part that cannot
- * be read. */
-static int transient(CURLcode rc)
-{
-    switch (rc) {
-    case CURLE_UNSUPPORTED_PROTOCOL:
-    case CURLE_URL_MALFORMAT:
-    case CURLE_OUT_OF_MEMORY:
-    case CURLE_READ_ERROR:
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_CERTPROBLEM:
-    case CURLE_SSL_CIPHER:
-    case CURLE_SSL_ENGINE_NOTFOUND:
-    case CURLE_SSL_ISSUER_ERROR:
-    case CURLE_SSL_CRL_BADFILE:
-    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
-        return 0;
-    default:
-        return 1;
-    }
-}
-
-static http_outcome outcome_of(long status)
-{
-    if (status >= 200 && status < 300)
-        return HTTP_OK;
-    if (status == 404)
-        return HTTP_NOT_FOUND;
-    if (status == 401)
-        return HTTP_UNAUTHORIZED;
-    if (status == 409)
-        return HTTP_GONE;
-    if (status >= 500 || status == 429)
-        return HTTP_RETRY;
-    return HTTP_FAILED;
-}
-
-/* A sink for a JSON reply (into memory), or for a blob (into fd >= 0). */
-static void sink_init(http_sink *k, int fd)
-{
-    memset(k, 0, sizeof *k);
-    k->fd = fd;
-    sha256_init(&k->sha);
-}
-
-static void sink_free(http_sink *k)
-{
-    free(k->mem);
-    k->mem = NULL;
-}
-
-/* Performs rq, its reply's body into sink (the caller's, initialised).
- * msg (n bytes) says what happened when the outcome is not HTTP_OK. */
-static http_outcome http_do(shim_http *h, const http_req *rq,
-                            http_sink *sink, char *msg, size_t n)
-{
-    CURL *c = h->curl;
-    curl_easy_reset(c); /* keeps the connection */
-    struct curl_slist *hdr = curl_slist_append(NULL, h->token_header);
-    if (rq->json && hdr)
-        hdr = curl_slist_append(hdr, "Content-Type: application/json");
-    if (!hdr) {
-        snprintf(msg, n, "out of memory");
-        return HTTP_FAILED;
-    }
-    curl_easy_setopt(c, CURLOPT_URL, rq->url);
-    curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, CONNECT_TIMEOUT_S);
-    if (rq->bulk) {
-        curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, LOW_SPEED_BYTES);
-        curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, LOW_SPEED_S);
-    } else {
-        curl_easy_setopt(c, CURLOPT_TIMEOUT, REQUEST_TIMEOUT_S);
-    }
-    if (h->ca_file)
-        curl_easy_setopt(c, CURLOPT_CAINFO, h->ca_file);
-    if (rq->json)
-        curl_easy_setopt(c, CURLOPT_POSTFIELDS, rq->json);
-    if (rq->form)
-        curl_easy_setopt(c, CURLOPT_MIMEPOST, rq->form);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink_write);
-    curl_easy_setopt(c, CURLOPT_WRITEDATA, sink);
-    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, sink_header);
-    curl_easy_setopt(c, CURLOPT_HEADERDATA, sink);
-    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, transfer_progress);
-    curl_easy_setopt(c, CURLOPT_XFERINFODATA, h);
-    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
-    CURLcode rc = curl_easy_perform(c);
-    curl_slist_free_all(hdr);
-    const char *method = rq->json || rq->form ? "POST" : "GET";
-    if (rc == CURLE_ABORTED_BY_CALLBACK) {
-        snprintf(msg, n, "%s %s: stopped by a signal", method, rq->url);
-        return HTTP_FAILED;
-    }
-    if (sink->write_error[0]) {
-        snprintf(msg, n, "%s %s: cannot keep what came: %s", method, rq->url,
-                 sink->write_error);
-        return HTTP_FAILED;
-    }
-    if (rc != CURLE_OK) {
-        snprintf(msg, n, "%s %s: %s", method, rq->url, curl_easy_strerror(rc));
-        return transient(rc) ? HTTP_RETRY : HTTP_FAILED;
-    }
-    long status = 0;
-    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
-    snprintf(msg, n, "%s %s: HTTP %ld", method, rq->url, status);
-    return outcome_of(status);
-}
-
-/* GET url, its JSON reply into *doc (new). */
-static http_outcome http_get_json(shim_http *h, const char *url, json_t **doc,
-                                  char *msg, size_t n)
-{
-    http_sink k;
-    sink_init(&k, -1);
-    http_req rq = {.url = url};
-    http_outcome o = http_do(h, &rq, &k, msg, n);
-    *doc = o == HTTP_OK && k.mem ? json_loads(k.mem, 0, NULL) : NULL;
-    if (o == HTTP_OK && !*doc) {
-        snprintf(msg, n, "GET %s: the reply is not JSON", url);
-        o = HTTP_FAILED;
-    }
-    sink_free(&k);
-    return o;
-}
-
-/* GET url into the file path (created 0600, replaced); *sha gets the
- * content's, *x_sha256 the reply's X-Sha256 header ("" without). */
-static http_outcome http_get_file(shim_http *h, const char *url,
-                                  const char *path, char sha[65],
-                                  char x_sha256[65], char *msg, size_t n)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        snprintf(msg, n, "cannot create %s: %s", path, strerror(errno));
-        return HTTP_FAILED;
-    }
-    http_sink k;
-    sink_init(&k, fd);
-    http_req rq = {.url = url, .bulk = 1};
-    http_outcome o = http_do(h, &rq, &k, msg, n);
-    uint8_t d[32];
-    sha256_final(&k.sha, d);
-    sha256_hex(d, sha);
-    memcpy(x_sha256, k.x_sha256, 65);
-    sink_free(&k);
-    if (close(fd) != 0 && o == HTTP_OK) {
-        snprintf(msg, n, "cannot write %s: %s", path, strerror(errno));
-        o = HTTP_FAILED;
-    }
-    return o;
-}
-
-/* POST json to url; the reply's JSON into *reply (new; NULL when it is
- * not JSON: the caller reads it as "run"). */
-static http_outcome http_post_json(shim_http *h, const char *url,
-                                   const char *json, json_t **reply, char *msg,
-                                   size_t n)
-{
-    http_sink k;
-    sink_init(&k, -1);
-    http_req rq = {.url = url, .json = json};
-    http_outcome o = http_do(h, &rq, &k, msg, n);
-    *reply = o == HTTP_OK && k.mem ? json_loads(k.mem, 0, NULL) : NULL;
-    sink_free(&k);
-    return o;
-}
-
-/* A file part's bytes: len bytes of fd from base, read with pread so the
- * part can be sent again (a redirect or a retried connection rewinds). */
-typedef struct {
-    int fd;
-    off_t base, len, pos;
-} file_part;
-
-static size_t file_part_read(char *buf, size_t size, size_t nitems, void *arg)
-{
-    file_part *f = arg;
-    size_t want = size * nitems;
-    if ((off_t)want > f->len - f->pos)
-        want = (size_t)(f->len - f->pos);
-    if (want == 0)
-        return 0;
-    ssize_t r;
-    do
-        r = pread(f->fd, buf, want, f->base + f->pos);
-    while (r < 0 && errno == EINTR);
-    if (r <= 0)
-        return CURL_READFUNC_ABORT; /* the file shrank, or cannot be read */
-    f->pos += r;
-    return (size_t)r;
-}
-
-static int file_part_seek(void *arg, curl_off_t offset, int origin)
-{
-    file_part *f = arg;
-    if (origin != SEEK_SET || offset < 0 || offset > f->len)
-        return CURL_SEEKFUNC_CANTSEEK;
-    f->pos = offset;
-    return CURL_SEEKFUNC_OK;
-}
-
-/* POSTs len bytes of fd from base to url as multipart/form-data: a file
- * part WREMOTE_PART_FILE named filename and, when sha is not NULL, a
- * field WREMOTE_F_SHA256 = sha. The reply's body is not read. */
-static http_outcome http_post_file(shim_http *h, const char *url, int fd,
-                                   off_t base, off_t len, const char *filename,
-                                   const char *sha, char *msg, size_t n)
-{
-    file_part part = {.fd = fd, .base = base, .len = len};
-    curl_mime *form = curl_mime_init(h->curl);
-    curl_mimepart *p = form ? curl_mime_addpart(form) : NULL;
-    int bad = !p || curl_mime_name(p, WREMOTE_PART_FILE) != CURLE_OK ||
-              curl_mime_filename(p, filename) != CURLE_OK ||
-              curl_mime_type(p, "application/octet-stream") != CURLE_OK ||
-              curl_mime_data_cb(p, (curl_off_t)len, file_part_read,
-                                file_part_seek, NULL, &part) != CURLE_OK;
-    if (!bad && sha) {
-        p = curl_mime_addpart(form);
-        bad = !p || curl_mime_name(p, WREMOTE_F_SHA256) != CURLE_OK ||
-              curl_mime_data(p, sha, CURL_ZERO_TERMINATED) != CURLE_OK;
-    }
-    http_outcome o = HTTP_FAILED;
-    if (bad) {
-        snprintf(msg, n, "out of memory for a form");
-    } else {
-        http_sink k;
-        sink_init(&k, -1);
-        http_req rq = {.url = url, .form = form, .bulk = 1};
-        o = http_do(h, &rq, &k, msg, n);
-        sink_free(&k);
-    }
-    curl_mime_free(form);
-    return o;
-}
-
-/* ==== the shim ==== */
-
 #define SHIM_GO_ON (-1) /* a step's "carry on"; else the exit status */
 #define SHIM_AGAIN (-2) /* a request to send again (after the wait) */
 #define SHIM_EXIT_FAILED 1
 #define SHIM_URL_MAX 2048
 #define SHIM_SERVER_MAX 1024
 #define SHIM_TOKEN_MAX 128
-#define STOP_GRACE_S 60.0 /* a stopped child's time to exit before SIGKILL */
-
-/* What the relay cost, said on stderr when the shim ends (it lands in the
- * Slurm job's output file): how long a batch of lines took to reach the
- * server (the round trip of its POST, the line's latency once read: lines
- * are posted as soon as they are read), and the uploads. */
-#define STATS_RTT_MAX 4096
-typedef struct {
-    double rtt_ms[STATS_RTT_MAX]; /* the first STATS_RTT_MAX posts' */
-    size_t nposts, nlines;
-    size_t nckpt;
-    double ckpt_ms, ckpt_max_ms, ckpt_bytes;
-    double model_ms, model_bytes;
-} shim_stats;
 
 typedef struct {
-    shim_http http;
+    wrhttp_conn http;
     const char *server, *job;
     double retry_budget_s;
     char dir[PATH_MAX]; /* the private folder; "" until made */
     char log_path[PATH_MAX], ckpt_path[PATH_MAX], model_path[PATH_MAX];
-    char node[256];   /* the host name, for the started line */
-    pid_t child;      /* 0: not started; -1: reaped */
-    int out_fd;       /* the child's stdout (non-blocking); -1 */
+    char node[256]; /* the host name, for the started line */
+    wrchild child;
     int child_status; /* its exit status once reaped */
-    char buf[65536];  /* the child's output, up to its next newline */
-    size_t len;
     wremote_queue pending;
     wremote_retry retry;
-    long interval_ms; /* post at least this often */
-    double last_post; /* when a post last went through */
+    long interval_ms;   /* post at least this often */
+    double last_post;   /* when a post last went through */
     char ckpt_sha[65];  /* the checkpoint the server has; "" none */
     char model_sha[65]; /* the model it has; "" none */
-    int preempt_sent, cancel_sent;
-    shim_stats stats;
+    wrstats stats;
 } shim;
 
 static void shim_url(const shim *s, const char *tmpl, const char *sha,
@@ -496,31 +90,36 @@ static void shim_url(const shim *s, const char *tmpl, const char *sha,
     wremote_url(out, SHIM_URL_MAX, s->server, tmpl, s->job, sha);
 }
 
-static void child_stop(shim *s);
+/* Whether a SIGTERM came before the child ran: it ends the transfers and
+ * the shim (afterwards it is the child's to act on). */
+static int stopped_early(const shim *s)
+{
+    return s->http.stop && *s->http.stop;
+}
 
 /* Stops the child when it runs, says on stderr why the shim gives up on
  * a request (msg: what happened to it) and returns the exit status. */
-static int shim_give_up(shim *s, http_outcome o, const char *msg)
+static int shim_give_up(shim *s, wrhttp_outcome o, const char *msg)
 {
-    child_stop(s);
-    if (o == HTTP_GONE) {
+    wrchild_stop(&s->child);
+    if (o == WRHTTP_GONE) {
         fprintf(stderr,
                 "trainyard worker: the server ended this attempt of job %s "
                 "(409); stopped\n",
                 s->job);
         return WPROTO_EXIT_CANCELLED;
     }
-    if (shim_term && s->http.stop_on_term) {
+    if (stopped_early(s)) {
         fprintf(stderr, "trainyard worker: stopped by a signal before the "
                         "worker started\n");
         return WPROTO_EXIT_CANCELLED;
     }
-    if (o == HTTP_UNAUTHORIZED)
+    if (o == WRHTTP_UNAUTHORIZED)
         fprintf(stderr,
                 "trainyard worker: the server refused the token of job %s "
                 "(%s)\n",
                 s->job, msg);
-    else if (o == HTTP_RETRY)
+    else if (o == WRHTTP_RETRY)
         fprintf(stderr,
                 "trainyard worker: the server did not answer for %.0f s "
                 "(%s); giving up\n",
@@ -535,7 +134,7 @@ static int shim_give_up(shim *s, http_outcome o, const char *msg)
 static int sleep_until_due(const shim *s)
 {
     for (;;) {
-        if (shim_term && s->http.stop_on_term)
+        if (stopped_early(s))
             return -1;
         double left = s->retry.next_try - now_s();
         if (left <= 0)
@@ -549,13 +148,13 @@ static int sleep_until_due(const shim *s)
 /* What to do after a request where no child's lines need reading (the
  * downloads, the log tail): SHIM_GO_ON when it went through, SHIM_AGAIN
  * to send it again (the wait is over), else the exit status. */
-static int after_request(shim *s, http_outcome o, const char *msg)
+static int after_request(shim *s, wrhttp_outcome o, const char *msg)
 {
-    if (o == HTTP_OK) {
+    if (o == WRHTTP_OK) {
         wremote_retry_ok(&s->retry);
         return SHIM_GO_ON;
     }
-    if (o == HTTP_RETRY && wremote_retry_failed(&s->retry, now_s()) == 0 &&
+    if (o == WRHTTP_RETRY && wremote_retry_failed(&s->retry, now_s()) == 0 &&
         sleep_until_due(s) == 0)
         return SHIM_AGAIN;
     return shim_give_up(s, o, msg);
@@ -572,7 +171,7 @@ static int fetch_job(shim *s, json_t **doc)
     int rc;
     do
         rc = after_request(
-            s, http_get_json(&s->http, url, doc, msg, sizeof msg), msg);
+            s, wrhttp_get_json(&s->http, url, doc, msg, sizeof msg), msg);
     while (rc == SHIM_AGAIN);
     if (rc != SHIM_GO_ON)
         return rc;
@@ -599,15 +198,15 @@ static int fetch_job(shim *s, json_t **doc)
 /* Downloads url into path until it went through; SHIM_GO_ON with what
  * came hashed into got (and its X-Sha256 header into x), or the exit
  * status. 404: SHIM_GO_ON with got "" when missing_ok, else fatal. */
-static int download(shim *s, const char *url, const char *path,
-                    int missing_ok, char got[65], char x[65])
+static int download(shim *s, const char *url, const char *path, int missing_ok,
+                    char got[65], char x[65])
 {
     char msg[SHIM_URL_MAX + 200];
     int rc;
     do {
-        http_outcome o =
-            http_get_file(&s->http, url, path, got, x, msg, sizeof msg);
-        if (o == HTTP_NOT_FOUND && missing_ok) {
+        wrhttp_outcome o =
+            wrhttp_get_file(&s->http, url, path, got, x, msg, sizeof msg);
+        if (o == WRHTTP_NOT_FOUND && missing_ok) {
             unlink(path);
             got[0] = '\0';
             wremote_retry_ok(&s->retry);
@@ -691,116 +290,7 @@ static int shim_prepare(shim *s)
     return rc;
 }
 
-/* ---- the child ---- */
-
-/* Starts `trainyard worker --job-dir <folder>` (this binary again): stdin
- * /dev/null, stdout a pipe to the shim, stderr appended to worker.log,
- * the shim's environment (the token already taken out of it). A signal
- * that came before is sent to it at once. */
-static int child_start(shim *s)
-{
-    char *const argv[] = {"trainyard", WPROTO_COMMAND, WPROTO_ARG_JOB_DIR,
-                          s->dir, NULL};
-    int fds[2] = {-1, -1};
-    int log_fd = open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                      0600);
-    int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    if (log_fd < 0 || null_fd < 0 || pipe2(fds, O_CLOEXEC) != 0) {
-        fprintf(stderr, "trainyard worker: cannot start the worker: %s\n",
-                strerror(errno));
-        if (log_fd >= 0)
-            close(log_fd);
-        if (null_fd >= 0)
-            close(null_fd);
-        return SHIM_EXIT_FAILED;
-    }
-    fflush(NULL);
-    /* Blocked until the handler knows the child's pid; the child keeps
-     * them blocked (and pending) until the worker unblocks them with its
-     * handlers installed. */
-    block_signals(1);
-    pid_t pid = fork();
-    if (pid == 0) {
-        /* The worker must die of a write to a pipe nobody reads (the
-         * shim is gone), as it does under the server, and be told to
-         * stop when the shim dies first (a SIGKILL). */
-        signal(SIGPIPE, SIG_DFL);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        dup2(null_fd, STDIN_FILENO);
-        dup2(fds[1], STDOUT_FILENO);
-        dup2(log_fd, STDERR_FILENO);
-        execv("/proc/self/exe", argv);
-        _exit(WPROTO_EXIT_EXEC);
-    }
-    int fork_errno = errno;
-    close(fds[1]);
-    close(log_fd);
-    close(null_fd);
-    if (pid < 0) {
-        block_signals(0);
-        close(fds[0]);
-        fprintf(stderr, "trainyard worker: cannot fork: %s\n",
-                strerror(fork_errno));
-        return SHIM_EXIT_FAILED;
-    }
-    s->child = pid;
-    s->out_fd = fds[0];
-    fcntl(s->out_fd, F_SETFL, fcntl(s->out_fd, F_GETFL) | O_NONBLOCK);
-    s->http.stop_on_term = 0;
-    shim_child_pid = pid;
-    if (shim_term) {
-        kill(pid, SIGTERM);
-        s->cancel_sent = 1;
-    }
-    if (shim_usr1) {
-        kill(pid, SIGUSR1);
-        s->preempt_sent = 1;
-    }
-    block_signals(0);
-    return SHIM_GO_ON;
-}
-
-/* Waits for the exited (or stopping) child; the handler stops sending
- * it signals first, so no signal reaches a recycled pid. */
-static void child_reap(shim *s)
-{
-    int ws = 0;
-    block_signals(1);
-    while (waitpid(s->child, &ws, 0) < 0 && errno == EINTR)
-        ;
-    shim_child_pid = 0;
-    block_signals(0);
-    s->child_status = wremote_exit_status(ws);
-    s->child = -1;
-    close(s->out_fd);
-    s->out_fd = -1;
-}
-
-/* Stops the running child (SIGTERM; SIGKILL after STOP_GRACE_S) and waits
- * for it, reading and dropping what it still prints so it never blocks
- * on a full pipe. Nothing when no child runs. */
-static void child_stop(shim *s)
-{
-    if (s->child <= 0)
-        return;
-    kill(s->child, SIGTERM);
-    double deadline = now_s() + STOP_GRACE_S;
-    for (;;) {
-        double left = deadline - now_s();
-        if (left <= 0) {
-            kill(s->child, SIGKILL);
-            break;
-        }
-        char drop[4096];
-        struct pollfd p = {.fd = s->out_fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
-            continue;
-        ssize_t r = read(s->out_fd, drop, sizeof drop);
-        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
-            break; /* its end of the pipe is closed: it exited */
-    }
-    child_reap(s);
-}
+/* ---- the child's lines ---- */
 
 /* Queues one line the child printed (text: without its newline). */
 static void take_line(shim *s, const char *text)
@@ -813,8 +303,7 @@ static void take_line(shim *s, const char *text)
         return;
     }
     if (wremote_queue_push(&s->pending, kind, line) != TY_OK)
-        fprintf(stderr, "trainyard worker: out of memory; a %s line is "
-                        "lost\n",
+        fprintf(stderr, "trainyard worker: out of memory; a %s line is lost\n",
                 wproto_msg_name(kind));
     if (s->retry.first_failure >= 0)
         wremote_queue_coalesce(&s->pending);
@@ -824,34 +313,11 @@ static void take_line(shim *s, const char *text)
  * of its output (it exited), else 0. */
 static int child_read(shim *s)
 {
-    ssize_t r = read(s->out_fd, s->buf + s->len, sizeof s->buf - 1 - s->len);
-    if (r < 0)
-        return errno == EAGAIN || errno == EINTR ? 0 : 1;
-    if (r == 0) {
-        if (s->len > 0) { /* a last line without its newline */
-            s->buf[s->len] = '\0';
-            take_line(s, s->buf);
-            s->len = 0;
-        }
-        return 1;
-    }
-    s->len += (size_t)r;
-    char *start = s->buf, *nl;
-    while ((nl = memchr(start, '\n', (size_t)(s->buf + s->len - start)))) {
-        *nl = '\0';
-        if (nl > start)
-            take_line(s, start);
-        start = nl + 1;
-    }
-    size_t rest = (size_t)(s->buf + s->len - start);
-    if (rest == sizeof s->buf - 1) {
-        fprintf(stderr, "trainyard worker: the worker printed a line of "
-                        "more than 64 KiB; dropped\n");
-        rest = 0;
-    }
-    memmove(s->buf, start, rest);
-    s->len = rest;
-    return 0;
+    int ended = wrchild_read(&s->child);
+    const char *line;
+    while ((line = wrchild_line(&s->child)))
+        take_line(s, line);
+    return ended;
 }
 
 /* ---- the relay ---- */
@@ -882,72 +348,40 @@ static int hash_fd(int fd, char hex[65], off_t *size)
     return 0;
 }
 
-static void stats_upload(shim_stats *st, const char *tmpl, double ms,
-                         double bytes)
-{
-    if (!strcmp(tmpl, WREMOTE_PATH_MODEL)) {
-        st->model_ms = ms;
-        st->model_bytes = bytes;
-        return;
-    }
-    st->nckpt++;
-    st->ckpt_ms += ms;
-    st->ckpt_bytes += bytes;
-    if (ms > st->ckpt_max_ms)
-        st->ckpt_max_ms = ms;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* One line on stderr: the relay's figures (bench/slurm reads it). */
-static void stats_print(shim_stats *st)
-{
-    size_t n = st->nposts < STATS_RTT_MAX ? st->nposts : STATS_RTT_MAX;
-    qsort(st->rtt_ms, n, sizeof st->rtt_ms[0], cmp_double);
-    double p50 = n ? st->rtt_ms[n / 2] : 0;
-    double p99 = n ? st->rtt_ms[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1]
-                   : 0;
-    fprintf(stderr,
-            "trainyard worker: relay: %zu lines in %zu posts, round trip "
-            "p50 %.2f ms p99 %.2f ms; %zu checkpoint uploads, %.0f bytes, "
-            "mean %.1f ms, max %.1f ms; model %.0f bytes in %.1f ms\n",
-            st->nlines, st->nposts, p50, p99, st->nckpt, st->ckpt_bytes,
-            st->nckpt ? st->ckpt_ms / (double)st->nckpt : 0.0,
-            st->ckpt_max_ms, st->model_bytes, st->model_ms);
-}
-
 /* Uploads the file at path to endpoint tmpl unless the server already has
  * its content (*sent: the sha256 it has, updated). A missing file is
  * nothing to send, unless required. The file is opened once: the trainer
  * replaces it by rename, so what this descriptor reads is what was
  * hashed, even when a newer one is written meanwhile. */
-static http_outcome upload_file(shim *s, const char *path, const char *tmpl,
-                                int required, char sent[65], char *msg,
-                                size_t n)
+static wrhttp_outcome upload_file(shim *s, const char *path, const char *tmpl,
+                                  int required, char sent[65], char *msg,
+                                  size_t n)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(msg, n, "the worker wrote no %s: %s", path, strerror(errno));
-        return required ? HTTP_FAILED : HTTP_OK;
+        return required ? WRHTTP_FAILED : WRHTTP_OK;
     }
     char sha[65], url[SHIM_URL_MAX];
     off_t size = 0;
-    http_outcome o = HTTP_OK;
+    wrhttp_outcome o = WRHTTP_OK;
     if (hash_fd(fd, sha, &size) != 0) {
         snprintf(msg, n, "cannot read %s: %s", path, strerror(errno));
-        o = HTTP_FAILED;
+        o = WRHTTP_FAILED;
     } else if (strcmp(sha, sent) != 0) {
         shim_url(s, tmpl, NULL, url);
-        const char *name = strrchr(path, '/') + 1;
+        wrhttp_file f = {.fd = fd,
+                         .len = size,
+                         .part = WREMOTE_PART_FILE,
+                         .filename = strrchr(path, '/') + 1,
+                         .field = WREMOTE_F_SHA256,
+                         .value = sha};
         double t0 = now_s();
-        o = http_post_file(&s->http, url, fd, 0, size, name, sha, msg, n);
-        if (o == HTTP_OK) {
+        o = wrhttp_post_file(&s->http, url, &f, msg, n);
+        if (o == WRHTTP_OK) {
             memcpy(sent, sha, 65);
-            stats_upload(&s->stats, tmpl, (now_s() - t0) * 1e3, (double)size);
+            wrstats_upload(&s->stats, !strcmp(tmpl, WREMOTE_PATH_MODEL),
+                           (now_s() - t0) * 1e3, (double)size);
         }
     }
     close(fd);
@@ -958,7 +392,7 @@ static http_outcome upload_file(shim *s, const char *path, const char *tmpl,
  * relayed: once for the batch, however many epoch lines it holds (the
  * newest checkpoint is the one that counts), the checkpoint before the
  * model. */
-static http_outcome upload_for(shim *s, size_t k, char *msg, size_t n)
+static wrhttp_outcome upload_for(shim *s, size_t k, char *msg, size_t n)
 {
     int checkpoint = 0, model = 0;
     for (size_t i = 0; i < k; i++) {
@@ -967,20 +401,20 @@ static http_outcome upload_for(shim *s, size_t k, char *msg, size_t n)
         checkpoint |= u == WREMOTE_UPLOAD_CHECKPOINT;
         model |= u == WREMOTE_UPLOAD_MODEL;
     }
-    http_outcome o = HTTP_OK;
+    wrhttp_outcome o = WRHTTP_OK;
     if (checkpoint)
         o = upload_file(s, s->ckpt_path, WREMOTE_PATH_CHECKPOINT, 0,
                         s->ckpt_sha, msg, n);
-    if (model && o == HTTP_OK)
-        o = upload_file(s, s->model_path, WREMOTE_PATH_MODEL, 1,
-                        s->model_sha, msg, n);
+    if (model && o == WRHTTP_OK)
+        o = upload_file(s, s->model_path, WREMOTE_PATH_MODEL, 1, s->model_sha,
+                        msg, n);
     return o;
 }
 
 /* POSTs the oldest k queued lines as one batch; *reply: the reply (new,
  * NULL when it is not JSON). */
-static http_outcome post_lines(shim *s, size_t k, json_t **reply, char *msg,
-                               size_t n)
+static wrhttp_outcome post_lines(shim *s, size_t k, json_t **reply, char *msg,
+                                 size_t n)
 {
     char url[SHIM_URL_MAX];
     json_t *lines = json_array();
@@ -995,42 +429,33 @@ static http_outcome post_lines(shim *s, size_t k, json_t **reply, char *msg,
     *reply = NULL;
     if (!text) {
         snprintf(msg, n, "out of memory for a batch of %zu lines", k);
-        return HTTP_FAILED;
+        return WRHTTP_FAILED;
     }
     shim_url(s, WREMOTE_PATH_EVENTS, NULL, url);
     double t0 = now_s();
-    http_outcome o = http_post_json(&s->http, url, text, reply, msg, n);
+    wrhttp_outcome o = wrhttp_post_json(&s->http, url, text, reply, msg, n);
     free(text);
-    if (o == HTTP_OK) {
-        if (s->stats.nposts < STATS_RTT_MAX)
-            s->stats.rtt_ms[s->stats.nposts] = (now_s() - t0) * 1e3;
-        s->stats.nposts++;
-        s->stats.nlines += k;
-    }
+    if (o == WRHTTP_OK)
+        wrstats_post(&s->stats, k, (now_s() - t0) * 1e3);
     return o;
 }
 
 /* What the server asked for in its reply to the events. */
 static void act_on(shim *s, wremote_action a)
 {
-    if (s->child <= 0)
-        return;
-    if (a == WREMOTE_DO_PREEMPT && !s->preempt_sent) {
-        kill(s->child, SIGUSR1);
-        s->preempt_sent = 1;
-    } else if (a == WREMOTE_DO_CANCEL && !s->cancel_sent) {
-        kill(s->child, SIGTERM);
-        s->cancel_sent = 1;
-    }
+    if (a == WREMOTE_DO_PREEMPT)
+        wrchild_preempt(&s->child);
+    else if (a == WREMOTE_DO_CANCEL)
+        wrchild_cancel(&s->child);
 }
 
 /* After a relay request that failed: when the server did not answer and
  * the budget is not spent, keeps the lines (coalesced) for the next try
  * and returns SHIM_GO_ON; else gives up (the exit status). */
-static int relay_failed(shim *s, http_outcome o, const char *msg)
+static int relay_failed(shim *s, wrhttp_outcome o, const char *msg)
 {
     int first = s->retry.first_failure < 0;
-    if (o != HTTP_RETRY || wremote_retry_failed(&s->retry, now_s()) != 0)
+    if (o != WRHTTP_RETRY || wremote_retry_failed(&s->retry, now_s()) != 0)
         return shim_give_up(s, o, msg);
     if (first)
         fprintf(stderr,
@@ -1051,13 +476,13 @@ static int relay_flush(shim *s, int heartbeat)
     char msg[SHIM_URL_MAX + 200];
     while (s->pending.n > 0 || heartbeat) {
         heartbeat = 0;
-        size_t k = s->pending.n < WREMOTE_MAX_LINES ? s->pending.n
-                                                    : WREMOTE_MAX_LINES;
-        http_outcome o = upload_for(s, k, msg, sizeof msg);
+        size_t k =
+            s->pending.n < WREMOTE_MAX_LINES ? s->pending.n : WREMOTE_MAX_LINES;
+        wrhttp_outcome o = upload_for(s, k, msg, sizeof msg);
         json_t *reply = NULL;
-        if (o == HTTP_OK)
+        if (o == WRHTTP_OK)
             o = post_lines(s, k, &reply, msg, sizeof msg);
-        if (o != HTTP_OK)
+        if (o != WRHTTP_OK)
             return relay_failed(s, o, msg);
         if (s->retry.first_failure >= 0)
             fprintf(stderr, "trainyard worker: the server answers again\n");
@@ -1100,16 +525,18 @@ static void post_log_tail(shim *s)
             close(fd);
         return;
     }
-    off_t base = st.st_size > WREMOTE_LOG_TAIL ? st.st_size - WREMOTE_LOG_TAIL
-                                               : 0;
+    off_t base =
+        st.st_size > WREMOTE_LOG_TAIL ? st.st_size - WREMOTE_LOG_TAIL : 0;
+    wrhttp_file f = {.fd = fd,
+                     .base = base,
+                     .len = st.st_size - base,
+                     .part = WREMOTE_PART_FILE,
+                     .filename = WPROTO_LOG_FILE};
     shim_url(s, WREMOTE_PATH_LOG, NULL, url);
     int rc;
     do
-        rc = after_request(s,
-                           http_post_file(&s->http, url, fd, base,
-                                          st.st_size - base, WPROTO_LOG_FILE,
-                                          NULL, msg, sizeof msg),
-                           msg);
+        rc = after_request(
+            s, wrhttp_post_file(&s->http, url, &f, msg, sizeof msg), msg);
     while (rc == SHIM_AGAIN);
     close(fd);
 }
@@ -1136,7 +563,7 @@ static int relay_run(shim *s)
 {
     s->last_post = now_s();
     for (;;) {
-        struct pollfd p = {.fd = s->out_fd, .events = POLLIN};
+        struct pollfd p = {.fd = s->child.out_fd, .events = POLLIN};
         if (poll(&p, 1, poll_timeout_ms(s)) > 0 && child_read(s))
             break;
         double now = now_s();
@@ -1148,7 +575,7 @@ static int relay_run(shim *s)
                 return rc;
         }
     }
-    child_reap(s);
+    s->child_status = wremote_exit_status(wrchild_reap(&s->child));
     return relay_finish(s);
 }
 
@@ -1202,12 +629,24 @@ static int shim_make_dir(shim *s)
         s->dir[0] = '\0';
         return SHIM_EXIT_FAILED;
     }
-    snprintf(s->log_path, sizeof s->log_path, "%s/%s", s->dir,
-             WPROTO_LOG_FILE);
+    snprintf(s->log_path, sizeof s->log_path, "%s/%s", s->dir, WPROTO_LOG_FILE);
     snprintf(s->ckpt_path, sizeof s->ckpt_path, "%s/%s", s->dir,
              CHECKPOINT_FILE);
-    snprintf(s->model_path, sizeof s->model_path, "%s/%s", s->dir,
-             MODEL_FILE);
+    snprintf(s->model_path, sizeof s->model_path, "%s/%s", s->dir, MODEL_FILE);
+    return SHIM_GO_ON;
+}
+
+/* Starts the worker in the folder (the token already taken out of the
+ * environment it inherits); from then on a SIGTERM is the child's to act
+ * on, not the transfers'. */
+static int start_child(shim *s)
+{
+    ty_err err = {0};
+    if (wrchild_start(&s->child, s->dir, s->log_path, &err) != TY_OK) {
+        fprintf(stderr, "trainyard worker: %s\n", err.msg);
+        return SHIM_EXIT_FAILED;
+    }
+    s->http.stop = NULL;
     return SHIM_GO_ON;
 }
 
@@ -1216,10 +655,10 @@ static int shim_run(shim *s)
     int rc = shim_make_dir(s);
     if (rc == SHIM_GO_ON)
         rc = shim_prepare(s);
-    if (rc == SHIM_GO_ON && shim_term) /* a SIGTERM between transfers */
+    if (rc == SHIM_GO_ON && stopped_early(s)) /* between transfers */
         rc = WPROTO_EXIT_CANCELLED;
     if (rc == SHIM_GO_ON)
-        rc = child_start(s);
+        rc = start_child(s);
     if (rc == SHIM_GO_ON)
         rc = relay_run(s);
     return rc;
@@ -1246,14 +685,14 @@ int wremote_main(int argc, char **argv)
     /* The child inherits the environment: the secret stays with the
      * shim. */
     unsetenv(WREMOTE_ENV_TOKEN);
-    install_signals();
+    wrchild_signals_install();
     s->server = server;
     s->job = job;
-    s->out_fd = -1;
+    wrchild_init(&s->child);
     s->http.ca_file = getenv(WREMOTE_ENV_CA_FILE);
     if (s->http.ca_file && !*s->http.ca_file)
         s->http.ca_file = NULL;
-    s->http.stop_on_term = 1;
+    s->http.stop = wrchild_term_flag();
     s->retry_budget_s = wremote_retry_budget(getenv(WREMOTE_ENV_RETRY_S));
     wremote_retry_init(&s->retry, s->retry_budget_s);
     s->interval_ms = wremote_post_interval_ms(getenv(WPROTO_ENV_HEARTBEAT_MS));
@@ -1266,9 +705,8 @@ int wremote_main(int argc, char **argv)
         rc = shim_run(s);
     else
         fprintf(stderr, "trainyard worker: cannot start libcurl\n");
-    child_stop(s);
-    if (s->stats.nposts)
-        stats_print(&s->stats);
+    wrchild_stop(&s->child);
+    wrstats_print(&s->stats);
     if (s->dir[0]) {
         ty_err err = {0};
         if (fs_remove_tree(s->dir, &err) != TY_OK)
