@@ -12,6 +12,7 @@
 
 #include <string.h>
 
+#include "deploy/deploy.h"
 #include "gpu/inventory.h"
 
 /* The name of tenant id, looked up once per request in names (id -> name
@@ -51,18 +52,21 @@ static json_t *job_name(store *st, const char *id)
 
 /* Adds tenant_name, job_name and utilization_percent to each slice of
  * doc's GPUs. Names are set only where inv_slot_holder_json gave the
- * viewer the holder ("job" not null). A whole GPU's utilisation is the
- * GPU's (NVML); a MIG slice's is null: NVML reports none per MIG device. */
-static void add_slice_details(store *st, json_t *doc)
+ * viewer the holder ("job" not null). A serving replica's slice names its
+ * deployment ("deployment": {id, name}; job_name: the deployment's name)
+ * rather than the replica's internal id alone. A whole GPU's utilisation
+ * is the GPU's (NVML); a MIG slice's is null: NVML reports none per MIG
+ * device. */
+static void add_slice_details(api_ctx *app, const inv_viewer *viewer,
+                              json_t *doc)
 {
+    store *st = app->store;
     json_t *names = json_object();
     size_t i, j;
     json_t *gpu, *slice;
-    json_array_foreach(json_object_get(doc, "gpus"), i, gpu)
-    {
+    json_array_foreach (json_object_get(doc, "gpus"), i, gpu) {
         const char *kind;
-        json_array_foreach(json_object_get(gpu, "slices"), j, slice)
-        {
+        json_array_foreach (json_object_get(gpu, "slices"), j, slice) {
             const char *job = json_string_value(json_object_get(slice, "job"));
             const char *tenant =
                 json_string_value(json_object_get(slice, "tenant"));
@@ -71,8 +75,20 @@ static void add_slice_details(store *st, json_t *doc)
                                 : NULL;
             json_object_set_new(slice, "tenant_name",
                                 tname ? tname : json_null());
-            json_object_set_new(slice, "job_name",
-                                job ? job_name(st, job) : json_null());
+            char dep_id[TY_ID_MAX], dep_name[DEPLOY_NAME_MAX];
+            if (job &&
+                deploy_replica_owner(
+                    app->deploy, viewer->is_admin ? NULL : viewer->tenant_id,
+                    job, dep_id, dep_name)) {
+                json_object_set_new(slice, "job_name", json_string(dep_name));
+                json_object_set_new(
+                    slice, "deployment",
+                    json_pack("{s:s, s:s}", "id", dep_id, "name", dep_name));
+            } else {
+                json_object_set_new(slice, "job_name",
+                                    job ? job_name(st, job) : json_null());
+                json_object_set_new(slice, "deployment", json_null());
+            }
             kind = json_string_value(json_object_get(slice, "kind"));
             json_t *util = kind && !strcmp(kind, "gpu")
                                ? json_object_get(gpu, "utilization_gpu_percent")
@@ -95,8 +111,7 @@ static json_int_t queued_jobs(store *st, const inv_viewer *viewer)
     json_int_t n = 0;
     size_t i;
     json_t *row;
-    json_array_foreach(rows, i, row)
-    {
+    json_array_foreach (rows, i, row) {
         const char *status = json_string_value(json_object_get(row, "status"));
         const char *tenant =
             json_string_value(json_object_get(row, "tenant_id"));
@@ -126,7 +141,7 @@ void api_devices_list(api_ctx *app, http_req *r)
         http_reply_problem(r, 503, NULL, "out of memory listing the devices");
         return;
     }
-    add_slice_details(app->store, doc);
+    add_slice_details(app, &viewer, doc);
     json_int_t queued = queued_jobs(app->store, &viewer);
     json_object_set_new(doc, "queued_jobs",
                         queued < 0 ? json_null() : json_integer(queued));

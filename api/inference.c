@@ -125,9 +125,12 @@ static void evaluate_run(api_ctx *app, http_req *r)
         s = tyjson_get_string(body, "dataset", "", 1, TY_ID_MAX, NULL, &ds_id,
                               &err);
     serve_env env = api_serve_env(app);
+    double retry_after = 0;
     if (s == TY_OK)
         s = serve_evaluate(&env, api_tenant(r), http_req_param(r, 0), ds_id,
-                           &doc, &err);
+                           &doc, &retry_after, &err);
+    if (s == TY_ELIMIT)
+        api_retry_after(r, retry_after);
     reply(r, s, &err, doc, "evaluate", t0);
 }
 

@@ -41,6 +41,7 @@ void config_defaults(ty_config *cfg)
     cfg->preempt = 1;
     cfg->serving_preempt = 1;
     cfg->max_replicas = 16;
+    cfg->tenant_replicas = -1;
     cfg->serving_threads = 128;
     cfg->replica_wait_s = 120;
     cfg->fair_window_s = 600.0;
@@ -333,6 +334,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_seconds(flag, val, 3600, &cfg->replica_wait_s, err);
         } else if (!strcmp(flag, "--max-replicas")) {
             s = parse_int(flag, val, 0, 4096, &cfg->max_replicas, err);
+        } else if (!strcmp(flag, "--tenant-replicas")) {
+            s = parse_int(flag, val, 0, 4096, &cfg->tenant_replicas, err);
         } else if (!strcmp(flag, "--executor")) {
             if (strcmp(val, "local") && strcmp(val, "slurm"))
                 return ty_fail(err, TY_EINVAL, flag,
@@ -580,7 +583,11 @@ void config_usage(FILE *f)
         "on)\n"
         "  --max-replicas N          serving replicas running at once on "
         "this\n"
-        "                            server (default 16)\n"
+        "                            server, GPU and CPU (default 16)\n"
+        "  --tenant-replicas N       of those, the most one tenant may run "
+        "at once\n"
+        "                            (default half of --max-replicas, at "
+        "least 1)\n"
         "  --replica-wait SECONDS    how long a request waits for a ready "
         "replica\n"
         "                            (a cold start, a replacement) before a "

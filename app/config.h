@@ -56,6 +56,8 @@ typedef struct {
     int preempt;             /* sched_config.preempt */
     int serving_preempt;     /* sched_config.serving_preempt */
     int max_replicas;        /* serving replicas at once */
+    int tenant_replicas;     /* one tenant's at once; -1: half of
+                                max_replicas, at least 1 */
     double replica_wait_s;   /* a request's wait for a ready replica */
     double fair_window_s;    /* sched_config.fair_window */
     int events_ring;         /* live events kept for Last-Event-ID
@@ -86,22 +88,22 @@ typedef struct {
     /* Where training workers run (jobs/executor.h): 0 local child
      * processes, 1 Slurm through slurmrestd (--executor slurm). */
     int executor_slurm;
-    char slurm_url[512];          /* slurmrestd's base URL */
-    char slurm_api_version[16];   /* "v0.0.38" */
-    char slurm_user[64];          /* the Slurm user jobs run as */
+    char slurm_url[512];             /* slurmrestd's base URL */
+    char slurm_api_version[16];      /* "v0.0.38" */
+    char slurm_user[64];             /* the Slurm user jobs run as */
     char slurm_token_file[PATH_MAX]; /* a JWT (scontrol token), re-read */
-    char slurm_jwt_key[PATH_MAX]; /* or: sign JWTs with the cluster key */
+    char slurm_jwt_key[PATH_MAX];    /* or: sign JWTs with the cluster key */
     char slurm_partition[64], slurm_account[64], slurm_qos[64];
     char slurm_worker_command[PATH_MAX]; /* trainyard on the nodes;
                                             "" = this binary's path */
-    char slurm_server_url[512];   /* this server as the nodes reach it;
+    char slurm_server_url[512];          /* this server as the nodes reach it;
                                      "" = from --listen */
-    char slurm_workdir[PATH_MAX]; /* the jobs' working folder on nodes */
-    char slurm_ca_file[PATH_MAX]; /* the server's CA, for https */
-    int slurm_gpu_sim;            /* GPU jobs compute on the CPU (stand-in
+    char slurm_workdir[PATH_MAX];        /* the jobs' working folder on nodes */
+    char slurm_ca_file[PATH_MAX];        /* the server's CA, for https */
+    int slurm_gpu_sim;        /* GPU jobs compute on the CPU (stand-in
                                      GRES: tests) */
-    double slurm_poll_s;          /* job state polling interval */
-    int slurm_time_limit_min;     /* a job's time limit; 0 partition's */
+    double slurm_poll_s;      /* job state polling interval */
+    int slurm_time_limit_min; /* a job's time limit; 0 partition's */
 } ty_config;
 
 /* Fills cfg with the defaults. */

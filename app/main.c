@@ -277,6 +277,11 @@ static void jobs_env_fill(const ty_app *app, jobs_env *env)
     env->fair_window_s = app->cfg.fair_window_s;
     env->serving_preempt = app->cfg.serving_preempt;
     env->max_replicas = app->cfg.max_replicas;
+    /* A tenant's default share: half the places, so that one tenant's
+     * deployment cannot take every replica place while another waits. */
+    env->tenant_replicas = app->cfg.tenant_replicas >= 0
+                               ? app->cfg.tenant_replicas
+                               : (app->cfg.max_replicas + 1) / 2;
     env->slurm = app->slurm ? &app->slurm_exec : NULL;
     env->replica_wait_s = app->cfg.replica_wait_s;
 }

@@ -93,6 +93,8 @@ static int run(int passes, int preempt, int serving)
                         .preempt_wait = 30,
                         .serving_preempt = serving,
                         .max_cpu_jobs = 4,
+                        .max_serving = SCHED_UNLIMITED,
+                        .max_serving_per_tenant = SCHED_UNLIMITED,
                         .fair_window = 300};
     ty_err err = {0};
     sched *s = sched_create(&cfg, sl, ns, &err);

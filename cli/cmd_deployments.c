@@ -143,6 +143,10 @@ static void print_deployment(const json_t *d)
     json_object_del(copy, "instances");
     cli_print_object(copy, stdout);
     json_decref(copy);
+    const char *why = json_string_value(
+        json_object_get(json_object_get(d, "replicas"), "waiting_reason"));
+    if (why)
+        printf("\nA replica waits: %s\n", why);
     const json_t *inst = json_object_get(d, "instances");
     if (json_array_size(inst) == 0)
         return;
@@ -302,6 +306,14 @@ static int list(cli_ctx *c)
     }
     cli_table_print(&t, stdout);
     cli_table_free(&t);
+    /* Why a deployment's replicas have not all started, as a queued job's
+     * wait is told. */
+    json_array_foreach (json_object_get(r.json, "items"), i, d) {
+        const char *why = json_string_value(
+            json_object_get(json_object_get(d, "replicas"), "waiting_reason"));
+        if (why)
+            printf("%s: a replica waits: %s\n", cli_str(d, "name"), why);
+    }
     cli_resp_free(&r);
     return 0;
 }

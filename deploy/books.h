@@ -98,6 +98,11 @@ typedef struct deployment {
     double cold_since; /* a request waits for a first replica since */
     double cold_start_s;
     int waiters;
+    /* Why its oldest queued replica waits, in the words a queued job's
+     * queue.summary uses, and the scheduler's reason (sched_wait_reason_
+     * name); "" while none waits. Set by each tick. */
+    char waiting[200];
+    char waiting_reason[40];
     /* traffic */
     uint64_t requests, errors, rejected;
     uint64_t batches, batch_rows_sum, batch_max;

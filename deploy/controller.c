@@ -55,6 +55,15 @@ static json_t *dep_doc(const deploy_ctl *b, deployment *d)
         json_object_set_new(reps, "desired", json_integer(d->desired));
         json_object_set_new(reps, "ready",
                             json_integer(count_reps(d, GEN_ANY, READY)));
+        /* Why a replica it asked for has not started: the scheduler's
+         * words for a queued job (null while none waits). */
+        json_object_set_new(reps, "waiting_reason",
+                            d->waiting[0] ? json_string(d->waiting)
+                                          : json_null());
+        json_object_set_new(reps, "waiting",
+                            d->waiting_reason[0]
+                                ? json_string(d->waiting_reason)
+                                : json_null());
     }
     json_t *inst = json_array();
     int in_flight = 0;
@@ -466,4 +475,25 @@ void deploy_ctl_destroy(deploy_ctl *b)
     pthread_cond_destroy(&b->ready);
     pthread_mutex_destroy(&b->mu);
     free(b);
+}
+
+int deploy_replica_owner(deploy_ctl *b, const char *tenant, const char *rep_id,
+                         char *dep_id, char *dep_name)
+{
+    if (!b || strncmp(rep_id, REPLICA_PREFIX, strlen(REPLICA_PREFIX)))
+        return 0;
+    int found = 0;
+    pthread_mutex_lock(&b->mu);
+    for (const deployment *d = b->deps; d && !found; d = d->next) {
+        if (tenant && strcmp(d->tenant, tenant))
+            continue;
+        for (const replica *p = d->reps; p && !found; p = p->next)
+            if (!strcmp(p->id, rep_id)) {
+                snprintf(dep_id, TY_ID_MAX, "%s", d->id);
+                snprintf(dep_name, DEPLOY_NAME_MAX, "%s", d->spec.name);
+                found = 1;
+            }
+    }
+    pthread_mutex_unlock(&b->mu);
+    return found;
 }

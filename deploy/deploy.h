@@ -132,6 +132,13 @@ void deploy_unpick(deploy_ctl *ctl, deploy_call *c, int ok,
  * figures are counted. */
 void deploy_finish(deploy_ctl *ctl, deploy_call *c, int failed);
 
+/* The deployment replica rep_id (a scheduler job id, as the inventory
+ * names a slot's holder) belongs to, when it is tenant's (tenant NULL: any
+ * tenant's, for the admin): 1 with its id and name (TY_ID_MAX and
+ * DEPLOY_NAME_MAX bytes); 0 when it is none of those. */
+int deploy_replica_owner(deploy_ctl *ctl, const char *tenant,
+                         const char *rep_id, char *dep_id, char *dep_name);
+
 /* Whether any of tenant's deployments serves model model_id (a model in
  * use cannot be deleted). */
 int deploy_uses_model(deploy_ctl *ctl, const char *tenant,

@@ -347,6 +347,25 @@ static void reconcile(deploy_ctl *b, deployment *d, double t)
         }
 }
 
+/* Notes why d's oldest queued replica waits (the scheduler's report of
+ * it, as the last pass left the books), or that none does. Only the
+ * summary is kept: it names no job and no other tenant. mu and dmu held. */
+static void waiting_note(deploy_ctl *b, deployment *d)
+{
+    const replica *oldest = NULL;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->state == REP_QUEUED && p->sjob >= 0 &&
+            p->generation == d->generation)
+            oldest = p; /* the list is newest first */
+    d->waiting[0] = d->waiting_reason[0] = '\0';
+    sched_wait w;
+    if (!oldest || sched_job_wait(jobs_sched(b->js), oldest->sjob, &w) != TY_OK)
+        return;
+    sched_wait_summary(jobs_sched(b->js), &w, d->waiting, sizeof d->waiting);
+    snprintf(d->waiting_reason, sizeof d->waiting_reason, "%s",
+             sched_wait_reason_name(w.reason));
+}
+
 /* The serving kind's tick, before each scheduling pass. mu held. */
 static void deploy_tick(void *ctx)
 {
@@ -358,6 +377,7 @@ static void deploy_tick(void *ctx)
         if (!d->deleting)
             autoscale(d, t);
         reconcile(b, d, t);
+        waiting_note(b, d);
         for (replica **pp = &d->reps; *pp;) {
             replica *p = *pp;
             if (p->state == REP_GONE && p->in_flight == 0) {

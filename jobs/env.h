@@ -38,8 +38,9 @@ typedef struct jobs_env {
     double backfill_wait_s;  /* sched_config.backfill_wait */
     double fair_window_s;    /* sched_config.fair_window */
     int serving_preempt;     /* sched_config.serving_preempt */
-    int max_replicas;        /* serving replicas at once (places beside
-                                the slots and CPU jobs) */
+    int max_replicas;        /* serving replicas at once, GPU and CPU
+                                (places beside the slots and CPU jobs) */
+    int tenant_replicas;     /* of those, one tenant's at once */
     double replica_wait_s;   /* a request waits this long for a ready
                                 replica before a 503 */
     /* The Slurm executor's settings (its places set by jobs_create);

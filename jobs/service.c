@@ -203,7 +203,9 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
                         .preempt_wait = env->preempt_wait_s,
                         .max_cpu_jobs = env->max_jobs,
                         .fair_window = env->fair_window_s,
-                        .serving_preempt = env->serving_preempt};
+                        .serving_preempt = env->serving_preempt,
+                        .max_serving = env->max_replicas,
+                        .max_serving_per_tenant = env->tenant_replicas};
     r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
     free(slots);
     if (!r->sched) {

@@ -39,7 +39,11 @@
  *      best-fit free slot (as in step 3) within its tenant's quotas: a
  *      replica counts in max_gpu_slices and max_running_jobs like any job;
  *      a CPU replica (request "none") is not bounded by cfg.max_cpu_jobs,
- *      which is for training on the CPU. With cfg.serving_preempt on, a
+ *      which is for training on the CPU, but every replica, GPU or CPU,
+ *      holds one of cfg.max_serving places and one of its tenant's
+ *      cfg.max_serving_per_tenant (from being placed or pending until it
+ *      is removed): a serving job waits while either is full, so one
+ *      tenant's replicas cannot take every place. With cfg.serving_preempt on, a
  *      serving job that no free slot satisfies, and that its tenant's
  *      quotas let hold one more slot, stops one RUNNING training job (of
  *      any tenant, its own included) on a slot that satisfies it, at once:
@@ -172,6 +176,13 @@ typedef struct {
     int serving_preempt;
     int max_cpu_jobs; /* CPU training jobs at once; SCHED_UNLIMITED (<0).
                          CPU serving jobs are not counted. */
+    /* Serving jobs holding a place at once (running, or pending on a
+     * preempted job's slot), GPU and CPU alike: the server's replica
+     * processes; SCHED_UNLIMITED (<0), or a limit >= 0. */
+    int max_serving;
+    /* The same for one tenant (its default share of max_serving), on top
+     * of its quotas; SCHED_UNLIMITED (<0), or a limit >= 0. */
+    int max_serving_per_tenant;
     /* Seconds of history fair share remembers (>= 0): a tenant's standing
      * is its average compute slices held over about this long (plus a
      * little for what it holds now), per unit of weight. 0: only what it
@@ -242,12 +253,15 @@ typedef enum {
     SCHED_WAIT_RESERVED,       /* a fitting slot is held for other_job */
     SCHED_WAIT_PREEMPTING,     /* PENDING: other_job is checkpointing to
                                   free its slot */
+    SCHED_WAIT_REPLICAS,       /* serving: the server's max_serving places
+                                  are all held */
 } sched_wait_reason;
 
 typedef enum {
     SCHED_QUOTA_NONE = 0,
     SCHED_QUOTA_GPU_SLICES,
     SCHED_QUOTA_RUNNING_JOBS,
+    SCHED_QUOTA_REPLICAS, /* serving: max_serving_per_tenant */
 } sched_quota;
 
 /* Why a queued (or pending) job waits, and where it stands. */
@@ -342,6 +356,11 @@ size_t sched_queued_count(const sched *s);
  * returns how many were written. Reasons reflect the state after the last
  * pass. O(N log T); allocates nothing (uses buffers sized at submit). */
 size_t sched_queue_report(sched *s, sched_wait *out, size_t cap);
+
+/* Why job j (queued or pending) waits, as sched_queue_report would say,
+ * without positions (0): O(1) for a serving job, O(T) for a training one.
+ * TY_ENOTFOUND when j is not queued or pending. */
+ty_status sched_job_wait(sched *s, int j, sched_wait *w);
 
 /* "quota", "no free slice of that size", "fair share", "reserved for job",
  * "preempting", "scheduling". */

@@ -228,6 +228,10 @@ void sched_release(sched *s, int j)
             t->slices -= cs;
             t->slices_share -= cs;
             t->jobs--;
+            if (J->serving) {
+                t->serving--;
+                s->serving--;
+            }
             break;
         case SCHED_JOB_RUNNING:
         case SCHED_JOB_STOPPING:
@@ -239,6 +243,10 @@ void sched_release(sched *s, int j)
             if (J->state == SCHED_JOB_RUNNING)
                 t->slices_share -= cs;
             t->jobs--;
+            if (J->serving) {
+                t->serving--;
+                s->serving--;
+            }
             break;
         case SCHED_JOB_QUEUED: break;
     }
@@ -255,6 +263,10 @@ void sched_run_on(sched *s, int j, int slot, double now)
         t->slices += cs;
         t->slices_share += cs;
         t->jobs++;
+        if (J->serving) {
+            t->serving++;
+            s->serving++;
+        }
     }
     if (slot >= 0)
         slot_take(s, slot, j);

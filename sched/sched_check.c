@@ -16,7 +16,9 @@
             return ty_fail(err, TY_EINTERNAL, NULL, __VA_ARGS__); \
     } while (0)
 
-#define NCOUNT 6 /* per tenant: slices, share, jobs, queued, gpu, serving */
+#define NCOUNT \
+    7 /* per tenant: slices, share, jobs, queued, gpu, serving \
+                    queued, serving placed */
 
 /* The jobs in lanes `lanes` (n of them, of kind `serving`) of tenant t, all
  * QUEUED, in their lane, sorted and counted right; *total gets how many. */
@@ -61,6 +63,12 @@ static ty_status check_tenant(const sched *s, int t, const int *c,
     CHECK(n->max_jobs < 0 || c[2] <= n->max_jobs,
           "tenant %s runs %d jobs, quota %lld", n->id, c[2],
           (long long)n->max_jobs);
+    CHECK(c[6] == n->serving, "tenant %s: %d serving jobs placed, counted %d",
+          n->id, c[6], n->serving);
+    CHECK(s->cfg.max_serving_per_tenant < 0 ||
+              c[6] <= s->cfg.max_serving_per_tenant,
+          "tenant %s holds %d serving places, its share is %d", n->id, c[6],
+          s->cfg.max_serving_per_tenant);
     int lq = 0, sq = 0;
     ty_status st = check_lanes(s, t, n->lanes, n->nlanes, 0, &lq, err);
     if (st == TY_OK)
@@ -133,6 +141,8 @@ static ty_status check_job(const sched *s, int j, int *c, int *cpu, ty_err *err)
     c[0] += cs;
     if (J->state != SCHED_JOB_STOPPING)
         c[1] += cs;
+    if (J->serving)
+        c[6]++;
     c[2]++;
     return TY_OK;
 }
@@ -195,12 +205,13 @@ ty_status sched_check(const sched *s, ty_err *err)
         live++;
         st = check_job(s, j, &cnt[s->jobs[j].tenant * NCOUNT], &cpu, err);
     }
-    int queued_srv = 0;
+    int queued_srv = 0, serving = 0;
     for (int t = 0; t < s->ntenants && st == TY_OK; t++) {
         size_t listed = 0;
         st = check_tenant(s, t, &cnt[t * NCOUNT], &listed, err);
         queued += listed;
         queued_srv += cnt[t * NCOUNT + 5];
+        serving += cnt[t * NCOUNT + 6];
     }
     free(cnt);
     if (st != TY_OK)
@@ -213,6 +224,11 @@ ty_status sched_check(const sched *s, ty_err *err)
           queued);
     CHECK(queued_srv == s->queued_srv, "serving queue counted %d, holds %d",
           s->queued_srv, queued_srv);
+    CHECK(serving == s->serving, "serving jobs placed %d, counted %d", serving,
+          s->serving);
+    CHECK(s->cfg.max_serving < 0 || serving <= s->cfg.max_serving,
+          "%d serving jobs placed, max_serving %d", serving,
+          s->cfg.max_serving);
     CHECK(live == s->live, "jobs counted %zu, hold %zu", s->live, live);
     for (int c = 0; c < s->nclasses; c++)
         CHECK(s->class_holder[c] < 0 || !sched_bad_job(s, s->class_holder[c]),

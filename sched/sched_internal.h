@@ -92,6 +92,7 @@ typedef struct {
     int slices, slices_share, jobs;
     int queued, queued_gpu; /* training */
     int queued_srv;         /* serving */
+    int serving;            /* serving jobs PENDING or RUNNING */
     lane_rec *lanes;        /* training, by mask index */
     int nlanes;
     lane_rec *slanes; /* serving, by mask index; NULL until one is queued */
@@ -134,6 +135,7 @@ struct sched {
     size_t queued;   /* QUEUED + PENDING, both kinds */
     int queued_srv;  /* QUEUED serving jobs */
     int cpu_running; /* CPU training jobs */
+    int serving;     /* serving jobs PENDING or RUNNING */
     double last_now; /* the last pass's time; NAN before the first */
     double now;      /* the current pass's time */
 
@@ -198,6 +200,16 @@ static inline uint64_t sched_fit_mask(const sched *s, const tenant_rec *t)
 static inline int sched_jobs_quota_full(const tenant_rec *t)
 {
     return t->max_jobs >= 0 && t->jobs >= t->max_jobs;
+}
+
+/* Whether tenant t may not place one more serving job now: the server's
+ * or its own serving places are all held (cfg.max_serving,
+ * cfg.max_serving_per_tenant). */
+static inline int sched_serving_full(const sched *s, const tenant_rec *t)
+{
+    return (s->cfg.max_serving >= 0 && s->serving >= s->cfg.max_serving) ||
+           (s->cfg.max_serving_per_tenant >= 0 &&
+            t->serving >= s->cfg.max_serving_per_tenant);
 }
 
 /* The lowest free slot (neither held nor reserved) of class c, or -1. */

@@ -126,6 +126,10 @@ static void preempt(sched *s, int v, int h)
     t->slices += cs;
     t->slices_share += cs;
     t->jobs++;
+    if (H->serving) {
+        t->serving++;
+        s->serving++;
+    }
     s->slots[slot].reserved_for = h;
     s->preemptions[s->npreemptions++] = (sched_preemption){v, h, slot};
 }
@@ -175,7 +179,7 @@ static int serving_best(const sched *s, const tenant_rec *n, uint64_t usable)
  * quota, and with serving_preempt those with a victim. */
 static uint64_t serving_usable(const sched *s, const tenant_rec *n)
 {
-    if (sched_jobs_quota_full(n))
+    if (sched_jobs_quota_full(n) || sched_serving_full(s, n))
         return 0;
     return sched_fit_mask(s, n) & (s->avail | s->victim_avail);
 }
@@ -185,7 +189,8 @@ static uint64_t serving_usable(const sched *s, const tenant_rec *n)
 static void serving_push(sched *s, int t)
 {
     tenant_rec *n = &s->tenants[t];
-    if (n->queued_srv == 0 || sched_jobs_quota_full(n))
+    if (n->queued_srv == 0 || sched_jobs_quota_full(n) ||
+        sched_serving_full(s, n))
         return;
     int h = serving_best(s, n, serving_usable(s, n));
     if (h < 0)
@@ -214,7 +219,7 @@ static void pass_serving(sched *s, double now)
     while (s->nheap > 0) {
         int t = sched_heap_pop(s);
         tenant_rec *n = &s->tenants[t];
-        if (sched_jobs_quota_full(n))
+        if (sched_jobs_quota_full(n) || sched_serving_full(s, n))
             continue;
         uint64_t usable = serving_usable(s, n);
         int h = serving_best(s, n, usable);

@@ -44,6 +44,16 @@ static int next_queued(const sched *s, int k, int serving, size_t *tpos)
 static void serving_reason(const sched *s, const job_rec *J,
                            const tenant_rec *t, sched_wait *w)
 {
+    if (s->cfg.max_serving_per_tenant >= 0 &&
+        t->serving >= s->cfg.max_serving_per_tenant) {
+        w->reason = SCHED_WAIT_QUOTA;
+        w->quota = SCHED_QUOTA_REPLICAS;
+        return;
+    }
+    if (s->cfg.max_serving >= 0 && s->serving >= s->cfg.max_serving) {
+        w->reason = SCHED_WAIT_REPLICAS;
+        return;
+    }
     if (!J->mask) {
         w->reason = SCHED_WAIT_SCHEDULING;
         return;
@@ -109,6 +119,23 @@ static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
     int over = t->slices_share + J->min_slices > t->share + SCHED_EPS;
     w->reason = over && nbelow - t_below > 0 ? SCHED_WAIT_FAIR_SHARE
                                              : SCHED_WAIT_NO_SLICE;
+}
+
+ty_status sched_job_wait(sched *s, int j, sched_wait *w)
+{
+    if (sched_bad_job(s, j) || (s->jobs[j].state != SCHED_JOB_QUEUED &&
+                                s->jobs[j].state != SCHED_JOB_PENDING))
+        return TY_ENOTFOUND;
+    int nbelow = 0;
+    if (!s->jobs[j].serving) { /* fair share plays no part among replicas */
+        sched_compute_shares(s);
+        for (int t = 0; t < s->ntenants; t++)
+            nbelow += tenant_wants_share(s, &s->tenants[t]);
+    }
+    job_reason(s, j, nbelow, w);
+    w->position = 0;
+    w->tenant_position = 0;
+    return TY_OK;
 }
 
 size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
@@ -204,6 +231,7 @@ const char *sched_wait_reason_name(sched_wait_reason r)
         case SCHED_WAIT_FAIR_SHARE: return "fair share";
         case SCHED_WAIT_RESERVED: return "reserved for job";
         case SCHED_WAIT_PREEMPTING: return "preempting";
+        case SCHED_WAIT_REPLICAS: return "replica places";
     }
     return "unknown";
 }
@@ -231,6 +259,11 @@ void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
                 snprintf(buf, n,
                          "quota: max_running_jobs %lld reached (%d running)",
                          (long long)t->max_jobs, t->jobs);
+            else if (w->quota == SCHED_QUOTA_REPLICAS)
+                snprintf(buf, n,
+                         "quota: the tenant's share of replica places, %d, "
+                         "is held (%d replicas)",
+                         s->cfg.max_serving_per_tenant, t->serving);
             else
                 snprintf(buf, n,
                          "quota: max_gpu_slices %lld reached (%d in use, "
@@ -270,6 +303,12 @@ void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
                      "for it",
                      other, J->slot);
             break;
+        case SCHED_WAIT_REPLICAS:
+            snprintf(buf, n,
+                     "replica places: all %d of the server's are held (%d "
+                     "replicas)",
+                     s->cfg.max_serving, s->serving);
+            break;
     }
 }
 
@@ -285,9 +324,7 @@ void sched_wait_summary(const sched *s, const sched_wait *w, char *buf,
     char want[96];
     sched_request_text(&J->req, want, sizeof want);
     switch (w->reason) {
-        case SCHED_WAIT_SCHEDULING:
-            snprintf(buf, n, "Starting now");
-            return;
+        case SCHED_WAIT_SCHEDULING: snprintf(buf, n, "Starting now"); return;
         case SCHED_WAIT_QUOTA:
             if (w->quota == SCHED_QUOTA_RUNNING_JOBS)
                 snprintf(buf, n,
@@ -295,6 +332,13 @@ void sched_wait_summary(const sched *s, const sched_wait *w, char *buf,
                          "running",
                          (long long)t->max_jobs, t->max_jobs == 1 ? "" : "s",
                          t->jobs, t->jobs == 1 ? "is" : "are");
+            else if (w->quota == SCHED_QUOTA_REPLICAS)
+                snprintf(buf, n,
+                         "Your tenant may run %d replica%s at once and %d %s "
+                         "running",
+                         s->cfg.max_serving_per_tenant,
+                         s->cfg.max_serving_per_tenant == 1 ? "" : "s",
+                         t->serving, t->serving == 1 ? "is" : "are");
             else
                 snprintf(buf, n,
                          "Your tenant may hold %lld GPU slices and holds %d; "
@@ -324,6 +368,12 @@ void sched_wait_summary(const sched *s, const sched_wait *w, char *buf,
             snprintf(buf, n,
                      "A lower-priority job is saving a checkpoint to make "
                      "room");
+            return;
+        case SCHED_WAIT_REPLICAS:
+            snprintf(buf, n,
+                     "All %d replica places of this server are in use; the "
+                     "replica starts when one frees",
+                     s->cfg.max_serving);
             return;
     }
     snprintf(buf, n, "Waiting for the scheduler");

@@ -272,7 +272,7 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
 
 ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
                          const char *model_id, const char *dataset_id,
-                         json_t **reply, ty_err *err)
+                         json_t **reply, double *retry_after, ty_err *err)
 {
     run rn;
     ty_dataset ds = {0};
@@ -283,6 +283,14 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
     ty_status s = run_open(&rn, env, tenant_id, model_id, err);
     if (s != TY_OK)
         goto done;
+    /* A deployed model's limits hold for its evaluations too (they run
+     * here, on the model's own device, not on a replica: serve_model_run
+     * is not called), and the evaluation counts in its traffic. */
+    if ((s = serve_model_admit(&rn.m, err)) != TY_OK) {
+        if (s == TY_ELIMIT)
+            *retry_after = rn.m.retry_after;
+        goto done;
+    }
     s = store_dataset_get(env->store, tenant_id, ds_id, &ds_doc, sha, err);
     if (s == TY_ENOTFOUND)
         s = ty_fail(err, TY_EINVAL, "dataset", "dataset %s not found", ds_id);

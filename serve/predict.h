@@ -113,9 +113,11 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
 
 /* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
  * classification) over dataset dataset_id. *reply: {"model", "dataset",
- * "num_examples", "loss", "accuracy" (null for regression), "device"}. */
+ * "num_examples", "loss", "accuracy" (null for regression), "device"}.
+ * A deployed model's rate and concurrency limits apply: TY_ELIMIT with
+ * *retry_after. */
 ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
                          const char *model_id, const char *dataset_id,
-                         json_t **reply, ty_err *err);
+                         json_t **reply, double *retry_after, ty_err *err);
 
 #endif

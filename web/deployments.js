@@ -31,6 +31,10 @@ function sample(d) {
 const ms = (x) => (x === null || x === undefined ? '—' : x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : Math.round(x).toString());
 const latencyText = (l) => (l && l.p50 !== null && l.p50 !== undefined ? `${ms(l.p50)} / ${ms(l.p99)} ms` : '—');
 const replicasText = (r) => (r ? `${r.ready ?? 0}/${r.desired ?? 0} (${r.min}–${r.max})` : '—');
+// Why a replica the deployment asked for has not started: the server's own
+// words for a queued job's wait (replicas.waiting_reason), or nothing.
+const waitingNote = (r) => (r && r.waiting_reason
+  ? h('div', {class: 'muted row-note waiting-reason', text: `A replica waits: ${r.waiting_reason}`}) : null);
 const count = (x) => (x === null || x === undefined ? '—' : Number(x).toLocaleString());
 
 function badge(status) {
@@ -171,7 +175,7 @@ export function deploymentsPage(root) {
         h('div', {class: 'muted', text: d.id})),
       h('td', {class: 'hide-narrow'}, modelLink(d.model, names)),
       h('td', {}, badge(d.status)),
-      h('td', {class: 'replicas', text: replicasText(d.replicas)}),
+      h('td', {class: 'replicas'}, replicasText(d.replicas), waitingNote(d.replicas)),
       h('td', {class: 'requests', text: count(t.requests)}),
       h('td', {class: 'latency', text: latencyText(t.latency_ms)}),
       h('td', {class: 'hide-narrow batch', text: fmtNum(t.batch_size?.mean ?? null, 2)}),
@@ -417,7 +421,7 @@ export function deploymentPage(root, id) {
     summary.dataset.generation = String(d.generation);
     syncChildren(summary, [h('div', {class: 'grid'},
       kv([['Id', d.id], ['Model', modelLink(d.model, names)], ['Generation', String(d.generation)],
-        ['Replicas ready/desired', h('span', {id: 'dep-replicas', text: replicasText(d.replicas)})],
+        ['Replicas ready/desired', h('span', {id: 'dep-replicas'}, replicasText(d.replicas), waitingNote(d.replicas))],
         ['GPU', gpuText(d.resources)], ['Priority', String(d.priority ?? 0)],
         ['Created', fmtTime(d.created_at)], ['Updated', fmtTime(d.updated_at)]]),
       kv([['Requests', h('span', {id: 'dep-requests', text: count(t.requests)})],

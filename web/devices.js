@@ -53,7 +53,9 @@ function profileLabel(what) {
 function holderText(s, names) {
   const id = s.job;
   if (String(id).startsWith('rep_')) {
-    const dep = names.get(id);
+    // The server names the deployment (s.deployment) for every holder the
+    // viewer may see, the admin's view of other tenants' replicas included.
+    const dep = (s.deployment && s.deployment.name) || names.get(id);
     return dep ? {short: `replica of ${dep}`, long: `replica of deployment ${dep} (${id})`}
       : {short: id, long: `replica ${id}`};
   }

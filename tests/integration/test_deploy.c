@@ -842,6 +842,14 @@ static void test_sim_slices_and_devices(void **state)
         assert_string_equal(str(slice, "job"), str(in, "id"));
         assert_non_null(str(slice, "tenant"));
         assert_string_equal(str(slice, "tenant"), tenant);
+        /* ...named by its deployment, not by the replica's id alone
+         * (issue 29). */
+        assert_non_null(str(slice, "job_name"));
+        assert_string_equal(str(slice, "job_name"), "sim2");
+        json_t *sdep = json_object_get(slice, "deployment");
+        assert_non_null(str(sdep, "id"));
+        assert_string_equal(str(sdep, "id"), dep);
+        assert_string_equal(str(sdep, "name"), "sim2");
         /* Its device is the slice's simulated one. */
         char want[160];
         snprintf(want, sizeof want, "sim:%s", str(slice, "uuid"));
@@ -1449,6 +1457,28 @@ static void test_rate_and_concurrency_limits(void **state)
     assert_int_equal(traffic_int(doc, "rejected"), n429);
     assert_int_equal(traffic_int(doc, "requests"), n200);
     json_decref(doc);
+    /* The limits hold for an evaluation of the deployed model too (issue
+     * 29): it runs the same model. The dataset does not exist, so one let
+     * through is a 422; five at once exceed the burst of 2. */
+    snprintf(path, sizeof path, "/v1/models/%s/evaluate", model);
+    int e429 = 0, e422 = 0;
+    for (int i = 0; i < 5; i++) {
+        reply *r = call(c, s, "POST", path, "{\"dataset\": \"ds_none\"}", NULL);
+        if (r->status == 429) {
+            check_429(r);
+            e429++;
+        } else {
+            if (r->status != 422)
+                fprintf(stderr, "evaluate %d: %ld %s\n", i, r->status,
+                        r->body);
+            e422 += r->status == 422;
+        }
+        reply_free(r);
+    }
+    print_message("5 evaluations: %d refused (429), %d let through (422)\n",
+                  e429, e422);
+    assert_int_equal(e429 + e422, 5);
+    assert_true(e429 >= 1);
     curl_easy_cleanup(c);
     delete_dep_quiet(s, dep);
 
@@ -1896,6 +1926,134 @@ static void test_bad_requests(void **state)
     own_stop();
 }
 
+/* ---- replica places (issue 29) ---- */
+
+/* Instances holding a replica place: started (not queued, not gone). */
+static int count_placed(const json_t *doc)
+{
+    return count_instances(doc, NULL) - count_instances(doc, "queued");
+}
+
+/* Lines of the server's log that contain needle. */
+static int log_count(const srv *s, const char *needle)
+{
+    FILE *f = fopen(s->log, "r");
+    if (!f)
+        return -1;
+    int n = 0;
+    char line[8192];
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, needle) != NULL;
+    fclose(f);
+    return n;
+}
+
+/* At least arg instances ready, whatever the deployment's status. */
+static int ready_at_least(const json_t *doc, int arg)
+{
+    return count_instances(doc, "ready") >= arg;
+}
+
+/* The deployment says why a replica it asked for waits. */
+static int has_waiting_reason(const json_t *doc, int arg)
+{
+    (void)arg;
+    return json_is_string(
+        json_object_get(json_object_get(doc, "replicas"), "waiting_reason"));
+}
+
+/*
+ * A tenant with no quota asks for 64 CPU replicas on a server of 4
+ * replica places (the finding: it took every place and the runner's
+ * table, other tenants' training stayed queued saying "Starting now", a
+ * scale-from-zero predict got 503 and the log took a line per pass). Now
+ * it gets its share (2 of 4) and its deployment says why the rest wait;
+ * the other tenant's training job runs and its scale-from-zero predict
+ * answers; the runner never runs out of entries.
+ */
+static void test_replica_places(void **state)
+{
+    (void)state;
+    const char *flags[] = {"--devices",          "none", "--worker-threads",
+                           "1",                  "--max-replicas", "4",
+                           "--max-jobs",         "1",    "--replica-wait",
+                           "30",                 NULL};
+    assert_int_equal(srv_start(&own, NULL, flags), 0);
+    char a_id[64], b_id[64];
+    srv sa = own, sb = own;
+    create_tenant(&own, "{\"name\": \"victim\"}", a_id, sa.key);
+    create_tenant(&own, "{\"name\": \"hog\"}", b_id, sb.key);
+
+    char hog_model[64], a_model[64], hog[64], adep[64];
+    import_model(&sb, "hog-model", 0, 1.0f, hog_model);
+    import_model(&sa, "a-model", 0, 3.0f, a_model);
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"name\": \"hog\", \"model\": \"%s\", \"replicas\": {\"min\": "
+             "64, \"max\": 64}, \"resources\": {\"gpu\": \"none\"}}",
+             hog_model);
+    json_decref(create_dep(&sb, body, hog));
+    json_t *doc = wait_dep(&sb, hog, 30, ready_at_least, 2, "2 replicas ready");
+    json_decref(doc);
+    /* A few passes later it still holds its share and no more, and says
+     * why the others wait. */
+    usleep(1500 * 1000);
+    doc = wait_dep(&sb, hog, 10, has_waiting_reason, 0, "waiting, with why");
+    int placed = count_placed(doc);
+    const char *why =
+        str(json_object_get(doc, "replicas"), "waiting_reason");
+    print_message("hog: %d of 64 replicas placed; waiting: %s\n", placed,
+                  why ? why : "(none)");
+    assert_int_equal(placed, 2);
+    assert_non_null(why);
+    assert_non_null(strstr(why, "Your tenant may run 2 replicas at once"));
+    assert_string_equal(
+        str(json_object_get(doc, "replicas"), "waiting"), "quota");
+    json_decref(doc);
+
+    /* The other tenant's CPU training job runs to its end. */
+    char ds[64], job[64];
+    upload_csv(&sa, "big.csv", ds);
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]}, \"hyperparameters\": {\"epochs\": "
+             "1, \"batch_size\": 256}}",
+             ds);
+    resp *r = http_json(&sa, "POST", "/v1/jobs", body);
+    expect_status(r, 202);
+    snprintf(job, sizeof job, "%s", str(r->json, "id"));
+    resp_free(r);
+    json_t *j = wait_job(&sa, job, 60);
+    assert_non_null(j);
+    assert_string_equal(str(j, "status"), "succeeded");
+    json_decref(j);
+
+    /* Its deployment scales from zero on a predict: a place is left. */
+    snprintf(body, sizeof body,
+             "{\"name\": \"a-dep\", \"model\": \"%s\", \"replicas\": {\"min\": "
+             "0, \"max\": 1}, \"resources\": {\"gpu\": \"none\"}}",
+             a_model);
+    json_decref(create_dep(&sa, body, adep));
+    r = predict(&sa, a_model, "{\"inputs\": [[1, 2, 3, 4]]}", NULL);
+    print_message("the other tenant's scale-from-zero predict: %ld\n",
+                  r->status);
+    expect_status(r, 200);
+    assert_non_null(deployment_of(r->json));
+    assert_string_equal(deployment_of(r->json), "a-dep");
+    resp_free(r);
+
+    /* The hog still holds 2; the runner never ran out of entries. */
+    doc = get_dep(&sb, hog);
+    assert_non_null(doc);
+    assert_int_equal(count_placed(doc), 2);
+    json_decref(doc);
+    int spam = log_count(&own, "no worker entry free");
+    print_message("\"no worker entry free\" lines in the log: %d\n", spam);
+    assert_int_equal(spam, 0);
+    delete_dep_quiet(&sb, hog);
+    delete_dep_quiet(&sa, adep);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1911,6 +2069,7 @@ int main(void)
         cmocka_unit_test(test_replica_crash_recovers),
         cmocka_unit_test(test_delete_and_model_in_use),
         cmocka_unit_test_teardown(test_bad_requests, own_teardown),
+        cmocka_unit_test_teardown(test_replica_places, own_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

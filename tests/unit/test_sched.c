@@ -26,6 +26,8 @@ static const sched_config CFG = {.backfill_wait = 1e9,
                                  .preempt = 0,
                                  .preempt_wait = 0,
                                  .max_cpu_jobs = -1,
+                                 .max_serving = -1,
+                                 .max_serving_per_tenant = -1,
                                  .fair_window = 60};
 
 /* ---- inventories ---- */
@@ -359,6 +361,8 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill,
                         .preempt_wait = 1,
                         .serving_preempt = serving == 2,
                         .max_cpu_jobs = 2,
+                        .max_serving = -1,
+                        .max_serving_per_tenant = -1,
                         .fair_window = 30};
     ty_err err = {0};
     sched *s = sched_create(&cfg, sl, ns, &err);
@@ -1560,6 +1564,80 @@ static void test_serving_cpu(void **state)
     sched_destroy(s);
 }
 
+/* Issue 29: replicas hold places, the server's and their tenant's. A
+ * tenant with no quota asks for 64 CPU replicas on a server of 4 replica
+ * places: it gets its share (2) and the rest wait, saying why; another
+ * tenant's replica and CPU training job still start. GPU replicas hold
+ * places too. */
+static void test_serving_places(void **state)
+{
+    (void)state;
+    sched_slot sl[8];
+    sched_config cfg = CFG;
+    cfg.max_cpu_jobs = 2;
+    cfg.max_serving = 4;
+    cfg.max_serving_per_tenant = 2;
+    ty_err err = {0};
+    sched *s = sched_create(&cfg, sl, h200_7x1g(sl), &err);
+    assert_non_null(s);
+    int a = tenant(s, "ten_a", 1, -1, -1);
+    int b = tenant(s, "ten_b", 1, -1, -1);
+    int hog[64];
+    for (int i = 0; i < 64; i++) {
+        char id[16];
+        snprintf(id, sizeof id, "hog%d", i);
+        hog[i] = submit_srv(s, id, b, 0, 1, req_none());
+    }
+    sched_result r;
+    sched_pass(s, 2, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 2);
+    assert_int_equal(state_of(s, hog[0]), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, hog[1]), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, hog[2]), SCHED_JOB_QUEUED);
+    sched_wait w;
+    assert_int_equal(sched_job_wait(s, hog[2], &w), TY_OK);
+    assert_int_equal(w.reason, SCHED_WAIT_QUOTA);
+    assert_int_equal(w.quota, SCHED_QUOTA_REPLICAS);
+    char buf[256];
+    sched_wait_summary(s, &w, buf, sizeof buf);
+    assert_string_equal(buf, "Your tenant may run 2 replicas at once and 2 are "
+                             "running");
+    /* the other tenant: a replica on the CPU, one on a GPU slice, and a
+     * CPU training job, all placed */
+    int ra = submit_srv(s, "ra", a, 0, 3, req_none());
+    int ga = submit_srv(s, "ga", a, 0, 3, req_any());
+    int ta = submit(s, "ta", a, 0, 3, req_none());
+    sched_pass(s, 4, &r);
+    check(s);
+    assert_int_equal(r.n_placements, 3);
+    assert_int_equal(state_of(s, ra), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, ga), SCHED_JOB_RUNNING);
+    assert_true(slot_of(s, ga) >= 0);
+    assert_int_equal(state_of(s, ta), SCHED_JOB_RUNNING);
+    /* every place is held now: a third tenant's replica waits for one */
+    int c = tenant(s, "ten_c", 1, -1, -1);
+    int rc = submit_srv(s, "rc", c, 0, 5, req_none());
+    assert_int_equal(pass1(s, 6), -1);
+    assert_int_equal(sched_job_wait(s, rc, &w), TY_OK);
+    assert_int_equal(w.reason, SCHED_WAIT_REPLICAS);
+    sched_wait_summary(s, &w, buf, sizeof buf);
+    assert_non_null(strstr(buf, "All 4 replica places"));
+    static sched_wait all[80];
+    size_t n = sched_queue_report(s, all, 80);
+    const sched_wait *f = find_wait(all, n, rc);
+    assert_non_null(f);
+    assert_int_equal(f->reason, SCHED_WAIT_REPLICAS);
+    /* a place frees: c's replica (its tenant holds none) takes it before
+     * b's 63rd (b holds its share) */
+    assert_int_equal(sched_job_remove(s, ra), TY_OK);
+    assert_int_equal(pass1(s, 7), -1);
+    assert_int_equal(state_of(s, rc), SCHED_JOB_RUNNING);
+    assert_int_equal(state_of(s, hog[2]), SCHED_JOB_QUEUED);
+    assert_int_equal(sched_job_wait(s, ta, &w), TY_ENOTFOUND);
+    sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1578,6 +1656,7 @@ int main(void)
         cmocka_unit_test(test_serving_preempt_off),
         cmocka_unit_test(test_serving_quotas),
         cmocka_unit_test(test_serving_cpu),
+        cmocka_unit_test(test_serving_places),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
