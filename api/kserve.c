@@ -500,6 +500,12 @@ void api_kserve_unsupported(api_ctx *app, http_req *r)
 
 /* ---- inference ---- */
 
+/* The largest classification count taken. Triton reads the count as an
+ * unsigned integer (a negative, fractional or string one is a 400) and
+ * returns at most the classes the output has; a count this far past any
+ * model's classes is a mistake, told as one rather than read as "all". */
+#define MAX_CLASS_COUNT (1 << 20)
+
 /* One requested output. */
 typedef struct {
     int binary;           /* as binary tensor data */
@@ -689,12 +695,23 @@ static int infer_parse(http_req *r, const serve_model *m, const json_t *body,
                        "binary_data must be true or false");
         if (bd)
             q->out.binary = json_is_true(bd);
+        /* tritonclient's name for the count, sent as a parameter by hand:
+         * refused, not ignored (the classes would silently not come). */
+        if (json_object_get(op, "class_count"))
+            return bad(r, "outputs[0].parameters.class_count",
+                       "class_count is not a parameter of the KServe "
+                       "protocol: the number of classes to return is "
+                       "outputs[0].parameters.classification (what "
+                       "tritonclient's InferRequestedOutput(class_count=...) "
+                       "sends)");
         const json_t *cls = json_object_get(op, "classification");
-        if (cls && !is_uint(cls, 1u << 20))
+        if (cls && !is_uint(cls, MAX_CLASS_COUNT))
             return bad(r, "outputs[0].parameters.classification",
-                       "classification must be the number of classes to "
-                       "return (0 for the raw scores)");
-        /* Triton gives at most the output's size. */
+                       "classification (tritonclient's class_count) must be "
+                       "the number of classes to return, a whole number "
+                       "from 0 (the raw scores) to %d",
+                       MAX_CLASS_COUNT);
+        /* As Triton: more than the output has gives all of them. */
         uint64_t k = cls ? (uint64_t)json_integer_value(cls) : 0;
         q->out.class_count = k > m->outputs ? m->outputs : (uint32_t)k;
     }

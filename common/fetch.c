@@ -241,19 +241,26 @@ static curl_socket_t open_socket(void *ctx, curlsocktype purpose,
     return CURL_SOCKET_BAD;
 }
 
-/* The URL's host, for the log (never the whole URL: it may hold a password). */
+/* The URL's host, for the log (never the whole URL: it may hold a password).
+ * A tenant can ask for fetches as fast as it likes: at most a line a
+ * second per host. */
 static void log_failure(const char *url, const char *field, const guard *g,
                         const char *why)
 {
+    static log_limit limit;
     CURLU *u = curl_url();
     char *host = NULL;
     if (u && curl_url_set(u, CURLUPART_URL, url, 0) == CURLUE_OK)
         curl_url_get(u, CURLUPART_HOST, &host, 0);
-    json_t *f = json_pack("{s:s, s:s, s:s}", "field", field ? field : "",
-                          "host", host ? host : "?", "error", why);
-    if (f && g->refused)
-        json_object_set_new(f, "refused_address", json_string(g->refused_addr));
-    log_event("warn", "fetch_failed", f);
+    log_repeat rep;
+    if (log_limit_take(&limit, host ? host : "?", &rep)) {
+        json_t *f = json_pack("{s:s, s:s, s:s}", "field", field ? field : "",
+                              "host", host ? host : "?", "error", why);
+        if (f && g->refused)
+            json_object_set_new(f, "refused_address",
+                                json_string(g->refused_addr));
+        log_event_rep(&rep, "warn", "fetch_failed", f);
+    }
     curl_free(host);
     curl_url_cleanup(u);
 }

@@ -219,10 +219,10 @@ static void replica_message(void *ctx, int place, wproto_msg kind,
         pthread_cond_broadcast(&b->ready);
     } else if (p && kind == WPROTO_MSG_ERROR) {
         /* The message may name files of the server: the log only. */
-        log_event("error", "replica",
-                  json_pack("{s:s, s:s, s:O?}", "replica", p->id, "deployment",
-                            d->id, "error",
-                            json_object_get(msg, WPROTO_F_MESSAGE)));
+        log_event_limited(p->id, "error", "replica",
+                          json_pack("{s:s, s:s, s:O?}", "replica", p->id,
+                                    "deployment", d->id, "error",
+                                    json_object_get(msg, WPROTO_F_MESSAGE)));
     }
     pthread_mutex_unlock(&b->mu);
 }

@@ -181,8 +181,9 @@ uint64_t ev_publish(ev_hub *h, const char *tenant_id, const char *job_id,
     json_decref(data);
     if (!text) {
         pthread_mutex_unlock(&h->mu);
-        log_msg("error", "events: out of memory; %s of %s dropped",
-                type_names[type], job_id);
+        log_msg_limited(NULL, "error",
+                        "events: out of memory; %s of %s dropped",
+                        type_names[type], job_id);
         return 0;
     }
     ev_entry *e = &h->ring[id % h->cap];

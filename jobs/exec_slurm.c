@@ -651,8 +651,9 @@ static void round_once(slurm_exec *x, xwork *work, xresult *res)
             ty_status cs = slurmrest_cancel(x->cfg.rest, w->slurm_id, 0, &err);
             /* TY_ENOTFOUND: Slurm has forgotten it; the poll settles it. */
             if (cs != TY_OK && cs != TY_ENOTFOUND) {
-                log_msg("error", "slurm: cancel of Slurm job %ld: %s",
-                        w->slurm_id, err.msg);
+                log_msg_limited(NULL, "error",
+                                "slurm: cancel of Slurm job %ld: %s",
+                                w->slurm_id, err.msg);
                 if (cs == TY_EIO) {
                     ok = 0;
                     snprintf(msg, sizeof msg, "%s", err.msg);

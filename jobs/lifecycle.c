@@ -171,7 +171,7 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
     if (s != TY_OK) {
         /* TY_ECONFLICT: cancelled meanwhile. */
         if (s != TY_ECONFLICT)
-            log_msg("error", "runner: %s", err.msg);
+            log_msg_limited(NULL, "error", "runner: %s", err.msg);
         sched_job_remove(r->sched, sj);
         return s;
     }
@@ -240,7 +240,8 @@ static void start_placement(jobs_service *r, int sj, int slot)
         /* Cannot happen: the table has a place per slot, CPU job and
          * replica (--max-replicas bounds the replicas on the CPU). */
         ty_err err = {0};
-        log_msg("error", "runner: no worker entry free for job %s", id);
+        log_msg_limited(NULL, "error",
+                        "runner: no worker entry free for job %s", id);
         sched_job_requeue(r->sched, sj, &err);
         return;
     }
@@ -401,10 +402,11 @@ static void training_message(void *ctx, int place, wproto_msg kind,
         case WPROTO_MSG_RESUME:
             w->resumed_from_epoch =
                 (int)json_integer_value(json_object_get(ev, WPROTO_F_EPOCH));
-            log_event("info", "job_resume",
-                      json_pack("{s:s, s:O?, s:O?}", "job", w->job_id, "epoch",
-                                json_object_get(ev, WPROTO_F_EPOCH), "step",
-                                json_object_get(ev, WPROTO_F_STEP)));
+            log_event_limited(
+                w->job_id, "info", "job_resume",
+                json_pack("{s:s, s:O?, s:O?}", "job", w->job_id, "epoch",
+                          json_object_get(ev, WPROTO_F_EPOCH), "step",
+                          json_object_get(ev, WPROTO_F_STEP)));
             break;
         case WPROTO_MSG_DONE: w->done = 1; break;
         case WPROTO_MSG_STARTED: {
@@ -437,7 +439,8 @@ static void training_message(void *ctx, int place, wproto_msg kind,
             break;
     }
     if (err.msg[0])
-        log_msg("error", "runner: job %s: %s", w->job_id, err.msg);
+        log_msg_limited(w->job_id, "error", "runner: job %s: %s", w->job_id,
+                        err.msg);
 }
 
 /* Registers the finished model: validates it by loading it, moves it into
@@ -817,6 +820,7 @@ void lifecycle_status(void *ctx, int place, const json_t *status)
         TY_OK)
         svc_publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
     else
-        log_msg("error", "runner: job %s: %s", w->job_id, err.msg);
+        log_msg_limited(w->job_id, "error", "runner: job %s: %s", w->job_id,
+                        err.msg);
     json_decref(patch);
 }

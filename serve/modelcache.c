@@ -230,8 +230,8 @@ static ty_status load(model_cache *c, const char *id, const char *path,
         *err = why;
         return s;
     }
-    log_msg("warn", "model %s: serving on the CPU, not cuda:%d: %s", id, want,
-            why.msg);
+    log_msg_limited(id, "warn", "model %s: serving on the CPU, not cuda:%d: %s",
+                    id, want, why.msg);
     return nn_net_load(path, net, err);
 }
 

@@ -246,8 +246,9 @@ void access_log_put(const access_rec *rec)
     }
 }
 
-/* Takes what is queued (writer thread); returns how many records. */
-static size_t drain(char *buf, size_t cap)
+/* Takes what is queued (writer thread); returns how many records. final:
+ * the last drain before the writer stops (what is untold is told). */
+static size_t drain(char *buf, size_t cap, int final)
 {
     size_t len = 0, n = 0;
     unsigned tick = sample_tick;
@@ -262,14 +263,22 @@ static size_t drain(char *buf, size_t cap)
         n++;
     }
     sample_tick = tick;
-    uint64_t dropped = __atomic_exchange_n(&q.dropped, 0, __ATOMIC_RELAXED);
-    if (dropped && len + LINE_MAX <= cap) {
+    /* A full queue stays full while the flood lasts: its line is written
+     * at most once a second with the records dropped since the last, not
+     * at every nap. */
+    static log_limit limit;
+    static uint64_t dropped; /* not yet told */
+    log_repeat rep;
+    dropped += __atomic_exchange_n(&q.dropped, 0, __ATOMIC_RELAXED);
+    if (dropped && len + LINE_MAX <= cap &&
+        (final || log_limit_take(&limit, NULL, &rep))) {
         char now[32];
         ty_now_iso(now);
         len += (size_t)snprintf(buf + len, LINE_MAX,
                                 "{\"ts\":\"%s\",\"level\":\"warn\",\"event\":"
                                 "\"access_log_dropped\",\"records\":%llu}\n",
                                 now, (unsigned long long)dropped);
+        dropped = 0;
     }
     write_out(buf, len);
     return n;
@@ -286,7 +295,7 @@ static void *writer(void *arg)
     for (;;) {
         int stopping = q.stopping;
         pthread_mutex_unlock(&q.mu);
-        drain(buf, cap);
+        drain(buf, cap, stopping);
         pthread_mutex_lock(&q.mu);
         q.done = q.head;
         pthread_cond_broadcast(&q.flushed);

@@ -80,14 +80,37 @@ static int listen_socket(const http_server_opts *cfg, int *port_out,
     return fd;
 }
 
+/* Whether a libmicrohttpd message says only that the client went away (a
+ * closed browser tab, a cancelled request): normal, so "debug", not "warn".
+ * These are its words for the socket errors of a peer that is gone. */
+static int peer_went_away(const char *msg)
+{
+    static const char *const gone[] = {
+        "forcibly closed by remote peer", "no longer available for sending",
+        "socket is not connected", "Socket has been disconnected",
+        "Connection socket is closed"};
+    for (size_t i = 0; i < TY_ARRAY_LEN(gone); i++)
+        if (strstr(msg, gone[i]))
+            return 1;
+    return 0;
+}
+
+/* libmicrohttpd's messages come at the pace of the clients (one per
+ * request that goes wrong, one per closed event stream): at most one a
+ * second per message, its format being the cause. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
+    static log_limit limit;
+    log_repeat rep;
+    if (!log_limit_take(&limit, fmt, &rep))
+        return;
     char buf[512];
     vsnprintf(buf, sizeof buf, fmt, ap);
     size_t n = strlen(buf);
     while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
         buf[--n] = '\0';
-    log_event("warn", "http", json_pack("{s:s}", "msg", buf));
+    log_event_rep(&rep, peer_went_away(buf) ? "debug" : "warn", "http",
+                  json_pack("{s:s}", "msg", buf));
 }
 
 /* The request callbacks, through the guard: it follows each request's
@@ -174,7 +197,8 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         guard_stop();
         return gs;
     }
-    if ((gs = http_offload_start(opts->work_threads, opts->wait_threads, err)) != TY_OK) {
+    if ((gs = http_offload_start(opts->work_threads, opts->wait_threads,
+                                 err)) != TY_OK) {
         close(fd);
         guard_stop();
         access_log_stop();

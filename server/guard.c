@@ -71,6 +71,10 @@ static double after(double now, int s) { return s > 0 ? now + s : 0; }
 static void *watchdog(void *arg)
 {
     (void)arg;
+    /* Connections dropped since the last line: a slow-client flood is
+     * one line a second with the sums, not one a tick. */
+    static log_limit limit;
+    unsigned pending[4] = {0, 0, 0, 0};
     pthread_mutex_lock(&g.mu);
     while (!g.stopping) {
         struct timespec ts;
@@ -98,14 +102,20 @@ static void *watchdog(void *arg)
         }
         unsigned total = n[0] + n[1] + n[2] + n[3];
         g.dropped += total;
-        if (total) {
+        for (int k = 0; k < 4; k++)
+            pending[k] += n[k];
+        log_repeat rep;
+        if (pending[0] + pending[1] + pending[2] + pending[3] &&
+            log_limit_take(&limit, NULL, &rep)) {
             pthread_mutex_unlock(&g.mu);
             log_event("warn", "http_deadline",
                       json_pack("{s:s, s:i, s:i, s:i}", "msg",
                                 "dropped connections past their read "
                                 "deadline",
-                                "headers", (int)n[PH_HEADERS], "body",
-                                (int)n[PH_BODY], "idle", (int)n[PH_IDLE]));
+                                "headers", (int)pending[PH_HEADERS], "body",
+                                (int)pending[PH_BODY], "idle",
+                                (int)pending[PH_IDLE]));
+            memset(pending, 0, sizeof pending);
             pthread_mutex_lock(&g.mu);
         }
     }

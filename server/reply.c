@@ -155,9 +155,9 @@ void http_reply_error(http_req *r, ty_status s, const ty_err *err)
         case TY_ENOSPC:
             /* The detail names files under the data folder: it goes to the
              * log, the client learns only the cause. */
-            log_event("error", "disk_full",
-                      json_pack("{s:s, s:s}", "request_id", r->request_id,
-                                "detail", msg));
+            log_event_limited(NULL, "error", "disk_full",
+                              json_pack("{s:s, s:s}", "request_id",
+                                        r->request_id, "detail", msg));
             reply_problem_text(
                 r, 507, NULL,
                 "the server's disk is full; nothing was stored. Try again "

@@ -916,6 +916,56 @@ static void test_kserve_v2(void **state)
     assert_int_equal(r->status, 400); /* KServe: request errors are 400 */
     assert_non_null(json_object_get(r->json, "error"));
     resp_free(r);
+
+    /* The classification extension (issue 29): the count is a whole
+     * number; tritonclient's class_count is the client's name for it and
+     * as a parameter is refused, not ignored. */
+    static const char *const counts[] = {"-5", "4611686018427387904", "1.5",
+                                         "\"x\"", "2"};
+    for (int named = 0; named < 2; named++) {
+        const char *param = named ? "class_count" : "classification";
+        for (size_t i = 0; i < sizeof counts / sizeof *counts; i++) {
+            if (!named && i == 4)
+                continue; /* classification 2 is good: below */
+            char body[512], field[64];
+            snprintf(body, sizeof body,
+                     "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 4],"
+                     " \"datatype\": \"FP32\", \"data\": [0, 5, 100, 0]}],"
+                     " \"outputs\": [{\"name\": \"output\", \"parameters\":"
+                     " {\"%s\": %s}}]}",
+                     param, counts[i]);
+            r = http_json(&server, "POST", path, body);
+            snprintf(field, sizeof field, "outputs[0].parameters.%s", param);
+            if (r->status != 400 || !str(r->json, "field") ||
+                strcmp(str(r->json, "field"), field) != 0)
+                fail_msg("%s %s: %ld %s", param, counts[i], r->status, r->body);
+            assert_non_null(strstr(str(r->json, "error"), param));
+            resp_free(r);
+        }
+    }
+    /* A good count: the top classes; more than the model has: all of
+     * them (as Triton). */
+    for (int k = 2; k <= 10; k += 8) {
+        char body[512];
+        snprintf(body, sizeof body,
+                 "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 4],"
+                 " \"datatype\": \"FP32\", \"data\": [0, 5, 100, 0]}],"
+                 " \"outputs\": [{\"name\": \"output\", \"parameters\":"
+                 " {\"classification\": %d}}]}",
+                 k);
+        r = http_json(&server, "POST", path, body);
+        assert_int_equal(r->status, 200);
+        out = json_array_get(json_object_get(r->json, "outputs"), 0);
+        assert_string_equal(str(out, "datatype"), "BYTES");
+        assert_int_equal(json_integer_value(
+                             json_array_get(json_object_get(out, "shape"), 1)),
+                         k < 3 ? k : 3);
+        assert_non_null(strstr(
+            json_string_value(json_array_get(json_object_get(out, "data"), 0)),
+            ":0:setosa"));
+        resp_free(r);
+    }
+
     r = http_get(&server, "/v2/models/mdl_nope");
     assert_int_equal(r->status, 404);
     resp_free(r);
