@@ -174,7 +174,8 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         guard_stop();
         return gs;
     }
-    if ((gs = http_offload_start(opts->work_threads, opts->wait_threads, err)) != TY_OK) {
+    if ((gs = http_offload_start(opts->work_threads, opts->wait_threads,
+                                 opts->tenant_thread_share, err)) != TY_OK) {
         close(fd);
         guard_stop();
         access_log_stop();
