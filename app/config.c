@@ -3,6 +3,7 @@
 
 #include "common/fetch.h"
 #include "events/hub.h"
+#include "server/http.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -42,7 +43,11 @@ void config_defaults(ty_config *cfg)
     cfg->serving_preempt = 1;
     cfg->max_replicas = 16;
     cfg->tenant_replicas = -1;
-    cfg->serving_threads = 128;
+    /* As many as the connections one address may open, so that a tenant
+     * alone still has 128 requests in flight to its replicas with its
+     * half (--tenant-thread-share) and every other tenant the other 128. */
+    cfg->serving_threads = 256;
+    cfg->tenant_thread_share = HTTP_TENANT_THREAD_SHARE;
     cfg->replica_wait_s = 120;
     cfg->fair_window_s = 600.0;
     cfg->events_ring = EV_RING_DEFAULT;
@@ -421,6 +426,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
             s = parse_int(flag, val, 0, 1024, &cfg->work_threads, err);
         } else if (!strcmp(flag, "--serving-threads")) {
             s = parse_int(flag, val, 1, 4096, &cfg->serving_threads, err);
+        } else if (!strcmp(flag, "--tenant-thread-share")) {
+            s = parse_int(flag, val, 1, 100, &cfg->tenant_thread_share, err);
         } else if (!strcmp(flag, "--access-log-sample")) {
             s = parse_int(flag, val, 0, 1 << 24, &cfg->access_log_sample, err);
         } else if (!strcmp(flag, "--access-log")) {
@@ -694,7 +701,21 @@ void config_usage(FILE *f)
         "replicas\n"
         "                            at once (each waits on a thread of its "
         "own;\n"
-        "                            default 128)\n"
+        "                            default %d)\n"
+        "  --tenant-thread-share PERCENT\n"
+        "                            the most of the --serving-threads, and "
+        "of the\n"
+        "                            --work-threads, that one tenant's "
+        "requests\n"
+        "                            hold at once (at least one thread); the "
+        "rest\n"
+        "                            wait in that tenant's own queue, and a "
+        "free\n"
+        "                            thread serves the tenant holding the "
+        "fewest.\n"
+        "                            100 = no cap, for a server with one "
+        "tenant\n"
+        "                            (default %d)\n"
         "  --access-log-sample N     log one in N successful requests; every\n"
         "                            error is logged; 0 = errors only; "
         "metrics\n"
@@ -734,6 +755,7 @@ void config_usage(FILE *f)
         d.fair_window_s, d.events_ring, d.per_ip_connections,
         d.header_timeout_s, d.body_timeout_s, d.body_min_rate,
         d.request_timeout_s, d.auth_fail_rate, d.auth_fail_burst,
-        d.work_threads, d.access_log_sample,
+        d.work_threads, d.serving_threads, d.tenant_thread_share,
+        d.access_log_sample,
         (unsigned long long)(d.access_log_max_bytes >> 20));
 }

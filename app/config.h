@@ -78,6 +78,8 @@ typedef struct {
     int auth_fail_burst;       /* failed authentications allowed at once */
     int work_threads;          /* big predicts, evaluations; 0 = one per core */
     int serving_threads;       /* requests waiting on replicas at once */
+    int tenant_thread_share;   /* percent of the work and serving threads
+                                  one tenant may hold at once, 1..100 */
     int access_log_sample;     /* one line per N successful requests;
                                         0 = errors only */
     char access_log[PATH_MAX]; /* the request log's file; "" = stderr */

@@ -503,6 +503,7 @@ static int cmd_serve(int argc, char **argv)
         .work_threads =
             cfg.work_threads > 0 ? cfg.work_threads : work_threads_default(),
         .wait_threads = cfg.serving_threads,
+        .tenant_thread_share = cfg.tenant_thread_share,
         .access_log_sample = (unsigned)cfg.access_log_sample,
         .access_log_path = cfg.access_log[0] ? cfg.access_log : NULL,
         .access_log_max_bytes = cfg.access_log_max_bytes,

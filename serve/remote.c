@@ -5,8 +5,9 @@
  * lately, keyed by the replica's serial (unique over the server's life, so
  * a connection is never reused for a different replica at the same
  * socket path). A call blocks the thread: deployed predicts run on the
- * server's work threads (http_req_offload), whose number bounds the
- * requests a server has in flight to its replicas.
+ * server's serving threads (http_req_offload_wait), whose number bounds
+ * the requests a server has in flight to its replicas, and one tenant's
+ * share of them the requests that tenant has.
  */
 #include "serve/remote.h"
 

@@ -198,7 +198,7 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         return gs;
     }
     if ((gs = http_offload_start(opts->work_threads, opts->wait_threads,
-                                 err)) != TY_OK) {
+                                 opts->tenant_thread_share, err)) != TY_OK) {
         close(fd);
         guard_stop();
         access_log_stop();

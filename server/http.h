@@ -67,11 +67,19 @@ typedef struct http_server_opts {
     unsigned access_log_sample;
     const char *access_log_path;
     uint64_t access_log_max_bytes;
-    double auth_fail_rate; /* failed authentications refilled per s */
-    int auth_fail_burst;   /* allowed at once, per client address */
-    int work_threads;      /* for http_req_offload; 0: none */
-    int wait_threads;      /* for http_req_offload_wait; 0: none */
+    double auth_fail_rate;   /* failed authentications refilled per s */
+    int auth_fail_burst;     /* allowed at once, per client address */
+    int work_threads;        /* for http_req_offload; 0: none */
+    int wait_threads;        /* for http_req_offload_wait; 0: none */
+    int tenant_thread_share; /* percent of each pool's threads one tenant
+                                may hold at once, 1..100 (0: the default,
+                                HTTP_TENANT_THREAD_SHARE) */
 } http_server_opts;
+
+/* What one tenant may hold of each offload pool's threads by default, in
+ * percent: half, so that one tenant's slow or flooding requests always
+ * leave the other half to everyone else (see http_req_offload). */
+#define HTTP_TENANT_THREAD_SHARE 50
 
 /* Starts the daemon with opts (copied; the strings must outlive the
  * server) and the routes; *bound_port gets the port listened on. */
@@ -136,8 +144,11 @@ typedef void (*http_offload_fn)(struct api_ctx *app, http_req *r);
 /* Hands r to a work thread, where fn(app, r) runs and replies; the calling
  * handler must return at once without replying when this returns 1. The
  * connection is suspended meanwhile, so the libmicrohttpd thread serves its
- * other connections. 0 (nothing done; the caller goes on itself) when r is
- * already off, already replied, or there are no work threads. */
+ * other connections. The pool is shared by tenants (r's key's): each has
+ * its own queue, a free thread serves the tenant holding the fewest, and
+ * one tenant holds at most tenant_thread_share percent of the threads.
+ * 0 (nothing done; the caller goes on itself) when r is already off,
+ * already replied, there are no work threads, or no memory to queue it. */
 int http_req_offload(http_req *r, http_offload_fn fn);
 
 /* The same for a handler that mostly waits (a predict on a serving

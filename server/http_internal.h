@@ -101,8 +101,10 @@ void http_on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                        enum MHD_RequestTerminationCode toe);
 
 /* The work threads of http_req_offload (offload.c): started with the
- * daemon; stopping runs every request handed over and resumes it. */
-ty_status http_offload_start(int nthreads, int nwait, ty_err *err);
+ * daemon, each pool shared by tenants with share percent of its threads
+ * for one tenant at most (0: HTTP_TENANT_THREAD_SHARE); stopping runs
+ * every request handed over and resumes it. */
+ty_status http_offload_start(int nthreads, int nwait, int share, ty_err *err);
 void http_offload_stop(void);
 
 /* Ends every open stream (reply.c); before the daemon stops. */

@@ -10,28 +10,39 @@
  * set; libmicrohttpd then calls http_on_request once more, which queues it.
  *
  * Two pools: one for handlers that compute, one for handlers that wait
- * (on a serving replica). Each queue is a mutex and a condition variable:
- * what comes here costs tens of microseconds or more, so the lock is
- * nothing beside it. Stopping finishes every
- * queued request first (each must be resumed before the daemon stops).
+ * (on a serving replica). Each is shared by tenants (server/fairq.h): a
+ * queue per tenant (the request's key's), a free thread takes the next
+ * request of the tenant holding the fewest threads, and no tenant holds
+ * more than its share of the pool's threads at once (--tenant-thread-share,
+ * half by default). So a tenant whose deployment answers slowly, or who
+ * floods it, waits in its own queue on its own threads, and another
+ * tenant's request takes a thread that the first could not: issue 29's
+ * noisy neighbour, where one tenant's 24 slow requests held all 8 serving
+ * threads and another's predicts queued behind them for seconds.
+ *
+ * Each pool is a mutex and a condition variable over its queue: what comes
+ * here costs tens of microseconds or more, so the lock is nothing beside
+ * it. Stopping finishes every queued request first, the shares aside (each
+ * must be resumed before the daemon stops).
  */
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "common/log.h"
+#include "server/fairq.h"
 #include "server/http_internal.h"
 
 typedef struct job {
+    fairq_node node; /* first: a node is its job */
     http_req *r;
     http_offload_fn fn;
-    struct job *next;
 } job;
 
 /* A pool: its queue and threads. */
 typedef struct {
     pthread_mutex_t mu;
     pthread_cond_t ready;
-    job *head, *tail;
+    fairq q;
     int nthreads, stopping;
     pthread_t *threads;
 } pool_t;
@@ -50,14 +61,16 @@ static void *work(void *arg)
     pool_t *pool = arg;
     pthread_mutex_lock(&pool->mu);
     for (;;) {
-        while (!pool->head && !pool->stopping)
+        fairq_tenant *who = NULL;
+        job *j = (job *)fairq_take(&pool->q, pool->stopping, &who);
+        if (!j) {
+            if (pool->stopping && pool->q.queued == 0)
+                break; /* nothing is left */
+            /* Nothing, or only tenants at their share: a thread that
+             * finishes one of theirs takes their next itself. */
             pthread_cond_wait(&pool->ready, &pool->mu);
-        job *j = pool->head;
-        if (!j)
-            break; /* stopping, and nothing is left */
-        pool->head = j->next;
-        if (!pool->head)
-            pool->tail = NULL;
+            continue;
+        }
         pthread_mutex_unlock(&pool->mu);
         j->fn(j->r->app, j->r);
         if (!j->r->replied)
@@ -68,6 +81,7 @@ static void *work(void *arg)
         MHD_resume_connection(j->r->conn);
         free(j);
         pthread_mutex_lock(&pool->mu);
+        fairq_done(&pool->q, who);
     }
     pthread_mutex_unlock(&pool->mu);
     return NULL;
@@ -86,12 +100,24 @@ static void pool_stop(pool_t *pool)
     free(pool->threads);
     pool->threads = NULL;
     pool->nthreads = 0;
+    fairq_free(&pool->q);
     pthread_mutex_unlock(&pool->mu);
 }
 
-static ty_status pool_start(pool_t *pool, int nthreads, ty_err *err)
+/* The threads one tenant may hold: share percent of nthreads, at least
+ * one, and all of them in a pool of one. */
+static int tenant_cap(int nthreads, int share)
+{
+    if (share <= 0 || share > 100)
+        share = HTTP_TENANT_THREAD_SHARE;
+    int cap = (int)((long)nthreads * share / 100);
+    return cap < 1 ? 1 : cap;
+}
+
+static ty_status pool_start(pool_t *pool, int nthreads, int share, ty_err *err)
 {
     pool->stopping = 0;
+    fairq_init(&pool->q, tenant_cap(nthreads, share));
     if (nthreads <= 0)
         return TY_OK;
     pool->threads = calloc((size_t)nthreads, sizeof *pool->threads);
@@ -114,11 +140,11 @@ static ty_status pool_start(pool_t *pool, int nthreads, ty_err *err)
     return TY_OK;
 }
 
-ty_status http_offload_start(int nthreads, int nwait, ty_err *err)
+ty_status http_offload_start(int nthreads, int nwait, int share, ty_err *err)
 {
-    ty_status s = pool_start(&pools[0], nthreads, err);
+    ty_status s = pool_start(&pools[0], nthreads, share, err);
     if (s == TY_OK)
-        s = pool_start(&pools[1], nwait, err);
+        s = pool_start(&pools[1], nwait, share, err);
     if (s != TY_OK)
         http_offload_stop();
     return s;
@@ -139,21 +165,20 @@ static int offload(pool_t *pool, http_req *r, http_offload_fn fn)
         return 0;
     j->r = r;
     j->fn = fn;
-    j->next = NULL;
+    int takeable = 0;
     pthread_mutex_lock(&pool->mu);
-    if (pool->stopping || pool->nthreads == 0) {
+    if (pool->stopping || pool->nthreads == 0 ||
+        fairq_push(&pool->q, r->key.tenant_id, &j->node, &takeable) != TY_OK) {
         pthread_mutex_unlock(&pool->mu);
         free(j);
         return 0;
     }
     r->offloaded = 1;
     MHD_suspend_connection(r->conn);
-    if (pool->tail)
-        pool->tail->next = j;
-    else
-        pool->head = j;
-    pool->tail = j;
-    pthread_cond_signal(&pool->ready);
+    /* A tenant at its share waits for one of its own threads, which
+     * takes the request when it is free: no other needs waking. */
+    if (takeable)
+        pthread_cond_signal(&pool->ready);
     pthread_mutex_unlock(&pool->mu);
     return 1;
 }

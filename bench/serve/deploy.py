@@ -37,11 +37,21 @@ Debian, threads = min(c, 2)):
                   requests_per_second --a-limit) from a paced open-loop
                   client; the ratio B p99 with A / B p99 alone (target:
                   <= 1.10), each phase --reps times, alternating
+  slow neighbour  issue 29's finding 4, on a server of its own with
+                  --serving-threads 8: tenants A and B, each with its own
+                  deployment of the MLP; B's holds every request up to a
+                  second (max_queue_delay_us 1000000, max_batch_size 4096)
+                  and B floods it from 24 closed-loop connections; A sends
+                  --a-rate requests/s from one connection, and its p99 is
+                  measured alone, then while B floods: the ratio A p99
+                  flooded / alone (target: <= 1.2; it was about 300 when
+                  the serving threads were one FIFO for all tenants),
+                  each phase --reps times, alternating
 
 --gpu (bench/gpu/run.sh on a GPU machine): the server takes the GPUs
 (--devices auto: NVML, MIG slices included) and the deployments ask for
 "resources": {"gpu": "any"}, so each replica holds a GPU or a MIG slice;
---only picks the cases (batching,hop,autoscaling,cold,noisy).
+--only picks the cases (batching,hop,autoscaling,cold,noisy,slow).
 
 Everything shares this machine's cores (wrk, the clients, the server and
 its replicas): the figures compare paths under the same conditions.
@@ -224,7 +234,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--gpu", action="store_true",
                     help="replicas on the GPUs (--devices auto, resources.gpu any)")
-    ap.add_argument("--only", default="batching,hop,autoscaling,cold,noisy")
+    ap.add_argument("--a-rate", type=float, default=50,
+                    help="tenant A's requests/s in the slow-neighbour case (50)")
+    ap.add_argument("--only", default="batching,hop,autoscaling,cold,noisy,slow")
     args = ap.parse_args()
     only = set(args.only.split(","))
     if args.gpu:
@@ -276,7 +288,11 @@ def main():
         if "noisy" in only:
             res["noisy"] = noisy(ty, args, mlp_dir, x1)
             ratio = res["noisy"]["ratio"]
-        summary(cpu, bat, hop, ratio)
+        slow_ratio = None
+        if "slow" in only:
+            res["slow_neighbour"] = slow_neighbour(args, workdir, mlp_dir, x1)
+            slow_ratio = res["slow_neighbour"]["ratio"]
+        summary(cpu, bat, hop, ratio, slow_ratio)
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(res, f, indent=2)
@@ -454,7 +470,76 @@ def noisy(ty, args, mlp_dir, x1):
             "b_p99_runs_ms": phases, "a_status": {str(k): v for k, v in a_status.items()}}
 
 
-def summary(cpu, bat, hop, ratio):
+def slow_neighbour(args, workdir, mlp_dir, x1):
+    """Issue 29's finding 4 on a server of its own (--serving-threads 8)."""
+    data = os.path.join(workdir, "slow-data")
+    os.mkdir(data)
+    cmd = [args.binary, "serve", "--listen", "127.0.0.1:0", "--data", data,
+           "--train-device", "cpu", "--serve-device", "cpu", "--serving-threads", "8"]
+    if args.gpu:
+        cmd += ["--devices", "auto"]
+    ty = base.Proc("trainyard-slow", cmd, workdir)
+    try:
+        ty.port = int(ty.wait_output(r"listening on http://127\.0\.0\.1:(\d+)").group(1))
+        with open(os.path.join(data, "admin.key")) as f:
+            ty.key = f.read().strip()
+        keys = {}
+        for t in ("a", "b"):
+            st, _, doc = api(ty, "POST", "/v1/tenants", {"name": "slow-" + t})
+            if st != 201:
+                raise SystemExit("creating tenant %s: %d %s" % (t, st, doc))
+            keys[t] = doc["key"]["api_key"]
+        ma = import_as(ty, mlp_dir, keys["a"])
+        mb = import_as(ty, mlp_dir, keys["b"])
+        da = deploy(ty, "victim", ma, keys["a"])
+        db = deploy(ty, "slow", mb, keys["b"],
+                    batching={"max_batch_size": 4096, "max_queue_delay_us": 1000000})
+        wait_ready(ty, da, key=keys["a"])
+        wait_ready(ty, db, key=keys["b"])
+        body = base.v1_body(x1)
+        say("\nslow neighbour: --serving-threads 8; B floods its deployment "
+            "(max_queue_delay_us 1000000) from 24 connections; A at %g req/s; "
+            "%g s per phase" % (args.a_rate, args.duration))
+        phases = {"alone": [], "flooded": []}
+        b_status = {}
+        for rep in range(args.reps):
+            for phase in ("alone", "flooded"):
+                b = None
+                if phase == "flooded":
+                    # Closed loop: each connection sends its next request
+                    # as soon as the last is answered.
+                    b = Paced(ty.port, "/v1/models/%s/predict" % mb, body, keys["b"],
+                              1e6, 24)
+                    b.start()
+                    time.sleep(1.5)
+                a = Paced(ty.port, "/v1/models/%s/predict" % ma, body, keys["a"],
+                          args.a_rate, 1)
+                a.start()
+                time.sleep(args.duration)
+                a.stop.set()
+                a.join()
+                if b:
+                    b.stop.set()
+                    b.join()  # its last answers: nothing of B's is left
+                    for k, v in b.status.items():
+                        b_status[k] = b_status.get(k, 0) + v
+                bad = sum(v for k, v in a.status.items() if k != 200)
+                phases[phase].append(p99(a.lat))
+                say("  rep %d %-7s A: %d ok, %d not ok, p99 %.2f ms"
+                    % (rep + 1, phase, len(a.lat), bad, p99(a.lat)))
+        alone = statistics.mean(phases["alone"])
+        loud = statistics.mean(phases["flooded"])
+        ratio = loud / alone
+        say("  B's answers: %s" % ", ".join("%s: %d" % kv for kv in sorted(b_status.items())))
+        say("  A p99 flooded / alone: %.2f ms / %.2f ms = %.2f (target <= 1.2)"
+            % (loud, alone, ratio))
+        return {"a_p99_alone_ms": alone, "a_p99_flooded_ms": loud, "ratio": ratio,
+                "a_p99_runs_ms": phases, "b_status": {str(k): v for k, v in b_status.items()}}
+    finally:
+        ty.close()
+
+
+def summary(cpu, bat, hop, ratio, slow_ratio=None):
     say("\nsummary (%s)" % cpu)
     if bat:
         say("  batching gain (CNN, c=32)   %.2fx   target >= 3x     %s"
@@ -465,6 +550,9 @@ def summary(cpu, bat, hop, ratio):
     if ratio is not None:
         say("  noisy tenant p99 ratio      %.2f    target <= 1.10   %s"
             % (ratio, "met" if ratio <= 1.10 else "NOT met"))
+    if slow_ratio is not None:
+        say("  slow neighbour p99 ratio    %.2f    target <= 1.2    %s"
+            % (slow_ratio, "met" if slow_ratio <= 1.2 else "NOT met"))
 
 
 if __name__ == "__main__":
