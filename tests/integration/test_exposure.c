@@ -1,6 +1,6 @@
 /*
  * Integration tests for what the server shows of its tenants to those who
- * should not see them (issue 29, finding 5):
+ * should not see them (issue 29, findings 5 and 6):
  *
  *   metrics       two tenants, each with a finished job, a deployment with
  *                 a ready replica that served one predict, and tenant a
@@ -10,6 +10,12 @@
  *                 replica or job id anywhere, and its sums equal the sums
  *                 of the admin scrape's per-id series; the admin scrape
  *                 has those series; a bad key is 401, not the public view
+ *   db modes      trainyard.db, -wal and -shm are 0600 after a start
+ *                 (umask 022), and again after a restart that finds them
+ *                 0644
+ *   folder mode   a data folder made 0755 is 0700 after a start, and the
+ *                 log says so in a warning; a second start has nothing to
+ *                 say
  *
  * Every scrape is parsed by metrics_parse.py (prometheus_client's parser,
  * plus one HELP and TYPE per family and no series twice). No timing
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,8 +40,9 @@
 
 static char files[PATH_MAX];
 static char parser[PATH_MAX];
-static srv server;        /* its key is the admin's */
-static pid_t stopped_pid; /* a worker left stopped by a failed test */
+static srv server;             /* its key is the admin's */
+static pid_t stopped_pid;      /* a worker left stopped by a failed test */
+static char own_dir[PATH_MAX]; /* a test's own folder, removed after it */
 
 /* The labels that name a tenant's things: never in a public scrape. */
 static const char *const id_labels[] = {"tenant", "deployment", "job", NULL};
@@ -212,6 +220,8 @@ static double value(const json_t *samples, const char *name,
 static int group_setup(void **state)
 {
     (void)state;
+    /* The modes below are what a usual shell's umask gives. */
+    umask(022);
     temp_dir(files);
     make_blobs_csv(file_path("small.csv"), 300, 7);
     make_blobs_csv(file_path("big.csv"), 12000, 11);
@@ -241,6 +251,9 @@ static int server_teardown(void **state)
     if (server.pid > 0)
         srv_stop(&server, SIGKILL);
     srv_cleanup(&server);
+    if (own_dir[0])
+        fs_remove_tree(own_dir, NULL);
+    own_dir[0] = '\0';
     return 0;
 }
 
@@ -527,11 +540,106 @@ static void test_metrics_public_and_admin(void **state)
     assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
 }
 
+static unsigned mode_of(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        fail_msg("%s is missing", path);
+    return (unsigned)st.st_mode & 07777;
+}
+
+static const char *const db_files[] = {"trainyard.db", "trainyard.db-wal",
+                                       "trainyard.db-shm"};
+
+static void expect_db_private(const srv *s, const char *when)
+{
+    for (int i = 0; i < 3; i++) {
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/%s", s->data, db_files[i]);
+        unsigned m = mode_of(p);
+        if (m != 0600)
+            fail_msg("%s: %s is mode 0%o, not 0600", when, db_files[i], m);
+    }
+}
+
+static void test_db_files_are_private(void **state)
+{
+    (void)state;
+    assert_int_equal(srv_start(&server, NULL, NULL), 0);
+    /* The database has been written (the admin key), so its WAL is open. */
+    expect_db_private(&server, "after the first start");
+
+    /* Killed, so the -wal and -shm stay; made 0644 as an older trainyard
+     * left them; the next start makes all three private again. */
+    srv_stop(&server, SIGKILL);
+    for (int i = 0; i < 3; i++) {
+        char p[PATH_MAX + 32];
+        snprintf(p, sizeof p, "%s/%s", server.data, db_files[i]);
+        assert_int_equal(chmod(p, 0644), 0);
+    }
+    char data[PATH_MAX];
+    snprintf(data, sizeof data, "%s", server.data);
+    assert_int_equal(srv_start(&server, data, NULL), 0);
+    resp *r = http_get(&server, "/v1/jobs");
+    expect_status(r, 200);
+    resp_free(r);
+    expect_db_private(&server, "after a restart on 0644 files");
+    int ws = srv_stop(&server, SIGTERM);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+}
+
+/* The log's warning lines that name the data folder. */
+static int folder_warnings(const srv *s)
+{
+    FILE *f = fopen(s->log, "r");
+    assert_non_null(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f)) {
+        json_t *l = line[0] == '{' ? json_loads(line, 0, NULL) : NULL;
+        const char *msg = str(l, "msg");
+        if (l && str(l, "level") && !strcmp(str(l, "level"), "warn") && msg &&
+            strstr(msg, s->data) && strstr(msg, "0700"))
+            n++;
+        json_decref(l);
+    }
+    fclose(f);
+    return n;
+}
+
+static void test_data_folder_mode(void **state)
+{
+    (void)state;
+    char data[PATH_MAX + 16];
+    temp_dir(own_dir);
+    snprintf(data, sizeof data, "%s/data", own_dir);
+    assert_int_equal(mkdir(data, 0755), 0);
+    assert_int_equal(chmod(data, 0755), 0);
+    assert_int_equal(srv_start(&server, data, NULL), 0);
+    if (mode_of(data) != 0700)
+        fail_msg("the data folder made 0755 is 0%o after a start",
+                 mode_of(data));
+    if (folder_warnings(&server) != 1)
+        fail_msg("no warning about the data folder's mode in %s", server.log);
+    int ws = srv_stop(&server, SIGTERM);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+
+    /* Private already: nothing more to say. */
+    unlink(server.log);
+    assert_int_equal(srv_start(&server, data, NULL), 0);
+    assert_int_equal(mode_of(data), 0700);
+    assert_int_equal(folder_warnings(&server), 0);
+    ws = srv_stop(&server, SIGTERM);
+    assert_true(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_teardown(test_metrics_public_and_admin,
                                   server_teardown),
+        cmocka_unit_test_teardown(test_db_files_are_private, server_teardown),
+        cmocka_unit_test_teardown(test_data_folder_mode, server_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
