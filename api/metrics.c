@@ -9,10 +9,15 @@
  * left out, never made up). A mutex keeps two scrapes from interleaving a
  * refill.
  *
- * The endpoint is public like /healthz (DESIGN.md lists them together), so
- * a Prometheus scrapes it with no key. It names tenant ids, job ids and
- * GPU names, never keys; an operator who listens beyond localhost keeps
- * it off the public side of the proxy (docs/operations.md, Metrics and logs).
+ * The endpoint is public like /healthz, so a Prometheus scrapes it with no
+ * key; what it tells everyone names no tenant, deployment or job: the
+ * families labelled by them are summed over those labels
+ * (metrics_render_public). An admin's key (Authorization: Bearer) gets the
+ * whole registry, per tenant, deployment and job; a tenant's key gets the
+ * public view (it would otherwise see the other tenants' ids), and a key
+ * that fails is a 401 counted like any failed authentication
+ * (reqkey_optional). GPU names, uuids and route templates are in both;
+ * keys in neither (docs/operations.md, Metrics and logs).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -21,16 +26,17 @@
 
 #include "api/api.h"
 #include "common/opmetrics.h"
-#include "server/accesslog.h"
 #include "gpu/inventory.h"
+#include "server/accesslog.h"
+#include "server/reqkey.h"
 
 static pthread_mutex_t scrape_mu = PTHREAD_MUTEX_INITIALIZER;
 
 #define LABELS(...) ((const char *const[]){__VA_ARGS__, NULL})
 
-static const char *const job_states[] = {
-    JOB_QUEUED, JOB_SCHEDULED, JOB_RUNNING,
-    JOB_SUCCEEDED, JOB_FAILED, JOB_CANCELLED};
+static const char *const job_states[] = {JOB_QUEUED,  JOB_SCHEDULED,
+                                         JOB_RUNNING, JOB_SUCCEEDED,
+                                         JOB_FAILED,  JOB_CANCELLED};
 
 /* Every state of a tenant with any job gets a series (0 when none), so a
  * rate or a comparison never sees a series vanish when a count drops. */
@@ -61,16 +67,27 @@ static ty_status collect_jobs(api_ctx *app, const opm_families *f, ty_err *err)
 
 void api_metrics(api_ctx *app, http_req *r)
 {
+    store_key who;
+    if (reqkey_optional(r, &who) != TY_OK)
+        return; /* answered */
     /* Every request finished before this one is counted first. */
     access_log_flush();
     const opm_families *f = opm();
+    metrics_registry *reg = opm_registry();
+    if (!reg) {
+        http_reply_error(r, TY_ENOMEM, NULL);
+        return;
+    }
     ty_err err = {0};
     pthread_mutex_lock(&scrape_mu);
     ty_status s = collect_jobs(app, f, &err);
     if (s == TY_OK)
         opm_collect_inventory(app->inventory);
     size_t len = 0;
-    char *text = s == TY_OK ? metrics_render(opm_registry(), &len) : NULL;
+    char *text = NULL;
+    if (s == TY_OK)
+        text = who.is_admin ? metrics_render(reg, &len)
+                            : metrics_render_public(reg, &len);
     pthread_mutex_unlock(&scrape_mu);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);

@@ -8,6 +8,10 @@
  *   jobs/<job id>/                job.json, checkpoint, worker.log
  *   tmp/                          uploads in progress; emptied at start
  *   lock                          held (flock) while a server runs
+ *
+ * The folder is the server's alone: mode 0700, made so at start when group
+ * or others had any access to it (with a warning), since the database
+ * holds key hashes, tenants and jobs, and the blobs every tenant's data.
  */
 #include "app/app.h"
 
@@ -17,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/fsutil.h"
@@ -49,6 +54,32 @@ static ty_status lock_data_dir(const char *dir, ty_err *err)
     return TY_OK;
 }
 
+/* Makes dir 0700 when group or others have any access to it, and says so;
+ * TY_EIO when it cannot (not the folder's owner). */
+static ty_status private_data_dir(const char *dir, ty_err *err)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return ty_fail(err, ty_errno_status(errno), "--data",
+                       "cannot read %s: %s", dir, strerror(errno));
+    unsigned mode = (unsigned)st.st_mode & 07777;
+    if (!(mode & 077))
+        return TY_OK;
+    if (chmod(dir, 0700) != 0)
+        return ty_fail(err, TY_EIO, "--data",
+                       "the data folder %s is mode 0%o, so group or others "
+                       "can reach the database, keys and datasets, and it "
+                       "cannot be made 0700: %s; run chmod 700 on it or pass "
+                       "another --data folder",
+                       dir, mode, strerror(errno));
+    log_msg("warn",
+            "the data folder %s was mode 0%o, open to group or others; made "
+            "it 0700 (it holds the database, the admin key and every "
+            "tenant's data)",
+            dir, mode);
+    return TY_OK;
+}
+
 ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
 {
     memset(app, 0, sizeof *app);
@@ -64,7 +95,8 @@ ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
     snprintf(app->jobs_dir, sizeof app->jobs_dir, "%s/jobs", dir);
     snprintf(blobs, sizeof blobs, "%s/blobs", dir);
     if ((s = fs_mkdirs(dir, 0700, err)) != TY_OK ||
-        (s = lock_data_dir(dir, err)) != TY_OK)
+        (s = lock_data_dir(dir, err)) != TY_OK ||
+        (s = private_data_dir(dir, err)) != TY_OK)
         return s;
     if ((s = fs_remove_tree(app->tmp_dir, err)) != TY_OK ||
         (s = fs_mkdirs(app->tmp_dir, 0700, err)) != TY_OK ||
@@ -79,9 +111,9 @@ ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
     if ((s = store_open(dir, &app->store, err)) != TY_OK)
         return s;
     int64_t requeued = 0;
-    if ((s = store_job_requeue_running(
-                  app->store, app->cfg.executor_slurm ? "slurm" : NULL,
-                  &requeued, err)) != TY_OK)
+    if ((s = store_job_requeue_running(app->store,
+                                       app->cfg.executor_slurm ? "slurm" : NULL,
+                                       &requeued, err)) != TY_OK)
         return s;
     if (requeued)
         log_msg("info",

@@ -6,11 +6,19 @@
  * where a scan beats a hash table's bookkeeping. Invariant: a series'
  * bucket counts are per bucket (not cumulative); count is their sum plus
  * the observations above the last bound.
+ *
+ * The public rendering sums a family's series over its private labels
+ * (the registry's list, kept per family as a bit mask). So that a public
+ * counter or histogram never goes down when a series is removed (a deleted
+ * deployment's), the removed series of such a family are folded into its
+ * "gone" list, keyed by the labels that are not private ("" in the
+ * private ones), which only the public rendering adds in.
  */
 #include "common/metrics.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,22 +33,30 @@ typedef struct {
     uint64_t buckets[METRICS_MAX_BUCKETS];
 } series;
 
+typedef struct {
+    series *s;
+    size_t n, cap;
+} series_list;
+
 struct metrics_family {
     metrics_type type;
     char *name, *help;
     int nlabels;
     char *labels[METRICS_MAX_LABELS];
+    unsigned private_mask; /* bit i: labels[i] is private */
     size_t nbuckets;
     double bounds[METRICS_MAX_BUCKETS];
-    pthread_mutex_t mu;
-    series *s;
-    size_t n, cap;
+    pthread_mutex_t mu; /* guards private_mask and both lists */
+    series_list live;   /* what metrics_render shows */
+    series_list gone;   /* removed counters and histograms, summed over
+                           the private labels (public rendering only) */
     struct metrics_family *next;
 };
 
 struct metrics_registry {
-    pthread_mutex_t mu; /* guards the family list */
+    pthread_mutex_t mu; /* guards the family list and the private names */
     metrics_family *first, *last;
+    char *private_labels[METRICS_MAX_PRIVATE + 1]; /* NULL-terminated */
 };
 
 metrics_registry *metrics_registry_create(void)
@@ -57,11 +73,18 @@ static void series_free(series *s, int nlabels)
         free(s->values[i]);
 }
 
+static void list_free(series_list *l, int nlabels)
+{
+    for (size_t i = 0; i < l->n; i++)
+        series_free(&l->s[i], nlabels);
+    free(l->s);
+    *l = (series_list){0};
+}
+
 static void family_free(metrics_family *f)
 {
-    for (size_t i = 0; i < f->n; i++)
-        series_free(&f->s[i], f->nlabels);
-    free(f->s);
+    list_free(&f->live, f->nlabels);
+    list_free(&f->gone, f->nlabels);
     for (int i = 0; i < f->nlabels; i++)
         free(f->labels[i]);
     free(f->name);
@@ -80,6 +103,8 @@ void metrics_registry_destroy(metrics_registry *reg)
         family_free(f);
         f = next;
     }
+    for (int i = 0; reg->private_labels[i]; i++)
+        free(reg->private_labels[i]);
     pthread_mutex_destroy(&reg->mu);
     free(reg);
 }
@@ -94,6 +119,43 @@ static int name_ok(const char *s)
               (*s >= '0' && *s <= '9') || *s == '_'))
             return 0;
     return 1;
+}
+
+/* The bits of f's labels that reg names private. Caller holds reg->mu. */
+static unsigned private_mask_of(const metrics_registry *reg,
+                                const metrics_family *f)
+{
+    unsigned mask = 0;
+    for (int i = 0; i < f->nlabels; i++)
+        for (int k = 0; reg->private_labels[k]; k++)
+            if (!strcmp(f->labels[i], reg->private_labels[k]))
+                mask |= 1u << i;
+    return mask;
+}
+
+int metrics_registry_private(metrics_registry *reg, const char *const *labels)
+{
+    char *copy[METRICS_MAX_PRIVATE + 1] = {0};
+    int n = 0;
+    for (; labels && labels[n]; n++) {
+        if (n >= METRICS_MAX_PRIVATE || !name_ok(labels[n]) ||
+            !(copy[n] = strdup(labels[n]))) {
+            for (int i = 0; i < n; i++)
+                free(copy[i]);
+            return -1;
+        }
+    }
+    pthread_mutex_lock(&reg->mu);
+    for (int i = 0; reg->private_labels[i]; i++)
+        free(reg->private_labels[i]);
+    memcpy(reg->private_labels, copy, sizeof copy);
+    for (metrics_family *f = reg->first; f; f = f->next) {
+        pthread_mutex_lock(&f->mu);
+        f->private_mask = private_mask_of(reg, f);
+        pthread_mutex_unlock(&f->mu);
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return 0;
 }
 
 metrics_family *metrics_family_add(metrics_registry *reg, metrics_type type,
@@ -137,6 +199,7 @@ metrics_family *metrics_family_add(metrics_registry *reg, metrics_type type,
     if (nbuckets)
         memcpy(f->bounds, buckets, nbuckets * sizeof *buckets);
     pthread_mutex_lock(&reg->mu);
+    f->private_mask = private_mask_of(reg, f);
     if (reg->last)
         reg->last->next = f;
     else
@@ -157,41 +220,80 @@ static uint64_t values_hash(const char *const *values, int n)
     return h;
 }
 
-/* The series for values, created if absent. Caller holds f->mu. NULL only
- * when out of memory. */
-static series *series_get(metrics_family *f, const char *const *values)
+/* The series of l for values (nlabels of them), created at 0 if absent.
+ * NULL only when out of memory (l is then unchanged). */
+static series *list_get(series_list *l, int nlabels, const char *const *values)
 {
-    uint64_t h = values_hash(values, f->nlabels);
-    for (size_t i = 0; i < f->n; i++) {
-        series *s = &f->s[i];
+    uint64_t h = values_hash(values, nlabels);
+    for (size_t i = 0; i < l->n; i++) {
+        series *s = &l->s[i];
         if (s->hash != h)
             continue;
         int same = 1;
-        for (int j = 0; j < f->nlabels && same; j++)
+        for (int j = 0; j < nlabels && same; j++)
             same = !strcmp(s->values[j], values[j] ? values[j] : "");
         if (same)
             return s;
     }
-    if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 8;
-        series *p = realloc(f->s, cap * sizeof *p);
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 8;
+        series *p = realloc(l->s, cap * sizeof *p);
         if (!p)
             return NULL;
-        f->s = p;
-        f->cap = cap;
+        l->s = p;
+        l->cap = cap;
     }
-    series *s = &f->s[f->n];
+    series *s = &l->s[l->n];
     memset(s, 0, sizeof *s);
     s->hash = h;
-    for (int j = 0; j < f->nlabels; j++) {
+    for (int j = 0; j < nlabels; j++) {
         s->values[j] = strdup(values[j] ? values[j] : "");
         if (!s->values[j]) {
             series_free(s, j);
             return NULL;
         }
     }
-    f->n++;
+    l->n++;
     return s;
+}
+
+/* The series for values, created if absent. Caller holds f->mu. NULL only
+ * when out of memory. */
+static series *series_get(metrics_family *f, const char *const *values)
+{
+    return list_get(&f->live, f->nlabels, values);
+}
+
+/* Adds what src counted or holds into dst (same family). */
+static void series_accumulate(series *dst, const series *src, size_t nbuckets)
+{
+    dst->value += src->value;
+    dst->sum += src->sum;
+    dst->count += src->count;
+    for (size_t b = 0; b < nbuckets; b++)
+        dst->buckets[b] += src->buckets[b];
+}
+
+/* s's label values with the private ones blanked, into out. */
+static void public_values(const metrics_family *f, const series *s,
+                          const char *out[METRICS_MAX_LABELS])
+{
+    for (int j = 0; j < f->nlabels; j++)
+        out[j] = f->private_mask & (1u << j) ? "" : s->values[j];
+}
+
+/* A series about to be removed: a counter's or histogram's counts stay in
+ * the public sums (kept in f->gone). Caller holds f->mu. Out of memory,
+ * they are dropped. */
+static void series_retire(metrics_family *f, const series *s)
+{
+    if (!f->private_mask || f->type == METRICS_GAUGE)
+        return;
+    const char *v[METRICS_MAX_LABELS];
+    public_values(f, s, v);
+    series *g = list_get(&f->gone, f->nlabels, v);
+    if (g)
+        series_accumulate(g, s, f->nbuckets);
 }
 
 void metrics_add(metrics_family *f, const char *const *values, double v)
@@ -240,10 +342,12 @@ void metrics_remove(metrics_family *f, int label, const char *value)
     if (!f || label < 0 || label >= f->nlabels || !value)
         return;
     pthread_mutex_lock(&f->mu);
-    for (size_t i = 0; i < f->n;) {
-        if (!strcmp(f->s[i].values[label], value)) {
-            series_free(&f->s[i], f->nlabels);
-            f->s[i] = f->s[--f->n];
+    series_list *l = &f->live;
+    for (size_t i = 0; i < l->n;) {
+        if (!strcmp(l->s[i].values[label], value)) {
+            series_retire(f, &l->s[i]);
+            series_free(&l->s[i], f->nlabels);
+            l->s[i] = l->s[--l->n];
         } else {
             i++;
         }
@@ -256,9 +360,11 @@ void metrics_clear(metrics_family *f)
     if (!f)
         return;
     pthread_mutex_lock(&f->mu);
-    for (size_t i = 0; i < f->n; i++)
-        series_free(&f->s[i], f->nlabels);
-    f->n = 0;
+    for (size_t i = 0; i < f->live.n; i++) {
+        series_retire(f, &f->live.s[i]);
+        series_free(&f->live.s[i], f->nlabels);
+    }
+    f->live.n = 0;
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -331,74 +437,126 @@ static void put_number(FILE *o, double v)
     }
 }
 
-/* {a="x",b="y"[,le="..."]} or nothing when there are no labels. */
+/* {a="x",b="y"[,le="..."]} or nothing when there are no labels; the labels
+ * of the mask hide left out. */
 static void put_labels(FILE *o, const metrics_family *f, const series *s,
-                       const char *le)
+                       const char *le, unsigned hide)
 {
-    if (f->nlabels == 0 && !le)
-        return;
-    fputc('{', o);
+    int n = 0;
     for (int i = 0; i < f->nlabels; i++) {
-        fprintf(o, "%s%s=\"", i ? "," : "", f->labels[i]);
+        if (hide & (1u << i))
+            continue;
+        fprintf(o, "%s%s=\"", n++ ? "," : "{", f->labels[i]);
         put_label_value(o, s->values[i]);
         fputc('"', o);
     }
     if (le)
-        fprintf(o, "%sle=\"%s\"", f->nlabels ? "," : "", le);
-    fputc('}', o);
+        fprintf(o, "%sle=\"%s\"", n++ ? "," : "{", le);
+    if (n)
+        fputc('}', o);
 }
 
-static void render_family(FILE *o, metrics_family *f)
+static void put_series(FILE *o, const metrics_family *f, const series *s,
+                       unsigned hide)
+{
+    if (f->type != METRICS_HISTOGRAM) {
+        fputs(f->name, o);
+        put_labels(o, f, s, NULL, hide);
+        fputc(' ', o);
+        put_number(o, s->value);
+        fputc('\n', o);
+        return;
+    }
+    uint64_t cum = 0;
+    for (size_t b = 0; b < f->nbuckets; b++) {
+        char le[32];
+        snprintf(le, sizeof le, "%g", f->bounds[b]);
+        cum += s->buckets[b];
+        fprintf(o, "%s_bucket", f->name);
+        put_labels(o, f, s, le, hide);
+        fprintf(o, " %llu\n", (unsigned long long)cum);
+    }
+    fprintf(o, "%s_bucket", f->name);
+    put_labels(o, f, s, "+Inf", hide);
+    fprintf(o, " %llu\n%s_sum", (unsigned long long)s->count, f->name);
+    put_labels(o, f, s, NULL, hide);
+    fputc(' ', o);
+    put_number(o, s->sum);
+    fprintf(o, "\n%s_count", f->name);
+    put_labels(o, f, s, NULL, hide);
+    fprintf(o, " %llu\n", (unsigned long long)s->count);
+}
+
+/* HELP and TYPE; hide: the private labels summed over, named after the
+ * help text. */
+static void put_head(FILE *o, const metrics_family *f, unsigned hide)
 {
     static const char *const type_names[] = {"counter", "gauge", "histogram"};
-    pthread_mutex_lock(&f->mu);
     fprintf(o, "# HELP %s ", f->name);
     put_help(o, f->help);
-    fprintf(o, "\n# TYPE %s %s\n", f->name, type_names[f->type]);
-    for (size_t i = 0; i < f->n; i++) {
-        const series *s = &f->s[i];
-        if (f->type != METRICS_HISTOGRAM) {
-            fputs(f->name, o);
-            put_labels(o, f, s, NULL);
-            fputc(' ', o);
-            put_number(o, s->value);
-            fputc('\n', o);
-            continue;
-        }
-        uint64_t cum = 0;
-        for (size_t b = 0; b < f->nbuckets; b++) {
-            char le[32];
-            snprintf(le, sizeof le, "%g", f->bounds[b]);
-            cum += s->buckets[b];
-            fprintf(o, "%s_bucket", f->name);
-            put_labels(o, f, s, le);
-            fprintf(o, " %llu\n", (unsigned long long)cum);
-        }
-        fprintf(o, "%s_bucket", f->name);
-        put_labels(o, f, s, "+Inf");
-        fprintf(o, " %llu\n%s_sum", (unsigned long long)s->count, f->name);
-        put_labels(o, f, s, NULL);
-        fputc(' ', o);
-        put_number(o, s->sum);
-        fprintf(o, "\n%s_count", f->name);
-        put_labels(o, f, s, NULL);
-        fprintf(o, " %llu\n", (unsigned long long)s->count);
+    if (hide) {
+        fputs(" (This view sums over ", o);
+        for (int i = 0, n = 0; i < f->nlabels; i++)
+            if (hide & (1u << i))
+                fprintf(o, "%s%s", n++ ? ", " : "", f->labels[i]);
+        fputs(".)", o);
     }
-    pthread_mutex_unlock(&f->mu);
+    fprintf(o, "\n# TYPE %s %s\n", f->name, type_names[f->type]);
 }
 
-char *metrics_render(metrics_registry *reg, size_t *len)
+/* Renders f; with pub, summed over its private labels (its removed
+ * counters and histograms added in). -1 when out of memory. */
+static int render_family(FILE *o, metrics_family *f, bool pub)
+{
+    pthread_mutex_lock(&f->mu);
+    unsigned hide = pub ? f->private_mask : 0;
+    put_head(o, f, hide);
+    if (!hide) {
+        for (size_t i = 0; i < f->live.n; i++)
+            put_series(o, f, &f->live.s[i], 0);
+        pthread_mutex_unlock(&f->mu);
+        return 0;
+    }
+    /* One sum per tuple of the other labels, in the order first seen. */
+    series_list sums = {0};
+    int rc = 0;
+    const char *v[METRICS_MAX_LABELS];
+    for (size_t i = 0; i < f->live.n && rc == 0; i++) {
+        public_values(f, &f->live.s[i], v);
+        series *t = list_get(&sums, f->nlabels, v);
+        if (t)
+            series_accumulate(t, &f->live.s[i], f->nbuckets);
+        else
+            rc = -1;
+    }
+    for (size_t i = 0; i < f->gone.n && rc == 0; i++) {
+        series *t = list_get(&sums, f->nlabels,
+                             (const char *const *)f->gone.s[i].values);
+        if (t)
+            series_accumulate(t, &f->gone.s[i], f->nbuckets);
+        else
+            rc = -1;
+    }
+    pthread_mutex_unlock(&f->mu);
+    for (size_t i = 0; i < sums.n && rc == 0; i++)
+        put_series(o, f, &sums.s[i], hide);
+    list_free(&sums, f->nlabels);
+    return rc;
+}
+
+static char *render(metrics_registry *reg, bool pub, size_t *len)
 {
     char *buf = NULL;
     size_t n = 0;
     FILE *o = open_memstream(&buf, &n);
     if (!o)
         return NULL;
+    int bad = 0;
     pthread_mutex_lock(&reg->mu);
-    for (metrics_family *f = reg->first; f; f = f->next)
-        render_family(o, f);
+    for (metrics_family *f = reg->first; f && !bad; f = f->next)
+        bad = render_family(o, f, pub) != 0;
     pthread_mutex_unlock(&reg->mu);
-    int bad = ferror(o);
+    bad |= ferror(o);
     if (fclose(o) != 0 || bad) {
         free(buf);
         return NULL;
@@ -406,4 +564,14 @@ char *metrics_render(metrics_registry *reg, size_t *len)
     if (len)
         *len = n;
     return buf;
+}
+
+char *metrics_render(metrics_registry *reg, size_t *len)
+{
+    return render(reg, false, len);
+}
+
+char *metrics_render_public(metrics_registry *reg, size_t *len)
+{
+    return render(reg, true, len);
 }

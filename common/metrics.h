@@ -13,6 +13,13 @@
  * family is made; label values are anything and escaped on output
  * (backslash, double quote, newline). Histogram buckets are stored per
  * bucket and rendered cumulative with the "+Inf" bucket equal to _count.
+ *
+ * Two renderings: the whole registry (metrics_render), and a public one
+ * (metrics_render_public) in which the labels the registry names private
+ * (metrics_registry_private: ids of who owns what) are summed away, so it
+ * holds no value of theirs. A public counter or histogram never goes down
+ * when metrics_remove or metrics_clear takes series away: their counts stay
+ * in its sums.
  */
 #ifndef TY_METRICS_H
 #define TY_METRICS_H
@@ -21,6 +28,7 @@
 
 #define METRICS_MAX_LABELS 6
 #define METRICS_MAX_BUCKETS 24
+#define METRICS_MAX_PRIVATE 8
 
 typedef enum {
     METRICS_COUNTER = 0,
@@ -36,6 +44,14 @@ metrics_registry *metrics_registry_create(void);
 
 /* Frees the registry and all its families (reg may be NULL). */
 void metrics_registry_destroy(metrics_registry *reg);
+
+/* Names the private labels (NULL-terminated, at most METRICS_MAX_PRIVATE,
+ * copied; NULL: none), replacing any named before, for the families there
+ * are and those added later. Meant for start-up: the counts of series
+ * removed before a change stay summed as the earlier list had them.
+ * Returns 0; -1 for an invalid or too long list or when out of memory,
+ * with nothing changed. */
+int metrics_registry_private(metrics_registry *reg, const char *const *labels);
 
 /* Adds a family. labels: NULL-terminated names (NULL: none), at most
  * METRICS_MAX_LABELS. buckets: a histogram's upper bounds, strictly
@@ -56,7 +72,8 @@ void metrics_add(metrics_family *f, const char *const *values, double v);
 void metrics_set(metrics_family *f, const char *const *values, double v);
 void metrics_observe(metrics_family *f, const char *const *values, double v);
 
-/* Removes every series whose label `label` (an index) equals value. */
+/* Removes every series whose label `label` (an index) equals value (a
+ * counter's or histogram's counts stay in the public sums). */
 void metrics_remove(metrics_family *f, int label, const char *value);
 
 /* Removes every series of the family (before a gauge is refilled). */
@@ -65,6 +82,13 @@ void metrics_clear(metrics_family *f);
 /* The whole registry as exposition text, NUL-terminated, length in *len
  * (may be NULL); the caller frees it. NULL when out of memory. */
 char *metrics_render(metrics_registry *reg, size_t *len);
+
+/* The same, public: a family with private labels has one series per tuple
+ * of its other labels, the sum of the series that share it (values of
+ * counters and gauges; buckets, sums and counts of histograms; the removed
+ * counts of counters and histograms added in), and its HELP names the
+ * labels summed over. NULL when out of memory. */
+char *metrics_render_public(metrics_registry *reg, size_t *len);
 
 /* Writes v escaped for a label value into out (size n, always
  * NUL-terminated, truncated at a whole escape). Returns the length the

@@ -33,6 +33,13 @@ static void init(void)
     reg = metrics_registry_create();
     if (!reg)
         return;
+    /* Ids of who owns what: summed away in the public scrape. */
+    if (metrics_registry_private(reg, LABELS("tenant", "deployment", "job")) !=
+        0) {
+        metrics_registry_destroy(reg);
+        reg = NULL;
+        return;
+    }
     fam.http_requests = metrics_family_add(
         reg, METRICS_COUNTER, "trainyard_http_requests_total",
         "HTTP requests served, by method, route template and status code.",

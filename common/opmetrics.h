@@ -7,6 +7,9 @@
  *
  * Label values are bounded: routes are the routing table's templates
  * ("/v1/jobs/{id}"), never raw paths; a job's series leave when it ends.
+ * The labels tenant, deployment and job are the registry's private labels
+ * (metrics_registry_private): the public rendering (metrics_render_public)
+ * sums every family over them, so it names no tenant, deployment or job.
  * Every call is safe from any thread; the registry is made on first use and
  * lives until the process exits. Out of memory, an update is dropped.
  */

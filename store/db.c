@@ -13,10 +13,16 @@
  */
 #include "store/store_internal.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common/log.h"
 
 /* ---- migrations: append only; never edit one that has shipped ---- */
 
@@ -381,6 +387,49 @@ json_t *db_finish_page(json_t *rows, int limit, int64_t *next_cursor)
 
 /* ---- open, migrate, close ---- */
 
+/* The database and its side files hold key hashes, tenants and jobs: they
+ * are 0600. SQLite makes -wal, -shm and -journal with the database file's
+ * mode, so the database file is made (0600) before SQLite opens it; files
+ * an older trainyard or another tool left open to group or others are
+ * made 0600, with a warning. TY_EIO when one cannot be made so. */
+static ty_status db_files_private(const char *db_path, ty_err *err)
+{
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
+    for (size_t i = 0; i < TY_ARRAY_LEN(suffixes); i++) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s%s", db_path, suffixes[i]);
+        int fd = i == 0 ? open(path, O_RDONLY | O_CREAT | O_CLOEXEC, 0600)
+                        : open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) {
+            if (i > 0 && errno == ENOENT)
+                continue;
+            return ty_fail(err, ty_errno_status(errno), NULL,
+                           "cannot open database %s: %s", path,
+                           strerror(errno));
+        }
+        struct stat st;
+        ty_status s = TY_OK;
+        unsigned mode = 0;
+        if (fstat(fd, &st) == 0 &&
+            ((mode = (unsigned)st.st_mode & 07777) & 077)) {
+            if (fchmod(fd, 0600) == 0)
+                log_msg("warn",
+                        "%s was mode 0%o, open to group or others; made it "
+                        "0600",
+                        path, mode);
+            else
+                s = ty_fail(err, TY_EIO, NULL,
+                            "%s is mode 0%o, open to group or others, and "
+                            "cannot be made 0600: %s",
+                            path, mode, strerror(errno));
+        }
+        close(fd);
+        if (s != TY_OK)
+            return s;
+    }
+    return TY_OK;
+}
+
 ty_status store_open(const char *data_dir, store **out, ty_err *err)
 {
     *out = NULL;
@@ -398,7 +447,9 @@ ty_status store_open(const char *data_dir, store **out, ty_err *err)
         st->gen[i] = base;
     char path[4096];
     snprintf(path, sizeof path, "%s/trainyard.db", data_dir);
-    ty_status s = TY_OK;
+    ty_status s = db_files_private(path, err);
+    if (s != TY_OK)
+        goto fail;
     if (sqlite3_open_v2(path, &st->db,
                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                             SQLITE_OPEN_FULLMUTEX,

@@ -2,7 +2,8 @@
 """Reads Prometheus text (exposition format 0.0.4) on stdin, parses it with
 prometheus_client's parser (Debian python3-prometheus-client), checks what
 that parser lets pass (every histogram's buckets cumulative and its +Inf
-bucket equal to _count; every sample under a # TYPE), and prints the samples
+bucket equal to _count; every sample under a # TYPE; one # HELP and one
+# TYPE per family; no series twice), and prints the samples
 as JSON: [[name, {labels}, value], ...]. Exits 1 on any error."""
 import json
 import math
@@ -12,6 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 text = sys.stdin.read()
 typed = {l.split()[2] for l in text.splitlines() if l.startswith("# TYPE ")}
+for kind in ("# HELP ", "# TYPE "):
+    names = [l.split()[2] for l in text.splitlines() if l.startswith(kind)]
+    twice = {n for n in names if names.count(n) > 1}
+    if twice:
+        sys.exit("%sgiven twice for %s" % (kind, ", ".join(sorted(twice))))
+seen = set()
 out = []
 for fam in text_string_to_metric_families(text):
     if fam.type == "unknown":
@@ -19,6 +26,10 @@ for fam in text_string_to_metric_families(text):
     series = {}
     for s in fam.samples:
         out.append([s.name, s.labels, s.value])
+        key = (s.name, tuple(sorted(s.labels.items())))
+        if key in seen:
+            sys.exit("series %s%s given twice" % key)
+        seen.add(key)
         if fam.type != "histogram":
             continue
         key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "le"))

@@ -1,7 +1,8 @@
 /* test_metrics.c - the metrics registry and its exposition text
  * (common/metrics.h): counters, gauges, cumulative histogram buckets,
- * escaping of label values and help text, series removal, bad names, and
- * updates from several threads. */
+ * escaping of label values and help text, series removal, bad names,
+ * updates from several threads, and the public rendering summed over the
+ * private labels (removed counts kept in its sums). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -126,6 +127,112 @@ static void test_remove_and_clear(void **state)
     metrics_registry_destroy(reg);
 }
 
+static char *render_public(metrics_registry *reg)
+{
+    size_t len = 0;
+    char *t = metrics_render_public(reg, &len);
+    assert_non_null(t);
+    assert_int_equal(strlen(t), len);
+    return t;
+}
+
+static void assert_lacks(const char *text, const char *what)
+{
+    if (strstr(text, what))
+        fail_msg("%s should not be in:\n%s", what, text);
+}
+
+static void test_public_sums_over_private_labels(void **state)
+{
+    metrics_registry *reg = metrics_registry_create();
+    static const double b[] = {0.1, 1};
+    /* Made before the private names are: they apply all the same. */
+    metrics_family *c =
+        metrics_family_add(reg, METRICS_COUNTER, "req_total", "Requests.",
+                           LABELS("tenant", "outcome"), NULL, 0);
+    assert_int_equal(metrics_registry_private(reg, LABELS("tenant", "job")), 0);
+    metrics_family *g =
+        metrics_family_add(reg, METRICS_GAUGE, "sps", "Throughput.",
+                           LABELS("job", "tenant"), NULL, 0);
+    metrics_family *h =
+        metrics_family_add(reg, METRICS_HISTOGRAM, "lat_seconds", "Latency.",
+                           LABELS("tenant", "phase"), b, 2);
+    metrics_family *open = metrics_family_add(
+        reg, METRICS_GAUGE, "slots", "Slots.", LABELS("profile"), NULL, 0);
+    metrics_add(c, LABELS("tn_1", "ok"), 1);
+    metrics_add(c, LABELS("tn_2", "ok"), 2);
+    metrics_add(c, LABELS("tn_1", "error"), 5);
+    metrics_set(g, LABELS("job_1", "tn_1"), 10.5);
+    metrics_set(g, LABELS("job_2", "tn_2"), 20);
+    metrics_observe(h, LABELS("tn_1", "total"), 0.05);
+    metrics_observe(h, LABELS("tn_2", "total"), 0.5);
+    metrics_observe(h, LABELS("tn_2", "total"), 5);
+    metrics_observe(h, LABELS("tn_2", "queue"), 0.01);
+    metrics_set(open, LABELS("gpu"), 7);
+
+    /* The whole registry: every series, as before. */
+    char *t = render(reg);
+    assert_has(t, "req_total{tenant=\"tn_2\",outcome=\"ok\"} 2\n");
+    assert_has(t, "sps{job=\"job_1\",tenant=\"tn_1\"} 10.5\n");
+    assert_has(t, "# HELP req_total Requests.\n");
+    free(t);
+
+    t = render_public(reg);
+    assert_lacks(t, "tn_");
+    assert_lacks(t, "job_");
+    assert_lacks(t, "tenant=");
+    assert_has(t, "# HELP req_total Requests. (This view sums over tenant.)\n"
+                  "# TYPE req_total counter\n"
+                  "req_total{outcome=\"ok\"} 3\n"
+                  "req_total{outcome=\"error\"} 5\n");
+    assert_has(t, "# HELP sps Throughput. (This view sums over job, tenant.)\n"
+                  "# TYPE sps gauge\nsps 30.5\n");
+    assert_has(t, "lat_seconds_bucket{phase=\"total\",le=\"0.1\"} 1\n"
+                  "lat_seconds_bucket{phase=\"total\",le=\"1\"} 2\n"
+                  "lat_seconds_bucket{phase=\"total\",le=\"+Inf\"} 3\n"
+                  "lat_seconds_sum{phase=\"total\"} 5.55\n"
+                  "lat_seconds_count{phase=\"total\"} 3\n");
+    assert_has(t, "lat_seconds_count{phase=\"queue\"} 1\n");
+    /* A family without private labels is the same in both. */
+    assert_has(t, "# HELP slots Slots.\n# TYPE slots gauge\n"
+                  "slots{profile=\"gpu\"} 7\n");
+    free(t);
+
+    /* Removed series leave the whole rendering; a counter's and a
+     * histogram's counts stay in the public sums (they never go down), a
+     * gauge's do not. */
+    metrics_remove(c, 0, "tn_2");
+    metrics_remove(g, 0, "job_2");
+    metrics_remove(h, 0, "tn_2");
+    metrics_add(c, LABELS("tn_3", "ok"), 4);
+    t = render(reg);
+    assert_lacks(t, "tn_2");
+    free(t);
+    t = render_public(reg);
+    assert_has(t, "req_total{outcome=\"ok\"} 7\n");
+    assert_has(t, "req_total{outcome=\"error\"} 5\n");
+    assert_has(t, "sps 10.5\n");
+    assert_has(t, "lat_seconds_count{phase=\"total\"} 3\n");
+    assert_has(t, "lat_seconds_count{phase=\"queue\"} 1\n");
+    free(t);
+    metrics_clear(c);
+    metrics_clear(g);
+    t = render_public(reg);
+    assert_has(t, "req_total{outcome=\"ok\"} 7\n");
+    assert_has(t, "# TYPE sps gauge\n# HELP lat_seconds");
+    free(t);
+    t = render(reg);
+    assert_has(t, "# TYPE req_total counter\n# HELP sps");
+    free(t);
+
+    /* A bad list changes nothing. */
+    assert_int_equal(metrics_registry_private(reg, LABELS("bad label")), -1);
+    t = render_public(reg);
+    assert_lacks(t, "job_1");
+    free(t);
+    metrics_registry_destroy(reg);
+}
+
 static void test_bad_definitions(void **state)
 {
     metrics_registry *reg = metrics_registry_create();
@@ -194,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_histogram_buckets_are_cumulative),
         cmocka_unit_test(test_escaping),
         cmocka_unit_test(test_remove_and_clear),
+        cmocka_unit_test(test_public_sums_over_private_labels),
         cmocka_unit_test(test_bad_definitions),
         cmocka_unit_test(test_threads),
     };

@@ -1,8 +1,9 @@
 /* test_opmetrics.c - the server's metric families (common/opmetrics.h):
  * the inventory as scraped — slots and held slots by profile, GPU info,
  * and telemetry rendered where the driver gave it and left out where it
- * did not (filled in by hand here, as NVML would) — and the per-request
- * and per-job calls. */
+ * did not (filled in by hand here, as NVML would) — the per-request and
+ * per-job calls, and the public rendering, which names no tenant,
+ * deployment or job. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -115,11 +116,42 @@ static void test_requests_and_jobs(void **state)
     free(t);
 }
 
+static void test_public_names_no_owner(void **state)
+{
+    opm_job_started("tn_pub", 1);
+    opm_job_samples_per_sec("job_pub", "tn_pub", 5);
+    opm_deploy_request("dep_pub", "tn_pub", "ok", 0.01, 0.002, 0.005, 4);
+    opm_deploy_replicas("dep_pub", "tn_pub", "ready", 1);
+    char *t = render();
+    assert_has(t, "trainyard_deployment_requests_total{deployment=\"dep_pub\","
+                  "tenant=\"tn_pub\",outcome=\"ok\"} 1\n");
+    free(t);
+    t = metrics_render_public(opm_registry(), NULL);
+    assert_non_null(t);
+    assert_null(strstr(t, "_pub"));
+    assert_null(strstr(t, "tenant=\""));
+    assert_null(strstr(t, "deployment=\""));
+    assert_null(strstr(t, "job=\""));
+    assert_has(t, "trainyard_deployment_requests_total{outcome=\"ok\"} 1\n");
+    assert_has(t, "trainyard_deployment_replicas{state=\"ready\"} 1\n");
+    assert_has(t, "trainyard_deployment_batch_size_count 1\n");
+    /* The other tests' series are in the sums too. */
+    assert_has(t, "trainyard_job_samples_per_second 15\n");
+    free(t);
+    /* A deleted deployment's requests stay counted in public. */
+    opm_deploy_forget("dep_pub");
+    t = metrics_render_public(opm_registry(), NULL);
+    assert_has(t, "trainyard_deployment_requests_total{outcome=\"ok\"} 1\n");
+    assert_null(strstr(t, "trainyard_deployment_replicas{"));
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_inventory_and_telemetry),
         cmocka_unit_test(test_requests_and_jobs),
+        cmocka_unit_test(test_public_names_no_owner),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
