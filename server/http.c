@@ -364,6 +364,17 @@ static int req_protocol_check(http_req *r)
         return 1;
     }
     const char *te = http_req_header(r, "Transfer-Encoding");
+    /* Both framings at once (RFC 9112 section 6.1): libmicrohttpd would
+     * read the body as chunked, a proxy in front might go by the length,
+     * and the two would disagree on where this request ends and the next
+     * begins (request smuggling). Refused, and the connection closed with
+     * the reply, since its framing cannot be trusted. */
+    if (te && cl) {
+        http_reply_problem(r, 400, NULL,
+                           "the request has both Content-Length and "
+                           "Transfer-Encoding; send one of them");
+        return 1;
+    }
     if (te && strcasecmp(te, "chunked") && strcasecmp(te, "identity")) {
         http_reply_problem(r, 501, NULL,
                            "Transfer-Encoding %.64s is not supported; send "
