@@ -385,6 +385,63 @@ static int req_protocol_check(http_req *r)
     return 0;
 }
 
+/* Checks r's credentials from its headers, before any of its body is
+ * read: an API key (ROUTE_KEY, ROUTE_ADMIN) or a token of the route's
+ * own (ROUTE_TOKEN, through http_server_opts.token_check). Returns 1 when they are good (r->key
+ * and r->holder filled); else the reply is queued (429 for an address
+ * with no failed authentications left, 401, 403, or the check's error)
+ * and, when it is queued before the body, libmicrohttpd reads none of it
+ * and closes the connection after the reply. */
+static int req_authenticate(http_req *r, const route *rt)
+{
+    unsigned retry = 0;
+    if (guard_auth_blocked(r->conn, &retry)) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%u", retry);
+        http_reply_header(r, "Retry-After", ra);
+        http_reply_problem(r, 429, NULL,
+                           "too many failed authentications from this "
+                           "address; try again in %u s",
+                           retry);
+        return 0;
+    }
+    ty_err err = {0};
+    ty_status s;
+    if (rt->auth == ROUTE_TOKEN) {
+        http_token_check check = http_server.opts.token_check;
+        s = check ? check(r->app, r, r->holder, sizeof r->holder, &err)
+                  : ty_fail(&err, TY_EINVAL, NULL,
+                            "this endpoint's credential cannot be checked");
+        if (s == TY_EINVAL) {
+            guard_auth_failed(r->conn);
+            http_reply_problem(r, 401, NULL, "%s", err.msg);
+            return 0;
+        }
+    } else {
+        s = auth_check(http_server.opts.store,
+                       http_req_header(r, "Authorization"), &r->key, &err);
+        if (s == TY_EINVAL || s == TY_ENOTFOUND) {
+            guard_auth_failed(r->conn);
+            http_reply_header(r, "WWW-Authenticate",
+                              "Bearer realm=\"trainyard\"");
+            http_reply_problem(r, 401, NULL, "%s", err.msg);
+            return 0;
+        }
+        if (s == TY_OK)
+            snprintf(r->holder, sizeof r->holder, "tenant:%s",
+                     r->key.tenant_id);
+    }
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return 0;
+    }
+    if (rt->auth == ROUTE_ADMIN && !r->key.is_admin) {
+        http_reply_problem(r, 403, NULL, "this endpoint needs an admin key");
+        return 0;
+    }
+    return 1;
+}
+
 /* Decides everything that can be decided from the headers. */
 static void req_begin(http_req *r)
 {
@@ -410,39 +467,8 @@ static void req_begin(http_req *r)
     r->routed = 1;
     const route *rt = r->match.route;
 
-    if (rt->auth != ROUTE_PUBLIC) {
-        unsigned retry = 0;
-        if (guard_auth_blocked(r->conn, &retry)) {
-            char ra[16];
-            snprintf(ra, sizeof ra, "%u", retry);
-            http_reply_header(r, "Retry-After", ra);
-            http_reply_problem(r, 429, NULL,
-                               "too many failed authentications from this "
-                               "address; try again in %u s",
-                               retry);
-            return;
-        }
-        ty_err err = {0};
-        ty_status s =
-            auth_check(http_server.opts.store,
-                       http_req_header(r, "Authorization"), &r->key, &err);
-        if (s == TY_EINVAL || s == TY_ENOTFOUND) {
-            guard_auth_failed(r->conn);
-            http_reply_header(r, "WWW-Authenticate",
-                              "Bearer realm=\"trainyard\"");
-            http_reply_problem(r, 401, NULL, "%s", err.msg);
-            return;
-        }
-        if (s != TY_OK) {
-            http_reply_error(r, s, &err);
-            return;
-        }
-        if (rt->auth == ROUTE_ADMIN && !r->key.is_admin) {
-            http_reply_problem(r, 403, NULL,
-                               "this endpoint needs an admin key");
-            return;
-        }
-    }
+    if (rt->auth != ROUTE_PUBLIC && !req_authenticate(r, rt))
+        return;
 
     const char *ct = http_req_header(r, "Content-Type");
     const char *cl = http_req_header(r, "Content-Length");
