@@ -462,12 +462,12 @@ static int req_protocol_check(http_req *r)
 }
 
 /* Checks r's credentials from its headers, before any of its body is
- * read: an API key (ROUTE_KEY, ROUTE_ADMIN) or a token of the route's
- * own (ROUTE_TOKEN, through http_server_opts.token_check). Returns 1 when they are good (r->key
- * and r->holder filled); else the reply is queued (429 for an address
- * with no failed authentications left, 401, 403, or the check's error)
- * and, when it is queued before the body, libmicrohttpd reads none of it
- * and closes the connection after the reply. */
+ * read: an API key (ROUTE_KEY, ROUTE_ADMIN) or a token of the route's own
+ * (ROUTE_TOKEN, through http_server_opts.token_check). Returns 1 when
+ * they are good (r->key and r->holder filled); else the reply is queued
+ * (429 for an address with no failed authentications left, 401, 403, or
+ * the check's error) and, since it is queued before the body,
+ * libmicrohttpd reads none of it and closes the connection after it. */
 static int req_authenticate(http_req *r, const route *rt)
 {
     unsigned retry = 0;

@@ -3,16 +3,19 @@
  * request lifecycle, and what handlers see of a request and how they reply.
  *
  * Lifecycle of a request: on its first callback the route is matched, the
- * API key checked and the declared body size compared with the route's limit
- * (401/404/405/413/415 are answered before any body is read). The body is
- * then consumed chunk by chunk: JSON is buffered up to --max-json-bytes;
- * multipart uploads are streamed part by part, small parts kept in memory and
- * larger ones spooled to temp files in <data>/tmp, so no upload is ever held
- * whole in memory. When the body is complete the handler runs once and
- * replies. Temp files are removed when the request completes. Every request
- * is counted in the metrics and logged as one JSON line (sampled by
- * access_log_sample), both by a writer thread off the request's path
- * (server/accesslog.h).
+ * API key (or a ROUTE_TOKEN route's token, through token_check) checked and
+ * the declared body size compared with the route's limit: 401, 404, 405,
+ * 413 and 415 are answered before any body is read, and the connection is
+ * closed after the reply, so no body is read, stored or parsed without
+ * good credentials. The body is then consumed chunk by chunk: JSON is
+ * buffered up to --max-json-bytes; multipart uploads are streamed part by
+ * part, small parts kept in memory and larger ones spooled to temp files
+ * in <data>/tmp, so no upload is ever held whole in memory. When the body
+ * is complete the handler runs once and replies. Temp files are removed
+ * when the request completes, however it ends (a client gone mid-upload:
+ * see server/guard.h). Every request is counted in the metrics and logged
+ * as one JSON line (sampled by access_log_sample), both by a writer thread
+ * off the request's path (server/accesslog.h).
  *
  * Errors are RFC 9457 problem documents (application/problem+json) with
  * "type", "title", "status", "detail", "instance" and, for validation errors,
