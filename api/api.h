@@ -40,6 +40,9 @@ typedef struct api_ctx {
     const char *fetch_hosts;
     const char *fetch_allow_networks; /* "" = none */
     uint64_t min_free_bytes; /* /readyz: --min-free-bytes; 0 = no check */
+    /* --executor slurm: remote workers reach the worker routes with their
+     * attempt's token; 0: no worker token is ever good here. */
+    int remote_workers;
 } api_ctx;
 
 extern const route api_routes[];
@@ -158,6 +161,12 @@ void api_worker_checkpoint_put(api_ctx *app, http_req *r);
 void api_worker_model(api_ctx *app, http_req *r);
 void api_worker_log(api_ctx *app, http_req *r);
 void api_worker_events(api_ctx *app, http_req *r);
+/* The worker routes' check (http_token_check, server/http.h): the attempt's
+ * token of the job in the path, from the headers, before any body is
+ * read. TY_EINVAL (401) for no token or an unknown one, TY_ECONFLICT (409)
+ * when its attempt is over; holder gets "job:<id>" when it is good. */
+ty_status api_worker_auth(api_ctx *app, http_req *r, char *holder,
+                          size_t holder_len, ty_err *err);
 void api_kserve_index(api_ctx *app, http_req *r);
 void api_kserve_load(api_ctx *app, http_req *r);
 void api_kserve_stats(api_ctx *app, http_req *r);

@@ -6,6 +6,10 @@
 #define PUB ROUTE_PUBLIC
 #define KEY ROUTE_KEY
 #define ADMIN ROUTE_ADMIN
+/* The remote worker protocol: the attempt's token, checked from the
+ * headers by api_worker_auth (http_server_opts.token_check) before any
+ * body is read. */
+#define WORKER ROUTE_TOKEN
 #define NOBODY ROUTE_BODY_NONE
 #define JSON ROUTE_BODY_JSON
 #define RAW ROUTE_BODY_JSON_RAW /* big numbers: decoded by the handler */
@@ -46,13 +50,13 @@ const route api_routes[] = {
     {HTTP_DELETE, "/v1/deployments/{id}", "deployments.delete", KEY, NOBODY, api_deployments_delete},
 
     /* The remote worker protocol: the attempt's token, not an API key. */
-    {HTTP_GET, "/v1/worker/jobs/{id}", "worker.job", PUB, NOBODY, api_worker_job},
-    {HTTP_GET, "/v1/worker/jobs/{id}/blobs/{sha256}", "worker.blob", PUB, NOBODY, api_worker_blob},
-    {HTTP_GET, "/v1/worker/jobs/{id}/checkpoint", "worker.checkpoint", PUB, NOBODY, api_worker_checkpoint_get},
-    {HTTP_POST, "/v1/worker/jobs/{id}/checkpoint", "worker.checkpoint_upload", PUB, UPLOAD, api_worker_checkpoint_put},
-    {HTTP_POST, "/v1/worker/jobs/{id}/model", "worker.model", PUB, UPLOAD, api_worker_model},
-    {HTTP_POST, "/v1/worker/jobs/{id}/log", "worker.log", PUB, UPLOAD, api_worker_log},
-    {HTTP_POST, "/v1/worker/jobs/{id}/events", "worker.events", PUB, JSON, api_worker_events},
+    {HTTP_GET, "/v1/worker/jobs/{id}", "worker.job", WORKER, NOBODY, api_worker_job},
+    {HTTP_GET, "/v1/worker/jobs/{id}/blobs/{sha256}", "worker.blob", WORKER, NOBODY, api_worker_blob},
+    {HTTP_GET, "/v1/worker/jobs/{id}/checkpoint", "worker.checkpoint", WORKER, NOBODY, api_worker_checkpoint_get},
+    {HTTP_POST, "/v1/worker/jobs/{id}/checkpoint", "worker.checkpoint_upload", WORKER, UPLOAD, api_worker_checkpoint_put},
+    {HTTP_POST, "/v1/worker/jobs/{id}/model", "worker.model", WORKER, UPLOAD, api_worker_model},
+    {HTTP_POST, "/v1/worker/jobs/{id}/log", "worker.log", WORKER, UPLOAD, api_worker_log},
+    {HTTP_POST, "/v1/worker/jobs/{id}/events", "worker.events", WORKER, JSON, api_worker_events},
 
     {HTTP_GET, "/v2", "kserve.server", KEY, NOBODY, api_kserve_server},
     {HTTP_GET, "/v2/health/live", "kserve.live", KEY, NOBODY, api_kserve_live},

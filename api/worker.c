@@ -3,7 +3,13 @@
  * (node/wremote.h), spoken by `trainyard worker --server` when Slurm runs
  * a job's worker on another node. Not for tenants: each request carries
  * the attempt's token (WREMOTE_HDR_TOKEN), which the job service checks
- * (401 unknown, 409 the attempt is over), and no API key.
+ * (401 unknown, 409 the attempt is over), and no API key. The routes are
+ * ROUTE_TOKEN: api_worker_auth checks the token from the headers, before
+ * the server reads any of an upload's body, so a request without a good
+ * token stores nothing and takes no large-body slot; its failure counts
+ * toward the address's failed authentications as a wrong API key does.
+ * The handlers pass the token on to the job service, which checks it
+ * again for what they do.
  */
 #include <limits.h>
 #include <stdio.h>
@@ -13,7 +19,46 @@
 #include "jobs/service.h"
 #include "node/wremote.h"
 
-/* The token of the request; replies 401 and returns NULL without one. */
+/* A digest no job's file names: asking the job service for that blob
+ * checks the token and reads nothing else. */
+static const char no_blob[] =
+    "0000000000000000000000000000000000000000000000000000000000000000";
+
+ty_status api_worker_auth(api_ctx *app, http_req *r, char *holder,
+                          size_t holder_len, ty_err *err)
+{
+    const char *job = http_req_param(r, 0);
+    const char *token = http_req_header(r, WREMOTE_HDR_TOKEN);
+    ty_status s;
+    if (!token || !token[0]) {
+        s = ty_fail(err, TY_EINVAL, NULL,
+                    "a worker request needs its attempt's token in the "
+                    "" WREMOTE_HDR_TOKEN " header");
+    } else if (!app->remote_workers) {
+        s = ty_fail(err, TY_EINVAL, NULL,
+                    "unknown worker token (this server runs its workers "
+                    "itself)");
+    } else {
+        char path[PATH_MAX];
+        s = jobs_worker_blob(app->jobs, job, token, no_blob, path, err);
+        /* Past the token (it is checked first): the job names no such
+         * blob. With remote workers, nothing else is TY_ENOTFOUND. */
+        if (s == TY_ENOTFOUND || s == TY_OK) {
+            memset(err, 0, sizeof *err);
+            s = TY_OK;
+        }
+    }
+    if (s == TY_OK)
+        snprintf(holder, holder_len, "job:%s", job);
+    else if (s == TY_EINVAL)
+        http_reply_header(r, "WWW-Authenticate",
+                          WREMOTE_HDR_TOKEN " realm=\"trainyard-worker\"");
+    return s;
+}
+
+/* The token of the request; replies 401 and returns NULL without one
+ * (api_worker_auth has let none through without one: this is the
+ * handlers' own guard). */
 static const char *worker_token(http_req *r)
 {
     const char *t = http_req_header(r, WREMOTE_HDR_TOKEN);

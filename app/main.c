@@ -492,6 +492,7 @@ static int cmd_serve(int argc, char **argv)
         .tls_key = app.tls.key,
         .store = app.store,
         .ctx = app_api_ctx(&app),
+        .token_check = api_worker_auth,
         .max_connections = connection_limit(cfg.max_connections),
         .per_ip_connections = (unsigned)cfg.per_ip_connections,
         .header_timeout_s = cfg.header_timeout_s,

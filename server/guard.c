@@ -4,6 +4,7 @@
  */
 #include "server/guard.h"
 
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -25,6 +26,11 @@ typedef struct conn_rec {
     double deadline; /* monotonic seconds; 0 = none */
     double body_start;
     uint64_t body_bytes;
+    /* The client's end of the stream seen with nothing left to read, in
+     * phase gone_ph with body_bytes at gone_bytes (see gone_check). */
+    int gone_seen;
+    phase gone_ph;
+    uint64_t gone_bytes;
 } conn_rec;
 
 #define AUTH_SLOTS 4096
@@ -68,6 +74,41 @@ static double after(double now, int s) { return s > 0 ? now + s : 0; }
 
 /* ---- the watchdog ---- */
 
+/* Whether the client of r has closed its side and nothing it sent is left
+ * to read: then the request it is sending (headers, body) can never
+ * complete. libmicrohttpd with epoll can miss that end when it comes with
+ * the last bytes (it reads them, sees a short read and waits for an event
+ * that has already come), and would hold the connection, and an upload's
+ * temp file, until its idle timeout. Checked under g.mu, so r->fd is still
+ * this connection's. */
+static int client_gone(const conn_rec *r)
+{
+    char c;
+    ssize_t n = recv(r->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 ||
+           (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* 1 when r is to be shut down because its client has gone: seen gone on
+ * two rounds in a row with no progress in between (same phase, no body
+ * bytes), so a request that libmicrohttpd has read whole and is about to
+ * answer, from a client that half-closed after sending it, is left alone.
+ * Not while a reply is made or sent (PH_REPLY): that is not waiting on the
+ * client. */
+static int gone_check(conn_rec *r)
+{
+    if (r->ph == PH_REPLY || !client_gone(r)) {
+        r->gone_seen = 0;
+        return 0;
+    }
+    if (r->gone_seen && r->gone_ph == r->ph && r->gone_bytes == r->body_bytes)
+        return 1;
+    r->gone_seen = 1;
+    r->gone_ph = r->ph;
+    r->gone_bytes = r->body_bytes;
+    return 0;
+}
+
 static void *watchdog(void *arg)
 {
     (void)arg;
@@ -88,20 +129,27 @@ static void *watchdog(void *arg)
         if (g.stopping)
             break;
         double now = mono_now();
-        unsigned n[4] = {0, 0, 0, 0};
+        unsigned n[4] = {0, 0, 0, 0}, gone = 0;
         for (conn_rec *r = g.head; r; r = r->next) {
-            if (r->dropped || r->deadline <= 0 || now < r->deadline)
+            if (r->dropped)
+                continue;
+            int overdue = r->deadline > 0 && now >= r->deadline;
+            if (!overdue && !gone_check(r))
                 continue;
             /* The record leaves the list (under g.mu) before
              * libmicrohttpd closes the socket, so fd is still this
              * connection's. libmicrohttpd sees the end of the stream and
-             * closes the connection itself. */
+             * closes the connection itself: the request is completed as
+             * aborted and its temp files are removed (http_on_completed). */
             shutdown(r->fd, SHUT_RDWR);
             r->dropped = 1;
-            n[r->ph]++;
+            if (overdue)
+                n[r->ph]++;
+            else
+                gone++;
         }
         unsigned total = n[0] + n[1] + n[2] + n[3];
-        g.dropped += total;
+        g.dropped += total + gone;
         for (int k = 0; k < 4; k++)
             pending[k] += n[k];
         log_repeat rep;
@@ -139,15 +187,14 @@ ty_status guard_start(const guard_opts *opts, ty_err *err)
     }
     pthread_mutex_unlock(&g.auth_mu);
     g.stopping = 0;
-    if (opts->header_timeout_s > 0 || opts->body_timeout_s > 0 ||
-        opts->request_timeout_s > 0 || opts->idle_timeout_s > 0) {
-        int rc = pthread_create(&g.thread, NULL, watchdog, NULL);
-        if (rc != 0)
-            return ty_fail(err, TY_EIO, NULL,
-                           "cannot start the connection watchdog: %s",
-                           strerror(rc));
-        g.running = 1;
-    }
+    /* Started even with no deadline: it also drops the connections whose
+     * client has gone (gone_check). */
+    int rc = pthread_create(&g.thread, NULL, watchdog, NULL);
+    if (rc != 0)
+        return ty_fail(err, TY_EIO, NULL,
+                       "cannot start the connection watchdog: %s",
+                       strerror(rc));
+    g.running = 1;
     return TY_OK;
 }
 

@@ -19,6 +19,11 @@
  *     this bounds one whose request line trickles);
  *   - while the handler runs and the reply is sent, no deadline (event
  *     streams last as long as their client).
+ * The watchdog also shuts down a connection, outside its reply, whose
+ * client has closed its side with nothing left unread (seen on two rounds
+ * in a row): libmicrohttpd with epoll can miss an end of stream that comes
+ * with the last bytes and would keep such a connection, and the temp file
+ * of an upload cut short, until the idle timeout.
  *
  * Failed authentications are counted per client address (IPv4, or the /64
  * of an IPv6 address) in a token bucket: auth_fail_burst failures at once,
@@ -45,8 +50,8 @@ typedef struct {
     int auth_fail_burst;    /* failures allowed at once */
 } guard_opts;
 
-/* Starts the watchdog (when any deadline is set) and clears the auth
- * table. */
+/* Starts the watchdog and clears the auth table; TY_ENOMEM or TY_EIO
+ * when it cannot. */
 ty_status guard_start(const guard_opts *opts, ty_err *err);
 /* Stops the watchdog; after the daemon has stopped. */
 void guard_stop(void);
@@ -74,7 +79,8 @@ int guard_auth_blocked(struct MHD_Connection *c, unsigned *retry_after_s);
 /* Counts a failed authentication against the client's address. */
 void guard_auth_failed(struct MHD_Connection *c);
 
-/* Connections the watchdog has dropped since start (for logs and tests). */
+/* Connections the watchdog has dropped since start, past a deadline or
+ * with their client gone (for logs and tests). */
 unsigned long guard_dropped(void);
 
 #endif

@@ -41,30 +41,106 @@
 
 http_server_state http_server;
 
-/* Large JSON bodies in progress (see HTTP_LARGE_BODY). */
-static int large_bodies;
+/* Large bodies in progress (see HTTP_LARGE_BODY): in all, and by who
+ * holds them (http_req.holder). At most max_large_requests at once, and at
+ * most large_share() of them for one holder, so that one tenant (or one
+ * remote worker's job) cannot take every slot while others wait. Only a
+ * request whose credentials are known good takes one: the credentials are
+ * checked from the headers, before any slot is asked for. The table holds
+ * a row for each holder with a slot; there are never more holders than
+ * slots taken. */
+#define LARGE_HOLDERS 1024
+static struct {
+    pthread_mutex_t mu;
+    int total;
+    struct {
+        char who[HTTP_HOLDER_MAX];
+        int n; /* 0: the row is free */
+    } rows[LARGE_HOLDERS];
+} large = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The most large-body slots one holder may have at once: half of them
+ * (at least one), so the other half is always there for everyone else. */
+static int large_share(int max) { return max > 1 ? max / 2 : 1; }
+
+/* who's row, or a free one when it has none (-1 when none is free);
+ * under large.mu. Rows past max are never needed: a holder has a slot. */
+static int large_row(const char *who, int max)
+{
+    int free_row = -1;
+    for (int i = 0; i < max && i < LARGE_HOLDERS; i++) {
+        if (large.rows[i].n && !strcmp(large.rows[i].who, who))
+            return i;
+        if (!large.rows[i].n && free_row < 0)
+            free_row = i;
+    }
+    return free_row;
+}
 
 /* Takes a large-body slot for r; 0 (and a 503 with Retry-After queued)
- * when all are taken. Refused at once rather than queued: a waiting
- * request would hold a thread of libmicrohttpd's pool, and its body is not
- * read yet, so refusing costs nothing. */
+ * when all are taken, or when r's holder has its share of them. Refused
+ * at once rather than queued: a waiting request would hold a thread of
+ * libmicrohttpd's pool, and its body is not read yet, so refusing costs
+ * nothing. */
 static int large_take(http_req *r)
 {
     if (r->large)
         return 1;
     int max = http_server.opts.max_large_requests;
-    if (__atomic_add_fetch(&large_bodies, 1, __ATOMIC_SEQ_CST) > max &&
-        max > 0) {
-        __atomic_sub_fetch(&large_bodies, 1, __ATOMIC_SEQ_CST);
-        http_reply_header(r, "Retry-After", "1");
+    int share = large_share(max);
+    /* Defensive: no public route takes a body that large. */
+    int anonymous = !r->routed || r->match.route->auth == ROUTE_PUBLIC;
+    int held = 0, busy = 0, over = 0;
+    pthread_mutex_lock(&large.mu);
+    /* With no limit (max 0) there is no share either: no row. */
+    int i = anonymous || max <= 0 ? -1 : large_row(r->holder, max);
+    if (anonymous || (max > 0 && (i < 0 || large.total >= max))) {
+        busy = 1;
+    } else if (i >= 0 && large.rows[i].n >= share) {
+        over = 1;
+        held = large.rows[i].n;
+    } else {
+        if (i >= 0 && !large.rows[i].n)
+            snprintf(large.rows[i].who, sizeof large.rows[i].who, "%s",
+                     r->holder);
+        if (i >= 0)
+            large.rows[i].n++;
+        large.total++;
+        r->large = 1;
+    }
+    pthread_mutex_unlock(&large.mu);
+    if (r->large)
+        return 1;
+    http_reply_header(r, "Retry-After", "1");
+    if (over)
+        http_reply_problem(r, 503, NULL,
+                           "the server is busy: one tenant may have %d of "
+                           "its %d large requests (bodies over %u bytes) in "
+                           "progress at once, and you have %d; retry "
+                           "shortly",
+                           share, max, HTTP_LARGE_BODY, held);
+    else if (busy && anonymous)
+        http_reply_problem(r, 503, NULL,
+                           "the server is busy: a body over %u bytes needs "
+                           "credentials; retry shortly",
+                           HTTP_LARGE_BODY);
+    else
         http_reply_problem(r, 503, NULL,
                            "the server is busy with %d other large requests "
                            "(bodies over %u bytes); retry shortly",
                            max, HTTP_LARGE_BODY);
-        return 0;
-    }
-    r->large = 1;
-    return 1;
+    return 0;
+}
+
+/* Gives r's large-body slot back. */
+static void large_give(http_req *r)
+{
+    pthread_mutex_lock(&large.mu);
+    int i = large_row(r->holder, http_server.opts.max_large_requests);
+    if (i >= 0 && large.rows[i].n > 0)
+        large.rows[i].n--;
+    large.total--;
+    pthread_mutex_unlock(&large.mu);
 }
 
 /* ---- small helpers ---- */
@@ -323,7 +399,7 @@ static void req_free(http_req *r)
     if (r->response)
         MHD_destroy_response(r->response);
     if (r->large) {
-        __atomic_sub_fetch(&large_bodies, 1, __ATOMIC_SEQ_CST);
+        large_give(r);
         /* What a large body's handling freed goes back to the system
          * instead of staying in malloc's arenas. */
         malloc_trim(0);
@@ -364,6 +440,17 @@ static int req_protocol_check(http_req *r)
         return 1;
     }
     const char *te = http_req_header(r, "Transfer-Encoding");
+    /* Both framings at once (RFC 9112 section 6.1): libmicrohttpd would
+     * read the body as chunked, a proxy in front might go by the length,
+     * and the two would disagree on where this request ends and the next
+     * begins (request smuggling). Refused, and the connection closed with
+     * the reply, since its framing cannot be trusted. */
+    if (te && cl) {
+        http_reply_problem(r, 400, NULL,
+                           "the request has both Content-Length and "
+                           "Transfer-Encoding; send one of them");
+        return 1;
+    }
     if (te && strcasecmp(te, "chunked") && strcasecmp(te, "identity")) {
         http_reply_problem(r, 501, NULL,
                            "Transfer-Encoding %.64s is not supported; send "
@@ -372,6 +459,63 @@ static int req_protocol_check(http_req *r)
         return 1;
     }
     return 0;
+}
+
+/* Checks r's credentials from its headers, before any of its body is
+ * read: an API key (ROUTE_KEY, ROUTE_ADMIN) or a token of the route's own
+ * (ROUTE_TOKEN, through http_server_opts.token_check). Returns 1 when
+ * they are good (r->key and r->holder filled); else the reply is queued
+ * (429 for an address with no failed authentications left, 401, 403, or
+ * the check's error) and, since it is queued before the body,
+ * libmicrohttpd reads none of it and closes the connection after it. */
+static int req_authenticate(http_req *r, const route *rt)
+{
+    unsigned retry = 0;
+    if (guard_auth_blocked(r->conn, &retry)) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%u", retry);
+        http_reply_header(r, "Retry-After", ra);
+        http_reply_problem(r, 429, NULL,
+                           "too many failed authentications from this "
+                           "address; try again in %u s",
+                           retry);
+        return 0;
+    }
+    ty_err err = {0};
+    ty_status s;
+    if (rt->auth == ROUTE_TOKEN) {
+        http_token_check check = http_server.opts.token_check;
+        s = check ? check(r->app, r, r->holder, sizeof r->holder, &err)
+                  : ty_fail(&err, TY_EINVAL, NULL,
+                            "this endpoint's credential cannot be checked");
+        if (s == TY_EINVAL) {
+            guard_auth_failed(r->conn);
+            http_reply_problem(r, 401, NULL, "%s", err.msg);
+            return 0;
+        }
+    } else {
+        s = auth_check(http_server.opts.store,
+                       http_req_header(r, "Authorization"), &r->key, &err);
+        if (s == TY_EINVAL || s == TY_ENOTFOUND) {
+            guard_auth_failed(r->conn);
+            http_reply_header(r, "WWW-Authenticate",
+                              "Bearer realm=\"trainyard\"");
+            http_reply_problem(r, 401, NULL, "%s", err.msg);
+            return 0;
+        }
+        if (s == TY_OK)
+            snprintf(r->holder, sizeof r->holder, "tenant:%s",
+                     r->key.tenant_id);
+    }
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return 0;
+    }
+    if (rt->auth == ROUTE_ADMIN && !r->key.is_admin) {
+        http_reply_problem(r, 403, NULL, "this endpoint needs an admin key");
+        return 0;
+    }
+    return 1;
 }
 
 /* Decides everything that can be decided from the headers. */
@@ -399,39 +543,8 @@ static void req_begin(http_req *r)
     r->routed = 1;
     const route *rt = r->match.route;
 
-    if (rt->auth != ROUTE_PUBLIC) {
-        unsigned retry = 0;
-        if (guard_auth_blocked(r->conn, &retry)) {
-            char ra[16];
-            snprintf(ra, sizeof ra, "%u", retry);
-            http_reply_header(r, "Retry-After", ra);
-            http_reply_problem(r, 429, NULL,
-                               "too many failed authentications from this "
-                               "address; try again in %u s",
-                               retry);
-            return;
-        }
-        ty_err err = {0};
-        ty_status s =
-            auth_check(http_server.opts.store,
-                       http_req_header(r, "Authorization"), &r->key, &err);
-        if (s == TY_EINVAL || s == TY_ENOTFOUND) {
-            guard_auth_failed(r->conn);
-            http_reply_header(r, "WWW-Authenticate",
-                              "Bearer realm=\"trainyard\"");
-            http_reply_problem(r, 401, NULL, "%s", err.msg);
-            return;
-        }
-        if (s != TY_OK) {
-            http_reply_error(r, s, &err);
-            return;
-        }
-        if (rt->auth == ROUTE_ADMIN && !r->key.is_admin) {
-            http_reply_problem(r, 403, NULL,
-                               "this endpoint needs an admin key");
-            return;
-        }
-    }
+    if (rt->auth != ROUTE_PUBLIC && !req_authenticate(r, rt))
+        return;
 
     const char *ct = http_req_header(r, "Content-Type");
     const char *cl = http_req_header(r, "Content-Length");

@@ -3,16 +3,19 @@
  * request lifecycle, and what handlers see of a request and how they reply.
  *
  * Lifecycle of a request: on its first callback the route is matched, the
- * API key checked and the declared body size compared with the route's limit
- * (401/404/405/413/415 are answered before any body is read). The body is
- * then consumed chunk by chunk: JSON is buffered up to --max-json-bytes;
- * multipart uploads are streamed part by part, small parts kept in memory and
- * larger ones spooled to temp files in <data>/tmp, so no upload is ever held
- * whole in memory. When the body is complete the handler runs once and
- * replies. Temp files are removed when the request completes. Every request
- * is counted in the metrics and logged as one JSON line (sampled by
- * access_log_sample), both by a writer thread off the request's path
- * (server/accesslog.h).
+ * API key (or a ROUTE_TOKEN route's token, through token_check) checked and
+ * the declared body size compared with the route's limit: 401, 404, 405,
+ * 413 and 415 are answered before any body is read, and the connection is
+ * closed after the reply, so no body is read, stored or parsed without
+ * good credentials. The body is then consumed chunk by chunk: JSON is
+ * buffered up to --max-json-bytes; multipart uploads are streamed part by
+ * part, small parts kept in memory and larger ones spooled to temp files
+ * in <data>/tmp, so no upload is ever held whole in memory. When the body
+ * is complete the handler runs once and replies. Temp files are removed
+ * when the request completes, however it ends (a client gone mid-upload:
+ * see server/guard.h). Every request is counted in the metrics and logged
+ * as one JSON line (sampled by access_log_sample), both by a writer thread
+ * off the request's path (server/accesslog.h).
  *
  * Errors are RFC 9457 problem documents (application/problem+json) with
  * "type", "title", "status", "detail", "instance" and, for validation errors,
@@ -35,6 +38,19 @@ typedef struct http_req http_req;
  * given back to the system (malloc_trim) when it is done. */
 #define HTTP_LARGE_BODY (4u << 20)
 
+/* The check of a ROUTE_TOKEN route's credential, from the request's
+ * headers and path alone: the server calls it before any of the body is
+ * read, and the handler runs only after TY_OK. On TY_OK it names in
+ * holder (holder_len bytes) who the request acts for, for the shares of
+ * the large-body slots. TY_EINVAL: the credential is missing or unknown
+ * (401, counted as a failed authentication of the client's address); any
+ * other status is replied as http_reply_error replies it (err says why).
+ * Must not reply itself; it may add reply headers on failure
+ * (WWW-Authenticate). */
+typedef ty_status (*http_token_check)(struct api_ctx *ctx, http_req *r,
+                                      char *holder, size_t holder_len,
+                                      ty_err *err);
+
 /* What the server needs of its settings and of the rest of the process. */
 typedef struct http_server_opts {
     const char *listen; /* as given, for messages */
@@ -53,6 +69,9 @@ typedef struct http_server_opts {
     const char *tls_key;
     store *store;        /* API keys, for the routes' auth */
     struct api_ctx *ctx; /* handed to every handler */
+    /* ROUTE_TOKEN routes' credential check; NULL: every such request is
+     * answered 401. */
+    http_token_check token_check;
     /* Slow and hostile clients (server/guard.h); 0 = libmicrohttpd's
      * default or no limit. */
     unsigned max_connections;    /* open connections at most */

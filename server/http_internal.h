@@ -18,6 +18,7 @@
 #define FORM_MEM_MAX (64 * 1024)
 #define MAX_TEMP_FILES 8
 #define MAX_REPLY_HEADERS 6
+#define HTTP_HOLDER_MAX 96
 /* Past its limit, a body is discarded up to this many more bytes so the
  * client can read the 413; beyond that the connection is dropped. */
 #define DISCARD_SLACK (16u << 20)
@@ -48,6 +49,11 @@ struct http_req {
     route_match match;
     int routed;
     store_key key;
+    /* Who the request acts for, once its credentials are good: "tenant:"
+     * and the key's tenant, or what a ROUTE_TOKEN route's check named;
+     * the unit of the large-body share (large_take). Empty on public
+     * routes. */
+    char holder[HTTP_HOLDER_MAX];
     char request_id[TY_ID_MAX];
     struct timespec start;
 

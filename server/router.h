@@ -28,7 +28,10 @@ const char *http_method_name(http_method m);
 typedef enum {
     ROUTE_PUBLIC = 0, /* no key needed */
     ROUTE_KEY,        /* any valid API key */
-    ROUTE_ADMIN       /* an admin key */
+    ROUTE_ADMIN,      /* an admin key */
+    ROUTE_TOKEN       /* a credential of its own, not an API key (the
+                         remote worker's attempt token), checked by
+                         http_server_opts.token_check */
 } route_auth;
 
 typedef enum {
