@@ -40,9 +40,6 @@ typedef struct api_ctx {
     const char *fetch_hosts;
     const char *fetch_allow_networks; /* "" = none */
     uint64_t min_free_bytes; /* /readyz: --min-free-bytes; 0 = no check */
-    /* --executor slurm: remote workers reach the worker routes with their
-     * attempt's token; 0: no worker token is ever good here. */
-    int remote_workers;
 } api_ctx;
 
 extern const route api_routes[];

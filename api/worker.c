@@ -19,11 +19,6 @@
 #include "jobs/service.h"
 #include "node/wremote.h"
 
-/* A digest no job's file names: asking the job service for that blob
- * checks the token and reads nothing else. */
-static const char no_blob[] =
-    "0000000000000000000000000000000000000000000000000000000000000000";
-
 ty_status api_worker_auth(api_ctx *app, http_req *r, char *holder,
                           size_t holder_len, ty_err *err)
 {
@@ -34,19 +29,8 @@ ty_status api_worker_auth(api_ctx *app, http_req *r, char *holder,
         s = ty_fail(err, TY_EINVAL, NULL,
                     "a worker request needs its attempt's token in the "
                     "" WREMOTE_HDR_TOKEN " header");
-    } else if (!app->remote_workers) {
-        s = ty_fail(err, TY_EINVAL, NULL,
-                    "unknown worker token (this server runs its workers "
-                    "itself)");
     } else {
-        char path[PATH_MAX];
-        s = jobs_worker_blob(app->jobs, job, token, no_blob, path, err);
-        /* Past the token (it is checked first): the job names no such
-         * blob. With remote workers, nothing else is TY_ENOTFOUND. */
-        if (s == TY_ENOTFOUND || s == TY_OK) {
-            memset(err, 0, sizeof *err);
-            s = TY_OK;
-        }
+        s = jobs_worker_auth(app->jobs, job, token, err);
     }
     if (s == TY_OK)
         snprintf(holder, holder_len, "job:%s", job);
@@ -120,8 +104,8 @@ void api_worker_checkpoint_get(api_ctx *app, http_req *r)
         return;
     ty_err err = {0};
     char path[PATH_MAX], sha[65];
-    ty_status s = jobs_worker_checkpoint(app->jobs, http_req_param(r, 0),
-                                         token, path, sha, &err);
+    ty_status s = jobs_worker_checkpoint(app->jobs, http_req_param(r, 0), token,
+                                         path, sha, &err);
     if (s != TY_OK) {
         worker_error(r, s, &err);
         return;

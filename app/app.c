@@ -152,7 +152,6 @@ api_ctx *app_api_ctx(ty_app *app)
         .fetch_hosts = app->cfg.fetch_hosts,
         .fetch_allow_networks = app->cfg.fetch_allow_networks,
         .min_free_bytes = app->cfg.min_free_bytes,
-        .remote_workers = app->cfg.executor_slurm,
     };
     return &app->api;
 }

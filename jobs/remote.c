@@ -30,8 +30,7 @@
 /* The job folder of the current attempt of job_id whose token this is,
  * into dir. */
 static ty_status attempt_dir(jobs_service *r, const char *job_id,
-                             const char *token, char dir[PATH_MAX],
-                             ty_err *err)
+                             const char *token, char dir[PATH_MAX], ty_err *err)
 {
     if (!exec_is_slurm(r->exec))
         return ty_fail(err, TY_ENOTFOUND, NULL,
@@ -47,6 +46,17 @@ static ty_status attempt_dir(jobs_service *r, const char *job_id,
         snprintf(dir, PATH_MAX, "%s", d);
     pthread_mutex_unlock(&r->mu);
     return s;
+}
+
+ty_status jobs_worker_auth(jobs_service *r, const char *job_id,
+                           const char *token, ty_err *err)
+{
+    if (!exec_is_slurm(r->exec))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "unknown worker token (this server runs its workers "
+                       "itself)");
+    char dir[PATH_MAX];
+    return attempt_dir(r, job_id, token, dir, err);
 }
 
 /* {"sha256", "bytes"} of the blob at path (its name is its sha256). */
@@ -105,9 +115,9 @@ ty_status jobs_worker_job(jobs_service *r, const char *job_id,
     const char *vds =
         json_string_value(json_object_get(val, WPROTO_JOB_DATASET_PATH));
     if (vds)
-        json_object_set_new(doc, WPROTO_JOB_VALIDATION,
-                            json_pack("{s:o}", WREMOTE_F_DATASET,
-                                      blob_ref(vds)));
+        json_object_set_new(
+            doc, WPROTO_JOB_VALIDATION,
+            json_pack("{s:o}", WREMOTE_F_DATASET, blob_ref(vds)));
     char ckpt[PATH_MAX], sha[65];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint.safetensors", dir);
     ty_err e2 = {0};
@@ -130,9 +140,9 @@ static int job_names_blob(const json_t *doc, const char *sha)
 {
     const char *paths[2] = {
         json_string_value(json_object_get(doc, WPROTO_JOB_DATASET_PATH)),
-        json_string_value(json_object_get(
-            json_object_get(doc, WPROTO_JOB_VALIDATION),
-            WPROTO_JOB_DATASET_PATH))};
+        json_string_value(
+            json_object_get(json_object_get(doc, WPROTO_JOB_VALIDATION),
+                            WPROTO_JOB_DATASET_PATH))};
     for (int i = 0; i < 2; i++) {
         const char *slash = paths[i] ? strrchr(paths[i], '/') : NULL;
         if (slash && !strcmp(slash + 1, sha))
@@ -153,8 +163,8 @@ ty_status jobs_worker_blob(jobs_service *r, const char *job_id,
     int named = sha256 && strlen(sha256) == 64 && job_names_blob(doc, sha256);
     json_decref(doc);
     if (!named)
-        return ty_fail(err, TY_ENOTFOUND, NULL,
-                       "job %s names no such blob", job_id);
+        return ty_fail(err, TY_ENOTFOUND, NULL, "job %s names no such blob",
+                       job_id);
     blob_path(r->env.data_dir, sha256, path, PATH_MAX);
     return TY_OK;
 }
@@ -169,8 +179,8 @@ ty_status jobs_worker_checkpoint(jobs_service *r, const char *job_id,
         return s;
     snprintf(path, PATH_MAX, "%s/checkpoint.safetensors", dir);
     if (!fs_exists(path))
-        return ty_fail(err, TY_ENOTFOUND, NULL,
-                       "job %s has no checkpoint yet", job_id);
+        return ty_fail(err, TY_ENOTFOUND, NULL, "job %s has no checkpoint yet",
+                       job_id);
     return sha256_file_hex(path, sha, err);
 }
 

@@ -85,6 +85,13 @@ void jobs_annotate(jobs_service *js, json_t *docs, const char *viewer_tenant);
  * an unknown token (HTTP 401), TY_ECONFLICT when its attempt is over (409),
  * TY_ENOTFOUND when this server runs its workers itself. */
 
+/* Whether token is the current attempt's of job_id: TY_OK; TY_EINVAL
+ * ("unknown token", 401) or TY_ECONFLICT (the attempt is over, 409); on a
+ * server that runs its workers itself every token is unknown. Only checks:
+ * reads no file (the server's header-time check, before any body). */
+ty_status jobs_worker_auth(jobs_service *js, const char *job_id,
+                           const char *token, ty_err *err);
+
 /* The job document of WREMOTE_PATH_JOB (new reference). */
 ty_status jobs_worker_job(jobs_service *js, const char *job_id,
                           const char *token, json_t **doc, ty_err *err);
