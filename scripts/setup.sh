@@ -43,7 +43,7 @@ build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
             libjs-chart.js)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch curl jq
            dataset-fashion-mnist python3-prometheus-client chromium
-           chromium-driver python3-selenium openssl debootstrap
+           chromium-driver python3-selenium python3-tinycss2 openssl debootstrap
            libblis4-serial clang libclang-rt-dev
            slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge)
 

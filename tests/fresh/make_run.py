@@ -51,7 +51,7 @@ READY_WITHIN_S = 1800  # install + build + start, generous for a slow mirror
 LOCK_HOLD_S = 8        # the package locks held at the start of make run
 LOCKS = ("/var/lib/apt/lists/lock", "/var/lib/dpkg/lock-frontend", "/var/lib/dpkg/lock")
 TEST_ONLY_PACKAGES = ("libcmocka-dev", "chromium", "chromium-driver", "python3-torch",
-                      "python3-selenium", "python3")
+                      "python3-selenium", "python3-tinycss2", "python3")
 log = chroot.log
 
 
