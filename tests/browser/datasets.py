@@ -10,13 +10,15 @@ trains a tiny model on each. Then, in the browser, at both widths:
 
 * the dataset page shows a preview of the first examples (images as canvases
   holding the uploaded pixels, tabular rows as a table), the class balance
-  with the counts computed here, and the jobs and models that use it;
+  with the counts computed here, each bar drawn as wide as its class's share
+  of the largest, and the jobs and models that use it;
 * Delete (with its confirm) shows the API's 409 beside the button while a
   job still needs the dataset, and deletes an unused dataset, which leaves
   the list;
 * try-it on the image model picks from the test set (the thumbnails hold the
   test images' pixels and labels), and marks each thumbnail right or wrong as
-  the model's predict through the API says;
+  the model's predict through the API says, with a ✓ or a ✗ and the
+  predicted class drawn on it in green or red;
 * try-it on the CSV model starts every input at the feature's mean over the
   training set (computed here) and names the predicted class by its label;
 * no page is wider than the phone, and no list scrolls sideways inside it.
@@ -185,6 +187,23 @@ def dataset_page(driver, size, ds, *, name, counts, jobs, models, image_pixels=N
         return Object.fromEntries([...document.querySelectorAll('#class-balance [data-class]')]
           .map((e) => [e.dataset.class, Number(e.dataset.count)]));""")
     check(bars == {str(k): v for k, v in counts.items()}, f"{where}: class balance {bars} == {counts}")
+    # ... drawn: each class's bar has a track and a fill as wide as its share
+    # of the largest class (issue 30: a broken stylesheet left the spans
+    # inline, zero pixels wide, and the counts ran into the names).
+    drawn = js(driver, """
+        return [...document.querySelectorAll('#class-balance [data-class]')].map((e) => {
+          const bar = e.querySelector('.bar'), fill = e.querySelector('.bar-fill');
+          return {cls: e.dataset.class, count: Number(e.dataset.count),
+                  track: bar ? bar.getBoundingClientRect().width : 0,
+                  fill: fill ? fill.getBoundingClientRect().width : 0,
+                  height: fill ? fill.getBoundingClientRect().height : 0,
+                  colour: fill ? getComputedStyle(fill).backgroundColor : ''};});""")
+    most = max((d["count"] for d in drawn), default=0)
+    bad = [d for d in drawn if not (d["track"] >= 40 and d["height"] >= 4 and d["fill"] > 0
+                                    and abs(d["fill"] / d["track"] - d["count"] / most) < 0.02
+                                    and d["colour"] not in ("", "rgba(0, 0, 0, 0)"))]
+    check(drawn and not bad, f"{where}: every class-balance bar is drawn, as wide as its share "
+          f"({len(drawn)} bars; not drawn: {[(d['cls'], round(d['track']), round(d['fill'])) for d in bad][:4]})")
 
     # The jobs and models that use it.
     used = js(driver, """
@@ -264,6 +283,28 @@ def tryit_image(driver, size, base, key, model, test_pixels, test_labels, test_d
     check(marks == expect, f"{where}: right/wrong marks {marks} == {expect}")
     check(all(("thumb-" + v) in g["cls"] for g, (_, v) in zip(got, expect)),
           f"{where}: each thumbnail is styled right or wrong")
+    # ... and the marks are on screen: a ✓ on the right ones, a ✗ and the
+    # predicted class on the wrong ones, each in its colour, with a coloured
+    # border (issue 30: the rules drawing them applied only on phones).
+    shown = js(driver, """
+        return [...document.querySelectorAll('#test-images button.thumb-button')].map((b) => {
+          const a = getComputedStyle(b, '::after'), s = getComputedStyle(b);
+          return {verdict: b.dataset.verdict, predicted: b.dataset.predicted, content: a.content,
+                  display: a.display, colour: a.color, border: s.borderTopColor,
+                  borderWidth: parseFloat(s.borderTopWidth)};});""")
+    ok_col, bad_col = js(driver, """
+        const p = document.createElement('span'); document.body.append(p);
+        p.style.color = 'var(--ok)'; const ok = getComputedStyle(p).color;
+        p.style.color = 'var(--bad)'; const bad = getComputedStyle(p).color; p.remove();
+        return [ok, bad];""")
+    def mark_ok(m):
+        want = '"✓"' if m["verdict"] == "right" else f'"✗ {m["predicted"]}"'
+        col = ok_col if m["verdict"] == "right" else bad_col
+        return m["content"] == want and m["display"] != "none" and m["colour"] == col \
+            and m["border"] == col and m["borderWidth"] >= 2
+    wrong = [(m["verdict"], m["content"], m["colour"], m["border"]) for m in shown if not mark_ok(m)]
+    check(shown and not wrong, f"{where}: each thumbnail shows its ✓ or ✗ mark in green or red "
+          f"({len(shown)} thumbnails; not shown: {wrong[:3]})")
     print(f"  {size}: {sum(v == 'right' for _, v in expect)} of {len(expect)} right")
 
 
