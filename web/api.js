@@ -15,10 +15,12 @@ export class ApiError extends Error {
   }
 }
 
-// A 401 means the key is wrong or revoked: back to the sign-in page.
+// A 401 after signing in means the key was revoked: back to the sign-in
+// page. The sign-in's own try (signin) is answered by its form instead, so
+// a mistyped key is not told to "sign in again".
 function unauthorized() {
   clearKey();
-  window.dispatchEvent(new CustomEvent('ty-signed-out', {detail: 'The server refused the key (401); sign in again.'}));
+  window.dispatchEvent(new CustomEvent('ty-signed-out', {detail: 'The server no longer accepts this key (401); sign in again.'}));
 }
 
 async function problemOf(resp) {
@@ -26,12 +28,13 @@ async function problemOf(resp) {
 }
 
 // fetch with the key. json: a body to send as JSON. raw: return the Response.
-export async function api(path, {method = 'GET', json, headers = {}, signal, raw = false} = {}) {
+// signin: a 401 only throws (the sign-in form says the key was not accepted).
+export async function api(path, {method = 'GET', json, headers = {}, signal, raw = false, signin = false} = {}) {
   const h = {Authorization: 'Bearer ' + getKey(), ...headers};
   let body;
   if (json !== undefined) { h['Content-Type'] = 'application/json'; body = JSON.stringify(json); }
   const resp = await fetch(path, {method, headers: h, body, signal, cache: 'no-store'});
-  if (resp.status === 401) { unauthorized(); throw new ApiError(401, await problemOf(resp)); }
+  if (resp.status === 401) { if (!signin) unauthorized(); throw new ApiError(401, await problemOf(resp)); }
   if (!resp.ok) throw new ApiError(resp.status, await problemOf(resp));
   if (raw) return resp;
   return resp.status === 204 ? null : resp.json();

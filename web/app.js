@@ -46,11 +46,11 @@ function signinPage(root) {
     button.disabled = true;
     setKey(key.value.trim());
     try {
-      await api('/v1/jobs?limit=1');
+      await api('/v1/jobs?limit=1', {signin: true});
       location.hash = '#/jobs';
     } catch (x) {
       clearKey();
-      err.textContent = x.status === 401 ? 'That key was refused; check it and try again.'
+      err.textContent = x.status === 401 ? 'That key was not accepted; check it and try again.'
                                          : `Could not reach the server: ${x.message}`;
     } finally { button.disabled = false; }
   }},
@@ -72,6 +72,7 @@ function render() {
     const here = hash === a.getAttribute('href') || hash.startsWith(a.getAttribute('href') + '/');
     if (here) a.setAttribute('aria-current', 'page'); else a.removeAttribute('aria-current');
   }
+  navHints();
   for (const [re, page] of routes) {
     const m = hash.match(re);
     if (m) {
@@ -98,6 +99,22 @@ async function checkServer() {
 }
 checkServer();
 setInterval(checkServer, 10000);
+
+// On a phone the nav is one line that scrolls sideways: an arrow at an edge
+// (.nav-more-left, .nav-more-right) shows while links are hidden past it.
+// Tapping an arrow scrolls that way. The arrows are hints for the eye only:
+// every link is in the nav and reachable with Tab.
+const navWrap = nav.parentElement;
+function navHints() {
+  const hidden = nav.scrollWidth - nav.clientWidth;
+  navWrap.classList.toggle('more-left', !nav.hidden && hidden > 1 && nav.scrollLeft > 1);
+  navWrap.classList.toggle('more-right', !nav.hidden && hidden > 1 && nav.scrollLeft < hidden - 1);
+}
+nav.addEventListener('scroll', navHints, {passive: true});
+window.addEventListener('resize', navHints);
+for (const [cls, dir] of [['.nav-more-left', -1], ['.nav-more-right', 1]]) {
+  navWrap.querySelector(cls).addEventListener('click', () => nav.scrollBy({left: dir * nav.clientWidth * 0.6, behavior: 'smooth'}));
+}
 
 signout.addEventListener('click', () => { clearKey(); location.hash = '#/signin'; render(); });
 window.addEventListener('ty-signed-out', (e) => { signinMessage = e.detail || ''; render(); });
