@@ -35,7 +35,7 @@ export function progressCell(job) {
   const eta = etaText(job);
   const label = !pos.epochs ? '' : job.status === 'running'
     ? `epoch ${pos.epoch}/${pos.epochs} · ${Math.floor(pos.within * 100)} %`
-    : job.status === 'succeeded' ? `${pos.epochs} epochs` : pos.done ? `${pos.done}/${pos.epochs} epochs done` : `0/${pos.epochs} epochs`;
+    : job.status === 'succeeded' ? `${pos.epochs} epoch${pos.epochs === 1 ? '' : 's'}` : pos.done ? `${pos.done}/${pos.epochs} epochs done` : `0/${pos.epochs} epochs`;
   return h('span', {class: 'progress-cell'},
     h('progress', {max: 1, value: pos.fraction, 'aria-label': `${job.name}: ${Math.round(pos.fraction * 100)} % of the run`}),
     ' ', h('span', {class: 'muted progress-text', text: label}),

@@ -44,7 +44,7 @@ export function jobsPage(root) {
       cell(2, {class: 'progress'}, progressCell(job)),
       cell(3, {class: 'best', text: bestText(job) || '—'}),
       cell(4, {class: 'latest'}, h('span', {text: latestText(job) || '—'}),
-        throughputText(job) ? h('div', {class: 'muted', text: throughputText(job)}) : null),
+        throughputText(job) ? h('div', {class: 'muted throughput', text: `throughput ${throughputText(job)}`}) : null),
       cell(5, {class: wait ? 'queue' : 'placement', text: wait || placementText(job)}),
       cell(6, {class: 'duration', text: fmtDuration(jobSeconds(job))}),
       cell(7, {class: 'actions'}, live ? h('button', {type: 'button', class: 'danger', text: 'Cancel',
