@@ -263,6 +263,9 @@ def check_jobs_list(driver, base, jobs, size):
     t = row_text(driver, jobs["short"]) or ""
     check(re.search(r"\d\.\d{4} val\. accuracy \(epoch \d+\)", t), f"[{size}] a finished row shows the best metric: {t!r}")
     check("samples/s" in t and "loss" in t, f"[{size}] a finished row shows loss and samples/s: {t!r}")
+    check(re.search(r"throughput:? [\d,]+ samples/s", t, re.I), f"[{size}] the samples/s line is labelled: {t!r}")
+    t = row_text(driver, jobs["one"]) or ""
+    check(re.search(r"\b1 epoch\b", t) and "1 epochs" not in t, f"[{size}] a 1-epoch job says \"1 epoch\": {t!r}")
     t = row_text(driver, jobs["nan"]) or ""
     check("learning_rate" in t, f"[{size}] the failed row says why: {t!r}")
     m = re.search(r"(\d+)/(\d+) epochs", t)
@@ -299,6 +302,30 @@ def check_jobs_list(driver, base, jobs, size):
         check(r[0] >= 0 and r[1] <= r[2], f"the Cancel button is on the phone's screen: {r}")
         tops = js(driver, "return [...document.querySelectorAll('#nav a')].map((a) => a.offsetTop);")
         check(len(set(tops)) == 1, f"the nav is one line on the phone (link tops {tops})")
+        # The caption runs across the list, not down a narrow column.
+        cap = js(driver, """const c = document.querySelector('#jobs caption'), t = document.getElementById('jobs');
+            const r = c.getBoundingClientRect();
+            return {w: r.width, h: r.height, tw: t.getBoundingClientRect().width,
+                    line: parseFloat(getComputedStyle(c).lineHeight) || 20};""")
+        check(cap["w"] >= 0.9 * cap["tw"] and cap["h"] < 1.6 * cap["line"],
+              f"the jobs caption is one line across the list: {cap}")
+        # The nav scrolls sideways: while links are hidden to the right, an
+        # arrow at its right edge says so; scrolled to the end, one at the left.
+        hint = """const n = document.getElementById('nav'), w = n.parentElement;
+            const seen = (s) => { const e = document.querySelector(s); if (!e) return null;
+              const r = e.getBoundingClientRect(), cs = getComputedStyle(e);
+              return cs.display !== 'none' && cs.visibility !== 'hidden' && +cs.opacity > 0.5
+                && r.width > 4 && r.right <= window.innerWidth + 0.5 && r.left >= -0.5; };
+            return {hidden: n.scrollWidth - n.clientWidth - n.scrollLeft, left: n.scrollLeft,
+                    right_hint: seen('.nav-more-right'), left_hint: seen('.nav-more-left')};"""
+        h0 = js(driver, "document.getElementById('nav').scrollLeft = 0;" + hint)
+        check(h0["hidden"] > 4 and h0["right_hint"] and not h0["left_hint"],
+              f"the phone's nav shows an arrow at the right while links are hidden there: {h0}")
+        js(driver, "const n = document.getElementById('nav'); n.scrollLeft = n.scrollWidth;")
+        h1 = wait_for(driver, "the nav's hints after a scroll",
+                      lambda d: (lambda r: r if r["hidden"] <= 1 and r["left_hint"] else None)(js(d, hint)), timeout=5)
+        check(h1 and not h1["right_hint"], f"scrolled to its end, the nav hints left, not right: {h1}")
+        js(driver, "document.getElementById('nav').scrollLeft = 0;")
 
 
 def check_job_page(driver, base, api, jobs, size):
@@ -428,9 +455,32 @@ def check_new_job(driver, base, api, jobs, size):
     el(driver, "#job-form button[type=submit]").click()
     wait_for(driver, "the epochs error", lambda d: el(d, "#hp-epochs-error").text)
     after = js(driver, tops)
-    moved = [round(b - a) for a, b in zip(before, after) if a is not None and b is not None and abs(b - a) > 0.5]
-    check(not moved, f"[{size}] the field in error moves the form's fields by {sorted(set(moved))} px")
-    check(el(driver, "#hp-epochs-error").get_attribute("title"), "the whole message is in the error's title")
+    # A one-line error takes the line kept for it and moves nothing; a longer
+    # one wraps (issue 30: cut to "hyperparameters.learning_r…") and moves
+    # what is below it by its extra lines only.
+    err = js(driver, """const e = document.getElementById('hp-epochs-error'), cs = getComputedStyle(e);
+        return {h: e.getBoundingClientRect().height, line: parseFloat(cs.lineHeight),
+                sw: e.scrollWidth, cw: e.clientWidth, sh: e.scrollHeight, ch: e.clientHeight};""")
+    extra = max(0, err["h"] - err["line"])
+    moved = [round(b - a) for a, b in zip(before, after) if a is not None and b is not None
+             and abs(b - a) > 0.5 and abs(b - a - extra) > 1]
+    check(not moved, f"[{size}] the field in error moves the form's fields by {sorted(set(moved))} px "
+          f"(beyond its own extra lines, {extra:.0f} px)")
+    check(err["sw"] <= err["cw"] + 1 and err["sh"] <= err["ch"] + 1,
+          f"[{size}] the epochs error is shown whole, not cut: {el(driver, '#hp-epochs-error').text!r} {err}")
+    # The longest field name's message, wrapped and whole at both widths.
+    e.clear()
+    e.send_keys("10")
+    lr = el(driver, "#hp-learning_rate")
+    lr.clear()
+    lr.send_keys("-1")
+    el(driver, "#job-form button[type=submit]").click()
+    msg = wait_for(driver, "the learning-rate error", lambda d: el(d, "#hp-learning_rate-error").text) or ""
+    cut = js(driver, """const e = document.getElementById('hp-learning_rate-error');
+        return [e.scrollWidth - e.clientWidth, e.scrollHeight - e.clientHeight, getComputedStyle(e).textOverflow];""")
+    check(cut[0] <= 1 and cut[1] <= 1 and "learning_rate" in msg,
+          f"[{size}] the learning-rate error is shown whole: {msg!r} (overflow x, y, text-overflow: {cut})")
+    shot(driver, f"new-job-422-{size}")
     if size == "phone":
         no_overflow(driver, "the new-job form")
 
@@ -475,7 +525,8 @@ def main():
                                                       {"type": "dense", "units": 64}, {"type": "relu"},
                                                       {"type": "dense", "units": 3}]})
         jobs["chance"] = submit(alpha, "chance", noise, {"epochs": 4, "batch_size": 32, "seed": 1})
-        for k in ("short", "short2", "nan", "chance"):
+        jobs["one"] = submit(alpha, "one-epoch", tiny, {"epochs": 1, "batch_size": 16, "seed": 1})
+        for k in ("short", "short2", "nan", "chance", "one"):
             wait_job(alpha, jobs[k], ("succeeded", "failed"))
         check(alpha("GET", f"/v1/jobs/{jobs['nan']}")["status"] == "failed", "the lr-10 job failed (a non-finite loss)")
         # Slow epochs (about 6 s on one core here) hold alpha's one running slot.
@@ -499,6 +550,14 @@ def main():
         driver.get(base + "/")
         wait_for(driver, "the sign-in form", lambda d: d.find_elements(By.ID, "key"))
         check(not js(driver, "return document.getElementById('nav').offsetParent !== null;"), "the nav is hidden while signed out")
+        # A wrong key on the first try: the form says the key was not
+        # accepted (issue 30: it said "sign in again" before any sign-in).
+        el(driver, "#key").send_keys("ty_not_a_real_key")
+        el(driver, "#signin button[type=submit]").click()
+        msg = wait_for(driver, "the wrong key's message", lambda d: el(d, "#signin-error").text) or ""
+        check("not accepted" in msg and "again" not in msg.replace("try again", ""),
+              f"a wrong key says it was not accepted: {msg!r}")
+        el(driver, "#key").clear()
         el(driver, "#key").send_keys(alpha.key)
         el(driver, "#signin button[type=submit]").click()
         wait_for(driver, "the jobs page", lambda d: d.find_elements(By.ID, "jobs"))
@@ -527,7 +586,8 @@ def main():
             if BEFORE:
                 break
 
-        errors = dash.severe_errors(driver, r"/v1/jobs(\?dry_run=true)? - Failed to load resource: .* 422")
+        errors = dash.severe_errors(driver, r"/v1/jobs(\?dry_run=true)? - Failed to load resource: .* 422",
+                                    r"/v1/jobs\?limit=1 - Failed to load resource: .* 401")  # the wrong key
         check(not errors, "browser console errors:\n    " + "\n    ".join(errors))
         for api, job in ((alpha, jobs["slow"]), (beta, beta_job)):
             if api("GET", f"/v1/jobs/{job}")["status"] in ("queued", "running"):
