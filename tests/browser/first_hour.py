@@ -388,7 +388,10 @@ def check_job_page(driver, base, api, jobs, size):
             check(len(got.get("epochs", [])) == epochs, f"the JSON download has every epoch: {(text or '')[:80]!r}")
     # Evaluate on another dataset, as the API would.
     el(driver, "#show-evaluate").click()
-    Select(wait_for(driver, "the evaluate form", lambda d: d.find_elements(By.ID, "eval-dataset"))[0]).select_by_value(OTHER_DS)
+    # The select is drawn before its options load: wait for the option itself.
+    wait_for(driver, "the evaluate form's datasets",
+             lambda d: d.find_elements(By.CSS_SELECTOR, f"#eval-dataset option[value='{OTHER_DS}']"))
+    Select(el(driver, "#eval-dataset")).select_by_value(OTHER_DS)
     el(driver, "#evaluate button[type=submit]").click()
     got = wait_for(driver, "the evaluation", lambda d: el(d, "#eval-result").get_attribute("data-accuracy"), timeout=60)
     want = api("POST", f"/v1/models/{doc['model']}/evaluate", {"dataset": OTHER_DS})["accuracy"]
