@@ -80,6 +80,7 @@ static void predict_run(api_ctx *app, http_req *r)
         return;
     }
     http_req_time(r, "predict", opm_now() - t0);
+    serve_buf_str(&out, "\n"); /* JSON replies end with a newline */
     size_t n;
     char *text_out = serve_buf_take(&out, &n);
     http_reply_buffer(r, 200, "application/json", text_out, n);

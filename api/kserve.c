@@ -810,6 +810,8 @@ static void infer_reply(http_req *r, const serve_model *m, const infer_req *q,
     size_t header_len = h.len;
     if (q->out.binary)
         serve_buf_add(&h, d.p ? d.p : "", d.len);
+    else
+        serve_buf_str(&h, "\n"); /* JSON replies end with a newline */
     serve_buf_free(&d);
     size_t len;
     char *text = ok ? serve_buf_take(&h, &len) : NULL;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/numtext.h"
+
 void tyjson_path(char *buf, size_t n, const char *path, const char *key)
 {
     if (path && *path)
@@ -151,12 +153,95 @@ ty_status tyjson_get_string(const json_t *obj, const char *key,
     return TY_OK;
 }
 
-char *tyjson_dumps(const json_t *j, size_t flags)
+/* A growable text; out of memory sets failed and drops later appends. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int failed;
+} text_buf;
+
+static void text_add(text_buf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+}
+
+/* text (jansson's, n bytes) with each real rewritten by numtext_double,
+ * plus a newline when newline is set, into a new string; *len its length.
+ * jansson writes a real with a point or an exponent and an integer with
+ * neither, and its "%.17g" reads back exactly, so strtod gives the tree's
+ * double. Strings (keys included) are copied as they are: a quote inside
+ * one is always escaped. NULL when out of memory. */
+static char *rewrite_reals(const char *text, size_t n, int newline, size_t *len)
+{
+    text_buf b = {malloc(n + n / 8 + 64), 0, n + n / 8 + 64, 0};
+    if (!b.p)
+        return NULL;
+    size_t i = 0, copied = 0;
+    while (i < n) {
+        char c = text[i];
+        if (c == '"') {
+            for (i++; i < n && text[i] != '"'; i++)
+                if (text[i] == '\\')
+                    i++;
+            i++;
+            continue;
+        }
+        if (c != '-' && (c < '0' || c > '9')) {
+            i++;
+            continue;
+        }
+        size_t start = i;
+        int real = 0;
+        while (i < n && text[i] && strchr("0123456789+-.eE", text[i])) {
+            real |= text[i] == '.' || text[i] == 'e' || text[i] == 'E';
+            i++;
+        }
+        if (!real)
+            continue;
+        char num[64], out[NUMTEXT_MAX];
+        size_t tn = i - start;
+        if (tn >= sizeof num)
+            continue; /* not a "%.17g" real: left as it is */
+        memcpy(num, text + start, tn);
+        num[tn] = '\0';
+        size_t on = numtext_double(strtod(num, NULL), out);
+        text_add(&b, text + copied, start - copied);
+        text_add(&b, out, on);
+        copied = i;
+    }
+    text_add(&b, text + copied, n - copied);
+    if (newline)
+        text_add(&b, "\n", 1);
+    if (b.failed) {
+        free(b.p);
+        return NULL;
+    }
+    b.p[b.len] = '\0';
+    *len = b.len;
+    return b.p;
+}
+
+static char *dumps(const json_t *j, size_t flags, int newline, size_t *len)
 {
     size_t n = json_dumpb(j, NULL, 0, flags);
     if (n == 0)
         return NULL;
-    char *text = malloc(n + 1);
+    char *text = malloc(n + 2);
     if (!text)
         return NULL;
     if (json_dumpb(j, text, n, flags) != n) {
@@ -164,5 +249,25 @@ char *tyjson_dumps(const json_t *j, size_t flags)
         return NULL;
     }
     text[n] = '\0';
+    if (!(flags & JSON_REAL_PRECISION(0x1F))) {
+        char *t = rewrite_reals(text, n, newline, len);
+        free(text);
+        return t;
+    }
+    if (newline)
+        text[n++] = '\n';
+    text[n] = '\0';
+    *len = n;
     return text;
+}
+
+char *tyjson_dumps(const json_t *j, size_t flags)
+{
+    size_t len;
+    return dumps(j, flags, 0, &len);
+}
+
+char *tyjson_dumps_line(const json_t *j, size_t flags, size_t *len)
+{
+    return dumps(j, flags, 1, len);
 }

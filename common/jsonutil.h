@@ -4,6 +4,9 @@
  * Every getter names the field it failed on as "<path>.<key>" in err->field
  * and says what was expected, so a 422 tells the user exactly which field to
  * fix. Unknown keys are errors, not warnings (tyjson_check_keys).
+ *
+ * tyjson_dumps is how the server turns a tree into JSON text: replies,
+ * events, log lines and stored documents.
  */
 #ifndef TY_JSONUTIL_H
 #define TY_JSONUTIL_H
@@ -45,11 +48,20 @@ void tyjson_path(char *buf, size_t n, const char *path, const char *key);
 /* Writes "<path>[<i>]" into buf. */
 void tyjson_path_index(char *buf, size_t n, const char *path, size_t i);
 
-/* json_dumps, except that a failed allocation gives NULL and never a
+/* json_dumps, except that (1) a failed allocation gives NULL and never a
  * document with a key left out: jansson 2.14's json_dumps ignores a failed
- * append of an object key and returns invalid JSON. The text is measured
- * and written with json_dumpb, which appends to no growing buffer. Free
+ * append of an object key and returns invalid JSON (the text is measured
+ * and written with json_dumpb, which appends to no growing buffer); and
+ * (2) every real is written as the shortest decimal that reads back as the
+ * same double (numtext_double: 0.1, not jansson's 0.10000000000000001).
+ * Everything else is json_dumps's text byte for byte, whatever the flags;
+ * with JSON_REAL_PRECISION in flags the reals are jansson's too. Free
  * with free(). */
 char *tyjson_dumps(const json_t *j, size_t flags);
+
+/* tyjson_dumps followed by a newline, as an HTTP reply ends (a shell
+ * prompt after curl starts on a line of its own); its length, newline
+ * included, in *len. NULL when out of memory. Free with free(). */
+char *tyjson_dumps_line(const json_t *j, size_t flags, size_t *len);
 
 #endif

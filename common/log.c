@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/jsonutil.h"
 #include "common/ty.h"
 
 #define SECOND_NS 1000000000LL
@@ -38,7 +39,7 @@ static void log_line(const char *level, const char *event, json_t *fields,
                             json_integer((json_int_t)rep->repeated));
         json_object_set_new(line, "repeated_s", json_real(rep->repeated_s));
     }
-    char *text = json_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *text = tyjson_dumps(line, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(line);
     if (!text)
         return;

@@ -19,6 +19,7 @@
 #include <time.h>
 
 #include "common/ids.h"
+#include "common/jsonutil.h"
 #include "common/log.h"
 
 static const char *const type_names[] = {
@@ -82,7 +83,7 @@ const char *ev_type_name(ev_type t)
 char *ev_format(uint64_t id, const char *type, const json_t *data)
 {
     /* Compact JSON has no raw newline: one data line. */
-    char *json = json_dumps(data, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *json = tyjson_dumps(data, JSON_COMPACT | JSON_PRESERVE_ORDER);
     if (!json)
         return NULL;
     size_t n = strlen(json) + strlen(type) + 64;

@@ -9,7 +9,9 @@
  * double arithmetic (Clinger's fast path) with snprintf and strtof only
  * where a value sits too near a rounding boundary to be sure: ~120 ns a
  * float instead of ~900 ns through snprintf and strtof alone, with the
- * same output (compared on 5 million random bit patterns).
+ * same output (compared on 5 million random bit patterns). The search
+ * and the layout are common/numtext.c's, shared with the doubles of every
+ * other JSON text the server writes.
  */
 #include "serve/encode.h"
 
@@ -17,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/numtext.h"
 
 int serve_buf_ok(const serve_buf *b) { return !b->failed; }
 
@@ -89,91 +93,6 @@ int serve_buf_int(serve_buf *b, int64_t v)
     return serve_buf_add(b, t, (size_t)n);
 }
 
-/* digits (9 of them, no dot) cut to p digits into out, plus one unit in
- * the last place when up; *exp10 moves by one when that carries out
- * (9.99 -> 10.0). */
-static void cut_digits(const char *digits, int p, int up, char *out, int *exp10)
-{
-    memcpy(out, digits, (size_t)p);
-    out[p] = '\0';
-    if (!up)
-        return;
-    int i = p - 1;
-    while (i >= 0 && out[i] == '9')
-        out[i--] = '0';
-    if (i >= 0) {
-        out[i]++;
-    } else {
-        memmove(out + 1, out, (size_t)p);
-        out[0] = '1';
-        out[p] = '\0'; /* still p digits: the last 0 drops */
-        (*exp10)++;
-    }
-}
-
-/* The decimal of digits (p of them, d.ddd x 10^exp10) in out: plain
- * notation for exponents -5..16, else d.ddde[+-]XX, with at least one
- * digit after the point ("3.0", as Python writes floats). */
-static size_t layout(int neg, const char *digits, int p, int exp10, char *out)
-{
-    while (p > 1 && digits[p - 1] == '0')
-        p--;
-    char *o = out;
-    if (neg)
-        *o++ = '-';
-    if (exp10 >= -5 && exp10 < 17) {
-        if (exp10 < 0) {
-            *o++ = '0';
-            *o++ = '.';
-            for (int i = -1; i > exp10; i--)
-                *o++ = '0';
-            memcpy(o, digits, (size_t)p);
-            o += p;
-        } else {
-            for (int i = 0; i <= exp10; i++)
-                *o++ = i < p ? digits[i] : '0';
-            *o++ = '.';
-            if (p > exp10 + 1) {
-                memcpy(o, digits + exp10 + 1, (size_t)(p - exp10 - 1));
-                o += p - exp10 - 1;
-            } else {
-                *o++ = '0';
-            }
-        }
-    } else {
-        *o++ = digits[0];
-        *o++ = '.';
-        if (p > 1) {
-            memcpy(o, digits + 1, (size_t)(p - 1));
-            o += p - 1;
-        } else {
-            *o++ = '0';
-        }
-        o += sprintf(o, "e%c%02d", exp10 < 0 ? '-' : '+',
-                     exp10 < 0 ? -exp10 : exp10);
-    }
-    *o = '\0';
-    return (size_t)(o - out);
-}
-
-/* Whether digits (p of them) x 10^exp10 reads back as v. */
-/* 10^e as the nearest double, for e in [POW10_MIN, POW10_MAX]; exact for
- * 0..22. */
-#define POW10_MIN (-32)
-#define POW10_MAX 56
-static const double pow10_table[] = {
-    1e-32, 1e-31, 1e-30, 1e-29, 1e-28, 1e-27, 1e-26, 1e-25, 1e-24, 1e-23,
-    1e-22, 1e-21, 1e-20, 1e-19, 1e-18, 1e-17, 1e-16, 1e-15, 1e-14, 1e-13,
-    1e-12, 1e-11, 1e-10, 1e-9,  1e-8,  1e-7,  1e-6,  1e-5,  1e-4,  1e-3,
-    1e-2,  1e-1,  1e0,   1e1,   1e2,   1e3,   1e4,   1e5,   1e6,   1e7,
-    1e8,   1e9,   1e10,  1e11,  1e12,  1e13,  1e14,  1e15,  1e16,  1e17,
-    1e18,  1e19,  1e20,  1e21,  1e22,  1e23,  1e24,  1e25,  1e26,  1e27,
-    1e28,  1e29,  1e30,  1e31,  1e32,  1e33,  1e34,  1e35,  1e36,  1e37,
-    1e38,  1e39,  1e40,  1e41,  1e42,  1e43,  1e44,  1e45,  1e46,  1e47,
-    1e48,  1e49,  1e50,  1e51,  1e52,  1e53,  1e54,  1e55,  1e56};
-
-static double pow10_of(int e) { return pow10_table[e - POW10_MIN]; }
-
 /* Whether d (a double near a float) is so close to the midpoint between
  * two floats, or in the subnormal range, that converting it to float may
  * differ from converting the exact decimal it stands for. */
@@ -199,7 +118,7 @@ static int reads_back(float v, const char *digits, int p, int exp10)
         double m = 0;
         for (int i = 0; i < p; i++)
             m = m * 10 + (digits[i] - '0');
-        double d = e < 0 ? m / pow10_of(-e) : m * pow10_of(e);
+        double d = e < 0 ? m / numtext_pow10(-e) : m * numtext_pow10(e);
         if (!near_midpoint(d))
             return (float)d == fabsf(v);
     }
@@ -218,6 +137,12 @@ static int reads_back_slow(float v, const char *digits, int p, int exp10)
     return strtof(t, NULL) == fabsf(v);
 }
 
+static int float_reads_back(const void *value, const char *digits, int p,
+                            int exp10)
+{
+    return reads_back(*(const float *)value, digits, p, exp10);
+}
+
 /* v (positive, finite) with 9 significant digits, correctly rounded as
  * "%.8e" prints them: by scaling in double (v has 24 bits, a double 53, so
  * the product is within a few units of 10^-16 of the exact value), or by
@@ -229,14 +154,14 @@ static void nine_digits(float v, char digits[10], int *exp10)
     frexp(d, &e2);
     int k = (int)floor((e2 - 1) * 0.30102999566398120); /* ~log10(d) */
     double scaled = 0;
-    if (8 - k >= POW10_MIN && 8 - k <= POW10_MAX - 1) {
-        scaled = d * pow10_of(8 - k);
+    if (8 - k >= NUMTEXT_POW10_MIN && 8 - k <= NUMTEXT_POW10_MAX - 1) {
+        scaled = d * numtext_pow10(8 - k);
         if (scaled >= 1e9) {
             k++;
-            scaled = d * pow10_of(8 - k);
+            scaled = d * numtext_pow10(8 - k);
         } else if (scaled < 1e8) {
             k--;
-            scaled = d * pow10_of(8 - k);
+            scaled = d * numtext_pow10(8 - k);
         }
     }
     double fl = floor(scaled), frac = scaled - fl;
@@ -272,36 +197,10 @@ size_t serve_float_text(float v, char out[32])
     }
     char digits[10];
     int exp10;
-    nine_digits(fabsf(v), digits, &exp10);
-    int lo = 1, hi = 9; /* 9 digits always read back */
-    char best[10];
-    int best_exp = exp10;
-    memcpy(best, digits, 10);
-    /* p digits work when the p-digit decimal just below v or the one just
-     * above reads back; the nearer one (by the 9 digits) is tried first. */
-    while (lo < hi) {
-        int mid = (lo + hi) / 2, found = 0;
-        int near_up = digits[mid] >= '5';
-        for (int k = 0; k < 2 && !found; k++) {
-            int e = exp10;
-            char cand[11];
-            cut_digits(digits, mid, k == 0 ? near_up : !near_up, cand, &e);
-            if (reads_back(v, cand, mid, e)) {
-                found = 1;
-                memcpy(best, cand, (size_t)mid + 1);
-                best_exp = e;
-            }
-        }
-        if (found)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    if (hi == 9) {
-        memcpy(best, digits, 10);
-        best_exp = exp10;
-    }
-    return layout(signbit(v) != 0, best, hi, best_exp, out);
+    float mag = fabsf(v);
+    nine_digits(mag, digits, &exp10);
+    return numtext_shortest(signbit(v) != 0, digits, 9, exp10, float_reads_back,
+                            &mag, out);
 }
 
 int serve_buf_float(serve_buf *b, float v)

@@ -177,7 +177,9 @@ int http_req_offload_wait(http_req *r, http_offload_fn fn);
 
 /* ---- how a handler replies (exactly once) ---- */
 
-/* Replies with a JSON document; body is stolen. */
+/* Replies with a JSON document; body is stolen. The text is tyjson_dumps's
+ * (every real its shortest decimal) and ends with a newline, as problem
+ * documents do. */
 void http_reply_json(http_req *r, unsigned status, json_t *body);
 /* Replies with a problem document. field may be NULL. */
 void http_reply_problem(http_req *r, unsigned status, const char *field,

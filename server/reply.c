@@ -78,13 +78,14 @@ static void set_reply(http_req *r, unsigned status, struct MHD_Response *resp,
 static void reply_json_typed(http_req *r, unsigned status, json_t *body,
                              const char *content_type)
 {
-    char *text = tyjson_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    size_t len = 0;
+    char *text =
+        tyjson_dumps_line(body, JSON_COMPACT | JSON_PRESERVE_ORDER, &len);
     json_decref(body);
     if (!text) {
         set_reply(r, 500, NULL, NULL, 0);
         return;
     }
-    size_t len = strlen(text);
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!resp)

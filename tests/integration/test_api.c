@@ -668,6 +668,69 @@ static void test_job_validation_errors(void **state)
 
 static char csv_model[64];
 
+/* Issue 30, finding 7: reals as the shortest decimal that reads back (0.1,
+ * not 0.10000000000000001; adam's default beta1 0.9, not
+ * 0.90000000000000002), and every JSON reply ends with a newline, so a
+ * shell prompt after curl starts on a line of its own. */
+static void test_json_numbers_are_short(void **state)
+{
+    char b[1024];
+    snprintf(b, sizeof b,
+             "{\"name\": \"short-numbers\", \"dataset\": \"%s\","
+             " \"validation\": {\"split\": 0.1},"
+             " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 1, \"optimizer\": \"adam\","
+             " \"learning_rate\": 0.003}}",
+             csv_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    char job[64], path[256];
+    snprintf(job, sizeof job, "%s",
+             json_string_value(json_object_get(r->json, "id")));
+    int created_ends_line = r->len > 0 && r->body[r->len - 1] == '\n';
+    resp_free(r);
+
+    snprintf(path, sizeof path, "/v1/jobs/%s", job);
+    r = http_get(&server, path);
+    assert_int_equal(r->status, 200);
+    if (!strstr(r->body, "\"split\":0.1,") &&
+        !strstr(r->body, "\"split\":0.1}"))
+        fail_msg("no \"split\":0.1 in %s", r->body);
+    if (!strstr(r->body, "\"beta1\":0.9,") &&
+        !strstr(r->body, "\"beta1\":0.9}"))
+        fail_msg("no \"beta1\":0.9 in %s", r->body);
+    if (!strstr(r->body, "\"learning_rate\":0.003"))
+        fail_msg("no \"learning_rate\":0.003 in %s", r->body);
+    /* No 17-digit noise anywhere: no number with 15 or more digits after
+     * its point (0.10000000000000001 has 17). */
+    for (const char *q = r->body; (q = strchr(q, '.')) != NULL; q++) {
+        size_t digits = strspn(q + 1, "0123456789");
+        if (digits >= 15 && q > r->body && q[-1] >= '0' && q[-1] <= '9')
+            fail_msg("a 17-digit number at ...%.40s", q - 1);
+    }
+    assert_true(r->len > 0 && r->body[r->len - 1] == '\n');
+    assert_true(r->len < 2 || r->body[r->len - 2] == '}');
+    assert_non_null(r->json); /* jansson reads it, newline and all */
+    resp_free(r);
+    assert_true(created_ends_line); /* the 202 too */
+
+    /* Lists and problem documents too. */
+    r = http_get(&server, "/v1/jobs?limit=1");
+    assert_int_equal(r->status, 200);
+    assert_true(r->len > 0 && r->body[r->len - 1] == '\n');
+    resp_free(r);
+    r = http_get(&server, "/v1/jobs/job_nope");
+    assert_int_equal(r->status, 404);
+    assert_non_null(strstr(r->content_type, "application/problem+json"));
+    assert_true(r->len > 0 && r->body[r->len - 1] == '\n');
+    assert_non_null(r->json);
+    resp_free(r);
+
+    json_t *j = wait_job(&server, job, 120);
+    assert_non_null(j);
+    json_decref(j);
+}
+
 static void test_train_predict_evaluate_csv(void **state)
 {
     char b[1024];
@@ -1904,6 +1967,7 @@ int main(void)
         cmocka_unit_test(test_bad_request_bodies),
         cmocka_unit_test(test_fetch_from_urls),
         cmocka_unit_test(test_job_validation_errors),
+        cmocka_unit_test(test_json_numbers_are_short),
         cmocka_unit_test(test_train_predict_evaluate_csv),
         cmocka_unit_test(test_kserve_v2),
         cmocka_unit_test(test_train_images_nested_predict),
