@@ -868,6 +868,41 @@ static void test_train_predict_evaluate_csv(void **state)
     resp_free(r);
 }
 
+/* Issue 30, 6: a succeeded job's progress is complete. The trainer reports
+ * its position at most every quarter second, so a short run's last line
+ * names an early step; the success must not leave "step 1 of 57, fraction
+ * 1" (nor a time left) behind. */
+static void test_succeeded_progress_is_complete(void **state)
+{
+    char b[512];
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 3, \"batch_size\": 16}}",
+             csv_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    char job[64];
+    snprintf(job, sizeof job, "%s", str(r->json, "id"));
+    resp_free(r);
+    json_t *j = wait_job(&server, job, 120);
+    assert_non_null(j);
+    assert_string_equal(str(j, "status"), "succeeded");
+    const json_t *p = json_object_get(j, "progress");
+    char *text = json_dumps(p, JSON_COMPACT);
+    json_int_t step = json_integer_value(json_object_get(p, "step"));
+    json_int_t total = json_integer_value(json_object_get(p, "total_steps"));
+    json_t *eta = json_object_get(p, "eta_seconds");
+    if (total <= 0 || step != total ||
+        json_number_value(json_object_get(p, "fraction")) != 1.0 ||
+        json_integer_value(json_object_get(p, "epoch")) != 3 ||
+        json_integer_value(json_object_get(p, "epochs")) != 3 ||
+        (eta && json_number_value(eta) > 0))
+        fail_msg("a succeeded job's progress is not complete: %s", text);
+    free(text);
+    json_decref(j);
+}
+
 static void test_kserve_v2(void **state)
 {
     char path[256];
@@ -1905,6 +1940,7 @@ int main(void)
         cmocka_unit_test(test_fetch_from_urls),
         cmocka_unit_test(test_job_validation_errors),
         cmocka_unit_test(test_train_predict_evaluate_csv),
+        cmocka_unit_test(test_succeeded_progress_is_complete),
         cmocka_unit_test(test_kserve_v2),
         cmocka_unit_test(test_train_images_nested_predict),
         cmocka_unit_test(test_import_model_predicts),
