@@ -80,6 +80,48 @@ static ty_status private_data_dir(const char *dir, ty_err *err)
     return TY_OK;
 }
 
+/* What is at dir: APP_DATA_ABSENT, APP_DATA_EMPTY (a folder with no
+ * entries; *mode its mode) or APP_DATA_USED (anything else, or a folder
+ * that cannot be read: never treated as fresh). */
+static int data_found(const char *dir, unsigned *mode)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0)
+        return errno == ENOENT ? APP_DATA_ABSENT : APP_DATA_USED;
+    if (!S_ISDIR(st.st_mode))
+        return APP_DATA_USED;
+    DIR *d = opendir(dir);
+    if (!d)
+        return APP_DATA_USED;
+    int empty = 1;
+    struct dirent *e;
+    while (empty && (e = readdir(d)) != NULL)
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    *mode = (unsigned)st.st_mode & 07777;
+    return empty ? APP_DATA_EMPTY : APP_DATA_USED;
+}
+
+/* Empties dir (which stays). */
+static ty_status empty_dir(const char *dir, ty_err *err)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return ty_fail(err, TY_EIO, NULL, "cannot open %s: %s", dir,
+                       strerror(errno));
+    ty_status s = TY_OK;
+    struct dirent *e;
+    while (s == TY_OK && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char child[PATH_MAX];
+        snprintf(child, sizeof child, "%s/%s", dir, e->d_name);
+        s = fs_remove_tree(child, err);
+    }
+    closedir(d);
+    return s;
+}
+
 ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
 {
     memset(app, 0, sizeof *app);
@@ -94,9 +136,15 @@ ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
     snprintf(app->tmp_dir, sizeof app->tmp_dir, "%s/tmp", dir);
     snprintf(app->jobs_dir, sizeof app->jobs_dir, "%s/jobs", dir);
     snprintf(blobs, sizeof blobs, "%s/blobs", dir);
+    unsigned mode = 0;
+    int found = data_found(dir, &mode);
     if ((s = fs_mkdirs(dir, 0700, err)) != TY_OK ||
-        (s = lock_data_dir(dir, err)) != TY_OK ||
-        (s = private_data_dir(dir, err)) != TY_OK)
+        (s = lock_data_dir(dir, err)) != TY_OK)
+        return s;
+    /* Ours now: no other server works in it while the lock is held. */
+    app->data_found = found;
+    app->data_mode = mode;
+    if ((s = private_data_dir(dir, err)) != TY_OK)
         return s;
     if ((s = fs_remove_tree(app->tmp_dir, err)) != TY_OK ||
         (s = fs_mkdirs(app->tmp_dir, 0700, err)) != TY_OK ||
@@ -126,10 +174,27 @@ ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err)
     return TY_OK;
 }
 
-void app_free(ty_app *app)
+void app_free(ty_app *app, int failed_start)
 {
     store_close(app->store);
     app->store = NULL;
+    /* Before the lock goes: the folder is still this server's alone. */
+    if (failed_start && lock_fd >= 0 && app->data_found != APP_DATA_USED) {
+        const char *dir = app->cfg.data_dir;
+        ty_err err = {0};
+        ty_status s = app->data_found == APP_DATA_ABSENT
+                          ? fs_remove_tree(dir, &err)
+                          : empty_dir(dir, &err);
+        if (s == TY_OK && app->data_found == APP_DATA_EMPTY &&
+            chmod(dir, app->data_mode) != 0)
+            s = ty_fail(&err, TY_EIO, NULL, "cannot restore the mode of %s: %s",
+                        dir, strerror(errno));
+        if (s != TY_OK)
+            log_msg("warn",
+                    "the start failed, and the new data folder %s could not "
+                    "be left as it was found: %s",
+                    dir, err.msg);
+    }
     if (lock_fd >= 0) {
         close(lock_fd);
         lock_fd = -1;

@@ -50,16 +50,28 @@ typedef struct ty_app {
     slurmrest *slurm;
     exec_slurm_config slurm_exec;
     char slurm_server_url[512];
+    /* What app_init found at --data, set once it holds the folder's lock:
+     * APP_DATA_ABSENT or APP_DATA_EMPTY (with its mode) is a fresh folder,
+     * which a failed start leaves as it was (app_free). */
+    int data_found;
+    unsigned data_mode;
 } ty_app;
 
+enum { APP_DATA_USED = 0, APP_DATA_ABSENT, APP_DATA_EMPTY };
+
 /* Prepares the data folder (creating it), opens the store, recovers jobs
- * left running and removes unreferenced blobs and stale temp files. */
+ * left running and removes unreferenced blobs and stale temp files. On
+ * failure the caller still calls app_free(app, 1). */
 ty_status app_init(ty_app *app, const ty_config *cfg, ty_err *err);
 
 /* Fills app->api from the services main has started; returns it. */
 api_ctx *app_api_ctx(ty_app *app);
 
-/* Releases what app_init acquired (the daemon and runner must be stopped). */
-void app_free(ty_app *app);
+/* Releases what app_init acquired (the daemon and runner must be stopped).
+ * failed_start: the server never listened; a data folder app_init found
+ * absent or empty is then removed or emptied (its mode restored), so that
+ * a failed start leaves a fresh folder as it found it. Any other folder is
+ * left alone; what cannot be removed stays, with a warning. */
+void app_free(ty_app *app, int failed_start);
 
 #endif

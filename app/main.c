@@ -394,14 +394,31 @@ static int cmd_serve(int argc, char **argv)
         return 64;
     }
 
-    ty_app app;
-    int rc = 1;
-    if (app_init(&app, &cfg, &err) != TY_OK) {
+    /* The port next: a server that cannot listen (the port in use) stops
+     * before it makes or changes anything in the data folder. */
+    http_server_opts where = {.listen = cfg.listen,
+                              .host = cfg.host,
+                              .port = cfg.port,
+                              .ipv6 = cfg.ipv6};
+    int bound_port = 0;
+    int listen_fd = http_listen_open(&where, &bound_port, &err);
+    if (listen_fd < 0) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         tls_pem_free(&tls);
         return 1;
     }
+
+    ty_app app;
+    int rc = 1, listening = 0;
+    if (app_init(&app, &cfg, &err) != TY_OK) {
+        fprintf(stderr, "trainyard serve: %s\n", err.msg);
+        app_free(&app, 1);
+        tls_pem_free(&tls);
+        close(listen_fd);
+        return 1;
+    }
     app.tls = tls;
+    app.bound_port = bound_port;
     /* The devices first: a missing GPU or an impossible simulated layout
      * stops the start before the data folder gets an admin key. */
     if (inv_open(cfg.devices, &app.inventory, &err) != TY_OK) {
@@ -509,11 +526,14 @@ static int cmd_serve(int argc, char **argv)
         .access_log_path = cfg.access_log[0] ? cfg.access_log : NULL,
         .access_log_max_bytes = cfg.access_log_max_bytes,
     };
-    if (http_server_start(&http, api_routes, api_routes_count, &app.bound_port,
-                          &err) != TY_OK) {
+    ty_status started =
+        http_server_start(&http, api_routes, api_routes_count, listen_fd, &err);
+    listen_fd = -1; /* the daemon's, or closed */
+    if (started != TY_OK) {
         fprintf(stderr, "trainyard serve: %s\n", err.msg);
         goto out;
     }
+    listening = 1;
     printf("trainyard %s listening on %s://%s%s%s:%d (data in %s)\n",
            TRAINYARD_VERSION, app.tls.cert ? "https" : "http",
            cfg.ipv6 ? "[" : "", cfg.host, cfg.ipv6 ? "]" : "", app.bound_port,
@@ -531,6 +551,8 @@ static int cmd_serve(int argc, char **argv)
     log_event("info", "stopping", json_pack("{s:s}", "signal", strsignal(sig)));
     rc = 0;
 out:
+    if (listen_fd >= 0)
+        close(listen_fd);
     http_server_stop();
     jobs_stop(app.jobs);
     app.jobs = NULL;
@@ -545,7 +567,7 @@ out:
         slurmrest_destroy(app.slurm);
     app.slurm = NULL;
     tls_pem_free(&app.tls);
-    app_free(&app);
+    app_free(&app, !listening);
     if (rc == 0)
         log_event("info", "stopped", NULL);
     return rc;

@@ -87,6 +87,19 @@ static void take_job(watch_state *w, json_t *job)
     w->job = job;
 }
 
+/* The epochs the job runs: its progress's, or before its first progress
+ * line (queued, on a server older than the epochs in a queued job's
+ * progress) its hyperparameters'. */
+static long long planned_epochs(const json_t *job)
+{
+    long long n = json_integer_value(
+        json_object_get(json_object_get(job, "progress"), "epochs"));
+    if (n <= 0)
+        n = json_integer_value(
+            json_object_get(json_object_get(job, "hyperparameters"), "epochs"));
+    return n;
+}
+
 /* The bar: the job's progress, or further along when an epoch record (the
  * event's `epoch`, may be NULL) says so: the server writes progress at
  * most once a second, so a fast job's epochs outrun it. */
@@ -94,10 +107,7 @@ static void draw(const watch_state *w, const json_t *epoch_rec)
 {
     const json_t *p = json_object_get(w->job, "progress");
     long long epoch = json_integer_value(json_object_get(p, "epoch"));
-    long long epochs = json_integer_value(json_object_get(p, "epochs"));
-    if (epochs <= 0)
-        epochs = json_integer_value(json_object_get(
-            json_object_get(w->job, "hyperparameters"), "epochs"));
+    long long epochs = planned_epochs(w->job);
     double f = num(p, "fraction");
     long long done = json_integer_value(json_object_get(epoch_rec, "epoch"));
     if (done > 0 && epochs > 0 && (double)done / (double)epochs > f) {
@@ -176,8 +186,7 @@ static int on_event(void *ctx, const char *id, const char *event,
             fprintf(stderr, "epoch %lld/%lld: %s\n",
                     (long long)json_integer_value(
                         json_object_get(e ? e : p, "epoch")),
-                    (long long)json_integer_value(json_object_get(p, "epochs")),
-                    m);
+                    planned_epochs(w->job), m);
         }
     }
     json_decref(d);
@@ -333,9 +342,11 @@ static int list(cli_ctx *c)
     json_t *items;
     if ((rc = cli_list(c, path, &items)) != 0 || !items)
         return rc;
-    static const char *const head[] = {"ID",    "NAME",    "STATUS",
-                                       "EPOCH", "LOSS",    "ACCURACY",
-                                       "MODEL", "CREATED", NULL};
+    /* The latest training values: a running job's validation values come
+     * only at each epoch's end (`jobs show` has every metric). */
+    static const char *const head[] = {"ID",    "NAME",       "STATUS",
+                                       "EPOCH", "TRAIN LOSS", "TRAIN ACC",
+                                       "MODEL", "CREATED",    NULL};
     cli_table t;
     cli_table_init(&t, head);
     size_t i;
@@ -346,7 +357,7 @@ static int list(cli_ctx *c)
         char ep[32], loss[32], acc[32], created[64];
         snprintf(ep, sizeof ep, "%lld/%lld",
                  (long long)json_integer_value(json_object_get(p, "epoch")),
-                 (long long)json_integer_value(json_object_get(p, "epochs")));
+                 planned_epochs(j));
         cli_fmt_value(json_object_get(m, "train_loss"), loss, sizeof loss);
         cli_fmt_value(json_object_get(m, "train_accuracy"), acc, sizeof acc);
         cli_fmt_time(cli_str(j, "created_at"), created, sizeof created);

@@ -41,9 +41,12 @@ static int list(cli_ctx *c)
     json_t *items;
     if ((rc = cli_list(c, "/v1/models", &items)) != 0 || !items)
         return rc;
-    static const char *const head[] = {"ID",       "NAME", "TASK", "PARAMS",
-                                       "ACCURACY", "LOSS", "SIZE", "JOB",
-                                       "CREATED",  NULL};
+    /* Validation values only, as their headings say: a model trained
+     * without a validation set shows "-" (`models show` has its training
+     * values). */
+    static const char *const head[] = {"ID",      "NAME",     "TASK", "PARAMS",
+                                       "VAL ACC", "VAL LOSS", "SIZE", "JOB",
+                                       "CREATED", NULL};
     cli_table t;
     cli_table_init(&t, head);
     size_t i;
@@ -51,11 +54,7 @@ static int list(cli_ctx *c)
     json_array_foreach (items, i, m) {
         const json_t *met = json_object_get(m, "metrics");
         const json_t *acc = json_object_get(met, "val_accuracy");
-        if (!json_is_number(acc))
-            acc = json_object_get(met, "train_accuracy");
         const json_t *loss = json_object_get(met, "val_loss");
-        if (!json_is_number(loss))
-            loss = json_object_get(met, "train_loss");
         char params[32], a[32], l[32], size[32], created[64];
         cli_fmt_value(json_object_get(m, "param_count"), params, sizeof params);
         cli_fmt_value(acc, a, sizeof a);

@@ -19,8 +19,7 @@
 
 /* ---- daemon ---- */
 
-static int listen_socket(const http_server_opts *cfg, int *port_out,
-                         ty_err *err)
+int http_listen_open(const http_server_opts *cfg, int *port_out, ty_err *err)
 {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -138,15 +137,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
 }
 
 ty_status http_server_start(const http_server_opts *opts, const route *routes,
-                            size_t nroutes, int *bound_port, ty_err *err)
+                            size_t nroutes, int fd, ty_err *err)
 {
     http_server.opts = *opts;
     http_server.routes = routes;
     http_server.nroutes = nroutes;
-    int port = 0;
-    int fd = listen_socket(opts, &port, err);
-    if (fd < 0)
-        return TY_EIO;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL |
                      MHD_USE_ERROR_LOG | MHD_USE_ITC |
                      MHD_ALLOW_SUSPEND_RESUME; /* event streams */
@@ -230,7 +225,6 @@ ty_status http_server_start(const http_server_opts *opts, const route *routes,
         return ty_fail(err, TY_EIO, NULL, "cannot start the HTTP server on %s",
                        opts->listen);
     }
-    *bound_port = port;
     return TY_OK;
 }
 

@@ -100,10 +100,19 @@ typedef struct http_server_opts {
  * leave the other half to everyone else (see http_req_offload). */
 #define HTTP_TENANT_THREAD_SHARE 50
 
+/* Binds and listens on opts' host, port and ipv6 (the rest is unused):
+ * the socket (close-on-exec), *bound_port the port it got. -1 when it
+ * cannot (the port in use, an address that is not one: err says which,
+ * naming --listen). A server binds first, before it makes anything a
+ * failed start would leave behind. */
+int http_listen_open(const http_server_opts *opts, int *bound_port,
+                     ty_err *err);
+
 /* Starts the daemon with opts (copied; the strings must outlive the
- * server) and the routes; *bound_port gets the port listened on. */
+ * server) and the routes on fd, a socket from http_listen_open, which it
+ * owns from here on: closed on failure, and by http_server_stop. */
 ty_status http_server_start(const http_server_opts *opts, const route *routes,
-                            size_t nroutes, int *bound_port, ty_err *err);
+                            size_t nroutes, int fd, ty_err *err);
 
 /* Stops accepting, finishes requests in flight, and frees the daemon. */
 void http_server_stop(void);

@@ -60,8 +60,13 @@ ty_status store_job_insert_req(store *st, const char *tenant_id, const char *id,
             "spec, hyperparameters, status, progress, metrics, created_at, "
             "estimated_memory_bytes, resources, priority) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', "
-            "'{\"epoch\":0,\"step\":0,\"fraction\":0}', '{}', ?, ?, ?, ?)",
-            "ssssssssisi", id, tenant_id, name, dataset_id, v, sp, hp, now,
+            /* Queued, the progress already names the planned epochs (none
+             * when the hyperparameters have none: json_patch drops a
+             * null). */
+            "json_patch('{\"epoch\":0,\"step\":0,\"fraction\":0}', "
+            "json_object('epochs', json_extract(?, '$.epochs'))), "
+            "'{}', ?, ?, ?, ?)",
+            "sssssssssisi", id, tenant_id, name, dataset_id, v, sp, hp, hp, now,
             estimated_memory_bytes, res, priority);
         pthread_mutex_unlock(&st->mu);
     }
@@ -314,6 +319,19 @@ ty_status store_job_finish(store *st, const char *id, const char *status,
     return s;
 }
 
+/* A succeeded job's progress is complete: its last line may be older than
+ * the end (the trainer writes at most every quarter second, a remote
+ * worker's lines are coalesced), so the end is written here: the last
+ * epoch and step, fraction 1, no time left. A key the run never had stays
+ * absent (json_patch drops a null). */
+#define SUCCEEDED_PROGRESS                                         \
+    "progress = json_remove(json_patch(coalesce(progress, '{}'), " \
+    "json_object('fraction', 1, "                                  \
+    "'epoch', coalesce(json_extract(progress, '$.epochs'), "       \
+    "json_extract(progress, '$.epoch')), "                         \
+    "'step', coalesce(json_extract(progress, '$.total_steps'), "   \
+    "json_extract(progress, '$.step')))), '$.eta_seconds')"
+
 ty_status store_job_succeed(store *st, const char *id, const char *model_id,
                             const char *sha256, int64_t bytes,
                             const json_t *model_doc, ty_err *err)
@@ -338,9 +356,8 @@ ty_status store_job_succeed(store *st, const char *id, const char *model_id,
         s = db_q(
             st, NULL, &changed, err,
             "UPDATE jobs SET status = 'succeeded', model_id = ?, error = NULL, "
-            "finished_at = ?, progress = json_set(coalesce(progress, '{}'), "
-            "'$.fraction', 1, '$.epoch', json_extract(progress, '$.epochs')) "
-            "WHERE id = ? AND status IN ('scheduled', 'running')",
+            "finished_at = ?, " SUCCEEDED_PROGRESS
+            " WHERE id = ? AND status IN ('scheduled', 'running')",
             "sss", model_id, now, id);
     if (s == TY_OK && changed == 0)
         s = ty_fail(err, TY_ECONFLICT, NULL, "job %s is not running", id);

@@ -110,9 +110,10 @@ ty_status store_dataset_delete(store *st, const char *tenant_id, const char *id,
 #define JOB_FAILED "failed"
 #define JOB_CANCELLED "cancelled"
 
-/* Inserts a queued job. spec and hyperparameters are the normalized objects,
- * validation {"split": f} or {"dataset": id} (all borrowed);
- * estimated_memory_bytes the job document's field of that name. */
+/* Inserts a queued job, its progress at epoch 0 of hyperparameters'
+ * epochs. spec and hyperparameters are the normalized objects, validation
+ * {"split": f} or {"dataset": id} (all borrowed); estimated_memory_bytes
+ * the job document's field of that name. */
 ty_status store_job_insert(store *st, const char *tenant_id, const char *id,
                            const char *name, const char *dataset_id,
                            const json_t *validation, const json_t *spec,
@@ -233,7 +234,8 @@ ty_status store_job_finish(store *st, const char *id, const char *status,
                            const char *error, int *changed, ty_err *err);
 
 /* In one transaction: inserts the model row and marks the job succeeded with
- * that model. model_doc is the model's API representation (borrowed). */
+ * that model, its progress completed (the last epoch and step, fraction 1,
+ * no eta_seconds). model_doc is the model's API representation (borrowed). */
 ty_status store_job_succeed(store *st, const char *id, const char *model_id,
                             const char *sha256, int64_t bytes,
                             const json_t *model_doc, ty_err *err);

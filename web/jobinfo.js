@@ -28,16 +28,34 @@ export function etaText(job) {
   return job.status === 'running' && typeof eta === 'number' ? fmtDuration(eta) : '';
 }
 
-// The progress cell: the run's bar, "epoch k/N · 37 %" (of the epoch being
-// trained), and the time left while it runs.
+// A fraction of the run as a percentage that never claims more than is done
+// and still moves early in a long run: whole percents from 10 %, one
+// decimal from 1 %, below that the first nonzero digit ("0.03"), and
+// "< 0.0001" for less. 100 only at the end.
+export function runPercent(f) {
+  if (!(f > 0)) return '0';
+  if (f >= 1) return '100';
+  const p = f * 100;
+  const d = p >= 10 ? 0 : p >= 1 ? 1 : Math.min(4, Math.ceil(-Math.log10(p)));
+  const k = 10 ** d;
+  const v = Math.floor(p * k + 1e-9) / k;
+  return v > 0 ? v.toFixed(d) : `< ${(1 / k).toFixed(d)}`;
+}
+
+// The progress cell: the run's bar (its position within the epoch moves it
+// between epochs' marks), "epoch k/N · x % of the run", the time left while
+// it runs; how far into the epoch in training is the bar's tooltip.
 export function progressCell(job) {
   const pos = position(job);
   const eta = etaText(job);
-  const label = !pos.epochs ? '' : job.status === 'running'
-    ? `epoch ${pos.epoch}/${pos.epochs} · ${Math.floor(pos.within * 100)} %`
+  const running = job.status === 'running';
+  const run = `${runPercent(pos.fraction)} % of the run`;
+  const label = !pos.epochs ? '' : running
+    ? `epoch ${pos.epoch}/${pos.epochs} · ${run}`
     : job.status === 'succeeded' ? `${pos.epochs} epoch${pos.epochs === 1 ? '' : 's'}` : pos.done ? `${pos.done}/${pos.epochs} epochs done` : `0/${pos.epochs} epochs`;
+  const inEpoch = running && pos.epochs ? `; epoch ${pos.epoch} is ${Math.floor(pos.within * 100)} % done` : '';
   return h('span', {class: 'progress-cell'},
-    h('progress', {max: 1, value: pos.fraction, 'aria-label': `${job.name}: ${Math.round(pos.fraction * 100)} % of the run`}),
+    h('progress', {max: 1, value: pos.fraction, title: `${run}${inEpoch}`, 'aria-label': `${job.name}: ${run}${inEpoch}`}),
     ' ', h('span', {class: 'muted progress-text', text: label}),
     eta ? h('span', {class: 'muted eta', text: ` · ${eta} left`}) : null);
 }

@@ -282,17 +282,28 @@ def check_jobs_list(driver, base, jobs, size):
     check("may run 1 job at once and 1 is running" in t and "waited" in t,
           f"[{size}] the queued row says why in plain words and how long: {t!r}")
     # The slow job's bar moves inside an epoch (breakage 3: it stayed empty
-    # through the first): "epoch k/N · x %" with x > 0, and the bar there.
-    pat = r"epoch (\d+)/(\d+) · ([1-9]\d?) %"
+    # through the first), and its percentage is of the whole run (issue 30,
+    # 6: "epoch 227/5000 · 0 %" was 0 % of the epoch, read as the run's):
+    # "epoch k/N · x % of the run" with x > 0, between (k-1)/N and k/N of
+    # the run, and the bar where the text says. The old text, "epoch 1/1000
+    # · 30 %", has no "of the run", and 30 % is past epoch 1 of 1000.
+    pat = r"epoch (\d+)/(\d+) · (\d+(?:\.(\d+))?) % of the run"
     t = wait_for(driver, "the slow job's progress within its epoch",
-                 lambda d: (lambda s: s if s and re.search(pat, s) else None)(row_text(d, jobs["slow"])),
-                 timeout=40) or ""
+                 lambda d: (lambda s: s if s and (m := re.search(pat, s)) and float(m.group(3)) > 0 else None)(
+                     row_text(d, jobs["slow"])),
+                 timeout=40) or row_text(driver, jobs["slow"]) or ""
     value = js(driver, "return document.querySelector(`tr[data-job-id='${arguments[0]}'] progress`).value;", jobs["slow"])
+    tip = js(driver, "return document.querySelector(`tr[data-job-id='${arguments[0]}'] progress`).title;", jobs["slow"])
     m = re.search(pat, t)
-    if check(m, f"[{size}] the slow job's row shows progress within the epoch: {t!r}"):
-        k, n, x = int(m.group(1)), int(m.group(2)), int(m.group(3))
-        check(value and abs(value - (k - 1 + x / 100) / n) < 0.5 / n,
-              f"[{size}] the bar ({value}) is where the text says (epoch {k}/{n}, {x} %)")
+    if check(m, f"[{size}] the slow job's row shows its progress as a share of the run: {t!r}"):
+        k, n, x = int(m.group(1)), int(m.group(2)), float(m.group(3))
+        unit = 10 ** -len(m.group(4) or "")  # the last digit shown, in %
+        check(x > 0 and (k - 1) / n * 100 - unit <= x <= k / n * 100,
+              f"[{size}] {x} % of the run is within epoch {k} of {n}: {t!r}")
+        check(value and 0 <= value * 100 - x < unit + 100 / n,
+              f"[{size}] the bar ({value}) is where the text says ({x} % of the run)")
+        check(re.search(rf"epoch {k} is \d+ % done", tip or ""),
+              f"[{size}] the bar's tooltip says how far into epoch {k}: {tip!r}")
     check(re.search(r"left", t), f"[{size}] the running row shows the time left: {t!r}")
     if size == "phone":
         no_overflow(driver, "the jobs list")

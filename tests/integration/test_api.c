@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <sqlite3.h>
 #include <zlib.h>
@@ -929,6 +930,41 @@ static void test_train_predict_evaluate_csv(void **state)
     assert_true(hlen + 8 < r->len);
     assert_int_equal(r->body[8], '{');
     resp_free(r);
+}
+
+/* Issue 30, 6: a succeeded job's progress is complete. The trainer reports
+ * its position at most every quarter second, so a short run's last line
+ * names an early step; the success must not leave "step 1 of 57, fraction
+ * 1" (nor a time left) behind. */
+static void test_succeeded_progress_is_complete(void **state)
+{
+    char b[512];
+    snprintf(b, sizeof b,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
+             "\"dense\", \"units\": 3}]},"
+             " \"hyperparameters\": {\"epochs\": 3, \"batch_size\": 16}}",
+             csv_ds);
+    resp *r = http_json(&server, "POST", "/v1/jobs", b);
+    assert_int_equal(r->status, 202);
+    char job[64];
+    snprintf(job, sizeof job, "%s", str(r->json, "id"));
+    resp_free(r);
+    json_t *j = wait_job(&server, job, 120);
+    assert_non_null(j);
+    assert_string_equal(str(j, "status"), "succeeded");
+    const json_t *p = json_object_get(j, "progress");
+    char *text = json_dumps(p, JSON_COMPACT);
+    json_int_t step = json_integer_value(json_object_get(p, "step"));
+    json_int_t total = json_integer_value(json_object_get(p, "total_steps"));
+    json_t *eta = json_object_get(p, "eta_seconds");
+    if (total <= 0 || step != total ||
+        json_number_value(json_object_get(p, "fraction")) != 1.0 ||
+        json_integer_value(json_object_get(p, "epoch")) != 3 ||
+        json_integer_value(json_object_get(p, "epochs")) != 3 ||
+        (eta && json_number_value(eta) > 0))
+        fail_msg("a succeeded job's progress is not complete: %s", text);
+    free(text);
+    json_decref(j);
 }
 
 static void test_kserve_v2(void **state)
@@ -1953,6 +1989,77 @@ static void test_sigkill_restart_resumes(void **state)
     srv_cleanup(&again);
 }
 
+/* The names in a folder other than . and .., or -1 when it is absent. */
+static int folder_entries(const char *dir, char *names, size_t size)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    size_t o = 0;
+    names[0] = '\0';
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        n++;
+        if (o < size)
+            o += (size_t)snprintf(names + o, size - o, "%s ", e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Issue 30, 9: a server that cannot start leaves a fresh data folder as it
+ * found it: one that did not exist is not left behind, an empty one stays
+ * empty, neither with an admin key or a database. A port in use (the
+ * shared server's) stops it before it touches the folder; a failure after
+ * the folder was set up (devices that cannot be read) undoes it. */
+static void test_failed_start_leaves_fresh_folder(void **state)
+{
+    char root[PATH_MAX], absent[PATH_MAX + 16], empty[PATH_MAX + 16];
+    char later[PATH_MAX + 16], listen[64], names[512];
+    temp_dir(root);
+    snprintf(absent, sizeof absent, "%s/absent", root);
+    snprintf(empty, sizeof empty, "%s/empty", root);
+    snprintf(later, sizeof later, "%s/later", root);
+    assert_int_equal(mkdir(empty, 0750), 0);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", server.port);
+    const char *in_use[] = {"--listen", listen, NULL};
+    const char *no_devices[] = {"--devices", "sim:/nonexistent/devices.json",
+                                NULL};
+    const struct {
+        const char *dir;
+        const char *const *flags;
+        const char *says;
+        int entries; /* -1: absent */
+    } cases[] = {{absent, in_use, "Address already in use", -1},
+                 {empty, in_use, "Address already in use", 0},
+                 {later, no_devices, "/nonexistent/devices.json", -1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        srv s;
+        assert_int_not_equal(srv_start(&s, cases[i].dir, cases[i].flags), 0);
+        char *log = NULL;
+        size_t n = 0;
+        assert_int_equal(fs_read_all(s.log, 1 << 20, &log, &n, NULL), TY_OK);
+        if (!strstr(log, cases[i].says))
+            fail_msg("the server's log does not say why (%s): %s",
+                     cases[i].says, log);
+        int entries = folder_entries(cases[i].dir, names, sizeof names);
+        if (entries != cases[i].entries)
+            fail_msg("the failed start left %s %s (%s); its log: %.2000s",
+                     cases[i].dir, entries < 0 ? "absent" : "behind", names,
+                     log);
+        free(log);
+        unlink(s.log);
+    }
+    /* The empty folder has its own mode still. */
+    struct stat st;
+    assert_int_equal(stat(empty, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0750);
+    fs_remove_tree(root, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1969,6 +2076,7 @@ int main(void)
         cmocka_unit_test(test_job_validation_errors),
         cmocka_unit_test(test_json_numbers_are_short),
         cmocka_unit_test(test_train_predict_evaluate_csv),
+        cmocka_unit_test(test_succeeded_progress_is_complete),
         cmocka_unit_test(test_kserve_v2),
         cmocka_unit_test(test_train_images_nested_predict),
         cmocka_unit_test(test_import_model_predicts),
@@ -1981,6 +2089,7 @@ int main(void)
         cmocka_unit_test(test_job_memory_limit),
         cmocka_unit_test(test_train_device_auto_and_gpu_model_on_cpu),
         cmocka_unit_test(test_precision_jobs),
+        cmocka_unit_test(test_failed_start_leaves_fresh_folder),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

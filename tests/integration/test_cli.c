@@ -797,6 +797,107 @@ static void test_watch_failed_and_cancelled(void **state)
     run_free(&r);
 }
 
+/* The line of a table that holds needle, in buf; fails the test when none
+ * does. */
+static const char *table_line(const char *out, const char *needle, char *buf,
+                              size_t size)
+{
+    const char *at = strstr(out, needle);
+    if (!at)
+        fail_msg("no line with %s in:\n%s", needle, out);
+    const char *start = at;
+    while (start > out && start[-1] != '\n')
+        start--;
+    snprintf(buf, size, "%.*s", (int)strcspn(start, "\n"), start);
+    return buf;
+}
+
+/* Issue 30, 6: a queued job shows its planned epochs ("0/5", not "0/0"),
+ * and the tables say which metrics they show: training values in `jobs
+ * list`, validation values in `models list`. */
+static void test_list_progress_and_metric_headings(void **state)
+{
+    assert_true(*model_id); /* trained by test_jobs_submit_watch_and_models */
+    char body[1024], running[64], queued[64], line[512], wrong[2048] = "";
+    size_t o = 0;
+#define WRONG(...)                                                             \
+    (o += (size_t)snprintf(wrong + o, o < sizeof wrong ? sizeof wrong - o : 0, \
+                           __VA_ARGS__))
+    /* On the CPU, --max-jobs 1 (the default): a long job runs, the next one
+     * waits. */
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"%s\", \"resources\": {\"gpu\": \"none\"}, "
+             "\"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, "
+             "\"hyperparameters\": {\"epochs\": 100000, \"batch_size\": 4}}",
+             csv_ds);
+    submit_http(body, running);
+    json_decref(wait_job_until(&server, running, 60, is_running));
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"%s\", \"name\": \"cli-queued\", "
+             "\"resources\": {\"gpu\": \"none\"}, \"model\": "
+             "{\"layers\": [{\"type\": \"dense\", \"units\": 3}]}, "
+             "\"hyperparameters\": {\"epochs\": 5}}",
+             csv_ds);
+    submit_http(body, queued);
+    json_t *j = get_job(&server, queued);
+    assert_string_equal(str(j, "status"), "queued");
+    /* The API's progress names the planned epochs too. */
+    const json_t *qp = json_object_get(j, "progress");
+    if (json_integer_value(json_object_get(qp, "epochs")) != 5) {
+        char *t = json_dumps(qp, JSON_COMPACT);
+        WRONG("the queued job's progress has no epochs: %s\n", t);
+        free(t);
+    }
+    json_decref(j);
+
+    run_result r;
+    RUN(&r, "jobs", "list");
+    expect_code(&r, 0);
+    const char *head = table_line(r.out, "STATUS", line, sizeof line);
+    if (!strstr(head, "TRAIN LOSS") || !strstr(head, "TRAIN ACC"))
+        WRONG("`jobs list` does not say its metrics are training values: "
+              "%s\n",
+              head);
+    table_line(r.out, queued, line, sizeof line);
+    if (!strstr(line, " 0/5 "))
+        WRONG("the queued job's row does not show 0/5 epochs: %s\n", line);
+    run_free(&r);
+
+    /* models list: the model's validation accuracy under VAL ACC. */
+    char path[160], acc[32];
+    snprintf(path, sizeof path, "/v1/models/%s", model_id);
+    resp *h = http_get(&server, path);
+    expect_status(h, 200);
+    snprintf(acc, sizeof acc, " %.4f ",
+             json_number_value(json_object_get(
+                 json_object_get(h->json, "metrics"), "val_accuracy")));
+    resp_free(h);
+    RUN(&r, "models", "list");
+    expect_code(&r, 0);
+    head = table_line(r.out, "PARAMS", line, sizeof line);
+    if (!strstr(head, "VAL ACC") || !strstr(head, "VAL LOSS"))
+        WRONG("`models list` does not say its metrics are validation "
+              "values: %s\n",
+              head);
+    table_line(r.out, model_id, line, sizeof line);
+    if (!strstr(line, acc))
+        WRONG("the model's row does not show its validation accuracy "
+              "(%s): %s\n",
+              acc, line);
+    run_free(&r);
+
+    const char *both[] = {queued, running};
+    for (int i = 0; i < 2; i++) {
+        RUN(&r, "jobs", "cancel", both[i]);
+        expect_code(&r, 0);
+        run_free(&r);
+        json_decref(wait_job(&server, both[i], 30));
+    }
+#undef WRONG
+    if (o)
+        fail_msg("%s", wrong);
+}
+
 static void test_devices(void **state)
 {
     run_result r;
@@ -1123,6 +1224,7 @@ int main(void)
         cmocka_unit_test(test_jobs_submit_watch_and_models),
         cmocka_unit_test(test_models_evaluate),
         cmocka_unit_test(test_watch_failed_and_cancelled),
+        cmocka_unit_test(test_list_progress_and_metric_headings),
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_deployments),
         cmocka_unit_test(test_tenants),
