@@ -9,6 +9,8 @@
 #include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -443,4 +445,57 @@ void expect_status(resp *r, long status)
         fprintf(stderr, "expected %ld, got %ld (curl %d): %s\n", status,
                 r->status, r->curl_code, r->body ? r->body : "");
     assert_int_equal(r->status, status);
+}
+
+/* ---- raw HTTP ---- */
+
+int raw_send_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
+        if (n <= 0)
+            return -1;
+        data += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+void raw_read_reply(int fd, double timeout_s, raw_resp *out)
+{
+    static char buf[1 << 16];
+    size_t len = 0;
+    double end = now_seconds() + timeout_s;
+    memset(out, 0, sizeof *out);
+    out->status = -1;
+    for (;;) {
+        double left = end - now_seconds();
+        if (left <= 0 || len >= sizeof buf - 1)
+            break;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+            break;
+        ssize_t n = recv(fd, buf + len, sizeof buf - 1 - len, MSG_DONTWAIT);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            continue;
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        buf[len] = '\0';
+        char *sep = strstr(buf, "\r\n\r\n");
+        const char *cl = sep ? strcasestr(buf, "\r\nContent-Length: ") : NULL;
+        if (sep && cl && cl < sep &&
+            len >= (size_t)(sep + 4 - buf) + strtoul(cl + 18, NULL, 10))
+            break;
+        /* "100 Continue" is a whole reply of its own. */
+        if (sep && !strncmp(buf, "HTTP/1.1 100", 12))
+            break;
+    }
+    buf[len] = '\0';
+    char *sep = strstr(buf, "\r\n\r\n");
+    if (!sep || strncmp(buf, "HTTP/1.", 7) != 0)
+        return;
+    out->status = atoi(buf + 9);
+    snprintf(out->head, sizeof out->head, "%.*s", (int)(sep - buf), buf);
+    snprintf(out->body, sizeof out->body, "%s", sep + 4);
 }

@@ -113,4 +113,21 @@ json_t *get_job(const srv *s, const char *id);
 /* find_child(s, "worker", job_id). */
 pid_t find_worker(const srv *s, const char *job_id);
 
+/* ---- raw HTTP over a socket (tests of what a libcurl client cannot
+ * send: bad framing, stalls, bodies without credentials) ---- */
+
+/* Sends all of data on fd; 0, or -1 when the connection fails. */
+int raw_send_all(int fd, const char *data, size_t len);
+
+typedef struct {
+    int status; /* -1: no answer */
+    char head[4096];
+    char body[4096];
+} raw_resp;
+
+/* Reads one reply from fd into *out for at most timeout_s: until the
+ * server closes, its head and Content-Length's body are in, or a whole
+ * "100 Continue" came. */
+void raw_read_reply(int fd, double timeout_s, raw_resp *out);
+
 #endif

@@ -87,54 +87,6 @@ static int wait_connected(int fd, double timeout_s)
     return e == 0 ? 0 : -1;
 }
 
-static int send_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
-        if (n <= 0)
-            return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-typedef struct {
-    int status; /* -1: no answer */
-    char head[4096];
-    char body[4096];
-} raw_resp;
-
-/* Reads a reply (Connection: close) for at most timeout_s seconds. */
-static void read_reply(int fd, double timeout_s, raw_resp *out)
-{
-    static char buf[1 << 16];
-    size_t len = 0;
-    double end = now_seconds() + timeout_s;
-    memset(out, 0, sizeof *out);
-    out->status = -1;
-    for (;;) {
-        double left = end - now_seconds();
-        if (left <= 0 || len >= sizeof buf - 1)
-            break;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
-            break;
-        ssize_t n = recv(fd, buf + len, sizeof buf - 1 - len, 0);
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-    }
-    buf[len] = '\0';
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (!sep || strncmp(buf, "HTTP/1.", 7) != 0)
-        return;
-    out->status = atoi(buf + 9);
-    size_t hl = (size_t)(sep - buf);
-    snprintf(out->head, sizeof out->head, "%.*s", (int)hl, buf);
-    snprintf(out->body, sizeof out->body, "%s", sep + 4);
-}
-
 /* Sends req from src and reads the reply. */
 static void raw_request(const char *src, const char *req, raw_resp *out)
 {
@@ -142,8 +94,8 @@ static void raw_request(const char *src, const char *req, raw_resp *out)
     out->status = -1;
     int fd = connect_from(src, server.port, 0);
     assert_true(fd >= 0);
-    assert_int_equal(send_all(fd, req, strlen(req)), 0);
-    read_reply(fd, 20, out);
+    assert_int_equal(raw_send_all(fd, req, strlen(req)), 0);
+    raw_read_reply(fd, 20, out);
     close(fd);
 }
 
@@ -238,11 +190,11 @@ static double probe(void)
     const char *req = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: "
                       "close\r\n\r\n";
     raw_resp r;
-    if (send_all(fd, req, strlen(req)) != 0) {
+    if (raw_send_all(fd, req, strlen(req)) != 0) {
         close(fd);
         return -1;
     }
-    read_reply(fd, 5, &r);
+    raw_read_reply(fd, 5, &r);
     close(fd);
     return r.status == 200 ? now_seconds() - t0 : -1;
 }
@@ -270,7 +222,7 @@ static void test_slow_clients_do_not_lock_out(void **state)
         if (fds[i] < 0)
             continue;
         if (wait_connected(fds[i], t0 + 10 - now_seconds()) == 0 &&
-            send_all(fds[i], start, strlen(start)) == 0) {
+            raw_send_all(fds[i], start, strlen(start)) == 0) {
             opened++;
         } else {
             close(fds[i]);
@@ -350,7 +302,7 @@ static void test_trickled_body_is_dropped(void **state)
              "%s\r\nContent-Type: application/json\r\nContent-Length: "
              "100000\r\n\r\n{",
              server.key);
-    assert_int_equal(send_all(fd, req, strlen(req)), 0);
+    assert_int_equal(raw_send_all(fd, req, strlen(req)), 0);
     double t0 = now_seconds();
     int closed = 0;
     while (!closed && now_seconds() < t0 + 30) {
@@ -374,7 +326,7 @@ static void test_trickled_keepalive_headers_are_dropped(void **state)
     int fd = connect_from("127.0.0.1", server.port, 0);
     assert_true(fd >= 0);
     const char *first = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
-    assert_int_equal(send_all(fd, first, strlen(first)), 0);
+    assert_int_equal(raw_send_all(fd, first, strlen(first)), 0);
     /* The reply is small: read until its body has come. */
     char buf[4096];
     size_t len = 0;
@@ -390,7 +342,7 @@ static void test_trickled_keepalive_headers_are_dropped(void **state)
     }
     assert_non_null(memmem(buf, len, " 200 ", 5));
     const char *next = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ";
-    assert_int_equal(send_all(fd, next, strlen(next)), 0);
+    assert_int_equal(raw_send_all(fd, next, strlen(next)), 0);
     t0 = now_seconds();
     int closed = 0;
     while (!closed && now_seconds() < t0 + atoi(HEADER_TIMEOUT) + 20) {

@@ -74,66 +74,6 @@ static int connect_from(const char *src)
     return fd;
 }
 
-static int send_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t n = send(fd, data, len, MSG_NOSIGNAL);
-        if (n <= 0)
-            return -1;
-        data += n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
-typedef struct {
-    int status; /* -1: no answer */
-    char head[4096];
-    char body[4096];
-} raw_resp;
-
-/* Reads one reply's head and what follows of its body for at most
- * timeout_s (until the server closes, or a whole head and body when
- * Content-Length says). */
-static void read_reply(int fd, double timeout_s, raw_resp *out)
-{
-    static char buf[1 << 16];
-    size_t len = 0;
-    double end = now_seconds() + timeout_s;
-    memset(out, 0, sizeof *out);
-    out->status = -1;
-    for (;;) {
-        double left = end - now_seconds();
-        if (left <= 0 || len >= sizeof buf - 1)
-            break;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
-            break;
-        ssize_t n = recv(fd, buf + len, sizeof buf - 1 - len, MSG_DONTWAIT);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR))
-            continue;
-        if (n <= 0)
-            break;
-        len += (size_t)n;
-        buf[len] = '\0';
-        char *sep = strstr(buf, "\r\n\r\n");
-        const char *cl = sep ? strcasestr(buf, "\r\nContent-Length: ") : NULL;
-        if (sep && cl && cl < sep &&
-            len >= (size_t)(sep + 4 - buf) + strtoul(cl + 18, NULL, 10))
-            break;
-        /* "100 Continue" is a whole reply of its own. */
-        if (sep && !strncmp(buf, "HTTP/1.1 100", 12))
-            break;
-    }
-    buf[len] = '\0';
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (!sep || strncmp(buf, "HTTP/1.", 7) != 0)
-        return;
-    out->status = atoi(buf + 9);
-    snprintf(out->head, sizeof out->head, "%.*s", (int)(sep - buf), buf);
-    snprintf(out->body, sizeof out->body, "%s", sep + 4);
-}
-
 /* ---- <data>/tmp ---- */
 
 /* Bytes in the files of <data>/tmp; *files (if not NULL) their count. */
@@ -211,7 +151,7 @@ static int upload(const char *src, const char *path, const char *headers,
                      "multipart/form-data; boundary=" BOUNDARY
                      "\r\nContent-Length: %llu\r\n%s\r\n",
                      path, (unsigned long long)out->total, headers);
-    assert_int_equal(send_all(fd, head, (size_t)n), 0);
+    assert_int_equal(raw_send_all(fd, head, (size_t)n), 0);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     uint64_t file_sent = 0;
     int head_sent = 0, replied = 0, broken = 0;
@@ -265,7 +205,7 @@ static int upload(const char *src, const char *path, const char *headers,
     out->at_reply = out->sent;
     if (stop_after && !replied && !broken)
         return fd;
-    read_reply(fd, 60, &out->reply);
+    raw_read_reply(fd, 60, &out->reply);
     uint64_t t = tmp_bytes(NULL);
     if (t > out->peak_tmp)
         out->peak_tmp = t;
@@ -491,8 +431,8 @@ static int hold_body(const char *src, const char *path, const char *headers,
                      "application/json\r\nContent-Length: %llu\r\nExpect: "
                      "100-continue\r\n%s\r\n",
                      path, (unsigned long long)bytes, headers);
-    assert_int_equal(send_all(fd, head, (size_t)n), 0);
-    read_reply(fd, 20, r);
+    assert_int_equal(raw_send_all(fd, head, (size_t)n), 0);
+    raw_read_reply(fd, 20, r);
     if (r->status == 100)
         send(fd, "{\"inputs\": [", 12, MSG_NOSIGNAL); /* and trickle no more */
     return fd;
@@ -597,8 +537,8 @@ static void test_worker_token_failures_are_throttled(void **state)
                  "Host: x\r\nX-Trainyard-Worker-Token: %064d\r\nConnection: "
                  "close\r\n\r\n",
                  i);
-        assert_int_equal(send_all(fd, req, strlen(req)), 0);
-        read_reply(fd, 20, &r);
+        assert_int_equal(raw_send_all(fd, req, strlen(req)), 0);
+        raw_read_reply(fd, 20, &r);
         close(fd);
         if (r.status == 401) {
             n401++;
@@ -647,9 +587,9 @@ static void test_content_length_with_chunked_is_400(void **state)
              "2\r\n{}\r\n0\r\n\r\n",
              server.key);
     int fd = connect_from("127.0.0.1");
-    assert_int_equal(send_all(fd, req, strlen(req)), 0);
+    assert_int_equal(raw_send_all(fd, req, strlen(req)), 0);
     raw_resp r;
-    read_reply(fd, 20, &r);
+    raw_read_reply(fd, 20, &r);
     close(fd);
     printf("Content-Length with Transfer-Encoding: chunked: %d %s\n", r.status,
            r.body);
