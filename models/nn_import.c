@@ -170,6 +170,137 @@ static ty_status request_metadata(const json_t *m, json_t **out, ty_err *err)
     return TY_OK;
 }
 
+/* Whether name is one of t's n tensors. */
+static int file_has(const st_out_tensor *t, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name))
+            return 1;
+    return 0;
+}
+
+/* Whether the architecture has a tensor called name. */
+static int arch_has(const nn_arch *a, const char *name)
+{
+    for (uint32_t i = 0; i < a->n_tensors; i++)
+        if (!strcmp(a->tensors[i].name, name))
+            return 1;
+    return 0;
+}
+
+/* How many names of each list a message shows, and how much of each: the
+ * whole message fits ty_err's 512 characters with the hint at its end. */
+#define NAMES_SHOWN 3
+#define NAME_CHARS 28
+
+/* A list of names, "a, b, c, ..." past NAMES_SHOWN. */
+typedef struct {
+    char text[NAMES_SHOWN * (NAME_CHARS + 2) + 8];
+    size_t len, count;
+} name_list;
+
+static void name_list_add(name_list *l, const char *name)
+{
+    if (l->count++ >= NAMES_SHOWN) {
+        if (l->count == NAMES_SHOWN + 1)
+            name = "...";
+        else
+            return;
+    }
+    size_t size = sizeof l->text;
+    int w = snprintf(l->text + l->len, l->len < size ? size - l->len : 0,
+                     "%s%.*s", l->len ? ", " : "", NAME_CHARS, name);
+    l->len += w > 0 ? (size_t)w : 0;
+}
+
+/* The architecture the rewritten file's metadata (strings, as stored)
+ * describes. TY_OK with *arch built; anything else leaves nothing to free
+ * (the caller then keeps nn_net_load's own message). */
+static ty_status meta_arch(const json_t *fm, nn_arch *arch)
+{
+    ty_err ignored = {0};
+    const char *task_s =
+        json_string_value(json_object_get(fm, "trainyard.task"));
+    const char *outs_s =
+        json_string_value(json_object_get(fm, "trainyard.num_outputs"));
+    const char *spec_s =
+        json_string_value(json_object_get(fm, "trainyard.spec"));
+    const char *shape_s =
+        json_string_value(json_object_get(fm, "trainyard.input_shape"));
+    const char *loss_s =
+        json_string_value(json_object_get(fm, "trainyard.loss"));
+    int task = task_s ? nn_task_from_str(task_s) : -1;
+    long outs = outs_s ? strtol(outs_s, NULL, 10) : 0;
+    if (task < 0 || outs < 1 || outs > TY_DS_MAX_CLASSES || !spec_s || !shape_s)
+        return TY_EFORMAT;
+    json_t *spec = json_loads(spec_s, 0, NULL);
+    json_t *shape = json_loads(shape_s, 0, NULL);
+    json_t *loss_j = loss_s ? json_loads(loss_s, 0, NULL) : NULL;
+    nn_shape in = {0};
+    nn_loss_spec loss;
+    ty_status st = TY_EFORMAT;
+    if (spec && (!loss_s || loss_j) &&
+        parse_shape(shape, &in, &ignored) == TY_OK &&
+        nn_loss_from_json(&loss, loss_j, (ty_task)task, (uint32_t)outs,
+                          &ignored) == TY_OK)
+        st = nn_arch_build_for_loss(spec, in.d, in.ndim, (uint32_t)outs,
+                                    (ty_task)task, &loss, arch, NULL, &ignored);
+    json_decref(spec);
+    json_decref(shape);
+    json_decref(loss_j);
+    return st;
+}
+
+/* After nn_net_load refused the rewritten file: when its tensor names are
+ * not the ones the spec gives (a PyTorch module's own, "fc1.weight", where
+ * the spec's nn.Sequential has "0.weight"), replaces the message with what
+ * was expected and what came (the first few of each, counted) and where the
+ * converter is. A file whose names fit keeps nn_net_load's message (a
+ * shape, a dtype, a NaN). */
+static void explain_names(const json_t *file_meta, const st_out_tensor *t,
+                          size_t n, ty_err *err)
+{
+    nn_arch arch;
+    if (meta_arch(file_meta, &arch) != TY_OK)
+        return;
+    name_list want = {0}, missing = {0}, unexpected = {0};
+    for (uint32_t i = 0; i < arch.n_tensors; i++) {
+        name_list_add(&want, arch.tensors[i].name);
+        if (!file_has(t, n, arch.tensors[i].name))
+            name_list_add(&missing, arch.tensors[i].name);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (!arch_has(&arch, t[i].name))
+            name_list_add(&unexpected, t[i].name);
+    nn_arch_free(&arch);
+    if (!missing.count && !unexpected.count)
+        return;
+    /* The hint is never clipped: the lists give way to it when names are
+     * long. */
+    static const char hint[] =
+        ". Names are those of the spec's nn.Sequential (\"0.weight\" is "
+        "layer 0's): tools/trainyard_torch.py convert renames a PyTorch "
+        "module's (docs/models.md)";
+    char got[sizeof unexpected.text + 48], lists[sizeof err->msg - sizeof hint];
+    if (unexpected.count)
+        snprintf(got, sizeof got, "%zu the spec does not name (%s)",
+                 unexpected.count, unexpected.text);
+    else
+        snprintf(got, sizeof got, "no others");
+    if (missing.count == want.count)
+        snprintf(lists, sizeof lists,
+                 "the weights' tensor names are not the spec's: the spec "
+                 "expects %zu tensors (%s), the file has none of them and %s",
+                 want.count, want.text, got);
+    else
+        snprintf(lists, sizeof lists,
+                 "the weights' tensor names are not the spec's: the spec "
+                 "expects %zu tensors (%s), %zu of them missing (%s); the "
+                 "file has %s",
+                 want.count, want.text, missing.count, missing.text, got);
+    ty_fail(err, TY_EFORMAT, NULL, "%s%s", lists, hint);
+}
+
 ty_status nn_model_import(const char *in_path, const json_t *meta,
                           const char *out_path, nn_net **net, ty_err *err)
 {
@@ -223,8 +354,10 @@ ty_status nn_model_import(const char *in_path, const json_t *meta,
     if ((st = st_write(out_path, file_meta, t, n, err)) != TY_OK)
         goto done;
     st = nn_net_load(out_path, net, err);
-    if (st == TY_EFORMAT || st == TY_ENOTFOUND)
+    if (st == TY_EFORMAT || st == TY_ENOTFOUND) {
         st = TY_EFORMAT;
+        explain_names(file_meta, t, n, err);
+    }
 done:
     free(t);
     st_close(&f);
