@@ -24,10 +24,23 @@ As a command (run with /usr/bin/python3, which has torch):
         --input-shape 1,28,28 (--classes a,b,c | --num-outputs 10)
         [--preprocess JSON] [--seed N]     a freshly initialised torch model,
         saved for POST /v1/models
+    trainyard_torch.py convert OUT.safetensors --module-file my_model.py
+        --class Net [--args JSON] [--state-dict SD.pt] --input-shape 1,28,28
+        --task classification [--classes a,b,c | --num-outputs N]
+        [--preprocess JSON]       a plain PyTorch module (or --saved
+        MODEL.pt, a torch.save'd nn.Sequential) as a trainyard model file:
+        its layers become the spec, its state dict is renamed (fc1.weight ->
+        0.weight), and the result is checked against its own forward()
+
+    spec, tensors, renames, diff = tt.from_module(net, [1, 28, 28])
+    tt.save_module("out.safetensors", net, [1, 28, 28], "classification",
+                   classes=[...])
+
+Runs from a checkout (tools/trainyard_torch.py) or copied anywhere: it is
+one file that needs only numpy and torch.
 """
 import argparse
 import json
-import math
 import os
 import struct
 import sys
@@ -358,6 +371,332 @@ def save_model(path, model, spec, task, input_shape, classes=None,
     st_write(path, state_tensors(model), meta)
 
 
+# ---- a PyTorch module -> a trainyard model ----
+
+SUPPORTED = ("Linear, Conv2d, MaxPool2d, AvgPool2d, AdaptiveAvgPool2d(1), "
+             "BatchNorm1d, BatchNorm2d, LayerNorm, ReLU, LeakyReLU, GELU, Tanh, "
+             "Sigmoid, Softmax, Dropout, Flatten, Identity, and containers of "
+             "them (nn.Sequential, a module holding them)")
+
+
+class ConvertError(ValueError):
+    """A module trainyard cannot hold, or one whose converted network does
+    not compute what its forward() does."""
+
+
+def _kind(m):
+    return type(m).__name__
+
+
+def _walk(module, prefix):
+    """(qualified name, module) of every leaf in registration order, the
+    tool's own Residual blocks and GlobalAvgPool as leaves. A container that
+    holds parameters of its own is refused: no layer would carry them."""
+    if isinstance(module, (Residual, GlobalAvgPool)) or not len(module._modules):
+        yield prefix, module
+        return
+    own = [k for k, v in list(module._parameters.items()) + list(module._buffers.items())
+           if v is not None]
+    if own:
+        raise ConvertError(
+            "module %r (%s) holds its own tensor %r, outside any layer: trainyard "
+            "keeps weights only in layers (%s)" % (prefix or "the model", _kind(module),
+                                                   own[0], SUPPORTED))
+    for name, child in module._modules.items():
+        if child is not None:
+            yield from _walk(child, "%s.%s" % (prefix, name) if prefix else name)
+
+
+def _ints(v):
+    return [int(x) for x in v] if isinstance(v, (list, tuple)) else [int(v), int(v)]
+
+
+def _refuse(qname, m, why):
+    raise ConvertError("module %r (%s): %s" % (qname, _kind(m), why))
+
+
+def _leaf_spec(qname, m, shape):
+    """The spec layers for leaf module m on per-example input shape: a list
+    (empty for Identity; a flatten first for a Linear on [C, H, W], which is
+    what forward()'s x.view(len(x), -1) or torch.flatten(x, 1) does)."""
+    rank = len(shape)
+    if isinstance(m, nn.Identity):
+        return []
+    if isinstance(m, nn.Linear):
+        n = int(np.prod(shape))
+        if m.in_features != n:
+            _refuse(qname, m, "takes %d inputs, but what reaches it has shape %s (%d values)"
+                    % (m.in_features, shape, n))
+        layer = {"type": "dense", "units": m.out_features, "bias": m.bias is not None}
+        return ([{"type": "flatten"}] if rank != 1 else []) + [layer]
+    if isinstance(m, nn.Conv2d):
+        if rank != 3 or shape[0] != m.in_channels:
+            _refuse(qname, m, "takes [%d, H, W] inputs, what reaches it has shape %s"
+                    % (m.in_channels, shape))
+        if m.padding_mode != "zeros":
+            _refuse(qname, m, "padding_mode %r: trainyard pads with zeros only" % m.padding_mode)
+        pad = m.padding if isinstance(m.padding, str) else _ints(m.padding)
+        return [{"type": "conv2d", "filters": m.out_channels, "kernel_size": _ints(m.kernel_size),
+                 "stride": _ints(m.stride), "padding": pad, "dilation": _ints(m.dilation),
+                 "groups": m.groups, "bias": m.bias is not None}]
+    if isinstance(m, (nn.MaxPool2d, nn.AvgPool2d)):
+        if rank != 3:
+            _refuse(qname, m, "needs [C, H, W] inputs, what reaches it has shape %s" % shape)
+        if m.ceil_mode:
+            _refuse(qname, m, "ceil_mode=True: trainyard's pooling floors")
+        if isinstance(m, nn.MaxPool2d):
+            if _ints(m.dilation) != [1, 1] or m.return_indices:
+                _refuse(qname, m, "dilation and return_indices are not supported")
+            kind = "maxpool2d"
+        else:
+            if not m.count_include_pad or m.divisor_override is not None:
+                _refuse(qname, m, "trainyard's average pooling counts the padding "
+                        "(count_include_pad=True, no divisor_override)")
+            kind = "avgpool2d"
+        stride = m.stride if m.stride is not None else m.kernel_size
+        return [{"type": kind, "pool_size": _ints(m.kernel_size), "stride": _ints(stride),
+                 "padding": _ints(m.padding)}]
+    if isinstance(m, nn.AdaptiveAvgPool2d) or isinstance(m, GlobalAvgPool):
+        if isinstance(m, nn.AdaptiveAvgPool2d) and _ints(m.output_size) != [1, 1]:
+            _refuse(qname, m, "only output_size 1 (a global average) is supported")
+        if rank != 3:
+            _refuse(qname, m, "needs [C, H, W] inputs, what reaches it has shape %s" % shape)
+        return [{"type": "global_avgpool"}]
+    if isinstance(m, (nn.BatchNorm1d, nn.BatchNorm2d)):
+        want = 1 if isinstance(m, nn.BatchNorm1d) else 3
+        if rank != want or shape[0] != m.num_features:
+            _refuse(qname, m, "normalizes %d features over rank-%d inputs, what reaches it "
+                    "has shape %s" % (m.num_features, want, shape))
+        if not m.affine or not m.track_running_stats:
+            _refuse(qname, m, "needs affine=True and track_running_stats=True")
+        return [{"type": "batchnorm", "eps": m.eps,
+                 "momentum": m.momentum if m.momentum is not None else 0.1}]
+    if isinstance(m, nn.LayerNorm):
+        if list(m.normalized_shape) != list(shape) or not m.elementwise_affine:
+            _refuse(qname, m, "trainyard normalizes the whole example %s with weights, got "
+                    "normalized_shape %s" % (shape, list(m.normalized_shape)))
+        return [{"type": "layernorm", "eps": m.eps}]
+    if isinstance(m, nn.LeakyReLU):
+        return [{"type": "leaky_relu", "negative_slope": m.negative_slope}]
+    if isinstance(m, nn.GELU):
+        if getattr(m, "approximate", "none") != "none":
+            _refuse(qname, m, "approximate=%r: trainyard's GELU is the exact (erf) one"
+                    % m.approximate)
+        return [{"type": "gelu"}]
+    simple = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
+    if type(m) in simple:
+        return [{"type": simple[type(m)]}]
+    if isinstance(m, nn.Softmax):
+        if rank != 1 or m.dim not in (1, -1):
+            _refuse(qname, m, "trainyard's softmax runs over a vector's values (dim=1)")
+        return [{"type": "softmax"}]
+    if type(m) is nn.Dropout:
+        return [{"type": "dropout", "rate": m.p}]
+    if isinstance(m, nn.Flatten):
+        if m.start_dim != 1 or m.end_dim != -1:
+            _refuse(qname, m, "trainyard flattens the whole example (start_dim=1, end_dim=-1)")
+        return [{"type": "flatten"}]
+    raise ConvertError("module %r is a %s, which trainyard has no layer for; it has %s"
+                       % (qname, _kind(m), SUPPORTED))
+
+
+def _convert_seq(module, shape, prefix, out_prefix, renames):
+    """The spec layers of module's leaves from per-example shape; fills
+    renames (PyTorch state-dict name -> trainyard's, out_prefix + index)."""
+    layers = []
+    shape = list(shape)
+    for qname, m in _walk(module, prefix):
+        if isinstance(m, Residual):
+            where = "%s%d" % (out_prefix, len(layers))
+            body, out = _convert_seq(m.body, shape, qname + ".body", where + ".body.", renames)
+            spec = {"type": "residual", "layers": body}
+            if m.projection is not None:
+                spec["projection"], _ = _convert_seq(m.projection, shape, qname + ".projection",
+                                                     where + ".projection.", renames)
+            new = [spec]
+        else:
+            new = _leaf_spec(qname, m, shape)
+        for i, spec in enumerate(new):
+            where = "%s%d" % (out_prefix, len(layers))
+            # The last of a leaf's layers holds its tensors (a flatten may
+            # come before a dense); a residual block's are renamed above.
+            if spec["type"] != "residual" and i == len(new) - 1:
+                for k in m.state_dict():
+                    if not k.endswith("num_batches_tracked"):
+                        renames["%s.%s" % (qname, k) if qname else k] = "%s.%s" % (where, k)
+            try:
+                _, shape = _layer(spec, shape, where)
+            except (ValueError, KeyError, RuntimeError) as e:
+                raise ConvertError("module %r (%s): %s" % (qname, _kind(m), e))
+            layers.append(spec)
+    return layers, shape
+
+
+def _check_forward(module, spec, tensors, input_shape, samples=8, seed=0):
+    """The largest |difference| between module's own forward() and the
+    converted network on random inputs, both in eval mode; raises
+    ConvertError when they differ or cannot run."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn([samples] + list(input_shape), generator=g)
+    net, _ = build(spec, input_shape)
+    load_state(net, tensors)
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            try:
+                want = module(x)
+            except Exception as e:  # noqa: BLE001 - anything forward() raises
+                raise ConvertError("the module's forward() fails on input (N, %s): %s"
+                                   % (", ".join(map(str, input_shape)), e))
+            got = net.eval()(x)
+    finally:
+        module.train(was_training)
+    if not isinstance(want, torch.Tensor):
+        raise ConvertError("the module's forward() returns a %s, not a tensor"
+                           % type(want).__name__)
+    want = want.reshape(len(x), -1)
+    got = got.reshape(len(x), -1)
+    if want.shape != got.shape:
+        raise ConvertError(
+            "the module's forward() gives %d values per example, the converted layers %d: "
+            "forward() does more than run its modules in order" % (want.shape[1], got.shape[1]))
+    diff = float((want - got).abs().max())
+    scale = max(1.0, float(want.abs().max()))
+    if not diff <= 1e-4 * scale:
+        raise ConvertError(
+            "the converted layers do not compute what the module's forward() does (max "
+            "|difference| %.3g on %d random examples). Module walking sees only the modules, "
+            "in the order they were registered: a function applied in forward() (F.relu, "
+            "torch.sigmoid, F.max_pool2d), a skip connection, or modules run in another order "
+            "are invisible to it. Use nn.ReLU() and the like as modules, registered in the order "
+            "forward() runs them (or an nn.Sequential)" % (diff, samples))
+    return diff
+
+
+def from_module(module, input_shape, check=True):
+    """Converts a plain PyTorch module (an nn.Sequential, or an nn.Module
+    whose leaf modules, in registration order, are the layers forward()
+    runs) into (spec, tensors, renames, max_diff): trainyard's {"layers":
+    [...]}, the state dict under trainyard's names as numpy arrays, the map
+    from PyTorch's names ("fc1.weight") to trainyard's ("0.weight"), and the
+    largest difference between module(x) and the converted network on
+    random inputs (None without check). Raises ConvertError naming the
+    module that trainyard cannot hold, or when the outputs differ."""
+    input_shape = [int(v) for v in input_shape]
+    renames = {}
+    layers, out = _convert_seq(module, input_shape, "", "", renames)
+    if not layers:
+        raise ConvertError("the module has no layers")
+    state = {k: v for k, v in module.state_dict().items()
+             if not k.endswith("num_batches_tracked")}
+    left = [k for k in state if k not in renames]
+    if left:
+        raise ConvertError("tensor %r belongs to no layer trainyard has (%s)" % (left[0], SUPPORTED))
+    tensors = {renames[k]: state[k].detach().cpu().float().numpy().copy() for k in state}
+    spec = {"layers": layers}
+    diff = _check_forward(module, spec, tensors, input_shape) if check else None
+    return spec, tensors, renames, diff
+
+
+def save_module(path, module, input_shape, task, classes=None, num_outputs=None,
+                preprocess=None, check=True):
+    """from_module, written as a trainyard model file for `trainyard models
+    import` (or POST /v1/models with no metadata part). num_outputs
+    defaults to the module's output size. Returns from_module's result."""
+    spec, tensors, renames, diff = from_module(module, input_shape, check)
+    _, out = build(spec, input_shape)
+    size = int(np.prod(out))
+    if len(out) != 1:
+        raise ConvertError("the module's output has shape %s per example; trainyard's "
+                           "last layer gives a vector (add an nn.Flatten)" % out)
+    if classes is not None and len(classes) != size:
+        raise ConvertError("%d classes, but the module gives %d outputs" % (len(classes), size))
+    if num_outputs is not None and num_outputs != size:
+        raise ConvertError("num_outputs %d, but the module gives %d outputs" % (num_outputs, size))
+    if classes is None:
+        num_outputs = size
+    st_write(path, tensors, model_metadata(spec, task, input_shape, classes, num_outputs,
+                                           preprocess))
+    return spec, tensors, renames, diff
+
+
+def _load_any(path):
+    """A state dict or module from a file: .safetensors (a state dict, read
+    here), else torch.load on the CPU."""
+    if path.endswith(".safetensors"):
+        tensors, _ = st_read(path)
+        return {k: torch.from_numpy(v) for k, v in tensors.items()}
+    try:
+        return torch.load(path, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - torch.load raises many kinds
+        raise ConvertError("cannot load %s: %s" % (path, e))
+
+
+def _module_from_args(a):
+    """The module the convert command's arguments name."""
+    import importlib.util
+    cls_obj = None
+    if a.module_file:
+        d, base = os.path.split(os.path.abspath(a.module_file))
+        name = os.path.splitext(base)[0]
+        sys.path.insert(0, d)  # its own imports, and pickles that name it
+        spec = importlib.util.spec_from_file_location(name, a.module_file)
+        if spec is None:
+            raise ConvertError("cannot import %s: not a Python file" % a.module_file)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        if a.cls:
+            cls_obj = getattr(mod, a.cls, None)
+            if cls_obj is None:
+                raise ConvertError("%s defines no %r" % (a.module_file, a.cls))
+    if a.saved:
+        m = _load_any(a.saved)
+        if not isinstance(m, nn.Module):
+            raise ConvertError("%s holds a %s, not a torch.save'd module: give its class "
+                               "(--module-file, --class) and pass it as --state-dict"
+                               % (a.saved, type(m).__name__))
+        return m
+    if cls_obj is None:
+        raise ConvertError("name the module: --module-file FILE --class NAME, or --saved "
+                           "MODEL.pt (a torch.save'd module)")
+    kwargs = json.loads(a.args) if a.args else {}
+    module = cls_obj(**kwargs)
+    if a.state_dict:
+        sd = _load_any(a.state_dict)
+        if isinstance(sd, nn.Module):
+            sd = sd.state_dict()
+        if isinstance(sd, dict) and not any(isinstance(v, torch.Tensor) for v in sd.values()):
+            for key in ("state_dict", "model_state_dict", "model"):
+                if isinstance(sd.get(key), dict):
+                    sd = sd[key]
+                    break
+        try:
+            module.load_state_dict(sd)
+        except (RuntimeError, TypeError) as e:
+            raise ConvertError("the state dict does not fit %s: %s" % (a.cls, e))
+    return module
+
+
+def _convert(a):
+    module = _module_from_args(a)
+    shape = [int(v) for v in a.input_shape.split(",")]
+    classes = a.classes.split(",") if a.classes else None
+    pre = json.loads(a.preprocess) if a.preprocess else None
+    spec, tensors, renames, diff = save_module(a.out, module, shape, a.task, classes,
+                                               a.num_outputs, pre, check=not a.no_check)
+    print("wrote %s: %d layers, %d parameters" % (
+        a.out, len(spec["layers"]), sum(int(np.prod(v.shape)) for v in tensors.values())))
+    for old, new in renames.items():
+        if old != new:
+            print("  %s -> %s" % (old, new))
+    if diff is not None:
+        print("checked: the same outputs as the module's forward() on 8 random examples "
+              "(max |difference| %.2g)" % diff)
+    print("import it with: trainyard models import NAME %s" % a.out)
+
+
 # ---- command line ----
 
 def _main(argv):
@@ -377,7 +716,37 @@ def _main(argv):
     p.add_argument("--num-outputs", type=int)
     p.add_argument("--preprocess", help='JSON, e.g. {"kind":"scale","factor":0.00392}')
     p.add_argument("--seed", type=int, default=0)
+    p = sub.add_parser(
+        "convert", help="convert a plain PyTorch module (and its state dict) to a "
+        "trainyard model file",
+        description="Walks the module's leaf modules in registration order, writes "
+        "the trainyard spec they make and the state dict under trainyard's names "
+        "(fc1.weight -> 0.weight), and checks the result against the module's own "
+        "forward() on random inputs. Supported: " + SUPPORTED + ".")
+    p.add_argument("out", help="the trainyard model file to write (.safetensors)")
+    p.add_argument("--module-file", help="a Python file that defines the module's class")
+    p.add_argument("--class", dest="cls", help="the class in --module-file")
+    p.add_argument("--args", help="JSON object of keyword arguments for the class")
+    p.add_argument("--state-dict", help="the weights: a torch.save'd state dict (.pt) or a "
+                   "safetensors file with PyTorch's names; without it, the class's own "
+                   "initial weights")
+    p.add_argument("--saved", help="a torch.save'd module (an nn.Sequential, or a class "
+                   "--module-file defines) instead of --class")
+    p.add_argument("--task", choices=["classification", "regression"], required=True)
+    p.add_argument("--input-shape", required=True, help="one example's shape, e.g. 1,28,28 or 4")
+    p.add_argument("--classes", help="comma-separated class labels, in output order")
+    p.add_argument("--num-outputs", type=int, help="default: the module's output size")
+    p.add_argument("--preprocess", help='JSON, e.g. {"kind":"scale","factor":0.00392}')
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the comparison with the module's forward()")
     a = ap.parse_args(argv)
+    if a.cmd == "convert":
+        try:
+            _convert(a)
+        except ConvertError as e:
+            print("trainyard_torch.py convert: %s" % e, file=sys.stderr)
+            return 1
+        return 0
     if a.cmd == "show":
         model, meta = load_model(a.model)
         print(model)

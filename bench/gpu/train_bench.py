@@ -86,7 +86,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import numpy as np  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 
 MLP = [{"type": "flatten"},
        {"type": "dense", "units": 256}, {"type": "relu"},

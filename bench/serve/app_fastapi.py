@@ -1,7 +1,7 @@
 """The FastAPI + PyTorch baseline of bench/serve/run.py: POST /predict takes
 trainyard's predict body ({"inputs": [[784 numbers], ...]}) and answers
 {"outputs": [[probabilities]], "predictions": [labels]}, the model built
-from its spec by bench/reference/trainyard_torch.py and the same weights
+from its spec by tools/trainyard_torch.py and the same weights
 trainyard imported.
 
 Run as `uvicorn app_fastapi:app --fd N` with BENCH_MODEL_DIR set (the
@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse, Response
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools"))
 import trainyard_torch as tt  # noqa: E402
 import weights  # noqa: E402
 

@@ -5,7 +5,7 @@ gain against trainyard's own in-process predict path, on this machine
 build/trainyard]).
 
 One `trainyard serve` (its own temporary data folder, on the CPU) with
-the models made in PyTorch (bench/reference/trainyard_torch.py) and
+the models made in PyTorch (tools/trainyard_torch.py) and
 imported through POST /v1/models:
 
   cnn   docs/jobs.md's Fashion-MNIST CNN (conv 32 5x5, pool, conv 64 5x5,
@@ -71,7 +71,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "bench", "reference"))
+sys.path.insert(0, os.path.join(REPO, "tools"))
 
 import run as base  # noqa: E402  (bench/serve/run.py: processes, wrk, models)
 

@@ -74,7 +74,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(REPO, "bench", "reference"))
+sys.path.insert(0, os.path.join(REPO, "tools"))
 
 SPEC = {"layers": [{"type": "flatten"},
                    {"type": "dense", "units": 256}, {"type": "relu"},

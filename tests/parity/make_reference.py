@@ -38,7 +38,7 @@ except ImportError as e:
              % (sys.executable, e))
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "..", "bench", "reference"))
+                                "..", "..", "tools"))
 import trainyard_torch as tt  # noqa: E402,I100
 
 torch.set_num_threads(1)

@@ -4,7 +4,7 @@
 
   train -> torch   a model trained through the API, its weights downloaded
                    (GET /v1/models/{id}/weights) and loaded into PyTorch with
-                   bench/reference/trainyard_torch.py, predicts what the
+                   tools/trainyard_torch.py, predicts what the
                    server's /predict does (max |diff| <= 1e-5 on outputs);
   torch -> import  a model built (and trained a few steps) in PyTorch, saved
                    with trainyard_torch.py and imported (POST /v1/models),
@@ -38,7 +38,7 @@ except ImportError as e:
              "does)" % (sys.executable, e))
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "bench", "reference"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
 import trainyard_torch as tt  # noqa: E402
 
 TOL = 1e-5
