@@ -57,7 +57,8 @@ void cli_usage(FILE *f)
         "  datasets       upload | list | show ID | rm ID\n"
         "  jobs           submit FILE | list | show ID | cancel ID | watch ID\n"
         "  models         list | show ID | download ID | predict ID FILE |\n"
-        "                 evaluate ID --dataset DATASET_ID\n"
+        "                 evaluate ID --dataset DATASET_ID |\n"
+        "                 import NAME WEIGHTS [--metadata FILE]\n"
         "  deployments    create NAME --model MODEL | list | get ID |\n"
         "                 update ID | delete ID (serve a model from "
         "replicas)\n"
@@ -140,6 +141,7 @@ static const opt_spec options[] = {
     {"--burst", NULL, 1},
     {"--max-concurrency", NULL, 1},
     {"--priority", NULL, 1},
+    {"--metadata", NULL, 1},
 };
 
 /* Parses argv[1..] but the command's name at skip. */

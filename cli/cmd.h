@@ -68,6 +68,8 @@ const char *cli_str(const json_t *obj, const char *key);
 int cli_cmd_datasets(cli_ctx *c);
 int cli_cmd_jobs(cli_ctx *c);
 int cli_cmd_models(cli_ctx *c);
+/* `models import` (cmd_models_import.c). */
+int cli_models_import(cli_ctx *c);
 int cli_cmd_devices(cli_ctx *c);
 int cli_cmd_deployments(cli_ctx *c);
 int cli_cmd_tenants(cli_ctx *c);

@@ -22,12 +22,18 @@ static void usage(FILE *f)
             "default ID.safetensors)\n"
             "       trainyard models predict ID INPUT.json|-\n"
             "       trainyard models evaluate ID --dataset DATASET_ID\n"
+            "       trainyard models import NAME WEIGHTS.safetensors "
+            "[--metadata FILE]\n"
             "\n"
             "INPUT is the predict request body: {\"inputs\": [[...], ...]}.\n"
             "predict prints one row per input: its index, the prediction, and\n"
             "for classification the predicted class's probability. evaluate\n"
             "prints the model's loss and accuracy on the dataset (accuracy -\n"
-            "for regression).\n");
+            "for regression). import uploads a model made elsewhere: FILE is\n"
+            "the metadata JSON (spec, task, input_shape, classes or\n"
+            "num_outputs, preprocess), not needed when the weights file\n"
+            "carries trainyard's metadata (tools/trainyard_torch.py convert\n"
+            "writes such a file from a PyTorch module; docs/models.md).\n");
 }
 
 static int list(cli_ctx *c)
@@ -289,6 +295,8 @@ int cli_cmd_models(cli_ctx *c)
         return predict(c);
     if (!strcmp(sub, "evaluate"))
         return evaluate(c);
+    if (!strcmp(sub, "import"))
+        return cli_models_import(c);
     return cli_usage_error(
         "models",
         *sub ? "unknown models command '%s'" : "models needs a command%s", sub);
