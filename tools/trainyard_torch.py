@@ -545,7 +545,10 @@ def _check_forward(module, spec, tensors, input_shape, samples=8, seed=0):
     try:
         with torch.no_grad():
             try:
-                want = module(x)
+                # On the module's device; compared on the CPU.
+                dev = next((t.device for t in module.state_dict().values()),
+                           torch.device("cpu"))
+                want = module(x.to(dev)).cpu()
             except Exception as e:  # noqa: BLE001 - anything forward() raises
                 raise ConvertError("the module's forward() fails on input (N, %s): %s"
                                    % (", ".join(map(str, input_shape)), e))
