@@ -27,7 +27,8 @@ static void usage(FILE *f)
             "predict prints one row per input: its index, the prediction, and\n"
             "for classification the predicted class's probability. evaluate\n"
             "prints the model's loss and accuracy on the dataset (accuracy -\n"
-            "for regression).\n");
+            "for regression, which also gets mse, rmse, mae and r2 in the\n"
+            "target's units; loss is the training objective).\n");
 }
 
 static int list(cli_ctx *c)
