@@ -78,6 +78,7 @@
 #include "common/ty.h"
 #include "models/data/dataset.h"
 #include "models/backend.h"
+#include "models/target.h"
 
 #define NN_MAX_LAYERS 256
 
@@ -186,7 +187,8 @@ uint32_t nn_workspace_max_batch(const nn_workspace *ws);
  * uploaded data: the net applies its stored preprocessing) and writes
  * (n, num_outputs): class probabilities for classification (softmax, or
  * [1 - p, p] with p = sigmoid(logit) for binary_cross_entropy), predicted
- * values for regression, in the target's units ("trainyard.target"). Dropout is off. No allocation. */
+ * values for regression, in the target's units ("trainyard.target").
+ * Dropout is off. No allocation. */
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
                          uint32_t n, float *out, ty_err *err);
 
@@ -196,13 +198,6 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
 ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
                           const int32_t *class_map, double *loss,
                           double *accuracy, ty_err *err);
-
-/* Regression metrics in the target's own units (models/target.h): mean
- * squared error, its root, mean absolute error (all over every output
- * value), and R^2 as scikit-learn's r2_score(multioutput="uniform_average"). */
-typedef struct nn_reg_metrics {
-    double mse, rmse, mae, r2;
-} nn_reg_metrics;
 
 /* nn_net_evaluate, and for regression (reg not NULL) the metrics of the
  * net's predictions in the target's units into *reg (NAN each for

@@ -23,7 +23,6 @@
 #include "models/backend.h"
 #include "models/data/dataset.h"
 #include "models/nn.h"
-#include "models/target.h"
 
 #define NN_MAX_DIMS 4
 #define NN_MAX_PARAMS (1ull << 31) /* trainable values per model */

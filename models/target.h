@@ -26,7 +26,6 @@
 
 #include "common/ty.h"
 #include "models/data/dataset.h"
-#include "models/nn.h"
 
 typedef struct {
     uint32_t cols;      /* 0: no scaling (identity) */
@@ -60,6 +59,13 @@ void nn_target_scale(const nn_target *t, float *z, const float *y,
 /* y (rows, cols) back into the target's units, in place: y * std + mean
  * (in double, rounded once). A no-op without scaling. */
 void nn_target_unscale(const nn_target *t, float *y, uint32_t rows);
+
+/* Regression metrics in the target's own units: mean squared error, its
+ * root, mean absolute error (all over every output value), and R^2 as
+ * scikit-learn's r2_score(multioutput="uniform_average"). */
+typedef struct nn_reg_metrics {
+    double mse, rmse, mae, r2;
+} nn_reg_metrics;
 
 /* Sums of a regression evaluation in the target's units. */
 typedef struct {
