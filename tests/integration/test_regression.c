@@ -17,7 +17,8 @@
  * Checked: evaluate on the held-out rows answers mse, rmse, mae and r2 in
  * the target's units with r2 >= 0.9 and rmse^2 = mse; predictions are
  * prices (mean relative error below 8%); the job's metrics carry rmse, mae
- * and r2, and each epoch record train_rmse, val_rmse, val_mae and val_r2;
+ * and r2, and each epoch record (and curve point) train_rmse, val_rmse,
+ * val_mae and val_r2;
  * target_scaling other than standardize|none is a 422 naming the field.
  */
 #include <setjmp.h>
@@ -279,6 +280,16 @@ static void test_prices_train_and_predict_in_units(void **state)
     assert_true(num(last, "val_rmse") > 1e4);
     assert_true(num(last, "val_mae") > 1e3);
     assert_true(num(last, "train_rmse") > 1e4);
+    resp_free(r);
+    /* and the curves, point by point */
+    snprintf(path, sizeof path, "/v1/jobs/%s/curves", job);
+    r = http_get(&server, path);
+    expect_status(r, 200);
+    const json_t *pts =
+        json_object_get(json_object_get(r->json, "epochs"), "points");
+    assert_int_equal(json_array_size(pts), 20);
+    assert_true(num(json_array_get(pts, 19), "val_r2") >= 0.9);
+    assert_true(num(json_array_get(pts, 0), "val_rmse") > 1e4);
     resp_free(r);
 }
 
