@@ -48,6 +48,12 @@ ty_status nn_target_fit(nn_target *t, const ty_dataset *ds, const uint32_t *idx,
     if (st != TY_OK)
         return st;
     for (uint32_t i = 0; i < n; i++) {
+        if ((idx ? idx[i] : i) >= ds->num_examples) {
+            nn_target_free(t);
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "example index %u is out of range",
+                           idx ? idx[i] : i);
+        }
         const float *y = ds->y_value + (size_t)(idx ? idx[i] : i) * c;
         for (uint32_t j = 0; j < c; j++)
             t->mean[j] += y[j];
@@ -177,13 +183,19 @@ ty_status nn_reg_acc_init(nn_reg_acc *a, const ty_dataset *ds,
                        "out of memory computing regression metrics");
     }
     a->cols = c;
+    /* Rows out of range are the evaluation's error to report: skipped. */
+    uint32_t seen = 0;
     for (uint32_t i = 0; ds->y_value && i < n; i++) {
-        const float *y = ds->y_value + (size_t)(idx ? idx[i] : i) * c;
+        uint32_t row = idx ? idx[i] : i;
+        if (row >= ds->num_examples)
+            continue;
+        const float *y = ds->y_value + (size_t)row * c;
         for (uint32_t j = 0; j < c; j++)
             a->mean_y[j] += y[j];
+        seen++;
     }
-    for (uint32_t j = 0; n && j < c; j++)
-        a->mean_y[j] /= n;
+    for (uint32_t j = 0; seen && j < c; j++)
+        a->mean_y[j] /= seen;
     return TY_OK;
 }
 
