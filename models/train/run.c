@@ -430,9 +430,11 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         return st;
     /* Regression targets in natural units (prices near 1e5) would leave
      * the loss and its gradients at that scale: the net learns them
-     * standardized over the training split (models/target.h). */
+     * standardized over the training split (models/target.h). Only when
+     * asked: every submit settles the default to it (train.h), and a job
+     * admitted before it existed has none and resumes as it began. */
     if (ds->task == TY_TASK_REGRESSION &&
-        hp->target_scaling != TRAIN_TARGET_NONE &&
+        hp->target_scaling == TRAIN_TARGET_STANDARDIZE &&
         (st = nn_target_fit(&t->tg, ds, job->train_idx, t->n_train, err)) !=
             TY_OK)
         return st;

@@ -56,8 +56,11 @@
  *   metrics) is turned back into the target's units (models/target.h,
  *   "trainyard.target" in nn.h), as scikit-learn's TransformedTargetRegressor
  *   with a StandardScaler does; "none" trains on the raw targets. Given for
- *   a classification dataset it is an error
- *   (train_hparams_resolve_loss),
+ *   a classification dataset it is an error. The default is settled by
+ *   train_hparams_resolve_loss, which every submit runs and which spells
+ *   "standardize" out in the job's hyperparameters; train_run takes an
+ *   unsettled (absent) one as "none", so a job admitted before target
+ *   scaling existed resumes from its checkpoint as it was trained,
  *   seed (0..2^53; default chosen at random by train_hparams_parse and written
  *   into the normalized object, so every run is reproducible afterwards),
  *   checkpoint_every_steps (0 = only at the end of each epoch; default 0;
@@ -130,8 +133,9 @@ typedef enum {
     TRAIN_PRECISION_AUTO
 } train_precision;
 
-/* hyperparameters.target_scaling (regression only). AUTO: absent, which
- * standardizes a regression dataset's targets. */
+/* hyperparameters.target_scaling (regression only). AUTO: absent; settled
+ * to STANDARDIZE for regression by train_hparams_resolve_loss, and read
+ * as NONE by train_run (see target_scaling above). */
 typedef enum {
     TRAIN_TARGET_AUTO = 0,
     TRAIN_TARGET_STANDARDIZE,
@@ -163,8 +167,8 @@ typedef struct {
     int cuda_graph;
     train_precision
         precision; /* as asked; train_precision_resolve settles it */
-    /* Regression targets: standardized per column for training (the
-     * default, TRAIN_TARGET_AUTO) or taken as they are. */
+    /* Regression targets: standardized per column for training or taken
+     * as they are (see target_scaling above). */
     train_target_scaling target_scaling;
 } train_hparams;
 

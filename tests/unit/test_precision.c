@@ -608,9 +608,7 @@ static void test_bf16_residual(void **state)
 
 /* Regression on targets near 1000 with batch 8: the first loss gradients,
  * 2 (pred - y) / 8 times the scale 2^16, are far beyond fp16's 65504, so
- * their 16-bit copies overflow to inf until the scale has halved enough.
- * (Trained on the raw targets, target_scaling "none": standardized ones,
- * the default, would not overflow.) */
+ * their 16-bit copies overflow to inf until the scale has halved enough. */
 static void synth_big_targets(synth *s, uint32_t n)
 {
     static const uint32_t shape[] = {4};
@@ -630,7 +628,7 @@ static const char *const reg_spec =
     "{\"type\":\"dense\",\"units\":1}]}";
 static const char *const fp16_hp =
     "{\"epochs\":6,\"batch_size\":8,\"learning_rate\":0.5,\"seed\":5,"
-    "\"precision\":\"fp16\",\"target_scaling\":\"none\"}";
+    "\"precision\":\"fp16\"}";
 
 static void test_fp16_overflow_skips_and_backs_off(void **state)
 {
