@@ -165,6 +165,17 @@ static int set_json(json_t *o, const char *key, const json_t *v)
     return rc;
 }
 
+static json_t *metrics_json_base(const train_epoch_metrics *m)
+{
+    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "epoch",
+                     (json_int_t)m->epoch, "train_loss", m->train_loss,
+                     "train_accuracy", m->train_accuracy, "val_loss",
+                     m->val_loss, "val_accuracy", m->val_accuracy,
+                     "samples_per_sec", m->samples_per_sec, "seconds",
+                     m->seconds, "loss_scale", m->loss_scale, "skipped_steps",
+                     (json_int_t)m->skipped_steps);
+}
+
 /* A regression metric for the checkpoint: null when absent (NAN). */
 static json_t *real_or_null(double v)
 {
@@ -181,8 +192,6 @@ static double *reg_field(train_epoch_metrics *m, size_t i)
     return f[i];
 }
 
-static json_t *metrics_json_base(const train_epoch_metrics *m);
-
 static json_t *metrics_json(const train_epoch_metrics *m)
 {
     json_t *j = metrics_json_base(m);
@@ -190,17 +199,6 @@ static json_t *metrics_json(const train_epoch_metrics *m)
     for (size_t i = 0; j && i < TY_ARRAY_LEN(REG_KEYS); i++)
         json_object_set_new(j, REG_KEYS[i], real_or_null(*reg_field(&c, i)));
     return j;
-}
-
-static json_t *metrics_json_base(const train_epoch_metrics *m)
-{
-    return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "epoch",
-                     (json_int_t)m->epoch, "train_loss", m->train_loss,
-                     "train_accuracy", m->train_accuracy, "val_loss",
-                     m->val_loss, "val_accuracy", m->val_accuracy,
-                     "samples_per_sec", m->samples_per_sec, "seconds",
-                     m->seconds, "loss_scale", m->loss_scale, "skipped_steps",
-                     (json_int_t)m->skipped_steps);
 }
 
 /* fp16: the loss scaler's state and the epoch's skipped steps, so a
@@ -264,9 +262,9 @@ ty_status train_save_model(const trainer *t, ty_err *err)
                                      a->num_outputs, classes, &t->pp);
     json_t *loss = nn_loss_to_json(&a->loss);
     const json_t *extra = t->job->extra_meta;
-    /* The loss decides how predict reads the output (nn.h). Extra keys
-     * never replace the engine's own trainyard.* entries. */
-    /* Regression: how outputs go back to the target's units (nn.h). */
+    /* The loss decides how predict reads the output, trainyard.target
+     * (regression) how outputs go back to the target's units (nn.h). Extra
+     * keys never replace the engine's own trainyard.* entries. */
     json_t *target = t->tg.cols ? nn_target_to_json(&t->tg) : NULL;
     int bad = !meta || !loss || set_json(meta, "trainyard.loss", loss) ||
               (t->tg.cols &&
