@@ -16,7 +16,8 @@
  *
  * Checked: evaluate on the held-out rows answers mse, rmse, mae and r2 in
  * the target's units with r2 >= 0.9 and rmse^2 = mse; predictions are
- * prices (mean relative error below 8%; KServe's too, within 25% each);
+ * prices (mean relative error below 8%; KServe's too, within 25% each,
+ * and a deployment's replica's, equal to the in-process ones);
  * the job's metrics carry rmse, mae and r2, and each epoch record (and
  * curve point) train_rmse, val_rmse, val_mae and val_r2; target_scaling
  * other than standardize|none is a 422 naming the field.
@@ -31,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/rng.h"
 #include "harness.h"
@@ -243,6 +245,47 @@ static void test_prices_train_and_predict_in_units(void **state)
                               : json_array_get(pred, 0)),
         y[TRAIN_ROWS]);
     assert_true(rel < 0.08);
+    double local[100];
+    for (int i = 0; i < 100; i++) {
+        const json_t *p = json_array_get(pred, (size_t)i);
+        local[i] =
+            json_number_value(json_is_array(p) ? json_array_get(p, 0) : p);
+    }
+    resp_free(r);
+
+    /* A deployment's replica answers the same prices. */
+    char dep[64], body2[256];
+    snprintf(body2, sizeof body2,
+             "{\"name\": \"houses-live\", \"model\": \"%s\"}", model);
+    r = http_json(&server, "POST", "/v1/deployments", body2);
+    if (r->status != 201)
+        fail_msg("deploy: %ld %s", r->status, r->body);
+    snprintf(dep, sizeof dep, "%s", str(r->json, "id"));
+    resp_free(r);
+    snprintf(body2, sizeof body2, "/v1/deployments/%s", dep);
+    int ready = 0;
+    for (double end = now_seconds() + 60; !ready && now_seconds() < end;) {
+        r = http_get(&server, body2);
+        ready = r->status == 200 && str(r->json, "status") &&
+                !strcmp(str(r->json, "status"), "ready");
+        resp_free(r);
+        if (!ready)
+            usleep(100 * 1000);
+    }
+    assert_true(ready);
+    r = http_json(&server, "POST", path, text);
+    expect_status(r, 200);
+    assert_true(json_is_string(json_object_get(r->json, "deployment")));
+    pred = json_object_get(r->json, "predictions");
+    assert_int_equal(json_array_size(pred), 100);
+    for (int i = 0; i < 100; i++) {
+        const json_t *p = json_array_get(pred, (size_t)i);
+        double v =
+            json_number_value(json_is_array(p) ? json_array_get(p, 0) : p);
+        assert_true(fabs(v - local[i]) <= 1e-4 * fabs(local[i]));
+    }
+    resp_free(r);
+    r = http_do(&server, "DELETE", body2, NULL, NULL, 0, NULL);
     resp_free(r);
     free(text);
     json_decref(req);
