@@ -20,7 +20,8 @@
  * and a deployment's replica's, equal to the in-process ones);
  * the job's metrics carry rmse, mae and r2, and each epoch record (and
  * curve point) train_rmse, val_rmse, val_mae and val_r2; target_scaling
- * other than standardize|none is a 422 naming the field.
+ * other than standardize|none, or named for a classification dataset, is
+ * a 422 naming the field.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -379,6 +380,26 @@ static void test_target_scaling_is_checked(void **state)
     r = http_json(&server, "POST", "/v1/jobs?dry_run=true", body);
     if (r->status != 200)
         fail_msg("dry run with none: %ld %s", r->status, r->body);
+    resp_free(r);
+    /* Named for a classification dataset it is an error, not ignored. */
+    char a[PATH_MAX + 16], blobs[64];
+    make_blobs_csv(file_path("blobs.csv"), 30, 3);
+    snprintf(a, sizeof a, "file=@%s", file_path("blobs.csv"));
+    const char *parts[] = {"name=blobs", "format=csv", "label_column=species",
+                           a, NULL};
+    r = http_upload(&server, "/v1/datasets", parts);
+    expect_status(r, 201);
+    snprintf(blobs, sizeof blobs, "%s", str(r->json, "id"));
+    resp_free(r);
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\":"
+             " \"dense\", \"units\": 3}]}, \"hyperparameters\":"
+             " {\"target_scaling\": \"standardize\"}}",
+             blobs);
+    r = http_json(&server, "POST", "/v1/jobs?dry_run=true", body);
+    expect_status(r, 422);
+    assert_non_null(strstr(r->body, "hyperparameters.target_scaling"));
+    assert_non_null(strstr(r->body, "classification"));
     resp_free(r);
 }
 
