@@ -10,6 +10,8 @@
 #               http.server baselines (about 15 minutes; not a test)
 #   make bench-deploy [ARGS=--quick]  serving deployments: batching gain,
 #               replica hop, autoscaling, cold start, noisy tenant (minutes)
+#   make bench-regression [ARGS=--epochs 40]  regression on targets in
+#               natural units against scikit-learn (seconds; not a test)
 #   make test-unit [T=test_<module>]  build and run one unit test, or all of them
 #   make format  apply .clang-format to every C, header and CUDA file
 #   make fuzz [SECONDS=600] [TARGET=name]  run the libFuzzer targets that long
@@ -19,7 +21,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve bench-deploy bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -123,6 +125,11 @@ bench-serve: server
 bench-deploy: server
 	@scripts/setup.sh bench-serve
 	bench/serve/deploy.py --binary $(BUILD)/trainyard $(ARGS)
+
+# Regression with prices as targets: trainyard with and without target
+# scaling beside scikit-learn's MLPRegressor (bench/regression/run.py --help).
+bench-regression: server
+	bench/regression/run.py --binary $(BUILD)/trainyard $(ARGS)
 
 # The Slurm executor's overhead beside the local one (root: a single-node
 # Slurm from tests/slurm/cluster.sh, stopped afterwards).

@@ -62,6 +62,16 @@ static void metrics_text(const json_t *m, char *out, size_t size)
         o += (size_t)snprintf(out + o, size - o, "val_loss %.4f ", vloss);
     if (vacc >= 0 && o < size)
         o += (size_t)snprintf(out + o, size - o, "val_accuracy %.4f ", vacc);
+    /* Regression, in the target's units (R^2 may be below 0). */
+    static const char *const reg[] = {"train_rmse", "val_rmse", "val_mae",
+                                      "val_r2"};
+    for (size_t i = 0; i < sizeof reg / sizeof *reg && o < size; i++) {
+        const json_t *v = json_object_get(m, reg[i]);
+        if (json_is_number(v))
+            o += (size_t)snprintf(out + o, size - o,
+                                  i == 3 ? "%s %.4f " : "%s %.6g ", reg[i],
+                                  json_number_value(v));
+    }
     if (rate >= 0 && o < size)
         o += (size_t)snprintf(out + o, size - o, "%.0f samples/s ", rate);
     if (o > 0 && o <= size)

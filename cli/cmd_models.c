@@ -29,8 +29,9 @@ static void usage(FILE *f)
             "predict prints one row per input: its index, the prediction, and\n"
             "for classification the predicted class's probability. evaluate\n"
             "prints the model's loss and accuracy on the dataset (accuracy -\n"
-            "for regression). import uploads a model made elsewhere: FILE is\n"
-            "the metadata JSON (spec, task, input_shape, classes or\n"
+            "for regression, which also gets mse, rmse, mae and r2 in the\n"
+            "target's units; loss is the training objective).\n"
+            "import uploads a model made elsewhere: FILE is the metadata JSON (spec, task, input_shape, classes or\n"
             "num_outputs, preprocess), not needed when the weights file\n"
             "carries trainyard's metadata (tools/trainyard_torch.py convert\n"
             "writes such a file from a PyTorch module; docs/models.md).\n");

@@ -281,6 +281,36 @@ static json_t *metric(const json_t *ev, const char *key)
     return json_real(json_number_value(v));
 }
 
+/* A finite number of the line as it is (R^2 may be below 0), else null. */
+static json_t *signed_metric(const json_t *ev, const char *key)
+{
+    json_t *v = json_object_get(ev, key);
+    if (!json_is_number(v) || !isfinite(json_number_value(v)))
+        return json_null();
+    return json_real(json_number_value(v));
+}
+
+/* A regression epoch's metrics into its record m (the names of the line),
+ * and the job's own rmse, mae and r2: the validation set's, or the
+ * training examples' when the job has none (new reference; NULL for a
+ * line without them: classification, older workers). */
+static json_t *regression_metrics(const json_t *ev, json_t *m)
+{
+    static const char *const keys[] = {WPROTO_F_TRAIN_RMSE, WPROTO_F_TRAIN_MAE,
+                                       WPROTO_F_TRAIN_R2,   WPROTO_F_VAL_RMSE,
+                                       WPROTO_F_VAL_MAE,    WPROTO_F_VAL_R2};
+    if (!json_object_get(ev, WPROTO_F_TRAIN_RMSE))
+        return NULL;
+    for (size_t i = 0; i < TY_ARRAY_LEN(keys); i++)
+        json_object_set_new(m, keys[i], signed_metric(ev, keys[i]));
+    int val = json_is_number(json_object_get(m, WPROTO_F_VAL_RMSE));
+    return json_pack(
+        "{s:O, s:O, s:O}", "rmse",
+        json_object_get(m, val ? WPROTO_F_VAL_RMSE : WPROTO_F_TRAIN_RMSE),
+        "mae", json_object_get(m, val ? WPROTO_F_VAL_MAE : WPROTO_F_TRAIN_MAE),
+        "r2", json_object_get(m, val ? WPROTO_F_VAL_R2 : WPROTO_F_TRAIN_R2));
+}
+
 /* A number of the line, NAN when it has none (stored as a gap). */
 static double number_or_nan(const json_t *ev, const char *key)
 {
@@ -391,11 +421,16 @@ static void training_message(void *ctx, int place, wproto_msg kind,
                 json_t *v = json_object_get(ev, where[i]);
                 json_object_set(m, where[i], v ? v : json_null());
             }
+            json_t *reg = regression_metrics(ev, m);
             store_job_epoch(
                 env->store, w->job_id,
                 json_integer_value(json_object_get(ev, WPROTO_F_EPOCH)), m,
                 &err);
+            /* The job's latest rmse, mae, r2 beside its val_loss. */
+            if (reg)
+                store_job_progress(env->store, w->job_id, NULL, reg, &err);
             svc_publish(r, w->job_id, EV_JOB_EPOCH, m);
+            json_decref(reg);
             json_decref(m);
             break;
         }

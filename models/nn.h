@@ -57,6 +57,13 @@
  *                           mse). With binary_cross_entropy the network
  *                           ends in 1 unit (the logit of class 1) while
  *                           num_outputs and classes count 2 classes.
+ *   "trainyard.target"      regression only, optional: JSON
+ *                           {"kind":"standardize","mean":[..],"std":[..]}
+ *                           (one per output column, double; std > 0): the
+ *                           net was trained on (y - mean) / std and its
+ *                           outputs are turned back with z * std + mean
+ *                           (models/target.h); {"kind":"none"} or absent
+ *                           (older files, imports): outputs as they are.
  * plus whatever extra metadata the trainer was given (train.h).
  *
  * Nets are immutable once loaded and may be shared between threads; each
@@ -71,6 +78,7 @@
 #include "common/ty.h"
 #include "models/data/dataset.h"
 #include "models/backend.h"
+#include "models/target.h"
 
 #define NN_MAX_LAYERS 256
 
@@ -179,7 +187,8 @@ uint32_t nn_workspace_max_batch(const nn_workspace *ws);
  * uploaded data: the net applies its stored preprocessing) and writes
  * (n, num_outputs): class probabilities for classification (softmax, or
  * [1 - p, p] with p = sigmoid(logit) for binary_cross_entropy), predicted
- * values for regression. Dropout is off. No allocation. */
+ * values for regression, in the target's units ("trainyard.target").
+ * Dropout is off. No allocation. */
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
                          uint32_t n, float *out, ty_err *err);
 
@@ -189,6 +198,15 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
 ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
                           const int32_t *class_map, double *loss,
                           double *accuracy, ty_err *err);
+
+/* nn_net_evaluate, and for regression (reg not NULL) the metrics of the
+ * net's predictions in the target's units into *reg (NAN each for
+ * classification). loss stays the training objective: on standardized
+ * targets when the model has "trainyard.target". */
+ty_status nn_net_evaluate_metrics(const nn_net *net, const ty_dataset *ds,
+                                  const int32_t *class_map, double *loss,
+                                  double *accuracy, nn_reg_metrics *reg,
+                                  ty_err *err);
 
 /* Imports the safetensors file in_path (weights made elsewhere, e.g. a
  * PyTorch state dict) as a model file at out_path, and loads it into *net.

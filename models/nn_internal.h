@@ -485,6 +485,19 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
                            uint32_t n, const int32_t *class_map, double *loss,
                            double *accuracy, ty_err *err);
 
+/* nn_eval_examples for regression with target scaling: the loss is taken
+ * on targets scaled by tg (NULL or cols 0: as they are), the training
+ * objective; when reg is not NULL it gets the metrics of the outputs
+ * unscaled by tg against ds's own targets (the target's units; NAN each
+ * for classification). */
+ty_status nn_eval_examples_reg(const nn_arch *arch, const float *params,
+                               const nn_preproc *pp, const nn_target *tg,
+                               nn_workspace *ws, const ty_dataset *ds,
+                               const uint32_t *idx, uint32_t n,
+                               const int32_t *class_map, double *loss,
+                               double *accuracy, nn_reg_metrics *reg,
+                               ty_err *err);
+
 /* Metadata of a model file as nn.h describes it; new object or NULL. */
 json_t *nn_model_metadata(const json_t *spec, ty_task task,
                           const nn_shape *input, uint32_t num_outputs,

@@ -28,6 +28,7 @@ struct nn_net {
                                   params' allocator and the base of every
                                   workspace made for the net */
     nn_preproc pp;
+    nn_target tg; /* regression target scaling (cols 0: none) */
     json_t *meta; /* parsed metadata, see nn_net_meta */
 };
 
@@ -303,6 +304,40 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
                            uint32_t n, const int32_t *class_map, double *loss,
                            double *accuracy, ty_err *err)
 {
+    return nn_eval_examples_reg(arch, params, pp, NULL, ws, ds, idx, n,
+                                class_map, loss, accuracy, NULL, err);
+}
+
+/* The batch's outputs y (m, c) into the target's units in pred (host),
+ * added to acc against ds's targets of rows idx[first..first+m). */
+static void eval_reg_batch(const nn_arch *arch, nn_workspace *ws,
+                           const float *y, const nn_target *tg,
+                           const ty_dataset *ds, const uint32_t *idx,
+                           uint32_t first, uint32_t m, float *pred,
+                           nn_reg_acc *acc)
+{
+    const uint32_t c = arch->num_outputs;
+    if (nn_backend_host_visible(arch->be))
+        memcpy(pred, y, (size_t)m * c * sizeof *pred);
+    else
+        arch->be->download(ws->ex, pred, y, (size_t)m * c * sizeof *pred);
+    if (tg)
+        nn_target_unscale(tg, pred, m);
+    for (uint32_t i = 0; i < m; i++) {
+        uint32_t row = idx ? idx[first + i] : first + i;
+        nn_reg_acc_add(acc, pred + (size_t)i * c,
+                       ds->y_value + (size_t)row * ds->y_dim, 1);
+    }
+}
+
+ty_status nn_eval_examples_reg(const nn_arch *arch, const float *params,
+                               const nn_preproc *pp, const nn_target *tg,
+                               nn_workspace *ws, const ty_dataset *ds,
+                               const uint32_t *idx, uint32_t n,
+                               const int32_t *class_map, double *loss,
+                               double *accuracy, nn_reg_metrics *reg,
+                               ty_err *err)
+{
     const int cls = arch->task == TY_TASK_CLASSIFICATION;
     if (ds->features != nn_shape_numel(&arch->input) || ds->task != arch->task)
         return ty_fail(err, TY_EINVAL, NULL,
@@ -319,48 +354,78 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
     if (n == 0)
         return ty_fail(err, TY_EINVAL, NULL,
                        "there are no examples to evaluate");
+    if (reg)
+        *reg = (nn_reg_metrics){NAN, NAN, NAN, NAN};
+    if (tg && (cls || !tg->cols))
+        tg = NULL;
+    /* Regression metrics: the outputs come to the host, into pred. */
+    nn_reg_acc acc = {0};
+    float *pred = NULL;
+    if (reg && !cls) {
+        ty_status st = nn_reg_acc_init(&acc, ds, idx, n, err);
+        if (st != TY_OK)
+            return st;
+        pred = malloc((size_t)ws->max_batch * arch->num_outputs * sizeof *pred);
+        if (!pred) {
+            nn_reg_acc_free(&acc);
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory evaluating");
+        }
+    }
+    ty_status st = TY_OK;
     double sum = 0.0;
     uint64_t hits = 0;
     for (uint32_t first = 0; first < n; first += ws->max_batch) {
         uint32_t m = n - first < ws->max_batch ? n - first : ws->max_batch;
         for (uint32_t i = 0; i < m; i++) {
             uint32_t row = idx ? idx[first + i] : first + i;
-            if (row >= ds->num_examples)
-                return ty_fail(err, TY_EINVAL, NULL,
-                               "example index %u is out of range", row);
+            if (row >= ds->num_examples) {
+                st = ty_fail(err, TY_EINVAL, NULL,
+                             "example index %u is out of range", row);
+                goto done;
+            }
             if (cls) {
                 int32_t y = ds->y_class[row];
                 if (class_map && y >= 0 && (uint32_t)y < ds->num_classes)
                     y = class_map[y];
                 else if (class_map)
                     y = -1;
-                if (y < 0 || (uint32_t)y >= arch->num_outputs)
-                    return ty_fail(err, TY_EINVAL, NULL,
-                                   "example %u has a class the model does not "
-                                   "know",
-                                   row);
+                if (y < 0 || (uint32_t)y >= arch->num_outputs) {
+                    st = ty_fail(err, TY_EINVAL, NULL,
+                                 "example %u has a class the model does not "
+                                 "know",
+                                 row);
+                    goto done;
+                }
                 ws->host_labels[i] = y;
             } else {
-                memcpy(ws->host_targets + (size_t)i * arch->num_outputs,
-                       ds->y_value + (size_t)row * ds->y_dim,
+                float *t = ws->host_targets + (size_t)i * arch->num_outputs;
+                memcpy(t, ds->y_value + (size_t)row * ds->y_dim,
                        arch->num_outputs * sizeof(float));
+                if (tg)
+                    nn_target_scale(tg, t, t, 1);
             }
         }
         nn_preproc_gather(pp, ws->host_in, ds, idx, first, m);
         nn_workspace_upload_input(ws, m);
         nn_workspace_upload_targets(ws, m);
-        nn_forward(arch, params, ws, m, 0, NULL);
+        const float *y = nn_forward(arch, params, ws, m, 0, NULL);
         uint32_t c = 0;
         sum += nn_loss(arch, ws, m, ws->labels, ws->targets, &c, 0);
         hits += c;
+        if (pred)
+            eval_reg_batch(arch, ws, y, tg, ds, idx, first, m, pred, &acc);
         /* A failed device makes the sums garbage: stop at the first. */
-        ty_status st = arch->be->status(ws->ex, err);
-        if (st != TY_OK)
-            return st;
+        if ((st = arch->be->status(ws->ex, err)) != TY_OK)
+            goto done;
     }
     *loss = cls ? sum / n : sum / ((double)n * arch->num_outputs);
     *accuracy = cls ? (double)hits / n : -1.0;
-    return TY_OK;
+    if (pred)
+        nn_reg_acc_result(&acc, reg);
+done:
+    free(pred);
+    nn_reg_acc_free(&acc);
+    return st;
 }
 
 /* ---- trained networks ---- */
@@ -400,6 +465,7 @@ void nn_net_destroy(nn_net *net)
         net->arch.be->release(net->ex, net->params);
     nn_arch_free(&net->arch);
     nn_preproc_free(&net->pp);
+    nn_target_free(&net->tg);
     json_decref(net->meta);
     free(net);
 }
@@ -423,27 +489,41 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
     const uint32_t width = (uint32_t)nn_shape_numel(&a->output);
     if (!ws->out) {
         nn_loss_output(&a->loss, a->be, ws->ex, out, y, n, width);
+        /* Regression: into the target's units (models/target.h). */
+        nn_target_unscale(&net->tg, out, n);
         return TY_OK;
     }
     /* Off the host: computed on the backend, then downloaded. */
     nn_loss_output(&a->loss, a->be, ws->ex, ws->out, y, n, width);
     const size_t w = a->loss.kind == NN_LOSS_BINARY_CROSS_ENTROPY ? 2 : width;
     a->be->download(ws->ex, out, ws->out, (size_t)n * w * sizeof *out);
-    return a->be->status(ws->ex, err);
+    ty_status st = a->be->status(ws->ex, err);
+    if (st == TY_OK)
+        nn_target_unscale(&net->tg, out, n);
+    return st;
 }
 
 ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
                           const int32_t *class_map, double *loss,
                           double *accuracy, ty_err *err)
 {
+    return nn_net_evaluate_metrics(net, ds, class_map, loss, accuracy, NULL,
+                                   err);
+}
+
+ty_status nn_net_evaluate_metrics(const nn_net *net, const ty_dataset *ds,
+                                  const int32_t *class_map, double *loss,
+                                  double *accuracy, nn_reg_metrics *reg,
+                                  ty_err *err)
+{
     uint32_t batch = ds->num_examples < 256 ? ds->num_examples : 256;
     nn_workspace *ws =
         nn_workspace_create_on(&net->arch, batch ? batch : 1, 0, net->ex);
     if (!ws)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory evaluating");
-    ty_status st =
-        nn_eval_examples(&net->arch, net->params, &net->pp, ws, ds, NULL,
-                         ds->num_examples, class_map, loss, accuracy, err);
+    ty_status st = nn_eval_examples_reg(
+        &net->arch, net->params, &net->pp, &net->tg, ws, ds, NULL,
+        ds->num_examples, class_map, loss, accuracy, reg, err);
     nn_workspace_destroy(ws);
     return st;
 }
@@ -548,7 +628,8 @@ static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
                            ty_err *err)
 {
     json_t *spec = NULL, *shape = NULL, *classes = NULL, *pre = NULL,
-           *normalized = NULL, *loss_j = NULL, *loss_norm = NULL;
+           *normalized = NULL, *loss_j = NULL, *loss_norm = NULL,
+           *target_j = NULL;
     ty_status st;
     const char *format = st_meta(f, "trainyard.format");
     if (!format || strcmp(format, "1") != 0)
@@ -595,6 +676,17 @@ static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
     if ((st = nn_preproc_from_json(&net->pp, pre, nn_shape_numel(&input),
                                    err)) != TY_OK)
         goto done;
+    /* Optional (models/target.h): older files and imports have none. */
+    if (st_meta(f, "trainyard.target") &&
+        ((st = meta_json(f, "trainyard.target", &target_j, err)) != TY_OK ||
+         (st = nn_target_from_json(&net->tg, target_j, num_outputs, err)) !=
+             TY_OK))
+        goto done;
+    if (net->tg.cols && task != TY_TASK_REGRESSION) {
+        st = ty_fail(err, TY_EFORMAT, NULL,
+                     "trainyard.target applies to regression models only");
+        goto done;
+    }
     loss_norm = nn_loss_to_json(&loss);
     net->meta =
         json_pack("{s:o, s:s, s:O, s:I, s:O, s:O, s:O}", "spec", normalized,
@@ -612,6 +704,7 @@ done:
     json_decref(normalized);
     json_decref(loss_j);
     json_decref(loss_norm);
+    json_decref(target_j);
     return st;
 }
 

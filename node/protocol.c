@@ -3,6 +3,7 @@
 #include "node/protocol.h"
 
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 static const char *const msg_names[] = {
@@ -101,6 +102,18 @@ json_t *wproto_encode_epoch(const train_epoch_metrics *m,
     if (m->cuda_graph_reason)
         json_object_set_new(ev, WPROTO_F_CUDA_GRAPH_REASON,
                             json_string(m->cuda_graph_reason));
+    /* Regression (train_rmse is a number): the metrics in the target's
+     * units, val_* null without a validation set. */
+    if (isfinite(m->train_rmse)) {
+        const char *keys[] = {WPROTO_F_TRAIN_RMSE, WPROTO_F_TRAIN_MAE,
+                              WPROTO_F_TRAIN_R2,   WPROTO_F_VAL_RMSE,
+                              WPROTO_F_VAL_MAE,    WPROTO_F_VAL_R2};
+        const double v[] = {m->train_rmse, m->train_mae, m->train_r2,
+                            m->val_rmse,   m->val_mae,   m->val_r2};
+        for (size_t i = 0; i < TY_ARRAY_LEN(keys); i++)
+            json_object_set_new(ev, keys[i],
+                                isfinite(v[i]) ? json_real(v[i]) : json_null());
+    }
     return ev;
 }
 

@@ -63,7 +63,10 @@
  *      {"event":"epoch", epoch, train_loss, train_accuracy, val_loss,
  *       val_accuracy, samples_per_sec, seconds, peak_memory_bytes, device,
  *       precision, loss_scale, skipped_steps, cuda_graph,
- *       device_memory_used_bytes (on a GPU), cuda_graph_reason}
+ *       device_memory_used_bytes (on a GPU), cuda_graph_reason; for
+ *       regression also train_rmse, train_mae, train_r2, val_rmse,
+ *       val_mae, val_r2, in the target's units, val_* null without a
+ *       validation set}
  *      {"event":"resume", epoch, step}
  *    and at the end exactly one of
  *      {"event":"done"}                          exit 0: the model is written
@@ -180,6 +183,13 @@ typedef enum {
 #define WPROTO_F_TRAIN_ACCURACY "train_accuracy"
 #define WPROTO_F_VAL_LOSS "val_loss"
 #define WPROTO_F_VAL_ACCURACY "val_accuracy"
+/* regression epochs only (target units; val_* null without validation) */
+#define WPROTO_F_TRAIN_RMSE "train_rmse"
+#define WPROTO_F_TRAIN_MAE "train_mae"
+#define WPROTO_F_TRAIN_R2 "train_r2"
+#define WPROTO_F_VAL_RMSE "val_rmse"
+#define WPROTO_F_VAL_MAE "val_mae"
+#define WPROTO_F_VAL_R2 "val_r2"
 #define WPROTO_F_SECONDS "seconds"
 #define WPROTO_F_PEAK_MEMORY_BYTES "peak_memory_bytes"
 #define WPROTO_F_DEVICE "device"

@@ -5,6 +5,7 @@
 #include "serve/predict.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -328,8 +329,9 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
         }
     }
     double loss = 0, accuracy = -1;
+    nn_reg_metrics reg;
     model_entry_device_lock(rn.m.e);
-    s = nn_net_evaluate(net, &ds, map, &loss, &accuracy, err);
+    s = nn_net_evaluate_metrics(net, &ds, map, &loss, &accuracy, &reg, err);
     model_entry_device_unlock(rn.m.e);
     if (s != TY_OK)
         goto done;
@@ -338,6 +340,15 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
                   "num_examples", (json_int_t)ds.num_examples, "loss", loss);
     json_object_set_new(res, "accuracy",
                         accuracy >= 0 ? json_real(accuracy) : json_null());
+    /* Regression: in the target's own units (loss is the training
+     * objective, on standardized targets for a model that has them). */
+    if (ds.task == TY_TASK_REGRESSION) {
+        const char *keys[] = {"mse", "rmse", "mae", "r2"};
+        const double v[] = {reg.mse, reg.rmse, reg.mae, reg.r2};
+        for (size_t i = 0; i < TY_ARRAY_LEN(keys); i++)
+            json_object_set_new(res, keys[i],
+                                isfinite(v[i]) ? json_real(v[i]) : json_null());
+    }
     json_object_set_new(res, "device", json_string(rn.m.device));
     *reply = res;
 done:

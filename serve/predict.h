@@ -113,7 +113,9 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
 
 /* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
  * classification) over dataset dataset_id. *reply: {"model", "dataset",
- * "num_examples", "loss", "accuracy" (null for regression), "device"}.
+ * "num_examples", "loss", "accuracy" (null for regression), "device"};
+ * for regression also "mse", "rmse", "mae", "r2" in the target's units
+ * (nn_net_evaluate_metrics; loss stays the training objective).
  * A deployed model's rate and concurrency limits apply: TY_ELIMIT with
  * *retry_after. */
 ty_status serve_evaluate(const serve_env *env, const char *tenant_id,

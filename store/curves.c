@@ -139,7 +139,12 @@ ty_status store_job_curves(store *st, const char *tenant_id, const char *id,
             "avg(json_extract(metrics, '$.train_loss')) AS train_loss, "
             "avg(json_extract(metrics, '$.val_loss')) AS val_loss, "
             "avg(json_extract(metrics, '$.train_accuracy')) AS train_accuracy, "
-            "avg(json_extract(metrics, '$.val_accuracy')) AS val_accuracy "
+            "avg(json_extract(metrics, '$.val_accuracy')) AS val_accuracy, "
+            /* regression records only (target units); null otherwise */
+            "avg(json_extract(metrics, '$.train_rmse')) AS train_rmse, "
+            "avg(json_extract(metrics, '$.val_rmse')) AS val_rmse, "
+            "avg(json_extract(metrics, '$.val_mae')) AS val_mae, "
+            "avg(json_extract(metrics, '$.val_r2')) AS val_r2 "
             "FROM job_epochs WHERE job_id = ? "
             "GROUP BY (epoch - 1) / ? ORDER BY 1",
             "si", id, we);

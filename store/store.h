@@ -168,7 +168,8 @@ ty_status store_job_step(store *st, const char *id, int64_t step, int64_t epoch,
 
 /* The job's curves in at most `points` points each (store/curves.c):
  * {job, points, epochs: {total, per_point, points: [{epoch, n, train_loss,
- * val_loss, train_accuracy, val_accuracy}]}, steps: {total, per_point,
+ * val_loss, train_accuracy, val_accuracy, train_rmse, val_rmse, val_mae,
+ * val_r2 (the last four: regression, else null)}]}, steps: {total, per_point,
  * points: [{step, x, n, loss, lr}]}}; a point is the mean of the n
  * records of its bucket, at the bucket's last epoch or step. */
 ty_status store_job_curves(store *st, const char *tenant_id, const char *id,

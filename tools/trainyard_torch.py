@@ -266,6 +266,8 @@ def parse_meta(meta):
         "num_outputs": int(meta["trainyard.num_outputs"]),
         "classes": json.loads(meta["trainyard.classes"]),
         "preprocess": json.loads(meta["trainyard.preprocess"]),
+        # regression only, optional (older files, imports): see unscale
+        "target": json.loads(meta.get("trainyard.target", '{"kind":"none"}')),
     }
 
 
@@ -319,15 +321,32 @@ def preprocess(meta, x):
     return x
 
 
+def unscale(meta, y):
+    """A regression net's outputs y (N, outputs) in the target's units, as
+    the server answers them: y * std + mean per column when the model has
+    "trainyard.target" {"kind": "standardize"} (computed in double, rounded
+    to float32 once), else y as it is."""
+    t = meta.get("target") or {"kind": "none"}
+    if t.get("kind") == "standardize":
+        y = (np.asarray(y, np.float64) * np.asarray(t["std"], np.float64)
+             + np.asarray(t["mean"], np.float64))
+        return y.astype(np.float32)
+    if t.get("kind", "none") != "none":
+        raise ValueError("unknown target kind %r" % t.get("kind"))
+    return y
+
+
 def predict(model, meta, x):
     """What the server's /predict "outputs" hold for raw rows x: softmax
-    probabilities (classification) or values (regression), as numpy."""
+    probabilities (classification) or values (regression, in the target's
+    units), as numpy."""
     xp = preprocess(meta, x).reshape([len(x)] + list(meta["input_shape"]))
     with torch.no_grad():
         y = model.eval()(torch.from_numpy(xp))
         if meta["task"] == "classification":
             y = torch.softmax(y, dim=1)
-    return y.numpy()
+    y = y.numpy()
+    return unscale(meta, y) if meta["task"] == "regression" else y
 
 
 def model_metadata(spec, task, input_shape, classes=None, num_outputs=None,

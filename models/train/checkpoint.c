@@ -17,6 +17,7 @@
  * bit-identical to an uninterrupted run with the same thread count.
  */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -164,7 +165,7 @@ static int set_json(json_t *o, const char *key, const json_t *v)
     return rc;
 }
 
-static json_t *metrics_json(const train_epoch_metrics *m)
+static json_t *metrics_json_base(const train_epoch_metrics *m)
 {
     return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:I}", "epoch",
                      (json_int_t)m->epoch, "train_loss", m->train_loss,
@@ -173,6 +174,31 @@ static json_t *metrics_json(const train_epoch_metrics *m)
                      "samples_per_sec", m->samples_per_sec, "seconds",
                      m->seconds, "loss_scale", m->loss_scale, "skipped_steps",
                      (json_int_t)m->skipped_steps);
+}
+
+/* A regression metric for the checkpoint: null when absent (NAN). */
+static json_t *real_or_null(double v)
+{
+    return isfinite(v) ? json_real(v) : json_null();
+}
+
+static const char *const REG_KEYS[] = {"train_rmse", "train_mae", "train_r2",
+                                       "val_rmse",   "val_mae",   "val_r2"};
+
+static double *reg_field(train_epoch_metrics *m, size_t i)
+{
+    double *f[] = {&m->train_rmse, &m->train_mae, &m->train_r2,
+                   &m->val_rmse,   &m->val_mae,   &m->val_r2};
+    return f[i];
+}
+
+static json_t *metrics_json(const train_epoch_metrics *m)
+{
+    json_t *j = metrics_json_base(m);
+    train_epoch_metrics c = *m;
+    for (size_t i = 0; j && i < TY_ARRAY_LEN(REG_KEYS); i++)
+        json_object_set_new(j, REG_KEYS[i], real_or_null(*reg_field(&c, i)));
+    return j;
 }
 
 /* fp16: the loss scaler's state and the epoch's skipped steps, so a
@@ -236,11 +262,16 @@ ty_status train_save_model(const trainer *t, ty_err *err)
                                      a->num_outputs, classes, &t->pp);
     json_t *loss = nn_loss_to_json(&a->loss);
     const json_t *extra = t->job->extra_meta;
-    /* The loss decides how predict reads the output (nn.h). Extra keys
-     * never replace the engine's own trainyard.* entries. */
+    /* The loss decides how predict reads the output, trainyard.target
+     * (regression) how outputs go back to the target's units (nn.h). Extra
+     * keys never replace the engine's own trainyard.* entries. */
+    json_t *target = t->tg.cols ? nn_target_to_json(&t->tg) : NULL;
     int bad = !meta || !loss || set_json(meta, "trainyard.loss", loss) ||
+              (t->tg.cols &&
+               (!target || set_json(meta, "trainyard.target", target))) ||
               (extra && json_object_update_missing(meta, (json_t *)extra));
     json_decref(loss);
+    json_decref(target);
     if (bad) {
         json_decref(meta);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory writing the model");
@@ -321,6 +352,12 @@ static int parse_metrics(const char *s, train_epoch_metrics *m, int *have)
         m->skipped_steps = json_is_integer(sk) && json_integer_value(sk) >= 0
                                ? (uint64_t)json_integer_value(sk)
                                : 0;
+        /* Regression metrics: written since target scaling; absent or
+         * null: none. */
+        for (size_t i = 0; i < TY_ARRAY_LEN(REG_KEYS); i++) {
+            json_t *v = json_object_get(j, REG_KEYS[i]);
+            *reg_field(m, i) = json_is_number(v) ? json_number_value(v) : NAN;
+        }
         *have = ok;
     }
     json_decref(j);

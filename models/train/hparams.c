@@ -221,6 +221,36 @@ static ty_status parse_precision(const json_t *hp, train_precision *out,
                    name);
 }
 
+/* hyperparameters.target_scaling, by train_target_scaling value (AUTO:
+ * absent). */
+static const char *const target_scaling_names[] = {
+    [TRAIN_TARGET_AUTO] = NULL,
+    [TRAIN_TARGET_STANDARDIZE] = "standardize",
+    [TRAIN_TARGET_NONE] = "none",
+};
+
+static ty_status parse_target_scaling(const json_t *hp,
+                                      train_target_scaling *out, ty_err *err)
+{
+    const char *name;
+    ty_status st =
+        tyjson_get_string(hp, "target_scaling", HP, 0, 16, NULL, &name, err);
+    if (st != TY_OK)
+        return st;
+    *out = TRAIN_TARGET_AUTO;
+    if (!name)
+        return TY_OK;
+    for (size_t i = 1; i < TY_ARRAY_LEN(target_scaling_names); i++)
+        if (!strcmp(name, target_scaling_names[i])) {
+            *out = (train_target_scaling)i;
+            return TY_OK;
+        }
+    return ty_fail(err, TY_EINVAL, HP ".target_scaling",
+                   HP ".target_scaling must be \"standardize\" or \"none\", "
+                      "got \"%.16s\"",
+                   name);
+}
+
 ty_status train_precision_resolve(const train_hparams *hp, const nn_backend *be,
                                   const nn_exec *ex, nn_dtype *out, ty_err *err)
 {
@@ -282,6 +312,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                                        "huber_delta",
                                        "cuda_graph",
                                        "precision",
+                                       "target_scaling",
                                        NULL};
     json_t *empty = NULL, *sched_norm = NULL;
     ty_status st;
@@ -392,7 +423,8 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     h.accumulation_steps = (uint32_t)accum;
     h.warmup_steps = (uint32_t)warmup;
 
-    if ((st = parse_precision(hp, &h.precision, err)) != TY_OK)
+    if ((st = parse_precision(hp, &h.precision, err)) != TY_OK ||
+        (st = parse_target_scaling(hp, &h.target_scaling, err)) != TY_OK)
         goto done;
 
     /* ---- augment: parsed by the loader (models/train/loader.c); its fit to the
@@ -434,6 +466,11 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         if (!bad)
             bad = json_object_set_new(
                 n, "precision", json_string(precision_names[h.precision]));
+        /* Spelled out once the task is known (train_hparams_resolve_loss). */
+        if (!bad && h.target_scaling != TRAIN_TARGET_AUTO)
+            bad = json_object_set_new(
+                n, "target_scaling",
+                json_string(target_scaling_names[h.target_scaling]));
         /* ---- augment (models/train/loader.c) ---- */
         if (!bad)
             bad = json_object_set_new(n, "augment",
@@ -475,15 +512,29 @@ ty_status train_hparams_resolve_loss(train_hparams *hp, ty_task task,
     ty_status st = nn_loss_resolve(&l, task, num_outputs, err);
     if (st != TY_OK)
         return st;
+    /* target_scaling is for regression, as huber_delta is: named for a
+     * classification dataset it is an error, not silently dropped. */
+    if (task == TY_TASK_CLASSIFICATION &&
+        hp->target_scaling != TRAIN_TARGET_AUTO)
+        return ty_fail(err, TY_EINVAL, HP ".target_scaling",
+                       HP ".target_scaling applies to regression; this "
+                          "dataset is for classification");
+    train_target_scaling ts = hp->target_scaling;
+    if (task == TY_TASK_REGRESSION && ts == TRAIN_TARGET_AUTO)
+        ts = TRAIN_TARGET_STANDARDIZE;
     if (normalized) {
         /* What applied to the unresolved loss may not to the resolved one
          * (label_smoothing 0 given for a regression dataset). */
         json_object_del(normalized, "label_smoothing");
         json_object_del(normalized, "huber_delta");
-        if (loss_to_normalized(&l, NULL, normalized) != TY_OK)
+        if (loss_to_normalized(&l, NULL, normalized) != TY_OK ||
+            (ts != TRAIN_TARGET_AUTO &&
+             json_object_set_new(normalized, "target_scaling",
+                                 json_string(target_scaling_names[ts]))))
             return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
     hp->loss = l;
+    hp->target_scaling = ts;
     return TY_OK;
 }
 

@@ -88,6 +88,9 @@ static void fill_rows(const loader *l, loader_batch *b, uint32_t epoch,
         uint32_t row = perm[b->first + i];
         if (b->labels)
             b->labels[i] = ds->y_class[row];
+        else if (cfg->tg && cfg->tg->cols)
+            nn_target_scale(cfg->tg, b->targets + (size_t)i * cfg->outputs,
+                            ds->y_value + (size_t)row * ds->y_dim, 1);
         else
             memcpy(b->targets + (size_t)i * cfg->outputs,
                    ds->y_value + (size_t)row * ds->y_dim,

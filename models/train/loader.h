@@ -52,6 +52,9 @@ typedef struct {
 typedef struct {
     const ty_dataset *ds; /* borrowed; outlives the loader */
     const nn_preproc *pp; /* borrowed; outlives the loader */
+    /* Regression: targets are standardized by it (models/target.h); NULL
+     * or cols 0: as they are. Borrowed; outlives the loader. */
+    const nn_target *tg;
     uint32_t batch_size;
     uint32_t n;             /* examples in an epoch (perm's length) */
     uint32_t outputs;       /* regression: target values per example */

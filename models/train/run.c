@@ -157,6 +157,12 @@ static int add_training_identity(const trainer *t, json_t *id)
         bad = bad ||
               json_object_set_new(h, "precision",
                                   json_string(nn_dtype_name(t->precision)));
+    /* Standardized targets are another objective: a checkpoint of a run on
+     * raw targets (every regression run before target scaling) must not
+     * resume into one. */
+    if (t->tg.cols)
+        bad = bad || json_object_set_new(h, "target_scaling",
+                                         json_string("standardize"));
     /* A cosine schedule spans the whole run: more epochs, another curve. */
     if (hp->lr_schedule.kind == TRAIN_LR_COSINE)
         bad = bad ||
@@ -304,6 +310,7 @@ static void trainer_free(trainer *t)
     nn_arch_free(&t->arch);
     nn_pool_destroy(t->pool);
     nn_preproc_free(&t->pp);
+    nn_target_free(&t->tg);
     free(t->perm);
 }
 
@@ -421,6 +428,16 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     if ((st = nn_preproc_fit(&t->pp, pre, ds, job->train_idx, t->n_train,
                              err)) != TY_OK)
         return st;
+    /* Regression targets in natural units (prices near 1e5) would leave
+     * the loss and its gradients at that scale: the net learns them
+     * standardized over the training split (models/target.h). Only when
+     * asked: every submit settles the default to it (train.h), and a job
+     * admitted before it existed has none and resumes as it began. */
+    if (ds->task == TY_TASK_REGRESSION &&
+        hp->target_scaling == TRAIN_TARGET_STANDARDIZE &&
+        (st = nn_target_fit(&t->tg, ds, job->train_idx, t->n_train, err)) !=
+            TY_OK)
+        return st;
     t->accum = hp->accumulation_steps ? hp->accumulation_steps : 1;
     uint64_t batches =
         (t->n_train + (uint64_t)hp->batch_size - 1) / hp->batch_size;
@@ -442,6 +459,7 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     loader_config lc = {
         .ds = ds,
         .pp = &t->pp,
+        .tg = &t->tg,
         .batch_size = rows,
         .n = t->n_train,
         .outputs = outputs,
@@ -695,6 +713,28 @@ static ty_status preempt_here(trainer *t, uint32_t e, ty_err *err)
                    checkpointed ? "; its checkpoint is written" : "");
 }
 
+/* Regression: the net's RMSE, MAE and R^2 in the target's units on the
+ * first TRAIN_METRIC_ROWS training examples, eval mode (train.h). */
+static ty_status epoch_train_metrics(trainer *t, train_epoch_metrics *m,
+                                     ty_err *err)
+{
+    const uint32_t n =
+        t->n_train < TRAIN_METRIC_ROWS ? t->n_train : TRAIN_METRIC_ROWS;
+    double loss, acc;
+    nn_reg_metrics tm;
+    ty_status st =
+        nn_eval_examples_reg(&t->arch, t->params, &t->pp, &t->tg, t->ws, t->ds,
+                             t->job->train_idx, n, NULL, &loss, &acc, &tm, err);
+    if (st != TY_OK) {
+        ty_err_prefix(err, "training metrics");
+        return st;
+    }
+    m->train_rmse = tm.rmse;
+    m->train_mae = tm.mae;
+    m->train_r2 = tm.r2;
+    return TY_OK;
+}
+
 static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
 {
     const train_job *job = t->job;
@@ -781,6 +821,12 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
                               : -1.0,
         .val_loss = -1.0,
         .val_accuracy = -1.0,
+        .train_rmse = NAN,
+        .train_mae = NAN,
+        .train_r2 = NAN,
+        .val_rmse = NAN,
+        .val_mae = NAN,
+        .val_r2 = NAN,
         .samples_per_sec = seconds > 0 ? (double)session_seen / seconds : 0.0,
         .seconds = seconds,
         .peak_memory_bytes = t->mem_peak,
@@ -788,15 +834,28 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         .skipped_steps = t->epoch_skipped,
     };
     epoch_where(t, &m);
+    const int reg = t->arch.task == TY_TASK_REGRESSION;
+    if (reg) {
+        ty_status st = epoch_train_metrics(t, &m, err);
+        if (st != TY_OK)
+            return st;
+    }
     if (job->val) {
         uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;
         if (n_val) {
-            ty_status st = nn_eval_examples(
-                &t->arch, t->params, &t->pp, t->ws, job->val, job->val_idx,
-                n_val, job->val_class_map, &m.val_loss, &m.val_accuracy, err);
+            nn_reg_metrics vm;
+            ty_status st = nn_eval_examples_reg(
+                &t->arch, t->params, &t->pp, &t->tg, t->ws, job->val,
+                job->val_idx, n_val, job->val_class_map, &m.val_loss,
+                &m.val_accuracy, reg ? &vm : NULL, err);
             if (st != TY_OK) {
                 ty_err_prefix(err, "validation");
                 return st;
+            }
+            if (reg) {
+                m.val_rmse = vm.rmse;
+                m.val_mae = vm.mae;
+                m.val_r2 = vm.r2;
             }
         }
     }

@@ -49,7 +49,18 @@
  *     classes (the model ends in 1 unit); regression "mse" (default) or
  *     "huber" with huber_delta (> 0, default 1.0). See nn.h. Without a
  *     task train_hparams_parse leaves loss NN_LOSS_AUTO;
- *     train_hparams_resolve_loss settles it,
+ *     train_hparams_resolve_loss settles it (and target_scaling),
+ *   target_scaling (regression only) "standardize" (default) | "none": with
+ *   "standardize" the net learns each target column as (y - mean) / std
+ *   over the training examples and every output (predict, evaluate,
+ *   metrics) is turned back into the target's units (models/target.h,
+ *   "trainyard.target" in nn.h), as scikit-learn's TransformedTargetRegressor
+ *   with a StandardScaler does; "none" trains on the raw targets. Given for
+ *   a classification dataset it is an error. The default is settled by
+ *   train_hparams_resolve_loss, which every submit runs and which spells
+ *   "standardize" out in the job's hyperparameters; train_run takes an
+ *   unsettled (absent) one as "none", so a job admitted before target
+ *   scaling existed resumes from its checkpoint as it was trained,
  *   seed (0..2^53; default chosen at random by train_hparams_parse and written
  *   into the normalized object, so every run is reproducible afterwards),
  *   checkpoint_every_steps (0 = only at the end of each epoch; default 0;
@@ -122,6 +133,18 @@ typedef enum {
     TRAIN_PRECISION_AUTO
 } train_precision;
 
+/* hyperparameters.target_scaling (regression only). AUTO: absent; settled
+ * to STANDARDIZE for regression by train_hparams_resolve_loss, and read
+ * as NONE by train_run (see target_scaling above). */
+typedef enum {
+    TRAIN_TARGET_AUTO = 0,
+    TRAIN_TARGET_STANDARDIZE,
+    TRAIN_TARGET_NONE
+} train_target_scaling;
+
+/* Training rows train_rmse/_mae/_r2 are measured on at each epoch's end. */
+#define TRAIN_METRIC_ROWS 10000u
+
 typedef struct {
     uint32_t epochs;
     uint32_t batch_size;
@@ -144,6 +167,9 @@ typedef struct {
     int cuda_graph;
     train_precision
         precision; /* as asked; train_precision_resolve settles it */
+    /* Regression targets: standardized per column for training or taken
+     * as they are (see target_scaling above). */
+    train_target_scaling target_scaling;
 } train_hparams;
 
 /* Parses and validates hp (may be NULL: all defaults). On success fills *out
@@ -209,6 +235,13 @@ typedef struct {
     double train_accuracy; /* -1 for regression */
     double val_loss;       /* -1 when there is no validation set */
     double val_accuracy;   /* -1 for regression or no validation set */
+    /* Regression, in the target's own units (models/target.h); NAN for
+     * classification, val_* NAN without a validation set. train_*: the
+     * net at the epoch's end (eval mode) on at most TRAIN_METRIC_ROWS of
+     * the training examples (the first in the split's order); val_*: on
+     * every validation example. */
+    double train_rmse, train_mae, train_r2;
+    double val_rmse, val_mae, val_r2;
     double samples_per_sec;
     double seconds; /* wall time of the epoch */
     /* The most bytes the run has held from the backend's alloc at once so

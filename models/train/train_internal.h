@@ -46,6 +46,7 @@ typedef struct {
     nn_workspace *ws; /* training workspace, batch_size rows */
     nn_pool *pool;    /* job->threads workers (NULL: serial) */
     nn_preproc pp;
+    nn_target tg;   /* regression target scaling (cols 0: none) */
     uint32_t *perm; /* this epoch's order of training examples */
     uint64_t steps_per_epoch;
     /* position */

@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +134,41 @@ static void test_progress_epoch_resume(void **state)
     json_decref(m);
 }
 
+/* A regression epoch carries its metrics in the target's units, null where
+ * there is no validation set; a classification epoch (NAN) none of them. */
+static void test_regression_epoch(void **state)
+{
+    (void)state;
+    train_epoch_metrics e = {.epoch = 2,
+                             .train_loss = 0.1,
+                             .train_accuracy = -1,
+                             .val_loss = -1,
+                             .val_accuracy = -1,
+                             .cuda_graph = -1,
+                             .train_rmse = 21000.5,
+                             .train_mae = 16000.25,
+                             .train_r2 = -0.5,
+                             .val_rmse = NAN,
+                             .val_mae = NAN,
+                             .val_r2 = NAN};
+    json_t *m = roundtrip(wproto_encode_epoch(&e, -1), WPROTO_MSG_EPOCH);
+    assert_float_equal(
+        json_number_value(json_object_get(m, WPROTO_F_TRAIN_RMSE)), 21000.5, 0);
+    assert_float_equal(
+        json_number_value(json_object_get(m, WPROTO_F_TRAIN_MAE)), 16000.25, 0);
+    assert_float_equal(json_number_value(json_object_get(m, WPROTO_F_TRAIN_R2)),
+                       -0.5, 0);
+    assert_true(json_is_null(json_object_get(m, WPROTO_F_VAL_RMSE)));
+    assert_true(json_is_null(json_object_get(m, WPROTO_F_VAL_MAE)));
+    assert_true(json_is_null(json_object_get(m, WPROTO_F_VAL_R2)));
+    json_decref(m);
+    e.train_rmse = e.train_mae = e.train_r2 = NAN;
+    m = roundtrip(wproto_encode_epoch(&e, -1), WPROTO_MSG_EPOCH);
+    assert_null(json_object_get(m, WPROTO_F_TRAIN_RMSE));
+    assert_null(json_object_get(m, WPROTO_F_VAL_R2));
+    json_decref(m);
+}
+
 static void test_endings(void **state)
 {
     json_t *m = roundtrip(wproto_encode_done(), WPROTO_MSG_DONE);
@@ -212,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_wire_names_and_exit_codes),
         cmocka_unit_test(test_started),
         cmocka_unit_test(test_progress_epoch_resume),
+        cmocka_unit_test(test_regression_epoch),
         cmocka_unit_test(test_endings),
         cmocka_unit_test(test_ready),
         cmocka_unit_test(test_not_messages),
