@@ -304,6 +304,9 @@ ty_status nn_eval_examples(const nn_arch *arch, const float *params,
                            double *accuracy, ty_err *err)
 {
     const int cls = arch->task == TY_TASK_CLASSIFICATION;
+    ty_status cst = nn_preproc_check_dataset(pp, ds, err);
+    if (cst != TY_OK)
+        return cst;
     if (ds->features != nn_shape_numel(&arch->input) || ds->task != arch->task)
         return ty_fail(err, TY_EINVAL, NULL,
                        "the dataset (%s, %llu features) does not fit the model "
@@ -430,6 +433,11 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
     const size_t w = a->loss.kind == NN_LOSS_BINARY_CROSS_ENTROPY ? 2 : width;
     a->be->download(ws->ex, out, ws->out, (size_t)n * w * sizeof *out);
     return a->be->status(ws->ex, err);
+}
+
+void nn_net_transform(const nn_net *net, const float *x, uint32_t n, float *out)
+{
+    nn_preproc_apply(&net->pp, out, x, n);
 }
 
 ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,
