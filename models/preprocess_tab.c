@@ -41,41 +41,66 @@ static ty_status alloc_stats(nn_preproc *pp, uint64_t f, ty_err *err)
     return TY_OK;
 }
 
-/* Feature j's statistics over the examples idx (NULL: 0..n-1) of ds. */
+/* numpy's pairwise sum (np.add.reduce over a run of doubles: 8
+ * accumulators up to 128 values, halves above), so the statistics are
+ * scikit-learn's to the last bit. */
+static double pairwise_sum(const double *a, size_t n)
+{
+    if (n < 8) {
+        double r = -0.0;
+        for (size_t i = 0; i < n; i++)
+            r += a[i];
+        return r;
+    }
+    if (n <= 128) {
+        double r[8];
+        size_t i;
+        for (i = 0; i < 8; i++)
+            r[i] = a[i];
+        for (i = 8; i < n - (n % 8); i += 8)
+            for (size_t k = 0; k < 8; k++)
+                r[k] += a[i + k];
+        double res =
+            ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++)
+            res += a[i];
+        return res;
+    }
+    size_t n2 = n / 2;
+    n2 -= n2 % 8;
+    return pairwise_sum(a, n2) + pairwise_sum(a + n2, n - n2);
+}
+
+/* Feature j's statistics over the examples idx (NULL: 0..n-1) of ds; col
+ * is scratch for n doubles. */
 static ty_status fit_feature(nn_preproc *pp, const ty_dataset *ds,
                              const uint32_t *idx, uint32_t n, uint64_t j,
-                             const char *name, ty_err *err)
+                             const char *name, double *col, ty_err *err)
 {
     const float *x = ds->x;
     const uint64_t f = ds->features;
-    double sum = 0.0;
     uint64_t count = 0;
     for (uint32_t i = 0; i < n; i++) {
         float v = x[(uint64_t)(idx ? idx[i] : i) * f + j];
-        if (!isnan(v)) {
-            sum += v;
-            count++;
-        }
+        col[i] = isnan(v) ? 0.0 : (double)v; /* the masked sum's fill */
+        count += !isnan(v);
     }
     if (count == 0)
         return ty_fail(err, TY_EINVAL, NULL,
                        "column \"%.64s\" has no value in the training "
                        "examples: nothing to impute its missing values with",
                        name);
-    const double impute = sum / (double)count;
-    double total = 0.0;
-    for (uint32_t i = 0; i < n; i++) {
-        float v = x[(uint64_t)(idx ? idx[i] : i) * f + j];
-        total += isnan(v) ? impute : (double)v;
-    }
-    const double mean = total / n;
-    double corr = 0.0, sq = 0.0;
-    for (uint32_t i = 0; i < n; i++) {
-        float v = x[(uint64_t)(idx ? idx[i] : i) * f + j];
-        double d = (isnan(v) ? impute : (double)v) - mean;
-        corr += d;
-        sq += d * d;
-    }
+    const double impute = pairwise_sum(col, n) / (double)count;
+    for (uint32_t i = 0; i < n; i++)
+        if (isnan(x[(uint64_t)(idx ? idx[i] : i) * f + j]))
+            col[i] = impute;
+    const double mean = pairwise_sum(col, n) / n;
+    for (uint32_t i = 0; i < n; i++)
+        col[i] -= mean;
+    const double corr = pairwise_sum(col, n);
+    for (uint32_t i = 0; i < n; i++)
+        col[i] *= col[i];
+    const double sq = pairwise_sum(col, n);
     double var = (sq - corr * corr / n) / n;
     const double eps = DBL_EPSILON, nn = (double)n;
     const double bound = nn * eps * var + (nn * mean * eps) * (nn * mean * eps);
@@ -126,11 +151,14 @@ ty_status nn_preproc_tab_fit(nn_preproc *pp, const ty_dataset *ds,
                        "the dataset's columns do not describe its features");
     }
     pp->kind = NN_PRE_TABULAR;
-    st = alloc_stats(pp, ds->features, err);
+    double *col = malloc((size_t)n * sizeof *col);
+    st = col ? alloc_stats(pp, ds->features, err)
+             : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     for (size_t i = 0; st == TY_OK && i < s.ncols; i++)
         if (s.cols[i].type != DS_COL_CATEGORICAL)
             st = fit_feature(pp, ds, idx, n, s.cols[i].offset, s.cols[i].name,
-                             err);
+                             col, err);
+    free(col);
     if (st == TY_OK)
         st = build_columns(pp, &s, err);
     ds_tab_schema_free(&s);

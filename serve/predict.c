@@ -3,6 +3,7 @@
  * KServe from a tenant's model to encoded outputs.
  */
 #include "serve/predict.h"
+#include "serve/rawrows.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -254,10 +255,18 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
         }
     }
     uint64_t f = rn.features;
-    uint64_t room = serve_predict_room(b, f);
+    const json_t *cols = s == TY_OK ? serve_tab_columns(rn.net) : NULL;
+    uint64_t room = cols ? n : serve_predict_room(b, f);
     if (s == TY_OK)
         s = run_alloc(&rn, room * f, n, err);
-    if (s == TY_OK)
+    if (s == TY_OK && cols) {
+        /* raw CSV rows (strings, nulls): a tree of them, as small as the
+         * body the server took */
+        json_t *rows = json_loadb(b->inputs.p, b->inputs.len, 0, NULL);
+        s = rows ? serve_tab_decode(cols, rows, f, rn.x, err)
+                 : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        json_decref(rows);
+    } else if (s == TY_OK)
         s = serve_predict_decode(b, f, rn.m.input_shape, rn.x, room, err);
     if (s == TY_OK)
         s = serve_model_run(&rn.m, rn.x, n, rn.out, err);

@@ -1,0 +1,41 @@
+/*
+ * rawrows.h - raw CSV rows as a tabular model's inputs, and what the
+ * network sees of them (POST /v1/models/{id}/transform).
+ *
+ * A model trained on a CSV with missing cells, booleans or text columns
+ * (preprocess "tabular", models/data/tabular.h) takes rows as the CSV had
+ * them: an array of the feature columns' cells in the CSV's order
+ * (numbers, strings, true/false, null for missing) or an object keyed by
+ * column name. They are encoded with the model's own schema (a category
+ * it did not see is all zeros), then its preprocessing imputes and
+ * standardizes them.
+ */
+#ifndef TY_SERVE_RAWROWS_H
+#define TY_SERVE_RAWROWS_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "common/ty.h"
+#include "models/nn.h"
+#include "serve/predict.h"
+
+/* The model's columns when its preprocessing is tabular, else NULL
+ * (borrowed from the net). */
+const json_t *serve_tab_columns(const nn_net *net);
+
+/* Encodes the rows (a JSON array of raw rows) with columns into x (rows *
+ * features floats, NaN for a missing number). Errors name the row
+ * ("inputs[3]") and cell; TY_EINVAL. */
+ty_status serve_tab_decode(const json_t *columns, const json_t *rows,
+                           uint64_t features, float *x, ty_err *err);
+
+/* POST /v1/models/{id}/transform: body {"inputs": [rows]} (raw rows for a
+ * tabular model, else each example's numbers, flat) -> *reply
+ * {"model", "feature_names" (a tabular model's; else null), "transformed"
+ * [[float32 values as JSON numbers that read back exactly]]}. */
+ty_status serve_transform(const serve_env *env, const char *tenant_id,
+                          const char *model_id, const json_t *body,
+                          json_t **reply, ty_err *err);
+
+#endif
