@@ -6,7 +6,7 @@
  */
 #include "api/api.h"
 #include "common/opmetrics.h"
-#include "serve/rawrows.h"
+#include "serve/transform.h"
 
 static void transform_run(api_ctx *app, http_req *r)
 {

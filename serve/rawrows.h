@@ -8,7 +8,7 @@
  * (numbers, strings, true/false, null for missing) or an object keyed by
  * column name. They are encoded with the model's own schema (a category
  * it did not see is all zeros), then its preprocessing imputes and
- * standardizes them.
+ * standardizes them. serve/transform.h answers what the network sees.
  */
 #ifndef TY_SERVE_RAWROWS_H
 #define TY_SERVE_RAWROWS_H
@@ -18,7 +18,6 @@
 
 #include "common/ty.h"
 #include "models/nn.h"
-#include "serve/predict.h"
 
 /* The model's columns when its preprocessing is tabular, else NULL
  * (borrowed from the net). */
@@ -29,13 +28,5 @@ const json_t *serve_tab_columns(const nn_net *net);
  * ("inputs[3]") and cell; TY_EINVAL. */
 ty_status serve_tab_decode(const json_t *columns, const json_t *rows,
                            uint64_t features, float *x, ty_err *err);
-
-/* POST /v1/models/{id}/transform: body {"inputs": [rows]} (raw rows for a
- * tabular model, else each example's numbers, flat) -> *reply
- * {"model", "feature_names" (a tabular model's; else null), "transformed"
- * [[float32 values as JSON numbers that read back exactly]]}. */
-ty_status serve_transform(const serve_env *env, const char *tenant_id,
-                          const char *model_id, const json_t *body,
-                          json_t **reply, ty_err *err);
 
 #endif
