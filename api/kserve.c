@@ -30,6 +30,7 @@
 #include "common/opmetrics.h"
 #include "serve/encode.h"
 #include "serve/predict.h"
+#include "serve/rawrows.h"
 #include "serve/tensor.h"
 
 /* Binary tensor data is little-endian: floats are copied as they are. */
@@ -287,11 +288,16 @@ void api_kserve_model(api_ctx *app, http_req *r)
     const json_t *classes = json_object_get(doc, "classes");
     if (json_is_array(classes))
         json_object_set(out, "classes", (json_t *)classes);
-    json_t *meta =
-        json_pack("{s:s, s:[s], s:s, s:[{s:s, s:s, s:o}], s:[o]}", "name", id,
-                  "versions", VERSION, "platform", "trainyard", "inputs",
-                  "name", INPUT_NAME, "datatype", "FP32", "shape",
-                  batched(json_object_get(doc, "input_shape")), "outputs", out);
+    /* A tabular model takes raw CSV cells as text: [batch, columns]. */
+    const json_t *cols = json_object_get(doc, "columns");
+    json_t *ncols = json_pack("[I]", (json_int_t)json_array_size(cols));
+    json_t *meta = json_pack(
+        "{s:s, s:[s], s:s, s:[{s:s, s:s, s:o}], s:[o]}", "name", id, "versions",
+        VERSION, "platform", "trainyard", "inputs", "name", INPUT_NAME,
+        "datatype", cols ? "BYTES" : "FP32", "shape",
+        batched(cols ? ncols : json_object_get(doc, "input_shape")), "outputs",
+        out);
+    json_decref(ncols);
     json_decref(doc);
     http_reply_json(r, 200, meta);
 }
@@ -314,17 +320,21 @@ void api_kserve_config(api_ctx *app, http_req *r)
     json_t *doc;
     if (!find_model(app, r, id, &doc))
         return;
+    const json_t *cols = json_object_get(doc, "columns");
+    json_t *ncols = json_pack("[I]", (json_int_t)json_array_size(cols));
     json_t *cfg = json_pack(
         "{s:s, s:s, s:s, s:i, s:[{s:s, s:s, s:O}], s:[{s:s, s:s, s:[O]}]}",
         "name", id, "platform", "trainyard", "backend", "trainyard",
         "max_batch_size", SERVE_MAX_EXAMPLES, "input", "name", INPUT_NAME,
-        "data_type", "TYPE_FP32", "dims", json_object_get(doc, "input_shape"),
-        "output", "name", OUTPUT_NAME, "data_type", "TYPE_FP32", "dims",
+        "data_type", cols ? "TYPE_STRING" : "TYPE_FP32", "dims",
+        cols ? ncols : json_object_get(doc, "input_shape"), "output", "name",
+        OUTPUT_NAME, "data_type", "TYPE_FP32", "dims",
         json_object_get(doc, "num_outputs"));
     const json_t *classes = json_object_get(doc, "classes");
     if (cfg && json_is_array(classes))
         json_object_set(json_array_get(json_object_get(cfg, "output"), 0),
                         "classes", (json_t *)classes);
+    json_decref(ncols);
     json_decref(doc);
     http_reply_json(r, 200, cfg);
 }
@@ -516,8 +526,10 @@ typedef struct {
 typedef struct {
     const json_t *id; /* string or NULL */
     serve_dtype dt;
-    uint64_t batch, n; /* examples; values (batch * features) */
-    int binary_in;     /* the input's data is binary */
+    uint64_t batch, n;  /* examples; values (batch * features) */
+    int binary_in;      /* the input's data is binary */
+    const json_t *cols; /* BYTES for a tabular model: its columns; q->n
+                           counts cells (batch * columns) */
     uint64_t binary_size;
     out_req out;
 } infer_req;
@@ -603,11 +615,32 @@ static int infer_parse(http_req *r, const serve_model *m, const json_t *body,
                    "input \"" INPUT_NAME "\": datatype must be one of BOOL, "
                    "UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, "
                    "FP16, BF16, FP32, FP64");
-    if (q->dt == SERVE_DT_BYTES)
+    const json_t *cols = serve_tab_columns(model_entry_net(m->e));
+    if (q->dt == SERVE_DT_BYTES && !cols)
         return bad(r, "inputs[0].datatype",
                    "input \"" INPUT_NAME "\": datatype BYTES is not supported: "
                    "the model takes numbers (send FP32 or another numeric "
                    "datatype)");
+    if (q->dt == SERVE_DT_BYTES) {
+        /* raw CSV cells as text, [batch, columns] */
+        const json_t *shape = json_object_get(in, "shape");
+        size_t nc = json_array_size(cols);
+        if (!json_is_array(shape) || json_array_size(shape) != 2 ||
+            !is_uint(json_array_get(shape, 0), SERVE_MAX_EXAMPLES) ||
+            json_integer_value(json_array_get(shape, 0)) < 1 ||
+            !json_is_integer(json_array_get(shape, 1)) ||
+            (size_t)json_integer_value(json_array_get(shape, 1)) != nc)
+            return bad(r, "inputs[0].shape",
+                       "input \"" INPUT_NAME "\": BYTES data for model %s is "
+                       "its raw CSV cells: shape [batch, %zu] (1 to %d rows "
+                       "of its feature columns, in the CSV's order; an empty "
+                       "string is a missing value)",
+                       m->id, nc, SERVE_MAX_EXAMPLES);
+        q->cols = cols;
+        q->batch = (uint64_t)json_integer_value(json_array_get(shape, 0));
+        q->n = q->batch * nc;
+        goto params;
+    }
 
     /* [batch, ...input shape], or [batch, features] flattened. */
     const json_t *shape = json_object_get(in, "shape");
@@ -641,6 +674,7 @@ static int infer_parse(http_req *r, const serve_model *m, const json_t *body,
     q->batch = (uint64_t)json_integer_value(json_array_get(shape, 0));
     q->n = q->batch * m->features;
 
+params:;
     const json_t *ip = json_object_get(in, "parameters");
     if (ip && !json_is_object(ip))
         return bad(r, "inputs[0].parameters",
@@ -936,22 +970,38 @@ static void infer_run(api_ctx *app, http_req *r)
     if (ok) {
         /* The values' text or bytes must be there before their room is
          * taken: a JSON value is at least 2 bytes ("1,"). */
-        uint64_t most = q.binary_in ? data_len / serve_dtype_size(q.dt)
-                                    : (ib.data.len + 1) / 2;
+        uint64_t most = q.binary_in
+                            ? data_len / (q.cols ? 4 : serve_dtype_size(q.dt))
+                            : (ib.data.len + 1) / 2;
         uint64_t room = q.n < most ? q.n : most;
-        x = malloc(room * sizeof *x + 1);
-        y = malloc(q.batch * m.outputs * sizeof *y + 1);
-        if (!x || !y) {
+        /* cells become the model's features: a BYTES element is at least
+         * its 4-byte length, a JSON one 2 bytes ("", is 3) */
+        if (q.cols && most < q.n)
+            ok = bad(r,
+                     q.binary_in ? "inputs[0].parameters.binary_data_size"
+                                 : "inputs[0].data",
+                     "input \"" INPUT_NAME "\": the data cannot hold the "
+                     "%llu cells the shape says",
+                     (unsigned long long)q.n);
+        if (q.cols)
+            room = q.batch * m.features;
+        x = ok ? malloc(room * sizeof *x + 1) : NULL;
+        y = ok ? malloc(q.batch * m.outputs * sizeof *y + 1) : NULL;
+        if (ok && (!x || !y)) {
             http_reply_error(r, TY_ENOMEM, NULL);
             ok = 0;
         }
     }
     if (ok) {
         uint64_t t1 = now_ns();
-        s = q.binary_in ? serve_tensor_from_binary(q.dt, data, data_len, q.n,
-                                                   INPUT_NAME, x, &err)
-                        : serve_tensor_from_json(q.dt, ib.data, q.n, INPUT_NAME,
-                                                 x, &err);
+        if (q.cols)
+            s = serve_tab_from_bytes(q.cols, q.binary_in, data, data_len,
+                                     ib.data, q.batch, m.features, x, &err);
+        else
+            s = q.binary_in ? serve_tensor_from_binary(q.dt, data, data_len,
+                                                       q.n, INPUT_NAME, x, &err)
+                            : serve_tensor_from_json(q.dt, ib.data, q.n,
+                                                     INPUT_NAME, x, &err);
         t.input_ns = now_ns() - t1;
         /* The data was only skimmed: what the checking scan finds wrong
          * comes first. */

@@ -383,6 +383,21 @@ void nn_net_describe(const nn_net *net, json_t *doc)
     json_object_set(
         doc, "preprocess",
         json_object_get(json_object_get(meta, "preprocess"), "kind"));
+    /* A tabular model's raw columns (without its statistics): what a
+     * predict row holds. */
+    const json_t *cols =
+        net->pp.kind == NN_PRE_TABULAR ? net->pp.tab_columns : NULL;
+    json_t *shown = cols ? json_array() : NULL;
+    for (size_t i = 0; shown && i < json_array_size(cols); i++) {
+        const json_t *c = json_array_get(cols, i);
+        json_t *o = json_pack("{s:O, s:O}", "name", json_object_get(c, "name"),
+                              "type", json_object_get(c, "type"));
+        if (o && json_object_get(c, "categories"))
+            json_object_set(o, "categories", json_object_get(c, "categories"));
+        json_array_append_new(shown, o);
+    }
+    if (shown)
+        json_object_set_new(doc, "columns", shown);
 }
 ty_task nn_net_task(const nn_net *net) { return net->arch.task; }
 uint32_t nn_net_num_outputs(const nn_net *net) { return net->arch.num_outputs; }

@@ -263,8 +263,10 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
         /* raw CSV rows (strings, nulls): a tree of them, as small as the
          * body the server took */
         json_t *rows = json_loadb(b->inputs.p, b->inputs.len, 0, NULL);
-        s = rows ? serve_tab_decode(cols, rows, f, rn.x, err)
-                 : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        if (rows)
+            s = serve_tab_decode(cols, rows, f, rn.x, err);
+        else if ((s = serve_predict_check(b, err)) == TY_OK)
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         json_decref(rows);
     } else if (s == TY_OK)
         s = serve_predict_decode(b, f, rn.m.input_shape, rn.x, room, err);

@@ -18,6 +18,7 @@
 
 #include "common/ty.h"
 #include "models/nn.h"
+#include "serve/decode.h"
 
 /* The model's columns when its preprocessing is tabular, else NULL
  * (borrowed from the net). */
@@ -28,5 +29,16 @@ const json_t *serve_tab_columns(const nn_net *net);
  * ("inputs[3]") and cell; TY_EINVAL. */
 ty_status serve_tab_decode(const json_t *columns, const json_t *rows,
                            uint64_t features, float *x, ty_err *err);
+
+/* KServe v2 BYTES data for a tabular model: batch rows of its columns'
+ * cells as text, row-major; binary (each element a 4-byte little-endian
+ * length, then its bytes: raw, raw_len) or JSON (data: strings; numbers,
+ * true/false and null are read as their text, null as empty). An empty
+ * cell is missing. Into x (batch * features floats). TY_EINVAL naming the
+ * row and column. */
+ty_status serve_tab_from_bytes(const json_t *columns, int binary,
+                               const char *raw, size_t raw_len, serve_span data,
+                               uint64_t batch, uint64_t features, float *x,
+                               ty_err *err);
 
 #endif

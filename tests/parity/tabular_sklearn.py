@@ -11,8 +11,8 @@ scikit-learn's ColumnTransformer of SimpleImputer(mean) + StandardScaler on
 the numeric and boolean columns and OneHotEncoder(handle_unknown="ignore",
 categories as the model's) on the text column, fitted on the same rows:
 bit for bit as float32. It also checks /v1 predict takes the same raw
-rows (arrays and objects keyed by column), and that an unseen category is
-all zeros.
+rows (arrays and objects keyed by column), KServe v2 infer the cells as a
+BYTES tensor [n, columns], and that an unseen category is all zeros.
 
 numpy sums pairwise where trainyard sums in order, so a statistic's last
 double bit may differ; that changes a float32 input only if the double
@@ -33,10 +33,6 @@ import urllib.request
 import uuid
 
 import numpy as np
-from sklearn.compose import ColumnTransformer
-from sklearn.impute import SimpleImputer
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 CITIES = ["rome", "paris", "Zürich", "berlin", "oslo"]
 
@@ -82,47 +78,77 @@ def make_rows(rng, n):
     return rows, labels
 
 
+def csv_cell(v):
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
+
+
 def csv_text(rows, labels):
-    def cell(v):
-        if v is None:
-            return ""
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        return repr(v) if isinstance(v, float) else str(v)
     lines = ["age,income,city,member,label"]
-    lines += [",".join(cell(v) for v in r) + "," + y for r, y in zip(rows, labels)]
+    lines += [",".join(csv_cell(v) for v in r) + "," + y for r, y in zip(rows, labels)]
     return "\n".join(lines) + "\n"
 
 
+def start_server(binary, tmp):
+    """A `trainyard serve` on a free port: (process, base URL, admin key)."""
+    log = open(os.path.join(tmp, "server.log"), "w")
+    srv = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data",
+                            os.path.join(tmp, "data"), "--train-device", "cpu"],
+                           stdout=subprocess.PIPE, stderr=log, text=True)
+    log.close()
+    for line in srv.stdout:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+        if m:
+            key = open(os.path.join(tmp, "data", "admin.key")).read().strip()
+            return srv, f"http://127.0.0.1:{m.group(1)}", key
+    srv.kill()
+    sys.exit("the server did not start")
+
+
+def train(base, key, train_id, val_id):
+    """A 1-epoch model on train_id, validated on val_id: its id."""
+    job = {"name": "tabular-parity", "dataset": train_id,
+           "validation": {"dataset": val_id},
+           "model": {"layers": [{"type": "dense", "units": 8}, {"type": "relu"},
+                                {"type": "dense", "units": 2}]},
+           "hyperparameters": {"epochs": 1, "batch_size": 32, "seed": 1}}
+    status, doc = request(base, key, "POST", "/v1/jobs", json.dumps(job).encode())
+    if status != 202:
+        sys.exit(f"FAIL: submit: {status} {doc}")
+    while True:
+        status, doc = request(base, key, "GET", f"/v1/jobs/{doc['id']}")
+        if doc["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        subprocess.run(["sleep", "0.2"])
+    if doc["status"] != "succeeded":
+        sys.exit(f"FAIL: the job {doc['status']}: {doc.get('error')}")
+    return doc["model"]
+
+
 def main():
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
     binary = sys.argv[1]
     rng = np.random.default_rng(7)
     train_rows, train_y = make_rows(rng, 300)
     val_rows, val_y = make_rows(rng, 60)
     tmp = tempfile.mkdtemp(prefix="trainyard-tabular-")
-    log = open(os.path.join(tmp, "server.log"), "w")
-    srv = subprocess.Popen([binary, "serve", "--listen", "127.0.0.1:0", "--data",
-                            os.path.join(tmp, "data"), "--train-device", "cpu"],
-                           stdout=subprocess.PIPE, stderr=log, text=True)
+    srv, base, key = start_server(binary, tmp)
     try:
-        port = None
-        for line in srv.stdout:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                port = int(m.group(1))
-                break
-        if not port:
-            sys.exit("the server did not start")
-        base = f"http://127.0.0.1:{port}"
-        key = open(os.path.join(tmp, "data", "admin.key")).read().strip()
 
-        status, train = upload_csv(base, key, "mixed", csv_text(train_rows, train_y))
+        status, tr_ds = upload_csv(base, key, "mixed", csv_text(train_rows, train_y))
         if status != 201:
-            sys.exit(f"FAIL: the mixed-type CSV upload was refused: {status} {train}")
+            sys.exit(f"FAIL: the mixed-type CSV upload was refused: {status} {tr_ds}")
         status, val = upload_csv(base, key, "mixed-val", csv_text(val_rows, val_y))
         if status != 201:
             sys.exit(f"FAIL: the validation CSV upload was refused: {status} {val}")
-        cols = train["columns"]
+        cols = tr_ds["columns"]
         types = [c["type"] for c in cols]
         if types != ["numeric", "numeric", "categorical", "boolean"]:
             sys.exit(f"FAIL: column types {types}")
@@ -133,22 +159,7 @@ def main():
         if cats != sorted(set(r[2] for r in train_rows)):
             sys.exit(f"FAIL: categories {cats} are not the sorted distinct texts")
 
-        job = {"name": "tabular-parity", "dataset": train["id"],
-               "validation": {"dataset": val["id"]},
-               "model": {"layers": [{"type": "dense", "units": 8}, {"type": "relu"},
-                                    {"type": "dense", "units": 2}]},
-               "hyperparameters": {"epochs": 1, "batch_size": 32, "seed": 1}}
-        status, doc = request(base, key, "POST", "/v1/jobs", json.dumps(job).encode())
-        if status != 202:
-            sys.exit(f"FAIL: submit: {status} {doc}")
-        while True:
-            status, doc = request(base, key, "GET", f"/v1/jobs/{doc['id']}")
-            if doc["status"] in ("succeeded", "failed", "cancelled"):
-                break
-            subprocess.run(["sleep", "0.2"])
-        if doc["status"] != "succeeded":
-            sys.exit(f"FAIL: the job {doc['status']}: {doc.get('error')}")
-        model = doc["model"]
+        model = train(base, key, tr_ds["id"], val["id"])
 
         probe = train_rows[:40] + val_rows[:20] + [[30, None, "tokyo", None]]
         status, tr = request(base, key, "POST", f"/v1/models/{model}/transform",
@@ -201,6 +212,22 @@ def main():
                          json.dumps({"inputs": [[1, 2, "rome", "maybe"]]}).encode())
         if s3 != 422 or "member" not in json.dumps(p3):
             sys.exit(f"FAIL: a bad boolean cell: {s3} {p3}")
+        # KServe v2: a BYTES input [n, columns] of the cells as text
+        status, md = request(base, key, "GET", f"/v2/models/{model}")
+        if status != 200 or md["inputs"][0]["datatype"] != "BYTES" or \
+                md["inputs"][0]["shape"] != [-1, 4]:
+            sys.exit(f"FAIL: KServe metadata of a tabular model: {status} {md}")
+        cells = [csv_cell(v) for r in probe[:5] for v in r]
+        body = {"inputs": [{"name": "input", "datatype": "BYTES", "shape": [5, 4],
+                            "data": cells}]}
+        status, inf = request(base, key, "POST", f"/v2/models/{model}/infer",
+                              json.dumps(body).encode())
+        if status != 200:
+            sys.exit(f"FAIL: KServe BYTES infer: {status} {inf}")
+        flat = [v for row in p1["outputs"] for v in row]
+        if inf["outputs"][0]["data"] != flat:
+            sys.exit(f"FAIL: KServe BYTES outputs {inf['outputs'][0]['data']} "
+                     f"!= predict's {flat}")
         print(f"OK: {got.size} float32 inputs of {len(probe)} raw rows equal "
               f"scikit-learn's bit for bit ({k} categories, "
               f"{sum(missing)} missing cells in training)")
@@ -208,7 +235,6 @@ def main():
     finally:
         srv.terminate()
         srv.wait(timeout=60)
-        log.close()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
