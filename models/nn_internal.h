@@ -331,12 +331,16 @@ void nn_preproc_apply(const nn_preproc *pp, float *dst, const float *src,
  * NULL: the examples first..first+n). */
 void nn_preproc_gather(const nn_preproc *pp, float *dst, const ty_dataset *ds,
                        const uint32_t *idx, uint32_t first, uint32_t n);
-/* Whether ds's examples may be fed through pp: a tabular model needs a
- * dataset with its columns (names, types, categories), and a dataset with
- * missing values or text columns needs a tabular model. TY_EINVAL naming
- * the difference. */
-ty_status nn_preproc_check_dataset(const nn_preproc *pp, const ty_dataset *ds,
-                                   ty_err *err);
+/* Readies ds's examples for pp. A tabular model takes a dataset whose
+ * columns it can map (by name; categories by their text, one it did not
+ * see dropped: ds_tab_remap): when ds's one-hot layout is not the model's,
+ * *view is ds with its features re-encoded in the model's layout into *x
+ * (the caller's to free; meta and targets borrowed from ds), else *x is
+ * NULL and ds is used as it is. A dataset with missing values or text
+ * columns needs a tabular model. TY_EINVAL naming the column at fault,
+ * TY_ENOMEM. */
+ty_status nn_preproc_bind(const nn_preproc *pp, const ty_dataset *ds,
+                          ty_dataset *view, float **x, ty_err *err);
 /* The tabular kind's parts (preprocess_tab.c). */
 ty_status nn_preproc_tab_fit(nn_preproc *pp, const ty_dataset *ds,
                              const uint32_t *idx, uint32_t n, ty_err *err);

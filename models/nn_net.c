@@ -297,16 +297,36 @@ void nn_backward(const nn_arch *arch, const float *params, float *grads,
                     ws->grad[1], ws->grad[0], NULL);
 }
 
+static ty_status eval_examples(const nn_arch *arch, const float *params,
+                               const nn_preproc *pp, nn_workspace *ws,
+                               const ty_dataset *ds, const uint32_t *idx,
+                               uint32_t n, const int32_t *class_map,
+                               double *loss, double *accuracy, ty_err *err);
+
 ty_status nn_eval_examples(const nn_arch *arch, const float *params,
                            const nn_preproc *pp, nn_workspace *ws,
                            const ty_dataset *ds, const uint32_t *idx,
                            uint32_t n, const int32_t *class_map, double *loss,
                            double *accuracy, ty_err *err)
 {
+    /* a CSV dataset's columns in the model's one-hot layout */
+    ty_dataset view;
+    float *x = NULL;
+    ty_status st = nn_preproc_bind(pp, ds, &view, &x, err);
+    if (st == TY_OK)
+        st = eval_examples(arch, params, pp, ws, x ? &view : ds, idx, n,
+                           class_map, loss, accuracy, err);
+    free(x);
+    return st;
+}
+
+static ty_status eval_examples(const nn_arch *arch, const float *params,
+                               const nn_preproc *pp, nn_workspace *ws,
+                               const ty_dataset *ds, const uint32_t *idx,
+                               uint32_t n, const int32_t *class_map,
+                               double *loss, double *accuracy, ty_err *err)
+{
     const int cls = arch->task == TY_TASK_CLASSIFICATION;
-    ty_status cst = nn_preproc_check_dataset(pp, ds, err);
-    if (cst != TY_OK)
-        return cst;
     if (ds->features != nn_shape_numel(&arch->input) || ds->task != arch->task)
         return ty_fail(err, TY_EINVAL, NULL,
                        "the dataset (%s, %llu features) does not fit the model "

@@ -234,14 +234,69 @@ void nn_preproc_tab_row(const nn_preproc *pp, float *dst, const float *src)
     }
 }
 
-ty_status nn_preproc_check_dataset(const nn_preproc *pp, const ty_dataset *ds,
-                                   ty_err *err)
+/* ds's features in the model's layout (see nn_preproc_bind). */
+static ty_status remap_dataset(const nn_preproc *pp, const ty_dataset *ds,
+                               ty_dataset *view, float **x, ty_err *err)
 {
+    ds_tab_schema m, d;
+    int64_t *src = NULL;
+    int identity = 0;
+    ty_status st = ds_tab_schema_init(&m, pp->tab_columns, err);
+    if (st != TY_OK)
+        return st;
+    if ((st = ds_tab_schema_init(&d, json_object_get(ds->meta, "columns"),
+                                 err)) != TY_OK) {
+        ds_tab_schema_free(&m);
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the dataset has no typed columns (it was uploaded "
+                       "before CSV columns were typed, or is not a CSV); "
+                       "upload the CSV again");
+    }
+    const uint64_t w = m.width;
+    if (!(src = malloc(w * sizeof *src)))
+        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (st == TY_OK && d.width != ds->features)
+        st = ty_fail(err, TY_EINVAL, NULL,
+                     "the dataset's columns do not describe its features");
+    if (st == TY_OK &&
+        (st = ds_tab_remap(&m, &d, src, &identity, err)) == TY_OK &&
+        !identity) {
+        uint64_t cells = (uint64_t)ds->num_examples * w;
+        *x = cells <= SIZE_MAX / sizeof **x ? malloc(cells * sizeof **x) : NULL;
+        if (!*x)
+            st = ty_fail(err, TY_ENOMEM, NULL,
+                         "out of memory re-encoding the dataset's columns "
+                         "(%llu values)",
+                         (unsigned long long)cells);
+        const float *in = ds->x;
+        for (uint64_t r = 0; *x && r < ds->num_examples; r++)
+            for (uint64_t j = 0; j < w; j++)
+                (*x)[r * w + j] =
+                    src[j] < 0 ? 0.0f : in[r * ds->features + (uint64_t)src[j]];
+        if (*x) {
+            *view = *ds;
+            view->x = *x;
+            view->features = w;
+            view->ndim = 1;
+            view->shape[0] = (uint32_t)w;
+            view->map = NULL;
+            view->map_len = 0;
+        }
+    }
+    free(src);
+    ds_tab_schema_free(&m);
+    ds_tab_schema_free(&d);
+    return st;
+}
+
+ty_status nn_preproc_bind(const nn_preproc *pp, const ty_dataset *ds,
+                          ty_dataset *view, float **x, ty_err *err)
+{
+    *x = NULL;
     const char *pre =
         json_string_value(json_object_get(ds->meta, "preprocess"));
     if (pp->kind == NN_PRE_TABULAR)
-        return ds_tab_schema_match(pp->tab_columns,
-                                   json_object_get(ds->meta, "columns"), err);
+        return remap_dataset(pp, ds, view, x, err);
     if (pre && !strcmp(pre, "tabular"))
         return ty_fail(err, TY_EINVAL, NULL,
                        "the dataset has missing values or text columns, "

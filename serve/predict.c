@@ -311,8 +311,11 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
     if ((s = ty_dataset_open(path, &ds, err)) != TY_OK)
         goto done;
     const nn_net *net = rn.net;
+    /* a tabular model maps a CSV dataset's columns itself (its one-hot
+     * layout may differ: nn_net_evaluate) */
     if (ds.task != nn_net_task(net) ||
-        ds.features != nn_net_input_features(net)) {
+        (ds.features != nn_net_input_features(net) &&
+         !serve_tab_columns(net))) {
         char a[128], b[128];
         shape_text(json_object_get(ds.meta, "input_shape"), a, sizeof a);
         shape_text(json_object_get(nn_net_meta(net), "input_shape"), b,

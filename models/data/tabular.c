@@ -410,49 +410,51 @@ ty_status ds_tab_encode_json(const ds_tab_schema *s, const json_t *row,
     return st;
 }
 
-ty_status ds_tab_schema_match(const json_t *model, const json_t *data,
-                              ty_err *err)
+ty_status ds_tab_remap(const ds_tab_schema *model, const ds_tab_schema *data,
+                       int64_t *src, int *identity, ty_err *err)
 {
-    size_t n = json_array_size(model);
-    if (!data)
-        return ty_fail(err, TY_EINVAL, NULL,
-                       "the data has no column types (a dataset converted "
-                       "before CSV columns were typed); upload it again");
-    if (json_array_size(data) != n)
-        return ty_fail(err, TY_EINVAL, NULL,
-                       "the data has %zu feature columns; the model's has "
-                       "%zu",
-                       json_array_size(data), n);
-    for (size_t i = 0; i < n; i++) {
-        const json_t *a = json_array_get(model, i),
-                     *b = json_array_get(data, i);
-        const char *an = json_string_value(json_object_get(a, "name"));
-        const char *bn = json_string_value(json_object_get(b, "name"));
-        const char *at = json_string_value(json_object_get(a, "type"));
-        const char *bt = json_string_value(json_object_get(b, "type"));
-        char shown[64];
-        ds_snippet(shown, sizeof shown, an ? an : "?", an ? strlen(an) : 1);
-        if (!an || !bn || strcmp(an, bn))
+    char shown[64];
+    *identity = model->width == data->width && model->ncols == data->ncols;
+    for (size_t i = 0; i < data->ncols; i++) {
+        const ds_tab_col *d = &data->cols[i];
+        if (ds_str_index_find(&model->names, d->name, strlen(d->name)) < 0) {
+            ds_snippet(shown, sizeof shown, d->name, strlen(d->name));
             return ty_fail(err, TY_EINVAL, NULL,
-                           "column %zu is \"%s\" in the model's data but "
-                           "named otherwise here",
-                           i + 1, shown);
-        if (!at || !bt || strcmp(at, bt))
+                           "the data has a column \"%s\" that the model "
+                           "does not take",
+                           shown);
+        }
+    }
+    for (size_t i = 0; i < model->ncols; i++) {
+        const ds_tab_col *c = &model->cols[i];
+        ds_snippet(shown, sizeof shown, c->name, strlen(c->name));
+        int64_t k = ds_str_index_find(&data->names, c->name, strlen(c->name));
+        if (k < 0)
             return ty_fail(err, TY_EINVAL, NULL,
-                           "column \"%s\" is %s in the model's data but %s "
-                           "here",
-                           shown, at ? at : "?", bt ? bt : "?");
-        if (!json_equal(json_object_get(a, "categories"),
-                        json_object_get(b, "categories")) &&
-            (json_object_get(a, "categories") ||
-             json_object_get(b, "categories")))
+                           "the data has no column \"%s\" (the model takes "
+                           "it)",
+                           shown);
+        const ds_tab_col *d = &data->cols[k];
+        int text = c->type == DS_COL_CATEGORICAL;
+        if (text != (d->type == DS_COL_CATEGORICAL))
             return ty_fail(err, TY_EINVAL, NULL,
-                           "column \"%s\" has other categories than in the "
-                           "model's data (%zu here, %zu there); the one-hot "
-                           "features would not line up",
-                           shown,
-                           json_array_size(json_object_get(b, "categories")),
-                           json_array_size(json_object_get(a, "categories")));
+                           "column \"%s\" is %s in the model but %s in the "
+                           "data",
+                           shown, ds_col_type_name(c->type),
+                           ds_col_type_name(d->type));
+        if (!text) {
+            src[c->offset] = d->offset;
+            *identity &= d->offset == c->offset;
+            continue;
+        }
+        for (uint32_t j = 0; j < c->width; j++) {
+            const json_t *cat = json_array_get(c->cats.list, j);
+            int64_t e = ds_str_index_find(&d->cats, json_string_value(cat),
+                                          json_string_length(cat));
+            src[c->offset + j] = e < 0 ? -1 : (int64_t)d->offset + e;
+            *identity &= src[c->offset + j] == (int64_t)(c->offset + j);
+        }
+        *identity &= c->width == d->width;
     }
     return TY_OK;
 }

@@ -124,11 +124,18 @@ ty_status ds_tab_encode_text(const ds_tab_schema *s, size_t col,
 ty_status ds_tab_encode_json(const ds_tab_schema *s, const json_t *row,
                              float *out, const char *field, ty_err *err);
 
-/* The columns of data (a dataset's schema) are those of model (a model's):
- * same names, order, types and categories (statistics and counts aside).
- * TY_OK, or TY_EINVAL saying which column differs and how. */
-ty_status ds_tab_schema_match(const json_t *model, const json_t *data,
-                              ty_err *err);
+/* How data's features (a dataset's schema) become model's: for each of
+ * model's features, src[j] is the data feature it takes, or -1 for a
+ * one-hot feature of a category the data does not have (0). Columns are
+ * matched by name, in any order; numbers and booleans go into either
+ * (a boolean is 0/1); a categorical column's categories by their text, so
+ * a category the model did not see is dropped (all zeros, as at predict).
+ * *identity is 1 when src is j for every j and the widths are equal.
+ * TY_EINVAL naming the first column that cannot be mapped: absent from
+ * data, an extra data column, or text where the model has numbers and the
+ * other way round. */
+ty_status ds_tab_remap(const ds_tab_schema *model, const ds_tab_schema *data,
+                       int64_t *src, int *identity, ty_err *err);
 
 /* ---- typing a CSV's columns while reading it ---- */
 

@@ -212,6 +212,36 @@ def main():
                          json.dumps({"inputs": [[1, 2, "rome", "maybe"]]}).encode())
         if s3 != 422 or "member" not in json.dumps(p3):
             sys.exit(f"FAIL: a bad boolean cell: {s3} {p3}")
+        # An evaluation dataset with other categories (a subset and one the
+        # model never saw) and its columns in another order is encoded with
+        # the model's schema: evaluate's loss and accuracy are those of
+        # predict's outputs on the same raw rows.
+        ev_rows, ev_y = make_rows(rng, 50)
+        for i, r in enumerate(ev_rows):
+            r[2] = ["rome", "oslo", "tokyo"][i % 3]
+        order = [2, 0, 3, 1]
+        text = "city,age,member,income,label\n" + "".join(
+            ",".join(csv_cell(r[j]) for j in order) + "," + y + "\n"
+            for r, y in zip(ev_rows, ev_y))
+        status, ev_ds = upload_csv(base, key, "mixed-eval", text)
+        if status != 201 or ev_ds["columns"][0]["categories"] != ["oslo", "rome", "tokyo"]:
+            sys.exit(f"FAIL: the evaluation CSV: {status} {ev_ds}")
+        status, ev = request(base, key, "POST", f"/v1/models/{model}/evaluate",
+                             json.dumps({"dataset": ev_ds["id"]}).encode())
+        if status != 200:
+            sys.exit(f"FAIL: evaluate with other categories: {status} {ev}")
+        status, pe = request(base, key, "POST", f"/v1/models/{model}/predict",
+                             json.dumps({"inputs": ev_rows}).encode())
+        if status != 200:
+            sys.exit(f"FAIL: predict: {status} {pe}")
+        classes = ["hi", "lo"]  # sorted labels: the class order
+        probs = np.array(pe["outputs"], dtype=np.float64)
+        lab = np.array([classes.index(y) for y in ev_y])
+        hits = float(np.mean(np.argmax(probs, axis=1) == lab))
+        xent = float(np.mean(-np.log(probs[np.arange(len(lab)), lab])))
+        if abs(ev["accuracy"] - hits) > 1e-12 or abs(ev["loss"] - xent) > 1e-4:
+            sys.exit(f"FAIL: evaluate {ev} != predict's accuracy {hits}, loss {xent}")
+
         # KServe v2: a BYTES input [n, columns] of the cells as text
         status, md = request(base, key, "GET", f"/v2/models/{model}")
         if status != 200 or md["inputs"][0]["datatype"] != "BYTES" or \
