@@ -208,13 +208,12 @@ static ty_status schema_col(ds_tab_schema *s, size_t i, json_t *names,
     col->type = (ds_col_type)type;
     col->offset = (uint32_t)s->width;
     col->width = 1;
+    if (ds_str_index_find(&s->names, col->name, json_string_length(name)) >= 0)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "columns[%zu]: the name appears twice", i);
     if (json_array_append(names, (json_t *)name) ||
         ds_str_index_add_last(&s->names))
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    if ((size_t)ds_str_index_find(&s->names, col->name,
-                                  json_string_length(name)) != i)
-        return ty_fail(err, TY_EFORMAT, NULL,
-                       "columns[%zu]: the name appears twice", i);
     if (col->type == DS_COL_CATEGORICAL) {
         const json_t *cats = json_object_get(c, "categories");
         size_t n = json_array_size(cats);
