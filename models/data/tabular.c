@@ -458,6 +458,28 @@ ty_status ds_tab_remap(const ds_tab_schema *model, const ds_tab_schema *data,
     return TY_OK;
 }
 
+json_t *ds_tab_decode_row(const ds_tab_schema *s, const float *features)
+{
+    json_t *row = json_array();
+    for (size_t i = 0; row && i < s->ncols; i++) {
+        const ds_tab_col *c = &s->cols[i];
+        const float *f = features + c->offset;
+        json_t *v = json_null();
+        if (c->type == DS_COL_NUMERIC && !isnan(*f))
+            v = json_real(*f);
+        else if (c->type == DS_COL_BOOLEAN && !isnan(*f))
+            v = json_boolean(*f != 0.0f);
+        for (uint32_t k = 0; c->type == DS_COL_CATEGORICAL && k < c->width; k++)
+            if (f[k] == 1.0f)
+                v = json_copy(json_array_get(c->cats.list, k));
+        if (json_array_append_new(row, v)) {
+            json_decref(row);
+            row = NULL;
+        }
+    }
+    return row;
+}
+
 json_t *ds_tab_feature_names(const ds_tab_schema *s)
 {
     json_t *a = json_array();

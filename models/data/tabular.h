@@ -162,6 +162,11 @@ ty_status ds_tab_builder_finish(ds_tab_builder *b, const json_t *names,
                                 int no_echo, json_t **columns, int *plain,
                                 ty_err *err);
 
+/* One example's features back as its raw row (the form predict takes): a
+ * number (null when missing), true/false (null), a category's text (null
+ * when missing). NULL when out of memory. */
+json_t *ds_tab_decode_row(const ds_tab_schema *s, const float *features);
+
 /* The one-hot features' names: "name" for a numeric or boolean column,
  * "name=category" for each category. NULL when out of memory. */
 json_t *ds_tab_feature_names(const ds_tab_schema *s);

@@ -89,6 +89,18 @@ static void test_mixed_csv_uploads(void **state)
     expect_status(r, 200);
     assert_true(json_is_array(json_object_get(r->json, "columns")));
     resp_free(r);
+
+    /* examples come back as raw rows, the form predict takes: row 0 has
+     * no size, city rome, garden no */
+    snprintf(url, sizeof url, "/v1/datasets/%s/examples?limit=2", ds_id);
+    r = http_get(&server, url);
+    expect_status(r, 200);
+    json_t *x = json_object_get(
+        json_array_get(json_object_get(r->json, "items"), 0), "x");
+    json_t *row0 = json_pack("[n, s, b]", "rome", 0);
+    assert_true(json_equal(x, row0));
+    json_decref(row0);
+    resp_free(r);
 }
 
 static void test_train_and_predict_raw_rows(void **state)
