@@ -507,7 +507,8 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
             st = ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
             goto done;
         }
-    cv->types = ds_tab_builder_create(cv->ncols - 1, cv->max_categories);
+    cv->types =
+        ds_tab_builder_create(cv->ncols - 1, cv->max_categories, cv->label_col);
     if (!cv->types)
         st = ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
 done:

@@ -521,12 +521,19 @@ typedef struct {
 } col_stat;
 
 struct ds_tab_builder {
-    size_t ncols;
+    size_t ncols, label_col;
     uint32_t max_categories;
     col_stat *cols;
 };
 
-ds_tab_builder *ds_tab_builder_create(size_t ncols, uint32_t max_categories)
+/* Feature column col's 1-based column in the file. */
+static size_t file_col(const ds_tab_builder *b, size_t col)
+{
+    return col < b->label_col ? col + 1 : col + 2;
+}
+
+ds_tab_builder *ds_tab_builder_create(size_t ncols, uint32_t max_categories,
+                                      size_t label_col)
 {
     ds_tab_builder *b = calloc(1, sizeof *b);
     if (!b || !(b->cols = calloc(ncols ? ncols : 1, sizeof *b->cols))) {
@@ -534,6 +541,7 @@ ds_tab_builder *ds_tab_builder_create(size_t ncols, uint32_t max_categories)
         return NULL;
     }
     b->ncols = ncols;
+    b->label_col = label_col;
     b->max_categories = max_categories;
     for (size_t i = 0; i < ncols; i++) {
         if (!(b->cols[i].texts = json_array())) {
@@ -587,7 +595,7 @@ ty_status ds_tab_builder_add(ds_tab_builder *b, size_t col, const char *text,
         return ty_fail(err, TY_EFORMAT, "file",
                        "line %llu, column %zu: the cell is not valid UTF-8 "
                        "(save the file as UTF-8)",
-                       (unsigned long long)line, col + 1);
+                       (unsigned long long)line, file_col(b, col));
     json_t *s = json_stringn(text, len);
     if (!s || json_array_append_new(c->texts, s) ||
         ds_str_index_add_last(&c->index))
@@ -608,9 +616,9 @@ static ty_status finish_col(ds_tab_builder *b, size_t i, const char *name,
     ds_snippet(shown, sizeof shown, name, strlen(name));
     if (c->values == 0)
         return no_echo ? ty_fail(err, TY_EFORMAT, "file",
-                                 "feature column %zu has no values (every "
-                                 "cell is empty)",
-                                 i + 1)
+                                 "column %zu has no values (every cell is "
+                                 "empty)",
+                                 file_col(b, i))
                        : ty_fail(err, TY_EFORMAT, "file",
                                  "column \"%s\" has no values (every cell "
                                  "is empty); leave it out of the file",
@@ -623,11 +631,11 @@ static ty_status finish_col(ds_tab_builder *b, size_t i, const char *name,
     if (t == DS_COL_CATEGORICAL && c->index.count > b->max_categories) {
         if (no_echo)
             return ty_fail(err, TY_EFORMAT, "max_categories",
-                           "feature column %zu has more than %u distinct "
-                           "values (it is categorical: line %llu holds one "
-                           "that is not a number); raise max_categories (at "
-                           "most %u) or clean the column",
-                           i + 1, b->max_categories,
+                           "column %zu has more than %u distinct values (it "
+                           "is categorical: line %llu holds one that is not "
+                           "a number); raise max_categories (at most %u) or "
+                           "clean the column",
+                           file_col(b, i), b->max_categories,
                            (unsigned long long)c->text_line,
                            TY_DS_CATEGORIES_MAX);
         return ty_fail(err, TY_EFORMAT, "max_categories",

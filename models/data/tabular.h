@@ -142,8 +142,10 @@ ty_status ds_tab_remap(const ds_tab_schema *model, const ds_tab_schema *data,
 typedef struct ds_tab_builder ds_tab_builder;
 
 /* For ncols feature columns, at most max_categories categories each
- * (1..TY_DS_CATEGORIES_MAX). NULL when out of memory. */
-ds_tab_builder *ds_tab_builder_create(size_t ncols, uint32_t max_categories);
+ * (1..TY_DS_CATEGORIES_MAX); label_col is the file's label column (0-based,
+ * for the column numbers of messages). NULL when out of memory. */
+ds_tab_builder *ds_tab_builder_create(size_t ncols, uint32_t max_categories,
+                                      size_t label_col);
 void ds_tab_builder_destroy(ds_tab_builder *b);
 
 /* Sees feature column col's cell (text, len bytes) on line. TY_EFORMAT

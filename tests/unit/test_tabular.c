@@ -103,6 +103,14 @@ static void test_category_limit(void **state)
     dt_assert_contains(err.msg, "column \"c\" has more than 2 distinct values");
     dt_assert_contains(err.msg, "line 2 holds a value that is not a number");
     assert_false(fs_exists(out));
+    /* a cell that is not UTF-8 (a category) is named by its line and its
+     * column in the file, the label's column counted */
+    dt_write_str(in, "y,a,c\n1,2,x\n1,3,\xff\n");
+    assert_int_equal(
+        ds_convert_csv_ex(in, "y", TY_TASK_CLASSIFICATION, 0, 0, out, &err),
+        TY_EFORMAT);
+    assert_string_equal(err.msg, "line 3, column 3: the cell is not valid "
+                                 "UTF-8 (save the file as UTF-8)");
     ty_dataset ds;
     open_csv("c,y\nu,1\nv,1\nw,1\nu,1\n", 3, &ds);
     assert_int_equal(ds.features, 3);
