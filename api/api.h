@@ -130,6 +130,7 @@ void api_models_delete(api_ctx *app, http_req *r);
 void api_models_weights(api_ctx *app, http_req *r);
 void api_models_predict(api_ctx *app, http_req *r);
 void api_models_evaluate(api_ctx *app, http_req *r);
+void api_models_transform(api_ctx *app, http_req *r); /* transform.c */
 
 /* Serving deployments (api/deployments.c; the controller: deploy/deploy.h):
  * create 201, list (one page, next_cursor null), get and update 200 by id

@@ -8,6 +8,7 @@
  * was acknowledged is on disk.
  */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "common/ids.h"
 #include "common/jsonutil.h"
 #include "models/data/dataset.h"
+#include "models/data/tabular.h"
 #include "store/blob.h"
 #include "common/fetch.h"
 
@@ -28,14 +30,15 @@ static const char *const format_names[] = {"csv", "idx", "npy"};
 static const char *const format_files[][2] = {
     {"file", NULL}, {"images", "labels"}, {"x", "y"}};
 /* The text fields each format takes besides name and format. */
-static const char *const format_fields[][2] = {
-    {"label_column", "task"}, {NULL, NULL}, {"task", NULL}};
+static const char *const format_fields[][3] = {
+    {"label_column", "task", "max_categories"}, {NULL}, {"task"}};
 
 typedef struct {
     const char *name;
     ds_format format;
     const char *label_column;
     int task;                  /* -1 = the converter's default */
+    uint32_t max_categories;   /* csv: 0 = the converter's default */
     const char *paths[2];      /* input files */
     char fetched[2][PATH_MAX]; /* downloads, for JSON bodies naming URLs */
     json_t *source;            /* how it arrived, for the doc */
@@ -56,8 +59,9 @@ static int format_takes(ds_format f, const char *name)
 {
     if (!strcmp(name, "name") || !strcmp(name, "format"))
         return 1;
-    for (int i = 0; i < 2; i++)
-        if ((format_files[f][i] && !strcmp(format_files[f][i], name)) ||
+    for (int i = 0; i < 3; i++)
+        if ((i < 2 && format_files[f][i] &&
+             !strcmp(format_files[f][i], name)) ||
             (format_fields[f][i] && !strcmp(format_fields[f][i], name)))
             return 1;
     return 0;
@@ -66,9 +70,9 @@ static int format_takes(ds_format f, const char *name)
 static void expected_list(ds_format f, char *out, size_t n)
 {
     snprintf(out, n, "name, format");
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         size_t used = strlen(out);
-        if (format_files[f][i])
+        if (i < 2 && format_files[f][i])
             snprintf(out + used, n - used, ", %s", format_files[f][i]);
         used = strlen(out);
         if (format_fields[f][i])
@@ -113,6 +117,23 @@ static ty_status check_fields(upload *u, const char *name, const char *format,
     return TY_OK;
 }
 
+/* max_categories (csv): 1 to TY_DS_CATEGORIES_MAX. */
+static ty_status parse_max_categories(upload *u, const char *text, ty_err *err)
+{
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (u->format != FMT_CSV)
+        return ty_fail(err, TY_EINVAL, "max_categories",
+                       "max_categories applies to csv datasets only");
+    if (!*text || *end || v < 1 || v > (long)TY_DS_CATEGORIES_MAX)
+        return ty_fail(err, TY_EINVAL, "max_categories",
+                       "max_categories must be an integer from 1 to %u (the "
+                       "most distinct values a text column may have)",
+                       TY_DS_CATEGORIES_MAX);
+    u->max_categories = (uint32_t)v;
+    return TY_OK;
+}
+
 static ty_status read_form(http_req *r, upload *u, ty_err *err)
 {
     ty_status s = check_fields(u, http_req_form_value(r, "name"),
@@ -120,6 +141,9 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
                                http_req_form_value(r, "label_column"),
                                http_req_form_value(r, "task"), err);
     if (s != TY_OK)
+        return s;
+    const char *mc = http_req_form_value(r, "max_categories");
+    if (mc && (s = parse_max_categories(u, mc, err)) != TY_OK)
         return s;
     char expected[128];
     expected_list(u->format, expected, sizeof expected);
@@ -149,8 +173,9 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
 static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
                            upload *u, ty_err *err)
 {
-    static const char *const keys[] = {"name",         "format", "urls",
-                                       "label_column", "task",   NULL};
+    static const char *const keys[] = {
+        "name", "format",         "urls", "label_column",
+        "task", "max_categories", NULL};
     ty_status s = tyjson_check_keys(body, keys, "", err);
     if (s != TY_OK)
         return s;
@@ -166,6 +191,15 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
         return s;
     if ((s = check_fields(u, name, format, label, task, err)) != TY_OK)
         return s;
+    const json_t *mc = json_object_get(body, "max_categories");
+    if (mc) {
+        char text[32] = "";
+        if (json_is_integer(mc))
+            snprintf(text, sizeof text, "%lld",
+                     (long long)json_integer_value(mc));
+        if ((s = parse_max_categories(u, text, err)) != TY_OK)
+            return s;
+    }
     if (u->format != FMT_CSV && label)
         return ty_fail(err, TY_EINVAL, "label_column",
                        "label_column applies to csv datasets only");
@@ -219,9 +253,9 @@ static ty_status convert(const api_ctx *app, const upload *u, const char *out,
     };
     switch (u->format) {
         case FMT_CSV:
-            s = ds_convert_csv_flags(u->paths[0], u->label_column,
-                                     (ty_task)u->task, u->convert_flags, out,
-                                     err);
+            s = ds_convert_csv_ex(u->paths[0], u->label_column,
+                                  (ty_task)u->task, u->convert_flags,
+                                  u->max_categories, out, err);
             break;
         case FMT_IDX:
             s = ds_convert_idx_ex(u->paths[0], u->paths[1], out, &idx, err);
@@ -269,23 +303,29 @@ static json_t *feature_means(const ty_dataset *ds)
         return NULL;
     size_t k = (size_t)ds->features;
     double *sum = calloc(k, sizeof *sum);
+    uint32_t *count = calloc(k, sizeof *count);
     float *x = malloc(k * sizeof *x);
-    json_t *a = sum && x ? json_array() : NULL;
+    json_t *a = sum && count && x ? json_array() : NULL;
     if (a) {
+        /* of the values present: a CSV's missing cells are NaN */
         for (uint32_t i = 0; i < ds->num_examples; i++) {
             ty_dataset_example_f32(ds, i, x);
             for (size_t j = 0; j < k; j++)
-                sum[j] += x[j];
+                if (!isnan(x[j])) {
+                    sum[j] += x[j];
+                    count[j]++;
+                }
         }
         for (size_t j = 0; j < k; j++)
-            if (json_array_append_new(a,
-                                      json_real(sum[j] / ds->num_examples))) {
+            if (json_array_append_new(
+                    a, json_real(count[j] ? sum[j] / count[j] : 0.0))) {
                 json_decref(a);
                 a = NULL;
                 break;
             }
     }
     free(sum);
+    free(count);
     free(x);
     return a;
 }
@@ -323,6 +363,9 @@ static json_t *dataset_doc(const char *id, const upload *u,
         json_object_set(doc, "label_column",
                         json_object_get(m, "label_column"));
     }
+    /* a CSV's feature columns: type, categories, missing cells */
+    if (json_object_get(m, "columns"))
+        json_object_set(doc, "columns", json_object_get(m, "columns"));
     json_t *means = feature_means(ds);
     if (means)
         bad |= json_object_set_new(doc, "feature_means", means);

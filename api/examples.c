@@ -9,9 +9,11 @@
  */
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/api.h"
 #include "models/data/dataset.h"
+#include "models/data/tabular.h"
 #include "store/blob.h"
 
 #define DEFAULT_EXAMPLES 8
@@ -99,16 +101,28 @@ void api_datasets_examples(api_ctx *app, http_req *r)
         s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
         goto done;
     }
+    /* a CSV with missing cells or text: its raw rows, as predict takes
+     * them from a model trained on it (models/data/tabular.h) */
+    ds_tab_schema tab = {0};
+    const char *pre = json_string_value(json_object_get(ds.meta, "preprocess"));
+    if (pre && !strcmp(pre, "tabular") &&
+        (s = ds_tab_schema_init(&tab, json_object_get(ds.meta, "columns"),
+                                &err)) != TY_OK) {
+        s = TY_EIO;
+        goto done;
+    }
     json_t *items = json_array();
     for (uint64_t k = 0; k < n; k++) {
         uint32_t i = (uint32_t)(offset + k);
         uint64_t at = 0;
         ty_dataset_example_f32(&ds, i, buf);
-        json_array_append_new(items, json_pack("{s:I, s:o, s:o}", "index",
-                                               (json_int_t)i, "x",
-                                               nest(&ds, buf, 0, &at), "label",
-                                               label_of(&ds, i)));
+        json_array_append_new(
+            items, json_pack("{s:I, s:o, s:o}", "index", (json_int_t)i, "x",
+                             tab.cols ? ds_tab_decode_row(&tab, buf)
+                                      : nest(&ds, buf, 0, &at),
+                             "label", label_of(&ds, i)));
     }
+    ds_tab_schema_free(&tab);
     http_reply_json(r, 200,
                     json_pack("{s:s, s:I, s:I, s:o}", "dataset", id, "offset",
                               (json_int_t)offset, "total",

@@ -30,7 +30,9 @@
 #include "common/opmetrics.h"
 #include "serve/encode.h"
 #include "serve/predict.h"
+#include "serve/rawrows.h"
 #include "serve/tensor.h"
+#include "api/kserve_stats.h"
 
 /* Binary tensor data is little-endian: floats are copied as they are. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -72,170 +74,6 @@ static int find_model(api_ctx *app, http_req *r, char id[TY_ID_MAX],
         return 0;
     }
     return 1;
-}
-
-/* ---- statistics (the statistics extension) ----
- *
- * Counters per (tenant, model) since the server started, for GET
- * /v2/models[/{name}[/versions/1]]/stats. An infer must not take a lock
- * for them: each thread counts into its own table (no lock; the counters
- * are atomics only so that a reader on another thread sees whole values),
- * and a read sums every thread's table. The tables are made once per
- * thread and registered under stats_mu, and live as long as the server.
- * At most STATS_PER_THREAD models per thread; past that the one inferred
- * longest ago on that thread starts over. */
-#define STATS_PER_THREAD 1024
-
-typedef struct {
-    uint64_t count, ns;
-} duration_stat;
-
-typedef struct {
-    char tenant[TY_ID_MAX], id[TY_ID_MAX];
-    uint64_t last_ms, inferences, executions;
-    duration_stat success, fail, input, infer, output;
-} model_stats;
-
-typedef struct stats_table {
-    int n; /* entries in use (only grows; read by readers) */
-    model_stats e[STATS_PER_THREAD];
-    struct stats_table *next;
-} stats_table;
-
-static pthread_mutex_t stats_mu = PTHREAD_MUTEX_INITIALIZER;
-static stats_table *stats_tables; /* every thread's, newest first */
-static __thread stats_table *stats_mine;
-
-/* What one infer request measured. */
-typedef struct {
-    uint64_t batch, input_ns, infer_ns, output_ns;
-} infer_times;
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
-static uint64_t wall_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_REALTIME, &t);
-    return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
-}
-
-#define ST_ADD(field, v) __atomic_add_fetch(&(field), (v), __ATOMIC_RELAXED)
-#define ST_GET(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
-
-/* This thread's entry of (tenant, id), made when missing; NULL when out of
- * memory (the infer is then not counted). An entry reused for another
- * model has its names rewritten while a reader may look: a reader may
- * then count it once under either model, never crash (both names stay
- * NUL-terminated within their arrays). */
-static model_stats *stats_entry(const char *tenant, const char *id)
-{
-    stats_table *t = stats_mine;
-    if (!t) {
-        t = calloc(1, sizeof *t);
-        if (!t)
-            return NULL;
-        pthread_mutex_lock(&stats_mu);
-        t->next = stats_tables;
-        stats_tables = t;
-        pthread_mutex_unlock(&stats_mu);
-        stats_mine = t;
-    }
-    int n = t->n, oldest = 0;
-    for (int i = 0; i < n; i++) {
-        if (!strcmp(t->e[i].id, id) && !strcmp(t->e[i].tenant, tenant))
-            return &t->e[i];
-        if (t->e[i].last_ms < t->e[oldest].last_ms)
-            oldest = i;
-    }
-    model_stats *e = &t->e[n < STATS_PER_THREAD ? n : oldest];
-    memset(e, 0, sizeof *e);
-    snprintf(e->tenant, sizeof e->tenant, "%s", tenant);
-    snprintf(e->id, sizeof e->id, "%s", id);
-    if (n < STATS_PER_THREAD)
-        __atomic_store_n(&t->n, n + 1, __ATOMIC_RELEASE);
-    return e;
-}
-
-static void stats_record(const char *tenant, const char *id, int ok,
-                         uint64_t total_ns, const infer_times *t)
-{
-    model_stats *e = stats_entry(tenant, id);
-    if (!e)
-        return;
-    duration_stat *d = ok ? &e->success : &e->fail;
-    ST_ADD(d->count, 1);
-    ST_ADD(d->ns, total_ns);
-    if (ok) {
-        __atomic_store_n(&e->last_ms, wall_ms(), __ATOMIC_RELAXED);
-        ST_ADD(e->inferences, t->batch);
-        ST_ADD(e->executions,
-               (t->batch + MODEL_CACHE_BATCH - 1) / MODEL_CACHE_BATCH);
-        ST_ADD(e->input.count, 1);
-        ST_ADD(e->input.ns, t->input_ns);
-        ST_ADD(e->infer.count, 1);
-        ST_ADD(e->infer.ns, t->infer_ns);
-        ST_ADD(e->output.count, 1);
-        ST_ADD(e->output.ns, t->output_ns);
-    }
-}
-
-static void duration_sum(duration_stat *to, duration_stat *from)
-{
-    to->count += ST_GET(from->count);
-    to->ns += ST_GET(from->ns);
-}
-
-/* The sum over every thread's table of (tenant, id). */
-static model_stats stats_sum(const char *tenant, const char *id)
-{
-    model_stats sum = {0};
-    pthread_mutex_lock(&stats_mu);
-    for (stats_table *t = stats_tables; t; t = t->next) {
-        int n = __atomic_load_n(&t->n, __ATOMIC_ACQUIRE);
-        for (int i = 0; i < n; i++) {
-            model_stats *e = &t->e[i];
-            if (strcmp(e->id, id) != 0 || strcmp(e->tenant, tenant) != 0)
-                continue;
-            uint64_t last = ST_GET(e->last_ms);
-            if (last > sum.last_ms)
-                sum.last_ms = last;
-            sum.inferences += ST_GET(e->inferences);
-            sum.executions += ST_GET(e->executions);
-            duration_sum(&sum.success, &e->success);
-            duration_sum(&sum.fail, &e->fail);
-            duration_sum(&sum.input, &e->input);
-            duration_sum(&sum.infer, &e->infer);
-            duration_sum(&sum.output, &e->output);
-        }
-    }
-    pthread_mutex_unlock(&stats_mu);
-    return sum;
-}
-
-static json_t *duration_json(duration_stat d)
-{
-    return json_pack("{s:I, s:I}", "count", (json_int_t)d.count, "ns",
-                     (json_int_t)d.ns);
-}
-
-/* The statistics document of one model (zeros when it has none). */
-static json_t *stats_json(const char *tenant, const char *id)
-{
-    model_stats e = stats_sum(tenant, id);
-    return json_pack(
-        "{s:s, s:s, s:I, s:I, s:I, s:{s:o, s:o, s:o, s:o, s:o}}", "name", id,
-        "version", VERSION, "last_inference", (json_int_t)e.last_ms,
-        "inference_count", (json_int_t)e.inferences, "execution_count",
-        (json_int_t)e.executions, "inference_stats", "success",
-        duration_json(e.success), "fail", duration_json(e.fail),
-        "compute_input", duration_json(e.input), "compute_infer",
-        duration_json(e.infer), "compute_output", duration_json(e.output));
 }
 
 /* ---- health and metadata ---- */
@@ -287,11 +125,16 @@ void api_kserve_model(api_ctx *app, http_req *r)
     const json_t *classes = json_object_get(doc, "classes");
     if (json_is_array(classes))
         json_object_set(out, "classes", (json_t *)classes);
-    json_t *meta =
-        json_pack("{s:s, s:[s], s:s, s:[{s:s, s:s, s:o}], s:[o]}", "name", id,
-                  "versions", VERSION, "platform", "trainyard", "inputs",
-                  "name", INPUT_NAME, "datatype", "FP32", "shape",
-                  batched(json_object_get(doc, "input_shape")), "outputs", out);
+    /* A tabular model takes raw CSV cells as text: [batch, columns]. */
+    const json_t *cols = json_object_get(doc, "columns");
+    json_t *ncols = json_pack("[I]", (json_int_t)json_array_size(cols));
+    json_t *meta = json_pack(
+        "{s:s, s:[s], s:s, s:[{s:s, s:s, s:o}], s:[o]}", "name", id, "versions",
+        VERSION, "platform", "trainyard", "inputs", "name", INPUT_NAME,
+        "datatype", cols ? "BYTES" : "FP32", "shape",
+        batched(cols ? ncols : json_object_get(doc, "input_shape")), "outputs",
+        out);
+    json_decref(ncols);
     json_decref(doc);
     http_reply_json(r, 200, meta);
 }
@@ -314,17 +157,21 @@ void api_kserve_config(api_ctx *app, http_req *r)
     json_t *doc;
     if (!find_model(app, r, id, &doc))
         return;
+    const json_t *cols = json_object_get(doc, "columns");
+    json_t *ncols = json_pack("[I]", (json_int_t)json_array_size(cols));
     json_t *cfg = json_pack(
         "{s:s, s:s, s:s, s:i, s:[{s:s, s:s, s:O}], s:[{s:s, s:s, s:[O]}]}",
         "name", id, "platform", "trainyard", "backend", "trainyard",
         "max_batch_size", SERVE_MAX_EXAMPLES, "input", "name", INPUT_NAME,
-        "data_type", "TYPE_FP32", "dims", json_object_get(doc, "input_shape"),
-        "output", "name", OUTPUT_NAME, "data_type", "TYPE_FP32", "dims",
+        "data_type", cols ? "TYPE_STRING" : "TYPE_FP32", "dims",
+        cols ? ncols : json_object_get(doc, "input_shape"), "output", "name",
+        OUTPUT_NAME, "data_type", "TYPE_FP32", "dims",
         json_object_get(doc, "num_outputs"));
     const json_t *classes = json_object_get(doc, "classes");
     if (cfg && json_is_array(classes))
         json_object_set(json_array_get(json_object_get(cfg, "output"), 0),
                         "classes", (json_t *)classes);
+    json_decref(ncols);
     json_decref(doc);
     http_reply_json(r, 200, cfg);
 }
@@ -391,8 +238,8 @@ static void index_add(json_t *list, const char *tenant, const json_t *model)
 static void stats_add(json_t *list, const char *tenant, const json_t *model)
 {
     json_array_append_new(
-        list,
-        stats_json(tenant, json_string_value(json_object_get(model, "id"))));
+        list, kserve_stats_json(
+                  tenant, json_string_value(json_object_get(model, "id"))));
 }
 
 /* POST /v2/repository/index: the tenant's models, each READY (a model is
@@ -468,7 +315,7 @@ void api_kserve_stats(api_ctx *app, http_req *r)
             return;
         }
         json_decref(doc);
-        json_array_append_new(list, stats_json(tenant, id));
+        json_array_append_new(list, kserve_stats_json(tenant, id));
     } else if (!each_model(app, r, stats_add, list)) {
         json_decref(list);
         return;
@@ -516,8 +363,10 @@ typedef struct {
 typedef struct {
     const json_t *id; /* string or NULL */
     serve_dtype dt;
-    uint64_t batch, n; /* examples; values (batch * features) */
-    int binary_in;     /* the input's data is binary */
+    uint64_t batch, n;  /* examples; values (batch * features) */
+    int binary_in;      /* the input's data is binary */
+    const json_t *cols; /* BYTES for a tabular model: its columns; q->n
+                           counts cells (batch * columns) */
     uint64_t binary_size;
     out_req out;
 } infer_req;
@@ -549,6 +398,69 @@ static int reject_shared_memory(http_req *r, const json_t *params,
                    "%s: shared memory is not supported by this server; send "
                    "the data in the body (JSON or binary)",
                    field);
+    return 1;
+}
+
+/* A tabular model's BYTES input: its raw CSV cells as text, [batch,
+ * columns]; 0 after replying 400. */
+static int bytes_shape(http_req *r, const serve_model *m, const json_t *in,
+                       const json_t *cols, infer_req *q)
+{
+    const json_t *shape = json_object_get(in, "shape");
+    size_t nc = json_array_size(cols);
+    if (!json_is_array(shape) || json_array_size(shape) != 2 ||
+        !is_uint(json_array_get(shape, 0), SERVE_MAX_EXAMPLES) ||
+        json_integer_value(json_array_get(shape, 0)) < 1 ||
+        !json_is_integer(json_array_get(shape, 1)) ||
+        (size_t)json_integer_value(json_array_get(shape, 1)) != nc)
+        return bad(r, "inputs[0].shape",
+                   "input \"" INPUT_NAME "\": BYTES data for model %s is "
+                   "its raw CSV cells: shape [batch, %zu] (1 to %d rows "
+                   "of its feature columns, in the CSV's order; an empty "
+                   "string is a missing value)",
+                   m->id, nc, SERVE_MAX_EXAMPLES);
+    q->cols = cols;
+    q->batch = (uint64_t)json_integer_value(json_array_get(shape, 0));
+    q->n = q->batch * nc;
+    return 1;
+}
+
+/* A numeric input's shape; 0 after replying 400. */
+static int numeric_shape(http_req *r, const serve_model *m, const json_t *in,
+                         infer_req *q)
+{
+    /* [batch, ...input shape], or [batch, features] flattened. */
+    const json_t *shape = json_object_get(in, "shape");
+    const json_t *want = m->input_shape;
+    size_t nd = json_array_size(shape);
+    int ok = json_is_array(shape) && nd >= 2 &&
+             is_uint(json_array_get(shape, 0), SERVE_MAX_EXAMPLES) &&
+             json_integer_value(json_array_get(shape, 0)) >= 1;
+    int exact = ok && nd == json_array_size(want) + 1;
+    for (size_t i = 1; exact && i < nd; i++)
+        exact =
+            json_equal(json_array_get(shape, i), json_array_get(want, i - 1));
+    int flat =
+        ok && nd == 2 &&
+        is_uint(json_array_get(shape, 1), (json_int_t)m->features) &&
+        (uint64_t)json_integer_value(json_array_get(shape, 1)) == m->features;
+    if (!exact && !flat) {
+        char *got = shape ? json_dumps(shape, JSON_COMPACT) : NULL;
+        char *dims = json_dumps(want, JSON_COMPACT);
+        bad(r, "inputs[0].shape",
+            "input \"" INPUT_NAME "\": shape %s does not fit model %s: send "
+            "[batch, %s] (its input shape %s after a batch of 1 to %d), or "
+            "[batch, %llu] flattened",
+            got ? got : "(none)", m->id,
+            dims ? (dims[0] == '[' ? dims + 1 : dims) : "?", dims ? dims : "?",
+            SERVE_MAX_EXAMPLES, (unsigned long long)m->features);
+        free(got);
+        free(dims);
+        return 0;
+    }
+    q->batch = (uint64_t)json_integer_value(json_array_get(shape, 0));
+    q->n = q->batch * m->features;
+
     return 1;
 }
 
@@ -603,43 +515,15 @@ static int infer_parse(http_req *r, const serve_model *m, const json_t *body,
                    "input \"" INPUT_NAME "\": datatype must be one of BOOL, "
                    "UINT8, UINT16, UINT32, UINT64, INT8, INT16, INT32, INT64, "
                    "FP16, BF16, FP32, FP64");
-    if (q->dt == SERVE_DT_BYTES)
+    const json_t *cols = serve_tab_columns(model_entry_net(m->e));
+    if (q->dt == SERVE_DT_BYTES && !cols)
         return bad(r, "inputs[0].datatype",
                    "input \"" INPUT_NAME "\": datatype BYTES is not supported: "
                    "the model takes numbers (send FP32 or another numeric "
                    "datatype)");
-
-    /* [batch, ...input shape], or [batch, features] flattened. */
-    const json_t *shape = json_object_get(in, "shape");
-    const json_t *want = m->input_shape;
-    size_t nd = json_array_size(shape);
-    int ok = json_is_array(shape) && nd >= 2 &&
-             is_uint(json_array_get(shape, 0), SERVE_MAX_EXAMPLES) &&
-             json_integer_value(json_array_get(shape, 0)) >= 1;
-    int exact = ok && nd == json_array_size(want) + 1;
-    for (size_t i = 1; exact && i < nd; i++)
-        exact =
-            json_equal(json_array_get(shape, i), json_array_get(want, i - 1));
-    int flat =
-        ok && nd == 2 &&
-        is_uint(json_array_get(shape, 1), (json_int_t)m->features) &&
-        (uint64_t)json_integer_value(json_array_get(shape, 1)) == m->features;
-    if (!exact && !flat) {
-        char *got = shape ? json_dumps(shape, JSON_COMPACT) : NULL;
-        char *dims = json_dumps(want, JSON_COMPACT);
-        bad(r, "inputs[0].shape",
-            "input \"" INPUT_NAME "\": shape %s does not fit model %s: send "
-            "[batch, %s] (its input shape %s after a batch of 1 to %d), or "
-            "[batch, %llu] flattened",
-            got ? got : "(none)", m->id,
-            dims ? (dims[0] == '[' ? dims + 1 : dims) : "?", dims ? dims : "?",
-            SERVE_MAX_EXAMPLES, (unsigned long long)m->features);
-        free(got);
-        free(dims);
+    if (q->dt == SERVE_DT_BYTES ? !bytes_shape(r, m, in, cols, q)
+                                : !numeric_shape(r, m, in, q))
         return 0;
-    }
-    q->batch = (uint64_t)json_integer_value(json_array_get(shape, 0));
-    q->n = q->batch * m->features;
 
     const json_t *ip = json_object_get(in, "parameters");
     if (ip && !json_is_object(ip))
@@ -833,7 +717,7 @@ static void infer_reply(http_req *r, const serve_model *m, const infer_req *q,
 static void infer_run(api_ctx *app, http_req *r)
 {
     double t0 = opm_now();
-    uint64_t start = now_ns();
+    uint64_t start = kserve_now_ns();
     size_t len;
     const char *text = http_req_body(r, &len);
     if (!text) {
@@ -936,23 +820,39 @@ static void infer_run(api_ctx *app, http_req *r)
     if (ok) {
         /* The values' text or bytes must be there before their room is
          * taken: a JSON value is at least 2 bytes ("1,"). */
-        uint64_t most = q.binary_in ? data_len / serve_dtype_size(q.dt)
-                                    : (ib.data.len + 1) / 2;
+        uint64_t most = q.binary_in
+                            ? data_len / (q.cols ? 4 : serve_dtype_size(q.dt))
+                            : (ib.data.len + 1) / 2;
         uint64_t room = q.n < most ? q.n : most;
-        x = malloc(room * sizeof *x + 1);
-        y = malloc(q.batch * m.outputs * sizeof *y + 1);
-        if (!x || !y) {
+        /* cells become the model's features: a BYTES element is at least
+         * its 4-byte length, a JSON one 2 bytes ("", is 3) */
+        if (q.cols && most < q.n)
+            ok = bad(r,
+                     q.binary_in ? "inputs[0].parameters.binary_data_size"
+                                 : "inputs[0].data",
+                     "input \"" INPUT_NAME "\": the data cannot hold the "
+                     "%llu cells the shape says",
+                     (unsigned long long)q.n);
+        if (q.cols)
+            room = q.batch * m.features;
+        x = ok ? malloc(room * sizeof *x + 1) : NULL;
+        y = ok ? malloc(q.batch * m.outputs * sizeof *y + 1) : NULL;
+        if (ok && (!x || !y)) {
             http_reply_error(r, TY_ENOMEM, NULL);
             ok = 0;
         }
     }
     if (ok) {
-        uint64_t t1 = now_ns();
-        s = q.binary_in ? serve_tensor_from_binary(q.dt, data, data_len, q.n,
-                                                   INPUT_NAME, x, &err)
-                        : serve_tensor_from_json(q.dt, ib.data, q.n, INPUT_NAME,
-                                                 x, &err);
-        t.input_ns = now_ns() - t1;
+        uint64_t t1 = kserve_now_ns();
+        if (q.cols)
+            s = serve_tab_from_bytes(q.cols, q.binary_in, data, data_len,
+                                     ib.data, q.batch, m.features, x, &err);
+        else
+            s = q.binary_in ? serve_tensor_from_binary(q.dt, data, data_len,
+                                                       q.n, INPUT_NAME, x, &err)
+                            : serve_tensor_from_json(q.dt, ib.data, q.n,
+                                                     INPUT_NAME, x, &err);
+        t.input_ns = kserve_now_ns() - t1;
         /* The data was only skimmed: what the checking scan finds wrong
          * comes first. */
         if (s != TY_OK && !q.binary_in &&
@@ -967,21 +867,21 @@ static void infer_run(api_ctx *app, http_req *r)
             ok = (http_reply_error(r, s, &err), 0);
     }
     if (ok) {
-        uint64_t t1 = now_ns();
+        uint64_t t1 = kserve_now_ns();
         s = serve_model_run(&m, x, q.batch, y, &err);
-        t.infer_ns = now_ns() - t1;
+        t.infer_ns = kserve_now_ns() - t1;
         if (s == TY_EUNAVAILABLE)
             api_retry_after(r, 5);
         if (s != TY_OK)
             ok = (http_reply_error(r, s, &err), 0);
     }
     if (ok) {
-        uint64_t t1 = now_ns();
+        uint64_t t1 = kserve_now_ns();
         infer_reply(r, &m, &q, y);
-        t.output_ns = now_ns() - t1;
+        t.output_ns = kserve_now_ns() - t1;
         t.batch = q.batch;
     }
-    stats_record(api_tenant(r), m.id, ok, now_ns() - start, &t);
+    kserve_stats_record(api_tenant(r), m.id, ok, kserve_now_ns() - start, &t);
     if (ok)
         http_req_time(r, "kserve_infer", opm_now() - t0);
     free(x);

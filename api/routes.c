@@ -42,6 +42,7 @@ const route api_routes[] = {
     {HTTP_GET, "/v1/models/{id}/weights", "models.weights", KEY, NOBODY, api_models_weights},
     {HTTP_POST, "/v1/models/{id}/predict", "models.predict", KEY, RAW, api_models_predict},
     {HTTP_POST, "/v1/models/{id}/evaluate", "models.evaluate", KEY, JSON, api_models_evaluate},
+    {HTTP_POST, "/v1/models/{id}/transform", "models.transform", KEY, JSON, api_models_transform},
 
     {HTTP_POST, "/v1/deployments", "deployments.create", KEY, JSON, api_deployments_create},
     {HTTP_GET, "/v1/deployments", "deployments.list", KEY, NOBODY, api_deployments_list},

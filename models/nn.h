@@ -50,6 +50,8 @@
  *   "trainyard.classes"     JSON array (classification) or "null"
  *   "trainyard.preprocess"  JSON: {"kind":"none"} | {"kind":"scale","factor":f}
  *                           | {"kind":"standardize","mean":[..],"std":[..]}
+ *                           | {"kind":"tabular","columns":[..]} (CSV columns,
+ *                           models/data/tabular.h, models/preprocess_tab.c)
  *   "trainyard.loss"        JSON: {"kind":"cross_entropy","label_smoothing":x}
  *                           | {"kind":"binary_cross_entropy"} | {"kind":"mse"}
  *                           | {"kind":"huber","huber_delta":d}; absent in
@@ -191,6 +193,11 @@ uint32_t nn_workspace_max_batch(const nn_workspace *ws);
  * Dropout is off. No allocation. */
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
                          uint32_t n, float *out, ty_err *err);
+
+/* What the network's first layer sees for n raw rows x (n, features):
+ * the stored preprocessing applied, into out (n, features). */
+void nn_net_transform(const nn_net *net, const float *x, uint32_t n,
+                      float *out);
 
 /* Mean loss (the model's training loss, label smoothing included) and, for classification,
  * accuracy of net over every example of ds. class_map maps ds's class indices

@@ -296,13 +296,22 @@ int nn_task_from_str(const char *s);
 
 /* Input preprocessing, applied while copying raw examples into the input
  * buffer (see nn.h "trainyard.preprocess"). */
-typedef enum { NN_PRE_NONE = 0, NN_PRE_SCALE, NN_PRE_STANDARDIZE } nn_pre_kind;
+typedef enum {
+    NN_PRE_NONE = 0,
+    NN_PRE_SCALE,
+    NN_PRE_STANDARDIZE,
+    NN_PRE_TABULAR /* CSV columns: impute + standardize, one-hot as is */
+} nn_pre_kind;
 
 typedef struct {
     nn_pre_kind kind;
     double factor; /* scale; applied as (float)factor */
     uint64_t features;
     float *mean, *std; /* standardize: features each; owned */
+    /* tabular (preprocess_tab.c): per feature, in double; a one-hot
+     * feature has std 0 and is copied as it is */
+    double *tab_impute, *tab_mean, *tab_std;
+    json_t *tab_columns; /* owned: the model's columns, with statistics */
 } nn_preproc;
 
 /* Builds pp from a dataset's "preprocess" name over the examples idx (NULL
@@ -322,6 +331,23 @@ void nn_preproc_apply(const nn_preproc *pp, float *dst, const float *src,
  * NULL: the examples first..first+n). */
 void nn_preproc_gather(const nn_preproc *pp, float *dst, const ty_dataset *ds,
                        const uint32_t *idx, uint32_t first, uint32_t n);
+/* Readies ds's examples for pp. A tabular model takes a dataset whose
+ * columns it can map (by name; categories by their text, one it did not
+ * see dropped: ds_tab_remap): when ds's one-hot layout is not the model's,
+ * *view is ds with its features re-encoded in the model's layout into *x
+ * (the caller's to free; meta and targets borrowed from ds), else *x is
+ * NULL and ds is used as it is. A dataset with missing values or text
+ * columns needs a tabular model. TY_EINVAL naming the column at fault,
+ * TY_ENOMEM. */
+ty_status nn_preproc_bind(const nn_preproc *pp, const ty_dataset *ds,
+                          ty_dataset *view, float **x, ty_err *err);
+/* The tabular kind's parts (preprocess_tab.c). */
+ty_status nn_preproc_tab_fit(nn_preproc *pp, const ty_dataset *ds,
+                             const uint32_t *idx, uint32_t n, ty_err *err);
+ty_status nn_preproc_tab_from_json(nn_preproc *pp, const json_t *j,
+                                   ty_err *err);
+json_t *nn_preproc_tab_to_json(const nn_preproc *pp);
+void nn_preproc_tab_row(const nn_preproc *pp, float *dst, const float *src);
 
 /* Buffers for forward (and, for a training workspace, backward) passes of up
  * to max_batch examples. Float data lives in one allocation; the per-thread

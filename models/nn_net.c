@@ -298,6 +298,14 @@ void nn_backward(const nn_arch *arch, const float *params, float *grads,
                     ws->grad[1], ws->grad[0], NULL);
 }
 
+static ty_status eval_examples_reg(const nn_arch *arch, const float *params,
+                                   const nn_preproc *pp, const nn_target *tg,
+                                   nn_workspace *ws, const ty_dataset *ds,
+                                   const uint32_t *idx, uint32_t n,
+                                   const int32_t *class_map, double *loss,
+                                   double *accuracy, nn_reg_metrics *reg,
+                                   ty_err *err);
+
 ty_status nn_eval_examples(const nn_arch *arch, const float *params,
                            const nn_preproc *pp, nn_workspace *ws,
                            const ty_dataset *ds, const uint32_t *idx,
@@ -337,6 +345,25 @@ ty_status nn_eval_examples_reg(const nn_arch *arch, const float *params,
                                const int32_t *class_map, double *loss,
                                double *accuracy, nn_reg_metrics *reg,
                                ty_err *err)
+{
+    /* a CSV dataset's columns in the model's one-hot layout */
+    ty_dataset view;
+    float *x = NULL;
+    ty_status st = nn_preproc_bind(pp, ds, &view, &x, err);
+    if (st == TY_OK)
+        st = eval_examples_reg(arch, params, pp, tg, ws, x ? &view : ds, idx,
+                               n, class_map, loss, accuracy, reg, err);
+    free(x);
+    return st;
+}
+
+static ty_status eval_examples_reg(const nn_arch *arch, const float *params,
+                                   const nn_preproc *pp, const nn_target *tg,
+                                   nn_workspace *ws, const ty_dataset *ds,
+                                   const uint32_t *idx, uint32_t n,
+                                   const int32_t *class_map, double *loss,
+                                   double *accuracy, nn_reg_metrics *reg,
+                                   ty_err *err)
 {
     const int cls = arch->task == TY_TASK_CLASSIFICATION;
     if (ds->features != nn_shape_numel(&arch->input) || ds->task != arch->task)
@@ -445,6 +472,21 @@ void nn_net_describe(const nn_net *net, json_t *doc)
     json_object_set(
         doc, "preprocess",
         json_object_get(json_object_get(meta, "preprocess"), "kind"));
+    /* A tabular model's raw columns (without its statistics): what a
+     * predict row holds. */
+    const json_t *cols =
+        net->pp.kind == NN_PRE_TABULAR ? net->pp.tab_columns : NULL;
+    json_t *shown = cols ? json_array() : NULL;
+    for (size_t i = 0; shown && i < json_array_size(cols); i++) {
+        const json_t *c = json_array_get(cols, i);
+        json_t *o = json_pack("{s:O, s:O}", "name", json_object_get(c, "name"),
+                              "type", json_object_get(c, "type"));
+        if (o && json_object_get(c, "categories"))
+            json_object_set(o, "categories", json_object_get(c, "categories"));
+        json_array_append_new(shown, o);
+    }
+    if (shown)
+        json_object_set_new(doc, "columns", shown);
 }
 ty_task nn_net_task(const nn_net *net) { return net->arch.task; }
 uint32_t nn_net_num_outputs(const nn_net *net) { return net->arch.num_outputs; }
@@ -501,6 +543,11 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
     if (st == TY_OK)
         nn_target_unscale(&net->tg, out, n);
     return st;
+}
+
+void nn_net_transform(const nn_net *net, const float *x, uint32_t n, float *out)
+{
+    nn_preproc_apply(&net->pp, out, x, n);
 }
 
 ty_status nn_net_evaluate(const nn_net *net, const ty_dataset *ds,

@@ -8,6 +8,8 @@
  * ((x - mean[j]) / std[j] per feature j, population std over the training
  * examples, std 0 read as 1). Statistics are computed in double and stored
  * as float; the float values are what is applied and what is saved.
+ * tabular: CSV columns with missing values, booleans and categories
+ * (preprocess_tab.c; statistics in double, for parity with scikit-learn).
  */
 /* GCC 12's -O2 "very cheap" vectorizer skips the row loops below. */
 #pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
@@ -24,6 +26,10 @@ void nn_preproc_free(nn_preproc *pp)
         return;
     free(pp->mean);
     free(pp->std);
+    free(pp->tab_impute);
+    free(pp->tab_mean);
+    free(pp->tab_std);
+    json_decref(pp->tab_columns);
     memset(pp, 0, sizeof *pp);
 }
 
@@ -95,9 +101,15 @@ ty_status nn_preproc_fit(nn_preproc *pp, const char *name, const ty_dataset *ds,
             nn_preproc_free(pp);
         return st;
     }
+    if (!strcmp(name, "tabular")) {
+        ty_status st = nn_preproc_tab_fit(pp, ds, idx, n, err);
+        if (st != TY_OK)
+            nn_preproc_free(pp);
+        return st;
+    }
     return ty_fail(err, TY_EINVAL, NULL,
                    "unknown preprocess '%.64s' in the dataset; expected "
-                   "scale_255, standardize or none",
+                   "scale_255, standardize, tabular or none",
                    name);
 }
 
@@ -122,6 +134,7 @@ json_t *nn_preproc_to_json(const nn_preproc *pp)
             return json_pack("{s:s, s:o, s:o}", "kind", "standardize", "mean",
                              float_array(pp->mean, pp->features), "std",
                              float_array(pp->std, pp->features));
+        case NN_PRE_TABULAR: return nn_preproc_tab_to_json(pp);
         default: return json_pack("{s:s}", "kind", "none");
     }
 }
@@ -190,11 +203,17 @@ ty_status nn_preproc_from_json(nn_preproc *pp, const json_t *j,
             nn_preproc_free(pp);
         return st;
     }
+    if (!strcmp(kind, "tabular")) {
+        ty_status st = nn_preproc_tab_from_json(pp, j, err);
+        if (st != TY_OK)
+            nn_preproc_free(pp);
+        return st;
+    }
     return ty_fail(
         err, TY_EFORMAT, NULL,
         "preprocess must be {\"kind\":\"none\"}, {\"kind\":\"scale\","
-        "\"factor\":f} or {\"kind\":\"standardize\",\"mean\":[..],"
-        "\"std\":[..]}");
+        "\"factor\":f}, {\"kind\":\"standardize\",\"mean\":[..],"
+        "\"std\":[..]} or {\"kind\":\"tabular\",\"columns\":[..]}");
 }
 
 /* The one definition of each transform, for float and byte rows alike. */
@@ -228,6 +247,12 @@ PREPROC_ROW(row_u8, uint8_t)
 void nn_preproc_apply(const nn_preproc *pp, float *dst, const float *src,
                       uint32_t n)
 {
+    if (pp->kind == NN_PRE_TABULAR) {
+        for (uint32_t i = 0; i < n; i++)
+            nn_preproc_tab_row(pp, dst + (size_t)i * pp->features,
+                               src + (size_t)i * pp->features);
+        return;
+    }
     for (uint32_t i = 0; i < n; i++)
         row_f32(pp, dst + (size_t)i * pp->features,
                 src + (size_t)i * pp->features);
@@ -251,7 +276,9 @@ void nn_preproc_gather(const nn_preproc *pp, float *dst, const ty_dataset *ds,
         uint64_t row = idx ? idx[first + i] : (uint64_t)first + i;
         if (idx && i + PREFETCH_ROWS < n)
             prefetch_row(ds, idx[first + i + PREFETCH_ROWS]);
-        if (ds->x_dtype == TY_DTYPE_U8)
+        if (pp->kind == NN_PRE_TABULAR)
+            nn_preproc_tab_row(pp, dst + i * f, (const float *)ds->x + row * f);
+        else if (ds->x_dtype == TY_DTYPE_U8)
             row_u8(pp, dst + i * f, (const uint8_t *)ds->x + row * f);
         else
             row_f32(pp, dst + i * f, (const float *)ds->x + row * f);

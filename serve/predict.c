@@ -3,6 +3,7 @@
  * KServe from a tenant's model to encoded outputs.
  */
 #include "serve/predict.h"
+#include "serve/rawrows.h"
 
 #include <limits.h>
 #include <math.h>
@@ -255,10 +256,20 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
         }
     }
     uint64_t f = rn.features;
-    uint64_t room = serve_predict_room(b, f);
+    const json_t *cols = s == TY_OK ? serve_tab_columns(rn.net) : NULL;
+    uint64_t room = cols ? n : serve_predict_room(b, f);
     if (s == TY_OK)
         s = run_alloc(&rn, room * f, n, err);
-    if (s == TY_OK)
+    if (s == TY_OK && cols) {
+        /* raw CSV rows (strings, nulls): a tree of them, as small as the
+         * body the server took */
+        json_t *rows = json_loadb(b->inputs.p, b->inputs.len, 0, NULL);
+        if (rows)
+            s = serve_tab_decode(cols, rows, f, rn.x, err);
+        else if ((s = serve_predict_check(b, err)) == TY_OK)
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        json_decref(rows);
+    } else if (s == TY_OK)
         s = serve_predict_decode(b, f, rn.m.input_shape, rn.x, room, err);
     if (s == TY_OK)
         s = serve_model_run(&rn.m, rn.x, n, rn.out, err);
@@ -301,8 +312,11 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
     if ((s = ty_dataset_open(path, &ds, err)) != TY_OK)
         goto done;
     const nn_net *net = rn.net;
+    /* a tabular model maps a CSV dataset's columns itself (its one-hot
+     * layout may differ: nn_net_evaluate) */
     if (ds.task != nn_net_task(net) ||
-        ds.features != nn_net_input_features(net)) {
+        (ds.features != nn_net_input_features(net) &&
+         !serve_tab_columns(net))) {
         char a[128], b[128];
         shape_text(json_object_get(ds.meta, "input_shape"), a, sizeof a);
         shape_text(json_object_get(nn_net_meta(net), "input_shape"), b,

@@ -34,72 +34,9 @@
 #include "models/data/dataset.h"
 #include "models/data/file.h"
 #include "models/data/input.h"
+#include "models/data/tabular.h"
 
 #define CSV_FIELD "file"
-
-/* ---- a hash index over the strings of a JSON array ------------------------ */
-
-/* Finds strings among list's elements (all JSON strings) in O(1): slots hold
- * an element index + 1, 0 is empty. Used for the header's column names and
- * for the class labels, whose JSON arrays we need anyway. */
-typedef struct {
-    const json_t *list;
-    uint32_t *slots;
-    size_t cap;   /* a power of two, at least twice the indexed count */
-    size_t count; /* list elements indexed so far */
-} str_index;
-
-static size_t str_hash(const char *s, size_t n)
-{
-    uint64_t h = ds_fnv1a(DS_FNV_BASIS, s, n);
-    return (size_t)(h ^ (h >> 29));
-}
-
-static size_t str_index_slot(const str_index *x, const char *s, size_t n)
-{
-    size_t i = str_hash(s, n) & (x->cap - 1);
-    while (x->slots[i]) {
-        const json_t *v = json_array_get(x->list, x->slots[i] - 1);
-        if (json_string_length(v) == n && !memcmp(json_string_value(v), s, n))
-            break;
-        i = (i + 1) & (x->cap - 1);
-    }
-    return i;
-}
-
-/* Index of s in the list, or -1. */
-static int64_t str_index_find(const str_index *x, const char *s, size_t n)
-{
-    if (!x->cap)
-        return -1;
-    size_t i = str_index_slot(x, s, n);
-    return x->slots[i] ? (int64_t)x->slots[i] - 1 : -1;
-}
-
-/* Indexes the list's last element (just appended, not already present).
- * Returns 0, or -1 when out of memory. */
-static int str_index_add_last(str_index *x)
-{
-    if (2 * (x->count + 1) > x->cap) {
-        size_t cap = x->cap ? 2 * x->cap : 64;
-        uint32_t *slots = calloc(cap, sizeof *slots);
-        if (!slots)
-            return -1;
-        free(x->slots);
-        x->slots = slots;
-        x->cap = cap;
-        for (size_t j = 0; j < x->count; j++) {
-            const json_t *v = json_array_get(x->list, j);
-            x->slots[str_index_slot(x, json_string_value(v),
-                                    json_string_length(v))] = (uint32_t)j + 1;
-        }
-    }
-    const json_t *v = json_array_get(x->list, x->count);
-    x->slots[str_index_slot(x, json_string_value(v), json_string_length(v))] =
-        (uint32_t)x->count + 1;
-    x->count++;
-    return 0;
-}
 
 /* ---- the record reader ---------------------------------------------------- */
 
@@ -327,77 +264,6 @@ static void csv_close(csv_reader *r)
 
 /* ---- cells ---------------------------------------------------------------- */
 
-typedef enum {
-    NUM_OK,
-    NUM_EMPTY,
-    NUM_SYNTAX,
-    NUM_NOT_FINITE,
-    NUM_RANGE
-} num_status;
-
-static int is_blank(char c) { return c == ' ' || c == '\t'; }
-
-static int is_digit(char c) { return c >= '0' && c <= '9'; }
-
-/* A decimal number, optionally with an exponent, and nothing else (s is
- * NUL-terminated after len bytes, or at least not followed by more of a
- * number); its value, which may be infinite, in *out. */
-static num_status number_value(const char *s, size_t len, double *out)
-{
-    if (len == 0)
-        return NUM_EMPTY;
-    size_t i = 0, digits = 0;
-    if (s[i] == '+' || s[i] == '-')
-        i++;
-    size_t word = i;
-    for (; i < len && is_digit(s[i]); i++)
-        digits++;
-    if (i < len && s[i] == '.')
-        for (i++; i < len && is_digit(s[i]); i++)
-            digits++;
-    if (digits == 0) {
-        size_t n = len - word;
-        if ((n == 3 && !strncasecmp(s + word, "nan", 3)) ||
-            (n == 3 && !strncasecmp(s + word, "inf", 3)) ||
-            (n == 8 && !strncasecmp(s + word, "infinity", 8)))
-            return NUM_NOT_FINITE;
-        return NUM_SYNTAX;
-    }
-    if (i < len && (s[i] == 'e' || s[i] == 'E')) {
-        i++;
-        if (i < len && (s[i] == '+' || s[i] == '-'))
-            i++;
-        size_t exp_digits = 0;
-        for (; i < len && is_digit(s[i]); i++)
-            exp_digits++;
-        if (!exp_digits)
-            return NUM_SYNTAX;
-    }
-    if (i != len)
-        return NUM_SYNTAX;
-    /* strtod stops at the same place: the syntax above is a subset of its */
-    *out = strtod(s, NULL);
-    return NUM_OK;
-}
-
-/* number_value with blanks around allowed; finite and within float32
- * range. */
-static num_status parse_number(const char *s, size_t len, float *out)
-{
-    while (len && is_blank(*s))
-        s++, len--;
-    while (len && is_blank(s[len - 1]))
-        len--;
-    double d;
-    num_status ns = number_value(s, len, &d);
-    if (ns != NUM_OK)
-        return ns;
-    if (!isfinite(d) || fabs(d) > FLT_MAX)
-        return NUM_RANGE;
-    *out = (float)d;
-    return NUM_OK;
-}
-
 /* ---- the class rule ------------------------------------------------------- */
 
 /* What a label is, and what a column of them is: the least of its labels. */
@@ -418,7 +284,7 @@ static label_kind label_kind_of(const char *text, size_t len, class_key *key)
         key->d = (double)key->i;
         return LABEL_INT;
     }
-    if (number_value(text, len, &key->d) == NUM_OK && isfinite(key->d))
+    if (ds_number_value(text, len, &key->d) == DS_NUM_OK && isfinite(key->d))
         return LABEL_NUMBER;
     return LABEL_TEXT;
 }
@@ -463,15 +329,18 @@ typedef struct {
     json_t *feature_names; /* the columns but the label */
     json_t *classes;       /* classification: labels by first appearance until
                               sort_classes, then in class order */
-    str_index class_index;
+    ds_str_index class_index;
     class_key *keys; /* per class, by first appearance */
     size_t keys_cap;
     label_kind kind; /* the least kind of the labels so far */
     void *y;         /* int32 class indices or float targets */
     size_t y_cap;
     uint32_t rows;
-    float *row;  /* one example's features */
+    float *row;  /* one example's features (the schema's width) */
     int no_echo; /* DS_CONVERT_NO_ECHO: quote nothing from the file */
+    uint32_t max_categories;
+    ds_tab_builder *types; /* pass 1: the feature columns' types */
+    ds_tab_schema schema;  /* pass 2: how cells become features */
 } csv_conv;
 
 static const char *column_name(const csv_conv *cv, size_t col)
@@ -480,25 +349,26 @@ static const char *column_name(const csv_conv *cv, size_t col)
 }
 
 static ty_status cell_error(const csv_conv *cv, const csv_reader *r, size_t col,
-                            num_status ns, ty_err *err)
+                            ds_num_status ns, ty_err *err)
 {
     const csv_field *f = &r->fields[col];
     char name[64], value[64];
     const char *cname = column_name(cv, col);
     ds_snippet(name, sizeof name, cname, strlen(cname));
     ds_snippet(value, sizeof value, r->rec + f->off, f->len);
-    const char *what = ns == NUM_EMPTY ? "the cell is empty (missing values "
-                                         "are not supported)"
-                       : ns == NUM_NOT_FINITE ? "is not a finite number (NaN "
-                                                "and Inf are not allowed)"
-                       : ns == NUM_RANGE      ? "is outside the float32 range"
-                                              : "is not a number";
+    const char *what = ns == DS_NUM_EMPTY ? "the cell is empty (missing values "
+                                            "are not supported)"
+                       : ns == DS_NUM_NOT_FINITE
+                           ? "is not a finite number (NaN "
+                             "and Inf are not allowed)"
+                       : ns == DS_NUM_RANGE ? "is outside the float32 range"
+                                            : "is not a number";
     if (cv->no_echo)
         return ty_fail(err, TY_EFORMAT, CSV_FIELD,
                        "line %llu, column %zu: %s%s",
                        (unsigned long long)r->rec_line, col + 1,
-                       ns == NUM_EMPTY ? "" : "the cell ", what);
-    if (ns == NUM_EMPTY)
+                       ns == DS_NUM_EMPTY ? "" : "the cell ", what);
+    if (ns == DS_NUM_EMPTY)
         return ty_fail(err, TY_EFORMAT, CSV_FIELD,
                        "line %llu, column %zu (\"%s\"): %s",
                        (unsigned long long)r->rec_line, col + 1, name, what);
@@ -539,7 +409,7 @@ static ty_status header_error_columns(const csv_conv *cv, ty_err *err)
  * be a feature column, and the label column must be among them. */
 static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
 {
-    str_index names = {0};
+    ds_str_index names = {0};
     ty_status st = TY_OK;
     char shown[64];
 
@@ -600,7 +470,7 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
                          (unsigned long long)r->rec_line, i + 1);
             goto done;
         }
-        int64_t seen = str_index_find(&names, name, f->len);
+        int64_t seen = ds_str_index_find(&names, name, f->len);
         if (seen >= 0 && cv->no_echo) {
             st = ty_fail(err, TY_EFORMAT, CSV_FIELD,
                          "line %llu: columns %lld and %zu have the same name",
@@ -618,13 +488,13 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
             goto done;
         }
         if (json_array_append_new(cv->columns, json_stringn(name, f->len)) ||
-            str_index_add_last(&names)) {
+            ds_str_index_add_last(&names)) {
             st = ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
             goto done;
         }
     }
     int64_t label =
-        str_index_find(&names, cv->label_column, strlen(cv->label_column));
+        ds_str_index_find(&names, cv->label_column, strlen(cv->label_column));
     if (label < 0) {
         st = header_error_columns(cv, err);
         goto done;
@@ -637,8 +507,9 @@ static ty_status read_header(csv_conv *cv, const csv_reader *r, ty_err *err)
             st = ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
             goto done;
         }
-    cv->row = malloc((cv->ncols - 1) * sizeof *cv->row);
-    if (!cv->row)
+    cv->types =
+        ds_tab_builder_create(cv->ncols - 1, cv->max_categories, cv->label_col);
+    if (!cv->types)
         st = ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
 done:
     free(names.slots);
@@ -670,8 +541,8 @@ static ty_status read_label(csv_conv *cv, const csv_reader *r, ty_err *err)
 
     if (cv->task == TY_TASK_REGRESSION) {
         float v = 0;
-        num_status ns = parse_number(text, f->len, &v);
-        if (ns != NUM_OK)
+        ds_num_status ns = ds_number_f32(text, f->len, &v);
+        if (ns != DS_NUM_OK)
             return cell_error(cv, r, cv->label_col, ns, err);
         return push_label(cv, &v, err);
     }
@@ -686,7 +557,7 @@ static ty_status read_label(csv_conv *cv, const csv_reader *r, ty_err *err)
                        "long; the limit is %u",
                        (unsigned long long)r->rec_line, cv->label_col + 1, name,
                        f->len, TY_DS_MAX_LABEL_LEN);
-    int64_t k = str_index_find(&cv->class_index, text, f->len);
+    int64_t k = ds_str_index_find(&cv->class_index, text, f->len);
     if (k < 0) {
         if (!ds_utf8_valid(text, f->len))
             return ty_fail(err, TY_EFORMAT, CSV_FIELD,
@@ -715,7 +586,7 @@ static ty_status read_label(csv_conv *cv, const csv_reader *r, ty_err *err)
         if (kind < cv->kind)
             cv->kind = kind;
         if (json_array_append_new(cv->classes, json_stringn(text, f->len)) ||
-            str_index_add_last(&cv->class_index))
+            ds_str_index_add_last(&cv->class_index))
             return ty_fail(err, TY_ENOMEM, CSV_FIELD, "out of memory");
         k = (int64_t)cv->class_index.count - 1;
     }
@@ -825,12 +696,15 @@ static ty_status csv_pass(csv_conv *cv, const char *path, ds_writer *w,
                 continue;
             }
             const csv_field *f = &r.fields[col];
-            num_status ns = parse_number(r.rec + f->off, f->len, &cv->row[j++]);
-            if (ns != NUM_OK)
-                st = cell_error(cv, &r, col, ns, err);
+            if (!w)
+                st = ds_tab_builder_add(cv->types, j++, r.rec + f->off, f->len,
+                                        r.rec_line, err);
+            else if (ds_tab_encode_text(&cv->schema, j++, r.rec + f->off,
+                                        f->len, cv->row, NULL, err) != TY_OK)
+                st = file_changed(err); /* pass 1 typed every cell */
         }
         if (st == TY_OK && w)
-            st = ds_writer_write(w, cv->row, (cv->ncols - 1) * sizeof *cv->row,
+            st = ds_writer_write(w, cv->row, cv->schema.width * sizeof *cv->row,
                                  err);
         if (st != TY_OK)
             break;
@@ -858,12 +732,24 @@ ty_status ds_convert_csv_flags(const char *csv_path, const char *label_column,
                                ty_task task, unsigned flags,
                                const char *out_path, ty_err *err)
 {
+    return ds_convert_csv_ex(csv_path, label_column, task, flags, 0, out_path,
+                             err);
+}
+
+ty_status ds_convert_csv_ex(const char *csv_path, const char *label_column,
+                            ty_task task, unsigned flags,
+                            uint32_t max_categories, const char *out_path,
+                            ty_err *err)
+{
     csv_conv cv = {.label_column = label_column,
                    .task = task,
                    .kind = LABEL_INT,
-                   .no_echo = (flags & DS_CONVERT_NO_ECHO) != 0};
+                   .no_echo = (flags & DS_CONVERT_NO_ECHO) != 0,
+                   .max_categories = max_categories ? max_categories
+                                                    : TY_DS_CATEGORIES_DEFAULT};
     ds_writer w = DS_WRITER_INIT;
-    json_t *meta = NULL;
+    json_t *meta = NULL, *columns = NULL, *names = NULL;
+    int plain = 1;
     ty_status st;
 
     if (!out_path || !*out_path)
@@ -884,21 +770,41 @@ ty_status ds_convert_csv_flags(const char *csv_path, const char *label_column,
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         goto fail;
     }
+    if (cv.max_categories > TY_DS_CATEGORIES_MAX) {
+        st = ty_fail(err, TY_EINVAL, "max_categories",
+                     "max_categories must be from 1 to %u",
+                     TY_DS_CATEGORIES_MAX);
+        goto fail;
+    }
     if ((st = csv_pass(&cv, csv_path, NULL, err)) != TY_OK ||
         (task == TY_TASK_CLASSIFICATION &&
-         (st = sort_classes(&cv, err)) != TY_OK))
+         (st = sort_classes(&cv, err)) != TY_OK) ||
+        (st = ds_tab_builder_finish(cv.types, cv.feature_names, cv.no_echo,
+                                    &columns, &plain, err)) != TY_OK ||
+        (st = ds_tab_schema_init(&cv.schema, columns, err)) != TY_OK)
         goto fail;
-
-    uint32_t features = (uint32_t)(cv.ncols - 1);
+    if (cv.schema.width > TY_DS_MAX_FEATURES) {
+        st = ty_fail(err, TY_ETOOBIG, CSV_FIELD,
+                     "the columns make more than %u features",
+                     TY_DS_MAX_FEATURES);
+        goto fail;
+    }
+    names = plain ? json_incref(cv.feature_names)
+                  : ds_tab_feature_names(&cv.schema);
+    cv.row = malloc(cv.schema.width * sizeof *cv.row);
+    uint32_t features = (uint32_t)cv.schema.width;
+    /* Numeric, complete columns keep the preprocessing they always had;
+     * anything else needs the model to impute and encode (tabular.h). */
     meta = ds_meta_new("csv", task, cv.rows, &features, 1, TY_DTYPE_F32, 1,
-                       "standardize");
-    if (!meta ||
+                       plain ? "standardize" : "tabular");
+    if (!meta || !names || !cv.row ||
+        json_object_set(meta, "columns", columns) ||
         (task == TY_TASK_CLASSIFICATION &&
          (json_object_set_new(
               meta, "num_classes",
               json_integer((json_int_t)json_array_size(cv.classes))) ||
           json_object_set(meta, "classes", cv.classes))) ||
-        json_object_set(meta, "feature_names", cv.feature_names) ||
+        json_object_set(meta, "feature_names", names) ||
         json_object_set_new(meta, "label_column", json_string(label_column))) {
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         goto fail;
@@ -916,6 +822,10 @@ fail:
     ds_writer_discard(&w, out_path);
 done:
     json_decref(meta);
+    json_decref(columns);
+    json_decref(names);
+    ds_tab_builder_destroy(cv.types);
+    ds_tab_schema_free(&cv.schema);
     json_decref(cv.columns);
     json_decref(cv.feature_names);
     json_decref(cv.classes);

@@ -23,6 +23,7 @@
 #include "common/jsonutil.h"
 #include "models/data/input.h"
 #include "models/data/layout.h"
+#include "models/data/tabular.h"
 
 static const char *const task_names[] = {
     [TY_TASK_CLASSIFICATION] = "classification",
@@ -87,7 +88,7 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
     static const char *const dtypes[] = {
         [TY_DTYPE_F32] = "float32", [TY_DTYPE_U8] = "uint8"};
     static const char *const preprocesses[] = {"scale_255", "standardize",
-                                               "none"};
+                                               "none", "tabular"};
     const json_t *meta = ds->meta;
     int64_t v;
     int choice = 0, format = 0, preprocess = 0;
@@ -133,7 +134,7 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
                        (long long)v, (unsigned long long)features);
     ds->features = features;
     if ((st = meta_choice(meta, "x_dtype", dtypes, 2, &choice, err)) ||
-        (st = meta_choice(meta, "preprocess", preprocesses, 3, &preprocess,
+        (st = meta_choice(meta, "preprocess", preprocesses, 4, &preprocess,
                           err)))
         return st;
     ds->x_dtype = (ty_dtype)choice;
@@ -166,6 +167,23 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
         return ty_fail(err, TY_EFORMAT, NULL,
                        "meta.feature_names must be an array of %llu names",
                        (unsigned long long)ds->features);
+
+    const json_t *columns = json_object_get(meta, "columns");
+    if (columns || preprocess == 3) {
+        ds_tab_schema schema;
+        if ((st = ds_tab_schema_init(&schema, columns, err)) != TY_OK) {
+            ty_err_prefix(err, "meta");
+            return st;
+        }
+        uint64_t width = schema.width;
+        ds_tab_schema_free(&schema);
+        if (width != ds->features || ds->x_dtype != TY_DTYPE_F32)
+            return ty_fail(err, TY_EFORMAT, NULL,
+                           "meta.columns make %llu float32 features; the "
+                           "data has %llu",
+                           (unsigned long long)width,
+                           (unsigned long long)ds->features);
+    }
 
     int64_t x_off, y_off;
     if ((st = meta_int(meta, "x_offset", 0, INT64_MAX, &x_off, err)) ||

@@ -18,11 +18,13 @@
  * "task" ("classification"|"regression"), "num_examples", "input_shape"
  * (array of 1..4 positive ints), "features" (their product), "x_dtype"
  * ("float32"|"uint8"), "y_dim" (1 for classification), "preprocess"
- * ("scale_255" for image bytes, "standardize" for CSV features, "none"),
+ * ("scale_255" for image bytes, "standardize" for CSV features, "tabular"
+ * for CSV features with missing cells or text, "none"),
  * "x_offset", "y_offset" (byte offsets of x and y in the file).
  * Classification adds "num_classes" and "classes" (the label values in class
- * index order; y holds indices into them). CSV adds "feature_names" and
- * "label_column".
+ * index order; y holds indices into them). CSV adds "feature_names" (one
+ * per feature: a one-hot feature is "column=category"), "label_column" and
+ * "columns" (the feature columns' schema, models/data/tabular.h).
  *
  * The class rule, the same for every format: the classes are the distinct
  * labels that occur, sorted.
@@ -115,13 +117,18 @@ ty_status ty_dataset_class_map(const json_t *from, const json_t *to,
                                int32_t *map, ty_err *err);
 
 /* CSV: header row required; label_column names the target column; every other
- * column must be numeric (decimal or exponent notation; surrounding spaces
- * allowed). Classification labels become classes by the class rule above
+ * column is a feature column, typed by its cells (models/data/tabular.h):
+ * numeric (decimal or exponent notation; surrounding spaces allowed),
+ * boolean or categorical (one-hot, at most TY_DS_CATEGORIES_DEFAULT
+ * categories per column), and an empty feature cell is a missing value.
+ * When every feature column is numeric and complete the dataset's
+ * preprocess is "standardize", as it always was; otherwise "tabular"
+ * (missing values are NaN in x). Classification labels become classes by the class rule above
  * (integers "3", "-1" are the classes 3 and -1; "2.5" or "x" strings);
  * regression labels must be numeric. Quoted fields ("a,b", with
- * "" for a quote) are accepted in the label column and the header. Empty lines
- * at the end are ignored; a ragged row, an empty cell, NaN or Inf is an
- * error. CRLF line endings are accepted. Blanks around an unquoted field are
+ * "" for a quote) are accepted anywhere. Empty lines at the end are
+ * ignored; a ragged row, an empty label, or a feature column with no value
+ * at all is an error (NaN or Inf text makes a column categorical). CRLF line endings are accepted. Blanks around an unquoted field are
  * dropped everywhere (so "a, b" names columns "a" and "b"); quoted text is
  * kept as written. A UTF-8 byte-order mark at the start is skipped. */
 ty_status ds_convert_csv(const char *csv_path, const char *label_column,
@@ -137,6 +144,15 @@ ty_status ds_convert_csv(const char *csv_path, const char *label_column,
 ty_status ds_convert_csv_flags(const char *csv_path, const char *label_column,
                                ty_task task, unsigned flags,
                                const char *out_path, ty_err *err);
+
+/* ds_convert_csv_flags with a limit on each categorical column's categories
+ * (0: TY_DS_CATEGORIES_DEFAULT; at most TY_DS_CATEGORIES_MAX, else
+ * TY_EINVAL naming "max_categories"). A column past it is TY_EFORMAT naming
+ * "max_categories". */
+ty_status ds_convert_csv_ex(const char *csv_path, const char *label_column,
+                            ty_task task, unsigned flags,
+                            uint32_t max_categories, const char *out_path,
+                            ty_err *err);
 
 /* IDX (MNIST): images is an idx3 (or idx2/idx4) ubyte file, labels an idx1
  * ubyte file; either may be gzip-compressed (detected by magic bytes, not by

@@ -336,16 +336,19 @@ static void expect_upload_422(const char *const *parts, const char *needle)
 static void test_bad_uploads_get_422(void **state)
 {
     write_file(file_path("ragged.csv"), "a,b,label\n1,2,x\n3,4\n", 20);
-    write_file(file_path("nan.csv"), "a,b,label\n1,2,x\n3,abc,y\n", 24);
+    /* a word in a feature column makes it categorical (issue 30); a
+     * regression target must still be a number */
+    write_file(file_path("nan.csv"), "a,b,label\n1,2,5\n3,4,abc\n", 24);
     char p1[PATH_MAX + 8], p2[PATH_MAX + 8];
     snprintf(p1, sizeof p1, "file=@%s", file_path("ragged.csv"));
     const char *ragged[] = {"name=r", "format=csv", "label_column=label", p1,
                             NULL};
     expect_upload_422(ragged, "line 3");
     snprintf(p1, sizeof p1, "file=@%s", file_path("nan.csv"));
-    const char *nonnum[] = {"name=n", "format=csv", "label_column=label", p1,
-                            NULL};
-    expect_upload_422(nonnum, "line 3, column 2");
+    const char *nonnum[] = {
+        "name=n",          "format=csv", "label_column=label",
+        "task=regression", p1,           NULL};
+    expect_upload_422(nonnum, "line 3, column 3");
     const char *nolabel[] = {"name=n", "format=csv", "label_column=nope", p1,
                              NULL};
     expect_upload_422(nolabel, "nope");

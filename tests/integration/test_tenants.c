@@ -219,6 +219,8 @@ static const iso_case iso_cases[] = {
      "{\"inputs\": [[0, 5, 100, 0]]}", 404, NULL},
     {"POST", "/v1/models/{id}/evaluate", "/v1/models/{model}/evaluate",
      "{\"dataset\": \"{ds}\"}", 404, NULL},
+    {"POST", "/v1/models/{id}/transform", "/v1/models/{model}/transform",
+     "{\"inputs\": [[0, 5, 100, 0]]}", 404, NULL},
     {"GET", "/v2/models/{name}", "/v2/models/{model}", NULL, 404, NULL},
     {"GET", "/v2/models/{name}/ready", "/v2/models/{model}/ready", NULL, 404,
      NULL},

@@ -4,6 +4,7 @@
  * a person would need to fix it.
  */
 #include "ds_testutil.h"
+#include "models/data/tabular.h"
 
 #include <math.h>
 
@@ -258,7 +259,9 @@ static void test_line_numbers_after_multiline_field(void **state)
 {
     (void)state;
     ty_err err;
-    convert_bad("x,y\n1,\"a\nb\nc\"\n2,b\nzz,c\n", "y", TY_TASK_CLASSIFICATION,
+    /* a quoted feature cell over three lines (a category), then a bad
+     * regression target */
+    convert_bad("x,y\n1,\"a\nb\nc\"\n2,b\nzz,c\n", "x", TY_TASK_REGRESSION,
                 TY_EFORMAT, &err);
     dt_assert_contains(err.msg, "line 6, column 1 (\"x\"): \"zz\" is not a "
                                 "number");
@@ -307,16 +310,26 @@ static void test_number_syntax(void **state)
                 row[3] == 0.02f && row[4] == 7.0f);
     ty_dataset_close(&ds);
 
+    /* a cell that is not a number makes its column categorical: the
+     * number cells are categories too, as written */
     static const char *const bad[] = {"0x10", "1.2.3", "1e", "3abc", ".",
                                       "-",    "1 2",   "e5", "1e+"};
     for (size_t i = 0; i < TY_ARRAY_LEN(bad); i++) {
-        char text[128];
-        ty_err err;
+        char text[128], want[128];
         snprintf(text, sizeof text, "a,l\n1,k\n%s,k\n", bad[i]);
-        convert_bad(text, "l", TY_TASK_CLASSIFICATION, TY_EFORMAT, &err);
-        dt_assert_contains(err.msg, "line 3, column 1 (\"a\")");
-        dt_assert_contains(err.msg, "is not a number");
-        assert_string_equal(err.field, "file");
+        convert_ok(text, "l", TY_TASK_CLASSIFICATION, &ds);
+        const json_t *col =
+            json_array_get(json_object_get(ds.meta, "columns"), 0);
+        assert_string_equal(json_string_value(json_object_get(col, "type")),
+                            "categorical");
+        snprintf(want, sizeof want, "[\"%s\",\"1\"]", bad[i]);
+        if (strcmp(bad[i], "1") < 0)
+            dt_assert_json(json_object_get(col, "categories"), want);
+        assert_int_equal(ds.features, 2);
+        assert_string_equal(
+            json_string_value(json_object_get(ds.meta, "preprocess")),
+            "tabular");
+        ty_dataset_close(&ds);
     }
 }
 
@@ -373,45 +386,75 @@ static void test_ragged_row(void **state)
     assert_string_equal(err.msg, "line 2 has 3 columns but the header has 2");
 }
 
+/* A word among numbers makes a column categorical; with more distinct
+ * values than the limit that is a 422 naming the column, the first word's
+ * line and the upload parameter that raises the limit. */
 static void test_non_numeric_cell(void **state)
 {
     (void)state;
     ty_err err;
-    const char *csv = "sepal_length,sepal_width,petal_width,species\n";
-    char text[1024];
-    snprintf(text, sizeof text, "%s", csv);
-    for (int i = 2; i < 17; i++)
-        strcat(text, "1,2,3,a\n");
+    char text[4096];
+    snprintf(text, sizeof text,
+             "sepal_length,sepal_width,petal_width,species\n");
+    for (int i = 2; i < 62; i++)
+        snprintf(text + strlen(text), sizeof text - strlen(text), "1,2,%d,a\n",
+                 i);
     strcat(text, "1,2,abc,a\n");
     convert_bad(text, "species", TY_TASK_CLASSIFICATION, TY_EFORMAT, &err);
-    assert_string_equal(err.msg, "line 17, column 3 (\"petal_width\"): \"abc\" "
-                                 "is not a number");
-    assert_string_equal(err.field, "file");
+    assert_string_equal(err.field, "max_categories");
+    dt_assert_contains(err.msg, "column \"petal_width\" has more than 50 "
+                                "distinct values");
+    dt_assert_contains(err.msg, "line 62 holds a value that is not a number");
+    /* raised, it converts: 61 one-hot features and the two numbers */
+    const char *in = dt_path(0, "in.csv"), *out = dt_path(1, "out.tyds");
+    dt_write_str(in, text);
+    assert_int_equal(ds_convert_csv_ex(in, "species", TY_TASK_CLASSIFICATION, 0,
+                                       61, out, &err),
+                     TY_OK);
+    ty_dataset ds;
+    assert_int_equal(ty_dataset_open(out, &ds, &err), TY_OK);
+    assert_int_equal(ds.features, 63);
+    ty_dataset_close(&ds);
+    assert_int_equal(ds_convert_csv_ex(in, "species", TY_TASK_CLASSIFICATION, 0,
+                                       TY_DS_CATEGORIES_MAX + 1, out, &err),
+                     TY_EINVAL);
+    assert_string_equal(err.field, "max_categories");
 }
 
+/* Empty cells are missing values (NaN in x, counted per column); NaN and
+ * Inf text are words (the column is categorical); a column with no value
+ * at all is an error; regression targets must still be finite numbers. */
 static void test_empty_cell_nan_inf(void **state)
 {
     (void)state;
     ty_err err;
+    ty_dataset ds;
+    convert_ok("a,b,l\n1,,x\n2,3.5,y\n", "l", TY_TASK_CLASSIFICATION, &ds);
+    assert_string_equal(
+        json_string_value(json_object_get(ds.meta, "preprocess")), "tabular");
+    dt_assert_json(json_object_get(ds.meta, "columns"),
+                   "[{\"name\":\"a\",\"type\":\"numeric\",\"missing\":0},"
+                   "{\"name\":\"b\",\"type\":\"numeric\",\"missing\":1}]");
+    float row[2];
+    ty_dataset_example_f32(&ds, 0, row);
+    assert_true(row[0] == 1.0f && isnan(row[1]));
+    ty_dataset_close(&ds);
     convert_bad("a,b,l\n1,,x\n", "l", TY_TASK_CLASSIFICATION, TY_EFORMAT, &err);
-    assert_string_equal(err.msg, "line 2, column 2 (\"b\"): the cell is empty "
-                                 "(missing values are not supported)");
-    convert_bad("a,b,l\n1,NaN,x\n", "l", TY_TASK_CLASSIFICATION, TY_EFORMAT,
-                &err);
-    dt_assert_contains(err.msg, "line 2, column 2 (\"b\"): \"NaN\" is not a "
-                                "finite number");
-    convert_bad("a,b,l\n-inf,1,x\n", "l", TY_TASK_CLASSIFICATION, TY_EFORMAT,
-                &err);
-    dt_assert_contains(err.msg, "column 1 (\"a\"): \"-inf\" is not a finite");
-    convert_bad("a,b,l\n1,1e39,x\n", "l", TY_TASK_CLASSIFICATION, TY_EFORMAT,
-                &err);
-    dt_assert_contains(err.msg, "outside the float32 range");
-    /* a regression target is checked like a feature */
+    assert_string_equal(err.msg, "column \"b\" has no values (every cell is "
+                                 "empty); leave it out of the file");
+    convert_ok("a,b,l\n1,NaN,x\n-inf,1e39,y\n", "l", TY_TASK_CLASSIFICATION,
+               &ds);
+    dt_assert_json(json_object_get(ds.meta, "feature_names"),
+                   "[\"a=-inf\",\"a=1\",\"b=1e39\",\"b=NaN\"]");
+    ty_dataset_close(&ds);
+    /* a regression target is checked as before */
     convert_bad("a,y\n1,2\n2,nan\n", "y", TY_TASK_REGRESSION, TY_EFORMAT, &err);
     dt_assert_contains(err.msg, "line 3, column 2 (\"y\"): \"nan\" is not a "
                                 "finite number");
     convert_bad("a,y\n1,two\n", "y", TY_TASK_REGRESSION, TY_EFORMAT, &err);
     dt_assert_contains(err.msg, "\"two\" is not a number");
+    convert_bad("a,y\n1,\n", "y", TY_TASK_REGRESSION, TY_EFORMAT, &err);
+    dt_assert_contains(err.msg, "the cell is empty");
     /* and an empty class label is not a class */
     convert_bad("a,y\n1,\n", "y", TY_TASK_CLASSIFICATION, TY_EFORMAT, &err);
     dt_assert_contains(err.msg, "line 2, column 2 (\"y\"): the label is empty");

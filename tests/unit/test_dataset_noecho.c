@@ -29,10 +29,16 @@ static void test_csv_quotes_nothing(void **state)
         {SECRET "," SECRET ",y\n1,2,3\n", "y",
          "line 1: columns 1 and 2 have the same name"},
         /* cells */
-        {SECRET ",y\n" SECRET "x,1\n", "y",
-         "line 2, column 1: the cell is not a number"},
-        {"a,y\n,1\n", "y", "line 2, column 1: the cell is empty"},
-        {"a,y\n1e99" SECRET ",1\n", "y", "line 2, column 1: the cell is not"},
+        {SECRET ",y\n,1\n", "y", "column 1 has no values"},
+        /* more categories than the limit: named by number and line */
+        {"a,y\n1,1\n2,1\n3,1\n4,1\n5,1\n6,1\n7,1\n8,1\n9,1\n10,1\n11,1\n"
+         "12,1\n13,1\n14,1\n15,1\n16,1\n17,1\n18,1\n19,1\n20,1\n21,1\n"
+         "22,1\n23,1\n24,1\n25,1\n26,1\n27,1\n28,1\n29,1\n30,1\n31,1\n"
+         "32,1\n33,1\n34,1\n35,1\n36,1\n37,1\n38,1\n39,1\n40,1\n41,1\n"
+         "42,1\n43,1\n44,1\n45,1\n46,1\n47,1\n48,1\n49,1\n50,1\n" SECRET ",1\n",
+         "y",
+         "column 1 has more than 50 distinct values (it is categorical: "
+         "line 52 holds one that is not a number)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const char *in = dt_path(0, "in.csv"), *out = dt_path(1, "out.tyds");
