@@ -141,29 +141,17 @@ static void evaluate_run(api_ctx *app, http_req *r)
         return;
     ty_err err = {0};
     json_t *doc = NULL;
-    const char *ds_ref = NULL;
-    /* The model (404) before the dataset (422): both by id or name. */
-    char model_id[TY_ID_MAX], ds_id[TY_ID_MAX];
-    if (!api_resolve_param(app, r, STORE_REF_MODEL, model_id))
-        return;
+    const char *ds_id = NULL;
     static const char *const keys[] = {"dataset", NULL};
     ty_status s = tyjson_check_keys(body, keys, "", &err);
-    if (s == TY_OK)
+    if (s == TY_OK) /* an id or a name: serve_evaluate resolves both */
         s = tyjson_get_string(body, "dataset", "", 1, STORE_NAME_MAX, NULL,
-                              &ds_ref, &err);
-    if (s == TY_OK) {
-        s = store_ref_resolve(app->store, STORE_REF_DATASET, api_tenant(r),
-                              ds_ref, ds_id, &err);
-        if (s == TY_ENOTFOUND) {
-            s = TY_EINVAL; /* a field of the body: 422 */
-            snprintf(err.field, sizeof err.field, "dataset");
-        }
-    }
+                              &ds_id, &err);
     serve_env env = api_serve_env(app);
     double retry_after = 0;
     if (s == TY_OK)
-        s = serve_evaluate(&env, api_tenant(r), model_id, ds_id, &doc,
-                           &retry_after, &err);
+        s = serve_evaluate(&env, api_tenant(r), http_req_param(r, 0), ds_id,
+                           &doc, &retry_after, &err);
     if (s == TY_ELIMIT)
         api_retry_after(r, retry_after);
     reply(r, s, &err, doc, "evaluate", t0);

@@ -113,7 +113,8 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
                         serve_buf *reply, double *retry_after, ty_err *err);
 
 /* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
- * classification) over dataset dataset_id. *reply: {"model", "dataset",
+ * classification) over dataset dataset_id (an id or a name, as
+ * store_ref_resolve resolves it; the model too). *reply, with ids: {"model", "dataset",
  * "num_examples", "loss", "accuracy" (null for regression), "device"}.
  * A deployed model's rate and concurrency limits apply: TY_ELIMIT with
  * *retry_after. */
