@@ -425,6 +425,39 @@ static void test_name_with_a_space(void **state)
     assert_string_equal(id, ds);
 }
 
+/* A deployment of a model named by its name serves predicts that name
+ * the model, and the model cannot be deleted by name while it serves. */
+static void test_deployment_by_model_name(void **state)
+{
+    (void)state;
+    char b[600], path[512], dep[64];
+    snprintf(b, sizeof b,
+             "{\"name\": \"names-dep\", \"model\": \"%s\", \"replicas\": "
+             "{\"min\": 0, \"max\": 1}}",
+             a_model_name);
+    resp *r = post_as(&as_a, "/v1/deployments", b);
+    expect_status(r, 201);
+    snprintf(dep, sizeof dep, "%s", str(r->json, "id"));
+    assert_string_equal(str(r->json, "model"), a_model);
+    resp_free(r);
+    /* Scaled from zero by a predict that names the model. */
+    snprintf(path, sizeof path, "/v1/models/%s/predict", a_model_name);
+    r = post_as(&as_a, path, "{\"inputs\": [[0, 5, 100, 0]]}");
+    expect_status(r, 200);
+    assert_string_equal(str(r->json, "model"), a_model);
+    /* a replica of the deployment answered (it names the deployment) */
+    assert_non_null(str(r->json, "deployment"));
+    resp_free(r);
+    snprintf(path, sizeof path, "/v1/models/%s", a_model_name);
+    r = http_do(&as_a, "DELETE", path, NULL, NULL, 0, NULL);
+    expect_status(r, 409);
+    resp_free(r);
+    r = http_do(&as_a, "DELETE", "/v1/deployments/names-dep", NULL, NULL, 0,
+                NULL);
+    expect_status(r, 202);
+    resp_free(r);
+}
+
 /* ---- the command-line client ---- */
 
 /* Runs `trainyard <args>` (a shell-quoted tail) as tenant a with --json;
@@ -512,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_other_tenants_names),
         cmocka_unit_test(test_names_shaped_like_ids),
         cmocka_unit_test(test_name_with_a_space),
+        cmocka_unit_test(test_deployment_by_model_name),
         cmocka_unit_test(test_cli_by_name),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
