@@ -86,8 +86,20 @@ typedef ty_status (*api_get_fn)(store *st, const char *tenant_id,
  * error. */
 void api_list(api_ctx *app, http_req *r, api_list_fn list);
 
-/* GET of one resource named by the first path parameter. */
-void api_get(api_ctx *app, http_req *r, api_get_fn get);
+/* The id of the caller's dataset, model or job that ref (an id or a
+ * name) names, as store_ref_resolve resolves it (an id wins, else the
+ * newest of that name), into id; 1. Else 0, after replying 404 "no <kind>
+ * with id or name '<ref>'" (or the store's error). */
+int api_resolve(api_ctx *app, http_req *r, store_ref_kind kind, const char *ref,
+                char id[TY_ID_MAX]);
+
+/* api_resolve of the first path parameter. */
+int api_resolve_param(api_ctx *app, http_req *r, store_ref_kind kind,
+                      char id[TY_ID_MAX]);
+
+/* GET of one resource of the kind named (by id or name) by the first path
+ * parameter. */
+void api_get(api_ctx *app, http_req *r, store_ref_kind kind, api_get_fn get);
 
 /* Records a new resource whose file is complete at tmp_path: moves the file
  * into the blob store, adds "sha256" and "bytes" to doc and inserts the row

@@ -115,12 +115,33 @@ void api_list(api_ctx *app, http_req *r, api_list_fn list)
     api_reply_list(r, items, next);
 }
 
-void api_get(api_ctx *app, http_req *r, api_get_fn get)
+int api_resolve(api_ctx *app, http_req *r, store_ref_kind kind, const char *ref,
+                char id[TY_ID_MAX])
+{
+    ty_err err = {0};
+    ty_status s =
+        store_ref_resolve(app->store, kind, api_tenant(r), ref, id, &err);
+    if (s != TY_OK) {
+        http_reply_error(r, s, &err);
+        return 0;
+    }
+    return 1;
+}
+
+int api_resolve_param(api_ctx *app, http_req *r, store_ref_kind kind,
+                      char id[TY_ID_MAX])
+{
+    return api_resolve(app, r, kind, http_req_param(r, 0), id);
+}
+
+void api_get(api_ctx *app, http_req *r, store_ref_kind kind, api_get_fn get)
 {
     json_t *doc;
     ty_err err = {0};
-    ty_status s =
-        get(app->store, api_tenant(r), http_req_param(r, 0), &doc, NULL, &err);
+    char id[TY_ID_MAX];
+    if (!api_resolve_param(app, r, kind, id))
+        return;
+    ty_status s = get(app->store, api_tenant(r), id, &doc, NULL, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;

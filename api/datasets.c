@@ -442,15 +442,17 @@ void api_datasets_list(api_ctx *app, http_req *r)
 
 void api_datasets_get(api_ctx *app, http_req *r)
 {
-    api_get(app, r, store_dataset_get);
+    api_get(app, r, STORE_REF_DATASET, store_dataset_get);
 }
 
 void api_datasets_delete(api_ctx *app, http_req *r)
 {
-    char sha[65];
+    char sha[65], id[TY_ID_MAX];
     ty_err err = {0};
-    ty_status s = store_dataset_delete(app->store, api_tenant(r),
-                                       http_req_param(r, 0), sha, &err);
+    if (!api_resolve_param(app, r, STORE_REF_DATASET, id))
+        return;
+    ty_status s =
+        store_dataset_delete(app->store, api_tenant(r), id, sha, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;

@@ -101,9 +101,10 @@ static ty_status finished_job_text(api_ctx *app, http_req *r, const json_t *job,
 {
     json_t *epochs = NULL;
     int64_t total;
-    ty_status s = store_job_epochs_page(
-        app->store, api_tenant(r), http_req_param(r, 0), 0,
-        FINISHED_REPLAY_EPOCHS, 1, &epochs, &total, err);
+    ty_status s =
+        store_job_epochs_page(app->store, api_tenant(r),
+                              json_string_value(json_object_get(job, "id")), 0,
+                              FINISHED_REPLAY_EPOCHS, 1, &epochs, &total, err);
     if (s != TY_OK)
         return s;
     /* Fetched newest first; sent oldest first. */
@@ -159,8 +160,10 @@ void api_jobs_events(api_ctx *app, http_req *r)
     ty_err err = {0};
     char *pre = NULL;
     size_t pre_len = 0;
-    ty_status s = store_job_get(app->store, api_tenant(r), http_req_param(r, 0),
-                                &job, &err);
+    char id[TY_ID_MAX];
+    if (!api_resolve_param(app, r, STORE_REF_JOB, id))
+        return;
+    ty_status s = store_job_get(app->store, api_tenant(r), id, &job, &err);
     if (s != TY_OK)
         goto fail;
     /* As GET /v1/jobs/{id} shows it. */
@@ -173,8 +176,8 @@ void api_jobs_events(api_ctx *app, http_req *r)
     if (last && !reset) {
         /* A resume: what came after `last`, from the ring (all there is,
          * when the job has finished). */
-        sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0), last,
-                  pre, job_is_finished(job) ? EV_END_CAUGHT_UP : EV_END_NEVER);
+        sse_reply(r, app->events, api_tenant(r), id, last, pre,
+                  job_is_finished(job) ? EV_END_CAUGHT_UP : EV_END_NEVER);
         json_decref(job);
         return;
     }
@@ -182,15 +185,15 @@ void api_jobs_events(api_ctx *app, http_req *r)
         if ((s = finished_job_text(app, r, job, newest, &pre, &pre_len,
                                    &err)) != TY_OK)
             goto fail;
-        sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0), newest,
-                  pre, EV_END_AFTER_PREAMBLE);
+        sse_reply(r, app->events, api_tenant(r), id, newest, pre,
+                  EV_END_AFTER_PREAMBLE);
         json_decref(job);
         return;
     }
     /* Running or queued: its events still in the ring, then new ones;
      * after a reset, new ones only. */
-    sse_reply(r, app->events, api_tenant(r), http_req_param(r, 0),
-              reset ? newest : oldest - 1, pre, EV_END_NEVER);
+    sse_reply(r, app->events, api_tenant(r), id, reset ? newest : oldest - 1,
+              pre, EV_END_NEVER);
     json_decref(job);
     return;
 fail:

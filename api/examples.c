@@ -70,7 +70,9 @@ void api_datasets_examples(api_ctx *app, http_req *r)
     ty_dataset ds = {0};
     float *buf = NULL;
     char sha[65], path[PATH_MAX];
-    const char *id = http_req_param(r, 0);
+    char id[TY_ID_MAX];
+    if (!api_resolve_param(app, r, STORE_REF_DATASET, id))
+        return;
     ty_status s =
         store_dataset_get(app->store, api_tenant(r), id, &doc, sha, &err);
     if (s != TY_OK)

@@ -89,13 +89,35 @@ static void predict_run(api_ctx *app, http_req *r)
 /* Bodies over this run on a work thread (see api_predict_dispatch). */
 #define PREDICT_INLINE_MAX (64 * 1024)
 
+/* Whether ref has the shape of a model id ("mdl_" and 20 characters). */
+static int looks_like_model_id(const char *ref)
+{
+    return !strncmp(ref, "mdl_", 4) && strlen(ref) == 24;
+}
+
+/* Whether a deployment serves the model ref names. A /v1 path names a
+ * model by id or by name (the newest of that name): a deployment is known
+ * by its model's id, so a name costs a store lookup here; an id, the
+ * common case, none. */
+static int model_deployed(api_ctx *app, http_req *r, const char *ref,
+                          int by_name)
+{
+    serve_env env = api_serve_env(app);
+    if (serve_model_deployed(&env, api_tenant(r), ref, by_name))
+        return 1;
+    char id[TY_ID_MAX];
+    ty_err err = {0};
+    return !by_name && !looks_like_model_id(ref) &&
+           store_ref_resolve(app->store, STORE_REF_MODEL, api_tenant(r), ref,
+                             id, &err) == TY_OK &&
+           serve_model_deployed(&env, api_tenant(r), id, 0);
+}
+
 void api_predict_dispatch(api_ctx *app, http_req *r, int by_name,
                           http_offload_fn fn)
 {
     size_t len = 0;
-    serve_env env = api_serve_env(app);
-    if (serve_model_deployed(&env, api_tenant(r), http_req_param(r, 0),
-                             by_name)) {
+    if (model_deployed(app, r, http_req_param(r, 0), by_name)) {
         if (http_req_offload_wait(r, fn))
             return;
     } else if (http_req_body(r, &len) && len > PREDICT_INLINE_MAX &&
@@ -122,9 +144,9 @@ static void evaluate_run(api_ctx *app, http_req *r)
     const char *ds_id = NULL;
     static const char *const keys[] = {"dataset", NULL};
     ty_status s = tyjson_check_keys(body, keys, "", &err);
-    if (s == TY_OK)
-        s = tyjson_get_string(body, "dataset", "", 1, TY_ID_MAX, NULL, &ds_id,
-                              &err);
+    if (s == TY_OK) /* an id or a name: serve_evaluate resolves both */
+        s = tyjson_get_string(body, "dataset", "", 1, STORE_NAME_MAX, NULL,
+                              &ds_id, &err);
     serve_env env = api_serve_env(app);
     double retry_after = 0;
     if (s == TY_OK)

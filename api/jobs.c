@@ -34,7 +34,7 @@ void api_jobs_create(api_ctx *app, http_req *r)
     json_t *resources = NULL;
     ty_status s;
     if ((s = tyjson_check_keys(body, keys, "", &err)) != TY_OK ||
-        (s = tyjson_get_string(body, "dataset", "", 1, TY_ID_MAX, NULL,
+        (s = tyjson_get_string(body, "dataset", "", 1, STORE_NAME_MAX, NULL,
                                &sub.dataset, &err)) != TY_OK ||
         (s = tyjson_get_string(body, "name", "", 0, 200, NULL, &sub.name,
                                &err)) != TY_OK)
@@ -117,8 +117,10 @@ void api_jobs_get(api_ctx *app, http_req *r)
 {
     json_t *doc;
     ty_err err = {0};
-    ty_status s = store_job_get(app->store, api_tenant(r), http_req_param(r, 0),
-                                &doc, &err);
+    char id[TY_ID_MAX];
+    if (!api_resolve_param(app, r, STORE_REF_JOB, id))
+        return;
+    ty_status s = store_job_get(app->store, api_tenant(r), id, &doc, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;
@@ -206,7 +208,9 @@ void api_jobs_metrics(api_ctx *app, http_req *r)
     json_t *epochs;
     int64_t total = 0;
     ty_err err = {0};
-    const char *id = http_req_param(r, 0);
+    char id[TY_ID_MAX];
+    if (!api_resolve_param(app, r, STORE_REF_JOB, id))
+        return;
     ty_status s = store_job_epochs_page(app->store, api_tenant(r), id, offset,
                                         limit, order && !strcmp(order, "desc"),
                                         &epochs, &total, &err);
@@ -231,9 +235,11 @@ void api_jobs_curves(api_ctx *app, http_req *r)
         return;
     json_t *doc;
     ty_err err = {0};
-    ty_status s =
-        store_job_curves(app->store, api_tenant(r), http_req_param(r, 0),
-                         (int)points, &doc, &err);
+    char id[TY_ID_MAX];
+    if (!api_resolve_param(app, r, STORE_REF_JOB, id))
+        return;
+    ty_status s = store_job_curves(app->store, api_tenant(r), id, (int)points,
+                                   &doc, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;
@@ -246,8 +252,11 @@ void api_jobs_cancel(api_ctx *app, http_req *r)
     ty_err err = {0};
     int was_running = 0;
     json_t *doc;
-    ty_status s = jobs_cancel(app->jobs, api_tenant(r), http_req_param(r, 0),
-                              &doc, &was_running, &err);
+    char id[TY_ID_MAX];
+    if (!api_resolve_param(app, r, STORE_REF_JOB, id))
+        return;
+    ty_status s =
+        jobs_cancel(app->jobs, api_tenant(r), id, &doc, &was_running, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;

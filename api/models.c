@@ -137,14 +137,15 @@ void api_models_list(api_ctx *app, http_req *r)
 
 void api_models_get(api_ctx *app, http_req *r)
 {
-    api_get(app, r, store_model_get);
+    api_get(app, r, STORE_REF_MODEL, store_model_get);
 }
 
 void api_models_delete(api_ctx *app, http_req *r)
 {
-    char sha[65];
+    char sha[65], id[TY_ID_MAX];
     ty_err err = {0};
-    const char *id = http_req_param(r, 0);
+    if (!api_resolve_param(app, r, STORE_REF_MODEL, id))
+        return;
     if (deploy_uses_model(app->deploy, api_tenant(r), id)) {
         http_reply_problem(r, 409, NULL,
                            "model %s is served by a deployment; delete the "
@@ -164,10 +165,11 @@ void api_models_delete(api_ctx *app, http_req *r)
 
 void api_models_weights(api_ctx *app, http_req *r)
 {
-    char sha[65], path[PATH_MAX], name[TY_ID_MAX + 16];
+    char sha[65], path[PATH_MAX], name[TY_ID_MAX + 16], id[TY_ID_MAX];
     json_t *doc;
     ty_err err = {0};
-    const char *id = http_req_param(r, 0);
+    if (!api_resolve_param(app, r, STORE_REF_MODEL, id))
+        return;
     ty_status s =
         store_model_get(app->store, api_tenant(r), id, &doc, sha, &err);
     if (s != TY_OK) {

@@ -164,6 +164,31 @@ int cli_read_input(const char *path, char **out, size_t *len)
     return 0;
 }
 
+int cli_ref_path(char out[CLI_REF_PATH_MAX], const char *cmd,
+                 const char *collection, const char *ref, const char *tail)
+{
+    char esc[CLI_REF_PATH_MAX];
+    size_t len = strlen(ref);
+    if (len == 0 || strchr(ref, '/'))
+        return cli_usage_error(cmd,
+                               "'%s' is not an id or a name that a path can "
+                               "hold (a name with '/': use the id)",
+                               ref);
+    if (len * 3 + 1 > sizeof esc)
+        return cli_usage_error(cmd,
+                               "'%.40s...' is longer than any id or "
+                               "name",
+                               ref);
+    cli_http_escape(ref, esc, sizeof esc);
+    int n = snprintf(out, CLI_REF_PATH_MAX, "%s/%s%s", collection, esc, tail);
+    if (n < 0 || n >= CLI_REF_PATH_MAX)
+        return cli_usage_error(cmd,
+                               "'%.40s...' is longer than any id or "
+                               "name",
+                               ref);
+    return 0;
+}
+
 const char *cli_str(const json_t *obj, const char *key)
 {
     return json_string_value(json_object_get(obj, key));

@@ -62,6 +62,19 @@ int cli_call_json(cli_ctx *c, const char *method, const char *path,
  * buffer. CLI_EXIT_USAGE with a message when it cannot. */
 int cli_read_input(const char *path, char **out, size_t *len);
 
+/* The most bytes of a path naming one resource (cli_ref_path): a
+ * 200-byte name escaped to three bytes a byte, and the route around it. */
+#define CLI_REF_PATH_MAX 1024
+
+/* Writes "<collection>/<ref><tail>" into out (CLI_REF_PATH_MAX bytes) with
+ * ref, an id or a name (the server takes either: an id wins, else the
+ * newest of that name), escaped for a path segment; tail may be "". 0, or
+ * CLI_EXIT_USAGE with a message when ref is empty, holds a '/' (no path
+ * segment can) or does not fit (cmd names the command's help): never a
+ * truncated reference, which could name another resource. */
+int cli_ref_path(char out[CLI_REF_PATH_MAX], const char *cmd,
+                 const char *collection, const char *ref, const char *tail);
+
 /* A string field of obj, or NULL. */
 const char *cli_str(const json_t *obj, const char *key);
 

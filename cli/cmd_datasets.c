@@ -14,9 +14,12 @@ static void usage(FILE *f)
             "Usage: trainyard datasets upload NAME --format idx|csv|npy "
             "FIELD=@FILE|FIELD=VALUE...\n"
             "       trainyard datasets list [--limit N]\n"
-            "       trainyard datasets show ID\n"
-            "       trainyard datasets rm ID\n"
+            "       trainyard datasets show ID|NAME\n"
+            "       trainyard datasets rm ID|NAME\n"
             "\n"
+            "A NAME means your newest dataset of that name (an id always\n"
+            "wins); list shows the ID and CREATED that tell same-named ones\n"
+            "apart, newest first.\n"
             "Fields by format: idx images=@FILE labels=@FILE; csv file=@FILE\n"
             "label_column=NAME [task=regression]; npy x=@FILE y=@FILE.\n"
             "Example: trainyard datasets upload digits --format idx \\\n"
@@ -143,11 +146,11 @@ static int one(cli_ctx *c, const char *method)
     if (rc)
         return rc;
     if (c->npos != 2)
-        return cli_usage_error("datasets", "%s takes one dataset ID",
+        return cli_usage_error("datasets", "%s takes one dataset ID or NAME",
                                c->pos[0]);
-    char id[256], path[320];
-    cli_http_escape(c->pos[1], id, sizeof id);
-    snprintf(path, sizeof path, "/v1/datasets/%s", id);
+    char path[CLI_REF_PATH_MAX];
+    if ((rc = cli_ref_path(path, "datasets", "/v1/datasets", c->pos[1], "")))
+        return rc;
     cli_resp r;
     if ((rc = cli_call(c, method, path, NULL, NULL, 0, &r)) != 0)
         return rc;

@@ -18,10 +18,13 @@ static void usage(FILE *f)
         f,
         "Usage: trainyard jobs submit FILE|- [--watch]\n"
         "       trainyard jobs list [--status S] [--limit N]\n"
-        "       trainyard jobs show ID\n"
-        "       trainyard jobs cancel ID\n"
-        "       trainyard jobs watch ID\n"
+        "       trainyard jobs show ID|NAME\n"
+        "       trainyard jobs cancel ID|NAME\n"
+        "       trainyard jobs watch ID|NAME\n"
         "\n"
+        "A NAME means your newest job of that name (an id always wins); list\n"
+        "shows the ID and CREATED that tell same-named ones apart, newest\n"
+        "first. The request FILE may name its dataset by id or name too.\n"
         "FILE is the job request (POST /v1/jobs body); - reads standard "
         "input.\n"
         "watch draws a progress bar on a terminal (plain lines otherwise) and\n"
@@ -80,7 +83,10 @@ static void metrics_text(const json_t *m, char *out, size_t size)
 
 typedef struct {
     cli_ctx *c;
-    const char *job_id;
+    /* What the command line named (an id or a name) until the server's
+     * first job document, then that job's id: a reconnect follows the job
+     * it started with, not a newer one of the same name. */
+    char job_id[CLI_REF_PATH_MAX];
     char last_id[32];
     json_t *job; /* the newest representation (owned) */
     int finished;
@@ -95,6 +101,9 @@ static void take_job(watch_state *w, json_t *job)
     json_incref(job);
     json_decref(w->job);
     w->job = job;
+    const char *id = cli_str(job, "id");
+    if (id && *id)
+        snprintf(w->job_id, sizeof w->job_id, "%s", id);
 }
 
 /* The epochs the job runs: its progress's, or before its first progress
@@ -139,11 +148,12 @@ static void draw(const watch_state *w, const json_t *epoch_rec)
 /* GET the job again (after `reset`, or to start). */
 static int refetch(watch_state *w)
 {
-    char id[256], path[320];
-    cli_http_escape(w->job_id, id, sizeof id);
-    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    char path[CLI_REF_PATH_MAX];
+    int rc = cli_ref_path(path, "jobs", "/v1/jobs", w->job_id, "");
+    if (rc)
+        return rc;
     cli_resp r;
-    int rc = cli_http_request(&w->c->http, "GET", path, NULL, NULL, 0, &r);
+    rc = cli_http_request(&w->c->http, "GET", path, NULL, NULL, 0, &r);
     if (rc)
         return rc;
     if ((rc = cli_http_check(&r)) == 0) {
@@ -243,16 +253,17 @@ static double mono_now(void)
 
 int cli_watch_job(cli_ctx *c, const char *job_id)
 {
-    watch_state w = {.c = c, .job_id = job_id};
-    char id[256], path[320];
-    cli_http_escape(job_id, id, sizeof id);
-    snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+    watch_state w = {.c = c};
+    snprintf(w.job_id, sizeof w.job_id, "%s", job_id);
+    char path[CLI_REF_PATH_MAX];
     int rc = 0, quiet_tries = 0;
     double last_contact = mono_now();
     while (!w.finished && !w.fatal) {
         cli_resp r;
         int stopped = 0;
         w.events = 0;
+        if ((rc = cli_ref_path(path, "jobs", "/v1/jobs", w.job_id, "/events")))
+            break;
         rc =
             cli_http_sse(&c->http, path, w.last_id, on_event, &w, &stopped, &r);
         if (rc == 0 && !stopped && (rc = cli_http_check(&r)) != 0) {
@@ -394,19 +405,22 @@ static int one(cli_ctx *c)
     if (rc)
         return rc;
     if (c->npos != 2)
-        return cli_usage_error("jobs", "%s takes one job ID", sub);
+        return cli_usage_error("jobs", "%s takes one job ID or NAME", sub);
     if (!strcmp(sub, "watch"))
         return cli_watch_job(c, c->pos[1]);
-    char id[256], path[320];
-    cli_http_escape(c->pos[1], id, sizeof id);
+    char path[CLI_REF_PATH_MAX];
     int cancel = !strcmp(sub, "cancel");
-    snprintf(path, sizeof path, "/v1/jobs/%s%s", id, cancel ? "/cancel" : "");
+    if ((rc = cli_ref_path(path, "jobs", "/v1/jobs", c->pos[1],
+                           cancel ? "/cancel" : "")))
+        return rc;
     cli_resp r;
     if ((rc = cli_call(c, cancel ? "POST" : "GET", path, NULL, NULL, 0, &r)))
         return rc;
     if (!c->json) {
         if (cancel)
-            printf("Cancelling %s (%s)\n", c->pos[1], status_of(r.json));
+            printf("Cancelling %s (%s)\n",
+                   cli_str(r.json, "id") ? cli_str(r.json, "id") : c->pos[1],
+                   status_of(r.json));
         else
             cli_print_object(r.json, stdout);
     }

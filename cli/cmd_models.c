@@ -17,14 +17,17 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "Usage: trainyard models list [--limit N]\n"
-            "       trainyard models show ID\n"
-            "       trainyard models download ID [-o FILE]   (safetensors; "
-            "default ID.safetensors)\n"
-            "       trainyard models predict ID INPUT.json|-\n"
-            "       trainyard models evaluate ID --dataset DATASET_ID\n"
+            "       trainyard models show ID|NAME\n"
+            "       trainyard models download ID|NAME [-o FILE] (safetensors; "
+            "default ID|NAME.safetensors)\n"
+            "       trainyard models predict ID|NAME INPUT.json|-\n"
+            "       trainyard models evaluate ID|NAME --dataset DATASET\n"
             "       trainyard models import NAME WEIGHTS.safetensors "
             "[--metadata FILE]\n"
             "\n"
+            "A NAME means your newest model of that name (an id always wins),\n"
+            "DATASET a dataset's id or name alike; list shows the ID and\n"
+            "CREATED that tell same-named models apart, newest first.\n"
             "INPUT is the predict request body: {\"inputs\": [[...], ...]}.\n"
             "predict prints one row per input: its index, the prediction, and\n"
             "for classification the predicted class's probability. evaluate\n"
@@ -92,10 +95,10 @@ static int show(cli_ctx *c)
     if (rc)
         return rc;
     if (c->npos != 2)
-        return cli_usage_error("models", "show takes one model ID");
-    char id[256], path[320];
-    cli_http_escape(c->pos[1], id, sizeof id);
-    snprintf(path, sizeof path, "/v1/models/%s", id);
+        return cli_usage_error("models", "show takes one model ID or NAME");
+    char path[CLI_REF_PATH_MAX];
+    if ((rc = cli_ref_path(path, "models", "/v1/models", c->pos[1], "")))
+        return rc;
     cli_resp r;
     if ((rc = cli_call(c, "GET", path, NULL, NULL, 0, &r)) != 0)
         return rc;
@@ -112,8 +115,11 @@ static int download(cli_ctx *c)
     if (rc)
         return rc;
     if (c->npos != 2)
-        return cli_usage_error("models", "download takes one model ID");
-    char target[PATH_MAX], tmp[PATH_MAX + 16];
+        return cli_usage_error("models", "download takes one model ID or NAME");
+    char target[PATH_MAX], tmp[PATH_MAX + 16], path[CLI_REF_PATH_MAX];
+    if ((rc =
+             cli_ref_path(path, "models", "/v1/models", c->pos[1], "/weights")))
+        return rc;
     const char *o = cli_opt(c, "--output");
     if (o && *o)
         snprintf(target, sizeof target, "%s", o);
@@ -132,9 +138,6 @@ static int download(cli_ctx *c)
         unlink(tmp);
         return CLI_EXIT_USAGE;
     }
-    char id[256], path[320];
-    cli_http_escape(c->pos[1], id, sizeof id);
-    snprintf(path, sizeof path, "/v1/models/%s/weights", id);
     cli_resp r;
     rc = cli_http_download(&c->http, path, f,
                            cli_stderr_tty() ? cli_progress_bytes : NULL,
@@ -226,15 +229,15 @@ static int predict(cli_ctx *c)
     if (rc)
         return rc;
     if (c->npos != 3)
-        return cli_usage_error("models", "predict takes a model ID and an "
-                                         "INPUT file (or -)");
-    char *body;
+        return cli_usage_error("models",
+                               "predict takes a model ID or NAME and an "
+                               "INPUT file (or -)");
+    char *body, path[CLI_REF_PATH_MAX];
     size_t len;
-    if ((rc = cli_read_input(c->pos[2], &body, &len)) != 0)
+    if ((rc = cli_ref_path(path, "models", "/v1/models", c->pos[1],
+                           "/predict")) ||
+        (rc = cli_read_input(c->pos[2], &body, &len)) != 0)
         return rc;
-    char id[256], path[320];
-    cli_http_escape(c->pos[1], id, sizeof id);
-    snprintf(path, sizeof path, "/v1/models/%s/predict", id);
     cli_resp r;
     rc = cli_call(c, "POST", path, "application/json", body, len, &r);
     free(body);
@@ -253,11 +256,15 @@ static int evaluate(cli_ctx *c)
     if (rc)
         return rc;
     if (c->npos != 2)
-        return cli_usage_error("models", "evaluate takes one model ID");
+        return cli_usage_error("models", "evaluate takes one model ID or NAME");
     const char *ds = cli_opt(c, "--dataset");
     if (!ds || !*ds)
         return cli_usage_error("models", "evaluate needs --dataset "
-                                         "DATASET_ID");
+                                         "DATASET_ID|NAME");
+    char path[CLI_REF_PATH_MAX];
+    if ((rc = cli_ref_path(path, "models", "/v1/models", c->pos[1],
+                           "/evaluate")))
+        return rc;
     json_t *req = json_pack("{s:s}", "dataset", ds);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
@@ -265,9 +272,6 @@ static int evaluate(cli_ctx *c)
         fprintf(stderr, "trainyard: out of memory\n");
         return CLI_EXIT_USAGE;
     }
-    char id[256], path[320];
-    cli_http_escape(c->pos[1], id, sizeof id);
-    snprintf(path, sizeof path, "/v1/models/%s/evaluate", id);
     cli_resp r;
     rc = cli_call(c, "POST", path, "application/json", body, strlen(body), &r);
     free(body);

@@ -145,7 +145,7 @@ ty_status model_resolve(const deploy_ctl *b, const char *tenant,
     if (s == TY_ENOTFOUND) {
         ty_err e = {0};
         snprintf(e.field, sizeof e.field, "model");
-        snprintf(e.msg, sizeof e.msg, "model %.200s not found", ref);
+        snprintf(e.msg, sizeof e.msg, "no model with id or name '%.200s'", ref);
         *err = e;
         return TY_EINVAL;
     }

@@ -57,6 +57,7 @@
 #include "common/ty.h"
 #include "node/batcher.h"
 #include "sched/sched.h"
+#include "store/store.h"
 
 #define DEPLOY_NAME_MAX 64
 #define DEPLOY_MAX_REPLICAS 64
@@ -66,7 +67,9 @@
 
 typedef struct {
     char name[DEPLOY_NAME_MAX];
-    char model[TY_ID_MAX * 2]; /* as given: an id or a name */
+    /* as given: an id or a name (a model's whole name: the controller
+     * resolves it, store_ref_resolve's rule) */
+    char model[STORE_NAME_MAX + 1];
     int min_replicas, max_replicas;
     sched_request request;
     json_t *resources; /* normalized {"gpu": ...}; owned (deploy_spec_free) */

@@ -39,6 +39,21 @@ static int doc_shape(const json_t *doc, uint32_t shape[TY_DS_MAX_DIMS],
     return 1;
 }
 
+/* The id of the tenant's dataset ref (an id or a name) names, as
+ * store_ref_resolve resolves it; not found is a 422 naming field. */
+static ty_status resolve_dataset(const jobs_env *env, const char *tenant,
+                                 const char *ref, const char *field,
+                                 char id[TY_ID_MAX], ty_err *err)
+{
+    ty_status s =
+        store_ref_resolve(env->store, STORE_REF_DATASET, tenant, ref, id, err);
+    if (s == TY_ENOTFOUND) {
+        snprintf(err->field, sizeof err->field, "%s", field);
+        return TY_EINVAL;
+    }
+    return s;
+}
+
 /* Checks "validation" against the training dataset and writes the
  * normalized object into *out. */
 static ty_status check_validation(const jobs_env *env, const char *tenant,
@@ -74,15 +89,15 @@ static ty_status check_validation(const jobs_env *env, const char *tenant,
         *out = json_pack("{s:f}", "split", split);
         return TY_OK;
     }
-    const char *id;
-    if ((s = tyjson_get_string(v, "dataset", "validation", 1, TY_ID_MAX, NULL,
-                               &id, err)) != TY_OK)
+    const char *ref;
+    char id[TY_ID_MAX];
+    if ((s = tyjson_get_string(v, "dataset", "validation", 1, STORE_NAME_MAX,
+                               NULL, &ref, err)) != TY_OK)
         return s;
     json_t *vdoc = NULL;
-    s = store_dataset_get(env->store, tenant, id, &vdoc, NULL, err);
-    if (s == TY_ENOTFOUND)
-        return ty_fail(err, TY_EINVAL, "validation.dataset",
-                       "validation dataset %s not found", id);
+    s = resolve_dataset(env, tenant, ref, "validation.dataset", id, err);
+    if (s == TY_OK)
+        s = store_dataset_get(env->store, tenant, id, &vdoc, NULL, err);
     if (s != TY_OK)
         return s;
     if (!json_equal(json_object_get(vdoc, "task"),
@@ -214,14 +229,10 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
             goto done;
         json_object_del(hp_in, "max_attempts");
     }
-    s = store_dataset_get(env->store, tenant, sub->dataset, &a->dataset, NULL,
-                          err);
-    if (s == TY_ENOTFOUND) {
-        s = ty_fail(err, TY_EINVAL, "dataset", "dataset %s not found",
-                    sub->dataset);
-        goto done;
-    }
-    if (s != TY_OK)
+    if ((s = resolve_dataset(env, tenant, sub->dataset, "dataset",
+                             a->dataset_id, err)) != TY_OK ||
+        (s = store_dataset_get(env->store, tenant, a->dataset_id, &a->dataset,
+                               NULL, err)) != TY_OK)
         goto done;
     const json_t *ds = a->dataset;
     a->name =
@@ -239,7 +250,7 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
     uint32_t shape[TY_DS_MAX_DIMS], ndim;
     if (!doc_shape(ds, shape, &ndim)) {
         s = ty_fail(err, TY_EINTERNAL, NULL, "dataset %s has no input shape",
-                    sub->dataset);
+                    a->dataset_id);
         goto done;
     }
     ty_task task =

@@ -15,6 +15,7 @@
 
 #include <jansson.h>
 
+#include "common/ids.h"
 #include "common/ty.h"
 #include "jobs/env.h"
 #include "sched/sched.h"
@@ -23,7 +24,7 @@
  * against anything (all borrowed). */
 typedef struct {
     const char *name;              /* NULL: the dataset's name */
-    const char *dataset;           /* the dataset's id */
+    const char *dataset;           /* the dataset's id or name */
     const json_t *validation;      /* as given; NULL: the default split */
     const json_t *model;           /* as given; NULL is refused */
     const json_t *hyperparameters; /* as given; may be NULL */
@@ -34,13 +35,16 @@ typedef struct {
 
 /* What admission_check found: the normalized documents to store. */
 typedef struct {
-    json_t *dataset;         /* the training dataset's document */
-    const char *name;        /* the submission's or the dataset's */
-    json_t *validation;      /* {"split": f} or {"dataset": id} */
-    json_t *spec;            /* the normalized model spec */
-    json_t *hyperparameters; /* normalized, with max_attempts */
-    uint64_t memory_bytes;   /* train_memory's total */
-    uint64_t param_count;    /* the model's trainable parameters */
+    char dataset_id[TY_ID_MAX]; /* the training dataset sub->dataset names */
+    json_t *dataset;            /* the training dataset's document */
+    const char *name;           /* the submission's or the dataset's */
+    json_t *validation;         /* {"split": f} or {"dataset": id} (an id,
+                                whether the submission gave an id or a
+                                name) */
+    json_t *spec;               /* the normalized model spec */
+    json_t *hyperparameters;    /* normalized, with max_attempts */
+    uint64_t memory_bytes;      /* train_memory's total */
+    uint64_t param_count;       /* the model's trainable parameters */
 } admission;
 
 /* Checks sub for tenant (see the file comment) and fills *a (caller frees

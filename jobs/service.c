@@ -334,7 +334,7 @@ ty_status jobs_check(jobs_service *r, const char *tenant,
     ty_status s = admit(r, tenant, sub, &adm, err);
     if (s == TY_OK) {
         *out = json_pack("{s:b, s:s, s:s, s:O, s:O, s:O, s:I, s:I}", "valid", 1,
-                         "name", adm.name, "dataset", sub->dataset,
+                         "name", adm.name, "dataset", adm.dataset_id,
                          "validation", adm.validation, "model", adm.spec,
                          "hyperparameters", adm.hyperparameters,
                          "estimated_memory_bytes", (json_int_t)adm.memory_bytes,
@@ -360,7 +360,7 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     if ((s = admit(r, tenant, sub, &adm, err)) != TY_OK ||
         (s = ty_id_new("job_", id, err)) != TY_OK ||
         (s = store_job_insert_req(
-             env->store, tenant, id, adm.name, sub->dataset, adm.validation,
+             env->store, tenant, id, adm.name, adm.dataset_id, adm.validation,
              adm.spec, adm.hyperparameters, (int64_t)adm.memory_bytes,
              sub->resources, sub->priority, err)) != TY_OK ||
         (s = store_job_get(env->store, tenant, id, &job, err)) != TY_OK)

@@ -290,11 +290,12 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
     ty_dataset ds = {0};
     json_t *ds_doc = NULL;
     int32_t *map = NULL;
-    const char *id = model_id, *ds_id = dataset_id;
-    char sha[65], path[PATH_MAX];
+    const char *id = model_id;
+    char sha[65], path[PATH_MAX], ds_id[TY_ID_MAX];
     ty_status s = run_open(&rn, env, tenant_id, model_id, err);
     if (s != TY_OK)
         goto done;
+    id = rn.m.id; /* model_id may have been its name */
     /* A deployed model's limits hold for its evaluations too (they run
      * here, on the model's own device, not on a replica: serve_model_run
      * is not called), and the evaluation counts in its traffic. */
@@ -303,9 +304,15 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
             *retry_after = rn.m.retry_after;
         goto done;
     }
-    s = store_dataset_get(env->store, tenant_id, ds_id, &ds_doc, sha, err);
-    if (s == TY_ENOTFOUND)
-        s = ty_fail(err, TY_EINVAL, "dataset", "dataset %s not found", ds_id);
+    /* By id or name (store_ref_resolve), after the limits as before. */
+    s = store_ref_resolve(env->store, STORE_REF_DATASET, tenant_id, dataset_id,
+                          ds_id, err);
+    if (s == TY_OK)
+        s = store_dataset_get(env->store, tenant_id, ds_id, &ds_doc, sha, err);
+    if (s == TY_ENOTFOUND) {
+        s = TY_EINVAL; /* a field of the body: 422 */
+        snprintf(err->field, sizeof err->field, "dataset");
+    }
     if (s != TY_OK)
         goto done;
     blob_path(env->data_dir, sha, path, sizeof path);

@@ -65,10 +65,11 @@ typedef struct serve_model {
     deploy_call call;
 } serve_model;
 
-/* Opens the tenant's model named by ref: the model whose id is ref, else,
- * when by_name, the newest of the tenant's models whose name is ref (names
- * are not unique; an id always wins). TY_ENOTFOUND ("model <ref> not found") when
- * neither exists or it is another tenant's; TY_EIO for a stored model
+/* Opens the tenant's model named by ref: when by_name (KServe), the model
+ * of the deployment of that name first; then the model whose id is ref,
+ * else the newest of the tenant's models whose name is ref (names are not
+ * unique; an id always wins: store_ref_resolve). TY_ENOTFOUND ("no model
+ * with id or name '<ref>'") when neither exists or it is another tenant's; TY_EIO for a stored model
  * file that does not load (its detail names the file: for the log). On failure *m needs no close. */
 ty_status serve_model_open(const serve_env *env, const char *tenant_id,
                            const char *ref, int by_name, serve_model *m,
@@ -112,10 +113,12 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
                         serve_buf *reply, double *retry_after, ty_err *err);
 
 /* POST /v1/models/{id}/evaluate: the model's loss (and accuracy, for
- * classification) over dataset dataset_id. *reply: {"model", "dataset",
- * "num_examples", "loss", "accuracy" (null for regression), "device"};
- * for regression also "mse", "rmse", "mae", "r2" in the target's units
- * (nn_net_evaluate_metrics; loss stays the training objective).
+ * classification) over dataset dataset_id (an id or a name, as
+ * store_ref_resolve resolves it; the model too). *reply, with ids:
+ * {"model", "dataset", "num_examples", "loss", "accuracy" (null for
+ * regression), "device"}; for regression also "mse", "rmse", "mae", "r2"
+ * in the target's units (nn_net_evaluate_metrics; loss stays the training
+ * objective).
  * A deployed model's rate and concurrency limits apply: TY_ELIMIT with
  * *retry_after. */
 ty_status serve_evaluate(const serve_env *env, const char *tenant_id,

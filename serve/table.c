@@ -124,15 +124,13 @@ static ty_status ask_store(store *st, const char *tenant_id, const char *ref,
                            int by_name, serve_table_row *row, ty_err *err)
 {
     json_t *doc = NULL;
-    ty_status s;
     memset(row, 0, sizeof *row);
-    if (by_name) {
-        s = store_model_find(st, tenant_id, ref, row->id, &doc, row->sha256,
-                             err);
-    } else {
-        snprintf(row->id, sizeof row->id, "%s", ref);
-        s = store_model_get(st, tenant_id, ref, &doc, row->sha256, err);
-    }
+    /* By id or name either way (an id wins, else the newest of the name):
+     * by_name only decides, in predict.c, whether a deployment's name
+     * comes first. */
+    (void)by_name;
+    ty_status s =
+        store_model_find(st, tenant_id, ref, row->id, &doc, row->sha256, err);
     if (s != TY_OK)
         return s;
     const char *name = json_string_value(json_object_get(doc, "name"));

@@ -33,12 +33,13 @@ typedef struct serve_table_row {
     char trained_on[16];       /* "cuda:N", "cpu", or "" (an import) */
 } serve_table_row;
 
-/* The tenant's model named by ref (by id, or, when by_name, else by name:
- * store_model_find's rule): its row into *row and the loaded model into
+/* The tenant's model named by ref (by id, else by name: store_model_find's
+ * rule; by_name keys the table and changes nothing else): its row into
+ * *row and the loaded model into
  * *e, loaded from data_dir's blob through the cache on a miss. *e stays
  * valid until this thread's next serve_table_open (the table holds it; the
- * caller releases nothing). Errors are the store's (TY_ENOTFOUND "model
- * <ref> not found") and the cache's (a model that does not load). */
+ * caller releases nothing). Errors are the store's (TY_ENOTFOUND "no model
+ * with id or name '<ref>'") and the cache's (a model that does not load). */
 ty_status serve_table_open(store *st, model_cache *mc, const char *data_dir,
                            const char *tenant_id, const char *ref, int by_name,
                            serve_table_row *row, model_entry **e, ty_err *err);

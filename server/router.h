@@ -63,7 +63,7 @@ typedef struct {
 } route;
 
 #define ROUTE_MAX_PARAMS 4
-#define ROUTE_MAX_PARAM_LEN 128
+#define ROUTE_MAX_PARAM_LEN 256 /* a 200-byte name (store.h) fits */
 
 typedef struct {
     const route *route;

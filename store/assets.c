@@ -211,18 +211,17 @@ ty_status store_model_find(store *st, const char *tenant_id, const char *ref,
                            char *id, json_t **doc, char sha256[65], ty_err *err)
 {
     json_t *row = NULL;
+    char found[TY_ID_MAX];
+    /* One lock: the row read is the row the reference resolved to. */
     pthread_mutex_lock(&st->mu);
-    ty_status s = db_q_one(
-        st, &row, err, "model", ref,
-        "SELECT id, doc AS doc_json, sha256 FROM models WHERE tenant_id = ?2 "
-        "AND (id = ?1 OR json_extract(doc, '$.name') = ?1) "
-        "ORDER BY id = ?1 DESC, seq DESC LIMIT 1",
-        "ss", ref, tenant_id);
+    ty_status s =
+        db_ref_resolve(st, STORE_REF_MODEL, tenant_id, ref, found, err);
+    if (s == TY_OK)
+        s = asset_row(st, ASSET_MODEL, tenant_id, found, &row, err);
     pthread_mutex_unlock(&st->mu);
     if (s != TY_OK)
         return s;
-    snprintf(id, TY_ID_MAX, "%s",
-             json_string_value(json_object_get(row, "id")));
+    snprintf(id, TY_ID_MAX, "%s", found);
     snprintf(sha256, 65, "%s",
              json_string_value(json_object_get(row, "sha256")));
     *doc = json_incref(json_object_get(row, "doc"));

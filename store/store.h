@@ -78,6 +78,33 @@ typedef struct {
     int limit;      /* 1..1000 */
 } store_page;
 
+/* ---- references: an id or a name (refs.c) ---- */
+
+/* The most bytes of a dataset's, model's or job's name (the API refuses
+ * longer ones), so of any reference to one. */
+#define STORE_NAME_MAX 200
+
+/* The kinds of resource a client may name by id or by name. */
+typedef enum {
+    STORE_REF_DATASET,
+    STORE_REF_MODEL,
+    STORE_REF_JOB,
+    STORE_REF_KIND_COUNT
+} store_ref_kind;
+
+/* Resolves ref, an id or a name, to one of the tenant's resources of the
+ * kind and writes its id into id: the resource whose id is ref (an id always
+ * wins), else the newest of the tenant's resources named ref (the latest
+ * created_at; on an equal created_at, the one created last). Only the
+ * tenant's rows are read. TY_ENOTFOUND ("no dataset with id or name 'x'")
+ * when neither matches; id is untouched on failure. */
+ty_status store_ref_resolve(store *st, store_ref_kind kind,
+                            const char *tenant_id, const char *ref,
+                            char id[TY_ID_MAX], ty_err *err);
+
+/* The kind's noun as messages spell it ("dataset", "model", "job"). */
+const char *store_ref_noun(store_ref_kind kind);
+
 /* ---- datasets (assets.c) ---- */
 
 /* Inserts a dataset row; doc is the API representation (borrowed). */
@@ -276,10 +303,10 @@ uint64_t store_gen_get(store *st, store_gen which);
 
 /* ---- models (assets.c) ---- */
 
-/* A tenant's model by reference: the model whose id is ref, else the newest
- * of the tenant's models named ref. *id (TY_ID_MAX) gets its id; doc and
- * sha256 as store_model_get. TY_ENOTFOUND ("model <ref> not found") when
- * neither matches. */
+/* A tenant's model by reference, as store_ref_resolve resolves it (an id
+ * wins, else the newest of that name). *id (TY_ID_MAX) gets its id; doc and
+ * sha256 as store_model_get. TY_ENOTFOUND ("no model with id or name 'x'")
+ * when neither matches. */
 ty_status store_model_find(store *st, const char *tenant_id, const char *ref,
                            char *id, json_t **doc, char sha256[65],
                            ty_err *err);

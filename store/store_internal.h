@@ -55,6 +55,10 @@ ty_status db_q_one(store *st, json_t **row, ty_err *err, const char *what,
 ty_status db_q_int(store *st, int64_t *out, ty_err *err, const char *sql,
                    const char *fmt, ...);
 
+/* store_ref_resolve's lookup (refs.c). Caller holds st->mu. */
+ty_status db_ref_resolve(store *st, store_ref_kind kind, const char *tenant_id,
+                         const char *ref, char id[TY_ID_MAX], ty_err *err);
+
 /* Runs SQL text without arguments (BEGIN, COMMIT, migrations). */
 ty_status db_exec(store *st, const char *sql, ty_err *err);
 

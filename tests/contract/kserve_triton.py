@@ -245,7 +245,7 @@ def conformance(srv):
         e = expect_error(lambda: client.get_model_metadata(mid, "2", headers=H()),
                          404, "version 2")
         expect_error(lambda: client.get_model_metadata("nope", headers=H()),
-                     404, "not found")
+                     404, "no model with id or name 'nope'")
     ck.run("get_model_metadata (by id, by name, with version)", model_metadata)
 
     def model_config():

@@ -171,6 +171,8 @@ static void test_every_member(void **state)
 static void test_bounds_and_unknown_keys(void **state)
 {
     (void)state;
+/* Ten bytes, to spell long strings. */
+#define TEN "0123456789"
 #define B "{\"name\": \"a\", \"model\": \"m\", "
     static const struct {
         const char *body, *field;
@@ -188,8 +190,9 @@ static void test_bounds_and_unknown_keys(void **state)
          "name"},
         {"{\"name\": \"a\", \"model\": \"\"}", "model"},
         {"{\"name\": \"a\", \"model\": 5}", "model"},
-        {"{\"name\": \"a\", \"model\": \"012345678901234567890123456789012345"
-         "67890123456789012345678901234567890123456789\"}",
+        /* a model's name is at most STORE_NAME_MAX (200) bytes */
+        {"{\"name\": \"a\", \"model\": \"" TEN TEN TEN TEN TEN TEN TEN TEN TEN
+             TEN TEN TEN TEN TEN TEN TEN TEN TEN TEN TEN "0\"}",
          "model"},
         /* replicas */
         {B "\"replicas\": 2}", "replicas"},
