@@ -8,7 +8,7 @@
 import {api} from './api.js';
 import {live} from './live.js';
 import {h, field, fmtDuration, fmtNum, fmtBytes, fmtTime, jobSeconds, statusBadge,
-        placementText, kv, TERMINAL} from './util.js';
+        placementText, kv, pickLabel, resourceLink, TERMINAL} from './util.js';
 import {progressCell, bestText, latestText, throughputText, etaText, waitText, endText,
         chanceWarning, position} from './jobinfo.js';
 import {curvesSection} from './curves.js';
@@ -100,7 +100,7 @@ function evaluateSection(job) {
   h('div', {class: 'row'}, field('Dataset', ds), h('div', {class: 'field'}, h('span', {class: 'lbl', text: ' '}), go)), out);
   api('/v1/datasets?limit=200').then((doc) => {
     ds.replaceChildren(...doc.items.map((d) => h('option', {value: d.id,
-      text: `${d.name} (${(d.num_examples || 0).toLocaleString()} examples)${d.id === job.dataset ? ' · trained on' : ''}`})));
+      text: pickLabel(d, `(${(d.num_examples || 0).toLocaleString()} examples)${d.id === job.dataset ? ' · trained on' : ''}`)})));
     // A dataset other than the training one is the likelier choice.
     const other = doc.items.find((d) => d.id !== job.dataset && d.format === (doc.items.find((x) => x.id === job.dataset) || {}).format);
     if (other) ds.value = other.id;
@@ -154,8 +154,8 @@ export function jobPage(root, id) {
             onclick: () => download(`/v1/jobs/${id}/metrics`, `${job.name}-metrics.json`, 'application/json').catch((x) => report(`Download failed: ${x.message}`))})),
         kv([
           ['Job', job.id],
-          ['Dataset', h('a', {href: `#/datasets/${job.dataset}`, text: job.dataset})],
-          ['Model', job.model ? h('a', {href: `#/models/${job.model}`, id: 'model-link', text: job.model}) : '—'],
+          ['Dataset', resourceLink(api, 'datasets', job.dataset, {id: 'dataset-link'})],
+          ['Model', job.model ? resourceLink(api, 'models', job.model, {id: 'model-link'}) : '—'],
           ['Placement', placementText(job)],
           ['Estimated memory', fmtBytes(job.estimated_memory_bytes)],
           ['Attempts', String(job.attempts ?? '—')],
