@@ -33,6 +33,7 @@ Exit 77 (skipped) when chromium, chromedriver or selenium is missing.
 """
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -55,9 +56,9 @@ PAGES = {
                                                   "#acc-chart", "#epochs", "#epochs tbody tr"]},
     "dataset": {"ready": "#class-balance [data-class]", "keys": ["#class-balance", ".balance-row", ".balance-class",
                                                                    ".bar", ".bar-fill", ".balance-count"]},
-    "try-it": {"ready": "#test-images button.thumb-button", "keys": ["#test-images", "button.thumb-button",
+    "try-it": {"ready": "#test-images [data-verdict]", "keys": ["#test-images", "button.thumb-button",
                                                                  "button.thumb-button canvas.thumb", "canvas.pad"]},
-    "devices": {"ready": "#device-map .slice", "keys": ["#device-map .gpu", ".slices", "#device-map .slice",
+    "devices": {"ready": "#device-map .slice.held", "keys": ["#device-map .gpu", ".slices", "#device-map .slice",
                                                         "#device-legend"]},
 }
 
@@ -73,6 +74,44 @@ for (const sel of arguments[0]) {
 }
 return {inner: innerWidth, elements: out};
 """
+
+
+def upload_images(base, key, name):
+    """200 uint8 28x28 images of 3 classes (a bright band at the top, middle
+    or bottom), as dashboard.image_model makes them, uploaded as NPY."""
+    rng = random.Random(2)
+    x, y = [], []
+    for i in range(200):
+        y.append(i % 3)
+        x += [200 + rng.randrange(56) if r // 10 == i % 3 else rng.randrange(40) for r in range(28) for _ in range(28)]
+    boundary = "tylayout7"
+    body = b""
+    for field, filename, data in (("name", None, name.encode()), ("format", None, b"npy"),
+                                  ("x", "x.npy", dashboard.npy_u8((200, 1, 28, 28), x)),
+                                  ("y", "y.npy", dashboard.npy_u8((200,), y))):
+        disp = f'form-data; name="{field}"' + (f'; filename="{filename}"' if filename else "")
+        body += f"--{boundary}\r\nContent-Disposition: {disp}\r\n\r\n".encode() + data + b"\r\n"
+    body += f"--{boundary}--\r\n".encode()
+    return api_call(base, key, "POST", "/v1/datasets", body, f"multipart/form-data; boundary={boundary}")["id"]
+
+
+def image_job(base, key):
+    """A flatten + dense model trained 2 epochs on the images, validated on
+    a second upload of them (a test set: try-it marks each thumbnail right
+    or wrong). Returns (job id, model id)."""
+    train, test = upload_images(base, key, "tiny images"), upload_images(base, key, "tiny test")
+    job = api_call(base, key, "POST", "/v1/jobs", {
+        "name": "tiny-image", "dataset": train, "validation": {"dataset": test},
+        "model": {"layers": [{"type": "flatten"}, {"type": "dense", "units": 3}]},
+        "hyperparameters": {"epochs": 2, "batch_size": 20, "seed": 1}})["id"]
+    for _ in range(600):
+        doc = api_call(base, key, "GET", f"/v1/jobs/{job}")
+        if doc["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.1)
+    if doc["status"] != "succeeded" or not doc.get("model"):
+        sys.exit(f"FAIL: the image job: {json.dumps(doc)}")
+    return job, doc["model"]
 
 
 def compare(name, got, ref):
@@ -112,13 +151,17 @@ def main():
     make_csv(csv)
     srv, log, base = start_server(binary, tmp)
     os.setpriority(os.PRIO_PROCESS, srv.pid, 10)
-    driver = None
+    driver = hold = None
     t0 = time.time()
     try:
         key = open(os.path.join(tmp, "data", "admin.key")).read().strip()
         csv_ds = upload_csv(base, key, csv, "blobs")
-        img_ds, model = dashboard.image_model(base, key)
-        job = api_call(base, key, "GET", f"/v1/models/{model}")["job"]
+        job, model = image_job(base, key)
+        # A slice held on the device map (cancelled at the end).
+        hold = api_call(base, key, "POST", "/v1/jobs", {
+            "name": "holds-a-slice", "dataset": csv_ds, "resources": {"gpu": "1g.18gb"},
+            "model": {"layers": [{"type": "dense", "units": 8}, {"type": "relu"}, {"type": "dense", "units": 3}]},
+            "hyperparameters": {"epochs": 100000, "batch_size": 200, "seed": 1}})["id"]
         hashes = {"jobs": "#/jobs", "job": f"#/jobs/{job}", "dataset": f"#/datasets/{csv_ds}",
                   "try-it": f"#/models/{model}", "devices": "#/devices"}
         driver = browser()
@@ -152,6 +195,11 @@ def main():
             print(f"wrote {REFERENCE}")
         return dashboard.finish("layout test", t0, dashboard.ARTIFACTS)
     finally:
+        if hold:
+            try:
+                api_call(base, key, "POST", f"/v1/jobs/{hold}/cancel")
+            except OSError:
+                pass
         dashboard.stop(driver, srv, log, tmp)
 
 
