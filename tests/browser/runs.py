@@ -137,6 +137,9 @@ def check_pickers(driver, base, label, datasets):
         for ds, t in texts.items():
             check(re.search(time_re, t) and ds[:7] in t,
                   f"[{label}] the {where} option of {ds} shows its created time and short id {ds[:7]!r}: {t!r}")
+        if label == "phone":
+            over = dashboard.overflow(driver)
+            check(over <= 0, f"[{label}] the longer {where} labels leave the form within the phone (overflow {over} px)")
     return time_re
 
 
