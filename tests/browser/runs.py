@@ -12,6 +12,9 @@ every tenant runs a long job on a slice. Checks, at each width:
   distance at least 50 between any two: the old hash-picked palette gave
   red, rose and rust to three tenants) and each slice has its legend's
   colour;
+* a serving replica's slice is named by its deployment, also once the
+  deployment no longer lists it (stopping), and one never named says
+  "serving replica", never its raw rep_ id (a scripted /v1/devices answer);
 * a job's page names its dataset ("fashion-train", the id beside it), not
   only its id;
 * the new-job and evaluate pickers tell the two "fashion-train" datasets
@@ -117,6 +120,53 @@ def check_colours(driver, base, label):
         name = next((t for t in TENANTS if t in s["text"]), None)
         check(name and parse_rgb(s["colour"]) == colours.get(name),
               f"[{label}] slot {s['slot']} ({name}) has its tenant's legend colour {s['colour']}")
+
+
+# The device map's answers with two serving replicas on the free slots:
+# rep_seenfirst1 named by its deployment (fashion-serve) in the first answer
+# only, as a replica stopping after a scale-down or delete drops out of its
+# deployment; rep_neverseen1 never named. A slice never shows a raw id.
+REPLICAS = r"""
+const real = window.fetch;
+let calls = 0;
+window.fetch = async (url, opts) => {
+  const r = await real(url, opts);
+  if (!/\/v1\/devices$/.test(String(url))) return r;
+  const doc = await r.clone().json();
+  const slices = doc.gpus[0].slices, held = slices.find((x) => x.state === 'held');
+  const free = slices.filter((x) => x.state === 'free');
+  if (!held || free.length < 2) return r;
+  const first = calls++ === 0;
+  Object.assign(free[0], {state: 'held', tenant: held.tenant, tenant_name: held.tenant_name, job: 'rep_seenfirst1',
+    job_name: first ? 'fashion-serve' : null, deployment: first ? {id: 'dep_fashion1', name: 'fashion-serve'} : null});
+  Object.assign(free[1], {state: 'held', tenant: held.tenant, tenant_name: held.tenant_name, job: 'rep_neverseen1',
+    job_name: null, deployment: null});
+  return new Response(JSON.stringify(doc), {status: r.status, headers: r.headers});
+};
+"""
+
+
+def check_replica_labels(driver, base, label):
+    script = driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": REPLICAS})["identifier"]
+    try:
+        driver.get(f"{base}/#/devices")
+        driver.refresh()
+        texts = lambda: js(driver, """return Object.fromEntries([...document.querySelectorAll('#device-map .slice')]
+            .map((e) => [e.dataset.job || '', e.innerText]));""")  # noqa: E731
+        # The map polls every 2 s while a replica holds a slice: wait for a
+        # redraw from an answer without the deployment.
+        settle(lambda: js(driver, "return window.performance.getEntriesByName(location.origin + '/v1/devices').length >= 2;"), 10)
+        time.sleep(0.5)
+        got = texts()
+        seen, never = got.get("rep_seenfirst1", ""), got.get("rep_neverseen1", "")
+        dashboard.shot(driver, f"replicas-{label}")
+        check("replica of fashion-serve" in seen,
+              f"[{label}] a replica stopping after its deployment dropped it keeps the deployment's name: {seen!r}")
+        check("serving replica" in never and "rep_" not in never,
+              f"[{label}] a replica never named says it is a serving replica, not its raw id: {never!r}")
+        check(not any("rep_" in t for t in got.values()), f"[{label}] no slice shows a raw rep_ id")
+    finally:
+        driver.execute_cdp_cmd("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script})
 
 
 def options(driver, css):
@@ -270,6 +320,7 @@ def main():
             driver.set_window_size(*size)
             sign_in(driver, base, admin)
             check_colours(driver, base, label)
+            check_replica_labels(driver, base, label)
             sign_in(driver, base, alpha)
             time_re = check_pickers(driver, base, label, ds)
             check_job_page(driver, base, label, next(iter(runs)), time_re, ds)
