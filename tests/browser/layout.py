@@ -121,6 +121,16 @@ def image_job(base, key):
     return job, doc["model"]
 
 
+def reference_text(signatures):
+    """The reference as JSON with one element a line, for readable diffs."""
+    pages = []
+    for name in sorted(signatures):
+        sig = signatures[name]
+        els = ",\n".join(f"   {json.dumps(sel)}: {json.dumps(e, sort_keys=True)}" for sel, e in sorted(sig["elements"].items()))
+        pages.append(f' {json.dumps(name)}: {{\n  "inner": {sig["inner"]},\n  "elements": {{\n{els}\n  }}\n }}')
+    return "{\n" + ",\n".join(pages) + "\n}\n"
+
+
 def compare(name, got, ref):
     """The failures of signature got against ref (one page at one width)."""
     bad = []
@@ -197,8 +207,7 @@ def main():
                         check(not bad, f"{name}: the layout matches the reference" + ("".join(f"\n      {b}" for b in bad)))
         if update:
             with open(REFERENCE, "w") as f:
-                json.dump(signatures, f, indent=1, sort_keys=True)
-                f.write("\n")
+                f.write(reference_text(signatures))
             print(f"wrote {REFERENCE}")
         return dashboard.finish("layout test", t0, dashboard.ARTIFACTS)
     finally:
