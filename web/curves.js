@@ -16,6 +16,9 @@ import {metricName} from './jobinfo.js';
 export const POINTS = 200;
 const RELOAD_MS = 10000;
 const COMPARE_MAX = 4;
+// Regression metrics per epoch, when a run has them: [key, label, colour, chart].
+const REGRESSION = [['train_rmse', 'train RMSE', '#1e7f3c', 'acc'], ['val_rmse', 'validation RMSE', '#9c27b0', 'acc'],
+  ['val_mae', 'validation MAE', '#b8860b', 'acc'], ['val_r2', 'validation R²', '#0e7490', 'acc']];
 
 // An exponential moving average, debiased as TensorBoard's smoothing (so
 // the first points are not pulled towards 0); null values stay gaps.
@@ -96,8 +99,15 @@ export function curvesSection(jobId) {
     const sets = {loss: [], acc: [], lr: []};
     const stepLoss = series(st, 'x', 'loss');
     if (hasValues(stepLoss)) sets.loss.push(line('train loss (per step, epoch mean so far)', smooth(stepLoss, w), '#8fb3e8', {borderWidth: 1, pointRadius: 0}));
+    // A regression run has no accuracy: its errors (RMSE, MAE) and R² take
+    // the second chart (epoch records' train_rmse, val_rmse, val_mae, val_r2).
+    const regression = !ep.some((p) => typeof p.train_accuracy === 'number' || typeof p.val_accuracy === 'number') &&
+      ep.some((p) => REGRESSION.some(([k]) => typeof p[k] === 'number'));
+    if (charts.acc) charts.acc.options.scales.y.title.text = regression ? 'RMSE, MAE, R²' : 'accuracy';
+    canvases.acc.setAttribute('aria-label', regression ? 'RMSE, MAE and R² per epoch' : 'Accuracy per epoch');
     for (const [k, label, colour, chart] of [['train_loss', 'train loss', '#1f5fbf', 'loss'], ['val_loss', 'validation loss', '#d9822b', 'loss'],
-      ['train_accuracy', 'train accuracy', '#1e7f3c', 'acc'], ['val_accuracy', 'validation accuracy', '#9c27b0', 'acc']]) {
+      ['train_accuracy', 'train accuracy', '#1e7f3c', 'acc'], ['val_accuracy', 'validation accuracy', '#9c27b0', 'acc'],
+      ...(regression ? REGRESSION : [])]) {
       const pts = series(ep, 'epoch', k);
       if (hasValues(pts)) sets[chart].push(line(label, smooth(pts, w), colour));
     }
@@ -113,7 +123,7 @@ export function curvesSection(jobId) {
       const colour = jobColour(id);
       const e = c.curves.epochs.points;
       const lossKey = e.some((p) => typeof p.val_loss === 'number') ? 'val_loss' : 'train_loss';
-      const accKey = e.some((p) => typeof p.val_accuracy === 'number') ? 'val_accuracy' : 'train_accuracy';
+      const accKey = ['val_accuracy', 'train_accuracy', 'val_rmse', 'train_rmse'].find((k) => e.some((p) => typeof p[k] === 'number')) || 'val_accuracy';
       const l = series(e, 'epoch', lossKey), a = series(e, 'epoch', accKey);
       const dash = {borderDash: [6, 4], pointRadius: 0};
       if (hasValues(l)) sets.loss.push(line(`${c.name}: ${metricName(lossKey)}`, smooth(l, w), colour, dash));
@@ -168,7 +178,8 @@ export function curvesSection(jobId) {
     state.totalEpochs = Math.max(state.totalEpochs + 1, rec.epoch);
     if (state.perEpoch === 1 && state.epochs.length < POINTS) {
       state.epochs.push({epoch: rec.epoch, n: 1, train_loss: rec.train_loss, val_loss: rec.val_loss,
-        train_accuracy: rec.train_accuracy, val_accuracy: rec.val_accuracy});
+        train_accuracy: rec.train_accuracy, val_accuracy: rec.val_accuracy, train_rmse: rec.train_rmse,
+        val_rmse: rec.val_rmse, val_mae: rec.val_mae, val_r2: rec.val_r2});
       draw();
     } else reloadSoon();
   }

@@ -5,7 +5,7 @@
 // There is no event stream for deployments: the pages poll while visible.
 import {api} from './api.js';
 import {poll} from './live.js';
-import {h, field, setFieldError, fmtNum, fmtTime, kv, syncChildren, labelCells} from './util.js';
+import {h, field, setFieldError, fmtNum, fmtTime, kv, syncChildren, labelCells, pickLabel} from './util.js';
 
 const POLL_MS = 1000;
 const SAMPLES = 120;   // per deployment, about two minutes at POLL_MS
@@ -136,7 +136,7 @@ function createForm(onCreated) {
 
   function setModels(models) {
     const keep = c.model.value;
-    c.model.replaceChildren(...models.map((m) => h('option', {value: m.id, text: `${m.name} (${m.id})`})));
+    c.model.replaceChildren(...models.map((m) => h('option', {value: m.id, text: pickLabel(m)})));
     if (!models.length) {
       c.model.append(h('option', {value: '', text: 'no models yet'}));
       submit.disabled = true;
@@ -479,7 +479,7 @@ export function deploymentPage(root, id) {
 
   modelNames().then((models) => {
     names = new Map(models.map((m) => [m.id, m.name]));
-    modelSel.replaceChildren(...models.map((m) => h('option', {value: m.id, text: `${m.name} (${m.id})`})));
+    modelSel.replaceChildren(...models.map((m) => h('option', {value: m.id, text: pickLabel(m)})));
     if (dep) draw();
   }).catch(() => {});
   const onResize = () => { if (dep) { latency.draw(); batch.draw(); } };

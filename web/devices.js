@@ -14,28 +14,23 @@ import {api} from './api.js';
 import {live, poll} from './live.js';
 import {h, fmtBytes, kv} from './util.js';
 
-// Tenant colours: each at least 4.5:1 against the slices' white text
-// (WCAG AA), distinct hues. Another tenant's slices are grey stripes.
-const PALETTE = ['#1d4ed8', '#047857', '#7e22ce', '#b91c1c', '#0e7490',
-  '#a16207', '#be185d', '#4338ca', '#9a3412', '#3f6212'];
+// Tenant colours: a fixed qualitative palette, each at least 4.5:1 against
+// the slices' white text (WCAG AA), ordered so that the first colours are
+// the farthest apart (each the one farthest, in CIELAB, from all before
+// it: five tenants are at least 50 apart, ten at least 29). Tenants take
+// them in the order of their names, so a map never shows two near-equal
+// colours; a hash of the id (as before) picked red, rose and rust for
+// three tenants as readily as blue, green and red. Another tenant's
+// slices are grey stripes.
+const PALETTE = ['#1d4ed8', '#4d7c0f', '#be123c', '#0e7490', '#a16207',
+  '#a21caf', '#047857', '#57534e', '#c2410c', '#7c2d12'];
 
-function hash(s) {
-  let x = 0;
-  for (const ch of String(s)) x = (x * 31 + ch.charCodeAt(0)) >>> 0;
-  return x;
-}
-
-// A colour for each tenant id: its hash's palette entry, or the next free
-// one, so tenants on one map never share a colour (up to the palette's
-// size) and a tenant keeps its colour while the others on the map do.
-function tenantColours(ids) {
-  const out = new Map(), used = new Set();
-  for (const id of [...ids].sort()) {
-    let i = hash(id) % PALETTE.length;
-    for (let k = 0; k < PALETTE.length && used.has(i); k++) i = (i + 1) % PALETTE.length;
-    used.add(i);
-    out.set(id, PALETTE[i]);
-  }
+// A colour for each tenant [id, name]: by name, then id; past the
+// palette's size colours repeat.
+function tenantColours(tenants) {
+  const out = new Map();
+  [...tenants].sort((a, b) => String(a[1]).localeCompare(String(b[1])) || String(a[0]).localeCompare(String(b[0])))
+    .forEach(([id], i) => out.set(id, PALETTE[i % PALETTE.length]));
   return out;
 }
 
@@ -55,9 +50,12 @@ function holderText(s, names) {
   if (String(id).startsWith('rep_')) {
     // The server names the deployment (s.deployment) for every holder the
     // viewer may see, the admin's view of other tenants' replicas included.
+    // A replica the server no longer lists (its deployment deleted or
+    // scaled down while it stops) keeps the name the page saw it under;
+    // one never seen is "a serving replica", its id only in the details.
     const dep = (s.deployment && s.deployment.name) || names.get(id);
     return dep ? {short: `replica of ${dep}`, long: `replica of deployment ${dep} (${id})`}
-      : {short: id, long: `replica ${id}`};
+      : {short: 'serving replica', long: `serving replica ${id} (stopping, or of a deployment you cannot see)`};
   }
   const name = s.job_name || names.get(id);
   return {short: name || id, long: `job ${name ? name + ' (' + id + ')' : id}`};
@@ -157,6 +155,10 @@ export function devicesPage(root) {
   // Replicas start and stop without job events: while this tenant has
   // deployments, or a replica holds a slice, the map is also polled.
   let deployed = false;
+  // Every replica seen on a load -> its deployment's name, kept for the
+  // page's life: a stopping replica holds its slice a while after its
+  // deployment stops listing it.
+  const replicaNames = new Map();
 
   // Escape closes the details, leaving the focus on their slice.
   map.addEventListener('keydown', (e) => {
@@ -176,7 +178,7 @@ export function devicesPage(root) {
     const slices = dev.gpus.flatMap((g) => g.slices);
     const tenants = new Map();
     for (const s of slices) if (s.state === 'held' && s.tenant) tenants.set(s.tenant, tenantLabel(s));
-    const colours = tenantColours(tenants.keys());
+    const colours = tenantColours(tenants);
     legend.replaceChildren(...legendEl(tenants, colours, slices.some((s) => s.state === 'held_by_other_tenant')));
     const n = dev.queued_jobs;
     queued.textContent = n === null || n === undefined ? ''
@@ -209,7 +211,9 @@ export function devicesPage(root) {
       const [dev, jobs, deps] = await Promise.all([api('/v1/devices'), api('/v1/jobs?limit=200&status=running'),
         api('/v1/deployments').catch((e) => { if (e.status === 401) throw e; return {items: []}; })]);
       const names = new Map(jobs.items.map((j) => [j.id, j.name]));
-      for (const d of deps.items || []) for (const i of d.instances || []) names.set(i.id, d.name);
+      for (const d of deps.items || []) for (const i of d.instances || []) replicaNames.set(i.id, d.name);
+      for (const g of dev.gpus) for (const x of g.slices) if (x.deployment && x.deployment.name) replicaNames.set(x.job, x.deployment.name);
+      for (const [rep, dep] of replicaNames) names.set(rep, dep);
       deployed = (deps.items || []).length > 0 ||
         dev.gpus.some((g) => g.slices.some((x) => String(x.job || '').startsWith('rep_')));
       banner.textContent = '';

@@ -8,7 +8,7 @@
 import {api} from './api.js';
 import {live} from './live.js';
 import {h, field, fmtDuration, fmtNum, fmtBytes, fmtTime, jobSeconds, statusBadge,
-        placementText, kv, TERMINAL} from './util.js';
+        placementText, kv, pickLabel, resourceLink, TERMINAL} from './util.js';
 import {progressCell, bestText, latestText, throughputText, etaText, waitText, endText,
         chanceWarning, position} from './jobinfo.js';
 import {curvesSection} from './curves.js';
@@ -16,13 +16,18 @@ import {cancel} from './jobs.js';
 
 export const EPOCH_PAGE = 25;
 
-const epochCells = (e) =>
-  [e.epoch, fmtNum(e.train_loss), fmtNum(e.train_accuracy), fmtNum(e.val_loss), fmtNum(e.val_accuracy),
-   e.samples_per_sec ? Math.round(e.samples_per_sec).toLocaleString() : '—', fmtNum(e.seconds, 2)];
-const EPOCH_COLUMNS = ['Epoch', 'Train loss', 'Train acc.', 'Val. loss', 'Val. acc.', 'Samples/s', 'Seconds'];
-// On a phone the table keeps epoch, losses and validation accuracy (it fits
-// the width; the rest is in the CSV).
-const NARROW_HIDDEN = new Set([2, 5, 6]);
+const fmtRate = (e) => (e.samples_per_sec ? Math.round(e.samples_per_sec).toLocaleString() : '—');
+// [header, cell, hidden on a phone]. A regression run's records carry
+// train_rmse, val_rmse, val_mae and val_r2 instead of accuracies.
+const CLASSIFICATION = [['Epoch', (e) => e.epoch], ['Train loss', (e) => fmtNum(e.train_loss)],
+  ['Train acc.', (e) => fmtNum(e.train_accuracy), true], ['Val. loss', (e) => fmtNum(e.val_loss)],
+  ['Val. acc.', (e) => fmtNum(e.val_accuracy)], ['Samples/s', fmtRate, true], ['Seconds', (e) => fmtNum(e.seconds, 2), true]];
+const REGRESSION = [['Epoch', (e) => e.epoch], ['Train loss', (e) => fmtNum(e.train_loss), true],
+  ['Train RMSE', (e) => fmtNum(e.train_rmse), true], ['Val. loss', (e) => fmtNum(e.val_loss), true],
+  ['Val. RMSE', (e) => fmtNum(e.val_rmse)], ['Val. MAE', (e) => fmtNum(e.val_mae)], ['Val. R²', (e) => fmtNum(e.val_r2)],
+  ['Samples/s', fmtRate, true], ['Seconds', (e) => fmtNum(e.seconds, 2), true]];
+const isRegression = (records) => records.some((e) => ['train_rmse', 'val_rmse', 'val_mae', 'val_r2'].some((k) => typeof e[k] === 'number')) &&
+  !records.some((e) => typeof e.train_accuracy === 'number' || typeof e.val_accuracy === 'number');
 
 // The epochs table: EPOCH_PAGE rows, newest first, with older/newer pages.
 function epochTable(jobId) {
@@ -30,15 +35,24 @@ function epochTable(jobId) {
   const info = h('span', {class: 'muted', id: 'epochs-info'});
   const newer = h('button', {type: 'button', class: 'secondary', id: 'epochs-newer', text: '← Newer'});
   const older = h('button', {type: 'button', class: 'secondary', id: 'epochs-older', text: 'Older →'});
+  const head = h('thead');
   const el = h('section', {class: 'card'}, h('h2', {text: 'Epochs'}),
     h('div', {class: 'table-wrap'}, h('table', {id: 'epochs'},
-      h('caption', {class: 'muted', text: 'Per epoch, newest first'}),
-      h('thead', {}, h('tr', {}, EPOCH_COLUMNS.map((t, i) => h('th', {scope: 'col', class: NARROW_HIDDEN.has(i) ? 'hide-narrow' : null, text: t})))), body)),
+      h('caption', {class: 'muted', text: 'Per epoch, newest first'}), head, body)),
     h('div', {class: 'pager'}, newer, info, older));
-  let offset = 0, total = 0;
+  let offset = 0, total = 0, columns = null;
+  // On a phone the table keeps the epoch, the losses and the validation
+  // metric (it fits the width; the rest is in the CSV).
+  function setColumns(records) {
+    const want = columns === REGRESSION || isRegression(records) ? REGRESSION : CLASSIFICATION;
+    if (want === columns) return;
+    columns = want;
+    head.replaceChildren(h('tr', {}, columns.map(([t, , narrow]) => h('th', {scope: 'col', class: narrow ? 'hide-narrow' : null, text: t}))));
+  }
+  setColumns([]);
 
   const row = (e) => h('tr', {'data-epoch': e.epoch},
-    epochCells(e).map((v, i) => h('td', {class: NARROW_HIDDEN.has(i) ? 'hide-narrow' : null, text: v})));
+    columns.map(([, cell, narrow]) => h('td', {class: narrow ? 'hide-narrow' : null, text: String(cell(e))})));
 
   function drawInfo() {
     info.textContent = total ? `${(offset + 1).toLocaleString()}–${Math.min(total, offset + body.children.length).toLocaleString()} of ${total.toLocaleString()} (newest first)` : 'No epochs yet';
@@ -49,6 +63,7 @@ function epochTable(jobId) {
   async function load() {
     const doc = await api(`/v1/jobs/${jobId}/metrics?order=desc&limit=${EPOCH_PAGE}&offset=${offset}`);
     total = doc.total;
+    setColumns(doc.epochs);
     body.replaceChildren(...doc.epochs.map(row));
     drawInfo();
   }
@@ -57,6 +72,7 @@ function epochTable(jobId) {
 
   // A live epoch: on the first page it goes on top (the last row drops off).
   function add(e) {
+    if (columns !== REGRESSION && isRegression([e])) { setColumns([e]); body.replaceChildren(); offset = 0; load().catch(() => {}); return; }
     const old = body.querySelector(`tr[data-epoch="${e.epoch}"]`);
     if (old) { old.replaceWith(row(e)); return; }
     if (e.epoch <= total) return;   // replayed, on another page
@@ -100,7 +116,7 @@ function evaluateSection(job) {
   h('div', {class: 'row'}, field('Dataset', ds), h('div', {class: 'field'}, h('span', {class: 'lbl', text: ' '}), go)), out);
   api('/v1/datasets?limit=200').then((doc) => {
     ds.replaceChildren(...doc.items.map((d) => h('option', {value: d.id,
-      text: `${d.name} (${(d.num_examples || 0).toLocaleString()} examples)${d.id === job.dataset ? ' · trained on' : ''}`})));
+      text: pickLabel(d, `(${(d.num_examples || 0).toLocaleString()} examples)${d.id === job.dataset ? ' · trained on' : ''}`)})));
     // A dataset other than the training one is the likelier choice.
     const other = doc.items.find((d) => d.id !== job.dataset && d.format === (doc.items.find((x) => x.id === job.dataset) || {}).format);
     if (other) ds.value = other.id;
@@ -154,8 +170,8 @@ export function jobPage(root, id) {
             onclick: () => download(`/v1/jobs/${id}/metrics`, `${job.name}-metrics.json`, 'application/json').catch((x) => report(`Download failed: ${x.message}`))})),
         kv([
           ['Job', job.id],
-          ['Dataset', h('a', {href: `#/datasets/${job.dataset}`, text: job.dataset})],
-          ['Model', job.model ? h('a', {href: `#/models/${job.model}`, id: 'model-link', text: job.model}) : '—'],
+          ['Dataset', resourceLink(api, 'datasets', job.dataset, {id: 'dataset-link'})],
+          ['Model', job.model ? resourceLink(api, 'models', job.model, {id: 'model-link'}) : '—'],
           ['Placement', placementText(job)],
           ['Estimated memory', fmtBytes(job.estimated_memory_bytes)],
           ['Attempts', String(job.attempts ?? '—')],

@@ -61,7 +61,8 @@ export function progressCell(job) {
 }
 
 const METRIC_NAMES = {val_accuracy: 'val. accuracy', val_loss: 'val. loss',
-  train_accuracy: 'train accuracy', train_loss: 'train loss'};
+  train_accuracy: 'train accuracy', train_loss: 'train loss', val_rmse: 'val. RMSE', train_rmse: 'train RMSE',
+  val_mae: 'val. MAE', val_r2: 'val. R²', rmse: 'RMSE', mae: 'MAE', r2: 'R²'};
 export const metricName = (k) => METRIC_NAMES[k] || k;
 
 // "0.9123 val. accuracy (epoch 7)", or '' before the first epoch.
@@ -76,6 +77,8 @@ export function latestText(job) {
   const parts = [];
   if (typeof m.val_accuracy === 'number') parts.push(`val. acc. ${fmtNum(m.val_accuracy)}`);
   else if (typeof m.train_accuracy === 'number') parts.push(`acc. ${fmtNum(m.train_accuracy)}`);
+  if (typeof m.rmse === 'number') parts.push(`RMSE ${fmtNum(m.rmse)}`);
+  if (typeof m.r2 === 'number') parts.push(`R² ${fmtNum(m.r2)}`);
   if (typeof m.val_loss === 'number') parts.push(`val. loss ${fmtNum(m.val_loss)}`);
   if (typeof m.train_loss === 'number') parts.push(`loss ${fmtNum(m.train_loss)}`);
   return parts.join(' · ');

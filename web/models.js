@@ -2,7 +2,7 @@
 // "try it": a drawing pad for 28x28 images or a form for tabular features,
 // with class probabilities from POST /v1/models/{id}/predict.
 import {api} from './api.js';
-import {h, field, fmtBytes, fmtNum, fmtTime, kv} from './util.js';
+import {h, field, fmtBytes, fmtNum, fmtTime, kv, resourceLink} from './util.js';
 
 export function modelsPage(root) {
   const banner = h('p', {class: 'banner', role: 'alert'});
@@ -273,7 +273,7 @@ export function modelPage(root, id) {
       h('section', {class: 'card', id: 'model'}, kv([
         ['Id', m.id], ['Task', m.task],
         ['Job', m.job ? h('a', {href: `#/jobs/${m.job}`, text: m.job}) : 'imported'],
-        ['Dataset', m.dataset ? h('a', {href: `#/datasets/${m.dataset}`, text: m.dataset}) : '—'],
+        ['Dataset', m.dataset ? resourceLink(api, 'datasets', m.dataset, {id: 'model-dataset-link'}) : '—'],
         ['Input shape', JSON.stringify(m.input_shape)], ['Outputs', String(m.num_outputs)],
         m.classes ? ['Classes', m.classes.join(', ')] : null,
         ['Parameters', m.param_count.toLocaleString()],

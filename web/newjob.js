@@ -6,7 +6,7 @@
 // 422's problem "field" is shown beside the matching control, in a line
 // kept for it so nothing moves.
 import {api} from './api.js';
-import {h, field, setFieldError, fmtBytes} from './util.js';
+import {h, field, setFieldError, fmtBytes, pickLabel} from './util.js';
 
 // The Fashion-MNIST networks of tests/acceptance/fashion.py, and a small
 // MLP for tabular data. The last dense layer is sized to the dataset.
@@ -284,8 +284,8 @@ export function newJobPage(root, query) {
     api('/v1/devices').catch(() => null)]).then(async ([doc, jdoc, devices]) => {
     jobs = jdoc.items;
     for (const d of doc.items) datasets.set(d.id, d);
-    c.dataset.replaceChildren(...doc.items.map((d) => h('option', {value: d.id, text: `${d.name} (${d.format}, ${d.num_examples})`})));
-    c.valsource.append(...doc.items.map((d) => h('option', {value: d.id, text: `dataset ${d.name} (${d.num_examples})`})));
+    c.dataset.replaceChildren(...doc.items.map((d) => h('option', {value: d.id, text: pickLabel(d, `(${d.format}, ${d.num_examples})`)})));
+    c.valsource.append(...doc.items.map((d) => h('option', {value: d.id, text: `dataset ${pickLabel(d, `(${d.num_examples})`)}`})));
     c.gpu.replaceChildren(...gpuChoices(devices).map(([v, t]) => h('option', {value: v, text: t})));
     if (!doc.items.length) top.replaceChildren('No datasets yet: ', h('a', {href: '#/datasets', text: 'upload one'}), ' first.');
     const want = params.get('dataset');

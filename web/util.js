@@ -140,3 +140,57 @@ export function syncChildren(parent, fresh, depth = 1) {
   });
   while (parent.children.length > fresh.length) parent.lastElementChild.remove();
 }
+
+// "ds_ab12": an id's prefix and its first four characters, enough to tell
+// apart two resources of one name in a picker.
+export function shortId(id) {
+  const s = String(id || ''), u = s.indexOf('_');
+  return s.slice(0, u + 5);
+}
+
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+
+// "5 Dec 04:10" (local time), or '' without a time.
+export function fmtShortTime(iso) {
+  const d = iso ? new Date(iso) : null;
+  if (!d || isNaN(d)) return '';
+  const two = (n) => String(n).padStart(2, '0');
+  return `${d.getDate()} ${MONTHS[d.getMonth()]} ${two(d.getHours())}:${two(d.getMinutes())}`;
+}
+
+// A picker's label for a dataset or model: "fashion-train · 5 Dec 04:10 ·
+// ds_ab12", so two of one name can be told apart; extra (if any) after.
+export function pickLabel(r, extra = '') {
+  return [r.name, fmtShortTime(r.created_at), shortId(r.id)].filter(Boolean).join(' · ') + (extra ? ` ${extra}` : '');
+}
+
+// Names of datasets and models by id, from the lists (GET /v1/datasets,
+// /v1/models: no 404 for one that is gone), fetched at most once every
+// 10 s and shared by a page's links. resolveName gives a promise of the
+// name, or null when the resource is gone or cannot be read.
+const lists = new Map();   // kind -> {at, names: Promise<Map>}
+export function resolveName(api, kind, id) {
+  if (!id) return Promise.resolve(null);
+  let l = lists.get(kind);
+  if (!l || Date.now() - l.at > 10000) {
+    l = {at: Date.now(), names: api(`/v1/${kind}?limit=200`)
+      .then((doc) => new Map((doc.items || []).map((r) => [r.id, r.name])))
+      .catch(() => new Map())};
+    lists.set(kind, l);
+  }
+  return l.names.then((m) => m.get(id) || null);
+}
+
+// A link to a dataset or model by its name, the id after it in muted text
+// and as its tooltip; the id alone until the name is known, and when the
+// resource is gone (data-gone).
+export function resourceLink(api, kind, id, attrs = {}) {
+  const link = h('a', {href: `#/${kind}/${encodeURIComponent(id)}`, title: id, text: id, ...attrs});
+  const el = h('span', {class: 'resource', 'data-id': id}, link);
+  resolveName(api, kind, id).then((name) => {
+    if (!name) { el.dataset.gone = 'true'; link.title = `${id} (no longer stored)`; return; }
+    link.textContent = name;
+    el.append(' ', h('span', {class: 'muted id', text: id}));
+  });
+  return el;
+}
