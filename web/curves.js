@@ -16,9 +16,12 @@ import {metricName} from './jobinfo.js';
 export const POINTS = 200;
 const RELOAD_MS = 10000;
 const COMPARE_MAX = 4;
-// Regression metrics per epoch, when a run has them: [key, label, colour, chart].
+// Regression metrics per epoch, when a run has them: [key, label, colour,
+// chart, axis]. R² (at most 1) gets its own axis on the right: beside an
+// RMSE in the target's units (20,000 for prices) it would be a flat line
+// at 0 on theirs.
 const REGRESSION = [['train_rmse', 'train RMSE', '#1e7f3c', 'acc'], ['val_rmse', 'validation RMSE', '#9c27b0', 'acc'],
-  ['val_mae', 'validation MAE', '#b8860b', 'acc'], ['val_r2', 'validation R²', '#0e7490', 'acc']];
+  ['val_mae', 'validation MAE', '#b8860b', 'acc'], ['val_r2', 'validation R²', '#0e7490', 'acc', 'r2']];
 
 // An exponential moving average, debiased as TensorBoard's smoothing (so
 // the first points are not pulled towards 0); null values stay gaps.
@@ -37,8 +40,11 @@ const series = (points, xKey, yKey) =>
   points.map((p) => ({x: p[xKey], y: typeof p[yKey] === 'number' ? p[yKey] : null}));
 const hasValues = (pts) => pts.some((p) => p.y !== null);
 
-function makeChart(canvas, yTitle) {
+function makeChart(canvas, yTitle, r2Axis = false) {
   if (!window.Chart) return null;
+  // The R² axis exists on the second chart only, shown for a regression run.
+  const r2 = r2Axis ? {r2: {type: 'linear', position: 'right', display: false, grid: {drawOnChartArea: false},
+    title: {display: true, text: 'R²'}}} : {};
   return new window.Chart(canvas, {
     type: 'line',
     data: {datasets: []},
@@ -47,7 +53,7 @@ function makeChart(canvas, yTitle) {
       spanGaps: true, interaction: {mode: 'nearest', intersect: false},
       plugins: {legend: {labels: {boxWidth: 12}}},
       scales: {x: {type: 'linear', title: {display: true, text: 'epoch'}, min: 0},
-               y: {type: 'linear', title: {display: true, text: yTitle}}},
+               y: {type: 'linear', title: {display: true, text: yTitle}}, ...r2},
     },
   });
 }
@@ -88,7 +94,7 @@ export function curvesSection(jobId) {
       h('div', {class: 'field inline'}, h('label', {for: smoothing.id, text: 'Smoothing'}), smoothing, smoothOut),
       field('Compare with', compare), chips),
     h('div', {class: 'grid charts'}, box('loss'), box('acc'), box('lr')), note);
-  const charts = {loss: makeChart(canvases.loss, 'loss'), acc: makeChart(canvases.acc, 'accuracy'),
+  const charts = {loss: makeChart(canvases.loss, 'loss'), acc: makeChart(canvases.acc, 'accuracy', true),
     lr: makeChart(canvases.lr, 'learning rate')};
 
   function draw() {
@@ -103,13 +109,16 @@ export function curvesSection(jobId) {
     // the second chart (epoch records' train_rmse, val_rmse, val_mae, val_r2).
     const regression = !ep.some((p) => typeof p.train_accuracy === 'number' || typeof p.val_accuracy === 'number') &&
       ep.some((p) => REGRESSION.some(([k]) => typeof p[k] === 'number'));
-    if (charts.acc) charts.acc.options.scales.y.title.text = regression ? 'RMSE, MAE, R²' : 'accuracy';
+    if (charts.acc) {
+      charts.acc.options.scales.y.title.text = regression ? 'RMSE, MAE (target units)' : 'accuracy';
+      charts.acc.options.scales.r2.display = regression;
+    }
     canvases.acc.setAttribute('aria-label', regression ? 'RMSE, MAE and R² per epoch' : 'Accuracy per epoch');
-    for (const [k, label, colour, chart] of [['train_loss', 'train loss', '#1f5fbf', 'loss'], ['val_loss', 'validation loss', '#d9822b', 'loss'],
+    for (const [k, label, colour, chart, axis] of [['train_loss', 'train loss', '#1f5fbf', 'loss'], ['val_loss', 'validation loss', '#d9822b', 'loss'],
       ['train_accuracy', 'train accuracy', '#1e7f3c', 'acc'], ['val_accuracy', 'validation accuracy', '#9c27b0', 'acc'],
       ...(regression ? REGRESSION : [])]) {
       const pts = series(ep, 'epoch', k);
-      if (hasValues(pts)) sets[chart].push(line(label, smooth(pts, w), colour));
+      if (hasValues(pts)) sets[chart].push(line(label, smooth(pts, w), colour, axis ? {yAxisID: axis} : {}));
     }
     const lr = series(st, 'x', 'lr');
     if (hasValues(lr)) sets.lr.push(line('learning rate', lr, '#5b6470', {pointRadius: 0, tension: 0}));
