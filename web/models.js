@@ -1,6 +1,8 @@
 // models.js - the models list, a model's details, its weights download and
-// "try it": a drawing pad for 28x28 images or a form for tabular features,
-// with class probabilities from POST /v1/models/{id}/predict.
+// "try it": a drawing pad for 28x28 images, a form of the raw columns for a
+// model trained on a CSV with typed columns, or one of numeric features,
+// with class probabilities or the predicted target (in its units) from
+// POST /v1/models/{id}/predict.
 import {api} from './api.js';
 import {h, field, fmtBytes, fmtNum, fmtTime, kv, resourceLink} from './util.js';
 
@@ -187,6 +189,45 @@ async function startValues(d, n) {
   return {values: new Array(n).fill(0), how: 'Inputs start at 0 (the training set is not available).'};
 }
 const roundValue = (x) => Number(Number(x).toPrecision(6));
+// A predicted target: 312,345.67 for a price, 0.1234 for a small number.
+const fmtTarget = (x) => (Math.abs(x) >= 1000 ? x.toLocaleString(undefined, {maximumFractionDigits: 2}) : fmtNum(x));
+
+// The try-it form of a tabular model (preprocess "tabular"): a field per
+// raw column of the model document's `columns`: a number field for a
+// numeric column, yes/no for a boolean one, the model's categories (and
+// "other", a free text: an unseen category is all zeros) for a categorical
+// one. Empty is a missing value, imputed by the model. {el, row()}: row()
+// is the predict input, an object keyed by column name.
+const OTHER = '__other__';
+function rawColumnsForm(columns) {
+  const missing = h('option', {value: '', text: '— missing'});
+  const fields = columns.map((c, i) => {
+    const id = `column-${i}`;
+    if (c.type === 'numeric') {
+      const input = h('input', {id, type: 'number', step: 'any', 'data-column': c.name, placeholder: 'missing'});
+      return {c, el: field(c.name, input), value: () => (input.value.trim() === '' ? null : Number(input.value))};
+    }
+    if (c.type === 'boolean') {
+      const sel = h('select', {id, 'data-column': c.name}, missing.cloneNode(true),
+        h('option', {value: 'true', text: 'yes (true)'}), h('option', {value: 'false', text: 'no (false)'}));
+      return {c, el: field(c.name, sel), value: () => (sel.value === '' ? null : sel.value === 'true')};
+    }
+    const cats = c.categories || [];
+    const other = h('input', {id: `${id}-other`, type: 'text', 'data-column': c.name, hidden: true,
+      placeholder: 'a category', 'aria-label': `${c.name}: another category`});
+    const sel = h('select', {id, 'data-column': c.name, onchange: () => { other.hidden = sel.value !== OTHER; }},
+      missing.cloneNode(true), cats.map((v) => h('option', {value: v, text: v})),
+      h('option', {value: OTHER, text: 'other…'}));
+    if (cats.length) sel.value = cats[0];
+    return {c, el: h('div', {class: 'field'}, h('label', {for: id, text: c.name}), sel, other),
+      value: () => (sel.value === OTHER ? other.value.trim() || null : sel.value === '' ? null : sel.value)};
+  });
+  const el = h('div', {class: 'raw-columns'}, h('div', {class: 'row features'}, fields.map((f) => f.el)),
+    h('p', {class: 'muted', id: 'columns-hint', text: 'The columns as the CSV had them. An empty field (— missing) is a ' +
+      'missing value, imputed by the model: a number or yes/no with its training mean, a category as all zeros (so is ' +
+      'one it did not see in training, typed under other…).'}));
+  return {el, row: () => Object.fromEntries(fields.map((f) => [f.c.name, f.value()]))};
+}
 
 export function modelPage(root, id) {
   const banner = h('p', {class: 'banner', role: 'alert'});
@@ -213,7 +254,7 @@ export function modelPage(root, id) {
     const probs = h('div', {id: 'prediction', role: 'status', 'aria-live': 'polite'});
     const predictError = h('p', {class: 'error', id: 'predict-error', role: 'alert'});
     const chosen = h('p', {class: 'muted', id: 'picked'});
-    let inputs, pickedLabel = null;
+    let inputs, pickedLabel = null, target = 'value';
     if (isImage(m.input_shape)) {
       const pad = drawingPad(() => { chosen.textContent = ''; pickedLabel = null; });
       tryIt.append(pad.el);
@@ -226,12 +267,22 @@ export function modelPage(root, id) {
         }));
       }
       inputs = () => pad.pixels();
+    } else if (Array.isArray(m.columns) && m.columns.length) {
+      // A model trained on a CSV with typed columns takes raw rows: ask for
+      // its columns, not its one-hot features.
+      if (m.dataset) {
+        try { target = (await api(`/v1/datasets/${m.dataset}`)).label_column || target; } catch { /* gone */ }
+      }
+      const form = rawColumnsForm(m.columns);
+      tryIt.append(form.el);
+      inputs = form.row;
     } else {
       const n = m.input_shape.reduce((a, b) => a * b, 1);
       let d = null;
       if (m.dataset) {
         try { d = await api(`/v1/datasets/${m.dataset}`); } catch { d = null; }
       }
+      if (d && d.label_column) target = d.label_column;
       let names = d && d.feature_names;
       if (!names || names.length !== n) names = Array.from({length: n}, (_, i) => `feature ${i + 1}`);
       const start = await startValues(d, n);
@@ -250,7 +301,9 @@ export function modelPage(root, id) {
         const r = await api(`/v1/models/${id}/predict`, {method: 'POST', json: {inputs: [inputs()]}});
         const out = r.outputs[0];
         if (m.task !== 'classification') {
-          probs.replaceChildren(h('p', {text: `Predicted: ${out.map((x) => fmtNum(x)).join(', ')}`}));
+          // In the target's units (the server turns scaled outputs back).
+          probs.replaceChildren(h('p', {}, `Predicted ${target}: `,
+            h('strong', {id: 'predicted-value', 'data-value': out.map(String).join(','), text: out.map(fmtTarget).join(', ')})));
           return;
         }
         const classes = m.classes || out.map((_, i) => i);
@@ -277,7 +330,9 @@ export function modelPage(root, id) {
         ['Input shape', JSON.stringify(m.input_shape)], ['Outputs', String(m.num_outputs)],
         m.classes ? ['Classes', m.classes.join(', ')] : null,
         ['Parameters', m.param_count.toLocaleString()],
-        ['Val. accuracy', fmtNum(met.val_accuracy)], ['Val. loss', fmtNum(met.val_loss)],
+        m.task === 'regression' ? ['RMSE', fmtNum(met.rmse)] : ['Val. accuracy', fmtNum(met.val_accuracy)],
+        m.task === 'regression' ? ['R²', fmtNum(met.r2)] : null,
+        ['Val. loss', fmtNum(met.val_loss)],
         ['Trained on', m.trained_on || '—'], ['Size', fmtBytes(m.bytes)], ['Created', fmtTime(m.created_at)],
       ]), h('p', {}, getWeights), download),
       tryIt),
