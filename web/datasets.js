@@ -100,11 +100,12 @@ export function datasetPage(root, id) {
   const head = h('div', {class: 'ds-head'});
   const facts = h('div', {id: 'dataset-facts'});
   const balance = h('section', {class: 'card', id: 'class-balance', hidden: true});
+  const columns = h('section', {class: 'card', id: 'dataset-columns-card', hidden: true});
   const preview = h('section', {class: 'card', id: 'preview'}, h('h2', {text: 'First examples'}),
     h('p', {class: 'muted', text: 'Loading…'}));
   const usage = h('section', {class: 'card', id: 'dataset-usage'}, h('h2', {text: 'Used by'}),
     h('p', {class: 'muted', text: 'Loading…'}));
-  root.append(h('p', {}, h('a', {href: '#/datasets', text: '← Datasets'})), banner, head, facts, balance, preview, usage);
+  root.append(h('p', {}, h('a', {href: '#/datasets', text: '← Datasets'})), banner, head, facts, columns, balance, preview, usage);
 
   api(`/v1/datasets/${id}`).then((d) => {
     head.replaceChildren(h('h1', {text: d.name}), deleteControl(d));
@@ -117,6 +118,7 @@ export function datasetPage(root, id) {
       d.label_column ? ['Label column', d.label_column] : null,
       ['Size', fmtBytes(d.bytes)], ['SHA-256', d.sha256], ['Created', fmtTime(d.created_at)],
     ]), h('p', {}, h('a', {href: `#/new?dataset=${d.id}`, text: 'Train a model on it'}))));
+    if (Array.isArray(d.columns) && d.columns.length) showColumns(columns, d);
     if (d.task === 'classification') showBalance(balance, d);
     showPreview(preview, d).catch((e) => {
       preview.replaceChildren(h('h2', {text: 'First examples'}), h('p', {class: 'error', text: `Could not load examples: ${e.message}`}));
@@ -146,6 +148,27 @@ function deleteControl(d) {
     } finally { button.disabled = false; }
   }});
   return h('div', {class: 'ds-delete'}, button, error);
+}
+
+// A CSV's typed feature columns (the document's `columns`): name, type,
+// the first categories and how many, missing cells.
+const FIRST_CATEGORIES = 5;
+function showColumns(section, d) {
+  section.hidden = false;
+  const cols = ['Column', 'Type', 'Categories', 'Missing'];
+  const cats = (c) => {
+    const all = c.categories || [];
+    if (!all.length) return '—';
+    const first = all.slice(0, FIRST_CATEGORIES).join(', ');
+    return `${first}${all.length > FIRST_CATEGORIES ? ', …' : ''} (${all.length} ${all.length === 1 ? 'category' : 'categories'})`;
+  };
+  const missing = (c) => (c.missing ? `${c.missing.toLocaleString()} (${(100 * c.missing / d.num_examples).toFixed(1)} %)` : '0');
+  section.replaceChildren(h('h2', {text: 'Columns'}),
+    h('p', {class: 'muted', text: 'The feature columns, typed by their cells. A model trained on it imputes a missing number or yes/no with the training mean; a missing category is all zeros.'}),
+    h('div', {class: 'table-wrap'}, h('table', {class: 'cards', id: 'dataset-columns'},
+      h('thead', {}, h('tr', {}, cols.map((t) => h('th', {scope: 'col', text: t})))),
+      h('tbody', {}, d.columns.map((c) => h('tr', {'data-column': c.name},
+        [c.name, c.type, cats(c), missing(c)].map((v, i) => h('td', {'data-label': cols[i], text: v}))))))));
 }
 
 // Count per class as bars, widest = the largest class.
@@ -194,7 +217,7 @@ function pictureCanvas(values, pic, scale) {
 }
 
 // A stored float32 value with 6 significant digits and no trailing zeros.
-const fmtValue = (v) => (typeof v === 'number' ? String(Number(v.toPrecision(6))) : String(v));
+const fmtValue = (v) => (v === null ? '—' : typeof v === 'number' ? String(Number(v.toPrecision(6))) : String(v));
 
 const PREVIEW_IMAGES = 12, PREVIEW_ROWS = 8;
 async function showPreview(section, d) {
@@ -213,9 +236,12 @@ async function showPreview(section, d) {
         pictureCanvas(values[k], pic, scale), h('figcaption', {class: 'thumb-label', text: label(it)})))));
     return;
   }
-  if (d.input_shape.length === 1 && d.input_shape[0] <= 64) {
-    const names = d.feature_names && d.feature_names.length === d.input_shape[0] ? d.feature_names
-      : Array.from({length: d.input_shape[0]}, (_, i) => `x${i + 1}`);
+  // Typed columns: the examples are raw rows, a cell per column.
+  const typed = Array.isArray(d.columns) && d.columns.length;
+  if (typed || (d.input_shape.length === 1 && d.input_shape[0] <= 64)) {
+    const names = typed ? d.columns.map((c) => c.name)
+      : d.feature_names && d.feature_names.length === d.input_shape[0] ? d.feature_names
+        : Array.from({length: d.input_shape[0]}, (_, i) => `x${i + 1}`);
     const target = d.label_column || (d.task === 'classification' ? 'label' : 'target');
     const cols = ['#', ...names, target];
     section.replaceChildren(title, note, h('div', {class: 'table-wrap'}, h('table', {class: 'cards preview-table'},
