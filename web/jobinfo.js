@@ -68,7 +68,7 @@ export const metricName = (k) => METRIC_NAMES[k] || k;
 // "0.9123 val. accuracy (epoch 7)", or '' before the first epoch.
 export function bestText(job) {
   const b = job.metrics && job.metrics.best;
-  return b && typeof b.value === 'number' ? `${b.value.toFixed(4)} ${metricName(b.metric)} (epoch ${b.epoch})` : '';
+  return b && typeof b.value === 'number' ? `${fmtNum(b.value)} ${metricName(b.metric)} (epoch ${b.epoch})` : '';
 }
 
 // The latest epoch's headline numbers: "val. acc. 0.91 · loss 0.31".

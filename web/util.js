@@ -59,7 +59,11 @@ export function fmtDuration(sec) {
 export function fmtNum(x, digits = 4) {
   if (x === null || x === undefined) return '—';
   if (typeof x !== 'number') return String(x);
-  return Number.isInteger(x) ? String(x) : x.toFixed(digits);
+  if (Number.isInteger(x)) return String(x);
+  // A figure in a target's units (an RMSE of 19,645 on prices): grouped,
+  // one decimal; four decimals there are noise.
+  if (Math.abs(x) >= 1000) return x.toLocaleString('en-US', {minimumFractionDigits: 1, maximumFractionDigits: 1});
+  return x.toFixed(digits);
 }
 
 export function fmtTime(iso) {

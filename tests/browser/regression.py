@@ -120,6 +120,19 @@ def close(shown, want, digits=4):
     return shown is not None and want is not None and abs(shown - want) <= max(0.5 * 10 ** -digits, 1e-6 * abs(want)) + 1e-12
 
 
+def decimals(text):
+    """How many decimals a cell shows: "19,645.4" 1, "0.9123" 4."""
+    m = re.search(r"\.(\d+)", text or "")
+    return len(m.group(1)) if m else 0
+
+
+def rounded_as_shown(text, want):
+    """text shows want with at most 4 decimals (one above 1,000: a figure
+    in the target's units is rounded to tenths, digit groups marked)."""
+    d = decimals(text)
+    return close(number(text), want, d) and d == (1 if abs(want) >= 1000 else 4)
+
+
 def cell_map(driver, key):
     return dict(js(driver, f"""return [...document.querySelectorAll("#jobs-body td[data-metric='{key}']")]
         .filter((c) => c.getClientRects().length).map((c) => [c.closest('tr').dataset.jobId, c.innerText]);"""))
@@ -134,8 +147,8 @@ def check_runs_table(driver, base, label, runs, metrics):
         head = js(driver, f"const t = document.querySelector(\"#jobs th[data-sort='metric:{key}']\"); return t ? t.innerText : null;")
         check(head and title in head, f"[{label}] the runs table has a {title} column: {head!r}")
         for j in runs:
-            shown, want = number(re.sub(r"^[^\d\-−]*", "", cells.get(j, ""))), metrics[j][key]
-            check(close(shown, want), f"[{label}] {runs[j]}'s {title} cell {cells.get(j)!r} is the API's {want}")
+            shown, want = re.sub(r"^[^\d\-−]*", "", cells.get(j, "")), metrics[j][key]
+            check(rounded_as_shown(shown, want), f"[{label}] {runs[j]}'s {title} cell {cells.get(j)!r} is the API's {want}")
     best_first = sorted(runs, key=lambda j: -metrics[j]["r2"])
     if label == "wide":
         button = driver.find_elements(By.CSS_SELECTOR, "#jobs th[data-sort='metric:r2'] button")
@@ -182,7 +195,7 @@ def check_job_page(driver, base, label, job, name):
     row = js(driver, "const r = document.querySelector('#epochs tbody tr'); return r ? [...r.children].filter((t) => t.getClientRects().length).map((t) => t.innerText) : [];")
     shown = dict(zip(heads, row))
     for col, key in (("Val. RMSE", "val_rmse"), ("Val. R²", "val_r2")):
-        check(col in shown and close(number(shown[col]), last[key]),
+        check(col in shown and rounded_as_shown(shown[col], last[key]),
               f"[{label}] {name}'s epochs table shows {col} of epoch {last['epoch']}: {shown.get(col)!r} (API {last[key]})")
     info = settle(lambda: js(driver, """const c = window.Chart && window.Chart.getChart(document.getElementById('acc-chart'));
         if (!c || !c.data.datasets.length) return null;
