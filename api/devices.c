@@ -15,6 +15,10 @@
 #include "deploy/deploy.h"
 #include "gpu/inventory.h"
 
+/* Snapshots taken at most while a replica exits under one (see
+ * api_devices_list). */
+#define SNAPSHOT_ATTEMPTS 3
+
 /* The name of tenant id, looked up once per request in names (id -> name
  * or null). Borrowed from names; NULL when the store cannot say. */
 static json_t *tenant_name(store *st, json_t *names, const char *id)
@@ -56,10 +60,13 @@ static json_t *job_name(store *st, const char *id)
  * deployment ("deployment": {id, name}; job_name: the deployment's name)
  * rather than the replica's internal id alone. A whole GPU's utilisation
  * is the GPU's (NVML); a MIG slice's is null: NVML reports none per MIG
- * device. */
-static void add_slice_details(api_ctx *app, const inv_viewer *viewer,
-                              json_t *doc)
+ * device. Returns how many slices the viewer sees held by a replica
+ * ("rep_...") that no deployment has any more: one that exited, and was
+ * forgotten, between the inventory's snapshot and the look-up. */
+static int add_slice_details(api_ctx *app, const inv_viewer *viewer,
+                             json_t *doc)
 {
+    int unowned = 0;
     store *st = app->store;
     json_t *names = json_object();
     size_t i, j;
@@ -85,6 +92,8 @@ static void add_slice_details(api_ctx *app, const inv_viewer *viewer,
                     slice, "deployment",
                     json_pack("{s:s, s:s}", "id", dep_id, "name", dep_name));
             } else {
+                unowned += job && !strncmp(job, DEPLOY_REPLICA_ID_PREFIX,
+                                           strlen(DEPLOY_REPLICA_ID_PREFIX));
                 json_object_set_new(slice, "job_name",
                                     job ? job_name(st, job) : json_null());
                 json_object_set_new(slice, "deployment", json_null());
@@ -98,6 +107,7 @@ static void add_slice_details(api_ctx *app, const inv_viewer *viewer,
         }
     }
     json_decref(names);
+    return unowned;
 }
 
 /* The queued jobs of the viewer's tenant (admin: of every tenant); -1
@@ -131,17 +141,28 @@ void api_devices_list(api_ctx *app, http_req *r)
     inv_viewer viewer = {.tenant_id = key->tenant_id,
                          .is_admin = key->is_admin};
     json_t *doc = NULL;
-    if (app->inventory) {
-        doc = inv_to_json(app->inventory, &viewer);
-    } else {
-        /* A server made without an inventory (tests): a CPU-only host. */
-        doc = json_pack("{s:s, s:n, s:[]}", "source", "none", "reason", "gpus");
+    /* A replica that exits between the snapshot and the deployments'
+     * look-up would show as its bare "rep_..." id with no deployment: the
+     * snapshot is taken again (it shows the slice free or held anew), a
+     * few times at most. */
+    for (int attempt = 0; attempt < SNAPSHOT_ATTEMPTS; attempt++) {
+        json_decref(doc);
+        if (app->inventory) {
+            doc = inv_to_json(app->inventory, &viewer);
+        } else {
+            /* A server made without an inventory (tests): a CPU-only
+             * host. */
+            doc = json_pack("{s:s, s:n, s:[]}", "source", "none", "reason",
+                            "gpus");
+        }
+        if (!doc) {
+            http_reply_problem(r, 503, NULL,
+                               "out of memory listing the devices");
+            return;
+        }
+        if (add_slice_details(app, &viewer, doc) == 0)
+            break;
     }
-    if (!doc) {
-        http_reply_problem(r, 503, NULL, "out of memory listing the devices");
-        return;
-    }
-    add_slice_details(app, &viewer, doc);
     json_int_t queued = queued_jobs(app->store, &viewer);
     json_object_set_new(doc, "queued_jobs",
                         queued < 0 ? json_null() : json_integer(queued));

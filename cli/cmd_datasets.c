@@ -21,9 +21,18 @@ static void usage(FILE *f)
             "wins); list shows the ID and CREATED that tell same-named ones\n"
             "apart, newest first.\n"
             "Fields by format: idx images=@FILE labels=@FILE; csv file=@FILE\n"
-            "label_column=NAME [task=regression]; npy x=@FILE y=@FILE.\n"
+            "label_column=NAME [task=regression] [max_categories=N]; npy\n"
+            "x=@FILE y=@FILE. max_categories (default 50, at most 1000) is\n"
+            "the most distinct values a text column may have; one past it\n"
+            "is refused naming the column.\n"
             "Example: trainyard datasets upload digits --format idx \\\n"
-            "           images=@train-images.gz labels=@train-labels.gz\n");
+            "           images=@train-images.gz labels=@train-labels.gz\n"
+            "         trainyard datasets upload homes --format csv \\\n"
+            "           file=@homes.csv label_column=price task=regression \\\n"
+            "           max_categories=200\n"
+            "show prints a CSV dataset's typed columns: NAME, TYPE (numeric,\n"
+            "boolean, categorical), CATEGORIES (the first few, and how many)\n"
+            "and MISSING (empty cells).\n");
 }
 
 static void shape_text(const json_t *shape, char *out, size_t size)
@@ -139,6 +148,25 @@ static int list(cli_ctx *c)
     return 0;
 }
 
+/* A dataset's fields; a CSV dataset's typed columns as a table after
+ * them (name, type, the first categories and how many, empty cells). */
+static void show_dataset(const json_t *doc)
+{
+    const json_t *cols = json_object_get(doc, "columns");
+    if (!json_array_size(cols)) {
+        cli_print_object(doc, stdout);
+        return;
+    }
+    json_t *rest = json_copy((json_t *)doc);
+    if (rest)
+        json_object_del(rest, "columns");
+    cli_print_object(rest ? rest : doc, stdout);
+    json_decref(rest);
+    printf("\ncolumns (%zu, the label column not among them):\n",
+           json_array_size(cols));
+    cli_print_columns(cols, 1, stdout);
+}
+
 /* show and rm: one id. */
 static int one(cli_ctx *c, const char *method)
 {
@@ -158,7 +186,7 @@ static int one(cli_ctx *c, const char *method)
         if (!strcmp(method, "DELETE"))
             printf("Removed %s\n", c->pos[1]);
         else
-            cli_print_object(r.json, stdout);
+            show_dataset(r.json);
     }
     cli_resp_free(&r);
     return 0;

@@ -364,9 +364,11 @@ static int list(cli_ctx *c)
     if ((rc = cli_list(c, path, &items)) != 0 || !items)
         return rc;
     /* The latest training values: a running job's validation values come
-     * only at each epoch's end (`jobs show` has every metric). */
+     * only at each epoch's end (`jobs show` has every metric). TRAIN
+     * METRICS: a classifier's accuracy, a regression's RMSE and R^2 (the
+     * target's units), so a list of both tasks reads in one column. */
     static const char *const head[] = {"ID",    "NAME",       "STATUS",
-                                       "EPOCH", "TRAIN LOSS", "TRAIN ACC",
+                                       "EPOCH", "TRAIN LOSS", "TRAIN METRICS",
                                        "MODEL", "CREATED",    NULL};
     cli_table t;
     cli_table_init(&t, head);
@@ -375,12 +377,12 @@ static int list(cli_ctx *c)
     json_array_foreach (items, i, j) {
         const json_t *p = json_object_get(j, "progress");
         const json_t *m = json_object_get(j, "metrics");
-        char ep[32], loss[32], acc[32], created[64];
+        char ep[32], loss[32], acc[96], created[64];
         snprintf(ep, sizeof ep, "%lld/%lld",
                  (long long)json_integer_value(json_object_get(p, "epoch")),
                  planned_epochs(j));
         cli_fmt_value(json_object_get(m, "train_loss"), loss, sizeof loss);
-        cli_fmt_value(json_object_get(m, "train_accuracy"), acc, sizeof acc);
+        cli_fmt_metrics(m, "train_", acc, sizeof acc);
         cli_fmt_time(cli_str(j, "created_at"), created, sizeof created);
         const char *row[] = {cli_str(j, "id"),
                              cli_str(j, "name"),

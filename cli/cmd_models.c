@@ -34,7 +34,13 @@ static void usage(FILE *f)
             "prints the model's loss and accuracy on the dataset (accuracy -\n"
             "for regression, which also gets mse, rmse, mae and r2 in the\n"
             "target's units; loss is the training objective).\n"
-            "import uploads a model made elsewhere: FILE is the metadata JSON (spec, task, input_shape, classes or\n"
+            "show lists a tabular model's raw input columns (name, type,\n"
+            "categories): predict takes rows of those raw cells.\n"
+            "list shows VAL LOSS and VAL METRICS, the validation values:\n"
+            "acc for classification, rmse and r2 (the target's units) for\n"
+            "regression; - where the model has none.\n"
+            "import uploads a model made elsewhere: FILE is the metadata JSON "
+            "(spec, task, input_shape, classes or\n"
             "num_outputs, preprocess), not needed when the weights file\n"
             "carries trainyard's metadata (tools/trainyard_torch.py convert\n"
             "writes such a file from a PyTorch module; docs/models.md).\n");
@@ -53,21 +59,22 @@ static int list(cli_ctx *c)
         return rc;
     /* Validation values only, as their headings say: a model trained
      * without a validation set shows "-" (`models show` has its training
-     * values). */
-    static const char *const head[] = {"ID",      "NAME",     "TASK", "PARAMS",
-                                       "VAL ACC", "VAL LOSS", "SIZE", "JOB",
-                                       "CREATED", NULL};
+     * values). VAL METRICS is what tells a model of its task good from
+     * bad: the accuracy of a classifier, the RMSE and R^2 of a regression
+     * (in the target's units), so a list mixing both reads in one column. */
+    static const char *const head[] = {
+        "ID",          "NAME", "TASK", "PARAMS",  "VAL LOSS",
+        "VAL METRICS", "SIZE", "JOB",  "CREATED", NULL};
     cli_table t;
     cli_table_init(&t, head);
     size_t i;
     json_t *m;
     json_array_foreach (items, i, m) {
         const json_t *met = json_object_get(m, "metrics");
-        const json_t *acc = json_object_get(met, "val_accuracy");
         const json_t *loss = json_object_get(met, "val_loss");
-        char params[32], a[32], l[32], size[32], created[64];
+        char params[32], a[96], l[32], size[32], created[64];
         cli_fmt_value(json_object_get(m, "param_count"), params, sizeof params);
-        cli_fmt_value(acc, a, sizeof a);
+        cli_fmt_metrics(met, "val_", a, sizeof a);
         cli_fmt_value(loss, l, sizeof l);
         cli_fmt_bytes(json_integer_value(json_object_get(m, "bytes")), size,
                       sizeof size);
@@ -76,8 +83,8 @@ static int list(cli_ctx *c)
                              cli_str(m, "name"),
                              cli_str(m, "task"),
                              params,
-                             a,
                              l,
+                             a,
                              size,
                              cli_str(m, "job"),
                              created};
@@ -87,6 +94,27 @@ static int list(cli_ctx *c)
     cli_table_free(&t);
     json_decref(items);
     return 0;
+}
+
+/* A model's fields; a tabular model's raw columns as a table after them,
+ * since its predictions take rows of those cells (not the encoded
+ * features of input_shape). */
+static void print_model(const json_t *doc)
+{
+    const json_t *cols = json_object_get(doc, "columns");
+    if (!json_array_size(cols)) {
+        cli_print_object(doc, stdout);
+        return;
+    }
+    json_t *rest = json_copy((json_t *)doc);
+    if (rest)
+        json_object_del(rest, "columns");
+    cli_print_object(rest ? rest : doc, stdout);
+    json_decref(rest);
+    printf("\ncolumns: predict takes raw rows of these %zu cells, in this "
+           "order\n(or objects keyed by name; an empty cell is missing):\n",
+           json_array_size(cols));
+    cli_print_columns(cols, 0, stdout);
 }
 
 static int show(cli_ctx *c)
@@ -103,7 +131,7 @@ static int show(cli_ctx *c)
     if ((rc = cli_call(c, "GET", path, NULL, NULL, 0, &r)) != 0)
         return rc;
     if (!c->json)
-        cli_print_object(r.json, stdout);
+        print_model(r.json);
     cli_resp_free(&r);
     return 0;
 }

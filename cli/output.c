@@ -144,6 +144,69 @@ void cli_fmt_value(const json_t *v, char *out, size_t size)
     }
 }
 
+void cli_fmt_metrics(const json_t *metrics, const char *prefix, char *out,
+                     size_t size)
+{
+    static const struct {
+        const char *key, *label;
+    } parts[] = {{"accuracy", "acc"}, {"rmse", "rmse"}, {"r2", "r2"}};
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char key[64], v[64];
+        snprintf(key, sizeof key, "%s%s", prefix, parts[i].key);
+        const json_t *x = json_object_get(metrics, key);
+        if (!json_is_number(x))
+            continue;
+        /* An error in the target's units may be in the thousands: one
+         * decimal there, as many as cli_fmt_value shows below. */
+        if (fabs(json_number_value(x)) >= 1000)
+            snprintf(v, sizeof v, "%.1f", json_number_value(x));
+        else
+            cli_fmt_value(x, v, sizeof v);
+        o += (size_t)snprintf(out + o, o < size ? size - o : 0, "%s%s %s",
+                              o ? " " : "", parts[i].label, v);
+    }
+    if (!out[0])
+        snprintf(out, size, "-");
+}
+
+/* Categories shown before "... (N in all)". */
+#define COLUMN_CATEGORIES_SHOWN 4
+
+void cli_print_columns(const json_t *columns, int with_missing, FILE *f)
+{
+    static const char *const head[] = {"NAME", "TYPE", "CATEGORIES", "MISSING",
+                                       NULL};
+    static const char *const head_nm[] = {"NAME", "TYPE", "CATEGORIES", NULL};
+    cli_table t;
+    cli_table_init(&t, with_missing ? head : head_nm);
+    size_t i;
+    const json_t *col;
+    json_array_foreach (columns, i, col) {
+        const json_t *cats = json_object_get(col, "categories");
+        size_t n = json_array_size(cats), k, o = 0;
+        char cat[512] = "", missing[32];
+        for (k = 0; k < n && k < COLUMN_CATEGORIES_SHOWN; k++)
+            o += (size_t)snprintf(cat + o, o < sizeof cat ? sizeof cat - o : 0,
+                                  "%s%s", k ? ", " : "",
+                                  json_string_value(json_array_get(cats, k)));
+        if (n > COLUMN_CATEGORIES_SHOWN)
+            o += (size_t)snprintf(cat + o, o < sizeof cat ? sizeof cat - o : 0,
+                                  ", ... (%zu in all)", n);
+        else if (n)
+            o += (size_t)snprintf(cat + o, o < sizeof cat ? sizeof cat - o : 0,
+                                  " (%zu)", n);
+        cli_fmt_value(json_object_get(col, "missing"), missing, sizeof missing);
+        const char *row[] = {json_string_value(json_object_get(col, "name")),
+                             json_string_value(json_object_get(col, "type")),
+                             cat, missing};
+        cli_table_add(&t, row);
+    }
+    cli_table_print(&t, f);
+    cli_table_free(&t);
+}
+
 static int ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);

@@ -43,6 +43,19 @@ void cli_fmt_time(const char *rfc3339, char *out, size_t size);
  * 4 significant decimals); objects and arrays compact. */
 void cli_fmt_value(const json_t *v, char *out, size_t size);
 
+/* A task's headline metrics from a Metrics object, the keys prefixed
+ * with prefix ("val_" or "train_"): "acc 0.8700" for classification,
+ * "rmse 1.2340 r2 0.9500" for regression (in the target's units; one
+ * decimal from 1000 up; a part absent is left out); "-" when it has none
+ * of them. */
+void cli_fmt_metrics(const json_t *metrics, const char *prefix, char *out,
+                     size_t size);
+
+/* Prints a CSV dataset's or a tabular model's typed columns (the
+ * documents' "columns") as a table: NAME, TYPE, CATEGORIES (the first few
+ * and how many in all) and, when with_missing, MISSING (empty cells). */
+void cli_print_columns(const json_t *columns, int with_missing, FILE *f);
+
 /* Prints an object's fields as aligned "key: value" lines; sizes and
  * timestamps formatted (keys "bytes", "*_bytes", "*_at"). */
 void cli_print_object(const json_t *obj, FILE *f);

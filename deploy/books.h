@@ -29,7 +29,7 @@
 
 struct jobs_service;
 
-#define REPLICA_PREFIX "rep_"
+#define REPLICA_PREFIX DEPLOY_REPLICA_ID_PREFIX
 /* Seconds a replica that died before it was ready waits, doubling, before
  * the next one starts (a model that does not load must not spin). */
 #define RESTART_BACKOFF_S 1.0

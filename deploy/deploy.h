@@ -30,6 +30,10 @@
 
 struct jobs_service;
 
+/* The prefix of a replica's id ("rep_..."): the scheduler job id the
+ * inventory names as a slot's holder. */
+#define DEPLOY_REPLICA_ID_PREFIX "rep_"
+
 /* The controller: its deployments, their replicas and traffic. */
 typedef struct deploy_ctl deploy_ctl;
 
@@ -135,7 +139,10 @@ void deploy_finish(deploy_ctl *ctl, deploy_call *c, int failed);
 /* The deployment replica rep_id (a scheduler job id, as the inventory
  * names a slot's holder) belongs to, when it is tenant's (tenant NULL: any
  * tenant's, for the admin): 1 with its id and name (TY_ID_MAX and
- * DEPLOY_NAME_MAX bytes); 0 when it is none of those. */
+ * DEPLOY_NAME_MAX bytes); 0 when it is none of those. A replica is known
+ * from its start to the tick after its exit (draining included), and its
+ * slot is held only while it is known: a holder read before this call
+ * may have exited and been forgotten since (then 0). */
 int deploy_replica_owner(deploy_ctl *ctl, const char *tenant,
                          const char *rep_id, char *dep_id, char *dep_name);
 

@@ -14,7 +14,10 @@ prints itself:
   next word is one of them. In a fenced block the subcommand is required;
   inline code may name a command group alone (`trainyard tenants`);
 * every option on the line (`--limit`, `-o`) is one that command's help
-  shows, or a global option of `trainyard --help` for the client commands.
+  shows, or a global option of `trainyard --help` for the client commands;
+* every upload field of `trainyard datasets upload` (`FIELD=@FILE`,
+  `FIELD=VALUE`: `max_categories=200`) is one `trainyard datasets --help`
+  names as `FIELD=`, so a field the docs teach is in the help too.
   The options of commands whose help says they are started by the server
   (worker, replica: "not meant to be run by hand") are not checked: the
   server, not a person, passes them.
@@ -81,9 +84,10 @@ class Help:
         if not self.server or not self.client or "--json" not in self.globals:
             sys.exit(f"FAIL: cannot read the commands from `{binary} --help`:\n{top}")
         self.commands = self.server | self.client
-        self.subs, self.options, self.internal = {}, {}, set()
+        self.subs, self.options, self.internal, self.texts = {}, {}, set(), {}
         for cmd in sorted(self.commands - {"help"}):
             text = self.run(cmd, "--help")
+            self.texts[cmd] = text
             subs = set()
             for m in re.finditer(r"(?im)^(?:usage:)?[ \t]*trainyard[ \t]+" + re.escape(cmd) + r"[ \t]+(\S+)", text):
                 if re.match(r"^[a-z][a-z0-9-]*$", m.group(1)):
@@ -189,6 +193,12 @@ def check_words(words, help_, block):
                 continue
         if cmd in help_.internal:
             continue
+        if cmd == "datasets" and rest[:1] == ["upload"]:
+            for a in rest[2:]:
+                m = re.match(r"^([a-z_]+)=", a)
+                if m and f"{m.group(1)}=" not in help_.texts.get(cmd, ""):
+                    problems.append(f"`trainyard datasets upload`: field {m.group(1)} is not "
+                                    f"in `trainyard datasets --help`")
         known = help_.options[cmd]
         for a in args[:k] + rest:
             m = OPTION.match(a)
