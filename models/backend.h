@@ -467,8 +467,9 @@ typedef struct nn_backend {
      * the per-position language-model loss; layernorm over the last axis
      * is NN_OP_LAYERNORM above (rows of (B*T, C)) and the MLP's GELU is
      * NN_OP_GELU_TANH. They are not wired to spec layers yet: no layer of
-     * models/nn.h calls them, the unit and parity tests do
-     * (tests/unit/test_nn_transformer_ops.c, tests/parity/ops_*). */
+     * models/nn.h calls them, only tests do (tests/unit/test_nn_attention.c,
+     * test_nn_transformer_ops.c; tests/parity/test_parity_ops.c against
+     * PyTorch; tests/gpu/test_gpu_transformer.c, CUDA against the CPU). */
 
     /* NN_OP_EMBEDDING forward: out (n, c) row i = table (v, c) row ids[i],
      * as F.embedding. The caller checks every id is in [0, v). */
