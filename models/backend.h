@@ -59,6 +59,12 @@ typedef enum {
     NN_OP_AVGPOOL2D,           /* nn.AvgPool2d, count_include_pad */
     NN_OP_CAST,                /* fp32 -> bf16 / fp16, round to nearest even */
     NN_OP_GEMM_LP,             /* GEMM on bf16 / fp16 inputs, fp32 sums */
+    /* Transformer ops (issue 31): kernels only, no spec layer uses them
+     * yet (see "Transformer ops" below). */
+    NN_OP_GELU_TANH,   /* tanh approximation, GPT-2's "gelu_new" */
+    NN_OP_EMBEDDING,   /* gather rows by token id; scatter-add backward */
+    NN_OP_ATTENTION,   /* causal multi-head scaled dot-product attention */
+    NN_OP_XENT_IGNORE, /* per-position cross-entropy with an ignore index */
     NN_OP_COUNT
 } nn_op;
 
@@ -207,9 +213,11 @@ typedef struct nn_backend {
     void (*bias_grad)(const nn_exec *ex, float *db, const float *dout,
                       uint32_t n, uint32_t c);
 
-    /* Elementwise activations (NN_OP_RELU .. NN_OP_GELU) over len values.
-     * backward gets both the forward input and output; each op reads the
-     * one it needs (relu, tanh, sigmoid: out; gelu: in). */
+    /* Elementwise activations (NN_OP_RELU .. NN_OP_GELU, NN_OP_GELU_TANH)
+     * over len values. backward gets both the forward input and output;
+     * each op reads the one it needs (relu, tanh, sigmoid: out; gelu,
+     * gelu_tanh: in). gelu_tanh is F.gelu(approximate="tanh"): 0.5 x (1 +
+     * tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
     void (*act_forward)(const nn_exec *ex, nn_op op, float *out,
                         const float *in, size_t len);
     void (*act_backward)(const nn_exec *ex, nn_op op, float *din,
@@ -452,6 +460,70 @@ typedef struct nn_backend {
      * The CPU backend says 0 (it has reference cast and gemm_lp kernels,
      * but trains every precision in fp32). */
     int (*lp_ok)(const nn_exec *ex, nn_dtype dt);
+
+    /* ---- Transformer ops (issue 31) ----
+     * The kernels a GPT-2 style model needs beyond the ops above (llm.c's
+     * train_gpt2.c decomposition): token embedding, causal attention and
+     * the per-position language-model loss; layernorm over the last axis
+     * is NN_OP_LAYERNORM above (rows of (B*T, C)) and the MLP's GELU is
+     * NN_OP_GELU_TANH. They are not wired to spec layers yet: no layer of
+     * models/nn.h calls them, only tests do (tests/unit/test_nn_attention.c,
+     * test_nn_transformer_ops.c; tests/parity/test_parity_ops.c against
+     * PyTorch; tests/gpu/test_gpu_transformer.c, CUDA against the CPU). */
+
+    /* NN_OP_EMBEDDING forward: out (n, c) row i = table (v, c) row ids[i],
+     * as F.embedding. The caller checks every id is in [0, v). */
+    void (*embedding_forward)(const nn_exec *ex, float *out, const int32_t *ids,
+                              const float *table, uint32_t n, uint32_t c);
+    /* NN_OP_EMBEDDING backward: dtable (v, c) += dout (n, c) row i into
+     * row ids[i] (a parameter gradient: accumulates). Deterministic: every
+     * element of dtable adds its tokens' values in token order, whatever
+     * the thread count (the CPU splits the c columns over its parts), so
+     * the result has the same bits for any pool. */
+    void (*embedding_backward)(const nn_exec *ex, float *dtable,
+                               const float *dout, const int32_t *ids,
+                               uint32_t n, uint32_t v, uint32_t c);
+
+    /* NN_OP_ATTENTION forward, causal multi-head scaled dot-product
+     * self-attention (the core after the QKV projection): for batch bi,
+     * head hi, out = softmax(Q K^T / sqrt(d) + mask) V, the mask -inf
+     * where a key comes after the query. Layout (B, T, heads, head_dim):
+     * element di of head hi of token ti of sequence bi of q is q[(bi * t +
+     * ti) * ld + hi * d + di], likewise k and v, so q, k and v may be the
+     * three thirds of one fused QKV projection output (B, T, 3 C) with ld =
+     * 3 C, C = h * d (or separate (B, T, C) tensors with ld = C; ld >= h d).
+     * out is (B, T, C) (stride C = h * d). att (b, h, t, t) gets the
+     * softmax probabilities (0 above the diagonal), which backward needs.
+     * Rows are softmaxed with their maximum subtracted. The CPU runs each
+     * (sequence, head) pair's two products through SGEMM, pairs split
+     * over its parts (results do not depend on the thread count). */
+    void (*attention_forward)(const nn_exec *ex, float *out, float *att,
+                              const float *q, const float *k, const float *v,
+                              uint32_t b, uint32_t t, uint32_t h, uint32_t d,
+                              uint32_t ld);
+    /* NN_OP_ATTENTION backward from dout (B, T, C): dq, dk, dv (stride ld,
+     * the layout of q, k, v; they may be thirds of one (B, T, 3 C)
+     * gradient) are assigned (activation gradients). datt (b, h, t, t) is
+     * working memory the kernel overwrites (the gradient of the scores). */
+    void (*attention_backward)(const nn_exec *ex, float *dq, float *dk,
+                               float *dv, float *datt, const float *dout,
+                               const float *q, const float *k, const float *v,
+                               const float *att, uint32_t b, uint32_t t,
+                               uint32_t h, uint32_t d, uint32_t ld);
+
+    /* NN_OP_XENT_IGNORE: softmax cross-entropy of each row of logits (n, v)
+     * against targets (n), skipping rows whose target is ignore_index, as
+     * F.cross_entropy(ignore_index=..., reduction="mean"). Returns the mean
+     * loss over the counted rows (0 when none; in double, to the host: it
+     * does not use nn_exec.acc, so it cannot be captured in a graph yet);
+     * *counted (may be NULL) gets their number. dlogits (n, v), when not
+     * NULL, = (softmax - onehot) * grad_scale / counted on counted rows and
+     * 0 on ignored ones (grad_scale 1: the mean's gradient). A counted
+     * target must be in [0, v) (the caller checks). */
+    double (*xent_ignore)(const nn_exec *ex, float *dlogits, uint32_t *counted,
+                          const float *logits, const int32_t *targets,
+                          uint32_t n, uint32_t v, int32_t ignore_index,
+                          float grad_scale);
 } nn_backend;
 
 /* The CPU reference backend (OpenBLAS GEMM on one thread per part, plain C

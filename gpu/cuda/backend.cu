@@ -6,8 +6,9 @@
  * launch.cu, below both the table and the ops. The members it points at live
  * in files named as the CPU backend's (models/cpu/): matmul.cu (GEMM
  * through cuBLAS), elementwise.cu, loss.cu, optim.cu, norm.cu, conv.cu
- * (through cuDNN), pool.cu, lp.cu (reduced precision), and graph.cu (host
- * staging, fences, CUDA graphs; no CPU twin).
+ * (through cuDNN), pool.cu, lp.cu (reduced precision), embedding.cu and
+ * attention.cu (the transformer ops), and graph.cu (host staging, fences,
+ * CUDA graphs; no CPU twin).
  *
  * Invariants: every CUDA, cuBLAS and cuDNN call goes through NN_CUDA_OK,
  * NN_CUBLAS_OK or NN_CUDNN_OK; the first failure is kept in the context and
@@ -310,6 +311,12 @@ static int nn_cuda_supports(nn_op op)
         case NN_OP_AVGPOOL2D: return t->pool2d_forward && t->pool2d_backward;
         case NN_OP_CAST: return t->cast != NULL;
         case NN_OP_GEMM_LP: return t->gemm_lp != NULL;
+        case NN_OP_GELU_TANH: return t->act_forward && t->act_backward;
+        case NN_OP_EMBEDDING:
+            return t->embedding_forward && t->embedding_backward;
+        case NN_OP_ATTENTION:
+            return t->attention_forward && t->attention_backward;
+        case NN_OP_XENT_IGNORE: return t->xent_ignore != NULL;
         default: return 0;
     }
 }
@@ -367,4 +374,9 @@ const nn_backend nn_backend_cuda = {
     .cast = nn_cuda_cast, /* lp.cu */
     .gemm_lp = nn_cuda_gemm_lp,
     .lp_ok = nn_cuda_lp_ok,
+    .embedding_forward = nn_cuda_embedding_forward, /* embedding.cu */
+    .embedding_backward = nn_cuda_embedding_backward,
+    .attention_forward = nn_cuda_attention_forward, /* attention.cu */
+    .attention_backward = nn_cuda_attention_backward,
+    .xent_ignore = nn_cuda_xent_ignore, /* embedding.cu */
 };

@@ -17,6 +17,8 @@
 
 #define GELU_RSQRT2 0.70710678118654752440f
 #define GELU_RSQRT2PI 0.39894228040143267794f
+#define GELU_SQRT2_PI 0.79788456080286535588f /* sqrt(2 / pi) */
+#define GELU_CUBIC 0.044715f
 
 #define GRID_STRIDE(i, len)                                                   \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (len); \
@@ -105,6 +107,11 @@ static __global__ void act_forward_kernel(int op, float *out, const float *in,
             case NN_OP_RELU: y = x > 0.0f ? x : 0.0f; break;
             case NN_OP_TANH: y = tanhf(x); break;
             case NN_OP_SIGMOID: y = sigmoid_dev(x); break;
+            case NN_OP_GELU_TANH:
+                y = 0.5f * x *
+                    (1.0f +
+                     tanhf(GELU_SQRT2_PI * (x + GELU_CUBIC * x * x * x)));
+                break;
             default: /* NN_OP_GELU, exact */
                 y = 0.5f * x * (1.0f + erff(x * GELU_RSQRT2));
         }
@@ -133,6 +140,13 @@ static __global__ void act_backward_kernel(int op, float *din,
                 d = g * y * (1.0f - y);
                 break;
             }
+            case NN_OP_GELU_TANH: {
+                float x = in[i];
+                float th = tanhf(GELU_SQRT2_PI * (x + GELU_CUBIC * x * x * x));
+                float du = GELU_SQRT2_PI * (1.0f + 3.0f * GELU_CUBIC * x * x);
+                d = g * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+                break;
+            }
             default: { /* NN_OP_GELU */
                 float x = in[i];
                 float cdf = 0.5f * (1.0f + erff(x * GELU_RSQRT2));
@@ -147,7 +161,7 @@ static __global__ void act_backward_kernel(int op, float *din,
 static int is_activation(nn_op op)
 {
     return op == NN_OP_RELU || op == NN_OP_TANH || op == NN_OP_SIGMOID ||
-           op == NN_OP_GELU;
+           op == NN_OP_GELU || op == NN_OP_GELU_TANH;
 }
 
 void nn_cuda_act_forward(const nn_exec *ex, nn_op op, float *out,

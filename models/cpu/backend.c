@@ -6,7 +6,9 @@
  * matmul.c (GEMM), elementwise.c (bias, activations, dropout, add, scale),
  * loss.c (losses, sum of squares), optim.c (SGD, Adam), norm.c (batchnorm,
  * layernorm, the softmax layer), conv.c (convolution), pool.c (pooling) and
- * lp.c (reduced precision); cpu_internal.h declares them. Each kernel is
+ * lp.c (reduced precision), embedding.c (token embedding, the
+ * cross-entropy with an ignore index) and attention.c (causal attention);
+ * cpu_internal.h declares them. Each kernel is
  * nn_cpu_<member> for the nn_backend member it fills.
  *
  * Parallelism comes from the execution context's worker pool, not from
@@ -53,6 +55,10 @@ static const char *const op_names[] = {
     [NN_OP_AVGPOOL2D] = "avgpool2d",
     [NN_OP_CAST] = "cast",
     [NN_OP_GEMM_LP] = "gemm_lp",
+    [NN_OP_GELU_TANH] = "gelu_tanh",
+    [NN_OP_EMBEDDING] = "embedding",
+    [NN_OP_ATTENTION] = "attention",
+    [NN_OP_XENT_IGNORE] = "xent_ignore",
 };
 static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT,
               "every nn_op needs a name");
@@ -145,4 +151,9 @@ const nn_backend nn_backend_cpu = {
     .cast = nn_cpu_cast,
     .gemm_lp = nn_cpu_gemm_lp,
     .lp_ok = nn_cpu_lp_ok,
+    .embedding_forward = nn_cpu_embedding_forward, /* embedding.c */
+    .embedding_backward = nn_cpu_embedding_backward,
+    .attention_forward = nn_cpu_attention_forward, /* attention.c */
+    .attention_backward = nn_cpu_attention_backward,
+    .xent_ignore = nn_cpu_xent_ignore, /* embedding.c */
 };

@@ -175,4 +175,28 @@ void nn_cpu_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
                     float alpha, float beta);
 int nn_cpu_lp_ok(const nn_exec *ex, nn_dtype dt);
 
+/* ---- embedding.c: token ops (issue 31) ---- */
+
+void nn_cpu_embedding_forward(const nn_exec *ex, float *out, const int32_t *ids,
+                              const float *table, uint32_t n, uint32_t c);
+void nn_cpu_embedding_backward(const nn_exec *ex, float *dtable,
+                               const float *dout, const int32_t *ids,
+                               uint32_t n, uint32_t v, uint32_t c);
+double nn_cpu_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
+                          const float *logits, const int32_t *targets,
+                          uint32_t n, uint32_t v, int32_t ignore_index,
+                          float grad_scale);
+
+/* ---- attention.c ---- */
+
+void nn_cpu_attention_forward(const nn_exec *ex, float *out, float *att,
+                              const float *q, const float *k, const float *v,
+                              uint32_t b, uint32_t t, uint32_t h, uint32_t d,
+                              uint32_t ld);
+void nn_cpu_attention_backward(const nn_exec *ex, float *dq, float *dk,
+                               float *dv, float *datt, const float *dout,
+                               const float *q, const float *k, const float *v,
+                               const float *att, uint32_t b, uint32_t t,
+                               uint32_t h, uint32_t d, uint32_t ld);
+
 #endif

@@ -69,6 +69,8 @@ void nn_cpu_bias_grad(const nn_exec *ex, float *db, const float *dout,
 
 #define GELU_RSQRT2 0.70710678118654752440f
 #define GELU_RSQRT2PI 0.39894228040143267794f
+#define GELU_SQRT2_PI 0.79788456080286535588f /* sqrt(2 / pi) */
+#define GELU_CUBIC 0.044715f
 
 static void relu_fwd(float *restrict out, const float *restrict in, size_t len)
 {
@@ -113,6 +115,13 @@ static void act_forward_serial(nn_op op, float *out, const float *in,
             for (size_t i = 0; i < len; i++)
                 out[i] = 0.5f * in[i] * (1.0f + erff(in[i] * GELU_RSQRT2));
             break;
+        case NN_OP_GELU_TANH:
+            for (size_t i = 0; i < len; i++) {
+                float x = in[i];
+                float u = GELU_SQRT2_PI * (x + GELU_CUBIC * x * x * x);
+                out[i] = 0.5f * x * (1.0f + tanhf(u));
+            }
+            break;
         default: assert(!"not an activation op");
     }
 }
@@ -136,6 +145,18 @@ static void act_backward_serial(nn_op op, float *din, const float *dout,
                 float cdf = 0.5f * (1.0f + erff(x * GELU_RSQRT2));
                 float pdf = GELU_RSQRT2PI * expf(-0.5f * x * x);
                 din[i] = dout[i] * (cdf + x * pdf);
+            }
+            break;
+        case NN_OP_GELU_TANH:
+            for (size_t i = 0; i < len; i++) {
+                /* d/dx of 0.5 x (1 + tanh u): 0.5 (1 + tanh u) + 0.5 x
+                 * (1 - tanh^2 u) du/dx, du/dx = sqrt(2/pi) (1 + 3 c x^2). */
+                float x = in[i];
+                float u = GELU_SQRT2_PI * (x + GELU_CUBIC * x * x * x);
+                float th = tanhf(u);
+                float du = GELU_SQRT2_PI * (1.0f + 3.0f * GELU_CUBIC * x * x);
+                din[i] = dout[i] * (0.5f * (1.0f + th) +
+                                    0.5f * x * (1.0f - th * th) * du);
             }
             break;
         default: assert(!"not an activation op");

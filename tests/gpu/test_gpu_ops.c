@@ -466,7 +466,7 @@ static void case_activations(void)
     REQUIRE(NN_OP_RELU, act_forward);
     REQUIRE(NN_OP_RELU, act_backward);
     static const nn_op ops[] = {NN_OP_RELU, NN_OP_TANH, NN_OP_SIGMOID,
-                                NN_OP_GELU};
+                                NN_OP_GELU, NN_OP_GELU_TANH};
     static const size_t lens[] = {100003, 7};
     for (size_t o = 0; o < TY_ARRAY_LEN(ops); o++) {
         nn_op op = ops[o];
@@ -1538,10 +1538,15 @@ static void case_op_table(void)
         M(cast),
         M(gemm_lp),
         M(lp_ok),
+        M(embedding_forward),
+        M(embedding_backward),
+        M(attention_forward),
+        M(attention_backward),
+        M(xent_ignore),
 #undef M
     };
     static_assert(sizeof(nn_backend) ==
-                      sizeof(const char *) + 51 * sizeof(void (*)(void)),
+                      sizeof(const char *) + 56 * sizeof(void (*)(void)),
                   "a member was added to nn_backend: list it here too");
     for (size_t i = 0; i < TY_ARRAY_LEN(m); i++)
         if (!m[i].present)

@@ -33,7 +33,7 @@
 
 /* Every member is wrapped below: a new one must be too. */
 static_assert(sizeof(nn_backend) ==
-                  sizeof(const char *) + 51 * sizeof(void (*)(void)),
+                  sizeof(const char *) + 56 * sizeof(void (*)(void)),
               "a member was added to nn_backend: wrap it in fake_graph.h");
 
 #define FG_ARGS_MAX 256
@@ -922,6 +922,8 @@ static void fg_graph_release(const nn_exec *ex, void *graph)
     fg_list_free(graph);
 }
 
+#include "fake_graph_tx.h"
+
 static void fake_graph_init(void)
 {
     fake_device_init();
@@ -977,6 +979,7 @@ static void fake_graph_init(void)
     fake_graph.cast = fg_cast;
     fake_graph.gemm_lp = fg_gemm_lp;
     /* lp_ok is pure: fake_device's (every precision is fast). */
+    fake_graph_tx_init(&fake_graph);
     fake_graph_launches = fake_graph_captures = fake_graph_violations = 0;
     fake_graph_deferred_reads = 0;
     fake_graph_fail_begin = fake_graph_fail_end = 0;

@@ -1,0 +1,123 @@
+/* fake_graph_tx.h - fake_graph.h's wrappers of the transformer ops
+ * (issue 31; models/backend.h "Transformer ops"): the kernels are queued
+ * with their arguments like every other, the loss (its mean comes back to
+ * the host) is a sync point. Included by fake_graph.h only. */
+#ifndef TY_TEST_FAKE_GRAPH_TX_H
+#define TY_TEST_FAKE_GRAPH_TX_H
+
+typedef struct {
+    nn_exec ex;
+    int backward;
+    float *o;
+    const float *x;
+    const int32_t *ids;
+    uint32_t n, v, c;
+} fg_emb_a;
+static void fg_emb_run(const void *p)
+{
+    const fg_emb_a *a = p;
+    if (a->backward)
+        nn_backend_cpu.embedding_backward(&a->ex, a->o, a->x, a->ids, a->n,
+                                          a->v, a->c);
+    else
+        nn_backend_cpu.embedding_forward(&a->ex, a->o, a->ids, a->x, a->n,
+                                         a->c);
+}
+static void fg_embedding_forward(const nn_exec *ex, float *out,
+                                 const int32_t *ids, const float *table,
+                                 uint32_t n, uint32_t c)
+{
+    fg_emb_a x = {fg_ex(ex), 0, out, table, ids, n, 0, c};
+    FG_PUSH(fg_emb_run, x);
+}
+static void fg_embedding_backward(const nn_exec *ex, float *dtable,
+                                  const float *dout, const int32_t *ids,
+                                  uint32_t n, uint32_t v, uint32_t c)
+{
+    fg_emb_a x = {fg_ex(ex), 1, dtable, dout, ids, n, v, c};
+    FG_PUSH(fg_emb_run, x);
+}
+
+typedef struct {
+    nn_exec ex;
+    int backward;
+    float *out, *att, *dq, *dk, *dv;
+    const float *q, *k, *v, *dout, *patt;
+    uint32_t b, t, h, d, ld;
+} fg_attn_a;
+static void fg_attn_run(const void *p)
+{
+    const fg_attn_a *a = p;
+    if (a->backward)
+        nn_backend_cpu.attention_backward(&a->ex, a->dq, a->dk, a->dv, a->att,
+                                          a->dout, a->q, a->k, a->v, a->patt,
+                                          a->b, a->t, a->h, a->d, a->ld);
+    else
+        nn_backend_cpu.attention_forward(&a->ex, a->out, a->att, a->q, a->k,
+                                         a->v, a->b, a->t, a->h, a->d, a->ld);
+}
+static void fg_attention_forward(const nn_exec *ex, float *out, float *att,
+                                 const float *q, const float *k, const float *v,
+                                 uint32_t b, uint32_t t, uint32_t h, uint32_t d,
+                                 uint32_t ld)
+{
+    fg_attn_a x = {.ex = fg_ex(ex),
+                   .out = out,
+                   .att = att,
+                   .q = q,
+                   .k = k,
+                   .v = v,
+                   .b = b,
+                   .t = t,
+                   .h = h,
+                   .d = d,
+                   .ld = ld};
+    FG_PUSH(fg_attn_run, x);
+}
+static void fg_attention_backward(const nn_exec *ex, float *dq, float *dk,
+                                  float *dv, float *datt, const float *dout,
+                                  const float *q, const float *k,
+                                  const float *v, const float *att, uint32_t b,
+                                  uint32_t t, uint32_t h, uint32_t d,
+                                  uint32_t ld)
+{
+    fg_attn_a x = {.ex = fg_ex(ex),
+                   .backward = 1,
+                   .att = datt,
+                   .dq = dq,
+                   .dk = dk,
+                   .dv = dv,
+                   .q = q,
+                   .k = k,
+                   .v = v,
+                   .dout = dout,
+                   .patt = att,
+                   .b = b,
+                   .t = t,
+                   .h = h,
+                   .d = d,
+                   .ld = ld};
+    FG_PUSH(fg_attn_run, x);
+}
+
+/* The mean comes back to the host: a sync point. */
+static double fg_xent_ignore(const nn_exec *ex, float *dlogits,
+                             uint32_t *counted, const float *logits,
+                             const int32_t *targets, uint32_t n, uint32_t v,
+                             int32_t ignore_index, float grad_scale)
+{
+    fg_sync_point();
+    return nn_backend_cpu.xent_ignore(ex, dlogits, counted, logits, targets, n,
+                                      v, ignore_index, grad_scale);
+}
+
+static void fake_graph_tx_init(nn_backend *b)
+{
+    b->embedding_forward = fg_embedding_forward;
+    b->embedding_backward = fg_embedding_backward;
+    b->attention_forward = fg_attention_forward;
+    b->attention_backward = fg_attention_backward;
+    b->xent_ignore = fg_xent_ignore;
+}
+
+#endif
