@@ -5,8 +5,8 @@
  * document (tokenizer, vocabulary, token count, sample), the examples
  * endpoint's token windows and their text, every refusal with its field
  * and offset while nothing is stored (the dataset count and the blob
- * folder unchanged), a JSON body naming a URL refused for a BPE tokenizer
- * before anything is fetched, and a job on a text dataset refused at
+ * folder unchanged), text and tokens fetched from URLs (a BPE tokenizer
+ * or a missing vocab_size refused before anything is fetched), and a job on a text dataset refused at
  * submit, as is evaluating a model on one.
  */
 #include <setjmp.h>
@@ -15,6 +15,8 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <fcntl.h>
+#include <microhttpd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,7 +106,9 @@ static void write_bin(const char *path, int32_t magic, int32_t count,
 static int setup(void **state)
 {
     (void)state;
-    if (srv_start(&server, NULL, NULL))
+    /* the fetch-by-URL test's files are served on loopback */
+    const char *flags[] = {"--fetch-allow-networks", "127.0.0.1/32", NULL};
+    if (srv_start(&server, NULL, flags))
         return -1;
     temp_dir(files);
     return 0;
@@ -315,6 +319,79 @@ static void test_job_on_text_is_refused(void **state)
     resp_free(r);
 }
 
+/* Serves files from the test folder, for the fetch-by-URL test. */
+static enum MHD_Result serve_file(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version, const char *data,
+                                  size_t *size, void **ptr)
+{
+    (void)cls, (void)method, (void)version, (void)data, (void)size, (void)ptr;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s%s", files, url);
+    int fd = strstr(url, "..") ? -1 : open(path, O_RDONLY);
+    off_t len = fd < 0 ? -1 : lseek(fd, 0, SEEK_END);
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+    if (len < 0) {
+        if (fd >= 0)
+            close(fd);
+        r = MHD_create_response_from_buffer(9, "not found",
+                                            MHD_RESPMEM_PERSISTENT);
+        ret = MHD_queue_response(c, 404, r);
+    } else {
+        r = MHD_create_response_from_fd((uint64_t)len, fd);
+        ret = MHD_queue_response(c, 200, r);
+    }
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* A JSON body naming URLs: the same formats, fields beside "urls". */
+static void test_text_and_tokens_from_urls(void **state)
+{
+    (void)state;
+    struct MHD_Daemon *d =
+        MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL,
+                         serve_file, NULL, MHD_OPTION_END);
+    assert_non_null(d);
+    int port = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT)->port;
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"name\": \"fetched-text\", \"format\": \"text\", "
+             "\"tokenizer\": \"byte\", \"urls\": {\"file\": "
+             "\"http://127.0.0.1:%d/t.txt\"}}",
+             port);
+    resp *r = http_json(&server, "POST", "/v1/datasets", body);
+    expect_status(r, 201);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "num_tokens")),
+                     strlen(TEXT));
+    assert_string_equal(str(json_object_get(r->json, "source"), "kind"),
+                        "urls");
+    resp_free(r);
+
+    snprintf(body, sizeof body,
+             "{\"name\": \"fetched-ids\", \"format\": \"tokens\", "
+             "\"vocab_size\": 50257, \"urls\": {\"file\": "
+             "\"http://127.0.0.1:%d/t.bin\"}}",
+             port);
+    r = http_json(&server, "POST", "/v1/datasets", body);
+    expect_status(r, 201);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "num_tokens")),
+                     4);
+    resp_free(r);
+
+    /* vocab_size is checked before anything is fetched */
+    snprintf(body, sizeof body,
+             "{\"name\": \"f\", \"format\": \"tokens\", \"urls\": "
+             "{\"file\": \"http://127.0.0.1:%d/t.bin\"}}",
+             port);
+    r = http_json(&server, "POST", "/v1/datasets", body);
+    assert_int_equal(r->status, 422);
+    assert_string_equal(str(r->json, "field"), "vocab_size");
+    resp_free(r);
+    MHD_stop_daemon(d);
+}
+
 /* A model (trained on a tiny CSV) evaluated on a text dataset: a 422
  * naming the dataset field, and no server path in the message. */
 static void test_evaluate_on_text_is_refused(void **state)
@@ -361,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_text_windows),
         cmocka_unit_test(test_tokens_bin_and_npy),
         cmocka_unit_test(test_refusals_store_nothing),
+        cmocka_unit_test(test_text_and_tokens_from_urls),
         cmocka_unit_test(test_job_on_text_is_refused),
         cmocka_unit_test(test_evaluate_on_text_is_refused),
     };
