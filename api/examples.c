@@ -94,11 +94,9 @@ static json_t *decode_bytes(const unsigned char *p, size_t n)
 
 /* A page of a token dataset's windows (see the top of the file). */
 static ty_status token_windows(http_req *r, const char *id, const char *path,
-                               long long offset, long long limit, ty_err *err)
+                               long long offset, long long limit, long long len,
+                               ty_err *err)
 {
-    long long len;
-    if (!api_query_number(r, "length", 1, MAX_WINDOW, DEFAULT_WINDOW, &len))
-        return TY_OK; /* replied */
     ty_tokens t;
     ty_status s = ty_tokens_open(path, &t, err);
     if (s != TY_OK)
@@ -145,10 +143,13 @@ static ty_status token_windows(http_req *r, const char *id, const char *path,
 
 void api_datasets_examples(api_ctx *app, http_req *r)
 {
-    long long offset, limit;
+    long long offset, limit, len;
+    /* length is checked for every dataset, though only token datasets
+     * use it: a bad value is a 400 whatever the dataset */
     if (!api_query_number(r, "offset", 0, TY_DS_MAX_EXAMPLES, 0, &offset) ||
         !api_query_number(r, "limit", 1, MAX_EXAMPLES, DEFAULT_EXAMPLES,
-                          &limit))
+                          &limit) ||
+        !api_query_number(r, "length", 1, MAX_WINDOW, DEFAULT_WINDOW, &len))
         return;
     ty_err err = {0};
     json_t *doc = NULL;
@@ -165,7 +166,7 @@ void api_datasets_examples(api_ctx *app, http_req *r)
     blob_path(app->data_dir, sha, path, sizeof path);
     const char *task = json_string_value(json_object_get(doc, "task"));
     if (task && ty_task_parse(task) == TY_TASK_LANGUAGE_MODELING) {
-        s = token_windows(r, id, path, offset, limit, &err);
+        s = token_windows(r, id, path, offset, limit, len, &err);
         goto done;
     }
     if ((s = ty_dataset_open(path, &ds, &err)) != TY_OK) {

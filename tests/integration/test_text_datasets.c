@@ -196,6 +196,11 @@ static void test_text_windows(void **state)
     r = http_get(&server, path);
     expect_status(r, 400);
     resp_free(r);
+    /* checked whatever the dataset, before it is looked up */
+    r = http_get(&server, "/v1/datasets/ds_nope/examples?length=4097");
+    expect_status(r, 400);
+    assert_string_equal(str(r->json, "field"), "length");
+    resp_free(r);
 }
 
 static void test_tokens_bin_and_npy(void **state)
