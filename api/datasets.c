@@ -23,21 +23,30 @@
 
 #define NAME_MAX_LEN 200
 
-typedef enum { FMT_CSV, FMT_IDX, FMT_NPY } ds_format;
+typedef enum { FMT_CSV, FMT_IDX, FMT_NPY, FMT_TEXT, FMT_TOKENS } ds_format;
 
-static const char *const format_names[] = {"csv", "idx", "npy"};
+#define NUM_FORMATS 5
+#define FORMAT_LIST "csv, idx, npy, text or tokens"
+
+static const char *const format_names[NUM_FORMATS] = {"csv", "idx", "npy",
+                                                      "text", "tokens"};
 /* The file parts each format takes, in the order converters want them. */
-static const char *const format_files[][2] = {
-    {"file", NULL}, {"images", "labels"}, {"x", "y"}};
+static const char *const format_files[NUM_FORMATS][2] = {
+    {"file", NULL}, {"images", "labels"}, {"x", "y"}, {"file"}, {"file"}};
 /* The text fields each format takes besides name and format. */
-static const char *const format_fields[][3] = {
-    {"label_column", "task", "max_categories"}, {NULL}, {"task"}};
+static const char *const format_fields[NUM_FORMATS][3] = {
+    {"label_column", "task", "max_categories"},
+    {NULL},
+    {"task"},
+    {"tokenizer"},
+    {"vocab_size"}};
 
 typedef struct {
     const char *name;
     ds_format format;
     const char *label_column;
     int task;                  /* -1 = the converter's default */
+    uint32_t vocab_size;       /* tokens */
     uint32_t max_categories;   /* csv: 0 = the converter's default */
     const char *paths[2];      /* input files */
     char fetched[2][PATH_MAX]; /* downloads, for JSON bodies naming URLs */
@@ -49,7 +58,7 @@ typedef struct {
 
 static int parse_format(const char *s)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < NUM_FORMATS; i++)
         if (s && !strcmp(s, format_names[i]))
             return i;
     return -1;
@@ -87,19 +96,27 @@ static ty_status check_fields(upload *u, const char *name, const char *format,
 {
     if (!format)
         return ty_fail(err, TY_EINVAL, "format",
-                       "format is required: csv, idx or npy");
+                       "format is required: " FORMAT_LIST);
     int f = parse_format(format);
     if (f < 0)
         return ty_fail(err, TY_EINVAL, "format",
-                       "format must be csv, idx or npy, not '%s'", format);
+                       "format must be " FORMAT_LIST ", not '%s'", format);
     u->format = (ds_format)f;
     if (!name || !*name || strlen(name) > NAME_MAX_LEN)
         return ty_fail(err, TY_EINVAL, "name",
                        "name is required (1 to %d characters)", NAME_MAX_LEN);
     u->name = name;
     u->task = -1;
+    int lm = u->format == FMT_TEXT || u->format == FMT_TOKENS;
     if (task) {
         u->task = ty_task_parse(task);
+        if (lm && u->task != TY_TASK_LANGUAGE_MODELING)
+            return ty_fail(err, TY_EINVAL, "task",
+                           "%s datasets are always language_modeling; leave "
+                           "task out",
+                           format_names[u->format]);
+        if (!lm && u->task == TY_TASK_LANGUAGE_MODELING)
+            u->task = -1; /* only text and tokens are */
         if (u->task < 0)
             return ty_fail(
                 err, TY_EINVAL, "task",
@@ -134,6 +151,42 @@ static ty_status parse_max_categories(upload *u, const char *text, ty_err *err)
     return TY_OK;
 }
 
+/* tokenizer (text): "byte", the default. Byte-level BPE (learned from the
+ * upload, or a tokenizer.json) is not built yet: refused, never faked. */
+static ty_status check_tokenizer(const upload *u, int given, const char *text,
+                                 ty_err *err)
+{
+    if (!given)
+        return TY_OK;
+    if (u->format != FMT_TEXT)
+        return ty_fail(err, TY_EINVAL, "tokenizer",
+                       "tokenizer applies to text datasets only");
+    if (text && !strcmp(text, "byte"))
+        return TY_OK;
+    return ty_fail(err, TY_EINVAL, "tokenizer",
+                   "tokenizer must be \"byte\" (one token per byte, "
+                   "vocabulary 256): BPE tokenizers ({\"type\": \"bpe\"} "
+                   "or a tokenizer.json file) are not supported yet");
+}
+
+/* vocab_size (tokens): 1 to TY_DS_MAX_VOCAB, required. */
+static ty_status parse_vocab_size(upload *u, const char *text, ty_err *err)
+{
+    char *end = NULL;
+    long long v = text ? strtoll(text, &end, 10) : 0;
+    if (u->format != FMT_TOKENS)
+        return text ? ty_fail(err, TY_EINVAL, "vocab_size",
+                              "vocab_size applies to tokens datasets only")
+                    : TY_OK;
+    if (!text || !*text || *end || v < 1 || v > (long long)TY_DS_MAX_VOCAB)
+        return ty_fail(err, TY_EINVAL, "vocab_size",
+                       "vocab_size is required for tokens: an integer from 1 "
+                       "to %u (token ids run from 0 to vocab_size - 1)",
+                       TY_DS_MAX_VOCAB);
+    u->vocab_size = (uint32_t)v;
+    return TY_OK;
+}
+
 static ty_status read_form(http_req *r, upload *u, ty_err *err)
 {
     ty_status s = check_fields(u, http_req_form_value(r, "name"),
@@ -144,6 +197,12 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
         return s;
     const char *mc = http_req_form_value(r, "max_categories");
     if (mc && (s = parse_max_categories(u, mc, err)) != TY_OK)
+        return s;
+    if ((s = check_tokenizer(u, http_req_form_has(r, "tokenizer"),
+                             http_req_form_value(r, "tokenizer"), err)) !=
+            TY_OK ||
+        (s = parse_vocab_size(u, http_req_form_value(r, "vocab_size"), err)) !=
+            TY_OK)
         return s;
     char expected[128];
     expected_list(u->format, expected, sizeof expected);
@@ -174,8 +233,9 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
                            upload *u, ty_err *err)
 {
     static const char *const keys[] = {
-        "name", "format",         "urls", "label_column",
-        "task", "max_categories", NULL};
+        "name",         "format",     "urls",
+        "label_column", "task",       "max_categories",
+        "tokenizer",    "vocab_size", NULL};
     ty_status s = tyjson_check_keys(body, keys, "", err);
     if (s != TY_OK)
         return s;
@@ -203,6 +263,16 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
     if (u->format != FMT_CSV && label)
         return ty_fail(err, TY_EINVAL, "label_column",
                        "label_column applies to csv datasets only");
+    const json_t *tok = json_object_get(body, "tokenizer");
+    const json_t *vs = json_object_get(body, "vocab_size");
+    char vtext[32] = "";
+    if (json_is_integer(vs))
+        snprintf(vtext, sizeof vtext, "%lld",
+                 (long long)json_integer_value(vs));
+    if ((s = check_tokenizer(u, tok != NULL, json_string_value(tok), err)) !=
+            TY_OK ||
+        (s = parse_vocab_size(u, vs ? vtext : NULL, err)) != TY_OK)
+        return s;
     if (u->format == FMT_IDX && task)
         return ty_fail(
             err, TY_EINVAL, "task",
@@ -259,6 +329,13 @@ static ty_status convert(const api_ctx *app, const upload *u, const char *out,
             break;
         case FMT_IDX:
             s = ds_convert_idx_ex(u->paths[0], u->paths[1], out, &idx, err);
+            break;
+        case FMT_TEXT:
+            s = ds_convert_text(u->paths[0], u->convert_flags, out, err);
+            break;
+        case FMT_TOKENS:
+            s = ds_convert_tokens(u->paths[0], u->vocab_size, u->convert_flags,
+                                  out, err);
             break;
         default:
             s = ds_convert_npy(u->paths[0], u->paths[1], u->task, out, err);
@@ -378,6 +455,60 @@ static json_t *dataset_doc(const char *id, const upload *u,
     return doc;
 }
 
+/* The sample a token dataset's document shows: this many bytes of text
+ * (byte tokenizer, cut back to a whole character), else this many ids. */
+#define SAMPLE_BYTES 200
+#define SAMPLE_IDS 64
+
+/* The API representation of a converted token dataset file. */
+static json_t *tokens_doc(const char *id, const upload *u, const ty_tokens *t)
+{
+    char now[32];
+    ty_now_iso(now);
+    json_t *doc = json_object();
+    json_t *sample = json_object();
+    int bad = !doc || !sample;
+    bad |= json_object_set_new(doc, "id", json_string(id));
+    bad |= json_object_set_new(doc, "name", json_string(u->name));
+    bad |= json_object_set_new(doc, "format",
+                               json_string(format_names[u->format]));
+    bad |= json_object_set_new(
+        doc, "task", json_string(ty_task_name(TY_TASK_LANGUAGE_MODELING)));
+    bad |= json_object_set(doc, "tokenizer",
+                           json_object_get(t->meta, "tokenizer"));
+    bad |= json_object_set_new(doc, "vocab_size", json_integer(t->vocab_size));
+    bad |= json_object_set_new(doc, "num_tokens",
+                               json_integer((json_int_t)t->num_tokens));
+    bad |= json_object_set(doc, "token_dtype",
+                           json_object_get(t->meta, "token_dtype"));
+    if (t->byte_tokenizer) {
+        char text[SAMPLE_BYTES];
+        size_t n =
+            t->num_tokens < SAMPLE_BYTES ? (size_t)t->num_tokens : SAMPLE_BYTES;
+        for (size_t i = 0; i < n; i++)
+            text[i] = (char)ty_tokens_at(t, i);
+        /* the text is valid UTF-8: end before a character the cut splits */
+        while (n > 0 && n < t->num_tokens &&
+               (ty_tokens_at(t, n) & 0xC0) == 0x80)
+            n--;
+        bad |= json_object_set_new(sample, "text", json_stringn(text, n));
+    } else {
+        json_t *ids = json_array();
+        bad |= !ids;
+        for (uint64_t i = 0; ids && i < t->num_tokens && i < SAMPLE_IDS; i++)
+            bad |= json_array_append_new(ids, json_integer(ty_tokens_at(t, i)));
+        bad |= json_object_set_new(sample, "ids", ids);
+    }
+    bad |= json_object_set_new(doc, "sample", sample);
+    json_object_set(doc, "source", u->source);
+    bad |= json_object_set_new(doc, "created_at", json_string(now));
+    if (bad) {
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
 void api_datasets_create(api_ctx *app, http_req *r)
 {
     ty_err err = {0};
@@ -402,15 +533,22 @@ void api_datasets_create(api_ctx *app, http_req *r)
         goto fail;
     /* The converter's own output: if it does not open, that is the server's
      * fault, and the message names a server path: a 500 (logged). */
-    if ((s = ty_dataset_open(out, &ds, &err)) != TY_OK) {
+    if (u.format == FMT_TEXT || u.format == FMT_TOKENS) {
+        ty_tokens t;
+        if ((s = ty_tokens_open(out, &t, &err)) == TY_OK &&
+            (s = ty_id_new("ds_", id, &err)) == TY_OK)
+            doc = tokens_doc(id, &u, &t);
+        ty_tokens_close(&t);
+    } else if ((s = ty_dataset_open(out, &ds, &err)) == TY_OK &&
+               (s = ty_id_new("ds_", id, &err)) == TY_OK) {
+        doc = dataset_doc(id, &u, &ds);
+    }
+    ty_dataset_close(&ds);
+    if (s != TY_OK) {
         if (s != TY_ENOMEM)
             s = TY_EIO;
         goto fail;
     }
-    if ((s = ty_id_new("ds_", id, &err)) != TY_OK)
-        goto fail;
-    doc = dataset_doc(id, &u, &ds);
-    ty_dataset_close(&ds);
     if (!doc) {
         s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
         goto fail;

@@ -6,6 +6,12 @@
  * Values are the stored ones, before any preprocessing (pixel bytes 0-255,
  * raw CSV features), which is what predict takes. Examples are read through
  * the dataset module (ty_dataset_example_f32), never by parsing files here.
+ *
+ * A language-modeling dataset (text, tokens) has no examples but one token
+ * array: its "examples" are consecutive windows of `length` tokens
+ * (default 64), offset and limit counting windows, each with its ids and,
+ * for the byte tokenizer, its text (a character the window's edge cuts
+ * shows as U+FFFD, as Python's errors="replace" decodes).
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -13,6 +19,7 @@
 
 #include "api/api.h"
 #include "models/data/dataset.h"
+#include "models/data/input.h"
 #include "models/data/tabular.h"
 #include "store/blob.h"
 
@@ -58,12 +65,91 @@ static json_t *label_of(const ty_dataset *ds, uint32_t i)
     return a;
 }
 
+#define DEFAULT_WINDOW 64
+#define MAX_WINDOW 4096
+
+/* Bytes p[0..n) as text: each invalid or cut sequence is U+FFFD. */
+static json_t *decode_bytes(const unsigned char *p, size_t n)
+{
+    char *out = malloc(3 * n + 1);
+    size_t o = 0;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        size_t len = ds_utf8_seq(p + i, n - i);
+        if (!len) {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+            continue;
+        }
+        memcpy(out + o, p + i, len);
+        o += len;
+        i += len;
+    }
+    json_t *s = json_stringn(out, o);
+    free(out);
+    return s;
+}
+
+/* A page of a token dataset's windows (see the top of the file). */
+static ty_status token_windows(http_req *r, const char *id, const char *path,
+                               long long offset, long long limit, long long len,
+                               ty_err *err)
+{
+    ty_tokens t;
+    ty_status s = ty_tokens_open(path, &t, err);
+    if (s != TY_OK)
+        return s == TY_ENOMEM ? s : TY_EIO;
+    uint64_t total = (t.num_tokens + (uint64_t)len - 1) / (uint64_t)len;
+    unsigned char *bytes = malloc((size_t)len);
+    json_t *items = json_array();
+    for (long long k = 0; bytes && items && k < limit; k++) {
+        uint64_t w = (uint64_t)offset + (uint64_t)k;
+        if (w >= total)
+            break;
+        uint64_t start = w * (uint64_t)len;
+        uint64_t end = start + (uint64_t)len < t.num_tokens
+                           ? start + (uint64_t)len
+                           : t.num_tokens;
+        json_t *ids = json_array();
+        for (uint64_t i = start; ids && i < end; i++) {
+            bytes[i - start] = (unsigned char)ty_tokens_at(&t, i);
+            json_array_append_new(ids, json_integer(ty_tokens_at(&t, i)));
+        }
+        json_t *item = json_pack("{s:I, s:I, s:o*}", "index", (json_int_t)w,
+                                 "start", (json_int_t)start, "ids", ids);
+        if (item && t.byte_tokenizer)
+            json_object_set_new(item, "text",
+                                decode_bytes(bytes, (size_t)(end - start)));
+        json_array_append_new(items, item);
+    }
+    if (!items || (!bytes && (uint64_t)offset < total)) {
+        json_decref(items);
+        ty_tokens_close(&t);
+        free(bytes);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    free(bytes);
+    http_reply_json(r, 200,
+                    json_pack("{s:s, s:I, s:I, s:I, s:I, s:o}", "dataset", id,
+                              "offset", (json_int_t)offset, "length",
+                              (json_int_t)len, "total", (json_int_t)total,
+                              "num_tokens", (json_int_t)t.num_tokens, "items",
+                              items));
+    ty_tokens_close(&t);
+    return TY_OK;
+}
+
 void api_datasets_examples(api_ctx *app, http_req *r)
 {
-    long long offset, limit;
+    long long offset, limit, len;
+    /* length is checked for every dataset, though only token datasets
+     * use it: a bad value is a 400 whatever the dataset */
     if (!api_query_number(r, "offset", 0, TY_DS_MAX_EXAMPLES, 0, &offset) ||
         !api_query_number(r, "limit", 1, MAX_EXAMPLES, DEFAULT_EXAMPLES,
-                          &limit))
+                          &limit) ||
+        !api_query_number(r, "length", 1, MAX_WINDOW, DEFAULT_WINDOW, &len))
         return;
     ty_err err = {0};
     json_t *doc = NULL;
@@ -78,6 +164,11 @@ void api_datasets_examples(api_ctx *app, http_req *r)
     if (s != TY_OK)
         goto done;
     blob_path(app->data_dir, sha, path, sizeof path);
+    const char *task = json_string_value(json_object_get(doc, "task"));
+    if (task && ty_task_parse(task) == TY_TASK_LANGUAGE_MODELING) {
+        s = token_windows(r, id, path, offset, limit, len, &err);
+        goto done;
+    }
     if ((s = ty_dataset_open(path, &ds, &err)) != TY_OK) {
         /* A stored file that does not open is the server's fault, and the
          * message names its path: a 500 (the log has the message). */

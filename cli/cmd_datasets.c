@@ -11,7 +11,8 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "Usage: trainyard datasets upload NAME --format idx|csv|npy "
+            "Usage: trainyard datasets upload NAME --format "
+            "idx|csv|npy|text|tokens "
             "FIELD=@FILE|FIELD=VALUE...\n"
             "       trainyard datasets list [--limit N]\n"
             "       trainyard datasets show ID|NAME\n"
@@ -22,7 +23,9 @@ static void usage(FILE *f)
             "apart, newest first.\n"
             "Fields by format: idx images=@FILE labels=@FILE; csv file=@FILE\n"
             "label_column=NAME [task=regression] [max_categories=N]; npy\n"
-            "x=@FILE y=@FILE. max_categories (default 50, at most 1000) is\n"
+            "x=@FILE y=@FILE; text file=@FILE [tokenizer=byte]; tokens\n"
+            "file=@FILE vocab_size=N (an integer NPY or llm.c .bin of token\n"
+            "ids). max_categories (default 50, at most 1000) is\n"
             "the most distinct values a text column may have; one past it\n"
             "is refused naming the column.\n"
             "Example: trainyard datasets upload digits --format idx \\\n"
@@ -30,9 +33,12 @@ static void usage(FILE *f)
             "         trainyard datasets upload homes --format csv \\\n"
             "           file=@homes.csv label_column=price task=regression \\\n"
             "           max_categories=200\n"
+            "         trainyard datasets upload shakespeare --format text \\\n"
+            "           file=@input.txt\n"
             "show prints a CSV dataset's typed columns: NAME, TYPE (numeric,\n"
             "boolean, categorical), CATEGORIES (the first few, and how many)\n"
-            "and MISSING (empty cells).\n");
+            "and MISSING (empty cells); a text or tokens dataset's tokenizer,\n"
+            "vocabulary, token count and sample.\n");
 }
 
 static void shape_text(const json_t *shape, char *out, size_t size)
@@ -46,11 +52,26 @@ static void shape_text(const json_t *shape, char *out, size_t size)
     }
 }
 
+/* 1 for a text or tokens dataset: tokens, not examples. */
+static int is_tokens(const json_t *d)
+{
+    return json_object_get(d, "num_tokens") != NULL;
+}
+
 static void print_dataset(const json_t *d)
 {
     char size[32], shape[64];
     cli_fmt_bytes(json_integer_value(json_object_get(d, "bytes")), size,
                   sizeof size);
+    if (is_tokens(d)) {
+        const char *tok = cli_str(d, "tokenizer");
+        printf("%s (%s): %lld tokens, vocabulary %lld, %s%s%s, %s\n",
+               cli_str(d, "id"), cli_str(d, "name"),
+               (long long)json_integer_value(json_object_get(d, "num_tokens")),
+               (long long)json_integer_value(json_object_get(d, "vocab_size")),
+               tok ? tok : "no", " tokenizer, ", cli_str(d, "task"), size);
+        return;
+    }
     shape_text(json_object_get(d, "input_shape"), shape, sizeof shape);
     printf("%s (%s): %lld examples of %s, %s, %s\n", cli_str(d, "id"),
            cli_str(d, "name"),
@@ -69,9 +90,10 @@ static int upload(cli_ctx *c)
         return cli_usage_error("datasets", "upload takes a NAME and fields "
                                            "(images=@FILE ...)");
     if (!format || (strcmp(format, "idx") && strcmp(format, "csv") &&
-                    strcmp(format, "npy")))
-        return cli_usage_error("datasets", "upload needs --format idx, csv "
-                                           "or npy");
+                    strcmp(format, "npy") && strcmp(format, "text") &&
+                    strcmp(format, "tokens")))
+        return cli_usage_error("datasets", "upload needs --format idx, csv, "
+                                           "npy, text or tokens");
     size_t n = 0;
     char name[512], fmt[64];
     const char *parts[CLI_MAX_ARGS + 2];
@@ -125,9 +147,14 @@ static int list(cli_ctx *c)
     json_t *d;
     json_array_foreach (items, i, d) {
         char ex[32], shape[64], size[32], created[64];
-        snprintf(
-            ex, sizeof ex, "%lld",
-            (long long)json_integer_value(json_object_get(d, "num_examples")));
+        if (is_tokens(d))
+            snprintf(ex, sizeof ex, "%lld tokens",
+                     (long long)json_integer_value(
+                         json_object_get(d, "num_tokens")));
+        else
+            snprintf(ex, sizeof ex, "%lld",
+                     (long long)json_integer_value(
+                         json_object_get(d, "num_examples")));
         shape_text(json_object_get(d, "input_shape"), shape, sizeof shape);
         cli_fmt_bytes(json_integer_value(json_object_get(d, "bytes")), size,
                       sizeof size);
@@ -153,6 +180,25 @@ static int list(cli_ctx *c)
 static void show_dataset(const json_t *doc)
 {
     const json_t *cols = json_object_get(doc, "columns");
+    const json_t *sample = json_object_get(doc, "sample");
+    if (is_tokens(doc) && json_is_object(sample)) {
+        json_t *rest = json_copy((json_t *)doc);
+        if (rest)
+            json_object_del(rest, "sample");
+        cli_print_object(rest ? rest : doc, stdout);
+        json_decref(rest);
+        const json_t *text = json_object_get(sample, "text");
+        if (json_is_string(text)) {
+            printf("\nsample (the first %zu bytes):\n%s\n",
+                   json_string_length(text), json_string_value(text));
+        } else {
+            char *ids = json_dumps(json_object_get(sample, "ids"),
+                                   JSON_COMPACT | JSON_ENCODE_ANY);
+            printf("\nsample (the first token ids):\n%s\n", ids ? ids : "");
+            free(ids);
+        }
+        return;
+    }
     if (!json_array_size(cols)) {
         cli_print_object(doc, stdout);
         return;

@@ -235,6 +235,16 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
                                NULL, err)) != TY_OK)
         goto done;
     const json_t *ds = a->dataset;
+    /* text and tokens datasets hold a token array, not examples; their
+     * training (issue 31's causal language model) is not built yet */
+    if (ty_task_parse(json_string_value(json_object_get(ds, "task"))) ==
+        TY_TASK_LANGUAGE_MODELING) {
+        s = ty_fail(err, TY_EINVAL, "dataset",
+                    "dataset %s is a language-modeling (text or tokens) "
+                    "dataset: language-model training is not built yet",
+                    a->dataset_id);
+        goto done;
+    }
     a->name =
         sub->name ? sub->name : json_string_value(json_object_get(ds, "name"));
     if ((s = check_validation(env, tenant, sub->validation, ds, &a->validation,

@@ -315,6 +315,16 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
     }
     if (s != TY_OK)
         goto done;
+    /* a token array (text, tokens) has no examples to evaluate on; its
+     * file would not open below, with a message naming the server path */
+    if (ty_task_parse(json_string_value(json_object_get(ds_doc, "task"))) ==
+        TY_TASK_LANGUAGE_MODELING) {
+        s = ty_fail(err, TY_EINVAL, "dataset",
+                    "dataset %s is a language-modeling (text or tokens) "
+                    "dataset: evaluating models on it is not built yet",
+                    ds_id);
+        goto done;
+    }
     blob_path(env->data_dir, sha, path, sizeof path);
     if ((s = ty_dataset_open(path, &ds, err)) != TY_OK)
         goto done;

@@ -28,6 +28,7 @@
 static const char *const task_names[] = {
     [TY_TASK_CLASSIFICATION] = "classification",
     [TY_TASK_REGRESSION] = "regression",
+    [TY_TASK_LANGUAGE_MODELING] = "language_modeling",
 };
 
 const char *ty_task_name(ty_task t)
@@ -94,6 +95,11 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
     int choice = 0, format = 0, preprocess = 0;
     ty_status st;
 
+    const char *task = json_string_value(json_object_get(meta, "task"));
+    if (task && !strcmp(task, task_names[TY_TASK_LANGUAGE_MODELING]))
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "it is a language-modeling dataset: a token array, "
+                       "not examples");
     if ((st = meta_int(meta, "version", DS_VERSION, DS_VERSION, &v, err)) ||
         (st = meta_choice(meta, "format", formats, 3, &format, err)) ||
         (st = meta_choice(meta, "task", task_names, 2, &choice, err)))
@@ -213,18 +219,20 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
     return TY_OK;
 }
 
-ty_status ty_dataset_open(const char *path, ty_dataset *ds, ty_err *err)
+/* Maps path and parses its TYDS header and meta into *map, *map_len and
+ * *meta (the caller frees them on every return). */
+static ty_status map_tyds(const char *path, void **map_out, size_t *len_out,
+                          json_t **meta_out, uint64_t *meta_len_out,
+                          ty_err *err)
 {
-    ty_status st;
-    memset(ds, 0, sizeof *ds);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return ty_fail(err, TY_EIO, NULL, "cannot open dataset %s: %s", path,
                        strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        st = ty_fail(err, TY_EIO, NULL, "cannot stat dataset %s: %s", path,
-                     strerror(errno));
+        ty_status st = ty_fail(err, TY_EIO, NULL, "cannot stat dataset %s: %s",
+                               path, strerror(errno));
         close(fd);
         return st;
     }
@@ -241,39 +249,43 @@ ty_status ty_dataset_open(const char *path, ty_dataset *ds, ty_err *err)
     if (map == MAP_FAILED)
         return ty_fail(err, TY_EIO, NULL, "cannot map dataset %s: %s", path,
                        strerror(map_errno));
-    ds->map = map;
-    ds->map_len = (size_t)size;
+    *map_out = map;
+    *len_out = (size_t)size;
 
     const unsigned char *p = map;
     uint64_t meta_len = load_le(p + 8, 8);
+    *meta_len_out = meta_len;
     json_error_t jerr;
-    if (memcmp(p, DS_MAGIC, 4) != 0) {
-        st = ty_fail(err, TY_EFORMAT, NULL, "bad magic (not a TYDS file)");
-        goto fail;
-    }
-    if (load_le(p + 4, 4) != DS_VERSION) {
-        st = ty_fail(err, TY_EFORMAT, NULL, "version %llu is not supported",
-                     (unsigned long long)load_le(p + 4, 4));
-        goto fail;
-    }
-    if (meta_len > size - DS_HEADER_LEN) {
-        st = ty_fail(err, TY_EFORMAT, NULL,
-                     "the meta is %llu bytes but the file has only %llu",
-                     (unsigned long long)meta_len, (unsigned long long)size);
-        goto fail;
-    }
-    ds->meta = json_loadb((const char *)p + DS_HEADER_LEN, (size_t)meta_len,
-                          JSON_REJECT_DUPLICATES, &jerr);
-    if (!ds->meta && json_error_code(&jerr) == json_error_out_of_memory) {
-        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-        goto fail;
-    }
-    if (!json_is_object(ds->meta)) {
-        st = ty_fail(err, TY_EFORMAT, NULL, "the meta is not a JSON object%s%s",
-                     ds->meta ? "" : ": ", ds->meta ? "" : jerr.text);
-        goto fail;
-    }
-    if ((st = check_meta(ds, size, meta_len, err)) != TY_OK)
+    if (memcmp(p, DS_MAGIC, 4) != 0)
+        return ty_fail(err, TY_EFORMAT, NULL, "bad magic (not a TYDS file)");
+    if (load_le(p + 4, 4) != DS_VERSION)
+        return ty_fail(err, TY_EFORMAT, NULL, "version %llu is not supported",
+                       (unsigned long long)load_le(p + 4, 4));
+    if (meta_len > size - DS_HEADER_LEN)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "the meta is %llu bytes but the file has only %llu",
+                       (unsigned long long)meta_len, (unsigned long long)size);
+    *meta_out = json_loadb((const char *)p + DS_HEADER_LEN, (size_t)meta_len,
+                           JSON_REJECT_DUPLICATES, &jerr);
+    if (!*meta_out && json_error_code(&jerr) == json_error_out_of_memory)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (!json_is_object(*meta_out))
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "the meta is not a JSON object%s%s",
+                       *meta_out ? "" : ": ", *meta_out ? "" : jerr.text);
+    return TY_OK;
+}
+
+ty_status ty_dataset_open(const char *path, ty_dataset *ds, ty_err *err)
+{
+    ty_status st;
+    uint64_t meta_len = 0;
+    memset(ds, 0, sizeof *ds);
+    st = map_tyds(path, &ds->map, &ds->map_len, &ds->meta, &meta_len, err);
+    if (st == TY_EIO && !ds->map)
+        return st; /* nothing mapped */
+    if (st != TY_OK ||
+        (st = check_meta(ds, ds->map_len, meta_len, err)) != TY_OK)
         goto fail;
     for (uint32_t i = 0; ds->y_class && i < ds->num_examples; i++) {
         if (ds->y_class[i] < 0 || (uint32_t)ds->y_class[i] >= ds->num_classes) {
@@ -290,6 +302,101 @@ fail:
         err->field[0] = '\0';
     ty_dataset_close(ds);
     return st;
+}
+
+/* A token dataset's meta (dataset.h, "Token datasets") against the file. */
+static ty_status check_tokens_meta(ty_tokens *t, uint64_t file_size,
+                                   uint64_t meta_len, ty_err *err)
+{
+    static const char *const formats[] = {"text", "tokens"};
+    static const char *const dtypes[] = {"uint16", "uint32"};
+    const json_t *meta = t->meta;
+    int64_t v, x_off, y_off;
+    int format = 0, dtype = 0;
+    ty_status st;
+    const char *task = json_string_value(json_object_get(meta, "task"));
+    if (!task || strcmp(task, task_names[TY_TASK_LANGUAGE_MODELING]))
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "it is not a language-modeling dataset");
+    if ((st = meta_int(meta, "version", DS_VERSION, DS_VERSION, &v, err)) ||
+        (st = meta_choice(meta, "format", formats, 2, &format, err)) ||
+        (st = meta_choice(meta, "token_dtype", dtypes, 2, &dtype, err)) ||
+        (st = meta_int(meta, "vocab_size", 1, TY_DS_MAX_VOCAB, &v, err)))
+        return st;
+    t->vocab_size = (uint32_t)v;
+    t->token_size = dtype == 0 ? 2 : 4;
+    if (t->token_size == 2 && t->vocab_size > 65536)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "meta.vocab_size %u does not fit uint16 ids",
+                       t->vocab_size);
+    if ((st = meta_int(meta, "num_tokens", 1, INT64_MAX / 4, &v, err)))
+        return st;
+    t->num_tokens = (uint64_t)v;
+    const json_t *tok = json_object_get(meta, "tokenizer");
+    if (json_is_string(tok) && !strcmp(json_string_value(tok), "byte"))
+        t->byte_tokenizer = 1;
+    else if (!json_is_null(tok))
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "meta.tokenizer must be \"byte\" or null");
+    if (t->byte_tokenizer && t->vocab_size != TY_DS_BYTE_VOCAB)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "meta.vocab_size must be %u for the byte tokenizer",
+                       TY_DS_BYTE_VOCAB);
+    if ((st = meta_int(meta, "x_offset", 0, INT64_MAX, &x_off, err)) ||
+        (st = meta_int(meta, "y_offset", 0, INT64_MAX, &y_off, err)))
+        return st;
+    uint64_t bytes = t->num_tokens * t->token_size;
+    if ((uint64_t)x_off < DS_HEADER_LEN + meta_len || x_off % DS_ALIGN != 0 ||
+        (uint64_t)y_off < (uint64_t)x_off + bytes)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "meta offsets are inconsistent (tokens at %lld)",
+                       (long long)x_off);
+    if ((uint64_t)x_off + bytes > file_size)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "the file is truncated: %llu bytes, but its tokens end "
+                       "at byte %llu",
+                       (unsigned long long)file_size,
+                       (unsigned long long)((uint64_t)x_off + bytes));
+    t->tokens = (const unsigned char *)t->map + x_off;
+    return TY_OK;
+}
+
+ty_status ty_tokens_open(const char *path, ty_tokens *t, ty_err *err)
+{
+    uint64_t meta_len = 0;
+    memset(t, 0, sizeof *t);
+    ty_status st =
+        map_tyds(path, &t->map, &t->map_len, &t->meta, &meta_len, err);
+    if (st == TY_EIO && !t->map)
+        return st;
+    if (st != TY_OK ||
+        (st = check_tokens_meta(t, t->map_len, meta_len, err)) != TY_OK)
+        goto fail;
+    for (uint64_t i = 0; i < t->num_tokens; i++)
+        if (ty_tokens_at(t, i) >= t->vocab_size) {
+            st = ty_fail(err, TY_EFORMAT, NULL,
+                         "token %llu is %u, outside the vocabulary of %u",
+                         (unsigned long long)i, ty_tokens_at(t, i),
+                         t->vocab_size);
+            goto fail;
+        }
+    return TY_OK;
+fail:
+    ty_err_prefix(err, "dataset %s", path);
+    if (err)
+        err->field[0] = '\0';
+    ty_tokens_close(t);
+    return st;
+}
+
+void ty_tokens_close(ty_tokens *t)
+{
+    if (!t)
+        return;
+    json_decref(t->meta);
+    if (t->map)
+        munmap(t->map, t->map_len);
+    memset(t, 0, sizeof *t);
 }
 
 void ty_dataset_close(ty_dataset *ds)

@@ -68,10 +68,18 @@
 #define TY_DS_MAX_LINE (1u << 20) /* bytes per CSV line */
 #define TY_DS_MAX_LABEL_LEN 256u  /* bytes per CSV class label */
 
-typedef enum { TY_TASK_CLASSIFICATION = 0, TY_TASK_REGRESSION = 1 } ty_task;
+/* A language-modeling dataset (formats "text" and "tokens") holds one flat
+ * token array, not examples: ty_dataset_open refuses it, ty_tokens_open
+ * opens it (see "Token datasets" below). */
+typedef enum {
+    TY_TASK_CLASSIFICATION = 0,
+    TY_TASK_REGRESSION = 1,
+    TY_TASK_LANGUAGE_MODELING = 2
+} ty_task;
 typedef enum { TY_DTYPE_F32 = 0, TY_DTYPE_U8 = 1 } ty_dtype;
 
-/* "classification"/"regression" and back; parse returns -1 if unknown. */
+/* "classification"/"regression"/"language_modeling" and back; parse returns
+ * -1 if unknown. */
 const char *ty_task_name(ty_task t);
 int ty_task_parse(const char *s);
 
@@ -203,5 +211,66 @@ ty_status ds_convert_idx_flags(const char *images_path, const char *labels_path,
  * NaN/Inf and count mismatches are TY_EFORMAT. */
 ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
                          const char *out_path, ty_err *err);
+
+/* ---- Token datasets ---------------------------------------------------
+ *
+ * A language-modeling dataset is a TYDS file (same header, meta and
+ * alignment) whose meta has "format" ("text"|"tokens"), "task"
+ * "language_modeling", "num_tokens", "vocab_size", "token_dtype" ("uint16"
+ * when vocab_size <= 65536, else "uint32"), "tokenizer" ("byte", or null
+ * for token ids made elsewhere) and "x_offset"/"y_offset" as every TYDS
+ * file: x is the flat token array (num_tokens little-endian ids, so a
+ * training window is a slice of the mapping), y is empty. */
+
+#define TY_DS_MAX_VOCAB (1u << 24)
+#define TY_DS_BYTE_VOCAB 256u
+
+/* An open, memory-mapped token dataset; pointers valid until
+ * ty_tokens_close. */
+typedef struct {
+    uint64_t num_tokens;
+    uint32_t vocab_size;
+    uint32_t token_size; /* bytes per id: 2 or 4 */
+    int byte_tokenizer;  /* 1: token i is byte i of the text */
+    const void *tokens;  /* num_tokens ids of token_size bytes */
+    json_t *meta;        /* owned; the header JSON */
+    void *map;           /* private */
+    size_t map_len;      /* private */
+} ty_tokens;
+
+/* Opens and validates a token dataset (meta, sizes, every id below
+ * vocab_size). A TYDS file of examples is TY_EFORMAT. */
+ty_status ty_tokens_open(const char *path, ty_tokens *t, ty_err *err);
+
+/* Unmaps and frees; safe on a zeroed struct. */
+void ty_tokens_close(ty_tokens *t);
+
+static inline uint32_t ty_tokens_at(const ty_tokens *t, uint64_t i)
+{
+    if (t->token_size == 2)
+        return ((const uint16_t *)t->tokens)[i];
+    return ((const uint32_t *)t->tokens)[i];
+}
+
+/* Text (format "text"): a UTF-8 file, tokenized with the byte tokenizer
+ * (token = byte, vocabulary 256) and stored as uint16 ids. The bytes are
+ * kept as they are (a byte-order mark, CRLF). Invalid UTF-8 is TY_EFORMAT
+ * naming the byte offset where the bad sequence starts (a sequence cut off
+ * by the end of the file too); an empty file is TY_EFORMAT. err->field is
+ * "file". flags: DS_CONVERT_NO_ECHO (messages never quote the file's bytes
+ * anyway). */
+ty_status ds_convert_text(const char *path, unsigned flags,
+                          const char *out_path, ty_err *err);
+
+/* Tokens (format "tokens"): token ids made elsewhere, recognised by their
+ * first bytes: a 1-D NPY array of uint8, uint16, int32 or int64, or llm.c's
+ * .bin (a header of 256 little-endian int32: magic 20240520, version 1, the
+ * token count, then that many uint16 ids). vocab_size (1 to
+ * TY_DS_MAX_VOCAB; 0 is TY_EINVAL naming "vocab_size") bounds the ids: an id
+ * outside 0..vocab_size-1 is TY_EFORMAT naming its position. A bad magic or
+ * version, a count that disagrees with the file's size, a truncated file:
+ * TY_EFORMAT with the offsets. */
+ty_status ds_convert_tokens(const char *path, uint32_t vocab_size,
+                            unsigned flags, const char *out_path, ty_err *err);
 
 #endif

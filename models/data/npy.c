@@ -29,22 +29,23 @@
 #include "models/data/dataset.h"
 #include "models/data/file.h"
 #include "models/data/input.h"
+#include "models/data/npy.h"
 
 #define NPY_MAX_HEADER 65536u
 #define NPY_MAX_NDIM 32
 
-typedef enum { NPY_F4, NPY_F8, NPY_U1, NPY_I4, NPY_I8 } npy_kind;
+typedef enum { NPY_F4, NPY_F8, NPY_U1, NPY_I4, NPY_I8, NPY_U2 } npy_kind;
 
 static const struct {
     const char *descr;
     npy_kind kind;
 } npy_dtypes[] = {
-    {"<f4", NPY_F4}, {"<f8", NPY_F8}, {"|u1", NPY_U1},
-    {"<u1", NPY_U1}, {"<i4", NPY_I4}, {"<i8", NPY_I8},
+    {"<f4", NPY_F4}, {"<f8", NPY_F8}, {"|u1", NPY_U1}, {"<u1", NPY_U1},
+    {"<i4", NPY_I4}, {"<i8", NPY_I8}, {"<u2", NPY_U2},
 };
 
-static const size_t npy_itemsize[] = {
-    [NPY_F4] = 4, [NPY_F8] = 8, [NPY_U1] = 1, [NPY_I4] = 4, [NPY_I8] = 8};
+static const size_t npy_itemsize[] = {[NPY_F4] = 4, [NPY_F8] = 8, [NPY_U1] = 1,
+                                      [NPY_I4] = 4, [NPY_I8] = 8, [NPY_U2] = 2};
 
 typedef struct {
     char descr[32];
@@ -323,7 +324,7 @@ static ty_status npy_read_header(ds_input *in, npy_header *h, ty_err *err)
         else
             st = ty_fail(err, TY_EFORMAT, in->field,
                          "%s: dtype '%s' is not supported (use float32, "
-                         "float64, uint8, int32 or int64)",
+                         "float64, uint8, uint16, int32 or int64)",
                          in->name, shown);
         goto done;
     }
@@ -374,6 +375,7 @@ static double npy_value(npy_kind kind, const unsigned char *p)
             return v;
         }
         case NPY_U1: return p[0];
+        case NPY_U2: return p[0] | p[1] << 8;
         case NPY_I4: {
             int32_t v;
             memcpy(&v, p, 4);
@@ -390,7 +392,7 @@ static double npy_value(npy_kind kind, const unsigned char *p)
 
 static int npy_is_integer(npy_kind kind)
 {
-    return kind == NPY_U1 || kind == NPY_I4 || kind == NPY_I8;
+    return kind == NPY_U1 || kind == NPY_U2 || kind == NPY_I4 || kind == NPY_I8;
 }
 
 /* ---- values in C order --------------------------------------------------- */
@@ -850,4 +852,30 @@ done:
     free(seen);
     free(class_of);
     return st;
+}
+
+/* ---- for token files (tokens.c) ------------------------------------------ */
+
+ty_status ds_npy_probe(ds_input *in, ds_npy_info *info, ty_err *err)
+{
+    npy_header h;
+    ty_status st = npy_read_header(in, &h, err);
+    if (st != TY_OK)
+        return st;
+    memset(info, 0, sizeof *info);
+    snprintf(info->descr, sizeof info->descr, "%s", h.descr);
+    info->itemsize = npy_itemsize[h.kind];
+    info->is_int = npy_is_integer(h.kind);
+    info->is_signed = h.kind == NPY_I4 || h.kind == NPY_I8;
+    info->ndim = h.ndim;
+    info->data_offset = h.data_offset;
+    uint64_t count = 1;
+    for (uint32_t i = 0; i < h.ndim; i++) {
+        if (h.shape[i] && count > UINT64_MAX / 8 / h.shape[i])
+            return ty_fail(err, TY_EFORMAT, in->field,
+                           "%s: its shape is too large", in->name);
+        count *= h.shape[i];
+    }
+    info->count = count;
+    return npy_check_size(in, &h, count, err);
 }

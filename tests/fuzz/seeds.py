@@ -61,6 +61,23 @@ put('npy', 'nan', npy('<f4', (1, 1), struct.pack('<f', float('nan'))) + YS + npy
 put('npy', 'huge_shape', npy('<f4', (2**62, 2**62), b'') + YS + npy('<i8', (1,), bytes(8)))
 put('npy', 'bad_header', b'\x93NUMPY\x01\x00\x10\x00{"descr": 1    }' + YS)
 
+# tokens: first byte even = text (the rest is the file); odd = tokens
+# (3 bytes of vocab_size, little-endian, then an NPY or llm.c .bin file)
+def vocab(v): return b'\x01' + struct.pack('<I', v)[:3]
+def llmc_bin(magic, version, count, ids): return struct.pack('<3i', magic, version, count) + bytes(1012) + struct.pack('<%dH' % len(ids), *ids)
+put('tokens', 'text_utf8', b'\x00' + 'héllo wörld 😀\r\n'.encode())
+put('tokens', 'text_bad_utf8', b'\x00abc\xe2\x82(\xed\xa0\x80\xf4\x90\x80\x80\xc0\xaf')
+put('tokens', 'text_cut', b'\x00abc\xf0\x9f\x98')
+put('tokens', 'text_empty', b'\x00')
+put('tokens', 'bin', vocab(50257) + llmc_bin(20240520, 1, 3, [50256, 0, 7]))
+put('tokens', 'bin_over_vocab', vocab(256) + llmc_bin(20240520, 1, 2, [1, 300]))
+put('tokens', 'bin_count', vocab(256) + llmc_bin(20240520, 1, 9, [1, 2]))
+put('tokens', 'bin_version', vocab(256) + llmc_bin(20240520, 2, 1, [1]))
+put('tokens', 'npy_u2', vocab(65536) + npy('<u2', (3,), struct.pack('<3H', 1, 65535, 2)))
+put('tokens', 'npy_i8_neg', vocab(10) + npy('<i8', (2,), struct.pack('<2q', 3, -1)))
+put('tokens', 'npy_i4_2d', vocab(10) + npy('<i4', (1, 2), struct.pack('<2i', 3, 1)))
+put('tokens', 'npy_f4', vocab(10) + npy('<f4', (1,), struct.pack('<f', 1)))
+
 # safetensors
 def st(tensors, meta=None, extra=b''):
     h = {}

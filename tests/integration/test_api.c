@@ -356,7 +356,7 @@ static void test_bad_uploads_get_422(void **state)
                              NULL};
     expect_upload_422(missing, "'file' is missing");
     const char *badfmt[] = {"name=n", "format=parquet", p1, NULL};
-    expect_upload_422(badfmt, "csv, idx or npy");
+    expect_upload_422(badfmt, "csv, idx, npy, text or tokens");
     const char *unknown[] = {"name=n", "format=csv", "label_column=label",
                              p1,       "colour=red", NULL};
     expect_upload_422(unknown, "colour");

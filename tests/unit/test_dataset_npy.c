@@ -605,7 +605,7 @@ static void test_unsupported_dtypes(void **state)
         convert_bad(-1, TY_EFORMAT, "x", &err);
         snprintf(want, sizeof want,
                  "x.npy: dtype '%s' is not supported (use float32, float64, "
-                 "uint8, int32 or int64)",
+                 "uint8, uint16, int32 or int64)",
                  others[i]);
         assert_string_equal(err.msg, want);
     }

@@ -1,0 +1,201 @@
+/*
+ * Integration tests for the client's views of text and tokens datasets
+ * (issue 31's text data): the built client run as a subprocess against a
+ * real server.
+ *
+ *   upload          --format text and --format tokens pass their fields
+ *                   (tokenizer=, vocab_size=); the reply line counts tokens
+ *   datasets show   the tokenizer, vocabulary and token count, then the
+ *                   sample (text, or the first ids)
+ *   datasets list   the token count where examples are counted
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common/fsutil.h"
+#include "harness.h"
+
+static srv server;
+static char home[PATH_MAX];
+static char env_url[128], env_key[160];
+
+typedef struct {
+    int code;
+    char *out, *err;
+} run_result;
+
+static char *slurp(const char *path)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    if (fs_read_all(path, 16u << 20, &buf, &len, NULL) != TY_OK)
+        return strdup("");
+    return buf;
+}
+
+/* Runs `trainyard args...` against the test server, HOME in the test
+ * folder. */
+static void run_cli(run_result *r, const char *const *args)
+{
+    static int seq;
+    char out_path[PATH_MAX + 32], err_path[PATH_MAX + 32];
+    snprintf(out_path, sizeof out_path, "%s/run%d.out", home, seq);
+    snprintf(err_path, sizeof err_path, "%s/run%d.err", home, seq++);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(in, 0);
+        dup2(out, 1);
+        dup2(err, 2);
+        if (chdir(home) != 0)
+            _exit(126);
+        setenv("HOME", home, 1);
+        setenv("XDG_CONFIG_HOME", home, 1);
+        setenv("TRAINYARD_URL", env_url, 1);
+        setenv("TRAINYARD_KEY", env_key, 1);
+        const char *argv[32] = {getenv("TRAINYARD_BIN")};
+        int n = 1;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    r->code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    r->out = slurp(out_path);
+    r->err = slurp(err_path);
+}
+
+#define RUN(r, ...) run_cli((r), (const char *const[]){__VA_ARGS__, NULL})
+
+static void run_free(run_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+static void expect_code(const run_result *r, int code)
+{
+    if (r->code != code)
+        fail_msg("exit %d, wanted %d\nstderr: %.1500s\nstdout: %.1500s",
+                 r->code, code, r->err, r->out);
+}
+
+static void expect_in(const char *what, const char *text, const char *needle)
+{
+    if (!strstr(text, needle))
+        fail_msg("%s: '%s' not in:\n%s", what, needle, text);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    temp_dir(home);
+    if (srv_start(&server, NULL, NULL) != 0)
+        return -1;
+    snprintf(env_url, sizeof env_url, "%s", server.base);
+    snprintf(env_key, sizeof env_key, "%s", server.key);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    srv_stop(&server, SIGTERM);
+    srv_cleanup(&server);
+    if (!getenv("TY_KEEP_TEST_DATA"))
+        fs_remove_tree(home, NULL);
+    return 0;
+}
+
+static void test_text_upload_show_list(void **state)
+{
+    (void)state;
+    char path[PATH_MAX + 16], part[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/poem.txt", home);
+    const char *poem = "Shall I compare thee to a summer\xe2\x80\x99s day?\n";
+    write_file(path, poem, strlen(poem));
+    snprintf(part, sizeof part, "file=@%s", path);
+    run_result r;
+    RUN(&r, "datasets", "upload", "poem", "--format", "text", part,
+        "tokenizer=byte");
+    expect_code(&r, 0);
+    char want[128];
+    snprintf(want, sizeof want, "%zu tokens, vocabulary 256, byte tokenizer",
+             strlen(poem));
+    expect_in("upload", r.out, want);
+    run_free(&r);
+
+    RUN(&r, "datasets", "show", "poem");
+    expect_code(&r, 0);
+    expect_in("show", r.out, "tokenizer");
+    expect_in("show", r.out, "vocab_size");
+    expect_in("show", r.out, "num_tokens");
+    expect_in("show", r.out, "language_modeling");
+    expect_in("show", r.out, "sample (the first");
+    expect_in("show", r.out, poem);
+    run_free(&r);
+
+    RUN(&r, "datasets", "list");
+    expect_code(&r, 0);
+    snprintf(want, sizeof want, "%zu tokens", strlen(poem));
+    expect_in("list", r.out, want);
+    run_free(&r);
+
+    /* BPE is refused naming the field (exit code 4: a 422) */
+    RUN(&r, "datasets", "upload", "poem2", "--format", "text", part,
+        "tokenizer=bpe");
+    expect_code(&r, 4);
+    expect_in("bpe", r.err, "field: tokenizer");
+    run_free(&r);
+}
+
+static void test_tokens_upload_show(void **state)
+{
+    (void)state;
+    char path[PATH_MAX + 16], part[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/ids.npy", home);
+    const int64_t ids[] = {7, 0, 1234};
+    write_npy_i64(path, ids, 3);
+    snprintf(part, sizeof part, "file=@%s", path);
+    run_result r;
+    RUN(&r, "datasets", "upload", "ids", "--format", "tokens", part,
+        "vocab_size=2000");
+    expect_code(&r, 0);
+    expect_in("upload", r.out, "3 tokens, vocabulary 2000, no tokenizer");
+    run_free(&r);
+
+    RUN(&r, "datasets", "show", "ids");
+    expect_code(&r, 0);
+    expect_in("show", r.out, "sample (the first token ids):\n[7,0,1234]");
+    run_free(&r);
+
+    RUN(&r, "datasets", "upload", "ids2", "--format", "tokens", part);
+    expect_code(&r, 4);
+    expect_in("no vocab_size", r.err, "field: vocab_size");
+    run_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_text_upload_show_list),
+        cmocka_unit_test(test_tokens_upload_show),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
