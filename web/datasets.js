@@ -8,7 +8,14 @@ const FORMATS = {
   csv: {files: [['file', 'CSV file (header row)']], label: true, task: true},
   idx: {files: [['images', 'Images (IDX, .gz ok)'], ['labels', 'Labels (IDX, .gz ok)']]},
   npy: {files: [['x', 'Inputs x (.npy)'], ['y', 'Targets y (.npy)']], task: true},
+  // Language-model data (the byte tokenizer; token ids made elsewhere).
+  text: {files: [['file', 'Text file (UTF-8)']]},
+  tokens: {files: [['file', 'Token ids (.npy or llm.c .bin)']], vocab: true},
 };
+
+const isText = (d) => d.task === 'language_modeling';
+// A dataset's size in its own unit: examples, or tokens for text.
+const sizeText = (d) => (isText(d) ? `${Number(d.num_tokens).toLocaleString()} tokens` : String(d.num_examples));
 
 export function datasetsPage(root) {
   const banner = h('p', {class: 'banner', role: 'alert'});
@@ -18,22 +25,29 @@ export function datasetsPage(root) {
   const label = h('input', {id: 'ds-label_column', name: 'label_column', placeholder: 'label'});
   const task = h('select', {id: 'ds-task', name: 'task'}, ['', 'classification', 'regression'].map((t) =>
     h('option', {value: t, text: t || '(from the data)'})));
+  const vocab = h('input', {id: 'ds-vocab_size', name: 'vocab_size', type: 'number', min: 1, step: 1, placeholder: '50257'});
   const files = {};
   for (const f of Object.values(FORMATS)) for (const [part] of f.files)
     files[part] = h('input', {id: `ds-${part}`, name: part, type: 'file'});
+  // One control per part; a part several formats share (csv's, text's and
+  // tokens' "file") takes the chosen format's label in showFormat.
   const fileFields = Object.fromEntries(Object.entries(FORMATS).flatMap(([, f]) =>
     f.files.map(([part, text]) => [part, field(text, files[part])])));
+  const vocabField = field('Vocabulary size', vocab);
   const labelField = field('Label column (csv)', label), taskField = field('Task', task);
   const progress = h('progress', {id: 'upload-progress', max: 1, value: 0, hidden: true, 'aria-label': 'Upload progress'});
   const result = h('p', {id: 'upload-result', role: 'status'});
   const formError = h('p', {class: 'banner', id: 'upload-error', role: 'alert'});
   const submit = h('button', {type: 'submit', text: 'Upload'});
-  const controls = {name, format, label_column: label, task, ...files};
+  const controls = {name, format, label_column: label, task, vocab_size: vocab, ...files};
 
   function showFormat() {
     const f = FORMATS[format.value];
     const parts = new Set(f.files.map(([p]) => p));
     for (const [part, el] of Object.entries(fileFields)) { el.hidden = !parts.has(part); files[part].required = parts.has(part); }
+    for (const [part, text] of f.files) fileFields[part].querySelector('label').textContent = text;
+    vocabField.hidden = !f.vocab;
+    vocab.required = !!f.vocab;
     labelField.hidden = !f.label;
     taskField.hidden = !f.task;
   }
@@ -49,6 +63,7 @@ export function datasetsPage(root) {
     fd.append('format', format.value);
     if (f.label && label.value) fd.append('label_column', label.value);
     if (f.task && task.value) fd.append('task', task.value);
+    if (f.vocab) fd.append('vocab_size', vocab.value);
     for (const [part] of f.files) fd.append(part, files[part].files[0]);
     submit.disabled = true;
     progress.hidden = false;
@@ -57,7 +72,7 @@ export function datasetsPage(root) {
       const doc = await upload('/v1/datasets', fd, (x) => { progress.value = x; });
       progress.value = 1;
       result.replaceChildren('Uploaded ', h('a', {href: `#/datasets/${doc.id}`, text: doc.name}),
-        ` (${doc.id}): ${doc.num_examples} examples.`);
+        ` (${doc.id}): ${isText(doc) ? sizeText(doc) : `${doc.num_examples} examples`}.`);
       result.dataset.id = doc.id;
       form.reset();
       showFormat();
@@ -68,7 +83,7 @@ export function datasetsPage(root) {
     } finally { submit.disabled = false; }
   }},
   h('h2', {text: 'Upload a dataset'}), formError,
-  h('div', {class: 'row'}, field('Name', name), field('Format', format), labelField, taskField),
+  h('div', {class: 'row'}, field('Name', name), field('Format', format), labelField, taskField, vocabField),
   h('div', {class: 'row'}, Object.values(fileFields)),
   h('div', {class: 'row'}, submit, progress), result);
   showFormat();
@@ -83,7 +98,7 @@ export function datasetsPage(root) {
       const doc = await api('/v1/datasets?limit=200');
       tbody.replaceChildren(...doc.items.map((d) => h('tr', {'data-dataset-id': d.id},
         h('td', {'data-label': columns[0]}, h('a', {href: `#/datasets/${d.id}`, text: d.name})),
-        [d.format, d.task, d.num_examples, JSON.stringify(d.input_shape), fmtBytes(d.bytes), fmtTime(d.created_at)]
+        [d.format, d.task, sizeText(d), isText(d) ? '—' : JSON.stringify(d.input_shape), fmtBytes(d.bytes), fmtTime(d.created_at)]
           .map((v, i) => h('td', {'data-label': columns[i + 1], text: v})))));
       if (!doc.items.length) tbody.append(h('tr', {}, h('td', {colspan: 7, class: 'muted', text: 'No datasets yet.'})));
     } catch (e) { if (e.status !== 401) banner.textContent = `Could not load datasets: ${e.message}`; }
@@ -110,14 +125,17 @@ export function datasetPage(root, id) {
   api(`/v1/datasets/${id}`).then((d) => {
     head.replaceChildren(h('h1', {text: d.name}), deleteControl(d));
     facts.replaceChildren(h('section', {class: 'card', id: 'dataset'}, kv([
-      ['Id', d.id], ['Format', d.format], ['Task', d.task], ['Examples', String(d.num_examples)],
-      ['Input shape', JSON.stringify(d.input_shape)],
+      ['Id', d.id], ['Format', d.format], ['Task', d.task],
+      ...(isText(d) ? [['Tokens', Number(d.num_tokens).toLocaleString()], ['Vocabulary', Number(d.vocab_size).toLocaleString()],
+        ['Tokenizer', d.tokenizer || 'none (token ids made elsewhere)']]
+        : [['Examples', String(d.num_examples)], ['Input shape', JSON.stringify(d.input_shape)]]),
       d.classes ? ['Classes', d.classes.join(', ')] : null,
       d.num_targets ? ['Targets', String(d.num_targets)] : null,
       d.feature_names ? ['Features', d.feature_names.join(', ')] : null,
       d.label_column ? ['Label column', d.label_column] : null,
       ['Size', fmtBytes(d.bytes)], ['SHA-256', d.sha256], ['Created', fmtTime(d.created_at)],
-    ]), h('p', {}, h('a', {href: `#/new?dataset=${d.id}`, text: 'Train a model on it'}))));
+    ]), isText(d) ? h('p', {class: 'muted', text: 'Language-model training is not built yet: this dataset can be stored and read, not trained on.'})
+      : h('p', {}, h('a', {href: `#/new?dataset=${d.id}`, text: 'Train a model on it'}))));
     if (Array.isArray(d.columns) && d.columns.length) showColumns(columns, d);
     if (d.task === 'classification') showBalance(balance, d);
     showPreview(preview, d).catch((e) => {
@@ -221,6 +239,7 @@ const fmtValue = (v) => (v === null ? '—' : typeof v === 'number' ? String(Num
 
 const PREVIEW_IMAGES = 12, PREVIEW_ROWS = 8;
 async function showPreview(section, d) {
+  if (isText(d)) return showWindows(section, d);
   const limit = d.input_shape.length === 1 ? PREVIEW_ROWS : PREVIEW_IMAGES;
   const doc = await api(`/v1/datasets/${d.id}/examples?limit=${limit}`);
   const title = h('h2', {text: 'First examples'});
@@ -253,6 +272,17 @@ async function showPreview(section, d) {
   }
   section.replaceChildren(title, note, h('p', {class: 'muted',
     text: `Examples of shape ${JSON.stringify(d.input_shape)} are not drawn here; GET /v1/datasets/${d.id}/examples returns them.`}));
+}
+
+// A text dataset's first token windows: decoded text for the byte
+// tokenizer, the ids otherwise.
+const WINDOWS = 4, WINDOW = 64;
+async function showWindows(section, d) {
+  const doc = await api(`/v1/datasets/${d.id}/examples?limit=${WINDOWS}&length=${WINDOW}`);
+  const title = h('h2', {text: 'First tokens'});
+  const note = h('p', {class: 'muted', text: `Windows 1–${doc.items.length} of ${doc.total}, ${WINDOW} tokens each${d.tokenizer ? ', decoded' : ''}.`});
+  section.replaceChildren(title, note, ...doc.items.map((it) => h('pre', {class: 'token-window', 'data-index': it.index},
+    typeof it.text === 'string' ? it.text : it.ids.join(' '))));
 }
 
 // The jobs that train or validate on it and the models trained on it: the
