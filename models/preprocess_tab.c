@@ -17,10 +17,10 @@
  * / n); a near-constant feature (var <= n eps var + (n T eps)^2) has scale
  * 1; (x - mean) / std is applied in double and rounded to float32 once.
  * The statistics are stored as doubles (JSON numbers of 17 digits, which
- * read back exactly). numpy sums pairwise where this sums in order, so the
- * last bit of a double statistic may differ; that changes a float32 input
- * only when the double result lies within that bit of a float32 rounding
- * boundary.
+ * read back exactly). Sums are numpy's pairwise sums (pairwise_sum): an
+ * in-order sum differs in the last bits, and where an imputed value
+ * cancels against the mean (inputs near 1e-15) that showed in the float32
+ * input.
  */
 #include <float.h>
 #include <math.h>
