@@ -263,7 +263,7 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
     if (s == TY_OK && cols) {
         /* raw CSV rows (strings, nulls): a tree of them, as small as the
          * body the server took */
-        json_t *rows = json_loadb(b->inputs.p, b->inputs.len, 0, NULL);
+        json_t *rows = serve_tab_rows_load(b->inputs.p, b->inputs.len);
         if (rows)
             s = serve_tab_decode(cols, rows, f, rn.x, err);
         else if ((s = serve_predict_check(b, err)) == TY_OK)

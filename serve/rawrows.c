@@ -17,6 +17,12 @@ const json_t *serve_tab_columns(const nn_net *net)
                                             : NULL;
 }
 
+json_t *serve_tab_rows_load(const char *text, size_t len)
+{
+    json_t *rows = json_loadb(text, len, 0, NULL);
+    return rows ? rows : json_loadb(text, len, JSON_DECODE_INT_AS_REAL, NULL);
+}
+
 ty_status serve_tab_decode(const json_t *columns, const json_t *rows,
                            uint64_t features, float *x, ty_err *err)
 {

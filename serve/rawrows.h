@@ -24,6 +24,12 @@
  * (borrowed from the net). */
 const json_t *serve_tab_columns(const nn_net *net);
 
+/* The predict body's inputs text (valid JSON: serve_predict_check) as
+ * rows for serve_tab_decode; an integer past int64, which jansson does
+ * not read as an integer, as a real (as the numeric decoder reads every
+ * number). NULL when out of memory. */
+json_t *serve_tab_rows_load(const char *text, size_t len);
+
 /* Encodes the rows (a JSON array of raw rows) with columns into x (rows *
  * features floats, NaN for a missing number). Errors name the row
  * ("inputs[3]") and cell; TY_EINVAL. */

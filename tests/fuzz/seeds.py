@@ -184,3 +184,13 @@ put('tensor', 'json_fp16', bytes([9, 3, 254]) + json.dumps({"inputs": [{"name": 
 put('tensor', 'json_bool', bytes([0, 1, 254]) + b'{"inputs": [{"data": [true, false, 1]}], "parameters": {"binary_data_output": true}}')
 put('tensor', 'gzip_json', bytes([11, 1, 255]) + gzip.compress(b'{"inputs": [{"data": [1.5, 2]}]}', mtime=0))
 put('tensor', 'deflate_json', bytes([0x80 | 11, 1, 255]) + __import__('zlib').compress(b'{"inputs": [{"data": [1.5, 2]}]}'))
+
+# Tabular raw rows: "<path><batch><body>" (fuzz_tabular.c; path 0 REST
+# predict, 1 KServe JSON BYTES, 2 KServe binary BYTES; batch 1 + byte % 16)
+put('tabular', 'rest_arrays', b'\x00\x00' + json.dumps({"inputs": [[41, True, "red"], [None, "no", ""], ["3.5", "YES", "purple"], ["", None, None]]}).encode())
+put('tabular', 'rest_objects', b'\x00\x00' + json.dumps({"inputs": [{"age": 1e3, "color": "blue"}, {"member": False}, {"nope": 1}]}).encode())
+put('tabular', 'rest_bad_cell', b'\x00\x00' + json.dumps({"inputs": [["abc", True, "red"], [1e39, 1, [2]]]}).encode())
+put('tabular', 'kserve_json', b'\x01\x01' + json.dumps({"inputs": [{"name": "input", "shape": [2, 3], "datatype": "BYTES", "data": [["7", "true", "green"], [None, 1.5, ""]]}]}).encode())
+def bytes_el(*cells): return b''.join(struct.pack('<I', len(c)) + c for c in cells)
+put('tabular', 'kserve_binary', b'\x02\x01' + bytes_el(b'12', b'false', b'red', b'', b'yes', b'\xff\x00'))
+put('tabular', 'kserve_binary_short', b'\x02\x00' + struct.pack('<I', 9) + b'1e5')

@@ -137,6 +137,15 @@ static void test_train_and_predict_raw_rows(void **state)
     assert_non_null(strstr(r->body, "garden"));
     resp_free(r);
 
+    /* an integer past int64 is valid JSON: a number out of the float32
+     * range (it was a 503, "out of memory, try again": jansson refused it) */
+    r = http_json(&server, "POST", url,
+                  "{\"inputs\": [[411111111111111111111111111111111111111111"
+                  "11111111, \"rome\", \"yes\"]]}");
+    expect_status(r, 422);
+    assert_non_null(strstr(r->body, "float32 range"));
+    resp_free(r);
+
     /* what the network sees: the unseen city is all zeros */
     snprintf(url, sizeof url, "/v1/models/%s/transform", model);
     r = http_json(&server, "POST", url,
