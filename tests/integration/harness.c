@@ -499,3 +499,64 @@ void raw_read_reply(int fd, double timeout_s, raw_resp *out)
     snprintf(out->head, sizeof out->head, "%.*s", (int)(sep - buf), buf);
     snprintf(out->body, sizeof out->body, "%s", sep + 4);
 }
+
+/* ---- the CLI ---- */
+
+static char *slurp_file(const char *path)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    if (fs_read_all(path, 16u << 20, &buf, &len, NULL) != TY_OK)
+        return strdup("");
+    return buf;
+}
+
+void cli_run(cli_result *r, const char *home, const char *url, const char *key,
+             const char *const *args)
+{
+    static int seq;
+    char out_path[PATH_MAX + 32], err_path[PATH_MAX + 32];
+    snprintf(out_path, sizeof out_path, "%s/run%d.out", home, seq);
+    snprintf(err_path, sizeof err_path, "%s/run%d.err", home, seq++);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int in = open("/dev/null", O_RDONLY);
+        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+        dup2(in, 0);
+        dup2(out, 1);
+        dup2(err, 2);
+        if (chdir(home) != 0)
+            _exit(126);
+        setenv("HOME", home, 1);
+        setenv("XDG_CONFIG_HOME", home, 1);
+        setenv("TRAINYARD_URL", url, 1);
+        setenv("TRAINYARD_KEY", key, 1);
+        const char *argv[32] = {getenv("TRAINYARD_BIN")};
+        int n = 1;
+        for (int i = 0; args[i] && n < 31; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    r->code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
+    r->out = slurp_file(out_path);
+    r->err = slurp_file(err_path);
+}
+
+void cli_result_free(cli_result *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+void cli_expect_code(const cli_result *r, int code)
+{
+    if (r->code != code)
+        fail_msg("exit %d, wanted %d\nstderr: %.1500s\nstdout: %.1500s",
+                 r->code, code, r->err, r->out);
+}

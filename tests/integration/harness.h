@@ -130,4 +130,21 @@ typedef struct {
  * "100 Continue" came. */
 void raw_read_reply(int fd, double timeout_s, raw_resp *out);
 
+/* One `trainyard` CLI run ($TRAINYARD_BIN): its exit code (-1 when it did
+ * not exit), stdout and stderr (allocated; cli_result_free). */
+typedef struct {
+    int code;
+    char *out, *err;
+} cli_result;
+
+/* Runs the CLI with args (NULL-terminated) in folder home (also its HOME
+ * and XDG_CONFIG_HOME, and where its output is kept), TRAINYARD_URL url,
+ * TRAINYARD_KEY key, stdin /dev/null. */
+void cli_run(cli_result *r, const char *home, const char *url, const char *key,
+             const char *const *args);
+void cli_result_free(cli_result *r);
+
+/* Fails the test, showing both outputs, unless r exited with code. */
+void cli_expect_code(const cli_result *r, int code);
+
 #endif

@@ -29,72 +29,14 @@ static srv server;
 static char home[PATH_MAX];
 static char env_url[128], env_key[160];
 
-typedef struct {
-    int code;
-    char *out, *err;
-} run_result;
+typedef cli_result run_result;
 
-static char *slurp(const char *path)
-{
-    char *buf = NULL;
-    size_t len = 0;
-    if (fs_read_all(path, 16u << 20, &buf, &len, NULL) != TY_OK)
-        return strdup("");
-    return buf;
-}
-
-/* Runs `trainyard args...` against the test server, HOME in the test
- * folder. */
-static void run_cli(run_result *r, const char *const *args)
-{
-    static int seq;
-    char out_path[PATH_MAX + 32], err_path[PATH_MAX + 32];
-    snprintf(out_path, sizeof out_path, "%s/run%d.out", home, seq);
-    snprintf(err_path, sizeof err_path, "%s/run%d.err", home, seq++);
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int in = open("/dev/null", O_RDONLY);
-        int out = open(out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        int err = open(err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        dup2(in, 0);
-        dup2(out, 1);
-        dup2(err, 2);
-        if (chdir(home) != 0)
-            _exit(126);
-        setenv("HOME", home, 1);
-        setenv("XDG_CONFIG_HOME", home, 1);
-        setenv("TRAINYARD_URL", env_url, 1);
-        setenv("TRAINYARD_KEY", env_key, 1);
-        const char *argv[32] = {getenv("TRAINYARD_BIN")};
-        int n = 1;
-        for (int i = 0; args[i] && n < 31; i++)
-            argv[n++] = args[i];
-        argv[n] = NULL;
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int ws = 0;
-    waitpid(pid, &ws, 0);
-    r->code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-    r->out = slurp(out_path);
-    r->err = slurp(err_path);
-}
-
-#define RUN(r, ...) run_cli((r), (const char *const[]){__VA_ARGS__, NULL})
-
-static void run_free(run_result *r)
-{
-    free(r->out);
-    free(r->err);
-}
-
-static void expect_code(const run_result *r, int code)
-{
-    if (r->code != code)
-        fail_msg("exit %d, wanted %d\nstderr: %.1500s\nstdout: %.1500s",
-                 r->code, code, r->err, r->out);
-}
+/* `trainyard args...` against the test server, HOME in the test folder. */
+#define RUN(r, ...)                      \
+    cli_run((r), home, env_url, env_key, \
+            (const char *const[]){__VA_ARGS__, NULL})
+#define run_free cli_result_free
+#define expect_code cli_expect_code
 
 static void expect_in(const char *what, const char *text, const char *needle)
 {
