@@ -23,6 +23,20 @@
  * lr * g / (|g| + eps), would turn the 1e-7 relative rounding of a gradient
  * near eps into a percent of its update: torch itself differs that much
  * between float32 and float64 there.
+ *
+ * Language-model cases (task "language_modeling", issue 31; llm.c's
+ * test_gpt2.c checks the same things): the input is (N, T) token ids as
+ * float32, "targets" (N, T) the next-token ids as float32 (-1: ignored),
+ * given to nn_loss as values, as regression targets are. On top of the
+ * relative measure: the logits within 1e-5 absolute, the loss (the summed
+ * loss nn_loss returns over the counted positions) within 1e-6 absolute;
+ * ten AdamW steps that each side runs on its own from the same weights on
+ * ten stored batches, each step's loss within 1e-5 absolute; and the
+ * weight exchange: torch's state dict saved as a trainyard model file
+ * (<case>.model.safetensors) imports (nn_model_import), its tensors have
+ * exactly the engine's names and shapes, and the engine's state block
+ * written as a model file (<case>.engine.safetensors) holds torch's
+ * initial weights bit for bit (check_exchange.py then loads it into torch).
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +52,10 @@
 #define TOL 1e-4
 #define FLOOR_KIND 1e-3
 #define FLOOR_ABS 1e-6
+#define LM_LOGITS_ABS 1e-5 /* language models, absolute */
+#define LM_LOSS_ABS 1e-6
+#define LM_TRAJ_ABS 1e-5 /* each of the ten AdamW steps' losses */
+#define LM_IGNORE (-1.0f)
 
 typedef struct {
     const char *name;
@@ -109,6 +127,32 @@ static double compare(pcase *c, const char *what, const float *ours,
     return rel;
 }
 
+/* max|ours - t| over t's values must be <= tol; prints the result. */
+static void compare_abs(pcase *c, const char *what, const float *ours,
+                        const st_tensor *t, double tol)
+{
+    double diff = 0;
+    for (uint64_t i = 0; i < t->numel; i++) {
+        diff = fmax(diff, fabs((double)ours[i] - ref_at(t, i)));
+        if (!isfinite(ours[i]))
+            diff = INFINITY;
+    }
+    int ok = diff <= tol;
+    printf("  %-4s %-34s abs %.3e  (limit %.0e)\n", ok ? "ok" : "FAIL", what,
+           diff, tol);
+    if (!ok)
+        c->failed = 1;
+}
+
+/* The positions a language model's targets count (not LM_IGNORE). */
+static uint64_t lm_counted(const float *targets, uint64_t len)
+{
+    uint64_t k = 0;
+    for (uint64_t i = 0; i < len; i++)
+        k += targets[i] != LM_IGNORE;
+    return k;
+}
+
 static const char *meta(pcase *c, const char *key)
 {
     const char *v = st_meta(&c->ref, key);
@@ -161,6 +205,147 @@ static double kind_scale(pcase *c, const char *prefix, const char *base)
     return s;
 }
 
+/* The weight exchange of a language-model case, on the initial state
+ * (param.*, already in c->state): torch's model file imports, has the
+ * engine's names and shapes and no other tensor, and the engine's state
+ * block written under its names equals it bit for bit. */
+static void lm_exchange(pcase *c, const char *dir, const json_t *spec,
+                        ty_task task, uint32_t outs)
+{
+    char torch_path[4096], imp_path[4096], eng_path[4096];
+    ty_err err = {0};
+    nn_net *net = NULL;
+    st_file tf = {0};
+    const nn_arch *a = &c->arch;
+    snprintf(torch_path, sizeof torch_path, "%s/%s.model.safetensors", dir,
+             c->name);
+    snprintf(imp_path, sizeof imp_path, "%s/%s.imported.safetensors", dir,
+             c->name);
+    snprintf(eng_path, sizeof eng_path, "%s/%s.engine.safetensors", dir,
+             c->name);
+    if (nn_model_import(torch_path, NULL, imp_path, &net, &err) != TY_OK) {
+        fail(c, "torch's state dict does not import as a model file: %s (%s)",
+             err.msg, err.field);
+        return;
+    }
+    nn_net_destroy(net);
+    if (st_open(torch_path, &tf, &err) != TY_OK) {
+        fail(c, "%s (%s)", err.msg, torch_path);
+        return;
+    }
+    st_out_tensor *out = calloc(a->n_tensors + 1, sizeof *out);
+    nn_preproc pp = {.kind = NN_PRE_NONE};
+    json_t *meta = nn_model_metadata(spec, task, &a->input, outs, NULL, &pp);
+    if (!out || !meta) {
+        fail(c, "out of memory%s%s", "", "");
+        goto done;
+    }
+    int same = tf.count == a->n_tensors;
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const nn_named_tensor *nt = &a->tensors[i];
+        const float *ours = c->state + nt->offset;
+        out[i] = (st_out_tensor){.name = nt->name,
+                                 .dtype = ST_F32,
+                                 .ndim = nt->desc->ndim,
+                                 .data = ours};
+        for (uint32_t d = 0; d < nt->desc->ndim; d++)
+            out[i].shape[d] = nt->desc->shape[d];
+        const st_tensor *t = st_find(&tf, nt->name);
+        int ok = t && t->dtype == ST_F32 && t->ndim == nt->desc->ndim &&
+                 t->numel == nt->desc->numel;
+        for (uint32_t d = 0; ok && d < t->ndim; d++)
+            ok = t->shape[d] == nt->desc->shape[d];
+        ok = ok && memcmp(t->data, ours, t->numel * sizeof(float)) == 0;
+        if (!ok) {
+            fail(c,
+                 "exchange: torch's model file has no F32 tensor '%s' of the "
+                 "engine's shape and bits%s",
+                 nt->name, "");
+            same = 0;
+        }
+    }
+    if (tf.count != a->n_tensors)
+        fail(c,
+             "exchange: torch's model file has %s tensors, not the %s "
+             "the engine names",
+             tf.count > a->n_tensors ? "more" : "fewer", "same");
+    if (st_write(eng_path, meta, out, a->n_tensors, &err) != TY_OK) {
+        fail(c, "%s (%s)", err.msg, eng_path);
+        same = 0;
+    }
+    printf("  %-4s %-34s %u tensors, names, shapes and bits\n",
+           same ? "ok" : "FAIL", "exchange torch -> engine", a->n_tensors);
+done:
+    json_decref(meta);
+    free(out);
+    st_close(&tf);
+}
+
+/* Ten AdamW steps, the engine on its own from param.* on the stored
+ * batches (traj.input, traj.targets): each step's loss against torch's. */
+static void lm_trajectory(pcase *c, const train_hparams *hp, uint32_t n)
+{
+    nn_arch *a = &c->arch;
+    ty_err err = {0};
+    nn_optim opt = {0};
+    const uint64_t pc = a->param_count, feat = nn_shape_numel(&a->input);
+    const char *steps_s = meta(c, "traj_steps");
+    if (!steps_s)
+        return;
+    uint32_t steps = (uint32_t)atoi(steps_s);
+    const st_tensor *tx = ref_f32(c, "traj.input", (uint64_t)steps * n * feat);
+    const st_tensor *ty =
+        ref_f32(c, "traj.targets", (uint64_t)steps * n * feat);
+    const st_tensor *tl = ref_f32(c, "traj.loss", steps);
+    if (!tx || !ty || !tl || !load_trainable(c, "param", c->state))
+        return;
+    if (nn_optim_init(&opt, train_hparams_optim(hp), pc, &err) != TY_OK) {
+        fail(c, "%s%s", err.msg, "");
+        return;
+    }
+    memset(c->grads, 0, pc * sizeof(float));
+    float *losses = calloc(steps + 1, sizeof(float));
+    ty_rng rng;
+    ty_rng_seed(&rng, 2, 0);
+    for (uint32_t s = 0; losses && s < steps; s++) {
+        const float *x = (const float *)tx->data + (uint64_t)s * n * feat;
+        const float *y = (const float *)ty->data + (uint64_t)s * n * feat;
+        memcpy(c->ws->act[0], x, n * feat * sizeof(float));
+        nn_forward(a, c->state, c->ws, n, 1, &rng);
+        double sum = nn_loss(a, c->ws, n, NULL, y, NULL, 1);
+        losses[s] = (float)(sum / (double)lm_counted(y, (uint64_t)n * feat));
+        nn_backward(a, c->state, c->grads, c->ws, n);
+        nn_optim_step(&opt, a->be, c->ws->ex, c->state, c->grads);
+        printf("       step %2u loss %.7f  torch %.7f  diff %+.2e\n", s + 1,
+               losses[s], ref_at(tl, s), losses[s] - ref_at(tl, s));
+    }
+    if (losses) {
+        char what[64];
+        snprintf(what, sizeof what, "%u AdamW steps' losses", steps);
+        compare_abs(c, what, losses, tl, LM_TRAJ_ABS);
+    }
+    /* The weights after the steps: how far ten steps of rounding carried
+     * them (printed, not a limit of the issue). */
+    double worst = 0;
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const nn_named_tensor *nt = &a->tensors[i];
+        char key[160];
+        snprintf(key, sizeof key, "traj.final.%s", nt->name);
+        const st_tensor *t = st_find(&c->ref, key);
+        if (!t || t->numel != nt->desc->numel)
+            continue;
+        double d = 0, m = 0;
+        for (uint64_t k = 0; k < t->numel; k++) {
+            d = fmax(d, fabs(c->state[nt->offset + k] - ref_at(t, k)));
+            m = fmax(m, fabs(ref_at(t, k)));
+        }
+        worst = fmax(worst, d / fmax(m, 1e-12));
+    }
+    printf("  info weights after the steps: worst rel %.3e\n", worst);
+    free(losses);
+    nn_optim_free(&opt);
+}
+
 static void run_case(pcase *c, const char *dir)
 {
     char path[4096], key[160];
@@ -191,8 +376,13 @@ static void run_case(pcase *c, const char *dir)
     for (uint32_t i = 0; i < ndim && i < NN_MAX_DIMS; i++)
         shape[i] = (uint32_t)json_integer_value(json_array_get(shape_j, i));
     int task = nn_task_from_str(task_s);
+    const int lm = strcmp(task_s, "language_modeling") == 0;
     uint32_t outs = (uint32_t)atoi(outs_s);
-    if (!spec || !hp_j || ndim == 0 || ndim > NN_MAX_DIMS || task < 0) {
+    if (task < 0) {
+        fail(c, "the engine does not know task '%s'%s", task_s, "");
+        goto done;
+    }
+    if (!spec || !hp_j || ndim == 0 || ndim > NN_MAX_DIMS) {
         fail(c, "malformed reference metadata%s%s", "", "");
         goto done;
     }
@@ -238,9 +428,20 @@ static void run_case(pcase *c, const char *dir)
     }
     if (c->failed)
         goto done;
+    if (lm) {
+        lm_exchange(c, dir, spec, (ty_task)task, outs);
+        if (c->failed)
+            goto done;
+    }
     memcpy(c->ws->act[0], x->data, x->numel * 4);
     const float *targets = NULL;
-    if (task == TY_TASK_CLASSIFICATION) {
+    if (lm) {
+        /* Next-token ids, (n, T) float32, as regression targets go. */
+        const st_tensor *y = ref_f32(c, "targets", (uint64_t)n * feat);
+        if (!y)
+            goto done;
+        targets = y->data;
+    } else if (task == TY_TASK_CLASSIFICATION) {
         const st_tensor *y = st_find(&c->ref, "labels");
         labels = calloc(n, sizeof *labels);
         if (!y || y->dtype != ST_I64 || y->numel != n || !labels) {
@@ -269,12 +470,20 @@ static void run_case(pcase *c, const char *dir)
     const st_tensor *t = ref_f32(c, "output", (uint64_t)n * width);
     if (t)
         compare(c, "output", out, t, NULL, FLOOR_ABS);
+    if (t && lm)
+        compare_abs(c, "output (logits)", out, t, LM_LOGITS_ABS);
     double sum = nn_loss(a, c->ws, n, labels, targets, NULL, 1);
+    /* The mean: per example (cross-entropy), per element (mse, huber), per
+     * counted position (a language model). */
     float loss =
-        (float)(task == TY_TASK_CLASSIFICATION ? sum / n
-                                               : sum / ((double)n * outs));
-    if ((t = ref_f32(c, "loss", 1)))
+        (float)(lm ? sum / (double)lm_counted(targets, (uint64_t)n * feat)
+                : task == TY_TASK_CLASSIFICATION ? sum / n
+                                                 : sum / ((double)n * outs));
+    if ((t = ref_f32(c, "loss", 1))) {
         compare(c, "loss", &loss, t, NULL, FLOOR_ABS);
+        if (lm)
+            compare_abs(c, "loss", &loss, t, LM_LOSS_ABS);
+    }
     nn_backward(a, c->state, c->grads, c->ws, n);
     double gscale = kind_scale(c, "grad", NULL) * FLOOR_KIND;
     for (uint32_t i = 0; i < a->n_tensors; i++) {
@@ -321,6 +530,8 @@ static void run_case(pcase *c, const char *dir)
                         fmax(uscale, 1e-12));
         }
     }
+    if (lm)
+        lm_trajectory(c, &hp, n);
 done:
     nn_optim_free(&opt);
     free(labels);
