@@ -196,6 +196,18 @@ def lm_batches(count, n, t, vocab, gen, ignore=False):
     return x, y
 
 
+def check_causal(model, spec, x, vocab):
+    """The reference's own sanity: in a causal model, changing the last
+    token leaves every earlier position's logits bit for bit the same (the
+    mask is applied); with causal false, they change."""
+    causal = all(l.get("causal", True) for l in spec["layers"])
+    x2 = x.clone()
+    x2[:, -1] = (x2[:, -1] + 1) % vocab
+    with torch.no_grad():
+        a, b = model(x)[:, :-1], model(x2)[:, :-1]
+    assert torch.equal(a, b) == causal, "the torch model's causal mask is off"
+
+
 def make_lm_case(name, out_dir, seed):
     """A language-model case: see the module's docstring."""
     spec, shape, task, vocab, n, hp = CASES[name]
@@ -219,6 +231,7 @@ def make_lm_case(name, out_dir, seed):
     assert set(trainable) == set(params0), "an LM case has no buffers"
     x, y = lm_batches(1, n, t, vocab, gen, name in IGNORE_CASES)
     x, y = x[0], y[0]
+    check_causal(model, spec, x, vocab)
     model.train()
     opt = optimizer(hp, list(trainable.values()))
     out = model(x)
