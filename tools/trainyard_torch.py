@@ -36,6 +36,18 @@ As a command (run with /usr/bin/python3, which has torch):
     tt.save_module("out.safetensors", net, [1, 28, 28], "classification",
                    classes=[...])
 
+Language models (task "language_modeling", issue 31): the input is (N, T)
+token ids carried as float32, the spec starts with an embedding whose
+vocabulary is the model's num_outputs (build(spec, [T], vocab_size)), and
+the network gives logits (N, T, V); lm_loss is the training loss. The
+sequence layers (embedding, positional_embedding, attention as
+nn.MultiheadAttention, transformer_block, lm_head, sequence_pool) keep
+trainyard's state-dict names ("2.attn.in_proj_weight", "2.mlp.0.weight");
+a tied lm_head writes no tensor. `predict` takes prompts of ids (lists, at
+most T long) and gives the next token's probabilities after each;
+`init --task language_modeling --input-shape T --num-outputs V
+[--tokenizer byte]` writes a fresh one.
+
 Runs from a checkout (tools/trainyard_torch.py) or copied anywhere: it is
 one file that needs only numpy and torch.
 """
