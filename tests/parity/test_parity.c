@@ -13,8 +13,12 @@
  * is 1e-3 times the largest max|b| among the case's tensors of the same kind
  * (all gradients, or all step updates), and 1e-6 for the outputs and the
  * loss. Steps are compared as updates (after - before), which a small
- * learning rate would hide in the weights. Every tensor must have rel <=
- * 1e-4; the worst per tensor is printed.
+ * learning rate would hide in the weights; an update is known only to the
+ * float32 spacing of its weights (one ulp of a weight near 1 is 1.2e-7,
+ * 1.2e-4 of a 1e-3 update), so a step's floor is also at least the one
+ * that lets a tensor's updates differ by one ulp of its largest weight
+ * (2 max|before| FLT_EPSILON / 1e-4). Every tensor must have rel <= 1e-4;
+ * the worst per tensor is printed.
  *
  * Each optimizer step starts from torch's parameters and gradients (step 1:
  * the reference weights and "grad.*"; step 2: torch's "step1.*" weights and
@@ -28,8 +32,9 @@
  * test_gpt2.c checks the same things): the input is (N, T) token ids as
  * float32, "targets" (N, T) the next-token ids as float32 (-1: ignored),
  * given to nn_loss as values, as regression targets are. On top of the
- * relative measure: the logits within 1e-5 absolute, the loss (the summed
- * loss nn_loss returns over the counted positions) within 1e-6 absolute;
+ * relative measure: the logits within 1e-5 absolute, the loss (nn_loss
+ * returns the mean over the counted positions times n) within 1e-6
+ * absolute;
  * ten AdamW steps that each side runs on its own from the same weights on
  * ten stored batches, each step's loss within 1e-5 absolute; and the
  * weight exchange: torch's state dict saved as a trainyard model file
@@ -38,6 +43,7 @@
  * written as a model file (<case>.engine.safetensors) holds torch's
  * initial weights bit for bit (check_exchange.py then loads it into torch).
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,15 +148,6 @@ static void compare_abs(pcase *c, const char *what, const float *ours,
            diff, tol);
     if (!ok)
         c->failed = 1;
-}
-
-/* The positions a language model's targets count (not LM_IGNORE). */
-static uint64_t lm_counted(const float *targets, uint64_t len)
-{
-    uint64_t k = 0;
-    for (uint64_t i = 0; i < len; i++)
-        k += targets[i] != LM_IGNORE;
-    return k;
 }
 
 static const char *meta(pcase *c, const char *key)
@@ -313,7 +310,7 @@ static void lm_trajectory(pcase *c, const train_hparams *hp, uint32_t n)
         memcpy(c->ws->act[0], x, n * feat * sizeof(float));
         nn_forward(a, c->state, c->ws, n, 1, &rng);
         double sum = nn_loss(a, c->ws, n, NULL, y, NULL, 1);
-        losses[s] = (float)(sum / (double)lm_counted(y, (uint64_t)n * feat));
+        losses[s] = (float)(sum / n);
         nn_backward(a, c->state, c->grads, c->ws, n);
         nn_optim_step(&opt, a->be, c->ws->ex, c->state, c->grads);
         printf("       step %2u loss %.7f  torch %.7f  diff %+.2e\n", s + 1,
@@ -473,12 +470,11 @@ static void run_case(pcase *c, const char *dir)
     if (t && lm)
         compare_abs(c, "output (logits)", out, t, LM_LOGITS_ABS);
     double sum = nn_loss(a, c->ws, n, labels, targets, NULL, 1);
-    /* The mean: per example (cross-entropy), per element (mse, huber), per
-     * counted position (a language model). */
-    float loss =
-        (float)(lm ? sum / (double)lm_counted(targets, (uint64_t)n * feat)
-                : task == TY_TASK_CLASSIFICATION ? sum / n
-                                                 : sum / ((double)n * outs));
+    /* The mean: per example (cross-entropy; a language model's sum is its
+     * mean over the counted positions times n), per element (mse, huber). */
+    float loss = (float)(lm || task == TY_TASK_CLASSIFICATION
+                             ? sum / n
+                             : sum / ((double)n * outs));
     if ((t = ref_f32(c, "loss", 1))) {
         compare(c, "loss", &loss, t, NULL, FLOOR_ABS);
         if (lm)
@@ -527,7 +523,8 @@ static void run_case(pcase *c, const char *dir)
             const st_tensor *b4 = ref_f32(c, bkey, nt->desc->numel);
             if (after && b4)
                 compare(c, what, c->upd + nt->offset, after, b4,
-                        fmax(uscale, 1e-12));
+                        fmax(fmax(uscale, 1e-12),
+                             2 * max_abs_ref(b4) * FLT_EPSILON / TOL));
         }
     }
     if (lm)
