@@ -251,7 +251,7 @@ class TransformerBlock(nn.Module):
 
     def __init__(self, c, heads, mlp_ratio=4, dropout=0.0, causal=True):
         super().__init__()
-        hidden = int(mlp_ratio * c)
+        hidden = int(np.floor(mlp_ratio * c + 0.5))  # round(ratio * C), as the engine
         self.ln_1 = nn.LayerNorm(c, eps=1e-5)
         self.attn = Attention(c, heads, causal=causal, dropout=dropout)
         self.ln_2 = nn.LayerNorm(c, eps=1e-5)
@@ -315,12 +315,10 @@ def _seq_layer(spec, shape, where, ctx):
     if t == "embedding":
         if len(shape) != 1 or seq:
             raise ValueError("%s (embedding) needs a (T) input of token ids, got %s" % (where, shape))
-        vocab = spec.get("vocab_size") or ctx.get("vocab")
-        if not vocab:
+        if not ctx.get("vocab"):
             raise ValueError("%s (embedding): the vocabulary size is unknown (pass vocab_size)"
                              % where)
-        ctx.setdefault("vocab", vocab)
-        m = Embedding(vocab, spec["dim"])
+        m = Embedding(ctx["vocab"], spec["dim"])
         ctx.setdefault("embedding", m)
         return m, SeqShape([shape[0], spec["dim"]])
     if t not in ("positional_embedding", "attention", "transformer_block", "lm_head",
