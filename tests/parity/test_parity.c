@@ -5,7 +5,11 @@
  * gradient, batchnorm's running statistics after the forward, and the
  * parameters after one and two optimizer steps must match torch's.
  *
- *   test_parity REF_DIR CASE...     (ctest runs one case per test)
+ *   test_parity [--threads N] REF_DIR CASE...  (ctest runs one case per
+ *                                               test)
+ *
+ * --threads N runs the engine's kernels on a pool of N threads (the
+ * language models run again so, the parallel kernels against torch too).
  *
  * The measure, per tensor: rel = max|a - b| / max(max|b|, floor), a ours and
  * b torch's. floor keeps tensors that are zero up to rounding noise (the
@@ -51,6 +55,7 @@
 
 #include "common/rng.h"
 #include "models/nn_internal.h"
+#include "models/pool.h"
 #include "models/train/optim.h"
 #include "models/safetensors.h"
 #include "models/train/train.h"
@@ -69,6 +74,7 @@ typedef struct {
     nn_arch arch;
     nn_workspace *ws;
     float *state, *grads, *before, *upd;
+    nn_pool *pool; /* --threads N > 1: the workspace's kernels run on it */
     int failed;
 } pcase;
 
@@ -411,7 +417,10 @@ static void run_case(pcase *c, const char *dir)
     c->before = calloc(total + 1, sizeof(float));
     c->upd = calloc(pc + 1, sizeof(float));
     c->ws = nn_workspace_create_for(a, n, 1);
-    if (!c->state || !c->grads || !c->before || !c->upd || !c->ws) {
+    if (c->ws && c->pool && nn_workspace_set_pool(c->ws, c->pool) != TY_OK)
+        c->failed = 1;
+    if (!c->state || !c->grads || !c->before || !c->upd || !c->ws ||
+        c->failed) {
         fail(c, "out of memory%s%s", "", "");
         goto done;
     }
@@ -425,7 +434,7 @@ static void run_case(pcase *c, const char *dir)
     }
     if (c->failed)
         goto done;
-    if (lm) {
+    if (lm && !c->pool) { /* the files do not depend on the threads */
         lm_exchange(c, dir, spec, (ty_task)task, outs);
         if (c->failed)
             goto done;
@@ -550,20 +559,31 @@ static void free_case(pcase *c)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s REF_DIR CASE...\n", argv[0]);
+    int first = 1, threads = 1;
+    if (argc > 2 && !strcmp(argv[1], "--threads")) {
+        threads = atoi(argv[2]);
+        first = 3;
+    }
+    if (argc < first + 2 || threads < 1) {
+        fprintf(stderr, "usage: %s [--threads N] REF_DIR CASE...\n", argv[0]);
         return 64;
     }
+    nn_pool *pool = threads > 1 ? nn_pool_create(threads) : NULL;
+    if (threads > 1 && !pool) {
+        fprintf(stderr, "cannot start %d threads\n", threads);
+        return 1;
+    }
     int passed = 0, failed = 0;
-    for (int i = 2; i < argc; i++) {
-        pcase c = {.name = argv[i]};
+    for (int i = first + 1; i < argc; i++) {
+        pcase c = {.name = argv[i], .pool = pool};
         printf("[ RUN      ] parity %s\n", c.name);
-        run_case(&c, argv[1]);
+        run_case(&c, argv[first]);
         printf("[ %s ] parity %s\n", c.failed ? " FAILED " : "      OK",
                c.name);
         c.failed ? failed++ : passed++;
         free_case(&c);
     }
     printf("%d passed, %d failed\n", passed, failed);
+    nn_pool_destroy(pool);
     return failed ? 1 : 0;
 }
