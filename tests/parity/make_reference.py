@@ -122,6 +122,11 @@ GPT_TINY = {"layers": [L("embedding", dim=32), L("positional_embedding"),
 GPT_UNTIED = {"layers": [L("embedding", dim=24), L("positional_embedding"),
                          L("transformer_block", heads=3, mlp_ratio=2),
                          L("layernorm", eps=1e-5), L("lm_head", tie_embedding=False)]}
+# The dashboard's "GPT (character)" template at its size (nanoGPT's
+# Shakespeare-char baby model: 4 blocks of 4 heads, 128 channels, context
+# 64), where rounding has the most room to grow.
+GPT_TEMPLATE = {"layers": [L("embedding", dim=128), L("positional_embedding")]
+                + [L("transformer_block", heads=4)] * 4 + [L("layernorm"), L("lm_head")]}
 LM_ATTENTION = {"layers": [L("embedding", dim=16), L("positional_embedding"),
                            L("attention", heads=2), L("layernorm"), L("lm_head")]}
 # dense, gelu and layernorm per position; attention without biases.
@@ -161,6 +166,7 @@ CASES = {
     "layers_image_norms": (IMAGE_NORMS, [2, 6, 6], "classification", 10, 4, SGD),
     "gpt_tiny": (GPT_TINY, [16], "language_modeling", 65, 4, ADAMW_GPT),
     "gpt_untied": (GPT_UNTIED, [12], "language_modeling", 50, 3, ADAMW_GPT),
+    "gpt_template": (GPT_TEMPLATE, [64], "language_modeling", 65, 4, ADAMW_GPT),
     "lm_attention": (LM_ATTENTION, [8], "language_modeling", 20, 5, ADAMW_GPT),
     "lm_seq_layers": (LM_SEQ_LAYERS, [10], "language_modeling", 30, 3, ADAM),
     # Attention without the causal mask (legal, if a poor language model).
