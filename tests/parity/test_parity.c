@@ -38,9 +38,9 @@
  * given to nn_loss as values, as regression targets are. On top of the
  * relative measure: the logits within 1e-5 absolute, the loss (nn_loss
  * returns the mean over the counted positions times n) within 1e-6
- * absolute;
- * ten AdamW steps that each side runs on its own from the same weights on
- * ten stored batches, each step's loss within 1e-5 absolute; and the
+ * absolute; ten AdamW steps that each side runs on its own from the same
+ * weights on ten stored batches, each step's loss within 1e-5 absolute
+ * (the weights after them are printed as information); and the
  * weight exchange: torch's state dict saved as a trainyard model file
  * (<case>.model.safetensors) imports (nn_model_import), its tensors have
  * exactly the engine's names and shapes, and the engine's state block
@@ -66,7 +66,6 @@
 #define LM_LOGITS_ABS 1e-5 /* language models, absolute */
 #define LM_LOSS_ABS 1e-6
 #define LM_TRAJ_ABS 1e-5 /* each of the ten AdamW steps' losses */
-#define LM_IGNORE (-1.0f)
 
 typedef struct {
     const char *name;
