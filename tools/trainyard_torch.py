@@ -314,7 +314,8 @@ def _seq_layer(spec, shape, where, ctx):
     seq = isinstance(shape, SeqShape)
     if t == "embedding":
         if len(shape) != 1 or seq:
-            raise ValueError("%s (embedding) needs a (T) input of token ids, got %s" % (where, shape))
+            raise ValueError("%s (embedding) needs a (T) input of token ids, got %s"
+                             % (where, shape))
         if not ctx.get("vocab"):
             raise ValueError("%s (embedding): the vocabulary size is unknown (pass vocab_size)"
                              % where)
@@ -407,7 +408,8 @@ def _layer(spec, shape, where, ctx=None):
         return GlobalAvgPool(), [shape[0]]
     if t == "batchnorm":
         if seq:
-            raise ValueError("%s (batchnorm) does not take a (T, C) sequence: use layernorm" % where)
+            raise ValueError("%s (batchnorm) does not take a (T, C) sequence: use layernorm"
+                             % where)
         eps, mom = spec.get("eps", 1e-5), spec.get("momentum", 0.1)
         cls = nn.BatchNorm1d if len(shape) == 1 else nn.BatchNorm2d
         return cls(shape[0], eps=eps, momentum=mom), list(shape)
