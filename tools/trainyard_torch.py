@@ -36,6 +36,18 @@ As a command (run with /usr/bin/python3, which has torch):
     tt.save_module("out.safetensors", net, [1, 28, 28], "classification",
                    classes=[...])
 
+Language models (task "language_modeling", issue 31): the input is (N, T)
+token ids carried as float32, the spec starts with an embedding whose
+vocabulary is the model's num_outputs (build(spec, [T], vocab_size)), and
+the network gives logits (N, T, V); lm_loss is the training loss. The
+sequence layers (embedding, positional_embedding, attention as
+nn.MultiheadAttention, transformer_block, lm_head, sequence_pool) keep
+trainyard's state-dict names ("2.attn.in_proj_weight", "2.mlp.0.weight");
+a tied lm_head writes no tensor. `predict` takes prompts of ids (lists, at
+most T long) and gives the next token's probabilities after each;
+`init --task language_modeling --input-shape T --num-outputs V
+[--tokenizer byte]` writes a fresh one.
+
 Runs from a checkout (tools/trainyard_torch.py) or copied anywhere: it is
 one file that needs only numpy and torch.
 """
@@ -159,13 +171,210 @@ def _conv_out(size, k, s, p, d):
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
-def _layer(spec, shape, where):
-    """The torch module for one spec layer on per-example input `shape`,
-    and its output shape."""
+# ---- sequence layers (issue 31): a language model's input is (N, T)
+# token ids carried as float32; after the embedding, activations are (N, T,
+# C): a position axis, then channels. ----
+
+class SeqShape(list):
+    """A per-example (T, C) shape: a position axis, then channels. Layers
+    that act per position (dense, layernorm) know a sequence by this type,
+    so an image's [C, H, W] or a rank-2 input keeps its meaning."""
+
+
+def _same(shape):
+    """shape, copied, keeping whether it is a sequence."""
+    return type(shape)(shape)
+
+
+def _normal_init(*tensors):
+    """GPT-2's init (nanoGPT's _init_weights): weights normal(0, 0.02),
+    biases zero; trainyard draws the same distributions (models/nn.h)."""
+    with torch.no_grad():
+        for w, b in tensors:
+            nn.init.normal_(w, 0.0, 0.02)
+            if b is not None:
+                nn.init.zeros_(b)
+
+
+class Embedding(nn.Embedding):
+    """trainyard's embedding {dim}: ids (N, T), float32 values, to (N, T,
+    dim); state "weight" (V, dim), init normal(0, 0.02)."""
+
+    def __init__(self, vocab, dim):
+        super().__init__(vocab, dim)
+        _normal_init((self.weight, None))
+
+    def forward(self, x):
+        return super().forward(x.long())
+
+
+class PositionalEmbedding(nn.Embedding):
+    """trainyard's positional_embedding {}: x + weight[arange(T)]; state
+    "weight" (T, C), init normal(0, 0.02)."""
+
+    def __init__(self, t, c):
+        super().__init__(t, c)
+        _normal_init((self.weight, None))
+
+    def forward(self, x):
+        return x + self.weight[:x.shape[1]]
+
+
+def _causal_mask(t, device):
+    return torch.triu(torch.full((t, t), float("-inf"), device=device), diagonal=1)
+
+
+class Attention(nn.MultiheadAttention):
+    """trainyard's attention {heads, causal, dropout, bias}: self-attention
+    with nn.MultiheadAttention's tensors and semantics (in_proj_weight (3C,
+    C), q rows first; in_proj_bias (3C); out_proj.weight (C, C);
+    out_proj.bias (C)), causal by an upper-triangular -inf mask. Init:
+    normal(0, 0.02) weights, zero biases."""
+
+    def __init__(self, c, heads, causal=True, dropout=0.0, bias=True):
+        super().__init__(c, heads, dropout=dropout, bias=bias, batch_first=True)
+        self.causal = causal
+        _normal_init((self.in_proj_weight, self.in_proj_bias),
+                     (self.out_proj.weight, self.out_proj.bias))
+
+    def forward(self, x):
+        mask = _causal_mask(x.shape[1], x.device) if self.causal else None
+        return super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+
+class TransformerBlock(nn.Module):
+    """trainyard's transformer_block {heads, mlp_ratio, dropout, causal}:
+    GPT-2's pre-norm block, x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)),
+    mlp = Linear(C, rC), GELU(tanh), Linear(rC, C). dropout applies to the
+    attention probabilities and to each branch's output before the sum
+    (nanoGPT's attn_dropout and resid_dropout)."""
+
+    def __init__(self, c, heads, mlp_ratio=4, dropout=0.0, causal=True):
+        super().__init__()
+        hidden = int(np.floor(mlp_ratio * c + 0.5))  # round(ratio * C), as the engine
+        self.ln_1 = nn.LayerNorm(c, eps=1e-5)
+        self.attn = Attention(c, heads, causal=causal, dropout=dropout)
+        self.ln_2 = nn.LayerNorm(c, eps=1e-5)
+        self.mlp = nn.Sequential(nn.Linear(c, hidden), nn.GELU(approximate="tanh"),
+                                 nn.Linear(hidden, c))
+        self.drop = nn.Dropout(dropout)
+        _normal_init((self.mlp[0].weight, self.mlp[0].bias),
+                     (self.mlp[2].weight, self.mlp[2].bias))
+
+    def forward(self, x):
+        x = x + self.drop(self.attn(self.ln_1(x)))
+        return x + self.drop(self.mlp(self.ln_2(x)))
+
+
+class LMHead(nn.Module):
+    """trainyard's lm_head {tie_embedding}: logits = x @ W^T, (T, C) -> (T,
+    V). Tied, W is the embedding layer's weight and this module holds no
+    tensor (its state dict is empty; the gradient reaches the embedding);
+    untied, its own "weight" (V, C), no bias, init normal(0, 0.02)."""
+
+    def __init__(self, c, vocab=None, embedding=None):
+        super().__init__()
+        if embedding is not None:
+            self._tied = [embedding]  # a list: not registered, not in the state dict
+            self.weight = None
+        else:
+            self._tied = None
+            self.weight = nn.Parameter(torch.empty(vocab, c))
+            _normal_init((self.weight, None))
+
+    @property
+    def tied(self):
+        return self._tied is not None
+
+    def forward(self, x):
+        w = self._tied[0].weight if self._tied is not None else self.weight
+        return torch.matmul(x, w.t())
+
+
+class SequencePool(nn.Module):
+    """trainyard's sequence_pool {mode}: (T, C) -> (C), the mean over
+    positions, the first or the last position."""
+
+    def __init__(self, mode="mean"):
+        super().__init__()
+        if mode not in ("mean", "first", "last"):
+            raise ValueError("sequence_pool mode must be mean, first or last, not %r" % mode)
+        self.mode = mode
+
+    def forward(self, x):
+        if self.mode == "mean":
+            return x.mean(dim=1)
+        return x[:, 0] if self.mode == "first" else x[:, -1]
+
+
+def _seq_layer(spec, shape, where, ctx):
+    """The torch module of a sequence layer (issue 31), or None when spec
+    is not one; with its output shape."""
     t = spec["type"]
+    seq = isinstance(shape, SeqShape)
+    if t == "embedding":
+        if len(shape) != 1 or seq:
+            raise ValueError("%s (embedding) needs a (T) input of token ids, got %s"
+                             % (where, shape))
+        if not ctx.get("vocab"):
+            raise ValueError("%s (embedding): the vocabulary size is unknown (pass vocab_size)"
+                             % where)
+        m = Embedding(ctx["vocab"], spec["dim"])
+        ctx.setdefault("embedding", m)
+        return m, SeqShape([shape[0], spec["dim"]])
+    if t not in ("positional_embedding", "attention", "transformer_block", "lm_head",
+                 "sequence_pool"):
+        return None
+    if not seq:
+        raise ValueError("%s (%s) needs a (T, C) sequence input (after an embedding), got %s"
+                         % (where, t, shape))
+    tt_, c = shape
+    if t == "positional_embedding":
+        return PositionalEmbedding(tt_, c), _same(shape)
+    if t in ("attention", "transformer_block"):
+        heads = spec["heads"]
+        if heads < 1 or c % heads:
+            raise ValueError("%s (%s): %d channels do not split into %d heads"
+                             % (where, t, c, heads))
+        if t == "attention":
+            return Attention(c, heads, causal=spec.get("causal", True),
+                             dropout=spec.get("dropout", 0.0),
+                             bias=spec.get("bias", True)), _same(shape)
+        return TransformerBlock(c, heads, mlp_ratio=spec.get("mlp_ratio", 4),
+                                dropout=spec.get("dropout", 0.0),
+                                causal=spec.get("causal", True)), _same(shape)
+    if t == "lm_head":
+        if spec.get("tie_embedding", True):
+            emb = ctx.get("embedding")
+            if emb is None:
+                raise ValueError("%s (lm_head) is tied to an embedding, but none comes before it"
+                                 % where)
+            if emb.embedding_dim != c:
+                raise ValueError("%s (lm_head): %d channels, the tied embedding has %d"
+                                 % (where, c, emb.embedding_dim))
+            return LMHead(c, embedding=emb), SeqShape([tt_, emb.num_embeddings])
+        if not ctx.get("vocab"):
+            raise ValueError("%s (lm_head): the vocabulary size is unknown" % where)
+        return LMHead(c, vocab=ctx["vocab"]), SeqShape([tt_, ctx["vocab"]])
+    return SequencePool(spec.get("mode", "mean")), [c]
+
+
+def _layer(spec, shape, where, ctx=None):
+    """The torch module for one spec layer on per-example input `shape`
+    (a SeqShape for a (T, C) sequence), and its output shape. ctx carries
+    the vocabulary ("vocab") and the embedding a tied lm_head uses."""
+    ctx = {} if ctx is None else ctx
+    t = spec["type"]
+    got = _seq_layer(spec, shape, where, ctx)
+    if got is not None:
+        return got
+    seq = isinstance(shape, SeqShape)
     if t == "flatten":
         return nn.Flatten(), [int(np.prod(shape))]
     if t == "dense":
+        if seq:  # per position, on the last axis
+            return (nn.Linear(shape[1], spec["units"], bias=spec.get("bias", True)),
+                    SeqShape([shape[0], spec["units"]]))
         if len(shape) != 1:
             raise ValueError("%s (dense) needs a rank-1 input, got %s: flatten first" % (where, shape))
         return nn.Linear(shape[0], spec["units"], bias=spec.get("bias", True)), [spec["units"]]
@@ -198,30 +407,38 @@ def _layer(spec, shape, where):
     if t == "global_avgpool":
         return GlobalAvgPool(), [shape[0]]
     if t == "batchnorm":
+        if seq:
+            raise ValueError("%s (batchnorm) does not take a (T, C) sequence: use layernorm"
+                             % where)
         eps, mom = spec.get("eps", 1e-5), spec.get("momentum", 0.1)
         cls = nn.BatchNorm1d if len(shape) == 1 else nn.BatchNorm2d
         return cls(shape[0], eps=eps, momentum=mom), list(shape)
     if t == "layernorm":
-        return nn.LayerNorm(list(shape), eps=spec.get("eps", 1e-5)), list(shape)
+        # A sequence: each position's C values; else the whole example.
+        norm = [shape[-1]] if seq else list(shape)
+        return nn.LayerNorm(norm, eps=spec.get("eps", 1e-5)), _same(shape)
     if t == "relu":
-        return nn.ReLU(), list(shape)
+        return nn.ReLU(), _same(shape)
     if t == "leaky_relu":
-        return nn.LeakyReLU(spec.get("negative_slope", 0.01)), list(shape)
+        return nn.LeakyReLU(spec.get("negative_slope", 0.01)), _same(shape)
     if t == "gelu":
-        return nn.GELU(), list(shape)
+        approx = spec.get("approximate", "none")
+        if approx not in ("none", "tanh"):
+            raise ValueError("%s (gelu): approximate must be \"none\" or \"tanh\"" % where)
+        return nn.GELU(approximate=approx), _same(shape)
     if t == "tanh":
-        return nn.Tanh(), list(shape)
+        return nn.Tanh(), _same(shape)
     if t == "sigmoid":
-        return nn.Sigmoid(), list(shape)
+        return nn.Sigmoid(), _same(shape)
     if t == "softmax":
-        return nn.Softmax(dim=1), list(shape)
+        return nn.Softmax(dim=-1 if seq else 1), _same(shape)
     if t == "dropout":
-        return nn.Dropout(spec.get("rate", 0.5)), list(shape)
+        return nn.Dropout(spec.get("rate", 0.5)), _same(shape)
     if t == "residual":
-        body, out = _sequence(spec["layers"], shape, where + ".layers")
+        body, out = _sequence(spec["layers"], shape, where + ".layers", ctx)
         proj = None
         if spec.get("projection"):
-            proj, pout = _sequence(spec["projection"], shape, where + ".projection")
+            proj, pout = _sequence(spec["projection"], shape, where + ".projection", ctx)
             if pout != out:
                 raise ValueError("%s: body gives %s, projection %s" % (where, out, pout))
         elif out != list(shape):
@@ -230,21 +447,35 @@ def _layer(spec, shape, where):
     raise ValueError("%s: unknown layer type %r" % (where, t))
 
 
-def _sequence(layers, shape, where):
+def _sequence(layers, shape, where, ctx=None):
+    ctx = {} if ctx is None else ctx
     mods = []
-    shape = list(shape)
+    shape = _same(shape)
     for i, spec in enumerate(layers):
-        m, shape = _layer(spec, shape, "%s[%d]" % (where, i))
+        m, shape = _layer(spec, shape, "%s[%d]" % (where, i), ctx)
         mods.append(m)
     return nn.Sequential(*mods), shape
 
 
-def build(spec, input_shape):
+def build(spec, input_shape, vocab_size=None):
     """The nn.Sequential for a spec ({"layers": [...]}, normalized or not) on
-    per-example input_shape ([F] or [C, H, W]); returns (module, out_shape)."""
+    per-example input_shape ([F], [C, H, W], or [T] token ids for a spec
+    that starts with an embedding, which needs vocab_size: a language
+    model's num_outputs); returns (module, out_shape). A language model's
+    out_shape is [T, V] (a SeqShape): logits at every position."""
     if isinstance(spec, str):
         spec = json.loads(spec)
-    return _sequence(spec["layers"], list(input_shape), "model.layers")
+    ctx = {"vocab": int(vocab_size) if vocab_size else None}
+    return _sequence(spec["layers"], list(input_shape), "model.layers", ctx)
+
+
+def lm_loss(logits, targets):
+    """The language-model loss (models/nn.h): the mean cross-entropy of
+    logits (N, T, V) against targets (N, T) next-token ids (any dtype;
+    -1 is ignored) over every counted (example, position)."""
+    v = logits.shape[-1]
+    return nn.functional.cross_entropy(logits.reshape(-1, v), targets.reshape(-1).long(),
+                                       ignore_index=-1)
 
 
 # ---- model files ----
@@ -268,7 +499,25 @@ def parse_meta(meta):
         "preprocess": json.loads(meta["trainyard.preprocess"]),
         # regression only, optional (older files, imports): see unscale
         "target": json.loads(meta.get("trainyard.target", '{"kind":"none"}')),
+        # language models (and text classifiers): the tokenizer description
+        "tokenizer": json.loads(meta.get("trainyard.tokenizer", "null")),
     }
+
+
+def vocab_size(meta, tensors=None):
+    """The vocabulary an embedding in meta's spec reads: a language model's
+    num_outputs, else the first embedding's weight rows in tensors (a text
+    classifier); None when the spec has no embedding."""
+    layers = meta["spec"]["layers"]
+    for i, layer in enumerate(layers):
+        if layer.get("type") == "embedding":
+            if meta["task"] == "language_modeling":
+                return meta["num_outputs"]
+            w = (tensors or {}).get("%d.weight" % i)
+            if w is None:
+                raise ValueError("the embedding (layer %d) has no %d.weight" % (i, i))
+            return int(w.shape[0])
+    return None
 
 
 def load_state(model, tensors):
@@ -299,7 +548,7 @@ def load_model(path):
     parse_meta gives it)."""
     tensors, raw = st_read(path)
     meta = parse_meta(raw)
-    model, _ = build(meta["spec"], meta["input_shape"])
+    model, _ = build(meta["spec"], meta["input_shape"], vocab_size(meta, tensors))
     load_state(model, tensors)
     model.eval()
     return model, meta
@@ -339,7 +588,25 @@ def unscale(meta, y):
 def predict(model, meta, x):
     """What the server's /predict "outputs" hold for raw rows x: softmax
     probabilities (classification) or values (regression, in the target's
-    units), as numpy."""
+    units), as numpy. A language model takes prompts of token ids (each at
+    most context_length long) and gives, per prompt, the probabilities of
+    the next token (N, V): the softmax of the logits at its last position
+    (the model is causal, so what follows a prompt in the window does not
+    change them)."""
+    if meta["task"] == "language_modeling":
+        t = meta["input_shape"][0]
+        xp = np.zeros((len(x), t), np.float32)
+        ends = []
+        for i, ids in enumerate(x):
+            ids = np.asarray(ids, np.float32).reshape(-1)
+            if not 1 <= len(ids) <= t:
+                raise ValueError("prompt %d: %d tokens, give 1 to %d" % (i, len(ids), t))
+            xp[i, :len(ids)] = ids
+            ends.append(len(ids) - 1)
+        with torch.no_grad():
+            logits = model.eval()(torch.from_numpy(xp))
+            last = logits[torch.arange(len(x)), torch.tensor(ends, dtype=torch.long)]
+            return torch.softmax(last, dim=-1).numpy()
     xp = preprocess(meta, x).reshape([len(x)] + list(meta["input_shape"]))
     with torch.no_grad():
         y = model.eval()(torch.from_numpy(xp))
@@ -350,7 +617,7 @@ def predict(model, meta, x):
 
 
 def model_metadata(spec, task, input_shape, classes=None, num_outputs=None,
-                   preprocess=None, extra=None):
+                   preprocess=None, extra=None, tokenizer=None):
     """The __metadata__ strings of a trainyard model file (models/nn.h)."""
     if classes is not None:
         if num_outputs is not None and num_outputs != len(classes):
@@ -368,6 +635,8 @@ def model_metadata(spec, task, input_shape, classes=None, num_outputs=None,
         "trainyard.classes": dump(classes),
         "trainyard.preprocess": dump(preprocess or {"kind": "none"}),
     }
+    if tokenizer is not None or task == "language_modeling":
+        meta["trainyard.tokenizer"] = dump(tokenizer)
     if extra:
         meta.update(extra)
     return meta
@@ -382,11 +651,13 @@ def state_tensors(model):
 
 
 def save_model(path, model, spec, task, input_shape, classes=None,
-               num_outputs=None, preprocess=None, extra=None):
+               num_outputs=None, preprocess=None, extra=None, tokenizer=None):
     """Writes model (built from spec) as a trainyard model file, ready for
-    POST /v1/models."""
+    POST /v1/models. A language model: task "language_modeling",
+    input_shape [T], num_outputs the vocabulary, tokenizer its description
+    ("byte", or the object form)."""
     meta = model_metadata(spec, task, input_shape, classes, num_outputs,
-                          preprocess, extra)
+                          preprocess, extra, tokenizer)
     st_write(path, state_tensors(model), meta)
 
 
@@ -498,9 +769,9 @@ def _leaf_spec(qname, m, shape):
     if isinstance(m, nn.LeakyReLU):
         return [{"type": "leaky_relu", "negative_slope": m.negative_slope}]
     if isinstance(m, nn.GELU):
-        if getattr(m, "approximate", "none") != "none":
-            _refuse(qname, m, "approximate=%r: trainyard's GELU is the exact (erf) one"
-                    % m.approximate)
+        approx = getattr(m, "approximate", "none")
+        if approx != "none":
+            return [{"type": "gelu", "approximate": approx}]
         return [{"type": "gelu"}]
     simple = {nn.ReLU: "relu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
     if type(m) in simple:
@@ -732,10 +1003,14 @@ def _main(argv):
     p = sub.add_parser("init", help="save a freshly initialised torch model")
     p.add_argument("spec", help="a JSON file: {\"layers\": [...]}")
     p.add_argument("out")
-    p.add_argument("--task", choices=["classification", "regression"], required=True)
-    p.add_argument("--input-shape", required=True, help="e.g. 1,28,28 or 4")
+    p.add_argument("--task", choices=["classification", "regression", "language_modeling"],
+                   required=True)
+    p.add_argument("--input-shape", required=True,
+                   help="e.g. 1,28,28 or 4; a language model: its context_length")
     p.add_argument("--classes", help="comma-separated class labels")
-    p.add_argument("--num-outputs", type=int)
+    p.add_argument("--num-outputs", type=int, help="a language model: the vocabulary size")
+    p.add_argument("--tokenizer", help='a language model\'s tokenizer: "byte" (the default) '
+                   "or its JSON description")
     p.add_argument("--preprocess", help='JSON, e.g. {"kind":"scale","factor":0.00392}')
     p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser(
@@ -776,17 +1051,26 @@ def _main(argv):
     elif a.cmd == "predict":
         model, meta = load_model(a.model)
         with open(a.inputs) as f:
-            x = np.asarray(json.load(f), dtype=np.float32)
+            x = json.load(f)  # a language model's prompts may differ in length
+        if meta["task"] != "language_modeling":
+            x = np.asarray(x, dtype=np.float32)
         print(json.dumps({"outputs": predict(model, meta, x).tolist()}))
     else:
         torch.manual_seed(a.seed)
         with open(a.spec) as f:
             spec = json.load(f)
         shape = [int(v) for v in a.input_shape.split(",")]
-        model, out = build(spec, shape)
+        lm = a.task == "language_modeling"
+        if lm and not a.num_outputs:
+            ap.error("a language model needs --num-outputs (its vocabulary size)")
+        model, out = build(spec, shape, a.num_outputs)
         classes = a.classes.split(",") if a.classes else None
         pre = json.loads(a.preprocess) if a.preprocess else None
-        save_model(a.out, model, spec, a.task, shape, classes, a.num_outputs, pre)
+        tok = None
+        if lm:
+            tok = "byte" if not a.tokenizer or a.tokenizer == "byte" else json.loads(a.tokenizer)
+        save_model(a.out, model, spec, a.task, shape, classes, a.num_outputs, pre,
+                   tokenizer=tok)
         print("wrote %s: %d parameters, output %s" % (
             a.out, sum(p.numel() for p in model.parameters()), out))
     return 0

@@ -5,7 +5,11 @@
  * gradient, batchnorm's running statistics after the forward, and the
  * parameters after one and two optimizer steps must match torch's.
  *
- *   test_parity REF_DIR CASE...     (ctest runs one case per test)
+ *   test_parity [--threads N] REF_DIR CASE...  (ctest runs one case per
+ *                                               test)
+ *
+ * --threads N runs the engine's kernels on a pool of N threads (the
+ * language models run again so, the parallel kernels against torch too).
  *
  * The measure, per tensor: rel = max|a - b| / max(max|b|, floor), a ours and
  * b torch's. floor keeps tensors that are zero up to rounding noise (the
@@ -13,8 +17,12 @@
  * is 1e-3 times the largest max|b| among the case's tensors of the same kind
  * (all gradients, or all step updates), and 1e-6 for the outputs and the
  * loss. Steps are compared as updates (after - before), which a small
- * learning rate would hide in the weights. Every tensor must have rel <=
- * 1e-4; the worst per tensor is printed.
+ * learning rate would hide in the weights; an update is known only to the
+ * float32 spacing of its weights (one ulp of a weight near 1 is 1.2e-7,
+ * 1.2e-4 of a 1e-3 update), so a step's floor is also at least the one
+ * that lets a tensor's updates differ by one ulp of its largest weight
+ * (2 max|before| FLT_EPSILON / 1e-4). Every tensor must have rel <= 1e-4;
+ * the worst per tensor is printed.
  *
  * Each optimizer step starts from torch's parameters and gradients (step 1:
  * the reference weights and "grad.*"; step 2: torch's "step1.*" weights and
@@ -23,7 +31,23 @@
  * lr * g / (|g| + eps), would turn the 1e-7 relative rounding of a gradient
  * near eps into a percent of its update: torch itself differs that much
  * between float32 and float64 there.
+ *
+ * Language-model cases (task "language_modeling", issue 31; llm.c's
+ * test_gpt2.c checks the same things): the input is (N, T) token ids as
+ * float32, "targets" (N, T) the next-token ids as float32 (-1: ignored),
+ * given to nn_loss as values, as regression targets are. On top of the
+ * relative measure: the logits within 1e-5 absolute, the loss (nn_loss
+ * returns the mean over the counted positions times n) within 1e-6
+ * absolute; ten AdamW steps that each side runs on its own from the same
+ * weights on ten stored batches, each step's loss within 1e-5 absolute
+ * (the weights after them are printed as information); and the
+ * weight exchange: torch's state dict saved as a trainyard model file
+ * (<case>.model.safetensors) imports (nn_model_import), its tensors have
+ * exactly the engine's names and shapes, and the engine's state block
+ * written as a model file (<case>.engine.safetensors) holds torch's
+ * initial weights bit for bit (check_exchange.py then loads it into torch).
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +55,7 @@
 
 #include "common/rng.h"
 #include "models/nn_internal.h"
+#include "models/pool.h"
 #include "models/train/optim.h"
 #include "models/safetensors.h"
 #include "models/train/train.h"
@@ -38,6 +63,9 @@
 #define TOL 1e-4
 #define FLOOR_KIND 1e-3
 #define FLOOR_ABS 1e-6
+#define LM_LOGITS_ABS 1e-5 /* language models, absolute */
+#define LM_LOSS_ABS 1e-6
+#define LM_TRAJ_ABS 1e-5 /* each of the ten AdamW steps' losses */
 
 typedef struct {
     const char *name;
@@ -45,6 +73,7 @@ typedef struct {
     nn_arch arch;
     nn_workspace *ws;
     float *state, *grads, *before, *upd;
+    nn_pool *pool; /* --threads N > 1: the workspace's kernels run on it */
     int failed;
 } pcase;
 
@@ -109,6 +138,23 @@ static double compare(pcase *c, const char *what, const float *ours,
     return rel;
 }
 
+/* max|ours - t| over t's values must be <= tol; prints the result. */
+static void compare_abs(pcase *c, const char *what, const float *ours,
+                        const st_tensor *t, double tol)
+{
+    double diff = 0;
+    for (uint64_t i = 0; i < t->numel; i++) {
+        diff = fmax(diff, fabs((double)ours[i] - ref_at(t, i)));
+        if (!isfinite(ours[i]))
+            diff = INFINITY;
+    }
+    int ok = diff <= tol;
+    printf("  %-4s %-34s abs %.3e  (limit %.0e)\n", ok ? "ok" : "FAIL", what,
+           diff, tol);
+    if (!ok)
+        c->failed = 1;
+}
+
 static const char *meta(pcase *c, const char *key)
 {
     const char *v = st_meta(&c->ref, key);
@@ -161,6 +207,147 @@ static double kind_scale(pcase *c, const char *prefix, const char *base)
     return s;
 }
 
+/* The weight exchange of a language-model case, on the initial state
+ * (param.*, already in c->state): torch's model file imports, has the
+ * engine's names and shapes and no other tensor, and the engine's state
+ * block written under its names equals it bit for bit. */
+static void lm_exchange(pcase *c, const char *dir, const json_t *spec,
+                        ty_task task, uint32_t outs)
+{
+    char torch_path[4096], imp_path[4096], eng_path[4096];
+    ty_err err = {0};
+    nn_net *net = NULL;
+    st_file tf = {0};
+    const nn_arch *a = &c->arch;
+    snprintf(torch_path, sizeof torch_path, "%s/%s.model.safetensors", dir,
+             c->name);
+    snprintf(imp_path, sizeof imp_path, "%s/%s.imported.safetensors", dir,
+             c->name);
+    snprintf(eng_path, sizeof eng_path, "%s/%s.engine.safetensors", dir,
+             c->name);
+    if (nn_model_import(torch_path, NULL, imp_path, &net, &err) != TY_OK) {
+        fail(c, "torch's state dict does not import as a model file: %s (%s)",
+             err.msg, err.field);
+        return;
+    }
+    nn_net_destroy(net);
+    if (st_open(torch_path, &tf, &err) != TY_OK) {
+        fail(c, "%s (%s)", err.msg, torch_path);
+        return;
+    }
+    st_out_tensor *out = calloc(a->n_tensors + 1, sizeof *out);
+    nn_preproc pp = {.kind = NN_PRE_NONE};
+    json_t *meta = nn_model_metadata(spec, task, &a->input, outs, NULL, &pp);
+    if (!out || !meta) {
+        fail(c, "out of memory%s%s", "", "");
+        goto done;
+    }
+    int same = tf.count == a->n_tensors;
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const nn_named_tensor *nt = &a->tensors[i];
+        const float *ours = c->state + nt->offset;
+        out[i] = (st_out_tensor){.name = nt->name,
+                                 .dtype = ST_F32,
+                                 .ndim = nt->desc->ndim,
+                                 .data = ours};
+        for (uint32_t d = 0; d < nt->desc->ndim; d++)
+            out[i].shape[d] = nt->desc->shape[d];
+        const st_tensor *t = st_find(&tf, nt->name);
+        int ok = t && t->dtype == ST_F32 && t->ndim == nt->desc->ndim &&
+                 t->numel == nt->desc->numel;
+        for (uint32_t d = 0; ok && d < t->ndim; d++)
+            ok = t->shape[d] == nt->desc->shape[d];
+        ok = ok && memcmp(t->data, ours, t->numel * sizeof(float)) == 0;
+        if (!ok) {
+            fail(c,
+                 "exchange: torch's model file has no F32 tensor '%s' of the "
+                 "engine's shape and bits%s",
+                 nt->name, "");
+            same = 0;
+        }
+    }
+    if (tf.count != a->n_tensors)
+        fail(c,
+             "exchange: torch's model file has %s tensors, not the %s "
+             "the engine names",
+             tf.count > a->n_tensors ? "more" : "fewer", "same");
+    if (st_write(eng_path, meta, out, a->n_tensors, &err) != TY_OK) {
+        fail(c, "%s (%s)", err.msg, eng_path);
+        same = 0;
+    }
+    printf("  %-4s %-34s %u tensors, names, shapes and bits\n",
+           same ? "ok" : "FAIL", "exchange torch -> engine", a->n_tensors);
+done:
+    json_decref(meta);
+    free(out);
+    st_close(&tf);
+}
+
+/* Ten AdamW steps, the engine on its own from param.* on the stored
+ * batches (traj.input, traj.targets): each step's loss against torch's. */
+static void lm_trajectory(pcase *c, const train_hparams *hp, uint32_t n)
+{
+    nn_arch *a = &c->arch;
+    ty_err err = {0};
+    nn_optim opt = {0};
+    const uint64_t pc = a->param_count, feat = nn_shape_numel(&a->input);
+    const char *steps_s = meta(c, "traj_steps");
+    if (!steps_s)
+        return;
+    uint32_t steps = (uint32_t)atoi(steps_s);
+    const st_tensor *tx = ref_f32(c, "traj.input", (uint64_t)steps * n * feat);
+    const st_tensor *ty =
+        ref_f32(c, "traj.targets", (uint64_t)steps * n * feat);
+    const st_tensor *tl = ref_f32(c, "traj.loss", steps);
+    if (!tx || !ty || !tl || !load_trainable(c, "param", c->state))
+        return;
+    if (nn_optim_init(&opt, train_hparams_optim(hp), pc, &err) != TY_OK) {
+        fail(c, "%s%s", err.msg, "");
+        return;
+    }
+    memset(c->grads, 0, pc * sizeof(float));
+    float *losses = calloc(steps + 1, sizeof(float));
+    ty_rng rng;
+    ty_rng_seed(&rng, 2, 0);
+    for (uint32_t s = 0; losses && s < steps; s++) {
+        const float *x = (const float *)tx->data + (uint64_t)s * n * feat;
+        const float *y = (const float *)ty->data + (uint64_t)s * n * feat;
+        memcpy(c->ws->act[0], x, n * feat * sizeof(float));
+        nn_forward(a, c->state, c->ws, n, 1, &rng);
+        double sum = nn_loss(a, c->ws, n, NULL, y, NULL, 1);
+        losses[s] = (float)(sum / n);
+        nn_backward(a, c->state, c->grads, c->ws, n);
+        nn_optim_step(&opt, a->be, c->ws->ex, c->state, c->grads);
+        printf("       step %2u loss %.7f  torch %.7f  diff %+.2e\n", s + 1,
+               losses[s], ref_at(tl, s), losses[s] - ref_at(tl, s));
+    }
+    if (losses) {
+        char what[64];
+        snprintf(what, sizeof what, "%u AdamW steps' losses", steps);
+        compare_abs(c, what, losses, tl, LM_TRAJ_ABS);
+    }
+    /* The weights after the steps: how far ten steps of rounding carried
+     * them (printed, not a limit of the issue). */
+    double worst = 0;
+    for (uint32_t i = 0; i < a->n_tensors; i++) {
+        const nn_named_tensor *nt = &a->tensors[i];
+        char key[160];
+        snprintf(key, sizeof key, "traj.final.%s", nt->name);
+        const st_tensor *t = st_find(&c->ref, key);
+        if (!t || t->numel != nt->desc->numel)
+            continue;
+        double d = 0, m = 0;
+        for (uint64_t k = 0; k < t->numel; k++) {
+            d = fmax(d, fabs(c->state[nt->offset + k] - ref_at(t, k)));
+            m = fmax(m, fabs(ref_at(t, k)));
+        }
+        worst = fmax(worst, d / fmax(m, 1e-12));
+    }
+    printf("  info weights after the steps: worst rel %.3e\n", worst);
+    free(losses);
+    nn_optim_free(&opt);
+}
+
 static void run_case(pcase *c, const char *dir)
 {
     char path[4096], key[160];
@@ -191,8 +378,13 @@ static void run_case(pcase *c, const char *dir)
     for (uint32_t i = 0; i < ndim && i < NN_MAX_DIMS; i++)
         shape[i] = (uint32_t)json_integer_value(json_array_get(shape_j, i));
     int task = nn_task_from_str(task_s);
+    const int lm = strcmp(task_s, "language_modeling") == 0;
     uint32_t outs = (uint32_t)atoi(outs_s);
-    if (!spec || !hp_j || ndim == 0 || ndim > NN_MAX_DIMS || task < 0) {
+    if (task < 0) {
+        fail(c, "the engine does not know task '%s'%s", task_s, "");
+        goto done;
+    }
+    if (!spec || !hp_j || ndim == 0 || ndim > NN_MAX_DIMS) {
         fail(c, "malformed reference metadata%s%s", "", "");
         goto done;
     }
@@ -224,7 +416,10 @@ static void run_case(pcase *c, const char *dir)
     c->before = calloc(total + 1, sizeof(float));
     c->upd = calloc(pc + 1, sizeof(float));
     c->ws = nn_workspace_create_for(a, n, 1);
-    if (!c->state || !c->grads || !c->before || !c->upd || !c->ws) {
+    if (c->ws && c->pool && nn_workspace_set_pool(c->ws, c->pool) != TY_OK)
+        c->failed = 1;
+    if (!c->state || !c->grads || !c->before || !c->upd || !c->ws ||
+        c->failed) {
         fail(c, "out of memory%s%s", "", "");
         goto done;
     }
@@ -238,9 +433,20 @@ static void run_case(pcase *c, const char *dir)
     }
     if (c->failed)
         goto done;
+    if (lm && !c->pool) { /* the files do not depend on the threads */
+        lm_exchange(c, dir, spec, (ty_task)task, outs);
+        if (c->failed)
+            goto done;
+    }
     memcpy(c->ws->act[0], x->data, x->numel * 4);
     const float *targets = NULL;
-    if (task == TY_TASK_CLASSIFICATION) {
+    if (lm) {
+        /* Next-token ids, (n, T) float32, as regression targets go. */
+        const st_tensor *y = ref_f32(c, "targets", (uint64_t)n * feat);
+        if (!y)
+            goto done;
+        targets = y->data;
+    } else if (task == TY_TASK_CLASSIFICATION) {
         const st_tensor *y = st_find(&c->ref, "labels");
         labels = calloc(n, sizeof *labels);
         if (!y || y->dtype != ST_I64 || y->numel != n || !labels) {
@@ -269,12 +475,19 @@ static void run_case(pcase *c, const char *dir)
     const st_tensor *t = ref_f32(c, "output", (uint64_t)n * width);
     if (t)
         compare(c, "output", out, t, NULL, FLOOR_ABS);
+    if (t && lm)
+        compare_abs(c, "output (logits)", out, t, LM_LOGITS_ABS);
     double sum = nn_loss(a, c->ws, n, labels, targets, NULL, 1);
-    float loss =
-        (float)(task == TY_TASK_CLASSIFICATION ? sum / n
-                                               : sum / ((double)n * outs));
-    if ((t = ref_f32(c, "loss", 1)))
+    /* The mean: per example (cross-entropy; a language model's sum is its
+     * mean over the counted positions times n), per element (mse, huber). */
+    float loss = (float)(lm || task == TY_TASK_CLASSIFICATION
+                             ? sum / n
+                             : sum / ((double)n * outs));
+    if ((t = ref_f32(c, "loss", 1))) {
         compare(c, "loss", &loss, t, NULL, FLOOR_ABS);
+        if (lm)
+            compare_abs(c, "loss", &loss, t, LM_LOSS_ABS);
+    }
     nn_backward(a, c->state, c->grads, c->ws, n);
     double gscale = kind_scale(c, "grad", NULL) * FLOOR_KIND;
     for (uint32_t i = 0; i < a->n_tensors; i++) {
@@ -318,9 +531,12 @@ static void run_case(pcase *c, const char *dir)
             const st_tensor *b4 = ref_f32(c, bkey, nt->desc->numel);
             if (after && b4)
                 compare(c, what, c->upd + nt->offset, after, b4,
-                        fmax(uscale, 1e-12));
+                        fmax(fmax(uscale, 1e-12),
+                             2 * max_abs_ref(b4) * FLT_EPSILON / TOL));
         }
     }
+    if (lm)
+        lm_trajectory(c, &hp, n);
 done:
     nn_optim_free(&opt);
     free(labels);
@@ -342,20 +558,31 @@ static void free_case(pcase *c)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s REF_DIR CASE...\n", argv[0]);
+    int first = 1, threads = 1;
+    if (argc > 2 && !strcmp(argv[1], "--threads")) {
+        threads = atoi(argv[2]);
+        first = 3;
+    }
+    if (argc < first + 2 || threads < 1) {
+        fprintf(stderr, "usage: %s [--threads N] REF_DIR CASE...\n", argv[0]);
         return 64;
     }
+    nn_pool *pool = threads > 1 ? nn_pool_create(threads) : NULL;
+    if (threads > 1 && !pool) {
+        fprintf(stderr, "cannot start %d threads\n", threads);
+        return 1;
+    }
     int passed = 0, failed = 0;
-    for (int i = 2; i < argc; i++) {
-        pcase c = {.name = argv[i]};
+    for (int i = first + 1; i < argc; i++) {
+        pcase c = {.name = argv[i], .pool = pool};
         printf("[ RUN      ] parity %s\n", c.name);
-        run_case(&c, argv[1]);
+        run_case(&c, argv[first]);
         printf("[ %s ] parity %s\n", c.failed ? " FAILED " : "      OK",
                c.name);
         c.failed ? failed++ : passed++;
         free_case(&c);
     }
     printf("%d passed, %d failed\n", passed, failed);
+    nn_pool_destroy(pool);
     return failed ? 1 : 0;
 }
