@@ -326,17 +326,22 @@ ty_status serve_evaluate(const serve_env *env, const char *tenant_id,
     }
     if (s != TY_OK)
         goto done;
-    /* a token array (text, tokens) has no examples to evaluate on; its
-     * file would not open below, with a message naming the server path */
+    blob_path(env->data_dir, sha, path, sizeof path);
+    /* a token array (text, tokens): a language model's windows over it */
     if (ty_task_parse(json_string_value(json_object_get(ds_doc, "task"))) ==
-        TY_TASK_LANGUAGE_MODELING) {
-        s = ty_fail(err, TY_EINVAL, "dataset",
-                    "dataset %s is a language-modeling (text or tokens) "
-                    "dataset: evaluating models on it is not built yet",
-                    ds_id);
+            TY_TASK_LANGUAGE_MODELING ||
+        rn.m.task == TY_TASK_LANGUAGE_MODELING) {
+        if (ty_task_parse(json_string_value(json_object_get(ds_doc, "task"))) !=
+            (int)rn.m.task)
+            s = ty_fail(err, TY_EINVAL, "dataset",
+                        "dataset %s is a %s dataset and model %s a %s model",
+                        ds_id,
+                        json_string_value(json_object_get(ds_doc, "task")), id,
+                        ty_task_name(rn.m.task));
+        else
+            s = serve_lm_evaluate(&rn.m, rn.net, path, ds_id, reply, err);
         goto done;
     }
-    blob_path(env->data_dir, sha, path, sizeof path);
     if ((s = ty_dataset_open(path, &ds, err)) != TY_OK)
         goto done;
     const nn_net *net = rn.net;
