@@ -12,7 +12,7 @@
 #include "models/data/tokens.h"
 #include "models/data/windows.h"
 #include "models/nn.h"
-#include "serve/predict.h"
+#include "serve/model.h"
 
 const json_t *serve_lm_tokenizer(const nn_net *net)
 {

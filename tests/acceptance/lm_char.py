@@ -40,7 +40,7 @@ FILES = ["Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GFDL-1.2", "GFDL-1.3",
          "GPL-1", "GPL-2", "GPL-3", "LGPL-2", "LGPL-2.1", "LGPL-3", "MPL-1.1",
          "MPL-2.0"]
 MAX_STEPS = 600
-THRESHOLD = 2.0
+THRESHOLD = 2.75
 GPT = {"layers": [{"type": "embedding", "dim": 128},
                   {"type": "positional_embedding"}]
        + [{"type": "transformer_block", "heads": 4}] * 4
