@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "models/safetensors.h"
 #include "models/train/loader.h"
 #include "models/train/train_internal.h"
 
@@ -946,6 +947,33 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     return TY_OK;
 }
 
+/* hyperparameters.init_from: the state block (parameters and buffers)
+ * from the model file at path, every tensor of the spec by its name and
+ * shape, F32. */
+static ty_status load_init(trainer *t, const char *path, ty_err *err)
+{
+    st_file f;
+    ty_err inner = {0};
+    if (st_open(path, &f, &inner) != TY_OK)
+        return ty_fail(err, TY_EINVAL, "hyperparameters.init_from",
+                       "the model to start from cannot be read: %s", inner.msg);
+    float *state = train_host_state(t);
+    ty_status st = TY_OK;
+    for (uint32_t i = 0; i < t->arch.n_tensors && st == TY_OK; i++) {
+        const nn_named_tensor *nt = &t->arch.tensors[i];
+        const st_tensor *x = st_find(&f, nt->name);
+        if (!x || x->dtype != ST_F32 || x->numel != nt->desc->numel)
+            st = ty_fail(err, TY_EINVAL, "hyperparameters.init_from",
+                         "the model to start from has no F32 tensor '%s' of "
+                         "%llu values",
+                         nt->name, (unsigned long long)nt->desc->numel);
+        else
+            memcpy(state + nt->offset, x->data, x->numel * sizeof(float));
+    }
+    st_close(&f);
+    return st;
+}
+
 ty_status train_run(const train_job *job, train_epoch_metrics *final,
                     ty_err *err)
 {
@@ -972,7 +1000,9 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
         ty_rng init;
         ty_rng_seed(&init, t.hp->seed, TRAIN_STREAM_INIT);
         nn_arch_init_params(&t.arch, train_host_state(&t), &init);
-        if ((st = train_state_upload(&t, err)) != TY_OK)
+        if ((job->init_path &&
+             (st = load_init(&t, job->init_path, err)) != TY_OK) ||
+            (st = train_state_upload(&t, err)) != TY_OK)
             goto done;
     }
     /* The 16-bit weights follow the fp32 ones, fresh or resumed. */
