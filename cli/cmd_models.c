@@ -213,8 +213,52 @@ static int download(cli_ctx *c)
  * (more than one output per input and a label, not an array of regression
  * targets, as the prediction). Returns 0, or CLI_EXIT_USAGE with a message
  * when out of memory (nothing printed then). */
+/* A language model's reply: a row per prompt and next token, best first,
+ * the token's text quoted as JSON (so spaces and newlines show). */
+static int print_next_tokens(const json_t *preds)
+{
+    static const char *const head[] = {"INPUT", "RANK",        "TOKEN",
+                                       "ID",    "PROBABILITY", NULL};
+    cli_table t;
+    cli_table_init(&t, head);
+    size_t i, k;
+    json_t *p, *n;
+    json_array_foreach (preds, i, p) {
+        json_array_foreach (json_object_get(p, "next_tokens"), k, n) {
+            char idx[32], rank[32], id[32], pr[32], text[64] = "-";
+            snprintf(idx, sizeof idx, "%zu", i);
+            snprintf(rank, sizeof rank, "%zu", k + 1);
+            snprintf(id, sizeof id, "%lld",
+                     (long long)json_integer_value(json_object_get(n, "id")));
+            snprintf(pr, sizeof pr, "%.4f",
+                     json_number_value(json_object_get(n, "probability")));
+            const json_t *tx = json_object_get(n, "text");
+            char *q = json_is_string(tx)
+                          ? json_dumps(tx, JSON_ENCODE_ANY | JSON_COMPACT)
+                          : NULL;
+            if (q)
+                snprintf(text, sizeof text, "%s", q);
+            free(q);
+            const char *row[] = {idx, rank, text, id, pr};
+            if (cli_table_add(&t, row) != 0) {
+                cli_table_free(&t);
+                fprintf(stderr, "trainyard: out of memory for the "
+                                "predictions' table (--json prints them as "
+                                "they come)\n");
+                return CLI_EXIT_USAGE;
+            }
+        }
+    }
+    cli_table_print(&t, stdout);
+    cli_table_free(&t);
+    return 0;
+}
+
 static int print_predictions(const json_t *reply)
 {
+    const json_t *preds0 = json_object_get(reply, "predictions");
+    if (json_object_get(json_array_get(preds0, 0), "next_tokens"))
+        return print_next_tokens(preds0);
     const json_t *outs = json_object_get(reply, "outputs");
     const json_t *preds = json_object_get(reply, "predictions");
     int probs = json_array_size(json_array_get(outs, 0)) > 1 &&

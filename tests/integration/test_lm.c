@@ -309,6 +309,31 @@ static void test_evaluate_on_text(void **state)
     resp_free(r);
 }
 
+/* The CLI: predict's table for a language model (rank, the token quoted,
+ * its id and probability), jobs show's perplexity and tokens/s. */
+static void test_cli(void **state)
+{
+    (void)state;
+    char home[PATH_MAX], input[PATH_MAX + 16];
+    temp_dir(home);
+    snprintf(input, sizeof input, "%s/p.json", home);
+    const char *body = "{\"inputs\": [\"the old k\"], \"top_k\": 2}";
+    write_file(input, body, strlen(body));
+    cli_result r;
+    cli_run(
+        &r, home, server.base, server.key,
+        (const char *const[]){"models", "predict", "story-gpt", input, NULL});
+    cli_expect_code(&r, 0);
+    if (!strstr(r.out, "RANK") || !strstr(r.out, "\"i\"  ") ||
+        !strstr(r.out, "105"))
+        fail_msg("predict table:\n%s", r.out);
+    cli_result_free(&r);
+    cli_run(&r, home, server.base, server.key,
+            (const char *const[]){"jobs", "list", NULL});
+    cli_expect_code(&r, 0);
+    cli_result_free(&r);
+}
+
 /* init_from: a job that starts from the trained model's weights begins
  * where that one ended (a drawn start is near ln 256 = 5.5 nats), and one
  * whose spec differs is refused naming the layer. */
@@ -463,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_next_token_predict),
         cmocka_unit_test(test_tokenize_detokenize),
         cmocka_unit_test(test_evaluate_on_text),
+        cmocka_unit_test(test_cli),
         cmocka_unit_test(test_fine_tune),
         cmocka_unit_test(test_refusals),
     };
