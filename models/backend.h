@@ -59,8 +59,7 @@ typedef enum {
     NN_OP_AVGPOOL2D,           /* nn.AvgPool2d, count_include_pad */
     NN_OP_CAST,                /* fp32 -> bf16 / fp16, round to nearest even */
     NN_OP_GEMM_LP,             /* GEMM on bf16 / fp16 inputs, fp32 sums */
-    /* Transformer ops (issue 31): kernels only, no spec layer uses them
-     * yet (see "Transformer ops" below). */
+    /* Transformer ops (issue 31; see "Transformer ops" below). */
     NN_OP_GELU_TANH,   /* tanh approximation, GPT-2's "gelu_new" */
     NN_OP_EMBEDDING,   /* gather rows by token id; scatter-add backward */
     NN_OP_ATTENTION,   /* causal multi-head scaled dot-product attention */
@@ -466,10 +465,11 @@ typedef struct nn_backend {
      * train_gpt2.c decomposition): token embedding, causal attention and
      * the per-position language-model loss; layernorm over the last axis
      * is NN_OP_LAYERNORM above (rows of (B*T, C)) and the MLP's GELU is
-     * NN_OP_GELU_TANH. They are not wired to spec layers yet: no layer of
-     * models/nn.h calls them, only tests do (tests/unit/test_nn_attention.c,
-     * test_nn_transformer_ops.c; tests/parity/test_parity_ops.c against
-     * PyTorch; tests/gpu/test_gpu_transformer.c, CUDA against the CPU). */
+     * NN_OP_GELU_TANH. The spec layers of models/layers_seq.c and
+     * layers_attn.c run them; tests/unit/test_nn_attention.c,
+     * test_nn_transformer_ops.c, tests/parity/test_parity_ops.c (PyTorch)
+     * and tests/gpu/test_gpu_transformer.c (CUDA against the CPU) check
+     * them one by one. */
 
     /* NN_OP_EMBEDDING forward: out (n, c) row i = table (v, c) row ids[i],
      * as F.embedding. The caller checks every id is in [0, v). */
@@ -483,6 +483,12 @@ typedef struct nn_backend {
     void (*embedding_backward)(const nn_exec *ex, float *dtable,
                                const float *dout, const int32_t *ids,
                                uint32_t n, uint32_t v, uint32_t c);
+    /* Part of NN_OP_EMBEDDING: token ids carried as float values (a
+     * language model's input and targets) to int32: ids[i] = x[i] when x[i]
+     * is a whole number in [0, bound), else fallback (the embedding uses 0,
+     * the loss its ignore index -1). */
+    void (*to_ids)(const nn_exec *ex, int32_t *ids, const float *x, size_t len,
+                   uint32_t bound, int32_t fallback);
 
     /* NN_OP_ATTENTION forward, causal multi-head scaled dot-product
      * self-attention (the core after the QKV projection): for batch bi,

@@ -66,19 +66,33 @@ static ty_status dense_parse(nn_layer *l, const json_t *obj, json_t *norm,
     return TY_OK;
 }
 
+/* A dense layer's input width, and its rows per example: 1 for a vector,
+ * T for a sequence (T, C), whose positions it maps one by one. */
+static uint32_t dense_k(const nn_layer *l)
+{
+    return l->in.seq ? l->in.d[1] : l->in.d[0];
+}
+
+static uint32_t dense_per(const nn_layer *l)
+{
+    return l->in.seq ? l->in.d[0] : 1;
+}
+
 static ty_status dense_plan(nn_layer *l, ty_err *err)
 {
-    if (l->in.ndim != 1) {
+    if (l->in.seq && l->in.ndim == 2) {
+        l->out = (nn_shape){.ndim = 2, .d = {l->in.d[0], l->units}, .seq = 1};
+    } else if (l->in.ndim != 1) {
         char shape[96];
         nn_shape_format(&l->in, shape, sizeof shape);
         return ty_fail(err, TY_EINVAL, "",
                        "its input has shape %s but dense needs a vector; add "
                        "a {\"type\": \"flatten\"} layer before it",
                        shape);
+    } else {
+        l->out = (nn_shape){.ndim = 1, .d = {l->units}};
     }
-    uint32_t in = l->in.d[0];
-    l->out.ndim = 1;
-    l->out.d[0] = l->units;
+    uint32_t in = dense_k(l);
     nn_tensor_desc *w = &l->tensors[0];
     *w = (nn_tensor_desc){.suffix = "weight",
                           .ndim = 2,
@@ -97,7 +111,8 @@ static ty_status dense_plan(nn_layer *l, ty_err *err)
      * forward to backward) and of the output gradient. */
     l->scratch_per_example = l->scratch_fixed = 0;
     if (l->precision != NN_DT_F32) {
-        l->scratch_per_example = ((uint64_t)in + l->units + 1) / 2;
+        l->scratch_per_example =
+            ((uint64_t)dense_per(l) * (in + l->units) + 1) / 2;
         l->scratch_fixed = 16; /* the gradient copy's 64-byte boundary */
     }
     return TY_OK;
@@ -127,7 +142,7 @@ static const void *dense_lp_weights(const nn_pass *p, const float *params)
 static void dense_init(const nn_layer *l, float *params, float *buffers,
                        ty_rng *rng)
 {
-    float bound = 1.0f / sqrtf((float)l->in.d[0]);
+    float bound = 1.0f / sqrtf((float)dense_k(l));
     for (uint32_t t = 0; t < l->n_tensors; t++) {
         float *x = params + l->tensors[t].offset;
         for (uint64_t i = 0; i < l->tensors[t].numel; i++)
@@ -139,12 +154,13 @@ static void dense_forward(const nn_layer *l, const nn_pass *p,
                           const float *params, const float *in, float *out,
                           float *scratch)
 {
-    const int n = (int)p->n, k = (int)l->in.d[0], units = (int)l->units;
+    const int n = (int)(p->n * dense_per(l)), k = (int)dense_k(l),
+              units = (int)l->units;
     const float *w = params;
     /* The bias is broadcast first and the GEMM accumulates onto it: the bias
      * add costs no extra pass over the output. */
     if (l->bias)
-        p->be->bias_rows(p->ex, out, params + l->tensors[1].offset, p->n,
+        p->be->bias_rows(p->ex, out, params + l->tensors[1].offset, (uint32_t)n,
                          l->units);
     if (p->precision != NN_DT_F32) {
         /* x (n, k) to 16 bits in scratch, kept for backward's dW. */
@@ -167,17 +183,19 @@ static void dense_backward_lp(const nn_layer *l, const nn_pass *p,
                               const float *dout, float *din,
                               const float *scratch)
 {
-    const int n = (int)p->n, k = (int)l->in.d[0], units = (int)l->units;
+    const int n = (int)(p->n * dense_per(l)), k = (int)dense_k(l),
+              units = (int)l->units;
     const nn_dtype dt = p->precision;
     assert(l->precision == dt);
     const void *x_lp = scratch;
-    void *dy_lp = (char *)scratch +
-                  dense_lp_dy_offset(p->n, (uint64_t)k) * nn_dtype_size(dt);
+    void *dy_lp =
+        (char *)scratch +
+        dense_lp_dy_offset((uint64_t)n, (uint64_t)k) * nn_dtype_size(dt);
     p->be->cast(p->ex, dy_lp, dt, dout, (size_t)n * units);
     p->be->gemm_lp(p->ex, grads, dy_lp, x_lp, dt, 1, 0, units, k, n, 1.0f,
                    1.0f);
     if (l->bias)
-        p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, p->n,
+        p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, (uint32_t)n,
                          l->units);
     if (din)
         p->be->gemm_lp(p->ex, din, dy_lp, dense_lp_weights(p, params), dt, 0, 0,
@@ -189,7 +207,8 @@ static void dense_backward(const nn_layer *l, const nn_pass *p,
                            const float *out, const float *dout, float *din,
                            const float *scratch)
 {
-    const int n = (int)p->n, k = (int)l->in.d[0], units = (int)l->units;
+    const int n = (int)(p->n * dense_per(l)), k = (int)dense_k(l),
+              units = (int)l->units;
     if (p->precision != NN_DT_F32) {
         dense_backward_lp(l, p, params, grads, dout, din, scratch);
         return;
@@ -197,7 +216,7 @@ static void dense_backward(const nn_layer *l, const nn_pass *p,
     /* dW (units, k) += dout^T (units, n) x (n, k) */
     p->be->gemm(p->ex, grads, dout, in, 1, 0, units, k, n, 1.0f, 1.0f);
     if (l->bias)
-        p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, p->n,
+        p->be->bias_grad(p->ex, grads + l->tensors[1].offset, dout, (uint32_t)n,
                          l->units);
     /* dx (n, k) = dout (n, units) W (units, k) */
     if (din)
@@ -230,7 +249,8 @@ static nn_op act_op(const nn_layer *l)
     switch (l->type) {
         case NN_LAYER_TANH: return NN_OP_TANH;
         case NN_LAYER_SIGMOID: return NN_OP_SIGMOID;
-        case NN_LAYER_GELU: return NN_OP_GELU;
+        case NN_LAYER_GELU:
+            return l->approximate ? NN_OP_GELU_TANH : NN_OP_GELU;
         default: return NN_OP_RELU;
     }
 }
@@ -264,7 +284,35 @@ static void act_backward(const nn_layer *l, const nn_pass *p,
 ACT_KIND(relu_kind, "relu");
 ACT_KIND(tanh_kind, "tanh");
 ACT_KIND(sigmoid_kind, "sigmoid");
-ACT_KIND(gelu_kind, "gelu");
+
+/* gelu {approximate: "none" | "tanh"} [nn.GELU(approximate=...)]. The
+ * normalized spec names "tanh" only, so the specs of models made before
+ * the key existed stay as they were (checkpoints compare them). */
+static const char *const gelu_keys[] = {"type", "approximate", NULL};
+
+static ty_status gelu_parse(nn_layer *l, const json_t *obj, json_t *norm,
+                            ty_err *err)
+{
+    const json_t *a = json_object_get(obj, "approximate");
+    const char *s = json_string_value(a);
+    if (a && (!s || (strcmp(s, "none") && strcmp(s, "tanh"))))
+        return ty_fail(err, TY_EINVAL, "approximate",
+                       "approximate must be \"none\" (the exact erf form) "
+                       "or \"tanh\" (GPT-2's approximation)");
+    l->approximate = s && !strcmp(s, "tanh");
+    if (l->approximate)
+        json_object_set_new(norm, "approximate", json_string("tanh"));
+    return TY_OK;
+}
+
+static const nn_layer_kind gelu_kind = {
+    .name = "gelu",
+    .keys = gelu_keys,
+    .parse = gelu_parse,
+    .plan = same_shape_plan,
+    .forward = act_forward,
+    .backward = act_backward,
+};
 
 /* ---- dropout [nn.Dropout(rate)]: inverted; the mask (scratch) holds 0 or
  * 1/(1-rate). ---- */
@@ -349,6 +397,11 @@ static const nn_layer_kind *const kinds[] = {
     [NN_LAYER_MAXPOOL2D] = &nn_maxpool2d_kind,
     [NN_LAYER_AVGPOOL2D] = &nn_avgpool2d_kind,
     [NN_LAYER_GLOBAL_AVGPOOL] = &nn_global_avgpool_kind,
+    [NN_LAYER_EMBEDDING] = &nn_embedding_kind,
+    [NN_LAYER_POSITIONAL_EMBEDDING] = &nn_positional_embedding_kind,
+    [NN_LAYER_LM_HEAD] = &nn_lm_head_kind,
+    [NN_LAYER_ATTENTION] = &nn_attention_kind,
+    [NN_LAYER_TRANSFORMER_BLOCK] = &nn_transformer_block_kind,
 };
 static_assert(TY_ARRAY_LEN(kinds) == NN_LAYER_KIND_COUNT,
               "every nn_layer_type needs a kind");

@@ -160,27 +160,43 @@ const nn_layer_kind nn_batchnorm_kind = {
 
 static const char *const layernorm_keys[] = {"type", "eps", NULL};
 
+/* Values normalized together: the whole example, or on a sequence (T, C)
+ * each position's C (nn.LayerNorm(C)); and the rows of them per example. */
+static uint64_t ln_width(const nn_layer *l)
+{
+    return l->in.seq ? l->in.d[l->in.ndim - 1] : nn_shape_numel(&l->in);
+}
+
+static uint32_t ln_rows(const nn_layer *l)
+{
+    return l->in.seq ? l->in.d[0] : 1;
+}
+
 static ty_status layernorm_plan(nn_layer *l, ty_err *err)
 {
-    const uint64_t numel = nn_shape_numel(&l->in);
+    const uint64_t numel = ln_width(l);
     l->out = l->in;
     nn_tensor_desc w = {.suffix = "weight", .ndim = l->in.ndim, .numel = numel};
     for (uint32_t i = 0; i < l->in.ndim; i++)
         w.shape[i] = l->in.d[i];
+    if (l->in.seq) {
+        w.ndim = 1;
+        w.shape[0] = (uint32_t)numel;
+    }
     nn_tensor_desc b = w;
     b.suffix = "bias";
     b.offset = numel;
     l->tensors[0] = w;
     l->tensors[1] = b;
     l->n_tensors = 2;
-    l->scratch_per_example = 2; /* mean, rstd */
+    l->scratch_per_example = 2ull * ln_rows(l); /* mean, rstd per row */
     return TY_OK;
 }
 
 static void layernorm_init(const nn_layer *l, float *params, float *buffers,
                            ty_rng *rng)
 {
-    const uint64_t numel = nn_shape_numel(&l->in);
+    const uint64_t numel = ln_width(l);
     for (uint64_t i = 0; i < numel; i++) {
         params[i] = 1.0f;
         params[numel + i] = 0.0f;
@@ -191,9 +207,9 @@ static void layernorm_forward(const nn_layer *l, const nn_pass *p,
                               const float *params, const float *in, float *out,
                               float *scratch)
 {
-    const uint32_t d = (uint32_t)nn_shape_numel(&l->in);
-    p->be->layernorm_forward(p->ex, out, scratch, scratch + p->n, in, params,
-                             params + d, p->n, d, l->eps);
+    const uint32_t d = (uint32_t)ln_width(l), rows = p->n * ln_rows(l);
+    p->be->layernorm_forward(p->ex, out, scratch, scratch + rows, in, params,
+                             params + d, rows, d, l->eps);
 }
 
 static void layernorm_backward(const nn_layer *l, const nn_pass *p,
@@ -202,9 +218,9 @@ static void layernorm_backward(const nn_layer *l, const nn_pass *p,
                                const float *dout, float *din,
                                const float *scratch)
 {
-    const uint32_t d = (uint32_t)nn_shape_numel(&l->in);
+    const uint32_t d = (uint32_t)ln_width(l), rows = p->n * ln_rows(l);
     p->be->layernorm_backward(p->ex, din, grads, grads + d, dout, in, params,
-                              scratch, scratch + p->n, p->n, d);
+                              scratch, scratch + rows, rows, d);
 }
 
 const nn_layer_kind nn_layernorm_kind = {

@@ -48,6 +48,21 @@ ty_status nn_loss_resolve(nn_loss_spec *loss, ty_task task,
     if ((unsigned)l.kind >= TY_ARRAY_LEN(loss_names))
         return ty_fail(err, TY_EINVAL, "hyperparameters.loss",
                        "hyperparameters.loss is not a known loss");
+    if (task == TY_TASK_LANGUAGE_MODELING) {
+        /* The next token's cross-entropy at every position, nothing else. */
+        if (l.kind != NN_LOSS_AUTO && l.kind != NN_LOSS_CROSS_ENTROPY)
+            return ty_fail(err, TY_EINVAL, "hyperparameters.loss",
+                           "hyperparameters.loss \"%s\" does not apply to a "
+                           "language model, which learns the next token with "
+                           "\"cross_entropy\"",
+                           nn_loss_name(l.kind));
+        if (l.label_smoothing != 0.0)
+            return ty_fail(err, TY_EINVAL, "hyperparameters.label_smoothing",
+                           "hyperparameters.label_smoothing is not supported "
+                           "for language models; leave it out");
+        *loss = (nn_loss_spec){.kind = NN_LOSS_CROSS_ENTROPY};
+        return TY_OK;
+    }
     if (l.kind == NN_LOSS_AUTO) {
         if (!cls && l.label_smoothing != 0.0)
             return ty_fail(err, TY_EINVAL, "hyperparameters.label_smoothing",
@@ -124,10 +139,35 @@ double nn_loss_compute(const nn_loss_spec *loss, const nn_backend *be,
     }
 }
 
+/* A language model's loss: the mean cross-entropy over every position of
+ * the n windows (targets (n, T) ids as floats; -1 or any id outside the
+ * vocabulary is not counted), returned times n, as the other losses return
+ * a sum of per-example losses. The gradient is the mean's over grad_rows
+ * windows (accumulation: n of them in this minibatch). */
+static double lm_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
+                      const float *values, uint32_t *correct,
+                      uint32_t grad_rows)
+{
+    const uint32_t t = nn_arch_target_width(arch), v = arch->num_outputs;
+    const size_t rows = (size_t)n * t;
+    float *dout = grad_rows ? ws->grad[0] : NULL;
+    float scale =
+        grad_rows ? (float)n / (float)grad_rows * ws->loss_scale : 0.0f;
+    arch->be->to_ids(ws->ex, ws->ids, values, rows, v, -1);
+    if (correct)
+        *correct = 0;
+    double mean =
+        arch->be->xent_ignore(ws->ex, dout, NULL, ws->act[arch->n_layers],
+                              ws->ids, (uint32_t)rows, v, -1, scale);
+    return mean * n;
+}
+
 double nn_loss_scaled(const nn_arch *arch, nn_workspace *ws, uint32_t n,
                       const int32_t *labels, const float *values,
                       uint32_t *correct, uint32_t grad_rows)
 {
+    if (arch->task == TY_TASK_LANGUAGE_MODELING)
+        return lm_loss(arch, ws, n, values, correct, grad_rows);
     const uint32_t width = (uint32_t)nn_shape_numel(&arch->output);
     float *dout = grad_rows ? ws->grad[0] : NULL;
     float scale = 0.0f;

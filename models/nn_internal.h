@@ -26,13 +26,18 @@
 
 #define NN_MAX_DIMS 4
 #define NN_MAX_PARAMS (1ull << 31) /* trainable values per model */
-#define NN_LAYER_MAX_TENSORS 4
-#define NN_TENSOR_NAME_LEN 96 /* "3.body.0.running_mean" and longer */
-#define NN_MAX_DEPTH 8        /* residual blocks inside residual blocks */
+#define NN_LAYER_MAX_TENSORS 12    /* a transformer block's */
+#define NN_TENSOR_NAME_LEN 96      /* "3.body.0.running_mean" and longer */
+#define NN_MAX_DEPTH 8             /* residual blocks inside residual blocks */
 
+/* seq: 1 for a sequence (T, C), a language model's activations after its
+ * embedding: position axis first, then channels. dense, layernorm and
+ * lm_head act on each position's C values (the last axis), as nn.Linear
+ * and nn.LayerNorm(C) do on (N, T, C). */
 typedef struct {
     uint32_t ndim;
     uint32_t d[NN_MAX_DIMS];
+    uint32_t seq;
 } nn_shape;
 
 /* The number of values in s (nn_util.c, as are the next two). */
@@ -57,6 +62,11 @@ typedef enum {
     NN_LAYER_MAXPOOL2D,
     NN_LAYER_AVGPOOL2D,
     NN_LAYER_GLOBAL_AVGPOOL,
+    NN_LAYER_EMBEDDING, /* layers_seq.c: tokens and sequences */
+    NN_LAYER_POSITIONAL_EMBEDDING,
+    NN_LAYER_LM_HEAD,
+    NN_LAYER_ATTENTION, /* layers_attn.c */
+    NN_LAYER_TRANSFORMER_BLOCK,
     /* New kinds go here, with an entry in layers.c's table. */
     NN_LAYER_KIND_COUNT
 } nn_layer_type;
@@ -100,8 +110,19 @@ typedef struct {
     float rate;                                         /* dropout */
     uint32_t filters, groups;                           /* conv2d */
     uint32_t kernel[2], stride[2], pad[2], dilation[2]; /* conv2d, pools */
-    float eps, momentum;  /* batchnorm, layernorm */
-    float slope;          /* leaky_relu */
+    float eps, momentum; /* batchnorm, layernorm */
+    float slope;         /* leaky_relu */
+    int approximate;     /* gelu: 1 for the tanh approximation */
+    /* sequences (layers_seq.c, layers_attn.c) */
+    uint32_t vocab;       /* the arch's vocabulary (0: not a language model) */
+    uint32_t dim;         /* embedding */
+    uint32_t heads;       /* attention, transformer_block */
+    uint32_t hidden;      /* transformer_block: the MLP's width */
+    float mlp_ratio;      /* transformer_block */
+    int causal;           /* attention, transformer_block */
+    int tie;              /* lm_head: uses the embedding's weight */
+    int64_t tie_delta;    /* lm_head tied: the embedding weight's offset from
+                          this layer's parameters, in floats */
     nn_arch *body, *proj; /* residual: sub-networks, owned (proj NULL
                                   for the identity) */
     /* Builds a sub-list of layers (a residual block's body): the builder's
@@ -199,6 +220,16 @@ extern const nn_layer_kind nn_conv2d_kind;   /* layers_conv.c */
 extern const nn_layer_kind nn_maxpool2d_kind;
 extern const nn_layer_kind nn_avgpool2d_kind;
 extern const nn_layer_kind nn_global_avgpool_kind;
+extern const nn_layer_kind nn_embedding_kind; /* layers_seq.c */
+extern const nn_layer_kind nn_positional_embedding_kind;
+extern const nn_layer_kind nn_lm_head_kind;
+extern const nn_layer_kind nn_attention_kind; /* layers_attn.c */
+extern const nn_layer_kind nn_transformer_block_kind;
+
+/* Ties each tied lm_head of a built top-level arch to the embedding before
+ * it (layers_seq.c). TY_EINVAL naming the head when there is none or its
+ * dim is not the head's input width. */
+ty_status nn_seq_tie(nn_arch *arch, ty_err *err);
 
 struct nn_arch {
     nn_layer *layers; /* n_layers, owned */
@@ -207,6 +238,9 @@ struct nn_arch {
     nn_shape output; /* of the last layer */
     uint32_t num_outputs;
     ty_task task;
+    /* A language model's vocabulary (num_outputs for that task), which
+     * embedding and lm_head layers take; 0 otherwise. */
+    uint32_t vocab;
     uint64_t param_count;
     uint64_t buffer_count; /* non-trainable state (running statistics) */
     uint64_t max_numel;    /* largest activation per example, input too */
@@ -226,6 +260,14 @@ struct nn_arch {
     /* Training precision (nn_arch_set_precision; NN_DT_F32 as built). */
     nn_dtype precision;
 };
+
+/* Target values per example in workspaces and loader batches: a language
+ * model's next tokens (its context length), else num_outputs. */
+static inline uint32_t nn_arch_target_width(const nn_arch *a)
+{
+    return a->task == TY_TASK_LANGUAGE_MODELING ? a->input.d[0]
+                                                : a->num_outputs;
+}
 
 /* Plans arch (and its sub-networks) for training in dt: dense layers get
  * the scratch their 16-bit copies need (none under NN_DT_F32), and the
@@ -365,7 +407,8 @@ struct nn_workspace {
     float *scratch[NN_MAX_LAYERS]; /* training: per-layer scratch */
     float *grad[2];                /* training: activation-gradient ping-pong */
     int32_t *labels;               /* (max_batch) class targets */
-    float *targets;                /* (max_batch, num_outputs) values */
+    float *targets; /* (max_batch, nn_arch_target_width) values */
+    int32_t *ids;   /* language models: (max_batch, T) next-token ids */
     /* Host staging: where the host writes an input batch, labels and
      * targets before nn_workspace_upload_* moves them to act[0], labels
      * and targets. On a host-visible backend (nn_backend_host_visible)
@@ -399,6 +442,7 @@ typedef struct {
     uint64_t grad; /* training: grad[0]; grad[1] = grad + big */
     uint64_t big;  /* max_batch * max_numel, rounded up */
     uint64_t labels, targets;
+    uint64_t ids;             /* language models: the loss's token ids */
     uint64_t out;             /* not host-visible only */
     uint64_t total;           /* floats of the allocation */
     uint64_t work_per_thread; /* floats of the arena per thread */

@@ -96,7 +96,10 @@ int nn_workspace_layout(const nn_arch *arch, uint32_t max_batch, int training,
     lay->labels = total;
     total += round_up(b);
     lay->targets = total;
-    total += round_up(b * arch->num_outputs);
+    total += round_up(b * nn_arch_target_width(arch));
+    lay->ids = total;
+    if (arch->task == TY_TASK_LANGUAGE_MODELING)
+        total += round_up(b * nn_arch_target_width(arch));
     lay->out = total;
     const uint64_t out_w =
         nn_shape_numel(&arch->output) > 2 ? nn_shape_numel(&arch->output) : 2;
@@ -159,6 +162,8 @@ nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
     }
     ws->labels = (int32_t *)(ws->mem + lay.labels);
     ws->targets = ws->mem + lay.targets;
+    if (arch->task == TY_TASK_LANGUAGE_MODELING)
+        ws->ids = (int32_t *)(ws->mem + lay.ids);
     if (host) {
         ws->host_in = ws->act[0];
         ws->host_labels = ws->labels;
@@ -167,7 +172,7 @@ nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
         /* The host writes here, then uploads (no alignment needs: plain
          * row copies and memcpy). */
         const uint64_t in = b * nn_shape_numel(&arch->input);
-        const uint64_t tg = b * arch->num_outputs;
+        const uint64_t tg = b * nn_arch_target_width(arch);
         ws->out = ws->mem + lay.out;
         ws->host_mem = malloc((size_t)(in + b + tg) * sizeof(float));
         if (!ws->host_mem)
@@ -239,7 +244,7 @@ void nn_workspace_upload_targets(nn_workspace *ws, uint32_t n)
                    (size_t)n * sizeof(int32_t));
     else
         be->upload(ws->ex, ws->targets, ws->host_targets,
-                   (size_t)n * ws->arch->num_outputs * sizeof(float));
+                   (size_t)n * nn_arch_target_width(ws->arch) * sizeof(float));
 }
 
 uint32_t nn_workspace_max_batch(const nn_workspace *ws)
@@ -351,8 +356,8 @@ ty_status nn_eval_examples_reg(const nn_arch *arch, const float *params,
     float *x = NULL;
     ty_status st = nn_preproc_bind(pp, ds, &view, &x, err);
     if (st == TY_OK)
-        st = eval_examples_reg(arch, params, pp, tg, ws, x ? &view : ds, idx,
-                               n, class_map, loss, accuracy, reg, err);
+        st = eval_examples_reg(arch, params, pp, tg, ws, x ? &view : ds, idx, n,
+                               class_map, loss, accuracy, reg, err);
     free(x);
     return st;
 }
@@ -366,6 +371,10 @@ static ty_status eval_examples_reg(const nn_arch *arch, const float *params,
                                    ty_err *err)
 {
     const int cls = arch->task == TY_TASK_CLASSIFICATION;
+    /* A language model's loss is already a mean over positions per
+     * example; its targets are the next tokens (nn_arch_target_width). */
+    const int lm = arch->task == TY_TASK_LANGUAGE_MODELING;
+    const uint32_t tw = nn_arch_target_width(arch);
     if (ds->features != nn_shape_numel(&arch->input) || ds->task != arch->task)
         return ty_fail(err, TY_EINVAL, NULL,
                        "the dataset (%s, %llu features) does not fit the model "
@@ -373,22 +382,22 @@ static ty_status eval_examples_reg(const nn_arch *arch, const float *params,
                        nn_task_str(ds->task), (unsigned long long)ds->features,
                        nn_task_str(arch->task),
                        (unsigned long long)nn_shape_numel(&arch->input));
-    if (!cls && ds->y_dim != arch->num_outputs)
+    if (!cls && ds->y_dim != tw)
         return ty_fail(err, TY_EINVAL, NULL,
                        "the dataset has %u target values per example but the "
                        "model predicts %u",
-                       ds->y_dim, arch->num_outputs);
+                       ds->y_dim, tw);
     if (n == 0)
         return ty_fail(err, TY_EINVAL, NULL,
                        "there are no examples to evaluate");
     if (reg)
         *reg = (nn_reg_metrics){NAN, NAN, NAN, NAN};
-    if (tg && (cls || !tg->cols))
+    if (tg && (cls || lm || !tg->cols))
         tg = NULL;
     /* Regression metrics: the outputs come to the host, into pred. */
     nn_reg_acc acc = {0};
     float *pred = NULL;
-    if (reg && !cls) {
+    if (reg && !cls && !lm) {
         ty_status st = nn_reg_acc_init(&acc, ds, idx, n, err);
         if (st != TY_OK)
             return st;
@@ -425,9 +434,9 @@ static ty_status eval_examples_reg(const nn_arch *arch, const float *params,
                 }
                 ws->host_labels[i] = y;
             } else {
-                float *t = ws->host_targets + (size_t)i * arch->num_outputs;
+                float *t = ws->host_targets + (size_t)i * tw;
                 memcpy(t, ds->y_value + (size_t)row * ds->y_dim,
-                       arch->num_outputs * sizeof(float));
+                       tw * sizeof(float));
                 if (tg)
                     nn_target_scale(tg, t, t, 1);
             }
@@ -445,7 +454,7 @@ static ty_status eval_examples_reg(const nn_arch *arch, const float *params,
         if ((st = arch->be->status(ws->ex, err)) != TY_OK)
             goto done;
     }
-    *loss = cls ? sum / n : sum / ((double)n * arch->num_outputs);
+    *loss = cls || lm ? sum / n : sum / ((double)n * arch->num_outputs);
     *accuracy = cls ? (double)hits / n : -1.0;
     if (pred)
         nn_reg_acc_result(&acc, reg);

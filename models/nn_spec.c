@@ -16,6 +16,8 @@
 
 const char *nn_task_str(ty_task t)
 {
+    if (t == TY_TASK_LANGUAGE_MODELING)
+        return "language_modeling";
     return t == TY_TASK_REGRESSION ? "regression" : "classification";
 }
 
@@ -27,6 +29,8 @@ int nn_task_from_str(const char *s)
         return TY_TASK_CLASSIFICATION;
     if (!strcmp(s, "regression"))
         return TY_TASK_REGRESSION;
+    if (!strcmp(s, "language_modeling"))
+        return TY_TASK_LANGUAGE_MODELING;
     return -1;
 }
 
@@ -74,14 +78,40 @@ static ty_status check_io(const uint32_t *input_shape, uint32_t ndim,
         return ty_fail(err, TY_EINVAL, NULL,
                        "the number of outputs must be 1 to %u, not %u",
                        TY_DS_MAX_CLASSES, num_outputs);
-    if (task != TY_TASK_CLASSIFICATION && task != TY_TASK_REGRESSION)
+    if (task != TY_TASK_CLASSIFICATION && task != TY_TASK_REGRESSION &&
+        task != TY_TASK_LANGUAGE_MODELING)
         return ty_fail(err, TY_EINVAL, NULL, "unknown task %d", (int)task);
+    if (task == TY_TASK_LANGUAGE_MODELING && ndim != 1)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a language model's input is one window of tokens, "
+                       "not %u dimensions",
+                       ndim);
     return TY_OK;
+}
+
+/* A language model ends in (T, vocabulary) logits: an lm_head. */
+static ty_status check_lm_output(const nn_arch *arch, ty_err *err)
+{
+    const nn_shape *o = &arch->output;
+    if (o->seq && o->ndim == 2 && o->d[0] == arch->input.d[0] &&
+        o->d[1] == arch->num_outputs)
+        return TY_OK;
+    char shape[96];
+    nn_shape_format(o, shape, sizeof shape);
+    return ty_fail(err, TY_EINVAL, "model.layers",
+                   "the last layer outputs %s but a language model of this "
+                   "dataset must give [%u, %u] (a score for each of the %u "
+                   "tokens of the vocabulary at each of the %u positions): "
+                   "end the model with {\"type\": \"lm_head\"}",
+                   shape, arch->input.d[0], arch->num_outputs,
+                   arch->num_outputs, arch->input.d[0]);
 }
 
 static ty_status check_final_size(const nn_arch *arch, uint64_t out,
                                   ty_err *err)
 {
+    if (arch->task == TY_TASK_LANGUAGE_MODELING)
+        return check_lm_output(arch, err);
     if (arch->loss.kind == NN_LOSS_BINARY_CROSS_ENTROPY) {
         /* One logit, whatever the class count says. */
         if (out == 1)
@@ -135,7 +165,7 @@ static ty_status build_layers(const json_t *layers, const char *path,
                               const nn_backend *be, nn_arch *arch,
                               json_t *norm_layers, ty_err *err)
 {
-    char kinds_list[256];
+    char kinds_list[512];
     ty_status st;
     if (!json_is_array(layers))
         return ty_fail(err, TY_EINVAL, path,
@@ -190,6 +220,7 @@ static ty_status build_layers(const json_t *layers, const char *path,
         }
         l->index = (uint32_t)i;
         l->be = be;
+        l->vocab = arch->vocab;
         l->in = cur;
         if ((st = tyjson_check_keys(obj, l->kind->keys, "", err)) != TY_OK)
             return layer_fail(err, st, lpath, i, tname);
@@ -339,6 +370,7 @@ ty_status nn_arch_build_on(const json_t *model, const uint32_t *input_shape,
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory parsing the model");
     nn_shape in = {.ndim = ndim};
     memcpy(in.d, input_shape, ndim * sizeof *input_shape);
+    arch->vocab = task == TY_TASK_LANGUAGE_MODELING ? num_outputs : 0;
     if ((st = build_layers(layers, "model.layers", &in, 0,
                            be ? be : &nn_backend_cpu, arch, norm_layers,
                            err)) != TY_OK)
@@ -346,6 +378,8 @@ ty_status nn_arch_build_on(const json_t *model, const uint32_t *input_shape,
     arch->num_outputs = num_outputs;
     arch->task = task;
     arch->loss = resolved;
+    if ((st = nn_seq_tie(arch, err)) != TY_OK)
+        goto fail;
     if ((st = check_final_size(arch, nn_shape_numel(&arch->output), err)) !=
         TY_OK)
         goto fail;

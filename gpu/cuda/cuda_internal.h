@@ -285,6 +285,8 @@ void nn_cuda_embedding_forward(const nn_exec *ex, float *out,
 void nn_cuda_embedding_backward(const nn_exec *ex, float *dtable,
                                 const float *dout, const int32_t *ids,
                                 uint32_t n, uint32_t v, uint32_t c);
+void nn_cuda_to_ids(const nn_exec *ex, int32_t *ids, const float *x,
+                    size_t len, uint32_t bound, int32_t fallback);
 double nn_cuda_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
                            const float *logits, const int32_t *targets,
                            uint32_t n, uint32_t v, int32_t ignore_index,

@@ -163,3 +163,27 @@ double nn_cuda_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
         *counted = (uint32_t)s[1];
     return s[1] > 0.0 ? s[0] / s[1] : 0.0;
 }
+
+/* ---- token ids carried as floats ---- */
+
+static __global__ void to_ids_kernel(int32_t *ids, const float *x, size_t len,
+                                     uint32_t bound, int32_t fallback)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < len;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        ids[i] = v >= 0.0f && v < (float)bound && v == floorf(v) ? (int32_t)v
+                                                                 : fallback;
+    }
+}
+
+void nn_cuda_to_ids(const nn_exec *ex, int32_t *ids, const float *x,
+                    size_t len, uint32_t bound, int32_t fallback)
+{
+    nn_cuda_ctx *c = nn_cuda_begin(ex);
+    if (!c || !len)
+        return;
+    to_ids_kernel<<<nn_cuda_grid(len), NN_CUDA_THREADS, 0, c->stream>>>(
+        ids, x, len, bound, fallback);
+    (void)nn_cuda_launched(ex, "to_ids_kernel");
+}

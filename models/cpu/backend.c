@@ -153,6 +153,7 @@ const nn_backend nn_backend_cpu = {
     .lp_ok = nn_cpu_lp_ok,
     .embedding_forward = nn_cpu_embedding_forward, /* embedding.c */
     .embedding_backward = nn_cpu_embedding_backward,
+    .to_ids = nn_cpu_to_ids,
     .attention_forward = nn_cpu_attention_forward, /* attention.c */
     .attention_backward = nn_cpu_attention_backward,
     .xent_ignore = nn_cpu_xent_ignore, /* embedding.c */

@@ -182,6 +182,8 @@ void nn_cpu_embedding_forward(const nn_exec *ex, float *out, const int32_t *ids,
 void nn_cpu_embedding_backward(const nn_exec *ex, float *dtable,
                                const float *dout, const int32_t *ids,
                                uint32_t n, uint32_t v, uint32_t c);
+void nn_cpu_to_ids(const nn_exec *ex, int32_t *ids, const float *x, size_t len,
+                   uint32_t bound, int32_t fallback);
 double nn_cpu_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
                           const float *logits, const int32_t *targets,
                           uint32_t n, uint32_t v, int32_t ignore_index,

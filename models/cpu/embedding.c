@@ -153,3 +153,16 @@ double nn_cpu_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
         loss += j.loss[p];
     return cnt ? loss / cnt : 0.0;
 }
+
+/* ---- token ids carried as floats ---- */
+
+void nn_cpu_to_ids(const nn_exec *ex, int32_t *ids, const float *x, size_t len,
+                   uint32_t bound, int32_t fallback)
+{
+    (void)ex;
+    for (size_t i = 0; i < len; i++) {
+        const float v = x[i];
+        ids[i] = v >= 0.0f && v < (float)bound && v == floorf(v) ? (int32_t)v
+                                                                 : fallback;
+    }
+}

@@ -1540,13 +1540,14 @@ static void case_op_table(void)
         M(lp_ok),
         M(embedding_forward),
         M(embedding_backward),
+        M(to_ids),
         M(attention_forward),
         M(attention_backward),
         M(xent_ignore),
 #undef M
     };
     static_assert(sizeof(nn_backend) ==
-                      sizeof(const char *) + 56 * sizeof(void (*)(void)),
+                      sizeof(const char *) + 57 * sizeof(void (*)(void)),
                   "a member was added to nn_backend: list it here too");
     for (size_t i = 0; i < TY_ARRAY_LEN(m); i++)
         if (!m[i].present)

@@ -40,6 +40,26 @@ static void fg_embedding_backward(const nn_exec *ex, float *dtable,
 
 typedef struct {
     nn_exec ex;
+    int32_t *ids;
+    const float *x;
+    size_t len;
+    uint32_t bound;
+    int32_t fallback;
+} fg_ids_a;
+static void fg_ids_run(const void *p)
+{
+    const fg_ids_a *a = p;
+    nn_backend_cpu.to_ids(&a->ex, a->ids, a->x, a->len, a->bound, a->fallback);
+}
+static void fg_to_ids(const nn_exec *ex, int32_t *ids, const float *x,
+                      size_t len, uint32_t bound, int32_t fallback)
+{
+    fg_ids_a a = {fg_ex(ex), ids, x, len, bound, fallback};
+    FG_PUSH(fg_ids_run, a);
+}
+
+typedef struct {
+    nn_exec ex;
     int backward;
     float *out, *att, *dq, *dk, *dv;
     const float *q, *k, *v, *dout, *patt;
@@ -115,6 +135,7 @@ static void fake_graph_tx_init(nn_backend *b)
 {
     b->embedding_forward = fg_embedding_forward;
     b->embedding_backward = fg_embedding_backward;
+    b->to_ids = fg_to_ids;
     b->attention_forward = fg_attention_forward;
     b->attention_backward = fg_attention_backward;
     b->xent_ignore = fg_xent_ignore;
