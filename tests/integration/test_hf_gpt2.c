@@ -291,8 +291,11 @@ static void test_cli_folder(void **state)
                                   file_path("ckpt/config.json"), NULL});
     cli_expect_code(&r, 64);
     cli_result_free(&r);
+    char empty[PATH_MAX + 16];
+    snprintf(empty, sizeof empty, "%s/empty", home);
+    mkdir(empty, 0755);
     cli_run(&r, home, server.base, server.key,
-            (const char *const[]){"models", "import", "x", home, "--layout",
+            (const char *const[]){"models", "import", "x", empty, "--layout",
                                   "hf-gpt2", NULL});
     cli_expect_code(&r, 64);
     if (!strstr(r.err, "model.safetensors"))
