@@ -14,9 +14,11 @@
  * Export reads a trainyard model file, checks that its spec is one the
  * layout can say (the spec hf_gpt2_convert writes, trained or imported),
  * and writes GPT2LMHeadModel's names. An imported model keeps the upload's
- * config.json ("trainyard.hf_config") and tokenizer.json
- * ("trainyard.hf_tokenizer", the file's text) so that export gives back
- * the keys trainyard does not model (bos_token_id, dropout rates).
+ * config.json ("trainyard.hf_config") so that export gives back the keys
+ * trainyard does not model (bos_token_id, dropout rates), and its
+ * tokenizer.json as the model's tokenizer ("trainyard.tokenizer":
+ * {"type": "huggingface", "tokenizer_json": {...}}, the description
+ * models/data/tokenizer.h loads), which export gives back.
  */
 #include "models/hf_gpt2.h"
 
@@ -483,7 +485,10 @@ static json_t *import_metadata(const gpt2_dims *d, const json_t *config,
     json_t *spec = spec_of(d);
     char *spec_s = spec ? tyjson_dumps(spec, JSON_COMPACT) : NULL;
     char *config_s = tyjson_dumps(config, JSON_COMPACT | JSON_SORT_KEYS);
-    char *tok_s = tokenizer ? tyjson_dumps(tokenizer, JSON_COMPACT) : NULL;
+    json_t *desc = tokenizer ? json_pack("{s:s, s:O}", "type", "huggingface",
+                                         "tokenizer_json", tokenizer)
+                             : NULL;
+    char *tok_s = desc ? tyjson_dumps(desc, JSON_COMPACT) : NULL;
     json_t *meta = NULL;
     if (spec_s && config_s && (!tokenizer || tok_s))
         meta =
@@ -494,9 +499,7 @@ static json_t *import_metadata(const gpt2_dims *d, const json_t *config,
                       num, "trainyard.classes", "null", "trainyard.preprocess",
                       "{\"kind\":\"none\"}", "trainyard.tokenizer",
                       tok_s ? tok_s : "null", "trainyard.hf_config", config_s);
-    if (meta && tok_s &&
-        json_object_set_new(meta, "trainyard.hf_tokenizer", json_string(tok_s)))
-        json_decref(meta), meta = NULL;
+    json_decref(desc);
     json_decref(spec);
     free(spec_s);
     free(config_s);
@@ -851,6 +854,30 @@ done:
     return st;
 }
 
+/* The model's tokenizer.json into *out (NULL when its tokenizer is not a
+ * Hugging Face one: a byte or learned BPE tokenizer has no such file). */
+static ty_status export_tokenizer(const st_file *f, json_t **out, ty_err *err)
+{
+    const char *text = st_meta(f, "trainyard.tokenizer");
+    *out = NULL;
+    if (!text)
+        return TY_OK;
+    json_t *desc = json_loads(text, JSON_DECODE_ANY, NULL);
+    if (!desc)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "the model's tokenizer metadata is damaged");
+    const char *type = json_string_value(json_object_get(desc, "type"));
+    json_t *tj = NULL;
+    if (type && !strcmp(type, "huggingface"))
+        tj = json_object_get(desc, "tokenizer_json");
+    else if (json_object_get(desc, "model")) /* a bare tokenizer.json */
+        tj = desc;
+    if (json_is_object(tj))
+        *out = json_incref(tj);
+    json_decref(desc);
+    return TY_OK;
+}
+
 ty_status hf_gpt2_export(const char *model_path, const char *weights_out,
                          json_t **config, json_t **tokenizer, ty_err *err)
 {
@@ -871,12 +898,8 @@ ty_status hf_gpt2_export(const char *model_path, const char *weights_out,
                      "out of memory exporting the GPT-2 model");
         goto done;
     }
-    const char *tok = st_meta(&f, "trainyard.hf_tokenizer");
-    if (tokenizer && tok && !(t = json_loads(tok, 0, NULL))) {
-        st = ty_fail(err, TY_EFORMAT, NULL,
-                     "the model's tokenizer.json metadata is damaged");
+    if (tokenizer && (st = export_tokenizer(&f, &t, err)) != TY_OK)
         goto done;
-    }
     if (weights_out && (st = export_weights(&f, &d, weights_out, err)) != TY_OK)
         goto done;
     if (config)

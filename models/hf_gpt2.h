@@ -51,7 +51,8 @@
 /* Writes the trainyard model file out_path from the GPT-2 checkpoint
  * weights_path (safetensors) and its config (config.json, parsed).
  * tokenizer (tokenizer.json, parsed; NULL when none) is checked against the
- * vocabulary and kept in the model's metadata. Nothing is loaded: nn_net_load
+ * vocabulary and becomes the model's tokenizer ("trainyard.tokenizer":
+ * {"type": "huggingface", "tokenizer_json": {...}}). Nothing is loaded: nn_net_load
  * checks the result as it does any model. Fails with TY_EINVAL (a config
  * key: err->field "config.<key>"; the tokenizer: "tokenizer"), TY_EFORMAT
  * (the weights: err->field "weights", the message names the tensor),

@@ -430,6 +430,16 @@ static void test_export_round_trip(void **state)
     char in[512], conv[512], back[512];
     paths(in, conv, sizeof in);
     snprintf(back, sizeof back, "%s/back.safetensors", tu_tmpdir);
+    /* The model's tokenizer is the description models/data/tokenizer.h
+     * loads. */
+    st_file m = {0};
+    assert_int_equal(st_open(conv, &m, &err), TY_OK);
+    json_t *desc = json_loads(st_meta(&m, "trainyard.tokenizer"), 0, NULL);
+    assert_string_equal(json_string_value(json_object_get(desc, "type")),
+                        "huggingface");
+    assert_true(json_equal(json_object_get(desc, "tokenizer_json"), tok));
+    json_decref(desc);
+    st_close(&m);
     json_t *config = NULL, *tok_back = NULL;
     assert_int_equal(hf_gpt2_export(conv, back, &config, &tok_back, &err),
                      TY_OK);
