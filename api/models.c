@@ -13,11 +13,13 @@
  */
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
 #include "deploy/deploy.h"
 #include "common/ids.h"
+#include "common/jsonutil.h"
 #include "models/hf_gpt2.h"
 #include "store/blob.h"
 #include "serve/modelcache.h"
@@ -271,15 +273,33 @@ static void weights_hf_run(api_ctx *app, http_req *r)
             http_reply_file(r, 200, "application/octet-stream", tmp,
                             hf_files[0]);
     } else {
+        /* A file of the checkpoint folder, as the weights are: a download
+         * named as transformers names it, indented as it writes it. */
         s = hf_gpt2_export(path, NULL, which == 1 ? &out : NULL,
                            which == 2 ? &out : NULL, &err);
-        if (s == TY_OK && out)
-            http_reply_json(r, 200, out);
-        else if (s == TY_OK)
+        size_t len = 0;
+        char *text =
+            out ? tyjson_dumps_line(
+                      out, JSON_INDENT(2) | (which == 1 ? JSON_SORT_KEYS : 0),
+                      &len)
+                : NULL;
+        json_decref(out);
+        if (s == TY_OK && !out)
             http_reply_problem(r, 404, "file",
                                "model %s has no tokenizer.json: only a GPT-2 "
                                "imported with a tokenizer part keeps one",
                                id);
+        else if (s == TY_OK && !text)
+            s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
+        else if (s == TY_OK) {
+            char disp[64];
+            snprintf(disp, sizeof disp, "attachment; filename=\"%s\"",
+                     hf_files[which]);
+            http_reply_header(r, "Content-Disposition", disp);
+            http_reply_buffer(r, 200, "application/octet-stream", text, len);
+            text = NULL;
+        }
+        free(text);
     }
     if (s != TY_OK)
         http_reply_error(r, s, &err);

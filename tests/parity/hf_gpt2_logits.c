@@ -24,10 +24,11 @@
 
 static int die(const char *what, const ty_err *err)
 {
-    fprintf(stderr, "hf_gpt2_logits: %s: %s%s%s\n", what, err->msg,
-            err->field[0] ? " (field " : "", err->field[0] ? err->field : "");
     if (err->field[0])
-        fprintf(stderr, ")\n");
+        fprintf(stderr, "hf_gpt2_logits: %s: %s (field %s)\n", what, err->msg,
+                err->field);
+    else
+        fprintf(stderr, "hf_gpt2_logits: %s: %s\n", what, err->msg);
     return 1;
 }
 
