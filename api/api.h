@@ -143,6 +143,8 @@ void api_models_weights(api_ctx *app, http_req *r);
 void api_models_predict(api_ctx *app, http_req *r);
 void api_models_evaluate(api_ctx *app, http_req *r);
 void api_models_transform(api_ctx *app, http_req *r); /* transform.c */
+void api_models_tokenize(api_ctx *app, http_req *r);  /* tokenize.c */
+void api_models_detokenize(api_ctx *app, http_req *r);
 
 /* Serving deployments (api/deployments.c; the controller: deploy/deploy.h):
  * create 201, list (one page, next_cursor null), get and update 200 by id

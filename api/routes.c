@@ -43,6 +43,8 @@ const route api_routes[] = {
     {HTTP_POST, "/v1/models/{id}/predict", "models.predict", KEY, RAW, api_models_predict},
     {HTTP_POST, "/v1/models/{id}/evaluate", "models.evaluate", KEY, JSON, api_models_evaluate},
     {HTTP_POST, "/v1/models/{id}/transform", "models.transform", KEY, JSON, api_models_transform},
+    {HTTP_POST, "/v1/models/{id}/tokenize", "models.tokenize", KEY, JSON, api_models_tokenize},
+    {HTTP_POST, "/v1/models/{id}/detokenize", "models.detokenize", KEY, JSON, api_models_detokenize},
 
     {HTTP_POST, "/v1/deployments", "deployments.create", KEY, JSON, api_deployments_create},
     {HTTP_GET, "/v1/deployments", "deployments.list", KEY, NOBODY, api_deployments_list},

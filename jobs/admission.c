@@ -19,6 +19,7 @@
 #include "gpu/cuda/backend.h"
 #endif
 #include "models/data/dataset.h"
+#include "models/data/windows.h"
 #include "models/train/loader.h"
 #include "models/nn.h"
 #include "models/train/train.h"
@@ -214,6 +215,152 @@ static ty_status check_memory(const jobs_env *env, const sched_request *req,
                    total, state, grads, opt, act, m->batch_rows, work, cap);
 }
 
+/* ---- language models (text and tokens datasets) ---- */
+
+/* validation for a language model: {"split": f} takes the last round(N f)
+ * tokens as a held-out stretch (models/data/windows.h); {"dataset": id}
+ * another text or tokens dataset of the same vocabulary. Each side must
+ * hold at least one window of t tokens. */
+static ty_status check_validation_lm(const jobs_env *env, const char *tenant,
+                                     const json_t *v, const json_t *train_doc,
+                                     uint32_t t, json_t **out,
+                                     uint64_t *n_train_tokens, ty_err *err)
+{
+    const uint64_t n =
+        (uint64_t)json_integer_value(json_object_get(train_doc, "num_tokens"));
+    double split = DEFAULT_SPLIT;
+    ty_status s;
+    if (v) {
+        static const char *const keys[] = {"split", "dataset", NULL};
+        if ((s = tyjson_check_keys(v, keys, "validation", err)) != TY_OK)
+            return s;
+        int has_split = json_object_get(v, "split") != NULL;
+        if (has_split == (json_object_get(v, "dataset") != NULL))
+            return ty_fail(err, TY_EINVAL, "validation",
+                           "validation takes either {\"split\": fraction} "
+                           "or {\"dataset\": id}");
+        if (!has_split) {
+            const char *ref;
+            char id[TY_ID_MAX];
+            json_t *vdoc = NULL;
+            if ((s = tyjson_get_string(v, "dataset", "validation", 1,
+                                       STORE_NAME_MAX, NULL, &ref, err)) !=
+                    TY_OK ||
+                (s = resolve_dataset(env, tenant, ref, "validation.dataset", id,
+                                     err)) != TY_OK ||
+                (s = store_dataset_get(env->store, tenant, id, &vdoc, NULL,
+                                       err)) != TY_OK)
+                return s;
+            const uint64_t vn = (uint64_t)json_integer_value(
+                json_object_get(vdoc, "num_tokens"));
+            if (ty_task_parse(json_string_value(json_object_get(
+                    vdoc, "task"))) != TY_TASK_LANGUAGE_MODELING)
+                s = ty_fail(err, TY_EINVAL, "validation.dataset",
+                            "validation dataset %s is not a text or tokens "
+                            "dataset",
+                            id);
+            else if (!json_equal(json_object_get(vdoc, "vocab_size"),
+                                 json_object_get(train_doc, "vocab_size")))
+                s = ty_fail(err, TY_EINVAL, "validation.dataset",
+                            "validation dataset %s has a vocabulary of %lld "
+                            "tokens; the training dataset's has %lld",
+                            id,
+                            (long long)json_integer_value(
+                                json_object_get(vdoc, "vocab_size")),
+                            (long long)json_integer_value(
+                                json_object_get(train_doc, "vocab_size")));
+            else if (ds_windows_count(vn, t) == 0)
+                s = ty_fail(err, TY_EINVAL, "validation.dataset",
+                            "validation dataset %s has %llu tokens, no window "
+                            "of hyperparameters.context_length %u and its "
+                            "next token",
+                            id, (unsigned long long)vn, t);
+            json_decref(vdoc);
+            if (s != TY_OK)
+                return s;
+            *n_train_tokens = n;
+            *out = json_pack("{s:s}", "dataset", id);
+            return ds_windows_count(n, t) ? TY_OK
+                                          : ty_fail(err, TY_EINVAL,
+                                                    "hyperparameters."
+                                                    "context_length",
+                                                    "the dataset's %llu "
+                                                    "tokens hold no window "
+                                                    "of %u tokens and its "
+                                                    "next token",
+                                                    (unsigned long long)n, t);
+        }
+        if ((s = tyjson_get_number(v, "split", "validation", 1, 0.0, 0.9, 0.0,
+                                   &split, err)) != TY_OK)
+            return s;
+    }
+    uint64_t n_train, n_val;
+    ds_lm_split(n, split, &n_train, &n_val);
+    if (ds_windows_count(n_train, t) == 0)
+        return ty_fail(err, TY_EINVAL, "hyperparameters.context_length",
+                       "the %llu training tokens (the text without its "
+                       "held-out %g) hold no window of %u tokens and its next "
+                       "token; lower hyperparameters.context_length or "
+                       "validation.split",
+                       (unsigned long long)n_train, split, t);
+    if (n_val && ds_windows_count(n_val, t) == 0)
+        return ty_fail(err, TY_EINVAL, "validation.split",
+                       "the held-out %llu tokens (validation.split %g) hold "
+                       "no window of %u tokens and its next token; raise "
+                       "validation.split, lower "
+                       "hyperparameters.context_length, or give a validation "
+                       "dataset",
+                       (unsigned long long)n_val, split, t);
+    *n_train_tokens = n_train;
+    *out = json_pack("{s:f}", "split", split);
+    return TY_OK;
+}
+
+/* The rest of admission_check for a language-modeling dataset: the model
+ * sees windows of hyperparameters.context_length tokens and predicts over
+ * the dataset's vocabulary. */
+static ty_status admit_lm(const jobs_env *env, const char *tenant,
+                          const job_submission *sub, json_t *hp_in,
+                          admission *a, ty_err *err)
+{
+    const json_t *ds = a->dataset;
+    const uint32_t vocab =
+        (uint32_t)json_integer_value(json_object_get(ds, "vocab_size"));
+    train_hparams hp;
+    ty_status s;
+    if (job_on_cuda(env, &sub->req))
+        return ty_fail(err, TY_EINVAL, "resources",
+                       "language-model training on a GPU is not built yet; "
+                       "submit it without a GPU request to train on the CPU");
+    if (!sub->model)
+        return ty_fail(err, TY_EINVAL, "model",
+                       "model is required: {\"layers\": [...]}");
+    if ((s = train_hparams_parse(hp_in, &hp, &a->hyperparameters, err)) !=
+            TY_OK ||
+        (s = train_hparams_resolve_loss(&hp, TY_TASK_LANGUAGE_MODELING, vocab,
+                                        a->hyperparameters, err)) != TY_OK)
+        return s;
+    const uint32_t t = hp.context_length;
+    uint64_t n_train_tokens = 0, params = 0;
+    if ((s = check_validation_lm(env, tenant, sub->validation, ds, t,
+                                 &a->validation, &n_train_tokens, err)) !=
+            TY_OK ||
+        (s = nn_spec_validate_for_loss(sub->model, &t, 1, vocab,
+                                       TY_TASK_LANGUAGE_MODELING, &hp.loss,
+                                       &a->spec, &params, err)) != TY_OK)
+        return s;
+    uint64_t windows = ds_windows_count(n_train_tokens, t);
+    train_memory mem;
+    if ((s = check_memory(env, &sub->req, a->spec, &t, 1, vocab,
+                          TY_TASK_LANGUAGE_MODELING, &hp,
+                          windows > UINT32_MAX ? UINT32_MAX : (uint32_t)windows,
+                          &mem, err)) != TY_OK)
+        return s;
+    a->memory_bytes = mem.total;
+    a->param_count = params;
+    return TY_OK;
+}
+
 ty_status admission_check(const jobs_env *env, const char *tenant,
                           const job_submission *sub, admission *a, ty_err *err)
 {
@@ -235,18 +382,17 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
                                NULL, err)) != TY_OK)
         goto done;
     const json_t *ds = a->dataset;
-    /* text and tokens datasets hold a token array, not examples; their
-     * training (issue 31's causal language model) is not built yet */
-    if (ty_task_parse(json_string_value(json_object_get(ds, "task"))) ==
-        TY_TASK_LANGUAGE_MODELING) {
-        s = ty_fail(err, TY_EINVAL, "dataset",
-                    "dataset %s is a language-modeling (text or tokens) "
-                    "dataset: language-model training is not built yet",
-                    a->dataset_id);
-        goto done;
-    }
     a->name =
         sub->name ? sub->name : json_string_value(json_object_get(ds, "name"));
+    /* text and tokens datasets hold a token array, not examples */
+    if (ty_task_parse(json_string_value(json_object_get(ds, "task"))) ==
+        TY_TASK_LANGUAGE_MODELING) {
+        if ((s = admit_lm(env, tenant, sub, hp_in, a, err)) == TY_OK &&
+            max_attempts > 0)
+            json_object_set_new(a->hyperparameters, "max_attempts",
+                                json_integer(max_attempts));
+        goto done;
+    }
     if ((s = check_validation(env, tenant, sub->validation, ds, &a->validation,
                               err)) != TY_OK)
         goto done;

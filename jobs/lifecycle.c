@@ -383,6 +383,14 @@ static void training_message(void *ctx, int place, wproto_msg kind,
                                     metric(ev, WPROTO_F_SAMPLES_PER_SEC));
                 json_object_set_new(metrics, "learning_rate",
                                     metric(ev, WPROTO_F_LR));
+                /* eval_every_steps: the validation loss of this step */
+                json_t *vl = json_object_get(ev, WPROTO_F_VAL_LOSS);
+                if (json_is_number(vl)) {
+                    json_object_set_new(metrics, "val_loss",
+                                        metric(ev, WPROTO_F_VAL_LOSS));
+                    json_object_set_new(metrics, "val_step",
+                                        json_integer(step));
+                }
                 store_job_progress(env->store, w->job_id, progress, metrics,
                                    &err);
                 svc_publish(r, w->job_id, EV_JOB_PROGRESS, NULL);
@@ -420,6 +428,15 @@ static void training_message(void *ctx, int place, wproto_msg kind,
             for (size_t i = 0; i < TY_ARRAY_LEN(where); i++) {
                 json_t *v = json_object_get(ev, where[i]);
                 json_object_set(m, where[i], v ? v : json_null());
+            }
+            /* A language model's: kept when the worker sent them. */
+            static const char *const lm_keys[] = {WPROTO_F_TOKENS_PER_SEC,
+                                                  WPROTO_F_TRAIN_PERPLEXITY,
+                                                  WPROTO_F_VAL_PERPLEXITY};
+            for (size_t i = 0; i < TY_ARRAY_LEN(lm_keys); i++) {
+                json_t *v = json_object_get(ev, lm_keys[i]);
+                if (v)
+                    json_object_set(m, lm_keys[i], v);
             }
             json_t *reg = regression_metrics(ev, m);
             store_job_epoch(

@@ -185,6 +185,11 @@ struct nn_pool;
 ty_status nn_workspace_set_pool(nn_workspace *ws, struct nn_pool *pool);
 uint32_t nn_workspace_max_batch(const nn_workspace *ws);
 
+/* A language model (task language_modeling) takes prompts instead: row i
+ * of x is up to T token ids (T = its context length, input_shape [T]) then
+ * -1 to the row's end, and out (n, vocabulary) gets the next token's
+ * probabilities after each prompt's last id (TY_EINVAL when a row has no
+ * id). */
 /* Runs n <= max_batch examples (row-major (n, features), in the units of the
  * uploaded data: the net applies its stored preprocessing) and writes
  * (n, num_outputs): class probabilities for classification (softmax, or

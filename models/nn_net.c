@@ -481,6 +481,14 @@ void nn_net_describe(const nn_net *net, json_t *doc)
     json_object_set(
         doc, "preprocess",
         json_object_get(json_object_get(meta, "preprocess"), "kind"));
+    if (net->arch.task == TY_TASK_LANGUAGE_MODELING) {
+        const json_t *tz = json_object_get(meta, "tokenizer");
+        json_object_set(doc, "tokenizer", tz ? (json_t *)tz : json_null());
+        json_object_set_new(doc, "context_length",
+                            json_integer(net->arch.input.d[0]));
+        json_object_set_new(doc, "vocab_size",
+                            json_integer(net->arch.num_outputs));
+    }
     /* A tabular model's raw columns (without its statistics): what a
      * predict row holds. */
     const json_t *cols =
@@ -521,6 +529,48 @@ void nn_net_destroy(nn_net *net)
     free(net);
 }
 
+/* A language model's next-token distribution for each of n prompts: row
+ * i of x is a prompt's ids, then -1 up to the context length (at least one
+ * id first). The logits of its last id's position (causal: the padding
+ * after it changes nothing) are softmaxed into out (n, vocabulary). */
+static ty_status lm_predict(const nn_net *net, nn_workspace *ws, const float *x,
+                            uint32_t n, float *out, ty_err *err)
+{
+    const nn_arch *a = &net->arch;
+    const uint32_t t = a->input.d[0], v = a->num_outputs;
+    memcpy(ws->host_in, x, (size_t)n * t * sizeof *x);
+    nn_workspace_upload_input(ws, n);
+    const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t len = 0;
+        while (len < t && x[(size_t)i * t + len] >= 0.0f)
+            len++;
+        if (len == 0)
+            return ty_fail(err, TY_EINVAL, NULL, "prompt %u has no tokens", i);
+        const float *row = y + ((size_t)i * t + len - 1) * v;
+        float *dst = out + (size_t)i * v;
+        if (nn_backend_host_visible(a->be))
+            memcpy(dst, row, v * sizeof *dst);
+        else
+            a->be->download(ws->ex, dst, row, v * sizeof *dst);
+    }
+    ty_status st = a->be->status(ws->ex, err);
+    if (st != TY_OK)
+        return st;
+    for (uint32_t i = 0; i < n; i++) {
+        float *r = out + (size_t)i * v;
+        float max = r[0];
+        for (uint32_t j = 1; j < v; j++)
+            max = r[j] > max ? r[j] : max;
+        double sum = 0.0;
+        for (uint32_t j = 0; j < v; j++)
+            sum += exp((double)r[j] - max);
+        for (uint32_t j = 0; j < v; j++)
+            r[j] = (float)(exp((double)r[j] - max) / sum);
+    }
+    return TY_OK;
+}
+
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
                          uint32_t n, float *out, ty_err *err)
 {
@@ -534,6 +584,8 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
     if (n == 0)
         return TY_OK;
     const nn_arch *a = &net->arch;
+    if (a->task == TY_TASK_LANGUAGE_MODELING)
+        return lm_predict(net, ws, x, n, out, err);
     nn_preproc_apply(&net->pp, ws->host_in, x, n);
     nn_workspace_upload_input(ws, n);
     const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
@@ -694,7 +746,8 @@ static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
     int task = nn_task_from_str(st_meta(f, "trainyard.task"));
     if (task < 0)
         return ty_fail(err, TY_EFORMAT, NULL,
-                       "trainyard.task must be classification or regression");
+                       "trainyard.task must be classification, regression "
+                       "or language_modeling");
     uint32_t num_outputs = 0;
     nn_shape input = {0};
     if ((st = parse_num_outputs(st_meta(f, "trainyard.num_outputs"),
@@ -750,8 +803,26 @@ static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
                   "num_outputs", (json_int_t)num_outputs, "classes", classes,
                   "preprocess", pre, "loss", loss_norm);
     normalized = NULL;
-    if (!net->meta)
+    if (!net->meta) {
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
+        goto done;
+    }
+    /* A language model's tokenizer (its training data's): optional, JSON
+     * ("byte", an object, or null for token ids made elsewhere). */
+    if (st_meta(f, "trainyard.tokenizer")) {
+        json_t *tz = NULL;
+        if ((st = meta_json(f, "trainyard.tokenizer", &tz, err)) != TY_OK)
+            goto done;
+        if (task != TY_TASK_LANGUAGE_MODELING ||
+            !(json_is_string(tz) || json_is_object(tz) || json_is_null(tz))) {
+            json_decref(tz);
+            st = ty_fail(err, TY_EFORMAT, NULL,
+                         "trainyard.tokenizer must be a language model's "
+                         "tokenizer: \"byte\", an object or null");
+            goto done;
+        }
+        json_object_set_new(net->meta, "tokenizer", tz);
+    }
 done:
     json_decref(spec);
     json_decref(shape);

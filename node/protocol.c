@@ -63,13 +63,16 @@ json_t *wproto_encode_heartbeat(void) { return line_of(WPROTO_MSG_HEARTBEAT); }
 
 json_t *wproto_encode_progress(const train_progress *p)
 {
-    return json_pack(
+    json_t *ev = json_pack(
         "{s:s, s:i, s:i, s:I, s:I, s:f, s:f, s:f, s:f}", WPROTO_F_EVENT,
         msg_names[WPROTO_MSG_PROGRESS], WPROTO_F_EPOCH, (int)p->epoch,
         WPROTO_F_EPOCHS, (int)p->epochs, WPROTO_F_STEP, (json_int_t)p->step,
         WPROTO_F_TOTAL_STEPS, (json_int_t)p->total_steps, WPROTO_F_FRACTION,
         p->fraction, WPROTO_F_LOSS, p->loss, WPROTO_F_SAMPLES_PER_SEC,
         p->samples_per_sec, WPROTO_F_LR, p->lr);
+    if (ev && isfinite(p->val_loss))
+        json_object_set_new(ev, WPROTO_F_VAL_LOSS, json_real(p->val_loss));
+    return ev;
 }
 
 json_t *wproto_encode_epoch(const train_epoch_metrics *m,
@@ -102,6 +105,16 @@ json_t *wproto_encode_epoch(const train_epoch_metrics *m,
     if (m->cuda_graph_reason)
         json_object_set_new(ev, WPROTO_F_CUDA_GRAPH_REASON,
                             json_string(m->cuda_graph_reason));
+    /* Language models: tokens/s and the losses as perplexities. */
+    if (m->tokens_per_sec > 0) {
+        json_object_set_new(ev, WPROTO_F_TOKENS_PER_SEC,
+                            json_real(m->tokens_per_sec));
+        json_object_set_new(ev, WPROTO_F_TRAIN_PERPLEXITY,
+                            json_real(exp(m->train_loss)));
+        json_object_set_new(ev, WPROTO_F_VAL_PERPLEXITY,
+                            m->val_loss >= 0 ? json_real(exp(m->val_loss))
+                                             : json_null());
+    }
     /* Regression (train_rmse is a number): the metrics in the target's
      * units, val_* null without a validation set. */
     if (isfinite(m->train_rmse)) {

@@ -190,6 +190,13 @@ typedef enum {
 #define WPROTO_F_VAL_RMSE "val_rmse"
 #define WPROTO_F_VAL_MAE "val_mae"
 #define WPROTO_F_VAL_R2 "val_r2"
+/* Language models: the epoch's tokens per second and perplexities
+ * (exp of the losses; val_perplexity null without validation); a
+ * progress line measured at eval_every_steps has val_loss (and
+ * val_perplexity for language models). */
+#define WPROTO_F_TOKENS_PER_SEC "tokens_per_second"
+#define WPROTO_F_TRAIN_PERPLEXITY "train_perplexity"
+#define WPROTO_F_VAL_PERPLEXITY "val_perplexity"
 #define WPROTO_F_SECONDS "seconds"
 #define WPROTO_F_PEAK_MEMORY_BYTES "peak_memory_bytes"
 #define WPROTO_F_DEVICE "device"

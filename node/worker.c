@@ -25,6 +25,7 @@
 
 #include "common/fsutil.h"
 #include "models/data/dataset.h"
+#include "models/data/windows.h"
 #include "models/train/train.h"
 #include "node/placement.h"
 #include "node/protocol.h"
@@ -293,6 +294,76 @@ static ty_status check_device_memory(const train_job *tj, const ty_dataset *ds,
 }
 #endif
 
+/* A language model's data (hp.context_length set): the token datasets'
+ * windows (models/data/windows.h), validation a held-out stretch of the
+ * text or a dataset of its own, and the tokenizer into the model's
+ * metadata (a copy of the job's extra metadata in *extra). */
+typedef struct {
+    ty_tokens tok, vtok;
+    json_t *extra;
+} lm_data;
+
+static ty_status open_lm(const json_t *job, const train_hparams *hp,
+                         const char *ds_path, const char *val_path,
+                         double split, ty_dataset *train, ty_dataset *val,
+                         lm_data *lm, train_job *tj, ty_err *err)
+{
+    ty_status s;
+    const uint32_t t = hp->context_length;
+    if ((s = ty_tokens_open(ds_path, &lm->tok, err)) != TY_OK) {
+        ty_err_prefix(err, "cannot open the training dataset");
+        return s;
+    }
+    const uint64_t n = lm->tok.num_tokens;
+    if (val_path) {
+        if ((s = ty_tokens_open(val_path, &lm->vtok, err)) != TY_OK) {
+            ty_err_prefix(err, "cannot open the validation dataset");
+            return s;
+        }
+        if (lm->vtok.vocab_size != lm->tok.vocab_size)
+            return ty_fail(err, TY_EINVAL, "validation",
+                           "the validation dataset's vocabulary (%u tokens) "
+                           "is not the training dataset's (%u)",
+                           lm->vtok.vocab_size, lm->tok.vocab_size);
+        if ((s = ds_windows_make(&lm->tok, 0, n, t, train, err)) != TY_OK ||
+            (s = ds_windows_make(&lm->vtok, 0, lm->vtok.num_tokens, t, val,
+                                 err)) != TY_OK)
+            return s;
+    } else {
+        uint64_t n_train, n_val;
+        ds_lm_split(n, split, &n_train, &n_val);
+        if ((s = ds_windows_make(&lm->tok, 0, n_train, t, train, err)) != TY_OK)
+            return s;
+        if (n_val && (s = ds_windows_make(&lm->tok, n_train, n_val, t, val,
+                                          err)) != TY_OK) {
+            ty_err_prefix(err, "the held-out validation stretch (%llu tokens)",
+                          (unsigned long long)n_val);
+            return s;
+        }
+    }
+    tj->train = train;
+    tj->n_train = train->num_examples;
+    if (val->num_examples) {
+        tj->val = val;
+        tj->n_val = val->num_examples;
+    }
+    /* The model keeps the tokenizer, for tokenize, detokenize and text
+     * prompts. */
+    const json_t *given = json_object_get(job, WPROTO_JOB_EXTRA_META);
+    lm->extra = given ? json_deep_copy(given) : json_object();
+    const json_t *tz = json_object_get(lm->tok.meta, "tokenizer");
+    char *text = tz ? json_dumps(tz, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    if (!lm->extra ||
+        (text && json_object_set_new(lm->extra, "trainyard.tokenizer",
+                                     json_string(text)))) {
+        free(text);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    free(text);
+    tj->extra_meta = lm->extra;
+    return TY_OK;
+}
+
 static int run(const json_t *job)
 {
     ty_err err = {0};
@@ -306,15 +377,19 @@ static int run(const json_t *job)
     const json_t *validation = json_object_get(job, WPROTO_JOB_VALIDATION);
     const char *val_path =
         json_string_value(json_object_get(validation, WPROTO_JOB_DATASET_PATH));
+    lm_data lm = {0};
+    int is_lm = 0;
     if (!ds_path)
         return report_error("job.json has no dataset_path");
-    if (ty_dataset_open(ds_path, &train, &err) != TY_OK) {
-        ty_err_prefix(&err, "cannot open the training dataset");
-        goto fail;
-    }
     if (train_hparams_parse(json_object_get(job, WPROTO_JOB_HYPERPARAMETERS),
                             &hp, NULL, &err) != TY_OK)
         goto fail;
+    /* Admission spells context_length out for language models only. */
+    is_lm = hp.context_length > 0;
+    if (!is_lm && ty_dataset_open(ds_path, &train, &err) != TY_OK) {
+        ty_err_prefix(&err, "cannot open the training dataset");
+        goto fail;
+    }
 
     train_job tj = {
         .spec = json_object_get(job, WPROTO_JOB_SPEC),
@@ -335,7 +410,13 @@ static int run(const json_t *job)
                .on_resume = on_resume,
                .on_preempt = on_preempt},
     };
-    if (val_path) {
+    if (is_lm) {
+        double split =
+            json_number_value(json_object_get(validation, WPROTO_JOB_SPLIT));
+        if (open_lm(job, &hp, ds_path, val_path, split, &train, &val, &lm, &tj,
+                    &err) != TY_OK)
+            goto fail;
+    } else if (val_path) {
         if (ty_dataset_open(val_path, &val, &err) != TY_OK) {
             ty_err_prefix(&err, "cannot open the validation dataset");
             goto fail;
@@ -430,8 +511,16 @@ done:
     free(train_idx);
     free(val_idx);
     free(class_map);
-    ty_dataset_close(&train);
-    ty_dataset_close(&val);
+    if (is_lm) {
+        ds_windows_free(&train);
+        ds_windows_free(&val);
+        ty_tokens_close(&lm.tok);
+        ty_tokens_close(&lm.vtok);
+        json_decref(lm.extra);
+    } else {
+        ty_dataset_close(&train);
+        ty_dataset_close(&val);
+    }
     return rc;
 }
 

@@ -56,6 +56,13 @@ static ty_status count_example(void *ctx, jsonscan_cur *c, uint64_t i)
 static ty_status predict_member(void *ctx, jsonscan_cur *c, const char *key)
 {
     predict_scan *ps = ctx;
+    if (!strcmp(key, "top_k")) {
+        const char *start = c->p;
+        ty_status s = jsonscan_value(c, 1);
+        ps->b->top_k.p = start;
+        ps->b->top_k.len = (size_t)(c->p - start);
+        return s;
+    }
     if (strcmp(key, "inputs") != 0) {
         if (!ps->has_unknown) {
             ps->has_unknown = 1;
@@ -100,7 +107,7 @@ static ty_status predict_scan_body(const char *text, size_t len, int light,
         return inputs_error(err);
     if (s != TY_OK)
         return s;
-    static const char *const keys[] = {"inputs", NULL};
+    static const char *const keys[] = {"inputs", "top_k", NULL};
     if (ps.has_unknown)
         return unknown_key(ps.unknown, keys, "", err);
     if (!b->inputs.p || b->inputs.p[0] != '[' || b->count == 0)

@@ -43,6 +43,8 @@ typedef struct serve_predict_body {
     const char *text; /* the whole body */
     size_t len;
     serve_span inputs; /* the inputs value */
+    serve_span top_k;  /* language models: "top_k" as written (p NULL:
+                          absent; serve/lm.h reads it) */
     uint64_t count;    /* its examples when it is an array (at most
                           SERVE_MAX_EXAMPLES + 1: the scan stops there) */
 } serve_predict_body;

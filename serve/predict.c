@@ -3,6 +3,8 @@
  * KServe from a tenant's model to encoded outputs.
  */
 #include "serve/predict.h"
+
+#include "serve/lm.h"
 #include "serve/rawrows.h"
 
 #include <limits.h>
@@ -255,6 +257,15 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
             s = ss;
         }
     }
+    if (s == TY_OK && rn.m.task == TY_TASK_LANGUAGE_MODELING) {
+        s = serve_lm_predict(&rn.m, rn.net, b, reply, err);
+        run_free(&rn);
+        return s;
+    }
+    if (s == TY_OK && b->top_k.p)
+        s = ty_fail(err, TY_EINVAL, "top_k",
+                    "top_k applies to language models; this model is for %s",
+                    ty_task_name(rn.m.task));
     uint64_t f = rn.features;
     const json_t *cols = s == TY_OK ? serve_tab_columns(rn.net) : NULL;
     uint64_t room = cols ? n : serve_predict_room(b, f);

@@ -313,6 +313,9 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                                        "cuda_graph",
                                        "precision",
                                        "target_scaling",
+                                       "context_length",
+                                       "max_steps",
+                                       "eval_every_steps",
                                        NULL};
     json_t *empty = NULL, *sched_norm = NULL;
     ty_status st;
@@ -415,6 +418,17 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         (st = tyjson_get_bool(hp, "cuda_graph", HP, 0, 1, &cuda_graph, err)) !=
             TY_OK)
         goto done;
+    int64_t ctx, max_steps, eval_every;
+    if ((st = tyjson_get_int(hp, "context_length", HP, 0, 1, 65536, 0, &ctx,
+                             err)) != TY_OK ||
+        (st = tyjson_get_int(hp, "max_steps", HP, 0, 1, 1000000000, 0,
+                             &max_steps, err)) != TY_OK ||
+        (st = tyjson_get_int(hp, "eval_every_steps", HP, 0, 1, 1000000000, 0,
+                             &eval_every, err)) != TY_OK)
+        goto done;
+    h.context_length = (uint32_t)ctx;
+    h.max_steps = (uint64_t)max_steps;
+    h.eval_every_steps = (uint64_t)eval_every;
     h.cuda_graph = cuda_graph;
     h.epochs = (uint32_t)epochs;
     h.batch_size = (uint32_t)batch;
@@ -471,6 +485,19 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
             bad = json_object_set_new(
                 n, "target_scaling",
                 json_string(target_scaling_names[h.target_scaling]));
+        /* Named only when given, so older jobs' normalized
+         * hyperparameters (and checkpoint identities) stay as they were;
+         * context_length is spelled out for language models at resolve. */
+        if (!bad && h.context_length)
+            bad = json_object_set_new(n, "context_length",
+                                      json_integer(h.context_length));
+        if (!bad && h.max_steps)
+            bad = json_object_set_new(n, "max_steps",
+                                      json_integer((json_int_t)h.max_steps));
+        if (!bad && h.eval_every_steps)
+            bad = json_object_set_new(
+                n, "eval_every_steps",
+                json_integer((json_int_t)h.eval_every_steps));
         /* ---- augment (models/train/loader.c) ---- */
         if (!bad)
             bad = json_object_set_new(n, "augment",
@@ -519,6 +546,18 @@ ty_status train_hparams_resolve_loss(train_hparams *hp, ty_task task,
         return ty_fail(err, TY_EINVAL, HP ".target_scaling",
                        HP ".target_scaling applies to regression; this "
                           "dataset is for classification");
+    if (task == TY_TASK_LANGUAGE_MODELING &&
+        hp->target_scaling != TRAIN_TARGET_AUTO)
+        return ty_fail(err, TY_EINVAL, HP ".target_scaling",
+                       HP ".target_scaling applies to regression; this "
+                          "dataset is for language modeling");
+    if (task != TY_TASK_LANGUAGE_MODELING && hp->context_length)
+        return ty_fail(err, TY_EINVAL, HP ".context_length",
+                       HP ".context_length applies to text and tokens "
+                          "datasets (language models)");
+    uint32_t ctx = hp->context_length;
+    if (task == TY_TASK_LANGUAGE_MODELING && !ctx)
+        ctx = TRAIN_DEFAULT_CONTEXT;
     train_target_scaling ts = hp->target_scaling;
     if (task == TY_TASK_REGRESSION && ts == TRAIN_TARGET_AUTO)
         ts = TRAIN_TARGET_STANDARDIZE;
@@ -530,9 +569,12 @@ ty_status train_hparams_resolve_loss(train_hparams *hp, ty_task task,
         if (loss_to_normalized(&l, NULL, normalized) != TY_OK ||
             (ts != TRAIN_TARGET_AUTO &&
              json_object_set_new(normalized, "target_scaling",
-                                 json_string(target_scaling_names[ts]))))
+                                 json_string(target_scaling_names[ts]))) ||
+            (ctx && json_object_set_new(normalized, "context_length",
+                                        json_integer(ctx))))
             return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
+    hp->context_length = ctx;
     hp->loss = l;
     hp->target_scaling = ts;
     return TY_OK;

@@ -44,9 +44,13 @@ static ty_status check_dataset_targets(const ty_dataset *ds, const char *what,
         (!ds->y_class || !ds->num_classes))
         return ty_fail(err, TY_EINVAL, NULL, "the %s data has no class labels",
                        what);
-    if (ds->task == TY_TASK_REGRESSION && (!ds->y_value || !ds->y_dim))
+    if (ds->task != TY_TASK_CLASSIFICATION && (!ds->y_value || !ds->y_dim))
         return ty_fail(err, TY_EINVAL, NULL, "the %s data has no target values",
                        what);
+    if (ds->task == TY_TASK_LANGUAGE_MODELING &&
+        (!ds->num_classes || ds->y_dim != ds->features))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the %s data is not a set of token windows", what);
     if (!ds->x || !ds->features)
         return ty_fail(err, TY_EINVAL, NULL, "the %s data has no features",
                        what);
@@ -340,8 +344,16 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         (st = loader_augment_check(&hp->augment, ds->shape, ds->ndim, err)) !=
             TY_OK)
         return st;
+    /* A language model's windows (models/data/windows.h) carry the
+     * vocabulary as num_classes. */
     uint32_t outputs =
-        ds->task == TY_TASK_CLASSIFICATION ? ds->num_classes : ds->y_dim;
+        ds->task == TY_TASK_REGRESSION ? ds->y_dim : ds->num_classes;
+    if (ds->task == TY_TASK_LANGUAGE_MODELING && job->be &&
+        !nn_backend_host_visible(job->be))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "language-model training on %s is not built yet (its "
+                       "loss is summed on the host); it runs on the CPU",
+                       job->be->name);
     if (job->be && !nn_backend_host_visible(job->be) && !job->ex)
         return ty_fail(err, TY_EINVAL, NULL,
                        "the %s backend needs an execution context",
@@ -359,7 +371,9 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         if ((st = check_dataset_targets(v, "validation", err)) != TY_OK)
             return st;
         if (v->features != ds->features || v->task != ds->task ||
-            (ds->task == TY_TASK_REGRESSION && v->y_dim != ds->y_dim))
+            (ds->task != TY_TASK_CLASSIFICATION && v->y_dim != ds->y_dim) ||
+            (ds->task == TY_TASK_LANGUAGE_MODELING &&
+             v->num_classes != ds->num_classes))
             return ty_fail(err, TY_EINVAL, NULL,
                            "the validation data does not have the training "
                            "data's shape and task");
@@ -443,6 +457,8 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         (t->n_train + (uint64_t)hp->batch_size - 1) / hp->batch_size;
     t->steps_per_epoch = (batches + t->accum - 1) / t->accum;
     t->total_steps = t->steps_per_epoch * hp->epochs;
+    if (hp->max_steps && hp->max_steps < t->total_steps)
+        t->total_steps = hp->max_steps;
     t->lr = hp->learning_rate;
     if (!(t->identity = run_identity(t)) ||
         add_training_identity(t, t->identity) != 0 ||
@@ -462,7 +478,7 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         .tg = &t->tg,
         .batch_size = rows,
         .n = t->n_train,
-        .outputs = outputs,
+        .outputs = nn_arch_target_width(&t->arch),
         .augment = hp->augment,
         .seed = hp->seed,
         .pool = t->pool,
@@ -589,7 +605,7 @@ static void upload_batch(trainer *t, const loader_batch *b)
         be->upload(ws->ex, ws->labels, b->labels, (size_t)m * sizeof(int32_t));
     if (b->targets)
         be->upload(ws->ex, ws->targets, b->targets,
-                   (size_t)m * t->arch.num_outputs * sizeof(float));
+                   (size_t)m * nn_arch_target_width(&t->arch) * sizeof(float));
     loader_uploaded(t->loader);
 }
 
@@ -665,10 +681,44 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
         .total_steps = total,
         .fraction = total ? (double)t->step / (double)total : 1.0,
         .loss = t->seen ? t->loss_sum / (double)t->seen : 0.0,
+        .val_loss = NAN,
         .samples_per_sec = rate,
         .lr = t->lr,
     };
     t->job->cb.on_progress(t->job->cb.ctx, &p);
+}
+
+/* eval_every_steps: the validation loss now, with the progress. */
+static ty_status report_eval(trainer *t, uint32_t e, double rate, ty_err *err)
+{
+    const train_job *job = t->job;
+    uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;
+    double loss, acc;
+    ty_status st = nn_eval_examples_reg(
+        &t->arch, t->params, &t->pp, &t->tg, t->ws, job->val, job->val_idx,
+        n_val, job->val_class_map, &loss, &acc, NULL, err);
+    if (st != TY_OK) {
+        ty_err_prefix(err, "validation at step %llu",
+                      (unsigned long long)t->step);
+        return st;
+    }
+    if (!job->cb.on_progress)
+        return TY_OK;
+    uint64_t total = t->total_steps;
+    train_progress p = {
+        .epoch = e + 1,
+        .epochs = t->hp->epochs,
+        .step = t->step,
+        .steps_per_epoch = t->steps_per_epoch,
+        .total_steps = total,
+        .fraction = total ? (double)t->step / (double)total : 1.0,
+        .loss = t->seen ? t->loss_sum / (double)t->seen : 0.0,
+        .val_loss = loss,
+        .samples_per_sec = rate,
+        .lr = t->lr,
+    };
+    t->job->cb.on_progress(t->job->cb.ctx, &p);
+    return TY_OK;
 }
 
 /* Where and how the run's epochs run, for their metrics. */
@@ -743,7 +793,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     uint64_t session_seen = 0;
 
     epoch_begin(t, e);
-    while (t->epoch_step < t->steps_per_epoch) {
+    while (t->epoch_step < t->steps_per_epoch && t->step < t->total_steps) {
         if (job->stop && *job->stop)
             return ty_fail(err, TY_ECANCELLED, NULL, "training was cancelled");
         if (job->preempt && *job->preempt)
@@ -797,9 +847,19 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
                 return st;
         }
         /* The first step of a run (or resumed run) reports at once, the
-         * rest at most every PROGRESS_INTERVAL. */
+         * rest at most every PROGRESS_INTERVAL; eval_every_steps' reports
+         * come on their steps. */
         double now = now_sec();
-        if (t->last_report < 0 || now - t->last_report >= PROGRESS_INTERVAL) {
+        uint64_t ev = t->hp->eval_every_steps;
+        if (ev && t->step % ev == 0 && job->val && t->step < t->total_steps) {
+            ty_status st = report_eval(
+                t, e, now > start ? (double)session_seen / (now - start) : 0.0,
+                err);
+            if (st != TY_OK)
+                return st;
+            t->last_report = now;
+        } else if (t->last_report < 0 ||
+                   now - t->last_report >= PROGRESS_INTERVAL) {
             ty_status st = train_sums_read(t, e, err);
             if (st != TY_OK)
                 return st;
@@ -828,6 +888,10 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         .val_mae = NAN,
         .val_r2 = NAN,
         .samples_per_sec = seconds > 0 ? (double)session_seen / seconds : 0.0,
+        .tokens_per_sec =
+            t->arch.task == TY_TASK_LANGUAGE_MODELING && seconds > 0
+                ? (double)session_seen * t->arch.input.d[0] / seconds
+                : 0.0,
         .seconds = seconds,
         .peak_memory_bytes = t->mem_peak,
         .loss_scale = t->precision == NN_DT_F16 ? t->scaler.scale : 0.0,
@@ -905,7 +969,8 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
     }
     /* The 16-bit weights follow the fp32 ones, fresh or resumed. */
     train_lp_refresh(&t);
-    for (uint32_t e = t.epoch_done; e < t.hp->epochs; e++)
+    for (uint32_t e = t.epoch_done; e < t.hp->epochs && t.step < t.total_steps;
+         e++)
         if ((st = run_epoch(&t, e, err)) != TY_OK)
             goto done;
     if ((st = train_save_model(&t, err)) != TY_OK)

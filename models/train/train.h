@@ -61,6 +61,19 @@
  *   "standardize" out in the job's hyperparameters; train_run takes an
  *   unsettled (absent) one as "none", so a job admitted before target
  *   scaling existed resumes from its checkpoint as it was trained,
+ *   context_length (language models only: text and tokens datasets; 1..
+ *   65536, default 128): each example is a window of that many tokens
+ *   predicting the next token at every position; the training tokens are
+ *   cut into consecutive windows (the last partial one dropped), shuffled
+ *   each epoch by (seed, epoch); validation windows come from a held-out
+ *   stretch at the end of the text (models/data/windows.h),
+ *   max_steps (1..10^9; absent: none): the run stops after this many
+ *   optimizer steps, or at the end of `epochs`, whichever comes first (the
+ *   last epoch may end early; its record and the model are written as at
+ *   any epoch's end); schedules count it as the run's length,
+ *   eval_every_steps (1..10^9; absent: off): the validation loss is also
+ *   measured every that many steps and reported with the progress
+ *   (val_loss, and val_perplexity for language models),
  *   seed (0..2^53; default chosen at random by train_hparams_parse and written
  *   into the normalized object, so every run is reproducible afterwards),
  *   checkpoint_every_steps (0 = only at the end of each epoch; default 0;
@@ -170,7 +183,14 @@ typedef struct {
     /* Regression targets: standardized per column for training or taken
      * as they are (see target_scaling above). */
     train_target_scaling target_scaling;
+    /* Language models (text and tokens datasets): the window of tokens
+     * each example is (0 until resolved: TRAIN_DEFAULT_CONTEXT). */
+    uint32_t context_length;
+    uint64_t max_steps;        /* 0: no cap besides epochs */
+    uint64_t eval_every_steps; /* 0: validation at epoch ends only */
 } train_hparams;
+
+#define TRAIN_DEFAULT_CONTEXT 128u
 
 /* Parses and validates hp (may be NULL: all defaults). On success fills *out
  * and, if normalized is not NULL, sets it to a new object with every value
@@ -225,6 +245,9 @@ typedef struct {
     uint64_t total_steps;
     double fraction;        /* of the whole run, 0..1 */
     double loss;            /* running mean training loss this epoch */
+    /* The validation loss measured at this step (eval_every_steps); NAN
+     * when none was. */
+    double val_loss;
     double samples_per_sec; /* over this epoch so far */
     double lr;              /* learning rate of the last step */
 } train_progress;
@@ -243,6 +266,9 @@ typedef struct {
     double train_rmse, train_mae, train_r2;
     double val_rmse, val_mae, val_r2;
     double samples_per_sec;
+    /* Language models: samples_per_sec times the context length (0
+     * otherwise). */
+    double tokens_per_sec;
     double seconds; /* wall time of the epoch */
     /* The most bytes the run has held from the backend's alloc at once so
      * far (counted at every allocation the trainer makes through it);
