@@ -17,7 +17,8 @@
      count; GET .../weights?layout=hf-gpt2 gives the checkpoint's tensors
      back bit for bit; with file=config.json and file=tokenizer.json beside
      it, GPT2LMHeadModel.from_pretrained loads the folder and computes the
-     original's logits exactly;
+     original's logits exactly; the server's next-token predict gives
+     GPT2LMHeadModel's top tokens and probabilities (within 1e-4);
   4. a GPT2ForSequenceClassification checkpoint (score.weight) and a config
      with activation_function relu are 422s naming the tensor and the key,
      and store nothing.
@@ -200,6 +201,26 @@ def main(argv):
             assert json.load(f1) == json.load(f2), "tokenizer.json changed"
         assert Tokenizer.from_file(os.path.join(back, "tokenizer.json")) \
             .encode(TEXT).ids == tok.encode(TEXT).ids
+        # The server's next-token predict on token ids: GPT2LMHeadModel's
+        # softmax at each prompt's last position (a short prompt, padded
+        # by the server, and a whole window).
+        prompts = [x[0][:20].tolist(), x[1].tolist()]
+        pred = srv.json("POST", "/v1/models/%s/predict" % doc["id"],
+                        {"inputs": prompts, "top_k": 5})["predictions"]
+        worst = 0.0
+        for p, got in zip(prompts, pred):
+            with torch.no_grad():
+                probs = torch.softmax(model(torch.tensor([p])).logits[0, -1]
+                                      .double(), -1).numpy()
+            want = np.argsort(-probs, kind="stable")[:5]
+            ids = [t["id"] for t in got["next_tokens"]]
+            assert got["tokens"] == p, (got["tokens"], p)
+            assert ids == want.tolist(), (ids, want.tolist())
+            worst = max(worst, max(abs(t["probability"] - probs[t["id"]])
+                                   for t in got["next_tokens"]))
+        print("predict: top 5 next tokens as GPT2LMHeadModel's, probabilities "
+              "within %.3g" % worst)
+        assert worst <= TOL, worst
         # The float16 checkpoint imports too (widened).
         srv.upload("/v1/models", {"name": "gpt2-f16", "layout": "hf-gpt2"},
                    upload_parts(half, with_tokenizer=False))
