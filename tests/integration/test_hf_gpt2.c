@@ -198,9 +198,19 @@ static void test_import_export(void **state)
     assert_int_equal(json_array_size(layers), 5);
     assert_string_equal(str(json_array_get(layers, 2), "type"),
                         "transformer_block");
+    /* The document names the tokenizer; it does not carry the file. */
+    const json_t *tz = json_object_get(m, "tokenizer");
+    assert_string_equal(str(tz, "type"), "huggingface");
+    assert_int_equal(json_integer_value(json_object_get(tz, "vocab_size")), 10);
+    assert_null(json_object_get(tz, "tokenizer_json"));
+    resp_free(r);
+    char path[256];
+    snprintf(path, sizeof path, "/v1/models/%s", id);
+    r = http_get(&server, path);
+    assert_null(json_object_get(json_object_get(r->json, "tokenizer"),
+                                "tokenizer_json"));
     resp_free(r);
 
-    char path[256];
     snprintf(path, sizeof path, "/v1/models/%s/weights?layout=hf-gpt2", id);
     r = http_get(&server, path);
     assert_int_equal(r->status, 200);
