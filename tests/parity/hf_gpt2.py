@@ -19,7 +19,11 @@
      it, GPT2LMHeadModel.from_pretrained loads the folder and computes the
      original's logits exactly; the server's next-token predict gives
      GPT2LMHeadModel's top tokens and probabilities (within 1e-4);
-  4. a GPT2ForSequenceClassification checkpoint (score.weight) and a config
+  4. a GPT trained here (embedding, positional_embedding, two blocks of
+     mlp_ratio 2, layernorm, lm_head) exports to a folder that
+     GPT2LMHeadModel loads and whose next-token probabilities are the
+     server's predict's;
+  5. a GPT2ForSequenceClassification checkpoint (score.weight) and a config
      with activation_function relu are 422s naming the tensor and the key,
      and store nothing.
 
@@ -225,6 +229,10 @@ def main(argv):
         srv.upload("/v1/models", {"name": "gpt2-f16", "layout": "hf-gpt2"},
                    upload_parts(half, with_tokenizer=False))
 
+        # 5. A GPT trained here exports to a folder transformers loads, and
+        # computes there what the server predicts.
+        trained_gpt(srv, work, x)
+
         # 4. What is not GPT2LMHeadModel's computation, refused.
         before = len(srv.json("GET", "/v1/models?limit=1000")["items"])
         cls_dir = os.path.join(work, "gpt2-cls")
@@ -249,6 +257,40 @@ def main(argv):
             srv.close()
         shutil.rmtree(work, ignore_errors=True)
     print("PASS")
+
+
+def trained_gpt(srv, work, x):
+    ds = srv.upload("/v1/datasets", {"name": "lines", "format": "text"},
+                    {"file": TEXT.encode()})["id"]
+    spec = {"layers": [{"type": "embedding", "dim": 32},
+                       {"type": "positional_embedding"},
+                       {"type": "transformer_block", "heads": 4, "mlp_ratio": 2},
+                       {"type": "transformer_block", "heads": 4, "mlp_ratio": 2},
+                       {"type": "layernorm"}, {"type": "lm_head"}]}
+    model = srv.train(ds, spec, context_length=16, batch_size=8,
+                      optimizer="adamw", learning_rate=0.01, max_steps=10)
+    base = "/v1/models/%s/weights?layout=hf-gpt2" % model
+    folder = os.path.join(work, "trained")
+    os.makedirs(folder)
+    for name in ("model.safetensors", "config.json"):
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(srv.request("GET", base + ("&file=" + name if name != "model.safetensors" else "")))
+    # A byte tokenizer has no tokenizer.json.
+    srv.request("GET", base + "&file=tokenizer.json", want=(404,))
+    hf = GPT2LMHeadModel.from_pretrained(folder).eval()
+    assert hf.config.n_inner == 64 and hf.config.n_positions == 16, hf.config
+    prompt = [int(v) % 256 for v in x[0][:12]]
+    pred = srv.json("POST", "/v1/models/%s/predict" % model,
+                    {"inputs": [prompt], "top_k": 5})["predictions"][0]
+    with torch.no_grad():
+        probs = torch.softmax(hf(torch.tensor([prompt])).logits[0, -1].double(),
+                              -1).numpy()
+    ids = [t["id"] for t in pred["next_tokens"]]
+    assert ids == np.argsort(-probs, kind="stable")[:5].tolist(), (ids, probs)
+    worst = max(abs(t["probability"] - probs[t["id"]]) for t in pred["next_tokens"])
+    print("trained here: the exported folder's GPT2LMHeadModel predicts the "
+          "server's top 5 within %.3g" % worst)
+    assert worst <= TOL, worst
 
 
 def multipart(fields, files):

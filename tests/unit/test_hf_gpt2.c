@@ -659,6 +659,20 @@ static void test_export_refuses_other_models(void **state)
     assert_int_equal(hf_gpt2_export(path, back, &config, NULL, &err),
                      TY_EINVAL);
     assert_non_null(strstr(err.msg, "layer 2 is dense, not transformer_block"));
+    /* Blocks of two widths: GPT-2 has one n_inner. */
+    meta = json_pack(
+        "{s:s, s:s, s:s, s:s, s:s}", "trainyard.format", "1", "trainyard.task",
+        "language_modeling", "trainyard.spec",
+        "{\"layers\":[{\"type\":\"embedding\",\"dim\":4},{\"type\":"
+        "\"positional_embedding\"},{\"type\":\"transformer_block\",\"heads\":"
+        "2},{\"type\":\"transformer_block\",\"heads\":2,\"mlp_ratio\":2},"
+        "{\"type\":\"layernorm\"},{\"type\":\"lm_head\"}]}",
+        "trainyard.input_shape", "[4]", "trainyard.num_outputs", "2");
+    assert_int_equal(st_write(path, meta, t, 2, &err), TY_OK);
+    json_decref(meta);
+    assert_int_equal(hf_gpt2_export(path, back, &config, NULL, &err),
+                     TY_EINVAL);
+    assert_non_null(strstr(err.msg, "layer 3 (transformer_block)"));
 }
 
 int main(void)
