@@ -60,6 +60,7 @@
 #include <stdint.h>
 
 #include "common/ty.h"
+#include "models/data/tokenizer.h"
 
 #define TY_DS_MAX_DIMS 4
 #define TY_DS_MAX_FEATURES (1u << 24) /* values per example */
@@ -261,6 +262,18 @@ static inline uint32_t ty_tokens_at(const ty_tokens *t, uint64_t i)
  * anyway). */
 ty_status ds_convert_text(const char *path, unsigned flags,
                           const char *out_path, ty_err *err);
+
+/* ds_convert_text with the tokenizer req asks for (NULL or the byte
+ * tokenizer: ds_convert_text): a byte-level BPE learned from the text
+ * (req->learn_vocab; the text is read three times: check and learn, count,
+ * write) or req->tok (a BPE or a tokenizer.json). meta "tokenizer" is the
+ * tokenizer's description, "vocab_size" its vocabulary (uint32 ids past
+ * 65536). The same errors as ds_convert_text, and TY_EFORMAT when the text
+ * encodes to no token at all (a tokenizer.json without an unk token drops
+ * the characters its vocabulary lacks, as the tokenizers library does). */
+ty_status ds_convert_text_tok(const char *path, const ty_tokenizer_request *req,
+                              unsigned flags, const char *out_path,
+                              ty_err *err);
 
 /* Tokens (format "tokens"): token ids made elsewhere, recognised by their
  * first bytes: a 1-D NPY array of uint8, uint16, int32 or int64, or llm.c's
