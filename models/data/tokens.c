@@ -308,7 +308,7 @@ ty_status ds_convert_text_tok(const char *path, const ty_tokenizer_request *req,
     json_t *meta = NULL;
     ty_status st;
 
-    if (!req ||
+    if (!req || (!req->tok && !req->learn_vocab) ||
         (req->tok && ty_tokenizer_type_of(req->tok) == TY_TOKENIZER_BYTE))
         return ds_convert_text(path, flags, out_path, err);
     memset(&in, 0, sizeof in);
