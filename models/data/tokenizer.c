@@ -305,8 +305,12 @@ size_t ty_tokenizer_cut(const ty_tokenizer *t, const char *text, size_t len)
 {
     const unsigned char *s = (const unsigned char *)text;
     size_t longest = 0, num_added = t ? t->num_added : 0;
-    if (t && t->type == TY_TOKENIZER_BYTE)
-        return len > 1 ? len - 1 : 0;
+    if (t && t->type == TY_TOKENIZER_BYTE) { /* between two characters */
+        size_t c = len > 1 ? len - 1 : 0;
+        while (c > 0 && (s[c] & 0xC0) == 0x80)
+            c--;
+        return c;
+    }
     if (t && !t->use_regex)
         return 0; /* one piece is one word: no cut keeps it */
     for (size_t k = 0; k < num_added; k++)
