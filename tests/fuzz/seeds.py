@@ -217,3 +217,6 @@ put('tabular', 'kserve_json', b'\x01\x01' + json.dumps({"inputs": [{"name": "inp
 def bytes_el(*cells): return b''.join(struct.pack('<I', len(c)) + c for c in cells)
 put('tabular', 'kserve_binary', b'\x02\x01' + bytes_el(b'12', b'false', b'red', b'', b'yes', b'\xff\x00'))
 put('tabular', 'kserve_binary_short', b'\x02\x00' + struct.pack('<I', 9) + b'1e5')
+
+# a byte tokenizer's cut once split a character (fuzz_tokenizer)
+put('tokenizer', 'crash_byte_cut', b'byte\x00h\xc3\xa9')
