@@ -18,25 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/data/tokenizer.h"
 #include "models/data/tokenizer_int.h"
 
 #define CACHE_MAX_WORD 256       /* bytes; longer words are not cached */
 #define CACHE_MAX_IDS (1u << 22) /* ids the cache holds at most */
 #define CACHE_MAX_WORDS (1u << 18)
-
-ty_status tok_ids_push(tok_ids *v, uint32_t id)
-{
-    if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 256;
-        uint32_t *p = realloc(v->ids, cap * sizeof *p);
-        if (!p)
-            return TY_ENOMEM;
-        v->ids = p;
-        v->cap = cap;
-    }
-    v->ids[v->n++] = id;
-    return TY_OK;
-}
 
 /* ---- merge_all --------------------------------------------------------- */
 

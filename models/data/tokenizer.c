@@ -17,48 +17,8 @@
 #include <string.h>
 
 #include "models/data/input.h"
+#include "models/data/tokenizer.h"
 #include "models/data/tokenizer_int.h"
-#include "models/data/tokens.h"
-
-ty_tokenizer *tok_alloc(ty_tokenizer_type type)
-{
-    ty_tokenizer *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
-    t->type = type;
-    t->unk_id = -1;
-    for (int b = 0; b < 256; b++)
-        t->byte_id[b] = t->fallback[b][0] = t->fallback[b][1] = -1;
-    return t;
-}
-
-ty_status tok_pieces_begin(ty_tokenizer *t, uint32_t vocab_size,
-                           size_t total_bytes)
-{
-    t->vocab_size = vocab_size;
-    t->piece_off = calloc((size_t)vocab_size + 1, sizeof *t->piece_off);
-    t->has_piece = calloc(vocab_size ? vocab_size : 1, 1);
-    t->piece_bytes = malloc(total_bytes ? total_bytes : 1);
-    return t->piece_off && t->has_piece && t->piece_bytes ? TY_OK : TY_ENOMEM;
-}
-
-void ty_tokenizer_free(ty_tokenizer *t)
-{
-    if (!t)
-        return;
-    free(t->piece_off);
-    free(t->piece_bytes);
-    free(t->has_piece);
-    tok_map_free(&t->merges);
-    tok_map_free(&t->vocab_by_hash);
-    tok_map_free(&t->cache);
-    free(t->cache_ids);
-    for (size_t i = 0; i < t->num_added; i++)
-        free(t->added[i].content);
-    free(t->added);
-    json_decref(t->desc);
-    free(t);
-}
 
 static ty_status byte_tokenizer(ty_tokenizer **out, ty_err *err)
 {
@@ -268,14 +228,12 @@ static ty_status encode(ty_tokenizer *t, const char *text, size_t len,
                         int at_start, uint32_t **ids, size_t *n, ty_err *err)
 {
     if (!ds_utf8_valid(text, len)) {
-        ds_utf8_check c;
-        uint64_t bad = 0;
-        ds_utf8_check_init(&c);
-        if (ds_utf8_check_feed(&c, (const unsigned char *)text, len, &bad))
-            ds_utf8_check_end(&c, &bad);
+        size_t bad = 0, k;
+        while ((k = ds_utf8_seq((const unsigned char *)text + bad, len - bad)) >
+               0)
+            bad += k;
         return ty_fail(err, TY_EINVAL, "text",
-                       "the text is not valid UTF-8 at byte offset %llu",
-                       (unsigned long long)bad);
+                       "the text is not valid UTF-8 at byte offset %zu", bad);
     }
     tok_ids out = {*ids, *n, *ids ? *n : 0};
     ty_status st = encode_pass(t, 0, (const unsigned char *)text, len, at_start,
@@ -382,7 +340,7 @@ uint32_t ty_tokenizer_vocab_size(const ty_tokenizer *t)
 
 ty_tokenizer_type ty_tokenizer_type_of(const ty_tokenizer *t)
 {
-    return t->type;
+    return (ty_tokenizer_type)t->type;
 }
 
 const char *ty_tokenizer_type_name(ty_tokenizer_type type)
@@ -401,7 +359,8 @@ const json_t *ty_tokenizer_description(const ty_tokenizer *t)
 
 json_t *ty_tokenizer_describe(const ty_tokenizer *t)
 {
-    json_t *d = json_pack("{s:s, s:I}", "type", ty_tokenizer_type_name(t->type),
+    json_t *d = json_pack("{s:s, s:I}", "type",
+                          ty_tokenizer_type_name((ty_tokenizer_type)t->type),
                           "vocab_size", (json_int_t)t->vocab_size);
     if (!d || t->type == TY_TOKENIZER_BYTE)
         return d;

@@ -14,7 +14,10 @@
 #include <stdint.h>
 
 #include "common/ty.h"
-#include "models/data/tokenizer.h"
+
+/* as in tokenizer.h (which this header does not include: tokenizer.c
+ * includes both, and headers of one folder may not include in a circle) */
+typedef struct ty_tokenizer ty_tokenizer;
 
 /* ---- Unicode classes of the GPT-2 pre-tokenizer regex ------------------- */
 
@@ -65,7 +68,7 @@ typedef struct {
 } tok_added;
 
 struct ty_tokenizer {
-    ty_tokenizer_type type;
+    int type;            /* ty_tokenizer_type */
     uint32_t vocab_size; /* ids run 0 .. vocab_size - 1 */
     /* decode: id i is bytes piece_bytes[piece_off[i] .. piece_off[i + 1]),
      * when has_piece[i] (an id in a gap of a tokenizer.json vocab has none) */
@@ -96,7 +99,7 @@ struct ty_tokenizer {
 };
 
 /* An empty tokenizer of type t (NULL when out of memory). */
-ty_tokenizer *tok_alloc(ty_tokenizer_type t);
+ty_tokenizer *tok_alloc(int type);
 
 /* Sets id's piece; pieces must be set in increasing id order after
  * tok_pieces_begin(vocab_size, total bytes). */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/data/tokenizer.h"
 #include "models/data/tokenizer_int.h"
 
 /* ---- Unicode classes ----------------------------------------------------- */

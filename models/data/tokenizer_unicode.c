@@ -6,6 +6,7 @@
  */
 #include "models/data/tokenizer_int.h"
 
+/* clang-format off */
 const tok_uc_range tok_uc_ranges[] = {
     {0x9, 0xD, TOK_UC_SPACE},
     {0x20, 0x20, TOK_UC_SPACE},
@@ -839,5 +840,6 @@ const tok_uc_range tok_uc_ranges[] = {
     {0x30000, 0x3134A, TOK_UC_LETTER},
     {0x31350, 0x323AF, TOK_UC_LETTER},
 };
+/* clang-format on */
 
 const size_t tok_uc_num_ranges = sizeof tok_uc_ranges / sizeof tok_uc_ranges[0];
