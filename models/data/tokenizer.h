@@ -72,7 +72,9 @@ ty_status ty_tokenizer_encode_more(ty_tokenizer *tok, const char *text,
 size_t ty_tokenizer_cut(const ty_tokenizer *tok, const char *text, size_t len);
 
 /* The bytes of ids[0..n) into *out (malloc'd, NUL-terminated after *len
- * bytes; not necessarily UTF-8: a cut can split a character). An id past
+ * bytes; not necessarily UTF-8: a cut can split a character). Each id is
+ * its token's bytes as the ByteLevel decoder gives them (added and special
+ * tokens included, none skipped). An id past
  * the vocabulary, or one no token has, is TY_EINVAL naming its position
  * (field "ids[i]"); TY_ENOMEM. *out is NULL on error. */
 ty_status ty_tokenizer_decode(const ty_tokenizer *tok, const uint32_t *ids,

@@ -275,8 +275,11 @@ static ty_status encode_piece(void *ctx, const char *p, size_t n, int first,
         first ? ty_tokenizer_encode(e->tok, p, n, &e->ids, &got, err)
               : ty_tokenizer_encode_more(e->tok, p, n, &e->ids, &got, err);
     if (st != TY_OK) {
-        if (st == TY_EINVAL) /* not UTF-8: the check said so first */
-            st = ty_fail(err, TY_EFORMAT, "file", "%s", err->msg);
+        if (st == TY_EINVAL) { /* not UTF-8 (the file changed) */
+            char msg[sizeof err->msg];
+            memcpy(msg, err->msg, sizeof msg);
+            st = ty_fail(err, TY_EFORMAT, "file", "%s", msg);
+        }
         return st;
     }
     e->count += got;
