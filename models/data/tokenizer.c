@@ -384,6 +384,23 @@ json_t *ty_tokenizer_describe(const ty_tokenizer *t)
 
 /* ---- an upload's request ------------------------------------------------- */
 
+ty_status ty_tokenizer_load_text(const char *text, size_t len,
+                                 ty_tokenizer **out, ty_err *err)
+{
+    ty_tokenizer_request req;
+    *out = NULL;
+    ty_status st =
+        ty_tokenizer_request_parse_text(text, len, "tokenizer", &req, err);
+    if (st != TY_OK)
+        return st;
+    if (!req.tok)
+        return ty_fail(err, TY_EINVAL, "tokenizer",
+                       "a bpe tokenizer to learn is no tokenizer yet: a "
+                       "description holds its merges");
+    *out = req.tok;
+    return TY_OK;
+}
+
 void ty_tokenizer_request_free(ty_tokenizer_request *req)
 {
     ty_tokenizer_free(req->tok);

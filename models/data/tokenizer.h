@@ -49,6 +49,12 @@ ty_status ty_tokenizer_load(const json_t *desc, ty_tokenizer **out,
 ty_status ty_tokenizer_load_as(const json_t *desc, const char *field,
                                ty_tokenizer **out, ty_err *err);
 
+/* ty_tokenizer_load from JSON text (a model's "trainyard.tokenizer"
+ * metadata value); the bare text byte is the byte tokenizer too. Not JSON:
+ * TY_EINVAL naming "tokenizer" with the line and column. */
+ty_status ty_tokenizer_load_text(const char *text, size_t len,
+                                 ty_tokenizer **out, ty_err *err);
+
 /* Appends the ids of text (len bytes of UTF-8) to *ids (a malloc'd array
  * the caller frees; *ids NULL and *n 0 to start), *n counting them. Text
  * that is not UTF-8 is TY_EINVAL naming its byte offset (field "text");
