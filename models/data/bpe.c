@@ -265,7 +265,8 @@ static void cache_add(ty_tokenizer *t, const unsigned char *w, size_t n,
     memcpy(e + 1, w, n);
     uint32_t *dst = e + 1 + (n + 3) / 4;
     dst[0] = (uint32_t)nid;
-    memcpy(dst + 1, ids, nid * sizeof *ids);
+    if (nid) /* a word whose bytes were all dropped has none */
+        memcpy(dst + 1, ids, nid * sizeof *ids);
     if (tok_map_put(&t->cache, key, t->cache_used) == TY_OK)
         t->cache_used += need;
 }
@@ -291,7 +292,8 @@ ty_status tok_bpe_word(ty_tokenizer *t, const unsigned char *w, size_t n,
     if (word_ids(t, w, n, out) != TY_OK)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     if (n <= CACHE_MAX_WORD)
-        cache_add(t, w, n, key, out->ids + before, out->n - before);
+        cache_add(t, w, n, key, out->n > before ? out->ids + before : NULL,
+                  out->n - before);
     return TY_OK;
 }
 

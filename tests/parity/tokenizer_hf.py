@@ -40,8 +40,9 @@ def check(cond, what):
 def run_tool(args, lines):
     data = "".join(json.dumps(s) + "\n" for s in lines)
     r = subprocess.run([TOOL] + args, input=data.encode(), capture_output=True)
-    if r.returncode not in (0, 1):
-        raise SystemExit("tokenize_tool failed: %s" % r.stderr.decode())
+    if r.returncode not in (0, 1) or r.stderr:  # a sanitizer's report too
+        raise SystemExit("tokenize_tool failed (%d): %s" %
+                         (r.returncode, r.stderr.decode()[:2000]))
     return [json.loads(l) for l in r.stdout.decode().splitlines()]
 
 
