@@ -14,9 +14,11 @@
 #include <string.h>
 
 #include "api/api.h"
+#include "common/fsutil.h"
 #include "common/ids.h"
 #include "common/jsonutil.h"
 #include "models/data/dataset.h"
+#include "models/data/input.h"
 #include "models/data/tabular.h"
 #include "store/blob.h"
 #include "common/fetch.h"
@@ -48,6 +50,8 @@ typedef struct {
     int task;                  /* -1 = the converter's default */
     uint32_t vocab_size;       /* tokens */
     uint32_t max_categories;   /* csv: 0 = the converter's default */
+    ty_tokenizer_request tok;  /* text: what tokenizer (tok NULL, learn 0:
+                                  the byte tokenizer) */
     const char *paths[2];      /* input files */
     char fetched[2][PATH_MAX]; /* downloads, for JSON bodies naming URLs */
     json_t *source;            /* how it arrived, for the doc */
@@ -151,22 +155,46 @@ static ty_status parse_max_categories(upload *u, const char *text, ty_err *err)
     return TY_OK;
 }
 
-/* tokenizer (text): "byte", the default. Byte-level BPE (learned from the
- * upload, or a tokenizer.json) is not built yet: refused, never faked. */
-static ty_status check_tokenizer(const upload *u, int given, const char *text,
-                                 ty_err *err)
+/* tokenizer (text): "byte" (the default), {"type": "bpe", "vocab_size": N}
+ * (learned from the upload) or a tokenizer.json (tokenizer.h), as a JSON
+ * value (body) or as text (a form field or a file part). Loaded here, so a
+ * malformed tokenizer is a 422 naming its field before any conversion. */
+static ty_status check_tokenizer(upload *u, int given, const json_t *value,
+                                 const char *text, size_t len, ty_err *err)
 {
     if (!given)
         return TY_OK;
     if (u->format != FMT_TEXT)
         return ty_fail(err, TY_EINVAL, "tokenizer",
                        "tokenizer applies to text datasets only");
-    if (text && !strcmp(text, "byte"))
+    ty_status s =
+        value ? ty_tokenizer_request_parse(value, "tokenizer", &u->tok, err)
+              : ty_tokenizer_request_parse_text(text, len, "tokenizer", &u->tok,
+                                                err);
+    return s == TY_ENOMEM ? s : s != TY_OK ? TY_EINVAL : TY_OK;
+}
+
+/* The form's tokenizer part (a field or a file) read whole. */
+static ty_status form_tokenizer(http_req *r, upload *u, ty_err *err)
+{
+    const char *path = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    if (!http_req_form_has(r, "tokenizer"))
         return TY_OK;
-    return ty_fail(err, TY_EINVAL, "tokenizer",
-                   "tokenizer must be \"byte\" (one token per byte, "
-                   "vocabulary 256): BPE tokenizers ({\"type\": \"bpe\"} "
-                   "or a tokenizer.json file) are not supported yet");
+    if (u->format != FMT_TEXT)
+        return check_tokenizer(u, 1, NULL, "", 0, err);
+    ty_status s = http_req_form_path(r, "tokenizer", &path, err);
+    if (s == TY_OK)
+        s = fs_read_all(path, TY_TOKENIZER_MAX_JSON_BYTES, &text, &len, err);
+    if (s == TY_ETOOBIG)
+        return ty_fail(err, TY_EINVAL, "tokenizer",
+                       "the tokenizer part is over %u bytes",
+                       TY_TOKENIZER_MAX_JSON_BYTES);
+    if (s == TY_OK)
+        s = check_tokenizer(u, 1, NULL, text, len, err);
+    free(text);
+    return s;
 }
 
 /* vocab_size (tokens): 1 to TY_DS_MAX_VOCAB, required. */
@@ -198,9 +226,7 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
     const char *mc = http_req_form_value(r, "max_categories");
     if (mc && (s = parse_max_categories(u, mc, err)) != TY_OK)
         return s;
-    if ((s = check_tokenizer(u, http_req_form_has(r, "tokenizer"),
-                             http_req_form_value(r, "tokenizer"), err)) !=
-            TY_OK ||
+    if ((s = form_tokenizer(r, u, err)) != TY_OK ||
         (s = parse_vocab_size(u, http_req_form_value(r, "vocab_size"), err)) !=
             TY_OK)
         return s;
@@ -269,8 +295,7 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
     if (json_is_integer(vs))
         snprintf(vtext, sizeof vtext, "%lld",
                  (long long)json_integer_value(vs));
-    if ((s = check_tokenizer(u, tok != NULL, json_string_value(tok), err)) !=
-            TY_OK ||
+    if ((s = check_tokenizer(u, tok != NULL, tok, NULL, 0, err)) != TY_OK ||
         (s = parse_vocab_size(u, vs ? vtext : NULL, err)) != TY_OK)
         return s;
     if (u->format == FMT_IDX && task)
@@ -331,7 +356,8 @@ static ty_status convert(const api_ctx *app, const upload *u, const char *out,
             s = ds_convert_idx_ex(u->paths[0], u->paths[1], out, &idx, err);
             break;
         case FMT_TEXT:
-            s = ds_convert_text(u->paths[0], u->convert_flags, out, err);
+            s = ds_convert_text_tok(u->paths[0], &u->tok, u->convert_flags, out,
+                                    err);
             break;
         case FMT_TOKENS:
             s = ds_convert_tokens(u->paths[0], u->vocab_size, u->convert_flags,
@@ -474,8 +500,19 @@ static json_t *tokens_doc(const char *id, const upload *u, const ty_tokens *t)
                                json_string(format_names[u->format]));
     bad |= json_object_set_new(
         doc, "task", json_string(ty_task_name(TY_TASK_LANGUAGE_MODELING)));
-    bad |= json_object_set(doc, "tokenizer",
-                           json_object_get(t->meta, "tokenizer"));
+    /* the tokenizer: its type by name ("byte", "bpe", "huggingface"; null
+     * for ids made elsewhere) and, in tokenizer_info, its summary */
+    const json_t *desc = json_object_get(t->meta, "tokenizer");
+    ty_tokenizer *tok = NULL;
+    ty_err terr = {0};
+    if (!json_is_null(desc) && ty_tokenizer_load(desc, &tok, &terr) != TY_OK)
+        bad = 1; /* the converter wrote it: it loads */
+    json_t *info = tok ? ty_tokenizer_describe(tok) : json_null();
+    bad |= !info || json_object_set_new(doc, "tokenizer_info", info);
+    bad |= json_object_set_new(
+        doc, "tokenizer",
+        tok ? json_string(ty_tokenizer_type_name(ty_tokenizer_type_of(tok)))
+            : json_null());
     bad |= json_object_set_new(doc, "vocab_size", json_integer(t->vocab_size));
     bad |= json_object_set_new(doc, "num_tokens",
                                json_integer((json_int_t)t->num_tokens));
@@ -493,12 +530,33 @@ static json_t *tokens_doc(const char *id, const upload *u, const ty_tokens *t)
             n--;
         bad |= json_object_set_new(sample, "text", json_stringn(text, n));
     } else {
-        json_t *ids = json_array();
-        bad |= !ids;
-        for (uint64_t i = 0; ids && i < t->num_tokens && i < SAMPLE_IDS; i++)
-            bad |= json_array_append_new(ids, json_integer(ty_tokens_at(t, i)));
-        bad |= json_object_set_new(sample, "ids", ids);
+        uint32_t ids[SAMPLE_IDS];
+        size_t n = 0;
+        json_t *a = json_array();
+        bad |= !a;
+        for (; a && n < t->num_tokens && n < SAMPLE_IDS; n++) {
+            ids[n] = ty_tokens_at(t, n);
+            bad |= json_array_append_new(a, json_integer(ids[n]));
+        }
+        bad |= json_object_set_new(sample, "ids", a);
+        char *text = NULL;
+        size_t len = 0;
+        if (tok &&
+            ty_tokenizer_decode(tok, ids, n, &text, &len, &terr) == TY_OK) {
+            /* the ids' text, less a character the last id cuts */
+            size_t ok = 0;
+            while (ok < len) {
+                size_t k =
+                    ds_utf8_seq((const unsigned char *)text + ok, len - ok);
+                if (!k)
+                    break;
+                ok += k;
+            }
+            bad |= json_object_set_new(sample, "text", json_stringn(text, ok));
+        }
+        free(text);
     }
+    ty_tokenizer_free(tok);
     bad |= json_object_set_new(doc, "sample", sample);
     json_object_set(doc, "source", u->source);
     bad |= json_object_set_new(doc, "created_at", json_string(now));
@@ -561,11 +619,13 @@ void api_datasets_create(api_ctx *app, http_req *r)
     }
     json_decref(doc);
     json_decref(u.source);
+    ty_tokenizer_request_free(&u.tok);
     return;
 fail:
     ty_dataset_close(&ds);
     json_decref(doc);
     json_decref(u.source);
+    ty_tokenizer_request_free(&u.tok);
     /* Past this point a size limit is about the data (too many classes, a
      * download over --max-fetch-bytes), not the request body: 422, not 413;
      * the tenant's storage quota is 413. */

@@ -10,8 +10,9 @@
  * A language-modeling dataset (text, tokens) has no examples but one token
  * array: its "examples" are consecutive windows of `length` tokens
  * (default 64), offset and limit counting windows, each with its ids and,
- * for the byte tokenizer, its text (a character the window's edge cuts
- * shows as U+FFFD, as Python's errors="replace" decodes).
+ * when the dataset has a tokenizer (byte, BPE, tokenizer.json), its text:
+ * the window's ids decoded (a character the window's edge cuts shows as
+ * U+FFFD, as Python's errors="replace" decodes).
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "models/data/dataset.h"
 #include "models/data/input.h"
 #include "models/data/tabular.h"
+#include "models/data/tokenizer.h"
 #include "store/blob.h"
 
 #define DEFAULT_EXAMPLES 8
@@ -102,7 +104,17 @@ static ty_status token_windows(http_req *r, const char *id, const char *path,
     if (s != TY_OK)
         return s == TY_ENOMEM ? s : TY_EIO;
     uint64_t total = (t.num_tokens + (uint64_t)len - 1) / (uint64_t)len;
+    /* a BPE or tokenizer.json decodes the windows; the byte tokenizer's
+     * ids are the bytes */
+    ty_tokenizer *tok = NULL;
+    const json_t *desc = json_object_get(t.meta, "tokenizer");
+    if (!t.byte_tokenizer && !json_is_null(desc) &&
+        (s = ty_tokenizer_load(desc, &tok, err)) != TY_OK) {
+        ty_tokens_close(&t);
+        return s == TY_ENOMEM ? s : TY_EIO; /* stored: the server's fault */
+    }
     unsigned char *bytes = malloc((size_t)len);
+    uint32_t *wids = malloc((size_t)len * sizeof *wids);
     json_t *items = json_array();
     for (long long k = 0; bytes && items && k < limit; k++) {
         uint64_t w = (uint64_t)offset + (uint64_t)k;
@@ -115,6 +127,8 @@ static ty_status token_windows(http_req *r, const char *id, const char *path,
         json_t *ids = json_array();
         for (uint64_t i = start; ids && i < end; i++) {
             bytes[i - start] = (unsigned char)ty_tokens_at(&t, i);
+            if (wids)
+                wids[i - start] = ty_tokens_at(&t, i);
             json_array_append_new(ids, json_integer(ty_tokens_at(&t, i)));
         }
         json_t *item = json_pack("{s:I, s:I, s:o*}", "index", (json_int_t)w,
@@ -122,8 +136,19 @@ static ty_status token_windows(http_req *r, const char *id, const char *path,
         if (item && t.byte_tokenizer)
             json_object_set_new(item, "text",
                                 decode_bytes(bytes, (size_t)(end - start)));
+        char *text = NULL;
+        size_t tlen = 0;
+        ty_err derr = {0};
+        if (item && tok && wids &&
+            ty_tokenizer_decode(tok, wids, (size_t)(end - start), &text, &tlen,
+                                &derr) == TY_OK)
+            json_object_set_new(item, "text",
+                                decode_bytes((unsigned char *)text, tlen));
+        free(text);
         json_array_append_new(items, item);
     }
+    ty_tokenizer_free(tok);
+    free(wids);
     if (!items || (!bytes && (uint64_t)offset < total)) {
         json_decref(items);
         ty_tokens_close(&t);

@@ -335,9 +335,11 @@ static ty_status check_tokens_meta(ty_tokens *t, uint64_t file_size,
     const json_t *tok = json_object_get(meta, "tokenizer");
     if (json_is_string(tok) && !strcmp(json_string_value(tok), "byte"))
         t->byte_tokenizer = 1;
-    else if (!json_is_null(tok))
+    else if (!json_is_null(tok) &&
+             !json_is_string(json_object_get(tok, "type")))
         return ty_fail(err, TY_EFORMAT, NULL,
-                       "meta.tokenizer must be \"byte\" or null");
+                       "meta.tokenizer must be \"byte\", null or a "
+                       "tokenizer description (an object with a type)");
     if (t->byte_tokenizer && t->vocab_size != TY_DS_BYTE_VOCAB)
         return ty_fail(err, TY_EFORMAT, NULL,
                        "meta.vocab_size must be %u for the byte tokenizer",

@@ -60,6 +60,7 @@
 #include <stdint.h>
 
 #include "common/ty.h"
+#include "models/data/tokenizer.h"
 
 #define TY_DS_MAX_DIMS 4
 #define TY_DS_MAX_FEATURES (1u << 24) /* values per example */
@@ -217,10 +218,29 @@ ty_status ds_convert_npy(const char *x_path, const char *y_path, int task,
  * A language-modeling dataset is a TYDS file (same header, meta and
  * alignment) whose meta has "format" ("text"|"tokens"), "task"
  * "language_modeling", "num_tokens", "vocab_size", "token_dtype" ("uint16"
- * when vocab_size <= 65536, else "uint32"), "tokenizer" ("byte", or null
- * for token ids made elsewhere) and "x_offset"/"y_offset" as every TYDS
- * file: x is the flat token array (num_tokens little-endian ids, so a
- * training window is a slice of the mapping), y is empty. */
+ * when vocab_size <= 65536, else "uint32"), "tokenizer" (the tokenizer's
+ * description, below; null for token ids made elsewhere) and
+ * "x_offset"/"y_offset" as every TYDS file: x is the flat token array
+ * (num_tokens little-endian ids, so a training window is a slice of the
+ * mapping), y is empty.
+ *
+ * A tokenizer's description (models/data/tokenizer.h loads it with
+ * ty_tokenizer_load; a model trained on the dataset carries the same JSON
+ * as its "trainyard.tokenizer" metadata) is self-contained:
+ *   "byte"                         one token per byte, vocabulary 256 (the
+ *                                  legacy form, kept; {"type": "byte"} too)
+ *   {"type": "bpe", "vocab_size": N, "merges": [[l, r], ...]}
+ *                                  a byte-level BPE learned here: ids 0-255
+ *                                  the bytes, merge i (ids l, r) makes id
+ *                                  256 + i; N = 256 + merges; the GPT-2
+ *                                  pre-tokenizer, no prefix space
+ *   {"type": "huggingface", "vocab_size": N, "tokenizer_json": {...}}
+ *                                  a Hugging Face tokenizer.json as uploaded
+ *                                  (a bare tokenizer.json loads too)
+ * Sizes: a learned BPE of 65,536 ids is about 1 MB of JSON, GPT-2's
+ * tokenizer.json 1.4 MB: both well inside a TYDS meta (no limit) and a
+ * safetensors header (ST_MAX_HEADER, 100 MB), so the model file carries
+ * the tokenizer itself. */
 
 #define TY_DS_MAX_VOCAB (1u << 24)
 #define TY_DS_BYTE_VOCAB 256u
@@ -261,6 +281,18 @@ static inline uint32_t ty_tokens_at(const ty_tokens *t, uint64_t i)
  * anyway). */
 ty_status ds_convert_text(const char *path, unsigned flags,
                           const char *out_path, ty_err *err);
+
+/* ds_convert_text with the tokenizer req asks for (NULL or the byte
+ * tokenizer: ds_convert_text): a byte-level BPE learned from the text
+ * (req->learn_vocab; the text is read three times: check and learn, count,
+ * write) or req->tok (a BPE or a tokenizer.json). meta "tokenizer" is the
+ * tokenizer's description, "vocab_size" its vocabulary (uint32 ids past
+ * 65536). The same errors as ds_convert_text, and TY_EFORMAT when the text
+ * encodes to no token at all (a tokenizer.json without an unk token drops
+ * the characters its vocabulary lacks, as the tokenizers library does). */
+ty_status ds_convert_text_tok(const char *path, const ty_tokenizer_request *req,
+                              unsigned flags, const char *out_path,
+                              ty_err *err);
 
 /* Tokens (format "tokens"): token ids made elsewhere, recognised by their
  * first bytes: a 1-D NPY array of uint8, uint16, int32 or int64, or llm.c's

@@ -1,11 +1,16 @@
 /*
  * tokens.c - the language-modeling converters: text (UTF-8, tokenized with
- * the byte tokenizer) and tokens (ids made elsewhere: NPY or llm.c's .bin)
- * into a token dataset (dataset.h, "Token datasets").
+ * the byte tokenizer, a BPE learned from it or a tokenizer.json; see
+ * tokenizer.h) and tokens (ids made elsewhere: NPY or llm.c's .bin) into a
+ * token dataset (dataset.h, "Token datasets").
  *
- * Both stream: text in two passes (check and count, then write), tokens in
- * one (the header gives the count, each id is checked as it is written). On
- * any failure the output is removed, so nothing half-made is ever stored.
+ * Both stream: the byte tokenizer's text in two passes (check and count,
+ * then write), a BPE's in three (check, and learn the BPE when asked; count
+ * the tokens; write them), each reading the text in pieces cut where the
+ * tokenizer says the encoding does not change (ty_tokenizer_cut); tokens in
+ * one pass (the header gives the count, each id is checked as it is
+ * written). On any failure the output is removed, so nothing half-made is
+ * ever stored.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +20,7 @@
 #include "models/data/file.h"
 #include "models/data/input.h"
 #include "models/data/npy.h"
+#include "models/data/tokenizer.h"
 #include "models/data/tokens.h"
 
 /* ---- UTF-8 ----------------------------------------------------------------- */
@@ -76,15 +82,15 @@ int ds_utf8_check_end(const ds_utf8_check *c, uint64_t *bad)
 
 /* The meta of a token dataset (dataset.h), NULL when out of memory. */
 static json_t *tokens_meta(const char *format, uint64_t num_tokens,
-                           uint32_t vocab_size, const char *tokenizer)
+                           uint32_t vocab_size, const json_t *tokenizer)
 {
-    json_t *meta = json_pack(
-        "{s:i, s:s, s:s, s:I, s:I, s:s, s:o}", "version", (int)DS_VERSION,
-        "format", format, "task", ty_task_name(TY_TASK_LANGUAGE_MODELING),
-        "num_tokens", (json_int_t)num_tokens, "vocab_size",
-        (json_int_t)vocab_size, "token_dtype",
-        vocab_size <= 65536 ? "uint16" : "uint32", "tokenizer",
-        tokenizer ? json_string(tokenizer) : json_null());
+    json_t *meta =
+        json_pack("{s:i, s:s, s:s, s:I, s:I, s:s, s:O}", "version",
+                  (int)DS_VERSION, "format", format, "task",
+                  ty_task_name(TY_TASK_LANGUAGE_MODELING), "num_tokens",
+                  (json_int_t)num_tokens, "vocab_size", (json_int_t)vocab_size,
+                  "token_dtype", vocab_size <= 65536 ? "uint16" : "uint32",
+                  "tokenizer", tokenizer ? (json_t *)tokenizer : json_null());
     return meta;
 }
 
@@ -139,7 +145,10 @@ ty_status ds_convert_text(const char *path, unsigned flags,
         goto fail;
     }
     uint64_t n = check.offset;
-    if (!(meta = tokens_meta("text", n, TY_DS_BYTE_VOCAB, "byte"))) {
+    json_t *byte = json_string("byte");
+    meta = byte ? tokens_meta("text", n, TY_DS_BYTE_VOCAB, byte) : NULL;
+    json_decref(byte);
+    if (!meta) {
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         goto fail;
     }
@@ -169,6 +178,205 @@ done:
     json_decref(meta);
     free(buf);
     free(ids);
+    return st;
+}
+
+/* ---- text with a BPE ------------------------------------------------------ */
+
+/* A pass over the text in pieces cut where tok (NULL: any BPE without added
+ * tokens, as when learning) allows: each piece goes to fn. */
+#define PIECE_BYTES (1u << 20)
+
+typedef ty_status (*piece_fn)(void *ctx, const char *p, size_t n, int first,
+                              ty_err *err);
+
+static ty_status text_pieces(ds_input *in, const ty_tokenizer *tok,
+                             ds_utf8_check *check, piece_fn fn, void *ctx,
+                             ty_err *err)
+{
+    size_t cap = 2 * PIECE_BYTES, used = 0, got;
+    char *buf = malloc(cap);
+    int first = 1, eof = 0;
+    uint64_t bad = 0;
+    ty_status st = TY_OK;
+    if (!buf)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    while (!eof) {
+        if (cap - used < DS_CHUNK) {
+            char *b = realloc(buf, cap * 2);
+            if (!b) {
+                st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+                break;
+            }
+            buf = b;
+            cap *= 2;
+        }
+        if ((st = ds_input_read(in, buf + used, DS_CHUNK, &got, err)))
+            break;
+        if (check && got &&
+            !ds_utf8_check_feed(check, (unsigned char *)buf + used, got,
+                                &bad)) {
+            st = ty_fail(err, TY_EFORMAT, "file",
+                         "the text file is not valid UTF-8: the byte sequence "
+                         "at byte offset %llu is not a UTF-8 character",
+                         (unsigned long long)bad);
+            break;
+        }
+        used += got;
+        eof = !got;
+        if (!eof && used < PIECE_BYTES)
+            continue;
+        if (eof && check && !ds_utf8_check_end(check, &bad)) {
+            st = ty_fail(err, TY_EFORMAT, "file",
+                         "the text file is not valid UTF-8: it ends inside "
+                         "the character that starts at byte offset %llu",
+                         (unsigned long long)bad);
+            break;
+        }
+        if (!fn) { /* the check alone */
+            used = 0;
+            continue;
+        }
+        size_t cut = eof ? used : ty_tokenizer_cut(tok, buf, used);
+        if (!cut || (eof && !used))
+            continue; /* no cut yet: read on */
+        if ((st = fn(ctx, buf, cut, first, err)))
+            break;
+        first = 0;
+        memmove(buf, buf + cut, used - cut);
+        used -= cut;
+    }
+    free(buf);
+    return st;
+}
+
+static ty_status learn_piece(void *ctx, const char *p, size_t n, int first,
+                             ty_err *err)
+{
+    (void)first;
+    return ty_bpe_learner_feed(ctx, p, n, err);
+}
+
+typedef struct {
+    ty_tokenizer *tok;
+    uint32_t *ids;
+    size_t cap;
+    uint64_t count; /* tokens so far */
+    ds_writer *w;   /* NULL while counting */
+    uint32_t size;  /* bytes per stored id */
+} encode_ctx;
+
+static ty_status encode_piece(void *ctx, const char *p, size_t n, int first,
+                              ty_err *err)
+{
+    encode_ctx *e = ctx;
+    size_t got = 0;
+    ty_status st =
+        first ? ty_tokenizer_encode(e->tok, p, n, &e->ids, &got, err)
+              : ty_tokenizer_encode_more(e->tok, p, n, &e->ids, &got, err);
+    if (st != TY_OK) {
+        if (st == TY_EINVAL) { /* not UTF-8 (the file changed) */
+            char msg[sizeof err->msg];
+            memcpy(msg, err->msg, sizeof msg);
+            st = ty_fail(err, TY_EFORMAT, "file", "%s", msg);
+        }
+        return st;
+    }
+    e->count += got;
+    if (!e->w) {
+        free(e->ids);
+        e->ids = NULL;
+        return TY_OK;
+    }
+    if (e->size == 2) { /* narrow in place */
+        uint16_t *narrow = (uint16_t *)e->ids;
+        for (size_t i = 0; i < got; i++)
+            narrow[i] = (uint16_t)e->ids[i];
+    }
+    st = ds_writer_write(e->w, e->ids, got * e->size, err);
+    free(e->ids); /* the next piece starts a fresh array */
+    e->ids = NULL;
+    return st;
+}
+
+ty_status ds_convert_text_tok(const char *path, const ty_tokenizer_request *req,
+                              unsigned flags, const char *out_path, ty_err *err)
+{
+    ds_input in;
+    ds_writer w = DS_WRITER_INIT;
+    ds_utf8_check check;
+    ty_bpe_learner *learner = NULL;
+    ty_tokenizer *learned = NULL;
+    encode_ctx e = {0};
+    json_t *meta = NULL;
+    ty_status st;
+
+    if (!req || (!req->tok && !req->learn_vocab) ||
+        (req->tok && ty_tokenizer_type_of(req->tok) == TY_TOKENIZER_BYTE))
+        return ds_convert_text(path, flags, out_path, err);
+    memset(&in, 0, sizeof in);
+    in.fd = -1;
+    if ((st = ds_input_open(&in, path, 0, "file", "the text file", err)))
+        goto fail;
+    ds_utf8_check_init(&check);
+    if (req->learn_vocab &&
+        (st = ty_bpe_learner_create(req->learn_vocab, &learner, err)))
+        goto fail;
+    /* pass 1: the check (and the words, when learning) */
+    if ((st = text_pieces(&in, req->tok, &check, learner ? learn_piece : NULL,
+                          learner, err)))
+        goto fail;
+    if (!check.offset) {
+        st = ty_fail(err, TY_EFORMAT, "file",
+                     "the text file is empty: there is nothing to train on");
+        goto fail;
+    }
+    if (learner && (st = ty_bpe_learner_finish(learner, &learned, err)))
+        goto fail;
+    e.tok = learned ? learned : req->tok;
+    /* pass 2: count the tokens */
+    if ((st = ds_input_seek(&in, 0, err)) ||
+        (st = text_pieces(&in, e.tok, NULL, encode_piece, &e, err)))
+        goto fail;
+    if (!e.count) {
+        st = ty_fail(err, TY_EFORMAT, "file",
+                     "the text encodes to no tokens with this tokenizer (its "
+                     "vocabulary has none of the text's characters)");
+        goto fail;
+    }
+    uint32_t vocab = ty_tokenizer_vocab_size(e.tok);
+    e.size = vocab <= 65536 ? 2 : 4;
+    if (!(meta = tokens_meta("text", e.count, vocab,
+                             ty_tokenizer_description(e.tok)))) {
+        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        goto fail;
+    }
+    uint64_t n = e.count;
+    /* pass 3: write them */
+    e.count = 0;
+    e.w = &w;
+    free(e.ids);
+    e.ids = NULL;
+    if ((st = ds_writer_create(&w, out_path, meta, n * e.size, 0, err)) ||
+        (st = ds_input_seek(&in, 0, err)) ||
+        (st = text_pieces(&in, e.tok, NULL, encode_piece, &e, err)))
+        goto fail;
+    if (e.count != n) {
+        st = ty_fail(err, TY_EIO, "file",
+                     "the text file changed while it was read");
+        goto fail;
+    }
+    if ((st = ds_writer_begin_y(&w, err)) || (st = ds_writer_finish(&w, err)))
+        goto fail;
+    goto done;
+fail:
+    ds_writer_discard(&w, out_path);
+done:
+    ds_input_close(&in);
+    json_decref(meta);
+    free(e.ids);
+    ty_bpe_learner_free(learner);
+    ty_tokenizer_free(learned);
     return st;
 }
 

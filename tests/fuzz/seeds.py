@@ -65,6 +65,29 @@ put('npy', 'bad_header', b'\x93NUMPY\x01\x00\x10\x00{"descr": 1    }' + YS)
 # (3 bytes of vocab_size, little-endian, then an NPY or llm.c .bin file)
 def vocab(v): return b'\x01' + struct.pack('<I', v)[:3]
 def llmc_bin(magic, version, count, ids): return struct.pack('<3i', magic, version, count) + bytes(1012) + struct.pack('<%dH' % len(ids), *ids)
+# tokenizer: "<tokenizer part>\0<text>" (fuzz_tokenizer.c)
+def bytes_char(b):
+    ok = lambda x: 33 <= x <= 126 or 0xA1 <= x <= 0xAC or 0xAE <= x <= 0xFF
+    return chr(b) if ok(b) else chr(256 + sum(1 for x in range(b) if not ok(x)))
+_tj = {"version": "1.0", "normalizer": None, "decoder": {"type": "ByteLevel"},
+       "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True},
+       "added_tokens": [{"id": 259, "content": "<|endoftext|>", "single_word": False,
+                         "lstrip": False, "rstrip": True, "normalized": False, "special": True}],
+       "model": {"type": "BPE", "dropout": None, "unk_token": None, "byte_fallback": False,
+                 "vocab": dict([(bytes_char(b), b) for b in range(256)] +
+                               [("he", 256), ("ll", 257), ("\u0120w", 258)]),
+                 "merges": [["h", "e"], ["l", "l"], ["\u0120", "w"]]}}
+TEXT = 'héllo world<|endoftext|> it\'s   12 \u3000😀\n\nhello'.encode()
+put('tokenizer', 'hf_pairs', json.dumps(_tj).encode() + b'\x00' + TEXT)
+_tj2 = json.loads(json.dumps(_tj)); _tj2["model"]["merges"] = ["h e", "l l", "\u0120 w"]
+_tj2["pre_tokenizer"]["add_prefix_space"] = True
+put('tokenizer', 'hf_strings_prefix', json.dumps(_tj2).encode() + b'\x00' + TEXT)
+put('tokenizer', 'byte', b'byte\x00' + TEXT)
+put('tokenizer', 'learn', b'{"type": "bpe", "vocab_size": 300}\x00' + TEXT * 3)
+put('tokenizer', 'learned', b'{"type": "bpe", "vocab_size": 258, "merges": [[104, 101], [256, 108]]}\x00' + TEXT)
+put('tokenizer', 'bad_utf8', b'byte\x00abc\xff')
+put('tokenizer', 'wordpiece', b'{"model": {"type": "WordPiece", "vocab": {}}}')
+
 put('tokens', 'text_utf8', b'\x00' + 'héllo wörld 😀\r\n'.encode())
 put('tokens', 'text_bad_utf8', b'\x00abc\xe2\x82(\xed\xa0\x80\xf4\x90\x80\x80\xc0\xaf')
 put('tokens', 'text_cut', b'\x00abc\xf0\x9f\x98')
@@ -222,3 +245,6 @@ put('tabular', 'kserve_json', b'\x01\x01' + json.dumps({"inputs": [{"name": "inp
 def bytes_el(*cells): return b''.join(struct.pack('<I', len(c)) + c for c in cells)
 put('tabular', 'kserve_binary', b'\x02\x01' + bytes_el(b'12', b'false', b'red', b'', b'yes', b'\xff\x00'))
 put('tabular', 'kserve_binary_short', b'\x02\x00' + struct.pack('<I', 9) + b'1e5')
+
+# a byte tokenizer's cut once split a character (fuzz_tokenizer)
+put('tokenizer', 'crash_byte_cut', b'byte\x00h\xc3\xa9')

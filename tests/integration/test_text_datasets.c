@@ -6,8 +6,8 @@
  * endpoint's token windows and their text, every refusal with its field
  * and offset while nothing is stored (the dataset count and the blob
  * folder unchanged), text and tokens fetched from URLs (a BPE tokenizer
- * or a missing vocab_size refused before anything is fetched). Training,
- * predicting and evaluating on text: test_lm.c.
+ * without its vocab_size or a missing vocab_size refused before anything
+ * is fetched). Training, predicting and evaluating on text: test_lm.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -277,9 +277,9 @@ static void test_refusals_store_nothing(void **state)
 
     snprintf(part, sizeof part, "file=@%s", file_path("t.txt"));
     const char *bpe[] = {"name=bad", "format=text",
-                         "tokenizer={\"type\": \"bpe\", \"vocab_size\": 512}",
+                         "tokenizer={\"type\": \"bpe\", \"vocab_size\": 99}",
                          part, NULL};
-    expect_refused(bpe, "tokenizer", "not supported yet");
+    expect_refused(bpe, "tokenizer.vocab_size", "from 257 to 65536");
 
     const uint16_t ids[] = {1, 2, 300};
     write_bin(file_path("v.bin"), 20240520, 3, ids, 3);
@@ -302,7 +302,7 @@ static void test_refusals_store_nothing(void **state)
                         "{\"file\": \"http://127.0.0.1:9/x.txt\"}, "
                         "\"tokenizer\": {\"type\": \"bpe\"}}");
     assert_int_equal(r->status, 422);
-    assert_string_equal(str(r->json, "field"), "tokenizer");
+    assert_string_equal(str(r->json, "field"), "tokenizer.vocab_size");
     resp_free(r);
 }
 
