@@ -371,8 +371,11 @@ static void training_message(void *ctx, int place, wproto_msg kind,
             }
             /* Written at most once a second, but always at a new epoch, so
              * the progress never names an epoch before the one running. */
+            /* A validation measured at this step (eval_every_steps) is
+             * always kept. */
             if (last || epoch != w->last_progress_epoch ||
-                t - w->last_progress_write >= 1.0) {
+                t - w->last_progress_write >= 1.0 ||
+                json_is_number(json_object_get(ev, WPROTO_F_VAL_LOSS))) {
                 w->last_progress_write = t;
                 w->last_progress_epoch = epoch;
                 json_t *progress = json_pack(
@@ -467,6 +470,12 @@ static void training_message(void *ctx, int place, wproto_msg kind,
             /* The job's latest rmse, mae, r2 beside its val_loss. */
             if (reg)
                 store_job_progress(env->store, w->job_id, NULL, reg, &err);
+            /* The epoch's val_loss is no step's: the step of the last
+             * eval_every_steps measurement no longer goes with it. */
+            json_t *nostep = json_pack("{s:n}", "val_step");
+            if (nostep)
+                store_job_progress(env->store, w->job_id, NULL, nostep, &err);
+            json_decref(nostep);
             svc_publish(r, w->job_id, EV_JOB_EPOCH, m);
             json_decref(reg);
             json_decref(m);

@@ -224,6 +224,17 @@ uint32_t nn_workspace_max_batch(const nn_workspace *ws);
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
                          uint32_t n, float *out, ty_err *err);
 
+/* A language model's tokenizer (the one of the data it learned, from
+ * "trainyard.tokenizer"): whether it has one, text (UTF-8) to ids and ids
+ * back to bytes (not necessarily whole UTF-8), as models/data/tokenizer.h
+ * encodes and decodes (encoding takes the net's own lock: the encoder
+ * keeps a cache). Without one: TY_EINVAL. Errors name "text" or "ids[i]". */
+int nn_net_has_tokenizer(const nn_net *net);
+ty_status nn_net_encode(const nn_net *net, const char *text, size_t len,
+                        uint32_t **ids, size_t *n, ty_err *err);
+ty_status nn_net_decode(const nn_net *net, const uint32_t *ids, size_t n,
+                        char **out, size_t *len, ty_err *err);
+
 /* What the network's first layer sees for n raw rows x (n, features):
  * the stored preprocessing applied, into out (n, features). */
 void nn_net_transform(const nn_net *net, const float *x, uint32_t n,

@@ -15,6 +15,7 @@
 #define TY_NN_INTERNAL_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -567,6 +568,39 @@ ty_status nn_eval_examples_reg(const nn_arch *arch, const float *params,
                                const int32_t *class_map, double *loss,
                                double *accuracy, nn_reg_metrics *reg,
                                ty_err *err);
+
+/* A loaded network (nn.h's nn_net), for the files that build and run it
+ * (nn_net.c, nn_lm.c). */
+struct nn_net {
+    nn_arch arch;      /* built for arch.be, where params live */
+    float *params;     /* the state block: param_count parameters,
+                                  then buffer_count buffers; arch.be's
+                                  memory (malloc on the CPU) */
+    const nn_exec *ex; /* borrowed device context (NULL: the CPU);
+                                  params' allocator and the base of every
+                                  workspace made for the net */
+    nn_preproc pp;
+    nn_target tg; /* regression target scaling (cols 0: none) */
+    json_t *meta; /* parsed metadata, see nn_net_meta */
+    /* A language model's tokenizer ("trainyard.tokenizer"; NULL: none),
+     * and the lock its encoder's word cache needs (nn_lm.c). */
+    struct ty_tokenizer *tok;
+    pthread_mutex_t tok_mu;
+};
+
+/* ---- language models (nn_lm.c) ---- */
+
+/* nn_net_predict for a language model (see nn.h). */
+ty_status nn_lm_predict(const nn_net *net, nn_workspace *ws, const float *x,
+                        uint32_t n, float *out, ty_err *err);
+/* Loads net's tokenizer from its description tz (not JSON null); a bad one
+ * is TY_EFORMAT naming "trainyard.tokenizer". */
+ty_status nn_lm_tokenizer_load(nn_net *net, const json_t *tz, ty_err *err);
+void nn_lm_tokenizer_free(nn_net *net);
+/* A language model's fields of its document: "tokenizer" (its type name,
+ * or null), "tokenizer_info" (ty_tokenizer_describe), "context_length",
+ * "vocab_size". */
+void nn_lm_describe(const nn_net *net, json_t *doc);
 
 /* Metadata of a model file as nn.h describes it; new object or NULL. */
 json_t *nn_model_metadata(const json_t *spec, ty_task task,

@@ -19,18 +19,6 @@
 #include "models/nn_internal.h"
 #include "models/safetensors.h"
 
-struct nn_net {
-    nn_arch arch;      /* built for arch.be, where params live */
-    float *params;     /* the state block: param_count parameters,
-                                  then buffer_count buffers; arch.be's
-                                  memory (malloc on the CPU) */
-    const nn_exec *ex; /* borrowed device context (NULL: the CPU);
-                                  params' allocator and the base of every
-                                  workspace made for the net */
-    nn_preproc pp;
-    nn_target tg; /* regression target scaling (cols 0: none) */
-    json_t *meta; /* parsed metadata, see nn_net_meta */
-};
 
 #define ALIGN_FLOATS 16u /* 64-byte alignment of every region */
 
@@ -481,14 +469,8 @@ void nn_net_describe(const nn_net *net, json_t *doc)
     json_object_set(
         doc, "preprocess",
         json_object_get(json_object_get(meta, "preprocess"), "kind"));
-    if (net->arch.task == TY_TASK_LANGUAGE_MODELING) {
-        const json_t *tz = json_object_get(meta, "tokenizer");
-        json_object_set(doc, "tokenizer", tz ? (json_t *)tz : json_null());
-        json_object_set_new(doc, "context_length",
-                            json_integer(net->arch.input.d[0]));
-        json_object_set_new(doc, "vocab_size",
-                            json_integer(net->arch.num_outputs));
-    }
+    if (net->arch.task == TY_TASK_LANGUAGE_MODELING)
+        nn_lm_describe(net, doc);
     /* A tabular model's raw columns (without its statistics): what a
      * predict row holds. */
     const json_t *cols =
@@ -526,49 +508,8 @@ void nn_net_destroy(nn_net *net)
     nn_preproc_free(&net->pp);
     nn_target_free(&net->tg);
     json_decref(net->meta);
+    nn_lm_tokenizer_free(net);
     free(net);
-}
-
-/* A language model's next-token distribution for each of n prompts: row
- * i of x is a prompt's ids, then -1 up to the context length (at least one
- * id first). The logits of its last id's position (causal: the padding
- * after it changes nothing) are softmaxed into out (n, vocabulary). */
-static ty_status lm_predict(const nn_net *net, nn_workspace *ws, const float *x,
-                            uint32_t n, float *out, ty_err *err)
-{
-    const nn_arch *a = &net->arch;
-    const uint32_t t = a->input.d[0], v = a->num_outputs;
-    memcpy(ws->host_in, x, (size_t)n * t * sizeof *x);
-    nn_workspace_upload_input(ws, n);
-    const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t len = 0;
-        while (len < t && x[(size_t)i * t + len] >= 0.0f)
-            len++;
-        if (len == 0)
-            return ty_fail(err, TY_EINVAL, NULL, "prompt %u has no tokens", i);
-        const float *row = y + ((size_t)i * t + len - 1) * v;
-        float *dst = out + (size_t)i * v;
-        if (nn_backend_host_visible(a->be))
-            memcpy(dst, row, v * sizeof *dst);
-        else
-            a->be->download(ws->ex, dst, row, v * sizeof *dst);
-    }
-    ty_status st = a->be->status(ws->ex, err);
-    if (st != TY_OK)
-        return st;
-    for (uint32_t i = 0; i < n; i++) {
-        float *r = out + (size_t)i * v;
-        float max = r[0];
-        for (uint32_t j = 1; j < v; j++)
-            max = r[j] > max ? r[j] : max;
-        double sum = 0.0;
-        for (uint32_t j = 0; j < v; j++)
-            sum += exp((double)r[j] - max);
-        for (uint32_t j = 0; j < v; j++)
-            r[j] = (float)(exp((double)r[j] - max) / sum);
-    }
-    return TY_OK;
 }
 
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
@@ -585,7 +526,7 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
         return TY_OK;
     const nn_arch *a = &net->arch;
     if (a->task == TY_TASK_LANGUAGE_MODELING)
-        return lm_predict(net, ws, x, n, out, err);
+        return nn_lm_predict(net, ws, x, n, out, err);
     nn_preproc_apply(&net->pp, ws->host_in, x, n);
     nn_workspace_upload_input(ws, n);
     const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
@@ -822,6 +763,8 @@ static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
             goto done;
         }
         json_object_set_new(net->meta, "tokenizer", tz);
+        if ((st = nn_lm_tokenizer_load(net, tz, err)) != TY_OK)
+            goto done;
     }
 done:
     json_decref(spec);

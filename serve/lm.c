@@ -14,53 +14,23 @@
 #include "models/nn.h"
 #include "serve/model.h"
 
-const json_t *serve_lm_tokenizer(const nn_net *net)
-{
-    const json_t *tz = json_object_get(nn_net_meta(net), "tokenizer");
-    return json_is_null(tz) ? NULL : tz;
-}
-
-/* The one tokenizer models are trained with today: a token per byte. */
-static int is_byte(const json_t *tz)
-{
-    const char *s = json_string_value(tz);
-    const char *t = json_string_value(json_object_get(tz, "type"));
-    return (s && !strcmp(s, "byte")) || (t && !strcmp(t, "byte"));
-}
-
-ty_status serve_lm_encode(const json_t *tz, const char *text, size_t len,
+ty_status serve_lm_encode(const nn_net *net, const char *text, size_t len,
                           const char *field, uint32_t **ids, size_t *n,
                           ty_err *err)
 {
-    *ids = NULL;
-    *n = 0;
-    if (!tz)
+    if (!nn_net_has_tokenizer(net))
         return ty_fail(err, TY_EINVAL, field,
                        "this model was trained on token ids made elsewhere "
                        "and has no tokenizer: give token ids, not text");
-    if (!is_byte(tz))
-        return ty_fail(err, TY_EINVAL, field,
-                       "this model's tokenizer is not supported here yet");
-    ds_utf8_check c;
-    uint64_t bad = 0;
-    ds_utf8_check_init(&c);
-    if (!ds_utf8_check_feed(&c, (const unsigned char *)text, len, &bad) ||
-        !ds_utf8_check_end(&c, &bad))
-        return ty_fail(err, TY_EINVAL, field,
-                       "the text is not valid UTF-8 at byte %llu",
-                       (unsigned long long)bad);
-    *ids = malloc(len * sizeof **ids + 1);
-    if (!*ids)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    for (size_t i = 0; i < len; i++)
-        (*ids)[i] = (unsigned char)text[i];
-    *n = len;
-    return TY_OK;
+    ty_status s = nn_net_encode(net, text, len, ids, n, err);
+    if (s == TY_EINVAL)
+        snprintf(err->field, sizeof err->field, "%s", field);
+    return s;
 }
 
-ty_status serve_lm_decode(const json_t *tz, uint32_t vocab, const uint32_t *ids,
-                          size_t n, const char *field, char **out, size_t *len,
-                          ty_err *err)
+ty_status serve_lm_decode(const nn_net *net, uint32_t vocab,
+                          const uint32_t *ids, size_t n, const char *field,
+                          char **out, size_t *len, ty_err *err)
 {
     *out = NULL;
     *len = 0;
@@ -69,21 +39,19 @@ ty_status serve_lm_decode(const json_t *tz, uint32_t vocab, const uint32_t *ids,
             return ty_fail(err, TY_EINVAL, field,
                            "%s[%zu] is %u; this model's ids run from 0 to %u",
                            field, i, ids[i], vocab - 1);
-    if (!tz)
+    if (!nn_net_has_tokenizer(net))
         return ty_fail(err, TY_EINVAL, field,
                        "this model was trained on token ids made elsewhere "
                        "and has no tokenizer to turn them into text");
-    if (!is_byte(tz))
-        return ty_fail(err, TY_EINVAL, field,
-                       "this model's tokenizer is not supported here yet");
-    *out = malloc(n + 1);
-    if (!*out)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        (*out)[i] = (char)ids[i];
-    (*out)[n] = '\0';
-    *len = n;
-    return TY_OK;
+    ty_status s = nn_net_decode(net, ids, n, out, len, err);
+    if (s == TY_EINVAL) {
+        /* "ids[i]": a gap in the vocabulary; name the request's field */
+        char inner[sizeof err->field];
+        snprintf(inner, sizeof inner, "%s", err->field);
+        snprintf(err->field, sizeof err->field, "%s", field);
+        ty_err_prefix(err, "%s (%s)", field, inner);
+    }
+    return s;
 }
 
 /* Whether s (n bytes) is whole, valid UTF-8. */
@@ -119,7 +87,7 @@ static ty_status read_top_k(const serve_predict_body *b, uint32_t vocab,
 
 /* Prompt i (a string or an array of ids) into row (t floats: its last t
  * ids, then -1); *used its ids, *cut whether it was longer than t. */
-static ty_status read_prompt(const json_t *p, size_t i, const json_t *tz,
+static ty_status read_prompt(const json_t *p, size_t i, const nn_net *tz,
                              uint32_t t, uint32_t vocab, float *row,
                              uint32_t **used, size_t *nused, int *cut,
                              ty_err *err)
@@ -188,7 +156,7 @@ static void top_ids(const float *probs, uint32_t v, uint32_t k, uint32_t *best)
     }
 }
 
-static void reply_prompt(serve_buf *o, const json_t *tz, uint32_t vocab,
+static void reply_prompt(serve_buf *o, const nn_net *tz, uint32_t vocab,
                          const uint32_t *ids, size_t n, int cut,
                          const float *probs, uint32_t k, uint32_t *best)
 {
@@ -228,7 +196,7 @@ ty_status serve_lm_predict(serve_model *m, const nn_net *net,
                            ty_err *err)
 {
     const uint32_t t = (uint32_t)m->features, vocab = m->outputs;
-    const json_t *tz = serve_lm_tokenizer(net);
+    const nn_net *tz = net;
     uint32_t k;
     ty_status s = read_top_k(b, vocab, &k, err);
     if (s != TY_OK)
@@ -359,7 +327,7 @@ ty_status serve_lm_tokenize(const serve_env *env, const char *tenant_id,
         return s;
     uint32_t *ids = NULL;
     size_t n = 0;
-    s = serve_lm_encode(serve_lm_tokenizer(net), json_string_value(content),
+    s = serve_lm_encode(net, json_string_value(content),
                         json_string_length(content), "content", &ids, &n, err);
     json_t *tokens = s == TY_OK ? json_array() : NULL;
     for (size_t i = 0; tokens && i < n; i++)
@@ -408,7 +376,7 @@ ty_status serve_lm_detokenize(const serve_env *env, const char *tenant_id,
     char *text = NULL;
     size_t len = 0;
     if (s == TY_OK)
-        s = serve_lm_decode(serve_lm_tokenizer(net), m.outputs, ids, n,
+        s = serve_lm_decode(net, m.outputs, ids, n,
                             "tokens", &text, &len, err);
     if (s == TY_OK) {
         int whole;

@@ -29,24 +29,19 @@ struct serve_env;
 #define SERVE_LM_TOP_K 5u /* next tokens shown by default */
 #define SERVE_LM_MAX_TOP_K 1000u
 
-/* The model's tokenizer ("byte" and, once trained with one, others), as
- * nn_net_meta's "tokenizer"; NULL when the model was trained on token ids
- * made elsewhere (then only ids are taken). */
-const json_t *serve_lm_tokenizer(const struct nn_net *net);
+/* text (len bytes of UTF-8) to ids (*ids malloc'd, *n of them) with net's
+ * tokenizer. TY_EINVAL naming field when the model has none or the text is
+ * not UTF-8 (with its byte offset). */
+ty_status serve_lm_encode(const struct nn_net *net, const char *text,
+                          size_t len, const char *field, uint32_t **ids,
+                          size_t *n, ty_err *err);
 
-/* text (len bytes, valid UTF-8) to ids (*ids malloc'd, *n of them) with
- * tokenizer tz (not NULL). TY_EINVAL naming field when the model has no
- * tokenizer or the text is not UTF-8 (with its byte offset). */
-ty_status serve_lm_encode(const json_t *tz, const char *text, size_t len,
-                          const char *field, uint32_t **ids, size_t *n,
-                          ty_err *err);
-
-/* ids back to text into *out (malloc'd, NUL-terminated; *len bytes, which
- * may not be whole UTF-8 when ids cut a character). An id >= vocab:
- * TY_EINVAL naming field[i]. */
-ty_status serve_lm_decode(const json_t *tz, uint32_t vocab, const uint32_t *ids,
-                          size_t n, const char *field, char **out, size_t *len,
-                          ty_err *err);
+/* ids back to bytes into *out (malloc'd, NUL-terminated; *len bytes, which
+ * may not be whole UTF-8 when ids cut a character). An id >= vocab, or one
+ * the tokenizer has no token for: TY_EINVAL naming field. */
+ty_status serve_lm_decode(const struct nn_net *net, uint32_t vocab,
+                          const uint32_t *ids, size_t n, const char *field,
+                          char **out, size_t *len, ty_err *err);
 
 /* serve_predict's work for a language model m (opened and admitted by the
  * caller): the prompts of b into the reply. Errors name "inputs[i]" or

@@ -1,0 +1,128 @@
+/*
+ * nn_lm.c - a loaded language model (task language_modeling): its
+ * next-token predict and its tokenizer (the "trainyard.tokenizer" of its
+ * file, models/data/tokenizer.h), for nn_net.c and the services above.
+ */
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "models/data/tokenizer.h"
+#include "models/nn_internal.h"
+
+/* A language model's next-token distribution for each of n prompts: row
+ * i of x is a prompt's ids, then -1 up to the context length (at least one
+ * id first). The logits of its last id's position (causal: the padding
+ * after it changes nothing) are softmaxed into out (n, vocabulary). */
+ty_status nn_lm_predict(const nn_net *net, nn_workspace *ws, const float *x,
+                        uint32_t n, float *out, ty_err *err)
+{
+    const nn_arch *a = &net->arch;
+    const uint32_t t = a->input.d[0], v = a->num_outputs;
+    memcpy(ws->host_in, x, (size_t)n * t * sizeof *x);
+    nn_workspace_upload_input(ws, n);
+    const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t len = 0;
+        while (len < t && x[(size_t)i * t + len] >= 0.0f)
+            len++;
+        if (len == 0)
+            return ty_fail(err, TY_EINVAL, NULL, "prompt %u has no tokens", i);
+        const float *row = y + ((size_t)i * t + len - 1) * v;
+        float *dst = out + (size_t)i * v;
+        if (nn_backend_host_visible(a->be))
+            memcpy(dst, row, v * sizeof *dst);
+        else
+            a->be->download(ws->ex, dst, row, v * sizeof *dst);
+    }
+    ty_status st = a->be->status(ws->ex, err);
+    if (st != TY_OK)
+        return st;
+    for (uint32_t i = 0; i < n; i++) {
+        float *r = out + (size_t)i * v;
+        float max = r[0];
+        for (uint32_t j = 1; j < v; j++)
+            max = r[j] > max ? r[j] : max;
+        double sum = 0.0;
+        for (uint32_t j = 0; j < v; j++)
+            sum += exp((double)r[j] - max);
+        for (uint32_t j = 0; j < v; j++)
+            r[j] = (float)(exp((double)r[j] - max) / sum);
+    }
+    return TY_OK;
+}
+
+ty_status nn_lm_tokenizer_load(nn_net *net, const json_t *tz, ty_err *err)
+{
+    if (json_is_null(tz))
+        return TY_OK;
+    ty_err inner = {0};
+    if (ty_tokenizer_load(tz, &net->tok, &inner) != TY_OK)
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "trainyard.tokenizer is not a tokenizer: %s (%s)",
+                       inner.msg, inner.field);
+    if (ty_tokenizer_vocab_size(net->tok) > net->arch.num_outputs) {
+        ty_tokenizer_free(net->tok);
+        net->tok = NULL;
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "trainyard.tokenizer makes ids past the model's "
+                       "vocabulary of %u",
+                       net->arch.num_outputs);
+    }
+    pthread_mutex_init(&net->tok_mu, NULL);
+    return TY_OK;
+}
+
+void nn_lm_tokenizer_free(nn_net *net)
+{
+    if (!net->tok)
+        return;
+    ty_tokenizer_free(net->tok);
+    pthread_mutex_destroy(&net->tok_mu);
+    net->tok = NULL;
+}
+
+void nn_lm_describe(const nn_net *net, json_t *doc)
+{
+    json_object_set_new(
+        doc, "tokenizer",
+        net->tok ? json_string(ty_tokenizer_type_name(
+                       ty_tokenizer_type_of(net->tok)))
+                 : json_null());
+    json_t *info = net->tok ? ty_tokenizer_describe(net->tok) : NULL;
+    json_object_set_new(doc, "tokenizer_info", info ? info : json_null());
+    json_object_set_new(doc, "context_length",
+                        json_integer(net->arch.input.d[0]));
+    json_object_set_new(doc, "vocab_size",
+                        json_integer(net->arch.num_outputs));
+}
+
+int nn_net_has_tokenizer(const nn_net *net) { return net->tok != NULL; }
+
+ty_status nn_net_encode(const nn_net *net, const char *text, size_t len,
+                        uint32_t **ids, size_t *n, ty_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!net->tok)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the model has no tokenizer (it was trained on token "
+                       "ids made elsewhere)");
+    nn_net *w = (nn_net *)net; /* the lock and the encoder's word cache */
+    pthread_mutex_lock(&w->tok_mu);
+    ty_status st = ty_tokenizer_encode(w->tok, text, len, ids, n, err);
+    pthread_mutex_unlock(&w->tok_mu);
+    return st;
+}
+
+ty_status nn_net_decode(const nn_net *net, const uint32_t *ids, size_t n,
+                        char **out, size_t *len, ty_err *err)
+{
+    *out = NULL;
+    *len = 0;
+    if (!net->tok)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the model has no tokenizer (it was trained on token "
+                       "ids made elsewhere)");
+    return ty_tokenizer_decode(net->tok, ids, n, out, len, err);
+}
