@@ -127,35 +127,6 @@ static ty_status read_import_form(http_req *r, const char **weights,
     return http_req_form_path(r, "weights", weights, err);
 }
 
-/* A tokenizer.json the model carries, as its document shows it: its
- * type, how many ids it makes and its added tokens, not the whole file
- * (GPT-2's is 1.3 MB, in every listing of the model). NULL when the
- * tokenizer is not one (then the document keeps it as it is). */
-static json_t *tokenizer_summary(const json_t *tz)
-{
-    const json_t *tj = json_object_get(tz, "tokenizer_json");
-    const json_t *added = json_object_get(tj, "added_tokens");
-    const char *key;
-    const json_t *v;
-    size_t i;
-    json_int_t ids = 0;
-    if (!json_is_object(tj))
-        return NULL;
-    json_object_foreach (
-        (json_t *)json_object_get(json_object_get(tj, "model"), "vocab"), key,
-        v)
-        if (json_integer_value(v) >= ids)
-            ids = json_integer_value(v) + 1;
-    json_t *names = json_array();
-    json_array_foreach (added, i, v) {
-        if (json_integer_value(json_object_get(v, "id")) >= ids)
-            ids = json_integer_value(json_object_get(v, "id")) + 1;
-        json_array_append(names, json_object_get(v, "content"));
-    }
-    return json_pack("{s:s, s:I, s:o}", "type", "huggingface", "vocab_size",
-                     ids, "added_tokens", names ? names : json_array());
-}
-
 /* The API representation of an imported model. */
 static json_t *imported_doc(const char *id, const char *name, const nn_net *net)
 {
@@ -167,10 +138,7 @@ static json_t *imported_doc(const char *id, const char *name, const nn_net *net)
     bad |= json_object_set_new(doc, "name", json_string(name));
     bad |= json_object_set_new(doc, "job", json_null());
     bad |= json_object_set_new(doc, "dataset", json_null());
-    nn_net_describe(net, doc);
-    json_t *tz = tokenizer_summary(json_object_get(doc, "tokenizer"));
-    if (tz)
-        bad |= json_object_set_new(doc, "tokenizer", tz);
+    nn_net_describe(net, doc); /* a tokenizer as its kind and summary */
     bad |= json_object_set_new(doc, "metrics", json_null());
     bad |= json_object_set_new(doc, "created_at", json_string(now));
     if (bad) {

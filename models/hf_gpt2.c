@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "common/jsonutil.h"
+#include "models/data/tokenizer.h"
 #include "models/safetensors.h"
 
 #define CONFIG "config"
@@ -526,6 +527,16 @@ ty_status hf_gpt2_convert(const char *weights_path, const json_t *config,
         return st;
     if (tokenizer && (st = tokenizer_check(tokenizer, d.vocab, err)) != TY_OK)
         return st;
+    /* The tokenizer must be one predict can use (models/data/tokenizer.h:
+     * byte-level BPE as GPT-2's), refused here naming its part rather than
+     * when the converted model loads. */
+    if (tokenizer) {
+        ty_tokenizer *tok = NULL;
+        st = ty_tokenizer_load_as(tokenizer, TOKENIZER, &tok, err);
+        ty_tokenizer_free(tok);
+        if (st != TY_OK)
+            return st;
+    }
     if ((st = map_build(&d, &m, err)) != TY_OK)
         return st;
     if ((st = st_open(weights_path, &f, err)) != TY_OK) {

@@ -84,17 +84,15 @@ void nn_lm_tokenizer_free(nn_net *net)
 
 void nn_lm_describe(const nn_net *net, json_t *doc)
 {
-    json_object_set_new(
-        doc, "tokenizer",
-        net->tok ? json_string(ty_tokenizer_type_name(
-                       ty_tokenizer_type_of(net->tok)))
-                 : json_null());
+    json_object_set_new(doc, "tokenizer",
+                        net->tok ? json_string(ty_tokenizer_type_name(
+                                       ty_tokenizer_type_of(net->tok)))
+                                 : json_null());
     json_t *info = net->tok ? ty_tokenizer_describe(net->tok) : NULL;
     json_object_set_new(doc, "tokenizer_info", info ? info : json_null());
     json_object_set_new(doc, "context_length",
                         json_integer(net->arch.input.d[0]));
-    json_object_set_new(doc, "vocab_size",
-                        json_integer(net->arch.num_outputs));
+    json_object_set_new(doc, "vocab_size", json_integer(net->arch.num_outputs));
 }
 
 int nn_net_has_tokenizer(const nn_net *net) { return net->tok != NULL; }

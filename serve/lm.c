@@ -376,8 +376,7 @@ ty_status serve_lm_detokenize(const serve_env *env, const char *tenant_id,
     char *text = NULL;
     size_t len = 0;
     if (s == TY_OK)
-        s = serve_lm_decode(net, m.outputs, ids, n,
-                            "tokens", &text, &len, err);
+        s = serve_lm_decode(net, m.outputs, ids, n, "tokens", &text, &len, err);
     if (s == TY_OK) {
         int whole;
         json_t *content = utf8_lossy(text, len, &whole);

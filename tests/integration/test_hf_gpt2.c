@@ -55,7 +55,11 @@ static const char config_text[] =
 static const char tokenizer_text[] =
     "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 9, \"content\":"
     " \"<|endoftext|>\", \"special\": true}], \"model\": {\"type\": \"BPE\","
-    " \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2}, \"merges\": [\"a b\"]}}";
+    " \"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"<|endoftext|>\": 9},"
+    " \"merges\": [\"a b\"]},"
+    " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\":"
+    " false, \"trim_offsets\": true, \"use_regex\": true},"
+    " \"decoder\": {\"type\": \"ByteLevel\"}}";
 
 static int group_setup(void **state)
 {
@@ -199,7 +203,8 @@ static void test_import_export(void **state)
     assert_string_equal(str(json_array_get(layers, 2), "type"),
                         "transformer_block");
     /* The document names the tokenizer; it does not carry the file. */
-    const json_t *tz = json_object_get(m, "tokenizer");
+    assert_string_equal(str(m, "tokenizer"), "huggingface");
+    const json_t *tz = json_object_get(m, "tokenizer_info");
     assert_string_equal(str(tz, "type"), "huggingface");
     assert_int_equal(json_integer_value(json_object_get(tz, "vocab_size")), 10);
     assert_null(json_object_get(tz, "tokenizer_json"));
@@ -207,8 +212,9 @@ static void test_import_export(void **state)
     char path[256];
     snprintf(path, sizeof path, "/v1/models/%s", id);
     r = http_get(&server, path);
-    assert_null(json_object_get(json_object_get(r->json, "tokenizer"),
+    assert_null(json_object_get(json_object_get(r->json, "tokenizer_info"),
                                 "tokenizer_json"));
+    assert_null(strstr(r->body, "tokenizer_json"));
     resp_free(r);
 
     snprintf(path, sizeof path, "/v1/models/%s/weights?layout=hf-gpt2", id);

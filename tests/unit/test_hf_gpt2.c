@@ -422,9 +422,14 @@ static void test_export_round_trip(void **state)
     ckpt_opts o = {.prefix = "", .dtype = ST_F32, .inner = 2 * C};
     json_t *c = base_config();
     json_object_set_new(c, "n_inner", json_integer(2 * C));
-    json_t *tok = json_pack("{s:{s:s, s:{s:i, s:i}}, s:[{s:i, s:s}]}", "model",
-                            "type", "BPE", "vocab", "a", 0, "b", 3,
-                            "added_tokens", "id", 4, "content", "<|end|>");
+    /* a byte-level BPE tokenizer.json as the tokenizers library writes
+     * one: the added token is in the vocab at its id */
+    json_t *tok = json_pack(
+        "{s:{s:s, s:{s:i, s:i, s:i}, s:[]}, s:[{s:i, s:s}], s:{s:s, s:b, "
+        "s:b}}",
+        "model", "type", "BPE", "vocab", "a", 0, "b", 3, "<|end|>", 4, "merges",
+        "added_tokens", "id", 4, "content", "<|end|>", "pre_tokenizer", "type",
+        "ByteLevel", "add_prefix_space", 0, "use_regex", 1);
     ty_err err;
     assert_int_equal(convert(&o, c, tok, &err), TY_OK);
     char in[512], conv[512], back[512];
