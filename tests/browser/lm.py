@@ -97,20 +97,20 @@ def ppl(x):
 
 def check_form(driver, base, key, label, text_ds, csv_ds):
     go(driver, base, f"/datasets/{text_ds}", "#train-link")
-    link = js(driver, "const a = document.getElementById('train-link'); return [a.innerText, a.getAttribute('href')];")
+    link = js(driver, "const a = document.getElementById('train-link'); return a && [a.innerText, a.getAttribute('href')];")
     check(link == ["Train a language model on it", f"#/new?dataset={text_ds}"],
           f"[{label}] the text dataset's page links to the new-job form for it: {link}")
 
     go(driver, base, f"/new?dataset={text_ds}", "#job-template option")
     settle(lambda: js(driver, "return document.getElementById('job-dataset').value;") == text_ds, 10)
     form = settle(lambda: (lambda f: f if f["templates"] and f["templates"][0] == "gpt-char" else None)(js(driver, """
-        const shown = (id) => !document.getElementById(id).closest('.field').hidden;
+        const shown = (id) => { const e = document.getElementById(id); return !!e && !e.closest('.field').hidden; };
         return {templates: [...document.querySelectorAll('#job-template option')].map((o) => o.value),
                 chosen: document.getElementById('job-template').value,
                 spec: document.getElementById('job-spec').value,
                 lm: ['hp-context_length', 'hp-max_steps', 'hp-eval_every_steps'].map(shown),
                 hp: Object.fromEntries(['context_length', 'batch_size', 'optimizer', 'learning_rate', 'max_steps', 'eval_every_steps']
-                      .map((k) => [k, document.getElementById('hp-' + k).value]))};""")), 10) or {}
+                      .map((k) => [k, document.getElementById('hp-' + k)?.value]))};""")), 10) or {}
     check(form.get("templates") == ["gpt-char", "custom"] and form.get("chosen") == "gpt-char",
           f"[{label}] a text dataset is offered the GPT (character) template and Custom only: {form.get('templates')}")
     try:
@@ -133,15 +133,15 @@ def check_form(driver, base, key, label, text_ds, csv_ds):
 
     Select(driver.find_element(By.ID, "job-dataset")).select_by_value(csv_ds)
     other = settle(lambda: (lambda f: f if "gpt-char" not in f["templates"] else None)(js(driver, """
+        const shown = (e) => !!e && !(e.closest('.field') || e).hidden;
         return {templates: [...document.querySelectorAll('#job-template option')].map((o) => o.value),
-                lm: ['hp-context_length', 'hp-max_steps', 'hp-eval_every_steps']
-                      .map((id) => !document.getElementById(id).closest('.field').hidden),
-                hint: !document.getElementById('lm-hint').hidden};""")), 10) or {}
+                lm: ['hp-context_length', 'hp-max_steps', 'hp-eval_every_steps'].map((id) => shown(document.getElementById(id))),
+                hint: shown(document.getElementById('lm-hint'))};""")), 10) or {}
     check(other.get("templates") and "gpt-char" not in other["templates"] and not any(other.get("lm", [True]))
           and not other.get("hint"),
           f"[{label}] on a CSV the GPT template and the LM fields are not offered: {other}")
 
-    if label != "wide":
+    if label != "wide" or not driver.find_elements(By.ID, "hp-max_steps"):
         return
     # Submitted from the form (5 steps): the LM hyperparameters go with it.
     Select(driver.find_element(By.ID, "job-dataset")).select_by_value(text_ds)
@@ -188,7 +188,7 @@ def check_job_page(driver, base, key, label, job):
           f"[{label}] the summary shows tokens/s: {stats.get('stat-throughput')}")
     check("perplexity" in stats.get("stat-best", "") and "nats" in stats.get("stat-best", ""),
           f"[{label}] the best is told as a perplexity and a loss in nats: {stats.get('stat-best')}")
-    progress = js(driver, "return document.querySelector('#job-summary .progress-text').textContent;")
+    progress = js(driver, "return document.querySelector('#job-summary .progress-text')?.textContent;")
     check(progress == "30 steps", f"[{label}] the progress is in steps: {progress!r}")
     charts = js(driver, """const l = document.getElementById('loss-chart'), a = document.getElementById('acc-chart');
         return {loss: l.getAttribute('aria-label'), acc: a.getAttribute('aria-label'), series: a.dataset.series,
@@ -219,7 +219,7 @@ def check_runs(driver, base, key, label, job):
     m = api_call(base, key, "GET", f"/v1/jobs/{job}")["metrics"]
     go(driver, base, "/jobs", f"#jobs-body tr[data-job-id='{job}'] td[data-metric='val_perplexity']")
     got = js(driver, f"""const r = document.querySelector("#jobs-body tr[data-job-id='{job}']");
-        return {{ppl: r.querySelector("td[data-metric='val_perplexity']").textContent,
+        return {{ppl: r.querySelector("td[data-metric='val_perplexity']")?.textContent,
                  heads: [...document.querySelectorAll('#jobs thead th')].map((t) => t.textContent),
                  tput: r.querySelector('.throughput')?.textContent}};""")
     check(got["ppl"] == f"{m['val_perplexity']:.4f}" and any(h.startswith("Val. perplexity") for h in got["heads"]),
@@ -241,6 +241,8 @@ def check_model(driver, base, key, label, model):
     facts = js(driver, "return Object.fromEntries([...document.querySelectorAll('#model dt')].map((t) => [t.innerText, t.nextElementSibling.innerText]));")
     check(facts.get("Tokenizer") == "byte" and facts.get("Context length") == "32 tokens" and facts.get("Vocabulary size") == "256",
           f"[{label}] the model shows tokenizer, context length and vocabulary size: {facts}")
+    if not check(driver.find_elements(By.ID, "lm-prompt"), f"[{label}] a language model's Try it has a prompt"):
+        return
     box = driver.find_element(By.ID, "lm-prompt")
     box.send_keys(PROMPT)
     want_ids = api_call(base, key, "POST", f"/v1/models/{model}/tokenize", {"content": PROMPT})["tokens"]
