@@ -213,6 +213,7 @@ def check_step_val(driver, base, key, label, running):
     step = int(got["label"].rsplit(" ", 1)[1].replace(",", "")) if ok else 0
     check(ok and step > 0 and int(got.get("points") or 0) >= 1,
           f"[{label}] a running job shows its validation loss at a step, and draws it: {got}")
+    dashboard.full_page_shot(driver, os.path.join(dashboard.ARTIFACTS, f"gpt-running-{label}.png"))
 
 
 def check_runs(driver, base, key, label, job):
