@@ -16,7 +16,7 @@ trains a tiny GPT on the text (2 transformer blocks, 32 channels, context
   every N steps, and the server's dry run passes; on the CSV those three
   fields are hidden and the GPT template is not offered; a job submitted
   from the form (wide only) carries context_length, max_steps and
-  eval_every_steps;
+  eval_every_steps, and Clone and edit of a GPT job fills them;
 * the tiny GPT's page: the epoch table's train and validation perplexity
   and tokens/s are the API's epoch record's, the summary shows the
   perplexities and tokens/s, progress in steps, the loss chart in nats,
@@ -163,6 +163,19 @@ def check_form(driver, base, key, label, text_ds, csv_ds):
               f"{ {k: hp.get(k) for k in ('context_length', 'max_steps', 'eval_every_steps', 'optimizer', 'batch_size')} }")
         if job["status"] not in ("succeeded", "failed", "cancelled"):
             api_call(base, key, "POST", f"/v1/jobs/{got}/cancel")
+
+
+def check_clone(driver, base, label, job):
+    """Clone and edit of the tiny GPT: its LM hyperparameters in their fields."""
+    go(driver, base, f"/new?from={job}", "#job-form")
+    got = settle(lambda: (lambda f: f if f["title"].startswith("New job: a copy") and f["ctx"] == "32" else None)(js(driver, """
+        const v = (id) => document.getElementById(id)?.value;
+        return {title: document.querySelector('main h1').textContent, template: v('job-template'),
+                ctx: v('hp-context_length'), steps: v('hp-max_steps'), every: v('hp-eval_every_steps'),
+                shown: !document.getElementById('hp-context_length')?.closest('.field').hidden};""")), 10) or {}
+    check(got.get("ctx") == "32" and got.get("steps") == "30" and got.get("every") == "10" and got.get("shown")
+          and got.get("template") == "custom",
+          f"[{label}] Clone and edit of a GPT job fills context length, max steps and validation every N steps: {got}")
 
 
 def check_job_page(driver, base, key, label, job):
@@ -324,6 +337,8 @@ def main():
             sign_in(driver, base, key)
             check_form(driver, base, key, label, text_ds, csv_ds)
             check_job_page(driver, base, key, label, job)
+            if label == "wide":
+                check_clone(driver, base, label, job)
             check_runs(driver, base, key, label, job)
             check_model(driver, base, key, label, model)
             check_token_text(driver, label)
