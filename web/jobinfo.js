@@ -111,8 +111,10 @@ export function latestText(job) {
   const m = job.metrics || {};
   const parts = [];
   if (isLMJob(job)) {
+    // The validation perplexity (the training one without validation) and
+    // the training loss: short enough for the jobs list's cell.
     if (isNum(m.val_perplexity)) parts.push(`val. perplexity ${fmtPpl(m.val_perplexity)}`);
-    if (isNum(m.train_perplexity)) parts.push(`train perplexity ${fmtPpl(m.train_perplexity)}`);
+    else if (isNum(m.train_perplexity)) parts.push(`train perplexity ${fmtPpl(m.train_perplexity)}`);
     if (isNum(m.train_loss)) parts.push(`loss ${fmtNum(m.train_loss)} nats`);
     return parts.join(' · ');
   }

@@ -239,30 +239,54 @@ function rawColumnsForm(columns) {
 // tokenizer cuts it (counted as you type); "Next token" asks predict for
 // the top_k most likely next tokens, each row its text drawn visibly (see
 // util.tokenText), id, probability and a bar; "Append" adds a token to the
-// prompt and asks again. {el}.
+// prompt and asks again. A model trained on token ids made elsewhere has no
+// tokenizer: its prompt is token ids ("12 7 301"), sent as ids. {el}.
 const TOKEN_IDS_SHOWN = 48;
 function languageTryIt(m) {
-  const prompt = h('textarea', {id: 'lm-prompt', rows: 4, spellcheck: 'false', placeholder: 'Type a prompt, then Next token (Ctrl+Enter)'});
+  const byIds = !m.tokenizer;
+  const vocab = m.vocab_size ?? m.num_outputs;
+  const prompt = h('textarea', {id: 'lm-prompt', rows: 4, spellcheck: 'false',
+    placeholder: byIds ? `Token ids (0 to ${vocab - 1}), separated by spaces or commas; then Next token (Ctrl+Enter)`
+      : 'Type a prompt, then Next token (Ctrl+Enter)'});
   const topK = h('input', {id: 'lm-top-k', type: 'number', min: 1, max: 100, value: 10});
   const count = h('p', {class: 'muted', id: 'prompt-tokens', role: 'status', text: 'No prompt yet.'});
   const error = h('p', {class: 'error', id: 'predict-error', role: 'alert'});
   const out = h('div', {id: 'prediction', 'aria-live': 'polite'});
   const ctx = m.context_length || (m.input_shape && m.input_shape[0]) || 0;
 
-  // The prompt's tokens, counted as it is typed (at most one request at a
-  // time; the latest text wins).
+  // Token ids typed as text: {ids} or {error} naming the first bad one.
+  function parseIds(text) {
+    const ids = [];
+    for (const w of text.split(/[\s,]+/).filter(Boolean)) {
+      const n = Number(w);
+      if (!/^\d+$/.test(w) || n >= vocab) return {error: `"${w.slice(0, 20)}" is not a token id: ids are whole numbers from 0 to ${vocab - 1}.`};
+      ids.push(n);
+    }
+    return {ids};
+  }
+
+  function showCount(tokens) {
+    const n = tokens.length;
+    const cut = ctx && n > ctx ? ` The model reads the last ${ctx.toLocaleString()} (its context length); the first ${(n - ctx).toLocaleString()} are left out.` : '';
+    const ids = tokens.slice(0, TOKEN_IDS_SHOWN).join(' ') + (n > TOKEN_IDS_SHOWN ? ` … and ${(n - TOKEN_IDS_SHOWN).toLocaleString()} more` : '');
+    count.dataset.count = String(n);
+    count.replaceChildren(`${n.toLocaleString()} token${n === 1 ? '' : 's'}: `, h('code', {id: 'prompt-token-ids', text: ids}), cut);
+  }
+
+  // The prompt's tokens, counted as it is typed (the latest text wins).
   let seq = 0, timer = null;
   async function tokenize() {
     const text = prompt.value, mine = ++seq;
-    if (!text) { count.textContent = 'No prompt yet.'; delete count.dataset.count; return; }
+    delete count.dataset.count;
+    if (!text.trim() && (byIds || !text)) { count.textContent = 'No prompt yet.'; return; }
+    if (byIds) {
+      const r = parseIds(text);
+      if (r.error) count.textContent = r.error; else showCount(r.ids);
+      return;
+    }
     try {
       const r = await api(`/v1/models/${m.id}/tokenize`, {method: 'POST', json: {content: text}});
-      if (mine !== seq) return;
-      const n = r.tokens.length;
-      const cut = ctx && n > ctx ? ` The model reads the last ${ctx.toLocaleString()} (its context length); the first ${(n - ctx).toLocaleString()} are left out.` : '';
-      const ids = r.tokens.slice(0, TOKEN_IDS_SHOWN).join(' ') + (n > TOKEN_IDS_SHOWN ? ` … and ${(n - TOKEN_IDS_SHOWN).toLocaleString()} more` : '');
-      count.dataset.count = String(n);
-      count.replaceChildren(`${n.toLocaleString()} token${n === 1 ? '' : 's'}: `, h('code', {id: 'prompt-token-ids', text: ids}), cut);
+      if (mine === seq) showCount(r.tokens);
     } catch (e) { if (mine === seq) count.textContent = `Could not tokenize: ${e.message}`; }
   }
   prompt.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(tokenize, 250); });
@@ -270,13 +294,26 @@ function languageTryIt(m) {
   const go = h('button', {type: 'button', id: 'predict', text: 'Next token', onclick: predict});
   prompt.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); predict(); } });
 
+  // Appends a token: its text, or (by ids) its id.
+  function append(t) {
+    prompt.value = byIds ? `${prompt.value.trimEnd()}${prompt.value.trim() ? ' ' : ''}${t.id}` : prompt.value + t.text;
+    tokenize();
+    predict();
+  }
+
   async function predict() {
     error.textContent = '';
-    if (!prompt.value) { error.textContent = 'Type a prompt first: it needs at least one token.'; prompt.focus(); return; }
+    let input = prompt.value;
+    if (byIds) {
+      const r = parseIds(input);
+      if (r.error) { error.textContent = r.error; prompt.focus(); return; }
+      input = r.ids;
+    }
+    if (!input.length) { error.textContent = 'Type a prompt first: it needs at least one token.'; prompt.focus(); return; }
     go.disabled = true;
     try {
       const k = Math.max(1, Math.min(100, Math.round(Number(topK.value) || 10)));
-      const r = await api(`/v1/models/${m.id}/predict`, {method: 'POST', json: {inputs: [prompt.value], top_k: k}});
+      const r = await api(`/v1/models/${m.id}/predict`, {method: 'POST', json: {inputs: [input], top_k: k}});
       const p = r.predictions[0];
       out.replaceChildren(...[
         p.truncated ? h('p', {class: 'note', id: 'prompt-truncated', text: `The prompt is longer than the context length: the model read its last ${ctx.toLocaleString()} tokens.`}) : null,
@@ -291,13 +328,12 @@ function languageTryIt(m) {
             // The bar: the probability, of the whole width (100 %).
             h('td', {class: 'prob-bar'}, h('span', {class: 'bar', role: 'img', 'aria-label': `${(t.probability * 100).toFixed(1)} %`},
               h('span', {class: 'bar-fill', style: `width:${(100 * t.probability).toFixed(2)}%`}))),
-            h('td', {}, typeof t.text === 'string' ? h('button', {type: 'button', class: 'secondary small append-token',
-              text: 'Append', 'aria-label': `Append token ${t.id} to the prompt`,
-              onclick: () => { prompt.value += t.text; tokenize(); predict(); }}) : null))))))].filter(Boolean));
+            h('td', {}, byIds || typeof t.text === 'string' ? h('button', {type: 'button', class: 'secondary small append-token',
+              text: 'Append', 'aria-label': `Append token ${t.id} to the prompt`, onclick: () => append(t)}) : null))))))].filter(Boolean));
     } catch (e) { error.textContent = `Prediction failed: ${e.message}`; } finally { go.disabled = false; }
   }
   const el = h('div', {class: 'lm-try'},
-    field('Prompt', prompt),
+    field(byIds ? 'Prompt (token ids: this model has no tokenizer)' : 'Prompt', prompt),
     count,
     h('div', {class: 'row'}, field('Most likely tokens (top k)', topK), h('div', {class: 'field'}, h('span', {class: 'lbl', text: ' '}), go)),
     error, out);

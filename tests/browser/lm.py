@@ -32,7 +32,9 @@ trains a tiny GPT on the text (2 transformer blocks, 32 channels, context
   Next token lists 10 rows whose ids and probabilities are POST
   .../predict's for the same prompt, in order, each with a bar and its text
   drawn visibly (a space as ␣, a newline as ↵, no HTML); Append adds the
-  top token to the prompt and predicts again;
+  top token to the prompt and predicts again; a model of token ids made
+  elsewhere (no tokenizer) takes ids ("1 2 3"), names a word that is not
+  one, shows each next token as its id, and appends ids;
 * util.tokenText draws a token without text (part of a UTF-8 character) as
   its id, whitespace visibly, and never HTML.
 
@@ -54,6 +56,7 @@ import dashboard  # noqa: E402  (skips with 77 itself when selenium or chromium 
 from dashboard import api_call, browser, check, js, make_csv, start_server  # noqa: E402
 from devices import settle, upload_csv  # noqa: E402
 from runs import go, sign_in, wait_status  # noqa: E402
+from text import llmc_bin  # noqa: E402
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -72,11 +75,15 @@ PROMPT = "To be, or not"
 VISIBLE = {" ": "␣", "\n": "↵", "\t": "→", "\r": "␍"}
 
 
-def upload_text(base, key, name):
+def upload_text(base, key, name, fmt="text", data=None, vocab=None):
+    """TEXT as a text dataset; or (fmt "tokens") a token file with its vocabulary size."""
     boundary = "tylm31"
     body = b""
-    for field, filename, data in (("name", None, name.encode()), ("format", None, b"text"),
-                                  ("file", "hamlet.txt", TEXT.encode())):
+    parts = [("name", None, name.encode()), ("format", None, fmt.encode()),
+             ("file", "hamlet.txt" if fmt == "text" else "ids.bin", TEXT.encode() if data is None else data)]
+    if vocab:
+        parts.append(("vocab_size", None, str(vocab).encode()))
+    for field, filename, data in parts:
         disp = f'form-data; name="{field}"' + (f'; filename="{filename}"' if filename else "")
         body += f"--{boundary}\r\nContent-Disposition: {disp}\r\n\r\n".encode() + data + b"\r\n"
     body += f"--{boundary}--\r\n".encode()
@@ -294,6 +301,30 @@ def check_model(driver, base, key, label, model):
     check(dashboard.overflow(driver) <= 0, f"[{label}] the model's page fits the window")
 
 
+def check_ids_model(driver, base, key, label, model):
+    """Try it on a model of token ids made elsewhere (no tokenizer): the
+    prompt is ids, sent as ids."""
+    go(driver, base, f"/models/{model}", "#lm-prompt")
+    field = js(driver, "return document.querySelector('label[for=lm-prompt]')?.textContent;")
+    check(field and "token ids" in field, f"[{label}] a model without a tokenizer asks for token ids: {field!r}")
+    box = driver.find_element(By.ID, "lm-prompt")
+    box.send_keys("1 2 x")
+    bad = settle(lambda: (lambda t: t if "not a token id" in t else None)(js(driver, "return document.getElementById('prompt-tokens').textContent;")), 10)
+    check(bad and '"x"' in bad, f"[{label}] a word that is not a token id is named: {bad!r}")
+    box.send_keys(Keys.BACKSPACE, "3")
+    count = settle(lambda: js(driver, "return document.getElementById('prompt-tokens').dataset.count;") == "3", 10)
+    driver.find_element(By.ID, "predict").click()
+    want = api_call(base, key, "POST", f"/v1/models/{model}/predict", {"inputs": [[1, 2, 3]], "top_k": 10})["predictions"][0]["next_tokens"]
+    rows = settle(lambda: (lambda r: r if len(r) == len(want) else None)(predicted_rows(driver)), 20) or []
+    check(count and [r["id"] for r in rows] == [t["id"] for t in want]
+          and all(abs(r["p"] - t["probability"]) < 1e-6 for r, t in zip(rows, want))
+          and [r["text"] for r in rows] == [f"⟨{t['id']}⟩" for t in want],
+          f"[{label}] ids 1 2 3 predict as the API does, each token shown as its id: {[r['text'] for r in rows][:4]}")
+    driver.find_element(By.CSS_SELECTOR, "#next-tokens tbody tr button.append-token").click()
+    grown = settle(lambda: box.get_attribute("value") == f"1 2 3 {want[0]['id']}", 10)
+    check(grown, f"[{label}] Append adds the top token's id to the prompt: {box.get_attribute('value')!r}")
+
+
 def check_token_text(driver, label):
     got = driver.execute_async_script("""const done = arguments[arguments.length - 1];
         import('/web/util.js').then(({tokenText}) => {
@@ -327,6 +358,14 @@ def main():
         if wait_status(base, key, job, {"succeeded", "failed", "cancelled"}) != "succeeded":
             sys.exit(f"FAIL: the tiny GPT: {json.dumps(api_call(base, key, 'GET', f'/v1/jobs/{job}'))}")
         model = api_call(base, key, "GET", f"/v1/jobs/{job}")["model"]
+        # A model of token ids made elsewhere (an llm.c .bin, vocabulary 50).
+        ids = [(7 * i) % 50 for i in range(3000)]
+        tokens_ds = upload_text(base, key, "ids", "tokens", llmc_bin(ids), 50)
+        ids_job = api_call(base, key, "POST", "/v1/jobs", {"name": "ids-gpt", "dataset": tokens_ds, "model": TINY,
+                                                            "hyperparameters": {**TINY_HP, "context_length": 16, "max_steps": 5}})["id"]
+        if wait_status(base, key, ids_job, {"succeeded", "failed", "cancelled"}) != "succeeded":
+            sys.exit(f"FAIL: the token-id GPT: {json.dumps(api_call(base, key, 'GET', f'/v1/jobs/{ids_job}'))}")
+        ids_model = api_call(base, key, "GET", f"/v1/jobs/{ids_job}")["model"]
         m = api_call(base, key, "GET", f"/v1/jobs/{job}")["metrics"]
         print(f"tiny GPT: val perplexity {m['val_perplexity']:.2f} (uniform {math.exp(math.log(256)):.0f}), "
               f"{m['tokens_per_second']:.0f} tokens/s", flush=True)
@@ -342,6 +381,8 @@ def main():
             check_runs(driver, base, key, label, job)
             check_model(driver, base, key, label, model)
             check_token_text(driver, label)
+            if label == "wide":
+                check_ids_model(driver, base, key, label, ids_model)
         # A long run validated every step: its page shows the latest step's
         # validation loss (cancelled once seen).
         running = api_call(base, key, "POST", "/v1/jobs", {"name": "gpt-evaluated", "dataset": text_ds, "model": TINY,
