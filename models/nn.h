@@ -27,6 +27,27 @@
  *           with f the layer list and g the projection's layer list; both
  *           must give the same shape. [a module with .body and .projection
  *           nn.Sequential children]
+ * Language models (task language_modeling: a window of T token ids in,
+ * (T, V) next-token logits out, V the dataset's vocabulary; the layers in
+ * models/layers_seq.c and layers_attn.c, tensor names as PyTorch's modules
+ * name them in tools/trainyard_torch.py):
+ *   embedding {dim}          (T) ids -> (T, dim)   [nn.Embedding(V, dim)]
+ *   positional_embedding {}  x + a learned (T, C) table [GPT-2's wpe]
+ *   attention {heads, causal (true), dropout (0), bias (true)}
+ *           [nn.MultiheadAttention(C, heads, bias, batch_first=True) on
+ *           (x, x, x) with the causal mask; "in_proj_weight" (3C, C) q, k,
+ *           v rows, "in_proj_bias", "out_proj.weight", "out_proj.bias"]
+ *   transformer_block {heads, mlp_ratio (4), dropout (0), causal (true)}
+ *           GPT-2's pre-norm block x + attn(ln_1(x)), then + mlp(ln_2(x))
+ *           with mlp Linear(C, rC), GELU(tanh), Linear(rC, C) ["ln_1.",
+ *           "attn.", "ln_2.", "mlp.0.", "mlp.2." + the modules' names]
+ *   lm_head {tie_embedding (true)}  (T, C) -> (T, V) = x W^T with W the
+ *           embedding's weight (tied: no tensor of its own) or its own
+ *           "weight" (V, C)
+ * On a sequence (T, C) dense acts on the last axis (nn.Linear), layernorm
+ * normalizes each position's C values (nn.LayerNorm(C)), and gelu takes
+ * {approximate: "none" | "tanh"} everywhere. causal false and dropout
+ * above 0 inside attention are not built yet (refused at submit).
  * kernel_size, stride, padding, dilation and pool_size take a number or an
  * [h, w] pair; the normalized spec spells pairs out as [h, w]. padding
  * "same" keeps H and W (stride 1 and an odd dilated kernel only). dense
@@ -44,7 +65,8 @@
  * __metadata__ holds string values:
  *   "trainyard.format"      "1"
  *   "trainyard.spec"        the normalized spec (JSON text)
- *   "trainyard.task"        "classification" | "regression"
+ *   "trainyard.task"        "classification" | "regression" |
+ *                           "language_modeling"
  *   "trainyard.input_shape" JSON array
  *   "trainyard.num_outputs" decimal
  *   "trainyard.classes"     JSON array (classification) or "null"
@@ -66,6 +88,9 @@
  *                           outputs are turned back with z * std + mean
  *                           (models/target.h); {"kind":"none"} or absent
  *                           (older files, imports): outputs as they are.
+ *   "trainyard.tokenizer"   language models, optional: JSON, the tokenizer of
+ *                           the data it learned ("byte"), null for token ids
+ *                           made elsewhere
  * plus whatever extra metadata the trainer was given (train.h).
  *
  * Nets are immutable once loaded and may be shared between threads; each

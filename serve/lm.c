@@ -3,14 +3,16 @@
  */
 #include "serve/lm.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/jsonutil.h"
 #include "models/data/tokens.h"
+#include "models/data/windows.h"
 #include "models/nn.h"
-#include "serve/predict.h"
+#include "serve/model.h"
 
 const json_t *serve_lm_tokenizer(const nn_net *net)
 {
@@ -420,5 +422,51 @@ ty_status serve_lm_detokenize(const serve_env *env, const char *tenant_id,
     free(text);
     free(ids);
     serve_model_close(&m);
+    return s;
+}
+
+/* ---- evaluate ---- */
+
+ty_status serve_lm_evaluate(serve_model *m, const nn_net *net, const char *path,
+                            const char *ds_id, json_t **reply, ty_err *err)
+{
+    const uint32_t t = (uint32_t)m->features;
+    ty_tokens tok = {0};
+    ty_dataset win = {0};
+    ty_err inner = {0};
+    ty_status s = ty_tokens_open(path, &tok, &inner);
+    if (s != TY_OK) /* its message names the server's file */
+        return ty_fail(err, TY_EIO, NULL, "dataset %s cannot be read", ds_id);
+    if (tok.vocab_size != m->outputs) {
+        s = ty_fail(err, TY_EINVAL, "dataset",
+                    "dataset %s has a vocabulary of %u tokens; model %s "
+                    "predicts over %u",
+                    ds_id, tok.vocab_size, m->id, m->outputs);
+    } else if ((s = ds_windows_make(&tok, 0, tok.num_tokens, t, &win, err)) !=
+               TY_OK) {
+        snprintf(err->field, sizeof err->field, "dataset");
+        if (s == TY_EINVAL)
+            snprintf(err->msg, sizeof err->msg,
+                     "dataset %s has %llu tokens, no window of the model's "
+                     "context length %u and its next token",
+                     ds_id, (unsigned long long)tok.num_tokens, t);
+    }
+    double loss = 0, accuracy = -1;
+    if (s == TY_OK) {
+        model_entry_device_lock(m->e);
+        s = nn_net_evaluate(net, &win, NULL, &loss, &accuracy, err);
+        model_entry_device_unlock(m->e);
+    }
+    if (s == TY_OK) {
+        *reply = json_pack(
+            "{s:s, s:s, s:I, s:I, s:f, s:f, s:n, s:s}", "model", m->id,
+            "dataset", ds_id, "num_examples", (json_int_t)win.num_examples,
+            "num_tokens", (json_int_t)win.num_examples * t, "loss", loss,
+            "perplexity", exp(loss), "accuracy", "device", m->device);
+        if (!*reply)
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    ds_windows_free(&win);
+    ty_tokens_close(&tok);
     return s;
 }

@@ -27,7 +27,7 @@ struct nn_net;
 struct serve_env;
 
 #define SERVE_LM_TOP_K 5u /* next tokens shown by default */
-#define SERVE_LM_MAX_TOP_K 100u
+#define SERVE_LM_MAX_TOP_K 1000u
 
 /* The model's tokenizer ("byte" and, once trained with one, others), as
  * nn_net_meta's "tokenizer"; NULL when the model was trained on token ids
@@ -54,6 +54,17 @@ ty_status serve_lm_decode(const json_t *tz, uint32_t vocab, const uint32_t *ids,
 ty_status serve_lm_predict(struct serve_model *m, const struct nn_net *net,
                            const serve_predict_body *b, serve_buf *reply,
                            ty_err *err);
+
+/* serve_evaluate's work for a language model m and the token dataset
+ * file at path (the caller checked both are language modeling): the mean
+ * next-token loss over the dataset's consecutive windows of the model's
+ * context length. *reply: {"model", "dataset" (ds_id), "num_examples"
+ * (windows), "num_tokens" (positions scored), "loss", "perplexity",
+ * "accuracy" (null), "device"}. A vocabulary that is not the model's, or
+ * a dataset too short for one window: TY_EINVAL naming "dataset". */
+ty_status serve_lm_evaluate(struct serve_model *m, const struct nn_net *net,
+                            const char *path, const char *ds_id, json_t **reply,
+                            ty_err *err);
 
 /* POST /v1/models/{id}/tokenize {"content": text} -> {"model", "tokens"}
  * and /detokenize {"tokens": [ids]} -> {"model", "content"} with the

@@ -668,6 +668,14 @@ static void device_step(trainer *t, uint32_t first, uint32_t end)
         t->eager_full = 1;
 }
 
+/* The epochs the run takes: max_steps may end it before hp->epochs. */
+static uint32_t run_epochs(const trainer *t)
+{
+    uint64_t spe = t->steps_per_epoch ? t->steps_per_epoch : 1;
+    uint64_t e = (t->total_steps + spe - 1) / spe;
+    return e < t->hp->epochs ? (uint32_t)e : t->hp->epochs;
+}
+
 static void report_progress(const trainer *t, uint32_t e, double rate)
 {
     if (!t->job->cb.on_progress)
@@ -675,7 +683,7 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
     uint64_t total = t->total_steps;
     train_progress p = {
         .epoch = e + 1,
-        .epochs = t->hp->epochs,
+        .epochs = run_epochs(t),
         .step = t->step,
         .steps_per_epoch = t->steps_per_epoch,
         .total_steps = total,
@@ -707,7 +715,7 @@ static ty_status report_eval(trainer *t, uint32_t e, double rate, ty_err *err)
     uint64_t total = t->total_steps;
     train_progress p = {
         .epoch = e + 1,
-        .epochs = t->hp->epochs,
+        .epochs = run_epochs(t),
         .step = t->step,
         .steps_per_epoch = t->steps_per_epoch,
         .total_steps = total,

@@ -6,8 +6,8 @@
  * endpoint's token windows and their text, every refusal with its field
  * and offset while nothing is stored (the dataset count and the blob
  * folder unchanged), text and tokens fetched from URLs (a BPE tokenizer
- * or a missing vocab_size refused before anything is fetched), and a job on a text dataset refused at
- * submit, as is evaluating a model on one.
+ * or a missing vocab_size refused before anything is fetched). Training,
+ * predicting and evaluating on text: test_lm.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -306,24 +306,6 @@ static void test_refusals_store_nothing(void **state)
     resp_free(r);
 }
 
-static void test_job_on_text_is_refused(void **state)
-{
-    (void)state;
-    char body[512];
-    snprintf(body, sizeof body,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
-             "\"dense\", \"units\": 4}]}}",
-             text_ds);
-    resp *r = http_json(&server, "POST", "/v1/jobs", body);
-    if (r->status != 422)
-        fprintf(stderr, "%ld %.*s\n", r->status, (int)r->len, r->body);
-    assert_int_equal(r->status, 422);
-    assert_string_equal(str(r->json, "field"), "dataset");
-    assert_non_null(strstr(str(r->json, "detail"),
-                           "language-model training is not built yet"));
-    resp_free(r);
-}
-
 /* Serves files from the test folder, for the fetch-by-URL test. */
 static enum MHD_Result serve_file(void *cls, struct MHD_Connection *c,
                                   const char *url, const char *method,
@@ -397,45 +379,6 @@ static void test_text_and_tokens_from_urls(void **state)
     MHD_stop_daemon(d);
 }
 
-/* A model (trained on a tiny CSV) evaluated on a text dataset: a 422
- * naming the dataset field, and no server path in the message. */
-static void test_evaluate_on_text_is_refused(void **state)
-{
-    (void)state;
-    const char *csv = "a,b,y\n0,1,x\n1,0,z\n0,0,x\n1,1,z\n";
-    write_file(file_path("tiny.csv"), csv, strlen(csv));
-    char part[PATH_MAX + 16];
-    snprintf(part, sizeof part, "file=@%s", file_path("tiny.csv"));
-    const char *parts[] = {"name=tiny", "format=csv", "label_column=y", part,
-                           NULL};
-    json_t *doc = upload_ok(parts);
-    char body[512];
-    snprintf(body, sizeof body,
-             "{\"dataset\": \"%s\", \"model\": {\"layers\": [{\"type\": "
-             "\"dense\", \"units\": 2}]}, \"hyperparameters\": "
-             "{\"epochs\": 1, \"seed\": 1}}",
-             str(doc, "id"));
-    json_decref(doc);
-    resp *r = http_json(&server, "POST", "/v1/jobs", body);
-    expect_status(r, 202);
-    json_t *job = wait_job(&server, str(r->json, "id"), 120);
-    resp_free(r);
-    assert_string_equal(str(job, "status"), "succeeded");
-    char path[160];
-    snprintf(path, sizeof path, "/v1/models/%s/evaluate", str(job, "model"));
-    json_decref(job);
-    snprintf(body, sizeof body, "{\"dataset\": \"%s\"}", text_ds);
-    r = http_json(&server, "POST", path, body);
-    if (r->status != 422)
-        fprintf(stderr, "%ld %.*s\n", r->status, (int)r->len, r->body);
-    assert_int_equal(r->status, 422);
-    assert_null(strstr(r->body, server.data));
-    assert_non_null(str(r->json, "field"));
-    assert_string_equal(str(r->json, "field"), "dataset");
-    assert_non_null(strstr(str(r->json, "detail"), "not built yet"));
-    resp_free(r);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -444,8 +387,6 @@ int main(void)
         cmocka_unit_test(test_tokens_bin_and_npy),
         cmocka_unit_test(test_refusals_store_nothing),
         cmocka_unit_test(test_text_and_tokens_from_urls),
-        cmocka_unit_test(test_job_on_text_is_refused),
-        cmocka_unit_test(test_evaluate_on_text_is_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
