@@ -117,8 +117,12 @@ async function download(path, name, type) {
   setTimeout(() => { URL.revokeObjectURL(a.href); a.remove(); }, 1000);
 }
 
-// Evaluate the job's model on a chosen dataset.
+// Evaluate the job's model on a chosen dataset. A language model is scored
+// on a text or tokens dataset's windows (loss in nats and perplexity), so
+// its picker lists those only, and a classifier's or regression's lists
+// the others.
 function evaluateSection(job) {
+  const lm = isLMJob(job);
   const ds = h('select', {id: 'eval-dataset'});
   const out = h('div', {id: 'eval-result', 'aria-live': 'polite'});
   const go = h('button', {type: 'submit', text: 'Evaluate'});
@@ -128,19 +132,32 @@ function evaluateSection(job) {
     out.replaceChildren(h('p', {class: 'muted', text: 'Evaluating…'}));
     try {
       const r = await api(`/v1/models/${job.model}/evaluate`, {method: 'POST', json: {dataset: ds.value}});
-      out.replaceChildren(kv([['Examples', r.num_examples.toLocaleString()], ['Loss', fmtNum(r.loss)],
-        ['Accuracy', r.accuracy === null ? '— (regression)' : fmtNum(r.accuracy)], ['Ran on', r.device || '—']]));
-      out.dataset.accuracy = r.accuracy === null ? '' : String(r.accuracy);
+      out.replaceChildren(kv(typeof r.perplexity === 'number'
+        ? [['Windows', r.num_examples.toLocaleString()], ['Tokens', (r.num_tokens ?? 0).toLocaleString()],
+          ['Loss (nats)', fmtNum(r.loss)], ['Perplexity', fmtPpl(r.perplexity)], ['Ran on', r.device || '—']]
+        : [['Examples', r.num_examples.toLocaleString()], ['Loss', fmtNum(r.loss)],
+          ['Accuracy', r.accuracy === null ? '— (regression)' : fmtNum(r.accuracy)], ['Ran on', r.device || '—']]));
+      out.dataset.accuracy = r.accuracy === null || r.accuracy === undefined ? '' : String(r.accuracy);
+      if (typeof r.perplexity === 'number') out.dataset.perplexity = String(r.perplexity);
     } catch (x) { out.replaceChildren(h('p', {class: 'error', text: `Could not evaluate: ${x.message}`})); }
     finally { go.disabled = false; }
   }}, h('h2', {text: 'Evaluate the model'}),
   h('div', {class: 'row'}, field('Dataset', ds), h('div', {class: 'field'}, h('span', {class: 'lbl', text: ' '}), go)), out);
   api('/v1/datasets?limit=200').then((doc) => {
-    ds.replaceChildren(...doc.items.map((d) => h('option', {value: d.id,
-      text: pickLabel(d, `(${(d.num_examples || 0).toLocaleString()} examples)${d.id === job.dataset ? ' · trained on' : ''}`)})));
-    // A dataset other than the training one is the likelier choice.
-    const other = doc.items.find((d) => d.id !== job.dataset && d.format === (doc.items.find((x) => x.id === job.dataset) || {}).format);
+    const items = doc.items.filter((d) => (d.task === 'language_modeling') === lm);
+    const size = (d) => (d.task === 'language_modeling' ? `${Number(d.num_tokens || 0).toLocaleString()} tokens`
+      : `${(d.num_examples || 0).toLocaleString()} examples`);
+    ds.replaceChildren(...items.map((d) => h('option', {value: d.id,
+      text: pickLabel(d, `(${size(d)})${d.id === job.dataset ? ' · trained on' : ''}`)})));
+    // A dataset other than the training one is the likelier choice: of
+    // its format (and a language model's, of its vocabulary and
+    // tokenizer); else the training one.
+    const train = items.find((x) => x.id === job.dataset) || {};
+    const alike = (d) => d.format === train.format &&
+      (!lm || (d.vocab_size === train.vocab_size && JSON.stringify(d.tokenizer) === JSON.stringify(train.tokenizer)));
+    const other = items.find((d) => d.id !== job.dataset && alike(d));
     if (other) ds.value = other.id;
+    else if (train.id) ds.value = train.id;
   }).catch(() => {});
   return form;
 }
@@ -205,9 +222,9 @@ export function jobPage(root, id) {
           !TERMINAL.has(job.status) ? h('button', {type: 'button', class: 'danger', text: 'Cancel job',
             onclick: () => cancel(job, report)}) : null,
           h('a', {class: 'button secondary', id: 'clone', href: `#/new?from=${encodeURIComponent(job.id)}`, text: 'Clone and edit'}),
-          // The API evaluates no language model yet; its Try it does predict.
+          // A language model's next-token probabilities are on its page.
           job.model && lm ? h('a', {class: 'button secondary', id: 'try-model', href: `#/models/${encodeURIComponent(job.model)}`, text: 'Try it'}) : null,
-          job.model && !lm ? h('button', {type: 'button', class: 'secondary', id: 'show-evaluate', text: 'Evaluate…',
+          job.model ? h('button', {type: 'button', class: 'secondary', id: 'show-evaluate', text: 'Evaluate…',
             onclick: () => { if (!evalShown) { evalShown = true; after.prepend(evaluateSection(job)); } document.getElementById('eval-dataset')?.focus(); }}) : null,
           h('button', {type: 'button', class: 'secondary', id: 'download-csv', text: 'Metrics CSV',
             onclick: () => download(`/v1/jobs/${id}/metrics?format=csv`, `${job.name}-metrics.csv`, 'text/csv').catch((x) => report(`Download failed: ${x.message}`))}),

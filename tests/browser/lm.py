@@ -20,8 +20,9 @@ trains a tiny GPT on the text (2 transformer blocks, 32 channels, context
 * the tiny GPT's page: the epoch table's train and validation perplexity
   and tokens/s are the API's epoch record's, the summary shows the
   perplexities and tokens/s, progress in steps, the loss chart in nats,
-  the second chart perplexity, Try it instead of Evaluate (the API has no
-  LM evaluate);
+  the second chart perplexity, a link to Try it; Evaluate lists text and
+  tokens datasets only and shows the API's windows, tokens, loss (nats)
+  and perplexity;
 * a running GPT with eval_every_steps 1 shows "Validation at step N" with
   its loss in nats (the job's metrics val_loss / val_step), and a point
   for it on the loss chart;
@@ -218,10 +219,29 @@ def check_job_page(driver, base, key, label, job):
           f"[{label}] the loss chart is in nats, the second chart draws perplexity: {charts}")
     actions = js(driver, """return {evaluate: !!document.getElementById('show-evaluate'),
         tryit: document.getElementById('try-model')?.getAttribute('href')};""")
-    check(not actions["evaluate"] and actions["tryit"] == f"#/models/{doc['model']}",
-          f"[{label}] Try it instead of Evaluate for a language model: {actions}")
+    check(actions["tryit"] == f"#/models/{doc['model']}", f"[{label}] a language model's job links to its Try it: {actions}")
+    if check(actions["evaluate"], f"[{label}] a language model's job can be evaluated"):
+        check_evaluate(driver, base, key, label, doc)
     check(dashboard.overflow(driver) <= 0, f"[{label}] the job's page fits the window")
     dashboard.full_page_shot(driver, os.path.join(dashboard.ARTIFACTS, f"gpt-job-{label}.png"))
+
+
+def check_evaluate(driver, base, key, label, doc):
+    """Evaluate... on a language model: text and tokens datasets only;
+    windows, tokens, loss in nats and perplexity as POST .../evaluate says."""
+    driver.find_element(By.ID, "show-evaluate").click()
+    names = settle(lambda: js(driver, "return [...document.querySelectorAll('#eval-dataset option')].map((o) => o.textContent);"), 10) or []
+    check(names and not any(n.startswith("blobs") for n in names),
+          f"[{label}] the evaluate picker of a language model lists text and tokens datasets only: {names}")
+    chosen = js(driver, "return document.getElementById('eval-dataset').value;")
+    check(chosen == doc["dataset"], f"[{label}] with no other text of its tokenizer, the training text is chosen: {chosen}")
+    driver.find_element(By.CSS_SELECTOR, "#evaluate button[type=submit]").click()
+    got = settle(lambda: js(driver, """const r = document.getElementById('eval-result');
+        return r.dataset.perplexity ? Object.fromEntries([...r.querySelectorAll('dt')].map((t) => [t.textContent, t.nextElementSibling.textContent])) : null;"""), 20) or {}
+    want = api_call(base, key, "POST", f"/v1/models/{doc['model']}/evaluate", {"dataset": doc["dataset"]})
+    check(got.get("Perplexity") == ppl(want["perplexity"]) and got.get("Loss (nats)") == f"{want['loss']:.4f}"
+          and got.get("Windows") == f"{want['num_examples']:,}" and got.get("Tokens") == f"{want['num_tokens']:,}",
+          f"[{label}] Evaluate shows the API's windows, tokens, loss (nats) and perplexity: {got} vs {want}")
 
 
 def check_step_val(driver, base, key, label, running):
