@@ -131,6 +131,16 @@ export function newJobPage(root, query) {
     c.template.value = was === 'custom' || TEMPLATES[was]?.lm === lm ? was : c.template.options[0].value;
     for (const k of LM_FIELDS) c[k].closest('.field').hidden = !lm;
     lmHint.hidden = !lm;
+    showValidationSets();
+  }
+  // A validation dataset of the training set's kind (text for a language
+  // model, not text for the rest).
+  function showValidationSets() {
+    for (const o of c.valsource.options) if (o.value) o.hidden = isLM(datasets.get(o.value)) !== !!lmForm;
+    if (c.valsource.selectedOptions[0]?.hidden) {
+      c.valsource.value = '';
+      c.split.closest('.field').hidden = false;
+    }
   }
   let hpFrom = null;   // the template whose hp the controls hold
   function applyTemplate() {
@@ -343,6 +353,7 @@ export function newJobPage(root, query) {
     for (const d of doc.items) datasets.set(d.id, d);
     c.dataset.replaceChildren(...doc.items.map((d) => h('option', {value: d.id, text: pickLabel(d, `(${d.format}, ${sizeOf(d)})`)})));
     c.valsource.append(...doc.items.map((d) => h('option', {value: d.id, text: `dataset ${pickLabel(d, `(${sizeOf(d)})`)}`})));
+    showValidationSets();
     c.gpu.replaceChildren(...gpuChoices(devices).map(([v, t]) => h('option', {value: v, text: t})));
     if (!doc.items.length) top.replaceChildren('No datasets yet: ', h('a', {href: '#/datasets', text: 'upload one'}), ' first.');
     const want = params.get('dataset');

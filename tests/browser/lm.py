@@ -115,6 +115,7 @@ def check_form(driver, base, key, label, text_ds, csv_ds):
         const shown = (id) => { const e = document.getElementById(id); return !!e && !e.closest('.field').hidden; };
         return {templates: [...document.querySelectorAll('#job-template option')].map((o) => o.value),
                 chosen: document.getElementById('job-template').value,
+                val: [...document.querySelectorAll('#job-validation-source option')].filter((o) => o.value && !o.hidden).map((o) => o.textContent),
                 spec: document.getElementById('job-spec').value,
                 lm: ['hp-context_length', 'hp-max_steps', 'hp-eval_every_steps'].map(shown),
                 hp: Object.fromEntries(['context_length', 'batch_size', 'optimizer', 'learning_rate', 'max_steps', 'eval_every_steps']
@@ -134,6 +135,8 @@ def check_form(driver, base, key, label, text_ds, csv_ds):
           and hp.get("optimizer") == "adamw" and float(hp.get("learning_rate") or 0) == 0.001
           and int(hp.get("max_steps") or 0) > 0 and int(hp.get("eval_every_steps") or 0) > 0,
           f"[{label}] the LM fields are shown with the template's hyperparameters: {form.get('lm')} {hp}")
+    check(form.get("val") and all("hamlet" in v or "ids" in v for v in form["val"]),
+          f"[{label}] the validation picker of a text dataset offers text and tokens datasets only: {form.get('val')}")
     est = settle(lambda: (lambda t: t if "checks pass" in t or "not available" in t else None)(
         js(driver, "return document.getElementById('job-estimate').innerText;")), 20) or ""
     check("checks pass" in est, f"[{label}] the server's dry run of the GPT template passes: {est}")
@@ -144,10 +147,13 @@ def check_form(driver, base, key, label, text_ds, csv_ds):
         const shown = (e) => !!e && !(e.closest('.field') || e).hidden;
         return {templates: [...document.querySelectorAll('#job-template option')].map((o) => o.value),
                 lm: ['hp-context_length', 'hp-max_steps', 'hp-eval_every_steps'].map((id) => shown(document.getElementById(id))),
-                hint: shown(document.getElementById('lm-hint'))};""")), 10) or {}
+                hint: shown(document.getElementById('lm-hint')),
+                val: [...document.querySelectorAll('#job-validation-source option')].filter((o) => o.value && !o.hidden).map((o) => o.textContent)};""")), 10) or {}
     check(other.get("templates") and "gpt-char" not in other["templates"] and not any(other.get("lm", [True]))
           and not other.get("hint"),
           f"[{label}] on a CSV the GPT template and the LM fields are not offered: {other}")
+    check(other.get("val") and not any("hamlet" in v or "ids" in v for v in other["val"]),
+          f"[{label}] the validation picker of a CSV offers no text dataset: {other.get('val')}")
 
     if label != "wide" or not driver.find_elements(By.ID, "hp-max_steps"):
         return
