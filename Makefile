@@ -20,6 +20,7 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 VENV       ?= .venv
+HF_VENV    ?= .venv-hf
 
 .PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
@@ -47,7 +48,9 @@ test-deps:
 # The contract tests' tools (schemathesis, the generated-client and KServe
 # client tests) and the docker tests' (hadolint, check-jsonschema) live in a
 # virtual environment; it is brought up to date whenever
-# tests/contract/requirements.txt changes.
+# tests/contract/requirements.txt changes. The GPT-2 parity test's
+# transformers lives in $(HF_VENV), over /usr/bin/python3's packages (its
+# torch), brought up to date when tests/parity/requirements-hf.txt changes.
 venv: test-deps
 	@cmp -s tests/contract/requirements.txt $(VENV)/.contract-requirements || { \
 	  { [ -x $(VENV)/bin/pip ] || python3 -m venv $(VENV); } && \
@@ -55,6 +58,10 @@ venv: test-deps
 	  cp tests/contract/requirements.txt $(VENV)/.contract-requirements; }
 	@[ -x $(VENV)/bin/hadolint ] && [ -x $(VENV)/bin/check-jsonschema ] || \
 	  $(VENV)/bin/pip install -q --disable-pip-version-check -r docker/requirements.txt
+	@cmp -s tests/parity/requirements-hf.txt $(HF_VENV)/.requirements || { \
+	  { [ -x $(HF_VENV)/bin/pip ] || /usr/bin/python3 -m venv --system-site-packages $(HF_VENV); } && \
+	  $(HF_VENV)/bin/pip install -q --disable-pip-version-check -r tests/parity/requirements-hf.txt && \
+	  cp tests/parity/requirements-hf.txt $(HF_VENV)/.requirements; }
 
 test: test-deps venv
 	$(MAKE) test-normal test-sanitize test-fuzz

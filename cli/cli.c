@@ -142,6 +142,9 @@ static const opt_spec options[] = {
     {"--max-concurrency", NULL, 1},
     {"--priority", NULL, 1},
     {"--metadata", NULL, 1},
+    {"--layout", NULL, 1},
+    {"--config", NULL, 1},
+    {"--tokenizer", NULL, 1},
 };
 
 /* Parses argv[1..] but the command's name at skip. */

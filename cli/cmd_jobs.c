@@ -75,7 +75,13 @@ static void metrics_text(const json_t *m, char *out, size_t size)
                                   i == 3 ? "%s %.4f " : "%s %.6g ", reg[i],
                                   json_number_value(v));
     }
-    if (rate >= 0 && o < size)
+    /* Language models: perplexities and tokens/s instead of samples/s. */
+    double vppl = num(m, "val_perplexity"), tps = num(m, "tokens_per_second");
+    if (vppl >= 0 && o < size)
+        o += (size_t)snprintf(out + o, size - o, "val_perplexity %.3f ", vppl);
+    if (tps > 0 && o < size)
+        o += (size_t)snprintf(out + o, size - o, "%.0f tokens/s ", tps);
+    else if (rate >= 0 && o < size)
         o += (size_t)snprintf(out + o, size - o, "%.0f samples/s ", rate);
     if (o > 0 && o <= size)
         out[o - 1] = '\0';

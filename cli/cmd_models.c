@@ -20,10 +20,16 @@ static void usage(FILE *f)
             "       trainyard models show ID|NAME\n"
             "       trainyard models download ID|NAME [-o FILE] (safetensors; "
             "default ID|NAME.safetensors)\n"
+            "       trainyard models download ID|NAME --layout hf-gpt2 "
+            "[-o DIR] (default ID|NAME-hf-gpt2/)\n"
             "       trainyard models predict ID|NAME INPUT.json|-\n"
             "       trainyard models evaluate ID|NAME --dataset DATASET\n"
             "       trainyard models import NAME WEIGHTS.safetensors "
             "[--metadata FILE]\n"
+            "       trainyard models import NAME DIR|model.safetensors "
+            "--layout hf-gpt2\n"
+            "                [--config config.json] [--tokenizer "
+            "tokenizer.json]\n"
             "\n"
             "A NAME means your newest model of that name (an id always wins),\n"
             "DATASET a dataset's id or name alike; list shows the ID and\n"
@@ -43,7 +49,11 @@ static void usage(FILE *f)
             "(spec, task, input_shape, classes or\n"
             "num_outputs, preprocess), not needed when the weights file\n"
             "carries trainyard's metadata (tools/trainyard_torch.py convert\n"
-            "writes such a file from a PyTorch module; docs/models.md).\n");
+            "writes such a file from a PyTorch module; docs/models.md).\n"
+            "--layout hf-gpt2 imports a Hugging Face GPT-2 checkpoint (the\n"
+            "folder save_pretrained writes: model.safetensors, config.json,\n"
+            "tokenizer.json when there) as a language model; download\n"
+            "--layout hf-gpt2 writes a GPT model back as such a folder.\n");
 }
 
 static int list(cli_ctx *c)
@@ -136,23 +146,14 @@ static int show(cli_ctx *c)
     return 0;
 }
 
-static int download(cli_ctx *c)
+/* Downloads the server's path to target through a temporary file beside
+ * it (fsynced, renamed). 0 with *size set; when missing is not NULL a 404
+ * sets *missing and returns 0 with nothing written; else an exit code with
+ * the message printed. */
+static int save_to(cli_ctx *c, const char *path, const char *target, long *size,
+                   int *missing)
 {
-    static const char *const allowed[] = {"--output", NULL};
-    int rc = cli_only_opts(c, "models", allowed);
-    if (rc)
-        return rc;
-    if (c->npos != 2)
-        return cli_usage_error("models", "download takes one model ID or NAME");
-    char target[PATH_MAX], tmp[PATH_MAX + 16], path[CLI_REF_PATH_MAX];
-    if ((rc =
-             cli_ref_path(path, "models", "/v1/models", c->pos[1], "/weights")))
-        return rc;
-    const char *o = cli_opt(c, "--output");
-    if (o && *o)
-        snprintf(target, sizeof target, "%s", o);
-    else
-        snprintf(target, sizeof target, "%s.safetensors", c->pos[1]);
+    char tmp[PATH_MAX + 16];
     snprintf(tmp, sizeof tmp, "%s.XXXXXX", target);
     int fd = mkstemp(tmp);
     if (fd < 0) {
@@ -167,12 +168,20 @@ static int download(cli_ctx *c)
         return CLI_EXIT_USAGE;
     }
     cli_resp r;
-    rc = cli_http_download(&c->http, path, f,
-                           cli_stderr_tty() ? cli_progress_bytes : NULL,
-                           "download", &r);
+    int rc = cli_http_download(&c->http, path, f,
+                               cli_stderr_tty() ? cli_progress_bytes : NULL,
+                               "download", &r);
     cli_progress_end();
+    if (rc == 0 && missing && r.status == 404) {
+        *missing = 1;
+        fclose(f);
+        unlink(tmp);
+        cli_resp_free(&r);
+        return 0;
+    }
     if (rc == 0)
         rc = cli_http_check(&r);
+    cli_resp_free(&r);
     ty_err err = {0};
     if (rc == 0 &&
         (fflush(f) != 0 || fs_fsync_fd(fileno(f), tmp, &err) != TY_OK)) {
@@ -180,7 +189,7 @@ static int download(cli_ctx *c)
                 *err.msg ? err.msg : strerror(errno));
         rc = CLI_EXIT_USAGE;
     }
-    long size = ftell(f);
+    *size = ftell(f);
     fclose(f);
     /* mkstemp makes 0600; a model file is not a secret. */
     if (rc == 0 && chmod(tmp, 0644) != 0)
@@ -191,7 +200,91 @@ static int download(cli_ctx *c)
     }
     if (rc != 0)
         unlink(tmp);
-    else if (!c->json) {
+    return rc;
+}
+
+/* `download --layout hf-gpt2`: the folder save_pretrained would write
+ * (model.safetensors, config.json, and tokenizer.json when the model has
+ * one), which transformers' from_pretrained loads. */
+static int download_hf(cli_ctx *c, const char *dir)
+{
+    static const char *const files[] = {"model.safetensors", "config.json",
+                                        "tokenizer.json"};
+    char base[CLI_REF_PATH_MAX], path[CLI_REF_PATH_MAX + 64],
+        target[PATH_MAX + 32];
+    long size = 0, total = 0;
+    int rc = cli_ref_path(base, "models", "/v1/models", c->pos[1], "/weights");
+    if (rc)
+        return rc;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "trainyard: cannot create the folder %s: %s\n", dir,
+                strerror(errno));
+        return CLI_EXIT_USAGE;
+    }
+    json_t *saved = json_array();
+    for (size_t i = 0; i < TY_ARRAY_LEN(files) && !rc; i++) {
+        int missing = 0;
+        snprintf(path, sizeof path, "%s?layout=hf-gpt2&file=%s", base,
+                 files[i]);
+        snprintf(target, sizeof target, "%s/%s", dir, files[i]);
+        rc = save_to(c, path, target, &size, i == 2 ? &missing : NULL);
+        if (!rc && !missing) {
+            total += size;
+            json_array_append_new(saved, json_string(files[i]));
+        }
+    }
+    if (rc == 0 && !c->json) {
+        char sz[32];
+        cli_fmt_bytes(total, sz, sizeof sz);
+        printf("Saved %s in the hf-gpt2 layout to %s/ (%s: %s%s)\n", c->pos[1],
+               dir, sz, "model.safetensors, config.json",
+               json_array_size(saved) > 2 ? ", tokenizer.json" : "");
+    } else if (rc == 0) {
+        json_t *o =
+            json_pack("{s:s, s:s, s:O, s:I}", "model", c->pos[1], "folder", dir,
+                      "files", saved, "bytes", (json_int_t)total);
+        char *t = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (t)
+            printf("%s\n", t);
+        free(t);
+        json_decref(o);
+    }
+    json_decref(saved);
+    return rc;
+}
+
+static int download(cli_ctx *c)
+{
+    static const char *const allowed[] = {"--output", "--layout", NULL};
+    int rc = cli_only_opts(c, "models", allowed);
+    if (rc)
+        return rc;
+    if (c->npos != 2)
+        return cli_usage_error("models", "download takes one model ID or NAME");
+    char target[PATH_MAX], path[CLI_REF_PATH_MAX];
+    const char *o = cli_opt(c, "--output");
+    const char *layout = cli_opt(c, "--layout");
+    if (layout && !strcmp(layout, "hf-gpt2")) {
+        if (o && *o)
+            snprintf(target, sizeof target, "%s", o);
+        else
+            snprintf(target, sizeof target, "%s-hf-gpt2", c->pos[1]);
+        return download_hf(c, target);
+    }
+    if (layout && strcmp(layout, "trainyard"))
+        return cli_usage_error("models", "--layout is trainyard (the "
+                                         "default) or hf-gpt2");
+    if ((rc =
+             cli_ref_path(path, "models", "/v1/models", c->pos[1], "/weights")))
+        return rc;
+    if (o && *o)
+        snprintf(target, sizeof target, "%s", o);
+    else
+        snprintf(target, sizeof target, "%s.safetensors", c->pos[1]);
+    long size = 0;
+    if ((rc = save_to(c, path, target, &size, NULL)) != 0)
+        return rc;
+    if (!c->json) {
         char sz[32];
         cli_fmt_bytes(size, sz, sizeof sz);
         printf("Saved %s to %s (%s)\n", c->pos[1], target, sz);
@@ -204,8 +297,7 @@ static int download(cli_ctx *c)
         free(t);
         json_decref(o2);
     }
-    cli_resp_free(&r);
-    return rc;
+    return 0;
 }
 
 /* The predict reply as a table: the input's index, the prediction, and the
@@ -213,8 +305,52 @@ static int download(cli_ctx *c)
  * (more than one output per input and a label, not an array of regression
  * targets, as the prediction). Returns 0, or CLI_EXIT_USAGE with a message
  * when out of memory (nothing printed then). */
+/* A language model's reply: a row per prompt and next token, best first,
+ * the token's text quoted as JSON (so spaces and newlines show). */
+static int print_next_tokens(const json_t *preds)
+{
+    static const char *const head[] = {"INPUT", "RANK",        "TOKEN",
+                                       "ID",    "PROBABILITY", NULL};
+    cli_table t;
+    cli_table_init(&t, head);
+    size_t i, k;
+    json_t *p, *n;
+    json_array_foreach (preds, i, p) {
+        json_array_foreach (json_object_get(p, "next_tokens"), k, n) {
+            char idx[32], rank[32], id[32], pr[32], text[64] = "-";
+            snprintf(idx, sizeof idx, "%zu", i);
+            snprintf(rank, sizeof rank, "%zu", k + 1);
+            snprintf(id, sizeof id, "%lld",
+                     (long long)json_integer_value(json_object_get(n, "id")));
+            snprintf(pr, sizeof pr, "%.4f",
+                     json_number_value(json_object_get(n, "probability")));
+            const json_t *tx = json_object_get(n, "text");
+            char *q = json_is_string(tx)
+                          ? json_dumps(tx, JSON_ENCODE_ANY | JSON_COMPACT)
+                          : NULL;
+            if (q)
+                snprintf(text, sizeof text, "%s", q);
+            free(q);
+            const char *row[] = {idx, rank, text, id, pr};
+            if (cli_table_add(&t, row) != 0) {
+                cli_table_free(&t);
+                fprintf(stderr, "trainyard: out of memory for the "
+                                "predictions' table (--json prints them as "
+                                "they come)\n");
+                return CLI_EXIT_USAGE;
+            }
+        }
+    }
+    cli_table_print(&t, stdout);
+    cli_table_free(&t);
+    return 0;
+}
+
 static int print_predictions(const json_t *reply)
 {
+    const json_t *preds0 = json_object_get(reply, "predictions");
+    if (json_object_get(json_array_get(preds0, 0), "next_tokens"))
+        return print_next_tokens(preds0);
     const json_t *outs = json_object_get(reply, "outputs");
     const json_t *preds = json_object_get(reply, "predictions");
     int probs = json_array_size(json_array_get(outs, 0)) > 1 &&

@@ -215,6 +215,73 @@ static ty_status check_memory(const jobs_env *env, const sched_request *req,
                    total, state, grads, opt, act, m->batch_rows, work, cap);
 }
 
+/* hyperparameters.init_from: the tenant's model (id or name) the job
+ * starts from must be of the job's task, input shape and outputs, with
+ * the job's (normalized) spec, else a 422 naming the first difference;
+ * the normalized hyperparameters then name it by id. */
+static ty_status check_init_from(const jobs_env *env, const char *tenant,
+                                 const train_hparams *hp, const json_t *spec,
+                                 const uint32_t *shape, uint32_t ndim,
+                                 uint32_t outputs, ty_task task,
+                                 json_t *norm_hp, ty_err *err)
+{
+    static const char *const F = "hyperparameters.init_from";
+    if (!hp->init_from[0])
+        return TY_OK;
+    char id[TY_ID_MAX], sha[65];
+    json_t *doc = NULL;
+    ty_status s =
+        store_model_find(env->store, tenant, hp->init_from, id, &doc, sha, err);
+    if (s == TY_ENOTFOUND)
+        return ty_fail(err, TY_EINVAL, F, "no model with id or name '%.200s'",
+                       hp->init_from);
+    if (s != TY_OK)
+        return s;
+    json_t *want_shape = json_array();
+    for (uint32_t i = 0; want_shape && i < ndim; i++)
+        json_array_append_new(want_shape, json_integer(shape[i]));
+    const json_t *have =
+        json_object_get(json_object_get(doc, "spec"), "layers");
+    const json_t *want = json_object_get(spec, "layers");
+    if (strcmp(json_string_value(json_object_get(doc, "task")) ?: "",
+               ty_task_name(task)) ||
+        !json_equal(json_object_get(doc, "input_shape"), want_shape) ||
+        json_integer_value(json_object_get(doc, "num_outputs")) != outputs) {
+        s = ty_fail(
+            err, TY_EINVAL, F,
+            "model %s is a %s model of %lld outputs; this job trains "
+            "a %s model of %u outputs on its dataset's input shape",
+            id, json_string_value(json_object_get(doc, "task")),
+            (long long)json_integer_value(json_object_get(doc, "num_outputs")),
+            ty_task_name(task), outputs);
+    } else if (json_array_size(have) != json_array_size(want)) {
+        s = ty_fail(err, TY_EINVAL, F,
+                    "model %s has %zu layers; this job's model has %zu", id,
+                    json_array_size(have), json_array_size(want));
+    } else {
+        for (size_t i = 0; i < json_array_size(want) && s == TY_OK; i++) {
+            const json_t *a = json_array_get(have, i),
+                         *b = json_array_get(want, i);
+            if (json_equal(a, b))
+                continue;
+            char *ta = json_dumps(a, JSON_COMPACT | JSON_SORT_KEYS);
+            char *tb = json_dumps(b, JSON_COMPACT | JSON_SORT_KEYS);
+            s = ty_fail(err, TY_EINVAL, F,
+                        "layer %zu differs: model %s has %.200s, this job's "
+                        "model %.200s",
+                        i, id, ta ? ta : "?", tb ? tb : "?");
+            free(ta);
+            free(tb);
+        }
+    }
+    if (s == TY_OK &&
+        json_object_set_new(norm_hp, "init_from", json_string(id)))
+        s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    json_decref(want_shape);
+    json_decref(doc);
+    return s;
+}
+
 /* ---- language models (text and tokens datasets) ---- */
 
 /* validation for a language model: {"split": f} takes the last round(N f)
@@ -347,7 +414,10 @@ static ty_status admit_lm(const jobs_env *env, const char *tenant,
             TY_OK ||
         (s = nn_spec_validate_for_loss(sub->model, &t, 1, vocab,
                                        TY_TASK_LANGUAGE_MODELING, &hp.loss,
-                                       &a->spec, &params, err)) != TY_OK)
+                                       &a->spec, &params, err)) != TY_OK ||
+        (s = check_init_from(env, tenant, &hp, a->spec, &t, 1, vocab,
+                             TY_TASK_LANGUAGE_MODELING, a->hyperparameters,
+                             err)) != TY_OK)
         return s;
     uint64_t windows = ds_windows_count(n_train_tokens, t);
     train_memory mem;
@@ -427,7 +497,9 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
         (s = nn_spec_validate_for_loss(model, shape, ndim, outputs, task,
                                        &hp.loss, &a->spec, &params, err)) !=
             TY_OK ||
-        (s = loader_augment_check(&hp.augment, shape, ndim, err)) != TY_OK)
+        (s = loader_augment_check(&hp.augment, shape, ndim, err)) != TY_OK ||
+        (s = check_init_from(env, tenant, &hp, a->spec, shape, ndim, outputs,
+                             task, a->hyperparameters, err)) != TY_OK)
         goto done;
     if (max_attempts > 0)
         json_object_set_new(a->hyperparameters, "max_attempts",

@@ -82,6 +82,27 @@ static ty_status write_job_file(const jobs_env *env, const json_t *job,
                         json_pack("{s:O, s:s}", "trainyard.job",
                                   json_object_get(job, "id"),
                                   "trainyard.dataset", ds_id));
+    /* hyperparameters.init_from (an id since admission): its file */
+    const char *init = json_string_value(
+        json_object_get(json_object_get(job, "hyperparameters"), "init_from"));
+    if (init) {
+        char msha[65];
+        json_t *mdoc = NULL;
+        if ((s = store_model_get(env->store, tenant, init, &mdoc, msha, err)) !=
+            TY_OK) {
+            if (s == TY_ENOTFOUND)
+                s = ty_fail(err, TY_EINVAL, "hyperparameters.init_from",
+                            "model %s, which the job starts from, was "
+                            "deleted",
+                            init);
+            json_decref(spec);
+            spec = NULL;
+            goto done;
+        }
+        json_decref(mdoc);
+        blob_path(env->data_dir, msha, p, sizeof p);
+        json_object_set_new(spec, WPROTO_JOB_INIT_PATH, json_string(p));
+    }
     char *text = json_dumps(spec, JSON_INDENT(2));
     snprintf(p, sizeof p, "%s/%s", dir, WPROTO_JOB_FILE);
     s = text ? fs_write_atomic(p, text, strlen(text), 0600, err)

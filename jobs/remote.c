@@ -106,6 +106,12 @@ ty_status jobs_worker_job(jobs_service *r, const char *job_id,
     ty_status s = attempt_job_file(r, job_id, token, dir, &doc, err);
     if (s != TY_OK)
         return s;
+    if (json_object_get(doc, WPROTO_JOB_INIT_PATH)) {
+        json_decref(doc);
+        return ty_fail(err, TY_EINVAL, "hyperparameters.init_from",
+                       "hyperparameters.init_from is not supported on "
+                       "cluster workers yet; run the job on this server");
+    }
     const char *ds =
         json_string_value(json_object_get(doc, WPROTO_JOB_DATASET_PATH));
     json_object_set_new(doc, WREMOTE_F_DATASET,

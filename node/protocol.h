@@ -118,6 +118,8 @@
 #define WPROTO_JOB_MODEL_PATH "model_path"
 #define WPROTO_JOB_THREADS "threads"
 #define WPROTO_JOB_EXTRA_META "extra_meta"
+/* hyperparameters.init_from's model file (local workers only) */
+#define WPROTO_JOB_INIT_PATH "init_path"
 
 /* The environment. */
 #define WPROTO_ENV_DEVICE "TRAINYARD_DEVICE"

@@ -401,6 +401,8 @@ static int run(const json_t *job)
         .model_path =
             json_string_value(json_object_get(job, WPROTO_JOB_MODEL_PATH)),
         .extra_meta = json_object_get(job, WPROTO_JOB_EXTRA_META),
+        .init_path =
+            json_string_value(json_object_get(job, WPROTO_JOB_INIT_PATH)),
         .threads =
             (int)json_integer_value(json_object_get(job, WPROTO_JOB_THREADS)),
         .stop = &stop_requested,

@@ -3,6 +3,7 @@
  * (see train.h).
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -316,6 +317,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                                        "context_length",
                                        "max_steps",
                                        "eval_every_steps",
+                                       "init_from",
                                        NULL};
     json_t *empty = NULL, *sched_norm = NULL;
     ty_status st;
@@ -426,6 +428,16 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         (st = tyjson_get_int(hp, "eval_every_steps", HP, 0, 1, 1000000000, 0,
                              &eval_every, err)) != TY_OK)
         goto done;
+    const char *init_from;
+    if ((st = tyjson_get_string(hp, "init_from", HP, 0, TRAIN_INIT_FROM_MAX,
+                                NULL, &init_from, err)) != TY_OK)
+        goto done;
+    if (init_from && !init_from[0]) {
+        st = ty_fail(err, TY_EINVAL, HP ".init_from",
+                     HP ".init_from must name a model (its id or name)");
+        goto done;
+    }
+    snprintf(h.init_from, sizeof h.init_from, "%s", init_from ? init_from : "");
     h.context_length = (uint32_t)ctx;
     h.max_steps = (uint64_t)max_steps;
     h.eval_every_steps = (uint64_t)eval_every;
@@ -494,6 +506,8 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         if (!bad && h.max_steps)
             bad = json_object_set_new(n, "max_steps",
                                       json_integer((json_int_t)h.max_steps));
+        if (!bad && h.init_from[0])
+            bad = json_object_set_new(n, "init_from", json_string(h.init_from));
         if (!bad && h.eval_every_steps)
             bad = json_object_set_new(
                 n, "eval_every_steps",

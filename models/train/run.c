@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "models/safetensors.h"
 #include "models/train/loader.h"
 #include "models/train/train_internal.h"
 
@@ -28,7 +29,6 @@
 void openblas_set_num_threads(int num_threads);
 
 #define PROGRESS_INTERVAL 0.25 /* seconds between on_progress calls */
-#define MAX_THREADS 64
 
 static double now_sec(void)
 {
@@ -208,82 +208,6 @@ static int add_augment_identity(const trainer *t, json_t *id)
     json_t *h = json_object_get(id, "hparams");
     return h ? json_object_set_new(h, "augment", loader_augment_to_json(a))
              : -1;
-}
-
-int train_threads(int requested, const nn_backend *be)
-{
-    /* A device backend runs its kernels on its own stream: no pool. */
-    if (be && !nn_backend_host_visible(be))
-        return 1;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads = requested > 0 ? requested : (int)(cores > 0 ? cores : 1);
-    /* Workers wait by spinning: more of them than cores only slows down. */
-    if (cores > 0 && threads > cores)
-        threads = (int)cores;
-    if (threads > MAX_THREADS)
-        threads = MAX_THREADS;
-    return threads;
-}
-
-uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
-                               uint32_t n_train, int threads, train_memory *out)
-{
-    train_memory m = {0};
-    const uint64_t p = arch->param_count ? arch->param_count : 1;
-    m.param_count = arch->param_count;
-    m.batch_rows = hp->batch_size < n_train ? hp->batch_size : n_train;
-    if (m.batch_rows == 0)
-        m.batch_rows = 1;
-    m.state = (arch->param_count + arch->buffer_count + 1) * sizeof(float);
-    m.grads = train_grads_bytes(arch->be, p); /* + acc, dyn on a device */
-    m.optimizer =
-        nn_optim_state_bytes(train_hparams_optim(hp), arch->param_count);
-    m.activations = nn_workspace_bytes(arch, m.batch_rows, 1, threads, &m.work);
-    m.low_precision =
-        arch->precision != NN_DT_F32 ? p * nn_dtype_size(arch->precision) : 0;
-    m.total = m.state + m.grads + m.optimizer + m.activations + m.work +
-              m.low_precision;
-    if (out)
-        *out = m;
-    return m.total;
-}
-
-ty_status train_memory_estimate_spec(const json_t *spec,
-                                     const uint32_t *input_shape, uint32_t ndim,
-                                     uint32_t num_outputs, ty_task task,
-                                     const train_hparams *hp, uint32_t n_train,
-                                     int threads, const nn_backend *be,
-                                     train_memory *out, ty_err *err)
-{
-    nn_arch arch;
-    ty_status st =
-        nn_arch_build_on(spec, input_shape, ndim, num_outputs, task, &hp->loss,
-                         be ? be : &nn_backend_cpu, &arch, NULL, err);
-    if (st != TY_OK)
-        return st;
-    /* The precision the run would train in here (a device that cannot
-     * train an explicit bf16/fp16 fails the run; estimated as fp32). */
-    nn_dtype dt;
-    if (train_precision_resolve(hp, arch.be, NULL, &dt, NULL) == TY_OK)
-        nn_arch_set_precision(&arch, dt);
-    train_memory_estimate(&arch, hp, n_train, threads, out);
-    nn_arch_free(&arch);
-    return TY_OK;
-}
-
-void train_format_bytes(uint64_t n, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    size_t u = 0;
-    while (v >= 1024.0 && u + 1 < sizeof units / sizeof *units) {
-        v /= 1024.0;
-        u++;
-    }
-    if (u == 0)
-        snprintf(buf, len, "%llu B", (unsigned long long)n);
-    else
-        snprintf(buf, len, v < 10.0 ? "%.1f %s" : "%.0f %s", v, units[u]);
 }
 
 /* Counts bytes the run now holds from the backend's alloc. */
@@ -946,6 +870,33 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     return TY_OK;
 }
 
+/* hyperparameters.init_from: the state block (parameters and buffers)
+ * from the model file at path, every tensor of the spec by its name and
+ * shape, F32. */
+static ty_status load_init(trainer *t, const char *path, ty_err *err)
+{
+    st_file f;
+    ty_err inner = {0};
+    if (st_open(path, &f, &inner) != TY_OK)
+        return ty_fail(err, TY_EINVAL, "hyperparameters.init_from",
+                       "the model to start from cannot be read: %s", inner.msg);
+    float *state = train_host_state(t);
+    ty_status st = TY_OK;
+    for (uint32_t i = 0; i < t->arch.n_tensors && st == TY_OK; i++) {
+        const nn_named_tensor *nt = &t->arch.tensors[i];
+        const st_tensor *x = st_find(&f, nt->name);
+        if (!x || x->dtype != ST_F32 || x->numel != nt->desc->numel)
+            st = ty_fail(err, TY_EINVAL, "hyperparameters.init_from",
+                         "the model to start from has no F32 tensor '%s' of "
+                         "%llu values",
+                         nt->name, (unsigned long long)nt->desc->numel);
+        else
+            memcpy(state + nt->offset, x->data, x->numel * sizeof(float));
+    }
+    st_close(&f);
+    return st;
+}
+
 ty_status train_run(const train_job *job, train_epoch_metrics *final,
                     ty_err *err)
 {
@@ -972,7 +923,9 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
         ty_rng init;
         ty_rng_seed(&init, t.hp->seed, TRAIN_STREAM_INIT);
         nn_arch_init_params(&t.arch, train_host_state(&t), &init);
-        if ((st = train_state_upload(&t, err)) != TY_OK)
+        if ((job->init_path &&
+             (st = load_init(&t, job->init_path, err)) != TY_OK) ||
+            (st = train_state_upload(&t, err)) != TY_OK)
             goto done;
     }
     /* The 16-bit weights follow the fp32 ones, fresh or resumed. */

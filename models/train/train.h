@@ -74,6 +74,10 @@
  *   eval_every_steps (1..10^9; absent: off): the validation loss is also
  *   measured every that many steps and reported with the progress
  *   (val_loss, and val_perplexity for language models),
+ *   init_from (a model's id or name; absent: none): fine-tuning. The run
+ *   starts from that model's weights instead of drawn ones; the job's spec
+ *   must be the model's (the service names the first layer that differs)
+ *   and its data of the same shape and outputs,
  *   seed (0..2^53; default chosen at random by train_hparams_parse and written
  *   into the normalized object, so every run is reproducible afterwards),
  *   checkpoint_every_steps (0 = only at the end of each epoch; default 0;
@@ -149,6 +153,8 @@ typedef enum {
 /* hyperparameters.target_scaling (regression only). AUTO: absent; settled
  * to STANDARDIZE for regression by train_hparams_resolve_loss, and read
  * as NONE by train_run (see target_scaling above). */
+#define TRAIN_INIT_FROM_MAX 200
+
 typedef enum {
     TRAIN_TARGET_AUTO = 0,
     TRAIN_TARGET_STANDARDIZE,
@@ -188,6 +194,10 @@ typedef struct {
     uint32_t context_length;
     uint64_t max_steps;        /* 0: no cap besides epochs */
     uint64_t eval_every_steps; /* 0: validation at epoch ends only */
+    /* init_from as given ("" when absent): a model to start from; the
+     * service resolves it (jobs/admission.c) and hands the trainer its
+     * file as train_job.init_path. */
+    char init_from[TRAIN_INIT_FROM_MAX + 1];
 } train_hparams;
 
 #define TRAIN_DEFAULT_CONTEXT 128u
@@ -357,6 +367,10 @@ typedef struct {
      * simulated slice the CPU stands in for); NULL: the backend's name
      * ("cpu"). */
     const char *device_label;
+    /* A model file (nn.h's format) whose weights a fresh run starts from
+     * (hyperparameters.init_from, resolved); NULL: drawn ones. Every tensor
+     * of the spec must be there with its shape; a resumed run ignores it. */
+    const char *init_path;
 } train_job;
 
 /* The compute threads a run uses for job.threads = requested on be (NULL:

@@ -176,6 +176,34 @@ cnn_meta = {'spec': {'layers': [{'type': 'conv2d', 'filters': 2, 'kernel_size': 
 put('model_import', 'cnn_missing', json.dumps(cnn_meta).encode() + W + st([('0.weight', 'F32', [2, 1, 3, 3], f32(18))]))
 put('model_import', 'bad_meta', b'{"spec": 1, "task": "x", "input_shape": [0]}' + W + st(imp_t))
 
+# GPT-2 checkpoints in Hugging Face's layout: "<config.json>@@W@@<model.safetensors>"
+# (fuzz_hf_gpt2.c): 1 layer, 4 channels, 2 heads, 3 positions, 5 tokens.
+def gpt2_t(prefix='transformer.', dt='F32', size=4):
+    C, R = 4, 16
+    def t(name, shape):
+        n = 1
+        for s in shape: n *= s
+        raw = f32(n) if dt == 'F32' else struct.pack('<%de' % n, *[(i % 7 - 3) / 8 for i in range(n)])
+        return (prefix + name, dt, shape, raw)
+    return [t('wte.weight', [5, C]), t('wpe.weight', [3, C]),
+            t('h.0.ln_1.weight', [C]), t('h.0.ln_1.bias', [C]),
+            t('h.0.attn.c_attn.weight', [C, 3 * C]), t('h.0.attn.c_attn.bias', [3 * C]),
+            t('h.0.attn.c_proj.weight', [C, C]), t('h.0.attn.c_proj.bias', [C]),
+            t('h.0.ln_2.weight', [C]), t('h.0.ln_2.bias', [C]),
+            t('h.0.mlp.c_fc.weight', [C, R]), t('h.0.mlp.c_fc.bias', [R]),
+            t('h.0.mlp.c_proj.weight', [R, C]), t('h.0.mlp.c_proj.bias', [C]),
+            t('ln_f.weight', [C]), t('ln_f.bias', [C])]
+gpt2_cfg = {'model_type': 'gpt2', 'n_embd': 4, 'n_head': 2, 'n_layer': 1, 'n_positions': 3,
+            'vocab_size': 5, 'n_inner': None, 'activation_function': 'gelu_new',
+            'layer_norm_epsilon': 1e-05}
+put('hf_gpt2', 'gpt2', json.dumps(gpt2_cfg).encode() + W + st(gpt2_t(), {'format': 'pt'}))
+put('hf_gpt2', 'bare_f16', json.dumps(gpt2_cfg).encode() + W + st(gpt2_t('', 'F16') +
+    [('h.0.attn.bias', 'F32', [1, 1, 3, 3], f32(9)), ('lm_head.weight', 'F16', [5, 4], gpt2_t('', 'F16')[0][3])]))
+put('hf_gpt2', 'untied', json.dumps(dict(gpt2_cfg, tie_word_embeddings=False)).encode() + W +
+    st(gpt2_t() + [('lm_head.weight', 'F32', [5, 4], f32(20))]))
+put('hf_gpt2', 'missing', json.dumps(gpt2_cfg).encode() + W + st(gpt2_t()[:-1]))
+put('hf_gpt2', 'relu', json.dumps(dict(gpt2_cfg, activation_function='relu')).encode() + W + st(gpt2_t()))
+
 # KServe v2 tensors: "<dtype><count><header fraction><body>" (fuzz_tensor.c)
 hdr = json.dumps({"inputs": [{"name": "input", "shape": [1, 4], "datatype": "INT8", "parameters": {"binary_data_size": 4}}]}).encode()
 body = hdr + bytes([1, 200, 3, 255])

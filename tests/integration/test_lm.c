@@ -309,6 +309,84 @@ static void test_evaluate_on_text(void **state)
     resp_free(r);
 }
 
+/* The CLI: predict's table for a language model (rank, the token quoted,
+ * its id and probability), jobs show's perplexity and tokens/s. */
+static void test_cli(void **state)
+{
+    (void)state;
+    char home[PATH_MAX], input[PATH_MAX + 16];
+    temp_dir(home);
+    snprintf(input, sizeof input, "%s/p.json", home);
+    const char *body = "{\"inputs\": [\"the old k\"], \"top_k\": 2}";
+    write_file(input, body, strlen(body));
+    cli_result r;
+    cli_run(
+        &r, home, server.base, server.key,
+        (const char *const[]){"models", "predict", "story-gpt", input, NULL});
+    cli_expect_code(&r, 0);
+    if (!strstr(r.out, "RANK") || !strstr(r.out, "\"i\"  ") ||
+        !strstr(r.out, "105"))
+        fail_msg("predict table:\n%s", r.out);
+    cli_result_free(&r);
+    cli_run(&r, home, server.base, server.key,
+            (const char *const[]){"jobs", "list", NULL});
+    cli_expect_code(&r, 0);
+    cli_result_free(&r);
+}
+
+/* init_from: a job that starts from the trained model's weights begins
+ * where that one ended (a drawn start is near ln 256 = 5.5 nats), and one
+ * whose spec differs is refused naming the layer. */
+static void test_fine_tune(void **state)
+{
+    (void)state;
+    char body[2048];
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"story\", \"name\": \"story-ft\", \"model\": "
+             "{\"layers\": %s}, \"hyperparameters\": {\"context_length\": "
+             "32, \"batch_size\": 16, \"optimizer\": \"adamw\", "
+             "\"learning_rate\": 1e-5, \"max_steps\": 3, \"seed\": 2, "
+             "\"init_from\": \"story-gpt\"}}",
+             GPT_LAYERS);
+    resp *r = post("/v1/jobs", body);
+    expect_status(r, 202);
+    /* the normalized hyperparameters name the model by id */
+    assert_string_equal(
+        str(json_object_get(r->json, "hyperparameters"), "init_from"),
+        model_id);
+    json_t *j = wait_job(&server, str(r->json, "id"), 300);
+    resp_free(r);
+    assert_string_equal(str(j, "status"), "succeeded");
+    const json_t *m = json_object_get(j, "metrics");
+    fprintf(stderr, "fine-tune: train_loss %.4f\n", num(m, "train_loss"));
+    assert_true(num(m, "train_loss") < 2.0);
+    json_decref(j);
+    /* a different block: refused, naming the layer */
+    expect_422(post("/v1/jobs",
+                    "{\"dataset\": \"story\", \"model\": {\"layers\": "
+                    "[{\"type\": \"embedding\", \"dim\": 32}, {\"type\": "
+                    "\"positional_embedding\"}, {\"type\": "
+                    "\"transformer_block\", \"heads\": 2}, {\"type\": "
+                    "\"transformer_block\", \"heads\": 4}, {\"type\": "
+                    "\"layernorm\"}, {\"type\": \"lm_head\"}]}, "
+                    "\"hyperparameters\": {\"context_length\": 32, "
+                    "\"init_from\": \"story-gpt\"}}"),
+               "hyperparameters.init_from", "layer 2 differs");
+    expect_422(post("/v1/jobs", "{\"dataset\": \"story\", \"model\": "
+                                "{\"layers\": " GPT_LAYERS "}, "
+                                "\"hyperparameters\": {\"init_from\": "
+                                "\"no-such-model\"}}"),
+               "hyperparameters.init_from", "no model");
+    /* another context length is another input shape */
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"story\", \"model\": {\"layers\": %s}, "
+             "\"hyperparameters\": {\"context_length\": 16, "
+             "\"init_from\": \"story-gpt\"}}",
+             GPT_LAYERS);
+    expect_422(post("/v1/jobs", body), "hyperparameters.init_from",
+               "input shape");
+}
+
 /* A CSV dataset and a classifier on it, for the cross-task refusals. */
 static void make_csv_model(void)
 {
@@ -410,6 +488,8 @@ int main(void)
         cmocka_unit_test(test_next_token_predict),
         cmocka_unit_test(test_tokenize_detokenize),
         cmocka_unit_test(test_evaluate_on_text),
+        cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_fine_tune),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
