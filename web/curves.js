@@ -9,9 +9,15 @@
 // RELOAD_MS) brings the newly downsampled series. A chart never holds more
 // than POINTS points a series, so a 20,000-epoch run draws as fast as a
 // 20-epoch one.
+//
+// A language model's run (jobinfo.isLMJob) draws its losses in nats, the
+// second chart its perplexity per epoch (exp of the epoch losses: for a
+// point that is the mean of several epochs, their geometric-mean
+// perplexity), and, while it runs, the validation loss measured every
+// eval_every_steps (addStepVal) on the loss chart.
 import {api} from './api.js';
 import {h, field, jobColour} from './util.js';
-import {metricName} from './jobinfo.js';
+import {metricName, isLMJob} from './jobinfo.js';
 
 export const POINTS = 200;
 const RELOAD_MS = 10000;
@@ -66,7 +72,7 @@ const line = (label, data, colour, extra = {}) =>
 // destroy()}. others: a promise of the tenant's other jobs [{id, name}]
 // for the comparison picker.
 export function curvesSection(jobId) {
-  const state = {epochs: [], steps: [], perEpoch: 1, perStep: 1, totalEpochs: 0, job: null};
+  const state = {epochs: [], steps: [], stepVals: [], perEpoch: 1, perStep: 1, totalEpochs: 0, job: null};
   const compared = new Map();   // id -> {name, curves}
   const logScale = h('input', {type: 'checkbox', id: 'curve-log'});
   const smoothing = h('input', {type: 'range', id: 'curve-smoothing', min: 0, max: 0.95, step: 0.05, value: 0});
@@ -103,6 +109,7 @@ export function curvesSection(jobId) {
     const ep = state.epochs, st = state.steps;
     const best = state.job && state.job.metrics && state.job.metrics.best;
     const sets = {loss: [], acc: [], lr: []};
+    const lm = !!state.job && isLMJob(state.job);
     const stepLoss = series(st, 'x', 'loss');
     if (hasValues(stepLoss)) sets.loss.push(line('train loss (per step, epoch mean so far)', smooth(stepLoss, w), '#8fb3e8', {borderWidth: 1, pointRadius: 0}));
     // A regression run has no accuracy: its errors (RMSE, MAE) and R² take
@@ -110,16 +117,19 @@ export function curvesSection(jobId) {
     const regression = !ep.some((p) => typeof p.train_accuracy === 'number' || typeof p.val_accuracy === 'number') &&
       ep.some((p) => REGRESSION.some(([k]) => typeof p[k] === 'number'));
     if (charts.acc) {
-      charts.acc.options.scales.y.title.text = regression ? 'RMSE, MAE (target units)' : 'accuracy';
+      charts.acc.options.scales.y.title.text = lm ? 'perplexity' : regression ? 'RMSE, MAE (target units)' : 'accuracy';
       charts.acc.options.scales.r2.display = regression;
     }
-    canvases.acc.setAttribute('aria-label', regression ? 'RMSE, MAE and R² per epoch' : 'Accuracy per epoch');
+    if (charts.loss) charts.loss.options.scales.y.title.text = lm ? 'loss (nats)' : 'loss';
+    canvases.acc.setAttribute('aria-label', lm ? 'Perplexity per epoch' : regression ? 'RMSE, MAE and R² per epoch' : 'Accuracy per epoch');
+    canvases.loss.setAttribute('aria-label', lm ? 'Loss in nats per step and per epoch' : 'Loss per step and per epoch');
     for (const [k, label, colour, chart, axis] of [['train_loss', 'train loss', '#1f5fbf', 'loss'], ['val_loss', 'validation loss', '#d9822b', 'loss'],
       ['train_accuracy', 'train accuracy', '#1e7f3c', 'acc'], ['val_accuracy', 'validation accuracy', '#9c27b0', 'acc'],
       ...(regression ? REGRESSION : [])]) {
       const pts = series(ep, 'epoch', k);
       if (hasValues(pts)) sets[chart].push(line(label, smooth(pts, w), colour, axis ? {yAxisID: axis} : {}));
     }
+    if (lm) drawLM(w, sets);
     const lr = series(st, 'x', 'lr');
     if (hasValues(lr)) sets.lr.push(line('learning rate', lr, '#5b6470', {pointRadius: 0, tension: 0}));
     if (best && typeof best.value === 'number') {
@@ -133,10 +143,12 @@ export function curvesSection(jobId) {
       const e = c.curves.epochs.points;
       const lossKey = e.some((p) => typeof p.val_loss === 'number') ? 'val_loss' : 'train_loss';
       const accKey = ['val_accuracy', 'train_accuracy', 'val_rmse', 'train_rmse'].find((k) => e.some((p) => typeof p[k] === 'number')) || 'val_accuracy';
-      const l = series(e, 'epoch', lossKey), a = series(e, 'epoch', accKey);
+      const l = series(e, 'epoch', lossKey);
+      // Beside a language model, the other run's perplexity (exp of its loss).
+      const a = lm ? l.map((p) => ({x: p.x, y: p.y === null ? null : Math.exp(p.y)})) : series(e, 'epoch', accKey);
       const dash = {borderDash: [6, 4], pointRadius: 0};
       if (hasValues(l)) sets.loss.push(line(`${c.name}: ${metricName(lossKey)}`, smooth(l, w), colour, dash));
-      if (hasValues(a)) sets.acc.push(line(`${c.name}: ${metricName(accKey)}`, smooth(a, w), colour, dash));
+      if (hasValues(a)) sets.acc.push(line(`${c.name}: ${lm ? `${lossKey === 'val_loss' ? 'val. ' : ''}perplexity` : metricName(accKey)}`, smooth(a, w), colour, dash));
     }
     for (const k of ['loss', 'acc', 'lr']) {
       const most = Math.max(0, ...sets[k].map((d) => d.data.length));
@@ -146,13 +158,37 @@ export function curvesSection(jobId) {
       const chart = charts[k];
       if (!chart) continue;
       chart.data.datasets = sets[k];
-      chart.options.scales.y.type = logScale.checked && k !== 'acc' ? 'logarithmic' : 'linear';
+      chart.options.scales.y.type = logScale.checked && (k !== 'acc' || lm) ? 'logarithmic' : 'linear';
       chart.update('none');
     }
     el.dataset.epochs = String(state.totalEpochs);
     note.textContent = (state.perEpoch > 1
       ? `${state.totalEpochs.toLocaleString()} epochs: each point of the epoch curves is the mean of ${state.perEpoch} epochs. ` : '') +
       (state.steps.some((p) => p.n > 1) ? `The per-step curves are thinned to at most ${POINTS} points (means).` : '');
+  }
+
+  // A language model: perplexity per epoch on the second chart, and the
+  // validation loss measured every eval_every_steps on the first.
+  function drawLM(w, sets) {
+    for (const [k, label, colour] of [['train_loss', 'train perplexity', '#1e7f3c'], ['val_loss', 'validation perplexity', '#9c27b0']]) {
+      const pts = series(state.epochs, 'epoch', k).map((p) => ({x: p.x, y: p.y === null ? null : Math.exp(p.y)}));
+      if (hasValues(pts)) sets.acc.push(line(label, smooth(pts, w), colour));
+    }
+    const every = state.job.hyperparameters && state.job.hyperparameters.eval_every_steps;
+    if (state.stepVals.length) {
+      sets.loss.push(line(`validation loss (every ${every || 'N'} steps)`, state.stepVals, '#e8a33d',
+        {pointRadius: 3, borderDash: [2, 3], borderWidth: 1}));
+    }
+  }
+
+  // The validation loss of a step (the job's metrics val_loss at val_step),
+  // drawn where the server draws that step's training loss.
+  function addStepVal(v, job) {
+    const p = job.progress || {};
+    if (!p.total_steps || !p.epochs || state.stepVals.some((q) => q.step === v.step)) return;
+    state.stepVals.push({step: v.step, x: v.step * p.epochs / p.total_steps, y: v.loss});
+    canvases.loss.dataset.stepVals = String(state.stepVals.length);
+    draw();
   }
 
   function take(doc) {
@@ -233,6 +269,6 @@ export function curvesSection(jobId) {
   smoothing.addEventListener('input', draw);
   fillCompare();
 
-  return {el, setJob, addEpoch, addStep, load, draw,
+  return {el, setJob, addEpoch, addStep, addStepVal, load, draw,
     destroy() { clearTimeout(reloadTimer); for (const c of Object.values(charts)) c?.destroy(); }};
 }

@@ -1,7 +1,7 @@
 // datasets.js - the datasets list, the upload form (multipart, with upload
 // progress) and a dataset's details.
 import {api, upload} from './api.js';
-import {h, field, setFieldError, fmtBytes, fmtNum, fmtTime, kv, statusBadge} from './util.js';
+import {h, field, setFieldError, fmtBytes, fmtNum, fmtTime, kv, statusBadge, tokenizerText} from './util.js';
 
 // The file parts of each format, and which extra fields it takes.
 const FORMATS = {
@@ -127,15 +127,15 @@ export function datasetPage(root, id) {
     facts.replaceChildren(h('section', {class: 'card', id: 'dataset'}, kv([
       ['Id', d.id], ['Format', d.format], ['Task', d.task],
       ...(isText(d) ? [['Tokens', Number(d.num_tokens).toLocaleString()], ['Vocabulary', Number(d.vocab_size).toLocaleString()],
-        ['Tokenizer', d.tokenizer || 'none (token ids made elsewhere)']]
+        ['Tokenizer', tokenizerText(d.tokenizer) || 'none (token ids made elsewhere)']]
         : [['Examples', String(d.num_examples)], ['Input shape', JSON.stringify(d.input_shape)]]),
       d.classes ? ['Classes', d.classes.join(', ')] : null,
       d.num_targets ? ['Targets', String(d.num_targets)] : null,
       d.feature_names ? ['Features', d.feature_names.join(', ')] : null,
       d.label_column ? ['Label column', d.label_column] : null,
       ['Size', fmtBytes(d.bytes)], ['SHA-256', d.sha256], ['Created', fmtTime(d.created_at)],
-    ]), isText(d) ? h('p', {class: 'muted', text: 'Language-model training is not built yet: this dataset can be stored and read, not trained on.'})
-      : h('p', {}, h('a', {href: `#/new?dataset=${d.id}`, text: 'Train a model on it'}))));
+    ]), h('p', {}, h('a', {href: `#/new?dataset=${d.id}`, id: 'train-link',
+      text: isText(d) ? 'Train a language model on it' : 'Train a model on it'}))));
     if (Array.isArray(d.columns) && d.columns.length) showColumns(columns, d);
     if (d.task === 'classification') showBalance(balance, d);
     showPreview(preview, d).catch((e) => {

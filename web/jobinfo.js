@@ -1,7 +1,29 @@
 // jobinfo.js - what a job's row and a job's header say at a glance: where it
 // is (epoch, within the epoch, ETA), how it does (best and latest metrics),
-// why it waits, why it ended, and whether it learned anything.
+// why it waits, why it ended, and whether it learned anything. A language
+// model's run (text or tokens data) is told in optimizer steps, perplexity
+// and tokens/s.
 import {h, fmtDuration, fmtNum} from './util.js';
+
+// A language model's job: its normalized hyperparameters always name the
+// context length (only language models take one); its records have
+// tokens/s and perplexities.
+export function isLMJob(job) {
+  const hp = job.hyperparameters || {}, m = job.metrics || {};
+  return typeof hp.context_length === 'number' || typeof m.tokens_per_second === 'number' ||
+    typeof m.train_perplexity === 'number';
+}
+const isNum = (x) => typeof x === 'number' && isFinite(x);
+// A perplexity: 13.81, 1,234.5 (a fresh model's is about the vocabulary).
+export const fmtPpl = (x) => (isNum(x) ? (x >= 1000 ? fmtNum(x) : x.toFixed(2)) : '—');
+// Tokens per second: a language model's epoch figure, else the progress's
+// windows per second times the context length (before the first epoch).
+export function tokensPerSecond(job) {
+  const m = job.metrics || {}, hp = job.hyperparameters || {};
+  if (isNum(m.tokens_per_second) && m.tokens_per_second > 0) return m.tokens_per_second;
+  if (isNum(m.samples_per_sec) && m.samples_per_sec > 0 && isNum(hp.context_length)) return m.samples_per_sec * hp.context_length;
+  return null;
+}
 
 // Where a run is: the epoch it trains (1-based), of how many, and how far
 // into that epoch (0..1). progress.epoch is the epoch in training when the
@@ -9,6 +31,13 @@ import {h, fmtDuration, fmtNum} from './util.js';
 // on, so the two never disagree.
 export function position(job) {
   const p = job.progress || {}, m = job.metrics || {};
+  // A language model: by optimizer steps (max_steps may end it mid-epoch,
+  // so its epochs say little about how far it is).
+  if (isLMJob(job) && p.total_steps) {
+    const step = job.status === 'succeeded' ? p.total_steps : Math.min(p.step || 0, p.total_steps);
+    const fraction = step / p.total_steps;
+    return {epoch: m.epoch || 0, epochs: 0, within: fraction, fraction, done: m.epoch || 0, step, steps: p.total_steps};
+  }
   const epochs = p.epochs || (job.hyperparameters && job.hyperparameters.epochs) || 0;
   const done = m.epoch || 0;
   if (job.status === 'succeeded') return {epoch: epochs || done, epochs, within: 1, fraction: 1, done: epochs || done};
@@ -50,7 +79,9 @@ export function progressCell(job) {
   const eta = etaText(job);
   const running = job.status === 'running';
   const run = `${runPercent(pos.fraction)} % of the run`;
-  const label = !pos.epochs ? '' : running
+  const label = pos.steps ? (running ? `step ${pos.step.toLocaleString()}/${pos.steps.toLocaleString()} · ${run}`
+    : job.status === 'succeeded' ? `${pos.steps.toLocaleString()} steps` : `${pos.step.toLocaleString()}/${pos.steps.toLocaleString()} steps done`)
+    : !pos.epochs ? '' : running
     ? `epoch ${pos.epoch}/${pos.epochs} · ${run}`
     : job.status === 'succeeded' ? `${pos.epochs} epoch${pos.epochs === 1 ? '' : 's'}` : pos.done ? `${pos.done}/${pos.epochs} epochs done` : `0/${pos.epochs} epochs`;
   const inEpoch = running && pos.epochs ? `; epoch ${pos.epoch} is ${Math.floor(pos.within * 100)} % done` : '';
@@ -68,6 +99,10 @@ export const metricName = (k) => METRIC_NAMES[k] || k;
 // "0.9123 val. accuracy (epoch 7)", or '' before the first epoch.
 export function bestText(job) {
   const b = job.metrics && job.metrics.best;
+  // A language model's best validation loss, as the perplexity it is.
+  if (b && isNum(b.value) && isLMJob(job) && /loss/.test(b.metric)) {
+    return `${fmtPpl(Math.exp(b.value))} ${b.metric === 'val_loss' ? 'val. ' : ''}perplexity (loss ${fmtNum(b.value)} nats, epoch ${b.epoch})`;
+  }
   return b && typeof b.value === 'number' ? `${fmtNum(b.value)} ${metricName(b.metric)} (epoch ${b.epoch})` : '';
 }
 
@@ -75,6 +110,14 @@ export function bestText(job) {
 export function latestText(job) {
   const m = job.metrics || {};
   const parts = [];
+  if (isLMJob(job)) {
+    // The validation perplexity (the training one without validation) and
+    // the training loss: short enough for the jobs list's cell.
+    if (isNum(m.val_perplexity)) parts.push(`val. perplexity ${fmtPpl(m.val_perplexity)}`);
+    else if (isNum(m.train_perplexity)) parts.push(`train perplexity ${fmtPpl(m.train_perplexity)}`);
+    if (isNum(m.train_loss)) parts.push(`loss ${fmtNum(m.train_loss)} nats`);
+    return parts.join(' · ');
+  }
   if (typeof m.val_accuracy === 'number') parts.push(`val. acc. ${fmtNum(m.val_accuracy)}`);
   else if (typeof m.train_accuracy === 'number') parts.push(`acc. ${fmtNum(m.train_accuracy)}`);
   if (typeof m.rmse === 'number') parts.push(`RMSE ${fmtNum(m.rmse)}`);
@@ -85,6 +128,10 @@ export function latestText(job) {
 }
 
 export function throughputText(job) {
+  if (isLMJob(job)) {
+    const t = tokensPerSecond(job);
+    return t ? `${Math.round(t).toLocaleString()} tokens/s` : '';
+  }
   const s = job.metrics && job.metrics.samples_per_sec;
   return typeof s === 'number' && s > 0 ? `${Math.round(s).toLocaleString()} samples/s` : '';
 }

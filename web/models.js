@@ -2,14 +2,19 @@
 // "try it": a drawing pad for 28x28 images, a form of the raw columns for a
 // model trained on a CSV with typed columns, or one of numeric features,
 // with class probabilities or the predicted target (in its units) from
-// POST /v1/models/{id}/predict.
+// POST /v1/models/{id}/predict; for a language model a prompt, its tokens
+// (POST /v1/models/{id}/tokenize) and the next token's most likely values
+// with their probabilities.
 import {api} from './api.js';
-import {h, field, fmtBytes, fmtNum, fmtTime, kv, resourceLink} from './util.js';
+import {h, field, fmtBytes, fmtNum, fmtTime, kv, resourceLink, tokenizerText, tokenText} from './util.js';
+import {fmtPpl} from './jobinfo.js';
+
+const isLM = (m) => m.task === 'language_modeling';
 
 export function modelsPage(root) {
   const banner = h('p', {class: 'banner', role: 'alert'});
   const tbody = h('tbody', {id: 'models-body'});
-  const cols = ['Name', 'Task', 'Job', 'Parameters', 'Val. accuracy', 'Created'];
+  const cols = ['Name', 'Task', 'Job', 'Parameters', 'Validation', 'Created'];
   root.append(h('h1', {text: 'Models'}), banner, h('div', {class: 'table-wrap'}, h('table', {id: 'models', class: 'cards'},
     h('thead', {}, h('tr', {}, cols.map((t) => h('th', {scope: 'col', text: t})))), tbody)));
   api('/v1/models?limit=200').then((doc) => {
@@ -18,7 +23,8 @@ export function modelsPage(root) {
       h('td', {'data-label': cols[1], text: m.task}),
       h('td', {'data-label': cols[2]}, m.job ? h('a', {href: `#/jobs/${m.job}`, text: m.job}) : 'imported'),
       h('td', {'data-label': cols[3], text: m.param_count.toLocaleString()}),
-      h('td', {'data-label': cols[4], text: fmtNum(m.metrics && m.metrics.val_accuracy)}),
+      h('td', {'data-label': cols[4], text: isLM(m) ? `perplexity ${fmtPpl(m.metrics && m.metrics.val_perplexity)}`
+        : fmtNum(m.metrics && m.metrics.val_accuracy)}),
       h('td', {'data-label': cols[5], text: fmtTime(m.created_at)}))));
     if (!doc.items.length) tbody.append(h('tr', {}, h('td', {colspan: 6, class: 'muted', text: 'No models yet: a job that succeeds makes one.'})));
   }).catch((e) => { if (e.status !== 401) banner.textContent = `Could not load models: ${e.message}`; });
@@ -229,6 +235,111 @@ function rawColumnsForm(columns) {
   return {el, row: () => Object.fromEntries(fields.map((f) => [f.c.name, f.value()]))};
 }
 
+// Try it on a language model: a prompt; its tokens as the model's
+// tokenizer cuts it (counted as you type); "Next token" asks predict for
+// the top_k most likely next tokens, each row its text drawn visibly (see
+// util.tokenText), id, probability and a bar; "Append" adds a token to the
+// prompt and asks again. A model trained on token ids made elsewhere has no
+// tokenizer: its prompt is token ids ("12 7 301"), sent as ids. {el}.
+const TOKEN_IDS_SHOWN = 48;
+function languageTryIt(m) {
+  const byIds = !m.tokenizer;
+  const vocab = m.vocab_size ?? m.num_outputs;
+  const prompt = h('textarea', {id: 'lm-prompt', rows: 4, spellcheck: 'false',
+    placeholder: byIds ? `Token ids (0 to ${vocab - 1}), separated by spaces or commas; then Next token (Ctrl+Enter)`
+      : 'Type a prompt, then Next token (Ctrl+Enter)'});
+  const topK = h('input', {id: 'lm-top-k', type: 'number', min: 1, max: 100, value: 10});
+  const count = h('p', {class: 'muted', id: 'prompt-tokens', role: 'status', text: 'No prompt yet.'});
+  const error = h('p', {class: 'error', id: 'predict-error', role: 'alert'});
+  const out = h('div', {id: 'prediction', 'aria-live': 'polite'});
+  const ctx = m.context_length || (m.input_shape && m.input_shape[0]) || 0;
+
+  // Token ids typed as text: {ids} or {error} naming the first bad one.
+  function parseIds(text) {
+    const ids = [];
+    for (const w of text.split(/[\s,]+/).filter(Boolean)) {
+      const n = Number(w);
+      if (!/^\d+$/.test(w) || n >= vocab) return {error: `"${w.slice(0, 20)}" is not a token id: ids are whole numbers from 0 to ${vocab - 1}.`};
+      ids.push(n);
+    }
+    return {ids};
+  }
+
+  function showCount(tokens) {
+    const n = tokens.length;
+    const cut = ctx && n > ctx ? ` The model reads the last ${ctx.toLocaleString()} (its context length); the first ${(n - ctx).toLocaleString()} are left out.` : '';
+    const ids = tokens.slice(0, TOKEN_IDS_SHOWN).join(' ') + (n > TOKEN_IDS_SHOWN ? ` … and ${(n - TOKEN_IDS_SHOWN).toLocaleString()} more` : '');
+    count.dataset.count = String(n);
+    count.replaceChildren(`${n.toLocaleString()} token${n === 1 ? '' : 's'}: `, h('code', {id: 'prompt-token-ids', text: ids}), cut);
+  }
+
+  // The prompt's tokens, counted as it is typed (the latest text wins).
+  let seq = 0, timer = null;
+  async function tokenize() {
+    const text = prompt.value, mine = ++seq;
+    delete count.dataset.count;
+    if (!text.trim() && (byIds || !text)) { count.textContent = 'No prompt yet.'; return; }
+    if (byIds) {
+      const r = parseIds(text);
+      if (r.error) count.textContent = r.error; else showCount(r.ids);
+      return;
+    }
+    try {
+      const r = await api(`/v1/models/${m.id}/tokenize`, {method: 'POST', json: {content: text}});
+      if (mine === seq) showCount(r.tokens);
+    } catch (e) { if (mine === seq) count.textContent = `Could not tokenize: ${e.message}`; }
+  }
+  prompt.addEventListener('input', () => { clearTimeout(timer); timer = setTimeout(tokenize, 250); });
+
+  const go = h('button', {type: 'button', id: 'predict', text: 'Next token', onclick: predict});
+  prompt.addEventListener('keydown', (e) => { if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) { e.preventDefault(); predict(); } });
+
+  // Appends a token: its text, or (by ids) its id.
+  function append(t) {
+    prompt.value = byIds ? `${prompt.value.trimEnd()}${prompt.value.trim() ? ' ' : ''}${t.id}` : prompt.value + t.text;
+    tokenize();
+    predict();
+  }
+
+  async function predict() {
+    error.textContent = '';
+    let input = prompt.value;
+    if (byIds) {
+      const r = parseIds(input);
+      if (r.error) { error.textContent = r.error; prompt.focus(); return; }
+      input = r.ids;
+    }
+    if (!input.length) { error.textContent = 'Type a prompt first: it needs at least one token.'; prompt.focus(); return; }
+    go.disabled = true;
+    try {
+      const k = Math.max(1, Math.min(100, Math.round(Number(topK.value) || 10)));
+      const r = await api(`/v1/models/${m.id}/predict`, {method: 'POST', json: {inputs: [input], top_k: k}});
+      const p = r.predictions[0];
+      out.replaceChildren(...[
+        p.truncated ? h('p', {class: 'note', id: 'prompt-truncated', text: `The prompt is longer than the context length: the model read its last ${ctx.toLocaleString()} tokens.`}) : null,
+        h('div', {class: 'table-wrap'}, h('table', {class: 'probs next-tokens', id: 'next-tokens'},
+          h('caption', {class: 'muted', text: `The ${p.next_tokens.length} most likely next tokens`}),
+          // On a phone the id goes (it is the token's tooltip).
+          h('thead', {}, h('tr', {}, ['Token', 'Id', 'Probability', '', ''].map((t, i) => h('th', {scope: 'col', class: i === 1 ? 'hide-narrow' : null, text: t})))),
+          h('tbody', {}, p.next_tokens.map((t, i) => h('tr', {class: i === 0 ? 'top-class' : null, 'data-token-id': t.id, 'data-probability': t.probability},
+            h('td', {class: 'token-cell'}, tokenText(t)),
+            h('td', {class: 'num hide-narrow', text: String(t.id)}),
+            h('td', {class: 'num', text: `${(t.probability * 100).toFixed(1)} %`}),
+            // The bar: the probability, of the whole width (100 %).
+            h('td', {class: 'prob-bar'}, h('span', {class: 'bar', role: 'img', 'aria-label': `${(t.probability * 100).toFixed(1)} %`},
+              h('span', {class: 'bar-fill', style: `width:${(100 * t.probability).toFixed(2)}%`}))),
+            h('td', {}, byIds || typeof t.text === 'string' ? h('button', {type: 'button', class: 'secondary small append-token',
+              text: 'Append', 'aria-label': `Append token ${t.id} to the prompt`, onclick: () => append(t)}) : null))))))].filter(Boolean));
+    } catch (e) { error.textContent = `Prediction failed: ${e.message}`; } finally { go.disabled = false; }
+  }
+  const el = h('div', {class: 'lm-try'},
+    field(byIds ? 'Prompt (token ids: this model has no tokenizer)' : 'Prompt', prompt),
+    count,
+    h('div', {class: 'row'}, field('Most likely tokens (top k)', topK), h('div', {class: 'field'}, h('span', {class: 'lbl', text: ' '}), go)),
+    error, out);
+  return {el};
+}
+
 export function modelPage(root, id) {
   const banner = h('p', {class: 'banner', role: 'alert'});
   root.append(h('p', {}, h('a', {href: '#/models', text: '← Models'})), banner);
@@ -255,7 +366,8 @@ export function modelPage(root, id) {
     const predictError = h('p', {class: 'error', id: 'predict-error', role: 'alert'});
     const chosen = h('p', {class: 'muted', id: 'picked'});
     let inputs, pickedLabel = null, target = 'value';
-    if (isImage(m.input_shape)) {
+    if (isLM(m)) tryIt.append(languageTryIt(m).el);
+    else if (isImage(m.input_shape)) {
       const pad = drawingPad(() => { chosen.textContent = ''; pickedLabel = null; });
       tryIt.append(pad.el);
       if (m.dataset) {
@@ -319,7 +431,7 @@ export function modelPage(root, id) {
               h('td', {class: 'bar'}, h('meter', {min: 0, max: 1, value: p, 'aria-label': `class ${classes[i]}`})))))));
       } catch (e) { predictError.textContent = `Prediction failed: ${e.message}`; } finally { predict.disabled = false; }
     }});
-    tryIt.append(chosen, h('p', {}, predict), predictError, probs);
+    if (!isLM(m)) tryIt.append(chosen, h('p', {}, predict), predictError, probs);
 
     const met = m.metrics || {};
     root.append(h('h1', {text: m.name}), h('div', {class: 'grid'},
@@ -327,12 +439,16 @@ export function modelPage(root, id) {
         ['Id', m.id], ['Task', m.task],
         ['Job', m.job ? h('a', {href: `#/jobs/${m.job}`, text: m.job}) : 'imported'],
         ['Dataset', m.dataset ? resourceLink(api, 'datasets', m.dataset, {id: 'model-dataset-link'}) : '—'],
-        ['Input shape', JSON.stringify(m.input_shape)], ['Outputs', String(m.num_outputs)],
+        ...(isLM(m) ? [['Tokenizer', tokenizerText(m.tokenizer) || '—'],
+          ['Context length', `${Number(m.context_length ?? m.input_shape[0]).toLocaleString()} tokens`],
+          ['Vocabulary size', Number(m.vocab_size ?? m.num_outputs).toLocaleString()]]
+          : [['Input shape', JSON.stringify(m.input_shape)], ['Outputs', String(m.num_outputs)]]),
         m.classes ? ['Classes', m.classes.join(', ')] : null,
         ['Parameters', m.param_count.toLocaleString()],
-        m.task === 'regression' ? ['RMSE', fmtNum(met.rmse)] : ['Val. accuracy', fmtNum(met.val_accuracy)],
+        isLM(m) ? ['Val. perplexity', fmtPpl(met.val_perplexity)]
+          : m.task === 'regression' ? ['RMSE', fmtNum(met.rmse)] : ['Val. accuracy', fmtNum(met.val_accuracy)],
         m.task === 'regression' ? ['R²', fmtNum(met.r2)] : null,
-        ['Val. loss', fmtNum(met.val_loss)],
+        [isLM(m) ? 'Val. loss (nats)' : 'Val. loss', fmtNum(met.val_loss)],
         ['Trained on', m.trained_on || '—'], ['Size', fmtBytes(m.bytes)], ['Created', fmtTime(m.created_at)],
       ]), h('p', {}, getWeights), download),
       tryIt),

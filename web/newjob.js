@@ -4,12 +4,19 @@
 // before submitting (POST /v1/jobs?dry_run=true); "clone and edit" of an
 // existing job (#/new?from=<id>), whose failure's field gets the focus. A
 // 422's problem "field" is shown beside the matching control, in a line
-// kept for it so nothing moves.
+// kept for it so nothing moves. A text or tokens dataset (task
+// language_modeling) gets the language-model template and fields (context
+// length, max steps, evaluation every N steps); other datasets get the image
+// and tabular ones.
 import {api} from './api.js';
 import {h, field, setFieldError, fmtBytes, pickLabel} from './util.js';
 
 // The Fashion-MNIST networks of tests/acceptance/fashion.py, and a small
-// MLP for tabular data. The last dense layer is sized to the dataset.
+// MLP for tabular data: the last dense layer is sized to the dataset. The
+// GPT is nanoGPT's character model (4 layers, 4 heads, 128 channels; the
+// vocabulary is the dataset's), with its hyperparameters (hp), for
+// language-model datasets only (lm).
+const GPT_BLOCK = {type: 'transformer_block', heads: 4};
 const TEMPLATES = {
   'fashion-mlp': {label: 'Fashion-MNIST MLP', layers: [
     {type: 'flatten'},
@@ -29,10 +36,23 @@ const TEMPLATES = {
     {type: 'dense', units: 64}, {type: 'relu'},
     {type: 'dense', units: 64}, {type: 'relu'},
     {type: 'dense', units: 2}]},
+  'gpt-char': {label: 'GPT (character)', lm: true, layers: [
+    {type: 'embedding', dim: 128}, {type: 'positional_embedding'},
+    GPT_BLOCK, GPT_BLOCK, GPT_BLOCK, GPT_BLOCK,
+    {type: 'layernorm'}, {type: 'lm_head'}],
+  hp: {context_length: 64, batch_size: 16, optimizer: 'adamw', learning_rate: 0.001, max_steps: 2000, eval_every_steps: 200}},
 };
+// What the form starts with, and goes back to when a template without hp
+// follows one with.
+const HP_DEFAULTS = {batch_size: 64, optimizer: 'adam', learning_rate: 0.001};
+const isLM = (d) => !!d && d.task === 'language_modeling';
 
 
 const HP_FIELDS = ['epochs', 'batch_size', 'optimizer', 'learning_rate', 'weight_decay', 'seed'];
+// Language models only: shown (and sent) for a language-model dataset.
+const LM_FIELDS = ['context_length', 'max_steps', 'eval_every_steps'];
+// A dataset's size in its picker: examples, or tokens for text.
+const sizeOf = (d) => (isLM(d) ? `${Number(d.num_tokens).toLocaleString()} tokens` : d.num_examples);
 
 // The dataset a new job most likely wants: the one the tenant's latest job
 // trained on, else the newest upload.
@@ -66,8 +86,7 @@ export function newJobPage(root, query) {
   const c = {
     name: h('input', {id: 'job-name', maxlength: 200, placeholder: 'my-model'}),
     dataset: h('select', {id: 'job-dataset', required: true}),
-    template: h('select', {id: 'job-template'}, Object.entries(TEMPLATES).map(([k, t]) => h('option', {value: k, text: t.label})),
-      h('option', {value: 'custom', text: 'Custom (the spec below)'})),
+    template: h('select', {id: 'job-template'}),
     spec: h('textarea', {id: 'job-spec', rows: 14, spellcheck: 'false'}),
     epochs: h('input', {id: 'hp-epochs', type: 'number', min: 1, value: 10}),
     batch_size: h('input', {id: 'hp-batch_size', type: 'number', min: 1, value: 64}),
@@ -75,6 +94,9 @@ export function newJobPage(root, query) {
     learning_rate: h('input', {id: 'hp-learning_rate', type: 'number', step: 'any', min: 0, value: 0.001}),
     weight_decay: h('input', {id: 'hp-weight_decay', type: 'number', step: 'any', min: 0, placeholder: 'optimizer default'}),
     seed: h('input', {id: 'hp-seed', type: 'number', placeholder: 'random'}),
+    context_length: h('input', {id: 'hp-context_length', type: 'number', min: 1, max: 65536, value: 64}),
+    max_steps: h('input', {id: 'hp-max_steps', type: 'number', min: 1, placeholder: 'none (epochs)'}),
+    eval_every_steps: h('input', {id: 'hp-eval_every_steps', type: 'number', min: 1, placeholder: 'each epoch only'}),
     schedule: h('select', {id: 'hp-lr_schedule'}, [['constant', 'constant'], ['cosine', 'cosine to min_lr'], ['step', 'step: × gamma every N epochs']]
       .map(([v, t]) => h('option', {value: v, text: t}))),
     step_epochs: h('input', {id: 'hp-step_epochs', type: 'number', min: 1, value: 5}),
@@ -91,21 +113,56 @@ export function newJobPage(root, query) {
   const submit = h('button', {type: 'submit', text: 'Submit job'});
   const estimate = h('p', {class: 'muted', id: 'job-estimate', 'aria-live': 'polite', text: 'Estimate: —'});
   const checkBtn = h('button', {type: 'button', class: 'secondary', id: 'job-check', text: 'Check and estimate'});
+  const lmHint = h('p', {class: 'muted', id: 'lm-hint', hidden: true, text: 'A language model: each example is a window of ' +
+    'context-length tokens predicting the next token at every position; the run stops after max steps or the epochs, ' +
+    'whichever comes first; loss in nats, perplexity = exp(loss). The vocabulary is the dataset\'s.'});
 
+  // The templates a dataset can use: the language-model one for a text or
+  // tokens dataset, the others for the rest; Custom always. The LM fields
+  // show for a language-model dataset only.
+  let lmForm = null;
+  function offerTemplates() {
+    const lm = isLM(datasets.get(c.dataset.value));
+    if (lm === lmForm) return;
+    lmForm = lm;
+    const was = c.template.value;
+    c.template.replaceChildren(...Object.entries(TEMPLATES).filter(([, t]) => !!t.lm === lm)
+      .map(([k, t]) => h('option', {value: k, text: t.label})), h('option', {value: 'custom', text: 'Custom (the spec below)'}));
+    c.template.value = was === 'custom' || TEMPLATES[was]?.lm === lm ? was : c.template.options[0].value;
+    for (const k of LM_FIELDS) c[k].closest('.field').hidden = !lm;
+    lmHint.hidden = !lm;
+    showValidationSets();
+  }
+  // A validation dataset of the training set's kind (text for a language
+  // model, not text for the rest).
+  function showValidationSets() {
+    for (const o of c.valsource.options) if (o.value) o.hidden = isLM(datasets.get(o.value)) !== !!lmForm;
+    if (c.valsource.selectedOptions[0]?.hidden) {
+      c.valsource.value = '';
+      c.split.closest('.field').hidden = false;
+    }
+  }
+  let hpFrom = null;   // the template whose hp the controls hold
   function applyTemplate() {
     if (c.template.value === 'custom') return;
     const t = TEMPLATES[c.template.value];
     const layers = structuredClone(t.layers);
     const d = datasets.get(c.dataset.value);
     const out = d && (d.num_classes || d.num_targets);
-    if (out) layers[layers.length - 1].units = out;
+    if (out && !t.lm) layers[layers.length - 1].units = out;
     c.spec.value = JSON.stringify({layers}, null, 2);
+    // A template's hyperparameters once, when it is chosen (not again on
+    // a change of dataset, which would undo the person's edits).
+    const hp = hpFrom === c.template.value ? null : t.hp || (hpFrom ? HP_DEFAULTS : null);
+    if (hp) for (const [k, v] of Object.entries(hp)) c[k].value = String(v);
+    hpFrom = t.hp ? c.template.value : null;
     estimateSoon();
   }
   c.template.addEventListener('change', applyTemplate);
   c.dataset.addEventListener('change', () => {
     const d = datasets.get(c.dataset.value);
-    if (c.template.value !== 'custom') {
+    offerTemplates();
+    if (c.template.value !== 'custom' && !isLM(d)) {
       if (d && d.format === 'csv' && c.template.value !== 'tabular-mlp') c.template.value = 'tabular-mlp';
       if (d && d.format !== 'csv' && c.template.value === 'tabular-mlp') c.template.value = 'fashion-mlp';
     }
@@ -132,14 +189,14 @@ export function newJobPage(root, query) {
       return c[k] || c.schedule;
     }
     const m = f.match(/^hyperparameters\.(\w+)/);
-    if (m && HP_FIELDS.includes(m[1])) return c[m[1]];
+    if (m && (HP_FIELDS.includes(m[1]) || (lmForm && LM_FIELDS.includes(m[1])))) return c[m[1]];
     return null;
   }
 
   // A failed job's error names what to change: the first hyperparameter
   // (or "memory": the batch size) it mentions.
   function controlForError(text) {
-    const m = String(text || '').match(/hyperparameters\.(\w+)|\b(learning_rate|batch_size|weight_decay|epochs)\b/);
+    const m = String(text || '').match(/hyperparameters\.(\w+)|\b(learning_rate|batch_size|weight_decay|epochs|context_length)\b/);
     if (m) return c[m[1] || m[2]] || null;
     if (/memory/i.test(text)) return c.batch_size;
     return null;
@@ -151,6 +208,10 @@ export function newJobPage(root, query) {
     const num = (el) => (el.value === '' ? undefined : Number(el.value));
     const hp = {...extraHp, epochs: num(c.epochs), batch_size: num(c.batch_size), optimizer: c.optimizer.value,
       learning_rate: num(c.learning_rate), weight_decay: num(c.weight_decay), seed: num(c.seed)};
+    for (const k of LM_FIELDS) {
+      if (lmForm) hp[k] = num(c[k]);
+      else delete hp[k];
+    }
     const sched = c.schedule.value;
     if (sched === 'step') hp.lr_schedule = {type: 'step', step_epochs: num(c.step_epochs), gamma: num(c.gamma)};
     else if (sched === 'cosine') hp.lr_schedule = {type: 'cosine', min_lr: num(c.min_lr) ?? 0};
@@ -227,6 +288,9 @@ export function newJobPage(root, query) {
   h('fieldset', {}, h('legend', {text: 'Hyperparameters'}),
     h('div', {class: 'row'}, field('Epochs', c.epochs), field('Batch size', c.batch_size), field('Optimizer', c.optimizer),
       field('Learning rate', c.learning_rate), field('Weight decay', c.weight_decay), field('Seed', c.seed)),
+    h('div', {class: 'row'}, field('Context length (tokens)', c.context_length), field('Max steps', c.max_steps),
+      field('Validate every N steps', c.eval_every_steps)),
+    lmHint,
     h('div', {class: 'row'}, field('Learning-rate schedule', c.schedule), field('Every N epochs', c.step_epochs),
       field('Gamma', c.gamma), field('Minimum rate', c.min_lr))),
   h('fieldset', {}, h('legend', {text: 'Validation and resources'}),
@@ -237,6 +301,7 @@ export function newJobPage(root, query) {
   const title = h('h1', {text: 'New job'});
   root.append(title, form);
   showSchedule();
+  offerTemplates();
 
   // A clone: every field from the job; its failure's field focused.
   async function cloneFrom(id) {
@@ -244,10 +309,12 @@ export function newJobPage(root, query) {
     title.textContent = `New job: a copy of ${j.name}`;
     c.name.value = `${j.name}-2`.slice(0, 200);
     if (datasets.has(j.dataset)) c.dataset.value = j.dataset;
+    offerTemplates();
     c.template.value = 'custom';
+    hpFrom = null;
     c.spec.value = JSON.stringify(j.spec, null, 2);
     const hp = {...(j.hyperparameters || {})};
-    for (const k of HP_FIELDS) {
+    for (const k of [...HP_FIELDS, ...LM_FIELDS]) {
       if (hp[k] === undefined || hp[k] === null) continue;
       c[k].value = String(hp[k]);
       delete hp[k];
@@ -284,8 +351,9 @@ export function newJobPage(root, query) {
     api('/v1/devices').catch(() => null)]).then(async ([doc, jdoc, devices]) => {
     jobs = jdoc.items;
     for (const d of doc.items) datasets.set(d.id, d);
-    c.dataset.replaceChildren(...doc.items.map((d) => h('option', {value: d.id, text: pickLabel(d, `(${d.format}, ${d.num_examples})`)})));
-    c.valsource.append(...doc.items.map((d) => h('option', {value: d.id, text: `dataset ${pickLabel(d, `(${d.num_examples})`)}`})));
+    c.dataset.replaceChildren(...doc.items.map((d) => h('option', {value: d.id, text: pickLabel(d, `(${d.format}, ${sizeOf(d)})`)})));
+    c.valsource.append(...doc.items.map((d) => h('option', {value: d.id, text: `dataset ${pickLabel(d, `(${sizeOf(d)})`)}`})));
+    showValidationSets();
     c.gpu.replaceChildren(...gpuChoices(devices).map(([v, t]) => h('option', {value: v, text: t})));
     if (!doc.items.length) top.replaceChildren('No datasets yet: ', h('a', {href: '#/datasets', text: 'upload one'}), ' first.');
     const want = params.get('dataset');

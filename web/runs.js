@@ -5,9 +5,10 @@
 //
 // Metrics come from each job's `metrics` (its latest epoch); regression
 // runs add rmse, mae and r2, and their epochs train_rmse, val_rmse,
-// val_mae and val_r2: a column or a chart is shown only when some job has
-// it. The overlay fetches each run's curves once (GET /v1/jobs/{id}/curves,
-// downsampled on the server), so it costs the same for a 20,000-epoch run.
+// val_mae and val_r2; language models val_perplexity: a column or a chart
+// is shown only when some job has it. The overlay fetches each run's
+// curves once (GET /v1/jobs/{id}/curves, downsampled on the server), so it
+// costs the same for a 20,000-epoch run.
 import {api} from './api.js';
 import {h, fmtNum} from './util.js';
 
@@ -16,6 +17,7 @@ export const METRIC_COLUMNS = [
   {key: 'train_loss', label: 'Loss', better: 'low'},
   {key: 'val_loss', label: 'Val. loss', better: 'low'},
   {key: 'val_accuracy', label: 'Val. acc.', better: 'high'},
+  {key: 'val_perplexity', label: 'Val. perplexity', better: 'low'},
   {key: 'rmse', label: 'RMSE', better: 'low'},
   {key: 'mae', label: 'MAE', better: 'low'},
   {key: 'r2', label: 'R²', better: 'high'},

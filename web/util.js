@@ -198,3 +198,37 @@ export function resourceLink(api, kind, id, attrs = {}) {
   });
   return el;
 }
+
+// A tokenizer description (a dataset's `tokenizer`, a model's): the string
+// "byte", or an object ({"type": "bpe", "vocab_size": N, ...}) told by its
+// type and size; '' for none.
+export function tokenizerText(t) {
+  if (typeof t === 'string') return t;
+  if (!t || typeof t !== 'object') return '';
+  const size = t.vocab_size ?? t.vocabulary_size;
+  return [t.type || 'custom', typeof size === 'number' ? `vocabulary ${size.toLocaleString()}` : null].filter(Boolean).join(', ');
+}
+
+// A token's text as a person can read it, as DOM nodes (never HTML): a
+// space, newline, tab or carriage return as a marked sign (␣ ↵ → ␍), any
+// other control or invisible character as its code point (U+200B); a token
+// with no text of its own (a piece of a UTF-8 character) as its id in
+// brackets. The exact text is the element's title, as JSON.
+const VISIBLE = {' ': '␣', '\n': '↵', '\t': '→', '\r': '␍'};
+export function tokenText(t) {
+  const el = h('code', {class: 'token'});
+  if (typeof t.text !== 'string') {
+    el.append(h('span', {class: 'token-id', text: `⟨${t.id}⟩`}));
+    el.title = `token ${t.id}: no text of its own (part of a character)`;
+    return el;
+  }
+  if (t.text === '') el.append(h('span', {class: 'ws', text: '∅'}));
+  for (const ch of t.text) {
+    if (VISIBLE[ch]) el.append(h('span', {class: 'ws', text: VISIBLE[ch]}));
+    else if (/[\p{C}\p{Z}]/u.test(ch) && ch !== ' ') {
+      el.append(h('span', {class: 'ws', text: `U+${ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}`}));
+    } else el.append(ch);
+  }
+  el.title = `token ${t.id}: ${JSON.stringify(t.text)}`;
+  return el;
+}

@@ -414,10 +414,14 @@ def check_job_page(driver, base, api, jobs, size):
     go(driver, base, f"/jobs/{jobs['queued']}", "#job-summary")
     wait_for(driver, "the waiting state", lambda d: d.find_elements(By.CSS_SELECTOR, "#acc-waiting"))
     check(js(driver, "return document.getElementById('acc-waiting').offsetParent !== null;"), "the accuracy chart says it waits for the first epoch")
-    check("may run 1 job" in el(driver, "#job-wait").text, f"the queued job's page says why: {el(driver, '#job-wait').text!r}")
+    # Read in the page: the header is redrawn on each of the job's events,
+    # and an element found before one is stale after it.
+    wait_text = js(driver, "return document.getElementById('job-wait')?.innerText || '';")
+    check("may run 1 job" in wait_text, f"the queued job's page says why: {wait_text!r}")
     # The chance-level job's page warns.
     go(driver, base, f"/jobs/{jobs['chance']}", "#job-warning")
-    check("chance level for 3 classes" in el(driver, "#job-warning").text, f"chance warning: {el(driver, '#job-warning').text!r}")
+    warning = js(driver, "return document.getElementById('job-warning')?.innerText || '';")
+    check("chance level for 3 classes" in warning, f"chance warning: {warning!r}")
     # The cancelled job's page: a note, not an error.
     go(driver, base, f"/jobs/{jobs['cancelled']}", "#job-summary")
     check(not driver.find_elements(By.ID, "job-error") and "Cancelled by request." in el(driver, "#job-note").text,

@@ -20,7 +20,8 @@ tests/browser/layout-reference.json, with tolerances:
 
 Content (ids, names, times) differs from run to run and is not compared.
 Pages: the jobs list, a job's page, a dataset's page (class balance), a
-model's try-it, the device map; at 1280x900 and 390x844. Full-page
+model's try-it, the device map, a language model's job page and its
+try-it (a prompt's next tokens); at 1280x900 and 390x844. Full-page
 screenshots (PNG) go to the artifacts folder, for people.
 
 To refresh the reference after a deliberate layout change, run with
@@ -43,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dashboard  # noqa: E402  (skips with 77 itself when selenium or chromium is missing)
 from dashboard import api_call, browser, check, js, make_csv, start_server  # noqa: E402
 from devices import upload_csv, settle  # noqa: E402
+from lm import TINY, TINY_HP, upload_text  # noqa: E402
 
 from selenium.webdriver.common.by import By  # noqa: E402
 
@@ -61,13 +63,17 @@ PAGES = {
                                                                  "button.thumb-button canvas.thumb", "canvas.pad"]},
     "devices": {"ready": "#device-map .slice.held", "keys": ["#device-map .gpu", ".slices", "#device-map .slice",
                                                         "#device-legend"]},
+    "lm-job": {"ready": "#epochs tbody tr", "keys": ["#job-summary", ".stats .stat", "#charts", "#loss-chart",
+                                                     "#acc-chart", "#epochs", "#epochs tbody tr"]},
+    "lm-try-it": {"ready": "#next-tokens tbody tr", "keys": ["#lm-prompt", "#prompt-tokens", "#next-tokens",
+                                                              "#next-tokens tbody tr", ".next-tokens .bar"]},
 }
 
 # Elements whose height the layout sets (charts, bars, slices, images): a
 # text block's height follows its content and the fonts, so only these are
 # held to half the reference's height.
 FIXED_HEIGHT = {"#loss-chart", "#acc-chart", ".bar", ".bar-fill", "#device-map .slice", ".slices",
-                "button.thumb-button canvas.thumb", "canvas.pad"}
+                "button.thumb-button canvas.thumb", "canvas.pad", ".next-tokens .bar"}
 
 SIGNATURE = r"""
 const out = {};
@@ -118,6 +124,20 @@ def image_job(base, key):
         time.sleep(0.1)
     if doc["status"] != "succeeded" or not doc.get("model"):
         sys.exit(f"FAIL: the image job: {json.dumps(doc)}")
+    return job, doc["model"]
+
+
+def gpt_job(base, key):
+    """lm.py's tiny GPT (30 steps) on its text. Returns (job id, model id)."""
+    job = api_call(base, key, "POST", "/v1/jobs", {"name": "tiny-gpt", "dataset": upload_text(base, key, "hamlet"),
+                                                    "model": TINY, "hyperparameters": TINY_HP})["id"]
+    for _ in range(600):
+        doc = api_call(base, key, "GET", f"/v1/jobs/{job}")
+        if doc["status"] in ("succeeded", "failed", "cancelled"):
+            break
+        time.sleep(0.1)
+    if doc["status"] != "succeeded" or not doc.get("model"):
+        sys.exit(f"FAIL: the GPT job: {json.dumps(doc)}")
     return job, doc["model"]
 
 
@@ -174,13 +194,19 @@ def main():
         key = open(os.path.join(tmp, "data", "admin.key")).read().strip()
         csv_ds = upload_csv(base, key, csv, "blobs")
         job, model = image_job(base, key)
+        # The GPT in a tenant of its own: the jobs list stays the two jobs
+        # above (an LM job's perplexity column would widen it).
+        lm_key = api_call(base, key, "POST", "/v1/tenants", {"name": "lm-layout"})["key"]["api_key"]
+        gpt, gpt_model = gpt_job(base, lm_key)
+        page_key = {"lm-job": lm_key, "lm-try-it": lm_key}
         # A slice held on the device map (cancelled at the end).
         hold = api_call(base, key, "POST", "/v1/jobs", {
             "name": "holds-a-slice", "dataset": csv_ds, "resources": {"gpu": "1g.18gb"},
             "model": {"layers": [{"type": "dense", "units": 8}, {"type": "relu"}, {"type": "dense", "units": 3}]},
             "hyperparameters": {"epochs": 100000, "batch_size": 200, "seed": 1}})["id"]
         hashes = {"jobs": "#/jobs", "job": f"#/jobs/{job}", "dataset": f"#/datasets/{csv_ds}",
-                  "try-it": f"#/models/{model}", "devices": "#/devices"}
+                  "try-it": f"#/models/{model}", "devices": "#/devices",
+                  "lm-job": f"#/jobs/{gpt}", "lm-try-it": f"#/models/{gpt_model}"}
         driver = browser()
         driver.get(base + "/")
         js(driver, "sessionStorage.setItem('trainyard.key', arguments[0]);", key)
@@ -189,11 +215,17 @@ def main():
             driver.set_window_size(w, h)
             for page, spec in PAGES.items():
                 driver.get(f"{base}/{hashes[page]}")
+                js(driver, "sessionStorage.setItem('trainyard.key', arguments[0]);", page_key.get(page, key))
                 driver.refresh()
                 if page == "try-it":
                     pick = settle(lambda: driver.find_elements(By.ID, "pick-image"), 30)
                     if pick:
                         pick[0].click()
+                if page == "lm-try-it":
+                    box = settle(lambda: driver.find_elements(By.ID, "lm-prompt"), 30)
+                    if box:
+                        box[0].send_keys("To be, or not")
+                        driver.find_element(By.ID, "predict").click()
                 ready = settle(lambda: driver.find_elements(By.CSS_SELECTOR, spec["ready"]), 30)
                 check(ready, f"{page} at {size}: {spec['ready']} is shown")
                 time.sleep(0.5)  # charts and images drawn after the data

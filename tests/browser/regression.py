@@ -292,8 +292,12 @@ def check_dataset_columns(driver, base, label, ds):
                   f"[{label}] {c['name']}'s categories show the first few and the count {len(cats)}: {text!r}")
         else:
             check(text.strip() in ("—", ""), f"[{label}] {c['name']} has no categories: {text!r}")
-    heads = js(driver, "return [...document.querySelectorAll('#preview thead th')].map((t) => t.innerText);")
+    # The preview loads on its own request: waited for (a loaded machine
+    # read it before it came, and saw no headers).
     want = ["#"] + [c["name"] for c in ds["columns"]] + ["price"]
+    heads = settle(lambda: (lambda x: x if x == want else None)(
+        js(driver, "return [...document.querySelectorAll('#preview thead th')].map((t) => t.innerText);")), 10) or \
+        js(driver, "return [...document.querySelectorAll('#preview thead th')].map((t) => t.innerText);")
     check(heads == want, f"[{label}] the preview's headers are the raw columns: {heads} (want {want})")
     js(driver, "document.getElementById('dataset-columns')?.scrollIntoView();")
     dashboard.shot(driver, f"dataset-columns-{label}")

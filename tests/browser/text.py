@@ -12,9 +12,9 @@ At each width:
 * the datasets list shows a text dataset's size in tokens, not
   "undefined" examples;
 * a text dataset's page shows tokens, vocabulary and tokenizer instead of
-  examples and input shape, says training is not built yet (no "Train a
-  model on it" link), and its first windows are the text as uploaded,
-  64 bytes each.
+  examples and input shape, links to the new-job form for it ("Train a
+  language model on it"; lm.py checks the form), and its first windows are
+  the text as uploaded, 64 bytes each.
 
 Every failed check is listed. Any SEVERE browser console message fails the
 test. Screenshots go to the folder given as the second argument.
@@ -97,8 +97,9 @@ def check_width(driver, base, key, label, text_path, bad_path):
     check(facts.get("Tokens") == f"{tokens:,}" and facts.get("Vocabulary") == "256" and facts.get("Tokenizer") == "byte"
           and "Examples" not in facts and "Input shape" not in facts,
           f"[{label}] the page shows tokens, vocabulary and tokenizer, not examples and input shape: {facts}")
-    train_link = js(driver, "return [...document.querySelectorAll('#dataset a')].some((a) => a.innerText === 'Train a model on it');")
-    check(not train_link, f"[{label}] no 'Train a model on it' link on a text dataset")
+    train_link = js(driver, "return [...document.querySelectorAll('#dataset a')].map((a) => [a.innerText, a.getAttribute('href')]);")
+    check(["Train a language model on it", f"#/new?dataset={ds['id']}"] in train_link,
+          f"[{label}] a text dataset's page links to training a language model on it: {train_link}")
     windows = js(driver, "return [...document.querySelectorAll('#preview pre.token-window')].map((p) => p.textContent);")
     raw = TEXT.encode()
     want = [raw[i * 64:(i + 1) * 64].decode("utf-8", errors="replace") for i in range(len(windows))]
