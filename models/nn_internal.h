@@ -590,9 +590,6 @@ struct nn_net {
 
 /* ---- language models (nn_lm.c) ---- */
 
-/* nn_net_predict for a language model (see nn.h). */
-ty_status nn_lm_predict(const nn_net *net, nn_workspace *ws, const float *x,
-                        uint32_t n, float *out, ty_err *err);
 /* Loads net's tokenizer from its description tz (not JSON null); a bad one
  * is TY_EFORMAT naming "trainyard.tokenizer". */
 ty_status nn_lm_tokenizer_load(nn_net *net, const json_t *tz, ty_err *err);

@@ -19,7 +19,6 @@
 #include "models/nn_internal.h"
 #include "models/safetensors.h"
 
-
 #define ALIGN_FLOATS 16u /* 64-byte alignment of every region */
 
 static uint64_t round_up(uint64_t n)
@@ -512,6 +511,48 @@ void nn_net_destroy(nn_net *net)
     free(net);
 }
 
+/* A language model's next-token distribution for each of n prompts: row
+ * i of x is a prompt's ids, then -1 up to the context length (at least one
+ * id first). The logits of its last id's position (causal: the padding
+ * after it changes nothing) are softmaxed into out (n, vocabulary). */
+static ty_status lm_predict(const nn_net *net, nn_workspace *ws, const float *x,
+                            uint32_t n, float *out, ty_err *err)
+{
+    const nn_arch *a = &net->arch;
+    const uint32_t t = a->input.d[0], v = a->num_outputs;
+    memcpy(ws->host_in, x, (size_t)n * t * sizeof *x);
+    nn_workspace_upload_input(ws, n);
+    const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t len = 0;
+        while (len < t && x[(size_t)i * t + len] >= 0.0f)
+            len++;
+        if (len == 0)
+            return ty_fail(err, TY_EINVAL, NULL, "prompt %u has no tokens", i);
+        const float *row = y + ((size_t)i * t + len - 1) * v;
+        float *dst = out + (size_t)i * v;
+        if (nn_backend_host_visible(a->be))
+            memcpy(dst, row, v * sizeof *dst);
+        else
+            a->be->download(ws->ex, dst, row, v * sizeof *dst);
+    }
+    ty_status st = a->be->status(ws->ex, err);
+    if (st != TY_OK)
+        return st;
+    for (uint32_t i = 0; i < n; i++) {
+        float *r = out + (size_t)i * v;
+        float max = r[0];
+        for (uint32_t j = 1; j < v; j++)
+            max = r[j] > max ? r[j] : max;
+        double sum = 0.0;
+        for (uint32_t j = 0; j < v; j++)
+            sum += exp((double)r[j] - max);
+        for (uint32_t j = 0; j < v; j++)
+            r[j] = (float)(exp((double)r[j] - max) / sum);
+    }
+    return TY_OK;
+}
+
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
                          uint32_t n, float *out, ty_err *err)
 {
@@ -526,7 +567,7 @@ ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
         return TY_OK;
     const nn_arch *a = &net->arch;
     if (a->task == TY_TASK_LANGUAGE_MODELING)
-        return nn_lm_predict(net, ws, x, n, out, err);
+        return lm_predict(net, ws, x, n, out, err);
     nn_preproc_apply(&net->pp, ws->host_in, x, n);
     nn_workspace_upload_input(ws, n);
     const float *y = nn_forward(a, net->params, ws, n, 0, NULL);
