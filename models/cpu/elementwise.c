@@ -132,8 +132,9 @@ static inline float tanh_vec(float u)
     return copysignf((1.0f - e) / (1.0f + e), u);
 }
 
-static void gelu_tanh_fwd(float *restrict out, const float *restrict in,
-                          size_t len)
+/* The loops, inlined into one function per instruction set below. */
+static inline __attribute__((always_inline)) void
+gelu_tanh_fwd_body(float *restrict out, const float *restrict in, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
         float x = in[i];
@@ -144,8 +145,9 @@ static void gelu_tanh_fwd(float *restrict out, const float *restrict in,
 
 /* d/dx of 0.5 x (1 + tanh u): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u)
  * du/dx, du/dx = sqrt(2/pi) (1 + 3 c x^2). */
-static void gelu_tanh_bwd(float *restrict din, const float *restrict dout,
-                          const float *restrict in, size_t len)
+static inline __attribute__((always_inline)) void
+gelu_tanh_bwd_body(float *restrict din, const float *restrict dout,
+                   const float *restrict in, size_t len)
 {
     for (size_t i = 0; i < len; i++) {
         float x = in[i];
@@ -155,6 +157,58 @@ static void gelu_tanh_bwd(float *restrict din, const float *restrict dout,
         din[i] =
             dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
     }
+}
+
+/* Wider vectors where the CPU has them (as the Adam kernel, optim.c). The
+ * same operations in the same order on every path (ISO C: no FMA
+ * contraction), so the values do not depend on which one runs. */
+#define GELU_TANH_ISA(SUFFIX, TARGET)                                   \
+    __attribute__((target(TARGET))) static void gelu_tanh_fwd_##SUFFIX( \
+        float *restrict out, const float *restrict in, size_t len)      \
+    {                                                                   \
+        gelu_tanh_fwd_body(out, in, len);                               \
+    }                                                                   \
+    __attribute__((target(TARGET))) static void gelu_tanh_bwd_##SUFFIX( \
+        float *restrict din, const float *restrict dout,                \
+        const float *restrict in, size_t len)                           \
+    {                                                                   \
+        gelu_tanh_bwd_body(din, dout, in, len);                         \
+    }
+#if defined(__x86_64__)
+GELU_TANH_ISA(avx512, "avx512f")
+GELU_TANH_ISA(avx2, "avx2")
+#endif
+
+static void gelu_tanh_fwd(float *restrict out, const float *restrict in,
+                          size_t len)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        gelu_tanh_fwd_avx512(out, in, len);
+        return;
+    }
+    if (__builtin_cpu_supports("avx2")) {
+        gelu_tanh_fwd_avx2(out, in, len);
+        return;
+    }
+#endif
+    gelu_tanh_fwd_body(out, in, len);
+}
+
+static void gelu_tanh_bwd(float *restrict din, const float *restrict dout,
+                          const float *restrict in, size_t len)
+{
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx512f")) {
+        gelu_tanh_bwd_avx512(din, dout, in, len);
+        return;
+    }
+    if (__builtin_cpu_supports("avx2")) {
+        gelu_tanh_bwd_avx2(din, dout, in, len);
+        return;
+    }
+#endif
+    gelu_tanh_bwd_body(din, dout, in, len);
 }
 
 #pragma GCC pop_options
