@@ -71,7 +71,7 @@ static inline float exp_nonpos(float x)
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)fn + 127) << 23;
+    uint32_t bits = ((uint32_t)(int32_t)fn + 127u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
