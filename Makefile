@@ -4,7 +4,12 @@
 #               127.0.0.1:8080 with its data in ./var
 #   make test   install what is missing, build (normal and sanitizer builds),
 #               run every test this machine can run
-#   make bench  CPU training benchmark against PyTorch (minutes; not a test)
+#   make bench  CPU training benchmarks against PyTorch: Fashion-MNIST
+#               (bench/train_cpu), then the GPT language model (bench-lm)
+#               (minutes; not a test)
+#   make bench-lm [ARGS=--quick]  GPT (4 layers, C 128, T 128) on the CPU
+#               beside PyTorch: tokens/s, share of the SGEMM ceiling, and
+#               validation loss from the same weights (about 8 minutes)
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
 #   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
 #               http.server baselines (about 15 minutes; not a test)
@@ -22,7 +27,7 @@ JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 HF_VENV    ?= .venv-hf
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -115,6 +120,12 @@ test-unit:
 
 bench: build test-deps
 	bench/train_cpu --binary $(BUILD)/trainyard
+	bench/lm/run.py --build $(BUILD)
+
+# The language-model case of issue 31 (bench/lm/run.py --help): trainyard's
+# trainer (build/bench_lm) and PyTorch on the same text, weights and batches.
+bench-lm: build test-deps
+	bench/lm/run.py --build $(BUILD) $(ARGS)
 
 bench-sched: build
 	$(BUILD)/bench_sched
