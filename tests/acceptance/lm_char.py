@@ -15,8 +15,10 @@ positional embedding, 4 transformer blocks of 4 heads, layer norm, tied
 head; context 64, batch 16, AdamW 2e-3 with 50 warm-up steps and a cosine
 to 0 over MAX_STEPS steps. The test prints the time (submit to succeeded),
 the losses and tokens/s, and fails when the validation loss is above
-THRESHOLD nats (a unigram model of this text scores about 3.0; uniform
-over 256 bytes, 5.55).
+THRESHOLD nats. For scale, on this text: uniform over 256 bytes is 5.55, a
+unigram model 3.21, a bigram model 2.44 (both fitted on the text itself,
+so optimistic). Measured on a 2-core AMD EPYC VM: 1,200 steps in 53 s
+(27,600 tokens/s), validation loss 1.84.
 
     python3 tests/acceptance/lm_char.py path/to/trainyard
 
@@ -39,8 +41,8 @@ LICENSES = "/usr/share/common-licenses"
 FILES = ["Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GFDL-1.2", "GFDL-1.3",
          "GPL-1", "GPL-2", "GPL-3", "LGPL-2", "LGPL-2.1", "LGPL-3", "MPL-1.1",
          "MPL-2.0"]
-MAX_STEPS = 600
-THRESHOLD = 2.75
+MAX_STEPS = 1200
+THRESHOLD = 2.1
 GPT = {"layers": [{"type": "embedding", "dim": 128},
                   {"type": "positional_embedding"}]
        + [{"type": "transformer_block", "heads": 4}] * 4
