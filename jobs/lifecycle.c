@@ -370,13 +370,19 @@ static void training_message(void *ctx, int place, wproto_msg kind,
                 w->eta_step0 = step;
             }
             /* Written at most once a second, but always at a new epoch, so
-             * the progress never names an epoch before the one running. */
-            /* A validation measured at this step (eval_every_steps) is
-             * always kept. */
+             * the progress never names an epoch before the one running.
+             * A line with a validation (eval_every_steps) is written up to
+             * ten times a second: every one at any sensible pace, without
+             * a store write and an event per step of a tiny model
+             * validated every step (which starved a browser's renderer). */
+            const int val =
+                json_is_number(json_object_get(ev, WPROTO_F_VAL_LOSS));
             if (last || epoch != w->last_progress_epoch ||
                 t - w->last_progress_write >= 1.0 ||
-                json_is_number(json_object_get(ev, WPROTO_F_VAL_LOSS))) {
+                (val && t - w->last_val_write >= 0.1)) {
                 w->last_progress_write = t;
+                if (val)
+                    w->last_val_write = t;
                 w->last_progress_epoch = epoch;
                 json_t *progress = json_pack(
                     "{s:O?, s:O?, s:O?, s:O?, s:O?}", "epoch",

@@ -44,6 +44,7 @@ typedef struct {
     int cancel;      /* a cancel was requested */
     int preempting;  /* preempted: it checkpoints and exits */
     double last_progress_write;
+    double last_val_write; /* of a line with an eval_every_steps val_loss */
     int64_t last_progress_epoch; /* the epoch of the last progress written */
     double eta_t0;               /* the run's first progress line: when */
     int64_t eta_step0;           /* and at which step (0: none seen yet) */

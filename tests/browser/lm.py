@@ -59,6 +59,7 @@ from devices import settle, upload_csv  # noqa: E402
 from runs import go, sign_in, wait_status  # noqa: E402
 from text import llmc_bin  # noqa: E402
 
+from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
@@ -259,7 +260,12 @@ def check_step_val(driver, base, key, label, running):
     step = int(got["label"].rsplit(" ", 1)[1].replace(",", "")) if ok else 0
     check(ok and step > 0 and int(got.get("points") or 0) >= 1,
           f"[{label}] a running job shows its validation loss at a step, and draws it: {got}")
-    dashboard.full_page_shot(driver, os.path.join(dashboard.ARTIFACTS, f"gpt-running-{label}.png"))
+    # The picture is an artifact, not a check: while the job trains on both
+    # cores the renderer may not answer in time (seen once in a CI-like run).
+    try:
+        dashboard.full_page_shot(driver, os.path.join(dashboard.ARTIFACTS, f"gpt-running-{label}.png"))
+    except TimeoutException:
+        print(f"  (no screenshot of the running job at {label}: the renderer was busy)")
 
 
 def check_runs(driver, base, key, label, job):
