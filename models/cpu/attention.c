@@ -62,6 +62,9 @@ static inline float exp_nonpos(float x)
 {
     const float magic = 12582912.0f; /* 1.5 * 2^23: + and - round to integer */
     float fn = (x * 1.44269504088896341f + magic) - magic;
+    /* a NaN x (a diverged net) gives NaN below; fn must stay a number for
+     * the conversion to int, which is undefined for NaN */
+    fn = fn >= -126.0f ? fn : -126.0f;
     float r = x - fn * 0.693359375f;
     r = r + fn * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
