@@ -50,35 +50,15 @@ static size_t out_at(const attn_job *j, size_t p)
 }
 
 /* The softmax's exp, vectorized: exp(x) for x in [-87, 0], as
- * elementwise.c's GELU computes it (x = n ln2 + r, Cephes' polynomial for
- * exp(r), 2^n through the exponent bits; within 1e-7 relative, as expf).
+ * elementwise.c's GELU computes it (fastexp.h; within 1e-7 relative, as
+ * expf).
  * libm's expf, a call per value, was a third of the softmax's time.
  * Comparisons keep GCC from vectorizing a loop while trapping math is on;
  * it changes no result, so it is off for the softmax alone. */
 #pragma GCC push_options
 #pragma GCC optimize("no-trapping-math")
 
-static inline float exp_nonpos(float x)
-{
-    const float magic = 12582912.0f; /* 1.5 * 2^23: + and - round to integer */
-    float fn = (x * 1.44269504088896341f + magic) - magic;
-    /* a NaN x (a diverged net) gives NaN below; fn must stay a number for
-     * the conversion to int, which is undefined for NaN */
-    fn = fn >= -126.0f ? fn : -126.0f;
-    float r = x - fn * 0.693359375f;
-    r = r + fn * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    uint32_t bits = ((uint32_t)(int32_t)fn + 127u) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
+#include "models/cpu/fastexp.h"
 
 /* Row i of s (t) becomes the causal softmax of its first i + 1 values
  * (exp(-87) stands in for anything smaller: 1.6e-38 against a sum >= 1). */
