@@ -62,7 +62,7 @@ typedef enum {
     /* Transformer ops (issue 31; see "Transformer ops" below). */
     NN_OP_GELU_TANH,   /* tanh approximation, GPT-2's "gelu_new" */
     NN_OP_EMBEDDING,   /* gather rows by token id; scatter-add backward */
-    NN_OP_ATTENTION,   /* causal multi-head scaled dot-product attention */
+    NN_OP_ATTENTION,   /* multi-head scaled dot-product attention, masked */
     NN_OP_XENT_IGNORE, /* per-position cross-entropy with an ignore index */
     NN_OP_COUNT
 } nn_op;
@@ -168,6 +168,18 @@ typedef struct {
      * cast and gemm_lp whatever this says. */
     nn_dtype precision;
 } nn_exec;
+
+/* What an attention may see, for NN_OP_ATTENTION (see attention_forward):
+ * causal masks later keys, lens (device memory, one per sequence, or NULL)
+ * masks padding keys, keep (device memory, or NULL) drops probabilities
+ * (forward overwrites it with the dropped probabilities, backward reads
+ * them).
+ * A NULL nn_attn_mask pointer means {.causal = 1}. */
+typedef struct {
+    int causal;
+    const int32_t *lens;
+    float *keep;
+} nn_attn_mask;
 
 typedef struct nn_backend {
     const char *name;
@@ -490,32 +502,55 @@ typedef struct nn_backend {
     void (*to_ids)(const nn_exec *ex, int32_t *ids, const float *x, size_t len,
                    uint32_t bound, int32_t fallback);
 
-    /* NN_OP_ATTENTION forward, causal multi-head scaled dot-product
+    /* NN_OP_ATTENTION forward, multi-head scaled dot-product
      * self-attention (the core after the QKV projection): for batch bi,
-     * head hi, out = softmax(Q K^T / sqrt(d) + mask) V, the mask -inf
-     * where a key comes after the query. Layout (B, T, heads, head_dim):
-     * element di of head hi of token ti of sequence bi of q is q[(bi * t +
-     * ti) * ld + hi * d + di], likewise k and v, so q, k and v may be the
-     * three thirds of one fused QKV projection output (B, T, 3 C) with ld =
-     * 3 C, C = h * d (or separate (B, T, C) tensors with ld = C; ld >= h d).
-     * out is (B, T, C) (stride C = h * d). att (b, h, t, t) gets the
-     * softmax probabilities (0 above the diagonal), which backward needs.
+     * head hi, out = softmax(Q K^T / sqrt(d) + mask) V. Layout (B, T,
+     * heads, head_dim): element di of head hi of token ti of sequence bi of
+     * q is q[(bi * t + ti) * ld + hi * d + di], likewise k and v, so q, k
+     * and v may be the three thirds of one fused QKV projection output (B,
+     * T, 3 C) with ld = 3 C, C = h * d (or separate (B, T, C) tensors with
+     * ld = C; ld >= h d). out is (B, T, C) (stride C = h * d).
+     *
+     * The mask (m; NULL means {.causal = 1}): query i of sequence bi sees
+     * key j when j < m->lens[bi] (lens NULL: every key; a length is in [0,
+     * t]: the rest of the sequence is padding, as nn.MultiheadAttention's
+     * key_padding_mask) and, when m->causal, j <= i (attn_mask's upper
+     * triangle). A row that sees no key (length 0) has P = 0 and out = 0.
+     * Padded queries get outputs like any other (they see the keys before
+     * the padding); what follows (sequence_pool) ignores them.
+     *
+     * att (b, h, t, t) gets the softmax probabilities P (0 where masked),
+     * which backward needs. m->keep (b, h, t, t), when not NULL, holds
+     * dropout multipliers (0 or 1/(1-rate), made by dropout_forward):
+     * out = (P * keep) V, as nn.MultiheadAttention's dropout on the
+     * attention weights; forward overwrites keep with P * keep (att still
+     * gets P), which backward reads.
      * Rows are softmaxed with their maximum subtracted. The CPU runs each
      * (sequence, head) pair's two products through SGEMM, pairs split
      * over its parts (results do not depend on the thread count). */
     void (*attention_forward)(const nn_exec *ex, float *out, float *att,
                               const float *q, const float *k, const float *v,
                               uint32_t b, uint32_t t, uint32_t h, uint32_t d,
-                              uint32_t ld);
-    /* NN_OP_ATTENTION backward from dout (B, T, C): dq, dk, dv (stride ld,
-     * the layout of q, k, v; they may be thirds of one (B, T, 3 C)
-     * gradient) are assigned (activation gradients). datt (b, h, t, t) is
-     * working memory the kernel overwrites (the gradient of the scores). */
+                              uint32_t ld, const nn_attn_mask *m);
+    /* NN_OP_ATTENTION backward from dout (B, T, C), under the forward's
+     * mask m: dq, dk, dv (stride ld, the layout of q, k, v; they may be
+     * thirds of one (B, T, 3 C) gradient) are assigned (activation
+     * gradients). datt (b, h, t, t) is working memory the kernel overwrites
+     * (the gradient of the scores). With keep (now Pk = P * keep): dV =
+     * Pk^T dO, and dS = Pk * dPk - P rowsum(Pk * dPk) (times 1/sqrt(d)),
+     * dPk = dO V^T: the dropped gradient without dividing by P. */
     void (*attention_backward)(const nn_exec *ex, float *dq, float *dk,
                                float *dv, float *datt, const float *dout,
                                const float *q, const float *k, const float *v,
                                const float *att, uint32_t b, uint32_t t,
-                               uint32_t h, uint32_t d, uint32_t ld);
+                               uint32_t h, uint32_t d, uint32_t ld,
+                               const nn_attn_mask *m);
+    /* Part of NN_OP_ATTENTION: each sequence's length, for the mask's
+     * lens: lens[bi] = the position of the first value below 0 in row bi of
+     * x (b, t) (token ids carried as floats, padding -1 after the text), or
+     * t when there is none. */
+    void (*seq_lens)(const nn_exec *ex, int32_t *lens, const float *x,
+                     uint32_t b, uint32_t t);
 
     /* NN_OP_XENT_IGNORE: softmax cross-entropy of each row of logits (n, v)
      * against targets (n), skipping rows whose target is ignore_index, as

@@ -143,7 +143,7 @@ static void attn_forward(const nn_pass *p, uint32_t t, uint32_t c, uint32_t h,
     const uint32_t rows = p->n * t;
     linear(p, qkv, x, w->w_in, w->b_in, rows, 3 * c, c);
     p->be->attention_forward(p->ex, y, att, qkv, qkv + c, qkv + 2 * c, p->n, t,
-                             h, c / h, 3 * c);
+                             h, c / h, 3 * c, NULL);
     linear(p, out, y, w->w_out, w->b_out, rows, c, c);
 }
 
@@ -160,7 +160,7 @@ static void attn_backward(const nn_pass *p, uint32_t t, uint32_t c, uint32_t h,
     linear_back(p, dy, g->w_out, g->b_out, dout, y, w->w_out, rows, c, c);
     p->be->attention_backward(p->ex, dqkv, dqkv + c, dqkv + 2 * c, datt, dy,
                               qkv, qkv + c, qkv + 2 * c, att, p->n, t, h, c / h,
-                              3 * c);
+                              3 * c, NULL);
     linear_back(p, dx, g->w_in, g->b_in, dqkv, x, w->w_in, rows, 3 * c, c);
 }
 

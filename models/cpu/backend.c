@@ -156,5 +156,6 @@ const nn_backend nn_backend_cpu = {
     .to_ids = nn_cpu_to_ids,
     .attention_forward = nn_cpu_attention_forward, /* attention.c */
     .attention_backward = nn_cpu_attention_backward,
+    .seq_lens = nn_cpu_seq_lens,
     .xent_ignore = nn_cpu_xent_ignore, /* embedding.c */
 };

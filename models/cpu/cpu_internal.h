@@ -194,11 +194,14 @@ double nn_cpu_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
 void nn_cpu_attention_forward(const nn_exec *ex, float *out, float *att,
                               const float *q, const float *k, const float *v,
                               uint32_t b, uint32_t t, uint32_t h, uint32_t d,
-                              uint32_t ld);
+                              uint32_t ld, const nn_attn_mask *m);
 void nn_cpu_attention_backward(const nn_exec *ex, float *dq, float *dk,
                                float *dv, float *datt, const float *dout,
                                const float *q, const float *k, const float *v,
                                const float *att, uint32_t b, uint32_t t,
-                               uint32_t h, uint32_t d, uint32_t ld);
+                               uint32_t h, uint32_t d, uint32_t ld,
+                               const nn_attn_mask *m);
+void nn_cpu_seq_lens(const nn_exec *ex, int32_t *lens, const float *x,
+                     uint32_t b, uint32_t t);
 
 #endif

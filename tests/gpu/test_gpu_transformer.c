@@ -155,14 +155,14 @@ static void case_attention(void)
     float *y = malloc(no * 4), *att = malloc(na * 4), *datt = malloc(na * 4);
     float *dq = malloc(nq * 4);
     C->attention_forward(NULL, y, att, qkv, qkv + c, qkv + 2 * c, b, t, h, d,
-                         ld);
+                         ld, NULL);
     C->attention_backward(NULL, dq, dq + c, dq + 2 * c, datt, dy, qkv, qkv + c,
-                          qkv + 2 * c, att, b, t, h, d, ld);
+                          qkv + 2 * c, att, b, t, h, d, ld, NULL);
     float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4);
     float *d_y = up(y, no * 4), *d_att = up(att, na * 4);
     float *d_datt = up(att, na * 4), *d_dq[2];
     G->attention_forward(&dx, d_y, d_att, d_qkv, d_qkv + c, d_qkv + 2 * c, b, t,
-                         h, d, ld);
+                         h, d, ld, NULL);
     float *gy = down(d_y, no), *ga = down(d_att, na);
     /* backward from the CPU's probabilities: each kernel on equal inputs */
     G->upload(&dx, d_att, att, na * 4);
@@ -170,7 +170,7 @@ static void case_attention(void)
         d_dq[r] = up(qkv, nq * 4);
         G->attention_backward(&dx, d_dq[r], d_dq[r] + c, d_dq[r] + 2 * c,
                               d_datt, d_dy, d_qkv, d_qkv + c, d_qkv + 2 * c,
-                              d_att, b, t, h, d, ld);
+                              d_att, b, t, h, d, ld, NULL);
     }
     status("attention");
     close_to("attention out", gy, y, no, 1e-4, 1e-4);

@@ -160,10 +160,10 @@ int main(int argc, char **argv)
         float *y = malloc(no * 4), *att = malloc(na * 4);
         float *datt = malloc(na * 4), *dqkv = malloc(nq * 4);
         be->attention_forward(NULL, y, att, qkv, qkv + c, qkv + 2 * c, b, t, h,
-                              d, 3 * c);
+                              d, 3 * c, NULL);
         be->attention_backward(NULL, dqkv, dqkv + c, dqkv + 2 * c, datt, dy,
                                qkv, qkv + c, qkv + 2 * c, att, b, t, h, d,
-                               3 * c);
+                               3 * c, NULL);
         cmp("out", y, "attn.out", no, 0);
         cmp("att (probabilities)", att, "attn.att", na, 0);
         cmp("dqkv", dqkv, "attn.dqkv", nq, 1);

@@ -7,6 +7,24 @@
 
 typedef struct {
     nn_exec ex;
+    int32_t *lens;
+    const float *x;
+    uint32_t b, t;
+} fg_lens_a;
+static void fg_lens_run(const void *p)
+{
+    const fg_lens_a *a = p;
+    nn_backend_cpu.seq_lens(&a->ex, a->lens, a->x, a->b, a->t);
+}
+static void fg_seq_lens(const nn_exec *ex, int32_t *lens, const float *x,
+                        uint32_t b, uint32_t t)
+{
+    fg_lens_a a = {.ex = fg_ex(ex), .lens = lens, .x = x, .b = b, .t = t};
+    FG_PUSH(fg_lens_run, a);
+}
+
+typedef struct {
+    nn_exec ex;
     int backward;
     float *o;
     const float *x;
@@ -64,22 +82,25 @@ typedef struct {
     float *out, *att, *dq, *dk, *dv;
     const float *q, *k, *v, *dout, *patt;
     uint32_t b, t, h, d, ld;
+    int has_mask;
+    nn_attn_mask m; /* a copy: the caller's may not outlive the capture */
 } fg_attn_a;
 static void fg_attn_run(const void *p)
 {
     const fg_attn_a *a = p;
     if (a->backward)
-        nn_backend_cpu.attention_backward(&a->ex, a->dq, a->dk, a->dv, a->att,
-                                          a->dout, a->q, a->k, a->v, a->patt,
-                                          a->b, a->t, a->h, a->d, a->ld);
+        nn_backend_cpu.attention_backward(
+            &a->ex, a->dq, a->dk, a->dv, a->att, a->dout, a->q, a->k, a->v,
+            a->patt, a->b, a->t, a->h, a->d, a->ld, a->has_mask ? &a->m : NULL);
     else
         nn_backend_cpu.attention_forward(&a->ex, a->out, a->att, a->q, a->k,
-                                         a->v, a->b, a->t, a->h, a->d, a->ld);
+                                         a->v, a->b, a->t, a->h, a->d, a->ld,
+                                         a->has_mask ? &a->m : NULL);
 }
 static void fg_attention_forward(const nn_exec *ex, float *out, float *att,
                                  const float *q, const float *k, const float *v,
                                  uint32_t b, uint32_t t, uint32_t h, uint32_t d,
-                                 uint32_t ld)
+                                 uint32_t ld, const nn_attn_mask *m)
 {
     fg_attn_a x = {.ex = fg_ex(ex),
                    .out = out,
@@ -91,7 +112,9 @@ static void fg_attention_forward(const nn_exec *ex, float *out, float *att,
                    .t = t,
                    .h = h,
                    .d = d,
-                   .ld = ld};
+                   .ld = ld,
+                   .has_mask = m != NULL,
+                   .m = m ? *m : (nn_attn_mask){0}};
     FG_PUSH(fg_attn_run, x);
 }
 static void fg_attention_backward(const nn_exec *ex, float *dq, float *dk,
@@ -99,7 +122,7 @@ static void fg_attention_backward(const nn_exec *ex, float *dq, float *dk,
                                   const float *q, const float *k,
                                   const float *v, const float *att, uint32_t b,
                                   uint32_t t, uint32_t h, uint32_t d,
-                                  uint32_t ld)
+                                  uint32_t ld, const nn_attn_mask *m)
 {
     fg_attn_a x = {.ex = fg_ex(ex),
                    .backward = 1,
@@ -116,7 +139,9 @@ static void fg_attention_backward(const nn_exec *ex, float *dq, float *dk,
                    .t = t,
                    .h = h,
                    .d = d,
-                   .ld = ld};
+                   .ld = ld,
+                   .has_mask = m != NULL,
+                   .m = m ? *m : (nn_attn_mask){0}};
     FG_PUSH(fg_attn_run, x);
 }
 
@@ -136,6 +161,7 @@ static void fake_graph_tx_init(nn_backend *b)
     b->embedding_forward = fg_embedding_forward;
     b->embedding_backward = fg_embedding_backward;
     b->to_ids = fg_to_ids;
+    b->seq_lens = fg_seq_lens;
     b->attention_forward = fg_attention_forward;
     b->attention_backward = fg_attention_backward;
     b->xent_ignore = fg_xent_ignore;

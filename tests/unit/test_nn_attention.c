@@ -136,9 +136,10 @@ static void check_geom(uint32_t b, uint32_t t, uint32_t h, uint32_t d,
     float *att = xmalloc(sizeof(float) * na),
           *datt = xmalloc(sizeof(float) * na);
     fill(r, no, seed + 7, 1.0f);
-    B.attention_forward(NULL, out, att, x[0], x[1], x[2], b, t, h, d, g.ld);
+    B.attention_forward(NULL, out, att, x[0], x[1], x[2], b, t, h, d, g.ld,
+                        NULL);
     B.attention_backward(NULL, dx[0], dx[1], dx[2], datt, r, x[0], x[1], x[2],
-                         att, b, t, h, d, g.ld);
+                         att, b, t, h, d, g.ld, NULL);
 
     /* the reference reads the same floats, in double */
     double *xd[3];
@@ -220,14 +221,15 @@ static void test_attention_causal(void **state)
     float x[Bn * T * LD], out0[Bn * T * C], out1[Bn * T * C];
     float att[Bn * H * T * T];
     fill(x, Bn * T * LD, 60, 1.0f);
-    B.attention_forward(NULL, out0, att, x, x + C, x + 2 * C, Bn, T, H, D, LD);
+    B.attention_forward(NULL, out0, att, x, x + C, x + 2 * C, Bn, T, H, D, LD,
+                        NULL);
     for (uint32_t j = 0; j < T; j++) {
         float y[Bn * T * LD];
         memcpy(y, x, sizeof y);
         for (uint32_t e = 0; e < LD; e++)
             y[(1 * T + j) * LD + e] += 0.5f; /* sequence 1, token j */
         B.attention_forward(NULL, out1, att, y, y + C, y + 2 * C, Bn, T, H, D,
-                            LD);
+                            LD, NULL);
         /* sequence 0 untouched; sequence 1 before j untouched */
         assert_memory_equal(out0, out1, sizeof(float) * (T + j) * C);
         int changed = 0;
@@ -256,10 +258,10 @@ static void test_attention_threads(void **state)
         da[k] = xmalloc(sizeof(float) * na);
         dx[k] = xmalloc(sizeof(float) * nx);
         const nn_exec *e = k ? &ex : NULL;
-        B.attention_forward(e, o[k], a[k], x, x + C, x + 2 * C, Bn, T, H, D,
-                            LD);
+        B.attention_forward(e, o[k], a[k], x, x + C, x + 2 * C, Bn, T, H, D, LD,
+                            NULL);
         B.attention_backward(e, dx[k], dx[k] + C, dx[k] + 2 * C, da[k], r, x,
-                             x + C, x + 2 * C, a[k], Bn, T, H, D, LD);
+                             x + C, x + 2 * C, a[k], Bn, T, H, D, LD, NULL);
     }
     assert_memory_equal(o[0], o[1], sizeof(float) * no);
     assert_memory_equal(a[0], a[1], sizeof(float) * na);
@@ -284,7 +286,7 @@ static void test_attention_stable(void **state)
     float k[T * D] = {100, 100, 99, 99, -100, -100};
     float v[T * D] = {1, 2, 3, 4, 5, 6};
     float out[T * D], att[T * T];
-    B.attention_forward(NULL, out, att, q, k, v, 1, T, 1, D, D);
+    B.attention_forward(NULL, out, att, q, k, v, 1, T, 1, D, D, NULL);
     for (int i = 0; i < T * D; i++)
         assert_true(isfinite(out[i]));
     /* row 2: scores 20000/sqrt2, 19800/sqrt2, -20000/sqrt2: all on key 0 */

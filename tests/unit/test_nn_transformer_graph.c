@@ -51,10 +51,10 @@ static void test_queued_and_replayed(void **state)
     uint64_t violations = fake_graph_violations;
     assert_int_equal(g->graph_begin(NULL), 0);
     g->attention_forward(NULL, d_out, d_att, d_qkv, d_qkv + C, d_qkv + 2 * C,
-                         Bn, T, H, D, LD);
+                         Bn, T, H, D, LD, NULL);
     g->attention_backward(NULL, d_dq, d_dq + C, d_dq + 2 * C, d_dat, d_dy,
                           d_qkv, d_qkv + C, d_qkv + 2 * C, d_att, Bn, T, H, D,
-                          LD);
+                          LD, NULL);
     g->embedding_forward(NULL, d_emb, d_ids, d_tab, Bn * T, C);
     g->embedding_backward(NULL, d_dt, d_emb, d_ids, Bn * T, V, C);
     void *graph = NULL;
@@ -66,9 +66,9 @@ static void test_queued_and_replayed(void **state)
     g->download(NULL, got, d_out, sizeof got);
 
     cpu->attention_forward(NULL, want, watt, qkv, qkv + C, qkv + 2 * C, Bn, T,
-                           H, D, LD);
+                           H, D, LD, NULL);
     cpu->attention_backward(NULL, wdq, wdq + C, wdq + 2 * C, wdat, dy, qkv,
-                            qkv + C, qkv + 2 * C, watt, Bn, T, H, D, LD);
+                            qkv + C, qkv + 2 * C, watt, Bn, T, H, D, LD, NULL);
     cpu->embedding_forward(NULL, wemb, ids, tab, Bn * T, C);
     cpu->embedding_backward(NULL, wdt, wemb, ids, Bn * T, V, C);
     assert_memory_equal(got, want, sizeof got);
@@ -86,7 +86,7 @@ static void test_queued_and_replayed(void **state)
     for (int i = 0; i < Bn * T; i++)
         tg[i] = i % 4 == 0 ? -1 : i % C;
     g->attention_forward(NULL, d_out, d_att, d_qkv, d_qkv + C, d_qkv + 2 * C,
-                         Bn, T, H, D, LD); /* queued: logits = out */
+                         Bn, T, H, D, LD, NULL); /* queued: logits = out */
     uint32_t cnt = 0;
     double l = g->xent_ignore(NULL, NULL, &cnt, d_out, tg, Bn * T, C, -1, 1.0f);
     assert_float_equal(
