@@ -456,8 +456,8 @@ static void test_refusals(void **state)
     snprintf(body, sizeof body,
              "{\"dataset\": \"%s\", \"model\": {\"layers\": %s}}", csv_ds,
              GPT_LAYERS);
-    expect_422(post("/v1/jobs", body), "model.layers[0].type",
-               "text or tokens dataset");
+    expect_422(post("/v1/jobs", body), "model.layers[0].vocab_size",
+               "needs token ids: train it on a text dataset");
     /* a validation dataset of another kind */
     snprintf(body, sizeof body,
              "{\"dataset\": \"story\", \"validation\": {\"dataset\": \"%s\"}, "
