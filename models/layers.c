@@ -431,7 +431,9 @@ void nn_arch_set_precision(nn_arch *arch, nn_dtype dt)
             nn_arch_set_precision(l->proj, dt);
         /* The kinds whose sizes depend on the precision plan again (they
          * planned once already, so they cannot fail now). */
-        if (l->type == NN_LAYER_DENSE || l->type == NN_LAYER_RESIDUAL) {
+        if (l->type == NN_LAYER_DENSE || l->type == NN_LAYER_RESIDUAL ||
+            l->type == NN_LAYER_ATTENTION ||
+            l->type == NN_LAYER_TRANSFORMER_BLOCK) {
             ty_status st = l->kind->plan(l, NULL);
             assert(st == TY_OK);
             (void)st;

@@ -100,28 +100,124 @@ static void add_tensor(nn_layer *l, const char *suffix, uint32_t a, uint32_t b,
 
 /* ---- the pieces both layers run ---- */
 
-/* out (rows, u) = x (rows, k) W^T + b (b may be NULL). */
+/* Under reduced precision (a training pass with p->precision bf16 or
+ * fp16, as dense layers run it) each projection casts its input to 16
+ * bits, kept in scratch for backward's dW, and multiplies it with the
+ * 16-bit copy of its weight (gemm_lp, fp32 sums); backward casts the
+ * output gradient the same way. The attention core, layer norms and GELU
+ * stay fp32. */
+static int lp_on(const nn_pass *p) { return p->precision != NN_DT_F32; }
+
+/* w's copy in the pass's reduced precision. */
+static const void *lp_weight(const nn_pass *p, const float *w)
+{
+    return (const char *)p->lp_params +
+           (size_t)(w - p->lp_base) * nn_dtype_size(p->precision);
+}
+
+/* out (rows, u) = x (rows, k) W^T + b (b may be NULL); x_lp: room for x's
+ * 16-bit copy (used under reduced precision). */
 static void linear(const nn_pass *p, float *out, const float *x, const float *w,
-                   const float *b, uint32_t rows, uint32_t u, uint32_t k)
+                   const float *b, uint32_t rows, uint32_t u, uint32_t k,
+                   void *x_lp)
 {
     if (b)
         p->be->bias_rows(p->ex, out, b, rows, u);
+    if (lp_on(p)) {
+        p->be->cast(p->ex, x_lp, p->precision, x, (size_t)rows * k);
+        p->be->gemm_lp(p->ex, out, x_lp, lp_weight(p, w), p->precision, 0, 1,
+                       (int)rows, (int)u, (int)k, 1.0f, b ? 1.0f : 0.0f);
+        return;
+    }
     p->be->gemm(p->ex, out, x, w, 0, 1, (int)rows, (int)u, (int)k, 1.0f,
                 b ? 1.0f : 0.0f);
 }
 
-/* dW += dout^T x, db += column sums of dout, dx = dout W (when not NULL). */
+/* dW += dout^T x, db += column sums of dout, dx = dout W (when not NULL);
+ * under reduced precision on forward's x_lp and dout's copy in dy_lp. */
 static void linear_back(const nn_pass *p, float *dx, float *dw, float *db,
                         const float *dout, const float *x, const float *w,
-                        uint32_t rows, uint32_t u, uint32_t k)
+                        uint32_t rows, uint32_t u, uint32_t k, const void *x_lp,
+                        void *dy_lp)
 {
-    p->be->gemm(p->ex, dw, dout, x, 1, 0, (int)u, (int)k, (int)rows, 1.0f,
-                1.0f);
+    const nn_dtype dt = p->precision;
+    if (lp_on(p)) {
+        p->be->cast(p->ex, dy_lp, dt, dout, (size_t)rows * u);
+        p->be->gemm_lp(p->ex, dw, dy_lp, x_lp, dt, 1, 0, (int)u, (int)k,
+                       (int)rows, 1.0f, 1.0f);
+    } else {
+        p->be->gemm(p->ex, dw, dout, x, 1, 0, (int)u, (int)k, (int)rows, 1.0f,
+                    1.0f);
+    }
     if (db)
         p->be->bias_grad(p->ex, db, dout, rows, u);
-    if (dx)
+    if (dx && lp_on(p))
+        p->be->gemm_lp(p->ex, dx, dy_lp, lp_weight(p, w), dt, 0, 0, (int)rows,
+                       (int)k, (int)u, 1.0f, 0.0f);
+    else if (dx)
         p->be->gemm(p->ex, dx, dout, w, 0, 0, (int)rows, (int)k, (int)u, 1.0f,
                     0.0f);
+}
+
+/* The 16-bit copies' places, after a layer's fp32 scratch (NULL when the
+ * layer plans no reduced precision): the inputs of the attention's two
+ * projections and, in a block, of the MLP's two; dy, the output gradient's
+ * copy (the widest). Each starts on a 64-byte boundary. */
+typedef struct {
+    void *in, *out, *fc, *proj, *dy;
+} lp_slots;
+
+static char *align64(char *q)
+{
+    return (char *)(((uintptr_t)q + 63) & ~(uintptr_t)63);
+}
+
+/* widths (per position, in values) of the slots: in, out, fc, proj, dy */
+static void lp_widths(const nn_layer *l, uint64_t w[5])
+{
+    const uint64_t c = l->in.d[1], r = l->hidden;
+    const int block = l->type == NN_LAYER_TRANSFORMER_BLOCK;
+    w[0] = c;
+    w[1] = c;
+    w[2] = block ? c : 0;
+    w[3] = block ? r : 0;
+    w[4] = block && r > 3 * c ? r : 3 * c;
+}
+
+static lp_slots lp_slots_at(const nn_layer *l, uint32_t n, float *end)
+{
+    lp_slots s = {0};
+    if (l->precision == NN_DT_F32)
+        return s;
+    uint64_t w[5];
+    lp_widths(l, w);
+    const size_t rows = (size_t)n * l->in.d[0];
+    const size_t es = nn_dtype_size(l->precision);
+    void **slot[5] = {&s.in, &s.out, &s.fc, &s.proj, &s.dy};
+    char *q = (char *)end;
+    for (int i = 0; i < 5; i++) {
+        q = align64(q);
+        *slot[i] = w[i] ? q : NULL;
+        q += rows * w[i] * es;
+    }
+    return s;
+}
+
+/* Adds the slots to l's planned scratch (floats per example, plus 16 per
+ * slot for the boundaries). */
+static void lp_plan(nn_layer *l)
+{
+    l->scratch_fixed = 0;
+    if (l->precision == NN_DT_F32)
+        return;
+    uint64_t w[5], per = 0;
+    lp_widths(l, w);
+    for (int i = 0; i < 5; i++)
+        per += w[i];
+    const uint64_t bytes =
+        (uint64_t)l->in.d[0] * per * nn_dtype_size(l->precision);
+    l->scratch_per_example += (bytes + 3) / 4;
+    l->scratch_fixed = 16 * 5;
 }
 
 /* An attention's four tensors (biases NULL without bias). */
@@ -162,13 +258,13 @@ static void draw_keep(const nn_pass *p, float rate, float *keep, float *zero,
 static void attn_forward(const nn_pass *p, uint32_t t, uint32_t c, uint32_t h,
                          const attn_w *w, const float *x, float *out,
                          float *qkv, float *y, float *att,
-                         const nn_attn_mask *m)
+                         const nn_attn_mask *m, const lp_slots *lp)
 {
     const uint32_t rows = p->n * t;
-    linear(p, qkv, x, w->w_in, w->b_in, rows, 3 * c, c);
+    linear(p, qkv, x, w->w_in, w->b_in, rows, 3 * c, c, lp->in);
     p->be->attention_forward(p->ex, y, att, qkv, qkv + c, qkv + 2 * c, p->n, t,
                              h, c / h, 3 * c, m);
-    linear(p, out, y, w->w_out, w->b_out, rows, c, c);
+    linear(p, out, y, w->w_out, w->b_out, rows, c, c, lp->out);
 }
 
 /* Its backward from dout (n T, C): parameter gradients into g, dx (may be
@@ -178,14 +274,17 @@ static void attn_backward(const nn_pass *p, uint32_t t, uint32_t c, uint32_t h,
                           const attn_w *w, const attn_g *g, const float *x,
                           const float *dout, float *dx, const float *qkv,
                           const float *y, const float *att, float *dy,
-                          float *dqkv, float *datt, const nn_attn_mask *m)
+                          float *dqkv, float *datt, const nn_attn_mask *m,
+                          const lp_slots *lp)
 {
     const uint32_t rows = p->n * t;
-    linear_back(p, dy, g->w_out, g->b_out, dout, y, w->w_out, rows, c, c);
+    linear_back(p, dy, g->w_out, g->b_out, dout, y, w->w_out, rows, c, c,
+                lp->out, lp->dy);
     p->be->attention_backward(p->ex, dqkv, dqkv + c, dqkv + 2 * c, datt, dy,
                               qkv, qkv + c, qkv + 2 * c, att, p->n, t, h, c / h,
                               3 * c, m);
-    linear_back(p, dx, g->w_in, g->b_in, dqkv, x, w->w_in, rows, 3 * c, c);
+    linear_back(p, dx, g->w_in, g->b_in, dqkv, x, w->w_in, rows, 3 * c, c,
+                lp->in, lp->dy);
 }
 
 /* Normal(0, 0.02) weights, zero biases, unit layer-norm gains: each tensor
@@ -242,6 +341,7 @@ static ty_status attention_plan(nn_layer *l, ty_err *err)
      * dropout, keep hTT */
     const uint64_t tc = (uint64_t)t * c, tt = (uint64_t)l->heads * t * t;
     l->scratch_per_example = 8 * tc + (l->rate > 0.0f ? 3 : 2) * tt;
+    lp_plan(l);
     return TY_OK;
 }
 
@@ -276,10 +376,11 @@ static void attention_forward_layer(const nn_layer *l, const nn_pass *p,
     const attn_w w = attention_weights(l, params);
     float *qkv = scratch, *y = qkv + 3 * tc, *att = y + tc;
     float *dy = att + tt, *datt = dy + 4 * tc, *keep = datt + tt;
+    const lp_slots lp = lp_slots_at(l, p->n, l->rate > 0.0f ? keep + tt : keep);
     if (drops(l, p))
         draw_keep(p, l->rate, keep, att, datt, tt);
     const nn_attn_mask m = attn_mask(l, p, drops(l, p) ? keep : NULL);
-    attn_forward(p, t, c, l->heads, &w, in, out, qkv, y, att, &m);
+    attn_forward(p, t, c, l->heads, &w, in, out, qkv, y, att, &m, &lp);
 }
 
 static void attention_backward_layer(const nn_layer *l, const nn_pass *p,
@@ -297,9 +398,11 @@ static void attention_backward_layer(const nn_layer *l, const nn_pass *p,
                       (float *)gw.b_out};
     const float *qkv = scratch, *y = qkv + 3 * tc, *att = y + tc;
     float *dy = (float *)att + tt, *dqkv = dy + tc, *datt = dqkv + 3 * tc;
-    const nn_attn_mask m = attn_mask(l, p, l->rate > 0.0f ? datt + tt : NULL);
+    float *keep = datt + tt;
+    const lp_slots lp = lp_slots_at(l, p->n, l->rate > 0.0f ? keep + tt : keep);
+    const nn_attn_mask m = attn_mask(l, p, l->rate > 0.0f ? keep : NULL);
     attn_backward(p, t, c, l->heads, &w, &g, in, dout, din, qkv, y, att, dy,
-                  dqkv, datt, &m);
+                  dqkv, datt, &m, &lp);
 }
 
 const nn_layer_kind nn_attention_kind = {
@@ -396,6 +499,7 @@ static ty_status block_plan(nn_layer *l, ty_err *err)
     /* dropout: keep hTT, two residual masks and a temporary of C */
     if (l->rate > 0.0f)
         l->scratch_per_example += (uint64_t)l->heads * t * t + 3ull * t * c;
+    lp_plan(l);
     return TY_OK;
 }
 
@@ -410,6 +514,7 @@ typedef struct {
     float *ln1, *m1, *r1, *qkv, *y, *att, *x1, *ln2, *m2, *r2, *fc, *gl;
     float *big, *t1, *t2, *datt;
     float *keep, *ma, *mm, *t3; /* dropout only */
+    lp_slots lp;                /* reduced precision only */
 } block_buf;
 
 static block_buf block_bufs(const nn_layer *l, uint32_t n, float *s)
@@ -438,6 +543,7 @@ static block_buf block_bufs(const nn_layer *l, uint32_t n, float *s)
     b.ma = b.keep + tt;
     b.mm = b.ma + rows * c;
     b.t3 = b.mm + rows * c;
+    b.lp = lp_slots_at(l, n, l->rate > 0.0f ? b.t3 + rows * c : b.keep);
     return b;
 }
 
@@ -459,16 +565,16 @@ static void block_forward(const nn_layer *l, const nn_pass *p,
                              l->eps);
     /* x1 = x + drop(attn(ln_1(x))) */
     attn_forward(p, t, c, l->heads, &w.a, b.ln1, drop ? b.t1 : b.x1, b.qkv, b.y,
-                 b.att, &m);
+                 b.att, &m, &b.lp);
     if (drop)
         p->be->dropout_forward(p->ex, b.x1, b.ma, b.t1, len, l->rate, p->rng);
     p->be->add(p->ex, b.x1, b.x1, in, len);
     /* out = x1 + drop(mlp(ln_2(x1))) */
     p->be->layernorm_forward(p->ex, b.ln2, b.m2, b.r2, b.x1, w.g2, w.b2, rows,
                              c, l->eps);
-    linear(p, b.fc, b.ln2, w.w1, w.c1, rows, r, c);
+    linear(p, b.fc, b.ln2, w.w1, w.c1, rows, r, c, b.lp.fc);
     p->be->act_forward(p->ex, NN_OP_GELU_TANH, b.gl, b.fc, (size_t)rows * r);
-    linear(p, drop ? b.t1 : out, b.gl, w.w2, w.c2, rows, c, r);
+    linear(p, drop ? b.t1 : out, b.gl, w.w2, w.c2, rows, c, r, b.lp.proj);
     if (drop)
         p->be->dropout_forward(p->ex, out, b.mm, b.t1, len, l->rate, p->rng);
     p->be->add(p->ex, out, out, b.x1, len);
@@ -495,11 +601,11 @@ static void block_backward(const nn_layer *l, const nn_pass *p,
         dmlp = b.t3;
     }
     linear_back(p, b.big, (float *)gw.w2, (float *)gw.c2, dmlp, b.gl, w.w2,
-                rows, c, r);
+                rows, c, r, b.lp.proj, b.lp.dy);
     p->be->act_backward(p->ex, NN_OP_GELU_TANH, b.big, b.big, b.fc, b.gl,
                         (size_t)rows * r);
     linear_back(p, b.t1, (float *)gw.w1, (float *)gw.c1, b.big, b.ln2, w.w1,
-                rows, r, c);
+                rows, r, c, b.lp.fc, b.lp.dy);
     /* dx1 = ln_2's input gradient + the residual's dout */
     p->be->layernorm_backward(p->ex, b.t2, (float *)gw.g2, (float *)gw.b2, b.t1,
                               b.x1, w.g2, b.m2, b.r2, rows, c);
@@ -514,7 +620,7 @@ static void block_backward(const nn_layer *l, const nn_pass *p,
     const attn_g ga = {(float *)gw.a.w_in, (float *)gw.a.b_in,
                        (float *)gw.a.w_out, (float *)gw.a.b_out};
     attn_backward(p, t, c, l->heads, &w.a, &ga, b.ln1, dattn, b.t1, b.qkv, b.y,
-                  b.att, b.t1, b.big, b.datt, &m);
+                  b.att, b.t1, b.big, b.datt, &m, &b.lp);
     p->be->layernorm_backward(p->ex, din, (float *)gw.g1, (float *)gw.b1, b.t1,
                               in, w.g1, b.m1, b.r1, rows, c);
     if (din)

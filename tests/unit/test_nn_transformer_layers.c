@@ -293,6 +293,66 @@ static void test_causal(void **state)
     fdc_free(&c);
 }
 
+/* Under bf16 (a training pass with the parameters' 16-bit copy, as the
+ * trainer runs a GPU) the projections of attention and blocks take the
+ * reduced-precision GEMM: logits and every gradient stay within bf16's
+ * rounding of fp32's, and differ from them (the 16-bit path ran). The CPU
+ * backend's cast and gemm_lp are the reference kernels the GPU's are
+ * checked against. */
+static void test_bf16_projections(void **state)
+{
+    const char *spec = "{\"layers\": [{\"type\": \"embedding\", \"dim\": 16},"
+                       " {\"type\": \"positional_embedding\"},"
+                       " {\"type\": \"transformer_block\", \"heads\": 2},"
+                       " {\"type\": \"attention\", \"heads\": 4},"
+                       " {\"type\": \"layernorm\"}, {\"type\": \"lm_head\"}]}";
+    const uint32_t n = 2, t = 6, v = 11;
+    float *logits[2], *grads[2];
+    uint64_t count = 0;
+    for (int k = 0; k < 2; k++) {
+        fdc c;
+        fdc_setup(&c, spec, n, t, v, 1, 12);
+        count = c.a.param_count;
+        void *lp = NULL;
+        if (k) {
+            nn_workspace_destroy(c.ws);
+            nn_arch_set_precision(&c.a, NN_DT_BF16);
+            c.ws = nn_workspace_create_for(&c.a, n, 1);
+            assert_non_null(c.ws);
+            lp = malloc(c.a.param_count * 2 + 2);
+            nn_backend_cpu.cast(NULL, lp, NN_DT_BF16, c.state, c.a.param_count);
+            c.ws->lp_params = lp;
+        }
+        fdc_objective(&c, 1);
+        memset(c.grads, 0, c.a.param_count * 4);
+        nn_backward(&c.a, c.state, c.grads, c.ws, c.n);
+        logits[k] = malloc((size_t)n * t * v * 4);
+        memcpy(logits[k], c.ws->act[c.a.n_layers], (size_t)n * t * v * 4);
+        grads[k] = malloc(c.a.param_count * 4);
+        memcpy(grads[k], c.grads, c.a.param_count * 4);
+        free(lp);
+        fdc_free(&c);
+    }
+    double dmax = 0, lmax = 0, gmax = 0, gdiff = 0;
+    for (size_t i = 0; i < (size_t)n * t * v; i++) {
+        dmax = fmax(dmax, fabs((double)logits[0][i] - logits[1][i]));
+        lmax = fmax(lmax, fabs((double)logits[0][i]));
+    }
+    for (uint64_t i = 0; i < count; i++) {
+        gdiff = fmax(gdiff, fabs((double)grads[0][i] - grads[1][i]));
+        gmax = fmax(gmax, fabs((double)grads[0][i]));
+    }
+    fprintf(stderr, "bf16 vs fp32: logits %.3g of %.3g, grads %.3g of %.3g\n",
+            dmax, lmax, gdiff, gmax);
+    assert_true(dmax > 0.0 && gdiff > 0.0);
+    assert_true(dmax <= 0.05 * lmax);
+    assert_true(gdiff <= 0.05 * gmax);
+    for (int k = 0; k < 2; k++) {
+        free(logits[k]);
+        free(grads[k]);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -302,6 +362,7 @@ int main(void)
         cmocka_unit_test(test_gpt_loss_gradients),
         cmocka_unit_test(test_attention_dense_gelu_untied),
         cmocka_unit_test(test_causal),
+        cmocka_unit_test(test_bf16_projections),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
