@@ -64,6 +64,7 @@ typedef enum {
     NN_OP_EMBEDDING,   /* gather rows by token id; scatter-add backward */
     NN_OP_ATTENTION,   /* multi-head scaled dot-product attention, masked */
     NN_OP_XENT_IGNORE, /* per-position cross-entropy with an ignore index */
+    NN_OP_SEQ_POOL,    /* a sequence to one vector, honouring padding */
     NN_OP_COUNT
 } nn_op;
 
@@ -180,6 +181,14 @@ typedef struct {
     const int32_t *lens;
     float *keep;
 } nn_attn_mask;
+
+/* How NN_OP_SEQ_POOL makes one vector of a sequence (sequence_pool's
+ * mode). */
+typedef enum {
+    NN_SEQ_POOL_MEAN = 0,
+    NN_SEQ_POOL_FIRST,
+    NN_SEQ_POOL_LAST
+} nn_seq_pool_mode;
 
 typedef struct nn_backend {
     const char *name;
@@ -551,6 +560,19 @@ typedef struct nn_backend {
      * t when there is none. */
     void (*seq_lens)(const nn_exec *ex, int32_t *lens, const float *x,
                      uint32_t b, uint32_t t);
+
+    /* NN_OP_SEQ_POOL forward: out (b, c) from in (b, t, c) over each
+     * sequence's first n positions, n = lens[bi] clamped to [0, t] (lens
+     * NULL: t), the rest being padding. mode NN_SEQ_POOL_MEAN: their
+     * average; _FIRST: position 0; _LAST: position n - 1. A sequence with
+     * n = 0 pools to 0. backward: din (b, t, c) is assigned: dout's share
+     * at the pooled positions (dout / n for the mean), 0 elsewhere. */
+    void (*seq_pool_forward)(const nn_exec *ex, float *out, const float *in,
+                             const int32_t *lens, uint32_t b, uint32_t t,
+                             uint32_t c, nn_seq_pool_mode mode);
+    void (*seq_pool_backward)(const nn_exec *ex, float *din, const float *dout,
+                              const int32_t *lens, uint32_t b, uint32_t t,
+                              uint32_t c, nn_seq_pool_mode mode);
 
     /* NN_OP_XENT_IGNORE: softmax cross-entropy of each row of logits (n, v)
      * against targets (n), skipping rows whose target is ignore_index, as

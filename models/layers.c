@@ -402,6 +402,7 @@ static const nn_layer_kind *const kinds[] = {
     [NN_LAYER_LM_HEAD] = &nn_lm_head_kind,
     [NN_LAYER_ATTENTION] = &nn_attention_kind,
     [NN_LAYER_TRANSFORMER_BLOCK] = &nn_transformer_block_kind,
+    [NN_LAYER_SEQUENCE_POOL] = &nn_sequence_pool_kind,
 };
 static_assert(TY_ARRAY_LEN(kinds) == NN_LAYER_KIND_COUNT,
               "every nn_layer_type needs a kind");

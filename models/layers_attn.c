@@ -23,8 +23,12 @@
  * included. Within a pass of n examples a buffer's place is a multiple of
  * n; forward and backward of one step see the same n.
  *
- * Not built yet, refused at submit: dropout inside attention (a dropout
- * value above 0) and bidirectional attention (causal false).
+ * causal false lets every position see every other (an encoder, for
+ * classifying text); on token inputs the padding after each text is never
+ * seen (nn_pass.lens). dropout p, in training only, drops attention
+ * weights (nn.MultiheadAttention's dropout) and, in a block, the
+ * attention's and the MLP's outputs before each residual sum (nanoGPT's
+ * attn_dropout and resid_dropout); its masks are scratch too.
  */
 #include "models/nn_internal.h"
 
@@ -50,21 +54,16 @@ static ty_status parse_attn_opts(nn_layer *l, const json_t *obj, json_t *norm,
         (st = tyjson_get_number(obj, "dropout", "", 0, 0.0, 1.0, 0.0, &dropout,
                                 err)) != TY_OK)
         return st;
-    if (!causal)
-        return ty_fail(err, TY_EINVAL, "causal",
-                       "causal false (attention to later positions) is not "
-                       "built yet; leave causal out or true");
-    if (dropout != 0.0)
+    if (dropout >= 1.0)
         return ty_fail(err, TY_EINVAL, "dropout",
-                       "dropout inside %s is not built yet; leave it at 0 "
-                       "(a dropout layer after the block works)",
-                       l->kind->name);
+                       "dropout must be at least 0 and below 1, got %g",
+                       dropout);
     l->heads = (uint32_t)heads;
-    l->causal = 1;
-    l->rate = 0.0f;
+    l->causal = causal;
+    l->rate = (float)dropout;
     json_object_set_new(norm, "heads", json_integer(heads));
-    json_object_set_new(norm, "causal", json_true());
-    json_object_set_new(norm, "dropout", json_real(0.0));
+    json_object_set_new(norm, "causal", json_boolean(causal));
+    json_object_set_new(norm, "dropout", json_real(dropout));
     return TY_OK;
 }
 
@@ -134,16 +133,41 @@ typedef struct {
     float *w_in, *b_in, *w_out, *b_out;
 } attn_g;
 
-/* Forward of the attention sub-layer on n sequences x (n, T, C) into out:
- * keeps qkv (n T, 3C), y (n T, C) and att (n, h, T, T) for backward. */
+/* The mask of l's attention in pass p: its causality, the pass's lengths,
+ * and keep (dropout multipliers, or NULL). */
+static nn_attn_mask attn_mask(const nn_layer *l, const nn_pass *p, float *keep)
+{
+    return (nn_attn_mask){.causal = l->causal, .lens = p->lens, .keep = keep};
+}
+
+/* Whether l drops anything in pass p. */
+static int drops(const nn_layer *l, const nn_pass *p)
+{
+    return p->training && l->rate > 0.0f;
+}
+
+/* Draws keep's dropout multipliers (len values) for an attention's
+ * weights: dropout_forward's mask of a zeroed input (zero is sink's
+ * length too, and is overwritten after). */
+static void draw_keep(const nn_pass *p, float rate, float *keep, float *zero,
+                      float *sink, size_t len)
+{
+    p->be->zero(p->ex, zero, len * sizeof *zero);
+    p->be->dropout_forward(p->ex, sink, keep, zero, len, rate, p->rng);
+}
+
+/* Forward of the attention sub-layer on n sequences x (n, T, C) into out,
+ * under mask m: keeps qkv (n T, 3C), y (n T, C) and att (n, h, T, T) for
+ * backward. */
 static void attn_forward(const nn_pass *p, uint32_t t, uint32_t c, uint32_t h,
                          const attn_w *w, const float *x, float *out,
-                         float *qkv, float *y, float *att)
+                         float *qkv, float *y, float *att,
+                         const nn_attn_mask *m)
 {
     const uint32_t rows = p->n * t;
     linear(p, qkv, x, w->w_in, w->b_in, rows, 3 * c, c);
     p->be->attention_forward(p->ex, y, att, qkv, qkv + c, qkv + 2 * c, p->n, t,
-                             h, c / h, 3 * c, NULL);
+                             h, c / h, 3 * c, m);
     linear(p, out, y, w->w_out, w->b_out, rows, c, c);
 }
 
@@ -154,13 +178,13 @@ static void attn_backward(const nn_pass *p, uint32_t t, uint32_t c, uint32_t h,
                           const attn_w *w, const attn_g *g, const float *x,
                           const float *dout, float *dx, const float *qkv,
                           const float *y, const float *att, float *dy,
-                          float *dqkv, float *datt)
+                          float *dqkv, float *datt, const nn_attn_mask *m)
 {
     const uint32_t rows = p->n * t;
     linear_back(p, dy, g->w_out, g->b_out, dout, y, w->w_out, rows, c, c);
     p->be->attention_backward(p->ex, dqkv, dqkv + c, dqkv + 2 * c, datt, dy,
                               qkv, qkv + c, qkv + 2 * c, att, p->n, t, h, c / h,
-                              3 * c, NULL);
+                              3 * c, m);
     linear_back(p, dx, g->w_in, g->b_in, dqkv, x, w->w_in, rows, 3 * c, c);
 }
 
@@ -214,9 +238,10 @@ static ty_status attention_plan(nn_layer *l, ty_err *err)
     add_tensor(l, "out_proj.weight", c, c, &off);
     if (l->bias)
         add_tensor(l, "out_proj.bias", c, 0, &off);
-    /* qkv 3TC, y TC, att hTT; backward: dy TC, dqkv 3TC, datt hTT */
+    /* qkv 3TC, y TC, att hTT; backward: dy TC, dqkv 3TC, datt hTT; with
+     * dropout, keep hTT */
     const uint64_t tc = (uint64_t)t * c, tt = (uint64_t)l->heads * t * t;
-    l->scratch_per_example = 8 * tc + 2 * tt;
+    l->scratch_per_example = 8 * tc + (l->rate > 0.0f ? 3 : 2) * tt;
     return TY_OK;
 }
 
@@ -247,9 +272,14 @@ static void attention_forward_layer(const nn_layer *l, const nn_pass *p,
 {
     const uint32_t t = l->in.d[0], c = l->in.d[1];
     const size_t tc = (size_t)p->n * t * c;
+    const size_t tt = (size_t)p->n * l->heads * t * t;
     const attn_w w = attention_weights(l, params);
     float *qkv = scratch, *y = qkv + 3 * tc, *att = y + tc;
-    attn_forward(p, t, c, l->heads, &w, in, out, qkv, y, att);
+    float *dy = att + tt, *datt = dy + 4 * tc, *keep = datt + tt;
+    if (drops(l, p))
+        draw_keep(p, l->rate, keep, att, datt, tt);
+    const nn_attn_mask m = attn_mask(l, p, drops(l, p) ? keep : NULL);
+    attn_forward(p, t, c, l->heads, &w, in, out, qkv, y, att, &m);
 }
 
 static void attention_backward_layer(const nn_layer *l, const nn_pass *p,
@@ -267,8 +297,9 @@ static void attention_backward_layer(const nn_layer *l, const nn_pass *p,
                       (float *)gw.b_out};
     const float *qkv = scratch, *y = qkv + 3 * tc, *att = y + tc;
     float *dy = (float *)att + tt, *dqkv = dy + tc, *datt = dqkv + 3 * tc;
+    const nn_attn_mask m = attn_mask(l, p, l->rate > 0.0f ? datt + tt : NULL);
     attn_backward(p, t, c, l->heads, &w, &g, in, dout, din, qkv, y, att, dy,
-                  dqkv, datt);
+                  dqkv, datt, &m);
 }
 
 const nn_layer_kind nn_attention_kind = {
@@ -362,6 +393,9 @@ static ty_status block_plan(nn_layer *l, ty_err *err)
     const uint64_t big = r > 3 * c ? r : 3 * c;
     const uint64_t per_pos = 9ull * c + 4 + 2ull * r + big;
     l->scratch_per_example = (uint64_t)t * per_pos + 2ull * l->heads * t * t;
+    /* dropout: keep hTT, two residual masks and a temporary of C */
+    if (l->rate > 0.0f)
+        l->scratch_per_example += (uint64_t)l->heads * t * t + 3ull * t * c;
     return TY_OK;
 }
 
@@ -375,6 +409,7 @@ static void block_init(const nn_layer *l, float *params, float *buffers,
 typedef struct {
     float *ln1, *m1, *r1, *qkv, *y, *att, *x1, *ln2, *m2, *r2, *fc, *gl;
     float *big, *t1, *t2, *datt;
+    float *keep, *ma, *mm, *t3; /* dropout only */
 } block_buf;
 
 static block_buf block_bufs(const nn_layer *l, uint32_t n, float *s)
@@ -399,6 +434,10 @@ static block_buf block_bufs(const nn_layer *l, uint32_t n, float *s)
     b.t1 = b.big + rows * big;
     b.t2 = b.t1 + rows * c;
     b.datt = b.t2 + rows * c;
+    b.keep = b.datt + tt;
+    b.ma = b.keep + tt;
+    b.mm = b.ma + rows * c;
+    b.t3 = b.mm + rows * c;
     return b;
 }
 
@@ -409,17 +448,29 @@ static void block_forward(const nn_layer *l, const nn_pass *p,
     const uint32_t t = l->in.d[0], c = l->in.d[1], r = l->hidden;
     const uint32_t rows = p->n * t;
     const size_t len = (size_t)rows * c;
+    const size_t tt = (size_t)p->n * l->heads * t * t;
     const block_w w = block_weights(l, params);
     const block_buf b = block_bufs(l, p->n, scratch);
+    const int drop = drops(l, p);
+    if (drop)
+        draw_keep(p, l->rate, b.keep, b.att, b.datt, tt);
+    const nn_attn_mask m = attn_mask(l, p, drop ? b.keep : NULL);
     p->be->layernorm_forward(p->ex, b.ln1, b.m1, b.r1, in, w.g1, w.b1, rows, c,
                              l->eps);
-    attn_forward(p, t, c, l->heads, &w.a, b.ln1, b.x1, b.qkv, b.y, b.att);
+    /* x1 = x + drop(attn(ln_1(x))) */
+    attn_forward(p, t, c, l->heads, &w.a, b.ln1, drop ? b.t1 : b.x1, b.qkv, b.y,
+                 b.att, &m);
+    if (drop)
+        p->be->dropout_forward(p->ex, b.x1, b.ma, b.t1, len, l->rate, p->rng);
     p->be->add(p->ex, b.x1, b.x1, in, len);
+    /* out = x1 + drop(mlp(ln_2(x1))) */
     p->be->layernorm_forward(p->ex, b.ln2, b.m2, b.r2, b.x1, w.g2, w.b2, rows,
                              c, l->eps);
     linear(p, b.fc, b.ln2, w.w1, w.c1, rows, r, c);
     p->be->act_forward(p->ex, NN_OP_GELU_TANH, b.gl, b.fc, (size_t)rows * r);
-    linear(p, out, b.gl, w.w2, w.c2, rows, c, r);
+    linear(p, drop ? b.t1 : out, b.gl, w.w2, w.c2, rows, c, r);
+    if (drop)
+        p->be->dropout_forward(p->ex, out, b.mm, b.t1, len, l->rate, p->rng);
     p->be->add(p->ex, out, out, b.x1, len);
 }
 
@@ -434,8 +485,16 @@ static void block_backward(const nn_layer *l, const nn_pass *p,
     const block_w w = block_weights(l, params);
     const block_w gw = block_weights(l, grads);
     const block_buf b = block_bufs(l, p->n, (float *)scratch);
-    /* the MLP: dgl, then dfc in place, then dln2 */
-    linear_back(p, b.big, (float *)gw.w2, (float *)gw.c2, dout, b.gl, w.w2,
+    const int drop = l->rate > 0.0f; /* backward runs in training only */
+    const nn_attn_mask m = attn_mask(l, p, drop ? b.keep : NULL);
+    /* the MLP: its output's gradient (through the dropout), dgl, then dfc
+     * in place, then dln2 */
+    const float *dmlp = dout;
+    if (drop) {
+        p->be->dropout_backward(p->ex, b.t3, dout, b.mm, len);
+        dmlp = b.t3;
+    }
+    linear_back(p, b.big, (float *)gw.w2, (float *)gw.c2, dmlp, b.gl, w.w2,
                 rows, c, r);
     p->be->act_backward(p->ex, NN_OP_GELU_TANH, b.big, b.big, b.fc, b.gl,
                         (size_t)rows * r);
@@ -445,11 +504,17 @@ static void block_backward(const nn_layer *l, const nn_pass *p,
     p->be->layernorm_backward(p->ex, b.t2, (float *)gw.g2, (float *)gw.b2, b.t1,
                               b.x1, w.g2, b.m2, b.r2, rows, c);
     p->be->add(p->ex, b.t2, b.t2, dout, len);
-    /* the attention: dln1 into t1 (its dy temporary too) */
+    /* the attention (its output's gradient through the dropout): dln1 into
+     * t1 (its dy temporary too) */
+    const float *dattn = b.t2;
+    if (drop) {
+        p->be->dropout_backward(p->ex, b.t3, b.t2, b.ma, len);
+        dattn = b.t3;
+    }
     const attn_g ga = {(float *)gw.a.w_in, (float *)gw.a.b_in,
                        (float *)gw.a.w_out, (float *)gw.a.b_out};
-    attn_backward(p, t, c, l->heads, &w.a, &ga, b.ln1, b.t2, b.t1, b.qkv, b.y,
-                  b.att, b.t1, b.big, b.datt);
+    attn_backward(p, t, c, l->heads, &w.a, &ga, b.ln1, dattn, b.t1, b.qkv, b.y,
+                  b.att, b.t1, b.big, b.datt, &m);
     p->be->layernorm_backward(p->ex, din, (float *)gw.g1, (float *)gw.b1, b.t1,
                               in, w.g1, b.m1, b.r1, rows, c);
     if (din)

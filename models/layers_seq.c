@@ -1,7 +1,6 @@
 /*
  * layers_seq.c - the layers that turn tokens into sequences and back
- * (issue 31): embedding, positional_embedding and lm_head. (sequence_pool,
- * for classifying text, comes with text classification datasets.)
+ * (issue 31): embedding, positional_embedding, lm_head and sequence_pool.
  *
  * A language model's input is a window of T token ids, carried as float
  * values (exact below 2^24); the embedding turns it into a sequence (T, C)
@@ -21,6 +20,7 @@
 #include "common/jsonutil.h"
 
 #define SEQ_MAX_DIM 65536u
+#define SEQ_MAX_VOCAB (1 << 24) /* ids are exact as floats below 2^24 */
 
 static ty_status need_vocab(const nn_layer *l, ty_err *err)
 {
@@ -53,17 +53,36 @@ static void init_normal(float *x, uint64_t n, ty_rng *rng)
 
 /* ---- embedding {dim} [nn.Embedding(V, dim)]: (T) ids -> (T, dim) ---- */
 
-static const char *const embedding_keys[] = {"type", "dim", NULL};
+static const char *const embedding_keys[] = {"type", "dim", "vocab_size", NULL};
 
+/* vocab_size: a language model's is its dataset's (num_outputs), so the
+ * spec may only repeat it and the normalized spec leaves it out (model
+ * identities stay as they were); any other model names it (the server
+ * fills it from a text dataset's vocabulary). */
 static ty_status embedding_parse(nn_layer *l, const json_t *obj, json_t *norm,
                                  ty_err *err)
 {
-    int64_t dim;
+    int64_t dim, vocab;
     ty_status st;
-    if ((st = need_vocab(l, err)) != TY_OK ||
-        (st = tyjson_get_int(obj, "dim", "", 1, 1, SEQ_MAX_DIM, 0, &dim,
-                             err)) != TY_OK)
+    if ((st = tyjson_get_int(obj, "dim", "", 1, 1, SEQ_MAX_DIM, 0, &dim,
+                             err)) != TY_OK ||
+        (st = tyjson_get_int(obj, "vocab_size", "", 0, 1, SEQ_MAX_VOCAB, 0,
+                             &vocab, err)) != TY_OK)
         return st;
+    if (l->vocab && vocab && (uint64_t)vocab != l->vocab)
+        return ty_fail(err, TY_EINVAL, "vocab_size",
+                       "vocab_size %lld differs from the dataset's "
+                       "vocabulary of %u tokens; leave it out",
+                       (long long)vocab, l->vocab);
+    if (!l->vocab) {
+        if (!vocab)
+            return ty_fail(err, TY_EINVAL, "vocab_size",
+                           "embedding needs token ids: train it on a text "
+                           "dataset (a CSV with text_column, or task "
+                           "language_modeling), which gives it vocab_size");
+        l->vocab = (uint32_t)vocab;
+        json_object_set_new(norm, "vocab_size", json_integer(vocab));
+    }
     l->dim = (uint32_t)dim;
     json_object_set_new(norm, "dim", json_integer(dim));
     return TY_OK;
@@ -106,6 +125,10 @@ static void embedding_forward(const nn_layer *l, const nn_pass *p,
      * in bounds whatever comes) reads row 0. */
     p->be->to_ids(p->ex, ids, in, rows, l->vocab, 0);
     p->be->embedding_forward(p->ex, out, ids, params, (uint32_t)rows, l->dim);
+    /* Padding (-1, after the text) is embedded as id 0 and masked by
+     * length downstream. */
+    if (p->lens)
+        p->be->seq_lens(p->ex, p->lens, in, p->n, l->in.d[0]);
 }
 
 static void embedding_backward(const nn_layer *l, const nn_pass *p,
@@ -264,6 +287,67 @@ const nn_layer_kind nn_lm_head_kind = {
     .init = lm_head_init,
     .forward = lm_head_forward,
     .backward = lm_head_backward,
+};
+
+/* ---- sequence_pool {mode (mean)}: (T, C) -> (C) over the positions that
+ * are not padding [mean: the masked average; first: position 0, as BERT's
+ * [CLS]; last: the last token of the text] ---- */
+
+static const char *const seqpool_keys[] = {"type", "mode", NULL};
+
+static ty_status seqpool_parse(nn_layer *l, const json_t *obj, json_t *norm,
+                               ty_err *err)
+{
+    static const char *const modes[] = {"mean", "first", "last"};
+    const json_t *m = json_object_get(obj, "mode");
+    size_t k = 0;
+    if (m) {
+        for (k = 0; k < TY_ARRAY_LEN(modes); k++)
+            if (json_is_string(m) && !strcmp(json_string_value(m), modes[k]))
+                break;
+        if (k == TY_ARRAY_LEN(modes))
+            return ty_fail(err, TY_EINVAL, "mode",
+                           "mode must be \"mean\", \"first\" or \"last\"");
+    }
+    l->pool_mode = (nn_seq_pool_mode)k;
+    json_object_set_new(norm, "mode", json_string(modes[k]));
+    return TY_OK;
+}
+
+static ty_status seqpool_plan(nn_layer *l, ty_err *err)
+{
+    ty_status st = need_seq(l, err);
+    if (st != TY_OK)
+        return st;
+    l->out = (nn_shape){.ndim = 1, .d = {l->in.d[1]}};
+    return TY_OK;
+}
+
+static void seqpool_forward(const nn_layer *l, const nn_pass *p,
+                            const float *params, const float *in, float *out,
+                            float *scratch)
+{
+    p->be->seq_pool_forward(p->ex, out, in, p->lens, p->n, l->in.d[0],
+                            l->in.d[1], l->pool_mode);
+}
+
+static void seqpool_backward(const nn_layer *l, const nn_pass *p,
+                             const float *params, float *grads, const float *in,
+                             const float *out, const float *dout, float *din,
+                             const float *scratch)
+{
+    if (din)
+        p->be->seq_pool_backward(p->ex, din, dout, p->lens, p->n, l->in.d[0],
+                                 l->in.d[1], l->pool_mode);
+}
+
+const nn_layer_kind nn_sequence_pool_kind = {
+    .name = "sequence_pool",
+    .keys = seqpool_keys,
+    .parse = seqpool_parse,
+    .plan = seqpool_plan,
+    .forward = seqpool_forward,
+    .backward = seqpool_backward,
 };
 
 ty_status nn_seq_tie(nn_arch *arch, ty_err *err)

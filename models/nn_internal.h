@@ -68,6 +68,7 @@ typedef enum {
     NN_LAYER_LM_HEAD,
     NN_LAYER_ATTENTION, /* layers_attn.c */
     NN_LAYER_TRANSFORMER_BLOCK,
+    NN_LAYER_SEQUENCE_POOL, /* layers_seq.c */
     /* New kinds go here, with an entry in layers.c's table. */
     NN_LAYER_KIND_COUNT
 } nn_layer_type;
@@ -115,13 +116,15 @@ typedef struct {
     float slope;         /* leaky_relu */
     int approximate;     /* gelu: 1 for the tanh approximation */
     /* sequences (layers_seq.c, layers_attn.c) */
-    uint32_t vocab;       /* the arch's vocabulary (0: not a language model) */
-    uint32_t dim;         /* embedding */
-    uint32_t heads;       /* attention, transformer_block */
-    uint32_t hidden;      /* transformer_block: the MLP's width */
-    float mlp_ratio;      /* transformer_block */
-    int causal;           /* attention, transformer_block */
-    int tie;              /* lm_head: uses the embedding's weight */
+    uint32_t vocab;  /* the arch's vocabulary (0: not a language model); an
+                     * embedding's own vocab_size otherwise */
+    uint32_t dim;    /* embedding */
+    uint32_t heads;  /* attention, transformer_block */
+    uint32_t hidden; /* transformer_block: the MLP's width */
+    float mlp_ratio; /* transformer_block */
+    int causal;      /* attention, transformer_block */
+    nn_seq_pool_mode pool_mode; /* sequence_pool */
+    int tie;                    /* lm_head: uses the embedding's weight */
     int64_t tie_delta;    /* lm_head tied: the embedding weight's offset from
                           this layer's parameters, in floats */
     nn_arch *body, *proj; /* residual: sub-networks, owned (proj NULL
@@ -173,6 +176,11 @@ typedef struct {
     nn_dtype precision;
     const float *lp_base;
     const void *lp_params;
+    /* Token sequences (backend memory, n values, NULL when the first layer
+     * is not an embedding): how many positions of each are not padding.
+     * The embedding fills it (seq_lens); attention and sequence_pool read
+     * it. */
+    int32_t *lens;
 } nn_pass;
 
 struct nn_layer_kind {
@@ -224,6 +232,7 @@ extern const nn_layer_kind nn_global_avgpool_kind;
 extern const nn_layer_kind nn_embedding_kind; /* layers_seq.c */
 extern const nn_layer_kind nn_positional_embedding_kind;
 extern const nn_layer_kind nn_lm_head_kind;
+extern const nn_layer_kind nn_sequence_pool_kind;
 extern const nn_layer_kind nn_attention_kind; /* layers_attn.c */
 extern const nn_layer_kind nn_transformer_block_kind;
 
@@ -264,6 +273,13 @@ struct nn_arch {
 
 /* Target values per example in workspaces and loader batches: a language
  * model's next tokens (its context length), else num_outputs. */
+/* 1 when the arch's input is token ids (its first layer an embedding):
+ * its workspaces keep each row's length for the padding mask. */
+static inline int nn_arch_takes_tokens(const nn_arch *a)
+{
+    return a->n_layers && a->layers[0].type == NN_LAYER_EMBEDDING;
+}
+
 static inline uint32_t nn_arch_target_width(const nn_arch *a)
 {
     return a->task == TY_TASK_LANGUAGE_MODELING ? a->input.d[0]
@@ -410,6 +426,7 @@ struct nn_workspace {
     int32_t *labels;               /* (max_batch) class targets */
     float *targets; /* (max_batch, nn_arch_target_width) values */
     int32_t *ids;   /* language models: (max_batch, T) next-token ids */
+    int32_t *lens;  /* token inputs: (max_batch) sequence lengths */
     /* Host staging: where the host writes an input batch, labels and
      * targets before nn_workspace_upload_* moves them to act[0], labels
      * and targets. On a host-visible backend (nn_backend_host_visible)
@@ -444,6 +461,7 @@ typedef struct {
     uint64_t big;  /* max_batch * max_numel, rounded up */
     uint64_t labels, targets;
     uint64_t ids;             /* language models: the loss's token ids */
+    uint64_t lens;            /* token inputs: sequence lengths */
     uint64_t out;             /* not host-visible only */
     uint64_t total;           /* floats of the allocation */
     uint64_t work_per_thread; /* floats of the arena per thread */

@@ -87,6 +87,9 @@ int nn_workspace_layout(const nn_arch *arch, uint32_t max_batch, int training,
     lay->ids = total;
     if (arch->task == TY_TASK_LANGUAGE_MODELING)
         total += round_up(b * nn_arch_target_width(arch));
+    lay->lens = total;
+    if (nn_arch_takes_tokens(arch))
+        total += round_up(b);
     lay->out = total;
     const uint64_t out_w =
         nn_shape_numel(&arch->output) > 2 ? nn_shape_numel(&arch->output) : 2;
@@ -151,6 +154,8 @@ nn_workspace *nn_workspace_create_on(const nn_arch *arch, uint32_t max_batch,
     ws->targets = ws->mem + lay.targets;
     if (arch->task == TY_TASK_LANGUAGE_MODELING)
         ws->ids = (int32_t *)(ws->mem + lay.ids);
+    if (nn_arch_takes_tokens(arch))
+        ws->lens = (int32_t *)(ws->mem + lay.lens);
     if (host) {
         ws->host_in = ws->act[0];
         ws->host_labels = ws->labels;
@@ -265,7 +270,8 @@ const float *nn_forward(const nn_arch *arch, const float *params,
                  .n = n,
                  .training = training,
                  .rng = rng,
-                 .buffers = (float *)params + arch->param_count};
+                 .buffers = (float *)params + arch->param_count,
+                 .lens = ws->lens};
     /* Mixed precision trains only: evaluation stays fp32. */
     if (training && ws->training && ws->lp_params)
         nn_pass_set_lp(&p, arch, params, ws->lp_params);
@@ -280,7 +286,8 @@ void nn_backward(const nn_arch *arch, const float *params, float *grads,
                  .ex = ws->ex,
                  .n = n,
                  .training = 1,
-                 .buffers = (float *)params + arch->param_count};
+                 .buffers = (float *)params + arch->param_count,
+                 .lens = ws->lens};
     if (ws->lp_params)
         nn_pass_set_lp(&p, arch, params, ws->lp_params);
     /* The loss gradient is in grad[0]; the sequence ping-pongs between the

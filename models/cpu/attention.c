@@ -241,3 +241,54 @@ void nn_cpu_seq_lens(const nn_exec *ex, int32_t *lens, const float *x,
         lens[bi] = (int32_t)n;
     }
 }
+
+/* A sequence's pooled positions [first, first + count), count 0 when it
+ * is all padding. */
+static void pooled(const int32_t *lens, uint32_t bi, uint32_t t,
+                   nn_seq_pool_mode mode, uint32_t *first, uint32_t *count)
+{
+    int32_t len = lens ? lens[bi] : (int32_t)t;
+    uint32_t n = len < 0 ? 0 : len > (int32_t)t ? t : (uint32_t)len;
+    *first = mode == NN_SEQ_POOL_LAST && n ? n - 1 : 0;
+    *count = mode == NN_SEQ_POOL_MEAN ? n : n ? 1 : 0;
+}
+
+void nn_cpu_seq_pool_forward(const nn_exec *ex, float *out, const float *in,
+                             const int32_t *lens, uint32_t b, uint32_t t,
+                             uint32_t c, nn_seq_pool_mode mode)
+{
+    (void)ex;
+    for (uint32_t bi = 0; bi < b; bi++) {
+        uint32_t first, n;
+        pooled(lens, bi, t, mode, &first, &n);
+        float *restrict o = out + (size_t)bi * c;
+        memset(o, 0, c * sizeof *o);
+        const float *x = in + ((size_t)bi * t + first) * c;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t k = 0; k < c; k++)
+                o[k] += x[(size_t)i * c + k];
+        if (n > 1) {
+            const float inv = 1.0f / (float)n;
+            for (uint32_t k = 0; k < c; k++)
+                o[k] *= inv;
+        }
+    }
+}
+
+void nn_cpu_seq_pool_backward(const nn_exec *ex, float *din, const float *dout,
+                              const int32_t *lens, uint32_t b, uint32_t t,
+                              uint32_t c, nn_seq_pool_mode mode)
+{
+    (void)ex;
+    memset(din, 0, (size_t)b * t * c * sizeof *din);
+    for (uint32_t bi = 0; bi < b; bi++) {
+        uint32_t first, n;
+        pooled(lens, bi, t, mode, &first, &n);
+        const float share = n > 1 ? 1.0f / (float)n : 1.0f;
+        const float *g = dout + (size_t)bi * c;
+        float *x = din + ((size_t)bi * t + first) * c;
+        for (uint32_t i = 0; i < n; i++)
+            for (uint32_t k = 0; k < c; k++)
+                x[(size_t)i * c + k] = g[k] * share;
+    }
+}

@@ -59,6 +59,7 @@ static const char *const op_names[] = {
     [NN_OP_EMBEDDING] = "embedding",
     [NN_OP_ATTENTION] = "attention",
     [NN_OP_XENT_IGNORE] = "xent_ignore",
+    [NN_OP_SEQ_POOL] = "seq_pool",
 };
 static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT,
               "every nn_op needs a name");
@@ -157,5 +158,7 @@ const nn_backend nn_backend_cpu = {
     .attention_forward = nn_cpu_attention_forward, /* attention.c */
     .attention_backward = nn_cpu_attention_backward,
     .seq_lens = nn_cpu_seq_lens,
+    .seq_pool_forward = nn_cpu_seq_pool_forward, /* attention.c */
+    .seq_pool_backward = nn_cpu_seq_pool_backward,
     .xent_ignore = nn_cpu_xent_ignore, /* embedding.c */
 };

@@ -203,5 +203,11 @@ void nn_cpu_attention_backward(const nn_exec *ex, float *dq, float *dk,
                                const nn_attn_mask *m);
 void nn_cpu_seq_lens(const nn_exec *ex, int32_t *lens, const float *x,
                      uint32_t b, uint32_t t);
+void nn_cpu_seq_pool_forward(const nn_exec *ex, float *out, const float *in,
+                             const int32_t *lens, uint32_t b, uint32_t t,
+                             uint32_t c, nn_seq_pool_mode mode);
+void nn_cpu_seq_pool_backward(const nn_exec *ex, float *din, const float *dout,
+                              const int32_t *lens, uint32_t b, uint32_t t,
+                              uint32_t c, nn_seq_pool_mode mode);
 
 #endif

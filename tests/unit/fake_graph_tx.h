@@ -28,6 +28,41 @@ typedef struct {
     int backward;
     float *o;
     const float *x;
+    const int32_t *lens;
+    uint32_t b, t, c;
+    nn_seq_pool_mode mode;
+} fg_pool_a;
+static void fg_pool_run(const void *p)
+{
+    const fg_pool_a *a = p;
+    if (a->backward)
+        nn_backend_cpu.seq_pool_backward(&a->ex, a->o, a->x, a->lens, a->b,
+                                         a->t, a->c, a->mode);
+    else
+        nn_backend_cpu.seq_pool_forward(&a->ex, a->o, a->x, a->lens, a->b, a->t,
+                                        a->c, a->mode);
+}
+static void fg_seq_pool_forward(const nn_exec *ex, float *out, const float *in,
+                                const int32_t *lens, uint32_t b, uint32_t t,
+                                uint32_t c, nn_seq_pool_mode mode)
+{
+    fg_pool_a a = {fg_ex(ex), 0, out, in, lens, b, t, c, mode};
+    FG_PUSH(fg_pool_run, a);
+}
+static void fg_seq_pool_backward(const nn_exec *ex, float *din,
+                                 const float *dout, const int32_t *lens,
+                                 uint32_t b, uint32_t t, uint32_t c,
+                                 nn_seq_pool_mode mode)
+{
+    fg_pool_a a = {fg_ex(ex), 1, din, dout, lens, b, t, c, mode};
+    FG_PUSH(fg_pool_run, a);
+}
+
+typedef struct {
+    nn_exec ex;
+    int backward;
+    float *o;
+    const float *x;
     const int32_t *ids;
     uint32_t n, v, c;
 } fg_emb_a;
@@ -162,6 +197,8 @@ static void fake_graph_tx_init(nn_backend *b)
     b->embedding_backward = fg_embedding_backward;
     b->to_ids = fg_to_ids;
     b->seq_lens = fg_seq_lens;
+    b->seq_pool_forward = fg_seq_pool_forward;
+    b->seq_pool_backward = fg_seq_pool_backward;
     b->attention_forward = fg_attention_forward;
     b->attention_backward = fg_attention_backward;
     b->xent_ignore = fg_xent_ignore;

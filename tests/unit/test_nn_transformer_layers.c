@@ -84,14 +84,13 @@ static void test_spec_errors(void **state)
                          &t, 1, 11, LM, "model.layers[1].heads", "must divide");
     tu_expect_spec_error(
         "{\"layers\": [{\"type\": \"embedding\", \"dim\": 8},"
-        " {\"type\": \"attention\", \"heads\": 2, \"causal\": false},"
+        " {\"type\": \"transformer_block\", \"heads\": 2, \"dropout\": 1},"
         " {\"type\": \"lm_head\"}]}",
-        &t, 1, 11, LM, "model.layers[1].causal", "not built yet");
-    tu_expect_spec_error(
-        "{\"layers\": [{\"type\": \"embedding\", \"dim\": 8},"
-        " {\"type\": \"transformer_block\", \"heads\": 2, \"dropout\": 0.1},"
-        " {\"type\": \"lm_head\"}]}",
-        &t, 1, 11, LM, "model.layers[1].dropout", "not built yet");
+        &t, 1, 11, LM, "model.layers[1].dropout", "below 1");
+    tu_expect_spec_error("{\"layers\": [{\"type\": \"embedding\", \"dim\": 8, "
+                         "\"vocab_size\": 12}, {\"type\": \"lm_head\"}]}",
+                         &t, 1, 11, LM, "model.layers[0].vocab_size",
+                         "differs");
     tu_expect_spec_error(
         "{\"layers\": [{\"type\": \"embedding\", \"dim\": 8},"
         " {\"type\": \"dense\", \"units\": 6}, {\"type\": \"lm_head\"}]}",
@@ -103,13 +102,28 @@ static void test_spec_errors(void **state)
                          "8}, {\"type\": \"positional_embedding\"},"
                          " {\"type\": \"embedding\", \"dim\": 8}]}",
                          &t, 1, 11, LM, "model.layers[2]", "first layer");
-    /* token layers need a language-modeling dataset */
+    /* token layers need token ids: a classifier's embedding names its
+     * vocabulary (the server fills it from a text dataset) */
     uint32_t f = 4;
     tu_expect_spec_error("{\"layers\": [{\"type\": \"embedding\", \"dim\": 8},"
                          " {\"type\": \"flatten\"}, {\"type\": \"dense\", "
                          "\"units\": 3}]}",
                          &f, 1, 3, TY_TASK_CLASSIFICATION,
-                         "model.layers[0].type", "text or tokens dataset");
+                         "model.layers[0].vocab_size", "text dataset");
+    tu_expect_spec_error("{\"layers\": [{\"type\": \"embedding\", \"dim\": 8,"
+                         " \"vocab_size\": 5}, {\"type\": \"lm_head\"}]}",
+                         &f, 1, 3, TY_TASK_CLASSIFICATION,
+                         "model.layers[1].type", "text or tokens dataset");
+    tu_expect_spec_error("{\"layers\": [{\"type\": \"embedding\", \"dim\": 8,"
+                         " \"vocab_size\": 5}, {\"type\": \"sequence_pool\","
+                         " \"mode\": \"max\"}, {\"type\": \"dense\", "
+                         "\"units\": 3}]}",
+                         &f, 1, 3, TY_TASK_CLASSIFICATION,
+                         "model.layers[1].mode", "mean");
+    tu_expect_spec_error("{\"layers\": [{\"type\": \"sequence_pool\"},"
+                         " {\"type\": \"dense\", \"units\": 3}]}",
+                         &f, 1, 3, TY_TASK_CLASSIFICATION, "model.layers[0]",
+                         "sequence");
     tu_expect_spec_error(
         "{\"layers\": [{\"type\": \"gelu\", \"approximate\": \"fast\"},"
         " {\"type\": \"dense\", \"units\": 3}]}",
