@@ -274,17 +274,29 @@ class Attention(nn.MultiheadAttention):
         _normal_init((self.in_proj_weight, self.in_proj_bias),
                      (self.out_proj.weight, self.out_proj.bias))
 
+    def _mha(self, x, attn_mask=None, key_padding_mask=None):
+        """nn.MultiheadAttention's own computation (its forward's general
+        path) on batch-first x. Always this path: the forward's native fast
+        path, which it takes in eval mode without autograd when dropout is
+        0, rounds differently, so dropout would change eval outputs."""
+        xt = x.transpose(0, 1)
+        return nn.functional.multi_head_attention_forward(
+            xt, xt, xt, self.embed_dim, self.num_heads, self.in_proj_weight,
+            self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
+            self.out_proj.weight, self.out_proj.bias, training=self.training,
+            key_padding_mask=key_padding_mask, need_weights=False,
+            attn_mask=attn_mask)[0].transpose(0, 1)
+
     def forward(self, x, lens=None):
         t = x.shape[1]
         mask = _causal_mask(t, x.device) if self.causal else None
         if lens is None or bool((lens >= t).all()):
-            return super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+            return self._mha(x, mask)
         empty = lens <= 0
         # Empty sequences attend to everything (finite numbers), then give
         # what the engine's zero probabilities give: the bias alone.
         pad = (torch.arange(t, device=x.device)[None, :] >= lens[:, None]) & ~empty[:, None]
-        y = super().forward(x, x, x, attn_mask=mask, key_padding_mask=pad,
-                            need_weights=False)[0]
+        y = self._mha(x, mask, pad)
         if not bool(empty.any()):
             return y
         bias = self.out_proj.bias if self.out_proj.bias is not None else y.new_zeros(())
