@@ -191,6 +191,28 @@ def main():
                 "mattn_keep.att": p, "mattn_keep.pk": pk, "mattn_keep.dout": dy,
                 "mattn_keep.dqkv": qkv.grad})
 
+    # sequence_pool's op over the same lengths, each mode: per sequence,
+    # the mean of its first n positions, position 0, position n - 1 (0 when
+    # n = 0), written out sequence by sequence; trainyard_torch's
+    # SequencePool must agree with it
+    for mode in ("mean", "first", "last"):
+        x = leaf(rand(mb, t, c))
+        rows = []
+        for bi, n in enumerate(SIZES["lens"]):
+            if n == 0:
+                rows.append(torch.zeros(c))
+            elif mode == "mean":
+                rows.append(x[bi, :n].mean(dim=0))
+            else:
+                rows.append(x[bi, 0 if mode == "first" else n - 1])
+        y = torch.stack(rows)
+        dy = rand(mb, c)
+        y.backward(dy)
+        with torch.no_grad():
+            assert torch.allclose(tt.SequencePool(mode)(x, lens), y, atol=1e-6, rtol=0)
+        out.update({"pool_%s.x" % mode: x, "pool_%s.out" % mode: y,
+                    "pool_%s.dout" % mode: dy, "pool_%s.dx" % mode: x.grad})
+
     # seq_lens: ids with -1 padding after the text (lengths as above)
     ids = torch.randint(0, v, (mb, t), generator=g).float()
     for bi, n in enumerate(SIZES["lens"]):

@@ -14,7 +14,8 @@
  * The masked attention (models/backend.h's nn_attn_mask) runs on sequences
  * of a partial, a zero and a full length, not causal and causal, then with
  * dropout multipliers (keep); the sequence of length 0 must give exactly
- * zero probabilities, outputs and gradients.
+ * zero probabilities, outputs and gradients. sequence_pool's op (each mode)
+ * runs on the same lengths.
  */
 #include <jansson.h>
 #include <math.h>
@@ -253,6 +254,25 @@ int main(int argc, char **argv)
     masked_attention(be, "mattn_causal", mb, t, h, d, lens, 1, 0);
     printf("attention (padding lens, not causal, dropout keep)\n");
     masked_attention(be, "mattn_keep", mb, t, h, d, lens, 0, 1);
+    static const char *const modes[] = {"mean", "first", "last"};
+    for (int k = 0; k < 3; k++) {
+        const uint64_t nx = (uint64_t)mb * t * c;
+        char name[32];
+        printf("sequence_pool (%s, padding lens)\n", modes[k]);
+#define PREF(s) (snprintf(name, sizeof name, "pool_%s." s, modes[k]), name)
+        float *x = getf(PREF("x"), nx), *dy = getf(PREF("dout"), mb * c);
+        float *y = malloc(mb * c * 4), *dx = malloc(nx * 4);
+        if (!y || !dx)
+            exit(1);
+        memset(dx, 0xff, nx * 4); /* assigned: every value, NaN before */
+        be->seq_pool_forward(NULL, y, x, lens, mb, t, c, (nn_seq_pool_mode)k);
+        be->seq_pool_backward(NULL, dx, dy, lens, mb, t, c,
+                              (nn_seq_pool_mode)k);
+        cmp("out", y, PREF("out"), mb * c, 0);
+        cmp("dx", dx, PREF("dx"), nx, 1);
+#undef PREF
+        free(x), free(dy), free(y), free(dx);
+    }
     free(lens);
 
     printf("cross-entropy (ignore index %d)\n", ignore);
