@@ -164,6 +164,8 @@ class GlobalAvgPool(nn.Module):
 class Residual(nn.Module):
     """trainyard's residual block: body(x) + (projection(x) or x)."""
 
+    uses_lens = True  # passed on to its branches
+
     def __init__(self, body, projection=None):
         super().__init__()
         self.body = body
@@ -171,8 +173,6 @@ class Residual(nn.Module):
             self.projection = projection
         else:
             self.projection = None
-
-    uses_lens = True  # passed on to its branches
 
     def forward(self, x, lens=None):
         y = _run(self.body, x, lens)
