@@ -431,12 +431,48 @@ static ty_status admit_lm(const jobs_env *env, const char *tenant,
     return TY_OK;
 }
 
+/* *out: a copy of model in which, on a text classification dataset (a CSV
+ * with text_column: rows of token ids), the embedding layers that name no
+ * vocab_size get the dataset's. Such a dataset's model must start with an
+ * embedding (a 422 says so). */
+static ty_status text_model(const json_t *model, const json_t *ds, json_t **out,
+                            ty_err *err)
+{
+    const json_t *vocab = json_object_get(ds, "vocab_size");
+    *out = json_deep_copy(model);
+    json_t *layers = json_object_get(*out, "layers");
+    if (!*out)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (!json_is_integer(vocab) || !json_is_array(layers))
+        return TY_OK;
+    const char *first =
+        json_string_value(json_object_get(json_array_get(layers, 0), "type"));
+    if (!first || strcmp(first, "embedding"))
+        return ty_fail(err, TY_EINVAL, "model.layers[0]",
+                       "dataset %s holds texts as token ids: start the model "
+                       "with {\"type\": \"embedding\", \"dim\": 64} (its "
+                       "vocab_size, %lld, comes from the dataset)",
+                       json_string_value(json_object_get(ds, "name")),
+                       (long long)json_integer_value(vocab));
+    size_t i;
+    json_t *l;
+    json_array_foreach (layers, i, l) {
+        const char *type = json_string_value(json_object_get(l, "type"));
+        if (type && !strcmp(type, "embedding") &&
+            !json_object_get(l, "vocab_size") &&
+            json_object_set(l, "vocab_size", (json_t *)vocab) != 0)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    return TY_OK;
+}
+
 ty_status admission_check(const jobs_env *env, const char *tenant,
                           const job_submission *sub, admission *a, ty_err *err)
 {
     memset(a, 0, sizeof *a);
     int64_t max_attempts = 0;
     ty_status s = TY_OK;
+    json_t *model = NULL;
     /* hyperparameters.max_attempts is the service's (retries after a
      * crash); the trainer's parser does not know it. */
     json_t *hp_in = json_deep_copy(sub->hyperparameters);
@@ -467,12 +503,13 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
                               err)) != TY_OK)
         goto done;
 
-    const json_t *model = sub->model;
-    if (!model) {
+    if (!sub->model) {
         s = ty_fail(err, TY_EINVAL, "model",
                     "model is required: {\"layers\": [...]}");
         goto done;
     }
+    if ((s = text_model(sub->model, ds, &model, err)) != TY_OK)
+        goto done;
     uint32_t shape[TY_DS_MAX_DIMS], ndim;
     if (!doc_shape(ds, shape, &ndim)) {
         s = ty_fail(err, TY_EINTERNAL, NULL, "dataset %s has no input shape",
@@ -512,6 +549,7 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
     a->memory_bytes = mem.total;
     a->param_count = params;
 done:
+    json_decref(model);
     json_decref(hp_in);
     return s;
 }

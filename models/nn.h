@@ -31,7 +31,9 @@
  * (T, V) next-token logits out, V the dataset's vocabulary; the layers in
  * models/layers_seq.c and layers_attn.c, tensor names as PyTorch's modules
  * name them in tools/trainyard_torch.py):
- *   embedding {dim}          (T) ids -> (T, dim)   [nn.Embedding(V, dim)]
+ *   embedding {dim, vocab_size} (T) ids -> (T, dim) [nn.Embedding(V, dim)];
+ *           V is a language model's dataset vocabulary, else vocab_size
+ *           (the server fills it from a text classification dataset)
  *   positional_embedding {}  x + a learned (T, C) table [GPT-2's wpe]
  *   attention {heads, causal (true), dropout (0), bias (true)}
  *           [nn.MultiheadAttention(C, heads, bias, batch_first=True) on
@@ -44,10 +46,19 @@
  *   lm_head {tie_embedding (true)}  (T, C) -> (T, V) = x W^T with W the
  *           embedding's weight (tied: no tensor of its own) or its own
  *           "weight" (V, C)
+ *   sequence_pool {mode ("mean" | "first" | "last")}  (T, C) -> (C) over
+ *           the positions that are not padding [a masked mean, x[:, 0],
+ *           x[i, len_i - 1]]
+ * Text classifiers (a CSV with text_column: rows of max_length ids padded
+ * with -1 after the text) use the same layers without lm_head: the
+ * padding is never attended to (nn.MultiheadAttention's key_padding_mask)
+ * and sequence_pool skips it. causal false lets every position see every
+ * other; dropout p drops attention weights and, in a block, the attention's
+ * and the MLP's outputs before each residual sum (nanoGPT's Block), in
+ * training only.
  * On a sequence (T, C) dense acts on the last axis (nn.Linear), layernorm
  * normalizes each position's C values (nn.LayerNorm(C)), and gelu takes
- * {approximate: "none" | "tanh"} everywhere. causal false and dropout
- * above 0 inside attention are not built yet (refused at submit).
+ * {approximate: "none" | "tanh"} everywhere.
  * kernel_size, stride, padding, dilation and pool_size take a number or an
  * [h, w] pair; the normalized spec spells pairs out as [h, w]. padding
  * "same" keeps H and W (stride 1 and an odd dilated kernel only). dense
@@ -224,12 +235,16 @@ uint32_t nn_workspace_max_batch(const nn_workspace *ws);
 ty_status nn_net_predict(const nn_net *net, nn_workspace *ws, const float *x,
                          uint32_t n, float *out, ty_err *err);
 
-/* A language model's tokenizer (the one of the data it learned, from
+/* A token model's tokenizer (a language model's or a text classifier's:
+ * the one of the data it learned, from
  * "trainyard.tokenizer"): whether it has one, text (UTF-8) to ids and ids
  * back to bytes (not necessarily whole UTF-8), as models/data/tokenizer.h
  * encodes and decodes (encoding takes the net's own lock: the encoder
  * keeps a cache). Without one: TY_EINVAL. Errors name "text" or "ids[i]". */
 int nn_net_has_tokenizer(const nn_net *net);
+/* The vocabulary of a model on token ids (its embedding's: a language
+ * model's outputs, a text classifier's vocab_size); 0 for other models. */
+uint32_t nn_net_token_vocab(const nn_net *net);
 ty_status nn_net_encode(const nn_net *net, const char *text, size_t len,
                         uint32_t **ids, size_t *n, ty_err *err);
 ty_status nn_net_decode(const nn_net *net, const uint32_t *ids, size_t n,

@@ -1,6 +1,7 @@
 /*
- * nn_lm.c - a loaded language model's tokenizer (task language_modeling:
- * the "trainyard.tokenizer" of its file, models/data/tokenizer.h), for
+ * nn_lm.c - a loaded token model's tokenizer (a language model's or a text
+ * classifier's: the "trainyard.tokenizer" of its file,
+ * models/data/tokenizer.h), for
  * nn_net.c (loading, the document) and the services above (text in and
  * out). Calls nothing of nn_net.c.
  */
@@ -9,6 +10,13 @@
 
 #include "models/data/tokenizer.h"
 #include "models/nn_internal.h"
+
+/* The vocabulary of the model's ids: its embedding's (a language model's
+ * is its output's too). */
+static uint32_t token_vocab(const nn_net *net)
+{
+    return net->arch.layers[0].vocab;
+}
 
 ty_status nn_lm_tokenizer_load(nn_net *net, const json_t *tz, ty_err *err)
 {
@@ -19,13 +27,13 @@ ty_status nn_lm_tokenizer_load(nn_net *net, const json_t *tz, ty_err *err)
         return ty_fail(err, TY_EFORMAT, NULL,
                        "trainyard.tokenizer is not a tokenizer: %s (%s)",
                        inner.msg, inner.field);
-    if (ty_tokenizer_vocab_size(net->tok) > net->arch.num_outputs) {
+    if (ty_tokenizer_vocab_size(net->tok) > token_vocab(net)) {
         ty_tokenizer_free(net->tok);
         net->tok = NULL;
         return ty_fail(err, TY_EFORMAT, NULL,
                        "trainyard.tokenizer makes ids past the model's "
                        "vocabulary of %u",
-                       net->arch.num_outputs);
+                       token_vocab(net));
     }
     pthread_mutex_init(&net->tok_mu, NULL);
     return TY_OK;
@@ -48,12 +56,20 @@ void nn_lm_describe(const nn_net *net, json_t *doc)
                                  : json_null());
     json_t *info = net->tok ? ty_tokenizer_describe(net->tok) : NULL;
     json_object_set_new(doc, "tokenizer_info", info ? info : json_null());
-    json_object_set_new(doc, "context_length",
+    json_object_set_new(doc,
+                        net->arch.task == TY_TASK_LANGUAGE_MODELING
+                            ? "context_length"
+                            : "max_length",
                         json_integer(net->arch.input.d[0]));
-    json_object_set_new(doc, "vocab_size", json_integer(net->arch.num_outputs));
+    json_object_set_new(doc, "vocab_size", json_integer(token_vocab(net)));
 }
 
 int nn_net_has_tokenizer(const nn_net *net) { return net->tok != NULL; }
+
+uint32_t nn_net_token_vocab(const nn_net *net)
+{
+    return nn_arch_takes_tokens(&net->arch) ? token_vocab(net) : 0;
+}
 
 ty_status nn_net_encode(const nn_net *net, const char *text, size_t len,
                         uint32_t **ids, size_t *n, ty_err *err)

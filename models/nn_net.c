@@ -475,7 +475,7 @@ void nn_net_describe(const nn_net *net, json_t *doc)
     json_object_set(
         doc, "preprocess",
         json_object_get(json_object_get(meta, "preprocess"), "kind"));
-    if (net->arch.task == TY_TASK_LANGUAGE_MODELING)
+    if (nn_arch_takes_tokens(&net->arch))
         nn_lm_describe(net, doc);
     /* A tabular model's raw columns (without its statistics): what a
      * predict row holds. */
@@ -796,18 +796,19 @@ static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
         st = ty_fail(err, TY_ENOMEM, NULL, "out of memory loading the model");
         goto done;
     }
-    /* A language model's tokenizer (its training data's): optional, JSON
-     * ("byte", an object, or null for token ids made elsewhere). */
+    /* A token model's tokenizer (its training data's; a language model or
+     * a text classifier): optional, JSON ("byte", an object, or null for
+     * token ids made elsewhere). */
     if (st_meta(f, "trainyard.tokenizer")) {
         json_t *tz = NULL;
         if ((st = meta_json(f, "trainyard.tokenizer", &tz, err)) != TY_OK)
             goto done;
-        if (task != TY_TASK_LANGUAGE_MODELING ||
+        if (!nn_arch_takes_tokens(&net->arch) ||
             !(json_is_string(tz) || json_is_object(tz) || json_is_null(tz))) {
             json_decref(tz);
             st = ty_fail(err, TY_EFORMAT, NULL,
-                         "trainyard.tokenizer must be a language model's "
-                         "tokenizer: \"byte\", an object or null");
+                         "trainyard.tokenizer must be the tokenizer of a "
+                         "model on token ids: \"byte\", an object or null");
             goto done;
         }
         json_object_set_new(net->meta, "tokenizer", tz);

@@ -294,6 +294,29 @@ static ty_status check_device_memory(const train_job *tj, const ty_dataset *ds,
 }
 #endif
 
+/* The model keeps its dataset's tokenizer (meta "tokenizer" of a text,
+ * tokens or text-classification dataset, when there is one), for
+ * tokenize, detokenize and text inputs: *extra becomes the job's extra
+ * metadata plus "trainyard.tokenizer", and tj's extra_meta. */
+static ty_status keep_tokenizer(const json_t *job, const json_t *meta,
+                                json_t **extra, train_job *tj, ty_err *err)
+{
+    const json_t *tz = json_object_get(meta, "tokenizer");
+    if (!tz)
+        return TY_OK;
+    const json_t *given = json_object_get(job, WPROTO_JOB_EXTRA_META);
+    *extra = given ? json_deep_copy(given) : json_object();
+    char *text = json_dumps(tz, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!*extra || !text ||
+        json_object_set_new(*extra, "trainyard.tokenizer", json_string(text))) {
+        free(text);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    free(text);
+    tj->extra_meta = *extra;
+    return TY_OK;
+}
+
 /* A language model's data (hp.context_length set): the token datasets'
  * windows (models/data/windows.h), validation a held-out stretch of the
  * text or a dataset of its own, and the tokenizer into the model's
@@ -347,21 +370,7 @@ static ty_status open_lm(const json_t *job, const train_hparams *hp,
         tj->val = val;
         tj->n_val = val->num_examples;
     }
-    /* The model keeps the tokenizer, for tokenize, detokenize and text
-     * prompts. */
-    const json_t *given = json_object_get(job, WPROTO_JOB_EXTRA_META);
-    lm->extra = given ? json_deep_copy(given) : json_object();
-    const json_t *tz = json_object_get(lm->tok.meta, "tokenizer");
-    char *text = tz ? json_dumps(tz, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-    if (!lm->extra ||
-        (text && json_object_set_new(lm->extra, "trainyard.tokenizer",
-                                     json_string(text)))) {
-        free(text);
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    }
-    free(text);
-    tj->extra_meta = lm->extra;
-    return TY_OK;
+    return keep_tokenizer(job, lm->tok.meta, &lm->extra, tj, err);
 }
 
 static int run(const json_t *job)
@@ -449,6 +458,9 @@ static int run(const json_t *job)
             tj.n_val = n_val;
         }
     }
+    if (!is_lm &&
+        keep_tokenizer(job, train.meta, &lm.extra, &tj, &err) != TY_OK)
+        goto fail;
     if (!tj.checkpoint_path || !tj.model_path || !tj.spec) {
         ty_fail(&err, TY_EINVAL, NULL, "job.json is incomplete");
         goto fail;
@@ -518,11 +530,11 @@ done:
         ds_windows_free(&val);
         ty_tokens_close(&lm.tok);
         ty_tokens_close(&lm.vtok);
-        json_decref(lm.extra);
     } else {
         ty_dataset_close(&train);
         ty_dataset_close(&val);
     }
+    json_decref(lm.extra);
     return rc;
 }
 

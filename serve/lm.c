@@ -86,11 +86,13 @@ static ty_status read_top_k(const serve_predict_body *b, uint32_t vocab,
 }
 
 /* Prompt i (a string or an array of ids) into row (t floats: its last t
- * ids, then -1); *used its ids, *cut whether it was longer than t. */
+ * ids, or its first t for a classifier (first), then -1); *used its ids,
+ * *cut whether it was longer than t. A classifier's text may be empty
+ * (all padding); a prompt may not. */
 static ty_status read_prompt(const json_t *p, size_t i, const nn_net *tz,
-                             uint32_t t, uint32_t vocab, float *row,
-                             uint32_t **used, size_t *nused, int *cut,
-                             ty_err *err)
+                             uint32_t t, uint32_t vocab, int first_t,
+                             float *row, uint32_t **used, size_t *nused,
+                             int *cut, ty_err *err)
 {
     char field[32];
     snprintf(field, sizeof field, "inputs[%zu]", i);
@@ -120,7 +122,7 @@ static ty_status read_prompt(const json_t *p, size_t i, const nn_net *tz,
                     "%s must be a text (a string) or a list of token ids",
                     field);
     }
-    if (s == TY_OK && n == 0)
+    if (s == TY_OK && n == 0 && !first_t)
         s = ty_fail(err, TY_EINVAL, field,
                     "%s is empty: a prompt needs at "
                     "least one token",
@@ -129,14 +131,39 @@ static ty_status read_prompt(const json_t *p, size_t i, const nn_net *tz,
         free(ids);
         return s;
     }
-    size_t first = n > t ? n - t : 0;
+    *cut = n > t;
+    size_t first = n > t && !first_t ? n - t : 0;
+    if (first_t && n > t)
+        n = t;
     for (uint32_t j = 0; j < t; j++)
         row[j] = first + j < n ? (float)ids[first + j] : -1.0f;
     memmove(ids, ids + first, (n - first) * sizeof *ids);
     *used = ids;
     *nused = n - first;
-    *cut = first > 0;
     return TY_OK;
+}
+
+ty_status serve_lm_texts(const nn_net *net, const serve_predict_body *b,
+                         uint32_t t, float *x, ty_err *err)
+{
+    ty_status s = TY_OK;
+    json_t *inputs = json_loadb(b->inputs.p, b->inputs.len, 0, NULL);
+    if (!inputs) {
+        if ((s = serve_predict_check(b, err)) == TY_OK)
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        return s;
+    }
+    const uint32_t vocab = nn_net_token_vocab(net);
+    for (size_t i = 0; s == TY_OK && i < json_array_size(inputs); i++) {
+        uint32_t *used = NULL;
+        size_t n;
+        int cut;
+        s = read_prompt(json_array_get(inputs, i), i, net, t, vocab, 1,
+                        x + i * t, &used, &n, &cut, err);
+        free(used);
+    }
+    json_decref(inputs);
+    return s;
 }
 
 /* The k most likely ids of probs (v values), best first (ties: lower id). */
@@ -217,8 +244,8 @@ ty_status serve_lm_predict(serve_model *m, const nn_net *net,
     if (!x || !out || !used || !nused || !cut || !best)
         s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     for (size_t i = 0; s == TY_OK && i < n; i++)
-        s = read_prompt(json_array_get(inputs, i), i, tz, t, vocab, x + i * t,
-                        &used[i], &nused[i], &cut[i], err);
+        s = read_prompt(json_array_get(inputs, i), i, tz, t, vocab, 0,
+                        x + i * t, &used[i], &nused[i], &cut[i], err);
     if (s == TY_OK)
         s = serve_model_run(m, x, n, out, err);
     if (s == TY_OK) {
@@ -256,22 +283,24 @@ ty_status serve_lm_predict(serve_model *m, const nn_net *net,
 
 /* ---- tokenize / detokenize ---- */
 
-/* Opens tenant's model_id, which must be a language model. */
+/* Opens tenant's model_id, which must take token ids (a language model or
+ * a text classifier); *vocab gets its vocabulary. */
 static ty_status open_lm(const serve_env *env, const char *tenant_id,
                          const char *model_id, serve_model *m,
-                         const nn_net **net, ty_err *err)
+                         const nn_net **net, uint32_t *vocab, ty_err *err)
 {
     ty_status s = serve_model_open(env, tenant_id, model_id, 0, m, err);
     if (s != TY_OK)
         return s;
-    if (m->task != TY_TASK_LANGUAGE_MODELING) {
+    *net = model_entry_net(m->e);
+    *vocab = nn_net_token_vocab(*net);
+    if (!*vocab) {
         serve_model_close(m);
         return ty_fail(err, TY_EINVAL, NULL,
-                       "model %s is a %s model; tokenize and detokenize are "
-                       "for language models",
+                       "model %s is a %s model on numbers; tokenize and "
+                       "detokenize are for models trained on text",
                        model_id, ty_task_name(m->task));
     }
-    *net = model_entry_net(m->e);
     return TY_OK;
 }
 
@@ -323,7 +352,8 @@ ty_status serve_lm_tokenize(const serve_env *env, const char *tenant_id,
                        "content is required: the text to tokenize");
     serve_model m;
     const nn_net *net;
-    if ((s = open_lm(env, tenant_id, model_id, &m, &net, err)) != TY_OK)
+    uint32_t vocab;
+    if ((s = open_lm(env, tenant_id, model_id, &m, &net, &vocab, err)) != TY_OK)
         return s;
     uint32_t *ids = NULL;
     size_t n = 0;
@@ -357,7 +387,8 @@ ty_status serve_lm_detokenize(const serve_env *env, const char *tenant_id,
                        "tokens is required: a list of token ids");
     serve_model m;
     const nn_net *net;
-    if ((s = open_lm(env, tenant_id, model_id, &m, &net, err)) != TY_OK)
+    uint32_t vocab;
+    if ((s = open_lm(env, tenant_id, model_id, &m, &net, &vocab, err)) != TY_OK)
         return s;
     const size_t n = json_array_size(tokens);
     uint32_t *ids = malloc(n * sizeof *ids + 1);
@@ -366,17 +397,17 @@ ty_status serve_lm_detokenize(const serve_env *env, const char *tenant_id,
     for (size_t i = 0; s == TY_OK && i < n; i++) {
         const json_t *v = json_array_get(tokens, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= m.outputs)
+            json_integer_value(v) >= vocab)
             s = ty_fail(err, TY_EINVAL, "tokens",
                         "tokens[%zu] must be a token id from 0 to %u", i,
-                        m.outputs - 1);
+                        vocab - 1);
         else
             ids[i] = (uint32_t)json_integer_value(v);
     }
     char *text = NULL;
     size_t len = 0;
     if (s == TY_OK)
-        s = serve_lm_decode(net, m.outputs, ids, n, "tokens", &text, &len, err);
+        s = serve_lm_decode(net, vocab, ids, n, "tokens", &text, &len, err);
     if (s == TY_OK) {
         int whole;
         json_t *content = utf8_lossy(text, len, &whole);

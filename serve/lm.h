@@ -1,7 +1,8 @@
 /*
  * lm.h - language models (task language_modeling) in the predict service:
  * prompts in, the next token's most likely ids out, and the model's
- * tokenizer both ways (POST /v1/models/{id}/tokenize and /detokenize).
+ * tokenizer both ways (POST /v1/models/{id}/tokenize and /detokenize, for
+ * text classifiers too, whose predict takes texts: serve_lm_texts).
  *
  * A prompt is a string (encoded with the model's tokenizer, the one of the
  * data it was trained on) or an array of token ids. A prompt longer than
@@ -49,6 +50,12 @@ ty_status serve_lm_decode(const struct nn_net *net, uint32_t vocab,
 ty_status serve_lm_predict(struct serve_model *m, const struct nn_net *net,
                            const serve_predict_body *b, serve_buf *reply,
                            ty_err *err);
+
+/* A text classifier's inputs (texts, or arrays of token ids) into x (one
+ * row of t floats each: the first t ids, then -1 padding), as the model's
+ * training data was cut. Errors name "inputs[i]" (TY_EINVAL). */
+ty_status serve_lm_texts(const struct nn_net *net, const serve_predict_body *b,
+                         uint32_t t, float *x, ty_err *err);
 
 /* serve_evaluate's work for a language model m and the token dataset
  * file at path (the caller checked both are language modeling): the mean

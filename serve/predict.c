@@ -145,7 +145,9 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
                     ty_task_name(rn.m.task));
     uint64_t f = rn.features;
     const json_t *cols = s == TY_OK ? serve_tab_columns(rn.net) : NULL;
-    uint64_t room = cols ? n : serve_predict_room(b, f);
+    /* a text classifier: texts (or token ids) in */
+    const int texts = s == TY_OK && nn_net_token_vocab(rn.net) > 0;
+    uint64_t room = cols || texts ? n : serve_predict_room(b, f);
     if (s == TY_OK)
         s = run_alloc(&rn, room * f, n, err);
     if (s == TY_OK && cols) {
@@ -157,6 +159,8 @@ ty_status serve_predict(const serve_env *env, const char *tenant_id,
         else if ((s = serve_predict_check(b, err)) == TY_OK)
             s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
         json_decref(rows);
+    } else if (s == TY_OK && texts) {
+        s = serve_lm_texts(rn.net, b, (uint32_t)f, rn.x, err);
     } else if (s == TY_OK)
         s = serve_predict_decode(b, f, rn.m.input_shape, rn.x, room, err);
     if (s == TY_OK)

@@ -318,6 +318,8 @@ static int nn_cuda_supports(nn_op op)
         case NN_OP_ATTENTION:
             return t->attention_forward && t->attention_backward;
         case NN_OP_XENT_IGNORE: return t->xent_ignore != NULL;
+        case NN_OP_SEQ_POOL:
+            return t->seq_pool_forward && t->seq_pool_backward;
         default: return 0;
     }
 }
@@ -381,4 +383,6 @@ const nn_backend nn_backend_cuda = {
     .attention_forward = nn_cuda_attention_forward, /* attention.cu */
     .attention_backward = nn_cuda_attention_backward,
     .xent_ignore = nn_cuda_xent_ignore, /* embedding.cu */
+    .seq_pool_forward = nn_cuda_seq_pool_forward, /* seqpool.cu */
+    .seq_pool_backward = nn_cuda_seq_pool_backward,
 };

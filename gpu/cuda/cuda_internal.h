@@ -278,6 +278,15 @@ void nn_cuda_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
                      float alpha, float beta);
 int nn_cuda_lp_ok(const nn_exec *ex, nn_dtype dt);
 
+/* seqpool.cu (issue 31) */
+void nn_cuda_seq_pool_forward(const nn_exec *ex, float *out, const float *in,
+                              const int32_t *lens, uint32_t b, uint32_t t,
+                              uint32_t c, nn_seq_pool_mode mode);
+void nn_cuda_seq_pool_backward(const nn_exec *ex, float *din,
+                               const float *dout, const int32_t *lens,
+                               uint32_t b, uint32_t t, uint32_t c,
+                               nn_seq_pool_mode mode);
+
 /* embedding.cu (issue 31) */
 void nn_cuda_embedding_forward(const nn_exec *ex, float *out,
                                const int32_t *ids, const float *table,

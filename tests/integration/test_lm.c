@@ -456,8 +456,8 @@ static void test_refusals(void **state)
     snprintf(body, sizeof body,
              "{\"dataset\": \"%s\", \"model\": {\"layers\": %s}}", csv_ds,
              GPT_LAYERS);
-    expect_422(post("/v1/jobs", body), "model.layers[0].type",
-               "text or tokens dataset");
+    expect_422(post("/v1/jobs", body), "model.layers[0].vocab_size",
+               "needs token ids: train it on a text dataset");
     /* a validation dataset of another kind */
     snprintf(body, sizeof body,
              "{\"dataset\": \"story\", \"validation\": {\"dataset\": \"%s\"}, "
@@ -465,10 +465,11 @@ static void test_refusals(void **state)
              csv_ds, GPT_LAYERS);
     expect_422(post("/v1/jobs", body), "validation.dataset",
                "not a text or tokens");
-    /* a classifier has no tokenizer and no top_k; a text dataset does not
+    /* a classifier on numbers has no tokenizer and no top_k; a text dataset does not
      * fit it */
     snprintf(path, sizeof path, "/v1/models/%s/tokenize", csv_model);
-    expect_422(post(path, "{\"content\": \"x\"}"), NULL, "language models");
+    expect_422(post(path, "{\"content\": \"x\"}"), NULL,
+               "models trained on text");
     snprintf(path, sizeof path, "/v1/models/%s/predict", csv_model);
     expect_422(post(path, "{\"inputs\": [[1, 2]], \"top_k\": 3}"), "top_k",
                "language models");
