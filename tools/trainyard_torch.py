@@ -48,6 +48,15 @@ most T long) and gives the next token's probabilities after each;
 `init --task language_modeling --input-shape T --num-outputs V
 [--tokenizer byte]` writes a fresh one.
 
+Text classifiers (task "classification" on token ids): the spec starts
+with an embedding that names its vocab_size, e.g. embedding,
+positional_embedding, transformer_block {causal: false} x2, layernorm,
+sequence_pool, dense(classes); trained with cross-entropy on the logits.
+Inputs are ids padded with -1 after the text; the network takes each
+sequence's length from them (seq_lens), embeds padding as id 0, hides
+padded keys from attention (key_padding_mask) and pools only the
+positions before the length, as the engine does.
+
 Runs from a checkout (tools/trainyard_torch.py) or copied anywhere: it is
 one file that needs only numpy and torch.
 """
@@ -155,6 +164,8 @@ class GlobalAvgPool(nn.Module):
 class Residual(nn.Module):
     """trainyard's residual block: body(x) + (projection(x) or x)."""
 
+    uses_lens = True  # passed on to its branches
+
     def __init__(self, body, projection=None):
         super().__init__()
         self.body = body
@@ -163,8 +174,9 @@ class Residual(nn.Module):
         else:
             self.projection = None
 
-    def forward(self, x):
-        return self.body(x) + (self.projection(x) if self.projection is not None else x)
+    def forward(self, x, lens=None):
+        y = _run(self.body, x, lens)
+        return y + (_run(self.projection, x, lens) if self.projection is not None else x)
 
 
 def _conv_out(size, k, s, p, d):
@@ -196,16 +208,34 @@ def _normal_init(*tensors):
                 nn.init.zeros_(b)
 
 
+def token_ids(x, bound, fallback=0):
+    """The engine's to_ids (models/backend.h): ids carried as float values
+    x to int64, x itself when it is a whole number in [0, bound), else
+    fallback (the embedding reads padding, -1, as id 0)."""
+    ok = (x >= 0) & (x < bound) & (x == torch.floor(x))
+    return torch.where(ok, x, torch.full_like(x, float(fallback))).long()
+
+
+def seq_lens(x):
+    """The engine's seq_lens: each row's length, the position of the first
+    value below 0 in ids x (N, T) (padding is -1, after the text), or T;
+    int64 (N)."""
+    return (torch.cumsum((x < 0).long(), dim=1) == 0).sum(dim=1)
+
+
 class Embedding(nn.Embedding):
-    """trainyard's embedding {dim}: ids (N, T), float32 values, to (N, T,
-    dim); state "weight" (V, dim), init normal(0, 0.02)."""
+    """trainyard's embedding {dim, vocab_size}: ids (N, T), float32 values,
+    to (N, T, dim); state "weight" (V, dim), init normal(0, 0.02). An id
+    that is not a whole number in [0, V) (the padding, -1) reads row 0, as
+    the engine's to_ids fallback; what the padding gives is then masked
+    (key_padding_mask, sequence_pool's lengths)."""
 
     def __init__(self, vocab, dim):
         super().__init__(vocab, dim)
         _normal_init((self.weight, None))
 
     def forward(self, x):
-        return super().forward(x.long())
+        return super().forward(token_ids(x, self.num_embeddings))
 
 
 class PositionalEmbedding(nn.Embedding):
@@ -228,8 +258,15 @@ class Attention(nn.MultiheadAttention):
     """trainyard's attention {heads, causal, dropout, bias}: self-attention
     with nn.MultiheadAttention's tensors and semantics (in_proj_weight (3C,
     C), q rows first; in_proj_bias (3C); out_proj.weight (C, C);
-    out_proj.bias (C)), causal by an upper-triangular -inf mask. Init:
-    normal(0, 0.02) weights, zero biases."""
+    out_proj.bias (C)), causal by an upper-triangular -inf mask, padding
+    keys (positions >= the sequence's length, when lens is given) by
+    key_padding_mask, dropout p on the attention weights
+    (nn.MultiheadAttention's own). A sequence of length 0 sees no key: the
+    engine's attention gives 0 there, so this layer gives out_proj's bias
+    (where torch's softmax over nothing would give NaN). Init: normal(0,
+    0.02) weights, zero biases."""
+
+    uses_lens = True
 
     def __init__(self, c, heads, causal=True, dropout=0.0, bias=True):
         super().__init__(c, heads, dropout=dropout, bias=bias, batch_first=True)
@@ -237,17 +274,46 @@ class Attention(nn.MultiheadAttention):
         _normal_init((self.in_proj_weight, self.in_proj_bias),
                      (self.out_proj.weight, self.out_proj.bias))
 
-    def forward(self, x):
-        mask = _causal_mask(x.shape[1], x.device) if self.causal else None
-        return super().forward(x, x, x, attn_mask=mask, need_weights=False)[0]
+    def _mha(self, x, attn_mask=None, key_padding_mask=None):
+        """nn.MultiheadAttention's own computation (its forward's general
+        path) on batch-first x. Always this path: the forward's native fast
+        path, which it takes in eval mode without autograd when dropout is
+        0, rounds differently, so dropout would change eval outputs."""
+        xt = x.transpose(0, 1)
+        return nn.functional.multi_head_attention_forward(
+            xt, xt, xt, self.embed_dim, self.num_heads, self.in_proj_weight,
+            self.in_proj_bias, self.bias_k, self.bias_v, self.add_zero_attn, self.dropout,
+            self.out_proj.weight, self.out_proj.bias, training=self.training,
+            key_padding_mask=key_padding_mask, need_weights=False,
+            attn_mask=attn_mask)[0].transpose(0, 1)
+
+    def forward(self, x, lens=None):
+        t = x.shape[1]
+        mask = _causal_mask(t, x.device) if self.causal else None
+        if lens is None or bool((lens >= t).all()):
+            return self._mha(x, mask)
+        empty = lens <= 0
+        # Empty sequences attend to everything (finite numbers), then give
+        # what the engine's zero probabilities give: the bias alone.
+        pad = (torch.arange(t, device=x.device)[None, :] >= lens[:, None]) & ~empty[:, None]
+        y = self._mha(x, mask, pad)
+        if not bool(empty.any()):
+            return y
+        bias = self.out_proj.bias if self.out_proj.bias is not None else y.new_zeros(())
+        return torch.where(empty[:, None, None], bias.expand_as(y), y)
 
 
 class TransformerBlock(nn.Module):
     """trainyard's transformer_block {heads, mlp_ratio, dropout, causal}:
     GPT-2's pre-norm block, x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)),
-    mlp = Linear(C, rC), GELU(tanh), Linear(rC, C). dropout applies to the
-    attention probabilities and to each branch's output before the sum
-    (nanoGPT's attn_dropout and resid_dropout)."""
+    mlp = Linear(C, rC), GELU(tanh), Linear(rC, C). dropout p applies in
+    three places (nanoGPT's Block with attn_pdrop = resid_pdrop = p): on
+    the attention weights (nn.MultiheadAttention's dropout), after attn's
+    out_proj and after mlp.2, each before its residual add. The padding
+    mask (lens) goes to the attention; causal false lets a position see
+    later ones."""
+
+    uses_lens = True
 
     def __init__(self, c, heads, mlp_ratio=4, dropout=0.0, causal=True):
         super().__init__()
@@ -261,8 +327,8 @@ class TransformerBlock(nn.Module):
         _normal_init((self.mlp[0].weight, self.mlp[0].bias),
                      (self.mlp[2].weight, self.mlp[2].bias))
 
-    def forward(self, x):
-        x = x + self.drop(self.attn(self.ln_1(x)))
+    def forward(self, x, lens=None):
+        x = x + self.drop(self.attn(self.ln_1(x), lens))
         return x + self.drop(self.mlp(self.ln_2(x)))
 
 
@@ -292,8 +358,12 @@ class LMHead(nn.Module):
 
 
 class SequencePool(nn.Module):
-    """trainyard's sequence_pool {mode}: (T, C) -> (C), the mean over
-    positions, the first or the last position."""
+    """trainyard's sequence_pool {mode}: (T, C) -> (C) over each sequence's
+    positions < its length (lens; all T without): "mean" their average,
+    "first" position 0, "last" position length - 1; a sequence of length 0
+    gives zeros. Padded positions get no gradient."""
+
+    uses_lens = True
 
     def __init__(self, mode="mean"):
         super().__init__()
@@ -301,10 +371,45 @@ class SequencePool(nn.Module):
             raise ValueError("sequence_pool mode must be mean, first or last, not %r" % mode)
         self.mode = mode
 
-    def forward(self, x):
+    def forward(self, x, lens=None):
+        n, t = x.shape[0], x.shape[1]
+        if lens is None:
+            lens = torch.full((n,), t, dtype=torch.long, device=x.device)
+        lens = lens.clamp(0, t)
         if self.mode == "mean":
-            return x.mean(dim=1)
-        return x[:, 0] if self.mode == "first" else x[:, -1]
+            keep = torch.arange(t, device=x.device)[None, :] < lens[:, None]
+            total = torch.where(keep[:, :, None], x, torch.zeros_like(x)).sum(dim=1)
+            return total / lens.clamp(min=1).to(x.dtype)[:, None]
+        at = torch.zeros_like(lens) if self.mode == "first" else (lens - 1).clamp(min=0)
+        y = x[torch.arange(n, device=x.device), at]
+        return torch.where((lens > 0)[:, None], y, torch.zeros_like(y))
+
+
+class Sequence(nn.Sequential):
+    """The network: an nn.Sequential (state-dict names "0.weight", ...)
+    that, when its first layer is an embedding, takes each sequence's
+    length from the ids (seq_lens: padding is -1, after the text) and
+    hands it to the layers that mask padding (attention,
+    transformer_block, sequence_pool), as the engine's nn_pass carries
+    lens. Without padding every length is T and nothing is masked."""
+
+    uses_lens = True  # a residual block's body is one too
+
+    def forward(self, x, lens=None):
+        if lens is None and len(self) and isinstance(self[0], Embedding):
+            lens = seq_lens(x)
+        for m in self:
+            x = _run(m, x, lens)
+        return x
+
+
+def _run(m, x, lens):
+    """m(x), with the lengths for a layer (or block of layers) that masks
+    padding; a module that takes none (any plain torch module) gets x
+    alone."""
+    if lens is not None and getattr(m, "uses_lens", False):
+        return m(x, lens)
+    return m(x)
 
 
 def _seq_layer(spec, shape, where, ctx):
@@ -316,10 +421,17 @@ def _seq_layer(spec, shape, where, ctx):
         if len(shape) != 1 or seq:
             raise ValueError("%s (embedding) needs a (T) input of token ids, got %s"
                              % (where, shape))
+        own = spec.get("vocab_size")
+        if own is not None and ctx.get("vocab") and int(own) != ctx["vocab"]:
+            raise ValueError("%s (embedding): vocab_size %d, but the model's vocabulary is %d"
+                             % (where, int(own), ctx["vocab"]))
+        vocab = int(own) if own is not None else ctx.get("vocab")
+        if not vocab or vocab < 1:
+            raise ValueError("%s (embedding): the vocabulary size is unknown (give the layer "
+                             "vocab_size, or a language model's num_outputs)" % where)
         if not ctx.get("vocab"):
-            raise ValueError("%s (embedding): the vocabulary size is unknown (pass vocab_size)"
-                             % where)
-        m = Embedding(ctx["vocab"], spec["dim"])
+            ctx["vocab"] = vocab  # an untied lm_head after it reads it
+        m = Embedding(vocab, spec["dim"])
         ctx.setdefault("embedding", m)
         return m, SeqShape([shape[0], spec["dim"]])
     if t not in ("positional_embedding", "attention", "transformer_block", "lm_head",
@@ -454,7 +566,7 @@ def _sequence(layers, shape, where, ctx=None):
     for i, spec in enumerate(layers):
         m, shape = _layer(spec, shape, "%s[%d]" % (where, i), ctx)
         mods.append(m)
-    return nn.Sequential(*mods), shape
+    return Sequence(*mods), shape
 
 
 def build(spec, input_shape, vocab_size=None):
@@ -506,13 +618,16 @@ def parse_meta(meta):
 
 def vocab_size(meta, tensors=None):
     """The vocabulary an embedding in meta's spec reads: a language model's
-    num_outputs, else the first embedding's weight rows in tensors (a text
-    classifier); None when the spec has no embedding."""
+    num_outputs, else the layer's vocab_size (a text classifier's
+    normalized spec names it) or the first embedding's weight rows in
+    tensors; None when the spec has no embedding."""
     layers = meta["spec"]["layers"]
     for i, layer in enumerate(layers):
         if layer.get("type") == "embedding":
             if meta["task"] == "language_modeling":
                 return meta["num_outputs"]
+            if layer.get("vocab_size") is not None:
+                return int(layer["vocab_size"])
             w = (tensors or {}).get("%d.weight" % i)
             if w is None:
                 raise ValueError("the embedding (layer %d) has no %d.weight" % (i, i))
@@ -557,10 +672,12 @@ def load_model(path):
 def preprocess(meta, x):
     """Applies the model's stored preprocessing to raw rows x (N, features)
     in float32, exactly as the server does ((x - mean) / std per feature;
-    x * factor)."""
+    x * factor; "tokens": ids as they are, -1 padding included)."""
     x = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
     p = meta["preprocess"]
     kind = p.get("kind", "none")
+    if kind == "tokens":
+        return x
     if kind == "scale":
         return x * np.float32(p["factor"])
     if kind == "standardize":
@@ -592,7 +709,9 @@ def predict(model, meta, x):
     most context_length long) and gives, per prompt, the probabilities of
     the next token (N, V): the softmax of the logits at its last position
     (the model is causal, so what follows a prompt in the window does not
-    change them)."""
+    change them). A text classifier (a spec that starts with an
+    embedding) takes lists of ids, at most input_shape[0] each, padded
+    here with -1 (or rows already padded)."""
     if meta["task"] == "language_modeling":
         t = meta["input_shape"][0]
         xp = np.zeros((len(x), t), np.float32)
@@ -607,6 +726,8 @@ def predict(model, meta, x):
             logits = model.eval()(torch.from_numpy(xp))
             last = logits[torch.arange(len(x)), torch.tensor(ends, dtype=torch.long)]
             return torch.softmax(last, dim=-1).numpy()
+    if _takes_ids(meta):
+        x = _pad_ids(x, meta["input_shape"][0])
     xp = preprocess(meta, x).reshape([len(x)] + list(meta["input_shape"]))
     with torch.no_grad():
         y = model.eval()(torch.from_numpy(xp))
@@ -614,6 +735,23 @@ def predict(model, meta, x):
             y = torch.softmax(y, dim=1)
     y = y.numpy()
     return unscale(meta, y) if meta["task"] == "regression" else y
+
+
+def _takes_ids(meta):
+    layers = meta["spec"]["layers"]
+    return bool(layers) and layers[0].get("type") == "embedding"
+
+
+def _pad_ids(x, t):
+    """A text classifier's examples, lists of ids (at most t each), padded
+    with -1 after the text as the dataset stores them: (N, t) float32."""
+    xp = np.full((len(x), t), -1.0, np.float32)
+    for i, ids in enumerate(x):
+        ids = np.asarray(ids, np.float32).reshape(-1)
+        if len(ids) > t:
+            raise ValueError("example %d: %d tokens, give at most %d" % (i, len(ids), t))
+        xp[i, :len(ids)] = ids
+    return xp
 
 
 def model_metadata(spec, task, input_shape, classes=None, num_outputs=None,
@@ -1009,8 +1147,8 @@ def _main(argv):
                    help="e.g. 1,28,28 or 4; a language model: its context_length")
     p.add_argument("--classes", help="comma-separated class labels")
     p.add_argument("--num-outputs", type=int, help="a language model: the vocabulary size")
-    p.add_argument("--tokenizer", help='a language model\'s tokenizer: "byte" (the default) '
-                   "or its JSON description")
+    p.add_argument("--tokenizer", help='a language model\'s (or text classifier\'s) '
+                   'tokenizer: "byte" (a language model\'s default) or its JSON description')
     p.add_argument("--preprocess", help='JSON, e.g. {"kind":"scale","factor":0.00392}')
     p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser(
@@ -1051,8 +1189,8 @@ def _main(argv):
     elif a.cmd == "predict":
         model, meta = load_model(a.model)
         with open(a.inputs) as f:
-            x = json.load(f)  # a language model's prompts may differ in length
-        if meta["task"] != "language_modeling":
+            x = json.load(f)  # prompts and texts' ids may differ in length
+        if meta["task"] != "language_modeling" and not _takes_ids(meta):
             x = np.asarray(x, dtype=np.float32)
         print(json.dumps({"outputs": predict(model, meta, x).tolist()}))
     else:
@@ -1063,11 +1201,13 @@ def _main(argv):
         lm = a.task == "language_modeling"
         if lm and not a.num_outputs:
             ap.error("a language model needs --num-outputs (its vocabulary size)")
-        model, out = build(spec, shape, a.num_outputs)
+        # num_outputs is a language model's vocabulary; a text classifier's
+        # embedding names its own (vocab_size).
+        model, out = build(spec, shape, a.num_outputs if lm else None)
         classes = a.classes.split(",") if a.classes else None
         pre = json.loads(a.preprocess) if a.preprocess else None
         tok = None
-        if lm:
+        if lm or a.tokenizer:  # a text classifier's is optional
             tok = "byte" if not a.tokenizer or a.tokenizer == "byte" else json.loads(a.tokenizer)
         save_model(a.out, model, spec, a.task, shape, classes, a.num_outputs, pre,
                    tokenizer=tok)

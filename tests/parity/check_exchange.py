@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """The engine -> torch half of the weight exchange (issue 31), after
-test_parity ran a language-model case:
+test_parity ran a language-model or text-classifier case:
 
     check_exchange.py REF_DIR CASE ...
 
@@ -33,8 +33,9 @@ import trainyard_torch as tt  # noqa: E402,I100
 torch.set_num_threads(1)
 
 
-def check_file(path, ref):
-    """Problems of the model file at path against the reference tensors."""
+def check_file(path, ref, task):
+    """Problems of the model file at path against the reference tensors
+    (of a case of task `task`)."""
     try:
         model, meta = tt.load_model(path)
     except (ValueError, KeyError, RuntimeError) as e:
@@ -53,8 +54,8 @@ def check_file(path, ref):
     if out.shape != ref["output"].shape or out.tobytes() != ref["output"].tobytes():
         bad.append("logits differ from torch's (max |diff| %.3g)"
                    % float(np.abs(out - ref["output"]).max()))
-    if meta["task"] != "language_modeling":
-        bad.append("task %r" % meta["task"])
+    if meta["task"] != task:
+        bad.append("task %r, the case's is %r" % (meta["task"], task))
     return bad
 
 
@@ -64,10 +65,10 @@ def main(argv):
         return 64
     failed = 0
     for case in argv[1:]:
-        ref, _ = tt.st_read(os.path.join(argv[0], case + ".safetensors"))
+        ref, ref_meta = tt.st_read(os.path.join(argv[0], case + ".safetensors"))
         for kind in ("engine", "imported"):
             path = os.path.join(argv[0], "%s.%s.safetensors" % (case, kind))
-            bad = check_file(path, ref) if os.path.exists(path) else [
+            bad = check_file(path, ref, ref_meta["task"]) if os.path.exists(path) else [
                 "%s is missing: test_parity %s did not write it" % (path, case)]
             for b in bad:
                 print("FAIL %s (%s): %s" % (case, kind, b))

@@ -37,6 +37,20 @@ ten AdamW steps, each side running them on its own from param.*:
 and, for the weight exchange, OUT_DIR/<case>.model.safetensors: the
 initial state dict written by trainyard_torch.save_model as a trainyard
 model file (what `trainyard models import` takes).
+
+Text-classifier cases (task "classification" on token ids, issue 31's
+second half): input_shape [T], "input" (N, T) ids padded with -1 after the
+text (each batch has a sequence of length 0, one of full length T and
+partial ones), "labels" (I64, N), "output" the logits (N, classes), "loss"
+the mean softmax cross-entropy; the same checks as a language model's
+(the ten steps' batches as traj.input and traj.labels (I64, STEPS x N)).
+The classifier's spec names vocab_size in its embedding. With
+"eval_dropout_spec" (the same network with dropout p > 0 in its blocks)
+the case also holds "eval.output": torch's eval-mode logits of the
+initial weights, which the dropout-0 and the dropout-p networks must give
+alike. Dropout in training cannot be compared value for value (the engine
+and torch draw different masks from different generators); the engine's
+own tests check its dropout statistics and gradient (test_nn_textcls).
 """
 import json
 import os
@@ -138,6 +152,30 @@ LM_BIDIRECTIONAL = {"layers": [L("embedding", dim=16), L("positional_embedding")
                                L("attention", heads=2, causal=False),
                                L("transformer_block", heads=2, causal=False),
                                L("layernorm"), L("lm_head")]}
+# Text classifiers (issue 31's second half): bidirectional blocks over
+# padded token ids, pooled per sequence, then a class layer. V 40, T 12.
+TEXT_VOCAB = 40
+TEXT_CLS = {"layers": [L("embedding", dim=16, vocab_size=TEXT_VOCAB), L("positional_embedding"),
+                       L("transformer_block", heads=2, causal=False),
+                       L("transformer_block", heads=2, causal=False),
+                       L("layernorm"), L("sequence_pool", mode="mean"), dense(4)]}
+# The other pool modes, and the attention layer on its own, not causal.
+TEXT_CLS_FIRST = {"layers": [L("embedding", dim=12, vocab_size=TEXT_VOCAB),
+                             L("positional_embedding"),
+                             L("attention", heads=3, causal=False), L("layernorm"),
+                             L("sequence_pool", mode="first"), dense(3)]}
+TEXT_CLS_LAST = {"layers": [L("embedding", dim=12, vocab_size=TEXT_VOCAB),
+                            L("positional_embedding"),
+                            L("transformer_block", heads=2, mlp_ratio=2, causal=False),
+                            L("sequence_pool", mode="last"), dense(3)]}
+
+
+def with_dropout(spec, p):
+    """spec with dropout p in every attention and transformer_block."""
+    return {"layers": [dict(l, dropout=p) if l["type"] in ("attention", "transformer_block")
+                       else l for l in spec["layers"]]}
+
+
 ADAMW_GPT = {"optimizer": "adamw", "learning_rate": 0.001, "weight_decay": 0.1,
              "beta1": 0.9, "beta2": 0.95}
 TRAJ_STEPS = 10
@@ -170,9 +208,13 @@ CASES = {
     "lm_attention": (LM_ATTENTION, [8], "language_modeling", 20, 5, ADAMW_GPT),
     "lm_seq_layers": (LM_SEQ_LAYERS, [10], "language_modeling", 30, 3, ADAM),
     # Attention without the causal mask (legal, if a poor language model).
-    # Not in CMake's list yet: the engine refuses causal false for now.
     "lm_bidirectional": (LM_BIDIRECTIONAL, [8], "language_modeling", 20, 3, ADAMW_GPT),
+    "text_classifier": (TEXT_CLS, [12], "classification", 4, 6, ADAMW_GPT),
+    "text_cls_first": (TEXT_CLS_FIRST, [10], "classification", 3, 5, ADAMW_GPT),
+    "text_cls_last": (TEXT_CLS_LAST, [10], "classification", 3, 5, ADAMW_GPT),
 }
+# Cases whose eval-mode output is checked with dropout p > 0 too.
+EVAL_DROPOUT = {"text_classifier": 0.1}
 # Cases whose targets have ignored (-1) positions.
 IGNORE_CASES = {"gpt_untied"}
 
@@ -219,14 +261,55 @@ def check_causal(model, spec, x, vocab):
     assert torch.equal(a, b) == causal, "the torch model's causal mask is off"
 
 
+def text_batches(count, n, t, vocab, classes, gen):
+    """count batches of n texts of token ids, padded with -1 after the
+    text to t: (count, n, t) float32, and their labels (count, n) int64.
+    Each batch has a text of length 0 and one of length t; the others are
+    1 to t - 1 long. The label is the text's first id modulo the classes
+    (0 for the empty one), learnable in ten steps."""
+    x = torch.randint(0, vocab, (count, n, t), generator=gen).float()
+    lens = torch.randint(1, t, (count, n), generator=gen)
+    lens[:, 0], lens[:, 1] = 0, t
+    x[torch.arange(t)[None, None, :] >= lens[..., None]] = -1.0
+    y = torch.where(lens > 0, x[..., 0].clamp(min=0).long() % classes, torch.zeros_like(lens))
+    return x, y
+
+
+def check_padding(model, x, name):
+    """The reference's own sanity: each text's logits are what it gives
+    unpadded, alone (within rounding), and ids after the first -1 change
+    nothing (they are padding too, as the engine's seq_lens reads them)."""
+    lens = tt.seq_lens(x)
+    with torch.no_grad():
+        full = model(x)
+        for i, n in enumerate(lens.tolist()):
+            if n:
+                alone = model(x[i:i + 1, :n])[0]
+                assert torch.allclose(alone, full[i], atol=1e-5, rtol=0), (name, i)
+        x2 = x.clone()
+        x2[torch.arange(x.shape[1])[None, :] > lens[:, None]] = 3.0
+        assert torch.equal(tt.seq_lens(x2), lens) and not torch.equal(x2, x)
+        assert torch.equal(model(x2), full), name
+
+
 def make_lm_case(name, out_dir, seed):
-    """A language-model case: see the module's docstring."""
+    """A language-model or text-classifier case: see the module's
+    docstring."""
     spec, shape, task, vocab, n, hp = CASES[name]
+    lm = task == "language_modeling"
     t = shape[0]
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model, out_shape = tt.build(spec, shape, vocab)
-    assert out_shape == [t, vocab], (name, out_shape)
+    model, out_shape = tt.build(spec, shape, vocab if lm else None)
+    assert out_shape == ([t, vocab] if lm else [vocab]), (name, out_shape)
+    if lm:
+        def batches(count):
+            return lm_batches(count, n, t, vocab, gen, name in IGNORE_CASES)
+        loss_fn = tt.lm_loss
+    else:
+        def batches(count):
+            return text_batches(count, n, t, TEXT_VOCAB, vocab, gen)
+        loss_fn = torch.nn.CrossEntropyLoss()
     # LayerNorms away from 1 and 0, biases away from 0, so a kernel that
     # drops one cannot pass.
     with torch.no_grad():
@@ -240,24 +323,45 @@ def make_lm_case(name, out_dir, seed):
     params0 = tt.state_tensors(model)
     trainable = dict(model.named_parameters())
     assert set(trainable) == set(params0), "an LM case has no buffers"
-    x, y = lm_batches(1, n, t, vocab, gen, name in IGNORE_CASES)
+    x, y = batches(1)
     x, y = x[0], y[0]
-    check_causal(model, spec, x, vocab)
+    if lm:
+        check_causal(model, spec, x, vocab)
+    else:
+        check_padding(model, x, name)
+    tensors = {"param." + k: v for k, v in params0.items()}
+    meta_extra = {}
+    if name in EVAL_DROPOUT:
+        # Eval mode: dropout is off, so p > 0 gives the dropout-0 logits
+        # bit for bit (the same modules; torch's Dropout is the identity).
+        dspec = with_dropout(spec, EVAL_DROPOUT[name])
+        dmodel, _ = tt.build(dspec, shape)
+        tt.load_state(dmodel, params0)
+        with torch.no_grad():
+            want = model.eval()(x)
+            assert torch.equal(dmodel.eval()(x), want), name
+            dmodel.train()
+            assert not torch.equal(dmodel(x), want), "torch's dropout is off in training"
+        tensors["eval.output"] = want.numpy()
+        meta_extra["eval_dropout_spec"] = json.dumps(dspec)
     model.train()
     opt = optimizer(hp, list(trainable.values()))
     out = model(x)
-    loss = tt.lm_loss(out, y)
+    loss = loss_fn(out, y)
     opt.zero_grad()
     loss.backward()
-    tensors = {"param." + k: v for k, v in params0.items()}
-    tensors.update(input=x.numpy(), targets=y.numpy(), output=out.detach().numpy(),
+    tensors.update(input=x.numpy(), output=out.detach().numpy(),
                    loss=np.array([loss.item()], np.float32))
+    if lm:
+        tensors["targets"] = y.numpy()
+    else:
+        tensors["labels"] = y.numpy().astype(np.int64)
     for k, p in trainable.items():
         tensors["grad." + k] = p.grad.numpy().copy()
     for step in (1, 2):
         if step == 2:
             opt.zero_grad()
-            tt.lm_loss(model(x), y).backward()
+            loss_fn(model(x), y).backward()
             for k, p in trainable.items():
                 tensors["grad2." + k] = p.grad.numpy().copy()
         opt.step()
@@ -267,16 +371,19 @@ def make_lm_case(name, out_dir, seed):
     # Ten steps on ten batches from the same start, a fresh optimizer.
     tt.load_state(model, params0)
     opt = optimizer(hp, list(trainable.values()))
-    tx, ty = lm_batches(TRAJ_STEPS, n, t, vocab, gen, name in IGNORE_CASES)
+    tx, ty = batches(TRAJ_STEPS)
     losses = []
     for i in range(TRAJ_STEPS):
         opt.zero_grad()
-        step_loss = tt.lm_loss(model(tx[i]), ty[i])
+        step_loss = loss_fn(model(tx[i]), ty[i])
         step_loss.backward()
         opt.step()
         losses.append(step_loss.item())
-    tensors.update({"traj.input": tx.numpy(), "traj.targets": ty.numpy(),
-                    "traj.loss": np.array(losses, np.float32)})
+    tensors.update({"traj.input": tx.numpy(), "traj.loss": np.array(losses, np.float32)})
+    if lm:
+        tensors["traj.targets"] = ty.numpy()
+    else:
+        tensors["traj.labels"] = ty.numpy().astype(np.int64)
     for k, p in trainable.items():
         tensors["traj.final." + k] = p.detach().numpy().copy()
     meta = {
@@ -288,6 +395,7 @@ def make_lm_case(name, out_dir, seed):
         "hyperparameters": json.dumps(hp),
         "traj_steps": str(TRAJ_STEPS),
         "torch": torch.__version__,
+        **meta_extra,
     }
     tt.st_write(os.path.join(out_dir, name + ".safetensors"), tensors, meta)
     # The initial weights as a trainyard model file: torch -> trainyard.
@@ -298,7 +406,7 @@ def make_lm_case(name, out_dir, seed):
 
 def make_case(name, out_dir, seed):
     spec, shape, task, outputs, n, hp = CASES[name]
-    if task == "language_modeling":
+    if task == "language_modeling" or spec["layers"][0]["type"] == "embedding":
         return make_lm_case(name, out_dir, seed)
     torch.manual_seed(seed)
     model, out_shape = tt.build(spec, shape)

@@ -46,6 +46,18 @@
  * exactly the engine's names and shapes, and the engine's state block
  * written as a model file (<case>.engine.safetensors) holds torch's
  * initial weights bit for bit (check_exchange.py then loads it into torch).
+ *
+ * Text-classifier cases (task "classification" whose input is token ids,
+ * issue 31's second half) get the same checks as language models (the
+ * reference names "traj_steps" for both), on ids padded with -1 after the
+ * text, with a sequence of length 0 and one of full length in every batch:
+ * labels instead of targets ("traj.labels" for the ten steps). With
+ * "eval_dropout_spec" (the same network, dropout p > 0), the engine's
+ * eval-mode logits must be torch's ("eval.output", 1e-5 absolute) and the
+ * dropout-p network's must equal the dropout-0 network's bit for bit. In
+ * training, dropout draws its masks from the engine's generator, which
+ * torch does not share, so a dropout-p training step is not compared;
+ * that the masks do something is checked (the training logits differ).
  */
 #include <float.h>
 #include <math.h>
@@ -283,9 +295,88 @@ done:
     st_close(&tf);
 }
 
+/* n labels (I64 in the reference) from tensor name at row `row` (of n)
+ * into out; 0 when missing or malformed. */
+static int ref_labels(pcase *c, const char *name, uint64_t rows, uint64_t row,
+                      uint32_t n, int32_t *out)
+{
+    const st_tensor *y = st_find(&c->ref, name);
+    if (!y || y->dtype != ST_I64 || y->numel != rows * n) {
+        fail(c, "bad reference labels '%s'%s", name, "");
+        return 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t v;
+        memcpy(&v, (const char *)y->data + 8 * (row * n + i), 8);
+        out[i] = (int32_t)v;
+    }
+    return 1;
+}
+
+/* A text classifier with eval_dropout_spec: its eval-mode logits (the
+ * state in c->state, the input in "input") against torch's, and those of
+ * the same network with dropout p > 0 bit for bit the same; in training
+ * mode the dropout-p network's differ (its masks apply). */
+static void eval_dropout(pcase *c, const json_t *spec_drop,
+                         const uint32_t *shape, uint32_t ndim, uint32_t outs,
+                         const nn_loss_spec *loss, uint32_t n)
+{
+    nn_arch drop = {0};
+    nn_workspace *dws = NULL;
+    ty_err err = {0};
+    ty_rng rng;
+    const uint64_t width = nn_shape_numel(&c->arch.output);
+    const st_tensor *x = st_find(&c->ref, "input");
+    const st_tensor *want = ref_f32(c, "eval.output", (uint64_t)n * width);
+    float *plain = calloc((size_t)n * width + 1, sizeof(float));
+    if (!want || !plain)
+        goto done;
+    if (nn_arch_build_for_loss(spec_drop, shape, ndim, outs,
+                               TY_TASK_CLASSIFICATION, loss, &drop, NULL,
+                               &err) != TY_OK) {
+        fail(c, "the engine cannot build the dropout spec: %s (%s)", err.msg,
+             err.field);
+        goto done;
+    }
+    if (drop.param_count != c->arch.param_count ||
+        drop.buffer_count != c->arch.buffer_count) {
+        fail(c, "dropout changes the state block's size%s%s", "", "");
+        goto done;
+    }
+    dws = nn_workspace_create_for(&drop, n, 1);
+    if (!dws) {
+        fail(c, "out of memory%s%s", "", "");
+        goto done;
+    }
+    ty_rng_seed(&rng, 3, 0);
+    memcpy(c->ws->act[0], x->data, x->numel * 4);
+    memcpy(plain, nn_forward(&c->arch, c->state, c->ws, n, 0, &rng),
+           (size_t)n * width * sizeof(float));
+    compare_abs(c, "eval output (dropout 0)", plain, want, LM_LOGITS_ABS);
+    memcpy(dws->act[0], x->data, x->numel * 4);
+    const float *ev = nn_forward(&drop, c->state, dws, n, 0, &rng);
+    int same = memcmp(ev, plain, (size_t)n * width * sizeof(float)) == 0;
+    printf("  %-4s %-34s bit for bit the dropout-0 network's\n",
+           same ? "ok" : "FAIL", "eval output (dropout > 0)");
+    c->failed |= !same;
+    memcpy(dws->act[0], x->data, x->numel * 4);
+    const float *tr = nn_forward(&drop, c->state, dws, n, 1, &rng);
+    double moved = 0;
+    for (uint64_t i = 0; i < (uint64_t)n * width; i++)
+        moved = fmax(moved, fabs((double)tr[i] - plain[i]));
+    printf("  %-4s %-34s max|train - eval| %.3e (dropout applies)\n",
+           moved > 0 ? "ok" : "FAIL", "training output (dropout > 0)", moved);
+    c->failed |= !(moved > 0);
+done:
+    nn_workspace_destroy(dws);
+    nn_arch_free(&drop);
+    free(plain);
+}
+
 /* Ten AdamW steps, the engine on its own from param.* on the stored
- * batches (traj.input, traj.targets): each step's loss against torch's. */
-static void lm_trajectory(pcase *c, const train_hparams *hp, uint32_t n)
+ * batches (traj.input, and traj.targets or, a classifier, traj.labels):
+ * each step's loss against torch's. */
+static void lm_trajectory(pcase *c, const train_hparams *hp, uint32_t n, int lm)
 {
     nn_arch *a = &c->arch;
     ty_err err = {0};
@@ -297,9 +388,9 @@ static void lm_trajectory(pcase *c, const train_hparams *hp, uint32_t n)
     uint32_t steps = (uint32_t)atoi(steps_s);
     const st_tensor *tx = ref_f32(c, "traj.input", (uint64_t)steps * n * feat);
     const st_tensor *ty =
-        ref_f32(c, "traj.targets", (uint64_t)steps * n * feat);
+        lm ? ref_f32(c, "traj.targets", (uint64_t)steps * n * feat) : NULL;
     const st_tensor *tl = ref_f32(c, "traj.loss", steps);
-    if (!tx || !ty || !tl || !load_trainable(c, "param", c->state))
+    if (!tx || (lm && !ty) || !tl || !load_trainable(c, "param", c->state))
         return;
     if (nn_optim_init(&opt, train_hparams_optim(hp), pc, &err) != TY_OK) {
         fail(c, "%s%s", err.msg, "");
@@ -307,21 +398,25 @@ static void lm_trajectory(pcase *c, const train_hparams *hp, uint32_t n)
     }
     memset(c->grads, 0, pc * sizeof(float));
     float *losses = calloc(steps + 1, sizeof(float));
+    int32_t *labels = calloc(n, sizeof *labels);
     ty_rng rng;
     ty_rng_seed(&rng, 2, 0);
-    for (uint32_t s = 0; losses && s < steps; s++) {
+    for (uint32_t s = 0; losses && labels && s < steps; s++) {
         const float *x = (const float *)tx->data + (uint64_t)s * n * feat;
-        const float *y = (const float *)ty->data + (uint64_t)s * n * feat;
+        const float *y =
+            lm ? (const float *)ty->data + (uint64_t)s * n * feat : NULL;
+        if (!lm && !ref_labels(c, "traj.labels", steps, s, n, labels))
+            break;
         memcpy(c->ws->act[0], x, n * feat * sizeof(float));
         nn_forward(a, c->state, c->ws, n, 1, &rng);
-        double sum = nn_loss(a, c->ws, n, NULL, y, NULL, 1);
+        double sum = nn_loss(a, c->ws, n, lm ? NULL : labels, y, NULL, 1);
         losses[s] = (float)(sum / n);
         nn_backward(a, c->state, c->grads, c->ws, n);
         nn_optim_step(&opt, a->be, c->ws->ex, c->state, c->grads);
         printf("       step %2u loss %.7f  torch %.7f  diff %+.2e\n", s + 1,
                losses[s], ref_at(tl, s), losses[s] - ref_at(tl, s));
     }
-    if (losses) {
+    if (losses && labels && !c->failed) {
         char what[64];
         snprintf(what, sizeof what, "%u AdamW steps' losses", steps);
         compare_abs(c, what, losses, tl, LM_TRAJ_ABS);
@@ -345,6 +440,7 @@ static void lm_trajectory(pcase *c, const train_hparams *hp, uint32_t n)
     }
     printf("  info weights after the steps: worst rel %.3e\n", worst);
     free(losses);
+    free(labels);
     nn_optim_free(&opt);
 }
 
@@ -379,6 +475,8 @@ static void run_case(pcase *c, const char *dir)
         shape[i] = (uint32_t)json_integer_value(json_array_get(shape_j, i));
     int task = nn_task_from_str(task_s);
     const int lm = strcmp(task_s, "language_modeling") == 0;
+    /* A language model or a text classifier: the sequence checks. */
+    const int seq = st_meta(&c->ref, "traj_steps") != NULL;
     uint32_t outs = (uint32_t)atoi(outs_s);
     if (task < 0) {
         fail(c, "the engine does not know task '%s'%s", task_s, "");
@@ -433,7 +531,7 @@ static void run_case(pcase *c, const char *dir)
     }
     if (c->failed)
         goto done;
-    if (lm && !c->pool) { /* the files do not depend on the threads */
+    if (seq && !c->pool) { /* the files do not depend on the threads */
         lm_exchange(c, dir, spec, (ty_task)task, outs);
         if (c->failed)
             goto done;
@@ -447,17 +545,9 @@ static void run_case(pcase *c, const char *dir)
             goto done;
         targets = y->data;
     } else if (task == TY_TASK_CLASSIFICATION) {
-        const st_tensor *y = st_find(&c->ref, "labels");
         labels = calloc(n, sizeof *labels);
-        if (!y || y->dtype != ST_I64 || y->numel != n || !labels) {
-            fail(c, "bad reference labels%s%s", "", "");
+        if (!labels || !ref_labels(c, "labels", 1, 0, n, labels))
             goto done;
-        }
-        for (uint32_t i = 0; i < n; i++) {
-            int64_t v;
-            memcpy(&v, (const char *)y->data + 8 * i, 8);
-            labels[i] = (int32_t)v;
-        }
     } else {
         const st_tensor *y = ref_f32(c, "targets", (uint64_t)n * outs);
         if (!y)
@@ -475,7 +565,7 @@ static void run_case(pcase *c, const char *dir)
     const st_tensor *t = ref_f32(c, "output", (uint64_t)n * width);
     if (t)
         compare(c, "output", out, t, NULL, FLOOR_ABS);
-    if (t && lm)
+    if (t && seq)
         compare_abs(c, "output (logits)", out, t, LM_LOGITS_ABS);
     double sum = nn_loss(a, c->ws, n, labels, targets, NULL, 1);
     /* The mean: per example (cross-entropy; a language model's sum is its
@@ -485,7 +575,7 @@ static void run_case(pcase *c, const char *dir)
                              : sum / ((double)n * outs));
     if ((t = ref_f32(c, "loss", 1))) {
         compare(c, "loss", &loss, t, NULL, FLOOR_ABS);
-        if (lm)
+        if (seq)
             compare_abs(c, "loss", &loss, t, LM_LOSS_ABS);
     }
     nn_backward(a, c->state, c->grads, c->ws, n);
@@ -535,8 +625,17 @@ static void run_case(pcase *c, const char *dir)
                              2 * max_abs_ref(b4) * FLT_EPSILON / TOL));
         }
     }
-    if (lm)
-        lm_trajectory(c, &hp, n);
+    if (seq)
+        lm_trajectory(c, &hp, n, lm);
+    const char *drop_s = st_meta(&c->ref, "eval_dropout_spec");
+    if (drop_s && task == TY_TASK_CLASSIFICATION) {
+        json_t *spec_drop = json_loads(drop_s, 0, NULL);
+        if (!spec_drop || !load_trainable(c, "param", c->state))
+            fail(c, "bad eval_dropout_spec%s%s", "", "");
+        else
+            eval_dropout(c, spec_drop, shape, ndim, outs, &hp.loss, n);
+        json_decref(spec_drop);
+    }
 done:
     nn_optim_free(&opt);
     free(labels);

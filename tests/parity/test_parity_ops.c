@@ -10,6 +10,12 @@
  * within 1e-4 relative (max |ours - torch| over the tensor, divided by max
  * |torch|). Every comparison is printed; the exit status is 1 when any
  * fails or the reference is unreadable.
+ *
+ * The masked attention (models/backend.h's nn_attn_mask) runs on sequences
+ * of a partial, a zero and a full length, not causal and causal, then with
+ * dropout multipliers (keep); the sequence of length 0 must give exactly
+ * zero probabilities, outputs and gradients. sequence_pool's op (each mode)
+ * runs on the same lengths.
  */
 #include <jansson.h>
 #include <math.h>
@@ -66,6 +72,61 @@ static void cmp(const char *what, const float *ours, const char *name,
            ok ? "ok" : "FAIL", what, grad ? "rel" : "abs", err, diff, scale);
     failed |= !ok;
     free(want);
+}
+
+/* Every value of x (n) is exactly 0; prints the result. */
+static void all_zero(const char *what, const float *x, uint64_t n)
+{
+    uint64_t bad = 0;
+    for (uint64_t i = 0; i < n; i++)
+        bad += x[i] != 0.0f;
+    printf("  %-4s %-22s %llu of %llu values not 0\n", bad ? "FAIL" : "ok",
+           what, (unsigned long long)bad, (unsigned long long)n);
+    failed |= bad != 0;
+}
+
+/* The masked attention op on the reference's <prefix>.* tensors, mask
+ * {causal, lens, keep} (keep: <prefix>.keep's multipliers, or none): out,
+ * att (P), keep after the forward (P * keep), dqkv; the sequences of length
+ * 0 exactly zero. */
+static void masked_attention(const nn_backend *be, const char *prefix,
+                             uint32_t b, uint32_t t, uint32_t h, uint32_t d,
+                             const int32_t *lens, int causal, int with_keep)
+{
+    const uint32_t c = h * d;
+    const uint64_t nq = (uint64_t)b * t * 3 * c, no = (uint64_t)b * t * c;
+    const uint64_t na = (uint64_t)b * h * t * t;
+    char name[64], what[64];
+#define REF(s) (snprintf(name, sizeof name, "%s." s, prefix), name)
+    float *qkv = getf(REF("qkv"), nq), *dy = getf(REF("dout"), no);
+    float *keep = with_keep ? getf(REF("keep"), na) : NULL;
+    float *y = malloc(no * 4), *att = malloc(na * 4);
+    float *datt = malloc(na * 4), *dqkv = malloc(nq * 4);
+    if (!y || !att || !datt || !dqkv)
+        exit(1);
+    nn_attn_mask m = {.causal = causal, .lens = lens, .keep = keep};
+    be->attention_forward(NULL, y, att, qkv, qkv + c, qkv + 2 * c, b, t, h, d,
+                          3 * c, &m);
+    be->attention_backward(NULL, dqkv, dqkv + c, dqkv + 2 * c, datt, dy, qkv,
+                           qkv + c, qkv + 2 * c, att, b, t, h, d, 3 * c, &m);
+    cmp("out", y, REF("out"), no, 0);
+    cmp("att (probabilities)", att, REF("att"), na, 0);
+    if (keep)
+        cmp("keep after (P * keep)", keep, REF("pk"), na, 0);
+    cmp("dqkv", dqkv, REF("dqkv"), nq, 1);
+#undef REF
+    for (uint32_t bi = 0; bi < b; bi++) {
+        if (lens[bi] != 0)
+            continue;
+        snprintf(what, sizeof what, "seq %u (len 0) out", bi);
+        all_zero(what, y + (uint64_t)bi * t * c, (uint64_t)t * c);
+        snprintf(what, sizeof what, "seq %u (len 0) att", bi);
+        all_zero(what, att + (uint64_t)bi * h * t * t, (uint64_t)h * t * t);
+        snprintf(what, sizeof what, "seq %u (len 0) dqkv", bi);
+        all_zero(what, dqkv + (uint64_t)bi * t * 3 * c, (uint64_t)t * 3 * c);
+    }
+    free(qkv), free(dy), free(keep), free(y), free(att), free(datt);
+    free(dqkv);
 }
 
 static uint32_t size_of(const char *key)
@@ -169,6 +230,50 @@ int main(int argc, char **argv)
         cmp("dqkv", dqkv, "attn.dqkv", nq, 1);
         free(qkv), free(dy), free(y), free(att), free(datt), free(dqkv);
     }
+
+    const uint32_t mb = size_of("mb");
+    int32_t *lens = get("lens.lens", ST_I32, mb);
+    printf("seq_lens (ids, -1 padding after the text)\n");
+    {
+        float *ids = getf("lens.ids", (uint64_t)mb * t);
+        int32_t got[16];
+        if (mb > 16)
+            exit(1);
+        be->seq_lens(NULL, got, ids, mb, t);
+        int ok = memcmp(got, lens, mb * sizeof *got) == 0;
+        printf("  %-4s lens", ok ? "ok" : "FAIL");
+        for (uint32_t i = 0; i < mb; i++)
+            printf(" %d (torch %d)", got[i], lens[i]);
+        printf("\n");
+        failed |= !ok;
+        free(ids);
+    }
+    printf("attention (padding lens, not causal)\n");
+    masked_attention(be, "mattn", mb, t, h, d, lens, 0, 0);
+    printf("attention (padding lens, causal)\n");
+    masked_attention(be, "mattn_causal", mb, t, h, d, lens, 1, 0);
+    printf("attention (padding lens, not causal, dropout keep)\n");
+    masked_attention(be, "mattn_keep", mb, t, h, d, lens, 0, 1);
+    static const char *const modes[] = {"mean", "first", "last"};
+    for (int k = 0; k < 3; k++) {
+        const uint64_t nx = (uint64_t)mb * t * c;
+        char name[32];
+        printf("sequence_pool (%s, padding lens)\n", modes[k]);
+#define PREF(s) (snprintf(name, sizeof name, "pool_%s." s, modes[k]), name)
+        float *x = getf(PREF("x"), nx), *dy = getf(PREF("dout"), mb * c);
+        float *y = malloc(mb * c * 4), *dx = malloc(nx * 4);
+        if (!y || !dx)
+            exit(1);
+        memset(dx, 0xff, nx * 4); /* assigned: every value, NaN before */
+        be->seq_pool_forward(NULL, y, x, lens, mb, t, c, (nn_seq_pool_mode)k);
+        be->seq_pool_backward(NULL, dx, dy, lens, mb, t, c,
+                              (nn_seq_pool_mode)k);
+        cmp("out", y, PREF("out"), mb * c, 0);
+        cmp("dx", dx, PREF("dx"), nx, 1);
+#undef PREF
+        free(x), free(dy), free(y), free(dx);
+    }
+    free(lens);
 
     printf("cross-entropy (ignore index %d)\n", ignore);
     {
