@@ -106,11 +106,12 @@ ty_status jobs_worker_job(jobs_service *r, const char *job_id,
     ty_status s = attempt_job_file(r, job_id, token, dir, &doc, err);
     if (s != TY_OK)
         return s;
-    if (json_object_get(doc, WPROTO_JOB_INIT_PATH)) {
-        json_decref(doc);
-        return ty_fail(err, TY_EINVAL, "hyperparameters.init_from",
-                       "hyperparameters.init_from is not supported on "
-                       "cluster workers yet; run the job on this server");
+    /* the model it starts from travels as a blob too */
+    const char *init =
+        json_string_value(json_object_get(doc, WPROTO_JOB_INIT_PATH));
+    if (init) {
+        json_object_set_new(doc, WREMOTE_F_INIT, blob_ref(init));
+        json_object_del(doc, WPROTO_JOB_INIT_PATH);
     }
     const char *ds =
         json_string_value(json_object_get(doc, WPROTO_JOB_DATASET_PATH));
@@ -140,16 +141,17 @@ ty_status jobs_worker_job(jobs_service *r, const char *job_id,
     return TY_OK;
 }
 
-/* Whether sha names a blob of the job's file (its dataset or validation
- * dataset). */
+/* Whether sha names a blob of the job's file (its dataset, validation
+ * dataset or init model). */
 static int job_names_blob(const json_t *doc, const char *sha)
 {
-    const char *paths[2] = {
+    const char *paths[3] = {
         json_string_value(json_object_get(doc, WPROTO_JOB_DATASET_PATH)),
         json_string_value(
             json_object_get(json_object_get(doc, WPROTO_JOB_VALIDATION),
-                            WPROTO_JOB_DATASET_PATH))};
-    for (int i = 0; i < 2; i++) {
+                            WPROTO_JOB_DATASET_PATH)),
+        json_string_value(json_object_get(doc, WPROTO_JOB_INIT_PATH))};
+    for (int i = 0; i < 3; i++) {
         const char *slash = paths[i] ? strrchr(paths[i], '/') : NULL;
         if (slash && !strcmp(slash + 1, sha))
             return 1;

@@ -269,18 +269,20 @@ static int fetch_checkpoint(shim *s)
 }
 
 /* Everything the child needs in the folder: job.json, the blobs the job
- * document names, the checkpoint to resume from. */
+ * document names (datasets, the model it starts from), the checkpoint to
+ * resume from. */
 static int shim_prepare(shim *s)
 {
     json_t *doc = NULL;
     int rc = fetch_job(s, &doc);
-    const json_t *ref[2] = {
+    const json_t *ref[3] = {
         json_object_get(doc, WREMOTE_F_DATASET),
         json_object_get(json_object_get(doc, WPROTO_JOB_VALIDATION),
-                        WREMOTE_F_DATASET)};
-    for (int i = 0; i < 2 && rc == SHIM_GO_ON; i++) {
+                        WREMOTE_F_DATASET),
+        json_object_get(doc, WREMOTE_F_INIT)};
+    for (int i = 0; i < 3 && rc == SHIM_GO_ON; i++) {
         char sha[65];
-        /* fetch_job checked the references: the second may be absent. */
+        /* fetch_job checked the references: the last two may be absent. */
         if (ref[i] && wremote_blob_ref(ref[i], "", sha, NULL) == TY_OK)
             rc = fetch_blob(s, sha);
     }

@@ -62,11 +62,13 @@
  *   "dataset": {"sha256": hex, "bytes": n}          (not dataset_path)
  *   "validation": {"dataset": {"sha256", "bytes"}} or {"split": x}
  *   "checkpoint": {"sha256", "bytes"} or null       (not checkpoint_path)
+ *   "init": {"sha256", "bytes"}, only when the job starts from a model's
+ *   weights (hyperparameters.init_from; not init_path)
  *   no model_path; spec, hyperparameters, threads, extra_meta, job_id as
  *   job.json has them. */
 #define WREMOTE_PATH_JOB "/v1/worker/jobs/{id}"
-/* GET: a blob the job document names (its sha256), the raw bytes. 404 for
- * any other. */
+/* GET: a blob the job document names (its sha256: a dataset, or the init
+ * model), the raw bytes. 404 for any other. */
 #define WREMOTE_PATH_BLOB "/v1/worker/jobs/{id}/blobs/{sha256}"
 /* GET: the last checkpoint uploaded (raw bytes; header X-Sha256), 404 when
  * none. POST: a new one (multipart/form-data: a file part "file" and a
@@ -100,6 +102,7 @@
 #define WREMOTE_ACTION_PREEMPT "preempt"
 #define WREMOTE_ACTION_CANCEL "cancel"
 #define WREMOTE_F_DATASET "dataset"
+#define WREMOTE_F_INIT "init" /* hyperparameters.init_from's model file */
 #define WREMOTE_F_SHA256 "sha256"
 #define WREMOTE_F_BYTES "bytes"
 #define WREMOTE_F_NODE "node" /* added to the started line */

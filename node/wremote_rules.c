@@ -162,7 +162,7 @@ static int set_path(json_t *job, const char *key, const char *dir,
 ty_status wremote_job_file(const json_t *doc, const char *dir, json_t **out,
                            ty_err *err)
 {
-    char sha[65], vsha[65], path[PATH_MAX];
+    char sha[65], vsha[65], isha[65], path[PATH_MAX];
     *out = NULL;
     if (!json_is_object(doc))
         return ty_fail(err, TY_EFORMAT, NULL,
@@ -173,12 +173,16 @@ ty_status wremote_job_file(const json_t *doc, const char *dir, json_t **out,
     const json_t *val_ds = json_object_get(val, WREMOTE_F_DATASET);
     if (s == TY_OK && val_ds)
         s = wremote_blob_ref(val_ds, "validation dataset", vsha, err);
+    const json_t *init = json_object_get(doc, WREMOTE_F_INIT);
+    if (s == TY_OK && init)
+        s = wremote_blob_ref(init, "init model", isha, err);
     if (s != TY_OK)
         return s;
     json_t *job = json_deep_copy(doc);
     if (!job)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     json_object_del(job, WREMOTE_F_DATASET);
+    json_object_del(job, WREMOTE_F_INIT);
     json_object_del(job, DOC_CHECKPOINT);
     wremote_blob_path(dir, sha, path, sizeof path);
     int bad = json_object_set_new(job, WPROTO_JOB_DATASET_PATH,
@@ -188,6 +192,11 @@ ty_status wremote_job_file(const json_t *doc, const char *dir, json_t **out,
         bad |= json_object_set_new(job, WPROTO_JOB_VALIDATION,
                                    json_pack("{s:s}", WPROTO_JOB_DATASET_PATH,
                                              path)) != 0;
+    }
+    if (init) {
+        wremote_blob_path(dir, isha, path, sizeof path);
+        bad |= json_object_set_new(job, WPROTO_JOB_INIT_PATH,
+                                   json_string(path)) != 0;
     }
     bad |= set_path(job, WPROTO_JOB_CHECKPOINT_PATH, dir, CHECKPOINT_FILE);
     bad |= set_path(job, WPROTO_JOB_MODEL_PATH, dir, MODEL_FILE);

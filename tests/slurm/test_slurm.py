@@ -287,6 +287,34 @@ class Suite:
             print(f"    {jid}: Slurm job {sid} COMPLETED, TresPerNode={tres or '-'}"
                   f", device {doc['device']}")
 
+    def check_init_from(self):
+        """A job on a Slurm node fine-tunes from a model (init_from): the
+        model's file reaches the node as a blob, and the run starts from
+        its weights."""
+        hp = {"epochs": 8, "batch_size": 32, "optimizer": "adam",
+              "learning_rate": 0.02, "seed": 5}
+        ids = []
+        for name in ("base", "tuned"):
+            job = {"name": name, "dataset": self.small, "model": FAST_MODEL,
+                   "hyperparameters": hp}
+            st, sub = self.srv.call("POST", "/v1/jobs", job, key=self.key)
+            assert st == 202, (st, sub)
+            ids.append(sub["id"])
+            doc = self.srv.wait_done(self.key, sub["id"])
+            assert doc["status"] == "succeeded", doc
+            base = doc["model"]
+            hp = dict(hp, epochs=1, learning_rate=0.001, init_from=base)
+        assert slurm_id(doc), doc["placement"]  # the fine-tune ran on Slurm
+        losses = []
+        for jid in ids:
+            st, m = self.srv.call("GET", f"/v1/jobs/{jid}/metrics", key=self.key)
+            assert st == 200, (st, m)
+            losses.append(m["epochs"][0]["train_loss"])
+        # the same seed and data: the start is what differs
+        assert losses[1] < 0.5 * losses[0], losses
+        print(f"    first epoch's loss from scratch {losses[0]:.4f}, "
+              f"from the first job's model {losses[1]:.4f}")
+
     def check_worker_isolated(self):
         """The worker ran as the job user in its own folder, with no access
         to the server's data folder."""
@@ -524,7 +552,8 @@ def main():
         sys.exit("TRAINYARD_BIN must name a trainyard binary the job user can run")
     suite = Suite()
     names = [n for n in dir(Suite) if n.startswith("check_")]
-    order = ["check_cpu_and_mig_jobs", "check_worker_isolated", "check_cancel",
+    order = ["check_cpu_and_mig_jobs", "check_init_from",
+             "check_worker_isolated", "check_cancel",
              "check_sigkill_requeue_resume", "check_outside_scancel",
              "check_quota_holds", "check_preemption", "check_restart_reattaches",
              "check_slurmrestd_outage", "check_fashion_parity"]

@@ -195,6 +195,36 @@ static void test_job_file_with_split(void **state)
     json_decref(doc);
 }
 
+/* hyperparameters.init_from's model arrives as a blob: the worker's
+ * job.json names it by its local path; without one there is no
+ * init_path. */
+static void test_job_file_with_init_model(void **state)
+{
+    json_t *doc = job_doc(json_pack("{s:f}", WPROTO_JOB_SPLIT, 0.1));
+    json_object_set_new(doc, WREMOTE_F_INIT,
+                        json_pack("{s:s, s:i}", WREMOTE_F_SHA256, SHA_B,
+                                  WREMOTE_F_BYTES, 9));
+    json_t *job = NULL;
+    ty_err err = {0};
+    assert_int_equal(wremote_job_file(doc, "/w/d", &job, &err), TY_OK);
+    assert_string_equal(str_at(job, WPROTO_JOB_INIT_PATH),
+                        "/w/d/blob-" SHA_B);
+    assert_null(json_object_get(job, WREMOTE_F_INIT));
+    json_decref(job);
+    json_object_del(doc, WREMOTE_F_INIT);
+    assert_int_equal(wremote_job_file(doc, "/w/d", &job, &err), TY_OK);
+    assert_null(json_object_get(job, WPROTO_JOB_INIT_PATH));
+    json_decref(job);
+    /* a reference that is not a blob's is refused like a dataset's */
+    json_object_set_new(doc, WREMOTE_F_INIT,
+                        json_pack("{s:s}", WREMOTE_F_SHA256, "../x"));
+    job = (json_t *)1;
+    assert_int_equal(wremote_job_file(doc, "/w/d", &job, &err), TY_EFORMAT);
+    assert_null(job);
+    assert_non_null(strstr(err.msg, "init model"));
+    json_decref(doc);
+}
+
 static void test_job_file_rejects_bad_documents(void **state)
 {
     json_t *bad[] = {
@@ -345,6 +375,7 @@ int main(void)
         cmocka_unit_test(test_job_file_with_validation_dataset),
         cmocka_unit_test(test_job_file_with_split),
         cmocka_unit_test(test_job_file_rejects_bad_documents),
+        cmocka_unit_test(test_job_file_with_init_model),
         cmocka_unit_test(test_ids_and_hashes),
         cmocka_unit_test(test_urls),
         cmocka_unit_test(test_actions),
