@@ -360,10 +360,10 @@ static void case_xent_ignore(void)
         y[i] =
             i % 7 == 3 ? -1 : (int32_t)(ty_rng_uniform(&rng) * v) % (int32_t)v;
     uint32_t cc = 0, gc = 0;
-    double cl = C->xent_ignore(NULL, g, &cc, x, y, n, v, -1, 1.0f);
+    double cl = C->xent_ignore(NULL, g, &cc, x, y, n, v, -1, 1.0f, 1.0);
     float *d_x = up(x, nl * 4), *d_g = up(x, nl * 4);
     int32_t *d_y = up(y, n * 4);
-    double gl = G->xent_ignore(&dx, d_g, &gc, d_x, d_y, n, v, -1, 1.0f);
+    double gl = G->xent_ignore(&dx, d_g, &gc, d_x, d_y, n, v, -1, 1.0f, 1.0);
     status("xent_ignore");
     float *gg = down(d_g, nl);
     if (gc != cc || fabs(gl - cl) > 1e-5 * fabs(cl)) {
@@ -374,6 +374,52 @@ static void case_xent_ignore(void)
         printf("ok   xent_ignore loss %.6f over %u rows\n", gl, gc);
     }
     close_to("xent_ignore dlogits", gg, g, nl, 1e-4, 1e-4);
+
+    /* Into acc (a training step): nothing comes back, acc[NN_ACC_LOSS]
+     * gets the mean times the weight on the stream, acc[NN_ACC_CORRECT]
+     * stays; captured in a graph and replayed twice it adds twice, the
+     * same bits as the calls made op by op. */
+    const double w = 3.0, acc0[NN_ACC_COUNT] = {0.5, 7.0};
+    double *d_acc[2];
+    for (int r = 0; r < 2; r++)
+        d_acc[r] = up(acc0, sizeof acc0);
+    nn_exec ax = dx;
+    ax.acc = d_acc[0];
+    gc = 99;
+    double r0 = G->xent_ignore(&ax, d_g, &gc, d_x, d_y, n, v, -1, 1.0f, w);
+    r0 += G->xent_ignore(&ax, d_g, NULL, d_x, d_y, n, v, -1, 1.0f, w);
+    ax.acc = d_acc[1];
+    void *graph = NULL;
+    ty_err err = {0};
+    if (G->graph_begin(&ax) != 0) {
+        printf("FAIL: xent_ignore graph_begin\n");
+        failures++;
+        return;
+    }
+    (void)G->xent_ignore(&ax, d_g, NULL, d_x, d_y, n, v, -1, 1.0f, w);
+    if (G->graph_end(&ax, &graph, &err) != 0) {
+        printf("FAIL: xent_ignore capture: %s\n", err.msg);
+        failures++;
+        return;
+    }
+    G->graph_launch(&ax, graph);
+    G->graph_launch(&ax, graph);
+    status("xent_ignore acc");
+    double a0[NN_ACC_COUNT], a1[NN_ACC_COUNT];
+    G->download(&dx, a0, d_acc[0], sizeof a0);
+    G->download(&dx, a1, d_acc[1], sizeof a1);
+    const double want = 0.5 + 2.0 * cl * w;
+    if (r0 != 0.0 || gc != 0 || a0[NN_ACC_CORRECT] != 7.0 ||
+        fabs(a0[NN_ACC_LOSS] - want) > 1e-5 * fabs(want)) {
+        printf("FAIL: xent_ignore into acc: returned %g, counted %u, acc "
+               "%.10g %g, want %.10g 7\n",
+               r0, gc, a0[NN_ACC_LOSS], a0[NN_ACC_CORRECT], want);
+        failures++;
+    } else {
+        printf("ok   xent_ignore into acc %.6f\n", a0[NN_ACC_LOSS]);
+    }
+    same_bits("xent_ignore acc graph replay", a1, a0, sizeof a0);
+    G->graph_release(&ax, graph);
 }
 
 int main(void)
