@@ -576,17 +576,22 @@ typedef struct nn_backend {
 
     /* NN_OP_XENT_IGNORE: softmax cross-entropy of each row of logits (n, v)
      * against targets (n), skipping rows whose target is ignore_index, as
-     * F.cross_entropy(ignore_index=..., reduction="mean"). Returns the mean
-     * loss over the counted rows (0 when none; in double, to the host: it
-     * does not use nn_exec.acc, so it cannot be captured in a graph yet);
-     * *counted (may be NULL) gets their number. dlogits (n, v), when not
-     * NULL, = (softmax - onehot) * grad_scale / counted on counted rows and
-     * 0 on ignored ones (grad_scale 1: the mean's gradient). A counted
-     * target must be in [0, v) (the caller checks). */
+     * F.cross_entropy(ignore_index=..., reduction="mean"). The result is
+     * that mean over the counted rows (0 when none) times weight (a
+     * language model passes its number of windows, so the result counts
+     * like the other losses' per-example sums; 1 gives the mean itself),
+     * in double. Like the other losses (see nn_exec.acc) it is returned,
+     * with *counted (may be NULL) set to the counted rows, when ex has no
+     * acc; with acc it is added to acc[NN_ACC_LOSS] (acc[NN_ACC_CORRECT]
+     * is left alone), 0 is returned and *counted gets 0, so nothing waits
+     * for the device and a graph may capture the call. dlogits (n, v),
+     * when not NULL, = (softmax - onehot) * grad_scale / counted on
+     * counted rows and 0 on ignored ones (grad_scale 1: the mean's
+     * gradient). A counted target must be in [0, v) (the caller checks). */
     double (*xent_ignore)(const nn_exec *ex, float *dlogits, uint32_t *counted,
                           const float *logits, const int32_t *targets,
                           uint32_t n, uint32_t v, int32_t ignore_index,
-                          float grad_scale);
+                          float grad_scale, double weight);
 } nn_backend;
 
 /* The CPU reference backend (OpenBLAS GEMM on one thread per part, plain C

@@ -141,9 +141,11 @@ double nn_loss_compute(const nn_loss_spec *loss, const nn_backend *be,
 
 /* A language model's loss: the mean cross-entropy over every position of
  * the n windows (targets (n, T) ids as floats; -1 or any id outside the
- * vocabulary is not counted), returned times n, as the other losses return
- * a sum of per-example losses. The gradient is the mean's over grad_rows
- * windows (accumulation: n of them in this minibatch). */
+ * vocabulary is not counted), times n, as the other losses give a sum of
+ * per-example losses: returned, or added to ws->ex's acc when it has one
+ * (a device's training step, which then never waits). The gradient is the
+ * mean's over grad_rows windows (accumulation: n of them in this
+ * minibatch). */
 static double lm_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
                       const float *values, uint32_t *correct,
                       uint32_t grad_rows)
@@ -156,10 +158,9 @@ static double lm_loss(const nn_arch *arch, nn_workspace *ws, uint32_t n,
     arch->be->to_ids(ws->ex, ws->ids, values, rows, v, -1);
     if (correct)
         *correct = 0;
-    double mean =
-        arch->be->xent_ignore(ws->ex, dout, NULL, ws->act[arch->n_layers],
-                              ws->ids, (uint32_t)rows, v, -1, scale);
-    return mean * n;
+    return arch->be->xent_ignore(ws->ex, dout, NULL, ws->act[arch->n_layers],
+                                 ws->ids, (uint32_t)rows, v, -1, scale,
+                                 (double)n);
 }
 
 double nn_loss_scaled(const nn_arch *arch, nn_workspace *ws, uint32_t n,

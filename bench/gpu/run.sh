@@ -9,7 +9,12 @@
 #      whose header says exactly what is measured and how);
 #   4. a table: samples/s, trainyard/PyTorch, peak memory; the wide net's
 #      TFLOP/s beside bare cuBLAS; the issue's targets marked met / not met;
-#   5. serving (issue 18): a deployment whose replica holds a GPU or MIG
+#   5. GPT-2 124M (12 layers, 12 heads, 768 wide, vocabulary 50257,
+#      context 1024, batch 8) trained in bf16 (hyperparameters.precision)
+#      in trainyard and in PyTorch eager: tokens/s, model TFLOP/s (6 N + 12
+#      L T C a token) and their share of the GPU's dense bf16 peak (989
+#      TFLOP/s on an H200 SXM); bench/gpu/gpt2_bench.py's header says how;
+#   6. serving (issue 18): a deployment whose replica holds a GPU or MIG
 #      slice, its batching gain on the CNN and the replica hop
 #      (bench/serve/deploy.py --gpu), when wrk is there.
 # Meant to finish in under 6 minutes on an H200, from the repository alone.
@@ -35,7 +40,9 @@
 # epoch records, PyTorch, table, ratios) at tiny sizes on the CPU.
 #
 # Usage: bench/gpu/run.sh [--cpu-smoke] [--wide-batch N] [--wide-width N]
-#                         [--wide-layers N] [-- TRAIN_BENCH_ARGS...]
+#                         [--wide-layers N] [--gpt2-batch N]
+#                         [--gpt2-context N] [--gpt2-steps N] [--no-gpt2]
+#                         [-- TRAIN_BENCH_ARGS...]
 # Environment: BUILD_DIR (default build-gpu), JOBS (default nproc), PYTHON
 # (default: the first of python3, /usr/bin/python3 that has torch),
 # CUDA_ARCH (default: the GPU's, else CMakeLists' 80;90), GPU_DEPS=0 (build
@@ -56,6 +63,10 @@ SMOKE=0
 WIDE_BATCH=1024
 WIDE_WIDTH=4096
 WIDE_LAYERS=4
+GPT2=1
+GPT2_BATCH=8
+GPT2_CONTEXT=1024
+GPT2_STEPS=10
 EXTRA=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -63,6 +74,10 @@ while [ $# -gt 0 ]; do
         --wide-batch) WIDE_BATCH=$2; shift ;;
         --wide-width) WIDE_WIDTH=$2; shift ;;
         --wide-layers) WIDE_LAYERS=$2; shift ;;
+        --gpt2-batch) GPT2_BATCH=$2; shift ;;
+        --gpt2-context) GPT2_CONTEXT=$2; shift ;;
+        --gpt2-steps) GPT2_STEPS=$2; shift ;;
+        --no-gpt2) GPT2=0 ;;
         --) shift; EXTRA=("$@"); break ;;
         -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument $1 (see --help)"; exit 2 ;;
@@ -77,7 +92,8 @@ finish() {
     for s in "${SUMMARY[@]}"; do echo "  $s"; done
     echo "  elapsed: $((SECONDS - START))s"
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
-        for f in "$BUILD/train_bench.json" "$BUILD/gemm_ceiling.out" \
+        for f in "$BUILD/train_bench.json" "$BUILD/gpt2_bench.json" \
+                 "$BUILD/gemm_ceiling.out" \
                  "$BUILD/Testing/Temporary/LastTest.log"; do
             [ -f "$f" ] && cp "$f" "$OUT/" 2>/dev/null
         done
@@ -282,6 +298,43 @@ else
         0) note "training: measured (targets: see the tables)" ;;
         *) FAILED+=("training (rc $rc)")
            note "training: FAILED (rc $rc): a measurement could not be made" ;;
+    esac
+fi
+
+# ---- GPT-2 124M: trainyard vs PyTorch eager, bf16 ----------------------------------------
+GPT2_JSON="$BUILD/gpt2_bench.json"
+if [ $GPT2 -eq 0 ]; then
+    note "GPT-2: not run (--no-gpt2)"
+elif [ $SMOKE -eq 1 ]; then
+    section "GPT-2, --cpu-smoke: a tiny GPT through the same path on the CPU"
+    if [ -z "$PY" ]; then
+        FAILED+=("GPT-2 smoke (no python with torch)")
+        note "GPT-2 smoke: FAILED (no python with torch)"
+    elif "$PY" "$ROOT/bench/gpu/gpt2_bench.py" --smoke --binary "$BUILD/trainyard" \
+            --json "$GPT2_JSON"; then
+        note "GPT-2 smoke (CPU, tiny): every step ran; its numbers mean nothing"
+    else
+        FAILED+=("GPT-2 smoke")
+        note "GPT-2 smoke: FAILED"
+    fi
+elif [ $HAVE_GPU -eq 0 ]; then
+    section "GPT-2 124M: trainyard vs PyTorch eager (bf16)"
+    echo "SKIPPED: no GPU on this machine, so no tokens/s or TFLOP/s."
+    note "GPT-2: skipped, no GPU"
+elif [ -z "$PY" ]; then
+    FAILED+=("GPT-2 (no python with torch)")
+    note "GPT-2: FAILED (no python with torch)"
+else
+    section "GPT-2 124M: trainyard vs PyTorch eager (bf16, context $GPT2_CONTEXT, batch $GPT2_BATCH)"
+    threads=$(( $(nproc) / 2 )); [ $threads -lt 1 ] && threads=1; [ $threads -gt 8 ] && threads=8
+    "$PY" "$ROOT/bench/gpu/gpt2_bench.py" --binary "$BUILD/trainyard" \
+        --device cuda:0 --batch "$GPT2_BATCH" --context "$GPT2_CONTEXT" \
+        --steps "$GPT2_STEPS" --precision bf16 --threads $threads --json "$GPT2_JSON"
+    rc=$?
+    case $rc in
+        0) note "GPT-2: measured (tokens/s, TFLOP/s, share of peak: see the table)" ;;
+        *) FAILED+=("GPT-2 (rc $rc)")
+           note "GPT-2: FAILED (rc $rc): a measurement could not be made" ;;
     esac
 fi
 

@@ -313,10 +313,9 @@ static int nn_cuda_supports(nn_op op)
         case NN_OP_GEMM_LP: return t->gemm_lp != NULL;
         case NN_OP_GELU_TANH: return t->act_forward && t->act_backward;
         case NN_OP_EMBEDDING:
-            return t->embedding_forward && t->embedding_backward &&
-                   t->to_ids;
+            return t->embedding_forward && t->embedding_backward && t->to_ids;
         case NN_OP_ATTENTION:
-            return t->attention_forward && t->attention_backward;
+            return t->attention_forward && t->attention_backward && t->seq_lens;
         case NN_OP_XENT_IGNORE: return t->xent_ignore != NULL;
         case NN_OP_SEQ_POOL:
             return t->seq_pool_forward && t->seq_pool_backward;
@@ -382,6 +381,7 @@ const nn_backend nn_backend_cuda = {
     .to_ids = nn_cuda_to_ids,
     .attention_forward = nn_cuda_attention_forward, /* attention.cu */
     .attention_backward = nn_cuda_attention_backward,
+    .seq_lens = nn_cuda_seq_lens,
     .xent_ignore = nn_cuda_xent_ignore, /* embedding.cu */
     .seq_pool_forward = nn_cuda_seq_pool_forward, /* seqpool.cu */
     .seq_pool_backward = nn_cuda_seq_pool_backward,

@@ -294,23 +294,26 @@ void nn_cuda_embedding_forward(const nn_exec *ex, float *out,
 void nn_cuda_embedding_backward(const nn_exec *ex, float *dtable,
                                 const float *dout, const int32_t *ids,
                                 uint32_t n, uint32_t v, uint32_t c);
-void nn_cuda_to_ids(const nn_exec *ex, int32_t *ids, const float *x,
-                    size_t len, uint32_t bound, int32_t fallback);
+void nn_cuda_to_ids(const nn_exec *ex, int32_t *ids, const float *x, size_t len,
+                    uint32_t bound, int32_t fallback);
 double nn_cuda_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
                            const float *logits, const int32_t *targets,
                            uint32_t n, uint32_t v, int32_t ignore_index,
-                           float grad_scale);
+                           float grad_scale, double weight);
 
 /* attention.cu */
 void nn_cuda_attention_forward(const nn_exec *ex, float *out, float *att,
                                const float *q, const float *k, const float *v,
                                uint32_t b, uint32_t t, uint32_t h, uint32_t d,
-                               uint32_t ld);
+                               uint32_t ld, const nn_attn_mask *m);
 void nn_cuda_attention_backward(const nn_exec *ex, float *dq, float *dk,
                                 float *dv, float *datt, const float *dout,
                                 const float *q, const float *k, const float *v,
                                 const float *att, uint32_t b, uint32_t t,
-                                uint32_t h, uint32_t d, uint32_t ld);
+                                uint32_t h, uint32_t d, uint32_t ld,
+                                const nn_attn_mask *m);
+void nn_cuda_seq_lens(const nn_exec *ex, int32_t *lens, const float *x,
+                      uint32_t b, uint32_t t);
 
 /* graph.cu: host staging, fences, graphs */
 void *nn_cuda_host_alloc(const nn_exec *ex, size_t bytes);

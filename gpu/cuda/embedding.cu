@@ -10,7 +10,10 @@
  *   element sums in token order, the CPU's order, so the bits equal the
  *   CPU's.
  * - cross-entropy: a count kernel, then one block per row (as loss.cu's
- *   softmax_xent), the per-block sums added by nn_cuda_finish_sums.
+ *   softmax_xent); the per-block sums are added by nn_cuda_finish_sums and
+ *   brought to the host, or, with nn_exec.acc (a training step), by one
+ *   block that adds mean * weight into acc on the stream (nothing waits,
+ *   so the step can be captured in a CUDA graph).
  */
 #include "gpu/cuda/kernels.cuh"
 
@@ -134,10 +137,26 @@ xent_ignore_kernel(double *partials, float *dlogits, const double *count,
     }
 }
 
+/* One block, as nn_cuda_finish_sums (loss.cu) adds partials (the same
+ * tree, so the same bits): acc[NN_ACC_LOSS] += the loss partials' sum over
+ * the count, times weight (0 when nothing was counted). */
+static __global__ void
+xent_ignore_acc_kernel(double *acc, const double *partials, unsigned nparts,
+                       const double *count, double weight)
+{
+    __shared__ double sh[32];
+    double v = 0.0;
+    for (unsigned i = threadIdx.x; i < nparts; i += blockDim.x)
+        v += partials[i];
+    v = nn_cuda_block_sum(v, sh);
+    if (threadIdx.x == 0 && *count > 0.0)
+        acc[NN_ACC_LOSS] += v / *count * weight;
+}
+
 double nn_cuda_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
                            const float *logits, const int32_t *targets,
                            uint32_t n, uint32_t v, int32_t ignore_index,
-                           float grad_scale)
+                           float grad_scale, double weight)
 {
     if (counted)
         *counted = 0;
@@ -157,11 +176,18 @@ double nn_cuda_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
         ignore_index, grad_scale);
     if (!nn_cuda_launched(ex, "xent_ignore_kernel"))
         return 0.0;
+    if (ex->acc) {
+        /* into acc on the stream: nothing waits, a graph may capture it */
+        xent_ignore_acc_kernel<<<1, 1024, 0, x->stream>>>(
+            ex->acc, nn_cuda_partials(x), grid, count, weight);
+        (void)nn_cuda_launched(ex, "xent_ignore_acc_kernel");
+        return 0.0;
+    }
     double s[2];
     nn_cuda_finish_sums(ex, grid, 2, s);
     if (counted)
         *counted = (uint32_t)s[1];
-    return s[1] > 0.0 ? s[0] / s[1] : 0.0;
+    return s[1] > 0.0 ? s[0] / s[1] * weight : 0.0;
 }
 
 /* ---- token ids carried as floats ---- */
@@ -177,8 +203,8 @@ static __global__ void to_ids_kernel(int32_t *ids, const float *x, size_t len,
     }
 }
 
-void nn_cuda_to_ids(const nn_exec *ex, int32_t *ids, const float *x,
-                    size_t len, uint32_t bound, int32_t fallback)
+void nn_cuda_to_ids(const nn_exec *ex, int32_t *ids, const float *x, size_t len,
+                    uint32_t bound, int32_t fallback)
 {
     nn_cuda_ctx *c = nn_cuda_begin(ex);
     if (!c || !len)

@@ -187,7 +187,7 @@ void nn_cpu_to_ids(const nn_exec *ex, int32_t *ids, const float *x, size_t len,
 double nn_cpu_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
                           const float *logits, const int32_t *targets,
                           uint32_t n, uint32_t v, int32_t ignore_index,
-                          float grad_scale);
+                          float grad_scale, double weight);
 
 /* ---- attention.c ---- */
 

@@ -128,15 +128,13 @@ static void xent_part(void *arg, int part, int parts)
 double nn_cpu_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
                           const float *logits, const int32_t *targets,
                           uint32_t n, uint32_t v, int32_t ignore_index,
-                          float grad_scale)
+                          float grad_scale, double weight)
 {
     /* Pass one: the count, so that pass two can write the mean's gradient
      * directly. */
     uint32_t cnt = 0;
     for (uint32_t i = 0; i < n; i++)
         cnt += targets[i] != ignore_index;
-    if (counted)
-        *counted = cnt;
     xent_job j = {.dlogits = dlogits,
                   .logits = logits,
                   .targets = targets,
@@ -151,7 +149,18 @@ double nn_cpu_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
     double loss = 0.0;
     for (int p = 0; p < nn_pool_threads(pool); p++)
         loss += j.loss[p];
-    return cnt ? loss / cnt : 0.0;
+    /* the mean, then the weight: a caller that multiplied the mean by its
+     * windows itself gets the same bits */
+    const double result = cnt ? loss / cnt * weight : 0.0;
+    if (ex && ex->acc) {
+        ex->acc[NN_ACC_LOSS] += result;
+        if (counted)
+            *counted = 0;
+        return 0.0;
+    }
+    if (counted)
+        *counted = cnt;
+    return result;
 }
 
 /* ---- token ids carried as floats ---- */

@@ -272,12 +272,6 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
      * vocabulary as num_classes. */
     uint32_t outputs =
         ds->task == TY_TASK_REGRESSION ? ds->y_dim : ds->num_classes;
-    if (ds->task == TY_TASK_LANGUAGE_MODELING && job->be &&
-        !nn_backend_host_visible(job->be))
-        return ty_fail(err, TY_EINVAL, NULL,
-                       "language-model training on %s is not built yet (its "
-                       "loss is summed on the host); it runs on the CPU",
-                       job->be->name);
     if (job->be && !nn_backend_host_visible(job->be) && !job->ex)
         return ty_fail(err, TY_EINVAL, NULL,
                        "the %s backend needs an execution context",

@@ -1,7 +1,9 @@
 /*
  * test_gpu_transformer.c - the CUDA twins of the transformer ops (issue
- * 31: gelu_tanh, embedding, causal attention, cross-entropy with an ignore
- * index) against the CPU backend (ctest label "gpu").
+ * 31: gelu_tanh, embedding, attention under its masks - causal or not,
+ * per-sequence lengths including 0 and t, dropout multipliers - seq_lens,
+ * cross-entropy with an ignore index) against the CPU backend (ctest label
+ * "gpu"), and the attention captured in a CUDA graph against op by op.
  *
  * Same inputs on both backends (fixed seeds, attention in the fused QKV
  * layout); |gpu - cpu| <= rtol |cpu| + atol max|cpu| with rtol 1e-5, atol
@@ -146,38 +148,206 @@ static void case_embedding(void)
     same_bits("embedding dtable run to run", g0, g1, (size_t)v * c * 4);
 }
 
-static void case_attention(void)
+/* One attention configuration: b sequences of t tokens, h heads of d, the
+ * mask's causal flag, lens (b values; NULL: none) and, with rate > 0,
+ * dropout multipliers in keep. */
+typedef struct {
+    const char *name;
+    uint32_t b, t, h, d;
+    int causal;
+    const int32_t *lens;
+    float rate;
+} attn_case;
+
+/* The CPU and GPU ops on the same inputs (fused QKV, ld = 3 C): out, att
+ * and keep's P * keep from the forward; the backward runs twice on the GPU
+ * from the CPU's probabilities (each kernel on equal inputs) and must give
+ * the same bits both times. b > h batches the GEMMs over sequences, b <= h
+ * over heads (attention.cu), so the cases cover both. */
+static void run_attention(const attn_case *ac)
 {
-    const uint32_t b = 2, t = 128, h = 4, d = 32, c = h * d, ld = 3 * c;
+    const uint32_t b = ac->b, t = ac->t, h = ac->h, d = ac->d;
+    const uint32_t c = h * d, ld = 3 * c;
     const size_t nq = (size_t)b * t * ld, no = (size_t)b * t * c;
     const size_t na = (size_t)b * h * t * t;
+    char what[160];
     float *qkv = hrand(nq, 1.5f), *dy = hrand(no, 1.0f);
     float *y = malloc(no * 4), *att = malloc(na * 4), *datt = malloc(na * 4);
-    float *dq = malloc(nq * 4);
+    float *dq = malloc(nq * 4), *keep = NULL, *keep0 = NULL;
+    if (!y || !att || !datt || !dq)
+        exit(1);
+    if (ac->rate > 0.0f) {
+        keep = malloc(na * 4);
+        keep0 = malloc(na * 4);
+        if (!keep || !keep0)
+            exit(1);
+        for (size_t i = 0; i < na; i++)
+            keep0[i] = ty_rng_uniform(&rng) < ac->rate
+                           ? 0.0f
+                           : 1.0f / (1.0f - ac->rate);
+        memcpy(keep, keep0, na * 4);
+    }
+    nn_attn_mask cm = {.causal = ac->causal, .lens = ac->lens, .keep = keep};
     C->attention_forward(NULL, y, att, qkv, qkv + c, qkv + 2 * c, b, t, h, d,
-                         ld, NULL);
+                         ld, &cm);
     C->attention_backward(NULL, dq, dq + c, dq + 2 * c, datt, dy, qkv, qkv + c,
-                          qkv + 2 * c, att, b, t, h, d, ld, NULL);
+                          qkv + 2 * c, att, b, t, h, d, ld, &cm);
+
     float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4);
     float *d_y = up(y, no * 4), *d_att = up(att, na * 4);
     float *d_datt = up(att, na * 4), *d_dq[2];
+    int32_t *d_lens = ac->lens ? up(ac->lens, b * sizeof(int32_t)) : NULL;
+    float *d_keep = keep ? up(keep0, na * 4) : NULL;
+    nn_attn_mask gm = {.causal = ac->causal, .lens = d_lens, .keep = d_keep};
     G->attention_forward(&dx, d_y, d_att, d_qkv, d_qkv + c, d_qkv + 2 * c, b, t,
-                         h, d, ld, NULL);
+                         h, d, ld, &gm);
     float *gy = down(d_y, no), *ga = down(d_att, na);
-    /* backward from the CPU's probabilities: each kernel on equal inputs */
+    float *gk = d_keep ? down(d_keep, na) : NULL;
     G->upload(&dx, d_att, att, na * 4);
+    if (d_keep)
+        G->upload(&dx, d_keep, keep, na * 4); /* the CPU's P * keep */
     for (int r = 0; r < 2; r++) {
         d_dq[r] = up(qkv, nq * 4);
         G->attention_backward(&dx, d_dq[r], d_dq[r] + c, d_dq[r] + 2 * c,
                               d_datt, d_dy, d_qkv, d_qkv + c, d_qkv + 2 * c,
-                              d_att, b, t, h, d, ld, NULL);
+                              d_att, b, t, h, d, ld, &gm);
     }
-    status("attention");
-    close_to("attention out", gy, y, no, 1e-4, 1e-4);
-    close_to("attention probabilities", ga, att, na, 1e-4, 1e-4);
+    status(ac->name);
+    snprintf(what, sizeof what, "attention %s out", ac->name);
+    close_to(what, gy, y, no, 1e-4, 1e-4);
+    snprintf(what, sizeof what, "attention %s probabilities", ac->name);
+    close_to(what, ga, att, na, 1e-4, 1e-4);
+    if (gk) {
+        snprintf(what, sizeof what, "attention %s P * keep", ac->name);
+        close_to(what, gk, keep, na, 1e-4, 1e-4);
+    }
     float *g0 = down(d_dq[0], nq), *g1 = down(d_dq[1], nq);
-    close_to("attention dqkv", g0, dq, nq, 1e-4, 1e-4);
-    same_bits("attention dqkv run to run", g0, g1, nq * 4);
+    snprintf(what, sizeof what, "attention %s dqkv", ac->name);
+    close_to(what, g0, dq, nq, 1e-4, 1e-4);
+    snprintf(what, sizeof what, "attention %s dqkv run to run", ac->name);
+    same_bits(what, g0, g1, nq * 4);
+    /* a length-0 sequence sees nothing: its outputs and gradients are 0 */
+    for (uint32_t bi = 0; ac->lens && bi < b; bi++) {
+        if (ac->lens[bi] > 0)
+            continue;
+        const float *o = gy + (size_t)bi * t * c;
+        int bad = 0;
+        for (size_t i = 0; i < (size_t)t * c; i++)
+            bad |= o[i] != 0.0f;
+        for (size_t i = 0; i < (size_t)t * ld; i++)
+            bad |= g0[(size_t)bi * t * ld + i] != 0.0f;
+        printf("%s attention %s: length-0 sequence %u all zeros\n",
+               bad ? "FAIL:" : "ok  ", ac->name, bi);
+        failures += bad;
+    }
+}
+
+static void case_attention(void)
+{
+    /* lengths include 0 (sees nothing), t (no padding), 1 and odd ones */
+    static const int32_t lens6[] = {0, 96, 37, 1, 95, 64};
+    static const int32_t lens3[] = {128, 0, 50};
+    /* out-of-range lengths are clamped to [0, t] on both backends */
+    static const int32_t lens2[] = {-3, 1000};
+    const attn_case cases[] = {
+        {"causal", 2, 128, 4, 32, 1, NULL, 0.0f},
+        {"bidirectional lens", 6, 96, 2, 16, 0, lens6, 0.0f},
+        {"causal lens", 6, 96, 2, 16, 1, lens6, 0.0f},
+        {"causal lens keep", 3, 128, 4, 32, 1, lens3, 0.25f},
+        {"bidirectional keep", 2, 64, 4, 16, 0, NULL, 0.1f},
+        {"clamped lens", 2, 40, 3, 8, 0, lens2, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        run_attention(&cases[i]);
+}
+
+/* The forward and backward under a mask with lengths, captured in a CUDA
+ * graph and replayed: the same bits as the same calls made op by op (the
+ * trainer captures whole steps; nothing in the op may allocate, wait or
+ * read a result on the host). */
+static void case_attention_graph(void)
+{
+    const uint32_t b = 3, t = 64, h = 2, d = 16, c = h * d, ld = 3 * c;
+    const size_t nq = (size_t)b * t * ld, no = (size_t)b * t * c;
+    const size_t na = (size_t)b * h * t * t;
+    static const int32_t lens[] = {64, 0, 17};
+    float *qkv = hrand(nq, 1.5f), *dy = hrand(no, 1.0f);
+    float *d_qkv = up(qkv, nq * 4), *d_dy = up(dy, no * 4);
+    int32_t *d_lens = up(lens, sizeof lens);
+    nn_attn_mask m = {.causal = 0, .lens = d_lens, .keep = NULL};
+    float *d_y[2], *d_att[2], *d_datt[2], *d_dq[2];
+    for (int r = 0; r < 2; r++) {
+        d_y[r] = up(dy, no * 4);
+        d_datt[r] = G->alloc(&dx, na * 4);
+        d_att[r] = G->alloc(&dx, na * 4);
+        d_dq[r] = up(qkv, nq * 4);
+        if (!d_datt[r] || !d_att[r]) {
+            printf("FAIL: out of device memory\n");
+            exit(1);
+        }
+    }
+    void *graph = NULL;
+    ty_err err = {0};
+    for (int r = 0; r < 2; r++) {
+        if (r == 1 && G->graph_begin(&dx) != 0) {
+            printf("FAIL: attention graph: graph_begin\n");
+            failures++;
+            return;
+        }
+        G->attention_forward(&dx, d_y[r], d_att[r], d_qkv, d_qkv + c,
+                             d_qkv + 2 * c, b, t, h, d, ld, &m);
+        G->attention_backward(&dx, d_dq[r], d_dq[r] + c, d_dq[r] + 2 * c,
+                              d_datt[r], d_dy, d_qkv, d_qkv + c, d_qkv + 2 * c,
+                              d_att[r], b, t, h, d, ld, &m);
+        if (r == 1) {
+            if (G->graph_end(&dx, &graph, &err) != 0) {
+                printf("FAIL: attention graph: %s\n", err.msg);
+                failures++;
+                return;
+            }
+            G->graph_launch(&dx, graph);
+        }
+    }
+    status("attention graph");
+    float *y0 = down(d_y[0], no), *y1 = down(d_y[1], no);
+    float *g0 = down(d_dq[0], nq), *g1 = down(d_dq[1], nq);
+    same_bits("attention graph replay out", y0, y1, no * 4);
+    same_bits("attention graph replay dqkv", g0, g1, nq * 4);
+    G->graph_release(&dx, graph);
+}
+
+/* seq_lens: the first negative value of each row, or t; bit-exact. */
+static void case_seq_lens(void)
+{
+    const uint32_t b = 7, t = 300;
+    float *x = malloc((size_t)b * t * sizeof *x);
+    if (!x)
+        exit(1);
+    for (size_t i = 0; i < (size_t)b * t; i++)
+        x[i] = (float)(i % 50); /* ids, 0 included */
+    /* row 1 has no negative value: length t */
+    x[0 * t + 0] = -1.0f;     /* length 0 */
+    x[2 * t + 31] = -1.0f;    /* at a warp's last lane */
+    x[3 * t + 32] = -1.0f;    /* the next chunk's first */
+    x[3 * t + 200] = -1.0f;   /* only the first counts */
+    x[4 * t + t - 1] = -1.0f; /* the last position */
+    x[5 * t + 150] = -0.5f;   /* any value below 0 */
+    for (uint32_t j = 100; j < t; j++)
+        x[6 * t + j] = -1.0f; /* right padding */
+    int32_t want[7], got[7];
+    C->seq_lens(NULL, want, x, b, t);
+    float *d_x = up(x, (size_t)b * t * sizeof *x);
+    int32_t *d_l = up(want, sizeof want);
+    G->zero(&dx, d_l, sizeof want);
+    G->seq_lens(&dx, d_l, d_x, b, t);
+    status("seq_lens");
+    G->download(&dx, got, d_l, sizeof got);
+    same_bits("seq_lens", got, want, sizeof want);
+    if (want[0] != 0 || want[1] != (int32_t)t || want[6] != 100) {
+        printf("FAIL: seq_lens: cpu reference gave %d %d %d\n", want[0],
+               want[1], want[6]);
+        failures++;
+    }
 }
 
 static void case_xent_ignore(void)
@@ -190,10 +360,10 @@ static void case_xent_ignore(void)
         y[i] =
             i % 7 == 3 ? -1 : (int32_t)(ty_rng_uniform(&rng) * v) % (int32_t)v;
     uint32_t cc = 0, gc = 0;
-    double cl = C->xent_ignore(NULL, g, &cc, x, y, n, v, -1, 1.0f);
+    double cl = C->xent_ignore(NULL, g, &cc, x, y, n, v, -1, 1.0f, 1.0);
     float *d_x = up(x, nl * 4), *d_g = up(x, nl * 4);
     int32_t *d_y = up(y, n * 4);
-    double gl = G->xent_ignore(&dx, d_g, &gc, d_x, d_y, n, v, -1, 1.0f);
+    double gl = G->xent_ignore(&dx, d_g, &gc, d_x, d_y, n, v, -1, 1.0f, 1.0);
     status("xent_ignore");
     float *gg = down(d_g, nl);
     if (gc != cc || fabs(gl - cl) > 1e-5 * fabs(cl)) {
@@ -204,6 +374,52 @@ static void case_xent_ignore(void)
         printf("ok   xent_ignore loss %.6f over %u rows\n", gl, gc);
     }
     close_to("xent_ignore dlogits", gg, g, nl, 1e-4, 1e-4);
+
+    /* Into acc (a training step): nothing comes back, acc[NN_ACC_LOSS]
+     * gets the mean times the weight on the stream, acc[NN_ACC_CORRECT]
+     * stays; captured in a graph and replayed twice it adds twice, the
+     * same bits as the calls made op by op. */
+    const double w = 3.0, acc0[NN_ACC_COUNT] = {0.5, 7.0};
+    double *d_acc[2];
+    for (int r = 0; r < 2; r++)
+        d_acc[r] = up(acc0, sizeof acc0);
+    nn_exec ax = dx;
+    ax.acc = d_acc[0];
+    gc = 99;
+    double r0 = G->xent_ignore(&ax, d_g, &gc, d_x, d_y, n, v, -1, 1.0f, w);
+    r0 += G->xent_ignore(&ax, d_g, NULL, d_x, d_y, n, v, -1, 1.0f, w);
+    ax.acc = d_acc[1];
+    void *graph = NULL;
+    ty_err err = {0};
+    if (G->graph_begin(&ax) != 0) {
+        printf("FAIL: xent_ignore graph_begin\n");
+        failures++;
+        return;
+    }
+    (void)G->xent_ignore(&ax, d_g, NULL, d_x, d_y, n, v, -1, 1.0f, w);
+    if (G->graph_end(&ax, &graph, &err) != 0) {
+        printf("FAIL: xent_ignore capture: %s\n", err.msg);
+        failures++;
+        return;
+    }
+    G->graph_launch(&ax, graph);
+    G->graph_launch(&ax, graph);
+    status("xent_ignore acc");
+    double a0[NN_ACC_COUNT], a1[NN_ACC_COUNT];
+    G->download(&dx, a0, d_acc[0], sizeof a0);
+    G->download(&dx, a1, d_acc[1], sizeof a1);
+    const double want = 0.5 + 2.0 * cl * w;
+    if (r0 != 0.0 || gc != 0 || a0[NN_ACC_CORRECT] != 7.0 ||
+        fabs(a0[NN_ACC_LOSS] - want) > 1e-5 * fabs(want)) {
+        printf("FAIL: xent_ignore into acc: returned %g, counted %u, acc "
+               "%.10g %g, want %.10g 7\n",
+               r0, gc, a0[NN_ACC_LOSS], a0[NN_ACC_CORRECT], want);
+        failures++;
+    } else {
+        printf("ok   xent_ignore into acc %.6f\n", a0[NN_ACC_LOSS]);
+    }
+    same_bits("xent_ignore acc graph replay", a1, a0, sizeof a0);
+    G->graph_release(&ax, graph);
 }
 
 int main(void)
@@ -228,6 +444,8 @@ int main(void)
     case_gelu_tanh();
     case_embedding();
     case_attention();
+    case_attention_graph();
+    case_seq_lens();
     case_xent_ignore();
     nn_cuda_exec_free(&dx);
     /* host and device buffers are released with the process */

@@ -1,7 +1,8 @@
 /* fake_graph_tx.h - fake_graph.h's wrappers of the transformer ops
  * (issue 31; models/backend.h "Transformer ops"): the kernels are queued
- * with their arguments like every other, the loss (its mean comes back to
- * the host) is a sync point. Included by fake_graph.h only. */
+ * with their arguments like every other; the loss is queued into
+ * nn_exec.acc like the other losses, or without acc (its mean comes back
+ * to the host) is a sync point. Included by fake_graph.h only. */
 #ifndef TY_TEST_FAKE_GRAPH_TX_H
 #define TY_TEST_FAKE_GRAPH_TX_H
 
@@ -180,15 +181,47 @@ static void fg_attention_backward(const nn_exec *ex, float *dq, float *dk,
     FG_PUSH(fg_attn_run, x);
 }
 
-/* The mean comes back to the host: a sync point. */
+/* Into ex->acc: queued like the other losses (fake_graph.h's fg_loss);
+ * without acc the mean comes back to the host: a sync point. */
+typedef struct {
+    nn_exec ex;
+    float *d;
+    const float *x;
+    const int32_t *targets;
+    uint32_t n, v;
+    int32_t ignore;
+    float gs;
+    double weight;
+} fg_xent_a;
+static double fg_xent_call(const fg_xent_a *a, uint32_t *counted)
+{
+    return nn_backend_cpu.xent_ignore(&a->ex, a->d, counted, a->x, a->targets,
+                                      a->n, a->v, a->ignore, a->gs, a->weight);
+}
+static void fg_xent_run(const void *p) { (void)fg_xent_call(p, NULL); }
 static double fg_xent_ignore(const nn_exec *ex, float *dlogits,
                              uint32_t *counted, const float *logits,
                              const int32_t *targets, uint32_t n, uint32_t v,
-                             int32_t ignore_index, float grad_scale)
+                             int32_t ignore_index, float grad_scale,
+                             double weight)
 {
+    fg_xent_a a = {.ex = fg_ex(ex),
+                   .d = dlogits,
+                   .x = logits,
+                   .targets = targets,
+                   .n = n,
+                   .v = v,
+                   .ignore = ignore_index,
+                   .gs = grad_scale,
+                   .weight = weight};
+    if (counted)
+        *counted = 0;
+    if (a.ex.acc) {
+        FG_PUSH(fg_xent_run, a);
+        return 0.0;
+    }
     fg_sync_point();
-    return nn_backend_cpu.xent_ignore(ex, dlogits, counted, logits, targets, n,
-                                      v, ignore_index, grad_scale);
+    return fg_xent_call(&a, counted);
 }
 
 static void fake_graph_tx_init(nn_backend *b)

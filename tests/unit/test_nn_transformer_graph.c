@@ -1,8 +1,9 @@
 /* test_nn_transformer_graph.c - the transformer ops through fake_graph.h
  * (a CUDA stream and CUDA graphs on the CPU): the kernels queue with their
  * arguments and run at the next sync, a captured graph replays them on the
- * memory as it is at the replay, and the loss (its mean comes back to the
- * host) is a sync point, so it counts as a violation inside a capture. */
+ * memory as it is at the replay, and the loss is a sync point without
+ * nn_exec.acc (its mean comes back to the host; a violation inside a
+ * capture) and queued into acc with it. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -88,19 +89,50 @@ static void test_queued_and_replayed(void **state)
     g->attention_forward(NULL, d_out, d_att, d_qkv, d_qkv + C, d_qkv + 2 * C,
                          Bn, T, H, D, LD, NULL); /* queued: logits = out */
     uint32_t cnt = 0;
-    double l = g->xent_ignore(NULL, NULL, &cnt, d_out, tg, Bn * T, C, -1, 1.0f);
+    double l =
+        g->xent_ignore(NULL, NULL, &cnt, d_out, tg, Bn * T, C, -1, 1.0f, 1.0);
     assert_float_equal(
-        l, cpu->xent_ignore(NULL, NULL, NULL, want, tg, Bn * T, C, -1, 1.0f),
+        l,
+        cpu->xent_ignore(NULL, NULL, NULL, want, tg, Bn * T, C, -1, 1.0f, 1.0),
         0);
     assert_int_equal(cnt, Bn * T - 3);
     assert_int_equal(g->graph_begin(NULL), 0);
-    (void)g->xent_ignore(NULL, NULL, NULL, d_out, tg, Bn * T, C, -1, 1.0f);
+    (void)g->xent_ignore(NULL, NULL, NULL, d_out, tg, Bn * T, C, -1, 1.0f, 1.0);
     void *g2 = NULL;
     assert_int_equal(g->graph_end(NULL, &g2, &err), 0);
     assert_true(fake_graph_violations > violations);
 
+    /* With acc (a training step) the loss is queued like the others: no
+     * violation in a capture, nothing comes back (0, *counted 0), and each
+     * replay adds the mean times the weight to acc[NN_ACC_LOSS], leaving
+     * acc[NN_ACC_CORRECT] alone. */
+    double *d_acc = g->alloc(NULL, NN_ACC_COUNT * sizeof(double));
+    assert_non_null(d_acc);
+    const double acc0[NN_ACC_COUNT] = {
+        [NN_ACC_LOSS] = 0.5, [NN_ACC_CORRECT] = 7.0};
+    g->upload(NULL, d_acc, acc0, sizeof acc0);
+    nn_exec aex = {.acc = d_acc};
+    violations = fake_graph_violations;
+    assert_int_equal(g->graph_begin(NULL), 0);
+    cnt = 99;
+    assert_float_equal(
+        g->xent_ignore(&aex, NULL, &cnt, d_out, tg, Bn * T, C, -1, 1.0f, 3.0),
+        0.0, 0);
+    assert_int_equal(cnt, 0);
+    void *g3 = NULL;
+    assert_int_equal(g->graph_end(NULL, &g3, &err), 0);
+    assert_int_equal(fake_graph_violations, violations);
+    g->graph_launch(NULL, g3);
+    g->graph_launch(NULL, g3);
+    double acc[NN_ACC_COUNT];
+    g->download(NULL, acc, d_acc, sizeof acc);
+    assert_float_equal(acc[NN_ACC_LOSS], 0.5 + l * 3.0 + l * 3.0, 1e-12);
+    assert_float_equal(acc[NN_ACC_CORRECT], 7.0, 0);
+
     g->graph_release(NULL, graph);
     g->graph_release(NULL, g2);
+    g->graph_release(NULL, g3);
+    g->release(NULL, d_acc);
     void *bufs[] = {d_qkv, d_dy,  d_out, d_att, d_dat,
                     d_dq,  d_tab, d_emb, d_dt,  d_ids};
     for (size_t i = 0; i < TY_ARRAY_LEN(bufs); i++)

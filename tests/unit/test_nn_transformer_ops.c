@@ -291,7 +291,7 @@ static void check_xent(int32_t ignore, const int32_t *y, int n, int v,
     }
     uint32_t cnt = 12345;
     double loss = B.xent_ignore(NULL, d, &cnt, x, y, (uint32_t)n, (uint32_t)v,
-                                ignore, 1.0f);
+                                ignore, 1.0f, 1.0);
     assert_int_equal(cnt, want_count);
     xe_ctx c = {xd, y, n, v, ignore};
     assert_float_equal(loss, xe_f(&c), 1e-6);
@@ -304,13 +304,32 @@ static void check_xent(int32_t ignore, const int32_t *y, int n, int v,
      * only. */
     float *d2 = xmalloc(sizeof(float) * n * v);
     double l2 = B.xent_ignore(NULL, d2, NULL, x, y, (uint32_t)n, (uint32_t)v,
-                              ignore, 0.25f);
+                              ignore, 0.25f, 1.0);
     assert_float_equal(l2, loss, 0);
     for (int i = 0; i < n * v; i++)
         assert_float_equal(d2[i], 0.25f * d[i], 1e-7);
     assert_float_equal(B.xent_ignore(NULL, NULL, NULL, x, y, (uint32_t)n,
-                                     (uint32_t)v, ignore, 1.0f),
+                                     (uint32_t)v, ignore, 1.0f, 1.0),
                        loss, 0);
+    /* weight multiplies the mean (a language model's windows), not the
+     * gradient; with acc the result goes there, not to the caller */
+    float *d3 = xmalloc(sizeof(float) * n * v);
+    assert_float_equal(B.xent_ignore(NULL, d3, NULL, x, y, (uint32_t)n,
+                                     (uint32_t)v, ignore, 1.0f, 5.0),
+                       loss * 5.0, 0);
+    assert_memory_equal(d3, d, sizeof(float) * n * v);
+    double acc[NN_ACC_COUNT] = {[NN_ACC_LOSS] = 1.25, [NN_ACC_CORRECT] = 3.0};
+    nn_exec ex = {.acc = acc};
+    uint32_t cnt2 = 12345;
+    memset(d3, 0, sizeof(float) * n * v);
+    assert_float_equal(B.xent_ignore(&ex, d3, &cnt2, x, y, (uint32_t)n,
+                                     (uint32_t)v, ignore, 1.0f, 5.0),
+                       0.0, 0);
+    assert_int_equal(cnt2, 0);
+    assert_float_equal(acc[NN_ACC_LOSS], 1.25 + loss * 5.0, 0);
+    assert_float_equal(acc[NN_ACC_CORRECT], 3.0, 0);
+    assert_memory_equal(d3, d, sizeof(float) * n * v);
+    free(d3);
     free(x);
     free(d);
     free(d2);
@@ -330,7 +349,7 @@ static void test_xent_ignore(void **state)
     /* Large logits: the maximum is subtracted, nothing overflows. */
     float x[4] = {1000.0f, 999.0f, -1000.0f, 0.0f}, d[4];
     int32_t t[1] = {1};
-    double l = B.xent_ignore(NULL, d, NULL, x, t, 1, 4, -1, 1.0f);
+    double l = B.xent_ignore(NULL, d, NULL, x, t, 1, 4, -1, 1.0f, 1.0);
     assert_float_equal(l, log(1.0 + exp(1.0)), 1e-6);
     for (int i = 0; i < 4; i++)
         assert_true(isfinite(d[i]));
@@ -347,11 +366,11 @@ static void test_xent_ignore_threads(void **state)
     fill(x, (size_t)N * V, 12, 4.0f);
     for (int i = 0; i < N; i++)
         y[i] = i % 9 == 0 ? -1 : (int32_t)((i * 37) % V);
-    double l1 = B.xent_ignore(NULL, d1, NULL, x, y, N, V, -1, 1.0f);
+    double l1 = B.xent_ignore(NULL, d1, NULL, x, y, N, V, -1, 1.0f, 1.0);
     nn_pool *p = nn_pool_create(3);
     assert_non_null(p);
     nn_exec ex = {.pool = p};
-    double l2 = B.xent_ignore(&ex, d2, NULL, x, y, N, V, -1, 1.0f);
+    double l2 = B.xent_ignore(&ex, d2, NULL, x, y, N, V, -1, 1.0f, 1.0);
     /* Rows are one part's each: gradients identical; the loss is summed
      * by part, so within rounding. */
     assert_memory_equal(d1, d2, sizeof(float) * N * V);
