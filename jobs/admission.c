@@ -395,10 +395,6 @@ static ty_status admit_lm(const jobs_env *env, const char *tenant,
         (uint32_t)json_integer_value(json_object_get(ds, "vocab_size"));
     train_hparams hp;
     ty_status s;
-    if (job_on_cuda(env, &sub->req))
-        return ty_fail(err, TY_EINVAL, "resources",
-                       "language-model training on a GPU is not built yet; "
-                       "submit it without a GPU request to train on the CPU");
     if (!sub->model)
         return ty_fail(err, TY_EINVAL, "model",
                        "model is required: {\"layers\": [...]}");

@@ -382,7 +382,7 @@ const nn_backend nn_backend_cuda = {
     .attention_forward = nn_cuda_attention_forward, /* attention.cu */
     .attention_backward = nn_cuda_attention_backward,
     .seq_lens = nn_cuda_seq_lens,
-    .xent_ignore = nn_cuda_xent_ignore, /* embedding.cu */
     .seq_pool_forward = nn_cuda_seq_pool_forward, /* seqpool.cu */
     .seq_pool_backward = nn_cuda_seq_pool_backward,
+    .xent_ignore = nn_cuda_xent_ignore, /* embedding.cu */
 };

@@ -2,8 +2,9 @@
  * test_gpu_transformer.c - the CUDA twins of the transformer ops (issue
  * 31: gelu_tanh, embedding, attention under its masks - causal or not,
  * per-sequence lengths including 0 and t, dropout multipliers - seq_lens,
- * cross-entropy with an ignore index) against the CPU backend (ctest label
- * "gpu"), and the attention captured in a CUDA graph against op by op.
+ * seq_pool, cross-entropy with an ignore index) against the CPU backend
+ * (ctest label "gpu"), and the attention captured in a CUDA graph against
+ * op by op.
  *
  * Same inputs on both backends (fixed seeds, attention in the fused QKV
  * layout); |gpu - cpu| <= rtol |cpu| + atol max|cpu| with rtol 1e-5, atol
@@ -350,6 +351,51 @@ static void case_seq_lens(void)
     }
 }
 
+/* seq_pool: each mode forward and backward against the CPU, bit for bit
+ * (both sum the positions in order), lengths 0, 1, partial and t. */
+static void case_seq_pool(void)
+{
+    const uint32_t b = 5, t = 40, c = 70;
+    const int32_t lens[5] = {0, 1, 17, 40, 39};
+    const size_t nx = (size_t)b * t * c, no = (size_t)b * c;
+    float *x = malloc(nx * sizeof *x), *g = malloc(no * sizeof *g);
+    float *want = malloc(nx * sizeof *want);
+    if (!x || !g || !want)
+        exit(1);
+    for (size_t i = 0; i < nx; i++)
+        x[i] = 2.0f * ty_rng_uniform(&rng) - 1.0f;
+    for (size_t i = 0; i < no; i++)
+        g[i] = 2.0f * ty_rng_uniform(&rng) - 1.0f;
+    float *d_x = up(x, nx * sizeof *x), *d_g = up(g, no * sizeof *g);
+    int32_t *d_l = up(lens, sizeof lens);
+    float *d_o = up(x, nx * sizeof *x);
+    static const char *const names[] = {"mean", "first", "last"};
+    for (int mode = 0; mode < 3; mode++) {
+        char what[48];
+        C->seq_pool_forward(NULL, want, x, lens, b, t, c,
+                            (nn_seq_pool_mode)mode);
+        G->seq_pool_forward(&dx, d_o, d_x, d_l, b, t, c,
+                            (nn_seq_pool_mode)mode);
+        status("seq_pool_forward");
+        float *got = down(d_o, no);
+        snprintf(what, sizeof what, "seq_pool %s forward", names[mode]);
+        same_bits(what, got, want, no * sizeof *got);
+        free(got);
+        C->seq_pool_backward(NULL, want, g, lens, b, t, c,
+                             (nn_seq_pool_mode)mode);
+        G->seq_pool_backward(&dx, d_o, d_g, d_l, b, t, c,
+                             (nn_seq_pool_mode)mode);
+        status("seq_pool_backward");
+        got = down(d_o, nx);
+        snprintf(what, sizeof what, "seq_pool %s backward", names[mode]);
+        same_bits(what, got, want, nx * sizeof *got);
+        free(got);
+    }
+    free(x);
+    free(g);
+    free(want);
+}
+
 static void case_xent_ignore(void)
 {
     const uint32_t n = 700, v = 1000;
@@ -435,7 +481,7 @@ int main(void)
         return 1;
     }
     ty_rng_seed(&rng, 31, 1);
-    for (int op = NN_OP_GELU_TANH; op <= NN_OP_XENT_IGNORE; op++)
+    for (int op = NN_OP_GELU_TANH; op < NN_OP_COUNT; op++)
         if (!G->supports((nn_op)op)) {
             printf("FAIL: nn_backend_cuda does not support %s\n",
                    nn_op_name((nn_op)op));
@@ -446,6 +492,7 @@ int main(void)
     case_attention();
     case_attention_graph();
     case_seq_lens();
+    case_seq_pool();
     case_xent_ignore();
     nn_cuda_exec_free(&dx);
     /* host and device buffers are released with the process */
