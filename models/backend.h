@@ -65,6 +65,7 @@ typedef enum {
     NN_OP_ATTENTION,   /* multi-head scaled dot-product attention, masked */
     NN_OP_XENT_IGNORE, /* per-position cross-entropy with an ignore index */
     NN_OP_SEQ_POOL,    /* a sequence to one vector, honouring padding */
+    NN_OP_KV_CACHE,    /* decoding: a paged key/value cache and attention */
     NN_OP_COUNT
 } nn_op;
 
@@ -573,6 +574,34 @@ typedef struct nn_backend {
     void (*seq_pool_backward)(const nn_exec *ex, float *din, const float *dout,
                               const int32_t *lens, uint32_t b, uint32_t t,
                               uint32_t c, nn_seq_pool_mode mode);
+
+    /* ---- Decoding with a key/value cache (NN_OP_KV_CACHE) ----
+     * A language model generates one token at a time; each step runs the
+     * new tokens only, their attention reading the keys and values the
+     * earlier tokens left in a cache (models/nn_decode.h). The cache is
+     * paged, as vLLM's: blocks of bt token slots, a slot holding one
+     * attention layer's c = h d keys (or values) of one position; slot s of
+     * block bi is at cache + ((size_t)bi * bt + s) * c. Row r of a step is
+     * one token of one sequence at position pos[r]; that sequence's block
+     * table is tables + r * tstride: position j lives in block
+     * table[j / bt], slot j % bt. Every row is computed on its own (no sum
+     * spans rows), so a row's result does not depend on the others. */
+
+    /* Writes row r's key (k + r * ld) and value (v + r * ld), c values
+     * each, into the slot of position pos[r]. */
+    void (*kv_store)(const nn_exec *ex, float *kc, float *vc, const float *k,
+                     const float *v, uint32_t ld, const int32_t *tables,
+                     uint32_t tstride, const int32_t *pos, uint32_t n,
+                     uint32_t c, uint32_t bt);
+    /* out (n, c) row r, head hi: softmax over j in [0, pos[r]] of q_r .
+     * K_j / sqrt(d) (max subtracted), times V_j summed in j order: causal
+     * attention of the row's query (q + r * ldq, h heads of d) over its
+     * sequence's cached positions, its own included (stored first). */
+    void (*kv_attention)(const nn_exec *ex, float *out, const float *q,
+                         uint32_t ldq, const float *kc, const float *vc,
+                         const int32_t *tables, uint32_t tstride,
+                         const int32_t *pos, uint32_t n, uint32_t h,
+                         uint32_t d, uint32_t bt);
 
     /* NN_OP_XENT_IGNORE: softmax cross-entropy of each row of logits (n, v)
      * against targets (n), skipping rows whose target is ignore_index, as

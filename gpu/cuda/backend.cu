@@ -319,6 +319,7 @@ static int nn_cuda_supports(nn_op op)
         case NN_OP_XENT_IGNORE: return t->xent_ignore != NULL;
         case NN_OP_SEQ_POOL:
             return t->seq_pool_forward && t->seq_pool_backward;
+        case NN_OP_KV_CACHE: return t->kv_store && t->kv_attention;
         default: return 0;
     }
 }
@@ -384,5 +385,7 @@ const nn_backend nn_backend_cuda = {
     .seq_lens = nn_cuda_seq_lens,
     .seq_pool_forward = nn_cuda_seq_pool_forward, /* seqpool.cu */
     .seq_pool_backward = nn_cuda_seq_pool_backward,
+    .kv_store = nn_cuda_kv_store, /* kvcache.cu */
+    .kv_attention = nn_cuda_kv_attention,
     .xent_ignore = nn_cuda_xent_ignore, /* embedding.cu */
 };

@@ -278,6 +278,17 @@ void nn_cuda_gemm_lp(const nn_exec *ex, float *c, const void *a, const void *b,
                      float alpha, float beta);
 int nn_cuda_lp_ok(const nn_exec *ex, nn_dtype dt);
 
+/* kvcache.cu (decoding) */
+void nn_cuda_kv_store(const nn_exec *ex, float *kc, float *vc, const float *k,
+                      const float *v, uint32_t ld, const int32_t *tables,
+                      uint32_t tstride, const int32_t *pos, uint32_t n,
+                      uint32_t c, uint32_t bt);
+void nn_cuda_kv_attention(const nn_exec *ex, float *out, const float *q,
+                          uint32_t ldq, const float *kc, const float *vc,
+                          const int32_t *tables, uint32_t tstride,
+                          const int32_t *pos, uint32_t n, uint32_t h,
+                          uint32_t d, uint32_t bt);
+
 /* seqpool.cu (issue 31) */
 void nn_cuda_seq_pool_forward(const nn_exec *ex, float *out, const float *in,
                               const int32_t *lens, uint32_t b, uint32_t t,

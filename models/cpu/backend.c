@@ -60,6 +60,7 @@ static const char *const op_names[] = {
     [NN_OP_ATTENTION] = "attention",
     [NN_OP_XENT_IGNORE] = "xent_ignore",
     [NN_OP_SEQ_POOL] = "seq_pool",
+    [NN_OP_KV_CACHE] = "kv_cache",
 };
 static_assert(TY_ARRAY_LEN(op_names) == NN_OP_COUNT,
               "every nn_op needs a name");
@@ -160,5 +161,7 @@ const nn_backend nn_backend_cpu = {
     .seq_lens = nn_cpu_seq_lens,
     .seq_pool_forward = nn_cpu_seq_pool_forward, /* attention.c */
     .seq_pool_backward = nn_cpu_seq_pool_backward,
+    .kv_store = nn_cpu_kv_store, /* kvcache.c */
+    .kv_attention = nn_cpu_kv_attention,
     .xent_ignore = nn_cpu_xent_ignore, /* embedding.c */
 };

@@ -189,6 +189,18 @@ double nn_cpu_xent_ignore(const nn_exec *ex, float *dlogits, uint32_t *counted,
                           uint32_t n, uint32_t v, int32_t ignore_index,
                           float grad_scale, double weight);
 
+/* ---- kvcache.c ---- */
+
+void nn_cpu_kv_store(const nn_exec *ex, float *kc, float *vc, const float *k,
+                     const float *v, uint32_t ld, const int32_t *tables,
+                     uint32_t tstride, const int32_t *pos, uint32_t n,
+                     uint32_t c, uint32_t bt);
+void nn_cpu_kv_attention(const nn_exec *ex, float *out, const float *q,
+                         uint32_t ldq, const float *kc, const float *vc,
+                         const int32_t *tables, uint32_t tstride,
+                         const int32_t *pos, uint32_t n, uint32_t h,
+                         uint32_t d, uint32_t bt);
+
 /* ---- attention.c ---- */
 
 void nn_cpu_attention_forward(const nn_exec *ex, float *out, float *att,

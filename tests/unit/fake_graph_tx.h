@@ -26,6 +26,69 @@ static void fg_seq_lens(const nn_exec *ex, int32_t *lens, const float *x,
 
 typedef struct {
     nn_exec ex;
+    int attend;
+    float *out, *kc, *vc;
+    const float *q, *k, *v, *ckc, *cvc;
+    const int32_t *tables, *pos;
+    uint32_t ld, tstride, n, c, h, d, bt;
+} fg_kv_a;
+static void fg_kv_run(const void *p)
+{
+    const fg_kv_a *a = p;
+    if (a->attend)
+        nn_backend_cpu.kv_attention(&a->ex, a->out, a->q, a->ld, a->ckc,
+                                    a->cvc, a->tables, a->tstride, a->pos,
+                                    a->n, a->h, a->d, a->bt);
+    else
+        nn_backend_cpu.kv_store(&a->ex, a->kc, a->vc, a->k, a->v, a->ld,
+                                a->tables, a->tstride, a->pos, a->n, a->c,
+                                a->bt);
+}
+static void fg_kv_store(const nn_exec *ex, float *kc, float *vc,
+                        const float *k, const float *v, uint32_t ld,
+                        const int32_t *tables, uint32_t tstride,
+                        const int32_t *pos, uint32_t n, uint32_t c,
+                        uint32_t bt)
+{
+    fg_kv_a a = {.ex = fg_ex(ex),
+                 .kc = kc,
+                 .vc = vc,
+                 .k = k,
+                 .v = v,
+                 .ld = ld,
+                 .tables = tables,
+                 .tstride = tstride,
+                 .pos = pos,
+                 .n = n,
+                 .c = c,
+                 .bt = bt};
+    FG_PUSH(fg_kv_run, a);
+}
+static void fg_kv_attention(const nn_exec *ex, float *out, const float *q,
+                            uint32_t ldq, const float *kc, const float *vc,
+                            const int32_t *tables, uint32_t tstride,
+                            const int32_t *pos, uint32_t n, uint32_t h,
+                            uint32_t d, uint32_t bt)
+{
+    fg_kv_a a = {.ex = fg_ex(ex),
+                 .attend = 1,
+                 .out = out,
+                 .q = q,
+                 .ckc = kc,
+                 .cvc = vc,
+                 .ld = ldq,
+                 .tables = tables,
+                 .tstride = tstride,
+                 .pos = pos,
+                 .n = n,
+                 .h = h,
+                 .d = d,
+                 .bt = bt};
+    FG_PUSH(fg_kv_run, a);
+}
+
+typedef struct {
+    nn_exec ex;
     int backward;
     float *o;
     const float *x;
@@ -232,6 +295,8 @@ static void fake_graph_tx_init(nn_backend *b)
     b->seq_lens = fg_seq_lens;
     b->seq_pool_forward = fg_seq_pool_forward;
     b->seq_pool_backward = fg_seq_pool_backward;
+    b->kv_store = fg_kv_store;
+    b->kv_attention = fg_kv_attention;
     b->attention_forward = fg_attention_forward;
     b->attention_backward = fg_attention_backward;
     b->xent_ignore = fg_xent_ignore;

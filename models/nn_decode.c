@@ -1,0 +1,479 @@
+/*
+ * nn_decode.c - a language model stepped over a paged key/value cache (see
+ * nn_decode.h). The layers' decode forms, one row per token:
+ *
+ *   embedding             gather the rows' ids
+ *   positional_embedding  + the table's rows at the rows' positions (a
+ *                         gather by position)
+ *   dense, layernorm, activations   per row, as on a sequence
+ *   attention             qkv = x W_in^T + b; the keys and values into the
+ *                         cache (kv_store); each row's query over its
+ *                         sequence's cached positions (kv_attention); the
+ *                         output projection
+ *   transformer_block     ln_1, the attention above, + x; ln_2, the MLP
+ *                         (GELU tanh), + x1
+ *   lm_head               logits = x W^T (the embedding's W when tied)
+ *
+ * Everything runs on the net's backend through backend.h's ops; the host
+ * only checks rows, builds the step's ids, positions and block tables,
+ * and uploads them.
+ */
+#include "models/nn_decode.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/nn_internal.h"
+
+struct nn_decoder {
+    const nn_net *net;
+    const nn_arch *a;
+    const nn_backend *be;
+    const nn_exec *ex;
+    uint32_t max_rows, n_blocks, bt, tstride, t, c_max;
+    float **kc, **vc; /* per layer: its cache (attention layers only) */
+    int32_t *free_ids;
+    uint32_t n_free;
+    /* a step's buffers on the backend: activations x and y (max_rows,
+     * width), the widest layer's temporaries, layer norms' statistics */
+    float *x, *y, *qkv, *att, *t1, *t2, *mean, *rstd, *logits;
+    int32_t *ids, *pos, *tables;
+    int32_t *h_ids, *h_pos, *h_tables; /* host staging */
+    uint64_t width;                    /* floats per row of x, y, t1, t2 */
+};
+
+/* ---- what a decoder runs ---- */
+
+static int attends(const nn_layer *l)
+{
+    return l->type == NN_LAYER_ATTENTION ||
+           l->type == NN_LAYER_TRANSFORMER_BLOCK;
+}
+
+static ty_status check_layers(const nn_arch *a, ty_err *err)
+{
+    if (a->task != TY_TASK_LANGUAGE_MODELING)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "only a language model generates text; this model is "
+                       "for %s",
+                       ty_task_name(a->task));
+    for (uint32_t i = 0; i < a->n_layers; i++) {
+        const nn_layer *l = &a->layers[i];
+        switch (l->type) {
+            case NN_LAYER_EMBEDDING:
+            case NN_LAYER_POSITIONAL_EMBEDDING:
+            case NN_LAYER_DENSE:
+            case NN_LAYER_LAYERNORM:
+            case NN_LAYER_RELU:
+            case NN_LAYER_TANH:
+            case NN_LAYER_SIGMOID:
+            case NN_LAYER_GELU:
+            case NN_LAYER_DROPOUT:
+            case NN_LAYER_LM_HEAD: break;
+            case NN_LAYER_ATTENTION:
+            case NN_LAYER_TRANSFORMER_BLOCK:
+                if (l->causal)
+                    break;
+                return ty_fail(err, TY_EINVAL, NULL,
+                               "layer %u (%s) is not causal: a model that "
+                               "looks at later tokens cannot generate one "
+                               "token at a time",
+                               i, l->kind->name);
+            default:
+                return ty_fail(err, TY_EINVAL, NULL,
+                               "layer %u (%s) has no decoding form yet; "
+                               "generation runs embedding, "
+                               "positional_embedding, dense, layernorm, "
+                               "activations, attention, transformer_block "
+                               "and lm_head",
+                               i, l->kind->name);
+        }
+    }
+    return TY_OK;
+}
+
+/* A row's widest value count at any layer but the head (whose logits
+ * have a buffer of their own): an output, qkv, a block's MLP. */
+static uint64_t row_width(const nn_arch *a)
+{
+    uint64_t w = 0;
+    for (uint32_t i = 0; i < a->n_layers; i++) {
+        const nn_layer *l = &a->layers[i];
+        uint64_t o =
+            l->out.ndim == 2 && l->type != NN_LAYER_LM_HEAD ? l->out.d[1] : 1;
+        if (o > w)
+            w = o;
+        if (attends(l) && 3ull * l->in.d[1] > w)
+            w = 3ull * l->in.d[1];
+        if (l->type == NN_LAYER_TRANSFORMER_BLOCK && l->hidden > w)
+            w = l->hidden;
+    }
+    return w;
+}
+
+/* The cache's floats for one attention layer: keys and values. */
+static uint64_t layer_cache_floats(const nn_layer *l, uint32_t n_blocks,
+                                   uint32_t bt)
+{
+    return 2ull * n_blocks * bt * l->in.d[1];
+}
+
+uint64_t nn_decoder_bytes(const nn_net *net, uint32_t max_rows,
+                          uint32_t n_blocks, uint32_t block_tokens)
+{
+    const nn_arch *a = &net->arch;
+    uint64_t floats = 0;
+    for (uint32_t i = 0; i < a->n_layers; i++)
+        if (attends(&a->layers[i]))
+            floats += layer_cache_floats(&a->layers[i], n_blocks, block_tokens);
+    const uint64_t w = row_width(a);
+    const uint64_t tstride =
+        block_tokens ? (a->input.d[0] + block_tokens - 1) / block_tokens : 0;
+    /* x, y, qkv, att, t1, t2, logits, mean, rstd; ids, pos, tables */
+    floats += (uint64_t)max_rows * (6 * w + a->num_outputs + 2 + 2 + tstride);
+    return floats * sizeof(float);
+}
+
+/* ---- making one ---- */
+
+static void *dev_alloc(nn_decoder *d, uint64_t floats, int *bad)
+{
+    void *p = d->be->alloc(d->ex, (size_t)(floats ? floats : 1) * 4);
+    if (!p)
+        *bad = 1;
+    return p;
+}
+
+ty_status nn_decoder_create(const nn_net *net, uint32_t max_rows,
+                            uint32_t n_blocks, uint32_t block_tokens,
+                            nn_decoder **out, ty_err *err)
+{
+    *out = NULL;
+    const nn_arch *a = &net->arch;
+    ty_status s = check_layers(a, err);
+    if (s != TY_OK)
+        return s;
+    if (!max_rows || !n_blocks || !block_tokens || block_tokens > 4096 ||
+        n_blocks > (1u << 30))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a decoder needs rows, blocks and block tokens (got "
+                       "%u, %u, %u)",
+                       max_rows, n_blocks, block_tokens);
+    nn_decoder *d = calloc(1, sizeof *d);
+    if (!d)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    d->net = net;
+    d->a = a;
+    d->be = a->be;
+    d->ex = net->ex;
+    d->max_rows = max_rows;
+    d->n_blocks = n_blocks;
+    d->bt = block_tokens;
+    d->t = a->input.d[0];
+    d->tstride = (d->t + block_tokens - 1) / block_tokens;
+    d->width = row_width(a);
+    d->kc = calloc(a->n_layers, sizeof *d->kc);
+    d->vc = calloc(a->n_layers, sizeof *d->vc);
+    d->free_ids = malloc((size_t)n_blocks * sizeof *d->free_ids);
+    d->h_ids = malloc((size_t)max_rows * sizeof *d->h_ids);
+    d->h_pos = malloc((size_t)max_rows * sizeof *d->h_pos);
+    d->h_tables =
+        malloc((size_t)max_rows * d->tstride * sizeof *d->h_tables + 1);
+    int bad = !d->kc || !d->vc || !d->free_ids || !d->h_ids || !d->h_pos ||
+              !d->h_tables;
+    for (uint32_t i = 0; !bad && i < a->n_layers; i++)
+        if (attends(&a->layers[i])) {
+            const uint64_t half =
+                layer_cache_floats(&a->layers[i], n_blocks, block_tokens) / 2;
+            d->kc[i] = dev_alloc(d, half, &bad);
+            d->vc[i] = dev_alloc(d, half, &bad);
+        }
+    const uint64_t rw = (uint64_t)max_rows * d->width;
+    if (!bad) {
+        d->x = dev_alloc(d, rw, &bad);
+        d->y = dev_alloc(d, rw, &bad);
+        d->qkv = dev_alloc(d, rw, &bad);
+        d->att = dev_alloc(d, rw, &bad);
+        d->t1 = dev_alloc(d, rw, &bad);
+        d->t2 = dev_alloc(d, rw, &bad);
+        d->logits = dev_alloc(d, (uint64_t)max_rows * a->num_outputs, &bad);
+        d->mean = dev_alloc(d, max_rows, &bad);
+        d->rstd = dev_alloc(d, max_rows, &bad);
+        d->ids = dev_alloc(d, max_rows, &bad);
+        d->pos = dev_alloc(d, max_rows, &bad);
+        d->tables = dev_alloc(d, (uint64_t)max_rows * d->tstride, &bad);
+    }
+    if (bad) {
+        nn_decoder_free(d);
+        return ty_fail(err, TY_ENOMEM, NULL,
+                       "out of memory for a decoder of %u blocks", n_blocks);
+    }
+    /* the pool: every block free, the lowest ids handed out first */
+    for (uint32_t i = 0; i < n_blocks; i++)
+        d->free_ids[i] = (int32_t)(n_blocks - 1 - i);
+    d->n_free = n_blocks;
+    *out = d;
+    return TY_OK;
+}
+
+void nn_decoder_free(nn_decoder *d)
+{
+    if (!d)
+        return;
+    float *bufs[] = {d->x,  d->y,    d->qkv,  d->att,   d->t1,
+                     d->t2, d->mean, d->rstd, d->logits};
+    for (size_t i = 0; i < TY_ARRAY_LEN(bufs); i++)
+        if (bufs[i])
+            d->be->release(d->ex, bufs[i]);
+    int32_t *ibufs[] = {d->ids, d->pos, d->tables};
+    for (size_t i = 0; i < TY_ARRAY_LEN(ibufs); i++)
+        if (ibufs[i])
+            d->be->release(d->ex, ibufs[i]);
+    for (uint32_t i = 0; d->kc && i < d->a->n_layers; i++) {
+        if (d->kc[i])
+            d->be->release(d->ex, d->kc[i]);
+        if (d->vc[i])
+            d->be->release(d->ex, d->vc[i]);
+    }
+    free(d->kc);
+    free(d->vc);
+    free(d->free_ids);
+    free(d->h_ids);
+    free(d->h_pos);
+    free(d->h_tables);
+    free(d);
+}
+
+uint32_t nn_decoder_free_blocks(const nn_decoder *d) { return d->n_free; }
+
+/* ---- sequences ---- */
+
+ty_status nn_kv_seq_reserve(nn_decoder *d, nn_kv_seq *seq, uint32_t tokens,
+                            ty_err *err)
+{
+    if (tokens > d->t)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "%u tokens are more than the model's context of %u",
+                       tokens, d->t);
+    const uint32_t need = (tokens + d->bt - 1) / d->bt;
+    if (need <= seq->n_blocks)
+        return TY_OK;
+    if (need - seq->n_blocks > d->n_free)
+        return ty_fail(err, TY_ELIMIT, NULL,
+                       "the cache has %u free blocks; %u more are needed",
+                       d->n_free, need - seq->n_blocks);
+    if (need > seq->cap) {
+        int32_t *b = realloc(seq->blocks, d->tstride * sizeof *b);
+        if (!b)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        seq->blocks = b;
+        seq->cap = d->tstride;
+    }
+    while (seq->n_blocks < need)
+        seq->blocks[seq->n_blocks++] = d->free_ids[--d->n_free];
+    return TY_OK;
+}
+
+void nn_kv_seq_release(nn_decoder *d, nn_kv_seq *seq)
+{
+    for (uint32_t i = seq->n_blocks; i-- > 0;)
+        d->free_ids[d->n_free++] = seq->blocks[i];
+    free(seq->blocks);
+    memset(seq, 0, sizeof *seq);
+}
+
+/* ---- a step ---- */
+
+/* Checks the rows and stages their ids, positions and tables. */
+static ty_status stage(nn_decoder *d, const nn_decode_row *rows, uint32_t n,
+                       ty_err *err)
+{
+    const uint32_t vocab = d->a->layers[0].vocab;
+    if (n > d->max_rows)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "%u rows are more than the decoder's %u", n,
+                       d->max_rows);
+    for (uint32_t r = 0; r < n; r++) {
+        const nn_decode_row *w = &rows[r];
+        uint32_t want = w->seq->len;
+        for (uint32_t q = 0; q < r; q++)
+            want += rows[q].seq == w->seq;
+        if (w->token >= vocab)
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "row %u: token %u is outside the vocabulary of %u",
+                           r, w->token, vocab);
+        if (w->pos != want)
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "row %u: position %u, but its sequence's next is "
+                           "%u",
+                           r, w->pos, want);
+        if (w->pos >= w->seq->n_blocks * d->bt)
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "row %u: position %u has no block reserved", r,
+                           w->pos);
+        d->h_ids[r] = (int32_t)w->token;
+        d->h_pos[r] = (int32_t)w->pos;
+        int32_t *tab = d->h_tables + (size_t)r * d->tstride;
+        memcpy(tab, w->seq->blocks, w->seq->n_blocks * sizeof *tab);
+        for (uint32_t k = w->seq->n_blocks; k < d->tstride; k++)
+            tab[k] = 0; /* never read: positions past the reserve */
+    }
+    d->be->upload(d->ex, d->ids, d->h_ids, n * sizeof *d->ids);
+    d->be->upload(d->ex, d->pos, d->h_pos, n * sizeof *d->pos);
+    d->be->upload(d->ex, d->tables, d->h_tables,
+                  (size_t)n * d->tstride * sizeof *d->tables);
+    return TY_OK;
+}
+
+/* The tensor of l named suffix (NULL when it has none: a bias left out). */
+static const float *tensor(const nn_layer *l, const float *params,
+                           const char *suffix)
+{
+    for (uint32_t i = 0; i < l->n_tensors; i++)
+        if (!strcmp(l->tensors[i].suffix, suffix))
+            return params + l->tensors[i].offset;
+    return NULL;
+}
+
+/* out (n, u) = x (n, k) W^T + b, one GEMM per row: a BLAS may sum a row's
+ * products in another order when the row count changes (another kernel,
+ * another blocking), and a row's numbers must not depend on the step's
+ * other rows. The price is the weights read once per row; a GEMM with a
+ * fixed order across row counts would batch them. */
+static void gemm_rows(const nn_decoder *d, float *out, const float *x,
+                      const float *w, uint32_t n, uint32_t u, uint32_t k,
+                      float beta)
+{
+    for (uint32_t r = 0; r < n; r++)
+        d->be->gemm(d->ex, out + (size_t)r * u, x + (size_t)r * k, w, 0, 1, 1,
+                    (int)u, (int)k, 1.0f, beta);
+}
+
+static void linear(const nn_decoder *d, float *out, const float *x,
+                   const float *w, const float *b, uint32_t n, uint32_t u,
+                   uint32_t k)
+{
+    if (b)
+        d->be->bias_rows(d->ex, out, b, n, u);
+    gemm_rows(d, out, x, w, n, u, k, b ? 1.0f : 0.0f);
+}
+
+/* An attention on x (n, C) into out, for layer i, whose tensors' names
+ * start with pre ("" or "attn."). */
+static void attention(nn_decoder *d, uint32_t i, const float *params,
+                      const char *pre, const float *x, float *out, uint32_t n)
+{
+    const nn_layer *l = &d->a->layers[i];
+    const uint32_t c = l->in.d[1], h = l->heads;
+    char name[48];
+    const float *w[4];
+    static const char *const names[4] = {"in_proj_weight", "in_proj_bias",
+                                         "out_proj.weight", "out_proj.bias"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(name, sizeof name, "%s%s", pre, names[k]);
+        w[k] = tensor(l, params, name);
+    }
+    linear(d, d->qkv, x, w[0], w[1], n, 3 * c, c);
+    d->be->kv_store(d->ex, d->kc[i], d->vc[i], d->qkv + c, d->qkv + 2 * c,
+                    3 * c, d->tables, d->tstride, d->pos, n, c, d->bt);
+    d->be->kv_attention(d->ex, d->att, d->qkv, 3 * c, d->kc[i], d->vc[i],
+                        d->tables, d->tstride, d->pos, n, h, c / h, d->bt);
+    linear(d, out, d->att, w[2], w[3], n, c, c);
+}
+
+static nn_op act_of(const nn_layer *l)
+{
+    switch (l->type) {
+        case NN_LAYER_TANH: return NN_OP_TANH;
+        case NN_LAYER_SIGMOID: return NN_OP_SIGMOID;
+        case NN_LAYER_GELU:
+            return l->approximate ? NN_OP_GELU_TANH : NN_OP_GELU;
+        default: return NN_OP_RELU;
+    }
+}
+
+/* Layer i on the rows: x (n, its input width) into out. */
+static void layer_step(nn_decoder *d, uint32_t i, const float *x, float *out,
+                       uint32_t n)
+{
+    const nn_layer *l = &d->a->layers[i];
+    const float *p = d->net->params + l->param_offset;
+    const uint32_t c = l->in.ndim == 2 ? l->in.d[1] : 0;
+    const size_t len = (size_t)n * (l->out.ndim == 2 ? l->out.d[1] : 0);
+    switch (l->type) {
+        case NN_LAYER_EMBEDDING:
+            d->be->embedding_forward(d->ex, out, d->ids, p, n, l->dim);
+            break;
+        case NN_LAYER_POSITIONAL_EMBEDDING:
+            d->be->embedding_forward(d->ex, d->t1, d->pos, p, n, c);
+            d->be->add(d->ex, out, x, d->t1, len);
+            break;
+        case NN_LAYER_DENSE:
+            linear(d, out, x, p, tensor(l, p, "bias"), n, l->units, c);
+            break;
+        case NN_LAYER_LAYERNORM:
+            d->be->layernorm_forward(d->ex, out, d->mean, d->rstd, x, p, p + c,
+                                     n, c, l->eps);
+            break;
+        case NN_LAYER_DROPOUT: nn_copy_floats(d->be, d->ex, out, x, len); break;
+        case NN_LAYER_ATTENTION: attention(d, i, p, "", x, out, n); break;
+        case NN_LAYER_TRANSFORMER_BLOCK: {
+            const size_t nc = (size_t)n * c;
+            const uint32_t r = l->hidden;
+            /* x1 = x + attn(ln_1(x)) in t2; out = x1 + mlp(ln_2(x1)) */
+            d->be->layernorm_forward(d->ex, d->t1, d->mean, d->rstd, x,
+                                     tensor(l, p, "ln_1.weight"),
+                                     tensor(l, p, "ln_1.bias"), n, c, l->eps);
+            attention(d, i, p, "attn.", d->t1, d->t2, n);
+            d->be->add(d->ex, d->t2, d->t2, x, nc);
+            d->be->layernorm_forward(d->ex, d->t1, d->mean, d->rstd, d->t2,
+                                     tensor(l, p, "ln_2.weight"),
+                                     tensor(l, p, "ln_2.bias"), n, c, l->eps);
+            linear(d, d->qkv, d->t1, tensor(l, p, "mlp.0.weight"),
+                   tensor(l, p, "mlp.0.bias"), n, r, c);
+            d->be->act_forward(d->ex, NN_OP_GELU_TANH, d->att, d->qkv,
+                               (size_t)n * r);
+            linear(d, out, d->att, tensor(l, p, "mlp.2.weight"),
+                   tensor(l, p, "mlp.2.bias"), n, c, r);
+            d->be->add(d->ex, out, out, d->t2, nc);
+            break;
+        }
+        case NN_LAYER_LM_HEAD:
+            gemm_rows(d, out, x, l->tie ? p + l->tie_delta : p, n, l->vocab, c,
+                      0.0f);
+            break;
+        default: /* activations */
+            d->be->act_forward(d->ex, act_of(l), out, x, len);
+            break;
+    }
+}
+
+ty_status nn_decoder_step(nn_decoder *d, const nn_decode_row *rows, uint32_t n,
+                          float *out, ty_err *err)
+{
+    if (!n)
+        return TY_OK;
+    ty_status s = stage(d, rows, n, err);
+    if (s != TY_OK)
+        return s;
+    const nn_arch *a = d->a;
+    float *x = d->x, *y = d->y;
+    for (uint32_t i = 0; i < a->n_layers; i++) {
+        float *dst = i + 1 == a->n_layers ? d->logits : y;
+        layer_step(d, i, x, dst, n);
+        y = x;
+        x = dst;
+    }
+    const size_t bytes = (size_t)n * a->num_outputs * sizeof *out;
+    if (nn_backend_host_visible(d->be))
+        memcpy(out, d->logits, bytes);
+    else
+        d->be->download(d->ex, out, d->logits, bytes);
+    if ((s = d->be->status(d->ex, err)) != TY_OK)
+        return s;
+    for (uint32_t r = 0; r < n; r++)
+        if (rows[r].pos + 1 > rows[r].seq->len)
+            rows[r].seq->len = rows[r].pos + 1;
+    return TY_OK;
+}
