@@ -10,6 +10,8 @@
 #   make bench-lm [ARGS=--quick]  GPT (4 layers, C 128, T 128) on the CPU
 #               beside PyTorch: tokens/s, share of the SGEMM ceiling, and
 #               validation loss from the same weights (about 8 minutes)
+#   make bench-decode [ARGS=...]  generating with the key/value cache
+#               against a full forward per token (seconds)
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
 #   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
 #               http.server baselines (about 15 minutes; not a test)
@@ -27,7 +29,7 @@ JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 HF_VENV    ?= .venv-hf
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -121,6 +123,12 @@ test-unit:
 bench: build test-deps
 	bench/train_cpu --binary $(BUILD)/trainyard
 	bench/lm/run.py --build $(BUILD)
+	$(BUILD)/bench_decode
+
+# Generating with the key/value cache against a forward of the whole window
+# per token (bench/lm/lm_decode.c): tokens/s of each, one JSON line.
+bench-decode: build
+	$(BUILD)/bench_decode $(ARGS)
 
 # The language-model case of issue 31 (bench/lm/run.py --help): trainyard's
 # trainer (build/bench_lm) and PyTorch on the same text, weights and batches.
