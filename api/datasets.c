@@ -218,8 +218,8 @@ static ty_status check_tokenizer(upload *u, int given, const json_t *value,
         return TY_OK;
     if (u->format != FMT_TEXT && !u->text_column)
         return ty_fail(err, TY_EINVAL, "tokenizer",
-                       "tokenizer applies to text datasets and csv datasets "
-                       "with a text_column only");
+                       "tokenizer applies to text datasets only, and to csv "
+                       "datasets with a text_column");
     ty_status s =
         value ? ty_tokenizer_request_parse(value, "tokenizer", &u->tok, err)
               : ty_tokenizer_request_parse_text(text, len, "tokenizer", &u->tok,
