@@ -35,9 +35,12 @@ static const char *const format_names[NUM_FORMATS] = {"csv", "idx", "npy",
 /* The file parts each format takes, in the order converters want them. */
 static const char *const format_files[NUM_FORMATS][2] = {
     {"file", NULL}, {"images", "labels"}, {"x", "y"}, {"file"}, {"file"}};
-/* The text fields each format takes besides name and format. */
-static const char *const format_fields[NUM_FORMATS][3] = {
-    {"label_column", "task", "max_categories"},
+/* The text fields each format takes besides name and format (a CSV's
+ * tokenizer and max_length only with a text_column). */
+#define MAX_FIELDS 6
+static const char *const format_fields[NUM_FORMATS][MAX_FIELDS] = {
+    {"label_column", "task", "max_categories", "text_column", "max_length",
+     "tokenizer"},
     {NULL},
     {"task"},
     {"tokenizer"},
@@ -50,8 +53,11 @@ typedef struct {
     int task;                  /* -1 = the converter's default */
     uint32_t vocab_size;       /* tokens */
     uint32_t max_categories;   /* csv: 0 = the converter's default */
-    ty_tokenizer_request tok;  /* text: what tokenizer (tok NULL, learn 0:
-                                  the byte tokenizer) */
+    ty_tokenizer_request tok;  /* text, csv with a text column: what
+                                  tokenizer (tok NULL, learn 0: the byte
+                                  tokenizer) */
+    const char *text_column;   /* csv: text classification when set */
+    uint32_t max_length;       /* with text_column: tokens per example */
     const char *paths[2];      /* input files */
     char fetched[2][PATH_MAX]; /* downloads, for JSON bodies naming URLs */
     json_t *source;            /* how it arrived, for the doc */
@@ -72,7 +78,7 @@ static int format_takes(ds_format f, const char *name)
 {
     if (!strcmp(name, "name") || !strcmp(name, "format"))
         return 1;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < MAX_FIELDS; i++)
         if ((i < 2 && format_files[f][i] &&
              !strcmp(format_files[f][i], name)) ||
             (format_fields[f][i] && !strcmp(format_fields[f][i], name)))
@@ -83,7 +89,7 @@ static int format_takes(ds_format f, const char *name)
 static void expected_list(ds_format f, char *out, size_t n)
 {
     snprintf(out, n, "name, format");
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < MAX_FIELDS; i++) {
         size_t used = strlen(out);
         if (i < 2 && format_files[f][i])
             snprintf(out + used, n - used, ", %s", format_files[f][i]);
@@ -138,14 +144,60 @@ static ty_status check_fields(upload *u, const char *name, const char *format,
     return TY_OK;
 }
 
+/* text_column (csv): text classification; the fields that go with it or
+ * not. Checked before max_length, tokenizer and max_categories. */
+static ty_status check_text_column(upload *u, const char *text_column,
+                                   const char *task, ty_err *err)
+{
+    if (!text_column)
+        return TY_OK;
+    if (u->format != FMT_CSV)
+        return ty_fail(err, TY_EINVAL, "text_column",
+                       "text_column applies to csv datasets only (a text "
+                       "classification CSV)");
+    if (!*text_column)
+        return ty_fail(err, TY_EINVAL, "text_column",
+                       "text_column must name the column that holds the text");
+    if (u->label_column && !strcmp(text_column, u->label_column))
+        return ty_fail(err, TY_EINVAL, "text_column",
+                       "text_column and label_column name the same column; "
+                       "the text cannot be its own label");
+    if (task && u->task != TY_TASK_CLASSIFICATION)
+        return ty_fail(err, TY_EINVAL, "task",
+                       "a csv dataset with a text_column is always "
+                       "classification; leave task out");
+    u->text_column = text_column;
+    u->max_length = TY_DS_TEXT_DEFAULT_LENGTH;
+    return TY_OK;
+}
+
+/* max_length (csv with a text_column): 1 to TY_DS_TEXT_MAX_LENGTH. */
+static ty_status parse_max_length(upload *u, const char *text, ty_err *err)
+{
+    char *end = NULL;
+    long v = strtol(text, &end, 10);
+    if (!u->text_column)
+        return ty_fail(err, TY_EINVAL, "max_length",
+                       "max_length applies to csv datasets with a text_column "
+                       "only");
+    if (!*text || *end || v < 1 || v > (long)TY_DS_TEXT_MAX_LENGTH)
+        return ty_fail(err, TY_EINVAL, "max_length",
+                       "max_length must be an integer from 1 to %u (tokens "
+                       "per example; longer texts are truncated)",
+                       TY_DS_TEXT_MAX_LENGTH);
+    u->max_length = (uint32_t)v;
+    return TY_OK;
+}
+
 /* max_categories (csv): 1 to TY_DS_CATEGORIES_MAX. */
 static ty_status parse_max_categories(upload *u, const char *text, ty_err *err)
 {
     char *end = NULL;
     long v = strtol(text, &end, 10);
-    if (u->format != FMT_CSV)
+    if (u->format != FMT_CSV || u->text_column)
         return ty_fail(err, TY_EINVAL, "max_categories",
-                       "max_categories applies to csv datasets only");
+                       "max_categories applies to csv datasets without a "
+                       "text_column only (their category columns)");
     if (!*text || *end || v < 1 || v > (long)TY_DS_CATEGORIES_MAX)
         return ty_fail(err, TY_EINVAL, "max_categories",
                        "max_categories must be an integer from 1 to %u (the "
@@ -164,9 +216,10 @@ static ty_status check_tokenizer(upload *u, int given, const json_t *value,
 {
     if (!given)
         return TY_OK;
-    if (u->format != FMT_TEXT)
+    if (u->format != FMT_TEXT && !u->text_column)
         return ty_fail(err, TY_EINVAL, "tokenizer",
-                       "tokenizer applies to text datasets only");
+                       "tokenizer applies to text datasets only, and to csv "
+                       "datasets with a text_column");
     ty_status s =
         value ? ty_tokenizer_request_parse(value, "tokenizer", &u->tok, err)
               : ty_tokenizer_request_parse_text(text, len, "tokenizer", &u->tok,
@@ -182,7 +235,7 @@ static ty_status form_tokenizer(http_req *r, upload *u, ty_err *err)
     size_t len = 0;
     if (!http_req_form_has(r, "tokenizer"))
         return TY_OK;
-    if (u->format != FMT_TEXT)
+    if (u->format != FMT_TEXT && !u->text_column)
         return check_tokenizer(u, 1, NULL, "", 0, err);
     ty_status s = http_req_form_path(r, "tokenizer", &path, err);
     if (s == TY_OK)
@@ -221,7 +274,12 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
                                http_req_form_value(r, "format"),
                                http_req_form_value(r, "label_column"),
                                http_req_form_value(r, "task"), err);
-    if (s != TY_OK)
+    if (s != TY_OK ||
+        (s = check_text_column(u, http_req_form_value(r, "text_column"),
+                               http_req_form_value(r, "task"), err)) != TY_OK)
+        return s;
+    const char *ml = http_req_form_value(r, "max_length");
+    if (ml && (s = parse_max_length(u, ml, err)) != TY_OK)
         return s;
     const char *mc = http_req_form_value(r, "max_categories");
     if (mc && (s = parse_max_categories(u, mc, err)) != TY_OK)
@@ -230,7 +288,7 @@ static ty_status read_form(http_req *r, upload *u, ty_err *err)
         (s = parse_vocab_size(u, http_req_form_value(r, "vocab_size"), err)) !=
             TY_OK)
         return s;
-    char expected[128];
+    char expected[160];
     expected_list(u->format, expected, sizeof expected);
     for (size_t i = 0; i < http_req_form_count(r); i++) {
         const char *part = http_req_form_name(r, i);
@@ -259,13 +317,14 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
                            upload *u, ty_err *err)
 {
     static const char *const keys[] = {
-        "name",         "format",     "urls",
-        "label_column", "task",       "max_categories",
-        "tokenizer",    "vocab_size", NULL};
+        "name",        "format",         "urls",      "label_column",
+        "task",        "max_categories", "tokenizer", "vocab_size",
+        "text_column", "max_length",     NULL};
     ty_status s = tyjson_check_keys(body, keys, "", err);
     if (s != TY_OK)
         return s;
-    const char *name = NULL, *format = NULL, *label = NULL, *task = NULL;
+    const char *name = NULL, *format = NULL, *label = NULL, *task = NULL,
+               *text_column = NULL;
     if ((s = tyjson_get_string(body, "format", "", 0, 16, NULL, &format,
                                err)) != TY_OK ||
         (s = tyjson_get_string(body, "name", "", 0, NAME_MAX_LEN, NULL, &name,
@@ -273,10 +332,22 @@ static ty_status read_json(api_ctx *app, http_req *r, const json_t *body,
         (s = tyjson_get_string(body, "label_column", "", 0, 1024, NULL, &label,
                                err)) != TY_OK ||
         (s = tyjson_get_string(body, "task", "", 0, 32, NULL, &task, err)) !=
-            TY_OK)
+            TY_OK ||
+        (s = tyjson_get_string(body, "text_column", "", 0, 1024, NULL,
+                               &text_column, err)) != TY_OK)
         return s;
-    if ((s = check_fields(u, name, format, label, task, err)) != TY_OK)
+    if ((s = check_fields(u, name, format, label, task, err)) != TY_OK ||
+        (s = check_text_column(u, text_column, task, err)) != TY_OK)
         return s;
+    const json_t *ml = json_object_get(body, "max_length");
+    if (ml) {
+        char text[32] = "";
+        if (json_is_integer(ml))
+            snprintf(text, sizeof text, "%lld",
+                     (long long)json_integer_value(ml));
+        if ((s = parse_max_length(u, text, err)) != TY_OK)
+            return s;
+    }
     const json_t *mc = json_object_get(body, "max_categories");
     if (mc) {
         char text[32] = "";
@@ -348,6 +419,12 @@ static ty_status convert(const api_ctx *app, const upload *u, const char *out,
     };
     switch (u->format) {
         case FMT_CSV:
+            if (u->text_column) {
+                s = ds_convert_csv_text(u->paths[0], u->label_column,
+                                        u->text_column, &u->tok, u->max_length,
+                                        u->convert_flags, out, err);
+                break;
+            }
             s = ds_convert_csv_ex(u->paths[0], u->label_column,
                                   (ty_task)u->task, u->convert_flags,
                                   u->max_categories, out, err);
@@ -433,6 +510,85 @@ static json_t *feature_means(const ty_dataset *ds)
     return a;
 }
 
+/* The ids of a text classification row before its padding, and their count
+ * (at most max). */
+static size_t text_row_ids(const ty_dataset *ds, uint32_t i, uint32_t *ids,
+                           size_t max)
+{
+    const float *x = (const float *)ds->x + (uint64_t)i * ds->features;
+    size_t n = 0;
+    while (n < ds->features && n < max && x[n] >= 0)
+        n++;
+    for (size_t k = 0; k < n; k++)
+        ids[k] = (uint32_t)x[k];
+    return n;
+}
+
+/* The decoded text of ids, less a character the last id cuts; NULL when the
+ * tokenizer cannot decode them or out of memory. */
+static json_t *decoded_text(const ty_tokenizer *tok, const uint32_t *ids,
+                            size_t n)
+{
+    char *text = NULL;
+    size_t len = 0, ok = 0;
+    ty_err terr = {0};
+    if (ty_tokenizer_decode(tok, ids, n, &text, &len, &terr) != TY_OK)
+        return NULL;
+    while (ok < len) {
+        size_t k = ds_utf8_seq((const unsigned char *)text + ok, len - ok);
+        if (!k)
+            break;
+        ok += k;
+    }
+    json_t *j = json_stringn(text, ok);
+    free(text);
+    return j;
+}
+
+/* The ids a text classification dataset's document shows of its first row. */
+#define TEXT_SAMPLE_IDS 128
+
+/* A text classification CSV's part of the document: the text column, the
+ * tokenizer, the token counts and the first row decoded. Returns non-zero
+ * when out of memory (or the stored tokenizer does not load). */
+static int text_doc_fields(json_t *doc, const ty_dataset *ds)
+{
+    static const char *const copied[] = {"label_column", "text_column",
+                                         "vocab_size",   "max_length",
+                                         "num_tokens",   "truncated_examples"};
+    json_t *m = ds->meta;
+    ty_tokenizer *tok = NULL;
+    ty_err terr = {0};
+    int bad = 0;
+    for (size_t i = 0; i < sizeof copied / sizeof *copied; i++)
+        bad |= json_object_set(doc, copied[i], json_object_get(m, copied[i]));
+    if (ty_tokenizer_load(json_object_get(m, "tokenizer"), &tok, &terr))
+        return 1; /* the converter wrote it: it loads */
+    json_t *info = ty_tokenizer_describe(tok);
+    bad |= !info || json_object_set_new(doc, "tokenizer_info", info);
+    bad |= json_object_set_new(
+        doc, "tokenizer",
+        json_string(ty_tokenizer_type_name(ty_tokenizer_type_of(tok))));
+    uint32_t ids[TEXT_SAMPLE_IDS];
+    size_t n = text_row_ids(ds, 0, ids, TEXT_SAMPLE_IDS);
+    json_t *a = json_array();
+    for (size_t k = 0; a && k < n; k++)
+        bad |= json_array_append_new(a, json_integer(ids[k]));
+    json_t *text = decoded_text(tok, ids, n);
+    const json_t *label =
+        json_array_get(json_object_get(m, "classes"), (size_t)ds->y_class[0]);
+    json_t *sample = a && text ? json_pack("{s:o, s:o, s:O*}", "ids", a, "text",
+                                           text, "label", label)
+                               : NULL;
+    if (!sample) {
+        json_decref(a);
+        json_decref(text);
+    }
+    bad |= !sample || json_object_set_new(doc, "sample", sample);
+    ty_tokenizer_free(tok);
+    return bad;
+}
+
 /* The API representation of a converted dataset file. */
 static json_t *dataset_doc(const char *id, const upload *u,
                            const ty_dataset *ds)
@@ -469,7 +625,11 @@ static json_t *dataset_doc(const char *id, const upload *u,
     /* a CSV's feature columns: type, categories, missing cells */
     if (json_object_get(m, "columns"))
         json_object_set(doc, "columns", json_object_get(m, "columns"));
-    json_t *means = feature_means(ds);
+    /* a text column's tokens: no feature means (ids are not quantities) */
+    int text = json_object_get(m, "text_column") != NULL;
+    if (text)
+        bad |= text_doc_fields(doc, ds);
+    json_t *means = text ? NULL : feature_means(ds);
     if (means)
         bad |= json_object_set_new(doc, "feature_means", means);
     json_object_set(doc, "source", u->source);

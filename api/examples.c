@@ -13,6 +13,9 @@
  * when the dataset has a tokenizer (byte, BPE, tokenizer.json), its text:
  * the window's ids decoded (a character the window's edge cuts shows as
  * U+FFFD, as Python's errors="replace" decodes).
+ *
+ * A text classification CSV (meta "text_column") shows each example as its
+ * token ids without the padding, their decoded text and its label.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -166,6 +169,31 @@ static ty_status token_windows(http_req *r, const char *id, const char *path,
     return TY_OK;
 }
 
+/* A text classification example: its ids up to the padding (-1), decoded
+ * with the dataset's tokenizer, and its label. ids is ds->features long. */
+static json_t *text_example(const ty_dataset *ds, ty_tokenizer *tok, uint32_t i,
+                            const float *x, uint32_t *wids)
+{
+    size_t n = 0;
+    json_t *ids = json_array();
+    while (n < ds->features && x[n] >= 0) {
+        wids[n] = (uint32_t)x[n];
+        json_array_append_new(ids, json_integer(wids[n]));
+        n++;
+    }
+    json_t *item = json_pack("{s:I, s:o*}", "index", (json_int_t)i, "ids", ids);
+    char *text = NULL;
+    size_t tlen = 0;
+    ty_err derr = {0};
+    if (item && ty_tokenizer_decode(tok, wids, n, &text, &tlen, &derr) == TY_OK)
+        json_object_set_new(item, "text",
+                            decode_bytes((unsigned char *)text, tlen));
+    free(text);
+    if (item)
+        json_object_set_new(item, "label", label_of(ds, i));
+    return item;
+}
+
 void api_datasets_examples(api_ctx *app, http_req *r)
 {
     long long offset, limit, len;
@@ -180,6 +208,8 @@ void api_datasets_examples(api_ctx *app, http_req *r)
     json_t *doc = NULL;
     ty_dataset ds = {0};
     float *buf = NULL;
+    uint32_t *wids = NULL;
+    ty_tokenizer *tok = NULL;
     char sha[65], path[PATH_MAX];
     char id[TY_ID_MAX];
     if (!api_resolve_param(app, r, STORE_REF_DATASET, id))
@@ -221,6 +251,19 @@ void api_datasets_examples(api_ctx *app, http_req *r)
     }
     /* a CSV with missing cells or text: its raw rows, as predict takes
      * them from a model trained on it (models/data/tabular.h) */
+    /* a text column's tokens: ids and decoded text */
+    if (json_object_get(ds.meta, "text_column")) {
+        wids = malloc((size_t)ds.features * sizeof *wids);
+        if (!wids) {
+            s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
+            goto done;
+        }
+        if ((s = ty_tokenizer_load(json_object_get(ds.meta, "tokenizer"), &tok,
+                                   &err)) != TY_OK) {
+            s = s == TY_ENOMEM ? s : TY_EIO; /* stored: the server's fault */
+            goto done;
+        }
+    }
     ds_tab_schema tab = {0};
     const char *pre = json_string_value(json_object_get(ds.meta, "preprocess"));
     if (pre && !strcmp(pre, "tabular") &&
@@ -234,6 +277,10 @@ void api_datasets_examples(api_ctx *app, http_req *r)
         uint32_t i = (uint32_t)(offset + k);
         uint64_t at = 0;
         ty_dataset_example_f32(&ds, i, buf);
+        if (tok) {
+            json_array_append_new(items, text_example(&ds, tok, i, buf, wids));
+            continue;
+        }
         json_array_append_new(
             items, json_pack("{s:I, s:o, s:o}", "index", (json_int_t)i, "x",
                              tab.cols ? ds_tab_decode_row(&tab, buf)
@@ -249,6 +296,8 @@ done:
     if (s != TY_OK)
         http_reply_error(r, s, &err);
     free(buf);
+    free(wids);
+    ty_tokenizer_free(tok);
     ty_dataset_close(&ds);
     json_decref(doc);
 }

@@ -23,7 +23,11 @@ static void usage(FILE *f)
         "wins); list shows the ID and CREATED that tell same-named ones\n"
         "apart, newest first.\n"
         "Fields by format: idx images=@FILE labels=@FILE; csv file=@FILE\n"
-        "label_column=NAME [task=regression] [max_categories=N]; npy\n"
+        "label_column=NAME [task=regression] [max_categories=N], or for\n"
+        "text classification file=@FILE label_column=NAME\n"
+        "text_column=NAME [max_length=N] [tokenizer=...] (each row's\n"
+        "text tokenized, cut or padded to max_length tokens, default\n"
+        "128, at most 8192; other columns ignored); npy\n"
         "x=@FILE y=@FILE; text file=@FILE [tokenizer=byte |\n"
         "tokenizer='{\"type\": \"bpe\", \"vocab_size\": N}' |\n"
         "tokenizer=@tokenizer.json]; tokens file=@FILE vocab_size=N (an\n"
@@ -38,6 +42,9 @@ static void usage(FILE *f)
         "         trainyard datasets upload homes --format csv \\\n"
         "           file=@homes.csv label_column=price task=regression \\\n"
         "           max_categories=200\n"
+        "         trainyard datasets upload reviews --format csv \\\n"
+        "           file=@reviews.csv label_column=label text_column=text \\\n"
+        "           max_length=64\n"
         "         trainyard datasets upload shakespeare --format text \\\n"
         "           file=@input.txt\n"
         "         trainyard datasets upload shakespeare-bpe --format text \\\n"
@@ -46,7 +53,8 @@ static void usage(FILE *f)
         "show prints a CSV dataset's typed columns: NAME, TYPE (numeric,\n"
         "boolean, categorical), CATEGORIES (the first few, and how many)\n"
         "and MISSING (empty cells); a text or tokens dataset's tokenizer,\n"
-        "vocabulary, token count and sample.\n");
+        "vocabulary, token count and sample; a text classification\n"
+        "dataset's tokenizer, counts and its first row decoded.\n");
 }
 
 static void shape_text(const json_t *shape, char *out, size_t size)
@@ -60,10 +68,16 @@ static void shape_text(const json_t *shape, char *out, size_t size)
     }
 }
 
+/* 1 for a text classification CSV: examples of token ids. */
+static int is_text_csv(const json_t *d)
+{
+    return json_object_get(d, "text_column") != NULL;
+}
+
 /* 1 for a text or tokens dataset: tokens, not examples. */
 static int is_tokens(const json_t *d)
 {
-    return json_object_get(d, "num_tokens") != NULL;
+    return json_object_get(d, "num_tokens") != NULL && !is_text_csv(d);
 }
 
 static void print_dataset(const json_t *d)
@@ -78,6 +92,19 @@ static void print_dataset(const json_t *d)
                (long long)json_integer_value(json_object_get(d, "num_tokens")),
                (long long)json_integer_value(json_object_get(d, "vocab_size")),
                tok ? tok : "no", " tokenizer, ", cli_str(d, "task"), size);
+        return;
+    }
+    if (is_text_csv(d)) {
+        const char *tok = cli_str(d, "tokenizer");
+        printf(
+            "%s (%s): %lld examples of %lld tokens (column %s), "
+            "vocabulary %lld, %s tokenizer, %s, %s\n",
+            cli_str(d, "id"), cli_str(d, "name"),
+            (long long)json_integer_value(json_object_get(d, "num_examples")),
+            (long long)json_integer_value(json_object_get(d, "max_length")),
+            cli_str(d, "text_column"),
+            (long long)json_integer_value(json_object_get(d, "vocab_size")),
+            tok ? tok : "no", cli_str(d, "task"), size);
         return;
     }
     shape_text(json_object_get(d, "input_shape"), shape, sizeof shape);
@@ -189,6 +216,19 @@ static void show_dataset(const json_t *doc)
 {
     const json_t *cols = json_object_get(doc, "columns");
     const json_t *sample = json_object_get(doc, "sample");
+    if (is_text_csv(doc) && json_is_object(sample)) {
+        json_t *rest = json_copy((json_t *)doc);
+        if (rest)
+            json_object_del(rest, "sample");
+        cli_print_object(rest ? rest : doc, stdout);
+        json_decref(rest);
+        char *label = json_dumps(json_object_get(sample, "label"),
+                                 JSON_COMPACT | JSON_ENCODE_ANY);
+        printf("\nsample (the first row, label %s):\n%s\n", label ? label : "?",
+               cli_str(sample, "text"));
+        free(label);
+        return;
+    }
     if (is_tokens(doc) && json_is_object(sample)) {
         json_t *rest = json_copy((json_t *)doc);
         if (rest)

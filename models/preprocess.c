@@ -4,7 +4,7 @@
  * network's input buffer (training gathers, predict, evaluate), so the three
  * paths see identical inputs for identical raw values.
  *
- * Kinds: none; scale (x * factor; "scale_255" uses 1/255); standardize
+ * Kinds: none (also a text column's "tokens": ids stay ids); scale (x * factor; "scale_255" uses 1/255); standardize
  * ((x - mean[j]) / std[j] per feature j, population std over the training
  * examples, std 0 read as 1). Statistics are computed in double and stored
  * as float; the float values are what is applied and what is saved.
@@ -82,7 +82,8 @@ ty_status nn_preproc_fit(nn_preproc *pp, const char *name, const ty_dataset *ds,
 {
     memset(pp, 0, sizeof *pp);
     pp->features = ds->features;
-    if (!name || !strcmp(name, "none")) {
+    /* "tokens": token ids of a text column (-1 padding), used as they are */
+    if (!name || !strcmp(name, "none") || !strcmp(name, "tokens")) {
         pp->kind = NN_PRE_NONE;
         return TY_OK;
     }
@@ -109,7 +110,7 @@ ty_status nn_preproc_fit(nn_preproc *pp, const char *name, const ty_dataset *ds,
     }
     return ty_fail(err, TY_EINVAL, NULL,
                    "unknown preprocess '%.64s' in the dataset; expected "
-                   "scale_255, standardize, tabular or none",
+                   "scale_255, standardize, tabular, tokens or none",
                    name);
 }
 

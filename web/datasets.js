@@ -5,7 +5,7 @@ import {h, field, setFieldError, fmtBytes, fmtNum, fmtTime, kv, statusBadge, tok
 
 // The file parts of each format, and which extra fields it takes.
 const FORMATS = {
-  csv: {files: [['file', 'CSV file (header row)']], label: true, task: true},
+  csv: {files: [['file', 'CSV file (header row)']], label: true, task: true, text: true},
   idx: {files: [['images', 'Images (IDX, .gz ok)'], ['labels', 'Labels (IDX, .gz ok)']]},
   npy: {files: [['x', 'Inputs x (.npy)'], ['y', 'Targets y (.npy)']], task: true},
   // Language-model data (the byte tokenizer; token ids made elsewhere).
@@ -14,6 +14,8 @@ const FORMATS = {
 };
 
 const isText = (d) => d.task === 'language_modeling';
+// A text classification CSV: examples of token ids from its text column.
+const isTextCsv = (d) => typeof d.text_column === 'string';
 // A dataset's size in its own unit: examples, or tokens for text.
 const sizeText = (d) => (isText(d) ? `${Number(d.num_tokens).toLocaleString()} tokens` : String(d.num_examples));
 
@@ -25,6 +27,10 @@ export function datasetsPage(root) {
   const label = h('input', {id: 'ds-label_column', name: 'label_column', placeholder: 'label'});
   const task = h('select', {id: 'ds-task', name: 'task'}, ['', 'classification', 'regression'].map((t) =>
     h('option', {value: t, text: t || '(from the data)'})));
+  // csv only: a text column makes a text classification dataset, and then
+  // max_length applies.
+  const textColumn = h('input', {id: 'ds-text_column', name: 'text_column', placeholder: '(none: a table)'});
+  const maxLength = h('input', {id: 'ds-max_length', name: 'max_length', type: 'number', min: 1, max: 8192, step: 1, placeholder: '128'});
   const vocab = h('input', {id: 'ds-vocab_size', name: 'vocab_size', type: 'number', min: 1, step: 1, placeholder: '50257'});
   const files = {};
   for (const f of Object.values(FORMATS)) for (const [part] of f.files)
@@ -35,11 +41,13 @@ export function datasetsPage(root) {
     f.files.map(([part, text]) => [part, field(text, files[part])])));
   const vocabField = field('Vocabulary size', vocab);
   const labelField = field('Label column (csv)', label), taskField = field('Task', task);
+  const textColumnField = field('Text column (text classification)', textColumn);
+  const maxLengthField = field('Max length (tokens)', maxLength);
   const progress = h('progress', {id: 'upload-progress', max: 1, value: 0, hidden: true, 'aria-label': 'Upload progress'});
   const result = h('p', {id: 'upload-result', role: 'status'});
   const formError = h('p', {class: 'banner', id: 'upload-error', role: 'alert'});
   const submit = h('button', {type: 'submit', text: 'Upload'});
-  const controls = {name, format, label_column: label, task, vocab_size: vocab, ...files};
+  const controls = {name, format, label_column: label, task, vocab_size: vocab, text_column: textColumn, max_length: maxLength, ...files};
 
   function showFormat() {
     const f = FORMATS[format.value];
@@ -49,9 +57,14 @@ export function datasetsPage(root) {
     vocabField.hidden = !f.vocab;
     vocab.required = !!f.vocab;
     labelField.hidden = !f.label;
-    taskField.hidden = !f.task;
+    textColumnField.hidden = !f.text;
+    const text = f.text && textColumn.value.trim() !== '';
+    maxLengthField.hidden = !text;
+    // a text classification dataset is always classification
+    taskField.hidden = !f.task || text;
   }
   format.addEventListener('change', showFormat);
+  textColumn.addEventListener('input', showFormat);
 
   const form = h('form', {class: 'card', id: 'upload-form', onsubmit: async (e) => {
     e.preventDefault();
@@ -62,7 +75,10 @@ export function datasetsPage(root) {
     fd.append('name', name.value);
     fd.append('format', format.value);
     if (f.label && label.value) fd.append('label_column', label.value);
-    if (f.task && task.value) fd.append('task', task.value);
+    const text = f.text && textColumn.value.trim() !== '';
+    if (text) fd.append('text_column', textColumn.value.trim());
+    if (text && maxLength.value) fd.append('max_length', maxLength.value);
+    if (f.task && !text && task.value) fd.append('task', task.value);
     if (f.vocab) fd.append('vocab_size', vocab.value);
     for (const [part] of f.files) fd.append(part, files[part].files[0]);
     submit.disabled = true;
@@ -83,7 +99,7 @@ export function datasetsPage(root) {
     } finally { submit.disabled = false; }
   }},
   h('h2', {text: 'Upload a dataset'}), formError,
-  h('div', {class: 'row'}, field('Name', name), field('Format', format), labelField, taskField, vocabField),
+  h('div', {class: 'row'}, field('Name', name), field('Format', format), labelField, textColumnField, maxLengthField, taskField, vocabField),
   h('div', {class: 'row'}, Object.values(fileFields)),
   h('div', {class: 'row'}, submit, progress), result);
   showFormat();
@@ -133,6 +149,9 @@ export function datasetPage(root, id) {
       d.num_targets ? ['Targets', String(d.num_targets)] : null,
       d.feature_names ? ['Features', d.feature_names.join(', ')] : null,
       d.label_column ? ['Label column', d.label_column] : null,
+      ...(isTextCsv(d) ? [['Text column', d.text_column], ['Tokenizer', tokenizerText(d.tokenizer)],
+        ['Vocabulary', Number(d.vocab_size).toLocaleString()], ['Max length', `${d.max_length} tokens`],
+        ['Tokens', `${Number(d.num_tokens).toLocaleString()} (${Number(d.truncated_examples).toLocaleString()} example${d.truncated_examples === 1 ? '' : 's'} truncated)`]] : []),
       ['Size', fmtBytes(d.bytes)], ['SHA-256', d.sha256], ['Created', fmtTime(d.created_at)],
     ]), h('p', {}, h('a', {href: `#/new?dataset=${d.id}`, id: 'train-link',
       text: isText(d) ? 'Train a language model on it' : 'Train a model on it'}))));
@@ -240,6 +259,7 @@ const fmtValue = (v) => (v === null ? '—' : typeof v === 'number' ? String(Num
 const PREVIEW_IMAGES = 12, PREVIEW_ROWS = 8;
 async function showPreview(section, d) {
   if (isText(d)) return showWindows(section, d);
+  if (isTextCsv(d)) return showTextRows(section, d);
   const limit = d.input_shape.length === 1 ? PREVIEW_ROWS : PREVIEW_IMAGES;
   const doc = await api(`/v1/datasets/${d.id}/examples?limit=${limit}`);
   const title = h('h2', {text: 'First examples'});
@@ -283,6 +303,20 @@ async function showWindows(section, d) {
   const note = h('p', {class: 'muted', text: `Windows 1–${doc.items.length} of ${doc.total}, ${WINDOW} tokens each${d.tokenizer ? ', decoded' : ''}.`});
   section.replaceChildren(title, note, ...doc.items.map((it) => h('pre', {class: 'token-window', 'data-index': it.index},
     typeof it.text === 'string' ? it.text : it.ids.join(' '))));
+}
+
+// A text classification dataset's first rows: each one's text (its tokens
+// decoded, cut at max_length), token count and label.
+async function showTextRows(section, d) {
+  const doc = await api(`/v1/datasets/${d.id}/examples?limit=${PREVIEW_ROWS}`);
+  const cols = ['#', d.text_column, 'Tokens', d.label_column || 'label'];
+  section.replaceChildren(h('h2', {text: 'First examples'}),
+    h('p', {class: 'muted', text: `Examples 1–${doc.items.length} of ${doc.total}: the text as tokenized (cut at ${d.max_length} tokens).`}),
+    h('div', {class: 'table-wrap'}, h('table', {class: 'cards preview-table', id: 'text-rows'},
+      h('thead', {}, h('tr', {}, cols.map((t) => h('th', {scope: 'col', text: t})))),
+      h('tbody', {}, doc.items.map((it) => h('tr', {'data-index': it.index},
+        [String(it.index), it.text, String(it.ids.length), fmtNum(it.label)].map((v, i) =>
+          h('td', {'data-label': cols[i], text: v}))))))));
 }
 
 // The jobs that train or validate on it and the models trained on it: the

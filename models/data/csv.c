@@ -31,6 +31,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "models/data/csv.h"
 #include "models/data/dataset.h"
 #include "models/data/file.h"
 #include "models/data/input.h"
@@ -834,4 +835,121 @@ done:
     free(cv.y);
     free(cv.row);
     return st;
+}
+
+/* ---- a text column (csv.h) ------------------------------------------------ */
+
+static ty_status text_column_missing(const csv_conv *cv,
+                                     const char *text_column, ty_err *err)
+{
+    char shown[64];
+    ds_snippet(shown, sizeof shown, text_column, strlen(text_column));
+    if (cv->no_echo)
+        return ty_fail(err, TY_EFORMAT, "text_column",
+                       "text column \"%s\" is not in the header (it names %zu "
+                       "columns)",
+                       shown, cv->ncols);
+    ty_err tmp = {0};
+    header_error_columns(cv, &tmp); /* the list of columns, reworded */
+    const char *list = strstr(tmp.msg, "(columns: ");
+    return ty_fail(err, TY_EFORMAT, "text_column",
+                   "text column \"%s\" is not in the header %s", shown,
+                   list ? list : "");
+}
+
+ty_status ds_csv_text_pass(const char *path, const char *label_column,
+                           const char *text_column, unsigned flags,
+                           ds_csv_labels *labels, ds_csv_cell_fn fn, void *ctx,
+                           uint32_t *rows, ty_err *err)
+{
+    csv_conv cv = {.label_column = label_column,
+                   .task = TY_TASK_CLASSIFICATION,
+                   .kind = LABEL_INT,
+                   .no_echo = (flags & DS_CONVERT_NO_ECHO) != 0,
+                   .max_categories = TY_DS_CATEGORIES_DEFAULT};
+    csv_reader r;
+    size_t text_col = 0;
+    int have;
+    ty_status st;
+
+    *rows = 0;
+    cv.classes = json_array();
+    cv.class_index.list = cv.classes;
+    if ((st = csv_open(&r, path, err)) != TY_OK)
+        goto done;
+    if (!cv.classes) {
+        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        goto done;
+    }
+    if ((st = csv_next(&r, &have, err)) != TY_OK)
+        goto done;
+    if (!have) {
+        st = ty_fail(err, TY_EFORMAT, CSV_FIELD,
+                     "the file is empty; a CSV file starts with a header row "
+                     "naming its columns");
+        goto done;
+    }
+    if ((st = read_header(&cv, &r, err)) != TY_OK)
+        goto done;
+    for (text_col = 0; text_col < cv.ncols; text_col++)
+        if (!strcmp(column_name(&cv, text_col), text_column))
+            break;
+    if (text_col == cv.ncols) {
+        st = text_column_missing(&cv, text_column, err);
+        goto done;
+    }
+    for (;;) {
+        if ((st = csv_next(&r, &have, err)) != TY_OK || !have)
+            break;
+        if (r.nfields != cv.ncols) {
+            st = ty_fail(err, TY_EFORMAT, CSV_FIELD,
+                         "line %llu has %zu column%s but the header has %zu",
+                         (unsigned long long)r.rec_line, r.nfields,
+                         r.nfields == 1 ? "" : "s", cv.ncols);
+            break;
+        }
+        if (cv.rows == TY_DS_MAX_EXAMPLES) {
+            st = ty_fail(err, TY_ETOOBIG, CSV_FIELD,
+                         "the file has more than %u rows", TY_DS_MAX_EXAMPLES);
+            break;
+        }
+        const csv_field *f = &r.fields[text_col];
+        if ((labels && (st = read_label(&cv, &r, err)) != TY_OK) ||
+            (st = fn(ctx, r.rec + f->off, f->len, r.rec_line, text_col + 1,
+                     err)) != TY_OK)
+            break;
+        cv.rows++;
+    }
+    *rows = cv.rows;
+    if (st != TY_OK || !labels)
+        goto done;
+    if (cv.rows == 0) {
+        st = ty_fail(err, TY_EFORMAT, CSV_FIELD,
+                     "the file has a header but no data rows");
+        goto done;
+    }
+    if ((st = sort_classes(&cv, err)) != TY_OK)
+        goto done;
+    labels->classes = cv.classes;
+    labels->y = cv.y;
+    labels->rows = cv.rows;
+    cv.classes = NULL;
+    cv.y = NULL;
+done:
+    csv_close(&r);
+    ds_tab_builder_destroy(cv.types);
+    json_decref(cv.columns);
+    json_decref(cv.feature_names);
+    json_decref(cv.classes);
+    free(cv.class_index.slots);
+    free(cv.keys);
+    free(cv.y);
+    return st;
+}
+
+void ds_csv_labels_free(ds_csv_labels *l)
+{
+    json_decref(l->classes);
+    free(l->y);
+    memset(l, 0, sizeof *l);
 }

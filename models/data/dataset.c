@@ -89,7 +89,7 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
     static const char *const dtypes[] = {
         [TY_DTYPE_F32] = "float32", [TY_DTYPE_U8] = "uint8"};
     static const char *const preprocesses[] = {"scale_255", "standardize",
-                                               "none", "tabular"};
+                                               "none", "tabular", "tokens"};
     const json_t *meta = ds->meta;
     int64_t v;
     int choice = 0, format = 0, preprocess = 0;
@@ -140,7 +140,7 @@ static ty_status check_meta(ty_dataset *ds, uint64_t file_size,
                        (long long)v, (unsigned long long)features);
     ds->features = features;
     if ((st = meta_choice(meta, "x_dtype", dtypes, 2, &choice, err)) ||
-        (st = meta_choice(meta, "preprocess", preprocesses, 4, &preprocess,
+        (st = meta_choice(meta, "preprocess", preprocesses, 5, &preprocess,
                           err)))
         return st;
     ds->x_dtype = (ty_dtype)choice;

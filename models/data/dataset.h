@@ -19,7 +19,8 @@
  * (array of 1..4 positive ints), "features" (their product), "x_dtype"
  * ("float32"|"uint8"), "y_dim" (1 for classification), "preprocess"
  * ("scale_255" for image bytes, "standardize" for CSV features, "tabular"
- * for CSV features with missing cells or text, "none"),
+ * for CSV features with missing cells or text, "tokens" for token ids of a
+ * text column (ds_convert_csv_text: the values as they are), "none"),
  * "x_offset", "y_offset" (byte offsets of x and y in the file).
  * Classification adds "num_classes" and "classes" (the label values in class
  * index order; y holds indices into them). CSV adds "feature_names" (one
@@ -293,6 +294,32 @@ ty_status ds_convert_text(const char *path, unsigned flags,
 ty_status ds_convert_text_tok(const char *path, const ty_tokenizer_request *req,
                               unsigned flags, const char *out_path,
                               ty_err *err);
+
+/* Text classification (format "csv" with a text column): every data row's
+ * text_column cell is tokenized with the tokenizer req asks for (NULL or no
+ * tokenizer: the byte tokenizer; req->learn_vocab: a byte-level BPE learned
+ * from the text column's cells; req->tok: a BPE or a tokenizer.json), each
+ * cell on its own, and its ids truncated to max_length (1 to
+ * TY_DS_TEXT_MAX_LENGTH, else TY_EINVAL naming "max_length") and padded
+ * with -1 after the text: x is (num_examples, max_length) float32 ids,
+ * input_shape [max_length], preprocess "tokens" (no scaling). An empty cell
+ * is a row of padding. The labels are classes by the class rule above
+ * (classification only). Columns other than the text and the label are
+ * ignored. meta adds "label_column", "text_column", "tokenizer" (the
+ * description, as a token dataset's), "vocab_size", "max_length",
+ * "num_tokens" (the cells' ids before truncation) and "truncated_examples"
+ * (rows with more than max_length ids). Errors as ds_convert_csv's (line and
+ * column, field "file"; a missing label column names "label_column"); a
+ * cell that is not UTF-8 is TY_EFORMAT naming its line and column; a text
+ * column not in the header is TY_EFORMAT naming "text_column", as is
+ * (TY_EINVAL) a text column that is the label column. */
+#define TY_DS_TEXT_MAX_LENGTH 8192u
+#define TY_DS_TEXT_DEFAULT_LENGTH 128u
+ty_status ds_convert_csv_text(const char *csv_path, const char *label_column,
+                              const char *text_column,
+                              const ty_tokenizer_request *req,
+                              uint32_t max_length, unsigned flags,
+                              const char *out_path, ty_err *err);
 
 /* Tokens (format "tokens"): token ids made elsewhere, recognised by their
  * first bytes: a 1-D NPY array of uint8, uint16, int32 or int64, or llm.c's

@@ -14,7 +14,13 @@ At each width:
 * a text dataset's page shows tokens, vocabulary and tokenizer instead of
   examples and input shape, links to the new-job form for it ("Train a
   language model on it"; lm.py checks the form), and its first windows are
-  the text as uploaded, 64 bytes each.
+  the text as uploaded, 64 bytes each;
+* the "csv" format shows a text column field (and, once it is filled, a max
+  length field, hiding the task); a CSV uploaded with them is a text
+  classification dataset whose page shows its text column, tokenizer and
+  token counts, and whose first examples are each row's text as tokenized
+  (cut at max length), its token count and its label; a text column the
+  CSV lacks is refused under its field.
 
 Every failed check is listed. Any SEVERE browser console message fails the
 test. Screenshots go to the folder given as the second argument.
@@ -61,6 +67,57 @@ def upload_in_form(driver, base, fmt, name, path, vocab=None):
     return settle(lambda: js(driver, """const r = document.getElementById('upload-result').innerText,
         e = [...document.querySelectorAll('#upload-form .field-error, #upload-error')].map((x) => x.innerText.trim()).filter(Boolean).join(' ');
         return (r || e) ? {result: r, error: e} : null;"""), 20) or {}
+
+
+REVIEWS = 'review,label\n"loved it, would watch again",pos\nmeh,neg\n,pos\n'
+
+
+def check_text_csv(driver, base, key, label, csv_path):
+    go(driver, base, "/datasets", "#upload-form")
+    fields = """const shown = (id) => !document.getElementById(id).closest('.field').hidden;
+        return {text: shown('ds-text_column'), len: shown('ds-max_length'), task: shown('ds-task')};"""
+    Select(driver.find_element(By.ID, "ds-format")).select_by_value("text")
+    other = js(driver, fields)
+    Select(driver.find_element(By.ID, "ds-format")).select_by_value("csv")
+    csv_empty = js(driver, fields)
+    driver.find_element(By.ID, "ds-text_column").send_keys("review")
+    csv_text = js(driver, fields)
+    check(not other["text"] and csv_empty == {"text": True, "len": False, "task": True}
+          and csv_text == {"text": True, "len": True, "task": False},
+          f"[{label}] the text column shows for csv only, max length once it is filled: {other} {csv_empty} {csv_text}")
+
+    def send(name, column):
+        go(driver, base, "/datasets", "#upload-form")
+        driver.find_element(By.ID, "ds-name").send_keys(name)
+        Select(driver.find_element(By.ID, "ds-format")).select_by_value("csv")
+        driver.find_element(By.ID, "ds-label_column").send_keys("label")
+        driver.find_element(By.ID, "ds-text_column").send_keys(column)
+        driver.find_element(By.ID, "ds-max_length").send_keys("12")
+        driver.find_element(By.ID, "ds-file").send_keys(csv_path)
+        driver.find_element(By.CSS_SELECTOR, "#upload-form button[type=submit]").click()
+        return settle(lambda: js(driver, """const r = document.getElementById('upload-result').innerText,
+            e = document.getElementById('ds-text_column').closest('.field').querySelector('.field-error');
+            return (r || (e && e.innerText)) ? {result: r, error: e ? e.innerText : ''} : null;"""), 20) or {}
+
+    bad = send(f"reviews-bad-{label}", "body")
+    check("body" in bad.get("error", "") and not bad.get("result"),
+          f"[{label}] a text column the CSV lacks is refused under its field: {bad}")
+    got = send(f"reviews-{label}", "review")
+    check("3 examples" in got.get("result", ""), f"[{label}] the text CSV uploads: {got}")
+    items = api_call(base, key, "GET", "/v1/datasets?limit=200")["items"]
+    ds = next(d for d in items if d["name"] == f"reviews-{label}")
+    check(ds.get("text_column") == "review" and ds.get("max_length") == 12,
+          f"[{label}] the form sent text_column and max_length: {ds}")
+    go(driver, base, f"/datasets/{ds['id']}", "#text-rows tbody tr")
+    facts = js(driver, """return Object.fromEntries([...document.querySelectorAll('#dataset dt')].map((t) => [t.innerText, t.nextElementSibling.innerText]));""")
+    check(facts.get("Text column") == "review" and facts.get("Tokenizer") == "byte"
+          and facts.get("Max length") == "12 tokens" and facts.get("Tokens") == "30 (1 example truncated)",
+          f"[{label}] the page shows the text column, tokenizer, max length and tokens: {facts}")
+    rows = js(driver, "return [...document.querySelectorAll('#text-rows tbody tr')].map((r) => [...r.cells].map((c) => c.innerText));")
+    want = [["0", "loved it, wo", "12", "pos"], ["1", "meh", "3", "neg"], ["2", "", "0", "pos"]]
+    check(rows == want, f"[{label}] the first examples are the rows as tokenized: {rows} vs {want}")
+    check(dashboard.overflow(driver) <= 0, f"[{label}] the text classification page fits the window")
+    dashboard.shot(driver, f"text-csv-{label}")
 
 
 def check_width(driver, base, key, label, text_path, bad_path):
@@ -116,6 +173,9 @@ def main():
     os.makedirs(dashboard.ARTIFACTS, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="trainyard-text-")
     text_path, bad_path = os.path.join(tmp, "hamlet.txt"), os.path.join(tmp, "bad.bin")
+    csv_path = os.path.join(tmp, "reviews.csv")
+    with open(csv_path, "w", encoding="utf-8") as f:
+        f.write(REVIEWS)
     with open(text_path, "w", encoding="utf-8") as f:
         f.write(TEXT)
     with open(bad_path, "wb") as f:
@@ -132,6 +192,7 @@ def main():
             driver.set_window_size(*size)
             sign_in(driver, base, key)
             check_width(driver, base, key, label, text_path, bad_path)
+            check_text_csv(driver, base, key, label, csv_path)
         # The two refused token uploads (one a width) are 422s on purpose.
         errors = dashboard.severe_errors(driver, r"/v1/datasets - Failed to load resource: .* 422")
         check(not errors, "no SEVERE browser console messages: " + " | ".join(errors))

@@ -27,6 +27,13 @@ put('csv', 'nan_inf', 'x,y\nNaN,a\n-inf,b\n1e39,c\n')
 put('csv', 'no_label', 'a,b\n1,2\n')
 put('csv', 'bad_utf8', 'x,y\n1,\xff\xfe\n'.encode('latin-1'))
 put('csv', 'unterminated_quote', 'x,y\n1,"abc\n')
+# text_csv: a byte (bit 0: learn a BPE; the rest: max_length - 1, mod 16)
+# then the CSV, text column "text", label "y" (fuzz_text_csv.c)
+put('text_csv', 'byte', b'\x0e' + 'id,text,y\n1,hello world,pos\n2,"a, b\nc",neg\n3,,pos\n4,h\u00e9llo \u20ac,neg\n'.encode())
+put('text_csv', 'learn', b'\x09' + b'y,text\n1,the cat the cat\n2,the cat sat\n1,the the the\n')
+put('text_csv', 'bad_utf8', b'\x02' + b'text,y\nok,1\nab\xc3(,2\n')
+put('text_csv', 'no_text', b'\x02' + b'body,y\nok,1\n')
+put('text_csv', 'ragged', b'\x03' + b'text,y\nok,1\nx\n')
 
 # IDX: "<images>@@LABELS@@<labels>"
 def idx3(n, r, c): return struct.pack('>IIII', 0x803, n, r, c) + bytes(range(n*r*c)) [:n*r*c] if n*r*c < 256 else struct.pack('>IIII', 0x803, n, r, c) + bytes(n*r*c)

@@ -8,6 +8,9 @@
  *   datasets show   the tokenizer, vocabulary and token count, then the
  *                   sample (text, or the first ids)
  *   datasets list   the token count where examples are counted
+ *   text classification  --format csv with text_column= and max_length=:
+ *                   the reply line, show's first row decoded, list's
+ *                   examples, and a missing text column refused by field
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -133,11 +136,53 @@ static void test_tokens_upload_show(void **state)
     run_free(&r);
 }
 
+static void test_text_classification_csv(void **state)
+{
+    (void)state;
+    char path[PATH_MAX + 16], part[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/reviews.csv", home);
+    const char *csv = "text,label,stars\n"
+                      "\"loved it, would watch again\",pos,5\n"
+                      "meh,neg,2\n";
+    write_file(path, csv, strlen(csv));
+    snprintf(part, sizeof part, "file=@%s", path);
+    run_result r;
+    RUN(&r, "datasets", "upload", "reviews", "--format", "csv", part,
+        "label_column=label", "text_column=text", "max_length=16");
+    expect_code(&r, 0);
+    expect_in("upload", r.out,
+              "2 examples of 16 tokens (column text), vocabulary 256, byte "
+              "tokenizer, classification");
+    run_free(&r);
+
+    RUN(&r, "datasets", "show", "reviews");
+    expect_code(&r, 0);
+    expect_in("show", r.out, "truncated_examples");
+    expect_in("show", r.out, "num_tokens");
+    /* the first row's 16 bytes, decoded */
+    expect_in("show", r.out,
+              "sample (the first row, label \"pos\"):\nloved it, would ");
+    run_free(&r);
+
+    RUN(&r, "datasets", "list");
+    expect_code(&r, 0);
+    expect_in("list", r.out, "reviews");
+    expect_in("list", r.out, "classification");
+    run_free(&r);
+
+    RUN(&r, "datasets", "upload", "reviews2", "--format", "csv", part,
+        "label_column=label", "text_column=body");
+    expect_code(&r, 4);
+    expect_in("no such column", r.err, "field: text_column");
+    run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_upload_show_list),
         cmocka_unit_test(test_tokens_upload_show),
+        cmocka_unit_test(test_text_classification_csv),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
