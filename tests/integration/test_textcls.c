@@ -135,7 +135,7 @@ static void test_train_text_classifier(void **state)
                       "\"learning_rate\": 0.003, \"seed\": 3}}");
     expect_status(r, 202);
     const json_t *layers =
-        json_object_get(json_object_get(r->json, "model"), "layers");
+        json_object_get(json_object_get(r->json, "spec"), "layers");
     assert_int_equal(json_integer_value(json_object_get(
                          json_array_get(layers, 0), "vocab_size")),
                      256);
