@@ -58,18 +58,20 @@ static int check_row(size_t r, json_t *row, float *logits, float *probs,
         sample_state st;
         sample_state_init(&st, 0, 0);
         sample_logprob out;
-        if (sample_next(&p, &st, logits, v, scratch, &out, NULL, 0, NULL,
-                        &err) != TY_OK) {
+        sample_logprobs lp = {0};
+        if (sample_next(&p, &st, logits, v, scratch, &out, &lp, &err) !=
+            TY_OK) {
             printf("FAIL row %zu: %s\n", r, err.msg);
             return 1;
         }
         uint32_t want =
             (uint32_t)json_integer_value(json_object_get(row, "argmax"));
-        double lp = json_number_value(json_object_get(row, "logprob"));
-        int ok = out.token == want && fabs(out.logprob - lp) <= LOGPROB_ABS;
+        double want_lp = json_number_value(json_object_get(row, "logprob"));
+        int ok =
+            out.token == want && fabs(out.logprob - want_lp) <= LOGPROB_ABS;
         printf("%s row %zu: greedy v=%u token %u (torch %u) logprob %.7g "
                "(torch %.7g)\n",
-               ok ? "ok" : "FAIL", r, v, out.token, want, out.logprob, lp);
+               ok ? "ok" : "FAIL", r, v, out.token, want, out.logprob, want_lp);
         return !ok;
     }
     uint32_t n = 0;
@@ -128,6 +130,34 @@ static int check_row(size_t r, json_t *row, float *logits, float *probs,
             printf("  row %zu: probabilities out of order at %u\n", r, j);
             ok = 0;
         }
+    /* A draw: a kept token, its logprob and the top five alternatives'
+     * those of the torch distribution. */
+    sample_state st;
+    sample_state_init(&st, r, 0);
+    sample_logprob out, top[5];
+    sample_logprobs lp = {.top = top, .n_top = 5};
+    if (ok &&
+        sample_next(&p, &st, logits, v, scratch, &out, &lp, &err) != TY_OK) {
+        printf("FAIL row %zu: %s\n", r, err.msg);
+        return 1;
+    }
+    for (uint32_t j = 0; ok && j <= lp.n_top_out; j++) {
+        sample_logprob x = j < lp.n_top_out ? top[j] : out;
+        double pt = -1;
+        for (uint32_t i = 0; i < nk; i++)
+            if ((uint32_t)json_integer_value(json_array_get(kept, i)) ==
+                x.token)
+                pt = json_number_value(json_array_get(tp, i));
+        if (pt < 0 || fabs(exp(x.logprob) - pt) > PROB_ABS + 1e-5 * pt) {
+            printf("  row %zu: token %u's logprob %.7g, torch's prob %.7g\n", r,
+                   x.token, x.logprob, pt);
+            ok = 0;
+        }
+    }
+    if (ok && lp.n_top_out != (n < 5 ? n : 5)) {
+        printf("  row %zu: %u alternatives\n", r, lp.n_top_out);
+        ok = 0;
+    }
     ok = ok && worst <= PROB_ABS;
     printf("%s row %zu: v=%u T=%g top_k=%d top_p=%g: kept %u (torch %u), "
            "max |dp| %.3g\n",

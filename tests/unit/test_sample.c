@@ -5,7 +5,9 @@
  * reproducible and independent of other sequences, draw frequencies
  * against the expected distribution (a chi-square statistic over a fixed
  * seed's draws, so it cannot flake), logprobs and top alternatives, the
- * parameters' validation and bad logits. */
+ * parameters' validation and bad logits; and 400 random rows (ties,
+ * -inf, any parameters) against the definition written out naively:
+ * the same draw, kept set, order, probabilities and alternatives. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,11 +35,23 @@ static uint32_t next_token(const sample_params *p, sample_state *st,
 {
     sample_logprob out = {0};
     ty_err err = {0};
-    assert_int_equal(
-        sample_next(p, st, logits, v, scratch, &out, NULL, 0, NULL, &err),
-        TY_OK);
-    if (logprob)
-        *logprob = out.logprob;
+    sample_logprobs lp = {0};
+    assert_int_equal(sample_next(p, st, logits, v, scratch, &out,
+                                 logprob ? &lp : NULL, &err),
+                     TY_OK);
+    if (!logprob) {
+        assert_true(isnan(out.logprob));
+        return out.token;
+    }
+    *logprob = out.logprob;
+    assert_int_equal(lp.n_top_out, 0);
+    /* Greedy without logprobs: the same token. */
+    if (p->temperature == 0) {
+        sample_logprob bare;
+        assert_int_equal(
+            sample_next(p, st, logits, v, scratch, &bare, NULL, &err), TY_OK);
+        assert_int_equal(bare.token, out.token);
+    }
     return out.token;
 }
 
@@ -310,6 +324,13 @@ static void test_draw_frequencies(void **state)
 
 /* ---- logprobs and alternatives ---- */
 
+static sample_logprobs *lpn(sample_logprobs *lp, sample_logprob *top,
+                            uint32_t n)
+{
+    *lp = (sample_logprobs){.top = top, .n_top = n, .n_top_out = 99};
+    return lp;
+}
+
 static void test_logprobs_and_top(void **state)
 {
     (void)state;
@@ -321,15 +342,15 @@ static void test_logprobs_and_top(void **state)
     sample_state st;
     sample_state_init(&st, 8, 0);
     sample_logprob out, top[8];
-    uint32_t nt = 99;
+    sample_logprobs lp;
     ty_err err = {0};
     for (int i = 0; i < 40; i++) {
         assert_int_equal(
-            sample_next(&p, &st, l, 5, scratch, &out, top, 3, &nt, &err),
+            sample_next(&p, &st, l, 5, scratch, &out, lpn(&lp, top, 3), &err),
             TY_OK);
         assert_float_equal(out.logprob, log(q[out.token] / 0.95), 1e-5);
         assert_int_not_equal(out.token, 0);
-        assert_int_equal(nt, 3);
+        assert_int_equal(lp.n_top_out, 3);
         const uint32_t want[] = {1, 4, 2};
         for (int j = 0; j < 3; j++) {
             assert_int_equal(top[j].token, want[j]);
@@ -338,26 +359,29 @@ static void test_logprobs_and_top(void **state)
     }
     /* More alternatives asked than kept: only the kept. */
     assert_int_equal(
-        sample_next(&p, &st, l, 5, scratch, &out, top, 8, &nt, &err), TY_OK);
-    assert_int_equal(nt, 4);
+        sample_next(&p, &st, l, 5, scratch, &out, lpn(&lp, top, 8), &err),
+        TY_OK);
+    assert_int_equal(lp.n_top_out, 4);
     assert_int_equal(top[3].token, 3);
     /* Without top-p the walk pops past the draw for the alternatives. */
     p = params(2, 0, 1);
     assert_int_equal(
-        sample_next(&p, &st, l, 5, scratch, &out, top, 5, &nt, &err), TY_OK);
-    assert_int_equal(nt, 5);
+        sample_next(&p, &st, l, 5, scratch, &out, lpn(&lp, top, 5), &err),
+        TY_OK);
+    assert_int_equal(lp.n_top_out, 5);
     assert_int_equal(top[4].token, 0);
     assert_float_equal(top[4].logprob, log(0.05), 1e-5);
     /* Greedy: the raw softmax's logprobs (temperature 1, unfiltered). */
     p = params(0, 1, 0.1f);
     assert_int_equal(
-        sample_next(&p, &st, l, 5, scratch, &out, top, 2, &nt, &err), TY_OK);
+        sample_next(&p, &st, l, 5, scratch, &out, lpn(&lp, top, 2), &err),
+        TY_OK);
     double z = 0;
     for (int i = 0; i < 5; i++)
         z += q[i] * q[i];
     assert_int_equal(out.token, 1);
     assert_float_equal(out.logprob, log(0.25 / z), 1e-5);
-    assert_int_equal(nt, 2);
+    assert_int_equal(lp.n_top_out, 2);
     assert_int_equal(top[1].token, 4);
     assert_float_equal(top[1].logprob, log(0.04 / z), 1e-5);
 }
@@ -407,17 +431,14 @@ static void test_bad_logits(void **state)
     ty_err err = {0};
     const float nan_row[] = {0.0f, NAN, 1.0f};
     assert_int_equal(
-        sample_next(&p, &st, nan_row, 3, scratch, &out, NULL, 0, NULL, &err),
-        TY_EINVAL);
+        sample_next(&p, &st, nan_row, 3, scratch, &out, NULL, &err), TY_EINVAL);
     assert_non_null(strstr(err.msg, "NaN"));
     const float inf_row[] = {0.0f, INFINITY};
     assert_int_equal(
-        sample_next(&p, &st, inf_row, 2, scratch, &out, NULL, 0, NULL, &err),
-        TY_EINVAL);
+        sample_next(&p, &st, inf_row, 2, scratch, &out, NULL, &err), TY_EINVAL);
     const float none[] = {-INFINITY, -INFINITY};
-    assert_int_equal(
-        sample_next(&p, &st, none, 2, scratch, &out, NULL, 0, NULL, &err),
-        TY_EINVAL);
+    assert_int_equal(sample_next(&p, &st, none, 2, scratch, &out, NULL, &err),
+                     TY_EINVAL);
     assert_int_equal(out.token, 77);
     assert_int_equal(st.draws, 0);
     /* -inf tokens are never drawn, at any temperature. */
@@ -455,6 +476,119 @@ static void test_large_vocab_top_k(void **state)
         assert_true(sorted[i - 1] >= sorted[i]);
 }
 
+/* ---- against a naive sampler ---- */
+
+static const float *naive_l;
+
+static int naive_cmp(const void *pa, const void *pb)
+{
+    uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
+    if (naive_l[a] != naive_l[b])
+        return naive_l[a] > naive_l[b] ? -1 : 1;
+    return (a > b) - (a < b);
+}
+
+/* The definition, written out: sort every finite token (logit down, id
+ * up), top-k's threshold, exp in double, top-p token by token. Returns
+ * the kept count: their ids in order into ids, their unnormalized masses
+ * into e, the kept mass into *mass. */
+static uint32_t naive(const sample_params *p, const float *l, uint32_t v,
+                      uint32_t *ids, double *e, double *mass)
+{
+    uint32_t m = 0;
+    for (uint32_t i = 0; i < v; i++)
+        if (l[i] > -INFINITY)
+            ids[m++] = i;
+    naive_l = l;
+    qsort(ids, m, sizeof *ids, naive_cmp);
+    if (p->top_k > 0 && (uint32_t)p->top_k < m) {
+        float kth = l[ids[p->top_k - 1]];
+        uint32_t k = (uint32_t)p->top_k;
+        while (k < m && l[ids[k]] == kth)
+            k++;
+        m = k;
+    }
+    double max = l[ids[0]], z = 0;
+    for (uint32_t j = 0; j < m; j++)
+        z += e[j] = exp(((double)l[ids[j]] - max) / p->temperature);
+    *mass = z;
+    if (!(p->top_p < 1))
+        return m;
+    double cum = 0;
+    uint32_t kept = 0;
+    while (kept < m && cum < (double)p->top_p * z)
+        cum += e[kept++];
+    *mass = cum;
+    return kept;
+}
+
+/* The inverse CDF over the naive kept tokens in order. */
+static uint32_t naive_draw(const uint32_t *ids, const double *e, uint32_t kept,
+                           double mass, double u)
+{
+    double target = u * mass, cum = 0;
+    for (uint32_t j = 0; j < kept; j++) {
+        cum += e[j];
+        if (cum > target)
+            return ids[j];
+    }
+    return ids[kept - 1];
+}
+
+static void test_matches_naive(void **state)
+{
+    (void)state;
+    static float l[3000], pr[3000];
+    static uint32_t ids[3000], nids[3000];
+    static double ne[3000];
+    ty_rng r;
+    ty_rng_seed(&r, 4242, 0);
+    for (int row = 0; row < 400; row++) {
+        uint32_t v = 1 + ty_rng_below(&r, 3000);
+        float scale = 0.1f + 20.0f * ty_rng_uniform(&r);
+        int rounded = ty_rng_below(&r, 4) == 0; /* many ties */
+        for (uint32_t i = 0; i < v; i++) {
+            l[i] = ty_rng_normal(&r) * scale;
+            if (rounded)
+                l[i] = roundf(l[i]);
+            if (ty_rng_below(&r, 10) == 0)
+                l[i] = -INFINITY;
+        }
+        l[ty_rng_below(&r, v)] = 1.0f; /* one finite at least */
+        sample_params p = params(
+            0.05f + 3.0f * ty_rng_uniform(&r),
+            ty_rng_below(&r, 2) ? 0 : (int32_t)(1 + ty_rng_below(&r, v + 5)),
+            ty_rng_below(&r, 3) ? 0.01f + 0.98f * ty_rng_uniform(&r) : 1.0f);
+        double mass;
+        uint32_t nk = naive(&p, l, v, nids, ne, &mass);
+        sample_state st;
+        sample_state_init(&st, (uint64_t)row, 0);
+        for (int draw = 0; draw < 50; draw++) {
+            sample_state peek = st;
+            double u = (double)(ty_rng_u64(&peek.rng) >> 11) * 0x1.0p-53;
+            sample_logprob out, top[4];
+            sample_logprobs lp = {.top = top, .n_top = 4};
+            ty_err err = {0};
+            assert_int_equal(
+                sample_next(&p, &st, l, v, scratch, &out, &lp, &err), TY_OK);
+            assert_int_equal(out.token, naive_draw(nids, ne, nk, mass, u));
+            assert_int_equal(lp.n_top_out, nk < 4 ? nk : 4);
+            for (uint32_t j = 0; j < lp.n_top_out; j++)
+                assert_int_equal(top[j].token, nids[j]);
+            for (uint32_t j = 0; j < nk; j++)
+                if (nids[j] == out.token)
+                    assert_float_equal(out.logprob, log(ne[j] / mass), 1e-5);
+        }
+        uint32_t n = dist(&p, l, v, ids, pr);
+        assert_int_equal(n, nk);
+        for (uint32_t j = 0; j < n; j++) {
+            assert_int_equal(ids[j], nids[j]);
+            double want = ne[j] / mass;
+            assert_float_equal(pr[j], want, 1e-6 + 1e-5 * want);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -470,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_validation),
         cmocka_unit_test(test_bad_logits),
         cmocka_unit_test(test_large_vocab_top_k),
+        cmocka_unit_test(test_matches_naive),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
