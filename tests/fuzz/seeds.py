@@ -255,3 +255,17 @@ put('tabular', 'kserve_binary_short', b'\x02\x00' + struct.pack('<I', 9) + b'1e5
 
 # a byte tokenizer's cut once split a character (fuzz_tokenizer)
 put('tokenizer', 'crash_byte_cut', b'byte\x00h\xc3\xa9')
+
+# Stop strings and token bytes: "<n % 5>(<len><stop>)*(<len><token>)*"
+# (fuzz_stop.c)
+def stop_in(stops, toks):
+    b = bytes([len(stops)])
+    for s in stops: b += bytes([len(s)]) + s
+    for t in toks: b += bytes([len(t)]) + t
+    return b
+put('stop', 'split_three', stop_in([b'###END'], [b'Hello ', b'world#', b'##E', b'ND more']))
+put('stop', 'false_start', stop_in([b'</s>', b'\n\n'], [b'a</', b'b<', b'/', b'</s', b'>x']))
+put('stop', 'overlap', stop_in([b'abc', b'b', b'aab', b'c'], [b'xaa', b'ab', b'c']))
+put('stop', 'utf8_cut', stop_in(['\u20ac\u20ac'.encode()], [b'1\xe2\x82', b'\xac\xe2', b'\x82', b'\xac']))
+put('stop', 'invalid_bytes', stop_in([b'a\xef\xbf\xbd'], [b'\x80\xff\xc0\xaf', b'\xed\xa0\x80', b'xa', b'\xf0\x9f']))
+put('stop', 'no_stops', stop_in([], [b'caf\xc3', b'\xa9 \xf0\x9f\x98', b'\x80']))
