@@ -164,6 +164,7 @@ void api_kserve_model(api_ctx *app, http_req *r);
 void api_kserve_model_ready(api_ctx *app, http_req *r);
 void api_kserve_config(api_ctx *app, http_req *r);
 void api_kserve_infer(api_ctx *app, http_req *r);
+void api_kserve_generate(api_ctx *app, http_req *r); /* generate.c */
 
 /* api/worker.c: the remote worker protocol (node/wremote.h) */
 void api_worker_job(api_ctx *app, http_req *r);

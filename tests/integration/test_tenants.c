@@ -232,6 +232,8 @@ static const iso_case iso_cases[] = {
      "{\"inputs\": [{\"name\": \"input\", \"shape\": [1, 4], \"datatype\": "
      "\"FP32\", \"data\": [0, 5, 100, 0]}]}",
      404, NULL},
+    {"POST", "/v2/models/{name}/generate", "/v2/models/{model}/generate",
+     "{\"text_input\": \"x\"}", 404, NULL},
     {"GET", "/v2/models/{name}/versions/{version}",
      "/v2/models/{model}/versions/1", NULL, 404, NULL},
     {"GET", "/v2/models/{name}/versions/{version}/ready",

@@ -1,0 +1,44 @@
+/*
+ * generate.h - text generation from a language model, as Triton's
+ * generate extension asks for it (POST /v2/models/{name}/generate):
+ *
+ *   {"text_input": "the prompt",
+ *    "parameters": {"max_tokens": 16, "temperature": 1.0, "top_k": 0,
+ *                   "top_p": 1.0, "seed": 0, "stop": "\n" | ["a", "b"]}}
+ *   -> {"model_name", "model_version": "1", "text_output",
+ *       "finish_reason": "length" | "stop", "prompt_tokens",
+ *       "completion_tokens"}
+ *
+ * The prompt is encoded with the model's tokenizer and run through the
+ * key/value-cache decoder (models/nn_decode.h) in one step, then one token
+ * a step chosen by models/sample.h (temperature 0: greedy) from a stream
+ * seeded by "seed" alone, so the same request gives the same text. Stop
+ * strings (serve/stop.h) end the text before them, across token
+ * boundaries; text_output is whole UTF-8. The request runs on the server's
+ * own thread, one request per decoder: a model's deployment replicas and
+ * batching across requests (continuous batching) are not used yet.
+ *
+ * Errors (TY_EINVAL, a 422 naming the field): a body that is not this
+ * object or has other keys; text_input missing, not a string, encoding to
+ * no token, or longer than the context ("text_input"); max_tokens below 1
+ * or past the context after the prompt, temperature, top_p, top_k, seed,
+ * stop as the parameters' checks say ("parameters.<name>"); a model that is
+ * not a language model with a tokenizer. TY_ENOTFOUND for a model the
+ * tenant does not have.
+ */
+#ifndef TY_SERVE_GENERATE_H
+#define TY_SERVE_GENERATE_H
+
+#include <jansson.h>
+
+#include "common/ty.h"
+
+struct serve_env;
+
+#define SERVE_GEN_MAX_TOKENS 16u /* parameters.max_tokens' default */
+
+ty_status serve_generate(const struct serve_env *env, const char *tenant_id,
+                         const char *model_ref, const json_t *body,
+                         json_t **reply, ty_err *err);
+
+#endif
