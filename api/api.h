@@ -165,6 +165,7 @@ void api_kserve_model_ready(api_ctx *app, http_req *r);
 void api_kserve_config(api_ctx *app, http_req *r);
 void api_kserve_infer(api_ctx *app, http_req *r);
 void api_kserve_generate(api_ctx *app, http_req *r); /* generate.c */
+void api_kserve_generate_stream(api_ctx *app, http_req *r);
 
 /* api/worker.c: the remote worker protocol (node/wremote.h) */
 void api_worker_job(api_ctx *app, http_req *r);

@@ -72,6 +72,7 @@ const route api_routes[] = {
     {HTTP_POST, "/v2/models/{name}/infer", "kserve.infer", KEY, TENSOR, api_kserve_infer},
     {HTTP_POST, "/v2/models/{name}/versions/{version}/infer", "kserve.version_infer", KEY, TENSOR, api_kserve_infer},
     {HTTP_POST, "/v2/models/{name}/generate", "kserve.generate", KEY, JSON, api_kserve_generate},
+    {HTTP_POST, "/v2/models/{name}/generate_stream", "kserve.generate_stream", KEY, JSON, api_kserve_generate_stream},
     {HTTP_GET, "/v2/models/{name}/config", "kserve.config", KEY, NOBODY, api_kserve_config},
     {HTTP_GET, "/v2/models/{name}/versions/{version}/config", "kserve.version_config", KEY, NOBODY, api_kserve_config},
     {HTTP_GET, "/v2/models/{name}/stats", "kserve.stats", KEY, NOBODY, api_kserve_stats},

@@ -128,10 +128,17 @@ static int text_add(text_buf *t, const char *s, size_t n)
     return 0;
 }
 
-/* The run itself: prompt ids in, text out, on a decoder of its own. */
-typedef struct {
+/* A request being served: its model, prompt and decoder (serve_gen_open),
+ * then its text (serve_gen_run). */
+struct serve_gen {
+    serve_model m;
+    int model_open;
+    gen_req q;
+    json_t *body; /* q's strings point into it */
     const nn_net *net;
-    uint32_t vocab, context;
+    uint32_t vocab, context, max_tokens;
+    uint32_t *ids; /* the prompt's */
+    size_t n;
     nn_decoder *d;
     nn_kv_seq seq;
     float *logits;     /* GEN_PREFILL_ROWS rows */
@@ -141,7 +148,10 @@ typedef struct {
     text_buf out;
     uint32_t generated;
     const char *finish;
-} gen_run;
+    serve_gen_chunk chunk; /* streaming: each piece of text as it comes */
+    void *chunk_ctx;
+};
+typedef struct serve_gen gen_run;
 
 /* Runs the prompt through the decoder in chunks; the last row's logits
  * end up in run->logits[0..vocab). */
@@ -162,9 +172,24 @@ static ty_status prefill(gen_run *g, const uint32_t *ids, uint32_t n,
     return TY_OK;
 }
 
-/* One token's text into the stop matcher and the output; 1 when a stop
- * string completed. */
-static ty_status emit(gen_run *g, uint32_t token, int *stopped, ty_err *err)
+/* Text now safe to send: into the output, and to the stream's callback
+ * (which may ask to stop: the client left). */
+static ty_status add_text(gen_run *g, const char *s, size_t n, int *cancel,
+                          ty_err *err)
+{
+    if (!n)
+        return TY_OK;
+    if (text_add(&g->out, s, n) != 0)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (g->chunk && g->chunk(g->chunk_ctx, s, n) != 0)
+        *cancel = 1;
+    return TY_OK;
+}
+
+/* One token's text into the stop matcher and the output; *stopped when a
+ * stop string completed, *cancel when the stream's reader left. */
+static ty_status emit(gen_run *g, uint32_t token, int *stopped, int *cancel,
+                      ty_err *err)
 {
     char *bytes = NULL;
     size_t n = 0;
@@ -172,49 +197,54 @@ static ty_status emit(gen_run *g, uint32_t token, int *stopped, ty_err *err)
     if (s != TY_OK)
         return s;
     char *safe = malloc(STOP_FEED_CAP(n));
-    int bad = !safe;
-    if (safe) {
-        size_t k = stop_feed(&g->stop, bytes, n, safe);
-        bad = text_add(&g->out, safe, k) != 0;
+    if (!safe) {
+        free(bytes);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
+    size_t k = stop_feed(&g->stop, bytes, n, safe);
+    s = add_text(g, safe, k, cancel, err);
     free(safe);
     free(bytes);
-    if (bad)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     *stopped = stop_matched(&g->stop) >= 0;
-    return TY_OK;
+    return s;
 }
 
-static ty_status generate(gen_run *g, const gen_req *q, const uint32_t *ids,
-                          uint32_t n, uint32_t max_tokens, ty_err *err)
+ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
+                        ty_err *err)
 {
+    const gen_req *q = &g->q;
+    const uint32_t max_tokens = g->max_tokens;
+    g->chunk = chunk;
+    g->chunk_ctx = ctx;
     sample_state st;
     sample_state_init(&st, q->sp.seed, 0);
-    ty_status s = prefill(g, ids, n, err);
+    ty_status s = prefill(g, g->ids, (uint32_t)g->n, err);
     g->finish = "length";
-    while (s == TY_OK && g->generated < max_tokens) {
+    int cancel = 0;
+    while (s == TY_OK && !cancel && g->generated < max_tokens) {
         sample_logprob next;
         if ((s = sample_next(&q->sp, &st, g->logits, g->vocab, g->scratch,
                              &next, NULL, err)) != TY_OK)
             break;
         g->generated++;
         int stopped = 0;
-        if ((s = emit(g, next.token, &stopped, err)) != TY_OK)
+        if ((s = emit(g, next.token, &stopped, &cancel, err)) != TY_OK)
             break;
         if (stopped) {
             g->finish = "stop";
             break;
         }
-        if (g->generated == max_tokens)
+        if (g->generated == max_tokens || cancel)
             break;
         g->rows[0] = (nn_decode_row){&g->seq, next.token, g->seq.len};
         s = nn_decoder_step(g->d, g->rows, 1, g->logits, err);
     }
-    if (s == TY_OK) {
+    if (s == TY_OK && cancel)
+        g->finish = "cancelled";
+    if (s == TY_OK && !cancel) {
         char tail[STOP_FINISH_CAP];
         size_t k = stop_finish(&g->stop, tail);
-        if (text_add(&g->out, tail, k) != 0)
-            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        s = add_text(g, tail, k, &cancel, err);
         if (stop_matched(&g->stop) >= 0)
             g->finish = "stop";
     }
@@ -222,10 +252,11 @@ static ty_status generate(gen_run *g, const gen_req *q, const uint32_t *ids,
 }
 
 /* The model's checks, the prompt's ids and the run's buffers. */
-static ty_status run_request(serve_model *m, const gen_req *q, json_t **reply,
-                             ty_err *err)
+static ty_status prepare(gen_run *g, ty_err *err)
 {
-    const nn_net *net = model_entry_net(m->e);
+    serve_model *m = &g->m;
+    const gen_req *q = &g->q;
+    const nn_net *net = g->net = model_entry_net(m->e);
     if (m->task != TY_TASK_LANGUAGE_MODELING || !nn_net_has_tokenizer(net))
         return ty_fail(err, TY_EINVAL, NULL,
                        "model %s %s; generate needs a language model trained "
@@ -234,72 +265,106 @@ static ty_status run_request(serve_model *m, const gen_req *q, json_t **reply,
                        m->task != TY_TASK_LANGUAGE_MODELING
                            ? "is not a language model"
                            : "has no tokenizer");
-    gen_run g = {.net = net,
-                 .vocab = nn_net_token_vocab(net),
-                 .context = (uint32_t)m->features};
-    uint32_t *ids = NULL;
-    size_t n = 0;
-    ty_status s =
-        serve_lm_encode(net, q->text, q->text_len, "text_input", &ids, &n, err);
+    g->vocab = nn_net_token_vocab(net);
+    g->context = (uint32_t)m->features;
+    ty_status s = serve_lm_encode(net, q->text, q->text_len, "text_input",
+                                  &g->ids, &g->n, err);
+    const size_t n = g->n;
     if (s == TY_OK && n == 0)
         s = ty_fail(err, TY_EINVAL, "text_input",
                     "text_input encodes to no token: give a prompt");
-    if (s == TY_OK && n >= g.context)
+    if (s == TY_OK && n >= g->context)
         s = ty_fail(err, TY_EINVAL, "text_input",
                     "text_input is %zu tokens; the model's context is %u, "
                     "so a prompt may have at most %u",
-                    n, g.context, g.context - 1);
-    const uint32_t room = s == TY_OK ? g.context - (uint32_t)n : 0;
-    const uint32_t max_tokens =
-        q->max_tokens
-            ? (uint32_t)q->max_tokens
-            : (room < SERVE_GEN_MAX_TOKENS ? room : SERVE_GEN_MAX_TOKENS);
-    if (s == TY_OK && max_tokens > room)
-        s = ty_fail(err, TY_EINVAL, P ".max_tokens",
-                    P ".max_tokens is %u but the prompt's %zu tokens leave "
-                      "%u of the model's context of %u",
-                    max_tokens, n, room, g.context);
-    if (s == TY_OK)
-        s = stop_init(&g.stop, q->stops, q->stop_lens, q->n_stops, err);
-    if (s == TY_EINVAL && !strcmp(err->field, "stop"))
-        snprintf(err->field, sizeof err->field, P ".stop");
-    const uint32_t total = (uint32_t)n + max_tokens;
-    if (s == TY_OK)
-        s = nn_decoder_create(net, GEN_PREFILL_ROWS,
-                              (total + GEN_BLOCK_TOKENS - 1) / GEN_BLOCK_TOKENS,
-                              GEN_BLOCK_TOKENS, &g.d, err);
-    if (s == TY_OK) {
-        g.logits =
-            malloc((size_t)GEN_PREFILL_ROWS * g.vocab * sizeof *g.logits);
-        g.scratch = malloc((size_t)g.vocab * sizeof *g.scratch);
-        g.rows = malloc(GEN_PREFILL_ROWS * sizeof *g.rows);
-        if (!g.logits || !g.scratch || !g.rows)
-            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+                    n, g->context, g->context - 1);
+    if (s != TY_OK)
+        return s;
+    const uint32_t room = g->context - (uint32_t)n;
+    g->max_tokens = q->max_tokens                 ? (uint32_t)q->max_tokens
+                    : room < SERVE_GEN_MAX_TOKENS ? room
+                                                  : SERVE_GEN_MAX_TOKENS;
+    if (g->max_tokens > room)
+        return ty_fail(err, TY_EINVAL, P ".max_tokens",
+                       P ".max_tokens is %u but the prompt's %zu tokens "
+                         "leave %u of the model's context of %u",
+                       g->max_tokens, n, room, g->context);
+    if ((s = stop_init(&g->stop, q->stops, q->stop_lens, q->n_stops, err)) !=
+        TY_OK) {
+        if (s == TY_EINVAL && !strcmp(err->field, "stop"))
+            snprintf(err->field, sizeof err->field, P ".stop");
+        return s;
     }
+    const uint32_t total = (uint32_t)n + g->max_tokens;
+    if ((s = nn_decoder_create(net, GEN_PREFILL_ROWS,
+                               (total + GEN_BLOCK_TOKENS - 1) /
+                                   GEN_BLOCK_TOKENS,
+                               GEN_BLOCK_TOKENS, &g->d, err)) != TY_OK)
+        return s;
+    g->logits = malloc((size_t)GEN_PREFILL_ROWS * g->vocab * sizeof *g->logits);
+    g->scratch = malloc((size_t)g->vocab * sizeof *g->scratch);
+    g->rows = malloc(GEN_PREFILL_ROWS * sizeof *g->rows);
+    if (!g->logits || !g->scratch || !g->rows)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return nn_kv_seq_reserve(g->d, &g->seq, total, err);
+}
+
+ty_status serve_gen_open(const serve_env *env, const char *tenant_id,
+                         const char *model_ref, const json_t *body,
+                         serve_gen **out, ty_err *err)
+{
+    *out = NULL;
+    gen_run *g = calloc(1, sizeof *g);
+    if (!g)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    g->body = json_incref((json_t *)body);
+    ty_status s = parse(g->body, &g->q, err);
+    if (s == TY_OK && (s = serve_model_open(env, tenant_id, model_ref, 1, &g->m,
+                                            err)) == TY_OK)
+        g->model_open = 1;
     if (s == TY_OK)
-        s = nn_kv_seq_reserve(g.d, &g.seq, total, err);
-    if (s == TY_OK)
-        s = generate(&g, q, ids, (uint32_t)n, max_tokens, err);
-    if (s == TY_OK) {
-        *reply =
-            json_pack("{s:s, s:s, s:s%, s:s, s:I, s:I}", "model_name",
-                      m->name[0] ? m->name : m->id, "model_version", "1",
-                      "text_output", g.out.p ? g.out.p : "", g.out.len,
-                      "finish_reason", g.finish, "prompt_tokens", (json_int_t)n,
-                      "completion_tokens", (json_int_t)g.generated);
-        if (!*reply)
-            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        s = prepare(g, err);
+    if (s != TY_OK) {
+        serve_gen_close(g);
+        return s;
     }
-    if (g.d) {
-        nn_kv_seq_release(g.d, &g.seq);
-        nn_decoder_free(g.d);
+    *out = g;
+    return TY_OK;
+}
+
+json_t *serve_gen_result(const serve_gen *g, int with_text)
+{
+    const serve_model *m = &g->m;
+    return json_pack(
+        "{s:s, s:s, s:s%, s:s, s:I, s:I}", "model_name",
+        m->name[0] ? m->name : m->id, "model_version", "1", "text_output",
+        with_text && g->out.p ? g->out.p : "", with_text ? g->out.len : 0,
+        "finish_reason", g->finish ? g->finish : "length", "prompt_tokens",
+        (json_int_t)g->n, "completion_tokens", (json_int_t)g->generated);
+}
+
+const char *serve_gen_model_name(const serve_gen *g)
+{
+    return g->m.name[0] ? g->m.name : g->m.id;
+}
+
+void serve_gen_close(serve_gen *g)
+{
+    if (!g)
+        return;
+    if (g->d) {
+        nn_kv_seq_release(g->d, &g->seq);
+        nn_decoder_free(g->d);
     }
-    free(g.logits);
-    free(g.scratch);
-    free(g.rows);
-    free(g.out.p);
-    free(ids);
-    return s;
+    if (g->model_open)
+        serve_model_close(&g->m);
+    free(g->logits);
+    free(g->scratch);
+    free(g->rows);
+    free(g->out.p);
+    free(g->ids);
+    json_decref(g->body);
+    free(g);
 }
 
 ty_status serve_generate(const serve_env *env, const char *tenant_id,
@@ -307,14 +372,13 @@ ty_status serve_generate(const serve_env *env, const char *tenant_id,
                          json_t **reply, ty_err *err)
 {
     *reply = NULL;
-    gen_req q;
-    ty_status s = parse(body, &q, err);
+    serve_gen *g;
+    ty_status s = serve_gen_open(env, tenant_id, model_ref, body, &g, err);
     if (s != TY_OK)
         return s;
-    serve_model m;
-    if ((s = serve_model_open(env, tenant_id, model_ref, 1, &m, err)) != TY_OK)
-        return s;
-    s = run_request(&m, &q, reply, err);
-    serve_model_close(&m);
+    if ((s = serve_gen_run(g, NULL, NULL, err)) == TY_OK &&
+        !(*reply = serve_gen_result(g, 1)))
+        s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    serve_gen_close(g);
     return s;
 }

@@ -30,6 +30,7 @@
 #define TY_SERVE_GENERATE_H
 
 #include <jansson.h>
+#include <stddef.h>
 
 #include "common/ty.h"
 
@@ -37,8 +38,30 @@ struct serve_env;
 
 #define SERVE_GEN_MAX_TOKENS 16u /* parameters.max_tokens' default */
 
+/* The whole request: *reply is the object above. */
 ty_status serve_generate(const struct serve_env *env, const char *tenant_id,
                          const char *model_ref, const json_t *body,
                          json_t **reply, ty_err *err);
+
+/* In steps, for streaming (POST /v2/models/{name}/generate_stream):
+ * serve_gen_open checks the request and readies the model and its decoder
+ * (every error above happens here, before any text); serve_gen_run writes
+ * the text, handing each piece to chunk as it becomes safe to send (whole
+ * UTF-8, never part of a stop string); a chunk returning nonzero (the
+ * client left) ends the run at once with finish_reason "cancelled".
+ * serve_gen_result is the reply's object (text_output "" unless
+ * with_text); serve_gen_close frees all (NULL is fine). One thread at a
+ * time per serve_gen. */
+typedef struct serve_gen serve_gen;
+typedef int (*serve_gen_chunk)(void *ctx, const char *text, size_t len);
+
+ty_status serve_gen_open(const struct serve_env *env, const char *tenant_id,
+                         const char *model_ref, const json_t *body,
+                         serve_gen **out, ty_err *err);
+ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
+                        ty_err *err);
+json_t *serve_gen_result(const serve_gen *g, int with_text);
+const char *serve_gen_model_name(const serve_gen *g);
+void serve_gen_close(serve_gen *g);
 
 #endif

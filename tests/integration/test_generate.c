@@ -218,6 +218,55 @@ static void test_seeded_sampling(void **state)
     resp_free(r2);
 }
 
+/* generate_stream: the events' texts add up to generate's text, the last
+ * event says why it ended, and a bad request is refused before any event
+ * (a problem reply, not a stream). */
+static void test_stream(void **state)
+{
+    (void)state;
+    const char *body = "{\"text_input\": \"my friend \", \"parameters\": "
+                       "{\"temperature\": 0, \"max_tokens\": 14}}";
+    resp *whole = generate(body);
+    expect_status(whole, 200);
+    char path[160];
+    snprintf(path, sizeof path, "/v2/models/%s/generate_stream", model_id);
+    resp *r = http_json(&server, "POST", path, body);
+    expect_status(r, 200);
+    assert_non_null(strstr(r->content_type, "text/event-stream"));
+    char text[256] = "";
+    int events = 0, last_seen = 0;
+    char *save = NULL, *copy = strndup(r->body, r->len);
+    for (char *ev = strtok_r(copy, "\n", &save); ev;
+         ev = strtok_r(NULL, "\n", &save)) {
+        assert_true(!strncmp(ev, "data: ", 6));
+        json_t *o = json_loads(ev + 6, 0, NULL);
+        assert_non_null(o);
+        assert_false(last_seen); /* nothing after the last event */
+        events++;
+        if (json_object_get(o, "finish_reason")) {
+            last_seen = 1;
+            assert_string_equal(str(o, "finish_reason"), "length");
+            assert_string_equal(str(o, "text_output"), "");
+            assert_int_equal(
+                json_integer_value(json_object_get(o, "completion_tokens")),
+                14);
+        } else {
+            strncat(text, str(o, "text_output"),
+                    sizeof text - strlen(text) - 1);
+        }
+        json_decref(o);
+    }
+    free(copy);
+    assert_true(last_seen);
+    assert_true(events >= 3); /* pieces as they came, not one reply */
+    assert_string_equal(text, str(whole->json, "text_output"));
+    resp_free(r);
+    resp_free(whole);
+    r = http_json(&server, "POST", path,
+                  "{\"text_input\": \"x\", \"parameters\": {\"top_p\": 2}}");
+    expect_422(r, "parameters.top_p", NULL);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -257,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_greedy_is_predicts_chain),
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_seeded_sampling),
+        cmocka_unit_test(test_stream),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
