@@ -166,6 +166,25 @@ void api_kserve_config(api_ctx *app, http_req *r);
 void api_kserve_infer(api_ctx *app, http_req *r);
 void api_kserve_generate(api_ctx *app, http_req *r); /* generate.c */
 void api_kserve_generate_stream(api_ctx *app, http_req *r);
+void api_openai_completions(api_ctx *app, http_req *r); /* openai.c */
+void api_openai_chat(api_ctx *app, http_req *r);
+void api_openai_models(api_ctx *app, http_req *r);
+
+/* A text/event-stream reply fed by a producer on a thread of its own
+ * (genstream.c): reserve a place first (0: too many streams, reply 503),
+ * then start; produce(st, arg) pushes events and returns when done, and
+ * arg_free(arg) runs after it (or at once when the stream cannot start;
+ * an unused reservation is given back with unreserve). A push returns 1
+ * once the client has left: the producer should stop. */
+typedef struct api_gen_stream api_gen_stream;
+typedef void (*api_gen_produce)(api_gen_stream *st, void *arg);
+int api_gen_stream_reserve(void);
+void api_gen_stream_unreserve(void);
+void api_gen_stream_start(http_req *r, api_gen_produce produce, void *arg,
+                          void (*arg_free)(void *arg));
+/* "data: <obj's JSON>\n\n" (takes obj), or raw text. */
+int api_gen_stream_event(api_gen_stream *st, json_t *obj);
+int api_gen_stream_raw(api_gen_stream *st, const char *text, size_t n);
 
 /* api/worker.c: the remote worker protocol (node/wremote.h) */
 void api_worker_job(api_ctx *app, http_req *r);

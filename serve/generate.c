@@ -150,6 +150,14 @@ struct serve_gen {
     const char *finish;
     serve_gen_chunk chunk; /* streaming: each piece of text as it comes */
     void *chunk_ctx;
+    uint32_t choice; /* the seed's stream (OpenAI's choice index) */
+    /* logprobs (serve_gen_want_logprobs): per generated token, its id,
+     * logprob and the lp_top most likely ones with theirs */
+    int want_lp;
+    uint32_t lp_top;
+    sample_logprob *lp_tok;  /* max_tokens */
+    sample_logprob *lp_alts; /* max_tokens * lp_top */
+    uint32_t *lp_n_alts;     /* max_tokens */
 };
 typedef struct serve_gen gen_run;
 
@@ -217,15 +225,23 @@ ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
     g->chunk = chunk;
     g->chunk_ctx = ctx;
     sample_state st;
-    sample_state_init(&st, q->sp.seed, 0);
+    sample_state_init(&st, q->sp.seed, g->choice);
     ty_status s = prefill(g, g->ids, (uint32_t)g->n, err);
     g->finish = "length";
     int cancel = 0;
     while (s == TY_OK && !cancel && g->generated < max_tokens) {
         sample_logprob next;
+        sample_logprobs lp = {0};
+        if (g->want_lp)
+            lp = (sample_logprobs){
+                g->lp_alts + (size_t)g->generated * g->lp_top, g->lp_top, 0};
         if ((s = sample_next(&q->sp, &st, g->logits, g->vocab, g->scratch,
-                             &next, NULL, err)) != TY_OK)
+                             &next, g->want_lp ? &lp : NULL, err)) != TY_OK)
             break;
+        if (g->want_lp) {
+            g->lp_tok[g->generated] = next;
+            g->lp_n_alts[g->generated] = lp.n_top_out;
+        }
         g->generated++;
         int stopped = 0;
         if ((s = emit(g, next.token, &stopped, &cancel, err)) != TY_OK)
@@ -348,10 +364,88 @@ const char *serve_gen_model_name(const serve_gen *g)
     return g->m.name[0] ? g->m.name : g->m.id;
 }
 
+void serve_gen_set_choice(serve_gen *g, uint32_t choice) { g->choice = choice; }
+
+ty_status serve_gen_want_logprobs(serve_gen *g, uint32_t top, ty_err *err)
+{
+    g->want_lp = 1;
+    g->lp_top = top;
+    const size_t n = g->max_tokens ? g->max_tokens : 1;
+    g->lp_tok = calloc(n, sizeof *g->lp_tok);
+    g->lp_alts = calloc(n * (top ? top : 1), sizeof *g->lp_alts);
+    g->lp_n_alts = calloc(n, sizeof *g->lp_n_alts);
+    if (!g->lp_tok || !g->lp_alts || !g->lp_n_alts)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return TY_OK;
+}
+
+/* A token's text, as JSON (bytes that are not whole UTF-8 on their own
+ * become U+FFFD, as OpenAI's servers show them). */
+static json_t *token_text(const serve_gen *g, uint32_t id)
+{
+    char *bytes = NULL;
+    size_t n = 0;
+    ty_err ignore = {0};
+    json_t *t = NULL;
+    if (nn_net_decode(g->net, &id, 1, &bytes, &n, &ignore) == TY_OK)
+        t = stop_utf8_valid(bytes, n) ? json_stringn(bytes, n)
+                                      : json_string("\xef\xbf\xbd");
+    free(bytes);
+    return t ? t : json_string("");
+}
+
+json_t *serve_gen_logprobs_json(const serve_gen *g, size_t offset)
+{
+    if (!g->want_lp)
+        return json_null();
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(),
+           *offs = json_array();
+    size_t at = offset;
+    for (uint32_t i = 0; i < g->generated; i++) {
+        json_t *t = token_text(g, g->lp_tok[i].token);
+        json_array_append_new(offs, json_integer((json_int_t)at));
+        at += json_string_length(t);
+        json_array_append_new(toks, t);
+        json_array_append_new(lps, json_real(g->lp_tok[i].logprob));
+        json_t *top = json_object();
+        for (uint32_t k = 0; k < g->lp_n_alts[i]; k++) {
+            const sample_logprob *a = &g->lp_alts[(size_t)i * g->lp_top + k];
+            json_t *at_text = token_text(g, a->token);
+            json_object_set_new(top, json_string_value(at_text),
+                                json_real(a->logprob));
+            json_decref(at_text);
+        }
+        json_array_append_new(tops, top);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs",
+                     lps, "top_logprobs", tops, "text_offset", offs);
+}
+
+const char *serve_gen_text(const serve_gen *g, size_t *len)
+{
+    *len = g->out.len;
+    return g->out.p ? g->out.p : "";
+}
+
+const char *serve_gen_finish(const serve_gen *g)
+{
+    return g->finish ? g->finish : "length";
+}
+
+void serve_gen_counts(const serve_gen *g, uint32_t *prompt,
+                      uint32_t *completion)
+{
+    *prompt = (uint32_t)g->n;
+    *completion = g->generated;
+}
+
 void serve_gen_close(serve_gen *g)
 {
     if (!g)
         return;
+    free(g->lp_tok);
+    free(g->lp_alts);
+    free(g->lp_n_alts);
     if (g->d) {
         nn_kv_seq_release(g->d, &g->seq);
         nn_decoder_free(g->d);

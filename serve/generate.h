@@ -64,4 +64,19 @@ json_t *serve_gen_result(const serve_gen *g, int with_text);
 const char *serve_gen_model_name(const serve_gen *g);
 void serve_gen_close(serve_gen *g);
 
+/* For OpenAI's completions (serve/openai.h), before serve_gen_run: the
+ * choice's index picks the seed's stream (the choices of one request
+ * differ, each reproducible); serve_gen_want_logprobs keeps each token's
+ * logprob and its top (at most 5) alternatives'. After the run: the text,
+ * the finish reason, the token counts, and the logprobs as OpenAI's
+ * completions object ({"tokens", "token_logprobs", "top_logprobs",
+ * "text_offset"}, offsets counted from offset; null when not asked). */
+void serve_gen_set_choice(serve_gen *g, uint32_t choice);
+ty_status serve_gen_want_logprobs(serve_gen *g, uint32_t top, ty_err *err);
+const char *serve_gen_text(const serve_gen *g, size_t *len);
+const char *serve_gen_finish(const serve_gen *g);
+void serve_gen_counts(const serve_gen *g, uint32_t *prompt,
+                      uint32_t *completion);
+json_t *serve_gen_logprobs_json(const serve_gen *g, size_t offset);
+
 #endif

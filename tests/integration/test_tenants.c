@@ -234,6 +234,8 @@ static const iso_case iso_cases[] = {
      404, NULL},
     {"POST", "/v2/models/{name}/generate", "/v2/models/{model}/generate",
      "{\"text_input\": \"x\"}", 404, NULL},
+    {"POST", "/openai/v1/completions", "/openai/v1/completions",
+     "{\"model\": \"{model}\", \"prompt\": \"x\"}", 404, NULL},
     {"POST", "/v2/models/{name}/generate_stream",
      "/v2/models/{model}/generate_stream", "{\"text_input\": \"x\"}", 404,
      NULL},
