@@ -104,6 +104,12 @@ static ty_status parse(const json_t *body, gen_req *q, ty_err *err)
     return s;
 }
 
+ty_status serve_gen_check_body(const json_t *body, ty_err *err)
+{
+    gen_req q;
+    return parse(body, &q, err);
+}
+
 /* A growing output text. */
 typedef struct {
     char *p;

@@ -43,6 +43,10 @@ ty_status serve_generate(const struct serve_env *env, const char *tenant_id,
                          const char *model_ref, const json_t *body,
                          json_t **reply, ty_err *err);
 
+/* The body's checks alone (no model): what serve_generate refuses of a
+ * body before it looks at the model. For fuzzing. */
+ty_status serve_gen_check_body(const json_t *body, ty_err *err);
+
 /* In steps, for streaming (POST /v2/models/{name}/generate_stream):
  * serve_gen_open checks the request and readies the model and its decoder
  * (every error above happens here, before any text); serve_gen_run writes

@@ -220,6 +220,19 @@ static ty_status parse(serve_oai *o, const json_t *body, uint64_t *seed,
     return o->prompts ? TY_OK : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
 }
 
+ty_status serve_oai_check_body(const json_t *body, ty_err *err)
+{
+    if (!json_is_object(body))
+        return ty_fail(err, TY_EINVAL, NULL, "the body must be an object");
+    serve_oai *o = calloc(1, sizeof *o);
+    if (!o)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    uint64_t seed = 0;
+    ty_status s = parse(o, body, &seed, err);
+    serve_oai_close(o);
+    return s;
+}
+
 ty_status serve_oai_open(const serve_env *env, const char *tenant_id,
                          const json_t *body, serve_oai **out, ty_err *err)
 {

@@ -49,6 +49,8 @@ ty_status serve_oai_open(const struct serve_env *env, const char *tenant_id,
                          const json_t *body, serve_oai **out, ty_err *err);
 /* Whether the request asked to stream. */
 int serve_oai_streams(const serve_oai *o);
+/* The body's checks alone (no model, no choice opened). For fuzzing. */
+ty_status serve_oai_check_body(const json_t *body, ty_err *err);
 /* Runs every choice; streaming, hands each chunk to emit as it comes. */
 ty_status serve_oai_run(serve_oai *o, serve_oai_emit emit, void *ctx,
                         ty_err *err);

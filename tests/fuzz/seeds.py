@@ -269,3 +269,11 @@ put('stop', 'overlap', stop_in([b'abc', b'b', b'aab', b'c'], [b'xaa', b'ab', b'c
 put('stop', 'utf8_cut', stop_in(['\u20ac\u20ac'.encode()], [b'1\xe2\x82', b'\xac\xe2', b'\x82', b'\xac']))
 put('stop', 'invalid_bytes', stop_in([b'a\xef\xbf\xbd'], [b'\x80\xff\xc0\xaf', b'\xed\xa0\x80', b'xa', b'\xf0\x9f']))
 put('stop', 'no_stops', stop_in([], [b'caf\xc3', b'\xa9 \xf0\x9f\x98', b'\x80']))
+
+# Generation request bodies: Triton's generate and OpenAI's completions
+# (fuzz_gen_body.c)
+put('gen_body', 'triton', json.dumps({"text_input": "the old k", "parameters": {"max_tokens": 8, "temperature": 0.7, "top_k": 5, "top_p": 0.9, "seed": 3, "stop": ["\n", "."]}}))
+put('gen_body', 'triton_bad', json.dumps({"text_input": 3, "parameters": {"top_p": 0}}))
+put('gen_body', 'openai', json.dumps({"model": "gpt", "prompt": ["a", "b"], "n": 2, "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}, "seed": 1, "stop": "x"}))
+put('gen_body', 'openai_lp', json.dumps({"model": "gpt", "prompt": "a", "logprobs": 3, "echo": True, "presence_penalty": 0, "best_of": 1, "logit_bias": {}, "user": "u"}))
+put('gen_body', 'openai_bad', json.dumps({"model": "gpt", "prompt": [1, 2], "frequency_penalty": 0.5}))
