@@ -137,7 +137,8 @@ static ty_status read_prompt(const json_t *p, size_t i, const nn_net *tz,
         n = t;
     for (uint32_t j = 0; j < t; j++)
         row[j] = first + j < n ? (float)ids[first + j] : -1.0f;
-    memmove(ids, ids + first, (n - first) * sizeof *ids);
+    if (first) /* ids may be NULL: an empty classifier text has none */
+        memmove(ids, ids + first, (n - first) * sizeof *ids);
     *used = ids;
     *nused = n - first;
     return TY_OK;
