@@ -128,6 +128,20 @@ static void init(void)
         "A deployment's replicas by state (queued, starting, ready, "
         "draining).",
         LABELS("deployment", "tenant", "state"), NULL, 0);
+    fam.gen_tokens = metrics_family_add(
+        reg, METRICS_COUNTER, "trainyard_generate_tokens_total",
+        "Tokens of text generation: the prompts' (prompt) and those written "
+        "(generated).",
+        LABELS("tenant", "kind"), NULL, 0);
+    fam.gen_latency = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "trainyard_generate_latency_seconds",
+        "Text generation: time to first token (ttft: the request's arrival "
+        "to its first token), inter-token latency (itl) and whole requests "
+        "(e2e), by phase.",
+        LABELS("phase"), predict_buckets, NB(predict_buckets));
+    fam.gen_sequences =
+        metrics_family_add(reg, METRICS_GAUGE, "trainyard_generate_sequences",
+                           "Sequences being generated now.", NULL, NULL, 0);
     fam.gpu_power =
         metrics_family_add(reg, METRICS_GAUGE, "trainyard_gpu_power_watts",
                            "A GPU's power draw, where the driver reports it.",
@@ -227,4 +241,26 @@ double opm_now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void opm_gen_sequence(int delta)
+{
+    metrics_add(opm()->gen_sequences, NULL, delta);
+}
+
+void opm_gen_prompt(const char *tenant, unsigned tokens)
+{
+    metrics_add(opm()->gen_tokens, LABELS(tenant, "prompt"), tokens);
+}
+
+void opm_gen_token(const char *tenant, int first, double seconds)
+{
+    const opm_families *f = opm();
+    metrics_add(f->gen_tokens, LABELS(tenant, "generated"), 1);
+    metrics_observe(f->gen_latency, LABELS(first ? "ttft" : "itl"), seconds);
+}
+
+void opm_gen_done(double seconds)
+{
+    metrics_observe(opm()->gen_latency, LABELS("e2e"), seconds);
 }

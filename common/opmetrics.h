@@ -40,6 +40,9 @@ typedef struct {
     metrics_family *deploy_latency;   /* histogram {deployment, phase} */
     metrics_family *deploy_batch;     /* histogram {deployment} */
     metrics_family *deploy_replicas;  /* gauge {deployment, tenant, state} */
+    metrics_family *gen_tokens;       /* counter {tenant, kind} */
+    metrics_family *gen_latency;      /* histogram {phase} */
+    metrics_family *gen_sequences;    /* gauge: generating now */
 } opm_families;
 
 /* The registry and its families; NULL members only when out of memory at
@@ -88,5 +91,15 @@ void opm_deploy_replicas(const char *deployment, const char *tenant,
 
 /* A deleted deployment's series leave. */
 void opm_deploy_forget(const char *deployment);
+
+/* Text generation (serve/generate.c): a sequence started (+1) or ended
+ * (-1); its prompt's tokens once it ran; each token written with the
+ * seconds since the request came (the first: time to first token) or
+ * since the previous token (inter-token latency); and the whole request's
+ * seconds when it ended. */
+void opm_gen_sequence(int delta);
+void opm_gen_prompt(const char *tenant, unsigned tokens);
+void opm_gen_token(const char *tenant, int first, double seconds);
+void opm_gen_done(double seconds);
 
 #endif

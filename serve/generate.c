@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common/jsonutil.h"
+#include "common/opmetrics.h"
 #include "models/nn.h"
 #include "models/nn_decode.h"
 #include "models/sample.h"
@@ -157,6 +158,8 @@ struct serve_gen {
     serve_gen_chunk chunk; /* streaming: each piece of text as it comes */
     void *chunk_ctx;
     uint32_t choice; /* the seed's stream (OpenAI's choice index) */
+    char tenant[TY_ID_MAX];
+    double t_open, t_last; /* the request's arrival, the last token's time */
     /* logprobs (serve_gen_want_logprobs): per generated token, its id,
      * logprob and the lp_top most likely ones with theirs */
     int want_lp;
@@ -230,9 +233,12 @@ ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
     const uint32_t max_tokens = g->max_tokens;
     g->chunk = chunk;
     g->chunk_ctx = ctx;
+    opm_gen_sequence(1);
     sample_state st;
     sample_state_init(&st, q->sp.seed, g->choice);
     ty_status s = prefill(g, g->ids, (uint32_t)g->n, err);
+    if (s == TY_OK)
+        opm_gen_prompt(g->tenant, (unsigned)g->n);
     g->finish = "length";
     int cancel = 0;
     while (s == TY_OK && !cancel && g->generated < max_tokens) {
@@ -248,6 +254,10 @@ ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
             g->lp_tok[g->generated] = next;
             g->lp_n_alts[g->generated] = lp.n_top_out;
         }
+        const double now = opm_now();
+        opm_gen_token(g->tenant, g->generated == 0,
+                      now - (g->generated ? g->t_last : g->t_open));
+        g->t_last = now;
         g->generated++;
         int stopped = 0;
         if ((s = emit(g, next.token, &stopped, &cancel, err)) != TY_OK)
@@ -261,6 +271,8 @@ ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
         g->rows[0] = (nn_decode_row){&g->seq, next.token, g->seq.len};
         s = nn_decoder_step(g->d, g->rows, 1, g->logits, err);
     }
+    opm_gen_sequence(-1);
+    opm_gen_done(opm_now() - g->t_open);
     if (s == TY_OK && cancel)
         g->finish = "cancelled";
     if (s == TY_OK && !cancel) {
@@ -340,6 +352,8 @@ ty_status serve_gen_open(const serve_env *env, const char *tenant_id,
     if (!g)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     g->body = json_incref((json_t *)body);
+    g->t_open = opm_now();
+    snprintf(g->tenant, sizeof g->tenant, "%s", tenant_id);
     ty_status s = parse(g->body, &g->q, err);
     if (s == TY_OK && (s = serve_model_open(env, tenant_id, model_ref, 1, &g->m,
                                             err)) == TY_OK)

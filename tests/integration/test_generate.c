@@ -267,6 +267,53 @@ static void test_stream(void **state)
     expect_422(r, "parameters.top_p", NULL);
 }
 
+/* The sum of a metric's samples whose line holds `has` (0 when none). */
+static double metric_sum(const char *text, const char *name, const char *has)
+{
+    double sum = 0;
+    size_t n = strlen(name);
+    for (const char *l = text; l && *l;
+         l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+        const char *end = strchr(l, '\n');
+        size_t len = end ? (size_t)(end - l) : strlen(l);
+        if (strncmp(l, name, n) || (l[n] != '{' && l[n] != ' '))
+            continue;
+        char line[512];
+        snprintf(line, sizeof line, "%.*s", (int)(len < 511 ? len : 511), l);
+        if (has && !strstr(line, has))
+            continue;
+        const char *v = strrchr(line, ' ');
+        sum += v ? strtod(v + 1, NULL) : 0;
+    }
+    return sum;
+}
+
+/* Generation's metrics: the tokens written so far by this file's tests,
+ * times to first token and between tokens, and no sequence left running. */
+static void test_metrics(void **state)
+{
+    (void)state;
+    resp *r = http_get(&server, "/metrics");
+    expect_status(r, 200);
+    double generated = metric_sum(r->body, "trainyard_generate_tokens_total",
+                                  "kind=\"generated\"");
+    double prompt = metric_sum(r->body, "trainyard_generate_tokens_total",
+                               "kind=\"prompt\"");
+    double ttft = metric_sum(
+        r->body, "trainyard_generate_latency_seconds_count", "phase=\"ttft\"");
+    double itl = metric_sum(r->body, "trainyard_generate_latency_seconds_count",
+                            "phase=\"itl\"");
+    fprintf(stderr, "generated %.0f prompt %.0f ttft %.0f itl %.0f\n",
+            generated, prompt, ttft, itl);
+    assert_true(generated >= 100); /* 12 + 16 + 16 + 7 x 24 + ... */
+    assert_true(prompt >= 50);
+    assert_true(ttft >= 8);
+    assert_true(itl >= generated - ttft - 0.5);
+    assert_true(metric_sum(r->body, "trainyard_generate_sequences", NULL) ==
+                0.0);
+    resp_free(r);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -307,6 +354,7 @@ int main(void)
         cmocka_unit_test(test_stop_and_length),
         cmocka_unit_test(test_seeded_sampling),
         cmocka_unit_test(test_stream),
+        cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
