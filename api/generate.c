@@ -38,9 +38,11 @@ static void generate_run(api_ctx *app, http_req *r)
     http_reply_json(r, 200, doc);
 }
 
+/* On the waiting pool: a generation mostly waits for its engine's steps
+ * (serve/gen_engine.c), where it shares steps with the others. */
 void api_kserve_generate(api_ctx *app, http_req *r)
 {
-    if (!http_req_offload(r, generate_run))
+    if (!http_req_offload_wait(r, generate_run))
         generate_run(app, r);
 }
 

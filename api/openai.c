@@ -78,9 +78,10 @@ static void completions_run(api_ctx *app, http_req *r)
     http_reply_json(r, 200, doc);
 }
 
+/* On the waiting pool, as generate (api/generate.c). */
 void api_openai_completions(api_ctx *app, http_req *r)
 {
-    if (!http_req_offload(r, completions_run))
+    if (!http_req_offload_wait(r, completions_run))
         completions_run(app, r);
 }
 

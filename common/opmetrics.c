@@ -142,6 +142,11 @@ static void init(void)
     fam.gen_sequences =
         metrics_family_add(reg, METRICS_GAUGE, "trainyard_generate_sequences",
                            "Sequences being generated now.", NULL, NULL, 0);
+    fam.gen_step_seqs = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "trainyard_generate_step_sequences",
+        "Sequences each generation step ran together (continuous "
+        "batching).",
+        NULL, batch_buckets, NB(batch_buckets));
     fam.gpu_power =
         metrics_family_add(reg, METRICS_GAUGE, "trainyard_gpu_power_watts",
                            "A GPU's power draw, where the driver reports it.",
@@ -263,4 +268,9 @@ void opm_gen_token(const char *tenant, int first, double seconds)
 void opm_gen_done(double seconds)
 {
     metrics_observe(opm()->gen_latency, LABELS("e2e"), seconds);
+}
+
+void opm_gen_step(unsigned sequences)
+{
+    metrics_observe(opm()->gen_step_seqs, NULL, sequences);
 }

@@ -43,6 +43,7 @@ typedef struct {
     metrics_family *gen_tokens;       /* counter {tenant, kind} */
     metrics_family *gen_latency;      /* histogram {phase} */
     metrics_family *gen_sequences;    /* gauge: generating now */
+    metrics_family *gen_step_seqs;    /* histogram: sequences per step */
 } opm_families;
 
 /* The registry and its families; NULL members only when out of memory at
@@ -101,5 +102,7 @@ void opm_gen_sequence(int delta);
 void opm_gen_prompt(const char *tenant, unsigned tokens);
 void opm_gen_token(const char *tenant, int first, double seconds);
 void opm_gen_done(double seconds);
+/* An engine step ran rows of this many sequences (continuous batching). */
+void opm_gen_step(unsigned sequences);
 
 #endif

@@ -2,6 +2,7 @@
  * generate.c - text generation from a language model (see generate.h).
  */
 #include "serve/generate.h"
+#include "serve/gen_internal.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,20 +18,7 @@
 #include "serve/model.h"
 #include "serve/stop.h"
 
-#define GEN_BLOCK_TOKENS 16u
-#define GEN_PREFILL_ROWS 64u /* prompt rows a step: bounds the logits */
 #define P "parameters"
-
-/* A request as parsed. */
-typedef struct {
-    const char *text;
-    size_t text_len;
-    int64_t max_tokens; /* 0: not given */
-    sample_params sp;
-    const char *stops[STOP_MAX_STRINGS];
-    size_t stop_lens[STOP_MAX_STRINGS];
-    uint32_t n_stops;
-} gen_req;
 
 static ty_status parse_stop(const json_t *stop, gen_req *q, ty_err *err)
 {
@@ -111,12 +99,6 @@ ty_status serve_gen_check_body(const json_t *body, ty_err *err)
     return parse(body, &q, err);
 }
 
-/* A growing output text. */
-typedef struct {
-    char *p;
-    size_t len, cap;
-} text_buf;
-
 static int text_add(text_buf *t, const char *s, size_t n)
 {
     if (t->len + n + 1 > t->cap) {
@@ -135,63 +117,9 @@ static int text_add(text_buf *t, const char *s, size_t n)
     return 0;
 }
 
-/* A request being served: its model, prompt and decoder (serve_gen_open),
- * then its text (serve_gen_run). */
-struct serve_gen {
-    serve_model m;
-    int model_open;
-    gen_req q;
-    json_t *body; /* q's strings point into it */
-    const nn_net *net;
-    uint32_t vocab, context, max_tokens;
-    uint32_t *ids; /* the prompt's */
-    size_t n;
-    nn_decoder *d;
-    nn_kv_seq seq;
-    float *logits;     /* GEN_PREFILL_ROWS rows */
-    uint32_t *scratch; /* the sampler's */
-    nn_decode_row *rows;
-    stop_matcher stop;
-    text_buf out;
-    uint32_t generated;
-    const char *finish;
-    serve_gen_chunk chunk; /* streaming: each piece of text as it comes */
-    void *chunk_ctx;
-    uint32_t choice; /* the seed's stream (OpenAI's choice index) */
-    char tenant[TY_ID_MAX];
-    double t_open, t_last; /* the request's arrival, the last token's time */
-    /* logprobs (serve_gen_want_logprobs): per generated token, its id,
-     * logprob and the lp_top most likely ones with theirs */
-    int want_lp;
-    uint32_t lp_top;
-    sample_logprob *lp_tok;  /* max_tokens */
-    sample_logprob *lp_alts; /* max_tokens * lp_top */
-    uint32_t *lp_n_alts;     /* max_tokens */
-};
-typedef struct serve_gen gen_run;
-
-/* Runs the prompt through the decoder in chunks; the last row's logits
- * end up in run->logits[0..vocab). */
-static ty_status prefill(gen_run *g, const uint32_t *ids, uint32_t n,
-                         ty_err *err)
-{
-    for (uint32_t at = 0; at < n; at += GEN_PREFILL_ROWS) {
-        uint32_t k = n - at < GEN_PREFILL_ROWS ? n - at : GEN_PREFILL_ROWS;
-        for (uint32_t i = 0; i < k; i++)
-            g->rows[i] = (nn_decode_row){&g->seq, ids[at + i], at + i};
-        ty_status s = nn_decoder_step(g->d, g->rows, k, g->logits, err);
-        if (s != TY_OK)
-            return s;
-        if (at + k == n && k > 1)
-            memmove(g->logits, g->logits + (size_t)(k - 1) * g->vocab,
-                    g->vocab * sizeof *g->logits);
-    }
-    return TY_OK;
-}
-
 /* Text now safe to send: into the output, and to the stream's callback
  * (which may ask to stop: the client left). */
-static ty_status add_text(gen_run *g, const char *s, size_t n, int *cancel,
+static ty_status add_text(serve_gen *g, const char *s, size_t n, int *cancel,
                           ty_err *err)
 {
     if (!n)
@@ -205,7 +133,7 @@ static ty_status add_text(gen_run *g, const char *s, size_t n, int *cancel,
 
 /* One token's text into the stop matcher and the output; *stopped when a
  * stop string completed, *cancel when the stream's reader left. */
-static ty_status emit(gen_run *g, uint32_t token, int *stopped, int *cancel,
+static ty_status emit(serve_gen *g, uint32_t token, int *stopped, int *cancel,
                       ty_err *err)
 {
     char *bytes = NULL;
@@ -226,67 +154,68 @@ static ty_status emit(gen_run *g, uint32_t token, int *stopped, int *cancel,
     return s;
 }
 
-ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
-                        ty_err *err)
+ty_status gen_token(serve_gen *g, const float *logits, uint32_t *scratch,
+                    int *finished, ty_err *err)
 {
     const gen_req *q = &g->q;
-    const uint32_t max_tokens = g->max_tokens;
-    g->chunk = chunk;
-    g->chunk_ctx = ctx;
-    opm_gen_sequence(1);
-    sample_state st;
-    sample_state_init(&st, q->sp.seed, g->choice);
-    ty_status s = prefill(g, g->ids, (uint32_t)g->n, err);
-    if (s == TY_OK)
-        opm_gen_prompt(g->tenant, (unsigned)g->n);
-    g->finish = "length";
-    int cancel = 0;
-    while (s == TY_OK && !cancel && g->generated < max_tokens) {
-        sample_logprob next;
-        sample_logprobs lp = {0};
-        if (g->want_lp)
-            lp = (sample_logprobs){
-                g->lp_alts + (size_t)g->generated * g->lp_top, g->lp_top, 0};
-        if ((s = sample_next(&q->sp, &st, g->logits, g->vocab, g->scratch,
-                             &next, g->want_lp ? &lp : NULL, err)) != TY_OK)
-            break;
-        if (g->want_lp) {
-            g->lp_tok[g->generated] = next;
-            g->lp_n_alts[g->generated] = lp.n_top_out;
-        }
-        const double now = opm_now();
-        opm_gen_token(g->tenant, g->generated == 0,
-                      now - (g->generated ? g->t_last : g->t_open));
-        g->t_last = now;
-        g->generated++;
-        int stopped = 0;
-        if ((s = emit(g, next.token, &stopped, &cancel, err)) != TY_OK)
-            break;
-        if (stopped) {
-            g->finish = "stop";
-            break;
-        }
-        if (g->generated == max_tokens || cancel)
-            break;
-        g->rows[0] = (nn_decode_row){&g->seq, next.token, g->seq.len};
-        s = nn_decoder_step(g->d, g->rows, 1, g->logits, err);
+    sample_logprob next;
+    sample_logprobs lp = {0};
+    *finished = 0;
+    if (g->want_lp)
+        lp = (sample_logprobs){g->lp_alts + (size_t)g->generated * g->lp_top,
+                               g->lp_top, 0};
+    ty_status s = sample_next(&q->sp, &g->st, logits, g->vocab, scratch, &next,
+                              g->want_lp ? &lp : NULL, err);
+    if (s != TY_OK)
+        return s;
+    if (g->want_lp) {
+        g->lp_tok[g->generated] = next;
+        g->lp_n_alts[g->generated] = lp.n_top_out;
     }
-    opm_gen_sequence(-1);
-    opm_gen_done(opm_now() - g->t_open);
-    if (s == TY_OK && cancel)
+    const double now = opm_now();
+    opm_gen_token(g->tenant, g->generated == 0,
+                  now - (g->generated ? g->t_last : g->t_open));
+    g->t_last = now;
+    g->generated++;
+    g->last_token = next.token;
+    int stopped = 0, cancel = 0;
+    if ((s = emit(g, next.token, &stopped, &cancel, err)) != TY_OK)
+        return s;
+    if (stopped)
+        g->finish = "stop";
+    else if (cancel)
         g->finish = "cancelled";
-    if (s == TY_OK && !cancel) {
-        char tail[STOP_FINISH_CAP];
-        size_t k = stop_finish(&g->stop, tail);
-        s = add_text(g, tail, k, &cancel, err);
-        if (stop_matched(&g->stop) >= 0)
-            g->finish = "stop";
-    }
+    *finished = stopped || cancel || g->generated == g->max_tokens;
+    return TY_OK;
+}
+
+ty_status gen_end(serve_gen *g, ty_err *err)
+{
+    opm_gen_done(opm_now() - g->t_open);
+    if (!g->finish)
+        g->finish = "length";
+    if (!strcmp(g->finish, "cancelled"))
+        return TY_OK;
+    char tail[STOP_FINISH_CAP];
+    int cancel = 0;
+    size_t k = stop_finish(&g->stop, tail);
+    ty_status s = add_text(g, tail, k, &cancel, err);
+    if (stop_matched(&g->stop) >= 0)
+        g->finish = "stop";
     return s;
 }
 
+ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
+                        ty_err *err)
+{
+    g->chunk = chunk;
+    g->chunk_ctx = ctx;
+    sample_state_init(&g->st, g->q.sp.seed, g->choice);
+    return gen_engine_run(g, err);
+}
+
 /* The model's checks, the prompt's ids and the run's buffers. */
-static ty_status prepare(gen_run *g, ty_err *err)
+static ty_status prepare(serve_gen *g, ty_err *err)
 {
     serve_model *m = &g->m;
     const gen_req *q = &g->q;
@@ -329,18 +258,7 @@ static ty_status prepare(gen_run *g, ty_err *err)
             snprintf(err->field, sizeof err->field, P ".stop");
         return s;
     }
-    const uint32_t total = (uint32_t)n + g->max_tokens;
-    if ((s = nn_decoder_create(net, GEN_PREFILL_ROWS,
-                               (total + GEN_BLOCK_TOKENS - 1) /
-                                   GEN_BLOCK_TOKENS,
-                               GEN_BLOCK_TOKENS, &g->d, err)) != TY_OK)
-        return s;
-    g->logits = malloc((size_t)GEN_PREFILL_ROWS * g->vocab * sizeof *g->logits);
-    g->scratch = malloc((size_t)g->vocab * sizeof *g->scratch);
-    g->rows = malloc(GEN_PREFILL_ROWS * sizeof *g->rows);
-    if (!g->logits || !g->scratch || !g->rows)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    return nn_kv_seq_reserve(g->d, &g->seq, total, err);
+    return TY_OK;
 }
 
 ty_status serve_gen_open(const serve_env *env, const char *tenant_id,
@@ -348,7 +266,7 @@ ty_status serve_gen_open(const serve_env *env, const char *tenant_id,
                          serve_gen **out, ty_err *err)
 {
     *out = NULL;
-    gen_run *g = calloc(1, sizeof *g);
+    serve_gen *g = calloc(1, sizeof *g);
     if (!g)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     g->body = json_incref((json_t *)body);
@@ -466,15 +384,8 @@ void serve_gen_close(serve_gen *g)
     free(g->lp_tok);
     free(g->lp_alts);
     free(g->lp_n_alts);
-    if (g->d) {
-        nn_kv_seq_release(g->d, &g->seq);
-        nn_decoder_free(g->d);
-    }
     if (g->model_open)
         serve_model_close(&g->m);
-    free(g->logits);
-    free(g->scratch);
-    free(g->rows);
     free(g->out.p);
     free(g->ids);
     json_decref(g->body);

@@ -10,6 +10,11 @@
  *     ends it before the string (finish_reason "stop");
  *   - sampling with a seed gives the same text twice, and other seeds
  *     other texts;
+ *   - eight seeded requests at once write what each writes alone, with a
+ *     cache of 6 blocks (TRAINYARD_GENERATE_KV_BYTES: three sequences of
+ *     this model at a time, so the others wait for blocks), and the
+ *     engine did run several sequences in one step (continuous
+ *     batching: trainyard_generate_step_sequences);
  *   - bad requests are 422s naming the field, a model of another kind is
  *     refused, a model the tenant does not have is 404.
  */
@@ -18,6 +23,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +59,9 @@ static void write_story(const char *path, int n)
 static int setup(void **state)
 {
     (void)state;
+    /* the model's cache: 2 x 16 positions x 32 channels x 4 bytes a block,
+     * 6 blocks: three requests of up to 32 tokens at a time */
+    setenv("TRAINYARD_GENERATE_KV_BYTES", "24576", 1);
     if (srv_start(&server, NULL, NULL))
         return -1;
     temp_dir(files);
@@ -267,6 +276,78 @@ static void test_stream(void **state)
     expect_422(r, "parameters.top_p", NULL);
 }
 
+#define N_AT_ONCE 8
+
+typedef struct {
+    char body[256];
+    char text[256];
+    long status;
+} gen_call;
+
+static void gen_call_run(gen_call *c)
+{
+    resp *r = generate(c->body);
+    c->status = r->status;
+    snprintf(c->text, sizeof c->text, "%s",
+             r->json ? str(r->json, "text_output") : "");
+    resp_free(r);
+}
+
+static void *gen_thread(void *arg)
+{
+    gen_call_run(arg);
+    return NULL;
+}
+
+static double metric_sum(const char *text, const char *name, const char *has);
+
+/* Eight seeded requests, alone one after another, then all at once: the
+ * same texts. Three fit the cache at a time; the rest wait their turn. */
+static void test_batched_as_alone(void **state)
+{
+    (void)state;
+    static const char *const prompts[] = {"the cat ", "a dog ", "the old king ",
+                                          "my friend "};
+    gen_call alone[N_AT_ONCE], together[N_AT_ONCE];
+    for (int i = 0; i < N_AT_ONCE; i++) {
+        snprintf(alone[i].body, sizeof alone[i].body,
+                 "{\"text_input\": \"%s\", \"parameters\": "
+                 "{\"temperature\": 1.0, \"top_p\": 0.9, \"max_tokens\": "
+                 "18, \"seed\": %d}}",
+                 prompts[i % 4], 100 + i);
+        together[i] = alone[i];
+        gen_call_run(&alone[i]);
+        assert_int_equal(alone[i].status, 200);
+    }
+    resp *m0 = http_get(&server, "/metrics");
+    const double steps0 =
+        metric_sum(m0->body, "trainyard_generate_step_sequences_count", NULL);
+    const double single0 = metric_sum(
+        m0->body, "trainyard_generate_step_sequences_bucket", "le=\"1\"");
+    resp_free(m0);
+    pthread_t t[N_AT_ONCE];
+    for (int i = 0; i < N_AT_ONCE; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, gen_thread, &together[i]),
+                         0);
+    for (int i = 0; i < N_AT_ONCE; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < N_AT_ONCE; i++) {
+        assert_int_equal(together[i].status, 200);
+        if (strcmp(alone[i].text, together[i].text))
+            fail_msg("request %d: alone \"%s\", together \"%s\"", i,
+                     alone[i].text, together[i].text);
+    }
+    resp *m = http_get(&server, "/metrics");
+    const double steps =
+        metric_sum(m->body, "trainyard_generate_step_sequences_count", NULL);
+    const double single = metric_sum(
+        m->body, "trainyard_generate_step_sequences_bucket", "le=\"1\"");
+    resp_free(m);
+    fprintf(stderr, "together: %.0f steps, %.0f of them with one sequence\n",
+            steps - steps0, single - single0);
+    assert_true(steps - steps0 > single - single0); /* some steps shared */
+}
+
 /* The sum of a metric's samples whose line holds `has` (0 when none). */
 static double metric_sum(const char *text, const char *name, const char *has)
 {
@@ -355,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_seeded_sampling),
         cmocka_unit_test(test_stream),
         cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_batched_as_alone),
         cmocka_unit_test(test_refusals),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

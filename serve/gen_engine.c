@@ -1,0 +1,314 @@
+/*
+ * gen_engine.c - continuous batching for text generation (Orca's
+ * iteration-level scheduling over vLLM's paged cache): one engine per
+ * model in use, a thread that steps every running sequence of every
+ * request together.
+ *
+ * Each step runs one decode row for every sequence past its prompt, then
+ * fills the step's remaining rows (GEN_STEP_ROWS) with chunks of waiting
+ * prompts (chunked prefill: a long prompt takes several steps and never
+ * stalls the running sequences for more than a step's rows). A request
+ * joins at the next step when the cache has blocks for its prompt and its
+ * max_tokens (reserved whole at admission, so a running sequence never
+ * waits for memory and nothing is ever preempted); otherwise it waits, in
+ * order, behind the first that does not fit (at most GEN_MAX_WAITING wait;
+ * past that, TY_EUNAVAILABLE). A finished sequence leaves at once and its
+ * blocks return to the pool. The decoder computes every row apart from the
+ * others (models/nn_decode.h), so a sequence writes the same tokens
+ * whichever others share its steps.
+ *
+ * The cache (the decoder) lives while the engine has sequences and is
+ * freed when the last one ends, before that request is let go: the model's
+ * network stays loaded as long as a request holds it (serve_model), and an
+ * engine holds nothing of it while idle. The engine itself (a few words,
+ * keyed by the network) stays for the process's life; its thread runs
+ * only while it has work.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/opmetrics.h"
+#include "serve/gen_internal.h"
+
+#define GEN_BLOCK_TOKENS 16u
+#define GEN_STEP_ROWS 64u   /* rows a step: decode rows, then prefill */
+#define GEN_MAX_RUNNING 48u /* sequences in the cache at once */
+#define GEN_MAX_WAITING 256u
+#define GEN_KV_BYTES ((uint64_t)256 << 20) /* the cache's default budget */
+#define GEN_KV_ENV "TRAINYARD_GENERATE_KV_BYTES"
+
+typedef struct gen_engine {
+    const nn_net *net; /* the key */
+    pthread_mutex_t mu;
+    serve_gen *wait_head, *wait_tail;
+    uint32_t n_wait;
+    int thread_on;
+    struct gen_engine *next;
+} gen_engine;
+
+static pthread_mutex_t engines_mu = PTHREAD_MUTEX_INITIALIZER;
+static gen_engine *engines;
+
+/* The engine thread's own state. */
+typedef struct {
+    gen_engine *e;
+    nn_decoder *d;
+    uint32_t vocab;
+    float *logits;     /* GEN_STEP_ROWS rows */
+    uint32_t *scratch; /* the sampler's */
+    nn_decode_row rows[GEN_STEP_ROWS];
+    serve_gen *row_of[GEN_STEP_ROWS];
+    serve_gen *run[GEN_MAX_RUNNING];
+    uint32_t n_run;
+    serve_gen *done; /* finished this step, to let go */
+} eng_work;
+
+/* The cache's budget in bytes: the server's environment's
+ * TRAINYARD_GENERATE_KV_BYTES when it holds a number, else 256 MiB. */
+static uint64_t kv_budget(void)
+{
+    const char *v = getenv(GEN_KV_ENV);
+    char *end = NULL;
+    unsigned long long b = v ? strtoull(v, &end, 10) : 0;
+    return v && end != v && !*end ? (uint64_t)b : GEN_KV_BYTES;
+}
+
+/* The blocks the budget buys, at least a whole context's. */
+static uint32_t pool_blocks(const nn_net *net, uint32_t context)
+{
+    const uint64_t one = nn_decoder_bytes(net, 1, 1, GEN_BLOCK_TOKENS);
+    const uint64_t two = nn_decoder_bytes(net, 1, 2, GEN_BLOCK_TOKENS);
+    const uint64_t per = two > one ? two - one : 1;
+    uint64_t n = kv_budget() / per;
+    const uint64_t least = (context + GEN_BLOCK_TOKENS - 1) / GEN_BLOCK_TOKENS;
+    if (n < least)
+        n = least;
+    return n > (1u << 20) ? 1u << 20 : (uint32_t)n;
+}
+
+static ty_status make_decoder(eng_work *w, const serve_gen *g, ty_err *err)
+{
+    w->vocab = g->vocab;
+    w->logits = malloc((size_t)GEN_STEP_ROWS * g->vocab * sizeof *w->logits);
+    w->scratch = malloc((size_t)g->vocab * sizeof *w->scratch);
+    if (!w->logits || !w->scratch)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return nn_decoder_create(g->net, GEN_STEP_ROWS,
+                             pool_blocks(g->net, g->context), GEN_BLOCK_TOKENS,
+                             &w->d, err);
+}
+
+static void free_decoder(eng_work *w)
+{
+    nn_decoder_free(w->d);
+    w->d = NULL;
+    free(w->logits);
+    free(w->scratch);
+    w->logits = NULL;
+    w->scratch = NULL;
+}
+
+/* g is finished (with s): out of the cache, onto the list to let go. */
+static void retire(eng_work *w, serve_gen *g, ty_status s, const ty_err *err)
+{
+    if (w->d)
+        nn_kv_seq_release(w->d, &g->seq);
+    g->status = s;
+    if (s != TY_OK && err)
+        g->err = *err;
+    g->next = w->done;
+    w->done = g;
+}
+
+/* Admits waiting requests while the cache has room (e->mu held). */
+static void admit(eng_work *w)
+{
+    gen_engine *e = w->e;
+    while (e->wait_head && w->n_run < GEN_MAX_RUNNING) {
+        serve_gen *g = e->wait_head;
+        ty_err err = {0};
+        ty_status s = TY_OK;
+        if (!w->d && (s = make_decoder(w, g, &err)) != TY_OK)
+            free_decoder(w);
+        if (s == TY_OK && (s = nn_kv_seq_reserve(w->d, &g->seq,
+                                                 (uint32_t)g->n + g->max_tokens,
+                                                 &err)) == TY_ELIMIT) {
+            if (w->n_run)
+                return; /* it waits for blocks */
+            /* nothing running and still no room: it can never fit */
+            s = ty_fail(&err, TY_EUNAVAILABLE, NULL,
+                        "the request does not fit the generation cache");
+        }
+        e->wait_head = g->next;
+        if (!e->wait_head)
+            e->wait_tail = NULL;
+        e->n_wait--;
+        g->next = NULL;
+        if (s != TY_OK) {
+            retire(w, g, s, &err);
+            continue;
+        }
+        g->fed = 0;
+        w->run[w->n_run++] = g;
+        opm_gen_sequence(1);
+    }
+}
+
+/* One step over every running sequence: their rows, the decoder, then a
+ * token for each sequence whose prompt is in (its last row's logits). */
+static void step(eng_work *w)
+{
+    uint32_t nr = 0;
+    for (uint32_t i = 0; i < w->n_run; i++) {
+        serve_gen *g = w->run[i];
+        if (g->fed < g->n)
+            continue;
+        w->rows[nr] = (nn_decode_row){&g->seq, g->last_token, g->seq.len};
+        w->row_of[nr++] = g;
+    }
+    for (uint32_t i = 0; i < w->n_run && nr < GEN_STEP_ROWS; i++) {
+        serve_gen *g = w->run[i];
+        while (g->fed < g->n && nr < GEN_STEP_ROWS) {
+            w->rows[nr] = (nn_decode_row){&g->seq, g->ids[g->fed], g->fed};
+            w->row_of[nr++] = g;
+            g->fed++;
+            if (g->fed == g->n)
+                opm_gen_prompt(g->tenant, (unsigned)g->n);
+        }
+    }
+    unsigned seqs = 0;
+    for (uint32_t r = 0; r < nr; r++)
+        seqs += r + 1 == nr || w->row_of[r + 1] != w->row_of[r];
+    opm_gen_step(seqs);
+    ty_err err = {0};
+    ty_status s = nn_decoder_step(w->d, w->rows, nr, w->logits, &err);
+    for (uint32_t r = 0; r < nr; r++) {
+        serve_gen *g = w->row_of[r];
+        const int last = r + 1 == nr || w->row_of[r + 1] != g;
+        int finished = s != TY_OK;
+        ty_status gs = s;
+        ty_err gerr = err;
+        if (s == TY_OK && last && g->fed == g->n)
+            gs = gen_token(g, w->logits + (size_t)r * w->vocab, w->scratch,
+                           &finished, &gerr);
+        if (gs != TY_OK)
+            finished = 1;
+        if (!last || !finished)
+            continue;
+        if (gs == TY_OK)
+            gs = gen_end(g, &gerr);
+        for (uint32_t i = 0; i < w->n_run; i++)
+            if (w->run[i] == g) {
+                w->run[i] = w->run[--w->n_run];
+                break;
+            }
+        opm_gen_sequence(-1);
+        retire(w, g, gs, &gerr);
+    }
+}
+
+/* Lets the finished requests go (e->mu held). */
+static void let_go(eng_work *w)
+{
+    while (w->done) {
+        serve_gen *g = w->done;
+        w->done = g->next;
+        g->next = NULL;
+        g->done = 1;
+        pthread_cond_signal(&g->done_cv);
+    }
+}
+
+static void *engine_main(void *arg)
+{
+    eng_work w = {.e = arg};
+    gen_engine *e = w.e;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        admit(&w);
+        if (!w.n_run && !e->wait_head) {
+            /* idle: the cache goes before the last request is let go,
+             * while its model is still loaded */
+            free_decoder(&w);
+            let_go(&w);
+            e->thread_on = 0;
+            pthread_mutex_unlock(&e->mu);
+            return NULL;
+        }
+        let_go(&w);
+        if (!w.n_run)
+            continue;
+        pthread_mutex_unlock(&e->mu);
+        step(&w);
+        pthread_mutex_lock(&e->mu);
+    }
+}
+
+static gen_engine *engine_of(const nn_net *net)
+{
+    for (gen_engine *e = engines; e; e = e->next)
+        if (e->net == net)
+            return e;
+    gen_engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return NULL;
+    e->net = net;
+    pthread_mutex_init(&e->mu, NULL);
+    e->next = engines;
+    engines = e;
+    return e;
+}
+
+ty_status gen_engine_run(serve_gen *g, ty_err *err)
+{
+    pthread_mutex_lock(&engines_mu);
+    gen_engine *e = engine_of(g->net);
+    if (!e) {
+        pthread_mutex_unlock(&engines_mu);
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    pthread_mutex_lock(&e->mu);
+    pthread_mutex_unlock(&engines_mu);
+    if (e->n_wait >= GEN_MAX_WAITING) {
+        pthread_mutex_unlock(&e->mu);
+        return ty_fail(err, TY_EUNAVAILABLE, NULL,
+                       "%u generation requests are waiting for this model; "
+                       "try again soon",
+                       e->n_wait);
+    }
+    pthread_cond_init(&g->done_cv, NULL);
+    g->done = 0;
+    g->next = NULL;
+    if (e->wait_tail)
+        e->wait_tail->next = g;
+    else
+        e->wait_head = g;
+    e->wait_tail = g;
+    e->n_wait++;
+    if (!e->thread_on) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, engine_main, e) == 0) {
+            e->thread_on = 1;
+        } else {
+            /* take it back out: it is the tail, and nothing else runs */
+            e->n_wait--;
+            if (e->wait_head == g)
+                e->wait_head = e->wait_tail = NULL;
+            pthread_attr_destroy(&attr);
+            pthread_mutex_unlock(&e->mu);
+            pthread_cond_destroy(&g->done_cv);
+            return ty_fail(err, TY_ENOMEM, NULL, "no thread to generate");
+        }
+        pthread_attr_destroy(&attr);
+    }
+    while (!g->done)
+        pthread_cond_wait(&g->done_cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    pthread_cond_destroy(&g->done_cv);
+    if (g->status != TY_OK)
+        *err = g->err;
+    return g->status;
+}
