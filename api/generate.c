@@ -31,6 +31,8 @@ static void generate_run(api_ctx *app, http_req *r)
     ty_status s = serve_generate(&env, api_tenant(r), http_req_param(r, 0),
                                  body, &doc, &err);
     if (s != TY_OK) {
+        if (s == TY_EUNAVAILABLE)
+            api_retry_after(r, 1);
         http_reply_error(r, s, &err);
         return;
     }

@@ -71,6 +71,8 @@ static void completions_run(api_ctx *app, http_req *r)
         s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
     serve_oai_close(o);
     if (s != TY_OK) {
+        if (s == TY_EUNAVAILABLE)
+            api_retry_after(r, 1);
         http_reply_error(r, s, &err);
         return;
     }

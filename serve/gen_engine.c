@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "common/opmetrics.h"
-#include "serve/gen_internal.h"
+#include "serve/gen_engine.h"
 
 #define GEN_BLOCK_TOKENS 16u
 #define GEN_STEP_ROWS 64u   /* rows a step: decode rows, then prefill */
@@ -40,10 +40,10 @@
 typedef struct gen_engine {
     const nn_net *net; /* the key */
     pthread_mutex_t mu;
-    serve_gen *wait_head, *wait_tail;
+    gen_seq *wait_head, *wait_tail;
     uint32_t n_wait;
     int thread_on;
-    struct gen_engine *next;
+    struct gen_engine *link;
 } gen_engine;
 
 static pthread_mutex_t engines_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -57,10 +57,10 @@ typedef struct {
     float *logits;     /* GEN_STEP_ROWS rows */
     uint32_t *scratch; /* the sampler's */
     nn_decode_row rows[GEN_STEP_ROWS];
-    serve_gen *row_of[GEN_STEP_ROWS];
-    serve_gen *run[GEN_MAX_RUNNING];
+    gen_seq *row_of[GEN_STEP_ROWS];
+    gen_seq *run[GEN_MAX_RUNNING];
     uint32_t n_run;
-    serve_gen *done; /* finished this step, to let go */
+    gen_seq *done; /* finished this step, to let go */
 } eng_work;
 
 /* The cache's budget in bytes: the server's environment's
@@ -86,7 +86,7 @@ static uint32_t pool_blocks(const nn_net *net, uint32_t context)
     return n > (1u << 20) ? 1u << 20 : (uint32_t)n;
 }
 
-static ty_status make_decoder(eng_work *w, const serve_gen *g, ty_err *err)
+static ty_status make_decoder(eng_work *w, const gen_seq *g, ty_err *err)
 {
     w->vocab = g->vocab;
     w->logits = malloc((size_t)GEN_STEP_ROWS * g->vocab * sizeof *w->logits);
@@ -109,14 +109,14 @@ static void free_decoder(eng_work *w)
 }
 
 /* g is finished (with s): out of the cache, onto the list to let go. */
-static void retire(eng_work *w, serve_gen *g, ty_status s, const ty_err *err)
+static void retire(eng_work *w, gen_seq *g, ty_status s, const ty_err *err)
 {
     if (w->d)
-        nn_kv_seq_release(w->d, &g->seq);
+        nn_kv_seq_release(w->d, &g->kv);
     g->status = s;
     if (s != TY_OK && err)
         g->err = *err;
-    g->next = w->done;
+    g->link = w->done;
     w->done = g;
 }
 
@@ -125,25 +125,25 @@ static void admit(eng_work *w)
 {
     gen_engine *e = w->e;
     while (e->wait_head && w->n_run < GEN_MAX_RUNNING) {
-        serve_gen *g = e->wait_head;
+        gen_seq *g = e->wait_head;
         ty_err err = {0};
         ty_status s = TY_OK;
         if (!w->d && (s = make_decoder(w, g, &err)) != TY_OK)
             free_decoder(w);
-        if (s == TY_OK && (s = nn_kv_seq_reserve(w->d, &g->seq,
-                                                 (uint32_t)g->n + g->max_tokens,
-                                                 &err)) == TY_ELIMIT) {
+        if (s == TY_OK &&
+            (s = nn_kv_seq_reserve(w->d, &g->kv, (uint32_t)g->n + g->max_tokens,
+                                   &err)) == TY_ELIMIT) {
             if (w->n_run)
                 return; /* it waits for blocks */
             /* nothing running and still no room: it can never fit */
             s = ty_fail(&err, TY_EUNAVAILABLE, NULL,
                         "the request does not fit the generation cache");
         }
-        e->wait_head = g->next;
+        e->wait_head = g->link;
         if (!e->wait_head)
             e->wait_tail = NULL;
         e->n_wait--;
-        g->next = NULL;
+        g->link = NULL;
         if (s != TY_OK) {
             retire(w, g, s, &err);
             continue;
@@ -160,16 +160,16 @@ static void step(eng_work *w)
 {
     uint32_t nr = 0;
     for (uint32_t i = 0; i < w->n_run; i++) {
-        serve_gen *g = w->run[i];
+        gen_seq *g = w->run[i];
         if (g->fed < g->n)
             continue;
-        w->rows[nr] = (nn_decode_row){&g->seq, g->last_token, g->seq.len};
+        w->rows[nr] = (nn_decode_row){&g->kv, g->last_token, g->kv.len};
         w->row_of[nr++] = g;
     }
     for (uint32_t i = 0; i < w->n_run && nr < GEN_STEP_ROWS; i++) {
-        serve_gen *g = w->run[i];
+        gen_seq *g = w->run[i];
         while (g->fed < g->n && nr < GEN_STEP_ROWS) {
-            w->rows[nr] = (nn_decode_row){&g->seq, g->ids[g->fed], g->fed};
+            w->rows[nr] = (nn_decode_row){&g->kv, g->ids[g->fed], g->fed};
             w->row_of[nr++] = g;
             g->fed++;
             if (g->fed == g->n)
@@ -183,20 +183,20 @@ static void step(eng_work *w)
     ty_err err = {0};
     ty_status s = nn_decoder_step(w->d, w->rows, nr, w->logits, &err);
     for (uint32_t r = 0; r < nr; r++) {
-        serve_gen *g = w->row_of[r];
+        gen_seq *g = w->row_of[r];
         const int last = r + 1 == nr || w->row_of[r + 1] != g;
         int finished = s != TY_OK;
         ty_status gs = s;
         ty_err gerr = err;
         if (s == TY_OK && last && g->fed == g->n)
-            gs = gen_token(g, w->logits + (size_t)r * w->vocab, w->scratch,
-                           &finished, &gerr);
+            gs = g->next(g, w->logits + (size_t)r * w->vocab, w->scratch,
+                         &g->last_token, &finished, &gerr);
         if (gs != TY_OK)
             finished = 1;
         if (!last || !finished)
             continue;
         if (gs == TY_OK)
-            gs = gen_end(g, &gerr);
+            gs = g->end(g, &gerr);
         for (uint32_t i = 0; i < w->n_run; i++)
             if (w->run[i] == g) {
                 w->run[i] = w->run[--w->n_run];
@@ -211,9 +211,9 @@ static void step(eng_work *w)
 static void let_go(eng_work *w)
 {
     while (w->done) {
-        serve_gen *g = w->done;
-        w->done = g->next;
-        g->next = NULL;
+        gen_seq *g = w->done;
+        w->done = g->link;
+        g->link = NULL;
         g->done = 1;
         pthread_cond_signal(&g->done_cv);
     }
@@ -246,7 +246,7 @@ static void *engine_main(void *arg)
 
 static gen_engine *engine_of(const nn_net *net)
 {
-    for (gen_engine *e = engines; e; e = e->next)
+    for (gen_engine *e = engines; e; e = e->link)
         if (e->net == net)
             return e;
     gen_engine *e = calloc(1, sizeof *e);
@@ -254,12 +254,12 @@ static gen_engine *engine_of(const nn_net *net)
         return NULL;
     e->net = net;
     pthread_mutex_init(&e->mu, NULL);
-    e->next = engines;
+    e->link = engines;
     engines = e;
     return e;
 }
 
-ty_status gen_engine_run(serve_gen *g, ty_err *err)
+ty_status gen_engine_run(gen_seq *g, ty_err *err)
 {
     pthread_mutex_lock(&engines_mu);
     gen_engine *e = engine_of(g->net);
@@ -278,9 +278,9 @@ ty_status gen_engine_run(serve_gen *g, ty_err *err)
     }
     pthread_cond_init(&g->done_cv, NULL);
     g->done = 0;
-    g->next = NULL;
+    g->link = NULL;
     if (e->wait_tail)
-        e->wait_tail->next = g;
+        e->wait_tail->link = g;
     else
         e->wait_head = g;
     e->wait_tail = g;

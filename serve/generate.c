@@ -2,9 +2,10 @@
  * generate.c - text generation from a language model (see generate.h).
  */
 #include "serve/generate.h"
-#include "serve/gen_internal.h"
+#include "serve/gen_engine.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,54 @@
 #include "serve/stop.h"
 
 #define P "parameters"
+
+/* A request as parsed. */
+typedef struct {
+    const char *text;
+    size_t text_len;
+    int64_t max_tokens; /* 0: not given */
+    sample_params sp;
+    const char *stops[STOP_MAX_STRINGS];
+    size_t stop_lens[STOP_MAX_STRINGS];
+    uint32_t n_stops;
+} gen_req;
+
+/* A growing output text. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} text_buf;
+
+/* A request being served: its model and prompt (serve_gen_open), then its
+ * sequence in an engine (serve_gen_run) and its text. */
+struct serve_gen {
+    serve_model m;
+    int model_open;
+    gen_req q;
+    json_t *body; /* q's strings point into it */
+    const nn_net *net;
+    uint32_t vocab, context, max_tokens;
+    uint32_t *ids; /* the prompt's */
+    size_t n;
+    stop_matcher stop;
+    text_buf out;
+    uint32_t generated;
+    const char *finish;
+    serve_gen_chunk chunk; /* streaming: each piece of text as it comes */
+    void *chunk_ctx;
+    uint32_t choice; /* the seed's stream (OpenAI's choice index) */
+    char tenant[TY_ID_MAX];
+    double t_open, t_last; /* the request's arrival, the last token's time */
+    /* logprobs (serve_gen_want_logprobs): per generated token, its id,
+     * logprob and the lp_top most likely ones with theirs */
+    int want_lp;
+    uint32_t lp_top;
+    sample_logprob *lp_tok;  /* max_tokens */
+    sample_logprob *lp_alts; /* max_tokens * lp_top */
+    uint32_t *lp_n_alts;     /* max_tokens */
+    sample_state st;
+    gen_seq seq; /* in its model's engine (gen_engine.h) */
+};
 
 static ty_status parse_stop(const json_t *stop, gen_req *q, ty_err *err)
 {
@@ -154,9 +203,16 @@ static ty_status emit(serve_gen *g, uint32_t token, int *stopped, int *cancel,
     return s;
 }
 
-ty_status gen_token(serve_gen *g, const float *logits, uint32_t *scratch,
-                    int *finished, ty_err *err)
+/* The engine's callbacks (gen_seq.next, .end): s is g->seq. */
+static serve_gen *gen_of(gen_seq *s)
 {
+    return (serve_gen *)((char *)s - offsetof(serve_gen, seq));
+}
+
+static ty_status gen_token(gen_seq *s_, const float *logits, uint32_t *scratch,
+                           uint32_t *token, int *finished, ty_err *err)
+{
+    serve_gen *g = gen_of(s_);
     const gen_req *q = &g->q;
     sample_logprob next;
     sample_logprobs lp = {0};
@@ -177,7 +233,7 @@ ty_status gen_token(serve_gen *g, const float *logits, uint32_t *scratch,
                   now - (g->generated ? g->t_last : g->t_open));
     g->t_last = now;
     g->generated++;
-    g->last_token = next.token;
+    *token = next.token;
     int stopped = 0, cancel = 0;
     if ((s = emit(g, next.token, &stopped, &cancel, err)) != TY_OK)
         return s;
@@ -189,8 +245,9 @@ ty_status gen_token(serve_gen *g, const float *logits, uint32_t *scratch,
     return TY_OK;
 }
 
-ty_status gen_end(serve_gen *g, ty_err *err)
+static ty_status gen_end(gen_seq *s_, ty_err *err)
 {
+    serve_gen *g = gen_of(s_);
     opm_gen_done(opm_now() - g->t_open);
     if (!g->finish)
         g->finish = "length";
@@ -211,7 +268,16 @@ ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
     g->chunk = chunk;
     g->chunk_ctx = ctx;
     sample_state_init(&g->st, g->q.sp.seed, g->choice);
-    return gen_engine_run(g, err);
+    g->seq = (gen_seq){.net = g->net,
+                       .vocab = g->vocab,
+                       .context = g->context,
+                       .ids = g->ids,
+                       .n = (uint32_t)g->n,
+                       .max_tokens = g->max_tokens,
+                       .tenant = g->tenant,
+                       .next = gen_token,
+                       .end = gen_end};
+    return gen_engine_run(&g->seq, err);
 }
 
 /* The model's checks, the prompt's ids and the run's buffers. */

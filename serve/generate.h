@@ -14,9 +14,9 @@
  * a step chosen by models/sample.h (temperature 0: greedy) from a stream
  * seeded by "seed" alone, so the same request gives the same text. Stop
  * strings (serve/stop.h) end the text before them, across token
- * boundaries; text_output is whole UTF-8. The request runs on the server's
- * own thread, one request per decoder: a model's deployment replicas and
- * batching across requests (continuous batching) are not used yet.
+ * boundaries; text_output is whole UTF-8. The request's sequence runs in
+ * its model's engine with every other request's (serve/gen_engine.c:
+ * continuous batching); a model's deployment replicas are not used yet.
  *
  * Errors (TY_EINVAL, a 422 naming the field): a body that is not this
  * object or has other keys; text_input missing, not a string, encoding to

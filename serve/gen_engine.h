@@ -1,0 +1,53 @@
+/*
+ * gen_engine.h - continuous batching for text generation (see
+ * gen_engine.c): a request hands its sequence to its model's engine and
+ * waits while the engine steps it together with every other request's.
+ *
+ * The engine knows sequences, not requests: their prompt ids, how many
+ * tokens they may write, and a callback that turns a step's logits into
+ * the next token (serve/generate.c samples, emits text and says when the
+ * sequence is finished), and one that ends it.
+ */
+#ifndef TY_SERVE_GEN_ENGINE_H
+#define TY_SERVE_GEN_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "common/ty.h"
+#include "models/nn.h"
+#include "models/nn_decode.h"
+
+typedef struct gen_seq gen_seq;
+
+struct gen_seq {
+    /* ---- the caller's, set before gen_engine_run ---- */
+    const nn_net *net; /* a language model, loaded while the run lasts */
+    uint32_t vocab, context;
+    const uint32_t *ids; /* the prompt */
+    uint32_t n, max_tokens;
+    const char *tenant; /* for the metrics */
+    /* The next token from the logits (vocab values) of the sequence's
+     * last position (scratch: vocab uint32s of the engine's); *finished
+     * when it was the last. Called on the engine's thread. */
+    ty_status (*next)(gen_seq *s, const float *logits, uint32_t *scratch,
+                      uint32_t *token, int *finished, ty_err *err);
+    /* The sequence is over (after its last token): flush what it holds. */
+    ty_status (*end)(gen_seq *s, ty_err *err);
+    /* ---- the engine's ---- */
+    nn_kv_seq kv;
+    uint32_t fed;        /* prompt tokens in the cache */
+    uint32_t last_token; /* the last token written, fed next step */
+    gen_seq *link;
+    int done;
+    ty_status status;
+    ty_err err;
+    pthread_cond_t done_cv;
+};
+
+/* Hands s to its model's engine and waits until its text is written: s's
+ * outcome (next's or end's error, the decoder's, TY_EUNAVAILABLE when 256
+ * requests already wait for the model, TY_ENOMEM). */
+ty_status gen_engine_run(gen_seq *s, ty_err *err);
+
+#endif
