@@ -12,6 +12,8 @@
 #               validation loss from the same weights (about 8 minutes)
 #   make bench-decode [ARGS=...]  generating with the key/value cache
 #               against a full forward per token (seconds)
+#   make bench-generate [ARGS=...]  text generation served: continuous
+#               batching, static batches, transformers + FastAPI (minutes)
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
 #   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
 #               http.server baselines (about 15 minutes; not a test)
@@ -29,7 +31,7 @@ JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 HF_VENV    ?= .venv-hf
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -129,6 +131,12 @@ bench: build test-deps
 # per token (bench/lm/lm_decode.c): tokens/s of each, one JSON line.
 bench-decode: build
 	$(BUILD)/bench_decode $(ARGS)
+
+# Text generation served (bench/serve/generate.py --help): trainyard with
+# continuous batching, with static batches, and transformers behind FastAPI
+# on the same weights, at 1, 8 and 32 clients (minutes; installs its venv).
+bench-generate: build
+	bench/serve/generate.py --binary $(BUILD)/trainyard $(ARGS)
 
 # The language-model case of issue 31 (bench/lm/run.py --help): trainyard's
 # trainer (build/bench_lm) and PyTorch on the same text, weights and batches.

@@ -120,10 +120,22 @@ static void retire(eng_work *w, gen_seq *g, ty_status s, const ty_err *err)
     w->done = g;
 }
 
+/* Static batching, for comparison (bench/serve/generate.py): with
+ * TRAINYARD_GENERATE_STATIC=1 in the server's environment a batch is
+ * admitted only when the last one has finished, as a server without
+ * iteration-level scheduling batches. */
+static int static_batches(void)
+{
+    const char *v = getenv("TRAINYARD_GENERATE_STATIC");
+    return v && !strcmp(v, "1");
+}
+
 /* Admits waiting requests while the cache has room (e->mu held). */
 static void admit(eng_work *w)
 {
     gen_engine *e = w->e;
+    if (w->n_run && static_batches())
+        return;
     while (e->wait_head && w->n_run < GEN_MAX_RUNNING) {
         gen_seq *g = e->wait_head;
         ty_err err = {0};
