@@ -48,6 +48,7 @@ import dashboard  # noqa: E402  (skips with 77 itself when selenium or chromium 
 from dashboard import api_call, browser, check, js, make_csv, start_server  # noqa: E402
 from devices import upload_csv, job_status, held_slices, LEGEND, settle  # noqa: E402
 
+from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select  # noqa: E402
 
@@ -218,18 +219,46 @@ def row_order(driver, ids):
     return [j for j in got if j in ids]
 
 
+VAL_LOSS_HEADER = "#jobs th[data-sort='metric:val_loss'] button"
+
+
+def val_loss_header(driver):
+    """The val. loss header's button when it is shown, else None. The live
+    table re-renders as events come, so an element found a moment ago may
+    be gone (stale): look again rather than fail."""
+    try:
+        h = driver.find_elements(By.CSS_SELECTOR, VAL_LOSS_HEADER)
+        return h[0] if h and h[0].is_displayed() else None
+    except StaleElementReferenceException:
+        return None
+
+
+def click_val_loss_header(driver):
+    """Clicks the header, again if the table re-rendered under the click."""
+    def attempt():
+        try:
+            h = val_loss_header(driver)
+            if h:
+                h.click()
+                return True
+        except StaleElementReferenceException:
+            pass
+        return False
+    return settle(attempt, 5)
+
+
 def check_runs_table(driver, base, label, runs, metrics):
     """runs: {id: name}; metrics: {id: val_loss}."""
     go(driver, base, "/jobs", "#jobs-body tr")
     settle(lambda: len(row_order(driver, runs)) == len(runs), 10)
     by_loss = sorted(runs, key=lambda j: metrics[j])
     if label == "wide":
-        header = driver.find_elements(By.CSS_SELECTOR, "#jobs th[data-sort='metric:val_loss'] button")
-        if check(header and header[0].is_displayed(), f"[{label}] the val. loss column's header can be clicked to sort"):
-            header[0].click()
+        header = settle(lambda: val_loss_header(driver), 5)
+        if check(header is not None, f"[{label}] the val. loss column's header can be clicked to sort"):
+            click_val_loss_header(driver)
             got = settle(lambda: (lambda o: o if o == by_loss else None)(row_order(driver, runs)), 5) or row_order(driver, runs)
             check(got == by_loss, f"[{label}] one click sorts by val. loss, lowest first: {got} (want {by_loss})")
-            driver.find_element(By.CSS_SELECTOR, "#jobs th[data-sort='metric:val_loss'] button").click()
+            click_val_loss_header(driver)
             got = settle(lambda: (lambda o: o if o == by_loss[::-1] else None)(row_order(driver, runs)), 5) or row_order(driver, runs)
             check(got == by_loss[::-1], f"[{label}] a second click sorts highest first: {got}")
     else:
