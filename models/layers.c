@@ -244,7 +244,7 @@ static ty_status same_shape_plan(nn_layer *l, ty_err *err)
     return TY_OK;
 }
 
-static nn_op act_op(const nn_layer *l)
+nn_op nn_layer_act_op(const nn_layer *l)
 {
     switch (l->type) {
         case NN_LAYER_TANH: return NN_OP_TANH;
@@ -259,7 +259,7 @@ static void act_forward(const nn_layer *l, const nn_pass *p,
                         const float *params, const float *in, float *out,
                         float *scratch)
 {
-    p->be->act_forward(p->ex, act_op(l), out, in,
+    p->be->act_forward(p->ex, nn_layer_act_op(l), out, in,
                        (size_t)p->n * nn_shape_numel(&l->in));
 }
 
@@ -269,7 +269,7 @@ static void act_backward(const nn_layer *l, const nn_pass *p,
                          const float *scratch)
 {
     if (din)
-        p->be->act_backward(p->ex, act_op(l), din, dout, in, out,
+        p->be->act_backward(p->ex, nn_layer_act_op(l), din, dout, in, out,
                             (size_t)p->n * nn_shape_numel(&l->in));
 }
 

@@ -382,17 +382,6 @@ static void attention(nn_decoder *d, uint32_t i, const float *params,
     linear(d, out, d->att, w[2], w[3], n, c, c);
 }
 
-static nn_op act_of(const nn_layer *l)
-{
-    switch (l->type) {
-        case NN_LAYER_TANH: return NN_OP_TANH;
-        case NN_LAYER_SIGMOID: return NN_OP_SIGMOID;
-        case NN_LAYER_GELU:
-            return l->approximate ? NN_OP_GELU_TANH : NN_OP_GELU;
-        default: return NN_OP_RELU;
-    }
-}
-
 /* Layer i on the rows: x (n, its input width) into out. */
 static void layer_step(nn_decoder *d, uint32_t i, const float *x, float *out,
                        uint32_t n)
@@ -444,7 +433,7 @@ static void layer_step(nn_decoder *d, uint32_t i, const float *x, float *out,
                       0.0f);
             break;
         default: /* activations */
-            d->be->act_forward(d->ex, act_of(l), out, x, len);
+            d->be->act_forward(d->ex, nn_layer_act_op(l), out, x, len);
             break;
     }
 }

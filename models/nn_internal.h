@@ -236,6 +236,10 @@ extern const nn_layer_kind nn_sequence_pool_kind;
 extern const nn_layer_kind nn_attention_kind; /* layers_attn.c */
 extern const nn_layer_kind nn_transformer_block_kind;
 
+/* The backend op of an activation layer (relu, tanh, sigmoid, gelu in its
+ * approximation) (layers.c). */
+nn_op nn_layer_act_op(const nn_layer *l);
+
 /* Ties each tied lm_head of a built top-level arch to the embedding before
  * it (layers_seq.c). TY_EINVAL naming the head when there is none or its
  * dim is not the head's input width. */
