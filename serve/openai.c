@@ -220,15 +220,24 @@ static ty_status parse(serve_oai *o, const json_t *body, uint64_t *seed,
     return o->prompts ? TY_OK : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
 }
 
-ty_status serve_oai_check_body(const json_t *body, ty_err *err)
+/* A new request parsed from body (*o NULL: out of memory), its seed in
+ * *seed; the body's checks' outcome. */
+static ty_status parse_new(const json_t *body, serve_oai **o, uint64_t *seed,
+                           ty_err *err)
 {
+    *o = NULL;
     if (!json_is_object(body))
         return ty_fail(err, TY_EINVAL, NULL, "the body must be an object");
-    serve_oai *o = calloc(1, sizeof *o);
-    if (!o)
+    if (!(*o = calloc(1, sizeof **o)))
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return parse(*o, body, seed, err);
+}
+
+ty_status serve_oai_check_body(const json_t *body, ty_err *err)
+{
+    serve_oai *o;
     uint64_t seed = 0;
-    ty_status s = parse(o, body, &seed, err);
+    ty_status s = parse_new(body, &o, &seed, err);
     serve_oai_close(o);
     return s;
 }
@@ -237,13 +246,11 @@ ty_status serve_oai_open(const serve_env *env, const char *tenant_id,
                          const json_t *body, serve_oai **out, ty_err *err)
 {
     *out = NULL;
-    if (!json_is_object(body))
-        return ty_fail(err, TY_EINVAL, NULL, "the body must be an object");
-    serve_oai *o = calloc(1, sizeof *o);
-    if (!o)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    serve_oai *o;
     uint64_t seed = 0;
-    ty_status s = parse(o, body, &seed, err);
+    ty_status s = parse_new(body, &o, &seed, err);
+    if (!o)
+        return s;
     if (s == TY_OK)
         s = ty_id_new("cmpl-", o->id, err);
     o->created = (int64_t)time(NULL);
