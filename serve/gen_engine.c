@@ -60,7 +60,8 @@ typedef struct {
     gen_seq *row_of[GEN_STEP_ROWS];
     gen_seq *run[GEN_MAX_RUNNING];
     uint32_t n_run;
-    gen_seq *done; /* finished this step, to let go */
+    gen_seq *done;      /* finished this step, to let go */
+    int static_batches; /* read with the environment when the cache is made */
 } eng_work;
 
 /* The cache's budget in bytes: the server's environment's
@@ -86,9 +87,20 @@ static uint32_t pool_blocks(const nn_net *net, uint32_t context)
     return n > (1u << 20) ? 1u << 20 : (uint32_t)n;
 }
 
+/* Static batching, for comparison (bench/serve/generate.py): with
+ * TRAINYARD_GENERATE_STATIC=1 in the server's environment a batch is
+ * admitted only when the last one has finished, as a server without
+ * iteration-level scheduling batches. */
+static int static_batches(void)
+{
+    const char *v = getenv("TRAINYARD_GENERATE_STATIC");
+    return v && !strcmp(v, "1");
+}
+
 static ty_status make_decoder(eng_work *w, const gen_seq *g, ty_err *err)
 {
     w->vocab = g->vocab;
+    w->static_batches = static_batches();
     w->logits = malloc((size_t)GEN_STEP_ROWS * g->vocab * sizeof *w->logits);
     w->scratch = malloc((size_t)g->vocab * sizeof *w->scratch);
     if (!w->logits || !w->scratch)
@@ -120,21 +132,11 @@ static void retire(eng_work *w, gen_seq *g, ty_status s, const ty_err *err)
     w->done = g;
 }
 
-/* Static batching, for comparison (bench/serve/generate.py): with
- * TRAINYARD_GENERATE_STATIC=1 in the server's environment a batch is
- * admitted only when the last one has finished, as a server without
- * iteration-level scheduling batches. */
-static int static_batches(void)
-{
-    const char *v = getenv("TRAINYARD_GENERATE_STATIC");
-    return v && !strcmp(v, "1");
-}
-
 /* Admits waiting requests while the cache has room (e->mu held). */
 static void admit(eng_work *w)
 {
     gen_engine *e = w->e;
-    if (w->n_run && static_batches())
+    if (w->n_run && w->static_batches)
         return;
     while (e->wait_head && w->n_run < GEN_MAX_RUNNING) {
         gen_seq *g = e->wait_head;
