@@ -447,6 +447,27 @@ void expect_status(resp *r, long status)
     assert_int_equal(r->status, status);
 }
 
+void expect_refusal(const srv *s, resp *r, long status, const char *field,
+                    const char *needle)
+{
+    const char *got = r->json ? str(r->json, "field") : NULL;
+    const char *detail = r->json ? str(r->json, "detail") : NULL;
+    if (r->status != status || (field && (!got || strcmp(got, field))) ||
+        (needle && (!detail || !strstr(detail, needle))))
+        fprintf(stderr, "%ld %.*s\n", r->status, (int)r->len, r->body);
+    assert_int_equal(r->status, status);
+    if (field) {
+        assert_non_null(got);
+        assert_string_equal(got, field);
+    }
+    if (needle) {
+        assert_non_null(detail);
+        assert_non_null(strstr(detail, needle));
+    }
+    assert_null(strstr(r->body, s->data)); /* no server paths */
+    resp_free(r);
+}
+
 /* ---- raw HTTP ---- */
 
 int raw_send_all(int fd, const char *data, size_t len)

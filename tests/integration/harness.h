@@ -75,6 +75,12 @@ const char *str(const json_t *o, const char *k);
  * instead. */
 void expect_status(resp *r, long status);
 
+/* Fails the test unless r is a problem reply of this status whose field is
+ * field (not checked when NULL) and whose detail holds needle (when not
+ * NULL), naming none of s's paths; frees r. */
+void expect_refusal(const srv *s, resp *r, long status, const char *field,
+                    const char *needle);
+
 /* Polls the job until it is succeeded, failed or cancelled (or timeout);
  * returns its last representation (caller decrefs). */
 json_t *wait_job(const srv *s, const char *job_id, double timeout_s);
