@@ -79,13 +79,13 @@ test: test-deps venv
 test-normal:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTRAINYARD_WERROR=ON -DTRAINYARD_TESTS=ON
 	cmake --build $(BUILD) -j$(JOBS)
-	cd $(BUILD) && ctest --output-on-failure
+	cd $(BUILD) && ctest --output-on-failure || { /usr/bin/python3 $(CURDIR)/tests/why_failed.py .; exit 1; }
 
 # Unit, integration and parity suites again under AddressSanitizer + UBSan.
 test-sanitize:
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Sanitize -DTRAINYARD_WERROR=ON -DTRAINYARD_TESTS=ON
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
-	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration|parity'
+	cd $(ASAN_BUILD) && ctest --output-on-failure -L 'unit|integration|parity' || { /usr/bin/python3 $(CURDIR)/tests/why_failed.py .; exit 1; }
 
 # The libFuzzer targets (tests/fuzz): a clang build of their own with
 # ASan+UBSan. test-fuzz runs each a few seconds (ctest label fuzz, about a
@@ -100,7 +100,7 @@ fuzz-build:
 	cmake --build $(FUZZ_BUILD) -j$(JOBS) --target fuzzers
 
 test-fuzz: fuzz-build
-	cd $(FUZZ_BUILD) && ctest --output-on-failure --no-tests=error -L fuzz
+	cd $(FUZZ_BUILD) && ctest --output-on-failure --no-tests=error -L fuzz || { /usr/bin/python3 $(CURDIR)/tests/why_failed.py .; exit 1; }
 
 fuzz: fuzz-build
 	tests/fuzz/fuzz.sh $(FUZZ_BUILD)/tests/fuzz tests/fuzz/corpus $(FUZZ_WORK) $(SECONDS) $(TARGET)

@@ -288,12 +288,18 @@ def check_jobs_list(driver, base, jobs, size):
     # the run, and the bar where the text says. The old text, "epoch 1/1000
     # · 30 %", has no "of the run", and 30 % is past epoch 1 of 1000.
     pat = r"epoch (\d+)/(\d+) · (\d+(?:\.(\d+))?) % of the run"
-    t = wait_for(driver, "the slow job's progress within its epoch",
-                 lambda d: (lambda s: s if s and (m := re.search(pat, s)) and float(m.group(3)) > 0 else None)(
-                     row_text(d, jobs["slow"])),
-                 timeout=40) or row_text(driver, jobs["slow"]) or ""
-    value = js(driver, "return document.querySelector(`tr[data-job-id='${arguments[0]}'] progress`).value;", jobs["slow"])
-    tip = js(driver, "return document.querySelector(`tr[data-job-id='${arguments[0]}'] progress`).title;", jobs["slow"])
+    # The row's text, its bar and the bar's tooltip are read in one script:
+    # the job crosses an epoch every few seconds, and three separate reads
+    # could straddle a refresh (text of epoch k, tooltip of epoch k + 1).
+    def slow_row(d):
+        return js(d, """const r = document.querySelector(`tr[data-job-id='${arguments[0]}']`);
+            const p = r && r.querySelector('progress');
+            return r ? [r.innerText, p ? p.value : null, p ? p.title : null] : null;""", jobs["slow"])
+    got = wait_for(driver, "the slow job's progress within its epoch",
+                   lambda d: (lambda r: r if r and (m := re.search(pat, r[0])) and float(m.group(3)) > 0 else None)(
+                       slow_row(d)),
+                   timeout=40) or slow_row(driver) or ["", None, None]
+    t, value, tip = got
     m = re.search(pat, t)
     if check(m, f"[{size}] the slow job's row shows its progress as a share of the run: {t!r}"):
         k, n, x = int(m.group(1)), int(m.group(2)), float(m.group(3))
