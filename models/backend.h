@@ -602,6 +602,15 @@ typedef struct nn_backend {
                          const int32_t *tables, uint32_t tstride,
                          const int32_t *pos, uint32_t n, uint32_t h,
                          uint32_t d, uint32_t bt);
+    /* out (n, u) = x (n, k) W^T, plus beta * out unless beta is 0, W (u,
+     * k) row-major: a decode step's linear layers. Each output is a sum
+     * over k in an order that depends on k alone, never on n, the row's
+     * place or the threads, so a row gets the same bits however many rows
+     * share the step (gemm promises no such thing); W is read once for
+     * several rows, not once a row as one gemm per row would. */
+    void (*rows_gemm)(const nn_exec *ex, float *out, const float *x,
+                      const float *w, uint32_t n, uint32_t u, uint32_t k,
+                      float beta);
 
     /* NN_OP_XENT_IGNORE: softmax cross-entropy of each row of logits (n, v)
      * against targets (n), skipping rows whose target is ignore_index, as

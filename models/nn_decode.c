@@ -336,18 +336,16 @@ static const float *tensor(const nn_layer *l, const float *params,
     return NULL;
 }
 
-/* out (n, u) = x (n, k) W^T + b, one GEMM per row: a BLAS may sum a row's
- * products in another order when the row count changes (another kernel,
- * another blocking), and a row's numbers must not depend on the step's
- * other rows. The price is the weights read once per row; a GEMM with a
- * fixed order across row counts would batch them. */
+/* out (n, u) = x (n, k) W^T (+ beta out): rows_gemm, whose sums do not
+ * depend on the row count (a BLAS may sum a row's products in another
+ * order when the row count changes), so a row's numbers do not depend on
+ * the step's other rows, while the weights are read once for several
+ * rows. */
 static void gemm_rows(const nn_decoder *d, float *out, const float *x,
                       const float *w, uint32_t n, uint32_t u, uint32_t k,
                       float beta)
 {
-    for (uint32_t r = 0; r < n; r++)
-        d->be->gemm(d->ex, out + (size_t)r * u, x + (size_t)r * k, w, 0, 1, 1,
-                    (int)u, (int)k, 1.0f, beta);
+    d->be->rows_gemm(d->ex, out, x, w, n, u, k, beta);
 }
 
 static void linear(const nn_decoder *d, float *out, const float *x,

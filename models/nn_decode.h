@@ -12,9 +12,10 @@
  * different sequences; each row's numbers are computed apart from the
  * others', so a sequence decodes to the same logits alone or batched with
  * any others on the same device and build (batch invariance: the
- * attention reads one row's cache at a time, and the projections run one
- * GEMM per row, since a BLAS may order a row's sums differently as the
- * row count changes).
+ * attention reads one row's cache at a time, and the projections run on
+ * the backend's rows_gemm, whose sums follow an order fixed by the width
+ * alone, since a BLAS may order a row's sums differently as the row count
+ * changes).
  *
  * Layers it runs: embedding, positional_embedding, dense, layernorm, relu,
  * tanh, sigmoid, gelu, dropout (off), attention and transformer_block

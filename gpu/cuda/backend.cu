@@ -319,7 +319,8 @@ static int nn_cuda_supports(nn_op op)
         case NN_OP_XENT_IGNORE: return t->xent_ignore != NULL;
         case NN_OP_SEQ_POOL:
             return t->seq_pool_forward && t->seq_pool_backward;
-        case NN_OP_KV_CACHE: return t->kv_store && t->kv_attention;
+        case NN_OP_KV_CACHE:
+            return t->kv_store && t->kv_attention && t->rows_gemm;
         default: return 0;
     }
 }
@@ -387,5 +388,6 @@ const nn_backend nn_backend_cuda = {
     .seq_pool_backward = nn_cuda_seq_pool_backward,
     .kv_store = nn_cuda_kv_store, /* kvcache.cu */
     .kv_attention = nn_cuda_kv_attention,
+    .rows_gemm = nn_cuda_rows_gemm,
     .xent_ignore = nn_cuda_xent_ignore, /* embedding.cu */
 };

@@ -288,6 +288,9 @@ void nn_cuda_kv_attention(const nn_exec *ex, float *out, const float *q,
                           const int32_t *tables, uint32_t tstride,
                           const int32_t *pos, uint32_t n, uint32_t h,
                           uint32_t d, uint32_t bt);
+void nn_cuda_rows_gemm(const nn_exec *ex, float *out, const float *x,
+                       const float *w, uint32_t n, uint32_t u, uint32_t k,
+                       float beta);
 
 /* seqpool.cu (issue 31) */
 void nn_cuda_seq_pool_forward(const nn_exec *ex, float *out, const float *in,

@@ -5,8 +5,12 @@
  * positions. One block per (row, head), the positions taken in chunks of
  * the block's size in order: the scores' maximum first, then the
  * exponentials summed and the values weighted in position order, so a
- * row's bits do not depend on the other rows. It compiles in CI's build;
- * it has not run on a GPU yet.
+ * row's bits do not depend on the other rows. rows_gemm, the decode
+ * step's linear layers: one warp per output, each lane summing its
+ * stride of k in order, then a fixed butterfly across the warp, so an
+ * output's sum does not depend on the row count (cuBLAS picks kernels,
+ * and so orders, by shape). The rows of a step share W through the L2.
+ * It compiles in CI's build; it has not run on a GPU yet.
  */
 #include "gpu/cuda/kernels.cuh"
 
@@ -118,4 +122,40 @@ void nn_cuda_kv_attention(const nn_exec *ex, float *out, const float *q,
     kv_attention_kernel<<<n * h, KV_THREADS, 0, x->stream>>>(
         out, q, ldq, kc, vc, tables, tstride, pos, h, d, bt);
     (void)nn_cuda_launched(ex, "kv_attention_kernel");
+}
+
+#define ROWS_WARPS 8u
+
+/* Block (8 of W's rows, one row of x); warp wi computes out[r][j]. */
+static __global__ void rows_gemm_kernel(float *out, const float *x,
+                                        const float *w, uint32_t u, uint32_t k,
+                                        float beta)
+{
+    const uint32_t r = blockIdx.y, lane = threadIdx.x & 31u;
+    const uint32_t j = blockIdx.x * ROWS_WARPS + (threadIdx.x >> 5);
+    if (j >= u)
+        return;
+    const float *xr = x + (size_t)r * k, *wj = w + (size_t)j * k;
+    float acc = 0.0f;
+    for (uint32_t i = lane; i < k; i += 32u)
+        acc = fmaf(xr[i], wj[i], acc);
+    for (int off = 16; off > 0; off >>= 1)
+        acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0) {
+        float *o = out + (size_t)r * u + j;
+        *o = beta != 0.0f ? acc + beta * *o : acc;
+    }
+}
+
+void nn_cuda_rows_gemm(const nn_exec *ex, float *out, const float *x,
+                       const float *w, uint32_t n, uint32_t u, uint32_t k,
+                       float beta)
+{
+    nn_cuda_ctx *c = nn_cuda_begin(ex);
+    if (!c || !n || !u)
+        return;
+    const dim3 grid((u + ROWS_WARPS - 1) / ROWS_WARPS, n);
+    rows_gemm_kernel<<<grid, ROWS_WARPS * 32u, 0, c->stream>>>(out, x, w, u, k,
+                                                             beta);
+    (void)nn_cuda_launched(ex, "rows_gemm_kernel");
 }

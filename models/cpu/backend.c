@@ -163,5 +163,6 @@ const nn_backend nn_backend_cpu = {
     .seq_pool_backward = nn_cpu_seq_pool_backward,
     .kv_store = nn_cpu_kv_store, /* kvcache.c */
     .kv_attention = nn_cpu_kv_attention,
+    .rows_gemm = nn_cpu_rows_gemm,
     .xent_ignore = nn_cpu_xent_ignore, /* embedding.c */
 };

@@ -201,6 +201,12 @@ void nn_cpu_kv_attention(const nn_exec *ex, float *out, const float *q,
                          const int32_t *pos, uint32_t n, uint32_t h,
                          uint32_t d, uint32_t bt);
 
+/* ---- rowgemm.c ---- */
+
+void nn_cpu_rows_gemm(const nn_exec *ex, float *out, const float *x,
+                      const float *w, uint32_t n, uint32_t u, uint32_t k,
+                      float beta);
+
 /* ---- attention.c ---- */
 
 void nn_cpu_attention_forward(const nn_exec *ex, float *out, float *att,

@@ -1548,11 +1548,12 @@ static void case_op_table(void)
         M(seq_pool_backward),
         M(kv_store),
         M(kv_attention),
+        M(rows_gemm),
         M(xent_ignore),
 #undef M
     };
     static_assert(sizeof(nn_backend) ==
-                      sizeof(const char *) + 62 * sizeof(void (*)(void)),
+                      sizeof(const char *) + 63 * sizeof(void (*)(void)),
                   "a member was added to nn_backend: list it here too");
     for (size_t i = 0; i < TY_ARRAY_LEN(m); i++)
         if (!m[i].present)

@@ -442,6 +442,47 @@ static void case_kv_cache(void)
     free(want);
 }
 
+/* rows_gemm: 9 rows against the CPU (within the sums' tolerance), and each
+ * row's bits on the GPU alone equal to its bits among the 9 (batch
+ * invariance on the device), beta 1 adding to what out held. */
+static void case_rows_gemm(void)
+{
+    const uint32_t n = 9, u = 70, k = 131;
+    float *x = malloc((size_t)n * k * 4), *w = malloc((size_t)u * k * 4);
+    float *want = malloc((size_t)n * u * 4);
+    if (!x || !w || !want)
+        exit(1);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        x[i] = 2.0f * ty_rng_uniform(&rng) - 1.0f;
+    for (size_t i = 0; i < (size_t)u * k; i++)
+        w[i] = 2.0f * ty_rng_uniform(&rng) - 1.0f;
+    for (size_t i = 0; i < (size_t)n * u; i++)
+        want[i] = ty_rng_uniform(&rng);
+    float *d_x = up(x, (size_t)n * k * 4), *d_w = up(w, (size_t)u * k * 4);
+    float *d_o = up(want, (size_t)n * u * 4);
+    C->rows_gemm(NULL, want, x, w, n, u, k, 1.0f);
+    G->rows_gemm(&dx, d_o, d_x, d_w, n, u, k, 1.0f);
+    status("rows_gemm");
+    float *got = down(d_o, (size_t)n * u);
+    close_to("rows_gemm", got, want, (size_t)n * u, 1e-4, 1e-4);
+    for (uint32_t r = 0; r < n; r++)
+        G->rows_gemm(&dx, d_o + (size_t)r * u, d_x + (size_t)r * k, d_w, 1, u,
+                     k, 0.0f);
+    status("rows_gemm alone");
+    float *one = down(d_o, (size_t)n * u);
+    G->rows_gemm(&dx, d_o, d_x, d_w, n, u, k, 0.0f);
+    status("rows_gemm batched");
+    float *all = down(d_o, (size_t)n * u);
+    same_bits("rows_gemm: a row alone and among 9", one, all,
+              (size_t)n * u * 4);
+    free(one);
+    free(all);
+    free(got);
+    free(x);
+    free(w);
+    free(want);
+}
+
 static void case_xent_ignore(void)
 {
     const uint32_t n = 700, v = 1000;
@@ -540,6 +581,7 @@ int main(void)
     case_seq_lens();
     case_seq_pool();
     case_kv_cache();
+    case_rows_gemm();
     case_xent_ignore();
     nn_cuda_exec_free(&dx);
     /* host and device buffers are released with the process */

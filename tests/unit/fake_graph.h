@@ -33,7 +33,7 @@
 
 /* Every member is wrapped below: a new one must be too. */
 static_assert(sizeof(nn_backend) ==
-                  sizeof(const char *) + 62 * sizeof(void (*)(void)),
+                  sizeof(const char *) + 63 * sizeof(void (*)(void)),
               "a member was added to nn_backend: wrap it in fake_graph.h");
 
 #define FG_ARGS_MAX 256

@@ -287,6 +287,34 @@ static double fg_xent_ignore(const nn_exec *ex, float *dlogits,
     return fg_xent_call(&a, counted);
 }
 
+typedef struct {
+    nn_exec ex;
+    float *out;
+    const float *x, *w;
+    uint32_t n, u, k;
+    float beta;
+} fg_rowsg_a;
+static void fg_rowsg_run(const void *p)
+{
+    const fg_rowsg_a *a = p;
+    nn_backend_cpu.rows_gemm(&a->ex, a->out, a->x, a->w, a->n, a->u, a->k,
+                             a->beta);
+}
+static void fg_rows_gemm(const nn_exec *ex, float *out, const float *x,
+                         const float *w, uint32_t n, uint32_t u, uint32_t k,
+                         float beta)
+{
+    fg_rowsg_a a = {.ex = fg_ex(ex),
+                   .out = out,
+                   .x = x,
+                   .w = w,
+                   .n = n,
+                   .u = u,
+                   .k = k,
+                   .beta = beta};
+    FG_PUSH(fg_rowsg_run, a);
+}
+
 static void fake_graph_tx_init(nn_backend *b)
 {
     b->embedding_forward = fg_embedding_forward;
@@ -297,6 +325,7 @@ static void fake_graph_tx_init(nn_backend *b)
     b->seq_pool_backward = fg_seq_pool_backward;
     b->kv_store = fg_kv_store;
     b->kv_attention = fg_kv_attention;
+    b->rows_gemm = fg_rows_gemm;
     b->attention_forward = fg_attention_forward;
     b->attention_backward = fg_attention_backward;
     b->xent_ignore = fg_xent_ignore;

@@ -11,7 +11,10 @@
  *     blocks back;
  *   - refusals: a row out of order, an id outside the vocabulary, a
  *     position without a block, a model that is not a causal language
- *     model.
+ *     model;
+ *   - the CPU's rows_gemm, the decode step's GEMM: within float rounding
+ *     of a double reference, and every row the same bits whatever the row
+ *     count, alone or among others, with or without worker threads.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -24,6 +27,7 @@
 
 #include "models/nn_decode.h"
 #include "models/nn_internal.h"
+#include "models/pool.h"
 #include "testutil.h"
 
 #define T 10
@@ -251,12 +255,66 @@ static void test_pool_and_refusals(void **state)
     drop(&m);
 }
 
+/* rows_gemm against a double reference, and each row's bits alone (n = 1)
+ * equal to its bits among n rows, for row counts that fill the 4-row
+ * tiles and leave each remainder, odd widths (a 1-column tail) and k past
+ * the last whole vector; beta 0 ignores a NaN in out, beta 1 adds. */
+static void test_rows_gemm_batch_invariant(void **state)
+{
+    (void)state;
+    enum { N = 11, U = 13, K = 37 };
+    float x[N * K], w[U * K], bias[N * U];
+    ty_rng rng;
+    ty_rng_seed(&rng, 5, 1);
+    for (int i = 0; i < N * K; i++)
+        x[i] = 2.0f * ty_rng_uniform(&rng) - 1.0f;
+    for (int i = 0; i < U * K; i++)
+        w[i] = 2.0f * ty_rng_uniform(&rng) - 1.0f;
+    for (int i = 0; i < N * U; i++)
+        bias[i] = ty_rng_uniform(&rng);
+    nn_pool *pool = nn_pool_create(3);
+    assert_non_null(pool);
+    const nn_exec with_pool = {.pool = pool};
+    const nn_exec *execs[2] = {NULL, &with_pool};
+    float alone[N * U], got[N * U];
+    for (int e = 0; e < 2; e++)
+        for (int beta = 0; beta < 2; beta++) {
+            for (int r = 0; r < N; r++) {
+                float *o = alone + r * U;
+                for (int j = 0; j < U; j++)
+                    o[j] = beta ? bias[r * U + j] : NAN;
+                nn_backend_cpu.rows_gemm(execs[e], o, x + r * K, w, 1, U, K,
+                                         (float)beta);
+                for (int j = 0; j < U; j++) {
+                    double want = beta ? bias[r * U + j] : 0.0;
+                    for (int i = 0; i < K; i++)
+                        want += (double)x[r * K + i] * w[j * K + i];
+                    if (fabs(o[j] - want) > 1e-5 * (1 + fabs(want)))
+                        fail_msg("row %d col %d: %.9g, want %.9g", r, j,
+                                 (double)o[j], want);
+                }
+            }
+            for (uint32_t n = 1; n <= N; n++) {
+                for (uint32_t i = 0; i < n * U; i++)
+                    got[i] = beta ? bias[i] : NAN;
+                nn_backend_cpu.rows_gemm(execs[e], got, x, w, n, U, K,
+                                         (float)beta);
+                if (memcmp(got, alone, n * U * sizeof *got))
+                    fail_msg("rows 0..%u: not the bits each row gets alone "
+                             "(beta %d, %s)",
+                             n - 1, beta, e ? "threads" : "no pool");
+            }
+        }
+    nn_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prefill_and_steps),
         cmocka_unit_test(test_two_sequences_and_batch_invariance),
         cmocka_unit_test(test_pool_and_refusals),
+        cmocka_unit_test(test_rows_gemm_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
