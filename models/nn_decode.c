@@ -31,6 +31,7 @@ struct nn_decoder {
     const nn_arch *a;
     const nn_backend *be;
     const nn_exec *ex;
+    nn_exec own; /* ex on the CPU once a pool is set */
     uint32_t max_rows, n_blocks, bt, tstride, t, c_max;
     float **kc, **vc; /* per layer: its cache (attention layers only) */
     int32_t *free_ids;
@@ -243,6 +244,15 @@ void nn_decoder_free(nn_decoder *d)
     free(d->h_pos);
     free(d->h_tables);
     free(d);
+}
+
+int nn_decoder_set_pool(nn_decoder *d, nn_pool *pool)
+{
+    if (!nn_backend_host_visible(d->be))
+        return 0;
+    d->own = (nn_exec){.pool = pool};
+    d->ex = &d->own;
+    return 1;
 }
 
 uint32_t nn_decoder_free_blocks(const nn_decoder *d) { return d->n_free; }

@@ -30,6 +30,7 @@
 
 #include "common/ty.h"
 #include "models/nn.h"
+#include "models/pool.h"
 
 typedef struct nn_decoder nn_decoder;
 
@@ -63,6 +64,12 @@ ty_status nn_decoder_create(const nn_net *net, uint32_t max_rows,
                             uint32_t n_blocks, uint32_t block_tokens,
                             nn_decoder **out, ty_err *err);
 void nn_decoder_free(nn_decoder *d);
+
+/* On a backend whose memory the host sees (the CPU), splits each step's
+ * kernels over pool's threads (NULL: the calling thread alone); the split
+ * never changes a row's numbers. The pool must outlive the decoder's use
+ * of it. Returns 1 when set; 0 on other backends, where it does nothing. */
+int nn_decoder_set_pool(nn_decoder *d, nn_pool *pool);
 
 /* Blocks of the pool no sequence holds. */
 uint32_t nn_decoder_free_blocks(const nn_decoder *d);

@@ -26,6 +26,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/opmetrics.h"
 #include "serve/gen_engine.h"
@@ -36,6 +37,7 @@
 #define GEN_MAX_WAITING 256u
 #define GEN_KV_BYTES ((uint64_t)256 << 20) /* the cache's default budget */
 #define GEN_KV_ENV "TRAINYARD_GENERATE_KV_BYTES"
+#define GEN_MAX_THREADS 16 /* a CPU step's threads, at most */
 
 typedef struct gen_engine {
     const nn_net *net; /* the key */
@@ -53,6 +55,7 @@ static gen_engine *engines;
 typedef struct {
     gen_engine *e;
     nn_decoder *d;
+    nn_pool *pool; /* the step's threads on the CPU, or NULL */
     uint32_t vocab;
     float *logits;     /* GEN_STEP_ROWS rows */
     uint32_t *scratch; /* the sampler's */
@@ -105,15 +108,31 @@ static ty_status make_decoder(eng_work *w, const gen_seq *g, ty_err *err)
     w->scratch = malloc((size_t)g->vocab * sizeof *w->scratch);
     if (!w->logits || !w->scratch)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    return nn_decoder_create(g->net, GEN_STEP_ROWS,
-                             pool_blocks(g->net, g->context), GEN_BLOCK_TOKENS,
-                             &w->d, err);
+    ty_status s = nn_decoder_create(g->net, GEN_STEP_ROWS,
+                                    pool_blocks(g->net, g->context),
+                                    GEN_BLOCK_TOKENS, &w->d, err);
+    if (s != TY_OK)
+        return s;
+    /* On the CPU a step of many rows is worth the machine's cores, as a
+     * training step is; without a pool it runs on this thread. */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores > GEN_MAX_THREADS)
+        cores = GEN_MAX_THREADS;
+    if (cores > 1 && (w->pool = nn_pool_create((int)cores)) &&
+        !nn_decoder_set_pool(w->d, w->pool)) {
+        nn_pool_destroy(w->pool);
+        w->pool = NULL;
+    }
+    return TY_OK;
 }
 
 static void free_decoder(eng_work *w)
 {
     nn_decoder_free(w->d);
     w->d = NULL;
+    if (w->pool)
+        nn_pool_destroy(w->pool);
+    w->pool = NULL;
     free(w->logits);
     free(w->scratch);
     w->logits = NULL;
@@ -211,9 +230,13 @@ static void step(eng_work *w)
             continue;
         if (gs == TY_OK)
             gs = g->end(g, &gerr);
+        /* out of run[], keeping the rest in admission order: prompts are
+         * fed oldest first, so a later one never overtakes an earlier */
         for (uint32_t i = 0; i < w->n_run; i++)
             if (w->run[i] == g) {
-                w->run[i] = w->run[--w->n_run];
+                memmove(w->run + i, w->run + i + 1,
+                        (w->n_run - i - 1) * sizeof *w->run);
+                w->n_run--;
                 break;
             }
         opm_gen_sequence(-1);
