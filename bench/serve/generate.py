@@ -3,31 +3,32 @@
 transformers on the same weights, on this machine (not a test; `make
 bench-generate`, or bench/serve/generate.py [--binary build/trainyard]).
 
-The model: the "GPT (character)" shape (embedding 128, 4 transformer
-blocks of 4 heads, context 128, the byte tokenizer) trained briefly by
-trainyard on the licence texts Debian ships (the speed does not depend
-on what it learned). Systems:
-
-  ty-continuous  trainyard POST /v2/models/{m}/generate_stream, its engine
-                 batching every running sequence step by step
-  ty-static      the same server code with TRAINYARD_GENERATE_STATIC=1: a
-                 batch is admitted only when the last has finished
-  hf             transformers' GPT2LMHeadModel.generate (greedy) behind a
-                 small FastAPI app, one request at a time
-                 (app_hf_generate.py), with the weights trainyard exports
-                 as GPT-2's layout
+The model (--shape): "mini" (the default), a GPT-2-like stack of 6
+transformer blocks of width 384 and 6 heads (10.6 M weights), or "char",
+the dashboard's "GPT (character)" (width 128, 4 blocks of 4 heads, 0.8 M
+weights), each with context 128 and the byte tokenizer, trained briefly
+by trainyard on the licence texts Debian ships (the speed does not depend
+on what it learned). With "char" a token costs the engine a few
+microseconds, and what is measured is mostly HTTP, streaming and the
+Python clients; "mini" is closer to serving a real model, where the
+engine's arithmetic dominates. Systems:
 
 Both trainyard servers train the same model from the same seed (the same
 weights). Before timing, the greedy tokens of hf and trainyard for one
 prompt are compared (the same weights should write the same text).
 
-Workload: prompts cut from the text at seeded offsets, 16 to 64 bytes, and
-max_tokens 16 to 64, greedy; c clients at once (c = 1, 8, 32), each sending
-its requests one after another, 2 * c + 8 requests in all. Reported per
-system and c: generated tokens/s (all tokens over the wall time), time to
-first token and inter-token latency p50 and p99 (trainyard, from the
-stream's events; hf does not stream, so its TTFT is the whole request) and
-request latency p50/p99, then the ratios the issue asks for.
+Workload (--lengths): prompts cut from the text at seeded offsets, and
+greedy generation of max_tokens; "mixed" (the default) draws three
+requests in four short (prompt 16 to 48 bytes, 8 to 32 tokens) and one
+long (prompt 16 to 32, 64 to 96 tokens), as chat traffic mixes short
+answers and long ones; "uniform" draws prompts of 16 to 64 bytes and 16
+to 64 tokens. c clients at once (c = 1, 8, 32), each sending its
+requests one after another, 4 * c + 16 requests in all (after two
+warm-up requests). Reported per system and c: generated tokens/s (all
+tokens over the wall time), time to first token and inter-token latency
+p50 and p99 (trainyard, from the stream's events; hf does not stream, so
+its TTFT is the whole request) and request latency p50/p99, then the
+ratios the issue asks for.
 
 transformers, FastAPI and uvicorn go into a virtual environment outside the
 repository ($XDG_CACHE_HOME/trainyard/bench-generate-venv, or --venv),
@@ -51,9 +52,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 LICENSES = "/usr/share/common-licenses"
-GPT = {"layers": [{"type": "embedding", "dim": 128}, {"type": "positional_embedding"}]
-       + [{"type": "transformer_block", "heads": 4}] * 4
-       + [{"type": "layernorm"}, {"type": "lm_head"}]}
+
+
+def gpt(dim, blocks, heads):
+    return {"layers": [{"type": "embedding", "dim": dim}, {"type": "positional_embedding"}]
+            + [{"type": "transformer_block", "heads": heads}] * blocks
+            + [{"type": "layernorm"}, {"type": "lm_head"}]}
+
+
+SHAPES = {"mini": gpt(384, 6, 6), "char": gpt(128, 4, 4)}
 
 
 def say(*a):
@@ -106,7 +113,7 @@ class Trainyard:
         c.close()
         return r.status, data if raw else (json.loads(data) if data else None)
 
-    def train(self, text, steps):
+    def train(self, text, steps, model):
         b = "tybench"
         body = (f"--{b}\r\nContent-Disposition: form-data; name=\"name\"\r\n\r\nlicenses\r\n"
                 f"--{b}\r\nContent-Disposition: form-data; name=\"format\"\r\n\r\ntext\r\n"
@@ -115,7 +122,7 @@ class Trainyard:
         st, ds = self.call("POST", "/v1/datasets", body, f"multipart/form-data; boundary={b}")
         assert st == 201, (st, ds)
         st, job = self.call("POST", "/v1/jobs", {
-            "dataset": "licenses", "name": "gpt-char", "model": GPT,
+            "dataset": "licenses", "name": "gpt-bench", "model": model,
             "hyperparameters": {"context_length": 128, "batch_size": 16,
                                 "optimizer": "adamw", "learning_rate": 0.002,
                                 "epochs": 1, "max_steps": steps, "seed": 1}})
@@ -229,11 +236,16 @@ def ensure_venv(venv):
                     "fastapi", "uvicorn", "transformers==4.39.3"], check=True)
 
 
-def workload(text, n, seed):
+def workload(text, n, seed, lengths):
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        plen, gen = rng.randint(16, 64), rng.randint(16, 64)
+        if lengths == "uniform":
+            plen, gen = rng.randint(16, 64), rng.randint(16, 64)
+        elif rng.random() < 0.75:
+            plen, gen = rng.randint(16, 48), rng.randint(8, 32)
+        else:
+            plen, gen = rng.randint(16, 32), rng.randint(64, 96)
         at = rng.randrange(0, len(text) - plen)
         out.append((text[at:at + plen], gen))
     return out
@@ -246,10 +258,11 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def measure(name, system, model, work, c, is_hf):
+def measure(name, system, model, work, c, is_hf, quiet=False):
     results, lock, idx = [], threading.Lock(), [0]
 
     def client():
+        first = True
         while True:
             with lock:
                 if idx[0] >= len(work):
@@ -262,7 +275,8 @@ def measure(name, system, model, work, c, is_hf):
             else:
                 r = system.run(model, prompt, gen)
             with lock:
-                results.append(r)
+                results.append(r + (first,))
+            first = False
 
     t0 = time.perf_counter()
     th = [threading.Thread(target=client) for _ in range(c)]
@@ -273,15 +287,22 @@ def measure(name, system, model, work, c, is_hf):
     wall = time.perf_counter() - t0
     tokens = sum(r[3] for r in results)
     ttft = [r[0] for r in results]
+    # Every client's first request arrives at once, at the start: a burst
+    # that closed-loop clients make only then. The steady state is the
+    # requests after each client's first.
+    steady = [r[0] for r in results if not r[5]]
     gaps = [g for r in results for g in r[1]]
     e2e = [r[2] for r in results]
     row = {"system": name, "c": c, "requests": len(results), "tokens": tokens,
            "wall_s": wall, "tokens_per_s": tokens / wall,
            "ttft_p50_ms": 1000 * pct(ttft, 0.5), "ttft_p99_ms": 1000 * pct(ttft, 0.99),
+           "ttft_steady_p99_ms": 1000 * pct(steady, 0.99),
            "itl_p50_ms": 1000 * pct(gaps, 0.5), "itl_p99_ms": 1000 * pct(gaps, 0.99),
            "e2e_p50_ms": 1000 * pct(e2e, 0.5), "e2e_p99_ms": 1000 * pct(e2e, 0.99)}
+    if quiet:
+        return row
     say(f"  {name:14s} c={c:<3d} {row['tokens_per_s']:9.1f} tok/s  "
-        f"TTFT p50 {row['ttft_p50_ms']:8.1f} p99 {row['ttft_p99_ms']:8.1f} ms  "
+        f"TTFT p50 {row['ttft_p50_ms']:8.1f} p99 {row['ttft_p99_ms']:8.1f} (steady {row['ttft_steady_p99_ms']:7.1f}) ms  "
         f"ITL p50 {row['itl_p50_ms']:6.2f} p99 {row['itl_p99_ms']:6.2f} ms  "
         f"e2e p50 {row['e2e_p50_ms']:8.1f} p99 {row['e2e_p99_ms']:8.1f} ms")
     return row
@@ -293,7 +314,9 @@ def main():
     ap.add_argument("--venv", default=os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")),
         "trainyard", "bench-generate-venv"))
-    ap.add_argument("--steps", type=int, default=40, help="training steps (weights)")
+    ap.add_argument("--steps", type=int, default=10, help="training steps (weights)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="mini")
+    ap.add_argument("--lengths", choices=("mixed", "uniform"), default="mixed")
     ap.add_argument("--conc", default="1,8,32")
     ap.add_argument("--torch-threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", help="write the rows here")
@@ -309,7 +332,9 @@ def main():
     folder = tempfile.mkdtemp(prefix="ty-bench-hf-")
     rows = []
     try:
-        m1, m2 = cont.train(text, a.steps), stat.train(text, a.steps)
+        say(f"model: {a.shape}, {a.steps} training steps; lengths: {a.lengths}")
+        m1, m2 = (cont.train(text, a.steps, SHAPES[a.shape]),
+                  stat.train(text, a.steps, SHAPES[a.shape]))
         st, w = cont.call("GET", f"/v1/models/{m1}/weights?layout=hf-gpt2", raw=True)
         assert st == 200, st
         open(os.path.join(folder, "model.safetensors"), "wb").write(w)
@@ -326,22 +351,25 @@ def main():
         say(f"greedy check ({'the same text' if same else 'DIFFERENT texts'}): "
             f"trainyard {t_ty!r}, static {t_st!r}, transformers {t_hf!r}")
         for c in [int(x) for x in a.conc.split(",")]:
-            work = workload(text, 2 * c + 8, seed=c)
+            work = workload(text, 4 * c + 16, seed=c, lengths=a.lengths)
             say(f"c={c}: {len(work)} requests")
             for name, sysm, model, is_hf in (("ty-continuous", cont, m1, False),
                                              ("ty-static", stat, m2, False),
                                              ("hf", hf, None, True)):
-                measure(name, sysm, model, work[:2], min(c, 2), is_hf)  # warm-up
+                measure(name, sysm, model, work[:2], min(c, 2), is_hf, quiet=True)  # warm-up
                 rows.append(measure(name, sysm, model, work, c, is_hf))
-        say("\nratios (generated tokens/s):")
+        say("\nratios (generated tokens/s; TTFT p99 of all requests, and of the steady state):")
+        base = next(r for r in rows if r["c"] == min(x["c"] for x in rows) and r["system"] == "ty-continuous")
         for c in sorted({r["c"] for r in rows}):
             by = {r["system"]: r for r in rows if r["c"] == c}
             say(f"  c={c:<3d} continuous/hf {by['ty-continuous']['tokens_per_s'] / by['hf']['tokens_per_s']:6.2f}x"
                 f"   continuous/static {by['ty-continuous']['tokens_per_s'] / by['ty-static']['tokens_per_s']:5.2f}x"
-                f"   TTFT p99 over c=1's {by['ty-continuous']['ttft_p99_ms'] / next(r for r in rows if r['c'] == min(x['c'] for x in rows) and r['system'] == 'ty-continuous')['ttft_p99_ms']:6.2f}x")
+                f"   TTFT p99 over c=1's {by['ty-continuous']['ttft_p99_ms'] / base['ttft_p99_ms']:6.2f}x"
+                f" (steady {by['ty-continuous']['ttft_steady_p99_ms'] / base['ttft_steady_p99_ms']:6.2f}x)")
         if a.json:
             with open(a.json, "w") as f:
-                json.dump({"same_greedy_text": same, "rows": rows}, f, indent=1)
+                json.dump({"same_greedy_text": same, "shape": a.shape, "lengths": a.lengths,
+                           "rows": rows}, f, indent=1)
     finally:
         for s in (cont, stat):
             s.stop()
