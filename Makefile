@@ -14,6 +14,8 @@
 #               against a full forward per token (seconds)
 #   make bench-generate [ARGS=...]  text generation served: continuous
 #               batching, static batches, transformers + FastAPI (minutes)
+#   make bench-generate-soak [ARGS=...]  a server generating for 10
+#               minutes, its memory sampled every 30 s
 #   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
 #   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
 #               http.server baselines (about 15 minutes; not a test)
@@ -31,7 +33,7 @@ JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 HF_VENV    ?= .venv-hf
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -137,6 +139,10 @@ bench-decode: build
 # on the same weights, at 1, 8 and 32 clients (minutes; installs its venv).
 bench-generate: build
 	bench/serve/generate.py --binary $(BUILD)/trainyard $(ARGS)
+
+# A server under steady generation for 10 minutes, its memory sampled.
+bench-generate-soak: build
+	bench/serve/generate_soak.py --binary $(BUILD)/trainyard $(ARGS)
 
 # The language-model case of issue 31 (bench/lm/run.py --help): trainyard's
 # trainer (build/bench_lm) and PyTorch on the same text, weights and batches.
