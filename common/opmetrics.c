@@ -142,6 +142,16 @@ static void init(void)
     fam.gen_sequences =
         metrics_family_add(reg, METRICS_GAUGE, "trainyard_generate_sequences",
                            "Sequences being generated now.", NULL, NULL, 0);
+    fam.gen_waiting = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_generate_waiting",
+        "Generation requests waiting for room in their model's key/value "
+        "cache.",
+        NULL, NULL, 0);
+    fam.gen_kv_blocks = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_generate_kv_blocks",
+        "Key/value cache blocks of the generation engines: held by "
+        "sequences (used) and in the pools (total).",
+        LABELS("state"), NULL, 0);
     fam.gen_step_seqs = metrics_family_add(
         reg, METRICS_HISTOGRAM, "trainyard_generate_step_sequences",
         "Sequences each generation step ran together (continuous "
@@ -273,4 +283,18 @@ void opm_gen_done(double seconds)
 void opm_gen_step(unsigned sequences)
 {
     metrics_observe(opm()->gen_step_seqs, NULL, sequences);
+}
+
+void opm_gen_waiting(int delta)
+{
+    metrics_add(opm()->gen_waiting, NULL, delta);
+}
+
+void opm_gen_kv_blocks(long used_delta, long total_delta)
+{
+    const opm_families *f = opm();
+    if (used_delta)
+        metrics_add(f->gen_kv_blocks, LABELS("used"), (double)used_delta);
+    if (total_delta)
+        metrics_add(f->gen_kv_blocks, LABELS("total"), (double)total_delta);
 }

@@ -44,6 +44,8 @@ typedef struct {
     metrics_family *gen_latency;      /* histogram {phase} */
     metrics_family *gen_sequences;    /* gauge: generating now */
     metrics_family *gen_step_seqs;    /* histogram: sequences per step */
+    metrics_family *gen_waiting;      /* gauge: requests waiting for cache */
+    metrics_family *gen_kv_blocks;    /* gauge: cache blocks by state */
 } opm_families;
 
 /* The registry and its families; NULL members only when out of memory at
@@ -104,5 +106,11 @@ void opm_gen_token(const char *tenant, int first, double seconds);
 void opm_gen_done(double seconds);
 /* An engine step ran rows of this many sequences (continuous batching). */
 void opm_gen_step(unsigned sequences);
+/* Requests waiting for an engine's cache: +1 when one queues, -1 when it
+ * leaves the queue. */
+void opm_gen_waiting(int delta);
+/* The engines' key/value cache blocks: the change in those held by
+ * sequences (used) and in the pools' blocks (total). */
+void opm_gen_kv_blocks(long used_delta, long total_delta);
 
 #endif

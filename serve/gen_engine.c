@@ -55,7 +55,8 @@ static gen_engine *engines;
 typedef struct {
     gen_engine *e;
     nn_decoder *d;
-    nn_pool *pool; /* the step's threads on the CPU, or NULL */
+    nn_pool *pool;              /* the step's threads on the CPU, or NULL */
+    uint32_t kv_total, kv_used; /* the cache's blocks, as last reported */
     uint32_t vocab;
     float *logits;     /* GEN_STEP_ROWS rows */
     uint32_t *scratch; /* the sampler's */
@@ -108,11 +109,13 @@ static ty_status make_decoder(eng_work *w, const gen_seq *g, ty_err *err)
     w->scratch = malloc((size_t)g->vocab * sizeof *w->scratch);
     if (!w->logits || !w->scratch)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    ty_status s = nn_decoder_create(g->net, GEN_STEP_ROWS,
-                                    pool_blocks(g->net, g->context),
+    const uint32_t blocks = pool_blocks(g->net, g->context);
+    ty_status s = nn_decoder_create(g->net, GEN_STEP_ROWS, blocks,
                                     GEN_BLOCK_TOKENS, &w->d, err);
     if (s != TY_OK)
         return s;
+    w->kv_total = blocks;
+    opm_gen_kv_blocks(0, blocks);
     /* On the CPU a step of many rows is worth the machine's cores, as a
      * training step is; without a pool it runs on this thread. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -126,8 +129,21 @@ static ty_status make_decoder(eng_work *w, const gen_seq *g, ty_err *err)
     return TY_OK;
 }
 
+/* The blocks sequences hold now, into the metrics. */
+static void report_kv(eng_work *w)
+{
+    const uint32_t used = w->d ? w->kv_total - nn_decoder_free_blocks(w->d) : 0;
+    if (used != w->kv_used)
+        opm_gen_kv_blocks((long)used - (long)w->kv_used, 0);
+    w->kv_used = used;
+}
+
 static void free_decoder(eng_work *w)
 {
+    if (w->d) {
+        opm_gen_kv_blocks(-(long)w->kv_used, -(long)w->kv_total);
+        w->kv_used = w->kv_total = 0;
+    }
     nn_decoder_free(w->d);
     w->d = NULL;
     if (w->pool)
@@ -176,6 +192,7 @@ static void admit(eng_work *w)
         if (!e->wait_head)
             e->wait_tail = NULL;
         e->n_wait--;
+        opm_gen_waiting(-1);
         g->link = NULL;
         if (s != TY_OK) {
             retire(w, g, s, &err);
@@ -273,10 +290,12 @@ static void *engine_main(void *arg)
             return NULL;
         }
         let_go(&w);
+        report_kv(&w);
         if (!w.n_run)
             continue;
         pthread_mutex_unlock(&e->mu);
         step(&w);
+        report_kv(&w);
         pthread_mutex_lock(&e->mu);
     }
 }
@@ -322,6 +341,7 @@ ty_status gen_engine_run(gen_seq *g, ty_err *err)
         e->wait_head = g;
     e->wait_tail = g;
     e->n_wait++;
+    opm_gen_waiting(1);
     if (!e->thread_on) {
         pthread_t t;
         pthread_attr_t attr;
@@ -332,6 +352,7 @@ ty_status gen_engine_run(gen_seq *g, ty_err *err)
         } else {
             /* take it back out: it is the tail, and nothing else runs */
             e->n_wait--;
+            opm_gen_waiting(-1);
             if (e->wait_head == g)
                 e->wait_head = e->wait_tail = NULL;
             pthread_attr_destroy(&attr);

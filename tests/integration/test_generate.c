@@ -296,6 +296,37 @@ static void *gen_thread(void *arg)
 
 static double metric_sum(const char *text, const char *name, const char *has);
 
+/* /metrics read again and again while requests run: the cache's blocks
+ * never past the pool's 6 (the budget), and what was seen. */
+typedef struct {
+    volatile int stop;
+    int samples, busy; /* busy: samples with a cache in use */
+    double max_used, max_total, max_waiting;
+    int over; /* samples with used > total or total not 0 or 6 */
+} kv_watch;
+
+static void *kv_watch_run(void *arg)
+{
+    kv_watch *k = arg;
+    while (!k->stop) {
+        resp *m = http_get(&server, "/metrics");
+        const double used = metric_sum(m->body, "trainyard_generate_kv_blocks",
+                                       "state=\"used\"");
+        const double total = metric_sum(m->body, "trainyard_generate_kv_blocks",
+                                        "state=\"total\"");
+        const double waiting =
+            metric_sum(m->body, "trainyard_generate_waiting", NULL);
+        resp_free(m);
+        k->samples++;
+        k->busy += used > 0;
+        k->over += used > total || (total != 0 && total != 6);
+        k->max_used = used > k->max_used ? used : k->max_used;
+        k->max_total = total > k->max_total ? total : k->max_total;
+        k->max_waiting = waiting > k->max_waiting ? waiting : k->max_waiting;
+    }
+    return NULL;
+}
+
 /* Eight seeded requests, alone one after another, then all at once: the
  * same texts. Three fit the cache at a time; the rest wait their turn. */
 static void test_batched_as_alone(void **state)
@@ -320,12 +351,21 @@ static void test_batched_as_alone(void **state)
     const double single0 = metric_sum(
         m0->body, "trainyard_generate_step_sequences_bucket", "le=\"1\"");
     resp_free(m0);
-    pthread_t t[N_AT_ONCE];
+    pthread_t t[N_AT_ONCE], watcher;
+    kv_watch kw = {0};
+    assert_int_equal(pthread_create(&watcher, NULL, kv_watch_run, &kw), 0);
     for (int i = 0; i < N_AT_ONCE; i++)
         assert_int_equal(pthread_create(&t[i], NULL, gen_thread, &together[i]),
                          0);
     for (int i = 0; i < N_AT_ONCE; i++)
         pthread_join(t[i], NULL);
+    kw.stop = 1;
+    pthread_join(watcher, NULL);
+    fprintf(stderr,
+            "cache while they ran: %d samples, %d with blocks in use; at most "
+            "%.0f of %.0f blocks used, %.0f requests waiting\n",
+            kw.samples, kw.busy, kw.max_used, kw.max_total, kw.max_waiting);
+    assert_int_equal(kw.over, 0); /* never past the pool, a pool of 6 */
     for (int i = 0; i < N_AT_ONCE; i++) {
         assert_int_equal(together[i].status, 200);
         if (strcmp(alone[i].text, together[i].text))
@@ -387,6 +427,10 @@ static void test_metrics(void **state)
     assert_true(itl >= generated - ttft - 0.5);
     assert_true(metric_sum(r->body, "trainyard_generate_sequences", NULL) ==
                 0.0);
+    /* idle: the cache is freed, nothing waits */
+    assert_true(metric_sum(r->body, "trainyard_generate_kv_blocks", NULL) ==
+                0.0);
+    assert_true(metric_sum(r->body, "trainyard_generate_waiting", NULL) == 0.0);
     resp_free(r);
 }
 
