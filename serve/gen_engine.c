@@ -315,7 +315,7 @@ static gen_engine *engine_of(const nn_net *net)
     return e;
 }
 
-ty_status gen_engine_run(gen_seq *g, ty_err *err)
+ty_status gen_engine_submit(gen_seq *g, ty_err *err)
 {
     pthread_mutex_lock(&engines_mu);
     gen_engine *e = engine_of(g->net);
@@ -333,6 +333,7 @@ ty_status gen_engine_run(gen_seq *g, ty_err *err)
                        e->n_wait);
     }
     pthread_cond_init(&g->done_cv, NULL);
+    g->engine = e;
     g->done = 0;
     g->link = NULL;
     if (e->wait_tail)
@@ -350,11 +351,11 @@ ty_status gen_engine_run(gen_seq *g, ty_err *err)
         if (pthread_create(&t, &attr, engine_main, e) == 0) {
             e->thread_on = 1;
         } else {
-            /* take it back out: it is the tail, and nothing else runs */
+            /* take it back out: with no thread, the queue was empty (a
+             * thread leaves only when nothing waits) */
+            e->wait_head = e->wait_tail = NULL;
             e->n_wait--;
             opm_gen_waiting(-1);
-            if (e->wait_head == g)
-                e->wait_head = e->wait_tail = NULL;
             pthread_attr_destroy(&attr);
             pthread_mutex_unlock(&e->mu);
             pthread_cond_destroy(&g->done_cv);
@@ -362,6 +363,14 @@ ty_status gen_engine_run(gen_seq *g, ty_err *err)
         }
         pthread_attr_destroy(&attr);
     }
+    pthread_mutex_unlock(&e->mu);
+    return TY_OK;
+}
+
+ty_status gen_engine_wait(gen_seq *g, ty_err *err)
+{
+    gen_engine *e = g->engine;
+    pthread_mutex_lock(&e->mu);
     while (!g->done)
         pthread_cond_wait(&g->done_cv, &e->mu);
     pthread_mutex_unlock(&e->mu);
@@ -369,4 +378,10 @@ ty_status gen_engine_run(gen_seq *g, ty_err *err)
     if (g->status != TY_OK)
         *err = g->err;
     return g->status;
+}
+
+ty_status gen_engine_run(gen_seq *g, ty_err *err)
+{
+    ty_status s = gen_engine_submit(g, err);
+    return s != TY_OK ? s : gen_engine_wait(g, err);
 }

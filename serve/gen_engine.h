@@ -36,8 +36,9 @@ struct gen_seq {
     ty_status (*end)(gen_seq *s, ty_err *err);
     /* ---- the engine's ---- */
     nn_kv_seq kv;
-    uint32_t fed;        /* prompt tokens in the cache */
-    uint32_t last_token; /* the last token written, fed next step */
+    uint32_t fed;              /* prompt tokens in the cache */
+    uint32_t last_token;       /* the last token written, fed next step */
+    struct gen_engine *engine; /* the engine it was handed to */
     gen_seq *link;
     int done;
     ty_status status;
@@ -49,5 +50,13 @@ struct gen_seq {
  * outcome (next's or end's error, the decoder's, TY_EUNAVAILABLE when 256
  * requests already wait for the model, TY_ENOMEM). */
 ty_status gen_engine_run(gen_seq *s, ty_err *err);
+
+/* gen_engine_run in two halves, so that one request can run several
+ * sequences side by side (OpenAI's n and prompt lists): submit hands s to
+ * its engine (TY_EUNAVAILABLE or TY_ENOMEM when it cannot; s is then not
+ * in the engine and must not be waited for), wait waits for a submitted
+ * s and gives its outcome. */
+ty_status gen_engine_submit(gen_seq *s, ty_err *err);
+ty_status gen_engine_wait(gen_seq *s, ty_err *err);
 
 #endif

@@ -265,6 +265,18 @@ static ty_status gen_end(gen_seq *s_, ty_err *err)
 ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
                         ty_err *err)
 {
+    ty_status s = serve_gen_start(g, chunk, ctx, err);
+    return s != TY_OK ? s : serve_gen_wait(g, err);
+}
+
+ty_status serve_gen_wait(serve_gen *g, ty_err *err)
+{
+    return gen_engine_wait(&g->seq, err);
+}
+
+ty_status serve_gen_start(serve_gen *g, serve_gen_chunk chunk, void *ctx,
+                          ty_err *err)
+{
     g->chunk = chunk;
     g->chunk_ctx = ctx;
     sample_state_init(&g->st, g->q.sp.seed, g->choice);
@@ -277,7 +289,7 @@ ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
                        .tenant = g->tenant,
                        .next = gen_token,
                        .end = gen_end};
-    return gen_engine_run(&g->seq, err);
+    return gen_engine_submit(&g->seq, err);
 }
 
 /* The model's checks, the prompt's ids and the run's buffers. */

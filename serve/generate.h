@@ -64,6 +64,13 @@ ty_status serve_gen_open(const struct serve_env *env, const char *tenant_id,
                          serve_gen **out, ty_err *err);
 ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
                         ty_err *err);
+/* serve_gen_run in halves, to run several side by side (OpenAI's n):
+ * start hands the sequence to the engine (an error: nothing runs, do not
+ * wait); wait gives serve_gen_run's outcome. chunk runs on the engine's
+ * thread, one sequence's at a time. */
+ty_status serve_gen_start(serve_gen *g, serve_gen_chunk chunk, void *ctx,
+                          ty_err *err);
+ty_status serve_gen_wait(serve_gen *g, ty_err *err);
 json_t *serve_gen_result(const serve_gen *g, int with_text);
 const char *serve_gen_model_name(const serve_gen *g);
 void serve_gen_close(serve_gen *g);

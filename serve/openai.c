@@ -5,6 +5,7 @@
 #include "serve/openai.h"
 
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -304,18 +305,19 @@ typedef struct {
     uint32_t index;
     serve_oai_emit emit;
     void *ctx;
-    int gone;
+    _Atomic int *gone; /* the request's: once its client left, every choice
+                        * stops at its next piece */
 } stream_ctx;
 
 static int on_piece(void *arg, const char *text, size_t len)
 {
     stream_ctx *c = arg;
-    c->gone =
-        c->gone ||
+    if (!atomic_load(c->gone) &&
         c->emit(c->ctx,
                 chunk_of(c->o, json_pack("[o]", choice_piece(c->index, text,
-                                                             len, NULL))));
-    return c->gone;
+                                                             len, NULL)))))
+        atomic_store(c->gone, 1);
+    return atomic_load(c->gone);
 }
 
 static json_t *usage_of(const serve_oai *o)
@@ -336,31 +338,50 @@ static json_t *usage_of(const serve_oai *o)
 ty_status serve_oai_run(serve_oai *o, serve_oai_emit emit, void *ctx,
                         ty_err *err)
 {
+    stream_ctx c[SERVE_OAI_MAX_CHOICES];
+    _Atomic int left = 0;
     for (uint32_t i = 0; i < o->n_choices; i++) {
-        stream_ctx c = {.o = o, .index = i, .emit = emit, .ctx = ctx};
+        c[i] = (stream_ctx){
+            .o = o, .index = i, .emit = emit, .ctx = ctx, .gone = &left};
         const char *prompt =
             json_string_value(json_array_get(o->prompts, o->choices[i].prompt));
-        if (o->stream && o->echo && on_piece(&c, prompt, strlen(prompt)))
-            return TY_OK;
-        ty_status s = serve_gen_run(o->choices[i].g,
-                                    o->stream ? on_piece : NULL, &c, err);
-        if (s != TY_OK)
-            return s;
-        if (c.gone)
-            return TY_OK;
-        if (o->stream &&
+        if (o->stream && o->echo)
+            on_piece(&c[i], prompt, strlen(prompt));
+    }
+    if (atomic_load(&left))
+        return TY_OK;
+    /* Every choice into the engine at once: they share its steps. Those
+     * started are waited for whatever happens (the engine holds them);
+     * the first error is the outcome. */
+    ty_status s = TY_OK;
+    uint32_t started = 0;
+    for (; started < o->n_choices; started++)
+        if ((s = serve_gen_start(o->choices[started].g,
+                                 o->stream ? on_piece : NULL, &c[started],
+                                 err)) != TY_OK)
+            break;
+    for (uint32_t i = 0; i < started; i++) {
+        ty_err e = {0};
+        ty_status si = serve_gen_wait(o->choices[i].g, &e);
+        if (si != TY_OK && s == TY_OK) {
+            s = si;
+            *err = e;
+        }
+        /* each choice's last chunk once it is over (the others' pieces
+         * may come before it: a client puts them together by index) */
+        if (s == TY_OK && o->stream && !atomic_load(&left) &&
             emit(ctx, chunk_of(o, json_pack("[o]", choice_piece(
                                                        i, "", 0,
                                                        serve_gen_finish(
                                                            o->choices[i].g))))))
-            return TY_OK;
+            atomic_store(&left, 1);
     }
-    if (o->stream && o->include_usage) {
+    if (s == TY_OK && !atomic_load(&left) && o->stream && o->include_usage) {
         json_t *last = chunk_of(o, json_array());
         json_object_set_new(last, "usage", usage_of(o));
         emit(ctx, last);
     }
-    return TY_OK;
+    return atomic_load(&left) ? TY_OK : s;
 }
 
 json_t *serve_oai_result(const serve_oai *o)

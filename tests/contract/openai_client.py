@@ -170,6 +170,17 @@ def main():
         assert len(set(ta)) > 1, ta
         assert a.usage.prompt_tokens == 8 + 6, a.usage
         print(f"n=2 x 2 prompts, seed 11: {ta}, the same twice")
+        # The four choices run side by side in the engine: streamed, their
+        # pieces interleave and add up by index to the same texts; the first
+        # alone (n=1) writes what it wrote among the four.
+        by = {}
+        for chunk in client.completions.create(stream=True, **kw):
+            for c in chunk.choices:
+                by[c.index] = by.get(c.index, "") + c.text
+        assert [by.get(i) for i in range(4)] == ta, (by, ta)
+        one = client.completions.create(**dict(kw, prompt="the cat ", n=1))
+        assert one.choices[0].text == ta[0], (one.choices[0].text, ta[0])
+        print("streamed, the same texts by index; the first alone, the same text")
 
         e = client.completions.create(model=name, prompt=prompt, max_tokens=4,
                                       temperature=0, echo=True, logprobs=2)
