@@ -412,12 +412,20 @@ static json_t *token_text(const serve_gen *g, uint32_t id)
 
 json_t *serve_gen_logprobs_json(const serve_gen *g, size_t offset)
 {
+    return serve_gen_logprobs_range(g, 0, g->generated, offset);
+}
+
+json_t *serve_gen_logprobs_range(const serve_gen *g, uint32_t from, uint32_t to,
+                                 size_t offset)
+{
     if (!g->want_lp)
         return json_null();
+    if (to > g->generated)
+        to = g->generated;
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(),
            *offs = json_array();
     size_t at = offset;
-    for (uint32_t i = 0; i < g->generated; i++) {
+    for (uint32_t i = from; i < to; i++) {
         json_t *t = token_text(g, g->lp_tok[i].token);
         json_array_append_new(offs, json_integer((json_int_t)at));
         at += json_string_length(t);

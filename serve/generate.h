@@ -89,5 +89,9 @@ const char *serve_gen_finish(const serve_gen *g);
 void serve_gen_counts(const serve_gen *g, uint32_t *prompt,
                       uint32_t *completion);
 json_t *serve_gen_logprobs_json(const serve_gen *g, size_t offset);
+/* The same for generated tokens [from, to) only, the first at offset
+ * (streaming: the tokens a chunk's text carries). */
+json_t *serve_gen_logprobs_range(const serve_gen *g, uint32_t from, uint32_t to,
+                                 size_t offset);
 
 #endif

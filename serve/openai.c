@@ -163,10 +163,6 @@ static ty_status parse(serve_oai *o, const json_t *body, uint64_t *seed,
             TY_OK)
         return s;
     o->logprobs = lp;
-    if (o->stream && lp >= 0)
-        return ty_fail(err, TY_EINVAL, "logprobs",
-                       "logprobs with stream is not built yet: ask for one "
-                       "or the other");
     const json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         static const char *const so_keys[] = {"include_usage", NULL};
@@ -293,11 +289,13 @@ static json_t *chunk_of(const serve_oai *o, json_t *choices)
                      "model", o->model, "choices", choices);
 }
 
+/* One choice's piece of a chunk; lp (taken; NULL: null) its logprobs. */
 static json_t *choice_piece(uint32_t index, const char *text, size_t len,
-                            const char *finish)
+                            const char *finish, json_t *lp)
 {
-    return json_pack("{s:s%, s:I, s:n, s:s?}", "text", text, len, "index",
-                     (json_int_t)index, "logprobs", "finish_reason", finish);
+    return json_pack("{s:s%, s:I, s:o, s:s?}", "text", text, len, "index",
+                     (json_int_t)index, "logprobs", lp ? lp : json_null(),
+                     "finish_reason", finish);
 }
 
 typedef struct {
@@ -307,15 +305,32 @@ typedef struct {
     void *ctx;
     _Atomic int *gone; /* the request's: once its client left, every choice
                         * stops at its next piece */
+    int in_run;        /* the engine's pieces (not the echo) */
+    uint32_t lp_sent;  /* tokens whose logprobs went out */
+    size_t text_sent;  /* bytes of the choice's text that went out */
 } stream_ctx;
 
 static int on_piece(void *arg, const char *text, size_t len)
 {
     stream_ctx *c = arg;
-    if (!atomic_load(c->gone) &&
-        c->emit(c->ctx,
+    json_t *lp = NULL;
+    if (c->in_run && c->o->logprobs >= 0) {
+        /* the tokens written since the last piece: those this text
+         * carries (or, where a stop string held text back, a few ahead) */
+        uint32_t prompt, done;
+        serve_gen_counts(c->o->choices[c->index].g, &prompt, &done);
+        lp = serve_gen_logprobs_range(c->o->choices[c->index].g, c->lp_sent,
+                                      done, c->text_sent);
+        c->lp_sent = done;
+    }
+    c->text_sent += len;
+    if (atomic_load(c->gone)) {
+        json_decref(lp);
+        return 1;
+    }
+    if (c->emit(c->ctx,
                 chunk_of(c->o, json_pack("[o]", choice_piece(c->index, text,
-                                                             len, NULL)))))
+                                                             len, NULL, lp)))))
         atomic_store(c->gone, 1);
     return atomic_load(c->gone);
 }
@@ -350,6 +365,8 @@ ty_status serve_oai_run(serve_oai *o, serve_oai_emit emit, void *ctx,
     }
     if (atomic_load(&left))
         return TY_OK;
+    for (uint32_t i = 0; i < o->n_choices; i++)
+        c[i].in_run = 1;
     /* Every choice into the engine at once: they share its steps. Those
      * started are waited for whatever happens (the engine holds them);
      * the first error is the outcome. */
@@ -370,10 +387,11 @@ ty_status serve_oai_run(serve_oai *o, serve_oai_emit emit, void *ctx,
         /* each choice's last chunk once it is over (the others' pieces
          * may come before it: a client puts them together by index) */
         if (s == TY_OK && o->stream && !atomic_load(&left) &&
-            emit(ctx, chunk_of(o, json_pack("[o]", choice_piece(
-                                                       i, "", 0,
-                                                       serve_gen_finish(
-                                                           o->choices[i].g))))))
+            emit(ctx,
+                 chunk_of(o, json_pack("[o]", choice_piece(i, "", 0,
+                                                           serve_gen_finish(
+                                                               o->choices[i].g),
+                                                           NULL)))))
             atomic_store(&left, 1);
     }
     if (s == TY_OK && !atomic_load(&left) && o->stream && o->include_usage) {

@@ -193,6 +193,20 @@ def main():
         assert all(len(t) <= 2 for t in lp.top_logprobs)
         assert all(x <= 0 and math.isfinite(x) for x in lp.token_logprobs)
         print(f"echo and logprobs: {lp.token_logprobs}")
+        # Streamed, each chunk carries its tokens' logprobs: together the
+        # same tokens, numbers and offsets as the plain reply's.
+        toks, lps, offs = [], [], []
+        for chunk in client.completions.create(model=name, prompt=prompt, max_tokens=4,
+                                               temperature=0, echo=True, logprobs=2,
+                                               stream=True):
+            for c in chunk.choices:
+                if c.logprobs:
+                    toks += c.logprobs.tokens
+                    lps += c.logprobs.token_logprobs
+                    offs += c.logprobs.text_offset
+        assert toks == lp.tokens and lps == lp.token_logprobs, (toks, lps, lp)
+        assert offs == lp.text_offset, (offs, lp.text_offset)
+        print("streamed logprobs: the same tokens, numbers and offsets")
 
         stop = text[3:5]
         s = client.completions.create(model=name, prompt=prompt, max_tokens=10,
