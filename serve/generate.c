@@ -49,6 +49,8 @@ struct serve_gen {
     uint32_t vocab, context, max_tokens;
     uint32_t *ids; /* the prompt's */
     size_t n;
+    const uint32_t *given; /* the prompt as ids (serve_gen_open_ids) */
+    size_t given_n;
     stop_matcher stop;
     text_buf out;
     uint32_t generated;
@@ -308,8 +310,26 @@ static ty_status prepare(serve_gen *g, ty_err *err)
                            : "has no tokenizer");
     g->vocab = nn_net_token_vocab(net);
     g->context = (uint32_t)m->features;
-    ty_status s = serve_lm_encode(net, q->text, q->text_len, "text_input",
-                                  &g->ids, &g->n, err);
+    ty_status s = TY_OK;
+    if (g->given) {
+        /* token ids: each in the vocabulary */
+        for (size_t i = 0; s == TY_OK && i < g->given_n; i++)
+            if (g->given[i] >= g->vocab)
+                s = ty_fail(err, TY_EINVAL, "text_input",
+                            "token id %u (at %zu) is not in the model's "
+                            "vocabulary of %u",
+                            g->given[i], i, g->vocab);
+        if (s == TY_OK && g->given_n &&
+            !(g->ids = malloc(g->given_n * sizeof *g->ids)))
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        if (s == TY_OK && g->given_n) {
+            memcpy(g->ids, g->given, g->given_n * sizeof *g->ids);
+            g->n = g->given_n;
+        }
+    } else {
+        s = serve_lm_encode(net, q->text, q->text_len, "text_input", &g->ids,
+                            &g->n, err);
+    }
     const size_t n = g->n;
     if (s == TY_OK && n == 0)
         s = ty_fail(err, TY_EINVAL, "text_input",
@@ -339,15 +359,72 @@ static ty_status prepare(serve_gen *g, ty_err *err)
     return TY_OK;
 }
 
+static ty_status open_gen(const serve_env *env, const char *tenant_id,
+                          const char *model_ref, const json_t *body,
+                          const uint32_t *ids, size_t n_ids, serve_gen **out,
+                          ty_err *err);
+
 ty_status serve_gen_open(const serve_env *env, const char *tenant_id,
                          const char *model_ref, const json_t *body,
                          serve_gen **out, ty_err *err)
+{
+    return open_gen(env, tenant_id, model_ref, body, NULL, 0, out, err);
+}
+
+ty_status serve_gen_open_ids(const serve_env *env, const char *tenant_id,
+                             const char *model_ref, const json_t *body,
+                             const uint32_t *ids, size_t n_ids, serve_gen **out,
+                             ty_err *err)
+{
+    static const uint32_t none[1] = {0};
+    return open_gen(env, tenant_id, model_ref, body, ids ? ids : none, n_ids,
+                    out, err);
+}
+
+char *serve_gen_prompt_text(const serve_gen *g)
+{
+    char *bytes = NULL;
+    size_t n = 0;
+    ty_err ignore = {0};
+    if (nn_net_decode(g->net, g->ids, g->n, &bytes, &n, &ignore) != TY_OK)
+        return NULL;
+    if (stop_utf8_valid(bytes, n))
+        return bytes;
+    /* bytes that are not whole UTF-8: each becomes U+FFFD */
+    char *t = malloc(3 * n + 1);
+    size_t k = 0;
+    for (size_t i = 0; t && i < n;) {
+        size_t len = 1;
+        while (len < 4 && i + len <= n && !stop_utf8_valid(bytes + i, len))
+            len++;
+        if (i + len <= n && stop_utf8_valid(bytes + i, len)) {
+            memcpy(t + k, bytes + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(t + k, "\xef\xbf\xbd", 3);
+            k += 3;
+            i++;
+        }
+    }
+    if (t)
+        t[k] = 0;
+    free(bytes);
+    return t;
+}
+
+static ty_status open_gen(const serve_env *env, const char *tenant_id,
+                          const char *model_ref, const json_t *body,
+                          const uint32_t *ids, size_t n_ids, serve_gen **out,
+                          ty_err *err)
 {
     *out = NULL;
     serve_gen *g = calloc(1, sizeof *g);
     if (!g)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     g->body = json_incref((json_t *)body);
+    g->given = ids;
+    g->given_n = n_ids;
     g->t_open = opm_now();
     snprintf(g->tenant, sizeof g->tenant, "%s", tenant_id);
     ty_status s = parse(g->body, &g->q, err);
@@ -356,6 +433,7 @@ ty_status serve_gen_open(const serve_env *env, const char *tenant_id,
         g->model_open = 1;
     if (s == TY_OK)
         s = prepare(g, err);
+    g->given = NULL; /* the caller's, read by prepare alone */
     if (s != TY_OK) {
         serve_gen_close(g);
         return s;

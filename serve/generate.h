@@ -62,6 +62,17 @@ typedef int (*serve_gen_chunk)(void *ctx, const char *text, size_t len);
 ty_status serve_gen_open(const struct serve_env *env, const char *tenant_id,
                          const char *model_ref, const json_t *body,
                          serve_gen **out, ty_err *err);
+/* serve_gen_open with the prompt as token ids (OpenAI's prompt as ids):
+ * body's text_input is not read (give ""); an id outside the model's
+ * vocabulary is TY_EINVAL naming "text_input". ids need not outlive the
+ * call. serve_gen_prompt_text is the prompt as text (ids decoded, bytes
+ * that are not whole UTF-8 each U+FFFD; malloc'd, NULL when out of
+ * memory). */
+ty_status serve_gen_open_ids(const struct serve_env *env, const char *tenant_id,
+                             const char *model_ref, const json_t *body,
+                             const uint32_t *ids, size_t n_ids, serve_gen **out,
+                             ty_err *err);
+char *serve_gen_prompt_text(const serve_gen *g);
 ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
                         ty_err *err);
 /* serve_gen_run in halves, to run several side by side (OpenAI's n):

@@ -120,6 +120,22 @@ static json_t *gen_body(const json_t *body, const json_t *prompt, uint64_t seed,
     return b;
 }
 
+/* A prompt as token ids: a list of 1 to SERVE_OAI_MAX_IDS integers from
+ * 0 (below 2^32; the model's vocabulary is checked when it is opened). */
+static int is_ids(const json_t *p)
+{
+    if (!json_is_array(p) || !json_array_size(p) ||
+        json_array_size(p) > SERVE_OAI_MAX_IDS)
+        return 0;
+    for (size_t i = 0; i < json_array_size(p); i++) {
+        const json_t *v = json_array_get(p, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > (json_int_t)UINT32_MAX)
+            return 0;
+    }
+    return 1;
+}
+
 /* serve_gen's field names to OpenAI's: text_input is the prompt,
  * parameters.x is x. */
 static void rename_field(ty_err *err, int list, uint32_t i)
@@ -190,17 +206,23 @@ static ty_status parse(serve_oai *o, const json_t *body, uint64_t *seed,
     }
     *seed &= (uint64_t)INT64_MAX;
     const json_t *prompt = json_object_get(body, "prompt");
-    if (json_is_string(prompt)) {
+    if (json_is_string(prompt) || is_ids(prompt)) {
         o->prompts = json_pack("[O]", prompt);
     } else if (json_is_array(prompt) && json_array_size(prompt) >= 1 &&
                json_array_size(prompt) <= SERVE_OAI_MAX_PROMPTS) {
-        for (size_t i = 0; i < json_array_size(prompt); i++)
-            if (!json_is_string(json_array_get(prompt, i)))
+        /* strings, or lists of token ids, not both */
+        const int ids = !json_is_string(json_array_get(prompt, 0));
+        for (size_t i = 0; i < json_array_size(prompt); i++) {
+            const json_t *p = json_array_get(prompt, i);
+            if (ids ? !is_ids(p) : !json_is_string(p))
                 return ty_fail(err, TY_EINVAL, "prompt",
-                               "prompt[%zu] must be a string (prompts as "
-                               "token ids are not supported yet)",
-                               i);
-        o->prompts = json_incref((json_t *)prompt);
+                               "prompt[%zu] must be %s, as prompt[0] is: a "
+                               "prompt is a string or a list of token ids "
+                               "(integers from 0), and a list of prompts "
+                               "holds one kind",
+                               i, ids ? "a list of token ids" : "a string");
+        }
+        o->prompts = json_copy((json_t *)prompt); /* its own: ids become text */
         if (json_array_size(prompt) * o->n > SERVE_OAI_MAX_CHOICES)
             return ty_fail(err, TY_EINVAL, "n",
                            "%zu prompts times n %u are %zu choices; at most "
@@ -210,8 +232,8 @@ static ty_status parse(serve_oai *o, const json_t *body, uint64_t *seed,
                            SERVE_OAI_MAX_CHOICES);
     } else {
         return ty_fail(err, TY_EINVAL, "prompt",
-                       "prompt is required: a string or a list of 1 to %d "
-                       "strings",
+                       "prompt is required: a string, a list of token ids, "
+                       "or a list of 1 to %d of either",
                        SERVE_OAI_MAX_PROMPTS);
     }
     return o->prompts ? TY_OK : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
@@ -251,15 +273,41 @@ ty_status serve_oai_open(const serve_env *env, const char *tenant_id,
     if (s == TY_OK)
         s = ty_id_new("cmpl-", o->id, err);
     o->created = (int64_t)time(NULL);
-    const int list = json_is_array(json_object_get(body, "prompt"));
+    const json_t *given = json_object_get(body, "prompt");
+    const int list = json_is_array(given) && !is_ids(given);
     for (uint32_t i = 0; s == TY_OK && i < json_array_size(o->prompts); i++) {
-        json_t *gb = gen_body(body, json_array_get(o->prompts, i), seed, err);
+        json_t *pj = json_array_get(o->prompts, i);
+        uint32_t *ids = NULL;
+        size_t n_ids = json_is_array(pj) ? json_array_size(pj) : 0;
+        if (n_ids && !(ids = malloc(n_ids * sizeof *ids))) {
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+            break;
+        }
+        for (size_t k = 0; k < n_ids; k++)
+            ids[k] = (uint32_t)json_integer_value(json_array_get(pj, k));
+        json_t *empty = json_string("");
+        json_t *gb = gen_body(body, ids ? empty : pj, seed, err);
+        json_decref(empty);
         for (uint32_t j = 0; gb && s == TY_OK && j < o->n; j++) {
             oai_choice *c = &o->choices[o->n_choices];
-            s = serve_gen_open(env, tenant_id, o->model, gb, &c->g, err);
+            s = ids ? serve_gen_open_ids(env, tenant_id, o->model, gb, ids,
+                                         n_ids, &c->g, err)
+                    : serve_gen_open(env, tenant_id, o->model, gb, &c->g, err);
             if (s != TY_OK) {
                 rename_field(err, list, i);
                 break;
+            }
+            if (ids && j == 0) {
+                /* the prompt as text from now on (echo shows it) */
+                char *t = serve_gen_prompt_text(c->g);
+                json_t *tj = t ? json_string(t) : NULL;
+                free(t);
+                if (!tj || json_array_set_new(o->prompts, i, tj)) {
+                    s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+                    serve_gen_close(c->g);
+                    c->g = NULL;
+                    break;
+                }
             }
             c->prompt = i;
             serve_gen_set_choice(c->g, o->n_choices);
@@ -270,6 +318,7 @@ ty_status serve_oai_open(const serve_env *env, const char *tenant_id,
         if (!gb)
             s = TY_ENOMEM;
         json_decref(gb);
+        free(ids);
     }
     if (s != TY_OK) {
         serve_oai_close(o);

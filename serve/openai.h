@@ -38,6 +38,7 @@ struct serve_env;
 
 #define SERVE_OAI_MAX_CHOICES 16 /* prompts times n, in one request */
 #define SERVE_OAI_MAX_PROMPTS 16
+#define SERVE_OAI_MAX_IDS 65536 /* token ids in one prompt */
 
 typedef struct serve_oai serve_oai;
 

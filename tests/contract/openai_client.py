@@ -148,6 +148,29 @@ def main():
         assert c.object == "text_completion" and c.id.startswith("cmpl-")
         print(f"greedy: {prompt!r} + {text!r}, the same as /v2 generate")
 
+        # The prompt as token ids (the model's own tokenize): the same text;
+        # a list of two such prompts, echoed, shows each prompt as text.
+        st, tk = srv.request("POST", f"/v1/models/{name}/tokenize",
+                             json.dumps({"content": prompt}).encode())
+        assert st == 200, (st, tk)
+        pids = tk["tokens"]
+        c = client.completions.create(model=name, prompt=pids, max_tokens=10,
+                                      temperature=0)
+        assert c.choices[0].text == text, (c.choices[0].text, text)
+        assert c.usage.prompt_tokens == len(pids), c.usage
+        e = client.completions.create(model=name, prompt=[pids, pids[:4]],
+                                      max_tokens=2, temperature=0, echo=True)
+        got = [ch.text for ch in sorted(e.choices, key=lambda x: x.index)]
+        assert got[0] == prompt + text[:2] and got[1].startswith(prompt[:4]), got
+        for bad, field in (([pids, "a string"], "prompt"), ([10 ** 6], "prompt"),
+                           ([pids, [10 ** 6]], "prompt[1]")):
+            try:
+                client.completions.create(model=name, prompt=bad, max_tokens=2)
+                raise AssertionError(f"prompt {bad} was accepted")
+            except openai.UnprocessableEntityError as err:
+                assert err.body.get("field") == field, (bad, err.body)
+        print(f"prompt as token ids {pids}: the same text; echo shows it as text")
+
         chunks = list(client.completions.create(
             model=name, prompt=prompt, max_tokens=10, temperature=0, stream=True,
             stream_options={"include_usage": True}))

@@ -277,3 +277,4 @@ put('gen_body', 'triton_bad', json.dumps({"text_input": 3, "parameters": {"top_p
 put('gen_body', 'openai', json.dumps({"model": "gpt", "prompt": ["a", "b"], "n": 2, "max_tokens": 4, "stream": True, "stream_options": {"include_usage": True}, "seed": 1, "stop": "x"}))
 put('gen_body', 'openai_lp', json.dumps({"model": "gpt", "prompt": "a", "logprobs": 3, "echo": True, "presence_penalty": 0, "best_of": 1, "logit_bias": {}, "user": "u"}))
 put('gen_body', 'openai_bad', json.dumps({"model": "gpt", "prompt": [1, 2], "frequency_penalty": 0.5}))
+put('gen_body', 'openai_ids', json.dumps({"model": "gpt", "prompt": [[1, 2, 3], [4], [0, 65535]], "n": 2, "echo": True}))
