@@ -25,6 +25,22 @@ typedef struct {
     uint32_t n;
 } stops;
 
+/* The tokens' content bytes, their length bytes left out, into whole;
+ * returns how many. */
+static size_t token_bytes(const uint8_t *toks, size_t n, uint8_t *whole)
+{
+    size_t w = 0;
+    for (size_t j = 0; j < n;) {
+        size_t l = toks[j];
+        if (l > n - j - 1)
+            l = n - j - 1;
+        memcpy(whole + w, toks + j + 1, l);
+        w += l;
+        j += 1 + l;
+    }
+    return w;
+}
+
 /* Feeds the tokens (cut: 0 as given, 1 whole, 2 a byte at a time) to a
  * matcher over st; returns the output's length. */
 static size_t run(const stops *st, const uint8_t *toks, size_t n, int cut,
@@ -36,30 +52,23 @@ static size_t run(const stops *st, const uint8_t *toks, size_t n, int cut,
         abort();
     size_t g = 0;
     char buf[STOP_FEED_CAP(256)];
-    size_t i = 0;
-    while (i < n) {
-        size_t len, skip = 0;
-        if (cut == 0) {
-            len = toks[i];
-            skip = 1;
+    if (cut == 0) {
+        for (size_t i = 0; i < n;) {
+            size_t len = toks[i];
             if (len > n - i - 1)
                 len = n - i - 1;
-        } else {
-            len = 1;
+            size_t k = stop_feed(&m, toks + i + 1, len, buf);
+            if (k > STOP_FEED_CAP(len))
+                abort();
+            memcpy(out + g, buf, k);
+            g += k;
+            i += 1 + len;
         }
-        const uint8_t *p = toks + i + skip;
+    } else {
+        static uint8_t whole[FZ_MAX];
+        const size_t w = token_bytes(toks, n, whole);
         if (cut == 1) {
-            /* Gather every token's bytes into one feed. */
-            static uint8_t whole[FZ_MAX];
-            size_t w = 0;
-            for (size_t j = i; j < n;) {
-                size_t l = toks[j];
-                if (l > n - j - 1)
-                    l = n - j - 1;
-                memcpy(whole + w, toks + j + 1, l);
-                w += l;
-                j += 1 + l;
-            }
+            /* every token's bytes in one feed */
             char *big = malloc(STOP_FEED_CAP(w));
             if (!big)
                 abort();
@@ -67,33 +76,14 @@ static size_t run(const stops *st, const uint8_t *toks, size_t n, int cut,
             memcpy(out + g, big, k);
             g += k;
             free(big);
-            break;
-        }
-        if (cut == 2) {
-            /* One byte of token content at a time: skip the length bytes. */
-            static uint8_t whole[FZ_MAX];
-            size_t w = 0;
-            for (size_t j = i; j < n;) {
-                size_t l = toks[j];
-                if (l > n - j - 1)
-                    l = n - j - 1;
-                memcpy(whole + w, toks + j + 1, l);
-                w += l;
-                j += 1 + l;
-            }
+        } else {
+            /* one byte of token content at a time */
             for (size_t j = 0; j < w; j++) {
                 size_t k = stop_feed(&m, whole + j, 1, buf);
                 memcpy(out + g, buf, k);
                 g += k;
             }
-            break;
         }
-        size_t k = stop_feed(&m, p, len, buf);
-        if (k > STOP_FEED_CAP(len))
-            abort();
-        memcpy(out + g, buf, k);
-        g += k;
-        i += skip + len;
     }
     char fin[STOP_FINISH_CAP];
     size_t k = stop_finish(&m, fin);
