@@ -327,6 +327,17 @@ static void *kv_watch_run(void *arg)
     return NULL;
 }
 
+/* The engine's steps so far, and those that ran one sequence alone. */
+static void step_counts(double *steps, double *single)
+{
+    resp *m = http_get(&server, "/metrics");
+    *steps =
+        metric_sum(m->body, "trainyard_generate_step_sequences_count", NULL);
+    *single = metric_sum(m->body, "trainyard_generate_step_sequences_bucket",
+                         "le=\"1\"");
+    resp_free(m);
+}
+
 /* Eight seeded requests, alone one after another, then all at once: the
  * same texts. Three fit the cache at a time; the rest wait their turn. */
 static void test_batched_as_alone(void **state)
@@ -345,12 +356,8 @@ static void test_batched_as_alone(void **state)
         gen_call_run(&alone[i]);
         assert_int_equal(alone[i].status, 200);
     }
-    resp *m0 = http_get(&server, "/metrics");
-    const double steps0 =
-        metric_sum(m0->body, "trainyard_generate_step_sequences_count", NULL);
-    const double single0 = metric_sum(
-        m0->body, "trainyard_generate_step_sequences_bucket", "le=\"1\"");
-    resp_free(m0);
+    double steps0, single0;
+    step_counts(&steps0, &single0);
     pthread_t t[N_AT_ONCE], watcher;
     kv_watch kw = {0};
     assert_int_equal(pthread_create(&watcher, NULL, kv_watch_run, &kw), 0);
@@ -372,12 +379,8 @@ static void test_batched_as_alone(void **state)
             fail_msg("request %d: alone \"%s\", together \"%s\"", i,
                      alone[i].text, together[i].text);
     }
-    resp *m = http_get(&server, "/metrics");
-    const double steps =
-        metric_sum(m->body, "trainyard_generate_step_sequences_count", NULL);
-    const double single = metric_sum(
-        m->body, "trainyard_generate_step_sequences_bucket", "le=\"1\"");
-    resp_free(m);
+    double steps, single;
+    step_counts(&steps, &single);
     fprintf(stderr, "together: %.0f steps, %.0f of them with one sequence\n",
             steps - steps0, single - single0);
     assert_true(steps - steps0 > single - single0); /* some steps shared */
