@@ -346,25 +346,17 @@ static const float *tensor(const nn_layer *l, const float *params,
     return NULL;
 }
 
-/* out (n, u) = x (n, k) W^T (+ beta out): rows_gemm, whose sums do not
- * depend on the row count (a BLAS may sum a row's products in another
- * order when the row count changes), so a row's numbers do not depend on
- * the step's other rows, while the weights are read once for several
- * rows. */
-static void gemm_rows(const nn_decoder *d, float *out, const float *x,
-                      const float *w, uint32_t n, uint32_t u, uint32_t k,
-                      float beta)
-{
-    d->be->rows_gemm(d->ex, out, x, w, n, u, k, beta);
-}
-
+/* out (n, u) = x (n, k) W^T + b on rows_gemm, whose sums do not depend on
+ * the row count (a BLAS may sum a row's products in another order when
+ * the row count changes), so a row's numbers do not depend on the step's
+ * other rows, while the weights are read once for several rows. */
 static void linear(const nn_decoder *d, float *out, const float *x,
                    const float *w, const float *b, uint32_t n, uint32_t u,
                    uint32_t k)
 {
     if (b)
         d->be->bias_rows(d->ex, out, b, n, u);
-    gemm_rows(d, out, x, w, n, u, k, b ? 1.0f : 0.0f);
+    d->be->rows_gemm(d->ex, out, x, w, n, u, k, b ? 1.0f : 0.0f);
 }
 
 /* An attention on x (n, C) into out, for layer i, whose tensors' names
@@ -437,8 +429,8 @@ static void layer_step(nn_decoder *d, uint32_t i, const float *x, float *out,
             break;
         }
         case NN_LAYER_LM_HEAD:
-            gemm_rows(d, out, x, l->tie ? p + l->tie_delta : p, n, l->vocab, c,
-                      0.0f);
+            linear(d, out, x, l->tie ? p + l->tie_delta : p, NULL, n, l->vocab,
+                   c);
             break;
         default: /* activations */
             d->be->act_forward(d->ex, nn_layer_act_op(l), out, x, len);
