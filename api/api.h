@@ -69,6 +69,9 @@ const json_t *api_json_object(http_req *r);
 /* Sets the Retry-After header of a 429 (seconds, rounded up, at least
  * 1). */
 void api_retry_after(http_req *r, double seconds);
+/* A generation's error reply: a full engine queue (503) or a deployment's
+ * limit (429) with Retry-After: 1. */
+void api_reply_gen_error(http_req *r, ty_status s, const ty_err *err);
 
 /* The caller's tenant id. */
 const char *api_tenant(http_req *r);

@@ -99,6 +99,13 @@ void api_retry_after(http_req *r, double seconds)
     http_reply_header(r, "Retry-After", v);
 }
 
+void api_reply_gen_error(http_req *r, ty_status s, const ty_err *err)
+{
+    if (s == TY_EUNAVAILABLE || s == TY_ELIMIT)
+        api_retry_after(r, 1);
+    http_reply_error(r, s, err);
+}
+
 void api_list(api_ctx *app, http_req *r, api_list_fn list)
 {
     store_page page;

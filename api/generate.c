@@ -31,9 +31,7 @@ static void generate_run(api_ctx *app, http_req *r)
     ty_status s = serve_generate(&env, api_tenant(r), http_req_param(r, 0),
                                  body, &doc, &err);
     if (s != TY_OK) {
-        if (s == TY_EUNAVAILABLE)
-            api_retry_after(r, 1);
-        http_reply_error(r, s, &err);
+        api_reply_gen_error(r, s, &err);
         return;
     }
     http_req_time(r, "generate", opm_now() - t0);
@@ -41,7 +39,7 @@ static void generate_run(api_ctx *app, http_req *r)
 }
 
 /* On the waiting pool: a generation mostly waits for its engine's steps
- * (serve/gen_engine.c), where it shares steps with the others. */
+ * (node/gen_engine.c), where it shares steps with the others. */
 void api_kserve_generate(api_ctx *app, http_req *r)
 {
     if (!http_req_offload_wait(r, generate_run))
@@ -103,7 +101,7 @@ static void generate_stream_run(api_ctx *app, http_req *r)
     if (s != TY_OK) {
         free(t);
         api_gen_stream_unreserve();
-        http_reply_error(r, s, &err);
+        api_reply_gen_error(r, s, &err);
         return;
     }
     snprintf(t->model, sizeof t->model, "%s", serve_gen_model_name(t->g));

@@ -56,7 +56,7 @@ static void completions_run(api_ctx *app, http_req *r)
     if (s != TY_OK) {
         if (stream)
             api_gen_stream_unreserve();
-        http_reply_error(r, s, &err);
+        api_reply_gen_error(r, s, &err);
         return;
     }
     if (serve_oai_streams(o)) {
@@ -71,9 +71,7 @@ static void completions_run(api_ctx *app, http_req *r)
         s = ty_fail(&err, TY_ENOMEM, NULL, "out of memory");
     serve_oai_close(o);
     if (s != TY_OK) {
-        if (s == TY_EUNAVAILABLE)
-            api_retry_after(r, 1);
-        http_reply_error(r, s, &err);
+        api_reply_gen_error(r, s, &err);
         return;
     }
     http_req_time(r, "completions", opm_now() - t0);

@@ -35,6 +35,7 @@
 #include "node/batcher.h"
 #include "node/placement.h"
 #include "node/rframe.h"
+#include "node/replica_gen.h"
 #include "node/worker.h"
 #include "models/nn.h"
 #include "models/pool.h"
@@ -246,9 +247,11 @@ typedef struct conn {
     int gone; /* hung up while queued: no reply, closed after the batch */
     struct conn *prev, *next;
     /* the request */
-    unsigned char hdr[RFRAME_REQ_HDR_BYTES];
-    size_t hdr_got;
+    unsigned char hdr[RFRAME_GEN_HDR_BYTES]; /* the larger header */
+    size_t hdr_got, hdr_need; /* hdr_need: a predict's, or a generation's */
     rframe_req_hdr req;
+    int gen;              /* a generation (rframe.h): gen_req, ids in x */
+    rframe_gen_req gen_req;
     uint32_t status; /* RFRAME_OK, or the error it gets (payload dropped) */
     size_t body, body_got; /* payload bytes, and read so far */
     float *x;              /* the payload (x_cap bytes) */
@@ -297,11 +300,11 @@ static void set_listening(server *sv, int on)
     sv->listen_paused = !on;
 }
 
-static void conn_close(server *sv, conn *c)
+/* Out of the list and freed; the caller closes or keeps c->fd. */
+static void conn_unlink(server *sv, conn *c)
 {
     if (c->state == C_WRITE)
         sv->writing--;
-    close(c->fd); /* leaves the epoll set with it */
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -311,7 +314,34 @@ static void conn_close(server *sv, conn *c)
     free(c->x);
     free(c->w);
     free(c);
+}
+
+static void conn_close(server *sv, conn *c)
+{
+    close(c->fd); /* leaves the epoll set with it */
+    conn_unlink(sv, c);
     set_listening(sv, 1); /* a descriptor is free again */
+}
+
+/* A generation's request is in: the connection is the generation's from
+ * now on (node/replica_gen.h), out of this loop. */
+static void gen_handoff(server *sv, conn *c)
+{
+    epoll_ctl(sv->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    const int fd = c->fd;
+    const rframe_gen_req r = c->gen_req;
+    const uint32_t status = sv->draining ? RFRAME_EDRAINING : c->status;
+    uint32_t *ids = (uint32_t *)c->x;
+    c->x = NULL;
+    conn_unlink(sv, c);
+    if (status == RFRAME_OK) {
+        replica_gen_start(sv->m->net, fd, &r, ids);
+        return;
+    }
+    free(ids);
+    replica_gen_refuse(fd, r.seq, status,
+                       status == RFRAME_EDRAINING ? "the replica is stopping"
+                                                  : "out of memory");
 }
 
 /* Makes room for a reply with `payload` bytes after its header: the
@@ -336,6 +366,7 @@ static void conn_reset(server *sv, conn *c)
         sv->writing--;
     c->state = C_READ;
     c->hdr_got = c->body_got = c->body = 0;
+    c->hdr_need = RFRAME_REQ_HDR_BYTES;
     c->status = RFRAME_OK;
     arm(sv, c, EPOLLIN);
 }
@@ -427,10 +458,11 @@ static void enqueue(server *sv, conn *c)
 /* The header is in: what becomes of the payload. */
 static void request_begin(server *sv, conn *c)
 {
-    c->body = (size_t)c->req.rows * c->req.cols * sizeof(float);
+    c->body = c->gen ? (size_t)c->gen_req.n_ids * sizeof(uint32_t)
+                     : (size_t)c->req.rows * c->req.cols * sizeof(float);
     c->body_got = 0;
     c->status = RFRAME_OK;
-    if (c->req.cols != sv->m->features) {
+    if (!c->gen && c->req.cols != sv->m->features) {
         c->status = RFRAME_ESHAPE;
         return;
     }
@@ -449,6 +481,10 @@ static void request_begin(server *sv, conn *c)
 static void request_done(server *sv, conn *c)
 {
     char msg[160];
+    if (c->gen) {
+        gen_handoff(sv, c);
+        return;
+    }
     c->read_ns = mono_ns();
     if (sv->draining)
         c->status = RFRAME_EDRAINING;
@@ -474,9 +510,9 @@ static void conn_read(server *sv, conn *c)
     for (;;) {
         void *dst;
         size_t want;
-        if (c->hdr_got < RFRAME_REQ_HDR_BYTES) {
+        if (c->hdr_got < c->hdr_need) {
             dst = c->hdr + c->hdr_got;
-            want = RFRAME_REQ_HDR_BYTES - c->hdr_got;
+            want = c->hdr_need - c->hdr_got;
         } else if (c->status == RFRAME_OK) {
             dst = (char *)c->x + c->body_got;
             want = c->body - c->body_got;
@@ -495,12 +531,23 @@ static void conn_read(server *sv, conn *c)
             conn_close(sv, c);
             return;
         }
-        if (c->hdr_got < RFRAME_REQ_HDR_BYTES) {
+        if (c->hdr_got < c->hdr_need) {
             c->hdr_got += (size_t)n;
-            if (c->hdr_got < RFRAME_REQ_HDR_BYTES)
+            if (c->hdr_got < c->hdr_need)
                 continue;
+            /* a generation's header is longer: its magic says so */
+            c->gen = c->hdr[0] == (RFRAME_GEN_MAGIC & 0xff) &&
+                     c->hdr[1] == (RFRAME_GEN_MAGIC >> 8 & 0xff) &&
+                     c->hdr[2] == (RFRAME_GEN_MAGIC >> 16 & 0xff) &&
+                     c->hdr[3] == (RFRAME_GEN_MAGIC >> 24);
+            if (c->gen && c->hdr_need < RFRAME_GEN_HDR_BYTES) {
+                c->hdr_need = RFRAME_GEN_HDR_BYTES;
+                continue;
+            }
             ty_err err = {0};
-            if (rframe_req_hdr_decode(c->hdr, &c->req, &err) != TY_OK) {
+            if ((c->gen ? rframe_gen_decode(c->hdr, &c->gen_req, &err)
+                        : rframe_req_hdr_decode(c->hdr, &c->req, &err)) !=
+                TY_OK) {
                 fprintf(stderr, "trainyard %s: closing a connection: %s\n", WHO,
                         err.msg);
                 conn_close(sv, c);
@@ -510,7 +557,7 @@ static void conn_read(server *sv, conn *c)
         } else {
             c->body_got += (size_t)n;
         }
-        if (c->hdr_got == RFRAME_REQ_HDR_BYTES && c->body_got == c->body) {
+        if (c->hdr_got == c->hdr_need && c->body_got == c->body) {
             request_done(sv, c);
             return;
         }
@@ -542,6 +589,7 @@ static void accept_all(server *sv)
             continue;
         }
         c->fd = fd;
+        c->hdr_need = RFRAME_REQ_HDR_BYTES;
         c->next = sv->conns;
         if (sv->conns)
             sv->conns->prev = c;
@@ -679,10 +727,12 @@ static void serve_loop(server *sv)
             start_drain(sv);
         uint64_t wait = run_due(sv);
         if (sv->draining && sv->qn == 0) {
-            if (sv->writing == 0 ||
-                mono_ns() - sv->drain_since > DRAIN_WRITE_LIMIT_NS)
+            /* generations end on their own (max_tokens at most) */
+            if ((sv->writing == 0 ||
+                 mono_ns() - sv->drain_since > DRAIN_WRITE_LIMIT_NS) &&
+                replica_gen_running() == 0)
                 return;
-            wait = 1000000000ull; /* look at the clock again */
+            wait = 100000000ull; /* look at the clock again */
         }
         int n = wait_events(sv, evs, wait);
         for (int i = 0; i < n; i++) {

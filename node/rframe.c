@@ -238,18 +238,21 @@ static ty_status read_failed(int rc, const char *what, ty_err *err)
 
 /* Reads an error reply's message (len bytes) into err->msg, as much as
  * fits, dropping the rest; returns the status the reply's maps to. */
-static ty_status read_error(int fd, const rframe_rep_hdr *h, ty_err *err)
+static ty_status read_error(int fd, uint32_t status, uint32_t len,
+                            ty_err *err)
 {
     static const ty_status of[] = {
+        [RFRAME_OK] = TY_EDEVICE,
         [RFRAME_ESHAPE] = TY_EINVAL,
         [RFRAME_EDEVICE] = TY_EDEVICE,
         [RFRAME_ENOMEM] = TY_ENOMEM,
         [RFRAME_EDRAINING] = TY_ECONFLICT,
+        [RFRAME_EBUSY] = TY_EUNAVAILABLE,
     };
     char msg[sizeof err->msg];
-    size_t keep = h->cols < sizeof msg - 1 ? h->cols : sizeof msg - 1;
+    size_t keep = len < sizeof msg - 1 ? len : sizeof msg - 1;
     int rc = recv_all(fd, msg, keep);
-    for (size_t left = h->cols - keep; rc == 0 && left > 0;) {
+    for (size_t left = len - keep; rc == 0 && left > 0;) {
         char drop[256];
         size_t k = left < sizeof drop ? left : sizeof drop;
         rc = recv_all(fd, drop, k);
@@ -258,7 +261,7 @@ static ty_status read_error(int fd, const rframe_rep_hdr *h, ty_err *err)
     if (rc != 0)
         return read_failed(rc, "error message", err);
     msg[keep] = '\0';
-    return ty_fail(err, of[h->status], NULL, "%s",
+    return ty_fail(err, of[status], NULL, "%s",
                    keep ? msg : "the replica failed");
 }
 
@@ -295,7 +298,7 @@ ty_status rframe_call(int fd, uint32_t seq, const float *x, uint32_t rows,
                                    .queue_ns = h.queue_ns,
                                    .compute_ns = h.compute_ns};
     if (h.status != RFRAME_OK)
-        return read_error(fd, &h, err);
+        return read_error(fd, h.status, h.cols, err);
     if (h.rows != rows || h.cols != out_cols)
         return ty_fail(err, TY_EFORMAT, NULL,
                        "reply: %u x %u outputs for %u rows of %u", h.rows,
@@ -303,5 +306,135 @@ ty_status rframe_call(int fd, uint32_t seq, const float *x, uint32_t rows,
     rc = recv_all(fd, out, (size_t)rows * out_cols * sizeof *out);
     if (rc != 0)
         return read_failed(rc, "outputs", err);
+    return TY_OK;
+}
+
+/* ---- generation ---- */
+
+void rframe_gen_encode(const rframe_gen_req *r,
+                       unsigned char buf[RFRAME_GEN_HDR_BYTES])
+{
+    uint32_t temp, top_p;
+    memcpy(&temp, &r->sp.temperature, 4);
+    memcpy(&top_p, &r->sp.top_p, 4);
+    put32(buf, RFRAME_GEN_MAGIC);
+    put32(buf + 4, r->seq);
+    put32(buf + 8, r->n_ids);
+    put32(buf + 12, r->max_tokens);
+    put32(buf + 16, r->choice);
+    put32(buf + 20, r->lp_top);
+    put32(buf + 24, (uint32_t)r->sp.top_k);
+    put32(buf + 28, temp);
+    put32(buf + 32, top_p);
+    put32(buf + 36, 0);
+    put64(buf + 40, r->sp.seed);
+}
+
+ty_status rframe_gen_decode(const unsigned char buf[RFRAME_GEN_HDR_BYTES],
+                            rframe_gen_req *r, ty_err *err)
+{
+    if (check_magic(buf, RFRAME_GEN_MAGIC, "generation", err) != TY_OK)
+        return TY_EFORMAT;
+    uint32_t temp = get32(buf + 28), top_p = get32(buf + 32);
+    r->seq = get32(buf + 4);
+    r->n_ids = get32(buf + 8);
+    r->max_tokens = get32(buf + 12);
+    r->choice = get32(buf + 16);
+    r->lp_top = get32(buf + 20);
+    r->sp.top_k = (int32_t)get32(buf + 24);
+    memcpy(&r->sp.temperature, &temp, 4);
+    memcpy(&r->sp.top_p, &top_p, 4);
+    r->sp.seed = get64(buf + 40);
+    if (r->n_ids < 1 || r->n_ids > RFRAME_GEN_MAX_IDS || r->max_tokens < 1 ||
+        r->max_tokens > RFRAME_GEN_MAX_TOKENS ||
+        (r->lp_top > RFRAME_GEN_MAX_ALTS &&
+         r->lp_top != RFRAME_GEN_NO_LOGPROBS))
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "generation: %u ids, %u tokens, %u alternatives",
+                       r->n_ids, r->max_tokens, r->lp_top);
+    return TY_OK;
+}
+
+size_t rframe_tok_encode(uint32_t seq, const sample_logprob *tok,
+                         const sample_logprob *alts, uint32_t n_alts,
+                         unsigned char *buf)
+{
+    uint32_t lp;
+    memcpy(&lp, &tok->logprob, 4);
+    put32(buf, RFRAME_TOK_MAGIC);
+    put32(buf + 4, seq);
+    put32(buf + 8, RFRAME_OK);
+    put32(buf + 12, tok->token);
+    put32(buf + 16, lp);
+    put32(buf + 20, n_alts);
+    unsigned char *p = buf + RFRAME_TOK_HDR_BYTES;
+    for (uint32_t i = 0; i < n_alts; i++, p += 8) {
+        memcpy(&lp, &alts[i].logprob, 4);
+        put32(p, alts[i].token);
+        put32(p + 4, lp);
+    }
+    return (size_t)(p - buf);
+}
+
+void rframe_tok_error_encode(uint32_t seq, uint32_t status, size_t n,
+                             unsigned char buf[RFRAME_TOK_HDR_BYTES])
+{
+    put32(buf, RFRAME_TOK_MAGIC);
+    put32(buf + 4, seq);
+    put32(buf + 8, status);
+    put32(buf + 12, (uint32_t)n);
+    put32(buf + 16, 0);
+    put32(buf + 20, 0);
+}
+
+ty_status rframe_gen_send(int fd, const rframe_gen_req *r,
+                          const uint32_t *ids, ty_err *err)
+{
+    unsigned char hdr[RFRAME_GEN_HDR_BYTES];
+    rframe_gen_encode(r, hdr);
+    struct iovec iov[2] = {
+        {.iov_base = hdr, .iov_len = sizeof hdr},
+        {.iov_base = (void *)ids, .iov_len = (size_t)r->n_ids * sizeof *ids},
+    };
+    if (send_all(fd, iov, 2) != 0)
+        return ty_fail(err, TY_EIO, NULL, "sending to the replica: %s",
+                       strerror(errno));
+    return TY_OK;
+}
+
+ty_status rframe_gen_read(int fd, uint32_t seq, sample_logprob *tok,
+                          sample_logprob *alts, uint32_t alts_cap,
+                          uint32_t *n_alts, ty_err *err)
+{
+    unsigned char b[RFRAME_TOK_HDR_BYTES];
+    int rc = recv_all(fd, b, sizeof b);
+    if (rc != 0)
+        return read_failed(rc, "next token", err);
+    if (check_magic(b, RFRAME_TOK_MAGIC, "token", err) != TY_OK)
+        return TY_EFORMAT;
+    const uint32_t status = get32(b + 8), n = get32(b + 20);
+    if (get32(b + 4) != seq || status > RFRAME_EBUSY ||
+        (status == RFRAME_OK && n > RFRAME_GEN_MAX_ALTS))
+        return ty_fail(err, TY_EFORMAT, NULL,
+                       "token: sequence %u (%u was sent), status %u, %u "
+                       "alternatives",
+                       get32(b + 4), seq, status, n);
+    if (status != RFRAME_OK)
+        return read_error(fd, status, get32(b + 12), err);
+    uint32_t lp = get32(b + 16);
+    tok->token = get32(b + 12);
+    memcpy(&tok->logprob, &lp, 4);
+    *n_alts = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        unsigned char a[8];
+        if ((rc = recv_all(fd, a, sizeof a)) != 0)
+            return read_failed(rc, "token's alternatives", err);
+        if (i >= alts_cap)
+            continue;
+        lp = get32(a + 4);
+        alts[i].token = get32(a);
+        memcpy(&alts[i].logprob, &lp, 4);
+        *n_alts = i + 1;
+    }
     return TY_OK;
 }

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "common/ty.h"
+#include "models/sample.h"
 
 /* The float payloads travel as the host holds them: little-endian hosts
  * only (every platform trainyard builds for). */
@@ -52,6 +53,7 @@ enum {
     RFRAME_EDEVICE = 2,   /* the model's run failed (message says why) */
     RFRAME_ENOMEM = 3,    /* the replica could not allocate the batch */
     RFRAME_EDRAINING = 4, /* the replica is stopping: try another */
+    RFRAME_EBUSY = 5,     /* generation: the engine's queue is full */
 };
 
 typedef struct {
@@ -100,5 +102,75 @@ typedef struct {
 ty_status rframe_call(int fd, uint32_t seq, const float *x, uint32_t rows,
                       uint32_t cols, float *out, uint32_t out_cols,
                       rframe_call_info *info, ty_err *err);
+
+/* ---- generation: a language model's tokens, streamed ----
+ *
+ * A connection that opens with RFRAME_GEN_MAGIC asks the replica to
+ * generate, and is given to that one generation: the replica runs the
+ * sequence in its engine (node/gen_engine.h), with every other
+ * generation's, and writes a frame per token as the engine samples it.
+ * The server keeps the text (tokenizer, stop strings): the replica sees
+ * ids only. The server closes the connection to stop early (a stop
+ * string, a client that left); the replica sees it at its next write and
+ * the sequence leaves the engine at that step.
+ *
+ *   request  u32 magic RFRAME_GEN_MAGIC, u32 seq, u32 n_ids, u32
+ *            max_tokens, u32 choice (the seed's stream), u32 lp_top
+ *            (RFRAME_GEN_NO_LOGPROBS, or the alternatives wanted per
+ *            token), i32 top_k, f32 temperature, f32 top_p, u32 0,
+ *            u64 seed, then n_ids u32 prompt ids
+ *   token    u32 magic RFRAME_TOK_MAGIC, u32 seq, u32 status, u32 token
+ *            (an error: its message's length), f32 logprob, u32 n_alts,
+ *            then n_alts (u32 token, f32 logprob) pairs, most likely
+ *            first (an error: the message's bytes)
+ *
+ * A generation is max_tokens token frames, or fewer then an error frame.
+ */
+#define RFRAME_GEN_MAGIC 0x51475954u /* "TYGQ" */
+#define RFRAME_TOK_MAGIC 0x50475954u /* "TYGP" */
+#define RFRAME_GEN_HDR_BYTES 48
+#define RFRAME_TOK_HDR_BYTES 24
+#define RFRAME_GEN_MAX_IDS (1u << 20)
+#define RFRAME_GEN_MAX_TOKENS (1u << 24)
+#define RFRAME_GEN_MAX_ALTS 20u
+#define RFRAME_GEN_NO_LOGPROBS 0xffffffffu
+
+typedef struct {
+    uint32_t seq, n_ids, max_tokens, choice;
+    uint32_t lp_top; /* RFRAME_GEN_NO_LOGPROBS: none */
+    sample_params sp;
+} rframe_gen_req;
+
+typedef struct {
+    uint32_t seq, status;
+    sample_logprob tok; /* status RFRAME_OK */
+    uint32_t n_alts;    /* pairs after it; an error: the message's bytes */
+} rframe_tok_hdr;
+
+void rframe_gen_encode(const rframe_gen_req *r,
+                       unsigned char buf[RFRAME_GEN_HDR_BYTES]);
+/* TY_EFORMAT for a bad magic, n_ids, max_tokens or lp_top. */
+ty_status rframe_gen_decode(const unsigned char buf[RFRAME_GEN_HDR_BYTES],
+                            rframe_gen_req *r, ty_err *err);
+/* A token frame's whole bytes into buf (RFRAME_TOK_HDR_BYTES + 8 per
+ * alternative): their count. */
+size_t rframe_tok_encode(uint32_t seq, const sample_logprob *tok,
+                         const sample_logprob *alts, uint32_t n_alts,
+                         unsigned char *buf);
+/* An error frame's header into buf; the message's n bytes follow it. */
+void rframe_tok_error_encode(uint32_t seq, uint32_t status, size_t n,
+                             unsigned char buf[RFRAME_TOK_HDR_BYTES]);
+
+/* The server's side: sends the request and its ids on fd (TY_EIO when the
+ * connection fails), then reads one token frame: *tok and up to
+ * alts_cap alternatives (more are dropped; *n_alts those kept). A token
+ * frame is TY_OK; an error frame is its status as rframe_call maps them
+ * (RFRAME_EBUSY: TY_EUNAVAILABLE) with its message; TY_EIO for a closed or
+ * failed connection, TY_EFORMAT for a frame that is not one. */
+ty_status rframe_gen_send(int fd, const rframe_gen_req *r,
+                          const uint32_t *ids, ty_err *err);
+ty_status rframe_gen_read(int fd, uint32_t seq, sample_logprob *tok,
+                          sample_logprob *alts, uint32_t alts_cap,
+                          uint32_t *n_alts, ty_err *err);
 
 #endif

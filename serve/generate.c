@@ -2,9 +2,11 @@
  * generate.c - text generation from a language model (see generate.h).
  */
 #include "serve/generate.h"
-#include "serve/gen_engine.h"
+#include "node/gen_engine.h"
 
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include "models/sample.h"
 #include "serve/lm.h"
 #include "serve/model.h"
+#include "serve/remote.h"
 #include "serve/stop.h"
 
 #define P "parameters"
@@ -69,6 +72,11 @@ struct serve_gen {
     uint32_t *lp_n_alts;     /* max_tokens */
     sample_state st;
     gen_seq seq; /* in its model's engine (gen_engine.h) */
+    /* on a replica of the model's deployment instead: the connection the
+     * tokens come on (serve/remote.h) */
+    int remote;
+    int fd;
+    int retried; /* on a second replica after the first failed */
 };
 
 static ty_status parse_stop(const json_t *stop, gen_req *q, ty_err *err)
@@ -211,33 +219,29 @@ static serve_gen *gen_of(gen_seq *s)
     return (serve_gen *)((char *)s - offsetof(serve_gen, seq));
 }
 
-static ty_status gen_token(gen_seq *s_, const float *logits, uint32_t *scratch,
-                           uint32_t *token, int *finished, ty_err *err)
+/* Where the next token's alternatives go (NULL: not asked for). */
+static sample_logprob *next_alts(serve_gen *g)
 {
-    serve_gen *g = gen_of(s_);
-    const gen_req *q = &g->q;
-    sample_logprob next;
-    sample_logprobs lp = {0};
-    *finished = 0;
-    if (g->want_lp)
-        lp = (sample_logprobs){g->lp_alts + (size_t)g->generated * g->lp_top,
-                               g->lp_top, 0};
-    ty_status s = sample_next(&q->sp, &g->st, logits, g->vocab, scratch, &next,
-                              g->want_lp ? &lp : NULL, err);
-    if (s != TY_OK)
-        return s;
+    return g->want_lp ? g->lp_alts + (size_t)g->generated * g->lp_top : NULL;
+}
+
+/* The next token, chosen here or on a replica (its n_alts alternatives in
+ * next_alts(g)): kept, its text emitted; *finished when it was the last. */
+static ty_status take_token(serve_gen *g, const sample_logprob *next,
+                            uint32_t n_alts, int *finished, ty_err *err)
+{
     if (g->want_lp) {
-        g->lp_tok[g->generated] = next;
-        g->lp_n_alts[g->generated] = lp.n_top_out;
+        g->lp_tok[g->generated] = *next;
+        g->lp_n_alts[g->generated] = n_alts;
     }
     const double now = opm_now();
     opm_gen_token(g->tenant, g->generated == 0,
                   now - (g->generated ? g->t_last : g->t_open));
     g->t_last = now;
     g->generated++;
-    *token = next.token;
     int stopped = 0, cancel = 0;
-    if ((s = emit(g, next.token, &stopped, &cancel, err)) != TY_OK)
+    ty_status s = emit(g, next->token, &stopped, &cancel, err);
+    if (s != TY_OK)
         return s;
     if (stopped)
         g->finish = "stop";
@@ -247,9 +251,24 @@ static ty_status gen_token(gen_seq *s_, const float *logits, uint32_t *scratch,
     return TY_OK;
 }
 
-static ty_status gen_end(gen_seq *s_, ty_err *err)
+/* The engine's: samples the next token from a step's logits. */
+static ty_status gen_token(gen_seq *s_, const float *logits, uint32_t *scratch,
+                           uint32_t *token, int *finished, ty_err *err)
 {
     serve_gen *g = gen_of(s_);
+    sample_logprob next;
+    sample_logprobs lp = {next_alts(g), g->lp_top, 0};
+    ty_status s = sample_next(&g->q.sp, &g->st, logits, g->vocab, scratch,
+                              &next, g->want_lp ? &lp : NULL, err);
+    if (s != TY_OK)
+        return s;
+    *token = next.token;
+    return take_token(g, &next, lp.n_top_out, finished, err);
+}
+
+/* After the last token: the text the stop matcher held back. */
+static ty_status finish_text(serve_gen *g, ty_err *err)
+{
     opm_gen_done(opm_now() - g->t_open);
     if (!g->finish)
         g->finish = "length";
@@ -264,6 +283,80 @@ static ty_status gen_end(gen_seq *s_, ty_err *err)
     return s;
 }
 
+static ty_status gen_end(gen_seq *s, ty_err *err)
+{
+    return finish_text(gen_of(s), err);
+}
+
+/* ---- on a replica of the model's deployment ---- */
+
+static ty_status remote_open(serve_gen *g, uint64_t avoid, ty_err *err)
+{
+    const rframe_gen_req r = {
+        .seq = 1,
+        .n_ids = (uint32_t)g->n,
+        .max_tokens = g->max_tokens,
+        .choice = g->choice,
+        .lp_top = g->want_lp ? g->lp_top : RFRAME_GEN_NO_LOGPROBS,
+        .sp = g->q.sp};
+    return serve_remote_gen_open(g->m.env->deploy, &g->m.call, &r, g->ids,
+                                 avoid, &g->fd, err);
+}
+
+/* Reads the replica's next frame and takes its token (TY_OK); *over when
+ * it was the last (or a stop string ended the text, or the client left).
+ * A replica that fails before the first token is replaced once, as a
+ * predict's is. */
+static ty_status remote_step(serve_gen *g, int *over, ty_err *err)
+{
+    sample_logprob next;
+    uint32_t n_alts = 0;
+    ty_status s = rframe_gen_read(g->fd, 1, &next, next_alts(g),
+                                  g->want_lp ? g->lp_top : 0, &n_alts, err);
+    if ((s == TY_EIO || s == TY_ECONFLICT || s == TY_EFORMAT) &&
+        !g->generated && !g->retried) {
+        g->retried = 1;
+        const uint64_t avoid = g->m.call.serial;
+        serve_remote_gen_close(g->m.env->deploy, &g->m.call, g->fd, 0);
+        g->fd = -1;
+        return remote_open(g, avoid, err);
+    }
+    return s != TY_OK ? s : take_token(g, &next, n_alts, over, err);
+}
+
+/* The generation is over, with s: the connection closed (which stops the
+ * replica's sequence at its next step when it was not done), the held-back
+ * text out; the outcome. */
+static ty_status remote_end(serve_gen *g, ty_status s, ty_err *err)
+{
+    if (g->fd >= 0)
+        serve_remote_gen_close(g->m.env->deploy, &g->m.call, g->fd,
+                               s == TY_OK);
+    g->fd = -1;
+    if (s == TY_OK)
+        return finish_text(g, err);
+    g->m.failed = s != TY_EINVAL;
+    if (s == TY_EIO || s == TY_EFORMAT) {
+        /* the details are the server's (the log has them) */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        return ty_fail(err, TY_EDEVICE, NULL,
+                       "the replica of deployment %s failed during the "
+                       "generation (%.300s)",
+                       g->m.call.deployment_name, why);
+    }
+    return s;
+}
+
+static ty_status remote_wait(serve_gen *g, ty_err *err)
+{
+    int over = 0;
+    ty_status s = TY_OK;
+    while (s == TY_OK && !over)
+        s = remote_step(g, &over, err);
+    return remote_end(g, s, err);
+}
+
 ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
                         ty_err *err)
 {
@@ -273,7 +366,47 @@ ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
 
 ty_status serve_gen_wait(serve_gen *g, ty_err *err)
 {
-    return gen_engine_wait(&g->seq, err);
+    return g->remote ? remote_wait(g, err) : gen_engine_wait(&g->seq, err);
+}
+
+void serve_gen_wait_all(serve_gen *const *gs, uint32_t n, ty_status *outs,
+                        ty_err *errs)
+{
+    struct pollfd p[SERVE_GEN_WAIT_MAX];
+    uint32_t at[SERVE_GEN_WAIT_MAX];
+    for (uint32_t i = 0; i < n; i++)
+        outs[i] = TY_OK;
+    /* on replicas: each frame as it comes, whichever generation's */
+    for (;;) {
+        nfds_t k = 0;
+        for (uint32_t i = 0; i < n && k < SERVE_GEN_WAIT_MAX; i++)
+            if (gs[i]->remote && gs[i]->fd >= 0) {
+                p[k] = (struct pollfd){.fd = gs[i]->fd, .events = POLLIN};
+                at[k++] = i;
+            }
+        if (!k)
+            break;
+        if (poll(p, k, -1) < 0) {
+            if (errno == EINTR)
+                continue;
+            /* cannot wait on them together: one after another */
+            for (nfds_t j = 0; j < k; j++)
+                outs[at[j]] = remote_wait(gs[at[j]], &errs[at[j]]);
+            break;
+        }
+        for (nfds_t j = 0; j < k; j++) {
+            if (!p[j].revents)
+                continue;
+            serve_gen *g = gs[at[j]];
+            int over = 0;
+            ty_status s = remote_step(g, &over, &errs[at[j]]);
+            if (s != TY_OK || over)
+                outs[at[j]] = remote_end(g, s, &errs[at[j]]);
+        }
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (!gs[i]->remote)
+            outs[i] = gen_engine_wait(&gs[i]->seq, &errs[i]);
 }
 
 ty_status serve_gen_start(serve_gen *g, serve_gen_chunk chunk, void *ctx,
@@ -281,6 +414,17 @@ ty_status serve_gen_start(serve_gen *g, serve_gen_chunk chunk, void *ctx,
 {
     g->chunk = chunk;
     g->chunk_ctx = ctx;
+    if (g->m.admitted) {
+        /* the deployment's replica runs it, unless the deployment moved
+         * to another model since this request opened its own */
+        ty_status s = remote_open(g, 0, err);
+        if (s != TY_ENOTFOUND) {
+            g->remote = s == TY_OK;
+            g->m.failed = s != TY_OK;
+            return s;
+        }
+        memset(err, 0, sizeof *err);
+    }
     sample_state_init(&g->st, g->q.sp.seed, g->choice);
     g->seq = (gen_seq){.net = g->net,
                        .vocab = g->vocab,
@@ -423,6 +567,7 @@ static ty_status open_gen(const serve_env *env, const char *tenant_id,
     if (!g)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     g->body = json_incref((json_t *)body);
+    g->fd = -1;
     g->given = ids;
     g->given_n = n_ids;
     g->t_open = opm_now();
@@ -433,6 +578,9 @@ static ty_status open_gen(const serve_env *env, const char *tenant_id,
         g->model_open = 1;
     if (s == TY_OK)
         s = prepare(g, err);
+    /* a deployed model's limits, before any text (429) */
+    if (s == TY_OK)
+        s = serve_model_admit(&g->m, err);
     g->given = NULL; /* the caller's, read by prepare alone */
     if (s != TY_OK) {
         serve_gen_close(g);
@@ -548,6 +696,8 @@ void serve_gen_close(serve_gen *g)
     free(g->lp_tok);
     free(g->lp_alts);
     free(g->lp_n_alts);
+    if (g->fd >= 0) /* started on a replica, never waited for */
+        serve_remote_gen_close(g->m.env->deploy, &g->m.call, g->fd, 0);
     if (g->model_open)
         serve_model_close(&g->m);
     free(g->out.p);

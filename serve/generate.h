@@ -15,8 +15,11 @@
  * seeded by "seed" alone, so the same request gives the same text. Stop
  * strings (serve/stop.h) end the text before them, across token
  * boundaries; text_output is whole UTF-8. The request's sequence runs in
- * its model's engine with every other request's (serve/gen_engine.c:
- * continuous batching); a model's deployment replicas are not used yet.
+ * its model's engine with every other request's (node/gen_engine.c:
+ * continuous batching): in this process, or, for a deployed model, in a
+ * replica of its deployment (the deployment's limits first; the tokens
+ * come back over node/rframe.h's generation frames, the text is made
+ * here).
  *
  * Errors (TY_EINVAL, a 422 naming the field): a body that is not this
  * object or has other keys; text_input missing, not a string, encoding to
@@ -24,7 +27,9 @@
  * or past the context after the prompt, temperature, top_p, top_k, seed,
  * stop as the parameters' checks say ("parameters.<name>"); a model that is
  * not a language model with a tokenizer. TY_ENOTFOUND for a model the
- * tenant does not have.
+ * tenant does not have. A deployed model: TY_ELIMIT at its deployment's
+ * limits (429), TY_EUNAVAILABLE when no replica became ready, TY_EDEVICE
+ * when its replicas failed.
  */
 #ifndef TY_SERVE_GENERATE_H
 #define TY_SERVE_GENERATE_H
@@ -82,6 +87,15 @@ ty_status serve_gen_run(serve_gen *g, serve_gen_chunk chunk, void *ctx,
 ty_status serve_gen_start(serve_gen *g, serve_gen_chunk chunk, void *ctx,
                           ty_err *err);
 ty_status serve_gen_wait(serve_gen *g, ty_err *err);
+/* serve_gen_wait for n (at most SERVE_GEN_WAIT_MAX) started together:
+ * outs[i], errs[i] each one's outcome. On a deployment's replica each
+ * token is taken as it comes, whichever generation's, so every one's
+ * chunks go out as they are written (and a client that left stops each at
+ * its next chunk); in this process the engine steps them together
+ * anyway. */
+#define SERVE_GEN_WAIT_MAX 64
+void serve_gen_wait_all(serve_gen *const *gs, uint32_t n, ty_status *outs,
+                        ty_err *errs);
 json_t *serve_gen_result(const serve_gen *g, int with_text);
 const char *serve_gen_model_name(const serve_gen *g);
 void serve_gen_close(serve_gen *g);

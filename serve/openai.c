@@ -426,12 +426,18 @@ ty_status serve_oai_run(serve_oai *o, serve_oai_emit emit, void *ctx,
                                  o->stream ? on_piece : NULL, &c[started],
                                  err)) != TY_OK)
             break;
+    _Static_assert(SERVE_OAI_MAX_CHOICES <= SERVE_GEN_WAIT_MAX,
+                   "a request's choices are waited for together");
+    serve_gen *gs[SERVE_OAI_MAX_CHOICES];
+    ty_status outs[SERVE_OAI_MAX_CHOICES];
+    ty_err errs[SERVE_OAI_MAX_CHOICES] = {0};
+    for (uint32_t i = 0; i < started; i++)
+        gs[i] = o->choices[i].g;
+    serve_gen_wait_all(gs, started, outs, errs);
     for (uint32_t i = 0; i < started; i++) {
-        ty_err e = {0};
-        ty_status si = serve_gen_wait(o->choices[i].g, &e);
-        if (si != TY_OK && s == TY_OK) {
-            s = si;
-            *err = e;
+        if (outs[i] != TY_OK && s == TY_OK) {
+            s = outs[i];
+            *err = errs[i];
         }
         /* each choice's last chunk once it is over (the others' pieces
          * may come before it: a client puts them together by index) */

@@ -110,3 +110,35 @@ ty_status serve_remote_run(struct deploy_ctl *ctl, deploy_call *c,
                    "no replica of deployment %s could answer (%.300s)",
                    c->deployment_name, why);
 }
+
+ty_status serve_remote_gen_open(struct deploy_ctl *ctl, deploy_call *c,
+                                const rframe_gen_req *r, const uint32_t *ids,
+                                uint64_t avoid, int *fd, ty_err *err)
+{
+    *fd = -1;
+    ty_status s = TY_EDEVICE;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if ((s = deploy_pick(ctl, c, avoid, -1, err)) != TY_OK)
+            return s;
+        *fd = rframe_connect(c->socket, err);
+        s = *fd < 0 ? TY_EIO : rframe_gen_send(*fd, r, ids, err);
+        if (s == TY_OK)
+            return TY_OK;
+        serve_remote_gen_close(ctl, c, *fd, 0);
+        *fd = -1;
+        avoid = c->serial;
+    }
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return ty_fail(err, TY_EDEVICE, NULL,
+                   "no replica of deployment %s could answer (%.300s)",
+                   c->deployment_name, why);
+}
+
+void serve_remote_gen_close(struct deploy_ctl *ctl, deploy_call *c, int fd,
+                            int ok)
+{
+    if (fd >= 0)
+        close(fd);
+    deploy_unpick(ctl, c, ok, NULL);
+}

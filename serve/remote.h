@@ -13,6 +13,7 @@
 
 #include "common/ty.h"
 #include "deploy/deploy.h"
+#include "node/rframe.h"
 
 /* Runs n examples of f floats (x) on a replica of the deployment c was
  * admitted to (deploy_admit), into out (n * k floats). TY_OK; the
@@ -22,5 +23,17 @@
 ty_status serve_remote_run(struct deploy_ctl *ctl, deploy_call *c,
                            const float *x, uint64_t n, uint64_t f, float *out,
                            uint32_t k, ty_err *err);
+
+/* A generation on a replica of c's deployment (rframe.h's generation
+ * frames): a connection of its own, held while the tokens stream (closing
+ * it stops the generation there), to a replica other than avoid (0: any).
+ * *fd the connection, the request sent; the errors as serve_remote_run's.
+ * Read the tokens with rframe_gen_read, then serve_remote_gen_close (ok 0
+ * when the replica or the connection failed). */
+ty_status serve_remote_gen_open(struct deploy_ctl *ctl, deploy_call *c,
+                                const rframe_gen_req *r, const uint32_t *ids,
+                                uint64_t avoid, int *fd, ty_err *err);
+void serve_remote_gen_close(struct deploy_ctl *ctl, deploy_call *c, int fd,
+                            int ok);
 
 #endif

@@ -17,7 +17,11 @@
  *     batching: trainyard_generate_step_sequences);
  *   - bad requests are 422s naming the field, a model of another kind is
  *     refused, a model the tenant does not have is 404;
- *   - a streaming client that leaves stops its generation.
+ *   - a streaming client that leaves stops its generation;
+ *   - deployed (a CPU replica, node/replica_gen.c), the model writes the
+ *     same texts, logprobs and streams as in the server, by the
+ *     deployment's name and by the model's id, and the deployment counts
+ *     the requests.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -40,6 +44,7 @@
 static srv server;
 static char files[PATH_MAX];
 static char model_id[64];
+static char wide_id[64]; /* test_disconnect_cancels's model */
 
 static void write_story(const char *path, int n)
 {
@@ -448,6 +453,49 @@ static void test_metrics(void **state)
  * and its cache would hold several choices at once; this one's holds one
  * (the budget buys less than a context, so the pool is one context), so
  * the choices run one after another for long enough to see them stop. */
+/* Streams n completions of max_tokens from model, reads the first chunk
+ * and leaves with a reset (not a polite close): the server's next write
+ * fails. */
+static void stream_then_leave(const char *model, int n_choices, int max_tokens)
+{
+    char body[256], req[1024];
+    int blen = snprintf(body, sizeof body,
+                        "{\"model\": \"%s\", \"prompt\": \"the \", "
+                        "\"max_tokens\": %d, \"n\": %d, \"temperature\": 1, "
+                        "\"seed\": 3, \"stream\": true}",
+                        model, max_tokens, n_choices);
+    int n = snprintf(req, sizeof req,
+                     "POST /openai/v1/completions HTTP/1.1\r\nHost: "
+                     "127.0.0.1\r\nAuthorization: Bearer %s\r\nContent-Type: "
+                     "application/json\r\nContent-Length: %d\r\n\r\n%s",
+                     server.key, blen, body);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_port = htons((uint16_t)server.port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(raw_send_all(fd, req, (size_t)n), 0);
+    char got[8192];
+    size_t have = 0;
+    const double first_by = now_seconds() + 30;
+    while (!memmem(got, have, "data: ", 6) && have < sizeof got &&
+           now_seconds() < first_by) {
+        struct timeval tv = {.tv_sec = 1};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        ssize_t k = recv(fd, got + have, sizeof got - have, 0);
+        if (k == 0)
+            break;
+        if (k > 0)
+            have += (size_t)k;
+    }
+    if (!memmem(got, have, "data: ", 6))
+        fail_msg("no chunk came: %.*s", (int)have, got);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close(fd);
+}
+
 static void test_disconnect_cancels(void **state)
 {
     (void)state;
@@ -469,52 +517,14 @@ static void test_disconnect_cancels(void **state)
     resp_free(r);
     json_t *j = wait_job(&server, job, 600);
     assert_string_equal(str(j, "status"), "succeeded");
-    char wide[64];
-    snprintf(wide, sizeof wide, "%s", str(j, "model"));
+    snprintf(wide_id, sizeof wide_id, "%s", str(j, "model"));
     json_decref(j);
 
     resp *m0 = http_get(&server, "/metrics");
     const double before = metric_sum(
         m0->body, "trainyard_generate_tokens_total", "kind=\"generated\"");
     resp_free(m0);
-    char body[256], req[1024];
-    int blen = snprintf(body, sizeof body,
-                        "{\"model\": \"%s\", \"prompt\": \"the \", "
-                        "\"max_tokens\": 120, \"n\": 16, \"temperature\": 1, "
-                        "\"seed\": 3, \"stream\": true}",
-                        wide);
-    int n = snprintf(req, sizeof req,
-                     "POST /openai/v1/completions HTTP/1.1\r\nHost: "
-                     "127.0.0.1\r\nAuthorization: Bearer %s\r\nContent-Type: "
-                     "application/json\r\nContent-Length: %d\r\n\r\n%s",
-                     server.key, blen, body);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    assert_true(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET,
-                            .sin_port = htons((uint16_t)server.port)};
-    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(raw_send_all(fd, req, (size_t)n), 0);
-    /* the first chunk, then a reset (not a polite close): the server's
-     * next write fails */
-    char got[8192];
-    size_t have = 0;
-    const double first_by = now_seconds() + 30;
-    while (!memmem(got, have, "data: ", 6) && have < sizeof got &&
-           now_seconds() < first_by) {
-        struct timeval tv = {.tv_sec = 1};
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        ssize_t k = recv(fd, got + have, sizeof got - have, 0);
-        if (k == 0)
-            break;
-        if (k > 0)
-            have += (size_t)k;
-    }
-    if (!memmem(got, have, "data: ", 6))
-        fail_msg("no chunk came: %.*s", (int)have, got);
-    struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-    close(fd);
+    stream_then_leave(wide_id, 16, 120);
     double busy = 1, generated = 0;
     const double until = now_seconds() + 60;
     do {
@@ -569,6 +579,139 @@ static void test_refusals(void **state)
     resp_free(r);
 }
 
+/* A generate_stream's events: their texts joined into text, the last
+ * event's finish_reason into finish. */
+static void stream_text(const char *model, const char *body, char *text,
+                        size_t cap, char finish[16])
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v2/models/%s/generate_stream", model);
+    resp *r = http_json(&server, "POST", path, body);
+    expect_status(r, 200);
+    text[0] = finish[0] = '\0';
+    char *save = NULL, *copy = strndup(r->body, r->len);
+    for (char *ev = strtok_r(copy, "\n", &save); ev;
+         ev = strtok_r(NULL, "\n", &save)) {
+        assert_true(!strncmp(ev, "data: ", 6));
+        json_t *o = json_loads(ev + 6, 0, NULL);
+        assert_non_null(o);
+        if (json_object_get(o, "error"))
+            fail_msg("stream error: %s", str(o, "error"));
+        strncat(text, str(o, "text_output"), cap - strlen(text) - 1);
+        if (json_object_get(o, "finish_reason"))
+            snprintf(finish, 16, "%s", str(o, "finish_reason"));
+        json_decref(o);
+    }
+    free(copy);
+    resp_free(r);
+}
+
+#define N_DEP_BODIES 3
+
+/* OpenAI completions of model: the choices (texts, logprobs, finish
+ * reasons), as JSON text (malloc'd). */
+static char *completion_choices(const char *model)
+{
+    char body[320];
+    snprintf(body, sizeof body,
+             "{\"model\": \"%s\", \"prompt\": [\"the cat\", \"a dog \"], "
+             "\"max_tokens\": 8, \"temperature\": 0.8, \"seed\": 3, "
+             "\"logprobs\": 2, \"n\": 2, \"stop\": \".\"}",
+             model);
+    resp *r = http_json(&server, "POST", "/openai/v1/completions", body);
+    expect_status(r, 200);
+    char *t = json_dumps(json_object_get(r->json, "choices"), JSON_SORT_KEYS);
+    resp_free(r);
+    return t;
+}
+
+static void test_deployed(void **state)
+{
+    (void)state;
+    static const char *const bodies[N_DEP_BODIES] = {
+        "{\"text_input\": \"the old k\", \"parameters\": "
+        "{\"temperature\": 0, \"max_tokens\": 20}}",
+        "{\"text_input\": \"the cat \", \"parameters\": "
+        "{\"temperature\": 1.5, \"top_p\": 0.95, \"max_tokens\": 24, "
+        "\"seed\": 7}}",
+        "{\"text_input\": \"my friend \", \"parameters\": "
+        "{\"temperature\": 1, \"top_k\": 5, \"max_tokens\": 20, "
+        "\"seed\": 11, \"stop\": [\"e\", \"a\"]}}",
+    };
+    /* in the server first */
+    char here[N_DEP_BODIES][256], fin[N_DEP_BODIES][16];
+    for (int i = 0; i < N_DEP_BODIES; i++) {
+        resp *r = generate(bodies[i]);
+        expect_status(r, 200);
+        snprintf(here[i], sizeof here[i], "%s", str(r->json, "text_output"));
+        snprintf(fin[i], sizeof fin[i], "%s", str(r->json, "finish_reason"));
+        resp_free(r);
+    }
+    assert_string_equal(fin[2], "stop");
+    char *oai_here = completion_choices(model_id);
+
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"name\": \"story-dep\", \"model\": \"%s\", \"replicas\": "
+             "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": \"none\"}}",
+             model_id);
+    resp *r = http_json(&server, "POST", "/v1/deployments", body);
+    expect_status(r, 201);
+    char dep[64], dpath[128];
+    snprintf(dep, sizeof dep, "%s", str(r->json, "id"));
+    snprintf(dpath, sizeof dpath, "/v1/deployments/%s", dep);
+    resp_free(r);
+    const double until = now_seconds() + 60;
+    int ready = 0;
+    while (!ready && now_seconds() < until) {
+        r = http_get(&server, dpath);
+        ready = r->status == 200 && !strcmp(str(r->json, "status"), "ready");
+        resp_free(r);
+        if (!ready)
+            usleep(100 * 1000);
+    }
+    if (!ready)
+        fail_msg("deployment %s not ready in 60 s (log: %s)", dep, server.log);
+
+    /* on the replica: by the deployment's name and by the model's id */
+    static const char *const refs[2] = {"story-dep", NULL};
+    int sent = 0;
+    for (int k = 0; k < 2; k++) {
+        const char *ref = refs[k] ? refs[k] : model_id;
+        char path[160];
+        snprintf(path, sizeof path, "/v2/models/%s/generate", ref);
+        for (int i = 0; i < N_DEP_BODIES; i++) {
+            r = http_json(&server, "POST", path, bodies[i]);
+            expect_status(r, 200);
+            assert_string_equal(str(r->json, "text_output"), here[i]);
+            assert_string_equal(str(r->json, "finish_reason"), fin[i]);
+            resp_free(r);
+            char text[256], finish[16];
+            stream_text(ref, bodies[i], text, sizeof text, finish);
+            assert_string_equal(text, here[i]);
+            assert_string_equal(finish, fin[i]);
+            sent += 2;
+        }
+    }
+    char *oai_there = completion_choices("story-dep");
+    sent += 4; /* n 2 of 2 prompts: a sequence each */
+    assert_string_equal(oai_there, oai_here);
+    free(oai_here);
+    free(oai_there);
+
+    /* they did run on the replica */
+    r = http_get(&server, dpath);
+    expect_status(r, 200);
+    const json_int_t counted = json_integer_value(
+        json_object_get(json_object_get(r->json, "traffic"), "requests"));
+    resp_free(r);
+    if (counted < sent)
+        fail_msg("the deployment counted %lld requests of %d",
+                 (long long)counted, sent);
+    r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
+    resp_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -580,6 +723,7 @@ int main(void)
         cmocka_unit_test(test_disconnect_cancels),
         cmocka_unit_test(test_batched_as_alone),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_deployed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -29,7 +29,7 @@
 #include <unistd.h>
 
 #include "common/opmetrics.h"
-#include "serve/gen_engine.h"
+#include "node/gen_engine.h"
 
 #define GEN_BLOCK_TOKENS 16u
 #define GEN_STEP_ROWS 64u   /* rows a step: decode rows, then prefill */

@@ -8,8 +8,8 @@
  * the next token (serve/generate.c samples, emits text and says when the
  * sequence is finished), and one that ends it.
  */
-#ifndef TY_SERVE_GEN_ENGINE_H
-#define TY_SERVE_GEN_ENGINE_H
+#ifndef TY_NODE_GEN_ENGINE_H
+#define TY_NODE_GEN_ENGINE_H
 
 #include <pthread.h>
 #include <stdint.h>
