@@ -245,6 +245,10 @@ int nn_net_has_tokenizer(const nn_net *net);
 /* The vocabulary of a model on token ids (its embedding's: a language
  * model's outputs, a text classifier's vocab_size); 0 for other models. */
 uint32_t nn_net_token_vocab(const nn_net *net);
+/* A language model's end-of-text token: 1 with *id when it has one (a
+ * Hugging Face import whose config.json names an eos_token_id; generation
+ * ends there), else 0. */
+int nn_net_eos_token(const nn_net *net, uint32_t *id);
 ty_status nn_net_encode(const nn_net *net, const char *text, size_t len,
                         uint32_t **ids, size_t *n, ty_err *err);
 ty_status nn_net_decode(const nn_net *net, const uint32_t *ids, size_t n,

@@ -608,6 +608,9 @@ struct nn_net {
      * and the lock its encoder's word cache needs (nn_lm.c). */
     struct ty_tokenizer *tok;
     pthread_mutex_t tok_mu;
+    /* Its end-of-text token (a Hugging Face import's eos_token_id), +1:
+     * 0 when it has none. */
+    uint32_t eos_plus1;
 };
 
 /* ---- language models (nn_lm.c) ---- */
@@ -620,6 +623,10 @@ void nn_lm_tokenizer_free(nn_net *net);
  * or null), "tokenizer_info" (ty_tokenizer_describe), "context_length",
  * "vocab_size". */
 void nn_lm_describe(const nn_net *net, json_t *doc);
+/* Reads the end-of-text token from a Hugging Face import's config.json
+ * (hf_config, "trainyard.hf_config"): its eos_token_id, when it is an id
+ * of the vocabulary (a list: the first). */
+void nn_lm_eos_load(nn_net *net, const json_t *hf_config);
 
 /* Metadata of a model file as nn.h describes it; new object or NULL. */
 json_t *nn_model_metadata(const json_t *spec, ty_task task,

@@ -64,6 +64,22 @@ void nn_lm_describe(const nn_net *net, json_t *doc)
     json_object_set_new(doc, "vocab_size", json_integer(token_vocab(net)));
 }
 
+void nn_lm_eos_load(nn_net *net, const json_t *hf_config)
+{
+    const json_t *e = json_object_get(hf_config, "eos_token_id");
+    if (json_is_array(e))
+        e = json_array_get(e, 0);
+    if (json_is_integer(e) && json_integer_value(e) >= 0 &&
+        json_integer_value(e) < token_vocab(net))
+        net->eos_plus1 = (uint32_t)json_integer_value(e) + 1;
+}
+
+int nn_net_eos_token(const nn_net *net, uint32_t *id)
+{
+    *id = net->eos_plus1 ? net->eos_plus1 - 1 : 0;
+    return net->eos_plus1 != 0;
+}
+
 int nn_net_has_tokenizer(const nn_net *net) { return net->tok != NULL; }
 
 uint32_t nn_net_token_vocab(const nn_net *net)

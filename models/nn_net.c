@@ -815,6 +815,14 @@ static ty_status load_meta(nn_net *net, const st_file *f, const nn_backend *be,
         if ((st = nn_lm_tokenizer_load(net, tz, err)) != TY_OK)
             goto done;
     }
+    /* An import's config.json (kept for export): its end-of-text token.
+     * A config that does not parse is export's to refuse, not load's. */
+    json_t *hf_config = NULL;
+    ty_err ignore = {0};
+    if (nn_arch_takes_tokens(&net->arch) && st_meta(f, "trainyard.hf_config") &&
+        meta_json(f, "trainyard.hf_config", &hf_config, &ignore) == TY_OK)
+        nn_lm_eos_load(net, hf_config);
+    json_decref(hf_config);
 done:
     json_decref(spec);
     json_decref(shape);

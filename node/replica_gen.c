@@ -38,6 +38,8 @@ typedef struct {
     sample_state st;
     sample_logprob alts[RFRAME_GEN_MAX_ALTS];
     uint32_t generated;
+    int has_eos; /* the model's end-of-text token ends it */
+    uint32_t eos;
     int gone;           /* a write failed: the reader closed */
     unsigned char *out; /* frames not written yet: [off, len) */
     size_t off, len, cap;
@@ -103,7 +105,8 @@ static ty_status next_token(gen_seq *s, const float *logits, uint32_t *scratch,
     g->len += rframe_tok_encode(g->req.seq, &next, g->alts, lp.n_top_out,
                                 g->out + g->len);
     flush_some(g);
-    *finished = g->gone || g->generated == g->req.max_tokens;
+    *finished = g->gone || g->generated == g->req.max_tokens ||
+                (g->has_eos && next.token == g->eos);
     return TY_OK;
 }
 
@@ -238,6 +241,7 @@ void replica_gen_start(const nn_net *net, int fd, const rframe_gen_req *r,
     g->fd = fd;
     g->req = *r;
     g->ids = ids;
+    g->has_eos = nn_net_eos_token(net, &g->eos);
     sample_state_init(&g->st, r->sp.seed, r->choice);
     g->seq = (gen_seq){.net = net,
                        .vocab = nn_net_token_vocab(net),

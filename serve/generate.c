@@ -50,6 +50,8 @@ struct serve_gen {
     json_t *body; /* q's strings point into it */
     const nn_net *net;
     uint32_t vocab, context, max_tokens;
+    int has_eos; /* the model's end-of-text token ends the text */
+    uint32_t eos;
     uint32_t *ids; /* the prompt's */
     size_t n;
     const uint32_t *given; /* the prompt as ids (serve_gen_open_ids) */
@@ -239,6 +241,12 @@ static ty_status take_token(serve_gen *g, const sample_logprob *next,
                   now - (g->generated ? g->t_last : g->t_open));
     g->t_last = now;
     g->generated++;
+    if (g->has_eos && next->token == g->eos) {
+        /* the end of the text: it has no text of its own to show */
+        g->finish = "stop";
+        *finished = 1;
+        return TY_OK;
+    }
     int stopped = 0, cancel = 0;
     ty_status s = emit(g, next->token, &stopped, &cancel, err);
     if (s != TY_OK)
@@ -454,6 +462,7 @@ static ty_status prepare(serve_gen *g, ty_err *err)
                            : "has no tokenizer");
     g->vocab = nn_net_token_vocab(net);
     g->context = (uint32_t)m->features;
+    g->has_eos = nn_net_eos_token(net, &g->eos);
     ty_status s = TY_OK;
     if (g->given) {
         /* token ids: each in the vocabulary */

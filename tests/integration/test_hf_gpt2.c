@@ -17,6 +17,10 @@
  *     the vocabulary; ?layout=hf-gpt2 of a model that is not a GPT, an
  *     unknown file or layout, file without the layout.
  *
+ *   Generation ends at the end-of-text token (config.json's
+ *     eos_token_id), finish_reason "stop", its text never shown; a
+ *     deployment of the model (a CPU replica) writes the same.
+ *
  * That the imported model computes what GPT2LMHeadModel does is
  * tests/parity/hf_gpt2.py's (it needs transformers).
  */
@@ -424,6 +428,110 @@ static void test_export_refusals(void **state)
     resp_free(r);
 }
 
+/* A tokenizer with a token for every id, <|endoftext|> the last. */
+static const char tokenizer_full[] =
+    "{\"version\": \"1.0\", \"added_tokens\": [{\"id\": 9, \"content\":"
+    " \"<|endoftext|>\", \"special\": true}], \"model\": {\"type\": \"BPE\","
+    " \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"d\": 3, \"e\": 4, \"f\": 5,"
+    " \"g\": 6, \"h\": 7, \"ab\": 8, \"<|endoftext|>\": 9},"
+    " \"merges\": [\"a b\"]},"
+    " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\":"
+    " false, \"trim_offsets\": true, \"use_regex\": true},"
+    " \"decoder\": {\"type\": \"ByteLevel\"}}";
+
+#define SEEDS 24
+
+typedef struct {
+    char text[64], finish[16];
+    long long tokens;
+} gen_out;
+
+/* POST /v2/models/{model}/generate with seed: its text, reason, count. */
+static void gen_seed(const char *model, int seed, gen_out *o)
+{
+    char path[160], body[160];
+    snprintf(path, sizeof path, "/v2/models/%s/generate", model);
+    snprintf(body, sizeof body,
+             "{\"text_input\": \"a\", \"parameters\": {\"temperature\": 1,"
+             " \"max_tokens\": 3, \"seed\": %d}}",
+             seed);
+    resp *r = http_json(&server, "POST", path, body);
+    if (r->status != 200)
+        fail_msg("generate: %ld %s", r->status, r->body);
+    snprintf(o->text, sizeof o->text, "%s", str(r->json, "text_output"));
+    snprintf(o->finish, sizeof o->finish, "%s", str(r->json, "finish_reason"));
+    o->tokens = json_integer_value(json_object_get(r->json, "completion_tokens"));
+    resp_free(r);
+}
+
+/* Sampling from the random model ends at <|endoftext|> (id 9, the
+ * config's eos_token_id) for some seeds: those stop there, before
+ * max_tokens, and none shows the token's text. A deployment of the model
+ * writes the same, seed for seed. */
+static void test_generate_stops_at_eos(void **state)
+{
+    (void)state;
+    write_ckpt(file_path("eos.safetensors"), NT);
+    write_file(file_path("config.json"), config_text, strlen(config_text));
+    write_file(file_path("tok-full.json"), tokenizer_full,
+               strlen(tokenizer_full));
+    char w[PATH_MAX + 80], c[PATH_MAX + 80], t[PATH_MAX + 80];
+    snprintf(w, sizeof w, "weights=@%s", file_path("eos.safetensors"));
+    snprintf(c, sizeof c, "config=@%s", file_path("config.json"));
+    snprintf(t, sizeof t, "tokenizer=@%s", file_path("tok-full.json"));
+    const char *parts[] = {"name=eos-gpt2", "layout=hf-gpt2", w, c, t, NULL};
+    resp *r = http_upload(&server, "/v1/models", parts);
+    if (r->status != 201)
+        fail_msg("import: %ld %s", r->status, r->body);
+    char id[64];
+    snprintf(id, sizeof id, "%s", str(r->json, "id"));
+    resp_free(r);
+
+    gen_out here[SEEDS];
+    int ended = 0;
+    for (int i = 0; i < SEEDS; i++) {
+        gen_seed(id, i, &here[i]);
+        if (strstr(here[i].text, "<|endoftext|>"))
+            fail_msg("seed %d wrote past the end of text: \"%s\"", i,
+                     here[i].text);
+        if (here[i].tokens < 3)
+            assert_string_equal(here[i].finish, "stop");
+        ended += here[i].tokens < 3;
+    }
+    print_message("%d of %d seeds ended at <|endoftext|>\n", ended, SEEDS);
+    assert_true(ended > 0);
+
+    char body[256], dpath[128];
+    snprintf(body, sizeof body,
+             "{\"name\": \"eos-dep\", \"model\": \"%s\", \"replicas\": "
+             "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": \"none\"}}",
+             id);
+    r = http_json(&server, "POST", "/v1/deployments", body);
+    expect_status(r, 201);
+    snprintf(dpath, sizeof dpath, "/v1/deployments/%s", str(r->json, "id"));
+    resp_free(r);
+    const double until = now_seconds() + 60;
+    int ready = 0;
+    while (!ready && now_seconds() < until) {
+        r = http_get(&server, dpath);
+        ready = r->status == 200 && !strcmp(str(r->json, "status"), "ready");
+        resp_free(r);
+        if (!ready)
+            usleep(100 * 1000);
+    }
+    if (!ready)
+        fail_msg("deployment not ready in 60 s (log: %s)", server.log);
+    for (int i = 0; i < SEEDS; i++) {
+        gen_out there;
+        gen_seed("eos-dep", i, &there);
+        assert_string_equal(there.text, here[i].text);
+        assert_string_equal(there.finish, here[i].finish);
+        assert_int_equal(there.tokens, here[i].tokens);
+    }
+    r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
+    resp_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +539,7 @@ int main(void)
         cmocka_unit_test(test_export_refusals),
         cmocka_unit_test(test_import_export),
         cmocka_unit_test(test_cli_folder),
+        cmocka_unit_test(test_generate_stops_at_eos),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
