@@ -157,6 +157,28 @@ static void init(void)
         "Sequences each generation step ran together (continuous "
         "batching).",
         NULL, batch_buckets, NB(batch_buckets));
+    fam.deploy_gen_tokens = metrics_family_add(
+        reg, METRICS_COUNTER, "trainyard_deployment_generate_tokens_total",
+        "Tokens of generation on a deployment's replicas: the prompts' "
+        "(prompt) and those written (generated).",
+        LABELS("deployment", "kind"), NULL, 0);
+    fam.deploy_gen_latency = metrics_family_add(
+        reg, METRICS_HISTOGRAM, "trainyard_deployment_generate_latency_seconds",
+        "Generation on a deployment's replicas: time to first token (ttft) "
+        "and inter-token latency (itl), as the server sees them.",
+        LABELS("deployment", "phase"), predict_buckets, NB(predict_buckets));
+    fam.deploy_gen_seqs = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_deployment_generate_sequences",
+        "Sequences in a deployment's replicas' engines (running) and "
+        "waiting for room in their caches (waiting), as their last "
+        "heartbeats said.",
+        LABELS("deployment", "state"), NULL, 0);
+    fam.deploy_gen_kv = metrics_family_add(
+        reg, METRICS_GAUGE, "trainyard_deployment_generate_kv_blocks",
+        "Key/value cache blocks of a deployment's replicas: held by "
+        "sequences (used) and in the pools (total), as their last "
+        "heartbeats said.",
+        LABELS("deployment", "state"), NULL, 0);
     fam.gpu_power =
         metrics_family_add(reg, METRICS_GAUGE, "trainyard_gpu_power_watts",
                            "A GPU's power draw, where the driver reports it.",
@@ -242,9 +264,35 @@ void opm_deploy_replicas(const char *deployment, const char *tenant,
     metrics_set(opm()->deploy_replicas, LABELS(deployment, tenant, state), n);
 }
 
+void opm_deploy_gen_token(const char *deployment, int first, unsigned prompt,
+                          double seconds)
+{
+    const opm_families *f = opm();
+    if (prompt)
+        metrics_add(f->deploy_gen_tokens, LABELS(deployment, "prompt"),
+                    prompt);
+    metrics_add(f->deploy_gen_tokens, LABELS(deployment, "generated"), 1);
+    metrics_observe(f->deploy_gen_latency,
+                    LABELS(deployment, first ? "ttft" : "itl"), seconds);
+}
+
+void opm_deploy_gen_engines(const char *deployment, long running,
+                            long waiting, long kv_used, long kv_total)
+{
+    const opm_families *f = opm();
+    metrics_set(f->deploy_gen_seqs, LABELS(deployment, "running"), running);
+    metrics_set(f->deploy_gen_seqs, LABELS(deployment, "waiting"), waiting);
+    metrics_set(f->deploy_gen_kv, LABELS(deployment, "used"), kv_used);
+    metrics_set(f->deploy_gen_kv, LABELS(deployment, "total"), kv_total);
+}
+
 void opm_deploy_forget(const char *deployment)
 {
     const opm_families *f = opm();
+    metrics_remove(f->deploy_gen_tokens, 0, deployment);
+    metrics_remove(f->deploy_gen_latency, 0, deployment);
+    metrics_remove(f->deploy_gen_seqs, 0, deployment);
+    metrics_remove(f->deploy_gen_kv, 0, deployment);
     metrics_remove(f->deploy_requests, 0, deployment);
     metrics_remove(f->deploy_latency, 0, deployment);
     metrics_remove(f->deploy_batch, 0, deployment);

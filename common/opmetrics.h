@@ -44,6 +44,10 @@ typedef struct {
     metrics_family *gen_latency;      /* histogram {phase} */
     metrics_family *gen_sequences;    /* gauge: generating now */
     metrics_family *gen_step_seqs;    /* histogram: sequences per step */
+    metrics_family *deploy_gen_tokens;  /* counter {deployment, kind} */
+    metrics_family *deploy_gen_latency; /* histogram {deployment, phase} */
+    metrics_family *deploy_gen_seqs;    /* gauge {deployment, state} */
+    metrics_family *deploy_gen_kv;      /* gauge {deployment, state} */
     metrics_family *gen_waiting;      /* gauge: requests waiting for cache */
     metrics_family *gen_kv_blocks;    /* gauge: cache blocks by state */
 } opm_families;
@@ -94,6 +98,14 @@ void opm_deploy_replicas(const char *deployment, const char *tenant,
 
 /* A deleted deployment's series leave. */
 void opm_deploy_forget(const char *deployment);
+
+/* Generation on a deployment's replicas: a token the server took (the
+ * first, with the prompt's tokens: time to first token; then inter-token
+ * latency), and what its replicas' engines hold now (their heartbeats). */
+void opm_deploy_gen_token(const char *deployment, int first, unsigned prompt,
+                          double seconds);
+void opm_deploy_gen_engines(const char *deployment, long running,
+                            long waiting, long kv_used, long kv_total);
 
 /* Text generation (serve/generate.c): a sequence started (+1) or ended
  * (-1); its prompt's tokens once it ran; each token written with the

@@ -69,6 +69,13 @@ typedef struct replica {
     char started_at[32];
     double drain_since;
     int in_flight; /* requests holding it (dmu) */
+    /* its engine's figures, as its last heartbeat said (a language
+     * model's replica; have 0 until one did) */
+    struct {
+        int have;
+        long sequences, waiting, kv_used, kv_total;
+        uint64_t prompt, generated;
+    } gen;
     struct replica *next;
 } replica;
 
@@ -107,10 +114,16 @@ typedef struct deployment {
     uint64_t requests, errors, rejected;
     uint64_t batches, batch_rows_sum, batch_max;
     lat_hist total, queue, compute;
+    /* generation on its replicas (deploy_gen_token): tokens the server
+     * took from them, time to first token, inter-token latency */
+    uint64_t gen_requests, gen_prompt, gen_tokens;
+    lat_hist ttft, itl;
     /* the recent windows: [0] the current, [1] the one before */
     struct {
         lat_hist total, queue;
         uint64_t requests, batches, batch_rows_sum;
+        lat_hist ttft, itl;
+        uint64_t gen_tokens;
     } win[2];
     double win_start;
     struct deployment *next;

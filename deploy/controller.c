@@ -38,6 +38,63 @@
 #include "common/opmetrics.h"
 #include "jobs/kind.h"
 
+/* A replica's engine, as its last heartbeat said (its tokens counted
+ * since it started). */
+static json_t *engine_of(const replica *p)
+{
+    return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "sequences",
+                     (json_int_t)p->gen.sequences, "waiting",
+                     (json_int_t)p->gen.waiting, "kv_blocks_used",
+                     (json_int_t)p->gen.kv_used, "kv_blocks_total",
+                     (json_int_t)p->gen.kv_total, "prompt_tokens",
+                     (json_int_t)p->gen.prompt, "generated_tokens",
+                     (json_int_t)p->gen.generated);
+}
+
+/* d's text generation: what the server took from its replicas (requests,
+ * tokens, time to first token, inter-token latency; all time and the
+ * recent windows, with tokens per second) and what their engines hold
+ * now (their last heartbeats). JSON null for a deployment that never
+ * generated and whose replicas have no engine (not a language model).
+ * dmu held. */
+static json_t *generate_of(deployment *d)
+{
+    long run = 0, wait = 0, used = 0, total = 0;
+    int engines = 0;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->gen.have && p->state != REP_GONE) {
+            engines++;
+            run += p->gen.sequences;
+            wait += p->gen.waiting;
+            used += p->gen.kv_used;
+            total += p->gen.kv_total;
+        }
+    if (!engines && !d->gen_requests)
+        return json_null();
+    const double t = now_mono();
+    window_roll(d, t);
+    const double span0 = t - d->win_start + WINDOW_S;
+    const double span = span0 < 2 * WINDOW_S ? span0 : 2 * WINDOW_S;
+    const uint64_t recent = d->win[0].gen_tokens + d->win[1].gen_tokens;
+    return json_pack(
+        "{s:I, s:I, s:I, s:{s:o, s:o}, s:{s:o, s:o}, s:{s:f, s:I, s:f, "
+        "s:{s:o, s:o}, s:{s:o, s:o}}, s:I, s:I, s:I, s:I}",
+        "requests", (json_int_t)d->gen_requests, "prompt_tokens",
+        (json_int_t)d->gen_prompt, "generated_tokens",
+        (json_int_t)d->gen_tokens, "ttft_ms", "p50",
+        lat_quantile(&d->ttft, 0.5), "p99", lat_quantile(&d->ttft, 0.99),
+        "itl_ms", "p50", lat_quantile(&d->itl, 0.5), "p99",
+        lat_quantile(&d->itl, 0.99), "recent", "window_s", span,
+        "generated_tokens", (json_int_t)recent, "tokens_per_second",
+        span > 0 ? (double)recent / span : 0.0, "ttft_ms", "p50",
+        lat_quantile2(&d->win[0].ttft, &d->win[1].ttft, 0.5), "p99",
+        lat_quantile2(&d->win[0].ttft, &d->win[1].ttft, 0.99), "itl_ms",
+        "p50", lat_quantile2(&d->win[0].itl, &d->win[1].itl, 0.5), "p99",
+        lat_quantile2(&d->win[0].itl, &d->win[1].itl, 0.99), "sequences",
+        (json_int_t)run, "waiting", (json_int_t)wait, "kv_blocks_used",
+        (json_int_t)used, "kv_blocks_total", (json_int_t)total);
+}
+
 /* The API's Deployment document. dmu held. */
 static json_t *dep_doc(const deploy_ctl *b, deployment *d)
 {
@@ -92,9 +149,12 @@ static json_t *dep_doc(const deploy_ctl *b, deployment *d)
             json_object_set_new(o, "gpu", json_null());
             json_object_set_new(o, "profile", json_null());
         }
+        if (p->gen.have)
+            json_object_set_new(o, "generate", engine_of(p));
         json_array_append_new(inst, o);
     }
     json_object_set_new(doc, "instances", inst);
+    json_object_set_new(doc, "generate", generate_of(d));
     json_t *t = json_pack(
         "{s:I, s:I, s:I, s:i, s:{s:o, s:o}, s:{s:o, s:o}, s:{s:o, s:o}}",
         "requests", (json_int_t)d->requests, "errors", (json_int_t)d->errors,

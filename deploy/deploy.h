@@ -132,6 +132,12 @@ ty_status deploy_pick(deploy_ctl *ctl, deploy_call *c, uint64_t avoid,
 void deploy_unpick(deploy_ctl *ctl, deploy_call *c, int ok,
                    const rframe_call_info *info);
 
+/* A generation's token taken from c's replica (first: with the prompt's
+ * tokens, seconds since the request came; else since the last token):
+ * the deployment's generation figures. */
+void deploy_gen_token(deploy_ctl *ctl, deploy_call *c, int first,
+                      uint32_t prompt_tokens, double seconds);
+
 /* Ends the admission: its outcome (0 success, 1 a server-side error) and
  * figures are counted. */
 void deploy_finish(deploy_ctl *ctl, deploy_call *c, int failed);

@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/opmetrics.h"
 #include "node/replica.h"
+#include "node/replica_gen.h"
 
 static atomic_uint_fast64_t next_serial = 1;
 
@@ -192,6 +193,47 @@ static ty_status replica_start(void *ctx, int place, int sj, int slot)
 }
 
 /* The serving kind's message: a replica's line. mu not held. */
+/* What d's live replicas' engines hold, as their last heartbeats said,
+ * into the deployment's gauges. dmu held. */
+static void gen_gauges(const deployment *d)
+{
+    long run = 0, wait = 0, used = 0, total = 0;
+    int any = 0;
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->gen.have && p->state != REP_GONE) {
+            any = 1;
+            run += p->gen.sequences;
+            wait += p->gen.waiting;
+            used += p->gen.kv_used;
+            total += p->gen.kv_total;
+        }
+    if (any || d->gen_requests)
+        opm_deploy_gen_engines(d->id, run, wait, used, total);
+}
+
+static long gen_field(const json_t *g, const char *key)
+{
+    const json_t *v = json_object_get(g, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0
+               ? (long)json_integer_value(v)
+               : 0;
+}
+
+/* A heartbeat's engine figures (replica.h's "generation"), into p. */
+static void gen_figures(deployment *d, replica *p, const json_t *g)
+{
+    if (!json_is_object(g))
+        return;
+    p->gen.have = 1;
+    p->gen.sequences = gen_field(g, RPROTO_F_GEN_SEQUENCES);
+    p->gen.waiting = gen_field(g, RPROTO_F_GEN_WAITING);
+    p->gen.kv_used = gen_field(g, RPROTO_F_GEN_KV_USED);
+    p->gen.kv_total = gen_field(g, RPROTO_F_GEN_KV_TOTAL);
+    p->gen.prompt = (uint64_t)gen_field(g, RPROTO_F_GEN_PROMPT);
+    p->gen.generated = (uint64_t)gen_field(g, RPROTO_F_GEN_GENERATED);
+    gen_gauges(d);
+}
+
 static void replica_message(void *ctx, int place, wproto_msg kind,
                             const json_t *msg)
 {
@@ -217,6 +259,8 @@ static void replica_message(void *ctx, int place, wproto_msg kind,
                             json_object_get(msg, RPROTO_F_LOAD_SECONDS)));
         replicas_gauge(d);
         pthread_cond_broadcast(&b->ready);
+    } else if (p && kind == WPROTO_MSG_HEARTBEAT) {
+        gen_figures(d, p, json_object_get(msg, RPROTO_F_GENERATION));
     } else if (p && kind == WPROTO_MSG_ERROR) {
         /* The message may name files of the server: the log only. */
         log_event_limited(p->id, "error", "replica",
@@ -263,6 +307,7 @@ static void replica_exit(void *ctx, int place, int ws, int lost)
         if (!expected)
             unlink(p->socket);
         replicas_gauge(d);
+        gen_gauges(d);
         /* Requests waiting for a replica look again (another may be
          * ready, or they keep waiting for the replacement). */
         pthread_cond_broadcast(&b->ready);

@@ -313,3 +313,28 @@ void deploy_finish(deploy_ctl *b, deploy_call *c, int failed)
                        c->batch_rows ? c->compute_s : -1, c->batch_rows);
     c->dep = NULL;
 }
+
+void deploy_gen_token(deploy_ctl *b, deploy_call *c, int first,
+                      uint32_t prompt_tokens, double seconds)
+{
+    deployment *d = c->dep;
+    if (!d)
+        return;
+    pthread_mutex_lock(&b->mu);
+    window_roll(d, now_mono());
+    if (first) {
+        d->gen_requests++;
+        d->gen_prompt += prompt_tokens;
+        lat_add(&d->ttft, seconds);
+        lat_add(&d->win[0].ttft, seconds);
+    } else {
+        lat_add(&d->itl, seconds);
+        lat_add(&d->win[0].itl, seconds);
+    }
+    d->gen_tokens++;
+    d->win[0].gen_tokens++;
+    pthread_mutex_unlock(&b->mu);
+    /* d lives while the admission holds it; its id is the call's */
+    opm_deploy_gen_token(c->deployment_id, first, first ? prompt_tokens : 0,
+                         seconds);
+}

@@ -24,6 +24,7 @@
  * keyed by the network) stays for the process's life; its thread runs
  * only while it has work.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,6 +51,48 @@ typedef struct gen_engine {
 
 static pthread_mutex_t engines_mu = PTHREAD_MUTEX_INITIALIZER;
 static gen_engine *engines;
+
+/* Every engine's together (gen_engine_totals_get), counted beside the
+ * metrics. */
+static struct {
+    _Atomic long running, waiting, kv_used, kv_total;
+    _Atomic uint64_t prompt, generated;
+} totals;
+
+static void count_sequences(int delta)
+{
+    opm_gen_sequence(delta);
+    atomic_fetch_add(&totals.running, delta);
+}
+
+static void count_waiting(int delta)
+{
+    opm_gen_waiting(delta);
+    atomic_fetch_add(&totals.waiting, delta);
+}
+
+static void count_kv(long used_delta, long total_delta)
+{
+    opm_gen_kv_blocks(used_delta, total_delta);
+    atomic_fetch_add(&totals.kv_used, used_delta);
+    atomic_fetch_add(&totals.kv_total, total_delta);
+}
+
+static void count_prompt(const char *tenant, unsigned tokens)
+{
+    opm_gen_prompt(tenant, tokens);
+    atomic_fetch_add(&totals.prompt, tokens);
+}
+
+void gen_engine_totals_get(gen_engine_totals *t)
+{
+    *t = (gen_engine_totals){atomic_load(&totals.running),
+                             atomic_load(&totals.waiting),
+                             atomic_load(&totals.kv_used),
+                             atomic_load(&totals.kv_total),
+                             atomic_load(&totals.prompt),
+                             atomic_load(&totals.generated)};
+}
 
 /* The engine thread's own state. */
 typedef struct {
@@ -115,7 +158,7 @@ static ty_status make_decoder(eng_work *w, const gen_seq *g, ty_err *err)
     if (s != TY_OK)
         return s;
     w->kv_total = blocks;
-    opm_gen_kv_blocks(0, blocks);
+    count_kv(0, blocks);
     /* On the CPU a step of many rows is worth the machine's cores, as a
      * training step is; without a pool it runs on this thread. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -134,14 +177,14 @@ static void report_kv(eng_work *w)
 {
     const uint32_t used = w->d ? w->kv_total - nn_decoder_free_blocks(w->d) : 0;
     if (used != w->kv_used)
-        opm_gen_kv_blocks((long)used - (long)w->kv_used, 0);
+        count_kv((long)used - (long)w->kv_used, 0);
     w->kv_used = used;
 }
 
 static void free_decoder(eng_work *w)
 {
     if (w->d) {
-        opm_gen_kv_blocks(-(long)w->kv_used, -(long)w->kv_total);
+        count_kv(-(long)w->kv_used, -(long)w->kv_total);
         w->kv_used = w->kv_total = 0;
     }
     nn_decoder_free(w->d);
@@ -192,7 +235,7 @@ static void admit(eng_work *w)
         if (!e->wait_head)
             e->wait_tail = NULL;
         e->n_wait--;
-        opm_gen_waiting(-1);
+        count_waiting(-1);
         g->link = NULL;
         if (s != TY_OK) {
             retire(w, g, s, &err);
@@ -200,7 +243,7 @@ static void admit(eng_work *w)
         }
         g->fed = 0;
         w->run[w->n_run++] = g;
-        opm_gen_sequence(1);
+        count_sequences(1);
     }
 }
 
@@ -223,7 +266,7 @@ static void step(eng_work *w)
             w->row_of[nr++] = g;
             g->fed++;
             if (g->fed == g->n)
-                opm_gen_prompt(g->tenant, (unsigned)g->n);
+                count_prompt(g->tenant, (unsigned)g->n);
         }
     }
     unsigned seqs = 0;
@@ -238,9 +281,12 @@ static void step(eng_work *w)
         int finished = s != TY_OK;
         ty_status gs = s;
         ty_err gerr = err;
-        if (s == TY_OK && last && g->fed == g->n)
+        if (s == TY_OK && last && g->fed == g->n) {
             gs = g->next(g, w->logits + (size_t)r * w->vocab, w->scratch,
                          &g->last_token, &finished, &gerr);
+            if (gs == TY_OK)
+                atomic_fetch_add(&totals.generated, 1);
+        }
         if (gs != TY_OK)
             finished = 1;
         if (!last || !finished)
@@ -256,7 +302,7 @@ static void step(eng_work *w)
                 w->n_run--;
                 break;
             }
-        opm_gen_sequence(-1);
+        count_sequences(-1);
         retire(w, g, gs, &gerr);
     }
 }
@@ -342,7 +388,7 @@ ty_status gen_engine_submit(gen_seq *g, ty_err *err)
         e->wait_head = g;
     e->wait_tail = g;
     e->n_wait++;
-    opm_gen_waiting(1);
+    count_waiting(1);
     if (!e->thread_on) {
         pthread_t t;
         pthread_attr_t attr;
@@ -355,7 +401,7 @@ ty_status gen_engine_submit(gen_seq *g, ty_err *err)
              * thread leaves only when nothing waits) */
             e->wait_head = e->wait_tail = NULL;
             e->n_wait--;
-            opm_gen_waiting(-1);
+            count_waiting(-1);
             pthread_attr_destroy(&attr);
             pthread_mutex_unlock(&e->mu);
             pthread_cond_destroy(&g->done_cv);

@@ -59,4 +59,14 @@ ty_status gen_engine_run(gen_seq *s, ty_err *err);
 ty_status gen_engine_submit(gen_seq *s, ty_err *err);
 ty_status gen_engine_wait(gen_seq *s, ty_err *err);
 
+/* What the process's engines hold and have done, every model's together
+ * (a replica reports them with its heartbeats): sequences in the caches
+ * and waiting for them, the caches' blocks held and in the pools, prompt
+ * tokens fed and tokens written. */
+typedef struct {
+    long running, waiting, kv_used, kv_total;
+    uint64_t prompt_tokens, generated_tokens;
+} gen_engine_totals;
+void gen_engine_totals_get(gen_engine_totals *t);
+
 #endif

@@ -850,6 +850,7 @@ static int run(const json_t *doc)
                    &err) != TY_OK)
         return worker_fail(WHO, err.msg);
     double load_seconds = (double)(mono_ns() - t0) / 1e9;
+    replica_gen_loaded(m.net);
     int rc = WPROTO_EXIT_OK;
     server *sv = calloc(1, sizeof *sv);
     if (!sv) {
@@ -896,7 +897,9 @@ int replica_main(int argc, char **argv)
                                            .file = RPROTO_FILE,
                                            .on_term = on_term,
                                            .on_usr1 = SIG_IGN,
-                                           .body = run};
+                                           .body = run,
+                                           .heartbeat_fields =
+                                               replica_gen_heartbeat};
     /* A client gone mid-reply is an error on its connection only. */
     signal(SIGPIPE, SIG_IGN);
     return worker_process(&def, argc, argv);

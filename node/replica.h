@@ -18,7 +18,12 @@
  *
  * On stdout, one JSON object per line, as node/protocol.h's worker:
  *   1. {"event":"started", ...} exactly as a worker's first line;
- *   2. heartbeats from then on, every TRAINYARD_HEARTBEAT_MS;
+ *   2. heartbeats from then on, every TRAINYARD_HEARTBEAT_MS; a replica of
+ *      a language model adds its engine's figures (RPROTO_F_GENERATION,
+ *      node/replica_gen.h):
+ *      "generation": {"sequences", "waiting", "kv_blocks_used",
+ *      "kv_blocks_total", "prompt_tokens", "generated_tokens"} (the last
+ *      two counted since it started);
  *   3. {"event":"ready", "socket": <path>, "features": n, "outputs": n,
  *       "device": "cpu" | "cuda:0" | "sim:<uuid>", "load_seconds": s}
  *      once the model is loaded and the socket listens (WPROTO_MSG_READY);
@@ -31,7 +36,9 @@
  * preferred sizes, as soon as the rows waiting reach the largest preferred
  * size they can fill; a batch takes whole requests in order up to
  * max_batch_size rows (a request bigger than max_batch_size runs alone, in
- * chunks of max_batch_size). max_batch_size 1 is batching off. Each reply
+ * chunks of max_batch_size). max_batch_size 1 is batching off. A
+ * language model's generations (rframe.h's generation frames,
+ * node/replica_gen.h) run in its engine instead. Each reply
  * says the batch's rows (max_batch_size for a request run in chunks), the
  * request's queue time and the batch's compute time. On the CPU a batch
  * runs on "threads" of the engine's threads (models/pool.h; 0: one per

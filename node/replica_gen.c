@@ -267,3 +267,25 @@ void replica_gen_start(const nn_net *net, int fd, const rframe_gen_req *r,
 }
 
 int replica_gen_running(void) { return atomic_load(&running); }
+
+static _Atomic int lm_loaded;
+
+void replica_gen_loaded(const nn_net *net)
+{
+    atomic_store(&lm_loaded, nn_net_task(net) == TY_TASK_LANGUAGE_MODELING);
+}
+
+json_t *replica_gen_heartbeat(void)
+{
+    if (!atomic_load(&lm_loaded))
+        return NULL;
+    gen_engine_totals t;
+    gen_engine_totals_get(&t);
+    return json_pack("{s:{s:I, s:I, s:I, s:I, s:I, s:I}}", RPROTO_F_GENERATION,
+                     RPROTO_F_GEN_SEQUENCES, (json_int_t)t.running,
+                     RPROTO_F_GEN_WAITING, (json_int_t)t.waiting,
+                     RPROTO_F_GEN_KV_USED, (json_int_t)t.kv_used,
+                     RPROTO_F_GEN_KV_TOTAL, (json_int_t)t.kv_total,
+                     RPROTO_F_GEN_PROMPT, (json_int_t)t.prompt_tokens,
+                     RPROTO_F_GEN_GENERATED, (json_int_t)t.generated_tokens);
+}

@@ -28,4 +28,20 @@ void replica_gen_refuse(int fd, uint32_t seq, uint32_t status, const char *msg);
 /* Generations not finished yet: a drain waits for them. */
 int replica_gen_running(void);
 
+/* A heartbeat's engine figures (a language model's replica: replica.h)
+ * and theirs. */
+#define RPROTO_F_GENERATION "generation"
+#define RPROTO_F_GEN_SEQUENCES "sequences"
+#define RPROTO_F_GEN_WAITING "waiting"
+#define RPROTO_F_GEN_KV_USED "kv_blocks_used"
+#define RPROTO_F_GEN_KV_TOTAL "kv_blocks_total"
+#define RPROTO_F_GEN_PROMPT "prompt_tokens"
+#define RPROTO_F_GEN_GENERATED "generated_tokens"
+
+/* The heartbeat's fields once net, a language model, is loaded
+ * (replica.h's "generation": the engine's figures); NULL before, or for
+ * another model. */
+void replica_gen_loaded(const nn_net *net);
+json_t *replica_gen_heartbeat(void);
+
 #endif

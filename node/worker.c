@@ -66,6 +66,7 @@ typedef struct {
     pthread_cond_t cv; /* signalled to stop */
     int stop;
     long interval_ms;
+    json_t *(*fields)(void); /* worker_process_def.heartbeat_fields */
 } heartbeat;
 
 long worker_heartbeat_ms(const char *value)
@@ -105,7 +106,12 @@ static void *heartbeat_main(void *arg)
         if (hb->stop || rc != ETIMEDOUT)
             continue; /* stopped, or woken early: wait on for `due` */
         pthread_mutex_unlock(&hb->mu);
-        worker_emit(wproto_encode_heartbeat());
+        json_t *line = wproto_encode_heartbeat();
+        json_t *more = hb->fields ? hb->fields() : NULL;
+        if (line && more)
+            json_object_update(line, more);
+        json_decref(more);
+        worker_emit(line);
         deadline_after(&due, hb->interval_ms);
         pthread_mutex_lock(&hb->mu);
     }
@@ -117,7 +123,8 @@ static void *heartbeat_main(void *arg)
  * for (a bad value is the default, with a note on stderr naming `trainyard
  * <who>`), with the process's signals blocked in it, so they reach the
  * main thread. -1 when it cannot. */
-static int heartbeat_start(heartbeat *hb, const char *who)
+static int heartbeat_start(heartbeat *hb, const char *who,
+                           json_t *(*fields)(void))
 {
     const char *env = getenv(WPROTO_ENV_HEARTBEAT_MS);
     long interval_ms = worker_heartbeat_ms(env);
@@ -131,6 +138,7 @@ static int heartbeat_start(heartbeat *hb, const char *who)
     }
     memset(hb, 0, sizeof *hb);
     hb->interval_ms = interval_ms;
+    hb->fields = fields;
     pthread_condattr_t ca;
     if (pthread_condattr_init(&ca) != 0)
         return -1;
@@ -589,7 +597,7 @@ int worker_process(const worker_process_def *def, int argc, char **argv)
     emit_started();
 
     heartbeat hb;
-    if (heartbeat_start(&hb, def->who) != 0)
+    if (heartbeat_start(&hb, def->who, def->heartbeat_fields) != 0)
         return worker_fail(def->who, "cannot start the heartbeat thread");
 
     char path[PATH_MAX];

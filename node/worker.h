@@ -31,6 +31,9 @@ typedef struct {
     void (*on_usr1)(int); /* SIGUSR1's: a handler, or SIG_IGN */
     /* The work, given the file's document (borrowed): the exit status. */
     int (*body)(const json_t *doc);
+    /* Fields each heartbeat line carries besides "event" (a new object,
+     * called on the heartbeat thread), or NULL: none. */
+    json_t *(*heartbeat_fields)(void);
 } worker_process_def;
 
 /* Runs `trainyard <who> --job-dir DIR` (argv[0] is who): without DIR,

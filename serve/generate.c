@@ -237,8 +237,16 @@ static ty_status take_token(serve_gen *g, const sample_logprob *next,
         g->lp_n_alts[g->generated] = n_alts;
     }
     const double now = opm_now();
-    opm_gen_token(g->tenant, g->generated == 0,
-                  now - (g->generated ? g->t_last : g->t_open));
+    const int first = g->generated == 0;
+    const double since = now - (first ? g->t_open : g->t_last);
+    opm_gen_token(g->tenant, first, since);
+    if (g->remote) {
+        /* the replica's engine fed the prompt: this server counts it */
+        if (first)
+            opm_gen_prompt(g->tenant, (unsigned)g->n);
+        deploy_gen_token(g->m.env->deploy, &g->m.call, first, (uint32_t)g->n,
+                         since);
+    }
     g->t_last = now;
     g->generated++;
     if (g->has_eos && next->token == g->eos) {

@@ -625,6 +625,32 @@ static char *completion_choices(const char *model)
     return t;
 }
 
+/* Deploys model as name on one CPU replica and waits until it is ready:
+ * the deployment's path into dpath (128 bytes). */
+static void deploy_cpu(const char *name, const char *model, char *dpath)
+{
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"name\": \"%s\", \"model\": \"%s\", \"replicas\": "
+             "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": \"none\"}}",
+             name, model);
+    resp *r = http_json(&server, "POST", "/v1/deployments", body);
+    expect_status(r, 201);
+    snprintf(dpath, 128, "/v1/deployments/%s", str(r->json, "id"));
+    resp_free(r);
+    const double until = now_seconds() + 60;
+    int ready = 0;
+    while (!ready && now_seconds() < until) {
+        r = http_get(&server, dpath);
+        ready = r->status == 200 && !strcmp(str(r->json, "status"), "ready");
+        resp_free(r);
+        if (!ready)
+            usleep(100 * 1000);
+    }
+    if (!ready)
+        fail_msg("%s not ready in 60 s (log: %s)", name, server.log);
+}
+
 static void test_deployed(void **state)
 {
     (void)state;
@@ -650,28 +676,9 @@ static void test_deployed(void **state)
     assert_string_equal(fin[2], "stop");
     char *oai_here = completion_choices(model_id);
 
-    char body[256];
-    snprintf(body, sizeof body,
-             "{\"name\": \"story-dep\", \"model\": \"%s\", \"replicas\": "
-             "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": \"none\"}}",
-             model_id);
-    resp *r = http_json(&server, "POST", "/v1/deployments", body);
-    expect_status(r, 201);
-    char dep[64], dpath[128];
-    snprintf(dep, sizeof dep, "%s", str(r->json, "id"));
-    snprintf(dpath, sizeof dpath, "/v1/deployments/%s", dep);
-    resp_free(r);
-    const double until = now_seconds() + 60;
-    int ready = 0;
-    while (!ready && now_seconds() < until) {
-        r = http_get(&server, dpath);
-        ready = r->status == 200 && !strcmp(str(r->json, "status"), "ready");
-        resp_free(r);
-        if (!ready)
-            usleep(100 * 1000);
-    }
-    if (!ready)
-        fail_msg("deployment %s not ready in 60 s (log: %s)", dep, server.log);
+    char dpath[128];
+    deploy_cpu("story-dep", model_id, dpath);
+    resp *r;
 
     /* on the replica: by the deployment's name and by the model's id */
     static const char *const refs[2] = {"story-dep", NULL};
@@ -708,7 +715,78 @@ static void test_deployed(void **state)
     if (counted < sent)
         fail_msg("the deployment counted %lld requests of %d",
                  (long long)counted, sent);
+    /* and its generation figures: the tokens the server took from it */
+    r = http_get(&server, dpath);
+    const json_t *gen = json_object_get(r->json, "generate");
+    assert_true(json_is_object(gen));
+    assert_true(json_integer_value(json_object_get(gen, "requests")) >= sent);
+    assert_true(json_integer_value(json_object_get(gen, "generated_tokens")) >
+                0);
+    assert_true(json_is_number(
+        json_object_get(json_object_get(gen, "ttft_ms"), "p50")));
+    assert_true(json_is_number(
+        json_object_get(json_object_get(gen, "itl_ms"), "p99")));
+    resp_free(r);
     r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
+    resp_free(r);
+}
+
+/* The replica's engine, as the deployment shows its last heartbeat: 1
+ * with *generated (tokens written since it started) and *busy (running
+ * and waiting sequences), 0 before its first heartbeat. */
+static int replica_engine(const char *dpath, long long *generated,
+                          long long *busy)
+{
+    resp *r = http_get(&server, dpath);
+    const json_t *g = json_object_get(
+        json_array_get(json_object_get(r->json, "instances"), 0),
+        "generate");
+    int have = json_is_object(g);
+    if (have) {
+        *generated =
+            json_integer_value(json_object_get(g, "generated_tokens"));
+        *busy = json_integer_value(json_object_get(g, "sequences")) +
+                json_integer_value(json_object_get(g, "waiting"));
+    }
+    resp_free(r);
+    return have;
+}
+
+/* A streaming client of a deployed model that leaves stops its
+ * sequences on the replica, not only in this server: the replica's
+ * engine (its heartbeats' figures) wrote far fewer than the 1,920 tokens
+ * asked for. The wide model's cache is one context (the budget is below
+ * a block), so the 16 choices run one after another on the replica and a
+ * replica that went on would write every one whole. */
+static void test_deployed_disconnect(void **state)
+{
+    (void)state;
+    assert_true(wide_id[0]);
+    char dpath[128];
+    deploy_cpu("wide-dep", wide_id, dpath);
+    long long before = 0, after = 0, busy = 1;
+    double until = now_seconds() + 30;
+    while (!replica_engine(dpath, &before, &busy) && now_seconds() < until)
+        usleep(100 * 1000);
+    if (now_seconds() >= until)
+        fail_msg("the replica sent no heartbeat with its engine in 30 s");
+    stream_then_leave("wide-dep", 16, 120);
+    /* idle again, after it wrote something; then one more heartbeat */
+    until = now_seconds() + 60;
+    do {
+        usleep(200 * 1000);
+        replica_engine(dpath, &after, &busy);
+    } while ((busy > 0 || after == before) && now_seconds() < until);
+    assert_true(busy == 0);
+    sleep(3); /* heartbeats every 2 s */
+    replica_engine(dpath, &after, &busy);
+    fprintf(stderr, "on the replica, after the client left: %lld tokens "
+                    "written of 1920\n",
+            after - before);
+    assert_true(busy == 0);
+    assert_true(after > before);
+    assert_true(after - before < 960);
+    resp *r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
     resp_free(r);
 }
 
@@ -724,6 +802,7 @@ int main(void)
         cmocka_unit_test(test_batched_as_alone),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_deployed),
+        cmocka_unit_test(test_deployed_disconnect),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
