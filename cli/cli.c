@@ -131,6 +131,7 @@ static const opt_spec options[] = {
     {"--serving-rps", NULL, 1},
     {"--serving-burst", NULL, 1},
     {"--serving-max-concurrency", NULL, 1},
+    {"--serving-tokens-per-minute", NULL, 1},
     {"--model", NULL, 1},
     {"--min", NULL, 1},
     {"--max", NULL, 1},

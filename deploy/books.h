@@ -90,7 +90,8 @@ typedef struct deployment {
     replica *reps;
     /* limits */
     double tokens, tokens_at;
-    int active; /* admitted and not finished */
+    double gen_tokens, gen_tokens_at; /* limits.tokens_per_minute's bucket */
+    int active;                       /* admitted and not finished */
     /* autoscaling and restarts */
     double over_since, last_request;
     int failures;
@@ -126,6 +127,8 @@ typedef struct tenant_bucket {
     double burst;
     int max_concurrency; /* <= 0: none */
     double tokens, tokens_at;
+    double tokens_per_minute; /* generation tokens; <= 0: none */
+    double gen_tokens, gen_tokens_at;
     int active;
     struct tenant_bucket *next;
 } tenant_bucket;
