@@ -924,7 +924,8 @@ static void test_tenants(void **state)
     run_result r;
     RUN(&r, "tenants", "create", "cli-team", "--max-running-jobs", "2",
         "--weight", "3", "--serving-rps", "2.5", "--serving-burst", "3",
-        "--serving-max-concurrency", "4", "--json");
+        "--serving-max-concurrency", "4", "--serving-tokens-per-minute", "6000",
+        "--json");
     expect_code(&r, 0);
     json_t *t = out_json(&r);
     char tid[64], tkey[160], key_env[200];
@@ -940,6 +941,9 @@ static void test_tenants(void **state)
                      3);
     assert_int_equal(
         json_integer_value(json_object_get(q, "serving_max_concurrency")), 4);
+    assert_int_equal(
+        json_integer_value(json_object_get(q, "serving_tokens_per_minute")),
+        6000);
     json_decref(t);
     run_free(&r);
 
@@ -947,7 +951,8 @@ static void test_tenants(void **state)
     expect_code(&r, 0);
     assert_non_null(strstr(r.out, "cli-team"));
     run_free(&r);
-    RUN(&r, "tenants", "update", tid, "--max-running-jobs", "none");
+    RUN(&r, "tenants", "update", tid, "--max-running-jobs", "none",
+        "--serving-tokens-per-minute", "none");
     expect_code(&r, 0);
     run_free(&r);
     char path[128];
@@ -955,6 +960,12 @@ static void test_tenants(void **state)
     resp *h = http_get(&server, path);
     assert_true(json_is_null(json_object_get(json_object_get(h->json, "quota"),
                                              "max_running_jobs")));
+    assert_true(json_is_null(json_object_get(json_object_get(h->json, "quota"),
+                                             "serving_tokens_per_minute")));
+    /* the other serving limits stay */
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(h->json, "quota"), "serving_burst")),
+                     3);
     resp_free(h);
 
     RUN(&r, "tenants", "key-create", tid);
