@@ -141,6 +141,7 @@ static const opt_spec options[] = {
     {"--rps", NULL, 1},
     {"--burst", NULL, 1},
     {"--max-concurrency", NULL, 1},
+    {"--tokens-per-minute", NULL, 1},
     {"--priority", NULL, 1},
     {"--metadata", NULL, 1},
     {"--layout", NULL, 1},
