@@ -70,7 +70,8 @@ const json_t *api_json_object(http_req *r);
  * 1). */
 void api_retry_after(http_req *r, double seconds);
 /* A generation's error reply: a full engine queue (503) or a deployment's
- * limit (429) with Retry-After: 1. */
+ * limit (429) with Retry-After: err->retry_after_s rounded up, 1 when
+ * it says none. */
 void api_reply_gen_error(http_req *r, ty_status s, const ty_err *err);
 
 /* The caller's tenant id. */

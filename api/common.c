@@ -102,7 +102,7 @@ void api_retry_after(http_req *r, double seconds)
 void api_reply_gen_error(http_req *r, ty_status s, const ty_err *err)
 {
     if (s == TY_EUNAVAILABLE || s == TY_ELIMIT)
-        api_retry_after(r, 1);
+        api_retry_after(r, err->retry_after_s > 0 ? err->retry_after_s : 1);
     http_reply_error(r, s, err);
 }
 

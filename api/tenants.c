@@ -91,6 +91,7 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
                                              "serving_requests_per_second",
                                              "serving_burst",
                                              "serving_max_concurrency",
+                                             "serving_tokens_per_minute",
                                              NULL};
     memset(out, 0, sizeof *out);
     out->lim.weight = 1;
@@ -98,6 +99,7 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
         out->lim.max_storage_bytes = STORE_UNLIMITED;
     out->lim.serving_rps = STORE_UNLIMITED;
     out->lim.serving_burst = out->lim.serving_max_concurrency = STORE_UNLIMITED;
+    out->lim.serving_tokens_per_minute = STORE_UNLIMITED;
     ty_status s = tyjson_check_keys(body, keys, "", err);
     if (s != TY_OK)
         return s;
@@ -137,8 +139,9 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
         return ty_fail(err, TY_EINVAL, "quota",
                        "quota must be an object with max_gpu_slices, "
                        "max_running_jobs, max_storage_bytes, "
-                       "serving_requests_per_second, serving_burst and "
-                       "serving_max_concurrency (each optional)");
+                       "serving_requests_per_second, serving_burst, "
+                       "serving_max_concurrency and "
+                       "serving_tokens_per_minute (each optional)");
     if (quota &&
         (s = tyjson_check_keys(quota, quota_keys, "quota", err)) != TY_OK)
         return s;
@@ -163,6 +166,11 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
                          STORE_TENANT_SET_SERVING_CONCURRENCY, create, 1,
                          TENANT_SERVING_CONCURRENCY_MAX, "unlimited",
                          &lim->serving_max_concurrency, &out->set, err)) !=
+            TY_OK ||
+        (s = parse_limit(quota, "serving_tokens_per_minute",
+                         STORE_TENANT_SET_SERVING_TOKENS, create, 1,
+                         TENANT_SERVING_TOKENS_MAX, "unlimited",
+                         &lim->serving_tokens_per_minute, &out->set, err)) !=
             TY_OK)
         return s;
     if (create)
@@ -170,7 +178,8 @@ ty_status tenant_body_parse(const json_t *body, int create, tenant_body *out,
                    STORE_TENANT_SET_RUNNING_JOBS | STORE_TENANT_SET_STORAGE |
                    STORE_TENANT_SET_SERVING_RPS |
                    STORE_TENANT_SET_SERVING_BURST |
-                   STORE_TENANT_SET_SERVING_CONCURRENCY;
+                   STORE_TENANT_SET_SERVING_CONCURRENCY |
+                   STORE_TENANT_SET_SERVING_TOKENS;
     return TY_OK;
 }
 

@@ -30,6 +30,7 @@
 #define TENANT_SERVING_RPS_MAX 1000000
 #define TENANT_SERVING_BURST_MAX 1000000
 #define TENANT_SERVING_CONCURRENCY_MAX 100000
+#define TENANT_SERVING_TOKENS_MAX 1000000000
 
 /* A checked POST or PATCH body. name is borrowed from the body (NULL when
  * absent); set says which fields of lim were given (STORE_TENANT_SET_*). */
@@ -46,8 +47,10 @@ typedef struct {
  * or null = unlimited, the default), quota.serving_requests_per_second (a
  * number > 0 and <= TENANT_SERVING_RPS_MAX, or null = unlimited),
  * quota.serving_burst (1..TENANT_SERVING_BURST_MAX, or null = the rate
- * rounded up) and quota.serving_max_concurrency
- * (1..TENANT_SERVING_CONCURRENCY_MAX, or null = unlimited); null is
+ * rounded up), quota.serving_max_concurrency
+ * (1..TENANT_SERVING_CONCURRENCY_MAX, or null = unlimited) and
+ * quota.serving_tokens_per_minute (1..TENANT_SERVING_TOKENS_MAX generation
+ * tokens a minute, or null = unlimited); null is
  * STORE_UNLIMITED in lim. Unknown keys are errors. On a create, every field
  * is set (defaults filled in); on a PATCH only those given. TY_EINVAL naming
  * the field ("quota.serving_burst"). */

@@ -102,7 +102,9 @@ static void tenants_usage(FILE *f)
         "Quota flags: --weight W, --max-gpu-slices N, --max-running-jobs N,\n"
         "--max-storage-bytes N, and the serving limits over all the tenant's\n"
         "deployments: --serving-rps R (requests a second), --serving-burst N,\n"
-        "--serving-max-concurrency N; N and R may be 'none' (unlimited).\n"
+        "--serving-max-concurrency N, --serving-tokens-per-minute N\n"
+        "(generation tokens a minute: prompt and max_tokens reserved);\n"
+        "N and R may be 'none' (unlimited).\n"
         "All but show are for the admin; a new key is printed once, on\n"
         "standard output.\n");
 }
@@ -119,6 +121,7 @@ static const struct {
     {"--serving-rps", "serving_requests_per_second", 1},
     {"--serving-burst", "serving_burst", 0},
     {"--serving-max-concurrency", "serving_max_concurrency", 0},
+    {"--serving-tokens-per-minute", "serving_tokens_per_minute", 0},
 };
 
 /* The TenantCreate/TenantUpdate body from the flags; NULL after a usage
@@ -259,6 +262,7 @@ int cli_cmd_tenants(cli_ctx *c)
                                               "--serving-rps",
                                               "--serving-burst",
                                               "--serving-max-concurrency",
+                                              "--serving-tokens-per-minute",
                                               NULL};
     static const char *const update_opts[] = {"--name",
                                               "--weight",
@@ -268,6 +272,7 @@ int cli_cmd_tenants(cli_ctx *c)
                                               "--serving-rps",
                                               "--serving-burst",
                                               "--serving-max-concurrency",
+                                              "--serving-tokens-per-minute",
                                               NULL};
     struct {
         const char *name;

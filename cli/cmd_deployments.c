@@ -31,8 +31,11 @@ static void usage(FILE *f)
         "  --rps R|none               requests per second (a token bucket)\n"
         "  --burst N                  the bucket's size (with --rps)\n"
         "  --max-concurrency N|none   requests in flight at once\n"
+        "  --tokens-per-minute N|none generation tokens a minute (prompt\n"
+        "                             and max_tokens reserved, unused back)\n"
         "  --priority N               as a job's: higher is placed first\n"
-        "Requests over --rps or --max-concurrency are answered 429.\n"
+        "Requests over --rps, --max-concurrency or --tokens-per-minute are\n"
+        "answered 429.\n"
         "delete drains the replicas and frees their slices.\n");
 }
 
@@ -108,6 +111,8 @@ static json_t *body_from_flags(cli_ctx *c, const char *name, int *rc)
         (*rc = num_flag(c, "--rps", lim, "requests_per_second")) ||
         (*rc = int_flag(c, "--burst", lim, "burst", 0)) ||
         (*rc = int_flag(c, "--max-concurrency", lim, "max_concurrency", 1)) ||
+        (*rc =
+             int_flag(c, "--tokens-per-minute", lim, "tokens_per_minute", 1)) ||
         (*rc = int_flag(c, "--priority", b, "priority", 0)))
         goto fail;
     int bad = put_section(b, "replicas", rep) |
@@ -189,6 +194,7 @@ static const char *const spec_flags[] = {"--model",
                                          "--rps",
                                          "--burst",
                                          "--max-concurrency",
+                                         "--tokens-per-minute",
                                          "--priority",
                                          NULL};
 
@@ -227,6 +233,7 @@ static int update(cli_ctx *c)
                                           "--rps",
                                           "--burst",
                                           "--max-concurrency",
+                                          "--tokens-per-minute",
                                           "--priority",
                                           NULL};
     int rc = cli_only_opts(c, "deployments", allowed);

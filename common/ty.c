@@ -45,6 +45,7 @@ void ty_err_clear(ty_err *e)
     if (e) {
         e->msg[0] = '\0';
         e->field[0] = '\0';
+        e->retry_after_s = 0;
     }
 }
 
@@ -58,6 +59,7 @@ ty_status ty_fail(ty_err *e, ty_status status, const char *field,
     vsnprintf(e->msg, sizeof e->msg, fmt, ap);
     va_end(ap);
     snprintf(e->field, sizeof e->field, "%s", field ? field : "");
+    e->retry_after_s = 0;
     return status;
 }
 

@@ -38,8 +38,10 @@ typedef enum {
 } ty_status;
 
 typedef struct {
-    char msg[512];   /* what went wrong, as a sentence; empty when none */
-    char field[128]; /* the offending input field, or empty */
+    char msg[512];        /* what went wrong, as a sentence; empty when none */
+    char field[128];      /* the offending input field, or empty */
+    double retry_after_s; /* after TY_ELIMIT or TY_EUNAVAILABLE: when to
+                             try again, in seconds, if known; else 0 */
 } ty_err;
 
 /* The enum value's name, e.g. "TY_EINVAL". */
@@ -52,7 +54,8 @@ ty_status ty_errno_status(int errnum);
 /* Clears e (e may be NULL). */
 void ty_err_clear(ty_err *e);
 
-/* Formats msg and copies field (may be NULL) into e (e may be NULL).
+/* Formats msg and copies field (may be NULL) into e (e may be NULL),
+ * clearing retry_after_s.
  * Returns status, so callers can write `return ty_fail(err, TY_EINVAL, ...)`. */
 ty_status ty_fail(ty_err *e, ty_status status, const char *field,
                   const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -195,6 +195,9 @@ void tenant_limits_load(deploy_ctl *b, const char *tenant)
         tb->max_concurrency = lim.serving_max_concurrency > 0
                                   ? (int)lim.serving_max_concurrency
                                   : 0;
+        tb->tokens_per_minute = lim.serving_tokens_per_minute > 0
+                                    ? (double)lim.serving_tokens_per_minute
+                                    : 0;
     }
     pthread_mutex_unlock(&b->mu);
 }

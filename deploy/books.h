@@ -97,7 +97,8 @@ typedef struct deployment {
     replica *reps;
     /* limits */
     double tokens, tokens_at;
-    int active; /* admitted and not finished */
+    double gen_tokens, gen_tokens_at; /* limits.tokens_per_minute's bucket */
+    int active;                       /* admitted and not finished */
     /* autoscaling and restarts */
     double over_since, last_request;
     int failures;
@@ -116,14 +117,14 @@ typedef struct deployment {
     lat_hist total, queue, compute;
     /* generation on its replicas (deploy_gen_token): tokens the server
      * took from them, time to first token, inter-token latency */
-    uint64_t gen_requests, gen_prompt, gen_tokens;
+    uint64_t gen_requests, gen_prompt, gen_written;
     lat_hist ttft, itl;
     /* the recent windows: [0] the current, [1] the one before */
     struct {
         lat_hist total, queue;
         uint64_t requests, batches, batch_rows_sum;
         lat_hist ttft, itl;
-        uint64_t gen_tokens;
+        uint64_t gen_written;
     } win[2];
     double win_start;
     struct deployment *next;
@@ -139,6 +140,8 @@ typedef struct tenant_bucket {
     double burst;
     int max_concurrency; /* <= 0: none */
     double tokens, tokens_at;
+    double tokens_per_minute; /* generation tokens; <= 0: none */
+    double gen_tokens, gen_tokens_at;
     int active;
     struct tenant_bucket *next;
 } tenant_bucket;

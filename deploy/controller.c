@@ -75,13 +75,13 @@ static json_t *generate_of(deployment *d)
     window_roll(d, t);
     const double span0 = t - d->win_start + WINDOW_S;
     const double span = span0 < 2 * WINDOW_S ? span0 : 2 * WINDOW_S;
-    const uint64_t recent = d->win[0].gen_tokens + d->win[1].gen_tokens;
+    const uint64_t recent = d->win[0].gen_written + d->win[1].gen_written;
     return json_pack(
         "{s:I, s:I, s:I, s:{s:o, s:o}, s:{s:o, s:o}, s:{s:f, s:I, s:f, "
         "s:{s:o, s:o}, s:{s:o, s:o}}, s:I, s:I, s:I, s:I}",
         "requests", (json_int_t)d->gen_requests, "prompt_tokens",
         (json_int_t)d->gen_prompt, "generated_tokens",
-        (json_int_t)d->gen_tokens, "ttft_ms", "p50",
+        (json_int_t)d->gen_written, "ttft_ms", "p50",
         lat_quantile(&d->ttft, 0.5), "p99", lat_quantile(&d->ttft, 0.99),
         "itl_ms", "p50", lat_quantile(&d->itl, 0.5), "p99",
         lat_quantile(&d->itl, 0.99), "recent", "window_s", span,

@@ -82,6 +82,9 @@ ty_status deploy_delete(deploy_ctl *ctl, const char *tenant, const char *ref,
  * deploy_unpick gives it back after the call; deploy_finish ends
  * the admission. */
 
+/* Which token limits a deploy_call's tokens were reserved from. */
+enum { DEPLOY_TOKENS_TENANT = 1u << 0, DEPLOY_TOKENS_DEPLOYMENT = 1u << 1 };
+
 typedef struct deploy_call {
     char deployment_id[TY_ID_MAX];
     char deployment_name[DEPLOY_NAME_MAX];
@@ -91,8 +94,14 @@ typedef struct deploy_call {
     char socket[108];
     uint64_t serial;
     char device[64];
+    /* Generation tokens the request used (its prompt and the tokens it
+     * generated), set by the caller before deploy_finish, which gives
+     * back to the token limits what the admission reserved beyond it. */
+    uint64_t tokens_used;
     /* ---- private ---- */
     void *dep, *rep, *tenant_bucket;
+    uint64_t tokens_reserved; /* at admission, from the buckets below */
+    unsigned tokens_from;     /* DEPLOY_TOKENS_* */
     double t0, queue_s, compute_s;
     uint32_t batch_rows;
     int failed;
@@ -109,12 +118,16 @@ int deploy_find(deploy_ctl *ctl, const char *tenant, const char *ref,
 /* Admits one request to the deployment deploy_find names (the same
  * arguments) into *c, for model_id (the model the request opened: only
  * replicas serving it answer, so a reply always comes from the model it
- * describes, also during a rolling update): TY_OK; TY_ELIMIT when its rate
- * or concurrency limit is reached (*retry_after_s: when a token is due; a
- * person's sentence in err); TY_ENOTFOUND when there is none (any more). */
+ * describes, also during a rolling update), reserving tokens generation
+ * tokens (a generation's prompt and max_tokens; 0 for a predict) from the
+ * tenant's and the deployment's tokens-per-minute limits, from both or
+ * neither: TY_OK; TY_ELIMIT when its rate, concurrency or token limit is
+ * reached (*retry_after_s: when enough is due, 60 for a request bigger
+ * than a token limit; a person's sentence in err); TY_ENOTFOUND when
+ * there is none (any more). */
 ty_status deploy_admit(deploy_ctl *ctl, const char *tenant, const char *ref,
-                       int by_name, const char *model_id, deploy_call *c,
-                       double *retry_after_s, ty_err *err);
+                       int by_name, const char *model_id, uint64_t tokens,
+                       deploy_call *c, double *retry_after_s, ty_err *err);
 
 /* A ready replica for c's model, not the one whose serial is avoid (0:
  * any), waiting up to wait_s seconds (negative: the server's
@@ -139,7 +152,8 @@ void deploy_gen_token(deploy_ctl *ctl, deploy_call *c, int first,
                       uint32_t prompt_tokens, double seconds);
 
 /* Ends the admission: its outcome (0 success, 1 a server-side error) and
- * figures are counted. */
+ * figures are counted, and the tokens reserved beyond c->tokens_used go
+ * back to the token limits. */
 void deploy_finish(deploy_ctl *ctl, deploy_call *c, int failed);
 
 /* The deployment replica rep_id (a scheduler job id, as the inventory

@@ -25,6 +25,7 @@
 #define DEPLOY_RPS_MAX 1000000.0
 #define DEPLOY_BURST_MAX 1000000
 #define DEPLOY_CONCURRENCY_MAX 100000
+#define DEPLOY_TOKENS_MAX 1000000000
 #define DEPLOY_DELAY_MAX_US 1000000
 #define DEPLOY_TARGET_MAX 1000000.0
 
@@ -183,13 +184,15 @@ static ty_status parse_batching(const json_t *b, deploy_spec *io, ty_err *err)
 static ty_status parse_limits(const json_t *l, deploy_spec *io, ty_err *err)
 {
     static const char *const keys[] = {"requests_per_second", "burst",
-                                       "max_concurrency", NULL};
+                                       "max_concurrency", "tokens_per_minute",
+                                       NULL};
     ty_status s = tyjson_check_keys(l, keys, "limits", err);
     if (s != TY_OK)
         return s;
     const json_t *rps = json_object_get(l, "requests_per_second");
     const json_t *burst = json_object_get(l, "burst");
     const json_t *conc = json_object_get(l, "max_concurrency");
+    const json_t *tpm = json_object_get(l, "tokens_per_minute");
     if (rps) {
         if (json_is_null(rps)) {
             io->rps = 0;
@@ -223,6 +226,14 @@ static ty_status parse_limits(const json_t *l, deploy_spec *io, ty_err *err)
                                 DEPLOY_CONCURRENCY_MAX, 0, &v, err)) != TY_OK)
             return s;
         io->max_concurrency = (uint32_t)v;
+    }
+    if (tpm) {
+        int64_t v = 0;
+        if (!json_is_null(tpm) &&
+            (s = tyjson_get_int(l, "tokens_per_minute", "limits", 1, 1,
+                                DEPLOY_TOKENS_MAX, 0, &v, err)) != TY_OK)
+            return s;
+        io->tokens_per_minute = (uint32_t)v;
     }
     return TY_OK;
 }
@@ -395,7 +406,8 @@ json_t *deploy_spec_json(const deploy_spec *s)
     }
     /* json_pack's "o" steals even when it fails, so nothing leaks here. */
     return json_pack(
-        "{s:s, s:s, s:{s:i, s:i}, s:o, s:{s:I, s:I, s:o}, s:{s:o, s:o, s:o}, "
+        "{s:s, s:s, s:{s:i, s:i}, s:o, s:{s:I, s:I, s:o}, s:{s:o, s:o, s:o, "
+        "s:o}, "
         "s:{s:f, s:o, s:f, s:f}, s:i}",
         "name", s->name, "model", s->model, "replicas", "min", s->min_replicas,
         "max", s->max_replicas, "resources", resources, "batching",
@@ -405,6 +417,8 @@ json_t *deploy_spec_json(const deploy_spec *s)
         s->rps > 0 ? json_real(s->rps) : json_null(), "burst",
         s->rps > 0 ? json_integer(s->burst) : json_null(), "max_concurrency",
         s->max_concurrency ? json_integer(s->max_concurrency) : json_null(),
+        "tokens_per_minute",
+        s->tokens_per_minute ? json_integer(s->tokens_per_minute) : json_null(),
         "autoscaling", "target_in_flight", s->target_in_flight,
         "target_queue_ms",
         s->target_queue_ms > 0 ? json_real(s->target_queue_ms) : json_null(),

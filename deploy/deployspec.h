@@ -23,7 +23,11 @@
  *               "burst": 1..1000000, only with a rate (default, also
  *                        when PATCH gives a new rate without a burst:
  *                        max(1, ceil(rps))),
- *               "max_concurrency": 1..100000 or null (none)},
+ *               "max_concurrency": 1..100000 or null (none),
+ *               "tokens_per_minute": 1..1000000000 or null (none):
+ *                        generation tokens, a bucket of that size refilled
+ *                        at a sixtieth of it a second; a generation
+ *                        reserves its prompt and max_tokens},
  *    "autoscaling": {"target_in_flight": > 0 and <= 1000000 (requests
  *                     in flight per ready replica above which it scales
  *                     up; default max_batch_size),
@@ -77,9 +81,10 @@ typedef struct {
     uint32_t max_queue_delay_us;
     uint32_t preferred[DEPLOY_MAX_PREFERRED];
     int npreferred;
-    double rps;               /* 0: no rate limit */
-    uint32_t burst;           /* tokens; with rps */
-    uint32_t max_concurrency; /* 0: none */
+    double rps;                 /* 0: no rate limit */
+    uint32_t burst;             /* tokens; with rps */
+    uint32_t max_concurrency;   /* 0: none */
+    uint32_t tokens_per_minute; /* generation tokens; 0: none */
     double target_in_flight;
     double target_queue_ms; /* 0: none */
     double scale_up_after_s;

@@ -1,12 +1,13 @@
 /*
  * route.c - a predict's way through a deployment (see deploy.h's request
  * path): the deployment found by name or model, its tenant's and its own
- * token buckets and concurrency limits applied, a ready replica of the
- * request's model picked (the one with the fewest requests in flight,
- * waiting for one on a cold start, which scales a deployment up from
- * zero), and the request's figures counted when it ends. Everything here
- * runs on request threads under dmu only: never under the job service's
- * mutex.
+ * token buckets (requests a second, generation tokens a minute) and
+ * concurrency limits applied, a ready replica of the request's model
+ * picked (the one with the fewest requests in flight, waiting for one on a
+ * cold start, which scales a deployment up from zero), and the request's
+ * figures counted (and unused generation tokens given back) when it ends.
+ * Everything here runs on request threads under dmu only: never under the
+ * job service's mutex.
  */
 #include "deploy/books.h"
 
@@ -88,9 +89,57 @@ static int bucket_take(double *tokens, double *at, double rps, double burst,
     return 0;
 }
 
+/* ---- generation tokens a minute ----
+ *
+ * A bucket of tpm tokens, refilled at tpm / 60 a second, full at its first
+ * use. A generation reserves its prompt and max_tokens (the most it can
+ * use) at admission, from the tenant's bucket and the deployment's or from
+ * neither, and deploy_finish gives back what it did not use. */
+
+/* The bucket (*level at *at) brought to t. */
+static void gen_refill(double *level, double *at, double tpm, double t)
+{
+    if (*at == 0)
+        *level = tpm;
+    else if ((*level += (t - *at) * tpm / 60) > tpm)
+        *level = tpm;
+    *at = t;
+}
+
+/* The 429 for a request needing need tokens from a bucket of tpm a minute
+ * that holds fewer: TY_ELIMIT with *retry_after_s and a sentence; who names
+ * the limit ("deployment story is over its"), whose the same as an owner
+ * ("deployment story's"). */
+static ty_status gen_refuse(double level, double tpm, uint64_t need,
+                            const char *who, const char *whose,
+                            double *retry_after_s, ty_err *err)
+{
+    if ((double)need > tpm) {
+        *retry_after_s = 60;
+        return ty_fail(err, TY_ELIMIT, NULL,
+                       "this request needs %llu tokens, more than %s limit "
+                       "of %.0f per minute allows at once: lower max_tokens "
+                       "(its prompt and max_tokens are reserved)",
+                       (unsigned long long)need, whose, tpm);
+    }
+    /* a tenth of a second up, so the retry finds enough */
+    *retry_after_s = ceil(((double)need - level) * 60 / tpm * 10) / 10;
+    return ty_fail(err, TY_ELIMIT, NULL,
+                   "%s limit of %.0f tokens per minute: this request needs "
+                   "%llu (its prompt and max_tokens); retry after %.1f s",
+                   who, tpm, (unsigned long long)need, *retry_after_s);
+}
+
+/* Gives n tokens back to a bucket (no fuller than tpm). */
+static void gen_refund(double *level, double tpm, uint64_t n)
+{
+    if (tpm > 0 && (*level += (double)n) > tpm)
+        *level = tpm;
+}
+
 ty_status deploy_admit(deploy_ctl *b, const char *tenant, const char *ref,
-                       int by_name, const char *model_id, deploy_call *c,
-                       double *retry_after_s, ty_err *err)
+                       int by_name, const char *model_id, uint64_t tokens,
+                       deploy_call *c, double *retry_after_s, ty_err *err)
 {
     memset(c, 0, sizeof *c);
     *retry_after_s = 0;
@@ -104,6 +153,15 @@ ty_status deploy_admit(deploy_ctl *b, const char *tenant, const char *ref,
     ty_status s = TY_OK;
     const deploy_spec *sp = &d->spec;
     tenant_bucket *tb = tenant_bucket_find(b, tenant);
+    const double tb_tpm = tb && tokens ? tb->tokens_per_minute : 0,
+                 d_tpm = tokens ? (double)sp->tokens_per_minute : 0;
+    if (tb_tpm > 0)
+        gen_refill(&tb->gen_tokens, &tb->gen_tokens_at, tb_tpm, t);
+    if (d_tpm > 0)
+        gen_refill(&d->gen_tokens, &d->gen_tokens_at, d_tpm, t);
+    char who[DEPLOY_NAME_MAX + 48], whose[DEPLOY_NAME_MAX + 32];
+    snprintf(who, sizeof who, "deployment %s is over its", sp->name);
+    snprintf(whose, sizeof whose, "deployment %s's", sp->name);
     if (tb && tb->max_concurrency && tb->active >= tb->max_concurrency) {
         *retry_after_s = 1;
         s = ty_fail(err, TY_ELIMIT, NULL,
@@ -116,6 +174,13 @@ ty_status deploy_admit(deploy_ctl *b, const char *tenant, const char *ref,
                     "deployment %s is at its concurrency limit of %u "
                     "requests in progress; retry shortly",
                     sp->name, sp->max_concurrency);
+    } else if (tb_tpm > 0 && (double)tokens > tb->gen_tokens) {
+        s = gen_refuse(tb->gen_tokens, tb_tpm, tokens,
+                       "your generations are over the tenant's", "the tenant's",
+                       retry_after_s, err);
+    } else if (d_tpm > 0 && (double)tokens > d->gen_tokens) {
+        s = gen_refuse(d->gen_tokens, d_tpm, tokens, who, whose, retry_after_s,
+                       err);
     } else if (tb && tb->rps > 0 &&
                !bucket_take(&tb->tokens, &tb->tokens_at, tb->rps, tb->burst, t,
                             retry_after_s)) {
@@ -131,6 +196,16 @@ ty_status deploy_admit(deploy_ctl *b, const char *tenant, const char *ref,
                     sp->name, sp->rps, sp->burst, *retry_after_s);
     }
     if (s == TY_OK) {
+        /* both have enough (checked above): take from both */
+        if (tb_tpm > 0) {
+            tb->gen_tokens -= (double)tokens;
+            c->tokens_from |= DEPLOY_TOKENS_TENANT;
+        }
+        if (d_tpm > 0) {
+            d->gen_tokens -= (double)tokens;
+            c->tokens_from |= DEPLOY_TOKENS_DEPLOYMENT;
+        }
+        c->tokens_reserved = c->tokens_from ? tokens : 0;
         d->active++;
         if (tb)
             tb->active++;
@@ -294,6 +369,17 @@ void deploy_finish(deploy_ctl *b, deploy_call *c, int failed)
     d->active--;
     if (c->tenant_bucket)
         ((tenant_bucket *)c->tenant_bucket)->active--;
+    if (c->tokens_reserved > c->tokens_used) {
+        /* what the generation reserved and did not use */
+        const uint64_t back = c->tokens_reserved - c->tokens_used;
+        tenant_bucket *tb = c->tenant_bucket;
+        if (tb && (c->tokens_from & DEPLOY_TOKENS_TENANT))
+            gen_refund(&tb->gen_tokens, tb->tokens_per_minute, back);
+        if (c->tokens_from & DEPLOY_TOKENS_DEPLOYMENT)
+            gen_refund(&d->gen_tokens, (double)d->spec.tokens_per_minute, back);
+    }
+    c->tokens_reserved = 0;
+    c->tokens_from = 0;
     d->requests++;
     d->last_request = t;
     window_roll(d, t);
@@ -331,8 +417,8 @@ void deploy_gen_token(deploy_ctl *b, deploy_call *c, int first,
         lat_add(&d->itl, seconds);
         lat_add(&d->win[0].itl, seconds);
     }
-    d->gen_tokens++;
-    d->win[0].gen_tokens++;
+    d->gen_written++;
+    d->win[0].gen_written++;
     pthread_mutex_unlock(&b->mu);
     /* d lives while the admission holds it; its id is the call's */
     opm_deploy_gen_token(c->deployment_id, first, first ? prompt_tokens : 0,

@@ -597,7 +597,7 @@ static ty_status open_gen(const serve_env *env, const char *tenant_id,
         s = prepare(g, err);
     /* a deployed model's limits, before any text (429) */
     if (s == TY_OK)
-        s = serve_model_admit(&g->m, err);
+        s = serve_model_admit_tokens(&g->m, g->n + g->max_tokens, err);
     g->given = NULL; /* the caller's, read by prepare alone */
     if (s != TY_OK) {
         serve_gen_close(g);
@@ -715,8 +715,10 @@ void serve_gen_close(serve_gen *g)
     free(g->lp_n_alts);
     if (g->fd >= 0) /* started on a replica, never waited for */
         serve_remote_gen_close(g->m.env->deploy, &g->m.call, g->fd, 0);
-    if (g->model_open)
+    if (g->model_open) {
+        g->m.call.tokens_used = g->n + g->generated; /* the rest goes back */
         serve_model_close(&g->m);
+    }
     free(g->out.p);
     free(g->ids);
     json_decref(g->body);

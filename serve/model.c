@@ -64,12 +64,19 @@ int serve_model_deployed(const serve_env *env, const char *tenant_id,
 
 ty_status serve_model_admit(serve_model *m, ty_err *err)
 {
+    return serve_model_admit_tokens(m, 0, err);
+}
+
+ty_status serve_model_admit_tokens(serve_model *m, uint64_t tokens, ty_err *err)
+{
     if (!m->deployed || m->admitted)
         return TY_OK;
     const char *tenant = m->tenant;
     ty_status s =
         deploy_admit(m->env->deploy, tenant, m->deploy_ref, m->deploy_by_name,
-                     m->id, &m->call, &m->retry_after, err);
+                     m->id, tokens, &m->call, &m->retry_after, err);
+    if (s == TY_ELIMIT && err)
+        err->retry_after_s = m->retry_after;
     if (s == TY_ENOTFOUND) {
         /* Deleted since it was opened: this process serves it. */
         m->deployed = 0;

@@ -77,10 +77,20 @@ int serve_model_deployed(const serve_env *env, const char *tenant_id,
 
 /* Admits a request to run on the model's deployment (its rate and
  * concurrency limits): TY_OK (nothing to do for a model without one);
- * TY_ELIMIT with m->retry_after set and a sentence for the 429. A model
+ * TY_ELIMIT with m->retry_after (and err->retry_after_s) set and a
+ * sentence for the 429. A model
  * admitted runs on a replica; one not admitted (an evaluation) runs in
  * this process. */
 ty_status serve_model_admit(serve_model *m, ty_err *err);
+
+/* serve_model_admit for a generation that may use tokens tokens (its
+ * prompt and max_tokens), reserved from the tenant's and the deployment's
+ * tokens-per-minute limits: TY_ELIMIT (err->retry_after_s and
+ * m->retry_after set) when either has too few. Before serve_model_close,
+ * the caller sets m->call.tokens_used to what the generation used: the
+ * rest goes back. */
+ty_status serve_model_admit_tokens(serve_model *m, uint64_t tokens,
+                                   ty_err *err);
 
 /* Runs n examples (x: n * features floats) through the model into out
  * (n * outputs floats): on a replica of its deployment when admitted

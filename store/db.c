@@ -135,6 +135,9 @@ static const char *const migrations[] = {
     "  loss REAL,"
     "  lr REAL,"
     "  PRIMARY KEY (job_id, step));",
+    /* 9: each tenant's generation tokens a minute over all its deployments
+     * (prompt and max_tokens reserved at admission; NULL = unlimited) */
+    "ALTER TABLE tenants ADD COLUMN serving_tokens_per_minute INTEGER;",
 };
 
 /* ---- helpers ---- */

@@ -392,6 +392,10 @@ ty_status store_blob_refs(store *st, const char *sha256, int64_t *refs,
  *     (at least 1). Meaningless while serving_rps is unlimited.
  *   serving_max_concurrency: requests in flight at once (1..100000);
  *     STORE_UNLIMITED = no bound.
+ *   serving_tokens_per_minute: generation tokens a minute (1..1000000000),
+ *     a bucket of that size refilled at a sixtieth of it a second; a
+ *     generation reserves its prompt and max_tokens at admission and gets
+ *     back what it did not use; STORE_UNLIMITED = no token limit.
  * The store writes any value below those ranges (0 included, so that a
  * struct initialized with the first four fields only is unlimited) as
  * unset, and reads unset back as STORE_UNLIMITED. */
@@ -403,6 +407,7 @@ typedef struct {
     double serving_rps;
     int64_t serving_burst;
     int64_t serving_max_concurrency;
+    int64_t serving_tokens_per_minute;
 } store_tenant_limits;
 
 /* Which fields of a store_tenant_limits an update sets. */
@@ -414,6 +419,7 @@ enum {
     STORE_TENANT_SET_SERVING_RPS = 1u << 4,
     STORE_TENANT_SET_SERVING_BURST = 1u << 5,
     STORE_TENANT_SET_SERVING_CONCURRENCY = 1u << 6,
+    STORE_TENANT_SET_SERVING_TOKENS = 1u << 7,
 };
 
 /* Creates tenant id with its limits and its first (non-admin) key, in one
@@ -426,7 +432,8 @@ ty_status store_tenant_create(store *st, const char *id, const char *name,
 
 /* The tenant's API representation: id, name, weight, quota (max_gpu_slices,
  * max_running_jobs, max_storage_bytes, serving_requests_per_second,
- * serving_burst, serving_max_concurrency; each null when unset), usage
+ * serving_burst, serving_max_concurrency, serving_tokens_per_minute; each
+ * null when unset), usage
  * (storage_bytes, datasets, models, running_jobs), admin, created_at.
  * TY_ENOTFOUND when there is no such tenant. */
 ty_status store_tenant_get(store *st, const char *id, json_t **doc,

@@ -122,7 +122,9 @@ done:
     "'max_storage_bytes', t.max_storage_bytes, "                               \
     "'serving_requests_per_second', t.serving_rps, "                           \
     "'serving_burst', t.serving_burst, "                                       \
-    "'serving_max_concurrency', t.serving_max_concurrency) AS quota_json, "    \
+    "'serving_max_concurrency', t.serving_max_concurrency, "                   \
+    "'serving_tokens_per_minute', t.serving_tokens_per_minute) AS "            \
+    "quota_json, "                                                             \
     "json_object("                                                             \
     "'storage_bytes', "                                                        \
     "(SELECT coalesce(sum(bytes), 0) FROM datasets WHERE tenant_id = t.id) + " \
@@ -180,12 +182,14 @@ ty_status store_tenant_create(store *st, const char *id, const char *name,
         s = db_q(st, NULL, NULL, err,
                  "INSERT INTO tenants(id, name, created_at, weight, "
                  "max_gpu_slices, max_running_jobs, max_storage_bytes, "
-                 "serving_rps, serving_burst, serving_max_concurrency) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 "sssdIIIDII", id, name, now, lim->weight, lim->max_gpu_slices,
+                 "serving_rps, serving_burst, serving_max_concurrency, "
+                 "serving_tokens_per_minute) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 "sssdIIIDIII", id, name, now, lim->weight, lim->max_gpu_slices,
                  lim->max_running_jobs, lim->max_storage_bytes,
                  lim->serving_rps, count_or_unset(lim->serving_burst),
-                 count_or_unset(lim->serving_max_concurrency));
+                 count_or_unset(lim->serving_max_concurrency),
+                 count_or_unset(lim->serving_tokens_per_minute));
     if (s == TY_OK)
         s = db_q(
             st, NULL, NULL, err,
@@ -240,11 +244,13 @@ ty_status store_tenant_limits_get(store *st, const char *id,
 {
     pthread_mutex_lock(&st->mu);
     json_t *row = NULL;
-    ty_status s = db_q_one(st, &row, err, "tenant", id,
-                           "SELECT weight, max_gpu_slices, max_running_jobs, "
-                           "max_storage_bytes, serving_rps, serving_burst, "
-                           "serving_max_concurrency FROM tenants WHERE id = ?",
-                           "s", id);
+    ty_status s =
+        db_q_one(st, &row, err, "tenant", id,
+                 "SELECT weight, max_gpu_slices, max_running_jobs, "
+                 "max_storage_bytes, serving_rps, serving_burst, "
+                 "serving_max_concurrency, "
+                 "serving_tokens_per_minute FROM tenants WHERE id = ?",
+                 "s", id);
     pthread_mutex_unlock(&st->mu);
     if (s != TY_OK)
         return s;
@@ -258,6 +264,7 @@ ty_status store_tenant_limits_get(store *st, const char *id,
                            : STORE_UNLIMITED;
     out->serving_burst = limit_of(row, "serving_burst");
     out->serving_max_concurrency = limit_of(row, "serving_max_concurrency");
+    out->serving_tokens_per_minute = limit_of(row, "serving_tokens_per_minute");
     json_decref(row);
     return TY_OK;
 }
@@ -288,8 +295,10 @@ ty_status store_tenant_update(store *st, const char *id, const char *name,
             "serving_rps = CASE WHEN ? THEN ? ELSE serving_rps END, "
             "serving_burst = CASE WHEN ? THEN ? ELSE serving_burst END, "
             "serving_max_concurrency = CASE WHEN ? THEN ? ELSE "
-            "serving_max_concurrency END WHERE id = ?",
-            "sidiIiIiIiDiIiIs", name,
+            "serving_max_concurrency END, "
+            "serving_tokens_per_minute = CASE WHEN ? THEN ? ELSE "
+            "serving_tokens_per_minute END WHERE id = ?",
+            "sidiIiIiIiDiIiIiIs", name,
             (int64_t) !!(set & STORE_TENANT_SET_WEIGHT), lim->weight,
             (int64_t) !!(set & STORE_TENANT_SET_GPU_SLICES),
             lim->max_gpu_slices,
@@ -300,7 +309,9 @@ ty_status store_tenant_update(store *st, const char *id, const char *name,
             (int64_t) !!(set & STORE_TENANT_SET_SERVING_BURST),
             count_or_unset(lim->serving_burst),
             (int64_t) !!(set & STORE_TENANT_SET_SERVING_CONCURRENCY),
-            count_or_unset(lim->serving_max_concurrency), id);
+            count_or_unset(lim->serving_max_concurrency),
+            (int64_t) !!(set & STORE_TENANT_SET_SERVING_TOKENS),
+            count_or_unset(lim->serving_tokens_per_minute), id);
     if (s == TY_OK)
         s = db_exec(st, "COMMIT", err);
     if (s != TY_OK)

@@ -924,7 +924,8 @@ static void test_tenants(void **state)
     run_result r;
     RUN(&r, "tenants", "create", "cli-team", "--max-running-jobs", "2",
         "--weight", "3", "--serving-rps", "2.5", "--serving-burst", "3",
-        "--serving-max-concurrency", "4", "--json");
+        "--serving-max-concurrency", "4", "--serving-tokens-per-minute", "6000",
+        "--json");
     expect_code(&r, 0);
     json_t *t = out_json(&r);
     char tid[64], tkey[160], key_env[200];
@@ -940,6 +941,9 @@ static void test_tenants(void **state)
                      3);
     assert_int_equal(
         json_integer_value(json_object_get(q, "serving_max_concurrency")), 4);
+    assert_int_equal(
+        json_integer_value(json_object_get(q, "serving_tokens_per_minute")),
+        6000);
     json_decref(t);
     run_free(&r);
 
@@ -947,7 +951,8 @@ static void test_tenants(void **state)
     expect_code(&r, 0);
     assert_non_null(strstr(r.out, "cli-team"));
     run_free(&r);
-    RUN(&r, "tenants", "update", tid, "--max-running-jobs", "none");
+    RUN(&r, "tenants", "update", tid, "--max-running-jobs", "none",
+        "--serving-tokens-per-minute", "none");
     expect_code(&r, 0);
     run_free(&r);
     char path[128];
@@ -955,6 +960,12 @@ static void test_tenants(void **state)
     resp *h = http_get(&server, path);
     assert_true(json_is_null(json_object_get(json_object_get(h->json, "quota"),
                                              "max_running_jobs")));
+    assert_true(json_is_null(json_object_get(json_object_get(h->json, "quota"),
+                                             "serving_tokens_per_minute")));
+    /* the other serving limits stay */
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(h->json, "quota"), "serving_burst")),
+                     3);
     resp_free(h);
 
     RUN(&r, "tenants", "key-create", tid);
@@ -1013,7 +1024,8 @@ static void test_deployments(void **state)
     RUN(&r, "deployments", "create", "cli-dep", "--model", model_id, "--min",
         "0", "--max", "2", "--gpu", "1g.18gb", "--max-batch-size", "16",
         "--max-queue-delay-us", "800", "--rps", "25.5", "--burst", "40",
-        "--max-concurrency", "5", "--priority", "3", "--json");
+        "--max-concurrency", "5", "--tokens-per-minute", "6000", "--priority",
+        "3", "--json");
     expect_code(&r, 0);
     json_t *d = out_json(&r);
     char id[64], path[128];
@@ -1027,7 +1039,8 @@ static void test_deployments(void **state)
         "{\"replicas\": {\"min\": 0, \"max\": 2}, \"resources\": {\"gpu\": "
         "\"1g.18gb\"}, \"batching\": {\"max_batch_size\": 16, "
         "\"max_queue_delay_us\": 800}, \"limits\": {\"requests_per_second\": "
-        "25.5, \"burst\": 40, \"max_concurrency\": 5}, \"priority\": 3}",
+        "25.5, \"burst\": 40, \"max_concurrency\": 5, "
+        "\"tokens_per_minute\": 6000}, \"priority\": 3}",
         0, NULL);
     const char *k;
     json_t *v;
@@ -1083,7 +1096,7 @@ static void test_deployments(void **state)
 
     /* update: only what the flags name; --rps none lifts the rate limit. */
     RUN(&r, "deployments", "update", "cli-dep", "--max", "3", "--rps", "none",
-        "--max-concurrency", "none");
+        "--max-concurrency", "none", "--tokens-per-minute", "none");
     expect_code(&r, 0);
     assert_string_equal(line_value(r.out, "id", val, sizeof val), id);
     run_free(&r);
@@ -1094,6 +1107,7 @@ static void test_deployments(void **state)
     const json_t *lim = json_object_get(h->json, "limits");
     assert_true(json_is_null(json_object_get(lim, "requests_per_second")));
     assert_true(json_is_null(json_object_get(lim, "max_concurrency")));
+    assert_true(json_is_null(json_object_get(lim, "tokens_per_minute")));
     assert_int_equal(
         json_integer_value(json_object_get(json_object_get(h->json, "batching"),
                                            "max_batch_size")),

@@ -1008,6 +1008,11 @@ static void test_serving_limits(void **state)
         {"\"serving_max_concurrency\": 0", "serving_max_concurrency"},
         {"\"serving_max_concurrency\": 100001", "serving_max_concurrency"},
         {"\"serving_max_concurrency\": \"8\"", "serving_max_concurrency"},
+        {"\"serving_tokens_per_minute\": 0", "serving_tokens_per_minute"},
+        {"\"serving_tokens_per_minute\": -1", "serving_tokens_per_minute"},
+        {"\"serving_tokens_per_minute\": 1.5", "serving_tokens_per_minute"},
+        {"\"serving_tokens_per_minute\": 1000000001",
+         "serving_tokens_per_minute"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char body[192], field[64];
@@ -1035,6 +1040,8 @@ static void test_serving_limits(void **state)
         /* Every listed tenant shows the serving limits too. */
         assert_non_null(json_object_get(json_object_get(t, "quota"),
                                         "serving_max_concurrency"));
+        assert_non_null(json_object_get(json_object_get(t, "quota"),
+                                        "serving_tokens_per_minute"));
     }
     resp_free(r);
 }

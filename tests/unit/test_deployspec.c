@@ -72,6 +72,7 @@ static void test_defaults(void **state)
     assert_true(s.rps == 0);
     assert_int_equal(s.burst, 0);
     assert_int_equal(s.max_concurrency, 0);
+    assert_int_equal(s.tokens_per_minute, 0);
     assert_true(s.target_in_flight == 32);
     assert_true(s.target_queue_ms == 0); /* no latency target */
     assert_true(s.scale_up_after_s == 2);
@@ -129,7 +130,8 @@ static void test_every_member(void **state)
              "\"max_queue_delay_us\": 1000000, "
              "\"preferred_batch_sizes\": [1, 2, 4, 8, 16, 32, 64, 4096]}, "
              "\"limits\": {\"requests_per_second\": 1000000, \"burst\": "
-             "1000000, \"max_concurrency\": 100000}, "
+             "1000000, \"max_concurrency\": 100000, "
+             "\"tokens_per_minute\": 1000000000}, "
              "\"autoscaling\": {\"target_in_flight\": 0.5, "
              "\"target_queue_ms\": 60000, "
              "\"scale_up_after_s\": 0, \"scale_down_after_s\": 86400}, "
@@ -149,6 +151,7 @@ static void test_every_member(void **state)
     assert_true(s.rps == 1000000);
     assert_int_equal(s.burst, 1000000);
     assert_int_equal(s.max_concurrency, 100000);
+    assert_int_equal(s.tokens_per_minute, 1000000000);
     assert_true(s.target_in_flight == 0.5);
     assert_true(s.target_queue_ms == 60000);
     assert_true(s.scale_up_after_s == 0);
@@ -257,6 +260,16 @@ static void test_bounds_and_unknown_keys(void **state)
         {B "\"limits\": {\"max_concurrency\": 0}}", "limits.max_concurrency"},
         {B "\"limits\": {\"max_concurrency\": 100001}}",
          "limits.max_concurrency"},
+        {B "\"limits\": {\"tokens_per_minute\": 0}}",
+         "limits.tokens_per_minute"},
+        {B "\"limits\": {\"tokens_per_minute\": -5}}",
+         "limits.tokens_per_minute"},
+        {B "\"limits\": {\"tokens_per_minute\": 1.5}}",
+         "limits.tokens_per_minute"},
+        {B "\"limits\": {\"tokens_per_minute\": 1000000001}}",
+         "limits.tokens_per_minute"},
+        {B "\"limits\": {\"tokens_per_minute\": \"600\"}}",
+         "limits.tokens_per_minute"},
         /* autoscaling */
         {B "\"autoscaling\": \"on\"}", "autoscaling"},
         {B "\"autoscaling\": {\"target\": 4}}", "autoscaling.target"},
@@ -386,6 +399,15 @@ static void test_patch(void **state)
     assert_int_equal(s.max_concurrency, 7);
     patch_ok(&s, "{\"limits\": {\"max_concurrency\": null}}", 0);
     assert_int_equal(s.max_concurrency, 0);
+    /* tokens a minute: set alone, then none again */
+    patch_ok(&s, "{\"limits\": {\"tokens_per_minute\": 6000}}", 0);
+    assert_int_equal(s.tokens_per_minute, 6000);
+    assert_true(s.rps == 99.5);
+    patch_bad(&s, "{\"limits\": {\"tokens_per_minute\": 0}}",
+              "limits.tokens_per_minute");
+    assert_int_equal(s.tokens_per_minute, 6000);
+    patch_ok(&s, "{\"limits\": {\"tokens_per_minute\": null}}", 0);
+    assert_int_equal(s.tokens_per_minute, 0);
     assert_true(s.rps == 99.5);
     patch_ok(&s, "{\"limits\": {\"requests_per_second\": null}}", 0);
     assert_true(s.rps == 0);
@@ -479,6 +501,7 @@ static void round_trip(const char *text, int gpus)
     assert_true(a.rps == b.rps);
     assert_int_equal(a.burst, b.burst);
     assert_int_equal(a.max_concurrency, b.max_concurrency);
+    assert_int_equal(a.tokens_per_minute, b.tokens_per_minute);
     assert_true(a.target_in_flight == b.target_in_flight);
     assert_true(a.scale_up_after_s == b.scale_up_after_s);
     assert_true(a.scale_down_after_s == b.scale_down_after_s);
@@ -500,7 +523,8 @@ static void test_render_round_trip(void **state)
         "\"min_compute_slices\": 2}}, \"batching\": {\"max_batch_size\": 64, "
         "\"max_queue_delay_us\": 0, \"preferred_batch_sizes\": [16, 64]}, "
         "\"limits\": {\"requests_per_second\": 2.5, \"burst\": 9, "
-        "\"max_concurrency\": 12}, \"autoscaling\": {\"target_in_flight\": "
+        "\"max_concurrency\": 12, \"tokens_per_minute\": 6000}, "
+        "\"autoscaling\": {\"target_in_flight\": "
         "3.25, \"scale_up_after_s\": 0.5, \"scale_down_after_s\": 300}, "
         "\"priority\": 17}",
         1);
@@ -522,6 +546,8 @@ static void test_render_round_trip(void **state)
     assert_true(json_is_null(json_object_get(limits, "requests_per_second")));
     assert_true(json_is_null(json_object_get(limits, "burst")));
     assert_true(json_is_null(json_object_get(limits, "max_concurrency")));
+    assert_true(json_is_null(json_object_get(limits, "tokens_per_minute")));
+    assert_int_equal(json_object_size(limits), 4);
     assert_int_equal(
         json_array_size(json_object_get(json_object_get(j, "batching"),
                                         "preferred_batch_sizes")),

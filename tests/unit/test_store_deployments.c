@@ -28,6 +28,7 @@ static int setup(void **state)
                                STORE_UNLIMITED,
                                STORE_UNLIMITED,
                                STORE_UNLIMITED,
+                               STORE_UNLIMITED,
                                STORE_UNLIMITED};
     ty_err err = {0};
     if (store_tenant_create(f->st, "tn_b", "b", &lim, "key_b", hash_b, &err) !=
@@ -208,16 +209,18 @@ static void test_older_database_migrates(void **state)
     store_close(f->st);
     f->st = NULL;
     /* Back to what schema 5 was: no deployments table (nor schema 7's
-     * serving limits of tenants, nor schema 8's job steps). */
+     * serving limits of tenants, nor schema 8's job steps, nor schema 9's
+     * tokens a minute). */
     sql(f->dir, "DROP TABLE deployments;"
                 "DROP TABLE job_steps;"
                 "ALTER TABLE tenants DROP COLUMN serving_rps;"
                 "ALTER TABLE tenants DROP COLUMN serving_burst;"
                 "ALTER TABLE tenants DROP COLUMN serving_max_concurrency;"
+                "ALTER TABLE tenants DROP COLUMN serving_tokens_per_minute;"
                 "PRAGMA user_version=5;");
 
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 8);
+    assert_int_equal(store_schema_version(f->st), 9);
     json_t *doc;
     ty_status st = store_dataset_get(f->st, "tn_a", "ds_old", &doc, NULL, &err);
     if (st != TY_OK)

@@ -61,12 +61,14 @@ static void test_create_defaults(void **state)
     assert_true(tb.lim.serving_rps == STORE_UNLIMITED);
     assert_int_equal(tb.lim.serving_burst, STORE_UNLIMITED);
     assert_int_equal(tb.lim.serving_max_concurrency, STORE_UNLIMITED);
+    assert_int_equal(tb.lim.serving_tokens_per_minute, STORE_UNLIMITED);
     assert_int_equal(
         tb.set, STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_GPU_SLICES |
                     STORE_TENANT_SET_RUNNING_JOBS | STORE_TENANT_SET_STORAGE |
                     STORE_TENANT_SET_SERVING_RPS |
                     STORE_TENANT_SET_SERVING_BURST |
-                    STORE_TENANT_SET_SERVING_CONCURRENCY);
+                    STORE_TENANT_SET_SERVING_CONCURRENCY |
+                    STORE_TENANT_SET_SERVING_TOKENS);
 }
 
 static void test_create_full(void **state)
@@ -157,6 +159,26 @@ static void test_patch_sets_only_what_is_given(void **state)
                      TY_OK);
     assert_int_equal(tb.set, STORE_TENANT_SET_SERVING_RPS);
     assert_true(tb.lim.serving_rps == 300);
+    /* Tokens a minute: its own bit; the bounds allowed; null unlimited. */
+    assert_int_equal(parse("{\"quota\": {\"serving_tokens_per_minute\": "
+                           "1000000000}}",
+                           0, &tb, &err),
+                     TY_OK);
+    assert_int_equal(tb.set, STORE_TENANT_SET_SERVING_TOKENS);
+    assert_int_equal(tb.lim.serving_tokens_per_minute, 1000000000);
+    assert_int_equal(
+        parse("{\"quota\": {\"serving_tokens_per_minute\": 1}}", 0, &tb, &err),
+        TY_OK);
+    assert_int_equal(tb.lim.serving_tokens_per_minute, 1);
+    assert_int_equal(parse("{\"quota\": {\"serving_tokens_per_minute\": null}}",
+                           0, &tb, &err),
+                     TY_OK);
+    assert_int_equal(tb.set, STORE_TENANT_SET_SERVING_TOKENS);
+    assert_int_equal(tb.lim.serving_tokens_per_minute, STORE_UNLIMITED);
+    /* A create without it is unlimited and sets it. */
+    assert_int_equal(parse("{\"name\": \"t\"}", 1, &tb, &err), TY_OK);
+    assert_int_equal(tb.lim.serving_tokens_per_minute, STORE_UNLIMITED);
+    assert_true(tb.set & STORE_TENANT_SET_SERVING_TOKENS);
 }
 
 static void test_bad_bodies_name_the_field(void **state)
@@ -202,6 +224,12 @@ static void test_bad_bodies_name_the_field(void **state)
         {"\"serving_max_concurrency\": 100001", "serving_max_concurrency"},
         {"\"serving_max_concurrency\": [4]", "serving_max_concurrency"},
         {"\"serving_rps\": 5", "serving_rps"},
+        {"\"serving_tokens_per_minute\": 0", "serving_tokens_per_minute"},
+        {"\"serving_tokens_per_minute\": -1", "serving_tokens_per_minute"},
+        {"\"serving_tokens_per_minute\": 1.5", "serving_tokens_per_minute"},
+        {"\"serving_tokens_per_minute\": 1000000001",
+         "serving_tokens_per_minute"},
+        {"\"serving_tokens_per_minute\": \"10\"", "serving_tokens_per_minute"},
     };
     for (size_t i = 0; i < sizeof bad_serving / sizeof bad_serving[0]; i++) {
         char body[160], field[64];
@@ -263,6 +291,7 @@ static const store_tenant_limits unlimited = {1,
                                               STORE_UNLIMITED,
                                               STORE_UNLIMITED,
                                               STORE_UNLIMITED,
+                                              STORE_UNLIMITED,
                                               STORE_UNLIMITED};
 
 static void create(fixture *f, const char *id, const char *name,
@@ -279,7 +308,7 @@ static void test_store_create_get_and_key(void **state)
 {
     fixture *f = *state;
     ty_err err;
-    store_tenant_limits lim = {2.5, 7, 3, 1000, 12.5, 40, 8};
+    store_tenant_limits lim = {2.5, 7, 3, 1000, 12.5, 40, 8, 6000};
     uint8_t hash[32] = {2};
     assert_int_equal(
         store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b", hash, &err),
@@ -301,7 +330,10 @@ static void test_store_create_get_and_key(void **state)
                      40);
     assert_int_equal(
         json_integer_value(json_object_get(q, "serving_max_concurrency")), 8);
-    assert_int_equal(json_object_size(q), 6);
+    assert_int_equal(
+        json_integer_value(json_object_get(q, "serving_tokens_per_minute")),
+        6000);
+    assert_int_equal(json_object_size(q), 7);
     assert_true(json_is_false(json_object_get(doc, "admin")));
     json_t *u = json_object_get(doc, "usage");
     assert_int_equal(json_integer_value(json_object_get(u, "storage_bytes")),
@@ -325,6 +357,7 @@ static void test_store_create_get_and_key(void **state)
     assert_true(back.serving_rps == 12.5);
     assert_int_equal(back.serving_burst, 40);
     assert_int_equal(back.serving_max_concurrency, 8);
+    assert_int_equal(back.serving_tokens_per_minute, 6000);
 
     /* The admin's tenant is marked and unlimited. */
     assert_int_equal(store_tenant_get(f->st, "tn_admin", &doc, &err), TY_OK);
@@ -375,7 +408,7 @@ static void test_store_update(void **state)
     fixture *f = *state;
     ty_err err;
     create(f, "tn_b", "bee", "key_b", 2);
-    store_tenant_limits lim = {4, 2, STORE_UNLIMITED, 500, 9, 3, 2};
+    store_tenant_limits lim = {4, 2, STORE_UNLIMITED, 500, 9, 3, 2, 70};
     assert_int_equal(
         store_tenant_update(f->st, "tn_b", NULL, &lim,
                             STORE_TENANT_SET_WEIGHT | STORE_TENANT_SET_STORAGE,
@@ -440,14 +473,14 @@ static void test_store_update_serving(void **state)
 {
     fixture *f = *state;
     ty_err err;
-    store_tenant_limits lim = {2, 5, 6, 700, 250.5, 500, 16};
+    store_tenant_limits lim = {2, 5, 6, 700, 250.5, 500, 16, 1000};
     uint8_t hash[32] = {2};
     assert_int_equal(
         store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b", hash, &err),
         TY_OK);
     expect_serving(f->st, "tn_b", 250.5, 500, 16);
 
-    store_tenant_limits upd = {9, 9, 9, 9, 40, 80, 4};
+    store_tenant_limits upd = {9, 9, 9, 9, 40, 80, 4, 90000};
     assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &upd,
                                          STORE_TENANT_SET_SERVING_BURST, &err),
                      TY_OK);
@@ -491,7 +524,7 @@ static void test_store_update_serving(void **state)
      * missing these would hold) are stored as unset, never as a limit of
      * 0 that would refuse every request. */
     store_tenant_limits zero = {
-        1, STORE_UNLIMITED, STORE_UNLIMITED, STORE_UNLIMITED, 0, 0, 0};
+        1, STORE_UNLIMITED, STORE_UNLIMITED, STORE_UNLIMITED, 0, 0, 0, 0};
     hash[0] = 3;
     assert_int_equal(
         store_tenant_create(f->st, "tn_c", "sea", &zero, "key_c", hash, &err),
@@ -528,8 +561,14 @@ static void test_store_schema6_migrates(void **state)
 {
     fixture *f = *state;
     ty_err err = {0};
-    store_tenant_limits lim = {
-        3, 4, 5, 600, STORE_UNLIMITED, STORE_UNLIMITED, STORE_UNLIMITED};
+    store_tenant_limits lim = {3,
+                               4,
+                               5,
+                               600,
+                               STORE_UNLIMITED,
+                               STORE_UNLIMITED,
+                               STORE_UNLIMITED,
+                               STORE_UNLIMITED};
     uint8_t hash[32] = {2};
     assert_int_equal(
         store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b", hash, &err),
@@ -542,10 +581,11 @@ static void test_store_schema6_migrates(void **state)
                 "ALTER TABLE tenants DROP COLUMN serving_rps;"
                 "ALTER TABLE tenants DROP COLUMN serving_burst;"
                 "ALTER TABLE tenants DROP COLUMN serving_max_concurrency;"
+                "ALTER TABLE tenants DROP COLUMN serving_tokens_per_minute;"
                 "PRAGMA user_version=6;");
 
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 8);
+    assert_int_equal(store_schema_version(f->st), 9);
     store_tenant_limits back;
     assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err),
                      TY_OK);
@@ -566,6 +606,69 @@ static void test_store_schema6_migrates(void **state)
                             &err),
         TY_OK);
     expect_serving(f->st, "tn_b", 0.5, STORE_UNLIMITED, 3);
+}
+
+static int64_t tokens_of(store *st, const char *id)
+{
+    ty_err err;
+    store_tenant_limits back;
+    assert_int_equal(store_tenant_limits_get(st, id, &back, &err), TY_OK);
+    /* The representation agrees: null where unlimited. */
+    json_t *doc;
+    assert_int_equal(store_tenant_get(st, id, &doc, &err), TY_OK);
+    const json_t *v = json_object_get(json_object_get(doc, "quota"),
+                                      "serving_tokens_per_minute");
+    assert_non_null(v);
+    assert_true(back.serving_tokens_per_minute == STORE_UNLIMITED
+                    ? json_is_null(v)
+                    : json_integer_value(v) == back.serving_tokens_per_minute);
+    json_decref(doc);
+    return back.serving_tokens_per_minute;
+}
+
+/* Tokens a minute are stored at create, set alone by an update (the other
+ * serving limits as they were), and go back to unlimited; a database of
+ * schema 8 (before them) migrates with none. */
+static void test_store_tokens_per_minute(void **state)
+{
+    fixture *f = *state;
+    ty_err err = {0};
+    store_tenant_limits lim = {2, 5, 6, 700, 250.5, 500, 16, 6000};
+    uint8_t hash[32] = {2};
+    assert_int_equal(
+        store_tenant_create(f->st, "tn_b", "bee", &lim, "key_b", hash, &err),
+        TY_OK);
+    assert_int_equal(tokens_of(f->st, "tn_b"), 6000);
+    lim.serving_tokens_per_minute = 120;
+    lim.serving_burst = 1;
+    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &lim,
+                                         STORE_TENANT_SET_SERVING_TOKENS, &err),
+                     TY_OK);
+    assert_int_equal(tokens_of(f->st, "tn_b"), 120);
+    expect_serving(f->st, "tn_b", 250.5, 500, 16);
+    lim.serving_tokens_per_minute = STORE_UNLIMITED;
+    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &lim,
+                                         STORE_TENANT_SET_SERVING_TOKENS, &err),
+                     TY_OK);
+    assert_int_equal(tokens_of(f->st, "tn_b"), STORE_UNLIMITED);
+
+    lim.serving_tokens_per_minute = 900;
+    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &lim,
+                                         STORE_TENANT_SET_SERVING_TOKENS, &err),
+                     TY_OK);
+    store_close(f->st);
+    f->st = NULL;
+    sql(f->dir, "ALTER TABLE tenants DROP COLUMN serving_tokens_per_minute;"
+                "PRAGMA user_version=8;");
+    assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
+    assert_int_equal(store_schema_version(f->st), 9);
+    assert_int_equal(tokens_of(f->st, "tn_b"), STORE_UNLIMITED);
+    expect_serving(f->st, "tn_b", 250.5, 500, 16);
+    lim.serving_tokens_per_minute = 60;
+    assert_int_equal(store_tenant_update(f->st, "tn_b", NULL, &lim,
+                                         STORE_TENANT_SET_SERVING_TOKENS, &err),
+                     TY_OK);
+    assert_int_equal(tokens_of(f->st, "tn_b"), 60);
 }
 
 static void test_store_storage_usage(void **state)
@@ -759,6 +862,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_store_update_serving, setup,
                                         tu_store_teardown),
         cmocka_unit_test_setup_teardown(test_store_schema6_migrates, setup,
+                                        tu_store_teardown),
+        cmocka_unit_test_setup_teardown(test_store_tokens_per_minute, setup,
                                         tu_store_teardown),
         cmocka_unit_test_setup_teardown(test_store_storage_usage, setup,
                                         tu_store_teardown),
