@@ -173,7 +173,8 @@ class Trainyard:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-        shutil.rmtree(self.data, ignore_errors=True)
+        if not os.environ.get("TY_KEEP_TEST_DATA"):
+            shutil.rmtree(self.data, ignore_errors=True)
 
 
 class HF:
