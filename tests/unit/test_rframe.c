@@ -4,7 +4,12 @@
  * call info, every error status mapped with its message (a long one cut
  * and the stream kept in step), replies that are not replies, a peer that
  * closes early (TY_EIO, never SIGPIPE), a payload bigger than the socket
- * buffers; rframe_connect. */
+ * buffers; rframe_connect. Generation frames: the request round trips
+ * (floats and the 64-bit seed bit for bit) and its limits are refused;
+ * rframe_gen_send's bytes decode on the other side; token frames read
+ * back with their alternatives (those past the caller's room dropped,
+ * the stream kept in step), an error frame as its status and message, a
+ * frame of another sequence or a closed peer refused. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -491,6 +496,120 @@ static void test_connect(void **state)
     unlink(path);
 }
 
+/* ---- generation ---- */
+
+static void test_gen_roundtrip(void **state)
+{
+    (void)state;
+    rframe_gen_req r = {.seq = 9,
+                        .n_ids = 3,
+                        .max_tokens = 77,
+                        .choice = 5,
+                        .lp_top = RFRAME_GEN_NO_LOGPROBS,
+                        .sp = {0.7f, -1, 0.95f, 0x0123456789abcdefull}};
+    unsigned char b[RFRAME_GEN_HDR_BYTES];
+    rframe_gen_encode(&r, b);
+    assert_memory_equal(b, "TYGQ", 4);
+    rframe_gen_req back = {0};
+    ty_err err = {0};
+    assert_int_equal(rframe_gen_decode(b, &back, &err), TY_OK);
+    assert_int_equal(back.seq, 9);
+    assert_int_equal(back.n_ids, 3);
+    assert_int_equal(back.max_tokens, 77);
+    assert_int_equal(back.choice, 5);
+    assert_int_equal(back.lp_top, RFRAME_GEN_NO_LOGPROBS);
+    assert_memory_equal(&back.sp.temperature, &r.sp.temperature, 4);
+    assert_memory_equal(&back.sp.top_p, &r.sp.top_p, 4);
+    assert_int_equal(back.sp.top_k, -1);
+    assert_true(back.sp.seed == r.sp.seed);
+    /* each limit refused */
+    static const struct {
+        uint32_t n_ids, max_tokens, lp_top;
+    } bad[] = {{0, 1, 0},
+               {RFRAME_GEN_MAX_IDS + 1, 1, 0},
+               {1, 0, 0},
+               {1, RFRAME_GEN_MAX_TOKENS + 1, 0},
+               {1, 1, RFRAME_GEN_MAX_ALTS + 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        rframe_gen_req x = r;
+        x.n_ids = bad[i].n_ids;
+        x.max_tokens = bad[i].max_tokens;
+        x.lp_top = bad[i].lp_top;
+        rframe_gen_encode(&x, b);
+        assert_int_equal(rframe_gen_decode(b, &back, &err), TY_EFORMAT);
+    }
+    rframe_gen_encode(&r, b);
+    b[0] = 'X';
+    assert_int_equal(rframe_gen_decode(b, &back, &err), TY_EFORMAT);
+}
+
+static void test_gen_send_and_tokens(void **state)
+{
+    (void)state;
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    const uint32_t ids[3] = {4, 0, 65535};
+    rframe_gen_req r = {.seq = 2,
+                        .n_ids = 3,
+                        .max_tokens = 4,
+                        .choice = 0,
+                        .lp_top = 2,
+                        .sp = {1.0f, 0, 1.0f, 42}};
+    ty_err err = {0};
+    assert_int_equal(rframe_gen_send(sv[0], &r, ids, &err), TY_OK);
+    unsigned char b[RFRAME_GEN_HDR_BYTES];
+    assert_int_equal(read_full(sv[1], b, sizeof b), 0);
+    rframe_gen_req got = {0};
+    assert_int_equal(rframe_gen_decode(b, &got, &err), TY_OK);
+    assert_int_equal(got.lp_top, 2);
+    uint32_t back[3];
+    assert_int_equal(read_full(sv[1], back, sizeof back), 0);
+    assert_memory_equal(back, ids, sizeof ids);
+
+    /* two tokens, the first with two alternatives, then an error */
+    unsigned char f[RFRAME_TOK_HDR_BYTES + 8 * RFRAME_GEN_MAX_ALTS + 64];
+    const sample_logprob t1 = {17, -0.25f}, t2 = {3, -1.5f};
+    const sample_logprob alts[2] = {{17, -0.25f}, {8, -2.0f}};
+    size_t n = rframe_tok_encode(2, &t1, alts, 2, f);
+    assert_int_equal(n, RFRAME_TOK_HDR_BYTES + 16);
+    assert_int_equal(write_full(sv[1], f, n), 0);
+    n = rframe_tok_encode(2, &t2, NULL, 0, f);
+    assert_int_equal(write_full(sv[1], f, n), 0);
+    const char msg[] = "the engine's queue is full";
+    rframe_tok_error_encode(2, RFRAME_EBUSY, strlen(msg), f);
+    memcpy(f + RFRAME_TOK_HDR_BYTES, msg, strlen(msg));
+    assert_int_equal(write_full(sv[1], f, RFRAME_TOK_HDR_BYTES + strlen(msg)),
+                     0);
+
+    sample_logprob tok, room[1];
+    uint32_t kept = 9;
+    /* room for one alternative: the second is read past, not kept */
+    assert_int_equal(rframe_gen_read(sv[0], 2, &tok, room, 1, &kept, &err),
+                     TY_OK);
+    assert_int_equal(tok.token, 17);
+    assert_true(tok.logprob == -0.25f);
+    assert_int_equal(kept, 1);
+    assert_int_equal(room[0].token, 17);
+    assert_int_equal(rframe_gen_read(sv[0], 2, &tok, NULL, 0, &kept, &err),
+                     TY_OK);
+    assert_int_equal(tok.token, 3);
+    assert_int_equal(kept, 0);
+    assert_int_equal(rframe_gen_read(sv[0], 2, &tok, NULL, 0, &kept, &err),
+                     TY_EUNAVAILABLE);
+    assert_string_equal(err.msg, msg);
+
+    /* another sequence's frame */
+    n = rframe_tok_encode(5, &t2, NULL, 0, f);
+    assert_int_equal(write_full(sv[1], f, n), 0);
+    assert_int_equal(rframe_gen_read(sv[0], 2, &tok, NULL, 0, &kept, &err),
+                     TY_EFORMAT);
+    /* the peer closes */
+    close(sv[1]);
+    assert_int_equal(rframe_gen_read(sv[0], 2, &tok, NULL, 0, &kept, &err),
+                     TY_EIO);
+    close(sv[0]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -507,6 +626,8 @@ int main(void)
         cmocka_unit_test(test_call_dead_peer),
         cmocka_unit_test(test_call_refuses_bad_sizes),
         cmocka_unit_test(test_connect),
+        cmocka_unit_test(test_gen_roundtrip),
+        cmocka_unit_test(test_gen_send_and_tokens),
     };
     return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }
