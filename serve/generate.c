@@ -44,6 +44,12 @@ typedef struct {
 /* A request being served: its model and prompt (serve_gen_open), then its
  * sequence in an engine (serve_gen_run) and its text. */
 struct serve_gen {
+    /* its own copies: a streamed generation outlives the request's
+     * handler (whose serve_env it was given) and its thread's hold on the
+     * model (serve/table.h: the thread lets go of it at its next request
+     * after the model was deleted) */
+    serve_env env;
+    model_entry *held;
     serve_model m;
     int model_open;
     gen_req q;
@@ -589,10 +595,14 @@ static ty_status open_gen(const serve_env *env, const char *tenant_id,
     g->given_n = n_ids;
     g->t_open = opm_now();
     snprintf(g->tenant, sizeof g->tenant, "%s", tenant_id);
+    g->env = *env;
     ty_status s = parse(g->body, &g->q, err);
-    if (s == TY_OK && (s = serve_model_open(env, tenant_id, model_ref, 1, &g->m,
-                                            err)) == TY_OK)
+    if (s == TY_OK && (s = serve_model_open(&g->env, tenant_id, model_ref, 1,
+                                            &g->m, err)) == TY_OK) {
         g->model_open = 1;
+        g->held = g->m.e;
+        model_cache_hold(g->env.models, g->held);
+    }
     if (s == TY_OK)
         s = prepare(g, err);
     /* a deployed model's limits, before any text (429) */
@@ -719,6 +729,8 @@ void serve_gen_close(serve_gen *g)
         g->m.call.tokens_used = g->n + g->generated; /* the rest goes back */
         serve_model_close(&g->m);
     }
+    if (g->held)
+        model_cache_release(g->env.models, g->held);
     free(g->out.p);
     free(g->ids);
     json_decref(g->body);

@@ -303,6 +303,13 @@ void model_cache_release(model_cache *c, model_entry *e)
         entry_free(e);
 }
 
+void model_cache_hold(model_cache *c, model_entry *e)
+{
+    pthread_mutex_lock(&c->mu);
+    e->refs++;
+    pthread_mutex_unlock(&c->mu);
+}
+
 const nn_net *model_entry_net(const model_entry *e) { return e->net; }
 
 int model_entry_device(const model_entry *e)

@@ -39,6 +39,10 @@ ty_status model_cache_get(model_cache *c, const char *id, const char *path,
                           const char *trained_on, model_entry **out,
                           ty_err *err);
 void model_cache_release(model_cache *c, model_entry *e);
+/* One more hold on an entry already held (released with
+ * model_cache_release): for work that outlives the request's thread's
+ * hold, as a streamed generation does. */
+void model_cache_hold(model_cache *c, model_entry *e);
 
 const nn_net *model_entry_net(const model_entry *e);
 

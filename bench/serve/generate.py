@@ -87,7 +87,7 @@ class Trainyard:
             [binary, "serve", "--listen", "127.0.0.1:0", "--data",
              os.path.join(self.data, "d"), "--train-device", "cpu",
              "--auth-fail-rate", "0", "--access-log-sample", "0"],
-            stdout=self.out, stderr=subprocess.DEVNULL, env=env)
+            stdout=self.out, stderr=open(os.path.join(self.data, "stderr"), "w"), env=env)
         for _ in range(200):
             self.out.seek(0)
             m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", self.out.read())

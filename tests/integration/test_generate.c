@@ -651,6 +651,47 @@ static void deploy_cpu(const char *name, const char *model, char *dpath)
         fail_msg("%s not ready in 60 s (log: %s)", name, server.log);
 }
 
+#define N_DEP_STREAMS 16
+
+typedef struct {
+    const char *body;
+    char text[256], finish[16];
+} dep_stream;
+
+/* stream_text on a thread of its own: no assertion here (cmocka's are
+ * the main thread's); what went wrong into text. */
+static void *dep_stream_run(void *arg)
+{
+    dep_stream *d = arg;
+    resp *r = http_json(&server, "POST", "/v2/models/story-dep/generate_stream",
+                        d->body);
+    d->text[0] = d->finish[0] = '\0';
+    if (r->status != 200) {
+        snprintf(d->text, sizeof d->text, "status %ld", r->status);
+        resp_free(r);
+        return NULL;
+    }
+    char *save = NULL, *copy = strndup(r->body, r->len);
+    for (char *ev = strtok_r(copy, "\n", &save); ev;
+         ev = strtok_r(NULL, "\n", &save)) {
+        json_t *o = strncmp(ev, "data: ", 6) ? NULL : json_loads(ev + 6, 0, NULL);
+        if (!o || json_object_get(o, "error")) {
+            snprintf(d->text, sizeof d->text, "bad event: %.200s", ev);
+            json_decref(o);
+            break;
+        }
+        strncat(d->text, str(o, "text_output"),
+                sizeof d->text - strlen(d->text) - 1);
+        if (json_object_get(o, "finish_reason"))
+            snprintf(d->finish, sizeof d->finish, "%s",
+                     str(o, "finish_reason"));
+        json_decref(o);
+    }
+    free(copy);
+    resp_free(r);
+    return NULL;
+}
+
 static void test_deployed(void **state)
 {
     (void)state;
@@ -700,6 +741,20 @@ static void test_deployed(void **state)
             sent += 2;
         }
     }
+    /* many streams at once: each outlives the handler that opened it */
+    pthread_t th[N_DEP_STREAMS];
+    dep_stream ds[N_DEP_STREAMS];
+    for (int i = 0; i < N_DEP_STREAMS; i++) {
+        ds[i].body = bodies[i % N_DEP_BODIES];
+        assert_int_equal(pthread_create(&th[i], NULL, dep_stream_run, &ds[i]),
+                         0);
+    }
+    for (int i = 0; i < N_DEP_STREAMS; i++) {
+        pthread_join(th[i], NULL);
+        assert_string_equal(ds[i].text, here[i % N_DEP_BODIES]);
+        assert_string_equal(ds[i].finish, fin[i % N_DEP_BODIES]);
+    }
+    sent += N_DEP_STREAMS;
     char *oai_there = completion_choices("story-dep");
     sent += 4; /* n 2 of 2 prompts: a sequence each */
     assert_string_equal(oai_there, oai_here);
