@@ -16,7 +16,11 @@
 #      TFLOP/s on an H200 SXM); bench/gpu/gpt2_bench.py's header says how;
 #   6. serving (issue 18): a deployment whose replica holds a GPU or MIG
 #      slice, its batching gain on the CNN and the replica hop
-#      (bench/serve/deploy.py --gpu), when wrk is there.
+#      (bench/serve/deploy.py --gpu), when wrk is there;
+#   7. text generation (issue 32): the "mini" GPT served from cuda:0 with
+#      continuous and static batching, and from a deployment's replica on
+#      a GPU or MIG slice (bench/serve/generate.py --gpu --no-hf
+#      --deployed): generated tokens/s, TTFT and ITL at c = 1, 8, 32.
 # Meant to finish in under 6 minutes on an H200, from the repository alone.
 #
 # The device machine (bench/gpu on a machine lent through the `run` tool) has
@@ -356,6 +360,22 @@ if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
     else
         echo "SKIPPED: wrk is not installed on this machine"
         note "serving on the GPU: skipped (no wrk)"
+    fi
+fi
+
+# Text generation (issue 32): the engine on the GPU, in the server and in a
+# replica on a GPU or MIG slice; no transformers baseline (no network here
+# for its venv).
+if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
+    section "text generation on the GPU (continuous vs static batching, a replica)"
+    "$PY" "$ROOT/bench/serve/generate.py" --binary "$BUILD/trainyard" --gpu \
+        --no-hf --deployed --steps 5 --json "${OUT:-/tmp}/generate_gpu.json"
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        note "generation on the GPU: measured (see the table above)"
+    else
+        FAILED+=("generation on the GPU (rc $rc)")
+        note "generation on the GPU: FAILED (rc $rc)"
     fi
 fi
 

@@ -13,6 +13,15 @@ microseconds, and what is measured is mostly HTTP, streaming and the
 Python clients; "mini" is closer to serving a real model, where the
 engine's arithmetic dominates. Systems:
 
+  ty-continuous  trainyard as built: continuous batching in the server;
+  ty-static      the same with TRAINYARD_GENERATE_STATIC=1 (a batch is
+                 admitted only when the last one has finished);
+  hf             transformers' GPT2LMHeadModel.generate behind FastAPI,
+                 one request at a time;
+  ty-deployed    (--deployed) the same weights deployed on one CPU
+                 replica: the requests run in the replica's engine and
+                 the tokens come back over its socket.
+
 Both trainyard servers train the same model from the same seed (the same
 weights). Before timing, the greedy tokens of hf and trainyard for one
 prompt are compared (the same weights should write the same text).
@@ -29,6 +38,10 @@ tokens over the wall time), time to first token and inter-token latency
 p50 and p99 (trainyard, from the stream's events; hf does not stream, so
 its TTFT is the whole request) and request latency p50/p99, then the
 ratios the issue asks for.
+
+--gpu (bench/gpu/run.sh on a GPU machine) serves from cuda:0 and puts the
+deployment's replica on a GPU or MIG slice; --no-hf leaves transformers
+out (a machine without network cannot make its venv).
 
 transformers, FastAPI and uvicorn go into a virtual environment outside the
 repository ($XDG_CACHE_HOME/trainyard/bench-generate-venv, or --venv),
@@ -79,14 +92,14 @@ def corpus():
 
 
 class Trainyard:
-    def __init__(self, binary, env_extra=None):
+    def __init__(self, binary, env_extra=None, flags=()):
         self.data = tempfile.mkdtemp(prefix="ty-bench-gen-")
         env = dict(os.environ, **(env_extra or {}))
         self.out = open(os.path.join(self.data, "stdout"), "w+")
         self.proc = subprocess.Popen(
             [binary, "serve", "--listen", "127.0.0.1:0", "--data",
              os.path.join(self.data, "d"), "--train-device", "cpu",
-             "--auth-fail-rate", "0", "--access-log-sample", "0"],
+             "--auth-fail-rate", "0", "--access-log-sample", "0", *flags],
             stdout=self.out, stderr=open(os.path.join(self.data, "stderr"), "w"), env=env)
         for _ in range(200):
             self.out.seek(0)
@@ -321,14 +334,25 @@ def main():
     ap.add_argument("--conc", default="1,8,32")
     ap.add_argument("--torch-threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--json", help="write the rows here")
+    ap.add_argument("--deployed", action="store_true",
+                    help="also through a deployment's replica (ty-deployed)")
+    ap.add_argument("--no-hf", action="store_true",
+                    help="without the transformers baseline (no venv: a machine "
+                         "without network)")
+    ap.add_argument("--gpu", action="store_true",
+                    help="the servers' engines on cuda:0 (--devices auto "
+                         "--serve-device cuda:0) and the deployment's replica "
+                         "on a GPU or MIG slice (resources.gpu any)")
     a = ap.parse_args()
-    ensure_venv(a.venv)
+    if not a.no_hf:
+        ensure_venv(a.venv)
+    flags = ("--devices", "auto", "--serve-device", "cuda:0") if a.gpu else ()
     text = corpus()
     say(f"text: {len(text)} bytes of licences; cpu: "
         + open("/proc/cpuinfo").read().split("model name")[1].split(":")[1].split("\n")[0].strip()
         + f", {os.cpu_count()} cores")
-    cont = Trainyard(a.binary)
-    stat = Trainyard(a.binary, {"TRAINYARD_GENERATE_STATIC": "1"})
+    cont = Trainyard(a.binary, flags=flags)
+    stat = Trainyard(a.binary, {"TRAINYARD_GENERATE_STATIC": "1"}, flags)
     hf = None
     folder = tempfile.mkdtemp(prefix="ty-bench-hf-")
     rows = []
@@ -343,30 +367,46 @@ def main():
                             raw=True)
         assert st == 200, st
         open(os.path.join(folder, "config.json"), "wb").write(cfg)
-        hf = HF(a.venv, folder, a.torch_threads)
+        hf = None if a.no_hf else HF(a.venv, folder, a.torch_threads)
+        systems = [("ty-continuous", cont, m1, False), ("ty-static", stat, m2, False)]
+        if hf:
+            systems.append(("hf", hf, None, True))
+        if a.deployed:
+            # its own copy of the weights (the same seed): a deployed model's
+            # every request goes to the deployment, by id too
+            m3 = cont.train(text, a.steps, SHAPES[a.shape])
+            st, doc = cont.call("POST", "/v1/deployments", {
+                "name": "bench-dep", "model": m3, "replicas": {"min": 1, "max": 1},
+                "resources": {"gpu": "any" if a.gpu else "none"}})
+            assert st == 201, (st, doc)
+            while cont.call("GET", f"/v1/deployments/{doc['id']}")[1]["status"] != "ready":
+                time.sleep(0.1)
+            systems.append(("ty-deployed", cont, "bench-dep", False))
         prompt = text[1000:1040]
         _, _, _, _, t_ty = cont.run(m1, prompt, 32)
         _, _, _, _, t_st = stat.run(m2, prompt, 32)
-        _, _, _, _, t_hf = hf.run(list(prompt.encode()), 32)
+        t_hf = hf.run(list(prompt.encode()), 32)[4] if hf else t_ty
         same = t_ty == t_hf == t_st
         say(f"greedy check ({'the same text' if same else 'DIFFERENT texts'}): "
-            f"trainyard {t_ty!r}, static {t_st!r}, transformers {t_hf!r}")
+            f"trainyard {t_ty!r}, static {t_st!r}"
+            + (f", transformers {t_hf!r}" if hf else " (no transformers: --no-hf)"))
         for c in [int(x) for x in a.conc.split(",")]:
             work = workload(text, 4 * c + 16, seed=c, lengths=a.lengths)
             say(f"c={c}: {len(work)} requests")
-            for name, sysm, model, is_hf in (("ty-continuous", cont, m1, False),
-                                             ("ty-static", stat, m2, False),
-                                             ("hf", hf, None, True)):
+            for name, sysm, model, is_hf in systems:
                 measure(name, sysm, model, work[:2], min(c, 2), is_hf, quiet=True)  # warm-up
                 rows.append(measure(name, sysm, model, work, c, is_hf))
         say("\nratios (generated tokens/s; TTFT p99 of all requests, and of the steady state):")
         base = next(r for r in rows if r["c"] == min(x["c"] for x in rows) and r["system"] == "ty-continuous")
         for c in sorted({r["c"] for r in rows}):
             by = {r["system"]: r for r in rows if r["c"] == c}
-            say(f"  c={c:<3d} continuous/hf {by['ty-continuous']['tokens_per_s'] / by['hf']['tokens_per_s']:6.2f}x"
-                f"   continuous/static {by['ty-continuous']['tokens_per_s'] / by['ty-static']['tokens_per_s']:5.2f}x"
+            say((f"  c={c:<3d} continuous/hf {by['ty-continuous']['tokens_per_s'] / by['hf']['tokens_per_s']:6.2f}x"
+                 if "hf" in by else f"  c={c:<3d}")
+                + f"   continuous/static {by['ty-continuous']['tokens_per_s'] / by['ty-static']['tokens_per_s']:5.2f}x"
                 f"   TTFT p99 over c=1's {by['ty-continuous']['ttft_p99_ms'] / base['ttft_p99_ms']:6.2f}x"
-                f" (steady {by['ty-continuous']['ttft_steady_p99_ms'] / base['ttft_steady_p99_ms']:6.2f}x)")
+                f" (steady {by['ty-continuous']['ttft_steady_p99_ms'] / base['ttft_steady_p99_ms']:6.2f}x)"
+                + (f"   deployed/continuous {by['ty-deployed']['tokens_per_s'] / by['ty-continuous']['tokens_per_s']:5.2f}x"
+                   if "ty-deployed" in by else ""))
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"same_greedy_text": same, "shape": a.shape, "lengths": a.lengths,

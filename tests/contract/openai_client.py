@@ -11,7 +11,9 @@ chunks add up to it and end with usage (stream_options.include_usage);
 n choices with a seed are the same texts twice, and differ from one
 another; echo puts the prompt first; logprobs has one entry per token;
 a stop string ends the text before it; bad parameters raise the client's
-422 error naming the field; chat completions are a 400. Exit 77 (skipped)
+422 error naming the field; chat completions are a 400. Then the model is
+deployed (one CPU replica): by the deployment's name, the same seeded
+choices, streamed and not, with the same logprobs, come from the replica. Exit 77 (skipped)
 when openai is not installed (`make venv` installs it).
 """
 import json
@@ -259,6 +261,34 @@ def main():
         except openai.BadRequestError as err:
             assert "chat template" in str(err), err
         print("refusals: 422 naming the field, 404, chat 400")
+
+        # Through a deployment: the replica writes what this server wrote.
+        lkw = dict(kw, logprobs=2)
+        here = client.completions.create(**lkw)
+        st, dep = srv.request("POST", "/v1/deployments", json.dumps({
+            "name": "story-dep", "model": name, "replicas": {"min": 1, "max": 1},
+            "resources": {"gpu": "none"}}).encode())
+        assert st == 201, (st, dep)
+        for _ in range(600):
+            _, d = srv.request("GET", "/v1/deployments/" + dep["id"])
+            if d["status"] == "ready":
+                break
+            time.sleep(0.1)
+        assert d["status"] == "ready", d
+        there = client.completions.create(**dict(lkw, model="story-dep"))
+        key = lambda r: [(c.index, c.text, c.finish_reason, c.logprobs.tokens,
+                          c.logprobs.token_logprobs) for c in
+                         sorted(r.choices, key=lambda x: x.index)]
+        assert key(here) == key(there), (key(here), key(there))
+        by = {}
+        for chunk in client.completions.create(stream=True, **dict(kw, model="story-dep")):
+            for c in chunk.choices:
+                by[c.index] = by.get(c.index, "") + c.text
+        assert [by.get(i) for i in range(4)] == ta, (by, ta)
+        _, d = srv.request("GET", "/v1/deployments/" + dep["id"])
+        assert d["traffic"]["requests"] >= 8, d["traffic"]
+        print(f"deployed: the same choices and logprobs from the replica, streamed too "
+              f"({d['traffic']['requests']} requests on it)")
         return 0
     finally:
         srv.stop()
