@@ -44,6 +44,10 @@ typedef struct {
 /* A request being served: its model and prompt (serve_gen_open), then its
  * sequence in an engine (serve_gen_run) and its text. */
 struct serve_gen {
+    /* A copy of the caller's environment, which m reads for as long as the
+     * generation runs: a stream runs on after the handler that opened it
+     * (and whose stack held its environment) returned. */
+    serve_env env;
     serve_model m;
     int model_open;
     gen_req q;
@@ -589,9 +593,10 @@ static ty_status open_gen(const serve_env *env, const char *tenant_id,
     g->given_n = n_ids;
     g->t_open = opm_now();
     snprintf(g->tenant, sizeof g->tenant, "%s", tenant_id);
+    g->env = *env;
     ty_status s = parse(g->body, &g->q, err);
-    if (s == TY_OK && (s = serve_model_open(env, tenant_id, model_ref, 1, &g->m,
-                                            err)) == TY_OK)
+    if (s == TY_OK && (s = serve_model_open(&g->env, tenant_id, model_ref, 1,
+                                            &g->m, err)) == TY_OK)
         g->model_open = 1;
     if (s == TY_OK)
         s = prepare(g, err);
