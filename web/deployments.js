@@ -336,7 +336,7 @@ function chart(id, title, opts) {
 
 const ENGINE_COLUMNS = ['Replica', 'Sequences running', 'Waiting', 'KV cache blocks used / total', 'Prompt tokens', 'Generated tokens'];
 const blocksText = (used, total) => (total ? `${count(used)} / ${count(total)} (${Math.round((100 * used) / total)} %)`
-  : `${count(used)} / ${count(total)} (no cache: made at the first request)`);
+  : `${count(used)} / ${count(total)} (no cache while idle)`);
 
 // The deployment's generation figures, its engines (one row a replica, as
 // its last heartbeat said) and three charts of the recent window: time to
