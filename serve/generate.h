@@ -60,7 +60,8 @@ ty_status serve_gen_check_body(const json_t *body, ty_err *err);
  * client left) ends the run at once with finish_reason "cancelled".
  * serve_gen_result is the reply's object (text_output "" unless
  * with_text); serve_gen_close frees all (NULL is fine). One thread at a
- * time per serve_gen. */
+ * time per serve_gen. env is copied: it need not outlive serve_gen_open
+ * (the pointers in it must). */
 typedef struct serve_gen serve_gen;
 typedef int (*serve_gen_chunk)(void *ctx, const char *text, size_t len);
 

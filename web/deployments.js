@@ -2,17 +2,22 @@
 // live traffic, the create form, and a deployment's page with its
 // replicas, spec, two live charts (latency and batch size, drawn on a
 // canvas from the polls) and its actions (scale, change model, delete).
+// A language model's deployment also has its text generation (time to
+// first token, inter-token latency and tokens/s charted the same way, its
+// engines' sequences and KV cache) and a streaming Try it (generate.js).
 // There is no event stream for deployments: the pages poll while visible.
 import {api} from './api.js';
 import {poll} from './live.js';
+import {generateTryIt} from './generate.js';
 import {h, field, setFieldError, fmtNum, fmtTime, kv, syncChildren, labelCells, pickLabel} from './util.js';
 
 const POLL_MS = 1000;
 const SAMPLES = 120;   // per deployment, about two minutes at POLL_MS
 
 // The traffic samples of each deployment seen in this tab (id -> array of
-// {t, p50, p99, batch, requests}); the list and the page both add to it, so
-// a page opened from the list already has a history.
+// {t, p50, p99, batch, requests, and for a language model ttft50, ttft99,
+// itl50, itl99, tps}); the list and the page both add to it, so a page
+// opened from the list already has a history.
 const history = new Map();
 
 function sample(d) {
@@ -22,8 +27,16 @@ function sample(d) {
   // The charts follow the recent window (10-20 s) when the server gives
   // one, else the figures over the deployment's life.
   const w = t.recent || {latency_ms: t.latency_ms, batch_size_mean: t.batch_size?.mean};
+  // Generation's recent window: milliseconds (deploy/books.c
+  // lat_quantile), tokens/s from the first generation on (0 before is no
+  // measurement, so a gap).
+  const g = d.generate && d.generate.recent ? d.generate.recent : null;
+  const some = !!(d.generate && d.generate.requests);
   list.push({t: Date.now(), p50: w.latency_ms?.p50 ?? null, p99: w.latency_ms?.p99 ?? null,
-    batch: w.batch_size_mean ?? null, requests: t.requests ?? 0});
+    batch: w.batch_size_mean ?? null, requests: t.requests ?? 0,
+    ttft50: g?.ttft_ms?.p50 ?? null, ttft99: g?.ttft_ms?.p99 ?? null,
+    itl50: g?.itl_ms?.p50 ?? null, itl99: g?.itl_ms?.p99 ?? null,
+    tps: some ? g.tokens_per_second ?? null : null});
   if (list.length > SAMPLES) list.splice(0, list.length - SAMPLES);
   return list;
 }
@@ -319,6 +332,68 @@ function chart(id, title, opts) {
   return {el, draw};
 }
 
+// ---- a language model's deployment: its text generation ----
+
+const ENGINE_COLUMNS = ['Replica', 'Sequences running', 'Waiting', 'KV cache blocks used / total', 'Prompt tokens', 'Generated tokens'];
+const blocksText = (used, total) => (total ? `${count(used)} / ${count(total)} (${Math.round((100 * used) / total)} %)`
+  : `${count(used)} / ${count(total)} (no cache while idle)`);
+
+// The deployment's generation figures, its engines (one row a replica, as
+// its last heartbeat said) and three charts of the recent window: time to
+// first token, inter-token latency (both in ms, p50 and p99) and generated
+// tokens per second. {el, draw(d, samples), redraw()}.
+function generationSection() {
+  const figures = h('div', {id: 'dep-gen-figures'});
+  const ttft = chart('ttft-chart', 'Time to first token (ms)', {yLabel: 'time to first token (ms)', unit: 'ms', yDigits: 2, series: [
+    {label: 'p50', colour: '#1f5fbf', key: 'ttft50'}, {label: 'p99', colour: '#d9822b', key: 'ttft99', width: 4}]});
+  const itl = chart('itl-chart', 'Inter-token latency (ms)', {yLabel: 'between tokens (ms)', unit: 'ms', yDigits: 2, series: [
+    {label: 'p50', colour: '#1f5fbf', key: 'itl50'}, {label: 'p99', colour: '#d9822b', key: 'itl99', width: 4}]});
+  const tps = chart('tps-chart', 'Generated tokens per second', {yLabel: 'tokens per second', unit: 'tokens/s', yDigits: 1,
+    series: [{label: 'tokens/s', colour: '#1e7f3c', key: 'tps'}]});
+  const engBody = h('tbody', {id: 'engines-body'});
+  const el = h('section', {class: 'card', id: 'dep-generate', 'aria-label': 'Text generation'},
+    h('h2', {text: 'Text generation'}), figures,
+    h('p', {class: 'muted', text: 'Sampled every second with the traffic; each value covers the generations of the last 10 to 20 seconds. ' +
+      'Time to first token counts from the request\'s arrival; the latencies are histogram buckets (about 19 % apart).'}),
+    h('div', {class: 'grid', id: 'dep-gen-charts'}, ttft.el, itl.el, tps.el),
+    h('h3', {text: 'Engines (each replica\'s last heartbeat, every 2 s)'}),
+    h('div', {class: 'table-wrap'}, h('table', {id: 'engines', class: 'cards'},
+      h('thead', {}, h('tr', {}, ENGINE_COLUMNS.map((t) => h('th', {scope: 'col', text: t})))), engBody)));
+
+  function engineRow(i) {
+    const e = i.generate;
+    if (!e) {
+      return labelCells(h('tr', {'data-key': i.id, 'data-instance-id': i.id}, h('td', {text: i.id}),
+        h('td', {colspan: 5, class: 'muted', text: i.state === 'ready' ? 'no heartbeat yet' : i.state})), ENGINE_COLUMNS);
+    }
+    return labelCells(h('tr', {'data-key': i.id, 'data-instance-id': i.id, 'data-sequences': e.sequences, 'data-waiting': e.waiting,
+      'data-kv-used': e.kv_blocks_used, 'data-kv-total': e.kv_blocks_total, 'data-generated': e.generated_tokens},
+    h('td', {text: i.id}), h('td', {text: count(e.sequences)}), h('td', {text: count(e.waiting)}),
+    h('td', {text: blocksText(e.kv_blocks_used, e.kv_blocks_total)}),
+    h('td', {text: count(e.prompt_tokens)}), h('td', {text: count(e.generated_tokens)})), ENGINE_COLUMNS);
+  }
+
+  function draw(d, samples) {
+    const g = d.generate || {requests: 0, prompt_tokens: 0, generated_tokens: 0, sequences: 0, waiting: 0,
+      kv_blocks_used: 0, kv_blocks_total: 0, ttft_ms: {}, itl_ms: {}, recent: null};
+    const r = g.recent;
+    el.dataset.requests = String(g.requests);
+    el.dataset.generatedTokens = String(g.generated_tokens);
+    syncChildren(figures, [h('div', {class: 'grid'},
+      kv([['Generations', h('span', {id: 'gen-requests', text: count(g.requests)})],
+        ['Prompt tokens', count(g.prompt_tokens)], ['Generated tokens', h('span', {id: 'gen-generated', text: count(g.generated_tokens)})],
+        ['Time to first token p50 / p99', latencyText(g.ttft_ms)], ['Inter-token latency p50 / p99', latencyText(g.itl_ms)]]),
+      kv([['Tokens per second', r && g.requests ? `${fmtNum(r.tokens_per_second, 1)} (the last ${Math.round(r.window_s)} s)` : '—'],
+        ['Sequences running / waiting', h('span', {id: 'gen-sequences', text: `${count(g.sequences)} / ${count(g.waiting)}`})],
+        ['KV cache blocks used / total', h('span', {id: 'gen-kv', text: blocksText(g.kv_blocks_used, g.kv_blocks_total)})]]))], 2);
+    const list = d.instances || [];
+    syncChildren(engBody, list.length ? list.map(engineRow)
+      : [h('tr', {}, h('td', {colspan: 6, class: 'muted', text: 'No replicas.'}))], 1);
+    for (const c of [ttft, itl, tps]) c.draw(samples);
+  }
+  return {el, draw, redraw() { for (const c of [ttft, itl, tps]) c.draw(); }};
+}
+
 // ---- a deployment's page ----
 
 export function deploymentPage(root, id) {
@@ -344,6 +419,16 @@ export function deploymentPage(root, id) {
     instances, h('section', {class: 'card'}, h('h2', {text: 'Spec'}), spec), actions);
 
   let dep = null, names = new Map(), gone = false;
+  // A language model's sections, added once the deployment is known to be
+  // one (its model's task, or a `generate` object): never for other models.
+  let tasks = new Map(), gen = null, tryIt = null;
+  function addGeneration(d) {
+    if (gen || !(d.generate || tasks.get(d.model) === 'language_modeling')) return;
+    gen = generationSection();
+    tryIt = generateTryIt(d.name, {idPrefix: 'gen', maxTokens: 16, note: `Generates on this deployment's replicas ` +
+      `(POST /v2/models/${d.name}/generate_stream): the text appears as it is written; Stop ends the generation.`});
+    charts.after(gen.el, h('section', {class: 'card', id: 'dep-try-it'}, h('h2', {text: 'Try it'}), tryIt.el));
+  }
 
   // Scale: PATCH replicas {min, max}.
   const minIn = h('input', {id: 'scale-min', type: 'number', min: 0, max: 64});
@@ -457,6 +542,8 @@ export function deploymentPage(root, id) {
     const samples = history.get(d.id) || [];
     latency.draw(samples);
     batch.draw(samples);
+    addGeneration(d);
+    if (gen) gen.draw(d, samples);
   }
   for (const el of [minIn, maxIn]) el.addEventListener('input', () => { scaleForm.dataset.edited = '1'; });
   modelSel.addEventListener('change', () => { modelSel.dataset.edited = '1'; });
@@ -479,12 +566,13 @@ export function deploymentPage(root, id) {
 
   modelNames().then((models) => {
     names = new Map(models.map((m) => [m.id, m.name]));
+    tasks = new Map(models.map((m) => [m.id, m.task]));
     modelSel.replaceChildren(...models.map((m) => h('option', {value: m.id, text: pickLabel(m)})));
     if (dep) draw();
   }).catch(() => {});
-  const onResize = () => { if (dep) { latency.draw(); batch.draw(); } };
+  const onResize = () => { if (dep) { latency.draw(); batch.draw(); gen?.redraw(); } };
   window.addEventListener('resize', onResize);
   let poller = null;
   poller = poll(load, {interval: POLL_MS});
-  return () => { poller.stop(); window.removeEventListener('resize', onResize); };
+  return () => { poller.stop(); tryIt?.stop(); window.removeEventListener('resize', onResize); };
 }

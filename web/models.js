@@ -4,8 +4,10 @@
 // with class probabilities or the predicted target (in its units) from
 // POST /v1/models/{id}/predict; for a language model a prompt, its tokens
 // (POST /v1/models/{id}/tokenize) and the next token's most likely values
-// with their probabilities.
+// with their probabilities, and Generate (generate.js): text streamed from
+// a prompt.
 import {api} from './api.js';
+import {generateTryIt} from './generate.js';
 import {h, field, fmtBytes, fmtNum, fmtTime, kv, resourceLink, tokenizerText, tokenText} from './util.js';
 import {fmtPpl} from './jobinfo.js';
 
@@ -343,7 +345,7 @@ function languageTryIt(m) {
 export function modelPage(root, id) {
   const banner = h('p', {class: 'banner', role: 'alert'});
   root.append(h('p', {}, h('a', {href: '#/models', text: '← Models'})), banner);
-  let blobUrl = null;
+  let blobUrl = null, gen = null;
 
   api(`/v1/models/${id}`).then(async (m) => {
     const download = h('p', {id: 'download'});
@@ -452,7 +454,21 @@ export function modelPage(root, id) {
         ['Trained on', m.trained_on || '—'], ['Size', fmtBytes(m.bytes)], ['Created', fmtTime(m.created_at)],
       ]), h('p', {}, getWeights), download),
       tryIt),
+      ...[generationCard(m, (g) => { gen = g; })].filter(Boolean),
       h('section', {class: 'card'}, h('h2', {text: 'Model spec'}), h('pre', {class: 'spec', text: JSON.stringify(m.spec, null, 2)})));
   }).catch((e) => { if (e.status !== 401) banner.textContent = `Could not load model ${id}: ${e.message}`; });
-  return () => { if (blobUrl) URL.revokeObjectURL(blobUrl); };
+  return () => { if (blobUrl) URL.revokeObjectURL(blobUrl); if (gen) gen.stop(); };
+}
+
+// A language model with a tokenizer generates text (one of token ids made
+// elsewhere cannot: generation takes and gives text). Its own card under
+// the next-token Try it; null for other models. keep(g) is handed the form.
+function generationCard(m, keep) {
+  if (!isLM(m) || !m.tokenizer) return null;
+  const ctx = m.context_length || (m.input_shape && m.input_shape[0]) || 0;
+  const g = generateTryIt(m.id, {idPrefix: 'gen', maxTokens: ctx ? Math.max(1, Math.min(32, Math.floor(ctx / 2))) : 32,
+    maxContext: ctx, note: 'Continues the prompt token by token, in this server\'s engine (POST /v2/models/{id}/generate_stream); ' +
+      'the text appears as it is written. The prompt and max tokens must fit the context' + (ctx ? ` (${ctx.toLocaleString()} tokens).` : '.')});
+  keep(g);
+  return h('section', {class: 'card', id: 'generate'}, h('h2', {text: 'Try it: generate text'}), g.el);
 }
