@@ -95,6 +95,7 @@ function createForm(onCreated) {
     requests_per_second: num('dep-rps', {min: 0, step: 'any', placeholder: 'no limit'}),
     burst: num('dep-burst', {min: 1, placeholder: 'from the rate'}),
     max_concurrency: num('dep-max_concurrency', {min: 1, placeholder: 'no limit'}),
+    tokens_per_minute: num('dep-tokens_per_minute', {min: 1, placeholder: 'no limit'}),
   };
   const gpuChoices = h('datalist', {id: 'dep-gpu-choices'});
   const setGpuChoices = (profiles) => gpuChoices.replaceChildren(
@@ -106,6 +107,7 @@ function createForm(onCreated) {
     'batching.max_batch_size': c.max_batch_size, 'batching.max_queue_delay_us': c.max_queue_delay_us,
     limits: c.requests_per_second, 'limits.requests_per_second': c.requests_per_second,
     'limits.burst': c.burst, 'limits.max_concurrency': c.max_concurrency,
+    'limits.tokens_per_minute': c.tokens_per_minute,
   };
   const controlFor = (f) => (f ? fieldOf[f] || fieldOf[f.split(/[.[]/)[0]] || null : null);
   const submit = h('button', {type: 'submit', text: 'Create deployment'});
@@ -120,7 +122,8 @@ function createForm(onCreated) {
     const gpu = c.gpu.value.trim();
     if (gpu) body.resources = {gpu};
     const batching = {max_batch_size: n(c.max_batch_size), max_queue_delay_us: n(c.max_queue_delay_us)};
-    const limits = {requests_per_second: n(c.requests_per_second), burst: n(c.burst), max_concurrency: n(c.max_concurrency)};
+    const limits = {requests_per_second: n(c.requests_per_second), burst: n(c.burst), max_concurrency: n(c.max_concurrency),
+      tokens_per_minute: n(c.tokens_per_minute)};
     for (const [k, o] of [['batching', batching], ['limits', limits]]) {
       for (const key of Object.keys(o)) if (o[key] === undefined) delete o[key];
       if (Object.keys(o).length) body[k] = o;
@@ -144,7 +147,8 @@ function createForm(onCreated) {
   h('fieldset', {}, h('legend', {text: 'Batching and limits (empty: the defaults)'}),
     h('div', {class: 'row'}, field('Max batch size', c.max_batch_size), field('Max queue delay (µs)', c.max_queue_delay_us),
       field('Requests per second', c.requests_per_second), field('Burst', c.burst),
-      field('Max concurrency', c.max_concurrency))),
+      field('Max concurrency', c.max_concurrency),
+      field('Tokens per minute (generation: prompt + max tokens)', c.tokens_per_minute))),
   submit);
 
   function setModels(models) {
@@ -526,7 +530,8 @@ export function deploymentPage(root, id) {
         ['Preferred sizes', b.preferred_batch_sizes && b.preferred_batch_sizes.length ? b.preferred_batch_sizes.join(', ') : 'any']])),
       h('div', {id: 'spec-limits'}, h('h3', {text: 'Limits'}), kv([
         ['Requests per second', none(l.requests_per_second)], ['Burst', none(l.burst)],
-        ['Max concurrency', none(l.max_concurrency)]])),
+        ['Max concurrency', none(l.max_concurrency)],
+        ['Tokens per minute', none(l.tokens_per_minute)]])),
       h('div', {id: 'spec-autoscaling'}, h('h3', {text: 'Autoscaling'}), kv([
         ['Replicas', `${d.replicas?.min ?? '—'} to ${d.replicas?.max ?? '—'}`],
         ['Target in flight per replica', fmtNum(a.target_in_flight ?? null, 2)],

@@ -78,6 +78,11 @@ def main():
     ap.add_argument("--minutes", type=float, default=10)
     ap.add_argument("--every", type=float, default=30)
     ap.add_argument("--conc", type=int, default=16)
+    ap.add_argument("--leave", type=float, default=0.125,
+                    help="the share of streamed requests whose client leaves "
+                         "after the first chunk")
+    ap.add_argument("--stream", type=float, default=0.5,
+                    help="the share of requests streamed")
     ap.add_argument("--deployed", action="store_true",
                     help="serve the model from a deployment's replica")
     a = ap.parse_args()
@@ -95,8 +100,8 @@ def main():
             body = {"text_input": text[at:at + plen], "parameters": {
                 "temperature": 0.8, "top_p": 0.95, "max_tokens": gen,
                 "seed": rng.randrange(1 << 30)}}
-            streamed = rng.random() < 0.5
-            leave = streamed and rng.random() < 0.125
+            streamed = rng.random() < a.stream
+            leave = streamed and rng.random() < a.leave
             c = http.client.HTTPConnection("127.0.0.1", ty.port, timeout=120)
             try:
                 c.request("POST", f"/v2/models/{model}/generate" + ("_stream" if streamed else ""),
