@@ -282,7 +282,11 @@ ty_status tok_bpe_word(ty_tokenizer *t, const unsigned char *w, size_t n,
                    ? TY_OK
                    : ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     uint64_t h = tok_hash_bytes(w, n), key = h;
-    if (n <= CACHE_MAX_WORD) {
+    /* Without merges a word's ids are its bytes': nothing worth keeping
+     * (a byte tokenizer without a regex sees a whole prompt as one word,
+     * and would keep every prompt until the cache is full). */
+    const int cached = n <= CACHE_MAX_WORD && t->num_merges > 0;
+    if (cached) {
         int hit = cache_find(t, w, n, h, &key, out);
         if (hit)
             return hit > 0 ? TY_OK
@@ -291,7 +295,7 @@ ty_status tok_bpe_word(ty_tokenizer *t, const unsigned char *w, size_t n,
     size_t before = out->n;
     if (word_ids(t, w, n, out) != TY_OK)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    if (n <= CACHE_MAX_WORD)
+    if (cached)
         cache_add(t, w, n, key, out->n > before ? out->ids + before : NULL,
                   out->n - before);
     return TY_OK;
