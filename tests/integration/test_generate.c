@@ -23,7 +23,8 @@
  *     deployment's name and by the model's id, and the deployment counts
  *     the requests;
  *   - prefix caching: prompts that begin alike share their first blocks
- *     and write, bit for bit, what they write with the cache cold.
+ *     and write, bit for bit, what they write with the cache cold, in
+ *     the server and on a replica (whose heartbeats count the hits).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -849,6 +850,14 @@ static void test_deployed_disconnect(void **state)
 
 /* The choices of an OpenAI completion of model over a list of prompts
  * (seeded sampling, logprobs), as a JSON array (a new reference). */
+static char prefix_id[64];     /* test_prefix_cache's model */
+static json_t *prefix_cold[2]; /* its choices with the cache cold */
+
+#define P "\"the old king finds the castle. my friend sees \""
+#define P2 "\"the old king finds the castle. my friend calls \""
+#define X "\"a dog loves the moon. the cat sees the river. \""
+#define WARM "[" P ", " P ", " P2 "]"
+
 static json_t *prefix_choices(const char *model, const char *prompts)
 {
     char body[512];
@@ -906,36 +915,80 @@ static void test_prefix_cache(void **state)
         " \"hyperparameters\": {\"context_length\": 64, \"batch_size\": 4,"
         " \"epochs\": 1, \"max_steps\": 2, \"seed\": 2}}");
     expect_status(r, 202);
-    char job[64], model[64];
+    char job[64];
     snprintf(job, sizeof job, "%s", str(r->json, "id"));
     resp_free(r);
     json_t *j = wait_job(&server, job, 600);
     assert_string_equal(str(j, "status"), "succeeded");
-    snprintf(model, sizeof model, "%s", str(j, "model"));
+    snprintf(prefix_id, sizeof prefix_id, "%s", str(j, "model"));
     json_decref(j);
-#define P "\"the old king finds the castle. my friend sees \""
-#define P2 "\"the old king finds the castle. my friend calls \""
-#define X "\"a dog loves the moon. the cat sees the river. \""
-    json_t *cold1 = prefix_choices(model, "[" X ", " P ", " X "]");
-    json_t *cold2 = prefix_choices(model, "[" X ", " X ", " P2 "]");
+    prefix_cold[0] = prefix_choices(prefix_id, "[" X ", " P ", " X "]");
+    prefix_cold[1] = prefix_choices(prefix_id, "[" X ", " X ", " P2 "]");
     const double hit0 = prefix_tokens("hit");
     const double computed0 = prefix_tokens("computed");
-    json_t *warm = prefix_choices(model, "[" P ", " P ", " P2 "]");
+    json_t *warm = prefix_choices(prefix_id, WARM);
     const double hit = prefix_tokens("hit") - hit0;
     const double computed = prefix_tokens("computed") - computed0;
+    fprintf(stderr, "prefix cache: %.0f prompt tokens hit, %.0f computed\n",
+            hit, computed);
+    same_choice(prefix_cold[0], warm, 1);
+    same_choice(prefix_cold[1], warm, 2);
+    assert_true(hit >= 64); /* choices 1 and 2: two blocks each */
+    assert_true(computed > 0);
+    json_decref(warm);
+}
+
+/* The prefix cache value a deployment's first instance reported with
+ * its last heartbeat (-1: none yet). */
+static long long replica_prefix_hits(const char *dpath)
+{
+    resp *r = http_get(&server, dpath);
+    const json_t *g = json_object_get(
+        json_array_get(json_object_get(r->json, "instances"), 0), "generate");
+    const json_t *v = json_object_get(g, "prefix_cache_hit_tokens");
+    long long n = json_is_integer(v) ? json_integer_value(v) : -1;
+    resp_free(r);
+    return n;
+}
+
+/* Deployed, the replica's engine caches prefixes too: the same request
+ * by the deployment's name writes the choices the server wrote with the
+ * cache cold, and the replica's heartbeats count the tokens its cache
+ * gave (two blocks for each of choices 1 and 2). */
+static void test_prefix_cache_deployed(void **state)
+{
+    (void)state;
+    assert_true(prefix_id[0] && prefix_cold[0] && prefix_cold[1]);
+    char dpath[128];
+    deploy_cpu("prefix-dep", prefix_id, dpath);
+    long long before = -1, after = -1;
+    double until = now_seconds() + 30;
+    while ((before = replica_prefix_hits(dpath)) < 0 && now_seconds() < until)
+        usleep(100 * 1000);
+    if (before < 0)
+        fail_msg("the replica reported no prefix cache figure in 30 s");
+    json_t *warm = prefix_choices("prefix-dep", WARM);
+    same_choice(prefix_cold[0], warm, 1);
+    same_choice(prefix_cold[1], warm, 2);
+    json_decref(warm);
+    until = now_seconds() + 30;
+    do {
+        usleep(200 * 1000);
+        after = replica_prefix_hits(dpath);
+    } while (after - before < 64 && now_seconds() < until);
+    fprintf(stderr, "on the replica: %lld prompt tokens from the cache\n",
+            after - before);
+    assert_true(after - before >= 64);
+    resp *r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
+    resp_free(r);
+    json_decref(prefix_cold[0]);
+    json_decref(prefix_cold[1]);
+}
+
 #undef P
 #undef P2
 #undef X
-    fprintf(stderr, "prefix cache: %.0f prompt tokens hit, %.0f computed\n",
-            hit, computed);
-    same_choice(cold1, warm, 1);
-    same_choice(cold2, warm, 2);
-    assert_true(hit >= 64); /* choices 1 and 2: two blocks each */
-    assert_true(computed > 0);
-    json_decref(cold1);
-    json_decref(cold2);
-    json_decref(warm);
-}
+#undef WARM
 
 int main(void)
 {
@@ -951,6 +1004,7 @@ int main(void)
         cmocka_unit_test(test_deployed),
         cmocka_unit_test(test_deployed_disconnect),
         cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_prefix_cache_deployed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
