@@ -152,6 +152,11 @@ static void init(void)
         "Key/value cache blocks of the generation engines: held by "
         "sequences (used) and in the pools (total).",
         LABELS("state"), NULL, 0);
+    fam.gen_prefix = metrics_family_add(
+        reg, METRICS_COUNTER, "trainyard_generate_prefix_cache_tokens_total",
+        "Prompt tokens of generation whose keys and values came from the "
+        "prefix cache (hit) and those computed (computed).",
+        LABELS("kind"), NULL, 0);
     fam.gen_step_seqs = metrics_family_add(
         reg, METRICS_HISTOGRAM, "trainyard_generate_step_sequences",
         "Sequences each generation step ran together (continuous "
@@ -345,4 +350,11 @@ void opm_gen_kv_blocks(long used_delta, long total_delta)
         metrics_add(f->gen_kv_blocks, LABELS("used"), (double)used_delta);
     if (total_delta)
         metrics_add(f->gen_kv_blocks, LABELS("total"), (double)total_delta);
+}
+
+void opm_gen_prefix_cache(unsigned hit, unsigned computed)
+{
+    const opm_families *f = opm();
+    metrics_add(f->gen_prefix, LABELS("hit"), hit);
+    metrics_add(f->gen_prefix, LABELS("computed"), computed);
 }

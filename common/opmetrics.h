@@ -50,6 +50,7 @@ typedef struct {
     metrics_family *deploy_gen_kv;      /* gauge {deployment, state} */
     metrics_family *gen_waiting;      /* gauge: requests waiting for cache */
     metrics_family *gen_kv_blocks;    /* gauge: cache blocks by state */
+    metrics_family *gen_prefix;       /* counter {kind}: prompt tokens */
 } opm_families;
 
 /* The registry and its families; NULL members only when out of memory at
@@ -124,5 +125,8 @@ void opm_gen_waiting(int delta);
 /* The engines' key/value cache blocks: the change in those held by
  * sequences (used) and in the pools' blocks (total). */
 void opm_gen_kv_blocks(long used_delta, long total_delta);
+/* A sequence joined an engine: its prompt's tokens found in the prefix
+ * cache (hit) and those it computes (computed). */
+void opm_gen_prefix_cache(unsigned hit, unsigned computed);
 
 #endif

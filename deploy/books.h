@@ -74,7 +74,7 @@ typedef struct replica {
     struct {
         int have;
         long sequences, waiting, kv_used, kv_total;
-        uint64_t prompt, generated;
+        uint64_t prompt, generated, prefix_hit;
     } gen;
     struct replica *next;
 } replica;

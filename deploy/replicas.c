@@ -231,6 +231,7 @@ static void gen_figures(deployment *d, replica *p, const json_t *g)
     p->gen.kv_total = gen_field(g, RPROTO_F_GEN_KV_TOTAL);
     p->gen.prompt = (uint64_t)gen_field(g, RPROTO_F_GEN_PROMPT);
     p->gen.generated = (uint64_t)gen_field(g, RPROTO_F_GEN_GENERATED);
+    p->gen.prefix_hit = (uint64_t)gen_field(g, RPROTO_F_GEN_PREFIX_HIT);
     gen_gauges(d);
 }
 

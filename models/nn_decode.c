@@ -33,9 +33,22 @@ struct nn_decoder {
     const nn_exec *ex;
     nn_exec own; /* ex on the CPU once a pool is set */
     uint32_t max_rows, n_blocks, bt, tstride, t, c_max;
-    float **kc, **vc; /* per layer: its cache (attention layers only) */
-    int32_t *free_ids;
+    float **kc, **vc;  /* per layer: its cache (attention layers only) */
+    int32_t *free_ids; /* blocks no sequence holds and not indexed */
     uint32_t n_free;
+    /* The prefix index (nn_kv_seq_reserve_prefix): per block, the
+     * sequences holding it, and for an indexed block its chain key, the
+     * indexed block before it (-1: the first) with that block's
+     * generation then, its ids and the next in its bucket. A block's
+     * generation changes when it leaves the index, so a block indexed
+     * after a parent that was since reused never matches. Indexed blocks
+     * no sequence holds wait on an LRU list, free for the taking. */
+    uint32_t *ref, *gen, *parent_gen, *tok;
+    uint8_t *indexed;
+    uint64_t *key;
+    int32_t *parent, *hnext, *buckets, *lru_prev, *lru_next;
+    int32_t lru_head, lru_tail;
+    uint32_t n_lru, hmask;
     /* a step's buffers on the backend: activations x and y (max_rows,
      * width), the widest layer's temporaries, layer norms' statistics */
     float *x, *y, *qkv, *att, *t1, *t2, *mean, *rstd, *logits;
@@ -177,12 +190,29 @@ ty_status nn_decoder_create(const nn_net *net, uint32_t max_rows,
     d->kc = calloc(a->n_layers, sizeof *d->kc);
     d->vc = calloc(a->n_layers, sizeof *d->vc);
     d->free_ids = malloc((size_t)n_blocks * sizeof *d->free_ids);
+    d->hmask = 1;
+    while (d->hmask < n_blocks)
+        d->hmask <<= 1;
+    d->buckets = malloc((size_t)d->hmask * sizeof *d->buckets);
+    d->hmask--;
+    d->ref = calloc(n_blocks, sizeof *d->ref);
+    d->gen = calloc(n_blocks, sizeof *d->gen);
+    d->parent_gen = calloc(n_blocks, sizeof *d->parent_gen);
+    d->tok = malloc((size_t)n_blocks * block_tokens * sizeof *d->tok);
+    d->indexed = calloc(n_blocks, 1);
+    d->key = calloc(n_blocks, sizeof *d->key);
+    d->parent = calloc(n_blocks, sizeof *d->parent);
+    d->hnext = calloc(n_blocks, sizeof *d->hnext);
+    d->lru_prev = calloc(n_blocks, sizeof *d->lru_prev);
+    d->lru_next = calloc(n_blocks, sizeof *d->lru_next);
     d->h_ids = malloc((size_t)max_rows * sizeof *d->h_ids);
     d->h_pos = malloc((size_t)max_rows * sizeof *d->h_pos);
     d->h_tables =
         malloc((size_t)max_rows * d->tstride * sizeof *d->h_tables + 1);
     int bad = !d->kc || !d->vc || !d->free_ids || !d->h_ids || !d->h_pos ||
-              !d->h_tables;
+              !d->h_tables || !d->buckets || !d->ref || !d->gen ||
+              !d->parent_gen || !d->tok || !d->indexed || !d->key ||
+              !d->parent || !d->hnext || !d->lru_prev || !d->lru_next;
     for (uint32_t i = 0; !bad && i < a->n_layers; i++)
         if (attends(&a->layers[i])) {
             const uint64_t half =
@@ -214,6 +244,9 @@ ty_status nn_decoder_create(const nn_net *net, uint32_t max_rows,
     for (uint32_t i = 0; i < n_blocks; i++)
         d->free_ids[i] = (int32_t)(n_blocks - 1 - i);
     d->n_free = n_blocks;
+    for (uint32_t i = 0; i <= d->hmask; i++)
+        d->buckets[i] = -1;
+    d->lru_head = d->lru_tail = -1;
     *out = d;
     return TY_OK;
 }
@@ -240,6 +273,17 @@ void nn_decoder_free(nn_decoder *d)
     free(d->kc);
     free(d->vc);
     free(d->free_ids);
+    free(d->buckets);
+    free(d->ref);
+    free(d->gen);
+    free(d->parent_gen);
+    free(d->tok);
+    free(d->indexed);
+    free(d->key);
+    free(d->parent);
+    free(d->hnext);
+    free(d->lru_prev);
+    free(d->lru_next);
     free(d->h_ids);
     free(d->h_pos);
     free(d->h_tables);
@@ -255,9 +299,127 @@ int nn_decoder_set_pool(nn_decoder *d, nn_pool *pool)
     return 1;
 }
 
-uint32_t nn_decoder_free_blocks(const nn_decoder *d) { return d->n_free; }
+uint32_t nn_decoder_free_blocks(const nn_decoder *d)
+{
+    return d->n_free + d->n_lru;
+}
+
+/* ---- the prefix index ---- */
+
+/* A full block's key: its ids chained onto the key of the blocks before
+ * (0 before the first). Only a bucket's choice: a match compares ids. */
+static uint64_t chain_key(uint64_t parent, const uint32_t *ids, uint32_t bt)
+{
+    uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
+    for (uint32_t i = 0; i < bt; i++) {
+        h = (h ^ ids[i]) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static void lru_unlink(nn_decoder *d, int32_t b)
+{
+    const int32_t p = d->lru_prev[b], n = d->lru_next[b];
+    if (p >= 0)
+        d->lru_next[p] = n;
+    else
+        d->lru_head = n;
+    if (n >= 0)
+        d->lru_prev[n] = p;
+    else
+        d->lru_tail = p;
+    d->n_lru--;
+}
+
+static void lru_push(nn_decoder *d, int32_t b)
+{
+    d->lru_prev[b] = d->lru_tail;
+    d->lru_next[b] = -1;
+    if (d->lru_tail >= 0)
+        d->lru_next[d->lru_tail] = b;
+    else
+        d->lru_head = b;
+    d->lru_tail = b;
+    d->n_lru++;
+}
+
+/* The indexed block after parent (-1: a first block) whose ids are ids,
+ * or -1. */
+static int32_t index_find(const nn_decoder *d, uint64_t key, int32_t parent,
+                          const uint32_t *ids)
+{
+    for (int32_t b = d->buckets[key & d->hmask]; b >= 0; b = d->hnext[b])
+        if (d->key[b] == key && d->parent[b] == parent &&
+            (parent < 0 || d->parent_gen[b] == d->gen[parent]) &&
+            !memcmp(d->tok + (size_t)b * d->bt, ids, d->bt * sizeof *ids))
+            return b;
+    return -1;
+}
+
+static void index_add(nn_decoder *d, int32_t b, uint64_t key, int32_t parent,
+                      const uint32_t *ids)
+{
+    d->indexed[b] = 1;
+    d->key[b] = key;
+    d->parent[b] = parent;
+    d->parent_gen[b] = parent >= 0 ? d->gen[parent] : 0;
+    memcpy(d->tok + (size_t)b * d->bt, ids, d->bt * sizeof *ids);
+    int32_t *head = &d->buckets[key & d->hmask];
+    d->hnext[b] = *head;
+    *head = b;
+}
+
+static void index_remove(nn_decoder *d, int32_t b)
+{
+    int32_t *at = &d->buckets[d->key[b] & d->hmask];
+    while (*at != b)
+        at = &d->hnext[*at];
+    *at = d->hnext[b];
+    d->indexed[b] = 0;
+    d->gen[b]++; /* blocks indexed after it no longer match */
+}
+
+/* A block for a sequence to write: a free one, else the indexed block
+ * unused longest (evicted). The caller checked that one is there. */
+static int32_t take_block(nn_decoder *d)
+{
+    int32_t b;
+    if (d->n_free) {
+        b = d->free_ids[--d->n_free];
+    } else {
+        b = d->lru_head;
+        lru_unlink(d, b);
+        index_remove(d, b);
+    }
+    d->ref[b] = 1;
+    return b;
+}
+
+static void drop_block(nn_decoder *d, int32_t b)
+{
+    if (--d->ref[b])
+        return;
+    if (d->indexed[b])
+        lru_push(d, b);
+    else
+        d->free_ids[d->n_free++] = b;
+}
 
 /* ---- sequences ---- */
+
+static ty_status table_room(nn_decoder *d, nn_kv_seq *seq, uint32_t need,
+                            ty_err *err)
+{
+    if (need <= seq->cap)
+        return TY_OK;
+    int32_t *b = realloc(seq->blocks, d->tstride * sizeof *b);
+    if (!b)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    seq->blocks = b;
+    seq->cap = d->tstride;
+    return TY_OK;
+}
 
 ty_status nn_kv_seq_reserve(nn_decoder *d, nn_kv_seq *seq, uint32_t tokens,
                             ty_err *err)
@@ -269,26 +431,103 @@ ty_status nn_kv_seq_reserve(nn_decoder *d, nn_kv_seq *seq, uint32_t tokens,
     const uint32_t need = (tokens + d->bt - 1) / d->bt;
     if (need <= seq->n_blocks)
         return TY_OK;
-    if (need - seq->n_blocks > d->n_free)
+    const uint32_t avail = nn_decoder_free_blocks(d);
+    if (need - seq->n_blocks > avail)
         return ty_fail(err, TY_ELIMIT, NULL,
                        "the cache has %u free blocks; %u more are needed",
-                       d->n_free, need - seq->n_blocks);
-    if (need > seq->cap) {
-        int32_t *b = realloc(seq->blocks, d->tstride * sizeof *b);
-        if (!b)
-            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-        seq->blocks = b;
-        seq->cap = d->tstride;
-    }
+                       avail, need - seq->n_blocks);
+    ty_status s = table_room(d, seq, need, err);
+    if (s != TY_OK)
+        return s;
     while (seq->n_blocks < need)
-        seq->blocks[seq->n_blocks++] = d->free_ids[--d->n_free];
+        seq->blocks[seq->n_blocks++] = take_block(d);
     return TY_OK;
+}
+
+ty_status nn_kv_seq_reserve_prefix(nn_decoder *d, nn_kv_seq *seq,
+                                   const uint32_t *ids, uint32_t n_prompt,
+                                   uint32_t tokens, uint32_t *cached,
+                                   ty_err *err)
+{
+    *cached = 0;
+    if (seq->n_blocks)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a sequence takes cached blocks only when it holds "
+                       "none");
+    if (n_prompt > tokens)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a prompt of %u tokens is more than the %u reserved",
+                       n_prompt, tokens);
+    if (tokens > d->t)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "%u tokens are more than the model's context of %u",
+                       tokens, d->t);
+    const uint32_t need = (tokens + d->bt - 1) / d->bt;
+    ty_status s = table_room(d, seq, need, err);
+    if (s != TY_OK)
+        return s;
+    /* the longest indexed chain of the prompt's full blocks, short of
+     * the block of its last token (that token must run for its logits) */
+    const uint32_t most = n_prompt ? (n_prompt - 1) / d->bt : 0;
+    uint32_t hit = 0, idle = 0;
+    int32_t prev = -1;
+    uint64_t key = 0;
+    while (hit < most) {
+        const uint32_t *t = ids + (size_t)hit * d->bt;
+        key = chain_key(key, t, d->bt);
+        const int32_t b = index_find(d, key, prev, t);
+        if (b < 0)
+            break;
+        seq->blocks[hit++] = b;
+        idle += !d->ref[b];
+        prev = b;
+    }
+    const uint32_t avail = nn_decoder_free_blocks(d) - idle;
+    if (need - hit > avail)
+        return ty_fail(err, TY_ELIMIT, NULL,
+                       "the cache has %u free blocks; %u more are needed",
+                       avail, need - hit);
+    for (uint32_t i = 0; i < hit; i++)
+        if (!d->ref[seq->blocks[i]]++)
+            lru_unlink(d, seq->blocks[i]);
+    seq->n_blocks = hit;
+    while (seq->n_blocks < need)
+        seq->blocks[seq->n_blocks++] = take_block(d);
+    seq->len = hit * d->bt;
+    *cached = seq->len;
+    return TY_OK;
+}
+
+void nn_kv_seq_publish(nn_decoder *d, const nn_kv_seq *seq, const uint32_t *ids,
+                       uint32_t n_ids)
+{
+    uint32_t full = (n_ids < seq->len ? n_ids : seq->len) / d->bt;
+    if (full > seq->n_blocks)
+        full = seq->n_blocks;
+    int32_t prev = -1;
+    uint64_t key = 0;
+    for (uint32_t j = 0; j < full; j++) {
+        const uint32_t *t = ids + (size_t)j * d->bt;
+        key = chain_key(key, t, d->bt);
+        const int32_t b = seq->blocks[j];
+        int32_t e = index_find(d, key, prev, t);
+        if (e < 0) {
+            if (d->indexed[b])
+                return; /* indexed after a parent since reused */
+            index_add(d, b, key, prev, t);
+            e = b;
+        }
+        /* e may be another sequence's block of the same tokens: the
+         * chain goes on through the indexed one */
+        prev = e;
+    }
 }
 
 void nn_kv_seq_release(nn_decoder *d, nn_kv_seq *seq)
 {
+    /* the last blocks first: a chain's tail is evicted before its head */
     for (uint32_t i = seq->n_blocks; i-- > 0;)
-        d->free_ids[d->n_free++] = seq->blocks[i];
+        drop_block(d, seq->blocks[i]);
     free(seq->blocks);
     memset(seq, 0, sizeof *seq);
 }

@@ -71,7 +71,8 @@ void nn_decoder_free(nn_decoder *d);
  * of it. Returns 1 when set; 0 on other backends, where it does nothing. */
 int nn_decoder_set_pool(nn_decoder *d, nn_pool *pool);
 
-/* Blocks of the pool no sequence holds. */
+/* Blocks of the pool no sequence holds: free ones and cached ones (in
+ * the prefix index, taken back when the pool needs them). */
 uint32_t nn_decoder_free_blocks(const nn_decoder *d);
 
 /* Gives seq room for positions [0, tokens): blocks from the pool as
@@ -80,7 +81,37 @@ uint32_t nn_decoder_free_blocks(const nn_decoder *d);
 ty_status nn_kv_seq_reserve(nn_decoder *d, nn_kv_seq *seq, uint32_t tokens,
                             ty_err *err);
 
-/* Returns seq's blocks to the pool and empties it. */
+/* Prefix caching (vLLM's automatic prefix caching): a block's keys and
+ * values depend only on the tokens up to it, so prompts that begin with
+ * the same full blocks of ids can share those blocks. The decoder keeps
+ * an index of full prompt blocks, each keyed by its ids chained onto
+ * the blocks before it (a match compares the ids, never the hash alone).
+ *
+ * nn_kv_seq_reserve_prefix reserves an empty seq's positions [0, tokens)
+ * as nn_kv_seq_reserve does, but first takes the longest chain of
+ * indexed blocks that matches the prompt's (ids, n_prompt of them)
+ * first full blocks, short of the block of the prompt's last token
+ * (that token must run for its logits): at most (n_prompt - 1) /
+ * block_tokens blocks. Those are shared, counted by reference; seq->len
+ * and *cached are their positions, so the sequence's rows start after
+ * them, and its logits are the same bits as without the cache (batch
+ * invariance: the shared blocks hold what the sequence would write).
+ * Errors as nn_kv_seq_reserve's; TY_EINVAL when seq holds blocks.
+ *
+ * nn_kv_seq_publish indexes seq's full blocks of ids (n_ids: its prompt)
+ * whose positions are computed (below seq->len). A sequence never writes
+ * a shared block: its rows are past its len. A block no sequence holds
+ * stays indexed, counted free, until the pool needs it (the one unused
+ * longest goes first). */
+ty_status nn_kv_seq_reserve_prefix(nn_decoder *d, nn_kv_seq *seq,
+                                   const uint32_t *ids, uint32_t n_prompt,
+                                   uint32_t tokens, uint32_t *cached,
+                                   ty_err *err);
+void nn_kv_seq_publish(nn_decoder *d, const nn_kv_seq *seq, const uint32_t *ids,
+                       uint32_t n_ids);
+
+/* Returns seq's blocks to the pool (a shared block once no sequence
+ * holds it) and empties it. */
 void nn_kv_seq_release(nn_decoder *d, nn_kv_seq *seq);
 
 /* One step over n rows (at most max_rows): their logits (n, vocabulary)

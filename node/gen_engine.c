@@ -13,7 +13,10 @@
  * waits for memory and nothing is ever preempted); otherwise it waits, in
  * order, behind the first that does not fit (at most GEN_MAX_WAITING wait;
  * past that, TY_EUNAVAILABLE). A finished sequence leaves at once and its
- * blocks return to the pool. The decoder computes every row apart from the
+ * blocks return to the pool. A prompt's first full blocks come from the
+ * decoder's prefix cache when an earlier prompt began the same (its
+ * rows start after them), and a prompt's full blocks are published to
+ * it once computed. The decoder computes every row apart from the
  * others (models/nn_decode.h), so a sequence writes the same tokens
  * whichever others share its steps.
  *
@@ -56,7 +59,7 @@ static gen_engine *engines;
  * metrics. */
 static struct {
     _Atomic long running, waiting, kv_used, kv_total;
-    _Atomic uint64_t prompt, generated;
+    _Atomic uint64_t prompt, generated, prefix_hit;
 } totals;
 
 static void count_sequences(int delta)
@@ -86,12 +89,15 @@ static void count_prompt(const char *tenant, unsigned tokens)
 
 void gen_engine_totals_get(gen_engine_totals *t)
 {
-    *t = (gen_engine_totals){atomic_load(&totals.running),
-                             atomic_load(&totals.waiting),
-                             atomic_load(&totals.kv_used),
-                             atomic_load(&totals.kv_total),
-                             atomic_load(&totals.prompt),
-                             atomic_load(&totals.generated)};
+    *t = (gen_engine_totals){
+        .running = atomic_load(&totals.running),
+        .waiting = atomic_load(&totals.waiting),
+        .kv_used = atomic_load(&totals.kv_used),
+        .kv_total = atomic_load(&totals.kv_total),
+        .prompt_tokens = atomic_load(&totals.prompt),
+        .generated_tokens = atomic_load(&totals.generated),
+        .prefix_hit_tokens = atomic_load(&totals.prefix_hit),
+    };
 }
 
 /* The engine thread's own state. */
@@ -222,9 +228,11 @@ static void admit(eng_work *w)
         ty_status s = TY_OK;
         if (!w->d && (s = make_decoder(w, g, &err)) != TY_OK)
             free_decoder(w);
+        uint32_t cached = 0;
         if (s == TY_OK &&
-            (s = nn_kv_seq_reserve(w->d, &g->kv, (uint32_t)g->n + g->max_tokens,
-                                   &err)) == TY_ELIMIT) {
+            (s = nn_kv_seq_reserve_prefix(w->d, &g->kv, g->ids, g->n,
+                                          (uint32_t)g->n + g->max_tokens,
+                                          &cached, &err)) == TY_ELIMIT) {
             if (w->n_run)
                 return; /* it waits for blocks */
             /* nothing running and still no room: it can never fit */
@@ -241,7 +249,11 @@ static void admit(eng_work *w)
             retire(w, g, s, &err);
             continue;
         }
-        g->fed = 0;
+        /* the prompt's first blocks may be in the cache already: its
+         * rows start after them */
+        g->fed = cached;
+        opm_gen_prefix_cache(cached, g->n - cached);
+        atomic_fetch_add(&totals.prefix_hit, cached);
         w->run[w->n_run++] = g;
         count_sequences(1);
     }
@@ -251,7 +263,8 @@ static void admit(eng_work *w)
  * token for each sequence whose prompt is in (its last row's logits). */
 static void step(eng_work *w)
 {
-    uint32_t nr = 0;
+    uint32_t nr = 0, n_pub = 0;
+    gen_seq *pub[GEN_STEP_ROWS]; /* prompts that end this step */
     for (uint32_t i = 0; i < w->n_run; i++) {
         gen_seq *g = w->run[i];
         if (g->fed < g->n)
@@ -265,8 +278,10 @@ static void step(eng_work *w)
             w->rows[nr] = (nn_decode_row){&g->kv, g->ids[g->fed], g->fed};
             w->row_of[nr++] = g;
             g->fed++;
-            if (g->fed == g->n)
+            if (g->fed == g->n) {
                 count_prompt(g->tenant, (unsigned)g->n);
+                pub[n_pub++] = g;
+            }
         }
     }
     unsigned seqs = 0;
@@ -275,6 +290,10 @@ static void step(eng_work *w)
     opm_gen_step(seqs);
     ty_err err = {0};
     ty_status s = nn_decoder_step(w->d, w->rows, nr, w->logits, &err);
+    /* prompts now whole in the cache: their full blocks for later
+     * prompts that begin the same */
+    for (uint32_t i = 0; s == TY_OK && i < n_pub; i++)
+        nn_kv_seq_publish(w->d, &pub[i]->kv, pub[i]->ids, pub[i]->n);
     for (uint32_t r = 0; r < nr; r++) {
         gen_seq *g = w->row_of[r];
         const int last = r + 1 == nr || w->row_of[r + 1] != g;

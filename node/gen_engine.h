@@ -62,10 +62,12 @@ ty_status gen_engine_wait(gen_seq *s, ty_err *err);
 /* What the process's engines hold and have done, every model's together
  * (a replica reports them with its heartbeats): sequences in the caches
  * and waiting for them, the caches' blocks held and in the pools, prompt
- * tokens fed and tokens written. */
+ * tokens fed (those found in the prefix cache among them) and tokens
+ * written. */
 typedef struct {
     long running, waiting, kv_used, kv_total;
     uint64_t prompt_tokens, generated_tokens;
+    uint64_t prefix_hit_tokens; /* prompt tokens found in the cache */
 } gen_engine_totals;
 void gen_engine_totals_get(gen_engine_totals *t);
 

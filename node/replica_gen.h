@@ -37,6 +37,7 @@ int replica_gen_running(void);
 #define RPROTO_F_GEN_KV_TOTAL "kv_blocks_total"
 #define RPROTO_F_GEN_PROMPT "prompt_tokens"
 #define RPROTO_F_GEN_GENERATED "generated_tokens"
+#define RPROTO_F_GEN_PREFIX_HIT "prefix_cache_hit_tokens"
 
 /* The heartbeat's fields once net, a language model, is loaded
  * (replica.h's "generation": the engine's figures); NULL before, or for

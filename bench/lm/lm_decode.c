@@ -14,8 +14,11 @@
  *            predict does), reading the last position's logits;
  *   cached   the decoder: the prompt in one step, then one token a step;
  *   batched  --batch sequences (different prompts) stepping together.
- * The first two must choose the same tokens (same_tokens). Prints one
- * JSON line: tokens/s of each and the ratios.
+ * The first two must choose the same tokens (same_tokens). Then prefix
+ * caching: the prefill of a prompt of context - 16 tokens cold and with
+ * its full blocks cached by an earlier sequence of the same prompt (the
+ * first token's latency; the logits must be the same bits). Prints one
+ * JSON line: tokens/s of each, the ratios and the prefill times.
  */
 #include <math.h>
 #include <stdint.h>
@@ -133,6 +136,67 @@ static double run_cached(const nn_net *net, const uint32_t *prompt, uint32_t np,
     return secs;
 }
 
+/* Prefix caching: the prompt's prefill (its first token's latency) with
+ * nothing cached, and again for a second sequence of the same prompt,
+ * whose full blocks but the last come from the first's (best of 5 each).
+ * The two last rows' logits must be the same bits. */
+static void run_prefix(const nn_net *net, const uint32_t *prompt, uint32_t np,
+                       uint32_t t, double *cold, double *warm, uint32_t *cached,
+                       int *same)
+{
+    nn_decoder *d;
+    ty_err err;
+    if (nn_decoder_create(net, np, 2 * ((t + 15) / 16), 16, &d, &err) !=
+        TY_OK) {
+        fprintf(stderr, "bench_decode: %s\n", err.msg);
+        exit(1);
+    }
+    nn_decode_row *rows = calloc(np, sizeof *rows);
+    float *out = malloc((size_t)np * V * sizeof *out);
+    float *first = malloc(V * sizeof *first);
+    if (!rows || !out || !first)
+        exit(1);
+    *cold = *warm = 1e30;
+    *same = 1;
+    for (int rep = 0; rep < 5; rep++) {
+        nn_kv_seq a = {0}, b = {0};
+        nn_kv_seq *s[2] = {&a, &b};
+        for (int k = 0; k < 2; k++) {
+            const double t0 = now_s();
+            uint32_t from = 0, n = 0;
+            if (nn_kv_seq_reserve_prefix(d, s[k], prompt, np, t, &from, &err) !=
+                TY_OK)
+                exit(1);
+            for (uint32_t i = from; i < np; i++)
+                rows[n++] = (nn_decode_row){s[k], prompt[i], i};
+            if (nn_decoder_step(d, rows, n, out, &err) != TY_OK)
+                exit(1);
+            const double secs = now_s() - t0;
+            const float *lastrow = out + (size_t)(n - 1) * V;
+            if (!k) {
+                nn_kv_seq_publish(d, &a, prompt, np);
+                memcpy(first, lastrow, V * sizeof *first);
+                *cold = secs < *cold ? secs : *cold;
+            } else {
+                *same &= !memcmp(first, lastrow, V * sizeof *first);
+                *warm = secs < *warm ? secs : *warm;
+                *cached = from;
+            }
+        }
+        nn_kv_seq_release(d, &a);
+        nn_kv_seq_release(d, &b);
+        /* the next round's a finds the blocks too: start over */
+        nn_decoder_free(d);
+        if (nn_decoder_create(net, np, 2 * ((t + 15) / 16), 16, &d, &err) !=
+            TY_OK)
+            exit(1);
+    }
+    nn_decoder_free(d);
+    free(rows);
+    free(out);
+    free(first);
+}
+
 int main(int argc, char **argv)
 {
     const uint32_t layers = (uint32_t)opt(argc, argv, "--layers", 4);
@@ -173,26 +237,39 @@ int main(int argc, char **argv)
     nn_arch_init_params(&net.arch, net.params, &rng);
     uint32_t *prompt = malloc(np * sizeof *prompt);
     uint32_t *a = malloc(t * sizeof *a), *c = malloc(t * sizeof *c);
+    uint32_t *prompt_long = malloc(t * sizeof *prompt_long);
     for (uint32_t i = 0; i < np; i++)
         prompt[i] = (uint32_t)ty_rng_below(&rng, V);
+    for (uint32_t i = 0; i < t; i++)
+        prompt_long[i] = (uint32_t)ty_rng_below(&rng, V);
     const uint32_t gen = t - np;
     const double full = run_full(&net, prompt, np, t, a);
     const double one = run_cached(&net, prompt, np, t, 1, c);
     const int same = !memcmp(a, c, t * sizeof *a);
     const double many = run_cached(&net, prompt, np, t, b, c);
+    double cold, warm;
+    uint32_t cached = 0;
+    int same_prefix;
+    run_prefix(&net, prompt_long, t - 16, t, &cold, &warm, &cached,
+               &same_prefix);
     const double r_full = gen / full, r_one = gen / one;
     const double r_many = (double)gen * b / many;
     printf("{\"layers\": %u, \"dim\": %u, \"context\": %u, \"prompt\": %u, "
            "\"generated\": %u, \"full_tokens_per_s\": %.1f, "
            "\"cached_tokens_per_s\": %.1f, \"batched\": %u, "
            "\"batched_tokens_per_s\": %.1f, \"cached_over_full\": %.2f, "
-           "\"batched_over_cached\": %.2f, \"same_tokens\": %s}\n",
+           "\"batched_over_cached\": %.2f, \"same_tokens\": %s, "
+           "\"prefix_prompt\": %u, \"prefix_cached_tokens\": %u, "
+           "\"prefill_cold_ms\": %.3f, \"prefill_cached_ms\": %.3f, "
+           "\"prefix_same_logits\": %s}\n",
            layers, dim, t, np, gen, r_full, r_one, b, r_many, r_one / r_full,
-           r_many / r_one, same ? "true" : "false");
+           r_many / r_one, same ? "true" : "false", t - 16, cached, cold * 1e3,
+           warm * 1e3, same_prefix ? "true" : "false");
     free(prompt);
+    free(prompt_long);
     free(a);
     free(c);
     free(net.params);
     nn_arch_free(&net.arch);
-    return same ? 0 : 1;
+    return same && same_prefix ? 0 : 1;
 }

@@ -21,7 +21,10 @@
  *   - deployed (a CPU replica, node/replica_gen.c), the model writes the
  *     same texts, logprobs and streams as in the server, by the
  *     deployment's name and by the model's id, and the deployment counts
- *     the requests.
+ *     the requests;
+ *   - prefix caching: prompts that begin alike share their first blocks
+ *     and write, bit for bit, what they write with the cache cold, in
+ *     the server and on a replica (whose heartbeats count the hits).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -845,6 +848,158 @@ static void test_deployed_disconnect(void **state)
     resp_free(r);
 }
 
+/* The choices of an OpenAI completion of model over a list of prompts
+ * (seeded sampling, logprobs), as a JSON array (a new reference). */
+static char prefix_id[64];     /* test_prefix_cache's model */
+static json_t *prefix_cold[2]; /* its choices with the cache cold */
+
+#define P "\"the old king finds the castle. my friend sees \""
+#define P2 "\"the old king finds the castle. my friend calls \""
+#define X "\"a dog loves the moon. the cat sees the river. \""
+#define WARM "[" P ", " P ", " P2 "]"
+
+static json_t *prefix_choices(const char *model, const char *prompts)
+{
+    char body[512];
+    snprintf(body, sizeof body,
+             "{\"model\": \"%s\", \"prompt\": %s, \"max_tokens\": 16, "
+             "\"temperature\": 1, \"seed\": 5, \"logprobs\": 2}",
+             model, prompts);
+    resp *r = http_json(&server, "POST", "/openai/v1/completions", body);
+    expect_status(r, 200);
+    json_t *c = json_incref(json_object_get(r->json, "choices"));
+    resp_free(r);
+    assert_int_equal(json_array_size(c), 3);
+    return c;
+}
+
+static double prefix_tokens(const char *kind)
+{
+    char has[32];
+    snprintf(has, sizeof has, "kind=\"%s\"", kind);
+    resp *m = http_get(&server, "/metrics");
+    double v = metric_sum(m->body,
+                          "trainyard_generate_prefix_cache_tokens_total", has);
+    resp_free(m);
+    return v;
+}
+
+static void same_choice(json_t *cold, json_t *warm, size_t i)
+{
+    char *a = json_dumps(json_array_get(cold, i), JSON_SORT_KEYS);
+    char *b = json_dumps(json_array_get(warm, i), JSON_SORT_KEYS);
+    if (strcmp(a, b))
+        fail_msg("choice %zu: cache cold %s, warm %s", i, a, b);
+    free(a);
+    free(b);
+}
+
+/* Prefix caching: prompts that begin with the same two blocks of 16
+ * tokens share them. A model of its own with a context of 64 (4 blocks),
+ * whose cache of 6 blocks holds one sequence at a time, so a request's
+ * prompts run one after another and each finds the blocks of those
+ * before. Its prompts P, P and P' (P's first 32 tokens, another ending)
+ * write the texts and logprobs, bit for bit, that each writes with the
+ * cache cold (after a prompt X that shares nothing, for the same choice
+ * index: the same seeded stream), and the cache gave 2 x 32 tokens. */
+static void test_prefix_cache(void **state)
+{
+    (void)state;
+    resp *r = http_json(
+        &server, "POST", "/v1/jobs",
+        "{\"dataset\": \"story\", \"name\": \"story-prefix\", \"model\": "
+        "{\"layers\": [{\"type\": \"embedding\", \"dim\": 32},"
+        " {\"type\": \"positional_embedding\"},"
+        " {\"type\": \"transformer_block\", \"heads\": 4},"
+        " {\"type\": \"layernorm\"}, {\"type\": \"lm_head\"}]},"
+        " \"hyperparameters\": {\"context_length\": 64, \"batch_size\": 4,"
+        " \"epochs\": 1, \"max_steps\": 2, \"seed\": 2}}");
+    expect_status(r, 202);
+    char job[64];
+    snprintf(job, sizeof job, "%s", str(r->json, "id"));
+    resp_free(r);
+    json_t *j = wait_job(&server, job, 600);
+    assert_string_equal(str(j, "status"), "succeeded");
+    snprintf(prefix_id, sizeof prefix_id, "%s", str(j, "model"));
+    json_decref(j);
+    prefix_cold[0] = prefix_choices(prefix_id, "[" X ", " P ", " X "]");
+    prefix_cold[1] = prefix_choices(prefix_id, "[" X ", " X ", " P2 "]");
+    const double hit0 = prefix_tokens("hit");
+    const double computed0 = prefix_tokens("computed");
+    json_t *warm = prefix_choices(prefix_id, WARM);
+    const double hit = prefix_tokens("hit") - hit0;
+    const double computed = prefix_tokens("computed") - computed0;
+    fprintf(stderr, "prefix cache: %.0f prompt tokens hit, %.0f computed\n",
+            hit, computed);
+    same_choice(prefix_cold[0], warm, 1);
+    same_choice(prefix_cold[1], warm, 2);
+    assert_true(hit >= 64); /* choices 1 and 2: two blocks each */
+    assert_true(computed > 0);
+    json_decref(warm);
+}
+
+/* The prefix cache value a deployment's first instance reported with
+ * its last heartbeat (-1: none yet). */
+static long long replica_prefix_hits(const char *dpath)
+{
+    resp *r = http_get(&server, dpath);
+    const json_t *g = json_object_get(
+        json_array_get(json_object_get(r->json, "instances"), 0), "generate");
+    const json_t *v = json_object_get(g, "prefix_cache_hit_tokens");
+    long long n = json_is_integer(v) ? json_integer_value(v) : -1;
+    resp_free(r);
+    return n;
+}
+
+/* Deployed, the replica's engine caches prefixes too: the same request
+ * by the deployment's name writes the choices the server wrote with the
+ * cache cold, and the replica's heartbeats count the tokens its cache
+ * gave. Each choice reaches the replica on a connection of its own, and
+ * its cache lives while its engine is busy: a choice that arrives after
+ * the one before has finished finds it freed. So the request is made up
+ * to five times (the same choices each time) until the replica counts
+ * hits; code without the cache never does. */
+static void test_prefix_cache_deployed(void **state)
+{
+    (void)state;
+    assert_true(prefix_id[0] && prefix_cold[0] && prefix_cold[1]);
+    char dpath[128];
+    deploy_cpu("prefix-dep", prefix_id, dpath);
+    long long before = -1, after = -1;
+    double until = now_seconds() + 30;
+    while ((before = replica_prefix_hits(dpath)) < 0 && now_seconds() < until)
+        usleep(100 * 1000);
+    if (before < 0)
+        fail_msg("the replica reported no prefix cache figure in 30 s");
+    int tries = 0;
+    do {
+        json_t *warm = prefix_choices("prefix-dep", WARM);
+        same_choice(prefix_cold[0], warm, 1);
+        same_choice(prefix_cold[1], warm, 2);
+        json_decref(warm);
+        tries++;
+        until = now_seconds() + 5; /* heartbeats every 2 s */
+        do {
+            usleep(200 * 1000);
+            after = replica_prefix_hits(dpath);
+        } while (after == before && now_seconds() < until);
+    } while (after == before && tries < 5);
+    fprintf(stderr,
+            "on the replica: %lld prompt tokens from the cache (%d "
+            "requests)\n",
+            after - before, tries);
+    assert_true(after - before >= 32); /* two blocks, at least once */
+    resp *r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
+    resp_free(r);
+    json_decref(prefix_cold[0]);
+    json_decref(prefix_cold[1]);
+}
+
+#undef P
+#undef P2
+#undef X
+#undef WARM
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -858,6 +1013,8 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_deployed),
         cmocka_unit_test(test_deployed_disconnect),
+        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_prefix_cache_deployed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -9,6 +9,10 @@
  *     the same bits alone or batched with the other (batch invariance);
  *   - the pool: reserving past it is TY_ELIMIT, releasing gives the
  *     blocks back;
+ *   - prefix caching: a prompt that begins with another's full blocks
+ *     shares them (reference counted, never its last block) and gets the
+ *     bits a decoder without sharing gives; cached blocks count free and
+ *     are evicted when the pool needs them; other ids do not match;
  *   - refusals: a row out of order, an id outside the vocabulary, a
  *     position without a block, a model that is not a causal language
  *     model;
@@ -255,6 +259,128 @@ static void test_pool_and_refusals(void **state)
     drop(&m);
 }
 
+/* Logits (n - from rows) of ids[from..n) for seq, after its first `from`
+ * positions are in the cache: the rows in one step. */
+static void feed(nn_decoder *d, nn_kv_seq *s, const uint32_t *ids,
+                 uint32_t from, uint32_t n, float *out)
+{
+    ty_err err;
+    nn_decode_row rows[T];
+    for (uint32_t i = from; i < n; i++)
+        rows[i - from] = (nn_decode_row){s, ids[i], i};
+    assert_int_equal(nn_decoder_step(d, rows, n - from, out, &err), TY_OK);
+}
+
+/* Prefix caching: a second prompt that begins with the first's two full
+ * blocks takes them (cached_tokens 2B) and its logits past them are the
+ * bits of a decoder without sharing; shared blocks stay while either
+ * holds them, count free once neither does, and are evicted only when
+ * the pool needs them; a prompt's last block is never taken; other ids
+ * do not match. */
+static void test_prefix_cache(void **state)
+{
+    model m;
+    ty_err err;
+    assert_int_equal(build(&m, GPT, T, TY_TASK_LANGUAGE_MODELING, &err), TY_OK);
+    /* Y: A's first 6 ids (two blocks of 3), then B's */
+    uint32_t y[T];
+    memcpy(y, A_IDS, 6 * sizeof *y);
+    memcpy(y + 6, B_IDS + 6, 4 * sizeof *y);
+    nn_decoder *d0, *d;
+    assert_int_equal(nn_decoder_create(&m.net, 16, 8, 3, &d0, &err), TY_OK);
+    assert_int_equal(nn_decoder_create(&m.net, 16, 8, 3, &d, &err), TY_OK);
+    /* the reference: Y alone, no sharing */
+    nn_kv_seq r = {0};
+    float want[T * V], got[T * V];
+    assert_int_equal(nn_kv_seq_reserve(d0, &r, T, &err), TY_OK);
+    feed(d0, &r, y, 0, T, want);
+    nn_kv_seq_release(d0, &r);
+    nn_decoder_free(d0);
+
+    /* a: A's first 8 ids as its prompt, nothing cached yet */
+    nn_kv_seq a = {0}, b = {0}, c = {0};
+    uint32_t cached = 99;
+    assert_int_equal(
+        nn_kv_seq_reserve_prefix(d, &a, A_IDS, 8, T, &cached, &err), TY_OK);
+    assert_int_equal(cached, 0);
+    assert_int_equal(a.len, 0);
+    feed(d, &a, A_IDS, 0, 8, got);
+    nn_kv_seq_publish(d, &a, A_IDS, 8); /* blocks 0 and 1 (6 of 8) */
+    assert_int_equal(nn_decoder_free_blocks(d), 8 - 4);
+    /* b: Y takes a's two blocks, computes the rest */
+    assert_int_equal(nn_kv_seq_reserve_prefix(d, &b, y, T, T, &cached, &err),
+                     TY_OK);
+    assert_int_equal(cached, 6);
+    assert_int_equal(b.len, 6);
+    assert_int_equal(b.blocks[0], a.blocks[0]);
+    assert_int_equal(b.blocks[1], a.blocks[1]);
+    assert_true(b.blocks[2] != a.blocks[2]);
+    assert_int_equal(nn_decoder_free_blocks(d), 8 - 6); /* 2 shared */
+    /* a leaves: its own blocks come back, the shared ones stay b's */
+    nn_kv_seq_release(d, &a);
+    assert_int_equal(nn_decoder_free_blocks(d), 8 - 4);
+    feed(d, &b, y, 6, T, got);
+    for (uint32_t i = 0; i < 4 * V; i++)
+        if (got[i] != want[6 * V + i])
+            fail_msg("logit %u at position %u: %.9g shared, %.9g alone", i % V,
+                     6 + i / V, got[i], want[6 * V + i]);
+    nn_kv_seq_release(d, &b);
+    /* nobody holds the two: cached, yet counted free */
+    assert_int_equal(nn_decoder_free_blocks(d), 8);
+    /* a prompt of exactly two blocks takes one: its last token runs */
+    assert_int_equal(
+        nn_kv_seq_reserve_prefix(d, &c, A_IDS, 6, 7, &cached, &err), TY_OK);
+    assert_int_equal(cached, 3);
+    nn_kv_seq_release(d, &c);
+    /* one id other in the second block: only the first matches */
+    uint32_t z[T];
+    memcpy(z, A_IDS, sizeof z);
+    z[4] = (z[4] + 1) % V;
+    assert_int_equal(nn_kv_seq_reserve_prefix(d, &c, z, T, T, &cached, &err),
+                     TY_OK);
+    assert_int_equal(cached, 3);
+    nn_kv_seq_release(d, &c);
+    /* 4 fresh blocks come from the free ones, the cached ones stay */
+    nn_kv_seq f1 = {0}, f2 = {0};
+    assert_int_equal(nn_kv_seq_reserve(d, &f1, T, &err), TY_OK);
+    assert_int_equal(
+        nn_kv_seq_reserve_prefix(d, &c, A_IDS, 7, 7, &cached, &err), TY_OK);
+    assert_int_equal(cached, 6);
+    nn_kv_seq_release(d, &c);
+    nn_kv_seq_release(d, &f1);
+    /* the whole pool: the cached blocks are evicted for it */
+    assert_int_equal(nn_kv_seq_reserve(d, &f1, T, &err), TY_OK);
+    assert_int_equal(nn_kv_seq_reserve(d, &f2, T, &err), TY_OK);
+    assert_int_equal(nn_decoder_free_blocks(d), 0);
+    assert_int_equal(nn_kv_seq_reserve(d, &c, 1, &err), TY_ELIMIT);
+    nn_kv_seq_release(d, &f1);
+    nn_kv_seq_release(d, &f2);
+    assert_int_equal(nn_decoder_free_blocks(d), 8);
+    assert_int_equal(
+        nn_kv_seq_reserve_prefix(d, &c, A_IDS, 7, 7, &cached, &err), TY_OK);
+    assert_int_equal(cached, 0);
+    nn_kv_seq_release(d, &c);
+    /* a held prefix does not count as free for the rest */
+    assert_int_equal(
+        nn_kv_seq_reserve_prefix(d, &a, A_IDS, 8, T, &cached, &err), TY_OK);
+    feed(d, &a, A_IDS, 0, 8, got);
+    nn_kv_seq_publish(d, &a, A_IDS, 8);
+    nn_kv_seq_release(d, &a); /* two cached blocks, six free */
+    assert_int_equal(nn_kv_seq_reserve(d, &f1, 9, &err), TY_OK); /* 3 */
+    assert_int_equal(nn_kv_seq_reserve(d, &f2, 9, &err), TY_OK); /* 3 */
+    /* b would take the 2 cached and needs 2 more: none left */
+    assert_int_equal(nn_kv_seq_reserve_prefix(d, &b, y, T, T, &cached, &err),
+                     TY_ELIMIT);
+    assert_int_equal(b.n_blocks, 0);
+    assert_int_equal(nn_decoder_free_blocks(d), 2);
+    nn_kv_seq_release(d, &b);
+    nn_kv_seq_release(d, &f1);
+    nn_kv_seq_release(d, &f2);
+    assert_int_equal(nn_decoder_free_blocks(d), 8);
+    nn_decoder_free(d);
+    drop(&m);
+}
+
 /* rows_gemm against a double reference, and each row's bits alone (n = 1)
  * equal to its bits among n rows, for row counts that fill the 4-row
  * tiles and leave each remainder, odd widths (a 1-column tail) and k past
@@ -314,6 +440,7 @@ int main(void)
         cmocka_unit_test(test_prefill_and_steps),
         cmocka_unit_test(test_two_sequences_and_batch_invariance),
         cmocka_unit_test(test_pool_and_refusals),
+        cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_rows_gemm_batch_invariant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
