@@ -364,34 +364,49 @@ static void test_batched_as_alone(void **state)
         gen_call_run(&alone[i]);
         assert_int_equal(alone[i].status, 200);
     }
-    double steps0, single0;
-    step_counts(&steps0, &single0);
-    pthread_t t[N_AT_ONCE], watcher;
-    kv_watch kw = {0};
-    assert_int_equal(pthread_create(&watcher, NULL, kv_watch_run, &kw), 0);
-    for (int i = 0; i < N_AT_ONCE; i++)
-        assert_int_equal(pthread_create(&t[i], NULL, gen_thread, &together[i]),
-                         0);
-    for (int i = 0; i < N_AT_ONCE; i++)
-        pthread_join(t[i], NULL);
-    kw.stop = 1;
-    pthread_join(watcher, NULL);
-    fprintf(stderr,
-            "cache while they ran: %d samples, %d with blocks in use; at most "
-            "%.0f of %.0f blocks used, %.0f requests waiting\n",
-            kw.samples, kw.busy, kw.max_used, kw.max_total, kw.max_waiting);
-    assert_int_equal(kw.over, 0); /* never past the pool, a pool of 6 */
-    for (int i = 0; i < N_AT_ONCE; i++) {
-        assert_int_equal(together[i].status, 200);
-        if (strcmp(alone[i].text, together[i].text))
-            fail_msg("request %d: alone \"%s\", together \"%s\"", i,
-                     alone[i].text, together[i].text);
+    /* Whether the eight share steps depends on when their threads get to
+     * send them: on a loaded machine they may come one after another. A
+     * round that shared none is run again (at most four rounds); every
+     * round's texts must be the alone ones. */
+    int shared = 0, round = 0;
+    for (; round < 4 && !shared; round++) {
+        double steps0, single0;
+        step_counts(&steps0, &single0);
+        pthread_t t[N_AT_ONCE], watcher;
+        kv_watch kw = {0};
+        assert_int_equal(pthread_create(&watcher, NULL, kv_watch_run, &kw), 0);
+        for (int i = 0; i < N_AT_ONCE; i++) {
+            together[i] = alone[i];
+            together[i].status = 0;
+            together[i].text[0] = '\0';
+            assert_int_equal(
+                pthread_create(&t[i], NULL, gen_thread, &together[i]), 0);
+        }
+        for (int i = 0; i < N_AT_ONCE; i++)
+            pthread_join(t[i], NULL);
+        kw.stop = 1;
+        pthread_join(watcher, NULL);
+        fprintf(stderr,
+                "cache while they ran: %d samples, %d with blocks in use; at "
+                "most %.0f of %.0f blocks used, %.0f requests waiting\n",
+                kw.samples, kw.busy, kw.max_used, kw.max_total,
+                kw.max_waiting);
+        assert_int_equal(kw.over, 0); /* never past the pool, a pool of 6 */
+        for (int i = 0; i < N_AT_ONCE; i++) {
+            assert_int_equal(together[i].status, 200);
+            if (strcmp(alone[i].text, together[i].text))
+                fail_msg("request %d: alone \"%s\", together \"%s\"", i,
+                         alone[i].text, together[i].text);
+        }
+        double steps, single;
+        step_counts(&steps, &single);
+        fprintf(stderr,
+                "together (round %d): %.0f steps, %.0f of them with one "
+                "sequence\n",
+                round + 1, steps - steps0, single - single0);
+        shared = steps - steps0 > single - single0;
     }
-    double steps, single;
-    step_counts(&steps, &single);
-    fprintf(stderr, "together: %.0f steps, %.0f of them with one sequence\n",
-            steps - steps0, single - single0);
-    assert_true(steps - steps0 > single - single0); /* some steps shared */
+    assert_true(shared); /* some steps shared */
 }
 
 /* The sum of a metric's samples whose line holds `has` (0 when none). */
