@@ -26,7 +26,6 @@
 #include "node/gen_engine.h"
 
 #define GEN_FLUSH_MS 30000
-#define GEN_THREAD_STACK (256u << 10)
 
 static _Atomic int running;
 
@@ -256,8 +255,11 @@ void replica_gen_start(const nn_net *net, int fd, const rframe_gen_req *r,
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
+    /* the default stack: glibc carves the libraries' static TLS out of a
+     * thread's stack, and a CUDA build's (cuDNN, cuBLAS) overflowed a
+     * 256 KiB one at the thread's first call (the pages are only touched
+     * as used) */
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&attr, GEN_THREAD_STACK);
     if (pthread_create(&t, &attr, gen_main, g) != 0) {
         g->fd = -1;
         rgen_free(g);
