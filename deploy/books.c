@@ -71,6 +71,21 @@ void window_roll(deployment *d, double t)
 
 /* d's replicas of generation `which` in one of `states` (a mask of
  * 1 << rep_state). dmu held. */
+int sum_engines(const deployment *d, engines_sum *sum)
+{
+    int n = 0;
+    *sum = (engines_sum){0};
+    for (const replica *p = d->reps; p; p = p->next)
+        if (p->gen.have && p->state != REP_GONE) {
+            n++;
+            sum->sequences += p->gen.sequences;
+            sum->waiting += p->gen.waiting;
+            sum->kv_used += p->gen.kv_used;
+            sum->kv_total += p->gen.kv_total;
+        }
+    return n;
+}
+
 int count_reps(const deployment *d, int which, int states)
 {
     int n = 0;

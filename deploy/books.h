@@ -199,6 +199,13 @@ void window_roll(deployment *d, double t);
  * 1 << rep_state). dmu held. */
 int count_reps(const deployment *d, int which, int states);
 
+/* What d's live replicas' engines hold, as their last heartbeats said:
+ * the number of replicas that reported, and their sums. dmu held. */
+typedef struct {
+    long sequences, waiting, kv_used, kv_total;
+} engines_sum;
+int sum_engines(const deployment *d, engines_sum *sum);
+
 /* The API's status of d ("ready", "starting", "degraded", ...). dmu
  * held. */
 const char *dep_status(const deployment *d);

@@ -59,17 +59,8 @@ static json_t *engine_of(const replica *p)
  * dmu held. */
 static json_t *generate_of(deployment *d)
 {
-    long run = 0, wait = 0, used = 0, total = 0;
-    int engines = 0;
-    for (const replica *p = d->reps; p; p = p->next)
-        if (p->gen.have && p->state != REP_GONE) {
-            engines++;
-            run += p->gen.sequences;
-            wait += p->gen.waiting;
-            used += p->gen.kv_used;
-            total += p->gen.kv_total;
-        }
-    if (!engines && !d->gen_requests)
+    engines_sum e;
+    if (!sum_engines(d, &e) && !d->gen_requests)
         return json_null();
     const double t = now_mono();
     window_roll(d, t);
@@ -91,8 +82,9 @@ static json_t *generate_of(deployment *d)
         lat_quantile2(&d->win[0].ttft, &d->win[1].ttft, 0.99), "itl_ms",
         "p50", lat_quantile2(&d->win[0].itl, &d->win[1].itl, 0.5), "p99",
         lat_quantile2(&d->win[0].itl, &d->win[1].itl, 0.99), "sequences",
-        (json_int_t)run, "waiting", (json_int_t)wait, "kv_blocks_used",
-        (json_int_t)used, "kv_blocks_total", (json_int_t)total);
+        (json_int_t)e.sequences, "waiting", (json_int_t)e.waiting,
+        "kv_blocks_used", (json_int_t)e.kv_used, "kv_blocks_total",
+        (json_int_t)e.kv_total);
 }
 
 /* The API's Deployment document. dmu held. */

@@ -197,18 +197,10 @@ static ty_status replica_start(void *ctx, int place, int sj, int slot)
  * into the deployment's gauges. dmu held. */
 static void gen_gauges(const deployment *d)
 {
-    long run = 0, wait = 0, used = 0, total = 0;
-    int any = 0;
-    for (const replica *p = d->reps; p; p = p->next)
-        if (p->gen.have && p->state != REP_GONE) {
-            any = 1;
-            run += p->gen.sequences;
-            wait += p->gen.waiting;
-            used += p->gen.kv_used;
-            total += p->gen.kv_total;
-        }
-    if (any || d->gen_requests)
-        opm_deploy_gen_engines(d->id, run, wait, used, total);
+    engines_sum e;
+    if (sum_engines(d, &e) || d->gen_requests)
+        opm_deploy_gen_engines(d->id, e.sequences, e.waiting, e.kv_used,
+                               e.kv_total);
 }
 
 static long gen_field(const json_t *g, const char *key)
