@@ -581,3 +581,28 @@ void cli_expect_code(const cli_result *r, int code)
         fail_msg("exit %d, wanted %d\nstderr: %.1500s\nstdout: %.1500s",
                  r->code, code, r->err, r->out);
 }
+
+void deploy_cpu_ready(const srv *s, const char *name, const char *model,
+                      char *dpath)
+{
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"name\": \"%s\", \"model\": \"%s\", \"replicas\": "
+             "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": \"none\"}}",
+             name, model);
+    resp *r = http_json(s, "POST", "/v1/deployments", body);
+    expect_status(r, 201);
+    snprintf(dpath, 128, "/v1/deployments/%s", str(r->json, "id"));
+    resp_free(r);
+    const double until = now_seconds() + 60;
+    int ready = 0;
+    while (!ready && now_seconds() < until) {
+        r = http_get(s, dpath);
+        ready = r->status == 200 && !strcmp(str(r->json, "status"), "ready");
+        resp_free(r);
+        if (!ready)
+            usleep(100 * 1000);
+    }
+    if (!ready)
+        fail_msg("%s not ready in 60 s (log: %s)", name, s->log);
+}

@@ -116,6 +116,12 @@ pid_t find_child(const srv *s, const char *command, const char *id);
 /* GET /v1/jobs/{id}, expected 200: the job (new reference). */
 json_t *get_job(const srv *s, const char *id);
 
+/* Deploys model as name on one CPU replica (POST /v1/deployments) and
+ * waits up to 60 s until it is ready (else fails the test): the
+ * deployment's path, /v1/deployments/<id>, into dpath (128 bytes). */
+void deploy_cpu_ready(const srv *s, const char *name, const char *model,
+                      char *dpath);
+
 /* find_child(s, "worker", job_id). */
 pid_t find_worker(const srv *s, const char *job_id);
 

@@ -643,32 +643,6 @@ static char *completion_choices(const char *model)
     return t;
 }
 
-/* Deploys model as name on one CPU replica and waits until it is ready:
- * the deployment's path into dpath (128 bytes). */
-static void deploy_cpu(const char *name, const char *model, char *dpath)
-{
-    char body[256];
-    snprintf(body, sizeof body,
-             "{\"name\": \"%s\", \"model\": \"%s\", \"replicas\": "
-             "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": \"none\"}}",
-             name, model);
-    resp *r = http_json(&server, "POST", "/v1/deployments", body);
-    expect_status(r, 201);
-    snprintf(dpath, 128, "/v1/deployments/%s", str(r->json, "id"));
-    resp_free(r);
-    const double until = now_seconds() + 60;
-    int ready = 0;
-    while (!ready && now_seconds() < until) {
-        r = http_get(&server, dpath);
-        ready = r->status == 200 && !strcmp(str(r->json, "status"), "ready");
-        resp_free(r);
-        if (!ready)
-            usleep(100 * 1000);
-    }
-    if (!ready)
-        fail_msg("%s not ready in 60 s (log: %s)", name, server.log);
-}
-
 #define N_DEP_STREAMS 16
 
 typedef struct {
@@ -736,7 +710,7 @@ static void test_deployed(void **state)
     char *oai_here = completion_choices(model_id);
 
     char dpath[128];
-    deploy_cpu("story-dep", model_id, dpath);
+    deploy_cpu_ready(&server, "story-dep", model_id, dpath);
     resp *r;
 
     /* on the replica: by the deployment's name and by the model's id */
@@ -836,7 +810,7 @@ static void test_deployed_disconnect(void **state)
     (void)state;
     assert_true(wide_id[0]);
     char dpath[128];
-    deploy_cpu("wide-dep", wide_id, dpath);
+    deploy_cpu_ready(&server, "wide-dep", wide_id, dpath);
     long long before = 0, after = 0, busy = 1;
     double until = now_seconds() + 30;
     while (!replica_engine(dpath, &before, &busy) && now_seconds() < until)
@@ -979,7 +953,7 @@ static void test_prefix_cache_deployed(void **state)
     (void)state;
     assert_true(prefix_id[0] && prefix_cold[0] && prefix_cold[1]);
     char dpath[128];
-    deploy_cpu("prefix-dep", prefix_id, dpath);
+    deploy_cpu_ready(&server, "prefix-dep", prefix_id, dpath);
     long long before = -1, after = -1;
     double until = now_seconds() + 30;
     while ((before = replica_prefix_hits(dpath)) < 0 && now_seconds() < until)

@@ -501,26 +501,8 @@ static void test_generate_stops_at_eos(void **state)
     print_message("%d of %d seeds ended at <|endoftext|>\n", ended, SEEDS);
     assert_true(ended > 0);
 
-    char body[256], dpath[128];
-    snprintf(body, sizeof body,
-             "{\"name\": \"eos-dep\", \"model\": \"%s\", \"replicas\": "
-             "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": \"none\"}}",
-             id);
-    r = http_json(&server, "POST", "/v1/deployments", body);
-    expect_status(r, 201);
-    snprintf(dpath, sizeof dpath, "/v1/deployments/%s", str(r->json, "id"));
-    resp_free(r);
-    const double until = now_seconds() + 60;
-    int ready = 0;
-    while (!ready && now_seconds() < until) {
-        r = http_get(&server, dpath);
-        ready = r->status == 200 && !strcmp(str(r->json, "status"), "ready");
-        resp_free(r);
-        if (!ready)
-            usleep(100 * 1000);
-    }
-    if (!ready)
-        fail_msg("deployment not ready in 60 s (log: %s)", server.log);
+    char dpath[128];
+    deploy_cpu_ready(&server, "eos-dep", id, dpath);
     for (int i = 0; i < SEEDS; i++) {
         gen_out there;
         gen_seed("eos-dep", i, &there);
