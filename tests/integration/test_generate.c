@@ -597,8 +597,34 @@ static void test_refusals(void **state)
     resp_free(r);
 }
 
-/* A generate_stream's events: their texts joined into text, the last
- * event's finish_reason into finish. */
+/* A generate_stream reply's events: their texts joined into text, the
+ * last event's finish_reason into finish. 0, or -1 with what was wrong
+ * in text (a bad event, an error event). No assertion: threads use it. */
+static int parse_stream(const resp *r, char *text, size_t cap,
+                        char finish[16])
+{
+    text[0] = finish[0] = '\0';
+    int rc = 0;
+    char *save = NULL, *copy = strndup(r->body, r->len);
+    for (char *ev = strtok_r(copy, "\n", &save); ev && !rc;
+         ev = strtok_r(NULL, "\n", &save)) {
+        json_t *o =
+            strncmp(ev, "data: ", 6) ? NULL : json_loads(ev + 6, 0, NULL);
+        if (!o || json_object_get(o, "error")) {
+            snprintf(text, cap, "bad event: %.200s", ev);
+            rc = -1;
+        } else {
+            strncat(text, str(o, "text_output"), cap - strlen(text) - 1);
+            if (json_object_get(o, "finish_reason"))
+                snprintf(finish, 16, "%s", str(o, "finish_reason"));
+        }
+        json_decref(o);
+    }
+    free(copy);
+    return rc;
+}
+
+/* generate_stream of model: its text and finish reason. */
 static void stream_text(const char *model, const char *body, char *text,
                         size_t cap, char finish[16])
 {
@@ -606,21 +632,8 @@ static void stream_text(const char *model, const char *body, char *text,
     snprintf(path, sizeof path, "/v2/models/%s/generate_stream", model);
     resp *r = http_json(&server, "POST", path, body);
     expect_status(r, 200);
-    text[0] = finish[0] = '\0';
-    char *save = NULL, *copy = strndup(r->body, r->len);
-    for (char *ev = strtok_r(copy, "\n", &save); ev;
-         ev = strtok_r(NULL, "\n", &save)) {
-        assert_true(!strncmp(ev, "data: ", 6));
-        json_t *o = json_loads(ev + 6, 0, NULL);
-        assert_non_null(o);
-        if (json_object_get(o, "error"))
-            fail_msg("stream error: %s", str(o, "error"));
-        strncat(text, str(o, "text_output"), cap - strlen(text) - 1);
-        if (json_object_get(o, "finish_reason"))
-            snprintf(finish, 16, "%s", str(o, "finish_reason"));
-        json_decref(o);
-    }
-    free(copy);
+    if (parse_stream(r, text, cap, finish) != 0)
+        fail_msg("stream: %s", text);
     resp_free(r);
 }
 
@@ -657,29 +670,12 @@ static void *dep_stream_run(void *arg)
     dep_stream *d = arg;
     resp *r = http_json(&server, "POST", "/v2/models/story-dep/generate_stream",
                         d->body);
-    d->text[0] = d->finish[0] = '\0';
     if (r->status != 200) {
+        d->text[0] = d->finish[0] = '\0';
         snprintf(d->text, sizeof d->text, "status %ld", r->status);
-        resp_free(r);
-        return NULL;
+    } else {
+        parse_stream(r, d->text, sizeof d->text, d->finish);
     }
-    char *save = NULL, *copy = strndup(r->body, r->len);
-    for (char *ev = strtok_r(copy, "\n", &save); ev;
-         ev = strtok_r(NULL, "\n", &save)) {
-        json_t *o = strncmp(ev, "data: ", 6) ? NULL : json_loads(ev + 6, 0, NULL);
-        if (!o || json_object_get(o, "error")) {
-            snprintf(d->text, sizeof d->text, "bad event: %.200s", ev);
-            json_decref(o);
-            break;
-        }
-        strncat(d->text, str(o, "text_output"),
-                sizeof d->text - strlen(d->text) - 1);
-        if (json_object_get(o, "finish_reason"))
-            snprintf(d->finish, sizeof d->finish, "%s",
-                     str(o, "finish_reason"));
-        json_decref(o);
-    }
-    free(copy);
     resp_free(r);
     return NULL;
 }
