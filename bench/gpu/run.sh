@@ -21,6 +21,11 @@
 #      continuous and static batching, and from a deployment's replica on
 #      a GPU or MIG slice (bench/serve/generate.py --gpu --no-hf
 #      --deployed): generated tokens/s, TTFT and ITL at c = 1, 8, 32.
+# The order on a GPU: build, gpu tests, then generation (7) before the
+# measurements 2-6, and every step under a limit (LIMIT_TESTS 180 s,
+# LIMIT_GEN 120, LIMIT_TRAIN 150, LIMIT_GPT2 120, LIMIT_SERVE 60; the GEMMs
+# 60): a step that hangs on its first run on a GPU is killed with its
+# servers and leaves the time to the others.
 # Meant to finish in under 6 minutes on an H200, from the repository alone.
 #
 # The device machine (bench/gpu on a machine lent through the `run` tool) has
@@ -89,6 +94,22 @@ while [ $# -gt 0 ]; do
     shift
 done
 
+# Every step on the device runs under a limit (timeout kills its whole
+# process group, servers included), so one that hangs on a first run
+# leaves the time to the steps after it.
+LIMIT_TESTS=${LIMIT_TESTS:-180}
+LIMIT_GEN=${LIMIT_GEN:-120}
+LIMIT_TRAIN=${LIMIT_TRAIN:-150}
+LIMIT_GPT2=${LIMIT_GPT2:-120}
+LIMIT_SERVE=${LIMIT_SERVE:-60}
+limit() { # SECONDS COMMAND...
+    local t=$1 rc
+    shift
+    timeout -k 10 "$t" "$@"
+    rc=$?
+    [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "run.sh: $(basename "$1") stopped at its limit of ${t}s"
+    return $rc
+}
 section() { printf '\n=== %s (t=%ds) ===\n' "$*" $((SECONDS - START)); }
 note() { SUMMARY+=("$*"); }
 finish() {
@@ -98,7 +119,8 @@ finish() {
     if [ -n "${OUT:-}" ] && [ -d "${OUT:-}" ]; then
         for f in "$BUILD/train_bench.json" "$BUILD/gpt2_bench.json" \
                  "$BUILD/gemm_ceiling.out" \
-                 "$BUILD/Testing/Temporary/LastTest.log"; do
+                 "$BUILD/Testing/Temporary/LastTest.log" \
+                 "$BUILD/run-configure.log" "$BUILD/run-build.log"; do
             [ -f "$f" ] && cp "$f" "$OUT/" 2>/dev/null
         done
     fi
@@ -120,6 +142,9 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
     nvidia-smi -L
     nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap \
         --format=csv,noheader 2>/dev/null || true
+    nvidia-smi --query-gpu=mig.mode.current,power.limit,clocks.max.sm \
+        --format=csv 2>/dev/null || true
+    command -v nvcc >/dev/null && nvcc --version | tail -n 2
 else
     echo "no GPU: nvidia-smi $(command -v nvidia-smi >/dev/null && echo 'lists none' || echo 'is not installed')"
 fi
@@ -201,7 +226,7 @@ echo "libraries: $(ldd "$BUILD/trainyard" | grep -E 'microhttpd|jansson|curl|sql
 
 # ---- the gpu tests -------------------------------------------------------------------
 section "ctest -L gpu"
-(cd "$BUILD" && ctest -L gpu --output-on-failure --no-tests=error)
+(cd "$BUILD" && limit "$LIMIT_TESTS" ctest -L gpu --output-on-failure --no-tests=error)
 rc=$?
 log="$BUILD/Testing/Temporary/LastTest.log"
 # ctest hides a skipped test's output; show why it skipped.
@@ -216,6 +241,22 @@ else
     note "gpu tests: passed"
 fi
 
+# Text generation (issue 32): the engine on the GPU, in the server and in a
+# replica on a GPU or MIG slice; no transformers baseline (no network here
+# for its venv).
+if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
+    section "text generation on the GPU (continuous vs static batching, a replica)"
+    limit "$LIMIT_GEN" "$PY" "$ROOT/bench/serve/generate.py" --binary "$BUILD/trainyard" --gpu \
+        --no-hf --deployed --steps 5 --json "${OUT:-/tmp}/generate_gpu.json"
+    rc=$?
+    if [ $rc -eq 0 ]; then
+        note "generation on the GPU: measured (see the table above)"
+    else
+        FAILED+=("generation on the GPU (rc $rc)")
+        note "generation on the GPU: FAILED (rc $rc)"
+    fi
+fi
+
 # ---- GEMM ceiling: bare cuBLAS ----------------------------------------------------------
 SHAPE=(--batch "$WIDE_BATCH" --width "$WIDE_WIDTH" --layers "$WIDE_LAYERS")
 section "GEMM ceiling of the wide network: cuBLAS (${SHAPE[*]})"
@@ -228,7 +269,7 @@ if ! "$NVCC" -O2 -std=c++17 -arch=sm_"${ARCH:-90}" -o "$CEIL" \
     FAILED+=("gemm_ceiling build")
     note "cuBLAS ceiling: build FAILED"
 else
-    "$CEIL" "${SHAPE[@]}" | tee "$CEIL_OUT"
+    limit 60 "$CEIL" "${SHAPE[@]}" | tee "$CEIL_OUT"
     rc=$?
     case $rc in
         0) note "cuBLAS ceiling: measured" ;;
@@ -248,7 +289,7 @@ elif [ -z "$PY" ]; then
     FAILED+=("torch_gemm (no python with torch)")
     note "PyTorch GEMMs: FAILED (no python with torch)"
 else
-    "$PY" "$ROOT/bench/gpu/torch_gemm.py" "${SHAPE[@]}"
+    limit 60 "$PY" "$ROOT/bench/gpu/torch_gemm.py" "${SHAPE[@]}"
     rc=$?
     if [ $rc -eq 0 ]; then
         note "PyTorch GEMMs: measured"
@@ -293,7 +334,7 @@ else
         finish
     fi
     threads=$(( $(nproc) / 2 )); [ $threads -lt 1 ] && threads=1; [ $threads -gt 8 ] && threads=8
-    "$PY" "$ROOT/bench/gpu/train_bench.py" --binary "$BUILD/trainyard" \
+    limit "$LIMIT_TRAIN" "$PY" "$ROOT/bench/gpu/train_bench.py" --binary "$BUILD/trainyard" \
         --device cuda:0 --wide-width "$WIDE_WIDTH" --wide-layers "$WIDE_LAYERS" \
         --wide-batch "$WIDE_BATCH" --threads $threads \
         --ceiling "$CEIL_OUT" --json "${BENCH[0]}" "${EXTRA[@]}"
@@ -331,7 +372,7 @@ elif [ -z "$PY" ]; then
 else
     section "GPT-2 124M: trainyard vs PyTorch eager (bf16, context $GPT2_CONTEXT, batch $GPT2_BATCH)"
     threads=$(( $(nproc) / 2 )); [ $threads -lt 1 ] && threads=1; [ $threads -gt 8 ] && threads=8
-    "$PY" "$ROOT/bench/gpu/gpt2_bench.py" --binary "$BUILD/trainyard" \
+    limit "$LIMIT_GPT2" "$PY" "$ROOT/bench/gpu/gpt2_bench.py" --binary "$BUILD/trainyard" \
         --device cuda:0 --batch "$GPT2_BATCH" --context "$GPT2_CONTEXT" \
         --steps "$GPT2_STEPS" --precision bf16 --threads $threads --json "$GPT2_JSON"
     rc=$?
@@ -348,7 +389,7 @@ fi
 if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
     section "serving: a deployment on the GPU (batching gain, replica hop)"
     if command -v wrk >/dev/null; then
-        "$PY" "$ROOT/bench/serve/deploy.py" --binary "$BUILD/trainyard" --gpu \
+        limit "$LIMIT_SERVE" "$PY" "$ROOT/bench/serve/deploy.py" --binary "$BUILD/trainyard" --gpu \
             --only batching,hop --duration 5 --reps 1 --json "${OUT:-/tmp}/deploy_gpu.json"
         rc=$?
         if [ $rc -eq 0 ]; then
@@ -360,22 +401,6 @@ if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
     else
         echo "SKIPPED: wrk is not installed on this machine"
         note "serving on the GPU: skipped (no wrk)"
-    fi
-fi
-
-# Text generation (issue 32): the engine on the GPU, in the server and in a
-# replica on a GPU or MIG slice; no transformers baseline (no network here
-# for its venv).
-if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
-    section "text generation on the GPU (continuous vs static batching, a replica)"
-    "$PY" "$ROOT/bench/serve/generate.py" --binary "$BUILD/trainyard" --gpu \
-        --no-hf --deployed --steps 5 --json "${OUT:-/tmp}/generate_gpu.json"
-    rc=$?
-    if [ $rc -eq 0 ]; then
-        note "generation on the GPU: measured (see the table above)"
-    else
-        FAILED+=("generation on the GPU (rc $rc)")
-        note "generation on the GPU: FAILED (rc $rc)"
     fi
 fi
 
