@@ -26,12 +26,15 @@ int train_threads(int requested, const nn_backend *be)
 }
 
 uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
-                               uint32_t n_train, int threads, train_memory *out)
+                               uint32_t n_train, int threads, uint32_t world,
+                               train_memory *out)
 {
     train_memory m = {0};
     const uint64_t p = arch->param_count ? arch->param_count : 1;
+    /* A rank's minibatches are its share of the global batch (dp.c). */
+    const uint32_t rows = hp->batch_size / (world > 1 ? world : 1);
     m.param_count = arch->param_count;
-    m.batch_rows = hp->batch_size < n_train ? hp->batch_size : n_train;
+    m.batch_rows = rows < n_train ? rows : n_train;
     if (m.batch_rows == 0)
         m.batch_rows = 1;
     m.state = (arch->param_count + arch->buffer_count + 1) * sizeof(float);
@@ -55,6 +58,19 @@ ty_status train_memory_estimate_spec(const json_t *spec,
                                      int threads, const nn_backend *be,
                                      train_memory *out, ty_err *err)
 {
+    return train_memory_estimate_rank(spec, input_shape, ndim, num_outputs,
+                                      task, hp, n_train, threads, be, 1, out,
+                                      err);
+}
+
+ty_status train_memory_estimate_rank(const json_t *spec,
+                                     const uint32_t *input_shape, uint32_t ndim,
+                                     uint32_t num_outputs, ty_task task,
+                                     const train_hparams *hp, uint32_t n_train,
+                                     int threads, const nn_backend *be,
+                                     uint32_t world, train_memory *out,
+                                     ty_err *err)
+{
     nn_arch arch;
     ty_status st =
         nn_arch_build_on(spec, input_shape, ndim, num_outputs, task, &hp->loss,
@@ -66,7 +82,7 @@ ty_status train_memory_estimate_spec(const json_t *spec,
     nn_dtype dt;
     if (train_precision_resolve(hp, arch.be, NULL, &dt, NULL) == TY_OK)
         nn_arch_set_precision(&arch, dt);
-    train_memory_estimate(&arch, hp, n_train, threads, out);
+    train_memory_estimate(&arch, hp, n_train, threads, world, out);
     nn_arch_free(&arch);
     return TY_OK;
 }

@@ -240,6 +240,7 @@ static void trainer_free(trainer *t)
     nn_preproc_free(&t->pp);
     nn_target_free(&t->tg);
     free(t->perm);
+    free(t->lperm);
 }
 
 static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
@@ -305,6 +306,8 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
      * not start, the arena is one thread's and the estimate an upper
      * bound). */
     t->be = t->arch.be;
+    if ((st = dp_setup(t, err)) != TY_OK)
+        return st;
     const long cores = sysconf(_SC_NPROCESSORS_ONLN);
     const int threads = train_threads(job->threads, t->be);
     openblas_set_num_threads(1);
@@ -316,7 +319,7 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     /* params is the state block: parameters, then buffers. */
     const uint64_t p = t->arch.param_count ? t->arch.param_count : 1;
     const uint64_t state = t->arch.param_count + t->arch.buffer_count + 1;
-    uint32_t rows = hp->batch_size < t->n_train ? hp->batch_size : t->n_train;
+    const uint32_t rows = dp_rows(t); /* this rank's share of a batch */
     t->perm = malloc((size_t)t->n_train * sizeof *t->perm);
     t->ws = nn_workspace_create_on(&t->arch, rows, 1, &base);
     if (t->ws) {
@@ -395,7 +398,7 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
         .pp = &t->pp,
         .tg = &t->tg,
         .batch_size = rows,
-        .n = t->n_train,
+        .n = t->world > 1 ? t->local_n : t->n_train,
         .outputs = nn_arch_target_width(&t->arch),
         .augment = hp->augment,
         .seed = hp->seed,
@@ -418,7 +421,8 @@ static void epoch_begin(trainer *t, uint32_t e)
     ty_rng shuffle;
     ty_rng_seed(&shuffle, t->hp->seed, TRAIN_STREAM_SHUFFLE(e));
     ty_rng_shuffle_u32(&shuffle, t->perm, t->n_train);
-    loader_begin_epoch(t->loader, e, t->perm, t->epoch_step * t->accum);
+    loader_begin_epoch(t->loader, e, dp_epoch_order(t),
+                       t->epoch_step * t->accum);
     if (t->epoch_step == 0) {
         ty_rng_seed(&t->drop_rng, t->hp->seed, TRAIN_STREAM_DROPOUT(e));
         t->loss_sum = 0.0;
@@ -596,7 +600,7 @@ static uint32_t run_epochs(const trainer *t)
 
 static void report_progress(const trainer *t, uint32_t e, double rate)
 {
-    if (!t->job->cb.on_progress)
+    if (!t->job->cb.on_progress || t->rank != 0)
         return;
     uint64_t total = t->total_steps;
     train_progress p = {
@@ -618,6 +622,8 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
 static ty_status report_eval(trainer *t, uint32_t e, double rate, ty_err *err)
 {
     const train_job *job = t->job;
+    if (t->rank != 0)
+        return TY_OK; /* no collective here: the others need not wait */
     uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;
     double loss, acc;
     ty_status st = nn_eval_examples_reg(
@@ -661,8 +667,9 @@ static void epoch_where(const trainer *t, train_epoch_metrics *m)
 static ty_status save_checkpoint(trainer *t, uint32_t e, ty_err *err)
 {
     ty_status st = train_sums_read(t, e, err);
-    if (st == TY_OK)
+    if (st == TY_OK && t->rank == 0)
         st = train_ckpt_save(t, err);
+    st = dp_agree(t, st, "to write the checkpoint", err);
     if (st == TY_OK)
         t->ckpt_step = t->step;
     return st;
@@ -680,7 +687,7 @@ static ty_status preempt_here(trainer *t, uint32_t e, ty_err *err)
         if (st != TY_OK)
             return st;
     }
-    if (job->cb.on_preempt)
+    if (job->cb.on_preempt && t->rank == 0)
         job->cb.on_preempt(job->cb.ctx, t->epoch_done, t->step, checkpointed);
     return ty_fail(err, TY_EPREEMPTED, NULL,
                    "training was preempted after %llu steps (%u epochs "
@@ -720,10 +727,13 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
 
     epoch_begin(t, e);
     while (t->epoch_step < t->steps_per_epoch && t->step < t->total_steps) {
-        if (job->stop && *job->stop)
+        /* Ranks stop or yield together, at the step they agreed on. */
+        const int dp = t->world > 1;
+        if (dp ? t->dp_stop : job->stop && *job->stop)
             return ty_fail(err, TY_ECANCELLED, NULL, "training was cancelled");
-        if (job->preempt && *job->preempt)
+        if (dp ? t->dp_preempt : job->preempt && *job->preempt)
             return preempt_here(t, e, err);
+        const double step_start = now_sec();
         /* This step's minibatches: examples [first, end) of the epoch. */
         uint64_t first64 = t->epoch_step * t->accum * (uint64_t)bs;
         uint32_t first = (uint32_t)first64;
@@ -738,11 +748,17 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
             device_step(t, first, end); /* sums into t->acc */
         for (uint32_t b = first; !t->acc && b < end && isfinite(sum); b += bs) {
             uint32_t mb_hits = 0;
+            if (!dp_share(t, end - b < bs ? end - b : bs))
+                continue; /* none of this minibatch is this rank's */
             sum += train_step(t, loader_next(t->loader), m, &mb_hits);
             hits += mb_hits;
         }
+        ty_status rst = dp_reduce_step(t, &sum, &hits, err);
+        if (rst != TY_OK)
+            return rst;
         if (!t->acc && isfinite(sum))
             optimizer_step(t);
+        t->step_seconds += now_sec() - step_start;
         /* A device records its first failure; the step's sums are then
          * meaningless, so this comes before the loss check. */
         if (t->host) {
@@ -761,6 +777,11 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
                 (unsigned long long)t->step + 1, t->hp->learning_rate);
         t->step++;
         t->epoch_step++;
+        if (job->cb.on_step && !t->acc && t->rank == 0)
+            job->cb.on_step(job->cb.ctx, t->step, sum / (double)m);
+        ty_status cst = dp_check_params(t, err);
+        if (cst != TY_OK)
+            return cst;
         t->loss_sum += sum;
         t->hits += hits;
         t->seen += m;
@@ -824,6 +845,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         .skipped_steps = t->epoch_skipped,
     };
     epoch_where(t, &m);
+    dp_epoch_times(t, &m);
     const int reg = t->arch.task == TY_TASK_REGRESSION;
     if (reg) {
         ty_status st = epoch_train_metrics(t, &m, err);
@@ -854,12 +876,12 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     t->last = m;
     t->have_last = 1;
     if (job->checkpoint_path) {
-        ty_status st = train_ckpt_save(t, err);
-        if (st != TY_OK)
+        ty_status st = t->rank == 0 ? train_ckpt_save(t, err) : TY_OK;
+        if ((st = dp_agree(t, st, "to write the checkpoint", err)) != TY_OK)
             return st;
         t->ckpt_step = t->step;
     }
-    if (job->cb.on_epoch)
+    if (job->cb.on_epoch && t->rank == 0)
         job->cb.on_epoch(job->cb.ctx, &m);
     return TY_OK;
 }
@@ -904,12 +926,12 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
         goto done;
     if (resumed) {
         t.ckpt_step = t.step;
-        if (job->cb.on_resume)
+        if (job->cb.on_resume && t.rank == 0)
             job->cb.on_resume(job->cb.ctx, t.epoch_done, t.step);
         /* The last finished epoch's record again: the crash that stopped
          * the run may have come between its checkpoint and the receiver
          * storing it (an integration test saw that record go missing). */
-        if (t.have_last && job->cb.on_epoch) {
+        if (t.have_last && job->cb.on_epoch && t.rank == 0) {
             epoch_where(&t, &t.last);
             job->cb.on_epoch(job->cb.ctx, &t.last);
         }
@@ -917,18 +939,22 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
         ty_rng init;
         ty_rng_seed(&init, t.hp->seed, TRAIN_STREAM_INIT);
         nn_arch_init_params(&t.arch, train_host_state(&t), &init);
-        if ((job->init_path &&
-             (st = load_init(&t, job->init_path, err)) != TY_OK) ||
-            (st = train_state_upload(&t, err)) != TY_OK)
+        if (job->init_path &&
+            (st = load_init(&t, job->init_path, err)) != TY_OK)
             goto done;
     }
+    /* Every rank starts from rank 0's state, fresh or resumed. */
+    if ((st = dp_sync_state(&t, err)) != TY_OK ||
+        (st = train_state_upload(&t, err)) != TY_OK)
+        goto done;
     /* The 16-bit weights follow the fp32 ones, fresh or resumed. */
     train_lp_refresh(&t);
     for (uint32_t e = t.epoch_done; e < t.hp->epochs && t.step < t.total_steps;
          e++)
         if ((st = run_epoch(&t, e, err)) != TY_OK)
             goto done;
-    if ((st = train_save_model(&t, err)) != TY_OK)
+    st = t.rank == 0 ? train_save_model(&t, err) : TY_OK;
+    if ((st = dp_agree(&t, st, "to write the model", err)) != TY_OK)
         goto done;
     if (final) {
         memset(final, 0, sizeof *final);
@@ -936,6 +962,9 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
             *final = t.last;
     }
 done:
+    /* No peer may wait for a rank that has stopped. */
+    if (st != TY_OK)
+        dp_abort(job, err);
     trainer_free(&t);
     return st;
 }

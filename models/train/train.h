@@ -126,6 +126,7 @@
 #include "models/backend.h"
 #include "models/data/dataset.h"
 #include "models/nn.h"
+#include "models/train/comm.h"
 #include "models/train/loader.h"
 #include "models/train/optim.h"
 
@@ -253,8 +254,8 @@ typedef struct {
     uint64_t step; /* optimizer steps taken so far, whole run */
     uint64_t steps_per_epoch;
     uint64_t total_steps;
-    double fraction;        /* of the whole run, 0..1 */
-    double loss;            /* running mean training loss this epoch */
+    double fraction; /* of the whole run, 0..1 */
+    double loss;     /* running mean training loss this epoch */
     /* The validation loss measured at this step (eval_every_steps); NAN
      * when none was. */
     double val_loss;
@@ -298,6 +299,13 @@ typedef struct {
     /* cuda_graph 0: why the steps ran op by op ("the network has dropout",
      * "capture failed: ..."); NULL otherwise. Static or the trainer's. */
     const char *cuda_graph_reason;
+    /* Data parallelism: the ranks that trained (1 without a comm), the
+     * seconds this rank spent in the epoch's gradient and loss
+     * all-reduces (0 at world 1), and their share of its optimizer
+     * steps' time (forward, backward, all-reduce, update). */
+    uint32_t world_size;
+    double allreduce_seconds;
+    double allreduce_share;
 } train_epoch_metrics;
 
 typedef struct {
@@ -318,6 +326,10 @@ typedef struct {
      * or has no checkpoint_path; it starts over). */
     void (*on_preempt)(void *ctx, uint32_t epoch, uint64_t step,
                        int checkpointed);
+    /* After every optimizer step of a run on a host-visible backend (the
+     * CPU): the step (1-based, whole run) and the mean loss of its
+     * examples, the global batch's. May be NULL. */
+    void (*on_step)(void *ctx, uint64_t step, double loss);
 } train_callbacks;
 
 typedef struct {
@@ -371,6 +383,16 @@ typedef struct {
      * (hyperparameters.init_from, resolved); NULL: drawn ones. Every tensor
      * of the spec must be there with its shape; a resumed run ignores it. */
     const char *init_path;
+    /* Data-parallel training (models/train/comm.h): this rank's
+     * communicator, borrowed; NULL: the self comm (world 1). Every rank
+     * runs train_run with the same job but its comm; batch_size stays the
+     * global batch (divisible by the world size), each rank trains on its
+     * share of every global minibatch and the gradients are averaged, so
+     * the run steps as one process would (docs/jobs.md). Only rank
+     * 0 calls the callbacks and writes checkpoints and the model; every
+     * rank reads checkpoint_path on resume, so it must be on storage they
+     * all see. On failure the rank aborts the comm, so no peer waits. */
+    nn_comm *comm;
 } train_job;
 
 /* The compute threads a run uses for job.threads = requested on be (NULL:
@@ -411,6 +433,18 @@ ty_status train_memory_estimate_spec(const json_t *spec,
                                      const train_hparams *hp, uint32_t n_train,
                                      int threads, const nn_backend *be,
                                      train_memory *out, ty_err *err);
+
+/* The same for one rank of a data-parallel run of `world` ranks
+ * (train_job.comm): its minibatches are batch_size / world rows, the rest
+ * is a full replica's (the all-reduces take nothing from the backend).
+ * world 1 is train_memory_estimate_spec. */
+ty_status train_memory_estimate_rank(const json_t *spec,
+                                     const uint32_t *input_shape, uint32_t ndim,
+                                     uint32_t num_outputs, ty_task task,
+                                     const train_hparams *hp, uint32_t n_train,
+                                     int threads, const nn_backend *be,
+                                     uint32_t world, train_memory *out,
+                                     ty_err *err);
 
 /* Writes "about 3.2 GiB" style byte counts: n in B, KiB, MiB or GiB. */
 void train_format_bytes(uint64_t n, char *buf, size_t len);

@@ -14,6 +14,7 @@
 #ifndef TY_TRAIN_INTERNAL_H
 #define TY_TRAIN_INTERNAL_H
 
+#include "models/train/comm.h"
 #include "models/train/loss_scaler.h"
 #include "models/nn_internal.h"
 #include "models/train/optim.h"
@@ -96,17 +97,30 @@ typedef struct {
     void *lp_params;
     loss_scaler scaler;
     uint64_t epoch_skipped;
+    /* Data parallelism (dp.c): the job's comm (the self comm when it gave
+     * none), this rank's examples of each epoch in order (world > 1:
+     * local_n of them in lperm), the flags the ranks agreed on at the last
+     * step, the epoch's all-reduce and step seconds, and the parameter
+     * check's interval (TRAINYARD_DP_CHECK_EVERY; 0: off). */
+    nn_comm *comm;
+    int rank, world;
+    uint32_t *lperm;
+    uint32_t local_n;
+    int dp_stop, dp_preempt;
+    double ar_seconds, step_seconds;
+    uint64_t check_every;
 } trainer;
 
 /* Casts the parameters into lp_params (nothing under fp32). */
 void train_lp_refresh(const trainer *t);
 
 /* train_memory for training arch (built on the run's backend) with hp over
- * n_train examples on `threads` compute threads (as train_threads gives);
+ * n_train examples on `threads` compute threads (as train_threads gives),
+ * one rank of `world` (its minibatches batch_size / world rows);
  * returns out->total. The layout arithmetic is the workspace's own
  * (nn_workspace_bytes) and the optimizer's (nn_optim_state_bytes). */
 uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
-                               uint32_t n_train, int threads,
+                               uint32_t n_train, int threads, uint32_t world,
                                train_memory *out);
 
 /* Where the host reads and writes the state block (parameters, then
@@ -142,6 +156,40 @@ void train_dyn_upload(trainer *t);
 /* Stops capturing and replaying for the rest of the run: graph_reason
  * gets why (printf-style), once. */
 void train_graph_off(trainer *t, const char *fmt, ...);
+
+/* ---- data parallelism (dp.c); each is a no-op at world 1 ---- */
+
+/* Takes the job's comm, checks batch_size against the world size (TY_EINVAL
+ * naming hyperparameters.batch_size) and the backend, and sizes lperm. */
+ty_status dp_setup(trainer *t, ty_err *err);
+/* The rows of this rank's minibatches: batch_size / world (at most
+ * n_train). */
+uint32_t dp_rows(const trainer *t);
+/* This rank's rows of a global minibatch of m rows. */
+uint32_t dp_share(const trainer *t, uint32_t m);
+/* The order the loader delivers this epoch on this rank: perm at world 1,
+ * else this rank's share of every global minibatch of perm, in lperm.
+ * Loader steps are the same at any world size. */
+const uint32_t *dp_epoch_order(trainer *t);
+/* After a step's minibatches: sums the gradients across ranks (buckets),
+ * then the step's loss sum and hits (in place) and the stop and preempt
+ * flags (into dp_stop, dp_preempt). On failure the comm is broken. */
+ty_status dp_reduce_step(trainer *t, double *sum, uint32_t *hits, ty_err *err);
+/* Rank 0's position must be every rank's; then its parameters, buffers and
+ * optimizer state become every rank's (host state; before the upload). */
+ty_status dp_sync_state(trainer *t, ty_err *err);
+/* Every check_every steps: the parameters' checksum against rank 0's;
+ * TY_EINTERNAL on a difference, on every rank. */
+ty_status dp_check_params(trainer *t, ty_err *err);
+/* After rank 0 did `what` (st: its status; TY_OK elsewhere): every rank
+ * returns its own failure, or TY_EIO when rank 0 failed. */
+ty_status dp_agree(trainer *t, ty_status st, const char *what, ty_err *err);
+/* Tells job's peers this rank is failing with err, so none waits for it
+ * (any time, even before the trainer is set up). */
+void dp_abort(const train_job *job, const ty_err *err);
+/* The epoch's world size, all-reduce seconds and share of step time into
+ * m; starts the next epoch's counts. */
+void dp_epoch_times(trainer *t, train_epoch_metrics *m);
 
 /* Writes the checkpoint for the trainer's current position, atomically. */
 ty_status train_ckpt_save(const trainer *t, ty_err *err);

@@ -1,0 +1,289 @@
+/*
+ * dp.c - data-parallel training: the trainer's side of the collective
+ * seam (comm.h). Every rank holds a full replica; run.c's loop calls these
+ * at fixed points, in the same order on every rank.
+ *
+ * Invariants:
+ *  - batch_size is the GLOBAL batch. Every rank computes the same global
+ *    order of the epoch (the shuffle of (seed, epoch), as at world 1) and
+ *    takes, of every global minibatch of m rows, the contiguous share
+ *    [r*m/N, (r+1)*m/N) (dp_epoch_order). The order and the global
+ *    minibatches depend on the seed and the global step only, so a run
+ *    resumed at another world size continues the same global batches.
+ *  - Each rank's loss gradient is scaled by 1 / (the step's GLOBAL example
+ *    count), so summing the ranks' gradients (scale 1) gives exactly the
+ *    gradient of the mean loss over the global batch, whatever the shares
+ *    (the last minibatch of an epoch may split unevenly, or leave a rank
+ *    none: it still joins the all-reduce with zero gradients).
+ *  - The gradients are all-reduced once per optimizer step (accumulated
+ *    minibatches stay local until then), in buckets of DP_BUCKET_FLOATS
+ *    taken from the end of the flat gradient block (the last layers'
+ *    gradients) first, every bucket started before the first is waited
+ *    for; after the backward pass, not during it (nn_backward has no
+ *    per-layer hook). Clipping then sees the global gradient.
+ *  - The step's loss sum, hit count and the ranks' stop and preempt flags
+ *    travel in one small all-reduce after the gradients: every rank
+ *    reports the global batch's loss and stops or yields at the same step.
+ *  - Parameters, buffers and optimizer state are broadcast from rank 0 at
+ *    the start and after a resume. Only rank 0 writes checkpoints and the
+ *    model; every rank then learns rank 0's outcome (dp_agree), which is
+ *    also the barrier the others wait at.
+ *  - Debug: TRAINYARD_DP_CHECK_EVERY=N compares a checksum of the
+ *    parameters across ranks every N optimizer steps and fails the run on
+ *    a difference.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "models/train/train_internal.h"
+
+/* 1 Mi floats (4 MiB) a bucket: a quarter of DDP's 25 MB default, so a
+ * model of a few MB still makes several buckets whose reductions
+ * pipeline. */
+#define DP_BUCKET_FLOATS ((size_t)1 << 20)
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Rank r's share of a global minibatch of m rows: [lo, lo + n). */
+static uint32_t share_of(uint32_t m, int r, int world, uint32_t *lo)
+{
+    uint64_t a = (uint64_t)m * (uint64_t)r / (uint64_t)world;
+    uint64_t b = (uint64_t)m * (uint64_t)(r + 1) / (uint64_t)world;
+    if (lo)
+        *lo = (uint32_t)a;
+    return (uint32_t)(b - a);
+}
+
+uint32_t dp_share(const trainer *t, uint32_t m)
+{
+    return t->world > 1 ? share_of(m, t->rank, t->world, NULL) : m;
+}
+
+ty_status dp_setup(trainer *t, ty_err *err)
+{
+    const train_job *job = t->job;
+    t->comm = nn_comm_or_self(job->comm);
+    t->rank = t->comm->rank;
+    t->world = t->comm->world;
+    if (t->world < 1 || t->rank < 0 || t->rank >= t->world)
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "the communicator says rank %d of %d", t->rank,
+                       t->world);
+    const char *every = getenv("TRAINYARD_DP_CHECK_EVERY");
+    t->check_every = every ? strtoull(every, NULL, 10) : 0;
+    if (t->world == 1)
+        return TY_OK;
+    const uint32_t bs = t->hp->batch_size;
+    if (bs % (uint32_t)t->world != 0)
+        return ty_fail(err, TY_EINVAL, "hyperparameters.batch_size",
+                       "batch_size %u is not divisible by the world size %d: "
+                       "every rank takes an equal share of each global batch",
+                       bs, t->world);
+    if (!nn_backend_host_visible(job->be ? job->be : &nn_backend_cpu) ||
+        t->comm->device_memory)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "data-parallel training runs on CPU ranks only in this "
+                       "build (the %s engine with the %s backend)",
+                       t->comm->ops->name,
+                       job->be ? job->be->name : nn_backend_cpu.name);
+    /* This rank's examples an epoch: its share of every global minibatch
+     * (all full but the last). */
+    uint64_t full = t->n_train / bs, rest = t->n_train % bs;
+    t->local_n = (uint32_t)(full * (bs / (uint32_t)t->world)) +
+                 share_of((uint32_t)rest, t->rank, t->world, NULL);
+    t->lperm = malloc(((size_t)t->local_n + 1) * sizeof *t->lperm);
+    if (!t->lperm)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return TY_OK;
+}
+
+uint32_t dp_rows(const trainer *t)
+{
+    uint32_t b = t->hp->batch_size / (uint32_t)(t->world > 1 ? t->world : 1);
+    return b < t->n_train ? b : t->n_train;
+}
+
+const uint32_t *dp_epoch_order(trainer *t)
+{
+    if (t->world == 1)
+        return t->perm;
+    const uint32_t bs = t->hp->batch_size;
+    uint32_t k = 0;
+    for (uint32_t b = 0; b < t->n_train; b += bs) {
+        uint32_t m = t->n_train - b < bs ? t->n_train - b : bs, lo;
+        uint32_t n = share_of(m, t->rank, t->world, &lo);
+        memcpy(t->lperm + k, t->perm + b + lo, (size_t)n * sizeof *t->lperm);
+        k += n;
+    }
+    return t->lperm;
+}
+
+/* Floats of a float pair (hi, lo) that carry a double through a float
+ * all-reduce with about 48 bits. */
+static void split_double(double v, float *hi, float *lo)
+{
+    *hi = (float)v;
+    *lo = (float)(v - (double)*hi);
+}
+
+ty_status dp_reduce_step(trainer *t, double *sum, uint32_t *hits, ty_err *err)
+{
+    if (t->world == 1)
+        return TY_OK;
+    const double start = now_sec();
+    nn_comm *c = t->comm;
+    const nn_exec *ex = t->ws->ex;
+    const size_t p = (size_t)t->arch.param_count;
+    nn_comm_req reqs[NN_COMM_MAX_INFLIGHT];
+    int nreq = 0;
+    ty_status st = TY_OK;
+    /* Buckets from the end of the block; one request each (reused in
+     * rounds when the model has more buckets than the engine's slots). */
+    size_t end = p;
+    while (end > 0 && st == TY_OK) {
+        size_t len = end < DP_BUCKET_FLOATS ? end : DP_BUCKET_FLOATS;
+        if (nreq == NN_COMM_MAX_INFLIGHT) {
+            for (int i = 0; i < nreq && st == TY_OK; i++)
+                st = c->ops->allreduce_wait(c, ex, reqs[i], err);
+            nreq = 0;
+            if (st != TY_OK)
+                break;
+        }
+        st = c->ops->allreduce_start(c, ex, t->grads + end - len, len, 1.0f,
+                                     &reqs[nreq], err);
+        if (st == TY_OK)
+            nreq++;
+        end -= len;
+    }
+    for (int i = 0; i < nreq; i++) {
+        ty_status w = c->ops->allreduce_wait(c, ex, reqs[i], err);
+        if (st == TY_OK)
+            st = w;
+    }
+    if (st != TY_OK)
+        return st;
+    const train_job *job = t->job;
+    float s[5];
+    split_double(*sum, &s[0], &s[1]);
+    s[2] = (float)*hits;
+    s[3] = job->stop && *job->stop ? 1.0f : 0.0f;
+    s[4] = job->preempt && *job->preempt ? 1.0f : 0.0f;
+    if ((st = c->ops->allreduce(c, ex, s, 5, 1.0f, err)) != TY_OK)
+        return st;
+    *sum = (double)s[0] + (double)s[1];
+    *hits = (uint32_t)lrintf(s[2]);
+    t->dp_stop = s[3] > 0.0f;
+    t->dp_preempt = s[4] > 0.0f;
+    t->ar_seconds += now_sec() - start;
+    return TY_OK;
+}
+
+/* FNV-1a over the parameters' bytes. */
+static uint64_t params_checksum(const trainer *t)
+{
+    const unsigned char *b = (const unsigned char *)train_host_state(t);
+    const size_t n = (size_t)t->arch.param_count * sizeof(float);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+ty_status dp_check_params(trainer *t, ty_err *err)
+{
+    if (t->world == 1 || !t->check_every || t->step % t->check_every != 0)
+        return TY_OK;
+    nn_comm *c = t->comm;
+    uint64_t mine = params_checksum(t), root = mine;
+    ty_status st = c->ops->bcast(c, &root, sizeof root, 0, err);
+    if (st != TY_OK)
+        return st;
+    float differ = mine != root ? 1.0f : 0.0f;
+    if ((st = c->ops->allreduce(c, t->ws->ex, &differ, 1, 1.0f, err)) != TY_OK)
+        return st;
+    if (differ > 0.0f)
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "the ranks' parameters differ after step %llu (%g "
+                       "rank(s) differ from rank 0; this rank's checksum "
+                       "%016llx, rank 0's %016llx)",
+                       (unsigned long long)t->step, (double)differ,
+                       (unsigned long long)mine, (unsigned long long)root);
+    return TY_OK;
+}
+
+ty_status dp_sync_state(trainer *t, ty_err *err)
+{
+    if (t->world == 1)
+        return TY_OK;
+    nn_comm *c = t->comm;
+    /* The position first: every rank must have resumed from the same
+     * checkpoint (or none). */
+    uint64_t pos[2] = {t->step, t->epoch_done}, root[2] = {pos[0], pos[1]};
+    ty_status st = c->ops->bcast(c, root, sizeof root, 0, err);
+    if (st != TY_OK)
+        return st;
+    float differ = pos[0] != root[0] || pos[1] != root[1] ? 1.0f : 0.0f;
+    if ((st = c->ops->allreduce(c, t->ws->ex, &differ, 1, 1.0f, err)) != TY_OK)
+        return st;
+    if (differ > 0.0f)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the ranks start from different positions (this rank "
+                       "at step %llu, rank 0 at %llu): every rank must read "
+                       "the same checkpoint",
+                       (unsigned long long)pos[0], (unsigned long long)root[0]);
+    const uint64_t state = t->arch.param_count + t->arch.buffer_count;
+    if ((st = c->ops->bcast(c, train_host_state(t), state * sizeof(float), 0,
+                            err)) != TY_OK)
+        return st;
+    for (uint32_t k = 0; k < t->opt.n_slots; k++)
+        if ((st = c->ops->bcast(c, train_host_slot(t, k),
+                                t->arch.param_count * sizeof(float), 0, err)) !=
+            TY_OK)
+            return st;
+    return TY_OK;
+}
+
+ty_status dp_agree(trainer *t, ty_status st, const char *what, ty_err *err)
+{
+    if (t->world == 1)
+        return st;
+    float failed = st != TY_OK ? 1.0f : 0.0f;
+    ty_err inner = {0};
+    ty_status cs =
+        t->comm->ops->allreduce(t->comm, t->ws->ex, &failed, 1, 1.0f, &inner);
+    if (st != TY_OK)
+        return st;
+    if (cs != TY_OK) {
+        *err = inner;
+        return cs;
+    }
+    if (failed > 0.0f)
+        return ty_fail(err, TY_EIO, NULL, "rank 0 failed %s", what);
+    return TY_OK;
+}
+
+void dp_abort(const train_job *job, const ty_err *err)
+{
+    nn_comm *c = job ? job->comm : NULL;
+    if (c && c->world > 1)
+        c->ops->abort(c, err && err->msg[0] ? err->msg : NULL);
+}
+
+void dp_epoch_times(trainer *t, train_epoch_metrics *m)
+{
+    m->world_size = (uint32_t)t->world;
+    m->allreduce_seconds = t->ar_seconds;
+    m->allreduce_share =
+        t->step_seconds > 0 ? t->ar_seconds / t->step_seconds : 0.0;
+    t->ar_seconds = t->step_seconds = 0.0;
+}

@@ -1,0 +1,275 @@
+/*
+ * dp_train.c - one rank of a data-parallel training run on Fashion-MNIST's
+ * MLP, for the data-parallel tests (tests/dp/run_dp.py) and the overhead
+ * bench (bench/dp/run.sh). Launched alone it trains as one process (the
+ * self comm, or an MPI world of 1 with --mpi); under mpirun -np N with
+ * --mpi each process is one rank of N.
+ *
+ *   dp_train --out FILE [--mpi] [--train N] [--steps S] [--batch B]
+ *            [--threads T] [--timeout SEC] [--prefetch P] [--accum K]
+ *            [--ckpt PATH]
+ *
+ * Rank 0 writes FILE: "step <n> <loss>" per optimizer step, then
+ * "accuracy <test accuracy>", "peak <bytes> estimate <bytes>",
+ * "allreduce <seconds> share <fraction>", "samples_per_sec <rate>" and
+ * "seconds <wall time of train_run>". Every rank prints "rank R of N pid P"
+ * on stdout first, and on a failure "rank R: error: <message>" on stderr
+ * and exits 1. Exit 77: no data (or --mpi without the MPI engine).
+ * Data: $TY_FASHION_DIR, else /usr/share/datasets/fashion-mnist; the
+ * first N training examples, all 10,000 test examples as validation.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/ty.h"
+#include "models/train/comm.h"
+#include "models/train/train.h"
+#include "tests/unit/synth_data.h"
+
+static const char *const mlp_spec =
+    "{\"layers\":[{\"type\":\"flatten\"},"
+    "{\"type\":\"dense\",\"units\":256},{\"type\":\"relu\"},"
+    "{\"type\":\"dense\",\"units\":128},{\"type\":\"relu\"},"
+    "{\"type\":\"dense\",\"units\":10}]}";
+
+static gzFile open_idx(const char *dir, const char *name)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (access(path, R_OK) != 0)
+        snprintf(path, sizeof path, "%s/%s.gz", dir, name);
+    return access(path, R_OK) == 0 ? gzopen(path, "rb") : NULL;
+}
+
+static int read_be32(gzFile f, uint32_t *v)
+{
+    unsigned char b[4];
+    if (gzread(f, b, 4) != 4)
+        return -1;
+    *v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
+         b[3];
+    return 0;
+}
+
+/* The first `limit` (0: all) images and labels into s. 1: files absent;
+ * -1: malformed. */
+static int load_set(const char *dir, const char *images, const char *labels,
+                    uint32_t limit, synth *s)
+{
+    gzFile fi = open_idx(dir, images), fl = open_idx(dir, labels);
+    int rc = 1;
+    uint32_t magic, n, h, w, magic_l, n_l;
+    unsigned char *lab = NULL;
+    if (!fi || !fl)
+        goto done;
+    rc = -1;
+    if (read_be32(fi, &magic) || magic != 0x803 || read_be32(fi, &n) ||
+        read_be32(fi, &h) || read_be32(fi, &w) || h != 28 || w != 28 ||
+        read_be32(fl, &magic_l) || magic_l != 0x801 || read_be32(fl, &n_l) ||
+        n_l != n || n == 0 || n > 100000)
+        goto done;
+    if (limit && limit < n)
+        n = limit;
+    static const uint32_t shape[] = {1, 28, 28};
+    synth_init(s, TY_TASK_CLASSIFICATION, n, shape, 3, TY_DTYPE_U8, 10,
+               "scale_255");
+    lab = malloc(n);
+    if (!lab || gzread(fi, s->x, n * 784u) != (int)(n * 784u) ||
+        gzread(fl, lab, n) != (int)n)
+        goto done;
+    for (uint32_t i = 0; i < n; i++)
+        s->y[i] = lab[i] < 10 ? lab[i] : 0;
+    rc = 0;
+done:
+    free(lab);
+    if (fi)
+        gzclose(fi);
+    if (fl)
+        gzclose(fl);
+    return rc;
+}
+
+typedef struct {
+    FILE *out;
+    train_epoch_metrics last;
+} run_ctx;
+
+static void on_step(void *ctx, uint64_t step, double loss)
+{
+    run_ctx *r = ctx;
+    fprintf(r->out, "step %llu %.9g\n", (unsigned long long)step, loss);
+    fflush(r->out);
+}
+
+static void on_epoch(void *ctx, const train_epoch_metrics *m)
+{
+    ((run_ctx *)ctx)->last = *m;
+}
+
+static double now_sec(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv)
+{
+    const char *out_path = NULL, *ckpt = NULL;
+    int use_mpi = 0, threads = 1, prefetch = -1;
+    uint32_t n_train = 12800, batch = 128, accum = 1;
+    uint64_t steps = 200;
+    double timeout = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--mpi")) {
+            use_mpi = 1;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "dp_train: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--out"))
+            out_path = v;
+        else if (!strcmp(a, "--ckpt"))
+            ckpt = v;
+        else if (!strcmp(a, "--train"))
+            n_train = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--steps"))
+            steps = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--batch"))
+            batch = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--accum"))
+            accum = (uint32_t)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--threads"))
+            threads = atoi(v);
+        else if (!strcmp(a, "--prefetch"))
+            prefetch = atoi(v);
+        else if (!strcmp(a, "--timeout"))
+            timeout = atof(v);
+        else {
+            fprintf(stderr, "dp_train: unknown argument %s\n", a);
+            return 2;
+        }
+    }
+    if (!out_path) {
+        fprintf(stderr, "dp_train: --out FILE is required\n");
+        return 2;
+    }
+    nn_comm *comm = NULL;
+    ty_err err = {0};
+    if (use_mpi) {
+        if (!nn_comm_mpi_available()) {
+            printf("SKIPPED: this build has no MPI engine\n");
+            return 77;
+        }
+        if (nn_comm_mpi_create(timeout, &comm, &err) != TY_OK) {
+            fprintf(stderr, "rank ?: error: %s\n", err.msg);
+            return 1;
+        }
+    }
+    const int rank = comm ? comm->rank : 0, world = comm ? comm->world : 1;
+    printf("rank %d of %d pid %d\n", rank, world, (int)getpid());
+    fflush(stdout);
+
+    const char *dir = getenv("TY_FASHION_DIR");
+    if (!dir || !*dir)
+        dir = "/usr/share/datasets/fashion-mnist";
+    synth train, test;
+    memset(&test, 0, sizeof test);
+    int r = load_set(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                     n_train, &train);
+    if (r == 0)
+        r = load_set(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 0,
+                     &test);
+    if (r != 0) {
+        printf("%s: Fashion-MNIST in %s\n", r > 0 ? "SKIPPED: no" : "FAIL: bad",
+               dir);
+        return r > 0 ? 77 : 1;
+    }
+
+    char hp_text[512];
+    snprintf(hp_text, sizeof hp_text,
+             "{\"epochs\":1000,\"max_steps\":%llu,\"batch_size\":%u,"
+             "\"accumulation_steps\":%u,\"optimizer\":\"adam\","
+             "\"learning_rate\":0.001,\"seed\":7}",
+             (unsigned long long)steps, batch, accum);
+    json_t *spec = json_loads(mlp_spec, 0, NULL);
+    json_t *hj = json_loads(hp_text, 0, NULL);
+    train_hparams hp;
+    int rc = 1;
+    FILE *out = rank == 0 ? fopen(out_path, "w") : NULL;
+    if (rank == 0 && !out) {
+        fprintf(stderr, "rank 0: error: cannot write %s\n", out_path);
+        goto done;
+    }
+    if (train_hparams_parse(hj, &hp, NULL, &err) != TY_OK ||
+        train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 10, NULL,
+                                   &err) != TY_OK) {
+        fprintf(stderr, "rank %d: error: %s\n", rank, err.msg);
+        goto done;
+    }
+    char model[256];
+    snprintf(model, sizeof model, "%s.model", out_path);
+    run_ctx ctx = {.out = out};
+    train_job job = {
+        .spec = spec,
+        .hp = &hp,
+        .train = &train.ds,
+        .val = &test.ds,
+        .model_path = model,
+        .checkpoint_path = ckpt,
+        .threads = threads,
+        .prefetch = prefetch,
+        .cb = {.ctx = &ctx, .on_step = on_step, .on_epoch = on_epoch},
+        .comm = comm,
+    };
+    train_epoch_metrics fin;
+    const double t0 = now_sec();
+    if (train_run(&job, &fin, &err) != TY_OK) {
+        fprintf(stderr, "rank %d: error: %s [field: %s]\n", rank, err.msg,
+                err.field[0] ? err.field : "none");
+        goto done;
+    }
+    const double secs = now_sec() - t0;
+    if (rank == 0) {
+        train_memory mem;
+        const uint32_t shape[] = {1, 28, 28};
+        if (train_memory_estimate_rank(
+                spec, shape, 3, 10, TY_TASK_CLASSIFICATION, &hp, n_train,
+                threads, NULL, (uint32_t)world, &mem, &err) != TY_OK) {
+            fprintf(stderr, "rank 0: error: estimate: %s\n", err.msg);
+            goto done;
+        }
+        fprintf(out, "accuracy %.6f\n", fin.val_accuracy);
+        fprintf(out, "peak %llu estimate %llu\n",
+                (unsigned long long)fin.peak_memory_bytes,
+                (unsigned long long)mem.total);
+        fprintf(out, "world %u allreduce %.6f share %.6f\n", fin.world_size,
+                fin.allreduce_seconds, fin.allreduce_share);
+        fprintf(out, "samples_per_sec %.1f\nseconds %.3f\n",
+                fin.samples_per_sec, secs);
+        unlink(model);
+    }
+    rc = 0;
+done:
+    if (out)
+        fclose(out);
+    json_decref(spec);
+    json_decref(hj);
+    synth_free(&train);
+    synth_free(&test);
+    if (comm) {
+        if (rc != 0)
+            comm->ops->abort(comm, err.msg);
+        comm->ops->destroy(comm);
+    }
+    return rc;
+}

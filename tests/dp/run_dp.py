@@ -1,0 +1,275 @@
+#!/usr/bin/env python3
+"""run_dp.py DP_TRAIN - data-parallel training on CPU ranks (issue 33).
+
+Checks, with dp_train (tests/dp/dp_train.c) run alone and under
+`mpirun -np 2`:
+  1. equivalence: 2 ranks at global batch 128 step as 1 process at batch
+     128 (same seed and data, Fashion-MNIST's MLP, 200 steps): every step's
+     loss within 1e-4 relative, the same test accuracy to 3 decimals, and
+     each run's peak memory equal to its estimate (one rank's at world 2);
+  2. an uneven last minibatch (1001 examples, batch 128: the last 105 rows
+     split 52/53) and accumulation (batch 64, 2 minibatches a step) step
+     the same at world 1 and 2;
+  3. a batch_size not divisible by the world size fails on both ranks,
+     naming hyperparameters.batch_size;
+  4. a rank killed with SIGKILL mid-run: mpirun and both ranks are gone
+     within BOUND seconds, with a failure status;
+  5. a rank stopped (SIGSTOP) mid-run: the other rank fails on its own
+     with the collective timeout's error instead of waiting for ever.
+Exits 77 (skipped) without mpirun, the MPI engine or the data.
+"""
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BOUND = 60.0  # seconds a gang may take to be gone after a rank dies
+REL = 1e-4
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def mpi_env():
+    env = dict(os.environ)
+    if os.geteuid() == 0:  # the test machines run as root
+        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return env
+
+
+def mpirun_cmd(n, args):
+    # --oversubscribe: 2 ranks on a 2-core machine count as too many slots
+    # when Open MPI reserves one for itself.
+    return ["mpirun", "-np", str(n), "--oversubscribe"] + args
+
+
+def run(cmd, what, expect_rc=0):
+    p = subprocess.run(cmd, env=mpi_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=240)
+    if p.returncode == 77:
+        print("SKIPPED: " + p.stdout.strip().splitlines()[-1])
+        sys.exit(77)
+    if expect_rc is not None and p.returncode != expect_rc:
+        fail("%s: exit %d\nstdout:\n%s\nstderr:\n%s" %
+             (what, p.returncode, p.stdout, p.stderr))
+    return p
+
+
+def parse(path):
+    steps, info = {}, {}
+    with open(path) as f:
+        for line in f:
+            w = line.split()
+            if w[0] == "step":
+                steps[int(w[1])] = float(w[2])
+            else:
+                info[w[0]] = w[1:]
+    return steps, info
+
+
+def compare(a_path, b_path, n_steps, what):
+    a, ai = parse(a_path)
+    b, bi = parse(b_path)
+    if sorted(a) != list(range(1, n_steps + 1)) or sorted(b) != sorted(a):
+        fail("%s: steps reported: %d alone, %d with 2 ranks (want %d)" %
+             (what, len(a), len(b), n_steps))
+    worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
+    print("%s: %d steps, worst relative loss difference %.3g" %
+          (what, n_steps, worst))
+    if not worst <= REL:
+        bad = [s for s in sorted(a) if abs(a[s] - b[s]) / abs(a[s]) > REL]
+        fail("%s: step %d loss %.9g alone, %.9g with 2 ranks" %
+             (what, bad[0], a[bad[0]], b[bad[0]]))
+    acc_a, acc_b = float(ai["accuracy"][0]), float(bi["accuracy"][0])
+    print("%s: test accuracy %.4f alone, %.4f with 2 ranks" %
+          (what, acc_a, acc_b))
+    if round(acc_a, 3) != round(acc_b, 3):
+        fail("%s: accuracy differs at 3 decimals" % what)
+    for name, info in (("alone", ai), ("2 ranks", bi)):
+        peak, est = int(info["peak"][0]), int(info["peak"][2])
+        if peak != est:
+            fail("%s %s: peak memory %d, estimate %d" % (what, name, peak,
+                                                         est))
+    if bi["world"][0] != "2" or ai["world"][0] != "1":
+        fail("%s: world sizes reported %s and %s" %
+             (what, ai["world"][0], bi["world"][0]))
+    if not float(bi["world"][2]) > 0:
+        fail("%s: no all-reduce time recorded at world 2" % what)
+
+
+def pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is gone for our purpose.
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def start_gang(dp, out, extra):
+    cmd = mpirun_cmd(2, [dp, "--mpi", "--out", out, "--steps", "100000000"] +
+                     extra)
+    p = subprocess.Popen(cmd, env=mpi_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    pids, lines, errs = {}, [], []
+
+    def reader(stream, sink):
+        for line in stream:
+            sink.append(line)
+            m = re.match(r"rank (\d+) of \d+ pid (\d+)", line)
+            if m:
+                pids[int(m.group(1))] = int(m.group(2))
+
+    for s, sink in ((p.stdout, lines), (p.stderr, errs)):
+        threading.Thread(target=reader, args=(s, sink), daemon=True).start()
+    return p, pids, errs
+
+
+def wait_steps(p, out, n):
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if p.poll() is not None:
+            return False
+        try:
+            with open(out) as f:
+                if sum(1 for l in f if l.startswith("step ")) >= n:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def cleanup(p, pids):
+    for pid in pids.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def gang_gone(p, pids, bound):
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        if p.poll() is not None and not any(pid_alive(x) for x in
+                                            pids.values()):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def main():
+    if len(sys.argv) != 2:
+        print(__doc__)
+        return 2
+    dp = sys.argv[1]
+    if not shutil.which("mpirun"):
+        print("SKIPPED: no mpirun (Debian: openmpi-bin)")
+        return 77
+    tmp = tempfile.mkdtemp(prefix="ty_dp_")
+    try:
+        return checks(dp, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def checks(dp, tmp):
+    one, two = os.path.join(tmp, "one.txt"), os.path.join(tmp, "two.txt")
+    base = ["--threads", "1", "--train", "12800", "--steps", "200",
+            "--batch", "128"]
+    # 1. The equivalence target.
+    run([dp, "--out", one] + base, "1 process")
+    run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + base), "2 ranks")
+    compare(one, two, 200, "batch 128")
+    _, info = parse(two)
+    print("2 ranks: all-reduce %.4f s, %.1f%% of step time" %
+          (float(info["world"][2]), 100 * float(info["world"][4])))
+
+    # 2. An uneven last minibatch, and accumulation.
+    uneven = ["--threads", "1", "--train", "1001", "--steps", "20",
+              "--batch", "128"]
+    run([dp, "--out", one] + uneven, "1 process, 1001 examples")
+    run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + uneven),
+        "2 ranks, 1001 examples")
+    compare(one, two, 20, "1001 examples (uneven last batch)")
+    accum = ["--threads", "1", "--train", "3000", "--steps", "30",
+             "--batch", "64", "--accum", "2"]
+    run([dp, "--out", one] + accum, "1 process, accumulation")
+    run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + accum),
+        "2 ranks, accumulation")
+    compare(one, two, 30, "accumulation_steps 2")
+
+    # 3. batch_size not divisible by the world size.
+    p = run(mpirun_cmd(2, [dp, "--mpi", "--out", two, "--batch", "127",
+                           "--steps", "5", "--train", "1000"]),
+            "batch 127 on 2 ranks", expect_rc=None)
+    errs = [l for l in p.stderr.splitlines() if ": error: " in l]
+    if p.returncode == 0 or len(errs) != 2 or not all(
+            "hyperparameters.batch_size" in l and "not divisible" in l
+            for l in errs):
+        fail("batch 127 on 2 ranks: exit %d, errors %r" % (p.returncode,
+                                                          errs))
+    print("batch 127 on 2 ranks: refused on both ranks: " + errs[0])
+
+    # 4. A rank killed mid-run.
+    out = os.path.join(tmp, "kill.txt")
+    p, pids, errs = start_gang(dp, out, ["--threads", "1", "--timeout",
+                                         "20"])
+    try:
+        if not wait_steps(p, out, 20) or len(pids) != 2:
+            fail("killed rank: the gang did not start: %s" % "".join(errs))
+        os.kill(pids[1], signal.SIGKILL)
+        if not gang_gone(p, pids, BOUND):
+            fail("killed rank: rank 0 or mpirun still running %g s after "
+                 "SIGKILL of rank 1" % BOUND)
+        if p.returncode == 0:
+            fail("killed rank: mpirun exited 0")
+        print("killed rank: mpirun exit %d, both ranks gone" % p.returncode)
+    finally:
+        cleanup(p, pids)
+
+    # 5. A rank stalled mid-run: the other gives up after its timeout.
+    out = os.path.join(tmp, "stop.txt")
+    p, pids, errs = start_gang(dp, out, ["--threads", "1", "--timeout", "3"])
+    try:
+        if not wait_steps(p, out, 20) or len(pids) != 2:
+            fail("stalled rank: the gang did not start: %s" % "".join(errs))
+        os.kill(pids[1], signal.SIGSTOP)
+        deadline = time.monotonic() + BOUND
+        while time.monotonic() < deadline and pid_alive(pids[0]):
+            time.sleep(0.05)
+        if pid_alive(pids[0]):
+            fail("stalled rank: rank 0 still waiting %g s after rank 1 "
+                 "stopped (collective timeout 3 s)" % BOUND)
+        time.sleep(0.5)  # the reader threads catch up
+        msg = [l for l in errs if l.startswith("rank 0: error: ")]
+        if not msg or "collective timeout" not in msg[0]:
+            fail("stalled rank: rank 0's error: %r" % "".join(errs))
+        print("stalled rank: " + msg[0].strip())
+    finally:
+        os.kill(pids[1], signal.SIGCONT) if pids.get(1) else None
+        cleanup(p, pids)
+    print("PASS")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
