@@ -30,6 +30,7 @@ void config_defaults(ty_config *cfg)
     cfg->fetch_timeout_s = 600;
     snprintf(cfg->fetch_hosts, sizeof cfg->fetch_hosts, "*");
     cfg->model_cache_size = 16;
+    cfg->kv_cache_bytes = 256ULL << 20;
     cfg->connection_timeout_s = 120;
     cfg->serve_device = PLACE_DEVICE_AUTO;
     cfg->train_device = PLACE_DEVICE_AUTO;
@@ -62,8 +63,7 @@ void config_defaults(ty_config *cfg)
     cfg->access_log_sample = 1;
     cfg->access_log_max_bytes = 256ull << 20;
     snprintf(cfg->slurm_url, sizeof cfg->slurm_url, "http://127.0.0.1:6820");
-    snprintf(cfg->slurm_api_version, sizeof cfg->slurm_api_version,
-             "v0.0.38");
+    snprintf(cfg->slurm_api_version, sizeof cfg->slurm_api_version, "v0.0.38");
     snprintf(cfg->slurm_workdir, sizeof cfg->slurm_workdir, "/tmp");
     cfg->slurm_poll_s = 2.0;
 }
@@ -288,6 +288,8 @@ ty_status config_parse_serve(int argc, char **argv, ty_config *cfg,
                          sizeof cfg->fetch_allow_networks, "%s", val);
         } else if (!strcmp(flag, "--model-cache")) {
             s = parse_int(flag, val, 1, 100000, &cfg->model_cache_size, err);
+        } else if (!strcmp(flag, "--kv-cache")) {
+            s = parse_bytes(flag, val, &cfg->kv_cache_bytes, err);
         } else if (!strcmp(flag, "--connection-timeout")) {
             s = parse_int(flag, val, 1, 86400, &cfg->connection_timeout_s, err);
         } else if (!strcmp(flag, "--max-job-memory")) {
@@ -522,6 +524,14 @@ void config_usage(FILE *f)
         "  --model-cache N           trained models kept loaded for "
         "predictions\n"
         "                            (default %d)\n"
+        "  --kv-cache SIZE           the key/value cache of each language "
+        "model\n"
+        "                            generating here or on a CPU replica; "
+        "a\n"
+        "                            replica on a GPU or MIG slice takes "
+        "90%%\n"
+        "                            of the memory its model leaves free\n"
+        "                            (default %lluM)\n"
         "  --connection-timeout SECONDS\n"
         "                            idle HTTP connections are closed after "
         "this\n"
@@ -750,7 +760,8 @@ void config_usage(FILE *f)
         (unsigned long long)(d.max_json_bytes >> 20), d.max_large_requests,
         (unsigned long long)(d.max_fetch_bytes >> 20),
         (unsigned long long)(d.min_free_bytes >> 20), d.fetch_timeout_s,
-        d.fetch_hosts, d.model_cache_size, d.connection_timeout_s,
+        d.fetch_hosts, d.model_cache_size,
+        (unsigned long long)(d.kv_cache_bytes >> 20), d.connection_timeout_s,
         (unsigned long long)d.max_job_memory, d.heartbeat_timeout_s,
         d.retry_backoff_s, d.max_attempts, d.backfill_wait_s, d.preempt_wait_s,
         d.fair_window_s, d.events_ring, d.per_ip_connections,

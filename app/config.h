@@ -32,6 +32,8 @@ typedef struct {
     /* non-public addresses URL fetches may reach (common/fetch.h); "" = none */
     char fetch_allow_networks[1024];
     int model_cache_size;       /* trained models kept loaded for predict */
+    uint64_t kv_cache_bytes;    /* a generation engine's key/value cache: in
+                                    this server and on CPU replicas */
     int connection_timeout_s;   /* idle HTTP connections are closed after */
     uint64_t max_job_memory;    /* bytes a job's training may take from its
                                     backend (train_memory); 0 = no limit */

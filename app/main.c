@@ -35,6 +35,7 @@
 #include "common/log.h"
 #include "serve/modelcache.h"
 #include "common/opmetrics.h"
+#include "node/gen_engine.h"
 #include "node/replica.h"
 #include "node/worker.h"
 
@@ -267,6 +268,7 @@ static void jobs_env_fill(const ty_app *app, jobs_env *env)
     snprintf(env->self_exe, sizeof env->self_exe, "%s", app->self_exe);
     env->max_jobs = app->cfg.max_jobs;
     env->worker_threads = app->cfg.worker_threads;
+    env->kv_cache_bytes = app->cfg.kv_cache_bytes;
     env->max_job_memory = app->cfg.max_job_memory;
     env->heartbeat_timeout_s = app->cfg.heartbeat_timeout_s;
     env->retry_backoff_s = app->cfg.retry_backoff_s;
@@ -456,6 +458,9 @@ static int cmd_serve(int argc, char **argv)
         }
         log_event("info", "train_device", f);
     }
+    /* This server's own engines share the machine (and a GPU) with
+     * training: a fixed cache each. */
+    gen_engine_set_kv_budget(&(gen_kv_budget){.bytes = cfg.kv_cache_bytes});
     app.models =
         model_cache_create_on(cfg.model_cache_size, cfg.serve_device, &err);
     if (!app.models) {

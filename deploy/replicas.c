@@ -107,10 +107,11 @@ static ty_status replica_file(const deploy_ctl *b, const deployment *d,
     for (int i = 0; i < sp->npreferred; i++)
         json_array_append_new(pref, json_integer(sp->preferred[i]));
     json_t *doc = json_pack(
-        "{s:s, s:s, s:s, s:s, s:i, s:{s:i, s:i, s:o}}", RPROTO_REPLICA_ID,
+        "{s:s, s:s, s:s, s:s, s:i, s:I, s:{s:i, s:i, s:o}}", RPROTO_REPLICA_ID,
         p->id, RPROTO_DEPLOYMENT_ID, d->id, RPROTO_MODEL_PATH, d->model_path,
         RPROTO_SOCKET_PATH, p->socket, RPROTO_THREADS,
-        jobs_env_of(b->js)->worker_threads, RPROTO_BATCHING,
+        jobs_env_of(b->js)->worker_threads, RPROTO_KV_CACHE_BYTES,
+        (json_int_t)jobs_env_of(b->js)->kv_cache_bytes, RPROTO_BATCHING,
         RPROTO_MAX_BATCH_SIZE, (int)sp->max_batch_size,
         RPROTO_MAX_QUEUE_DELAY_US, (int)sp->max_queue_delay_us,
         RPROTO_PREFERRED_BATCH_SIZES, pref);

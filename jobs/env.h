@@ -29,6 +29,7 @@ typedef struct jobs_env {
     char self_exe[PATH_MAX]; /* this binary, to start workers */
     int max_jobs;            /* CPU jobs running at once */
     int worker_threads;      /* engine threads per worker; 0 = all */
+    uint64_t kv_cache_bytes; /* a CPU replica's generation cache (--kv-cache) */
     uint64_t max_job_memory; /* bytes a job may take; 0 = no limit */
     int heartbeat_timeout_s; /* a silent worker is killed after */
     double retry_backoff_s;  /* first retry's delay; doubles */

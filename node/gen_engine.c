@@ -32,15 +32,15 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/log.h"
 #include "common/opmetrics.h"
 #include "node/gen_engine.h"
+#include "node/placement.h"
 
 #define GEN_BLOCK_TOKENS 16u
 #define GEN_STEP_ROWS 64u   /* rows a step: decode rows, then prefill */
 #define GEN_MAX_RUNNING 48u /* sequences in the cache at once */
 #define GEN_MAX_WAITING 256u
-#define GEN_KV_BYTES ((uint64_t)256 << 20) /* the cache's default budget */
-#define GEN_KV_ENV "TRAINYARD_GENERATE_KV_BYTES"
 #define GEN_MAX_THREADS 16 /* a CPU step's threads, at most */
 
 typedef struct gen_engine {
@@ -117,27 +117,56 @@ typedef struct {
     int static_batches; /* read with the environment when the cache is made */
 } eng_work;
 
-/* The cache's budget in bytes: the server's environment's
- * TRAINYARD_GENERATE_KV_BYTES when it holds a number, else 256 MiB. */
-static uint64_t kv_budget(void)
+/* The process's policy (gen_engine_set_kv_budget). */
+static pthread_mutex_t budget_mu = PTHREAD_MUTEX_INITIALIZER;
+static gen_kv_budget budget = {.bytes = GEN_KV_DEFAULT_BYTES};
+
+void gen_engine_set_kv_budget(const gen_kv_budget *b)
 {
-    const char *v = getenv(GEN_KV_ENV);
-    char *end = NULL;
-    unsigned long long b = v ? strtoull(v, &end, 10) : 0;
-    return v && end != v && !*end ? (uint64_t)b : GEN_KV_BYTES;
+    pthread_mutex_lock(&budget_mu);
+    budget = *b;
+    if (!(budget.device_share > 0 && budget.device_share <= 1))
+        budget.device_share = 0;
+    pthread_mutex_unlock(&budget_mu);
 }
 
-/* The blocks the budget buys, at least a whole context's. */
+uint32_t gen_kv_blocks(const gen_kv_budget *b, uint64_t free_bytes,
+                       uint64_t per, uint64_t steps, uint32_t least)
+{
+    uint64_t bytes = b->bytes;
+    if (b->device_share > 0 && free_bytes != UINT64_MAX) {
+        const double want = b->device_share * (double)free_bytes;
+        bytes = want > (double)steps ? (uint64_t)(want - (double)steps) : 0;
+    }
+    uint64_t n = bytes / (per ? per : 1);
+    if (n < least)
+        n = least;
+    return n > GEN_KV_MAX_BLOCKS ? GEN_KV_MAX_BLOCKS : (uint32_t)n;
+}
+
+/* The blocks the process's policy buys for net's cache. */
 static uint32_t pool_blocks(const nn_net *net, uint32_t context)
 {
+    pthread_mutex_lock(&budget_mu);
+    const gen_kv_budget b = budget;
+    pthread_mutex_unlock(&budget_mu);
     const uint64_t one = nn_decoder_bytes(net, 1, 1, GEN_BLOCK_TOKENS);
     const uint64_t two = nn_decoder_bytes(net, 1, 2, GEN_BLOCK_TOKENS);
     const uint64_t per = two > one ? two - one : 1;
-    uint64_t n = kv_budget() / per;
-    const uint64_t least = (context + GEN_BLOCK_TOKENS - 1) / GEN_BLOCK_TOKENS;
-    if (n < least)
-        n = least;
-    return n > (1u << 20) ? 1u << 20 : (uint32_t)n;
+    const uint64_t rows =
+        nn_decoder_bytes(net, GEN_STEP_ROWS, 1, GEN_BLOCK_TOKENS);
+    uint64_t free_b = UINT64_MAX, total_b = 0;
+    if (b.device_share > 0) {
+        ty_err err = {0};
+        if (place_cuda_memory(b.device, &free_b, &total_b, &err) != TY_OK) {
+            log_msg("warn",
+                    "generation: the key/value cache takes %llu bytes: %s",
+                    (unsigned long long)b.bytes, err.msg);
+            free_b = UINT64_MAX;
+        }
+    }
+    return gen_kv_blocks(&b, free_b, per, rows > per ? rows - per : 0,
+                         (context + GEN_BLOCK_TOKENS - 1) / GEN_BLOCK_TOKENS);
 }
 
 /* Static batching, for comparison (bench/serve/generate.py): with

@@ -59,6 +59,35 @@ ty_status gen_engine_run(gen_seq *s, ty_err *err);
 ty_status gen_engine_submit(gen_seq *s, ty_err *err);
 ty_status gen_engine_wait(gen_seq *s, ty_err *err);
 
+/* How big an engine's key/value cache is, the process's policy, set
+ * before the first request (the server from --kv-cache, a replica from
+ * its replica.json and its device). bytes: the budget on the CPU, and
+ * wherever device_share is 0. device_share (0 < s <= 1): an engine whose
+ * model sits on CUDA device `device` takes that share of the memory free
+ * on the device when its cache is made, less the decoder's step buffers,
+ * as vLLM's gpu_memory_utilization does: for a replica that holds a GPU
+ * or a MIG slice alone (inside a slice, cudaMemGetInfo is the slice's).
+ * When the device cannot be asked it falls back to bytes. Unset: 256 MiB
+ * on every device. Either way the cache holds at least a whole context. */
+typedef struct {
+    uint64_t bytes;
+    double device_share;
+    int device;
+} gen_kv_budget;
+#define GEN_KV_DEFAULT_BYTES ((uint64_t)256 << 20)
+/* A replica's share of its GPU or MIG slice's free memory. */
+#define GEN_KV_DEVICE_SHARE 0.9
+void gen_engine_set_kv_budget(const gen_kv_budget *b);
+
+/* The blocks a cache gets under policy b (pure): a block takes `per`
+ * bytes and a step's buffers `steps`; free_bytes is what its device has
+ * free (read only when b->device_share > 0; UINT64_MAX when the device
+ * could not be asked: b->bytes then). At least `least` blocks (a whole
+ * context), at most GEN_KV_MAX_BLOCKS. */
+#define GEN_KV_MAX_BLOCKS (1u << 20)
+uint32_t gen_kv_blocks(const gen_kv_budget *b, uint64_t free_bytes,
+                       uint64_t per, uint64_t steps, uint32_t least);
+
 /* What the process's engines hold and have done, every model's together
  * (a replica reports them with its heartbeats): sequences in the caches
  * and waiting for them, the caches' blocks held and in the pools, prompt

@@ -33,6 +33,7 @@
 
 #include "common/jsonutil.h"
 #include "node/batcher.h"
+#include "node/gen_engine.h"
 #include "node/placement.h"
 #include "node/rframe.h"
 #include "node/replica_gen.h"
@@ -77,6 +78,7 @@ typedef struct {
     const char *replica_id, *deployment_id; /* borrowed from the document */
     const char *model_path, *socket_path;
     int threads;
+    uint64_t kv_cache_bytes; /* 0: the engine's default */
     batcher_policy policy;
 } replica_config;
 
@@ -136,7 +138,7 @@ static ty_status read_batching(const json_t *batching, batcher_policy *p,
 static ty_status read_config(const json_t *j, replica_config *c, ty_err *err)
 {
     memset(c, 0, sizeof *c);
-    int64_t threads = 0;
+    int64_t threads = 0, kv = 0;
     if (tyjson_get_string(j, RPROTO_REPLICA_ID, "", 0, 128, "", &c->replica_id,
                           err) != TY_OK ||
         tyjson_get_string(j, RPROTO_DEPLOYMENT_ID, "", 0, 128, "",
@@ -147,6 +149,8 @@ static ty_status read_config(const json_t *j, replica_config *c, ty_err *err)
                           &c->socket_path, err) != TY_OK ||
         tyjson_get_int(j, RPROTO_THREADS, "", 0, 0, 1024, 0, &threads, err) !=
             TY_OK ||
+        tyjson_get_int(j, RPROTO_KV_CACHE_BYTES, "", 0, 0, INT64_MAX, 0, &kv,
+                       err) != TY_OK ||
         read_batching(json_object_get(j, RPROTO_BATCHING), &c->policy, err) !=
             TY_OK) {
         ty_err_prefix(err, "%s", RPROTO_FILE);
@@ -154,6 +158,7 @@ static ty_status read_config(const json_t *j, replica_config *c, ty_err *err)
     }
     /* The engine's threads for a batch on the CPU (0: one per core). */
     c->threads = (int)threads;
+    c->kv_cache_bytes = (uint64_t)kv;
     return TY_OK;
 }
 
@@ -167,6 +172,7 @@ typedef struct {
     uint32_t outputs;
     char device[WPROTO_SIM_UUID_MAX + 8]; /* "cpu", "cuda:N", "sim:<uuid>" */
     int cuda;                             /* ex is a CUDA context */
+    int cuda_device;                      /* its device, when cuda */
 #if TRAINYARD_HAVE_CUDA
     nn_exec ex;
 #endif
@@ -204,6 +210,7 @@ static ty_status model_load(model *m, const char *path, uint32_t max_batch,
         if ((s = nn_cuda_exec_init(&m->ex, device, err)) != TY_OK)
             return s;
         m->cuda = 1;
+        m->cuda_device = device;
         s = nn_net_load_on(path, &nn_backend_cuda, &m->ex, &m->net, err);
     } else
 #endif
@@ -250,7 +257,7 @@ typedef struct conn {
     unsigned char hdr[RFRAME_GEN_HDR_BYTES]; /* the larger header */
     size_t hdr_got, hdr_need; /* hdr_need: a predict's, or a generation's */
     rframe_req_hdr req;
-    int gen;              /* a generation (rframe.h): gen_req, ids in x */
+    int gen; /* a generation (rframe.h): gen_req, ids in x */
     rframe_gen_req gen_req;
     uint32_t status; /* RFRAME_OK, or the error it gets (payload dropped) */
     size_t body, body_got; /* payload bytes, and read so far */
@@ -545,9 +552,9 @@ static void conn_read(server *sv, conn *c)
                 continue;
             }
             ty_err err = {0};
-            if ((c->gen ? rframe_gen_decode(c->hdr, &c->gen_req, &err)
-                        : rframe_req_hdr_decode(c->hdr, &c->req, &err)) !=
-                TY_OK) {
+            if ((c->gen
+                     ? rframe_gen_decode(c->hdr, &c->gen_req, &err)
+                     : rframe_req_hdr_decode(c->hdr, &c->req, &err)) != TY_OK) {
                 fprintf(stderr, "trainyard %s: closing a connection: %s\n", WHO,
                         err.msg);
                 conn_close(sv, c);
@@ -851,6 +858,13 @@ static int run(const json_t *doc)
         return worker_fail(WHO, err.msg);
     double load_seconds = (double)(mono_ns() - t0) / 1e9;
     replica_gen_loaded(m.net);
+    /* A language model's cache: on a GPU or MIG slice the replica holds
+     * alone, most of the memory the model left free; on the CPU (and a
+     * simulated slice, which the CPU stands in for) the server's share. */
+    gen_engine_set_kv_budget(&(gen_kv_budget){
+        .bytes = cfg.kv_cache_bytes ? cfg.kv_cache_bytes : GEN_KV_DEFAULT_BYTES,
+        .device_share = m.cuda ? GEN_KV_DEVICE_SHARE : 0,
+        .device = m.cuda_device});
     int rc = WPROTO_EXIT_OK;
     server *sv = calloc(1, sizeof *sv);
     if (!sv) {

@@ -13,6 +13,12 @@
  *      "model_path": "/abs/model.safetensors",
  *      "socket_path": "<dir>/replica.sock",   (at most 107 bytes)
  *      "threads": 0,                          (engine threads; 0: all)
+ *      "kv_cache_bytes": 268435456,           (a language model's key/value
+ *                                              cache on the CPU, the server's
+ *                                              --kv-cache; on a GPU or MIG
+ *                                              slice the cache takes 90% of
+ *                                              the memory free once the model
+ *                                              is loaded, gen_engine.h)
  *      "batching": {"max_batch_size": 32, "max_queue_delay_us": 500,
  *                   "preferred_batch_sizes": [8, 16]}}
  *
@@ -65,6 +71,7 @@
 #define RPROTO_MODEL_PATH "model_path"
 #define RPROTO_SOCKET_PATH "socket_path"
 #define RPROTO_THREADS "threads"
+#define RPROTO_KV_CACHE_BYTES "kv_cache_bytes"
 #define RPROTO_BATCHING "batching"
 #define RPROTO_MAX_BATCH_SIZE "max_batch_size"
 #define RPROTO_MAX_QUEUE_DELAY_US "max_queue_delay_us"

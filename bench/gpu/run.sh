@@ -26,6 +26,12 @@
 # LIMIT_GEN 120, LIMIT_TRAIN 150, LIMIT_GPT2 120, LIMIT_SERVE 60; the GEMMs
 # 60): a step that hangs on its first run on a GPU is killed with its
 # servers and leaves the time to the others.
+# --steps runs only the steps named (the machine, the dependencies and the
+# build always run; the build is incremental on a warm machine). The first
+# device run (2026-12-05) ran everything in one call and the machine
+# stopped answering with nothing returned, so: first call `--steps tests`
+# (what works at all comes back), then, at once while the machine is
+# warm, `--steps gen,gemm,train,gpt2,serve`.
 # Meant to finish in under 6 minutes on an H200, from the repository alone.
 #
 # The device machine (bench/gpu on a machine lent through the `run` tool) has
@@ -51,6 +57,7 @@
 # Usage: bench/gpu/run.sh [--cpu-smoke] [--wide-batch N] [--wide-width N]
 #                         [--wide-layers N] [--gpt2-batch N]
 #                         [--gpt2-context N] [--gpt2-steps N] [--no-gpt2]
+#                         [--steps tests,gen,gemm,train,gpt2,serve]
 #                         [-- TRAIN_BENCH_ARGS...]
 # Environment: BUILD_DIR (default build-gpu), JOBS (default nproc), PYTHON
 # (default: the first of python3, /usr/bin/python3 that has torch),
@@ -77,6 +84,7 @@ GPT2_BATCH=8
 GPT2_CONTEXT=1024
 GPT2_STEPS=10
 EXTRA=()
+STEPS=all
 while [ $# -gt 0 ]; do
     case $1 in
         --cpu-smoke) SMOKE=1 ;;
@@ -87,6 +95,7 @@ while [ $# -gt 0 ]; do
         --gpt2-context) GPT2_CONTEXT=$2; shift ;;
         --gpt2-steps) GPT2_STEPS=$2; shift ;;
         --no-gpt2) GPT2=0 ;;
+        --steps) STEPS=$2; shift ;;
         --) shift; EXTRA=("$@"); break ;;
         -h|--help) sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "run.sh: unknown argument $1 (see --help)"; exit 2 ;;
@@ -110,6 +119,8 @@ limit() { # SECONDS COMMAND...
     [ $rc -eq 124 ] || [ $rc -eq 137 ] && echo "run.sh: $(basename "$1") stopped at its limit of ${t}s"
     return $rc
 }
+# Whether step $1 runs (--steps: tests,gen,gemm,train,gpt2,serve or all).
+want() { [ "$STEPS" = all ] || [[ ",$STEPS," == *",$1,"* ]]; }
 section() { printf '\n=== %s (t=%ds) ===\n' "$*" $((SECONDS - START)); }
 note() { SUMMARY+=("$*"); }
 finish() {
@@ -224,6 +235,7 @@ section "trainyard version"
 echo "libraries: $(ldd "$BUILD/trainyard" | grep -E 'microhttpd|jansson|curl|sqlite|openblas|libz\.|cublas\.|cudnn\.' |
     awk '{print $3}' | tr '\n' ' ')"
 
+if want tests; then
 # ---- the gpu tests -------------------------------------------------------------------
 section "ctest -L gpu"
 (cd "$BUILD" && limit "$LIMIT_TESTS" ctest -L gpu --output-on-failure --no-tests=error)
@@ -240,7 +252,9 @@ elif [ -n "$skips" ]; then
 else
     note "gpu tests: passed"
 fi
+fi
 
+if want gen; then
 # Text generation (issue 32): the engine on the GPU, in the server and in a
 # replica on a GPU or MIG slice; no transformers baseline (no network here
 # for its venv).
@@ -256,13 +270,15 @@ if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
         note "generation on the GPU: FAILED (rc $rc)"
     fi
 fi
+fi
 
-# ---- GEMM ceiling: bare cuBLAS ----------------------------------------------------------
 SHAPE=(--batch "$WIDE_BATCH" --width "$WIDE_WIDTH" --layers "$WIDE_LAYERS")
-section "GEMM ceiling of the wide network: cuBLAS (${SHAPE[*]})"
-NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 CEIL="$BUILD/gemm_ceiling"
 CEIL_OUT="$BUILD/gemm_ceiling.out"
+if want gemm; then
+# ---- GEMM ceiling: bare cuBLAS ----------------------------------------------------------
+section "GEMM ceiling of the wide network: cuBLAS (${SHAPE[*]})"
+NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 rm -f "$CEIL_OUT"
 if ! "$NVCC" -O2 -std=c++17 -arch=sm_"${ARCH:-90}" -o "$CEIL" \
         "$ROOT/bench/gpu/gemm_ceiling.cu" "${GEMM_NVCC_FLAGS[@]}"; then
@@ -298,7 +314,9 @@ else
         note "PyTorch GEMMs: FAILED (rc $rc)"
     fi
 fi
+fi
 
+if want train; then
 # ---- training: trainyard vs PyTorch ---------------------------------------------------------
 BENCH=("$BUILD/train_bench.json")
 if [ $SMOKE -eq 1 ]; then
@@ -345,7 +363,9 @@ else
            note "training: FAILED (rc $rc): a measurement could not be made" ;;
     esac
 fi
+fi
 
+if want gpt2; then
 # ---- GPT-2 124M: trainyard vs PyTorch eager, bf16 ----------------------------------------
 GPT2_JSON="$BUILD/gpt2_bench.json"
 if [ $GPT2 -eq 0 ]; then
@@ -382,7 +402,9 @@ else
            note "GPT-2: FAILED (rc $rc): a measurement could not be made" ;;
     esac
 fi
+fi
 
+if want serve; then
 # Serving deployments on the GPU (issue 18): a replica on a GPU or MIG slice
 # (resources.gpu "any"), the CNN's batching gain and the GPU predict
 # latency through the replica hop. Needs wrk (the load generator).
@@ -402,6 +424,7 @@ if [ $HAVE_GPU -eq 1 ] && [ -n "$PY" ]; then
         echo "SKIPPED: wrk is not installed on this machine"
         note "serving on the GPU: skipped (no wrk)"
     fi
+fi
 fi
 
 finish

@@ -11,7 +11,7 @@
  *   - sampling with a seed gives the same text twice, and other seeds
  *     other texts;
  *   - eight seeded requests at once write what each writes alone, with a
- *     cache of 6 blocks (TRAINYARD_GENERATE_KV_BYTES: three sequences of
+ *     cache of 6 blocks (--kv-cache 24576: three sequences of
  *     this model at a time, so the others wait for blocks), and the
  *     engine did run several sequences in one step (continuous
  *     batching: trainyard_generate_step_sequences);
@@ -32,6 +32,8 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
+#include <glob.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -75,8 +77,8 @@ static int setup(void **state)
     (void)state;
     /* the model's cache: 2 x 16 positions x 32 channels x 4 bytes a block,
      * 6 blocks: three requests of up to 32 tokens at a time */
-    setenv("TRAINYARD_GENERATE_KV_BYTES", "24576", 1);
-    if (srv_start(&server, NULL, NULL))
+    static const char *const flags[] = {"--kv-cache", "24576", NULL};
+    if (srv_start(&server, NULL, flags))
         return -1;
     temp_dir(files);
     char path[PATH_MAX], part[PATH_MAX + 16];
@@ -389,8 +391,7 @@ static void test_batched_as_alone(void **state)
         fprintf(stderr,
                 "cache while they ran: %d samples, %d with blocks in use; at "
                 "most %.0f of %.0f blocks used, %.0f requests waiting\n",
-                kw.samples, kw.busy, kw.max_used, kw.max_total,
-                kw.max_waiting);
+                kw.samples, kw.busy, kw.max_used, kw.max_total, kw.max_waiting);
         assert_int_equal(kw.over, 0); /* never past the pool, a pool of 6 */
         for (int i = 0; i < N_AT_ONCE; i++) {
             assert_int_equal(together[i].status, 200);
@@ -600,8 +601,7 @@ static void test_refusals(void **state)
 /* A generate_stream reply's events: their texts joined into text, the
  * last event's finish_reason into finish. 0, or -1 with what was wrong
  * in text (a bad event, an error event). No assertion: threads use it. */
-static int parse_stream(const resp *r, char *text, size_t cap,
-                        char finish[16])
+static int parse_stream(const resp *r, char *text, size_t cap, char finish[16])
 {
     text[0] = finish[0] = '\0';
     int rc = 0;
@@ -767,9 +767,23 @@ static void test_deployed(void **state)
                 0);
     assert_true(json_is_number(
         json_object_get(json_object_get(gen, "ttft_ms"), "p50")));
-    assert_true(json_is_number(
-        json_object_get(json_object_get(gen, "itl_ms"), "p99")));
+    assert_true(
+        json_is_number(json_object_get(json_object_get(gen, "itl_ms"), "p99")));
     resp_free(r);
+    /* the replica's cache is the server's --kv-cache (a CPU replica; on
+     * a GPU or MIG slice the replica takes most of its free memory) */
+    char pattern[PATH_MAX + 32];
+    snprintf(pattern, sizeof pattern, "%s/jobs/rep_*/replica.json",
+             server.data);
+    glob_t g;
+    assert_int_equal(glob(pattern, 0, NULL, &g), 0);
+    assert_true(g.gl_pathc >= 1);
+    json_t *rj = json_load_file(g.gl_pathv[0], 0, NULL);
+    globfree(&g);
+    assert_non_null(rj);
+    assert_int_equal(json_integer_value(json_object_get(rj, "kv_cache_bytes")),
+                     24576);
+    json_decref(rj);
     r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
     resp_free(r);
 }
@@ -782,12 +796,10 @@ static int replica_engine(const char *dpath, long long *generated,
 {
     resp *r = http_get(&server, dpath);
     const json_t *g = json_object_get(
-        json_array_get(json_object_get(r->json, "instances"), 0),
-        "generate");
+        json_array_get(json_object_get(r->json, "instances"), 0), "generate");
     int have = json_is_object(g);
     if (have) {
-        *generated =
-            json_integer_value(json_object_get(g, "generated_tokens"));
+        *generated = json_integer_value(json_object_get(g, "generated_tokens"));
         *busy = json_integer_value(json_object_get(g, "sequences")) +
                 json_integer_value(json_object_get(g, "waiting"));
     }
@@ -823,8 +835,9 @@ static void test_deployed_disconnect(void **state)
     assert_true(busy == 0);
     sleep(3); /* heartbeats every 2 s */
     replica_engine(dpath, &after, &busy);
-    fprintf(stderr, "on the replica, after the client left: %lld tokens "
-                    "written of 1920\n",
+    fprintf(stderr,
+            "on the replica, after the client left: %lld tokens "
+            "written of 1920\n",
             after - before);
     assert_true(busy == 0);
     assert_true(after > before);
