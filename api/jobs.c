@@ -42,8 +42,8 @@ void api_jobs_create(api_ctx *app, http_req *r)
     /* What it asks of the scheduler; the job service checks that this
      * host could ever give it, and everything else. */
     if ((s = jobreq_parse(json_object_get(body, "resources"),
-                          jobs_host_has_gpus(app->jobs), &sub.req, &resources,
-                          &err)) != TY_OK ||
+                          jobs_host_has_gpus(app->jobs), &sub.req,
+                          &sub.workers, &resources, &err)) != TY_OK ||
         (s = jobreq_priority(json_object_get(body, "priority"), &sub.priority,
                              &err)) != TY_OK)
         goto out;

@@ -42,6 +42,29 @@
 void openblas_set_num_threads(int n);
 char *openblas_get_config(void);
 
+/* The first executable `name` on PATH into out ("" when there is none). */
+static void find_program(const char *name, char *out, size_t n)
+{
+    out[0] = 0;
+    const char *path = getenv("PATH");
+    if (!path)
+        path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        size_t len = strcspn(path, ":");
+        char cand[PATH_MAX];
+        if (len > 0 && len < sizeof cand - strlen(name) - 2) {
+            snprintf(cand, sizeof cand, "%.*s/%s", (int)len, path, name);
+            if (access(cand, X_OK) == 0) {
+                snprintf(out, n, "%s", cand);
+                return;
+            }
+        }
+        path += len;
+        if (*path == ':')
+            path++;
+    }
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -269,6 +292,7 @@ static void jobs_env_fill(const ty_app *app, jobs_env *env)
     env->max_jobs = app->cfg.max_jobs;
     env->worker_threads = app->cfg.worker_threads;
     env->kv_cache_bytes = app->cfg.kv_cache_bytes;
+    find_program("mpirun", env->mpirun, sizeof env->mpirun);
     env->max_job_memory = app->cfg.max_job_memory;
     env->heartbeat_timeout_s = app->cfg.heartbeat_timeout_s;
     env->retry_backoff_s = app->cfg.retry_backoff_s;

@@ -336,7 +336,7 @@ ty_status deploy_spec_parse(const json_t *body, int host_has_gpus,
         (st = parse_name(body, &s, err)) != TY_OK ||
         (st = parse_model(body, 1, &s, err)) != TY_OK ||
         (st = jobreq_parse(json_object_get(body, "resources"), host_has_gpus,
-                           &s.request, &s.resources, err)) != TY_OK ||
+                           &s.request, NULL, &s.resources, err)) != TY_OK ||
         (st = apply_sections(body, 1, &s, err)) != TY_OK)
         goto fail;
     if (s.target_in_flight <= 0)

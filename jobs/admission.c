@@ -180,17 +180,27 @@ static const nn_backend *train_backend(int on_cuda)
  * hyperparameters.batch_size that says where it goes when it is over
  * --max-job-memory, or, on a GPU, when it and PLACE_CUDA_OVERHEAD_BYTES
  * exceed the device's memory (a MIG slice's size inside one). */
-static ty_status check_memory(const jobs_env *env, const sched_request *req,
+static ty_status check_memory(const jobs_env *env, const job_submission *sub,
                               const json_t *spec, const uint32_t *shape,
                               uint32_t ndim, uint32_t outputs, ty_task task,
                               const train_hparams *hp, uint32_t n_train,
                               train_memory *m, ty_err *err)
 {
+    const sched_request *req = &sub->req;
+    const uint32_t world = sub->workers > 1 ? (uint32_t)sub->workers : 1;
+    /* A data-parallel job: every rank takes an equal share of each
+     * global batch (models/train/train.h's train_job.comm). */
+    if (hp->batch_size % world)
+        return ty_fail(err, TY_EINVAL, "hyperparameters.batch_size",
+                       "hyperparameters.batch_size (%u) must be divisible by "
+                       "resources.workers (%u): each worker trains on an "
+                       "equal share of every batch",
+                       hp->batch_size, world);
     int on_cuda = job_on_cuda(env, req);
     const nn_backend *be = train_backend(on_cuda);
-    ty_status s = train_memory_estimate_spec(
+    ty_status s = train_memory_estimate_rank(
         spec, shape, ndim, outputs, task, hp, n_train,
-        train_threads(env->worker_threads, be), be, m, err);
+        train_threads(env->worker_threads, be), be, world, m, err);
     /* On a slot the worker checks the slot's free memory when it starts;
      * here only the --train-device of a host without slots is known. */
     if (s == TY_OK && on_cuda && req->kind == SCHED_REQ_NONE)
@@ -417,7 +427,7 @@ static ty_status admit_lm(const jobs_env *env, const char *tenant,
         return s;
     uint64_t windows = ds_windows_count(n_train_tokens, t);
     train_memory mem;
-    if ((s = check_memory(env, &sub->req, a->spec, &t, 1, vocab,
+    if ((s = check_memory(env, sub, a->spec, &t, 1, vocab,
                           TY_TASK_LANGUAGE_MODELING, &hp,
                           windows > UINT32_MAX ? UINT32_MAX : (uint32_t)windows,
                           &mem, err)) != TY_OK)
@@ -538,8 +548,8 @@ ty_status admission_check(const jobs_env *env, const char *tenant,
         json_object_set_new(a->hyperparameters, "max_attempts",
                             json_integer(max_attempts));
     train_memory mem;
-    if ((s = check_memory(env, &sub->req, a->spec, shape, ndim, outputs, task,
-                          &hp, train_examples(ds, a->validation), &mem, err)) !=
+    if ((s = check_memory(env, sub, a->spec, shape, ndim, outputs, task, &hp,
+                          train_examples(ds, a->validation), &mem, err)) !=
         TY_OK)
         goto done;
     a->memory_bytes = mem.total;

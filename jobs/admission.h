@@ -30,6 +30,7 @@ typedef struct {
     const json_t *hyperparameters; /* as given; may be NULL */
     const json_t *resources;       /* normalized by jobreq_parse */
     sched_request req;             /* jobreq_parse's */
+    int workers;                   /* jobreq_parse's: the ranks, 1 or more */
     int priority;                  /* jobreq_priority's */
 } job_submission;
 

@@ -30,6 +30,9 @@ typedef struct jobs_env {
     int max_jobs;            /* CPU jobs running at once */
     int worker_threads;      /* engine threads per worker; 0 = all */
     uint64_t kv_cache_bytes; /* a CPU replica's generation cache (--kv-cache) */
+    /* Open MPI's mpirun, which starts a data-parallel job's CPU workers
+     * (resources.workers); "": not found, such jobs are refused. */
+    char mpirun[PATH_MAX];
     uint64_t max_job_memory; /* bytes a job may take; 0 = no limit */
     int heartbeat_timeout_s; /* a silent worker is killed after */
     double retry_backoff_s;  /* first retry's delay; doubles */

@@ -5,10 +5,13 @@
  */
 #include "jobs/executor.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 typedef struct {
     supervisor *sup;
+    char mpirun[PATH_MAX]; /* for data-parallel jobs; "": none */
 } local_exec;
 
 static ty_status local_start(void *impl, int place, const exec_start *st,
@@ -16,13 +19,25 @@ static ty_status local_start(void *impl, int place, const exec_start *st,
 {
     local_exec *x = impl;
     pid_t pid = -1;
-    ty_status s = supervisor_spawn(x->sup, place, WPROTO_COMMAND, st->job_id,
-                                   st->dir, st->device, st->cvd, st->has_cvd,
-                                   &pid, err);
-    if (s == TY_OK)
-        *placement = json_pack("{s:s, s:i}", "executor", "local",
-                               "worker_pid", (int)pid);
-    return s;
+    const int ranks = st->ranks > 1 ? st->ranks : 1;
+    ty_status s = supervisor_spawn_ranks(
+        x->sup, place, WPROTO_COMMAND, st->job_id, st->dir, st->device, st->cvd,
+        st->has_cvd, ranks, x->mpirun, &pid, err);
+    if (s != TY_OK)
+        return s;
+    *placement =
+        json_pack("{s:s, s:i}", "executor", "local", "worker_pid", (int)pid);
+    if (ranks > 1) {
+        /* every rank on this machine, on the device the job was given;
+         * worker_pid is mpirun's, which started them */
+        json_t *list = json_array();
+        for (int i = 0; i < ranks; i++)
+            json_array_append_new(
+                list, json_pack("{s:i, s:s}", "rank", i, "device", st->device));
+        json_object_set_new(*placement, "ranks", list);
+        json_object_set_new(*placement, "launcher", json_string("mpirun"));
+    }
+    return TY_OK;
 }
 
 static void local_preempt(void *impl, int place)
@@ -43,7 +58,7 @@ static json_t *local_status(void *impl)
 
 static void local_destroy(void *impl) { free(impl); }
 
-executor *exec_local_create(supervisor *sup, ty_err *err)
+executor *exec_local_create(supervisor *sup, const char *mpirun, ty_err *err)
 {
     executor *x = calloc(1, sizeof *x);
     local_exec *l = calloc(1, sizeof *l);
@@ -54,6 +69,7 @@ executor *exec_local_create(supervisor *sup, ty_err *err)
         return NULL;
     }
     l->sup = sup;
+    snprintf(l->mpirun, sizeof l->mpirun, "%s", mpirun ? mpirun : "");
     *x = (executor){.name = "local",
                     .impl = l,
                     .start = local_start,

@@ -36,7 +36,7 @@
 #include "node/wremote.h"
 
 #define TOKEN_BYTES 32
-#define ENDED_MAX 64  /* attempts remembered as over (409, not 401) */
+#define ENDED_MAX 64 /* attempts remembered as over (409, not 401) */
 #define PING_EVERY_S 10.0
 
 typedef enum {
@@ -59,9 +59,9 @@ typedef struct {
     int want_cancel, cancel_sent;
     int want_preempt;
     double preempt_at;
-    int lost;           /* silent: cancelled as lost */
-    int told_waiting;   /* the job was told its submission waits */
-    double last_line;   /* monotonic time of its last delivery; 0 none */
+    int lost;             /* silent: cancelled as lost */
+    int told_waiting;     /* the job was told its submission waits */
+    double last_line;     /* monotonic time of its last delivery; 0 none */
     double running_since; /* monotonic; 0 until Slurm said RUNNING */
     slurm_state state;
     char reason[128];
@@ -94,7 +94,7 @@ typedef struct {
     int outage;
     double outage_since; /* wall clock */
     char outage_msg[300];
-    double last_ok;      /* monotonic */
+    double last_ok; /* monotonic */
 } slurm_exec;
 
 static double mono_now(void)
@@ -148,8 +148,9 @@ static void note_health(slurm_exec *x, int ok, const char *msg)
     } else {
         if (!x->outage) {
             x->outage_since = wall_now();
-            log_msg("error", "slurm: slurmrestd unreachable (%s); new "
-                             "submissions wait, running jobs go on",
+            log_msg("error",
+                    "slurm: slurmrestd unreachable (%s); new "
+                    "submissions wait, running jobs go on",
                     msg);
         }
         x->outage = 1;
@@ -186,10 +187,10 @@ static ty_status slurm_start(void *impl, int place, const exec_start *st,
     /* The attempt's token hash goes into the job's placement (the token
      * itself only into the Slurm job's environment), so a restarted server
      * can re-attach it (reattach_running, jobs/service.c). */
-    *placement = json_pack("{s:s, s:{s:n, s:s, s:s, s:s?}}", "executor",
-                           "slurm", "slurm", "job_id", "state", "SUBMITTING",
-                           "token_sha256", p->token_sha, "gres",
-                           p->gres[0] ? p->gres : NULL);
+    *placement =
+        json_pack("{s:s, s:{s:n, s:s, s:s, s:s?}}", "executor", "slurm",
+                  "slurm", "job_id", "state", "SUBMITTING", "token_sha256",
+                  p->token_sha, "gres", p->gres[0] ? p->gres : NULL);
     wake_thread(x);
     return TY_OK;
 }
@@ -218,8 +219,7 @@ static void slurm_cancel(void *impl, int place)
 }
 
 ty_status exec_slurm_adopt(executor *ex, int place, const char *job_id,
-                           long slurm_id, const char *token_sha256,
-                           ty_err *err)
+                           long slurm_id, const char *token_sha256, ty_err *err)
 {
     slurm_exec *x = ex->impl;
     if (place < 0 || place >= x->cap || x->p[place].phase != XP_FREE ||
@@ -392,8 +392,8 @@ static void do_submit(slurm_exec *x, xwork *w)
                         .memory_mb = w->memory_mb,
                         .time_limit_min = x->cfg.time_limit_min,
                         .env = env};
-    w->submit_s = slurmrest_submit(x->cfg.rest, &sub, &w->slurm_id,
-                                   &w->submit_err);
+    w->submit_s =
+        slurmrest_submit(x->cfg.rest, &sub, &w->slurm_id, &w->submit_err);
 }
 
 /* Collects this round's work under mu. Returns how many entries. */
@@ -495,8 +495,8 @@ exec_end exec_slurm_end_of(const exec_slurm_asked *p,
             /* NODE_FAIL, PREEMPTED, TIMEOUT, BOOT_FAIL, DEADLINE: not the
              * job's fault; it resumes from its last uploaded checkpoint. */
             snprintf(why, n, "Slurm ended job %ld with %s%s%s", p->slurm_id,
-                     info->state_name,
-                     info->node[0] ? " on node " : "", info->node);
+                     info->state_name, info->node[0] ? " on node " : "",
+                     info->node);
             return EXEC_END_LOST;
     }
 }
@@ -554,8 +554,7 @@ static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
                 r->end = 1;
                 r->how = EXEC_END_FAILED;
                 snprintf(r->why, sizeof r->why, "%s (the job asked for %s)",
-                         w->submit_err.msg,
-                         p->gres[0] ? p->gres : "no GPU");
+                         w->submit_err.msg, p->gres[0] ? p->gres : "no GPU");
             }
             /* TY_EIO: slurmrestd is down; the next round tries again. The
              * job says why it has not reached Slurm yet. */
@@ -598,10 +597,10 @@ static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
             p->state = info->state;
             snprintf(p->reason, sizeof p->reason, "%s", info->reason);
             snprintf(p->node, sizeof p->node, "%s", info->node);
-            r->status = json_pack(
-                "{s:I, s:s, s:s, s:s}", "job_id", (json_int_t)p->slurm_id,
-                "state", info->state_name, "reason", info->reason, "node",
-                info->node);
+            r->status =
+                json_pack("{s:I, s:s, s:s, s:s}", "job_id",
+                          (json_int_t)p->slurm_id, "state", info->state_name,
+                          "reason", info->reason, "node", info->node);
         }
         if (slurm_state_terminal(info->state)) {
             r->end = 1;
@@ -609,8 +608,8 @@ static void apply(slurm_exec *x, xwork *work, int n, xresult *res)
                                       .lost = p->lost,
                                       .want_preempt = p->want_preempt,
                                       .want_cancel = p->want_cancel};
-            r->how = exec_slurm_end_of(&asked, info, &r->ws, r->why,
-                                       sizeof r->why);
+            r->how =
+                exec_slurm_end_of(&asked, info, &r->ws, r->why, sizeof r->why);
         }
     }
 }
@@ -667,8 +666,8 @@ static void round_once(slurm_exec *x, xwork *work, xresult *res)
         }
         if (w->poll) {
             contacted = 1;
-            w->poll_s = slurmrest_job(x->cfg.rest, w->slurm_id, &w->info,
-                                      &w->poll_err);
+            w->poll_s =
+                slurmrest_job(x->cfg.rest, w->slurm_id, &w->info, &w->poll_err);
             if (w->poll_s == TY_EIO) {
                 ok = 0;
                 snprintf(msg, sizeof msg, "%s", w->poll_err.msg);
@@ -754,9 +753,9 @@ static json_t *slurm_status(void *impl)
 {
     slurm_exec *x = impl;
     pthread_mutex_lock(&x->wake_mu);
-    json_t *o = json_pack("{s:s, s:b, s:s}", "executor", "slurm", "ok",
-                          !x->outage, "api_version",
-                          slurmrest_version(x->cfg.rest));
+    json_t *o =
+        json_pack("{s:s, s:b, s:s}", "executor", "slurm", "ok", !x->outage,
+                  "api_version", slurmrest_version(x->cfg.rest));
     if (x->outage) {
         char since[64];
         time_t t = (time_t)x->outage_since;
@@ -794,10 +793,7 @@ static void slurm_destroy(void *impl)
     free(x);
 }
 
-int exec_is_slurm(const executor *x)
-{
-    return x && !strcmp(x->name, "slurm");
-}
+int exec_is_slurm(const executor *x) { return x && !strcmp(x->name, "slurm"); }
 
 /* A setting that goes into the batch script between single quotes. */
 static ty_status script_safe(const char *v, const char *flag, ty_err *err)

@@ -42,9 +42,11 @@ typedef struct {
     const char *device; /* TRAINYARD_DEVICE, as svc_device_for said */
     const char *cvd;    /* CUDA_VISIBLE_DEVICES when has_cvd */
     int has_cvd;
-    const inv_slot *slot; /* NULL: a CPU job */
-    int threads;          /* engine threads; 0: all the node gives */
+    const inv_slot *slot;  /* NULL: a CPU job */
+    int threads;           /* engine threads; 0: all the node gives */
     uint64_t memory_bytes; /* what the job may take; 0: unknown */
+    int ranks;             /* a data-parallel job's workers (mpirun); 0 or
+                              1: one worker */
 } exec_start;
 
 /* How a worker ended, beyond its wait status. */
@@ -66,8 +68,7 @@ typedef struct {
      * "reason", "node"}), when it changes. mu not held. */
     void (*on_status)(void *ctx, int place, const json_t *status);
     /* The worker ended; the place is free when this returns. mu held. */
-    void (*on_end)(void *ctx, int place, int ws, exec_end how,
-                   const char *why);
+    void (*on_end)(void *ctx, int place, int ws, exec_end how, const char *why);
 } exec_hooks;
 
 struct executor {
@@ -94,8 +95,10 @@ void exec_destroy(executor *x);
 
 /* ---- local: the supervisor's child processes ---- */
 
-/* An executor over sup (borrowed; its hooks are the service's). */
-executor *exec_local_create(supervisor *sup, ty_err *err);
+/* An executor over sup (borrowed; its hooks are the service's) that
+ * starts a data-parallel job's workers with mpirun (a path; NULL or "":
+ * such jobs cannot start). */
+executor *exec_local_create(supervisor *sup, const char *mpirun, ty_err *err);
 
 /* ---- slurm ---- */
 
@@ -106,16 +109,16 @@ typedef struct {
     const char *server_url;     /* this server, as the nodes reach it */
     const char *workdir;        /* the jobs' working folder on the nodes */
     const char *partition, *account, *qos; /* "" or NULL: Slurm's default */
-    int gpu_sim;       /* GPU jobs compute on the CPU ("sim:<slot>"): for
+    int gpu_sim;         /* GPU jobs compute on the CPU ("sim:<slot>"): for
                           clusters whose GRES are stand-ins (tests); the
                           service's device string says it (svc_device_for) */
     const char *ca_file; /* the server's CA for an https server_url */
-    int heartbeat_ms;            /* the workers' heartbeat interval */
-    double heartbeat_timeout_s;  /* silent this long while RUNNING: lost */
-    double start_grace_s;        /* first line due this long after RUNNING */
-    double poll_s;               /* state polling interval */
-    double preempt_grace_s;      /* after a preempt, cancel after this */
-    int time_limit_min;          /* 0: the partition's */
+    int heartbeat_ms;    /* the workers' heartbeat interval */
+    double heartbeat_timeout_s; /* silent this long while RUNNING: lost */
+    double start_grace_s;       /* first line due this long after RUNNING */
+    double poll_s;              /* state polling interval */
+    double preempt_grace_s;     /* after a preempt, cancel after this */
+    int time_limit_min;         /* 0: the partition's */
 } exec_slurm_config;
 
 executor *exec_slurm_create(const exec_slurm_config *cfg, pthread_mutex_t *mu,

@@ -23,23 +23,68 @@ static int profile_name_ok(const char *s)
     return 1;
 }
 
+/* resources.workers (absent or null: 1), for a caller that takes it. */
+static ty_status parse_workers(const json_t *resources, int *workers,
+                               ty_err *err)
+{
+    *workers = 1;
+    const json_t *w = json_object_get(resources, "workers");
+    if (!w || json_is_null(w))
+        return TY_OK;
+    int64_t n = json_integer_value(w);
+    if (!json_is_integer(w) || n < 1 || n > JOBREQ_WORKERS_MAX)
+        return ty_fail(err, TY_EINVAL, "resources.workers",
+                       "resources.workers must be a whole number from 1 to "
+                       "%d: the CPU processes that train the model together "
+                       "(data-parallel)",
+                       JOBREQ_WORKERS_MAX);
+    *workers = (int)n;
+    return TY_OK;
+}
+
 ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
-                       sched_request *out, json_t **normalized, ty_err *err)
+                       sched_request *out, int *workers, json_t **normalized,
+                       ty_err *err)
 {
     memset(out, 0, sizeof *out);
     if (normalized)
         *normalized = NULL;
+    if (workers)
+        *workers = 1;
     const json_t *gpu = NULL;
     if (resources) {
         static const char *const keys[] = {"gpu", NULL};
+        static const char *const job_keys[] = {"gpu", "workers", NULL};
         if (!json_is_object(resources))
             return ty_fail(err, TY_EINVAL, "resources",
                            "resources must be an object such as "
                            "{\"gpu\": \"any\"}");
-        ty_status s = tyjson_check_keys(resources, keys, "resources", err);
+        ty_status s = tyjson_check_keys(resources, workers ? job_keys : keys,
+                                        "resources", err);
+        if (s == TY_OK && workers)
+            s = parse_workers(resources, workers, err);
         if (s != TY_OK)
             return s;
         gpu = json_object_get(resources, "gpu");
+    }
+    /* A gang of CPU processes: the GPU default does not apply, and a GPU
+     * asked for beside it is refused (GPU gangs are not built yet). */
+    if (workers && *workers > 1) {
+        if (gpu && !json_is_null(gpu) &&
+            !(json_is_string(gpu) && !strcmp(json_string_value(gpu), "none")))
+            return ty_fail(err, TY_EINVAL, "resources.gpu",
+                           "resources.workers trains on CPU processes: give "
+                           "resources.gpu \"none\" with it, or leave it out "
+                           "(data-parallel training on GPUs is not available "
+                           "yet)");
+        out->kind = SCHED_REQ_NONE;
+        if (normalized) {
+            *normalized =
+                json_pack("{s:s, s:i}", "gpu", "none", "workers", *workers);
+            if (!*normalized)
+                return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        }
+        return TY_OK;
     }
     json_t *norm = NULL;
     if (!gpu || json_is_null(gpu)) {

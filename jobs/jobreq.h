@@ -3,6 +3,9 @@
  *
  *   "resources": {"gpu": "none" | "any" | "whole" | "<MIG profile>" |
  *                 {"min_memory_gb": n, "min_compute_slices": k}}
+ *                 "workers": n (jobs only: n CPU processes that train
+ *                 the model together, data-parallel; 1..JOBREQ_WORKERS_MAX,
+ *                 default 1; with resources.gpu "none" or absent)}
  *   "priority": integer (higher runs first within the tenant; default 0)
  *
  * "whole" asks for a whole GPU: any slot with all 7 compute slices
@@ -22,13 +25,18 @@
 #include "sched/sched.h"
 
 #define JOBREQ_PRIORITY_MAX 1000000
+#define JOBREQ_WORKERS_MAX 64
 
-/* Parses `resources` (NULL: absent) into *out and a normalized copy
- * {"gpu": ...} into *normalized (new reference; may be NULL). host_has_gpus
- * picks the default. TY_EINVAL naming the field ("resources",
- * "resources.gpu", "resources.gpu.min_memory_gb", ...). */
+/* Parses `resources` (NULL: absent) into *out, *workers (1 when absent;
+ * NULL: "workers" is not a key here, as for a deployment) and a normalized
+ * copy {"gpu": ...} (with "workers" when above 1) into *normalized (new
+ * reference; may be NULL). host_has_gpus picks the default, except for a
+ * gang of workers, which is always "none". TY_EINVAL naming the field
+ * ("resources", "resources.gpu", "resources.gpu.min_memory_gb",
+ * "resources.workers", ...). */
 ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
-                       sched_request *out, json_t **normalized, ty_err *err);
+                       sched_request *out, int *workers, json_t **normalized,
+                       ty_err *err);
 
 /* Parses `priority` (NULL: 0): an integer within +-JOBREQ_PRIORITY_MAX.
  * TY_EINVAL naming "priority". */

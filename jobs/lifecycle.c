@@ -34,6 +34,13 @@
 
 /* ---- starting a worker ---- */
 
+static int job_workers(const json_t *job)
+{
+    const json_int_t n = json_integer_value(
+        json_object_get(json_object_get(job, "resources"), "workers"));
+    return n > 1 ? (int)n : 1;
+}
+
 /* Writes job.json: what the worker needs, with blob paths resolved. */
 static ty_status write_job_file(const jobs_env *env, const json_t *job,
                                 const char *dir, ty_err *err)
@@ -78,6 +85,9 @@ static ty_status write_job_file(const jobs_env *env, const json_t *job,
     json_object_set_new(spec, WPROTO_JOB_MODEL_PATH, json_string(p));
     json_object_set_new(spec, WPROTO_JOB_THREADS,
                         json_integer(env->worker_threads));
+    const int world = job_workers(job);
+    if (world > 1)
+        json_object_set_new(spec, WPROTO_JOB_WORLD, json_integer(world));
     json_object_set_new(spec, WPROTO_JOB_EXTRA_META,
                         json_pack("{s:O, s:s}", "trainyard.job",
                                   json_object_get(job, "id"),
@@ -152,6 +162,7 @@ static json_t *placement_json(const jobs_service *r, int slot,
  * estimate (admission's, which leaves out the dataset and the process) and
  * 1 GiB besides, within --max-job-memory's doubling when that is set; 0
  * (the cluster's default) when there is no estimate. */
+/* The job's data-parallel workers (resources.workers; 1 without). */
 static uint64_t job_memory_ask(const jobs_env *env, const json_t *job)
 {
     json_t *e = json_object_get(job, "estimated_memory_bytes");
@@ -211,7 +222,8 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
                          .has_cvd = has_cvd,
                          .slot = slot >= 0 ? &r->inv->slots[slot] : NULL,
                          .threads = env->worker_threads,
-                         .memory_bytes = job_memory_ask(env, job)};
+                         .memory_bytes = job_memory_ask(env, job),
+                         .ranks = job_workers(job)};
         s = r->exec->start(r->exec->impl, place, &st, &where, &err);
     }
     json_decref(job);
@@ -459,10 +471,12 @@ static void training_message(void *ctx, int place, wproto_msg kind,
                 json_t *v = json_object_get(ev, where[i]);
                 json_object_set(m, where[i], v ? v : json_null());
             }
-            /* A language model's: kept when the worker sent them. */
-            static const char *const lm_keys[] = {WPROTO_F_TOKENS_PER_SEC,
-                                                  WPROTO_F_TRAIN_PERPLEXITY,
-                                                  WPROTO_F_VAL_PERPLEXITY};
+            /* A language model's, a data-parallel run's: kept when the
+             * worker sent them. */
+            static const char *const lm_keys[] = {
+                WPROTO_F_TOKENS_PER_SEC,    WPROTO_F_TRAIN_PERPLEXITY,
+                WPROTO_F_VAL_PERPLEXITY,    WPROTO_F_WORLD_SIZE,
+                WPROTO_F_ALLREDUCE_SECONDS, WPROTO_F_ALLREDUCE_SHARE};
             for (size_t i = 0; i < TY_ARRAY_LEN(lm_keys); i++) {
                 json_t *v = json_object_get(ev, lm_keys[i]);
                 if (v)

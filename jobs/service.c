@@ -30,6 +30,7 @@
 #include "common/ids.h"
 #include "common/log.h"
 #include "jobs/jobreq.h"
+#include "models/train/comm.h"
 
 static void service_free(jobs_service *r)
 {
@@ -49,8 +50,9 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
     const char *tenant = json_string_value(json_object_get(row, "tenant_id"));
     sched_request req;
     int priority = 0, t = -1;
+    int workers = 1;
     ty_status s = jobreq_parse(json_object_get(row, "resources"), r->nslots > 0,
-                               &req, NULL, err);
+                               &req, &workers, NULL, err);
     if (s == TY_OK)
         s = jobreq_priority(json_object_get(row, "priority"), &priority, err);
     if (s == TY_OK)
@@ -235,7 +237,7 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
                         .on_end = lifecycle_end};
         r->exec = exec_slurm_create(&c, &r->mu, &h, err);
     } else {
-        r->exec = exec_local_create(r->sup, err);
+        r->exec = exec_local_create(r->sup, r->env.mpirun, err);
     }
     if (!r->exec) {
         supervisor_destroy(r->sup);
@@ -276,6 +278,37 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
         s = sched_request_check(r->sched, t, req, err);
     pthread_mutex_unlock(&r->mu);
     return s;
+}
+
+/* Whether this server can run a gang of `workers` CPU processes (1: an
+ * ordinary job, always): the Open MPI engine in the build, mpirun on the
+ * machine, the local executor, and at most --max-jobs of them (they run
+ * at once or not at all). TY_EINVAL naming resources.workers. */
+static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
+{
+    if (workers <= 1 || !r)
+        return TY_OK;
+    const jobs_env *env = &r->env;
+    const char *why = NULL;
+    if (!nn_comm_mpi_available())
+        why = "this server was built without Open MPI (libopenmpi-dev)";
+    else if (!env->mpirun[0])
+        why = "Open MPI's mpirun is not installed on it (openmpi-bin)";
+    else if (env->slurm)
+        why = "its jobs run on Slurm, where data-parallel jobs are not "
+              "available yet";
+    if (why)
+        return ty_fail(err, TY_EINVAL, "resources.workers",
+                       "this server cannot run data-parallel jobs "
+                       "(resources.workers above 1): %s",
+                       why);
+    if (env->max_jobs >= 0 && workers > env->max_jobs)
+        return ty_fail(err, TY_EINVAL, "resources.workers",
+                       "resources.workers is %d but this server runs at most "
+                       "%d CPU training processes at once (--max-jobs), and "
+                       "a data-parallel job's workers run together",
+                       workers, env->max_jobs);
+    return TY_OK;
 }
 
 /* Hands a job just stored as queued to the scheduler and wakes the
@@ -320,7 +353,9 @@ static ty_status admit(jobs_service *r, const char *tenant,
                        const job_submission *sub, admission *adm, ty_err *err)
 {
     memset(adm, 0, sizeof *adm);
-    ty_status s = request_check(r, tenant, &sub->req, err);
+    ty_status s = gang_check(r, sub->workers, err);
+    if (s == TY_OK)
+        s = request_check(r, tenant, &sub->req, err);
     return s == TY_OK ? admission_check(&r->env, tenant, sub, adm, err) : s;
 }
 

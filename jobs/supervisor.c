@@ -152,9 +152,23 @@ ty_status supervisor_spawn(supervisor *s, int place, const char *command,
                            const char *device, const char *cvd, int has_cvd,
                            pid_t *pid_out, ty_err *err)
 {
+    return supervisor_spawn_ranks(s, place, command, job_id, dir, device, cvd,
+                                  has_cvd, 1, NULL, pid_out, err);
+}
+
+ty_status supervisor_spawn_ranks(supervisor *s, int place, const char *command,
+                                 const char *job_id, const char *dir,
+                                 const char *device, const char *cvd,
+                                 int has_cvd, int ranks, const char *mpirun,
+                                 pid_t *pid_out, ty_err *err)
+{
+    if (ranks > 1 && (!mpirun || !mpirun[0]))
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a data-parallel job needs Open MPI's mpirun");
     proc *w = &s->procs[place];
     char device_var[ENV_VAR_MAX], cvd_var[ENV_VAR_MAX];
-    char dir_arg[PATH_MAX];
+    char dir_arg[PATH_MAX], np_arg[16];
+    snprintf(np_arg, sizeof np_arg, "%d", ranks);
     snprintf(device_var, sizeof device_var, "%s=%s", WPROTO_ENV_DEVICE, device);
     snprintf(cvd_var, sizeof cvd_var, "%s=%s", WPROTO_ENV_CUDA_VISIBLE, cvd);
     snprintf(dir_arg, sizeof dir_arg, "%s", dir);
@@ -177,6 +191,40 @@ ty_status supervisor_spawn(supervisor *s, int place, const char *command,
         return ty_fail(err, TY_EIO, NULL, "cannot open %s: %s", log_path,
                        strerror(errno));
     }
+    /* The command line, made before fork: `trainyard <command> --job-dir
+     * <dir>`, or for ranks > 1 mpirun starting that many of it on this
+     * machine over shared memory (no network; no single-copy mechanism,
+     * which containers forbid), which forwards SIGTERM and SIGUSR1 to
+     * every rank; as root it wants to be told that is meant. */
+    char *argv[24];
+    int a = 0;
+    const char *exe = s->self_exe;
+    if (ranks > 1) {
+        exe = mpirun;
+        char *const mpi[] = {(char *)mpirun,
+                             "-np",
+                             np_arg,
+                             "--oversubscribe",
+                             "--bind-to",
+                             "none",
+                             "--mca",
+                             "btl",
+                             "self,vader",
+                             "--mca",
+                             "btl_vader_single_copy_mechanism",
+                             "none"};
+        for (size_t i = 0; i < sizeof mpi / sizeof mpi[0]; i++)
+            argv[a++] = mpi[i];
+        if (geteuid() == 0)
+            argv[a++] = "--allow-run-as-root";
+        argv[a++] = s->self_exe;
+    } else {
+        argv[a++] = "trainyard";
+    }
+    argv[a++] = (char *)command;
+    argv[a++] = WPROTO_ARG_JOB_DIR;
+    argv[a++] = dir_arg;
+    argv[a] = NULL;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -207,9 +255,7 @@ ty_status supervisor_spawn(supervisor *s, int place, const char *command,
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
-        char *argv[] = {"trainyard", (char *)command, WPROTO_ARG_JOB_DIR,
-                        dir_arg, NULL};
-        execve(s->self_exe, argv, env);
+        execve(exe, argv, env);
         _exit(WPROTO_EXIT_EXEC);
     }
     free(env);

@@ -73,6 +73,17 @@ ty_status supervisor_spawn(supervisor *s, int place, const char *command,
                            const char *device, const char *cvd, int has_cvd,
                            pid_t *pid, ty_err *err);
 
+/* The same for a data-parallel job of `ranks` workers (> 1): mpirun (a
+ * path) starts them on this machine as one MPI job, in the place; its pid
+ * is *pid, its stdout (rank 0's lines; the other ranks print none) is the
+ * place's, and the signals of cancel and preemption go to it, which
+ * forwards them to every rank. ranks 1: supervisor_spawn. */
+ty_status supervisor_spawn_ranks(supervisor *s, int place, const char *command,
+                                 const char *job_id, const char *dir,
+                                 const char *device, const char *cvd,
+                                 int has_cvd, int ranks, const char *mpirun,
+                                 pid_t *pid, ty_err *err);
+
 /* Tells worker `place` to checkpoint and stop (SIGUSR1): now if it has
  * printed a line, else when it does (before, SIGUSR1 would kill it).
  * Caller holds mu. */

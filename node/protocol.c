@@ -105,6 +105,14 @@ json_t *wproto_encode_epoch(const train_epoch_metrics *m,
     if (m->cuda_graph_reason)
         json_object_set_new(ev, WPROTO_F_CUDA_GRAPH_REASON,
                             json_string(m->cuda_graph_reason));
+    if (m->world_size > 1) {
+        json_object_set_new(ev, WPROTO_F_WORLD_SIZE,
+                            json_integer((json_int_t)m->world_size));
+        json_object_set_new(ev, WPROTO_F_ALLREDUCE_SECONDS,
+                            json_real(m->allreduce_seconds));
+        json_object_set_new(ev, WPROTO_F_ALLREDUCE_SHARE,
+                            json_real(m->allreduce_share));
+    }
     /* Language models: tokens/s and the losses as perplexities. */
     if (m->tokens_per_sec > 0) {
         json_object_set_new(ev, WPROTO_F_TOKENS_PER_SEC,

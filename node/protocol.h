@@ -117,6 +117,9 @@
 #define WPROTO_JOB_CHECKPOINT_PATH "checkpoint_path"
 #define WPROTO_JOB_MODEL_PATH "model_path"
 #define WPROTO_JOB_THREADS "threads"
+/* a data-parallel job's ranks (absent: 1); the worker joins them through
+ * the MPI job mpirun started it in (models/train/comm.h) */
+#define WPROTO_JOB_WORLD "world"
 #define WPROTO_JOB_EXTRA_META "extra_meta"
 /* hyperparameters.init_from's model file (local workers only) */
 #define WPROTO_JOB_INIT_PATH "init_path"
@@ -207,6 +210,11 @@ typedef enum {
 #define WPROTO_F_SKIPPED_STEPS "skipped_steps"
 #define WPROTO_F_CUDA_GRAPH "cuda_graph"
 #define WPROTO_F_CUDA_GRAPH_REASON "cuda_graph_reason"
+/* a data-parallel epoch's (train_epoch_metrics): its ranks, rank 0's
+ * seconds in the all-reduces and their share of its steps' time */
+#define WPROTO_F_WORLD_SIZE "world_size"
+#define WPROTO_F_ALLREDUCE_SECONDS "allreduce_seconds"
+#define WPROTO_F_ALLREDUCE_SHARE "allreduce_share"
 #define WPROTO_F_DEVICE_MEMORY_USED_BYTES "device_memory_used_bytes"
 #define WPROTO_F_CHECKPOINT "checkpoint"
 /* error */

@@ -14,6 +14,7 @@
 #include "models/cpu/kernels.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
@@ -396,6 +397,7 @@ static int run(const json_t *job)
         json_string_value(json_object_get(validation, WPROTO_JOB_DATASET_PATH));
     lm_data lm = {0};
     int is_lm = 0;
+    nn_comm *comm = NULL; /* a data-parallel job's (WPROTO_JOB_WORLD) */
     if (!ds_path)
         return report_error("job.json has no dataset_path");
     if (train_hparams_parse(json_object_get(job, WPROTO_JOB_HYPERPARAMETERS),
@@ -496,6 +498,22 @@ static int run(const json_t *job)
         rc = preempted_before_training(tj.checkpoint_path);
         goto done;
     }
+    /* A data-parallel job: this process is one of the ranks mpirun
+     * started; they join before training, so one that cannot is an error
+     * every rank sees (mpirun ends the others when one fails). */
+    const json_int_t world =
+        json_integer_value(json_object_get(job, WPROTO_JOB_WORLD));
+    if (world > 1) {
+        if (nn_comm_mpi_create(0, &comm, &err) != TY_OK)
+            goto fail;
+        if (comm->world != world) {
+            ty_fail(&err, TY_EINVAL, NULL,
+                    "the job has %lld workers but %d were started together",
+                    (long long)world, comm->world);
+            goto fail;
+        }
+        tj.comm = comm;
+    }
 #if TRAINYARD_HAVE_CUDA
     nn_exec dev = {0};
     if (device >= 0) {
@@ -530,6 +548,8 @@ static int run(const json_t *job)
 fail:
     rc = report_error(err.msg[0] ? err.msg : "training failed");
 done:
+    if (comm)
+        comm->ops->destroy(comm);
     free(train_idx);
     free(val_idx);
     free(class_map);
@@ -625,6 +645,19 @@ int worker_main(int argc, char **argv)
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], WREMOTE_ARG_SERVER))
             return wremote_main(argc, argv);
+    /* A data-parallel job's ranks but 0 are silent: mpirun hands every
+     * rank's stdout to the server, and rank 0 speaks for the job (the
+     * others' errors reach it through the comm, their stderr the log). */
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!rank)
+        rank = getenv("PMIX_RANK");
+    if (rank && strcmp(rank, "0")) {
+        int fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            dup2(fd, STDOUT_FILENO);
+            close(fd);
+        }
+    }
     /* SIGTERM and SIGINT cancel, SIGUSR1 preempts. */
     static const worker_process_def def = {.who = WPROTO_COMMAND,
                                            .file = WPROTO_JOB_FILE,

@@ -91,13 +91,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t size)
     sched_request req;
     json_t *res_norm = NULL;
     ty_err err4 = {0};
+    int workers = 0;
     if (jobreq_parse(json_object_get(body, "resources"), size && (d[0] & 1),
-                     &req, &res_norm, &err4) == TY_OK) {
-        /* The normalized form parses again. */
+                     &req, &workers, &res_norm, &err4) == TY_OK) {
+        /* The normalized form parses again, to the same gang. */
         sched_request req2;
         json_t *n2 = NULL;
-        if (jobreq_parse(res_norm, size && (d[0] & 1), &req2, &n2, &err4) !=
-            TY_OK)
+        int workers2 = 0;
+        if (jobreq_parse(res_norm, size && (d[0] & 1), &req2, &workers2, &n2,
+                         &err4) != TY_OK ||
+            workers2 != workers || workers < 1)
             abort();
         json_decref(n2);
     }

@@ -569,6 +569,63 @@ static void test_render_round_trip(void **state)
     deploy_spec_free(&c);
 }
 
+/* A job's gang of CPU workers: a count, "none" whatever the host has,
+ * normalized with the count; a GPU beside it, a bad count, or workers in
+ * a deployment's resources are refused naming the field. */
+static void test_jobreq_workers(void **state)
+{
+    (void)state;
+    sched_request req;
+    json_t *norm = NULL;
+    ty_err err = {0};
+    int workers = 0;
+    json_t *r = load("{\"workers\": 4}");
+    assert_int_equal(jobreq_parse(r, 1, &req, &workers, &norm, &err), TY_OK);
+    assert_int_equal(workers, 4);
+    assert_int_equal(req.kind, SCHED_REQ_NONE);
+    json_t *want = load("{\"gpu\": \"none\", \"workers\": 4}");
+    assert_true(json_equal(norm, want));
+    workers = 0;
+    assert_int_equal(jobreq_parse(norm, 1, &req, &workers, NULL, &err), TY_OK);
+    assert_int_equal(workers, 4);
+    json_decref(want);
+    json_decref(norm);
+    json_decref(r);
+    /* one worker is an ordinary job, the host's default device */
+    r = load("{\"workers\": 1}");
+    assert_int_equal(jobreq_parse(r, 1, &req, &workers, &norm, &err), TY_OK);
+    assert_int_equal(workers, 1);
+    assert_int_equal(req.kind, SCHED_REQ_ANY);
+    assert_null(json_object_get(norm, "workers"));
+    json_decref(norm);
+    json_decref(r);
+    static const char *const bad[][2] = {
+        {"{\"workers\": 0}", "resources.workers"},
+        {"{\"workers\": 65}", "resources.workers"},
+        {"{\"workers\": 2.5}", "resources.workers"},
+        {"{\"workers\": \"2\"}", "resources.workers"},
+        {"{\"workers\": 2, \"gpu\": \"any\"}", "resources.gpu"},
+        {"{\"workers\": 2, \"gpu\": \"1g.18gb\"}", "resources.gpu"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r = load(bad[i][0]);
+        memset(&err, 0, sizeof err);
+        assert_int_equal(jobreq_parse(r, 1, &req, &workers, NULL, &err),
+                         TY_EINVAL);
+        assert_string_equal(err.field, bad[i][1]);
+        json_decref(r);
+    }
+    /* "gpu": "none" beside it is what the normalized form says */
+    r = load("{\"workers\": 2, \"gpu\": \"none\"}");
+    assert_int_equal(jobreq_parse(r, 1, &req, &workers, NULL, &err), TY_OK);
+    json_decref(r);
+    /* a deployment's resources have no workers */
+    r = load("{\"workers\": 2}");
+    assert_int_equal(jobreq_parse(r, 1, &req, NULL, NULL, &err), TY_EINVAL);
+    assert_string_equal(err.field, "resources.workers");
+    json_decref(r);
+}
+
 /* jobs take "whole" too: the same request and normalized form. */
 static void test_jobreq_whole(void **state)
 {
@@ -577,24 +634,24 @@ static void test_jobreq_whole(void **state)
     sched_request req;
     json_t *norm = NULL;
     ty_err err = {0};
-    assert_int_equal(jobreq_parse(r, 0, &req, &norm, &err), TY_OK);
+    assert_int_equal(jobreq_parse(r, 0, &req, NULL, &norm, &err), TY_OK);
     assert_int_equal(req.kind, SCHED_REQ_MIN);
     assert_int_equal(req.min_compute_slices, 7);
     assert_true(req.min_memory_bytes == 0);
     assert_true(json_equal(r, norm));
     /* and the normalized form parses to the same request */
     sched_request again;
-    assert_int_equal(jobreq_parse(norm, 1, &again, NULL, &err), TY_OK);
+    assert_int_equal(jobreq_parse(norm, 1, &again, NULL, NULL, &err), TY_OK);
     assert_request_equal(&req, &again);
     json_decref(norm);
     json_decref(r);
     /* a profile-like name is still a profile */
     r = load("{\"gpu\": \"7g.141gb\"}");
-    assert_int_equal(jobreq_parse(r, 1, &req, NULL, &err), TY_OK);
+    assert_int_equal(jobreq_parse(r, 1, &req, NULL, NULL, &err), TY_OK);
     assert_int_equal(req.kind, SCHED_REQ_PROFILE);
     json_decref(r);
     r = load("{\"gpu\": \"WHOLE\"}");
-    assert_int_equal(jobreq_parse(r, 1, &req, NULL, &err), TY_EINVAL);
+    assert_int_equal(jobreq_parse(r, 1, &req, NULL, NULL, &err), TY_EINVAL);
     assert_string_equal(err.field, "resources.gpu");
     assert_non_null(strstr(err.msg, "whole"));
     json_decref(r);
@@ -609,6 +666,7 @@ int main(void)
         cmocka_unit_test(test_patch),
         cmocka_unit_test(test_render_round_trip),
         cmocka_unit_test(test_jobreq_whole),
+        cmocka_unit_test(test_jobreq_workers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,282 @@
+/*
+ * Integration tests for data-parallel jobs (issue 33): resources.workers
+ * on a server that runs two CPU training processes at once (--max-jobs 2),
+ * its workers started together by Open MPI's mpirun.
+ *
+ *   - a job of 2 workers succeeds, its placement lists both ranks, its
+ *     epoch records say world_size 2 and the all-reduce's share, and its
+ *     losses are the same job's on one worker (the same steps: within
+ *     1e-4 relative, epoch by epoch);
+ *   - refusals name the field: more workers than --max-jobs, a batch_size
+ *     the workers cannot share equally, a GPU beside workers, a bad count;
+ *   - a worker killed (SIGKILL) mid-run ends the whole gang within 30 s
+ *     (no process of the job left), and the job resumes from its last
+ *     checkpoint and succeeds.
+ *
+ * Skipped (a clear message) when the server says it cannot run
+ * data-parallel jobs (no Open MPI in the build or no mpirun).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <libgen.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static srv server;
+static char files[PATH_MAX];
+static int have_mpi;
+
+#define MLP                                                           \
+    "{\"layers\": [{\"type\": \"dense\", \"units\": 64}, {\"type\": " \
+    "\"relu\"}, {\"type\": \"dense\", \"units\": 3}]}"
+
+static int setup(void **state)
+{
+    (void)state;
+    static const char *const flags[] = {"--max-jobs", "2", NULL};
+    if (srv_start(&server, NULL, flags))
+        return -1;
+    temp_dir(files);
+    char path[PATH_MAX], part[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/blobs.csv", files);
+    make_blobs_csv(path, 12000, 7);
+    snprintf(part, sizeof part, "file=@%s", path);
+    const char *parts[] = {"name=blobs", "format=csv", "label_column=species",
+                           part, NULL};
+    resp *r = http_upload(&server, "/v1/datasets", parts);
+    int ok = r->status == 201;
+    resp_free(r);
+    /* Whether this server runs gangs at all: a dry run says. */
+    r = http_json(&server, "POST", "/v1/jobs?dry_run=true",
+                  "{\"dataset\": \"blobs\", \"model\": " MLP
+                  ", \"resources\": {\"workers\": 2}}");
+    have_mpi = r->status == 200;
+    if (!have_mpi)
+        fprintf(stderr,
+                "SKIPPED: the server cannot run data-parallel jobs: "
+                "%ld %s\n",
+                r->status, r->body);
+    resp_free(r);
+    return ok ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    srv_stop(&server, SIGTERM);
+    srv_cleanup(&server);
+    return 0;
+}
+
+/* Submits the blobs job with these hyperparameters and resources
+ * (JSON texts), expecting 202; its id into id (64 bytes). */
+static void submit(const char *hp, const char *resources, char *id)
+{
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"blobs\", \"model\": " MLP
+             ", \"hyperparameters\": %s, \"resources\": %s}",
+             hp, resources);
+    resp *r = http_json(&server, "POST", "/v1/jobs", body);
+    expect_status(r, 202);
+    snprintf(id, 64, "%s", str(r->json, "id"));
+    resp_free(r);
+}
+
+/* The epochs' records of job id (GET .../metrics), a new reference. */
+static json_t *epochs_of(const char *id)
+{
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%s/metrics", id);
+    resp *r = http_get(&server, p);
+    expect_status(r, 200);
+    json_t *e = json_incref(json_object_get(r->json, "epochs"));
+    resp_free(r);
+    return e;
+}
+
+static void test_gang_trains_as_one(void **state)
+{
+    (void)state;
+    if (!have_mpi)
+        skip();
+    const char *hp = "{\"epochs\": 3, \"batch_size\": 64, \"seed\": 5}";
+    char two[64], one[64];
+    submit(hp, "{\"workers\": 2}", two);
+    json_t *j = wait_job(&server, two, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    const json_t *res = json_object_get(j, "resources");
+    assert_int_equal(json_integer_value(json_object_get(res, "workers")), 2);
+    assert_string_equal(str(res, "gpu"), "none");
+    const json_t *pl = json_object_get(j, "placement");
+    assert_string_equal(str(pl, "launcher"), "mpirun");
+    const json_t *ranks = json_object_get(pl, "ranks");
+    assert_int_equal(json_array_size(ranks), 2);
+    for (size_t i = 0; i < 2; i++)
+        assert_int_equal(json_integer_value(
+                             json_object_get(json_array_get(ranks, i), "rank")),
+                         (json_int_t)i);
+    json_decref(j);
+
+    submit(hp, "{\"workers\": 1, \"gpu\": \"none\"}", one);
+    j = wait_job(&server, one, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    assert_null(json_object_get(json_object_get(j, "placement"), "ranks"));
+    json_decref(j);
+
+    json_t *e2 = epochs_of(two), *e1 = epochs_of(one);
+    assert_int_equal(json_array_size(e2), 3);
+    assert_int_equal(json_array_size(e1), 3);
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *a = json_array_get(e2, i), *b = json_array_get(e1, i);
+        assert_int_equal(json_integer_value(json_object_get(a, "world_size")),
+                         2);
+        const double share =
+            json_number_value(json_object_get(a, "allreduce_share"));
+        assert_true(share >= 0 && share <= 1);
+        assert_true(
+            json_number_value(json_object_get(a, "allreduce_seconds")) >= 0);
+        assert_null(json_object_get(b, "world_size"));
+        const double la = json_number_value(json_object_get(a, "train_loss"));
+        const double lb = json_number_value(json_object_get(b, "train_loss"));
+        fprintf(stderr, "epoch %zu: train_loss 2 workers %.9g, 1 worker %.9g\n",
+                i + 1, la, lb);
+        if (!(fabs(la - lb) <= 1e-4 * fabs(lb)))
+            fail_msg("epoch %zu: train_loss %.9g on 2 workers, %.9g on 1",
+                     i + 1, la, lb);
+    }
+    json_decref(e2);
+    json_decref(e1);
+}
+
+static void test_gang_refusals(void **state)
+{
+    (void)state;
+    if (!have_mpi)
+        skip();
+    static const struct {
+        const char *hp, *resources, *field;
+    } bad[] = {
+        {"{\"batch_size\": 64}", "{\"workers\": 3}", "resources.workers"},
+        {"{\"batch_size\": 63}", "{\"workers\": 2}",
+         "hyperparameters.batch_size"},
+        {"{}", "{\"workers\": 2, \"gpu\": \"any\"}", "resources.gpu"},
+        {"{}", "{\"workers\": 0}", "resources.workers"},
+        {"{}", "{\"workers\": \"two\"}", "resources.workers"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[1024];
+        snprintf(body, sizeof body,
+                 "{\"dataset\": \"blobs\", \"model\": " MLP
+                 ", \"hyperparameters\": %s, \"resources\": %s}",
+                 bad[i].hp, bad[i].resources);
+        resp *r = http_json(&server, "POST", "/v1/jobs", body);
+        expect_refusal(&server, r, 422, bad[i].field, NULL);
+    }
+}
+
+/* The processes working in job id's folder: mpirun and its ranks. *ranks
+ * gets the ranks' pids (at most 8), the count is returned. */
+static int job_processes(const char *id, pid_t *ranks, int *nranks)
+{
+    char want[PATH_MAX + 64];
+    snprintf(want, sizeof want, "%s/jobs/%s", server.data, id);
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    *nranks = 0;
+    while (d && (e = readdir(d)) != NULL) {
+        char path[300], cmd[4096];
+        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[len] = '\0';
+        const char *argv0 = cmd; /* up to the first NUL */
+        int is_mpirun = strstr(argv0, "mpirun") != NULL;
+        for (size_t i = 0; i < len; i++)
+            if (cmd[i] == '\0')
+                cmd[i] = ' ';
+        if (!strstr(cmd, want) || !strstr(cmd, " worker "))
+            continue;
+        n++;
+        if (!is_mpirun && *nranks < 8)
+            ranks[(*nranks)++] = (pid_t)atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void test_gang_rank_killed(void **state)
+{
+    (void)state;
+    if (!have_mpi)
+        skip();
+    char id[64];
+    submit("{\"epochs\": 60, \"batch_size\": 32, \"seed\": 9}",
+           "{\"workers\": 2}", id);
+    /* past its second epoch: a checkpoint is on disk */
+    pid_t ranks[8];
+    int nranks = 0;
+    double until = now_seconds() + 120;
+    for (;;) {
+        json_t *j = get_job(&server, id);
+        const json_int_t epoch = json_integer_value(
+            json_object_get(json_object_get(j, "progress"), "epoch"));
+        const int running = !strcmp(str(j, "status"), "running");
+        json_decref(j);
+        job_processes(id, ranks, &nranks);
+        if (running && epoch >= 2 && nranks == 2)
+            break;
+        if (now_seconds() > until)
+            fail_msg("the job did not reach its second epoch on 2 workers "
+                     "in 120 s");
+        usleep(100 * 1000);
+    }
+    /* rank 1's process: either is a rank; kill the one started last */
+    pid_t victim = ranks[0] > ranks[1] ? ranks[0] : ranks[1];
+    const double t0 = now_seconds();
+    assert_int_equal(kill(victim, SIGKILL), 0);
+    int left = 0;
+    do {
+        usleep(100 * 1000);
+        left = job_processes(id, ranks, &nranks);
+    } while (left > 0 && now_seconds() - t0 < 30);
+    fprintf(stderr, "a worker killed: the gang was gone %.1f s later\n",
+            now_seconds() - t0);
+    if (left > 0)
+        fail_msg("%d processes of the job still run 30 s after one of its "
+                 "workers was killed",
+                 left);
+    /* it resumes from its checkpoint and finishes */
+    json_t *j = wait_job(&server, id, 600);
+    assert_string_equal(str(j, "status"), "succeeded");
+    assert_true(json_integer_value(json_object_get(j, "attempts")) >= 2);
+    json_decref(j);
+    json_t *e = epochs_of(id);
+    assert_int_equal(json_array_size(e), 60);
+    json_decref(e);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gang_trains_as_one),
+        cmocka_unit_test(test_gang_refusals),
+        cmocka_unit_test(test_gang_rank_killed),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
