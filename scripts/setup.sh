@@ -40,12 +40,12 @@ set -euo pipefail
 mode=${1:-build}
 build_pkgs=(build-essential cmake pkg-config libmicrohttpd-dev libjansson-dev
             libcurl4-openssl-dev libsqlite3-dev libopenblas-dev zlib1g-dev
-            libjs-chart.js libopenmpi-dev)
+            libjs-chart.js libopenmpi-dev openmpi-bin)
 test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch python3-sklearn curl jq
            dataset-fashion-mnist python3-prometheus-client chromium
            chromium-driver python3-selenium python3-tinycss2 openssl debootstrap
            libblis4-serial clang libclang-rt-dev
-           slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge openmpi-bin)
+           slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;
