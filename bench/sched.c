@@ -47,16 +47,16 @@ static size_t inventory(sched_slot *sl)
     size_t n = 0;
     for (int g = 0; g < 4; g++)
         for (int i = 0; i < 7; i++)
-            sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB};
+            sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB, 0, 0};
     for (int g = 4; g < 6; g++) {
-        sl[n++] = (sched_slot){g, 1, "3g.71gb", 3, 70 * GIB};
-        sl[n++] = (sched_slot){g, 1, "2g.35gb", 2, 33 * GIB};
-        sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB};
-        sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB};
+        sl[n++] = (sched_slot){g, 1, "3g.71gb", 3, 70 * GIB, 0, 0};
+        sl[n++] = (sched_slot){g, 1, "2g.35gb", 2, 33 * GIB, 0, 0};
+        sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB, 0, 0};
+        sl[n++] = (sched_slot){g, 1, "1g.18gb", 1, 16 * GIB, 0, 0};
     }
-    sl[n++] = (sched_slot){6, 1, "4g.71gb", 4, 70 * GIB};
-    sl[n++] = (sched_slot){6, 1, "3g.71gb", 3, 70 * GIB};
-    sl[n++] = (sched_slot){7, 0, NULL, 7, 140 * GIB};
+    sl[n++] = (sched_slot){6, 1, "4g.71gb", 4, 70 * GIB, 0, 0};
+    sl[n++] = (sched_slot){6, 1, "3g.71gb", 3, 70 * GIB, 0, 0};
+    sl[n++] = (sched_slot){7, 0, NULL, 7, 140 * GIB, 0, 0};
     return n;
 }
 

@@ -147,6 +147,15 @@ typedef struct {
     const char *profile; /* "1g.18gb" (copied); NULL or "" whole GPU */
     int compute_slices;  /* 1..7; a whole GPU 7 */
     uint64_t memory_bytes;
+    /* The host the slot is on (any int; slots with the same value share a
+     * node). 0, the default, for all: one host, as a local inventory is.
+     * A gang's members go on one node unless it spreads. */
+    int node;
+    /* Interconnect domain within the node (GPUs that reach each other
+     * over NVLink/NVSwitch, as NVML topology would say); 0 unknown. The
+     * inventory has no topology yet, so the server passes 0; a gang
+     * prefers members that share one non-zero domain. */
+    int domain;
 } sched_slot;
 
 typedef enum {
@@ -205,6 +214,13 @@ typedef struct {
     double submit_time; /* seconds, the caller's clock */
     sched_request request;
     int serving; /* 1: a serving replica (step 1); 0: training */
+    /* Gang: 0 or 1, an ordinary job; N >= 2, N members placed all at
+     * once or not at all (see "Gangs" above). GPU request (ANY or MIN):
+     * each member one whole GPU (MIG off) satisfying `request`; request
+     * NONE: N CPU workers, N places of cfg.max_cpu_jobs. Training only. */
+    int gang;
+    /* 1: members may be on different nodes; 0 (default): one node. */
+    int gang_spread;
 } sched_job_desc;
 
 /* A job as the scheduler sees it (read-only view). */
@@ -222,13 +238,23 @@ typedef struct {
                                  tenant's head job; < 0 not the head */
     int preempted_for; /* STOPPING: the job it makes room for */
     int serving;       /* 1: a serving replica; 0: training */
+    int gang;          /* members: 1 an ordinary job, N a gang */
+    int gang_spread;   /* as submitted */
+    /* RUNNING/STOPPING GPU gang: its members' slots (gang of them, slot
+     * is the first); else NULL. Valid until the next call that changes
+     * the job. */
+    const int *gang_slots;
 } sched_job_info;
 
+/* One per job, gangs included: a gang's members' slots are in
+ * sched_job_info.gang_slots (slot is the first of them). */
 typedef struct {
     int job;
     int slot; /* -1: a CPU job */
 } sched_placement;
 
+/* One per victim job: a gang victim is stopped whole (all its members
+ * STOPPING, one entry); slot is the one of its slots given to job. */
 typedef struct {
     int victim; /* now STOPPING: tell it to checkpoint */
     int job;    /* now PENDING on the victim's slot */
@@ -311,9 +337,19 @@ void sched_tenant_usage(const sched *s, int t, int *slices, int *jobs,
 ty_status sched_request_check(const sched *s, int tenant,
                               const sched_request *req, ty_err *err);
 
+/* Whether job d could ever run here, as sched_job_submit checks it (the id
+ * aside): its request (sched_request_check) and its gang. TY_EINVAL with
+ * the field for the 422: "resources.gpu" for a MIG profile in a gang (or
+ * a request only MIG slices satisfy), "resources.gpus" for a GPU gang
+ * larger than any node's satisfying whole GPUs (than all of them when it
+ * spreads) or than the tenant's max_gpu_slices, "resources.workers" for a
+ * CPU gang above cfg.max_cpu_jobs, "gang" for a negative size or a
+ * serving gang. Pure. */
+ty_status sched_job_check(const sched *s, const sched_job_desc *d, ty_err *err);
+
 /* Queues a job (state QUEUED). TY_EINVAL for an unknown tenant, an empty
- * or duplicate id, or a request sched_request_check refuses (then nothing
- * changes); TY_ENOMEM. *handle (may be NULL) is the job's handle, valid
+ * or duplicate id, or a request or gang sched_job_check refuses (then
+ * nothing changes); TY_ENOMEM. *handle (may be NULL) is the job's handle, valid
  * until sched_job_remove. */
 ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
                            ty_err *err);
@@ -334,6 +370,12 @@ ty_status sched_job_requeue(sched *s, int job, ty_err *err);
  * queued; TY_EINVAL for a slot that does not satisfy its request. */
 ty_status sched_job_restore_running(sched *s, int job, int slot,
                                     double start_time, ty_err *err);
+
+/* The same for a gang: its members' slots (n == its size; NULL and 0 for
+ * a CPU gang). TY_EINVAL for a wrong count, a repeated slot, one that does
+ * not satisfy it, or members on several nodes of a one-node gang. */
+ty_status sched_job_restore_gang(sched *s, int job, const int *slots, int n,
+                                 double start_time, ty_err *err);
 
 /* The job with this id, or -1. */
 int sched_job_find(const sched *s, const char *id);
