@@ -327,7 +327,8 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
     s->mask_cap = 8;
     s->masks = calloc((size_t)s->mask_cap, sizeof *s->masks);
     s->lane_members = calloc((size_t)s->mask_cap, sizeof *s->lane_members);
-    if (!s->masks || !s->lane_members)
+    s->lane_spread = calloc((size_t)s->mask_cap, sizeof *s->lane_spread);
+    if (!s->masks || !s->lane_members || !s->lane_spread)
         goto oom;
     s->lane_members[0] = 1;
     s->nmasks = 1; /* lane 0: CPU jobs */
@@ -355,6 +356,7 @@ void sched_destroy(sched *s)
         if (s->jobs[j].in_use)
             free(s->jobs[j].gslots);
     free(s->lane_members);
+    free(s->lane_spread);
     free(s->node_id);
     free(s->node_first);
     free(s->node_slots);
@@ -526,12 +528,15 @@ int sched_job_find(const sched *s, const char *id)
     return -1;
 }
 
-/* The lane of jobs with this mask and gang size (a lane per size, so a
- * small gang is not stuck behind a big one of its tenant), added if new. */
-static int lane_for(sched *s, uint64_t mask, int members, ty_err *err)
+/* The lane of jobs with this mask, gang size and spread (a lane per size,
+ * so a small gang is not stuck behind a big one of its tenant, nor a gang
+ * that may spread behind one that may not), added if new. */
+static int lane_for(sched *s, uint64_t mask, int members, int spread,
+                    ty_err *err)
 {
     for (int l = 0; l < s->nmasks; l++)
-        if (s->masks[l] == mask && s->lane_members[l] == members)
+        if (s->masks[l] == mask && s->lane_members[l] == members &&
+            s->lane_spread[l] == spread)
             return l;
     if (s->nmasks == s->mask_cap) {
         uint64_t *nm = realloc(s->masks, (size_t)s->mask_cap * 2 * sizeof *nm);
@@ -543,10 +548,15 @@ static int lane_for(sched *s, uint64_t mask, int members, ty_err *err)
         if (!mm)
             goto oom;
         s->lane_members = mm;
+        int *ms = realloc(s->lane_spread, (size_t)s->mask_cap * 2 * sizeof *ms);
+        if (!ms)
+            goto oom;
+        s->lane_spread = ms;
         s->mask_cap *= 2;
     }
     s->masks[s->nmasks] = mask;
     s->lane_members[s->nmasks] = members;
+    s->lane_spread[s->nmasks] = spread;
     return s->nmasks++;
 oom:
     ty_fail(err, TY_ENOMEM, NULL, "out of memory");
@@ -627,7 +637,8 @@ ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
         return st;
     uint64_t mask = job_mask(s, d);
     int members = d->gang > 1 ? d->gang : 1;
-    int lane = lane_for(s, mask, members, err);
+    int lane =
+        lane_for(s, mask, members, members > 1 && d->gang_spread ? 1 : 0, err);
     if (lane < 0)
         return TY_ENOMEM;
     int *gslots = NULL;

@@ -131,6 +131,7 @@ struct sched {
 
     uint64_t *masks;   /* lane masks; masks[0] = 0 (CPU) */
     int *lane_members; /* [l]: members of lane l's jobs (1: not gangs) */
+    int *lane_spread;  /* [l]: 1 when lane l's gangs may spread */
     int nmasks, mask_cap;
 
     /* nodes: slots by node (node_slots[node_first[n]..node_first[n+1]]),
