@@ -462,20 +462,29 @@ static int victim_ok(const sched *s, int i, int h, uint64_t allowed)
 
 static void pass_preemption(sched *s, double now)
 {
+    /* victims: RUNNING training jobs whose tenant is above its share and
+     * stays at or above it without the whole job (victim_ok checks again
+     * as the pass moves the counters; these only grow stricter) */
     int nv = 0;
+    uint64_t vclasses = 0;
     for (int i = 0; i < s->nslots; i++) {
         int v = s->slots[i].holder;
         if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING ||
-            s->jobs[v].serving || sched_slot_gheld(s, i, -1))
+            s->jobs[v].serving || s->jobs[v].start_time >= now ||
+            sched_slot_gheld(s, i, -1))
             continue; /* a gang's reservation keeps what frees there */
         const tenant_rec *u = &s->tenants[s->jobs[v].tenant];
-        if (u->slices_share > u->share + SCHED_EPS)
+        if (u->slices_share - sched_job_slices(s, &s->jobs[v]) >=
+            u->share - SCHED_EPS) {
             s->victims[nv++] = i;
+            vclasses |= 1ull << s->slots[i].cls;
+        }
     }
     if (nv == 0)
         return;
-    /* beneficiaries: tenants below their share, furthest below first */
-    int nb = 0;
+    /* beneficiaries: tenants below their share, furthest below first (a
+     * heap: there may be a thousand, and most find no victim) */
+    s->nheap = 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
         if (!sched_may_claim_share(n))
@@ -483,15 +492,10 @@ static void pass_preemption(sched *s, double now)
         n->key1 = n->slices_share / n->weight;
         n->key2 = 0;
         n->tie = 0;
-        int i = nb++;
-        while (i > 0 && sched_tenant_less(s, t, s->order[i - 1])) {
-            s->order[i] = s->order[i - 1];
-            i--;
-        }
-        s->order[i] = t;
+        sched_heap_push(s, t);
     }
-    for (int b = 0; b < nb && nv > 0; b++) {
-        tenant_rec *n = &s->tenants[s->order[b]];
+    while (s->nheap > 0 && nv > 0) {
+        tenant_rec *n = &s->tenants[sched_heap_pop(s)];
         int h = sched_tenant_best(s, n, 1);
         if (h < 0 || s->jobs[h].members > 1)
             continue; /* a gang waits for its reservation, never preempts */
@@ -502,7 +506,7 @@ static void pass_preemption(sched *s, double now)
         for (uint64_t m = allowed & s->held; m; m &= m - 1)
             if (s->class_holder[sched_ctz64(m)] != h)
                 allowed &= ~(1ull << sched_ctz64(m));
-        if (!allowed || (allowed & s->avail))
+        if (!(allowed & vclasses) || (allowed & s->avail))
             continue;
         int best = -1;
         for (int i = 0; i < nv; i++)

@@ -757,6 +757,7 @@ static void test_gang_random(void **state)
         check(s);
         check_all_or_nothing(s, n, nodes);
     }
+    print_message("gangs: %d submitted, %d started, worst wait at the head %.0f s (bound %.0f s)\n", gangs_submitted, gangs_started, worst, BOUND);
     /* no gang waited past the bound once at its head */
     if (worst > BOUND)
         fail_msg("a gang waited %.0f s at its tenant's head, bound %.0f s",
