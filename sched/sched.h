@@ -27,6 +27,14 @@
  *           (or, request "none", its place on the CPU) while it lives.
  *           Serving outranks training (step 1); a serving job is never
  *           preempted.
+ *   node    the host a slot is on (sched_slot.node; all 0 on one host),
+ *           and within it an optional interconnect domain (NVLink island).
+ *   gang    a training job of N members (sched_job_desc.gang >= 2): N
+ *           whole GPUs (MIG off) each satisfying its request, on one node
+ *           unless gang_spread, or, request "none", N CPU workers taking N
+ *           of cfg.max_cpu_jobs. One job throughout: one placement, one
+ *           preemption, one requeue; sched_job_info.gang_slots lists where
+ *           its members are.
  *
  * Policy, one pass at time `now`
  *   0. A job a preemption made room for takes its slot once the preempted
@@ -57,14 +65,15 @@
  *      for its own replica this way: its stopping job counts until it has
  *      stopped.
  *   2. Reservations (backfill bound): each tenant's head job (its best
- *      queued training job: priority, then submit time) that has waited at
+ *      queued GPU training job: priority, then submit time) that has waited at
  *      the head for cfg.backfill_wait seconds, not held back by its own
  *      quota, goes first, oldest wait first; if nothing satisfying it is
  *      free, every slot size (class) that would satisfy it is held back
  *      from all later training jobs ("reserved for job X"), and since it
  *      stays first in every pass it starts on the first such slot that
  *      frees (unless a serving job takes it): smaller jobs cannot keep it
- *      waiting past the bound. An overdue head jumps the fair-share order,
+ *      waiting past the bound. A gang head reserves one node instead (see
+ *      Gangs). An overdue head jumps the fair-share order,
  *      so backfill_wait should be well above the wait fair share alone
  *      causes (minutes, not seconds).
  *   3. Fair share: tenants with queued training jobs in order of their
@@ -102,6 +111,44 @@
  *   exceeded by the scheduler (lowering a quota below current usage stops
  *   new placements; it preempts nothing).
  *
+ * Gangs
+ *   All or nothing: a gang is placed only when all its members fit at
+ *   once (free slots of its classes on one node, or anywhere when it
+ *   spreads; CPU: N free places); it never holds some slots while waiting
+ *   for the others, and sched_check verifies that every gang RUNNING or
+ *   STOPPING holds exactly its N slots (on one node) and every other holds
+ *   none. Placement: the node with the fewest free slots that suffice
+ *   (best fit, keeping whole nodes free for big gangs), preferring one
+ *   where a single non-zero domain holds them all (then the domain with
+ *   the fewest that suffice); a spreading gang that fits no one node takes
+ *   the freest nodes first. In step 3 a tenant's gang is tried where it
+ *   comes first in its tenant's order; when it does not fit, the tenant's
+ *   other jobs go on (each gang size, and spreading or not, has a lane of
+ *   its own, so a small gang is not stuck behind a big one).
+ *   Reservation (step 2): an overdue head gang that does not fit reserves
+ *   one node - the one it reserved in earlier passes while that stays
+ *   possible, else the node with the most free slots of its classes among
+ *   those with at least N - and that node's free slots of its classes are
+ *   held back from every later training job; what frees there stays free
+ *   until it has N. One gang per node; a spreading gang holds its classes
+ *   as a single job does. Jobs carry no expected runtime here, so
+ *   reserved slots are simply not backfilled (no job is known to end
+ *   before the reservation is due); every other slot - other nodes, MIG
+ *   slices on the same node - keeps taking small jobs, so a gang blocks
+ *   only what it will use. Bound: once overdue, a gang waits at most for
+ *   the older reservations ahead of it and for the jobs already running
+ *   on its node (serving jobs, step 1, may still take its slots).
+ *   Fair share and quotas count every member: a gang of 4 whole GPUs is 28
+ *   compute slices of max_gpu_slices and of the tenant's share, and one
+ *   job of max_running_jobs; a CPU gang of N counts N of cfg.max_cpu_jobs.
+ *   Preemption: a running gang is a victim like any job (step 1 or 4; in
+ *   step 4 its tenant must stay at or above its share without all of it);
+ *   chosen for one of its slots, it becomes STOPPING whole - all its slots
+ *   stay held until the caller requeues or removes it, which frees them
+ *   all - and sched_result.preemptions names it once. A queued gang never
+ *   preempts (step 4 skips a tenant whose head is a gang): it relies on
+ *   its reservation. Serving jobs are never gangs.
+ *
  * Cost: sched_pass never allocates and never sorts the queue. Jobs live in
  * per-tenant lanes, one per distinct request (its set of satisfying slot
  * classes), each kept sorted on insert; a pass looks only at lane heads:
@@ -116,6 +163,11 @@
  * class and a free-class bitmask makes best-fit one bit scan. Submission
  * inserts from the tail of the lane (O(1) for the usual newest-last order;
  * a requeued or high-priority job walks its lane).
+ * A gang at the head of a lane costs a bound check (more members than the
+ * freest node has free: out at once), else O(nodes x classes) to find its
+ * node and O(slots of that node) to pick its members; a reservation's
+ * node is kept from pass to pass, so finding it again is O(slots of a
+ * node).
  *
  * Positions and reasons for every queued job are NOT computed by the pass:
  * sched_queue_report computes them on request, O(N log T) for N queued
@@ -174,8 +226,9 @@ typedef struct {
 
 typedef struct {
     /* Seconds the head job of a tenant waits before it reserves the slot
-     * sizes it needs and backfill stops using them (>= 0; 0 reserves at
-     * once, i.e. no backfill onto slots a head job could use). */
+     * sizes it needs (a gang: one node's slots) and backfill stops using
+     * them (>= 0; 0 reserves at once, i.e. no backfill onto slots a head
+     * job could use). */
     double backfill_wait;
     int preempt;         /* 1: step 4 runs; 0: never preempt for fair share */
     double preempt_wait; /* seconds queued before a job may preempt */
