@@ -136,9 +136,10 @@ static ty_status check_job(const sched *s, int j, int *c, int *cpu, ty_err *err)
           "serving job %s is stopping: serving jobs are never preempted",
           J->id);
     if (J->state == SCHED_JOB_STOPPING && J->preempted_for >= 0) {
-        CHECK(!sched_bad_job(s, J->preempted_for) &&
-                  s->jobs[J->preempted_for].state == SCHED_JOB_PENDING &&
-                  s->jobs[J->preempted_for].slot == J->slot,
+        /* on one of its slots: a gang gives one member's */
+        int p = J->preempted_for;
+        CHECK(!sched_bad_job(s, p) && s->jobs[p].state == SCHED_JOB_PENDING &&
+                  s->jobs[p].slot >= 0 && s->slots[s->jobs[p].slot].holder == j,
               "job %s stops for a job not pending on its slot %d", J->id,
               J->slot);
     }

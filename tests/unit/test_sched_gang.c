@@ -476,6 +476,46 @@ static void test_gang_preempted_whole(void **state)
     sched_destroy(s);
 }
 
+/* A serving replica that only one member's GPU satisfies (the gang's
+ * second slot) stops the whole gang, once. */
+static void test_gang_serving_preempts(void **state)
+{
+    (void)state;
+    sched_slot sl[2] = {
+        {.compute_slices = 7, .memory_bytes = 40 * GIB, .node = 1},
+        {.gpu = 1, .compute_slices = 7, .memory_bytes = 80 * GIB, .node = 1},
+    };
+    sched_config cfg = CFG;
+    cfg.serving_preempt = 1;
+    sched *s = make(&cfg, sl, 2);
+    int a = tenant(s, "a", 1, -1, -1);
+    int g = submit(s, "job_g", a, 0, 0, 2);
+    sched_result r;
+    pass(s, 0, &r);
+    sched_job_info in = info(s, g);
+    assert_int_equal(in.state, SCHED_JOB_RUNNING);
+    assert_int_equal(in.gang_slots[1], 1);
+    sched_job_desc d = desc("rep_x", a, 0, 1, SCHED_REQ_MIN, 1);
+    d.request.min_memory_bytes = 60 * GIB;
+    d.serving = 1;
+    int rep = submit_d(s, &d);
+    pass(s, 10, &r); /* checks the books: the replica pends on slot 1 */
+    assert_int_equal(r.n_preemptions, 1);
+    assert_int_equal(r.preemptions[0].victim, g);
+    assert_int_equal(r.preemptions[0].slot, 1);
+    assert_int_equal(info(s, g).state, SCHED_JOB_STOPPING);
+    assert_int_equal(slots_held(s, 2, g), 2);
+    ty_err err = {0};
+    assert_int_equal(sched_job_requeue(s, g, &err), TY_OK);
+    pass(s, 20, &r);
+    assert_int_equal(info(s, rep).state, SCHED_JOB_RUNNING);
+    assert_int_equal(info(s, rep).slot, 1);
+    /* one GPU left: the gang of 2 waits whole */
+    assert_int_equal(info(s, g).state, SCHED_JOB_QUEUED);
+    assert_int_equal(slots_held(s, 2, g), 0);
+    sched_destroy(s);
+}
+
 /* ---- reservation: bound, backfill, head-of-line ---- */
 
 /* Node 10: 8 GPUs (the gang's), node 11: 4 (too small for it). Tenant a
@@ -757,7 +797,9 @@ static void test_gang_random(void **state)
         check(s);
         check_all_or_nothing(s, n, nodes);
     }
-    print_message("gangs: %d submitted, %d started, worst wait at the head %.0f s (bound %.0f s)\n", gangs_submitted, gangs_started, worst, BOUND);
+    print_message("gangs: %d submitted, %d started, worst wait at the head "
+                  "%.0f s (bound %.0f s)\n",
+                  gangs_submitted, gangs_started, worst, BOUND);
     /* no gang waited past the bound once at its head */
     if (worst > BOUND)
         fail_msg("a gang waited %.0f s at its tenant's head, bound %.0f s",
@@ -777,6 +819,7 @@ int main(void)
         cmocka_unit_test(test_gang_cpu),
         cmocka_unit_test(test_gang_quota_and_share),
         cmocka_unit_test(test_gang_preempted_whole),
+        cmocka_unit_test(test_gang_serving_preempts),
         cmocka_unit_test(test_gang_reservation_bound),
         cmocka_unit_test(test_gang_report),
         cmocka_unit_test(test_gang_restore),
