@@ -153,6 +153,10 @@ struct sched {
     int gang_room;     /* this pass: most free whole GPUs on one node */
     int gang_total;    /* this pass: free whole GPUs in all */
     int *gpick, *gtry; /* n_slots each: a gang's chosen slots */
+    /* this pass: one-node gangs of gfail_k or more members with classes
+     * gfail_mask do not fit (0: nothing known) */
+    uint64_t gfail_mask;
+    int gfail_k;
 
     tenant_rec *tenants;
     int ntenants, tenant_cap;

@@ -94,6 +94,7 @@ static void place(sched *s, int j, int slot, double now)
 static void place_gang(sched *s, int j, const int *slots, double now)
 {
     sched_run_gang(s, j, s->jobs[j].mask ? slots : NULL, now);
+    s->gfail_mask = 0; /* its node's other free slots are no longer held */
     s->placements[s->nplacements++] = (sched_placement){j, s->jobs[j].slot};
 }
 
@@ -281,7 +282,22 @@ static int gang_fits(sched *s, int j, uint64_t usable, int *out)
     const job_rec *J = &s->jobs[j];
     if (J->members > (J->spread ? s->gang_total : s->gang_room))
         return 0;
-    return sched_gang_find(s, j, usable, out);
+    /* a one-node gang that holds no node of its own sees what every such
+     * gang sees: if k members of classes `usable` did not fit, k or more
+     * will not either until something frees (nothing does within a pass
+     * but a placed gang's reservation: place_gang forgets the failure) */
+    usable &= J->mask;
+    int plain =
+        !J->spread && !(J->resv_node >= 0 && s->node_holder[J->resv_node] == j);
+    if (plain && usable == s->gfail_mask && J->members >= s->gfail_k)
+        return 0;
+    int found = sched_gang_find(s, j, usable, out);
+    if (!found && plain) {
+        if (usable != s->gfail_mask || J->members < s->gfail_k)
+            s->gfail_k = J->members;
+        s->gfail_mask = usable;
+    }
+    return found;
 }
 
 /* Overdue gang h: placed if all its members fit now; else its node's free
@@ -531,6 +547,7 @@ void sched_pass(sched *s, double now, sched_result *out)
     for (int c = 0; c < s->nclasses; c++)
         s->class_holder[c] = -1;
     sched_node_holds_clear(s);
+    s->gfail_mask = 0;
 
     /* 0: pending jobs whose slot the preempted job has left */
     for (int i = 0; i < s->nslots; i++) {
