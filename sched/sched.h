@@ -131,7 +131,11 @@
  *   those with at least N - and that node's free slots of its classes are
  *   held back from every later training job; what frees there stays free
  *   until it has N. One gang per node; a spreading gang holds its classes
- *   as a single job does. Jobs carry no expected runtime here, so
+ *   as a single job does. A CPU gang that heads its tenant's CPU jobs and
+ *   has been queued backfill_wait seconds (the oldest such, one at a time)
+ *   starts if its N places are free, else keeps every CPU place that
+ *   frees until it has N (the report says "reserved for job" to the CPU
+ *   jobs it holds back). Jobs carry no expected runtime here, so
  *   reserved slots are simply not backfilled (no job is known to end
  *   before the reservation is due); every other slot - other nodes, MIG
  *   slices on the same node - keeps taking small jobs, so a gang blocks

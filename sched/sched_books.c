@@ -218,6 +218,8 @@ void sched_lane_leave(sched *s, int j)
 void sched_drop_holds(sched *s, int j)
 {
     job_rec *J = &s->jobs[j];
+    if (s->cpu_holder == j)
+        s->cpu_holder = -1;
     if (J->resv_node >= 0 && s->node_holder[J->resv_node] == j) {
         int n = J->resv_node;
         s->node_holder[n] = -1;

@@ -289,6 +289,12 @@ ty_status sched_check(const sched *s, ty_err *err)
           "%d serving jobs placed, max_serving %d", serving,
           s->cfg.max_serving);
     CHECK(live == s->live, "jobs counted %zu, hold %zu", s->live, live);
+    CHECK(s->cpu_holder < 0 ||
+              (!sched_bad_job(s, s->cpu_holder) &&
+               s->jobs[s->cpu_holder].state == SCHED_JOB_QUEUED &&
+               !s->jobs[s->cpu_holder].mask &&
+               s->jobs[s->cpu_holder].members > 1),
+          "CPU places kept for a job that is not a queued CPU gang");
     for (int c = 0; c < s->nclasses; c++)
         CHECK(s->class_holder[c] < 0 || !sched_bad_job(s, s->class_holder[c]),
               "class %d held for a freed job", c);

@@ -217,6 +217,7 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
         goto oom;
     s->cfg = *cfg;
     s->free_head = -1;
+    s->cpu_holder = -1;
     s->last_now = NAN;
     s->nslots = (int)n_slots;
     s->slots = calloc(n_slots ? n_slots : 1, sizeof *s->slots);

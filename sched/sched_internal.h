@@ -157,6 +157,8 @@ struct sched {
      * gfail_mask do not fit (0: nothing known) */
     uint64_t gfail_mask;
     int gfail_k;
+    /* the last pass: the CPU gang the free CPU places are kept for, -1 */
+    int cpu_holder;
 
     tenant_rec *tenants;
     int ntenants, tenant_cap;

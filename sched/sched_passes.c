@@ -328,9 +328,53 @@ static void reserve_gang(sched *s, int h, double now)
     sched_node_hold(s, node, h);
 }
 
+/* Tenant n's best QUEUED CPU training job if it is a CPU gang, or -1. */
+static int cpu_gang_head(const sched *s, const tenant_rec *n)
+{
+    int best = -1;
+    for (int l = 0; l < n->nlanes; l++) {
+        int h = n->lanes[l].head;
+        if (h >= 0 && !s->masks[l] &&
+            (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])))
+            best = h;
+    }
+    return best >= 0 && s->jobs[best].members > 1 ? best : -1;
+}
+
+/* The oldest CPU gang that heads its tenant's CPU jobs and has been queued
+ * backfill_wait seconds starts if its places are free; else every CPU
+ * place that frees is kept for it (cpu_holder): CPU singles cannot keep a
+ * CPU gang waiting for ever. */
+static void reserve_cpu(sched *s, double now)
+{
+    s->cpu_holder = -1;
+    if (s->cfg.max_cpu_jobs < 0)
+        return;
+    int best = -1;
+    for (int t = 0; t < s->ntenants; t++) {
+        const tenant_rec *n = &s->tenants[t];
+        if (n->queued == n->queued_gpu || sched_jobs_quota_full(n))
+            continue;
+        int h = cpu_gang_head(s, n);
+        if (h < 0 || now - s->jobs[h].submit_time < s->cfg.backfill_wait)
+            continue;
+        const job_rec *H = &s->jobs[h], *B = best >= 0 ? &s->jobs[best] : 0;
+        if (!B || H->submit_time < B->submit_time ||
+            (H->submit_time == B->submit_time && H->seq < B->seq))
+            best = h;
+    }
+    if (best < 0)
+        return;
+    if (s->cfg.max_cpu_jobs - s->cpu_running >= s->jobs[best].members)
+        place_gang(s, best, NULL, now);
+    else
+        s->cpu_holder = best;
+}
+
 static void pass_reservations(sched *s, double now)
 {
     int nres = 0;
+    reserve_cpu(s, now);
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
         if (n->queued_gpu == 0) {
@@ -384,9 +428,9 @@ static void pass_reservations(sched *s, double now)
 
 static void pass_fair_share(sched *s, double now)
 {
-    int cpu_free = s->cfg.max_cpu_jobs < 0
-                       ? INT_MAX
-                       : s->cfg.max_cpu_jobs - s->cpu_running;
+    int cpu_free = s->cfg.max_cpu_jobs < 0 ? INT_MAX
+                   : s->cpu_holder >= 0    ? 0 /* kept for a CPU gang */
+                                        : s->cfg.max_cpu_jobs - s->cpu_running;
     s->nheap = 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];

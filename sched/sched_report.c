@@ -131,6 +131,11 @@ static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
         serving_reason(s, J, t, w);
         return;
     }
+    if (!J->mask && s->cpu_holder >= 0 && s->cpu_holder != j) {
+        w->reason = SCHED_WAIT_RESERVED; /* the CPU places are kept */
+        w->other_job = s->cpu_holder;
+        return;
+    }
     if (!J->mask) {
         int full = s->cfg.max_cpu_jobs >= 0 &&
                    s->cpu_running + J->members > s->cfg.max_cpu_jobs;

@@ -372,6 +372,74 @@ static void test_gang_cpu(void **state)
     sched_destroy(s);
 }
 
+/* max_cpu_jobs 4, tenant a keeps CPU singles queued (each runs 20-30 s,
+ * ends staggered), tenant b submits a CPU gang of 3 at t = 5. Returns when the
+ * gang started, -1 never (by t = 600). */
+static double run_cpu_reservation(double wait)
+{
+    sched_config cfg = CFG;
+    cfg.max_cpu_jobs = 4;
+    cfg.backfill_wait = wait;
+    sched *s = make(&cfg, NULL, 0);
+    int a = tenant(s, "a", 1, -1, -1), b = tenant(s, "b", 1, -1, -1);
+    double end[64];
+    int running[64], nrun = 0, seq = 0, g = -1;
+    double started = -1;
+    char id[32];
+    for (double now = 0; now <= 600 && started < 0; now += 5) {
+        for (int i = 0; i < nrun; i++)
+            if (end[i] <= now) {
+                assert_int_equal(sched_job_remove(s, running[i]), TY_OK);
+                running[i] = running[nrun - 1];
+                end[i--] = end[--nrun];
+            }
+        while (sched_queued_count(s) < (g >= 0 ? 11u : 10u)) {
+            snprintf(id, sizeof id, "job_a%d", seq++);
+            sched_job_desc d = desc(id, a, 0, now, SCHED_REQ_NONE, 1);
+            submit_d(s, &d);
+        }
+        if (now == 5) {
+            sched_job_desc d = desc("job_w", b, 0, now, SCHED_REQ_NONE, 3);
+            g = submit_d(s, &d);
+        }
+        sched_result r;
+        pass(s, now, &r);
+        for (size_t i = 0; i < r.n_placements; i++) {
+            if (r.placements[i].job == g) {
+                started = now;
+                continue;
+            }
+            running[nrun] = r.placements[i].job;
+            /* staggered: at most two places free in one pass */
+            end[nrun++] = now + 30 - 5 * (int)(i % 3);
+        }
+        if (g >= 0 && started < 0 && now >= 5 + wait) {
+            /* CPU places are kept for it: singles say so */
+            sched_wait w;
+            int j1 = sched_job_find(s, "job_a0");
+            for (int k = 0; j1 < 0 || info(s, j1).state != SCHED_JOB_QUEUED;
+                 k++) {
+                snprintf(id, sizeof id, "job_a%d", k);
+                j1 = sched_job_find(s, id);
+            }
+            assert_int_equal(sched_job_wait(s, j1, &w), TY_OK);
+            assert_int_equal(w.reason, SCHED_WAIT_RESERVED);
+            assert_int_equal(w.other_job, g);
+        }
+    }
+    sched_destroy(s);
+    return started;
+}
+
+static void test_gang_cpu_reservation(void **state)
+{
+    (void)state;
+    /* reserved at 5 + 50; the 4 running singles end within 30 s */
+    double t = run_cpu_reservation(50);
+    assert_true(t >= 0 && t <= 5 + 50 + 30 + 5);
+    assert_true(run_cpu_reservation(1e9) < 0); /* control: starved */
+}
+
 /* ---- quotas and fair share ---- */
 
 static void test_gang_quota_and_share(void **state)
@@ -817,6 +885,7 @@ int main(void)
         cmocka_unit_test(test_gang_spread),
         cmocka_unit_test(test_gang_domain),
         cmocka_unit_test(test_gang_cpu),
+        cmocka_unit_test(test_gang_cpu_reservation),
         cmocka_unit_test(test_gang_quota_and_share),
         cmocka_unit_test(test_gang_preempted_whole),
         cmocka_unit_test(test_gang_serving_preempts),
