@@ -6,8 +6,10 @@
  * lets a gang start within a stated bound while small jobs keep flowing on
  * the slots it cannot use (and, as a control, starvation without it);
  * backfill kept off the reserved node; quotas and fair share counting every
- * member; a preempted gang stopped whole, once; interconnect domains; CPU
- * gangs against max_cpu_jobs; the queue report's sentence for a gang. */
+ * member; a preempted gang stopped whole, once (by fair share or by a
+ * serving replica); interconnect domains; CPU gangs against max_cpu_jobs,
+ * and their own reservation of CPU places; the queue report's sentence for
+ * a gang. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
