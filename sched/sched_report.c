@@ -334,7 +334,7 @@ static void gang_text(const sched *s, int j, int user, char *buf, size_t n)
                  "no free slice of that size (needs %d whole GPUs on one "
                  "node; node %d%s has %d free)",
                  k, id,
-                 node >= 0 && s->node_holder[node] == j ? ", reserved for it"
+                 node >= 0 && s->node_holder[node] == j ? ", reserved for it,"
                                                         : "",
                  nfree);
     }

@@ -678,6 +678,60 @@ static void test_gang_reservation_bound(void **state)
     assert_true(t < 0);
 }
 
+/* A reserving gang holds only the whole GPUs of its node: the node's MIG
+ * slices keep taking small jobs, and a job that could use the held GPU
+ * waits saying so. */
+static void test_gang_reservation_spares_mig(void **state)
+{
+    (void)state;
+    sched_slot sl[4] = {
+        {0, 0, NULL, 7, 80 * GIB, 10, 0},
+        {1, 0, NULL, 7, 80 * GIB, 10, 0},
+        {2, 1, "3g.40gb", 3, 40 * GIB, 10, 0},
+        {2, 1, "3g.40gb", 3, 40 * GIB, 10, 0},
+    };
+    sched_config cfg = CFG;
+    cfg.backfill_wait = 0;
+    sched *s = make(&cfg, sl, 4);
+    int a = tenant(s, "a", 1, -1, -1), b = tenant(s, "b", 1, -1, -1);
+    sched_job_desc d = desc("job_whole", a, 0, 0, SCHED_REQ_MIN, 1);
+    d.request.min_compute_slices = 7;
+    submit_d(s, &d);
+    sched_result r;
+    pass(s, 0, &r);
+    assert_int_equal(r.placements[0].slot, 0);
+    int g = submit(s, "job_g", b, 0, 1, 2); /* needs GPUs 0 and 1 */
+    int sm[3];
+    char id[32];
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof id, "job_s%d", i);
+        d = desc(id, a, 0, 1, SCHED_REQ_MIN, 1);
+        d.request.min_memory_bytes = 30 * GIB; /* a MIG slice or a GPU */
+        sm[i] = submit_d(s, &d);
+    }
+    pass(s, 1, &r);
+    assert_int_equal(info(s, g).state, SCHED_JOB_QUEUED);
+    assert_int_equal(slots_held(s, 4, g), 0);
+    assert_int_equal(r.n_placements, 2);
+    for (size_t i = 0; i < r.n_placements; i++)
+        assert_true(r.placements[i].slot >= 2);    /* the MIG slices */
+    assert_int_equal(sched_slot_holder(s, 1), -1); /* kept for the gang */
+    sched_wait w;
+    assert_int_equal(sched_job_wait(s, sm[2], &w), TY_OK);
+    assert_int_equal(w.reason, SCHED_WAIT_RESERVED);
+    assert_int_equal(w.other_job, g);
+    char buf[256];
+    assert_int_equal(sched_job_wait(s, g, &w), TY_OK);
+    sched_wait_describe(s, &w, buf, sizeof buf);
+    assert_non_null(strstr(buf, "node 10, reserved for it, has 1 free"));
+    /* GPU 0 frees: the gang starts on both */
+    assert_int_equal(sched_job_remove(s, sched_slot_holder(s, 0)), TY_OK);
+    pass(s, 2, &r);
+    assert_int_equal(info(s, g).state, SCHED_JOB_RUNNING);
+    assert_int_equal(info(s, sm[2]).state, SCHED_JOB_QUEUED);
+    sched_destroy(s);
+}
+
 /* ---- the report ---- */
 
 static void test_gang_report(void **state)
@@ -892,6 +946,7 @@ int main(void)
         cmocka_unit_test(test_gang_preempted_whole),
         cmocka_unit_test(test_gang_serving_preempts),
         cmocka_unit_test(test_gang_reservation_bound),
+        cmocka_unit_test(test_gang_reservation_spares_mig),
         cmocka_unit_test(test_gang_report),
         cmocka_unit_test(test_gang_restore),
         cmocka_unit_test(test_gang_random),
