@@ -136,13 +136,29 @@ int sched_gang_find(const sched *s, int j, uint64_t usable, int *out)
     return 1;
 }
 
+/* Slots of classes `mask` on node n that a gang could get in time: all
+ * but those serving replicas hold or are promised (they live on). */
+static int node_reachable(const sched *s, int n, uint64_t mask)
+{
+    int k = 0;
+    for (int a = s->node_first[n]; a < s->node_first[n + 1]; a++) {
+        const slot_rec *sl = &s->slots[s->node_slots[a]];
+        if (!((mask >> sl->cls) & 1) ||
+            (sl->holder >= 0 && s->jobs[sl->holder].serving) ||
+            (sl->reserved_for >= 0 && s->jobs[sl->reserved_for].serving))
+            continue;
+        k++;
+    }
+    return k;
+}
+
 int sched_gang_pick_node(const sched *s, int j, uint64_t usable)
 {
     const job_rec *J = &s->jobs[j];
     usable &= J->mask;
     int r = J->resv_node;
     if (r >= 0 && (s->node_holder[r] < 0 || s->node_holder[r] == j) &&
-        node_capacity(s, r, usable) >= J->members)
+        node_reachable(s, r, usable) >= J->members)
         return r;
     if (s->nheld_nodes >= s->nnodes)
         return -1;
@@ -151,7 +167,7 @@ int sched_gang_pick_node(const sched *s, int j, uint64_t usable)
         if (s->node_holder[n] >= 0)
             continue;
         int f = sched_gang_node_free(s, n, usable, j);
-        if (f <= best_free || node_capacity(s, n, usable) < J->members)
+        if (f <= best_free || node_reachable(s, n, usable) < J->members)
             continue;
         best = n;
         best_free = f;

@@ -373,7 +373,8 @@ int sched_gang_node_free(const sched *s, int n, uint64_t usable, int j);
 int sched_gang_find(const sched *s, int j, uint64_t usable, int *out);
 /* The node gang j would reserve: its reservation's node if still free of
  * other holds and big enough, else the one with the most free slots among
- * those with at least members slots of classes `usable`; -1 none. */
+ * those with at least members slots of classes `usable` that serving
+ * replicas do not hold (they may never leave); -1 none. */
 int sched_gang_pick_node(const sched *s, int j, uint64_t usable);
 /* The node closest to taking gang j (its reservation's node, else the one
  * with the most free slots of its classes among those big enough), -1

@@ -732,6 +732,38 @@ static void test_gang_reservation_spares_mig(void **state)
     sched_destroy(s);
 }
 
+/* A node where a serving replica holds one of the GPUs a gang needs is not
+ * the one it reserves: the replica may never leave. */
+static void test_gang_reservation_avoids_replicas(void **state)
+{
+    (void)state;
+    sched_slot sl[4];
+    size_t n = cluster(sl, 2, 2, 0); /* nodes 10 and 11, 2 GPUs each */
+    sched_config cfg = CFG;
+    cfg.backfill_wait = 0;
+    sched *s = make(&cfg, sl, n);
+    int a = tenant(s, "a", 1, -1, -1), b = tenant(s, "b", 1, -1, -1);
+    sched_job_desc d = desc("rep_x", a, 0, 0, SCHED_REQ_ANY, 1);
+    d.serving = 1;
+    submit_d(s, &d); /* step 1 first: GPU 0 of node 10 */
+    char id[32];
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof id, "job_s%d", i);
+        submit(s, id, a, 0, 0, 1);
+    }
+    sched_result r;
+    pass(s, 0, &r);
+    assert_int_equal(r.n_placements, 4);
+    int g = submit(s, "job_g", b, 0, 1, 2);
+    pass(s, 1, &r);
+    sched_wait w;
+    char buf[256];
+    assert_int_equal(sched_job_wait(s, g, &w), TY_OK);
+    sched_wait_describe(s, &w, buf, sizeof buf);
+    assert_non_null(strstr(buf, "node 11, reserved for it"));
+    sched_destroy(s);
+}
+
 /* ---- the report ---- */
 
 static void test_gang_report(void **state)
@@ -947,6 +979,7 @@ int main(void)
         cmocka_unit_test(test_gang_serving_preempts),
         cmocka_unit_test(test_gang_reservation_bound),
         cmocka_unit_test(test_gang_reservation_spares_mig),
+        cmocka_unit_test(test_gang_reservation_avoids_replicas),
         cmocka_unit_test(test_gang_report),
         cmocka_unit_test(test_gang_restore),
         cmocka_unit_test(test_gang_random),
