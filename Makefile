@@ -16,7 +16,8 @@
 #               batching, static batches, transformers + FastAPI (minutes)
 #   make bench-generate-soak [ARGS=...]  a server generating for 10
 #               minutes, its memory sampled every 30 s
-#   make bench-sched  scheduling pass over 10,000 queued jobs (seconds)
+#   make bench-sched  scheduling pass over 10,000 queued jobs, then a
+#               cluster of 1,000 GPUs, 100,000 jobs, gangs (seconds)
 #   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
 #               http.server baselines (about 15 minutes; not a test)
 #   make bench-deploy [ARGS=--quick]  serving deployments: batching gain,

@@ -27,6 +27,14 @@
  *           (or, request "none", its place on the CPU) while it lives.
  *           Serving outranks training (step 1); a serving job is never
  *           preempted.
+ *   node    the host a slot is on (sched_slot.node; all 0 on one host),
+ *           and within it an optional interconnect domain (NVLink island).
+ *   gang    a training job of N members (sched_job_desc.gang >= 2): N
+ *           whole GPUs (MIG off) each satisfying its request, on one node
+ *           unless gang_spread, or, request "none", N CPU workers taking N
+ *           of cfg.max_cpu_jobs. One job throughout: one placement, one
+ *           preemption, one requeue; sched_job_info.gang_slots lists where
+ *           its members are.
  *
  * Policy, one pass at time `now`
  *   0. A job a preemption made room for takes its slot once the preempted
@@ -57,14 +65,15 @@
  *      for its own replica this way: its stopping job counts until it has
  *      stopped.
  *   2. Reservations (backfill bound): each tenant's head job (its best
- *      queued training job: priority, then submit time) that has waited at
+ *      queued GPU training job: priority, then submit time) that has waited at
  *      the head for cfg.backfill_wait seconds, not held back by its own
  *      quota, goes first, oldest wait first; if nothing satisfying it is
  *      free, every slot size (class) that would satisfy it is held back
  *      from all later training jobs ("reserved for job X"), and since it
  *      stays first in every pass it starts on the first such slot that
  *      frees (unless a serving job takes it): smaller jobs cannot keep it
- *      waiting past the bound. An overdue head jumps the fair-share order,
+ *      waiting past the bound. A gang head reserves one node instead (see
+ *      Gangs). An overdue head jumps the fair-share order,
  *      so backfill_wait should be well above the wait fair share alone
  *      causes (minutes, not seconds).
  *   3. Fair share: tenants with queued training jobs in order of their
@@ -102,6 +111,48 @@
  *   exceeded by the scheduler (lowering a quota below current usage stops
  *   new placements; it preempts nothing).
  *
+ * Gangs
+ *   All or nothing: a gang is placed only when all its members fit at
+ *   once (free slots of its classes on one node, or anywhere when it
+ *   spreads; CPU: N free places); it never holds some slots while waiting
+ *   for the others, and sched_check verifies that every gang RUNNING or
+ *   STOPPING holds exactly its N slots (on one node) and every other holds
+ *   none. Placement: the node with the fewest free slots that suffice
+ *   (best fit, keeping whole nodes free for big gangs), preferring one
+ *   where a single non-zero domain holds them all (then the domain with
+ *   the fewest that suffice); a spreading gang that fits no one node takes
+ *   the freest nodes first. In step 3 a tenant's gang is tried where it
+ *   comes first in its tenant's order; when it does not fit, the tenant's
+ *   other jobs go on (each gang size, and spreading or not, has a lane of
+ *   its own, so a small gang is not stuck behind a big one).
+ *   Reservation (step 2): an overdue head gang that does not fit reserves
+ *   one node - the one it reserved in earlier passes while that stays
+ *   possible, else the node with the most free slots of its classes among
+ *   those with at least N - and that node's free slots of its classes are
+ *   held back from every later training job; what frees there stays free
+ *   until it has N. One gang per node; a spreading gang holds its classes
+ *   as a single job does. A CPU gang that heads its tenant's CPU jobs and
+ *   has been queued backfill_wait seconds (the oldest such, one at a time)
+ *   starts if its N places are free, else keeps every CPU place that
+ *   frees until it has N (the report says "reserved for job" to the CPU
+ *   jobs it holds back). Jobs carry no expected runtime here, so
+ *   reserved slots are simply not backfilled (no job is known to end
+ *   before the reservation is due); every other slot - other nodes, MIG
+ *   slices on the same node - keeps taking small jobs, so a gang blocks
+ *   only what it will use. Bound: once overdue, a gang waits at most for
+ *   the older reservations ahead of it and for the jobs already running
+ *   on its node (serving jobs, step 1, may still take its slots).
+ *   Fair share and quotas count every member: a gang of 4 whole GPUs is 28
+ *   compute slices of max_gpu_slices and of the tenant's share, and one
+ *   job of max_running_jobs; a CPU gang of N counts N of cfg.max_cpu_jobs.
+ *   Preemption: a running gang is a victim like any job (step 1 or 4; in
+ *   step 4 its tenant must stay at or above its share without all of it);
+ *   chosen for one of its slots, it becomes STOPPING whole - all its slots
+ *   stay held until the caller requeues or removes it, which frees them
+ *   all - and sched_result.preemptions names it once. A queued gang never
+ *   preempts (step 4 skips a tenant whose head is a gang): it relies on
+ *   its reservation. Serving jobs are never gangs.
+ *
  * Cost: sched_pass never allocates and never sorts the queue. Jobs live in
  * per-tenant lanes, one per distinct request (its set of satisfying slot
  * classes), each kept sorted on insert; a pass looks only at lane heads:
@@ -116,6 +167,11 @@
  * class and a free-class bitmask makes best-fit one bit scan. Submission
  * inserts from the tail of the lane (O(1) for the usual newest-last order;
  * a requeued or high-priority job walks its lane).
+ * A gang at the head of a lane costs a bound check (more members than the
+ * freest node has free: out at once), else O(nodes x classes) to find its
+ * node and O(slots of that node) to pick its members; a reservation's
+ * node is kept from pass to pass, so finding it again is O(slots of a
+ * node).
  *
  * Positions and reasons for every queued job are NOT computed by the pass:
  * sched_queue_report computes them on request, O(N log T) for N queued
@@ -147,6 +203,15 @@ typedef struct {
     const char *profile; /* "1g.18gb" (copied); NULL or "" whole GPU */
     int compute_slices;  /* 1..7; a whole GPU 7 */
     uint64_t memory_bytes;
+    /* The host the slot is on (any int; slots with the same value share a
+     * node). 0, the default, for all: one host, as a local inventory is.
+     * A gang's members go on one node unless it spreads. */
+    int node;
+    /* Interconnect domain within the node (GPUs that reach each other
+     * over NVLink/NVSwitch, as NVML topology would say); 0 unknown. The
+     * inventory has no topology yet, so the server passes 0; a gang
+     * prefers members that share one non-zero domain. */
+    int domain;
 } sched_slot;
 
 typedef enum {
@@ -165,8 +230,9 @@ typedef struct {
 
 typedef struct {
     /* Seconds the head job of a tenant waits before it reserves the slot
-     * sizes it needs and backfill stops using them (>= 0; 0 reserves at
-     * once, i.e. no backfill onto slots a head job could use). */
+     * sizes it needs (a gang: one node's slots) and backfill stops using
+     * them (>= 0; 0 reserves at once, i.e. no backfill onto slots a head
+     * job could use). */
     double backfill_wait;
     int preempt;         /* 1: step 4 runs; 0: never preempt for fair share */
     double preempt_wait; /* seconds queued before a job may preempt */
@@ -205,6 +271,13 @@ typedef struct {
     double submit_time; /* seconds, the caller's clock */
     sched_request request;
     int serving; /* 1: a serving replica (step 1); 0: training */
+    /* Gang: 0 or 1, an ordinary job; N >= 2, N members placed all at
+     * once or not at all (see "Gangs" above). GPU request (ANY or MIN):
+     * each member one whole GPU (MIG off) satisfying `request`; request
+     * NONE: N CPU workers, N places of cfg.max_cpu_jobs. Training only. */
+    int gang;
+    /* 1: members may be on different nodes; 0 (default): one node. */
+    int gang_spread;
 } sched_job_desc;
 
 /* A job as the scheduler sees it (read-only view). */
@@ -222,13 +295,23 @@ typedef struct {
                                  tenant's head job; < 0 not the head */
     int preempted_for; /* STOPPING: the job it makes room for */
     int serving;       /* 1: a serving replica; 0: training */
+    int gang;          /* members: 1 an ordinary job, N a gang */
+    int gang_spread;   /* as submitted */
+    /* RUNNING/STOPPING GPU gang: its members' slots (gang of them, slot
+     * is the first); else NULL. Valid until the next call that changes
+     * the job. */
+    const int *gang_slots;
 } sched_job_info;
 
+/* One per job, gangs included: a gang's members' slots are in
+ * sched_job_info.gang_slots (slot is the first of them). */
 typedef struct {
     int job;
     int slot; /* -1: a CPU job */
 } sched_placement;
 
+/* One per victim job: a gang victim is stopped whole (all its members
+ * STOPPING, one entry); slot is the one of its slots given to job. */
 typedef struct {
     int victim; /* now STOPPING: tell it to checkpoint */
     int job;    /* now PENDING on the victim's slot */
@@ -311,9 +394,19 @@ void sched_tenant_usage(const sched *s, int t, int *slices, int *jobs,
 ty_status sched_request_check(const sched *s, int tenant,
                               const sched_request *req, ty_err *err);
 
+/* Whether job d could ever run here, as sched_job_submit checks it (the id
+ * aside): its request (sched_request_check) and its gang. TY_EINVAL with
+ * the field for the 422: "resources.gpu" for a MIG profile in a gang (or
+ * a request only MIG slices satisfy), "resources.gpus" for a GPU gang
+ * larger than any node's satisfying whole GPUs (than all of them when it
+ * spreads) or than the tenant's max_gpu_slices, "resources.workers" for a
+ * CPU gang above cfg.max_cpu_jobs, "gang" for a negative size or a
+ * serving gang. Pure. */
+ty_status sched_job_check(const sched *s, const sched_job_desc *d, ty_err *err);
+
 /* Queues a job (state QUEUED). TY_EINVAL for an unknown tenant, an empty
- * or duplicate id, or a request sched_request_check refuses (then nothing
- * changes); TY_ENOMEM. *handle (may be NULL) is the job's handle, valid
+ * or duplicate id, or a request or gang sched_job_check refuses (then
+ * nothing changes); TY_ENOMEM. *handle (may be NULL) is the job's handle, valid
  * until sched_job_remove. */
 ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
                            ty_err *err);
@@ -334,6 +427,12 @@ ty_status sched_job_requeue(sched *s, int job, ty_err *err);
  * queued; TY_EINVAL for a slot that does not satisfy its request. */
 ty_status sched_job_restore_running(sched *s, int job, int slot,
                                     double start_time, ty_err *err);
+
+/* The same for a gang: its members' slots (n == its size; NULL and 0 for
+ * a CPU gang). TY_EINVAL for a wrong count, a repeated slot, one that does
+ * not satisfy it, or members on several nodes of a one-node gang. */
+ty_status sched_job_restore_gang(sched *s, int job, const int *slots, int n,
+                                 double start_time, ty_err *err);
 
 /* The job with this id, or -1. */
 int sched_job_find(const sched *s, const char *id);

@@ -13,6 +13,16 @@
 
 /* ---- slots ---- */
 
+/* gblock's bit for class c: set when every free slot of c is held by a
+ * gang reservation. */
+static void gblock_update(sched *s, int c)
+{
+    if (s->ghold_free[c] > 0 && s->ghold_free[c] >= s->classes[c].nfree)
+        s->gblock |= 1ull << c;
+    else
+        s->gblock &= ~(1ull << c);
+}
+
 void sched_class_count(sched *s, int c, int delta)
 {
     s->classes[c].nfree += delta;
@@ -20,6 +30,18 @@ void sched_class_count(sched *s, int c, int delta)
         s->avail |= 1ull << c;
     else
         s->avail &= ~(1ull << c);
+    gblock_update(s, c);
+}
+
+/* Slot i became free (+1) or stopped being free (-1): its class, its
+ * node and the gang holds follow. */
+static void slot_count(sched *s, int i, int delta)
+{
+    const slot_rec *sl = &s->slots[i];
+    s->node_free[sl->node * SCHED_MAX_CLASSES + sl->cls] += delta;
+    if (sched_slot_gheld(s, i, -1))
+        s->ghold_free[sl->cls] += delta;
+    sched_class_count(s, sl->cls, delta);
 }
 
 static void slot_take(sched *s, int i, int job)
@@ -28,7 +50,7 @@ static void slot_take(sched *s, int i, int job)
     if (sl->reserved_for == job)
         sl->reserved_for = -1;
     else if (sl->reserved_for < 0)
-        sched_class_count(s, sl->cls, -1);
+        slot_count(s, i, -1);
     sl->holder = job;
 }
 
@@ -37,7 +59,7 @@ static void slot_release(sched *s, int i)
     slot_rec *sl = &s->slots[i];
     sl->holder = -1;
     if (sl->reserved_for < 0)
-        sched_class_count(s, sl->cls, +1);
+        slot_count(s, i, +1);
 }
 
 static void slot_unreserve(sched *s, int i)
@@ -45,7 +67,28 @@ static void slot_unreserve(sched *s, int i)
     slot_rec *sl = &s->slots[i];
     sl->reserved_for = -1;
     if (sl->holder < 0)
-        sched_class_count(s, sl->cls, +1);
+        slot_count(s, i, +1);
+}
+
+void sched_node_hold(sched *s, int n, int g)
+{
+    s->node_holder[n] = g;
+    s->nheld_nodes++;
+    for (uint64_t m = s->jobs[g].mask; m; m &= m - 1) {
+        int c = sched_ctz64(m);
+        s->ghold_free[c] += s->node_free[n * SCHED_MAX_CLASSES + c];
+        gblock_update(s, c);
+    }
+}
+
+void sched_node_holds_clear(sched *s)
+{
+    for (int n = 0; n < s->nnodes; n++)
+        s->node_holder[n] = -1;
+    s->nheld_nodes = 0;
+    for (int c = 0; c < s->nclasses; c++)
+        s->ghold_free[c] = 0;
+    s->gblock = 0;
 }
 
 /* ---- lanes and tenant lists ---- */
@@ -140,6 +183,7 @@ void sched_enqueue(sched *s, int j)
     J->slot = -1;
     J->head_since = -1;
     J->preempted_for = -1;
+    J->resv_node = -1;
     lane_insert(s, t, j);
     tlist_insert(s, t, j);
     if (J->serving) {
@@ -173,6 +217,19 @@ void sched_lane_leave(sched *s, int j)
 /* Clears reservations (backfill holds) naming job j. */
 void sched_drop_holds(sched *s, int j)
 {
+    job_rec *J = &s->jobs[j];
+    if (s->cpu_holder == j)
+        s->cpu_holder = -1;
+    if (J->resv_node >= 0 && s->node_holder[J->resv_node] == j) {
+        int n = J->resv_node;
+        s->node_holder[n] = -1;
+        s->nheld_nodes--;
+        for (uint64_t m = J->mask; m; m &= m - 1) {
+            int c = sched_ctz64(m);
+            s->ghold_free[c] -= s->node_free[n * SCHED_MAX_CLASSES + c];
+            gblock_update(s, c);
+        }
+    }
     if (!s->held)
         return;
     for (int c = 0; c < s->nclasses; c++)
@@ -221,7 +278,7 @@ void sched_release(sched *s, int j)
 {
     job_rec *J = &s->jobs[j];
     tenant_rec *t = &s->tenants[J->tenant];
-    int cs = J->slot >= 0 ? s->slots[J->slot].compute_slices : 0;
+    int cs = sched_job_slices(s, J);
     switch (J->state) {
         case SCHED_JOB_PENDING:
             slot_unreserve(s, J->slot);
@@ -235,10 +292,13 @@ void sched_release(sched *s, int j)
             break;
         case SCHED_JOB_RUNNING:
         case SCHED_JOB_STOPPING:
-            if (J->slot >= 0)
+            if (J->slot >= 0 && J->members > 1)
+                for (int m = 0; m < J->members; m++)
+                    slot_release(s, J->gslots[m]);
+            else if (J->slot >= 0)
                 slot_release(s, J->slot);
             else if (!J->serving)
-                s->cpu_running--;
+                s->cpu_running -= J->members;
             t->slices -= cs;
             if (J->state == SCHED_JOB_RUNNING)
                 t->slices_share -= cs;
@@ -277,4 +337,30 @@ void sched_run_on(sched *s, int j, int slot, double now)
     J->start_time = now;
     J->head_since = -1;
     J->preempted_for = -1;
+}
+
+void sched_run_gang(sched *s, int j, const int *slots, double now)
+{
+    job_rec *J = &s->jobs[j];
+    tenant_rec *t = &s->tenants[J->tenant];
+    sched_dequeue(s, j);
+    int cs = 0;
+    if (slots) {
+        for (int m = 0; m < J->members; m++) {
+            J->gslots[m] = slots[m];
+            cs += s->slots[slots[m]].compute_slices;
+            slot_take(s, slots[m], j);
+        }
+    } else {
+        s->cpu_running += J->members;
+    }
+    t->slices += cs;
+    t->slices_share += cs;
+    t->jobs++;
+    J->state = SCHED_JOB_RUNNING;
+    J->slot = slots ? slots[0] : -1;
+    J->start_time = now;
+    J->head_since = -1;
+    J->preempted_for = -1;
+    J->resv_node = -1;
 }

@@ -93,10 +93,35 @@ static ty_status check_tenant(const sched *s, int t, const int *c,
 }
 
 /* Job j's slot agrees with its state and request; counts it into c. */
+/* Gang j (RUNNING or STOPPING, on GPUs) holds all its members' slots,
+ * each once, each satisfying it, on one node unless it spreads: all or
+ * nothing. */
+static ty_status check_gang(const sched *s, int j, ty_err *err)
+{
+    const job_rec *J = &s->jobs[j];
+    CHECK(J->slot == J->gslots[0], "gang %s: slot is not its first member's",
+          J->id);
+    for (int m = 0; m < J->members; m++) {
+        int i = J->gslots[m];
+        CHECK(i >= 0 && i < s->nslots && s->slots[i].holder == j,
+              "gang %s: member %d does not hold its slot %d", J->id, m, i);
+        CHECK(!s->slots[i].is_mig && (J->mask & (1ull << s->slots[i].cls)),
+              "gang %s: member %d is on slot %d which does not satisfy it",
+              J->id, m, i);
+        CHECK(J->spread || s->slots[i].node == s->slots[J->gslots[0]].node,
+              "gang %s: members on several nodes", J->id);
+        for (int k = 0; k < m; k++)
+            CHECK(J->gslots[k] != i, "gang %s: slot %d twice", J->id, i);
+    }
+    return TY_OK;
+}
+
 static ty_status check_job(const sched *s, int j, int *c, int *cpu, ty_err *err)
 {
     const job_rec *J = &s->jobs[j];
-    int cs = J->slot >= 0 ? s->slots[J->slot].compute_slices : 0;
+    int cs = J->state == SCHED_JOB_QUEUED ? 0 : sched_job_slices(s, J);
+    CHECK(J->members == 1 || J->state != SCHED_JOB_PENDING,
+          "gang %s is pending: gangs never preempt", J->id);
     if (J->state == SCHED_JOB_QUEUED) {
         CHECK(J->slot == -1, "queued job %s has a slot", J->id);
         if (J->serving) {
@@ -111,9 +136,10 @@ static ty_status check_job(const sched *s, int j, int *c, int *cpu, ty_err *err)
           "serving job %s is stopping: serving jobs are never preempted",
           J->id);
     if (J->state == SCHED_JOB_STOPPING && J->preempted_for >= 0) {
-        CHECK(!sched_bad_job(s, J->preempted_for) &&
-                  s->jobs[J->preempted_for].state == SCHED_JOB_PENDING &&
-                  s->jobs[J->preempted_for].slot == J->slot,
+        /* on one of its slots: a gang gives one member's */
+        int p = J->preempted_for;
+        CHECK(!sched_bad_job(s, p) && s->jobs[p].state == SCHED_JOB_PENDING &&
+                  s->jobs[p].slot >= 0 && s->slots[s->jobs[p].slot].holder == j,
               "job %s stops for a job not pending on its slot %d", J->id,
               J->slot);
     }
@@ -136,7 +162,12 @@ static ty_status check_job(const sched *s, int j, int *c, int *cpu, ty_err *err)
         CHECK(J->slot < 0 || s->slots[J->slot].holder == j,
               "job %s is not the holder of its slot %d", J->id, J->slot);
         if (J->slot < 0 && !J->serving)
-            (*cpu)++;
+            (*cpu) += J->members;
+        if (J->slot >= 0 && J->members > 1) {
+            ty_status st = check_gang(s, j, err);
+            if (st != TY_OK)
+                return st;
+        }
     }
     c[0] += cs;
     if (J->state != SCHED_JOB_STOPPING)
@@ -165,6 +196,31 @@ static ty_status check_slots(const sched *s, ty_err *err)
             avail |= 1ull << c;
     }
     CHECK(avail == s->avail, "free-class mask out of date");
+    int ghold[SCHED_MAX_CLASSES] = {0};
+    for (int n = 0; n < s->nnodes; n++) {
+        int g = s->node_holder[n];
+        CHECK(g < 0 || (!sched_bad_job(s, g) &&
+                        s->jobs[g].state == SCHED_JOB_QUEUED &&
+                        s->jobs[g].members > 1 && s->jobs[g].resv_node == n),
+              "node %d held for a job that is not a queued gang reserving it",
+              s->node_id[n]);
+        for (int c = 0; c < s->nclasses; c++) {
+            int f = 0;
+            for (int a = s->node_first[n]; a < s->node_first[n + 1]; a++) {
+                const slot_rec *sl = &s->slots[s->node_slots[a]];
+                f += sl->cls == c && sl->holder < 0 && sl->reserved_for < 0;
+            }
+            CHECK(f == s->node_free[n * SCHED_MAX_CLASSES + c],
+                  "node %d counts %d free of class %d, has %d", s->node_id[n],
+                  s->node_free[n * SCHED_MAX_CLASSES + c], c, f);
+            if (g >= 0 && ((s->jobs[g].mask >> c) & 1))
+                ghold[c] += f;
+        }
+    }
+    for (int c = 0; c < s->nclasses; c++)
+        CHECK(ghold[c] == s->ghold_free[c],
+              "class %d: %d free slots held for gangs, counted %d", c, ghold[c],
+              s->ghold_free[c]);
     for (int i = 0; i < s->nslots; i++) {
         const slot_rec *sl = &s->slots[i];
         if (sl->holder >= 0) {
@@ -174,8 +230,11 @@ static ty_status check_slots(const sched *s, ty_err *err)
             CHECK(J->state == SCHED_JOB_RUNNING ||
                       J->state == SCHED_JOB_STOPPING,
                   "slot %d held by job %s which is not running", i, J->id);
-            CHECK(J->slot == i, "slot %d held by job %s which is on slot %d", i,
-                  J->id, J->slot);
+            int on = J->slot == i;
+            for (int m = 0; J->members > 1 && J->gslots && m < J->members; m++)
+                on |= J->gslots[m] == i;
+            CHECK(on, "slot %d held by job %s which is on slot %d", i, J->id,
+                  J->slot);
         }
         if (sl->reserved_for >= 0) {
             CHECK(!sched_bad_job(s, sl->reserved_for),
@@ -230,6 +289,12 @@ ty_status sched_check(const sched *s, ty_err *err)
           "%d serving jobs placed, max_serving %d", serving,
           s->cfg.max_serving);
     CHECK(live == s->live, "jobs counted %zu, hold %zu", s->live, live);
+    CHECK(s->cpu_holder < 0 ||
+              (!sched_bad_job(s, s->cpu_holder) &&
+               s->jobs[s->cpu_holder].state == SCHED_JOB_QUEUED &&
+               !s->jobs[s->cpu_holder].mask &&
+               s->jobs[s->cpu_holder].members > 1),
+          "CPU places kept for a job that is not a queued CPU gang");
     for (int c = 0; c < s->nclasses; c++)
         CHECK(s->class_holder[c] < 0 || !sched_bad_job(s, s->class_holder[c]),
               "class %d held for a freed job", c);

@@ -11,6 +11,7 @@
  *   sched_books.c   slots, classes, lanes, tenant lists and counters
  *   sched_passes.c  sched_pass: reservations, fair share, preemption
  *   sched_report.c  sched_queue_report and the wait reasons
+ *   sched_gang.c    where a gang fits: nodes, domains, reservations
  *   sched_check.c   sched_check, the invariant checker
  */
 #include "sched/sched.h"
@@ -145,6 +146,49 @@ oom:
                    "out of memory growing the tenant table");
 }
 
+/* The dense index of the caller's node `id`, added if new; -1 out of
+ * memory. Linear: an inventory has a few hundred nodes at most. */
+static int node_index(sched *s, int id)
+{
+    for (int n = 0; n < s->nnodes; n++)
+        if (s->node_id[n] == id)
+            return n;
+    int *ni = realloc(s->node_id, (size_t)(s->nnodes + 1) * sizeof *ni);
+    if (!ni)
+        return -1;
+    s->node_id = ni;
+    ni[s->nnodes] = id;
+    return s->nnodes++;
+}
+
+/* The slots of each node (in slot order), its free counts and the gang
+ * scratch, once the slots have their nodes. */
+static ty_status nodes_index(sched *s)
+{
+    size_t nn = (size_t)s->nnodes + 1, ns = (size_t)s->nslots + 1;
+    s->node_first = calloc(nn + 1, sizeof *s->node_first);
+    s->node_slots = calloc(ns, sizeof *s->node_slots);
+    s->node_free = calloc(nn * SCHED_MAX_CLASSES, sizeof *s->node_free);
+    s->node_holder = calloc(nn, sizeof *s->node_holder);
+    s->gpick = calloc(ns, sizeof *s->gpick);
+    s->gtry = calloc(ns, sizeof *s->gtry);
+    if (!s->node_first || !s->node_slots || !s->node_free || !s->node_holder ||
+        !s->gpick || !s->gtry)
+        return TY_ENOMEM;
+    for (int i = 0; i < s->nslots; i++)
+        s->node_first[s->slots[i].node + 1]++;
+    for (int n = 0; n < s->nnodes; n++)
+        s->node_first[n + 1] += s->node_first[n];
+    int *fill = s->gtry; /* scratch: the next place of each node */
+    for (int n = 0; n < s->nnodes; n++)
+        fill[n] = s->node_first[n];
+    for (int i = 0; i < s->nslots; i++)
+        s->node_slots[fill[s->slots[i].node]++] = i;
+    for (size_t n = 0; n < nn; n++)
+        s->node_holder[n] = -1;
+    return TY_OK;
+}
+
 static int class_cmp(const class_rec *a, const class_rec *b)
 {
     if (a->compute_slices != b->compute_slices)
@@ -173,6 +217,7 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
         goto oom;
     s->cfg = *cfg;
     s->free_head = -1;
+    s->cpu_holder = -1;
     s->last_now = NAN;
     s->nslots = (int)n_slots;
     s->slots = calloc(n_slots ? n_slots : 1, sizeof *s->slots);
@@ -207,6 +252,11 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
         sl->compute_slices = in->compute_slices;
         sl->memory_bytes = in->memory_bytes;
         sl->holder = sl->reserved_for = -1;
+        sl->domain = in->domain;
+        s->domains |= in->domain != 0;
+        sl->node = node_index(s, in->node);
+        if (sl->node < 0)
+            goto oom;
         s->total_slices += sl->compute_slices;
         if (sl->compute_slices > s->max_class_slices)
             s->max_class_slices = sl->compute_slices;
@@ -258,8 +308,15 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
             }
         }
     }
-    for (int c = 0; c < s->nclasses; c++)
+    if (nodes_index(s) != TY_OK)
+        goto oom;
+    for (int i = 0; i < s->nslots; i++)
+        s->node_free[s->slots[i].node * SCHED_MAX_CLASSES + s->slots[i].cls]++;
+    for (int c = 0; c < s->nclasses; c++) {
         sched_class_count(s, c, s->classes[c].nslots);
+        if (!s->classes[c].is_mig)
+            s->whole |= 1ull << c;
+    }
     s->fit_upto = calloc((size_t)s->max_class_slices + 1, sizeof *s->fit_upto);
     if (!s->fit_upto)
         goto oom;
@@ -270,8 +327,11 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
 
     s->mask_cap = 8;
     s->masks = calloc((size_t)s->mask_cap, sizeof *s->masks);
-    if (!s->masks)
+    s->lane_members = calloc((size_t)s->mask_cap, sizeof *s->lane_members);
+    s->lane_spread = calloc((size_t)s->mask_cap, sizeof *s->lane_spread);
+    if (!s->masks || !s->lane_members || !s->lane_spread)
         goto oom;
+    s->lane_members[0] = 1;
     s->nmasks = 1; /* lane 0: CPU jobs */
     if (grow_jobs(s, err) != TY_OK || grow_tenants(s, err) != TY_OK)
         goto fail;
@@ -293,6 +353,18 @@ void sched_destroy(sched *s)
         free(s->tenants[t].lanes);
         free(s->tenants[t].slanes);
     }
+    for (int j = 0; j < s->job_cap; j++)
+        if (s->jobs[j].in_use)
+            free(s->jobs[j].gslots);
+    free(s->lane_members);
+    free(s->lane_spread);
+    free(s->node_id);
+    free(s->node_first);
+    free(s->node_slots);
+    free(s->node_free);
+    free(s->node_holder);
+    free(s->gpick);
+    free(s->gtry);
     free(s->slots);
     free(s->victims);
     free(s->fit_upto);
@@ -457,22 +529,94 @@ int sched_job_find(const sched *s, const char *id)
     return -1;
 }
 
-static int lane_for(sched *s, uint64_t mask, ty_err *err)
+/* The lane of jobs with this mask, gang size and spread (a lane per size,
+ * so a small gang is not stuck behind a big one of its tenant, nor a gang
+ * that may spread behind one that may not), added if new. */
+static int lane_for(sched *s, uint64_t mask, int members, int spread,
+                    ty_err *err)
 {
     for (int l = 0; l < s->nmasks; l++)
-        if (s->masks[l] == mask)
+        if (s->masks[l] == mask && s->lane_members[l] == members &&
+            s->lane_spread[l] == spread)
             return l;
     if (s->nmasks == s->mask_cap) {
         uint64_t *nm = realloc(s->masks, (size_t)s->mask_cap * 2 * sizeof *nm);
-        if (!nm) {
-            ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-            return -1;
-        }
+        if (!nm)
+            goto oom;
         s->masks = nm;
+        int *mm =
+            realloc(s->lane_members, (size_t)s->mask_cap * 2 * sizeof *mm);
+        if (!mm)
+            goto oom;
+        s->lane_members = mm;
+        int *ms = realloc(s->lane_spread, (size_t)s->mask_cap * 2 * sizeof *ms);
+        if (!ms)
+            goto oom;
+        s->lane_spread = ms;
         s->mask_cap *= 2;
     }
     s->masks[s->nmasks] = mask;
+    s->lane_members[s->nmasks] = members;
+    s->lane_spread[s->nmasks] = spread;
     return s->nmasks++;
+oom:
+    ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return -1;
+}
+
+/* The classes a job may use: its request's, whole GPUs only in a gang. */
+static uint64_t job_mask(const sched *s, const sched_job_desc *d)
+{
+    uint64_t m = request_mask(s, &d->request);
+    return d->gang > 1 ? m & s->whole : m;
+}
+
+ty_status sched_job_check(const sched *s, const sched_job_desc *d, ty_err *err)
+{
+    if (d->gang < 0)
+        return ty_fail(err, TY_EINVAL, "gang",
+                       "a gang has 1 or more members, not %d", d->gang);
+    if (d->gang > 1 && d->serving)
+        return ty_fail(err, TY_EINVAL, "gang",
+                       "a serving replica cannot be a gang");
+    if (d->gang > 1 && d->request.kind == SCHED_REQ_PROFILE)
+        return ty_fail(err, TY_EINVAL, "resources.gpu",
+                       "a gang takes whole GPUs: a MIG profile (%s) cannot "
+                       "be used in a gang (collectives do not run between "
+                       "MIG slices)",
+                       d->request.profile);
+    ty_status st = sched_request_check(s, d->tenant, &d->request, err);
+    if (st != TY_OK || d->gang <= 1)
+        return st;
+    int k = d->gang;
+    if (d->request.kind == SCHED_REQ_NONE) {
+        if (s->cfg.max_cpu_jobs >= 0 && k > s->cfg.max_cpu_jobs)
+            return ty_fail(err, TY_EINVAL, "resources.workers",
+                           "a gang of %d CPU workers is more than the %d "
+                           "CPU jobs this server runs at once",
+                           k, s->cfg.max_cpu_jobs);
+        return TY_OK;
+    }
+    uint64_t m = job_mask(s, d);
+    if (!m)
+        return ty_fail(err, TY_EINVAL, "resources.gpu",
+                       "a gang takes whole GPUs and no whole GPU (MIG off) "
+                       "here satisfies its request");
+    int cap = sched_gang_capacity(s, m, d->gang_spread);
+    if (k > cap)
+        return ty_fail(err, TY_EINVAL, "resources.gpus",
+                       "a gang of %d whole GPUs%s cannot run here: the "
+                       "largest %s %d that satisfy it",
+                       k, d->gang_spread ? "" : " on one node",
+                       d->gang_spread ? "inventory has" : "node has", cap);
+    const tenant_rec *t = &s->tenants[d->tenant];
+    int need = k * s->classes[sched_ctz64(m)].compute_slices;
+    if (t->max_slices >= 0 && need > t->max_slices)
+        return ty_fail(err, TY_EINVAL, "resources.gpus",
+                       "a gang of %d whole GPUs takes %d compute slices, "
+                       "above the tenant's max_gpu_slices quota of %lld",
+                       k, need, (long long)t->max_slices);
+    return TY_OK;
 }
 
 ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
@@ -489,19 +633,26 @@ ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
                        "submit_time must be finite");
     if (sched_job_find(s, d->id) >= 0)
         return ty_fail(err, TY_EINVAL, "id", "job %s is already queued", d->id);
-    ty_status st = sched_request_check(s, d->tenant, &d->request, err);
+    ty_status st = sched_job_check(s, d, err);
     if (st != TY_OK)
         return st;
-    uint64_t mask = request_mask(s, &d->request);
-    int lane = lane_for(s, mask, err);
+    uint64_t mask = job_mask(s, d);
+    int members = d->gang > 1 ? d->gang : 1;
+    int lane =
+        lane_for(s, mask, members, members > 1 && d->gang_spread ? 1 : 0, err);
     if (lane < 0)
         return TY_ENOMEM;
+    int *gslots = NULL;
+    if (members > 1 && mask &&
+        !(gslots = calloc((size_t)members, sizeof *gslots)))
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     tenant_rec *t = &s->tenants[d->tenant];
     if (grow_lanes(s, d->serving ? &t->slanes : &t->lanes,
-                   d->serving ? &t->nslanes : &t->nlanes, lane, err) != TY_OK)
+                   d->serving ? &t->nslanes : &t->nlanes, lane, err) != TY_OK ||
+        (s->free_head < 0 && grow_jobs(s, err) != TY_OK)) {
+        free(gslots);
         return TY_ENOMEM;
-    if (s->free_head < 0 && grow_jobs(s, err) != TY_OK)
-        return TY_ENOMEM;
+    }
 
     int j = s->free_head;
     job_rec *J = &s->jobs[j];
@@ -519,6 +670,10 @@ ty_status sched_job_submit(sched *s, const sched_job_desc *d, int *handle,
     J->lane = lane;
     J->mask = mask;
     J->min_slices = mask ? s->classes[sched_ctz64(mask)].compute_slices : 0;
+    J->members = members;
+    J->spread = d->gang_spread ? 1 : 0;
+    J->gslots = gslots;
+    J->resv_node = -1;
     J->lprev = J->lnext = J->tprev = J->tnext = -1;
     size_t b = fnv1a(J->id) & (s->nbuckets - 1);
     J->hnext = s->buckets[b];
@@ -550,6 +705,8 @@ ty_status sched_job_remove(sched *s, int j)
     while (*p != j)
         p = &s->jobs[*p].hnext;
     *p = J->hnext;
+    free(J->gslots);
+    J->gslots = NULL;
     J->in_use = 0;
     J->hnext = s->free_head;
     s->free_head = j;
@@ -577,6 +734,10 @@ ty_status sched_job_restore_running(sched *s, int j, int slot,
     job_rec *J = &s->jobs[j];
     if (J->state != SCHED_JOB_QUEUED)
         return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not queued", J->id);
+    if (J->members > 1)
+        return ty_fail(err, TY_EINVAL, "slot",
+                       "job %s is a gang: restore it with its members' slots",
+                       J->id);
     if (slot < -1 || slot >= s->nslots)
         return ty_fail(err, TY_EINVAL, "slot", "no slot %d", slot);
     if ((slot < 0) != (J->mask == 0) ||
@@ -587,6 +748,37 @@ ty_status sched_job_restore_running(sched *s, int j, int slot,
         (s->slots[slot].holder >= 0 || s->slots[slot].reserved_for >= 0))
         return ty_fail(err, TY_ECONFLICT, "slot", "slot %d is held", slot);
     sched_run_on(s, j, slot, start_time);
+    return TY_OK;
+}
+
+ty_status sched_job_restore_gang(sched *s, int j, const int *slots, int n,
+                                 double start_time, ty_err *err)
+{
+    if (sched_bad_job(s, j))
+        return ty_fail(err, TY_ENOTFOUND, NULL, "no such job");
+    job_rec *J = &s->jobs[j];
+    if (J->state != SCHED_JOB_QUEUED)
+        return ty_fail(err, TY_ECONFLICT, NULL, "job %s is not queued", J->id);
+    if (J->members < 2 || n != (J->mask ? J->members : 0))
+        return ty_fail(err, TY_EINVAL, "slots",
+                       "job %s needs %d member slots, not %d", J->id,
+                       J->mask ? J->members : 0, n);
+    for (int m = 0; m < n; m++) {
+        int i = slots[m];
+        if (i < 0 || i >= s->nslots || !(J->mask & (1ull << s->slots[i].cls)))
+            return ty_fail(err, TY_EINVAL, "slots",
+                           "slot %d does not satisfy job %s", i, J->id);
+        if (s->slots[i].holder >= 0 || s->slots[i].reserved_for >= 0)
+            return ty_fail(err, TY_ECONFLICT, "slots", "slot %d is held", i);
+        for (int k = 0; k < m; k++)
+            if (slots[k] == i)
+                return ty_fail(err, TY_EINVAL, "slots",
+                               "slot %d is named twice", i);
+        if (!J->spread && s->slots[i].node != s->slots[slots[0]].node)
+            return ty_fail(err, TY_EINVAL, "slots",
+                           "job %s's members must share a node", J->id);
+    }
+    sched_run_gang(s, j, n ? slots : NULL, start_time);
     return TY_OK;
 }
 
@@ -606,6 +798,9 @@ ty_status sched_job_get(const sched *s, int j, sched_job_info *out)
     out->head_since = J->state == SCHED_JOB_QUEUED ? J->head_since : -1;
     out->preempted_for = J->preempted_for;
     out->serving = J->serving;
+    out->gang = J->members;
+    out->gang_spread = J->spread;
+    out->gang_slots = J->members > 1 && J->slot >= 0 ? J->gslots : NULL;
     return TY_OK;
 }
 

@@ -1,6 +1,7 @@
 /*
  * sched_internal.h - the books shared by the scheduler's files (sched_core.c,
- * sched_books.c, sched_passes.c, sched_report.c, sched_check.c); not a
+ * sched_books.c, sched_passes.c, sched_report.c, sched_check.c,
+ * sched_gang.c); not a
  * public interface: everything outside sched/sched*.c uses sched/sched.h.
  *
  * Books the scheduler keeps, and the invariants sched_check verifies:
@@ -44,6 +45,8 @@ typedef struct {
     int compute_slices;
     uint64_t memory_bytes;
     int cls;
+    int node;         /* dense node index (0..nnodes) */
+    int domain;       /* interconnect domain, 0 unknown */
     int holder;       /* RUNNING/STOPPING job, or -1 */
     int reserved_for; /* PENDING job, or -1 */
 } slot_rec;
@@ -69,8 +72,14 @@ typedef struct {
     uint64_t seq;
     sched_request req;
     int lane;
-    uint64_t mask;  /* satisfying classes; 0 for CPU jobs */
+    uint64_t mask;  /* satisfying classes; 0 for CPU jobs (a gang: whole
+                       GPUs only) */
     int min_slices; /* slices of the smallest satisfying class */
+    int members;    /* 1: an ordinary job; N: a gang of N */
+    int spread;     /* gang: members may be on several nodes */
+    int *gslots;    /* gang: its members' slots while it holds them
+                       (members of them; allocated at submit) */
+    int resv_node;  /* gang: the node its reservation holds, or -1 */
     sched_job_state state;
     int slot;
     double start_time;
@@ -120,8 +129,36 @@ struct sched {
     int max_class_slices;
     uint64_t *fit_upto; /* [r]: classes with compute slices <= r */
 
-    uint64_t *masks; /* lane masks; masks[0] = 0 (CPU) */
+    uint64_t *masks;   /* lane masks; masks[0] = 0 (CPU) */
+    int *lane_members; /* [l]: members of lane l's jobs (1: not gangs) */
+    int *lane_spread;  /* [l]: 1 when lane l's gangs may spread */
     int nmasks, mask_cap;
+
+    /* nodes: slots by node (node_slots[node_first[n]..node_first[n+1]]),
+     * free slots per node and class (node_free[n * SCHED_MAX_CLASSES +
+     * c], as classes' nfree), and the gang reservations of this pass:
+     * node_holder[n], the gang whose reservation holds node n's free
+     * slots of its classes (-1 none); ghold_free[c], free slots of class
+     * c so held; gblock, classes whose free slots are all so held. */
+    int nnodes;
+    int nheld_nodes; /* nodes with node_holder >= 0 */
+    int domains;     /* 1: some slot has a non-zero domain */
+    int *node_id;    /* the caller's node of each dense index */
+    int *node_first, *node_slots;
+    int *node_free;
+    int *node_holder;
+    int ghold_free[SCHED_MAX_CLASSES];
+    uint64_t gblock;
+    uint64_t whole;    /* classes of whole GPUs (MIG off): gangs' slots */
+    int gang_room;     /* this pass: most free whole GPUs on one node */
+    int gang_total;    /* this pass: free whole GPUs in all */
+    int *gpick, *gtry; /* n_slots each: a gang's chosen slots */
+    /* this pass: one-node gangs of gfail_k or more members with classes
+     * gfail_mask do not fit (0: nothing known) */
+    uint64_t gfail_mask;
+    int gfail_k;
+    /* the last pass: the CPU gang the free CPU places are kept for, -1 */
+    int cpu_holder;
 
     tenant_rec *tenants;
     int ntenants, tenant_cap;
@@ -212,16 +249,60 @@ static inline int sched_serving_full(const sched *s, const tenant_rec *t)
             t->serving >= s->cfg.max_serving_per_tenant);
 }
 
-/* The lowest free slot (neither held nor reserved) of class c, or -1. */
-static inline int sched_class_first_free(const sched *s, int c)
+/* Classes whose slices fit tenant t's remaining slice quota when a gang
+ * of `members` takes one slot of that class per member. */
+static inline uint64_t sched_fit_mask_n(const sched *s, const tenant_rec *t,
+                                        int members)
+{
+    if (members <= 1 || t->max_slices < 0)
+        return sched_fit_mask(s, t);
+    int64_t left = (t->max_slices - t->slices) / members;
+    if (left <= 0)
+        return 0;
+    if (left >= s->max_class_slices)
+        return s->fit_upto[s->max_class_slices];
+    return s->fit_upto[left];
+}
+
+/* Whether slot i's free capacity is held by a gang reservation other than
+ * job j's (this pass). */
+static inline int sched_slot_gheld(const sched *s, int i, int j)
+{
+    int g = s->node_holder[s->slots[i].node];
+    return g >= 0 && g != j && (s->jobs[g].mask & (1ull << s->slots[i].cls));
+}
+
+/* The lowest free slot (neither held nor reserved) of class c that no
+ * other job's gang reservation holds (j: the job to place; -1 ignores the
+ * gang holds), or -1. */
+static inline int sched_class_first_free_for(const sched *s, int c, int j)
 {
     const class_rec *k = &s->classes[c];
     for (int i = 0; i < k->nslots; i++) {
         const slot_rec *sl = &s->slots[k->slots[i]];
-        if (sl->holder < 0 && sl->reserved_for < 0)
+        if (sl->holder < 0 && sl->reserved_for < 0 &&
+            (j < 0 || !sched_slot_gheld(s, k->slots[i], j)))
             return k->slots[i];
     }
     return -1;
+}
+
+static inline int sched_class_first_free(const sched *s, int c)
+{
+    return sched_class_first_free_for(s, c, -1);
+}
+
+/* Compute slices job J holds (or is promised) now. */
+static inline int sched_job_slices(const sched *s, const job_rec *J)
+{
+    if (J->slot < 0)
+        return 0;
+    if (J->members <= 1 || !J->gslots)
+        return s->slots[J->slot].compute_slices;
+    int cs = 0;
+    for (int m = 0; m < J->members; m++)
+        cs += s->slots[J->gslots[m]].compute_slices;
+    return cs;
 }
 
 /* The tenant's best QUEUED training job (GPU jobs only when gpu_only), or
@@ -232,6 +313,8 @@ static inline int sched_tenant_best(const sched *s, const tenant_rec *t,
     int best = -1;
     for (int l = gpu_only ? 1 : 0; l < t->nlanes; l++) {
         int h = t->lanes[l].head;
+        if (gpu_only && !s->masks[l])
+            continue;
         if (h >= 0 &&
             (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])))
             best = h;
@@ -269,6 +352,39 @@ void sched_dequeue(sched *s, int j);
 void sched_release(sched *s, int j);
 /* Job j (QUEUED or PENDING) runs on slot (-1: CPU) from `now` on. */
 void sched_run_on(sched *s, int j, int slot, double now);
+/* Gang j (QUEUED) runs on slots[0..members) (NULL: a CPU gang). */
+void sched_run_gang(sched *s, int j, const int *slots, double now);
+/* Whether gang g holds node n (this pass's reservation), and the
+ * counters that follow: ghold_free and gblock. */
+void sched_node_hold(sched *s, int n, int g);
+/* Clears every node hold (start of a pass). */
+void sched_node_holds_clear(sched *s);
+
+/* ---- sched_gang.c ---- */
+
+/* Free whole-GPU slots of classes `usable` on node n that gang j may use
+ * (none when another gang's reservation holds the node). */
+int sched_gang_node_free(const sched *s, int n, uint64_t usable, int j);
+/* Chooses slots for gang j (QUEUED, GPU) among free slots of classes
+ * `usable`: on one node (best fit: the fewest free that suffice,
+ * preferring a node where one interconnect domain holds them all), or,
+ * spreading, on as few nodes as it can. Writes them to out
+ * (members of them); 1 when found, 0 when it does not fit now. */
+int sched_gang_find(const sched *s, int j, uint64_t usable, int *out);
+/* The node gang j would reserve: its reservation's node if still free of
+ * other holds and big enough, else the one with the most free slots among
+ * those with at least members slots of classes `usable` that serving
+ * replicas do not hold (they may never leave); -1 none. */
+int sched_gang_pick_node(const sched *s, int j, uint64_t usable);
+/* The node closest to taking gang j (its reservation's node, else the one
+ * with the most free slots of its classes among those big enough), -1
+ * none; *nfree its free slots. For the report. */
+int sched_gang_nearest(const sched *s, int j, int *nfree);
+/* Most satisfying whole GPUs (classes `mask`) on one node, or (spread) in
+ * all: how large a gang could ever be. */
+int sched_gang_capacity(const sched *s, uint64_t mask, int spread);
+/* Sets gang_room and gang_total from the books (start of a pass). */
+void sched_gang_room(sched *s);
 
 /* ---- sched_core.c ---- */
 

@@ -90,33 +90,41 @@ static void place(sched *s, int j, int slot, double now)
     s->placements[s->nplacements++] = (sched_placement){j, slot};
 }
 
-/* Victim order: lowest priority, most recent start, smaller slot, lower
- * slot index. */
+/* Gang j on slots[0..members) (ignored for a CPU gang): one placement. */
+static void place_gang(sched *s, int j, const int *slots, double now)
+{
+    sched_run_gang(s, j, s->jobs[j].mask ? slots : NULL, now);
+    s->gfail_mask = 0; /* its node's other free slots are no longer held */
+    s->placements[s->nplacements++] = (sched_placement){j, s->jobs[j].slot};
+}
+
+/* Victim order, between the jobs on slots a and b: lowest priority, most
+ * recent start, smaller slot, lower slot index. */
 static int victim_before(const sched *s, int a, int b)
 {
-    const job_rec *x = &s->jobs[a], *y = &s->jobs[b];
+    const job_rec *x = &s->jobs[s->slots[a].holder],
+                  *y = &s->jobs[s->slots[b].holder];
     if (x->priority != y->priority)
         return x->priority < y->priority;
     if (x->start_time != y->start_time)
         return x->start_time > y->start_time;
-    int xs = s->slots[x->slot].compute_slices,
-        ys = s->slots[y->slot].compute_slices;
+    int xs = s->slots[a].compute_slices, ys = s->slots[b].compute_slices;
     if (xs != ys)
         return xs < ys;
-    return x->slot < y->slot;
+    return a < b;
 }
 
-/* Job h (QUEUED) becomes PENDING on the slot of victim v (RUNNING), which
- * becomes STOPPING: the tenants' counters move as if h held the slot. */
-static void preempt(sched *s, int v, int h)
+/* Job h (QUEUED) becomes PENDING on `slot`, one of victim v's (RUNNING),
+ * which becomes STOPPING, every member of a gang with it: the tenants'
+ * counters move as if h held the slot. */
+static void preempt(sched *s, int v, int h, int slot)
 {
     job_rec *V = &s->jobs[v], *H = &s->jobs[h];
-    int slot = V->slot;
     int cs = s->slots[slot].compute_slices;
     tenant_rec *t = &s->tenants[H->tenant], *u = &s->tenants[V->tenant];
     V->state = SCHED_JOB_STOPPING;
     V->preempted_for = h;
-    u->slices_share -= cs;
+    u->slices_share -= sched_job_slices(s, V);
     /* h leaves its lane but stays in its tenant's list */
     sched_lane_leave(s, h);
     sched_drop_holds(s, h);
@@ -149,8 +157,8 @@ static void class_victim_find(sched *s, int c)
         if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING ||
             s->jobs[v].serving || s->jobs[v].start_time >= s->now)
             continue;
-        if (best < 0 || victim_before(s, v, best))
-            best = v;
+        if (best < 0 || victim_before(s, k->slots[i], best))
+            best = k->slots[i];
     }
     s->class_victim[c] = best;
     if (best >= 0)
@@ -245,8 +253,13 @@ static void pass_serving(sched *s, double now)
                     victim_before(s, s->class_victim[k], s->class_victim[c]))
                     c = k;
             }
-            preempt(s, s->class_victim[c], h);
-            class_victim_find(s, c);
+            int slot = s->class_victim[c], v = s->slots[slot].holder;
+            preempt(s, v, h, slot);
+            if (s->jobs[v].members > 1) /* a gang: its other classes too */
+                for (int k = 0; k < s->nclasses; k++)
+                    class_victim_find(s, k);
+            else
+                class_victim_find(s, c);
         }
         serving_push(s, t);
     }
@@ -261,9 +274,107 @@ static int reserver_before(const sched *s, int a, int b)
     return sched_job_before(x, y);
 }
 
+/* Whether gang j might fit now: its size against this pass's free whole
+ * GPUs (a bound: placements only shrink them), then the search itself,
+ * which leaves its members in out. */
+static int gang_fits(sched *s, int j, uint64_t usable, int *out)
+{
+    const job_rec *J = &s->jobs[j];
+    if (J->members > (J->spread ? s->gang_total : s->gang_room))
+        return 0;
+    /* a one-node gang that holds no node of its own sees what every such
+     * gang sees: if k members of classes `usable` did not fit, k or more
+     * will not either until something frees (nothing does within a pass
+     * but a placed gang's reservation: place_gang forgets the failure) */
+    usable &= J->mask;
+    int plain =
+        !J->spread && !(J->resv_node >= 0 && s->node_holder[J->resv_node] == j);
+    if (plain && usable == s->gfail_mask && J->members >= s->gfail_k)
+        return 0;
+    int found = sched_gang_find(s, j, usable, out);
+    if (!found && plain) {
+        if (usable != s->gfail_mask || J->members < s->gfail_k)
+            s->gfail_k = J->members;
+        s->gfail_mask = usable;
+    }
+    return found;
+}
+
+/* Overdue gang h: placed if all its members fit now; else its node's free
+ * slots of its classes (kept from pass to pass while it stays overdue at
+ * the head, so what frees there is kept for it) are held from every later
+ * training job, or, spreading, its classes are, as a single job's. */
+static void reserve_gang(sched *s, int h, double now)
+{
+    job_rec *H = &s->jobs[h];
+    tenant_rec *n = &s->tenants[H->tenant];
+    uint64_t usable = H->mask & sched_fit_mask_n(s, n, H->members) & ~s->held;
+    if (!usable)
+        return;
+    if (gang_fits(s, h, usable, s->gpick)) {
+        place_gang(s, h, s->gpick, now);
+        return;
+    }
+    if (H->spread) {
+        for (uint64_t m = usable; m; m &= m - 1)
+            s->class_holder[sched_ctz64(m)] = h;
+        s->held |= usable;
+        return;
+    }
+    int node = sched_gang_pick_node(s, h, usable);
+    if (node < 0)
+        return;
+    H->resv_node = node;
+    sched_node_hold(s, node, h);
+}
+
+/* Tenant n's best QUEUED CPU training job if it is a CPU gang, or -1. */
+static int cpu_gang_head(const sched *s, const tenant_rec *n)
+{
+    int best = -1;
+    for (int l = 0; l < n->nlanes; l++) {
+        int h = n->lanes[l].head;
+        if (h >= 0 && !s->masks[l] &&
+            (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best])))
+            best = h;
+    }
+    return best >= 0 && s->jobs[best].members > 1 ? best : -1;
+}
+
+/* The oldest CPU gang that heads its tenant's CPU jobs and has been queued
+ * backfill_wait seconds starts if its places are free; else every CPU
+ * place that frees is kept for it (cpu_holder): CPU singles cannot keep a
+ * CPU gang waiting for ever. */
+static void reserve_cpu(sched *s, double now)
+{
+    s->cpu_holder = -1;
+    if (s->cfg.max_cpu_jobs < 0)
+        return;
+    int best = -1;
+    for (int t = 0; t < s->ntenants; t++) {
+        const tenant_rec *n = &s->tenants[t];
+        if (n->queued == n->queued_gpu || sched_jobs_quota_full(n))
+            continue;
+        int h = cpu_gang_head(s, n);
+        if (h < 0 || now - s->jobs[h].submit_time < s->cfg.backfill_wait)
+            continue;
+        const job_rec *H = &s->jobs[h], *B = best >= 0 ? &s->jobs[best] : 0;
+        if (!B || H->submit_time < B->submit_time ||
+            (H->submit_time == B->submit_time && H->seq < B->seq))
+            best = h;
+    }
+    if (best < 0)
+        return;
+    if (s->cfg.max_cpu_jobs - s->cpu_running >= s->jobs[best].members)
+        place_gang(s, best, NULL, now);
+    else
+        s->cpu_holder = best;
+}
+
 static void pass_reservations(sched *s, double now)
 {
     int nres = 0;
+    reserve_cpu(s, now);
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
         if (n->queued_gpu == 0) {
@@ -278,7 +389,8 @@ static void pass_reservations(sched *s, double now)
             H->head_since = now;
         }
         /* waiting on its own quota is not waiting for capacity */
-        if (sched_jobs_quota_full(n) || !(H->mask & sched_fit_mask(s, n))) {
+        if (sched_jobs_quota_full(n) ||
+            !(H->mask & sched_fit_mask_n(s, n, H->members))) {
             H->head_since = now;
             continue;
         }
@@ -297,10 +409,14 @@ static void pass_reservations(sched *s, double now)
         tenant_rec *n = &s->tenants[H->tenant];
         if (sched_jobs_quota_full(n))
             continue;
+        if (H->members > 1) {
+            reserve_gang(s, h, now);
+            continue;
+        }
         uint64_t usable = H->mask & sched_fit_mask(s, n) & ~s->held;
-        if (usable & s->avail) {
-            place(s, h,
-                  sched_class_first_free(s, sched_ctz64(usable & s->avail)),
+        uint64_t free_now = usable & s->avail & ~s->gblock;
+        if (free_now) {
+            place(s, h, sched_class_first_free_for(s, sched_ctz64(free_now), h),
                   now);
         } else if (usable) {
             for (uint64_t m = usable; m; m &= m - 1)
@@ -312,9 +428,9 @@ static void pass_reservations(sched *s, double now)
 
 static void pass_fair_share(sched *s, double now)
 {
-    int cpu_free = s->cfg.max_cpu_jobs < 0
-                       ? INT_MAX
-                       : s->cfg.max_cpu_jobs - s->cpu_running;
+    int cpu_free = s->cfg.max_cpu_jobs < 0 ? INT_MAX
+                   : s->cpu_holder >= 0    ? 0 /* kept for a CPU gang */
+                                        : s->cfg.max_cpu_jobs - s->cpu_running;
     s->nheap = 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
@@ -324,31 +440,56 @@ static void pass_fair_share(sched *s, double now)
                          sched_tenant_best(s, n, 0));
         sched_heap_push(s, t);
     }
-    while (s->nheap > 0 && ((s->avail & ~s->held) || cpu_free > 0)) {
+    while (s->nheap > 0 &&
+           ((s->avail & ~s->held & ~s->gblock) || cpu_free > 0)) {
         int t = sched_heap_pop(s);
         tenant_rec *n = &s->tenants[t];
         if (sched_jobs_quota_full(n))
             continue;
-        uint64_t fit = sched_fit_mask(s, n) & s->avail & ~s->held;
+        uint64_t open = s->avail & ~s->held;
+        uint64_t fit = sched_fit_mask(s, n) & open & ~s->gblock;
         int best = -1;
         for (int l = 0; l < n->nlanes; l++) {
-            int h = n->lanes[l].head;
-            if (h < 0)
-                continue;
-            if (l == 0 ? cpu_free <= 0 : !(s->masks[l] & fit))
+            int h = n->lanes[l].head, k = s->lane_members[l];
+            if (h < 0 || k > 1 ||
+                (s->masks[l] ? !(s->masks[l] & fit) : cpu_free <= 0))
                 continue;
             if (best < 0 || sched_job_before(&s->jobs[h], &s->jobs[best]))
                 best = h;
         }
+        /* gangs only where they come first, and only if all members fit */
+        int gang = 0;
+        for (int l = 1; l < n->nlanes; l++) {
+            int h = n->lanes[l].head, k = s->lane_members[l];
+            if (h < 0 || k < 2 ||
+                (best >= 0 && !sched_job_before(&s->jobs[h], &s->jobs[best])))
+                continue;
+            if (!s->masks[l]
+                    ? cpu_free < k
+                    : !gang_fits(s, h,
+                                 s->masks[l] & open & sched_fit_mask_n(s, n, k),
+                                 s->gtry))
+                continue;
+            best = h;
+            gang = 1;
+            for (int m = 0; s->masks[l] && m < k; m++)
+                s->gpick[m] = s->gtry[m];
+        }
         if (best < 0)
             continue;
-        int slot = -1;
-        if (s->jobs[best].mask)
-            slot = sched_class_first_free(
-                s, sched_ctz64(s->jobs[best].mask & fit));
-        else
-            cpu_free--;
-        place(s, best, slot, now);
+        if (gang) {
+            if (!s->jobs[best].mask)
+                cpu_free -= s->jobs[best].members;
+            place_gang(s, best, s->gpick, now);
+        } else {
+            int slot = -1;
+            if (s->jobs[best].mask)
+                slot = sched_class_first_free_for(
+                    s, sched_ctz64(s->jobs[best].mask & fit), best);
+            else
+                cpu_free--;
+            place(s, best, slot, now);
+        }
         if (n->queued > 0) {
             sched_tenant_key(s, t, n->slices_share, n->jobs,
                              sched_tenant_best(s, n, 0));
@@ -357,13 +498,14 @@ static void pass_fair_share(sched *s, double now)
     }
 }
 
-/* Whether victim v (RUNNING, on a slot) may be stopped for job h. */
-static int victim_ok(const sched *s, int v, int h, uint64_t allowed)
+/* Whether the job on slot i (RUNNING) may be stopped for job h, which
+ * then takes slot i. */
+static int victim_ok(const sched *s, int i, int h, uint64_t allowed)
 {
-    const job_rec *V = &s->jobs[v], *H = &s->jobs[h];
+    const job_rec *V = &s->jobs[s->slots[i].holder], *H = &s->jobs[h];
     if (V->tenant == H->tenant)
         return 0;
-    const slot_rec *sl = &s->slots[V->slot];
+    const slot_rec *sl = &s->slots[i];
     if (!(allowed & (1ull << sl->cls)))
         return 0;
     const tenant_rec *t = &s->tenants[H->tenant], *u = &s->tenants[V->tenant];
@@ -374,25 +516,35 @@ static int victim_ok(const sched *s, int v, int h, uint64_t allowed)
         return 0;
     if (t->slices_share + cs > t->share + SCHED_EPS)
         return 0;
-    return u->slices_share - cs >= u->share - SCHED_EPS;
+    /* a gang stops whole: its tenant stays at its share without all of it */
+    return u->slices_share - sched_job_slices(s, V) >= u->share - SCHED_EPS;
 }
 
 static void pass_preemption(sched *s, double now)
 {
+    /* victims: RUNNING training jobs whose tenant is above its share and
+     * stays at or above it without the whole job (victim_ok checks again
+     * as the pass moves the counters; these only grow stricter) */
     int nv = 0;
+    uint64_t vclasses = 0;
     for (int i = 0; i < s->nslots; i++) {
         int v = s->slots[i].holder;
         if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING ||
-            s->jobs[v].serving)
-            continue;
+            s->jobs[v].serving || s->jobs[v].start_time >= now ||
+            sched_slot_gheld(s, i, -1))
+            continue; /* a gang's reservation keeps what frees there */
         const tenant_rec *u = &s->tenants[s->jobs[v].tenant];
-        if (u->slices_share > u->share + SCHED_EPS)
-            s->victims[nv++] = v;
+        if (u->slices_share - sched_job_slices(s, &s->jobs[v]) >=
+            u->share - SCHED_EPS) {
+            s->victims[nv++] = i;
+            vclasses |= 1ull << s->slots[i].cls;
+        }
     }
     if (nv == 0)
         return;
-    /* beneficiaries: tenants below their share, furthest below first */
-    int nb = 0;
+    /* beneficiaries: tenants below their share, furthest below first (a
+     * heap: there may be a thousand, and most find no victim) */
+    s->nheap = 0;
     for (int t = 0; t < s->ntenants; t++) {
         tenant_rec *n = &s->tenants[t];
         if (!sched_may_claim_share(n))
@@ -400,18 +552,13 @@ static void pass_preemption(sched *s, double now)
         n->key1 = n->slices_share / n->weight;
         n->key2 = 0;
         n->tie = 0;
-        int i = nb++;
-        while (i > 0 && sched_tenant_less(s, t, s->order[i - 1])) {
-            s->order[i] = s->order[i - 1];
-            i--;
-        }
-        s->order[i] = t;
+        sched_heap_push(s, t);
     }
-    for (int b = 0; b < nb && nv > 0; b++) {
-        tenant_rec *n = &s->tenants[s->order[b]];
+    while (s->nheap > 0 && nv > 0) {
+        tenant_rec *n = &s->tenants[sched_heap_pop(s)];
         int h = sched_tenant_best(s, n, 1);
-        if (h < 0)
-            continue;
+        if (h < 0 || s->jobs[h].members > 1)
+            continue; /* a gang waits for its reservation, never preempts */
         job_rec *H = &s->jobs[h];
         if (now - H->submit_time < s->cfg.preempt_wait)
             continue;
@@ -419,7 +566,7 @@ static void pass_preemption(sched *s, double now)
         for (uint64_t m = allowed & s->held; m; m &= m - 1)
             if (s->class_holder[sched_ctz64(m)] != h)
                 allowed &= ~(1ull << sched_ctz64(m));
-        if (!allowed || (allowed & s->avail))
+        if (!(allowed & vclasses) || (allowed & s->avail))
             continue;
         int best = -1;
         for (int i = 0; i < nv; i++)
@@ -428,9 +575,11 @@ static void pass_preemption(sched *s, double now)
                 best = i;
         if (best < 0)
             continue;
-        int v = s->victims[best];
-        s->victims[best] = s->victims[--nv];
-        preempt(s, v, h);
+        int slot = s->victims[best], v = s->slots[slot].holder;
+        for (int i = nv - 1; i >= 0; i--) /* all of a gang's slots */
+            if (s->slots[s->victims[i]].holder == v)
+                s->victims[i] = s->victims[--nv];
+        preempt(s, v, h, slot);
     }
 }
 
@@ -441,6 +590,8 @@ void sched_pass(sched *s, double now, sched_result *out)
     s->held = 0;
     for (int c = 0; c < s->nclasses; c++)
         s->class_holder[c] = -1;
+    sched_node_holds_clear(s);
+    s->gfail_mask = 0;
 
     /* 0: pending jobs whose slot the preempted job has left */
     for (int i = 0; i < s->nslots; i++) {
@@ -462,6 +613,7 @@ void sched_pass(sched *s, double now, sched_result *out)
     }
     s->last_now = now;
     s->now = now;
+    sched_gang_room(s);
     sched_compute_shares(s);
     pass_serving(s, now);
     pass_reservations(s, now);

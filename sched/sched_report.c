@@ -67,6 +67,49 @@ static void serving_reason(const sched *s, const job_rec *J,
     w->reason = fit & s->avail ? SCHED_WAIT_SCHEDULING : SCHED_WAIT_NO_SLICE;
 }
 
+/* Whether job J's tenant waits for fair share rather than capacity. */
+static int waits_share(const sched *s, const job_rec *J, int nbelow)
+{
+    const tenant_rec *t = &s->tenants[J->tenant];
+    int t_below = tenant_wants_share(s, t);
+    int over =
+        t->slices_share + J->min_slices * J->members > t->share + SCHED_EPS;
+    return over && nbelow - t_below > 0;
+}
+
+/* Why QUEUED GPU gang j waits, within its quotas (fit: its classes that
+ * its slice quota allows): its members fit now (scheduling), a reservation
+ * holds its classes (reserved), or no node has them all free (no slice,
+ * or fair share); sched_wait_describe names the node. */
+static void gang_reason(const sched *s, int j, uint64_t fit, int nbelow,
+                        sched_wait *w)
+{
+    const job_rec *J = &s->jobs[j];
+    uint64_t open = fit & ~s->held;
+    for (uint64_t m = fit & s->held; m; m &= m - 1)
+        if (s->class_holder[sched_ctz64(m)] == j)
+            open |= 1ull << sched_ctz64(m);
+    int free_total = 0, free_most = 0;
+    for (int n = 0; n < s->nnodes; n++) {
+        int f = sched_gang_node_free(s, n, open & J->mask, j);
+        free_total += f;
+        if (f > free_most)
+            free_most = f;
+    }
+    if ((J->spread ? free_total : free_most) >= J->members) {
+        w->reason = SCHED_WAIT_SCHEDULING;
+        return;
+    }
+    uint64_t held = fit & s->held & s->avail;
+    if (held && s->class_holder[sched_ctz64(held)] != j) {
+        w->reason = SCHED_WAIT_RESERVED;
+        w->other_job = s->class_holder[sched_ctz64(held)];
+        return;
+    }
+    w->reason =
+        waits_share(s, J, nbelow) ? SCHED_WAIT_FAIR_SHARE : SCHED_WAIT_NO_SLICE;
+}
+
 static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
 {
     const job_rec *J = &s->jobs[j];
@@ -88,22 +131,43 @@ static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
         serving_reason(s, J, t, w);
         return;
     }
+    if (!J->mask && s->cpu_holder >= 0 && s->cpu_holder != j) {
+        w->reason = SCHED_WAIT_RESERVED; /* the CPU places are kept */
+        w->other_job = s->cpu_holder;
+        return;
+    }
     if (!J->mask) {
-        int full =
-            s->cfg.max_cpu_jobs >= 0 && s->cpu_running >= s->cfg.max_cpu_jobs;
+        int full = s->cfg.max_cpu_jobs >= 0 &&
+                   s->cpu_running + J->members > s->cfg.max_cpu_jobs;
         w->reason = full ? SCHED_WAIT_NO_SLICE : SCHED_WAIT_SCHEDULING;
         return;
     }
-    uint64_t fit = J->mask & sched_fit_mask(s, t);
+    uint64_t fit = J->mask & sched_fit_mask_n(s, t, J->members);
     if (!fit) {
         w->reason = SCHED_WAIT_QUOTA;
         w->quota = SCHED_QUOTA_GPU_SLICES;
         return;
     }
+    if (J->members > 1) {
+        gang_reason(s, j, fit, nbelow, w);
+        return;
+    }
     uint64_t free_fit = fit & s->avail;
-    if (free_fit & ~s->held) {
+    if (free_fit & ~s->held & ~s->gblock) {
         w->reason = SCHED_WAIT_SCHEDULING;
         return;
+    }
+    if (free_fit & ~s->held) { /* free ones are all a gang's reservation */
+        int c = sched_ctz64(free_fit & ~s->held);
+        for (int n = 0; n < s->nnodes; n++) {
+            int g = s->node_holder[n];
+            if (g >= 0 && g != j && ((s->jobs[g].mask >> c) & 1) &&
+                s->node_free[n * SCHED_MAX_CLASSES + c] > 0) {
+                w->reason = SCHED_WAIT_RESERVED;
+                w->other_job = g;
+                return;
+            }
+        }
     }
     if (free_fit) {
         int h = s->class_holder[sched_ctz64(free_fit)];
@@ -115,10 +179,8 @@ static void job_reason(const sched *s, int j, int nbelow, sched_wait *w)
         }
         return;
     }
-    int t_below = tenant_wants_share(s, t);
-    int over = t->slices_share + J->min_slices > t->share + SCHED_EPS;
-    w->reason = over && nbelow - t_below > 0 ? SCHED_WAIT_FAIR_SHARE
-                                             : SCHED_WAIT_NO_SLICE;
+    w->reason =
+        waits_share(s, J, nbelow) ? SCHED_WAIT_FAIR_SHARE : SCHED_WAIT_NO_SLICE;
 }
 
 ty_status sched_job_wait(sched *s, int j, sched_wait *w)
@@ -182,7 +244,7 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
         job_reason(s, j, nbelow, w);
         w->position = ++pos;
         w->tenant_position = n->tpos++;
-        n->sim_slices += s->jobs[j].min_slices;
+        n->sim_slices += s->jobs[j].min_slices * s->jobs[j].members;
         n->sim_jobs++;
         n->cursor = next_queued(s, s->jobs[j].tnext, 1, &n->tpos);
         if (n->cursor >= 0) {
@@ -210,7 +272,7 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
         job_reason(s, j, nbelow, w);
         w->position = ++pos;
         w->tenant_position = n->tpos++;
-        n->sim_slices += s->jobs[j].min_slices;
+        n->sim_slices += s->jobs[j].min_slices * s->jobs[j].members;
         n->sim_jobs++;
         int k = next_queued(s, s->jobs[j].tnext, 0, &n->tpos);
         n->cursor = k;
@@ -220,6 +282,62 @@ size_t sched_queue_report(sched *s, sched_wait *out, size_t cap)
         }
     }
     return pos;
+}
+
+/* Why gang j finds no room, in the scheduler's words (user 0: "needs 4
+ * whole GPUs on one node; node 3 has 2 free") or a user's. */
+static void gang_text(const sched *s, int j, int user, char *buf, size_t n)
+{
+    const job_rec *J = &s->jobs[j];
+    int k = J->members;
+    if (!J->mask) {
+        int cpu_free = s->cfg.max_cpu_jobs - s->cpu_running;
+        if (user)
+            snprintf(buf, n,
+                     "%d CPU workers must start together and %d of the %d "
+                     "CPU job places are free",
+                     k, cpu_free, s->cfg.max_cpu_jobs);
+        else
+            snprintf(buf, n,
+                     "no free slice of that size (needs %d CPU job places at "
+                     "once; %d of %d are free)",
+                     k, cpu_free, s->cfg.max_cpu_jobs);
+        return;
+    }
+    int nfree = 0;
+    int node = sched_gang_nearest(s, j, &nfree);
+    int id = node >= 0 ? s->node_id[node] : -1;
+    if (J->spread) {
+        int total = 0;
+        for (int m = 0; m < s->nnodes; m++)
+            total += sched_gang_node_free(s, m, J->mask, j);
+        if (user)
+            snprintf(buf, n,
+                     "The job needs %d whole GPUs at once and %d are free; "
+                     "it starts when enough are",
+                     k, total);
+        else
+            snprintf(buf, n,
+                     "no free slice of that size (needs %d whole GPUs at "
+                     "once; %d are free)",
+                     k, total);
+    } else if (user) {
+        snprintf(buf, n,
+                 "The job needs %d whole GPUs on one machine and the "
+                 "%s has %d free; it starts when it has enough",
+                 k,
+                 node >= 0 && s->node_holder[node] == j ? "machine kept for it"
+                                                        : "freest",
+                 nfree);
+    } else {
+        snprintf(buf, n,
+                 "no free slice of that size (needs %d whole GPUs on one "
+                 "node; node %d%s has %d free)",
+                 k, id,
+                 node >= 0 && s->node_holder[node] == j ? ", reserved for it,"
+                                                        : "",
+                 nfree);
+    }
 }
 
 const char *sched_wait_reason_name(sched_wait_reason r)
@@ -269,9 +387,13 @@ void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
                          "quota: max_gpu_slices %lld reached (%d in use, "
                          "%s needs %d more)",
                          (long long)t->max_slices, t->slices, want,
-                         J->min_slices);
+                         J->min_slices * J->members);
             break;
         case SCHED_WAIT_NO_SLICE:
+            if (J->members > 1) {
+                gang_text(s, w->job, 0, buf, n);
+                break;
+            }
             if (J->mask && J->serving && s->cfg.serving_preempt)
                 snprintf(buf, n,
                          "no free slice of that size (needs %s; no training "
@@ -343,10 +465,13 @@ void sched_wait_summary(const sched *s, const sched_wait *w, char *buf,
                 snprintf(buf, n,
                          "Your tenant may hold %lld GPU slices and holds %d; "
                          "this job needs %d more",
-                         (long long)t->max_slices, t->slices, J->min_slices);
+                         (long long)t->max_slices, t->slices,
+                         J->min_slices * J->members);
             return;
         case SCHED_WAIT_NO_SLICE:
-            if (J->mask)
+            if (J->members > 1)
+                gang_text(s, w->job, 1, buf, n);
+            else if (J->mask)
                 snprintf(buf, n, "No %s is free; the job starts when one is",
                          want);
             else

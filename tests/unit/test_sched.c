@@ -35,17 +35,17 @@ static const sched_config CFG = {.backfill_wait = 1e9,
 static size_t h200_7x1g(sched_slot *out)
 {
     for (int i = 0; i < 7; i++)
-        out[i] = (sched_slot){0, 1, "1g.18gb", 1, 16 * GIB};
+        out[i] = (sched_slot){0, 1, "1g.18gb", 1, 16 * GIB, 0, 0};
     return 7;
 }
 
 /* H100-80GB split 3g.40gb + 2g.20gb + 1g.10gb + 1g.10gb */
 static size_t h100_mixed(sched_slot *out)
 {
-    out[0] = (sched_slot){0, 1, "3g.40gb", 3, 40 * GIB};
-    out[1] = (sched_slot){0, 1, "2g.20gb", 2, 20 * GIB};
-    out[2] = (sched_slot){0, 1, "1g.10gb", 1, 10 * GIB};
-    out[3] = (sched_slot){0, 1, "1g.10gb", 1, 10 * GIB};
+    out[0] = (sched_slot){0, 1, "3g.40gb", 3, 40 * GIB, 0, 0};
+    out[1] = (sched_slot){0, 1, "2g.20gb", 2, 20 * GIB, 0, 0};
+    out[2] = (sched_slot){0, 1, "1g.10gb", 1, 10 * GIB, 0, 0};
+    out[3] = (sched_slot){0, 1, "1g.10gb", 1, 10 * GIB, 0, 0};
     return 4;
 }
 
@@ -150,11 +150,11 @@ static void test_best_fit(void **state)
 {
     /* deliberately out of size order */
     sched_slot sl[8];
-    sl[0] = (sched_slot){0, 0, NULL, 7, 40 * GIB}; /* whole A100 */
-    sl[1] = (sched_slot){1, 1, "3g.40gb", 3, 40 * GIB};
-    sl[2] = (sched_slot){1, 1, "2g.20gb", 2, 20 * GIB};
-    sl[3] = (sched_slot){1, 1, "1g.10gb", 1, 10 * GIB};
-    sl[4] = (sched_slot){1, 1, "1g.10gb", 1, 10 * GIB};
+    sl[0] = (sched_slot){0, 0, NULL, 7, 40 * GIB, 0, 0}; /* whole A100 */
+    sl[1] = (sched_slot){1, 1, "3g.40gb", 3, 40 * GIB, 0, 0};
+    sl[2] = (sched_slot){1, 1, "2g.20gb", 2, 20 * GIB, 0, 0};
+    sl[3] = (sched_slot){1, 1, "1g.10gb", 1, 10 * GIB, 0, 0};
+    sl[4] = (sched_slot){1, 1, "1g.10gb", 1, 10 * GIB, 0, 0};
     ty_err err = {0};
     sched *s = sched_create(&CFG, sl, 5, &err);
     assert_non_null(s);
@@ -180,10 +180,10 @@ static void test_best_fit(void **state)
     sched_destroy(s);
 
     /* memory breaks a tie of compute slices; profile picks its class */
-    sl[0] = (sched_slot){0, 1, "1g.20gb", 1, 20 * GIB};
-    sl[1] = (sched_slot){0, 1, "1g.10gb", 1, 10 * GIB};
-    sl[2] = (sched_slot){0, 1, "1g.10gb", 1, 10 * GIB};
-    sl[3] = (sched_slot){0, 1, "3g.40gb", 3, 40 * GIB};
+    sl[0] = (sched_slot){0, 1, "1g.20gb", 1, 20 * GIB, 0, 0};
+    sl[1] = (sched_slot){0, 1, "1g.10gb", 1, 10 * GIB, 0, 0};
+    sl[2] = (sched_slot){0, 1, "1g.10gb", 1, 10 * GIB, 0, 0};
+    sl[3] = (sched_slot){0, 1, "3g.40gb", 3, 40 * GIB, 0, 0};
     s = sched_create(&CFG, sl, 4, &err);
     assert_non_null(s);
     a = tenant(s, "ten_a", 1, -1, -1);
@@ -353,8 +353,8 @@ static int random_run(uint64_t seed, int layout, int preempt, double backfill,
     else {
         ns = h100_mixed(sl);
         ns += h200_7x1g(sl + ns);
-        sl[ns++] = (sched_slot){2, 0, NULL, 7, 40 * GIB};
-        sl[ns++] = (sched_slot){3, 0, NULL, 7, 40 * GIB};
+        sl[ns++] = (sched_slot){2, 0, NULL, 7, 40 * GIB, 0, 0};
+        sl[ns++] = (sched_slot){3, 0, NULL, 7, 40 * GIB, 0, 0};
     }
     sched_config cfg = {.backfill_wait = backfill,
                         .preempt = preempt,
