@@ -64,7 +64,8 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
         .tenant = t,
         .priority = priority,
         .submit_time = json_number_value(json_object_get(row, "submit_time")),
-        .request = req};
+        .request = req,
+        .gang = workers};
     return sched_job_submit(r->sched, &d, sj, err);
 }
 
@@ -264,26 +265,31 @@ static void wake(jobs_service *r) { supervisor_wake(r->sup); }
 
 int jobs_host_has_gpus(const jobs_service *r) { return r && r->nslots > 0; }
 
-/* Whether tenant_id's request could ever run here (sched_request_check
- * with the tenant's quota): TY_OK or TY_EINVAL naming "resources.gpu". */
+/* Whether tenant_id's request and gang could ever run here
+ * (sched_job_check with the tenant's quota): TY_OK or TY_EINVAL naming
+ * "resources.gpu" or "resources.workers". */
 static ty_status request_check(jobs_service *r, const char *tenant_id,
-                               const sched_request *req, ty_err *err)
+                               const sched_request *req, int workers,
+                               ty_err *err)
 {
     if (!r)
         return TY_OK;
     pthread_mutex_lock(&r->mu);
     int t = -1;
     ty_status s = svc_tenant_handle(r, tenant_id, &t, err);
-    if (s == TY_OK)
-        s = sched_request_check(r->sched, t, req, err);
+    if (s == TY_OK) {
+        const sched_job_desc d = {
+            .tenant = t, .request = *req, .gang = workers};
+        s = sched_job_check(r->sched, &d, err);
+    }
     pthread_mutex_unlock(&r->mu);
     return s;
 }
 
-/* Whether this server can run a gang of `workers` CPU processes (1: an
- * ordinary job, always): the Open MPI engine in the build, mpirun on the
- * machine, the local executor, and at most --max-jobs of them (they run
- * at once or not at all). TY_EINVAL naming resources.workers. */
+/* Whether this server can run a gang of `workers` CPU processes at all
+ * (1: an ordinary job, always): the Open MPI engine in the build, mpirun
+ * on the machine, the local executor (how many at once is the
+ * scheduler's check). TY_EINVAL naming resources.workers. */
 static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
 {
     if (workers <= 1 || !r)
@@ -302,12 +308,6 @@ static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
                        "this server cannot run data-parallel jobs "
                        "(resources.workers above 1): %s",
                        why);
-    if (env->max_jobs >= 0 && workers > env->max_jobs)
-        return ty_fail(err, TY_EINVAL, "resources.workers",
-                       "resources.workers is %d but this server runs at most "
-                       "%d CPU training processes at once (--max-jobs), and "
-                       "a data-parallel job's workers run together",
-                       workers, env->max_jobs);
     return TY_OK;
 }
 
@@ -316,7 +316,7 @@ static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
  * caller then fails the job. */
 static ty_status enqueue(jobs_service *r, const char *tenant_id,
                          const char *job_id, int priority,
-                         const sched_request *req, ty_err *err)
+                         const sched_request *req, int workers, ty_err *err)
 {
     pthread_mutex_lock(&r->mu);
     int t = -1;
@@ -326,7 +326,8 @@ static ty_status enqueue(jobs_service *r, const char *tenant_id,
                             .tenant = t,
                             .priority = priority,
                             .submit_time = svc_wall(),
-                            .request = *req};
+                            .request = *req,
+                            .gang = workers};
         s = sched_job_submit(r->sched, &d, NULL, err);
     }
     pthread_mutex_unlock(&r->mu);
@@ -355,7 +356,7 @@ static ty_status admit(jobs_service *r, const char *tenant,
     memset(adm, 0, sizeof *adm);
     ty_status s = gang_check(r, sub->workers, err);
     if (s == TY_OK)
-        s = request_check(r, tenant, &sub->req, err);
+        s = request_check(r, tenant, &sub->req, sub->workers, err);
     return s == TY_OK ? admission_check(&r->env, tenant, sub, adm, err) : s;
 }
 
@@ -405,7 +406,8 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     publish_doc(r, tenant, id, EV_JOB_CREATED, job);
     /* The reply shows the job as submitted (queued), read before the
      * supervisor can start it. */
-    if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, err)) != TY_OK) {
+    if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, sub->workers,
+                     err)) != TY_OK) {
         /* Stored but not schedulable (a quota lowered meanwhile): the job
          * fails with the reason rather than waiting forever. */
         ty_err e2 = {0};

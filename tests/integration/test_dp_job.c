@@ -9,6 +9,8 @@
  *     1e-4 relative, epoch by epoch);
  *   - refusals name the field: more workers than --max-jobs, a batch_size
  *     the workers cannot share equally, a GPU beside workers, a bad count;
+ *   - the gang holds both of the server's CPU places: a job submitted
+ *     while it runs waits until it has finished;
  *   - a worker killed (SIGKILL) mid-run ends the whole gang within 30 s
  *     (no process of the job left), and the job resumes from its last
  *     checkpoint and succeeds.
@@ -185,6 +187,49 @@ static void test_gang_refusals(void **state)
     }
 }
 
+static void test_gang_holds_its_places(void **state)
+{
+    (void)state;
+    if (!have_mpi)
+        skip();
+    char gang[64], single[64];
+    submit("{\"epochs\": 40, \"batch_size\": 32, \"seed\": 4}",
+           "{\"workers\": 2}", gang);
+    double until = now_seconds() + 120;
+    json_t *j = NULL;
+    for (;;) {
+        j = get_job(&server, gang);
+        int running = !strcmp(str(j, "status"), "running");
+        json_decref(j);
+        if (running)
+            break;
+        if (now_seconds() > until)
+            fail_msg("the gang did not start in 120 s");
+        usleep(100 * 1000);
+    }
+    submit("{\"epochs\": 1, \"batch_size\": 32}", "{\"gpu\": \"none\"}",
+           single);
+    /* while the gang runs, the single job never does */
+    int overlapped = 0, gang_done = 0;
+    while (!gang_done && now_seconds() < until + 300) {
+        json_t *g = get_job(&server, gang), *s = get_job(&server, single);
+        gang_done = strcmp(str(g, "status"), "running") != 0;
+        if (!gang_done && strcmp(str(s, "status"), "queued") != 0)
+            overlapped = 1;
+        json_decref(g);
+        json_decref(s);
+        usleep(100 * 1000);
+    }
+    assert_true(gang_done);
+    assert_false(overlapped);
+    j = wait_job(&server, single, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    json_decref(j);
+    j = get_job(&server, gang);
+    assert_string_equal(str(j, "status"), "succeeded");
+    json_decref(j);
+}
+
 /* The processes working in job id's folder: mpirun and its ranks. *ranks
  * gets the ranks' pids (at most 8), the count is returned. */
 static int job_processes(const char *id, pid_t *ranks, int *nranks)
@@ -230,21 +275,24 @@ static void test_gang_rank_killed(void **state)
            "{\"workers\": 2}", id);
     /* past its second epoch: a checkpoint is on disk */
     pid_t ranks[8];
-    int nranks = 0;
+    int nranks = 0, procs = 0;
     double until = now_seconds() + 120;
     for (;;) {
         json_t *j = get_job(&server, id);
         const json_int_t epoch = json_integer_value(
             json_object_get(json_object_get(j, "progress"), "epoch"));
-        const int running = !strcmp(str(j, "status"), "running");
+        char status[32];
+        snprintf(status, sizeof status, "%s", str(j, "status"));
         json_decref(j);
-        job_processes(id, ranks, &nranks);
-        if (running && epoch >= 2 && nranks == 2)
+        procs = job_processes(id, ranks, &nranks);
+        if (!strcmp(status, "running") && epoch >= 2 && nranks == 2)
             break;
-        if (now_seconds() > until)
-            fail_msg("the job did not reach its second epoch on 2 workers "
-                     "in 120 s");
-        usleep(100 * 1000);
+        if (now_seconds() > until ||
+            (strcmp(status, "running") && strcmp(status, "queued")))
+            fail_msg("the job did not run its second epoch on 2 workers: "
+                     "status %s, epoch %lld, %d processes of which %d ranks",
+                     status, (long long)epoch, procs, nranks);
+        usleep(50 * 1000);
     }
     /* rank 1's process: either is a rank; kill the one started last */
     pid_t victim = ranks[0] > ranks[1] ? ranks[0] : ranks[1];
@@ -263,11 +311,17 @@ static void test_gang_rank_killed(void **state)
                  left);
     /* it resumes from its checkpoint and finishes */
     json_t *j = wait_job(&server, id, 600);
-    assert_string_equal(str(j, "status"), "succeeded");
-    assert_true(json_integer_value(json_object_get(j, "attempts")) >= 2);
+    const json_int_t attempts =
+        json_integer_value(json_object_get(j, "attempts"));
+    if (strcmp(str(j, "status"), "succeeded") || attempts < 2)
+        fail_msg("after a worker was killed: status %s, attempts %lld, "
+                 "error %s",
+                 str(j, "status"), (long long)attempts,
+                 str(j, "error") ? str(j, "error") : "none");
     json_decref(j);
     json_t *e = epochs_of(id);
-    assert_int_equal(json_array_size(e), 60);
+    if (json_array_size(e) != 60)
+        fail_msg("%zu epoch records of 60", json_array_size(e));
     json_decref(e);
 }
 
@@ -276,6 +330,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gang_trains_as_one),
         cmocka_unit_test(test_gang_refusals),
+        cmocka_unit_test(test_gang_holds_its_places),
         cmocka_unit_test(test_gang_rank_killed),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
