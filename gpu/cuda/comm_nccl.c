@@ -694,10 +694,10 @@ int nn_comm_nccl_available(void) { return 0; }
 static ty_status no_nccl(ty_err *err)
 {
     return ty_fail(err, TY_EDEVICE, NULL,
-                   "this build of trainyard has no NCCL (it needs the CUDA "
-                   "backend and NCCL's nccl.h and libnccl where CMake looks: "
-                   "beside the CUDA toolkit or the system's; install NCCL "
-                   "and rebuild)");
+                   "this build of trainyard has no NCCL engine (it is "
+                   "built with the CUDA backend where CMake finds nccl.h "
+                   "and libnccl: beside the CUDA toolkit, under NCCL_ROOT "
+                   "or in the system's paths)");
 }
 
 ty_status nn_comm_nccl_unique_id(void *out, ty_err *err)

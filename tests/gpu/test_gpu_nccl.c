@@ -22,7 +22,8 @@
  *                   asserted; a hang is ctest's timeout).
  * Two ranks (two threads, devices 0 and 1; only where two GPUs are
  * present, else a line saying it was skipped): the all-reduce with scale
- * 0.5 against (x0 + x1) * 0.5, start/wait buckets, bcast of host bytes
+ * 0.5 of buffers doubled unsynced on ex's stream against (2 x0 + 2 x1) *
+ * 0.5, start/wait buckets, bcast of host bytes
  * from root 1, barrier; then rank 1 sits out an all-reduce, and rank 0's
  * fails at its collective timeout (the stalled peer) instead of hanging;
  * then, on a second pair of comms, rank 1 sits out again and a watchdog
@@ -357,8 +358,11 @@ static void *rank_main(void *p)
     float *host = malloc(n * sizeof(float));
     float *want = malloc(n * sizeof(float));
     float *d = dev_fill(&ex, n, a->rank, host);
+    /* Doubled on ex's stream just before, unsynced: the collective must
+     * read the doubled values on both ranks. */
+    nn_backend_cuda.scale(&ex, d, n, 2.0f);
     for (size_t i = 0; i < n; i++)
-        want[i] = (value(i, 0) + value(i, 1)) * 0.5f;
+        want[i] = (value(i, 0) * 2.0f + value(i, 1) * 2.0f) * 0.5f;
     RCHECK(a, c->ops->allreduce(c, &ex, d, n, 0.5f, &err) == TY_OK,
            "allreduce: %s", err.msg);
     expect_dev(&ex, d, want, n, a->rank ? "rank 1's mean" : "rank 0's mean");
