@@ -21,7 +21,9 @@
 #       FindCUDAToolkit (CUDA_cublas_LIBRARY, CUDA_cublasLt_LIBRARY) take as
 #       already found; prepend their folders to LD_LIBRARY_PATH (cuDNN
 #       dlopens its sub-libraries by soname). Sets GEMM_NVCC_FLAGS for
-#       gemm_ceiling.cu. Returns 1 when cuDNN is nowhere.
+#       gemm_ceiling.cu. NCCL the same way (TRAINYARD_NCCL_INCLUDE,
+#       TRAINYARD_NCCL_LIBRARY), optional: without it the build has no NCCL
+#       engine. Returns 1 when cuDNN is nowhere.
 #
 # GPU_DEPS_SHIM_ALL=1 puts every unpacked library into the shim, as if the
 # system had none of them (to prove the mechanism on a machine that does).
@@ -158,6 +160,27 @@ gpu_cuda_hints() {
                          "-DTRAINYARD_CUDNN_LIBRARY=$libf")
         d=$(dirname "$libf")
         export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
+    # NCCL (the data-parallel engine, gpu/cuda/comm_nccl.c): beside the
+    # toolkit or in the system's paths, else PyTorch's nvidia-nccl pip
+    # package; with neither the build has no NCCL engine and gpu_nccl
+    # skips, saying so (not a failure of this script).
+    if { [ -f "$root/include/nccl.h" ] || [ -f /usr/include/nccl.h ]; } &&
+        _gpu_any "$root"/lib64/libnccl.so "$root"/lib/libnccl.so \
+                 /usr/lib/x86_64-linux-gnu/libnccl.so /usr/lib64/libnccl.so; then
+        echo "cuda: NCCL beside the toolkit or in the system's paths"
+    else
+        inc=$(_gpu_pip_find "$py" nccl.h)
+        libf=$(_gpu_pip_find "$py" 'libnccl.so.[0-9]*')
+        if [ -n "$inc" ] && [ -n "$libf" ]; then
+            echo "cuda: NCCL from pip: $libf"
+            GPU_CMAKE_ARGS+=("-DTRAINYARD_NCCL_INCLUDE=$(dirname "$inc")"
+                             "-DTRAINYARD_NCCL_LIBRARY=$libf")
+            d=$(dirname "$libf")
+            export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+        else
+            echo "cuda: no NCCL in $root, the system or $py's nvidia pip packages (no NCCL engine)"
+        fi
     fi
     if [ "${GPU_CUBLAS_FROM_PIP:-0}" != 1 ] &&
         _gpu_any "$root"/lib64/libcublas.so "$root"/lib/libcublas.so \

@@ -232,7 +232,7 @@ note "build: ok (t=$((SECONDS - START))s)"
 # ---- what the binary has and sees -------------------------------------------------
 section "trainyard version"
 "$BUILD/trainyard" version || FAILED+=("trainyard version")
-echo "libraries: $(ldd "$BUILD/trainyard" | grep -E 'microhttpd|jansson|curl|sqlite|openblas|libz\.|cublas\.|cudnn\.' |
+echo "libraries: $(ldd "$BUILD/trainyard" | grep -E 'microhttpd|jansson|curl|sqlite|openblas|libz\.|cublas\.|cudnn\.|nccl\.' |
     awk '{print $3}' | tr '\n' ' ')"
 
 if want tests; then

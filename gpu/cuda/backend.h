@@ -5,6 +5,8 @@
  * convolution, and own kernels for the rest. Built only when CMake finds
  * nvcc and cuDNN (TRAINYARD_HAVE_CUDA); a build without them has none of
  * these symbols. What the backend's own files share is in cuda_internal.h.
+ * The other public header here is comm_nccl.h, the NCCL engine of the
+ * collective seam, declared in every build.
  *
  * Every float pointer the kernels take is device memory from
  * nn_backend_cuda.alloc; scalar results (returned loss sums, *correct) land
