@@ -10,11 +10,13 @@ Checks, with dp_train (tests/dp/dp_train.c) run alone and under
   2. an uneven last minibatch (1001 examples, batch 128: the last 105 rows
      split 52/53) and accumulation (batch 64, 2 minibatches a step) step
      the same at world 1 and 2;
-  3. a batch_size not divisible by the world size fails on both ranks,
+  3. a checkpoint written by 2 ranks, resumed by 1 process, continues the
+     same global batches (its losses are the straight 1-process run's);
+  4. a batch_size not divisible by the world size fails on both ranks,
      naming hyperparameters.batch_size;
-  4. a rank killed with SIGKILL mid-run: mpirun and both ranks are gone
+  5. a rank killed with SIGKILL mid-run: mpirun and both ranks are gone
      within BOUND seconds, with a failure status;
-  5. a rank stopped (SIGSTOP) mid-run: the other rank fails on its own
+  6. a rank stopped (SIGSTOP) mid-run: the other rank fails on its own
      with the collective timeout's error instead of waiting for ever.
 Exits 77 (skipped) without mpirun, the MPI engine or the data.
 """
@@ -217,7 +219,27 @@ def checks(dp, tmp):
         "2 ranks, accumulation")
     compare(one, two, 30, "accumulation_steps 2")
 
-    # 3. batch_size not divisible by the world size.
+    # 3. A checkpoint of 2 ranks resumed by 1 process continues the same
+    # global batches: its steps are the straight run's.
+    ckpt = os.path.join(tmp, "ckpt")
+    short = ["--threads", "1", "--train", "1280", "--batch", "128"]
+    run([dp, "--out", one, "--steps", "25"] + short, "1 process, 25 steps")
+    run(mpirun_cmd(2, [dp, "--mpi", "--out", two, "--steps", "20",
+                       "--ckpt", ckpt] + short), "2 ranks, 20 steps")
+    third = os.path.join(tmp, "resumed.txt")
+    run([dp, "--out", third, "--steps", "25", "--ckpt", ckpt] + short,
+        "1 process resuming at step 20")
+    a, _ = parse(one)
+    b, _ = parse(third)
+    if sorted(b) != list(range(21, 26)):
+        fail("resume: the resumed run reported steps %r" % sorted(b))
+    worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in b)
+    print("resume at world 1 from a world-2 checkpoint: steps 21-25, worst "
+          "relative loss difference %.3g" % worst)
+    if not worst <= REL:
+        fail("resume: losses differ from the straight run's")
+
+    # 4. batch_size not divisible by the world size.
     p = run(mpirun_cmd(2, [dp, "--mpi", "--out", two, "--batch", "127",
                            "--steps", "5", "--train", "1000"]),
             "batch 127 on 2 ranks", expect_rc=None)
@@ -229,7 +251,7 @@ def checks(dp, tmp):
                                                           errs))
     print("batch 127 on 2 ranks: refused on both ranks: " + errs[0])
 
-    # 4. A rank killed mid-run.
+    # 5. A rank killed mid-run.
     out = os.path.join(tmp, "kill.txt")
     p, pids, errs = start_gang(dp, out, ["--threads", "1", "--timeout",
                                          "20"])
@@ -246,7 +268,7 @@ def checks(dp, tmp):
     finally:
         cleanup(p, pids)
 
-    # 5. A rank stalled mid-run: the other gives up after its timeout.
+    # 6. A rank stalled mid-run: the other gives up after its timeout.
     out = os.path.join(tmp, "stop.txt")
     p, pids, errs = start_gang(dp, out, ["--threads", "1", "--timeout", "3"])
     try:
