@@ -12,6 +12,9 @@ Checks, with dp_train (tests/dp/dp_train.c) run alone and under
      the same at world 1 and 2;
   3. a checkpoint written by 2 ranks, resumed by 1 process, continues the
      same global batches (its losses are the straight 1-process run's);
+     the parameter check (TRAINYARD_DP_CHECK_EVERY) passes on the
+     equivalence run and fails a run whose rank 1 has another learning
+     rate;
   4. a batch_size not divisible by the world size fails on both ranks,
      naming hyperparameters.batch_size;
   5. a rank killed with SIGKILL mid-run: mpirun and both ranks are gone
@@ -199,7 +202,10 @@ def checks(dp, tmp):
             "--batch", "128"]
     # 1. The equivalence target.
     run([dp, "--out", one] + base, "1 process")
-    run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + base), "2 ranks")
+    # The parameter check on every 10th step all along: the replicas stay
+    # identical (it fails the run otherwise, see below).
+    run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_CHECK_EVERY=10", dp, "--mpi",
+                       "--out", two] + base), "2 ranks")
     compare(one, two, 200, "batch 128")
     _, info = parse(two)
     print("2 ranks: all-reduce %.4f s, %.1f%% of step time" %
@@ -238,6 +244,18 @@ def checks(dp, tmp):
           "relative loss difference %.3g" % worst)
     if not worst <= REL:
         fail("resume: losses differ from the straight run's")
+
+    # The parameter check catches replicas that drift apart (here rank 1
+    # steps with another learning rate).
+    p = run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_CHECK_EVERY=5", dp, "--mpi",
+                           "--out", two, "--lr-rank1", "0.002", "--steps",
+                           "20", "--train", "1280"]),
+            "2 ranks, rank 1 misconfigured", expect_rc=None)
+    errs = [l for l in p.stderr.splitlines() if ": error: " in l]
+    if p.returncode == 0 or not errs or not all(
+            "parameters differ after step 5" in l for l in errs):
+        fail("parameter check: exit %d, errors %r" % (p.returncode, errs))
+    print("parameter check: " + errs[0])
 
     # 4. batch_size not divisible by the world size.
     p = run(mpirun_cmd(2, [dp, "--mpi", "--out", two, "--batch", "127",
