@@ -194,8 +194,8 @@ int main(int argc, char **argv)
         r = load_set(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 0,
                      &test);
     if (r != 0) {
-        printf("%s: Fashion-MNIST in %s\n", r > 0 ? "SKIPPED: no" : "FAIL: bad",
-               dir);
+        printf("%s Fashion-MNIST files in %s\n",
+               r > 0 ? "SKIPPED: no" : "FAIL: malformed", dir);
         return r > 0 ? 77 : 1;
     }
 

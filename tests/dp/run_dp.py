@@ -62,7 +62,7 @@ def run(cmd, what, expect_rc=0):
     p = subprocess.run(cmd, env=mpi_env(), stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=240)
     if p.returncode == 77:
-        print("SKIPPED: " + p.stdout.strip().splitlines()[-1])
+        print(p.stdout.strip().splitlines()[-1])
         sys.exit(77)
     if expect_rc is not None and p.returncode != expect_rc:
         fail("%s: exit %d\nstdout:\n%s\nstderr:\n%s" %
