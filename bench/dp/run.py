@@ -73,11 +73,15 @@ def main():
     out = os.path.join(tmp, "out.txt")
     job = ["--out", out, "--train", "60000", "--steps", str(a.steps),
            "--batch", "128"]
-    # --oversubscribe only where 2 ranks do not fit the cores: it makes
-    # Open MPI yield the core whenever it waits (mpi_yield_when_idle),
-    # which measured 1.6x slower all-reduces here.
-    mpirun = ["mpirun", "-np", "2"] + (["--oversubscribe"]
-                                       if (os.cpu_count() or 1) < 2 else [])
+    # --bind-to none: the single process is not pinned either, and a rank
+    # pinned to a core that something else on the machine also wants
+    # cannot move (measured 3x slower under load). --oversubscribe only
+    # where 2 ranks do not fit the cores: it makes Open MPI yield the core
+    # whenever it waits (mpi_yield_when_idle).
+    mpirun = ["mpirun", "-np", "2", "--bind-to", "none"] + (
+        ["--oversubscribe"] if (os.cpu_count() or 1) < 2 else [])
+    if os.environ.get("TY_BENCH_DP_MPIRUN"):  # e.g. "--oversubscribe"
+        mpirun += os.environ["TY_BENCH_DP_MPIRUN"].split()
     runs = {
         "A 1 process x 2 threads": [dp, "--threads", "2", "--prefetch", "0"]
         + job,

@@ -16,8 +16,9 @@
  *
  * Polling also drives MPI's progress: Open MPI advances a non-blocking
  * collective only inside MPI calls, so the wait tests continuously for a
- * short while (the peer is usually close behind), then sleeps between
- * tests to leave the core to the compute.
+ * short while (the peer is usually close behind), yielding the core
+ * between tests, then sleeps between tests to leave the core to the
+ * compute.
  */
 #include "models/train/comm.h"
 
@@ -25,6 +26,7 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +148,10 @@ static ty_status poll_wait(nn_comm *c, MPI_Request *req, const char *what,
         if (waited > SPIN_SECONDS) {
             struct timespec nap = {0, NAP_NS};
             nanosleep(&nap, NULL);
+        } else {
+            /* The peer we wait for may want this core (ranks beside other
+             * work on a busy machine): give it up, briefly. */
+            sched_yield();
         }
     }
 }
