@@ -7,7 +7,7 @@
  *
  *   dp_train --out FILE [--mpi] [--train N] [--steps S] [--batch B]
  *            [--threads T] [--timeout SEC] [--prefetch P] [--accum K]
- *            [--ckpt PATH] [--lr-rank1 LR]
+ *            [--ckpt PATH] [--clip NORM] [--lr-rank1 LR]
  *
  * Rank 0 writes FILE: "step <n> <loss>" per optimizer step, then
  * "accuracy <test accuracy>", "peak <bytes> estimate <bytes>",
@@ -126,7 +126,7 @@ int main(int argc, char **argv)
     int use_mpi = 0, threads = 1, prefetch = -1;
     uint32_t n_train = 12800, batch = 128, accum = 1;
     uint64_t steps = 200;
-    double timeout = 0, lr = 0.001, lr_rank1 = 0;
+    double timeout = 0, lr = 0.001, lr_rank1 = 0, clip = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--mpi")) {
@@ -154,6 +154,8 @@ int main(int argc, char **argv)
             threads = atoi(v);
         else if (!strcmp(a, "--prefetch"))
             prefetch = atoi(v);
+        else if (!strcmp(a, "--clip"))
+            clip = atof(v);
         else if (!strcmp(a, "--lr-rank1")) /* a misconfigured rank 1 */
             lr_rank1 = atof(v);
         else if (!strcmp(a, "--timeout"))
@@ -201,12 +203,15 @@ int main(int argc, char **argv)
 
     if (rank == 1 && lr_rank1 > 0)
         lr = lr_rank1;
+    char clip_text[64] = "";
+    if (clip > 0)
+        snprintf(clip_text, sizeof clip_text, "\"clip_grad_norm\":%g,", clip);
     char hp_text[512];
     snprintf(hp_text, sizeof hp_text,
              "{\"epochs\":1000,\"max_steps\":%llu,\"batch_size\":%u,"
-             "\"accumulation_steps\":%u,\"optimizer\":\"adam\","
+             "\"accumulation_steps\":%u,%s\"optimizer\":\"adam\","
              "\"learning_rate\":%g,\"seed\":7}",
-             (unsigned long long)steps, batch, accum, lr);
+             (unsigned long long)steps, batch, accum, clip_text, lr);
     json_t *spec = json_loads(mlp_spec, 0, NULL);
     json_t *hj = json_loads(hp_text, 0, NULL);
     train_hparams hp;

@@ -10,8 +10,8 @@ Checks, with dp_comm and dp_train (tests/dp/) run alone and under
      loss within 1e-4 relative, the same test accuracy to 3 decimals, and
      each run's peak memory equal to its estimate (one rank's at world 2);
   2. an uneven last minibatch (1001 examples, batch 128: the last 105 rows
-     split 52/53) and accumulation (batch 64, 2 minibatches a step) step
-     the same at world 1 and 2;
+     split 52/53), accumulation (batch 64, 2 minibatches a step) and
+     clip_grad_norm (the global norm) step the same at world 1 and 2;
   3. a checkpoint written by 2 ranks, resumed by 1 process, continues the
      same global batches (its losses are the straight 1-process run's);
      the parameter check (TRAINYARD_DP_CHECK_EVERY) passes on the
@@ -245,6 +245,14 @@ def checks(dp, tmp):
     run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + accum),
         "2 ranks, accumulation")
     compare(one, two, 30, "accumulation_steps 2")
+    # Clipping on the global norm (0.5 clips every step here: a rank's own
+    # gradient norm would clip differently).
+    clip = ["--threads", "1", "--train", "3000", "--steps", "30",
+            "--batch", "128", "--clip", "0.5"]
+    run([dp, "--out", one] + clip, "1 process, clip_grad_norm")
+    run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + clip),
+        "2 ranks, clip_grad_norm")
+    compare(one, two, 30, "clip_grad_norm 0.5")
 
     # 3. A checkpoint of 2 ranks resumed by 1 process continues the same
     # global batches: its steps are the straight run's.
