@@ -49,7 +49,17 @@ def mpi_env():
     if os.geteuid() == 0:  # the test machines run as root
         env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    # The sanitizer build: Open MPI's runtime keeps allocations to the end
+    # (its plugins, unloaded by then, leave them unattributable), so leak
+    # checks of MPI ranks report Open MPI's own; every other check stays on,
+    # and the single-process runs keep leak checking.
+    env["ASAN_OPTIONS"] = ":".join(
+        x for x in (os.environ.get("ASAN_OPTIONS", ""), "detect_leaks=0") if x)
     return env
+
+
+def plain_env():
+    return dict(os.environ)
 
 
 def mpirun_cmd(n, args):
@@ -59,7 +69,8 @@ def mpirun_cmd(n, args):
 
 
 def run(cmd, what, expect_rc=0):
-    p = subprocess.run(cmd, env=mpi_env(), stdout=subprocess.PIPE,
+    env = mpi_env() if cmd[0] == "mpirun" else plain_env()
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=240)
     if p.returncode == 77:
         print(p.stdout.strip().splitlines()[-1])
