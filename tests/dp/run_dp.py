@@ -10,7 +10,8 @@ Checks, with dp_comm and dp_train (tests/dp/) run alone and under
      loss within 1e-4 relative, the same test accuracy to 3 decimals, and
      each run's peak memory equal to its estimate (one rank's at world 2);
   2. an uneven last minibatch (1001 examples, batch 128: the last 105 rows
-     split 52/53), accumulation (batch 64, 2 minibatches a step) and
+     split 52/53), an empty share (1 example, batch 2), accumulation
+     (batch 64, 2 minibatches a step) and
      clip_grad_norm (the global norm) step the same at world 1 and 2;
   3. a checkpoint written by 2 ranks, resumed by 1 process, continues the
      same global batches (its losses are the straight 1-process run's);
@@ -250,6 +251,13 @@ def checks(dp, tmp):
     run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + uneven),
         "2 ranks, 1001 examples")
     compare(one, two, 20, "1001 examples (uneven last batch)")
+    # 1 example, batch 2: rank 0's share is empty every step (it joins the
+    # all-reduce with zero gradients).
+    tiny = ["--threads", "1", "--train", "1", "--steps", "3", "--batch", "2"]
+    run([dp, "--out", one] + tiny, "1 process, 1 example")
+    run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + tiny),
+        "2 ranks, 1 example")
+    compare(one, two, 3, "1 example (an empty share)")
     accum = ["--threads", "1", "--train", "3000", "--steps", "30",
              "--batch", "64", "--accum", "2"]
     run([dp, "--out", one] + accum, "1 process, accumulation")
