@@ -15,12 +15,14 @@
  * "seconds <wall time of train_run>". Every rank prints "rank R of N pid P"
  * on stdout first, and on a failure "rank R: error: <message>" on stderr
  * and exits 1. Exit 77: no data (or --mpi without the MPI engine).
+ * SIGUSR1 sets the rank's job.stop (a cancel).
  * Data: $TY_FASHION_DIR, else /usr/share/datasets/fashion-mnist; the
  * first N training examples, all 10,000 test examples as validation.
  * --lr-rank1 gives rank 1 another learning rate (a misconfigured rank, for
  * the parameter check: TRAINYARD_DP_CHECK_EVERY).
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +96,16 @@ done:
     if (fl)
         gzclose(fl);
     return rc;
+}
+
+/* SIGUSR1 to one rank: its job.stop (the ranks agree on it at the next
+ * step, so all of them stop there). */
+static volatile sig_atomic_t stop_flag;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
 }
 
 typedef struct {
@@ -241,7 +253,9 @@ int main(int argc, char **argv)
         .prefetch = prefetch,
         .cb = {.ctx = &ctx, .on_step = on_step, .on_epoch = on_epoch},
         .comm = comm,
+        .stop = &stop_flag,
     };
+    signal(SIGUSR1, on_usr1);
     train_epoch_metrics fin;
     const double t0 = now_sec();
     if (train_run(&job, &fin, &err) != TY_OK) {

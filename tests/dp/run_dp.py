@@ -19,7 +19,8 @@ Checks, with dp_comm and dp_train (tests/dp/) run alone and under
      equivalence run and fails a run whose rank 1 has another learning
      rate;
   4. a batch_size not divisible by the world size fails on both ranks,
-     naming hyperparameters.batch_size;
+     naming hyperparameters.batch_size; a cancel that one rank sees (its
+     job.stop) stops both at the step they agree on;
   5. a rank killed with SIGKILL mid-run: mpirun and both ranks are gone
      within BOUND seconds, with a failure status;
   6. a rank stopped (SIGSTOP) mid-run: the other rank fails on its own
@@ -316,6 +317,29 @@ def checks(dp, tmp):
         fail("batch 127 on 2 ranks: exit %d, errors %r" % (p.returncode,
                                                           errs))
     print("batch 127 on 2 ranks: refused on both ranks: " + errs[0])
+
+    # A cancel seen by one rank only (its stop flag): the ranks agree on it
+    # at the next step and both stop there, cancelled, none waiting for the
+    # other.
+    out = os.path.join(tmp, "cancel.txt")
+    p, pids, errs = start_gang(dp, out, ["--threads", "1", "--timeout",
+                                         "120"])
+    try:
+        if not wait_steps(p, out, 20) or len(pids) != 2:
+            fail("cancel: the gang did not start: %s" % "".join(errs))
+        os.kill(pids[1], signal.SIGUSR1)
+        if not gang_gone(p, pids, BOUND):
+            fail("cancel: a rank still running %g s after rank 1's cancel" %
+                 BOUND)
+        time.sleep(0.5)  # the reader threads catch up
+        msgs = sorted(l.strip() for l in errs if ": error: " in l)
+        if len(msgs) != 2 or not all(
+                re.match(r"rank [01]: error: training was cancelled", m)
+                for m in msgs):
+            fail("cancel: both ranks must stop cancelled: %r" % msgs)
+        print("cancel on rank 1 only: both ranks stopped cancelled")
+    finally:
+        cleanup(p, pids)
 
     # 5. A rank killed mid-run.
     out = os.path.join(tmp, "kill.txt")
