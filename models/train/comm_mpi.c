@@ -367,6 +367,13 @@ ty_status nn_comm_mpi_create(double timeout_s, nn_comm **out, ty_err *err)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
     if (!inited) {
+        /* Open MPI's non-blocking all-reduce (libnbc) defaults to
+         * recursive doubling; its ring moves the gradients' bytes once in
+         * each direction and measured twice as fast on 2 ranks here (0.94
+         * MB: 0.10 ms against 0.20 ms, as fast as the blocking
+         * MPI_Allreduce). A choice already in the environment (the user's
+         * or the launcher's) wins; other MPIs ignore the variable. */
+        setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
         /* Only the calling thread makes MPI calls. */
         int provided = 0;
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
