@@ -177,8 +177,11 @@ ty_status dp_reduce_step(trainer *t, double *sum, uint32_t *hits, ty_err *err)
             nreq++;
         end -= len;
     }
+    /* Every request is released; err keeps the first failure. */
     for (int i = 0; i < nreq; i++) {
-        ty_status w = c->ops->allreduce_wait(c, ex, reqs[i], err);
+        ty_err later = {0};
+        ty_status w =
+            c->ops->allreduce_wait(c, ex, reqs[i], st == TY_OK ? err : &later);
         if (st == TY_OK)
             st = w;
     }
