@@ -18,6 +18,8 @@
 #               minutes, its memory sampled every 30 s
 #   make bench-sched  scheduling pass over 10,000 queued jobs, then a
 #               cluster of 1,000 GPUs, 100,000 jobs, gangs (seconds)
+#   make bench-dp [ARGS=--steps 400]  data-parallel overhead: 2 MPI ranks
+#               x 1 thread against 1 process x 2 threads (about a minute)
 #   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
 #               http.server baselines (about 15 minutes; not a test)
 #   make bench-deploy [ARGS=--quick]  serving deployments: batching gain,
@@ -34,7 +36,7 @@ JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 HF_VENV    ?= .venv-hf
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-dp bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -152,6 +154,12 @@ bench-lm: build test-deps
 
 bench-sched: build
 	$(BUILD)/bench_sched
+
+# The data-parallel overhead (bench/dp/run.py --help); its one rank is the
+# dp tests' tests/dp/dp_train, and mpirun comes from openmpi-bin.
+bench-dp: build
+	cmake --build $(BUILD) --target dp_train
+	bench/dp/run.py --build $(BUILD) $(ARGS)
 
 # wrk and Python come from scripts/setup.sh bench-serve; FastAPI and uvicorn
 # go into a virtual environment outside the repository (bench/serve/run.py

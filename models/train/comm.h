@@ -24,8 +24,8 @@
  * (parameters travel as the trainer's host mirror or in place on the CPU).
  *
  * Failure. Every op returns a status and fills err with a sentence; none
- * hangs: a dead or stalled peer is TY_EDEVICE once the engine's collective
- * timeout (timeout_s) has passed without progress, and a peer's abort
+ * hangs: a dead or stalled peer is TY_EDEVICE once a collective has
+ * waited the engine's collective timeout (timeout_s), and a peer's abort
  * makes the collective it is in, or its next one, fail with the peer's
  * reason. After any failure the comm is broken: every later op fails at
  * once (TY_EDEVICE, naming the first failure) and only destroy is left.

@@ -16,8 +16,9 @@
  *
  * Polling also drives MPI's progress: Open MPI advances a non-blocking
  * collective only inside MPI calls, so the wait tests continuously for a
- * short while (the peer is usually close behind), then sleeps between
- * tests to leave the core to the compute.
+ * short while (the peer is usually close behind), yielding the core
+ * between tests, then sleeps between tests to leave the core to the
+ * compute.
  */
 #include "models/train/comm.h"
 
@@ -25,6 +26,7 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +148,10 @@ static ty_status poll_wait(nn_comm *c, MPI_Request *req, const char *what,
         if (waited > SPIN_SECONDS) {
             struct timespec nap = {0, NAP_NS};
             nanosleep(&nap, NULL);
+        } else {
+            /* The peer we wait for may want this core (ranks beside other
+             * work on a busy machine): give it up, briefly. */
+            sched_yield();
         }
     }
 }
@@ -361,6 +367,13 @@ ty_status nn_comm_mpi_create(double timeout_s, nn_comm **out, ty_err *err)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
     if (!inited) {
+        /* Open MPI's non-blocking all-reduce (libnbc) defaults to
+         * recursive doubling; its ring moves the gradients' bytes once in
+         * each direction and measured twice as fast on 2 ranks here (0.94
+         * MB: 0.10 ms against 0.20 ms, as fast as the blocking
+         * MPI_Allreduce). A choice already in the environment (the user's
+         * or the launcher's) wins; other MPIs ignore the variable. */
+        setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1", 0);
         /* Only the calling thread makes MPI calls. */
         int provided = 0;
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);

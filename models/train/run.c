@@ -622,8 +622,8 @@ static void report_progress(const trainer *t, uint32_t e, double rate)
 static ty_status report_eval(trainer *t, uint32_t e, double rate, ty_err *err)
 {
     const train_job *job = t->job;
-    if (t->rank != 0)
-        return TY_OK; /* no collective here: the others need not wait */
+    /* Every rank measures it (only rank 0 reports): none waits in a
+     * collective, against its timeout, while another validates. */
     uint32_t n_val = job->val_idx ? job->n_val : job->val->num_examples;
     double loss, acc;
     ty_status st = nn_eval_examples_reg(
@@ -634,7 +634,7 @@ static ty_status report_eval(trainer *t, uint32_t e, double rate, ty_err *err)
                       (unsigned long long)t->step);
         return st;
     }
-    if (!job->cb.on_progress)
+    if (!job->cb.on_progress || t->rank != 0)
         return TY_OK;
     uint64_t total = t->total_steps;
     train_progress p = {
@@ -943,9 +943,11 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
             (st = load_init(&t, job->init_path, err)) != TY_OK)
             goto done;
     }
-    /* Every rank starts from rank 0's state, fresh or resumed. */
+    /* Every rank starts from rank 0's state, fresh or resumed (a resume
+     * has uploaded its own). */
     if ((st = dp_sync_state(&t, err)) != TY_OK ||
-        (st = train_state_upload(&t, err)) != TY_OK)
+        ((!resumed || t.world > 1) &&
+         (st = train_state_upload(&t, err)) != TY_OK))
         goto done;
     /* The 16-bit weights follow the fp32 ones, fresh or resumed. */
     train_lp_refresh(&t);
@@ -962,8 +964,9 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
             *final = t.last;
     }
 done:
-    /* No peer may wait for a rank that has stopped. */
-    if (st != TY_OK)
+    /* No peer may wait for a rank that has failed. (A cancel or a
+     * preemption is every rank's, at the step they agreed on.) */
+    if (st != TY_OK && st != TY_ECANCELLED && st != TY_EPREEMPTED)
         dp_abort(job, err);
     trainer_free(&t);
     return st;

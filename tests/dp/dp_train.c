@@ -7,7 +7,7 @@
  *
  *   dp_train --out FILE [--mpi] [--train N] [--steps S] [--batch B]
  *            [--threads T] [--timeout SEC] [--prefetch P] [--accum K]
- *            [--ckpt PATH]
+ *            [--ckpt PATH] [--clip NORM] [--lr-rank1 LR]
  *
  * Rank 0 writes FILE: "step <n> <loss>" per optimizer step, then
  * "accuracy <test accuracy>", "peak <bytes> estimate <bytes>",
@@ -15,10 +15,14 @@
  * "seconds <wall time of train_run>". Every rank prints "rank R of N pid P"
  * on stdout first, and on a failure "rank R: error: <message>" on stderr
  * and exits 1. Exit 77: no data (or --mpi without the MPI engine).
+ * SIGUSR1 sets the rank's job.stop (a cancel).
  * Data: $TY_FASHION_DIR, else /usr/share/datasets/fashion-mnist; the
  * first N training examples, all 10,000 test examples as validation.
+ * --lr-rank1 gives rank 1 another learning rate (a misconfigured rank, for
+ * the parameter check: TRAINYARD_DP_CHECK_EVERY).
  */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +98,16 @@ done:
     return rc;
 }
 
+/* SIGUSR1 to one rank: its job.stop (the ranks agree on it at the next
+ * step, so all of them stop there). */
+static volatile sig_atomic_t stop_flag;
+
+static void on_usr1(int sig)
+{
+    (void)sig;
+    stop_flag = 1;
+}
+
 typedef struct {
     FILE *out;
     train_epoch_metrics last;
@@ -124,7 +138,7 @@ int main(int argc, char **argv)
     int use_mpi = 0, threads = 1, prefetch = -1;
     uint32_t n_train = 12800, batch = 128, accum = 1;
     uint64_t steps = 200;
-    double timeout = 0;
+    double timeout = 0, lr = 0.001, lr_rank1 = 0, clip = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--mpi")) {
@@ -152,6 +166,10 @@ int main(int argc, char **argv)
             threads = atoi(v);
         else if (!strcmp(a, "--prefetch"))
             prefetch = atoi(v);
+        else if (!strcmp(a, "--clip"))
+            clip = atof(v);
+        else if (!strcmp(a, "--lr-rank1")) /* a misconfigured rank 1 */
+            lr_rank1 = atof(v);
         else if (!strcmp(a, "--timeout"))
             timeout = atof(v);
         else {
@@ -190,17 +208,22 @@ int main(int argc, char **argv)
         r = load_set(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 0,
                      &test);
     if (r != 0) {
-        printf("%s: Fashion-MNIST in %s\n", r > 0 ? "SKIPPED: no" : "FAIL: bad",
-               dir);
+        printf("%s Fashion-MNIST files in %s\n",
+               r > 0 ? "SKIPPED: no" : "FAIL: malformed", dir);
         return r > 0 ? 77 : 1;
     }
 
+    if (rank == 1 && lr_rank1 > 0)
+        lr = lr_rank1;
+    char clip_text[64] = "";
+    if (clip > 0)
+        snprintf(clip_text, sizeof clip_text, "\"clip_grad_norm\":%g,", clip);
     char hp_text[512];
     snprintf(hp_text, sizeof hp_text,
              "{\"epochs\":1000,\"max_steps\":%llu,\"batch_size\":%u,"
-             "\"accumulation_steps\":%u,\"optimizer\":\"adam\","
-             "\"learning_rate\":0.001,\"seed\":7}",
-             (unsigned long long)steps, batch, accum);
+             "\"accumulation_steps\":%u,%s\"optimizer\":\"adam\","
+             "\"learning_rate\":%g,\"seed\":7}",
+             (unsigned long long)steps, batch, accum, clip_text, lr);
     json_t *spec = json_loads(mlp_spec, 0, NULL);
     json_t *hj = json_loads(hp_text, 0, NULL);
     train_hparams hp;
@@ -230,7 +253,9 @@ int main(int argc, char **argv)
         .prefetch = prefetch,
         .cb = {.ctx = &ctx, .on_step = on_step, .on_epoch = on_epoch},
         .comm = comm,
+        .stop = &stop_flag,
     };
+    signal(SIGUSR1, on_usr1);
     train_epoch_metrics fin;
     const double t0 = now_sec();
     if (train_run(&job, &fin, &err) != TY_OK) {

@@ -1,0 +1,162 @@
+/*
+ * dp_comm.c - the collective seam's engines (models/train/comm.h) on their
+ * own: the self engine in-process, and the MPI engine when launched under
+ * mpirun -np 2 with --mpi (tests/dp/run_dp.py runs both). Prints "PASS"
+ * on every rank that passes, "FAIL: ..." otherwise (exit 1); exit 77
+ * without the MPI engine.
+ *
+ * MPI checks: all-reduce with a scale (mean of the ranks' values),
+ * buckets started together and waited for out of order, broadcast from
+ * rank 1, barrier, the in-flight limit (TY_ELIMIT), then rank 1 aborts
+ * with a reason while rank 0 waits in an all-reduce: rank 0's fails with
+ * that reason (not its timeout, which is 120 s), and every later op on a
+ * broken comm fails at once.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "models/train/comm.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                         \
+    do {                                         \
+        if (!(cond)) {                           \
+            printf("FAIL: line %d: ", __LINE__); \
+            printf(__VA_ARGS__);                 \
+            printf("\n");                        \
+            failures++;                          \
+        }                                        \
+    } while (0)
+
+static void self_checks(void)
+{
+    nn_comm *c = nn_comm_or_self(NULL);
+    ty_err err = {0};
+    float v[3] = {1, 2, 4};
+    CHECK(c == nn_comm_self() && c->world == 1 && c->rank == 0,
+          "the self comm is rank 0 of 1");
+    CHECK(c->ops->allreduce(c, NULL, v, 3, 0.5f, &err) == TY_OK &&
+              v[0] == 0.5f && v[2] == 2.0f,
+          "self all-reduce scales: %g %g", v[0], v[2]);
+    nn_comm_req r = -1;
+    CHECK(c->ops->allreduce_start(c, NULL, v, 3, 1.0f, &r, &err) == TY_OK &&
+              c->ops->allreduce_wait(c, NULL, r, &err) == TY_OK,
+          "self start/wait");
+    CHECK(c->ops->bcast(c, v, sizeof v, 0, &err) == TY_OK &&
+              c->ops->barrier(c, &err) == TY_OK,
+          "self broadcast and barrier");
+    CHECK(c->ops->bcast(c, v, sizeof v, 1, &err) != TY_OK,
+          "self broadcast from rank 1 fails");
+    c->ops->abort(c, "nothing");
+    c->ops->destroy(c);
+}
+
+static void mpi_checks(void)
+{
+    nn_comm *c = NULL;
+    ty_err err = {0};
+    if (nn_comm_mpi_create(120.0, &c, &err) != TY_OK) {
+        CHECK(0, "nn_comm_mpi_create: %s", err.msg);
+        return;
+    }
+    CHECK(c->world == 2, "world %d (run under mpirun -np 2)", c->world);
+    if (c->world != 2) {
+        c->ops->destroy(c);
+        return;
+    }
+    const int me = c->rank;
+    /* Mean of (rank + 1) * i: 1.5 i. */
+    enum { N = 100000, B = 8 };
+    float *buf = malloc(N * sizeof *buf);
+    for (int i = 0; i < N; i++)
+        buf[i] = (float)((me + 1) * i);
+    CHECK(c->ops->allreduce(c, NULL, buf, N, 0.5f, &err) == TY_OK,
+          "all-reduce: %s", err.msg);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += buf[i] != 1.5f * (float)i;
+    CHECK(!bad, "all-reduce mean: %d wrong values", bad);
+
+    /* Buckets started together, waited for last first. */
+    for (int i = 0; i < N; i++)
+        buf[i] = (float)(me + 1);
+    nn_comm_req req[B];
+    for (int b = 0; b < B; b++)
+        CHECK(c->ops->allreduce_start(c, NULL, buf + b * (N / B), N / B, 1.0f,
+                                      &req[b], &err) == TY_OK,
+              "start bucket %d: %s", b, err.msg);
+    for (int b = B; b-- > 0;)
+        CHECK(c->ops->allreduce_wait(c, NULL, req[b], &err) == TY_OK,
+              "wait bucket %d: %s", b, err.msg);
+    bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += buf[i] != 3.0f;
+    CHECK(!bad, "buckets: %d wrong sums", bad);
+
+    /* The in-flight limit. */
+    nn_comm_req many[NN_COMM_MAX_INFLIGHT];
+    float one[NN_COMM_MAX_INFLIGHT + 1];
+    for (int k = 0; k < NN_COMM_MAX_INFLIGHT; k++) {
+        one[k] = 1.0f;
+        CHECK(c->ops->allreduce_start(c, NULL, &one[k], 1, 1.0f, &many[k],
+                                      &err) == TY_OK,
+              "start %d: %s", k, err.msg);
+    }
+    nn_comm_req extra;
+    CHECK(c->ops->allreduce_start(c, NULL, &one[NN_COMM_MAX_INFLIGHT], 1, 1.0f,
+                                  &extra, &err) == TY_ELIMIT,
+          "one more than NN_COMM_MAX_INFLIGHT is TY_ELIMIT");
+    for (int k = 0; k < NN_COMM_MAX_INFLIGHT; k++)
+        CHECK(c->ops->allreduce_wait(c, NULL, many[k], &err) == TY_OK &&
+                  one[k] == 2.0f,
+              "wait %d: %s", k, err.msg);
+
+    /* Broadcast from rank 1, barrier. */
+    char text[32] = "";
+    if (me == 1)
+        snprintf(text, sizeof text, "from rank one");
+    CHECK(c->ops->bcast(c, text, sizeof text, 1, &err) == TY_OK &&
+              !strcmp(text, "from rank one"),
+          "broadcast: '%s' %s", text, err.msg);
+    CHECK(c->ops->barrier(c, &err) == TY_OK, "barrier: %s", err.msg);
+
+    /* Rank 1 aborts; rank 0, in an all-reduce, fails with its reason. */
+    if (me == 1) {
+        usleep(200000); /* rank 0 is waiting by then (or will be) */
+        c->ops->abort(c, "the test's reason");
+        CHECK(c->ops->barrier(c, &err) == TY_EDEVICE &&
+                  strstr(err.msg, "broken"),
+              "an op after abort fails at once: %s", err.msg);
+    } else {
+        float x = 1.0f;
+        ty_status st = c->ops->allreduce(c, NULL, &x, 1, 1.0f, &err);
+        CHECK(st == TY_EDEVICE && strstr(err.msg, "rank 1 aborted") &&
+                  strstr(err.msg, "the test's reason"),
+              "the all-reduce fails with rank 1's reason: %s", err.msg);
+        CHECK(c->ops->bcast(c, &x, sizeof x, 0, &err) == TY_EDEVICE &&
+                  strstr(err.msg, "the test's reason"),
+              "a later op fails at once with the first reason: %s", err.msg);
+    }
+    free(buf);
+    c->ops->destroy(c);
+}
+
+int main(int argc, char **argv)
+{
+    int use_mpi = argc > 1 && !strcmp(argv[1], "--mpi");
+    if (!use_mpi) {
+        self_checks();
+    } else {
+        if (!nn_comm_mpi_available()) {
+            printf("SKIPPED: this build has no MPI engine\n");
+            return 77;
+        }
+        mpi_checks();
+    }
+    printf(failures ? "FAIL: %d check(s)\n" : "PASS\n", failures);
+    return failures ? 1 : 0;
+}
