@@ -513,6 +513,14 @@ static int run(const json_t *job)
             goto fail;
         }
         tj.comm = comm;
+        /* The ranks share this machine's cores: each takes its part
+         * (the server's --worker-threads when given), and no rank adds a
+         * loader thread to cores its peers compute on. */
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        if (tj.threads <= 0)
+            tj.threads = cores / world > 1 ? (int)(cores / world) : 1;
+        if ((long)tj.threads * world >= cores)
+            tj.prefetch = -1;
     }
 #if TRAINYARD_HAVE_CUDA
     nn_exec dev = {0};
