@@ -6,7 +6,8 @@
 #   tests/slurm/cluster.sh start DIR   prints the path of DIR/env when the
 #                                      node is idle and slurmrestd answers
 #   tests/slurm/cluster.sh start-multi DIR [NODES]   the same with NODES
-#                                      (2, at most 8) nodes node1..nodeN
+#                                      nodes node1..nodeN (default 2, 1 to
+#                                      8), every one idle
 #   tests/slurm/cluster.sh stop DIR    ends every daemon and job it started
 #                                      and removes every namespace, bridge
 #                                      and veth it made; safe twice and after
@@ -25,7 +26,8 @@
 # SLURMRESTD_URL, SLURM_JWT_KEY, SLURM_TOKEN_FILE, SLURM_USER (nobody: the
 # user jobs run as), SLURM_API_VERSION, SLURM_WORK_DIR (mode 1777: job
 # working directories) and SLURM_BIN_DIR (0755: where a caller copies the
-# worker binary).
+# worker binary); start-multi adds SLURM_NODES (node1,node2), SLURM_SUBNET
+# (10.213.X.0/24) and SLURM_CTLD_ADDR, and SLURM_NODE is node1.
 #
 # Why it is this way:
 #   - Every daemon runs in the foreground (-D / -F) under setsid, so each is
@@ -61,11 +63,19 @@
 #   - Unix sockets (munged's) are reached by path, across namespaces. The
 #     nodes share the machine's files; TmpFS is DIR/tmp/NODE, since PMIx
 #     names its folders there by job and step alone.
-#   - Node loss is noticed in seconds: slurmctld pings every
-#     SlurmdTimeout/3 = 2 s and marks a node silent for SlurmdTimeout=6 s
-#     DOWN, which ends its jobs as NODE_FAIL (JobRequeue=0: Slurm does not
-#     requeue them itself; the caller decides). On a 2-core machine under
-#     load a slurmd answers a ping in milliseconds, so 6 s leaves margin.
+#   - Node loss is noticed in seconds, not minutes: slurmctld pings every
+#     SlurmdTimeout/3 = 2 s; a ping to a dead node fails after about
+#     MessageTimeout + 1 = 4 s of connect retries and marks it NOT_RESPONDING;
+#     the first failed ping after SlurmdTimeout=6 s without an answer marks
+#     it DOWN, which ends its jobs as NODE_FAIL (JobRequeue=0: Slurm does
+#     not requeue them itself; the caller decides) and their steps on the
+#     other nodes. Bound: about 2 + 6 + 2 x 4 = 16 s; measured 12-13 s
+#     (tests/slurm/test_multinode.py prints it). The defaults (300 s, 10 s)
+#     would take minutes. A slurmd answers a ping in milliseconds, so even
+#     a loaded 2-core machine stays well inside 3 s.
+#   - Node names resolve nowhere (no /etc/hosts entry): Slurm uses the
+#     NodeAddr addresses; a program that looks up node1 by name will not
+#     find it.
 #   - Each node keeps the single node's fake GRES (gpu:1g.18gb:7) and CPU
 #     override, so a job asking gres works the same on either.
 # Exit 77 (a skip, for ctest) when not root, and in start-multi when this

@@ -12,6 +12,7 @@ them), runs the checks in order, and stops it whatever happened:
     each node, and the tasks see different hostnames and addresses;
   * `srun --mpi=pmix` (when this Slurm has the plugin) starts a 2-node step
     whose tasks see PMIX_RANK 0 and 1, one on each node;
+  * a task on node2 reaches a task on node1 over TCP at node1's address;
   * a node lost while a 2-node job runs (everything on it killed, its link
     down: cluster.sh kill-node) makes Slurm end the job (NODE_FAIL) with no
     task left on the other node; the time it took is printed; the other
@@ -224,6 +225,48 @@ class Suite:
         print("    " + ", ".join(f"{t['host']}: PMIX_RANK={t['pmix']}"
                                   for t in sorted(tasks, key=lambda t: t["rank"])))
 
+    def check_tasks_talk(self):
+        """A task on node2 opens a TCP connection to a task on node1 at
+        node1's address (what MPI's TCP transport does between nodes)."""
+        addr1 = node_addrs()["node1"]
+        prog = write_script("talk.py", f"""#!/usr/bin/python3
+import os, socket, time
+rank = int(os.environ["SLURM_PROCID"])
+if rank == 0:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("{addr1}", 47213))
+    s.listen(1)
+    s.settimeout(30)
+    c, peer = s.accept()
+    c.sendall(("hello from " + socket.gethostname()).encode())
+    c.close()
+    print("task rank=0 host=" + socket.gethostname() + " peer=" + peer[0])
+else:
+    for _ in range(300):
+        try:
+            c = socket.create_connection(("{addr1}", 47213), timeout=2)
+            break
+        except OSError:
+            time.sleep(0.1)
+    got = c.recv(100).decode().replace(" ", "_")
+    print("task rank=1 host=" + socket.gethostname() + " got=" + got)
+""")
+        out = os.path.join(ENV["SLURM_WORK_DIR"], "talk-%j.out")
+        jid = sbatch("-N2", "--ntasks-per-node=1", "-J", "talk", "-o", out,
+                     "--wrap", f"srun {prog}")
+        f = wait_ended(jid)
+        tasks, text = task_lines(out.replace("%j", str(jid)))
+        assert f["JobState"] == "COMPLETED", (f, text)
+        by_rank = {t["rank"]: t for t in tasks}
+        assert sorted(by_rank) == ["0", "1"], text
+        assert by_rank["0"]["host"] == "node1", text
+        assert by_rank["1"]["host"] == "node2", text
+        assert by_rank["1"]["got"] == "hello_from_node1", text
+        assert by_rank["0"]["peer"] == node_addrs()["node2"], text
+        print(f"    node2 ({by_rank['0']['peer']}) -> node1 ({addr1}): "
+              f"{by_rank['1']['got'].replace('_', ' ')!r}")
+
     def check_node_loss(self):
         """A node lost while a 2-node job runs: Slurm ends the job
         (NODE_FAIL) and its task on the other node; the other node keeps
@@ -290,7 +333,7 @@ class Suite:
 def main():
     global DIR
     order = ["check_nodes_idle", "check_rest_gang", "check_pmix",
-             "check_node_loss"]
+             "check_tasks_talk", "check_node_loss"]
     names = [n for n in dir(Suite) if n.startswith("check_")]
     assert sorted(order) == sorted(names), "a check is missing from the order"
     want = [n if n.startswith("check_") else "check_" + n
