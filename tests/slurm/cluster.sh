@@ -16,8 +16,13 @@
 #                                      process in its namespace (slurmd,
 #                                      slurmstepd, the job's tasks) gets
 #                                      SIGKILL and its link goes down
+#   tests/slurm/cluster.sh kill-slurmd DIR NODE (multi) SIGKILL of the node's
+#                                      slurmd session alone: its job steps
+#                                      (slurmstepd, tasks) go on running,
+#                                      orphans, until a slurmd starts there
+#                                      again (Slurm then ends them)
 #   tests/slurm/cluster.sh start-node DIR NODE  (multi) brings it back: link
-#                                      up, a fresh slurmd; prints nothing
+#                                      up, a fresh slurmd, node IDLE
 #   tests/slurm/cluster.sh stop-rest DIR   stops slurmrestd alone (an outage:
 #                                      slurmctld, slurmd and jobs go on)
 #   tests/slurm/cluster.sh start-rest DIR  starts it again on the same port
@@ -86,7 +91,7 @@ set -u
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
 usage() {
-    echo "usage: $0 start|start-multi|stop|stop-rest|start-rest|kill-node|start-node DIR [NODES|NODE]" >&2
+    echo "usage: $0 start|start-multi|stop|stop-rest|start-rest|kill-node|kill-slurmd|start-node DIR [NODES|NODE]" >&2
     exit 2
 }
 [ $# -ge 2 ] && [ $# -le 3 ] || usage
@@ -147,17 +152,19 @@ our_sessions() {
     done
 }
 
-# The processes in sessions $sids.
+# The processes in sessions $sids: one pass of awk over every
+# /proc/PID/stat (the session is the 4th field after the command name's
+# last ')'), not a shell per process, so that a wait loop stays quick on a
+# busy machine. cat, not awk, opens the files: a process gone meanwhile is
+# skipped.
 members() {
-    local p pid s want
-    for p in /proc/[0-9]*; do
-        pid=${p#/proc/}
-        s=$(session_of "$pid")
-        [ -n "$s" ] || continue
-        for want in $sids; do
-            [ "$s" = "$want" ] && echo "$pid"
-        done
-    done
+    cat /proc/[0-9]*/stat 2>/dev/null |
+        awk -v want=" $(echo $sids) " '{
+            rest = $0
+            sub(/.*\) /, "", rest)
+            split(rest, f, " ")
+            if (index(want, " " f[4] " ")) print $1
+        }'
 }
 
 # Every process left in the nodes' network namespaces gets SIGKILL; then
@@ -209,7 +216,10 @@ stop_cluster() {
     local left
     left=$(members)
     [ -n "$left" ] && kill -TERM $left 2>/dev/null
-    for _ in $(seq 50); do
+    # Up to 5 s for SIGTERM (a slurmstepd of a job whose node failed may
+    # ignore it for longer), then SIGKILL.
+    local until=$((SECONDS + 5))
+    while [ $SECONDS -lt $until ]; do
         left=$(members)
         [ -z "$left" ] && break
         sleep 0.1
@@ -288,12 +298,23 @@ node_state() {
         sed -n 's/.* State=\([^ ]*\).*/\1/p'
 }
 
-# kill-node / start-node: a node of a start-multi cluster dies / comes back.
-if [ "$cmd" = kill-node ] || [ "$cmd" = start-node ]; then
+# kill-node / kill-slurmd / start-node: a node of a start-multi cluster
+# dies / loses its slurmd / comes back.
+if [ "$cmd" = kill-node ] || [ "$cmd" = kill-slurmd ] || [ "$cmd" = start-node ]; then
     n=$arg
     case "$n" in node[1-8]) ;; *) die "NODE must be node1..node8, not '$n'" ;; esac
     grep -qx "netns $(netns_of "$n")" "$dir/net" 2>/dev/null ||
         die "$n is not a node of the cluster in $dir (start-multi makes them)"
+    if [ "$cmd" = kill-slurmd ]; then
+        pid=$(awk -v n="$n" '$1 == "slurmd" && $3 == n {print $2}' "$dir/pids")
+        [ -n "$pid" ] || die "no slurmd recorded for $n in $dir/pids"
+        sids=$pid
+        left=$(members)
+        [ -n "$left" ] && kill -KILL $left 2>/dev/null
+        awk -v n="$n" '!($1 == "slurmd" && $3 == n)' "$dir/pids" >"$dir/pids.new" &&
+            mv "$dir/pids.new" "$dir/pids"
+        exit 0
+    fi
     if [ "$cmd" = kill-node ]; then
         # Everything in its network namespace at once, as a power cut
         # would; then the link goes down, so the node's address answers
@@ -309,6 +330,8 @@ if [ "$cmd" = kill-node ] || [ "$cmd" = start-node ]; then
             mv "$dir/pids.new" "$dir/pids"
         exit 0
     fi
+    pid=$(awk -v n="$n" '$1 == "slurmd" && $3 == n {print $2}' "$dir/pids")
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && die "$n's slurmd is running (PID $pid)"
     ip link set "$(veth_of "$n")" up || die "cannot bring $(veth_of "$n") up"
     cd "$dir" || die "cannot cd to $dir"
     start_slurmd "$n"

@@ -17,7 +17,10 @@ them), runs the checks in order, and stops it whatever happened:
     down: cluster.sh kill-node) makes Slurm end the job (NODE_FAIL) with no
     task left on the other node; the time it took is printed; the other
     node keeps running jobs; the lost node comes back (start-node) and a
-    2-node job runs again.
+    2-node job runs again;
+  * node2's slurmd alone killed (cluster.sh kill-slurmd) while a 2-node job
+    runs: NODE_FAIL again, rank 0 ends, and rank 1's task on node2 runs on
+    (Slurm cannot reach it) until a slurmd starts there again.
 
     python3 tests/slurm/test_multinode.py [check ...]
 
@@ -267,24 +270,54 @@ else:
         print(f"    node2 ({by_rank['0']['peer']}) -> node1 ({addr1}): "
               f"{by_rank['1']['got'].replace('_', ' ')!r}")
 
-    def check_node_loss(self):
-        """A node lost while a 2-node job runs: Slurm ends the job
-        (NODE_FAIL) and its task on the other node; the other node keeps
-        running jobs; the lost node comes back."""
+    def start_sleepers(self, name):
+        """A 2-node job whose tasks sleep; returns its id and the tasks'
+        PIDs by rank once both run."""
         work = ENV["SLURM_WORK_DIR"]
         body = ("#!/bin/sh\n"
                 f"echo $$ > {work}/up.$SLURM_JOB_ID.$SLURM_PROCID\n"
                 "exec sleep 300\n")
         task = write_script("sleeper.sh", body)
-        out = os.path.join(work, "lost-%j.out")
-        jid = sbatch("-N2", "--ntasks-per-node=1", "-J", "lost", "-o", out,
+        out = os.path.join(work, name + "-%j.out")
+        jid = sbatch("-N2", "--ntasks-per-node=1", "-J", name, "-o", out,
                      "--wrap", f"srun {task}")
-        # Both tasks running (their PIDs written) before the node goes.
         marks = [os.path.join(work, f"up.{jid}.{r}") for r in (0, 1)]
         wait_for(lambda: all(os.path.exists(m) and open(m).read().strip()
                              for m in marks), 60, "both tasks to start")
-        pids = {r: int(open(marks[r]).read()) for r in (0, 1)}
         assert job_fields(jid)["JobState"] == "RUNNING", job_fields(jid)
+        return jid, {r: int(open(marks[r]).read()) for r in (0, 1)}
+
+    def check_slurmd_loss(self):
+        """node2's slurmd killed (its session alone) while a 2-node job
+        runs: Slurm ends the job (NODE_FAIL) and rank 0 on node1; rank 1's
+        task on node2 lives on, an orphan, until slurmd starts there
+        again."""
+        jid, pids = self.start_sleepers("slurmd-lost")
+        t0 = time.time()
+        run(CLUSTER, "kill-slurmd", DIR, "node2")
+        f = wait_ended(jid, 90)
+        took = time.time() - t0
+        assert f["JobState"] == "NODE_FAIL", f
+        assert "DOWN" in node_fields("node2").get("State", ""), node_fields("node2")
+        wait_for(lambda: not os.path.exists(f"/proc/{pids[0]}"), 30,
+                 f"rank 0's task (PID {pids[0]}) to end")
+        # Slurm cannot reach node2's slurmstepd without its slurmd: the
+        # task there is still running (what a caller must expect).
+        assert os.path.exists(f"/proc/{pids[1]}"), "rank 1 ended with no slurmd"
+        run(CLUSTER, "start-node", DIR, "node2")
+        wait_for(lambda: not os.path.exists(f"/proc/{pids[1]}"), 30,
+                 f"rank 1's orphaned task (PID {pids[1]}) to end")
+        print(f"    job {jid}: NODE_FAIL {took:.1f} s after node2's slurmd "
+              f"was killed; rank 0 ended, rank 1 ran on until slurmd "
+              f"was back")
+
+    def check_node_loss(self):
+        """A node lost while a 2-node job runs: Slurm ends the job
+        (NODE_FAIL) and its task on the other node; the other node keeps
+        running jobs; the lost node comes back."""
+        work = ENV["SLURM_WORK_DIR"]
+        # Both tasks running (their PIDs written) before the node goes.
+        jid, pids = self.start_sleepers("lost")
         t0 = time.time()
         run(CLUSTER, "kill-node", DIR, "node2")
         seen = {}
@@ -333,7 +366,7 @@ else:
 def main():
     global DIR
     order = ["check_nodes_idle", "check_rest_gang", "check_pmix",
-             "check_tasks_talk", "check_node_loss"]
+             "check_tasks_talk", "check_node_loss", "check_slurmd_loss"]
     names = [n for n in dir(Suite) if n.startswith("check_")]
     assert sorted(order) == sorted(names), "a check is missing from the order"
     want = [n if n.startswith("check_") else "check_" + n
