@@ -196,7 +196,7 @@ remove_net() {
 stop_cluster() {
     [ -f "$dir/pids" ] || { remove_net; rm -rf "$dir/dev"; return 0; }
     # Jobs first, while slurmctld still answers, so that slurmd ends them.
-    local ctld
+    local ctld until
     ctld=$(awk '$1 == "slurmctld" {print $2}' "$dir/pids")
     if [ -n "$ctld" ] && kill -0 "$ctld" 2>/dev/null &&
        [ -f "$dir/etc/slurm.conf" ] && [ -x /usr/bin/scancel ]; then
@@ -204,7 +204,10 @@ stop_cluster() {
         jobs=$(SLURM_CONF=$dir/etc/slurm.conf timeout 5 squeue -h -o %i 2>/dev/null)
         if [ -n "$jobs" ]; then
             SLURM_CONF=$dir/etc/slurm.conf timeout 5 scancel $jobs >/dev/null 2>&1
-            for _ in $(seq 100); do
+            # Up to 10 s by the clock (a job of a lost node stays
+            # COMPLETING until the node returns; the sessions go below).
+            local until=$((SECONDS + 10))
+            while [ $SECONDS -lt $until ]; do
                 [ -z "$(SLURM_CONF=$dir/etc/slurm.conf timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
                 sleep 0.1
             done
@@ -216,7 +219,7 @@ stop_cluster() {
     [ -n "$left" ] && kill -TERM $left 2>/dev/null
     # Up to 5 s for SIGTERM (a slurmstepd of a job whose node failed may
     # ignore it for longer), then SIGKILL.
-    local until=$((SECONDS + 5))
+    until=$((SECONDS + 5))
     while [ $SECONDS -lt $until ]; do
         left=$(members)
         [ -z "$left" ] && break
