@@ -206,7 +206,7 @@ stop_cluster() {
             SLURM_CONF=$dir/etc/slurm.conf timeout 5 scancel $jobs >/dev/null 2>&1
             # Up to 10 s by the clock (a job of a lost node stays
             # COMPLETING until the node returns; the sessions go below).
-            local until=$((SECONDS + 10))
+            until=$((SECONDS + 10))
             while [ $SECONDS -lt $until ]; do
                 [ -z "$(SLURM_CONF=$dir/etc/slurm.conf timeout 5 squeue -h -o %i 2>/dev/null)" ] && break
                 sleep 0.1
