@@ -13,6 +13,8 @@ them), runs the checks in order, and stops it whatever happened:
   * `srun --mpi=pmix` (when this Slurm has the plugin) starts a 2-node step
     whose tasks see PMIX_RANK 0 and 1, one on each node;
   * a task on node2 reaches a task on node1 over TCP at node1's address;
+  * an Open MPI all-reduce (when mpicc is here) runs over both nodes with
+    srun --mpi=pmix, submitted through slurmrestd as the job user;
   * a node lost while a 2-node job runs (everything on it killed, its link
     down: cluster.sh kill-node) makes Slurm end the job (NODE_FAIL) with no
     task left on the other node; the time it took is printed; the other
@@ -228,6 +230,54 @@ class Suite:
         print("    " + ", ".join(f"{t['host']}: PMIX_RANK={t['pmix']}"
                                   for t in sorted(tasks, key=lambda t: t["rank"])))
 
+    def check_mpi_allreduce(self):
+        """An Open MPI program (when mpicc is here) run by srun --mpi=pmix
+        over both nodes, submitted through slurmrestd as the job user,
+        all-reduces across them."""
+        mpicc = shutil.which("mpicc")
+        if not mpicc or "pmix" not in run("srun", "--mpi=list", check=False):
+            print("    skipped: no mpicc (libopenmpi-dev) or no PMIx plugin")
+            return
+        work = ENV["SLURM_WORK_DIR"]
+        src = os.path.join(work, "allreduce.c")
+        with open(src, "w") as f:
+            f.write(r"""#include <mpi.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+    int rank, size;
+    char host[64];
+    double mine, sum = 0;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    gethostname(host, sizeof host);
+    mine = rank + 1;
+    MPI_Allreduce(&mine, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    printf("task rank=%d size=%d host=%s sum=%.0f\n", rank, size, host, sum);
+    MPI_Finalize();
+    return 0;
+}
+""")
+        prog = os.path.join(work, "allreduce")
+        run(mpicc, "-o", prog, src, timeout=120)
+        os.chmod(prog, 0o755)
+        out = os.path.join(work, "mpi-%j.out")
+        jid = rest_submit({"name": "mpi", "nodes": 2, "tasks_per_node": 1,
+                           "current_working_directory": work,
+                           "standard_output": out,
+                           "environment": {"PATH": "/usr/bin:/bin"}},
+                          f"#!/bin/sh\nsrun --mpi=pmix {prog}\n")
+        f = wait_ended(jid)
+        tasks, text = task_lines(out.replace("%j", str(jid)))
+        assert f["JobState"] == "COMPLETED", (f, text)
+        assert sorted(t["rank"] for t in tasks) == ["0", "1"], text
+        assert {t["host"] for t in tasks} == {"node1", "node2"}, text
+        assert all(t["size"] == "2" and t["sum"] == "3" for t in tasks), text
+        print("    " + ", ".join(f"rank {t['rank']} on {t['host']}: sum {t['sum']}"
+                                  for t in sorted(tasks, key=lambda t: t["rank"])))
+
     def check_tasks_talk(self):
         """A task on node2 opens a TCP connection to a task on node1 at
         node1's address (what MPI's TCP transport does between nodes)."""
@@ -366,7 +416,8 @@ else:
 def main():
     global DIR
     order = ["check_nodes_idle", "check_rest_gang", "check_pmix",
-             "check_tasks_talk", "check_node_loss", "check_slurmd_loss"]
+             "check_tasks_talk", "check_mpi_allreduce", "check_node_loss",
+             "check_slurmd_loss"]
     names = [n for n in dir(Suite) if n.startswith("check_")]
     assert sorted(order) == sorted(names), "a check is missing from the order"
     want = [n if n.startswith("check_") else "check_" + n
