@@ -15,7 +15,8 @@
 #                            clang with its sanitizer and libFuzzer
 #                            runtimes (the fuzz targets, `make test-fuzz`)
 #                            and Slurm with munge and slurmrestd (the Slurm
-#                            suite's single-node cluster, tests/slurm)
+#                            suite's clusters, tests/slurm; iproute2 for
+#                            the two-node one's namespaces and veths)
 #   scripts/setup.sh bench-serve   the build list, plus wrk, Python with
 #                            venv, numpy and PyTorch (bench/serve/run.py)
 #
@@ -45,7 +46,7 @@ test_pkgs=(libcmocka-dev python3 python3-venv python3-numpy python3-torch python
            dataset-fashion-mnist python3-prometheus-client chromium
            chromium-driver python3-selenium python3-tinycss2 openssl debootstrap
            libblis4-serial clang libclang-rt-dev
-           slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge)
+           slurm-wlm slurmrestd slurm-wlm-jwt-plugin munge iproute2)
 
 case "$mode" in
   build) want=("${build_pkgs[@]}") ;;
