@@ -110,13 +110,18 @@ TOML
 # and DELETE, and a pinned id there is a deployment another step may have
 # deleted, reported as the created one missing (ST302).
 
+# use_after_free is left out: DELETE /v1/deployments/{id} is a 202 (its
+# replicas drain after the reply) and a GET shows the deployment, desired
+# 0, until they have stopped, as an object being finalized stays visible;
+# whether the check's GET comes before the drain ends is timing (it failed
+# one run in two with a replica running).
 # streamEvents never ends (a live stream), so it is left out;
 # tests/integration/test_events.c covers it. getJobEvents on the seeded
 # (finished) job ends at once.
 set +e
 "$st" --config-file "$cfg" run "$root/openapi.yaml" --url "$base" \
   -H "Authorization: Bearer $key" \
-  --checks all --exclude-checks positive_data_acceptance \
+  --checks all --exclude-checks positive_data_acceptance,use_after_free \
   --max-examples "${TY_CONTRACT_EXAMPLES:-100}" --seed 1 --workers 1 \
   --suppress-health-check all --no-color \
   --exclude-operation-id streamEvents
