@@ -41,6 +41,12 @@ static int have_mpi;
 #define MLP                                                           \
     "{\"layers\": [{\"type\": \"dense\", \"units\": 64}, {\"type\": " \
     "\"relu\"}, {\"type\": \"dense\", \"units\": 3}]}"
+/* Wider: an epoch of the blobs takes long enough (about 0.2 s on 2 cores)
+ * that a test can watch the gang run for seconds. */
+#define WIDE_MLP                                                       \
+    "{\"layers\": [{\"type\": \"dense\", \"units\": 256}, {\"type\": " \
+    "\"relu\"}, {\"type\": \"dense\", \"units\": 256}, {\"type\": "    \
+    "\"relu\"}, {\"type\": \"dense\", \"units\": 3}]}"
 
 static int setup(void **state)
 {
@@ -80,15 +86,16 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Submits the blobs job with these hyperparameters and resources
- * (JSON texts), expecting 202; its id into id (64 bytes). */
-static void submit(const char *hp, const char *resources, char *id)
+/* Submits the blobs job of model with these hyperparameters and
+ * resources (JSON texts), expecting 202; its id into id (64 bytes). */
+static void submit(const char *model, const char *hp, const char *resources,
+                   char *id)
 {
     char body[1024];
     snprintf(body, sizeof body,
-             "{\"dataset\": \"blobs\", \"model\": " MLP
+             "{\"dataset\": \"blobs\", \"model\": %s"
              ", \"hyperparameters\": %s, \"resources\": %s}",
-             hp, resources);
+             model, hp, resources);
     resp *r = http_json(&server, "POST", "/v1/jobs", body);
     expect_status(r, 202);
     snprintf(id, 64, "%s", str(r->json, "id"));
@@ -114,7 +121,7 @@ static void test_gang_trains_as_one(void **state)
         skip();
     const char *hp = "{\"epochs\": 3, \"batch_size\": 64, \"seed\": 5}";
     char two[64], one[64];
-    submit(hp, "{\"workers\": 2}", two);
+    submit(MLP, hp, "{\"workers\": 2}", two);
     json_t *j = wait_job(&server, two, 300);
     assert_string_equal(str(j, "status"), "succeeded");
     const json_t *res = json_object_get(j, "resources");
@@ -130,7 +137,7 @@ static void test_gang_trains_as_one(void **state)
                          (json_int_t)i);
     json_decref(j);
 
-    submit(hp, "{\"workers\": 1, \"gpu\": \"none\"}", one);
+    submit(MLP, hp, "{\"workers\": 1, \"gpu\": \"none\"}", one);
     j = wait_job(&server, one, 300);
     assert_string_equal(str(j, "status"), "succeeded");
     assert_null(json_object_get(json_object_get(j, "placement"), "ranks"));
@@ -193,7 +200,7 @@ static void test_gang_holds_its_places(void **state)
     if (!have_mpi)
         skip();
     char gang[64], single[64];
-    submit("{\"epochs\": 40, \"batch_size\": 32, \"seed\": 4}",
+    submit(WIDE_MLP, "{\"epochs\": 40, \"batch_size\": 32, \"seed\": 4}",
            "{\"workers\": 2}", gang);
     double until = now_seconds() + 120;
     json_t *j = NULL;
@@ -207,21 +214,28 @@ static void test_gang_holds_its_places(void **state)
             fail_msg("the gang did not start in 120 s");
         usleep(100 * 1000);
     }
-    submit("{\"epochs\": 1, \"batch_size\": 32}", "{\"gpu\": \"none\"}",
+    submit(MLP, "{\"epochs\": 1, \"batch_size\": 32}", "{\"gpu\": \"none\"}",
            single);
-    /* while the gang runs, the single job never does */
-    int overlapped = 0, gang_done = 0;
+    /* while the gang runs, the single job never does (and it was seen
+     * waiting while the gang ran: a gang over before the first look would
+     * prove nothing) */
+    int overlapped = 0, gang_done = 0, seen_waiting = 0;
     while (!gang_done && now_seconds() < until + 300) {
         json_t *g = get_job(&server, gang), *s = get_job(&server, single);
         gang_done = strcmp(str(g, "status"), "running") != 0;
         if (!gang_done && strcmp(str(s, "status"), "queued") != 0)
             overlapped = 1;
+        else if (!gang_done)
+            seen_waiting++;
         json_decref(g);
         json_decref(s);
         usleep(100 * 1000);
     }
     assert_true(gang_done);
     assert_false(overlapped);
+    if (seen_waiting == 0)
+        fail_msg("the gang ended before the second job could be seen "
+                 "waiting for it");
     j = wait_job(&server, single, 300);
     assert_string_equal(str(j, "status"), "succeeded");
     json_decref(j);
@@ -271,7 +285,7 @@ static void test_gang_rank_killed(void **state)
     if (!have_mpi)
         skip();
     char id[64];
-    submit("{\"epochs\": 60, \"batch_size\": 32, \"seed\": 9}",
+    submit(WIDE_MLP, "{\"epochs\": 60, \"batch_size\": 32, \"seed\": 9}",
            "{\"workers\": 2}", id);
     /* past its second epoch: a checkpoint is on disk */
     pid_t ranks[8];
