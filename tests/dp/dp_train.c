@@ -33,6 +33,7 @@
 #include "common/ty.h"
 #include "models/train/comm.h"
 #include "models/train/train.h"
+#include "tests/unit/fashion_idx.h"
 #include "tests/unit/synth_data.h"
 
 static const char *const mlp_spec =
@@ -40,63 +41,6 @@ static const char *const mlp_spec =
     "{\"type\":\"dense\",\"units\":256},{\"type\":\"relu\"},"
     "{\"type\":\"dense\",\"units\":128},{\"type\":\"relu\"},"
     "{\"type\":\"dense\",\"units\":10}]}";
-
-static gzFile open_idx(const char *dir, const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (access(path, R_OK) != 0)
-        snprintf(path, sizeof path, "%s/%s.gz", dir, name);
-    return access(path, R_OK) == 0 ? gzopen(path, "rb") : NULL;
-}
-
-static int read_be32(gzFile f, uint32_t *v)
-{
-    unsigned char b[4];
-    if (gzread(f, b, 4) != 4)
-        return -1;
-    *v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
-         b[3];
-    return 0;
-}
-
-/* The first `limit` (0: all) images and labels into s. 1: files absent;
- * -1: malformed. */
-static int load_set(const char *dir, const char *images, const char *labels,
-                    uint32_t limit, synth *s)
-{
-    gzFile fi = open_idx(dir, images), fl = open_idx(dir, labels);
-    int rc = 1;
-    uint32_t magic, n, h, w, magic_l, n_l;
-    unsigned char *lab = NULL;
-    if (!fi || !fl)
-        goto done;
-    rc = -1;
-    if (read_be32(fi, &magic) || magic != 0x803 || read_be32(fi, &n) ||
-        read_be32(fi, &h) || read_be32(fi, &w) || h != 28 || w != 28 ||
-        read_be32(fl, &magic_l) || magic_l != 0x801 || read_be32(fl, &n_l) ||
-        n_l != n || n == 0 || n > 100000)
-        goto done;
-    if (limit && limit < n)
-        n = limit;
-    static const uint32_t shape[] = {1, 28, 28};
-    synth_init(s, TY_TASK_CLASSIFICATION, n, shape, 3, TY_DTYPE_U8, 10,
-               "scale_255");
-    lab = malloc(n);
-    if (!lab || gzread(fi, s->x, n * 784u) != (int)(n * 784u) ||
-        gzread(fl, lab, n) != (int)n)
-        goto done;
-    for (uint32_t i = 0; i < n; i++)
-        s->y[i] = lab[i] < 10 ? lab[i] : 0;
-    rc = 0;
-done:
-    free(lab);
-    if (fi)
-        gzclose(fi);
-    if (fl)
-        gzclose(fl);
-    return rc;
-}
 
 /* SIGUSR1 to one rank: its job.stop (the ranks agree on it at the next
  * step, so all of them stop there). */
@@ -202,11 +146,11 @@ int main(int argc, char **argv)
         dir = "/usr/share/datasets/fashion-mnist";
     synth train, test;
     memset(&test, 0, sizeof test);
-    int r = load_set(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                     n_train, &train);
+    int r = fashion_load_set(dir, "train-images-idx3-ubyte",
+                             "train-labels-idx1-ubyte", n_train, &train);
     if (r == 0)
-        r = load_set(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte", 0,
-                     &test);
+        r = fashion_load_set(dir, "t10k-images-idx3-ubyte",
+                             "t10k-labels-idx1-ubyte", 0, &test);
     if (r != 0) {
         printf("%s Fashion-MNIST files in %s\n",
                r > 0 ? "SKIPPED: no" : "FAIL: malformed", dir);

@@ -28,6 +28,7 @@
 #include "common/ty.h"
 #include "models/nn.h"
 #include "models/train/train.h"
+#include "tests/unit/fashion_idx.h"
 #include "tests/unit/synth_data.h"
 
 #if TRAINYARD_HAVE_CUDA
@@ -49,64 +50,6 @@ static const char *const cnn_spec =
     "{\"type\":\"dense\",\"units\":1024},{\"type\":\"relu\"},"
     "{\"type\":\"dropout\",\"rate\":0.4},"
     "{\"type\":\"dense\",\"units\":10}]}";
-
-/* Opens dir/name, or dir/name.gz. NULL when neither opens. */
-static gzFile open_idx(const char *dir, const char *name)
-{
-    char path[1024];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    if (access(path, R_OK) != 0)
-        snprintf(path, sizeof path, "%s/%s.gz", dir, name);
-    return access(path, R_OK) == 0 ? gzopen(path, "rb") : NULL;
-}
-
-static int read_be32(gzFile f, uint32_t *v)
-{
-    unsigned char b[4];
-    if (gzread(f, b, 4) != 4)
-        return -1;
-    *v = (uint32_t)b[0] << 24 | (uint32_t)b[1] << 16 | (uint32_t)b[2] << 8 |
-         b[3];
-    return 0;
-}
-
-/* Reads images (n, 1, 28, 28) u8 and labels into s (a u8 dataset with
- * preprocess scale_255). 0 on success, 1 data missing, -1 malformed. */
-static int load_set(const char *dir, const char *images, const char *labels,
-                    synth *s)
-{
-    gzFile fi = open_idx(dir, images), fl = open_idx(dir, labels);
-    int rc = 1;
-    uint32_t magic, n, h, w, magic_l, n_l;
-    if (!fi || !fl)
-        goto done;
-    rc = -1;
-    if (read_be32(fi, &magic) || magic != 0x803 || read_be32(fi, &n) ||
-        read_be32(fi, &h) || read_be32(fi, &w) || h != 28 || w != 28 ||
-        read_be32(fl, &magic_l) || magic_l != 0x801 || read_be32(fl, &n_l) ||
-        n_l != n || n == 0 || n > 100000)
-        goto done;
-    static const uint32_t shape[] = {1, 28, 28};
-    synth_init(s, TY_TASK_CLASSIFICATION, n, shape, 3, TY_DTYPE_U8, 10,
-               "scale_255");
-    if (gzread(fi, s->x, n * 784u) != (int)(n * 784u))
-        goto done;
-    unsigned char *lab = malloc(n);
-    if (!lab || gzread(fl, lab, n) != (int)n) {
-        free(lab);
-        goto done;
-    }
-    for (uint32_t i = 0; i < n; i++)
-        s->y[i] = lab[i] < 10 ? lab[i] : 0;
-    free(lab);
-    rc = 0;
-done:
-    if (fi)
-        gzclose(fi);
-    if (fl)
-        gzclose(fl);
-    return rc;
-}
 
 static void on_epoch(void *ctx, const train_epoch_metrics *m)
 {
@@ -166,16 +109,16 @@ int main(void)
     if (!dir || !*dir)
         dir = "/usr/share/datasets/fashion-mnist";
     synth train, test;
-    int r1 = load_set(dir, "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
-                      &train);
+    int r1 = fashion_load_set(dir, "train-images-idx3-ubyte",
+                              "train-labels-idx1-ubyte", 0, &train);
     if (r1 != 0) {
         printf(r1 > 0 ? "SKIPPED: no Fashion-MNIST training files in %s\n"
                       : "FAIL: malformed Fashion-MNIST training files in %s\n",
                dir);
         return r1 > 0 ? 77 : 1;
     }
-    int r2 = load_set(dir, "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
-                      &test);
+    int r2 = fashion_load_set(dir, "t10k-images-idx3-ubyte",
+                              "t10k-labels-idx1-ubyte", 0, &test);
     if (r2 != 0) {
         printf(r2 > 0 ? "SKIPPED: no Fashion-MNIST test files in %s\n"
                       : "FAIL: malformed Fashion-MNIST test files in %s\n",
