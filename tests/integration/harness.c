@@ -390,15 +390,16 @@ void make_blobs_csv(const char *path, int rows, uint64_t seed)
     fclose(f);
 }
 
-pid_t find_child(const srv *s, const char *command, const char *id)
+int find_children(const srv *s, const char *command, const char *id,
+                  pid_t *pids, int max)
 {
     char want[PATH_MAX + 64], cmd_word[64];
     snprintf(want, sizeof want, "%s/jobs/%s", s->data, id);
     snprintf(cmd_word, sizeof cmd_word, " %s ", command);
     DIR *d = opendir("/proc");
     struct dirent *e;
-    pid_t found = 0;
-    while (d && (e = readdir(d)) != NULL && !found) {
+    int found = 0;
+    while (d && (e = readdir(d)) != NULL) {
         char path[300], cmd[4096];
         snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
         FILE *f = fopen(path, "r");
@@ -410,12 +411,18 @@ pid_t find_child(const srv *s, const char *command, const char *id)
             if (cmd[i] == '\0')
                 cmd[i] = ' ';
         cmd[n] = '\0';
-        if (strstr(cmd, cmd_word) && strstr(cmd, want))
-            found = (pid_t)atoi(e->d_name);
+        if (strstr(cmd, cmd_word) && strstr(cmd, want) && found++ < max)
+            pids[found - 1] = (pid_t)atoi(e->d_name);
     }
     if (d)
         closedir(d);
     return found;
+}
+
+pid_t find_child(const srv *s, const char *command, const char *id)
+{
+    pid_t pid = 0;
+    return find_children(s, command, id, &pid, 1) > 0 ? pid : 0;
 }
 
 json_t *get_job(const srv *s, const char *id)

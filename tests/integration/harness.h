@@ -113,6 +113,11 @@ void make_blobs_csv(const char *path, int rows, uint64_t seed);
  * command: "worker" or "replica". */
 pid_t find_child(const srv *s, const char *command, const char *id);
 
+/* Every such process (a data-parallel job's mpirun and its ranks): how
+ * many there are, the first `max` of their pids into pids. */
+int find_children(const srv *s, const char *command, const char *id,
+                  pid_t *pids, int max);
+
 /* GET /v1/jobs/{id}, expected 200: the job (new reference). */
 json_t *get_job(const srv *s, const char *id);
 

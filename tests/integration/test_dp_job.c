@@ -23,8 +23,6 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include <dirent.h>
-#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -244,39 +242,15 @@ static void test_gang_holds_its_places(void **state)
     json_decref(j);
 }
 
-/* The processes working in job id's folder: mpirun and its ranks. *ranks
- * gets the ranks' pids (at most 8), the count is returned. */
-static int job_processes(const char *id, pid_t *ranks, int *nranks)
+/* The ranks among procs, the processes in job id's folder (found by
+ * find_children): all but mpirun, which the placement names. */
+static int ranks_of(const pid_t *procs, int n, json_int_t mpirun, pid_t *ranks)
 {
-    char want[PATH_MAX + 64];
-    snprintf(want, sizeof want, "%s/jobs/%s", server.data, id);
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    *nranks = 0;
-    while (d && (e = readdir(d)) != NULL) {
-        char path[300], cmd[4096];
-        snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f)
-            continue;
-        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        cmd[len] = '\0';
-        const char *argv0 = cmd; /* up to the first NUL */
-        int is_mpirun = strstr(argv0, "mpirun") != NULL;
-        for (size_t i = 0; i < len; i++)
-            if (cmd[i] == '\0')
-                cmd[i] = ' ';
-        if (!strstr(cmd, want) || !strstr(cmd, " worker "))
-            continue;
-        n++;
-        if (!is_mpirun && *nranks < 8)
-            ranks[(*nranks)++] = (pid_t)atoi(e->d_name);
-    }
-    if (d)
-        closedir(d);
-    return n;
+    int k = 0;
+    for (int i = 0; i < n && i < 8; i++)
+        if (procs[i] != (pid_t)mpirun)
+            ranks[k++] = procs[i];
+    return k;
 }
 
 static void test_gang_rank_killed(void **state)
@@ -288,18 +262,22 @@ static void test_gang_rank_killed(void **state)
     submit(WIDE_MLP, "{\"epochs\": 60, \"batch_size\": 32, \"seed\": 9}",
            "{\"workers\": 2}", id);
     /* past its second epoch: a checkpoint is on disk */
-    pid_t ranks[8];
+    pid_t found[8], ranks[8];
     int nranks = 0, procs = 0;
     double until = now_seconds() + 120;
     for (;;) {
         json_t *j = get_job(&server, id);
         const json_int_t epoch = json_integer_value(
             json_object_get(json_object_get(j, "progress"), "epoch"));
+        const json_int_t mpirun = json_integer_value(
+            json_object_get(json_object_get(j, "placement"), "worker_pid"));
         char status[32];
         snprintf(status, sizeof status, "%s", str(j, "status"));
         json_decref(j);
-        procs = job_processes(id, ranks, &nranks);
-        if (!strcmp(status, "running") && epoch >= 2 && nranks == 2)
+        procs = find_children(&server, "worker", id, found, 8);
+        nranks = ranks_of(found, procs, mpirun, ranks);
+        if (!strcmp(status, "running") && epoch >= 2 && mpirun > 0 &&
+            nranks == 2)
             break;
         if (now_seconds() > until ||
             (strcmp(status, "running") && strcmp(status, "queued")))
@@ -315,7 +293,7 @@ static void test_gang_rank_killed(void **state)
     int left = 0;
     do {
         usleep(100 * 1000);
-        left = job_processes(id, ranks, &nranks);
+        left = find_children(&server, "worker", id, found, 8);
     } while (left > 0 && now_seconds() - t0 < 30);
     fprintf(stderr, "a worker killed: the gang was gone %.1f s later\n",
             now_seconds() - t0);
