@@ -99,6 +99,25 @@ static sched_request random_request(ty_rng *r)
 }
 
 /* serving: 1 makes 1 job in 200 a serving replica, serving_preempt on */
+/* 1..most of the jobs in running[0..*n) finish (removed from s and from
+ * the list); a job found preempted and requeued is dropped from the list
+ * and another is picked in its place. */
+static void finish_some(sched *s, ty_rng *rng, int *running, int *n, int most)
+{
+    int finish = 1 + (int)ty_rng_below(rng, (uint32_t)most);
+    for (int f = 0; f<finish && * n> 0; f++) {
+        int k = (int)ty_rng_below(rng, (uint32_t)*n);
+        int j = running[k];
+        running[k] = running[--*n];
+        sched_job_info in;
+        if (sched_job_get(s, j, &in) == TY_OK &&
+            (in.state == SCHED_JOB_RUNNING || in.state == SCHED_JOB_STOPPING))
+            sched_job_remove(s, j);
+        else
+            f--;
+    }
+}
+
 static int run(int passes, int preempt, int serving)
 {
     sched_slot sl[64];
@@ -180,19 +199,7 @@ static int run(int passes, int preempt, int serving)
         for (size_t i = 0; i < r.n_preemptions; i++)
             sched_job_requeue(s, r.preemptions[i].victim, &err);
         /* 1..8 running jobs finish */
-        int finish = 1 + (int)ty_rng_below(&rng, 8);
-        for (int f = 0; f < finish && nrunning > 0; f++) {
-            int k = (int)ty_rng_below(&rng, (uint32_t)nrunning);
-            int j = running[k];
-            running[k] = running[--nrunning];
-            sched_job_info in;
-            if (sched_job_get(s, j, &in) == TY_OK &&
-                (in.state == SCHED_JOB_RUNNING ||
-                 in.state == SCHED_JOB_STOPPING))
-                sched_job_remove(s, j);
-            else
-                f--; /* it was preempted and requeued: pick another */
-        }
+        finish_some(s, &rng, running, &nrunning, 8);
         clock += 5;
     }
     if (sched_check(s, &err) != TY_OK) {
@@ -328,19 +335,7 @@ static int run_cluster(int passes, int preempt)
         }
         for (size_t i = 0; i < r.n_preemptions; i++)
             sched_job_requeue(s, r.preemptions[i].victim, &err);
-        int finish = 1 + (int)ty_rng_below(&rng, 32);
-        for (int f = 0; f < finish && nrunning > 0; f++) {
-            int k = (int)ty_rng_below(&rng, (uint32_t)nrunning);
-            int j = running[k];
-            running[k] = running[--nrunning];
-            sched_job_info in;
-            if (sched_job_get(s, j, &in) == TY_OK &&
-                (in.state == SCHED_JOB_RUNNING ||
-                 in.state == SCHED_JOB_STOPPING))
-                sched_job_remove(s, j);
-            else
-                f--; /* preempted and requeued: pick another */
-        }
+        finish_some(s, &rng, running, &nrunning, 32);
         clock += 5;
     }
     if (sched_check(s, &err) != TY_OK) {
