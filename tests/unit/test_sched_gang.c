@@ -112,6 +112,22 @@ static void pass(sched *s, double now, sched_result *r)
     check(s);
 }
 
+/* Six singles of tenant t on slots 0..5 of cluster(sl, 2, 4, 0) (node
+ * 10 full, node 11 with 2 free), placed by one pass whose result is *r;
+ * their handles into single (may be NULL). */
+static void place_six_singles(sched *s, int t, int *single, sched_result *r)
+{
+    char id[32];
+    for (int i = 0; i < 6; i++) {
+        snprintf(id, sizeof id, "job_s%d", i);
+        int h = submit(s, id, t, 0, 0, 1);
+        if (single)
+            single[i] = h;
+    }
+    pass(s, 0, r);
+    assert_int_equal(r->n_placements, 6);
+}
+
 /* How many slots job j holds, by scanning the slots (not its record). */
 static int slots_held(const sched *s, size_t nslots, int j)
 {
@@ -203,14 +219,8 @@ static void test_gang_all_or_nothing(void **state)
     /* singles on 0..5, then the one on 3 ends: 0,1,2 (node 10) and 4,5
      * (node 11) held */
     int single[6];
-    char id[32];
-    for (int i = 0; i < 6; i++) {
-        snprintf(id, sizeof id, "job_s%d", i);
-        single[i] = submit(s, id, a, 0, 0, 1);
-    }
     sched_result r;
-    pass(s, 0, &r);
-    assert_int_equal(r.n_placements, 6);
+    place_six_singles(s, a, single, &r);
     assert_int_equal(sched_job_remove(s, sched_slot_holder(s, 3)), TY_OK);
     /* 3 free: 1 on node 10, 2 on node 11; a gang of 3 must not start, nor
      * hold anything */
@@ -256,14 +266,8 @@ static void test_gang_spread(void **state)
     size_t n = cluster(sl, 2, 4, 0);
     sched *s = make(&CFG, sl, n);
     int a = tenant(s, "a", 1, -1, -1), b = tenant(s, "b", 1, -1, -1);
-    char id[32];
-    for (int i = 0; i < 6; i++) {
-        snprintf(id, sizeof id, "job_s%d", i);
-        submit(s, id, a, 0, 0, 1);
-    }
     sched_result r;
-    pass(s, 0, &r); /* slots 0..5 */
-    assert_int_equal(r.n_placements, 6);
+    place_six_singles(s, a, NULL, &r); /* slots 0..5 */
     /* free 2 on each node: 0, 1 and 6, 7 */
     for (int i = 0; i < 2; i++)
         assert_int_equal(sched_job_remove(s, sched_slot_holder(s, i)), TY_OK);
@@ -773,13 +777,8 @@ static void test_gang_report(void **state)
     size_t n = cluster(sl, 2, 4, 0);
     sched *s = make(&CFG, sl, n);
     int a = tenant(s, "a", 1, -1, -1), b = tenant(s, "b", 1, -1, -1);
-    char id[32];
-    for (int i = 0; i < 6; i++) {
-        snprintf(id, sizeof id, "job_s%d", i);
-        submit(s, id, a, 0, 0, 1);
-    }
     sched_result r;
-    pass(s, 0, &r); /* node 10 full, node 11 has 2 free */
+    place_six_singles(s, a, NULL, &r); /* node 10 full, node 11 has 2 free */
     int g = submit(s, "job_g", b, 0, 1, 4);
     pass(s, 1, &r);
     sched_wait w[8];
