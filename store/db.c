@@ -138,6 +138,31 @@ static const char *const migrations[] = {
     /* 9: each tenant's generation tokens a minute over all its deployments
      * (prompt and max_tokens reserved at admission; NULL = unlimited) */
     "ALTER TABLE tenants ADD COLUMN serving_tokens_per_minute INTEGER;",
+    /* 10: usage accounting (store/usage.c): every interval a job or a
+     * serving replica held a device slice or a CPU place (end_s NULL while
+     * open; unix seconds), and the last time the server proved itself
+     * alive, at which recovery closes what a crash left open. The
+     * (end_s, start_s, ...) index covers the window query's columns. */
+    "CREATE TABLE usage_intervals ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  tenant_id TEXT NOT NULL,"
+    "  kind TEXT NOT NULL,"
+    "  owner TEXT NOT NULL,"
+    "  replica TEXT,"
+    "  device INTEGER,"
+    "  profile TEXT,"
+    "  compute_slices INTEGER NOT NULL,"
+    "  gpu_slices INTEGER NOT NULL,"
+    "  memory_bytes INTEGER NOT NULL,"
+    "  cpu INTEGER NOT NULL,"
+    "  start_s REAL NOT NULL,"
+    "  end_s REAL);"
+    "CREATE INDEX usage_end_start ON usage_intervals(end_s, start_s,"
+    "  tenant_id, kind, profile, compute_slices, gpu_slices, cpu);"
+    "CREATE INDEX usage_tenant_start ON usage_intervals(tenant_id, start_s);"
+    "CREATE TABLE usage_alive ("
+    "  id INTEGER PRIMARY KEY CHECK (id = 1),"
+    "  at_s REAL NOT NULL);",
 };
 
 /* ---- helpers ---- */

@@ -500,4 +500,73 @@ ty_status store_storage_check(store *st, const char *tenant_id, int64_t adding,
  * n} (new array), for GET /metrics. */
 ty_status store_job_counts(store *st, json_t **rows, ty_err *err);
 
+/* ---- usage accounting (usage.c) ---- */
+
+/* An interval in which a job or a serving replica holds a device slice
+ * or CPU places (all strings borrowed). */
+typedef struct {
+    const char *tenant_id;
+    const char *kind;    /* "training" | "serving" */
+    const char *owner;   /* the job's id or the deployment's */
+    const char *replica; /* a serving replica's id; NULL for a job */
+    int device;          /* the GPU's index; -1: CPU places */
+    const char *profile; /* MIG profile; "" a whole GPU; NULL CPU */
+    int compute_slices;  /* the slice's (a whole GPU: the GPU's); 0 CPU */
+    int gpu_slices;      /* the GPU's compute slices (7); 0 CPU */
+    int64_t memory_bytes;
+    int cpu;      /* CPU places held (a gang's ranks); 0 on a GPU */
+    double start; /* unix seconds */
+} store_usage_interval;
+
+/* Records an open interval; its row id into *id. */
+ty_status store_usage_open(store *st, const store_usage_interval *iv,
+                           int64_t *id, ty_err *err);
+
+/* Closes interval id at end (unix seconds; never before its start). An
+ * interval already closed is left as it is. */
+ty_status store_usage_close(store *st, int64_t id, double end, ty_err *err);
+
+/* Stamps `at` (unix seconds) as a time the server was alive. */
+ty_status store_usage_alive(store *st, double at, ty_err *err);
+
+/* At start-up: closes every interval a crash left open at the latest time
+ * the store proves the server alive (the stamp, or the latest start or end
+ * written, whichever is later; never before the interval's start), and
+ * stamps now. *closed: how many; *proven: that time. One transaction. */
+ty_status store_usage_recover(store *st, double now, int64_t *closed,
+                              double *proven, ty_err *err);
+
+/* Interval id's row as stored (tests). TY_ENOTFOUND when none. */
+ty_status store_usage_get(store *st, int64_t id, json_t **row, ty_err *err);
+
+/* What the window query groups by. */
+typedef enum {
+    STORE_USAGE_TENANT,  /* "tenant": the tenant's id */
+    STORE_USAGE_KIND,    /* "kind": training | serving */
+    STORE_USAGE_PROFILE, /* "profile": "1g.10gb", "gpu" (whole), "cpu" */
+    STORE_USAGE_DAY,     /* "day": "YYYY-MM-DD", UTC */
+    STORE_USAGE_KEY_COUNT
+} store_usage_key;
+
+/* The key's name as the API spells it; NULL for none. */
+const char *store_usage_key_name(store_usage_key k);
+/* The key named `name` into *k: 1, or 0 for no such key. */
+int store_usage_key_parse(const char *name, store_usage_key *k);
+
+typedef struct {
+    double from, to;       /* the window [from, to), unix seconds */
+    double now;            /* where open intervals end */
+    const char *tenant_id; /* NULL: every tenant */
+    int nkeys;             /* 0..2 */
+    store_usage_key keys[2];
+} store_usage_query;
+
+/* The intervals clipped to the window, summed per group of the keys (in
+ * their order): rows {<key>: ..., slice_hours, gpu_hours, cpu_hours,
+ * intervals} (new array), sorted by the keys; no keys: one row of the
+ * totals. Grouped by day, an interval counts in each day it touches.
+ * TY_EINVAL for from >= to or a bad key. */
+ty_status store_usage_window(store *st, const store_usage_query *q,
+                             json_t **rows, ty_err *err);
+
 #endif
