@@ -157,6 +157,17 @@ static void init(void)
         "Prompt tokens of generation whose keys and values came from the "
         "prefix cache (hit) and those computed (computed).",
         LABELS("kind"), NULL, 0);
+    fam.usage_slices = metrics_family_add(
+        reg, METRICS_COUNTER, "trainyard_usage_slice_seconds_total",
+        "Compute-slice-seconds held by jobs (training) and serving replicas "
+        "(serving): a MIG slice counts its compute slices, a whole GPU 7; "
+        "GET /v1/usage has the accounting.",
+        LABELS("tenant", "kind"), NULL, 0);
+    fam.usage_cpu = metrics_family_add(
+        reg, METRICS_COUNTER, "trainyard_usage_cpu_seconds_total",
+        "CPU-place-seconds held by CPU jobs (a data-parallel gang counts "
+        "its ranks) and CPU serving replicas.",
+        LABELS("tenant", "kind"), NULL, 0);
     fam.gen_step_seqs = metrics_family_add(
         reg, METRICS_HISTOGRAM, "trainyard_generate_step_sequences",
         "Sequences each generation step ran together (continuous "
@@ -357,4 +368,14 @@ void opm_gen_prefix_cache(unsigned hit, unsigned computed)
     const opm_families *f = opm();
     metrics_add(f->gen_prefix, LABELS("hit"), hit);
     metrics_add(f->gen_prefix, LABELS("computed"), computed);
+}
+
+void opm_usage_add(const char *tenant, const char *kind, double slice_seconds,
+                   double cpu_seconds)
+{
+    const opm_families *f = opm();
+    if (slice_seconds > 0)
+        metrics_add(f->usage_slices, LABELS(tenant, kind), slice_seconds);
+    if (cpu_seconds > 0)
+        metrics_add(f->usage_cpu, LABELS(tenant, kind), cpu_seconds);
 }

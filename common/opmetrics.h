@@ -51,6 +51,8 @@ typedef struct {
     metrics_family *gen_waiting;      /* gauge: requests waiting for cache */
     metrics_family *gen_kv_blocks;    /* gauge: cache blocks by state */
     metrics_family *gen_prefix;       /* counter {kind}: prompt tokens */
+    metrics_family *usage_slices;     /* counter {tenant, kind} */
+    metrics_family *usage_cpu;        /* counter {tenant, kind} */
 } opm_families;
 
 /* The registry and its families; NULL members only when out of memory at
@@ -128,5 +130,11 @@ void opm_gen_kv_blocks(long used_delta, long total_delta);
 /* A sequence joined an engine: its prompt's tokens found in the prefix
  * cache (hit) and those it computes (computed). */
 void opm_gen_prefix_cache(unsigned hit, unsigned computed);
+
+/* Usage accounting (jobs/usage.c): compute-slice-seconds and CPU-place-
+ * seconds a tenant's runs of kind ("training", "serving") held since the
+ * last call. The public scrape sums them over tenants. */
+void opm_usage_add(const char *tenant, const char *kind, double slice_seconds,
+                   double cpu_seconds);
 
 #endif

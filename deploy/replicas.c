@@ -183,6 +183,7 @@ static ty_status replica_start(void *ctx, int place, int sj, int slot)
     }
     p->state = REP_STARTING;
     jobs_slot_holder(b->js, slot, p->id, d->tenant);
+    jobs_run_owner(b->js, place, d->id);
     log_event("info", "replica",
               json_pack("{s:s, s:s, s:s, s:s, s:i, s:I}", "replica", p->id,
                         "deployment", d->id, "state", "starting", "device",

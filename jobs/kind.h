@@ -94,6 +94,12 @@ void jobs_slot_holder(struct jobs_service *js, int slot, const char *job,
 void jobs_device_for(const struct jobs_service *js, int slot, char *dev,
                      size_t ndev, char *cvd, size_t ncvd, int *has_cvd);
 
+/* Names owner (a serving replica's deployment id) as what run entry
+ * `place`'s usage intervals are recorded for (GET /v1/usage), the entry's
+ * own id then recorded as its replica; called from a kind's start. mu
+ * held. */
+void jobs_run_owner(struct jobs_service *js, int place, const char *owner);
+
 /* The folder of the job in run entry `place` (<jobs>/<id>); NULL when the
  * entry is free. mu held. */
 const char *jobs_run_dir(const struct jobs_service *js, int place);

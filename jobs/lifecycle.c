@@ -282,6 +282,8 @@ static void start_placement(jobs_service *r, int sj, int slot)
         svc_run_claim(r, place, sj, slot, id, svc_tenant_id(r, info.tenant));
     if (w->kind->start(w->kind->ctx, place, sj, slot) != TY_OK)
         svc_run_release(r, w);
+    else
+        svc_usage_open(r, w);
 }
 
 /* Tells a preemption victim to checkpoint and stop. Caller holds mu. */
@@ -846,7 +848,11 @@ static void schedule(jobs_service *r)
 }
 
 /* supervisor_hooks.on_tick: mu held. */
-void lifecycle_tick(void *ctx) { schedule(ctx); }
+void lifecycle_tick(void *ctx)
+{
+    schedule(ctx);
+    svc_usage_tick(ctx);
+}
 
 /* The training kind's exit: the outcome of a local worker. mu held. */
 static void training_exit(void *ctx, int place, int ws, int lost)

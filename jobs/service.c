@@ -165,7 +165,7 @@ static void reattach_running(jobs_service *r)
                           err.msg);
             continue;
         }
-        svc_run_claim(r, place, sj, slot, id, tenant);
+        svc_usage_open(r, svc_run_claim(r, place, sj, slot, id, tenant));
         svc_set_holder(r, slot, id, tenant);
         log_event("info", "job_reattach",
                   json_pack("{s:s, s:I}", "job", id, "slurm_job",
@@ -247,6 +247,7 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
         return TY_EINVAL; /* a setting (err names it), or memory */
     }
     pthread_mutex_lock(&r->mu);
+    svc_usage_recover(r);
     reattach_running(r);
     pthread_mutex_unlock(&r->mu);
     load_queued(r);
@@ -616,8 +617,10 @@ void jobs_stop(jobs_service *r)
     exec_destroy(r->exec);
     supervisor_stop(r->sup);
     for (int i = 0; i < r->cap; i++)
-        if (r->runs[i].used)
+        if (r->runs[i].used) {
             svc_set_holder(r, r->runs[i].slot, NULL, NULL);
+            svc_usage_close(r, &r->runs[i]);
+        }
     int64_t n = 0;
     ty_err err;
     store_job_requeue_running(r->env.store, remote ? "slurm" : NULL, &n, &err);

@@ -128,6 +128,7 @@ job_run *svc_run_claim(jobs_service *r, int place, int sj, int slot,
 
 void svc_run_release(jobs_service *r, job_run *w)
 {
+    svc_usage_close(r, w);
     w->used = 0;
     r->nruns--;
 }

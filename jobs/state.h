@@ -31,6 +31,11 @@
  * header, and the layer test counts that as a circle). */
 typedef struct jobs_service jobs_service;
 
+/* The most usage intervals one run holds at once (one per GPU of a gang:
+ * a node's GPUs), and how often the server stamps the store alive. */
+#define JOBS_USAGE_MAX INV_MAX_GPUS
+#define JOBS_USAGE_ALIVE_S 10.0
+
 /* A job whose worker runs (or is being started) in supervisor place i:
  * what the service knows of that run. */
 typedef struct {
@@ -51,6 +56,15 @@ typedef struct {
     int resumed_from_epoch;      /* -1 unless this run resumed */
     char tenant_id[TY_ID_MAX];   /* for metrics labels */
     const jobs_kind *kind;       /* training (lifecycle.c) or another kind's */
+    /* Usage accounting (usage.c): the owner a kind named (a replica's
+     * deployment; "": the job itself), the open intervals' store ids, the
+     * slices and CPU places they hold, and when the counters last
+     * advanced (wall seconds). */
+    char owner[TY_ID_MAX];
+    int64_t usage_ids[JOBS_USAGE_MAX];
+    int nusage;
+    int usage_slices, usage_cpu;
+    double usage_counted;
 } job_run;
 
 /* A crashed job waiting out its back-off, outside the scheduler. */
@@ -86,6 +100,7 @@ struct jobs_service {
     jobs_kind kinds[JOBS_KINDS_MAX]; /* [0] training; then jobs_kind_add's */
     int nkinds;
     int running; /* jobs_run was called: no kind is added after */
+    double usage_alive_at; /* the last alive stamp (wall seconds) */
 };
 
 /* Monotonic seconds: deadlines, heartbeats, back-offs. */
@@ -152,6 +167,23 @@ void svc_run_release(jobs_service *r, job_run *w);
 /* The folder of the training job in place `place` with a current
  * attempt (remote workers' requests). mu held. */
 const char *svc_run_dir(const jobs_service *r, int place);
+
+/* ---- usage.c: usage accounting ---- */
+
+/* Opens w's usage intervals (one per slot it holds, or its CPU places)
+ * now; nothing when they are open. A store failure is logged. mu held. */
+void svc_usage_open(jobs_service *r, job_run *w);
+
+/* Closes w's open intervals now. mu held. */
+void svc_usage_close(jobs_service *r, job_run *w);
+
+/* Stamps the store alive every JOBS_USAGE_ALIVE_S seconds and advances
+ * the usage counters of the runs. mu held. */
+void svc_usage_tick(jobs_service *r);
+
+/* At start: closes the intervals a crash left open (store_usage_recover)
+ * and logs how many. */
+void svc_usage_recover(jobs_service *r);
 
 /* ---- lifecycle.c: the training kind and the scheduling pass ---- */
 
