@@ -190,6 +190,9 @@ void api_gen_stream_start(http_req *r, api_gen_produce produce, void *arg,
 int api_gen_stream_event(api_gen_stream *st, json_t *obj);
 int api_gen_stream_raw(api_gen_stream *st, const char *text, size_t n);
 
+/* GET /v1/usage (api/usage.c): usage accounting in a window. */
+void api_usage_get(api_ctx *app, http_req *r);
+
 /* api/worker.c: the remote worker protocol (node/wremote.h) */
 void api_worker_job(api_ctx *app, http_req *r);
 void api_worker_blob(api_ctx *app, http_req *r);

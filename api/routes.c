@@ -116,6 +116,7 @@ const route api_routes[] = {
     {HTTP_GET, "/web/vendor/chart.min.js", "web.chartjs", PUB, NOBODY, api_web_chartjs},
     {HTTP_GET, "/web/{file}", "web.file", PUB, NOBODY, api_web_file},
     {HTTP_GET, "/v1/datasets/{id}/examples", "datasets.examples", KEY, NOBODY, api_datasets_examples},
+    {HTTP_GET, "/v1/usage", "usage.get", KEY, NOBODY, api_usage_get},
 };
 /* clang-format on */
 

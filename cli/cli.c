@@ -16,7 +16,8 @@
 
 static const char *const commands[] = {"login",       "logout", "datasets",
                                        "jobs",        "models", "devices",
-                                       "deployments", "tenants"};
+                                       "deployments", "tenants",
+                                       "usage"};
 
 static int is_command(const char *cmd)
 {
@@ -65,6 +66,7 @@ void cli_usage(FILE *f)
         "  devices        GPUs and MIG slices, and who holds each\n"
         "  tenants        list | create | show | update | keys | key-create |"
         " key-revoke (admin)\n"
+        "  usage          slice-, GPU- and CPU-hours held in a window\n"
         "\n"
         "Global options, anywhere on the line:\n"
         "  --url URL          the server (else TRAINYARD_URL, else the login)\n"
@@ -147,6 +149,11 @@ static const opt_spec options[] = {
     {"--layout", NULL, 1},
     {"--config", NULL, 1},
     {"--tokenizer", NULL, 1},
+    {"--from", NULL, 1},
+    {"--to", NULL, 1},
+    {"--group-by", NULL, 1},
+    {"--tenant", NULL, 1},
+    {"--csv", NULL, 0},
 };
 
 /* Parses argv[1..] but the command's name at skip. */
@@ -380,6 +387,8 @@ int cli_main(int argc, char **argv)
         rc = cli_cmd_deployments(c);
     else if (!strcmp(cmd, "tenants"))
         rc = cli_cmd_tenants(c);
+    else if (!strcmp(cmd, "usage"))
+        rc = cli_cmd_usage(c);
     else
         rc = cli_usage_error("help", "unknown command '%s'", cmd);
     curl_global_cleanup();

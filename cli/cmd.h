@@ -84,6 +84,7 @@ int cli_cmd_models(cli_ctx *c);
 /* `models import` (cmd_models_import.c). */
 int cli_models_import(cli_ctx *c);
 int cli_cmd_devices(cli_ctx *c);
+int cli_cmd_usage(cli_ctx *c); /* cmd_usage.c */
 int cli_cmd_deployments(cli_ctx *c);
 int cli_cmd_tenants(cli_ctx *c);
 
