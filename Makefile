@@ -18,6 +18,8 @@
 #               minutes, its memory sampled every 30 s
 #   make bench-sched  scheduling pass over 10,000 queued jobs, then a
 #               cluster of 1,000 GPUs, 100,000 jobs, gangs (seconds)
+#   make bench-usage [ARGS=--intervals N]  GET /v1/usage over a million
+#               usage intervals: store and HTTP, in milliseconds
 #   make bench-dp [ARGS=--steps 400]  data-parallel overhead: 2 MPI ranks
 #               x 1 thread against 1 process x 2 threads (about a minute)
 #   make bench-serve [ARGS=--quick]  serving benchmark against FastAPI and
@@ -36,7 +38,7 @@ JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 HF_VENV    ?= .venv-hf
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-dp bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-usage bench-dp bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -154,6 +156,11 @@ bench-lm: build test-deps
 
 bench-sched: build
 	$(BUILD)/bench_sched
+
+# GET /v1/usage over a million intervals (bench/usage/run.py --help): the
+# store's query and the same windows through HTTP, in milliseconds.
+bench-usage: build
+	bench/usage/run.py --build $(BUILD) $(ARGS)
 
 # The data-parallel overhead (bench/dp/run.py --help); its one rank is the
 # dp tests' tests/dp/dp_train, and mpirun comes from openmpi-bin.

@@ -134,14 +134,21 @@ static const char *const key_names[STORE_USAGE_KEY_COUNT] = {
     [STORE_USAGE_DAY] = "day",
 };
 
-/* The expression of a key over the clipped rows (w) or their day pieces
- * (d: column k is the day's number since the epoch). */
+/* What each key groups by (a column of the pieces p), and how it is shown
+ * (an expression of that column, evaluated once per group): k is the
+ * day's number since the epoch, pr the profile as stored. */
+static const char *const key_columns[STORE_USAGE_KEY_COUNT] = {
+    [STORE_USAGE_TENANT] = "tenant_id",
+    [STORE_USAGE_KIND] = "kind",
+    [STORE_USAGE_PROFILE] = "pr",
+    [STORE_USAGE_DAY] = "k",
+};
 static const char *const key_exprs[STORE_USAGE_KEY_COUNT] = {
     [STORE_USAGE_TENANT] = "tenant_id",
     [STORE_USAGE_KIND] = "kind",
     /* NULL: CPU places; '': a whole GPU */
-    [STORE_USAGE_PROFILE] = "CASE WHEN profile IS NULL THEN 'cpu' WHEN "
-                            "profile = '' THEN 'gpu' ELSE profile END",
+    [STORE_USAGE_PROFILE] = "CASE WHEN pr IS NULL THEN 'cpu' WHEN "
+                            "pr = '' THEN 'gpu' ELSE pr END",
     [STORE_USAGE_DAY] = "strftime('%Y-%m-%d', k * 86400, 'unixepoch')",
 };
 
@@ -172,45 +179,56 @@ ty_status store_usage_window(store *st, const store_usage_query *q,
             return ty_fail(err, TY_EINVAL, NULL, "a bad usage key");
         by_day |= q->keys[i] == STORE_USAGE_DAY;
     }
-    char cols[512] = "", group[256] = "";
+    char cols[512] = "", group[256] = "", order[256] = "";
     for (int i = 0; i < q->nkeys; i++) {
         size_t n = strlen(cols), g = strlen(group);
         snprintf(cols + n, sizeof cols - n, "%s AS %s, ", key_exprs[q->keys[i]],
                  key_names[q->keys[i]]);
         snprintf(group + g, sizeof group - g, "%s%s", i ? ", " : "",
+                 key_columns[q->keys[i]]);
+        size_t o = strlen(order);
+        snprintf(order + o, sizeof order - o, "%s%s", i ? ", " : "",
                  key_names[q->keys[i]]);
     }
     /* ?1 from, ?2 to, ?3 now, ?4 tenant (NULL: all). The overlap test
      * start_s < to AND (end_s IS NULL OR end_s > from) is two ranges of
-     * usage_end_start; the day pieces join each clipped interval with the
-     * days it touches (a range of the days' automatic index). */
+     * the covering index usage_end_start; w is MATERIALIZED so that the
+     * planner never scans the whole table in tenant order to save the
+     * GROUP BY's sort (measured: 745 ms against 8 ms on 100,000 rows).
+     * By day, an interval within one day is one piece; only those across
+     * midnight are joined with the days they touch. */
+    static const char *const pieces_by_day =
+        "SELECT tenant_id, kind, pr, compute_slices, gpu_slices, cpu, "
+        "CAST(s / 86400 AS INTEGER) AS k, s, e FROM w "
+        "WHERE CAST(s / 86400 AS INTEGER) = CAST(e / 86400 AS INTEGER) "
+        "UNION ALL "
+        "SELECT tenant_id, kind, pr, compute_slices, gpu_slices, cpu, "
+        "days.k AS k, max(w.s, days.k * 86400) AS s, "
+        "min(w.e, (days.k + 1) * 86400) AS e FROM w JOIN days ON "
+        "days.k BETWEEN CAST(w.s / 86400 AS INTEGER) AND "
+        "CAST(w.e / 86400 AS INTEGER) "
+        "WHERE CAST(w.s / 86400 AS INTEGER) < CAST(w.e / 86400 AS INTEGER)";
     char sql[4096];
-    int n =
-        snprintf(sql, sizeof sql,
-                 "WITH RECURSIVE days(k) AS (SELECT CAST(?1 / 86400 "
-                 "AS INTEGER) UNION ALL SELECT k + 1 FROM days WHERE "
-                 "(k + 1) * 86400 < ?2), "
-                 "w AS (SELECT tenant_id, kind, profile, compute_slices, "
-                 "gpu_slices, cpu, max(start_s, ?1) AS s, "
-                 "min(coalesce(end_s, max(?3, start_s)), ?2) AS e "
-                 "FROM usage_intervals WHERE start_s < ?2 AND "
-                 "(end_s IS NULL OR end_s > ?1)%s), "
-                 "p AS (%s) "
-                 "SELECT %s"
-                 "sum((e - s) * compute_slices) / 3600.0 AS slice_hours, "
-                 "sum(CASE WHEN gpu_slices > 0 THEN (e - s) * compute_slices / "
-                 "gpu_slices ELSE 0 END) / 3600.0 AS gpu_hours, "
-                 "sum((e - s) * cpu) / 3600.0 AS cpu_hours, "
-                 "count(*) AS intervals FROM p WHERE e > s%s%s%s%s",
-                 q->tenant_id ? " AND tenant_id = ?4" : "",
-                 by_day ? "SELECT tenant_id, kind, profile, compute_slices, "
-                          "gpu_slices, cpu, k, max(w.s, k * 86400) AS s, "
-                          "min(w.e, (k + 1) * 86400) AS e FROM w JOIN days ON "
-                          "days.k >= CAST(w.s / 86400 AS INTEGER) AND "
-                          "days.k <= CAST(w.e / 86400 AS INTEGER)"
-                        : "SELECT * FROM w",
-                 cols, q->nkeys ? " GROUP BY " : "", group,
-                 q->nkeys ? " ORDER BY " : "", group);
+    int n = snprintf(
+        sql, sizeof sql,
+        "WITH RECURSIVE days(k) AS (SELECT CAST(?1 / 86400 AS INTEGER) "
+        "UNION ALL SELECT k + 1 FROM days WHERE (k + 1) * 86400 < ?2), "
+        "w AS MATERIALIZED (SELECT tenant_id, kind, profile AS pr, "
+        "compute_slices, gpu_slices, cpu, max(start_s, ?1) AS s, "
+        "min(coalesce(end_s, max(?3, start_s)), ?2) AS e "
+        "FROM usage_intervals WHERE start_s < ?2 AND "
+        "(end_s IS NULL OR end_s > ?1)%s), "
+        "p AS (%s) "
+        "SELECT %s"
+        "sum((e - s) * compute_slices) / 3600.0 AS slice_hours, "
+        "sum(CASE WHEN gpu_slices > 0 THEN (e - s) * compute_slices / "
+        "gpu_slices ELSE 0 END) / 3600.0 AS gpu_hours, "
+        "sum((e - s) * cpu) / 3600.0 AS cpu_hours, "
+        "count(*) AS intervals FROM p WHERE e > s%s%s%s%s",
+        q->tenant_id ? " AND tenant_id = ?4" : "",
+        by_day ? pieces_by_day : "SELECT * FROM w", cols,
+        q->nkeys ? " GROUP BY " : "", group, q->nkeys ? " ORDER BY " : "",
+        order);
     if (n < 0 || (size_t)n >= sizeof sql)
         return ty_fail(err, TY_EINTERNAL, NULL, "the usage query is too long");
     pthread_mutex_lock(&st->mu);
