@@ -304,23 +304,20 @@ static void reply_csv(http_req *r, const store_usage_query *q,
     http_reply_buffer(r, 200, "text/csv; charset=utf-8", buf, len);
 }
 
-/* The totals over rows: the figures' sums, and the intervals' unless the
- * rows are split by day (an interval across midnight is in two rows; the
- * caller counts them then). New object. */
-static json_t *sum_rows(const json_t *rows, int by_day)
+/* The totals over rows: the figures' sums (the caller sets the intervals:
+ * grouped by day, one across midnight is in two rows). New object. */
+static json_t *sum_rows(const json_t *rows)
 {
     double sums[3] = {0, 0, 0};
-    long long n = 0;
     size_t i;
     json_t *row;
     json_array_foreach (rows, i, row) {
         for (size_t f = 0; f < TY_ARRAY_LEN(figures); f++)
             sums[f] += json_number_value(json_object_get(row, figures[f]));
-        n += json_integer_value(json_object_get(row, "intervals"));
     }
-    return json_pack("{s:f, s:f, s:f, s:I}", "slice_hours", sums[0],
+    return json_pack("{s:f, s:f, s:f, s:i}", "slice_hours", sums[0],
                      "gpu_hours", sums[1], "cpu_hours", sums[2], "intervals",
-                     (json_int_t)(by_day ? 0 : n));
+                     0);
 }
 
 void api_usage_get(api_ctx *app, http_req *r)
@@ -345,7 +342,8 @@ void api_usage_get(api_ctx *app, http_req *r)
     q.tenant_id = tenant;
     json_t *rows = NULL;
     ty_err err = {0};
-    ty_status s = store_usage_window(app->store, &q, &rows, &err);
+    int64_t nintervals = 0;
+    ty_status s = store_usage_window(app->store, &q, &rows, &nintervals, &err);
     if (s != TY_OK) {
         http_reply_error(r, s, &err);
         return;
@@ -355,24 +353,9 @@ void api_usage_get(api_ctx *app, http_req *r)
         json_decref(rows);
         return;
     }
-    int by_day = q.keys[0] == STORE_USAGE_DAY ||
-                 (q.nkeys == 2 && q.keys[1] == STORE_USAGE_DAY);
-    json_t *total = sum_rows(rows, by_day);
-    if (by_day && total) {
-        /* the intervals, each once: the same window without keys */
-        store_usage_query all = q;
-        all.nkeys = 0;
-        json_t *t = NULL;
-        if ((s = store_usage_window(app->store, &all, &t, &err)) != TY_OK) {
-            json_decref(rows);
-            json_decref(total);
-            http_reply_error(r, s, &err);
-            return;
-        }
-        json_object_set(total, "intervals",
-                        json_object_get(json_array_get(t, 0), "intervals"));
-        json_decref(t);
-    }
+    json_t *total = sum_rows(rows);
+    if (total)
+        json_object_set_new(total, "intervals", json_integer(nintervals));
     char from[32], to[32];
     iso(q.from, from);
     iso(q.to, to);

@@ -564,9 +564,10 @@ typedef struct {
 /* The intervals clipped to the window, summed per group of the keys (in
  * their order): rows {<key>: ..., slice_hours, gpu_hours, cpu_hours,
  * intervals} (new array), sorted by the keys; no keys: one row of the
- * totals. Grouped by day, an interval counts in each day it touches.
- * TY_EINVAL for from >= to or a bad key. */
+ * totals. Grouped by day, an interval counts in each day it touches;
+ * *intervals (may be NULL) gets how many intervals the window holds, each
+ * once. TY_EINVAL for from >= to or a bad key. */
 ty_status store_usage_window(store *st, const store_usage_query *q,
-                             json_t **rows, ty_err *err);
+                             json_t **rows, int64_t *intervals, ty_err *err);
 
 #endif

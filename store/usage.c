@@ -12,18 +12,21 @@
  * start). So an interval is never extended past what the server saw, and
  * a crash loses at most one stamp period of usage.
  *
- * The window query clips every interval to [from, to) (an open one ends at
- * now) and sums in SQL: slice-seconds (compute slices x seconds), GPU
- * seconds (compute slices / the GPU's slices x seconds) and CPU seconds;
- * grouped by up to two of tenant, kind, profile and day (UTC; an interval
- * across midnight is split between its days). The covering index
- * usage_end_start serves the overlap test without touching the table.
+ * The window query reads the intervals overlapping [from, to) through the
+ * covering index usage_end_start (never the table), clips each to the
+ * window (an open one ends at now) and sums per group in a hash table:
+ * slice-seconds (compute slices x seconds), GPU seconds (compute slices /
+ * the GPU's slices x seconds) and CPU seconds; grouped by up to two of
+ * tenant, kind, profile and day (UTC; an interval across midnight is split
+ * between its days).
  */
 #include "store/store_internal.h"
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 ty_status store_usage_open(store *st, const store_usage_interval *iv,
                            int64_t *id, ty_err *err)
@@ -134,24 +137,6 @@ static const char *const key_names[STORE_USAGE_KEY_COUNT] = {
     [STORE_USAGE_DAY] = "day",
 };
 
-/* What each key groups by (a column of the pieces p), and how it is shown
- * (an expression of that column, evaluated once per group): k is the
- * day's number since the epoch, pr the profile as stored. */
-static const char *const key_columns[STORE_USAGE_KEY_COUNT] = {
-    [STORE_USAGE_TENANT] = "tenant_id",
-    [STORE_USAGE_KIND] = "kind",
-    [STORE_USAGE_PROFILE] = "pr",
-    [STORE_USAGE_DAY] = "k",
-};
-static const char *const key_exprs[STORE_USAGE_KEY_COUNT] = {
-    [STORE_USAGE_TENANT] = "tenant_id",
-    [STORE_USAGE_KIND] = "kind",
-    /* NULL: CPU places; '': a whole GPU */
-    [STORE_USAGE_PROFILE] = "CASE WHEN pr IS NULL THEN 'cpu' WHEN "
-                            "pr = '' THEN 'gpu' ELSE pr END",
-    [STORE_USAGE_DAY] = "strftime('%Y-%m-%d', k * 86400, 'unixepoch')",
-};
-
 const char *store_usage_key_name(store_usage_key k)
 {
     return k >= 0 && k < STORE_USAGE_KEY_COUNT ? key_names[k] : NULL;
@@ -167,10 +152,157 @@ int store_usage_key_parse(const char *name, store_usage_key *k)
     return 0;
 }
 
+/* One group of the answer: its key values (a string, or a day number for
+ * STORE_USAGE_DAY) and its sums in seconds. */
+typedef struct {
+    char *text[2];
+    long long day[2];
+    uint64_t hash;
+    double slice_s, gpu_s, cpu_s;
+    long long pieces;
+    int used, nkeys;
+} usage_group;
+
+/* The groups, an open-addressing table (capacity a power of two, at most
+ * half full). */
+typedef struct {
+    usage_group *g;
+    size_t cap, n;
+} usage_groups;
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static int groups_grow(usage_groups *gs)
+{
+    size_t ncap = gs->cap ? gs->cap * 2 : 64;
+    usage_group *ng = calloc(ncap, sizeof *ng);
+    if (!ng)
+        return -1;
+    for (size_t i = 0; i < gs->cap; i++) {
+        if (!gs->g[i].used)
+            continue;
+        size_t j = gs->g[i].hash & (ncap - 1);
+        while (ng[j].used)
+            j = (j + 1) & (ncap - 1);
+        ng[j] = gs->g[i];
+    }
+    free(gs->g);
+    gs->g = ng;
+    gs->cap = ncap;
+    return 0;
+}
+
+static void groups_free(usage_groups *gs)
+{
+    for (size_t i = 0; i < gs->cap; i++) {
+        free(gs->g[i].text[0]);
+        free(gs->g[i].text[1]);
+    }
+    free(gs->g);
+}
+
+/* The group of these key values (made when new); NULL when out of
+ * memory. */
+static usage_group *group_of(usage_groups *gs, int nkeys,
+                             const char *const text[2], const long long day[2])
+{
+    uint64_t h = 14695981039346656037ull;
+    for (int i = 0; i < nkeys; i++)
+        h = text[i] ? fnv(h, text[i], strlen(text[i]) + 1)
+                    : fnv(h, &day[i], sizeof day[i]);
+    if ((gs->n + 1) * 2 > gs->cap && groups_grow(gs) != 0)
+        return NULL;
+    size_t j = h & (gs->cap - 1);
+    for (;; j = (j + 1) & (gs->cap - 1)) {
+        usage_group *g = &gs->g[j];
+        if (!g->used)
+            break;
+        if (g->hash != h)
+            continue;
+        int same = 1;
+        for (int i = 0; i < nkeys && same; i++)
+            same = text[i] ? g->text[i] && !strcmp(g->text[i], text[i])
+                           : !g->text[i] && g->day[i] == day[i];
+        if (same)
+            return g;
+    }
+    usage_group *g = &gs->g[j];
+    memset(g, 0, sizeof *g);
+    for (int i = 0; i < nkeys; i++) {
+        g->day[i] = day[i];
+        if (text[i] && !(g->text[i] = strdup(text[i]))) {
+            free(g->text[0]);
+            g->text[0] = g->text[1] = NULL;
+            return NULL;
+        }
+    }
+    g->used = 1;
+    g->nkeys = nkeys;
+    g->hash = h;
+    gs->n++;
+    return g;
+}
+
+static int group_cmp(const void *pa, const void *pb)
+{
+    const usage_group *a = *(usage_group *const *)pa,
+                      *b = *(usage_group *const *)pb;
+    for (int i = 0; i < a->nkeys; i++) {
+        int c = a->text[i] ? strcmp(a->text[i], b->text[i])
+                           : (a->day[i] > b->day[i]) - (a->day[i] < b->day[i]);
+        if (c)
+            return c;
+    }
+    return 0;
+}
+
+/* The window's rows: every interval overlapping [?1, ?2), as two ranges of
+ * the covering index usage_end_start (closed: end_s > from; open: end_s
+ * NULL), with start_s < to checked in the index. */
+#define WINDOW_SQL(tenant)                                               \
+    "SELECT tenant_id, kind, profile, compute_slices, gpu_slices, cpu, " \
+    "start_s, end_s FROM usage_intervals INDEXED BY usage_end_start "    \
+    "WHERE end_s > ?1 AND start_s < ?2" tenant " UNION ALL "             \
+    "SELECT tenant_id, kind, profile, compute_slices, gpu_slices, cpu, " \
+    "start_s, end_s FROM usage_intervals INDEXED BY usage_end_start "    \
+    "WHERE end_s IS NULL AND start_s < ?2" tenant
+
+/* Adds one clipped piece [s, e) of a row to its group. */
+static int add_piece(usage_groups *gs, const store_usage_query *q,
+                     const char *const vals[STORE_USAGE_KEY_COUNT],
+                     long long day, double secs, int slices, int gpu_slices,
+                     int cpu)
+{
+    const char *text[2] = {NULL, NULL};
+    long long days[2] = {0, 0};
+    for (int i = 0; i < q->nkeys; i++) {
+        if (q->keys[i] == STORE_USAGE_DAY)
+            days[i] = day;
+        else
+            text[i] = vals[q->keys[i]];
+    }
+    usage_group *g = group_of(gs, q->nkeys, text, days);
+    if (!g)
+        return -1;
+    g->slice_s += secs * slices;
+    if (gpu_slices > 0)
+        g->gpu_s += secs * slices / gpu_slices;
+    g->cpu_s += secs * cpu;
+    g->pieces++;
+    return 0;
+}
+
 ty_status store_usage_window(store *st, const store_usage_query *q,
-                             json_t **rows, ty_err *err)
+                             json_t **rows, int64_t *intervals, ty_err *err)
 {
     *rows = NULL;
+    int64_t counted = 0;
     if (!(q->from < q->to) || q->nkeys < 0 || q->nkeys > 2)
         return ty_fail(err, TY_EINVAL, NULL, "a bad usage window");
     int by_day = 0;
@@ -179,79 +311,120 @@ ty_status store_usage_window(store *st, const store_usage_query *q,
             return ty_fail(err, TY_EINVAL, NULL, "a bad usage key");
         by_day |= q->keys[i] == STORE_USAGE_DAY;
     }
-    char cols[512] = "", group[256] = "", order[256] = "";
-    for (int i = 0; i < q->nkeys; i++) {
-        size_t n = strlen(cols), g = strlen(group);
-        snprintf(cols + n, sizeof cols - n, "%s AS %s, ", key_exprs[q->keys[i]],
-                 key_names[q->keys[i]]);
-        snprintf(group + g, sizeof group - g, "%s%s", i ? ", " : "",
-                 key_columns[q->keys[i]]);
-        size_t o = strlen(order);
-        snprintf(order + o, sizeof order - o, "%s%s", i ? ", " : "",
-                 key_names[q->keys[i]]);
-    }
-    /* ?1 from, ?2 to, ?3 now, ?4 tenant (NULL: all). The overlap test
-     * start_s < to AND (end_s IS NULL OR end_s > from) is two ranges of
-     * the covering index usage_end_start; w is MATERIALIZED so that the
-     * planner never scans the whole table in tenant order to save the
-     * GROUP BY's sort (measured: 745 ms against 8 ms on 100,000 rows).
-     * By day, an interval within one day is one piece; only those across
-     * midnight are joined with the days they touch. */
-    static const char *const pieces_by_day =
-        "SELECT tenant_id, kind, pr, compute_slices, gpu_slices, cpu, "
-        "CAST(s / 86400 AS INTEGER) AS k, s, e FROM w "
-        "WHERE CAST(s / 86400 AS INTEGER) = CAST(e / 86400 AS INTEGER) "
-        "UNION ALL "
-        "SELECT tenant_id, kind, pr, compute_slices, gpu_slices, cpu, "
-        "days.k AS k, max(w.s, days.k * 86400) AS s, "
-        "min(w.e, (days.k + 1) * 86400) AS e FROM w JOIN days ON "
-        "days.k BETWEEN CAST(w.s / 86400 AS INTEGER) AND "
-        "CAST(w.e / 86400 AS INTEGER) "
-        "WHERE CAST(w.s / 86400 AS INTEGER) < CAST(w.e / 86400 AS INTEGER)";
-    char sql[4096];
-    int n = snprintf(
-        sql, sizeof sql,
-        "WITH RECURSIVE days(k) AS (SELECT CAST(?1 / 86400 AS INTEGER) "
-        "UNION ALL SELECT k + 1 FROM days WHERE (k + 1) * 86400 < ?2), "
-        "w AS MATERIALIZED (SELECT tenant_id, kind, profile AS pr, "
-        "compute_slices, gpu_slices, cpu, max(start_s, ?1) AS s, "
-        "min(coalesce(end_s, max(?3, start_s)), ?2) AS e "
-        "FROM usage_intervals WHERE start_s < ?2 AND "
-        "(end_s IS NULL OR end_s > ?1)%s), "
-        "p AS (%s) "
-        "SELECT %s"
-        "sum((e - s) * compute_slices) / 3600.0 AS slice_hours, "
-        "sum(CASE WHEN gpu_slices > 0 THEN (e - s) * compute_slices / "
-        "gpu_slices ELSE 0 END) / 3600.0 AS gpu_hours, "
-        "sum((e - s) * cpu) / 3600.0 AS cpu_hours, "
-        "count(*) AS intervals FROM p WHERE e > s%s%s%s%s",
-        q->tenant_id ? " AND tenant_id = ?4" : "",
-        by_day ? pieces_by_day : "SELECT * FROM w", cols,
-        q->nkeys ? " GROUP BY " : "", group, q->nkeys ? " ORDER BY " : "",
-        order);
-    if (n < 0 || (size_t)n >= sizeof sql)
-        return ty_fail(err, TY_EINTERNAL, NULL, "the usage query is too long");
+    /* The rows are read here and summed in a hash table rather than by a
+     * GROUP BY: SQLite sorts every row of a GROUP BY through a temporary
+     * b-tree, which over a 7-day window of a million intervals (78,000
+     * rows) took 60-90 ms of the query's 90; the scan itself takes 5. */
+    const char *sql =
+        q->tenant_id ? WINDOW_SQL(" AND tenant_id = ?4") : WINDOW_SQL("");
+    usage_groups gs = {0};
+    ty_status s = TY_OK;
+    sqlite3_stmt *stmt = NULL;
     pthread_mutex_lock(&st->mu);
-    /* ?4 is in the text only with a tenant: bind it only then */
-    ty_status s = db_q(st, rows, NULL, err, sql, q->tenant_id ? "ddds" : "ddd",
-                       q->from, q->to, q->now, q->tenant_id);
-    pthread_mutex_unlock(&st->mu);
-    if (s != TY_OK)
-        return s;
-    /* sum() of no rows is NULL: a window with nothing in it. */
-    size_t i;
-    json_t *row;
-    json_array_foreach (*rows, i, row) {
-        static const char *const figs[] = {"slice_hours", "gpu_hours",
-                                           "cpu_hours"};
-        for (size_t f = 0; f < TY_ARRAY_LEN(figs); f++) {
-            json_t *v = json_object_get(row, figs[f]);
-            if (!json_is_number(v))
-                json_object_set_new(row, figs[f], json_real(0));
-            else if (json_is_integer(v))
-                json_object_set_new(row, figs[f],
-                                    json_real((double)json_integer_value(v)));
+    if (sqlite3_prepare_v2(st->db, sql, -1, &stmt, NULL) != SQLITE_OK) {
+        s = db_fail(st, err, "prepare");
+        goto out;
+    }
+    sqlite3_bind_double(stmt, 1, q->from);
+    sqlite3_bind_double(stmt, 2, q->to);
+    if (q->tenant_id)
+        sqlite3_bind_text(stmt, 4, q->tenant_id, -1, SQLITE_TRANSIENT);
+    int rc;
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        const char *vals[STORE_USAGE_KEY_COUNT] = {0};
+        vals[STORE_USAGE_TENANT] = (const char *)sqlite3_column_text(stmt, 0);
+        vals[STORE_USAGE_KIND] = (const char *)sqlite3_column_text(stmt, 1);
+        const char *prof = (const char *)sqlite3_column_text(stmt, 2);
+        /* NULL: CPU places; '': a whole GPU */
+        vals[STORE_USAGE_PROFILE] = !prof ? "cpu" : !*prof ? "gpu" : prof;
+        if (!vals[STORE_USAGE_TENANT] || !vals[STORE_USAGE_KIND])
+            continue;
+        int slices = sqlite3_column_int(stmt, 3),
+            gpu_slices = sqlite3_column_int(stmt, 4),
+            cpu = sqlite3_column_int(stmt, 5);
+        double start = sqlite3_column_double(stmt, 6);
+        double end = sqlite3_column_type(stmt, 7) == SQLITE_NULL
+                         ? (q->now > start ? q->now : start)
+                         : sqlite3_column_double(stmt, 7);
+        double a = start > q->from ? start : q->from,
+               b = end < q->to ? end : q->to;
+        if (!(b > a))
+            continue;
+        counted++;
+        int fail = 0;
+        if (!by_day) {
+            fail = add_piece(&gs, q, vals, 0, b - a, slices, gpu_slices, cpu);
+        } else {
+            for (long long k = (long long)floor(a / 86400);
+                 !fail && k * 86400.0 < b; k++) {
+                double pa = a > k * 86400.0 ? a : k * 86400.0,
+                       pb = b < (k + 1) * 86400.0 ? b : (k + 1) * 86400.0;
+                if (pb > pa)
+                    fail = add_piece(&gs, q, vals, k, pb - pa, slices,
+                                     gpu_slices, cpu);
+            }
+        }
+        if (fail) {
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+            goto out;
         }
     }
+    if (rc != SQLITE_DONE)
+        s = db_fail(st, err, "step");
+out:
+    sqlite3_finalize(stmt);
+    pthread_mutex_unlock(&st->mu);
+    if (s == TY_OK && q->nkeys == 0 && gs.n == 0) {
+        /* no keys: always the one row of the totals, zeros here */
+        const char *const text[2] = {NULL, NULL};
+        const long long days[2] = {0, 0};
+        if (!group_of(&gs, 0, text, days))
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    }
+    usage_group **order = NULL;
+    json_t *out = NULL;
+    if (s == TY_OK && (!(order = malloc((gs.n + 1) * sizeof *order)) ||
+                       !(out = json_array())))
+        s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (s == TY_OK) {
+        size_t n = 0;
+        for (size_t i = 0; i < gs.cap; i++)
+            if (gs.g[i].used)
+                order[n++] = &gs.g[i];
+        qsort(order, n, sizeof *order, group_cmp);
+        for (size_t i = 0; i < n && s == TY_OK; i++) {
+            const usage_group *g = order[i];
+            json_t *row = json_pack(
+                "{s:f, s:f, s:f, s:I}", "slice_hours", g->slice_s / 3600,
+                "gpu_hours", g->gpu_s / 3600, "cpu_hours", g->cpu_s / 3600,
+                "intervals", (json_int_t)g->pieces);
+            for (int k = 0; row && k < q->nkeys; k++) {
+                char day[16];
+                if (!g->text[k]) {
+                    time_t t = (time_t)(g->day[k] * 86400);
+                    struct tm tm;
+                    gmtime_r(&t, &tm);
+                    strftime(day, sizeof day, "%Y-%m-%d", &tm);
+                }
+                if (json_object_set_new(
+                        row, key_names[q->keys[k]],
+                        json_string(g->text[k] ? g->text[k] : day)) != 0) {
+                    json_decref(row);
+                    row = NULL;
+                }
+            }
+            if (!row || json_array_append_new(out, row) != 0)
+                s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        }
+    }
+    free(order);
+    groups_free(&gs);
+    if (s != TY_OK) {
+        json_decref(out);
+        return s;
+    }
+    *rows = out;
+    if (intervals)
+        *intervals = counted;
     return TY_OK;
 }

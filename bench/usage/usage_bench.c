@@ -187,7 +187,7 @@ int main(int argc, char **argv)
         for (int r = 0; r < repeat; r++) {
             json_t *rows = NULL;
             double a = mono();
-            if (store_usage_window(st, &q, &rows, &err) != TY_OK) {
+            if (store_usage_window(st, &q, &rows, NULL, &err) != TY_OK) {
                 fprintf(stderr, "bench_usage: %s\n", err.msg);
                 return 1;
             }
