@@ -210,17 +210,19 @@ static void test_older_database_migrates(void **state)
     f->st = NULL;
     /* Back to what schema 5 was: no deployments table (nor schema 7's
      * serving limits of tenants, nor schema 8's job steps, nor schema 9's
-     * tokens a minute). */
+     * tokens a minute, nor schema 10's usage intervals). */
     sql(f->dir, "DROP TABLE deployments;"
                 "DROP TABLE job_steps;"
                 "ALTER TABLE tenants DROP COLUMN serving_rps;"
                 "ALTER TABLE tenants DROP COLUMN serving_burst;"
                 "ALTER TABLE tenants DROP COLUMN serving_max_concurrency;"
                 "ALTER TABLE tenants DROP COLUMN serving_tokens_per_minute;"
+                "DROP TABLE usage_intervals;"
+                "DROP TABLE usage_alive;"
                 "PRAGMA user_version=5;");
 
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 9);
+    assert_int_equal(store_schema_version(f->st), 10);
     json_t *doc;
     ty_status st = store_dataset_get(f->st, "tn_a", "ds_old", &doc, NULL, &err);
     if (st != TY_OK)

@@ -582,10 +582,12 @@ static void test_store_schema6_migrates(void **state)
                 "ALTER TABLE tenants DROP COLUMN serving_burst;"
                 "ALTER TABLE tenants DROP COLUMN serving_max_concurrency;"
                 "ALTER TABLE tenants DROP COLUMN serving_tokens_per_minute;"
+                "DROP TABLE usage_intervals;"
+                "DROP TABLE usage_alive;"
                 "PRAGMA user_version=6;");
 
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 9);
+    assert_int_equal(store_schema_version(f->st), 10);
     store_tenant_limits back;
     assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err),
                      TY_OK);
@@ -659,9 +661,11 @@ static void test_store_tokens_per_minute(void **state)
     store_close(f->st);
     f->st = NULL;
     sql(f->dir, "ALTER TABLE tenants DROP COLUMN serving_tokens_per_minute;"
+                "DROP TABLE usage_intervals;"
+                "DROP TABLE usage_alive;"
                 "PRAGMA user_version=8;");
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 9);
+    assert_int_equal(store_schema_version(f->st), 10);
     assert_int_equal(tokens_of(f->st, "tn_b"), STORE_UNLIMITED);
     expect_serving(f->st, "tn_b", 250.5, 500, 16);
     lim.serving_tokens_per_minute = 60;
