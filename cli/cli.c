@@ -14,10 +14,9 @@
 #include "cli/cmd.h"
 #include "cli/output.h"
 
-static const char *const commands[] = {"login",       "logout", "datasets",
-                                       "jobs",        "models", "devices",
-                                       "deployments", "tenants",
-                                       "usage"};
+static const char *const commands[] = {"login",       "logout",  "datasets",
+                                       "jobs",        "models",  "devices",
+                                       "deployments", "tenants", "usage"};
 
 static int is_command(const char *cmd)
 {
