@@ -42,6 +42,8 @@ static uint64_t request_mask(const sched *s, const sched_request *r)
     for (int c = 0; c < s->nclasses; c++) {
         const class_rec *k = &s->classes[c];
         int ok = 0;
+        if (k->off == 2)
+            continue; /* retired: gone from the inventory */
         switch (r->kind) {
             case SCHED_REQ_NONE: ok = 0; break;
             case SCHED_REQ_ANY: ok = 1; break;
@@ -67,7 +69,7 @@ static int class_matches(const class_rec *k, const slot_rec *sl)
 {
     return k->compute_slices == sl->compute_slices &&
            k->memory_bytes == sl->memory_bytes && k->is_mig == sl->is_mig &&
-           strcmp(k->profile, sl->profile) == 0;
+           k->off == sl->off && strcmp(k->profile, sl->profile) == 0;
 }
 
 static ty_status grow_jobs(sched *s, ty_err *err)
@@ -198,8 +200,10 @@ static int class_cmp(const class_rec *a, const class_rec *b)
     return a->first_slot < b->first_slot ? -1 : a->first_slot > b->first_slot;
 }
 
-sched *sched_create(const sched_config *cfg, const sched_slot *slots,
-                    size_t n_slots, ty_err *err)
+/* sched_create with each slot's state (NULL: all in use). */
+static sched *create_with_states(const sched_config *cfg,
+                                 const sched_slot *slots, const uint8_t *states,
+                                 size_t n_slots, ty_err *err)
 {
     if (!cfg || !(cfg->backfill_wait >= 0) || !(cfg->preempt_wait >= 0) ||
         !(cfg->fair_window >= 0)) {
@@ -252,12 +256,14 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
         sl->compute_slices = in->compute_slices;
         sl->memory_bytes = in->memory_bytes;
         sl->holder = sl->reserved_for = -1;
+        sl->off = states && states[i] <= SCHED_SLOT_RETIRED ? states[i] : 0;
         sl->domain = in->domain;
         s->domains |= in->domain != 0;
         sl->node = node_index(s, in->node);
         if (sl->node < 0)
             goto oom;
-        s->total_slices += sl->compute_slices;
+        if (!sl->off)
+            s->total_slices += sl->compute_slices;
         if (sl->compute_slices > s->max_class_slices)
             s->max_class_slices = sl->compute_slices;
         int c;
@@ -276,6 +282,7 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
             k->is_mig = sl->is_mig;
             k->compute_slices = sl->compute_slices;
             k->memory_bytes = sl->memory_bytes;
+            k->off = sl->off;
             k->first_slot = i;
         }
         s->classes[c].nslots++;
@@ -311,9 +318,14 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
     if (nodes_index(s) != TY_OK)
         goto oom;
     for (int i = 0; i < s->nslots; i++)
-        s->node_free[s->slots[i].node * SCHED_MAX_CLASSES + s->slots[i].cls]++;
+        if (!s->slots[i].off)
+            s->node_free[s->slots[i].node * SCHED_MAX_CLASSES +
+                         s->slots[i].cls]++;
     for (int c = 0; c < s->nclasses; c++) {
-        sched_class_count(s, c, s->classes[c].nslots);
+        if (s->classes[c].off)
+            s->off |= 1ull << c;
+        else
+            sched_class_count(s, c, s->classes[c].nslots);
         if (!s->classes[c].is_mig)
             s->whole |= 1ull << c;
     }
@@ -341,6 +353,12 @@ oom:
 fail:
     sched_destroy(s);
     return NULL;
+}
+
+sched *sched_create(const sched_config *cfg, const sched_slot *slots,
+                    size_t n_slots, ty_err *err)
+{
+    return create_with_states(cfg, slots, NULL, n_slots, err);
 }
 
 void sched_destroy(sched *s)
@@ -465,12 +483,16 @@ static void inventory_text(const sched *s, char *buf, size_t n)
         return;
     }
     size_t off = (size_t)snprintf(buf, n, "this host has");
+    int listed = 0;
     for (int c = 0; c < s->nclasses && off < n; c++) {
         const class_rec *k = &s->classes[c];
-        off += (size_t)snprintf(
-            buf + off, n - off, "%s %d x %s (%d compute slices, %.1f GiB)",
-            c ? "," : "", k->nslots, k->is_mig ? k->profile : "whole GPU",
-            k->compute_slices, gib(k->memory_bytes));
+        if (k->off == 2)
+            continue;
+        off += (size_t)snprintf(buf + off, n - off,
+                                "%s %d x %s (%d compute slices, %.1f GiB)",
+                                listed++ ? "," : "", k->nslots,
+                                k->is_mig ? k->profile : "whole GPU",
+                                k->compute_slices, gib(k->memory_bytes));
     }
 }
 
@@ -810,3 +832,167 @@ int sched_slot_holder(const sched *s, int slot)
 }
 
 size_t sched_queued_count(const sched *s) { return s->queued; }
+
+/* ---- a new slot list (a MIG layout change) ---- */
+
+int sched_slot_state(const sched *s, int slot)
+{
+    return slot >= 0 && slot < s->nslots ? s->slots[slot].off : 0;
+}
+
+/* Whether slot a (old) and slot b (new) are of the same kind. */
+static int slot_same_kind(const slot_rec *a, const slot_rec *b)
+{
+    return a->compute_slices == b->compute_slices &&
+           a->memory_bytes == b->memory_bytes && a->is_mig == b->is_mig &&
+           strcmp(a->profile, b->profile) == 0;
+}
+
+/* Old job J (in use) into n at the same handle j, queued, with its mask
+ * from n's slots: 1 done, 0 no slot satisfies its GPU request (not
+ * added), -1 out of memory. */
+static int carry_job(sched *n, int j, const job_rec *J, ty_err *err)
+{
+    uint64_t mask = request_mask(n, &J->req);
+    if (J->members > 1)
+        mask &= n->whole;
+    if (J->req.kind != SCHED_REQ_NONE && !mask)
+        return 0;
+    int lane =
+        lane_for(n, mask, J->members, J->members > 1 && J->spread ? 1 : 0, err);
+    if (lane < 0)
+        return -1;
+    tenant_rec *t = &n->tenants[J->tenant];
+    if (grow_lanes(n, J->serving ? &t->slanes : &t->lanes,
+                   J->serving ? &t->nslanes : &t->nlanes, lane, err) != TY_OK)
+        return -1;
+    job_rec *N = &n->jobs[j];
+    *N = *J;
+    N->gslots = NULL;
+    if (J->members > 1 && mask) {
+        N->gslots = calloc((size_t)J->members, sizeof *N->gslots);
+        if (!N->gslots) {
+            N->in_use = 0;
+            ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+            return -1;
+        }
+    }
+    N->lane = lane;
+    N->mask = mask;
+    N->min_slices = mask ? n->classes[sched_ctz64(mask)].compute_slices : 0;
+    N->lprev = N->lnext = N->tprev = N->tnext = -1;
+    size_t b = fnv1a(N->id) & (n->nbuckets - 1);
+    N->hnext = n->buckets[b];
+    n->buckets[b] = j;
+    n->live++;
+    sched_enqueue(n, j);
+    return 1;
+}
+
+/* Old job J (RUNNING or STOPPING, carried queued as j) takes its slots in
+ * n through map (old slot -> new). */
+static void carry_running(sched *n, int j, const job_rec *J, const int *map)
+{
+    if (J->members > 1 && J->slot >= 0) {
+        int *slots = n->gpick; /* scratch of n_slots: members <= n_slots */
+        for (int m = 0; m < J->members; m++)
+            slots[m] = map[J->gslots[m]];
+        sched_run_gang(n, j, slots, J->start_time);
+    } else if (J->members > 1) {
+        sched_run_gang(n, j, NULL, J->start_time);
+    } else {
+        sched_run_on(n, j, J->slot >= 0 ? map[J->slot] : -1, J->start_time);
+    }
+    if (J->state == SCHED_JOB_STOPPING) {
+        job_rec *N = &n->jobs[j];
+        N->state = SCHED_JOB_STOPPING;
+        n->tenants[N->tenant].slices_share -= sched_job_slices(n, N);
+    }
+}
+
+ty_status sched_slots_replace(sched *s, const sched_slot *slots,
+                              const uint8_t *states, size_t n_slots,
+                              const int *remap, char (*dropped)[TY_ID_MAX],
+                              size_t cap, size_t *ndropped, ty_err *err)
+{
+    if (ndropped)
+        *ndropped = 0;
+    sched *n = create_with_states(&s->cfg, slots, states, n_slots, err);
+    if (!n)
+        return TY_EINVAL;
+    ty_status st = TY_ENOMEM;
+    int *map = calloc((size_t)s->nslots + 1, sizeof *map);
+    if (!map)
+        goto oom;
+    for (int i = 0; i < s->nslots; i++) {
+        int to = remap ? remap[i] : (i < n->nslots ? i : -1);
+        map[i] = to >= 0 && to < n->nslots ? to : -1;
+        int v = s->slots[i].holder;
+        if (v < 0)
+            continue;
+        if (map[i] < 0 || n->slots[map[i]].off == 2 ||
+            !slot_same_kind(&s->slots[i], &n->slots[map[i]])) {
+            st =
+                ty_fail(err, TY_ECONFLICT, "slots",
+                        "slot %d is held by job %s and has no slot of its kind "
+                        "in the new list",
+                        i, s->jobs[v].id);
+            goto fail;
+        }
+    }
+    for (int t = 0; t < s->ntenants; t++) {
+        const tenant_rec *o = &s->tenants[t];
+        if (sched_tenant_set(n, o->id, o->weight, o->max_slices, o->max_jobs,
+                             NULL, err) != TY_OK)
+            goto fail;
+        n->tenants[t].recent = o->recent;
+        n->tenants[t].share = o->share;
+    }
+    while (n->job_cap < s->job_cap)
+        if (grow_jobs(n, err) != TY_OK)
+            goto fail;
+    size_t nd = 0;
+    for (int j = 0; j < s->job_cap; j++) {
+        const job_rec *J = &s->jobs[j];
+        if (!J->in_use)
+            continue;
+        int r = carry_job(n, j, J, err);
+        if (r < 0)
+            goto fail;
+        if (r == 0) {
+            if (dropped && nd < cap)
+                snprintf(dropped[nd], TY_ID_MAX, "%s", J->id);
+            nd++;
+            continue;
+        }
+        if (J->state == SCHED_JOB_RUNNING || J->state == SCHED_JOB_STOPPING)
+            carry_running(n, j, J, map);
+        else if (J->state == SCHED_JOB_QUEUED)
+            n->jobs[j].head_since = J->head_since;
+        /* PENDING: queued again; the job stopping for it stops for nobody */
+    }
+    /* the free list: the handles no job holds, lowest first */
+    n->free_head = -1;
+    for (int j = n->job_cap - 1; j >= 0; j--)
+        if (!n->jobs[j].in_use) {
+            memset(&n->jobs[j], 0, sizeof n->jobs[j]);
+            n->jobs[j].hnext = n->free_head;
+            n->free_head = j;
+        }
+    n->next_seq = s->next_seq;
+    n->last_now = s->last_now;
+    if (ndropped)
+        *ndropped = nd;
+    free(map);
+    sched tmp = *s;
+    *s = *n;
+    *n = tmp;
+    sched_destroy(n);
+    return TY_OK;
+oom:
+    ty_fail(err, TY_ENOMEM, NULL, "out of memory replacing the slots");
+fail:
+    free(map);
+    sched_destroy(n);
+    return st;
+}

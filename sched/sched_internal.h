@@ -49,6 +49,7 @@ typedef struct {
     int domain;       /* interconnect domain, 0 unknown */
     int holder;       /* RUNNING/STOPPING job, or -1 */
     int reserved_for; /* PENDING job, or -1 */
+    int off;          /* 0 in use; 1 draining; 2 retired (class's too) */
 } slot_rec;
 
 typedef struct {
@@ -58,8 +59,9 @@ typedef struct {
     uint64_t memory_bytes;
     int *slots; /* slot indices, ascending */
     int nslots;
-    int nfree; /* free and unreserved */
+    int nfree; /* free and unreserved; always 0 for a class that is off */
     int first_slot;
+    int off; /* 0; 1 draining; 2 retired: takes no job (see s->off) */
 } class_rec;
 
 typedef struct {
@@ -125,6 +127,8 @@ struct sched {
     class_rec classes[SCHED_MAX_CLASSES];
     int nclasses;
     uint64_t avail;
+    uint64_t off; /* classes of draining or retired slots: never free,
+                     never a victim's, counted in no share */
     int total_slices;
     int max_class_slices;
     uint64_t *fit_upto; /* [r]: classes with compute slices <= r */
@@ -278,6 +282,8 @@ static inline int sched_slot_gheld(const sched *s, int i, int j)
 static inline int sched_class_first_free_for(const sched *s, int c, int j)
 {
     const class_rec *k = &s->classes[c];
+    if (k->off)
+        return -1;
     for (int i = 0; i < k->nslots; i++) {
         const slot_rec *sl = &s->slots[k->slots[i]];
         if (sl->holder < 0 && sl->reserved_for < 0 &&
