@@ -101,6 +101,9 @@ const route api_routes[] = {
     {HTTP_POST, "/v2/cudasharedmemory/region/{region}/unregister", "kserve.cudashm_unregister", KEY, TENSOR, api_kserve_unsupported},
 
     {HTTP_GET, "/v1/devices", "devices.list", KEY, NOBODY, api_devices_list},
+    {HTTP_POST, "/v1/admin/mig-layout", "admin.mig_layout.apply", ADMIN, JSON, api_mig_layout_apply},
+    {HTTP_GET, "/v1/admin/mig-layout", "admin.mig_layout.list", ADMIN, NOBODY, api_mig_layout_list},
+    {HTTP_GET, "/v1/admin/mig-layout/{gpu}", "admin.mig_layout.get", ADMIN, NOBODY, api_mig_layout_get},
     {HTTP_POST, "/v1/tenants", "tenants.create", ADMIN, JSON, api_tenants_create},
     {HTTP_GET, "/v1/tenants", "tenants.list", ADMIN, NOBODY, api_tenants_list},
     {HTTP_GET, "/v1/tenants/{id}", "tenants.get", KEY, NOBODY, api_tenants_get},

@@ -30,10 +30,12 @@
 #include "common/ids.h"
 #include "common/log.h"
 #include "jobs/jobreq.h"
+#include "jobs/miglayout.h"
 #include "models/train/comm.h"
 
 static void service_free(jobs_service *r)
 {
+    miglayout_free(r);
     sched_destroy(r->sched);
     free(r->tenant_ids);
     free(r->runs);
@@ -184,8 +186,12 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     r->env = *env;
     r->inv = env->inventory;
+    miglayout_load(r); /* a simulated GPU's saved layout */
     r->nslots = r->inv ? r->inv->nslots : 0;
-    r->cap = r->nslots + env->max_jobs + env->max_replicas;
+    /* places for every slot the inventory can have (re-cuts add some) */
+    int slot_room =
+        r->inv && r->inv->slot_cap > r->nslots ? r->inv->slot_cap : r->nslots;
+    r->cap = slot_room + env->max_jobs + env->max_replicas;
     sched_slot *slots = calloc((size_t)r->nslots + 1, sizeof *slots);
     r->runs = calloc((size_t)r->cap + 1, sizeof *r->runs);
     if (!slots || !r->runs) {

@@ -86,6 +86,7 @@ struct jobs_service {
     jobs_kind kinds[JOBS_KINDS_MAX]; /* [0] training; then jobs_kind_add's */
     int nkinds;
     int running; /* jobs_run was called: no kind is added after */
+    struct jobs_miglayout *migl; /* MIG layout changes (miglayout.c) */
 };
 
 /* Monotonic seconds: deadlines, heartbeats, back-offs. */
