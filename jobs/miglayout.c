@@ -370,6 +370,14 @@ void miglayout_load(jobs_service *r)
     json_decref(doc);
 }
 
+ty_status miglayout_sched_init(jobs_service *r, ty_err *err)
+{
+    for (int k = 0; r->inv && k < r->inv->nslots; k++)
+        if (r->inv->slots[k].retired)
+            return sched_sync(r, NULL, 0, NULL, err);
+    return TY_OK;
+}
+
 void miglayout_free(jobs_service *r)
 {
     if (!r->migl)

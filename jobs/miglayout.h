@@ -91,6 +91,10 @@ ty_status jobs_mig_layout_get(struct jobs_service *js, int gpu, json_t **out,
  * inventory file, or a layout that no longer parses: logged, skipped). */
 void miglayout_load(struct jobs_service *js);
 
+/* Marks in the new scheduler the slots a saved layout retired (after
+ * miglayout_load and sched_create). TY_ENOMEM. */
+ty_status miglayout_sched_init(struct jobs_service *js, ty_err *err);
+
 /* Before each scheduling pass: moves draining changes on (timeout,
  * preemptions, the re-cut once the GPU is idle). mu held. */
 void miglayout_tick(struct jobs_service *js);

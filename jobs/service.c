@@ -201,11 +201,12 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
     }
     for (int i = 0; i < r->nslots; i++) {
         const inv_slot *s = &r->inv->slots[i];
-        slots[i] = (sched_slot){.gpu = s->gpu,
-                                .is_mig = s->kind == INV_SLOT_MIG,
-                                .profile = s->profile,
-                                .compute_slices = s->compute_slices,
-                                .memory_bytes = s->memory_bytes};
+        slots[i] =
+            (sched_slot){.gpu = s->gpu,
+                         .is_mig = s->kind == INV_SLOT_MIG,
+                         .profile = s->profile,
+                         .compute_slices = s->retired ? 1 : s->compute_slices,
+                         .memory_bytes = s->memory_bytes};
     }
     sched_config cfg = {.backfill_wait = env->backfill_wait_s,
                         .preempt = env->preempt,
@@ -217,6 +218,10 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
                         .max_serving_per_tenant = env->tenant_replicas};
     r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
     free(slots);
+    if (r->sched && miglayout_sched_init(r, err) != TY_OK) {
+        sched_destroy(r->sched);
+        r->sched = NULL;
+    }
     if (!r->sched) {
         service_free(r);
         return TY_EINVAL;
