@@ -47,7 +47,9 @@ void api_mig_layout_get(api_ctx *app, http_req *r)
     json_t *doc = NULL;
     ty_status s;
     if (!p || !*p || *end || idx < 0 || idx > 1000000)
-        s = ty_fail(&err, TY_ENOTFOUND, "gpu", "no GPU '%.40s'", p ? p : "");
+        /* not echoed: the path may hold any bytes */
+        s = ty_fail(&err, TY_ENOTFOUND, "gpu",
+                    "no such GPU: {gpu} is a GPU's index in GET /v1/devices");
     else
         s = jobs_mig_layout_get(app->jobs, (int)idx, &doc, &err);
     if (s != TY_OK) {
