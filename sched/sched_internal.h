@@ -1,7 +1,7 @@
 /*
  * sched_internal.h - the books shared by the scheduler's files (sched_core.c,
  * sched_books.c, sched_passes.c, sched_report.c, sched_check.c,
- * sched_gang.c); not a
+ * sched_gang.c, sched_layout.c); not a
  * public interface: everything outside sched/sched*.c uses sched/sched.h.
  *
  * Books the scheduler keeps, and the invariants sched_check verifies:
@@ -395,6 +395,21 @@ void sched_gang_room(sched *s);
 /* ---- sched_core.c ---- */
 
 void sched_request_text(const sched_request *r, char *buf, size_t n);
+
+/* For sched_layout.c: sched_create with each slot's state (NULL: all in
+ * use); the classes a request may use (retired ones never); the lane of a
+ * mask, gang size and spread (added if new; -1 out of memory); a tenant's
+ * lanes grown to hold `lane`; the job table doubled; job j into the id
+ * hash. */
+sched *sched_create_states(const sched_config *cfg, const sched_slot *slots,
+                           const uint8_t *states, size_t n_slots, ty_err *err);
+uint64_t sched_request_mask(const sched *s, const sched_request *r);
+int sched_lane_for(sched *s, uint64_t mask, int members, int spread,
+                   ty_err *err);
+ty_status sched_grow_lanes(const sched *s, lane_rec **lanes, int *n, int lane,
+                           ty_err *err);
+ty_status sched_grow_jobs(sched *s, ty_err *err);
+void sched_hash_insert(sched *s, int j);
 
 /* ---- sched_passes.c: the tenant heap, shared with the report ---- */
 
