@@ -5,7 +5,11 @@
  * ones, so the other GPU's slots keep their indices and the jobs on them
  * their handles; a queued job whose profile is gone is dropped and named;
  * a held slot with no place in the new list is refused and changes
- * nothing; a stopping job stays stopping. sched_check after every step. */
+ * nothing; a stopping job stays stopping. Randomized: 4,000 steps of
+ * training, serving, gang and CPU jobs submitted, passed, finished,
+ * requeued and cancelled while GPU 0 is drained and re-cut over and over;
+ * no placement or preemption ever lands on a draining or retired slot, a
+ * dropped job is gone, and sched_check holds after every step. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -331,6 +335,177 @@ static void test_stopping_job_stays_stopping(void **state)
     sched_destroy(s);
 }
 
+/* ---- randomized: layout changes amid every kind of job ---- */
+
+static uint64_t rng_state = 88172645463325252ull;
+static unsigned rnd(unsigned n)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (unsigned)(rng_state % n);
+}
+
+typedef struct {
+    const char *profile;
+    int slices;
+    uint64_t gib;
+} prof;
+
+static const prof PROFS[] = {{"1g.10gb", 1, 10},
+                             {"2g.20gb", 2, 20},
+                             {"3g.40gb", 3, 40},
+                             {"4g.40gb", 4, 40},
+                             {"7g.80gb", 7, 80}};
+
+/* GPU 0's layouts to re-cut into (profile indices; -1 ends; {-2}: MIG
+ * off) */
+static const int LAYOUTS[][8] = {
+    {0, 0, 0, 0, 0, 0, 0, -1}, {2, 2, -1}, {3, 1, 0, -1}, {-2},
+    {2, 1, 0, 0, -1},          {4, -1}};
+
+static void test_random_changes_keep_invariants(void **state)
+{
+    (void)state;
+    sched_slot sl[64];
+    uint8_t st[64] = {0};
+    size_t n = two_gpus(sl);
+    /* GPUs 2 and 3: whole GPUs, for gangs of two */
+    sl[n++] = (sched_slot){2, 0, NULL, 7, 80 * GIB, 0, 0};
+    sl[n++] = (sched_slot){3, 0, NULL, 7, 80 * GIB, 0, 0};
+    ty_err err = {0};
+    sched *s = sched_create(&CFG, sl, n, &err);
+    assert_non_null(s);
+    int t[3];
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "t%d", i);
+        assert_int_equal(
+            sched_tenant_set(s, id, 1 + i, i == 2 ? 10 : -1, -1, &t[i], &err),
+            TY_OK);
+    }
+    char ids[4000][TY_ID_MAX];
+    int nids = 0, draining = 0, recuts = 0, drains = 0, dropped_total = 0;
+    double now = 1;
+    for (int step = 0; step < 4000; step++, now += 1) {
+        unsigned op = rnd(100);
+        if (op < 30 && nids < 4000) {
+            sched_job_desc d = {.tenant = t[rnd(3)],
+                                .priority = (int)rnd(3),
+                                .submit_time = now};
+            unsigned k = rnd(10);
+            if (k < 5)
+                d.request = req_profile(PROFS[rnd(5)].profile);
+            else if (k < 7)
+                d.request = (sched_request){.kind = SCHED_REQ_ANY};
+            else if (k < 8)
+                d.request = (sched_request){.kind = SCHED_REQ_MIN,
+                                            .min_compute_slices = 2};
+            else
+                d.request = (sched_request){.kind = SCHED_REQ_NONE};
+            d.serving = rnd(7) == 0;
+            if (!d.serving && d.request.kind == SCHED_REQ_ANY && rnd(4) == 0)
+                d.gang = 2;
+            snprintf(ids[nids], TY_ID_MAX, "%s%d", d.serving ? "rep_" : "job_",
+                     step);
+            d.id = ids[nids];
+            if (sched_job_submit(s, &d, NULL, &err) == TY_OK)
+                nids++;
+        } else if (op < 55) {
+            sched_result res;
+            sched_pass(s, now, &res);
+            for (size_t i = 0; i < res.n_placements; i++) {
+                int slot = res.placements[i].slot;
+                assert_int_equal(sched_slot_state(s, slot), SCHED_SLOT_IN_USE);
+                sched_job_info info = {0};
+                assert_int_equal(sched_job_get(s, res.placements[i].job, &info),
+                                 TY_OK);
+                for (int m = 0; info.gang_slots && m < info.gang; m++)
+                    assert_int_equal(sched_slot_state(s, info.gang_slots[m]),
+                                     SCHED_SLOT_IN_USE);
+            }
+            for (size_t i = 0; i < res.n_preemptions; i++)
+                assert_int_equal(sched_slot_state(s, res.preemptions[i].slot),
+                                 SCHED_SLOT_IN_USE);
+        } else if (op < 90 && nids > 0) {
+            int i = (int)rnd((unsigned)nids);
+            int j = sched_job_find(s, ids[i]);
+            sched_job_info info;
+            if (j < 0 || sched_job_get(s, j, &info) != TY_OK)
+                continue;
+            if (info.state == SCHED_JOB_STOPPING ||
+                (info.state == SCHED_JOB_RUNNING && !info.serving &&
+                 rnd(3) == 0))
+                assert_int_equal(sched_job_requeue(s, j, &err), TY_OK);
+            else if (info.state != SCHED_JOB_QUEUED || rnd(4) == 0)
+                assert_int_equal(sched_job_remove(s, j), TY_OK);
+        } else if (op < 96) {
+            /* GPU 0: drain, or re-cut once its slots are free */
+            int idle = 1;
+            for (size_t k = 0; k < n; k++)
+                if (sl[k].gpu == 0 && sched_slot_holder(s, (int)k) >= 0)
+                    idle = 0;
+            if (!draining) {
+                for (size_t k = 0; k < n; k++)
+                    if (sl[k].gpu == 0 && st[k] != SCHED_SLOT_RETIRED)
+                        st[k] = SCHED_SLOT_DRAINING;
+                assert_int_equal(sched_slots_replace(s, sl, st, n, NULL, NULL,
+                                                     0, NULL, &err),
+                                 TY_OK);
+                draining = 1;
+                drains++;
+            } else if (idle) {
+                const int *lay = LAYOUTS[rnd(6)];
+                sched_slot want[8];
+                int nw = 0;
+                if (lay[0] == -2)
+                    want[nw++] = (sched_slot){0, 0, NULL, 7, 80 * GIB, 0, 0};
+                for (int q = 0; lay[0] != -2 && lay[q] >= 0; q++)
+                    want[nw++] = (sched_slot){0,
+                                              1,
+                                              PROFS[lay[q]].profile,
+                                              PROFS[lay[q]].slices,
+                                              PROFS[lay[q]].gib * GIB,
+                                              0,
+                                              0};
+                int w = 0;
+                for (size_t k = 0; k < n; k++) {
+                    if (sl[k].gpu != 0)
+                        continue;
+                    if (w < nw) {
+                        sl[k] = want[w++];
+                        st[k] = SCHED_SLOT_IN_USE;
+                    } else {
+                        st[k] = SCHED_SLOT_RETIRED;
+                    }
+                }
+                for (; w < nw; w++) {
+                    sl[n] = want[w];
+                    st[n++] = SCHED_SLOT_IN_USE;
+                }
+                char dropped[4000][TY_ID_MAX];
+                size_t nd = 0;
+                assert_int_equal(sched_slots_replace(s, sl, st, n, NULL,
+                                                     dropped, 4000, &nd, &err),
+                                 TY_OK);
+                for (size_t q = 0; q < nd; q++)
+                    assert_int_equal(sched_job_find(s, dropped[q]), -1);
+                dropped_total += (int)nd;
+                draining = 0;
+                recuts++;
+            }
+        }
+        check(s);
+    }
+    /* the run did what it set out to */
+    assert_true(drains > 5);
+    assert_true(recuts > 3);
+    assert_true(n <= 64);
+    print_message("drains %d, re-cuts %d, dropped %d, slots %zu\n", drains,
+                  recuts, dropped_total, n);
+    sched_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -340,6 +515,7 @@ int main(void)
         cmocka_unit_test(test_held_slot_without_place_is_refused),
         cmocka_unit_test(test_retired_slots_take_nothing),
         cmocka_unit_test(test_stopping_job_stays_stopping),
+        cmocka_unit_test(test_random_changes_keep_invariants),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
