@@ -13,6 +13,7 @@
  *   sched_report.c  sched_queue_report and the wait reasons
  *   sched_gang.c    where a gang fits: nodes, domains, reservations
  *   sched_check.c   sched_check, the invariant checker
+ *   sched_layout.c  sched_slots_replace: a new slot list (MIG layout changes)
  */
 #include "sched/sched.h"
 

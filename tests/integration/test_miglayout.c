@@ -13,6 +13,8 @@
  *             it; the new layout survives a restart
  *   preempt   the running training job checkpoints, goes back to the
  *             queue (preemptions 1), and resumes on the new layout
+ *   timeout   a drain past its timeout_s fails; the GPU's old slices take
+ *             jobs again, the running job was never stopped
  *   refusals  a tenant's key: 403; an overlapping layout: 422 naming
  *             instances[1].start; a GPU the host lacks: 404; a second
  *             change while one drains: 409
@@ -314,6 +316,61 @@ static void test_preempt_checkpoints_and_resumes(void **state)
     srv_cleanup(&s);
 }
 
+/* A drain that outlasts its timeout_s fails, and the GPU is in use
+ * again with its old layout: a queued job runs on it. */
+static void test_timeout_fails_and_restores(void **state)
+{
+    (void)state;
+    char devices[PATH_MAX + 16];
+    const char *flags[] = {"--devices",
+                           start_flags_devices(devices, sizeof devices),
+                           "--worker-threads",
+                           "1",
+                           "--preempt",
+                           "off",
+                           NULL};
+    srv s;
+    assert_int_equal(srv_start(&s, NULL, flags), 0);
+    char big[64], small[64], a[64], b[64];
+    upload(&s, "big.csv", big);
+    upload(&s, "small.csv", small);
+    submit(&s, big, BIG_NET, "{\"epochs\": 40, \"batch_size\": 8}", "3g.40gb",
+           a);
+    json_t *j = wait_job_until(&s, a, 300, running_past_first_step);
+    assert_true(running_past_first_step(j));
+    json_decref(j);
+    char body[1024];
+    snprintf(body, sizeof body, "{\"gpu\": 0, %s, \"timeout_s\": 1}",
+             NEW_LAYOUT);
+    resp *r = http_json(&s, "POST", "/v1/admin/mig-layout", body);
+    expect_status(r, 202);
+    resp_free(r);
+    wait_change(&s, "failed", 120);
+    r = http_get(&s, "/v1/admin/mig-layout/0");
+    expect_status(r, 200);
+    json_t *ch = json_object_get(r->json, "change");
+    assert_non_null(strstr(str(ch, "error"), "timed out"));
+    assert_true(json_is_false(json_object_get(ch, "applied")));
+    resp_free(r);
+    char prof[256];
+    device_profiles(&s, prof, sizeof prof);
+    assert_string_equal(prof, "3g.40gb,2g.20gb,1g.10gb,1g.10gb");
+    /* the long job ran on; a new one takes a free slice again */
+    submit(&s, small, SMALL_NET, "{\"epochs\": 1}", "1g.10gb", b);
+    j = wait_job(&s, b, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    json_decref(j);
+    j = get_job(&s, a);
+    assert_int_equal(json_integer_value(json_object_get(j, "preemptions")), 0);
+    json_decref(j);
+    char path[128];
+    snprintf(path, sizeof path, "/v1/jobs/%s/cancel", a);
+    resp *c = http_do(&s, "POST", path, NULL, NULL, 0, s.key);
+    resp_free(c);
+    srv_stop(&s, SIGTERM);
+    srv_cleanup(&s);
+}
+
 static void test_refusals(void **state)
 {
     (void)state;
@@ -368,6 +425,7 @@ int main(void)
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_wait_drains_then_recuts),
         cmocka_unit_test(test_preempt_checkpoints_and_resumes),
+        cmocka_unit_test(test_timeout_fails_and_restores),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
