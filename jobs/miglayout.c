@@ -417,21 +417,20 @@ static void fail_drain(jobs_service *r, int g, mig_rec *c, const char *why)
                 r->inv->gpus[g].index, err.msg);
 }
 
-/* Stops every job on GPU g's slots: a training job checkpoints and is
- * requeued (finish_worker's preempted path), a replica is stopped (its
- * deployment starts another). */
+/* Stops every training job on GPU g's slots: it checkpoints and is
+ * requeued (finish_worker's preempted path). Serving replicas are not
+ * stopped here: their deployments move them, make before break (a
+ * replacement on a slot in use first; deploy/replicas.c). */
 static void preempt_gpu(jobs_service *r, int g)
 {
     for (int i = 0; i < r->cap; i++) {
         job_run *w = &r->runs[i];
         if (!w->used || w->slot < 0 || w->slot >= r->inv->nslots ||
-            r->inv->slots[w->slot].gpu != g || w->preempting || w->cancel)
+            r->inv->slots[w->slot].gpu != g || w->preempting || w->cancel ||
+            w->kind != &r->kinds[0])
             continue;
         w->preempting = 1;
-        if (w->kind == &r->kinds[0])
-            r->exec->preempt(r->exec->impl, i);
-        else
-            w->kind->cancel(w->kind->ctx, i);
+        r->exec->preempt(r->exec->impl, i);
         log_event("info", "job_preempt",
                   json_pack("{s:s, s:s, s:i}", "job", w->job_id, "for",
                             "mig-layout", "slot", w->slot));

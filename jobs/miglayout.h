@@ -4,11 +4,12 @@
  *
  * A simulated GPU (--devices sim:<file>) is drained, then re-cut:
  *   draining  its slots take no new job at once (the scheduler's
- *             SCHED_SLOT_DRAINING); the jobs on them finish ("wait", the
- *             default) or are stopped ("preempt": a training job
+ *             SCHED_SLOT_DRAINING); the training jobs on them finish
+ *             ("wait", the default) or are stopped ("preempt": the job
  *             checkpoints and goes back to the queue, as a preemption
- *             victim does; a serving replica is stopped and its deployment
- *             starts a replacement on a slot in use)
+ *             victim does); a serving replica there is moved by its
+ *             deployment either way, make before break (a replacement on
+ *             a slot in use, then the old one drains: deploy/replicas.c)
  *   recut     once none of its slots is held: the inventory's slots for
  *             the GPU are replaced (inv_gpu_recut: its indices reused,
  *             further slots appended, the rest retired, so no other

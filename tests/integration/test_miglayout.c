@@ -13,6 +13,8 @@
  *             it; the new layout survives a restart
  *   preempt   the running training job checkpoints, goes back to the
  *             queue (preemptions 1), and resumes on the new layout
+ *   replica   a deployment's replica on the GPU moves to another GPU, make
+ *             before break; the change is done and the deployment ready
  *   timeout   a drain past its timeout_s fails; the GPU's old slices take
  *             jobs again, the running job was never stopped
  *   refusals  a tenant's key: 403; an overlapping layout: 422 naming
@@ -316,6 +318,106 @@ static void test_preempt_checkpoints_and_resumes(void **state)
     srv_cleanup(&s);
 }
 
+/* The first replica of deployment dpath as (state, gpu) ("", -1 none). */
+static void first_replica(const srv *s, const char *dpath, char *state,
+                          size_t n, int *gpu)
+{
+    resp *r = http_get(s, dpath);
+    expect_status(r, 200);
+    json_t *inst = json_object_get(r->json, "instances");
+    state[0] = 0;
+    *gpu = -1;
+    size_t i;
+    json_t *o;
+    json_array_foreach (inst, i, o) {
+        /* the newest first: report a ready one if there is one */
+        const char *st = str(o, "state");
+        if (!state[0] || !strcmp(st, "ready")) {
+            snprintf(state, n, "%s", st);
+            json_t *g = json_object_get(o, "gpu");
+            *gpu = json_is_integer(g) ? (int)json_integer_value(g) : -1;
+        }
+    }
+    resp_free(r);
+}
+
+/* A serving replica on the GPU is moved, make before break: its
+ * replacement starts on the other GPU, then it drains; the change is done
+ * and the deployment never stopped answering. */
+static void test_replica_moves_to_another_gpu(void **state)
+{
+    (void)state;
+    /* two H100s as the file has one */
+    char two[PATH_MAX];
+    snprintf(two, sizeof two, "%s", file_path("two-h100.json"));
+    const char *doc =
+        "{\"gpus\": [{\"model\": \"H100-80GB\", \"mig\": true, "
+        "\"instances\": [{\"profile\": \"3g.40gb\", \"start\": 4}, "
+        "{\"profile\": \"2g.20gb\", \"start\": 0}, {\"profile\": "
+        "\"1g.10gb\", \"start\": 2}, {\"profile\": \"1g.10gb\", "
+        "\"start\": 3}]}, {\"model\": \"H100-80GB\", \"mig\": true, "
+        "\"instances\": [{\"profile\": \"1g.10gb\", \"start\": 0}]}]}";
+    write_file(two, doc, strlen(doc));
+    char devices[PATH_MAX + 16];
+    snprintf(devices, sizeof devices, "sim:%s", two);
+    const char *flags[] = {"--devices", devices, "--worker-threads", "1", NULL};
+    srv s;
+    assert_int_equal(srv_start(&s, NULL, flags), 0);
+    char small[64], job[64];
+    upload(&s, "small.csv", small);
+    submit(&s, small, SMALL_NET, "{\"epochs\": 1}", "any", job);
+    json_t *j = wait_job(&s, job, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    char model[64], body[512], dpath[128];
+    snprintf(model, sizeof model, "%s", str(j, "model"));
+    json_decref(j);
+    snprintf(body, sizeof body,
+             "{\"name\": \"mover\", \"model\": \"%s\", \"replicas\": "
+             "{\"min\": 1, \"max\": 1}, \"resources\": {\"gpu\": "
+             "\"1g.10gb\"}}",
+             model);
+    resp *r = http_json(&s, "POST", "/v1/deployments", body);
+    expect_status(r, 201);
+    snprintf(dpath, sizeof dpath, "/v1/deployments/%s", str(r->json, "id"));
+    resp_free(r);
+    char st[32];
+    int gpu = -1;
+    double deadline = now_seconds() + 120;
+    do {
+        first_replica(&s, dpath, st, sizeof st, &gpu);
+        if (strcmp(st, "ready"))
+            usleep(100000);
+    } while (strcmp(st, "ready") && now_seconds() < deadline);
+    assert_string_equal(st, "ready");
+    assert_int_equal(gpu, 0); /* best fit: the first 1g.10gb */
+
+    snprintf(body, sizeof body, "{\"gpu\": 0, %s}", NEW_LAYOUT);
+    r = http_json(&s, "POST", "/v1/admin/mig-layout", body);
+    expect_status(r, 202);
+    assert_int_equal(json_array_size(json_object_get(r->json, "waiting_on")),
+                     1);
+    resp_free(r);
+    wait_change(&s, "done", 120);
+    /* the replica that serves now is on GPU 1, and it answers */
+    first_replica(&s, dpath, st, sizeof st, &gpu);
+    assert_string_equal(st, "ready");
+    assert_int_equal(gpu, 1);
+    char pp[160];
+    snprintf(pp, sizeof pp, "/v1/models/%s/predict", model);
+    const char *in = "{\"inputs\": [[1, 2, 3, 4]]}";
+    r = http_do(&s, "POST", pp, "application/json", in, strlen(in), s.key);
+    expect_status(r, 200);
+    resp_free(r);
+    r = http_get(&s, dpath);
+    expect_status(r, 200);
+    assert_string_equal(str(r->json, "status"), "ready");
+    resp_free(r);
+    r = http_do(&s, "DELETE", dpath, NULL, NULL, 0, s.key);
+    resp_free(r);
+    srv_stop(&s, SIGTERM);
+    srv_cleanup(&s);
+}
+
 /* A drain that outlasts its timeout_s fails, and the GPU is in use
  * again with its old layout: a queued job runs on it. */
 static void test_timeout_fails_and_restores(void **state)
@@ -426,6 +528,7 @@ int main(void)
         cmocka_unit_test(test_wait_drains_then_recuts),
         cmocka_unit_test(test_preempt_checkpoints_and_resumes),
         cmocka_unit_test(test_timeout_fails_and_restores),
+        cmocka_unit_test(test_replica_moves_to_another_gpu),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
