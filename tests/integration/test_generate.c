@@ -454,9 +454,14 @@ static void test_metrics(void **state)
     assert_true(itl >= generated - ttft - 0.5);
     assert_true(metric_sum(r->body, "trainyard_generate_sequences", NULL) ==
                 0.0);
-    /* idle: the cache is freed, nothing waits */
-    assert_true(metric_sum(r->body, "trainyard_generate_kv_blocks", NULL) ==
-                0.0);
+    /* idle: no block held, nothing waits (the pool stays, its blocks
+     * free or cached, for the prefix cache) */
+    assert_true(metric_sum(r->body, "trainyard_generate_kv_blocks",
+                           "state=\"used\"") == 0.0);
+    assert_true(metric_sum(r->body, "trainyard_generate_kv_blocks",
+                           "state=\"cached\"") <=
+                metric_sum(r->body, "trainyard_generate_kv_blocks",
+                           "state=\"total\""));
     assert_true(metric_sum(r->body, "trainyard_generate_waiting", NULL) == 0.0);
     resp_free(r);
 }
@@ -899,7 +904,9 @@ static void same_choice(json_t *cold, json_t *warm, size_t i)
  * before. Its prompts P, P and P' (P's first 32 tokens, another ending)
  * write the texts and logprobs, bit for bit, that each writes with the
  * cache cold (after a prompt X that shares nothing, for the same choice
- * index: the same seeded stream), and the cache gave 2 x 32 tokens. */
+ * index: the same seeded stream), and the cache gave 2 x 32 tokens.
+ * The same request again, after the engine went idle, finds all three
+ * prompts' two blocks (3 x 32 tokens): the cache outlives its requests. */
 static void test_prefix_cache(void **state)
 {
     (void)state;
@@ -934,6 +941,16 @@ static void test_prefix_cache(void **state)
     assert_true(hit >= 64); /* choices 1 and 2: two blocks each */
     assert_true(computed > 0);
     json_decref(warm);
+    /* idle between: the blocks are cached, not forgotten */
+    const double hit1 = prefix_tokens("hit");
+    warm = prefix_choices(prefix_id, WARM);
+    const double again = prefix_tokens("hit") - hit1;
+    fprintf(stderr, "prefix cache after idle: %.0f prompt tokens hit\n",
+            again);
+    same_choice(prefix_cold[0], warm, 1);
+    same_choice(prefix_cold[1], warm, 2);
+    assert_true(again >= 96); /* all three choices: two blocks each */
+    json_decref(warm);
 }
 
 /* The prefix cache value a deployment's first instance reported with
@@ -952,11 +969,11 @@ static long long replica_prefix_hits(const char *dpath)
 /* Deployed, the replica's engine caches prefixes too: the same request
  * by the deployment's name writes the choices the server wrote with the
  * cache cold, and the replica's heartbeats count the tokens its cache
- * gave. Each choice reaches the replica on a connection of its own, and
- * its cache lives while its engine is busy: a choice that arrives after
- * the one before has finished finds it freed. So the request is made up
- * to five times (the same choices each time) until the replica counts
- * hits; code without the cache never does. */
+ * gave. Each choice reaches the replica on a connection of its own; its
+ * cache outlives its requests, so a second request finds the first's
+ * blocks whatever the choices' timing. The request is made up to five
+ * times (the same choices each time) until a heartbeat shows the hits;
+ * code without the cache never counts any. */
 static void test_prefix_cache_deployed(void **state)
 {
     (void)state;
