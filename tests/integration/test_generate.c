@@ -24,7 +24,13 @@
  *     the requests;
  *   - prefix caching: prompts that begin alike share their first blocks
  *     and write, bit for bit, what they write with the cache cold, in
- *     the server and on a replica (whose heartbeats count the hits).
+ *     the server and on a replica (whose heartbeats count the hits); the
+ *     cache outlives its requests (the same request after an idle gap
+ *     hits every choice's blocks);
+ *   - a rolling update while a deployment streams a long generation: the
+ *     stream completes whole on the old replica, which drains after it;
+ *     requests through the update get no 5xx, and after it go to the new
+ *     model.
  */
 #include <setjmp.h>
 #include <stdarg.h>
