@@ -222,6 +222,7 @@ static void gen_figures(deployment *d, replica *p, const json_t *g)
     p->gen.waiting = gen_field(g, RPROTO_F_GEN_WAITING);
     p->gen.kv_used = gen_field(g, RPROTO_F_GEN_KV_USED);
     p->gen.kv_total = gen_field(g, RPROTO_F_GEN_KV_TOTAL);
+    p->gen.kv_cached = gen_field(g, RPROTO_F_GEN_KV_CACHED);
     p->gen.prompt = (uint64_t)gen_field(g, RPROTO_F_GEN_PROMPT);
     p->gen.generated = (uint64_t)gen_field(g, RPROTO_F_GEN_GENERATED);
     p->gen.prefix_hit = (uint64_t)gen_field(g, RPROTO_F_GEN_PREFIX_HIT);
