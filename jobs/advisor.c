@@ -104,18 +104,24 @@ static size_t rec_of(sched *s, int sj)
     return (size_t)strtoull(info.id + 1, NULL, 10);
 }
 
-static int held_slices(sched *s, const sched_slot *slots, int sj)
+/* Adds sign x the compute slices job sj holds to the per-GPU rates;
+ * returns them. Call while it holds its slots. */
+static int held_slices(sched *s, const sched_slot *slots, int sj, int sign,
+                       double *gpu_rate)
 {
     sched_job_info info;
     if (sched_job_get(s, sj, &info) != TY_OK || info.slot < 0)
         return 0;
-    if (info.gang_slots) {
-        int sum = 0;
-        for (int k = 0; k < info.gang; k++)
-            sum += slots[info.gang_slots[k]].compute_slices;
-        return sum;
+    int one = info.slot, sum = 0;
+    const int *list = info.gang_slots ? info.gang_slots : &one;
+    int k_n = info.gang_slots ? info.gang : 1;
+    for (int k = 0; k < k_n; k++) {
+        const sched_slot *sl = &slots[list[k]];
+        sum += sl->compute_slices;
+        if (sl->gpu < ADV_MAX_GPUS)
+            gpu_rate[sl->gpu] += sign * sl->compute_slices;
     }
-    return slots[info.slot].compute_slices;
+    return sum;
 }
 
 ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
@@ -130,12 +136,13 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
         calloc((size_t)ngpus * MIG_COMPUTE_SLICES + 1, sizeof *slots);
     rec_state *st = calloc(n + 1, sizeof *st);
     arr_key *order = calloc(n + 1, sizeof *order);
+    arr_key *wd = calloc(n + 1, sizeof *wd);
     double *waits = calloc(n + 1, sizeof *waits);
     size_t *running =
         calloc((size_t)ngpus * MIG_COMPUTE_SLICES + 1, sizeof *running);
     sched *s = NULL;
     ty_status rc = TY_OK;
-    if (!slots || !st || !order || !waits || !running) {
+    if (!slots || !st || !order || !wd || !waits || !running) {
         rc = ty_fail(err, TY_ENOMEM, NULL, "out of memory for the replay");
         goto done;
     }
@@ -146,17 +153,20 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
         rc = TY_EINVAL;
         goto done;
     }
-    size_t m = 0;
+    size_t m = 0, nwd = 0;
     int max_tenant = -1;
     for (size_t i = 0; i < n; i++) {
         if (recs[i].arrival < t0 || recs[i].arrival >= t1 ||
             recs[i].request.kind == SCHED_REQ_NONE)
             continue;
         order[m++] = (arr_key){recs[i].arrival, i};
+        if (recs[i].withdraw > 0)
+            wd[nwd++] = (arr_key){recs[i].withdraw, i};
         if (recs[i].tenant > max_tenant)
             max_tenant = recs[i].tenant;
     }
     qsort(order, m, sizeof *order, cmp_key);
+    qsort(wd, nwd, sizeof *wd, cmp_key);
     for (int t = 0; t <= max_tenant; t++) {
         char tid[32];
         snprintf(tid, sizeof tid, "t%d", t);
@@ -170,7 +180,9 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
         (double)ngpus * MIG_COMPUTE_SLICES * (t1 - t0) / 3600.0;
 
     double now = t0, held_rate = 0, held_s = 0;
-    size_t ai = 0, nrun = 0, nqueued = 0;
+    double gpu_rate[ADV_MAX_GPUS] = {0}, gpu_s[ADV_MAX_GPUS] = {0};
+    int ng = ngpus < ADV_MAX_GPUS ? ngpus : ADV_MAX_GPUS;
+    size_t ai = 0, wi = 0, nrun = 0, nqueued = 0;
     for (;;) {
         double t_arr = ai < m ? order[ai].arrival : INFINITY;
         double t_end = INFINITY;
@@ -180,10 +192,13 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
                 t_end = r->run_start + r->left;
         }
         double t_tick = nqueued ? now + ADV_TICK_S : INFINITY;
-        double t = fmin(t_arr, fmin(t_end, t_tick));
+        double t_wd = wi < nwd ? wd[wi].arrival : INFINITY;
+        double t = fmin(fmin(t_arr, t_wd), fmin(t_end, t_tick));
         if (!(t < t1))
             break;
         held_s += held_rate * (t - now);
+        for (int g = 0; g < ng; g++)
+            gpu_s[g] += gpu_rate[g] * (t - now);
         now = t;
         /* Completions. */
         for (size_t k = 0; k < nrun;) {
@@ -193,11 +208,22 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
                 k++;
                 continue;
             }
+            held_slices(s, slots, r->sj, -1, gpu_rate);
             sched_job_remove(s, r->sj);
             held_rate -= r->held;
             r->state = R_DONE;
             r->left = 0;
             running[k] = running[--nrun];
+        }
+        /* Withdrawals of what is still queued. */
+        for (; wi < nwd && wd[wi].arrival <= now; wi++) {
+            rec_state *r = &st[wd[wi].i];
+            if (r->state != R_QUEUED)
+                continue;
+            sched_job_remove(s, r->sj);
+            r->wait += now - r->queued_at;
+            r->state = R_DONE;
+            nqueued--;
         }
         /* Arrivals. */
         for (; ai < m && order[ai].arrival <= now; ai++) {
@@ -241,7 +267,7 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
                 r->wait += now - r->queued_at;
                 r->state = R_RUNNING;
                 r->run_start = now;
-                r->held = held_slices(s, slots, r->sj);
+                r->held = held_slices(s, slots, r->sj, 1, gpu_rate);
                 held_rate += r->held;
                 running[nrun++] = i;
                 nqueued--;
@@ -253,8 +279,11 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
                     continue;
                 rec_state *r = &st[i];
                 ty_err e = {0};
-                if (sched_job_requeue(s, r->sj, &e) != TY_OK)
+                held_slices(s, slots, r->sj, -1, gpu_rate);
+                if (sched_job_requeue(s, r->sj, &e) != TY_OK) {
+                    held_slices(s, slots, r->sj, 1, gpu_rate);
                     continue;
+                }
                 r->left -= now - r->run_start;
                 if (r->left < 1)
                     r->left = 1;
@@ -275,6 +304,9 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
         }
     }
     held_s += held_rate * (t1 - now);
+    for (int g = 0; g < ng; g++)
+        out->gpu_held_slice_hours[g] =
+            (gpu_s[g] + gpu_rate[g] * (t1 - now)) / 3600.0;
 
     size_t nw = 0;
     double wsum = 0;
@@ -283,7 +315,7 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
         rec_state *r = &st[i];
         int slices = adv_record_slices(&recs[i]);
         if (r->state == R_UNSERVABLE) {
-            double w = t1 - recs[i].arrival;
+            double w = t1 - t0;
             out->unservable++;
             out->unservable_slice_hours += w * slices / 3600.0;
             out->queued_slice_hours += w * slices / 3600.0;
@@ -311,6 +343,7 @@ done:
     free(slots);
     free(st);
     free(order);
+    free(wd);
     free(waits);
     free(running);
     return rc;

@@ -28,12 +28,16 @@
  *               gang of N whole GPUs 7 x N.
  *   wait(r)     seconds r spent queued within [t0, t1]: from its arrival
  *               to its start, plus from each preemption to its restart;
- *               a record still queued at t1 counts to t1.
+ *               a record still queued at t1 counts to t1, one withdrawn
+ *               while queued to its withdrawal.
  *   queued slice-hours   sum over records of wait(r) x slices(r) / 3600.
  *               A record no slot of the layout can ever satisfy
  *               (sched_job_check refuses it: the server would answer 422)
- *               counts its whole window wait, t1 - arrival, and is also
- *               counted in `unservable` and unservable_slice_hours.
+ *               counts the whole window, t1 - t0, as its wait (however
+ *               late in the window it came: a layout that cannot serve a
+ *               request at all is worse than any that makes it wait), and
+ *               is also counted in `unservable` and
+ *               unservable_slice_hours.
  *   utilization held slice-hours (compute slices of the slots jobs hold,
  *               over time, within the window) / available slice-hours
  *               (7 per GPU x the window).
@@ -51,6 +55,8 @@
 #include "sched/sched.h"
 
 #define ADV_TICK_S 60.0
+/* GPUs a replay counts held slice-hours of one by one. */
+#define ADV_MAX_GPUS 64
 /* Layouts a model can have: maximal partitions of 8 memory slices. */
 #define ADV_MAX_LAYOUTS 256
 
@@ -62,6 +68,10 @@ typedef struct {
     double duration; /* seconds it holds its slot once started (> 0) */
     int serving;     /* 1: a serving replica; 0: training */
     int gang;        /* 0 or 1: one slot; N >= 2: N whole GPUs */
+    /* > 0: the request was withdrawn then (cancelled, or a replica the
+     * deployment no longer wanted) if it was still queued: it leaves the
+     * queue, its wait ends there. 0: never. */
+    double withdraw;
 } adv_record;
 
 /* One GPU's layout. */
@@ -80,6 +90,9 @@ typedef struct {
     size_t unservable;
     double held_slice_hours;
     double available_slice_hours;
+    /* Held slice-hours per GPU (the first ADV_MAX_GPUS; a GPU's available
+     * slice-hours are 7 x the window). */
+    double gpu_held_slice_hours[ADV_MAX_GPUS];
     double utilization; /* held / available; 0 with no GPU */
     size_t records;
     size_t served;

@@ -93,10 +93,17 @@ static void test_replay_by_hand(void **state)
                      TY_OK);
     assert_true(fabs(r.queued_slice_hours - 1.5) < 1e-9);
     assert_int_equal(r.served, 2);
+    /* Withdrawn (cancelled) after 1200 s in the queue: 3 x 1/3 h. */
+    recs[1].withdraw = 1200;
+    assert_int_equal(adv_replay(&CFG, &g, 1, recs, 3, 0, 7200, &r, &err),
+                     TY_OK);
+    assert_true(fabs(r.queued_slice_hours - 1.0) < 1e-9);
+    assert_int_equal(r.served, 2);
+    assert_true(fabs(r.held_slice_hours - 3.5) < 1e-9);
 }
 
-/* A 7g.80gb request that no slice of the mixed layout fits counts its
- * whole window wait (6600 s x 7 slices) and is reported unservable; the
+/* A 7g.80gb request that no slice of the mixed layout fits counts the
+ * whole window (7200 s x 7 slices) and is reported unservable; the
  * same request on a GPU with MIG off is not (a profile asks for a MIG
  * device: still unservable) but "whole" is. */
 static void test_replay_unservable(void **state)
@@ -110,8 +117,8 @@ static void test_replay_unservable(void **state)
                      TY_OK);
     assert_int_equal(r.unservable, 1);
     assert_int_equal(r.served, 0);
-    assert_true(fabs(r.unservable_slice_hours - 6600.0 * 7 / 3600) < 1e-9);
-    assert_true(fabs(r.queued_slice_hours - 6600.0 * 7 / 3600) < 1e-9);
+    assert_true(fabs(r.unservable_slice_hours - 7200.0 * 7 / 3600) < 1e-9);
+    assert_true(fabs(r.queued_slice_hours - 7200.0 * 7 / 3600) < 1e-9);
 
     adv_record whole = {.arrival = 600, .duration = 60};
     whole.request.kind = SCHED_REQ_MIN;
@@ -148,6 +155,7 @@ static void test_replay_serving_preempts_training(void **state)
     /* "any" is 1 slice whatever slot it got. */
     assert_true(fabs(r.queued_slice_hours - 1000.0 / 3600) < 1e-9);
     assert_true(fabs(r.held_slice_hours - 7 * 4600.0 / 3600) < 1e-9);
+    assert_true(fabs(r.gpu_held_slice_hours[0] - 7 * 4600.0 / 3600) < 1e-9);
     /* Without serving preemption the replica waits for the training job. */
     sched_config c = CFG;
     c.serving_preempt = 0;
