@@ -5,7 +5,9 @@
  * 1g job runs; the demand is recorded in the store, survives a restart,
  * and GET /v1/admin/mig-advice advises a layout with a 3g.71gb instance
  * that serves what today's refuses. A tenant key gets 403; a bad window
- * 400.
+ * 400. A GPU of a model without MIG profiles is said to be so and keeps
+ * its layout; a GPU with MIG off is advised MIG on when the demand is MIG
+ * profiles.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -201,10 +203,65 @@ static void test_advice_from_recorded_demand(void **state)
     srv_cleanup(&s2);
 }
 
+/* Two GPUs: a model trainyard has no MIG profiles for, and an A100-40GB
+ * with MIG off. Jobs asking for 1g.5gb are refused (no MIG slice); the
+ * advice keeps the first as it is (a note says why) and cuts the second. */
+static void test_advice_non_mig_model(void **state)
+{
+    (void)state;
+    char path[PATH_MAX], spec[PATH_MAX + 8];
+    snprintf(path, sizeof path, "%s/two.json", files);
+    const char *doc_text =
+        "{\"gpus\": [{\"model\": \"T4\", \"mig\": false, \"memory_gb\": 16},"
+        " {\"model\": \"A100-40GB\", \"mig\": false}]}";
+    write_file(path, doc_text, strlen(doc_text));
+    snprintf(spec, sizeof spec, "sim:%s", path);
+    srv s;
+    const char *flags[] = {"--devices", spec, NULL};
+    assert_int_equal(srv_start(&s, NULL, flags), 0);
+
+    char part[PATH_MAX + 8], ds[64], body[1024];
+    snprintf(part, sizeof part, "file=@%s", csv);
+    const char *parts[] = {"name=blobs", "format=csv", "label_column=species",
+                           part, NULL};
+    resp *r = http_upload(&s, "/v1/datasets", parts);
+    expect_status(r, 201);
+    snprintf(ds, sizeof ds, "%s", str(r->json, "id"));
+    resp_free(r);
+    for (int k = 0; k < 3; k++) {
+        snprintf(body, sizeof body,
+                 "{\"dataset\": \"%s\", \"model\": %s, \"hyperparameters\": "
+                 "{\"epochs\": 1}, \"resources\": {\"gpu\": \"1g.5gb\"}}",
+                 ds, NET);
+        r = http_json(&s, "POST", "/v1/jobs", body);
+        expect_refusal(&s, r, 422, "resources.gpu", NULL);
+    }
+    json_t *doc = advice(&s, "?window=10m", 200);
+    assert_int_equal(json_integer_value(json_object_get(doc, "records")), 3);
+    json_t *gpus = json_object_get(doc, "gpus");
+    assert_int_equal(json_array_size(gpus), 2);
+    json_t *t4 = json_array_get(gpus, 0), *a100 = json_array_get(gpus, 1);
+    assert_false(json_is_true(json_object_get(t4, "mig_capable")));
+    assert_non_null(strstr(str(t4, "note"), "not a MIG-capable model"));
+    assert_false(json_is_true(json_object_get(t4, "change")));
+    assert_false(
+        json_is_true(json_object_get(json_object_get(t4, "advised"), "mig")));
+    assert_true(json_is_true(json_object_get(a100, "mig_capable")));
+    json_t *cur = json_object_get(a100, "current");
+    assert_false(json_is_true(json_object_get(cur, "mig")));
+    assert_int_equal(json_array_size(json_object_get(cur, "instances")), 0);
+    assert_true(json_is_true(json_object_get(a100, "change")));
+    assert_true(has_profile(json_object_get(a100, "advised"), "1g.5gb"));
+    json_decref(doc);
+    srv_stop(&s, 15);
+    srv_cleanup(&s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_advice_from_recorded_demand),
+        cmocka_unit_test(test_advice_non_mig_model),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
