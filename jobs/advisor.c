@@ -440,6 +440,45 @@ int adv_layout_equal(const adv_layout *a, const adv_layout *b)
     return 1;
 }
 
+/* Whether two layouts cut the same slices (the same profiles, as many of
+ * each, wherever they start): the scheduler sees the same slots, so a
+ * replay gives the same figures. */
+static int same_slices(const adv_layout *a, const adv_layout *b)
+{
+    if (a->model != b->model || !a->mig != !b->mig || a->n != b->n)
+        return 0;
+    for (int i = 0; a->mig && i < a->n; i++) {
+        int ca = 0, cb = 0;
+        for (int j = 0; j < a->n; j++) {
+            ca += a->inst[j].profile == a->inst[i].profile;
+            cb += b->inst[j].profile == a->inst[i].profile;
+        }
+        if (ca != cb)
+            return 0;
+    }
+    return 1;
+}
+
+/* The search's candidates for model m into cand: its maximal partitions,
+ * one per set of slices (the first placement found), then MIG off.
+ * Returns how many. */
+static int candidates(const mig_model *m, adv_layout *cand)
+{
+    int nc = adv_enumerate(m, cand, ADV_MAX_LAYOUTS);
+    if (nc > ADV_MAX_LAYOUTS)
+        nc = ADV_MAX_LAYOUTS;
+    int k = 0;
+    for (int c = 0; c < nc; c++) {
+        int dup = 0;
+        for (int d = 0; d < k && !dup; d++)
+            dup = same_slices(&cand[d], &cand[c]);
+        if (!dup)
+            cand[k++] = cand[c];
+    }
+    cand[k] = (adv_layout){.model = m, .mig = 0};
+    return k + 1;
+}
+
 /* 1 when x is better than y: fewer queued slice-hours, then higher
  * utilization (equal within a rounding tolerance: no churn for
  * nothing). */
@@ -479,11 +518,8 @@ ty_status adv_search(const sched_config *cfg, const adv_layout *current,
             first &= current[h].model != mm;
         if (!mm || !first)
             continue;
-        int nc = adv_enumerate(mm, cand, ADV_MAX_LAYOUTS);
-        if (nc > ADV_MAX_LAYOUTS)
-            nc = ADV_MAX_LAYOUTS;
-        cand[nc] = (adv_layout){.model = mm, .mig = 0};
-        for (int c = 0; c <= nc; c++) {
+        int nc = candidates(mm, cand);
+        for (int c = 0; c < nc; c++) {
             memcpy(trial, advised, (size_t)ngpus * sizeof *trial);
             for (int h = 0; h < ngpus; h++)
                 if (current[h].model == mm) {
@@ -508,12 +544,9 @@ ty_status adv_search(const sched_config *cfg, const adv_layout *current,
             const mig_model *mm = current[g].model;
             if (!mm)
                 continue;
-            int nc = adv_enumerate(mm, cand, ADV_MAX_LAYOUTS);
-            if (nc > ADV_MAX_LAYOUTS)
-                nc = ADV_MAX_LAYOUTS;
-            cand[nc] = (adv_layout){.model = mm, .mig = 0};
-            for (int c = 0; c <= nc; c++) {
-                if (adv_layout_equal(&cand[c], &advised[g]))
+            int nc = candidates(mm, cand);
+            for (int c = 0; c < nc; c++) {
+                if (same_slices(&cand[c], &advised[g]))
                     continue;
                 memcpy(trial, advised, (size_t)ngpus * sizeof *trial);
                 trial[g] = cand[c];

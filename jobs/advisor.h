@@ -119,7 +119,9 @@ ty_status adv_replay(const sched_config *cfg, const adv_layout *gpus, int ngpus,
 int adv_enumerate(const mig_model *m, adv_layout *out, int cap);
 
 /* The search: for each GPU whose model has MIG, the layout among the
- * model's maximal partitions and MIG off that minimises the replayed
+ * model's maximal partitions (one per set of slices: where an instance
+ * starts changes nothing the scheduler sees) and MIG off that minimises
+ * the replayed
  * queued slice-hours of the whole inventory (ties: higher utilization,
  * then the current layout). First every GPU of a model is tried with each
  * candidate at once (a uniform start, kept when better than today's);
