@@ -165,6 +165,31 @@ static void test_replay_serving_preempts_training(void **state)
     assert_true(fabs(r.queued_slice_hours - 3500.0 / 3600) < 1e-9);
 }
 
+/* A gang of two whole GPUs: on two GPUs with MIG off it runs at once and
+ * holds 14 slices; with one of them cut into MIG slices it can never run
+ * (14 slices x the whole window). */
+static void test_replay_gang(void **state)
+{
+    (void)state;
+    adv_layout off = {.model = mig_model_find("H100-80GB"), .mig = 0};
+    adv_layout two[2] = {off, off};
+    adv_record g = {.arrival = 0, .duration = 1800, .gang = 2};
+    g.request.kind = SCHED_REQ_ANY;
+    adv_result r;
+    ty_err err = {0};
+    assert_int_equal(adv_replay(&CFG, two, 2, &g, 1, 0, 3600, &r, &err), TY_OK);
+    assert_int_equal(adv_record_slices(&g), 14);
+    assert_int_equal(r.served, 1);
+    assert_true(fabs(r.held_slice_hours - 7.0) < 1e-9);
+    assert_true(fabs(r.gpu_held_slice_hours[0] - 3.5) < 1e-9);
+    assert_true(fabs(r.gpu_held_slice_hours[1] - 3.5) < 1e-9);
+    assert_true(fabs(r.utilization - 0.5) < 1e-9);
+    two[1] = h100_mixed();
+    assert_int_equal(adv_replay(&CFG, two, 2, &g, 1, 0, 3600, &r, &err), TY_OK);
+    assert_int_equal(r.unservable, 1);
+    assert_true(fabs(r.queued_slice_hours - 14.0) < 1e-9);
+}
+
 static void test_replay_bad_window(void **state)
 {
     (void)state;
@@ -320,6 +345,7 @@ int main(void)
         cmocka_unit_test(test_replay_by_hand),
         cmocka_unit_test(test_replay_unservable),
         cmocka_unit_test(test_replay_serving_preempts_training),
+        cmocka_unit_test(test_replay_gang),
         cmocka_unit_test(test_replay_bad_window),
         cmocka_unit_test(test_enumerate_h100),
         cmocka_unit_test(test_enumerate_a100_40),
