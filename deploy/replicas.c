@@ -62,6 +62,7 @@ static int replica_add(deploy_ctl *b, deployment *d)
         d->restart_at = now_mono() + RESTART_BACKOFF_CAP_S;
         return 0;
     }
+    jobs_demand_submitted(b->js, &desc, d->tenant);
     p->state = REP_QUEUED;
     p->next = d->reps;
     d->reps = p;
@@ -74,6 +75,7 @@ static void replica_drain(deploy_ctl *b, replica *p)
 {
     if (p->state == REP_QUEUED) {
         sched_job_remove(jobs_sched(b->js), p->sjob);
+        jobs_demand_stopped(b->js, p->id);
         p->sjob = -1;
         p->state = REP_GONE;
         return;
