@@ -36,7 +36,7 @@ JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 HF_VENV    ?= .venv-hf
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-dp bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-advisor bench-dp bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -154,6 +154,11 @@ bench-lm: build test-deps
 
 bench-sched: build
 	$(BUILD)/bench_sched
+
+# The MIG layout advisor replayed on a drifting trace (bench/advisor):
+# static layouts against the advice, in queued slice-hours.
+bench-advisor: build
+	$(BUILD)/bench_advisor
 
 # The data-parallel overhead (bench/dp/run.py --help); its one rank is the
 # dp tests' tests/dp/dp_train, and mpirun comes from openmpi-bin.

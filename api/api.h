@@ -214,6 +214,9 @@ void api_kserve_unsupported(api_ctx *app, http_req *r);
 
 void api_devices_list(api_ctx *app, http_req *r);
 
+/* advice.c: GET /v1/admin/mig-advice (the MIG layout advisor). */
+void api_admin_mig_advice(api_ctx *app, http_req *r);
+
 /* MIG layout changes (api/miglayout.c; admin key). */
 void api_mig_layout_apply(api_ctx *app, http_req *r);
 void api_mig_layout_list(api_ctx *app, http_req *r);

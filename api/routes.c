@@ -111,6 +111,7 @@ const route api_routes[] = {
     {HTTP_POST, "/v1/tenants/{id}/keys", "tenants.keys.create", ADMIN, NOBODY, api_tenant_keys_create},
     {HTTP_GET, "/v1/tenants/{id}/keys", "tenants.keys.list", ADMIN, NOBODY, api_tenant_keys_list},
     {HTTP_DELETE, "/v1/tenants/{id}/keys/{key_id}", "tenants.keys.revoke", ADMIN, NOBODY, api_tenant_keys_revoke},
+    {HTTP_GET, "/v1/admin/mig-advice", "admin.mig_advice", ADMIN, NOBODY, api_admin_mig_advice},
 
     {HTTP_GET, "/v1/events", "events.stream", KEY, NOBODY, api_events_stream},
     {HTTP_GET, "/v1/jobs/{id}/events", "jobs.events", KEY, NOBODY, api_jobs_events},

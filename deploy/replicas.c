@@ -62,6 +62,7 @@ static int replica_add(deploy_ctl *b, deployment *d)
         d->restart_at = now_mono() + RESTART_BACKOFF_CAP_S;
         return 0;
     }
+    jobs_demand_submitted(b->js, &desc, d->tenant);
     p->state = REP_QUEUED;
     p->next = d->reps;
     d->reps = p;
@@ -74,6 +75,7 @@ static void replica_drain(deploy_ctl *b, replica *p)
 {
     if (p->state == REP_QUEUED) {
         sched_job_remove(jobs_sched(b->js), p->sjob);
+        jobs_demand_stopped(b->js, p->id);
         p->sjob = -1;
         p->state = REP_GONE;
         return;
@@ -222,6 +224,7 @@ static void gen_figures(deployment *d, replica *p, const json_t *g)
     p->gen.waiting = gen_field(g, RPROTO_F_GEN_WAITING);
     p->gen.kv_used = gen_field(g, RPROTO_F_GEN_KV_USED);
     p->gen.kv_total = gen_field(g, RPROTO_F_GEN_KV_TOTAL);
+    p->gen.kv_cached = gen_field(g, RPROTO_F_GEN_KV_CACHED);
     p->gen.prompt = (uint64_t)gen_field(g, RPROTO_F_GEN_PROMPT);
     p->gen.generated = (uint64_t)gen_field(g, RPROTO_F_GEN_GENERATED);
     p->gen.prefix_hit = (uint64_t)gen_field(g, RPROTO_F_GEN_PREFIX_HIT);

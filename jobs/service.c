@@ -258,6 +258,7 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
         return TY_EINVAL; /* a setting (err names it), or memory */
     }
     pthread_mutex_lock(&r->mu);
+    svc_demand_recover(r);
     reattach_running(r);
     pthread_mutex_unlock(&r->mu);
     load_queued(r);
@@ -340,6 +341,8 @@ static ty_status enqueue(jobs_service *r, const char *tenant_id,
                             .request = *req,
                             .gang = workers};
         s = sched_job_submit(r->sched, &d, NULL, err);
+        if (s == TY_OK)
+            jobs_demand_submitted(r, &d, tenant_id);
     }
     pthread_mutex_unlock(&r->mu);
     if (s == TY_OK)
@@ -404,8 +407,9 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     json_t *job = NULL;
     char id[TY_ID_MAX];
     ty_status s;
-    if ((s = admit(r, tenant, sub, &adm, err)) != TY_OK ||
-        (s = ty_id_new("job_", id, err)) != TY_OK ||
+    if ((s = admit(r, tenant, sub, &adm, err)) == TY_EINVAL)
+        svc_demand_refused(r, tenant, &sub->req, sub->workers);
+    if (s != TY_OK || (s = ty_id_new("job_", id, err)) != TY_OK ||
         (s = store_job_insert_req(
              env->store, tenant, id, adm.name, adm.dataset_id, adm.validation,
              adm.spec, adm.hyperparameters, (int64_t)adm.memory_bytes,
@@ -458,8 +462,11 @@ static void dequeue_or_stop(jobs_service *r, const char *job_id)
         int j = sched_job_find(r->sched, job_id);
         sched_job_info info;
         if (j >= 0 && sched_job_get(r->sched, j, &info) == TY_OK &&
-            (info.state == SCHED_JOB_QUEUED || info.state == SCHED_JOB_PENDING))
+            (info.state == SCHED_JOB_QUEUED ||
+             info.state == SCHED_JOB_PENDING)) {
             sched_job_remove(r->sched, j);
+            jobs_demand_stopped(r, job_id);
+        }
         for (size_t i = 0; i < r->nretries; i++)
             if (!strcmp(r->retries[i].job_id, job_id)) {
                 r->retries[i] = r->retries[--r->nretries];

@@ -211,7 +211,8 @@ static void test_older_database_migrates(void **state)
     /* Back to what schema 5 was: no deployments table (nor schema 7's
      * serving limits of tenants, nor schema 8's job steps, nor schema 9's
      * tokens a minute). */
-    sql(f->dir, "DROP TABLE deployments;"
+    sql(f->dir, "DROP TABLE demand;" /* schema 10's */
+                "DROP TABLE deployments;"
                 "DROP TABLE job_steps;"
                 "ALTER TABLE tenants DROP COLUMN serving_rps;"
                 "ALTER TABLE tenants DROP COLUMN serving_burst;"
@@ -220,7 +221,7 @@ static void test_older_database_migrates(void **state)
                 "PRAGMA user_version=5;");
 
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 9);
+    assert_int_equal(store_schema_version(f->st), 10);
     json_t *doc;
     ty_status st = store_dataset_get(f->st, "tn_a", "ds_old", &doc, NULL, &err);
     if (st != TY_OK)
