@@ -417,6 +417,21 @@ static void fail_drain(jobs_service *r, int g, mig_rec *c, const char *why)
                 r->inv->gpus[g].index, err.msg);
 }
 
+/* Whether run w holds a slot of GPU g (any member's, for a gang). */
+static int on_gpu(jobs_service *r, const job_run *w, int g)
+{
+    sched_job_info info;
+    if (w->slot < 0 || sched_job_get(r->sched, w->sjob, &info) != TY_OK)
+        return 0;
+    int n = info.gang_slots ? info.gang : 1;
+    for (int m = 0; m < n; m++) {
+        int k = info.gang_slots ? info.gang_slots[m] : w->slot;
+        if (k >= 0 && k < r->inv->nslots && r->inv->slots[k].gpu == g)
+            return 1;
+    }
+    return 0;
+}
+
 /* Stops every training job on GPU g's slots: it checkpoints and is
  * requeued (finish_worker's preempted path). Serving replicas are not
  * stopped here: their deployments move them, make before break (a
@@ -425,9 +440,8 @@ static void preempt_gpu(jobs_service *r, int g)
 {
     for (int i = 0; i < r->cap; i++) {
         job_run *w = &r->runs[i];
-        if (!w->used || w->slot < 0 || w->slot >= r->inv->nslots ||
-            r->inv->slots[w->slot].gpu != g || w->preempting || w->cancel ||
-            w->kind != &r->kinds[0])
+        if (!w->used || w->preempting || w->cancel || w->kind != &r->kinds[0] ||
+            !on_gpu(r, w, g))
             continue;
         w->preempting = 1;
         r->exec->preempt(r->exec->impl, i);
