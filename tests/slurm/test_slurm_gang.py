@@ -23,7 +23,8 @@ bridge address the nodes reach, and checks in order:
 
 Exit 0 when every check passed, 1 otherwise, 77 (skipped) when the
 cluster cannot be made here (not root, no namespaces or veth pairs) or
-the build has no Open MPI (the server refuses workers).
+the build has no Open MPI (the server refuses workers) or Slurm no PMIx
+plugin.
 """
 import os
 import re
@@ -171,11 +172,23 @@ class Suite:
         assert one_doc["status"] == "succeeded", one_doc
         single = epochs(self.local, lkey, one["id"])
         assert len(single) == len(gang), (single, gang)
+        # And on 2 local workers (mpirun), where this server can run them.
+        st, two = submit(self.local, lkey, lds, MLP, HP, 2)
+        local2 = None
+        if st == 202:
+            two_doc = self.local.wait_done(lkey, two["id"], 300)
+            assert two_doc["status"] == "succeeded", two_doc
+            local2 = epochs(self.local, lkey, two["id"])
+        else:
+            print(f"    (no local 2-worker run: {st} {two})")
         for i, (a, b) in enumerate(zip(gang, single)):
             la, lb = a["train_loss"], b["train_loss"]
+            l2 = local2[i]["train_loss"] if local2 else None
             print(f"    epoch {i + 1}: train_loss 2 ranks on Slurm {la:.9g}, "
-                  f"1 local worker {lb:.9g}")
+                  f"1 local worker {lb:.9g}, 2 local workers {l2}")
             assert abs(la - lb) <= 1e-4 * abs(lb), (i, la, lb)
+            if local2:
+                assert abs(la - l2) <= 1e-4 * abs(l2), (i, la, l2)
         print(f"    Slurm job {sid}: NodeList {fields['NodeList']}, ranks "
               f"{ranks}, allreduce share "
               f"{gang[-1].get('allreduce_share')}")
@@ -336,6 +349,11 @@ def main():
         else:
             load_env(os.environ["TRAINYARD_SLURM_ENV"])
             DIR = ts.ENV["SLURM_DIR"]
+        plugins = subprocess.run(["srun", "--mpi=list"], capture_output=True,
+                                 text=True)
+        if "pmix" not in plugins.stdout + plugins.stderr:
+            print("skipped: this Slurm has no PMIx plugin (srun --mpi=list)")
+            return 77
         # The job user (nobody) runs the worker: a copy it can run.
         ts.BIN = os.path.join(ts.ENV["SLURM_BIN_DIR"], "trainyard")
         shutil.copyfile(bin_path, ts.BIN + ".new")
