@@ -354,15 +354,8 @@ typedef struct {
     slurm_job_info info;
 } xwork;
 
-/* The batch script; the settings between single quotes (the config is
- * checked to hold no quote or newline). A data-parallel gang (ranks > 1)
- * starts one shim a node with srun --mpi=pmix: each runs its worker as
- * its child, which inherits the PMIx environment and joins the job in
- * MPI_Init; rank 0's shim alone talks to the server (node/wremote.h).
- * --kill-on-bad-exit=1: a rank that fails ends the whole step, so no rank
- * is left waiting in a collective, and the job ends as any failed job. */
-static void build_script(const slurm_exec *x, const char *job_id, int ranks,
-                         char *buf, size_t n)
+void exec_slurm_script(const char *command, const char *server_url,
+                       const char *job_id, int ranks, char *buf, size_t n)
 {
     snprintf(buf, n,
              "#!/bin/sh\n"
@@ -371,8 +364,8 @@ static void build_script(const slurm_exec *x, const char *job_id, int ranks,
              "exec %s'%s' worker " WREMOTE_ARG_SERVER " '%s' " WREMOTE_ARG_JOB
              " '%s'\n",
              job_id, ranks > 1 ? ", one rank a node" : "",
-             ranks > 1 ? "srun --mpi=pmix --kill-on-bad-exit=1 " : "",
-             x->worker_command, x->server_url, job_id);
+             ranks > 1 ? "srun --mpi=pmix --kill-on-bad-exit=1 " : "", command,
+             server_url, job_id);
 }
 
 static void do_submit(slurm_exec *x, xwork *w)
@@ -381,7 +374,8 @@ static void do_submit(slurm_exec *x, xwork *w)
     char out[PATH_MAX + 64];
     char e_token[128], e_dev[160], e_hb[64], e_ca[PATH_MAX + 32];
     snprintf(script, sizeof script, "%s", "");
-    build_script(x, w->job_id, w->ranks, script, sizeof script);
+    exec_slurm_script(x->worker_command, x->server_url, w->job_id, w->ranks,
+                      script, sizeof script);
     snprintf(name, sizeof name, "trainyard-%s", w->job_id);
     snprintf(out, sizeof out, "%s/trainyard-%%j.out", x->workdir);
     snprintf(e_token, sizeof e_token, WREMOTE_ENV_TOKEN "=%s", w->token);
