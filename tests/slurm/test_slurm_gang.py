@@ -12,9 +12,14 @@ bridge address the nodes reach, and checks in order:
     NodeList node[1-2], COMPLETED), its shims said rank 0 and rank 1 on
     node1 and node2 (the job's Slurm output file), its epochs carry
     world_size 2, and its losses equal the same job's on one worker
-    (run by a local server) within 1e-4 relative, epoch by epoch;
+    (run by a local server) and on 2 local workers (mpirun, where the
+    server can) within 1e-4 relative, epoch by epoch;
   * 3 workers on this 2-node cluster are refused at submit (422 naming
     resources.workers), not queued forever;
+  * a cancel through the API ends the Slurm job and every rank;
+  * a preempt reaching rank 0 (SIGUSR1, what the server's reply makes its
+    shim send) stops both ranks at one step: exit 4, resumed;
+  * rank 1's worker killed: the Slurm job FAILED, no rank left, resumed;
   * node2 lost mid-run (cluster.sh kill-node) ends the Slurm job
     (NODE_FAIL); once the node is back the job runs again from its last
     checkpoint (attempt 2, resumed_from_epoch >= 1) and succeeds.
@@ -269,6 +274,46 @@ class Suite:
               f"both ranks stopped); resumed from epoch {resumed} in Slurm "
               f"job {ts.slurm_id(doc)}, succeeded")
 
+    def check_rank_killed_resumes(self):
+        """Rank 1's worker killed (SIGKILL) mid-run: srun ends every rank,
+        the Slurm job fails, and the job resumes from its checkpoint."""
+        hp = {"epochs": 60, "batch_size": 64, "seed": 5}
+        st, doc = submit(self.srv, self.key, self.ds, WIDE, hp, 2)
+        assert st == 202, (st, doc)
+        jid = doc["id"]
+        doc = self.srv.wait(
+            self.key, jid,
+            lambda d: ((d.get("progress") or {}).get("epoch") or 0) >= 2
+            and ts.running_on_slurm(d), 240, "epoch 2")
+        first = ts.slurm_id(doc)
+        before = job_pids(jid)
+        workers = [p for p in before if not is_shim(p)
+                   and b"--job-dir" in open(f"/proc/{p}/cmdline", "rb").read()
+                   and proc_env(p).get("PMIX_RANK") == "1"]
+        assert len(workers) == 1, (before, workers)
+        t0 = time.time()
+        os.kill(workers[0], signal.SIGKILL)
+        f = wait_slurm_end(first)
+        took = time.time() - t0
+        assert f.get("JobState") == "FAILED", f
+        # No process of the first attempt is left on either node.
+        deadline = time.time() + 30
+        while time.time() < deadline and any(os.path.exists(f"/proc/{p}")
+                                             for p in before):
+            time.sleep(0.5)
+        left = [p for p in before if os.path.exists(f"/proc/{p}")]
+        assert not left, left
+        doc = self.srv.wait_done(self.key, jid, 300)
+        assert doc["status"] == "succeeded", doc
+        assert doc["attempts"] == 2, doc["attempts"]
+        resumed = (doc.get("progress") or {}).get("resumed_from_epoch")
+        assert resumed is not None and resumed >= 1, doc.get("progress")
+        print(f"    Slurm job {first} {f.get('JobState')} (ExitCode "
+              f"{f.get('ExitCode')}) {took:.1f} s after rank 1's worker "
+              f"was killed, no "
+              f"rank left; resumed from epoch {resumed} in Slurm job "
+              f"{ts.slurm_id(doc)}, succeeded")
+
     def check_node_lost_resumes(self):
         """node2 lost mid-run: NODE_FAIL, then the job resumes from its
         checkpoint once the node is back, and succeeds."""
@@ -322,7 +367,7 @@ def main():
     global DIR
     order = ["check_gang_over_two_nodes", "check_too_many_workers",
              "check_cancel_gang", "check_preempted_gang",
-             "check_node_lost_resumes"]
+             "check_rank_killed_resumes", "check_node_lost_resumes"]
     names = [n for n in dir(Suite) if n.startswith("check_")]
     assert sorted(order) == sorted(names), "a check is missing from the order"
     want = [n if n.startswith("check_") else "check_" + n
