@@ -299,9 +299,10 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
 }
 
 /* Whether this server can run a gang of `workers` CPU processes at all
- * (1: an ordinary job, always): the Open MPI engine in the build, mpirun
- * on the machine, the local executor (how many at once is the
- * scheduler's check). TY_EINVAL naming resources.workers. */
+ * (1: an ordinary job, always): the Open MPI engine in the build, and
+ * mpirun on the machine (local executor) or as many Slurm nodes as
+ * workers (Slurm: one rank a node, exec_slurm_gang_check); how many at
+ * once is the scheduler's check. TY_EINVAL naming resources.workers. */
 static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
 {
     if (workers <= 1 || !r)
@@ -310,11 +311,11 @@ static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
     const char *why = NULL;
     if (!nn_comm_mpi_available())
         why = "this server was built without Open MPI (libopenmpi-dev)";
+    else if (env->slurm && r->exec) /* srun starts the ranks, one a node */
+        return exec_slurm_gang_check(r->exec, workers, env->worker_threads,
+                                     err);
     else if (!env->mpirun[0])
         why = "Open MPI's mpirun is not installed on it (openmpi-bin)";
-    else if (env->slurm)
-        why = "its jobs run on Slurm, where data-parallel jobs are not "
-              "available yet";
     if (why)
         return ty_fail(err, TY_EINVAL, "resources.workers",
                        "this server cannot run data-parallel jobs "
