@@ -16,7 +16,7 @@
 
 static const char *const commands[] = {"login",       "logout", "datasets",
                                        "jobs",        "models", "devices",
-                                       "deployments", "tenants"};
+                                       "deployments", "tenants", "mig"};
 
 static int is_command(const char *cmd)
 {
@@ -65,6 +65,9 @@ void cli_usage(FILE *f)
         "  devices        GPUs and MIG slices, and who holds each\n"
         "  tenants        list | create | show | update | keys | key-create |"
         " key-revoke (admin)\n"
+        "  mig            advice | status [GPU] | apply GPU (the MIG layout "
+        "advisor and\n"
+        "                 layout changes; admin)\n"
         "\n"
         "Global options, anywhere on the line:\n"
         "  --url URL          the server (else TRAINYARD_URL, else the login)\n"
@@ -78,7 +81,9 @@ void cli_usage(FILE *f)
         "\n"
         "Exit codes:\n"
         "  0  success (watch: the job succeeded)\n"
-        "  1  the job failed (jobs watch, jobs submit --watch)\n"
+        "  1  the job failed (jobs watch, jobs submit --watch), the MIG "
+        "change failed\n"
+        "     (mig apply --watch)\n"
         "  2  the job was cancelled\n"
         "  3  not found (HTTP 404)\n"
         "  4  request rejected (other 4xx: 400, 409, 413, 422, ...)\n"
@@ -147,6 +152,10 @@ static const opt_spec options[] = {
     {"--layout", NULL, 1},
     {"--config", NULL, 1},
     {"--tokenizer", NULL, 1},
+    {"--window", NULL, 1},
+    {"--from-advice", NULL, 0},
+    {"--drain", NULL, 1},
+    {"--timeout", NULL, 1},
 };
 
 /* Parses argv[1..] but the command's name at skip. */
@@ -380,6 +389,8 @@ int cli_main(int argc, char **argv)
         rc = cli_cmd_deployments(c);
     else if (!strcmp(cmd, "tenants"))
         rc = cli_cmd_tenants(c);
+    else if (!strcmp(cmd, "mig"))
+        rc = cli_cmd_mig(c);
     else
         rc = cli_usage_error("help", "unknown command '%s'", cmd);
     curl_global_cleanup();
