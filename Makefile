@@ -38,7 +38,7 @@ JOBS       ?= $(shell nproc)
 VENV       ?= .venv
 HF_VENV    ?= .venv-hf
 
-.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-usage bench-dp bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
+.PHONY: run server build configure test deps test-deps venv test-normal test-sanitize test-unit bench clean bench-lm bench-decode bench-generate bench-generate-soak bench-sched bench-advisor bench-usage bench-dp bench-serve bench-deploy bench-regression bench-slurm format test-fuzz fuzz-build fuzz
 
 run: server
 	@scripts/run.sh
@@ -156,6 +156,11 @@ bench-lm: build test-deps
 
 bench-sched: build
 	$(BUILD)/bench_sched
+
+# The MIG layout advisor replayed on a drifting trace (bench/advisor):
+# static layouts against the advice, in queued slice-hours.
+bench-advisor: build
+	$(BUILD)/bench_advisor
 
 # GET /v1/usage over a million intervals (bench/usage/run.py --help): the
 # store's query and the same windows through HTTP, in milliseconds.

@@ -217,6 +217,14 @@ void api_kserve_unsupported(api_ctx *app, http_req *r);
 
 void api_devices_list(api_ctx *app, http_req *r);
 
+/* advice.c: GET /v1/admin/mig-advice (the MIG layout advisor). */
+void api_admin_mig_advice(api_ctx *app, http_req *r);
+
+/* MIG layout changes (api/miglayout.c; admin key). */
+void api_mig_layout_apply(api_ctx *app, http_req *r);
+void api_mig_layout_list(api_ctx *app, http_req *r);
+void api_mig_layout_get(api_ctx *app, http_req *r);
+
 /* Server-Sent Events (api/events.c; the stream itself: server/sse.c). */
 void api_events_stream(api_ctx *app, http_req *r);
 /* Parses a Last-Event-ID header value v (NULL: none, *id 0) into *id.

@@ -101,6 +101,9 @@ const route api_routes[] = {
     {HTTP_POST, "/v2/cudasharedmemory/region/{region}/unregister", "kserve.cudashm_unregister", KEY, TENSOR, api_kserve_unsupported},
 
     {HTTP_GET, "/v1/devices", "devices.list", KEY, NOBODY, api_devices_list},
+    {HTTP_POST, "/v1/admin/mig-layout", "admin.mig_layout.apply", ADMIN, JSON, api_mig_layout_apply},
+    {HTTP_GET, "/v1/admin/mig-layout", "admin.mig_layout.list", ADMIN, NOBODY, api_mig_layout_list},
+    {HTTP_GET, "/v1/admin/mig-layout/{gpu}", "admin.mig_layout.get", ADMIN, NOBODY, api_mig_layout_get},
     {HTTP_POST, "/v1/tenants", "tenants.create", ADMIN, JSON, api_tenants_create},
     {HTTP_GET, "/v1/tenants", "tenants.list", ADMIN, NOBODY, api_tenants_list},
     {HTTP_GET, "/v1/tenants/{id}", "tenants.get", KEY, NOBODY, api_tenants_get},
@@ -108,6 +111,7 @@ const route api_routes[] = {
     {HTTP_POST, "/v1/tenants/{id}/keys", "tenants.keys.create", ADMIN, NOBODY, api_tenant_keys_create},
     {HTTP_GET, "/v1/tenants/{id}/keys", "tenants.keys.list", ADMIN, NOBODY, api_tenant_keys_list},
     {HTTP_DELETE, "/v1/tenants/{id}/keys/{key_id}", "tenants.keys.revoke", ADMIN, NOBODY, api_tenant_keys_revoke},
+    {HTTP_GET, "/v1/admin/mig-advice", "admin.mig_advice", ADMIN, NOBODY, api_admin_mig_advice},
 
     {HTTP_GET, "/v1/events", "events.stream", KEY, NOBODY, api_events_stream},
     {HTTP_GET, "/v1/jobs/{id}/events", "jobs.events", KEY, NOBODY, api_jobs_events},

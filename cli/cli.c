@@ -14,9 +14,9 @@
 #include "cli/cmd.h"
 #include "cli/output.h"
 
-static const char *const commands[] = {"login",       "logout",  "datasets",
-                                       "jobs",        "models",  "devices",
-                                       "deployments", "tenants", "usage"};
+static const char *const commands[] = {
+    "login",   "logout",      "datasets", "jobs", "models",
+    "devices", "deployments", "tenants",  "mig",  "usage"};
 
 static int is_command(const char *cmd)
 {
@@ -65,6 +65,9 @@ void cli_usage(FILE *f)
         "  devices        GPUs and MIG slices, and who holds each\n"
         "  tenants        list | create | show | update | keys | key-create |"
         " key-revoke (admin)\n"
+        "  mig            advice | status [GPU] | apply GPU (the MIG layout "
+        "advisor and\n"
+        "                 layout changes; admin)\n"
         "  usage          slice-, GPU- and CPU-hours held in a window\n"
         "\n"
         "Global options, anywhere on the line:\n"
@@ -79,7 +82,9 @@ void cli_usage(FILE *f)
         "\n"
         "Exit codes:\n"
         "  0  success (watch: the job succeeded)\n"
-        "  1  the job failed (jobs watch, jobs submit --watch)\n"
+        "  1  the job failed (jobs watch, jobs submit --watch), the MIG "
+        "change failed\n"
+        "     (mig apply --watch)\n"
         "  2  the job was cancelled\n"
         "  3  not found (HTTP 404)\n"
         "  4  request rejected (other 4xx: 400, 409, 413, 422, ...)\n"
@@ -148,6 +153,10 @@ static const opt_spec options[] = {
     {"--layout", NULL, 1},
     {"--config", NULL, 1},
     {"--tokenizer", NULL, 1},
+    {"--window", NULL, 1},
+    {"--from-advice", NULL, 0},
+    {"--drain", NULL, 1},
+    {"--timeout", NULL, 1},
     {"--from", NULL, 1},
     {"--to", NULL, 1},
     {"--group-by", NULL, 1},
@@ -386,6 +395,8 @@ int cli_main(int argc, char **argv)
         rc = cli_cmd_deployments(c);
     else if (!strcmp(cmd, "tenants"))
         rc = cli_cmd_tenants(c);
+    else if (!strcmp(cmd, "mig"))
+        rc = cli_cmd_mig(c);
     else if (!strcmp(cmd, "usage"))
         rc = cli_cmd_usage(c);
     else

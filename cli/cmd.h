@@ -87,6 +87,7 @@ int cli_cmd_devices(cli_ctx *c);
 int cli_cmd_usage(cli_ctx *c); /* cmd_usage.c */
 int cli_cmd_deployments(cli_ctx *c);
 int cli_cmd_tenants(cli_ctx *c);
+int cli_cmd_mig(cli_ctx *c);
 
 /* Follows a job's events until it finishes; returns its outcome's exit code
  * (0 succeeded, 1 failed, 2 cancelled) or a request's. */

@@ -20,6 +20,10 @@ typedef struct {
     const char *partition, *account, *qos;
     const char *gres;       /* "gpu:1g.18gb:1", "gpu:1", or NULL (CPU) */
     int cpus;               /* cpus_per_task; 0: Slurm's default */
+    int nodes;              /* a gang: this many nodes, tasks_per_node
+                               tasks on each (srun in the script starts
+                               them); 0: one task on one node */
+    int tasks_per_node;     /* with nodes; 0: 1 */
     uint64_t memory_mb;     /* memory_per_node; 0: Slurm's default */
     int time_limit_min;     /* 0: the partition's */
     const char *const *env; /* "NAME=value", NULL-terminated; must not be

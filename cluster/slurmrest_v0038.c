@@ -55,6 +55,15 @@
  *     the very same answer (error_number -1, HTTP 500), so -1 is TY_EIO
  *     whose message names both causes.
  *   - A job waiting for slices: PENDING, state_reason "Resources".
+ *   - A job over several nodes (a data-parallel gang): "nodes" is the node
+ *     count. An integer (2) or a string ("2", "2-2": min-max) is taken; an
+ *     array ([2, 2]) is ignored without an error - the job runs on ONE
+ *     node - so it is sent as an integer, with "tasks_per_node" (1: one
+ *     rank a node) and "tasks" (their product). "tasks" alone (2) packs
+ *     the tasks onto one node when its CPUs allow. The script's `srun
+ *     --mpi=pmix` then starts one task a node (the job's "mpi" field is
+ *     not used: the script says it). Measured on the two-node cluster of
+ *     tests/slurm/cluster.sh start-multi.
  */
 #include "cluster/slurmrest_v0038.h"
 
@@ -230,6 +239,13 @@ json_t *slurmrest_v0038_submit_body(const slurm_submit *s, ty_status *st,
     bad |= set_str(job, "gres", s->gres);
     if (s->cpus > 0)
         bad |= json_object_set_new(job, "cpus_per_task", json_integer(s->cpus));
+    if (s->nodes > 0) {
+        int tpn = s->tasks_per_node > 0 ? s->tasks_per_node : 1;
+        bad |= json_object_set_new(job, "nodes", json_integer(s->nodes));
+        bad |= json_object_set_new(job, "tasks_per_node", json_integer(tpn));
+        bad |= json_object_set_new(job, "tasks",
+                                   json_integer((json_int_t)s->nodes * tpn));
+    }
     if (s->memory_mb > 0)
         bad |= json_object_set_new(job, "memory_per_node",
                                    json_integer((json_int_t)s->memory_mb));

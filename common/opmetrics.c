@@ -150,7 +150,8 @@ static void init(void)
     fam.gen_kv_blocks = metrics_family_add(
         reg, METRICS_GAUGE, "trainyard_generate_kv_blocks",
         "Key/value cache blocks of the generation engines: held by "
-        "sequences (used) and in the pools (total).",
+        "sequences (used), in the pools (total), and free but still "
+        "indexed for the prefix cache (cached).",
         LABELS("state"), NULL, 0);
     fam.gen_prefix = metrics_family_add(
         reg, METRICS_COUNTER, "trainyard_generate_prefix_cache_tokens_total",
@@ -361,6 +362,11 @@ void opm_gen_kv_blocks(long used_delta, long total_delta)
         metrics_add(f->gen_kv_blocks, LABELS("used"), (double)used_delta);
     if (total_delta)
         metrics_add(f->gen_kv_blocks, LABELS("total"), (double)total_delta);
+}
+
+void opm_gen_kv_cached(long delta)
+{
+    metrics_add(opm()->gen_kv_blocks, LABELS("cached"), (double)delta);
 }
 
 void opm_gen_prefix_cache(unsigned hit, unsigned computed)

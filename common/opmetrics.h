@@ -127,6 +127,10 @@ void opm_gen_waiting(int delta);
 /* The engines' key/value cache blocks: the change in those held by
  * sequences (used) and in the pools' blocks (total). */
 void opm_gen_kv_blocks(long used_delta, long total_delta);
+/* The change in the blocks no sequence holds whose tokens stay indexed
+ * for the prefix cache (cached: free for admission, evicted the one
+ * unused longest first when the pool needs room). */
+void opm_gen_kv_cached(long delta);
 /* A sequence joined an engine: its prompt's tokens found in the prefix
  * cache (hit) and those it computes (computed). */
 void opm_gen_prefix_cache(unsigned hit, unsigned computed);

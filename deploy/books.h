@@ -73,7 +73,7 @@ typedef struct replica {
      * model's replica; have 0 until one did) */
     struct {
         int have;
-        long sequences, waiting, kv_used, kv_total;
+        long sequences, waiting, kv_used, kv_total, kv_cached;
         uint64_t prompt, generated, prefix_hit;
     } gen;
     struct replica *next;

@@ -43,10 +43,11 @@
 static json_t *engine_of(const replica *p)
 {
     return json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "sequences",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "sequences",
         (json_int_t)p->gen.sequences, "waiting", (json_int_t)p->gen.waiting,
         "kv_blocks_used", (json_int_t)p->gen.kv_used, "kv_blocks_total",
-        (json_int_t)p->gen.kv_total, "prompt_tokens", (json_int_t)p->gen.prompt,
+        (json_int_t)p->gen.kv_total, "kv_blocks_cached",
+        (json_int_t)p->gen.kv_cached, "prompt_tokens", (json_int_t)p->gen.prompt,
         "generated_tokens", (json_int_t)p->gen.generated,
         "prefix_cache_hit_tokens", (json_int_t)p->gen.prefix_hit);
 }

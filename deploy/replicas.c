@@ -62,6 +62,7 @@ static int replica_add(deploy_ctl *b, deployment *d)
         d->restart_at = now_mono() + RESTART_BACKOFF_CAP_S;
         return 0;
     }
+    jobs_demand_submitted(b->js, &desc, d->tenant);
     p->state = REP_QUEUED;
     p->next = d->reps;
     d->reps = p;
@@ -74,6 +75,7 @@ static void replica_drain(deploy_ctl *b, replica *p)
 {
     if (p->state == REP_QUEUED) {
         sched_job_remove(jobs_sched(b->js), p->sjob);
+        jobs_demand_stopped(b->js, p->id);
         p->sjob = -1;
         p->state = REP_GONE;
         return;
@@ -223,6 +225,7 @@ static void gen_figures(deployment *d, replica *p, const json_t *g)
     p->gen.waiting = gen_field(g, RPROTO_F_GEN_WAITING);
     p->gen.kv_used = gen_field(g, RPROTO_F_GEN_KV_USED);
     p->gen.kv_total = gen_field(g, RPROTO_F_GEN_KV_TOTAL);
+    p->gen.kv_cached = gen_field(g, RPROTO_F_GEN_KV_CACHED);
     p->gen.prompt = (uint64_t)gen_field(g, RPROTO_F_GEN_PROMPT);
     p->gen.generated = (uint64_t)gen_field(g, RPROTO_F_GEN_GENERATED);
     p->gen.prefix_hit = (uint64_t)gen_field(g, RPROTO_F_GEN_PREFIX_HIT);
@@ -357,11 +360,46 @@ static void autoscale(deployment *d, double t)
     }
 }
 
+/* Whether p serves from a slot the scheduler drains (a MIG layout change,
+ * jobs/miglayout.h): it moves, make before break. mu held. */
+static int on_draining_slot(deploy_ctl *b, const replica *p)
+{
+    return (p->state == REP_STARTING || p->state == REP_READY) &&
+           p->slot >= 0 &&
+           sched_slot_state(jobs_sched(b->js), p->slot) == SCHED_SLOT_DRAINING;
+}
+
+/* Replicas that move off a draining slot: each is counted out of the
+ * live ones, so a replacement is queued (the scheduler places it on a
+ * slot in use), and it drains, as a scaled-down one does, once the
+ * deployment has as many replicas ready elsewhere as it wants. mu and dmu
+ * held. */
+static int move_off_draining(deploy_ctl *b, deployment *d, int want)
+{
+    int moving = 0, ready = 0;
+    for (replica *p = d->reps; p; p = p->next) {
+        if (on_draining_slot(b, p))
+            moving += p->generation == d->generation;
+        else if (p->generation == d->generation && p->state == REP_READY)
+            ready++;
+    }
+    if (moving && ready >= want)
+        for (replica *p = d->reps; p; p = p->next)
+            if (on_draining_slot(b, p)) {
+                log_event("info", "replica",
+                          json_pack("{s:s, s:s, s:s, s:i}", "replica", p->id,
+                                    "deployment", d->id, "state", "moved",
+                                    "slot", p->slot));
+                replica_drain(b, p);
+            }
+    return moving;
+}
+
 /* Brings d's replicas towards what it wants. mu and dmu held. */
 static void reconcile(deploy_ctl *b, deployment *d, double t)
 {
     int want = d->deleting ? 0 : d->desired;
-    int live = count_reps(d, GEN_CUR, LIVE);
+    int live = count_reps(d, GEN_CUR, LIVE) - move_off_draining(b, d, want);
     while (live < want && t >= d->restart_at && replica_add(b, d))
         live++;
     /* The surplus: queued first, then starting, then the least busy. */

@@ -34,6 +34,8 @@ void opm_collect_inventory(inventory *inv)
     pthread_mutex_lock(&inv->mu);
     for (int i = 0; i < inv->nslots; i++) {
         const inv_slot *s = &inv->slots[i];
+        if (s->retired)
+            continue;
         const char *profile = s->profile ? s->profile : "gpu";
         metrics_add(f->slices, LABELS(profile), 1);
         metrics_add(f->slices_in_use, LABELS(profile), s->job_id[0] ? 1 : 0);

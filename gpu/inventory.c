@@ -41,6 +41,9 @@ void inv_destroy(inventory *inv)
         free(inv->gpus[i].migs);
     free(inv->gpus);
     free(inv->slots);
+    for (int i = 0; i < inv->nold_migs; i++)
+        free(inv->old_migs[i]);
+    free(inv->old_migs);
     if (inv->source_close)
         inv->source_close(inv->source_ctx);
     pthread_mutex_destroy(&inv->mu);
@@ -52,11 +55,16 @@ ty_status inv_build_slots(inventory *inv, ty_err *err)
     int n = 0;
     for (int g = 0; g < inv->ngpus; g++)
         n += inv->gpus[g].mig_enabled ? inv->gpus[g].nmig : 1;
+    /* a simulated GPU may be re-cut: room for each to grow to 7 slots */
+    int cap = n + (inv->source == INV_SOURCE_SIM
+                       ? inv->ngpus * (MIG_COMPUTE_SLICES - 1)
+                       : 0);
     free(inv->slots);
-    inv->slots = n ? calloc((size_t)n, sizeof *inv->slots) : NULL;
-    if (n && !inv->slots)
+    inv->slots = cap ? calloc((size_t)cap, sizeof *inv->slots) : NULL;
+    if (cap && !inv->slots)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory for the slots");
     inv->nslots = n;
+    inv->slot_cap = cap;
     int k = 0;
     for (int g = 0; g < inv->ngpus; g++) {
         inv_gpu *gpu = &inv->gpus[g];
@@ -396,7 +404,6 @@ json_t *inv_to_json(inventory *inv, const inv_viewer *viewer)
     inv_refresh(inv);
     pthread_mutex_lock(&inv->mu);
     json_t *gpus = json_array();
-    int k = 0;
     for (int g = 0; g < inv->ngpus; g++) {
         const inv_gpu *gpu = &inv->gpus[g];
         json_t *o = json_object();
@@ -418,8 +425,11 @@ json_t *inv_to_json(inventory *inv, const inv_viewer *viewer)
                                 ? json_null()
                                 : json_real(gpu->power_mw / 1000.0));
         json_t *slices = json_array();
-        while (k < inv->nslots && inv->slots[k].gpu == g)
-            json_array_append_new(slices, slot_json(inv, k++, viewer));
+        /* in index order; a re-cut GPU's appended slots come after the
+         * other GPUs' (inventory.h), and retired slots are no device */
+        for (int k = 0; k < inv->nslots; k++)
+            if (inv->slots[k].gpu == g && !inv->slots[k].retired)
+                json_array_append_new(slices, slot_json(inv, k, viewer));
         json_object_set_new(o, "slices", slices);
         json_array_append_new(gpus, o);
     }
@@ -436,4 +446,138 @@ void inv_refresh(inventory *inv)
 {
     if (inv && inv->source_refresh)
         inv->source_refresh(inv);
+}
+
+/* ---- re-cutting a simulated GPU ---- */
+
+json_t *inv_gpu_layout_json(inventory *inv, int g)
+{
+    json_t *a = json_array();
+    if (!inv || g < 0 || g >= inv->ngpus)
+        return a;
+    pthread_mutex_lock(&inv->mu);
+    const inv_gpu *gpu = &inv->gpus[g];
+    for (int m = 0; gpu->mig_enabled && m < gpu->nmig; m++) {
+        const inv_mig *d = &gpu->migs[m];
+        json_array_append_new(
+            a, json_pack("{s:s, s:o}", "profile", d->profile, "start",
+                         d->placement_start == INV_UNKNOWN
+                             ? json_null()
+                             : json_integer(d->placement_start)));
+    }
+    pthread_mutex_unlock(&inv->mu);
+    return a;
+}
+
+/* Fills slot k for GPU g's MIG device m (m < 0: the whole GPU). */
+static void slot_fill(inventory *inv, int k, int g, int m)
+{
+    inv_gpu *gpu = &inv->gpus[g];
+    inv_slot *s = &inv->slots[k];
+    memset(s, 0, sizeof *s);
+    s->gpu = g;
+    s->mig = m;
+    if (m < 0) {
+        s->kind = INV_SLOT_GPU;
+        s->uuid = gpu->uuid;
+        s->compute_slices = MIG_COMPUTE_SLICES;
+        s->memory_bytes = gpu->memory_bytes;
+        return;
+    }
+    s->kind = INV_SLOT_MIG;
+    s->uuid = gpu->migs[m].uuid;
+    s->profile = gpu->migs[m].profile;
+    s->compute_slices = gpu->migs[m].compute_slices;
+    s->memory_bytes = gpu->migs[m].memory_bytes;
+}
+
+ty_status inv_gpu_recut(inventory *inv, int g, int mig, const mig_placed *inst,
+                        int n, ty_err *err)
+{
+    if (inv->source != INV_SOURCE_SIM)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "only a simulated inventory is re-cut by the server");
+    if (g < 0 || g >= inv->ngpus)
+        return ty_fail(err, TY_EINVAL, "gpu", "no GPU %d", g);
+    inv_gpu *gpu = &inv->gpus[g];
+    const mig_model *model = mig_model_find(gpu->model);
+    if (mig && !model)
+        return ty_fail(err, TY_EINVAL, "mig",
+                       "GPU %d (%s) has no MIG profiles trainyard knows", g,
+                       gpu->name);
+    if (!mig)
+        n = 0;
+    if (n < 0 || n > MIG_COMPUTE_SLICES)
+        return ty_fail(err, TY_EINVAL, "instances",
+                       "%d instances; a GPU holds at most %d", n,
+                       MIG_COMPUTE_SLICES);
+    int bad = -1;
+    if (mig && mig_layout_check(model, inst, n, &bad, err) != TY_OK)
+        return TY_EINVAL;
+    pthread_mutex_lock(&inv->mu);
+    /* the GPU's indices, in use or retired, ascending: the new slots
+     * take them in order, then the end of the list */
+    int pool[MIG_COMPUTE_SLICES + 1], npool = 0;
+    for (int k = 0; k < inv->nslots; k++) {
+        if (inv->slots[k].gpu != g)
+            continue;
+        if (inv->slots[k].job_id[0]) {
+            ty_status st = ty_fail(err, TY_ECONFLICT, "gpu",
+                                   "slot %d of GPU %d is held by job %s", k, g,
+                                   inv->slots[k].job_id);
+            pthread_mutex_unlock(&inv->mu);
+            return st;
+        }
+        if (npool < MIG_COMPUTE_SLICES + 1)
+            pool[npool++] = k;
+    }
+    int need = mig ? n : 1;
+    int grow = need > npool ? need - npool : 0;
+    inv_mig *migs = n ? calloc((size_t)n, sizeof *migs) : NULL;
+    void **old =
+        realloc(inv->old_migs, (size_t)(inv->nold_migs + 1) * sizeof *old);
+    if (old)
+        inv->old_migs = old;
+    if ((n && !migs) || !old || inv->nslots + grow > inv->slot_cap) {
+        free(migs);
+        pthread_mutex_unlock(&inv->mu);
+        return ty_fail(err, TY_ENOMEM, NULL, "no room for GPU %d's new slots",
+                       g);
+    }
+    for (int i = 0; i < n; i++) {
+        inv_mig *d = &migs[i];
+        const mig_profile *p = inst[i].profile;
+        snprintf(d->profile, sizeof d->profile, "%s", p->name);
+        d->gpu_instance_id = i + 1;
+        d->compute_instance_id = 0;
+        d->compute_slices = p->compute_slices;
+        d->memory_bytes = p->memory_mib << 20;
+        d->placement_start = inst[i].start;
+        d->placement_size = p->memory_slices;
+        char seed[96];
+        snprintf(seed, sizeof seed, "trainyard-sim-mig/%d/%s@%d", gpu->index,
+                 p->name, inst[i].start);
+        fake_uuid("MIG", seed, d->uuid, sizeof d->uuid);
+    }
+    /* the old devices stay readable until the inventory is destroyed */
+    if (gpu->migs)
+        inv->old_migs[inv->nold_migs++] = gpu->migs;
+    gpu->migs = migs;
+    gpu->nmig = n;
+    gpu->mig_enabled = mig ? 1 : 0;
+    for (int i = 0; i < need; i++) {
+        int k = i < npool ? pool[i] : inv->nslots++;
+        slot_fill(inv, k, g, mig ? i : -1);
+    }
+    for (int i = need; i < npool; i++) {
+        inv_slot *s = &inv->slots[pool[i]];
+        memset(s, 0, sizeof *s);
+        s->kind = INV_SLOT_MIG;
+        s->gpu = g;
+        s->mig = -1;
+        s->uuid = "";
+        s->retired = 1;
+    }
+    pthread_mutex_unlock(&inv->mu);
+    return TY_OK;
 }

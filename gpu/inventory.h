@@ -14,9 +14,14 @@
  * GPUs hold their MIG devices (when MIG is on). The slots are the flat list
  * the scheduler places jobs on: one per GPU with MIG off, one per MIG
  * device on GPUs with MIG on, in GPU order. A slot's uuid is what a worker
- * gets as CUDA_VISIBLE_DEVICES. The layout never changes while the server
- * runs (MIG.md: a service schedules onto the existing layout); only the
- * slots' holders and the GPUs' telemetry do, under `mu`.
+ * gets as CUDA_VISIBLE_DEVICES. A real GPU's layout never changes while
+ * the server runs (MIG.md: a service schedules onto the existing layout).
+ * A simulated GPU's may, through inv_gpu_recut (POST /v1/admin/mig-layout,
+ * once the GPU's slots are idle): its slots keep their indices where the
+ * new layout has as many instances, further ones are appended at the end,
+ * and the ones left over are retired (`retired`: in the list, no device),
+ * so no other GPU's slot ever changes index. Holders, telemetry and a
+ * re-cut change under `mu`.
  */
 #ifndef TY_INVENTORY_H
 #define TY_INVENTORY_H
@@ -90,6 +95,9 @@ typedef struct {
     /* The holder, set by the scheduler under inventory.mu; "" = free. */
     char job_id[TY_ID_MAX];
     char tenant_id[TY_ID_MAX];
+    /* 1: a re-cut removed this slot (uuid "", profile NULL, no slices);
+     * it stays so that the slots after it keep their indices. */
+    int retired;
 } inv_slot;
 
 typedef struct inventory {
@@ -101,7 +109,12 @@ typedef struct inventory {
     inv_gpu *gpus;
     int nslots;
     inv_slot *slots;
-    pthread_mutex_t mu; /* guards holders and telemetry */
+    int slot_cap;    /* slots' room: a simulated inventory's re-cuts
+                           never move the array */
+    void **old_migs; /* MIG arrays a re-cut replaced (freed at destroy:
+                           a reader may still hold a pointer into one) */
+    int nold_migs;
+    pthread_mutex_t mu; /* guards holders, telemetry and re-cuts */
     /* A source with a live part (NVML: the loaded library, nvml.c) sets
      * these: refresh re-reads the telemetry (taking mu), close releases
      * ctx with the inventory. NULL for the others. */
@@ -147,6 +160,23 @@ void inv_destroy(inventory *inv);
  * inv_empty inventory gets its gpus, then inv_build_slots builds
  * inv->slots from them (TY_ENOMEM only). */
 ty_status inv_build_slots(inventory *inv, ty_err *err);
+
+/* Re-cuts simulated GPU g (an index into gpus): MIG on with the n
+ * instances inst (mig_layout_check's rules, for the GPU's model), or MIG
+ * off (mig 0, n 0): one whole-GPU slot. The GPU's slots must all be free.
+ * Slot indices as the header says; new MIG devices get UUIDs made from
+ * the GPU, the profile and the start (the same layout, the same UUIDs).
+ * Takes mu. TY_EINVAL (not a simulated inventory, no such GPU, a model
+ * without MIG, a bad layout: the message names the instance),
+ * TY_ECONFLICT (a slot of the GPU is held: the message names it),
+ * TY_ENOMEM; nothing changes then. */
+ty_status inv_gpu_recut(inventory *inv, int g, int mig, const mig_placed *inst,
+                        int n, ty_err *err);
+
+/* The layout of GPU g as instances in the shape of a sim file:
+ * [{"profile": "3g.40gb", "start": 4}, ...] ([] with MIG off; a device
+ * without a known placement has start null). New reference; takes mu. */
+json_t *inv_gpu_layout_json(inventory *inv, int g);
 
 /* Who may see what of a slot's holder. */
 typedef struct {

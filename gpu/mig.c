@@ -181,3 +181,29 @@ void mig_profile_from_device_name(const char *device_name, char *out, size_t n)
     size_t len = strcspn(p, " ");
     snprintf(out, n, "%.*s", (int)len, p);
 }
+
+int mig_smi_commands(int gpu, int mig_now, int mig_after,
+                     const mig_placed *inst, int n, char out[][MIG_CMD_MAX])
+{
+    int k = 0;
+    if (mig_after && !mig_now)
+        snprintf(out[k++], MIG_CMD_MAX, "nvidia-smi -i %d -mig 1", gpu);
+    if (mig_now) {
+        snprintf(out[k++], MIG_CMD_MAX, "nvidia-smi mig -i %d -dci", gpu);
+        snprintf(out[k++], MIG_CMD_MAX, "nvidia-smi mig -i %d -dgi", gpu);
+    }
+    if (mig_after && n > 0) {
+        size_t used = (size_t)snprintf(out[k], MIG_CMD_MAX,
+                                       "nvidia-smi mig -i %d -cgi ", gpu);
+        for (int i = 0; i < n && used < MIG_CMD_MAX; i++)
+            used += (size_t)snprintf(
+                out[k] + used, MIG_CMD_MAX - used, "%s%u:%d", i ? "," : "",
+                inst[i].profile->profile_id, inst[i].start);
+        if (used < MIG_CMD_MAX)
+            snprintf(out[k] + used, MIG_CMD_MAX - used, " -C");
+        k++;
+    }
+    if (!mig_after && mig_now)
+        snprintf(out[k++], MIG_CMD_MAX, "nvidia-smi -i %d -mig 0", gpu);
+    return k;
+}

@@ -72,6 +72,21 @@ typedef struct {
 ty_status mig_layout_check(const mig_model *m, const mig_placed *inst, int n,
                            int *bad, ty_err *err);
 
+#define MIG_CMD_MAX 192
+#define MIG_CMDS_MAX 5
+
+/* The nvidia-smi commands that turn GPU `gpu` (nvidia-smi's index), MIG
+ * on or off now (mig_now), into the layout asked for: MIG on with the n
+ * instances inst (a layout mig_layout_check accepted), or MIG off
+ * (mig_after 0). In order: enable MIG (`nvidia-smi -i G -mig 1`) when it
+ * is off; destroy every compute and GPU instance (`nvidia-smi mig -i G
+ * -dci`, `-dgi`) when it is on; create the GPU instances by profile id at
+ * their placements with their default compute instances (`nvidia-smi mig
+ * -i G -cgi 9:4,14:0 -C`); or disable MIG (`-mig 0`). Writes at most
+ * MIG_CMDS_MAX lines into out and returns how many. Pure. */
+int mig_smi_commands(int gpu, int mig_now, int mig_after,
+                     const mig_placed *inst, int n, char out[][MIG_CMD_MAX]);
+
 /* The profile part of a MIG device's name ("NVIDIA H200 MIG 1g.18gb" ->
  * "1g.18gb"), copied into out; "" when the name has no " MIG " part. */
 void mig_profile_from_device_name(const char *device_name, char *out, size_t n);

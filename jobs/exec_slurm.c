@@ -38,6 +38,8 @@
 #define TOKEN_BYTES 32
 #define ENDED_MAX 64 /* attempts remembered as over (409, not 401) */
 #define PING_EVERY_S 10.0
+#define NODES_EVERY_S 60.0 /* how often the node list (gang checks) is read */
+#define NODES_MAX 4096
 
 typedef enum {
     XP_FREE = 0,
@@ -55,6 +57,7 @@ typedef struct {
     char device[INV_NAME_MAX + 8];
     char gres[96];
     int cpus;
+    int ranks; /* a data-parallel gang: this many nodes, one rank each */
     uint64_t memory_mb;
     int want_cancel, cancel_sent;
     int want_preempt;
@@ -95,6 +98,12 @@ typedef struct {
     double outage_since; /* wall clock */
     char outage_msg[300];
     double last_ok; /* monotonic */
+    /* The cluster's nodes' CPUs, for exec_slurm_gang_check (under
+     * wake_mu); read by the thread every NODES_EVERY_S. */
+    int *node_cpus;
+    int nnodes;
+    int nodes_known;
+    double nodes_at; /* monotonic; 0 never */
 } slurm_exec;
 
 static double mono_now(void)
@@ -181,6 +190,7 @@ static ty_status slurm_start(void *impl, int place, const exec_start *st,
         slurm_gres_for_slot(st->slot, p->gres, sizeof p->gres);
     snprintf(p->device, sizeof p->device, "%s", st->device);
     p->cpus = st->threads > 0 ? st->threads : 1;
+    p->ranks = st->ranks > 1 ? st->ranks : 1;
     p->memory_mb = st->memory_bytes ? (st->memory_bytes >> 20) + 1 : 0;
     p->state = SLURM_ST_UNKNOWN;
     p->phase = XP_SUBMIT;
@@ -191,6 +201,9 @@ static ty_status slurm_start(void *impl, int place, const exec_start *st,
         json_pack("{s:s, s:{s:n, s:s, s:s, s:s?}}", "executor", "slurm",
                   "slurm", "job_id", "state", "SUBMITTING", "token_sha256",
                   p->token_sha, "gres", p->gres[0] ? p->gres : NULL);
+    if (*placement && p->ranks > 1)
+        json_object_set_new(json_object_get(*placement, "slurm"),
+                            "ranks_per_node", json_integer(1));
     wake_thread(x);
     return TY_OK;
 }
@@ -333,6 +346,7 @@ typedef struct {
     char device[INV_NAME_MAX + 8];
     char gres[96];
     int cpus;
+    int ranks;
     uint64_t memory_mb;
     /* results */
     ty_status submit_s, poll_s;
@@ -340,18 +354,18 @@ typedef struct {
     slurm_job_info info;
 } xwork;
 
-/* Single-quotes s for the batch script (the config is checked to hold no
- * quote or newline). */
-static void build_script(const slurm_exec *x, const char *job_id, char *buf,
-                         size_t n)
+void exec_slurm_script(const char *command, const char *server_url,
+                       const char *job_id, int ranks, char *buf, size_t n)
 {
     snprintf(buf, n,
              "#!/bin/sh\n"
              "# trainyard training job %s: the remote worker (it downloads "
-             "its job from the server and reports back over HTTP)\n"
-             "exec '%s' worker " WREMOTE_ARG_SERVER " '%s' " WREMOTE_ARG_JOB
+             "its job from the server and reports back over HTTP)%s\n"
+             "exec %s'%s' worker " WREMOTE_ARG_SERVER " '%s' " WREMOTE_ARG_JOB
              " '%s'\n",
-             job_id, x->worker_command, x->server_url, job_id);
+             job_id, ranks > 1 ? ", one rank a node" : "",
+             ranks > 1 ? "srun --mpi=pmix --kill-on-bad-exit=1 " : "", command,
+             server_url, job_id);
 }
 
 static void do_submit(slurm_exec *x, xwork *w)
@@ -360,7 +374,8 @@ static void do_submit(slurm_exec *x, xwork *w)
     char out[PATH_MAX + 64];
     char e_token[128], e_dev[160], e_hb[64], e_ca[PATH_MAX + 32];
     snprintf(script, sizeof script, "%s", "");
-    build_script(x, w->job_id, script, sizeof script);
+    exec_slurm_script(x->worker_command, x->server_url, w->job_id, w->ranks,
+                      script, sizeof script);
     snprintf(name, sizeof name, "trainyard-%s", w->job_id);
     snprintf(out, sizeof out, "%s/trainyard-%%j.out", x->workdir);
     snprintf(e_token, sizeof e_token, WREMOTE_ENV_TOKEN "=%s", w->token);
@@ -389,6 +404,8 @@ static void do_submit(slurm_exec *x, xwork *w)
                         .qos = x->qos,
                         .gres = w->gres[0] ? w->gres : NULL,
                         .cpus = w->cpus,
+                        .nodes = w->ranks > 1 ? w->ranks : 0,
+                        .tasks_per_node = 1,
                         .memory_mb = w->memory_mb,
                         .time_limit_min = x->cfg.time_limit_min,
                         .env = env};
@@ -420,6 +437,7 @@ static int collect(slurm_exec *x, xwork *work)
                 snprintf(w->device, sizeof w->device, "%s", p->device);
                 snprintf(w->gres, sizeof w->gres, "%s", p->gres);
                 w->cpus = p->cpus;
+                w->ranks = p->ranks;
                 w->memory_mb = p->memory_mb;
             }
             n++;
@@ -626,8 +644,65 @@ static void remember_ended(slurm_exec *x, const xplace *p)
     snprintf(e->token_sha, sizeof e->token_sha, "%s", p->token_sha);
 }
 
+/* Reads the cluster's nodes for the gang check, at most every
+ * NODES_EVERY_S; a failure keeps what was known. */
+static void refresh_nodes(slurm_exec *x)
+{
+    double t = mono_now();
+    if (x->nodes_at > 0 && t - x->nodes_at < NODES_EVERY_S)
+        return;
+    x->nodes_at = t;
+    slurm_node *nodes = NULL;
+    size_t n = 0;
+    ty_err err = {0};
+    if (slurmrest_nodes(x->cfg.rest, &nodes, &n, &err) != TY_OK) {
+        free(nodes);
+        return;
+    }
+    if (n > NODES_MAX)
+        n = NODES_MAX;
+    int *cpus = malloc((n ? n : 1) * sizeof *cpus);
+    if (cpus) {
+        for (size_t i = 0; i < n; i++)
+            cpus[i] = nodes[i].cpus;
+        pthread_mutex_lock(&x->wake_mu);
+        free(x->node_cpus);
+        x->node_cpus = cpus;
+        x->nnodes = (int)n;
+        x->nodes_known = 1;
+        pthread_mutex_unlock(&x->wake_mu);
+    }
+    free(nodes);
+}
+
+ty_status exec_slurm_gang_check(executor *ex, int ranks, int threads,
+                                ty_err *err)
+{
+    slurm_exec *x = ex->impl;
+    int need = threads > 0 ? threads : 1;
+    pthread_mutex_lock(&x->wake_mu);
+    int known = x->nodes_known, fit = 0, total = x->nnodes;
+    for (int i = 0; i < x->nnodes; i++)
+        fit += x->node_cpus[i] >= need;
+    pthread_mutex_unlock(&x->wake_mu);
+    /* Not read yet (slurmrestd down since the start): Slurm decides at
+     * submission, and refuses a job that can never run. */
+    if (!known || ranks <= fit)
+        return TY_OK;
+    if (fit < total)
+        return ty_fail(err, TY_EINVAL, "resources.workers",
+                       "%d workers need %d Slurm nodes with %d CPUs each "
+                       "(one rank a node); the cluster has %d such node%s",
+                       ranks, ranks, need, fit, fit == 1 ? "" : "s");
+    return ty_fail(err, TY_EINVAL, "resources.workers",
+                   "%d workers need %d Slurm nodes (one rank a node); the "
+                   "cluster has %d",
+                   ranks, ranks, total);
+}
+
 static void round_once(slurm_exec *x, xwork *work, xresult *res)
 {
+    refresh_nodes(x);
     pthread_mutex_lock(x->mu);
     int n = collect(x, work);
     pthread_mutex_unlock(x->mu);
@@ -789,6 +864,7 @@ static void slurm_destroy(void *impl)
     pthread_mutex_destroy(&x->msg_mu);
     pthread_mutex_destroy(&x->wake_mu);
     pthread_cond_destroy(&x->wake_cv);
+    free(x->node_cpus);
     free(x->p);
     free(x);
 }

@@ -33,4 +33,16 @@ exec_end exec_slurm_end_of(const exec_slurm_asked *p,
                            const slurm_job_info *info, int *ws, char *why,
                            size_t n);
 
+/* The batch script of job_id (n bytes into buf): `exec COMMAND worker
+ * --server URL --job ID`, the settings between single quotes (the config
+ * is checked to hold no quote or newline). A data-parallel gang (ranks >
+ * 1) puts `srun --mpi=pmix --kill-on-bad-exit=1` before it: one shim a
+ * node, each running its worker as its child, which inherits the PMIx
+ * environment and joins the job in MPI_Init; rank 0's shim alone talks to
+ * the server (node/wremote.c). --kill-on-bad-exit=1: a rank that fails
+ * ends the whole step, so no rank is left waiting in a collective, and
+ * the job ends as any failed job. */
+void exec_slurm_script(const char *command, const char *server_url,
+                       const char *job_id, int ranks, char *buf, size_t n);
+
 #endif

@@ -145,6 +145,15 @@ ty_status exec_slurm_deliver(executor *x, pthread_mutex_t *mu,
                              const json_t *lines, const char **action,
                              ty_err *err);
 
+/* Whether a data-parallel gang of `ranks` workers of `threads` CPUs each
+ * (0: 1) can ever run on the cluster: one rank a node, so `ranks` nodes
+ * with that many CPUs, as slurmrestd's node list (read by the executor's
+ * thread every minute) says. TY_OK when it fits or the list is not known
+ * yet (Slurm refuses at submission then); TY_EINVAL naming
+ * resources.workers otherwise. mu not needed. */
+ty_status exec_slurm_gang_check(executor *x, int ranks, int threads,
+                                ty_err *err);
+
 /* Whether x is the Slurm executor. */
 int exec_is_slurm(const executor *x);
 

@@ -104,4 +104,12 @@ void jobs_run_owner(struct jobs_service *js, int place, const char *owner);
  * entry is free. mu held. */
 const char *jobs_run_dir(const struct jobs_service *js, int place);
 
+/* The MIG advisor's demand record (jobs/demand.c, store/demand.h): a
+ * request just queued in the scheduler (d as submitted, tenant_id its
+ * tenant's id), and one that left the queue without running (withdrawn)
+ * or stopped holding its slot. Never fails: a store error is logged. */
+void jobs_demand_submitted(struct jobs_service *js, const sched_job_desc *d,
+                           const char *tenant_id);
+void jobs_demand_stopped(struct jobs_service *js, const char *id);
+
 #endif

@@ -28,6 +28,7 @@
 #include "common/ids.h"
 #include "common/log.h"
 #include "common/opmetrics.h"
+#include "jobs/miglayout.h"
 #include "jobs/retry.h"
 #include "models/nn.h"
 #include "store/blob.h"
@@ -834,6 +835,7 @@ static void retries_due(jobs_service *r)
 static void schedule(jobs_service *r)
 {
     retries_due(r);
+    miglayout_tick(r);
     for (int i = 0; i < r->nkinds; i++)
         if (r->kinds[i].tick)
             r->kinds[i].tick(r->kinds[i].ctx);

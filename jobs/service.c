@@ -30,10 +30,12 @@
 #include "common/ids.h"
 #include "common/log.h"
 #include "jobs/jobreq.h"
+#include "jobs/miglayout.h"
 #include "models/train/comm.h"
 
 static void service_free(jobs_service *r)
 {
+    miglayout_free(r);
     sched_destroy(r->sched);
     free(r->tenant_ids);
     free(r->runs);
@@ -184,8 +186,12 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     r->env = *env;
     r->inv = env->inventory;
+    miglayout_load(r); /* a simulated GPU's saved layout */
     r->nslots = r->inv ? r->inv->nslots : 0;
-    r->cap = r->nslots + env->max_jobs + env->max_replicas;
+    /* places for every slot the inventory can have (re-cuts add some) */
+    int slot_room =
+        r->inv && r->inv->slot_cap > r->nslots ? r->inv->slot_cap : r->nslots;
+    r->cap = slot_room + env->max_jobs + env->max_replicas;
     sched_slot *slots = calloc((size_t)r->nslots + 1, sizeof *slots);
     r->runs = calloc((size_t)r->cap + 1, sizeof *r->runs);
     if (!slots || !r->runs) {
@@ -195,11 +201,12 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
     }
     for (int i = 0; i < r->nslots; i++) {
         const inv_slot *s = &r->inv->slots[i];
-        slots[i] = (sched_slot){.gpu = s->gpu,
-                                .is_mig = s->kind == INV_SLOT_MIG,
-                                .profile = s->profile,
-                                .compute_slices = s->compute_slices,
-                                .memory_bytes = s->memory_bytes};
+        slots[i] =
+            (sched_slot){.gpu = s->gpu,
+                         .is_mig = s->kind == INV_SLOT_MIG,
+                         .profile = s->profile,
+                         .compute_slices = s->retired ? 1 : s->compute_slices,
+                         .memory_bytes = s->memory_bytes};
     }
     sched_config cfg = {.backfill_wait = env->backfill_wait_s,
                         .preempt = env->preempt,
@@ -211,6 +218,10 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
                         .max_serving_per_tenant = env->tenant_replicas};
     r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
     free(slots);
+    if (r->sched && miglayout_sched_init(r, err) != TY_OK) {
+        sched_destroy(r->sched);
+        r->sched = NULL;
+    }
     if (!r->sched) {
         service_free(r);
         return TY_EINVAL;
@@ -247,6 +258,7 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
         return TY_EINVAL; /* a setting (err names it), or memory */
     }
     pthread_mutex_lock(&r->mu);
+    svc_demand_recover(r);
     svc_usage_recover(r);
     reattach_running(r);
     pthread_mutex_unlock(&r->mu);
@@ -288,9 +300,10 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
 }
 
 /* Whether this server can run a gang of `workers` CPU processes at all
- * (1: an ordinary job, always): the Open MPI engine in the build, mpirun
- * on the machine, the local executor (how many at once is the
- * scheduler's check). TY_EINVAL naming resources.workers. */
+ * (1: an ordinary job, always): the Open MPI engine in the build, and
+ * mpirun on the machine (local executor) or as many Slurm nodes as
+ * workers (Slurm: one rank a node, exec_slurm_gang_check); how many at
+ * once is the scheduler's check. TY_EINVAL naming resources.workers. */
 static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
 {
     if (workers <= 1 || !r)
@@ -299,11 +312,11 @@ static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
     const char *why = NULL;
     if (!nn_comm_mpi_available())
         why = "this server was built without Open MPI (libopenmpi-dev)";
+    else if (env->slurm && r->exec) /* srun starts the ranks, one a node */
+        return exec_slurm_gang_check(r->exec, workers, env->worker_threads,
+                                     err);
     else if (!env->mpirun[0])
         why = "Open MPI's mpirun is not installed on it (openmpi-bin)";
-    else if (env->slurm)
-        why = "its jobs run on Slurm, where data-parallel jobs are not "
-              "available yet";
     if (why)
         return ty_fail(err, TY_EINVAL, "resources.workers",
                        "this server cannot run data-parallel jobs "
@@ -330,6 +343,8 @@ static ty_status enqueue(jobs_service *r, const char *tenant_id,
                             .request = *req,
                             .gang = workers};
         s = sched_job_submit(r->sched, &d, NULL, err);
+        if (s == TY_OK)
+            jobs_demand_submitted(r, &d, tenant_id);
     }
     pthread_mutex_unlock(&r->mu);
     if (s == TY_OK)
@@ -394,8 +409,9 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     json_t *job = NULL;
     char id[TY_ID_MAX];
     ty_status s;
-    if ((s = admit(r, tenant, sub, &adm, err)) != TY_OK ||
-        (s = ty_id_new("job_", id, err)) != TY_OK ||
+    if ((s = admit(r, tenant, sub, &adm, err)) == TY_EINVAL)
+        svc_demand_refused(r, tenant, &sub->req, sub->workers);
+    if (s != TY_OK || (s = ty_id_new("job_", id, err)) != TY_OK ||
         (s = store_job_insert_req(
              env->store, tenant, id, adm.name, adm.dataset_id, adm.validation,
              adm.spec, adm.hyperparameters, (int64_t)adm.memory_bytes,
@@ -448,8 +464,11 @@ static void dequeue_or_stop(jobs_service *r, const char *job_id)
         int j = sched_job_find(r->sched, job_id);
         sched_job_info info;
         if (j >= 0 && sched_job_get(r->sched, j, &info) == TY_OK &&
-            (info.state == SCHED_JOB_QUEUED || info.state == SCHED_JOB_PENDING))
+            (info.state == SCHED_JOB_QUEUED ||
+             info.state == SCHED_JOB_PENDING)) {
             sched_job_remove(r->sched, j);
+            jobs_demand_stopped(r, job_id);
+        }
         for (size_t i = 0; i < r->nretries; i++)
             if (!strcmp(r->retries[i].job_id, job_id)) {
                 r->retries[i] = r->retries[--r->nretries];

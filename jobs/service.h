@@ -129,4 +129,11 @@ json_t *jobs_executor_status(jobs_service *js);
  * and frees the service. */
 void jobs_stop(jobs_service *js);
 
+/* GET /v1/admin/mig-advice: the demand recorded over the last window_s
+ * seconds replayed on today's layout and on the advised one
+ * (jobs/advisor.h), per GPU and in total, as a new document in *out.
+ * TY_EIO from the store; TY_ENOMEM. */
+ty_status jobs_mig_advice(jobs_service *js, double window_s, json_t **out,
+                          ty_err *err);
+
 #endif

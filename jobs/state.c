@@ -123,6 +123,7 @@ job_run *svc_run_claim(jobs_service *r, int place, int sj, int slot,
     snprintf(w->dir, sizeof w->dir, "%s/%s", r->env.jobs_dir, job_id);
     w->kind = svc_kind_of(r, job_id);
     r->nruns++;
+    svc_demand_started(r, job_id);
     return w;
 }
 
@@ -131,6 +132,7 @@ void svc_run_release(jobs_service *r, job_run *w)
     svc_usage_close(r, w);
     w->used = 0;
     r->nruns--;
+    jobs_demand_stopped(r, w->job_id);
 }
 
 const char *svc_run_dir(const jobs_service *r, int place)

@@ -100,6 +100,7 @@ struct jobs_service {
     jobs_kind kinds[JOBS_KINDS_MAX]; /* [0] training; then jobs_kind_add's */
     int nkinds;
     int running; /* jobs_run was called: no kind is added after */
+    struct jobs_miglayout *migl; /* MIG layout changes (miglayout.c) */
     double usage_alive_at; /* the last alive stamp (wall seconds) */
 };
 
@@ -163,6 +164,21 @@ void svc_device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
 
 /* Leaves run entry w free. Caller holds mu. */
 void svc_run_release(jobs_service *r, job_run *w);
+
+/* ---- demand.c: the MIG advisor's demand records ---- */
+
+/* Demand records older than this are removed at server start. */
+#define JOBS_DEMAND_KEEP_DAYS 90
+
+/* A request no slot of this inventory could satisfy (refused with 422),
+ * recorded as refused demand; nothing for a CPU or gang request or one
+ * refused only by the tenant's quota. Takes mu. */
+void svc_demand_refused(jobs_service *r, const char *tenant_id,
+                        const sched_request *req, int workers);
+/* Request id was placed now. */
+void svc_demand_started(jobs_service *r, const char *id);
+/* Server start: prunes old records, closes the runs left open. */
+void svc_demand_recover(jobs_service *r);
 
 /* The folder of the training job in place `place` with a current
  * attempt (remote workers' requests). mu held. */

@@ -304,6 +304,8 @@ uint32_t nn_decoder_free_blocks(const nn_decoder *d)
     return d->n_free + d->n_lru;
 }
 
+uint32_t nn_decoder_cached_blocks(const nn_decoder *d) { return d->n_lru; }
+
 /* ---- the prefix index ---- */
 
 /* A full block's key: its ids chained onto the key of the blocks before

@@ -74,6 +74,8 @@ int nn_decoder_set_pool(nn_decoder *d, nn_pool *pool);
 /* Blocks of the pool no sequence holds: free ones and cached ones (in
  * the prefix index, taken back when the pool needs them). */
 uint32_t nn_decoder_free_blocks(const nn_decoder *d);
+/* Of those, the cached ones: indexed, no sequence holding them. */
+uint32_t nn_decoder_cached_blocks(const nn_decoder *d);
 
 /* Gives seq room for positions [0, tokens): blocks from the pool as
  * needed. TY_ELIMIT when the pool has too few free blocks (seq unchanged),

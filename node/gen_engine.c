@@ -20,12 +20,19 @@
  * others (models/nn_decode.h), so a sequence writes the same tokens
  * whichever others share its steps.
  *
- * The cache (the decoder) lives while the engine has sequences and is
- * freed when the last one ends, before that request is let go: the model's
- * network stays loaded as long as a request holds it (serve_model), and an
- * engine holds nothing of it while idle. The engine itself (a few words,
- * keyed by the network) stays for the process's life; its thread runs
- * only while it has work.
+ * The cache (the decoder) outlives the engine's requests, as vLLM's does:
+ * when the last sequence ends its blocks are free, but those whose
+ * prompt tokens are indexed stay cached (counted free, evicted the one
+ * unused longest first when a sequence needs a block and no never-indexed
+ * one is left), so the same system prompt a second later still hits. It
+ * borrows the model's network, which stays loaded while a request holds
+ * it (serve_model) and may go once none does: whoever frees a network
+ * calls gen_engine_forget first (serve/modelcache.c, the replica), which
+ * frees the idle cache. So that idle caches do not hold every model's
+ * memory at once, an engine about to make its cache frees the idle
+ * caches of the others. The engine itself (a few words and its cache's
+ * handle, keyed by the network) stays for the process's life; its
+ * thread runs only while it has work.
  */
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -43,12 +50,35 @@
 #define GEN_MAX_WAITING 256u
 #define GEN_MAX_THREADS 16 /* a CPU step's threads, at most */
 
+/* The engine thread's state, kept in its engine between runs: the cache
+ * (and its prefix index) outlives the thread while the model stays
+ * loaded. */
+typedef struct {
+    struct gen_engine *e;
+    nn_decoder *d;
+    nn_pool *pool; /* the step's threads on the CPU, or NULL */
+    /* the cache's blocks, as last reported: the pool, those sequences
+     * hold, those no sequence holds whose tokens are indexed */
+    uint32_t kv_total, kv_used, kv_cached;
+    uint32_t vocab;
+    float *logits;     /* GEN_STEP_ROWS rows */
+    uint32_t *scratch; /* the sampler's */
+    nn_decode_row rows[GEN_STEP_ROWS];
+    gen_seq *row_of[GEN_STEP_ROWS];
+    gen_seq *run[GEN_MAX_RUNNING];
+    uint32_t n_run;
+    gen_seq *done;      /* finished this step, to let go */
+    int static_batches; /* read with the environment when the cache is made */
+} eng_work;
+
 typedef struct gen_engine {
     const nn_net *net; /* the key */
     pthread_mutex_t mu;
+    pthread_cond_t idle_cv; /* thread_on went 0 */
     gen_seq *wait_head, *wait_tail;
     uint32_t n_wait;
     int thread_on;
+    eng_work w; /* the thread's, while thread_on; else under mu */
     struct gen_engine *link;
 } gen_engine;
 
@@ -58,7 +88,7 @@ static gen_engine *engines;
 /* Every engine's together (gen_engine_totals_get), counted beside the
  * metrics. */
 static struct {
-    _Atomic long running, waiting, kv_used, kv_total;
+    _Atomic long running, waiting, kv_used, kv_total, kv_cached;
     _Atomic uint64_t prompt, generated, prefix_hit;
 } totals;
 
@@ -74,11 +104,14 @@ static void count_waiting(int delta)
     atomic_fetch_add(&totals.waiting, delta);
 }
 
-static void count_kv(long used_delta, long total_delta)
+static void count_kv(long used_delta, long total_delta, long cached_delta)
 {
     opm_gen_kv_blocks(used_delta, total_delta);
+    if (cached_delta)
+        opm_gen_kv_cached(cached_delta);
     atomic_fetch_add(&totals.kv_used, used_delta);
     atomic_fetch_add(&totals.kv_total, total_delta);
+    atomic_fetch_add(&totals.kv_cached, cached_delta);
 }
 
 static void count_prompt(const char *tenant, unsigned tokens)
@@ -94,28 +127,12 @@ void gen_engine_totals_get(gen_engine_totals *t)
         .waiting = atomic_load(&totals.waiting),
         .kv_used = atomic_load(&totals.kv_used),
         .kv_total = atomic_load(&totals.kv_total),
+        .kv_cached = atomic_load(&totals.kv_cached),
         .prompt_tokens = atomic_load(&totals.prompt),
         .generated_tokens = atomic_load(&totals.generated),
         .prefix_hit_tokens = atomic_load(&totals.prefix_hit),
     };
 }
-
-/* The engine thread's own state. */
-typedef struct {
-    gen_engine *e;
-    nn_decoder *d;
-    nn_pool *pool;              /* the step's threads on the CPU, or NULL */
-    uint32_t kv_total, kv_used; /* the cache's blocks, as last reported */
-    uint32_t vocab;
-    float *logits;     /* GEN_STEP_ROWS rows */
-    uint32_t *scratch; /* the sampler's */
-    nn_decode_row rows[GEN_STEP_ROWS];
-    gen_seq *row_of[GEN_STEP_ROWS];
-    gen_seq *run[GEN_MAX_RUNNING];
-    uint32_t n_run;
-    gen_seq *done;      /* finished this step, to let go */
-    int static_batches; /* read with the environment when the cache is made */
-} eng_work;
 
 /* The process's policy (gen_engine_set_kv_budget). */
 static pthread_mutex_t budget_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -193,7 +210,7 @@ static ty_status make_decoder(eng_work *w, const gen_seq *g, ty_err *err)
     if (s != TY_OK)
         return s;
     w->kv_total = blocks;
-    count_kv(0, blocks);
+    count_kv(0, blocks, 0);
     /* On the CPU a step of many rows is worth the machine's cores, as a
      * training step is; without a pool it runs on this thread. */
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -207,20 +224,23 @@ static ty_status make_decoder(eng_work *w, const gen_seq *g, ty_err *err)
     return TY_OK;
 }
 
-/* The blocks sequences hold now, into the metrics. */
+/* The blocks sequences hold now, and those cached, into the metrics. */
 static void report_kv(eng_work *w)
 {
     const uint32_t used = w->d ? w->kv_total - nn_decoder_free_blocks(w->d) : 0;
-    if (used != w->kv_used)
-        count_kv((long)used - (long)w->kv_used, 0);
+    const uint32_t cached = w->d ? nn_decoder_cached_blocks(w->d) : 0;
+    if (used != w->kv_used || cached != w->kv_cached)
+        count_kv((long)used - (long)w->kv_used, 0,
+                 (long)cached - (long)w->kv_cached);
     w->kv_used = used;
+    w->kv_cached = cached;
 }
 
 static void free_decoder(eng_work *w)
 {
     if (w->d) {
-        count_kv(-(long)w->kv_used, -(long)w->kv_total);
-        w->kv_used = w->kv_total = 0;
+        count_kv(-(long)w->kv_used, -(long)w->kv_total, -(long)w->kv_cached);
+        w->kv_used = w->kv_total = w->kv_cached = 0;
     }
     nn_decoder_free(w->d);
     w->d = NULL;
@@ -369,27 +389,31 @@ static void let_go(eng_work *w)
 
 static void *engine_main(void *arg)
 {
-    eng_work w = {.e = arg};
-    gen_engine *e = w.e;
+    gen_engine *e = arg;
+    eng_work *w = &e->w;
     pthread_mutex_lock(&e->mu);
+    w->e = e;
     for (;;) {
-        admit(&w);
-        if (!w.n_run && !e->wait_head) {
-            /* idle: the cache goes before the last request is let go,
-             * while its model is still loaded */
-            free_decoder(&w);
-            let_go(&w);
+        admit(w);
+        if (!w->n_run && !e->wait_head) {
+            /* idle: the cache stays, its blocks free but still indexed,
+             * so a prompt after the gap finds its prefix (vLLM's
+             * automatic prefix caching); gen_engine_forget frees it
+             * before the model goes */
+            report_kv(w);
+            let_go(w);
             e->thread_on = 0;
+            pthread_cond_broadcast(&e->idle_cv);
             pthread_mutex_unlock(&e->mu);
             return NULL;
         }
-        let_go(&w);
-        report_kv(&w);
-        if (!w.n_run)
+        let_go(w);
+        report_kv(w);
+        if (!w->n_run)
             continue;
         pthread_mutex_unlock(&e->mu);
-        step(&w);
-        report_kv(&w);
+        step(w);
+        report_kv(w);
         pthread_mutex_lock(&e->mu);
     }
 }
@@ -404,9 +428,17 @@ static gen_engine *engine_of(const nn_net *net)
         return NULL;
     e->net = net;
     pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->idle_cv, NULL);
     e->link = engines;
     engines = e;
     return e;
+}
+
+/* Frees e's cache if its thread is off (e->mu held). */
+static void drop_idle_cache(gen_engine *e)
+{
+    if (!e->thread_on && e->w.d)
+        free_decoder(&e->w);
 }
 
 ty_status gen_engine_submit(gen_seq *g, ty_err *err)
@@ -417,6 +449,18 @@ ty_status gen_engine_submit(gen_seq *g, ty_err *err)
         pthread_mutex_unlock(&engines_mu);
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     }
+    /* An engine about to make its cache first frees the idle caches of
+     * the others: a cache outlives its requests for the prefixes it
+     * holds, not to hold every model's memory at once. */
+    pthread_mutex_lock(&e->mu);
+    const int cold = !e->w.d;
+    pthread_mutex_unlock(&e->mu);
+    for (gen_engine *o = engines; cold && o; o = o->link)
+        if (o != e) {
+            pthread_mutex_lock(&o->mu);
+            drop_idle_cache(o);
+            pthread_mutex_unlock(&o->mu);
+        }
     pthread_mutex_lock(&e->mu);
     pthread_mutex_unlock(&engines_mu);
     if (e->n_wait >= GEN_MAX_WAITING) {
@@ -478,4 +522,20 @@ ty_status gen_engine_run(gen_seq *g, ty_err *err)
 {
     ty_status s = gen_engine_submit(g, err);
     return s != TY_OK ? s : gen_engine_wait(g, err);
+}
+
+void gen_engine_forget(const nn_net *net)
+{
+    pthread_mutex_lock(&engines_mu);
+    for (gen_engine *e = engines; e; e = e->link) {
+        if (e->net != net)
+            continue;
+        pthread_mutex_lock(&e->mu);
+        /* no request holds net, so the thread is leaving if on */
+        while (e->thread_on)
+            pthread_cond_wait(&e->idle_cv, &e->mu);
+        drop_idle_cache(e);
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_mutex_unlock(&engines_mu);
 }

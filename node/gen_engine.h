@@ -90,14 +90,24 @@ uint32_t gen_kv_blocks(const gen_kv_budget *b, uint64_t free_bytes,
 
 /* What the process's engines hold and have done, every model's together
  * (a replica reports them with its heartbeats): sequences in the caches
- * and waiting for them, the caches' blocks held and in the pools, prompt
+ * and waiting for them, the caches' blocks held by sequences, in the pools
+ * and cached (no sequence holds them but their tokens are indexed for the
+ * prefix cache: free for admission, kv_used does not count them), prompt
  * tokens fed (those found in the prefix cache among them) and tokens
  * written. */
 typedef struct {
-    long running, waiting, kv_used, kv_total;
+    long running, waiting, kv_used, kv_total, kv_cached;
     uint64_t prompt_tokens, generated_tokens;
     uint64_t prefix_hit_tokens; /* prompt tokens found in the cache */
 } gen_engine_totals;
 void gen_engine_totals_get(gen_engine_totals *t);
+
+/* An engine keeps its cache while idle, so that its prefix index serves
+ * the next request (the cache borrows the model's network). Whoever frees
+ * a network that generated calls this first, when no request holds it:
+ * it waits for net's engine thread to leave, then frees its cache (a
+ * network loaded later at the same address starts cold). Another engine
+ * that makes its cache frees the idle caches of the rest too. */
+void gen_engine_forget(const nn_net *net);
 
 #endif

@@ -180,6 +180,9 @@ typedef struct {
 
 static void model_free(model *m)
 {
+    /* the generation engine keeps its cache while idle: it goes first */
+    if (m->net)
+        gen_engine_forget(m->net);
     nn_workspace_destroy(m->ws);
     nn_pool_destroy(m->pool);
     nn_net_destroy(m->net);

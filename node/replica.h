@@ -28,8 +28,9 @@
  *      a language model adds its engine's figures (RPROTO_F_GENERATION,
  *      node/replica_gen.h):
  *      "generation": {"sequences", "waiting", "kv_blocks_used",
- *      "kv_blocks_total", "prompt_tokens", "generated_tokens"} (the last
- *      two counted since it started);
+ *      "kv_blocks_total", "kv_blocks_cached", "prompt_tokens",
+ *      "generated_tokens", "prefix_cache_hit_tokens"} (the last three
+ *      counted since it started);
  *   3. {"event":"ready", "socket": <path>, "features": n, "outputs": n,
  *       "device": "cpu" | "cuda:0" | "sim:<uuid>", "load_seconds": s}
  *      once the model is loaded and the socket listens (WPROTO_MSG_READY);

@@ -284,10 +284,11 @@ json_t *replica_gen_heartbeat(void)
     gen_engine_totals t;
     gen_engine_totals_get(&t);
     return json_pack(
-        "{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}}", RPROTO_F_GENERATION,
+        "{s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}", RPROTO_F_GENERATION,
         RPROTO_F_GEN_SEQUENCES, (json_int_t)t.running, RPROTO_F_GEN_WAITING,
         (json_int_t)t.waiting, RPROTO_F_GEN_KV_USED, (json_int_t)t.kv_used,
-        RPROTO_F_GEN_KV_TOTAL, (json_int_t)t.kv_total, RPROTO_F_GEN_PROMPT,
+        RPROTO_F_GEN_KV_TOTAL, (json_int_t)t.kv_total, RPROTO_F_GEN_KV_CACHED,
+        (json_int_t)t.kv_cached, RPROTO_F_GEN_PROMPT,
         (json_int_t)t.prompt_tokens, RPROTO_F_GEN_GENERATED,
         (json_int_t)t.generated_tokens, RPROTO_F_GEN_PREFIX_HIT,
         (json_int_t)t.prefix_hit_tokens);

@@ -35,6 +35,7 @@ int replica_gen_running(void);
 #define RPROTO_F_GEN_WAITING "waiting"
 #define RPROTO_F_GEN_KV_USED "kv_blocks_used"
 #define RPROTO_F_GEN_KV_TOTAL "kv_blocks_total"
+#define RPROTO_F_GEN_KV_CACHED "kv_blocks_cached"
 #define RPROTO_F_GEN_PROMPT "prompt_tokens"
 #define RPROTO_F_GEN_GENERATED "generated_tokens"
 #define RPROTO_F_GEN_PREFIX_HIT "prefix_cache_hit_tokens"

@@ -513,13 +513,15 @@ static int run(const json_t *job)
             goto fail;
         }
         tj.comm = comm;
-        /* The ranks share this machine's cores: each takes its part
-         * (the server's --worker-threads when given), and no rank adds a
-         * loader thread to cores its peers compute on. */
+        /* The ranks on this machine share its cores (mpirun's all of
+         * them, srun's one a node: comm->local_world): each takes its
+         * part (the server's --worker-threads when given), and no rank
+         * adds a loader thread to cores its peers compute on. */
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        const long local = comm->local_world >= 1 ? comm->local_world : world;
         if (tj.threads <= 0)
-            tj.threads = cores / world > 1 ? (int)(cores / world) : 1;
-        if ((long)tj.threads * world >= cores)
+            tj.threads = cores / local > 1 ? (int)(cores / local) : 1;
+        if ((long)tj.threads * local >= cores)
             tj.prefetch = -1;
     }
 #if TRAINYARD_HAVE_CUDA

@@ -21,6 +21,17 @@
  *    failure (the server refused it, or did not answer for the retry
  *    budget), 3 a 409 or a signal before the child ran.
  *
+ * A data-parallel gang on Slurm runs one shim a rank (srun --mpi=pmix in
+ * the batch script, jobs/exec_slurm.c): every one fetches the job, its
+ * blobs and the checkpoint and runs its worker, which inherits the PMIx
+ * environment and joins the others in MPI_Init (the shim itself never
+ * initialises MPI). Rank 0's shim alone talks to the server afterwards -
+ * lines, uploads, the log tail, the server's preempt or cancel for its
+ * child, which the trainer's agreed stop (models/train/dp.c) spreads to
+ * every rank at the same step. The others relay nothing: they wait for
+ * their child and exit 0 when it stopped as told (wremote_rank_exit), so
+ * srun's --kill-on-bad-exit ends the step only on a real failure.
+ *
  * The transfers are node/wremote_http.c's (each one try); when to try
  * again, and when to give up, is decided here. The child process and the
  * signal handler are node/wremote_child.c's (the only global state); the
@@ -81,6 +92,7 @@ typedef struct {
     char ckpt_sha[65];  /* the checkpoint the server has; "" none */
     char model_sha[65]; /* the model it has; "" none */
     wrstats stats;
+    int rank; /* in a gang's Slurm step; 0: the one that reports */
 } shim;
 
 static void shim_url(const shim *s, const char *tmpl, const char *sha,
@@ -652,6 +664,49 @@ static int start_child(shim *s)
     return SHIM_GO_ON;
 }
 
+/* A gang's rank above 0: waits for its child (whose stdout is
+ * /dev/null: node/worker.c silences every rank but 0) and posts
+ * nothing; when the child failed, the tail of its log goes to stderr,
+ * which Slurm writes into the job's output file. */
+static int quiet_run(shim *s)
+{
+    for (;;) {
+        struct pollfd p = {.fd = s->child.out_fd, .events = POLLIN};
+        if (poll(&p, 1, 1000) < 0 && errno != EINTR)
+            break;
+        int ended = wrchild_read(&s->child);
+        while (wrchild_line(&s->child))
+            ; /* nothing to say: rank 0 speaks for the job */
+        if (ended)
+            break;
+    }
+    int status = wremote_exit_status(wrchild_reap(&s->child));
+    int rc = wremote_rank_exit(status);
+    if (rc != 0) {
+        char tail[4096];
+        int fd = open(s->log_path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0) {
+            off_t base = st.st_size > (off_t)sizeof tail - 1
+                             ? st.st_size - (off_t)sizeof tail + 1
+                             : 0;
+            ssize_t r = pread(fd, tail, sizeof tail - 1, base);
+            if (r > 0) {
+                tail[r] = '\0';
+                fprintf(stderr, "trainyard worker: rank %d's worker.log:\n%s",
+                        s->rank, tail);
+            }
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    fprintf(stderr,
+            "trainyard worker: rank %d of job %s on %s: its worker exited "
+            "%d\n",
+            s->rank, s->job, s->node, status);
+    return rc;
+}
+
 static int shim_run(shim *s)
 {
     int rc = shim_make_dir(s);
@@ -662,7 +717,7 @@ static int shim_run(shim *s)
     if (rc == SHIM_GO_ON)
         rc = start_child(s);
     if (rc == SHIM_GO_ON)
-        rc = relay_run(s);
+        rc = s->rank > 0 ? quiet_run(s) : relay_run(s);
     return rc;
 }
 
@@ -677,6 +732,9 @@ int wremote_main(int argc, char **argv)
     }
     const char *token = getenv(WREMOTE_ENV_TOKEN);
     const char *bad = check_usage(server, job, token);
+    int rank = wremote_rank(getenv("PMIX_RANK"), getenv("SLURM_PROCID"));
+    if (!bad && rank < 0)
+        bad = "PMIX_RANK or SLURM_PROCID is not a rank";
     if (bad)
         return usage(bad);
     shim *s = calloc(1, sizeof *s);
@@ -701,6 +759,10 @@ int wremote_main(int argc, char **argv)
     wremote_queue_init(&s->pending);
     if (gethostname(s->node, sizeof s->node - 1) != 0)
         snprintf(s->node, sizeof s->node, "unknown");
+    s->rank = rank;
+    if (getenv("PMIX_RANK"))
+        fprintf(stderr, "trainyard worker: rank %d of job %s on %s%s\n", rank,
+                job, s->node, rank ? " (quiet: rank 0 reports)" : "");
     int rc = SHIM_EXIT_FAILED;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK &&
         (s->http.curl = curl_easy_init()))

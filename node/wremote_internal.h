@@ -150,4 +150,18 @@ long wremote_post_interval_ms(const char *value);
  * code, or 128 + N for a child killed by signal N. */
 int wremote_exit_status(int wstatus);
 
+/* ---- a data-parallel gang's ranks (srun --mpi=pmix) ---- */
+
+/* This shim's rank in its Slurm step: PMIX_RANK's value (what MPI_Init in
+ * the child will take), else SLURM_PROCID's, else 0 (an ordinary job).
+ * -1 when the one given is not a decimal rank. */
+int wremote_rank(const char *pmix_rank, const char *slurm_procid);
+
+/* A rank above 0's exit status for its child's (wremote_exit_status):
+ * 0 when the child stopped as the job was told to (done, preempted,
+ * cancelled: rank 0 reports that), so srun --kill-on-bad-exit does not
+ * kill rank 0 while it uploads; the child's status otherwise (a failure
+ * ends the whole step). */
+int wremote_rank_exit(int status);
+
 #endif

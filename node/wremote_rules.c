@@ -331,3 +331,24 @@ int wremote_exit_status(int wstatus)
     return 1;
 }
 
+int wremote_rank(const char *pmix_rank, const char *slurm_procid)
+{
+    const char *v = pmix_rank && *pmix_rank ? pmix_rank : slurm_procid;
+    if (!v || !*v)
+        return 0;
+    long r = 0;
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9' || r > 1000000)
+            return -1;
+        r = r * 10 + (*c - '0');
+    }
+    return (int)r;
+}
+
+int wremote_rank_exit(int status)
+{
+    if (status == WPROTO_EXIT_OK || status == WPROTO_EXIT_PREEMPTED ||
+        status == WPROTO_EXIT_CANCELLED)
+        return 0;
+    return status;
+}

@@ -178,8 +178,9 @@
  * jobs (about 10,000 jobs in well under a millisecond; see bench/sched).
  *
  * Limits: at most SCHED_MAX_CLASSES distinct slot classes (compute slices,
- * memory, MIG or not, profile) - an inventory has a handful. The slot list
- * is fixed for the scheduler's life; a changed inventory means a new one.
+ * memory, MIG or not, profile, draining, retired) - an inventory has a
+ * handful. The slot list changes only through sched_slots_replace (a MIG
+ * layout change: drain a GPU's slots, then re-cut them).
  */
 #ifndef TY_SCHED_H
 #define TY_SCHED_H
@@ -476,6 +477,43 @@ void sched_wait_describe(const sched *s, const sched_wait *w, char *buf,
  * of other tenants are never named. */
 void sched_wait_summary(const sched *s, const sched_wait *w, char *buf,
                         size_t n);
+
+/* What a slot of a changing layout is (sched_slots_replace). */
+typedef enum {
+    SCHED_SLOT_IN_USE = 0,
+    /* Draining (a layout change waits for it): it satisfies requests as
+     * before, but takes no new job, is never promised to one by a
+     * preemption and counts in no share; the job on it runs on. */
+    SCHED_SLOT_DRAINING = 1,
+    /* Retired (a layout change removed it): it satisfies no request and
+     * takes no job; it stays in the list so that the slots after it keep
+     * their indices. */
+    SCHED_SLOT_RETIRED = 2,
+} sched_slot_state_kind;
+
+/* Replaces the slot list with slots[0..n_slots) (copied), their states in
+ * states[] (NULL: all in use), keeping every
+ * tenant and job with its handle: a job on old slot i (RUNNING or
+ * STOPPING) goes on slot remap[i] (NULL: the same index), which must
+ * exist and be of the same kind (compute slices, memory, MIG, profile)
+ * and not retired; a PENDING job goes back to the queue (the job stopping
+ * for it stops for nobody); queued jobs keep their place, their requests
+ * matched against the new slots. A queued job of a GPU request that no
+ * slot satisfies any more is removed, its id written to dropped (cap
+ * entries; pass cap >= sched_queued_count for all) and counted in
+ * *ndropped: the caller fails it. Use it to drain a GPU (the same slots,
+ * SCHED_SLOT_DRAINING for the GPU's) and to re-cut it (its slots retired or
+ * reused, new ones appended, so the other GPUs' slots keep their
+ * indices). TY_ECONFLICT naming the slot when a held slot has no fitting
+ * place in the new list (nothing changes), TY_EINVAL as sched_create,
+ * TY_ENOMEM. */
+ty_status sched_slots_replace(sched *s, const sched_slot *slots,
+                              const uint8_t *states, size_t n_slots,
+                              const int *remap, char (*dropped)[TY_ID_MAX],
+                              size_t cap, size_t *ndropped, ty_err *err);
+
+/* Slot i's sched_slot_state_kind (SCHED_SLOT_IN_USE for a bad index). */
+int sched_slot_state(const sched *s, int slot);
 
 /* Checks every invariant the scheduler keeps (no slot held twice, holder
  * and job agree, usage counters match, quotas respected, queues sorted, no

@@ -38,6 +38,8 @@ void sched_class_count(sched *s, int c, int delta)
 static void slot_count(sched *s, int i, int delta)
 {
     const slot_rec *sl = &s->slots[i];
+    if (sl->off)
+        return; /* a draining or retired slot is never free */
     s->node_free[sl->node * SCHED_MAX_CLASSES + sl->cls] += delta;
     if (sched_slot_gheld(s, i, -1))
         s->ghold_free[sl->cls] += delta;

@@ -187,7 +187,16 @@ static ty_status check_slots(const sched *s, ty_err *err)
             const slot_rec *sl = &s->slots[s->classes[c].slots[i]];
             CHECK(sl->cls == c, "slot %d in the wrong class",
                   s->classes[c].slots[i]);
-            if (sl->holder < 0 && sl->reserved_for < 0)
+            CHECK(sl->off == s->classes[c].off,
+                  "slot %d and its class differ "
+                  "in draining or retired",
+                  s->classes[c].slots[i]);
+            CHECK(!sl->off || sl->reserved_for < 0,
+                  "slot %d is off but promised to a job",
+                  s->classes[c].slots[i]);
+            CHECK(sl->off != 2 || sl->holder < 0, "slot %d is retired but held",
+                  s->classes[c].slots[i]);
+            if (sl->holder < 0 && sl->reserved_for < 0 && !sl->off)
                 nfree++;
         }
         CHECK(nfree == s->classes[c].nfree, "class %d counts %d free, has %d",
@@ -208,7 +217,8 @@ static ty_status check_slots(const sched *s, ty_err *err)
             int f = 0;
             for (int a = s->node_first[n]; a < s->node_first[n + 1]; a++) {
                 const slot_rec *sl = &s->slots[s->node_slots[a]];
-                f += sl->cls == c && sl->holder < 0 && sl->reserved_for < 0;
+                f += sl->cls == c && sl->holder < 0 && sl->reserved_for < 0 &&
+                     !sl->off;
             }
             CHECK(f == s->node_free[n * SCHED_MAX_CLASSES + c],
                   "node %d counts %d free of class %d, has %d", s->node_id[n],

@@ -13,6 +13,7 @@
  *   sched_report.c  sched_queue_report and the wait reasons
  *   sched_gang.c    where a gang fits: nodes, domains, reservations
  *   sched_check.c   sched_check, the invariant checker
+ *   sched_layout.c  sched_slots_replace: a new slot list (MIG layout changes)
  */
 #include "sched/sched.h"
 
@@ -42,6 +43,8 @@ static uint64_t request_mask(const sched *s, const sched_request *r)
     for (int c = 0; c < s->nclasses; c++) {
         const class_rec *k = &s->classes[c];
         int ok = 0;
+        if (k->off == 2)
+            continue; /* retired: gone from the inventory */
         switch (r->kind) {
             case SCHED_REQ_NONE: ok = 0; break;
             case SCHED_REQ_ANY: ok = 1; break;
@@ -67,7 +70,7 @@ static int class_matches(const class_rec *k, const slot_rec *sl)
 {
     return k->compute_slices == sl->compute_slices &&
            k->memory_bytes == sl->memory_bytes && k->is_mig == sl->is_mig &&
-           strcmp(k->profile, sl->profile) == 0;
+           k->off == sl->off && strcmp(k->profile, sl->profile) == 0;
 }
 
 static ty_status grow_jobs(sched *s, ty_err *err)
@@ -198,8 +201,10 @@ static int class_cmp(const class_rec *a, const class_rec *b)
     return a->first_slot < b->first_slot ? -1 : a->first_slot > b->first_slot;
 }
 
-sched *sched_create(const sched_config *cfg, const sched_slot *slots,
-                    size_t n_slots, ty_err *err)
+/* sched_create with each slot's state (NULL: all in use). */
+static sched *create_with_states(const sched_config *cfg,
+                                 const sched_slot *slots, const uint8_t *states,
+                                 size_t n_slots, ty_err *err)
 {
     if (!cfg || !(cfg->backfill_wait >= 0) || !(cfg->preempt_wait >= 0) ||
         !(cfg->fair_window >= 0)) {
@@ -252,12 +257,14 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
         sl->compute_slices = in->compute_slices;
         sl->memory_bytes = in->memory_bytes;
         sl->holder = sl->reserved_for = -1;
+        sl->off = states && states[i] <= SCHED_SLOT_RETIRED ? states[i] : 0;
         sl->domain = in->domain;
         s->domains |= in->domain != 0;
         sl->node = node_index(s, in->node);
         if (sl->node < 0)
             goto oom;
-        s->total_slices += sl->compute_slices;
+        if (!sl->off)
+            s->total_slices += sl->compute_slices;
         if (sl->compute_slices > s->max_class_slices)
             s->max_class_slices = sl->compute_slices;
         int c;
@@ -276,6 +283,7 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
             k->is_mig = sl->is_mig;
             k->compute_slices = sl->compute_slices;
             k->memory_bytes = sl->memory_bytes;
+            k->off = sl->off;
             k->first_slot = i;
         }
         s->classes[c].nslots++;
@@ -311,9 +319,14 @@ sched *sched_create(const sched_config *cfg, const sched_slot *slots,
     if (nodes_index(s) != TY_OK)
         goto oom;
     for (int i = 0; i < s->nslots; i++)
-        s->node_free[s->slots[i].node * SCHED_MAX_CLASSES + s->slots[i].cls]++;
+        if (!s->slots[i].off)
+            s->node_free[s->slots[i].node * SCHED_MAX_CLASSES +
+                         s->slots[i].cls]++;
     for (int c = 0; c < s->nclasses; c++) {
-        sched_class_count(s, c, s->classes[c].nslots);
+        if (s->classes[c].off)
+            s->off |= 1ull << c;
+        else
+            sched_class_count(s, c, s->classes[c].nslots);
         if (!s->classes[c].is_mig)
             s->whole |= 1ull << c;
     }
@@ -341,6 +354,12 @@ oom:
 fail:
     sched_destroy(s);
     return NULL;
+}
+
+sched *sched_create(const sched_config *cfg, const sched_slot *slots,
+                    size_t n_slots, ty_err *err)
+{
+    return create_with_states(cfg, slots, NULL, n_slots, err);
 }
 
 void sched_destroy(sched *s)
@@ -465,12 +484,16 @@ static void inventory_text(const sched *s, char *buf, size_t n)
         return;
     }
     size_t off = (size_t)snprintf(buf, n, "this host has");
+    int listed = 0;
     for (int c = 0; c < s->nclasses && off < n; c++) {
         const class_rec *k = &s->classes[c];
-        off += (size_t)snprintf(
-            buf + off, n - off, "%s %d x %s (%d compute slices, %.1f GiB)",
-            c ? "," : "", k->nslots, k->is_mig ? k->profile : "whole GPU",
-            k->compute_slices, gib(k->memory_bytes));
+        if (k->off == 2)
+            continue;
+        off += (size_t)snprintf(buf + off, n - off,
+                                "%s %d x %s (%d compute slices, %.1f GiB)",
+                                listed++ ? "," : "", k->nslots,
+                                k->is_mig ? k->profile : "whole GPU",
+                                k->compute_slices, gib(k->memory_bytes));
     }
 }
 
@@ -810,3 +833,37 @@ int sched_slot_holder(const sched *s, int slot)
 }
 
 size_t sched_queued_count(const sched *s) { return s->queued; }
+
+/* ---- for sched_layout.c (sched_internal.h) ---- */
+
+sched *sched_create_states(const sched_config *cfg, const sched_slot *slots,
+                           const uint8_t *states, size_t n_slots, ty_err *err)
+{
+    return create_with_states(cfg, slots, states, n_slots, err);
+}
+
+uint64_t sched_request_mask(const sched *s, const sched_request *r)
+{
+    return request_mask(s, r);
+}
+
+int sched_lane_for(sched *s, uint64_t mask, int members, int spread,
+                   ty_err *err)
+{
+    return lane_for(s, mask, members, spread, err);
+}
+
+ty_status sched_grow_lanes(const sched *s, lane_rec **lanes, int *n, int lane,
+                           ty_err *err)
+{
+    return grow_lanes(s, lanes, n, lane, err);
+}
+
+ty_status sched_grow_jobs(sched *s, ty_err *err) { return grow_jobs(s, err); }
+
+void sched_hash_insert(sched *s, int j)
+{
+    size_t b = fnv1a(s->jobs[j].id) & (s->nbuckets - 1);
+    s->jobs[j].hnext = s->buckets[b];
+    s->buckets[b] = j;
+}

@@ -37,7 +37,8 @@ int sched_gang_node_free(const sched *s, int n, uint64_t usable, int j)
 static int slot_usable(const sched *s, int i, uint64_t usable)
 {
     const slot_rec *sl = &s->slots[i];
-    return sl->holder < 0 && sl->reserved_for < 0 && ((usable >> sl->cls) & 1);
+    return sl->holder < 0 && sl->reserved_for < 0 && !sl->off &&
+           ((usable >> sl->cls) & 1);
 }
 
 /* The non-zero domain of node n with at least k free usable slots and the

@@ -1,7 +1,7 @@
 /*
  * sched_internal.h - the books shared by the scheduler's files (sched_core.c,
  * sched_books.c, sched_passes.c, sched_report.c, sched_check.c,
- * sched_gang.c); not a
+ * sched_gang.c, sched_layout.c); not a
  * public interface: everything outside sched/sched*.c uses sched/sched.h.
  *
  * Books the scheduler keeps, and the invariants sched_check verifies:
@@ -49,6 +49,7 @@ typedef struct {
     int domain;       /* interconnect domain, 0 unknown */
     int holder;       /* RUNNING/STOPPING job, or -1 */
     int reserved_for; /* PENDING job, or -1 */
+    int off;          /* 0 in use; 1 draining; 2 retired (class's too) */
 } slot_rec;
 
 typedef struct {
@@ -58,8 +59,9 @@ typedef struct {
     uint64_t memory_bytes;
     int *slots; /* slot indices, ascending */
     int nslots;
-    int nfree; /* free and unreserved */
+    int nfree; /* free and unreserved; always 0 for a class that is off */
     int first_slot;
+    int off; /* 0; 1 draining; 2 retired: takes no job (see s->off) */
 } class_rec;
 
 typedef struct {
@@ -125,6 +127,8 @@ struct sched {
     class_rec classes[SCHED_MAX_CLASSES];
     int nclasses;
     uint64_t avail;
+    uint64_t off; /* classes of draining or retired slots: never free,
+                     never a victim's, counted in no share */
     int total_slices;
     int max_class_slices;
     uint64_t *fit_upto; /* [r]: classes with compute slices <= r */
@@ -278,6 +282,8 @@ static inline int sched_slot_gheld(const sched *s, int i, int j)
 static inline int sched_class_first_free_for(const sched *s, int c, int j)
 {
     const class_rec *k = &s->classes[c];
+    if (k->off)
+        return -1;
     for (int i = 0; i < k->nslots; i++) {
         const slot_rec *sl = &s->slots[k->slots[i]];
         if (sl->holder < 0 && sl->reserved_for < 0 &&
@@ -389,6 +395,21 @@ void sched_gang_room(sched *s);
 /* ---- sched_core.c ---- */
 
 void sched_request_text(const sched_request *r, char *buf, size_t n);
+
+/* For sched_layout.c: sched_create with each slot's state (NULL: all in
+ * use); the classes a request may use (retired ones never); the lane of a
+ * mask, gang size and spread (added if new; -1 out of memory); a tenant's
+ * lanes grown to hold `lane`; the job table doubled; job j into the id
+ * hash. */
+sched *sched_create_states(const sched_config *cfg, const sched_slot *slots,
+                           const uint8_t *states, size_t n_slots, ty_err *err);
+uint64_t sched_request_mask(const sched *s, const sched_request *r);
+int sched_lane_for(sched *s, uint64_t mask, int members, int spread,
+                   ty_err *err);
+ty_status sched_grow_lanes(const sched *s, lane_rec **lanes, int *n, int lane,
+                           ty_err *err);
+ty_status sched_grow_jobs(sched *s, ty_err *err);
+void sched_hash_insert(sched *s, int j);
 
 /* ---- sched_passes.c: the tenant heap, shared with the report ---- */
 

@@ -152,7 +152,7 @@ static void class_victim_find(sched *s, int c)
 {
     const class_rec *k = &s->classes[c];
     int best = -1;
-    for (int i = 0; i < k->nslots; i++) {
+    for (int i = 0; i < k->nslots && !k->off; i++) {
         int v = s->slots[k->slots[i]].holder;
         if (v < 0 || s->jobs[v].state != SCHED_JOB_RUNNING ||
             s->jobs[v].serving || s->jobs[v].start_time >= s->now)
@@ -562,7 +562,7 @@ static void pass_preemption(sched *s, double now)
         job_rec *H = &s->jobs[h];
         if (now - H->submit_time < s->cfg.preempt_wait)
             continue;
-        uint64_t allowed = H->mask & sched_fit_mask(s, n);
+        uint64_t allowed = H->mask & sched_fit_mask(s, n) & ~s->off;
         for (uint64_t m = allowed & s->held; m; m &= m - 1)
             if (s->class_holder[sched_ctz64(m)] != h)
                 allowed &= ~(1ull << sched_ctz64(m));

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "common/ids.h"
+#include "node/gen_engine.h"
 #include "node/placement.h"
 #include "common/log.h"
 #if TRAINYARD_HAVE_CUDA
@@ -112,6 +113,9 @@ static dev_ctx *dev_open(model_cache *c, int device, ty_err *err)
 
 static void entry_free(model_entry *e)
 {
+    /* a language model's generation cache outlives its requests (for
+     * the prefix cache): it goes before its network */
+    gen_engine_forget(e->net);
     dev_lock(e->dev);
     for (int i = 0; i < e->npool; i++)
         nn_workspace_destroy(e->pool[i]);

@@ -138,7 +138,28 @@ static const char *const migrations[] = {
     /* 9: each tenant's generation tokens a minute over all its deployments
      * (prompt and max_tokens reserved at admission; NULL = unlimited) */
     "ALTER TABLE tenants ADD COLUMN serving_tokens_per_minute INTEGER;",
-    /* 10: usage accounting (store/usage.c): every interval a job or a
+    /* 10: the demand the scheduler saw (store/demand.c), for the MIG
+     * layout advisor: one row per request (job or replica), its arrival,
+     * what it asked for, when it first started, the seconds it held a slot
+     * and when it ended; refused = 1 for a request no slot could satisfy
+     * (answered 422) */
+    "CREATE TABLE demand ("
+    "  id TEXT PRIMARY KEY,"
+    "  tenant_id TEXT NOT NULL,"
+    "  arrival REAL NOT NULL,"
+    "  req_kind INTEGER NOT NULL,"
+    "  profile TEXT,"
+    "  min_memory_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  min_compute_slices INTEGER NOT NULL DEFAULT 0,"
+    "  serving INTEGER NOT NULL DEFAULT 0,"
+    "  gang INTEGER NOT NULL DEFAULT 0,"
+    "  refused INTEGER NOT NULL DEFAULT 0,"
+    "  first_start REAL,"
+    "  last_start REAL,"
+    "  held_s REAL NOT NULL DEFAULT 0,"
+    "  ended REAL);"
+    "CREATE INDEX demand_by_arrival ON demand(arrival);",
+    /* 11: usage accounting (store/usage.c): every interval a job or a
      * serving replica held a device slice or a CPU place (end_s NULL while
      * open; unix seconds), and the last time the server proved itself
      * alive, at which recovery closes what a crash left open. The

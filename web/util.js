@@ -116,9 +116,12 @@ export function placementText(job) {
     const what = p.gpu === null || p.gpu === undefined ? 'cpu' : (p.profile || 'whole GPU');
     return `Slurm job ${p.slurm.job_id} on ${p.slurm.node} · ${what}`;
   }
-  if (p.gpu === null || p.gpu === undefined) return p.device || 'cpu';
+  // A data-parallel job (resources.workers): its ranks, started together.
+  const ranks = Array.isArray(p.ranks) && p.ranks.length > 1
+    ? ` · ${p.ranks.length} workers${p.launcher ? ` (${p.launcher})` : ''}` : '';
+  if (p.gpu === null || p.gpu === undefined) return (p.device || 'cpu') + ranks;
   const what = p.profile ? p.profile : 'whole GPU';
-  return `GPU ${p.gpu} · ${what} · slot ${p.slot}`;
+  return `GPU ${p.gpu} · ${what} · slot ${p.slot}${ranks}`;
 }
 
 // Makes parent's element children equal to `fresh` (new nodes) while

@@ -652,6 +652,7 @@ ty_status nn_comm_nccl_create(int rank, int world, const void *unique_id,
     c->ops = &nccl_ops;
     c->rank = rank;
     c->world = world;
+    c->local_world = 0; /* unknown here: the host comm's says */
     c->device_memory = 1;
     c->timeout_s = timeout_s > 0 ? timeout_s : NN_COMM_DEFAULT_TIMEOUT_S;
     c->impl = m;

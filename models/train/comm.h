@@ -88,6 +88,11 @@ struct nn_comm {
     const nn_comm_ops *ops;
     int rank;  /* 0..world-1 */
     int world; /* >= 1 */
+    /* Ranks on this machine, this one included (1..world): they share its
+     * cores. mpirun's ranks on one host: world; srun's one rank a node: 1.
+     * 0: the engine cannot tell (a caller assumes world, the cautious
+     * split). */
+    int local_world;
     /* 1: buffers are device memory (a stream engine); 0: host memory. */
     int device_memory;
     double timeout_s; /* the collective timeout */

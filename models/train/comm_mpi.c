@@ -400,6 +400,17 @@ ty_status nn_comm_mpi_create(double timeout_s, nn_comm **out, ty_err *err)
     MPI_Comm_set_errhandler(m->ctl, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->data, &c->rank);
     MPI_Comm_size(m->data, &c->world);
+    /* The ranks sharing this machine's memory (mpirun's on one host, or
+     * srun's one a node): the worker splits the cores among them. */
+    c->local_world = 0;
+    MPI_Comm shm;
+    if (MPI_Comm_split_type(m->data, MPI_COMM_TYPE_SHARED, c->rank,
+                            MPI_INFO_NULL, &shm) == MPI_SUCCESS) {
+        int n = 0;
+        if (MPI_Comm_size(shm, &n) == MPI_SUCCESS && n >= 1 && n <= c->world)
+            c->local_world = n;
+        MPI_Comm_free(&shm);
+    }
     c->ops = &mpi_ops;
     c->device_memory = 0;
     c->timeout_s = timeout_s > 0 ? timeout_s : NN_COMM_DEFAULT_TIMEOUT_S;

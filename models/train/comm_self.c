@@ -72,6 +72,7 @@ static nn_comm self_comm = {
     .ops = &self_ops,
     .rank = 0,
     .world = 1,
+    .local_world = 1,
     .device_memory = 0,
     .timeout_s = NN_COMM_DEFAULT_TIMEOUT_S,
     .impl = NULL,

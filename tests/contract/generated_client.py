@@ -455,6 +455,10 @@ def id_checks(ids):
         "kserveModelVersionStats": lambda p: kserve_stats(p, m, only=True),
         "listDevices": lambda p: p.source.startswith("sim:") and len(p.gpus) == 1
         and len(p.gpus[0].slices) == 7,
+        "listMigLayouts": lambda p: len(p.gpus) == 1 and p.gpus[0].gpu == 0
+        and len(p.gpus[0].layout.instances) == 7,
+        "getMigLayout": lambda p: p.gpu == 0 and p.model == "H200-141GB"
+        and len(p.layout.instances) == 7,
         "listTenants": lambda p: t in item_ids(p),
         "getTenant": lambda p: p.id == t and p.quota.max_running_jobs == 2 and p.admin is False,
         "listTenantKeys": lambda p: {ids["first_key"], ids["second_key"]} <= set(item_ids(p)),
@@ -468,11 +472,12 @@ def path_values(path, ids):
     """The ways to call path: [(label, values of its path parameters)].
     id and name are the seeded resource the path names; a /v2 model is
     called by its id and again by its name, version is "1" (a model's
-    only version), region any name (shared memory is not supported)."""
+    only version), region any name (shared memory is not supported), gpu
+    the simulated inventory's only GPU."""
     owner = [("/v1/datasets/", "dataset"), ("/v1/jobs/", "job"), ("/v1/models/", "model"),
              ("/v1/tenants/", "tenant"), ("/v2/models/", "model"),
              ("/v1/deployments/", "deployment")]
-    common = {"version": "1", "region": "r0"}
+    common = {"version": "1", "region": "r0", "gpu": 0}
     for prefix, kind in owner:
         if path.startswith(prefix):
             ways = [("", dict(common, id=ids[kind], name=ids[kind]))]

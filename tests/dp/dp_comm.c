@@ -37,8 +37,9 @@ static void self_checks(void)
     nn_comm *c = nn_comm_or_self(NULL);
     ty_err err = {0};
     float v[3] = {1, 2, 4};
-    CHECK(c == nn_comm_self() && c->world == 1 && c->rank == 0,
-          "the self comm is rank 0 of 1");
+    CHECK(c == nn_comm_self() && c->world == 1 && c->rank == 0 &&
+              c->local_world == 1,
+          "the self comm is rank 0 of 1, alone on its machine");
     CHECK(c->ops->allreduce(c, NULL, v, 3, 0.5f, &err) == TY_OK &&
               v[0] == 0.5f && v[2] == 2.0f,
           "self all-reduce scales: %g %g", v[0], v[2]);
@@ -64,6 +65,9 @@ static void mpi_checks(void)
         return;
     }
     CHECK(c->world == 2, "world %d (run under mpirun -np 2)", c->world);
+    /* mpirun put both on this machine: they share its cores. */
+    CHECK(c->local_world == 2, "local world %d (both ranks on this machine)",
+          c->local_world);
     if (c->world != 2) {
         c->ops->destroy(c);
         return;

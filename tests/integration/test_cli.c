@@ -1230,6 +1230,66 @@ static void test_watch_reconnects(void **state)
     run_free(&w);
 }
 
+/* `trainyard mig`: the advice as a table, a layout change applied and
+ * followed with --watch, the status after it, and the errors: a layout
+ * the client cannot read (64, nothing sent), one the server refuses (422:
+ * 4, its field named), --from-advice when the advice keeps the GPU (64).
+ * The GPU is cut back to seven 1g.18gb slices at the end. */
+static void test_mig(void **state)
+{
+    (void)state;
+    run_result r;
+    RUN(&r, "mig", "advice");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "demand records replayed"));
+    assert_non_null(strstr(r.out, "H200"));
+    assert_non_null(strstr(r.out, "1g.18gb@0,"));
+    run_free(&r);
+
+    RUN(&r, "mig", "apply", "0", "--layout", "3g.71gb@4,3g.71gb@0",
+        "--watch");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, ": done"));
+    run_free(&r);
+    RUN(&r, "mig", "status", "0");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "GPU 0: 3g.71gb@4,3g.71gb@0"));
+    assert_non_null(strstr(r.out, "-> 3g.71gb@4,3g.71gb@0"));
+    run_free(&r);
+    RUN(&r, "devices");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "3g.71gb"));
+    assert_null(strstr(r.out, "1g.18gb"));
+    run_free(&r);
+
+    RUN(&r, "mig", "apply", "0", "--layout", "3g.71gb");
+    expect_code(&r, 64);
+    assert_non_null(strstr(r.err, "PROFILE@START"));
+    run_free(&r);
+    RUN(&r, "mig", "apply", "0");
+    expect_code(&r, 64);
+    run_free(&r);
+    RUN(&r, "mig", "apply", "0", "--layout", "3g.71gb@5");
+    expect_code(&r, 4);
+    assert_non_null(strstr(r.err, "instances[0].start"));
+    run_free(&r);
+    RUN(&r, "mig", "apply", "0", "--from-advice");
+    expect_code(&r, 64);
+    assert_non_null(strstr(r.err, "nothing to apply"));
+    run_free(&r);
+
+    RUN(&r, "mig", "apply", "0", "--layout",
+        "1g.18gb@0,1g.18gb@1,1g.18gb@2,1g.18gb@3,1g.18gb@4,1g.18gb@5,"
+        "1g.18gb@6",
+        "--watch");
+    expect_code(&r, 0);
+    run_free(&r);
+    RUN(&r, "mig", "status");
+    expect_code(&r, 0);
+    assert_non_null(strstr(r.out, "GPU 0: 1g.18gb@0,1g.18gb@1"));
+    run_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1244,6 +1304,7 @@ int main(void)
         cmocka_unit_test(test_deployments),
         cmocka_unit_test(test_tenants),
         cmocka_unit_test(test_watch_reconnects),
+        cmocka_unit_test(test_mig),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -822,7 +822,14 @@ static void test_sim_slices_and_devices(void **state)
     json_t *doc = wait_dep(s, dep, 30, ready_n, 2, "ready with 2 replicas");
     assert_int_equal(count_instances(doc, NULL), 2);
 
-    resp *r = http_get(s, "/v1/devices");
+    /* Both replicas are demand the MIG advisor replays (issue 34). */
+    resp *r = http_get(s, "/v1/admin/mig-advice?window=1h");
+    expect_status(r, 200);
+    assert_int_equal(json_integer_value(json_object_get(r->json, "records")),
+                     2);
+    resp_free(r);
+
+    r = http_get(s, "/v1/devices");
     expect_status(r, 200);
     json_t *slices = json_object_get(
         json_array_get(json_object_get(r->json, "gpus"), 0), "slices");

@@ -24,7 +24,13 @@
  *     the requests;
  *   - prefix caching: prompts that begin alike share their first blocks
  *     and write, bit for bit, what they write with the cache cold, in
- *     the server and on a replica (whose heartbeats count the hits).
+ *     the server and on a replica (whose heartbeats count the hits); the
+ *     cache outlives its requests (the same request after an idle gap
+ *     hits every choice's blocks);
+ *   - a rolling update while a deployment streams a long generation: the
+ *     stream completes whole on the old replica, which drains after it;
+ *     requests through the update get no 5xx, and after it go to the new
+ *     model.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,6 +43,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -454,9 +461,14 @@ static void test_metrics(void **state)
     assert_true(itl >= generated - ttft - 0.5);
     assert_true(metric_sum(r->body, "trainyard_generate_sequences", NULL) ==
                 0.0);
-    /* idle: the cache is freed, nothing waits */
-    assert_true(metric_sum(r->body, "trainyard_generate_kv_blocks", NULL) ==
-                0.0);
+    /* idle: no block held, nothing waits (the pool stays, its blocks
+     * free or cached, for the prefix cache) */
+    assert_true(metric_sum(r->body, "trainyard_generate_kv_blocks",
+                           "state=\"used\"") == 0.0);
+    assert_true(
+        metric_sum(r->body, "trainyard_generate_kv_blocks",
+                   "state=\"cached\"") <=
+        metric_sum(r->body, "trainyard_generate_kv_blocks", "state=\"total\""));
     assert_true(metric_sum(r->body, "trainyard_generate_waiting", NULL) == 0.0);
     resp_free(r);
 }
@@ -899,7 +911,9 @@ static void same_choice(json_t *cold, json_t *warm, size_t i)
  * before. Its prompts P, P and P' (P's first 32 tokens, another ending)
  * write the texts and logprobs, bit for bit, that each writes with the
  * cache cold (after a prompt X that shares nothing, for the same choice
- * index: the same seeded stream), and the cache gave 2 x 32 tokens. */
+ * index: the same seeded stream), and the cache gave 2 x 32 tokens.
+ * The same request again, after the engine went idle, finds all three
+ * prompts' two blocks (3 x 32 tokens): the cache outlives its requests. */
 static void test_prefix_cache(void **state)
 {
     (void)state;
@@ -934,6 +948,15 @@ static void test_prefix_cache(void **state)
     assert_true(hit >= 64); /* choices 1 and 2: two blocks each */
     assert_true(computed > 0);
     json_decref(warm);
+    /* idle between: the blocks are cached, not forgotten */
+    const double hit1 = prefix_tokens("hit");
+    warm = prefix_choices(prefix_id, WARM);
+    const double again = prefix_tokens("hit") - hit1;
+    fprintf(stderr, "prefix cache after idle: %.0f prompt tokens hit\n", again);
+    same_choice(prefix_cold[0], warm, 1);
+    same_choice(prefix_cold[1], warm, 2);
+    assert_true(again >= 96); /* all three choices: two blocks each */
+    json_decref(warm);
 }
 
 /* The prefix cache value a deployment's first instance reported with
@@ -952,11 +975,11 @@ static long long replica_prefix_hits(const char *dpath)
 /* Deployed, the replica's engine caches prefixes too: the same request
  * by the deployment's name writes the choices the server wrote with the
  * cache cold, and the replica's heartbeats count the tokens its cache
- * gave. Each choice reaches the replica on a connection of its own, and
- * its cache lives while its engine is busy: a choice that arrives after
- * the one before has finished finds it freed. So the request is made up
- * to five times (the same choices each time) until the replica counts
- * hits; code without the cache never does. */
+ * gave. Each choice reaches the replica on a connection of its own; its
+ * cache outlives its requests, so a second request finds the first's
+ * blocks whatever the choices' timing. The request is made up to five
+ * times (the same choices each time) until a heartbeat shows the hits;
+ * code without the cache never counts any. */
 static void test_prefix_cache_deployed(void **state)
 {
     (void)state;
@@ -998,6 +1021,428 @@ static void test_prefix_cache_deployed(void **state)
 #undef X
 #undef WARM
 
+/* ---- a rolling update in the middle of a generation ---- */
+
+#define ROLL_N 16    /* the stream's choices */
+#define ROLL_MAX 120 /* tokens each: 1,920, one choice at a time */
+#define ROLL_STREAM                                                   \
+    "{\"model\": \"%s\", \"prompt\": \"the \", \"max_tokens\": 120, " \
+    "\"n\": 16, \"temperature\": 1, \"seed\": 3, \"stream\": true, "  \
+    "\"stream_options\": {\"include_usage\": true}}"
+#define ROLL_SHORT                                                         \
+    "{\"text_input\": \"the cat \", \"parameters\": {\"temperature\": 0, " \
+    "\"max_tokens\": 6}}"
+
+/* A completion stream's choices, joined per index, and its end. */
+typedef struct {
+    char text[ROLL_N][2048]; /* bytes: an untrained model writes NULs too */
+    size_t len[ROLL_N];
+    char finish[ROLL_N][16];
+    long completion_tokens; /* the usage chunk's; -1: none */
+    int done;               /* it ended with data: [DONE] */
+    char bad[256];          /* the first thing wrong, "" when none */
+} roll_stream;
+
+static void roll_parse(const resp *r, roll_stream *o)
+{
+    memset(o, 0, sizeof *o);
+    o->completion_tokens = -1;
+    if (r->status != 200) {
+        snprintf(o->bad, sizeof o->bad, "status %ld: %.200s", r->status,
+                 r->body ? r->body : "");
+        return;
+    }
+    char *save = NULL, *copy = strndup(r->body, r->len);
+    for (char *ev = strtok_r(copy, "\n", &save); ev && !o->bad[0];
+         ev = strtok_r(NULL, "\n", &save)) {
+        if (o->done) {
+            snprintf(o->bad, sizeof o->bad, "after [DONE]: %.200s", ev);
+            break;
+        }
+        if (!strcmp(ev, "data: [DONE]")) {
+            o->done = 1;
+            continue;
+        }
+        json_t *c = strncmp(ev, "data: ", 6)
+                        ? NULL
+                        : json_loads(ev + 6, JSON_ALLOW_NUL, NULL);
+        if (!c || json_object_get(c, "error")) {
+            snprintf(o->bad, sizeof o->bad, "bad event: %.200s", ev);
+            json_decref(c);
+            break;
+        }
+        size_t i;
+        json_t *ch;
+        json_array_foreach (json_object_get(c, "choices"), i, ch) {
+            json_int_t k = json_integer_value(json_object_get(ch, "index"));
+            if (k < 0 || k >= ROLL_N) {
+                snprintf(o->bad, sizeof o->bad, "choice %lld", (long long)k);
+                break;
+            }
+            const json_t *t = json_object_get(ch, "text");
+            const size_t n = json_string_length(t);
+            if (o->len[k] + n > sizeof o->text[k]) {
+                snprintf(o->bad, sizeof o->bad, "choice %lld: too long",
+                         (long long)k);
+                break;
+            }
+            memcpy(o->text[k] + o->len[k], json_string_value(t), n);
+            o->len[k] += n;
+            if (json_is_string(json_object_get(ch, "finish_reason")))
+                snprintf(o->finish[k], sizeof o->finish[k], "%s",
+                         str(ch, "finish_reason"));
+        }
+        const json_t *u = json_object_get(c, "usage");
+        if (json_is_object(u))
+            o->completion_tokens = (long)json_integer_value(
+                json_object_get(u, "completion_tokens"));
+        json_decref(c);
+    }
+    free(copy);
+}
+
+/* A generate reply's model_name and text_output (as JSON text: an
+ * untrained model writes NULs too) into model and text (64 bytes each);
+ * 0, or -1 when the body is no such reply. */
+static int roll_reply(const resp *r, char *model, char *text)
+{
+    json_t *j =
+        json_loadb(r->body ? r->body : "", r->len, JSON_ALLOW_NUL, NULL);
+    const json_t *t = json_object_get(j, "text_output");
+    const char *m = json_string_value(json_object_get(j, "model_name"));
+    char *d = t ? json_dumps(t, JSON_ENCODE_ANY) : NULL;
+    snprintf(model, 64, "%s", m ? m : "");
+    snprintf(text, 64, "%s", d ? d : "");
+    free(d);
+    json_decref(j);
+    return t && m ? 0 : -1;
+}
+
+typedef struct {
+    const char *model;
+    resp *r;
+    double t0, t1; /* when it was sent and when it ended */
+    atomic_int finished;
+} roll_call;
+
+static void *roll_stream_run(void *arg)
+{
+    roll_call *c = arg;
+    char body[320];
+    snprintf(body, sizeof body, ROLL_STREAM, c->model);
+    c->t0 = now_seconds();
+    c->r = http_json(&server, "POST", "/openai/v1/completions", body);
+    c->t1 = now_seconds();
+    atomic_store(&c->finished, 1);
+    return NULL;
+}
+
+/* Short greedy generations by the deployment's name until stop, each
+ * reply's status, model and text kept (the first 512). */
+typedef struct {
+    atomic_int *stop;
+    int n, n5xx, nother;
+    long bad_status;
+    char bad_body[256];
+    struct {
+        double t0;
+        char model[64], text[64];
+    } rec[512];
+} roll_loader;
+
+static void *roll_load_run(void *arg)
+{
+    roll_loader *l = arg;
+    while (!atomic_load(l->stop)) {
+        const double t0 = now_seconds();
+        resp *r = http_json(&server, "POST", "/v2/models/roll-gen/generate",
+                            ROLL_SHORT);
+        if (r->status != 200) {
+            if (r->status >= 500 || r->status < 0)
+                l->n5xx++;
+            else
+                l->nother++;
+            if (!l->bad_status) {
+                l->bad_status = r->status;
+                snprintf(l->bad_body, sizeof l->bad_body, "%.200s",
+                         r->body ? r->body : "");
+            }
+        } else if (l->n < 512) {
+            l->rec[l->n].t0 = t0;
+            roll_reply(r, l->rec[l->n].model, l->rec[l->n].text);
+        }
+        l->n += r->status == 200;
+        resp_free(r);
+        usleep(20 * 1000);
+    }
+    return NULL;
+}
+
+/* The instance of generation gen in doc: its state and in_flight (0 when
+ * none). */
+static int roll_instance(const json_t *doc, int gen, char state[32],
+                         long *in_flight)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach (json_object_get(doc, "instances"), i, it) {
+        if (json_integer_value(json_object_get(it, "generation")) != gen)
+            continue;
+        snprintf(state, 32, "%s", str(it, "state") ? str(it, "state") : "");
+        *in_flight = (long)json_integer_value(json_object_get(it, "in_flight"));
+        return 1;
+    }
+    return 0;
+}
+
+/* Whether every instance is of generation gen and ready, and there are
+ * as many as desired. */
+static int roll_done(const json_t *doc, int gen)
+{
+    size_t i;
+    json_t *it;
+    int n = 0, ok = 0;
+    json_array_foreach (json_object_get(doc, "instances"), i, it) {
+        n++;
+        ok += json_integer_value(json_object_get(it, "generation")) == gen &&
+              !strcmp(str(it, "state"), "ready");
+    }
+    return n > 0 && n == ok && !strcmp(str(doc, "status"), "ready");
+}
+
+static void model_name_of(const char *id, char *out, size_t cap)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/v1/models/%s", id);
+    resp *r = http_get(&server, path);
+    expect_status(r, 200);
+    snprintf(out, cap, "%s", str(r->json, "name") ? str(r->json, "name") : id);
+    resp_free(r);
+}
+
+/* A rolling update while a deployment streams a long generation: the
+ * deployment serves a slow untrained model (A: 16 choices of 120 tokens,
+ * one at a time in its cache of one context); once the stream holds the
+ * replica, a PATCH moves it to the small story model (B). The stream
+ * completes whole: every choice its 120 tokens, finish_reason "length",
+ * the text the server writes for the same seeded request, the usage
+ * chunk and [DONE], no error event. Its replica was seen draining while
+ * the stream was open and stays until the stream ends (a replica drains
+ * only once its requests and generations are over). Short generations
+ * by the deployment's name all through the update get 200s (never a
+ * 5xx), each from the model its reply names; after the switch, from B.
+ * No timing is asserted: the polls are bounded only, and the round is
+ * rerun (at most 3 times, after a PATCH back to A) when the stream ended
+ * before the update began draining its replica. */
+static void test_rolling_update_mid_stream(void **state)
+{
+    (void)state;
+    assert_true(model_id[0]);
+    /* A: slow enough that its stream outlasts a CPU replica's start
+     * (about 6 times the wide model's work a token) */
+    resp *r = http_json(
+        &server, "POST", "/v1/jobs",
+        "{\"dataset\": \"story\", \"name\": \"story-slow\", \"model\": "
+        "{\"layers\": [{\"type\": \"embedding\", \"dim\": 256},"
+        " {\"type\": \"positional_embedding\"},"
+        " {\"type\": \"transformer_block\", \"heads\": 4},"
+        " {\"type\": \"transformer_block\", \"heads\": 4},"
+        " {\"type\": \"transformer_block\", \"heads\": 4},"
+        " {\"type\": \"transformer_block\", \"heads\": 4},"
+        " {\"type\": \"transformer_block\", \"heads\": 4},"
+        " {\"type\": \"transformer_block\", \"heads\": 4},"
+        " {\"type\": \"layernorm\"}, {\"type\": \"lm_head\"}]},"
+        " \"hyperparameters\": {\"context_length\": 128, \"batch_size\": 4,"
+        " \"epochs\": 1, \"max_steps\": 1, \"seed\": 2}}");
+    expect_status(r, 202);
+    char job[64], slow_id[64];
+    snprintf(job, sizeof job, "%s", str(r->json, "id"));
+    resp_free(r);
+    json_t *j = wait_job(&server, job, 600);
+    assert_string_equal(str(j, "status"), "succeeded");
+    snprintf(slow_id, sizeof slow_id, "%s", str(j, "model"));
+    json_decref(j);
+    const char *a_id = slow_id; /* A */
+    char name_a[64], name_b[64];
+    model_name_of(a_id, name_a, sizeof name_a);
+    model_name_of(model_id, name_b, sizeof name_b);
+    /* the references, in the server before the deployment exists */
+    char body[320];
+    snprintf(body, sizeof body, ROLL_STREAM, a_id);
+    double t = now_seconds();
+    r = http_json(&server, "POST", "/openai/v1/completions", body);
+    const double stream_s = now_seconds() - t;
+    roll_stream want;
+    roll_parse(r, &want);
+    resp_free(r);
+    if (want.bad[0])
+        fail_msg("the reference stream: %s", want.bad);
+    char short_a[64], short_b[64];
+    const char *ids[2] = {a_id, model_id};
+    char *shorts[2] = {short_a, short_b};
+    for (int k = 0; k < 2; k++) {
+        char path[160];
+        snprintf(path, sizeof path, "/v2/models/%s/generate", ids[k]);
+        r = http_json(&server, "POST", path, ROLL_SHORT);
+        expect_status(r, 200);
+        char ignore[64];
+        assert_int_equal(roll_reply(r, ignore, shorts[k]), 0);
+        resp_free(r);
+    }
+    char dpath[128];
+    deploy_cpu_ready(&server, "roll-gen", a_id, dpath);
+
+    fprintf(stderr, "the stream took %.1f s in the server\n", stream_s);
+    r = http_get(&server, dpath);
+    int gen = (int)json_integer_value(json_object_get(r->json, "generation"));
+    resp_free(r);
+    int straddled = 0;
+    for (int round = 0; round < 3 && !straddled; round++) {
+        if (round) { /* back to A for another try, unchecked */
+            char back[128];
+            snprintf(back, sizeof back, "{\"model\": \"%s\"}", a_id);
+            r = http_json(&server, "PATCH", dpath, back);
+            expect_status(r, 200);
+            gen =
+                (int)json_integer_value(json_object_get(r->json, "generation"));
+            resp_free(r);
+            double until = now_seconds() + 120;
+            int back_done = 0;
+            while (!back_done && now_seconds() < until) {
+                r = http_get(&server, dpath);
+                back_done = r->status == 200 && roll_done(r->json, gen);
+                resp_free(r);
+                usleep(100 * 1000);
+            }
+            assert_true(back_done);
+        }
+        const char *to = model_id, *to_name = name_b, *to_short = short_b;
+        roll_call call = {.model = "roll-gen"};
+        atomic_int stop = 0;
+        roll_loader *l = calloc(1, sizeof *l);
+        assert_non_null(l);
+        l->stop = &stop;
+        pthread_t ts, tl;
+        assert_int_equal(pthread_create(&ts, NULL, roll_stream_run, &call), 0);
+        /* the stream holds the replica before the update */
+        double until = now_seconds() + 60;
+        char st[32] = "";
+        long in_flight = 0;
+        while (!atomic_load(&call.finished) && now_seconds() < until) {
+            r = http_get(&server, dpath);
+            int have =
+                r->status == 200 && roll_instance(r->json, gen, st, &in_flight);
+            resp_free(r);
+            if (have && in_flight > 0)
+                break;
+            usleep(20 * 1000);
+        }
+        assert_int_equal(pthread_create(&tl, NULL, roll_load_run, l), 0);
+        char patch[128];
+        snprintf(patch, sizeof patch, "{\"model\": \"%s\"}", to);
+        t = now_seconds();
+        r = http_json(&server, "PATCH", dpath, patch);
+        const int patched =
+            r->status == 200 &&
+            json_integer_value(json_object_get(r->json, "generation")) ==
+                gen + 1;
+        if (!patched)
+            fprintf(stderr, "PATCH: %ld %s\n", r->status, r->body);
+        resp_free(r);
+        /* until the stream ends and the update is done: whether the old
+         * replica was draining, still holding the stream, while it ran */
+        int seen_draining = 0, rolled = 0;
+        double t_switch = -1;
+        until = now_seconds() + 180;
+        while (patched && (!atomic_load(&call.finished) || !rolled) &&
+               now_seconds() < until) {
+            const int open = !atomic_load(&call.finished);
+            r = http_get(&server, dpath);
+            if (r->status == 200) {
+                if (roll_instance(r->json, gen, st, &in_flight) && open &&
+                    !strcmp(st, "draining") && in_flight > 0 &&
+                    !atomic_load(&call.finished))
+                    seen_draining = 1;
+                if (!rolled && roll_done(r->json, gen + 1)) {
+                    rolled = 1;
+                    t_switch = now_seconds();
+                }
+            }
+            resp_free(r);
+            usleep(50 * 1000);
+        }
+        const double roll_s = t_switch > 0 ? t_switch - t : -1;
+        /* a few requests after the switch */
+        const int n_at_switch = l->n;
+        until = now_seconds() + 30;
+        while (l->n < n_at_switch + 3 && now_seconds() < until)
+            usleep(20 * 1000);
+        atomic_store(&stop, 1);
+        pthread_join(tl, NULL);
+        pthread_join(ts, NULL);
+        fprintf(stderr,
+                "round %d: stream %s while the update %s the old replica; "
+                "stream %.1f s, updated in %.1f s; %d short requests (%d "
+                "5xx, %d other)\n",
+                round + 1, seen_draining ? "open" : "over",
+                seen_draining ? "drained" : "had not drained",
+                call.t1 - call.t0, roll_s, l->n, l->n5xx, l->nother);
+        if (l->bad_status)
+            fprintf(stderr, "a short request: %ld %s\n", l->bad_status,
+                    l->bad_body);
+        assert_true(patched);
+        assert_true(rolled);
+        /* the stream: whole, and what the server writes for it */
+        roll_stream got;
+        roll_parse(call.r, &got);
+        resp_free(call.r);
+        if (got.bad[0])
+            fail_msg("round %d: the stream: %s", round + 1, got.bad);
+        assert_true(got.done);
+        assert_int_equal(got.completion_tokens, ROLL_N * ROLL_MAX);
+        for (int i = 0; i < ROLL_N; i++) {
+            assert_string_equal(got.finish[i], "length");
+            assert_string_equal(got.finish[i], want.finish[i]);
+            if (got.len[i] != want.len[i] ||
+                memcmp(got.text[i], want.text[i], got.len[i]))
+                fail_msg("round %d, choice %d: %zu bytes, in the server %zu "
+                         "(or others)",
+                         round + 1, i, got.len[i], want.len[i]);
+        }
+        /* no short request failed; each came from the model it names,
+         * and those sent after the switch from the new one */
+        assert_int_equal(l->n5xx, 0);
+        assert_int_equal(l->nother, 0);
+        assert_true(l->n > n_at_switch);
+        int n = l->n < 512 ? l->n : 512;
+        for (int i = 0; i < n; i++) {
+            const int is_a = !strcmp(l->rec[i].model, name_a) &&
+                             !strcmp(l->rec[i].text, short_a);
+            const int is_b = !strcmp(l->rec[i].model, name_b) &&
+                             !strcmp(l->rec[i].text, short_b);
+            if (!is_a && !is_b)
+                fail_msg("a reply names %s and says \"%s\" (A %s: \"%s\", B "
+                         "%s: \"%s\")",
+                         l->rec[i].model, l->rec[i].text, name_a, short_a,
+                         name_b, short_b);
+            if (l->rec[i].t0 > t_switch && (strcmp(l->rec[i].model, to_name) ||
+                                            strcmp(l->rec[i].text, to_short)))
+                fail_msg("after the switch, a reply from %s", l->rec[i].model);
+        }
+        free(l);
+        straddled = seen_draining;
+        gen++;
+    }
+    assert_true(straddled);
+    r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
+    resp_free(r);
+}
+
+#undef ROLL_N
+#undef ROLL_MAX
+#undef ROLL_STREAM
+#undef ROLL_SHORT
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1013,6 +1458,7 @@ int main(void)
         cmocka_unit_test(test_deployed_disconnect),
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_prefix_cache_deployed),
+        cmocka_unit_test(test_rolling_update_mid_stream),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -107,18 +107,19 @@ def multipart(fields, files):
 class Server:
     """`trainyard serve` on a free port; executor "slurm" or "local"."""
 
-    def __init__(self, data, executor="slurm", extra=()):
+    def __init__(self, data, executor="slurm", extra=(), host="127.0.0.1"):
         self.data = data
         self.executor = executor
         self.extra = list(extra)
+        self.host = host  # where the nodes reach it (the multi-node bridge)
         self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"http://{host}:{self.port}"
         self.proc = None
         self.log_path = os.path.join(os.path.dirname(data),
                                      os.path.basename(data) + ".log")
 
     def start(self):
-        args = [BIN, "serve", "--listen", f"127.0.0.1:{self.port}",
+        args = [BIN, "serve", "--listen", f"{self.host}:{self.port}",
                 "--data", self.data, "--devices", "none",
                 "--train-device", "cpu", "--worker-threads", "1",
                 "--heartbeat-timeout", "20", "--retry-backoff", "1",

@@ -110,12 +110,28 @@ static void test_cluster_failures_requeue(void **state)
     assert_non_null(strstr(why, "out of memory"));
 }
 
+static void test_gang_script(void **state)
+{
+    (void)state;
+    char buf[1024];
+    exec_slurm_script("/opt/ty", "http://h:1", "job_a", 1, buf, sizeof buf);
+    assert_non_null(
+        strstr(buf, "\nexec '/opt/ty' worker --server 'http://h:1' --job "
+                    "'job_a'\n"));
+    assert_null(strstr(buf, "srun"));
+    exec_slurm_script("/opt/ty", "http://h:1", "job_a", 2, buf, sizeof buf);
+    assert_non_null(strstr(buf, "\nexec srun --mpi=pmix --kill-on-bad-exit=1 "
+                                "'/opt/ty' worker --server 'http://h:1' "
+                                "--job 'job_a'\n"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exit_codes_pass_through),
         cmocka_unit_test(test_cancels_told_apart),
         cmocka_unit_test(test_cluster_failures_requeue),
+        cmocka_unit_test(test_gang_script),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -219,7 +219,24 @@ static void test_v0038_submit_body(void **state)
     json_t *e = json_object_get(j, "environment");
     assert_string_equal(json_string_value(json_object_get(e, "TY_JOB")),
                         "job_1");
+    /* One task on one node: no node count at all. */
+    assert_null(json_object_get(j, "nodes"));
+    assert_null(json_object_get(j, "tasks"));
     json_decref(b);
+
+    /* A gang of 3 ranks, one a node: "nodes" an integer (slurmrestd
+     * ignores an array), tasks_per_node 1, tasks 3. */
+    s.nodes = 3;
+    b = slurmrest_v0038_submit_body(&s, &st, &err);
+    assert_non_null(b);
+    j = json_object_get(b, "job");
+    assert_true(json_is_integer(json_object_get(j, "nodes")));
+    assert_int_equal(json_integer_value(json_object_get(j, "nodes")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "tasks_per_node")),
+                     1);
+    assert_int_equal(json_integer_value(json_object_get(j, "tasks")), 3);
+    json_decref(b);
+    s.nodes = 0;
 
     const char *none[] = {NULL};
     s.env = none;

@@ -31,7 +31,7 @@ static json_t *ds_doc(const char *id)
 static void test_migrated_and_keys(void **state)
 {
     fixture *f = *state;
-    assert_int_equal(store_schema_version(f->st), 10);
+    assert_int_equal(store_schema_version(f->st), 11);
     int64_t n = 0;
     ty_err err;
     assert_int_equal(store_key_count(f->st, &n, &err), TY_OK);
@@ -397,7 +397,7 @@ static void test_reopen_keeps_data(void **state)
     json_decref(d);
     store_close(f->st);
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 10);
+    assert_int_equal(store_schema_version(f->st), 11);
     json_t *doc;
     assert_int_equal(
         store_dataset_get(f->st, "tn_a", "ds_keep", &doc, NULL, &err), TY_OK);

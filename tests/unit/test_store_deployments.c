@@ -210,8 +210,10 @@ static void test_older_database_migrates(void **state)
     f->st = NULL;
     /* Back to what schema 5 was: no deployments table (nor schema 7's
      * serving limits of tenants, nor schema 8's job steps, nor schema 9's
-     * tokens a minute, nor schema 10's usage intervals). */
-    sql(f->dir, "DROP TABLE deployments;"
+     * tokens a minute, nor schema 10's demand, nor schema 11's usage
+     * intervals). */
+    sql(f->dir, "DROP TABLE demand;" /* schema 10's */
+                "DROP TABLE deployments;"
                 "DROP TABLE job_steps;"
                 "ALTER TABLE tenants DROP COLUMN serving_rps;"
                 "ALTER TABLE tenants DROP COLUMN serving_burst;"
@@ -222,7 +224,7 @@ static void test_older_database_migrates(void **state)
                 "PRAGMA user_version=5;");
 
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 10);
+    assert_int_equal(store_schema_version(f->st), 11);
     json_t *doc;
     ty_status st = store_dataset_get(f->st, "tn_a", "ds_old", &doc, NULL, &err);
     if (st != TY_OK)

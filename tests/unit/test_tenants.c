@@ -577,7 +577,8 @@ static void test_store_schema6_migrates(void **state)
     f->st = NULL;
     /* Back to what schema 6 was: tenants without the serving columns (and
      * no job steps, schema 8's). */
-    sql(f->dir, "DROP TABLE job_steps;"
+    sql(f->dir, "DROP TABLE demand;" /* schema 10's */
+                "DROP TABLE job_steps;"
                 "ALTER TABLE tenants DROP COLUMN serving_rps;"
                 "ALTER TABLE tenants DROP COLUMN serving_burst;"
                 "ALTER TABLE tenants DROP COLUMN serving_max_concurrency;"
@@ -587,7 +588,7 @@ static void test_store_schema6_migrates(void **state)
                 "PRAGMA user_version=6;");
 
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 10);
+    assert_int_equal(store_schema_version(f->st), 11);
     store_tenant_limits back;
     assert_int_equal(store_tenant_limits_get(f->st, "tn_b", &back, &err),
                      TY_OK);
@@ -660,12 +661,13 @@ static void test_store_tokens_per_minute(void **state)
                      TY_OK);
     store_close(f->st);
     f->st = NULL;
-    sql(f->dir, "ALTER TABLE tenants DROP COLUMN serving_tokens_per_minute;"
+    sql(f->dir, "DROP TABLE demand;" /* schema 10's */
+                "ALTER TABLE tenants DROP COLUMN serving_tokens_per_minute;"
                 "DROP TABLE usage_intervals;"
                 "DROP TABLE usage_alive;"
                 "PRAGMA user_version=8;");
     assert_int_equal(store_open(f->dir, &f->st, &err), TY_OK);
-    assert_int_equal(store_schema_version(f->st), 10);
+    assert_int_equal(store_schema_version(f->st), 11);
     assert_int_equal(tokens_of(f->st, "tn_b"), STORE_UNLIMITED);
     expect_serving(f->st, "tn_b", 250.5, 500, 16);
     lim.serving_tokens_per_minute = 60;

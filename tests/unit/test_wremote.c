@@ -365,6 +365,24 @@ static void test_exit_status(void **state)
     assert_int_equal(wremote_exit_status(SIGSEGV | 0x80), 128 + SIGSEGV);
 }
 
+static void test_rank(void **state)
+{
+    (void)state;
+    assert_int_equal(wremote_rank(NULL, NULL), 0);
+    assert_int_equal(wremote_rank("", NULL), 0);
+    assert_int_equal(wremote_rank("1", "0"), 1); /* PMIx's wins */
+    assert_int_equal(wremote_rank(NULL, "3"), 3);
+    assert_int_equal(wremote_rank("0", "2"), 0);
+    assert_int_equal(wremote_rank("x", NULL), -1);
+    assert_int_equal(wremote_rank("-1", NULL), -1);
+    assert_int_equal(wremote_rank("99999999999", NULL), -1);
+    assert_int_equal(wremote_rank_exit(WPROTO_EXIT_OK), 0);
+    assert_int_equal(wremote_rank_exit(WPROTO_EXIT_PREEMPTED), 0);
+    assert_int_equal(wremote_rank_exit(WPROTO_EXIT_CANCELLED), 0);
+    assert_int_equal(wremote_rank_exit(WPROTO_EXIT_FAILED), WPROTO_EXIT_FAILED);
+    assert_int_equal(wremote_rank_exit(128 + SIGKILL), 128 + SIGKILL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +400,7 @@ int main(void)
         cmocka_unit_test(test_retry_schedule),
         cmocka_unit_test(test_budget_and_interval),
         cmocka_unit_test(test_exit_status),
+        cmocka_unit_test(test_rank),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
