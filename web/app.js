@@ -9,6 +9,7 @@ import {datasetsPage, datasetPage} from './datasets.js';
 import {newJobPage} from './newjob.js';
 import {modelsPage, modelPage} from './models.js';
 import {deploymentsPage, deploymentPage} from './deployments.js';
+import {usagePage} from './usage.js';
 
 const main = document.getElementById('main');
 const nav = document.getElementById('nav');
@@ -28,6 +29,7 @@ const routes = [
   [/^#\/deployments\/([^/]+)$/, deploymentPage],
   [/^#\/deployments$/, deploymentsPage],
   [/^#\/devices$/, devicesPage],
+  [/^#\/usage$/, usagePage],
 ];
 
 onMode((mode, interval = 2000) => {
