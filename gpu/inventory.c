@@ -109,6 +109,61 @@ static void fake_uuid(const char *prefix, const char *seed, char *out, size_t n)
 }
 
 /* Parses gpus[i] into gpu. path is "gpus[i]". */
+ty_status inv_instances_parse(const mig_model *m, const json_t *insts,
+                              const char *field, const char *where,
+                              mig_placed *out, int *n, ty_err *err)
+{
+    *n = 0;
+    if (!where)
+        where = m->model;
+    const size_t count = json_array_size(insts);
+    if (count > MIG_COMPUTE_SLICES)
+        return ty_fail(err, TY_EINVAL, field,
+                       "%s: %zu instances, but a GPU holds at most %d", where,
+                       count, MIG_COMPUTE_SLICES);
+    char ipath[128], ifield[160];
+    for (size_t i = 0; i < count; i++) {
+        static const char *const ikeys[] = {"profile", "start", NULL};
+        tyjson_path_index(ipath, sizeof ipath, field, i);
+        const json_t *io = json_array_get(insts, i);
+        const char *pname = NULL;
+        int64_t start = 0;
+        ty_status s = tyjson_check_keys(io, ikeys, ipath, err);
+        if (s == TY_OK)
+            s = tyjson_get_string(io, "profile", ipath, 1, 31, NULL, &pname,
+                                  err);
+        if (s == TY_OK)
+            s = tyjson_get_int(io, "start", ipath, 1, 0, MIG_MEMORY_SLICES - 1,
+                               0, &start, err);
+        if (s != TY_OK)
+            return s;
+        const mig_profile *p = mig_profile_find(m, pname);
+        if (!p) {
+            char names[160];
+            mig_profile_names(m, names, sizeof names);
+            tyjson_path(ifield, sizeof ifield, ipath, "profile");
+            return ty_fail(err, TY_EINVAL, ifield,
+                           "%s: a %s has no MIG profile '%s'; its profiles "
+                           "are %s",
+                           ipath, m->model, pname, names);
+        }
+        out[i].profile = p;
+        out[i].start = (int)start;
+    }
+    int bad = -1;
+    ty_err lerr = {0};
+    if (mig_layout_check(m, out, (int)count, &bad, &lerr) != TY_OK) {
+        tyjson_path_index(ipath, sizeof ipath, field, (size_t)bad);
+        tyjson_path(ifield, sizeof ifield, ipath, "start");
+        if (strcmp(where, m->model))
+            return ty_fail(err, TY_EINVAL, ifield, "%s (%s): %s", where,
+                           m->model, lerr.msg);
+        return ty_fail(err, TY_EINVAL, ifield, "%s: %s", m->model, lerr.msg);
+    }
+    *n = (int)count;
+    return TY_OK;
+}
+
 static ty_status sim_gpu(const json_t *obj, int index, const char *path,
                          inv_gpu *gpu, ty_err *err)
 {
@@ -193,49 +248,11 @@ static ty_status sim_gpu(const json_t *obj, int index, const char *path,
                            path);
         return TY_OK;
     }
-    if (n > MIG_COMPUTE_SLICES)
-        return ty_fail(err, TY_EINVAL, field,
-                       "%s: %zu instances, but a GPU holds at most %d", path, n,
-                       MIG_COMPUTE_SLICES);
     mig_placed placed[MIG_COMPUTE_SLICES];
-    for (size_t i = 0; i < n; i++) {
-        static const char *const ikeys[] = {"profile", "start", NULL};
-        char ipath[128];
-        tyjson_path_index(ipath, sizeof ipath, field, i);
-        const json_t *io = json_array_get(insts, i);
-        const char *pname = NULL;
-        int64_t start = 0;
-        s = tyjson_check_keys(io, ikeys, ipath, err);
-        if (s == TY_OK)
-            s = tyjson_get_string(io, "profile", ipath, 1, 31, NULL, &pname,
-                                  err);
-        if (s == TY_OK)
-            s = tyjson_get_int(io, "start", ipath, 1, 0, MIG_MEMORY_SLICES - 1,
-                               0, &start, err);
-        if (s != TY_OK)
-            return s;
-        const mig_profile *p = mig_profile_find(m, pname);
-        if (!p) {
-            char names[160];
-            mig_profile_names(m, names, sizeof names);
-            tyjson_path(field, sizeof field, ipath, "profile");
-            return ty_fail(err, TY_EINVAL, field,
-                           "%s: a %s has no MIG profile '%s'; its profiles "
-                           "are %s",
-                           ipath, m->model, pname, names);
-        }
-        placed[i].profile = p;
-        placed[i].start = (int)start;
-    }
-    int bad = -1;
-    ty_err lerr = {0};
-    if (mig_layout_check(m, placed, (int)n, &bad, &lerr) != TY_OK) {
-        char ipath[128];
-        tyjson_path_index(ipath, sizeof ipath, field, (size_t)bad);
-        tyjson_path(field, sizeof field, ipath, "start");
-        return ty_fail(err, TY_EINVAL, field, "%s (%s): %s", path, m->model,
-                       lerr.msg);
-    }
+    int np = 0;
+    if ((s = inv_instances_parse(m, insts, field, path, placed, &np, err)) !=
+        TY_OK)
+        return s;
     gpu->migs = n ? calloc(n, sizeof *gpu->migs) : NULL;
     if (n && !gpu->migs)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory for the inventory");

@@ -134,6 +134,15 @@ ty_status inv_open(const char *spec, inventory **out, ty_err *err);
 
 /* Parses and checks a simulated inventory document. label names it in
  * messages (the file's path). Same errors as inv_open's sim case. */
+/* A GPU's MIG instances as the sim files and POST /v1/admin/mig-layout
+ * give them ([{"profile", "start"}], at most MIG_COMPUTE_SLICES) on a GPU
+ * of model m, into out[0..*n), checked as one layout (mig_layout_check).
+ * TY_EINVAL names field[i] (its profile or start) and says why; the
+ * messages start with where (e.g. "gpus[0]"), or the model when NULL. */
+ty_status inv_instances_parse(const mig_model *m, const json_t *insts,
+                              const char *field, const char *where,
+                              mig_placed *out, int *n, ty_err *err);
+
 ty_status inv_sim_parse(const json_t *doc, const char *label, inventory **out,
                         ty_err *err);
 

@@ -130,48 +130,9 @@ ty_status jobs_mig_change_parse(const json_t *body, const inventory *inv,
         return ty_fail(err, TY_EINVAL, "instances",
                        "instances is required with \"mig\": true (the GPU "
                        "instances to create, as in gpu/sim/*.json)");
-    if (n > MIG_COMPUTE_SLICES)
-        return ty_fail(err, TY_EINVAL, "instances",
-                       "%zu instances, but a GPU holds at most %d", n,
-                       MIG_COMPUTE_SLICES);
-    for (size_t i = 0; i < n; i++) {
-        static const char *const ikeys[] = {"profile", "start", NULL};
-        char path[32], field[64];
-        tyjson_path_index(path, sizeof path, "instances", i);
-        const json_t *io = json_array_get(insts, i);
-        const char *pname = NULL;
-        int64_t start = 0;
-        s = tyjson_check_keys(io, ikeys, path, err);
-        if (s == TY_OK)
-            s = tyjson_get_string(io, "profile", path, 1, 31, NULL, &pname,
-                                  err);
-        if (s == TY_OK)
-            s = tyjson_get_int(io, "start", path, 1, 0, MIG_MEMORY_SLICES - 1,
-                               0, &start, err);
-        if (s != TY_OK)
-            return s;
-        const mig_profile *p = mig_profile_find(m, pname);
-        if (!p) {
-            char names[160];
-            mig_profile_names(m, names, sizeof names);
-            tyjson_path(field, sizeof field, path, "profile");
-            return ty_fail(err, TY_EINVAL, field,
-                           "%s: a %s has no MIG profile '%s'; its profiles "
-                           "are %s",
-                           path, m->model, pname, names);
-        }
-        out->inst[i].profile = p;
-        out->inst[i].start = (int)start;
-    }
-    out->n = (int)n;
-    int bad = -1;
-    ty_err lerr = {0};
-    if (mig_layout_check(m, out->inst, out->n, &bad, &lerr) != TY_OK) {
-        char path[32], field[64];
-        tyjson_path_index(path, sizeof path, "instances", (size_t)bad);
-        tyjson_path(field, sizeof field, path, "start");
-        return ty_fail(err, TY_EINVAL, field, "%s: %s", m->model, lerr.msg);
-    }
+    if ((s = inv_instances_parse(m, insts, "instances", NULL, out->inst,
+                                 &out->n, err)) != TY_OK)
+        return s;
     return TY_OK;
 }
 

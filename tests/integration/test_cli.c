@@ -1273,9 +1273,42 @@ static void test_mig(void **state)
     expect_code(&r, 4);
     assert_non_null(strstr(r.err, "instances[0].start"));
     run_free(&r);
-    RUN(&r, "mig", "apply", "0", "--from-advice");
-    expect_code(&r, 64);
-    assert_non_null(strstr(r.err, "nothing to apply"));
+    /* --from-advice applies what the advice says for GPU 0 (the demand
+     * the earlier tests recorded decides whether it keeps the layout). */
+    RUN(&r, "mig", "advice", "--json");
+    expect_code(&r, 0);
+    json_t *adv = out_json(&r);
+    run_free(&r);
+    json_t *g0 = json_array_get(json_object_get(adv, "gpus"), 0);
+    const int change = json_is_true(json_object_get(g0, "change"));
+    char want[256] = "GPU 0: ";
+    size_t k;
+    json_t *x;
+    json_array_foreach (json_object_get(json_object_get(g0, "advised"),
+                                        "instances"),
+                        k, x) {
+        char one[48];
+        snprintf(one, sizeof one, "%s%s@%lld", k ? "," : "",
+                 json_string_value(json_object_get(x, "profile")),
+                 (long long)json_integer_value(json_object_get(x, "start")));
+        strncat(want, one, sizeof want - strlen(want) - 1);
+    }
+    json_decref(adv);
+    RUN(&r, "mig", "apply", "0", "--from-advice", "--watch");
+    if (change) {
+        expect_code(&r, 0);
+        assert_non_null(strstr(r.out, ": done"));
+    } else {
+        expect_code(&r, 64);
+        assert_non_null(strstr(r.err, "nothing to apply"));
+    }
+    run_free(&r);
+    RUN(&r, "mig", "status", "0");
+    expect_code(&r, 0);
+    if (change)
+        assert_non_null(strstr(r.out, want));
+    else
+        assert_non_null(strstr(r.out, "GPU 0: 3g.71gb@4,3g.71gb@0"));
     run_free(&r);
 
     RUN(&r, "mig", "apply", "0", "--layout",
