@@ -494,6 +494,9 @@ static void test_refusals(void **state)
     r = http_get(&t, "/v1/admin/mig-layout");
     assert_int_equal(r->status, 403);
     resp_free(r);
+    r = http_get(&t, "/v1/admin/mig-layout/0");
+    assert_int_equal(r->status, 403);
+    resp_free(r);
     r = http_json(&s, "POST", "/v1/admin/mig-layout",
                   "{\"gpu\": 0, \"instances\": [{\"profile\": \"2g.20gb\", "
                   "\"start\": 2}, {\"profile\": \"1g.10gb\", \"start\": 3}]}");
