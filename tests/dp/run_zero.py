@@ -4,7 +4,8 @@
 With dp_train (tests/dp/) under `mpirun -np 2`, against the unsharded
 2-rank run of the same job:
   1. Adam with clip_grad_norm 0.5 (clipping every step) and SGD with
-     momentum 0.9 and clipping: every step's loss within 1e-5 relative (the
+     momentum 0.9 and clipping: the replicas' parameters stay identical
+     (TRAINYARD_DP_CHECK_EVERY=5); every step's loss within 1e-5 relative (the
      arithmetic is the same element for element, so they come out equal),
      the same test accuracy; rank 0's optimizer state is half the unsharded
      run's (ceil(param_count / 2) parameters' slots: exactly what the
@@ -83,8 +84,11 @@ def checks(dp, tmp):
         args = base + opt
         run(mpirun_cmd(2, [dp, "--mpi", "--out", plain] + args),
             "2 ranks, " + what)
-        run(mpirun_cmd(2, [dp, "--mpi", "--out", zero, "--zero", "1"] +
-                       args), "2 ranks zero 1, " + what)
+        # The parameter check every 5 steps: the replicas stay identical
+        # (each rank's slice travels to the others after every step).
+        run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_CHECK_EVERY=5", dp, "--mpi",
+                           "--out", zero, "--zero", "1"] + args),
+            "2 ranks zero 1, " + what)
         pi, zi = same_losses(plain, zero, "zero 1 against zero 0, " + what)
         check_memory(pi, zi, slots, what)
 
