@@ -311,8 +311,8 @@ void dp_epoch_times(trainer *t, train_epoch_metrics *m)
  * gradients are all-reduced whole as without ZeRO (dp_reduce_step's
  * buckets; clipping and fp16's check see the global gradient unchanged),
  * each rank steps its shard with its shard of the state, and the updated
- * shards travel back as one broadcast per rank (an all-gather built on the
- * seam's bcast). Element for element the arithmetic is the unsharded
+ * shards travel back in one all-gather (the seam's allgather; one bcast a
+ * rank on an engine without it). Element for element the arithmetic is the unsharded
  * run's, so the parameters come out bit for bit the same. */
 
 void dp_zero_range(uint64_t total, int r, int world, uint64_t *lo, uint64_t *hi)
@@ -337,13 +337,22 @@ ty_status dp_zero_after_step(trainer *t, ty_err *err)
                     (size_t)(p - t->zero_hi) * sizeof(float));
     nn_comm *c = t->comm;
     ty_status st = TY_OK;
-    for (int r = 0; r < t->world && st == TY_OK; r++) {
+    size_t *off = malloc(((size_t)t->world + 1) * sizeof *off);
+    if (!off)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    for (int r = 0; r < t->world; r++) {
         uint64_t lo, hi;
         dp_zero_range(p, r, t->world, &lo, &hi);
-        if (hi > lo)
-            st = c->ops->bcast(c, t->params + lo,
-                               (size_t)(hi - lo) * sizeof(float), r, err);
+        off[r] = (size_t)lo;
+        off[r + 1] = (size_t)hi;
     }
+    if (c->ops->allgather)
+        st = c->ops->allgather(c, t->params, off, err);
+    for (int r = 0; !c->ops->allgather && r < t->world && st == TY_OK; r++)
+        if (off[r + 1] > off[r])
+            st = c->ops->bcast(c, t->params + off[r],
+                               (off[r + 1] - off[r]) * sizeof(float), r, err);
+    free(off);
     t->ar_seconds += now_sec() - start;
     return st;
 }
