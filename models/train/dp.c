@@ -399,7 +399,9 @@ ty_status dp_zero_collect(trainer *t, ty_err *err)
 
 ty_status dp_zero_full_alloc(trainer *t, ty_err *err)
 {
-    if (!t->zero || !t->opt.n_slots)
+    /* Only for a job with a checkpoint path (whether or not its file
+     * exists yet: train_ckpt_resume decides, and must find room). */
+    if (!t->zero || !t->opt.n_slots || !t->job->checkpoint_path)
         return TY_OK;
     t->zero_full =
         calloc((size_t)t->opt.n_slots * t->arch.param_count + 1, sizeof(float));
