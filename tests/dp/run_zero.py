@@ -11,6 +11,7 @@ With dp_train (tests/dp/) under `mpirun -np 2`, against the unsharded
      run's (ceil(param_count / 2) parameters' slots: exactly what the
      estimate says), and its peak memory equals train_memory_estimate_rank's
      total with zero 1;
+     Three ranks: a third of the state each, the same losses.
   2. checkpoints: a zero=1 checkpoint at step 20 resumed by an unsharded
      2-rank run, an unsharded one resumed by a zero=1 run, and a zero=1 one
      resumed by 1 process all continue as the straight 25-step run (steps
@@ -91,6 +92,23 @@ def checks(dp, tmp):
             "2 ranks zero 1, " + what)
         pi, zi = same_losses(plain, zero, "zero 1 against zero 0, " + what)
         check_memory(pi, zi, slots, what)
+
+    # Three ranks (batch 126): a third of the state each, the same losses.
+    three = ["--threads", "1", "--train", "3000", "--steps", "30",
+             "--batch", "126", "--clip", "0.5"]
+    run(mpirun_cmd(3, [dp, "--mpi", "--out", plain] + three), "3 ranks")
+    run(mpirun_cmd(3, ["-x", "TRAINYARD_DP_CHECK_EVERY=5", dp, "--mpi",
+                       "--out", zero, "--zero", "1"] + three),
+        "3 ranks zero 1")
+    pi, zi = same_losses(plain, zero, "zero 1 against zero 0, 3 ranks")
+    want = 2 * ((PARAMS + 2) // 3) * 4
+    print("3 ranks: optimizer state on rank 0: %s bytes unsharded, %s with "
+          "zero 1" % (pi["optimizer_state"][0], zi["optimizer_state"][0]))
+    if int(zi["optimizer_state"][0]) != want or \
+            int(zi["peak"][0]) != int(zi["peak"][2]):
+        fail("3 ranks zero 1: optimizer state %s (want %d), peak %s, "
+             "estimate %s" % (zi["optimizer_state"][0], want, zi["peak"][0],
+                              zi["peak"][2]))
 
     # 2. Checkpoints across zero 0 and 1, and to world 1.
     short = ["--threads", "1", "--train", "1280", "--batch", "128",
