@@ -98,6 +98,10 @@ static uint64_t state_floats(const trainer *t)
 
 float *train_host_slot(const trainer *t, uint32_t k)
 {
+    if (t->zero_full)
+        return k < t->opt.n_slots
+                   ? t->zero_full + (size_t)k * t->arch.param_count
+                   : NULL;
     if (!t->host)
         return nn_optim_slot(&t->opt, k);
     return k < t->opt.n_slots

@@ -72,6 +72,14 @@ typedef struct {
     /* Copies bytes of host memory buf from rank root to every rank. */
     ty_status (*bcast)(nn_comm *c, void *buf, size_t bytes, int root,
                        ty_err *err);
+    /* All-gather of a flat float buffer split by rank (host memory, as
+     * bcast): off holds world + 1 ascending offsets (off[0] 0, the same on
+     * every rank) and rank r's values are buf[off[r], off[r + 1]) on rank
+     * r; afterwards every rank's buf holds every range. For ZeRO-1's
+     * updated parameter slices (dp.c). NULL in an engine without it: the
+     * caller sends each range with bcast instead. */
+    ty_status (*allgather)(nn_comm *c, float *buf, const size_t *off,
+                           ty_err *err);
     /* Returns once every rank has entered it. */
     ty_status (*barrier)(nn_comm *c, ty_err *err);
     /* Breaks the comm on this rank and tells the peers (why: a sentence,

@@ -265,6 +265,52 @@ static ty_status mpi_bcast(nn_comm *c, void *buf, size_t bytes, int root,
     return TY_OK;
 }
 
+/* One MPI_Iallgatherv in place; past MPI's int counts, a broadcast a
+ * rank (which goes in pieces). */
+static ty_status mpi_allgather(nn_comm *c, float *buf, const size_t *off,
+                               ty_err *err)
+{
+    mpi_impl *m = c->impl;
+    ty_status st = check_usable(c, err);
+    if (st != TY_OK)
+        return st;
+    const int w = c->world;
+    if (off[0] != 0)
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "an all-gather's ranges start at %zu, not 0", off[0]);
+    for (int r = 0; r < w; r++)
+        if (off[r + 1] < off[r])
+            return ty_fail(err, TY_EINTERNAL, NULL,
+                           "an all-gather's ranges are not in order");
+    if (off[w] > INT_MAX) {
+        for (int r = 0; r < w && st == TY_OK; r++)
+            if (off[r + 1] > off[r])
+                st = mpi_bcast(c, buf + off[r],
+                               (off[r + 1] - off[r]) * sizeof(float), r, err);
+        return st;
+    }
+    int *counts = malloc(2 * (size_t)w * sizeof *counts);
+    if (!counts)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    int *displs = counts + w;
+    for (int r = 0; r < w; r++) {
+        counts[r] = (int)(off[r + 1] - off[r]);
+        displs[r] = (int)off[r];
+    }
+    MPI_Request req;
+    int rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts,
+                             displs, MPI_FLOAT, m->data, &req);
+    if (rc != MPI_SUCCESS) {
+        char t[MPI_MAX_ERROR_STRING];
+        mpi_errtext(rc, t, sizeof t);
+        st = broken_fail(c, err, "MPI_Iallgatherv failed: %s", t);
+    } else {
+        st = poll_wait(c, &req, "an all-gather", err);
+    }
+    free(counts);
+    return st;
+}
+
 static ty_status mpi_barrier(nn_comm *c, ty_err *err)
 {
     mpi_impl *m = c->impl;
@@ -343,6 +389,7 @@ static const nn_comm_ops mpi_ops = {
     .allreduce_start = mpi_allreduce_start,
     .allreduce_wait = mpi_allreduce_wait,
     .bcast = mpi_bcast,
+    .allgather = mpi_allgather,
     .barrier = mpi_barrier,
     .abort = mpi_abort,
     .destroy = mpi_destroy,

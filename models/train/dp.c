@@ -83,6 +83,11 @@ ty_status dp_setup(trainer *t, ty_err *err)
                        t->world);
     const char *every = getenv("TRAINYARD_DP_CHECK_EVERY");
     t->check_every = every ? strtoull(every, NULL, 10) : 0;
+    /* ZeRO-1 shards only across ranks: at world 1 the shard is the whole
+     * block and zero 1 changes nothing. */
+    t->zero = t->world > 1 && t->hp->zero == 1;
+    dp_zero_range(t->arch.param_count, t->zero ? t->rank : 0,
+                  t->zero ? t->world : 1, &t->zero_lo, &t->zero_hi);
     if (t->world == 1)
         return TY_OK;
     const uint32_t bs = t->hp->batch_size;
@@ -254,7 +259,9 @@ ty_status dp_sync_state(trainer *t, ty_err *err)
     if ((st = c->ops->bcast(c, train_host_state(t), state * sizeof(float), 0,
                             err)) != TY_OK)
         return st;
-    for (uint32_t k = 0; k < t->opt.n_slots; k++)
+    /* ZeRO-1: each rank read its shard from the same checkpoint (the
+     * position check above) or starts from zeros; nothing to send. */
+    for (uint32_t k = 0; !t->zero && k < t->opt.n_slots; k++)
         if ((st = c->ops->bcast(c, train_host_slot(t, k),
                                 t->arch.param_count * sizeof(float), 0, err)) !=
             TY_OK)
@@ -291,8 +298,132 @@ void dp_abort(const train_job *job, const ty_err *err)
 void dp_epoch_times(trainer *t, train_epoch_metrics *m)
 {
     m->world_size = (uint32_t)t->world;
+    m->optimizer_state_bytes = t->opt.bytes;
     m->allreduce_seconds = t->ar_seconds;
     m->allreduce_share =
         t->step_seconds > 0 ? t->ar_seconds / t->step_seconds : 0.0;
     t->ar_seconds = t->step_seconds = 0.0;
+}
+
+/* ---- ZeRO stage 1 ----
+ * The parameters are one flat block (the kernels are elementwise), so a
+ * shard is a pointer offset and a length whatever tensors it cuts. The
+ * gradients are all-reduced whole as without ZeRO (dp_reduce_step's
+ * buckets; clipping and fp16's check see the global gradient unchanged),
+ * each rank steps its shard with its shard of the state, and the updated
+ * shards travel back in one all-gather (the seam's allgather; one bcast a
+ * rank on an engine without it). Element for element the arithmetic is the unsharded
+ * run's, so the parameters come out bit for bit the same. */
+
+void dp_zero_range(uint64_t total, int r, int world, uint64_t *lo, uint64_t *hi)
+{
+    const uint64_t w = world > 0 ? (uint64_t)world : 1;
+    const uint64_t base = total / w, extra = total % w, ur = (uint64_t)r;
+    *lo = ur * base + (ur < extra ? ur : extra);
+    *hi = *lo + base + (ur < extra ? 1 : 0);
+}
+
+ty_status dp_zero_after_step(trainer *t, ty_err *err)
+{
+    if (!t->zero)
+        return TY_OK;
+    const double start = now_sec();
+    const nn_exec *ex = t->ws->ex;
+    const uint64_t p = t->arch.param_count;
+    if (t->zero_lo)
+        t->be->zero(ex, t->grads, (size_t)t->zero_lo * sizeof(float));
+    if (p > t->zero_hi)
+        t->be->zero(ex, t->grads + t->zero_hi,
+                    (size_t)(p - t->zero_hi) * sizeof(float));
+    nn_comm *c = t->comm;
+    ty_status st = TY_OK;
+    size_t *off = malloc(((size_t)t->world + 1) * sizeof *off);
+    if (!off)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    for (int r = 0; r < t->world; r++) {
+        uint64_t lo, hi;
+        dp_zero_range(p, r, t->world, &lo, &hi);
+        off[r] = (size_t)lo;
+        off[r + 1] = (size_t)hi;
+    }
+    if (c->ops->allgather)
+        st = c->ops->allgather(c, t->params, off, err);
+    for (int r = 0; !c->ops->allgather && r < t->world && st == TY_OK; r++)
+        if (off[r + 1] > off[r])
+            st = c->ops->bcast(c, t->params + off[r],
+                               (off[r + 1] - off[r]) * sizeof(float), r, err);
+    free(off);
+    t->ar_seconds += now_sec() - start;
+    return st;
+}
+
+ty_status dp_zero_collect(trainer *t, ty_err *err)
+{
+    if (!t->zero || !t->opt.n_slots)
+        return TY_OK;
+    const uint64_t p = t->arch.param_count;
+    const uint64_t shard_max = p / (uint64_t)t->world + 1;
+    float *scratch = NULL;
+    if (t->rank == 0)
+        t->zero_full = calloc((size_t)t->opt.n_slots * p + 1, sizeof(float));
+    else
+        scratch = malloc((size_t)shard_max * sizeof(float));
+    /* Every rank joins the broadcasts, so a failed allocation still
+     * ends in a collective error, not a hang: it is agreed on first. */
+    float failed = (t->rank == 0 ? !t->zero_full : !scratch) ? 1.0f : 0.0f;
+    ty_status st =
+        t->comm->ops->allreduce(t->comm, t->ws->ex, &failed, 1, 1.0f, err);
+    if (st == TY_OK && failed > 0.0f)
+        st = ty_fail(err, TY_ENOMEM, NULL,
+                     "out of memory gathering the optimizer state");
+    for (uint32_t k = 0; st == TY_OK && k < t->opt.n_slots; k++)
+        for (int r = 0; st == TY_OK && r < t->world; r++) {
+            uint64_t lo, hi;
+            dp_zero_range(p, r, t->world, &lo, &hi);
+            if (hi == lo)
+                continue;
+            float *buf = r == t->rank   ? nn_optim_slot(&t->opt, k)
+                         : t->rank == 0 ? t->zero_full + (size_t)k * p + lo
+                                        : scratch;
+            st = t->comm->ops->bcast(t->comm, buf,
+                                     (size_t)(hi - lo) * sizeof(float), r, err);
+            if (st == TY_OK && r == 0 && t->rank == 0)
+                memcpy(t->zero_full + (size_t)k * p, buf,
+                       (size_t)(hi - lo) * sizeof(float));
+        }
+    free(scratch);
+    if (st != TY_OK)
+        dp_zero_release(t);
+    return st;
+}
+
+ty_status dp_zero_full_alloc(trainer *t, ty_err *err)
+{
+    /* Only for a job with a checkpoint path (whether or not its file
+     * exists yet: train_ckpt_resume decides, and must find room). */
+    if (!t->zero || !t->opt.n_slots || !t->job->checkpoint_path)
+        return TY_OK;
+    t->zero_full =
+        calloc((size_t)t->opt.n_slots * t->arch.param_count + 1, sizeof(float));
+    return t->zero_full ? TY_OK
+                        : ty_fail(err, TY_ENOMEM, NULL,
+                                  "out of memory reading the optimizer state");
+}
+
+void dp_zero_take_shard(trainer *t, int resumed)
+{
+    if (!t->zero_full)
+        return;
+    const uint64_t n = t->zero_hi - t->zero_lo;
+    for (uint32_t k = 0; resumed && n && k < t->opt.n_slots; k++)
+        memcpy(nn_optim_slot(&t->opt, k),
+               t->zero_full + (size_t)k * t->arch.param_count + t->zero_lo,
+               (size_t)n * sizeof(float));
+    dp_zero_release(t);
+}
+
+void dp_zero_release(trainer *t)
+{
+    free(t->zero_full);
+    t->zero_full = NULL;
 }

@@ -318,6 +318,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
                                        "max_steps",
                                        "eval_every_steps",
                                        "init_from",
+                                       "zero",
                                        NULL};
     json_t *empty = NULL, *sched_norm = NULL;
     ty_status st;
@@ -420,8 +421,10 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         (st = tyjson_get_bool(hp, "cuda_graph", HP, 0, 1, &cuda_graph, err)) !=
             TY_OK)
         goto done;
-    int64_t ctx, max_steps, eval_every;
-    if ((st = tyjson_get_int(hp, "context_length", HP, 0, 1, 65536, 0, &ctx,
+    int64_t ctx, max_steps, eval_every, zero;
+    if ((st = tyjson_get_int(hp, "zero", HP, 0, 0, 1, 0, &zero, err)) !=
+            TY_OK ||
+        (st = tyjson_get_int(hp, "context_length", HP, 0, 1, 65536, 0, &ctx,
                              err)) != TY_OK ||
         (st = tyjson_get_int(hp, "max_steps", HP, 0, 1, 1000000000, 0,
                              &max_steps, err)) != TY_OK ||
@@ -439,6 +442,7 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
     }
     snprintf(h.init_from, sizeof h.init_from, "%s", init_from ? init_from : "");
     h.context_length = (uint32_t)ctx;
+    h.zero = (uint32_t)zero;
     h.max_steps = (uint64_t)max_steps;
     h.eval_every_steps = (uint64_t)eval_every;
     h.cuda_graph = cuda_graph;
@@ -506,6 +510,8 @@ ty_status train_hparams_parse(const json_t *hp, train_hparams *out,
         if (!bad && h.max_steps)
             bad = json_object_set_new(n, "max_steps",
                                       json_integer((json_int_t)h.max_steps));
+        if (!bad && h.zero)
+            bad = json_object_set_new(n, "zero", json_integer(h.zero));
         if (!bad && h.init_from[0])
             bad = json_object_set_new(n, "init_from", json_string(h.init_from));
         if (!bad && h.eval_every_steps)

@@ -39,8 +39,12 @@ uint64_t train_memory_estimate(const nn_arch *arch, const train_hparams *hp,
         m.batch_rows = 1;
     m.state = (arch->param_count + arch->buffer_count + 1) * sizeof(float);
     m.grads = train_grads_bytes(arch->be, p); /* + acc, dyn on a device */
+    /* ZeRO-1: rank 0's shard, the largest (dp_zero_range). */
+    uint64_t shard_lo = 0, shard_hi = arch->param_count;
+    if (hp->zero == 1 && world > 1)
+        dp_zero_range(arch->param_count, 0, (int)world, &shard_lo, &shard_hi);
     m.optimizer =
-        nn_optim_state_bytes(train_hparams_optim(hp), arch->param_count);
+        nn_optim_state_bytes(train_hparams_optim(hp), shard_hi - shard_lo);
     m.activations = nn_workspace_bytes(arch, m.batch_rows, 1, threads, &m.work);
     m.low_precision =
         arch->precision != NN_DT_F32 ? p * nn_dtype_size(arch->precision) : 0;

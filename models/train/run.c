@@ -234,6 +234,7 @@ static void trainer_free(trainer *t)
     }
     free(t->host);
     nn_optim_free(&t->opt);
+    dp_zero_release(t);
     nn_workspace_destroy(t->ws);
     nn_arch_free(&t->arch);
     nn_pool_destroy(t->pool);
@@ -345,9 +346,10 @@ static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
     loss_scaler_init(&t->scaler);
     if (t->precision == NN_DT_F16)
         t->ws->loss_scale = t->scaler.scale;
+    /* ZeRO-1: the state of this rank's shard only (dp_setup set it). */
     if ((st = nn_optim_init_on(&t->opt, train_hparams_optim(hp),
-                               t->arch.param_count, t->be, t->ws->ex, err)) !=
-        TY_OK)
+                               t->zero_hi - t->zero_lo, t->be, t->ws->ex,
+                               err)) != TY_OK)
         return st;
     train_mem_add(t, t->opt.bytes);
     if (!nn_backend_host_visible(t->be)) {
@@ -509,7 +511,10 @@ static void optimizer_step(trainer *t)
     if (hp->clip_grad_norm > 0.0)
         nn_optim_clip_grad_norm(t->arch.be, t->ws->ex, t->grads,
                                 t->arch.param_count, hp->clip_grad_norm);
-    nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params, t->grads);
+    /* ZeRO-1 steps this rank's shard (the whole block otherwise);
+     * dp_zero_after_step then gathers the others' shards. */
+    nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params + t->zero_lo,
+                  t->grads + t->zero_lo);
     train_lp_refresh(t);
 }
 
@@ -667,8 +672,11 @@ static void epoch_where(const trainer *t, train_epoch_metrics *m)
 static ty_status save_checkpoint(trainer *t, uint32_t e, ty_err *err)
 {
     ty_status st = train_sums_read(t, e, err);
+    if (st == TY_OK)
+        st = dp_zero_collect(t, err);
     if (st == TY_OK && t->rank == 0)
         st = train_ckpt_save(t, err);
+    dp_zero_release(t);
     st = dp_agree(t, st, "to write the checkpoint", err);
     if (st == TY_OK)
         t->ckpt_step = t->step;
@@ -756,8 +764,11 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         ty_status rst = dp_reduce_step(t, &sum, &hits, err);
         if (rst != TY_OK)
             return rst;
-        if (!t->acc && isfinite(sum))
+        if (!t->acc && isfinite(sum)) {
             optimizer_step(t);
+            if ((rst = dp_zero_after_step(t, err)) != TY_OK)
+                return rst;
+        }
         t->step_seconds += now_sec() - step_start;
         /* A device records its first failure; the step's sums are then
          * meaningless, so this comes before the loss check. */
@@ -876,7 +887,10 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
     t->last = m;
     t->have_last = 1;
     if (job->checkpoint_path) {
-        ty_status st = t->rank == 0 ? train_ckpt_save(t, err) : TY_OK;
+        ty_status st = dp_zero_collect(t, err);
+        if (st == TY_OK && t->rank == 0)
+            st = train_ckpt_save(t, err);
+        dp_zero_release(t);
         if ((st = dp_agree(t, st, "to write the checkpoint", err)) != TY_OK)
             return st;
         t->ckpt_step = t->step;
@@ -922,7 +936,12 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
         goto done;
     int resumed = 0;
     t.last_report = -1.0;
-    if ((st = train_ckpt_resume(&t, &resumed, err)) != TY_OK)
+    /* ZeRO-1 reads the whole state and keeps its shard. */
+    if ((st = dp_zero_full_alloc(&t, err)) != TY_OK)
+        goto done;
+    st = train_ckpt_resume(&t, &resumed, err);
+    dp_zero_take_shard(&t, resumed && st == TY_OK);
+    if (st != TY_OK)
         goto done;
     if (resumed) {
         t.ckpt_step = t.step;

@@ -195,6 +195,9 @@ typedef struct {
     uint32_t context_length;
     uint64_t max_steps;        /* 0: no cap besides epochs */
     uint64_t eval_every_steps; /* 0: validation at epoch ends only */
+    /* ZeRO stage: 0, or 1 (optimizer state sharded across the ranks of a
+     * data-parallel run; nothing changes at world 1). */
+    uint32_t zero;
     /* init_from as given ("" when absent): a model to start from; the
      * service resolves it (jobs/admission.c) and hands the trainer its
      * file as train_job.init_path. */
@@ -306,6 +309,10 @@ typedef struct {
     uint32_t world_size;
     double allreduce_seconds;
     double allreduce_share;
+    /* The bytes of optimizer state this rank holds (rank 0's, which holds
+     * the largest shard): the whole model's without ZeRO, about 1/world
+     * of it with hyperparameters.zero 1. */
+    uint64_t optimizer_state_bytes;
 } train_epoch_metrics;
 
 typedef struct {
@@ -436,7 +443,9 @@ ty_status train_memory_estimate_spec(const json_t *spec,
 
 /* The same for one rank of a data-parallel run of `world` ranks
  * (train_job.comm): its minibatches are batch_size / world rows, the rest
- * is a full replica's (the all-reduces take nothing from the backend).
+ * is a full replica's (the all-reduces take nothing from the backend),
+ * but for hyperparameters.zero 1: the optimizer state of rank 0's shard
+ * (the largest, ceil(param_count / world) parameters).
  * world 1 is train_memory_estimate_spec. */
 ty_status train_memory_estimate_rank(const json_t *spec,
                                      const uint32_t *input_shape, uint32_t ndim,

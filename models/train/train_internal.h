@@ -109,6 +109,15 @@ typedef struct {
     int dp_stop, dp_preempt;
     double ar_seconds, step_seconds;
     uint64_t check_every;
+    /* ZeRO stage 1 (hyperparameters.zero 1 at world > 1; dp.c): this rank
+     * owns parameters [zero_lo, zero_hi) of the flat block and keeps the
+     * optimizer state of those only (opt.param_count = zero_hi - zero_lo).
+     * Off: zero 0, [0, param_count). zero_full: NULL, or every slot's
+     * whole-model state (host memory) while a checkpoint is written on
+     * rank 0 or read on any rank; train_host_slot returns it then. */
+    int zero;
+    uint64_t zero_lo, zero_hi;
+    float *zero_full;
 } trainer;
 
 /* Casts the parameters into lp_params (nothing under fp32). */
@@ -190,6 +199,29 @@ void dp_abort(const train_job *job, const ty_err *err);
 /* The epoch's world size, all-reduce seconds and share of step time into
  * m; starts the next epoch's counts. */
 void dp_epoch_times(trainer *t, train_epoch_metrics *m);
+
+/* ---- ZeRO stage 1 (dp.c); each is a no-op unless t->zero ---- */
+
+/* Rank r's range [*lo, *hi) of a flat block of total elements split over
+ * world ranks: contiguous, in rank order, sizes differing by at most one
+ * (the first total % world ranks one more), so rank 0's is the largest.
+ * A range may cut a tensor; with world > total some are empty. */
+void dp_zero_range(uint64_t total, int r, int world, uint64_t *lo,
+                   uint64_t *hi);
+/* After this rank's shard step: zeroes the gradients outside the shard
+ * (the kernel zeroed the shard's) and gathers every rank's updated
+ * parameters, so every replica holds the same parameters again. */
+ty_status dp_zero_after_step(trainer *t, ty_err *err);
+/* Before rank 0 writes a checkpoint (called on every rank): the shards
+ * of every slot into rank 0's zero_full, freed by dp_zero_release. */
+ty_status dp_zero_collect(trainer *t, ty_err *err);
+/* Before train_ckpt_resume: a zeroed zero_full to read the whole state
+ * into (every rank reads the same checkpoint). */
+ty_status dp_zero_full_alloc(trainer *t, ty_err *err);
+/* After a resume (resumed: the checkpoint was read): this rank's shard of
+ * zero_full into its optimizer state; frees zero_full. */
+void dp_zero_take_shard(trainer *t, int resumed);
+void dp_zero_release(trainer *t);
 
 /* Writes the checkpoint for the trainer's current position, atomically. */
 ty_status train_ckpt_save(const trainer *t, ty_err *err);

@@ -7,7 +7,8 @@
  *
  * MPI checks: all-reduce with a scale (mean of the ranks' values),
  * buckets started together and waited for out of order, broadcast from
- * rank 1, barrier, the in-flight limit (TY_ELIMIT), then rank 1 aborts
+ * rank 1, barrier, all-gather of uneven and empty ranges (ZeRO-1's), the
+ * in-flight limit (TY_ELIMIT), then rank 1 aborts
  * with a reason while rank 0 waits in an all-reduce: rank 0's fails with
  * that reason (not its timeout, which is 120 s), and every later op on a
  * broken comm fails at once.
@@ -52,6 +53,9 @@ static void self_checks(void)
           "self broadcast and barrier");
     CHECK(c->ops->bcast(c, v, sizeof v, 1, &err) != TY_OK,
           "self broadcast from rank 1 fails");
+    const size_t off[2] = {0, 3};
+    CHECK(c->ops->allgather(c, v, off, &err) == TY_OK && v[0] == 0.5f,
+          "self all-gather leaves the buffer");
     c->ops->abort(c, "nothing");
     c->ops->destroy(c);
 }
@@ -127,6 +131,23 @@ static void mpi_checks(void)
               !strcmp(text, "from rank one"),
           "broadcast: '%s' %s", text, err.msg);
     CHECK(c->ops->barrier(c, &err) == TY_OK, "barrier: %s", err.msg);
+
+    /* All-gather (ZeRO-1's slices): ranges of 4 and 3 values, then an
+     * empty one for rank 0; each rank holds its own only beforehand. */
+    const size_t offs[2][3] = {{0, 4, 7}, {0, 0, 3}};
+    for (int k = 0; k < 2; k++) {
+        float g[7];
+        const size_t *off = offs[k];
+        for (size_t i = 0; i < 7; i++)
+            g[i] = i >= off[me] && i < off[me + 1] ? (float)(10 * (me + 1) + i)
+                                                   : -1.0f;
+        CHECK(c->ops->allgather && c->ops->allgather(c, g, off, &err) == TY_OK,
+              "all-gather %d: %s", k, err.msg);
+        bad = 0;
+        for (size_t i = 0; i < off[2]; i++)
+            bad += g[i] != (float)(10 * (i < off[1] ? 1 : 2) + i);
+        CHECK(!bad, "all-gather %d: %d wrong values", k, bad);
+    }
 
     /* Rank 1 aborts; rank 0, in an all-reduce, fails with its reason. */
     if (me == 1) {

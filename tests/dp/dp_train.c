@@ -8,11 +8,15 @@
  *   dp_train --out FILE [--mpi] [--train N] [--steps S] [--batch B]
  *            [--threads T] [--timeout SEC] [--prefetch P] [--accum K]
  *            [--ckpt PATH] [--clip NORM] [--lr-rank1 LR]
+ *            [--zero Z] [--sgd-momentum M]
  *
  * Rank 0 writes FILE: "step <n> <loss>" per optimizer step, then
  * "accuracy <test accuracy>", "peak <bytes> estimate <bytes>",
- * "allreduce <seconds> share <fraction>", "samples_per_sec <rate>" and
- * "seconds <wall time of train_run>". Every rank prints "rank R of N pid P"
+ * "allreduce <seconds> share <fraction>", "optimizer_state <bytes>
+ * estimate <bytes>" (rank 0's, and train_memory_estimate_rank's),
+ * "samples_per_sec <rate>" and "seconds <wall time of train_run>".
+ * --zero gives hyperparameters.zero; --sgd-momentum trains with SGD and
+ * that momentum instead of Adam. Every rank prints "rank R of N pid P"
  * on stdout first, and on a failure "rank R: error: <message>" on stderr
  * and exits 1. Exit 77: no data (or --mpi without the MPI engine).
  * SIGUSR1 sets the rank's job.stop (a cancel).
@@ -82,7 +86,8 @@ int main(int argc, char **argv)
     int use_mpi = 0, threads = 1, prefetch = -1;
     uint32_t n_train = 12800, batch = 128, accum = 1;
     uint64_t steps = 200;
-    double timeout = 0, lr = 0.001, lr_rank1 = 0, clip = 0;
+    double timeout = 0, lr = 0.001, lr_rank1 = 0, clip = 0, sgd_mom = -1;
+    int zero = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--mpi")) {
@@ -112,6 +117,10 @@ int main(int argc, char **argv)
             prefetch = atoi(v);
         else if (!strcmp(a, "--clip"))
             clip = atof(v);
+        else if (!strcmp(a, "--zero"))
+            zero = atoi(v);
+        else if (!strcmp(a, "--sgd-momentum"))
+            sgd_mom = atof(v);
         else if (!strcmp(a, "--lr-rank1")) /* a misconfigured rank 1 */
             lr_rank1 = atof(v);
         else if (!strcmp(a, "--timeout"))
@@ -162,12 +171,20 @@ int main(int argc, char **argv)
     char clip_text[64] = "";
     if (clip > 0)
         snprintf(clip_text, sizeof clip_text, "\"clip_grad_norm\":%g,", clip);
-    char hp_text[512];
+    char opt_text[128] = "\"optimizer\":\"adam\"";
+    if (sgd_mom >= 0)
+        snprintf(opt_text, sizeof opt_text,
+                 "\"optimizer\":\"sgd\",\"momentum\":%g", sgd_mom);
+    char zero_text[32] = "";
+    if (zero)
+        snprintf(zero_text, sizeof zero_text, "\"zero\":%d,", zero);
+    char hp_text[640];
     snprintf(hp_text, sizeof hp_text,
              "{\"epochs\":1000,\"max_steps\":%llu,\"batch_size\":%u,"
-             "\"accumulation_steps\":%u,%s\"optimizer\":\"adam\","
+             "\"accumulation_steps\":%u,%s%s%s,"
              "\"learning_rate\":%g,\"seed\":7}",
-             (unsigned long long)steps, batch, accum, clip_text, lr);
+             (unsigned long long)steps, batch, accum, clip_text, zero_text,
+             opt_text, lr);
     json_t *spec = json_loads(mlp_spec, 0, NULL);
     json_t *hj = json_loads(hp_text, 0, NULL);
     train_hparams hp;
@@ -223,6 +240,9 @@ int main(int argc, char **argv)
                 (unsigned long long)mem.total);
         fprintf(out, "world %u allreduce %.6f share %.6f\n", fin.world_size,
                 fin.allreduce_seconds, fin.allreduce_share);
+        fprintf(out, "optimizer_state %llu estimate %llu\n",
+                (unsigned long long)fin.optimizer_state_bytes,
+                (unsigned long long)mem.optimizer);
         fprintf(out, "samples_per_sec %.1f\nseconds %.3f\n",
                 fin.samples_per_sec, secs);
         unlink(model);

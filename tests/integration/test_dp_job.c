@@ -6,9 +6,11 @@
  *   - a job of 2 workers succeeds, its placement lists both ranks, its
  *     epoch records say world_size 2 and the all-reduce's share, and its
  *     losses are the same job's on one worker (the same steps: within
- *     1e-4 relative, epoch by epoch);
+ *     1e-4 relative, epoch by epoch); with hyperparameters.zero 1 the
+ *     same losses (1e-5) and half the optimizer_state_bytes a rank;
  *   - refusals name the field: more workers than --max-jobs, a batch_size
- *     the workers cannot share equally, a GPU beside workers, a bad count;
+ *     the workers cannot share equally, a GPU beside workers, a bad count,
+ *     a zero other than 0 or 1;
  *   - the gang holds both of the server's CPU places: a job submitted
  *     while it runs waits until it has finished;
  *   - a worker killed (SIGKILL) mid-run ends the whole gang within 30 s
@@ -162,8 +164,38 @@ static void test_gang_trains_as_one(void **state)
             fail_msg("epoch %zu: train_loss %.9g on 2 workers, %.9g on 1",
                      i + 1, la, lb);
     }
-    json_decref(e2);
     json_decref(e1);
+
+    /* ZeRO-1: the same losses as the unsharded gang, rank 0's optimizer
+     * state half of it (its slice: ceil(param_count / 2) parameters'). */
+    const char *hpz =
+        "{\"epochs\": 3, \"batch_size\": 64, \"seed\": 5, \"zero\": 1}";
+    char zero[64];
+    submit(MLP, hpz, "{\"workers\": 2}", zero);
+    j = wait_job(&server, zero, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    json_decref(j);
+    json_t *ez = epochs_of(zero);
+    assert_int_equal(json_array_size(ez), 3);
+    for (size_t i = 0; i < 3; i++) {
+        const json_t *a = json_array_get(e2, i), *z = json_array_get(ez, i);
+        const json_int_t full =
+            json_integer_value(json_object_get(a, "optimizer_state_bytes"));
+        const json_int_t part =
+            json_integer_value(json_object_get(z, "optimizer_state_bytes"));
+        fprintf(stderr, "epoch %zu: optimizer state %lld bytes, zero 1 %lld\n",
+                i + 1, (long long)full, (long long)part);
+        assert_true(full > 0);
+        /* 2 * part is full, or full + one parameter's slots (odd count). */
+        assert_true(2 * part >= full && 2 * part <= full + 8);
+        const double la = json_number_value(json_object_get(a, "train_loss"));
+        const double lz = json_number_value(json_object_get(z, "train_loss"));
+        if (!(fabs(la - lz) <= 1e-5 * fabs(la)))
+            fail_msg("epoch %zu: train_loss %.9g unsharded, %.9g zero 1", i + 1,
+                     la, lz);
+    }
+    json_decref(ez);
+    json_decref(e2);
 }
 
 static void test_gang_refusals(void **state)
@@ -180,6 +212,10 @@ static void test_gang_refusals(void **state)
         {"{}", "{\"workers\": 2, \"gpu\": \"any\"}", "resources.gpu"},
         {"{}", "{\"workers\": 0}", "resources.workers"},
         {"{}", "{\"workers\": \"two\"}", "resources.workers"},
+        /* ZeRO: stage 0 or 1 only. */
+        {"{\"zero\": 2}", "{\"workers\": 2}", "hyperparameters.zero"},
+        {"{\"zero\": -1}", "{\"workers\": 2}", "hyperparameters.zero"},
+        {"{\"zero\": \"1\"}", "{\"workers\": 2}", "hyperparameters.zero"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char body[1024];

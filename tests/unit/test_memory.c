@@ -20,6 +20,7 @@
 
 #include "common/fsutil.h"
 #include "models/train/train.h"
+#include "models/train/train_internal.h" /* dp_zero_range */
 #include "fake_device.h"
 #include "synth_data.h"
 #include "testutil.h"
@@ -253,6 +254,119 @@ static void test_estimate_scales(void **state)
     json_decref(spec);
 }
 
+/* ZeRO-1's partition of the flat parameter block: the ranges tile
+ * [0, total) in rank order, sizes differ by at most one with rank 0's the
+ * largest, whatever the tensors (a range may cut one); more ranks than
+ * elements leaves the last ranks empty. */
+static void check_partition(uint64_t total, int world)
+{
+    uint64_t next = 0, big = 0, small = UINT64_MAX;
+    for (int r = 0; r < world; r++) {
+        uint64_t lo, hi;
+        dp_zero_range(total, r, world, &lo, &hi);
+        assert_int_equal(lo, next);
+        assert_true(hi >= lo);
+        if (r == 0)
+            big = hi - lo;
+        assert_true(hi - lo <= big);
+        small = hi - lo < small ? hi - lo : small;
+        next = hi;
+    }
+    assert_int_equal(next, total);
+    assert_true(big - small <= 1);
+    assert_int_equal(big, (total + (uint64_t)world - 1) / (uint64_t)world);
+}
+
+static void test_zero_partition(void **state)
+{
+    (void)state;
+    uint64_t lo, hi;
+    /* 10 over 3: 4, 3, 3. */
+    dp_zero_range(10, 0, 3, &lo, &hi);
+    assert_int_equal(lo, 0);
+    assert_int_equal(hi, 4);
+    dp_zero_range(10, 1, 3, &lo, &hi);
+    assert_int_equal(lo, 4);
+    assert_int_equal(hi, 7);
+    dp_zero_range(10, 2, 3, &lo, &hi);
+    assert_int_equal(lo, 7);
+    assert_int_equal(hi, 10);
+    /* Tensors of 7, 1 and 5 elements (13): over 2, 7 and 6 (the boundary
+     * between the first two); over 4, 4, 3, 3, 3 (boundaries 4 and 10 cut
+     * the first tensor and the third). */
+    dp_zero_range(13, 1, 2, &lo, &hi);
+    assert_int_equal(lo, 7);
+    assert_int_equal(hi, 13);
+    dp_zero_range(13, 1, 4, &lo, &hi);
+    assert_int_equal(lo, 4);
+    assert_int_equal(hi, 7);
+    /* More ranks than elements (and than tensors): 3 over 5. */
+    dp_zero_range(3, 2, 5, &lo, &hi);
+    assert_int_equal(hi - lo, 1);
+    dp_zero_range(3, 3, 5, &lo, &hi);
+    assert_int_equal(lo, 3);
+    assert_int_equal(hi, 3);
+    dp_zero_range(0, 0, 2, &lo, &hi);
+    assert_int_equal(hi, 0);
+    /* One rank: everything. */
+    dp_zero_range(235146, 0, 1, &lo, &hi);
+    assert_int_equal(lo, 0);
+    assert_int_equal(hi, 235146);
+    const uint64_t totals[] = {0, 1, 2, 3, 7, 13, 1000, 235146, 235147};
+    for (size_t i = 0; i < sizeof totals / sizeof *totals; i++)
+        for (int w = 1; w <= 9; w++)
+            check_partition(totals[i], w);
+}
+
+/* The estimate of one rank with zero 1: rank 0's shard of the optimizer
+ * state (ceil(param_count / world) parameters' slots), the rest as zero 0;
+ * at world 1, or with SGD without momentum (no state), nothing changes. */
+static void test_zero_estimate(void **state)
+{
+    (void)state;
+    const uint32_t shape[3] = {2, 6, 6};
+    json_t *spec = json_loads(cnn, 0, NULL);
+    train_hparams hp;
+    ty_err err = {0};
+    json_t *j = json_pack("{s:s, s:i}", "optimizer", "adam", "batch_size", 24);
+    assert_int_equal(train_hparams_parse(j, &hp, NULL, &err), TY_OK);
+    assert_int_equal(
+        train_hparams_resolve_loss(&hp, TY_TASK_CLASSIFICATION, 3, NULL, &err),
+        TY_OK);
+    train_memory z0, z1, alone, plain;
+    for (uint32_t world = 1; world <= 3; world++) {
+        hp.zero = 0;
+        assert_int_equal(train_memory_estimate_rank(
+                             spec, shape, 3, 3, TY_TASK_CLASSIFICATION, &hp,
+                             1000, 1, NULL, world, &z0, &err),
+                         TY_OK);
+        hp.zero = 1;
+        assert_int_equal(train_memory_estimate_rank(
+                             spec, shape, 3, 3, TY_TASK_CLASSIFICATION, &hp,
+                             1000, 1, NULL, world, &z1, &err),
+                         TY_OK);
+        const uint64_t p = z0.param_count;
+        assert_int_equal(z0.optimizer, 2 * p * sizeof(float));
+        assert_int_equal(z1.optimizer,
+                         2 * ((p + world - 1) / world) * sizeof(float));
+        assert_int_equal(z1.total, z0.total - z0.optimizer + z1.optimizer);
+        assert_int_equal(z1.activations, z0.activations);
+        if (world == 1)
+            alone = z1;
+    }
+    assert_int_equal(alone.optimizer, 2 * alone.param_count * sizeof(float));
+    /* SGD without momentum keeps no state, sharded or not. */
+    hp.optimizer = NN_OPTIM_SGD;
+    hp.momentum = 0;
+    assert_int_equal(train_memory_estimate_rank(spec, shape, 3, 3,
+                                                TY_TASK_CLASSIFICATION, &hp,
+                                                1000, 1, NULL, 2, &plain, &err),
+                     TY_OK);
+    assert_int_equal(plain.optimizer, 0);
+    json_decref(j);
+    json_decref(spec);
+}
+
 int main(void)
 {
     fake_device_init();
@@ -263,6 +377,8 @@ int main(void)
         cmocka_unit_test(test_resnet_counted),
         cmocka_unit_test(test_cpu_reported),
         cmocka_unit_test(test_estimate_scales),
+        cmocka_unit_test(test_zero_partition),
+        cmocka_unit_test(test_zero_estimate),
     };
     return cmocka_run_group_tests(tests, tu_tmpdir_setup, tu_tmpdir_teardown);
 }

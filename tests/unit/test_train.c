@@ -1510,6 +1510,13 @@ static void test_hparams_errors(void **state)
     expect_hp_error("{\"loss\":\"mse\",\"huber_delta\":2}",
                     "hyperparameters.huber_delta");
     expect_hp_error("{\"huber_delta\":2}", "hyperparameters.huber_delta");
+    /* ZeRO: stage 0 or 1 only (422 naming the field at submit). */
+    expect_hp_error("{\"zero\":2}", "hyperparameters.zero");
+    expect_hp_error("{\"zero\":3}", "hyperparameters.zero");
+    expect_hp_error("{\"zero\":-1}", "hyperparameters.zero");
+    expect_hp_error("{\"zero\":0.5}", "hyperparameters.zero");
+    expect_hp_error("{\"zero\":\"1\"}", "hyperparameters.zero");
+    expect_hp_error("{\"zero\":true}", "hyperparameters.zero");
     expect_hp_error("{\"loss\":\"huber\",\"huber_delta\":0}",
                     "hyperparameters.huber_delta");
 }
@@ -1530,6 +1537,10 @@ static void test_hparams_new_defaults_and_round_trip(void **state)
     assert_int_equal(hp.loss.kind, NN_LOSS_AUTO);
     assert_float_equal(hp.clip_grad_norm, 0, 0);
     assert_null(json_object_get(norm, "clip_grad_norm"));
+    /* zero: 0 by default, and then not named (older jobs' normalized
+     * hyperparameters stay as they were). */
+    assert_int_equal(hp.zero, 0);
+    assert_null(json_object_get(norm, "zero"));
     assert_null(json_object_get(norm, "loss"));
     assert_string_equal(json_string_value(json_object_get(
                             json_object_get(norm, "lr_schedule"), "type")),
@@ -1541,7 +1552,8 @@ static void test_hparams_new_defaults_and_round_trip(void **state)
     j = json_loads("{\"optimizer\":\"sgd\",\"momentum\":0.9,\"nesterov\":true,"
                    "\"lr_schedule\":{\"type\":\"step\",\"step_epochs\":3},"
                    "\"warmup_steps\":100,\"clip_grad_norm\":2.5,"
-                   "\"accumulation_steps\":4,\"loss\":\"huber\",\"seed\":1}",
+                   "\"accumulation_steps\":4,\"loss\":\"huber\",\"seed\":1,"
+                   "\"zero\":1}",
                    0, NULL);
     assert_int_equal(train_hparams_parse(j, &hp, &norm, &err), TY_OK);
     assert_true(hp.nesterov);
@@ -1553,6 +1565,8 @@ static void test_hparams_new_defaults_and_round_trip(void **state)
     assert_int_equal(hp.accumulation_steps, 4);
     assert_int_equal(hp.loss.kind, NN_LOSS_HUBER);
     assert_float_equal(hp.loss.huber_delta, 1.0, 0);
+    assert_int_equal(hp.zero, 1);
+    assert_int_equal(json_integer_value(json_object_get(norm, "zero")), 1);
     assert_float_equal(json_number_value(json_object_get(
                            json_object_get(norm, "lr_schedule"), "gamma")),
                        0.1, 0);
