@@ -10,10 +10,13 @@ run as
 alternately, REPEATS times each. Prints each run's throughput (training
 samples per second, train_run's own figure), the medians and the best runs
 side by side, B / A, and B's all-reduce time and its share of rank 0's
-step time. B runs
-with the data loader's thread on (a core is "left over" for each 1-thread
-rank: the trainer's default) and off (--prefetch -1), A with its default
-(off: no core left over).
+step time. B runs with the data loader's thread on (a core is "left over"
+for each 1-thread rank: the trainer's default) and off (--prefetch -1), A
+with its default (off: no core left over); each B twice, with the
+all-reduce overlapped with the backward pass (the default: a gradient
+bucket starts as soon as its layers' backward is done) and with
+TRAINYARD_DP_OVERLAP=0 (every bucket after the backward pass), which
+gives the same gradients.
 
     bench/dp/run.py [--build build] [--steps 400] [--repeats 3]
 
@@ -88,7 +91,13 @@ def main():
         + job,
         "B 2 ranks x 1 thread, loader thread": mpirun +
         [dp, "--mpi", "--threads", "1", "--prefetch", "0"] + job,
+        "B 2 ranks x 1 thread, loader, overlap off": mpirun +
+        ["-x", "TRAINYARD_DP_OVERLAP=0"] +
+        [dp, "--mpi", "--threads", "1", "--prefetch", "0"] + job,
         "B 2 ranks x 1 thread, inline loading": mpirun +
+        [dp, "--mpi", "--threads", "1", "--prefetch", "-1"] + job,
+        "B 2 ranks x 1 thread, inline, overlap off": mpirun +
+        ["-x", "TRAINYARD_DP_OVERLAP=0"] +
         [dp, "--mpi", "--threads", "1", "--prefetch", "-1"] + job,
     }
     got = {k: [] for k in runs}
@@ -106,7 +115,7 @@ def main():
         for name, cmd in runs.items():
             rate, ar, share = one(cmd, out)
             got[name].append((rate, ar, share))
-            print("  run %d %-40s %9.0f samples/s%s" %
+            print("  run %d %-42s %9.0f samples/s%s" %
                   (r + 1, name, rate, "" if name.startswith("A") else
                    "  all-reduce %.3f s (%.1f%% of step time)" %
                    (ar, 100 * share)))
@@ -118,7 +127,7 @@ def main():
         print("%s:" % label)
         for name in runs:
             rate = pick(x[0] for x in got[name])
-            line = "  %-40s %9.0f samples/s" % (name, rate)
+            line = "  %-42s %9.0f samples/s" % (name, rate)
             if not name.startswith("A"):
                 at = next(x for x in got[name] if x[0] == rate) \
                     if pick is max else None
