@@ -66,6 +66,9 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--overlap-only", action="store_true",
+                    help="run only A and the loader-thread B, overlap on "
+                    "and off (more rounds in the same time)")
     a = ap.parse_args()
     dp = os.path.join(a.build, "tests", "dp", "dp_train")
     if not os.access(dp, os.X_OK):
@@ -100,6 +103,8 @@ def main():
         ["-x", "TRAINYARD_DP_OVERLAP=0"] +
         [dp, "--mpi", "--threads", "1", "--prefetch", "-1"] + job,
     }
+    if a.overlap_only:
+        runs = {k: v for k, v in runs.items() if "inline" not in k}
     got = {k: [] for k in runs}
     cpu = ""
     try:
@@ -109,8 +114,9 @@ def main():
     except OSError:
         pass
     print("bench/dp: %s, %d cores; MLP, global batch 128, %d steps, %d "
-          "repeats" % (cpu or "unknown CPU", os.cpu_count(), a.steps,
-                       a.repeats))
+          "repeats; load average %.2f" % (cpu or "unknown CPU",
+                                          os.cpu_count(), a.steps, a.repeats,
+                                          os.getloadavg()[0]))
     for r in range(a.repeats):
         for name, cmd in runs.items():
             rate, ar, share = one(cmd, out)
@@ -138,6 +144,20 @@ def main():
                 line += "  ratio to A %.3f  all-reduce %.3f s, %.1f%% of " \
                     "step" % (rate / base, ar, 100 * share)
             print(line)
+    # Overlap on against off, run by run: each round's pair ran one after
+    # the other, so the ratio of the pair cancels slow drifts in the
+    # machine's other load.
+    for on in [k for k in runs if k.startswith("B") and "overlap" not in k]:
+        off = next((k for k in runs if k.startswith("B") and
+                    "overlap off" in k and ("inline" in k) == ("inline" in on)),
+                   None)
+        if off:
+            pairs = [x[0] / y[0] for x, y in zip(got[on], got[off])]
+            print("overlap on / off, %s: median of the rounds' ratios %.3f "
+                  "(%s)" % ("inline loading" if "inline" in on else
+                            "loader thread", statistics.median(pairs),
+                            " ".join("%.2f" % x for x in pairs)))
+    print("load average at the end %.2f" % os.getloadavg()[0])
     shutil.rmtree(tmp, ignore_errors=True)
 
 
