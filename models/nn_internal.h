@@ -156,7 +156,6 @@ typedef struct {
     nn_dtype precision;
 } nn_layer;
 
-/* Everything a layer's forward/backward needs besides its buffers. */
 /* Called by nn_backward after each layer of the top sequence (in reverse
  * order) with first_final: the parameter gradients [first_final,
  * param_count) are final for this pass (no later layer of the pass adds to
@@ -166,6 +165,7 @@ typedef struct {
  * backend "final" means queued on ex. */
 typedef void (*nn_grad_hook)(void *ctx, uint64_t first_final);
 
+/* Everything a layer's forward/backward needs besides its buffers. */
 typedef struct {
     const nn_backend *be;
     const nn_exec *ex; /* where kernels run (ex->work: the arena) */
