@@ -116,6 +116,7 @@ static res_regions res_layout(const nn_layer *l, uint64_t n, float *scratch)
 static nn_pass child_pass(const nn_layer *l, const nn_pass *p, int proj)
 {
     nn_pass s = *p;
+    s.grad_hook = NULL; /* the top sequence's only */
     if (p->buffers)
         s.buffers =
             p->buffers + l->buffer_offset + (proj ? l->body->buffer_count : 0);

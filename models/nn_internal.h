@@ -156,6 +156,15 @@ typedef struct {
     nn_dtype precision;
 } nn_layer;
 
+/* Called by nn_backward after each layer of the top sequence (in reverse
+ * order) with first_final: the parameter gradients [first_final,
+ * param_count) are final for this pass (no later layer of the pass adds to
+ * them; a tied lm_head's share of the embedding counts as the embedding's),
+ * and once more with 0 at the end. Data-parallel training starts a
+ * bucket's all-reduce as soon as its gradients are final. On a stream
+ * backend "final" means queued on ex. */
+typedef void (*nn_grad_hook)(void *ctx, uint64_t first_final);
+
 /* Everything a layer's forward/backward needs besides its buffers. */
 typedef struct {
     const nn_backend *be;
@@ -181,6 +190,10 @@ typedef struct {
      * The embedding fills it (seq_lens); attention and sequence_pool read
      * it. */
     int32_t *lens;
+    /* The top sequence's backward only (composite layers' inner sequences
+     * run without it): see nn_grad_hook. NULL: none. */
+    nn_grad_hook grad_hook;
+    void *hook_ctx;
 } nn_pass;
 
 struct nn_layer_kind {
@@ -453,6 +466,9 @@ struct nn_workspace {
      * dynamic loss scale). */
     const void *lp_params;
     float loss_scale;
+    /* Set by the trainer (NULL: none): nn_backward calls it (nn_grad_hook). */
+    nn_grad_hook grad_hook;
+    void *hook_ctx;
 };
 
 /* Where a workspace's regions lie in its one float allocation, in floats

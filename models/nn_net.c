@@ -287,7 +287,9 @@ void nn_backward(const nn_arch *arch, const float *params, float *grads,
                  .n = n,
                  .training = 1,
                  .buffers = (float *)params + arch->param_count,
-                 .lens = ws->lens};
+                 .lens = ws->lens,
+                 .grad_hook = ws->grad_hook,
+                 .hook_ctx = ws->hook_ctx};
     if (ws->lp_params)
         nn_pass_set_lp(&p, arch, params, ws->lp_params);
     /* The loss gradient is in grad[0]; the sequence ping-pongs between the

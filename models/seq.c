@@ -57,6 +57,10 @@ void nn_seq_backward(const nn_arch *a, const nn_pass *p, const float *params,
                      const float *dout, float *g0, float *g1, float *din)
 {
     const float *cur = dout;
+    /* The lowest parameter offset whose layer's backward has run: layers
+     * write their own slice (a tied lm_head, which owns none, writes the
+     * embedding's, which is lower and not final until the embedding ran). */
+    uint64_t first_final = a->param_count;
     for (uint32_t i = a->n_layers; i-- > 0;) {
         const nn_layer *l = &a->layers[i];
         if (l->kind->alias)
@@ -73,10 +77,16 @@ void nn_seq_backward(const nn_arch *a, const nn_pass *p, const float *params,
         l->kind->backward(l, p, params + l->param_offset,
                           grads + l->param_offset, acts[i], acts[i + 1], cur,
                           dst, scratch[i]);
+        if (l->param_count && l->param_offset < first_final)
+            first_final = l->param_offset;
+        if (p->grad_hook)
+            p->grad_hook(p->hook_ctx, dst ? first_final : 0);
         if (!dst)
             return;
         cur = dst;
     }
+    if (p->grad_hook)
+        p->grad_hook(p->hook_ctx, 0);
     /* Leading alias layers move no data: the gradient is where it was. */
     if (din && cur != din)
         nn_copy_floats(p->be, p->ex, din, cur,

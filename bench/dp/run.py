@@ -10,10 +10,13 @@ run as
 alternately, REPEATS times each. Prints each run's throughput (training
 samples per second, train_run's own figure), the medians and the best runs
 side by side, B / A, and B's all-reduce time and its share of rank 0's
-step time. B runs
-with the data loader's thread on (a core is "left over" for each 1-thread
-rank: the trainer's default) and off (--prefetch -1), A with its default
-(off: no core left over).
+step time. B runs with the data loader's thread on (a core is "left over"
+for each 1-thread rank: the trainer's default) and off (--prefetch -1), A
+with its default (off: no core left over); each B twice, with the
+all-reduce overlapped with the backward pass (the default: a gradient
+bucket starts as soon as its layers' backward is done) and with
+TRAINYARD_DP_OVERLAP=0 (every bucket after the backward pass), which
+gives the same gradients.
 
     bench/dp/run.py [--build build] [--steps 400] [--repeats 3]
 
@@ -63,6 +66,9 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--overlap-only", action="store_true",
+                    help="run only A and the loader-thread B, overlap on "
+                    "and off (more rounds in the same time)")
     a = ap.parse_args()
     dp = os.path.join(a.build, "tests", "dp", "dp_train")
     if not os.access(dp, os.X_OK):
@@ -88,9 +94,17 @@ def main():
         + job,
         "B 2 ranks x 1 thread, loader thread": mpirun +
         [dp, "--mpi", "--threads", "1", "--prefetch", "0"] + job,
+        "B 2 ranks x 1 thread, loader, overlap off": mpirun +
+        ["-x", "TRAINYARD_DP_OVERLAP=0"] +
+        [dp, "--mpi", "--threads", "1", "--prefetch", "0"] + job,
         "B 2 ranks x 1 thread, inline loading": mpirun +
         [dp, "--mpi", "--threads", "1", "--prefetch", "-1"] + job,
+        "B 2 ranks x 1 thread, inline, overlap off": mpirun +
+        ["-x", "TRAINYARD_DP_OVERLAP=0"] +
+        [dp, "--mpi", "--threads", "1", "--prefetch", "-1"] + job,
     }
+    if a.overlap_only:
+        runs = {k: v for k, v in runs.items() if "inline" not in k}
     got = {k: [] for k in runs}
     cpu = ""
     try:
@@ -100,13 +114,14 @@ def main():
     except OSError:
         pass
     print("bench/dp: %s, %d cores; MLP, global batch 128, %d steps, %d "
-          "repeats" % (cpu or "unknown CPU", os.cpu_count(), a.steps,
-                       a.repeats))
+          "repeats; load average %.2f" % (cpu or "unknown CPU",
+                                          os.cpu_count(), a.steps, a.repeats,
+                                          os.getloadavg()[0]))
     for r in range(a.repeats):
         for name, cmd in runs.items():
             rate, ar, share = one(cmd, out)
             got[name].append((rate, ar, share))
-            print("  run %d %-40s %9.0f samples/s%s" %
+            print("  run %d %-42s %9.0f samples/s%s" %
                   (r + 1, name, rate, "" if name.startswith("A") else
                    "  all-reduce %.3f s (%.1f%% of step time)" %
                    (ar, 100 * share)))
@@ -118,7 +133,7 @@ def main():
         print("%s:" % label)
         for name in runs:
             rate = pick(x[0] for x in got[name])
-            line = "  %-40s %9.0f samples/s" % (name, rate)
+            line = "  %-42s %9.0f samples/s" % (name, rate)
             if not name.startswith("A"):
                 at = next(x for x in got[name] if x[0] == rate) \
                     if pick is max else None
@@ -129,6 +144,20 @@ def main():
                 line += "  ratio to A %.3f  all-reduce %.3f s, %.1f%% of " \
                     "step" % (rate / base, ar, 100 * share)
             print(line)
+    # Overlap on against off, run by run: each round's pair ran one after
+    # the other, so the ratio of the pair cancels slow drifts in the
+    # machine's other load.
+    for on in [k for k in runs if k.startswith("B") and "overlap" not in k]:
+        off = next((k for k in runs if k.startswith("B") and
+                    "overlap off" in k and ("inline" in k) == ("inline" in on)),
+                   None)
+        if off:
+            pairs = [x[0] / y[0] for x, y in zip(got[on], got[off])]
+            print("overlap on / off, %s: median of the rounds' ratios %.3f "
+                  "(%s)" % ("inline loading" if "inline" in on else
+                            "loader thread", statistics.median(pairs),
+                            " ".join("%.2f" % x for x in pairs)))
+    print("load average at the end %.2f" % os.getloadavg()[0])
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -228,6 +228,29 @@ static ty_status mpi_allreduce_wait(nn_comm *c, const nn_exec *ex,
     return st;
 }
 
+/* One MPI_Test of each request in flight: Open MPI advances non-blocking
+ * collectives only inside MPI calls. A completed request becomes
+ * MPI_REQUEST_NULL, which its wait then finds done at once. */
+static void mpi_progress(nn_comm *c)
+{
+    mpi_impl *m = c->impl;
+    if (m->broken)
+        return;
+    for (int k = 0; k < NN_COMM_MAX_INFLIGHT; k++) {
+        if (!m->fl[k].used || m->fl[k].req == MPI_REQUEST_NULL)
+            continue;
+        int done = 0;
+        int rc = MPI_Test(&m->fl[k].req, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char t[MPI_MAX_ERROR_STRING];
+            ty_err ignored = {0};
+            mpi_errtext(rc, t, sizeof t);
+            broken_fail(c, &ignored, "an all-reduce failed: %s", t);
+            return;
+        }
+    }
+}
+
 static ty_status mpi_allreduce(nn_comm *c, const nn_exec *ex, float *buf,
                                size_t n, float scale, ty_err *err)
 {
@@ -388,6 +411,7 @@ static const nn_comm_ops mpi_ops = {
     .allreduce = mpi_allreduce,
     .allreduce_start = mpi_allreduce_start,
     .allreduce_wait = mpi_allreduce_wait,
+    .progress = mpi_progress,
     .bcast = mpi_bcast,
     .allgather = mpi_allgather,
     .barrier = mpi_barrier,

@@ -16,17 +16,25 @@
  *    (the last minibatch of an epoch may split unevenly, or leave a rank
  *    none: it still joins the all-reduce with zero gradients).
  *  - The gradients are all-reduced once per optimizer step (accumulated
- *    minibatches stay local until then), in buckets of DP_BUCKET_FLOATS
- *    taken from the end of the flat gradient block (the last layers'
- *    gradients) first, every bucket started before the first is waited
- *    for; after the backward pass, not during it (nn_backward has no
- *    per-layer hook; on CPU ranks the reduction's copies and sums take the
- *    same cores as the backward, so little would overlap). Smaller
- *    buckets measured slower (256 KiB: the all-reduce took 30% of step
- *    time against 17% in one 0.94 MB bucket, bench/dp). Clipping then
- *    sees the global gradient.
+ *    minibatches stay local until then), in buckets planned once
+ *    (dp_plan_buckets): whole layers from the last, the order the
+ *    backward pass finishes them (as PyTorch DDP does), the first bucket
+ *    closed from DP_FIRST_BUCKET_FLOATS, the others from DP_BUCKET_FLOATS,
+ *    a larger layer in pieces of DP_BUCKET_FLOATS. During the backward
+ *    pass of the step's last minibatch the workspace's grad hook
+ *    (nn_grad_hook, called after every layer) starts each bucket once all
+ *    its gradients are final, and lets the ones in flight progress (Open
+ *    MPI advances them only inside MPI calls: the seam's progress op);
+ *    dp_reduce_step starts the rest (all of them with
+ *    TRAINYARD_DP_OVERLAP=0, or on a rank with no rows in the last
+ *    minibatch), in the same order on every rank, then waits for all.
+ *    The buckets and their reduction are the same with the overlap on or
+ *    off, so the sums are bit for bit the same. Clipping, the loss scaler
+ *    and the optimizer then see the global gradient. ar_seconds counts
+ *    the time in the hook and the wait: the communication the step does
+ *    not hide.
  *  - The step's loss sum, hit count and the ranks' stop and preempt flags
- *    travel in one small all-reduce started with the buckets: every rank
+ *    travel in one small all-reduce started after the buckets: every rank
  *    reports the global batch's loss and stops or yields at the same step.
  *  - Parameters, buffers and optimizer state are broadcast from rank 0 at
  *    the start and after a resume. Only rank 0 writes checkpoints and the
@@ -47,7 +55,11 @@
 /* 1 Mi floats (4 MiB) a bucket: a quarter of DDP's 25 MB default, so a
  * model of a few MB still makes several buckets whose reductions
  * pipeline. */
-#define DP_BUCKET_FLOATS ((size_t)1 << 20)
+#define DP_BUCKET_FLOATS ((uint64_t)1 << 20)
+/* The first bucket (the last layers, finished first) closes from 32 Ki
+ * floats (128 KiB; DDP's first bucket is 1 MB): its all-reduce starts
+ * early in the backward pass and hides behind the rest of it. */
+#define DP_FIRST_BUCKET_FLOATS ((uint64_t)1 << 15)
 
 static double now_sec(void)
 {
@@ -69,6 +81,88 @@ static uint32_t share_of(uint32_t m, int r, int world, uint32_t *lo)
 uint32_t dp_share(const trainer *t, uint32_t m)
 {
     return t->world > 1 ? share_of(m, t->rank, t->world, NULL) : m;
+}
+
+/* Emits [lo, hi) as pieces of at most cap from its top. */
+static uint32_t emit_pieces(uint64_t lo, uint64_t hi, uint64_t cap,
+                            dp_bucket *out, uint32_t n, uint32_t max)
+{
+    while (hi > lo) {
+        uint64_t len = hi - lo < cap ? hi - lo : cap;
+        if (out && n < max)
+            out[n] = (dp_bucket){hi - len, hi};
+        n++;
+        hi -= len;
+    }
+    return n;
+}
+
+uint32_t dp_plan_buckets(const uint64_t *bounds, uint32_t nb, uint64_t p,
+                         uint64_t first_cap, uint64_t cap, dp_bucket *out,
+                         uint32_t max)
+{
+    if (cap == 0)
+        cap = 1;
+    uint32_t n = 0;
+    uint64_t hi = p, lo = p, want = first_cap ? first_cap : cap;
+    for (uint32_t i = nb; i-- > 0;) {
+        if (bounds[i] >= lo)
+            continue; /* an empty layer or a repeated offset */
+        lo = bounds[i];
+        if (hi - lo >= want) {
+            n = emit_pieces(lo, hi, cap, out, n, max);
+            hi = lo;
+            want = cap;
+        }
+    }
+    return emit_pieces(0, hi, cap, out, n, max);
+}
+
+uint32_t dp_buckets_ready(const dp_bucket *b, uint32_t n, uint64_t first_final)
+{
+    uint32_t k = 0;
+    while (k < n && b[k].lo >= first_final)
+        k++;
+    return k;
+}
+
+/* The buckets of t's model: its top-level layers' parameter offsets, in
+ * the order they lie (ascending; any other order makes one boundary, 0,
+ * so every bucket waits for the whole backward pass). */
+static ty_status plan_buckets(trainer *t, ty_err *err)
+{
+    const nn_arch *a = &t->arch;
+    uint64_t bounds[NN_MAX_LAYERS + 1];
+    uint32_t nb = 0;
+    bounds[nb++] = 0;
+    for (uint32_t i = 0; i < a->n_layers; i++) {
+        const nn_layer *l = &a->layers[i];
+        if (!l->param_count || l->param_offset == bounds[nb - 1])
+            continue;
+        if (l->param_offset < bounds[nb - 1]) {
+            nb = 1;
+            break;
+        }
+        bounds[nb++] = l->param_offset;
+    }
+    const uint64_t p = a->param_count;
+    uint32_t n = dp_plan_buckets(bounds, nb, p, DP_FIRST_BUCKET_FLOATS,
+                                 DP_BUCKET_FLOATS, NULL, 0);
+    t->buckets = malloc(((size_t)n + 1) * sizeof *t->buckets);
+    t->bucket_req = malloc(((size_t)n + 1) * sizeof *t->bucket_req);
+    if (!t->buckets || !t->bucket_req)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    t->n_buckets = dp_plan_buckets(bounds, nb, p, DP_FIRST_BUCKET_FLOATS,
+                                   DP_BUCKET_FLOATS, t->buckets, n);
+    return TY_OK;
+}
+
+void dp_free(trainer *t)
+{
+    free(t->buckets);
+    free(t->bucket_req);
+    t->buckets = NULL;
+    t->bucket_req = NULL;
 }
 
 ty_status dp_setup(trainer *t, ty_err *err)
@@ -111,7 +205,9 @@ ty_status dp_setup(trainer *t, ty_err *err)
     t->lperm = malloc(((size_t)t->local_n + 1) * sizeof *t->lperm);
     if (!t->lperm)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    return TY_OK;
+    const char *ov = getenv("TRAINYARD_DP_OVERLAP");
+    t->overlap = !(ov && !strcmp(ov, "0"));
+    return plan_buckets(t, err);
 }
 
 uint32_t dp_rows(const trainer *t)
@@ -143,6 +239,59 @@ static void split_double(double v, float *hi, float *lo)
     *lo = (float)(v - (double)*hi);
 }
 
+/* Waits for the oldest started request not yet waited for. */
+static ty_status wait_oldest(trainer *t, ty_err *err)
+{
+    nn_comm *c = t->comm;
+    return c->ops->allreduce_wait(c, t->ws->ex, t->bucket_req[t->n_waited++],
+                                  err);
+}
+
+/* Starts the next bucket's all-reduce (the sum over ranks, in place),
+ * first waiting for the oldest when the engine's slots are full (one is
+ * kept for the step's scalars). */
+static ty_status start_bucket(trainer *t, ty_err *err)
+{
+    nn_comm *c = t->comm;
+    ty_status st = TY_OK;
+    if (t->n_started - t->n_waited >= NN_COMM_MAX_INFLIGHT - 1 &&
+        (st = wait_oldest(t, err)) != TY_OK)
+        return st;
+    const dp_bucket *b = &t->buckets[t->n_started];
+    st = c->ops->allreduce_start(c, t->ws->ex, t->grads + b->lo,
+                                 (size_t)(b->hi - b->lo), 1.0f,
+                                 &t->bucket_req[t->n_started], err);
+    if (st == TY_OK)
+        t->n_started++;
+    return st;
+}
+
+/* nn_grad_hook: the gradients [first_final, p) are final; starts the
+ * buckets that lie in them and lets those in flight progress. A failure
+ * is kept for dp_reduce_step. */
+static void grad_ready(void *ctx, uint64_t first_final)
+{
+    trainer *t = ctx;
+    if (t->hook_st != TY_OK)
+        return;
+    const double start = now_sec();
+    uint32_t ready = dp_buckets_ready(t->buckets, t->n_buckets, first_final);
+    while (t->n_started < ready && t->hook_st == TY_OK)
+        t->hook_st = start_bucket(t, &t->hook_err);
+    if (t->n_started > t->n_waited && t->comm->ops->progress)
+        t->comm->ops->progress(t->comm);
+    t->ar_seconds += now_sec() - start;
+}
+
+void dp_backward_begin(trainer *t, int last)
+{
+    if (t->world == 1)
+        return;
+    const int arm = last && t->overlap;
+    t->ws->grad_hook = arm ? grad_ready : NULL;
+    t->ws->hook_ctx = arm ? t : NULL;
+}
+
 ty_status dp_reduce_step(trainer *t, double *sum, uint32_t *hits, ty_err *err)
 {
     if (t->world == 1)
@@ -150,46 +299,42 @@ ty_status dp_reduce_step(trainer *t, double *sum, uint32_t *hits, ty_err *err)
     const double start = now_sec();
     nn_comm *c = t->comm;
     const nn_exec *ex = t->ws->ex;
-    const size_t p = (size_t)t->arch.param_count;
     const train_job *job = t->job;
-    /* The step's scalars travel beside the buckets, started first: their
-     * latency hides behind the gradients' transfer. */
+    t->ws->grad_hook = NULL;
+    t->ws->hook_ctx = NULL;
+    /* The buckets the backward pass did not start (all of them with the
+     * overlap off, or when this rank had no rows in the step's last
+     * minibatch), in the same order on every rank, then the step's
+     * scalars. */
+    ty_status st = t->hook_st;
+    if (st != TY_OK)
+        *err = t->hook_err;
+    while (st == TY_OK && t->n_started < t->n_buckets)
+        st = start_bucket(t, err);
     float s[5];
     split_double(*sum, &s[0], &s[1]);
     s[2] = (float)*hits;
     s[3] = job->stop && *job->stop ? 1.0f : 0.0f;
     s[4] = job->preempt && *job->preempt ? 1.0f : 0.0f;
-    nn_comm_req reqs[NN_COMM_MAX_INFLIGHT];
-    int nreq = 0;
-    ty_status st = c->ops->allreduce_start(c, ex, s, 5, 1.0f, &reqs[0], err);
+    nn_comm_req sreq = -1;
     if (st == TY_OK)
-        nreq = 1;
-    /* Buckets from the end of the block; one request each (waited for in
-     * rounds when the model has more buckets than the engine's slots). */
-    size_t end = p;
-    while (end > 0 && st == TY_OK) {
-        size_t len = end < DP_BUCKET_FLOATS ? end : DP_BUCKET_FLOATS;
-        if (nreq == NN_COMM_MAX_INFLIGHT) {
-            for (int i = 0; i < nreq && st == TY_OK; i++)
-                st = c->ops->allreduce_wait(c, ex, reqs[i], err);
-            nreq = 0;
-            if (st != TY_OK)
-                break;
-        }
-        st = c->ops->allreduce_start(c, ex, t->grads + end - len, len, 1.0f,
-                                     &reqs[nreq], err);
-        if (st == TY_OK)
-            nreq++;
-        end -= len;
-    }
+        st = c->ops->allreduce_start(c, ex, s, 5, 1.0f, &sreq, err);
     /* Every request is released; err keeps the first failure. */
-    for (int i = 0; i < nreq; i++) {
+    while (t->n_waited < t->n_started) {
         ty_err later = {0};
-        ty_status w =
-            c->ops->allreduce_wait(c, ex, reqs[i], st == TY_OK ? err : &later);
+        ty_status w = wait_oldest(t, st == TY_OK ? err : &later);
         if (st == TY_OK)
             st = w;
     }
+    if (sreq >= 0) {
+        ty_err later = {0};
+        ty_status w =
+            c->ops->allreduce_wait(c, ex, sreq, st == TY_OK ? err : &later);
+        if (st == TY_OK)
+            st = w;
+    }
+    t->n_started = t->n_waited = 0;
+    t->hook_st = TY_OK;
     if (st != TY_OK)
         return st;
     *sum = (double)s[0] + (double)s[1];

@@ -242,6 +242,7 @@ static void trainer_free(trainer *t)
     nn_target_free(&t->tg);
     free(t->perm);
     free(t->lperm);
+    dp_free(t);
 }
 
 static ty_status trainer_setup(trainer *t, const train_job *job, ty_err *err)
@@ -758,6 +759,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
             uint32_t mb_hits = 0;
             if (!dp_share(t, end - b < bs ? end - b : bs))
                 continue; /* none of this minibatch is this rank's */
+            dp_backward_begin(t, b + bs >= end); /* the step's last */
             sum += train_step(t, loader_next(t->loader), m, &mb_hits);
             hits += mb_hits;
         }

@@ -27,6 +27,26 @@
 /* Augmentation's stream is the loader's: LOADER_STREAM_AUGMENT in
  * models/train/loader.h. */
 
+/* A gradient bucket: floats [lo, hi) of the gradient block. */
+typedef struct {
+    uint64_t lo, hi;
+} dp_bucket;
+
+/* Data-parallel buckets (pure): bounds[0..nb) are the ascending offsets
+ * where layers' parameters start (the first 0), p the parameter count.
+ * Walks the layers from the last (the order backward finishes them, as
+ * PyTorch DDP does), whole layers into a bucket until it holds at least
+ * first_cap floats (the first bucket) or cap (the rest); a bucket over cap
+ * (a large layer) goes as pieces of cap from its top; what is left at the
+ * front is the last bucket. Writes up to max buckets to out (NULL: none)
+ * and returns how many there are. */
+uint32_t dp_plan_buckets(const uint64_t *bounds, uint32_t nb, uint64_t p,
+                         uint64_t first_cap, uint64_t cap, dp_bucket *out,
+                         uint32_t max);
+/* How many of the n buckets (in plan order) may start once the gradients
+ * [first_final, p) are final: the leading ones that lie wholly in it. */
+uint32_t dp_buckets_ready(const dp_bucket *b, uint32_t n, uint64_t first_final);
+
 typedef struct {
     const train_job *job;
     const train_hparams *hp;
@@ -118,6 +138,17 @@ typedef struct {
     int zero;
     uint64_t zero_lo, zero_hi;
     float *zero_full;
+    /* Gradient buckets (dp.c, world > 1): ranges of the gradient block in
+     * the order the backward pass finishes them; the step's requests (one
+     * a bucket, then the scalars'), how many are started and waited for,
+     * the overlap switch (TRAINYARD_DP_OVERLAP=0: off), and the first
+     * failure of a start made from the backward hook. */
+    dp_bucket *buckets;
+    uint32_t n_buckets, n_started, n_waited;
+    nn_comm_req *bucket_req;
+    int overlap;
+    ty_status hook_st;
+    ty_err hook_err;
 } trainer;
 
 /* Casts the parameters into lp_params (nothing under fp32). */
@@ -171,6 +202,12 @@ void train_graph_off(trainer *t, const char *fmt, ...);
 /* Takes the job's comm, checks batch_size against the world size (TY_EINVAL
  * naming hyperparameters.batch_size) and the backend, and sizes lperm. */
 ty_status dp_setup(trainer *t, ty_err *err);
+/* Arms the backward hook for the minibatch about to run: last is 1 for the
+ * step's last minibatch of this rank (its backward finishes the step's
+ * gradients, so buckets start as they become final); else disarms it. */
+void dp_backward_begin(trainer *t, int last);
+/* Frees what dp_setup allocated for the buckets. */
+void dp_free(trainer *t);
 /* The rows of this rank's minibatches: batch_size / world (at most
  * n_train). */
 uint32_t dp_rows(const trainer *t);

@@ -13,6 +13,9 @@ Checks, with dp_comm and dp_train (tests/dp/) run alone and under
      split 52/53), an empty share (1 example, batch 2), accumulation
      (batch 64, 2 minibatches a step) and
      clip_grad_norm (the global norm) step the same at world 1 and 2;
+     each of the 2-rank runs of 1 and 2 but the uneven one also runs with
+     the overlap off (TRAINYARD_DP_OVERLAP=0): every step's loss is the
+     same with the buckets all-reduced during the backward pass and after;
   3. a checkpoint written by 2 ranks, resumed by 1 process, continues the
      same global batches (its losses are the straight 1-process run's);
      the parameter check (TRAINYARD_DP_CHECK_EVERY) passes on the
@@ -123,6 +126,31 @@ def compare(a_path, b_path, n_steps, what):
              (what, ai["world"][0], bi["world"][0]))
     if not float(bi["world"][2]) > 0:
         fail("%s: no all-reduce time recorded at world 2" % what)
+
+
+def same_losses(on_path, off_path, what):
+    """The overlapped all-reduce (buckets started from the backward pass)
+    and the one after it reduce the same buckets: every step's loss is
+    the same (within 1e-6 relative; in practice bit for bit)."""
+    a, _ = parse(on_path)
+    b, _ = parse(off_path)
+    if not a or sorted(a) != sorted(b):
+        fail("%s: steps reported %d with the overlap, %d without" %
+             (what, len(a), len(b)))
+    worst = max(abs(a[s] - b[s]) / max(abs(a[s]), 1e-30) for s in a)
+    print("%s: overlap on and off, %d steps, worst relative loss "
+          "difference %.3g" % (what, len(a), worst))
+    if not worst <= 1e-6:
+        bad = [s for s in sorted(a) if a[s] != b[s]]
+        fail("%s: step %d loss %.9g with the overlap, %.9g without" %
+             (what, bad[0], a[bad[0]], b[bad[0]]))
+
+
+def overlap_off(dp, out, args, what):
+    """2 ranks with TRAINYARD_DP_OVERLAP=0 (buckets all-reduced after the
+    backward pass) into out."""
+    run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_OVERLAP=0", dp, "--mpi", "--out",
+                       out] + args), what + ", overlap off")
 
 
 def pid_alive(pid):
@@ -241,6 +269,9 @@ def checks(dp, tmp):
     run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_CHECK_EVERY=10", dp, "--mpi",
                        "--out", two] + base), "2 ranks")
     compare(one, two, 200, "batch 128")
+    off = os.path.join(tmp, "off.txt")
+    overlap_off(dp, off, base, "2 ranks")
+    same_losses(two, off, "batch 128")
     _, info = parse(two)
     print("2 ranks: all-reduce %.4f s, %.1f%% of step time" %
           (float(info["world"][2]), 100 * float(info["world"][4])))
@@ -259,12 +290,19 @@ def checks(dp, tmp):
     run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + tiny),
         "2 ranks, 1 example")
     compare(one, two, 3, "1 example (an empty share)")
+    # Rank 0 runs no backward pass: it starts every bucket after, rank 1
+    # from its backward pass, in the same order.
+    overlap_off(dp, off, tiny, "2 ranks, 1 example")
+    same_losses(two, off, "1 example (an empty share)")
     accum = ["--threads", "1", "--train", "3000", "--steps", "30",
              "--batch", "64", "--accum", "2"]
     run([dp, "--out", one] + accum, "1 process, accumulation")
     run(mpirun_cmd(2, [dp, "--mpi", "--out", two] + accum),
         "2 ranks, accumulation")
     compare(one, two, 30, "accumulation_steps 2")
+    # Only the step's last minibatch starts buckets from its backward pass.
+    overlap_off(dp, off, accum, "2 ranks, accumulation")
+    same_losses(two, off, "accumulation_steps 2")
     # Clipping on the global norm (0.5 clips every step here: a rank's own
     # gradient norm would clip differently).
     clip = ["--threads", "1", "--train", "3000", "--steps", "30",
