@@ -296,14 +296,7 @@ ty_status jobs_mig_advice(jobs_service *js, double window_s, json_t **out,
     }
     if (inv)
         pthread_mutex_unlock(&inv->mu);
-    sched_config cfg = {.backfill_wait = env->backfill_wait_s,
-                        .preempt = env->preempt,
-                        .preempt_wait = env->preempt_wait_s,
-                        .max_cpu_jobs = env->max_jobs,
-                        .fair_window = env->fair_window_s,
-                        .serving_preempt = env->serving_preempt,
-                        .max_serving = env->max_replicas,
-                        .max_serving_per_tenant = env->tenant_replicas};
+    const sched_config cfg = jobs_sched_config(env);
     s = adv_search(&cfg, cur, ngpus, recs, n, from, now, adv, &rc, &rb, err);
     if (s != TY_OK)
         goto done;

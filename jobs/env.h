@@ -15,6 +15,7 @@
 #include "jobs/executor.h"
 #include "gpu/inventory.h"
 #include "node/placement.h"
+#include "sched/sched.h"
 #include "store/store.h"
 
 /* Copied by jobs_create; the pointers are borrowed and must outlive the
@@ -51,5 +52,20 @@ typedef struct jobs_env {
      * NULL: training workers run locally. */
     const exec_slurm_config *slurm;
 } jobs_env;
+
+/* The scheduler's configuration from the server's: the live scheduler
+ * (jobs/service.c) and the MIG advisor's replays (jobs/demand.c) are made
+ * with the same one. */
+static inline sched_config jobs_sched_config(const jobs_env *env)
+{
+    return (sched_config){.backfill_wait = env->backfill_wait_s,
+                          .preempt = env->preempt,
+                          .preempt_wait = env->preempt_wait_s,
+                          .max_cpu_jobs = env->max_jobs,
+                          .fair_window = env->fair_window_s,
+                          .serving_preempt = env->serving_preempt,
+                          .max_serving = env->max_replicas,
+                          .max_serving_per_tenant = env->tenant_replicas};
+}
 
 #endif

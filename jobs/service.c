@@ -208,14 +208,7 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
                          .compute_slices = s->retired ? 1 : s->compute_slices,
                          .memory_bytes = s->memory_bytes};
     }
-    sched_config cfg = {.backfill_wait = env->backfill_wait_s,
-                        .preempt = env->preempt,
-                        .preempt_wait = env->preempt_wait_s,
-                        .max_cpu_jobs = env->max_jobs,
-                        .fair_window = env->fair_window_s,
-                        .serving_preempt = env->serving_preempt,
-                        .max_serving = env->max_replicas,
-                        .max_serving_per_tenant = env->tenant_replicas};
+    const sched_config cfg = jobs_sched_config(env);
     r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);
     free(slots);
     if (r->sched && miglayout_sched_init(r, err) != TY_OK) {
