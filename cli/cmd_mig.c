@@ -223,16 +223,26 @@ static void print_gpu_layout(const json_t *g)
         printf("  error: %s\n", cli_str(ch, "error"));
 }
 
+/* A GPU index argument into *gpu: 0, or a usage error. */
+static int gpu_arg(const char *text, long *gpu)
+{
+    char *end = NULL;
+    *gpu = strtol(text, &end, 10);
+    if (!*text || *end || *gpu < 0 || *gpu > 4096)
+        return cli_usage_error("mig", "'%s' is not a GPU index", text);
+    return 0;
+}
+
 static int mig_status(cli_ctx *c)
 {
     char path[128] = "/v1/admin/mig-layout";
     if (c->npos > 2)
         return cli_usage_error("mig", "mig status takes at most one GPU");
     if (c->npos == 2) {
-        char *end = NULL;
-        long gpu = strtol(c->pos[1], &end, 10);
-        if (!*c->pos[1] || *end || gpu < 0 || gpu > 4096)
-            return cli_usage_error("mig", "'%s' is not a GPU index", c->pos[1]);
+        long gpu = 0;
+        int rc = gpu_arg(c->pos[1], &gpu);
+        if (rc)
+            return rc;
         snprintf(path, sizeof path, "/v1/admin/mig-layout/%ld", gpu);
     }
     cli_resp r;
@@ -288,10 +298,11 @@ static int mig_apply(cli_ctx *c)
 {
     if (c->npos != 2)
         return cli_usage_error("mig", "mig apply takes one GPU index");
+    long gpu = 0;
+    int rc = gpu_arg(c->pos[1], &gpu);
+    if (rc)
+        return rc;
     char *end = NULL;
-    long gpu = strtol(c->pos[1], &end, 10);
-    if (!*c->pos[1] || *end || gpu < 0 || gpu > 4096)
-        return cli_usage_error("mig", "'%s' is not a GPU index", c->pos[1]);
     const char *layout = cli_opt(c, "--layout");
     const int from_advice = cli_opt(c, "--from-advice") != NULL;
     if (!!layout == from_advice)
@@ -308,7 +319,7 @@ static int mig_apply(cli_ctx *c)
             return cli_usage_error("mig", "--timeout: whole seconds, > 0");
     }
     json_t *body = json_pack("{s:I}", "gpu", (json_int_t)gpu);
-    int rc = from_advice ? advised_layout(c, gpu, body)
+    rc = from_advice ? advised_layout(c, gpu, body)
                          : layout_parse(layout, body);
     if (rc) {
         json_decref(body);
