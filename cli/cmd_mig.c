@@ -30,9 +30,10 @@ static void layout_text(const json_t *layout, char *out, size_t n)
     size_t i, used = 0;
     json_t *x;
     json_array_foreach (inst, i, x) {
-        int w = snprintf(out + used, n - used, "%s%s@%lld", i ? "," : "",
-                         cli_str(x, "profile") ? cli_str(x, "profile") : "?",
-                         (long long)json_integer_value(json_object_get(x, "start")));
+        int w = snprintf(
+            out + used, n - used, "%s%s@%lld", i ? "," : "",
+            cli_str(x, "profile") ? cli_str(x, "profile") : "?",
+            (long long)json_integer_value(json_object_get(x, "start")));
         if (w < 0 || (size_t)w >= n - used) {
             /* the end marked, never a layout cut mid-slice */
             if (n > 4)
@@ -74,8 +75,8 @@ static int layout_parse(const char *text, json_t *body)
             break;
         }
         *at = '\0';
-        json_array_append_new(inst, json_pack("{s:s, s:i}", "profile", tok,
-                                              "start", (int)start));
+        json_array_append_new(
+            inst, json_pack("{s:s, s:i}", "profile", tok, "start", (int)start));
     }
     free(copy);
     if (!rc && !json_array_size(inst))
@@ -159,8 +160,8 @@ static int mig_advice(cli_ctx *c)
                 sizeof qa);
         fmt_num(json_object_get(cur, "utilization"), "%.2f", un, sizeof un);
         fmt_num(json_object_get(adv, "utilization"), "%.2f", ua, sizeof ua);
-        const char *row[] = {gpu, cli_str(g, "model"), now, qn, later, qa,
-                             un,  ua};
+        const char *row[] = {gpu, cli_str(g, "model"), now, qn, later, qa, un,
+                             ua};
         cli_table_add(&t, row);
     }
     cli_table_print(&t, stdout);
@@ -180,8 +181,7 @@ static int mig_advice(cli_ctx *c)
         layout_text(json_object_get(g, "advised"), later, sizeof later);
         printf("%sto apply: trainyard mig apply %lld --layout %s\n",
                changes++ ? "" : "\n",
-               (long long)json_integer_value(json_object_get(g, "gpu")),
-               later);
+               (long long)json_integer_value(json_object_get(g, "gpu")), later);
     }
     if (!changes)
         printf("\nno GPU would be better cut otherwise for this demand\n");
@@ -319,8 +319,8 @@ static int mig_apply(cli_ctx *c)
             return cli_usage_error("mig", "--timeout: whole seconds, > 0");
     }
     json_t *body = json_pack("{s:I}", "gpu", (json_int_t)gpu);
-    rc = from_advice ? advised_layout(c, gpu, body)
-                         : layout_parse(layout, body);
+    rc =
+        from_advice ? advised_layout(c, gpu, body) : layout_parse(layout, body);
     if (rc) {
         json_decref(body);
         return rc;
@@ -346,12 +346,13 @@ static int mig_apply(cli_ctx *c)
         size_t i;
         json_t *cmd;
         json_array_foreach (json_object_get(r.json, "commands"), i, cmd)
-            printf("  %s\n", json_string_value(cmd) ? json_string_value(cmd)
-                                                    : "?");
+            printf("  %s\n",
+                   json_string_value(cmd) ? json_string_value(cmd) : "?");
         cli_resp_free(&r);
         return 0;
     }
-    printf("change %s: %s\n", cli_str(r.json, "id") ? cli_str(r.json, "id") : "?",
+    printf("change %s: %s\n",
+           cli_str(r.json, "id") ? cli_str(r.json, "id") : "?",
            state ? state : "?");
     int failed = state && !strcmp(state, "failed");
     const int watch = cli_opt(c, "--watch") != NULL;
@@ -367,8 +368,8 @@ static int mig_apply(cli_ctx *c)
         const json_t *ch = json_object_get(s.json, "change");
         const char *now = cli_str(ch, "state");
         if (now && strcmp(now, last)) {
-            printf("change %s: %s\n", cli_str(ch, "id") ? cli_str(ch, "id") : "?",
-                   now);
+            printf("change %s: %s\n",
+                   cli_str(ch, "id") ? cli_str(ch, "id") : "?", now);
             if (cli_str(ch, "error"))
                 printf("  error: %s\n", cli_str(ch, "error"));
             failed = !strcmp(now, "failed");
@@ -423,7 +424,8 @@ int cli_cmd_mig(cli_ctx *c)
         int rc = cli_only_opts(c, "mig", ok);
         return rc ? rc : mig_apply(c);
     }
-    return cli_usage_error("mig", "unknown mig command '%s' (advice, status, "
-                                  "apply)",
+    return cli_usage_error("mig",
+                           "unknown mig command '%s' (advice, status, "
+                           "apply)",
                            sub);
 }
