@@ -810,6 +810,35 @@ static void test_domains_from_links(void **state)
 #undef L
 #undef SW
 
+/* The NVML source over a fake libnvidia-ml (tests/unit/fake_nvml.c, built
+ * beside this test): its NVLink table becomes the GPUs' domains - a bridged
+ * pair, two GPUs on an NVSwitch, one whose only active link leads to no
+ * GPU of the inventory (its inactive one to a GPU does not count), one
+ * without NVLink - and the slots carry them to the scheduler. */
+static void test_nvml_domains(void **state)
+{
+#ifdef TY_FAKE_NVML
+    inventory *inv = NULL;
+    ty_err err = {0};
+    assert_int_equal(inv_nvml_open(TY_FAKE_NVML, &inv, &err), TY_OK);
+    if (inv->ngpus != 6)
+        fail_msg("the fake NVML gave %d GPUs: %s", inv->ngpus, inv->reason);
+    const int want[] = {1, 1, 2, 2, 0, 0};
+    for (int g = 0; g < 6; g++) {
+        assert_false(inv->gpus[g].mig_enabled);
+        if (inv->gpus[g].nvlink_domain != want[g])
+            fail_msg("GPU %d: domain %d, want %d", g,
+                     inv->gpus[g].nvlink_domain, want[g]);
+        assert_int_equal(inv->slots[g].domain, want[g]);
+        assert_int_equal(inv->slots[g].node, 0);
+    }
+    assert_string_equal(inv->gpus[5].uuid, "GPU-fake-5");
+    inv_destroy(inv);
+#else
+    skip();
+#endif
+}
+
 /* ---- --devices ---- */
 
 static void test_config_devices(void **state)
@@ -860,6 +889,7 @@ int main(void)
         cmocka_unit_test(test_domains_mig),
         cmocka_unit_test(test_bad_domains),
         cmocka_unit_test(test_domains_from_links),
+        cmocka_unit_test(test_nvml_domains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
