@@ -720,6 +720,14 @@ static void test_domains_mig(void **state)
     }
     assert_int_equal(inv->slots[0].domain, 0);
     inv_destroy(inv);
+
+    /* null is as left out: no domain */
+    assert_int_equal(
+        parse("{\"gpus\": [{\"model\": \"H100\", \"nvlink_domain\": null}]}",
+              &inv, &err),
+        TY_OK);
+    assert_int_equal(inv->gpus[0].nvlink_domain, 0);
+    inv_destroy(inv);
 }
 
 static void test_bad_domains(void **state)
