@@ -275,9 +275,13 @@ ty_status slurm_inventory_build(const slurm_node *nodes, size_t n,
         return s;
     int cap = 0, slots = 0;
     for (size_t i = 0; i < n; i++) {
+        int first = inv->ngpus;
         s = node_add(inv, &cap, &slots, &nodes[i], err);
         if (s != TY_OK)
             goto fail;
+        /* the scheduler keeps a gang's members on one node */
+        for (int g = first; g < inv->ngpus; g++)
+            inv->gpus[g].node = (int)i;
     }
     s = inv_build_slots(inv, err);
     if (s != TY_OK)

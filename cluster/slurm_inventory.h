@@ -13,6 +13,9 @@
  *   "slurm:<node>:<type>:<i>" and whose profile is the type;
  *   any other type, or none - <count> whole GPUs (MIG off, 7 compute
  *   slices), uuid "slurm:<node>:gpu:<i>", model the type.
+ * Each GPU's node is its node's place in the list (0, 1, ...), so that the
+ * scheduler keeps a gang on one node; no GPU has an NVLink domain (GRES
+ * does not say).
  * The source is INV_SOURCE_SLURM, its label the caller's ("slurm"). Nodes whose
  * state says down or drained count all the same (Slurm decides; the
  * scheduler only bounds how many run at once).

@@ -77,6 +77,8 @@ ty_status inv_build_slots(inventory *inv, ty_err *err)
             s->profile = NULL;
             s->compute_slices = MIG_COMPUTE_SLICES;
             s->memory_bytes = gpu->memory_bytes;
+            s->node = gpu->node;
+            s->domain = gpu->nvlink_domain;
             continue;
         }
         for (int m = 0; m < gpu->nmig; m++) {
@@ -88,6 +90,8 @@ ty_status inv_build_slots(inventory *inv, ty_err *err)
             s->profile = gpu->migs[m].profile;
             s->compute_slices = gpu->migs[m].compute_slices;
             s->memory_bytes = gpu->migs[m].memory_bytes;
+            s->node = gpu->node;
+            s->domain = gpu->nvlink_domain;
         }
     }
     return TY_OK;
@@ -167,19 +171,25 @@ ty_status inv_instances_parse(const mig_model *m, const json_t *insts,
 static ty_status sim_gpu(const json_t *obj, int index, const char *path,
                          inv_gpu *gpu, ty_err *err)
 {
-    static const char *const keys[] = {"model",     "name",      "mig",
-                                       "memory_gb", "instances", NULL};
+    static const char *const keys[] = {
+        "model",     "name",          "mig", "memory_gb",
+        "instances", "nvlink_domain", NULL};
     ty_status s = tyjson_check_keys(obj, keys, path, err);
     if (s != TY_OK)
         return s;
     const char *model_name = NULL, *name = NULL;
     int mig = 0;
+    int64_t domain = 0;
     s = tyjson_get_string(obj, "model", path, 1, 31, NULL, &model_name, err);
     if (s == TY_OK)
         s = tyjson_get_string(obj, "name", path, 0, INV_NAME_MAX - 1, NULL,
                               &name, err);
     if (s == TY_OK)
         s = tyjson_get_bool(obj, "mig", path, 0, 0, &mig, err);
+    /* 1..INV_MAX_DOMAIN; left out, the GPU is on no NVLink */
+    if (s == TY_OK)
+        s = tyjson_get_int(obj, "nvlink_domain", path, 0, 1, INV_MAX_DOMAIN, 0,
+                           &domain, err);
     if (s != TY_OK)
         return s;
 
@@ -187,6 +197,7 @@ static ty_status sim_gpu(const json_t *obj, int index, const char *path,
     char field[128];
     gpu->index = index;
     gpu->mig_enabled = mig;
+    gpu->nvlink_domain = (int)domain;
     gpu->utilization_gpu_pct = INV_UNKNOWN;
     gpu->utilization_memory_pct = INV_UNKNOWN;
     gpu->temperature_c = INV_UNKNOWN;
@@ -432,6 +443,10 @@ json_t *inv_to_json(inventory *inv, const inv_viewer *viewer)
         json_object_set_new(o, "memory_bytes",
                             json_integer((json_int_t)gpu->memory_bytes));
         json_object_set_new(o, "mig", json_boolean(gpu->mig_enabled));
+        json_object_set_new(o, "nvlink_domain",
+                            gpu->nvlink_domain
+                                ? json_integer(gpu->nvlink_domain)
+                                : json_null());
         json_object_set_new(o, "utilization_gpu_percent",
                             known_int(gpu->utilization_gpu_pct));
         json_object_set_new(o, "utilization_memory_percent",
@@ -494,6 +509,8 @@ static void slot_fill(inventory *inv, int k, int g, int m)
     memset(s, 0, sizeof *s);
     s->gpu = g;
     s->mig = m;
+    s->node = gpu->node;
+    s->domain = gpu->nvlink_domain; /* a re-cut keeps the GPU's place */
     if (m < 0) {
         s->kind = INV_SLOT_GPU;
         s->uuid = gpu->uuid;
@@ -593,6 +610,7 @@ ty_status inv_gpu_recut(inventory *inv, int g, int mig, const mig_placed *inst,
         s->gpu = g;
         s->mig = -1;
         s->uuid = "";
+        s->node = gpu->node;
         s->retired = 1;
     }
     pthread_mutex_unlock(&inv->mu);

@@ -37,7 +37,8 @@
 
 #define INV_NAME_MAX 96 /* NVML's name and UUID buffer size */
 #define INV_MAX_GPUS 64
-#define INV_UNKNOWN (-1) /* telemetry or placement the driver did not give */
+#define INV_UNKNOWN (-1)    /* telemetry or placement the driver did not give */
+#define INV_MAX_DOMAIN 1024 /* the largest interconnect domain number */
 
 typedef enum {
     INV_SOURCE_NONE = 0, /* --devices none: a CPU-only host */
@@ -72,6 +73,14 @@ typedef struct {
     int utilization_memory_pct;
     int temperature_c;
     int power_mw;
+    /* Where the GPU is: its host (0 on a local inventory; the Slurm
+     * inventory numbers its nodes 0, 1, ... in the order Slurm lists them)
+     * and its interconnect domain within that host: GPUs with the same
+     * non-zero nvlink_domain reach each other over NVLink or NVSwitch
+     * (NVML topology, inv_domains_from_links; a sim file's
+     * "nvlink_domain"). 0: none or unknown. Its MIG devices share it. */
+    int node;
+    int nvlink_domain;
     int nmig;
     inv_mig *migs;
 } inv_gpu;
@@ -92,6 +101,8 @@ typedef struct {
     const char *profile; /* "1g.18gb"; NULL: whole GPU */
     int compute_slices;  /* whole GPU: 7 */
     uint64_t memory_bytes;
+    int node;   /* its GPU's node */
+    int domain; /* its GPU's nvlink_domain (0: none) */
     /* The holder, set by the scheduler under inventory.mu; "" = free. */
     char job_id[TY_ID_MAX];
     char tenant_id[TY_ID_MAX];
@@ -186,6 +197,26 @@ ty_status inv_gpu_recut(inventory *inv, int g, int mig, const mig_placed *inst,
  * [{"profile": "3g.40gb", "start": 4}, ...] ([] with MIG off; a device
  * without a known placement has start null). New reference; takes mu. */
 json_t *inv_gpu_layout_json(inventory *inv, int g);
+
+/* One active NVLink of inventory GPU `gpu` as NVML reports its far end:
+ * another GPU of the inventory (peer, an index into gpus), an NVSwitch
+ * (to_switch), or something else (peer -1, to_switch 0: an IBM NPU, a GPU
+ * the inventory left out), which joins nothing. */
+typedef struct {
+    int gpu;
+    int peer;
+    int to_switch;
+} inv_link;
+
+/* The interconnect domains of ngpus GPUs from their active NVLinks, into
+ * domain[0..ngpus): GPUs joined by a chain of GPU-to-GPU links are one
+ * domain (union-find), and all GPUs with a link to an NVSwitch are one
+ * (a host's NVSwitches are one fabric, as on HGX boards). Domains are
+ * numbered 1, 2, ... in the order of their lowest GPU; a GPU linked to no
+ * other is 0 (none). Links naming a GPU outside 0..ngpus-1 are ignored.
+ * Pure; never fails. */
+void inv_domains_from_links(int ngpus, const inv_link *links, int nlinks,
+                            int *domain);
 
 /* Who may see what of a slot's holder. */
 typedef struct {

@@ -25,6 +25,12 @@ typedef struct nvml_gpu_instance_st *nvmlGpuInstance_t;
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_TEMPERATURE_GPU 0
 #define NVML_BUF 96
+/* NVML_NVLINK_MAX_LINKS: 18 since Hopper (12 on Ampere); a link number
+ * past a GPU's own count is an error, read as "not active". */
+#define NVML_NVLINK_MAX_LINKS 18
+#define NVML_FEATURE_ENABLED 1
+#define NVML_NVLINK_DEVICE_TYPE_GPU 0
+#define NVML_NVLINK_DEVICE_TYPE_SWITCH 2
 
 typedef struct {
     unsigned long long total, free, used; /* bytes */
@@ -50,6 +56,16 @@ typedef struct {
 typedef struct {
     unsigned int start, size;
 } nvml_placement;
+
+/* nvmlPciInfo_t as the _v3 and _v2 functions below fill it: only domain,
+ * bus and device are read (a GPU's PCI address, matched between its own
+ * info and the far end of another GPU's link). */
+typedef struct {
+    char bus_id_legacy[16];
+    unsigned int domain, bus, device;
+    unsigned int pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+} nvml_pci_info;
 
 /* nvmlGpuInstanceInfo_t */
 typedef struct {
@@ -82,6 +98,13 @@ struct inv_nvml {
     nvmlReturn_t (*utilization)(nvmlDevice_t, nvml_utilization *);
     nvmlReturn_t (*temperature)(nvmlDevice_t, int, unsigned int *);
     nvmlReturn_t (*power)(nvmlDevice_t, unsigned int *);
+    /* Optional: the NVLink topology (no NVLink: every GPU in no domain). */
+    nvmlReturn_t (*pci_info)(nvmlDevice_t, nvml_pci_info *);
+    nvmlReturn_t (*link_state)(nvmlDevice_t, unsigned int, unsigned int *);
+    nvmlReturn_t (*link_remote_pci)(nvmlDevice_t, unsigned int,
+                                    nvml_pci_info *);
+    nvmlReturn_t (*link_remote_type)(nvmlDevice_t, unsigned int,
+                                     unsigned int *);
     nvmlDevice_t dev[INV_MAX_GPUS]; /* per inventory GPU */
 };
 
@@ -225,6 +248,68 @@ static ty_status read_migs(inventory *inv, struct inv_nvml *n, nvmlDevice_t d,
     return TY_OK;
 }
 
+/* The inventory GPU whose PCI address is p's (pci[0..n) holds theirs,
+ * have[g] whether it was read); -1 when none is. */
+static int gpu_at(const nvml_pci_info *pci, const int *have, int n,
+                  const nvml_pci_info *p)
+{
+    for (int g = 0; g < n; g++)
+        if (have[g] && pci[g].domain == p->domain && pci[g].bus == p->bus &&
+            pci[g].device == p->device)
+            return g;
+    return -1;
+}
+
+/* Sets each GPU's nvlink_domain from the active NVLinks
+ * (inv_domains_from_links): a link's far end is a GPU when its PCI address
+ * is one of the inventory's, an NVSwitch when the driver says so. A driver
+ * without these functions, or GPUs without NVLink (NOT_SUPPORTED), leave
+ * every GPU in no domain; nothing here is an error. MIG devices take
+ * their GPU's domain when the slots are built. */
+static void read_domains(inventory *inv, struct inv_nvml *n)
+{
+    if (!n->pci_info || !n->link_state || !n->link_remote_pci || inv->ngpus < 2)
+        return;
+    nvml_pci_info pci[INV_MAX_GPUS];
+    int have[INV_MAX_GPUS];
+    for (int g = 0; g < inv->ngpus; g++)
+        have[g] = n->pci_info(n->dev[g], &pci[g]) == NVML_SUCCESS;
+    inv_link *links =
+        calloc((size_t)inv->ngpus * NVML_NVLINK_MAX_LINKS, sizeof *links);
+    if (!links) {
+        note(inv, "out of memory reading the NVLink topology");
+        return;
+    }
+    int nl = 0;
+    for (int g = 0; g < inv->ngpus; g++) {
+        for (unsigned int l = 0; l < NVML_NVLINK_MAX_LINKS; l++) {
+            unsigned int active = 0, type = NVML_NVLINK_DEVICE_TYPE_GPU;
+            nvml_pci_info far;
+            if (n->link_state(n->dev[g], l, &active) != NVML_SUCCESS ||
+                active != NVML_FEATURE_ENABLED)
+                continue;
+            /* without the type function, a far end is a GPU or nothing */
+            if (n->link_remote_type &&
+                n->link_remote_type(n->dev[g], l, &type) != NVML_SUCCESS)
+                continue;
+            inv_link *k = &links[nl];
+            k->gpu = g;
+            k->peer = -1;
+            k->to_switch = type == NVML_NVLINK_DEVICE_TYPE_SWITCH;
+            if (type == NVML_NVLINK_DEVICE_TYPE_GPU &&
+                n->link_remote_pci(n->dev[g], l, &far) == NVML_SUCCESS)
+                k->peer = gpu_at(pci, have, inv->ngpus, &far);
+            if (k->to_switch || k->peer >= 0)
+                nl++;
+        }
+    }
+    int domain[INV_MAX_GPUS];
+    inv_domains_from_links(inv->ngpus, links, nl, domain);
+    for (int g = 0; g < inv->ngpus; g++)
+        inv->gpus[g].nvlink_domain = domain[g];
+    free(links);
+}
+
 static void nvml_refresh(inventory *inv);
 
 ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err)
@@ -269,6 +354,10 @@ ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err)
     SYM(utilization, "nvmlDeviceGetUtilizationRates");
     SYM(temperature, "nvmlDeviceGetTemperature");
     SYM(power, "nvmlDeviceGetPowerUsage");
+    SYM(pci_info, "nvmlDeviceGetPciInfo_v3");
+    SYM(link_state, "nvmlDeviceGetNvLinkState");
+    SYM(link_remote_pci, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
+    SYM(link_remote_type, "nvmlDeviceGetNvLinkRemoteDeviceType");
     const char *missing = !n->init       ? "nvmlInit_v2"
                           : !n->count    ? "nvmlDeviceGetCount_v2"
                           : !n->by_index ? "nvmlDeviceGetHandleByIndex_v2"
@@ -333,6 +422,7 @@ ty_status inv_nvml_open(const char *lib, inventory **out, ty_err *err)
         n->dev[inv->ngpus] = d;
         inv->ngpus++;
     }
+    read_domains(inv, n);
     s = inv_build_slots(inv, err);
     if (s != TY_OK)
         goto fail;

@@ -217,7 +217,9 @@ static ty_status sched_sync(jobs_service *r, char (*dropped)[TY_ID_MAX],
                          .is_mig = s->kind == INV_SLOT_MIG,
                          .profile = s->profile,
                          .compute_slices = s->retired ? 1 : s->compute_slices,
-                         .memory_bytes = s->memory_bytes};
+                         .memory_bytes = s->memory_bytes,
+                         .node = s->node,
+                         .domain = s->domain};
         if (s->retired)
             st[k] = SCHED_SLOT_RETIRED;
         else if (r->migl && r->migl->recs[s->gpu].used &&
@@ -444,19 +446,25 @@ static int replica_stranded(jobs_service *r, int g, const mig_rec *c, char *who,
                                     .is_mig = s->kind == INV_SLOT_MIG,
                                     .profile = s->profile,
                                     .compute_slices = s->compute_slices,
-                                    .memory_bytes = s->memory_bytes};
+                                    .memory_bytes = s->memory_bytes,
+                                    .node = s->node,
+                                    .domain = s->domain};
     }
     if (!c->req.mig)
         sl[ns++] = (sched_slot){.gpu = g,
                                 .compute_slices = MIG_COMPUTE_SLICES,
-                                .memory_bytes = r->inv->gpus[g].memory_bytes};
+                                .memory_bytes = r->inv->gpus[g].memory_bytes,
+                                .node = r->inv->gpus[g].node,
+                                .domain = r->inv->gpus[g].nvlink_domain};
     for (int i = 0; c->req.mig && i < c->req.n; i++) {
         const mig_profile *p = c->req.inst[i].profile;
         sl[ns++] = (sched_slot){.gpu = g,
                                 .is_mig = 1,
                                 .profile = p->name,
                                 .compute_slices = p->compute_slices,
-                                .memory_bytes = p->memory_mib << 20};
+                                .memory_bytes = p->memory_mib << 20,
+                                .node = r->inv->gpus[g].node,
+                                .domain = r->inv->gpus[g].nvlink_domain};
     }
     sched_config cfg = {
         .max_cpu_jobs = -1, .max_serving = -1, .max_serving_per_tenant = -1};

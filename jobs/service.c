@@ -206,7 +206,9 @@ ty_status jobs_create(const jobs_env *env, jobs_service **out, ty_err *err)
                          .is_mig = s->kind == INV_SLOT_MIG,
                          .profile = s->profile,
                          .compute_slices = s->retired ? 1 : s->compute_slices,
-                         .memory_bytes = s->memory_bytes};
+                         .memory_bytes = s->memory_bytes,
+                         .node = s->node,
+                         .domain = s->domain};
     }
     const sched_config cfg = jobs_sched_config(env);
     r->sched = sched_create(&cfg, slots, (size_t)r->nslots, err);

@@ -209,9 +209,9 @@ typedef struct {
      * A gang's members go on one node unless it spreads. */
     int node;
     /* Interconnect domain within the node (GPUs that reach each other
-     * over NVLink/NVSwitch, as NVML topology would say); 0 unknown. The
-     * inventory has no topology yet, so the server passes 0; a gang
-     * prefers members that share one non-zero domain. */
+     * over NVLink/NVSwitch, as NVML topology or a sim file says: the
+     * inventory's inv_slot.domain); 0 unknown. A gang prefers members
+     * that share one non-zero domain. */
     int domain;
 } sched_slot;
 

@@ -95,6 +95,7 @@ function detailsEl(g, s, names, onClose) {
   const pairs = [
     ['Slot', String(s.slot)],
     ['GPU', `${g.index}: ${g.name}`],
+    hasDomain(g) && ['NVLink domain', String(g.nvlink_domain)],
     ['Profile', s.profile || 'whole GPU'],
     ['Memory', fmtBytes(s.memory_bytes)],
     ['Utilisation', utilText(s) + (s.utilization_percent === null && s.kind === 'mig' ? ' (not reported per MIG slice or when simulated)' : '')],
@@ -138,6 +139,30 @@ function legendEl(tenants, colours, anyOther) {
       .map(([id, name]) => item('swatch-tenant', colours.get(id), name)),
     anyOther ? item('swatch-other', null, 'another tenant (not shown to you)') : null,
   ].filter(Boolean);
+}
+
+const hasDomain = (g) => g.nvlink_domain !== null && g.nvlink_domain !== undefined;
+
+// The GPU cards (gpuEl(g) each), grouped by interconnect domain where the
+// inventory gives any: one group per NVLink domain in the order of its
+// first GPU, captioned "NVLink domain N", then the GPUs on none ("No
+// NVLink"). A gang's members go inside one domain when they can, so the
+// groups show where a gang fits. Without domains, the cards as they are.
+function domainGroups(gpus, gpuEl) {
+  if (!gpus.some(hasDomain)) return gpus.map(gpuEl);
+  const groups = new Map();
+  for (const g of gpus) {
+    const key = hasDomain(g) ? g.nvlink_domain : null;
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(g);
+  }
+  const keys = [...groups.keys()].filter((k) => k !== null);
+  if (groups.has(null)) keys.push(null);
+  return keys.map((k) => {
+    const caption = k === null ? 'No NVLink' : `NVLink domain ${k}`;
+    return h('section', {class: 'gpu-domain', 'data-domain': k === null ? '' : k, 'aria-label': caption},
+      h('h2', {class: 'domain-caption', text: caption}), groups.get(k).map(gpuEl));
+  });
 }
 
 export function devicesPage(root) {
@@ -184,11 +209,12 @@ export function devicesPage(root) {
     queued.textContent = n === null || n === undefined ? ''
       : `${n} ${n === 1 ? 'job' : 'jobs'} queued (${dev.queued_jobs_scope === 'all' ? 'all tenants' : 'your tenant'})`;
     if (!slices.some((s) => String(s.slot) === String(selected))) selected = null;
-    map.replaceChildren(...dev.gpus.map((g) => {
+    const gpuEl = (g) => {
       const chosen = g.slices.find((s) => String(s.slot) === String(selected));
       return h('section', {class: 'card gpu', 'data-gpu': g.index},
         h('h2', {text: `GPU ${g.index}: ${g.name}${g.model ? ' (' + g.model + ')' : ''}`}),
         h('p', {class: 'muted gpu-meta', text: `${fmtBytes(g.memory_bytes)} · MIG ${g.mig ? 'on' : 'off'} · ${g.uuid}` +
+          (hasDomain(g) ? ` · NVLink domain ${g.nvlink_domain}` : '') +
           (g.utilization_gpu_percent !== null ? ` · ${g.utilization_gpu_percent} % busy` : '') +
           (g.temperature_c !== null ? ` · ${g.temperature_c} °C` : '')}),
         h('div', {class: 'slices', role: 'group', 'aria-label': `GPU ${g.index} slices`},
@@ -198,7 +224,8 @@ export function devicesPage(root) {
             return el;
           })),
         chosen ? detailsEl(g, chosen, names, () => { select(chosen.slot); }) : null);
-    }), h('p', {class: 'muted', text: `Inventory source: ${dev.source}`}));
+    };
+    map.replaceChildren(...domainGroups(dev.gpus, gpuEl), h('p', {class: 'muted', text: `Inventory source: ${dev.source}`}));
     const again = focusSlot ?? focused;
     if (again !== null && again !== undefined) {
       const el = map.querySelector(`.slice[data-slot="${again}"]`);

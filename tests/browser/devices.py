@@ -13,6 +13,8 @@ must queue behind its quota. Then, for each viewer and width:
 * a held slice shows its tenant and job by name (admin), or "another
   tenant" (a tenant key looking at the other tenant's slice);
 * every slice shows its memory, and its utilisation as "—" (simulated);
+* the GPU (given NVLink domain 1 in a copy of the sim file) sits under an
+  "NVLink domain 1" caption, and its line names the domain;
 * the count of queued jobs is shown (the tenant's own; the admin: all);
 * a click or tap on a held slice, and Enter on a focused one, shows its
   details;
@@ -32,6 +34,7 @@ each with -details after a click or tap on a held slice.
 Usage: devices.py path/to/trainyard [artifacts-dir]
 Exit 77 (skipped) when chromium, chromedriver or selenium is missing.
 """
+import json
 import os
 import re
 import sys
@@ -211,6 +214,15 @@ def check_view(driver, view, size, names):
           f"{label}: every slice shows its memory (16.0 GiB): {texts}")
     check(all("—" in t for t in texts), f"{label}: every slice shows its utilisation as — (simulated): {texts}")
 
+    # The GPU's NVLink domain: a caption over its group, and on its line.
+    dom = js(driver, """const g = document.querySelector('#device-map .gpu-domain[data-domain="1"]');
+        return g && {caption: g.querySelector('.domain-caption').innerText,
+                     gpus: g.querySelectorAll('.gpu').length,
+                     meta: g.querySelector('.gpu-meta').innerText};""")
+    check(bool(dom) and dom["caption"] == "NVLink domain 1" and dom["gpus"] == 1
+          and "NVLink domain 1" in dom["meta"],
+          f"{label}: GPU 0 is shown under an \"NVLink domain 1\" caption ({dom})")
+
     # The queued jobs.
     m = re.search(r"(\d+) (?:jobs? )?queued|queued(?: jobs)?:? (\d+)", body, re.I)
     got = int(m.group(1) or m.group(2)) if m else None
@@ -269,7 +281,15 @@ def main():
     tmp = tempfile.mkdtemp(prefix="trainyard-devices-")
     csv = os.path.join(tmp, "blobs.csv")
     make_csv(csv)
-    srv, log, base = start_server(binary, tmp)
+    # The simulated H200, in NVLink domain 1 (the last --devices wins).
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "gpu", "sim", "h200-7x1g.json")) as f:
+        sim = json.load(f)
+    sim["gpus"][0]["nvlink_domain"] = 1
+    sim_path = os.path.join(tmp, "h200-nvl.json")
+    with open(sim_path, "w") as f:
+        json.dump(sim, f)
+    srv, log, base = start_server(binary, tmp, "--devices", f"sim:{sim_path}")
     # The training workers inherit this: the browser keeps the CPUs it needs.
     os.setpriority(os.PRIO_PROCESS, srv.pid, 10)
     driver = None

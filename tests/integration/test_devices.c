@@ -2,8 +2,8 @@
  * Integration tests for the device inventory: `trainyard serve --devices`
  * with each shipped simulated inventory (gpu/sim/), a layout the hardware
  * could not hold (the start stops, naming the file, GPU and instance,
- * before an admin key exists), --devices none, and GET /v1/devices over
- * HTTP.
+ * before an admin key exists), --devices none, GET /v1/devices over
+ * HTTP, and the GPUs' NVLink domains a sim file gives (h100-4x-2nvl.json).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -200,6 +200,71 @@ static void test_auto(void **state)
     srv_cleanup(&s);
 }
 
+/* h100-4x-2nvl.json: four whole H100s in two NVLink domains, as GET
+ * /v1/devices reports them (GPUs 0-1 in domain 1, 2-3 in domain 2); a GPU
+ * on no NVLink says null; a domain that is no positive integer stops the
+ * start, naming the field. */
+static void test_nvlink_domains(void **state)
+{
+    char path[PATH_MAX], spec[PATH_MAX + 8];
+    sim_file("h100-4x-2nvl.json", path);
+    snprintf(spec, sizeof spec, "sim:%s", path);
+    srv s = start_with(spec);
+    json_t *doc = get_devices(&s);
+    json_t *gpus = json_object_get(doc, "gpus");
+    assert_int_equal(json_array_size(gpus), 4);
+    const int want[] = {1, 1, 2, 2};
+    for (size_t g = 0; g < 4; g++) {
+        json_t *gpu = json_array_get(gpus, g);
+        json_t *d = json_object_get(gpu, "nvlink_domain");
+        if (!json_is_integer(d) || json_integer_value(d) != want[g])
+            fail_msg("GPU %zu: nvlink_domain is not %d", g, want[g]);
+        json_t *slices = json_object_get(gpu, "slices");
+        assert_int_equal(json_array_size(slices), 1);
+        assert_string_equal(json_string_value(json_object_get(
+                                json_array_get(slices, 0), "kind")),
+                            "gpu");
+    }
+    json_decref(doc);
+    srv_stop(&s, SIGTERM);
+    srv_cleanup(&s);
+
+    char dir[PATH_MAX], file[PATH_MAX + 32];
+    temp_dir(dir);
+    snprintf(file, sizeof file, "%s/domains.json", dir);
+    snprintf(spec, sizeof spec, "sim:%s", file);
+    const char *mixed = "{\"gpus\": [{\"model\": \"A100-40GB\"},\n"
+                        " {\"model\": \"H100\", \"nvlink_domain\": 3}]}\n";
+    write_file(file, mixed, strlen(mixed));
+    s = start_with(spec);
+    doc = get_devices(&s);
+    gpus = json_object_get(doc, "gpus");
+    json_t *none = json_object_get(json_array_get(gpus, 0), "nvlink_domain");
+    assert_non_null(none);
+    assert_true(json_is_null(none));
+    assert_int_equal(json_integer_value(json_object_get(json_array_get(gpus, 1),
+                                                        "nvlink_domain")),
+                     3);
+    json_decref(doc);
+    srv_stop(&s, SIGTERM);
+    srv_cleanup(&s);
+
+    const char *bad = "{\"gpus\": [{\"model\": \"A100-40GB\"},\n"
+                      " {\"model\": \"H100\", \"nvlink_domain\": 0}]}\n";
+    write_file(file, bad, strlen(bad));
+    const char *flags[] = {"--devices", spec, NULL};
+    srv refused;
+    assert_int_equal(srv_start(&refused, NULL, flags), -1);
+    char text[8192];
+    read_log(&refused, text, sizeof text);
+    if (!strstr(text, file) ||
+        !strstr(text, "gpus[1].nvlink_domain must be between 1 and 1024"))
+        fail_msg("the error does not name the file and field: %s", text);
+    srv_cleanup(&refused);
+    unlink(file);
+    rmdir(dir);
+}
+
 /* An impossible layout stops the start, with the file, GPU and instance
  * named, and before the admin key is made. */
 static void test_bad_layout_stops_start(void **state)
@@ -261,6 +326,7 @@ int main(void)
         cmocka_unit_test(test_none),
         cmocka_unit_test(test_auto),
         cmocka_unit_test(test_bad_layout_stops_start),
+        cmocka_unit_test(test_nvlink_domains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,11 @@
  * layout rules, the simulated inventory's JSON format (every shipped
  * example loads; every kind of impossible layout is refused with a message
  * naming the file, GPU and instance), the slot list, what each viewer sees
- * of a slot's holder, the JSON view, --devices parsing, and the NVML source
- * on a host without the library (an empty inventory with the reason). */
+ * of a slot's holder, the JSON view, --devices parsing, the NVML source
+ * on a host without the library (an empty inventory with the reason), and
+ * interconnect domains: a sim file's nvlink_domain (kept by MIG slices and
+ * re-cuts; bad values refused) and the union-find that turns NVML's
+ * NVLink table into domains, on fake tables. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -647,6 +650,203 @@ static void test_json_view(void **state)
     inv_destroy(inv);
 }
 
+/* ---- interconnect domains ---- */
+
+static void test_example_h100_2nvl(void **state)
+{
+    inventory *inv = load_example("h100-4x-2nvl.json");
+    assert_int_equal(inv->ngpus, 4);
+    assert_int_equal(inv->nslots, 4);
+    const int want[] = {1, 1, 2, 2};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(inv->gpus[i].nvlink_domain, want[i]);
+        assert_int_equal(inv->gpus[i].node, 0);
+        assert_int_equal(inv->slots[i].kind, INV_SLOT_GPU);
+        assert_int_equal(inv->slots[i].domain, want[i]);
+        assert_int_equal(inv->slots[i].node, 0);
+    }
+    /* GET /v1/devices says it; a GPU without one says null */
+    inv_viewer admin = {.is_admin = 1};
+    json_t *doc = inv_to_json(inv, &admin);
+    json_t *gpus = json_object_get(doc, "gpus");
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(json_integer_value(json_object_get(
+                             json_array_get(gpus, (size_t)i), "nvlink_domain")),
+                         want[i]);
+    json_decref(doc);
+    inv_destroy(inv);
+
+    inv = load_example("a100-2x-nomig.json");
+    doc = inv_to_json(inv, &admin);
+    json_t *d = json_object_get(json_array_get(json_object_get(doc, "gpus"), 0),
+                                "nvlink_domain");
+    assert_non_null(d);
+    assert_true(json_is_null(d));
+    assert_int_equal(inv->slots[0].domain, 0);
+    json_decref(doc);
+    inv_destroy(inv);
+}
+
+/* A MIG GPU's slices are in its domain, before and after a re-cut. */
+static void test_domains_mig(void **state)
+{
+    inventory *inv = NULL;
+    ty_err err;
+    assert_int_equal(
+        parse("{\"gpus\": [{\"model\": \"H100\"},"
+              " {\"model\": \"H100\", \"nvlink_domain\": 7, \"mig\": true,"
+              "  \"instances\": [{\"profile\": \"3g.40gb\", \"start\": 0},"
+              "                  {\"profile\": \"3g.40gb\", \"start\": 4}]}]}",
+              &inv, &err),
+        TY_OK);
+    assert_int_equal(inv->nslots, 3);
+    assert_int_equal(inv->slots[0].domain, 0);
+    assert_int_equal(inv->slots[1].domain, 7);
+    assert_int_equal(inv->slots[2].domain, 7);
+    /* MIG off: one whole-GPU slot, still in domain 7 */
+    assert_int_equal(inv_gpu_recut(inv, 1, 0, NULL, 0, &err), TY_OK);
+    assert_int_equal(inv->slots[1].kind, INV_SLOT_GPU);
+    assert_int_equal(inv->slots[1].domain, 7);
+    /* 7 x 1g: slots 1, 2 reused, five appended, all in domain 7 */
+    const mig_model *m = mig_model_find("H100");
+    mig_placed inst[7];
+    for (int i = 0; i < 7; i++)
+        inst[i] = (mig_placed){mig_profile_find(m, "1g.10gb"), i};
+    assert_int_equal(inv_gpu_recut(inv, 1, 1, inst, 7, &err), TY_OK);
+    assert_int_equal(inv->nslots, 8);
+    for (int k = 1; k < 8; k++) {
+        assert_int_equal(inv->slots[k].gpu, 1);
+        assert_int_equal(inv->slots[k].domain, 7);
+    }
+    assert_int_equal(inv->slots[0].domain, 0);
+    inv_destroy(inv);
+
+    /* null is as left out: no domain */
+    assert_int_equal(
+        parse("{\"gpus\": [{\"model\": \"H100\", \"nvlink_domain\": null}]}",
+              &inv, &err),
+        TY_OK);
+    assert_int_equal(inv->gpus[0].nvlink_domain, 0);
+    inv_destroy(inv);
+}
+
+static void test_bad_domains(void **state)
+{
+    const char *bad[] = {"0", "-1", "1025", "1.5", "\"1\"", "true", "[1]"};
+    for (size_t i = 0; i < TY_ARRAY_LEN(bad); i++) {
+        char doc[256];
+        snprintf(doc, sizeof doc,
+                 "{\"gpus\": [{\"model\": \"H100\", \"nvlink_domain\": 1},"
+                 " {\"model\": \"H100\", \"nvlink_domain\": %s}]}",
+                 bad[i]);
+        expect_bad(doc, "gpus[1].nvlink_domain", "gpus[1].nvlink_domain must",
+                   NULL);
+    }
+    expect_bad("{\"gpus\": [{\"model\": \"H100\", \"nvlink_domain\": 0}]}",
+               "gpus[0].nvlink_domain", "between 1 and 1024", NULL);
+    expect_bad("{\"gpus\": [{\"model\": \"H100\", \"nvlink_domain\": 1.5}]}",
+               "gpus[0].nvlink_domain", "must be an integer", NULL);
+}
+
+/* inv_domains_from_links on fake NVML link tables. */
+static void expect_domains(int n, const inv_link *links, int nl,
+                           const int *want)
+{
+    int got[INV_MAX_GPUS];
+    for (int g = 0; g < n; g++)
+        got[g] = -99;
+    inv_domains_from_links(n, links, nl, got);
+    for (int g = 0; g < n; g++)
+        if (got[g] != want[g])
+            fail_msg("GPU %d: domain %d, want %d", g, got[g], want[g]);
+}
+
+#define L(a, b)                 \
+    {                           \
+        .gpu = (a), .peer = (b) \
+    }
+#define SW(a)                                  \
+    {                                          \
+        .gpu = (a), .peer = -1, .to_switch = 1 \
+    }
+
+static void test_domains_from_links(void **state)
+{
+    /* two bridged pairs, each link seen from both ends */
+    const inv_link pairs[] = {L(0, 1), L(1, 0), L(2, 3), L(3, 2), L(0, 1)};
+    expect_domains(4, pairs, 5, (const int[]){1, 1, 2, 2});
+    /* numbered by the lowest GPU, whatever order the links come in */
+    const inv_link late[] = {L(3, 2), L(1, 0)};
+    expect_domains(4, late, 2, (const int[]){1, 1, 2, 2});
+    const inv_link crossed[] = {L(3, 1), L(2, 0)};
+    expect_domains(4, crossed, 2, (const int[]){1, 2, 1, 2});
+    /* a chain (links seen from one end only) is one domain; a GPU on
+     * no link is in none */
+    const inv_link chain[] = {L(0, 1), L(2, 1)};
+    expect_domains(4, chain, 2, (const int[]){1, 1, 1, 0});
+    /* one link between two islands joins them (union-find) */
+    const inv_link joined[] = {L(0, 1), L(2, 3), L(4, 5), L(1, 2)};
+    expect_domains(6, joined, 4, (const int[]){1, 1, 1, 1, 2, 2});
+    /* NVSwitch: every GPU on a switch is one domain */
+    inv_link hgx[8 * 2];
+    for (int g = 0; g < 8; g++)
+        hgx[2 * g] = hgx[2 * g + 1] = (inv_link)SW(g);
+    expect_domains(8, hgx, 16, (const int[]){1, 1, 1, 1, 1, 1, 1, 1});
+    /* switched GPUs and GPUs on no NVLink side by side */
+    const inv_link some[] = {SW(3), SW(1)};
+    expect_domains(4, some, 2, (const int[]){0, 1, 0, 1});
+    /* a switch and a direct bridge into it: one domain */
+    const inv_link mixed[] = {SW(0), SW(1), L(2, 1), L(3, 4)};
+    expect_domains(5, mixed, 4, (const int[]){1, 1, 1, 2, 2});
+    /* alone on a switch, a loopback, a far end that is no inventory GPU,
+     * a link of a GPU outside the table: none joins anything */
+    const inv_link junk[] = {SW(2),
+                             L(0, 0),
+                             L(1, -1),
+                             L(1, 99),
+                             L(-1, 0),
+                             L(7, 0),
+                             {.gpu = 3, .peer = -1}};
+    expect_domains(4, junk, 7, (const int[]){0, 0, 0, 0});
+    /* no GPUs, no links: nothing written */
+    int untouched = 5;
+    inv_domains_from_links(0, NULL, 0, &untouched);
+    assert_int_equal(untouched, 5);
+    expect_domains(3, NULL, 0, (const int[]){0, 0, 0});
+}
+
+#undef L
+#undef SW
+
+/* The NVML source over a fake libnvidia-ml (tests/unit/fake_nvml.c, built
+ * beside this test): its NVLink table becomes the GPUs' domains - a bridged
+ * pair, two GPUs on an NVSwitch, one whose only active link leads to no
+ * GPU of the inventory (its inactive one to a GPU does not count), one
+ * without NVLink - and the slots carry them to the scheduler. */
+static void test_nvml_domains(void **state)
+{
+#ifdef TY_FAKE_NVML
+    inventory *inv = NULL;
+    ty_err err = {0};
+    assert_int_equal(inv_nvml_open(TY_FAKE_NVML, &inv, &err), TY_OK);
+    if (inv->ngpus != 6)
+        fail_msg("the fake NVML gave %d GPUs: %s", inv->ngpus, inv->reason);
+    const int want[] = {1, 1, 2, 2, 0, 0};
+    for (int g = 0; g < 6; g++) {
+        assert_false(inv->gpus[g].mig_enabled);
+        if (inv->gpus[g].nvlink_domain != want[g])
+            fail_msg("GPU %d: domain %d, want %d", g,
+                     inv->gpus[g].nvlink_domain, want[g]);
+        assert_int_equal(inv->slots[g].domain, want[g]);
+        assert_int_equal(inv->slots[g].node, 0);
+    }
+    assert_string_equal(inv->gpus[5].uuid, "GPU-fake-5");
+    inv_destroy(inv);
+#else
+    skip();
+#endif
+}
+
 /* ---- --devices ---- */
 
 static void test_config_devices(void **state)
@@ -693,6 +893,11 @@ int main(void)
         cmocka_unit_test(test_holder_visibility),
         cmocka_unit_test(test_json_view),
         cmocka_unit_test(test_config_devices),
+        cmocka_unit_test(test_example_h100_2nvl),
+        cmocka_unit_test(test_domains_mig),
+        cmocka_unit_test(test_bad_domains),
+        cmocka_unit_test(test_domains_from_links),
+        cmocka_unit_test(test_nvml_domains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,6 +117,14 @@ static void test_several_entries_and_nodes(void **state)
     /* The whole GPUs of one node are numbered across types. */
     assert_string_equal(inv->slots[4].uuid, "slurm:a:gpu:2");
     assert_string_equal(inv->slots[5].uuid, "slurm:c:1g.18gb:0");
+    /* Each slot is on its node's place in the list (a: 0, c: 2), so a
+     * gang stays on one node; GRES gives no NVLink domain. */
+    const int node[] = {0, 0, 0, 0, 0, 2};
+    for (int k = 0; k < 6; k++) {
+        assert_int_equal(inv->slots[k].node, node[k]);
+        assert_int_equal(inv->slots[k].domain, 0);
+        assert_int_equal(inv->gpus[inv->slots[k].gpu].node, node[k]);
+    }
     inv_destroy(inv);
 
     /* No GRES at all: an empty inventory. */
