@@ -42,6 +42,73 @@ static ty_status parse_workers(const json_t *resources, int *workers,
     return TY_OK;
 }
 
+/* resources.gpus (present, not null): a gang of that many whole GPUs of
+ * one node, one rank each (1: an ordinary whole-GPU job). resources.gpu
+ * beside it may narrow what each member must be ("whole", "any" or
+ * {"min_memory_gb": n}); the request is always a whole GPU. *workers gets
+ * the ranks. */
+static ty_status parse_gpus(const json_t *resources, int host_has_gpus,
+                            sched_request *out, int *workers,
+                            json_t **normalized, ty_err *err)
+{
+    const json_t *g = json_object_get(resources, "gpus");
+    const json_t *w = json_object_get(resources, "workers");
+    int64_t n = json_integer_value(g);
+    if (!json_is_integer(g) || n < 1 || n > JOBREQ_GPUS_MAX)
+        return ty_fail(err, TY_EINVAL, "resources.gpus",
+                       "resources.gpus must be a whole number from 1 to %d: "
+                       "the whole GPUs of one node that train the model "
+                       "together (data-parallel, one process each)",
+                       JOBREQ_GPUS_MAX);
+    if (w && !json_is_null(w))
+        return ty_fail(err, TY_EINVAL, "resources.gpus",
+                       "give resources.gpus (whole GPUs) or resources.workers "
+                       "(CPU processes), not both");
+    if (!host_has_gpus)
+        return ty_fail(err, TY_EINVAL, "resources.gpus",
+                       "this server has no GPUs: leave resources.gpus out, or "
+                       "train on CPU processes with resources.workers");
+    /* What each member must be: resources.gpu alone, parsed as for any
+     * job, then made a whole GPU. */
+    const json_t *gpu = json_object_get(resources, "gpu");
+    json_t *only = json_object();
+    json_t *norm = NULL;
+    if (!only)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (gpu && !json_is_null(gpu))
+        json_object_set(only, "gpu", (json_t *)gpu);
+    ty_status s = jobreq_parse(only, 1, out, NULL, &norm, err);
+    json_decref(only);
+    if (s != TY_OK)
+        return s;
+    if (out->kind == SCHED_REQ_NONE || out->kind == SCHED_REQ_PROFILE) {
+        json_decref(norm);
+        return ty_fail(err, TY_EINVAL, "resources.gpu",
+                       out->kind == SCHED_REQ_NONE
+                           ? "resources.gpus asks for GPUs: resources.gpu "
+                             "\"none\" contradicts it"
+                           : "resources.gpus takes whole GPUs: a MIG profile "
+                             "in resources.gpu cannot be used with it "
+                             "(collectives do not run between MIG slices)");
+    }
+    const char *v = json_string_value(json_object_get(norm, "gpu"));
+    if (out->kind == SCHED_REQ_ANY || (v && !strcmp(v, "any"))) {
+        out->kind = SCHED_REQ_MIN;
+        json_object_set_new(norm, "gpu", json_string("whole"));
+    }
+    out->min_compute_slices = 7;
+    if (json_is_object(json_object_get(norm, "gpu")))
+        json_object_set_new(json_object_get(norm, "gpu"), "min_compute_slices",
+                            json_integer(7));
+    *workers = (int)n;
+    json_object_set_new(norm, "gpus", json_integer(n));
+    if (normalized)
+        *normalized = norm;
+    else
+        json_decref(norm);
+    return TY_OK;
+}
+
 ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
                        sched_request *out, int *workers, json_t **normalized,
                        ty_err *err)
@@ -54,13 +121,18 @@ ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
     const json_t *gpu = NULL;
     if (resources) {
         static const char *const keys[] = {"gpu", NULL};
-        static const char *const job_keys[] = {"gpu", "workers", NULL};
+        static const char *const job_keys[] = {"gpu", "workers", "gpus", NULL};
         if (!json_is_object(resources))
             return ty_fail(err, TY_EINVAL, "resources",
                            "resources must be an object such as "
                            "{\"gpu\": \"any\"}");
         ty_status s = tyjson_check_keys(resources, workers ? job_keys : keys,
                                         "resources", err);
+        /* A gang of whole GPUs (resources.gpus): its own rules. */
+        const json_t *g = json_object_get(resources, "gpus");
+        if (s == TY_OK && workers && g && !json_is_null(g))
+            return parse_gpus(resources, host_has_gpus, out, workers,
+                              normalized, err);
         if (s == TY_OK && workers)
             s = parse_workers(resources, workers, err);
         if (s != TY_OK)
@@ -68,15 +140,15 @@ ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
         gpu = json_object_get(resources, "gpu");
     }
     /* A gang of CPU processes: the GPU default does not apply, and a GPU
-     * asked for beside it is refused (GPU gangs are not built yet). */
+     * asked for beside it is refused (a gang of GPUs is resources.gpus). */
     if (workers && *workers > 1) {
         if (gpu && !json_is_null(gpu) &&
             !(json_is_string(gpu) && !strcmp(json_string_value(gpu), "none")))
             return ty_fail(err, TY_EINVAL, "resources.gpu",
                            "resources.workers trains on CPU processes: give "
                            "resources.gpu \"none\" with it, or leave it out "
-                           "(data-parallel training on GPUs is not available "
-                           "yet)");
+                           "(for data-parallel training on GPUs, ask for "
+                           "resources.gpus instead)");
         out->kind = SCHED_REQ_NONE;
         if (normalized) {
             *normalized =

@@ -5,7 +5,13 @@
  *                 {"min_memory_gb": n, "min_compute_slices": k}}
  *                 "workers": n (jobs only: n CPU processes that train
  *                 the model together, data-parallel; 1..JOBREQ_WORKERS_MAX,
- *                 default 1; with resources.gpu "none" or absent)}
+ *                 default 1; with resources.gpu "none" or absent)
+ *                 "gpus": n (jobs only: n whole GPUs of one node that train
+ *                 the model together, one process each, data-parallel;
+ *                 1..JOBREQ_GPUS_MAX; not with "workers"; resources.gpu
+ *                 beside it absent, "whole", "any" or a memory minimum,
+ *                 never a MIG profile; normalized to a whole-GPU request,
+ *                 *workers = n)}
  *   "priority": integer (higher runs first within the tenant; default 0)
  *
  * "whole" asks for a whole GPU: any slot with all 7 compute slices
@@ -26,6 +32,7 @@
 
 #define JOBREQ_PRIORITY_MAX 1000000
 #define JOBREQ_WORKERS_MAX 64
+#define JOBREQ_GPUS_MAX 64
 
 /* Parses `resources` (NULL: absent) into *out, *workers (1 when absent;
  * NULL: "workers" is not a key here, as for a deployment) and a normalized
@@ -33,7 +40,7 @@
  * reference; may be NULL). host_has_gpus picks the default, except for a
  * gang of workers, which is always "none". TY_EINVAL naming the field
  * ("resources", "resources.gpu", "resources.gpu.min_memory_gb",
- * "resources.workers", ...). */
+ * "resources.workers", "resources.gpus", ...). */
 ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
                        sched_request *out, int *workers, json_t **normalized,
                        ty_err *err);

@@ -35,11 +35,37 @@
 
 /* ---- starting a worker ---- */
 
+/* The job's data-parallel ranks: resources.workers (CPU processes) or
+ * resources.gpus (whole GPUs, one rank each); 1 without. */
 static int job_workers(const json_t *job)
 {
-    const json_int_t n = json_integer_value(
-        json_object_get(json_object_get(job, "resources"), "workers"));
+    const json_t *res = json_object_get(job, "resources");
+    json_int_t n = json_integer_value(json_object_get(res, "workers"));
+    const json_int_t g = json_integer_value(json_object_get(res, "gpus"));
+    if (g > n)
+        n = g;
     return n > 1 ? (int)n : 1;
+}
+
+/* A gang of whole GPUs placed on info's slots: each rank's device (what
+ * svc_device_for says of its member), into members (info->gang of them,
+ * strings in bufs: 2 * info->gang of INV_NAME_MAX + 8 bytes). */
+static void gang_members(const jobs_service *r, const sched_job_info *info,
+                         exec_rank *members, char (*bufs)[INV_NAME_MAX + 8])
+{
+    for (int i = 0; i < info->gang; i++) {
+        const int slot = info->gang_slots[i];
+        const inv_slot *is = &r->inv->slots[slot];
+        char *dev = bufs[2 * i], *cvd = bufs[2 * i + 1];
+        int has_cvd = 0;
+        svc_device_for(r, slot, dev, INV_NAME_MAX + 8, cvd, INV_NAME_MAX + 8,
+                       &has_cvd);
+        members[i] = (exec_rank){.device = dev,
+                                 .cvd = has_cvd ? cvd : "",
+                                 .slot = slot,
+                                 .gpu = r->inv->gpus[is->gpu].index,
+                                 .uuid = is->uuid};
+    }
 }
 
 /* Writes job.json: what the worker needs, with blob paths resolved. */
@@ -208,7 +234,27 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
         sched_job_remove(r->sched, sj);
         return s;
     }
-    svc_set_holder(r, slot, id, tenant);
+    /* A gang of whole GPUs: a rank on each member, each member held. */
+    const int gpu_gang = info.gang > 1 && info.gang_slots && slot >= 0;
+    exec_rank *members = NULL;
+    char(*member_bufs)[INV_NAME_MAX + 8] = NULL;
+    if (gpu_gang) {
+        members = calloc((size_t)info.gang, sizeof *members);
+        member_bufs = calloc((size_t)info.gang * 2, sizeof *member_bufs);
+        if (!members || !member_bufs) {
+            free(members);
+            free(member_bufs);
+            store_job_finish(env->store, id, JOB_FAILED, "out of memory", NULL,
+                             &err);
+            sched_job_remove(r->sched, sj);
+            return TY_ENOMEM;
+        }
+        gang_members(r, &info, members, member_bufs);
+        for (int i = 0; i < info.gang; i++)
+            svc_set_holder(r, info.gang_slots[i], id, tenant);
+    } else {
+        svc_set_holder(r, slot, id, tenant);
+    }
     double queue_wait = svc_wall() - info.submit_time;
     opm_job_started(tenant, queue_wait);
     json_t *job = NULL, *where = NULL;
@@ -224,10 +270,18 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
                          .slot = slot >= 0 ? &r->inv->slots[slot] : NULL,
                          .threads = env->worker_threads,
                          .memory_bytes = job_memory_ask(env, job),
-                         .ranks = job_workers(job)};
-        s = r->exec->start(r->exec->impl, place, &st, &where, &err);
+                         .ranks = job_workers(job),
+                         .members = members};
+        if (gpu_gang && st.ranks != info.gang)
+            s = ty_fail(&err, TY_EINVAL, NULL,
+                        "the job asks for %d ranks but was placed on %d GPUs",
+                        st.ranks, info.gang);
+        else
+            s = r->exec->start(r->exec->impl, place, &st, &where, &err);
     }
     json_decref(job);
+    free(members);
+    free(member_bufs);
     if (s != TY_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "could not start the training process: %s",
@@ -236,6 +290,7 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
         svc_log_transition(r, id, JOB_FAILED, msg);
         sched_job_remove(r->sched, sj);
         svc_set_holder(r, slot, NULL, NULL);
+        svc_release_holders(r, id);
         return s;
     }
     if (where)
@@ -714,6 +769,7 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, exec_end how,
     char msg[900], hint[600];
     const char *status;
     svc_set_holder(r, w->slot, NULL, NULL);
+    svc_release_holders(r, w->job_id); /* a gang's other members */
     opm_job_ended(w->job_id);
     int ok_exit = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
     /* A remote worker that ended while this server was away: its model,

@@ -291,6 +291,11 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
         s = sched_job_check(r->sched, &d, err);
     }
     pthread_mutex_unlock(&r->mu);
+    /* A gang of whole GPUs (resources.gpus) that no node could hold: the
+     * count is what to change, whatever resources.gpu narrowed. */
+    if (s == TY_EINVAL && workers > 1 && req->kind != SCHED_REQ_NONE &&
+        !strcmp(err->field, "resources.gpu"))
+        snprintf(err->field, sizeof err->field, "resources.gpus");
     return s;
 }
 
@@ -299,24 +304,31 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
  * mpirun on the machine (local executor) or as many Slurm nodes as
  * workers (Slurm: one rank a node, exec_slurm_gang_check); how many at
  * once is the scheduler's check. TY_EINVAL naming resources.workers. */
-static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
+static ty_status gang_check(const jobs_service *r, const sched_request *req,
+                            int workers, ty_err *err)
 {
     if (workers <= 1 || !r)
         return TY_OK;
     const jobs_env *env = &r->env;
+    /* A gang of whole GPUs (resources.gpus) or of CPU processes. */
+    const int gpus = req->kind != SCHED_REQ_NONE;
+    const char *field = gpus ? "resources.gpus" : "resources.workers";
     const char *why = NULL;
     if (!nn_comm_mpi_available())
         why = "this server was built without Open MPI (libopenmpi-dev)";
+    else if (env->slurm && r->exec && gpus)
+        /* one node's GPUs as ranks of one Slurm job: not built yet */
+        why = "its Slurm executor does not run gangs of GPUs yet";
     else if (env->slurm && r->exec) /* srun starts the ranks, one a node */
         return exec_slurm_gang_check(r->exec, workers, env->worker_threads,
                                      err);
     else if (!env->mpirun[0])
         why = "Open MPI's mpirun is not installed on it (openmpi-bin)";
     if (why)
-        return ty_fail(err, TY_EINVAL, "resources.workers",
+        return ty_fail(err, TY_EINVAL, field,
                        "this server cannot run data-parallel jobs "
-                       "(resources.workers above 1): %s",
-                       why);
+                       "(%s above 1): %s",
+                       field, why);
     return TY_OK;
 }
 
@@ -365,7 +377,7 @@ static ty_status admit(jobs_service *r, const char *tenant,
                        const job_submission *sub, admission *adm, ty_err *err)
 {
     memset(adm, 0, sizeof *adm);
-    ty_status s = gang_check(r, sub->workers, err);
+    ty_status s = gang_check(r, &sub->req, sub->workers, err);
     if (s == TY_OK)
         s = request_check(r, tenant, &sub->req, sub->workers, err);
     return s == TY_OK ? admission_check(&r->env, tenant, sub, adm, err) : s;
@@ -633,6 +645,7 @@ void jobs_stop(jobs_service *r)
     for (int i = 0; i < r->cap; i++)
         if (r->runs[i].used) {
             svc_set_holder(r, r->runs[i].slot, NULL, NULL);
+            svc_release_holders(r, r->runs[i].job_id); /* a gang's others */
             svc_usage_close(r, &r->runs[i]);
         }
     int64_t n = 0;

@@ -97,6 +97,21 @@ void svc_set_holder(jobs_service *r, int slot, const char *job,
     pthread_mutex_unlock(&r->inv->mu);
 }
 
+void svc_release_holders(jobs_service *r, const char *job)
+{
+    if (!r->inv || !job || !*job)
+        return;
+    pthread_mutex_lock(&r->inv->mu);
+    for (int i = 0; i < r->inv->nslots; i++) {
+        inv_slot *s = &r->inv->slots[i];
+        if (!strcmp(s->job_id, job)) {
+            s->job_id[0] = '\0';
+            s->tenant_id[0] = '\0';
+        }
+    }
+    pthread_mutex_unlock(&r->inv->mu);
+}
+
 /* ---- run entries ---- */
 
 const jobs_kind *svc_kind_of(const jobs_service *r, const char *sched_id)

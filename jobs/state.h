@@ -148,6 +148,10 @@ ty_status svc_tenant_handle(jobs_service *r, const char *id, int *h,
 void svc_set_holder(jobs_service *r, int slot, const char *job,
                     const char *tenant);
 
+/* Clears every inventory slot job holds (a gang of whole GPUs holds one
+ * per member). */
+void svc_release_holders(jobs_service *r, const char *job);
+
 /* The kind of scheduler job id (the training kind when no other's prefix
  * matches). */
 const jobs_kind *svc_kind_of(const jobs_service *r, const char *sched_id);

@@ -10,7 +10,7 @@
  *     same losses (1e-5) and half the optimizer_state_bytes a rank;
  *   - refusals name the field: more workers than --max-jobs, a batch_size
  *     the workers cannot share equally, a GPU beside workers, a bad count,
- *     a zero other than 0 or 1;
+ *     a zero other than 0 or 1, a gang of GPUs on a server without GPUs;
  *   - the gang holds both of the server's CPU places: a job submitted
  *     while it runs waits until it has finished;
  *   - a worker killed (SIGKILL) mid-run ends the whole gang within 30 s
@@ -212,6 +212,9 @@ static void test_gang_refusals(void **state)
         {"{}", "{\"workers\": 2, \"gpu\": \"any\"}", "resources.gpu"},
         {"{}", "{\"workers\": 0}", "resources.workers"},
         {"{}", "{\"workers\": \"two\"}", "resources.workers"},
+        /* a gang of GPUs on a server without any (test_gpu_gang.c has
+         * the rest of resources.gpus) */
+        {"{}", "{\"gpus\": 2}", "resources.gpus"},
         /* ZeRO: stage 0 or 1 only. */
         {"{\"zero\": 2}", "{\"workers\": 2}", "hyperparameters.zero"},
         {"{\"zero\": -1}", "{\"workers\": 2}", "hyperparameters.zero"},
