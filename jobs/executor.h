@@ -60,6 +60,10 @@ typedef struct {
      * members[i] (its own device; device, cvd and slot above are rank
      * 0's). NULL: every rank on `device` (a CPU gang). */
     const exec_rank *members;
+    /* A gang over Slurm nodes (resources.nodes, gpus_per_node): its ranks
+     * a node, ranks / ranks_per_node nodes. 0: one rank a node (Slurm) or
+     * every rank on this server (local). */
+    int ranks_per_node;
 } exec_start;
 
 /* How a worker ended, beyond its wait status. */

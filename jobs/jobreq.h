@@ -11,7 +11,11 @@
  *                 1..JOBREQ_GPUS_MAX; not with "workers"; resources.gpu
  *                 beside it absent, "whole", "any" or a memory minimum,
  *                 never a MIG profile; normalized to a whole-GPU request,
- *                 *workers = n)}
+ *                 *workers = n)
+ *                 "nodes": m, "gpus_per_node": n (jobs only, both or
+ *                 neither: m Slurm nodes of n whole GPUs each, a rank a
+ *                 GPU, *workers = m * n; not with "gpus" or "workers";
+ *                 whether the executor can run it is the service's)}
  *   "priority": integer (higher runs first within the tenant; default 0)
  *
  * "whole" asks for a whole GPU: any slot with all 7 compute slices
@@ -32,7 +36,9 @@
 
 #define JOBREQ_PRIORITY_MAX 1000000
 #define JOBREQ_WORKERS_MAX 64
-#define JOBREQ_GPUS_MAX 64
+#define JOBREQ_GPUS_MAX 64   /* resources.gpus, resources.gpus_per_node */
+#define JOBREQ_NODES_MAX 256 /* resources.nodes */
+#define JOBREQ_GANG_MAX 1024 /* nodes * gpus_per_node */
 
 /* Parses `resources` (NULL: absent) into *out, *workers (1 when absent;
  * NULL: "workers" is not a key here, as for a deployment) and a normalized

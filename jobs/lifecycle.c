@@ -35,16 +35,31 @@
 
 /* ---- starting a worker ---- */
 
-/* The job's data-parallel ranks: resources.workers (CPU processes) or
- * resources.gpus (whole GPUs, one rank each); 1 without. */
+/* The job's data-parallel ranks: resources.workers (CPU processes),
+ * resources.gpus (whole GPUs, one rank each) or resources.nodes times
+ * resources.gpus_per_node; 1 without. */
 static int job_workers(const json_t *job)
 {
     const json_t *res = json_object_get(job, "resources");
     json_int_t n = json_integer_value(json_object_get(res, "workers"));
     const json_int_t g = json_integer_value(json_object_get(res, "gpus"));
+    const json_int_t m =
+        json_integer_value(json_object_get(res, "nodes")) *
+        json_integer_value(json_object_get(res, "gpus_per_node"));
     if (g > n)
         n = g;
+    if (m > n)
+        n = m;
     return n > 1 ? (int)n : 1;
+}
+
+/* A gang over Slurm nodes: its ranks a node (resources.gpus_per_node);
+ * 0 otherwise (one a node, or all on this server). */
+static int job_ranks_per_node(const json_t *job)
+{
+    const json_int_t n = json_integer_value(
+        json_object_get(json_object_get(job, "resources"), "gpus_per_node"));
+    return n > 0 ? (int)n : 0;
 }
 
 /* A gang of whole GPUs placed on info's slots: each rank's device (what
@@ -271,7 +286,8 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
                          .threads = env->worker_threads,
                          .memory_bytes = job_memory_ask(env, job),
                          .ranks = job_workers(job),
-                         .members = members};
+                         .members = members,
+                         .ranks_per_node = job_ranks_per_node(job)};
         if (gpu_gang && st.ranks != info.gang)
             s = ty_fail(&err, TY_EINVAL, NULL,
                         "the job asks for %d ranks but was placed on %d GPUs",

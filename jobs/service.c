@@ -299,35 +299,57 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
     return s;
 }
 
-/* Whether this server can run a gang of `workers` CPU processes at all
- * (1: an ordinary job, always): the Open MPI engine in the build, and
- * mpirun on the machine (local executor) or as many Slurm nodes as
- * workers (Slurm: one rank a node, exec_slurm_gang_check); how many at
- * once is the scheduler's check. TY_EINVAL naming resources.workers. */
-static ty_status gang_check(const jobs_service *r, const sched_request *req,
-                            int workers, ty_err *err)
+/* Whether this server can run sub's gang at all (1 rank: an ordinary job,
+ * always): the Open MPI engine in the build, and mpirun on the machine
+ * (local executor: resources.workers or resources.gpus) or enough Slurm
+ * nodes (Slurm: resources.workers one rank a node, or resources.nodes of
+ * gpus_per_node ranks each, exec_slurm_gang_check); how many at once is
+ * the scheduler's check. TY_EINVAL naming resources.workers,
+ * resources.gpus or resources.nodes. */
+static ty_status gang_check(const jobs_service *r, const job_submission *sub,
+                            ty_err *err)
 {
-    if (workers <= 1 || !r)
+    const json_t *res = sub->resources;
+    const int workers = sub->workers;
+    /* A gang over Slurm nodes (resources.nodes, gpus_per_node), of whole
+     * GPUs of one node (resources.gpus) or of CPU processes. */
+    const json_int_t nodes = json_integer_value(json_object_get(res, "nodes"));
+    const json_int_t per_node =
+        json_integer_value(json_object_get(res, "gpus_per_node"));
+    if (!r || (workers <= 1 && nodes <= 0))
         return TY_OK;
     const jobs_env *env = &r->env;
-    /* A gang of whole GPUs (resources.gpus) or of CPU processes. */
-    const int gpus = req->kind != SCHED_REQ_NONE;
-    const char *field = gpus ? "resources.gpus" : "resources.workers";
+    const int gpus = sub->req.kind != SCHED_REQ_NONE;
+    const char *field = nodes > 0 ? "resources.nodes"
+                        : gpus    ? "resources.gpus"
+                                  : "resources.workers";
     const char *why = NULL;
-    if (!nn_comm_mpi_available())
+    if (nodes > 0 && !(env->slurm && r->exec))
+        why = "resources.nodes and resources.gpus_per_node need the Slurm "
+              "executor (--executor slurm); ask for resources.gpus (GPUs of "
+              "this server's node) instead";
+    else if (!nn_comm_mpi_available())
         why = "this server was built without Open MPI (libopenmpi-dev)";
-    else if (env->slurm && r->exec && gpus)
-        /* one node's GPUs as ranks of one Slurm job: not built yet */
-        why = "its Slurm executor does not run gangs of GPUs yet";
-    else if (env->slurm && r->exec) /* srun starts the ranks, one a node */
-        return exec_slurm_gang_check(r->exec, workers, env->worker_threads,
-                                     err);
-    else if (!env->mpirun[0])
+    else if (env->slurm && r->exec && gpus && nodes <= 0)
+        /* GPUs of one node as ranks of one Slurm job: not built yet */
+        why = "its Slurm executor takes a gang of GPUs as resources.nodes "
+              "and resources.gpus_per_node, not resources.gpus";
+    else if (env->slurm && r->exec) {
+        /* srun starts the ranks: one a node, or gpus_per_node a node,
+         * each with the server's --worker-threads */
+        const int threads = env->worker_threads > 0 ? env->worker_threads : 1;
+        ty_status st = exec_slurm_gang_check(
+            r->exec, nodes > 0 ? (int)nodes : workers,
+            nodes > 0 ? threads * (int)per_node : env->worker_threads, err);
+        if (st != TY_OK)
+            snprintf(err->field, sizeof err->field, "%s", field);
+        return st;
+    } else if (!env->mpirun[0])
         why = "Open MPI's mpirun is not installed on it (openmpi-bin)";
     if (why)
         return ty_fail(err, TY_EINVAL, field,
-                       "this server cannot run data-parallel jobs "
-                       "(%s above 1): %s",
+                       "this server cannot run this data-parallel job (%s): "
+                       "%s",
                        field, why);
     return TY_OK;
 }
@@ -377,9 +399,14 @@ static ty_status admit(jobs_service *r, const char *tenant,
                        const job_submission *sub, admission *adm, ty_err *err)
 {
     memset(adm, 0, sizeof *adm);
-    ty_status s = gang_check(r, &sub->req, sub->workers, err);
+    ty_status s = gang_check(r, sub, err);
     if (s == TY_OK)
         s = request_check(r, tenant, &sub->req, sub->workers, err);
+    /* A gang over Slurm nodes the cluster's GPUs cannot hold: the nodes
+     * are what to change. */
+    if (s == TY_EINVAL && json_object_get(sub->resources, "nodes") &&
+        !strcmp(err->field, "resources.gpus"))
+        snprintf(err->field, sizeof err->field, "resources.nodes");
     return s == TY_OK ? admission_check(&r->env, tenant, sub, adm, err) : s;
 }
 

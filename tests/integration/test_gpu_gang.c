@@ -16,7 +16,8 @@
  *     runs;
  *   - refusals name the field: more GPUs than the node has, a count that
  *     is not 1..64, gpus beside workers, a MIG profile beside it, a
- *     batch_size the GPUs cannot share equally.
+ *     batch_size the GPUs cannot share equally, nodes and gpus_per_node
+ *     on a server without the Slurm executor.
  *
  * Skipped (a clear message) when the server says it cannot run
  * data-parallel jobs (no Open MPI in the build or no mpirun).
@@ -349,6 +350,9 @@ static void test_gpu_gang_refusals(void **state)
         {"{}", "{\"gpus\": 2, \"gpu\": \"1g.10gb\"}", "resources.gpu"},
         {"{}", "{\"gpus\": 2, \"gpu\": \"none\"}", "resources.gpu"},
         {"{\"batch_size\": 63}", "{\"gpus\": 2}", "hyperparameters.batch_size"},
+        /* GPUs over several nodes: the Slurm executor's */
+        {"{}", "{\"nodes\": 2, \"gpus_per_node\": 1}", "resources.nodes"},
+        {"{}", "{\"nodes\": 2}", "resources.gpus_per_node"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         /* without mpirun a well-formed gang is refused on resources.gpus

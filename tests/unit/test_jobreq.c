@@ -124,6 +124,59 @@ static void test_gpus_refusals_name_the_field(void **state)
     }
 }
 
+/* nodes and gpus_per_node: m Slurm nodes of n whole GPUs, m * n ranks. */
+static void test_nodes_of_gpus(void **state)
+{
+    (void)state;
+    sched_request req;
+    int workers = 0;
+    json_t *norm = NULL;
+    ty_err err;
+    assert_int_equal(parse("{\"nodes\": 3, \"gpus_per_node\": 2}", 1, &req,
+                           &workers, &norm, &err),
+                     TY_OK);
+    assert_int_equal(workers, 6);
+    assert_int_equal(req.kind, SCHED_REQ_MIN);
+    assert_int_equal(req.min_compute_slices, 7);
+    assert_int_equal(json_integer_value(json_object_get(norm, "nodes")), 3);
+    assert_int_equal(json_integer_value(json_object_get(norm, "gpus_per_node")),
+                     2);
+    assert_null(json_object_get(norm, "gpus"));
+    int w2 = 0;
+    assert_int_equal(jobreq_parse(norm, 1, &req, &w2, NULL, &err), TY_OK);
+    assert_int_equal(w2, 6);
+    json_decref(norm);
+
+    static const struct {
+        const char *resources;
+        int host_has_gpus;
+        const char *field;
+    } bad[] = {
+        {"{\"nodes\": 2}", 1, "resources.gpus_per_node"},
+        {"{\"gpus_per_node\": 2}", 1, "resources.nodes"},
+        {"{\"nodes\": 0, \"gpus_per_node\": 2}", 1, "resources.nodes"},
+        {"{\"nodes\": 2, \"gpus_per_node\": 0}", 1, "resources.gpus_per_node"},
+        {"{\"nodes\": 2, \"gpus_per_node\": 65}", 1, "resources.gpus_per_node"},
+        {"{\"nodes\": 256, \"gpus_per_node\": 8}", 1, "resources.nodes"},
+        {"{\"nodes\": 2, \"gpus_per_node\": 2, \"gpus\": 4}", 1,
+         "resources.gpus"},
+        {"{\"nodes\": 2, \"gpus_per_node\": 2, \"workers\": 2}", 1,
+         "resources.nodes"},
+        {"{\"nodes\": 2, \"gpus_per_node\": 2}", 0, "resources.nodes"},
+        {"{\"nodes\": 2, \"gpus_per_node\": 2, \"gpu\": \"1g.18gb\"}", 1,
+         "resources.gpu"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ty_status s = parse(bad[i].resources, bad[i].host_has_gpus, &req,
+                            &workers, &norm, &err);
+        if (s != TY_EINVAL || strcmp(err.field, bad[i].field))
+            fail_msg("%s: status %d field \"%s\" (%s); want %s",
+                     bad[i].resources, (int)s, err.field, err.msg,
+                     bad[i].field);
+        assert_null(norm);
+    }
+}
+
 static void test_gpus_not_a_deployment_key(void **state)
 {
     (void)state;
@@ -160,6 +213,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpus_is_a_whole_gpu_gang),
         cmocka_unit_test(test_gpus_refusals_name_the_field),
+        cmocka_unit_test(test_nodes_of_gpus),
         cmocka_unit_test(test_gpus_not_a_deployment_key),
         cmocka_unit_test(test_workers_unchanged),
     };
