@@ -44,6 +44,14 @@ static void service_free(jobs_service *r)
     free(r);
 }
 
+/* Whether a job's gang (resources, normalized) may spread over nodes: a
+ * gang of GPUs over Slurm nodes (resources.nodes); every other gang is on
+ * one node. */
+static int gang_spread_of(const json_t *resources)
+{
+    return json_integer_value(json_object_get(resources, "nodes")) > 0;
+}
+
 /* Hands a job row of the store (store_job_queued_all's shape) to the
  * scheduler, queued; *sj its handle (may be NULL). */
 static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
@@ -67,7 +75,8 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
         .priority = priority,
         .submit_time = json_number_value(json_object_get(row, "submit_time")),
         .request = req,
-        .gang = workers};
+        .gang = workers,
+        .gang_spread = gang_spread_of(json_object_get(row, "resources"))};
     return sched_job_submit(r->sched, &d, sj, err);
 }
 
@@ -278,7 +287,7 @@ int jobs_host_has_gpus(const jobs_service *r) { return r && r->nslots > 0; }
  * "resources.gpu" or "resources.workers". */
 static ty_status request_check(jobs_service *r, const char *tenant_id,
                                const sched_request *req, int workers,
-                               ty_err *err)
+                               int spread, ty_err *err)
 {
     if (!r)
         return TY_OK;
@@ -286,8 +295,10 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
     int t = -1;
     ty_status s = svc_tenant_handle(r, tenant_id, &t, err);
     if (s == TY_OK) {
-        const sched_job_desc d = {
-            .tenant = t, .request = *req, .gang = workers};
+        const sched_job_desc d = {.tenant = t,
+                                  .request = *req,
+                                  .gang = workers,
+                                  .gang_spread = spread};
         s = sched_job_check(r->sched, &d, err);
     }
     pthread_mutex_unlock(&r->mu);
@@ -359,7 +370,8 @@ static ty_status gang_check(const jobs_service *r, const job_submission *sub,
  * caller then fails the job. */
 static ty_status enqueue(jobs_service *r, const char *tenant_id,
                          const char *job_id, int priority,
-                         const sched_request *req, int workers, ty_err *err)
+                         const sched_request *req, int workers, int spread,
+                         ty_err *err)
 {
     pthread_mutex_lock(&r->mu);
     int t = -1;
@@ -370,7 +382,8 @@ static ty_status enqueue(jobs_service *r, const char *tenant_id,
                             .priority = priority,
                             .submit_time = svc_wall(),
                             .request = *req,
-                            .gang = workers};
+                            .gang = workers,
+                            .gang_spread = spread};
         s = sched_job_submit(r->sched, &d, NULL, err);
         if (s == TY_OK)
             jobs_demand_submitted(r, &d, tenant_id);
@@ -401,7 +414,8 @@ static ty_status admit(jobs_service *r, const char *tenant,
     memset(adm, 0, sizeof *adm);
     ty_status s = gang_check(r, sub, err);
     if (s == TY_OK)
-        s = request_check(r, tenant, &sub->req, sub->workers, err);
+        s = request_check(r, tenant, &sub->req, sub->workers,
+                          gang_spread_of(sub->resources), err);
     /* A gang over Slurm nodes the cluster's GPUs cannot hold: the nodes
      * are what to change. */
     if (s == TY_EINVAL && json_object_get(sub->resources, "nodes") &&
@@ -458,7 +472,7 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     /* The reply shows the job as submitted (queued), read before the
      * supervisor can start it. */
     if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, sub->workers,
-                     err)) != TY_OK) {
+                     gang_spread_of(sub->resources), err)) != TY_OK) {
         /* Stored but not schedulable (a quota lowered meanwhile): the job
          * fails with the reason rather than waiting forever. */
         ty_err e2 = {0};
