@@ -23,6 +23,9 @@ bridge address the nodes reach, and checks in order:
   * node2 lost mid-run (cluster.sh kill-node) ends the Slurm job
     (NODE_FAIL); once the node is back the job runs again from its last
     checkpoint (attempt 2, resumed_from_epoch >= 1) and succeeds.
+  * an elastic gang (workers 2, min_workers 1) whose node2 is lost
+    resumes at once at world size 1 on node1 from its checkpoint and
+    succeeds while node2 is still down.
 
     python3 tests/slurm/test_slurm_gang.py [check ...]
 
@@ -358,6 +361,61 @@ class Suite:
               f"lost; resumed from epoch {resumed} in Slurm job "
               f"{ts.slurm_id(doc)}, succeeded")
 
+    def check_elastic_node_lost(self):
+        """An elastic gang (workers 2, min_workers 1) whose node2 is lost
+        resumes at once at world size 1 on node1, from its checkpoint,
+        without waiting for node2 to come back."""
+        hp = {"epochs": 8, "batch_size": 64, "seed": 5}
+        job = {"name": "elastic", "dataset": self.ds, "model": WIDE,
+               "hyperparameters": hp,
+               "resources": {"workers": 2, "min_workers": 1, "gpu": "none"}}
+        st, doc = self.srv.call("POST", "/v1/jobs", job, key=self.key)
+        assert st == 202, (st, doc)
+        assert doc["resources"].get("min_workers") == 1, doc["resources"]
+        jid = doc["id"]
+        doc = self.srv.wait(
+            self.key, jid,
+            lambda d: ((d.get("progress") or {}).get("epoch") or 0) >= 2
+            and ts.running_on_slurm(d), 240, "epoch 2")
+        sid = ts.slurm_id(doc)
+        assert doc["placement"].get("world_size") == 2, doc["placement"]
+        subprocess.run([CLUSTER, "kill-node", DIR, "node2"], check=True,
+                       capture_output=True, timeout=60)
+        t0 = time.time()
+        try:
+            doc = self.srv.wait_done(self.key, jid, 300)
+            took = time.time() - t0
+            assert doc["status"] == "succeeded", doc
+            assert doc["attempts"] == 2, doc["attempts"]
+            resumed = (doc.get("progress") or {}).get("resumed_from_epoch")
+            assert resumed is not None and resumed >= 1, doc.get("progress")
+            second = ts.slurm_id(doc)
+            assert second != sid, doc["placement"]
+            assert doc["placement"].get("world_size") == 1, doc["placement"]
+            f, text = ts.scontrol_job(second)
+            assert f.get("NumNodes") == "1", text
+            assert f.get("NodeList") == "node1", text
+            f, text = ts.scontrol_job(sid)
+            assert f.get("JobState") == "NODE_FAIL", text
+            done = epochs(self.srv, self.key, jid)
+            assert [e["epoch"] for e in done] == list(range(1, 9)), done
+            # Before the loss 2 ranks, after it one process (a job of one
+            # worker has no world_size in its records).
+            assert all(e.get("world_size") == 2 for e in done
+                       if e["epoch"] <= resumed), done
+            assert all(e.get("world_size") in (None, 1) for e in done
+                       if e["epoch"] > resumed), done
+            # node2 never came back meanwhile.
+            out = subprocess.run(["scontrol", "show", "node", "node2"],
+                                 capture_output=True, text=True).stdout
+            assert "State=DOWN" in out, out
+        finally:
+            subprocess.run([CLUSTER, "start-node", DIR, "node2"],
+                           capture_output=True, timeout=60)
+        print(f"    Slurm job {sid} NODE_FAIL; resumed from epoch {resumed} "
+              f"at world size 1 in Slurm job {second} on node1, succeeded "
+              f"{took:.1f} s after node2 was lost, node2 still down")
+
 
 class Skip(Exception):
     pass
@@ -367,7 +425,8 @@ def main():
     global DIR
     order = ["check_gang_over_two_nodes", "check_too_many_workers",
              "check_cancel_gang", "check_preempted_gang",
-             "check_rank_killed_resumes", "check_node_lost_resumes"]
+             "check_rank_killed_resumes", "check_node_lost_resumes",
+             "check_elastic_node_lost"]
     names = [n for n in dir(Suite) if n.startswith("check_")]
     assert sorted(order) == sorted(names), "a check is missing from the order"
     want = [n if n.startswith("check_") else "check_" + n
