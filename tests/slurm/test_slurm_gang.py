@@ -25,7 +25,9 @@ bridge address the nodes reach, and checks in order:
     checkpoint (attempt 2, resumed_from_epoch >= 1) and succeeds.
   * an elastic gang (workers 2, min_workers 1) whose node2 is lost
     resumes at once at world size 1 on node1 from its checkpoint and
-    succeeds while node2 is still down.
+    succeeds while node2 is still down; meanwhile a job of 3 workers, at
+    least 2, waits queued saying it needs 2 nodes up and 1 is, and runs
+    on both nodes once node2 is back.
 
     python3 tests/slurm/test_slurm_gang.py [check ...]
 
@@ -410,12 +412,36 @@ class Suite:
             out = subprocess.run(["scontrol", "show", "node", "node2"],
                                  capture_output=True, text=True).stdout
             assert "State=DOWN" in out, out
+            # An elastic job of 3 workers, at least 2 (more than the
+            # cluster's nodes, accepted since 2 fit), waits while only
+            # node1 is up, and says why.
+            job = {"name": "held", "dataset": self.ds, "model": MLP,
+                   "hyperparameters": {"epochs": 1, "batch_size": 66,
+                                       "seed": 5},
+                   "resources": {"workers": 3, "min_workers": 2}}
+            st, h = self.srv.call("POST", "/v1/jobs", job, key=self.key)
+            assert st == 202, (st, h)
+            held = h["id"]
+            time.sleep(3)
+            st, h = self.srv.call("GET", f"/v1/jobs/{held}", key=self.key)
+            assert st == 200 and h["status"] == "queued", h
+            detail = (h.get("queue") or {}).get("detail", "")
+            assert "needs 2 Slurm nodes up" in detail, h.get("queue")
+            assert "1 of 2 is" in detail, h.get("queue")
         finally:
             subprocess.run([CLUSTER, "start-node", DIR, "node2"],
                            capture_output=True, timeout=60)
+        # node2 back: the held job runs on both nodes.
+        h = self.srv.wait_done(self.key, held, 240)
+        assert h["status"] == "succeeded", h
+        assert h["placement"].get("world_size") == 2, h["placement"]
+        f, text = ts.scontrol_job(ts.slurm_id(h))
+        assert f.get("NumNodes") == "2", text
         print(f"    Slurm job {sid} NODE_FAIL; resumed from epoch {resumed} "
               f"at world size 1 in Slurm job {second} on node1, succeeded "
-              f"{took:.1f} s after node2 was lost, node2 still down")
+              f"{took:.1f} s after node2 was lost, node2 still down; a job "
+              f"of 2 to 3 workers waited ({detail!r}) and ran on 2 nodes "
+              f"once node2 was back")
 
 
 class Skip(Exception):
