@@ -18,7 +18,8 @@
  *     while it runs waits until it has finished;
  *   - a worker killed (SIGKILL) mid-run ends the whole gang within 30 s
  *     (no process of the job left), and the job resumes from its last
- *     checkpoint and succeeds.
+ *     checkpoint, as the whole gang again (both places held: a job
+ *     submitted meanwhile waits), and succeeds.
  *
  * Skipped (a clear message) when the server says it cannot run
  * data-parallel jobs (no Open MPI in the build or no mpirun).
@@ -388,6 +389,44 @@ static void test_gang_rank_killed(void **state)
         fail_msg("%d processes of the job still run 30 s after one of its "
                  "workers was killed",
                  left);
+    /* The retry runs the whole gang again, holding both CPU places: a job
+     * submitted while it runs waits for it (before, the retry list gave a
+     * gang back to the scheduler as one worker's job, so this one ran
+     * beside the gang's 2 workers, 3 processes on 2 places). */
+    until = now_seconds() + 120;
+    for (;;) {
+        json_t *g = get_job(&server, id);
+        const int again =
+            !strcmp(str(g, "status"), "running") &&
+            json_integer_value(json_object_get(g, "attempts")) >= 2;
+        json_decref(g);
+        if (again)
+            break;
+        if (now_seconds() > until)
+            fail_msg("the gang did not run again within 120 s");
+        usleep(50 * 1000);
+    }
+    char single[64];
+    submit(MLP, "{\"epochs\": 1, \"batch_size\": 32}", "{\"gpu\": \"none\"}",
+           single);
+    int overlapped = 0, seen_waiting = 0, gang_done = 0;
+    while (!gang_done && now_seconds() < until + 600) {
+        json_t *g = get_job(&server, id), *o = get_job(&server, single);
+        gang_done = strcmp(str(g, "status"), "running") != 0;
+        if (!gang_done && strcmp(str(o, "status"), "queued") != 0)
+            overlapped = 1;
+        else if (!gang_done)
+            seen_waiting++;
+        json_decref(g);
+        json_decref(o);
+        usleep(100 * 1000);
+    }
+    if (overlapped)
+        fail_msg("a job ran beside the retried gang, which holds both of "
+                 "the server's CPU places");
+    if (seen_waiting == 0)
+        fail_msg("the retried gang ended before the other job could be "
+                 "seen waiting for it");
     /* it resumes from its checkpoint and finishes */
     json_t *j = wait_job(&server, id, 600);
     const json_int_t attempts =
@@ -407,6 +446,9 @@ static void test_gang_rank_killed(void **state)
     if (json_array_size(e) != 60)
         fail_msg("%zu epoch records of 60", json_array_size(e));
     json_decref(e);
+    j = wait_job(&server, single, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    json_decref(j);
 }
 
 int main(void)
