@@ -54,7 +54,8 @@ ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
     const json_t *gpu = NULL;
     if (resources) {
         static const char *const keys[] = {"gpu", NULL};
-        static const char *const job_keys[] = {"gpu", "workers", NULL};
+        static const char *const job_keys[] = {"gpu", "workers", "min_workers",
+                                               NULL};
         if (!json_is_object(resources))
             return ty_fail(err, TY_EINVAL, "resources",
                            "resources must be an object such as "
@@ -178,4 +179,40 @@ ty_status jobreq_priority(const json_t *priority, int *out, ty_err *err)
                        JOBREQ_PRIORITY_MAX, JOBREQ_PRIORITY_MAX);
     *out = (int)v;
     return TY_OK;
+}
+
+ty_status jobreq_min_workers(const json_t *resources, int workers,
+                             int *min_workers, json_t *normalized, ty_err *err)
+{
+    *min_workers = workers;
+    const json_t *m = json_object_get(resources, "min_workers");
+    if (!m || json_is_null(m))
+        return TY_OK;
+    if (workers <= 1)
+        return ty_fail(err, TY_EINVAL, "resources.min_workers",
+                       "resources.min_workers makes a data-parallel job "
+                       "elastic: give it with resources.workers above 1");
+    int64_t n = json_integer_value(m);
+    if (!json_is_integer(m) || n < 1 || n > workers)
+        return ty_fail(err, TY_EINVAL, "resources.min_workers",
+                       "resources.min_workers must be a whole number from 1 "
+                       "to resources.workers (%d): the fewest workers the "
+                       "job may run with",
+                       workers);
+    *min_workers = (int)n;
+    if (normalized &&
+        json_object_set_new(normalized, "min_workers", json_integer(n)))
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return TY_OK;
+}
+
+int jobreq_world(int workers, int min_workers, int can_run)
+{
+    if (workers < 1)
+        workers = 1;
+    if (min_workers < 1 || min_workers > workers)
+        min_workers = workers;
+    if (can_run < 0 || can_run >= workers)
+        return workers;
+    return can_run >= min_workers ? can_run : 0;
 }
