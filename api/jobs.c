@@ -44,6 +44,8 @@ void api_jobs_create(api_ctx *app, http_req *r)
     if ((s = jobreq_parse(json_object_get(body, "resources"),
                           jobs_host_has_gpus(app->jobs), &sub.req,
                           &sub.workers, &resources, &err)) != TY_OK ||
+        (s = jobreq_min_workers(json_object_get(body, "resources"), sub.workers,
+                                &sub.min_workers, resources, &err)) != TY_OK ||
         (s = jobreq_priority(json_object_get(body, "priority"), &sub.priority,
                              &err)) != TY_OK)
         goto out;

@@ -5,7 +5,9 @@
  */
 #include "cluster/slurm.h"
 
+#include <ctype.h>
 #include <string.h>
+#include <strings.h>
 
 #include "common/ty.h"
 
@@ -46,4 +48,36 @@ slurm_state slurm_state_parse(const char *name)
         if (strlen(state_names[i]) == n && !strncmp(name, state_names[i], n))
             return (slurm_state)i;
     return SLURM_ST_UNKNOWN;
+}
+
+/* Whether text (any case) holds one of the words that keep a node from
+ * taking jobs. */
+static int has_blocking_flag(const char *text)
+{
+    static const char *const words[] = {
+        "DRAIN", "NOT_RESPONDING", "FAIL", "POWER", "MAINT", "REBOOT", NULL};
+    char up[256];
+    size_t n = 0;
+    for (; text && text[n] && n < sizeof up - 1; n++)
+        up[n] = (char)toupper((unsigned char)text[n]);
+    up[n] = '\0';
+    for (int i = 0; words[i]; i++)
+        if (strstr(up, words[i]))
+            return 1;
+    return 0;
+}
+
+int slurm_node_up(const char *state, const char *flags)
+{
+    static const char *const up_states[] = {"idle", "mixed", "allocated",
+                                            "completing", NULL};
+    if (!state)
+        return 0;
+    size_t n = strcspn(state, "+*");
+    if (state[n] == '*') /* sinfo's "idle*": not responding */
+        return 0;
+    int up = 0;
+    for (int i = 0; up_states[i] && !up; i++)
+        up = strlen(up_states[i]) == n && !strncasecmp(state, up_states[i], n);
+    return up && !has_blocking_flag(state + n) && !has_blocking_flag(flags);
 }

@@ -77,11 +77,21 @@ typedef struct {
 /* A node as Slurm lists it (slurmrest_nodes). */
 typedef struct {
     char name[64];
-    char state[64]; /* "idle", "mixed", "allocated", "down", ... */
+    char state[64];  /* "idle", "mixed", "allocated", "down", ... */
+    char flags[128]; /* state_flags, comma-separated: "DRAIN",
+                        "NOT_RESPONDING", ...; "" none */
     int cpus;
     uint64_t memory_mb; /* real_memory */
     char gres[256];     /* "gpu:1g.18gb:7", "gpu:h100:4,gpu:a100:2", "" */
     char partitions[128];
 } slurm_node;
+
+/* Whether a node with this state and these flags (slurm_node's) takes
+ * jobs now: idle, mixed, allocated or completing (any case, a "+..."
+ * or trailing "*" of sinfo's spelling read as flags), without DRAIN,
+ * NOT_RESPONDING, FAIL, POWER..., MAINT or REBOOT among its flags. A down
+ * node, one that stopped answering (a lost node until Slurm marks it
+ * down), or one being drained is not up. NULL flags: none. */
+int slurm_node_up(const char *state, const char *flags);
 
 #endif

@@ -369,6 +369,18 @@ ty_status slurmrest_v0038_nodes_reply(const json_t *doc, slurm_node **nodes,
         copy_str(d->name, sizeof d->name, json_object_get(o, "name"));
         copy_str(d->state, sizeof d->state, json_object_get(o, "state"));
         copy_str(d->gres, sizeof d->gres, json_object_get(o, "gres"));
+        size_t fo = 0;
+        const json_t *flag;
+        size_t fk;
+        json_array_foreach (json_object_get(o, "state_flags"), fk, flag) {
+            if (!json_is_string(flag))
+                continue;
+            int w = snprintf(d->flags + fo, sizeof d->flags - fo, "%s%s",
+                             fo ? "," : "", json_string_value(flag));
+            if (w < 0 || (size_t)w >= sizeof d->flags - fo)
+                break;
+            fo += (size_t)w;
+        }
         const json_t *v = json_object_get(o, "cpus");
         d->cpus = json_is_integer(v) ? (int)json_integer_value(v) : 0;
         v = json_object_get(o, "real_memory");

@@ -188,8 +188,16 @@ static ty_status check_memory(const jobs_env *env, const job_submission *sub,
 {
     const sched_request *req = &sub->req;
     const uint32_t world = sub->workers > 1 ? (uint32_t)sub->workers : 1;
+    /* An elastic job may run at any world size from min_workers up: the
+     * estimate is the smallest's (the largest share of a batch and of
+     * ZeRO's state on each rank). */
+    const uint32_t least =
+        sub->min_workers >= 1 && (uint32_t)sub->min_workers < world
+            ? (uint32_t)sub->min_workers
+            : world;
     /* A data-parallel job: every rank takes an equal share of each
-     * global batch (models/train/train.h's train_job.comm). */
+     * global batch (models/train/train.h's train_job.comm), at every
+     * world size it may run at. */
     if (hp->batch_size % world)
         return ty_fail(err, TY_EINVAL, "hyperparameters.batch_size",
                        "hyperparameters.batch_size (%u) must be divisible by "
@@ -199,11 +207,19 @@ static ty_status check_memory(const jobs_env *env, const job_submission *sub,
                        req->kind == SCHED_REQ_NONE ? "resources.workers"
                                                    : "resources.gpus",
                        world, req->kind == SCHED_REQ_NONE ? "worker" : "GPU");
+    for (uint32_t w = least; w < world; w++)
+        if (hp->batch_size % w)
+            return ty_fail(err, TY_EINVAL, "hyperparameters.batch_size",
+                           "hyperparameters.batch_size (%u) must be "
+                           "divisible by every world size the elastic job "
+                           "may run at (resources.min_workers %u to "
+                           "resources.workers %u): not by %u",
+                           hp->batch_size, least, world, w);
     int on_cuda = job_on_cuda(env, req);
     const nn_backend *be = train_backend(on_cuda);
     ty_status s = train_memory_estimate_rank(
         spec, shape, ndim, outputs, task, hp, n_train,
-        train_threads(env->worker_threads, be), be, world, m, err);
+        train_threads(env->worker_threads, be), be, least, m, err);
     /* On a slot the worker checks the slot's free memory when it starts;
      * here only the --train-device of a host without slots is known. */
     if (s == TY_OK && on_cuda && req->kind == SCHED_REQ_NONE)

@@ -31,7 +31,9 @@ typedef struct {
     const json_t *resources;       /* normalized by jobreq_parse */
     sched_request req;             /* jobreq_parse's */
     int workers;                   /* jobreq_parse's: the ranks, 1 or more */
-    int priority;                  /* jobreq_priority's */
+    int min_workers; /* jobreq_min_workers': elastic down to this; 0 or
+                        workers: not elastic */
+    int priority;    /* jobreq_priority's */
 } job_submission;
 
 /* What admission_check found: the normalized documents to store. */

@@ -39,6 +39,9 @@
 #define ENDED_MAX 64 /* attempts remembered as over (409, not 401) */
 #define PING_EVERY_S 10.0
 #define NODES_EVERY_S 60.0 /* how often the node list (gang checks) is read */
+/* ... and at most this old when an elastic gang asks how many are up
+ * (exec_slurm_nodes_up) */
+#define NODES_WANTED_S 2.0
 #define NODES_MAX 4096
 
 typedef enum {
@@ -103,9 +106,11 @@ typedef struct {
     /* The cluster's nodes' CPUs, for exec_slurm_gang_check (under
      * wake_mu); read by the thread every NODES_EVERY_S. */
     int *node_cpus;
+    unsigned char *node_up; /* slurm_node_up of each */
     int nnodes;
     int nodes_known;
-    double nodes_at; /* monotonic; 0 never */
+    double nodes_at;  /* monotonic; 0 never */
+    int nodes_wanted; /* read again within NODES_WANTED_S */
 } slurm_exec;
 
 static double mono_now(void)
@@ -510,6 +515,7 @@ static int collect(slurm_exec *x, xwork *work)
         w->place = i;
         w->gen = p->gen;
         w->slurm_id = p->slurm_id;
+        w->ranks = p->ranks;
         if (p->phase == XP_SUBMIT) {
             if (p->want_cancel) {
                 w->poll = 0; /* never submitted: ends below */
@@ -735,9 +741,16 @@ static void remember_ended(slurm_exec *x, const xplace *p)
 static void refresh_nodes(slurm_exec *x)
 {
     double t = mono_now();
-    if (x->nodes_at > 0 && t - x->nodes_at < NODES_EVERY_S)
+    pthread_mutex_lock(&x->wake_mu);
+    const double every = x->nodes_wanted ? NODES_WANTED_S : NODES_EVERY_S;
+    const int due = x->nodes_at <= 0 || t - x->nodes_at >= every;
+    if (due) {
+        x->nodes_wanted = 0;
+        x->nodes_at = t;
+    }
+    pthread_mutex_unlock(&x->wake_mu);
+    if (!due)
         return;
-    x->nodes_at = t;
     slurm_node *nodes = NULL;
     size_t n = 0;
     ty_err err = {0};
@@ -748,16 +761,26 @@ static void refresh_nodes(slurm_exec *x)
     if (n > NODES_MAX)
         n = NODES_MAX;
     int *cpus = malloc((n ? n : 1) * sizeof *cpus);
-    if (cpus) {
-        for (size_t i = 0; i < n; i++)
+    unsigned char *up = malloc(n ? n : 1);
+    if (cpus && up) {
+        for (size_t i = 0; i < n; i++) {
             cpus[i] = nodes[i].cpus;
+            up[i] =
+                (unsigned char)slurm_node_up(nodes[i].state, nodes[i].flags);
+        }
         pthread_mutex_lock(&x->wake_mu);
         free(x->node_cpus);
+        free(x->node_up);
         x->node_cpus = cpus;
+        x->node_up = up;
+        cpus = NULL;
+        up = NULL;
         x->nnodes = (int)n;
         x->nodes_known = 1;
         pthread_mutex_unlock(&x->wake_mu);
     }
+    free(cpus);
+    free(up);
     free(nodes);
 }
 
@@ -784,6 +807,30 @@ ty_status exec_slurm_gang_check(executor *ex, int ranks, int threads,
                    "%d workers need %d Slurm nodes (one rank a node); the "
                    "cluster has %d",
                    ranks, ranks, total);
+}
+
+int exec_slurm_nodes_up(executor *ex, int threads, int *total)
+{
+    slurm_exec *x = ex->impl;
+    int need = threads > 0 ? threads : 1;
+    pthread_mutex_lock(&x->wake_mu);
+    int known = x->nodes_known, up = 0, fit = 0;
+    for (int i = 0; i < x->nnodes; i++) {
+        fit += x->node_cpus[i] >= need;
+        up += x->node_cpus[i] >= need && x->node_up[i];
+    }
+    /* Whoever asks will ask again: the next round reads the list if it is
+     * older than NODES_WANTED_S. */
+    int stale = x->nodes_at <= 0 || mono_now() - x->nodes_at >= NODES_WANTED_S;
+    if (stale && !x->nodes_wanted) {
+        x->nodes_wanted = 1;
+        x->wake = 1;
+        pthread_cond_signal(&x->wake_cv);
+    }
+    pthread_mutex_unlock(&x->wake_mu);
+    if (total)
+        *total = known ? fit : 0;
+    return known ? up : -1;
 }
 
 static void round_once(slurm_exec *x, xwork *work, xresult *res)
@@ -834,6 +881,20 @@ static void round_once(slurm_exec *x, xwork *work, xresult *res)
                 snprintf(msg, sizeof msg, "%s", w->poll_err.msg);
             }
         }
+    }
+    /* A gang that ended may have lost a node: the node list is read now,
+     * before the end is told, so that an elastic gang's next start counts
+     * only the nodes still up (svc_gang_world). */
+    int gang_ended = 0;
+    for (int k = 0; k < n; k++)
+        gang_ended |= work[k].poll && work[k].poll_s == TY_OK &&
+                      work[k].ranks > 1 &&
+                      slurm_state_terminal(work[k].info.state);
+    if (gang_ended) {
+        pthread_mutex_lock(&x->wake_mu);
+        x->nodes_at = 0;
+        pthread_mutex_unlock(&x->wake_mu);
+        refresh_nodes(x);
     }
     if (!contacted && mono_now() - x->last_ok > PING_EVERY_S) {
         ty_err err = {0};
@@ -951,6 +1012,7 @@ static void slurm_destroy(void *impl)
     pthread_mutex_destroy(&x->wake_mu);
     pthread_cond_destroy(&x->wake_cv);
     free(x->node_cpus);
+    free(x->node_up);
     free(x->p);
     free(x);
 }

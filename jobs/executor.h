@@ -171,6 +171,15 @@ ty_status exec_slurm_deliver(executor *x, pthread_mutex_t *mu,
 ty_status exec_slurm_gang_check(executor *x, int ranks, int threads,
                                 ty_err *err);
 
+/* How many of the cluster's nodes could take one rank of `threads` CPUs
+ * (0: 1) now: up (slurm_node_up: not down, drained, failing or silent)
+ * with that many CPUs, as slurmrestd's node list last said; -1 while the
+ * list is not known. *total (may be NULL): such nodes, up or not. Asks
+ * the executor's thread to read the list again when it is over
+ * NODES_WANTED_S (2 s) old, and the list is read at once when a gang's
+ * Slurm job ends. mu not needed. */
+int exec_slurm_nodes_up(executor *x, int threads, int *total);
+
 /* Whether x is the Slurm executor. */
 int exec_is_slurm(const executor *x);
 

@@ -123,6 +123,11 @@ static ty_status parse_gpus(const json_t *resources, int host_has_gpus,
                        "give %s (whole GPUs) or resources.workers (CPU "
                        "processes), not both",
                        field);
+    if (given(resources, "min_workers"))
+        return ty_fail(err, TY_EINVAL, "resources.min_workers",
+                       "resources.min_workers makes a gang of CPU workers "
+                       "elastic; a gang of GPUs (%s) always runs whole",
+                       field);
     if (!host_has_gpus)
         return ty_fail(err, TY_EINVAL, field,
                        "this server has no GPUs: leave %s out, or train on "
@@ -187,8 +192,9 @@ ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
     const json_t *gpu = NULL;
     if (resources) {
         static const char *const keys[] = {"gpu", NULL};
-        static const char *const job_keys[] = {"gpu",   "workers",       "gpus",
-                                               "nodes", "gpus_per_node", NULL};
+        static const char *const job_keys[] = {
+            "gpu",   "workers",       "min_workers", "gpus",
+            "nodes", "gpus_per_node", NULL};
         if (!json_is_object(resources))
             return ty_fail(err, TY_EINVAL, "resources",
                            "resources must be an object such as "
@@ -319,4 +325,40 @@ ty_status jobreq_priority(const json_t *priority, int *out, ty_err *err)
                        JOBREQ_PRIORITY_MAX, JOBREQ_PRIORITY_MAX);
     *out = (int)v;
     return TY_OK;
+}
+
+ty_status jobreq_min_workers(const json_t *resources, int workers,
+                             int *min_workers, json_t *normalized, ty_err *err)
+{
+    *min_workers = workers;
+    const json_t *m = json_object_get(resources, "min_workers");
+    if (!m || json_is_null(m))
+        return TY_OK;
+    if (workers <= 1)
+        return ty_fail(err, TY_EINVAL, "resources.min_workers",
+                       "resources.min_workers makes a data-parallel job "
+                       "elastic: give it with resources.workers above 1");
+    int64_t n = json_integer_value(m);
+    if (!json_is_integer(m) || n < 1 || n > workers)
+        return ty_fail(err, TY_EINVAL, "resources.min_workers",
+                       "resources.min_workers must be a whole number from 1 "
+                       "to resources.workers (%d): the fewest workers the "
+                       "job may run with",
+                       workers);
+    *min_workers = (int)n;
+    if (normalized &&
+        json_object_set_new(normalized, "min_workers", json_integer(n)))
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    return TY_OK;
+}
+
+int jobreq_world(int workers, int min_workers, int can_run)
+{
+    if (workers < 1)
+        workers = 1;
+    if (min_workers < 1 || min_workers > workers)
+        min_workers = workers;
+    if (can_run < 0 || can_run >= workers)
+        return workers;
+    return can_run >= min_workers ? can_run : 0;
 }

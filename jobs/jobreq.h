@@ -15,7 +15,11 @@
  *                 "nodes": m, "gpus_per_node": n (jobs only, both or
  *                 neither: m Slurm nodes of n whole GPUs each, a rank a
  *                 GPU, *workers = m * n; not with "gpus" or "workers";
- *                 whether the executor can run it is the service's)}
+ *                 whether the executor can run it is the service's)
+ *                 "min_workers": m (elastic: 1..workers, default workers;
+ *                 the job runs with as many workers as it can get, from m
+ *                 to n, chosen at each start, as torchrun's
+ *                 --nnodes=MIN:MAX)}
  *   "priority": integer (higher runs first within the tenant; default 0)
  *
  * "whole" asks for a whole GPU: any slot with all 7 compute slices
@@ -50,6 +54,21 @@
 ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
                        sched_request *out, int *workers, json_t **normalized,
                        ty_err *err);
+
+/* Parses resources.min_workers (NULL or absent: workers, not elastic)
+ * given the job's parsed workers, into *min_workers, and adds it to
+ * normalized (jobreq_parse's copy; may be NULL) when given. TY_EINVAL
+ * naming "resources.min_workers" when it is not a whole number from 1 to
+ * workers, or when workers is 1; TY_ENOMEM. */
+ty_status jobreq_min_workers(const json_t *resources, int workers,
+                             int *min_workers, json_t *normalized, ty_err *err);
+
+/* The world size of an elastic gang's next start: the largest W in
+ * [min_workers, workers] within can_run (how many workers the executor can
+ * run now; < 0: no bound), or 0 when can_run < min_workers (the job waits).
+ * workers below 1 counts as 1, a min_workers outside [1, workers] as
+ * workers (not elastic). Pure. */
+int jobreq_world(int workers, int min_workers, int can_run);
 
 /* Parses `priority` (NULL: 0): an integer within +-JOBREQ_PRIORITY_MAX.
  * TY_EINVAL naming "priority". */

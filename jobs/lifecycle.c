@@ -35,24 +35,6 @@
 
 /* ---- starting a worker ---- */
 
-/* The job's data-parallel ranks: resources.workers (CPU processes),
- * resources.gpus (whole GPUs, one rank each) or resources.nodes times
- * resources.gpus_per_node; 1 without. */
-static int job_workers(const json_t *job)
-{
-    const json_t *res = json_object_get(job, "resources");
-    json_int_t n = json_integer_value(json_object_get(res, "workers"));
-    const json_int_t g = json_integer_value(json_object_get(res, "gpus"));
-    const json_int_t m =
-        json_integer_value(json_object_get(res, "nodes")) *
-        json_integer_value(json_object_get(res, "gpus_per_node"));
-    if (g > n)
-        n = g;
-    if (m > n)
-        n = m;
-    return n > 1 ? (int)n : 1;
-}
-
 /* A gang over Slurm nodes: its ranks a node (resources.gpus_per_node);
  * 0 otherwise (one a node, or all on this server). */
 static int job_ranks_per_node(const json_t *job)
@@ -83,9 +65,11 @@ static void gang_members(const jobs_service *r, const sched_job_info *info,
     }
 }
 
-/* Writes job.json: what the worker needs, with blob paths resolved. */
+/* Writes job.json: what the worker needs, with blob paths resolved; world
+ * is the run's world size (the scheduler's gang: resources.workers, or
+ * for an elastic job what fitted at this start). */
 static ty_status write_job_file(const jobs_env *env, const json_t *job,
-                                const char *dir, ty_err *err)
+                                const char *dir, int world, ty_err *err)
 {
     const char *tenant = json_string_value(json_object_get(job, "tenant_id"));
     const char *ds_id = json_string_value(json_object_get(job, "dataset"));
@@ -127,7 +111,6 @@ static ty_status write_job_file(const jobs_env *env, const json_t *job,
     json_object_set_new(spec, WPROTO_JOB_MODEL_PATH, json_string(p));
     json_object_set_new(spec, WPROTO_JOB_THREADS,
                         json_integer(env->worker_threads));
-    const int world = job_workers(job);
     if (world > 1)
         json_object_set_new(spec, WPROTO_JOB_WORLD, json_integer(world));
     json_object_set_new(spec, WPROTO_JOB_EXTRA_META,
@@ -237,6 +220,9 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
     int has_cvd;
     svc_device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
     json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
+    /* A data-parallel job runs at the scheduler's gang size: its workers,
+     * or for an elastic one what fitted at this start (svc_gang_world). */
+    const int world = info.gang > 1 ? info.gang : 1;
     /* On a cluster the job is scheduled until its worker starts. */
     int remote = exec_is_slurm(r->exec);
     s = remote ? store_job_schedule_on(env->store, id, dev, placement, &err)
@@ -273,9 +259,12 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
     double queue_wait = svc_wall() - info.submit_time;
     opm_job_started(tenant, queue_wait);
     json_t *job = NULL, *where = NULL;
-    if ((s = store_job_get_internal(env->store, id, &job, &err)) == TY_OK &&
-        (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
-        (s = write_job_file(env, job, w->dir, &err)) == TY_OK) {
+    int workers = 1, least = 1;
+    s = store_job_get_internal(env->store, id, &job, &err);
+    if (s == TY_OK)
+        svc_job_gang(job, &workers, &least);
+    if (s == TY_OK && (s = fs_mkdirs(w->dir, 0700, &err)) == TY_OK &&
+        (s = write_job_file(env, job, w->dir, world, &err)) == TY_OK) {
         exec_start st = {.job_id = id,
                          .tenant_id = tenant,
                          .dir = w->dir,
@@ -285,15 +274,10 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
                          .slot = slot >= 0 ? &r->inv->slots[slot] : NULL,
                          .threads = env->worker_threads,
                          .memory_bytes = job_memory_ask(env, job),
-                         .ranks = job_workers(job),
+                         .ranks = world,
                          .members = members,
                          .ranks_per_node = job_ranks_per_node(job)};
-        if (gpu_gang && st.ranks != info.gang)
-            s = ty_fail(&err, TY_EINVAL, NULL,
-                        "the job asks for %d ranks but was placed on %d GPUs",
-                        st.ranks, info.gang);
-        else
-            s = r->exec->start(r->exec->impl, place, &st, &where, &err);
+        s = r->exec->start(r->exec->impl, place, &st, &where, &err);
     }
     json_decref(job);
     free(members);
@@ -309,6 +293,10 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
         svc_release_holders(r, id);
         return s;
     }
+    /* A data-parallel job's placement says the world size of this run
+     * (an elastic job's may be below resources.workers). */
+    if (workers > 1 && (where || (where = json_object())))
+        json_object_set_new(where, "world_size", json_integer(world));
     if (where)
         store_job_placement_merge(env->store, id, where, &err);
     json_t *f = json_pack("{s:s, s:s, s:s, s:s}", "job", id, "status",
@@ -685,7 +673,9 @@ static void retry_or_fail(jobs_service *r, job_run *w, const char *what)
     ty_err err = {0};
     json_t *job = NULL;
     int64_t attempts = 1, max_attempts = env->max_attempts;
+    int workers = 1, least = 1;
     if (store_job_get_internal(env->store, w->job_id, &job, &err) == TY_OK) {
+        svc_job_gang(job, &workers, &least);
         attempts = json_integer_value(json_object_get(job, "attempts"));
         json_t *m = json_object_get(json_object_get(job, "hyperparameters"),
                                     "max_attempts");
@@ -710,33 +700,50 @@ static void retry_or_fail(jobs_service *r, job_run *w, const char *what)
              "%s; attempt %lld of %lld, retrying in %.1f s from the last "
              "checkpoint",
              what, (long long)attempts, (long long)max_attempts, delay);
-    if (r->nretries == r->retry_cap) {
-        size_t ncap = r->retry_cap ? r->retry_cap * 2 : 8;
-        retry_rec *p = realloc(r->retries, ncap * sizeof *p);
-        if (!p) {
-            store_job_finish(env->store, w->job_id, JOB_FAILED, what, NULL,
-                             &err);
-            sched_job_remove(r->sched, w->sjob);
-            return;
-        }
-        r->retries = p;
-        r->retry_cap = ncap;
-    }
-    if (store_job_requeue(env->store, w->job_id, 0, msg, &err) != TY_OK) {
+    /* Back to the retry list with its whole gang (workers, min_workers):
+     * when it is due, its world size is chosen again (retries_due). */
+    if (svc_retry_add(r, w->job_id, info.tenant, info.priority,
+                      info.submit_time, &info.request, workers, least,
+                      info.gang_spread, svc_now() + delay, 0, msg) != TY_OK) {
+        store_job_finish(env->store, w->job_id, JOB_FAILED, what, NULL, &err);
         sched_job_remove(r->sched, w->sjob);
         return;
     }
-    retry_rec *rr = &r->retries[r->nretries++];
-    memset(rr, 0, sizeof *rr);
-    snprintf(rr->job_id, sizeof rr->job_id, "%s", w->job_id);
-    rr->tenant = info.tenant;
-    rr->priority = info.priority;
-    rr->submit_time = info.submit_time;
-    rr->req = info.request;
-    rr->due = svc_now() + delay;
-    snprintf(rr->why, sizeof rr->why, "%.299s", msg);
+    if (store_job_requeue(env->store, w->job_id, 0, msg, &err) != TY_OK) {
+        r->nretries--;
+        sched_job_remove(r->sched, w->sjob);
+        return;
+    }
     sched_job_remove(r->sched, w->sjob);
     svc_log_transition(r, w->job_id, JOB_QUEUED, msg);
+}
+
+/* A preempted elastic gang (resources.min_workers below workers) leaves
+ * the scheduler for the retry list, due now: the next pass gives it the
+ * world size that fits then. 1 when done; 0 for any other job, or when it
+ * could not be done (the caller requeues it as it is). Caller holds mu. */
+static int requeue_elastic(jobs_service *r, job_run *w)
+{
+    ty_err err = {0};
+    json_t *job = NULL;
+    int workers = 1, least = 1;
+    sched_job_info info;
+    if (store_job_get_internal(r->env.store, w->job_id, &job, &err) == TY_OK)
+        svc_job_gang(job, &workers, &least);
+    json_decref(job);
+    if (least >= workers || sched_job_get(r->sched, w->sjob, &info) != TY_OK ||
+        info.slot >= 0 || info.request.kind != SCHED_REQ_NONE)
+        return 0;
+    if (svc_retry_add(r, w->job_id, info.tenant, info.priority,
+                      info.submit_time, &info.request, workers, least,
+                      info.gang_spread, svc_now(), 0, "preempted") != TY_OK)
+        return 0;
+    if (store_job_requeue(r->env.store, w->job_id, 1, NULL, &err) != TY_OK) {
+        r->nretries--;
+        return 0;
+    }
+    sched_job_remove(r->sched, w->sjob);
+    return 1;
 }
 
 /* What went wrong, for the job's error: the last lines of the worker's
@@ -821,9 +828,15 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, exec_end how,
     } else if (w->preempting ||
                (WIFEXITED(ws) && WEXITSTATUS(ws) == WPROTO_EXIT_PREEMPTED)) {
         /* Preempted (or stopped by SIGUSR1 before it could checkpoint): back
-         * to the queue, to resume from its last checkpoint. */
-        if (store_job_requeue(env->store, w->job_id, 1, NULL, &err) == TY_OK &&
-            sched_job_requeue(r->sched, w->sjob, &err) == TY_OK) {
+         * to the queue, to resume from its last checkpoint. An elastic
+         * gang (CPU: it holds no slot a preemption could promise) goes
+         * through the retry list at once, so that its world size is
+         * chosen again. */
+        if (requeue_elastic(r, w)) {
+            svc_log_transition(r, w->job_id, JOB_QUEUED, "preempted");
+        } else if (store_job_requeue(env->store, w->job_id, 1, NULL, &err) ==
+                       TY_OK &&
+                   sched_job_requeue(r->sched, w->sjob, &err) == TY_OK) {
             svc_log_transition(r, w->job_id, JOB_QUEUED, "preempted");
         } else {
             sched_job_remove(r->sched, w->sjob);
@@ -889,11 +902,30 @@ static void retries_due(jobs_service *r)
             i++;
             continue;
         }
+        /* A gang goes back whole (before, a retried gang came back as
+         * one worker's job); an elastic one at the world size that fits
+         * now, or it waits on the list until its min_workers do. */
+        char why[300];
+        const int world =
+            svc_gang_world(r, rr->workers, rr->min_workers, why, sizeof why);
+        if (world == 0) {
+            if (!rr->hold)
+                log_msg("info",
+                        "runner: job %s waits for its fewest workers: %s",
+                        rr->job_id, why);
+            rr->hold = 1;
+            snprintf(rr->why, sizeof rr->why, "%s", why);
+            rr->due = t + JOBS_GANG_RECHECK_S;
+            i++;
+            continue;
+        }
         sched_job_desc d = {.id = rr->job_id,
                             .tenant = rr->tenant,
                             .priority = rr->priority,
                             .submit_time = rr->submit_time,
-                            .request = rr->req};
+                            .request = rr->req,
+                            .gang = world,
+                            .gang_spread = rr->spread};
         ty_err err = {0};
         if (sched_job_submit(r->sched, &d, NULL, &err) != TY_OK) {
             store_job_finish(r->env.store, rr->job_id, JOB_FAILED, err.msg,

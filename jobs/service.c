@@ -44,14 +44,6 @@ static void service_free(jobs_service *r)
     free(r);
 }
 
-/* Whether a job's gang (resources, normalized) may spread over nodes: a
- * gang of GPUs over Slurm nodes (resources.nodes); every other gang is on
- * one node. */
-static int gang_spread_of(const json_t *resources)
-{
-    return json_integer_value(json_object_get(resources, "nodes")) > 0;
-}
-
 /* Hands a job row of the store (store_job_queued_all's shape) to the
  * scheduler, queued; *sj its handle (may be NULL). */
 static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
@@ -60,7 +52,7 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
     const char *tenant = json_string_value(json_object_get(row, "tenant_id"));
     sched_request req;
     int priority = 0, t = -1;
-    int workers = 1;
+    int workers = 1, min_workers = 1;
     ty_status s = jobreq_parse(json_object_get(row, "resources"), r->nslots > 0,
                                &req, &workers, NULL, err);
     if (s == TY_OK)
@@ -69,6 +61,20 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
         s = svc_tenant_handle(r, tenant, &t, err);
     if (s != TY_OK)
         return s;
+    /* An elastic gang: the world size of its run (a running one's is in
+     * its placement), else what fits now; at least min_workers here (a
+     * server that starts knows no Slurm node yet: Slurm decides). */
+    svc_job_gang(row, &workers, &min_workers);
+    if (min_workers < workers) {
+        const json_int_t ran = json_integer_value(
+            json_object_get(json_object_get(row, "placement"), "world_size"));
+        const char *st = json_string_value(json_object_get(row, "status"));
+        int w =
+            st && strcmp(st, JOB_QUEUED) && ran >= min_workers && ran <= workers
+                ? (int)ran
+                : svc_gang_world(r, workers, min_workers, NULL, 0);
+        workers = w >= min_workers ? w : min_workers;
+    }
     sched_job_desc d = {
         .id = json_string_value(json_object_get(row, "id")),
         .tenant = t,
@@ -76,7 +82,7 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
         .submit_time = json_number_value(json_object_get(row, "submit_time")),
         .request = req,
         .gang = workers,
-        .gang_spread = gang_spread_of(json_object_get(row, "resources"))};
+        .gang_spread = svc_gang_spread(json_object_get(row, "resources"))};
     return sched_job_submit(r->sched, &d, sj, err);
 }
 
@@ -318,10 +324,9 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
  * the scheduler's check. TY_EINVAL naming resources.workers,
  * resources.gpus or resources.nodes. */
 static ty_status gang_check(const jobs_service *r, const job_submission *sub,
-                            ty_err *err)
+                            int workers, ty_err *err)
 {
     const json_t *res = sub->resources;
-    const int workers = sub->workers;
     /* A gang over Slurm nodes (resources.nodes, gpus_per_node), of whole
      * GPUs of one node (resources.gpus) or of CPU processes. */
     const json_int_t nodes = json_integer_value(json_object_get(res, "nodes"));
@@ -365,24 +370,119 @@ static ty_status gang_check(const jobs_service *r, const job_submission *sub,
     return TY_OK;
 }
 
+void svc_job_gang(const json_t *job, int *workers, int *min_workers)
+{
+    const json_t *res = json_object_get(job, "resources");
+    json_int_t n = json_integer_value(json_object_get(res, "workers"));
+    json_int_t m = json_integer_value(json_object_get(res, "min_workers"));
+    /* a gang of whole GPUs: its ranks, never elastic */
+    const json_int_t g = json_integer_value(json_object_get(res, "gpus"));
+    const json_int_t ng =
+        json_integer_value(json_object_get(res, "nodes")) *
+        json_integer_value(json_object_get(res, "gpus_per_node"));
+    if (g > n || ng > n) {
+        n = g > ng ? g : ng;
+        m = 0;
+    }
+    *workers = n > 1 ? (int)n : 1;
+    *min_workers = m >= 1 && m < *workers ? (int)m : *workers;
+}
+
+int svc_gang_spread(const json_t *resources)
+{
+    return json_integer_value(json_object_get(resources, "nodes")) > 0;
+}
+
+int svc_gang_world(jobs_service *r, int workers, int min_workers, char *why,
+                   size_t nwhy)
+{
+    if (why && nwhy)
+        why[0] = '\0';
+    if (min_workers >= workers)
+        return workers;
+    /* The scheduler's CPU places bound every gang; on Slurm, one rank a
+     * node, the nodes that are up too. */
+    int can = r->env.max_jobs >= 0 ? r->env.max_jobs : -1;
+    int up = -1, total = 0;
+    if (r->env.slurm && r->exec && exec_is_slurm(r->exec))
+        up = exec_slurm_nodes_up(r->exec, r->env.worker_threads, &total);
+    if (up >= 0 && (can < 0 || up < can))
+        can = up;
+    const int world = jobreq_world(workers, min_workers, can);
+    if (world == 0 && why && nwhy) {
+        if (up >= 0 && up == can)
+            snprintf(why, nwhy,
+                     "elastic gang: needs %d Slurm node%s up (resources."
+                     "min_workers, one rank a node); %d of %d %s",
+                     min_workers, min_workers == 1 ? "" : "s", up, total,
+                     up == 1 ? "is" : "are");
+        else
+            snprintf(why, nwhy,
+                     "elastic gang: needs %d CPU places (resources."
+                     "min_workers); this server runs %d CPU jobs at once",
+                     min_workers, can);
+    }
+    return world;
+}
+
+ty_status svc_retry_add(jobs_service *r, const char *id, int tenant,
+                        int priority, double submit_time,
+                        const sched_request *req, int workers, int min_workers,
+                        int spread, double due, int hold, const char *why)
+{
+    if (r->nretries == r->retry_cap) {
+        size_t ncap = r->retry_cap ? r->retry_cap * 2 : 8;
+        retry_rec *p = realloc(r->retries, ncap * sizeof *p);
+        if (!p)
+            return TY_ENOMEM;
+        r->retries = p;
+        r->retry_cap = ncap;
+    }
+    retry_rec *rr = &r->retries[r->nretries++];
+    memset(rr, 0, sizeof *rr);
+    snprintf(rr->job_id, sizeof rr->job_id, "%s", id);
+    rr->tenant = tenant;
+    rr->priority = priority;
+    rr->submit_time = submit_time;
+    rr->req = *req;
+    rr->workers = workers;
+    rr->min_workers = min_workers;
+    rr->spread = spread;
+    rr->due = due;
+    rr->hold = hold;
+    snprintf(rr->why, sizeof rr->why, "%.299s", why ? why : "");
+    return TY_OK;
+}
+
 /* Hands a job just stored as queued to the scheduler and wakes the
- * thread. TY_EINVAL (the request cannot run here) or TY_ENOMEM; the
- * caller then fails the job. */
+ * thread; an elastic gang (min_workers below workers) at the world size
+ * that fits now, or, when not even min_workers do, onto the retry list
+ * to wait for them. TY_EINVAL (the request cannot run here) or
+ * TY_ENOMEM; the caller then fails the job. */
 static ty_status enqueue(jobs_service *r, const char *tenant_id,
                          const char *job_id, int priority,
-                         const sched_request *req, int workers, int spread,
-                         ty_err *err)
+                         const sched_request *req, int workers, int min_workers,
+                         int spread, ty_err *err)
 {
     pthread_mutex_lock(&r->mu);
     int t = -1;
     ty_status s = svc_tenant_handle(r, tenant_id, &t, err);
-    if (s == TY_OK) {
+    char why[300];
+    const int world =
+        s == TY_OK ? svc_gang_world(r, workers, min_workers, why, sizeof why)
+                   : workers;
+    if (s == TY_OK && world == 0) {
+        if (svc_retry_add(r, job_id, t, priority, svc_wall(), req, workers,
+                          min_workers, spread, svc_now() + JOBS_GANG_RECHECK_S,
+                          1, why) != TY_OK)
+            s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    } else if (s == TY_OK) {
         sched_job_desc d = {.id = job_id,
                             .tenant = t,
                             .priority = priority,
                             .submit_time = svc_wall(),
                             .request = *req,
-                            .gang = workers,
+                            .gang = world,
                             .gang_spread = spread};
         s = sched_job_submit(r->sched, &d, NULL, err);
         if (s == TY_OK)
@@ -412,10 +512,21 @@ static ty_status admit(jobs_service *r, const char *tenant,
                        const job_submission *sub, admission *adm, ty_err *err)
 {
     memset(adm, 0, sizeof *adm);
-    ty_status s = gang_check(r, sub, err);
+    /* An elastic gang need only fit at min_workers: it runs at the most
+     * workers that fit (svc_gang_world). */
+    const int least = sub->min_workers >= 1 && sub->min_workers < sub->workers
+                          ? sub->min_workers
+                          : sub->workers;
+    ty_status s = gang_check(r, sub, least, err);
     if (s == TY_OK)
-        s = request_check(r, tenant, &sub->req, sub->workers,
-                          gang_spread_of(sub->resources), err);
+        s = request_check(r, tenant, &sub->req, least,
+                          svc_gang_spread(sub->resources), err);
+    if (s != TY_OK && least < sub->workers &&
+        !strcmp(err->field, "resources.workers")) {
+        snprintf(err->field, sizeof err->field, "resources.min_workers");
+        ty_err_prefix(err, "even resources.min_workers (%d) cannot run here",
+                      least);
+    }
     /* A gang over Slurm nodes the cluster's GPUs cannot hold: the nodes
      * are what to change. */
     if (s == TY_EINVAL && json_object_get(sub->resources, "nodes") &&
@@ -472,7 +583,8 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     /* The reply shows the job as submitted (queued), read before the
      * supervisor can start it. */
     if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, sub->workers,
-                     gang_spread_of(sub->resources), err)) != TY_OK) {
+                     sub->min_workers, svc_gang_spread(sub->resources), err)) !=
+        TY_OK) {
         /* Stored but not schedulable (a quota lowered meanwhile): the job
          * fails with the reason rather than waiting forever. */
         ty_err e2 = {0};
@@ -614,7 +726,18 @@ static json_t *queue_entry(jobs_service *r, const char *id, size_t nrep,
                          "summary", summary);
     }
     for (size_t i = 0; i < r->nretries; i++)
-        if (!strcmp(r->retries[i].job_id, id)) {
+        if (!strcmp(r->retries[i].job_id, id) && r->retries[i].hold) {
+            /* An elastic gang waiting for its min_workers to fit: the
+             * scheduler's reason for a CPU job without a free place. */
+            return json_pack("{s:n, s:n, s:s, s:n, s:n, s:s, s:s}", "position",
+                             "tenant_position", "reason",
+                             sched_wait_reason_name(SCHED_WAIT_NO_SLICE),
+                             "quota", "job", "detail", r->retries[i].why,
+                             "summary",
+                             "Too few places are up for its fewest workers "
+                             "(resources.min_workers); it starts when enough "
+                             "are");
+        } else if (!strcmp(r->retries[i].job_id, id)) {
             double left = r->retries[i].due - svc_now();
             char detail[400];
             snprintf(detail, sizeof detail, "retry back-off: %.1f s left",

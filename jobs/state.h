@@ -76,7 +76,17 @@ typedef struct {
     sched_request req;
     double due; /* monotonic */
     char why[300];
+    /* A gang: its resources.workers and min_workers (elastic below
+     * workers), its world size chosen again when it is due; hold: it is
+     * not in a back-off but waits for min_workers to fit (why says so). */
+    int workers, min_workers;
+    int spread; /* a gang over Slurm nodes (resources.nodes): it spreads */
+    int hold;
 } retry_rec;
+
+/* How often a held elastic gang (retry_rec.hold) checks again whether its
+ * min_workers fit. */
+#define JOBS_GANG_RECHECK_S 2.0
 
 struct jobs_service {
     jobs_env env;   /* jobs_create's copy */
@@ -101,7 +111,7 @@ struct jobs_service {
     int nkinds;
     int running; /* jobs_run was called: no kind is added after */
     struct jobs_miglayout *migl; /* MIG layout changes (miglayout.c) */
-    double usage_alive_at; /* the last alive stamp (wall seconds) */
+    double usage_alive_at;       /* the last alive stamp (wall seconds) */
 };
 
 /* Monotonic seconds: deadlines, heartbeats, back-offs. */
@@ -168,6 +178,37 @@ void svc_device_for(const jobs_service *r, int slot, char *dev, size_t ndev,
 
 /* Leaves run entry w free. Caller holds mu. */
 void svc_run_release(jobs_service *r, job_run *w);
+
+/* ---- service.c: elastic gangs ---- */
+
+/* The world size an elastic gang of `workers` (min_workers below it)
+ * starts at now (jobreq_world over what the executor can run now: the
+ * server's --max-jobs, and with Slurm its nodes that are up), or 0 when
+ * fewer than min_workers can run, with a sentence for the queue entry in
+ * why ("needs 2 Slurm nodes up; 1 is"). A gang that is not elastic gets
+ * workers. Caller holds mu. */
+int svc_gang_world(jobs_service *r, int workers, int min_workers, char *why,
+                   size_t nwhy);
+
+/* Puts job id on the retry list (outside the scheduler) until `due`
+ * (monotonic): its back-off (hold 0), or the wait of an elastic gang for
+ * min_workers to fit (hold 1). why is for the queue entry. TY_ENOMEM when
+ * the list cannot grow (nothing changes). Caller holds mu. */
+ty_status svc_retry_add(jobs_service *r, const char *id, int tenant,
+                        int priority, double submit_time,
+                        const sched_request *req, int workers, int min_workers,
+                        int spread, double due, int hold, const char *why);
+
+/* The ranks of a job document or store row's gang and its min_workers:
+ * resources.workers, resources.gpus or resources.nodes times
+ * gpus_per_node (1 and 1 without; min_workers = workers when not
+ * elastic, which a gang of GPUs never is). */
+void svc_job_gang(const json_t *job, int *workers, int *min_workers);
+
+/* Whether a gang asked for with these resources (normalized) may spread
+ * over the scheduler's nodes: a gang of GPUs over Slurm nodes
+ * (resources.nodes); every other gang is on one node. */
+int svc_gang_spread(const json_t *resources);
 
 /* ---- demand.c: the MIG advisor's demand records ---- */
 

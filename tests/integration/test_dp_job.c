@@ -10,12 +10,17 @@
  *     same losses (1e-5) and half the optimizer_state_bytes a rank;
  *   - refusals name the field: more workers than --max-jobs, a batch_size
  *     the workers cannot share equally, a GPU beside workers, a bad count,
- *     a zero other than 0 or 1, a gang of GPUs on a server without GPUs;
+ *     a zero other than 0 or 1, a bad resources.min_workers (above
+ *     workers, 0, without workers, above --max-jobs), a gang of GPUs on a
+ *     server without GPUs;
+ *   - an elastic gang (workers 3, min_workers 2) runs at world size 2,
+ *     what --max-jobs 2 allows, and succeeds (without min_workers: 422);
  *   - the gang holds both of the server's CPU places: a job submitted
  *     while it runs waits until it has finished;
  *   - a worker killed (SIGKILL) mid-run ends the whole gang within 30 s
  *     (no process of the job left), and the job resumes from its last
- *     checkpoint and succeeds.
+ *     checkpoint, as the whole gang again (both places held: a job
+ *     submitted meanwhile waits), and succeeds.
  *
  * Skipped (a clear message) when the server says it cannot run
  * data-parallel jobs (no Open MPI in the build or no mpirun).
@@ -212,6 +217,16 @@ static void test_gang_refusals(void **state)
         {"{}", "{\"workers\": 2, \"gpu\": \"any\"}", "resources.gpu"},
         {"{}", "{\"workers\": 0}", "resources.workers"},
         {"{}", "{\"workers\": \"two\"}", "resources.workers"},
+        /* Elastic: min_workers from 1 to workers, with workers above 1,
+         * and within what the server runs (--max-jobs 2); batch_size
+         * divisible by every world size from min_workers to workers. */
+        {"{}", "{\"workers\": 2, \"min_workers\": 3}", "resources.min_workers"},
+        {"{}", "{\"workers\": 2, \"min_workers\": 0}", "resources.min_workers"},
+        {"{}", "{\"min_workers\": 1}", "resources.min_workers"},
+        {"{\"batch_size\": 64}", "{\"workers\": 4, \"min_workers\": 3}",
+         "resources.min_workers"},
+        {"{\"batch_size\": 64}", "{\"workers\": 3, \"min_workers\": 2}",
+         "hyperparameters.batch_size"},
         /* a gang of GPUs on a server without any (test_gpu_gang.c has
          * the rest of resources.gpus) */
         {"{}", "{\"gpus\": 2}", "resources.gpus"},
@@ -281,6 +296,44 @@ static void test_gang_holds_its_places(void **state)
     json_decref(j);
 }
 
+/* An elastic gang (resources.min_workers) larger than the server's
+ * --max-jobs 2 runs at the largest world size that fits: 3 workers, at
+ * least 2, run as 2 and succeed; the same job without min_workers is a
+ * 422 on resources.workers. */
+static void test_elastic_gang_runs_at_what_fits(void **state)
+{
+    (void)state;
+    if (!have_mpi)
+        skip();
+    const char *hp = "{\"epochs\": 2, \"batch_size\": 66, \"seed\": 5}";
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"dataset\": \"blobs\", \"model\": " MLP
+             ", \"hyperparameters\": %s, \"resources\": {\"workers\": 3}}",
+             hp);
+    resp *r = http_json(&server, "POST", "/v1/jobs", body);
+    expect_refusal(&server, r, 422, "resources.workers", NULL);
+    char id[64];
+    submit(MLP, hp, "{\"workers\": 3, \"min_workers\": 2}", id);
+    json_t *j = wait_job(&server, id, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    const json_t *res = json_object_get(j, "resources");
+    assert_int_equal(json_integer_value(json_object_get(res, "workers")), 3);
+    assert_int_equal(json_integer_value(json_object_get(res, "min_workers")),
+                     2);
+    const json_t *pl = json_object_get(j, "placement");
+    assert_int_equal(json_integer_value(json_object_get(pl, "world_size")), 2);
+    assert_int_equal(json_array_size(json_object_get(pl, "ranks")), 2);
+    json_decref(j);
+    json_t *e = epochs_of(id);
+    assert_int_equal(json_array_size(e), 2);
+    for (size_t i = 0; i < json_array_size(e); i++)
+        assert_int_equal(json_integer_value(json_object_get(
+                             json_array_get(e, i), "world_size")),
+                         2);
+    json_decref(e);
+}
+
 /* The ranks among procs, the processes in job id's folder (found by
  * find_children): all but mpirun, which the placement names. */
 static int ranks_of(const pid_t *procs, int n, json_int_t mpirun, pid_t *ranks)
@@ -340,6 +393,44 @@ static void test_gang_rank_killed(void **state)
         fail_msg("%d processes of the job still run 30 s after one of its "
                  "workers was killed",
                  left);
+    /* The retry runs the whole gang again, holding both CPU places: a job
+     * submitted while it runs waits for it (before, the retry list gave a
+     * gang back to the scheduler as one worker's job, so this one ran
+     * beside the gang's 2 workers, 3 processes on 2 places). */
+    until = now_seconds() + 120;
+    for (;;) {
+        json_t *g = get_job(&server, id);
+        const int again =
+            !strcmp(str(g, "status"), "running") &&
+            json_integer_value(json_object_get(g, "attempts")) >= 2;
+        json_decref(g);
+        if (again)
+            break;
+        if (now_seconds() > until)
+            fail_msg("the gang did not run again within 120 s");
+        usleep(50 * 1000);
+    }
+    char single[64];
+    submit(MLP, "{\"epochs\": 1, \"batch_size\": 32}", "{\"gpu\": \"none\"}",
+           single);
+    int overlapped = 0, seen_waiting = 0, gang_done = 0;
+    while (!gang_done && now_seconds() < until + 600) {
+        json_t *g = get_job(&server, id), *o = get_job(&server, single);
+        gang_done = strcmp(str(g, "status"), "running") != 0;
+        if (!gang_done && strcmp(str(o, "status"), "queued") != 0)
+            overlapped = 1;
+        else if (!gang_done)
+            seen_waiting++;
+        json_decref(g);
+        json_decref(o);
+        usleep(100 * 1000);
+    }
+    if (overlapped)
+        fail_msg("a job ran beside the retried gang, which holds both of "
+                 "the server's CPU places");
+    if (seen_waiting == 0)
+        fail_msg("the retried gang ended before the other job could be "
+                 "seen waiting for it");
     /* it resumes from its checkpoint and finishes */
     json_t *j = wait_job(&server, id, 600);
     const json_int_t attempts =
@@ -349,11 +440,19 @@ static void test_gang_rank_killed(void **state)
                  "error %s",
                  str(j, "status"), (long long)attempts,
                  str(j, "error") ? str(j, "error") : "none");
+    /* the retry ran the whole gang again (before, the scheduler took a
+     * retried gang back as one worker's job) */
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_object_get(j, "placement"), "world_size")),
+                     2);
     json_decref(j);
     json_t *e = epochs_of(id);
     if (json_array_size(e) != 60)
         fail_msg("%zu epoch records of 60", json_array_size(e));
     json_decref(e);
+    j = wait_job(&server, single, 300);
+    assert_string_equal(str(j, "status"), "succeeded");
+    json_decref(j);
 }
 
 int main(void)
@@ -361,6 +460,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gang_trains_as_one),
         cmocka_unit_test(test_gang_refusals),
+        cmocka_unit_test(test_elastic_gang_runs_at_what_fits),
         cmocka_unit_test(test_gang_holds_its_places),
         cmocka_unit_test(test_gang_rank_killed),
     };

@@ -23,6 +23,11 @@ bridge address the nodes reach, and checks in order:
   * node2 lost mid-run (cluster.sh kill-node) ends the Slurm job
     (NODE_FAIL); once the node is back the job runs again from its last
     checkpoint (attempt 2, resumed_from_epoch >= 1) and succeeds.
+  * an elastic gang (workers 2, min_workers 1) whose node2 is lost
+    resumes at once at world size 1 on node1 from its checkpoint and
+    succeeds while node2 is still down; meanwhile a job of 3 workers, at
+    least 2, waits queued saying it needs 2 nodes up and 1 is, and runs
+    on both nodes once node2 is back.
 
     python3 tests/slurm/test_slurm_gang.py [check ...]
 
@@ -358,6 +363,86 @@ class Suite:
               f"lost; resumed from epoch {resumed} in Slurm job "
               f"{ts.slurm_id(doc)}, succeeded")
 
+    def check_elastic_node_lost(self):
+        """An elastic gang (workers 2, min_workers 1) whose node2 is lost
+        resumes at once at world size 1 on node1, from its checkpoint,
+        without waiting for node2 to come back."""
+        hp = {"epochs": 8, "batch_size": 64, "seed": 5}
+        job = {"name": "elastic", "dataset": self.ds, "model": WIDE,
+               "hyperparameters": hp,
+               "resources": {"workers": 2, "min_workers": 1, "gpu": "none"}}
+        st, doc = self.srv.call("POST", "/v1/jobs", job, key=self.key)
+        assert st == 202, (st, doc)
+        assert doc["resources"].get("min_workers") == 1, doc["resources"]
+        jid = doc["id"]
+        doc = self.srv.wait(
+            self.key, jid,
+            lambda d: ((d.get("progress") or {}).get("epoch") or 0) >= 2
+            and ts.running_on_slurm(d), 240, "epoch 2")
+        sid = ts.slurm_id(doc)
+        assert doc["placement"].get("world_size") == 2, doc["placement"]
+        subprocess.run([CLUSTER, "kill-node", DIR, "node2"], check=True,
+                       capture_output=True, timeout=60)
+        t0 = time.time()
+        try:
+            doc = self.srv.wait_done(self.key, jid, 300)
+            took = time.time() - t0
+            assert doc["status"] == "succeeded", doc
+            assert doc["attempts"] == 2, doc["attempts"]
+            resumed = (doc.get("progress") or {}).get("resumed_from_epoch")
+            assert resumed is not None and resumed >= 1, doc.get("progress")
+            second = ts.slurm_id(doc)
+            assert second != sid, doc["placement"]
+            assert doc["placement"].get("world_size") == 1, doc["placement"]
+            f, text = ts.scontrol_job(second)
+            assert f.get("NumNodes") == "1", text
+            assert f.get("NodeList") == "node1", text
+            f, text = ts.scontrol_job(sid)
+            assert f.get("JobState") == "NODE_FAIL", text
+            done = epochs(self.srv, self.key, jid)
+            assert [e["epoch"] for e in done] == list(range(1, 9)), done
+            # Before the loss 2 ranks; after it one process (a job of one
+            # worker has no world_size in its records). The resumed epoch's
+            # record is the resumed run's (the trainer sends it again).
+            assert all(e.get("world_size") == 2 for e in done
+                       if e["epoch"] < resumed), done
+            assert all(e.get("world_size") in (None, 1) for e in done
+                       if e["epoch"] > resumed), done
+            # node2 never came back meanwhile.
+            out = subprocess.run(["scontrol", "show", "node", "node2"],
+                                 capture_output=True, text=True).stdout
+            assert "State=DOWN" in out, out
+            # An elastic job of 3 workers, at least 2 (more than the
+            # cluster's nodes, accepted since 2 fit), waits while only
+            # node1 is up, and says why.
+            job = {"name": "held", "dataset": self.ds, "model": MLP,
+                   "hyperparameters": {"epochs": 1, "batch_size": 66,
+                                       "seed": 5},
+                   "resources": {"workers": 3, "min_workers": 2}}
+            st, h = self.srv.call("POST", "/v1/jobs", job, key=self.key)
+            assert st == 202, (st, h)
+            held = h["id"]
+            time.sleep(3)
+            st, h = self.srv.call("GET", f"/v1/jobs/{held}", key=self.key)
+            assert st == 200 and h["status"] == "queued", h
+            detail = (h.get("queue") or {}).get("detail", "")
+            assert "needs 2 Slurm nodes up" in detail, h.get("queue")
+            assert "1 of 2 is" in detail, h.get("queue")
+        finally:
+            subprocess.run([CLUSTER, "start-node", DIR, "node2"],
+                           capture_output=True, timeout=60)
+        # node2 back: the held job runs on both nodes.
+        h = self.srv.wait_done(self.key, held, 240)
+        assert h["status"] == "succeeded", h
+        assert h["placement"].get("world_size") == 2, h["placement"]
+        f, text = ts.scontrol_job(ts.slurm_id(h))
+        assert f.get("NumNodes") == "2", text
+        print(f"    Slurm job {sid} NODE_FAIL; resumed from epoch {resumed} "
+              f"at world size 1 in Slurm job {second} on node1, succeeded "
+              f"{took:.1f} s after node2 was lost, node2 still down; a job "
+              f"of 2 to 3 workers waited ({detail!r}) and ran on 2 nodes "
+              f"once node2 was back")
+
 
 class Skip(Exception):
     pass
@@ -367,7 +452,8 @@ def main():
     global DIR
     order = ["check_gang_over_two_nodes", "check_too_many_workers",
              "check_cancel_gang", "check_preempted_gang",
-             "check_rank_killed_resumes", "check_node_lost_resumes"]
+             "check_rank_killed_resumes", "check_node_lost_resumes",
+             "check_elastic_node_lost"]
     names = [n for n in dir(Suite) if n.startswith("check_")]
     assert sorted(order) == sorted(names), "a check is missing from the order"
     want = [n if n.startswith("check_") else "check_" + n

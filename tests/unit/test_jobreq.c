@@ -1,221 +1,152 @@
-/* test_jobreq.c - a job's resource request as POST /v1/jobs spells it
- * (jobs/jobreq.h): resources.gpus, a gang of whole GPUs (issue 33), and
- * its refusals, each naming the field; resources.workers beside it. */
+/*
+ * Unit tests for elastic gangs (issue 33): resources.min_workers as
+ * jobreq_min_workers parses it, the world size jobreq_world chooses at a
+ * start, and which Slurm nodes count as up (slurm_node_up) when the
+ * Slurm executor counts them.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <string.h>
-
 #include <cmocka.h>
 
+#include <jansson.h>
+#include <string.h>
+
+#include "cluster/slurm.h"
 #include "jobs/jobreq.h"
 
-/* Parses text as resources on a host with or without GPUs. */
-static ty_status parse(const char *text, int host_has_gpus, sched_request *req,
-                       int *workers, json_t **norm, ty_err *err)
+/* The largest W in [min, workers] within what can run, else 0. */
+static void test_world_choice(void **state)
+{
+    (void)state;
+    /* No bound: all the workers. */
+    assert_int_equal(jobreq_world(4, 2, -1), 4);
+    /* Room for more than asked: still the workers asked for. */
+    assert_int_equal(jobreq_world(4, 2, 9), 4);
+    assert_int_equal(jobreq_world(4, 2, 4), 4);
+    /* Shrunk: as many as fit, down to min_workers. */
+    assert_int_equal(jobreq_world(4, 2, 3), 3);
+    assert_int_equal(jobreq_world(4, 2, 2), 2);
+    assert_int_equal(jobreq_world(2, 1, 1), 1);
+    /* Fewer than min_workers: it waits. */
+    assert_int_equal(jobreq_world(4, 2, 1), 0);
+    assert_int_equal(jobreq_world(4, 2, 0), 0);
+    /* Not elastic (min = workers, or a min out of range): all or wait. */
+    assert_int_equal(jobreq_world(3, 3, 2), 0);
+    assert_int_equal(jobreq_world(3, 3, 3), 3);
+    assert_int_equal(jobreq_world(3, 0, 2), 0);
+    assert_int_equal(jobreq_world(3, 7, 2), 0);
+    /* One worker is one worker. */
+    assert_int_equal(jobreq_world(1, 1, 0), 0);
+    assert_int_equal(jobreq_world(0, 1, 5), 1);
+}
+
+/* Parses {"resources": text} as jobs do; returns the status. */
+static ty_status parse(const char *text, int *workers, int *min_workers,
+                       json_t **norm, ty_err *err)
 {
     json_error_t jerr;
     json_t *res = json_loads(text, 0, &jerr);
     assert_non_null(res);
-    memset(err, 0, sizeof *err);
-    ty_status s = jobreq_parse(res, host_has_gpus, req, workers, norm, err);
+    sched_request req;
+    *norm = NULL;
+    ty_status s = jobreq_parse(res, 0, &req, workers, norm, err);
+    if (s == TY_OK)
+        s = jobreq_min_workers(res, *workers, min_workers, *norm, err);
     json_decref(res);
     return s;
 }
 
-static void test_gpus_is_a_whole_gpu_gang(void **state)
+static void test_min_workers_parse(void **state)
 {
     (void)state;
-    sched_request req;
-    int workers = 0;
+    int n = 0, m = 0;
     json_t *norm = NULL;
-    ty_err err;
-    assert_int_equal(parse("{\"gpus\": 4}", 1, &req, &workers, &norm, &err),
-                     TY_OK);
-    assert_int_equal(workers, 4);
-    assert_int_equal(req.kind, SCHED_REQ_MIN);
-    assert_int_equal(req.min_compute_slices, 7);
-    assert_string_equal(json_string_value(json_object_get(norm, "gpu")),
-                        "whole");
-    assert_int_equal(json_integer_value(json_object_get(norm, "gpus")), 4);
-    /* The normalized copy parses back to the same request (a restart). */
-    sched_request again;
-    int w2 = 0;
-    assert_int_equal(jobreq_parse(norm, 1, &again, &w2, NULL, &err), TY_OK);
-    assert_int_equal(w2, 4);
-    assert_int_equal(again.kind, SCHED_REQ_MIN);
-    assert_int_equal(again.min_compute_slices, 7);
-    json_decref(norm);
-
-    /* "any" beside it is still a whole GPU; a memory minimum stays. */
-    assert_int_equal(parse("{\"gpus\": 2, \"gpu\": \"any\"}", 1, &req, &workers,
-                           &norm, &err),
-                     TY_OK);
-    assert_int_equal(req.kind, SCHED_REQ_MIN);
-    assert_int_equal(req.min_compute_slices, 7);
-    assert_string_equal(json_string_value(json_object_get(norm, "gpu")),
-                        "whole");
-    json_decref(norm);
-    assert_int_equal(parse("{\"gpus\": 2, \"gpu\": {\"min_memory_gb\": 40}}", 1,
-                           &req, &workers, &norm, &err),
-                     TY_OK);
-    assert_int_equal(req.kind, SCHED_REQ_MIN);
-    assert_int_equal(req.min_compute_slices, 7);
-    assert_true(req.min_memory_bytes == 40ull << 30);
-    assert_int_equal(json_integer_value(json_object_get(
-                         json_object_get(norm, "gpu"), "min_compute_slices")),
-                     7);
-    json_decref(norm);
-
-    /* gpus 1: an ordinary whole-GPU job. */
-    assert_int_equal(parse("{\"gpus\": 1}", 1, &req, &workers, NULL, &err),
-                     TY_OK);
-    assert_int_equal(workers, 1);
-    assert_int_equal(req.kind, SCHED_REQ_MIN);
-    assert_int_equal(req.min_compute_slices, 7);
-    /* null: as if absent */
-    assert_int_equal(parse("{\"gpus\": null, \"gpu\": \"none\"}", 1, &req,
-                           &workers, NULL, &err),
-                     TY_OK);
-    assert_int_equal(workers, 1);
-    assert_int_equal(req.kind, SCHED_REQ_NONE);
-}
-
-static void test_gpus_refusals_name_the_field(void **state)
-{
-    (void)state;
-    static const struct {
-        const char *resources;
-        int host_has_gpus;
-        const char *field;
-    } bad[] = {
-        {"{\"gpus\": 0}", 1, "resources.gpus"},
-        {"{\"gpus\": 65}", 1, "resources.gpus"},
-        {"{\"gpus\": 2.5}", 1, "resources.gpus"},
-        {"{\"gpus\": \"2\"}", 1, "resources.gpus"},
-        {"{\"gpus\": true}", 1, "resources.gpus"},
-        {"{\"gpus\": 2}", 0, "resources.gpus"}, /* no GPUs at all */
-        {"{\"gpus\": 2, \"workers\": 2}", 1, "resources.gpus"},
-        {"{\"gpus\": 2, \"workers\": 1}", 1, "resources.gpus"},
-        {"{\"gpus\": 2, \"gpu\": \"1g.18gb\"}", 1, "resources.gpu"},
-        {"{\"gpus\": 1, \"gpu\": \"3g.71gb\"}", 1, "resources.gpu"},
-        {"{\"gpus\": 2, \"gpu\": \"none\"}", 1, "resources.gpu"},
-        {"{\"gpus\": 2, \"gpu\": \"NOPE!\"}", 1, "resources.gpu"},
-        {"{\"gpus\": 2, \"gpu\": {\"min_memory_gb\": -1}}", 1,
-         "resources.gpu.min_memory_gb"},
-        {"{\"gpus\": 2, \"gpu\": {\"x\": 1}}", 1, "resources.gpu.x"},
-        {"{\"gpus\": 2, \"gpux\": 1}", 1, "resources.gpux"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        sched_request req;
-        int workers = 0;
-        json_t *norm = NULL;
-        ty_err err;
-        ty_status s = parse(bad[i].resources, bad[i].host_has_gpus, &req,
-                            &workers, &norm, &err);
-        if (s != TY_EINVAL || strcmp(err.field, bad[i].field))
-            fail_msg("%s: status %d field \"%s\" (%s); want %s",
-                     bad[i].resources, (int)s, err.field, err.msg,
-                     bad[i].field);
-        assert_null(norm);
-        assert_true(strlen(err.msg) > 0);
-    }
-}
-
-/* nodes and gpus_per_node: m Slurm nodes of n whole GPUs, m * n ranks. */
-static void test_nodes_of_gpus(void **state)
-{
-    (void)state;
-    sched_request req;
-    int workers = 0;
-    json_t *norm = NULL;
-    ty_err err;
-    assert_int_equal(parse("{\"nodes\": 3, \"gpus_per_node\": 2}", 1, &req,
-                           &workers, &norm, &err),
-                     TY_OK);
-    assert_int_equal(workers, 6);
-    assert_int_equal(req.kind, SCHED_REQ_MIN);
-    assert_int_equal(req.min_compute_slices, 7);
-    assert_int_equal(json_integer_value(json_object_get(norm, "nodes")), 3);
-    assert_int_equal(json_integer_value(json_object_get(norm, "gpus_per_node")),
-                     2);
-    assert_null(json_object_get(norm, "gpus"));
-    int w2 = 0;
-    assert_int_equal(jobreq_parse(norm, 1, &req, &w2, NULL, &err), TY_OK);
-    assert_int_equal(w2, 6);
-    json_decref(norm);
-
-    static const struct {
-        const char *resources;
-        int host_has_gpus;
-        const char *field;
-    } bad[] = {
-        {"{\"nodes\": 2}", 1, "resources.gpus_per_node"},
-        {"{\"gpus_per_node\": 2}", 1, "resources.nodes"},
-        {"{\"nodes\": 0, \"gpus_per_node\": 2}", 1, "resources.nodes"},
-        {"{\"nodes\": 2, \"gpus_per_node\": 0}", 1, "resources.gpus_per_node"},
-        {"{\"nodes\": 2, \"gpus_per_node\": 65}", 1, "resources.gpus_per_node"},
-        {"{\"nodes\": 256, \"gpus_per_node\": 8}", 1, "resources.nodes"},
-        {"{\"nodes\": 2, \"gpus_per_node\": 2, \"gpus\": 4}", 1,
-         "resources.gpus"},
-        {"{\"nodes\": 2, \"gpus_per_node\": 2, \"workers\": 2}", 1,
-         "resources.nodes"},
-        {"{\"nodes\": 2, \"gpus_per_node\": 2}", 0, "resources.nodes"},
-        {"{\"nodes\": 2, \"gpus_per_node\": 2, \"gpu\": \"1g.18gb\"}", 1,
-         "resources.gpu"},
-    };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ty_status s = parse(bad[i].resources, bad[i].host_has_gpus, &req,
-                            &workers, &norm, &err);
-        if (s != TY_EINVAL || strcmp(err.field, bad[i].field))
-            fail_msg("%s: status %d field \"%s\" (%s); want %s",
-                     bad[i].resources, (int)s, err.field, err.msg,
-                     bad[i].field);
-        assert_null(norm);
-    }
-}
-
-static void test_gpus_not_a_deployment_key(void **state)
-{
-    (void)state;
-    /* Without *workers (a deployment's resources) gpus is unknown. */
-    json_t *res = json_pack("{s:i}", "gpus", 2);
-    sched_request req;
     ty_err err = {0};
-    assert_int_equal(jobreq_parse(res, 1, &req, NULL, NULL, &err), TY_EINVAL);
-    assert_string_equal(err.field, "resources.gpus");
+    /* Elastic: kept, and echoed in the normalized copy. */
+    assert_int_equal(
+        parse("{\"workers\": 3, \"min_workers\": 2}", &n, &m, &norm, &err),
+        TY_OK);
+    assert_int_equal(n, 3);
+    assert_int_equal(m, 2);
+    assert_int_equal(json_integer_value(json_object_get(norm, "min_workers")),
+                     2);
+    assert_int_equal(json_integer_value(json_object_get(norm, "workers")), 3);
+    json_decref(norm);
+    /* Absent or null: workers (not elastic), nothing echoed. */
+    assert_int_equal(parse("{\"workers\": 3}", &n, &m, &norm, &err), TY_OK);
+    assert_int_equal(m, 3);
+    assert_null(json_object_get(norm, "min_workers"));
+    json_decref(norm);
+    assert_int_equal(
+        parse("{\"workers\": 3, \"min_workers\": null}", &n, &m, &norm, &err),
+        TY_OK);
+    assert_int_equal(m, 3);
+    json_decref(norm);
+    /* min = workers is allowed (the same as absent). */
+    assert_int_equal(
+        parse("{\"workers\": 2, \"min_workers\": 2}", &n, &m, &norm, &err),
+        TY_OK);
+    assert_int_equal(m, 2);
+    json_decref(norm);
+    /* Refusals name resources.min_workers. */
+    static const char *const bad[] = {
+        "{\"workers\": 2, \"min_workers\": 3}",
+        "{\"workers\": 2, \"min_workers\": 0}",
+        "{\"workers\": 2, \"min_workers\": -1}",
+        "{\"workers\": 2, \"min_workers\": 1.5}",
+        "{\"workers\": 2, \"min_workers\": \"1\"}",
+        "{\"min_workers\": 1}",
+        "{\"workers\": 1, \"min_workers\": 1}",
+        "{\"gpu\": \"none\", \"min_workers\": 2}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&err, 0, sizeof err);
+        assert_int_equal(parse(bad[i], &n, &m, &norm, &err), TY_EINVAL);
+        assert_string_equal(err.field, "resources.min_workers");
+        assert_non_null(strstr(err.msg, "min_workers"));
+        json_decref(norm);
+    }
+    /* A deployment's resources take no min_workers (nor workers). */
+    json_t *res = json_pack("{s:i}", "min_workers", 1);
+    sched_request req;
+    assert_int_equal(jobreq_parse(res, 0, &req, NULL, NULL, &err), TY_EINVAL);
     json_decref(res);
 }
 
-static void test_workers_unchanged(void **state)
+/* Which nodes an elastic gang may count on. */
+static void test_slurm_node_up(void **state)
 {
     (void)state;
-    sched_request req;
-    int workers = 0;
-    json_t *norm = NULL;
-    ty_err err;
-    assert_int_equal(parse("{\"workers\": 3}", 1, &req, &workers, &norm, &err),
-                     TY_OK);
-    assert_int_equal(workers, 3);
-    assert_int_equal(req.kind, SCHED_REQ_NONE);
-    assert_null(json_object_get(norm, "gpus"));
-    json_decref(norm);
-    assert_int_equal(parse("{\"workers\": 2, \"gpu\": \"whole\"}", 1, &req,
-                           &workers, NULL, &err),
-                     TY_EINVAL);
-    assert_string_equal(err.field, "resources.gpu");
+    assert_true(slurm_node_up("idle", ""));
+    assert_true(slurm_node_up("mixed", NULL));
+    assert_true(slurm_node_up("allocated", ""));
+    assert_true(slurm_node_up("IDLE", ""));
+    assert_true(slurm_node_up("completing", ""));
+    /* A lost node: down once Slurm says so, silent before. */
+    assert_false(slurm_node_up("down", ""));
+    assert_false(slurm_node_up("down", "NOT_RESPONDING"));
+    assert_false(slurm_node_up("allocated", "NOT_RESPONDING"));
+    assert_false(slurm_node_up("idle*", ""));
+    /* Drained or draining, failing, powered down, in maintenance. */
+    assert_false(slurm_node_up("idle", "DRAIN"));
+    assert_false(slurm_node_up("mixed", "COMPLETING,DRAIN"));
+    assert_false(slurm_node_up("IDLE+DRAIN", ""));
+    assert_false(slurm_node_up("idle", "FAIL"));
+    assert_false(slurm_node_up("idle", "POWERED_DOWN"));
+    assert_false(slurm_node_up("idle", "MAINTENANCE"));
+    assert_false(slurm_node_up("future", ""));
+    assert_false(slurm_node_up("unknown", ""));
+    assert_false(slurm_node_up("", ""));
+    assert_false(slurm_node_up(NULL, ""));
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpus_is_a_whole_gpu_gang),
-        cmocka_unit_test(test_gpus_refusals_name_the_field),
-        cmocka_unit_test(test_nodes_of_gpus),
-        cmocka_unit_test(test_gpus_not_a_deployment_key),
-        cmocka_unit_test(test_workers_unchanged),
+        cmocka_unit_test(test_world_choice),
+        cmocka_unit_test(test_min_workers_parse),
+        cmocka_unit_test(test_slurm_node_up),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

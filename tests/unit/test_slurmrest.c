@@ -375,6 +375,24 @@ static void test_v0038_nodes(void **state)
     assert_string_equal(nodes[0].partitions, "debug");
     assert_int_equal(nodes[0].cpus, 8);
     assert_int_equal(nodes[0].memory_mb, 19284);
+    assert_string_equal(nodes[0].flags, "");
+    assert_true(slurm_node_up(nodes[0].state, nodes[0].flags));
+    free(nodes);
+    /* state_flags joined: a lost node (allocated, NOT_RESPONDING) and a
+     * drained one are not up (elastic gangs count the nodes that are). */
+    d = json_pack("{s:[], s:[{s:s, s:s, s:[s], s:i}, {s:s, s:s, s:[s, s], "
+                  "s:i}]}",
+                  "errors", "nodes", "name", "node1", "state", "allocated",
+                  "state_flags", "NOT_RESPONDING", "cpus", 2, "name", "node2",
+                  "state", "idle", "state_flags", "DRAIN", "MAINTENANCE",
+                  "cpus", 2);
+    assert_int_equal(slurmrest_v0038_nodes_reply(d, &nodes, &n, &err), TY_OK);
+    json_decref(d);
+    assert_int_equal(n, 2);
+    assert_string_equal(nodes[0].flags, "NOT_RESPONDING");
+    assert_string_equal(nodes[1].flags, "DRAIN,MAINTENANCE");
+    assert_false(slurm_node_up(nodes[0].state, nodes[0].flags));
+    assert_false(slurm_node_up(nodes[1].state, nodes[1].flags));
     free(nodes);
 }
 
