@@ -14,6 +14,8 @@
  *   - while a gang runs, GET /v1/devices shows both GPUs held by it and a
  *     whole-GPU job waits; cancelled, both are free again and that job
  *     runs;
+ *   - a rank killed (SIGKILL) ends the gang, and the job is retried as
+ *     the whole gang (2 ranks on 2 GPUs) from its checkpoint and succeeds;
  *   - refusals name the field: more GPUs than the node has, a count that
  *     is not 1..64, gpus beside workers, a MIG profile beside it, a
  *     batch_size the GPUs cannot share equally, nodes and gpus_per_node
@@ -64,7 +66,8 @@ static int setup(void **state)
     sim_file("a100-2x-nomig.json", path);
     snprintf(spec, sizeof spec, "sim:%s", path);
     /* 2 CPU places: the comparison job on {"workers": 2} */
-    const char *flags[] = {"--devices", spec, "--max-jobs", "2", NULL};
+    const char *flags[] = {"--devices",       spec,  "--max-jobs", "2",
+                           "--retry-backoff", "0.2", NULL};
     if (srv_start(&server, NULL, flags))
         return -1;
     temp_dir(files);
@@ -336,6 +339,66 @@ static void test_gpu_gang_holds_both(void **state)
     assert_int_equal(open, 0);
 }
 
+/* A rank killed: the gang ends, and the job is retried as the whole gang
+ * (both GPUs, a rank on each), resuming from its checkpoint. */
+static void test_gpu_gang_retried_whole(void **state)
+{
+    (void)state;
+    if (!have_mpi)
+        skip();
+    char id[64];
+    submit("{\"epochs\": 150, \"batch_size\": 32, \"seed\": 9}",
+           "{\"gpus\": 2}", id);
+    pid_t found[8];
+    double until = now_seconds() + 120;
+    pid_t victim = 0;
+    for (;;) {
+        json_t *j = get_job(&server, id);
+        const json_int_t epoch = json_integer_value(
+            json_object_get(json_object_get(j, "progress"), "epoch"));
+        const json_int_t mpirun = json_integer_value(
+            json_object_get(json_object_get(j, "placement"), "worker_pid"));
+        char status[32];
+        snprintf(status, sizeof status, "%s", str(j, "status"));
+        json_decref(j);
+        int n = find_children(&server, "worker", id, found, 8);
+        if (!strcmp(status, "running") && epoch >= 2 && mpirun > 0 && n == 3) {
+            /* the rank started last of mpirun's two */
+            for (int i = 0; i < n; i++)
+                if (found[i] != (pid_t)mpirun && found[i] > victim)
+                    victim = found[i];
+            break;
+        }
+        if (now_seconds() > until ||
+            (strcmp(status, "running") && strcmp(status, "queued")))
+            fail_msg("the gang did not run its second epoch: status %s, "
+                     "epoch %lld, %d processes",
+                     status, (long long)epoch, n);
+        usleep(20 * 1000);
+    }
+    assert_int_equal(kill(victim, SIGKILL), 0);
+    json_t *j = wait_job(&server, id, 300);
+    const json_int_t attempts =
+        json_integer_value(json_object_get(j, "attempts"));
+    if (strcmp(str(j, "status"), "succeeded") || attempts < 2)
+        fail_msg("after a rank was killed: status %s, attempts %lld, error %s",
+                 str(j, "status"), (long long)attempts,
+                 str(j, "error") ? str(j, "error") : "none");
+    /* the retry ran the whole gang again */
+    const json_t *ranks =
+        json_object_get(json_object_get(j, "placement"), "ranks");
+    assert_int_equal(json_array_size(ranks), 2);
+    assert_string_not_equal(str(json_array_get(ranks, 0), "device"),
+                            str(json_array_get(ranks, 1), "device"));
+    json_decref(j);
+    json_t *e = epochs_of(id);
+    assert_int_equal(json_array_size(e), 150);
+    assert_int_equal(json_integer_value(
+                         json_object_get(json_array_get(e, 149), "world_size")),
+                     2);
+    json_decref(e);
+}
+
 static void test_gpu_gang_refusals(void **state)
 {
     (void)state;
@@ -375,6 +438,7 @@ int main(void)
         cmocka_unit_test(test_gpu_gang_refusals),
         cmocka_unit_test(test_gpu_gang_trains_as_one),
         cmocka_unit_test(test_gpu_gang_holds_both),
+        cmocka_unit_test(test_gpu_gang_retried_whole),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
