@@ -220,6 +220,14 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
     int has_cvd;
     svc_device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
     json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
+    /* A gang of GPUs: its members' slots, which a restarted server gives
+     * the scheduler back (reattach_running) */
+    if (placement && info.gang > 1 && info.gang_slots) {
+        json_t *gs = json_array();
+        for (int i = 0; i < info.gang; i++)
+            json_array_append_new(gs, json_integer(info.gang_slots[i]));
+        json_object_set_new(placement, "gang_slots", gs);
+    }
     /* A data-parallel job runs at the scheduler's gang size: its workers,
      * or for an elastic one what fitted at this start (svc_gang_world). */
     const int world = info.gang > 1 ? info.gang : 1;

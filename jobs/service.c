@@ -125,6 +125,37 @@ static void load_queued(jobs_service *r)
                 loaded);
 }
 
+/* A gang of GPUs' member slots as its placement lists them (gang_slots,
+ * training_start's) into *slots (malloc'd, *n of them; NULL and 0 when
+ * the placement has none: a CPU gang). TY_EINVAL for a slot that is not
+ * a whole number below nslots; TY_ENOMEM. */
+static ty_status gang_slots_of(const json_t *placement, int nslots, int **slots,
+                               int *n, ty_err *err)
+{
+    const json_t *a = json_object_get(placement, "gang_slots");
+    *slots = NULL;
+    *n = 0;
+    const size_t k = json_array_size(a);
+    if (k == 0)
+        return TY_OK;
+    int *v = calloc(k, sizeof *v);
+    if (!v)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < k; i++) {
+        const json_t *e = json_array_get(a, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) >= nslots) {
+            free(v);
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "the gang's slots are not this inventory's");
+        }
+        v[i] = (int)json_integer_value(e);
+    }
+    *slots = v;
+    *n = (int)k;
+    return TY_OK;
+}
+
 /* Server start with the Slurm executor: the jobs the store has running on
  * Slurm (left so by the last server, store_job_requeue_running) are taken
  * back as they are: their slot held again, their Slurm job watched, their
@@ -165,8 +196,20 @@ static void reattach_running(jobs_service *r)
         if (s == TY_OK && slot >= r->nslots)
             s = ty_fail(&err, TY_EINVAL, NULL,
                         "the cluster has fewer GPUs than when it started");
+        /* A gang is restored with its members' slots (a gang of GPUs: the
+         * placement's gang_slots; a CPU gang: none). */
+        sched_job_info ji;
+        int *members = NULL, nmembers = 0, is_gang = 0;
+        if (s == TY_OK && sched_job_get(r->sched, sj, &ji) == TY_OK &&
+            ji.gang > 1) {
+            is_gang = 1;
+            s = gang_slots_of(pl, r->nslots, &members, &nmembers, &err);
+        }
         if (s == TY_OK)
-            s = sched_job_restore_running(r->sched, sj, slot, svc_wall(), &err);
+            s = is_gang ? sched_job_restore_gang(r->sched, sj, members,
+                                                 nmembers, svc_wall(), &err)
+                        : sched_job_restore_running(r->sched, sj, slot,
+                                                    svc_wall(), &err);
         int place = -1;
         for (int k = 0; k < r->cap && place < 0 && s == TY_OK; k++)
             if (!r->runs[k].used)
@@ -176,6 +219,7 @@ static void reattach_running(jobs_service *r)
         if (s == TY_OK)
             s = exec_slurm_adopt(r->exec, place, id, slurm_id, sha, &err);
         if (s != TY_OK) {
+            free(members);
             if (sj >= 0)
                 sched_job_remove(r->sched, sj);
             fail_at_start(r, id, "the restarted server could not re-attach it",
@@ -184,6 +228,9 @@ static void reattach_running(jobs_service *r)
         }
         svc_usage_open(r, svc_run_claim(r, place, sj, slot, id, tenant));
         svc_set_holder(r, slot, id, tenant);
+        for (int k = 0; k < nmembers; k++)
+            svc_set_holder(r, members[k], id, tenant);
+        free(members);
         log_event("info", "job_reattach",
                   json_pack("{s:s, s:I}", "job", id, "slurm_job",
                             (json_int_t)slurm_id));

@@ -242,6 +242,13 @@ static void test_gpu_gang_trains_as_one(void **state)
             fail_msg("rank %zu's log does not say it took %s", i, dev);
     }
     assert_string_not_equal(str(r0, "device"), str(r1, "device"));
+    /* the members' slots, for a restarted server */
+    const json_t *gs = json_object_get(pl, "gang_slots");
+    assert_int_equal(json_array_size(gs), 2);
+    assert_int_equal(json_integer_value(json_array_get(gs, 0)),
+                     json_integer_value(json_object_get(r0, "slot")));
+    assert_int_equal(json_integer_value(json_array_get(gs, 1)),
+                     json_integer_value(json_object_get(r1, "slot")));
     assert_int_not_equal(json_integer_value(json_object_get(r0, "gpu")),
                          json_integer_value(json_object_get(r1, "gpu")));
     assert_int_not_equal(json_integer_value(json_object_get(r0, "slot")),
