@@ -30,7 +30,10 @@
  *   - a rolling update while a deployment streams a long generation: the
  *     stream completes whole on the old replica, which drains after it;
  *     requests through the update get no 5xx, and after it go to the new
- *     model.
+ *     model;
+ *   - a replica that fails before the first token after its deployment
+ *     was rolled to another model: the retried generation is served here
+ *     on the model it opened (not a 404).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -1438,6 +1441,124 @@ static void test_rolling_update_mid_stream(void **state)
     resp_free(r);
 }
 
+/* A generation by the deployment's name, on a thread: its reply. */
+typedef struct {
+    resp *r;
+} retry_call;
+
+static void *retry_gen_run(void *arg)
+{
+    retry_call *c = arg;
+    c->r =
+        http_json(&server, "POST", "/v2/models/retry-gen/generate", ROLL_SHORT);
+    return NULL;
+}
+
+/* The id and state of the instance of generation gen in doc (0 when
+ * none): id (64 bytes), state (32). */
+static int retry_instance(const json_t *doc, int gen, char *id, char *state,
+                          long *in_flight)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach (json_object_get(doc, "instances"), i, it) {
+        if (json_integer_value(json_object_get(it, "generation")) != gen)
+            continue;
+        snprintf(id, 64, "%s", str(it, "id") ? str(it, "id") : "");
+        snprintf(state, 32, "%s", str(it, "state") ? str(it, "state") : "");
+        *in_flight = (long)json_integer_value(json_object_get(it, "in_flight"));
+        return 1;
+    }
+    return 0;
+}
+
+/* A replica that fails before the first token after its deployment was
+ * rolled to another model: the generation is retried as one that opened
+ * the old model then would be, here in the server on that model (it used
+ * to answer 404 "no longer serves model", or fail again on the dead
+ * replica). The deployment serves the wide model (A) on one replica,
+ * held with SIGSTOP; a short generation by the deployment's name opens A
+ * and waits on it; a PATCH moves the deployment to the story model (B);
+ * once B's replica is ready and A's drains, A's is killed. The reply is
+ * 200, names A and holds the text the server writes for A. */
+static void test_retry_after_rollout(void **state)
+{
+    (void)state;
+    assert_true(wide_id[0]);
+    const char *a_id = wide_id;
+    char name_a[64], want[64], got_model[64], got_text[64], path[160];
+    model_name_of(a_id, name_a, sizeof name_a);
+    snprintf(path, sizeof path, "/v2/models/%s/generate", a_id);
+    resp *r = http_json(&server, "POST", path, ROLL_SHORT);
+    expect_status(r, 200);
+    assert_int_equal(roll_reply(r, got_model, want), 0);
+    resp_free(r);
+    char dpath[128];
+    deploy_cpu_ready(&server, "retry-gen", a_id, dpath);
+    r = http_get(&server, dpath);
+    const int gen =
+        (int)json_integer_value(json_object_get(r->json, "generation"));
+    char rep[64], st[32];
+    long in_flight = 0;
+    assert_true(retry_instance(r->json, gen, rep, st, &in_flight));
+    resp_free(r);
+    const pid_t pid = find_child(&server, "replica", rep);
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+
+    /* the request holds A's replica */
+    retry_call call = {0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, retry_gen_run, &call), 0);
+    double until = now_seconds() + 30;
+    in_flight = 0;
+    while (in_flight == 0 && now_seconds() < until) {
+        r = http_get(&server, dpath);
+        if (r->status == 200)
+            retry_instance(r->json, gen, rep, st, &in_flight);
+        resp_free(r);
+        usleep(20 * 1000);
+    }
+    if (in_flight == 0)
+        kill(pid, SIGCONT);
+    assert_true(in_flight > 0);
+
+    /* rolled to B: B's replica ready, A's draining (the request holds it) */
+    char patch[128];
+    snprintf(patch, sizeof patch, "{\"model\": \"%s\"}", model_id);
+    r = http_json(&server, "PATCH", dpath, patch);
+    expect_status(r, 200);
+    resp_free(r);
+    int rolled = 0;
+    until = now_seconds() + 120;
+    while (!rolled && now_seconds() < until) {
+        char rep_b[64], st_b[32];
+        long ignore;
+        r = http_get(&server, dpath);
+        rolled = r->status == 200 &&
+                 retry_instance(r->json, gen + 1, rep_b, st_b, &ignore) &&
+                 !strcmp(st_b, "ready") &&
+                 retry_instance(r->json, gen, rep, st, &ignore) &&
+                 !strcmp(st, "draining");
+        resp_free(r);
+        if (!rolled)
+            usleep(50 * 1000);
+    }
+    /* the old replica fails before its first token */
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    pthread_join(th, NULL);
+    assert_true(rolled);
+    if (call.r->status != 200)
+        fail_msg("after the rollout, the retried generation: %ld %.300s",
+                 call.r->status, call.r->body ? call.r->body : "");
+    assert_int_equal(roll_reply(call.r, got_model, got_text), 0);
+    assert_string_equal(got_model, name_a);
+    assert_string_equal(got_text, want);
+    resp_free(call.r);
+    r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
+    resp_free(r);
+}
+
 #undef ROLL_N
 #undef ROLL_MAX
 #undef ROLL_STREAM
@@ -1459,6 +1580,7 @@ int main(void)
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_prefix_cache_deployed),
         cmocka_unit_test(test_rolling_update_mid_stream),
+        cmocka_unit_test(test_retry_after_rollout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
