@@ -982,7 +982,9 @@ static long long replica_prefix_hits(const char *dpath)
  * cache outlives its requests, so a second request finds the first's
  * blocks whatever the choices' timing. The request is made up to five
  * times (the same choices each time) until a heartbeat shows the hits;
- * code without the cache never counts any. */
+ * code without the cache never counts any. Once the replica is idle, the
+ * deployment's generate section gives its blocks used, cached and in all:
+ * the sums of its instances' (with some cached). */
 static void test_prefix_cache_deployed(void **state)
 {
     (void)state;
@@ -1013,6 +1015,49 @@ static void test_prefix_cache_deployed(void **state)
             "requests)\n",
             after - before, tries);
     assert_true(after - before >= 32); /* two blocks, at least once */
+    /* The deployment's generate section sums its replicas' cache blocks
+     * (used, cached, total), as their heartbeats said; once idle, the
+     * blocks of the prompts stay cached. */
+    json_t *doc = NULL;
+    long long used = -1, cached = 0, total = 0, busy = 1;
+    until = now_seconds() + 10;
+    do {
+        json_decref(doc);
+        usleep(200 * 1000);
+        resp *g = http_get(&server, dpath);
+        expect_status(g, 200);
+        doc = json_incref(g->json);
+        resp_free(g);
+        used = cached = total = busy = 0;
+        size_t i;
+        json_t *it;
+        json_array_foreach (json_object_get(doc, "instances"), i, it) {
+            const json_t *e = json_object_get(it, "generate");
+            used += json_integer_value(json_object_get(e, "kv_blocks_used"));
+            cached +=
+                json_integer_value(json_object_get(e, "kv_blocks_cached"));
+            total += json_integer_value(json_object_get(e, "kv_blocks_total"));
+            busy += json_integer_value(json_object_get(e, "sequences")) +
+                    json_integer_value(json_object_get(e, "waiting"));
+        }
+    } while ((busy || cached == 0) && now_seconds() < until);
+    const json_t *gen = json_object_get(doc, "generate");
+    fprintf(
+        stderr,
+        "the deployment's cache: %lld blocks used, %lld cached, %lld in "
+        "all\n",
+        (long long)json_integer_value(json_object_get(gen, "kv_blocks_used")),
+        (long long)json_integer_value(json_object_get(gen, "kv_blocks_cached")),
+        (long long)json_integer_value(json_object_get(gen, "kv_blocks_total")));
+    assert_true(busy == 0 && cached > 0 && used + cached <= total);
+    assert_true(json_is_integer(json_object_get(gen, "kv_blocks_cached")));
+    assert_int_equal(json_integer_value(json_object_get(gen, "kv_blocks_used")),
+                     used);
+    assert_int_equal(
+        json_integer_value(json_object_get(gen, "kv_blocks_cached")), cached);
+    assert_int_equal(
+        json_integer_value(json_object_get(gen, "kv_blocks_total")), total);
+    json_decref(doc);
     resp *r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
     resp_free(r);
     json_decref(prefix_cold[0]);
