@@ -456,20 +456,26 @@ static void test_gang_rank_killed(void **state)
     json_decref(j);
 }
 
-/* The step of job id's last resume in server s's log ("job_resume"), or
- * -1 when none. */
-static long long resume_step(const srv *s, const char *id)
+/* The step of job id's last `event` line in server s's log (job_resume,
+ * job_preempted), or -1 when none; *checkpointed: that line's
+ * "checkpointed" (0 when absent). */
+static long long logged_step(const srv *s, const char *id, const char *event,
+                             int *checkpointed)
 {
     long long step = -1;
+    char tag[64];
+    snprintf(tag, sizeof tag, "\"%s\"", event);
     FILE *f = fopen(s->log, "r");
     char line[4096];
     while (f && fgets(line, sizeof line, f)) {
-        if (!strstr(line, "job_resume") || !strstr(line, id))
+        if (!strstr(line, tag) || !strstr(line, id))
             continue;
         json_t *o = json_loads(line, 0, NULL);
         const json_t *v = json_object_get(o, "step");
-        if (json_is_integer(v))
+        if (json_is_integer(v)) {
             step = (long long)json_integer_value(v);
+            *checkpointed = json_is_true(json_object_get(o, "checkpointed"));
+        }
         json_decref(o);
     }
     if (f)
@@ -482,10 +488,10 @@ static long long resume_step(const srv *s, const char *id)
  * (supervisor_preempt; the scheduler never picks CPU jobs as victims and
  * the API has no preempt call, so the test sends it as the supervisor
  * would). Both ranks stop at the step they agree on, rank 0 writes the
- * checkpoint there, and the job goes back to the queue (preemptions 1,
- * none of its processes left) and resumes at that step, not at an
- * earlier epoch's end (the server's job_resume: a step at or past the one
- * seen before the signal), to success: every epoch recorded, attempts
+ * checkpoint there (the server's job_preempted: a step at or past the
+ * one seen before the signal, checkpointed), and the job goes back to the
+ * queue (preemptions 1, none of its processes left) and resumes at that
+ * very step (job_resume), to success: every epoch recorded, attempts
  * still 1 (a rank killed by the signal would have failed the attempt). */
 static void test_gang_preempted_resumes(void **state)
 {
@@ -554,12 +560,17 @@ static void test_gang_preempted_resumes(void **state)
     assert_true(json_is_integer(
         json_object_get(json_object_get(j, "progress"), "resumed_from_epoch")));
     json_decref(j);
-    const long long resumed = resume_step(&server, id);
+    int checkpointed = 0, ignore;
+    const long long stopped =
+        logged_step(&server, id, "job_preempted", &checkpointed);
+    const long long resumed = logged_step(&server, id, "job_resume", &ignore);
     fprintf(stderr,
-            "the gang was seen at step %lld before SIGUSR1 and resumed at "
-            "step %lld\n",
-            seen_step, resumed);
-    assert_true(resumed >= seen_step);
+            "the gang was seen at step %lld before SIGUSR1, stopped at step "
+            "%lld (checkpointed: %d) and resumed at step %lld\n",
+            seen_step, stopped, checkpointed, resumed);
+    assert_true(stopped >= seen_step);
+    assert_true(checkpointed);
+    assert_int_equal(resumed, stopped);
     json_t *e = epochs_of(id);
     assert_int_equal(json_array_size(e), 12);
     json_decref(e);
