@@ -1499,6 +1499,39 @@ static void *retry_gen_run(void *arg)
     return NULL;
 }
 
+/* ROLL_SHORT as an OpenAI completion of model (serve_gen_wait_all's way):
+ * the body, in 256 bytes. */
+static const char *retry_oai_body(const char *model, char *body)
+{
+    snprintf(body, 256,
+             "{\"model\": \"%s\", \"prompt\": \"the cat \", "
+             "\"max_tokens\": 6, \"temperature\": 0}",
+             model);
+    return body;
+}
+
+static void *retry_oai_run(void *arg)
+{
+    retry_call *c = arg;
+    char body[256];
+    c->r = http_json(&server, "POST", "/openai/v1/completions",
+                     retry_oai_body("retry-gen", body));
+    return NULL;
+}
+
+/* An OpenAI completion's first choice's text, as JSON text (64 bytes). */
+static void retry_oai_text(const resp *r, char *text)
+{
+    json_t *j =
+        json_loadb(r->body ? r->body : "", r->len, JSON_ALLOW_NUL, NULL);
+    const json_t *t = json_object_get(
+        json_array_get(json_object_get(j, "choices"), 0), "text");
+    char *d = t ? json_dumps(t, JSON_ENCODE_ANY) : NULL;
+    snprintf(text, 64, "%s", d ? d : "");
+    free(d);
+    json_decref(j);
+}
+
 /* The id and state of the instance of generation gen in doc (0 when
  * none): id (64 bytes), state (32). */
 static int retry_instance(const json_t *doc, int gen, char *id, char *state,
@@ -1525,7 +1558,8 @@ static int retry_instance(const json_t *doc, int gen, char *id, char *state,
  * held with SIGSTOP; a short generation by the deployment's name opens A
  * and waits on it; a PATCH moves the deployment to the story model (B);
  * once B's replica is ready and A's drains, A's is killed. The reply is
- * 200, names A and holds the text the server writes for A. */
+ * 200, names A and holds the text the server writes for A; so does an
+ * OpenAI completion by the deployment's name sent beside it. */
 static void test_retry_after_rollout(void **state)
 {
     (void)state;
@@ -1537,6 +1571,12 @@ static void test_retry_after_rollout(void **state)
     resp *r = http_json(&server, "POST", path, ROLL_SHORT);
     expect_status(r, 200);
     assert_int_equal(roll_reply(r, got_model, want), 0);
+    resp_free(r);
+    char oai_body[256], want_oai[64], got_oai[64];
+    r = http_json(&server, "POST", "/openai/v1/completions",
+                  retry_oai_body(a_id, oai_body));
+    expect_status(r, 200);
+    retry_oai_text(r, want_oai);
     resp_free(r);
     char dpath[128];
     deploy_cpu_ready(&server, "retry-gen", a_id, dpath);
@@ -1551,22 +1591,23 @@ static void test_retry_after_rollout(void **state)
     assert_true(pid > 0);
     assert_int_equal(kill(pid, SIGSTOP), 0);
 
-    /* the request holds A's replica */
-    retry_call call = {0};
-    pthread_t th;
+    /* the requests hold A's replica */
+    retry_call call = {0}, oai = {0};
+    pthread_t th, th_oai;
     assert_int_equal(pthread_create(&th, NULL, retry_gen_run, &call), 0);
+    assert_int_equal(pthread_create(&th_oai, NULL, retry_oai_run, &oai), 0);
     double until = now_seconds() + 30;
     in_flight = 0;
-    while (in_flight == 0 && now_seconds() < until) {
+    while (in_flight < 2 && now_seconds() < until) {
         r = http_get(&server, dpath);
         if (r->status == 200)
             retry_instance(r->json, gen, rep, st, &in_flight);
         resp_free(r);
         usleep(20 * 1000);
     }
-    if (in_flight == 0)
+    if (in_flight < 2)
         kill(pid, SIGCONT);
-    assert_true(in_flight > 0);
+    assert_int_equal(in_flight, 2);
 
     /* rolled to B: B's replica ready, A's draining (the request holds it) */
     char patch[128];
@@ -1592,6 +1633,7 @@ static void test_retry_after_rollout(void **state)
     /* the old replica fails before its first token */
     assert_int_equal(kill(pid, SIGKILL), 0);
     pthread_join(th, NULL);
+    pthread_join(th_oai, NULL);
     assert_true(rolled);
     if (call.r->status != 200)
         fail_msg("after the rollout, the retried generation: %ld %.300s",
@@ -1600,6 +1642,12 @@ static void test_retry_after_rollout(void **state)
     assert_string_equal(got_model, name_a);
     assert_string_equal(got_text, want);
     resp_free(call.r);
+    if (oai.r->status != 200)
+        fail_msg("after the rollout, the retried completion: %ld %.300s",
+                 oai.r->status, oai.r->body ? oai.r->body : "");
+    retry_oai_text(oai.r, got_oai);
+    assert_string_equal(got_oai, want_oai);
+    resp_free(oai.r);
     r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
     resp_free(r);
 }
