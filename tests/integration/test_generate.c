@@ -1058,6 +1058,18 @@ static void test_prefix_cache_deployed(void **state)
     assert_int_equal(
         json_integer_value(json_object_get(gen, "kv_blocks_total")), total);
     json_decref(doc);
+    /* /metrics has the same (the replica idle: no heartbeat moved them) */
+    char dep_label[160];
+    snprintf(dep_label, sizeof dep_label, "deployment=\"%s\"",
+             strrchr(dpath, '/') + 1);
+    resp *m = http_get(&server, "/metrics");
+    char cached_label[200];
+    snprintf(cached_label, sizeof cached_label, "%s,state=\"cached\"",
+             dep_label);
+    const double cached_metric = metric_sum(
+        m->body, "trainyard_deployment_generate_kv_blocks", cached_label);
+    resp_free(m);
+    assert_true(cached_metric == (double)cached);
     resp *r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
     resp_free(r);
     json_decref(prefix_cold[0]);
