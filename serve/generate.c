@@ -314,13 +314,13 @@ static ty_status gen_end(gen_seq *s, ty_err *err)
 
 static ty_status remote_open(serve_gen *g, uint64_t avoid, ty_err *err)
 {
-    const rframe_gen_req r = {.seq = 1,
-                              .n_ids = (uint32_t)g->n,
-                              .max_tokens = g->max_tokens,
-                              .choice = g->choice,
-                              .lp_top = g->want_lp ? g->lp_top
-                                                   : RFRAME_GEN_NO_LOGPROBS,
-                              .sp = g->q.sp};
+    const rframe_gen_req r = {
+        .seq = 1,
+        .n_ids = (uint32_t)g->n,
+        .max_tokens = g->max_tokens,
+        .choice = g->choice,
+        .lp_top = g->want_lp ? g->lp_top : RFRAME_GEN_NO_LOGPROBS,
+        .sp = g->q.sp};
     return serve_remote_gen_open(g->m.env->deploy, &g->m.call, &r, g->ids,
                                  avoid, &g->fd, err);
 }
@@ -370,7 +370,8 @@ static ty_status remote_step(serve_gen *g, int *over, ty_err *err)
 static ty_status remote_end(serve_gen *g, ty_status s, ty_err *err)
 {
     if (g->fd >= 0)
-        serve_remote_gen_close(g->m.env->deploy, &g->m.call, g->fd, s == TY_OK);
+        serve_remote_gen_close(g->m.env->deploy, &g->m.call, g->fd,
+                               s == TY_OK);
     g->fd = -1;
     if (s == TY_OK)
         return finish_text(g, err);
