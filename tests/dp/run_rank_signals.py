@@ -19,6 +19,44 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
+
+
+def workers_in(d):
+    """The pids of the processes whose command line names folder d."""
+    pids = []
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % e, "rb") as f:
+                if d.encode() in f.read():
+                    pids.append(int(e))
+        except OSError:
+            pass
+    return pids
+
+
+def release(p, d):
+    """Ends the run: the workers waiting on job.json read its end (they
+    fail on it and mpirun ends), else mpirun's group and any worker left
+    (mpirun's daemon starts them outside its group) are killed."""
+    fifo = os.path.join(d, "job.json")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (p.poll() is None or workers_in(d)):
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:
+            pass  # no reader yet
+        time.sleep(0.05)
+    if p.poll() is None:
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    for pid in workers_in(d):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def main():
@@ -50,9 +88,7 @@ def main():
         except subprocess.TimeoutExpired:
             rc = None
     finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+        release(p, d)
         err = p.stderr.read()
         shutil.rmtree(d, ignore_errors=True)
     died = [l for l in err.splitlines() if "exited on signal" in l]
