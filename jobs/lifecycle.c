@@ -518,6 +518,17 @@ static void training_message(void *ctx, int place, wproto_msg kind,
                           json_object_get(ev, WPROTO_F_EPOCH), "step",
                           json_object_get(ev, WPROTO_F_STEP)));
             break;
+        case WPROTO_MSG_PREEMPTED:
+            /* Where it stopped and whether a checkpoint holds that step
+             * (the exit status requeues it): the resume's log says where
+             * it went on. */
+            log_event_limited(
+                w->job_id, "info", "job_preempted",
+                json_pack("{s:s, s:O?, s:O?, s:O?}", "job", w->job_id, "epoch",
+                          json_object_get(ev, WPROTO_F_EPOCH), "step",
+                          json_object_get(ev, WPROTO_F_STEP), "checkpointed",
+                          json_object_get(ev, WPROTO_F_CHECKPOINT)));
+            break;
         case WPROTO_MSG_DONE: w->done = 1; break;
         case WPROTO_MSG_STARTED: {
             /* What the worker found in its environment, for comparison with
@@ -544,8 +555,8 @@ static void training_message(void *ctx, int place, wproto_msg kind,
             break;
         }
         default:
-            /* heartbeat: the supervisor noted the time; preempted: the exit
-         * status says it; unknown kinds count as heartbeats only. */
+            /* heartbeat: the supervisor noted the time; unknown kinds count
+             * as heartbeats only. */
             break;
     }
     if (err.msg[0])

@@ -884,18 +884,22 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
             }
         }
     }
-    t->epoch_done = e + 1;
-    t->epoch_step = 0;
+    /* max_steps may end the run in the middle of the epoch: then the
+     * epoch is not finished, and the checkpoint keeps the position inside
+     * it (its step, the dropout stream and the sums), so a resume with a
+     * larger max_steps takes the epoch's next step, as a run never stopped
+     * would. Its record is the partial epoch's. */
+    const int finished = t->epoch_step >= t->steps_per_epoch;
+    if (finished) {
+        t->epoch_done = e + 1;
+        t->epoch_step = 0;
+    }
     t->last = m;
     t->have_last = 1;
     if (job->checkpoint_path) {
-        ty_status st = dp_zero_collect(t, err);
-        if (st == TY_OK && t->rank == 0)
-            st = train_ckpt_save(t, err);
-        dp_zero_release(t);
-        if ((st = dp_agree(t, st, "to write the checkpoint", err)) != TY_OK)
+        ty_status st = save_checkpoint(t, e, err);
+        if (st != TY_OK)
             return st;
-        t->ckpt_step = t->step;
     }
     if (job->cb.on_epoch && t->rank == 0)
         job->cb.on_epoch(job->cb.ctx, &m);
