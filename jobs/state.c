@@ -3,7 +3,8 @@
  * files share (events, logs, tenant handles, slot holders, run entries,
  * device strings) and the interface a kind's owner uses (jobs/kind.h).
  * Nothing here calls the rest of the service: service.c, lifecycle.c and
- * remote.c all build on this file.
+ * remote.c all build on this file (a gang's world size now and the retry
+ * list are here for that reason: submit and a retry both need them).
  */
 #include "jobs/state.h"
 
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "jobs/jobreq.h"
 
 /* ---- events and logs ---- */
 
@@ -229,4 +231,75 @@ const char *jobs_run_dir(const jobs_service *js, int place)
     if (place < 0 || place >= js->cap || !js->runs[place].used)
         return NULL;
     return js->runs[place].dir;
+}
+
+/* ---- gangs: their size now, and the retry list ---- */
+
+void svc_job_gang(const json_t *job, int *workers, int *min_workers)
+{
+    const json_t *res = json_object_get(job, "resources");
+    json_int_t n = json_integer_value(json_object_get(res, "workers"));
+    json_int_t m = json_integer_value(json_object_get(res, "min_workers"));
+    *workers = n > 1 ? (int)n : 1;
+    *min_workers = m >= 1 && m < *workers ? (int)m : *workers;
+}
+
+int svc_gang_world(jobs_service *r, int workers, int min_workers, char *why,
+                   size_t nwhy)
+{
+    if (why && nwhy)
+        why[0] = '\0';
+    if (min_workers >= workers)
+        return workers;
+    /* The scheduler's CPU places bound every gang; on Slurm, one rank a
+     * node, the nodes that are up too. */
+    int can = r->env.max_jobs >= 0 ? r->env.max_jobs : -1;
+    int up = -1, total = 0;
+    if (r->env.slurm && r->exec && exec_is_slurm(r->exec))
+        up = exec_slurm_nodes_up(r->exec, r->env.worker_threads, &total);
+    if (up >= 0 && (can < 0 || up < can))
+        can = up;
+    const int world = jobreq_world(workers, min_workers, can);
+    if (world == 0 && why && nwhy) {
+        if (up >= 0 && up == can)
+            snprintf(why, nwhy,
+                     "elastic gang: needs %d Slurm node%s up (resources."
+                     "min_workers, one rank a node); %d of %d %s",
+                     min_workers, min_workers == 1 ? "" : "s", up, total,
+                     up == 1 ? "is" : "are");
+        else
+            snprintf(why, nwhy,
+                     "elastic gang: needs %d CPU places (resources."
+                     "min_workers); this server runs %d CPU jobs at once",
+                     min_workers, can);
+    }
+    return world;
+}
+
+ty_status svc_retry_add(jobs_service *r, const char *id, int tenant,
+                        int priority, double submit_time,
+                        const sched_request *req, int workers, int min_workers,
+                        double due, int hold, const char *why)
+{
+    if (r->nretries == r->retry_cap) {
+        size_t ncap = r->retry_cap ? r->retry_cap * 2 : 8;
+        retry_rec *p = realloc(r->retries, ncap * sizeof *p);
+        if (!p)
+            return TY_ENOMEM;
+        r->retries = p;
+        r->retry_cap = ncap;
+    }
+    retry_rec *rr = &r->retries[r->nretries++];
+    memset(rr, 0, sizeof *rr);
+    snprintf(rr->job_id, sizeof rr->job_id, "%s", id);
+    rr->tenant = tenant;
+    rr->priority = priority;
+    rr->submit_time = submit_time;
+    rr->req = *req;
+    rr->workers = workers;
+    rr->min_workers = min_workers;
+    rr->due = due;
+    rr->hold = hold;
+    snprintf(rr->why, sizeof rr->why, "%.299s", why ? why : "");
+    return TY_OK;
 }
