@@ -30,9 +30,13 @@
  *    minibatch), in the same order on every rank, then waits for all.
  *    The buckets and their reduction are the same with the overlap on or
  *    off, so the sums are bit for bit the same. Clipping, the loss scaler
- *    and the optimizer then see the global gradient. ar_seconds counts
- *    the time in the hook and the wait: the communication the step does
- *    not hide.
+ *    and the optimizer then see the global gradient. With ZeRO-1 (zero_rs)
+ *    each bucket is reduce-scattered instead, the same buckets at the
+ *    same points: a rank holds the global gradient of its own range only,
+ *    and the norm that clipping and the loss scaler use is summed across
+ *    ranks (dp_grad_sum_squares; see "ZeRO stage 1" below). ar_seconds
+ *    counts the time in the hook and the wait: the communication the step
+ *    does not hide.
  *  - The step's loss sum, hit count and the ranks' stop and preempt flags
  *    travel in one small all-reduce started after the buckets: every rank
  *    reports the global batch's loss and stops or yields at the same step.
