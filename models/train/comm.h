@@ -4,7 +4,8 @@
  * A communicator (nn_comm) joins the `world` ranks of one training job;
  * each rank holds a full replica of the model and the trainer averages the
  * gradients through it (ZeRO-1: reduce-scatters them, each rank receiving
- * the sums of its own range, and all-gathers the updated ranges). Engines fill an ops table (as a backend does):
+ * the sums of its own range, and all-gathers the updated ranges). Engines
+ * fill an ops table (as a backend does):
  *
  *   "self"  world 1, every op a no-op (nn_comm_self); train_run uses it
  *           when the job gives none, so the loop always has a comm;
