@@ -197,6 +197,15 @@ static ty_status zero_setup(trainer *t, ty_err *err)
     return TY_OK;
 }
 
+/* The comm's bytes so far in the ops a step uses (broadcasts, the
+ * start's and checkpoints', left out). */
+static uint64_t step_op_bytes(const nn_comm *c)
+{
+    return c->stats.bytes[NN_COMM_OP_ALLREDUCE] +
+           c->stats.bytes[NN_COMM_OP_REDUCE_SCATTER] +
+           c->stats.bytes[NN_COMM_OP_ALLGATHER];
+}
+
 ty_status dp_setup(trainer *t, ty_err *err)
 {
     const train_job *job = t->job;
@@ -207,6 +216,7 @@ ty_status dp_setup(trainer *t, ty_err *err)
         return ty_fail(err, TY_EINTERNAL, NULL,
                        "the communicator says rank %d of %d", t->rank,
                        t->world);
+    t->comm_mark = step_op_bytes(t->comm);
     const char *every = getenv("TRAINYARD_DP_CHECK_EVERY");
     t->check_every = every ? strtoull(every, NULL, 10) : 0;
     /* ZeRO-1 shards only across ranks: at world 1 the shard is the whole
@@ -481,6 +491,9 @@ void dp_abort(const train_job *job, const ty_err *err)
 
 void dp_epoch_times(trainer *t, train_epoch_metrics *m)
 {
+    const uint64_t sent = step_op_bytes(t->comm);
+    m->comm_bytes = sent - t->comm_mark;
+    t->comm_mark = sent;
     m->world_size = (uint32_t)t->world;
     m->optimizer_state_bytes = t->opt.bytes;
     m->allreduce_seconds = t->ar_seconds;

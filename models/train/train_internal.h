@@ -128,6 +128,7 @@ typedef struct {
     uint32_t local_n;
     int dp_stop, dp_preempt;
     double ar_seconds, step_seconds;
+    uint64_t comm_mark; /* the comm's step-op bytes at the epoch's start */
     uint64_t check_every;
     /* ZeRO stage 1 (hyperparameters.zero 1 at world > 1; dp.c): this rank
      * owns parameters [zero_lo, zero_hi) of the flat block and keeps the

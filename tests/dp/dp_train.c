@@ -16,7 +16,8 @@
  * estimate <bytes>" (rank 0's, and train_memory_estimate_rank's),
  * "samples_per_sec <rate>", "seconds <wall time of train_run>" and, with
  * --mpi, "comm_bytes allreduce A reduce_scatter R allgather G bcast B"
- * (rank 0's comm->stats: the bytes a ring sends, by op).
+ * (rank 0's comm->stats: the bytes a ring sends, by op), after
+ * "epoch_comm_bytes N" (the last epoch's train_epoch_metrics.comm_bytes).
  * --zero gives hyperparameters.zero; --sgd-momentum trains with SGD and
  * that momentum instead of Adam. Every rank prints "rank R of N pid P"
  * on stdout first, and on a failure "rank R: error: <message>" on stderr
@@ -248,6 +249,8 @@ int main(int argc, char **argv)
         fprintf(out, "samples_per_sec %.1f\nseconds %.3f\n",
                 fin.samples_per_sec, secs);
         /* Rank 0's traffic by op (nn_comm_stats: ring bytes sent). */
+        fprintf(out, "epoch_comm_bytes %llu\n",
+                (unsigned long long)fin.comm_bytes);
         if (comm)
             fprintf(out,
                     "comm_bytes allreduce %llu reduce_scatter %llu "

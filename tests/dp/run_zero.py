@@ -96,6 +96,13 @@ def check_comm(plain, zero, what):
         fail("%s: zero 1 sent %.3f times zero 0's bytes (%d against %d): "
              "its gradients must be reduce-scattered, not all-reduced" %
              (what, ztotal / ptotal, ztotal, ptotal))
+    # The last epoch's record (train_epoch_metrics.comm_bytes): the same.
+    pe, ze = (int(i["epoch_comm_bytes"][0]) for i in (plain, zero))
+    print("%s: the last epoch's comm_bytes: zero 0 %d, zero 1 %d" %
+          (what, pe, ze))
+    if not (pe > 0 and 0.98 <= ze / pe <= 1.02):
+        fail("%s: the last epoch's comm_bytes %d with zero 1, %d with "
+             "zero 0" % (what, ze, pe))
     if zb["reduce_scatter"] == 0 or zb["allreduce"] > ptotal // 100:
         fail("%s: zero 1 all-reduced %d bytes and reduce-scattered %d" %
              (what, zb["allreduce"], zb["reduce_scatter"]))
