@@ -26,7 +26,13 @@ all-gather: the engine before the reduce-scatter), and prints the bytes
 rank 0 sends a step by op (the comm's ring measure, nn_comm_stats) beside
 the throughputs and the per-round ratios to zero 0.
 
-    bench/dp/run.py [--build build] [--steps 400] [--repeats 3] [--zero]
+With --collectives it times the step's collectives alone instead
+(tests/dp/dp_comm_bench under mpirun -np 2: the MLP's 235,146 floats
+all-reduced, reduce-scattered then all-gathered, all-reduced then
+all-gathered), --repeats runs of 300 rounds each.
+
+    bench/dp/run.py [--build build] [--steps 400] [--repeats 3]
+                    [--zero | --collectives]
 
 A benchmark, not a test: it asserts nothing, and its figures move with
 whatever else the machine does.
@@ -102,7 +108,22 @@ def main():
                     help="ZeRO stage 1 against zero 0 (2 ranks, loader "
                     "thread, overlap on), with and without the "
                     "reduce-scatter")
+    ap.add_argument("--collectives", action="store_true",
+                    help="time the step collectives alone "
+                    "(tests/dp/dp_comm_bench)")
     a = ap.parse_args()
+    if a.collectives:
+        cb = os.path.join(a.build, "tests", "dp", "dp_comm_bench")
+        if not os.access(cb, os.X_OK):
+            sys.exit("bench/dp: %s is not built" % cb)
+        for r in range(a.repeats):
+            p = subprocess.run(["mpirun", "-np", "2", "--bind-to", "none", cb,
+                                "--rounds", "300"], env=mpi_env(),
+                               stdout=subprocess.PIPE, text=True)
+            print("run %d: %s" % (r + 1, p.stdout.rstrip()))
+            if p.returncode != 0:
+                sys.exit("bench/dp: dp_comm_bench failed (%d)" % p.returncode)
+        return
     dp = os.path.join(a.build, "tests", "dp", "dp_train")
     if not os.access(dp, os.X_OK):
         sys.exit("bench/dp: %s is not built (configure with tests: "
