@@ -480,9 +480,8 @@ void train_lp_refresh(const trainer *t)
  * skip the step (they are dropped; the optimizer, its step count and the
  * weights stay as they were, as GradScaler.step skips optimizer.step);
  * finite ones are divided by the scale they were made with. The scaler
- * then moves the scale the next steps' loss gradients get. Returns 1 when
- * the step goes ahead. */
-/* The finiteness is the global gradient's (dp_grad_sum_squares: with
+ * then moves the scale the next steps' loss gradients get. The
+ * finiteness is the global gradient's (dp_grad_sum_squares: with
  * ZeRO-1's reduce-scatter every rank checks the sum over all ranges), so
  * every rank skips or steps alike. With the reduce-scatter only this
  * rank's range is unscaled (the rest of the block holds partial sums no
