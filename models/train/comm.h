@@ -94,12 +94,14 @@ typedef struct {
      * A req that fails is released too. */
     ty_status (*allreduce_wait)(nn_comm *c, const nn_exec *ex, nn_comm_req req,
                                 ty_err *err);
-    /* Lets the started all-reduces advance without waiting for any (an
-     * engine whose collectives advance only inside its calls, as Open
-     * MPI's non-blocking ones do, tests them here); a failure breaks the
-     * comm and surfaces at the next wait. NULL: nothing to do (the
-     * engine progresses on its own). Cheap: the trainer calls it after
-     * every layer's backward while buckets are in flight. */
+    /* Lets the started all-reduces (and reduce-scatters: the MPI
+     * engine's ring takes its next step here) advance without waiting
+     * for any (an engine whose collectives advance only inside its
+     * calls, as Open MPI's non-blocking ones do, tests them here); a
+     * failure breaks the comm and surfaces at the next wait. NULL:
+     * nothing to do (the engine progresses on its own). Cheap: the
+     * trainer calls it after every layer's backward while buckets are in
+     * flight. */
     void (*progress)(nn_comm *c);
     /* Copies bytes of host memory buf from rank root to every rank. */
     ty_status (*bcast)(nn_comm *c, void *buf, size_t bytes, int root,
