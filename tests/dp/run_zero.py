@@ -16,7 +16,9 @@ With dp_train (tests/dp/) under `mpirun -np 2`, against the unsharded
      measure of nn_comm_stats) over the step collectives (all-reduce,
      reduce-scatter, all-gather): zero 1 sends what zero 0 does (within
      2%), its gradients reduce-scattered, not all-reduced whole plus an
-     all-gather (1.5 times zero 0's at 2 ranks, 1.25 at 3).
+     all-gather (1.5 times zero 0's at any world size); with
+     TRAINYARD_DP_REDUCE_SCATTER=0 (that fallback) the same losses and
+     1.5 times the bytes.
   2. checkpoints: a zero=1 checkpoint at step 20 resumed by an unsharded
      2-rank run, an unsharded one resumed by a zero=1 run, and a zero=1 one
      resumed by 1 process all continue as the straight 25-step run (steps
@@ -128,6 +130,19 @@ def checks(dp, tmp):
         pi, zi = same_losses(plain, zero, "zero 1 against zero 0, " + what)
         check_memory(pi, zi, slots, what)
         check_comm(pi, zi, what)
+    # The fallback (an engine without reduce_scatter_start, or
+    # TRAINYARD_DP_REDUCE_SCATTER=0): gradients all-reduced whole, the same
+    # losses, and half as many bytes again (what check_comm refuses).
+    run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_REDUCE_SCATTER=0", dp, "--mpi",
+                       "--out", zero, "--zero", "1"] + base + opt),
+        "2 ranks zero 1 without the reduce-scatter")
+    pi, fi = same_losses(plain, zero, "zero 1 all-reduced against zero 0")
+    ratio = sum(int(x) for x in fi["comm_bytes"][1:6:2]) / sum(
+        int(x) for x in pi["comm_bytes"][1:6:2])
+    print("zero 1 without the reduce-scatter: %.3f of zero 0's bytes" % ratio)
+    if not 1.45 <= ratio <= 1.55:
+        fail("zero 1 without the reduce-scatter sent %.3f of zero 0's bytes, "
+             "want 1.5" % ratio)
 
     # Three ranks (batch 126): a third of the state each, the same losses.
     three = ["--threads", "1", "--train", "3000", "--steps", "30",
