@@ -481,10 +481,10 @@ static void training_message(void *ctx, int place, wproto_msg kind,
             /* A language model's, a data-parallel run's: kept when the
              * worker sent them. */
             static const char *const lm_keys[] = {
-                WPROTO_F_TOKENS_PER_SEC,       WPROTO_F_TRAIN_PERPLEXITY,
-                WPROTO_F_VAL_PERPLEXITY,       WPROTO_F_WORLD_SIZE,
-                WPROTO_F_ALLREDUCE_SECONDS,    WPROTO_F_ALLREDUCE_SHARE,
-                WPROTO_F_OPTIMIZER_STATE_BYTES};
+                WPROTO_F_TOKENS_PER_SEC,        WPROTO_F_TRAIN_PERPLEXITY,
+                WPROTO_F_VAL_PERPLEXITY,        WPROTO_F_WORLD_SIZE,
+                WPROTO_F_ALLREDUCE_SECONDS,     WPROTO_F_ALLREDUCE_SHARE,
+                WPROTO_F_OPTIMIZER_STATE_BYTES, WPROTO_F_COMM_BYTES};
             for (size_t i = 0; i < TY_ARRAY_LEN(lm_keys); i++) {
                 json_t *v = json_object_get(ev, lm_keys[i]);
                 if (v)

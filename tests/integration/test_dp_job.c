@@ -7,7 +7,8 @@
  *     epoch records say world_size 2 and the all-reduce's share, and its
  *     losses are the same job's on one worker (the same steps: within
  *     1e-4 relative, epoch by epoch); with hyperparameters.zero 1 the
- *     same losses (1e-5) and half the optimizer_state_bytes a rank;
+ *     same losses (1e-5) and half the optimizer_state_bytes a rank, and
+ *     about the comm_bytes of the unsharded gang;
  *   - refusals name the field: more workers than --max-jobs, a batch_size
  *     the workers cannot share equally, a GPU beside workers, a bad count,
  *     a zero other than 0 or 1, a bad resources.min_workers (above
@@ -197,6 +198,17 @@ static void test_gang_trains_as_one(void **state)
         assert_true(full > 0);
         /* 2 * part is full, or full + one parameter's slots (odd count). */
         assert_true(2 * part >= full && 2 * part <= full + 8);
+        /* The epoch's collective bytes reach the record, and zero 1's
+         * reduce-scatter + all-gather send what zero 0's all-reduce does
+         * (within 2%: the gather's ranges round to whole parameters). */
+        const json_int_t ca =
+            json_integer_value(json_object_get(a, "comm_bytes"));
+        const json_int_t cz =
+            json_integer_value(json_object_get(z, "comm_bytes"));
+        fprintf(stderr, "epoch %zu: comm_bytes %lld, zero 1 %lld\n", i + 1,
+                (long long)ca, (long long)cz);
+        assert_true(ca > 0);
+        assert_true(fabs((double)cz - (double)ca) <= 0.02 * (double)ca);
         const double la = json_number_value(json_object_get(a, "train_loss"));
         const double lz = json_number_value(json_object_get(z, "train_loss"));
         if (!(fabs(la - lz) <= 1e-5 * fabs(la)))
