@@ -170,7 +170,7 @@ bench-usage: build
 # The data-parallel overhead (bench/dp/run.py --help); its one rank is the
 # dp tests' tests/dp/dp_train, and mpirun comes from openmpi-bin.
 bench-dp: build
-	cmake --build $(BUILD) --target dp_train
+	cmake --build $(BUILD) --target dp_train dp_comm_bench
 	bench/dp/run.py --build $(BUILD) $(ARGS)
 
 # wrk and Python come from scripts/setup.sh bench-serve; FastAPI and uvicorn

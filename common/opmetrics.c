@@ -193,8 +193,9 @@ static void init(void)
     fam.deploy_gen_kv = metrics_family_add(
         reg, METRICS_GAUGE, "trainyard_deployment_generate_kv_blocks",
         "Key/value cache blocks of a deployment's replicas: held by "
-        "sequences (used) and in the pools (total), as their last "
-        "heartbeats said.",
+        "sequences (used), in the pools (total), and free but still "
+        "indexed for the prefix cache (cached), as their last heartbeats "
+        "said.",
         LABELS("deployment", "state"), NULL, 0);
     fam.gpu_power =
         metrics_family_add(reg, METRICS_GAUGE, "trainyard_gpu_power_watts",
@@ -293,14 +294,15 @@ void opm_deploy_gen_token(const char *deployment, int first, unsigned prompt,
                     LABELS(deployment, first ? "ttft" : "itl"), seconds);
 }
 
-void opm_deploy_gen_engines(const char *deployment, long running,
-                            long waiting, long kv_used, long kv_total)
+void opm_deploy_gen_engines(const char *deployment, long running, long waiting,
+                            long kv_used, long kv_total, long kv_cached)
 {
     const opm_families *f = opm();
     metrics_set(f->deploy_gen_seqs, LABELS(deployment, "running"), running);
     metrics_set(f->deploy_gen_seqs, LABELS(deployment, "waiting"), waiting);
     metrics_set(f->deploy_gen_kv, LABELS(deployment, "used"), kv_used);
     metrics_set(f->deploy_gen_kv, LABELS(deployment, "total"), kv_total);
+    metrics_set(f->deploy_gen_kv, LABELS(deployment, "cached"), kv_cached);
 }
 
 void opm_deploy_forget(const char *deployment)

@@ -108,7 +108,8 @@ void opm_deploy_forget(const char *deployment);
 void opm_deploy_gen_token(const char *deployment, int first, unsigned prompt,
                           double seconds);
 void opm_deploy_gen_engines(const char *deployment, long running,
-                            long waiting, long kv_used, long kv_total);
+                            long waiting, long kv_used, long kv_total,
+                            long kv_cached);
 
 /* Text generation (serve/generate.c): a sequence started (+1) or ended
  * (-1); its prompt's tokens once it ran; each token written with the

@@ -82,6 +82,7 @@ int sum_engines(const deployment *d, engines_sum *sum)
             sum->waiting += p->gen.waiting;
             sum->kv_used += p->gen.kv_used;
             sum->kv_total += p->gen.kv_total;
+            sum->kv_cached += p->gen.kv_cached;
         }
     return n;
 }

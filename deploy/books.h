@@ -202,7 +202,7 @@ int count_reps(const deployment *d, int which, int states);
 /* What d's live replicas' engines hold, as their last heartbeats said:
  * the number of replicas that reported, and their sums. dmu held. */
 typedef struct {
-    long sequences, waiting, kv_used, kv_total;
+    long sequences, waiting, kv_used, kv_total, kv_cached;
 } engines_sum;
 int sum_engines(const deployment *d, engines_sum *sum);
 

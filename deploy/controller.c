@@ -55,7 +55,8 @@ static json_t *engine_of(const replica *p)
 /* d's text generation: what the server took from its replicas (requests,
  * tokens, time to first token, inter-token latency; all time and the
  * recent windows, with tokens per second) and what their engines hold
- * now (their last heartbeats). JSON null for a deployment that never
+ * now (their last heartbeats; the cache's blocks used, cached and in all
+ * summed over the live replicas). JSON null for a deployment that never
  * generated and whose replicas have no engine (not a language model).
  * dmu held. */
 static json_t *generate_of(deployment *d)
@@ -70,7 +71,7 @@ static json_t *generate_of(deployment *d)
     const uint64_t recent = d->win[0].gen_written + d->win[1].gen_written;
     return json_pack(
         "{s:I, s:I, s:I, s:{s:o, s:o}, s:{s:o, s:o}, s:{s:f, s:I, s:f, "
-        "s:{s:o, s:o}, s:{s:o, s:o}}, s:I, s:I, s:I, s:I}",
+        "s:{s:o, s:o}, s:{s:o, s:o}}, s:I, s:I, s:I, s:I, s:I}",
         "requests", (json_int_t)d->gen_requests, "prompt_tokens",
         (json_int_t)d->gen_prompt, "generated_tokens",
         (json_int_t)d->gen_written, "ttft_ms", "p50",
@@ -85,7 +86,7 @@ static json_t *generate_of(deployment *d)
         lat_quantile2(&d->win[0].itl, &d->win[1].itl, 0.99), "sequences",
         (json_int_t)e.sequences, "waiting", (json_int_t)e.waiting,
         "kv_blocks_used", (json_int_t)e.kv_used, "kv_blocks_total",
-        (json_int_t)e.kv_total);
+        (json_int_t)e.kv_total, "kv_blocks_cached", (json_int_t)e.kv_cached);
 }
 
 /* The API's Deployment document. dmu held. */

@@ -204,7 +204,7 @@ static void gen_gauges(const deployment *d)
     engines_sum e;
     if (sum_engines(d, &e) || d->gen_requests)
         opm_deploy_gen_engines(d->id, e.sequences, e.waiting, e.kv_used,
-                               e.kv_total);
+                               e.kv_total, e.kv_cached);
 }
 
 static long gen_field(const json_t *g, const char *key)

@@ -261,9 +261,17 @@ static replica *route_pick(deployment *d, const char *model, uint64_t avoid)
     if (!best)
         best = draining;
     /* Every other replica failed this request: the one it avoided may
-     * still do. */
-    if (!best && avoid)
-        return route_pick(d, model, 0);
+     * still do, unless it is draining. That one is on its way out (a
+     * rolling update moved on): the request waits for another, or learns
+     * from deploy_pick that no replica serves its model once it is gone,
+     * instead of failing on it again. */
+    if (!best && avoid) {
+        const replica *p = d->reps;
+        while (p && p->serial != avoid)
+            p = p->next;
+        if (!p || p->state != REP_DRAINING)
+            return route_pick(d, model, 0);
+    }
     return best;
 }
 

@@ -1,6 +1,7 @@
 /*
  * exec_slurm_internal.h - the Slurm executor's pure rules, for its unit
- * test (tests/unit/test_exec_slurm.c). Not for use outside jobs/exec_slurm.c.
+ * test (tests/unit/test_exec_slurm.c), in jobs/exec_slurm_rules.c. Not for
+ * use outside jobs/exec_slurm*.c.
  */
 #ifndef TY_EXEC_SLURM_INTERNAL_H
 #define TY_EXEC_SLURM_INTERNAL_H

@@ -35,36 +35,6 @@
 
 /* ---- starting a worker ---- */
 
-/* A gang over Slurm nodes: its ranks a node (resources.gpus_per_node);
- * 0 otherwise (one a node, or all on this server). */
-static int job_ranks_per_node(const json_t *job)
-{
-    const json_int_t n = json_integer_value(
-        json_object_get(json_object_get(job, "resources"), "gpus_per_node"));
-    return n > 0 ? (int)n : 0;
-}
-
-/* A gang of whole GPUs placed on info's slots: each rank's device (what
- * svc_device_for says of its member), into members (info->gang of them,
- * strings in bufs: 2 * info->gang of INV_NAME_MAX + 8 bytes). */
-static void gang_members(const jobs_service *r, const sched_job_info *info,
-                         exec_rank *members, char (*bufs)[INV_NAME_MAX + 8])
-{
-    for (int i = 0; i < info->gang; i++) {
-        const int slot = info->gang_slots[i];
-        const inv_slot *is = &r->inv->slots[slot];
-        char *dev = bufs[2 * i], *cvd = bufs[2 * i + 1];
-        int has_cvd = 0;
-        svc_device_for(r, slot, dev, INV_NAME_MAX + 8, cvd, INV_NAME_MAX + 8,
-                       &has_cvd);
-        members[i] = (exec_rank){.device = dev,
-                                 .cvd = has_cvd ? cvd : "",
-                                 .slot = slot,
-                                 .gpu = r->inv->gpus[is->gpu].index,
-                                 .uuid = is->uuid};
-    }
-}
-
 /* Writes job.json: what the worker needs, with blob paths resolved; world
  * is the run's world size (the scheduler's gang: resources.workers, or
  * for an elastic job what fitted at this start). */
@@ -150,39 +120,6 @@ done:
     return s;
 }
 
-/* What the job document shows of where it runs (see openapi.yaml's
- * Placement). */
-static json_t *placement_json(const jobs_service *r, int slot,
-                              const char *device, const char *cvd, int has_cvd)
-{
-    char now[32];
-    ty_now_iso(now);
-    json_t *p = json_pack("{s:s, s:s?, s:n, s:s}", "device", device,
-                          "cuda_visible_devices", has_cvd ? cvd : NULL,
-                          "worker_saw", "started_at", now);
-    if (!p)
-        return NULL;
-    if (slot < 0) {
-        json_object_set_new(p, "slot", json_null());
-        json_object_set_new(p, "gpu", json_null());
-        json_object_set_new(p, "uuid", json_null());
-        json_object_set_new(p, "profile", json_null());
-        json_object_set_new(p, "compute_slices", json_integer(0));
-        json_object_set_new(p, "memory_bytes", json_null());
-        return p;
-    }
-    const inv_slot *s = &r->inv->slots[slot];
-    json_object_set_new(p, "slot", json_integer(slot));
-    json_object_set_new(p, "gpu", json_integer(r->inv->gpus[s->gpu].index));
-    json_object_set_new(p, "uuid", json_string(s->uuid));
-    json_object_set_new(p, "profile",
-                        s->profile ? json_string(s->profile) : json_null());
-    json_object_set_new(p, "compute_slices", json_integer(s->compute_slices));
-    json_object_set_new(p, "memory_bytes",
-                        json_integer((json_int_t)s->memory_bytes));
-    return p;
-}
-
 /* The memory a worker asks of a cluster for the job: twice the training
  * estimate (admission's, which leaves out the dataset and the process) and
  * 1 GiB besides, within --max-job-memory's doubling when that is set; 0
@@ -219,15 +156,8 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
     char dev[INV_NAME_MAX + 8], cvd[INV_NAME_MAX];
     int has_cvd;
     svc_device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
-    json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
-    /* A gang of GPUs: its members' slots, which a restarted server gives
-     * the scheduler back (reattach_running) */
-    if (placement && info.gang > 1 && info.gang_slots) {
-        json_t *gs = json_array();
-        for (int i = 0; i < info.gang; i++)
-            json_array_append_new(gs, json_integer(info.gang_slots[i]));
-        json_object_set_new(placement, "gang_slots", gs);
-    }
+    json_t *placement = svc_placement_json(r, slot, dev, cvd, has_cvd);
+    svc_gang_placement(&info, placement);
     /* A data-parallel job runs at the scheduler's gang size: its workers,
      * or for an elastic one what fitted at this start (svc_gang_world). */
     const int world = info.gang > 1 ? info.gang : 1;
@@ -244,26 +174,16 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
         return s;
     }
     /* A gang of whole GPUs: a rank on each member, each member held. */
-    const int gpu_gang = info.gang > 1 && info.gang_slots && slot >= 0;
     exec_rank *members = NULL;
-    char(*member_bufs)[INV_NAME_MAX + 8] = NULL;
-    if (gpu_gang) {
-        members = calloc((size_t)info.gang, sizeof *members);
-        member_bufs = calloc((size_t)info.gang * 2, sizeof *member_bufs);
-        if (!members || !member_bufs) {
-            free(members);
-            free(member_bufs);
-            store_job_finish(env->store, id, JOB_FAILED, "out of memory", NULL,
-                             &err);
-            sched_job_remove(r->sched, sj);
-            return TY_ENOMEM;
-        }
-        gang_members(r, &info, members, member_bufs);
-        for (int i = 0; i < info.gang; i++)
-            svc_set_holder(r, info.gang_slots[i], id, tenant);
-    } else {
-        svc_set_holder(r, slot, id, tenant);
+    if (info.gang > 1 && info.gang_slots && slot >= 0 &&
+        !(members = svc_gang_hold(r, &info, id, tenant))) {
+        store_job_finish(env->store, id, JOB_FAILED, "out of memory", NULL,
+                         &err);
+        sched_job_remove(r->sched, sj);
+        return TY_ENOMEM;
     }
+    if (!members)
+        svc_set_holder(r, slot, id, tenant);
     double queue_wait = svc_wall() - info.submit_time;
     opm_job_started(tenant, queue_wait);
     json_t *job = NULL, *where = NULL;
@@ -284,12 +204,11 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
                          .memory_bytes = job_memory_ask(env, job),
                          .ranks = world,
                          .members = members,
-                         .ranks_per_node = job_ranks_per_node(job)};
+                         .ranks_per_node = svc_job_ranks_per_node(job)};
         s = r->exec->start(r->exec->impl, place, &st, &where, &err);
     }
     json_decref(job);
     free(members);
-    free(member_bufs);
     if (s != TY_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "could not start the training process: %s",
@@ -544,10 +463,10 @@ static void training_message(void *ctx, int place, wproto_msg kind,
             /* A language model's, a data-parallel run's: kept when the
              * worker sent them. */
             static const char *const lm_keys[] = {
-                WPROTO_F_TOKENS_PER_SEC,       WPROTO_F_TRAIN_PERPLEXITY,
-                WPROTO_F_VAL_PERPLEXITY,       WPROTO_F_WORLD_SIZE,
-                WPROTO_F_ALLREDUCE_SECONDS,    WPROTO_F_ALLREDUCE_SHARE,
-                WPROTO_F_OPTIMIZER_STATE_BYTES};
+                WPROTO_F_TOKENS_PER_SEC,        WPROTO_F_TRAIN_PERPLEXITY,
+                WPROTO_F_VAL_PERPLEXITY,        WPROTO_F_WORLD_SIZE,
+                WPROTO_F_ALLREDUCE_SECONDS,     WPROTO_F_ALLREDUCE_SHARE,
+                WPROTO_F_OPTIMIZER_STATE_BYTES, WPROTO_F_COMM_BYTES};
             for (size_t i = 0; i < TY_ARRAY_LEN(lm_keys); i++) {
                 json_t *v = json_object_get(ev, lm_keys[i]);
                 if (v)
@@ -581,6 +500,17 @@ static void training_message(void *ctx, int place, wproto_msg kind,
                           json_object_get(ev, WPROTO_F_EPOCH), "step",
                           json_object_get(ev, WPROTO_F_STEP)));
             break;
+        case WPROTO_MSG_PREEMPTED:
+            /* Where it stopped and whether a checkpoint holds that step
+             * (the exit status requeues it): the resume's log says where
+             * it went on. */
+            log_event_limited(
+                w->job_id, "info", "job_preempted",
+                json_pack("{s:s, s:O?, s:O?, s:O?}", "job", w->job_id, "epoch",
+                          json_object_get(ev, WPROTO_F_EPOCH), "step",
+                          json_object_get(ev, WPROTO_F_STEP), "checkpointed",
+                          json_object_get(ev, WPROTO_F_CHECKPOINT)));
+            break;
         case WPROTO_MSG_DONE: w->done = 1; break;
         case WPROTO_MSG_STARTED: {
             /* What the worker found in its environment, for comparison with
@@ -607,8 +537,8 @@ static void training_message(void *ctx, int place, wproto_msg kind,
             break;
         }
         default:
-            /* heartbeat: the supervisor noted the time; preempted: the exit
-         * status says it; unknown kinds count as heartbeats only. */
+            /* heartbeat: the supervisor noted the time; unknown kinds count
+             * as heartbeats only. */
             break;
     }
     if (err.msg[0])

@@ -3,7 +3,8 @@
  * files share (events, logs, tenant handles, slot holders, run entries,
  * device strings) and the interface a kind's owner uses (jobs/kind.h).
  * Nothing here calls the rest of the service: service.c, lifecycle.c and
- * remote.c all build on this file.
+ * remote.c all build on this file (a gang's world size now and the retry
+ * list are here for that reason: submit and a retry both need them).
  */
 #include "jobs/state.h"
 
@@ -12,6 +13,7 @@
 #include <string.h>
 
 #include "common/log.h"
+#include "jobs/jobreq.h"
 
 /* ---- events and logs ---- */
 
@@ -110,6 +112,79 @@ void svc_release_holders(jobs_service *r, const char *job)
         }
     }
     pthread_mutex_unlock(&r->inv->mu);
+}
+
+json_t *svc_placement_json(const jobs_service *r, int slot, const char *device,
+                           const char *cvd, int has_cvd)
+{
+    char now[32];
+    ty_now_iso(now);
+    json_t *p = json_pack("{s:s, s:s?, s:n, s:s}", "device", device,
+                          "cuda_visible_devices", has_cvd ? cvd : NULL,
+                          "worker_saw", "started_at", now);
+    if (!p)
+        return NULL;
+    if (slot < 0) {
+        json_object_set_new(p, "slot", json_null());
+        json_object_set_new(p, "gpu", json_null());
+        json_object_set_new(p, "uuid", json_null());
+        json_object_set_new(p, "profile", json_null());
+        json_object_set_new(p, "compute_slices", json_integer(0));
+        json_object_set_new(p, "memory_bytes", json_null());
+        return p;
+    }
+    const inv_slot *s = &r->inv->slots[slot];
+    json_object_set_new(p, "slot", json_integer(slot));
+    json_object_set_new(p, "gpu", json_integer(r->inv->gpus[s->gpu].index));
+    json_object_set_new(p, "uuid", json_string(s->uuid));
+    json_object_set_new(p, "profile",
+                        s->profile ? json_string(s->profile) : json_null());
+    json_object_set_new(p, "compute_slices", json_integer(s->compute_slices));
+    json_object_set_new(p, "memory_bytes",
+                        json_integer((json_int_t)s->memory_bytes));
+    return p;
+}
+
+exec_rank *svc_gang_hold(jobs_service *r, const sched_job_info *info,
+                         const char *job, const char *tenant)
+{
+    enum { STR = INV_NAME_MAX + 8 };
+    const size_t n = (size_t)info->gang;
+    exec_rank *m = calloc(1, n * (sizeof *m + 2 * STR));
+    if (!m)
+        return NULL;
+    char *strs = (char *)(m + n);
+    for (size_t i = 0; i < n; i++) {
+        const int slot = info->gang_slots[i];
+        const inv_slot *is = &r->inv->slots[slot];
+        char *dev = strs + 2 * i * STR, *cvd = dev + STR;
+        int has_cvd = 0;
+        svc_device_for(r, slot, dev, STR, cvd, STR, &has_cvd);
+        m[i] = (exec_rank){.device = dev,
+                           .cvd = has_cvd ? cvd : "",
+                           .slot = slot,
+                           .gpu = r->inv->gpus[is->gpu].index,
+                           .uuid = is->uuid};
+        svc_set_holder(r, slot, job, tenant);
+    }
+    return m;
+}
+
+void svc_gang_placement(const sched_job_info *info, json_t *placement)
+{
+    if (!placement || info->gang <= 1 || !info->gang_slots)
+        return;
+    json_t *gs = json_array();
+    for (int i = 0; i < info->gang; i++)
+        json_array_append_new(gs, json_integer(info->gang_slots[i]));
+    json_object_set_new(placement, "gang_slots", gs);
+}
+
+int svc_job_ranks_per_node(const json_t *job)
+{
+    const json_int_t n = json_integer_value(
+        json_object_get(json_object_get(job, "resources"), "gpus_per_node"));
+    return n > 0 ? (int)n : 0;
 }
 
 /* ---- run entries ---- */
@@ -244,4 +319,90 @@ const char *jobs_run_dir(const jobs_service *js, int place)
     if (place < 0 || place >= js->cap || !js->runs[place].used)
         return NULL;
     return js->runs[place].dir;
+}
+
+/* ---- gangs: their size now, and the retry list ---- */
+
+void svc_job_gang(const json_t *job, int *workers, int *min_workers)
+{
+    const json_t *res = json_object_get(job, "resources");
+    json_int_t n = json_integer_value(json_object_get(res, "workers"));
+    json_int_t m = json_integer_value(json_object_get(res, "min_workers"));
+    /* a gang of whole GPUs: its ranks, never elastic */
+    const json_int_t g = json_integer_value(json_object_get(res, "gpus"));
+    const json_int_t ng =
+        json_integer_value(json_object_get(res, "nodes")) *
+        json_integer_value(json_object_get(res, "gpus_per_node"));
+    if (g > n || ng > n) {
+        n = g > ng ? g : ng;
+        m = 0;
+    }
+    *workers = n > 1 ? (int)n : 1;
+    *min_workers = m >= 1 && m < *workers ? (int)m : *workers;
+}
+
+int svc_gang_spread(const json_t *resources)
+{
+    return json_integer_value(json_object_get(resources, "nodes")) > 0;
+}
+
+int svc_gang_world(jobs_service *r, int workers, int min_workers, char *why,
+                   size_t nwhy)
+{
+    if (why && nwhy)
+        why[0] = '\0';
+    if (min_workers >= workers)
+        return workers;
+    /* The scheduler's CPU places bound every gang; on Slurm, one rank a
+     * node, the nodes that are up too. */
+    int can = r->env.max_jobs >= 0 ? r->env.max_jobs : -1;
+    int up = -1, total = 0;
+    if (r->env.slurm && r->exec && exec_is_slurm(r->exec))
+        up = exec_slurm_nodes_up(r->exec, r->env.worker_threads, &total);
+    if (up >= 0 && (can < 0 || up < can))
+        can = up;
+    const int world = jobreq_world(workers, min_workers, can);
+    if (world == 0 && why && nwhy) {
+        if (up >= 0 && up == can)
+            snprintf(why, nwhy,
+                     "elastic gang: needs %d Slurm node%s up (resources."
+                     "min_workers, one rank a node); %d of %d %s",
+                     min_workers, min_workers == 1 ? "" : "s", up, total,
+                     up == 1 ? "is" : "are");
+        else
+            snprintf(why, nwhy,
+                     "elastic gang: needs %d CPU places (resources."
+                     "min_workers); this server runs %d CPU jobs at once",
+                     min_workers, can);
+    }
+    return world;
+}
+
+ty_status svc_retry_add(jobs_service *r, const char *id, int tenant,
+                        int priority, double submit_time,
+                        const sched_request *req, int workers, int min_workers,
+                        int spread, double due, int hold, const char *why)
+{
+    if (r->nretries == r->retry_cap) {
+        size_t ncap = r->retry_cap ? r->retry_cap * 2 : 8;
+        retry_rec *p = realloc(r->retries, ncap * sizeof *p);
+        if (!p)
+            return TY_ENOMEM;
+        r->retries = p;
+        r->retry_cap = ncap;
+    }
+    retry_rec *rr = &r->retries[r->nretries++];
+    memset(rr, 0, sizeof *rr);
+    snprintf(rr->job_id, sizeof rr->job_id, "%s", id);
+    rr->tenant = tenant;
+    rr->priority = priority;
+    rr->submit_time = submit_time;
+    rr->req = *req;
+    rr->workers = workers;
+    rr->min_workers = min_workers;
+    rr->spread = spread;
+    rr->due = due;
+    rr->hold = hold;
+    snprintf(rr->why, sizeof rr->why, "%.299s", why ? why : "");
+    return TY_OK;
 }

@@ -162,6 +162,30 @@ void svc_set_holder(jobs_service *r, int slot, const char *job,
  * per member). */
 void svc_release_holders(jobs_service *r, const char *job);
 
+/* What the job document shows of where a run on slot (-1: the CPU) with
+ * device dev (and cvd when has_cvd) is placed (see openapi.yaml's
+ * Placement), with the time it starts (new reference; NULL when out of
+ * memory). */
+json_t *svc_placement_json(const jobs_service *r, int slot, const char *device,
+                           const char *cvd, int has_cvd);
+
+/* A gang of whole GPUs placed on info's slots (info->gang > 1 with
+ * gang_slots): each member held by job and tenant, and each rank's member
+ * - its device as svc_device_for says, slot, GPU, uuid - in one
+ * allocation the caller frees (the strings are inside it). NULL, nothing
+ * held, when out of memory. */
+exec_rank *svc_gang_hold(jobs_service *r, const sched_job_info *info,
+                         const char *job, const char *tenant);
+
+/* Adds such a gang's slots to placement as gang_slots (what a restarted
+ * server gives the scheduler back, reattach_running); nothing for any
+ * other job or a NULL placement. */
+void svc_gang_placement(const sched_job_info *info, json_t *placement);
+
+/* A gang over Slurm nodes: its ranks a node (resources.gpus_per_node of a
+ * job document); 0 for any other job. */
+int svc_job_ranks_per_node(const json_t *job);
+
 /* The kind of scheduler job id (the training kind when no other's prefix
  * matches). */
 const jobs_kind *svc_kind_of(const jobs_service *r, const char *sched_id);

@@ -144,6 +144,8 @@ json_t *wproto_encode_epoch(const train_epoch_metrics *m,
                             json_real(m->allreduce_share));
         json_object_set_new(ev, WPROTO_F_OPTIMIZER_STATE_BYTES,
                             json_integer((json_int_t)m->optimizer_state_bytes));
+        json_object_set_new(ev, WPROTO_F_COMM_BYTES,
+                            json_integer((json_int_t)m->comm_bytes));
     }
     /* Language models: tokens/s and the losses as perplexities. */
     if (m->tokens_per_sec > 0) {

@@ -227,6 +227,7 @@ typedef enum {
 #define WPROTO_F_ALLREDUCE_SHARE "allreduce_share"
 /* ... and the optimizer state bytes rank 0 holds (ZeRO-1: its shard) */
 #define WPROTO_F_OPTIMIZER_STATE_BYTES "optimizer_state_bytes"
+#define WPROTO_F_COMM_BYTES "comm_bytes"
 #define WPROTO_F_DEVICE_MEMORY_USED_BYTES "device_memory_used_bytes"
 #define WPROTO_F_CHECKPOINT "checkpoint"
 /* error */

@@ -612,6 +612,60 @@ static void install_signals(void (*term)(int), void (*usr1)(int))
     pthread_sigmask(SIG_UNBLOCK, &set, NULL);
 }
 
+/* The longest rank 0 of a data-parallel job waits for its peers' signal
+ * handlers (ranks_ready): well below any heartbeat timeout worth setting;
+ * ranks start in well under a second. */
+#define RANKS_READY_WAIT_S 10.0
+
+/* A data-parallel job's ranks, all started on this machine by mpirun:
+ * rank 0 speaks for the job, and its first line tells the supervisor
+ * that a preemption's SIGUSR1 finds the handlers in (supervisor_preempt
+ * holds it until then); mpirun hands the signal to every rank, and a rank
+ * slower to start than rank 0 would die of it, with no checkpoint. So
+ * every other rank marks in the job folder, once its handlers are in, that
+ * they are (a file named after mpirun's launch and the rank), and rank 0
+ * says nothing before every mark is there, or RANKS_READY_WAIT_S have
+ * passed; it removes the marks. Nothing for one process, nor for ranks
+ * spread over machines (no shared folder; srun's signals are Slurm's). */
+static void ranks_ready(const char *dir)
+{
+    const char *launch = getenv("PMIX_NAMESPACE");
+    const char *size = getenv("OMPI_COMM_WORLD_SIZE");
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
+    if (!launch || !size || !local || !rank || strcmp(size, local) ||
+        strchr(launch, '/') || strlen(launch) > 64)
+        return;
+    const long n = strtol(size, NULL, 10), r = strtol(rank, NULL, 10);
+    if (n < 2 || n > 1024 || r < 0 || r >= n)
+        return;
+    char path[PATH_MAX];
+    if (r > 0) {
+        snprintf(path, sizeof path, "%s/.rank-ready.%s.%ld", dir, launch, r);
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    /* 5 ms a look */
+    const struct timespec tick = {.tv_nsec = 5000000};
+    for (long looks = 0; looks * 0.005 < RANKS_READY_WAIT_S; looks++) {
+        long seen = 0;
+        for (long k = 1; k < n; k++) {
+            snprintf(path, sizeof path, "%s/.rank-ready.%s.%ld", dir, launch,
+                     k);
+            seen += access(path, F_OK) == 0;
+        }
+        if (seen == n - 1)
+            break;
+        nanosleep(&tick, NULL);
+    }
+    for (long k = 1; k < n; k++) {
+        snprintf(path, sizeof path, "%s/.rank-ready.%s.%ld", dir, launch, k);
+        unlink(path);
+    }
+}
+
 static void emit_started(void)
 {
     const cpu_kernels_info *k = cpu_kernels_get();
@@ -644,6 +698,7 @@ int worker_process(const worker_process_def *def, int argc, char **argv)
         return WPROTO_EXIT_USAGE;
     }
     install_signals(def->on_term, def->on_usr1);
+    ranks_ready(dir);
     emit_started();
 
     heartbeat hb;

@@ -325,10 +325,13 @@ static ty_status remote_open(serve_gen *g, uint64_t avoid, ty_err *err)
                                  avoid, &g->fd, err);
 }
 
+static ty_status local_start(serve_gen *g, ty_err *err);
+
 /* Reads the replica's next frame and takes its token (TY_OK); *over when
  * it was the last (or a stop string ended the text, or the client left).
  * A replica that fails before the first token is replaced once, as a
- * predict's is. */
+ * predict's is; when no replica serves the request's model any more, the
+ * generation moves to this process (g->remote 0, the engine's). */
 static ty_status remote_step(serve_gen *g, int *over, ty_err *err)
 {
     sample_logprob next;
@@ -341,7 +344,22 @@ static ty_status remote_step(serve_gen *g, int *over, ty_err *err)
         const uint64_t avoid = g->m.call.serial;
         serve_remote_gen_close(g->m.env->deploy, &g->m.call, g->fd, 0);
         g->fd = -1;
-        return remote_open(g, avoid, err);
+        s = remote_open(g, avoid, err);
+        if (s != TY_ENOTFOUND)
+            return s;
+        /* The deployment was rolled to another model while the replica
+         * failed, and no replica serves the model this request opened.
+         * It runs here on that model, as serve_gen_start runs a request
+         * that opened it just before the traffic moved (and
+         * serve_model_run a predict): nothing was written yet, its prompt
+         * was encoded and its limits checked against that model, and a
+         * fresh request naming that model's id would run here too (no
+         * deployment serves it). Moving it to the deployment's new model
+         * would change its tokenizer, context and reply's model under it;
+         * a 404 for a request the server accepted was the defect. */
+        memset(err, 0, sizeof *err);
+        g->remote = 0;
+        return local_start(g, err);
     }
     return s != TY_OK ? s : take_token(g, &next, n_alts, over, err);
 }
@@ -374,8 +392,10 @@ static ty_status remote_wait(serve_gen *g, ty_err *err)
 {
     int over = 0;
     ty_status s = TY_OK;
-    while (s == TY_OK && !over)
+    while (s == TY_OK && !over && g->remote)
         s = remote_step(g, &over, err);
+    if (!g->remote) /* moved to this process (remote_step) */
+        return s == TY_OK ? gen_engine_wait(&g->seq, err) : s;
     return remote_end(g, s, err);
 }
 
@@ -422,12 +442,15 @@ void serve_gen_wait_all(serve_gen *const *gs, uint32_t n, ty_status *outs,
             serve_gen *g = gs[at[j]];
             int over = 0;
             ty_status s = remote_step(g, &over, &errs[at[j]]);
-            if (s != TY_OK || over)
+            if (!g->remote) /* moved to this process: waited for below */
+                outs[at[j]] = s;
+            else if (s != TY_OK || over)
                 outs[at[j]] = remote_end(g, s, &errs[at[j]]);
         }
     }
+    /* (one moved here that did not start has its outcome already) */
     for (uint32_t i = 0; i < n; i++)
-        if (!gs[i]->remote)
+        if (!gs[i]->remote && outs[i] == TY_OK)
             outs[i] = gen_engine_wait(&gs[i]->seq, &errs[i]);
 }
 
@@ -447,6 +470,12 @@ ty_status serve_gen_start(serve_gen *g, serve_gen_chunk chunk, void *ctx,
         }
         memset(err, 0, sizeof *err);
     }
+    return local_start(g, err);
+}
+
+/* The generation in this process's engine, on the model g opened. */
+static ty_status local_start(serve_gen *g, ty_err *err)
+{
     sample_state_init(&g->st, g->q.sp.seed, g->choice);
     g->seq = (gen_seq){.net = g->net,
                        .vocab = g->vocab,

@@ -18,7 +18,21 @@ bucket starts as soon as its layers' backward is done) and with
 TRAINYARD_DP_OVERLAP=0 (every bucket after the backward pass), which
 gives the same gradients.
 
+With --zero it runs B (loader thread, overlap on) three ways instead:
+hyperparameters.zero 0, zero 1 (ZeRO stage 1: gradients reduce-scattered,
+each rank steps its own range, parameters all-gathered) and zero 1 with
+TRAINYARD_DP_REDUCE_SCATTER=0 (gradients all-reduced whole, then the
+all-gather: the engine before the reduce-scatter), and prints the bytes
+rank 0 sends a step by op (the comm's ring measure, nn_comm_stats) beside
+the throughputs and the per-round ratios to zero 0.
+
+With --collectives it times the step's collectives alone instead
+(tests/dp/dp_comm_bench under mpirun -np 2: the MLP's 235,146 floats
+all-reduced, reduce-scattered then all-gathered, all-reduced then
+all-gathered), --repeats runs of 300 rounds each.
+
     bench/dp/run.py [--build build] [--steps 400] [--repeats 3]
+                    [--zero | --collectives]
 
 A benchmark, not a test: it asserts nothing, and its figures move with
 whatever else the machine does.
@@ -57,8 +71,29 @@ def one(cmd, out):
         sys.exit("bench/dp: %s failed (%d):\n%s%s" %
                  (" ".join(cmd), p.returncode, p.stdout, p.stderr))
     i = parse(out)
+    c = i.get("comm_bytes", [])
+    comm = dict(zip(c[0::2], (int(x) for x in c[1::2])))
     return (float(i["samples_per_sec"][0]), float(i["world"][2]),
-            float(i["world"][4]))
+            float(i["world"][4]), comm)
+
+
+def zero_report(runs, got, steps):
+    """--zero: medians, per-round ratios to zero 0, bytes a step."""
+    names = list(runs)
+    base = names[0]
+    print("medians (bytes rank 0 sends a step, ring measure, by op):")
+    for name in names:
+        rate = statistics.median(x[0] for x in got[name])
+        comm = got[name][0][3]
+        step = {k: v / steps for k, v in comm.items() if k != "bcast"}
+        print("  %-40s %9.0f samples/s  %8.0f bytes/step (%s)" %
+              (name, rate, sum(step.values()),
+               ", ".join("%s %.0f" % (k, v) for k, v in step.items() if v)))
+    for name in names[1:]:
+        pairs = [x[0] / y[0] for x, y in zip(got[name], got[base])]
+        print("%s / %s: median of the rounds' ratios %.3f (%s)" %
+              (name, base, statistics.median(pairs),
+               " ".join("%.2f" % x for x in pairs)))
 
 
 def main():
@@ -69,7 +104,26 @@ def main():
     ap.add_argument("--overlap-only", action="store_true",
                     help="run only A and the loader-thread B, overlap on "
                     "and off (more rounds in the same time)")
+    ap.add_argument("--zero", action="store_true",
+                    help="ZeRO stage 1 against zero 0 (2 ranks, loader "
+                    "thread, overlap on), with and without the "
+                    "reduce-scatter")
+    ap.add_argument("--collectives", action="store_true",
+                    help="time the step collectives alone "
+                    "(tests/dp/dp_comm_bench)")
     a = ap.parse_args()
+    if a.collectives:
+        cb = os.path.join(a.build, "tests", "dp", "dp_comm_bench")
+        if not os.access(cb, os.X_OK):
+            sys.exit("bench/dp: %s is not built" % cb)
+        for r in range(a.repeats):
+            p = subprocess.run(["mpirun", "-np", "2", "--bind-to", "none", cb,
+                                "--rounds", "300"], env=mpi_env(),
+                               stdout=subprocess.PIPE, text=True)
+            print("run %d: %s" % (r + 1, p.stdout.rstrip()))
+            if p.returncode != 0:
+                sys.exit("bench/dp: dp_comm_bench failed (%d)" % p.returncode)
+        return
     dp = os.path.join(a.build, "tests", "dp", "dp_train")
     if not os.access(dp, os.X_OK):
         sys.exit("bench/dp: %s is not built (configure with tests: "
@@ -105,6 +159,14 @@ def main():
     }
     if a.overlap_only:
         runs = {k: v for k, v in runs.items() if "inline" not in k}
+    if a.zero:
+        b = [dp, "--mpi", "--threads", "1", "--prefetch", "0"] + job
+        runs = {
+            "zero 0": mpirun + b,
+            "zero 1, reduce-scatter": mpirun + b + ["--zero", "1"],
+            "zero 1, all-reduce (before)": mpirun +
+            ["-x", "TRAINYARD_DP_REDUCE_SCATTER=0"] + b + ["--zero", "1"],
+        }
     got = {k: [] for k in runs}
     cpu = ""
     try:
@@ -119,12 +181,17 @@ def main():
                                           os.getloadavg()[0]))
     for r in range(a.repeats):
         for name, cmd in runs.items():
-            rate, ar, share = one(cmd, out)
-            got[name].append((rate, ar, share))
+            rate, ar, share, comm = one(cmd, out)
+            got[name].append((rate, ar, share, comm))
             print("  run %d %-42s %9.0f samples/s%s" %
                   (r + 1, name, rate, "" if name.startswith("A") else
                    "  all-reduce %.3f s (%.1f%% of step time)" %
                    (ar, 100 * share)))
+    if a.zero:
+        zero_report(runs, got, a.steps)
+        print("load average at the end %.2f" % os.getloadavg()[0])
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     # The median, and the best run: on a shared machine the best of a few
     # short runs is the closest to the figure without the neighbours.
     for label, pick in (("medians", statistics.median), ("best runs", max)):

@@ -11,6 +11,11 @@
  * backward pass keeps running on ex's stream while a bucket's all-reduce
  * runs beside it (the start/wait form, one pair of events per request).
  *
+ * Reduce-scatter (ZeRO-1's buckets): one ncclReduce a rank's part, rooted
+ * at that rank, in one ncclGroupStart/End (ncclReduceScatter needs equal
+ * parts; the ranks' ranges cut a bucket anywhere), waited for and scaled
+ * as an all-reduce.
+ *
  * All-reduce with a scale: ncclAllReduce(ncclSum) in place on the comm's
  * stream, then, at wait, ex's stream waits on the collective's event and
  * the scale runs on ex's stream (nn_cuda_scale; skipped for a scale of
@@ -315,9 +320,35 @@ static ty_status ensure_events(nn_comm *c, inflight *f, ty_err *err)
     return TY_OK;
 }
 
+/* Queues the reduce-scatter of [lo, hi) of buf on the comm's stream: one
+ * ncclReduce a rank's part, rooted at that rank, in place, in one group
+ * (ncclReduceScatter wants equal parts; ZeRO-1's ranges cut a bucket
+ * anywhere). A part that is empty on one rank is empty on all (off is the
+ * same everywhere), so every rank queues the same reduces. */
+static ncclResult_t enqueue_reduce_scatter(nccl_impl *m, int world, float *buf,
+                                           const size_t *off, size_t lo,
+                                           size_t hi)
+{
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess)
+        return r;
+    for (int q = 0; q < world && r == ncclSuccess; q++) {
+        size_t a, b;
+        nn_comm_part(off, q, lo, hi, &a, &b);
+        if (b > a)
+            r = ncclReduce(buf + a, buf + a, b - a, ncclFloat, ncclSum, q,
+                           m->nc, m->stream);
+    }
+    ncclResult_t e = ncclGroupEnd();
+    return r != ncclSuccess ? r : e;
+}
+
+/* Starts an all-reduce of buf[0..n) (off NULL) or the reduce-scatter of
+ * the bucket [lo, hi) of buf under the ranges off; the wait scales what
+ * this rank receives. */
 static ty_status start_locked(nn_comm *c, const nn_exec *ex, float *buf,
-                              size_t n, float scale, nn_comm_req *req,
-                              ty_err *err)
+                              size_t n, const size_t *off, size_t lo, size_t hi,
+                              float scale, nn_comm_req *req, ty_err *err)
 {
     nccl_impl *m = c->impl;
     cudaStream_t xs = NULL;
@@ -329,7 +360,7 @@ static ty_status start_locked(nn_comm *c, const nn_exec *ex, float *buf,
         k++;
     if (k == NN_COMM_MAX_INFLIGHT)
         return ty_fail(err, TY_ELIMIT, NULL,
-                       "%d all-reduces are already in flight",
+                       "%d collectives are already in flight",
                        NN_COMM_MAX_INFLIGHT);
     inflight *f = &m->fl[k];
     if ((st = ensure_events(c, f, err)) != TY_OK ||
@@ -338,16 +369,31 @@ static ty_status start_locked(nn_comm *c, const nn_exec *ex, float *buf,
         (st = cuda_call(c, cudaStreamWaitEvent(m->stream, f->ready, 0),
                         "cudaStreamWaitEvent", err)) != TY_OK)
         return st;
-    if (n > 0 && (st = settle(c,
-                              ncclAllReduce(buf, buf, n, ncclFloat, ncclSum,
-                                            m->nc, m->stream),
-                              "ncclAllReduce", err)) != TY_OK)
+    if (!off && n > 0 &&
+        (st = settle(
+             c,
+             ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, m->nc, m->stream),
+             "ncclAllReduce", err)) != TY_OK)
+        return st;
+    if (off && hi > lo &&
+        (st = settle(c, enqueue_reduce_scatter(m, c->world, buf, off, lo, hi),
+                     "the reduce-scatter's ncclReduce group", err)) != TY_OK)
         return st;
     if ((st = cuda_call(c, cudaEventRecord(f->done, m->stream),
                         "cudaEventRecord", err)) != TY_OK)
         return st;
-    f->buf = buf;
-    f->n = n;
+    if (off) {
+        size_t a, b;
+        nn_comm_part(off, c->rank, lo, hi, &a, &b);
+        f->buf = buf + a;
+        f->n = b - a;
+        nn_comm_count(c, NN_COMM_OP_REDUCE_SCATTER,
+                      (uint64_t)(hi - lo) * sizeof(float));
+    } else {
+        f->buf = buf;
+        f->n = n;
+        nn_comm_count(c, NN_COMM_OP_ALLREDUCE, (uint64_t)n * sizeof(float));
+    }
     f->scale = scale;
     f->used = 1;
     *req = k;
@@ -376,7 +422,23 @@ static ty_status nccl_allreduce_start(nn_comm *c, const nn_exec *ex, float *buf,
     ty_status st = op_begin(c, err);
     if (st != TY_OK)
         return st;
-    return op_end(c, start_locked(c, ex, buf, n, scale, req, err));
+    return op_end(c, start_locked(c, ex, buf, n, NULL, 0, 0, scale, req, err));
+}
+
+static ty_status nccl_reduce_scatter_start(nn_comm *c, const nn_exec *ex,
+                                           float *buf, const size_t *off,
+                                           size_t lo, size_t hi, float scale,
+                                           nn_comm_req *req, ty_err *err)
+{
+    if (off[0] != 0 || lo > hi || hi > off[c->world])
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "a reduce-scatter of [%zu, %zu) outside its ranges "
+                       "[%zu, %zu)",
+                       lo, hi, off[0], off[c->world]);
+    ty_status st = op_begin(c, err);
+    if (st != TY_OK)
+        return st;
+    return op_end(c, start_locked(c, ex, buf, 0, off, lo, hi, scale, req, err));
 }
 
 static ty_status nccl_allreduce_wait(nn_comm *c, const nn_exec *ex,
@@ -405,7 +467,8 @@ static ty_status nccl_allreduce(nn_comm *c, const nn_exec *ex, float *buf,
     if (st != TY_OK)
         return st;
     nn_comm_req req;
-    if ((st = start_locked(c, ex, buf, n, scale, &req, err)) == TY_OK) {
+    if ((st = start_locked(c, ex, buf, n, NULL, 0, 0, scale, &req, err)) ==
+        TY_OK) {
         m->fl[req].used = 0;
         st = wait_locked(c, ex, &m->fl[req], err);
     }
@@ -485,6 +548,7 @@ static ty_status nccl_bcast(nn_comm *c, void *buf, size_t bytes, int root,
         return op_end(c, ty_fail(err, TY_EINTERNAL, NULL,
                                  "broadcast from rank %d in a world of %d",
                                  root, c->world));
+    nn_comm_count(c, NN_COMM_OP_BCAST, bytes);
     return op_end(c, bcast_locked(c, buf, bytes, root, err));
 }
 
@@ -572,6 +636,7 @@ static const nn_comm_ops nccl_ops = {
     .allreduce = nccl_allreduce,
     .allreduce_start = nccl_allreduce_start,
     .allreduce_wait = nccl_allreduce_wait,
+    .reduce_scatter_start = nccl_reduce_scatter_start,
     .bcast = nccl_bcast,
     .barrier = nccl_barrier,
     .abort = nccl_abort,

@@ -11,7 +11,9 @@
  * excepted so a run can be extended), "trainyard.spec", "trainyard.seed",
  * the position ("trainyard.epoch" completed epochs, "trainyard.step",
  * "trainyard.epoch_step"), the dropout stream's state ("trainyard.rng"), the
- * epoch's running sums and the last epoch's metrics. A resumed run continues
+ * epoch's running sums and the last epoch's metrics (a partial epoch's when
+ * max_steps ended the run inside it: the position is then inside that
+ * epoch, so a larger max_steps resumes there). A resumed run continues
  * exactly: mid-epoch checkpoints replay the same epoch order, skip the steps
  * already taken and restore the dropout stream, so the final weights are
  * bit-identical to an uninterrupted run with the same thread count.

@@ -3,7 +3,9 @@
  *
  * A communicator (nn_comm) joins the `world` ranks of one training job;
  * each rank holds a full replica of the model and the trainer averages the
- * gradients through it. Engines fill an ops table (as a backend does):
+ * gradients through it (ZeRO-1: reduce-scatters them, each rank receiving
+ * the sums of its own range, and all-gathers the updated ranges). Engines
+ * fill an ops table (as a backend does):
  *
  *   "self"  world 1, every op a no-op (nn_comm_self); train_run uses it
  *           when the job gives none, so the loop always has a comm;
@@ -49,9 +51,31 @@
 
 typedef struct nn_comm nn_comm;
 
-/* A non-blocking all-reduce in flight: an index into the engine's table
- * (0..NN_COMM_MAX_INFLIGHT-1), valid from allreduce_start to its wait. */
+/* A non-blocking collective in flight (an all-reduce or a
+ * reduce-scatter): an index into the engine's table
+ * (0..NN_COMM_MAX_INFLIGHT-1), valid from its start to allreduce_wait. */
 typedef int nn_comm_req;
+
+/* The ops whose traffic a comm counts (nn_comm.stats). */
+typedef enum {
+    NN_COMM_OP_ALLREDUCE,
+    NN_COMM_OP_REDUCE_SCATTER,
+    NN_COMM_OP_ALLGATHER,
+    NN_COMM_OP_BCAST,
+    NN_COMM_OP_COUNT
+} nn_comm_op;
+
+/* Traffic counters, per op: calls started and the bytes this rank sends
+ * for them on a ring, the bandwidth-optimal schedule (nccl-tests' "bus
+ * bytes"): an all-reduce of n bytes 2(N-1)/N * n, a reduce-scatter or
+ * all-gather of n bytes in all (N-1)/N * n, a broadcast n (the root's).
+ * A measure of an op's cost independent of the algorithm an engine picks,
+ * for tests and benches: ZeRO-1's reduce-scatter plus all-gather is one
+ * all-reduce's worth. The self engine counts nothing (it sends nothing). */
+typedef struct {
+    uint64_t calls[NN_COMM_OP_COUNT];
+    uint64_t bytes[NN_COMM_OP_COUNT];
+} nn_comm_stats;
 
 typedef struct {
     const char *name; /* "self", "mpi", "nccl" */
@@ -66,15 +90,18 @@ typedef struct {
     ty_status (*allreduce_start)(nn_comm *c, const nn_exec *ex, float *buf,
                                  size_t n, float scale, nn_comm_req *req,
                                  ty_err *err);
-    /* Completes req (scale applied). A req that fails is released too. */
+    /* Completes req (scale applied), an all-reduce or a reduce-scatter.
+     * A req that fails is released too. */
     ty_status (*allreduce_wait)(nn_comm *c, const nn_exec *ex, nn_comm_req req,
                                 ty_err *err);
-    /* Lets the started all-reduces advance without waiting for any (an
-     * engine whose collectives advance only inside its calls, as Open
-     * MPI's non-blocking ones do, tests them here); a failure breaks the
-     * comm and surfaces at the next wait. NULL: nothing to do (the
-     * engine progresses on its own). Cheap: the trainer calls it after
-     * every layer's backward while buckets are in flight. */
+    /* Lets the started all-reduces (and reduce-scatters: the MPI
+     * engine's ring takes its next step here) advance without waiting
+     * for any (an engine whose collectives advance only inside its
+     * calls, as Open MPI's non-blocking ones do, tests them here); a
+     * failure breaks the comm and surfaces at the next wait. NULL:
+     * nothing to do (the engine progresses on its own). Cheap: the
+     * trainer calls it after every layer's backward while buckets are in
+     * flight. */
     void (*progress)(nn_comm *c);
     /* Copies bytes of host memory buf from rank root to every rank. */
     ty_status (*bcast)(nn_comm *c, void *buf, size_t bytes, int root,
@@ -87,6 +114,22 @@ typedef struct {
      * caller sends each range with bcast instead. */
     ty_status (*allgather)(nn_comm *c, float *buf, const size_t *off,
                            ty_err *err);
+    /* Reduce-scatter of one bucket, started (ZeRO-1's gradients, dp.c):
+     * buf is the flat float buffer of allreduce (the backend's memory),
+     * off holds world + 1 ascending offsets (off[0] 0, the same on every
+     * rank) that give rank r the range [off[r], off[r + 1]), and the
+     * bucket is [lo, hi) (lo <= hi <= off[world]). Once req is waited for
+     * (allreduce_wait), rank r's part of the bucket, [lo, hi) intersected
+     * with its range (nn_comm_part), holds (sum over ranks) * scale; the
+     * rest of the bucket is undefined (the engine may have summed into
+     * it). A rank whose range misses the bucket still joins. buf must not
+     * be touched until the wait; off is read during the call only.
+     * TY_ELIMIT as allreduce_start. NULL in an engine without it: the
+     * caller all-reduces the bucket instead (allreduce_start). */
+    ty_status (*reduce_scatter_start)(nn_comm *c, const nn_exec *ex, float *buf,
+                                      const size_t *off, size_t lo, size_t hi,
+                                      float scale, nn_comm_req *req,
+                                      ty_err *err);
     /* Returns once every rank has entered it. */
     ty_status (*barrier)(nn_comm *c, ty_err *err);
     /* Breaks the comm on this rank and tells the peers (why: a sentence,
@@ -110,9 +153,38 @@ struct nn_comm {
     int local_world;
     /* 1: buffers are device memory (a stream engine); 0: host memory. */
     int device_memory;
-    double timeout_s; /* the collective timeout */
-    void *impl;       /* the engine's */
+    double timeout_s;    /* the collective timeout */
+    void *impl;          /* the engine's */
+    nn_comm_stats stats; /* what this rank's ops sent (zeroed at create) */
 };
+
+/* Rank r's part of the bucket [lo, hi) under the ranges off (as
+ * reduce_scatter_start's): [*a, *b), empty (*a == *b) when r's range
+ * misses the bucket. Pure; the engines and their tests share it. */
+static inline void nn_comm_part(const size_t *off, int r, size_t lo, size_t hi,
+                                size_t *a, size_t *b)
+{
+    size_t x = off[r] > lo ? off[r] : lo;
+    size_t y = off[r + 1] < hi ? off[r + 1] : hi;
+    *a = x;
+    *b = y > x ? y : x;
+}
+
+/* Counts one started op of `bytes` bytes in all on c (nn_comm_stats's
+ * ring measure), for the engines. */
+static inline void nn_comm_count(nn_comm *c, nn_comm_op op, uint64_t bytes)
+{
+    const uint64_t w = c->world > 0 ? (uint64_t)c->world : 1;
+    uint64_t sent = bytes;
+    if (op == NN_COMM_OP_ALLREDUCE)
+        sent = 2 * (bytes - bytes / w);
+    else if (op == NN_COMM_OP_REDUCE_SCATTER || op == NN_COMM_OP_ALLGATHER)
+        sent = bytes - bytes / w;
+    if (w == 1)
+        sent = 0;
+    c->stats.calls[op]++;
+    c->stats.bytes[op] += sent;
+}
 
 /* The world-1 comm: every op succeeds at once. allreduce multiplies buf
  * by scale on the host, and never reads buf when scale is 1 (= 1/world),

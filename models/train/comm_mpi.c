@@ -37,12 +37,30 @@
 #define SPIN_SECONDS 0.002 /* test without sleeping this long */
 #define NAP_NS 50000L      /* then sleep this long between tests */
 
+/* Ring reduce-scatter's point-to-point messages: tag TAG_RS + (the op's
+ * sequence number mod TAG_RS_SPAN), so the steps of buckets in flight
+ * together never match each other's (at most NN_COMM_MAX_INFLIGHT of
+ * them, far fewer than the span). */
+#define TAG_RS 8000
+#define TAG_RS_SPAN 16384
+
 typedef struct {
-    MPI_Request req;
-    float *buf;
+    MPI_Request req; /* an all-reduce's */
+    float *buf;      /* scaled at the wait: [buf, buf + n) */
     size_t n;
     float scale;
     int used;
+    /* A ring reduce-scatter (rs 1): world - 1 steps, each a send of one
+     * rank's part (partial sums so far) to the right neighbour and a
+     * receive of another's from the left, added in. */
+    int rs;
+    int step; /* steps done */
+    int tag;
+    float *base;       /* the whole buffer */
+    size_t *pa, *pb;   /* every rank's part [pa[r], pb[r]) (world each) */
+    MPI_Request sr[2]; /* the current step's send and receive */
+    float *tmp;        /* the receive (tmp_cap floats; grows) */
+    size_t tmp_cap;
 } inflight;
 
 typedef struct {
@@ -52,6 +70,7 @@ typedef struct {
     char why[WHY_MAX];       /* the first failure */
     char abort_out[WHY_MAX]; /* the text sent to peers (must outlive sends) */
     MPI_Request *abort_reqs;
+    unsigned rs_seq; /* reduce-scatters started (the same on every rank) */
     inflight fl[NN_COMM_MAX_INFLIGHT];
 } mpi_impl;
 
@@ -206,7 +225,161 @@ static ty_status mpi_allreduce_start(nn_comm *c, const nn_exec *ex, float *buf,
     f->n = n;
     f->scale = scale;
     f->used = 1;
+    f->rs = 0;
     *req = k;
+    nn_comm_count(c, NN_COMM_OP_ALLREDUCE, (uint64_t)n * sizeof(float));
+    return TY_OK;
+}
+
+/* ---- ring reduce-scatter ----
+ * Rank r, at step k (0 .. world-2), sends part (r - k - 1) mod N to rank
+ * r + 1 and adds part (r - k - 2) mod N, received from rank r - 1, into
+ * its own copy; after N - 1 steps its own part r holds every rank's
+ * contribution. Each rank sends the bucket less its own part: the
+ * bandwidth-optimal schedule (libnbc's MPI_Ireduce_scatter reduces the
+ * whole bucket to rank 0 and scatters it, twice the bytes through one
+ * rank). The steps advance in the seam's progress op and in the wait. */
+
+static int mod_world(int x, int w) { return ((x % w) + w) % w; }
+
+/* Posts step f->step's send and receive. */
+static ty_status rs_post(nn_comm *c, inflight *f, ty_err *err)
+{
+    mpi_impl *m = c->impl;
+    const int w = c->world, r = c->rank, k = f->step;
+    const int s = mod_world(r - k - 1, w), q = mod_world(r - k - 2, w);
+    const int right = mod_world(r + 1, w), left = mod_world(r - 1, w);
+    int rc = MPI_Irecv(f->tmp, (int)(f->pb[q] - f->pa[q]), MPI_FLOAT, left,
+                       f->tag, m->data, &f->sr[1]);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Isend(f->base + f->pa[s], (int)(f->pb[s] - f->pa[s]),
+                       MPI_FLOAT, right, f->tag, m->data, &f->sr[0]);
+    if (rc != MPI_SUCCESS) {
+        char t[MPI_MAX_ERROR_STRING];
+        mpi_errtext(rc, t, sizeof t);
+        return broken_fail(c, err, "a reduce-scatter's send failed: %s", t);
+    }
+    return TY_OK;
+}
+
+/* The current step's messages are done: adds the received part in and
+ * posts the next step (if any). */
+static ty_status rs_step_done(nn_comm *c, inflight *f, ty_err *err)
+{
+    const int q = mod_world(c->rank - f->step - 2, c->world);
+    float *dst = f->base + f->pa[q];
+    const size_t n = f->pb[q] - f->pa[q];
+    /* MPI's own reduction kernel (vectorized in Open MPI, as libnbc's
+     * collectives use it); a float sum of two is the same either way. */
+    int rc = n ? MPI_Reduce_local(f->tmp, dst, (int)n, MPI_FLOAT, MPI_SUM)
+               : MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) {
+        char t[MPI_MAX_ERROR_STRING];
+        mpi_errtext(rc, t, sizeof t);
+        return broken_fail(c, err, "a reduce-scatter's sum failed: %s", t);
+    }
+    f->step++;
+    return f->step < c->world - 1 ? rs_post(c, f, err) : TY_OK;
+}
+
+/* Advances f without waiting: each step whose messages are done. */
+static ty_status rs_test(nn_comm *c, inflight *f, ty_err *err)
+{
+    while (f->step < c->world - 1) {
+        int done = 0;
+        int rc = MPI_Testall(2, f->sr, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            char t[MPI_MAX_ERROR_STRING];
+            mpi_errtext(rc, t, sizeof t);
+            return broken_fail(c, err, "a reduce-scatter failed: %s", t);
+        }
+        if (!done)
+            return TY_OK;
+        ty_status st = rs_step_done(c, f, err);
+        if (st != TY_OK)
+            return st;
+    }
+    return TY_OK;
+}
+
+/* Completes f's remaining steps (poll_wait's timeout and abort checks on
+ * each message). */
+static ty_status rs_finish(nn_comm *c, inflight *f, ty_err *err)
+{
+    ty_status st = TY_OK;
+    while (st == TY_OK && f->step < c->world - 1)
+        if ((st = poll_wait(c, &f->sr[0], "a reduce-scatter", err)) == TY_OK &&
+            (st = poll_wait(c, &f->sr[1], "a reduce-scatter", err)) == TY_OK)
+            st = rs_step_done(c, f, err);
+    return st;
+}
+
+static ty_status mpi_reduce_scatter_start(nn_comm *c, const nn_exec *ex,
+                                          float *buf, const size_t *off,
+                                          size_t lo, size_t hi, float scale,
+                                          nn_comm_req *req, ty_err *err)
+{
+    (void)ex;
+    mpi_impl *m = c->impl;
+    ty_status st = check_usable(c, err);
+    if (st != TY_OK)
+        return st;
+    const int w = c->world;
+    if (off[0] != 0 || lo > hi || hi > off[w])
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "a reduce-scatter of [%zu, %zu) outside its ranges "
+                       "[%zu, %zu)",
+                       lo, hi, off[0], off[w]);
+    if (hi - lo > INT_MAX)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a reduce-scatter of %zu floats is over MPI's count "
+                       "limit",
+                       hi - lo);
+    int k = 0;
+    while (k < NN_COMM_MAX_INFLIGHT && m->fl[k].used)
+        k++;
+    if (k == NN_COMM_MAX_INFLIGHT)
+        return ty_fail(err, TY_ELIMIT, NULL,
+                       "%d collectives are already in flight",
+                       NN_COMM_MAX_INFLIGHT);
+    inflight *f = &m->fl[k];
+    /* The parts' table once a slot; the receive grows to the largest
+     * part seen (buckets repeat every step: no allocation after the
+     * first). */
+    if (!f->pa) {
+        f->pa = malloc(2 * (size_t)w * sizeof *f->pa);
+        if (!f->pa)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        f->pb = f->pa + w;
+    }
+    size_t most = 1;
+    for (int r = 0; r < w; r++) {
+        nn_comm_part(off, r, lo, hi, &f->pa[r], &f->pb[r]);
+        if (f->pb[r] - f->pa[r] > most)
+            most = f->pb[r] - f->pa[r];
+    }
+    if (most > f->tmp_cap) {
+        float *t = realloc(f->tmp, most * sizeof *t);
+        if (!t)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        f->tmp = t;
+        f->tmp_cap = most;
+    }
+    f->base = buf;
+    f->buf = buf + f->pa[c->rank];
+    f->n = f->pb[c->rank] - f->pa[c->rank];
+    f->scale = scale;
+    f->rs = 1;
+    f->step = 0;
+    f->tag = TAG_RS + (int)(m->rs_seq++ % TAG_RS_SPAN);
+    f->req = MPI_REQUEST_NULL;
+    f->sr[0] = f->sr[1] = MPI_REQUEST_NULL;
+    if (w > 1 && (st = rs_post(c, f, err)) != TY_OK)
+        return st;
+    f->used = 1;
+    *req = k;
+    nn_comm_count(c, NN_COMM_OP_REDUCE_SCATTER,
+                  (uint64_t)(hi - lo) * sizeof(float));
     return TY_OK;
 }
 
@@ -221,7 +394,8 @@ static ty_status mpi_allreduce_wait(nn_comm *c, const nn_exec *ex,
     inflight *f = &m->fl[req];
     ty_status st = check_usable(c, err);
     if (st == TY_OK)
-        st = poll_wait(c, &f->req, "an all-reduce", err);
+        st = f->rs ? rs_finish(c, f, err)
+                   : poll_wait(c, &f->req, "an all-reduce", err);
     f->used = 0;
     if (st == TY_OK)
         scale_buf(f->buf, f->n, f->scale);
@@ -237,6 +411,12 @@ static void mpi_progress(nn_comm *c)
     if (m->broken)
         return;
     for (int k = 0; k < NN_COMM_MAX_INFLIGHT; k++) {
+        if (m->fl[k].used && m->fl[k].rs) {
+            ty_err ignored = {0};
+            if (rs_test(c, &m->fl[k], &ignored) != TY_OK)
+                return;
+            continue;
+        }
         if (!m->fl[k].used || m->fl[k].req == MPI_REQUEST_NULL)
             continue;
         int done = 0;
@@ -270,6 +450,7 @@ static ty_status mpi_bcast(nn_comm *c, void *buf, size_t bytes, int root,
         return ty_fail(err, TY_EINTERNAL, NULL,
                        "broadcast from rank %d in a world of %d", root,
                        c->world);
+    nn_comm_count(c, NN_COMM_OP_BCAST, bytes);
     /* MPI counts are ints: big buffers go in pieces of 1 GiB. */
     const size_t piece = (size_t)1 << 30;
     for (size_t off = 0; off < bytes; off += piece) {
@@ -305,6 +486,7 @@ static ty_status mpi_allgather(nn_comm *c, float *buf, const size_t *off,
         if (off[r + 1] < off[r])
             return ty_fail(err, TY_EINTERNAL, NULL,
                            "an all-gather's ranges are not in order");
+    nn_comm_count(c, NN_COMM_OP_ALLGATHER, (uint64_t)off[w] * sizeof(float));
     if (off[w] > INT_MAX) {
         for (int r = 0; r < w && st == TY_OK; r++)
             if (off[r + 1] > off[r])
@@ -402,6 +584,10 @@ static void mpi_destroy(nn_comm *c)
             MPI_Finalize();
     }
     free(m->abort_reqs);
+    for (int k = 0; k < NN_COMM_MAX_INFLIGHT; k++) {
+        free(m->fl[k].pa);
+        free(m->fl[k].tmp);
+    }
     free(m);
     free(c);
 }
@@ -414,6 +600,7 @@ static const nn_comm_ops mpi_ops = {
     .progress = mpi_progress,
     .bcast = mpi_bcast,
     .allgather = mpi_allgather,
+    .reduce_scatter_start = mpi_reduce_scatter_start,
     .barrier = mpi_barrier,
     .abort = mpi_abort,
     .destroy = mpi_destroy,

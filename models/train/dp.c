@@ -30,9 +30,13 @@
  *    minibatch), in the same order on every rank, then waits for all.
  *    The buckets and their reduction are the same with the overlap on or
  *    off, so the sums are bit for bit the same. Clipping, the loss scaler
- *    and the optimizer then see the global gradient. ar_seconds counts
- *    the time in the hook and the wait: the communication the step does
- *    not hide.
+ *    and the optimizer then see the global gradient. With ZeRO-1 (zero_rs)
+ *    each bucket is reduce-scattered instead, the same buckets at the
+ *    same points: a rank holds the global gradient of its own range only,
+ *    and the norm that clipping and the loss scaler use is summed across
+ *    ranks (dp_grad_sum_squares; see "ZeRO stage 1" below). ar_seconds
+ *    counts the time in the hook and the wait: the communication the step
+ *    does not hide.
  *  - The step's loss sum, hit count and the ranks' stop and preempt flags
  *    travel in one small all-reduce started after the buckets: every rank
  *    reports the global batch's loss and stops or yields at the same step.
@@ -161,8 +165,45 @@ void dp_free(trainer *t)
 {
     free(t->buckets);
     free(t->bucket_req);
+    free(t->zero_off);
+    free(t->zero_ss);
     t->buckets = NULL;
     t->bucket_req = NULL;
+    t->zero_off = NULL;
+    t->zero_ss = NULL;
+}
+
+/* ZeRO-1's tables: every rank's range (zero_off) and the sums of squares'
+ * exchange (zero_ss), and whether the buckets are reduce-scattered. */
+static ty_status zero_setup(trainer *t, ty_err *err)
+{
+    const int w = t->world;
+    /* Two tables of world + 1 offsets: the ranges, then zero_ss's. */
+    t->zero_off = malloc(2 * ((size_t)w + 1) * sizeof *t->zero_off);
+    t->zero_ss = malloc(2 * (size_t)w * sizeof *t->zero_ss);
+    if (!t->zero_off || !t->zero_ss)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    for (int r = 0; r < w; r++) {
+        uint64_t lo, hi;
+        dp_zero_range(t->arch.param_count, r, w, &lo, &hi);
+        t->zero_off[r] = (size_t)lo;
+        t->zero_off[r + 1] = (size_t)hi;
+    }
+    for (int r = 0; r <= w; r++)
+        t->zero_off[w + 1 + r] = 2 * (size_t)r;
+    const char *rs = getenv("TRAINYARD_DP_REDUCE_SCATTER");
+    t->zero_rs =
+        t->comm->ops->reduce_scatter_start != NULL && !(rs && !strcmp(rs, "0"));
+    return TY_OK;
+}
+
+/* The comm's bytes so far in the ops a step uses (broadcasts, the
+ * start's and checkpoints', left out). */
+static uint64_t step_op_bytes(const nn_comm *c)
+{
+    return c->stats.bytes[NN_COMM_OP_ALLREDUCE] +
+           c->stats.bytes[NN_COMM_OP_REDUCE_SCATTER] +
+           c->stats.bytes[NN_COMM_OP_ALLGATHER];
 }
 
 ty_status dp_setup(trainer *t, ty_err *err)
@@ -175,6 +216,7 @@ ty_status dp_setup(trainer *t, ty_err *err)
         return ty_fail(err, TY_EINTERNAL, NULL,
                        "the communicator says rank %d of %d", t->rank,
                        t->world);
+    t->comm_mark = step_op_bytes(t->comm);
     const char *every = getenv("TRAINYARD_DP_CHECK_EVERY");
     t->check_every = every ? strtoull(every, NULL, 10) : 0;
     /* ZeRO-1 shards only across ranks: at world 1 the shard is the whole
@@ -207,7 +249,8 @@ ty_status dp_setup(trainer *t, ty_err *err)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     const char *ov = getenv("TRAINYARD_DP_OVERLAP");
     t->overlap = !(ov && !strcmp(ov, "0"));
-    return plan_buckets(t, err);
+    ty_status st = t->zero ? zero_setup(t, err) : TY_OK;
+    return st != TY_OK ? st : plan_buckets(t, err);
 }
 
 uint32_t dp_rows(const trainer *t)
@@ -247,9 +290,10 @@ static ty_status wait_oldest(trainer *t, ty_err *err)
                                   err);
 }
 
-/* Starts the next bucket's all-reduce (the sum over ranks, in place),
- * first waiting for the oldest when the engine's slots are full (one is
- * kept for the step's scalars). */
+/* Starts the next bucket's all-reduce (the sum over ranks, in place), or
+ * with zero_rs its reduce-scatter (each rank's range of it summed), first
+ * waiting for the oldest when the engine's slots are full (one is kept
+ * for the step's scalars). */
 static ty_status start_bucket(trainer *t, ty_err *err)
 {
     nn_comm *c = t->comm;
@@ -258,9 +302,14 @@ static ty_status start_bucket(trainer *t, ty_err *err)
         (st = wait_oldest(t, err)) != TY_OK)
         return st;
     const dp_bucket *b = &t->buckets[t->n_started];
-    st = c->ops->allreduce_start(c, t->ws->ex, t->grads + b->lo,
-                                 (size_t)(b->hi - b->lo), 1.0f,
-                                 &t->bucket_req[t->n_started], err);
+    if (t->zero_rs)
+        st = c->ops->reduce_scatter_start(c, t->ws->ex, t->grads, t->zero_off,
+                                          (size_t)b->lo, (size_t)b->hi, 1.0f,
+                                          &t->bucket_req[t->n_started], err);
+    else
+        st = c->ops->allreduce_start(c, t->ws->ex, t->grads + b->lo,
+                                     (size_t)(b->hi - b->lo), 1.0f,
+                                     &t->bucket_req[t->n_started], err);
     if (st == TY_OK)
         t->n_started++;
     return st;
@@ -442,6 +491,9 @@ void dp_abort(const train_job *job, const ty_err *err)
 
 void dp_epoch_times(trainer *t, train_epoch_metrics *m)
 {
+    const uint64_t sent = step_op_bytes(t->comm);
+    m->comm_bytes = sent - t->comm_mark;
+    t->comm_mark = sent;
     m->world_size = (uint32_t)t->world;
     m->optimizer_state_bytes = t->opt.bytes;
     m->allreduce_seconds = t->ar_seconds;
@@ -452,13 +504,56 @@ void dp_epoch_times(trainer *t, train_epoch_metrics *m)
 
 /* ---- ZeRO stage 1 ----
  * The parameters are one flat block (the kernels are elementwise), so a
- * shard is a pointer offset and a length whatever tensors it cuts. The
- * gradients are all-reduced whole as without ZeRO (dp_reduce_step's
- * buckets; clipping and fp16's check see the global gradient unchanged),
- * each rank steps its shard with its shard of the state, and the updated
+ * shard is a pointer offset and a length whatever tensors it cuts. Each
+ * bucket of gradients is reduce-scattered (dp_reduce_step's buckets, the
+ * seam's reduce_scatter_start): a rank receives the summed gradients of
+ * its own range only. Clipping and fp16's finite check need the global
+ * gradient's norm: each rank sums the squares of its range and one small
+ * all-gather adds them up the same way everywhere (dp_grad_sum_squares).
+ * Each rank steps its shard with its shard of the state, and the updated
  * shards travel back in one all-gather (the seam's allgather; one bcast a
- * rank on an engine without it). Element for element the arithmetic is the unsharded
- * run's, so the parameters come out bit for bit the same. */
+ * rank on an engine without it). A ring's reduce-scatter plus all-gather
+ * move what one all-reduce does (an all-reduce is the two), so ZeRO-1
+ * costs the unsharded run's bytes; with the gradients all-reduced whole
+ * (an engine without reduce_scatter_start, or
+ * TRAINYARD_DP_REDUCE_SCATTER=0) it costs half as much again.
+ * The sums are the same element for element as an all-reduce's up to the
+ * order the ranks' contributions are added in (bit for bit at 2 ranks);
+ * the norm is summed by range rather than over the whole block, so a
+ * clipped run agrees with zero 0 to rounding, not bit for bit. */
+
+ty_status dp_grad_sum_squares(trainer *t, double *ss, ty_err *err)
+{
+    const nn_exec *ex = t->ws->ex;
+    if (!t->zero_rs) {
+        *ss = t->be->sum_squares(ex, t->grads, (size_t)t->arch.param_count);
+        return TY_OK;
+    }
+    const double start = now_sec();
+    nn_comm *c = t->comm;
+    double mine = t->be->sum_squares(ex, t->grads + t->zero_lo,
+                                     (size_t)(t->zero_hi - t->zero_lo));
+    /* A double's bytes as two floats a rank: the all-gather copies them
+     * unchanged (no float arithmetic), so the ranks add the same doubles
+     * in the same order. */
+    memcpy(t->zero_ss + 2 * t->rank, &mine, sizeof mine);
+    ty_status st = TY_OK;
+    if (c->ops->allgather)
+        st = c->ops->allgather(c, t->zero_ss, t->zero_off + t->world + 1, err);
+    for (int r = 0; !c->ops->allgather && r < t->world && st == TY_OK; r++)
+        st = c->ops->bcast(c, t->zero_ss + 2 * r, sizeof mine, r, err);
+    if (st != TY_OK)
+        return st;
+    double sum = 0.0;
+    for (int r = 0; r < t->world; r++) {
+        double v;
+        memcpy(&v, t->zero_ss + 2 * r, sizeof v);
+        sum += v;
+    }
+    *ss = sum;
+    t->ar_seconds += now_sec() - start;
+    return TY_OK;
+}
 
 void dp_zero_range(uint64_t total, int r, int world, uint64_t *lo, uint64_t *hi)
 {
@@ -482,22 +577,13 @@ ty_status dp_zero_after_step(trainer *t, ty_err *err)
                     (size_t)(p - t->zero_hi) * sizeof(float));
     nn_comm *c = t->comm;
     ty_status st = TY_OK;
-    size_t *off = malloc(((size_t)t->world + 1) * sizeof *off);
-    if (!off)
-        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
-    for (int r = 0; r < t->world; r++) {
-        uint64_t lo, hi;
-        dp_zero_range(p, r, t->world, &lo, &hi);
-        off[r] = (size_t)lo;
-        off[r + 1] = (size_t)hi;
-    }
+    const size_t *off = t->zero_off;
     if (c->ops->allgather)
         st = c->ops->allgather(c, t->params, off, err);
     for (int r = 0; !c->ops->allgather && r < t->world && st == TY_OK; r++)
         if (off[r + 1] > off[r])
             st = c->ops->bcast(c, t->params + off[r],
                                (off[r + 1] - off[r]) * sizeof(float), r, err);
-    free(off);
     t->ar_seconds += now_sec() - start;
     return st;
 }

@@ -134,8 +134,15 @@ double nn_optim_clip_grad_norm(const nn_backend *be, const nn_exec *ex,
                                float *grads, uint64_t len, double max_norm)
 {
     double norm = sqrt(be->sum_squares(ex, grads, (size_t)len));
+    nn_optim_clip_to_norm(be, ex, grads, len, norm, max_norm);
+    return norm;
+}
+
+void nn_optim_clip_to_norm(const nn_backend *be, const nn_exec *ex,
+                           float *grads, uint64_t len, double norm,
+                           double max_norm)
+{
     double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0)
         be->scale(ex, grads, (size_t)len, (float)coef);
-    return norm;
 }

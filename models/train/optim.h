@@ -90,6 +90,11 @@ void nn_optim_dyn_values(const nn_optim *o, uint64_t t,
  * clipping. */
 double nn_optim_clip_grad_norm(const nn_backend *be, const nn_exec *ex,
                                float *grads, uint64_t len, double max_norm);
+/* The same scaling with the norm given (the whole gradient's, of which
+ * grads may be a part: ZeRO-1's shard with the norm summed across ranks). */
+void nn_optim_clip_to_norm(const nn_backend *be, const nn_exec *ex,
+                           float *grads, uint64_t len, double norm,
+                           double max_norm);
 
 /* State slot k (param_count floats) and its name in checkpoints
  * ("momentum_buffer", "exp_avg", "exp_avg_sq", as PyTorch's state dict). */

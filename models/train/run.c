@@ -480,43 +480,74 @@ void train_lp_refresh(const trainer *t)
  * skip the step (they are dropped; the optimizer, its step count and the
  * weights stay as they were, as GradScaler.step skips optimizer.step);
  * finite ones are divided by the scale they were made with. The scaler
- * then moves the scale the next steps' loss gradients get. Returns 1 when
- * the step goes ahead. */
-static int loss_scale_admit(trainer *t)
+ * then moves the scale the next steps' loss gradients get. The
+ * finiteness is the global gradient's (dp_grad_sum_squares: with
+ * ZeRO-1's reduce-scatter every rank checks the sum over all ranges), so
+ * every rank skips or steps alike. With the reduce-scatter only this
+ * rank's range is unscaled (the rest of the block holds partial sums no
+ * one reads). *go: 1 when the step goes ahead. */
+static ty_status loss_scale_admit(trainer *t, int *go, ty_err *err)
 {
     const nn_exec *ex = t->ws->ex;
     const uint64_t p = t->arch.param_count;
     const float made_with = t->scaler.scale;
-    const double ss = t->be->sum_squares(ex, t->grads, (size_t)p);
-    const int go = loss_scaler_update(&t->scaler, isfinite(ss));
+    double ss = 0.0;
+    ty_status st = dp_grad_sum_squares(t, &ss, err);
+    if (st != TY_OK)
+        return st;
+    *go = loss_scaler_update(&t->scaler, isfinite(ss));
     t->ws->loss_scale = t->scaler.scale;
-    if (!go) {
+    if (!*go) {
         t->be->zero(ex, t->grads, (size_t)p * sizeof(float));
         t->epoch_skipped++;
-        return 0;
+        return TY_OK;
     }
-    t->be->scale(ex, t->grads, (size_t)p, 1.0f / made_with);
-    return 1;
+    if (t->zero_rs)
+        t->be->scale(ex, t->grads + t->zero_lo,
+                     (size_t)(t->zero_hi - t->zero_lo), 1.0f / made_with);
+    else
+        t->be->scale(ex, t->grads, (size_t)p, 1.0f / made_with);
+    return TY_OK;
 }
 
 /* The optimizer step closing a group of minibatches: (fp16: check and
  * unscale,) clip, schedule, update (which zeroes the gradients), and
- * refresh the 16-bit copy of the weights. */
-static void optimizer_step(trainer *t)
+ * refresh the 16-bit copy of the weights. Fails only where the global
+ * norm takes a collective (ZeRO-1's reduce-scatter; the comm is broken
+ * then); a run at world 1 never does. */
+static ty_status optimizer_step(trainer *t, ty_err *err)
 {
     const train_hparams *hp = t->hp;
     t->lr = train_lr_at(hp, t->step, t->steps_per_epoch, t->total_steps);
     t->opt.lr = t->lr;
-    if (t->precision == NN_DT_F16 && !loss_scale_admit(t))
-        return;
-    if (hp->clip_grad_norm > 0.0)
-        nn_optim_clip_grad_norm(t->arch.be, t->ws->ex, t->grads,
-                                t->arch.param_count, hp->clip_grad_norm);
+    ty_status st = TY_OK;
+    int go = 1;
+    if (t->precision == NN_DT_F16 &&
+        ((st = loss_scale_admit(t, &go, err)) != TY_OK || !go))
+        return st;
+    if (hp->clip_grad_norm > 0.0) {
+        /* The whole gradient's norm (every rank's ranges with ZeRO-1's
+         * reduce-scatter); this rank's range is scaled. */
+        double ss = 0.0;
+        if ((st = dp_grad_sum_squares(t, &ss, err)) != TY_OK)
+            return st;
+        nn_optim_clip_to_norm(t->arch.be, t->ws->ex, t->grads + t->zero_lo,
+                              t->zero_hi - t->zero_lo, sqrt(ss),
+                              hp->clip_grad_norm);
+    }
     /* ZeRO-1 steps this rank's shard (the whole block otherwise);
      * dp_zero_after_step then gathers the others' shards. */
     nn_optim_step(&t->opt, t->arch.be, t->ws->ex, t->params + t->zero_lo,
                   t->grads + t->zero_lo);
     train_lp_refresh(t);
+    return TY_OK;
+}
+
+/* optimizer_step on a device (world 1: it cannot fail). */
+static void device_optimizer_step(trainer *t)
+{
+    ty_err ignored = {0};
+    (void)optimizer_step(t, &ignored);
 }
 
 /* The loader's batch b into the workspace's fixed input buffers (device
@@ -552,7 +583,7 @@ static void capture_step(trainer *t, const loader_batch *b)
     }
     uint32_t hits;
     train_step(t, b, b->n, &hits);
-    optimizer_step(t);
+    device_optimizer_step(t);
     if (be->graph_end(t->ws->ex, &t->graph, &gerr) != 0) {
         t->graph = NULL;
         t->opt.t = opt_t;
@@ -582,7 +613,7 @@ static void device_step(trainer *t, uint32_t first, uint32_t end)
         }
         uint32_t hits;
         train_step(t, b, bs, &hits);
-        optimizer_step(t);
+        device_optimizer_step(t);
         return;
     }
     for (uint32_t i = first; i < end; i += bs) {
@@ -591,7 +622,7 @@ static void device_step(trainer *t, uint32_t first, uint32_t end)
         upload_batch(t, b);
         train_step(t, b, end - first, &hits);
     }
-    optimizer_step(t);
+    device_optimizer_step(t);
     if (end - first == (uint64_t)bs * t->accum)
         t->eager_full = 1;
 }
@@ -767,8 +798,8 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         if (rst != TY_OK)
             return rst;
         if (!t->acc && isfinite(sum)) {
-            optimizer_step(t);
-            if ((rst = dp_zero_after_step(t, err)) != TY_OK)
+            if ((rst = optimizer_step(t, err)) != TY_OK ||
+                (rst = dp_zero_after_step(t, err)) != TY_OK)
                 return rst;
         }
         t->step_seconds += now_sec() - step_start;
@@ -884,18 +915,22 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
             }
         }
     }
-    t->epoch_done = e + 1;
-    t->epoch_step = 0;
+    /* max_steps may end the run in the middle of the epoch: then the
+     * epoch is not finished, and the checkpoint keeps the position inside
+     * it (its step, the dropout stream and the sums), so a resume with a
+     * larger max_steps takes the epoch's next step, as a run never stopped
+     * would. Its record is the partial epoch's. */
+    const int finished = t->epoch_step >= t->steps_per_epoch;
+    if (finished) {
+        t->epoch_done = e + 1;
+        t->epoch_step = 0;
+    }
     t->last = m;
     t->have_last = 1;
     if (job->checkpoint_path) {
-        ty_status st = dp_zero_collect(t, err);
-        if (st == TY_OK && t->rank == 0)
-            st = train_ckpt_save(t, err);
-        dp_zero_release(t);
-        if ((st = dp_agree(t, st, "to write the checkpoint", err)) != TY_OK)
+        ty_status st = save_checkpoint(t, e, err);
+        if (st != TY_OK)
             return st;
-        t->ckpt_step = t->step;
     }
     if (job->cb.on_epoch && t->rank == 0)
         job->cb.on_epoch(job->cb.ctx, &m);

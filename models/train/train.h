@@ -313,6 +313,10 @@ typedef struct {
      * the largest shard): the whole model's without ZeRO, about 1/world
      * of it with hyperparameters.zero 1. */
     uint64_t optimizer_state_bytes;
+    /* The bytes this rank sent in the epoch's all-reduces, reduce-scatters
+     * and all-gathers, by the comm's ring measure (nn_comm_stats; 0 at
+     * world 1): a step's gradients cost the same with ZeRO-1 as without. */
+    uint64_t comm_bytes;
 } train_epoch_metrics;
 
 typedef struct {

@@ -128,6 +128,7 @@ typedef struct {
     uint32_t local_n;
     int dp_stop, dp_preempt;
     double ar_seconds, step_seconds;
+    uint64_t comm_mark; /* the comm's step-op bytes at the epoch's start */
     uint64_t check_every;
     /* ZeRO stage 1 (hyperparameters.zero 1 at world > 1; dp.c): this rank
      * owns parameters [zero_lo, zero_hi) of the flat block and keeps the
@@ -138,6 +139,17 @@ typedef struct {
     int zero;
     uint64_t zero_lo, zero_hi;
     float *zero_full;
+    /* zero_off: every rank's range as world + 1 offsets (the seam's
+     * allgather and reduce_scatter_start take them), then zero_ss's
+     * world + 1 (2 r for rank r); zero_rs: the buckets
+     * are reduce-scattered (each rank receives only its range's summed
+     * gradients) rather than all-reduced: set with zero where the engine
+     * has reduce_scatter_start and TRAINYARD_DP_REDUCE_SCATTER is not 0.
+     * zero_ss: the ranks' sums of squares (2 floats a rank, a double's
+     * bytes) for dp_grad_sum_squares. */
+    size_t *zero_off;
+    int zero_rs;
+    float *zero_ss;
     /* Gradient buckets (dp.c, world > 1): ranges of the gradient block in
      * the order the backward pass finishes them; the step's requests (one
      * a bucket, then the scalars'), how many are started and waited for,
@@ -245,6 +257,14 @@ void dp_epoch_times(trainer *t, train_epoch_metrics *m);
  * A range may cut a tensor; with world > total some are empty. */
 void dp_zero_range(uint64_t total, int r, int world, uint64_t *lo,
                    uint64_t *hi);
+/* The global gradient's sum of squares (for clipping and fp16's finite
+ * check) into *ss: the whole block's on this rank, or with zero_rs, where
+ * a rank holds the summed gradients of its range only, the ranks' sums
+ * over their ranges, exchanged (one all-gather of a double a rank) and
+ * added in rank order, so every rank gets the same value; non-finite on
+ * every rank when any rank's range has an inf or NaN. On failure the comm
+ * is broken. */
+ty_status dp_grad_sum_squares(trainer *t, double *ss, ty_err *err);
 /* After this rank's shard step: zeroes the gradients outside the shard
  * (the kernel zeroed the shard's) and gathers every rank's updated
  * parameters, so every replica holds the same parameters again. */

@@ -2,7 +2,10 @@
  * dp_buckets.c - the data-parallel gradient buckets (dp_plan_buckets,
  * dp_buckets_ready in models/train/dp.c): reverse layer order, the size
  * limits, a large layer in pieces, and a bucket ready only once every
- * one of its parameters' gradients is final. Prints PASS or FAIL lines.
+ * one of its parameters' gradients is final; the collective seam's pure
+ * helpers ZeRO-1 uses: a bucket's per-rank parts for the reduce-scatter
+ * (nn_comm_part) and the traffic measure (nn_comm_count). Prints PASS or
+ * FAIL lines.
  */
 #include <stdio.h>
 
@@ -87,6 +90,67 @@ int main(void)
     /* More buckets than out holds: the count is still the whole plan. */
     CHECK(dp_plan_buckets(lay, 6, 120, 1, 1, b, 4) == 120,
           "cap 1: 120 buckets counted");
+
+    /* ZeRO-1's reduce-scatter parts (nn_comm_part): the ranks' ranges
+     * [0,4) [4,7) [7,7) [7,10) (dp_zero_range's kind, one empty) cut a
+     * bucket; the parts tile it in rank order, a rank whose range misses
+     * the bucket gets an empty part. */
+    const size_t off[] = {0, 4, 7, 7, 10};
+    const struct {
+        size_t lo, hi, a[4], b[4];
+    } cut[] = {
+        {0, 10, {0, 4, 7, 7}, {4, 7, 7, 10}}, /* the whole block */
+        {3, 8, {3, 4, 7, 7}, {4, 7, 7, 8}},   /* across three ranges */
+        {5, 6, {5, 5, 7, 7}, {5, 6, 7, 7}},   /* inside rank 1's */
+        {8, 10, {8, 8, 8, 8}, {8, 8, 8, 10}}, /* rank 3's tail only */
+        {4, 4, {4, 4, 7, 7}, {4, 4, 7, 7}},   /* an empty bucket */
+    };
+    for (size_t k = 0; k < sizeof cut / sizeof cut[0]; k++) {
+        size_t total = 0;
+        for (int r = 0; r < 4; r++) {
+            size_t a, z;
+            nn_comm_part(off, r, cut[k].lo, cut[k].hi, &a, &z);
+            CHECK(a == cut[k].a[r] && z == cut[k].b[r],
+                  "bucket [%zu,%zu) rank %d: [%zu,%zu), want [%zu,%zu)",
+                  cut[k].lo, cut[k].hi, r, a, z, cut[k].a[r], cut[k].b[r]);
+            total += z - a;
+        }
+        CHECK(total == cut[k].hi - cut[k].lo,
+              "bucket [%zu,%zu): the parts cover %zu", cut[k].lo, cut[k].hi,
+              total);
+    }
+
+    /* The traffic measure (nn_comm_count): at 2 ranks an all-reduce of n
+     * bytes sends n, a reduce-scatter and an all-gather n/2 each (the
+     * two together one all-reduce); at 4 ranks 1.5 n, 3/4 n, 3/4 n; a
+     * broadcast its bytes; at world 1 nothing. */
+    nn_comm c2 = {.world = 2}, c4 = {.world = 4}, c1 = {.world = 1};
+    nn_comm_count(&c2, NN_COMM_OP_ALLREDUCE, 1000);
+    nn_comm_count(&c2, NN_COMM_OP_REDUCE_SCATTER, 1000);
+    nn_comm_count(&c2, NN_COMM_OP_ALLGATHER, 1000);
+    nn_comm_count(&c2, NN_COMM_OP_BCAST, 1000);
+    CHECK(c2.stats.bytes[NN_COMM_OP_ALLREDUCE] == 1000 &&
+              c2.stats.bytes[NN_COMM_OP_REDUCE_SCATTER] == 500 &&
+              c2.stats.bytes[NN_COMM_OP_ALLGATHER] == 500 &&
+              c2.stats.bytes[NN_COMM_OP_BCAST] == 1000 &&
+              c2.stats.calls[NN_COMM_OP_ALLREDUCE] == 1,
+          "2 ranks: %llu %llu %llu",
+          (unsigned long long)c2.stats.bytes[NN_COMM_OP_ALLREDUCE],
+          (unsigned long long)c2.stats.bytes[NN_COMM_OP_REDUCE_SCATTER],
+          (unsigned long long)c2.stats.bytes[NN_COMM_OP_ALLGATHER]);
+    nn_comm_count(&c4, NN_COMM_OP_ALLREDUCE, 1000);
+    nn_comm_count(&c4, NN_COMM_OP_REDUCE_SCATTER, 1000);
+    CHECK(c4.stats.bytes[NN_COMM_OP_ALLREDUCE] == 1500 &&
+              c4.stats.bytes[NN_COMM_OP_REDUCE_SCATTER] == 750,
+          "4 ranks: %llu %llu",
+          (unsigned long long)c4.stats.bytes[NN_COMM_OP_ALLREDUCE],
+          (unsigned long long)c4.stats.bytes[NN_COMM_OP_REDUCE_SCATTER]);
+    nn_comm_count(&c1, NN_COMM_OP_ALLREDUCE, 1000);
+    nn_comm_count(&c1, NN_COMM_OP_BCAST, 1000);
+    CHECK(c1.stats.bytes[NN_COMM_OP_ALLREDUCE] == 0 &&
+              c1.stats.bytes[NN_COMM_OP_BCAST] == 0 &&
+              c1.stats.calls[NN_COMM_OP_BCAST] == 1,
+          "world 1 sends nothing");
 
     if (failures)
         return 1;

@@ -9,7 +9,10 @@
  * buckets started together and waited for out of order, progress (tests
  * that complete requests; their waits then apply the scale), broadcast
  * from rank 1, barrier, all-gather of uneven and empty ranges (ZeRO-1's),
- * the in-flight limit (TY_ELIMIT), then rank 1 aborts
+ * the in-flight limit (TY_ELIMIT), reduce-scatter of buckets that lie in
+ * one rank's range, across two, or are empty, in flight together with an
+ * all-reduce and waited for out of order, and its traffic count, then
+ * rank 1 aborts
  * with a reason while rank 0 waits in an all-reduce: rank 0's fails with
  * that reason (not its timeout, which is 120 s), and every later op on a
  * broken comm fails at once.
@@ -58,6 +61,15 @@ static void self_checks(void)
     const size_t off[2] = {0, 3};
     CHECK(c->ops->allgather(c, v, off, &err) == TY_OK && v[0] == 0.5f,
           "self all-gather leaves the buffer");
+    /* Reduce-scatter at world 1: the bucket is rank 0's part; scaled. */
+    float w[3] = {1, 2, 4};
+    CHECK(c->ops->reduce_scatter_start &&
+              c->ops->reduce_scatter_start(c, NULL, w, off, 1, 3, 0.5f, &r,
+                                           &err) == TY_OK &&
+              c->ops->allreduce_wait(c, NULL, r, &err) == TY_OK &&
+              w[0] == 1.0f && w[1] == 1.0f && w[2] == 2.0f,
+          "self reduce-scatter scales the bucket only: %g %g %g", w[0], w[1],
+          w[2]);
     c->ops->abort(c, "nothing");
     c->ops->destroy(c);
 }
@@ -169,6 +181,73 @@ static void mpi_checks(void)
         for (size_t i = 0; i < off[2]; i++)
             bad += g[i] != (float)(10 * (i < off[1] ? 1 : 2) + i);
         CHECK(!bad, "all-gather %d: %d wrong values", k, bad);
+    }
+
+    /* Reduce-scatter (ZeRO-1's buckets): uneven ranges [0,5) [5,12) of
+     * 12 values, buf[i] = (rank + 1)(i + 1) so the sum is 3(i + 1).
+     * Buckets [8,12) (rank 1's only), [3,8) (across both), [0,3) (rank
+     * 0's only) and an empty one, started together with an all-reduce
+     * among them, progressed, waited for out of order; [3,8) with scale
+     * 0.5. Each rank's part of each bucket holds the sum. */
+    {
+        const size_t off[3] = {0, 5, 12};
+        const size_t bk[4][2] = {{8, 12}, {3, 8}, {0, 3}, {4, 4}};
+        float g[12], s = (float)(me + 1);
+        for (int i = 0; i < 12; i++)
+            g[i] = (float)((me + 1) * (i + 1));
+        nn_comm_req rq[5];
+        const nn_comm_stats before = c->stats;
+        CHECK(c->ops->reduce_scatter_start != NULL,
+              "the MPI engine reduce-scatters");
+        for (int k = 0; k < 4 && c->ops->reduce_scatter_start; k++) {
+            CHECK(c->ops->reduce_scatter_start(c, NULL, g, off, bk[k][0],
+                                               bk[k][1], k == 1 ? 0.5f : 1.0f,
+                                               &rq[k], &err) == TY_OK,
+                  "start reduce-scatter %d: %s", k, err.msg);
+            if (k == 1)
+                CHECK(c->ops->allreduce_start(c, NULL, &s, 1, 1.0f, &rq[4],
+                                              &err) == TY_OK,
+                      "an all-reduce among them: %s", err.msg);
+        }
+        for (int k = 0; k < 100; k++)
+            c->ops->progress(c);
+        const int order[5] = {2, 4, 0, 3, 1};
+        for (int k = 0; k < 5 && c->ops->reduce_scatter_start; k++)
+            CHECK(c->ops->allreduce_wait(c, NULL, rq[order[k]], &err) == TY_OK,
+                  "wait %d: %s", order[k], err.msg);
+        bad = 0;
+        for (size_t i = off[me]; i < off[me + 1]; i++) {
+            float want =
+                3.0f * (float)(i + 1) * (i >= 3 && i < 8 ? 0.5f : 1.0f);
+            bad += g[i] != want;
+        }
+        CHECK(!bad && s == 3.0f,
+              "reduce-scatter: %d wrong sums (all-reduce %g)", bad, s);
+        /* Rank 0 sends the bucket less its own part on the ring: counted
+         * as (N-1)/N of 16 bytes, 20 bytes, 12 bytes and 0 bytes. */
+        CHECK(c->stats.calls[NN_COMM_OP_REDUCE_SCATTER] -
+                          before.calls[NN_COMM_OP_REDUCE_SCATTER] ==
+                      4 &&
+                  c->stats.bytes[NN_COMM_OP_REDUCE_SCATTER] -
+                          before.bytes[NN_COMM_OP_REDUCE_SCATTER] ==
+                      8 + 10 + 6,
+              "reduce-scatter traffic counted: %llu calls",
+              (unsigned long long)(c->stats.calls[NN_COMM_OP_REDUCE_SCATTER] -
+                                   before.calls[NN_COMM_OP_REDUCE_SCATTER]));
+        /* A large bucket in one call: [0, N) over ranges [0, 60001)
+         * [60001, N) of buf (every value rank + 1: the sum 3). */
+        const size_t big[3] = {0, 60001, N};
+        for (int i = 0; i < N; i++)
+            buf[i] = (float)(me + 1);
+        nn_comm_req one_rq;
+        CHECK(c->ops->reduce_scatter_start(c, NULL, buf, big, 0, N, 1.0f,
+                                           &one_rq, &err) == TY_OK &&
+                  c->ops->allreduce_wait(c, NULL, one_rq, &err) == TY_OK,
+              "large reduce-scatter: %s", err.msg);
+        bad = 0;
+        for (size_t i = big[me]; i < big[me + 1]; i++)
+            bad += buf[i] != 3.0f;
+        CHECK(!bad, "large reduce-scatter: %d wrong sums", bad);
     }
 
     /* Rank 1 aborts; rank 0, in an all-reduce, fails with its reason. */

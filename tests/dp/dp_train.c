@@ -14,7 +14,10 @@
  * "accuracy <test accuracy>", "peak <bytes> estimate <bytes>",
  * "allreduce <seconds> share <fraction>", "optimizer_state <bytes>
  * estimate <bytes>" (rank 0's, and train_memory_estimate_rank's),
- * "samples_per_sec <rate>" and "seconds <wall time of train_run>".
+ * "samples_per_sec <rate>", "seconds <wall time of train_run>" and, with
+ * --mpi, "comm_bytes allreduce A reduce_scatter R allgather G bcast B"
+ * (rank 0's comm->stats: the bytes a ring sends, by op), after
+ * "epoch_comm_bytes N" (the last epoch's train_epoch_metrics.comm_bytes).
  * --zero gives hyperparameters.zero; --sgd-momentum trains with SGD and
  * that momentum instead of Adam. Every rank prints "rank R of N pid P"
  * on stdout first, and on a failure "rank R: error: <message>" on stderr
@@ -245,6 +248,18 @@ int main(int argc, char **argv)
                 (unsigned long long)mem.optimizer);
         fprintf(out, "samples_per_sec %.1f\nseconds %.3f\n",
                 fin.samples_per_sec, secs);
+        /* Rank 0's traffic by op (nn_comm_stats: ring bytes sent). */
+        fprintf(out, "epoch_comm_bytes %llu\n",
+                (unsigned long long)fin.comm_bytes);
+        if (comm)
+            fprintf(out,
+                    "comm_bytes allreduce %llu reduce_scatter %llu "
+                    "allgather %llu bcast %llu\n",
+                    (unsigned long long)comm->stats.bytes[NN_COMM_OP_ALLREDUCE],
+                    (unsigned long long)
+                        comm->stats.bytes[NN_COMM_OP_REDUCE_SCATTER],
+                    (unsigned long long)comm->stats.bytes[NN_COMM_OP_ALLGATHER],
+                    (unsigned long long)comm->stats.bytes[NN_COMM_OP_BCAST]);
         unlink(model);
     }
     rc = 0;

@@ -12,6 +12,13 @@ With dp_train (tests/dp/) under `mpirun -np 2`, against the unsharded
      estimate says), and its peak memory equals train_memory_estimate_rank's
      total with zero 1;
      Three ranks: a third of the state each, the same losses.
+     Communication: rank 0's bytes by op (dp_train's comm_bytes, the ring
+     measure of nn_comm_stats) over the step collectives (all-reduce,
+     reduce-scatter, all-gather): zero 1 sends what zero 0 does (within
+     2%), its gradients reduce-scattered, not all-reduced whole plus an
+     all-gather (1.5 times zero 0's at any world size); with
+     TRAINYARD_DP_REDUCE_SCATTER=0 (that fallback) the same losses and
+     1.5 times the bytes.
   2. checkpoints: a zero=1 checkpoint at step 20 resumed by an unsharded
      2-rank run, an unsharded one resumed by a zero=1 run, and a zero=1 one
      resumed by 1 process all continue as the straight 25-step run (steps
@@ -73,6 +80,36 @@ def check_memory(plain, zero, slots, what):
              (what, plain["accuracy"][0], zero["accuracy"][0]))
 
 
+def check_comm(plain, zero, what):
+    """zero 1's step traffic is zero 0's: reduce-scatter + all-gather
+    (one all-reduce's worth), the gradients never all-reduced whole."""
+    def step_bytes(info):
+        c = info["comm_bytes"]
+        by = dict(zip(c[0::2], (int(x) for x in c[1::2])))
+        return by, by["allreduce"] + by["reduce_scatter"] + by["allgather"]
+    pb, ptotal = step_bytes(plain)
+    zb, ztotal = step_bytes(zero)
+    print("%s: bytes sent by rank 0 (ring measure): zero 0 %d (all-reduce "
+          "%d), zero 1 %d (all-reduce %d, reduce-scatter %d, all-gather %d): "
+          "%.3f of zero 0's" % (what, ptotal, pb["allreduce"], ztotal,
+                                zb["allreduce"], zb["reduce_scatter"],
+                                zb["allgather"], ztotal / ptotal))
+    if not 0.98 <= ztotal / ptotal <= 1.02:
+        fail("%s: zero 1 sent %.3f times zero 0's bytes (%d against %d): "
+             "its gradients must be reduce-scattered, not all-reduced" %
+             (what, ztotal / ptotal, ztotal, ptotal))
+    # The last epoch's record (train_epoch_metrics.comm_bytes): the same.
+    pe, ze = (int(i["epoch_comm_bytes"][0]) for i in (plain, zero))
+    print("%s: the last epoch's comm_bytes: zero 0 %d, zero 1 %d" %
+          (what, pe, ze))
+    if not (pe > 0 and 0.98 <= ze / pe <= 1.02):
+        fail("%s: the last epoch's comm_bytes %d with zero 1, %d with "
+             "zero 0" % (what, ze, pe))
+    if zb["reduce_scatter"] == 0 or zb["allreduce"] > ptotal // 100:
+        fail("%s: zero 1 all-reduced %d bytes and reduce-scattered %d" %
+             (what, zb["allreduce"], zb["reduce_scatter"]))
+
+
 def checks(dp, tmp):
     plain, zero = os.path.join(tmp, "plain.txt"), os.path.join(tmp, "zero.txt")
 
@@ -92,6 +129,20 @@ def checks(dp, tmp):
             "2 ranks zero 1, " + what)
         pi, zi = same_losses(plain, zero, "zero 1 against zero 0, " + what)
         check_memory(pi, zi, slots, what)
+        check_comm(pi, zi, what)
+    # The fallback (an engine without reduce_scatter_start, or
+    # TRAINYARD_DP_REDUCE_SCATTER=0): gradients all-reduced whole, the same
+    # losses, and half as many bytes again (what check_comm refuses).
+    run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_REDUCE_SCATTER=0", dp, "--mpi",
+                       "--out", zero, "--zero", "1"] + base + opt),
+        "2 ranks zero 1 without the reduce-scatter")
+    pi, fi = same_losses(plain, zero, "zero 1 all-reduced against zero 0")
+    ratio = sum(int(x) for x in fi["comm_bytes"][1:6:2]) / sum(
+        int(x) for x in pi["comm_bytes"][1:6:2])
+    print("zero 1 without the reduce-scatter: %.3f of zero 0's bytes" % ratio)
+    if not 1.45 <= ratio <= 1.55:
+        fail("zero 1 without the reduce-scatter sent %.3f of zero 0's bytes, "
+             "want 1.5" % ratio)
 
     # Three ranks (batch 126): a third of the state each, the same losses.
     three = ["--threads", "1", "--train", "3000", "--steps", "30",
@@ -101,6 +152,7 @@ def checks(dp, tmp):
                        "--out", zero, "--zero", "1"] + three),
         "3 ranks zero 1")
     pi, zi = same_losses(plain, zero, "zero 1 against zero 0, 3 ranks")
+    check_comm(pi, zi, "3 ranks")
     want = 2 * ((PARAMS + 2) // 3) * 4
     print("3 ranks: optimizer state on rank 0: %s bytes unsharded, %s with "
           "zero 1" % (pi["optimizer_state"][0], zi["optimizer_state"][0]))

@@ -10,6 +10,8 @@
  *   start/wait      six buckets at once (one empty), waited out of order;
  *                   NN_COMM_MAX_INFLIGHT in flight, the next TY_ELIMIT;
  *                   a request not in flight TY_EINTERNAL;
+ *   reduce-scatter  a bucket [lo, hi) of a buffer (ZeRO-1's): rank 0's
+ *                   part, the bucket, scaled by 0.5; the rest untouched;
  *   bcast           host bytes from root 0 stay intact; root 1 refused;
  *   barrier         passes;
  *   create_over     the id made and broadcast over the self comm;
@@ -21,7 +23,9 @@
  *                   TY_EDEVICE at its 3 s collective timeout (no timing is
  *                   asserted; a hang is ctest's timeout).
  * Two ranks (two threads, devices 0 and 1; only where two GPUs are
- * present, else a line saying it was skipped): the all-reduce with scale
+ * present, else a line saying it was skipped; also the reduce-scatter of
+ * a bucket across uneven ranges, each rank's part the scaled sum): the
+ * all-reduce with scale
  * 0.5 of buffers doubled unsynced on ex's stream against (2 x0 + 2 x1) *
  * 0.5, start/wait buckets, bcast of host bytes
  * from root 1, barrier; then rank 1 sits out an all-reduce, and rank 0's
@@ -119,6 +123,36 @@ static void one_rank_allreduce(nn_comm *c, const nn_exec *ex)
         expect_dev(ex, d, want, n, what);
         nn_backend_cuda.release(ex, d);
     }
+    free(host);
+    free(want);
+}
+
+/* Reduce-scatter at world 1 (ZeRO-1's buckets): rank 0's range is the
+ * whole buffer, so its part of the bucket [lo, hi) is the bucket, scaled;
+ * the values outside the bucket stay as they were. */
+static void one_rank_reduce_scatter(nn_comm *c, const nn_exec *ex)
+{
+    const size_t n = 70001, lo = 1000, hi = 65537;
+    const size_t off[2] = {0, n};
+    float *host = malloc(n * sizeof(float));
+    float *want = malloc(n * sizeof(float));
+    float *d = dev_fill(ex, n, 0, host);
+    for (size_t i = 0; i < n; i++)
+        want[i] = i >= lo && i < hi ? host[i] * 0.5f : host[i];
+    ty_err err = {0};
+    nn_comm_req req = -1;
+    CHECK(c->ops->reduce_scatter_start != NULL,
+          "the NCCL engine reduce-scatters");
+    if (c->ops->reduce_scatter_start) {
+        ty_status st = c->ops->reduce_scatter_start(c, ex, d, off, lo, hi, 0.5f,
+                                                    &req, &err);
+        CHECK(st == TY_OK, "reduce_scatter_start: %s", err.msg);
+        if (st == TY_OK)
+            CHECK(c->ops->allreduce_wait(c, ex, req, &err) == TY_OK,
+                  "its wait: %s", err.msg);
+        expect_dev(ex, d, want, n, "reduce-scatter of a bucket, scale 0.5");
+    }
+    nn_backend_cuda.release(ex, d);
     free(host);
     free(want);
 }
@@ -287,6 +321,7 @@ static int one_rank(void)
           c->ops->name, c->device_memory, c->rank, c->world, c->timeout_s);
     one_rank_allreduce(c, &ex);
     one_rank_buckets(c, &ex);
+    one_rank_reduce_scatter(c, &ex);
     one_rank_bcast_barrier(c);
     CHECK(nn_backend_cuda.status(&ex, &err) == TY_OK, "the context: %s",
           err.msg);
@@ -383,6 +418,30 @@ static void *rank_main(void *p)
         want[i] = value(i, 0) + value(i, 1);
     expect_dev(&ex, d, want, n, "the sum of bucket 0");
     expect_dev(&ex, d2, want, 4096, "the sum of bucket 1");
+
+    nn_backend_cuda.release(&ex, d);
+    /* Reduce-scatter of the bucket [1000, n - 7) under the uneven ranges
+     * [0, 300001) [300001, n): each rank's part of the bucket holds the
+     * sum, scaled by 0.5. */
+    const size_t off[3] = {0, 300001, n}, lo = 1000, hi = n - 7;
+    d = dev_fill(&ex, n, a->rank, host);
+    nn_comm_req rs;
+    RCHECK(a,
+           c->ops->reduce_scatter_start &&
+               c->ops->reduce_scatter_start(c, &ex, d, off, lo, hi, 0.5f, &rs,
+                                            &err) == TY_OK &&
+               c->ops->allreduce_wait(c, &ex, rs, &err) == TY_OK,
+           "reduce-scatter: %s", err.msg);
+    {
+        const size_t a0 = off[a->rank] > lo ? off[a->rank] : lo;
+        const size_t b0 = off[a->rank + 1] < hi ? off[a->rank + 1] : hi;
+        for (size_t i = a0; i < b0; i++)
+            want[i] = (value(i, 0) + value(i, 1)) * 0.5f;
+        float *part = d + a0;
+        expect_dev(&ex, part, want + a0, b0 - a0,
+                   a->rank ? "rank 1's reduce-scatter part"
+                           : "rank 0's reduce-scatter part");
+    }
 
     unsigned char bytes[4099];
     for (size_t i = 0; i < sizeof bytes; i++)

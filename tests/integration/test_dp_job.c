@@ -7,7 +7,8 @@
  *     epoch records say world_size 2 and the all-reduce's share, and its
  *     losses are the same job's on one worker (the same steps: within
  *     1e-4 relative, epoch by epoch); with hyperparameters.zero 1 the
- *     same losses (1e-5) and half the optimizer_state_bytes a rank;
+ *     same losses (1e-5) and half the optimizer_state_bytes a rank, and
+ *     about the comm_bytes of the unsharded gang;
  *   - refusals name the field: more workers than --max-jobs, a batch_size
  *     the workers cannot share equally, a GPU beside workers, a bad count,
  *     a zero other than 0 or 1, a bad resources.min_workers (above
@@ -20,7 +21,11 @@
  *   - a worker killed (SIGKILL) mid-run ends the whole gang within 30 s
  *     (no process of the job left), and the job resumes from its last
  *     checkpoint, as the whole gang again (both places held: a job
- *     submitted meanwhile waits), and succeeds.
+ *     submitted meanwhile waits), and succeeds;
+ *   - a running gang preempted (SIGUSR1 to its mpirun, as the supervisor
+ *     sends a preemption) stops both ranks at one step with a checkpoint
+ *     there, goes back to the queue and resumes from that step to
+ *     success.
  *
  * Skipped (a clear message) when the server says it cannot run
  * data-parallel jobs (no Open MPI in the build or no mpirun).
@@ -30,6 +35,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -193,6 +199,17 @@ static void test_gang_trains_as_one(void **state)
         assert_true(full > 0);
         /* 2 * part is full, or full + one parameter's slots (odd count). */
         assert_true(2 * part >= full && 2 * part <= full + 8);
+        /* The epoch's collective bytes reach the record, and zero 1's
+         * reduce-scatter + all-gather send what zero 0's all-reduce does
+         * (within 2%: the gather's ranges round to whole parameters). */
+        const json_int_t ca =
+            json_integer_value(json_object_get(a, "comm_bytes"));
+        const json_int_t cz =
+            json_integer_value(json_object_get(z, "comm_bytes"));
+        fprintf(stderr, "epoch %zu: comm_bytes %lld, zero 1 %lld\n", i + 1,
+                (long long)ca, (long long)cz);
+        assert_true(ca > 0);
+        assert_true(fabs((double)cz - (double)ca) <= 0.02 * (double)ca);
         const double la = json_number_value(json_object_get(a, "train_loss"));
         const double lz = json_number_value(json_object_get(z, "train_loss"));
         if (!(fabs(la - lz) <= 1e-5 * fabs(la)))
@@ -455,6 +472,126 @@ static void test_gang_rank_killed(void **state)
     json_decref(j);
 }
 
+/* The step of job id's last `event` line in server s's log (job_resume,
+ * job_preempted), or -1 when none; *checkpointed: that line's
+ * "checkpointed" (0 when absent). */
+static long long logged_step(const srv *s, const char *id, const char *event,
+                             int *checkpointed)
+{
+    long long step = -1;
+    char tag[64];
+    snprintf(tag, sizeof tag, "\"%s\"", event);
+    FILE *f = fopen(s->log, "r");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f)) {
+        if (!strstr(line, tag) || !strstr(line, id))
+            continue;
+        json_t *o = json_loads(line, 0, NULL);
+        const json_t *v = json_object_get(o, "step");
+        if (json_is_integer(v)) {
+            step = (long long)json_integer_value(v);
+            *checkpointed = json_is_true(json_object_get(o, "checkpointed"));
+        }
+        json_decref(o);
+    }
+    if (f)
+        fclose(f);
+    return step;
+}
+
+/* A running gang preempted: the supervisor's preemption is SIGUSR1 to
+ * the place's process, mpirun, which hands it to every rank
+ * (supervisor_preempt; the scheduler never picks CPU jobs as victims and
+ * the API has no preempt call, so the test sends it as the supervisor
+ * would). Both ranks stop at the step they agree on, rank 0 writes the
+ * checkpoint there (the server's job_preempted: a step at or past the
+ * one seen before the signal, checkpointed), and the job goes back to the
+ * queue (preemptions 1, none of its processes left) and resumes at that
+ * very step (job_resume), to success: every epoch recorded, attempts
+ * still 1 (a rank killed by the signal would have failed the attempt). */
+static void test_gang_preempted_resumes(void **state)
+{
+    (void)state;
+    if (!have_mpi)
+        skip();
+    char id[64];
+    submit(WIDE_MLP, "{\"epochs\": 12, \"batch_size\": 32, \"seed\": 4}",
+           "{\"workers\": 2}", id);
+    /* running on 2 ranks, a few steps in */
+    long long seen_step = 0;
+    json_int_t mpirun = 0;
+    pid_t found[8], ranks[8];
+    int nranks = 0;
+    double until = now_seconds() + 120;
+    for (;;) {
+        json_t *j = get_job(&server, id);
+        seen_step = (long long)json_integer_value(
+            json_object_get(json_object_get(j, "progress"), "step"));
+        mpirun = json_integer_value(
+            json_object_get(json_object_get(j, "placement"), "worker_pid"));
+        const int running = !strcmp(str(j, "status"), "running");
+        json_decref(j);
+        nranks = ranks_of(found, find_children(&server, "worker", id, found, 8),
+                          mpirun, ranks);
+        if (running && seen_step >= 5 && mpirun > 0 && nranks == 2)
+            break;
+        if (now_seconds() > until || (!running && seen_step > 0))
+            fail_msg("the gang was not seen running past step 5 on 2 ranks "
+                     "(step %lld, %d ranks)",
+                     seen_step, nranks);
+        usleep(20 * 1000);
+    }
+    assert_int_equal(kill((pid_t)mpirun, SIGUSR1), 0);
+    /* back in the queue (or already restarted), its first run's processes
+     * gone */
+    int preempted = 0;
+    until = now_seconds() + 60;
+    while (!preempted && now_seconds() < until) {
+        json_t *j = get_job(&server, id);
+        preempted = json_integer_value(json_object_get(j, "preemptions")) == 1;
+        if (!strcmp(str(j, "status"), "failed"))
+            fail_msg("the preempted gang failed: %s",
+                     str(j, "error") ? str(j, "error") : "?");
+        json_decref(j);
+        if (!preempted)
+            usleep(20 * 1000);
+    }
+    assert_true(preempted);
+    int left = nranks;
+    until = now_seconds() + 30;
+    while (left > 0 && now_seconds() < until) {
+        left = 0;
+        for (int i = 0; i < nranks; i++)
+            left += kill(ranks[i], 0) == 0 || errno != ESRCH;
+        if (left)
+            usleep(50 * 1000);
+    }
+    assert_int_equal(left, 0);
+    json_t *j = wait_job(&server, id, 600);
+    if (strcmp(str(j, "status"), "succeeded"))
+        fail_msg("the preempted gang: %s (%s)", str(j, "status"),
+                 str(j, "error") ? str(j, "error") : "no error");
+    assert_int_equal(json_integer_value(json_object_get(j, "preemptions")), 1);
+    assert_int_equal(json_integer_value(json_object_get(j, "attempts")), 1);
+    assert_true(json_is_integer(
+        json_object_get(json_object_get(j, "progress"), "resumed_from_epoch")));
+    json_decref(j);
+    int checkpointed = 0, ignore;
+    const long long stopped =
+        logged_step(&server, id, "job_preempted", &checkpointed);
+    const long long resumed = logged_step(&server, id, "job_resume", &ignore);
+    fprintf(stderr,
+            "the gang was seen at step %lld before SIGUSR1, stopped at step "
+            "%lld (checkpointed: %d) and resumed at step %lld\n",
+            seen_step, stopped, checkpointed, resumed);
+    assert_true(stopped >= seen_step);
+    assert_true(checkpointed);
+    assert_int_equal(resumed, stopped);
+    json_t *e = epochs_of(id);
+    assert_int_equal(json_array_size(e), 12);
+    json_decref(e);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -463,6 +600,7 @@ int main(void)
         cmocka_unit_test(test_elastic_gang_runs_at_what_fits),
         cmocka_unit_test(test_gang_holds_its_places),
         cmocka_unit_test(test_gang_rank_killed),
+        cmocka_unit_test(test_gang_preempted_resumes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -30,7 +30,10 @@
  *   - a rolling update while a deployment streams a long generation: the
  *     stream completes whole on the old replica, which drains after it;
  *     requests through the update get no 5xx, and after it go to the new
- *     model.
+ *     model;
+ *   - a replica that fails before the first token after its deployment
+ *     was rolled to another model: the retried generation is served here
+ *     on the model it opened (not a 404).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -979,7 +982,9 @@ static long long replica_prefix_hits(const char *dpath)
  * cache outlives its requests, so a second request finds the first's
  * blocks whatever the choices' timing. The request is made up to five
  * times (the same choices each time) until a heartbeat shows the hits;
- * code without the cache never counts any. */
+ * code without the cache never counts any. Once the replica is idle, the
+ * deployment's generate section gives its blocks used, cached and in all:
+ * the sums of its instances' (with some cached). */
 static void test_prefix_cache_deployed(void **state)
 {
     (void)state;
@@ -1010,6 +1015,61 @@ static void test_prefix_cache_deployed(void **state)
             "requests)\n",
             after - before, tries);
     assert_true(after - before >= 32); /* two blocks, at least once */
+    /* The deployment's generate section sums its replicas' cache blocks
+     * (used, cached, total), as their heartbeats said; once idle, the
+     * blocks of the prompts stay cached. */
+    json_t *doc = NULL;
+    long long used = -1, cached = 0, total = 0, busy = 1;
+    until = now_seconds() + 10;
+    do {
+        json_decref(doc);
+        usleep(200 * 1000);
+        resp *g = http_get(&server, dpath);
+        expect_status(g, 200);
+        doc = json_incref(g->json);
+        resp_free(g);
+        used = cached = total = busy = 0;
+        size_t i;
+        json_t *it;
+        json_array_foreach (json_object_get(doc, "instances"), i, it) {
+            const json_t *e = json_object_get(it, "generate");
+            used += json_integer_value(json_object_get(e, "kv_blocks_used"));
+            cached +=
+                json_integer_value(json_object_get(e, "kv_blocks_cached"));
+            total += json_integer_value(json_object_get(e, "kv_blocks_total"));
+            busy += json_integer_value(json_object_get(e, "sequences")) +
+                    json_integer_value(json_object_get(e, "waiting"));
+        }
+    } while ((busy || cached == 0) && now_seconds() < until);
+    const json_t *gen = json_object_get(doc, "generate");
+    fprintf(
+        stderr,
+        "the deployment's cache: %lld blocks used, %lld cached, %lld in "
+        "all\n",
+        (long long)json_integer_value(json_object_get(gen, "kv_blocks_used")),
+        (long long)json_integer_value(json_object_get(gen, "kv_blocks_cached")),
+        (long long)json_integer_value(json_object_get(gen, "kv_blocks_total")));
+    assert_true(busy == 0 && cached > 0 && used + cached <= total);
+    assert_true(json_is_integer(json_object_get(gen, "kv_blocks_cached")));
+    assert_int_equal(json_integer_value(json_object_get(gen, "kv_blocks_used")),
+                     used);
+    assert_int_equal(
+        json_integer_value(json_object_get(gen, "kv_blocks_cached")), cached);
+    assert_int_equal(
+        json_integer_value(json_object_get(gen, "kv_blocks_total")), total);
+    json_decref(doc);
+    /* /metrics has the same (the replica idle: no heartbeat moved them) */
+    char dep_label[160];
+    snprintf(dep_label, sizeof dep_label, "deployment=\"%s\"",
+             strrchr(dpath, '/') + 1);
+    resp *m = http_get(&server, "/metrics");
+    char cached_label[200];
+    snprintf(cached_label, sizeof cached_label, "%s,state=\"cached\"",
+             dep_label);
+    const double cached_metric = metric_sum(
+        m->body, "trainyard_deployment_generate_kv_blocks", cached_label);
+    resp_free(m);
+    assert_true(cached_metric == (double)cached);
     resp *r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
     resp_free(r);
     json_decref(prefix_cold[0]);
@@ -1438,6 +1498,172 @@ static void test_rolling_update_mid_stream(void **state)
     resp_free(r);
 }
 
+/* A generation by the deployment's name, on a thread: its reply. */
+typedef struct {
+    resp *r;
+} retry_call;
+
+static void *retry_gen_run(void *arg)
+{
+    retry_call *c = arg;
+    c->r =
+        http_json(&server, "POST", "/v2/models/retry-gen/generate", ROLL_SHORT);
+    return NULL;
+}
+
+/* ROLL_SHORT as an OpenAI completion of model (serve_gen_wait_all's way):
+ * the body, in 256 bytes. */
+static const char *retry_oai_body(const char *model, char *body)
+{
+    snprintf(body, 256,
+             "{\"model\": \"%s\", \"prompt\": \"the cat \", "
+             "\"max_tokens\": 6, \"temperature\": 0}",
+             model);
+    return body;
+}
+
+static void *retry_oai_run(void *arg)
+{
+    retry_call *c = arg;
+    char body[256];
+    c->r = http_json(&server, "POST", "/openai/v1/completions",
+                     retry_oai_body("retry-gen", body));
+    return NULL;
+}
+
+/* An OpenAI completion's first choice's text, as JSON text (64 bytes). */
+static void retry_oai_text(const resp *r, char *text)
+{
+    json_t *j =
+        json_loadb(r->body ? r->body : "", r->len, JSON_ALLOW_NUL, NULL);
+    const json_t *t = json_object_get(
+        json_array_get(json_object_get(j, "choices"), 0), "text");
+    char *d = t ? json_dumps(t, JSON_ENCODE_ANY) : NULL;
+    snprintf(text, 64, "%s", d ? d : "");
+    free(d);
+    json_decref(j);
+}
+
+/* The id and state of the instance of generation gen in doc (0 when
+ * none): id (64 bytes), state (32). */
+static int retry_instance(const json_t *doc, int gen, char *id, char *state,
+                          long *in_flight)
+{
+    size_t i;
+    json_t *it;
+    json_array_foreach (json_object_get(doc, "instances"), i, it) {
+        if (json_integer_value(json_object_get(it, "generation")) != gen)
+            continue;
+        snprintf(id, 64, "%s", str(it, "id") ? str(it, "id") : "");
+        snprintf(state, 32, "%s", str(it, "state") ? str(it, "state") : "");
+        *in_flight = (long)json_integer_value(json_object_get(it, "in_flight"));
+        return 1;
+    }
+    return 0;
+}
+
+/* A replica that fails before the first token after its deployment was
+ * rolled to another model: the generation is retried as one that opened
+ * the old model then would be, here in the server on that model (it used
+ * to answer 404 "no longer serves model", or fail again on the dead
+ * replica). The deployment serves the wide model (A) on one replica,
+ * held with SIGSTOP; a short generation by the deployment's name opens A
+ * and waits on it; a PATCH moves the deployment to the story model (B);
+ * once B's replica is ready and A's drains, A's is killed. The reply is
+ * 200, names A and holds the text the server writes for A; so does an
+ * OpenAI completion by the deployment's name sent beside it. */
+static void test_retry_after_rollout(void **state)
+{
+    (void)state;
+    assert_true(wide_id[0]);
+    const char *a_id = wide_id;
+    char name_a[64], want[64], got_model[64], got_text[64], path[160];
+    model_name_of(a_id, name_a, sizeof name_a);
+    snprintf(path, sizeof path, "/v2/models/%s/generate", a_id);
+    resp *r = http_json(&server, "POST", path, ROLL_SHORT);
+    expect_status(r, 200);
+    assert_int_equal(roll_reply(r, got_model, want), 0);
+    resp_free(r);
+    char oai_body[256], want_oai[64], got_oai[64];
+    r = http_json(&server, "POST", "/openai/v1/completions",
+                  retry_oai_body(a_id, oai_body));
+    expect_status(r, 200);
+    retry_oai_text(r, want_oai);
+    resp_free(r);
+    char dpath[128];
+    deploy_cpu_ready(&server, "retry-gen", a_id, dpath);
+    r = http_get(&server, dpath);
+    const int gen =
+        (int)json_integer_value(json_object_get(r->json, "generation"));
+    char rep[64], st[32];
+    long in_flight = 0;
+    assert_true(retry_instance(r->json, gen, rep, st, &in_flight));
+    resp_free(r);
+    const pid_t pid = find_child(&server, "replica", rep);
+    assert_true(pid > 0);
+    assert_int_equal(kill(pid, SIGSTOP), 0);
+
+    /* the requests hold A's replica */
+    retry_call call = {0}, oai = {0};
+    pthread_t th, th_oai;
+    assert_int_equal(pthread_create(&th, NULL, retry_gen_run, &call), 0);
+    assert_int_equal(pthread_create(&th_oai, NULL, retry_oai_run, &oai), 0);
+    double until = now_seconds() + 30;
+    in_flight = 0;
+    while (in_flight < 2 && now_seconds() < until) {
+        r = http_get(&server, dpath);
+        if (r->status == 200)
+            retry_instance(r->json, gen, rep, st, &in_flight);
+        resp_free(r);
+        usleep(20 * 1000);
+    }
+    if (in_flight < 2)
+        kill(pid, SIGCONT);
+    assert_int_equal(in_flight, 2);
+
+    /* rolled to B: B's replica ready, A's draining (the request holds it) */
+    char patch[128];
+    snprintf(patch, sizeof patch, "{\"model\": \"%s\"}", model_id);
+    r = http_json(&server, "PATCH", dpath, patch);
+    expect_status(r, 200);
+    resp_free(r);
+    int rolled = 0;
+    until = now_seconds() + 120;
+    while (!rolled && now_seconds() < until) {
+        char rep_b[64], st_b[32];
+        long ignore;
+        r = http_get(&server, dpath);
+        rolled = r->status == 200 &&
+                 retry_instance(r->json, gen + 1, rep_b, st_b, &ignore) &&
+                 !strcmp(st_b, "ready") &&
+                 retry_instance(r->json, gen, rep, st, &ignore) &&
+                 !strcmp(st, "draining");
+        resp_free(r);
+        if (!rolled)
+            usleep(50 * 1000);
+    }
+    /* the old replica fails before its first token */
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    pthread_join(th, NULL);
+    pthread_join(th_oai, NULL);
+    assert_true(rolled);
+    if (call.r->status != 200)
+        fail_msg("after the rollout, the retried generation: %ld %.300s",
+                 call.r->status, call.r->body ? call.r->body : "");
+    assert_int_equal(roll_reply(call.r, got_model, got_text), 0);
+    assert_string_equal(got_model, name_a);
+    assert_string_equal(got_text, want);
+    resp_free(call.r);
+    if (oai.r->status != 200)
+        fail_msg("after the rollout, the retried completion: %ld %.300s",
+                 oai.r->status, oai.r->body ? oai.r->body : "");
+    retry_oai_text(oai.r, got_oai);
+    assert_string_equal(got_oai, want_oai);
+    resp_free(oai.r);
+    r = http_do(&server, "DELETE", dpath, NULL, NULL, 0, NULL);
+    resp_free(r);
+}
+
 #undef ROLL_N
 #undef ROLL_MAX
 #undef ROLL_STREAM
@@ -1459,6 +1685,7 @@ int main(void)
         cmocka_unit_test(test_prefix_cache),
         cmocka_unit_test(test_prefix_cache_deployed),
         cmocka_unit_test(test_rolling_update_mid_stream),
+        cmocka_unit_test(test_retry_after_rollout),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -56,6 +56,9 @@ typedef struct {
     int preempts, preempt_checkpointed;
     uint32_t preempt_epoch;
     uint64_t preempt_step;
+    /* on_step: each step's loss (steps below 64), the first and last. */
+    double step_loss[64];
+    uint64_t first_step, last_step;
 } cb_state;
 
 static void on_progress(void *ctx, const train_progress *p)
@@ -97,6 +100,16 @@ static void on_preempt(void *ctx, uint32_t epoch, uint64_t step,
     c->preempt_epoch = epoch;
     c->preempt_step = step;
     c->preempt_checkpointed = checkpointed;
+}
+
+static void on_step(void *ctx, uint64_t step, double loss)
+{
+    cb_state *c = ctx;
+    if (!c->first_step)
+        c->first_step = step;
+    c->last_step = step;
+    if (step < TY_ARRAY_LEN(c->step_loss))
+        c->step_loss[step] = loss;
 }
 
 static void on_resume(void *ctx, uint32_t epoch, uint64_t step)
@@ -142,7 +155,8 @@ static train_job job_of(const json_t *spec, const train_hparams *hp,
                .on_progress = on_progress,
                .on_epoch = on_epoch,
                .on_resume = on_resume,
-               .on_preempt = on_preempt},
+               .on_preempt = on_preempt,
+               .on_step = on_step},
     };
     cb->stop = stop;
     return j;
@@ -458,6 +472,87 @@ static void test_resume_mid_epoch(void **state)
                 "\"optimizer\":\"sgd\",\"momentum\":0.5,"
                 "\"checkpoint_every_steps\":1}",
                 0, 1, 0, 1);
+}
+
+/* A run that max_steps ends in the middle of an epoch checkpoints that
+ * position (the epoch not finished), so a resume with a larger max_steps
+ * goes on from the next step of the same epoch: the same examples in the
+ * same order and the same dropout stream, its losses and final weights
+ * those of a run never stopped. (The checkpoint used to say "epoch
+ * finished" with a step count inside it, and the resume failed with
+ * "inconsistent position".) 300 examples / 32 = 10 steps an epoch; 15
+ * stops in epoch 2. */
+static void test_resume_after_max_steps_mid_epoch(void **state)
+{
+    synth s;
+    synth_xor(&s, 300, 5);
+    json_t *spec = spec_of(dropout_spec);
+    train_hparams hp27 = hparams_of("{\"epochs\":3,\"batch_size\":32,"
+                                    "\"seed\":7,\"max_steps\":27}");
+    train_hparams hp15 = hparams_of("{\"epochs\":3,\"batch_size\":32,"
+                                    "\"seed\":7,\"max_steps\":15}");
+    char full[128], full_ckpt[128], part[128], part_ckpt[128], again[128];
+    path_in(full, sizeof full, "full.safetensors");
+    path_in(full_ckpt, sizeof full_ckpt, "full.ckpt");
+    path_in(part, sizeof part, "part.safetensors");
+    path_in(part_ckpt, sizeof part_ckpt, "part.ckpt");
+    path_in(again, sizeof again, "again.safetensors");
+    volatile sig_atomic_t stop = 0;
+    train_epoch_metrics ff, fp;
+
+    cb_state straight = {0};
+    train_job job =
+        job_of(spec, &hp27, &s.ds, &straight, &stop, full_ckpt, full);
+    run_ok(&job, &ff);
+    assert_int_equal(straight.first_step, 1);
+    assert_int_equal(straight.last_step, 27);
+
+    /* Stopped by max_steps 15: it writes its model and a checkpoint at
+     * step 15, one epoch finished. */
+    cb_state first = {0};
+    job = job_of(spec, &hp15, &s.ds, &first, &stop, part_ckpt, part);
+    run_ok(&job, &fp);
+    assert_int_equal(first.last_step, 15);
+    assert_true(fs_exists(part));
+    assert_int_equal(fp.epoch, 2); /* the partial epoch's record */
+
+    /* The same job again (a finished run retried) resumes at its end and
+     * writes the same model. */
+    cb_state retried = {0};
+    job = job_of(spec, &hp15, &s.ds, &retried, &stop, part_ckpt, again);
+    run_ok(&job, &fp);
+    assert_int_equal(retried.resumed, 1);
+    assert_int_equal(retried.resume_epoch, 1);
+    assert_int_equal(retried.resume_step, 15);
+    assert_int_equal(retried.first_step, 0); /* no step taken */
+    assert_files_equal(part, again);
+
+    /* Extended to max_steps 27: it resumes at step 15 and takes steps 16
+     * to 27 as the straight run did. */
+    cb_state rest = {0};
+    job = job_of(spec, &hp27, &s.ds, &rest, &stop, part_ckpt, part);
+    ty_err err;
+    ty_status st = train_run(&job, &fp, &err);
+    if (st != TY_OK)
+        fail_msg("resuming with a larger max_steps: %s: %s", ty_status_name(st),
+                 err.msg);
+    assert_int_equal(rest.resumed, 1);
+    assert_int_equal(rest.resume_epoch, 1);
+    assert_int_equal(rest.resume_step, 15);
+    assert_int_equal(rest.first_step, 16);
+    assert_int_equal(rest.last_step, 27);
+    for (uint64_t k = 16; k <= 27; k++)
+        if (!(fabs(rest.step_loss[k] - straight.step_loss[k]) <=
+              1e-12 * fabs(straight.step_loss[k])))
+            fail_msg("step %llu: loss %.17g resumed, %.17g straight",
+                     (unsigned long long)k, rest.step_loss[k],
+                     straight.step_loss[k]);
+    assert_files_equal(full, part);
+    tu_assert_tensors_equal(full_ckpt, part_ckpt); /* optimizer state too */
+    assert_memory_equal(&ff.train_loss, &fp.train_loss, sizeof(double));
+    assert_int_equal(fp.epoch, 3);
+    json_decref(spec);
+    synth_free(&s);
 }
 
 /* Two worker threads, with layer sizes above the backend's split thresholds
@@ -1663,6 +1758,7 @@ int main(void)
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_resume_after_epoch),
         cmocka_unit_test(test_resume_mid_epoch),
+        cmocka_unit_test(test_resume_after_max_steps_mid_epoch),
         cmocka_unit_test(test_two_threads_deterministic_and_resumable),
         cmocka_unit_test(test_resume_mid_epoch_accumulating),
         cmocka_unit_test(test_resume_with_schedule_and_clipping),
