@@ -201,9 +201,12 @@ static ty_status check_memory(const jobs_env *env, const job_submission *sub,
     if (hp->batch_size % world)
         return ty_fail(err, TY_EINVAL, "hyperparameters.batch_size",
                        "hyperparameters.batch_size (%u) must be divisible by "
-                       "resources.workers (%u): each worker trains on an "
-                       "equal share of every batch",
-                       hp->batch_size, world);
+                       "%s (%u): each %s trains on an equal share of every "
+                       "batch",
+                       hp->batch_size,
+                       req->kind == SCHED_REQ_NONE ? "resources.workers"
+                                                   : "resources.gpus",
+                       world, req->kind == SCHED_REQ_NONE ? "worker" : "GPU");
     for (uint32_t w = least; w < world; w++)
         if (hp->batch_size % w)
             return ty_fail(err, TY_EINVAL, "hyperparameters.batch_size",

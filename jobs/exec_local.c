@@ -20,14 +20,45 @@ static ty_status local_start(void *impl, int place, const exec_start *st,
     local_exec *x = impl;
     pid_t pid = -1;
     const int ranks = st->ranks > 1 ? st->ranks : 1;
-    ty_status s = supervisor_spawn_ranks(
-        x->sup, place, WPROTO_COMMAND, st->job_id, st->dir, st->device, st->cvd,
-        st->has_cvd, ranks, x->mpirun, &pid, err);
+    ty_status s;
+    if (ranks > 1 && st->members) {
+        /* A gang of whole GPUs: each rank its member's device. */
+        const char **devs = calloc((size_t)ranks * 2, sizeof *devs);
+        if (!devs)
+            return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+        const char **cvds = devs + ranks;
+        for (int i = 0; i < ranks; i++) {
+            devs[i] = st->members[i].device;
+            cvds[i] = st->members[i].cvd;
+        }
+        s = supervisor_spawn_gang(x->sup, place, WPROTO_COMMAND, st->job_id,
+                                  st->dir, devs, cvds, ranks, x->mpirun, &pid,
+                                  err);
+        free(devs);
+    } else {
+        s = supervisor_spawn_ranks(x->sup, place, WPROTO_COMMAND, st->job_id,
+                                   st->dir, st->device, st->cvd, st->has_cvd,
+                                   ranks, x->mpirun, &pid, err);
+    }
     if (s != TY_OK)
         return s;
     *placement =
         json_pack("{s:s, s:i}", "executor", "local", "worker_pid", (int)pid);
-    if (ranks > 1) {
+    if (ranks > 1 && st->members) {
+        /* every rank on this machine, each on its member GPU; worker_pid
+         * is mpirun's, which started them */
+        json_t *list = json_array();
+        for (int i = 0; i < ranks; i++) {
+            const exec_rank *m = &st->members[i];
+            json_array_append_new(
+                list,
+                json_pack("{s:i, s:s, s:s, s:i, s:i, s:s}", "rank", i, "device",
+                          m->device, "cuda_visible_devices", m->cvd, "slot",
+                          m->slot, "gpu", m->gpu, "uuid", m->uuid));
+        }
+        json_object_set_new(*placement, "ranks", list);
+        json_object_set_new(*placement, "launcher", json_string("mpirun"));
+    } else if (ranks > 1) {
         /* every rank on this machine, on the device the job was given;
          * worker_pid is mpirun's, which started them */
         json_t *list = json_array();

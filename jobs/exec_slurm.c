@@ -61,6 +61,8 @@ typedef struct {
     char gres[96];
     int cpus;
     int ranks; /* a data-parallel gang: this many nodes, one rank each */
+    int ranks_per_node; /* a gang of GPUs over nodes: ranks a node; 0 */
+    char rank_devices[EXEC_SLURM_RANK_DEVICES_MAX]; /* its per-rank devices */
     uint64_t memory_mb;
     int want_cancel, cancel_sent;
     int want_preempt;
@@ -196,6 +198,32 @@ static ty_status slurm_start(void *impl, int place, const exec_start *st,
     snprintf(p->device, sizeof p->device, "%s", st->device);
     p->cpus = st->threads > 0 ? st->threads : 1;
     p->ranks = st->ranks > 1 ? st->ranks : 1;
+    if (p->ranks > 1 && st->ranks_per_node > 0 && st->members) {
+        /* A gang of whole GPUs over nodes: gpu:N a node, and each rank's
+         * device by its local rank (stand-in GRES: the members' sim
+         * devices; real ones: cuda:<local rank> among the node's GPUs
+         * Slurm makes visible). */
+        p->ranks_per_node = st->ranks_per_node;
+        const int n = st->ranks_per_node;
+        const char **sim = NULL;
+        if (x->cfg.gpu_sim) {
+            sim = calloc((size_t)n, sizeof *sim);
+            if (!sim)
+                return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+            for (int i = 0; i < n; i++)
+                sim[i] = st->members[i < st->ranks ? i : 0].device;
+        }
+        int fits = exec_slurm_rank_devices(n, sim, p->rank_devices,
+                                           sizeof p->rank_devices);
+        free(sim);
+        if (!fits) {
+            p->phase = XP_FREE;
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "the devices of %d ranks a node do not fit the "
+                           "job's environment",
+                           n);
+        }
+    }
     p->memory_mb = st->memory_bytes ? (st->memory_bytes >> 20) + 1 : 0;
     p->state = SLURM_ST_UNKNOWN;
     p->phase = XP_SUBMIT;
@@ -207,8 +235,9 @@ static ty_status slurm_start(void *impl, int place, const exec_start *st,
                   "slurm", "job_id", "state", "SUBMITTING", "token_sha256",
                   p->token_sha, "gres", p->gres[0] ? p->gres : NULL);
     if (*placement && p->ranks > 1)
-        json_object_set_new(json_object_get(*placement, "slurm"),
-                            "ranks_per_node", json_integer(1));
+        json_object_set_new(
+            json_object_get(*placement, "slurm"), "ranks_per_node",
+            json_integer(p->ranks_per_node > 0 ? p->ranks_per_node : 1));
     wake_thread(x);
     return TY_OK;
 }
@@ -352,6 +381,8 @@ typedef struct {
     char gres[96];
     int cpus;
     int ranks;
+    int ranks_per_node;
+    char rank_devices[EXEC_SLURM_RANK_DEVICES_MAX];
     uint64_t memory_mb;
     /* results */
     ty_status submit_s, poll_s;
@@ -359,28 +390,15 @@ typedef struct {
     slurm_job_info info;
 } xwork;
 
-void exec_slurm_script(const char *command, const char *server_url,
-                       const char *job_id, int ranks, char *buf, size_t n)
-{
-    snprintf(buf, n,
-             "#!/bin/sh\n"
-             "# trainyard training job %s: the remote worker (it downloads "
-             "its job from the server and reports back over HTTP)%s\n"
-             "exec %s'%s' worker " WREMOTE_ARG_SERVER " '%s' " WREMOTE_ARG_JOB
-             " '%s'\n",
-             job_id, ranks > 1 ? ", one rank a node" : "",
-             ranks > 1 ? "srun --mpi=pmix --kill-on-bad-exit=1 " : "", command,
-             server_url, job_id);
-}
-
 static void do_submit(slurm_exec *x, xwork *w)
 {
     char script[PATH_MAX * 2 + 1024], name[TY_ID_MAX + 16];
     char out[PATH_MAX + 64];
     char e_token[128], e_dev[160], e_hb[64], e_ca[PATH_MAX + 32];
+    char e_ranks[EXEC_SLURM_RANK_DEVICES_MAX + 32], gres[96];
     snprintf(script, sizeof script, "%s", "");
     exec_slurm_script(x->worker_command, x->server_url, w->job_id, w->ranks,
-                      script, sizeof script);
+                      w->ranks_per_node, script, sizeof script);
     snprintf(name, sizeof name, "trainyard-%s", w->job_id);
     snprintf(out, sizeof out, "%s/trainyard-%%j.out", x->workdir);
     snprintf(e_token, sizeof e_token, WREMOTE_ENV_TOKEN "=%s", w->token);
@@ -399,21 +417,29 @@ static void do_submit(slurm_exec *x, xwork *w)
         env[k++] = WPROTO_ENV_CUDA_VISIBLE "=";
     if (x->ca_file[0])
         env[k++] = e_ca;
+    if (w->rank_devices[0]) {
+        snprintf(e_ranks, sizeof e_ranks, WPROTO_ENV_RANK_DEVICES "=%s",
+                 w->rank_devices);
+        env[k++] = e_ranks;
+    }
     env[k] = NULL;
-    slurm_submit sub = {.name = name,
-                        .script = script,
-                        .cwd = x->workdir,
-                        .stdout_path = out,
-                        .partition = x->partition,
-                        .account = x->account,
-                        .qos = x->qos,
-                        .gres = w->gres[0] ? w->gres : NULL,
-                        .cpus = w->cpus,
-                        .nodes = w->ranks > 1 ? w->ranks : 0,
-                        .tasks_per_node = 1,
-                        .memory_mb = w->memory_mb,
-                        .time_limit_min = x->cfg.time_limit_min,
-                        .env = env};
+    slurm_submit sub = {
+        .name = name,
+        .script = script,
+        .cwd = x->workdir,
+        .stdout_path = out,
+        .partition = x->partition,
+        .account = x->account,
+        .qos = x->qos,
+        .cpus = w->cpus,
+        /* per node: each of its ranks' */
+        .memory_mb = w->memory_mb *
+                     (w->ranks_per_node > 0 ? (uint64_t)w->ranks_per_node : 1),
+        .time_limit_min = x->cfg.time_limit_min,
+        .env = env};
+    exec_slurm_shape(w->ranks, w->ranks_per_node, w->gres, &sub, gres,
+                     sizeof gres);
+    sub.gres = gres[0] ? gres : NULL;
     w->submit_s =
         slurmrest_submit(x->cfg.rest, &sub, &w->slurm_id, &w->submit_err);
 }
@@ -444,6 +470,9 @@ static int collect(slurm_exec *x, xwork *work)
                 snprintf(w->gres, sizeof w->gres, "%s", p->gres);
                 w->cpus = p->cpus;
                 w->ranks = p->ranks;
+                w->ranks_per_node = p->ranks_per_node;
+                snprintf(w->rank_devices, sizeof w->rank_devices, "%s",
+                         p->rank_devices);
                 w->memory_mb = p->memory_mb;
             }
             n++;
@@ -474,55 +503,6 @@ static int collect(slurm_exec *x, xwork *work)
         n++;
     }
     return n;
-}
-
-exec_end exec_slurm_end_of(const exec_slurm_asked *p,
-                           const slurm_job_info *info, int *ws, char *why,
-                           size_t n)
-{
-    int code = info->exit_code >= 0 ? info->exit_code : 1;
-    *ws = (code & 0xff) << 8;
-    why[0] = '\0';
-    switch (info->state) {
-        case SLURM_ST_COMPLETED: return EXEC_END_EXITED;
-        case SLURM_ST_FAILED:
-            if (info->exit_signal > 0)
-                *ws = info->exit_signal & 0x7f;
-            return EXEC_END_EXITED;
-        case SLURM_ST_CANCELLED:
-            if (p->lost) {
-                snprintf(why, n,
-                         "the worker (Slurm job %ld) sent nothing for too "
-                         "long and was cancelled",
-                         p->slurm_id);
-                return EXEC_END_LOST;
-            }
-            if (p->want_preempt) {
-                *ws = WPROTO_EXIT_PREEMPTED << 8;
-                return EXEC_END_EXITED;
-            }
-            if (p->want_cancel) {
-                *ws = WPROTO_EXIT_CANCELLED << 8;
-                return EXEC_END_EXITED;
-            }
-            snprintf(why, n,
-                     "Slurm job %ld was cancelled outside trainyard (scancel "
-                     "or a cluster admin)",
-                     p->slurm_id);
-            return EXEC_END_OUTSIDE;
-        case SLURM_ST_OUT_OF_MEMORY:
-            snprintf(why, n,
-                     "Slurm killed job %ld: it ran out of memory on node %s",
-                     p->slurm_id, info->node[0] ? info->node : "?");
-            return EXEC_END_FAILED;
-        default:
-            /* NODE_FAIL, PREEMPTED, TIMEOUT, BOOT_FAIL, DEADLINE: not the
-             * job's fault; it resumes from its last uploaded checkpoint. */
-            snprintf(why, n, "Slurm ended job %ld with %s%s%s", p->slurm_id,
-                     info->state_name, info->node[0] ? " on node " : "",
-                     info->node);
-            return EXEC_END_LOST;
-    }
 }
 
 typedef struct {

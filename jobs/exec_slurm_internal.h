@@ -1,6 +1,7 @@
 /*
  * exec_slurm_internal.h - the Slurm executor's pure rules, for its unit
- * test (tests/unit/test_exec_slurm.c). Not for use outside jobs/exec_slurm.c.
+ * test (tests/unit/test_exec_slurm.c), in jobs/exec_slurm_rules.c. Not for
+ * use outside jobs/exec_slurm*.c.
  */
 #ifndef TY_EXEC_SLURM_INTERNAL_H
 #define TY_EXEC_SLURM_INTERNAL_H
@@ -9,6 +10,9 @@
 
 #include "cluster/slurmrest.h"
 #include "jobs/executor.h"
+
+/* The most bytes of a gang's per-rank device list (a node's ranks). */
+#define EXEC_SLURM_RANK_DEVICES_MAX 1024
 
 /* What trainyard had asked of a Slurm job when it ended. */
 typedef struct {
@@ -43,6 +47,26 @@ exec_end exec_slurm_end_of(const exec_slurm_asked *p,
  * ends the whole step, so no rank is left waiting in a collective, and
  * the job ends as any failed job. */
 void exec_slurm_script(const char *command, const char *server_url,
-                       const char *job_id, int ranks, char *buf, size_t n);
+                       const char *job_id, int ranks, int ranks_per_node,
+                       char *buf, size_t n);
+
+/* The Slurm job's shape for a worker of `ranks` ranks into sub (nodes,
+ * tasks_per_node) and its gres per node into gres (n bytes): one worker
+ * (ranks 1): nodes 0 (Slurm's one) and the slot's gres (slot_gres:
+ * "gpu:1", "gpu:<profile>:1", "" or NULL for a CPU job); a CPU gang
+ * (ranks_per_node 0): `ranks` nodes of one task; a gang of whole GPUs over
+ * nodes: ranks / ranks_per_node nodes of ranks_per_node tasks and
+ * "gpu:<ranks_per_node>" (every rank sees its node's GPUs and takes
+ * cuda:<its local rank>, exec_slurm_rank_devices). */
+void exec_slurm_shape(int ranks, int ranks_per_node, const char *slot_gres,
+                      slurm_submit *sub, char *gres, size_t n);
+
+/* TRAINYARD_RANK_DEVICES's value for a gang of ranks_per_node GPUs a node
+ * (n bytes into buf): "cuda:0,cuda:1,..." (a rank's local index among
+ * the GPUs Slurm makes visible), or with stand-in GRES (sim not NULL:
+ * ranks_per_node devices) those sim devices. 1; 0 (buf "") when it does
+ * not fit or a device holds a comma. */
+int exec_slurm_rank_devices(int ranks_per_node, const char *const *sim,
+                            char *buf, size_t n);
 
 #endif

@@ -34,6 +34,15 @@
 
 typedef struct executor executor;
 
+/* One rank of a gang of whole GPUs: the member it trains on. */
+typedef struct {
+    const char *device; /* its TRAINYARD_DEVICE, as svc_device_for said */
+    const char *cvd;    /* its CUDA_VISIBLE_DEVICES (the GPU's uuid) */
+    int slot;           /* the inventory slot */
+    int gpu;            /* the GPU's index, as the inventory shows it */
+    const char *uuid;   /* the slot's uuid */
+} exec_rank;
+
 /* A worker to start. */
 typedef struct {
     const char *job_id;
@@ -47,6 +56,14 @@ typedef struct {
     uint64_t memory_bytes; /* what the job may take; 0: unknown */
     int ranks;             /* a data-parallel job's workers (mpirun); 0 or
                               1: one worker */
+    /* A gang of whole GPUs (resources.gpus): `ranks` members, rank i on
+     * members[i] (its own device; device, cvd and slot above are rank
+     * 0's). NULL: every rank on `device` (a CPU gang). */
+    const exec_rank *members;
+    /* A gang over Slurm nodes (resources.nodes, gpus_per_node): its ranks
+     * a node, ranks / ranks_per_node nodes. 0: one rank a node (Slurm) or
+     * every rank on this server (local). */
+    int ranks_per_node;
 } exec_start;
 
 /* How a worker ended, beyond its wait status. */

@@ -42,6 +42,144 @@ static ty_status parse_workers(const json_t *resources, int *workers,
     return TY_OK;
 }
 
+/* Whether resources[key] is given (present and not null). */
+static int given(const json_t *resources, const char *key)
+{
+    const json_t *v = json_object_get(resources, key);
+    return v && !json_is_null(v);
+}
+
+/* resources[key] (given) as a whole number from 1 to max into *n, or
+ * TY_EINVAL naming resources.<key> with what it means. */
+static ty_status count_of(const json_t *resources, const char *key, int max,
+                          const char *means, int *n, ty_err *err)
+{
+    const json_t *v = json_object_get(resources, key);
+    const int64_t k = json_integer_value(v);
+    if (json_is_integer(v) && k >= 1 && k <= max) {
+        *n = (int)k;
+        return TY_OK;
+    }
+    char field[64];
+    snprintf(field, sizeof field, "resources.%s", key);
+    return ty_fail(err, TY_EINVAL, field,
+                   "%s must be a whole number from 1 to %d: %s", field, max,
+                   means);
+}
+
+/* A gang of whole GPUs, one rank each: resources.gpus (n GPUs of one
+ * node; 1: an ordinary whole-GPU job), or resources.nodes and
+ * resources.gpus_per_node (m nodes of n GPUs each, with the Slurm
+ * executor; the service checks that). resources.gpu beside it may narrow
+ * what each member must be ("whole", "any" or {"min_memory_gb": n}); the
+ * request is always a whole GPU. *workers gets the ranks. */
+static ty_status parse_gpus(const json_t *resources, int host_has_gpus,
+                            sched_request *out, int *workers,
+                            json_t **normalized, ty_err *err)
+{
+    const int on_nodes =
+        given(resources, "nodes") || given(resources, "gpus_per_node");
+    int n = 0, nodes = 0, per_node = 0;
+    ty_status st = TY_OK;
+    if (given(resources, "gpus")) {
+        st = count_of(resources, "gpus", JOBREQ_GPUS_MAX,
+                      "the whole GPUs of one node that train the model "
+                      "together (data-parallel, one process each)",
+                      &n, err);
+        if (st != TY_OK)
+            return st;
+        if (on_nodes)
+            return ty_fail(err, TY_EINVAL, "resources.gpus",
+                           "give resources.gpus (GPUs of one node) or "
+                           "resources.nodes with resources.gpus_per_node "
+                           "(GPUs of several Slurm nodes), not both");
+    } else {
+        static const char *const pair[] = {"nodes", "gpus_per_node"};
+        for (int i = 0; i < 2; i++)
+            if (!given(resources, pair[i]))
+                return ty_fail(err, TY_EINVAL,
+                               i ? "resources.gpus_per_node"
+                                 : "resources.nodes",
+                               "resources.%s goes with resources.%s: a gang "
+                               "of m Slurm nodes of n whole GPUs each",
+                               pair[i], pair[1 - i]);
+        if ((st = count_of(resources, "nodes", JOBREQ_NODES_MAX,
+                           "the Slurm nodes of the gang", &nodes, err)) !=
+                TY_OK ||
+            (st = count_of(resources, "gpus_per_node", JOBREQ_GPUS_MAX,
+                           "the whole GPUs of each node, one rank each",
+                           &per_node, err)) != TY_OK)
+            return st;
+        if (nodes * per_node > JOBREQ_GANG_MAX)
+            return ty_fail(err, TY_EINVAL, "resources.nodes",
+                           "a gang of %d nodes of %d GPUs is %d ranks, above "
+                           "the %d a job may have",
+                           nodes, per_node, nodes * per_node, JOBREQ_GANG_MAX);
+        n = nodes * per_node;
+    }
+    const char *field = on_nodes ? "resources.nodes" : "resources.gpus";
+    if (given(resources, "workers"))
+        return ty_fail(err, TY_EINVAL, field,
+                       "give %s (whole GPUs) or resources.workers (CPU "
+                       "processes), not both",
+                       field);
+    if (given(resources, "min_workers"))
+        return ty_fail(err, TY_EINVAL, "resources.min_workers",
+                       "resources.min_workers makes a gang of CPU workers "
+                       "elastic; a gang of GPUs (%s) always runs whole",
+                       field);
+    if (!host_has_gpus)
+        return ty_fail(err, TY_EINVAL, field,
+                       "this server has no GPUs: leave %s out, or train on "
+                       "CPU processes with resources.workers",
+                       field);
+    /* What each member must be: resources.gpu alone, parsed as for any
+     * job, then made a whole GPU. */
+    const json_t *gpu = json_object_get(resources, "gpu");
+    json_t *only = json_object();
+    json_t *norm = NULL;
+    if (!only)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    if (gpu && !json_is_null(gpu))
+        json_object_set(only, "gpu", (json_t *)gpu);
+    ty_status s = jobreq_parse(only, 1, out, NULL, &norm, err);
+    json_decref(only);
+    if (s != TY_OK)
+        return s;
+    if (out->kind == SCHED_REQ_NONE || out->kind == SCHED_REQ_PROFILE) {
+        json_decref(norm);
+        return ty_fail(err, TY_EINVAL, "resources.gpu",
+                       out->kind == SCHED_REQ_NONE
+                           ? "%s asks for GPUs: resources.gpu \"none\" "
+                             "contradicts it"
+                           : "%s takes whole GPUs: a MIG profile in "
+                             "resources.gpu cannot be used with it "
+                             "(collectives do not run between MIG slices)",
+                       field);
+    }
+    const char *v = json_string_value(json_object_get(norm, "gpu"));
+    if (out->kind == SCHED_REQ_ANY || (v && !strcmp(v, "any"))) {
+        out->kind = SCHED_REQ_MIN;
+        json_object_set_new(norm, "gpu", json_string("whole"));
+    }
+    out->min_compute_slices = 7;
+    if (json_is_object(json_object_get(norm, "gpu")))
+        json_object_set_new(json_object_get(norm, "gpu"), "min_compute_slices",
+                            json_integer(7));
+    *workers = n;
+    if (on_nodes) {
+        json_object_set_new(norm, "nodes", json_integer(nodes));
+        json_object_set_new(norm, "gpus_per_node", json_integer(per_node));
+    } else {
+        json_object_set_new(norm, "gpus", json_integer(n));
+    }
+    if (normalized)
+        *normalized = norm;
+    else
+        json_decref(norm);
+    return TY_OK;
+}
+
 ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
                        sched_request *out, int *workers, json_t **normalized,
                        ty_err *err)
@@ -54,14 +192,22 @@ ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
     const json_t *gpu = NULL;
     if (resources) {
         static const char *const keys[] = {"gpu", NULL};
-        static const char *const job_keys[] = {"gpu", "workers", "min_workers",
-                                               NULL};
+        static const char *const job_keys[] = {
+            "gpu",   "workers",       "min_workers", "gpus",
+            "nodes", "gpus_per_node", NULL};
         if (!json_is_object(resources))
             return ty_fail(err, TY_EINVAL, "resources",
                            "resources must be an object such as "
                            "{\"gpu\": \"any\"}");
         ty_status s = tyjson_check_keys(resources, workers ? job_keys : keys,
                                         "resources", err);
+        /* A gang of whole GPUs (resources.gpus, or resources.nodes and
+         * resources.gpus_per_node): its own rules. */
+        if (s == TY_OK && workers &&
+            (given(resources, "gpus") || given(resources, "nodes") ||
+             given(resources, "gpus_per_node")))
+            return parse_gpus(resources, host_has_gpus, out, workers,
+                              normalized, err);
         if (s == TY_OK && workers)
             s = parse_workers(resources, workers, err);
         if (s != TY_OK)
@@ -69,15 +215,15 @@ ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
         gpu = json_object_get(resources, "gpu");
     }
     /* A gang of CPU processes: the GPU default does not apply, and a GPU
-     * asked for beside it is refused (GPU gangs are not built yet). */
+     * asked for beside it is refused (a gang of GPUs is resources.gpus). */
     if (workers && *workers > 1) {
         if (gpu && !json_is_null(gpu) &&
             !(json_is_string(gpu) && !strcmp(json_string_value(gpu), "none")))
             return ty_fail(err, TY_EINVAL, "resources.gpu",
                            "resources.workers trains on CPU processes: give "
                            "resources.gpu \"none\" with it, or leave it out "
-                           "(data-parallel training on GPUs is not available "
-                           "yet)");
+                           "(for data-parallel training on GPUs, ask for "
+                           "resources.gpus instead)");
         out->kind = SCHED_REQ_NONE;
         if (normalized) {
             *normalized =

@@ -6,6 +6,16 @@
  *                 "workers": n (jobs only: n CPU processes that train
  *                 the model together, data-parallel; 1..JOBREQ_WORKERS_MAX,
  *                 default 1; with resources.gpu "none" or absent)
+ *                 "gpus": n (jobs only: n whole GPUs of one node that train
+ *                 the model together, one process each, data-parallel;
+ *                 1..JOBREQ_GPUS_MAX; not with "workers"; resources.gpu
+ *                 beside it absent, "whole", "any" or a memory minimum,
+ *                 never a MIG profile; normalized to a whole-GPU request,
+ *                 *workers = n)
+ *                 "nodes": m, "gpus_per_node": n (jobs only, both or
+ *                 neither: m Slurm nodes of n whole GPUs each, a rank a
+ *                 GPU, *workers = m * n; not with "gpus" or "workers";
+ *                 whether the executor can run it is the service's)
  *                 "min_workers": m (elastic: 1..workers, default workers;
  *                 the job runs with as many workers as it can get, from m
  *                 to n, chosen at each start, as torchrun's
@@ -30,6 +40,9 @@
 
 #define JOBREQ_PRIORITY_MAX 1000000
 #define JOBREQ_WORKERS_MAX 64
+#define JOBREQ_GPUS_MAX 64   /* resources.gpus, resources.gpus_per_node */
+#define JOBREQ_NODES_MAX 256 /* resources.nodes */
+#define JOBREQ_GANG_MAX 1024 /* nodes * gpus_per_node */
 
 /* Parses `resources` (NULL: absent) into *out, *workers (1 when absent;
  * NULL: "workers" is not a key here, as for a deployment) and a normalized
@@ -37,7 +50,7 @@
  * reference; may be NULL). host_has_gpus picks the default, except for a
  * gang of workers, which is always "none". TY_EINVAL naming the field
  * ("resources", "resources.gpu", "resources.gpu.min_memory_gb",
- * "resources.workers", ...). */
+ * "resources.workers", "resources.gpus", ...). */
 ty_status jobreq_parse(const json_t *resources, int host_has_gpus,
                        sched_request *out, int *workers, json_t **normalized,
                        ty_err *err);

@@ -120,39 +120,6 @@ done:
     return s;
 }
 
-/* What the job document shows of where it runs (see openapi.yaml's
- * Placement). */
-static json_t *placement_json(const jobs_service *r, int slot,
-                              const char *device, const char *cvd, int has_cvd)
-{
-    char now[32];
-    ty_now_iso(now);
-    json_t *p = json_pack("{s:s, s:s?, s:n, s:s}", "device", device,
-                          "cuda_visible_devices", has_cvd ? cvd : NULL,
-                          "worker_saw", "started_at", now);
-    if (!p)
-        return NULL;
-    if (slot < 0) {
-        json_object_set_new(p, "slot", json_null());
-        json_object_set_new(p, "gpu", json_null());
-        json_object_set_new(p, "uuid", json_null());
-        json_object_set_new(p, "profile", json_null());
-        json_object_set_new(p, "compute_slices", json_integer(0));
-        json_object_set_new(p, "memory_bytes", json_null());
-        return p;
-    }
-    const inv_slot *s = &r->inv->slots[slot];
-    json_object_set_new(p, "slot", json_integer(slot));
-    json_object_set_new(p, "gpu", json_integer(r->inv->gpus[s->gpu].index));
-    json_object_set_new(p, "uuid", json_string(s->uuid));
-    json_object_set_new(p, "profile",
-                        s->profile ? json_string(s->profile) : json_null());
-    json_object_set_new(p, "compute_slices", json_integer(s->compute_slices));
-    json_object_set_new(p, "memory_bytes",
-                        json_integer((json_int_t)s->memory_bytes));
-    return p;
-}
-
 /* The memory a worker asks of a cluster for the job: twice the training
  * estimate (admission's, which leaves out the dataset and the process) and
  * 1 GiB besides, within --max-job-memory's doubling when that is set; 0
@@ -189,7 +156,8 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
     char dev[INV_NAME_MAX + 8], cvd[INV_NAME_MAX];
     int has_cvd;
     svc_device_for(r, slot, dev, sizeof dev, cvd, sizeof cvd, &has_cvd);
-    json_t *placement = placement_json(r, slot, dev, cvd, has_cvd);
+    json_t *placement = svc_placement_json(r, slot, dev, cvd, has_cvd);
+    svc_gang_placement(&info, placement);
     /* A data-parallel job runs at the scheduler's gang size: its workers,
      * or for an elastic one what fitted at this start (svc_gang_world). */
     const int world = info.gang > 1 ? info.gang : 1;
@@ -205,7 +173,17 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
         sched_job_remove(r->sched, sj);
         return s;
     }
-    svc_set_holder(r, slot, id, tenant);
+    /* A gang of whole GPUs: a rank on each member, each member held. */
+    exec_rank *members = NULL;
+    if (info.gang > 1 && info.gang_slots && slot >= 0 &&
+        !(members = svc_gang_hold(r, &info, id, tenant))) {
+        store_job_finish(env->store, id, JOB_FAILED, "out of memory", NULL,
+                         &err);
+        sched_job_remove(r->sched, sj);
+        return TY_ENOMEM;
+    }
+    if (!members)
+        svc_set_holder(r, slot, id, tenant);
     double queue_wait = svc_wall() - info.submit_time;
     opm_job_started(tenant, queue_wait);
     json_t *job = NULL, *where = NULL;
@@ -224,10 +202,13 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
                          .slot = slot >= 0 ? &r->inv->slots[slot] : NULL,
                          .threads = env->worker_threads,
                          .memory_bytes = job_memory_ask(env, job),
-                         .ranks = world};
+                         .ranks = world,
+                         .members = members,
+                         .ranks_per_node = svc_job_ranks_per_node(job)};
         s = r->exec->start(r->exec->impl, place, &st, &where, &err);
     }
     json_decref(job);
+    free(members);
     if (s != TY_OK) {
         char msg[600];
         snprintf(msg, sizeof msg, "could not start the training process: %s",
@@ -236,6 +217,7 @@ static ty_status training_start(void *ctx, int place, int sj, int slot)
         svc_log_transition(r, id, JOB_FAILED, msg);
         sched_job_remove(r->sched, sj);
         svc_set_holder(r, slot, NULL, NULL);
+        svc_release_holders(r, id);
         return s;
     }
     /* A data-parallel job's placement says the world size of this run
@@ -660,7 +642,7 @@ static void retry_or_fail(jobs_service *r, job_run *w, const char *what)
      * when it is due, its world size is chosen again (retries_due). */
     if (svc_retry_add(r, w->job_id, info.tenant, info.priority,
                       info.submit_time, &info.request, workers, least,
-                      svc_now() + delay, 0, msg) != TY_OK) {
+                      info.gang_spread, svc_now() + delay, 0, msg) != TY_OK) {
         store_job_finish(env->store, w->job_id, JOB_FAILED, what, NULL, &err);
         sched_job_remove(r->sched, w->sjob);
         return;
@@ -692,7 +674,7 @@ static int requeue_elastic(jobs_service *r, job_run *w)
         return 0;
     if (svc_retry_add(r, w->job_id, info.tenant, info.priority,
                       info.submit_time, &info.request, workers, least,
-                      svc_now(), 0, "preempted") != TY_OK)
+                      info.gang_spread, svc_now(), 0, "preempted") != TY_OK)
         return 0;
     if (store_job_requeue(r->env.store, w->job_id, 1, NULL, &err) != TY_OK) {
         r->nretries--;
@@ -748,6 +730,7 @@ static void finish_worker(jobs_service *r, job_run *w, int ws, exec_end how,
     char msg[900], hint[600];
     const char *status;
     svc_set_holder(r, w->slot, NULL, NULL);
+    svc_release_holders(r, w->job_id); /* a gang's other members */
     opm_job_ended(w->job_id);
     int ok_exit = WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
     /* A remote worker that ended while this server was away: its model,
@@ -879,7 +862,8 @@ static void retries_due(jobs_service *r)
                             .priority = rr->priority,
                             .submit_time = rr->submit_time,
                             .request = rr->req,
-                            .gang = world};
+                            .gang = world,
+                            .gang_spread = rr->spread};
         ty_err err = {0};
         if (sched_job_submit(r->sched, &d, NULL, &err) != TY_OK) {
             store_job_finish(r->env.store, rr->job_id, JOB_FAILED, err.msg,

@@ -81,7 +81,8 @@ static ty_status submit_row(jobs_service *r, const json_t *row, int *sj,
         .priority = priority,
         .submit_time = json_number_value(json_object_get(row, "submit_time")),
         .request = req,
-        .gang = workers};
+        .gang = workers,
+        .gang_spread = svc_gang_spread(json_object_get(row, "resources"))};
     return sched_job_submit(r->sched, &d, sj, err);
 }
 
@@ -124,6 +125,37 @@ static void load_queued(jobs_service *r)
                 loaded);
 }
 
+/* A gang of GPUs' member slots as its placement lists them (gang_slots,
+ * training_start's) into *slots (malloc'd, *n of them; NULL and 0 when
+ * the placement has none: a CPU gang). TY_EINVAL for a slot that is not
+ * a whole number below nslots; TY_ENOMEM. */
+static ty_status gang_slots_of(const json_t *placement, int nslots, int **slots,
+                               int *n, ty_err *err)
+{
+    const json_t *a = json_object_get(placement, "gang_slots");
+    *slots = NULL;
+    *n = 0;
+    const size_t k = json_array_size(a);
+    if (k == 0)
+        return TY_OK;
+    int *v = calloc(k, sizeof *v);
+    if (!v)
+        return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    for (size_t i = 0; i < k; i++) {
+        const json_t *e = json_array_get(a, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+            json_integer_value(e) >= nslots) {
+            free(v);
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "the gang's slots are not this inventory's");
+        }
+        v[i] = (int)json_integer_value(e);
+    }
+    *slots = v;
+    *n = (int)k;
+    return TY_OK;
+}
+
 /* Server start with the Slurm executor: the jobs the store has running on
  * Slurm (left so by the last server, store_job_requeue_running) are taken
  * back as they are: their slot held again, their Slurm job watched, their
@@ -164,8 +196,20 @@ static void reattach_running(jobs_service *r)
         if (s == TY_OK && slot >= r->nslots)
             s = ty_fail(&err, TY_EINVAL, NULL,
                         "the cluster has fewer GPUs than when it started");
+        /* A gang is restored with its members' slots (a gang of GPUs: the
+         * placement's gang_slots; a CPU gang: none). */
+        sched_job_info ji;
+        int *members = NULL, nmembers = 0, is_gang = 0;
+        if (s == TY_OK && sched_job_get(r->sched, sj, &ji) == TY_OK &&
+            ji.gang > 1) {
+            is_gang = 1;
+            s = gang_slots_of(pl, r->nslots, &members, &nmembers, &err);
+        }
         if (s == TY_OK)
-            s = sched_job_restore_running(r->sched, sj, slot, svc_wall(), &err);
+            s = is_gang ? sched_job_restore_gang(r->sched, sj, members,
+                                                 nmembers, svc_wall(), &err)
+                        : sched_job_restore_running(r->sched, sj, slot,
+                                                    svc_wall(), &err);
         int place = -1;
         for (int k = 0; k < r->cap && place < 0 && s == TY_OK; k++)
             if (!r->runs[k].used)
@@ -175,6 +219,7 @@ static void reattach_running(jobs_service *r)
         if (s == TY_OK)
             s = exec_slurm_adopt(r->exec, place, id, slurm_id, sha, &err);
         if (s != TY_OK) {
+            free(members);
             if (sj >= 0)
                 sched_job_remove(r->sched, sj);
             fail_at_start(r, id, "the restarted server could not re-attach it",
@@ -183,6 +228,9 @@ static void reattach_running(jobs_service *r)
         }
         svc_usage_open(r, svc_run_claim(r, place, sj, slot, id, tenant));
         svc_set_holder(r, slot, id, tenant);
+        for (int k = 0; k < nmembers; k++)
+            svc_set_holder(r, members[k], id, tenant);
+        free(members);
         log_event("info", "job_reattach",
                   json_pack("{s:s, s:I}", "job", id, "slurm_job",
                             (json_int_t)slurm_id));
@@ -292,7 +340,7 @@ int jobs_host_has_gpus(const jobs_service *r) { return r && r->nslots > 0; }
  * "resources.gpu" or "resources.workers". */
 static ty_status request_check(jobs_service *r, const char *tenant_id,
                                const sched_request *req, int workers,
-                               ty_err *err)
+                               int spread, ty_err *err)
 {
     if (!r)
         return TY_OK;
@@ -300,37 +348,72 @@ static ty_status request_check(jobs_service *r, const char *tenant_id,
     int t = -1;
     ty_status s = svc_tenant_handle(r, tenant_id, &t, err);
     if (s == TY_OK) {
-        const sched_job_desc d = {
-            .tenant = t, .request = *req, .gang = workers};
+        const sched_job_desc d = {.tenant = t,
+                                  .request = *req,
+                                  .gang = workers,
+                                  .gang_spread = spread};
         s = sched_job_check(r->sched, &d, err);
     }
     pthread_mutex_unlock(&r->mu);
+    /* A gang of whole GPUs (resources.gpus) that no node could hold: the
+     * count is what to change, whatever resources.gpu narrowed. */
+    if (s == TY_EINVAL && workers > 1 && req->kind != SCHED_REQ_NONE &&
+        !strcmp(err->field, "resources.gpu"))
+        snprintf(err->field, sizeof err->field, "resources.gpus");
     return s;
 }
 
-/* Whether this server can run a gang of `workers` CPU processes at all
- * (1: an ordinary job, always): the Open MPI engine in the build, and
- * mpirun on the machine (local executor) or as many Slurm nodes as
- * workers (Slurm: one rank a node, exec_slurm_gang_check); how many at
- * once is the scheduler's check. TY_EINVAL naming resources.workers. */
-static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
+/* Whether this server can run sub's gang at all (1 rank: an ordinary job,
+ * always): the Open MPI engine in the build, and mpirun on the machine
+ * (local executor: resources.workers or resources.gpus) or enough Slurm
+ * nodes (Slurm: resources.workers one rank a node, or resources.nodes of
+ * gpus_per_node ranks each, exec_slurm_gang_check); how many at once is
+ * the scheduler's check. TY_EINVAL naming resources.workers,
+ * resources.gpus or resources.nodes. */
+static ty_status gang_check(const jobs_service *r, const job_submission *sub,
+                            int workers, ty_err *err)
 {
-    if (workers <= 1 || !r)
+    const json_t *res = sub->resources;
+    /* A gang over Slurm nodes (resources.nodes, gpus_per_node), of whole
+     * GPUs of one node (resources.gpus) or of CPU processes. */
+    const json_int_t nodes = json_integer_value(json_object_get(res, "nodes"));
+    const json_int_t per_node =
+        json_integer_value(json_object_get(res, "gpus_per_node"));
+    if (!r || (workers <= 1 && nodes <= 0))
         return TY_OK;
     const jobs_env *env = &r->env;
+    const int gpus = sub->req.kind != SCHED_REQ_NONE;
+    const char *field = nodes > 0 ? "resources.nodes"
+                        : gpus    ? "resources.gpus"
+                                  : "resources.workers";
     const char *why = NULL;
-    if (!nn_comm_mpi_available())
+    if (nodes > 0 && !(env->slurm && r->exec))
+        why = "resources.nodes and resources.gpus_per_node need the Slurm "
+              "executor (--executor slurm); ask for resources.gpus (GPUs of "
+              "this server's node) instead";
+    else if (!nn_comm_mpi_available())
         why = "this server was built without Open MPI (libopenmpi-dev)";
-    else if (env->slurm && r->exec) /* srun starts the ranks, one a node */
-        return exec_slurm_gang_check(r->exec, workers, env->worker_threads,
-                                     err);
-    else if (!env->mpirun[0])
+    else if (env->slurm && r->exec && gpus && nodes <= 0)
+        /* GPUs of one node as ranks of one Slurm job: not built yet */
+        why = "its Slurm executor takes a gang of GPUs as resources.nodes "
+              "and resources.gpus_per_node, not resources.gpus";
+    else if (env->slurm && r->exec) {
+        /* srun starts the ranks: one a node, or gpus_per_node a node,
+         * each with the server's --worker-threads */
+        const int threads = env->worker_threads > 0 ? env->worker_threads : 1;
+        ty_status st = exec_slurm_gang_check(
+            r->exec, nodes > 0 ? (int)nodes : workers,
+            nodes > 0 ? threads * (int)per_node : env->worker_threads, err);
+        if (st != TY_OK)
+            snprintf(err->field, sizeof err->field, "%s", field);
+        return st;
+    } else if (!env->mpirun[0])
         why = "Open MPI's mpirun is not installed on it (openmpi-bin)";
     if (why)
-        return ty_fail(err, TY_EINVAL, "resources.workers",
-                       "this server cannot run data-parallel jobs "
-                       "(resources.workers above 1): %s",
-                       why);
+        return ty_fail(err, TY_EINVAL, field,
+                       "this server cannot run this data-parallel job (%s): "
+                       "%s",
+                       field, why);
     return TY_OK;
 }
 
@@ -342,7 +425,7 @@ static ty_status gang_check(const jobs_service *r, int workers, ty_err *err)
 static ty_status enqueue(jobs_service *r, const char *tenant_id,
                          const char *job_id, int priority,
                          const sched_request *req, int workers, int min_workers,
-                         ty_err *err)
+                         int spread, ty_err *err)
 {
     pthread_mutex_lock(&r->mu);
     int t = -1;
@@ -353,8 +436,8 @@ static ty_status enqueue(jobs_service *r, const char *tenant_id,
                    : workers;
     if (s == TY_OK && world == 0) {
         if (svc_retry_add(r, job_id, t, priority, svc_wall(), req, workers,
-                          min_workers, svc_now() + JOBS_GANG_RECHECK_S, 1,
-                          why) != TY_OK)
+                          min_workers, spread, svc_now() + JOBS_GANG_RECHECK_S,
+                          1, why) != TY_OK)
             s = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     } else if (s == TY_OK) {
         sched_job_desc d = {.id = job_id,
@@ -362,7 +445,8 @@ static ty_status enqueue(jobs_service *r, const char *tenant_id,
                             .priority = priority,
                             .submit_time = svc_wall(),
                             .request = *req,
-                            .gang = world};
+                            .gang = world,
+                            .gang_spread = spread};
         s = sched_job_submit(r->sched, &d, NULL, err);
         if (s == TY_OK)
             jobs_demand_submitted(r, &d, tenant_id);
@@ -396,15 +480,21 @@ static ty_status admit(jobs_service *r, const char *tenant,
     const int least = sub->min_workers >= 1 && sub->min_workers < sub->workers
                           ? sub->min_workers
                           : sub->workers;
-    ty_status s = gang_check(r, least, err);
+    ty_status s = gang_check(r, sub, least, err);
     if (s == TY_OK)
-        s = request_check(r, tenant, &sub->req, least, err);
+        s = request_check(r, tenant, &sub->req, least,
+                          svc_gang_spread(sub->resources), err);
     if (s != TY_OK && least < sub->workers &&
         !strcmp(err->field, "resources.workers")) {
         snprintf(err->field, sizeof err->field, "resources.min_workers");
         ty_err_prefix(err, "even resources.min_workers (%d) cannot run here",
                       least);
     }
+    /* A gang over Slurm nodes the cluster's GPUs cannot hold: the nodes
+     * are what to change. */
+    if (s == TY_EINVAL && json_object_get(sub->resources, "nodes") &&
+        !strcmp(err->field, "resources.gpus"))
+        snprintf(err->field, sizeof err->field, "resources.nodes");
     return s == TY_OK ? admission_check(&r->env, tenant, sub, adm, err) : s;
 }
 
@@ -456,7 +546,8 @@ ty_status jobs_submit(jobs_service *r, const char *tenant,
     /* The reply shows the job as submitted (queued), read before the
      * supervisor can start it. */
     if ((s = enqueue(r, tenant, id, sub->priority, &sub->req, sub->workers,
-                     sub->min_workers, err)) != TY_OK) {
+                     sub->min_workers, svc_gang_spread(sub->resources), err)) !=
+        TY_OK) {
         /* Stored but not schedulable (a quota lowered meanwhile): the job
          * fails with the reason rather than waiting forever. */
         ty_err e2 = {0};
@@ -681,6 +772,7 @@ void jobs_stop(jobs_service *r)
     for (int i = 0; i < r->cap; i++)
         if (r->runs[i].used) {
             svc_set_holder(r, r->runs[i].slot, NULL, NULL);
+            svc_release_holders(r, r->runs[i].job_id); /* a gang's others */
             svc_usage_close(r, &r->runs[i]);
         }
     int64_t n = 0;

@@ -99,6 +99,94 @@ void svc_set_holder(jobs_service *r, int slot, const char *job,
     pthread_mutex_unlock(&r->inv->mu);
 }
 
+void svc_release_holders(jobs_service *r, const char *job)
+{
+    if (!r->inv || !job || !*job)
+        return;
+    pthread_mutex_lock(&r->inv->mu);
+    for (int i = 0; i < r->inv->nslots; i++) {
+        inv_slot *s = &r->inv->slots[i];
+        if (!strcmp(s->job_id, job)) {
+            s->job_id[0] = '\0';
+            s->tenant_id[0] = '\0';
+        }
+    }
+    pthread_mutex_unlock(&r->inv->mu);
+}
+
+json_t *svc_placement_json(const jobs_service *r, int slot, const char *device,
+                           const char *cvd, int has_cvd)
+{
+    char now[32];
+    ty_now_iso(now);
+    json_t *p = json_pack("{s:s, s:s?, s:n, s:s}", "device", device,
+                          "cuda_visible_devices", has_cvd ? cvd : NULL,
+                          "worker_saw", "started_at", now);
+    if (!p)
+        return NULL;
+    if (slot < 0) {
+        json_object_set_new(p, "slot", json_null());
+        json_object_set_new(p, "gpu", json_null());
+        json_object_set_new(p, "uuid", json_null());
+        json_object_set_new(p, "profile", json_null());
+        json_object_set_new(p, "compute_slices", json_integer(0));
+        json_object_set_new(p, "memory_bytes", json_null());
+        return p;
+    }
+    const inv_slot *s = &r->inv->slots[slot];
+    json_object_set_new(p, "slot", json_integer(slot));
+    json_object_set_new(p, "gpu", json_integer(r->inv->gpus[s->gpu].index));
+    json_object_set_new(p, "uuid", json_string(s->uuid));
+    json_object_set_new(p, "profile",
+                        s->profile ? json_string(s->profile) : json_null());
+    json_object_set_new(p, "compute_slices", json_integer(s->compute_slices));
+    json_object_set_new(p, "memory_bytes",
+                        json_integer((json_int_t)s->memory_bytes));
+    return p;
+}
+
+exec_rank *svc_gang_hold(jobs_service *r, const sched_job_info *info,
+                         const char *job, const char *tenant)
+{
+    enum { STR = INV_NAME_MAX + 8 };
+    const size_t n = (size_t)info->gang;
+    exec_rank *m = calloc(1, n * (sizeof *m + 2 * STR));
+    if (!m)
+        return NULL;
+    char *strs = (char *)(m + n);
+    for (size_t i = 0; i < n; i++) {
+        const int slot = info->gang_slots[i];
+        const inv_slot *is = &r->inv->slots[slot];
+        char *dev = strs + 2 * i * STR, *cvd = dev + STR;
+        int has_cvd = 0;
+        svc_device_for(r, slot, dev, STR, cvd, STR, &has_cvd);
+        m[i] = (exec_rank){.device = dev,
+                           .cvd = has_cvd ? cvd : "",
+                           .slot = slot,
+                           .gpu = r->inv->gpus[is->gpu].index,
+                           .uuid = is->uuid};
+        svc_set_holder(r, slot, job, tenant);
+    }
+    return m;
+}
+
+void svc_gang_placement(const sched_job_info *info, json_t *placement)
+{
+    if (!placement || info->gang <= 1 || !info->gang_slots)
+        return;
+    json_t *gs = json_array();
+    for (int i = 0; i < info->gang; i++)
+        json_array_append_new(gs, json_integer(info->gang_slots[i]));
+    json_object_set_new(placement, "gang_slots", gs);
+}
+
+int svc_job_ranks_per_node(const json_t *job)
+{
+    const json_int_t n = json_integer_value(
+        json_object_get(json_object_get(job, "resources"), "gpus_per_node"));
+    return n > 0 ? (int)n : 0;
+}
+
 /* ---- run entries ---- */
 
 const jobs_kind *svc_kind_of(const jobs_service *r, const char *sched_id)
@@ -240,8 +328,22 @@ void svc_job_gang(const json_t *job, int *workers, int *min_workers)
     const json_t *res = json_object_get(job, "resources");
     json_int_t n = json_integer_value(json_object_get(res, "workers"));
     json_int_t m = json_integer_value(json_object_get(res, "min_workers"));
+    /* a gang of whole GPUs: its ranks, never elastic */
+    const json_int_t g = json_integer_value(json_object_get(res, "gpus"));
+    const json_int_t ng =
+        json_integer_value(json_object_get(res, "nodes")) *
+        json_integer_value(json_object_get(res, "gpus_per_node"));
+    if (g > n || ng > n) {
+        n = g > ng ? g : ng;
+        m = 0;
+    }
     *workers = n > 1 ? (int)n : 1;
     *min_workers = m >= 1 && m < *workers ? (int)m : *workers;
+}
+
+int svc_gang_spread(const json_t *resources)
+{
+    return json_integer_value(json_object_get(resources, "nodes")) > 0;
 }
 
 int svc_gang_world(jobs_service *r, int workers, int min_workers, char *why,
@@ -279,7 +381,7 @@ int svc_gang_world(jobs_service *r, int workers, int min_workers, char *why,
 ty_status svc_retry_add(jobs_service *r, const char *id, int tenant,
                         int priority, double submit_time,
                         const sched_request *req, int workers, int min_workers,
-                        double due, int hold, const char *why)
+                        int spread, double due, int hold, const char *why)
 {
     if (r->nretries == r->retry_cap) {
         size_t ncap = r->retry_cap ? r->retry_cap * 2 : 8;
@@ -298,6 +400,7 @@ ty_status svc_retry_add(jobs_service *r, const char *id, int tenant,
     rr->req = *req;
     rr->workers = workers;
     rr->min_workers = min_workers;
+    rr->spread = spread;
     rr->due = due;
     rr->hold = hold;
     snprintf(rr->why, sizeof rr->why, "%.299s", why ? why : "");

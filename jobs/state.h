@@ -80,6 +80,7 @@ typedef struct {
      * workers), its world size chosen again when it is due; hold: it is
      * not in a back-off but waits for min_workers to fit (why says so). */
     int workers, min_workers;
+    int spread; /* a gang over Slurm nodes (resources.nodes): it spreads */
     int hold;
 } retry_rec;
 
@@ -110,7 +111,7 @@ struct jobs_service {
     int nkinds;
     int running; /* jobs_run was called: no kind is added after */
     struct jobs_miglayout *migl; /* MIG layout changes (miglayout.c) */
-    double usage_alive_at; /* the last alive stamp (wall seconds) */
+    double usage_alive_at;       /* the last alive stamp (wall seconds) */
 };
 
 /* Monotonic seconds: deadlines, heartbeats, back-offs. */
@@ -157,6 +158,34 @@ ty_status svc_tenant_handle(jobs_service *r, const char *id, int *h,
 void svc_set_holder(jobs_service *r, int slot, const char *job,
                     const char *tenant);
 
+/* Clears every inventory slot job holds (a gang of whole GPUs holds one
+ * per member). */
+void svc_release_holders(jobs_service *r, const char *job);
+
+/* What the job document shows of where a run on slot (-1: the CPU) with
+ * device dev (and cvd when has_cvd) is placed (see openapi.yaml's
+ * Placement), with the time it starts (new reference; NULL when out of
+ * memory). */
+json_t *svc_placement_json(const jobs_service *r, int slot, const char *device,
+                           const char *cvd, int has_cvd);
+
+/* A gang of whole GPUs placed on info's slots (info->gang > 1 with
+ * gang_slots): each member held by job and tenant, and each rank's member
+ * - its device as svc_device_for says, slot, GPU, uuid - in one
+ * allocation the caller frees (the strings are inside it). NULL, nothing
+ * held, when out of memory. */
+exec_rank *svc_gang_hold(jobs_service *r, const sched_job_info *info,
+                         const char *job, const char *tenant);
+
+/* Adds such a gang's slots to placement as gang_slots (what a restarted
+ * server gives the scheduler back, reattach_running); nothing for any
+ * other job or a NULL placement. */
+void svc_gang_placement(const sched_job_info *info, json_t *placement);
+
+/* A gang over Slurm nodes: its ranks a node (resources.gpus_per_node of a
+ * job document); 0 for any other job. */
+int svc_job_ranks_per_node(const json_t *job);
+
 /* The kind of scheduler job id (the training kind when no other's prefix
  * matches). */
 const jobs_kind *svc_kind_of(const jobs_service *r, const char *sched_id);
@@ -192,11 +221,18 @@ int svc_gang_world(jobs_service *r, int workers, int min_workers, char *why,
 ty_status svc_retry_add(jobs_service *r, const char *id, int tenant,
                         int priority, double submit_time,
                         const sched_request *req, int workers, int min_workers,
-                        double due, int hold, const char *why);
+                        int spread, double due, int hold, const char *why);
 
-/* resources.workers and min_workers of a job document or store row (1 and
- * 1 without; min_workers = workers when not elastic). */
+/* The ranks of a job document or store row's gang and its min_workers:
+ * resources.workers, resources.gpus or resources.nodes times
+ * gpus_per_node (1 and 1 without; min_workers = workers when not
+ * elastic, which a gang of GPUs never is). */
 void svc_job_gang(const json_t *job, int *workers, int *min_workers);
+
+/* Whether a gang asked for with these resources (normalized) may spread
+ * over the scheduler's nodes: a gang of GPUs over Slurm nodes
+ * (resources.nodes); every other gang is on one node. */
+int svc_gang_spread(const json_t *resources);
 
 /* ---- demand.c: the MIG advisor's demand records ---- */
 

@@ -122,30 +122,67 @@ static int env_is(const char *entry, const char *name)
 /* The worker's environment: ours, with OPENBLAS_NUM_THREADS=1 (the engine
  * runs its own thread pool; OpenBLAS's would only compete with it),
  * device_var ("TRAINYARD_DEVICE=...") and, unless NULL, cvd_var
- * ("CUDA_VISIBLE_DEVICES=...") naming where the job runs (both borrowed).
+ * ("CUDA_VISIBLE_DEVICES=...") naming where the job runs, and a gang's
+ * per-rank lists ranks_var and rank_cvds_var (NULL: none; all borrowed).
  * Built before fork, since the child may only make async-signal-safe
  * calls. Caller frees the array. */
-static char **worker_env(char *device_var, char *cvd_var)
+static char **worker_env(char *device_var, char *cvd_var, char *ranks_var,
+                         char *rank_cvds_var)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 4, sizeof *env);
+    char **env = calloc(n + 6, sizeof *env);
     if (!env)
         return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (!env_is(environ[i], WPROTO_ENV_BLAS_THREADS) &&
             !env_is(environ[i], WPROTO_ENV_DEVICE) &&
+            !env_is(environ[i], WPROTO_ENV_RANK_DEVICES) &&
+            !env_is(environ[i], WPROTO_ENV_RANK_CUDA_VISIBLE) &&
             (!cvd_var || !env_is(environ[i], WPROTO_ENV_CUDA_VISIBLE)))
             env[k++] = environ[i];
     env[k++] = WPROTO_ENV_BLAS_THREADS "=1";
     env[k++] = device_var;
     if (cvd_var)
         env[k++] = cvd_var;
+    if (ranks_var)
+        env[k++] = ranks_var;
+    if (rank_cvds_var)
+        env[k++] = rank_cvds_var;
     env[k] = NULL;
     return env;
 }
+
+/* "NAME=a,b,c" of ranks values (new string; NULL when out of memory or a
+ * value holds a comma, which *bad then says). */
+static char *rank_list_var(const char *name, const char *const *values,
+                           int ranks, int *bad)
+{
+    size_t len = strlen(name) + 2;
+    for (int i = 0; i < ranks; i++) {
+        if (strchr(values[i], ',')) {
+            *bad = 1;
+            return NULL;
+        }
+        len += strlen(values[i]) + 1;
+    }
+    char *v = malloc(len);
+    if (!v)
+        return NULL;
+    size_t at = (size_t)snprintf(v, len, "%s=", name);
+    for (int i = 0; i < ranks; i++)
+        at +=
+            (size_t)snprintf(v + at, len - at, "%s%s", i ? "," : "", values[i]);
+    return v;
+}
+
+static ty_status spawn(supervisor *s, int place, const char *command,
+                       const char *job_id, const char *dir, const char *device,
+                       const char *cvd, int has_cvd, int ranks,
+                       const char *mpirun, char *ranks_var, char *rank_cvds_var,
+                       pid_t *pid_out, ty_err *err);
 
 ty_status supervisor_spawn(supervisor *s, int place, const char *command,
                            const char *job_id, const char *dir,
@@ -162,6 +199,44 @@ ty_status supervisor_spawn_ranks(supervisor *s, int place, const char *command,
                                  int has_cvd, int ranks, const char *mpirun,
                                  pid_t *pid_out, ty_err *err)
 {
+    return spawn(s, place, command, job_id, dir, device, cvd, has_cvd, ranks,
+                 mpirun, NULL, NULL, pid_out, err);
+}
+
+ty_status supervisor_spawn_gang(supervisor *s, int place, const char *command,
+                                const char *job_id, const char *dir,
+                                const char *const *devices,
+                                const char *const *cvds, int ranks,
+                                const char *mpirun, pid_t *pid_out, ty_err *err)
+{
+    if (ranks < 2)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "a gang of devices has 2 or more ranks");
+    int bad = 0;
+    char *dv = rank_list_var(WPROTO_ENV_RANK_DEVICES, devices, ranks, &bad);
+    char *cv =
+        dv ? rank_list_var(WPROTO_ENV_RANK_CUDA_VISIBLE, cvds, ranks, &bad)
+           : NULL;
+    ty_status st;
+    if (bad)
+        st = ty_fail(err, TY_EINVAL, NULL,
+                     "a rank's device or CUDA_VISIBLE_DEVICES holds a comma");
+    else if (!dv || !cv)
+        st = ty_fail(err, TY_ENOMEM, NULL, "out of memory");
+    else
+        st = spawn(s, place, command, job_id, dir, devices[0], cvds[0], 1,
+                   ranks, mpirun, dv, cv, pid_out, err);
+    free(dv);
+    free(cv);
+    return st;
+}
+
+static ty_status spawn(supervisor *s, int place, const char *command,
+                       const char *job_id, const char *dir, const char *device,
+                       const char *cvd, int has_cvd, int ranks,
+                       const char *mpirun, char *ranks_var, char *rank_cvds_var,
+                       pid_t *pid_out, ty_err *err)
+{
     if (ranks > 1 && (!mpirun || !mpirun[0]))
         return ty_fail(err, TY_EINVAL, NULL,
                        "a data-parallel job needs Open MPI's mpirun");
@@ -172,7 +247,8 @@ ty_status supervisor_spawn_ranks(supervisor *s, int place, const char *command,
     snprintf(device_var, sizeof device_var, "%s=%s", WPROTO_ENV_DEVICE, device);
     snprintf(cvd_var, sizeof cvd_var, "%s=%s", WPROTO_ENV_CUDA_VISIBLE, cvd);
     snprintf(dir_arg, sizeof dir_arg, "%s", dir);
-    char **env = worker_env(device_var, has_cvd ? cvd_var : NULL);
+    char **env = worker_env(device_var, has_cvd ? cvd_var : NULL, ranks_var,
+                            rank_cvds_var);
     if (!env)
         return ty_fail(err, TY_ENOMEM, NULL, "out of memory");
     int pipefd[2];

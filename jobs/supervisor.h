@@ -84,6 +84,21 @@ ty_status supervisor_spawn_ranks(supervisor *s, int place, const char *command,
                                  int has_cvd, int ranks, const char *mpirun,
                                  pid_t *pid, ty_err *err);
 
+/* The same for a gang whose ranks each have a device of their own (a gang
+ * of whole GPUs): rank i's TRAINYARD_DEVICE is devices[i] and its
+ * CUDA_VISIBLE_DEVICES cvds[i] (ranks entries each). mpirun gives every
+ * rank one environment, so the lists go in it as
+ * TRAINYARD_RANK_DEVICES and TRAINYARD_RANK_CUDA_VISIBLE
+ * (node/protocol.h), comma-separated, and each worker takes its entry by
+ * its local rank before anything opens a device (wproto_rank_env);
+ * TRAINYARD_DEVICE and CUDA_VISIBLE_DEVICES are rank 0's until then.
+ * TY_EINVAL for an entry with a comma or ranks < 2. */
+ty_status supervisor_spawn_gang(supervisor *s, int place, const char *command,
+                                const char *job_id, const char *dir,
+                                const char *const *devices,
+                                const char *const *cvds, int ranks,
+                                const char *mpirun, pid_t *pid, ty_err *err);
+
 /* Tells worker `place` to checkpoint and stop (SIGUSR1): now if it has
  * printed a line, else when it does (before, SIGUSR1 would kill it).
  * Caller holds mu. */

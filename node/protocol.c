@@ -40,6 +40,36 @@ int wproto_sim_uuid_ok(const char *s)
     return 1;
 }
 
+ty_status wproto_rank_env(const char *list, int index, char *out, size_t n,
+                          ty_err *err)
+{
+    if (n)
+        out[0] = '\0';
+    if (!list || index < 0)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "no per-rank list, or a rank "
+                       "below 0");
+    const char *p = list;
+    for (int i = 0; i < index; i++) {
+        p = strchr(p, ',');
+        if (!p)
+            return ty_fail(err, TY_EINVAL, NULL,
+                           "the gang's per-rank list has no entry for rank "
+                           "%d",
+                           index);
+        p++;
+    }
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    if (len == 0 || len >= n)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "the gang's per-rank entry for rank %d is %s", index,
+                       len ? "too long" : "empty");
+    memcpy(out, p, len);
+    out[len] = '\0';
+    return TY_OK;
+}
+
 /* A line object {"event": name}; NULL when out of memory. */
 static json_t *line_of(wproto_msg kind)
 {

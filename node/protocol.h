@@ -129,6 +129,16 @@
 #define WPROTO_ENV_CUDA_VISIBLE "CUDA_VISIBLE_DEVICES"
 #define WPROTO_ENV_BLAS_THREADS "OPENBLAS_NUM_THREADS"
 #define WPROTO_ENV_HEARTBEAT_MS "TRAINYARD_HEARTBEAT_MS"
+/* A gang of whole GPUs (resources.gpus): every rank's TRAINYARD_DEVICE and
+ * CUDA_VISIBLE_DEVICES, comma-separated in rank order, in the environment
+ * all its ranks share (mpirun gives them one); each worker takes its own
+ * entry by its local rank (wproto_rank_env) before it opens a device. */
+#define WPROTO_ENV_RANK_DEVICES "TRAINYARD_RANK_DEVICES"
+#define WPROTO_ENV_RANK_CUDA_VISIBLE "TRAINYARD_RANK_CUDA_VISIBLE"
+/* Where a rank learns its index on its node: Open MPI's mpirun, then
+ * Slurm's srun. */
+#define WPROTO_ENV_LOCAL_RANK_OMPI "OMPI_COMM_WORLD_LOCAL_RANK"
+#define WPROTO_ENV_LOCAL_RANK_SLURM "SLURM_LOCALID"
 /* TRAINYARD_DEVICE's values: "cpu", "cuda" or "cuda:N", "sim:<uuid>". */
 #define WPROTO_DEVICE_CPU "cpu"
 #define WPROTO_DEVICE_CUDA "cuda"
@@ -231,6 +241,13 @@ typedef enum {
 /* Whether uuid (what follows "sim:") names a simulated device: 1 to
  * WPROTO_SIM_UUID_MAX of [A-Za-z0-9._:/-]. */
 int wproto_sim_uuid_ok(const char *uuid);
+
+/* Entry `index` (from 0) of list, a comma-separated list of a gang's
+ * per-rank values (WPROTO_ENV_RANK_DEVICES), into out (n bytes). TY_OK;
+ * TY_EINVAL with a sentence when the list has no such entry, the entry is
+ * empty or it does not fit. Pure. */
+ty_status wproto_rank_env(const char *list, int index, char *out, size_t n,
+                          ty_err *err);
 
 /* The name a message kind has on the wire ("started", ...); "" for NONE
  * and UNKNOWN. */

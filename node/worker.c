@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "common/fsutil.h"
+#include "gpu/cuda/comm_nccl.h"
 #include "models/data/dataset.h"
 #include "models/data/windows.h"
 #include "models/train/train.h"
@@ -397,7 +398,8 @@ static int run(const json_t *job)
         json_string_value(json_object_get(validation, WPROTO_JOB_DATASET_PATH));
     lm_data lm = {0};
     int is_lm = 0;
-    nn_comm *comm = NULL; /* a data-parallel job's (WPROTO_JOB_WORLD) */
+    nn_comm *comm = NULL;  /* a data-parallel job's (WPROTO_JOB_WORLD) */
+    nn_comm *dcomm = NULL; /* its NCCL comm over comm, on a CUDA device */
     if (!ds_path)
         return report_error("job.json has no dataset_path");
     if (train_hparams_parse(json_object_get(job, WPROTO_JOB_HYPERPARAMETERS),
@@ -535,9 +537,27 @@ static int run(const json_t *job)
             nn_cuda_exec_free(&dev);
             goto fail;
         }
+        /* A rank of a gang of whole GPUs (resources.gpus) on a real CUDA
+         * device: the gradients go through NCCL, device to device, its
+         * unique id handed out over the MPI comm the ranks just joined
+         * (which stays for nothing else). A simulated device (sim:) or
+         * the CPU keeps the MPI comm: its buffers are host memory. */
+        if (comm) {
+            if (nn_comm_nccl_create_over(comm, device, comm->timeout_s, &dcomm,
+                                         &err) != TY_OK) {
+                nn_cuda_exec_free(&dev);
+                goto fail;
+            }
+            tj.comm = dcomm;
+        }
     }
 #endif
     ty_status s = train_run(&tj, &final, &err);
+    /* NCCL's comm goes before the context its streams belong to. */
+    if (dcomm) {
+        dcomm->ops->destroy(dcomm);
+        dcomm = NULL;
+    }
 #if TRAINYARD_HAVE_CUDA
     if (device >= 0)
         nn_cuda_exec_free(&dev);
@@ -702,6 +722,43 @@ int worker_process(const worker_process_def *def, int argc, char **argv)
     return rc;
 }
 
+/* A rank of a gang of whole GPUs: its own TRAINYARD_DEVICE and
+ * CUDA_VISIBLE_DEVICES from the gang's lists (WPROTO_ENV_RANK_DEVICES),
+ * by its local rank, before anything reads them or initialises CUDA
+ * (which reads CUDA_VISIBLE_DEVICES once). TY_OK with nothing to do
+ * outside such a gang. */
+static ty_status take_rank_device(ty_err *err)
+{
+    const char *devs = getenv(WPROTO_ENV_RANK_DEVICES);
+    if (!devs)
+        return TY_OK;
+    const char *cvds = getenv(WPROTO_ENV_RANK_CUDA_VISIBLE);
+    const char *lr = getenv(WPROTO_ENV_LOCAL_RANK_OMPI);
+    if (!lr)
+        lr = getenv(WPROTO_ENV_LOCAL_RANK_SLURM);
+    char *end = NULL;
+    long rank = lr ? strtol(lr, &end, 10) : -1;
+    if (!lr || end == lr || *end || rank < 0 || rank > 4096)
+        return ty_fail(err, TY_EINVAL, NULL,
+                       "%s is set but this process has no local rank (%s "
+                       "or %s)",
+                       WPROTO_ENV_RANK_DEVICES, WPROTO_ENV_LOCAL_RANK_OMPI,
+                       WPROTO_ENV_LOCAL_RANK_SLURM);
+    char dev[256], cvd[256];
+    ty_status s = wproto_rank_env(devs, (int)rank, dev, sizeof dev, err);
+    if (s == TY_OK && cvds)
+        s = wproto_rank_env(cvds, (int)rank, cvd, sizeof cvd, err);
+    if (s != TY_OK)
+        return s;
+    if (setenv(WPROTO_ENV_DEVICE, dev, 1) != 0 ||
+        (cvds && setenv(WPROTO_ENV_CUDA_VISIBLE, cvd, 1) != 0))
+        return ty_fail(err, TY_ENOMEM, NULL, "setenv: out of memory");
+    /* Only rank 0 speaks on stdout: the log says where each rank went. */
+    fprintf(stderr, "trainyard %s: local rank %ld on %s=%s\n", WPROTO_COMMAND,
+            rank, WPROTO_ENV_DEVICE, dev);
+    return TY_OK;
+}
+
 int worker_main(int argc, char **argv)
 {
     /* Started by Slurm on a node without the job folder: the shim that
@@ -723,6 +780,9 @@ int worker_main(int argc, char **argv)
             close(fd);
         }
     }
+    ty_err err = {0};
+    if (take_rank_device(&err) != TY_OK)
+        return worker_fail(WPROTO_COMMAND, err.msg);
     /* SIGTERM and SIGINT cancel, SIGUSR1 preempts. */
     static const worker_process_def def = {.who = WPROTO_COMMAND,
                                            .file = WPROTO_JOB_FILE,

@@ -12,7 +12,8 @@
  *   - refusals name the field: more workers than --max-jobs, a batch_size
  *     the workers cannot share equally, a GPU beside workers, a bad count,
  *     a zero other than 0 or 1, a bad resources.min_workers (above
- *     workers, 0, without workers, above --max-jobs);
+ *     workers, 0, without workers, above --max-jobs), a gang of GPUs on a
+ *     server without GPUs;
  *   - an elastic gang (workers 3, min_workers 2) runs at world size 2,
  *     what --max-jobs 2 allows, and succeeds (without min_workers: 422);
  *   - the gang holds both of the server's CPU places: a job submitted
@@ -243,6 +244,9 @@ static void test_gang_refusals(void **state)
          "resources.min_workers"},
         {"{\"batch_size\": 64}", "{\"workers\": 3, \"min_workers\": 2}",
          "hyperparameters.batch_size"},
+        /* a gang of GPUs on a server without any (test_gpu_gang.c has
+         * the rest of resources.gpus) */
+        {"{}", "{\"gpus\": 2}", "resources.gpus"},
         /* ZeRO: stage 0 or 1 only. */
         {"{\"zero\": 2}", "{\"workers\": 2}", "hyperparameters.zero"},
         {"{\"zero\": -1}", "{\"workers\": 2}", "hyperparameters.zero"},

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "cluster/slurmrest_v0038.h"
 #include "jobs/exec_slurm_internal.h"
 #include "node/protocol.h"
 
@@ -114,15 +115,93 @@ static void test_gang_script(void **state)
 {
     (void)state;
     char buf[1024];
-    exec_slurm_script("/opt/ty", "http://h:1", "job_a", 1, buf, sizeof buf);
+    exec_slurm_script("/opt/ty", "http://h:1", "job_a", 1, 0, buf, sizeof buf);
     assert_non_null(
         strstr(buf, "\nexec '/opt/ty' worker --server 'http://h:1' --job "
                     "'job_a'\n"));
     assert_null(strstr(buf, "srun"));
-    exec_slurm_script("/opt/ty", "http://h:1", "job_a", 2, buf, sizeof buf);
+    exec_slurm_script("/opt/ty", "http://h:1", "job_a", 2, 0, buf, sizeof buf);
     assert_non_null(strstr(buf, "\nexec srun --mpi=pmix --kill-on-bad-exit=1 "
                                 "'/opt/ty' worker --server 'http://h:1' "
                                 "--job 'job_a'\n"));
+    assert_non_null(strstr(buf, "one rank a node"));
+    /* a gang of GPUs over nodes: srun starts every rank of every node */
+    exec_slurm_script("/opt/ty", "http://h:1", "job_a", 6, 2, buf, sizeof buf);
+    assert_non_null(strstr(buf, "\nexec srun --mpi=pmix --kill-on-bad-exit=1 "
+                                "'/opt/ty' worker --server 'http://h:1' "
+                                "--job 'job_a'\n"));
+    assert_non_null(strstr(buf, "2 ranks a node"));
+}
+
+/* What a job asks of Slurm, as slurmrestd v0.0.38 gets it: one worker, a
+ * CPU gang one rank a node, a gang of whole GPUs of m nodes of n. */
+static void test_submission_json(void **state)
+{
+    (void)state;
+    const char *env[4] = {"PATH=/usr/bin:/bin", NULL, NULL, NULL};
+    slurm_submit sub = {.name = "trainyard-job_a",
+                        .script = "#!/bin/sh\ntrue\n",
+                        .cwd = "/w",
+                        .stdout_path = "/w/out",
+                        .cpus = 2,
+                        .env = env};
+    char gres[96];
+    ty_status st;
+    ty_err err = {0};
+
+    /* one worker on a whole GPU: Slurm's one node, the slot's gres */
+    exec_slurm_shape(1, 0, "gpu:1", &sub, gres, sizeof gres);
+    sub.gres = gres[0] ? gres : NULL;
+    json_t *b = slurmrest_v0038_submit_body(&sub, &st, &err);
+    json_t *j = json_object_get(b, "job");
+    assert_string_equal(json_string_value(json_object_get(j, "gres")), "gpu:1");
+    assert_null(json_object_get(j, "nodes"));
+    json_decref(b);
+
+    /* a CPU gang of 3: 3 nodes, one task each, no gres */
+    exec_slurm_shape(3, 0, "", &sub, gres, sizeof gres);
+    sub.gres = gres[0] ? gres : NULL;
+    b = slurmrest_v0038_submit_body(&sub, &st, &err);
+    j = json_object_get(b, "job");
+    assert_null(json_object_get(j, "gres"));
+    assert_int_equal(json_integer_value(json_object_get(j, "nodes")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "tasks_per_node")),
+                     1);
+    assert_int_equal(json_integer_value(json_object_get(j, "tasks")), 3);
+    json_decref(b);
+
+    /* nodes 3, gpus_per_node 2: 3 nodes of 2 tasks, gpu:2 a node, each
+     * rank's device by its local rank among the node's GPUs */
+    char devs[EXEC_SLURM_RANK_DEVICES_MAX], e_ranks[sizeof devs + 32];
+    exec_slurm_shape(6, 2, "gpu:1", &sub, gres, sizeof gres);
+    sub.gres = gres[0] ? gres : NULL;
+    assert_int_equal(exec_slurm_rank_devices(2, NULL, devs, sizeof devs), 1);
+    snprintf(e_ranks, sizeof e_ranks, WPROTO_ENV_RANK_DEVICES "=%s", devs);
+    env[1] = e_ranks;
+    b = slurmrest_v0038_submit_body(&sub, &st, &err);
+    assert_non_null(b);
+    j = json_object_get(b, "job");
+    assert_true(json_is_integer(json_object_get(j, "nodes")));
+    assert_int_equal(json_integer_value(json_object_get(j, "nodes")), 3);
+    assert_int_equal(json_integer_value(json_object_get(j, "tasks_per_node")),
+                     2);
+    assert_int_equal(json_integer_value(json_object_get(j, "tasks")), 6);
+    assert_string_equal(json_string_value(json_object_get(j, "gres")), "gpu:2");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(j, "environment"),
+                                          WPROTO_ENV_RANK_DEVICES)),
+        "cuda:0,cuda:1");
+    json_decref(b);
+
+    /* stand-in GRES: the members' sim devices; a list that cannot be
+     * sent is refused, not cut */
+    const char *sim[] = {"sim:GPU-n1-0", "sim:GPU-n1-1"};
+    assert_int_equal(exec_slurm_rank_devices(2, sim, devs, sizeof devs), 1);
+    assert_string_equal(devs, "sim:GPU-n1-0,sim:GPU-n1-1");
+    assert_int_equal(exec_slurm_rank_devices(2, sim, devs, 20), 0);
+    assert_string_equal(devs, "");
+    const char *comma[] = {"sim:a,b"};
+    assert_int_equal(exec_slurm_rank_devices(1, comma, devs, sizeof devs), 0);
 }
 
 int main(void)
@@ -132,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_cancels_told_apart),
         cmocka_unit_test(test_cluster_failures_requeue),
         cmocka_unit_test(test_gang_script),
+        cmocka_unit_test(test_submission_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -243,6 +243,37 @@ static void test_sim_uuid(void **state)
     assert_true(wproto_sim_uuid_ok(long_uuid));
 }
 
+/* A gang of whole GPUs: each rank's entry of the per-rank lists. */
+static void test_rank_env(void **state)
+{
+    (void)state;
+    const char *list = "sim:GPU-a,sim:GPU-b,cuda:0";
+    char out[64];
+    ty_err err = {0};
+    assert_int_equal(wproto_rank_env(list, 0, out, sizeof out, &err), TY_OK);
+    assert_string_equal(out, "sim:GPU-a");
+    assert_int_equal(wproto_rank_env(list, 1, out, sizeof out, &err), TY_OK);
+    assert_string_equal(out, "sim:GPU-b");
+    assert_int_equal(wproto_rank_env(list, 2, out, sizeof out, &err), TY_OK);
+    assert_string_equal(out, "cuda:0");
+    /* no such rank, an empty entry, one too long, no list */
+    assert_int_equal(wproto_rank_env(list, 3, out, sizeof out, &err),
+                     TY_EINVAL);
+    assert_string_equal(out, "");
+    assert_int_equal(wproto_rank_env(list, -1, out, sizeof out, &err),
+                     TY_EINVAL);
+    assert_int_equal(wproto_rank_env("a,,c", 1, out, sizeof out, &err),
+                     TY_EINVAL);
+    assert_int_equal(wproto_rank_env("a,", 1, out, sizeof out, &err),
+                     TY_EINVAL);
+    assert_int_equal(wproto_rank_env(list, 0, out, 9, &err), TY_EINVAL);
+    assert_int_equal(wproto_rank_env(list, 0, out, 10, &err), TY_OK);
+    assert_int_equal(wproto_rank_env(NULL, 0, out, sizeof out, &err),
+                     TY_EINVAL);
+    assert_int_equal(wproto_rank_env("GPU-x", 0, out, sizeof out, &err), TY_OK);
+    assert_string_equal(out, "GPU-x");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -254,6 +285,7 @@ int main(void)
         cmocka_unit_test(test_ready),
         cmocka_unit_test(test_not_messages),
         cmocka_unit_test(test_sim_uuid),
+        cmocka_unit_test(test_rank_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
