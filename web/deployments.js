@@ -338,9 +338,13 @@ function chart(id, title, opts) {
 
 // ---- a language model's deployment: its text generation ----
 
-const ENGINE_COLUMNS = ['Replica', 'Sequences running', 'Waiting', 'KV cache blocks used / total', 'Prompt tokens', 'Generated tokens'];
+const ENGINE_COLUMNS = ['Replica', 'Sequences running', 'Waiting', 'KV cache blocks used / total', 'KV cache blocks cached',
+  'Prompt tokens', 'Prompt tokens from prefix cache', 'Generated tokens'];
 const blocksText = (used, total) => (total ? `${count(used)} / ${count(total)} (${Math.round((100 * used) / total)} %)`
   : `${count(used)} / ${count(total)} (no cache while idle)`);
+// The prompt tokens whose keys and values came from the prefix cache.
+const hitText = (hit, prompt) => (prompt ? `${count(hit)} of ${count(prompt)} (${Math.round((100 * (hit || 0)) / prompt)} %)`
+  : count(hit));
 
 // The deployment's generation figures, its engines (one row a replica, as
 // its last heartbeat said) and three charts of the recent window: time to
@@ -368,18 +372,21 @@ function generationSection() {
     const e = i.generate;
     if (!e) {
       return labelCells(h('tr', {'data-key': i.id, 'data-instance-id': i.id}, h('td', {text: i.id}),
-        h('td', {colspan: 5, class: 'muted', text: i.state === 'ready' ? 'no heartbeat yet' : i.state})), ENGINE_COLUMNS);
+        h('td', {colspan: ENGINE_COLUMNS.length - 1, class: 'muted', text: i.state === 'ready' ? 'no heartbeat yet' : i.state})),
+      ENGINE_COLUMNS);
     }
     return labelCells(h('tr', {'data-key': i.id, 'data-instance-id': i.id, 'data-sequences': e.sequences, 'data-waiting': e.waiting,
-      'data-kv-used': e.kv_blocks_used, 'data-kv-total': e.kv_blocks_total, 'data-generated': e.generated_tokens},
+      'data-kv-used': e.kv_blocks_used, 'data-kv-total': e.kv_blocks_total, 'data-kv-cached': e.kv_blocks_cached ?? 0,
+      'data-prompt': e.prompt_tokens, 'data-prefix-hit': e.prefix_cache_hit_tokens ?? 0, 'data-generated': e.generated_tokens},
     h('td', {text: i.id}), h('td', {text: count(e.sequences)}), h('td', {text: count(e.waiting)}),
-    h('td', {text: blocksText(e.kv_blocks_used, e.kv_blocks_total)}),
-    h('td', {text: count(e.prompt_tokens)}), h('td', {text: count(e.generated_tokens)})), ENGINE_COLUMNS);
+    h('td', {text: blocksText(e.kv_blocks_used, e.kv_blocks_total)}), h('td', {text: count(e.kv_blocks_cached)}),
+    h('td', {text: count(e.prompt_tokens)}), h('td', {text: hitText(e.prefix_cache_hit_tokens, e.prompt_tokens)}),
+    h('td', {text: count(e.generated_tokens)})), ENGINE_COLUMNS);
   }
 
   function draw(d, samples) {
     const g = d.generate || {requests: 0, prompt_tokens: 0, generated_tokens: 0, sequences: 0, waiting: 0,
-      kv_blocks_used: 0, kv_blocks_total: 0, ttft_ms: {}, itl_ms: {}, recent: null};
+      kv_blocks_used: 0, kv_blocks_total: 0, kv_blocks_cached: 0, ttft_ms: {}, itl_ms: {}, recent: null};
     const r = g.recent;
     el.dataset.requests = String(g.requests);
     el.dataset.generatedTokens = String(g.generated_tokens);
@@ -389,10 +396,12 @@ function generationSection() {
         ['Time to first token p50 / p99', latencyText(g.ttft_ms)], ['Inter-token latency p50 / p99', latencyText(g.itl_ms)]]),
       kv([['Tokens per second', r && g.requests ? `${fmtNum(r.tokens_per_second, 1)} (the last ${Math.round(r.window_s)} s)` : '—'],
         ['Sequences running / waiting', h('span', {id: 'gen-sequences', text: `${count(g.sequences)} / ${count(g.waiting)}`})],
-        ['KV cache blocks used / total', h('span', {id: 'gen-kv', text: blocksText(g.kv_blocks_used, g.kv_blocks_total)})]]))], 2);
+        ['KV cache blocks used / total', h('span', {id: 'gen-kv', text: blocksText(g.kv_blocks_used, g.kv_blocks_total)})],
+        ['KV cache blocks cached', h('span', {id: 'gen-kv-cached', 'data-kv-cached': g.kv_blocks_cached ?? 0,
+          text: count(g.kv_blocks_cached)})]]))], 2);
     const list = d.instances || [];
     syncChildren(engBody, list.length ? list.map(engineRow)
-      : [h('tr', {}, h('td', {colspan: 6, class: 'muted', text: 'No replicas.'}))], 1);
+      : [h('tr', {}, h('td', {colspan: ENGINE_COLUMNS.length, class: 'muted', text: 'No replicas.'}))], 1);
     for (const c of [ttft, itl, tps]) c.draw(samples);
   }
   return {el, draw, redraw() { for (const c of [ttft, itl, tps]) c.draw(); }};

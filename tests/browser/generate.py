@@ -14,8 +14,9 @@ deploys it on the CPU (one replica). Then:
 * after generations, the page's time-to-first-token, inter-token-latency
   and tokens-per-second charts draw lines (ink of the p50 and tokens/s
   colours on the canvases) and name their latest values, its figures show
-  the API's generation count, and its engines table shows each replica's
-  engine as the API's heartbeat figures;
+  the API's generation count and cached KV blocks, and its engines table
+  shows each replica's engine as the API's heartbeat figures (a repeated
+  prompt longer than a block: prefix-cache hits and a cached block);
 * a max_tokens past the context is the server's 422, shown in the form
   beside Max tokens; an error event after the first piece (a stubbed
   fetch in the page) is shown under the text kept so far; the model's text
@@ -50,6 +51,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 
 WIDE, PHONE = (1280, 900), (390, 844)
 PROMPT = "To be, or not"
+LONG_PROMPT = "To be, or not to be, tha"  # 24 bytes: a full cache block and some
 MAX_TOKENS = 12
 BLUE, GREEN = (0x1f, 0x5f, 0xbf), (0x1e, 0x7f, 0x3c)
 
@@ -178,6 +180,12 @@ def check_charts(driver, base, key, label, dep):
     for i in range(4):
         api_call(base, key, "POST", f"/v2/models/{name}/generate",
                  {"text_input": PROMPT, "parameters": {"max_tokens": MAX_TOKENS, "temperature": 1, "seed": i}})
+    # A prompt longer than a cache block (16 tokens), twice: the second
+    # finds the first's prompt block in the prefix cache, which keeps it
+    # (a cached block) once both are done.
+    for i in range(2):
+        api_call(base, key, "POST", f"/v2/models/{name}/generate",
+                 {"text_input": LONG_PROMPT, "parameters": {"max_tokens": 4, "temperature": 0}})
     inked = settle(lambda: all(js(driver, CANVAS_INK, c, col) > 20 for c, col in
                                (("ttft-chart", BLUE), ("itl-chart", BLUE), ("tps-chart", GREEN))), 20)
     labels = js(driver, "return ['ttft-chart', 'itl-chart', 'tps-chart'].map((id) => document.getElementById(id).getAttribute('aria-label'));")
@@ -194,18 +202,45 @@ def check_charts(driver, base, key, label, dep):
     check(shown, f"[{label}] the figures show the API's generation count")
 
     # The engines: each replica's last heartbeat, as the API gives it (idle
-    # now, so its figures settle within a heartbeat or two).
-    def engines_match():
-        api_inst = {i["id"]: i.get("generate") for i in api_call(base, key, "GET", f"/v1/deployments/{dep}")["instances"]}
-        page = js(driver, """return Object.fromEntries([...document.querySelectorAll('#engines-body tr[data-instance-id]')]
-            .map((r) => [r.dataset.instanceId, r.dataset.kvTotal === undefined ? null : {sequences: Number(r.dataset.sequences),
-              waiting: Number(r.dataset.waiting), kv_blocks_used: Number(r.dataset.kvUsed),
-              kv_blocks_total: Number(r.dataset.kvTotal), generated_tokens: Number(r.dataset.generated)}]));""")
-        want = {k: v and {f: v[f] for f in ("sequences", "waiting", "kv_blocks_used", "kv_blocks_total", "generated_tokens")}
-                for k, v in api_inst.items()}
-        return (page, want) if page == want and all(v and v["generated_tokens"] > 0 for v in want.values()) else None
-    got = settle(engines_match, 15)
-    check(got, f"[{label}] the engines table has each replica's sequences, KV blocks and tokens as the API says: {got}")
+    # now, so its figures settle within a heartbeat or two), the prefix
+    # cache's blocks and hits included, in the cells' text too.
+    fields = ("sequences", "waiting", "kv_blocks_used", "kv_blocks_total", "kv_blocks_cached", "prompt_tokens",
+              "prefix_cache_hit_tokens", "generated_tokens")
+
+    def engines_match(last):
+        doc = api_call(base, key, "GET", f"/v1/deployments/{dep}")
+        api_inst = {i["id"]: i.get("generate") for i in doc["instances"]}
+        page = js(driver, """const num = (v) => (v === undefined ? null : Number(v));
+          return Object.fromEntries([...document.querySelectorAll('#engines-body tr[data-instance-id]')]
+            .map((r) => [r.dataset.instanceId, r.dataset.kvTotal === undefined ? null : {sequences: num(r.dataset.sequences),
+              waiting: num(r.dataset.waiting), kv_blocks_used: num(r.dataset.kvUsed),
+              kv_blocks_total: num(r.dataset.kvTotal), kv_blocks_cached: num(r.dataset.kvCached),
+              prompt_tokens: num(r.dataset.prompt), prefix_cache_hit_tokens: num(r.dataset.prefixHit),
+              generated_tokens: num(r.dataset.generated), text: [...r.cells].map((c) => c.textContent)}]));""")
+        texts = {k: v and v.pop("text") for k, v in page.items()}
+        want = {k: v and {f: v[f] for f in fields} for k, v in api_inst.items()}
+        # The cells say the cached blocks and "hits of prompt tokens".
+        said = all(v and texts.get(k) and texts[k][4] == f"{v['kv_blocks_cached']:,}"
+                   and texts[k][6].startswith(f"{v['prefix_cache_hit_tokens']:,} of {v['prompt_tokens']:,} ")
+                   for k, v in want.items())
+        last.append((page, want, texts))
+        return (page, want) if page == want and said and all(v and v["generated_tokens"] > 0 for v in want.values()) else None
+    last = []
+    got = settle(lambda: engines_match(last), 15)
+    check(got, f"[{label}] the engines table has each replica's sequences, KV blocks (used, total, cached) "
+          f"and tokens (prompt, from the prefix cache, generated) as the API says: {got or last[-1:]}")
+    hits = got and [v for v in got[1].values() if v["prefix_cache_hit_tokens"] > 0 and v["kv_blocks_cached"] > 0]
+    check(hits, f"[{label}] the repeated long prompt hit the prefix cache and left a cached block: {got}")
+
+    # The deployment's figures: the cached blocks summed over its replicas.
+    def cached_match():
+        g = api_call(base, key, "GET", f"/v1/deployments/{dep}")["generate"]
+        el = js(driver, "const e = document.getElementById('gen-kv-cached'); "
+                "return e ? {n: Number(e.dataset.kvCached), text: e.textContent} : null;")
+        return (el, g["kv_blocks_cached"]) if el and el["n"] == g["kv_blocks_cached"] \
+            and el["text"] == f"{g['kv_blocks_cached']:,}" else None
+    got = settle(cached_match, 15)
+    check(got and got[1] > 0, f"[{label}] the figures show the API's cached KV blocks (kv_blocks_cached): {got}")
     js(driver, "document.getElementById('dep-generate').scrollIntoView();")
     dashboard.full_page_shot(driver, os.path.join(dashboard.ARTIFACTS, f"deployment-generate-{label}.png"))
 
