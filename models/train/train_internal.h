@@ -280,6 +280,10 @@ ty_status dp_zero_full_alloc(trainer *t, ty_err *err);
 void dp_zero_take_shard(trainer *t, int resumed);
 void dp_zero_release(trainer *t);
 
+/* The run's identity as its checkpoints record it (identity.c): a new
+ * object, or NULL when out of memory. */
+json_t *train_run_identity(const trainer *t);
+
 /* Writes the checkpoint for the trainer's current position, atomically. */
 ty_status train_ckpt_save(const trainer *t, ty_err *err);
 
