@@ -65,21 +65,48 @@ const tenantLabel = (s) => s.tenant_name || s.tenant;
 const utilText = (s) => (s.utilization_percent === null || s.utilization_percent === undefined
   ? '—' : `${s.utilization_percent} %`);
 
-function sliceEl(s, names, colours, selected) {
+// The data-parallel gangs (resources.gpus) the viewer may see: a job that
+// holds more than one slice -> its members [{gpu, slot}] in map order. A
+// gang is one job: its members are drawn as one (the same name, colour
+// and "gang i of n"), and the details list where the others are.
+function gangsOf(gpus) {
+  const members = new Map();
+  for (const g of gpus) {
+    for (const s of g.slices) {
+      if (s.state !== 'held' || !s.job || String(s.job).startsWith('rep_')) continue;
+      if (!members.has(s.job)) members.set(s.job, []);
+      members.get(s.job).push({gpu: g.index, slot: s.slot});
+    }
+  }
+  for (const [job, list] of members) if (list.length < 2) members.delete(job);
+  return members;
+}
+
+// Slice s's place in its gang: {i (1-based), n, gpus}, or null.
+function gangPlace(gangs, s) {
+  const list = s.state === 'held' ? gangs.get(s.job) : null;
+  if (!list) return null;
+  return {i: list.findIndex((m) => String(m.slot) === String(s.slot)) + 1, n: list.length,
+    gpus: list.map((m) => m.gpu)};
+}
+
+function sliceEl(s, names, colours, selected, gang) {
   const held = s.state === 'held', other = s.state === 'held_by_other_tenant';
   const what = s.profile || 'whole GPU';
   const who = held ? holderText(s, names) : null;
-  const holder = held ? `${who.long}, tenant ${tenantLabel(s)}`
+  const member = gang ? `, member ${gang.i} of a gang of ${gang.n} GPUs` : '';
+  const holder = held ? `${who.long}${member}, tenant ${tenantLabel(s)}`
     : other ? 'held by another tenant' : 'free';
   const el = h('button', {
-    type: 'button', class: 'slice ' + (held ? 'held' : other ? 'other' : 'free'),
+    type: 'button', class: 'slice ' + (held ? 'held' : other ? 'other' : 'free') + (gang ? ' gang' : ''),
     'data-slot': s.slot, 'data-state': s.state, 'data-job': s.job, 'data-tenant': s.tenant,
+    'data-gang': gang ? `${gang.i}/${gang.n}` : null,
     title: `slot ${s.slot} · ${what} · ${fmtBytes(s.memory_bytes)} · ${holder}`,
     'aria-label': `slot ${s.slot}, ${what}, ${holder}, ${fmtBytes(s.memory_bytes)}, utilisation ${utilText(s)}`,
     'aria-controls': 'slice-details', 'aria-expanded': selected ? 'true' : 'false',
   }, profileLabel(what),
   held ? [h('span', {class: 'slice-line slice-tenant', text: tenantLabel(s)}),
-    h('span', {class: 'slice-line slice-job', text: who.short})]
+    h('span', {class: 'slice-line slice-job', text: gang ? `${who.short} · gang ${gang.i} of ${gang.n}` : who.short})]
     : h('span', {class: 'slice-line slice-tenant', text: other ? 'another tenant' : 'free'}),
   h('span', {class: 'slice-line slice-mem', text: fmtBytes(s.memory_bytes)}),
   h('span', {class: 'slice-line slice-util', text: `util ${utilText(s)}`}));
@@ -90,7 +117,7 @@ function sliceEl(s, names, colours, selected) {
 }
 
 // The details of slice s of GPU g, as this viewer may see them.
-function detailsEl(g, s, names, onClose) {
+function detailsEl(g, s, names, gang, onClose) {
   const held = s.state === 'held', other = s.state === 'held_by_other_tenant';
   const pairs = [
     ['Slot', String(s.slot)],
@@ -111,6 +138,7 @@ function detailsEl(g, s, names, onClose) {
     pairs.push(['Tenant', tenantLabel(s)],
       ['Held by', mine && !String(s.job).startsWith('rep_')
         ? h('a', {href: `#/jobs/${encodeURIComponent(s.job)}`, text: who.long}) : who.long]);
+    if (gang) pairs.push(['Gang', `one job on ${gang.n} GPUs (GPU ${gang.gpus.join(', ')}): this is member ${gang.i}`]);
     holder = `${who.short} (${tenantLabel(s)})`;
   } else if (other) {
     pairs.push(['Held by', 'another tenant (its name and jobs are not shown to you)']);
@@ -209,6 +237,7 @@ export function devicesPage(root) {
     queued.textContent = n === null || n === undefined ? ''
       : `${n} ${n === 1 ? 'job' : 'jobs'} queued (${dev.queued_jobs_scope === 'all' ? 'all tenants' : 'your tenant'})`;
     if (!slices.some((s) => String(s.slot) === String(selected))) selected = null;
+    const gangs = gangsOf(dev.gpus);
     const gpuEl = (g) => {
       const chosen = g.slices.find((s) => String(s.slot) === String(selected));
       return h('section', {class: 'card gpu', 'data-gpu': g.index},
@@ -219,11 +248,11 @@ export function devicesPage(root) {
           (g.temperature_c !== null ? ` · ${g.temperature_c} °C` : '')}),
         h('div', {class: 'slices', role: 'group', 'aria-label': `GPU ${g.index} slices`},
           g.slices.map((s) => {
-            const el = sliceEl(s, names, colours, s === chosen);
+            const el = sliceEl(s, names, colours, s === chosen, gangPlace(gangs, s));
             el.addEventListener('click', () => select(s.slot));
             return el;
           })),
-        chosen ? detailsEl(g, chosen, names, () => { select(chosen.slot); }) : null);
+        chosen ? detailsEl(g, chosen, names, gangPlace(gangs, chosen), () => { select(chosen.slot); }) : null);
     };
     map.replaceChildren(...domainGroups(dev.gpus, gpuEl), h('p', {class: 'muted', text: `Inventory source: ${dev.source}`}));
     const again = focusSlot ?? focused;

@@ -22,7 +22,11 @@ must queue behind its quota. Then, for each viewer and width:
 * a tenant key's page never holds the other tenant's name, id, job id or
   job name, in text or in attributes;
 * at 390 px: nothing wider than the screen, and no word on a slice wraps
-  onto more than one line.
+  onto more than one line;
+* then, on four whole simulated H100s in two NVLink domains: a gang of 2
+  GPUs ({"gpus": 2}) started after a one-GPU job lands in one domain, and
+  its two members show as one job ("gang 1 of 2", "gang 2 of 2"), with
+  details naming both GPUs (check_gang).
 
 Every failed check is listed (not only the first). Any SEVERE browser
 console message fails the test. Screenshots (taken before the checks of
@@ -272,6 +276,74 @@ def check_view(driver, view, size, names):
         check(not wrapped, f"{label}: no word on a slice wraps across lines ({wrapped[:10]})")
 
 
+def check_gang(driver, binary, tmp, csv):
+    """A data-parallel gang ({"gpus": 2}) on four whole simulated H100s in
+    two NVLink domains (gpu/sim/h100-4x-2nvl.json: GPUs 0-1 domain 1, 2-3
+    domain 2), after a one-GPU job took GPU 0: the gang goes to domain 2,
+    and the map draws its two members as one job - the job's name and
+    "gang i of 2" on each, data-gang i/2 - and their details say where the
+    other member is. The one-GPU job is no gang."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sim = os.path.normpath(os.path.join(here, "..", "..", "gpu", "sim", "h100-4x-2nvl.json"))
+    os.makedirs(tmp, exist_ok=True)
+    srv, log, base = start_server(binary, tmp, "--devices", f"sim:{sim}")
+    os.setpriority(os.PRIO_PROCESS, srv.pid, 10)
+    jobs = []
+    try:
+        admin = open(os.path.join(tmp, "data", "admin.key")).read().strip()
+        key = api_call(base, admin, "POST", "/v1/tenants", {"name": "initech-nlp"})["key"]["api_key"]
+        ds = upload_csv(base, key, csv, "initech-blobs")
+        model = {"layers": [{"type": "dense", "units": 8}, {"type": "relu"}, {"type": "dense", "units": 3}]}
+        hp = {"epochs": EPOCHS, "batch_size": 200, "seed": 1}
+        for name, res in (("single-gpu", {"gpu": "whole"}), ("dp-train", {"gpus": 2})):
+            job = api_call(base, key, "POST", "/v1/jobs", {"name": name, "dataset": ds, "model": model,
+                                                         "hyperparameters": hp, "resources": res})["id"]
+            jobs.append(job)
+            for _ in range(300):
+                if job_status(base, key, job) == "running":
+                    break
+                time.sleep(0.1)
+            else:
+                sys.exit(f"FAIL: job {name} ({job}) did not start")
+        single, gang = jobs
+        print("gang of 2 GPUs:", flush=True)
+        sign_in(driver, base, key)
+        driver.set_window_size(*WIDE)
+        wait_for(driver, "three held slices", lambda d: len(held_slices(d)) >= 3)
+        got = js(driver, """return [...document.querySelectorAll('#device-map .slice')].map((e) => ({
+            slot: e.dataset.slot, job: e.dataset.job || null, gang: e.dataset.gang || null,
+            domain: e.closest('.gpu-domain') ? e.closest('.gpu-domain').dataset.domain : null,
+            gpu: e.closest('.gpu').dataset.gpu, text: e.innerText}));""")
+        members = [x for x in got if x["job"] == gang]
+        check(len(members) == 2 and sorted(str(x["gang"]) for x in members) == ["1/2", "2/2"],
+              f"the gang's two slices are marked 1/2 and 2/2 ({members})")
+        check(all("dp-train · gang" in x["text"] for x in members),
+              f"each member names the job and its place in the gang ({[x['text'] for x in members]})")
+        check(sorted(x["gpu"] for x in members) == ["2", "3"] and all(x["domain"] == "2" for x in members),
+              f"the gang runs on GPUs 2 and 3, NVLink domain 2, beside the job on GPU 0 ({members})")
+        lone = [x for x in got if x["job"] == single]
+        check(len(lone) == 1 and lone[0]["gang"] is None and "gang" not in lone[0]["text"],
+              f"the one-GPU job is no gang ({lone})")
+        if members:
+            driver.find_element(By.CSS_SELECTOR, f"#device-map .slice[data-slot='{members[0]['slot']}']").click()
+            shown = settle(lambda: details_text(driver))
+            check(bool(shown) and "one job on 2 GPUs (GPU 2, 3)" in shown,
+                  f"a gang member's details name both GPUs ({shown!r})")
+        driver.save_screenshot(os.path.join(dashboard.ARTIFACTS, "devices-gang-wide.png"))
+    finally:
+        for job in jobs:
+            try:
+                api_call(base, key, "POST", f"/v1/jobs/{job}/cancel")
+            except (urllib.error.URLError, OSError):
+                pass
+        srv.terminate()
+        try:
+            srv.wait(timeout=30)
+        except Exception:
+            srv.kill()
+        log.close()
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -336,6 +408,7 @@ def main():
             sign_in(driver, base, view["key"])
             for size in (WIDE, PHONE):
                 check_view(driver, view, size, view["names"])
+        check_gang(driver, binary, os.path.join(tmp, "gang"), csv)
 
         errors = dashboard.severe_errors(driver)
         check(not errors, "no SEVERE browser console messages: " + " | ".join(errors))
