@@ -370,6 +370,21 @@ static void read_intervals(const srv *s, const char *owner, intervals *out)
     sqlite3_close(db);
 }
 
+/* read_intervals once owner has at least n intervals (or after 30 s): a
+ * job's status may read running a moment before its interval is written
+ * (the interval opens once the start succeeded), and after a restart the
+ * store still says running before the job is started again. */
+static void wait_intervals(const srv *s, const char *owner, int n,
+                           intervals *out)
+{
+    for (int i = 0; i < 300; i++) {
+        read_intervals(s, owner, out);
+        if (out->n >= n)
+            return;
+        usleep(100 * 1000);
+    }
+}
+
 static double alive_stamp(const srv *s)
 {
     char path[PATH_MAX + 32];
@@ -419,7 +434,7 @@ static void test_usage_restart_mid_interval(void **state)
     submit(&s, ds, 400, "1g.10gb", job);
     wait_running(&s, job);
     intervals iv;
-    read_intervals(&s, job, &iv);
+    wait_intervals(&s, job, 1, &iv);
     assert_int_equal(iv.n, 1);
     assert_true(iv.end[0] < 0); /* open while it runs */
 
@@ -438,7 +453,7 @@ static void test_usage_restart_mid_interval(void **state)
                            NULL};
     assert_int_equal(srv_start(&again, s.data, flags), 0);
     wait_running(&again, job);
-    read_intervals(&again, job, &iv);
+    wait_intervals(&again, job, 2, &iv);
     assert_int_equal(iv.n, 2);
     /* the first untouched by the restart, the second open after it */
     assert_true(iv.end[0] <= after + 0.01);
@@ -464,7 +479,7 @@ static void test_usage_crash_closed_at_proven_time(void **state)
     submit(&s, ds, 400, "2g.20gb", job);
     wait_running(&s, job);
     intervals iv;
-    read_intervals(&s, job, &iv);
+    wait_intervals(&s, job, 1, &iv);
     assert_int_equal(iv.n, 1);
     /* Wait for an alive stamp after the interval's start (one every 10
      * s), so the proven time is inside the interval. */
