@@ -432,8 +432,7 @@ static ty_status optimizer_step(trainer *t, ty_err *err)
 /* optimizer_step on a device (world 1: it cannot fail). */
 static void device_optimizer_step(trainer *t)
 {
-    ty_err ignored = {0};
-    (void)optimizer_step(t, &ignored);
+    (void)optimizer_step(t, &(ty_err){0});
 }
 
 /* The loader's batch b into the workspace's fixed input buffers (device
@@ -576,15 +575,6 @@ static ty_status report_eval(trainer *t, uint32_t e, double rate, ty_err *err)
     return TY_OK;
 }
 
-/* Where and how the run's epochs run, for their metrics. */
-static void epoch_where(const trainer *t, train_epoch_metrics *m)
-{
-    m->device = t->job->device_label ? t->job->device_label : t->be->name;
-    m->precision = nn_dtype_name(t->precision);
-    m->cuda_graph = nn_backend_host_visible(t->be) ? -1 : t->graph_on;
-    m->cuda_graph_reason = m->cuda_graph == 0 ? t->graph_reason : NULL;
-}
-
 /* The checkpoint of the trainer's position (epoch e in progress, or just
  * finished), its sums read back first on a device. */
 static ty_status save_checkpoint(trainer *t, uint32_t e, ty_err *err)
@@ -677,7 +667,10 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
             if (!dp_share(t, end - b < bs ? end - b : bs))
                 continue; /* none of this minibatch is this rank's */
             dp_backward_begin(t, b + bs >= end); /* the step's last */
-            sum += train_step(t, loader_next(t->loader), m, &mb_hits);
+            const loader_batch *lb = loader_next(t->loader);
+            if (t->host)
+                upload_batch(t, lb); /* a device rank of a gang (dp.c) */
+            sum += train_step(t, lb, m, &mb_hits);
             hits += mb_hits;
         }
         ty_status rst = dp_reduce_step(t, &sum, &hits, err);
@@ -774,7 +767,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         .loss_scale = t->precision == NN_DT_F16 ? t->scaler.scale : 0.0,
         .skipped_steps = t->epoch_skipped,
     };
-    epoch_where(t, &m);
+    train_epoch_where(t, &m);
     dp_epoch_times(t, &m);
     const int reg = t->arch.task == TY_TASK_REGRESSION;
     if (reg) {
@@ -874,7 +867,7 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
          * the run may have come between its checkpoint and the receiver
          * storing it (an integration test saw that record go missing). */
         if (t.have_last && job->cb.on_epoch && t.rank == 0) {
-            epoch_where(&t, &t.last);
+            train_epoch_where(&t, &t.last);
             job->cb.on_epoch(job->cb.ctx, &t.last);
         }
     } else {
