@@ -47,6 +47,19 @@
  *  - Debug: TRAINYARD_DP_CHECK_EVERY=N compares a checksum of the
  *    parameters across ranks every N optimizer steps and fails the run on
  *    a difference.
+ *  - Device ranks (a backend that is not host visible with a device
+ *    engine, NCCL: comm.h's "Memory and ordering"; dp_setup refuses any
+ *    other pairing, and ZeRO-1 on a device). The buckets are the same
+ *    ranges of the backend's gradient block (a device pointer plus an
+ *    offset), all-reduced in place on the exec context's stream. The
+ *    host's small all-reduces (the step's scalars, the agreement and
+ *    position flags, the checksum's verdict) go through dp_dev, a few
+ *    floats of the backend's memory (allreduce_host), after the buckets
+ *    on the same stream. Broadcasts and the checksum use the trainer's
+ *    host mirror (dp_sync_state runs before the upload; dp_check_params
+ *    downloads first). Such a rank steps op by op, without acc or a
+ *    graph (train_graph_setup), and brings each step's loss to the host
+ *    as the CPU does, so the step loop and the scalars are the CPU's.
  */
 #include <math.h>
 #include <stdio.h>

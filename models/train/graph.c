@@ -77,8 +77,9 @@ void train_graph_setup(trainer *t)
         t->dyn = NULL;
         t->opt.dyn = NULL;
         t->dp_dev = (float *)(void *)((char *)t->grads + acc_offset(p));
-        train_graph_off(t, "data-parallel training (world %d) steps op by "
-                           "op: each step's loss joins its all-reduce",
+        train_graph_off(t,
+                        "data-parallel training (world %d) steps op by "
+                        "op: each step's loss joins its all-reduce",
                         t->world);
         return;
     }

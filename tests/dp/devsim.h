@@ -122,10 +122,7 @@ static const nn_backend *devsim_backend(void)
 
 /* ---- the device engine: the MPI comm in c->impl ---- */
 
-static nn_comm *devsim_inner(nn_comm *c)
-{
-    return c->impl;
-}
+static nn_comm *devsim_inner(nn_comm *c) { return c->impl; }
 
 static ty_status devsim_check(const float *buf, size_t n, ty_err *err)
 {

@@ -12,6 +12,9 @@ device engine) on a simulated device (tests/dp/devsim.h, dp_train
      devsim fails the run on any host read of the device's memory that
      skips the seam (the step's scalars or a flag given to the device
      engine as host memory, a download or upload the wrong way);
+     The same with an empty share (1 example, batch 2), and a checkpoint
+     written by 2 devsim ranks at step 15 and resumed by 2 devsim ranks:
+     steps 16-25 are the straight CPU run's;
   2. the checksum sees the device's parameters: a devsim rank 1 with
      another learning rate fails the run at the first check;
   3. ZeRO-1 on a device engine is refused on both ranks, naming
@@ -66,6 +69,31 @@ def checks(dp, tmp):
     same_run(dp, tmp, ["--threads", "1", "--train", "1001", "--steps", "12",
                        "--batch", "64", "--accum", "2", "--clip", "0.5"],
              "uneven, accumulation 2, clip 0.5")
+    same_run(dp, tmp, ["--threads", "1", "--train", "1", "--steps", "3",
+                       "--batch", "2"], "1 example (an empty share)")
+    # A checkpoint written by 2 devsim ranks (the mirror downloaded on
+    # rank 0, every rank agreeing on its outcome) and resumed by 2 devsim
+    # ranks (the state broadcast through the mirror, then uploaded): steps
+    # 16-25 are the straight CPU run's.
+    short = ["--threads", "1", "--train", "1280", "--batch", "128"]
+    ckpt = os.path.join(tmp, "ckpt")
+    cpu, dev = os.path.join(tmp, "cpu.txt"), os.path.join(tmp, "dev.txt")
+    run(mpirun_cmd(2, [dp, "--mpi", "--out", cpu, "--steps", "25"] + short),
+        "CPU, 25 steps")
+    run(mpirun_cmd(2, [dp, "--mpi", "--devsim", "--out", dev, "--steps",
+                       "15", "--ckpt", ckpt] + short), "devsim, 15 steps")
+    run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_CHECK_EVERY=1", dp, "--mpi",
+                       "--devsim", "--out", dev, "--steps", "25", "--ckpt",
+                       ckpt] + short), "devsim, resuming at step 15")
+    a, _ = parse(cpu)
+    b, _ = parse(dev)
+    if sorted(b) != list(range(16, 26)):
+        fail("devsim resume: the resumed run reported steps %r" % sorted(b))
+    worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in b)
+    print("devsim resume at step 15: steps 16-25, worst relative loss "
+          "difference %.3g" % worst)
+    if not worst <= REL:
+        fail("devsim resume: losses differ from the straight CPU run's")
     out = os.path.join(tmp, "drift.txt")
     p = run(mpirun_cmd(2, ["-x", "TRAINYARD_DP_CHECK_EVERY=2", dp, "--mpi",
                            "--devsim", "--out", out, "--lr-rank1", "0.002",
