@@ -172,11 +172,3 @@ void train_dyn_upload(trainer *t)
     nn_optim_dyn_values(&t->opt, t->opt.t + 1, v);
     t->be->upload(t->ws->ex, t->dyn, v, sizeof v);
 }
-
-void train_epoch_where(const trainer *t, train_epoch_metrics *m)
-{
-    m->device = t->job->device_label ? t->job->device_label : t->be->name;
-    m->precision = nn_dtype_name(t->precision);
-    m->cuda_graph = nn_backend_host_visible(t->be) ? -1 : t->graph_on;
-    m->cuda_graph_reason = m->cuda_graph == 0 ? t->graph_reason : NULL;
-}

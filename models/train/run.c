@@ -432,7 +432,8 @@ static ty_status optimizer_step(trainer *t, ty_err *err)
 /* optimizer_step on a device (world 1: it cannot fail). */
 static void device_optimizer_step(trainer *t)
 {
-    (void)optimizer_step(t, &(ty_err){0});
+    ty_err ignored = {0};
+    (void)optimizer_step(t, &ignored);
 }
 
 /* The loader's batch b into the workspace's fixed input buffers (device
@@ -573,6 +574,15 @@ static ty_status report_eval(trainer *t, uint32_t e, double rate, ty_err *err)
     };
     t->job->cb.on_progress(t->job->cb.ctx, &p);
     return TY_OK;
+}
+
+/* Where and how the run's epochs run, for their metrics. */
+static void epoch_where(const trainer *t, train_epoch_metrics *m)
+{
+    m->device = t->job->device_label ? t->job->device_label : t->be->name;
+    m->precision = nn_dtype_name(t->precision);
+    m->cuda_graph = nn_backend_host_visible(t->be) ? -1 : t->graph_on;
+    m->cuda_graph_reason = m->cuda_graph == 0 ? t->graph_reason : NULL;
 }
 
 /* The checkpoint of the trainer's position (epoch e in progress, or just
@@ -767,7 +777,7 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
         .loss_scale = t->precision == NN_DT_F16 ? t->scaler.scale : 0.0,
         .skipped_steps = t->epoch_skipped,
     };
-    train_epoch_where(t, &m);
+    epoch_where(t, &m);
     dp_epoch_times(t, &m);
     const int reg = t->arch.task == TY_TASK_REGRESSION;
     if (reg) {
@@ -867,7 +877,7 @@ ty_status train_run(const train_job *job, train_epoch_metrics *final,
          * the run may have come between its checkpoint and the receiver
          * storing it (an integration test saw that record go missing). */
         if (t.have_last && job->cb.on_epoch && t.rank == 0) {
-            train_epoch_where(&t, &t.last);
+            epoch_where(&t, &t.last);
             job->cb.on_epoch(job->cb.ctx, &t.last);
         }
     } else {

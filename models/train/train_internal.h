@@ -203,9 +203,6 @@ uint64_t train_grads_bytes(const nn_backend *be, uint64_t p);
 /* Points acc and dyn into the grads allocation, zeroes acc, hands dyn to
  * the optimizer, and decides graph_on / graph_reason. Device runs only. */
 void train_graph_setup(trainer *t);
-/* Where and how the run's epochs run (device, precision, graph), for
- * their metrics (moved from run.c for its size). */
-void train_epoch_where(const trainer *t, train_epoch_metrics *m);
 /* Releases the captured graph. */
 void train_graph_free(trainer *t);
 /* Puts the epoch's running sums (loss_sum, hits) into acc. */
