@@ -29,7 +29,9 @@
  * the parameter check: TRAINYARD_DP_CHECK_EVERY).
  * --devsim (with --mpi) trains on a simulated device (devsim.h): the CPU's
  * kernels behind a backend that is not host visible, the MPI engine
- * behind a device engine, the path a CUDA gang with NCCL takes.
+ * behind a device engine, the path a CUDA gang with NCCL takes;
+ * --devsim-backend the simulated backend with the plain MPI engine (a
+ * pairing the trainer refuses).
  */
 #include <math.h>
 #include <signal.h>
@@ -101,8 +103,8 @@ int main(int argc, char **argv)
             use_mpi = 1;
             continue;
         }
-        if (!strcmp(a, "--devsim")) {
-            devsim = 1;
+        if (!strcmp(a, "--devsim") || !strcmp(a, "--devsim-backend")) {
+            devsim = a[8] ? 2 : 1;
             continue;
         }
         if (!v) {
@@ -156,7 +158,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "rank ?: error: %s\n", err.msg);
             return 1;
         }
-        nn_comm *dev = devsim ? devsim_comm(comm) : comm;
+        nn_comm *dev = devsim == 1 ? devsim_comm(comm) : comm;
         if (!dev) {
             fprintf(stderr, "rank ?: error: out of memory\n");
             return 1;

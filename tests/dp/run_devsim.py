@@ -18,7 +18,8 @@ device engine) on a simulated device (tests/dp/devsim.h, dp_train
   2. the checksum sees the device's parameters: a devsim rank 1 with
      another learning rate fails the run at the first check;
   3. ZeRO-1 on a device engine is refused on both ranks, naming
-     hyperparameters.zero.
+     hyperparameters.zero; so is the simulated device's backend with the
+     plain (host) MPI engine.
 Exits 77 (skipped) without mpirun, the MPI engine or the data.
 """
 import os
@@ -105,6 +106,11 @@ def checks(dp, tmp):
             "devsim, zero 1", expect_rc=None)
     refused(p, "devsim zero 1",
             ["hyperparameters.zero", "ZeRO-1 runs on CPU ranks only"])
+    p = run(mpirun_cmd(2, [dp, "--mpi", "--devsim-backend", "--out", out,
+                           "--steps", "3", "--train", "1280"]),
+            "devsim backend, MPI engine", expect_rc=None)
+    refused(p, "devsim backend with the host engine",
+            ["the mpi engine cannot carry the devsim backend's memory"])
     print("PASS")
     return 0
 
