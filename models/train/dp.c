@@ -47,6 +47,19 @@
  *  - Debug: TRAINYARD_DP_CHECK_EVERY=N compares a checksum of the
  *    parameters across ranks every N optimizer steps and fails the run on
  *    a difference.
+ *  - Device ranks (a backend that is not host visible with a device
+ *    engine, NCCL: comm.h's "Memory and ordering"; dp_setup refuses any
+ *    other pairing, and ZeRO-1 on a device). The buckets are the same
+ *    ranges of the backend's gradient block (a device pointer plus an
+ *    offset), all-reduced in place on the exec context's stream. The
+ *    host's small all-reduces (the step's scalars, the agreement and
+ *    position flags, the checksum's verdict) go through dp_dev, a few
+ *    floats of the backend's memory (allreduce_host), after the buckets
+ *    on the same stream. Broadcasts and the checksum use the trainer's
+ *    host mirror (dp_sync_state runs before the upload; dp_check_params
+ *    downloads first). Such a rank steps op by op, without acc or a
+ *    graph (train_graph_setup), and brings each step's loss to the host
+ *    as the CPU does, so the step loop and the scalars are the CPU's.
  */
 #include <math.h>
 #include <stdio.h>
@@ -232,13 +245,23 @@ ty_status dp_setup(trainer *t, ty_err *err)
                        "batch_size %u is not divisible by the world size %d: "
                        "every rank takes an equal share of each global batch",
                        bs, t->world);
-    if (!nn_backend_host_visible(job->be ? job->be : &nn_backend_cpu) ||
-        t->comm->device_memory)
+    /* A host engine (MPI) takes host memory, a device engine (NCCL) the
+     * memory of a backend that is not host visible (comm.h). */
+    const nn_backend *be = job->be ? job->be : &nn_backend_cpu;
+    const int device = !nn_backend_host_visible(be);
+    if (device != (t->comm->device_memory != 0))
         return ty_fail(err, TY_EINVAL, NULL,
-                       "data-parallel training runs on CPU ranks only in this "
-                       "build (the %s engine with the %s backend)",
-                       t->comm->ops->name,
-                       job->be ? job->be->name : nn_backend_cpu.name);
+                       "the %s engine cannot carry the %s backend's memory: "
+                       "data-parallel training pairs CPU ranks with a host "
+                       "engine (mpi) and CUDA devices with a device engine "
+                       "(nccl)",
+                       t->comm->ops->name, be->name);
+    if (device && t->zero)
+        return ty_fail(err, TY_EINVAL, "hyperparameters.zero",
+                       "ZeRO-1 runs on CPU ranks only in this build "
+                       "(hyperparameters.zero 1 with the %s engine on the %s "
+                       "backend); use zero 0 on GPUs",
+                       t->comm->ops->name, be->name);
     /* This rank's examples an epoch: its share of every global minibatch
      * (all full but the last). */
     uint64_t full = t->n_train / bs, rest = t->n_train % bs;
@@ -280,6 +303,29 @@ static void split_double(double v, float *hi, float *lo)
 {
     *hi = (float)v;
     *lo = (float)(v - (double)*hi);
+}
+
+/* v[0..n) (host floats, n <= DP_SCALARS) summed over the ranks, in
+ * place. A host engine takes v itself. A device engine takes only the
+ * backend's memory (comm.h), and no host engine is at hand on a device
+ * rank, so v travels through dp_dev: uploaded on the exec context's
+ * stream (after the work queued there, the gradient buckets included),
+ * all-reduced there, and downloaded (which waits for the all-reduce). Two
+ * small copies a call, next to the step's gradient traffic nothing. */
+static ty_status allreduce_host(trainer *t, float *v, size_t n, ty_err *err)
+{
+    nn_comm *c = t->comm;
+    const nn_exec *ex = t->ws->ex;
+    if (!c->device_memory)
+        return c->ops->allreduce(c, ex, v, n, 1.0f, err);
+    if (!t->dp_dev || n > DP_SCALARS)
+        return ty_fail(err, TY_EINTERNAL, NULL,
+                       "no device buffer for the ranks' scalars");
+    t->be->upload(ex, t->dp_dev, v, n * sizeof *v);
+    ty_status st = c->ops->allreduce(c, ex, t->dp_dev, n, 1.0f, err);
+    if (st == TY_OK)
+        t->be->download(ex, v, t->dp_dev, n * sizeof *v);
+    return st;
 }
 
 /* Waits for the oldest started request not yet waited for. */
@@ -360,14 +406,16 @@ ty_status dp_reduce_step(trainer *t, double *sum, uint32_t *hits, ty_err *err)
         *err = t->hook_err;
     while (st == TY_OK && t->n_started < t->n_buckets)
         st = start_bucket(t, err);
-    float s[5];
+    float s[DP_SCALARS];
     split_double(*sum, &s[0], &s[1]);
     s[2] = (float)*hits;
     s[3] = job->stop && *job->stop ? 1.0f : 0.0f;
     s[4] = job->preempt && *job->preempt ? 1.0f : 0.0f;
+    /* A host engine starts the scalars with the buckets; a device engine
+     * takes them after (allreduce_host), on the same stream. */
     nn_comm_req sreq = -1;
-    if (st == TY_OK)
-        st = c->ops->allreduce_start(c, ex, s, 5, 1.0f, &sreq, err);
+    if (st == TY_OK && !c->device_memory)
+        st = c->ops->allreduce_start(c, ex, s, DP_SCALARS, 1.0f, &sreq, err);
     /* Every request is released; err keeps the first failure. */
     while (t->n_waited < t->n_started) {
         ty_err later = {0};
@@ -382,6 +430,8 @@ ty_status dp_reduce_step(trainer *t, double *sum, uint32_t *hits, ty_err *err)
         if (st == TY_OK)
             st = w;
     }
+    if (st == TY_OK && c->device_memory)
+        st = allreduce_host(t, s, DP_SCALARS, err);
     t->n_started = t->n_waited = 0;
     t->hook_st = TY_OK;
     if (st != TY_OK)
@@ -412,12 +462,15 @@ ty_status dp_check_params(trainer *t, ty_err *err)
     if (t->world == 1 || !t->check_every || t->step % t->check_every != 0)
         return TY_OK;
     nn_comm *c = t->comm;
-    uint64_t mine = params_checksum(t), root = mine;
-    ty_status st = c->ops->bcast(c, &root, sizeof root, 0, err);
+    /* A device rank sums the host mirror, brought up to date first. */
+    ty_status st = train_state_download(t, 0, err);
     if (st != TY_OK)
         return st;
+    uint64_t mine = params_checksum(t), root = mine;
+    if ((st = c->ops->bcast(c, &root, sizeof root, 0, err)) != TY_OK)
+        return st;
     float differ = mine != root ? 1.0f : 0.0f;
-    if ((st = c->ops->allreduce(c, t->ws->ex, &differ, 1, 1.0f, err)) != TY_OK)
+    if ((st = allreduce_host(t, &differ, 1, err)) != TY_OK)
         return st;
     if (differ > 0.0f)
         return ty_fail(err, TY_EINTERNAL, NULL,
@@ -441,7 +494,7 @@ ty_status dp_sync_state(trainer *t, ty_err *err)
     if (st != TY_OK)
         return st;
     float differ = pos[0] != root[0] || pos[1] != root[1] ? 1.0f : 0.0f;
-    if ((st = c->ops->allreduce(c, t->ws->ex, &differ, 1, 1.0f, err)) != TY_OK)
+    if ((st = allreduce_host(t, &differ, 1, err)) != TY_OK)
         return st;
     if (differ > 0.0f)
         return ty_fail(err, TY_EINVAL, NULL,
@@ -469,8 +522,7 @@ ty_status dp_agree(trainer *t, ty_status st, const char *what, ty_err *err)
         return st;
     float failed = st != TY_OK ? 1.0f : 0.0f;
     ty_err inner = {0};
-    ty_status cs =
-        t->comm->ops->allreduce(t->comm, t->ws->ex, &failed, 1, 1.0f, &inner);
+    ty_status cs = allreduce_host(t, &failed, 1, &inner);
     if (st != TY_OK)
         return st;
     if (cs != TY_OK) {

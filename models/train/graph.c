@@ -63,6 +63,26 @@ void train_graph_off(trainer *t, const char *fmt, ...)
 void train_graph_setup(trainer *t)
 {
     const uint64_t p = t->arch.param_count ? t->arch.param_count : 1;
+    if (t->world > 1) {
+        /* A device rank of a data-parallel gang (dp.c) steps op by op and
+         * brings each step's loss to the host, where it joins the step's
+         * small all-reduce (as on the CPU): no acc, no dyn (the optimizer
+         * takes its values as arguments), no graph. The tail of the
+         * allocation carries the host's all-reduces instead (dp_dev). */
+        _Static_assert(NN_ACC_COUNT * sizeof(double) +
+                               NN_OPTIM_DYN * sizeof(float) >=
+                           DP_SCALARS * sizeof(float),
+                       "the grads allocation's tail holds dp_dev");
+        t->acc = NULL;
+        t->dyn = NULL;
+        t->opt.dyn = NULL;
+        t->dp_dev = (float *)(void *)((char *)t->grads + acc_offset(p));
+        train_graph_off(t,
+                        "data-parallel training (world %d) steps op by "
+                        "op: each step's loss joins its all-reduce",
+                        t->world);
+        return;
+    }
     t->acc = (double *)(void *)((char *)t->grads + acc_offset(p));
     t->dyn = (float *)(t->acc + NN_ACC_COUNT);
     t->be->zero(t->ws->ex, t->acc, NN_ACC_COUNT * sizeof(double));

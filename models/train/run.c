@@ -677,7 +677,10 @@ static ty_status run_epoch(trainer *t, uint32_t e, ty_err *err)
             if (!dp_share(t, end - b < bs ? end - b : bs))
                 continue; /* none of this minibatch is this rank's */
             dp_backward_begin(t, b + bs >= end); /* the step's last */
-            sum += train_step(t, loader_next(t->loader), m, &mb_hits);
+            const loader_batch *lb = loader_next(t->loader);
+            if (t->host)
+                upload_batch(t, lb); /* a device rank of a gang (dp.c) */
+            sum += train_step(t, lb, m, &mb_hits);
             hits += mb_hits;
         }
         ty_status rst = dp_reduce_step(t, &sum, &hits, err);

@@ -32,6 +32,10 @@ typedef struct {
     uint64_t lo, hi;
 } dp_bucket;
 
+/* The floats of the step's small all-reduce (dp_reduce_step: the loss
+ * sum as a float pair, the hit count, the stop and preempt flags). */
+#define DP_SCALARS 5
+
 /* Data-parallel buckets (pure): bounds[0..nb) are the ascending offsets
  * where layers' parameters start (the first 0), p the parameter count.
  * Walks the layers from the last (the order backward finishes them, as
@@ -150,6 +154,12 @@ typedef struct {
     size_t *zero_off;
     int zero_rs;
     float *zero_ss;
+    /* A device rank (dp.c, world > 1 on a backend that is not host
+     * visible, with a device engine): DP_SCALARS floats of the backend's
+     * memory that carry the host's small all-reduces (the step's scalars,
+     * the agreement flags), the tail of the grads allocation that acc and
+     * dyn take at world 1 (train_graph_setup); NULL on the CPU. */
+    float *dp_dev;
     /* Gradient buckets (dp.c, world > 1): ranges of the gradient block in
      * the order the backward pass finishes them; the step's requests (one
      * a bucket, then the scalars'), how many are started and waited for,

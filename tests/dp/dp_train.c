@@ -27,6 +27,11 @@
  * first N training examples, all 10,000 test examples as validation.
  * --lr-rank1 gives rank 1 another learning rate (a misconfigured rank, for
  * the parameter check: TRAINYARD_DP_CHECK_EVERY).
+ * --devsim (with --mpi) trains on a simulated device (devsim.h): the CPU's
+ * kernels behind a backend that is not host visible, the MPI engine
+ * behind a device engine, the path a CUDA gang with NCCL takes;
+ * --devsim-backend the simulated backend with the plain MPI engine (a
+ * pairing the trainer refuses).
  */
 #include <math.h>
 #include <signal.h>
@@ -42,6 +47,7 @@
 #include "models/train/train.h"
 #include "tests/unit/fashion_idx.h"
 #include "tests/unit/synth_data.h"
+#include "tests/dp/devsim.h"
 
 static const char *const mlp_spec =
     "{\"layers\":[{\"type\":\"flatten\"},"
@@ -86,7 +92,7 @@ static double now_sec(void)
 int main(int argc, char **argv)
 {
     const char *out_path = NULL, *ckpt = NULL;
-    int use_mpi = 0, threads = 1, prefetch = -1;
+    int use_mpi = 0, threads = 1, prefetch = -1, devsim = 0;
     uint32_t n_train = 12800, batch = 128, accum = 1;
     uint64_t steps = 200;
     double timeout = 0, lr = 0.001, lr_rank1 = 0, clip = 0, sgd_mom = -1;
@@ -95,6 +101,10 @@ int main(int argc, char **argv)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--mpi")) {
             use_mpi = 1;
+            continue;
+        }
+        if (!strcmp(a, "--devsim") || !strcmp(a, "--devsim-backend")) {
+            devsim = a[8] ? 2 : 1;
             continue;
         }
         if (!v) {
@@ -148,7 +158,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "rank ?: error: %s\n", err.msg);
             return 1;
         }
+        nn_comm *dev = devsim == 1 ? devsim_comm(comm) : comm;
+        if (!dev) {
+            fprintf(stderr, "rank ?: error: out of memory\n");
+            return 1;
+        }
+        comm = dev;
     }
+    static nn_exec dev_ex;
     const int rank = comm ? comm->rank : 0, world = comm ? comm->world : 1;
     printf("rank %d of %d pid %d\n", rank, world, (int)getpid());
     fflush(stdout);
@@ -218,6 +235,8 @@ int main(int argc, char **argv)
         .cb = {.ctx = &ctx, .on_step = on_step, .on_epoch = on_epoch},
         .comm = comm,
         .stop = &stop_flag,
+        .be = devsim ? devsim_backend() : NULL,
+        .ex = devsim ? &dev_ex : NULL,
     };
     signal(SIGUSR1, on_usr1);
     train_epoch_metrics fin;
