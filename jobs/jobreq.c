@@ -23,25 +23,6 @@ static int profile_name_ok(const char *s)
     return 1;
 }
 
-/* resources.workers (absent or null: 1), for a caller that takes it. */
-static ty_status parse_workers(const json_t *resources, int *workers,
-                               ty_err *err)
-{
-    *workers = 1;
-    const json_t *w = json_object_get(resources, "workers");
-    if (!w || json_is_null(w))
-        return TY_OK;
-    int64_t n = json_integer_value(w);
-    if (!json_is_integer(w) || n < 1 || n > JOBREQ_WORKERS_MAX)
-        return ty_fail(err, TY_EINVAL, "resources.workers",
-                       "resources.workers must be a whole number from 1 to "
-                       "%d: the CPU processes that train the model together "
-                       "(data-parallel)",
-                       JOBREQ_WORKERS_MAX);
-    *workers = (int)n;
-    return TY_OK;
-}
-
 /* Whether resources[key] is given (present and not null). */
 static int given(const json_t *resources, const char *key)
 {
@@ -65,6 +46,19 @@ static ty_status count_of(const json_t *resources, const char *key, int max,
     return ty_fail(err, TY_EINVAL, field,
                    "%s must be a whole number from 1 to %d: %s", field, max,
                    means);
+}
+
+/* resources.workers (absent or null: 1), for a caller that takes it. */
+static ty_status parse_workers(const json_t *resources, int *workers,
+                               ty_err *err)
+{
+    *workers = 1;
+    if (!given(resources, "workers"))
+        return TY_OK;
+    return count_of(resources, "workers", JOBREQ_WORKERS_MAX,
+                    "the CPU processes that train the model together "
+                    "(data-parallel)",
+                    workers, err);
 }
 
 /* A gang of whole GPUs, one rank each: resources.gpus (n GPUs of one
