@@ -436,6 +436,28 @@ json_t *get_job(const srv *s, const char *id)
     return j;
 }
 
+json_t *job_epochs(const srv *s, const char *id)
+{
+    char p[128];
+    snprintf(p, sizeof p, "/v1/jobs/%s/metrics", id);
+    resp *r = http_get(s, p);
+    expect_status(r, 200);
+    json_t *e = json_incref(json_object_get(r->json, "epochs"));
+    resp_free(r);
+    return e;
+}
+
+void sim_example(const char *name, char out[PATH_MAX])
+{
+    const char *src = __FILE__;
+    const char *cut = strstr(src, "tests/integration/harness.c");
+    if (!cut)
+        fail_msg("cannot find the source tree from %s", src);
+    snprintf(out, PATH_MAX, "%.*sgpu/sim/%s", (int)(cut - src), src, name);
+    if (access(out, R_OK) != 0)
+        fail_msg("missing example %s", out);
+}
+
 pid_t find_worker(const srv *s, const char *job_id)
 {
     return find_child(s, "worker", job_id);

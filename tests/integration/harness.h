@@ -121,6 +121,13 @@ int find_children(const srv *s, const char *command, const char *id,
 /* GET /v1/jobs/{id}, expected 200: the job (new reference). */
 json_t *get_job(const srv *s, const char *id);
 
+/* GET /v1/jobs/{id}/metrics, expected 200: its "epochs" (new reference). */
+json_t *job_epochs(const srv *s, const char *id);
+
+/* The path of the shipped simulated inventory gpu/sim/<name> in this
+ * source tree into out (fails the test when it is not there). */
+void sim_example(const char *name, char out[PATH_MAX]);
+
 /* Deploys model as name on one CPU replica (POST /v1/deployments) and
  * waits up to 60 s until it is ready (else fails the test): the
  * deployment's path, /v1/deployments/<id>, into dpath (128 bytes). */

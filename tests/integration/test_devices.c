@@ -19,18 +19,6 @@
 
 #include "harness.h"
 
-/* The shipped examples, found from this file's path in the source tree. */
-static void sim_file(const char *name, char out[PATH_MAX])
-{
-    const char *src = __FILE__;
-    const char *cut = strstr(src, "tests/integration/test_devices.c");
-    if (!cut)
-        fail_msg("cannot find the source tree from %s", src);
-    snprintf(out, PATH_MAX, "%.*sgpu/sim/%s", (int)(cut - src), src, name);
-    if (access(out, R_OK) != 0)
-        fail_msg("missing example %s", out);
-}
-
 static srv start_with(const char *devices)
 {
     srv s;
@@ -62,7 +50,7 @@ static void read_log(const srv *s, char *text, size_t n)
 static void test_h200_seven_slices(void **state)
 {
     char path[PATH_MAX], spec[PATH_MAX + 8];
-    sim_file("h200-7x1g.json", path);
+    sim_example("h200-7x1g.json", path);
     snprintf(spec, sizeof spec, "sim:%s", path);
     srv s = start_with(spec);
     json_t *doc = get_devices(&s);
@@ -150,7 +138,7 @@ static void test_other_examples(void **state)
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         char path[PATH_MAX], spec[PATH_MAX + 8];
-        sim_file(cases[c].file, path);
+        sim_example(cases[c].file, path);
         snprintf(spec, sizeof spec, "sim:%s", path);
         srv s = start_with(spec);
         json_t *doc = get_devices(&s);
@@ -207,7 +195,7 @@ static void test_auto(void **state)
 static void test_nvlink_domains(void **state)
 {
     char path[PATH_MAX], spec[PATH_MAX + 8];
-    sim_file("h100-4x-2nvl.json", path);
+    sim_example("h100-4x-2nvl.json", path);
     snprintf(spec, sizeof spec, "sim:%s", path);
     srv s = start_with(spec);
     json_t *doc = get_devices(&s);

@@ -113,18 +113,6 @@ static void submit(const char *model, const char *hp, const char *resources,
     resp_free(r);
 }
 
-/* The epochs' records of job id (GET .../metrics), a new reference. */
-static json_t *epochs_of(const char *id)
-{
-    char p[128];
-    snprintf(p, sizeof p, "/v1/jobs/%s/metrics", id);
-    resp *r = http_get(&server, p);
-    expect_status(r, 200);
-    json_t *e = json_incref(json_object_get(r->json, "epochs"));
-    resp_free(r);
-    return e;
-}
-
 static void test_gang_trains_as_one(void **state)
 {
     (void)state;
@@ -154,7 +142,7 @@ static void test_gang_trains_as_one(void **state)
     assert_null(json_object_get(json_object_get(j, "placement"), "ranks"));
     json_decref(j);
 
-    json_t *e2 = epochs_of(two), *e1 = epochs_of(one);
+    json_t *e2 = job_epochs(&server, two), *e1 = job_epochs(&server, one);
     assert_int_equal(json_array_size(e2), 3);
     assert_int_equal(json_array_size(e1), 3);
     for (size_t i = 0; i < 3; i++) {
@@ -186,7 +174,7 @@ static void test_gang_trains_as_one(void **state)
     j = wait_job(&server, zero, 300);
     assert_string_equal(str(j, "status"), "succeeded");
     json_decref(j);
-    json_t *ez = epochs_of(zero);
+    json_t *ez = job_epochs(&server, zero);
     assert_int_equal(json_array_size(ez), 3);
     for (size_t i = 0; i < 3; i++) {
         const json_t *a = json_array_get(e2, i), *z = json_array_get(ez, i);
@@ -342,7 +330,7 @@ static void test_elastic_gang_runs_at_what_fits(void **state)
     assert_int_equal(json_integer_value(json_object_get(pl, "world_size")), 2);
     assert_int_equal(json_array_size(json_object_get(pl, "ranks")), 2);
     json_decref(j);
-    json_t *e = epochs_of(id);
+    json_t *e = job_epochs(&server, id);
     assert_int_equal(json_array_size(e), 2);
     for (size_t i = 0; i < json_array_size(e); i++)
         assert_int_equal(json_integer_value(json_object_get(
@@ -463,7 +451,7 @@ static void test_gang_rank_killed(void **state)
                          json_object_get(j, "placement"), "world_size")),
                      2);
     json_decref(j);
-    json_t *e = epochs_of(id);
+    json_t *e = job_epochs(&server, id);
     if (json_array_size(e) != 60)
         fail_msg("%zu epoch records of 60", json_array_size(e));
     json_decref(e);
@@ -587,7 +575,7 @@ static void test_gang_preempted_resumes(void **state)
     assert_true(stopped >= seen_step);
     assert_true(checkpointed);
     assert_int_equal(resumed, stopped);
-    json_t *e = epochs_of(id);
+    json_t *e = job_epochs(&server, id);
     assert_int_equal(json_array_size(e), 12);
     json_decref(e);
 }

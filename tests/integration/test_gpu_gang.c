@@ -47,23 +47,11 @@ static int have_mpi;
     "{\"layers\": [{\"type\": \"dense\", \"units\": 32}, {\"type\": " \
     "\"relu\"}, {\"type\": \"dense\", \"units\": 3}]}"
 
-/* The shipped example, found from this file's path in the source tree. */
-static void sim_file(const char *name, char out[PATH_MAX])
-{
-    const char *src = __FILE__;
-    const char *cut = strstr(src, "tests/integration/test_gpu_gang.c");
-    if (!cut)
-        fail_msg("cannot find the source tree from %s", src);
-    snprintf(out, PATH_MAX, "%.*sgpu/sim/%s", (int)(cut - src), src, name);
-    if (access(out, R_OK) != 0)
-        fail_msg("missing example %s", out);
-}
-
 static int setup(void **state)
 {
     (void)state;
     char path[PATH_MAX], spec[PATH_MAX + 8];
-    sim_file("a100-2x-nomig.json", path);
+    sim_example("a100-2x-nomig.json", path);
     snprintf(spec, sizeof spec, "sim:%s", path);
     /* 2 CPU places: the comparison job on {"workers": 2} */
     const char *flags[] = {"--devices",       spec,  "--max-jobs", "2",
@@ -116,17 +104,6 @@ static void submit(const char *hp, const char *resources, char *id)
     expect_status(r, 202);
     snprintf(id, 64, "%s", str(r->json, "id"));
     resp_free(r);
-}
-
-static json_t *epochs_of(const char *id)
-{
-    char p[128];
-    snprintf(p, sizeof p, "/v1/jobs/%s/metrics", id);
-    resp *r = http_get(&server, p);
-    expect_status(r, 200);
-    json_t *e = json_incref(json_object_get(r->json, "epochs"));
-    resp_free(r);
-    return e;
 }
 
 /* The jobs holding the server's GPUs, as GET /v1/devices shows them
@@ -270,7 +247,7 @@ static void test_gpu_gang_trains_as_one(void **state)
     assert_string_equal(str(j, "status"), "succeeded");
     json_decref(j);
 
-    json_t *eg = epochs_of(gang), *ec = epochs_of(cpu);
+    json_t *eg = job_epochs(&server, gang), *ec = job_epochs(&server, cpu);
     assert_int_equal(json_array_size(eg), 3);
     assert_int_equal(json_array_size(ec), 3);
     for (size_t i = 0; i < 3; i++) {
@@ -398,7 +375,7 @@ static void test_gpu_gang_retried_whole(void **state)
     assert_string_not_equal(str(json_array_get(ranks, 0), "device"),
                             str(json_array_get(ranks, 1), "device"));
     json_decref(j);
-    json_t *e = epochs_of(id);
+    json_t *e = job_epochs(&server, id);
     assert_int_equal(json_array_size(e), 150);
     assert_int_equal(json_integer_value(
                          json_object_get(json_array_get(e, 149), "world_size")),
